@@ -18,7 +18,9 @@ def load(source, module: str | None = None, **options):
     """Parse `source` (a path or HLO text) and prepare one module to run.
 
     `module` picks a module by name when the source holds several. Options: `excess_precision`,
-    `use_numba` (False runs the numpy reference kernels only).
+    `use_numba` (False runs the numpy reference kernels only), `compile_after` (fused kernels run op by op
+    for this many calls before they are compiled, default 1; 0 compiles them when the module is prepared),
+    `max_memory` (bytes a run may use).
     """
     from .exec.executor import Executable
     from . import ops  # noqa: F401  (fills the op registry)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import hloexec
+import hloexec.exec.executor as executor
 from conftest import EXAMPLES
 from hloexec.tools.xla_cpu import load_arrays
 from xla_compare import BF16, flatten, flush_denormals, is_float, max_ulp
@@ -65,12 +66,23 @@ def example_arrays(name):
             list(load_arrays(str(EXAMPLES / f"{name}.expected.npz")).values()))
 
 
-@pytest.mark.parametrize("kind,numba", [("pre", False), ("opt", True), ("opt", False)],
-                         ids=["pre", "opt-numba", "opt-numpy"])
+# pre-fused: the pre-optimization module with every producer/consumer group compiled (exec/fuse.py),
+# however small (the examples are below the size where grouping pays).
+KINDS = pytest.mark.parametrize("kind,numba", [("pre", False), ("pre", True), ("opt", True), ("opt", False)],
+                                ids=["pre", "pre-fused", "opt-numba", "opt-numpy"])
+
+
+def compile_every_group(monkeypatch, kind, numba):
+    if kind == "pre" and numba:
+        monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+
+
+@KINDS
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_example_matches_expected(name, kind, numba):
+def test_example_matches_expected(name, kind, numba, monkeypatch):
+    compile_every_group(monkeypatch, kind, numba)
     inputs, expected = example_arrays(name)
-    exe = hloexec.load(EXAMPLES / f"{name}.{kind}.hlo", use_numba=numba)
+    exe = hloexec.load(EXAMPLES / f"{name}.{kind}.hlo", use_numba=numba, compile_after=0)
     check_all(exe.run(*inputs), expected, f"{name}.{kind} numba={numba}", name)
 
 
@@ -132,14 +144,15 @@ def jax_program(name) -> JaxProgram:
 
 @functools.cache
 def executable(name, kind, numba, excess_precision=False):
-    return hloexec.load(jax_program(name).text[kind], use_numba=numba, excess_precision=excess_precision)
+    return hloexec.load(jax_program(name).text[kind], use_numba=numba, excess_precision=excess_precision,
+                        compile_after=0)
 
 
 @pytest.mark.xla
-@pytest.mark.parametrize("kind,numba", [("pre", False), ("opt", True), ("opt", False)],
-                         ids=["pre", "opt-numba", "opt-numpy"])
+@KINDS
 @pytest.mark.parametrize("name", list(PROGRAMS))
-def test_program_matches_jax(name, kind, numba):
+def test_program_matches_jax(name, kind, numba, monkeypatch):
+    compile_every_group(monkeypatch, kind, numba)
     prog = jax_program(name)
     check_all(executable(name, kind, numba).run(*prog.inputs), prog.want, f"{name}.{kind} numba={numba}", name)
 

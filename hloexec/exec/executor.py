@@ -27,19 +27,44 @@ class Device:
         return self.replica_id * self.num_partitions + self.partition_id
 
 
-# Fusions whose outputs are smaller than this run op by op with the numpy kernels (see fused_kernel).
+# Fusions that read and write less than this (largest operand or output) run op by op (see fused_kernel).
 MIN_COMPILED_BYTES = 64 * 1024
+# Fusions whose op-by-op run would cost more than compiling them (element-ops: elements touched x ops)
+# are compiled before their first call whatever `compile_after` says.
+EAGER_COMPILE_WORK = 1 << 26
+
+
+class TieredKernel:
+    """A fused computation run op by op for its first `after` calls, then as its compiled kernel.
+
+    Most runs are one-shot (validate a dump, a test's reference run): there, ~0.1-0.3 s of Numba compile
+    per kernel costs more than running the fusion op by op. A module run again compiles what it runs.
+    The switch happens at a fixed call count, never on a timer, so the k-th run of a module gives the same
+    bits in every process (the two tiers may differ in the last bits: reduction order, libm vs numpy).
+    """
+    __slots__ = ("interpret", "compiled", "after", "calls")
+
+    def __init__(self, interpret, compiled, after: int):
+        self.interpret, self.compiled, self.after, self.calls = interpret, compiled, after, 0
+
+    def __call__(self, *operands):
+        if self.calls >= self.after:
+            return self.compiled(*operands)
+        self.calls += 1
+        return self.interpret(*operands)
 
 
 class ExecContext:
     """What ops see while they are prepared (hloexec.ops.registry.Context)."""
 
-    def __init__(self, module: Module, device: Device, *, excess_precision: bool = False, use_numba: bool = True):
+    def __init__(self, module: Module, device: Device, *, excess_precision: bool = False, use_numba: bool = True,
+                 compile_after: int = 1):
         self.module = module
         self.default_device = device
         self.excess_precision = excess_precision
         self.use_numba = use_numba
-        self._plans: dict[int, Plan] = {}
+        self.compile_after = compile_after
+        self._plans: dict[tuple[int, bool], Plan] = {}
         self._participant = threading.local()
 
     @property
@@ -51,22 +76,36 @@ class ExecContext:
         """Make the calling thread run as `device` (ops read ctx.device at run time)."""
         self._participant.device = device
 
-    def computation(self, comp: Computation) -> Plan:
-        plan = self._plans.get(id(comp))
+    def computation(self, comp: Computation, fuse: bool = True) -> Plan:
+        """The prepared plan of `comp`; `fuse`: group its unfused producer/consumer chains (exec/fuse.py)."""
+        key = (id(comp), fuse and self.use_numba)
+        plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[id(comp)] = Plan(comp, self)
+            plan = self._plans[key] = Plan(comp, self, fuse=key[1])
         return plan
 
+    @property
+    def plans(self) -> list[Plan]:
+        return list(self._plans.values())
+
     def fused_kernel(self, comp: Computation):
-        """A compiled loop nest for a fused computation, or None to run it op by op.
+        """A kernel running the fused computation `comp` as one compiled loop nest, or None to run it op by op.
 
         Compiling costs ~0.1-0.3 s per distinct fusion on a cold cache, while running a small fusion op by
-        op costs microseconds: only fusions with at least `MIN_COMPILED_BYTES` of output pay.
+        op costs microseconds: only fusions whose largest operand or output has `MIN_COMPILED_BYTES` pay,
+        and they are compiled on their `compile_after`+1-th call (see TieredKernel).
         """
-        if not self.use_numba or comp.root.shape.nbytes < MIN_COMPILED_BYTES:
+        sizes = [p.shape.nbytes for p in (comp.root, *comp.parameters)]
+        if not self.use_numba or max(sizes) < MIN_COMPILED_BYTES:
             return None
         from ..kernels.fusion import compile_fusion
-        return compile_fusion(comp, excess_precision=self.excess_precision)
+        kernel = compile_fusion(comp, excess_precision=self.excess_precision, eager=False)
+        if kernel is None:
+            return None
+        ops = sum(i.opcode not in ("parameter", "constant") for i in comp.instructions)
+        if self.compile_after == 0 or ops * sum(sizes) // 2 >= EAGER_COMPILE_WORK:
+            return kernel.compile()
+        return TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after)
 
 
 @dataclass(frozen=True)
@@ -87,14 +126,15 @@ class Executable:
     """A module prepared for running on the CPU: `run(*arrays)` returns numpy arrays."""
 
     def __init__(self, module: Module, *, excess_precision: bool = False, use_numba: bool = True,
-                 device: Device | None = None, max_memory: int | None = None):
+                 compile_after: int = 1, device: Device | None = None, max_memory: int | None = None):
         from .communicators import MirrorCommunicator
         self.module = module
         if device is None:
             device = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
             device.communicator = MirrorCommunicator(device)
         self.device = device
-        self.context = ExecContext(module, device, excess_precision=excess_precision, use_numba=use_numba)
+        self.context = ExecContext(module, device, excess_precision=excess_precision, use_numba=use_numba,
+                                   compile_after=compile_after)
         self.plan = self.context.computation(module.entry)
         self._parameters = self.parameters     # built once: run() checks every input against it
         self.max_memory = max_memory           # bytes a run may use; None: MemAvailable at each run
@@ -108,16 +148,17 @@ class Executable:
     def result_shape(self) -> Shape:
         return self.module.entry.root.shape
 
-    def run(self, *args, progress=None):
+    def run(self, *args, progress=None, profile=None):
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
-        `progress(done, total)` is called after each entry-computation instruction (None: no cost)."""
+        `progress(done, total)` is called after each entry-computation instruction (None: no cost);
+        `profile`, a dict, gets entry instruction -> seconds (calls, loops and fused groups inclusive)."""
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
                                  + "\n  ".join(map(str, params)))
         self._check_memory()
-        return self.plan(*[_coerce(arg, p) for arg, p in zip(args, params)], progress=progress)
+        return self.plan(*[_coerce(arg, p) for arg, p in zip(args, params)], progress=progress, profile=profile)
 
     __call__ = run
 

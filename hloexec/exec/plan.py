@@ -7,11 +7,13 @@ that `hloexec run` prints before running.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ..errors import ExecutionError, UnsupportedError, describe_site
 from ..ir.module import Computation, Instruction
 from ..ops.registry import lookup
+from .fuse import find_groups
 
 
 def schedule(comp: Computation) -> list[Instruction]:
@@ -80,9 +82,10 @@ def has_side_effect(inst: Instruction) -> bool:
     return any(has_side_effect(i) for c in inst.called_computations for i in c.instructions)
 
 
-def live_instructions(comp: Computation) -> set[int]:
-    """ids of the instructions the root or a side effect depends on (through operands and
-    control-predecessors), with the side-effecting instructions and the parameters themselves."""
+def live_instructions(comp: Computation, inputs_of=None) -> set[int]:
+    """ids of the instructions the root or a side effect depends on (through operands -- or what
+    `inputs_of(inst)` says an instruction reads -- and control-predecessors), with the side-effecting
+    instructions and the parameters themselves."""
     by_name = comp.by_name
     stack = [comp.root, *comp.parameters, *(i for i in comp.instructions if has_side_effect(i))]
     live: set[int] = set()
@@ -91,7 +94,7 @@ def live_instructions(comp: Computation) -> set[int]:
         if id(inst) in live:
             continue
         live.add(id(inst))
-        stack += inst.operands
+        stack += inst.operands if inputs_of is None else inputs_of(inst)
         stack += [by_name[n] for n in inst.attr("control-predecessors", ()) if n in by_name]
     return live
 
@@ -104,17 +107,25 @@ class Plan:
     custom-call to an unknown target does not stop the module, and dead work costs nothing.
     """
 
-    def __init__(self, comp: Computation, ctx):
+    def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
         live = live_instructions(comp)
         order = [inst for inst in schedule(comp) if id(inst) in live]
+        # Unfused producer/consumer chains become compiled kernels; their inner values are never stored.
+        groups = {id(g.root): g for g in find_groups(order, comp.root, ctx.fused_kernel)} if fuse else {}
+        inputs_of = {id(inst): inst.operands for inst in order}
+        if groups:
+            inputs_of.update((root, g.inputs) for root, g in groups.items())
+            live = live_instructions(comp, lambda inst: inputs_of[id(inst)])
+            order = [inst for inst in order if id(inst) in live]
+        self.fused_groups = list(groups.values())
         slot = {id(inst): i for i, inst in enumerate(order)}
         self.n_slots = len(order)
         self.parameter_slots = [slot[id(p)] for p in comp.parameters]
         self.root_slot = slot[id(comp.root)]
         last_use: dict[int, int] = {}
         for step_index, inst in enumerate(order):
-            for o in inst.operands:
+            for o in inputs_of[id(inst)]:
                 last_use[slot[id(o)]] = step_index
         frees_at: dict[int, list[int]] = {}
         for s, step_index in last_use.items():
@@ -125,22 +136,24 @@ class Plan:
         for step_index, inst in enumerate(order):
             if inst.opcode == "parameter":
                 continue
+            group = groups.get(id(inst))
             try:
-                kernel = lookup(inst).prepare(inst, ctx)
+                kernel = group.kernel if group is not None else lookup(inst).prepare(inst, ctx)
             except UnsupportedError as e:
                 if e.instruction is None:
                     raise UnsupportedError(e.what, inst) from None
                 raise
-            self.steps.append(Step(inst, kernel, tuple(slot[id(o)] for o in inst.operands), slot[id(inst)],
+            self.steps.append(Step(inst, kernel, tuple(slot[id(o)] for o in inputs_of[id(inst)]), slot[id(inst)],
                                    tuple(frees_at.get(step_index, ()))))
         # Parameters that nothing uses are dropped at once.
         used = set(last_use)
         self.unused_parameters = [s for s in self.parameter_slots if s not in used and s != self.root_slot]
         self._run_fast = None       # the schedule as one generated function, after a checked first run
 
-    def __call__(self, *args, progress=None):
-        """`progress(done, total)`, if given, is called after each step (a run reporting progress is checked)."""
-        if self._run_fast is not None and progress is None:
+    def __call__(self, *args, progress=None, profile=None):
+        """`progress(done, total)`, if given, is called after each step; `profile`, a dict, gets each step's
+        instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one."""
+        if self._run_fast is not None and progress is None and profile is None:
             try:
                 return self._run_fast(args)
             except (UnsupportedError, ExecutionError):
@@ -152,17 +165,22 @@ class Plan:
             slots[s] = value
         for s in self.unused_parameters:
             slots[s] = None
-        self._run_checked(slots, progress)
+        self._run_checked(slots, progress, profile)
         if self._run_fast is None:
             self._run_fast = compile_schedule(self)
         return slots[self.root_slot]
 
-    def _run_checked(self, slots, progress=None):
+    def _run_checked(self, slots, progress=None, profile=None):
         """First run: every result is checked against its instruction's shape (no silent wrong result)."""
         total = len(self.steps)
         for done, step in enumerate(self.steps, 1):
             try:
-                value = step.kernel(*[slots[i] for i in step.inputs])
+                if profile is None:
+                    value = step.kernel(*[slots[i] for i in step.inputs])
+                else:
+                    start = time.perf_counter()
+                    value = step.kernel(*[slots[i] for i in step.inputs])
+                    profile[step.inst] = profile.get(step.inst, 0.0) + time.perf_counter() - start
             except (UnsupportedError, ExecutionError):
                 raise
             except Exception as e:  # a kernel failing is a bug or bad input: say where

@@ -140,6 +140,16 @@ class Instruction:
             raise self.attr_error(key, str(e)) from None
         return value
 
+    def with_operands(self, operands: list["Instruction"]) -> "Instruction":
+        """A copy (outside any computation) reading `operands`: same name, shape, attributes and source site."""
+        copy = Instruction(self.name, self.opcode, self.shape, operands, self._attrs, self._args, self.line,
+                           self.column, self._attr_rows)
+        copy.called = self.called
+        copy._decoded = self._decoded
+        for o in operands:
+            o.users.append(copy)
+        return copy
+
     def attr_error(self, key: str, message: str) -> HloParseError:
         """HloParseError pointing at the value of attribute `key` in the parsed text (else at the instruction)."""
         if self._attr_rows is not None:

@@ -776,7 +776,7 @@ def generate_source(comp, *, excess_precision: bool = False, parallel=None):
         return gen.generate(), gen
     except _Unsupported:
         return None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
         return None
 
 

@@ -15,7 +15,7 @@ TOKEN = np.zeros((0,), dtype=np.bool_)
 def fusion(inst, ctx):
     comp = inst.called["calls"]
     compiled = ctx.fused_kernel(comp)
-    return compiled if compiled is not None else ctx.computation(comp)
+    return compiled if compiled is not None else ctx.computation(comp, fuse=False)
 
 
 @op("call", kernel="python")

@@ -20,8 +20,9 @@ from ..errors import UnsupportedError
 class Context(Protocol):
     excess_precision: bool      # skip f16/bf16 rounding between ops inside a fusion
 
-    def computation(self, comp) -> Callable:
-        """A callable running `comp`: f(*parameter_values) -> value of its root."""
+    def computation(self, comp, fuse: bool = True) -> Callable:
+        """A callable running `comp`: f(*parameter_values) -> value of its root (`fuse`: may compile
+        its unfused elementwise chains)."""
 
     @property
     def device(self):

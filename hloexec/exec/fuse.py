@@ -1,0 +1,126 @@
+"""Fusion of unfused computations (pre-optimization HLO) into compiled loop nests.
+
+XLA fuses elementwise chains before it runs them; a pre-optimization module has none, so op by op every
+instruction is a numpy call that writes a full-size temporary. This pass groups producers into their
+consumers -- XLA's producer/consumer instruction fusion, kept simple -- and each group becomes one
+synthetic fused computation that `hloexec.kernels.fusion` compiles into one loop nest.
+
+Rules:
+* fusible: elementwise ops, data movement the loop generator rewrites into index arithmetic, iota,
+  constants, and reduce (only as a group's root: a reduce feeding a broadcast would be recomputed).
+* a producer joins its consumers' group only when all its (live) users are in that one group, so a group
+  needs no value of a non-member that depends on a member (groups stay convex) and nothing is computed twice;
+* cheap producers (constants, iota, broadcasts of those or of scalars) are copied into every group that
+  uses them instead of materialising a large broadcast;
+* a group is kept only when it pays: at least two ops that compute, or one on f16/bf16 (op by op they
+  convert through f32), and enough bytes (see ExecContext.fused_kernel, which may still decline it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.module import Computation, Instruction
+from ..kernels import elementwise as ew
+
+_ELEMENTWISE = ew.UNARY_OPS | ew.BINARY_OPS | {"select", "clamp", "convert", "compare", "bitcast-convert"}
+_MOVEMENT = frozenset({"broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "pad", "concatenate",
+                       "copy", "dynamic-slice"})
+_NO_COMPUTE = frozenset({"parameter", "constant", "broadcast", "reshape", "bitcast", "copy"})
+MAX_GROUP = 128      # instructions per group: bounds compile time and the generator's recursion depth
+
+
+@dataclass
+class FusedGroup:
+    """Instructions that run as one compiled kernel; `root` is the only member whose value leaves it."""
+    root: Instruction
+    members: list[Instruction]          # schedule order, root last; copied cheap producers included
+    inputs: list[Instruction]           # values from outside, in the fused computation's parameter order
+    computation: Computation
+    kernel: object = None
+
+
+def _fusible(inst: Instruction) -> bool:
+    op = inst.opcode
+    if inst.shape.is_tuple or op not in _ELEMENTWISE and op not in _MOVEMENT and op not in (
+            "reduce", "iota", "constant"):
+        return False
+    if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):
+        return False
+    return all(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name) for o in inst.operands)
+
+
+def _cheap(inst: Instruction) -> bool:
+    """Recomputed in every group that uses it rather than stored: no loads, or one load per row at most."""
+    op = inst.opcode
+    if op == "constant":
+        return inst.shape.rank == 0
+    if op == "iota":
+        return True
+    if op == "broadcast":
+        src = inst.operands[0]
+        return src.shape.rank == 0 or (src.opcode in ("constant", "iota") and _cheap(src))
+    return False
+
+
+def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list[FusedGroup]:
+    """Fusion groups over `order` (a computation's live instructions, scheduled), consumers first.
+
+    `kernel_for(computation)` returns the compiled kernel for a group's fused computation, or None when it
+    does not pay or cannot be compiled -- the group's instructions then run op by op.
+    """
+    live = {id(i) for i in order}
+    users = {id(i): [u for u in i.users if id(u) in live] for i in order}
+    group_of: dict[int, int] = {}
+    members: list[list[Instruction]] = []
+    for inst in reversed(order):
+        if not _fusible(inst) or _cheap(inst) and all(_fusible(u) for u in users[id(inst)]):
+            continue
+        gids = {group_of.get(id(u)) for u in users[id(inst)]}
+        if (inst is not root and inst.opcode != "reduce" and len(gids) == 1 and None not in gids
+                and len(members[next(iter(gids))]) < MAX_GROUP):
+            gid = gids.pop()
+        else:
+            gid = len(members)
+            members.append([])
+        group_of[id(inst)] = gid
+        members[gid].append(inst)
+
+    groups = []
+    for insts in members:
+        group = _make_group(list(reversed(insts)), group_of)
+        if group is not None:
+            group.kernel = kernel_for(group.computation)
+            if group.kernel is not None:
+                groups.append(group)
+    return groups
+
+
+def _make_group(insts: list[Instruction], group_of: dict[int, int]) -> FusedGroup | None:
+    """The group's fused computation (copies of its instructions, external values as parameters)."""
+    gid = group_of[id(insts[-1])]
+    inside = {id(i) for i in insts}
+    copies: dict[int, Instruction] = {}
+    params: list[Instruction] = []
+    inputs: list[Instruction] = []
+
+    def value_of(inst: Instruction) -> Instruction:
+        copy = copies.get(id(inst))
+        if copy is not None:
+            return copy
+        if id(inst) in inside or (_cheap(inst) and group_of.get(id(inst)) in (None, gid)):
+            copy = inst.with_operands([value_of(o) for o in inst.operands])    # cheap producers are copied in
+        else:
+            copy = Instruction(f"param.{len(params)}", "parameter", inst.shape, [], {}, str(len(params)))
+            params.append(copy)
+            inputs.append(inst)
+        copies[id(inst)] = copy
+        return copy
+
+    body = [value_of(i) for i in insts]
+    computes = [i for i in insts if i.opcode not in _NO_COMPUTE]
+    half = any(i.shape.element_type.name in ("f16", "bf16") for i in computes)
+    if len(computes) < 2 and not (computes and half):
+        return None
+    body[-1].is_root = True      # copies are made operands first, so their insertion order is a schedule
+    return FusedGroup(insts[-1], insts, inputs, Computation(f"fused.{insts[-1].name}", list(copies.values()),
+                                                            body[-1]))

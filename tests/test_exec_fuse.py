@@ -1,0 +1,135 @@
+"""The fusion pass over unfused computations (hloexec/exec/fuse.py) and the tiered kernels that run them.
+
+Grouped chains must give the bits of the op-by-op path (elementwise ops are exact in both, f16 rounded
+after every op in both), keep every value something outside the group reads, and never move work
+across a non-fusible op. End-to-end checks against XLA:CPU are in test_programs.py ("pre-fused").
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hloexec
+from hloexec.exec.executor import TieredKernel
+from hloexec.exec.fuse import MAX_GROUP
+
+# a: an elementwise chain whose middle value `t` also feeds a dot (so it must stay stored), a scalar
+# broadcast shared by two groups and the dot's consumer, and a reduce fed by an elementwise producer.
+MIXED = """HloModule mixed
+add { x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y) }
+ENTRY main {
+  p = f32[256,256] parameter(0)
+  q = f32[256,256] parameter(1)
+  half = f32[] constant(0.5)
+  h = f32[256,256] broadcast(half), dimensions={}
+  a = f32[256,256] multiply(p, h)
+  t = f32[256,256] tanh(a)
+  d = f32[256,256] dot(t, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[256,256] exponential(t)
+  u = f32[256,256] add(e, d)
+  v = f32[256,256] multiply(u, h)
+  sq = f32[256,256] multiply(v, v)
+  z = f32[] constant(0)
+  r = f32[256] reduce(sq, z), dimensions={1}, to_apply=add
+  ROOT out = (f32[256,256], f32[256]) tuple(v, r)
+}
+"""
+
+F16_CHAIN = """HloModule f16chain
+ENTRY main {
+  x = f16[64,1024] parameter(0)
+  y = f16[64,1024] parameter(1)
+  a = f16[64,1024] add(x, y)
+  m = f16[64,1024] multiply(a, x)
+  s = f16[64,1024] subtract(m, y)
+  c = f32[64,1024] convert(s)
+  k = f32[] constant(3)
+  kb = f32[64,1024] broadcast(k), dimensions={}
+  d = f32[64,1024] divide(c, kb)
+  ROOT back = f16[64,1024] convert(d)
+}
+"""
+
+
+def _inputs(exe, seed=0):
+    return exe.random_inputs(seed)
+
+
+def _leaves(value):
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+def _groups(exe):
+    return [g for plan in exe.context.plans for g in plan.fused_groups]
+
+
+def test_groups_follow_the_rules():
+    exe = hloexec.load(MIXED, compile_after=0)
+    groups = {g.root.name: g for g in _groups(exe)}
+    # t feeds the dot: it ends a group (a, t) and is stored; e, u, v fuse; sq feeds the reduce's group
+    assert set(groups) == {"t", "v", "r"}
+    assert [m.name for m in groups["t"].members] == ["a", "t"]
+    assert [m.name for m in groups["v"].members] == ["e", "u", "v"]
+    assert [m.name for m in groups["r"].members] == ["sq", "r"]
+    assert {i.name for i in groups["r"].inputs} == {"v"}
+    # the shared scalar broadcast is copied into the groups, never stored as a [256,256] array
+    steps = [s.inst.name for s in exe.plan.steps]
+    assert "h" not in steps and "a" not in steps and "e" not in steps and "sq" not in steps
+    assert {"t", "d", "v", "r"} <= set(steps)
+    assert all(isinstance(g.kernel, type(groups["t"].kernel)) for g in groups.values())
+
+
+def test_grouped_run_matches_op_by_op():
+    fused, reference = hloexec.load(MIXED, compile_after=0), hloexec.load(MIXED, use_numba=False)
+    inputs = _inputs(reference)
+    got, want = _leaves(fused.run(*inputs)), _leaves(reference.run(*inputs))
+    # tanh / exp are libm's in the kernel and numpy's op by op (an ULP apart), amplified through the dot
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6 * np.abs(w).max())
+
+
+def test_f16_chain_is_bit_identical_to_op_by_op():
+    fused, reference = hloexec.load(F16_CHAIN, compile_after=0), hloexec.load(F16_CHAIN, use_numba=False)
+    assert len(_groups(fused)) == 1 and len(fused.plan.steps) == 1
+    inputs = _inputs(reference, seed=3)
+    assert fused.run(*inputs).tobytes() == reference.run(*inputs).tobytes()
+
+
+def test_tiered_kernel_interprets_then_compiles():
+    exe = hloexec.load(F16_CHAIN)               # compile_after=1: op by op once, compiled from then on
+    kernel = exe.plan.steps[0].kernel
+    assert isinstance(kernel, TieredKernel) and kernel.calls == 0
+    compiled_calls = []
+    compiled = kernel.compiled
+    kernel.compiled = lambda *operands: compiled_calls.append(1) or compiled(*operands)
+    inputs = _inputs(exe, seed=5)
+    first = exe.run(*inputs)
+    assert kernel.calls == 1 and compiled_calls == []
+    second = exe.run(*inputs)
+    assert compiled_calls == [1] and compiled.fn.signatures
+    assert first.tobytes() == second.tobytes()                          # exact ops: both tiers agree
+
+
+def test_small_chains_stay_op_by_op():
+    small = F16_CHAIN.replace("64,1024", "4,8")
+    exe = hloexec.load(small, compile_after=0)
+    assert _groups(exe) == [] and len(exe.plan.steps) == 8      # every instruction but the parameters
+
+
+def test_groups_are_bounded():
+    n = MAX_GROUP + 50
+    body = "\n".join(f"  x{k + 1} = f32[128,128] add(x{k}, p)" for k in range(n))
+    text = f"HloModule long\nENTRY main {{\n  p = f32[128,128] parameter(0)\n  x0 = f32[128,128] negate(p)\n" \
+           f"{body}\n  ROOT r = f32[128,128] negate(x{n})\n}}\n"
+    groups = _groups(hloexec.load(text, compile_after=1))
+    assert len(groups) == 2 and max(len(g.members) for g in groups) == MAX_GROUP
+
+
+@pytest.mark.parametrize("compile_after", [0, 1])
+def test_peak_memory_counts_only_stored_values(compile_after):
+    fused = hloexec.load(F16_CHAIN, compile_after=compile_after)
+    reference = hloexec.load(F16_CHAIN, use_numba=False)
+    assert fused.peak_bytes() == 3 * 64 * 1024 * 2          # x, y and the result: no temporaries
+    assert reference.peak_bytes() > fused.peak_bytes()
