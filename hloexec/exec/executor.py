@@ -29,9 +29,10 @@ class Device:
 
 # Fusions that read and write less than this (largest operand or output) run op by op (see fused_kernel).
 MIN_COMPILED_BYTES = 64 * 1024
-# Fusions whose op-by-op run would cost more than compiling them (element-ops: elements touched x ops)
-# are compiled before their first call whatever `compile_after` says.
-EAGER_COMPILE_WORK = 1 << 26
+# Fusions whose op-by-op run would cost more than compiling them (~0.25 s) are compiled before their first
+# call whatever `compile_after` says. Work = elements read and written x ops, x4 on f16/bf16 (op by op,
+# those go through f32 and back); numpy runs ~1 element-op per ns.
+EAGER_COMPILE_WORK = 1 << 28
 
 
 class TieredKernel:
@@ -95,15 +96,17 @@ class ExecContext:
         op costs microseconds: only fusions whose largest operand or output has `MIN_COMPILED_BYTES` pay,
         and they are compiled on their `compile_after`+1-th call (see TieredKernel).
         """
-        sizes = [p.shape.nbytes for p in (comp.root, *comp.parameters)]
-        if not self.use_numba or max(sizes) < MIN_COMPILED_BYTES:
+        ends = [p.shape for p in (comp.root, *comp.parameters)]
+        if not self.use_numba or max(s.nbytes for s in ends) < MIN_COMPILED_BYTES:
             return None
         from ..kernels.fusion import compile_fusion
         kernel = compile_fusion(comp, excess_precision=self.excess_precision, eager=False)
         if kernel is None:
             return None
-        ops = sum(i.opcode not in ("parameter", "constant") for i in comp.instructions)
-        if self.compile_after == 0 or ops * sum(sizes) // 2 >= EAGER_COMPILE_WORK:
+        ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
+        half = any(i.shape.element_type.name in ("f16", "bf16") for i in ops)
+        work = sum(map(_elements, ends)) * len(ops) * (4 if half else 1)
+        if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             return kernel.compile()
         return TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after)
 
@@ -185,6 +188,10 @@ class Executable:
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
         from .spmd import run_spmd
         return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
+
+
+def _elements(shape: Shape) -> int:
+    return sum(map(_elements, shape.tuple_shapes)) if shape.is_tuple else shape.size
 
 
 def available_memory() -> int | None:

@@ -255,7 +255,7 @@ class _Generator:
                [f"c{k}" for k in range(len(self.consts))]
         lines = [f"# hloexec fused kernel (generated; helpers {_helpers_hash()})",
                  "from numba import njit, prange",
-                 "from hloexec.kernels.elementwise import (" + ", ".join(ew.HELPERS) + ")",
+                 "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
                  "",
                  "",
                  f"@njit(cache=True, parallel={self.parallel}, error_model='numpy', nogil=True)",
@@ -657,7 +657,7 @@ def _helpers_hash() -> str:
     if _HELPERS_HASH is None:
         h = hashlib.sha256()
         here = Path(__file__).parent
-        for name in ("half.py", "elementwise.py"):
+        for name in ("half.py", "scalar.py"):
             h.update((here / name).read_bytes())
         _HELPERS_HASH = h.hexdigest()[:12]
     return _HELPERS_HASH
@@ -712,8 +712,8 @@ def clear_cache(disk: bool = True):
 class FusedKernel:
     """A compiled fusion: `kernel(*operands)` -> the root's value (an array, or a tuple for a tuple root)."""
 
-    def __init__(self, fn, source: str, key: str, outs, params, consts, parallel: bool, is_tuple: bool):
-        self.fn = fn
+    def __init__(self, source: str, key: str, outs, params, consts, parallel: bool, is_tuple: bool):
+        self._fn = None
         self.source = source
         self.key = key
         self.parallel = parallel
@@ -721,6 +721,13 @@ class FusedKernel:
         self._outs = [(o.shape.dims, o.shape.element_type.name) for o in outs]
         self._params = [(p.shape.dims, p.shape.element_type.name) for p in params]
         self._consts = consts
+
+    @property
+    def fn(self):
+        """The Numba dispatcher, from the generated module (imported, and Numba with it, on first use)."""
+        if self._fn is None:
+            self._fn = _load_kernel(self.source, self.key)
+        return self._fn
 
     @property
     def signature_types(self):
@@ -784,16 +791,15 @@ def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager
     """A FusedKernel for fused computation `comp`, or None if it holds anything unsupported.
 
     `parallel`: None picks prange when output x reduced elements >= PARALLEL_THRESHOLD; True / False force.
-    `eager`: compile (or load from the disk cache) now rather than on the first call.
+    `eager`: compile (or load from the disk cache) now rather than on the first call (which also defers
+    writing the source and importing Numba).
     """
     generated = generate_source(comp, excess_precision=excess_precision, parallel=parallel)
     if generated is None:
         return None
     source, gen = generated
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
-    fn = _load_kernel(source, key)
-    kernel = FusedKernel(fn, source, key, gen.outs, gen.params, gen.consts, gen.parallel,
-                         comp.root.opcode == "tuple")
+    kernel = FusedKernel(source, key, gen.outs, gen.params, gen.consts, gen.parallel, comp.root.opcode == "tuple")
     if eager:
         kernel.compile()
     return kernel

@@ -185,16 +185,27 @@ class ProgressBar:
             self.stream.flush()
 
 
-def execute(exe, inputs) -> tuple[list, float]:
-    """(flattened outputs, seconds) of one run, with a progress bar when stderr is a terminal."""
+def execute(exe, inputs, profile=None) -> tuple[list, float]:
+    """(flattened outputs, seconds) of one run, with a progress bar when stderr is a terminal;
+    `profile` (a dict) gets entry instruction -> seconds."""
     bar = ProgressBar(sys.stderr, "instructions") if sys.stderr.isatty() else None
     start = time.perf_counter()
     try:
-        result = exe.run(*inputs, progress=bar)
+        result = exe.run(*inputs, progress=bar, profile=profile)
     finally:
         if bar is not None:
             bar.close()
     return flatten(result), time.perf_counter() - start
+
+
+def profile_rows(exe, profile: dict, top: int) -> list[dict]:
+    """The `top` slowest entry instructions of a profiled run, slowest first."""
+    total = sum(profile.values()) or 1.0
+    fused = {id(g.root): len(g.members) for g in exe.plan.fused_groups}
+    rows = sorted(profile.items(), key=lambda item: -item[1])[:top]
+    return [{"name": inst.name, "opcode": inst.opcode, "shape": inst.shape.to_text(layout=False), "line": inst.line,
+             "ms": seconds * 1e3, "share": seconds / total, "fused": fused.get(id(inst), 0)}
+            for inst, seconds in rows]
 
 
 def array_summary(index: int, a) -> dict:
@@ -267,17 +278,19 @@ def cmd_run(args) -> int:
         return cmd_run_spmd(exe, args, text_out, {"parse": parse_s, "prepare": prepare_s})
     memory = check_memory(exe, args, text_out)
     inputs, inputs_info = _inputs(exe, args)
-    outputs, execute_s = execute(exe, inputs)
+    profile = {} if args.profile else None
+    outputs, execute_s = execute(exe, inputs, profile)
     summaries = [array_summary(i, a) for i, a in enumerate(outputs)]
     nan_found = any(s["nan"] for s in summaries)
     if args.out is not None:
         from .xla_cpu import save_arrays
         save_arrays(args.out, {f"out{i}": a for i, a in enumerate(outputs)})
     seconds = {"parse": parse_s, "prepare": prepare_s, "execute": execute_s}
+    slowest = profile_rows(exe, profile, args.profile) if args.profile else None
     if args.json:
         _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": module.name,
                      "inputs": inputs_info, "memory": memory, "seconds": seconds, "outputs": summaries,
-                     "nan_found": nan_found, "out": args.out})
+                     "nan_found": nan_found, "out": args.out, "profile": slowest})
     else:
         print(f"module {module.name}: {len(outputs)} output{'s' if len(outputs) != 1 else ''}, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
@@ -288,6 +301,12 @@ def cmd_run(args) -> int:
                   f"{_fmt(s['mean']):>12} {s['nan']:>8} {s['inf']:>8}")
         print(f"time: parse {parse_s * 1e3:.1f} ms, prepare {prepare_s * 1e3:.1f} ms, "
               f"execute {execute_s * 1e3:.1f} ms (first run)")
+        if slowest:
+            print(f"slowest {len(slowest)} entry instructions (calls, loops and fused groups inclusive):")
+            for row in slowest:
+                print(f"  {row['ms']:10.2f} ms {row['share']:6.1%}  %{row['name']} = {row['shape']} {row['opcode']}"
+                      + (f" (fused: {row['fused']} instructions)" if row["fused"] else "")
+                      + f"  line {row['line']}")
         if args.out is not None:
             print(f"outputs written to {args.out}")
     if nan_found and args.fail_on_nan:
@@ -609,6 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec run model.hlo                       # random inputs, seed 0\n"
                    "  hloexec run model.hlo --inputs in.npz --out out.npz\n"
                    "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
+                   "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
                    "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants",
                    [common, execution],
                    "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
@@ -625,6 +645,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--out", metavar="NPZ", help="write the outputs as out0..outM (tuple results flattened)")
     p.add_argument("--fail-on-nan", action="store_true", help="exit 1 when an output holds a NaN")
+    p.add_argument("--profile", type=int, nargs="?", const=20, default=0, metavar="N",
+                   help="time every entry instruction; print the N slowest (default 20)")
     p.set_defaults(handler=cmd_run)
 
     p = _subparser(subparsers, "compare", "Run a module and compare its outputs with a reference.",
