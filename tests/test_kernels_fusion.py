@@ -447,3 +447,21 @@ ENTRY e { p = f16[8,4096] parameter(0)
     op_by_op = hloexec.load(text, use_numba=False).run(x)
     assert compiled.tobytes() == op_by_op.tobytes()
     np.testing.assert_allclose(compiled.astype(np.float64), x.astype(np.float64).sum(1), rtol=2e-3)
+
+
+@pytest.mark.parametrize("dst", ["f16", "bf16"])
+def test_f64_to_half_converts_round_twice_through_f32_like_the_op_by_op_path(dst, monkeypatch):
+    """XLA:CPU converts f64 -> f16/bf16 through f32: 1 + 2^-11 + 2^-40 rounds to 1 + 2^-11 in f32, a tie
+    that f16 rounds to even (1.0); one correct rounding would give 1 + 2^-10."""
+    import hloexec
+    import hloexec.exec.executor as executor
+    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    text = f"""HloModule m
+fused {{ p = f64[4] parameter(0)
+ ROOT c = {dst}[4] convert(p) }}
+ENTRY e {{ p = f64[4] parameter(0)
+ ROOT f = {dst}[4] fusion(p), kind=kLoop, calls=fused }}"""
+    x = np.array([1 + 2.0 ** -11 + 2.0 ** -40, 1 + 2.0 ** -8 + 2.0 ** -40, -3.0e38, np.nan])
+    compiled = hloexec.load(text, compile_after=0).run(x)
+    op_by_op = hloexec.load(text, use_numba=False).run(x)
+    assert compiled.tobytes() == op_by_op.tobytes()

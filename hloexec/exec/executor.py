@@ -104,7 +104,7 @@ class ExecContext:
         if kernel is None:
             return None
         ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
-        half = any(i.shape.element_type.name in ("f16", "bf16") for i in ops)
+        half = any(not i.shape.is_tuple and i.shape.element_type.name in ("f16", "bf16") for i in ops)
         work = sum(map(_elements, ends)) * len(ops) * (4 if half else 1)
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             return kernel.compile()

@@ -123,7 +123,7 @@ def store_src(name: str, expr: str) -> str:
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
 HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "fclamp_nan", "fsign", "round_afz", "sdiv", "srem", "udiv",
            "urem", "ipow", "total_order_key32", "total_order_key64", "popcount", "count_leading_zeros",
-           "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "f64_to_f16", "f64_to_bf16", "round_f16",
+           "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "f64_to_f16", "round_f16",
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
            "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64")
 
@@ -257,7 +257,7 @@ def convert_src(src: str, dst: str, x: str, excess_precision: bool = False) -> s
             if src == "f64":
                 if dst == "f32":
                     return f"np.float32({x})"
-                return f"f16_to_f32(f64_to_f16({x}))" if dst == "f16" else f"bf16_to_f32(f64_to_bf16({x}))"
+                return round_src(dst, f"np.float32({x})")      # XLA:CPU rounds twice, through f32
             # f16 / bf16 / f32 held as float32
             if dst == "f32" or excess_precision:
                 return x

@@ -8,9 +8,14 @@ turns NaN into the canonical quiet NaN with its sign -- bit-identical to `ml_dty
 
 Also here: `f64_to_f16` (one rounding, via round-to-odd f32), `f64_to_bf16` (through f32, as ml_dtypes) and the
 bit-reinterpretation intrinsics `bitcast_*` used by bitcast-convert and total-order compare.
+
+`to_f32` / `from_f32` convert whole arrays (any shape) for the op-by-op kernels, bit-identical to XLA:CPU's
+convert. hloexec.ops calls them for arrays large enough to beat numpy's astype, and loads this module (and
+Numba, ~0.5 s) for very large ones only (see ops/elementwise.py).
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -166,3 +171,61 @@ def f64_array_to_f16(x, out):
 def f64_array_to_bf16(x, out):
     for i in range(x.size):
         out[i] = f64_to_bf16(x[i])
+
+
+@njit(cache=True)
+def f64_array_to_f16_through_f32(x, out):
+    """XLA:CPU's f64 -> f16 convert: rounded to f32, then to f16 (two roundings, unlike `f64_to_f16`), and a
+    NaN becomes its sign | the canonical quiet NaN (measured against XLA:CPU)."""
+    for i in range(x.size):
+        v = x[i]
+        if v != v:
+            out[i] = np.uint16(((bitcast_f64_to_u64(v) >> np.uint64(48)) & np.uint64(0x8000)) | np.uint64(0x7E00))
+        else:
+            out[i] = f32_to_f16(np.float32(v))
+
+
+# -- whole-array conversions of the op-by-op kernels --------------------------------------------------------
+_F16_DT = np.dtype(np.float16)
+_F32_DT = np.dtype(np.float32)
+_F64_DT = np.dtype(np.float64)
+_BF16_DT = np.dtype(ml_dtypes.bfloat16)
+_TO_F32 = {_F16_DT: f16_array_to_f32, _BF16_DT: bf16_array_to_f32}
+_FROM_WIDE = {(_F32_DT, _F16_DT): f32_array_to_f16, (_F32_DT, _BF16_DT): f32_array_to_bf16,
+              (_F64_DT, _F16_DT): f64_array_to_f16_through_f32, (_F64_DT, _BF16_DT): f64_array_to_bf16}
+
+
+def _dense(x: np.ndarray):
+    """(x as a C-contiguous array, the axes permutation giving x back or None): a transposed or F-ordered x is
+    used in place, as astype's order="K" does; other strided arrays are copied in C order."""
+    if x.flags.c_contiguous:
+        return x, None
+    axes = sorted(range(x.ndim), key=lambda d: -x.strides[d])
+    in_memory_order = x.transpose(axes)
+    if in_memory_order.flags.c_contiguous:
+        return in_memory_order, np.argsort(axes)
+    return np.ascontiguousarray(x), None
+
+
+def to_f32(x: np.ndarray) -> np.ndarray:
+    """An f16 / bf16 array of any shape and strides as a new f32 array (x's memory order if x is dense, else C
+    order), as XLA:CPU converts: exact; f16 signaling NaNs come out quiet with their payload (vcvtph2ps;
+    numpy's astype keeps them signaling), bf16 ones unchanged (a shift, as ml_dtypes)."""
+    dense, back = _dense(x)
+    out = np.empty(dense.shape, _F32_DT)
+    _TO_F32[x.dtype](dense.reshape(-1).view(np.uint16), out.reshape(-1))
+    return out if back is None else out.transpose(back)
+
+
+def from_f32(x: np.ndarray, dtype) -> np.ndarray:
+    """An f32 or f64 array of any shape and strides rounded to f16 / bf16 (nearest even) as a new array (x's
+    memory order if x is dense, else C order), as XLA:CPU converts. f32 -> f16: signaling NaNs come out
+    quiet, payload truncated (vcvtps2ph; numpy keeps them signaling); f32 -> bf16: NaN -> sign | canonical
+    quiet NaN (as ml_dtypes). f64 goes through f32 (two roundings), and f64 NaN -> f16 is sign | canonical
+    quiet NaN."""
+    dtype = np.dtype(dtype)
+    dense, back = _dense(x)
+    out = np.empty(dense.shape, np.uint16)
+    _FROM_WIDE[x.dtype, dtype](dense.reshape(-1), out.reshape(-1))
+    out = out.view(dtype)
+    return out if back is None else out.transpose(back)

@@ -14,7 +14,7 @@ from numba.extending import intrinsic
 
 from .half import (bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32, bitcast_f64_to_i64,  # noqa: F401
                    bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64, bitcast_u32_to_f32,
-                   bitcast_u64_to_f64, f16_to_f32, f32_to_bf16, f32_to_f16, f64_to_bf16, f64_to_f16,
+                   bitcast_u64_to_f64, f16_to_f32, f32_to_bf16, f32_to_f16, f64_to_f16,
                    round_bf16, round_f16)
 
 @njit(inline="always")

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.attributes import dot_dims
 from .common import contig, int_attr, ints, is_low_float, str_attr
+from .elementwise import f32_to_low, low_to_f32
 from .reduction import pad_dilate, window_out_shape
 from ..kernels import blas
 from .registry import op
@@ -41,6 +42,8 @@ def finish(r, out_dtype):
     out_dtype = np.dtype(out_dtype)
     if out_dtype == np.bool_:
         return contig(r != 0)
+    if is_low_float(out_dtype):
+        return contig(f32_to_low(np.asarray(r), out_dtype))
     return contig(np.asarray(r).astype(out_dtype, copy=False))
 
 
@@ -49,6 +52,8 @@ def to_compute(x, cdt):
         return x
     if x.dtype == np.bool_ or cdt.kind in "iu":
         return x.astype(cdt)  # ints wrap as XLA's convert does for in-range values
+    if is_low_float(x.dtype):
+        return low_to_f32(x, quiet=False).astype(cdt, copy=False)     # exact; the arithmetic quiets NaNs
     return x.astype(cdt)
 
 
@@ -219,7 +224,7 @@ def prepare_cholesky(inst, ctx):
     work = _F32 if is_low_float(out_dtype) else out_dtype
 
     def kernel(x):
-        a = x.astype(work)
+        a = to_compute(x, work)
         if not lower:
             a = np.swapaxes(a, -1, -2)
         n = a.shape[-1]
@@ -236,7 +241,7 @@ def prepare_cholesky(inst, ctx):
         l[failed] = np.nan
         if not lower:
             l = np.swapaxes(l, -1, -2)
-        return contig(l.astype(out_dtype))
+        return finish(l, out_dtype)
     return kernel
 
 
@@ -256,7 +261,7 @@ def prepare_triangular_solve(inst, ctx):
     work = _F32 if is_low_float(out_dtype) else out_dtype
 
     def kernel(a, b):
-        a, b = a.astype(work), b.astype(work)
+        a, b = to_compute(a, work), to_compute(b, work)
         a = np.tril(a) if lower else np.triu(a)
         if unit:
             n = a.shape[-1]
@@ -271,5 +276,5 @@ def prepare_triangular_solve(inst, ctx):
                 x = np.linalg.solve(a, b)
             else:  # x a = b  <=>  a^T x^T = b^T
                 x = np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
-        return contig(x.astype(out_dtype))
+        return finish(x, out_dtype)
     return kernel

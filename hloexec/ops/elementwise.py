@@ -24,6 +24,9 @@ Each kernel is a small closure over numpy, so a Numba kernel can replace it one 
 """
 from __future__ import annotations
 
+import functools
+import sys
+
 import ml_dtypes
 import numpy as np
 
@@ -33,6 +36,10 @@ from .registry import ALL, FLOATS, op
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_HALF = (_F16, _BF16)
+_F16_NAN, _F16_NEG_NAN = np.array([0x7E00, 0xFE00], np.uint16).view(_F16)
 _ERR = dict(all="ignore")
 
 INTS = "s8-s64, u8-u64"
@@ -54,6 +61,65 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
 
 def _is_ml_float(dtype: np.dtype) -> bool:
     return dtype.type.__module__.startswith("ml_dtypes") and dtype.kind not in "iub"
+
+
+# Element counts from which hloexec.kernels.half's Numba converters beat numpy's astype (measured: a call costs
+# ~1 us) once that module is loaded, as fused kernels do. Loading it (and Numba) costs ~0.5 s, which only f16
+# arrays of NUMBA_LOAD_MIN_SIZE elements trigger: numpy's f16 casts are ~10x slower than the converters (>= 1.3
+# ms saved a conversion), ml_dtypes' bf16 ones at most ~2.5x.
+NUMBA_TO_F32_MIN_SIZE = {_F16: 1024, _BF16: 65536}
+NUMBA_FROM_F32_MIN_SIZE = {_F16: 1024, _BF16: 4096}
+NUMBA_LOAD_MIN_SIZE = {_F16: 1 << 20}
+_HALF_MODULE = __name__.rsplit(".", 2)[0] + ".kernels.half"
+
+
+def _numba_converters(size: int, dtype: np.dtype):
+    """hloexec.kernels.half if it is loaded or converting `size` elements of `dtype` is worth loading it,
+    else None."""
+    half = sys.modules.get(_HALF_MODULE)
+    if half is None and size >= NUMBA_LOAD_MIN_SIZE.get(dtype, np.inf):
+        from ..kernels import half
+    return half
+
+
+@functools.cache
+def _f16_to_f32_table() -> np.ndarray:
+    """The f32 value of every f16 bit pattern, signaling NaNs made quiet (XLA:CPU's vcvtph2ps does; numpy's
+    astype keeps them signaling)."""
+    table = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(_F16).astype(_F32)
+    bits = table.view(np.uint32)
+    bits[(bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)] |= np.uint32(0x400000)
+    return table
+
+
+def low_to_f32(x, quiet: bool = True) -> np.ndarray:
+    """f16 / bf16 / fp8 values as f32, bit-identical to XLA:CPU's convert (see kernels.half.to_f32: f16
+    signaling NaNs come out quiet). `quiet=False` lets them stay signaling on small arrays (numpy's astype,
+    saving a table lookup) for callers that only compare the values or do arithmetic on them, which quiets a
+    NaN keeping its payload as the conversion would have."""
+    if x.size >= NUMBA_TO_F32_MIN_SIZE.get(x.dtype, np.inf) and (half := _numba_converters(x.size, x.dtype)):
+        return half.to_f32(x)
+    if quiet and x.dtype == _F16:
+        return np.asarray(_f16_to_f32_table().take(x.view(np.uint16)))
+    return x.astype(_F32)
+
+
+def f32_to_low(x, dtype: np.dtype, signaling_nans: bool = False):
+    """f32 (or f64) values rounded to the f16 / bf16 / fp8 numpy `dtype`, bit-identical to XLA:CPU's convert
+    for f16 / bf16 (see kernels.half.from_f32); fp8 as ml_dtypes. XLA:CPU makes f32 signaling NaNs quiet in
+    f16: pass `signaling_nans` when x may hold some (raw f32 data, bf16 widened by low_to_f32); values
+    computed from f16 ones widened by low_to_f32 never do (its NaNs are quiet, and numpy arithmetic,
+    maximum/minimum and where keep them so), and skipping the quieting saves a pass on small arrays."""
+    if x.size >= NUMBA_FROM_F32_MIN_SIZE.get(dtype, np.inf) and (half := _numba_converters(x.size, dtype)):
+        return half.from_f32(x, dtype)
+    if x.dtype == _F64:                 # XLA:CPU goes through f32 (two roundings) ...
+        r = x.astype(_F32).astype(dtype)
+        if dtype == _F16 and np.isnan(x).any():       # ... but makes f64 NaNs canonical in f16
+            r = np.where(np.isnan(x), np.where(np.signbit(x), _F16_NEG_NAN, _F16_NAN), r)
+        return r
+    if signaling_nans and dtype == _F16:
+        x = x * _F32.type(1)            # quiets signaling NaNs, payload kept, as vcvtps2ph does (numpy doesn't)
+    return x.astype(dtype)
 
 
 def _unsigned(dtype: np.dtype) -> np.dtype:
@@ -78,15 +144,16 @@ def _second_operand_shape_rule(inst):
 
 def _float_lifted(fn, dtype: np.dtype):
     """Wrap a float function so it computes in the compute dtype and rounds once to `dtype`."""
-    cdt = _compute_dtype(dtype)
-    if cdt == dtype:
+    if _compute_dtype(dtype) == dtype:
         def kernel(*xs):
             with np.errstate(**_ERR):
                 return fn(*xs)
     else:
+        quiet = fn in _NAN_PASSING
+
         def kernel(*xs):
             with np.errstate(**_ERR):
-                return fn(*(x.astype(cdt) for x in xs)).astype(dtype)
+                return f32_to_low(fn(*(low_to_f32(x, quiet) for x in xs)), dtype)
     return kernel
 
 
@@ -353,6 +420,9 @@ def _minimum(a, b):
     return np.where(z, -((-a) + (-b)), r) if z.any() else r
 
 
+# float functions that can return an operand's NaN as it is rather than computing with it (to be quiet)
+_NAN_PASSING = {_sign_float, _maximum, _minimum}
+
 _FLOAT_BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
     "remainder": np.fmod, "power": _float_power, "maximum": _maximum, "minimum": _minimum,
@@ -462,8 +532,7 @@ def _prepare_compare(inst, ctx):
             return lambda a, b: fn(_total_order_key(a), _total_order_key(b))
         _require(ctype == "FLOAT", f"compare type {ctype} of float operands", inst)
         if _compute_dtype(inst.operands[0].shape.dtype) != inst.operands[0].shape.dtype:
-            cdt = _compute_dtype(inst.operands[0].shape.dtype)
-            return lambda a, b: fn(a.astype(cdt), b.astype(cdt))
+            return lambda a, b: fn(low_to_f32(a, quiet=False), low_to_f32(b, quiet=False))
         return lambda a, b: fn(a, b)
     if kind in ("sint", "uint"):
         dtype = inst.operands[0].shape.dtype
@@ -492,18 +561,16 @@ def _prepare_clamp(inst, ctx):
     _require(kind != "complex", "clamp of complex operands", inst)
     if kind == "pred":
         return lambda lo, x, hi: np.logical_and(np.logical_or(x, lo), hi)
-    cdt = _compute_dtype(dtype)
+    lifted = _compute_dtype(dtype) != dtype
 
     def kernel(lo, x, hi):
+        if lifted:
+            lo, x, hi = low_to_f32(lo), low_to_f32(x), low_to_f32(hi)
         with np.errstate(**_ERR):
             r = _minimum(_maximum(x, lo), hi)
-        if r.dtype != dtype:
-            r = r.astype(dtype)
+        if lifted:
+            r = f32_to_low(r, dtype)
         return np.array(np.broadcast_to(r, x.shape), order="C") if r.shape != x.shape else r
-    if cdt != dtype:
-        def lifted(lo, x, hi):
-            return kernel(lo.astype(cdt), x.astype(cdt), hi.astype(cdt))
-        return lifted
     return kernel
 
 
@@ -516,7 +583,7 @@ def _float_to_int(src: np.dtype, dst: np.dtype):
     wdt = _F64 if src.itemsize <= 8 else src
 
     def kernel(x):
-        xf = x.astype(wdt) if x.dtype != wdt else x
+        xf = low_to_f32(x, quiet=False).astype(wdt) if src in _HALF else x.astype(wdt, copy=False)
         with np.errstate(**_ERR):
             inside = (xf > lo) & (xf < hi)
             r = np.where(inside, xf, 0).astype(dst)
@@ -554,20 +621,24 @@ def _convert_kernel(src_t, dst_t, inst):
     if sk == "float" and dk in ("sint", "uint"):
         return _float_to_int(src, dst)
     if sk == "float" and dk == "float":
-        if src == _F64 and dst in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        if src in (_F32, _F64) and dst in _HALF:
             # XLA:CPU converts f64 -> f16/bf16 through f32: two roundings (measured, e.g. 1+2^-11+2^-40 -> 1.0)
-            return lambda x: x.astype(_F32).astype(dst)
+            return lambda x: f32_to_low(x, dst, signaling_nans=True)
         if src == _F64 and _is_ml_float(dst):
             # ... but f64 -> fp8 rounds once (measured); ml_dtypes would go through f32, so round to odd first
             return lambda x: _f64_to_f32_round_to_odd(x).astype(dst)
-        if _is_ml_float(src) and _is_ml_float(dst):
-            # e.g. fp8 -> bf16: exact through f32 (every narrow type fits in f32)
-            return lambda x: x.astype(_F32).astype(dst)
+        if src in _HALF and dst == _F32:
+            return low_to_f32
+        if src in _HALF and dst == _F64:
+            return lambda x: low_to_f32(x).astype(_F64)      # exact; f16 signaling NaNs quieted, as XLA:CPU
+        if (src in _HALF and dst in _HALF) or (_is_ml_float(src) and _is_ml_float(dst)):
+            # e.g. f16 -> bf16, fp8 -> bf16: exact through f32 (every narrow type fits in f32), one rounding
+            return lambda x: f32_to_low(low_to_f32(x), dst, signaling_nans=True)
         return lambda x: x.astype(dst)
     if sk in ("sint", "uint", "pred") and dk == "float":
         if _is_ml_float(dst) or dst.itemsize < 4:
             # XLA:CPU converts integers to narrow floats through f32 (two roundings for |x| > 2^24).
-            return lambda x: x.astype(_F32).astype(dst)
+            return lambda x: f32_to_low(x.astype(_F32), dst)
         return lambda x: x.astype(dst)
     if dk == "complex":
         return lambda x: x.astype(dst)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from .common import as_tuple, binary_kind, called, contig, ints, is_low_float, scalar, str_attr, ufunc_for
+from .elementwise import f32_to_low, low_to_f32
 from .registry import op
 
 _F32 = np.dtype(np.float32)
@@ -56,10 +57,11 @@ def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype):
     """op(init, reduce(x over axes)) in the type's precision rules (f16/bf16 add/mul via f32)."""
     uf = ufunc_for(kind, x.dtype)
     axes = tuple(axes)
-    if kind in ("add", "multiply") and is_low_float(x.dtype):
-        r = uf.reduce(x.astype(_F32), axis=axes, dtype=_F32) if axes else x.astype(_F32)
-        r = uf(np.asarray(init).astype(_F32), r)
-        return contig(np.asarray(r).astype(out_dtype))
+    if kind in ("add", "multiply") and (is_low_float(x.dtype) or is_low_float(out_dtype)):
+        xf = x if x.dtype == _F32 else low_to_f32(x, quiet=False)      # (reduce-window passes f32 windows)
+        r = uf.reduce(xf, axis=axes, dtype=_F32) if axes else xf
+        r = uf(low_to_f32(np.asarray(init), quiet=False), r)          # adding quiets NaNs
+        return contig(f32_to_low(np.asarray(r), out_dtype))
     if axes:
         extra = {"initial": identity_of(kind, x.dtype)} if kind in ("maximum", "minimum") else {}
         r = uf.reduce(x, axis=axes, dtype=x.dtype, **extra)
@@ -183,9 +185,12 @@ def prepare_reduce_window(inst, ctx):
 
     if kind is not None:
         out_dtype = out_shapes[0].dtype
+        lifted = kind in ("add", "multiply") and is_low_float(out_dtype)
 
         def kernel(x, init):
             ident = identity_of(kind, x.dtype)
+            if lifted:      # to f32 once, not once per (overlapping) window
+                x = low_to_f32(x, quiet=False)
             p, _ = pad_dilate(x, lows, highs, inter, ident)
             oshape = window_out_shape(p.shape, sizes, strides, wdil)
             v = window_view(p, sizes, strides, wdil, oshape)
