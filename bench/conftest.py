@@ -63,9 +63,9 @@ def table(rows: list[dict]) -> str:
     lim = rows[0]["limits"]
     head = (f"Machine: {lim['cpu']}, numpy copy {lim['copy_GBps']:.1f} GB/s, numpy sgemm "
             f"{lim['sgemm_GFLOPps']:.0f} GFLOP/s; HLOEXEC_BENCH_SCALE={lim['scale']}\n\n"
-            "| workload | hloexec cold | cold, cached | warm | XLA cold | XLA warm | cold ratio | cached ratio "
-            "| warm ratio | throughput | peak RSS; over RSS after import / plan peak |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "| workload | hloexec cold | cold, cached | 2nd run | warm | XLA cold | XLA warm | cold ratio "
+            "| cached ratio | warm ratio | throughput | peak RSS; over RSS after import / plan peak |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         c, k, x = r["hloexec_cold"], r["hloexec_cached"], r["xla"]
@@ -73,7 +73,7 @@ def table(rows: list[dict]) -> str:
         hw, xw = _median(k.get("warm")), _median(x.get("warm"))
         xc = x.get("cold_s")
         if err:
-            lines.append(f"| {r['workload']} | fails: {err} | | | {_fmt_s(xc)} | {_fmt_s(xw)} | | | | | |")
+            lines.append(f"| {r['workload']} | fails: {err} | | | | {_fmt_s(xc)} | {_fmt_s(xw)} | | | | | |")
             continue
         if x.get("error"):
             xc = None
@@ -100,7 +100,8 @@ def table(rows: list[dict]) -> str:
             over = k["rss_peak"] - k["rss_base"]
             rss = (f"{k['rss_peak'] / 2**20:.0f} MiB; +{over / 2**20:.0f} over import / plan {k['peak_bytes'] / 2**20:.0f}"
                    f" MiB ({over / k['peak_bytes']:.2f}x)")
-        lines.append(f"| {r['workload']} | {_fmt_s(c['cold_s'])} | {_fmt_s(k['cold_s'])} | {_fmt_s(hw)} "
+        lines.append(f"| {r['workload']} | {_fmt_s(c['cold_s'])} | {_fmt_s(k['cold_s'])} | {_fmt_s(k.get('second_s'))} "
+                     f"| {_fmt_s(hw)} "
                      f"| {_fmt_s(xc)} | {_fmt_s(xw)} | {_ratio(c['cold_s'], xc)} | {_ratio(k['cold_s'], xc)} "
                      f"| {_ratio(hw, xw)} | {thr} | {rss} |")
     return head + "\n".join(lines) + "\n"

@@ -9,6 +9,8 @@ count and the LayerNorm batch scale linearly with it.
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,22 +78,20 @@ def _write(dirpath: Path, fn, args, *, optimized: bool, stem: str = "module"):
     save_arrays(str(dirpath / f"inputs{stem[len('module'):]}.npz"), {f"arg{i}": a for i, a in enumerate(leaves)})
 
 
-def _adam(p, g, m, v, step, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
-    import jax.numpy as jnp
-    g = g.astype(jnp.float32)
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    t = step.astype(jnp.float32)
-    return p - lr * (m / (1 - b1 ** t)) / (jnp.sqrt(v / (1 - b2 ** t)) + eps), m, v
-
-
-def _layernorm(x, g, b, eps=1e-5):
-    import jax.numpy as jnp
-    from jax import lax
-    xf = x.astype(jnp.float32)
-    mu = xf.mean(-1, keepdims=True)
-    var = ((xf - mu) ** 2).mean(-1, keepdims=True)
-    return (((xf - mu) * lax.rsqrt(var + eps)) * g.astype(jnp.float32) + b.astype(jnp.float32)).astype(x.dtype)
+@functools.cache
+def _examples():
+    """examples/make_examples.py as a module, loaded as tests/test_programs.py does: the GPT step, Adam and
+    LayerNorm are defined there. It turns jax's x64 mode on for the examples; the workloads are traced
+    without it (s32 iotas, f32 constants), so the setting is put back."""
+    jax = _jax()
+    x64, x64_env = jax.config.jax_enable_x64, os.environ.get("JAX_ENABLE_X64")
+    spec = importlib.util.spec_from_file_location("make_examples", ROOT / "examples" / "make_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    jax.config.update("jax_enable_x64", x64)
+    if x64_env is None:
+        os.environ.pop("JAX_ENABLE_X64", None)
+    return module
 
 
 GPT = dict(vocab=512, d=256, heads=4, seq=128, batch=4, layers=2, ff=1024)
@@ -99,55 +99,7 @@ GPT = dict(vocab=512, d=256, heads=4, seq=128, batch=4, layers=2, ff=1024)
 
 def _gpt_step(matmul_dtype):
     """A GPT train step (embed, attention + softmax, GELU MLP, LayerNorm, cross-entropy, grad, Adam)."""
-    jax = _jax()
-    import jax.numpy as jnp
-
-    c = GPT
-
-    def mm(a, b):
-        return jnp.matmul(a.astype(matmul_dtype), b.astype(matmul_dtype), preferred_element_type=jnp.float32)
-
-    def loss_fn(p, tokens, targets):
-        B, T, D, H = tokens.shape[0], tokens.shape[1], c["d"], c["heads"]
-        x = p["wte"][tokens] + p["wpe"][None, :T]
-        mask = jnp.tril(jnp.ones((T, T), bool))
-        for i in range(c["layers"]):
-            h = p[f"h{i}"]
-            a = _layernorm(x, h["ln1_g"], h["ln1_b"])
-            q, k, v = jnp.split(mm(a, h["qkv"]) + h["qkv_b"], 3, axis=-1)
-            q, k, v = (t.reshape(B, T, H, D // H).transpose(0, 2, 1, 3) for t in (q, k, v))
-            s = jnp.where(mask, mm(q, k.transpose(0, 1, 3, 2)) / np.float32(np.sqrt(D // H)), -1e9)
-            o = mm(jax.nn.softmax(s, axis=-1), v).transpose(0, 2, 1, 3).reshape(B, T, D)
-            x = x + mm(o, h["proj"]) + h["proj_b"]
-            m = jax.nn.gelu(mm(_layernorm(x, h["ln2_g"], h["ln2_b"]), h["fc"]) + h["fc_b"], approximate=True)
-            x = x + mm(m, h["fc2"]) + h["fc2_b"]
-        logits = mm(_layernorm(x, p["lnf_g"], p["lnf_b"]), p["wte"].T)
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        return -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0].mean()
-
-    def step_fn(params, m, v, tokens, targets, step):
-        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets)
-        new = jax.tree_util.tree_map(lambda p_, g, m_, v_: _adam(p_, g, m_, v_, step), params, grads, m, v)
-        return loss, new
-
-    r = np.random.default_rng(5)
-    d, ff = c["d"], c["ff"]
-
-    def w(*shape, s=0.02):
-        return (r.standard_normal(shape) * s).astype(np.float32)
-
-    p = {"wte": w(c["vocab"], d), "wpe": w(c["seq"], d, s=0.01),
-         "lnf_g": np.ones(d, np.float32), "lnf_b": np.zeros(d, np.float32)}
-    for i in range(c["layers"]):
-        p[f"h{i}"] = {"ln1_g": np.ones(d, np.float32), "ln1_b": np.zeros(d, np.float32),
-                      "qkv": w(d, 3 * d), "qkv_b": np.zeros(3 * d, np.float32),
-                      "proj": w(d, d), "proj_b": np.zeros(d, np.float32),
-                      "ln2_g": np.ones(d, np.float32), "ln2_b": np.zeros(d, np.float32),
-                      "fc": w(d, ff), "fc_b": np.zeros(ff, np.float32),
-                      "fc2": w(ff, d), "fc2_b": np.zeros(d, np.float32)}
-    zeros = jax.tree_util.tree_map(np.zeros_like, p)
-    tokens = r.integers(0, c["vocab"], (c["batch"], c["seq"])).astype(np.int32)
-    return step_fn, (p, zeros, zeros, tokens, np.roll(tokens, -1, axis=1), np.int32(1))
+    return _examples().ex_gpt_step(GPT, matmul_dtype)
 
 
 def _gpt_flops() -> float:
@@ -162,9 +114,10 @@ def _adam_step(n_params: int):
     """Adam over `n_params` f32 parameters in 8 tensors (f32 master weights and moments, f16 grads)."""
     r = np.random.default_rng(2)
     sizes = [n_params // 8] * 8
+    adam = _examples().adam
 
     def f(ps, gs, ms, vs, step):
-        return [_adam(p, g, m, v, step) for p, g, m, v in zip(ps, gs, ms, vs)]
+        return [adam(p, g, m, v, step) for p, g, m, v in zip(ps, gs, ms, vs)]
 
     ps = [r.standard_normal(n, dtype=np.float32) for n in sizes]
     gs = [(r.standard_normal(n, dtype=np.float32) * 0.1).astype(np.float16) for n in sizes]
@@ -174,19 +127,13 @@ def _adam_step(n_params: int):
 
 
 def _layernorm_bwd(batch: int):
-    jax = _jax()
-    import jax.numpy as jnp
-
-    def loss(x, g, b, dy):
-        return jnp.sum(_layernorm(x, g, b).astype(jnp.float32) * dy.astype(jnp.float32))
-
     r = np.random.default_rng(3)
     shape = (batch, 2048, 4096)
     x = r.standard_normal(shape, dtype=np.float32).astype(np.float16)
     dy = r.standard_normal(shape, dtype=np.float32).astype(np.float16)
     g = (1 + 0.1 * r.standard_normal(4096, dtype=np.float32)).astype(np.float16)
     b = (0.1 * r.standard_normal(4096, dtype=np.float32)).astype(np.float16)
-    return jax.grad(loss, argnums=(0, 1, 2)), (x, g, b, dy)
+    return _examples().layernorm_bwd_fn(), (x, g, b, dy)
 
 
 def _one_op_functions():

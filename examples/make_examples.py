@@ -17,6 +17,7 @@ read them with hloexec.tools.xla_cpu.load_arrays.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -70,7 +71,7 @@ def ex_mlp():
 
 
 # --------------------------------------------------------------------- adam
-def _adam(p, g, m, v, step, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+def adam(p, g, m, v, step, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
     g = g.astype(jnp.float32)
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
@@ -84,8 +85,8 @@ def ex_adam():
     """Adam update: f32 master weights / moments, f16 grads, s32 step."""
 
     def f(w, b, gw, gb, mw, mb, vw, vb, step):
-        w2, mw2, vw2 = _adam(w, gw, mw, vw, step)
-        b2, mb2, vb2 = _adam(b, gb, mb, vb, step)
+        w2, mw2, vw2 = adam(w, gw, mw, vw, step)
+        b2, mb2, vb2 = adam(b, gb, mb, vb, step)
         return w2, b2, mw2, mb2, vw2, vb2
 
     r = _rng(2)
@@ -97,7 +98,7 @@ def ex_adam():
 
 
 # ------------------------------------------------------------ layernorm bwd
-def _layernorm(x, g, b, eps=1e-5):
+def layernorm(x, g, b, eps=1e-5):
     xf = x.astype(jnp.float32)
     mu = xf.mean(-1, keepdims=True)
     var = ((xf - mu) ** 2).mean(-1, keepdims=True)
@@ -105,9 +106,9 @@ def _layernorm(x, g, b, eps=1e-5):
     return (y * g.astype(jnp.float32) + b.astype(jnp.float32)).astype(x.dtype)
 
 
-def _ln_bwd_fn():
+def layernorm_bwd_fn():
     def loss(x, g, b, dy):
-        return jnp.sum(_layernorm(x, g, b).astype(jnp.float32) * dy.astype(jnp.float32))
+        return jnp.sum(layernorm(x, g, b).astype(jnp.float32) * dy.astype(jnp.float32))
 
     return jax.grad(loss, argnums=(0, 1, 2))
 
@@ -116,7 +117,7 @@ def ex_layernorm_bwd():
     """LayerNorm backward (f32) via jax.grad wrt x, gamma, beta."""
     r = _rng(3)
     args = (_f32(r, 16, 48), 1 + _f32(r, 48, scale=0.1), _f32(r, 48, scale=0.1), _f32(r, 16, 48))
-    return _ln_bwd_fn(), args
+    return layernorm_bwd_fn(), args
 
 
 def ex_layernorm_bwd_bf16():
@@ -125,7 +126,7 @@ def ex_layernorm_bwd_bf16():
     bf = ml_dtypes.bfloat16
     args = (_f32(r, 16, 48).astype(bf), (1 + _f32(r, 48, scale=0.1)).astype(bf),
             _f32(r, 48, scale=0.1).astype(bf), _f32(r, 16, 48).astype(bf))
-    return _ln_bwd_fn(), args
+    return layernorm_bwd_fn(), args
 
 
 # ----------------------------------------------------------------- gpt step
@@ -134,12 +135,11 @@ def ex_layernorm_bwd_bf16():
 GPT = dict(vocab=64, d=32, heads=2, seq=16, batch=2, layers=1, ff=128)
 
 
-def _gpt_init(r):
-    c = GPT
-    d, ff = c["d"], c["ff"]
-    p = {"wte": _f32(r, c["vocab"], d, scale=0.02), "wpe": _f32(r, c["seq"], d, scale=0.01),
+def _gpt_init(r, config):
+    d, ff = config["d"], config["ff"]
+    p = {"wte": _f32(r, config["vocab"], d, scale=0.02), "wpe": _f32(r, config["seq"], d, scale=0.01),
          "lnf_g": np.ones(d, np.float32), "lnf_b": np.zeros(d, np.float32)}
-    for i in range(c["layers"]):
+    for i in range(config["layers"]):
         p[f"h{i}"] = {
             "ln1_g": np.ones(d, np.float32), "ln1_b": np.zeros(d, np.float32),
             "qkv": _f32(r, d, 3 * d, scale=0.02), "qkv_b": np.zeros(3 * d, np.float32),
@@ -151,38 +151,45 @@ def _gpt_init(r):
     return p
 
 
-def _gpt_loss(p, tokens, targets):
-    c = GPT
-    B, T, D, H = tokens.shape[0], tokens.shape[1], c["d"], c["heads"]
+def _gpt_loss(p, tokens, targets, config, matmul_dtype):
+    def mm(a, b):
+        if matmul_dtype is None:
+            return a @ b
+        return jnp.matmul(a.astype(matmul_dtype), b.astype(matmul_dtype), preferred_element_type=jnp.float32)
+
+    B, T, D, H = tokens.shape[0], tokens.shape[1], config["d"], config["heads"]
     x = p["wte"][tokens] + p["wpe"][None, :T]
     mask = jnp.tril(jnp.ones((T, T), bool))
-    for i in range(c["layers"]):
+    for i in range(config["layers"]):
         h = p[f"h{i}"]
-        a = _layernorm(x, h["ln1_g"], h["ln1_b"])
-        qkv = a @ h["qkv"] + h["qkv_b"]
+        a = layernorm(x, h["ln1_g"], h["ln1_b"])
+        qkv = mm(a, h["qkv"]) + h["qkv_b"]
         q, k, v = jnp.split(qkv, 3, axis=-1)
         q, k, v = (t.reshape(B, T, H, D // H).transpose(0, 2, 1, 3) for t in (q, k, v))
-        s = (q @ k.transpose(0, 1, 3, 2)) / np.sqrt(D // H).astype(np.float32)
+        s = mm(q, k.transpose(0, 1, 3, 2)) / np.sqrt(D // H).astype(np.float32)
         s = jnp.where(mask, s, -1e9)
         att = jax.nn.softmax(s, axis=-1)
-        o = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, D)
-        x = x + o @ h["proj"] + h["proj_b"]
-        m = _layernorm(x, h["ln2_g"], h["ln2_b"])
-        m = jax.nn.gelu(m @ h["fc"] + h["fc_b"], approximate=True)
-        x = x + m @ h["fc2"] + h["fc2_b"]
-    x = _layernorm(x, p["lnf_g"], p["lnf_b"])
-    logits = x @ p["wte"].T
+        o = mm(att, v).transpose(0, 2, 1, 3).reshape(B, T, D)
+        x = x + mm(o, h["proj"]) + h["proj_b"]
+        m = layernorm(x, h["ln2_g"], h["ln2_b"])
+        m = jax.nn.gelu(mm(m, h["fc"]) + h["fc_b"], approximate=True)
+        x = x + mm(m, h["fc2"]) + h["fc2_b"]
+    x = layernorm(x, p["lnf_g"], p["lnf_b"])
+    logits = mm(x, p["wte"].T)
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
     return nll.mean()
 
 
-def ex_gpt_step():
+# bench/workloads.py makes its larger GPT workloads here too, with its own `config` and a `matmul_dtype`
+# (the matmuls' operand type, accumulating in f32; None: `@` on the f32 values, as the example).
+def ex_gpt_step(config=GPT, matmul_dtype=None):
     """Tiny GPT train step: embed, 1x(attn+softmax+GELU MLP+LN), xent, grad, Adam."""
+    loss_fn = functools.partial(_gpt_loss, config=config, matmul_dtype=matmul_dtype)
 
     def step_fn(params, m, v, tokens, targets, step):
-        loss, grads = jax.value_and_grad(_gpt_loss)(params, tokens, targets)
-        flat = jax.tree_util.tree_map(lambda p_, g, m_, v_: _adam(p_, g, m_, v_, step),
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets)
+        flat = jax.tree_util.tree_map(lambda p_, g, m_, v_: adam(p_, g, m_, v_, step),
                                       params, grads, m, v)
         treedef = jax.tree_util.tree_structure(params)
         leaves = jax.tree_util.tree_leaves(flat, is_leaf=lambda t: isinstance(t, tuple))
@@ -192,10 +199,9 @@ def ex_gpt_step():
         return loss, new_p, new_m, new_v
 
     r = _rng(5)
-    p = _gpt_init(r)
+    p = _gpt_init(r, config)
     zeros = jax.tree_util.tree_map(lambda a: np.zeros_like(a), p)
-    c = GPT
-    tokens = r.integers(0, c["vocab"], (c["batch"], c["seq"])).astype(np.int32)
+    tokens = r.integers(0, config["vocab"], (config["batch"], config["seq"])).astype(np.int32)
     targets = np.roll(tokens, -1, axis=1)
     return step_fn, (p, zeros, zeros, tokens, targets, np.int32(1))
 

@@ -6,6 +6,8 @@ import re
 import numpy as np
 import pytest
 
+import hloexec
+from hloexec.errors import HloParseError
 from hloexec.ir.attributes import (DECODERS, AttributeSyntaxError, ConvDims, InputOutputAlias, OutputOperandAlias,
                                    PadDim, SliceDim, WindowDim, decode_attribute, unescape)
 
@@ -164,8 +166,24 @@ def test_op_helpers():
     s = scatter_dims(_Inst(update_window_dims="{1}", inserted_window_dims="{0}",
                            scatter_dims_to_operand_dims="{0}", index_vector_dim="1"))
     assert s.index_vector_dim == 1 and not s.unique_indices
-    with pytest.raises(AttributeSyntaxError):
-        gather_dims(_Inst(offset_dims="{1}"))
+
+
+GATHER_MODULE = """HloModule m
+ENTRY e {
+  x = f32[5,4] parameter(0)
+  i = s32[3] parameter(1)
+  ROOT g = f32[3,4] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,4}
+}
+"""
+
+
+@pytest.mark.parametrize("key", ["index_vector_dim", "offset_dims", "slice_sizes"])
+def test_gather_dims_missing_required_attribute_is_a_parse_error(key):
+    from hloexec.ir.attributes import gather_dims
+    (m,) = hloexec.parse(re.sub(", " + key + r"=(\{[^}]*\}|\w+)", "", GATHER_MODULE))
+    with pytest.raises(HloParseError, match=f"attribute {key} is expected but not seen") as info:
+        gather_dims(m.entry.root)
+    assert info.value.line == 5
 
 
 # -- every value in the real dumps ------------------------------------------------------

@@ -1,5 +1,7 @@
-"""custom-call registry and built-in targets (TopK against jax.lax.top_k; gemm against numpy)."""
+"""custom-call registry and built-in targets (TopK against jax.lax.top_k; gemm against numpy; oneDNN layer norm
+in f16/bf16 against its f32 form)."""
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -86,10 +88,29 @@ def test_gemm(target):
     gelu = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
     np.testing.assert_allclose(CC.prepare_custom_call(inst, FakeContext())(a, b, bias), gelu, rtol=1e-5, atol=1e-5)
     # batched, transposed rhs, bf16 in/out
-    import ml_dtypes
     x, y = rs.randn(2, 4, 5).astype(ml_dtypes.bfloat16), rs.randn(2, 3, 5).astype(ml_dtypes.bfloat16)
     inst = cc(target, "bf16[2,4,3]", ["bf16[2,4,5]", "bf16[2,3,5]"],
               backend_config=_gemm_cfg(lc=("2",), rc=("2",), lb=("0",), rb=("0",)))
     got = CC.prepare_custom_call(inst, FakeContext())(x, y)
     want = np.einsum("bik,bjk->bij", x.astype(np.float32), y.astype(np.float32)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_onednn_layernorm_low_precision_is_the_f32_one_rounded_once(dt):
+    """XLA:CPU's oneDNN has no f16 layer norm here (SIGILL) and gives garbage for bf16, so the reference is
+    the f32 kernel (matched against XLA:CPU by the corpus' thunk_coverage module) on the same values, rounded
+    once. 96x48 values take the Numba converters (f16 both ways, bf16 back)."""
+    rs = np.random.RandomState(0)
+    low = [(rs.randn(*s) * 3 + 1).astype(dt) for s in ((96, 48), (48,), (48,))]
+    cfg = {"onednn_layer_norm_config": {"rescale": "SCALE_AND_SHIFT"}}
+
+    def layernorm(d, *args):
+        inst = cc("__onednn$layernorm", shape_text(d, (96, 48)),
+                  [shape_text(d, (96, 48)), shape_text(d, (48,)), shape_text(d, (48,))], backend_config=cfg)
+        return CC.prepare_custom_call(inst, FakeContext())(*args)
+
+    want = layernorm(np.float32, *(v.astype(np.float32) for v in low)).astype(dt)
+    got = layernorm(dt, *low)
+    assert got.dtype == dt
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))

@@ -5,9 +5,12 @@ import numpy as np
 import pytest
 from jax import lax
 
+import hloexec
 import hloexec.ops.indexing as IX
+from hloexec.errors import HloParseError
 from hloexec.ir.attributes import GatherDims, ScatterDims
 from hloexec.ir.module import Computation
+from hloexec.tools.xla_cpu import XlaCpuError, parse_with_xla
 from op_helpers import FakeContext, make_inst, python_computation, scalar_computation, shape_text, type_name
 
 pytestmark = pytest.mark.xla
@@ -51,6 +54,40 @@ def test_gather_implicit_index_vector_dim():
     inst = make_inst("gather", "f32[3,4]", ["f32[5,4]", "s64[3]"], offset_dims=(1,), collapsed_slice_dims=(0,),
                      start_index_map=(0,), index_vector_dim=1, slice_sizes=(1, 4))
     np.testing.assert_array_equal(IX.prepare_gather(inst, FakeContext())(x, idx), x[[3, 0, 4]])
+
+
+WITHOUT_INDEX_VECTOR_DIM = {  # index_vector_dim left out: XLA's parser marks it required=true
+    "gather": """HloModule m
+ENTRY e {
+  x = f32[5,4] parameter(0)
+  i = s32[3] parameter(1)
+  ROOT g = f32[3,4] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, slice_sizes={1,4}
+}
+""",
+    "scatter": """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[5,4] parameter(0)
+  i = s32[3] parameter(1)
+  u = f32[3,4] parameter(2)
+  ROOT r = f32[5,4] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, to_apply=add
+}
+"""}
+
+
+@pytest.mark.parametrize("opcode", sorted(WITHOUT_INDEX_VECTOR_DIM))
+def test_missing_index_vector_dim_is_a_parse_error_as_in_xla(opcode):
+    text = WITHOUT_INDEX_VECTOR_DIM[opcode]
+    message = "attribute index_vector_dim is expected but not seen"
+    with pytest.raises(XlaCpuError, match=message):
+        parse_with_xla(text)
+    with pytest.raises(HloParseError, match=message) as info:
+        hloexec.load(text)
+    assert info.value.line == text[:text.index(f" {opcode}(")].count("\n") + 1
 
 
 SCATTER_CASES = [  # operand shape, indices, updates shape, ScatterDimensionNumbers kwargs

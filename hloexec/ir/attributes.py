@@ -914,9 +914,10 @@ def dot_dims(inst) -> DotDims:
 
 
 def _required(inst, key):
+    """A decoded attribute XLA's parser requires (as its `required=true` AttrConfig): missing is a parse error."""
     v = inst.attr(key)
     if v is None:
-        raise AttributeSyntaxError(key, "", f"attribute {key} is expected but not seen on %{inst.name}")
+        raise inst.parse_error(f"attribute {key} is expected but not seen")
     return v
 
 

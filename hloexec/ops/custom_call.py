@@ -26,11 +26,12 @@ import math
 import numpy as np
 
 from ..errors import UnsupportedError
-from .contraction import compute_dtype, dot_general
+from .contraction import compute_dtype, dot_general, finish, to_compute
 from .indexing import total_order_key
 from .common import contig
 from .registry import op
 
+_F32 = np.dtype(np.float32)
 CUSTOM_CALLS: dict = {}
 
 
@@ -148,11 +149,10 @@ def _onednn_layernorm(inst, ctx):
     out_dtype = inst.shape.dtype
 
     def kernel(x, scale, shift):
-        x32 = x.astype(np.float32)
+        x32, scale32, shift32 = (to_compute(v, _F32) for v in (x, scale, shift))   # f16/bf16 via low_to_f32
         mean = x32.mean(axis=-1, keepdims=True, dtype=np.float32)
         var = np.square(x32 - mean).mean(axis=-1, keepdims=True, dtype=np.float32)
-        y = (x32 - mean) / np.sqrt(var + eps) * scale.astype(np.float32) + shift.astype(np.float32)
-        return contig(y.astype(out_dtype))
+        return finish((x32 - mean) / np.sqrt(var + eps) * scale32 + shift32, out_dtype)   # ... and f32_to_low
     return kernel
 
 

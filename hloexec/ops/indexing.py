@@ -22,46 +22,9 @@ import functools
 import numpy as np
 
 from ..errors import UnsupportedError
-from .common import as_tuple, binary_kind, called, contig, int_attr, ints, scalar, str_attr, ufunc_for
+from ..ir.attributes import gather_dims, scatter_dims
+from .common import as_tuple, binary_kind, called, contig, ints, scalar, str_attr, ufunc_for
 from .registry import op
-
-
-def _attr_dims(inst, decoded_name, names):
-    """Decoded Gather/ScatterDims via the shared helper if present, else from raw attributes."""
-    from ..ir import attributes as A
-    helper = getattr(A, decoded_name, None)
-    if helper is not None:
-        try:
-            return helper(inst)
-        except Exception:  # noqa: BLE001
-            pass
-    return {k: inst.attr(k) for k in names}
-
-
-def _gather_dims(inst):
-    from ..ir.attributes import GatherDims
-    d = _attr_dims(inst, "gather_dims", ())
-    if isinstance(d, GatherDims):
-        return d
-    return GatherDims(
-        offset_dims=ints(inst.attr("offset_dims")), collapsed_slice_dims=ints(inst.attr("collapsed_slice_dims")),
-        start_index_map=ints(inst.attr("start_index_map")), index_vector_dim=int_attr(inst, "index_vector_dim", 0),
-        slice_sizes=ints(inst.attr("slice_sizes")), operand_batching_dims=ints(inst.attr("operand_batching_dims")),
-        start_indices_batching_dims=ints(inst.attr("start_indices_batching_dims")))
-
-
-def _scatter_dims(inst):
-    from ..ir.attributes import ScatterDims
-    d = _attr_dims(inst, "scatter_dims", ())
-    if isinstance(d, ScatterDims):
-        return d
-    return ScatterDims(
-        update_window_dims=ints(inst.attr("update_window_dims")),
-        inserted_window_dims=ints(inst.attr("inserted_window_dims")),
-        scatter_dims_to_operand_dims=ints(inst.attr("scatter_dims_to_operand_dims")),
-        index_vector_dim=int_attr(inst, "index_vector_dim", 0),
-        input_batching_dims=ints(inst.attr("input_batching_dims")),
-        scatter_indices_batching_dims=ints(inst.attr("scatter_indices_batching_dims")))
 
 
 def _full_starts(indices, ivd, index_map, op_batch, idx_batch, operand_rank):
@@ -93,7 +56,7 @@ def _full_starts(indices, ivd, index_map, op_batch, idx_batch, operand_rank):
     notes="Full GatherDimensionNumbers incl. batching dims; start indices clamped per XLA; one numpy "
           "advanced-indexing gather.")
 def prepare_gather(inst, ctx):
-    gd = _gather_dims(inst)
+    gd = gather_dims(inst)
     oshape = inst.operands[0].shape
     rank = oshape.rank
     slice_sizes = tuple(gd.slice_sizes)
@@ -143,7 +106,7 @@ def prepare_gather(inst, ctx):
           "computations per element (slow).")
 def prepare_scatter(inst, ctx):
     n = (len(inst.operands) - 1) // 2
-    sd = _scatter_dims(inst)
+    sd = scatter_dims(inst)
     rank = inst.operands[0].shape.rank
     comp = called(inst, "to_apply")
     kind = binary_kind(comp) if n == 1 else None
