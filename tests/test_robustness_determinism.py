@@ -6,8 +6,9 @@ across threads; numpy's reductions run single-threaded. Each configuration runs 
 thread counts are read at import.
 
 OpenBLAS partitions a dot's output rows between its threads and the rows at a partition edge go through
-different micro-kernels, so hloexec runs GEMMs large enough for OpenBLAS to split on one thread
-(hloexec/kernels/blas.py): dots and convolutions are identical whatever OPENBLAS_NUM_THREADS is.
+different micro-kernels, so hloexec runs every BLAS call on one OpenBLAS thread and cuts large products
+into blocks fixed by the shapes, spread over its own threads (hloexec/kernels/blas.py): dots and
+convolutions are identical whatever OPENBLAS_NUM_THREADS is.
 """
 from __future__ import annotations
 

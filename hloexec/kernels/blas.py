@@ -1,41 +1,225 @@
-"""BLAS calls with results that do not depend on the thread count.
+"""BLAS products with results that do not depend on the thread count, computed on every core.
 
-OpenBLAS computes the rows at its thread split points with other micro-kernels, so an f32 GEMM run
-with 1 and 2 threads differs in the last bits (measured: 8,949 of 196,608 elements of a
-512x4096 @ 4096x384 dot). hloexec promises bit-identical outputs across runs and machines' thread
-counts, so large GEMMs run single-threaded; OpenBLAS already runs small ones (M*N*K <= 2^18) on one thread.
+OpenBLAS splits a call between its threads at points that depend on the thread count, and elements at
+a split come out of other micro-kernels or other partial sums. Measured (OpenBLAS 0.3.31, 1 vs 2
+threads): 8,949 of 196,608 elements of a 512x4096 @ 4096x384 f32 GEMM differ, and so does an f64 vector
+dot of 20,000 elements, a complex64 GEMV of 150,000 multiply-adds and a complex `x @ x.T` (SYRK, which
+has no size threshold) of 1,024. So every BLAS call made here runs with BLAS on one thread, and large
+products get the cores back through a split of our own that depends on the shapes only: the output is
+cut into a fixed set of blocks (batch items, else row or column ranges: `_blocks`), each block is one
+single-threaded BLAS call writing its slice of a preallocated output, and the calling thread and a
+small pool take blocks until none is left. A block gives the same bits whichever thread computes it, so
+results are identical for any pool size, OPENBLAS_NUM_THREADS or core count.
+Integer products (numpy's own loops, exact) are left to numpy.
+
+The BLAS thread count is process-wide: it is set to one while any call here runs and restored when the
+last one returns (counted: SPMD participants run dots from several threads at once), so BLAS calls
+elsewhere in the process keep their threads outside ours. How many threads compute blocks follows the
+BLAS's own setting as found on entry (OPENBLAS_NUM_THREADS, threadpoolctl limits; by default the
+available cores), so a process that limited BLAS to one thread gets one thread here too. Not covered:
+an OpenBLAS built on OpenMP keeps its count per thread (numpy's wheels use pthreads), and a thread that
+changes the BLAS setting while a product here runs.
 """
 from __future__ import annotations
 
-import contextlib
+import contextvars
+import itertools
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-_MULTITHREAD_WORK = 1 << 18     # OpenBLAS's GEMM_MULTITHREAD_THRESHOLD (4) x 65536
-_blas = None
+# Measured on 2 cores (bench/README.md, "Dots"). Every block packs the whole other operand again, so
+# blocks are few and wide: a 2048^3 sgemm in 8 blocks of 256 rows ran 7% slower than in 4 of 512.
+_BLOCK_WORK = 1 << 23   # multiply-adds per block at least: ~0.15 ms of sgemm, vs ~10 us to hand it off
+_MAX_BLOCKS = 8         # blocks per product at most (balances up to 8 threads)
+_MIN_SIDE = 512         # rows (or columns) per block at least ...
+_MIN_HALF = 128         # ... but a product may be halved down to 128 (256^3: 1.3x one thread's speed)
+_GRANULE = 16           # block edges at multiples of 16 rows/columns: whole micro-kernel tiles
 
 
-def _limiter():
-    global _blas
-    if _blas is None:
-        from threadpoolctl import ThreadpoolController
-        _blas = ThreadpoolController().select(user_api="blas")
-    return _blas
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def one_thread(work: int):
-    """A context running BLAS on one thread when `work` (multiply-adds) is large enough for it to split."""
-    return _limiter().limit(limits=1) if work > _MULTITHREAD_WORK else contextlib.nullcontext()
+class _OneBlasThread:
+    """Context manager holding the process' BLAS at one thread while any thread is inside it.
+
+    Entering gives how many threads the BLAS had before the first entry (the process' own setting),
+    at most the available cores.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.libraries = None       # (threadpoolctl controller, its thread-count setter) per BLAS
+        self.restore = []           # (setter, thread count) to put back on the last exit
+        self.setting = 1
+
+    def __enter__(self) -> int:
+        with self.lock:
+            if self.inside == 0:
+                if self.libraries is None:
+                    from threadpoolctl import ThreadpoolController
+                    found = ThreadpoolController().select(user_api="blas").lib_controllers
+                    self.libraries = [(lib, _setter(lib)) for lib in found]
+                self.setting = _CORES
+                self.restore = []
+                for lib, set_num_threads in self.libraries:
+                    n = lib.num_threads
+                    self.setting = min(self.setting, n)
+                    if n != 1:
+                        set_num_threads(1)
+                        self.restore.append((set_num_threads, n))
+            self.inside += 1
+            return self.setting
+
+    def __exit__(self, *exc_info):
+        with self.lock:
+            self.inside -= 1
+            if self.inside == 0:
+                for set_num_threads, n in self.restore:
+                    set_num_threads(n)
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """np.matmul of [B, M, K] @ [B, K, N], deterministic whatever the BLAS thread count."""
-    with one_thread(a.shape[0] * a.shape[1] * a.shape[2] * b.shape[-1]):
+def _setter(lib):
+    """The library's thread-count setter. threadpoolctl 3.8's OpenBLAS `set_num_threads` works only
+    in the first thread that called it and silently does nothing in any other (here: SPMD participants,
+    or every thread once the main thread has set it); `_OneBlasThread`'s count is the coordination that
+    rule stands in for, so it calls the setter underneath."""
+    return getattr(lib, "_real_set_num_threads", lib.set_num_threads)
+
+
+_one_blas_thread = _OneBlasThread()
+_pool: ThreadPoolExecutor | None = None
+_pool_workers = 0
+_pool_lock = threading.Lock()
+
+
+def _forget_threads():
+    """In a forked child: the parent's pool threads and lock holders do not exist there."""
+    global _pool, _pool_workers, _pool_lock, _one_blas_thread
+    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
+    _one_blas_thread = _OneBlasThread()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+def _helper_pool(workers: int) -> ThreadPoolExecutor:
+    global _pool, _pool_workers
+    with _pool_lock:
+        if _pool_workers < workers:     # the old pool's threads exit once it is collected
+            _pool, _pool_workers = ThreadPoolExecutor(workers, thread_name_prefix="hloexec-blas"), workers
+        return _pool
+
+
+class _BlockQueue:
+    """Blocks 0..count-1 taken in turn by whichever thread is free; `finished` is set after the last."""
+
+    def __init__(self, count: int, run):
+        self.count = count
+        self.run = run
+        self.take = itertools.count().__next__      # atomic under the GIL
+        self.left = count
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+
+    def work(self):
+        while (i := self.take()) < self.count:
+            try:
+                self.run(i)
+            except BaseException as e:  # re-raised by the caller
+                self.error = self.error or e
+            finally:
+                with self.lock:
+                    self.left -= 1
+                    if self.left == 0:
+                        self.finished.set()
+
+
+def _run_blocks(count: int, run, threads: int) -> None:
+    """run(i) for every block i, on the calling thread and up to threads - 1 pool threads.
+
+    Returns when every block is done; a pool thread that only starts later (the pool busy with another
+    caller's blocks) finds none left, so nobody waits for it.
+    """
+    helpers = min(threads, count) - 1
+    if helpers <= 0:
+        for i in range(count):
+            run(i)
+        return
+    queue = _BlockQueue(count, run)
+    pool = _helper_pool(helpers)
+    for _ in range(helpers):
+        pool.submit(contextvars.copy_context().run, queue.work)    # the caller's np.errstate
+    queue.work()
+    queue.finished.wait()
+    if queue.error is not None:
+        raise queue.error
+
+
+def _ranges(n: int, parts: int, granule: int) -> list[slice]:
+    """[0, n) cut into at most `parts` ranges whose edges are multiples of `granule`."""
+    step = -(-n // parts)
+    step = -(-step // granule) * granule
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def _blocks(B: int, M: int, N: int, K: int):
+    """The (batch, row, column) slices of a [B, M, N] output computed one BLAS call each, from the shapes
+    alone; None for one call."""
+    wanted = min(_MAX_BLOCKS, B * M * N * K // _BLOCK_WORK)
+    if wanted < 2:
+        return None
+    wanted = 1 << (wanted.bit_length() - 1)     # a power of two: even shares for 2, 4, 8 threads
+    every = slice(None)
+    if B >= wanted:
+        return [(s, every, every) for s in _ranges(B, wanted, 1)]
+    side = max(M, N)    # cut the longer side: each block re-packs the other operand, K x (the shorter side)
+    cuts = max(side // _MIN_SIDE, 2 if side >= 2 * _MIN_HALF else 1)
+    per_item = max(1, min(-(-wanted // B), cuts))
+    if M >= N:
+        blocks = [(slice(b, b + 1), r, every) for b in range(B) for r in _ranges(M, per_item, _GRANULE)]
+    else:
+        blocks = [(slice(b, b + 1), every, c) for b in range(B) for c in _ranges(N, per_item, _GRANULE)]
+    return blocks if len(blocks) > 1 else None
+
+
+def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None) -> np.ndarray:
+    """np.matmul of [B, M, K] @ [B, K, N], bit-identical whatever the thread count.
+
+    `threads`: how many threads compute the blocks (default: the BLAS's thread setting, at most the
+    available cores); it never changes the result.
+    """
+    if a.dtype.kind not in "fc":    # numpy's own loops (integers): exact, no BLAS
         return np.matmul(a, b)
+    B, M, K = a.shape
+    N = b.shape[-1]
+    blocks = _blocks(B, M, N, K)
+    with _one_blas_thread as setting:
+        if blocks is None:
+            return np.matmul(a, b)
+        out = np.empty((B, M, N), np.result_type(a, b))
+
+        def run(i):
+            bs, rs, cs = blocks[i]
+            np.matmul(a[bs, rs], b[bs, :, cs], out=out[bs, rs, cs])
+        _run_blocks(len(blocks), run, threads or setting)
+    return out
 
 
-def tensordot(a: np.ndarray, b: np.ndarray, axes) -> np.ndarray:
-    """np.tensordot, deterministic whatever the BLAS thread count."""
-    contracted = int(np.prod([b.shape[d] for d in axes[1]])) or 1
-    with one_thread(a.size * (b.size // contracted)):
-        return np.tensordot(a, b, axes=axes)
+def tensordot(a: np.ndarray, b: np.ndarray, axes, *, threads: int | None = None) -> np.ndarray:
+    """np.tensordot(a, b, axes=(a_axes, b_axes)) through `matmul`: result dims = a's free, b's free."""
+    a_axes, b_axes = list(axes[0]), list(axes[1])
+    a_free = [d for d in range(a.ndim) if d not in a_axes]
+    b_free = [d for d in range(b.ndim) if d not in b_axes]
+    M = math.prod(a.shape[d] for d in a_free)
+    N = math.prod(b.shape[d] for d in b_free)
+    K = math.prod(a.shape[d] for d in a_axes)
+    a3 = a.transpose(a_free + a_axes).reshape(1, M, K)
+    b3 = b.transpose(b_axes + b_free).reshape(1, K, N)
+    r = matmul(a3, b3, threads=threads)
+    return r.reshape([a.shape[d] for d in a_free] + [b.shape[d] for d in b_free])
