@@ -1,6 +1,6 @@
-"""Bit-identical outputs across runs and across thread counts (Numba prange, BLAS).
+"""Bit-identical outputs across runs and across thread counts (fused kernels, BLAS).
 
-Why it holds (README, "Robustness"): a fused kernel's prange splits only the first *output* dimension, and
+Why it holds (README, "Robustness"): a fused kernel's thread split cuts only the first *output* dimension, and
 each output element reduces its own elements in order inside one thread, so no reduced axis is ever split
 across threads; numpy's reductions run single-threaded. Each configuration runs in a fresh subprocess, as
 thread counts are read at import.
@@ -26,7 +26,7 @@ import hloexec
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-# a fused row reduction big enough for prange (see hloexec.kernels.fusion.PARALLEL_THRESHOLD), a full
+# a fused row reduction big enough to be split over threads (see hloexec.kernels.fusion.PARALLEL_THRESHOLD), a full
 # reduction to a scalar, and a dot big enough for BLAS to use its threads
 REDUCTIONS = """HloModule reductions
 add {
@@ -71,8 +71,9 @@ print(json.dumps(digests))
 """
 
 
-def _digests(numba_threads: int, blas_threads: int) -> dict[str, str]:
-    env = dict(os.environ, NUMBA_NUM_THREADS=str(numba_threads), OPENBLAS_NUM_THREADS=str(blas_threads),
+def _digests(kernel_threads: int, blas_threads: int) -> dict[str, str]:
+    env = dict(os.environ, HLOEXEC_NUM_THREADS=str(kernel_threads), NUMBA_NUM_THREADS=str(kernel_threads),
+               OPENBLAS_NUM_THREADS=str(blas_threads),
                OMP_NUM_THREADS=str(blas_threads), MKL_NUM_THREADS=str(blas_threads))
     sources = {k: str(v) for k, v in SOURCES.items()}
     done = subprocess.run([sys.executable, "-P", "-c", CHILD, json.dumps(sources)], env=env, capture_output=True,
@@ -98,7 +99,7 @@ def test_same_outputs_across_runs_in_process(compile_after):
         assert a.tobytes() == b.tobytes()
 
 
-def test_same_outputs_with_one_and_two_numba_threads_and_across_processes():
+def test_same_outputs_with_one_and_two_kernel_threads_and_across_processes():
     one, two, two_again = _digests(1, 1), _digests(2, 1), _digests(2, 1)
     assert one == two == two_again
     assert len({d for runs in one.values() for d in runs}) >= len(SOURCES)   # they hash something

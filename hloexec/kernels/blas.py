@@ -22,14 +22,13 @@ changes the BLAS setting while a product here runs.
 """
 from __future__ import annotations
 
-import contextvars
-import itertools
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from .threads import CORES, ranges, run_blocks
 
 # Measured on 2 cores (bench/README.md, "Dots"). Every block packs the whole other operand again, so
 # blocks are few and wide: a 2048^3 sgemm in 8 blocks of 256 rows ran 7% slower than in 4 of 512.
@@ -38,9 +37,6 @@ _MAX_BLOCKS = 8         # blocks per product at most (balances up to 8 threads)
 _MIN_SIDE = 512         # rows (or columns) per block at least ...
 _MIN_HALF = 128         # ... but a product may be halved down to 128 (256^3: 1.3x one thread's speed)
 _GRANULE = 16           # block edges at multiples of 16 rows/columns: whole micro-kernel tiles
-
-
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class _OneBlasThread:
@@ -64,7 +60,7 @@ class _OneBlasThread:
                     from threadpoolctl import ThreadpoolController
                     found = ThreadpoolController().select(user_api="blas").lib_controllers
                     self.libraries = [(lib, _setter(lib)) for lib in found]
-                self.setting = _CORES
+                self.setting = CORES
                 self.restore = []
                 for lib, set_num_threads in self.libraries:
                     n = lib.num_threads
@@ -92,80 +88,15 @@ def _setter(lib):
 
 
 _one_blas_thread = _OneBlasThread()
-_pool: ThreadPoolExecutor | None = None
-_pool_workers = 0
-_pool_lock = threading.Lock()
 
 
-def _forget_threads():
-    """In a forked child: the parent's pool threads and lock holders do not exist there."""
-    global _pool, _pool_workers, _pool_lock, _one_blas_thread
-    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
+def _forget_hold():
+    """In a forked child: the parent's holders do not exist there."""
+    global _one_blas_thread
     _one_blas_thread = _OneBlasThread()
 
 
-os.register_at_fork(after_in_child=_forget_threads)
-
-
-def _helper_pool(workers: int) -> ThreadPoolExecutor:
-    global _pool, _pool_workers
-    with _pool_lock:
-        if _pool_workers < workers:     # the old pool's threads exit once it is collected
-            _pool, _pool_workers = ThreadPoolExecutor(workers, thread_name_prefix="hloexec-blas"), workers
-        return _pool
-
-
-class _BlockQueue:
-    """Blocks 0..count-1 taken in turn by whichever thread is free; `finished` is set after the last."""
-
-    def __init__(self, count: int, run):
-        self.count = count
-        self.run = run
-        self.take = itertools.count().__next__      # atomic under the GIL
-        self.left = count
-        self.lock = threading.Lock()
-        self.finished = threading.Event()
-        self.error: BaseException | None = None
-
-    def work(self):
-        while (i := self.take()) < self.count:
-            try:
-                self.run(i)
-            except BaseException as e:  # re-raised by the caller
-                self.error = self.error or e
-            finally:
-                with self.lock:
-                    self.left -= 1
-                    if self.left == 0:
-                        self.finished.set()
-
-
-def _run_blocks(count: int, run, threads: int) -> None:
-    """run(i) for every block i, on the calling thread and up to threads - 1 pool threads.
-
-    Returns when every block is done; a pool thread that only starts later (the pool busy with another
-    caller's blocks) finds none left, so nobody waits for it.
-    """
-    helpers = min(threads, count) - 1
-    if helpers <= 0:
-        for i in range(count):
-            run(i)
-        return
-    queue = _BlockQueue(count, run)
-    pool = _helper_pool(helpers)
-    for _ in range(helpers):
-        pool.submit(contextvars.copy_context().run, queue.work)    # the caller's np.errstate
-    queue.work()
-    queue.finished.wait()
-    if queue.error is not None:
-        raise queue.error
-
-
-def _ranges(n: int, parts: int, granule: int) -> list[slice]:
-    """[0, n) cut into at most `parts` ranges whose edges are multiples of `granule`."""
-    step = -(-n // parts)
-    step = -(-step // granule) * granule
-    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+os.register_at_fork(after_in_child=_forget_hold)
 
 
 def _blocks(B: int, M: int, N: int, K: int):
@@ -177,14 +108,14 @@ def _blocks(B: int, M: int, N: int, K: int):
     wanted = 1 << (wanted.bit_length() - 1)     # a power of two: even shares for 2, 4, 8 threads
     every = slice(None)
     if B >= wanted:
-        return [(s, every, every) for s in _ranges(B, wanted, 1)]
+        return [(s, every, every) for s in ranges(B, wanted, 1)]
     side = max(M, N)    # cut the longer side: each block re-packs the other operand, K x (the shorter side)
     cuts = max(side // _MIN_SIDE, 2 if side >= 2 * _MIN_HALF else 1)
     per_item = max(1, min(-(-wanted // B), cuts))
     if M >= N:
-        blocks = [(slice(b, b + 1), r, every) for b in range(B) for r in _ranges(M, per_item, _GRANULE)]
+        blocks = [(slice(b, b + 1), r, every) for b in range(B) for r in ranges(M, per_item, _GRANULE)]
     else:
-        blocks = [(slice(b, b + 1), every, c) for b in range(B) for c in _ranges(N, per_item, _GRANULE)]
+        blocks = [(slice(b, b + 1), every, c) for b in range(B) for c in ranges(N, per_item, _GRANULE)]
     return blocks if len(blocks) > 1 else None
 
 
@@ -207,7 +138,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None) -> np.nd
         def run(i):
             bs, rs, cs = blocks[i]
             np.matmul(a[bs, rs], b[bs, :, cs], out=out[bs, rs, cs])
-        _run_blocks(len(blocks), run, threads or setting)
+        run_blocks(len(blocks), run, threads or setting)
     return out
 
 

@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 
 from . import elementwise as ew
+from .threads import ranges, run_blocks
 
-PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements at which the outer loop is a prange
+PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
+BLOCK_WORK = 32_768              # output elements x reduced elements per block of the split at least
 MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
 
 _ELEMENTWISE_UNARY = ew.UNARY_OPS
@@ -233,8 +235,8 @@ class _Generator:
         parent = self.root_scope
         for k, d in enumerate(loop_dims):
             var = f"i{k}"
-            rng = "prange" if (self.parallel and k == 0) else "range"
-            scope = _Scope(parent, [f"for {var} in {rng}({dims[d]}):"], trips=dims[d])
+            extent = "lo, hi" if (self.parallel and k == 0) else str(dims[d])
+            scope = _Scope(parent, [f"for {var} in range({extent}):"], trips=dims[d])
             parent.items.append(scope)
             parent.insert_pos = len(parent.items) - 1
             self.push(scope)
@@ -252,13 +254,16 @@ class _Generator:
         self.check_reduce_cost()
 
         args = [f"o{k}" for k in range(len(outs))] + [f"p{p.parameter_number}" for p in self.params] + \
-               [f"c{k}" for k in range(len(self.consts))]
+               [f"c{k}" for k in range(len(self.consts))] + (["lo", "hi"] if self.parallel else [])
+        # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
+        self.blocks = (ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], max(2, work // BLOCK_WORK)))
+                       if self.parallel else [])
         lines = [f"# hloexec fused kernel (generated; helpers {_helpers_hash()})",
-                 "from numba import njit, prange",
+                 "from numba import njit",
                  "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
                  "",
                  "",
-                 f"@njit(cache=True, parallel={self.parallel}, error_model='numpy', nogil=True)",
+                 "@njit(cache=True, error_model='numpy', nogil=True)",
                  f"def kernel({', '.join(args)}):"]
         body: list[str] = []
         self.root_scope.render(body, 1)
@@ -712,11 +717,12 @@ def clear_cache(disk: bool = True):
 class FusedKernel:
     """A compiled fusion: `kernel(*operands)` -> the root's value (an array, or a tuple for a tuple root)."""
 
-    def __init__(self, source: str, key: str, outs, params, consts, parallel: bool, is_tuple: bool):
+    def __init__(self, source: str, key: str, outs, params, consts, blocks: list[slice], is_tuple: bool):
         self._fn = None
         self.source = source
         self.key = key
-        self.parallel = parallel
+        self.blocks = [(b.start, b.stop) for b in blocks]   # outer-loop ranges run by the thread pool
+        self.parallel = bool(blocks)
         self.is_tuple = is_tuple
         self._outs = [(o.shape.dims, o.shape.element_type.name) for o in outs]
         self._params = [(p.shape.dims, p.shape.element_type.name) for p in params]
@@ -736,7 +742,7 @@ class FusedKernel:
         arrs = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C")
                 for dims, et in self._outs + self._params]
         arrs += [types.Array(from_dtype(c.dtype), max(c.ndim, 1), "C") for c in self._consts]
-        return tuple(arrs)
+        return tuple(arrs) + ((types.int64, types.int64) if self.blocks else ())
 
     def compile(self):
         """Compile now (or load from the disk cache) for C-contiguous writable operands."""
@@ -760,7 +766,12 @@ class FusedKernel:
             raise TypeError(f"fused kernel takes {len(self._params)} operands, got {len(operands)}")
         args = [self._arg(v, dims, et) for v, (dims, et) in zip(operands, self._params)]
         outs = [np.empty(dims if dims else (1,), ew.STORAGE[et]) for dims, et in self._outs]
-        self.fn(*outs, *args, *self._consts)
+        fn = self.fn
+        if self.blocks:
+            blocks = self.blocks
+            run_blocks(len(blocks), lambda i: fn(*outs, *args, *self._consts, *blocks[i]))
+        else:
+            fn(*outs, *args, *self._consts)
         results = []
         for o, (dims, et) in zip(outs, self._outs):
             if not dims:
@@ -790,7 +801,8 @@ def generate_source(comp, *, excess_precision: bool = False, parallel=None):
 def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager: bool = True):
     """A FusedKernel for fused computation `comp`, or None if it holds anything unsupported.
 
-    `parallel`: None picks prange when output x reduced elements >= PARALLEL_THRESHOLD; True / False force.
+    `parallel`: None splits the outer loop over the thread pool (hloexec.kernels.threads) when output x
+    reduced elements >= PARALLEL_THRESHOLD; True / False force.
     `eager`: compile (or load from the disk cache) now rather than on the first call (which also defers
     writing the source and importing Numba).
     """
@@ -799,7 +811,7 @@ def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager
         return None
     source, gen = generated
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
-    kernel = FusedKernel(source, key, gen.outs, gen.params, gen.consts, gen.parallel, comp.root.opcode == "tuple")
+    kernel = FusedKernel(source, key, gen.outs, gen.params, gen.consts, gen.blocks, comp.root.opcode == "tuple")
     if eager:
         kernel.compile()
     return kernel
