@@ -114,3 +114,11 @@ def test_100mb_single_line(tmp_path):
         f.write(b"/" * (100 << 20))
     e = parse_error(path)
     assert e.line == 1 and str(path) in str(e) and len(str(e)) < 2000
+
+
+def test_a_missing_file_is_named_not_parsed_as_text():
+    for missing in ("/no/such/dump.hlo", "module.txt", "out/after_optimizations.pbtxt"):
+        with pytest.raises(FileNotFoundError, match="no such file"):
+            hloexec.parse(missing)
+    with pytest.raises(hloexec.HloParseError, match="no HLO module"):
+        hloexec.parse("just some words")

@@ -24,6 +24,9 @@ from .scan import INSTR_ANONYMOUS, INSTR_NO_SHAPE, INSTR_ROOT, COMP_ENTRY, MODUL
 TOKEN = parse_shape("token[]")
 # A constant's literal longer than this stays a span of the buffer until decoded (see TextSpan).
 _SPAN_ARGS_OVER = 4096
+# A one-line string naming a file (no HLO punctuation, a dump's suffix) that does not exist is a mistake,
+# not HLO text: say so rather than "no HLO module found".
+_LOOKS_LIKE_A_PATH = re.compile(r"[^\n{}()=%]+\.(?:hlo|txt|mlir|pbtxt)\s*")
 _HLO_START = re.compile(rb"\A(?:\s|//[^\n]*\n|/\*.*?\*/)*(?:HloModule\b|ENTRY\b|%?[\w.\-]+\s*[({])", re.S)
 
 
@@ -40,6 +43,8 @@ class Source:
                     self.buf = b""
                 else:
                     self._mmap = self.buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        elif isinstance(source, str) and _LOOKS_LIKE_A_PATH.fullmatch(source):
+            raise FileNotFoundError(f"no such file: {source}")
         else:
             self.path = path
             self.buf = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else bytes(source)
