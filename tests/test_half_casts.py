@@ -222,7 +222,8 @@ def test_numba_is_loaded_only_for_large_arrays():
     """)
     counts = ["f16", str(NUMBA_TO_F32_MIN_SIZE[F16]), "bf16", str(NUMBA_LOAD_MIN_SIZE[F16]),
               "f16", str(NUMBA_LOAD_MIN_SIZE[F16])]
-    out = subprocess.run([sys.executable, "-c", script, *counts], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-P", "-c", script, *counts], capture_output=True, text=True,
+                         check=True).stdout
     assert out.split() == ["False", "False", "True"]
 
 

@@ -65,11 +65,12 @@ def _is_ml_float(dtype: np.dtype) -> bool:
 
 # Element counts from which hloexec.kernels.half's Numba converters beat numpy's astype (measured: a call costs
 # ~1 us) once that module is loaded, as fused kernels do. Loading it (and Numba) costs ~0.5 s, which only f16
-# arrays of NUMBA_LOAD_MIN_SIZE elements trigger: numpy's f16 casts are ~10x slower than the converters (>= 1.3
-# ms saved a conversion), ml_dtypes' bf16 ones at most ~2.5x.
+# arrays of NUMBA_LOAD_MIN_SIZE elements trigger: numpy's f16 casts are ~10x slower than the converters (~1.3 ns
+# an element), so one such conversion saves ~20 ms and a module making them makes many; a one-shot run of a
+# module with 1M-element f16 arrays would not earn the load back. ml_dtypes' bf16 casts are at most ~2.5x slower.
 NUMBA_TO_F32_MIN_SIZE = {_F16: 1024, _BF16: 65536}
 NUMBA_FROM_F32_MIN_SIZE = {_F16: 1024, _BF16: 4096}
-NUMBA_LOAD_MIN_SIZE = {_F16: 1 << 20}
+NUMBA_LOAD_MIN_SIZE = {_F16: 1 << 24}
 _HALF_MODULE = __name__.rsplit(".", 2)[0] + ".kernels.half"
 
 
