@@ -21,6 +21,7 @@ import threading
 import numpy as np
 
 from ..errors import ExecutionError
+from .executor import available_memory
 from ..ir.attributes import Sharding
 from ..ir.module import Module
 from ..ir.shape import Shape, array_shape
@@ -244,17 +245,6 @@ def _leaves(value):
             yield from _leaves(v)
     else:
         yield value
-
-
-def available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def _gb(n: int) -> str:

@@ -86,19 +86,8 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
 
 
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo, None where there is no such file."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def check_memory(exe, args, out) -> dict:
+    from ..exec.executor import available_memory
     from .stats import human_bytes
     peak = exe.peak_bytes()
     available = available_memory()
