@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import ExecutionError, UnsupportedError, describe_site
 from ..ir.module import Computation, Instruction
+from ..kernels import elementwise as ew
 from ..ops.registry import lookup
 from .fuse import find_groups
 
@@ -58,6 +59,7 @@ class Step:
     inputs: tuple[int, ...]
     output: int
     frees: tuple[int, ...]
+    fused: bool = False         # runs a fused group's kernel (exec/fuse.py), not its instruction's op
 
 
 # HloInstruction::HasSideEffectNoRecurse's opcodes, plus rng and rng-get-and-update-state, which older XLA
@@ -144,7 +146,7 @@ class Plan:
                     raise UnsupportedError(e.what, inst) from None
                 raise
             self.steps.append(Step(inst, kernel, tuple(slot[id(o)] for o in inputs_of[id(inst)]), slot[id(inst)],
-                                   tuple(frees_at.get(step_index, ()))))
+                                   tuple(frees_at.get(step_index, ())), group is not None))
         # Parameters that nothing uses are dropped at once.
         used = set(last_use)
         self.unused_parameters = [s for s in self.parameter_slots if s not in used and s != self.root_slot]
@@ -193,18 +195,38 @@ class Plan:
                 progress(done, total)
 
     def peak_bytes(self, parameter_bytes: bool = True) -> int:
-        """Peak of live buffer bytes over the schedule (values of tuples counted by their leaves)."""
+        """Peak of live buffer bytes over the schedule (values of tuples counted by their leaves), with
+        what each step holds while it runs (see scratch_bytes)."""
         live = sum(p.shape.nbytes for p in self.computation.parameters) if parameter_bytes else 0
         peak = live
         for step in self.steps:
             if step.inst.opcode not in VIEW_OPS:
                 live += step.inst.shape.nbytes
-            peak = max(peak, live)
+            peak = max(peak, live + scratch_bytes(step))
             for f in step.frees:
                 inst = self.order[f]
                 if inst.opcode not in VIEW_OPS and (inst.opcode != "parameter" or parameter_bytes):
                     live -= inst.shape.nbytes
         return peak
+
+
+# Ops whose numpy kernels compute f16/bf16 values in f32 copies of their operands and result.
+_LIFTED_TO_F32 = ew.UNARY_OPS | ew.BINARY_OPS | {"compare", "select", "clamp", "convert", "reduce", "dot",
+                                               "convolution", "reduce-window"}
+
+
+def scratch_bytes(step: Step) -> int:
+    """Bytes a step holds while it runs beyond its result: the values of a computation it runs op by op
+    (a call; a fusion's first, op-by-op run), or the f32 copies numpy computes f16/bf16 in."""
+    kernel = getattr(step.kernel, "interpret", step.kernel)     # a TieredKernel's first run
+    inst = step.inst
+    if isinstance(kernel, Plan):
+        return max(kernel.peak_bytes(parameter_bytes=False) - inst.shape.nbytes, 0)
+    if inst.opcode in _LIFTED_TO_F32 and not step.fused:
+        halves = [s for s in (inst.shape, *(o.shape for o in inst.operands))
+                  if not s.is_tuple and s.element_type.name in ("f16", "bf16")]
+        return 4 * sum(s.size for s in halves)
+    return 0
 
 
 def compile_schedule(plan: Plan):
