@@ -125,7 +125,9 @@ HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "fclamp_nan", "fsign", "round_a
            "urem", "ipow", "total_order_key32", "total_order_key64", "popcount", "count_leading_zeros",
            "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "f64_to_f16", "round_f16",
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
-           "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64")
+           "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
+           "exp_wide", "expm1_wide", "log_wide", "log1p_wide", "tanh_wide", "logistic_wide", "narrow_to_f16",
+           "narrow_to_bf16")
 
 
 # -- the snippets --------------------------------------------------------------------------------------
@@ -138,6 +140,14 @@ _FLOAT_UNARY = {
     "tanh": "np.tanh({x})", "logistic": "{T}(1) / ({T}(1) + np.exp(-{x}))", "erf": "math.erf({x})",
     "copy": "{x}",
 }
+# Transcendentals of f32 / f16 / bf16 values: straight-line helpers computing in f64 (kernels/scalar.py), which
+# LLVM vectorizes (a libm call costs several ns an element and keeps the whole loop scalar), their result
+# rounded once to the type -- no double rounding through f32 for f16 / bf16, which therefore come out rounded
+# with excess precision too. Correctly rounded; 1 ULP off only when the exact value lies within 2**-51 of a
+# rounding boundary. f64 keeps the libm calls above.
+_WIDE_UNARY = {"exponential": "exp_wide", "exponential-minus-one": "expm1_wide", "log": "log_wide",
+               "log-plus-one": "log1p_wide", "tanh": "tanh_wide", "logistic": "logistic_wide"}
+_NARROW = {"f32": "np.float32", "f16": "narrow_to_f16", "bf16": "narrow_to_bf16"}
 _INT_UNARY = {
     "abs": "abs({x})", "negate": "-{x}", "not": "~{x}", "sign": "({x} > 0) - ({x} < 0)", "copy": "{x}",
     "popcnt": "popcount({x})", "count-leading-zeros": "count_leading_zeros({x})",
@@ -150,6 +160,8 @@ def unary_src(opcode: str, name: str, x: str) -> str | None:
     T = COMPUTE.get(name)
     if T is None:
         return None
+    if name in _NARROW and opcode in _WIDE_UNARY:
+        return f"{_NARROW[name]}({_WIDE_UNARY[opcode]}({x}))"
     if name == "pred":
         table = {"not": "not {x}", "copy": "{x}"}
     elif name in FLOATS:

@@ -12,9 +12,9 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .half import (bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32, bitcast_f64_to_i64,  # noqa: F401
-                   bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64, bitcast_u32_to_f32,
-                   bitcast_u64_to_f64, f16_to_f32, f32_to_bf16, f32_to_f16, f64_to_f16,
+from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32,  # noqa: F401
+                   bitcast_f64_to_i64, bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64,
+                   bitcast_u32_to_f32, bitcast_u64_to_f64, f16_to_f32, f32_to_bf16, f32_to_f16, f64_to_f16,
                    round_bf16, round_f16)
 
 @njit(inline="always")
@@ -156,3 +156,146 @@ def _int_intrinsic(name):
 
 popcount = _int_intrinsic("ctpop")
 count_leading_zeros = _int_intrinsic("ctlz")
+
+
+# -- transcendentals of float32 values, vectorizable ---------------------------------------------------------
+# libm calls (expf, tanhf, ...) cost several ns an element and keep LLVM from vectorizing the whole loop.
+# The `*_wide` functions take a float32 value (an f32, or an f16 / bf16 value held as float32) and return the
+# result as a float64 within 2**-51 relative (measured), so that one rounding to the type is correct unless
+# the exact value lies that close to a rounding boundary. They are straight-line code -- arithmetic, bit
+# operations, and conditionals choosing between two computed values, which LLVM turns into selects -- so the
+# loops calling them vectorize. Arguments are clamped where the float32 result no longer changes, which keeps
+# every intermediate a normal float64; NaN passes the clamps and comes out as a quiet NaN.
+@intrinsic
+def _muladd(typingctx, a, b, c):
+    """a * b + c, fused where the target has FMA (llvm.fmuladd: vectorizable, never a libm call)."""
+    if not (a == b == c == types.float64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        f64 = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fmuladd", [f64], ir.FunctionType(f64, [f64, f64, f64]))
+        return builder.call(fn, args)
+    return types.float64(a, b, c), codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01         # ln 2 rounded to 32 bits: k * _LN2_HI is exact for |k| < 2**20
+_LN2_LO = 1.90821492927058770002e-10         # ln 2 - _LN2_HI
+_ROUNDER = 6755399441055744.0                # 1.5 * 2**52: t + _ROUNDER rounds t (|t| < 2**51) to an integer
+_SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
+_LOG1P_TINY = 2.0 ** -29
+# expm1(r) = r + r**2 / 2 + r**3 * q(r) on |r| <= ln(2) / 2 (relative error 3e-17): q's coefficients,
+# least squares on Chebyshev nodes.
+_Q0, _Q1, _Q2 = 0.16666666666666544, 0.04166666666661841, 0.008333333333427463
+_Q3, _Q4, _Q5 = 0.0013888888921118627, 0.0001984126962129609, 2.4801515611249967e-05
+_Q6, _Q7, _Q8 = 2.75575058254051e-06, 2.7622509524322617e-07, 2.5019864946701324e-08
+# log(m) = 2 s + s z P(z), s = (m - 1) / (m + 1), z = s**2 <= 0.0295 for m in [sqrt(1/2), sqrt(2))
+# (relative error 2e-16): P's coefficients.
+_P0, _P1, _P2 = 0.6666666666658528, 0.40000000052980766, 0.28571417037548613
+_P3, _P4, _P5 = 0.22223377213896353, 0.18123486886451717, 0.16821490825018354
+
+
+@njit(inline="always")
+def _clamp(y, lo, hi):
+    """y limited to [lo, hi]; NaN stays NaN."""
+    y = hi if y > hi else y
+    return lo if y < lo else y
+
+
+@njit(inline="always")
+def _exp_parts(y):
+    """(2**k, expm1(r)) with y = k ln2 + r, |r| <= ln(2) / 2, for a float64 |y| <= 700 (2**k normal) or NaN."""
+    t = _muladd(y, _LOG2E, _ROUNDER)
+    k = t - _ROUNDER
+    r = _muladd(-k, _LN2_LO, _muladd(-k, _LN2_HI, y))
+    # t's low bits hold k: the exponent field of 2**k is k + 1023
+    scale = bitcast_i64_to_f64((bitcast_f64_to_i64(t) + np.int64(1023)) << np.int64(52))
+    q = _muladd(_muladd(_muladd(_muladd(_muladd(_muladd(_muladd(_muladd(
+        _Q8, r, _Q7), r, _Q6), r, _Q5), r, _Q4), r, _Q3), r, _Q2), r, _Q1), r, _Q0)
+    return scale, _muladd(r * r, _muladd(r, q, 0.5), r)
+
+
+@njit(inline="always")
+def _expm1_f64(y):
+    """expm1(y) for a float64 |y| <= 700 as 2**k expm1(r) + (2**k - 1): no cancellation."""
+    scale, em1 = _exp_parts(y)
+    return _muladd(scale, em1, scale - 1.0)
+
+
+@njit(inline="always")
+def exp_wide(x):
+    """exp(x) for a float32 x (clamped to [-110, 110]: exp(-104) rounds to 0 in float32, exp(89) to inf)."""
+    scale, em1 = _exp_parts(_clamp(np.float64(x), -110.0, 110.0))
+    return _muladd(scale, em1, scale)
+
+
+@njit(inline="always")
+def expm1_wide(x):
+    xd = np.float64(x)
+    r = _expm1_f64(_clamp(xd, -110.0, 110.0))
+    return xd if xd == 0.0 else r             # keeps -0
+
+
+@njit(inline="always")
+def tanh_wide(x):
+    """tanh(x) = e / (e + 2), e = expm1(2x): no cancellation for either sign; +-1 in float64 from |x| = 20 on."""
+    xd = np.float64(x)
+    e = _expm1_f64(_clamp(xd + xd, -40.0, 40.0))
+    r = e / (e + 2.0)
+    return xd if xd == 0.0 else r             # keeps -0
+
+
+@njit(inline="always")
+def logistic_wide(x):
+    """1 / (1 + exp(-x)) (-x clamped to [-110, 110]: 1 in float64 from x = 37 on, 0 in float32 below -104)."""
+    scale, em1 = _exp_parts(_clamp(-np.float64(x), -110.0, 110.0))
+    return 1.0 / (1.0 + _muladd(scale, em1, scale))
+
+
+@njit(inline="always")
+def _log_f64(u):
+    """log(u) for a float64 u > 0 (normal), as e ln2 + log(m), u = 2**e m, m in [sqrt(1/2), sqrt(2))."""
+    bits = bitcast_f64_to_i64(u)
+    e = (bits - np.int64(_SQRT_HALF_BITS)) >> np.int64(52)
+    f = bitcast_i64_to_f64(bits - (e << np.int64(52))) - 1.0      # exact
+    s = f / (f + 2.0)
+    z = s * s
+    p = _muladd(_muladd(_muladd(_muladd(_muladd(_P5, z, _P4), z, _P3), z, _P2), z, _P1), z, _P0)
+    ef = np.float64(e)
+    return _muladd(ef, _LN2_HI, _muladd(s * z, p, s + s) + ef * _LN2_LO)
+
+
+@njit(inline="always")
+def _log_special(u, r):
+    """r (log(u) for u in (0, inf)), or log's value at 0, inf, a negative u or NaN."""
+    special = -np.inf if u == 0.0 else (u if u == np.inf else np.nan)
+    return r if (u > 0.0 and u < np.inf) else special
+
+
+@njit(inline="always")
+def log_wide(x):
+    xd = np.float64(x)
+    return _log_special(xd, _log_f64(xd))
+
+
+@njit(inline="always")
+def log1p_wide(x):
+    """log(1 + x): 1 + x is exact in float64 for a float32 x with |x| >= 2**-29 (up to 2**53, and beyond the
+    rounding is negligible); below, log1p(x) = x - x**2 / 2 to float64 precision (and keeps -0)."""
+    xd = np.float64(x)
+    u = 1.0 + xd
+    r = _log_special(u, _log_f64(u))
+    return _muladd(-0.5 * xd, xd, xd) if abs(xd) < _LOG1P_TINY else r
+
+
+@njit(inline="always")
+def narrow_to_f16(x):
+    """float64 -> the nearest f16 value (one rounding), as float32."""
+    return f16_to_f32(f64_to_f16(x))
+
+
+@njit(inline="always")
+def narrow_to_bf16(x):
+    """float64 -> the nearest bf16 value (one rounding: through float32 rounded to odd), as float32."""
+    return round_bf16(_f64_to_f32_odd(x))
