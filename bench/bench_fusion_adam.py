@@ -7,34 +7,15 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from hloexec.kernels import fusion
-from hloexec.kernels.irbuild import Builder
 from timing import best_of
 
-
-def adam_fusion(n: int):
-    """p, m, v: f32[n]; g: f16[n]; lr: f32[] -> (p', m', v')."""
-    b = Builder("fused_adam")
-    s = f"f32[{n}]"
-    p, m, v, g = b.param(0, s), b.param(1, s), b.param(2, s), b.param(3, f"f16[{n}]")
-    lr = b.param(4, "f32[]")
-
-    def bc(x):
-        return b.op("broadcast", s, x, dimensions="{}")
-
-    def c(val):
-        return bc(b.const("f32[]", val))
-
-    gf = b.op("convert", s, g)
-    m2 = b.op("add", s, b.op("multiply", s, m, c("0.9")), b.op("multiply", s, gf, c("0.1")))
-    v2 = b.op("add", s, b.op("multiply", s, v, c("0.999")),
-              b.op("multiply", s, b.op("multiply", s, gf, gf), c("0.001")))
-    upd = b.op("divide", s, b.op("multiply", s, m2, bc(lr)), b.op("add", s, b.op("sqrt", s, v2), c("1e-08")))
-    p2 = b.op("subtract", s, p, upd)
-    return b.build(b.op("tuple", f"({s}, {s}, {s})", p2, m2, v2))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_kernels_fusion import adam as adam_fusion  # noqa: E402  (the fusion the kernel tests check)
 
 
 def main():

@@ -16,17 +16,6 @@ from hloexec.kernels.irbuild import Builder
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("HLOEXEC_CACHE_DIR")
-    os.environ["HLOEXEC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
-    yield
-    if old is None:
-        os.environ.pop("HLOEXEC_CACHE_DIR", None)
-    else:
-        os.environ["HLOEXEC_CACHE_DIR"] = old
-
-
 def rng():
     return np.random.default_rng(0)
 

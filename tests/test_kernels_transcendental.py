@@ -1,7 +1,6 @@
 """The vectorizable transcendentals of fused kernels (kernels/scalar.py `*_wide`, used for f32 / f16 / bf16)
 against numpy's float64 functions rounded once to the type: f16 and bf16 bit-identical over every bit
 pattern, f32 within 1 ULP over 2M values spread across the exponent range, special values included."""
-import os
 
 import ml_dtypes
 import numpy as np
@@ -17,17 +16,6 @@ REFERENCE = {"exponential": np.exp, "exponential-minus-one": np.expm1, "log": np
 # (dtype, significant bits, exponent of the smallest normal as frexp gives it, quiet-NaN bit)
 TYPES = {"f16": (np.float16, 11, -13, 1 << 9), "bf16": (BF16, 8, -125, 1 << 6),
          "f32": (np.float32, 24, -125, 1 << 22)}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    old = os.environ.get("HLOEXEC_CACHE_DIR")
-    os.environ["HLOEXEC_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernels"))
-    yield
-    if old is None:
-        os.environ.pop("HLOEXEC_CACHE_DIR", None)
-    else:
-        os.environ["HLOEXEC_CACHE_DIR"] = old
 
 
 def run_all_ops(et, x, out_et=None, excess_precision=False):
