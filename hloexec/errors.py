@@ -39,3 +39,7 @@ def describe_site(instruction) -> str:
     where = f"\n  in %{instruction.name} = {instruction.opcode}(...) of computation %{comp} (HLO line {instruction.line})"
     loc = instruction.source_location
     return where + (f", from {loc}" if loc else "")
+
+
+class CompileWarning(RuntimeWarning):
+    """A fused kernel failed to compile (a bug in hloexec's code generator): it runs op by op instead."""

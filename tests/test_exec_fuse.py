@@ -103,15 +103,32 @@ def test_tiered_kernel_interprets_then_compiles():
     exe = hloexec.load(F16_CHAIN)               # compile_after=1: op by op once, compiled from then on
     kernel = exe.plan.steps[0].kernel
     assert isinstance(kernel, TieredKernel) and kernel.calls == 0
-    compiled_calls = []
-    compiled = kernel.compiled
-    kernel.compiled = lambda *operands: compiled_calls.append(1) or compiled(*operands)
+    interpreted = []
+    interpret = kernel.interpret
+    kernel.interpret = lambda *operands: interpreted.append(1) or interpret(*operands)
     inputs = _inputs(exe, seed=5)
     first = exe.run(*inputs)
-    assert kernel.calls == 1 and compiled_calls == []
+    assert interpreted == [1]
     second = exe.run(*inputs)
-    assert compiled_calls == [1] and compiled.fn.signatures
+    assert interpreted == [1] and kernel.compiled.fn.signatures         # the second run compiled it
     assert first.tobytes() == second.tobytes()                          # exact ops: both tiers agree
+
+
+def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(monkeypatch):
+    from hloexec.errors import CompileWarning
+    from hloexec.kernels.fusion import FusedKernel
+
+    def broken(self):
+        raise RuntimeError("generated code does not compile")
+    monkeypatch.setattr(FusedKernel, "compile", broken)
+    reference = hloexec.load(F16_CHAIN, use_numba=False)
+    inputs = _inputs(reference, seed=2)
+    want = reference.run(*inputs)
+    for options in ({"compile_after": 0}, {"compile_after": 1}):
+        with pytest.warns(CompileWarning, match="does not compile"):
+            exe = hloexec.load(F16_CHAIN, **options)
+            runs = [exe.run(*inputs) for _ in range(2)]
+        assert all(r.tobytes() == want.tobytes() for r in runs)
 
 
 def test_small_chains_stay_op_by_op():

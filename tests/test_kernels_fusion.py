@@ -454,3 +454,21 @@ ENTRY e {{ p = f64[4] parameter(0)
     compiled = hloexec.load(text, compile_after=0).run(x)
     op_by_op = hloexec.load(text, use_numba=False).run(x)
     assert compiled.tobytes() == op_by_op.tobytes()
+
+
+def test_pad_of_outer_dims_keeps_the_guarded_load_inside_the_inner_loops(monkeypatch):
+    """ResNet's input padding: only the outer dims are padded, the innermost one (channels) is not; the
+    guarded load reads all of the index, so it must sit inside the channel loop (it was placed outside
+    and read a value defined later)."""
+    import hloexec
+    import hloexec.exec.executor as executor
+    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    text = """HloModule m
+fused { p = f32[1,24,24,3] parameter(0)
+ z = f32[] constant(0)
+ ROOT pad = f32[1,30,30,3] pad(p, z), padding=0_0x3_3x3_3x0_0 }
+ENTRY e { p = f32[1,24,24,3] parameter(0)
+ ROOT f = f32[1,30,30,3] fusion(p), kind=kLoop, calls=fused }"""
+    x = np.random.default_rng(0).standard_normal((1, 24, 24, 3)).astype(np.float32)
+    compiled = hloexec.load(text, compile_after=0).run(x)
+    assert compiled.tobytes() == hloexec.load(text, use_numba=False).run(x).tobytes()

@@ -537,8 +537,9 @@ class _Generator:
             if all(eval(cnd) for cnd in conds):   # noqa: S307
                 return self.value(src, tuple(comps))
             return pv
-        return self.guarded(inst, conds, deps + ([pv] if _is_ident(pv) else []),
-                            lambda: self.value(src, tuple(comps)), pv)
+        # the guarded load depends on every index component, not only the padded dims' (see concatenate)
+        value_deps = [x for x in index if _is_ident(x)] + deps + ([pv] if _is_ident(pv) else [])
+        return self.guarded(inst, conds, value_deps, lambda: self.value(src, tuple(comps)), pv)
 
     def concatenate(self, inst, index):
         dim = inst.attr("dimensions")[0]
