@@ -69,8 +69,6 @@ _VALUES_UNDEFINED = {
 _SLOW = {
     "xla__backends__cpu__benchmarks__hlo__gemma3_1b_flax_call.hlo",
     "xla__backends__cpu__benchmarks__hlo__diffrax.b380012920.hlo",
-    "xla__backends__cpu__benchmarks__hlo__sort_full_1024x4096_bf16.hlo",
-    "xla__backends__cpu__benchmarks__hlo__argsort_axis_1024x512_bf16.hlo",
     "xla__backends__cpu__benchmarks__hlo__jax.b380442861.hlo",
     "xla__codegen__emitters__tests__loop__large_loop_slow_compile_time.hlo",
     "xla__service__gpu__tests__reduce_row_vectorized.hlo",

@@ -1,5 +1,6 @@
 """gather / scatter / sort against XLA:CPU through jax.lax."""
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -178,7 +179,8 @@ ENTRY e {{ x = {shape_text(dt, x.shape)} parameter(0) p = s32[2,24] parameter(1)
   ROOT s = ({shape_text(dt, x.shape)}, s32[2,24]) sort(x, p), dimensions={{1}}, is_stable=true, to_apply=cmp }}"""
     want = run_on_xla_cpu(text, [x, payload])
     name = type_name(dt)
-    comp = scalar_computation("compare", name, extra_params=("s32", "s32"), direction=direction, type="TOTALORDER")
+    comp = scalar_computation("compare", name, extra_params=("s32", "s32"), direction=direction,
+                              **({"type": "TOTALORDER"} if tot else {}))
     inst = make_inst("sort", f"({shape_text(dt, x.shape)}, s32[2,24])", [shape_text(dt, x.shape), "s32[2,24]"],
                      dimensions=(1,), is_stable=True, called={"to_apply": comp})
     gx, gp = IX.prepare_sort(inst, FakeContext())(x, payload)
@@ -200,3 +202,166 @@ def test_sort_general_comparator_two_keys():
     wa, wb = lax.sort((a, -b), dimension=1, num_keys=2)
     np.testing.assert_array_equal(ga, wa)
     np.testing.assert_array_equal(gb, -np.asarray(wb))
+
+
+# Denormals are left out: XLA:CPU compares with DAZ, so jax's `x == 0` canonicalization makes them ties of
+# 0 there, while hloexec does not flush (see hloexec/ops/elementwise.py).
+SORT_SPECIAL = np.concatenate([SPECIAL, np.array([0x7FC00001, 0xFFC00002, 0x7F800001], np.uint32).view(np.float32)])
+JAX_SORTS = {  # name -> (number of operands, function of them); every one lowers to a canonicalizing comparator
+    "argsort": (1, lambda x: jnp.argsort(x, axis=1)),
+    "argsort-descending": (1, lambda x: jnp.argsort(x, axis=1, descending=True)),
+    "sort-axis0": (1, lambda x: jnp.sort(x, axis=0)),
+    "sort-payload": (2, lambda x, y: lax.sort((x, y), dimension=1, num_keys=1)),
+    "sort-2keys": (2, lambda x, y: lax.sort((x, y, -y), dimension=1, num_keys=2)),
+    "sort-3keys-int": (2, lambda x, y: lax.sort((y % 3, x, y.astype(jnp.uint8)), dimension=1, num_keys=3)),
+    "lexsort": (2, lambda x, y: jnp.lexsort((y, x), axis=1)),
+}
+
+
+def _bit_equal(got, want):
+    got = got if isinstance(got, (tuple, list)) else [got]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8))
+
+
+def _no_slow_sort(*args):
+    raise AssertionError("sort ran its comparator per comparison")
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.float16, BF], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", sorted(JAX_SORTS))
+def test_sort_jax_comparators_run_vectorized(monkeypatch, dt, name):
+    """jax's sorts (NaN/-0 canonicalizing TOTALORDER comparators, lexicographic keys) vs XLA:CPU, bit for bit,
+    without calling the comparator per comparison."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+    rs = np.random.RandomState(3)
+    with np.errstate(invalid="ignore"):     # NaN payloads cast to f16/bf16
+        row = np.concatenate([SORT_SPECIAL, np.round(rs.randn(17), 1).astype(np.float32)]).astype(dt)
+    x = np.stack([row, row[::-1], rs.permutation(row), np.zeros_like(row), -row])
+    y = rs.randint(-4, 5, x.shape).astype(np.int32)
+    nargs, f = JAX_SORTS[name]
+    args = [x, y][:nargs]
+    text = jax.jit(f).lower(*args).as_text(dialect="hlo")
+    want = run_on_xla_cpu(text, args)
+    monkeypatch.setattr(IX, "_comparator_permutation", _no_slow_sort)
+    _bit_equal(hloexec.load(text).run(*args), want)
+
+
+def _sort_module(comparator_body: str) -> str:
+    """sort((f32[3,12], s32[3,12])) along dimension 1 by a comparator of a, b: f32 and c, d: s32."""
+    return f"""HloModule m
+cmp {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3){comparator_body}
+}}
+ENTRY e {{
+  x = f32[3,12] parameter(0)
+  y = s32[3,12] parameter(1)
+  ROOT s = (f32[3,12], s32[3,12]) sort(x, y), dimensions={{1}}, is_stable=true, to_apply=cmp
+}}"""
+
+
+SORT_COMPARATORS = {  # name -> (runs vectorized, comparator body): valid orders all
+    # lexicographic through select, the first key descending (operands swapped), the second descending (GT)
+    "select-lexicographic": (True, """
+  eq = pred[] compare(a, b), direction=EQ, type=TOTALORDER
+  gt1 = pred[] compare(c, d), direction=GT
+  lt0 = pred[] compare(b, a), direction=LT, type=TOTALORDER
+  ROOT r = pred[] select(eq, gt1, lt0)"""),
+    # a key of the second operand only, through arithmetic: sorts by -(d >> 1)
+    "int-expression": (True, """
+  one = s32[] constant(1)
+  sc = s32[] shift-right-arithmetic(c, one)
+  nc = s32[] negate(sc)
+  sd = s32[] shift-right-arithmetic(d, one)
+  nd = s32[] negate(sd)
+  ROOT r = pred[] compare(nc, nd), direction=LT, type=SIGNED"""),
+    # the two sides differ (2a against b + b): a valid order, but not one expression of each side
+    "unmirrored": (False, """
+  two = f32[] constant(2)
+  a2 = f32[] multiply(a, two)
+  b2 = f32[] add(b, b)
+  ROOT r = pred[] compare(a2, b2), direction=LT, type=TOTALORDER"""),
+    # XLA's old total order by hand: bitcast to s32, flip the magnitude bits of negatives; descending
+    "bitcast-total-order": (True, """
+  zero = s32[] constant(0)
+  magnitude = s32[] constant(2147483647)
+  ia = s32[] bitcast-convert(a)
+  na = pred[] compare(ia, zero), direction=LT
+  xa = s32[] xor(ia, magnitude)
+  ka = s32[] select(na, xa, ia)
+  ib = s32[] bitcast-convert(b)
+  nb = pred[] compare(ib, zero), direction=LT
+  xb = s32[] xor(ib, magnitude)
+  kb = s32[] select(nb, xb, ib)
+  ROOT r = pred[] compare(ka, kb), direction=GT"""),
+    # equal constants written twice
+    "equal-constants": (True, """
+  one = s32[] constant(1)
+  one2 = s32[] constant(1)
+  c1 = s32[] multiply(c, one)
+  d1 = s32[] multiply(d, one2)
+  ROOT r = pred[] compare(c1, d1), direction=LT"""),
+    # a commuted operand on one side only
+    "commuted": (False, """
+  one = s32[] constant(1)
+  c1 = s32[] add(c, one)
+  d1 = s32[] add(one, d)
+  ROOT r = pred[] compare(c1, d1), direction=LT"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SORT_COMPARATORS))
+def test_sort_comparator_forms(monkeypatch, name):
+    """Hand-written comparators vs XLA:CPU; the ones not recognized as keys run per comparison."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+    vectorized, body = SORT_COMPARATORS[name]
+    text = _sort_module(body)
+    rs = np.random.RandomState(4)
+    x = np.round(rs.randn(3, 12), 0).astype(np.float32)
+    x[0, :4] = [np.nan, -0.0, 0.0, -np.inf]
+    y = rs.randint(-6, 6, x.shape).astype(np.int32)
+    want = run_on_xla_cpu(text, [x, y])
+    slow_calls = []
+    slow = IX._comparator_permutation
+    monkeypatch.setattr(IX, "_comparator_permutation", lambda *a: slow_calls.append(1) or slow(*a))
+    _bit_equal(hloexec.load(text).run(x, y), want)
+    assert bool(slow_calls) != vectorized
+
+
+NOT_KEYS = {  # comparator bodies (see _sort_module) that compare no keys: they must run per comparison
+    "different-constants": """
+  one = s32[] constant(1)
+  two = s32[] constant(2)
+  c1 = s32[] multiply(c, one)
+  d2 = s32[] multiply(d, two)
+  ROOT r = pred[] compare(c1, d2), direction=LT""",
+    "both-elements-on-one-side": """
+  ab = f32[] add(a, b)
+  ROOT r = pred[] compare(ab, b), direction=LT""",
+    "non-strict": "\n  ROOT r = pred[] compare(c, d), direction=LE",
+    "tie-of-another-key": """
+  lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
+  eq = pred[] compare(c, d), direction=EQ
+  lt1 = pred[] compare(c, d), direction=LT
+  tie = pred[] and(eq, lt1)
+  ROOT r = pred[] or(lt, tie)""",
+    "tie-of-another-order": """
+  lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
+  eq = pred[] compare(a, b), direction=EQ
+  lt1 = pred[] compare(c, d), direction=LT
+  tie = pred[] and(eq, lt1)
+  ROOT r = pred[] or(lt, tie)""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_KEYS))
+def test_sort_comparators_that_are_not_keys(name):
+    module = hloexec.parse(_sort_module(NOT_KEYS[name]))[0]
+    comparator = next(c for c in module.computations if c.name == "cmp")
+    assert IX._sort_keys(comparator.root) is None

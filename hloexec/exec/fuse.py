@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from ..ir.module import Computation, Instruction
 from ..kernels import elementwise as ew
 
-_ELEMENTWISE = ew.UNARY_OPS | ew.BINARY_OPS | {"select", "clamp", "convert", "compare", "bitcast-convert"}
 _MOVEMENT = frozenset({"broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "pad", "concatenate",
                        "copy", "dynamic-slice"})
 # Members that do no work op by op worth saving (a broadcast does: numpy materialises it in full).
@@ -43,7 +42,7 @@ class FusedGroup:
 
 def _fusible(inst: Instruction) -> bool:
     op = inst.opcode
-    if inst.shape.is_tuple or op not in _ELEMENTWISE and op not in _MOVEMENT and op not in (
+    if inst.shape.is_tuple or op not in ew.ELEMENTWISE_OPS and op not in _MOVEMENT and op not in (
             "reduce", "iota", "constant"):
         return False
     if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):

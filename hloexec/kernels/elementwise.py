@@ -333,3 +333,5 @@ UNARY_OPS = frozenset(_FLOAT_UNARY) | frozenset(_INT_UNARY) | {"not", "is-finite
 BINARY_OPS = frozenset({"add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum",
                         "atan2", "and", "or", "xor", "shift-left", "shift-right-logical",
                         "shift-right-arithmetic"})
+# Every op computing each element from its operands' elements at the same index.
+ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"select", "clamp", "convert", "compare", "bitcast-convert"}

@@ -88,3 +88,19 @@ def scalar(a):
 def as_tuple(v):
     """A computation's result as a tuple of values (a non-tuple result is one value)."""
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """An integer key whose order is XLA's total order (floats: -NaN < -inf < ... < -0 < +0 < ... < NaN)."""
+    dt = x.dtype
+    if dt == np.bool_:
+        return x.astype(np.int8)
+    if dt.kind in "iu":
+        return x
+    if dt.kind == "c":
+        raise TypeError("complex sort key")
+    bits = dt.itemsize * 8
+    it = np.dtype(f"i{dt.itemsize}")
+    b = contig(x).view(it)
+    mask = np.array(np.iinfo(it).max, it)
+    return b ^ ((b >> np.array(bits - 1, it)) & mask)

@@ -27,8 +27,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from .contraction import compute_dtype, dot_general, finish, to_compute
-from .indexing import total_order_key
-from .common import contig
+from .common import contig, total_order_key
 from .registry import op
 
 _F32 = np.dtype(np.float32)

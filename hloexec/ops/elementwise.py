@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.shape import array_shape
+from .common import total_order_key
 from .registry import ALL, FLOATS, op
 
 _F32 = np.dtype(np.float32)
@@ -507,14 +508,6 @@ _CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
         "GT": np.greater, "GE": np.greater_equal}
 
 
-def _total_order_key(x: np.ndarray) -> np.ndarray:
-    """Signed integers ordered as XLA's total order of the floats x (sign-magnitude -> two's complement)."""
-    sdt = _signed(x.dtype)
-    i = x.view(sdt)
-    mx = sdt.type(np.iinfo(sdt).max)
-    return np.where(i < 0, i ^ mx, i)
-
-
 @op("compare", dtypes=ALL, shape_rule=_pred_shape_rule,
     notes="direction EQ/NE/LT/LE/GT/GE; type FLOAT (IEEE, NaN unordered), TOTALORDER, SIGNED, UNSIGNED")
 def _prepare_compare(inst, ctx):
@@ -530,7 +523,7 @@ def _prepare_compare(inst, ctx):
         return lambda a, b: fn(a, b)
     if kind == "float":
         if ctype == "TOTALORDER":
-            return lambda a, b: fn(_total_order_key(a), _total_order_key(b))
+            return lambda a, b: fn(total_order_key(a), total_order_key(b))
         _require(ctype == "FLOAT", f"compare type {ctype} of float operands", inst)
         if _compute_dtype(inst.operands[0].shape.dtype) != inst.operands[0].shape.dtype:
             return lambda a, b: fn(low_to_f32(a, quiet=False), low_to_f32(b, quiet=False))

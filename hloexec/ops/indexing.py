@@ -9,22 +9,31 @@
   one add/mul/max/min/and/or/xor of their parameters, or that return parameter 1 (replace), run
   vectorized (ufunc.at / fancy assignment: f16/bf16 round per combine, as XLA); any other (and
   variadic) computation runs per element through the computation (slow).
-* sort: `dimensions={d}`, several operands, comparator on 2N scalars. Fast path when the comparator is
-  one LT/GT compare of parameters 0 and 1: stable numpy argsort (TOTALORDER: -NaN < -inf < ... < -0 <
-  +0 < ... < inf < NaN via an integer key; default FLOAT compare: -0 == +0, NaN sorts last ascending /
-  last descending -- XLA leaves NaN placement of a non-total compare unspecified). Any other comparator:
-  Python's stable sort with functools.cmp_to_key per row (slow). is_stable=false sorts stably too.
+* sort: `dimensions={d}`, several operands, comparator on 2N scalars. Fast path when the comparator
+  orders by keys: its root is compare(f(p2k), f(p2k+1)), direction LT/GT (either operand order), f one
+  elementwise expression of parameter 2k and constants (plain compares of the operands, and jax's, which
+  canonicalize NaN and -0 before a TOTALORDER compare), or combines several such compares
+  lexicographically (or(lt0, and(eq0, rest)) as jax emits for num_keys > 1, or select(eq0, rest, lt0)).
+  Each key's f runs once on the whole operand through the registered kernels, then a stable numpy
+  argsort/lexsort of an ordering array (TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN via an
+  integer key; default FLOAT compare: -0 == +0, NaN sorts last ascending and descending -- XLA leaves NaN
+  placement of a non-total compare unspecified). XLA:CPU runs the comparator in std::stable_sort, so ties
+  keep their order, as here. Any other comparator: Python's stable sort with functools.cmp_to_key per row
+  (slow). is_stable=false sorts stably too (a valid result).
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.attributes import gather_dims, scatter_dims
-from .common import as_tuple, binary_kind, called, contig, ints, scalar, str_attr, ufunc_for
-from .registry import op
+from ..ir.module import Instruction
+from ..kernels import elementwise as ew
+from .common import as_tuple, binary_kind, called, contig, ints, scalar, total_order_key, ufunc_for
+from .registry import lookup, op
 
 
 def _full_starts(indices, ivd, index_map, op_batch, idx_batch, operand_rank):
@@ -167,95 +176,217 @@ def prepare_scatter(inst, ctx):
 
 
 # -- sort --------------------------------------------------------------------------------------
-def total_order_key(x: np.ndarray) -> np.ndarray:
-    """An integer key whose order is XLA's total order (floats: -NaN < -inf < ... < -0 < +0 < ... < NaN)."""
-    dt = x.dtype
-    if dt == np.bool_:
-        return x.astype(np.int8)
-    if dt.kind in "iu":
-        return x
-    if dt.kind == "c":
-        raise TypeError("complex sort key")
-    bits = dt.itemsize * 8
-    it = np.dtype(f"i{dt.itemsize}")
-    b = contig(x).view(it)
-    mask = np.array(np.iinfo(it).max, it)
-    return b ^ ((b >> np.array(bits - 1, it)) & mask)
+# Opcodes whose registered kernels are elementwise numpy closures over values of any shape: run on whole
+# operands (0-d constants broadcast) they compute what a comparator computes element by element. Not clamp
+# (its kernel does not broadcast a 0-d bound against an array); bitcast-convert only between types of one
+# width (checked in _expression).
+_KEY_OPCODES = ew.ELEMENTWISE_OPS - {"clamp", "bitcast-convert"}
 
 
-def _sort_fast_kind(comp):
-    """('LT'|'GT', total) when comp is compare(p0, p1, direction=LT|GT[, type=...])."""
-    params, root = comp.parameters, comp.root
-    if root.opcode != "compare" or len(root.operands) != 2 or len(params) < 2:
+@dataclass(frozen=True)
+class _SortKey:
+    """One key of a comparator: `root`, computed from parameter 2 * `operand` (`parameter`) and constants
+    by the elementwise instructions `expression` (dependencies first)."""
+    operand: int
+    parameter: Instruction
+    expression: tuple[Instruction, ...]
+    root: Instruction
+    compare_type: str            # TOTALORDER | FLOAT | SIGNED | UNSIGNED, as the compare kernel reads it
+    descending: bool
+
+
+def _expression(root):
+    """The instructions `root` is computed from, dependencies first, when they are constants, parameters
+    and _KEY_OPCODES (same-width bitcast-convert too) on arrays; else None."""
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        inst, expanded = stack.pop()
+        if expanded:
+            order.append(inst)
+            continue
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        op_ = inst.opcode
+        if inst.shape.is_tuple or not (op_ in ("parameter", "constant") or op_ in _KEY_OPCODES or (
+                op_ == "bitcast-convert" and inst.operands[0].shape.element_type.bits
+                == inst.shape.element_type.bits)):
+            return None
+        stack.append((inst, True))
+        stack.extend((o, False) for o in reversed(inst.operands))
+    return order
+
+
+def _mirrors(a, b, pa, pb, memo: dict) -> bool:
+    """Whether `b` computes from parameter `pb` what `a` computes from parameter `pa` (same opcodes,
+    shapes, compare attributes and constant values)."""
+    pair = (id(a), id(b))     # memo: shared operands are walked once
+    if pair not in memo:
+        if a is pa or b is pb:
+            same = a is pa and b is pb
+        elif a is b:
+            same = True
+        elif a.opcode != b.opcode or a.shape != b.shape or len(a.operands) != len(b.operands):
+            same = False
+        elif a.opcode == "parameter":
+            same = False
+        elif a.opcode == "constant":
+            same = np.asarray(a.literal).tobytes() == np.asarray(b.literal).tobytes()
+        else:
+            same = (a.attr("direction"), a.attr("type")) == (b.attr("direction"), b.attr("type")) and all(
+                _mirrors(x, y, pa, pb, memo) for x, y in zip(a.operands, b.operands))
+        memo[pair] = same
+    return memo[pair]
+
+
+def _compare_type(cmp) -> str | None:
+    """The comparison `cmp` makes (its type= or the default for its operands), None for complex."""
+    kind = cmp.operands[0].shape.element_type.kind
+    ctype = cmp.attr("type") or {"float": "FLOAT", "sint": "SIGNED"}.get(kind, "UNSIGNED")
+    valid = ("TOTALORDER", "FLOAT") if kind == "float" else ("SIGNED", "UNSIGNED")
+    return ctype if kind != "complex" and ctype in valid else None
+
+
+def _compared_key(cmp, directions) -> _SortKey | None:
+    """The key f(p2k) when `cmp` is compare(f(p2k), f(p2k+1)) or compare(f(p2k+1), f(p2k)), f elementwise
+    over constants, with a direction in `directions` (read with p2k on the left); else None."""
+    if cmp.opcode != "compare" or len(cmp.operands) != 2 or cmp.attr("direction") not in directions:
         return None
-    if root.operands[0] is not params[0] or root.operands[1] is not params[1]:
-        if root.operands[0] is params[1] and root.operands[1] is params[0]:
-            d = str_attr(root, "direction")
-            flip = {"LT": "GT", "GT": "LT"}.get(d)
-            if flip is None:
-                return None
-            return flip, (str_attr(root, "type") or "").upper() == "TOTALORDER"
+    ctype = _compare_type(cmp)
+    a, b = cmp.operands
+    ea, eb = _expression(a), _expression(b)
+    if ctype is None or ea is None or eb is None:
         return None
-    d = str_attr(root, "direction")
-    if d not in ("LT", "GT"):
+    pa = [i for i in ea if i.opcode == "parameter"]
+    pb = [i for i in eb if i.opcode == "parameter"]
+    if len(pa) != 1 or len(pb) != 1:
         return None
-    return d, (str_attr(root, "type") or "").upper() == "TOTALORDER"
+    (pa,), (pb,) = pa, pb
+    na, nb = pa.parameter_number, pb.parameter_number
+    direction = cmp.attr("direction")
+    if na > nb:
+        a, b, pa, pb, ea, na, nb = b, a, pb, pa, eb, nb, na
+        direction = {"LT": "GT", "GT": "LT"}.get(direction, direction)
+    if na % 2 or nb != na + 1 or not _mirrors(a, b, pa, pb, {}):
+        return None
+    return _SortKey(na // 2, pa, tuple(i for i in ea if i is not pa), a, ctype, direction == "GT")
 
 
-def sort_permutation(key: np.ndarray, axis: int, descending: bool, total: bool) -> np.ndarray:
-    if key.dtype.kind == "f" or key.dtype.kind == "V" or (key.dtype.kind not in "iub"):
-        if total:
-            k = total_order_key(key)
-            return np.argsort(~k if descending else k, axis=axis, kind="stable")
+def _ties(eq, key: _SortKey) -> bool:
+    """Whether `eq` is compare(f(p2k), f(p2k+1), EQ) for `key`'s f and compare type: true exactly when
+    neither element is less by that key."""
+    other = _compared_key(eq, ("EQ",))
+    if other is None:
+        return False
+    return (other.operand, other.compare_type) == (key.operand, key.compare_type) and _mirrors(
+        other.root, key.root, key.parameter, key.parameter, {})
+
+
+def _sort_keys(less) -> list[_SortKey] | None:
+    """The keys, most significant first, when the comparator root `less` is one LT/GT compare of a key
+    (`_compared_key`) or compares lexicographically: or(lt0, and(eq0, rest)) (jax's form for
+    num_keys > 1, either operand order) or select(eq0, rest, lt0); else None."""
+    key = _compared_key(less, ("LT", "GT"))
+    if key is not None:
+        return [key]
+    if less.opcode == "or" and len(less.operands) == 2:
+        candidates = [(x, y) for x, y in (less.operands, less.operands[::-1]) if y.opcode == "and"]
+        candidates = [(lt, *pair) for lt, tie in candidates for pair in (tie.operands, tie.operands[::-1])]
+    elif less.opcode == "select":
+        candidates = [(less.operands[2], less.operands[0], less.operands[1])]
+    else:
+        return None
+    for lt, eq, rest in candidates:
+        first = _compared_key(lt, ("LT", "GT"))
+        if first is not None and _ties(eq, first):
+            rest_keys = _sort_keys(rest)
+            if rest_keys is not None:
+                return [first, *rest_keys]
+    return None
+
+
+def _ordering(key: np.ndarray, compare_type: str, descending: bool) -> np.ndarray:
+    """An array whose ascending stable argsort orders `key` as compare(LT, or GT when `descending`) of
+    `compare_type` does. TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN via an integer key. FLOAT:
+    -0 == +0, NaN last either way (the compare is then no strict weak order: XLA leaves it unspecified)."""
+    if compare_type == "FLOAT":
         k = key.astype(np.float64)
         if descending:
             with np.errstate(invalid="ignore"):
                 k = -k
-        k = np.where(k == 0, 0.0, k)  # -0 == +0 under a FLOAT compare
-        return np.argsort(k, axis=axis, kind="stable")
-    k = total_order_key(key)
-    return np.argsort(~k if descending else k, axis=axis, kind="stable")
+        return np.where(k == 0, 0.0, k)
+    if compare_type == "TOTALORDER":
+        k = total_order_key(key)
+    elif key.dtype == np.bool_:
+        k = key.astype(np.int8)
+    else:
+        k = key.view(f"{'i' if compare_type == 'SIGNED' else 'u'}{key.dtype.itemsize}")
+    return ~k if descending else k
+
+
+def _keys_permutation(keys, steps, xs, axis: int) -> np.ndarray:
+    """The stable sorting permutation along `axis` by `keys` (most significant first): each key's
+    expression runs once on its whole operand through the prepared kernels `steps`."""
+    orderings = []
+    for key, key_steps in zip(keys, steps):
+        values = {key.parameter: xs[key.operand]}
+        for inst, kernel in key_steps:
+            values[inst] = kernel(*[values[o] for o in inst.operands])
+        value = np.broadcast_to(values[key.root], xs[0].shape)
+        orderings.append(_ordering(value, key.compare_type, key.descending))
+    if len(orderings) == 1:
+        return np.argsort(orderings[0], axis=axis, kind="stable")
+    return np.lexsort(orderings[::-1], axis=axis)    # stable; its last key is the primary one
+
+
+def _comparator_permutation(less, xs, axis: int) -> np.ndarray:
+    """The stable sorting permutation along `axis` by calling the comparator `less` per comparison (slow)."""
+    moved = [np.moveaxis(x, axis, -1) for x in xs]
+    shp = moved[0].shape
+    L = shp[-1]
+    rows = [m.reshape(-1, L) for m in moved]
+    perm_rows = np.empty((rows[0].shape[0], L), np.int64)
+    for r in range(rows[0].shape[0]):
+        row = [rw[r] for rw in rows]
+
+        def lt(i, j, row=row):
+            args = []
+            for v in row:
+                args += [scalar(v[i]), scalar(v[j])]
+            return bool(np.asarray(less(*args)))
+
+        def cmp(i, j, lt=lt):
+            if lt(i, j):
+                return -1
+            if lt(j, i):
+                return 1
+            return 0
+        perm_rows[r] = sorted(range(L), key=functools.cmp_to_key(cmp))
+    return np.moveaxis(perm_rows.reshape(shp), -1, axis)
 
 
 @op("sort", kernel="numpy",
-    notes="Comparator = one LT/GT compare of operand 0: stable argsort (TOTALORDER via integer keys). "
-          "Other comparators: Python stable sort with cmp_to_key per row (slow). Always stable.")
+    notes="Comparators ordering by elementwise functions of the operands (plain LT/GT compares, jax's "
+          "NaN/-0 canonicalizing TOTALORDER compare, lexicographic num_keys > 1): keys computed on whole "
+          "arrays, stable numpy argsort/lexsort. Other comparators: Python stable sort with cmp_to_key per "
+          "row (slow). Always stable.")
 def prepare_sort(inst, ctx):
     dims = ints(inst.attr("dimensions"))
     axis = dims[0] if dims else 0
     comp = called(inst, "to_apply", "comparator")
-    fast = _sort_fast_kind(comp)
+    keys = _sort_keys(comp.root)
     n = len(inst.operands)
     tuple_out = inst.shape.is_tuple
-    fn = None if fast is not None else ctx.computation(comp)
+    if keys is not None:
+        steps = [[(i, lookup(i).prepare(i, ctx)) for i in key.expression] for key in keys]
+    else:
+        less = ctx.computation(comp)
 
     def kernel(*xs):
-        if fast is not None:
-            direction, total = fast
-            perm = sort_permutation(xs[0], axis, direction == "GT", total)
+        if keys is not None:
+            perm = _keys_permutation(keys, steps, xs, axis)
         else:
-            moved = [np.moveaxis(x, axis, -1) for x in xs]
-            shp = moved[0].shape
-            L = shp[-1]
-            rows = [m.reshape(-1, L) for m in moved]
-            perm_rows = np.empty((rows[0].shape[0], L), np.int64)
-            for r in range(rows[0].shape[0]):
-                row = [rw[r] for rw in rows]
-
-                def less(i, j, row=row):
-                    args = []
-                    for v in row:
-                        args += [scalar(v[i]), scalar(v[j])]
-                    return bool(np.asarray(fn(*args)))
-
-                def cmp(i, j, less=less):
-                    if less(i, j):
-                        return -1
-                    if less(j, i):
-                        return 1
-                    return 0
-                perm_rows[r] = sorted(range(L), key=functools.cmp_to_key(cmp))
-            perm = np.moveaxis(perm_rows.reshape(shp), -1, axis)
+            perm = _comparator_permutation(less, xs, axis)
         outs = [contig(np.take_along_axis(x, perm, axis=axis)) for x in xs]
         return tuple(outs) if tuple_out or n > 1 else outs[0]
     return kernel
