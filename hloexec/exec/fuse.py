@@ -13,8 +13,9 @@ Rules:
   needs no value of a non-member that depends on a member (groups stay convex) and nothing is computed twice;
 * cheap producers (constants, iota, broadcasts of those or of scalars) are copied into every group that
   uses them instead of materialising a large broadcast;
-* a group is kept only when it pays: at least two ops that compute, or one on f16/bf16 (op by op they
-  convert through f32), and enough bytes (see ExecContext.fused_kernel, which may still decline it).
+* a group is kept only when it pays: at least two ops that do work op by op (an expanding broadcast
+  counts), or one f16/bf16 arithmetic op (op by op it converts through f32), and enough bytes (see
+  ExecContext.fused_kernel, which may still decline it).
 """
 from __future__ import annotations
 
@@ -123,8 +124,10 @@ def _make_group(insts: list[Instruction], group_of: dict[int, int]) -> FusedGrou
 
     body = [value_of(i) for i in insts]
     computes = [i for i in insts if i.opcode not in _NO_COMPUTE]
-    half = any(i.shape.element_type.name in ("f16", "bf16") for i in computes)
-    if len(computes) < 2 and not (computes and half):
+    # one f16/bf16 arithmetic op pays too: op by op, numpy computes it in f32 copies (data movement does not)
+    half = any(i.shape.element_type.name in ("f16", "bf16") and (i.opcode in ew.ELEMENTWISE_OPS
+                                                                  or i.opcode == "reduce") for i in computes)
+    if len(computes) < 2 and not half:
         return None
     body[-1].is_root = True      # copies are made operands first, so their insertion order is a schedule
     return FusedGroup(insts[-1], insts, inputs, Computation(f"fused.{insts[-1].name}", list(copies.values()),
