@@ -250,3 +250,24 @@ def test_device_counts_inferred_from_groups():
 
 if __name__ == "__main__":
     _write_programs(Path(sys.argv[1]))
+
+
+def test_memory_estimate_counts_scratch_for_the_participants_that_can_run_at_once():
+    """f16 ops hold f32 copies while they run: counted for min(N, cores) participants, not all N."""
+    import hloexec
+    from hloexec.exec.spmd import memory_estimate
+    from hloexec.kernels.threads import CORES
+    text = """HloModule m, num_partitions=8
+ENTRY e { x = f16[262144] parameter(0)
+  y = f16[262144] parameter(1)
+  a = f16[262144] add(x, y)
+  ROOT m = f16[262144] multiply(a, x) }"""
+    exe = hloexec.load(text, use_numba=False)
+    inputs = [exe.random_inputs(d) for d in range(8)]
+    est = memory_estimate(exe, inputs)
+    per_inputs = 2 * 262144 * 2
+    stored = exe.plan.peak_bytes(scratch=False) - per_inputs
+    scratch = exe.peak_bytes() - exe.plan.peak_bytes(scratch=False)
+    assert scratch > 0 and stored > 0
+    assert est["work"] == 8 * stored + min(8, CORES) * scratch < 8 * (exe.peak_bytes() - per_inputs)
+    assert est["total"] == est["work"] + 8 * per_inputs

@@ -207,15 +207,15 @@ class Plan:
             if progress is not None:
                 progress(done, total)
 
-    def peak_bytes(self, parameter_bytes: bool = True) -> int:
+    def peak_bytes(self, parameter_bytes: bool = True, scratch: bool = True) -> int:
         """Peak of live buffer bytes over the schedule (values of tuples counted by their leaves), with
-        what each step holds while it runs (see scratch_bytes)."""
+        what each step holds while it runs (`scratch`, see scratch_bytes)."""
         live = sum(p.shape.nbytes for p in self.computation.parameters) if parameter_bytes else 0
         peak = live
         for step in self.steps:
             if step.inst.opcode not in VIEW_OPS:
                 live += step.inst.shape.nbytes
-            peak = max(peak, live + scratch_bytes(step))
+            peak = max(peak, live + (scratch_bytes(step) if scratch else 0))
             for f in step.frees:
                 inst = self.order[f]
                 if inst.opcode not in VIEW_OPS and (inst.opcode != "parameter" or parameter_bytes):
