@@ -14,7 +14,6 @@ ROOT's `sharding`, else, for an output aliased to a parameter (input_output_alia
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 
@@ -227,9 +226,10 @@ def random_inputs(module: Module, num_devices: int, seed: int = 0) -> list[list]
 
 
 # -- memory ---------------------------------------------------------------------------------------------
-def memory_estimate(exe, per_device_inputs) -> dict:
+def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> dict:
     """Bytes N participants need at peak: N x (per-device peak of stored values - inputs), what the steps
-    hold while they run (scratch) for as many participants as there are cores, and the distinct inputs.
+    hold while they run (scratch) for the `concurrency` participants that compute at a time (default: the
+    cores), and the distinct inputs.
 
     Scratch (f32 copies of f16 operands, a fusion's op-by-op first run) lives only while a kernel runs;
     counting it for all N participants at once refused the 16-device GPT seed (32 GB estimated, 11.6 GB
@@ -241,7 +241,8 @@ def memory_estimate(exe, per_device_inputs) -> dict:
     per_device_inputs_bytes = sum(p.shape.nbytes for p in exe.module.entry.parameters)
     per_device_peak = exe.peak_bytes()
     stored_peak = exe.plan.peak_bytes(scratch=False)
-    work = n * max(stored_peak - per_device_inputs_bytes, 0) + min(n, CORES) * (per_device_peak - stored_peak)
+    running = min(n, concurrency or CORES)
+    work = n * max(stored_peak - per_device_inputs_bytes, 0) + running * (per_device_peak - stored_peak)
     return {"participants": n, "per_device_peak": per_device_peak, "inputs": input_bytes,
             "inputs_unshared": n * per_device_inputs_bytes, "work": work, "total": work + input_bytes}
 
@@ -282,7 +283,7 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
     if len(per_device_inputs) != n:
         raise ExecutionError(f"{n} participants ({P} partitions x {R} replicas) need {n} input lists, "
                              f"got {len(per_device_inputs)}")
-    memory = memory_estimate(exe, per_device_inputs)
+    memory = memory_estimate(exe, per_device_inputs, concurrency)
     available = available_memory()
     say(f"{n} participants: {_gb(memory['per_device_peak'])} peak each; inputs {_gb(memory['inputs'])} "
         f"({_gb(memory['inputs_unshared'])} unshared), {_gb(memory['work'])} working memory; "
@@ -294,7 +295,7 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
         raise ExecutionError(f"{n} participants need about {_gb(memory['work'])} beyond their inputs, the machine "
                              f"has {_gb(available)} available: run fewer participants per machine (README, 'SPMD runs')")
 
-    mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or os.cpu_count() or 1)
+    mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or CORES)
     outputs: list = [None] * n
     errors: dict[int, BaseException] = {}
 
