@@ -193,3 +193,22 @@ def test_max_memory_option(two_inputs):
         limited.run(X, np.int32(1))
     enough = hloexec.load(TWO_INPUTS, max_memory=two_inputs.peak_bytes())
     np.testing.assert_array_equal(enough.run(X, np.int32(1)), X + 1)
+
+
+def test_overflow_and_nan_are_values_not_warnings():
+    """f16 overflow in a cast and inf - inf in a reduce are what the program computes: no RuntimeWarning."""
+    import warnings
+    text = """HloModule m
+add { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b) }
+ENTRY e { x = f32[4] parameter(0)
+  h = f16[4] convert(x)
+  z = f32[] constant(0)
+  s = f32[] reduce(x, z), dimensions={0}, to_apply=add
+  ROOT t = (f16[4], f32[]) tuple(h, s) }"""
+    x = np.array([1e6, -np.inf, np.inf, 1.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h, s = hloexec.load(text, use_numba=False).run(x)
+    assert np.isinf(h[0]) and np.isnan(s)

@@ -177,7 +177,9 @@ class Executable:
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
                                  + "\n  ".join(map(str, params)))
         self._check_memory()
-        return self.plan(*[_coerce(arg, p) for arg, p in zip(args, params)], progress=progress, profile=profile)
+        with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
+            return self.plan(*[_coerce(arg, p) for arg, p in zip(args, params)], progress=progress,
+                             profile=profile)
 
     __call__ = run
 
