@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from cffi import FFI
+
+from ._scan_ffi import ffi     # the cdef of scan_cdef.py, pre-parsed by cffi (no pycparser at import)
 
 __all__ = [
     "ScanError",
@@ -59,45 +60,6 @@ __all__ = [
     "MODULE_HEADER",
 ]
 
-_CDEF = """
-typedef struct { uint64_t off; uint64_t len; } hlo_span;
-typedef struct {
-  hlo_span name; hlo_span shape; hlo_span opcode; hlo_span args;
-  uint32_t operand_begin; uint32_t operand_count;
-  uint32_t attr_begin; uint32_t attr_count;
-  uint32_t line; uint32_t column; uint32_t flags; int32_t computation;
-} hlo_instr;
-typedef struct {
-  hlo_span name; hlo_span shape; int32_t target; int32_t pad_;
-} hlo_operand;
-typedef struct { hlo_span key; hlo_span value; } hlo_attr;
-typedef struct {
-  hlo_span name; hlo_span signature;
-  uint32_t instr_begin; uint32_t instr_count;
-  uint32_t attr_begin; uint32_t attr_count;
-  uint32_t line; uint32_t flags; int32_t root; int32_t module;
-} hlo_comp;
-typedef struct {
-  hlo_span name; hlo_span text; hlo_span preamble;
-  uint32_t attr_begin; uint32_t attr_count;
-  uint32_t comp_begin; uint32_t comp_count;
-  uint32_t line; uint32_t flags; int32_t entry; int32_t pad_;
-} hlo_module;
-typedef struct {
-  hlo_module *modules;  uint64_t n_modules;
-  hlo_comp *comps;      uint64_t n_comps;
-  hlo_instr *instrs;    uint64_t n_instrs;
-  hlo_operand *operands; uint64_t n_operands;
-  hlo_attr *attrs;      uint64_t n_attrs;
-  int32_t error;
-  uint64_t error_offset;
-  const char *error_message;
-} hlo_tables;
-hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk);
-void hlo_tables_free(hlo_tables *t);
-void free(void *p);
-uint64_t hlo_struct_size(int which);
-"""
 
 # flags and error codes (mirror csrc/hlo_scan.h)
 INSTR_ROOT = 1
@@ -117,8 +79,6 @@ _STRUCTS = ["hlo_span", "hlo_instr", "hlo_operand", "hlo_attr", "hlo_comp", "hlo
 _TABLES = [("modules", "hlo_module"), ("comps", "hlo_comp"), ("instrs", "hlo_instr"),
            ("operands", "hlo_operand"), ("attrs", "hlo_attr")]
 
-ffi = FFI()
-ffi.cdef(_CDEF)
 
 
 def _lib_candidates() -> list[Path]:
