@@ -462,9 +462,9 @@ def test_huge_numbers_and_long_lines():
     assert int(t.instrs[1]["line"]) == 1 and int(t.instrs[1]["column"]) > 4_000_000
 
 
-def test_the_pre_parsed_cffi_module_matches_the_cdef(tmp_path):
-    """hloexec/parser/_scan_ffi.py is generated from scan_cdef.CDEF (python hloexec/parser/scan_cdef.py);
-    a cdef edited without regenerating it would bind the old declarations."""
+def test_the_pre_parsed_cffi_module_matches_the_header(tmp_path):
+    """hloexec/parser/_scan_ffi.py is generated from csrc/hlo_scan.h (python hloexec/parser/scan_cdef.py);
+    a header edited without regenerating it would bind the old declarations."""
     from hloexec.parser import scan_cdef
     fresh = tmp_path / "_scan_ffi.py"
     scan_cdef.generate(fresh)

@@ -61,21 +61,6 @@ __all__ = [
 ]
 
 
-# flags and error codes (mirror csrc/hlo_scan.h)
-INSTR_ROOT = 1
-INSTR_ANONYMOUS = 2
-INSTR_NO_SHAPE = 4
-COMP_ENTRY = 1
-MODULE_HEADER = 1
-
-ERR_SYNTAX = 1
-ERR_UNTERMINATED = 2
-ERR_TOO_DEEP = 3
-ERR_NO_MEMORY = 4
-ERR_DUPLICATE = 5
-ERR_TOO_LARGE = 6
-
-_STRUCTS = ["hlo_span", "hlo_instr", "hlo_operand", "hlo_attr", "hlo_comp", "hlo_module", "hlo_tables"]
 _TABLES = [("modules", "hlo_module"), ("comps", "hlo_comp"), ("instrs", "hlo_instr"),
            ("operands", "hlo_operand"), ("attrs", "hlo_attr")]
 
@@ -118,10 +103,17 @@ try:
 except AttributeError:    # not reachable that way (Windows DLLs): scan() copies the tables instead
     _free = None
 
-for _i, _name in enumerate(_STRUCTS):
-    _c, _py = lib.hlo_struct_size(_i), ffi.sizeof(_name)
+# flags and error codes, as csrc/hlo_scan.h defines them
+INSTR_ROOT, INSTR_ANONYMOUS, INSTR_NO_SHAPE = lib.HLO_INSTR_ROOT, lib.HLO_INSTR_ANONYMOUS, lib.HLO_INSTR_NO_SHAPE
+COMP_ENTRY, MODULE_HEADER = lib.HLO_COMP_ENTRY, lib.HLO_MODULE_HEADER
+ERR_SYNTAX, ERR_UNTERMINATED, ERR_TOO_DEEP = lib.HLO_ERR_SYNTAX, lib.HLO_ERR_UNTERMINATED, lib.HLO_ERR_TOO_DEEP
+ERR_NO_MEMORY, ERR_DUPLICATE, ERR_TOO_LARGE = lib.HLO_ERR_NO_MEMORY, lib.HLO_ERR_DUPLICATE, lib.HLO_ERR_TOO_LARGE
+
+for _name in ("span", "instr", "operand", "attr", "comp", "module", "tables"):
+    _c, _py = lib.hlo_struct_size(getattr(lib, f"HLO_STRUCT_{_name.upper()}")), ffi.sizeof(f"hlo_{_name}")
     if _c != _py:
-        raise ImportError(f"{LIBRARY_PATH}: sizeof({_name}) is {_c} in C but {_py} in the cffi cdef; rebuild the library")
+        raise ImportError(f"{LIBRARY_PATH}: sizeof(hlo_{_name}) is {_c} in C but {_py} in hloexec/parser/_scan_ffi.py; "
+                          "rebuild the library, or regenerate the module (python hloexec/parser/scan_cdef.py)")
 
 
 def _dtype(cname: str) -> np.dtype:
