@@ -60,13 +60,49 @@ class TieredKernel:
         return self.compiled(*operands)
 
 
+# A while loop compiles (kernels/program.py) once its interpreted steps have run this many instructions
+# in all (~20-60 ms of dispatch), mid-loop if need be: the compiled loop takes the state as it stands.
+LOOP_COMPILE_WORK = 1 << 16
+
+
+class TieredLoop:
+    """A while loop interpreted step by step until it has run `LOOP_COMPILE_WORK` instructions, then as
+    one compiled function (the rest of that run and every later one). Counted, never timed: the same
+    run switches at the same step in every process."""
+    __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work")
+
+    def __init__(self, cond, body, kernel, step_work: int, eager: bool):
+        self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
+        self.compiled, self.work = None, 0
+        if eager:
+            self._compile()
+
+    def _compile(self):
+        self.compiled = compiled_or(self.kernel, None)
+        self.kernel = None
+
+    def __call__(self, state):
+        if self.compiled is not None:
+            return self.compiled(state)
+        cond, body = self.cond, self.body
+        while bool(cond(state)):
+            state = body(state)
+            if self.kernel is not None:
+                self.work += self.step_work
+                if self.work >= LOOP_COMPILE_WORK:
+                    self._compile()
+                    if self.compiled is not None:
+                        return self.compiled(state)
+        return state
+
+
 def compiled_or(kernel, fallback):
     """`kernel` compiled, or `fallback` (op by op) with a CompileWarning if the generated code does not
     compile: a generator bug must cost speed, not the run."""
     try:
         return kernel.compile()
     except Exception as e:  # Numba's errors have no common base worth naming
-        warnings.warn(f"fused kernel {kernel.key} did not compile, it runs op by op: {type(e).__name__}: "
+        warnings.warn(f"generated kernel {kernel.key} did not compile, it runs op by op: {type(e).__name__}: "
                       f"{str(e)[:500]}\n{kernel.source}", CompileWarning, stacklevel=2)
         return fallback
 
@@ -125,6 +161,19 @@ class ExecContext:
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             return compiled_or(kernel, None)
         return TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after)
+
+
+    def compiled_loop(self, inst):
+        """The while loop `inst` as a TieredLoop, or None where it cannot compile (it runs interpreted)."""
+        cond = self.computation(inst.called["condition"])
+        body = self.computation(inst.called["body"])
+        if not self.use_numba:
+            return None
+        from ..kernels.program import compile_program
+        kernel = compile_program(inst, excess_precision=self.excess_precision)
+        if kernel is None:
+            return None
+        return TieredLoop(cond, body, kernel, len(cond.steps) + len(body.steps), self.compile_after == 0)
 
 
 @dataclass(frozen=True)

@@ -329,6 +329,35 @@ def iota_src(name: str, index: str) -> str | None:
     return convert_src("s64", name, index)
 
 
+def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> str | None:
+    """Source of elementwise instruction `inst` on operand values `vals` (compute-type names or literals),
+    rounded to its type after the op unless exact; None if unsupported."""
+    op, et = inst.opcode, inst.shape.element_type.name
+    src_et = inst.operands[0].shape.element_type.name if inst.operands else et
+    if op == "convert":
+        return convert_src(src_et, et, vals[0], excess_precision)
+    if op == "bitcast-convert":
+        return bitcast_convert_src(src_et, et, vals[0])
+    if op == "compare":
+        total = (inst.attr("type") or "").upper() == "TOTALORDER"
+        return compare_src(inst.attr("direction"), src_et, vals[0], vals[1], total_order=total)
+    if op == "is-finite":
+        return is_finite_src(vals[0])
+    if op == "select":
+        return select_src(*vals)
+    if op == "clamp":
+        return clamp_src(et, *vals)
+    if len(vals) == 1:
+        expr = unary_src(op, et, vals[0])
+    elif len(vals) == 2:
+        expr = binary_src(op, et, vals[0], vals[1])
+    else:
+        return None
+    if expr is None or op in EXACT_OPS:
+        return expr
+    return round_src(et, expr, excess_precision)
+
+
 UNARY_OPS = frozenset(_FLOAT_UNARY) | frozenset(_INT_UNARY) | {"not", "is-finite"}
 BINARY_OPS = frozenset({"add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum",
                         "atan2", "and", "or", "xor", "shift-left", "shift-right-logical",

@@ -72,6 +72,13 @@ def _scalar_literal(inst):
     return np.asarray(inst.literal).reshape(()).item()
 
 
+def constant_storage(inst) -> np.ndarray:
+    """An array constant as a kernel sees it: C-contiguous, in its storage type (f16/bf16 as uint16)."""
+    et = inst.shape.element_type.name
+    arr = np.ascontiguousarray(np.asarray(inst.literal).reshape(inst.shape.dims))
+    return arr.view(ew.STORAGE[et]) if et in ("f16", "bf16") else arr.astype(ew.STORAGE[et], copy=False)
+
+
 def _row_major_strides(dims):
     strides, s = [], 1
     for d in reversed(dims):
@@ -334,10 +341,8 @@ class _Generator:
                 return ew.literal_src(et, _scalar_literal(inst))
             name = self.const_names.get(id(inst))
             if name is None:
-                arr = np.ascontiguousarray(np.asarray(inst.literal).reshape(inst.shape.dims))
-                arr = arr.view(ew.STORAGE[et]) if et in ("f16", "bf16") else arr.astype(ew.STORAGE[et], copy=False)
                 name = f"c{len(self.consts)}"
-                self.consts.append(arr)
+                self.consts.append(constant_storage(inst))
                 self.const_names[id(inst)] = name
             return self.emit(ew.load_src(et, f"{name}[{', '.join(index)}]"), deps, pin=True)
         if op == "iota":
@@ -350,39 +355,9 @@ class _Generator:
             return self.reduce(inst, index)
         # elementwise
         vals = [self.operand_at(inst, k, index) for k in range(len(inst.operands))]
-        src_et = inst.operands[0].shape.element_type.name if inst.operands else et
-        if op == "convert":
-            expr = ew.convert_src(src_et, et, vals[0], self.excess)
-            _need(expr is not None, "convert")
-            return vals[0] if expr == vals[0] else self.emit(expr, vals)
-        if op == "bitcast-convert":
-            expr = ew.bitcast_convert_src(src_et, et, vals[0])
-            _need(expr is not None, "bitcast-convert")
-            return self.emit(expr, vals)
-        if op == "compare":
-            direction = inst.attr("direction")
-            ctype = (inst.attr("type") or "").upper()
-            expr = ew.compare_src(direction, src_et, vals[0], vals[1], total_order=ctype == "TOTALORDER")
-            _need(expr is not None, "compare")
-            return self.emit(expr, vals)
-        if op == "is-finite":
-            return self.emit(ew.is_finite_src(vals[0]), vals)
-        if op == "select":
-            return self.emit(ew.select_src(*vals), vals)
-        if op == "clamp":
-            expr = ew.clamp_src(et, *vals)
-            _need(expr is not None, "clamp")
-            return self.emit(expr, vals)
-        if len(vals) == 1:
-            expr = ew.unary_src(op, et, vals[0])
-        elif len(vals) == 2:
-            expr = ew.binary_src(op, et, vals[0], vals[1])
-        else:
-            expr = None
+        expr = ew.instruction_src(inst, vals, self.excess)
         _need(expr is not None, f"{op} on {et}")
-        if op not in ew.EXACT_OPS:
-            expr = ew.round_src(et, expr, self.excess)
-        return self.emit(expr, vals)
+        return vals[0] if expr == vals[0] else self.emit(expr, vals)
 
     # -- data movement: rewrite the index ----------------------------------------------------------------
     def reshape_index(self, in_dims, out_dims, index):

@@ -23,8 +23,13 @@ def call(inst, ctx):
     return ctx.computation(inst.called["to_apply"])
 
 
-@op("while", kernel="python", notes="runs body while condition holds; the carried value is its single operand")
+@op("while", kernel="numba", notes="runs body while condition holds; the carried value is its single operand. "
+    "Interpreted step by step at first; a loop that has run 2^16 instructions compiles whole, condition, "
+    "body and what they call, into one function (kernels/program.py), where its ops allow")
 def while_(inst, ctx):
+    compiled = ctx.compiled_loop(inst)
+    if compiled is not None:
+        return compiled
     cond, body = ctx.computation(inst.called["condition"]), ctx.computation(inst.called["body"])
 
     def run(state):

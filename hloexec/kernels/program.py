@@ -1,0 +1,842 @@
+"""Compile a whole control-flow region -- a while loop with its condition and body, the calls, fusions,
+conditionals and nested loops inside -- into ONE Numba function.
+
+Interpreted, a loop pays the Python dispatch of every instruction on every step (~0.3-10 us each): a
+scalar loop of 20 ops over 1M steps costs seconds where XLA:CPU takes milliseconds. Here the step is
+straight-line code. Where `kernels/fusion.py` fuses one output's expression DAG into a loop nest, this
+generator materializes every value, one loop nest per instruction, which is what small-array control flow
+needs (dynamic-update-slice into the carried state, scatter, gather, dot, reduce with any reducer).
+
+How values live in the generated function
+-----------------------------------------
+* a rank-0 value is a local scalar in its compute type (kernels/elementwise.py), or a literal;
+* an array is a flat 1-D numpy array of its storage type (f16/bf16 as uint16 bits), row-major: reshape and
+  copy are free (the same buffer under other dims), and every index is a linear one;
+* a tuple exists only while generating: get-tuple-element and tuple resolve to their elements.
+Values are immutable in HLO, so buffers are shared freely; an op that writes in place (dynamic-update-slice,
+scatter) does so only on a buffer this code owns (created here, or the loop's carried copy) whose every
+holder is dead after it, else on a copy. The carried state is copied once on entry to a loop.
+
+Loop-invariant instructions of a body or condition (no dependence on the carried state: XLA's
+`reduce(iota * iota)` benchmark) are computed once before the loop.
+
+The function takes the operands' leaves as flat arrays and returns the result's leaves as flat arrays;
+`ProgramKernel` does the flattening. Like fusions, structurally equal regions give the same source and
+share one compiled function in-process and on disk.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.attributes import dot_dims, gather_dims, scatter_dims
+from . import elementwise as ew
+from .fusion import _bf16, _helpers_hash, _load_kernel, _need, _Unsupported, constant_storage
+
+MAX_LINES = 20_000          # a body larger than this compiles for too long to pay (Numba: ~1 ms a line)
+
+# Ops computing their value from their operands alone: hoisted out of a loop when those are invariant.
+_PURE = ew.ELEMENTWISE_OPS | {"constant", "iota", "broadcast", "reshape", "bitcast", "transpose", "slice",
+                              "reverse", "pad", "concatenate", "copy", "reduce", "dot", "dynamic-slice",
+                              "gather", "tuple", "get-tuple-element"}
+_IDENTITY_OPS = {"copy", "opt-barrier", "optimization-barrier"}
+# A literal or a cast of a name or literal (`np.float32(-np.inf)`, `np.int64(v3)`): cheap to repeat.
+_SIMPLE = re.compile(r"^np\.\w+\(-?[\w.]+\)$")
+
+
+@dataclass(slots=True)
+class Scalar:
+    expr: str               # a local name or a literal, in the compute type
+    et: str
+
+
+@dataclass(slots=True)
+class Array:
+    name: str               # a flat 1-D array of the storage type
+    dims: tuple
+    et: str
+    buf: int                # identity of the buffer (shared by reshapes and copies of it)
+
+
+@dataclass(slots=True)
+class Tup:
+    items: list
+
+
+def _leaves(v) -> list:
+    return [x for item in v.items for x in _leaves(item)] if isinstance(v, Tup) else [v]
+
+
+def _bufs(v) -> set[int]:
+    return {x.buf for x in _leaves(v) if isinstance(x, Array)}
+
+
+def _strides(dims) -> list[int]:
+    out, s = [], 1
+    for d in reversed(dims):
+        out.append(s)
+        s *= d
+    return out[::-1]
+
+
+def _linear(dims, index) -> str:
+    """Row-major linear index of `index` (source expressions) into an array of `dims`."""
+    terms = [f"{c} * {s}" if s != 1 else str(c) for c, s, n in zip(index, _strides(dims), dims) if n != 1]
+    return " + ".join(terms) or "0"
+
+
+def _storage_src(et: str) -> str:
+    return f"np.{ew.STORAGE[et].name}"
+
+
+def _leaf_type(shape) -> tuple:
+    _need(not shape.is_tuple, "tuple leaf")
+    et = shape.element_type.name
+    _need(ew.supported_type(et), f"type {et}")
+    _need(not any(shape.dynamic), "dynamic shape")
+    return tuple(shape.dims), et
+
+
+def _shape_leaves(shape) -> list:
+    return [x for s in shape.tuple_shapes for x in _shape_leaves(s)] if shape.is_tuple else [_leaf_type(shape)]
+
+
+@dataclass(slots=True)
+class _Alloc:
+    """An `np.empty` line: a loop moves it before itself when the buffer does not outlive a step."""
+    name: str
+    size: int
+    et: str
+    buf: int
+    indent: int
+
+    def render(self) -> str:
+        return "    " * self.indent + f"{self.name} = np.empty({self.size}, {_storage_src(self.et)})"
+
+
+class _Generator:
+    def __init__(self, excess_precision: bool):
+        self.excess = excess_precision
+        self.lines: list = []               # source lines and _Allocs
+        self.indent = 1
+        self.n = 0
+        self.consts: list[np.ndarray] = []
+        self.const_names: dict[int, Array] = {}
+        self.mutable: set[int] = set()      # buffers this code may write in place
+        self.hoisted: dict[int, object] = {}   # instruction id -> value computed before the enclosing loop
+        self.pinned: set[int] = set()       # buffers a branch result may alias: never moved out of a loop
+
+    # -- emitting ---------------------------------------------------------------------------------------
+    def fresh(self, prefix="v") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def line(self, text: str):
+        _need(len(self.lines) < MAX_LINES, "program too large")
+        self.lines.append("    " * self.indent + text)
+
+    @contextmanager
+    def block(self, header: str):
+        self.line(header)
+        self.indent += 1
+        yield
+        self.indent -= 1
+
+    @contextmanager
+    def loops(self, dims):
+        """Nested loops over `dims`; yields the index expressions (size-1 dims: the literal 0)."""
+        index = []
+        opened = 0
+        for n in dims:
+            if n == 1:
+                index.append("0")
+                continue
+            var = self.fresh("i")
+            self.line(f"for {var} in range({n}):")
+            self.indent += 1
+            opened += 1
+            index.append(var)
+        yield index
+        self.indent -= opened
+
+    def local(self, expr: str, et: str) -> Scalar:
+        """A scalar value, named unless it is a literal or a name already (snippets repeat their operands)."""
+        if expr.isidentifier() or _SIMPLE.match(expr):
+            return Scalar(expr, et)
+        name = self.fresh()
+        self.line(f"{name} = {expr}")
+        return Scalar(name, et)
+
+    def new_array(self, dims, et) -> Array:
+        _need(len(self.lines) < MAX_LINES, "program too large")
+        name = self.fresh("a")
+        self.n += 1
+        self.lines.append(_Alloc(name, max(math.prod(dims), 1), et, self.n, self.indent))
+        self.mutable.add(self.n)
+        return Array(name, tuple(dims), et, self.n)
+
+    def copy_of(self, a: Array) -> Array:
+        out = self.new_array(a.dims, a.et)
+        self.line(f"{out.name}[:] = {a.name}")
+        return out
+
+    def scalar_of(self, v) -> Scalar:
+        """A rank-0 value as a scalar (a one-element array is loaded)."""
+        if isinstance(v, Scalar):
+            return v
+        _need(isinstance(v, Array) and math.prod(v.dims) == 1, "scalar expected")
+        return self.local(ew.load_src(v.et, f"{v.name}[0]"), v.et)
+
+    def at(self, v, lin: str) -> str:
+        """The compute-type value of `v` at linear index `lin` (a scalar broadcasts)."""
+        if isinstance(v, Scalar):
+            return v.expr
+        return ew.load_src(v.et, f"{v.name}[{lin}]")
+
+    def stored(self, v: Scalar) -> str:
+        """A scalar as its storage value, computed once (for fills)."""
+        s = ew.store_src(v.et, v.expr)
+        if s == v.expr:
+            return s
+        name = self.fresh()
+        self.line(f"{name} = {s}")
+        return name
+
+    # -- computations -----------------------------------------------------------------------------------
+    def computation(self, comp, args: list):
+        """Emit `comp` on argument values; returns the root's value."""
+        order = list(comp.instructions)
+        position = {id(inst): k for k, inst in enumerate(order)}
+        _need(all(position[id(o)] < position[id(i)] for i in order for o in i.operands), "order")
+        live = _live(comp)
+        last_use = {id(comp.root): len(order)}
+        for k, inst in enumerate(order):
+            for o in inst.operands:
+                last_use[id(o)] = max(last_use.get(id(o), -1), k)
+        vals = {id(i): self.hoisted[id(i)] for i in order if id(i) in self.hoisted}
+        for p in comp.parameters:
+            vals[id(p)] = args[p.parameter_number]
+        for k, inst in enumerate(order):
+            if id(inst) not in live or id(inst) in vals:
+                continue
+            operands = [vals[id(o)] for o in inst.operands]
+
+            def writable(v, k=k):
+                """`v` itself if its buffer may be overwritten by step k, else a copy of it."""
+                holders = [j for j, x in vals.items() if v.buf in _bufs(x)]
+                if v.buf in self.mutable and all(last_use.get(j, -1) <= k for j in holders):
+                    return v
+                return self.copy_of(v)
+            vals[id(inst)] = self.instruction(inst, operands, writable)
+        return vals[id(comp.root)]
+
+    def inline(self, comp, args: list):
+        """A called computation: it may not write its arguments in place (the caller may hold them)."""
+        held = set().union(*map(_bufs, args)) & self.mutable if args else set()
+        self.mutable -= held
+        try:
+            return self.computation(comp, args)
+        finally:
+            self.mutable |= held
+
+    def hoist_invariants(self, comp):
+        """Emit here, before a loop, the instructions of loop computation `comp` -- and of the computations
+        it calls -- that do not depend on their computation's parameters, into `self.hoisted`. Their
+        buffers are never written in place: the loop reads them on every step."""
+        before = set(self.mutable)
+        variant = {id(p) for p in comp.parameters}
+        live = _live(comp)
+        for inst in comp.instructions:
+            if id(inst) not in live:
+                continue
+            if inst.opcode in ("call", "fusion"):
+                self.hoist_invariants(inst.called["to_apply" if inst.opcode == "call" else "calls"])
+                variant.add(id(inst))
+            elif inst.opcode not in _PURE or any(id(o) in variant for o in inst.operands):
+                variant.add(id(inst))
+            elif not (inst.opcode == "constant" and inst.shape.rank == 0):
+                operands = [self.hoisted[id(o)] if id(o) in self.hoisted else self.constant_value(o)
+                            for o in inst.operands]
+                self.hoisted[id(inst)] = self.instruction(inst, operands, self.copy_of)
+        self.mutable = before
+
+    def constant_value(self, inst):
+        dims, et = _leaf_type(inst.shape)
+        return self.constant(inst, dims, et)
+
+    # -- instructions -----------------------------------------------------------------------------------
+    def instruction(self, inst, operands, writable):
+        op = inst.opcode
+        if op == "tuple":
+            return Tup(list(operands))
+        if op == "get-tuple-element":
+            return operands[0].items[inst.attr("index")]
+        if op in _IDENTITY_OPS:
+            return operands[0]
+        if op in ("call", "fusion"):
+            key = "to_apply" if op == "call" else "calls"
+            return self.inline(inst.called[key], operands)
+        if op == "while":
+            return self.while_loop(inst, operands[0])
+        if op == "conditional":
+            return self.conditional(inst, operands)
+        if op == "reduce":
+            return self.reduce(inst, operands)
+        if op == "scatter":
+            return self.scatter(inst, operands, writable)
+        _need(op != "parameter", "parameter")
+        dims, et = _leaf_type(inst.shape)
+        if op == "constant":
+            return self.constant(inst, dims, et)
+        if op in ew.ELEMENTWISE_OPS:
+            return self.elementwise(inst, operands, dims, et)
+        if op in ("reshape", "bitcast"):
+            return self.reshape(inst, operands[0], dims, et)
+        if op == "dynamic-update-slice":
+            return self.dynamic_update_slice(inst, operands, writable)
+        emit = _ARRAY_OPS.get(op)
+        _need(emit is not None, op)
+        out = self.new_array(dims, et)
+        emit(self, inst, operands, out)
+        return out if dims else self.scalar_of(out)
+
+    def constant(self, inst, dims, et):
+        if not dims:
+            return Scalar(ew.literal_src(et, np.asarray(inst.literal).reshape(()).item()), et)
+        v = self.const_names.get(id(inst))
+        if v is None:
+            self.consts.append(constant_storage(inst).reshape(-1))
+            self.n += 1
+            v = self.const_names[id(inst)] = Array(f"c{len(self.consts) - 1}", dims, et, self.n)
+        return v
+
+    def elementwise(self, inst, operands, dims, et):
+        if not dims:
+            expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.excess)
+            _need(expr is not None, f"{inst.opcode} on {et}")
+            return self.local(expr, et)
+        out = self.new_array(dims, et)
+        i = self.fresh("i")
+        with self.block(f"for {i} in range({math.prod(dims)}):"):
+            vals = [self.local(self.at(v, i), v.et).expr if isinstance(v, Array) else v.expr for v in operands]
+            expr = ew.instruction_src(inst, vals, self.excess)
+            _need(expr is not None, f"{inst.opcode} on {et}")
+            self.line(f"{out.name}[{i}] = {ew.store_src(et, expr)}")
+        return out
+
+    def reshape(self, inst, src, dims, et):
+        if inst.opcode == "bitcast":
+            _need(src.et == et, "bitcast changing type")
+            for s in (inst.shape, inst.operands[0].shape):
+                _need(s.layout is None or (list(s.minor_to_major) == list(range(s.rank))[::-1]
+                                           and not s.layout.tiles), "bitcast with a layout")
+        if not dims:
+            return self.scalar_of(src)
+        if isinstance(src, Scalar):
+            out = self.new_array(dims, et)
+            self.line(f"{out.name}[0] = {self.stored(src)}")
+            return out
+        return Array(src.name, dims, et, src.buf)
+
+    def clamped_starts(self, starts, dims, sizes) -> list[str]:
+        out = []
+        for s, d, n in zip(starts, dims, sizes):
+            s = self.scalar_of(s)
+            if s.et in ew.UNSIGNED:
+                out.append(self.local(f"np.int64(min({s.expr}, {ew.ctype(s.et)}({d - n})))", "s64").expr)
+            else:
+                out.append(self.local(f"min(max(np.int64({s.expr}), 0), {d - n})", "s64").expr)
+        return out
+
+    def dynamic_update_slice(self, inst, operands, writable):
+        x, upd, starts = operands[0], operands[1], operands[2:]
+        dims, et = _leaf_type(inst.shape)
+        if not dims:
+            return self.scalar_of(upd)
+        udims = _leaf_type(inst.operands[1].shape)[0]
+        st = self.clamped_starts(starts, dims, udims)
+        out = writable(x)
+        value = f"{upd.name}[{{}}]" if isinstance(upd, Array) else self.stored(upd)
+        with self.loops(udims) as idx:
+            dst = _linear(dims, [f"({c} + {s})" for c, s in zip(idx, st)])
+            self.line(f"{out.name}[{dst}] = {value.format(_linear(udims, idx))}")
+        return out
+
+    # -- loops and branches -----------------------------------------------------------------------------
+    def while_loop(self, inst, init):
+        cond, body = inst.called["condition"], inst.called["body"]
+        state = []
+        for leaf in _leaves(init):            # the carried state: locals, arrays copied once
+            if isinstance(leaf, Array):
+                state.append(self.copy_of(leaf))
+            else:
+                name = self.fresh("s")
+                self.line(f"{name} = {leaf.expr}")
+                state.append(Scalar(name, leaf.et))
+        shape = _rebuild(init, iter(state))
+        outer_hoisted = dict(self.hoisted)      # hoisted values are defined from here on only
+        self.hoist_invariants(cond)
+        self.hoist_invariants(body)
+        loop_bufs = {s.buf for s in state if isinstance(s, Array)}
+        header = len(self.lines)
+        with self.block("while True:"):
+            pred = self.scalar_of(self.inline(cond, [shape]))
+            self.line(f"if not {pred.expr}:")
+            self.line("    break")
+            self.mutable |= loop_bufs     # the body owns the carried buffers
+            new = _leaves(self.computation(body, [shape]))
+            self.mutable -= loop_bufs
+            targets, values, seen = [], [], set()
+            for s, v in zip(state, new):
+                if isinstance(s, Array):
+                    # the next step writes the carried buffers in place: each must be its own, and owned
+                    if v.buf in seen or not (v.buf in self.mutable or v.buf in loop_bufs):
+                        v = self.copy_of(v)
+                    seen.add(v.buf)
+                    targets.append(s.name)
+                    values.append(v.name)
+                else:
+                    targets.append(s.expr)
+                    values.append(self.scalar_of(v).expr)
+            if targets:
+                self.line(f"{', '.join(targets)} = {', '.join(values)}")
+        # buffers that do not become the next step's state are allocated once, before the loop
+        stays = seen | self.pinned
+        moved = [x for x in self.lines[header + 1:] if isinstance(x, _Alloc) and x.buf not in stays]
+        self.lines[header + 1:] = [x for x in self.lines[header + 1:] if not (isinstance(x, _Alloc) and x.buf not in stays)]
+        for x in moved:
+            x.indent = self.indent
+        self.lines[header:header] = moved
+        self.mutable |= loop_bufs
+        self.hoisted = outer_hoisted
+        return shape
+
+    def conditional(self, inst, operands):
+        selector = self.scalar_of(operands[0])
+        if "branch_computations" in inst.called:
+            branches = list(inst.called["branch_computations"])
+        else:
+            branches = [inst.called["true_computation"], inst.called["false_computation"]]
+        leaves = _shape_leaves(inst.shape)
+        names = [self.fresh("b") for _ in leaves]
+        held = None
+        for k, comp in enumerate(branches):
+            if k == len(branches) - 1:      # an index out of range selects the last branch
+                header = "else:" if k else "if True:"
+            elif selector.et == "pred":     # branches are (true, false)
+                header = f"if {selector.expr}:"
+            else:
+                header = f"{'if' if k == 0 else 'elif'} {selector.expr} == {k}:"
+            with self.block(header):
+                result = _leaves(self.inline(comp, [operands[k + 1]]))
+                for name, v in zip(names, result):
+                    if isinstance(v, Array):
+                        self.line(f"{name} = {v.name}")
+                    else:
+                        self.line(f"{name} = {self.scalar_of(v).expr}")
+            held = result
+            self.pinned |= set().union(*map(_bufs, result))
+        out = []
+        for name, (dims, et), v in zip(names, leaves, held):
+            if isinstance(v, Array):
+                self.n += 1
+                out.append(Array(name, dims, et, self.n))     # not owned: a branch may return an argument
+            else:
+                out.append(Scalar(name, et))
+        return _rebuild_shape(inst.shape, iter(out))
+
+    # -- reductions and contractions --------------------------------------------------------------------
+    def reduce(self, inst, operands):
+        n = len(operands) // 2
+        srcs, inits = operands[:n], [self.scalar_of(v) for v in operands[n:]]
+        src_dims = _leaf_type(inst.operands[0].shape)[0]
+        rdims = set(inst.attr("dimensions", ()))
+        kept = [d for d in range(len(src_dims)) if d not in rdims]
+        out_leaves = _shape_leaves(inst.shape)
+        out_dims = out_leaves[0][0]
+        reducer = inst.called["to_apply"]
+        simple = n == 1 and _simple_reducer(reducer)
+        outs = [self.new_array(d, et) for d, et in out_leaves] if out_dims else None
+        with self.loops([src_dims[d] for d in kept]) as kidx:
+            accs = [self.fresh("r") for _ in range(n)]
+            for a, v in zip(accs, inits):
+                self.line(f"{a} = {v.expr}")
+            with self.loops([src_dims[d] for d in sorted(rdims)]) as ridx:
+                full, ki, ri = [], iter(kidx), iter(ridx)
+                for d in range(len(src_dims)):
+                    full.append(next(ri) if d in rdims else next(ki))
+                lin = _linear(src_dims, full)
+                vals = [self.local(self.at(s, lin), s.et) for s in srcs]
+                if simple:
+                    et = out_leaves[0][1]
+                    self.line(f"{accs[0]} = {ew.binary_src(simple, et, accs[0], vals[0].expr)}")
+                else:
+                    args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
+                    result = _leaves(self.inline(reducer, args))
+                    self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
+            if simple and simple not in ew.EXACT_OPS:   # f16/bf16 sums accumulate in f32, as op by op
+                self.line(f"{accs[0]} = {ew.round_src(out_leaves[0][1], accs[0], self.excess)}")
+            if outs:
+                lin = _linear(out_dims, kidx)
+                for o, a in zip(outs, accs):
+                    self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
+        result = outs or [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)]
+        return Tup(result) if inst.shape.is_tuple else result[0]
+
+    def dot(self, inst, operands, out):
+        a, b = operands
+        (adims, aet), (bdims, bet) = (_leaf_type(o.shape) for o in inst.operands)
+        d = dot_dims(inst)
+        lb, rb, lc, rc = map(list, (d.lhs_batch, d.rhs_batch, d.lhs_contracting, d.rhs_contracting))
+        lf = [k for k in range(len(adims)) if k not in lb and k not in lc]
+        rf = [k for k in range(len(bdims)) if k not in rb and k not in rc]
+        et = out.et
+        acc_et = "f32" if et in ("f16", "bf16") else et
+        T = ew.ctype(acc_et)
+        with self.loops([adims[k] for k in lb] + [adims[k] for k in lf] + [bdims[k] for k in rf]) as oidx:
+            bi, fi, gi = oidx[:len(lb)], oidx[len(lb):len(lb) + len(lf)], oidx[len(lb) + len(lf):]
+            acc = self.fresh("r")
+            self.line(f"{acc} = {T}(0)")
+            with self.loops([adims[k] for k in lc]) as cidx:
+                ai, bj = [None] * len(adims), [None] * len(bdims)
+                for k, c in zip(lb, bi):
+                    ai[k] = c
+                for k, c in zip(rb, bi):
+                    bj[k] = c
+                for k, c in zip(lf, fi):
+                    ai[k] = c
+                for k, c in zip(rf, gi):
+                    bj[k] = c
+                for k, c in zip(lc, cidx):
+                    ai[k] = c
+                for k, c in zip(rc, cidx):
+                    bj[k] = c
+                x = ew.convert_src(aet, acc_et, self.at(a, _linear(adims, ai)), True)
+                y = ew.convert_src(bet, acc_et, self.at(b, _linear(bdims, bj)), True)
+                _need(x is not None and y is not None, "dot types")
+                self.line(f"{acc} = {T}({acc} + {T}({x}) * {T}({y}))")
+            res = ew.convert_src(acc_et, et, acc, self.excess)
+            self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {ew.store_src(et, res)}")
+
+    # -- indexing ---------------------------------------------------------------------------------------
+    def index_vector(self, indices, idims, ivd, batch_index, count) -> list[str]:
+        """The `count` components of the index vector at batch position `batch_index` (int64 locals)."""
+        comps = []
+        for k in range(count):
+            full, it = [], iter(batch_index)
+            for d in range(len(idims)):
+                full.append(str(k) if d == ivd else next(it))
+            v = self.at(indices, _linear(idims, full)) if isinstance(indices, Array) else indices.expr
+            if indices.et == "u64":
+                v = f"min({v}, np.uint64(2 ** 62))"
+            comps.append(self.local(f"np.int64({v})", "s64").expr)
+        return comps
+
+    def gather(self, inst, operands, out):
+        x, indices = operands
+        gd = gather_dims(inst)
+        xdims = _leaf_type(inst.operands[0].shape)[0]
+        idims = list(_leaf_type(inst.operands[1].shape)[0])
+        ivd = gd.index_vector_dim
+        if ivd == len(idims):
+            idims.append(1)
+        batch_axes = [d for d in range(len(idims)) if d != ivd]
+        out_batch = [d for d in range(len(out.dims)) if d not in gd.offset_dims]
+        dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
+        offset_src = [d for d in range(len(xdims)) if d not in dropped]
+        _need(len(offset_src) == len(gd.offset_dims), "gather offset dims")
+        with self.loops([out.dims[d] for d in out_batch]) as bidx:
+            vec = self.index_vector(indices, idims, ivd, bidx, idims[ivd])
+            starts = ["0"] * len(xdims)
+            for k, d in enumerate(gd.start_index_map):
+                starts[d] = vec[k]
+            for od, idd in zip(gd.operand_batching_dims, gd.start_indices_batching_dims):
+                starts[od] = bidx[batch_axes.index(idd)]
+            starts = [self.local(f"min(max({s}, 0), {max(n - w, 0)})", "s64").expr
+                      for s, n, w in zip(starts, xdims, gd.slice_sizes)]
+            with self.loops([out.dims[d] for d in gd.offset_dims]) as widx:
+                src = list(starts)
+                for j, d in enumerate(offset_src):
+                    src[d] = f"({starts[d]} + {widx[j]})"
+                oidx = [None] * len(out.dims)
+                for d, c in zip(out_batch, bidx):
+                    oidx[d] = c
+                for d, c in zip(gd.offset_dims, widx):
+                    oidx[d] = c
+                value = f"{x.name}[{_linear(xdims, src)}]" if isinstance(x, Array) else self.stored(x)
+                self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
+
+    def scatter(self, inst, operands, writable):
+        n = (len(operands) - 1) // 2
+        sd = scatter_dims(inst)
+        xdims = _leaf_type(inst.operands[0].shape)[0]
+        _need(xdims, "rank-0 scatter")
+        indices, updates = operands[n], operands[n + 1:]
+        idims = list(_leaf_type(inst.operands[n].shape)[0])
+        udims = _leaf_type(inst.operands[n + 1].shape)[0]
+        ivd = sd.index_vector_dim
+        if ivd == len(idims):
+            idims.append(1)
+        batch_axes = [d for d in range(len(idims)) if d != ivd]
+        dropped = set(sd.inserted_window_dims) | set(sd.input_batching_dims)
+        win_src = [d for d in range(len(xdims)) if d not in dropped]
+        _need(len(win_src) == len(sd.update_window_dims), "scatter window dims")
+        full_w = [1] * len(xdims)
+        for d, ud in zip(win_src, sd.update_window_dims):
+            full_w[d] = udims[ud]
+        outs = [writable(x) if isinstance(x, Array) else None for x in operands[:n]]
+        _need(all(outs), "scalar scatter operand")
+        ets = [o.et for o in outs]
+        comp = inst.called["to_apply"]
+        with self.loops(udims) as uidx:      # row-major over the updates, as op by op
+            sidx = [c for d, c in enumerate(uidx) if d not in sd.update_window_dims]
+            vec = self.index_vector(indices, idims, ivd, sidx, idims[ivd])
+            starts = ["0"] * len(xdims)
+            for k, d in enumerate(sd.scatter_dims_to_operand_dims):
+                starts[d] = vec[k]
+            for od, idd in zip(sd.input_batching_dims, sd.scatter_indices_batching_dims):
+                starts[od] = sidx[batch_axes.index(idd)]
+            inside = " and ".join(f"{s} >= 0 and {s} + {w} <= {n_}" for s, w, n_ in zip(starts, full_w, xdims)
+                                  if not (s == "0" and w <= n_))
+            with self.block(f"if {inside or 'True'}:"):
+                dst = list(starts)
+                for j, d in enumerate(win_src):
+                    dst[d] = f"({starts[d]} + {uidx[sd.update_window_dims[j]]})"
+                lin = self.local(_linear(xdims, dst), "s64").expr
+                olds = [self.local(self.at(o, lin), o.et) for o in outs]
+                news = [self.local(self.at(u, _linear(udims, uidx)), u.et) for u in updates]
+                result = _leaves(self.inline(comp, olds + news))
+                for o, v, et in zip(outs, result, ets):
+                    self.line(f"{o.name}[{lin}] = {ew.store_src(et, self.scalar_of(v).expr)}")
+        return Tup(outs) if inst.shape.is_tuple else outs[0]
+
+
+# -- index-mapping ops: each fills `out` from its operands --------------------------------------------------
+def _copy_mapped(g, out, src, src_index_of):
+    """out[index] = src[src_index_of(index)] over all of out (a scalar src broadcasts)."""
+    fill = g.stored(src) if isinstance(src, Scalar) else None
+    with g.loops(out.dims) as idx:
+        value = fill if fill is not None else f"{src.name}[{_linear(_dims_of(src), src_index_of(idx))}]"
+        g.line(f"{out.name}[{_linear(out.dims, idx)}] = {value}")
+
+
+def _dims_of(v):
+    return v.dims if isinstance(v, Array) else ()
+
+
+def _broadcast(g, inst, operands, out):
+    dims = inst.attr("dimensions", ())
+    _copy_mapped(g, out, operands[0], lambda idx: [idx[d] for d in dims])
+
+
+def _transpose(g, inst, operands, out):
+    perm = inst.attr("dimensions")
+
+    def src_index(idx):
+        s = [None] * len(perm)
+        for i, p in enumerate(perm):
+            s[p] = idx[i]
+        return s
+    _copy_mapped(g, out, operands[0], src_index)
+
+
+def _slice(g, inst, operands, out):
+    spec = [(s.start, s.stride) for s in inst.attr("slice")]
+    _copy_mapped(g, out, operands[0], lambda idx: [f"({c} * {st} + {lo})" for c, (lo, st) in zip(idx, spec)])
+
+
+def _reverse(g, inst, operands, out):
+    rev = set(inst.attr("dimensions", ()))
+    dims = _dims_of(operands[0])
+    _copy_mapped(g, out, operands[0],
+                 lambda idx: [f"({dims[d] - 1} - {c})" if d in rev else c for d, c in enumerate(idx)])
+
+
+def _dynamic_slice(g, inst, operands, out):
+    x = operands[0]
+    st = g.clamped_starts(operands[1:], _dims_of(x), out.dims)
+    _copy_mapped(g, out, x, lambda idx: [f"({c} + {s})" for c, s in zip(idx, st)])
+
+
+def _iota(g, inst, operands, out):
+    dim = inst.attr("iota_dimension")
+    with g.loops(out.dims) as idx:
+        expr = ew.iota_src(out.et, f"np.int64({idx[dim]})")
+        _need(expr is not None, "iota type")
+        g.line(f"{out.name}[{_linear(out.dims, idx)}] = {ew.store_src(out.et, expr)}")
+
+
+def _pad(g, inst, operands, out):
+    x, pv = operands
+    fill = g.stored(g.scalar_of(pv))
+    xdims = _dims_of(x)
+    _need(xdims, "rank-0 pad")
+    with g.loops(out.dims) as idx:
+        conds, src = [], []
+        for c, n, p in zip(idx, xdims, inst.attr("padding")):
+            t = f"({c} - {p.low})" if p.low else c
+            if p.interior:
+                conds += [f"{t} >= 0", f"{t} % {p.interior + 1} == 0", f"{t} // {p.interior + 1} < {n}"]
+                t = f"({t} // {p.interior + 1})"
+            else:
+                conds += [f"{t} >= 0", f"{t} < {n}"]
+            src.append(t)
+        dst = f"{out.name}[{_linear(out.dims, idx)}]"
+        value = g.stored(x) if isinstance(x, Scalar) else f"{x.name}[{_linear(xdims, src)}]"
+        with g.block(f"if {' and '.join(conds)}:"):
+            g.line(f"{dst} = {value}")
+        with g.block("else:"):
+            g.line(f"{dst} = {fill}")
+
+
+def _concatenate(g, inst, operands, out):
+    dim = inst.attr("dimensions")[0]
+    off = 0
+    for x in operands:
+        xdims = _dims_of(x)
+        with g.loops(xdims) as idx:
+            dst = list(idx)
+            dst[dim] = f"({idx[dim]} + {off})"
+            g.line(f"{out.name}[{_linear(out.dims, dst)}] = {x.name}[{_linear(xdims, idx)}]")
+        off += xdims[dim]
+
+
+_ARRAY_OPS = {"broadcast": _broadcast, "transpose": _transpose, "slice": _slice, "reverse": _reverse,
+              "dynamic-slice": _dynamic_slice, "iota": _iota, "pad": _pad, "concatenate": _concatenate,
+              "dot": _Generator.dot, "gather": _Generator.gather}
+
+
+def _simple_reducer(comp):
+    """The opcode of a reducer `op(p0, p1)` in ew.REDUCERS, else None."""
+    r, params = comp.root, comp.parameters
+    if len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2 \
+            and {id(o) for o in r.operands} == {id(p) for p in params}:
+        return r.opcode
+    return None
+
+
+def _live(comp) -> set[int]:
+    """ids of the instructions the root depends on (everything here is side-effect free)."""
+    live, stack = set(), [comp.root]
+    while stack:
+        inst = stack.pop()
+        if id(inst) not in live:
+            live.add(id(inst))
+            stack += inst.operands
+    return live
+
+
+def _rebuild(like, leaves):
+    return Tup([_rebuild(x, leaves) for x in like.items]) if isinstance(like, Tup) else next(leaves)
+
+
+def _rebuild_shape(shape, leaves):
+    return Tup([_rebuild_shape(s, leaves) for s in shape.tuple_shapes]) if shape.is_tuple else next(leaves)
+
+
+# -- the compiled function --------------------------------------------------------------------------------
+class ProgramKernel:
+    """A compiled region: `kernel(*operands)` -> the value (arrays, tuples nested as the result shape)."""
+
+    def __init__(self, source: str, key: str, operand_shapes, result_shape, consts):
+        self._fn = None
+        self.source = source
+        self.key = key
+        self._operands = operand_shapes
+        self._params = [leaf for s in operand_shapes for leaf in _shape_leaves(s)]
+        self._result = result_shape
+        self._consts = consts
+
+    @property
+    def fn(self):
+        if self._fn is None:
+            self._fn = _load_kernel(self.source, self.key)
+        return self._fn
+
+    def compile(self):
+        from numba import types
+        from numba.np.numpy_support import from_dtype
+        sig = [types.Array(from_dtype(ew.STORAGE[et]), 1, "C") for _, et in self._params]
+        sig += [types.Array(from_dtype(c.dtype), 1, "C") for c in self._consts]
+        self.fn.compile(tuple(sig))
+        return self
+
+    def __call__(self, *operands):
+        flat = [x for v, s in zip(operands, self._operands) for x in _flatten(v, s)]
+        args = []
+        for a, (dims, et) in zip(flat, self._params):
+            a = np.asarray(a)
+            a = a if a.flags.c_contiguous else a.copy()     # (np.ascontiguousarray makes 0-d arrays 1-d)
+            if et in ("f16", "bf16"):
+                a = a.view(np.uint16)
+            if a.dtype != ew.STORAGE[et] or a.shape != dims:
+                raise TypeError(f"program operand: expected {et}{list(dims)}, got {a.dtype}{list(a.shape)}")
+            args.append(a.reshape(-1))
+        results = iter(self.fn(*args, *self._consts))
+        return _unflatten(self._result, results)
+
+
+def _flatten(value, shape):
+    if shape.is_tuple:
+        return [x for v, s in zip(value, shape.tuple_shapes) for x in _flatten(v, s)]
+    return [value]
+
+
+def _unflatten(shape, results):
+    if shape.is_tuple:
+        return tuple(_unflatten(s, results) for s in shape.tuple_shapes)
+    a = next(results).reshape(shape.dims)
+    et = shape.element_type.name
+    if et in ("f16", "bf16"):
+        a = a.view(np.float16 if et == "f16" else _bf16())
+    return a
+
+
+def _generate(inst, excess_precision: bool):
+    gen = _Generator(excess_precision)
+    args = []
+    for k, (dims, et) in enumerate(leaf for o in inst.operands for leaf in _shape_leaves(o.shape)):
+        gen.n += 1
+        arr = Array(f"t{k}", dims, et, gen.n)     # the caller's: never written
+        args.append(gen.scalar_of(arr) if not dims else arr)
+    leaves = iter(args)
+    operands = [_rebuild_shape(o.shape, leaves) for o in inst.operands]
+    result = gen.instruction(inst, operands, gen.copy_of)
+    outs = []
+    for v, (dims, et) in zip(_leaves(result), _shape_leaves(inst.shape)):
+        if isinstance(v, Scalar) or not dims:
+            v = gen.scalar_of(v)
+            name = gen.fresh("a")
+            gen.line(f"{name} = np.empty(1, {_storage_src(et)})")
+            gen.line(f"{name}[0] = {ew.store_src(et, v.expr)}")
+            outs.append(name)
+        else:
+            outs.append(v.name)
+    gen.line(f"return ({', '.join(outs)},)")
+    params = [f"t{k}" for k in range(len(args))] + [f"c{k}" for k in range(len(gen.consts))]
+    head = [f"# hloexec program kernel (generated; helpers {_helpers_hash()})",
+            "from numba import njit",
+            "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
+            "", "",
+            "@njit(cache=True, error_model='numpy', nogil=True)",
+            f"def kernel({', '.join(params)}):"]
+    body = [x.render() if isinstance(x, _Alloc) else x for x in gen.lines]
+    return "\n".join(head + body) + "\n", gen
+
+
+def compile_program(inst, *, excess_precision: bool = False):
+    """A ProgramKernel computing instruction `inst` (a while loop, conditional, call, ...) from its
+    operands as one Numba function, or None if anything in it is unsupported. Compiles on `.compile()`."""
+    try:
+        source, gen = _generate(inst, excess_precision)
+    except _Unsupported:
+        return None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
+        return None
+    key = "p" + hashlib.sha256(source.encode()).hexdigest()[:23]
+    return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)
