@@ -68,8 +68,6 @@ _VALUES_UNDEFINED = {
 # Modules ("file" or "file[index]") that take more than ~5 s on XLA:CPU or hloexec.
 _SLOW = {
     "xla__backends__cpu__benchmarks__hlo__gemma3_1b_flax_call.hlo",
-    "xla__backends__cpu__benchmarks__hlo__diffrax.b380012920.hlo",
-    "xla__backends__cpu__benchmarks__hlo__jax.b380442861.hlo",
     "xla__codegen__emitters__tests__loop__large_loop_slow_compile_time.hlo",
     "xla__service__gpu__tests__reduce_row_vectorized.hlo",
     "xla__tools__benchmarks__hlo__hlo_torax_iterhybrid_predictor_corrector_f64.hlo",
@@ -77,7 +75,6 @@ _SLOW = {
     "xla__hlo__translate__hlo_to_mhlo__tests__layouts_and_names.hlo[0]",  # f16 conv, 128x224x224x4 input
     "xla__tools__hlo_opt__tests__gpu_hlo.hlo",  # 120 MB input
     "xla__tools__multihost_hlo_runner__data__fp8_gemm_loop.hlo",  # a dot per loop iteration
-    "xla__backends__cpu__benchmarks__hlo__in_place_dynamic_update_slice_fusion.hlo",  # 277 s: Numba compiles
     "xla__tools__multihost_hlo_runner__data__sharded_computation.hlo",  # 52 s
     "xla__tools__data__benchmarking__mobilenet_v2.hlo",  # 51 s alone at load average 4 (2 cores)
 }
@@ -282,7 +279,7 @@ def test_module_matches_xla_cpu(case_id, name, index):
         _check_runs_or_unsupported(text, inputs, f"XLA refuses it ({e.stage}): {e.message[:200]}",
                                    invalid=bool(_XLA_SAYS_INVALID.search(e.message)))
         return
-    exe = hloexec.load(text, use_numba=text.count(" fusion(") >= 2, compile_after=0)
+    exe = hloexec.load(text, use_numba=_uses_numba(text), compile_after=0)
     got = _flatten(exe.run(*inputs))
     note = _values_note(name, index, text, module)
     assert_matches_xla(got, expected, reducing=bool(_opcodes(module) & _REDUCING), values=note is None)
@@ -292,11 +289,17 @@ def test_module_matches_xla_cpu(case_id, name, index):
 _XLA_SAYS_INVALID = re.compile(r"mismatch|incompatible|not compatible|verifier|Expected instruction to have shape")
 
 
+def _uses_numba(text: str) -> bool:
+    """Compile what Numba would (fusions, whole while loops, kernels/program.py) where the module has
+    loops or several fusions; op by op elsewhere, where compiling would cost more than the run."""
+    return text.count(" fusion(") >= 2 or " while(" in text
+
+
 def _check_runs_or_unsupported(text: str, inputs, context: str, invalid: bool = False):
     """hloexec runs the module, or raises UnsupportedError (skip, naming what it lacks), or -- for a
     module XLA calls invalid -- an ExecutionError naming the instruction."""
     try:
-        exe = hloexec.load(text, use_numba=text.count(" fusion(") >= 2, compile_after=0)
+        exe = hloexec.load(text, use_numba=_uses_numba(text), compile_after=0)
         available = available_memory()
         if available is not None and exe.peak_bytes() > available:
             pytest.skip(f"needs {exe.peak_bytes() / 2**30:.2f} GiB at its peak, {available / 2**30:.2f} GiB "

@@ -61,21 +61,24 @@ class TieredKernel:
 
 
 # A while loop compiles (kernels/program.py) once its interpreted steps have run this many instructions
-# in all (~20-60 ms of dispatch), mid-loop if need be: the compiled loop takes the state as it stands.
+# in all (~20-60 ms of dispatch), or LOOP_WORK_PER_LINE per generated line if that is more (Numba takes
+# ~7 ms a line: a big body must have shown it runs long) -- mid-loop if need be: the compiled loop
+# takes the state as it stands.
 LOOP_COMPILE_WORK = 1 << 16
+LOOP_WORK_PER_LINE = 1000
 
 
 class TieredLoop:
-    """A while loop interpreted step by step until it has run `LOOP_COMPILE_WORK` instructions, then as
-    one compiled function (the rest of that run and every later one). Counted, never timed: the same
-    run switches at the same step in every process."""
-    __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work")
+    """A while loop interpreted step by step until it has run enough instructions to pay for compiling,
+    then as one compiled function (the rest of that run and every later one). Counted, never timed: the
+    same run switches at the same step in every process. `eager`: compile at the first call (a loop
+    nested in a compiled loop is never called, so never compiled on its own)."""
+    __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work")
 
     def __init__(self, cond, body, kernel, step_work: int, eager: bool):
         self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
         self.compiled, self.work = None, 0
-        if eager:
-            self._compile()
+        self.compile_work = 0 if eager else max(LOOP_COMPILE_WORK, LOOP_WORK_PER_LINE * kernel.lines)
 
     def _compile(self):
         self.compiled = compiled_or(self.kernel, None)
@@ -84,12 +87,16 @@ class TieredLoop:
     def __call__(self, state):
         if self.compiled is not None:
             return self.compiled(state)
+        if self.kernel is not None and self.compile_work == 0:
+            self._compile()
+            if self.compiled is not None:
+                return self.compiled(state)
         cond, body = self.cond, self.body
         while bool(cond(state)):
             state = body(state)
             if self.kernel is not None:
                 self.work += self.step_work
-                if self.work >= LOOP_COMPILE_WORK:
+                if self.work >= self.compile_work:
                     self._compile()
                     if self.compiled is not None:
                         return self.compiled(state)
@@ -173,7 +180,8 @@ class ExecContext:
         kernel = compile_program(inst, excess_precision=self.excess_precision)
         if kernel is None:
             return None
-        return TieredLoop(cond, body, kernel, len(cond.steps) + len(body.steps), self.compile_after == 0)
+        step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
+        return TieredLoop(cond, body, kernel, step_work, self.compile_after == 0)
 
 
 @dataclass(frozen=True)
@@ -255,6 +263,13 @@ class Executable:
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
         from .spmd import run_spmd
         return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
+
+
+def _dispatches(comp: Computation) -> int:
+    """Instructions a run of `comp` interprets, those of the computations it calls included (a loop
+    inside counted once)."""
+    return sum(1 + sum(_dispatches(c) for key, c in inst.called.items() if key in ("to_apply", "calls", "body"))
+               for inst in comp.instructions if inst.opcode != "parameter")
 
 
 def _elements(shape: Shape) -> int:

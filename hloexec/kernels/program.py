@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -38,7 +39,9 @@ from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
 from .fusion import _bf16, _helpers_hash, _load_kernel, _need, _Unsupported, constant_storage
 
-MAX_LINES = 20_000          # a body larger than this compiles for too long to pay (Numba: ~1 ms a line)
+# Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
+# region runs interpreted.
+MAX_LINES = 1200
 
 # Ops computing their value from their operands alone: hoisted out of a loop when those are invariant.
 _PURE = ew.ELEMENTWISE_OPS | {"constant", "iota", "broadcast", "reshape", "bitcast", "transpose", "slice",
@@ -226,18 +229,25 @@ class _Generator:
                 continue
             operands = [vals[id(o)] for o in inst.operands]
 
-            def writable(v, k=k):
-                """`v` itself if its buffer may be overwritten by step k, else a copy of it."""
-                holders = [j for j, x in vals.items() if v.buf in _bufs(x)]
-                if v.buf in self.mutable and all(last_use.get(j, -1) <= k for j in holders):
-                    return v
-                return self.copy_of(v)
+            def free_after(buf, k=k) -> bool:
+                """Whether step k may overwrite `buf`: this code owns it and no value holding it is used later."""
+                return buf in self.mutable and all(last_use.get(j, -1) <= k for j, x in vals.items() if buf in _bufs(x))
+
+            def writable(v):
+                """`v` itself if step k may overwrite it, else a copy of it."""
+                return v if free_after(v.buf) else self.copy_of(v)
+            if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
+                donated = {b for v in operands for b in _bufs(v) if free_after(b)}
+                key = "to_apply" if inst.opcode == "call" else "calls"
+                vals[id(inst)] = self.inline(inst.called[key], operands, donated)
+                continue
             vals[id(inst)] = self.instruction(inst, operands, writable)
         return vals[id(comp.root)]
 
-    def inline(self, comp, args: list):
-        """A called computation: it may not write its arguments in place (the caller may hold them)."""
-        held = set().union(*map(_bufs, args)) & self.mutable if args else set()
+    def inline(self, comp, args: list, donated: frozenset = frozenset()):
+        """A called computation: it may not write its arguments in place (the caller may hold them), but
+        for the `donated` buffers."""
+        held = (set().union(*map(_bufs, args)) & self.mutable if args else set()) - donated
         self.mutable -= held
         try:
             return self.computation(comp, args)
@@ -254,18 +264,25 @@ class _Generator:
         for inst in comp.instructions:
             if id(inst) not in live:
                 continue
+            invariant_operands = not any(id(o) in variant for o in inst.operands)
             if inst.opcode in ("call", "fusion"):
-                self.hoist_invariants(inst.called["to_apply" if inst.opcode == "call" else "calls"])
-                variant.add(id(inst))
-            elif inst.opcode not in _PURE or any(id(o) in variant for o in inst.operands):
+                called = inst.called["to_apply" if inst.opcode == "call" else "calls"]
+                if invariant_operands and _pure(called):
+                    self.hoisted[id(inst)] = self.inline(called, [self.invariant_operand(o) for o in inst.operands])
+                else:
+                    self.hoist_invariants(called)
+                    variant.add(id(inst))
+            elif inst.opcode not in _PURE or not invariant_operands:
                 variant.add(id(inst))
             elif not (inst.opcode == "constant" and inst.shape.rank == 0):
-                operands = [self.hoisted[id(o)] if id(o) in self.hoisted else self.constant_value(o)
-                            for o in inst.operands]
+                operands = [self.invariant_operand(o) for o in inst.operands]
                 self.hoisted[id(inst)] = self.instruction(inst, operands, self.copy_of)
         self.mutable = before
 
-    def constant_value(self, inst):
+    def invariant_operand(self, inst):
+        """A hoisted value, or a scalar constant (not hoisted: it is a literal)."""
+        if id(inst) in self.hoisted:
+            return self.hoisted[id(inst)]
         dims, et = _leaf_type(inst.shape)
         return self.constant(inst, dims, et)
 
@@ -278,7 +295,7 @@ class _Generator:
             return operands[0].items[inst.attr("index")]
         if op in _IDENTITY_OPS:
             return operands[0]
-        if op in ("call", "fusion"):
+        if op in ("call", "fusion"):        # (hoisted: nothing to donate)
             key = "to_apply" if op == "call" else "calls"
             return self.inline(inst.called[key], operands)
         if op == "while":
@@ -731,6 +748,13 @@ def _live(comp) -> set[int]:
     return live
 
 
+def _pure(comp) -> bool:
+    """Whether `comp` computes from its parameters alone (ops in _PURE, calls of such computations)."""
+    return all(i.opcode in _PURE or i.opcode == "parameter"
+               or (i.opcode in ("call", "fusion") and _pure(i.called["to_apply" if i.opcode == "call" else "calls"]))
+               for i in comp.instructions)
+
+
 def _rebuild(like, leaves):
     return Tup([_rebuild(x, leaves) for x in like.items]) if isinstance(like, Tup) else next(leaves)
 
@@ -751,6 +775,7 @@ class ProgramKernel:
         self._params = [leaf for s in operand_shapes for leaf in _shape_leaves(s)]
         self._result = result_shape
         self._consts = consts
+        self.lines = source.count("\n")
 
     @property
     def fn(self):
@@ -763,7 +788,12 @@ class ProgramKernel:
         from numba.np.numpy_support import from_dtype
         sig = [types.Array(from_dtype(ew.STORAGE[et]), 1, "C") for _, et in self._params]
         sig += [types.Array(from_dtype(c.dtype), 1, "C") for c in self._consts]
-        self.fn.compile(tuple(sig))
+        limit = sys.getrecursionlimit()         # Numba's SSA pass recurses once per block of the function
+        sys.setrecursionlimit(max(limit, 20 * len(self.source.splitlines())))
+        try:
+            self.fn.compile(tuple(sig))
+        finally:
+            sys.setrecursionlimit(limit)
         return self
 
     def __call__(self, *operands):
