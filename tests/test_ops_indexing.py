@@ -101,6 +101,17 @@ SCATTER_CASES = [  # operand shape, indices, updates shape, ScatterDimensionNumb
     ((3, 5), np.array([[1], [4], [1]]), (3,), dict(update_window_dims=(), inserted_window_dims=(1,),
                                                    scatter_dims_to_operand_dims=(1,), operand_batching_dims=(0,),
                                                    scatter_indices_batching_dims=(0,))),
+    # one index vector: one window (the single-window path), in bounds and out of bounds
+    ((35, 35), np.array([3, 7]), (), dict(update_window_dims=(), inserted_window_dims=(0, 1),
+                                          scatter_dims_to_operand_dims=(0, 1))),
+    ((5, 4), np.array([3]), (4,), dict(update_window_dims=(0,), inserted_window_dims=(0,),
+                                       scatter_dims_to_operand_dims=(0,))),
+    ((5, 6), np.array([[1, 4]]), (1, 2, 2), dict(update_window_dims=(1, 2), inserted_window_dims=(),
+                                                 scatter_dims_to_operand_dims=(0, 1))),
+    ((5, 6), np.array([[4, 5]]), (1, 2, 2), dict(update_window_dims=(1, 2), inserted_window_dims=(),
+                                                 scatter_dims_to_operand_dims=(0, 1))),
+    ((5, 6), np.array([-1, 2]), (), dict(update_window_dims=(), inserted_window_dims=(0, 1),
+                                         scatter_dims_to_operand_dims=(0, 1))),
 ]
 SC_FN = {"add": lax.scatter_add, "maximum": lax.scatter_max, "minimum": lax.scatter_min,
          "multiply": lax.scatter_mul, "replace": lax.scatter}
