@@ -102,7 +102,7 @@ def test_f16_chain_is_bit_identical_to_op_by_op():
 def test_tiered_kernel_interprets_then_compiles():
     exe = hloexec.load(F16_CHAIN)               # compile_after=1: op by op once, compiled from then on
     kernel = exe.plan.steps[0].kernel
-    assert isinstance(kernel, TieredKernel) and kernel.calls == 0
+    assert isinstance(kernel, TieredKernel) and kernel.calls == {}
     interpreted = []
     interpret = kernel.interpret
     kernel.interpret = lambda *operands: interpreted.append(1) or interpret(*operands)

@@ -194,8 +194,8 @@ def test_long_loop_compiles_mid_run_and_gives_the_interpreted_bits():
     (loop,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
     assert loop.compiled is None
     got = exe.run(np.int32(5))
-    assert loop.compiled is not None and 0 < loop.work < 3000 * loop.step_work
-    assert loop.work >= loop.compile_work >= LOOP_COMPILE_WORK
+    assert loop.compiled is not None and 0 < loop.work[0] < 3000 * loop.step_work
+    assert loop.work[0] >= loop.compile_work >= LOOP_COMPILE_WORK
     _assert_same(got, hloexec.load(text, use_numba=False).run(np.int32(5)), "tiered vs interpreted")
 
 
@@ -216,3 +216,12 @@ def test_loop_with_an_op_the_generator_lacks_runs_interpreted():
     assert compile_program(loop) is None
     exe = hloexec.load(text, compile_after=0)
     _assert_same(exe.run(x), jax.jit(f)(x), "sort loop vs XLA:CPU")
+
+
+def test_nested_loops_compile_with_their_outer_loop_only():
+    exe = hloexec.load(_text("nested"))
+    loops = {id(s.inst): s.kernel for plan in exe.context.plans for s in plan.steps if s.inst.opcode == "while"}
+    (outer,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
+    inner = [k for k in loops.values() if k is not outer]
+    assert outer.kernel is not None and outer.compile_work < float("inf")
+    assert inner and all(k.kernel is None and k.compile_work == float("inf") for k in inner)

@@ -271,3 +271,59 @@ ENTRY e { x = f16[262144] parameter(0)
     assert scratch > 0 and stored > 0
     assert est["work"] == 8 * stored + min(8, CORES) * scratch < 8 * (exe.peak_bytes() - per_inputs)
     assert est["total"] == est["work"] + 8 * per_inputs
+
+
+_TIERED = """HloModule m, num_partitions=4
+fused {
+  p = f32[32768] parameter(0)
+  e = f32[32768] exponential(p)
+  ROOT r = f32[32768] multiply(e, p)
+}
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  x = f32[4] get-tuple-element(s), index=1
+  y = f32[4] exponential(x)
+  ROOT t = (s32[], f32[4]) tuple(j, y)
+}
+ENTRY e {
+  p = f32[32768] parameter(0)
+  f = f32[32768] fusion(p), kind=kLoop, calls=fused
+  z = s32[] constant(0)
+  q = f32[4] slice(p), slice={[0:4]}
+  s = (s32[], f32[4]) tuple(z, q)
+  w = (s32[], f32[4]) while(s), condition=cond, body=body
+  l = f32[4] get-tuple-element(w), index=1
+  ROOT t = (f32[32768], f32[4]) tuple(f, l)
+}
+"""
+
+
+def test_tiers_count_per_participant():
+    """SPMD participants share one plan: each still runs a fusion op by op on its own first call, so the
+    k-th run of every device gives the same bits whichever thread got there first."""
+    import hloexec
+    from hloexec.exec.executor import TieredKernel, TieredLoop
+    exe = hloexec.load(_TIERED)
+    x = np.linspace(-3, 3, 32768, dtype=np.float32)
+    reference = hloexec.load(_TIERED, use_numba=False).run(x)
+    fusion, loop = (next(s.kernel for s in exe.plan.steps if s.inst.opcode == op) for op in ("fusion", "while"))
+    assert isinstance(fusion, TieredKernel) and isinstance(loop, TieredLoop)
+    first = exe.run_spmd([[x]] * 4, report=lambda message: None)
+    assert fusion.calls == {0: 1, 1: 1, 2: 1, 3: 1} and set(loop.work) == {0, 1, 2, 3}
+    for out in first:                       # every device's first run is the op-by-op one
+        for got, want in zip(out, reference):
+            assert got.tobytes() == want.tobytes()
+    second = exe.run_spmd([[x]] * 4, report=lambda message: None)
+    assert fusion.compiled is not None
+    for out in second[1:]:
+        for got, want in zip(out, second[0]):
+            assert got.tobytes() == want.tobytes()

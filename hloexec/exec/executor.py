@@ -28,7 +28,7 @@ class Device:
         return self.replica_id * self.num_partitions + self.partition_id
 
 
-# Fusions that read and write less than this (largest operand or output) run op by op (see fused_kernel).
+# Fusions that write (or reduce) less than this run op by op (see fused_kernel).
 MIN_COMPILED_BYTES = 64 * 1024
 # Fusions whose op-by-op run would cost more than compiling them (~0.3 s, ~0.6 s with Numba's first load)
 # are compiled before their first call whatever `compile_after` says. Work = elements read and written x
@@ -42,21 +42,26 @@ class TieredKernel:
 
     Most runs are one-shot (validate a dump, a test's reference run): there, ~0.1-0.3 s of Numba compile
     per kernel costs more than running the fusion op by op. A module run again compiles what it runs.
-    The switch happens at a fixed call count, never on a timer, so the k-th run of a module gives the same
-    bits in every process (the two tiers may differ in the last bits: reduction order, libm vs numpy).
+    The switch happens at a fixed call count of each participant (SPMD devices share the plan, and run
+    it from their own threads), never on a timer, so the k-th run of a module gives the same bits in every
+    process (the two tiers may differ in the last bits: reduction order, libm vs numpy).
     """
-    __slots__ = ("interpret", "compiled", "after", "calls")
+    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "lock")
 
-    def __init__(self, interpret, compiled, after: int):
-        self.interpret, self.compiled, self.after, self.calls = interpret, compiled, after, 0
+    def __init__(self, interpret, kernel, after: int, participant):
+        self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
+        self.compiled, self.calls, self.lock = None, {}, threading.Lock()
 
     def __call__(self, *operands):
-        if self.calls < self.after:
-            self.calls += 1
+        who = self.participant()
+        n = self.calls.get(who, 0)
+        if n < self.after:
+            self.calls[who] = n + 1
             return self.interpret(*operands)
-        if self.calls == self.after:        # the first compiled call compiles (or falls back to op by op)
-            self.calls += 1
-            self.compiled = compiled_or(self.compiled, self.interpret)
+        if self.compiled is None:           # the first compiled call compiles (or falls back to op by op)
+            with self.lock:
+                if self.compiled is None:
+                    self.compiled = compiled_or(self.kernel, self.interpret)
         return self.compiled(*operands)
 
 
@@ -65,41 +70,50 @@ class TieredKernel:
 # ~7 ms a line: a big body must have shown it runs long) -- mid-loop if need be: the compiled loop
 # takes the state as it stands.
 LOOP_COMPILE_WORK = 1 << 16
-LOOP_WORK_PER_LINE = 1000
+LOOP_WORK_PER_LINE = 250
 
 
 class TieredLoop:
     """A while loop interpreted step by step until it has run enough instructions to pay for compiling,
-    then as one compiled function (the rest of that run and every later one). Counted, never timed: the
-    same run switches at the same step in every process. `eager`: compile at the first call (a loop
-    nested in a compiled loop is never called, so never compiled on its own)."""
-    __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work")
+    then as one compiled function (the rest of that run and every later one). Counted per participant,
+    never timed: the same run switches at the same step in every process. `eager`: compile at the first
+    call (a loop nested in a compiled loop is never called, so never compiled on its own)."""
+    __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work", "participant",
+                 "lock")
 
-    def __init__(self, cond, body, kernel, step_work: int, eager: bool):
+    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant):
         self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
-        self.compiled, self.work = None, 0
+        self.compiled, self.work, self.participant, self.lock = None, {}, participant, threading.Lock()
         self.compile_work = 0 if eager else max(LOOP_COMPILE_WORK, LOOP_WORK_PER_LINE * kernel.lines)
 
-    def _compile(self):
-        self.compiled = compiled_or(self.kernel, None)
-        self.kernel = None
+    def _compiled(self):
+        """The compiled loop (compiling it on first use), or None if it does not compile."""
+        if self.kernel is not None:
+            with self.lock:
+                if self.kernel is not None:
+                    self.compiled = compiled_or(self.kernel, None)
+                    self.kernel = None
+                    if self.compiled is None:
+                        self.compile_work = float("inf")
+        return self.compiled
 
     def __call__(self, state):
-        if self.compiled is not None:
-            return self.compiled(state)
-        if self.kernel is not None and self.compile_work == 0:
-            self._compile()
-            if self.compiled is not None:
-                return self.compiled(state)
+        who = self.participant()
+        work = self.work.get(who, 0)
+        if work >= self.compile_work:
+            compiled = self._compiled()
+            if compiled is not None:
+                return compiled(state)
         cond, body = self.cond, self.body
         while bool(cond(state)):
             state = body(state)
-            if self.kernel is not None:
-                self.work += self.step_work
-                if self.work >= self.compile_work:
-                    self._compile()
-                    if self.compiled is not None:
-                        return self.compiled(state)
+            work += self.step_work
+            if work >= self.compile_work:
+                self.work[who] = work
+                compiled = self._compiled()
+                if compiled is not None:
+                    return compiled(state)
+        self.work[who] = work
         return state
 
 
@@ -125,12 +139,17 @@ class ExecContext:
         self.use_numba = use_numba
         self.compile_after = compile_after
         self._plans: dict[tuple[int, bool], Plan] = {}
+        self._loops: dict[int, TieredLoop] = {}     # while instruction id -> its tiers (outermost loops)
         self._participant = threading.local()
 
     @property
     def device(self) -> Device:
         """The device of the calling thread: SPMD participants share one prepared plan (hloexec.exec.spmd)."""
         return getattr(self._participant, "device", None) or self.default_device
+
+    def participant(self) -> int:
+        """The calling thread's device id: tiers count their calls per participant."""
+        return self.device.global_id
 
     def play(self, device: Device) -> None:
         """Make the calling thread run as `device` (ops read ctx.device at run time)."""
@@ -152,11 +171,13 @@ class ExecContext:
         """A kernel running the fused computation `comp` as one compiled loop nest, or None to run it op by op.
 
         Compiling costs ~0.1-0.3 s per distinct fusion on a cold cache, while running a small fusion op by
-        op costs microseconds: only fusions whose largest operand or output has `MIN_COMPILED_BYTES` pay,
+        op costs microseconds: only fusions whose output or reduced operand has `MIN_COMPILED_BYTES` pay,
         and they are compiled on their `compile_after`+1-th call (see TieredKernel).
         """
         ends = [p.shape for p in (comp.root, *comp.parameters)]
-        if not self.use_numba or max(s.nbytes for s in ends) < MIN_COMPILED_BYTES:
+        # what it touches: its output, and what its reductions read (a dynamic-slice of a big operand reads little)
+        touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions if i.opcode == "reduce"]
+        if not self.use_numba or max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
             return None
         from ..kernels.fusion import compile_fusion
         kernel = compile_fusion(comp, excess_precision=self.excess_precision, eager=False)
@@ -167,13 +188,16 @@ class ExecContext:
         work = sum(map(_elements, ends)) * len(ops) * (2 if half else 1)
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             return compiled_or(kernel, None)
-        return TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after)
+        return TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant)
 
 
     def compiled_loop(self, inst):
-        """The while loop `inst` as a TieredLoop, or None where it cannot compile (it runs interpreted)."""
+        """The while loop `inst` as a TieredLoop, or None where it cannot compile (it runs interpreted).
+
+        The loops nested in a loop that compiles are compiled with it, never on their own: they run
+        interpreted until it switches."""
         cond = self.computation(inst.called["condition"])
-        body = self.computation(inst.called["body"])
+        body = self.computation(inst.called["body"])      # prepares the nested loops first
         if not self.use_numba:
             return None
         from ..kernels.program import compile_program
@@ -181,7 +205,13 @@ class ExecContext:
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
-        return TieredLoop(cond, body, kernel, step_work, self.compile_after == 0)
+        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant)
+        for nested in _nested_whiles(inst):
+            inner = self._loops.pop(id(nested), None)
+            if inner is not None:
+                inner.kernel, inner.compile_work = None, float("inf")
+        self._loops[id(inst)] = loop
+        return loop
 
 
 @dataclass(frozen=True)
@@ -263,6 +293,16 @@ class Executable:
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
         from .spmd import run_spmd
         return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
+
+
+def _nested_whiles(inst) -> list:
+    """The while instructions inside the computations `inst` calls, at any depth."""
+    found = []
+    for c in inst.called.values():
+        for comp in (c if isinstance(c, list) else [c]):
+            for i in comp.instructions:
+                found += ([i] if i.opcode == "while" else []) + _nested_whiles(i)
+    return found
 
 
 def _dispatches(comp: Computation) -> int:

@@ -371,4 +371,5 @@ def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
         return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
     x, y = a.astype(np.float64), b.astype(np.float64)
     same = (x == y) | (np.isnan(x) & np.isnan(y))
-    return float(np.max(np.where(same, 0.0, np.abs(x - y)), initial=0.0))
+    with np.errstate(invalid="ignore"):     # inf vs NaN: the difference is NaN, reported as such
+        return float(np.max(np.where(same, 0.0, np.abs(x - y)), initial=0.0))

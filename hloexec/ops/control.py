@@ -24,8 +24,9 @@ def call(inst, ctx):
 
 
 @op("while", kernel="numba", notes="runs body while condition holds; the carried value is its single operand. "
-    "Interpreted step by step at first; a loop that has run 2^16 instructions compiles whole, condition, "
-    "body and what they call, into one function (kernels/program.py), where its ops allow")
+    "Interpreted step by step at first; once it has run 2^16 instructions (250 per generated line if more) "
+    "it compiles whole, condition, body and what they call, into one function (kernels/program.py), where "
+    "its ops allow")
 def while_(inst, ctx):
     compiled = ctx.compiled_loop(inst)
     if compiled is not None:
