@@ -170,3 +170,49 @@ def test_peak_memory_estimate_covers_op_by_op_temporaries(options):
     inputs_bytes = sum(a.nbytes for a in inputs)
     traced = _traced_run_peak(exe, inputs)
     assert traced <= exe.peak_bytes() - inputs_bytes <= 1.3 * traced
+
+
+# jax's shape of a jitted helper: add -> call(relu) -> multiply; and a call the plan must keep (its callee
+# has a side effect).
+CALLS = """HloModule calls
+relu { x = f32[512,256] parameter(0)
+  z = f32[] constant(0)
+  zb = f32[512,256] broadcast(z), dimensions={}
+  ROOT m = f32[512,256] maximum(x, zb) }
+effect { x = f32[512,256] parameter(0)
+  ROOT c = f32[512,256] custom-call(x), custom_call_target="some_host_effect", custom_call_has_side_effect=true }
+ENTRY main {
+  p = f32[512,256] parameter(0)
+  q = f32[512,256] parameter(1)
+  a = f32[512,256] add(p, q)
+  r = f32[512,256] call(a), to_apply=relu
+  ROOT o = f32[512,256] multiply(r, q)
+}
+"""
+
+
+def test_calls_are_inlined_so_fusion_sees_through_them():
+    module = hloexec.parse(CALLS)[0]
+    users_before = {i.name: len(i.users) for c in module.computations for i in c}
+    exe = hloexec.Executable(module, compile_after=0)
+    (group,) = _groups(exe)
+    assert {i.opcode for i in group.members} >= {"add", "maximum", "multiply"}
+    assert len(exe.plan.steps) == 1 and exe.plan.steps[0].fused
+    # the module itself is untouched: the call is still there, no instruction gained users
+    assert [i.opcode for i in module.entry].count("call") == 1
+    assert users_before == {i.name: len(i.users) for c in module.computations for i in c}
+    inputs = _inputs(exe, seed=4)
+    assert exe.run(*inputs).tobytes() == hloexec.load(CALLS, use_numba=False).run(*inputs).tobytes()
+
+
+def test_calls_with_side_effects_stay_calls_and_errors_name_the_callee():
+    from hloexec.errors import UnsupportedError
+    from hloexec.exec.inline import inline_calls
+    from hloexec.exec.plan import has_side_effect
+    effect = hloexec.parse(CALLS.replace("to_apply=relu", "to_apply=effect"))[0]
+    assert inline_calls(effect.entry, keep_call=has_side_effect) is effect.entry
+    assert inline_calls(hloexec.parse(CALLS)[0].entry, keep_call=has_side_effect) is not None
+    unknown = CALLS.replace("ROOT m = f32[512,256] maximum(x, zb)",
+                            'ROOT m = f32[512,256] custom-call(x), custom_call_target="no_such_target"')
+    with pytest.raises(UnsupportedError, match="of computation %relu"):     # inlined, still named
+        hloexec.load(unknown)

@@ -43,7 +43,7 @@ def _plan_of(exe, name):
 
 def test_a_parameter_independent_value_is_computed_once():
     exe = hloexec.load(LOOP)
-    step_value = _plan_of(exe, "step_value")
+    step_value = _plan_of(exe, "body")               # the call of step_value is inlined there
     calls = []
     for step in step_value.steps:
         if step.inst.name == "total":
@@ -54,7 +54,7 @@ def test_a_parameter_independent_value_is_computed_once():
     assert exe.run(x) == want and exe.run(x) == want
     assert len(calls) == 1                          # the first call computed it; 99 more reused it
     folded = [step_value.order[s].name for s in step_value.folded]
-    assert folded == ["total"]                      # only what a parameter-dependent step reads is kept
+    assert sorted(folded) == ["one", "total"]       # only what a parameter-dependent step reads is kept
 
 
 def test_device_dependent_and_large_values_are_not_folded():

@@ -139,7 +139,8 @@ class ExecContext:
         self.use_numba = use_numba
         self.compile_after = compile_after
         self._plans: dict[tuple[int, bool], Plan] = {}
-        self._loops: dict[int, TieredLoop] = {}     # while instruction id -> its tiers (outermost loops)
+        # while instruction name -> its tiers (by name: plans inline calls, so one loop may have copies)
+        self._loops: dict[str, list[TieredLoop]] = {}
         self._participant = threading.local()
 
     @property
@@ -207,10 +208,9 @@ class ExecContext:
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
         loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant)
         for nested in _nested_whiles(inst):
-            inner = self._loops.pop(id(nested), None)
-            if inner is not None:
+            for inner in self._loops.pop(nested.name, ()):
                 inner.kernel, inner.compile_work = None, float("inf")
-        self._loops[id(inst)] = loop
+        self._loops.setdefault(inst.name, []).append(loop)
         return loop
 
 
@@ -258,7 +258,8 @@ class Executable:
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
         `progress(done, total)` is called after each entry-computation instruction (None: no cost);
-        `profile`, a dict, gets entry instruction -> seconds (calls, loops and fused groups inclusive)."""
+        `profile`, a dict, gets instruction -> seconds for the entry computation, its calls inlined (loops and
+        fused groups inclusive)."""
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "

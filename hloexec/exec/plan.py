@@ -15,6 +15,7 @@ from ..ir.module import Computation, Instruction
 from ..kernels import elementwise as ew
 from ..ops.registry import lookup
 from .fuse import find_groups
+from .inline import inline_calls
 
 
 def schedule(comp: Computation) -> list[Instruction]:
@@ -111,6 +112,8 @@ class Plan:
 
     def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
+        if fuse:        # calls inlined first, so that fusion sees through them (exec/inline.py)
+            comp = inline_calls(comp, keep_call=has_side_effect)
         live = live_instructions(comp)
         order = [inst for inst in schedule(comp) if id(inst) in live]
         # Unfused producer/consumer chains become compiled kernels; their inner values are never stored.

@@ -176,7 +176,7 @@ class ProgressBar:
 
 def execute(exe, inputs, profile=None) -> tuple[list, float]:
     """(flattened outputs, seconds) of one run, with a progress bar when stderr is a terminal;
-    `profile` (a dict) gets entry instruction -> seconds."""
+    `profile` (a dict) gets instruction of the entry computation (calls inlined) -> seconds."""
     bar = ProgressBar(sys.stderr, "instructions") if sys.stderr.isatty() else None
     start = time.perf_counter()
     try:
@@ -188,7 +188,8 @@ def execute(exe, inputs, profile=None) -> tuple[list, float]:
 
 
 def profile_rows(exe, profile: dict, top: int) -> list[dict]:
-    """The `top` slowest entry instructions of a profiled run, slowest first."""
+    """The `top` slowest instructions of a profiled run of the entry computation (its calls inlined), slowest
+    first."""
     total = sum(profile.values()) or 1.0
     fused = {id(g.root): len(g.members) for g in exe.plan.fused_groups}
     rows = sorted(profile.items(), key=lambda item: -item[1])[:top]
@@ -291,7 +292,8 @@ def cmd_run(args) -> int:
         print(f"time: parse {parse_s * 1e3:.1f} ms, prepare {prepare_s * 1e3:.1f} ms, "
               f"execute {execute_s * 1e3:.1f} ms (first run)")
         if slowest:
-            print(f"slowest {len(slowest)} entry instructions (calls, loops and fused groups inclusive):")
+            print(f"slowest {len(slowest)} instructions of the entry computation (calls inlined; loops and fused "
+                  "groups inclusive):")
             for row in slowest:
                 print(f"  {row['ms']:10.2f} ms {row['share']:6.1%}  %{row['name']} = {row['shape']} {row['opcode']}"
                       + (f" (fused: {row['fused']} instructions)" if row["fused"] else "")
@@ -635,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="NPZ", help="write the outputs as out0..outM (tuple results flattened)")
     p.add_argument("--fail-on-nan", action="store_true", help="exit 1 when an output holds a NaN")
     p.add_argument("--profile", type=int, nargs="?", const=20, default=0, metavar="N",
-                   help="time every entry instruction; print the N slowest (default 20)")
+                   help="time every instruction of the entry computation (calls inlined); print the N slowest "
+                        "(default 20)")
     p.set_defaults(handler=cmd_run)
 
     p = _subparser(subparsers, "compare", "Run a module and compare its outputs with a reference.",
