@@ -216,3 +216,32 @@ def test_calls_with_side_effects_stay_calls_and_errors_name_the_callee():
                             'ROOT m = f32[512,256] custom-call(x), custom_call_target="no_such_target"')
     with pytest.raises(UnsupportedError, match="of computation %relu"):     # inlined, still named
         hloexec.load(unknown)
+
+
+# Adam's shape: the f16 gradient, converted once, feeds two updates (m and v) that are separate groups.
+SHARED_CONVERT = """HloModule adam_like
+ENTRY main {
+  g16 = f16[256,512] parameter(0)
+  m = f32[256,512] parameter(1)
+  v = f32[256,512] parameter(2)
+  g = f32[256,512] convert(g16)
+  b = f32[] constant(0.9)
+  bb = f32[256,512] broadcast(b), dimensions={}
+  m1 = f32[256,512] multiply(m, bb)
+  m2 = f32[256,512] add(m1, g)
+  gg = f32[256,512] multiply(g, g)
+  v1 = f32[256,512] multiply(v, bb)
+  v2 = f32[256,512] add(v1, gg)
+  ROOT t = (f32[256,512], f32[256,512]) tuple(m2, v2)
+}
+"""
+
+
+def test_a_convert_read_by_two_groups_is_redone_in_each():
+    exe = hloexec.load(SHARED_CONVERT, compile_after=0)
+    groups = _groups(exe)
+    assert len(groups) == 2 and all("convert" in [i.opcode for i in g.computation.instructions] for g in groups)
+    assert [s.inst.opcode for s in exe.plan.steps if not s.fused] == ["tuple"]     # no f32 copy of g stored
+    inputs = _inputs(exe, seed=6)
+    for got, want in zip(exe.run(*inputs), hloexec.load(SHARED_CONVERT, use_numba=False).run(*inputs)):
+        assert got.tobytes() == want.tobytes()

@@ -11,8 +11,8 @@ Rules:
   recomputed; a column reduction runs faster in numpy).
 * a producer joins its consumers' group only when all its (live) users are in that one group, so a group
   needs no value of a non-member that depends on a member (groups stay convex) and nothing is computed twice;
-* cheap producers (constants, iota, broadcasts of those or of scalars) are copied into every group that
-  uses them instead of materialising a large broadcast;
+* cheap producers (constants, iota, broadcasts of those or of scalars, converts and other cheap unary
+  ops) are copied into every group that uses them instead of materialising a large value;
 * a group is kept only when it pays: at least two ops that do work op by op (an expanding broadcast
   counts), or one f16/bf16 arithmetic op (op by op it converts through f32), and enough bytes (see
   ExecContext.fused_kernel, which may still decline it).
@@ -55,9 +55,18 @@ def _fusible(inst: Instruction) -> bool:
     return all(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name) for o in inst.operands)
 
 
+# Unary ops worth redoing in every group that reads them rather than storing their value: Adam's
+# convert(f16 grad -> f32) feeds the m and the v update; stored, it is a 4-byte write and two 4-byte reads
+# an element, where each group redoing it reads 2 bytes.
+_CHEAP_UNARY = frozenset({"convert", "bitcast-convert", "negate", "abs", "not"})
+
+
 def _cheap(inst: Instruction) -> bool:
-    """Recomputed in every group that uses it rather than stored: no loads, or one load per row at most."""
+    """Recomputed in every group that uses it rather than stored: no loads, one load per row at most, or
+    a cheap unary op on one load."""
     op = inst.opcode
+    if op in _CHEAP_UNARY:
+        return True
     if op == "constant":
         return inst.shape.rank == 0
     if op == "iota":
@@ -66,6 +75,14 @@ def _cheap(inst: Instruction) -> bool:
         src = inst.operands[0]
         return src.shape.rank == 0 or (src.opcode in ("constant", "iota") and _cheap(src))
     return False
+
+
+def _copied_in(inst: Instruction, users: list[Instruction], root: Instruction) -> bool:
+    """Left out of the groups and copied into each one that reads it: a cheap producer all of whose users
+    may join groups (a cheap unary op only when it has several: with one, it simply joins that one's)."""
+    if inst is root or not _cheap(inst) or not all(_fusible(u) for u in users):
+        return False
+    return len(users) > 1 if inst.opcode in _CHEAP_UNARY else True
 
 
 def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list[FusedGroup]:
@@ -79,7 +96,7 @@ def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list
     group_of: dict[int, int] = {}
     members: list[list[Instruction]] = []
     for inst in reversed(order):
-        if not _fusible(inst) or _cheap(inst) and all(_fusible(u) for u in users[id(inst)]):
+        if not _fusible(inst) or _copied_in(inst, users[id(inst)], root):
             continue
         gids = {group_of.get(id(u)) for u in users[id(inst)]}
         if (inst is not root and inst.opcode != "reduce" and len(gids) == 1 and None not in gids
