@@ -225,3 +225,20 @@ def test_nested_loops_compile_with_their_outer_loop_only():
     inner = [k for k in loops.values() if k is not outer]
     assert outer.kernel is not None and outer.compile_work < float("inf")
     assert inner and all(k.kernel is None and k.compile_work == float("inf") for k in inner)
+
+
+def test_a_loop_that_does_not_compile_runs_interpreted_with_a_warning(monkeypatch):
+    from hloexec.errors import CompileWarning
+    from hloexec.kernels.program import ProgramKernel
+
+    def broken(self):
+        raise RuntimeError("generated code does not compile")
+    monkeypatch.setattr(ProgramKernel, "compile", broken)
+    fn, args = PROGRAMS["scan_rows"]
+    exe = hloexec.load(_text("scan_rows"), compile_after=0)
+    with pytest.warns(CompileWarning, match="does not compile"):
+        got = exe.run(*args)
+    _assert_same(got, jax.jit(fn)(*args), "interpreted fallback vs XLA:CPU")
+    (loop,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
+    assert loop.compiled is None and loop.compile_work == float("inf")
+    _assert_same(exe.run(*args), got, "second run")           # no second attempt, no second warning
