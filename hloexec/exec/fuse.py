@@ -11,6 +11,9 @@ Rules:
   recomputed; a column reduction runs faster in numpy).
 * a producer joins its consumers' group only when all its (live) users are in that one group, so a group
   needs no value of a non-member that depends on a member (groups stay convex) and nothing is computed twice;
+  or when its other users come after the group's root in the schedule and it has the root's dims: then it
+  is one more output of the group (multi-output fusion: Adam's new m and v, read by the parameter update
+  and returned, are written by the same kernel as the update, which reads m, v and the gradient once);
 * cheap producers (constants, iota, broadcasts of those or of scalars, converts and other cheap unary
   ops) are copied into every group that uses them instead of materialising a large value;
 * a group is kept only when it pays: at least two ops that do work op by op (an expanding broadcast
@@ -22,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.module import Computation, Instruction
+from ..ir.shape import tuple_shape
 from ..kernels import elementwise as ew
 
 _MOVEMENT = frozenset({"broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "pad", "concatenate",
@@ -29,15 +33,17 @@ _MOVEMENT = frozenset({"broadcast", "reshape", "bitcast", "transpose", "slice", 
 # Members that do no work op by op worth saving (a broadcast does: numpy materialises it in full).
 _NO_COMPUTE = frozenset({"parameter", "constant", "reshape", "bitcast", "copy"})
 MAX_GROUP = 128      # instructions per group: bounds compile time and the generator's recursion depth
+MAX_OUTPUTS = 8      # outputs per group
 
 
 @dataclass
 class FusedGroup:
-    """Instructions that run as one compiled kernel; `root` is the only member whose value leaves it."""
-    root: Instruction
+    """Instructions that run as one compiled kernel; `outputs` are the members whose values leave it."""
+    root: Instruction                   # the last member; the kernel runs where it is scheduled
     members: list[Instruction]          # schedule order, root last; copied cheap producers included
     inputs: list[Instruction]           # values from outside, in the fused computation's parameter order
     computation: Computation
+    outputs: list[Instruction]          # [root], or the extra outputs in schedule order then the root
     kernel: object = None
 
 
@@ -92,25 +98,39 @@ def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list
     does not pay or cannot be compiled -- the group's instructions then run op by op.
     """
     live = {id(i) for i in order}
+    position = {id(i): k for k, i in enumerate(order)}
     users = {id(i): [u for u in i.users if id(u) in live] for i in order}
     group_of: dict[int, int] = {}
     members: list[list[Instruction]] = []
+    extra: list[list[Instruction]] = []         # per group: members read outside it besides the root
     for inst in reversed(order):
         if not _fusible(inst) or _copied_in(inst, users[id(inst)], root):
             continue
         gids = {group_of.get(id(u)) for u in users[id(inst)]}
-        if (inst is not root and inst.opcode != "reduce" and len(gids) == 1 and None not in gids
-                and len(members[next(iter(gids))]) < MAX_GROUP):
-            gid = gids.pop()
+        joinable = inst is not root and inst.opcode != "reduce"
+        inside = gids - {None}
+        gid = next(iter(inside)) if len(inside) == 1 else None
+        if joinable and gid is not None and len(members[gid]) < MAX_GROUP:
+            if None in gids:        # read outside too: one more output, if every such read comes later
+                head = members[gid][0]
+                later = all(position[id(u)] > position[id(head)] for u in users[id(inst)] if id(u) not in group_of)
+                if (not later or inst.shape.dims != head.shape.dims or head.opcode == "reduce"
+                        or len(extra[gid]) + 1 >= MAX_OUTPUTS):
+                    gid = None
+                else:
+                    extra[gid].append(inst)
         else:
+            gid = None
+        if gid is None:
             gid = len(members)
             members.append([])
+            extra.append([])
         group_of[id(inst)] = gid
         members[gid].append(inst)
 
     groups = []
-    for insts in members:
-        group = _make_group(list(reversed(insts)), group_of)
+    for insts, outs in zip(members, extra):
+        group = _make_group(list(reversed(insts)), group_of, list(reversed(outs)))
         if group is not None:
             group.kernel = kernel_for(group.computation)
             if group.kernel is not None:
@@ -118,8 +138,9 @@ def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list
     return groups
 
 
-def _make_group(insts: list[Instruction], group_of: dict[int, int]) -> FusedGroup | None:
-    """The group's fused computation (copies of its instructions, external values as parameters)."""
+def _make_group(insts: list[Instruction], group_of: dict[int, int], extra: list[Instruction]) -> FusedGroup | None:
+    """The group's fused computation (copies of its instructions, external values as parameters); with
+    `extra` outputs, its root is the tuple (extra..., root)."""
     gid = group_of[id(insts[-1])]
     inside = {id(i) for i in insts}
     copies: dict[int, Instruction] = {}
@@ -146,6 +167,15 @@ def _make_group(insts: list[Instruction], group_of: dict[int, int]) -> FusedGrou
                                                                   or i.opcode == "reduce") for i in computes)
     if len(computes) < 2 and not half:
         return None
-    body[-1].is_root = True      # copies are made operands first, so their insertion order is a schedule
-    return FusedGroup(insts[-1], insts, inputs, Computation(f"fused.{insts[-1].name}", list(copies.values()),
-                                                            body[-1]))
+    outputs = extra + [insts[-1]]
+    instructions = list(copies.values())      # copies are made operands first: their order is a schedule
+    result = body[-1]
+    if extra:
+        outs = [copies[id(o)] for o in outputs]
+        result = Instruction(f"outputs.{insts[-1].name}", "tuple", tuple_shape([o.shape for o in outs]), outs, {}, "")
+        for o in outs:
+            o.users.append(result)
+        instructions.append(result)
+    result.is_root = True
+    return FusedGroup(insts[-1], insts, inputs, Computation(f"fused.{insts[-1].name}", instructions, result),
+                      outputs)

@@ -61,6 +61,8 @@ class Step:
     output: int
     frees: tuple[int, ...]
     fused: bool = False         # runs a fused group's kernel (exec/fuse.py), not its instruction's op
+    extra_outputs: tuple[int, ...] = ()     # a multi-output group's other outputs: the kernel returns
+                                            # (their values..., inst's value)
 
 
 # HloInstruction::HasSideEffectNoRecurse's opcodes, plus rng and rng-get-and-update-state, which older XLA
@@ -119,8 +121,11 @@ class Plan:
         # Unfused producer/consumer chains become compiled kernels; their inner values are never stored.
         groups = {id(g.root): g for g in find_groups(order, comp.root, ctx.fused_kernel)} if fuse else {}
         inputs_of = {id(inst): inst.operands for inst in order}
+        # a multi-output group's other outputs are written by its step: they "read" its root
+        produced_by = {id(o): g.root for g in groups.values() for o in g.outputs[:-1]}
         if groups:
             inputs_of.update((root, g.inputs) for root, g in groups.items())
+            inputs_of.update((o, [root]) for o, root in produced_by.items())
             live = live_instructions(comp, lambda inst: inputs_of[id(inst)])
             order = [inst for inst in order if id(inst) in live]
         self.fused_groups = list(groups.values())
@@ -130,8 +135,9 @@ class Plan:
         self.root_slot = slot[id(comp.root)]
         last_use: dict[int, int] = {}
         for step_index, inst in enumerate(order):
-            for o in inputs_of[id(inst)]:
-                last_use[slot[id(o)]] = step_index
+            if id(inst) not in produced_by:
+                for o in inputs_of[id(inst)]:
+                    last_use[slot[id(o)]] = step_index
         frees_at: dict[int, list[int]] = {}
         for s, step_index in last_use.items():
             if s != self.root_slot:
@@ -139,7 +145,7 @@ class Plan:
         self.order = order
         self.steps: list[Step] = []
         for step_index, inst in enumerate(order):
-            if inst.opcode == "parameter":
+            if inst.opcode == "parameter" or id(inst) in produced_by:
                 continue
             group = groups.get(id(inst))
             try:
@@ -148,8 +154,9 @@ class Plan:
                 if e.instruction is None:
                     raise UnsupportedError(e.what, inst) from None
                 raise
+            extra = tuple(slot[id(o)] for o in group.outputs[:-1]) if group is not None else ()
             self.steps.append(Step(inst, kernel, tuple(slot[id(o)] for o in inputs_of[id(inst)]), slot[id(inst)],
-                                   tuple(frees_at.get(step_index, ())), group is not None))
+                                   tuple(frees_at.get(step_index, ())), group is not None, extra))
         # Values that do not depend on the parameters are computed by the first run and reused after it.
         invariant = set()
         for inst in order:
@@ -201,6 +208,13 @@ class Plan:
                 raise
             except Exception as e:  # a kernel failing is a bug or bad input: say where
                 raise ExecutionError(f"{type(e).__name__}: {e}{describe_site(step.inst)}") from e
+            if step.extra_outputs:
+                *extras, value = value
+                for s, v in zip(step.extra_outputs, extras):
+                    check_value(self.order[s], v)
+                    if s in self.folded:
+                        self.folded[s] = v
+                    slots[s] = v
             check_value(step.inst, value)
             if step.output in self.folded:
                 self.folded[step.output] = value
@@ -217,7 +231,7 @@ class Plan:
         peak = live
         for step in self.steps:
             if step.inst.opcode not in VIEW_OPS:
-                live += step.inst.shape.nbytes
+                live += step.inst.shape.nbytes + sum(self.order[s].shape.nbytes for s in step.extra_outputs)
             peak = max(peak, live + (scratch_bytes(step) if scratch else 0))
             for f in step.frees:
                 inst = self.order[f]
@@ -274,7 +288,8 @@ def compile_schedule(plan: Plan):
         if step.output in plan.invariant_slots:
             continue
         names[f"k{k}"] = step.kernel
-        lines.append(f"    s{step.output} = k{k}({', '.join(f's{i}' for i in step.inputs)})")
+        targets = "".join(f"s{s}, " for s in step.extra_outputs) + f"s{step.output}"
+        lines.append(f"    {targets} = k{k}({', '.join(f's{i}' for i in step.inputs)})")
         if step.frees:
             lines.append(f"    del {', '.join(f's{f}' for f in step.frees)}")
     lines.append(f"    return s{plan.root_slot}")
