@@ -345,6 +345,12 @@ def test_sort_comparator_forms(monkeypatch, name):
     assert bool(slow_calls) != vectorized
 
 
+_TIE_BREAK = """
+  lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
+  eq = pred[] compare({eq}), direction=EQ
+  lt1 = pred[] compare(c, d), direction=LT
+  tie = pred[] and(eq, lt1)
+  ROOT r = pred[] or(lt, tie)"""
 NOT_KEYS = {  # comparator bodies (see _sort_module) that compare no keys: they must run per comparison
     "different-constants": """
   one = s32[] constant(1)
@@ -356,18 +362,10 @@ NOT_KEYS = {  # comparator bodies (see _sort_module) that compare no keys: they 
   ab = f32[] add(a, b)
   ROOT r = pred[] compare(ab, b), direction=LT""",
     "non-strict": "\n  ROOT r = pred[] compare(c, d), direction=LE",
-    "tie-of-another-key": """
-  lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
-  eq = pred[] compare(c, d), direction=EQ
-  lt1 = pred[] compare(c, d), direction=LT
-  tie = pred[] and(eq, lt1)
-  ROOT r = pred[] or(lt, tie)""",
-    "tie-of-another-order": """
-  lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
-  eq = pred[] compare(a, b), direction=EQ
-  lt1 = pred[] compare(c, d), direction=LT
-  tie = pred[] and(eq, lt1)
-  ROOT r = pred[] or(lt, tie)""",
+    # lexicographic in shape, but the tie is not the first key's equality: of the second key's operands
+    # (the EQ compares c, d), or of the first key under another order (plain EQ beside a TOTALORDER LT)
+    "tie-of-another-key": _TIE_BREAK.format(eq="c, d"),
+    "tie-of-another-order": _TIE_BREAK.format(eq="a, b"),
 }
 
 

@@ -484,10 +484,7 @@ class _Generator:
             for a, v in zip(accs, inits):
                 self.line(f"{a} = {v.expr}")
             with self.loops([src_dims[d] for d in sorted(rdims)]) as ridx:
-                full, ki, ri = [], iter(kidx), iter(ridx)
-                for d in range(len(src_dims)):
-                    full.append(next(ri) if d in rdims else next(ki))
-                lin = _linear(src_dims, full)
+                lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (sorted(rdims), ridx)))
                 vals = [self.local(self.at(s, lin), s.et) for s in srcs]
                 if simple:
                     et = out_leaves[0][1]
@@ -520,19 +517,8 @@ class _Generator:
             acc = self.fresh("r")
             self.line(f"{acc} = {T}(0)")
             with self.loops([adims[k] for k in lc]) as cidx:
-                ai, bj = [None] * len(adims), [None] * len(bdims)
-                for k, c in zip(lb, bi):
-                    ai[k] = c
-                for k, c in zip(rb, bi):
-                    bj[k] = c
-                for k, c in zip(lf, fi):
-                    ai[k] = c
-                for k, c in zip(rf, gi):
-                    bj[k] = c
-                for k, c in zip(lc, cidx):
-                    ai[k] = c
-                for k, c in zip(rc, cidx):
-                    bj[k] = c
+                ai = _placed(len(adims), (lb, bi), (lf, fi), (lc, cidx))
+                bj = _placed(len(bdims), (rb, bi), (rf, gi), (rc, cidx))
                 x = ew.convert_src(aet, acc_et, self.at(a, _linear(adims, ai)), True)
                 y = ew.convert_src(bet, acc_et, self.at(b, _linear(bdims, bj)), True)
                 _need(x is not None and y is not None, "dot types")
@@ -541,50 +527,45 @@ class _Generator:
             self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {ew.store_src(et, res)}")
 
     # -- indexing ---------------------------------------------------------------------------------------
-    def index_vector(self, indices, idims, ivd, batch_index, count) -> list[str]:
-        """The `count` components of the index vector at batch position `batch_index` (int64 locals)."""
-        comps = []
-        for k in range(count):
-            full, it = [], iter(batch_index)
-            for d in range(len(idims)):
-                full.append(str(k) if d == ivd else next(it))
-            v = self.at(indices, _linear(idims, full)) if isinstance(indices, Array) else indices.expr
+    def full_starts(self, indices, index_shape, ivd, index_map, operand_batching, indices_batching,
+                    batch_index, rank) -> list[str]:
+        """The operand start index (int64 sources) that the index vector at batch position `batch_index`
+        of `indices` gives: its components at the dims of `index_map`, batching dims from the batch
+        position itself, 0 elsewhere (gather's start_index_map, scatter's scatter_dims_to_operand_dims;
+        as ops/indexing.py's _full_starts)."""
+        idims = list(_leaf_type(index_shape)[0])
+        if ivd == len(idims):            # a trailing index vector of one component
+            idims.append(1)
+        batch_axes = [d for d in range(len(idims)) if d != ivd]
+        starts = ["0"] * rank
+        for k, d in enumerate(index_map):
+            at = _linear(idims, _placed(len(idims), (batch_axes, batch_index), ([ivd], [str(k)])))
+            v = self.at(indices, at) if isinstance(indices, Array) else indices.expr
             if indices.et == "u64":
                 v = f"min({v}, np.uint64(2 ** 62))"
-            comps.append(self.local(f"np.int64({v})", "s64").expr)
-        return comps
+            starts[d] = self.local(f"np.int64({v})", "s64").expr
+        for od, idd in zip(operand_batching, indices_batching):
+            starts[od] = batch_index[batch_axes.index(idd)]
+        return starts
 
     def gather(self, inst, operands, out):
         x, indices = operands
         gd = gather_dims(inst)
         xdims = _leaf_type(inst.operands[0].shape)[0]
-        idims = list(_leaf_type(inst.operands[1].shape)[0])
-        ivd = gd.index_vector_dim
-        if ivd == len(idims):
-            idims.append(1)
-        batch_axes = [d for d in range(len(idims)) if d != ivd]
         out_batch = [d for d in range(len(out.dims)) if d not in gd.offset_dims]
         dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
         offset_src = [d for d in range(len(xdims)) if d not in dropped]
         _need(len(offset_src) == len(gd.offset_dims), "gather offset dims")
         with self.loops([out.dims[d] for d in out_batch]) as bidx:
-            vec = self.index_vector(indices, idims, ivd, bidx, idims[ivd])
-            starts = ["0"] * len(xdims)
-            for k, d in enumerate(gd.start_index_map):
-                starts[d] = vec[k]
-            for od, idd in zip(gd.operand_batching_dims, gd.start_indices_batching_dims):
-                starts[od] = bidx[batch_axes.index(idd)]
+            starts = self.full_starts(indices, inst.operands[1].shape, gd.index_vector_dim, gd.start_index_map,
+                                      gd.operand_batching_dims, gd.start_indices_batching_dims, bidx, len(xdims))
             starts = [self.local(f"min(max({s}, 0), {max(n - w, 0)})", "s64").expr
                       for s, n, w in zip(starts, xdims, gd.slice_sizes)]
             with self.loops([out.dims[d] for d in gd.offset_dims]) as widx:
                 src = list(starts)
                 for j, d in enumerate(offset_src):
                     src[d] = f"({starts[d]} + {widx[j]})"
-                oidx = [None] * len(out.dims)
-                for d, c in zip(out_batch, bidx):
-                    oidx[d] = c
-                for d, c in zip(gd.offset_dims, widx):
-                    oidx[d] = c
+                oidx = _placed(len(out.dims), (out_batch, bidx), (gd.offset_dims, widx))
                 value = f"{x.name}[{_linear(xdims, src)}]" if isinstance(x, Array) else self.stored(x)
                 self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
 
@@ -594,12 +575,7 @@ class _Generator:
         xdims = _leaf_type(inst.operands[0].shape)[0]
         _need(xdims, "rank-0 scatter")
         indices, updates = operands[n], operands[n + 1:]
-        idims = list(_leaf_type(inst.operands[n].shape)[0])
         udims = _leaf_type(inst.operands[n + 1].shape)[0]
-        ivd = sd.index_vector_dim
-        if ivd == len(idims):
-            idims.append(1)
-        batch_axes = [d for d in range(len(idims)) if d != ivd]
         dropped = set(sd.inserted_window_dims) | set(sd.input_batching_dims)
         win_src = [d for d in range(len(xdims)) if d not in dropped]
         _need(len(win_src) == len(sd.update_window_dims), "scatter window dims")
@@ -612,12 +588,9 @@ class _Generator:
         comp = inst.called["to_apply"]
         with self.loops(udims) as uidx:      # row-major over the updates, as op by op
             sidx = [c for d, c in enumerate(uidx) if d not in sd.update_window_dims]
-            vec = self.index_vector(indices, idims, ivd, sidx, idims[ivd])
-            starts = ["0"] * len(xdims)
-            for k, d in enumerate(sd.scatter_dims_to_operand_dims):
-                starts[d] = vec[k]
-            for od, idd in zip(sd.input_batching_dims, sd.scatter_indices_batching_dims):
-                starts[od] = sidx[batch_axes.index(idd)]
+            starts = self.full_starts(indices, inst.operands[n].shape, sd.index_vector_dim,
+                                      sd.scatter_dims_to_operand_dims, sd.input_batching_dims,
+                                      sd.scatter_indices_batching_dims, sidx, len(xdims))
             inside = " and ".join(f"{s} >= 0 and {s} + {w} <= {n_}" for s, w, n_ in zip(starts, full_w, xdims)
                                   if not (s == "0" and w <= n_))
             with self.block(f"if {inside or 'True'}:"):
@@ -654,12 +627,7 @@ def _broadcast(g, inst, operands, out):
 def _transpose(g, inst, operands, out):
     perm = inst.attr("dimensions")
 
-    def src_index(idx):
-        s = [None] * len(perm)
-        for i, p in enumerate(perm):
-            s[p] = idx[i]
-        return s
-    _copy_mapped(g, out, operands[0], src_index)
+    _copy_mapped(g, out, operands[0], lambda idx: _placed(len(perm), (perm, idx)))
 
 
 def _slice(g, inst, operands, out):
@@ -735,6 +703,16 @@ def _simple_reducer(comp):
             and {id(o) for o in r.operands} == {id(p) for p in params}:
         return r.opcode
     return None
+
+
+def _placed(rank: int, *parts) -> list:
+    """An index of `rank` components from (dims, components) pairs: each puts its components at its dims
+    (dot: batch, free and contracting dims of each operand; reduce: kept and reduced dims; ...)."""
+    index = [None] * rank
+    for dims, comps in parts:
+        for d, c in zip(dims, comps):
+            index[d] = c
+    return index
 
 
 def _live(comp) -> set[int]:

@@ -123,21 +123,20 @@ def ipow(a, b, one):
     return acc
 
 
-@njit(inline="always")
-def total_order_key32(x):
-    """float32 -> int32 key whose integer order is IEEE totalOrder (-NaN < -inf < ... < -0 < +0 < ... < NaN)."""
-    i = bitcast_f32_to_i32(x)
-    if i < 0:
-        i = np.int32(i ^ np.int32(0x7FFFFFFF))
-    return i
+def _total_order_key(bitcast, signed):
+    """float -> same-width signed int key whose integer order is IEEE totalOrder
+    (-NaN < -inf < ... < -0 < +0 < ... < NaN): negative floats get their magnitude bits flipped."""
+    magnitude = signed(np.iinfo(signed).max)
+
+    @njit(inline="always")
+    def key(x):
+        i = bitcast(x)
+        return signed(i ^ magnitude) if i < 0 else i
+    return key
 
 
-@njit(inline="always")
-def total_order_key64(x):
-    i = bitcast_f64_to_i64(x)
-    if i < 0:
-        i = np.int64(i ^ np.int64(0x7FFFFFFFFFFFFFFF))
-    return i
+total_order_key32 = _total_order_key(bitcast_f32_to_i32, np.int32)
+total_order_key64 = _total_order_key(bitcast_f64_to_i64, np.int64)
 
 
 def _int_intrinsic(name):
