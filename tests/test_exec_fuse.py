@@ -268,3 +268,37 @@ def test_values_read_inside_and_returned_are_extra_outputs_of_one_group():
             assert got.tobytes() == want.tobytes()
     # the plan's peak counts the inputs (f16 g; f32 m, v, p) and the three outputs, each once
     assert exe.plan.peak_bytes(scratch=False) == 256 * 512 * (2 + 4 * 3 + 4 * 3)
+
+
+# The 16-device GPT seed's one-hot: a fusion compares an iota with the token ids over [4,1024,vocab] and
+# keeps one partition's columns. Op by op it computes the whole one-hot (1.7 GB per participant there).
+ONE_HOT_SLICE = """HloModule one_hot
+fused_one_hot { ids = s32[4,1024] parameter(0)
+  col = s32[] parameter(1)
+  i = s32[4,1024,512] iota(), iota_dimension=2
+  b = s32[4,1024,512] broadcast(ids), dimensions={0,1}
+  eq = pred[4,1024,512] compare(i, b), direction=EQ
+  h = f16[4,1024,512] convert(eq)
+  flat = f16[4096,512] bitcast(h)
+  zero = s32[] constant(0)
+  ROOT s = f16[4096,64] dynamic-slice(flat, zero, col), dynamic_slice_sizes={4096,64} }
+ENTRY main { ids = s32[4,1024] parameter(0)
+  col = s32[] parameter(1)
+  ROOT f = f16[4096,64] fusion(ids, col), kind=kLoop, calls=fused_one_hot }
+"""
+
+
+def test_a_fusion_whose_intermediates_dwarf_its_output_compiles_at_once(monkeypatch):
+    """Whether a fusion's first call runs op by op weighs the values op by op would write, not only its
+    output and operands (scaled down here: the real threshold is ~1 s of numpy)."""
+    from hloexec.exec import executor
+    monkeypatch.setattr(executor, "EAGER_COMPILE_WORK", 1 << 24)
+    exe = hloexec.load(ONE_HOT_SLICE)
+    kernel = exe.plan.steps[0].kernel
+    assert not isinstance(kernel, TieredKernel)                 # compiled before its first call
+    assert exe.peak_bytes() < 2 * 4096 * 64 * 2                 # no op-by-op one-hot in the estimate
+    ids = np.random.default_rng(0).integers(0, 512, (4, 1024)).astype(np.int32)
+    want = hloexec.load(ONE_HOT_SLICE, use_numba=False).run(ids, np.int32(128))
+    assert want.any() and exe.run(ids, np.int32(128)).tobytes() == want.tobytes()
+    same_output = F16_CHAIN.replace("64,1024", "4096,64")      # written = read: stays tiered
+    assert isinstance(hloexec.load(same_output).plan.steps[0].kernel, TieredKernel)

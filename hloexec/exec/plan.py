@@ -157,21 +157,29 @@ class Plan:
             extra = tuple(slot[id(o)] for o in group.outputs[:-1]) if group is not None else ()
             self.steps.append(Step(inst, kernel, tuple(slot[id(o)] for o in inputs_of[id(inst)]), slot[id(inst)],
                                    tuple(frees_at.get(step_index, ())), group is not None, extra))
-        # Values that do not depend on the parameters are computed by the first run and reused after it.
+        # Values that do not depend on the parameters are computed by the first run and reused after it,
+        # except big broadcasts and iotas: one pass over their output recomputes them, while keeping them would
+        # hold that memory as long as the plan (XLA's constant folding skips them for the same reason).
         invariant = set()
         for inst in order:
             if (inst.opcode in _FOLDABLE and inst.shape.nbytes <= MAX_FOLDED_BYTES
                     and "control-predecessors" not in inst.attrs
                     and all(id(o) in invariant for o in inputs_of[id(inst)])):
                 invariant.add(id(inst))
-        needed_later = {id(o) for inst in order if id(inst) not in invariant for o in inputs_of[id(inst)]}
-        needed_later.add(id(comp.root))
-        self.invariant_slots = {slot[i] for i in invariant}
-        self.folded = {slot[i]: None for i in invariant & needed_later}    # slot -> value, from the first run
+        runs_warm = {id(inst) for inst in order if id(inst) not in invariant}
+        read_warm = {id(comp.root)}
+        for inst in reversed(order):
+            if id(inst) in read_warm and inst.opcode in _EXPANSIONS and inst.shape.nbytes > MAX_KEPT_EXPANSION_BYTES:
+                runs_warm.add(id(inst))
+            if id(inst) in runs_warm:
+                read_warm.update(id(o) for o in inputs_of[id(inst)])
+        self.invariant_slots = {slot[i] for i in invariant - runs_warm}     # computed by the first run only
+        self.folded = {slot[i]: None for i in (invariant - runs_warm) & read_warm}  # slot -> value, kept
         # Parameters that nothing uses are dropped at once.
         used = set(last_use)
         self.unused_parameters = [s for s in self.parameter_slots if s not in used and s != self.root_slot]
         self._run_fast = None       # the schedule as one generated function, after a checked first run
+        self._peaks: dict[tuple[bool, bool], int] = {}
 
     def __call__(self, *args, progress=None, profile=None):
         """`progress(done, total)`, if given, is called after each step; `profile`, a dict, gets each step's
@@ -225,19 +233,83 @@ class Plan:
                 progress(done, total)
 
     def peak_bytes(self, parameter_bytes: bool = True, scratch: bool = True) -> int:
-        """Peak of live buffer bytes over the schedule (values of tuples counted by their leaves), with
-        what each step holds while it runs (`scratch`, see scratch_bytes)."""
-        live = sum(p.shape.nbytes for p in self.computation.parameters) if parameter_bytes else 0
-        peak = live
-        for step in self.steps:
-            if step.inst.opcode not in VIEW_OPS:
-                live += step.inst.shape.nbytes + sum(self.order[s].shape.nbytes for s in step.extra_outputs)
-            peak = max(peak, live + (scratch_bytes(step) if scratch else 0))
-            for f in step.frees:
-                inst = self.order[f]
-                if inst.opcode not in VIEW_OPS and (inst.opcode != "parameter" or parameter_bytes):
-                    live -= inst.shape.nbytes
-        return peak
+        """Peak of live buffer bytes over the schedule, with what each step holds while it runs (`scratch`, see
+        scratch_bytes). A buffer lives until the last value sharing it is freed (a view keeps its operand's
+        buffer); parameters stay live (their caller holds them), folded values too (the plan keeps them)."""
+        key = (parameter_bytes, scratch)
+        if key not in self._peaks:
+            made, ends, held = self._buffers()
+            live = held + (sum(p.shape.nbytes for p in self.computation.parameters) if parameter_bytes else 0)
+            peak = live
+            for k, step in enumerate(self.steps):
+                live += made[k]
+                peak = max(peak, live + (scratch_bytes(step) if scratch else 0))
+                live -= ends[k]
+            self._peaks[key] = peak
+        return self._peaks[key]
+
+    def folded_bytes(self) -> int:
+        """Bytes of the parameter-independent values this plan keeps after its first run."""
+        return self._buffers()[2]
+
+    def _buffers(self) -> tuple[list[int], list[int], int]:
+        """Bytes of the buffers each step makes, bytes of those no value holds after it, and the bytes of the
+        folded values (held from the start). A value's storage is a set of buffers (a tuple of such, for tuples):
+        views share their operand's, tuple and get-tuple-element pick theirs out of their operands'."""
+        sizes: dict[tuple, int] = {}
+
+        def fresh(slot, shape, path=()):
+            if shape.is_tuple:
+                return tuple(fresh(slot, s, path + (i,)) for i, s in enumerate(shape.tuple_shapes))
+            sizes[(slot, path)] = shape.nbytes
+            return frozenset([(slot, path)])
+
+        storage = {s: frozenset() for s in self.parameter_slots}      # the caller's buffers: not counted here
+        made_at: dict[tuple, int] = {}
+        freed_at = {f: k for k, step in enumerate(self.steps) for f in step.frees}
+        for k, step in enumerate(self.steps):
+            inst = step.inst
+            if step.fused or not _returns_view(inst):
+                for s in (*step.extra_outputs, step.output):
+                    storage[s] = fresh(s, self.order[s].shape)
+                    made_at.update((b, -1 if s in self.folded else k) for b in _leaves(storage[s]))
+            elif inst.opcode == "tuple":
+                storage[step.output] = tuple(storage[i] for i in step.inputs)
+            elif inst.opcode == "get-tuple-element":
+                whole = storage[step.inputs[0]]
+                storage[step.output] = whole[inst.attr("index")] if isinstance(whole, tuple) else whole
+            else:
+                storage[step.output] = storage[step.inputs[0]] if step.inputs else frozenset()
+        last_holder: dict[tuple, float] = {}
+        for s, value in storage.items():
+            until = float("inf") if s in self.folded or s not in freed_at else freed_at[s]
+            for b in _leaves(value):
+                last_holder[b] = max(last_holder.get(b, -1), until)
+        made, ends = [0] * len(self.steps), [0] * len(self.steps)
+        held = 0
+        for b, k in made_at.items():
+            if k < 0:
+                held += sizes[b]
+                continue
+            made[k] += sizes[b]
+            if last_holder[b] != float("inf"):
+                ends[int(last_holder[b])] += sizes[b]
+        return made, ends, held
+
+
+def _leaves(storage) -> set:
+    if isinstance(storage, tuple):
+        return set().union(*map(_leaves, storage))
+    return storage
+
+
+def _returns_view(inst: Instruction) -> bool:
+    """Whether the op's kernel returns (part of) an operand's buffer rather than a new one (ops/movement.py)."""
+    if inst.opcode == "bitcast":        # a layout-changing bitcast makes a new array
+        src, dst = inst.operands[0].shape, inst.shape
+        return src.is_tuple or all(s.has_default_layout and not (s.layout is not None and s.layout.tiles)
+                                   for s in (src, dst))
+    return inst.opcode in VIEW_OPS
 
 
 # Ops whose value depends on their operands alone (no device id, randomness, side effect or called
@@ -246,6 +318,8 @@ _FOLDABLE = ew.ELEMENTWISE_OPS | {"constant", "iota", "broadcast", "reshape", "b
                                   "reverse", "pad", "concatenate", "copy", "reduce", "dot", "dynamic-slice",
                                   "tuple", "get-tuple-element"}
 MAX_FOLDED_BYTES = 16 << 20     # a folded value lives as long as its plan
+_EXPANSIONS = frozenset({"broadcast", "iota"})
+MAX_KEPT_EXPANSION_BYTES = 64 << 10
 
 
 # Ops whose numpy kernels compute f16/bf16 values in f32 copies of their operands and result.
@@ -299,8 +373,8 @@ def compile_schedule(plan: Plan):
 
 
 # Ops whose result may share its operand's buffer (no new memory).
-VIEW_OPS = frozenset({"tuple", "get-tuple-element", "bitcast", "reshape", "opt-barrier", "optimization-barrier",
-                      "add-dependency", "after-all", "parameter"})
+VIEW_OPS = frozenset({"tuple", "get-tuple-element", "bitcast", "reshape", "copy", "opt-barrier",
+                      "optimization-barrier", "add-dependency", "after-all", "parameter"})
 
 
 def check_value(inst: Instruction, value) -> None:
