@@ -1,6 +1,7 @@
 """hloexec.kernels.fusion: fused computations built as IR, checked against numpy evaluations that round
 after every op (bit-exact for f16 / bf16 / ints and exact f32 ops; 1-2 ULP for f32 transcendentals)."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -472,3 +473,85 @@ ENTRY e { p = f32[1,24,24,3] parameter(0)
     x = np.random.default_rng(0).standard_normal((1, 24, 24, 3)).astype(np.float32)
     compiled = hloexec.load(text, compile_after=0).run(x)
     assert compiled.tobytes() == hloexec.load(text, use_numba=False).run(x).tobytes()
+
+
+# -- reductions keeping the minor dims: loops interchanged ------------------------------------------------
+_COLUMN_CASES = {
+    # name: (fused computation body, parameter shapes, root shape); p0 is [4,64,1,256] unless said
+    "f32_sum_of_product": ("""  qb = f32[4,64,1,256] broadcast(p1), dimensions={3}
+  m = f32[4,64,1,256] multiply(p0, qb)
+  z = f32[] constant(0)
+  ROOT r = f32[1,256] reduce(m, z), dimensions={0,1}, to_apply=add_f32""", ["f32[4,64,1,256]", "f32[256]"],
+                           "f32[1,256]"),
+    "f16_sum": ("""  z = f16[] constant(0)
+  ROOT r = f16[1,256] reduce(p0, z), dimensions={0,1}, to_apply=add_f16""", ["f16[4,64,1,256]"], "f16[1,256]"),
+    "bf16_through_f32": ("""  c = f32[4,64,1,256] convert(p0)
+  z = f32[] constant(0)
+  r = f32[1,256] reduce(c, z), dimensions={0,1}, to_apply=add_f32
+  k = f32[] constant(0.125)
+  kb = f32[1,256] broadcast(k), dimensions={}
+  s = f32[1,256] multiply(r, kb)
+  ROOT o = bf16[1,256] convert(s)""", ["bf16[4,64,1,256]"], "bf16[1,256]"),
+    "sum_and_max": ("""  z = f32[] constant(0)
+  sq = f32[4,64,1,256] multiply(p0, p0)
+  s = f32[1,256] reduce(p0, z), dimensions={0,1}, to_apply=add_f32
+  ninf = f32[] constant(-inf)
+  mx = f32[1,256] reduce(sq, ninf), dimensions={0,1}, to_apply=max_f32
+  ROOT t = (f32[1,256], f32[1,256]) tuple(s, mx)""", ["f32[4,64,1,256]"], "(f32[1,256], f32[1,256])"),
+    "s32_sum": ("""  z = s32[] constant(7)
+  ROOT r = s32[1,256] reduce(p0, z), dimensions={0,1}, to_apply=add_s32""", ["s32[4,64,1,256]"], "s32[1,256]"),
+    "pred_any": ("""  zero = f32[] constant(1.5)
+  zb = f32[4,64,1,256] broadcast(zero), dimensions={}
+  gt = pred[4,64,1,256] compare(p0, zb), direction=GT
+  f = pred[] constant(false)
+  ROOT r = pred[1,256] reduce(gt, f), dimensions={0,1}, to_apply=or_pred""", ["f32[4,64,1,256]"], "pred[1,256]"),
+}
+_REDUCERS = "\n".join(f"""{name}_{t} {{ a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT c = {t}[] {op}(a, b) }}""" for name, op, t in [("add", "add", "f32"), ("add", "add", "f16"),
+                                                     ("add", "add", "s32"), ("max", "maximum", "f32"),
+                                                     ("or", "or", "pred")])
+
+
+@pytest.mark.parametrize("case", sorted(_COLUMN_CASES))
+def test_reduction_keeping_minor_dims_interchanges_loops_with_the_same_bits(case):
+    """A bias-gradient reduce ([rows, n] -> [n]) loops over rows outermost and accumulates a row of n, so
+    its inner loop reads contiguous memory; each element still sums in row order: the bits of the op-by-op
+    path (which XLA:CPU's are checked against elsewhere)."""
+    import hloexec
+    body, params, root = _COLUMN_CASES[case]
+    params_text = "\n".join(f"  p{k} = {s} parameter({k})" for k, s in enumerate(params))
+    args = ", ".join(f"a{k}" for k in range(len(params)))
+    text = (f"HloModule column\n{_REDUCERS}\nfused {{\n{params_text}\n{body} }}\n"
+            f"ENTRY e {{\n" + "\n".join(f"  a{k} = {s} parameter({k})" for k, s in enumerate(params))
+            + f"\n  ROOT f = {root} fusion({args}), kind=kInput, calls=fused }}\n")
+    compiled = hloexec.load(text, compile_after=0)
+    (group,) = [c for c in compiled.module.computations if c.name == "fused"]
+    source, _ = fusion.generate_source(group)
+    assert re.search(r"for j0 in range\(4\):\n +for j1 in range\(64\):\n +for i0 in range\(", source)  # rows outer
+    inputs = compiled.random_inputs(3)
+    got = compiled.run(*inputs)
+    want = hloexec.load(text, use_numba=False).run(*inputs)
+    for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+        assert bits_equal(g, w)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_transposing_fusion_loops_over_tiles(parallel):
+    """A fusion whose output rows read down its operand's columns (transpose, then a copy and a bitcast to
+    a row-major 2-D shape, as XLA:CPU emits them) loops over TILE x TILE tiles; edges not a multiple of the
+    tile, and thread blocks that cut a tile, still cover every element once."""
+    import hloexec
+    text = """HloModule t
+fc { p = f32[4,100,70] parameter(0)
+  t = f32[70,4,100]{0,2,1} transpose(p), dimensions={2,0,1}
+  c = f32[70,4,100]{2,1,0} copy(t)
+  ROOT b = f32[70,400]{1,0} bitcast(c) }
+ENTRY e { p = f32[4,100,70] parameter(0)
+  ROOT f = f32[70,400] fusion(p), kind=kLoop, calls=fc }"""
+    (comp,) = [c for c in hloexec.parse(text)[0].computations if c.name == "fc"]
+    kernel = fusion.compile_fusion(comp, parallel=parallel)
+    assert f"in range(0, 400, {fusion.TILE}):" in kernel.source
+    assert not parallel or any(lo % fusion.TILE for lo, _ in kernel.blocks)     # a block starts mid-tile
+    x = rng().standard_normal((4, 100, 70), dtype=np.float32)
+    assert bits_equal(kernel(x), x.transpose(2, 0, 1).reshape(70, 400))

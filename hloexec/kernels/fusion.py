@@ -43,6 +43,7 @@ from .threads import ranges, run_blocks
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
 BLOCK_WORK = 32_768              # output elements x reduced elements per block of the split at least
 MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
+TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
 
 _ELEMENTWISE_UNARY = ew.UNARY_OPS
 _ELEMENTWISE_BINARY = ew.BINARY_OPS
@@ -85,6 +86,45 @@ def _row_major_strides(dims):
         strides.append(s)
         s *= d
     return list(reversed(strides))
+
+
+def _transposes_minor_dim(comp) -> bool:
+    """Whether some value's minor dim comes from a major dim of its operand (a transpose, or a bitcast
+    between layouts): reading it along the output's rows strides through memory."""
+    for inst in comp.instructions:
+        if inst.opcode == "transpose" and inst.shape.rank and inst.attr("dimensions")[-1] != inst.shape.rank - 1:
+            return True
+        if inst.opcode == "bitcast" and not all(s.has_default_layout for s in (inst.shape, inst.operands[0].shape)):
+            return True
+    return False
+
+
+def _column_reduces(comp, outs) -> list | None:
+    """The reduces of `comp` if Generator.column_reduction can run it: all sum one shape over its major dims
+    and keep >= 16 contiguous elements per row (a bias gradient), read no other reduce, and the outputs are
+    elementwise ops of the output's dims over them (convert(reduce(x)) included)."""
+    reduces = [i for i in comp.instructions if i.opcode == "reduce"]
+    if not reduces or any(len(r.operands) != 2 for r in reduces):
+        return None
+    src, rdims = reduces[0].operands[0].shape.dims, sorted(reduces[0].attr("dimensions", ()))
+    if any(r.operands[0].shape.dims != src or sorted(r.attr("dimensions", ())) != rdims for r in reduces):
+        return None
+    reduced = [d for d in rdims if src[d] != 1]
+    kept = [d for d in range(len(src)) if d not in rdims and src[d] != 1]
+    if not (reduced and kept) or max(reduced) > min(kept) or math.prod(src[d] for d in kept) < 16:
+        return None
+    dims = outs[0].shape.dims
+    after = {id(r) for r in reduces}        # what depends on a reduce: elementwise, at the output's dims
+    for inst in comp.instructions:
+        if inst.opcode != "reduce" and any(id(o) in after for o in inst.operands):
+            if inst.opcode == "tuple" and inst is comp.root:
+                continue
+            if inst.opcode not in ew.ELEMENTWISE_OPS or inst.shape.dims != dims:
+                return None
+            after.add(id(inst))
+        elif inst.opcode == "reduce" and any(id(o) in after for o in inst.operands):
+            return None
+    return reduces if all(id(o) in after for o in outs) else None
 
 
 def _is_ident(s: str) -> bool:
@@ -238,26 +278,17 @@ class _Generator:
 
         self.root_scope = _Scope(None, [])
         self.chain, self.chain_set = [self.root_scope], {self.root_scope}
-        comps = ["0"] * len(dims)
-        parent = self.root_scope
-        for k, d in enumerate(loop_dims):
-            var = f"i{k}"
-            extent = "lo, hi" if (self.parallel and k == 0) else str(dims[d])
-            scope = _Scope(parent, [f"for {var} in range({extent}):"], trips=dims[d])
-            parent.items.append(scope)
-            parent.insert_pos = len(parent.items) - 1
-            self.push(scope)
-            self.scope_of[var] = scope
-            comps[d] = var
-            parent = scope
-        inner = parent
-        inner.insert_pos = len(inner.items)
-        index = tuple(comps)
-        values = [self.value(o, index) for o in outs]
-        store_index = ", ".join(index) if index else "0"
-        for k, (o, v) in enumerate(zip(outs, values)):
-            inner.items.insert(inner.insert_pos, f"o{k}[{store_index}] = {ew.store_src(o.shape.element_type.name, v)}")
-            inner.insert_pos += 1
+        column = _column_reduces(comp, outs)
+        if column:
+            self.column_reduction(column, outs, loop_dims)
+        else:
+            tiled = (_transposes_minor_dim(comp) and len(loop_dims) >= 2
+                     and min(dims[d] for d in loop_dims[-2:]) >= TILE and reduce_extent == 1)
+            inner, index = self.open_loops(self.root_scope, dims, loop_dims, "i", tiled=tiled)
+            values = [self.value(o, index) for o in outs]
+            store_index = ", ".join(index) if index else "0"
+            for k, (o, v) in enumerate(zip(outs, values)):
+                inner.insert(f"o{k}[{store_index}] = {ew.store_src(o.shape.element_type.name, v)}")
         self.check_reduce_cost()
 
         args = [f"o{k}" for k in range(len(outs))] + [f"p{p.parameter_number}" for p in self.params] + \
@@ -279,6 +310,79 @@ class _Generator:
         source = "\n".join(lines + body) + "\n"
         self.outs = outs
         return source
+
+    def open_loops(self, parent: _Scope, dims, loop_dims, prefix: str, split: bool = True, tiled: bool = False):
+        """A loop per dim of `loop_dims` (the first over lo..hi in a parallel kernel, if `split`), nested in
+        `parent`, the innermost made current: (innermost scope, index with "0" for the dims not looped over).
+        `tiled`: the last two loops go over TILE x TILE tiles (a transpose then reads and writes whole cache
+        lines of both arrays instead of striding through one of them)."""
+        comps = ["0"] * len(dims)
+        tiles = loop_dims[-2:] if tiled else []
+        first = loop_dims[0] if loop_dims else None
+
+        def extent(d):
+            return "lo, hi" if (self.parallel and split and d == first) else str(dims[d])
+
+        headers = [(d, f"{prefix}{k}", f"for {prefix}{k} in range({extent(d)}):", dims[d])
+                   for k, d in enumerate(loop_dims) if d not in tiles]
+        for d in tiles:
+            var = f"{prefix}{loop_dims.index(d)}"
+            bounds = extent(d) if "," in extent(d) else f"0, {dims[d]}"
+            headers.append((None, f"t{var}", f"for t{var} in range({bounds}, {TILE}):", -(-dims[d] // TILE)))
+        for d in tiles:
+            var = f"{prefix}{loop_dims.index(d)}"
+            end = "hi" if "," in extent(d) else str(dims[d])
+            headers.append((d, var, f"for {var} in range(t{var}, min(t{var} + {TILE}, {end})):", TILE))
+        for d, var, header, trips in headers:
+            scope = _Scope(parent, [header], trips=trips)
+            parent.items.append(scope)
+            parent.insert_pos = len(parent.items) - 1       # what is placed in parent goes before the loop
+            self.push(scope)
+            self.scope_of[var] = scope
+            if d is not None:
+                comps[d] = var
+            parent = scope
+        parent.insert_pos = len(parent.items)
+        return parent, tuple(comps)
+
+    def column_reduction(self, reduces, outs, loop_dims):
+        """Reduces that keep the minor dims (a bias gradient: [rows, n] -> [n]), with the loops interchanged:
+        the reduced dims outermost and an accumulator row, so the inner loop runs along contiguous memory
+        instead of striding by a row per element. Each output element still accumulates its values in the
+        same order, so the bits are those of the per-element loop (and of the op-by-op path). The outputs
+        are then computed from the accumulated rows (convert, scale, ...) in a last pass."""
+        root = self.root_scope
+        dims = outs[0].shape.dims
+        src = reduces[0].operands[0].shape.dims
+        rdims = sorted(reduces[0].attr("dimensions", ()))
+        kinds = [(self.reducer_op(r), r.shape.element_type.name) for r in reduces]
+        inits = [self.value(r.operands[1], ()) for r in reduces]
+        strides = _row_major_strides(dims)
+        flat = " + ".join(f"i{k}" + (f" * {strides[d]}" if strides[d] != 1 else "") for k, d in enumerate(loop_dims))
+        accs = [self.fresh("acc") for _ in reduces]
+        for acc, (_, et) in zip(accs, kinds):
+            root.items.append(f"{acc} = np.empty({math.prod(dims)}, {ew.COMPUTE[et]})")
+        inner, _ = self.open_loops(root, dims, loop_dims, "i")
+        for acc, init in zip(accs, inits):
+            inner.insert(f"{acc}[{flat}] = {init}")
+        self.pop_to([root])
+        # the accumulating nest: reduced dims (j loops), then the kept dims (i loops)
+        reduced = [d for d in rdims if src[d] != 1]
+        outer, jcomps = self.open_loops(root, src, reduced, "j", split=False)
+        inner, index = self.open_loops(outer, dims, loop_dims, "i")
+        kept = iter(index)
+        comps = tuple(jcomps[d] if d in rdims else next(kept) for d in range(len(src)))
+        values = [self.value(r.operands[0], comps) for r in reduces]
+        for acc, (opcode, et), v in zip(accs, kinds, values):
+            inner.insert(f"{acc}[{flat}] = {ew.binary_src(opcode, et, f'{acc}[{flat}]', v)}")
+        self.pop_to([root])
+        inner, index = self.open_loops(root, dims, loop_dims, "i")
+        for r, acc, (opcode, et) in zip(reduces, accs, kinds):
+            total = f"{acc}[{flat}]" if opcode in ew.EXACT_OPS else ew.round_src(et, f"{acc}[{flat}]", self.excess)
+            self.memo[(id(r), index)] = self.emit(total, [c for c in index if _is_ident(c)])
+        store_index = ", ".join(index) if index else "0"
+        for k, o in enumerate(outs):
+            inner.insert(f"o{k}[{store_index}] = {ew.store_src(o.shape.element_type.name, self.value(o, index))}")
 
     def reduced_size(self, inst):
         dims = inst.attr("dimensions", ())
