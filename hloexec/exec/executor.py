@@ -245,6 +245,7 @@ class Executable:
         self.context = ExecContext(module, device, excess_precision=excess_precision, use_numba=use_numba,
                                    compile_after=compile_after)
         self.plan = self.context.computation(module.entry)
+        self.plan.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
         self.max_memory = max_memory           # bytes a run may use; None: MemAvailable at each run
         self._peak_bytes: int | None = None

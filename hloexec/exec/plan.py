@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import ExecutionError, UnsupportedError, describe_site
 from ..ir.module import Computation, Instruction
@@ -180,6 +181,8 @@ class Plan:
         self.unused_parameters = [s for s in self.parameter_slots if s not in used and s != self.root_slot]
         self._run_fast = None       # the schedule as one generated function, after a checked first run
         self._peaks: dict[tuple[bool, bool], int] = {}
+        self._buffer_table: _Buffers | None = None
+        self._recycled: dict[int, int] = {}        # step index -> output bytes kept from the last run
 
     def __call__(self, *args, progress=None, profile=None):
         """`progress(done, total)`, if given, is called after each step; `profile`, a dict, gets each step's
@@ -238,24 +241,33 @@ class Plan:
         buffer); parameters stay live (their caller holds them), folded values too (the plan keeps them)."""
         key = (parameter_bytes, scratch)
         if key not in self._peaks:
-            made, ends, held = self._buffers()
-            live = held + (sum(p.shape.nbytes for p in self.computation.parameters) if parameter_bytes else 0)
-            peak = live
-            for k, step in enumerate(self.steps):
-                live += made[k]
-                peak = max(peak, live + (scratch_bytes(step) if scratch else 0))
-                live -= ends[k]
-            self._peaks[key] = peak
+            self._peaks[key] = max(self._live_bytes(parameter_bytes, scratch), default=0)
         return self._peaks[key]
+
+    def _live_bytes(self, parameter_bytes: bool = True, scratch: bool = True, recycled=None) -> list[int]:
+        """Live bytes before the first step, then while each step runs. `recycled` (default: the plan's) maps
+        step index -> bytes of outputs kept from the last run: live from the start instead of from the step."""
+        b = self._buffers()
+        recycled = self._recycled if recycled is None else recycled
+        live = b.held + (sum(p.shape.nbytes for p in self.computation.parameters) if parameter_bytes else 0)
+        live += sum(recycled.values())
+        series = [live]
+        for k, step in enumerate(self.steps):
+            live += b.made[k] - recycled.get(k, 0)
+            series.append(live + (scratch_bytes(step) if scratch else 0))
+            live -= b.ends[k]
+        return series
 
     def folded_bytes(self) -> int:
         """Bytes of the parameter-independent values this plan keeps after its first run."""
-        return self._buffers()[2]
+        return self._buffers().held
 
-    def _buffers(self) -> tuple[list[int], list[int], int]:
+    def _buffers(self) -> "_Buffers":
         """Bytes of the buffers each step makes, bytes of those no value holds after it, and the bytes of the
         folded values (held from the start). A value's storage is a set of buffers (a tuple of such, for tuples):
         views share their operand's, tuple and get-tuple-element pick theirs out of their operands'."""
+        if self._buffer_table is not None:
+            return self._buffer_table
         sizes: dict[tuple, int] = {}
 
         def fresh(slot, shape, path=()):
@@ -294,7 +306,43 @@ class Plan:
             made[k] += sizes[b]
             if last_holder[b] != float("inf"):
                 ends[int(last_holder[b])] += sizes[b]
-        return made, ends, held
+        self._buffer_table = _Buffers(made, ends, held, sizes, made_at, _leaves(storage.get(self.root_slot, ())))
+        return self._buffer_table
+
+    def recycle_outputs(self) -> int:
+        """Let the compiled kernels that write the root's values reuse their previous run's output buffers once
+        nothing else holds them (the caller dropped the results): writing fresh pages costs a third of a
+        memory-bound kernel's time (Adam). Only where holding those buffers from the start of a run does not
+        raise the plan's peak. Returns how many kernels recycle."""
+        from ..kernels.fusion import FusedKernel
+        b = self._buffers()
+        candidates = {}
+        for k, step in enumerate(self.steps):
+            kernel = getattr(step.kernel, "kernel", step.kernel)      # a TieredKernel's compiled tier
+            mine = [key for key, at in b.made_at.items() if at == k]
+            if step.fused and isinstance(kernel, FusedKernel) and mine and all(key in b.root for key in mine):
+                candidates[k] = (kernel, sum(b.sizes[key] for key in mine))
+        peak = self.peak_bytes()
+        recycled = {k: size for k, (_, size) in candidates.items()}
+        if not candidates or max(self._live_bytes(recycled=recycled)) > peak * RECYCLE_PEAK_SLACK:
+            return 0
+        for kernel, _ in candidates.values():
+            kernel.recycle = True
+        self._recycled, self._peaks = recycled, {}
+        return len(candidates)
+
+
+# Recycling may raise the plan's peak this much (small values made before the recycled outputs' steps).
+RECYCLE_PEAK_SLACK = 1.05
+
+
+class _Buffers(NamedTuple):
+    made: list[int]             # bytes of the buffers each step makes
+    ends: list[int]             # bytes of the buffers no value holds after each step
+    held: int                   # bytes of the folded values (held from the start)
+    sizes: dict                 # buffer -> bytes
+    made_at: dict               # buffer -> step index (-1: folded)
+    root: set                   # the buffers of the root's value
 
 
 def _leaves(storage) -> set:

@@ -813,6 +813,9 @@ class FusedKernel:
         self._outs = [(o.shape.dims, o.shape.element_type.name) for o in outs]
         self._params = [(p.shape.dims, p.shape.element_type.name) for p in params]
         self._consts = consts
+        self.recycle = False        # reuse the last call's outputs once no one else holds them (Plan.recycle_outputs)
+        self._spent: list | None = None
+        self._spent_lock = threading.Lock()
 
     @property
     def fn(self):
@@ -851,7 +854,11 @@ class FusedKernel:
         if len(operands) != len(self._params):
             raise TypeError(f"fused kernel takes {len(self._params)} operands, got {len(operands)}")
         args = [self._arg(v, dims, et) for v, (dims, et) in zip(operands, self._params)]
-        outs = [np.empty(dims if dims else (1,), ew.STORAGE[et]) for dims, et in self._outs]
+        outs = self._recycled() if self.recycle else None
+        if outs is None:
+            outs = [np.empty(dims if dims else (1,), ew.STORAGE[et]) for dims, et in self._outs]
+        if self.recycle:
+            self._spent = outs
         fn = self.fn
         if self.blocks:
             blocks = self.blocks
@@ -866,6 +873,19 @@ class FusedKernel:
                 o = o.view(np.float16 if et == "f16" else _bf16())
             results.append(o)
         return tuple(results) if self.is_tuple else results[0]
+
+
+    def _recycled(self) -> list | None:
+        """The last call's output buffers if nothing but this kernel references them any more (the caller
+        dropped the results and every view of them), taken atomically: SPMD participants share kernels."""
+        with self._spent_lock:
+            spent, self._spent = self._spent, None
+        if spent is None or any(sys.getrefcount(o) > _ONLY_THE_LIST for o in spent):
+            return None
+        return spent
+
+
+_ONLY_THE_LIST = 3      # sys.getrefcount of an array referenced only by a list, inside a generator over it
 
 
 def _bf16():
