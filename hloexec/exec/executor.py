@@ -32,7 +32,7 @@ class Device:
 MIN_COMPILED_BYTES = 64 * 1024
 # Fusions whose op-by-op run would cost more than compiling them (~0.3 s, ~0.6 s with Numba's first load)
 # are compiled before their first call whatever `compile_after` says. Work = elements read and written x
-# ops, or twice the elements all ops write if more (intermediates bigger than the ends), x2 on f16/bf16 (op
+# ops, or the elements all ops write if more (intermediates bigger than the ends), x2 on f16/bf16 (op
 # by op, those go through f32 and back); numpy runs ~1 element-op per ns. Measured:
 # XLA's layer_norm_1x4096x768_bf16 benchmark (~2^27.5) ran cold in 0.97 s compiled, ~0.1 s op by op.
 EAGER_COMPILE_WORK = 1 << 30
@@ -189,7 +189,7 @@ class ExecContext:
         half = any(not i.shape.is_tuple and i.shape.element_type.name in ("f16", "bf16") for i in ops)
         # op by op, every op writes its whole value: a dynamic-slice of a big broadcast computes it all
         written = sum(_elements(i.shape) for i in ops)
-        work = max(sum(map(_elements, ends)) * len(ops), 2 * written) * (2 if half else 1)
+        work = max(sum(map(_elements, ends)) * len(ops), written) * (2 if half else 1)
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             return compiled_or(kernel, None)
         return TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant)
