@@ -302,3 +302,31 @@ def test_a_fusion_whose_intermediates_dwarf_its_output_compiles_at_once(monkeypa
     assert want.any() and exe.run(ids, np.int32(128)).tobytes() == want.tobytes()
     same_output = F16_CHAIN.replace("64,1024", "4096,64")      # written = read: stays tiered
     assert isinstance(hloexec.load(same_output).plan.steps[0].kernel, TieredKernel)
+
+
+def test_equal_fusions_weigh_their_work_together(monkeypatch):
+    """Structurally equal fusions share one compiled kernel (Adam's update of each tensor), so the op-by-op
+    work they would all do is what one compile saves: past the threshold together, all compile at once."""
+    from hloexec.exec import executor
+    two = F16_CHAIN.replace("ROOT back = f16[64,1024] convert(d)", """back = f16[64,1024] convert(d)
+  x2 = f16[64,1024] parameter(2)
+  y2 = f16[64,1024] parameter(3)
+  a2 = f16[64,1024] add(x2, y2)
+  m2 = f16[64,1024] multiply(a2, x2)
+  s2 = f16[64,1024] subtract(m2, y2)
+  c2 = f32[64,1024] convert(s2)
+  d2 = f32[64,1024] divide(c2, kb)
+  back2 = f16[64,1024] convert(d2)
+  ROOT t = (f16[64,1024], f16[64,1024]) tuple(back, back2)""")
+    one_group_work = 3 * 64 * 1024 * 8 * 2          # (output + 2 operands) x 8 ops x 2 (f16)
+    monkeypatch.setattr(executor, "EAGER_COMPILE_WORK", one_group_work + 1)
+    exe = hloexec.load(two)
+    kernels = [s.kernel for s in exe.plan.steps if s.fused]
+    assert len(kernels) == 2
+    assert all(getattr(k, "after", 0) == 0 for k in kernels)   # compiled (or set to compile) at the first call
+    reference = hloexec.load(two, use_numba=False)
+    inputs = _inputs(reference, seed=1)
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(exe.run(*inputs), reference.run(*inputs)))
+    monkeypatch.setattr(executor, "EAGER_COMPILE_WORK", 2 * one_group_work + 1)
+    assert all(isinstance(s.kernel, TieredKernel) and s.kernel.after == 1
+               for s in hloexec.load(two).plan.steps if s.fused)

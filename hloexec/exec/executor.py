@@ -142,6 +142,9 @@ class ExecContext:
         self._plans: dict[tuple[int, bool], Plan] = {}
         # while instruction name -> its tiers (by name: plans inline calls, so one loop may have copies)
         self._loops: dict[str, list[TieredLoop]] = {}
+        # kernel source hash -> op-by-op work of the fusions sharing it, and their tiers (one compile serves all)
+        self._kernel_work: dict[str, int] = {}
+        self._kernel_tiers: dict[str, list[TieredKernel]] = {}
         self._participant = threading.local()
 
     @property
@@ -190,9 +193,15 @@ class ExecContext:
         # op by op, every op writes its whole value: a dynamic-slice of a big broadcast computes it all
         written = sum(_elements(i.shape) for i in ops)
         work = max(sum(map(_elements, ends)) * len(ops), written) * (2 if half else 1)
+        # structurally equal fusions share one compiled kernel (Adam's per-tensor updates): weigh their work together
+        work = self._kernel_work[kernel.key] = self._kernel_work.get(kernel.key, 0) + work
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
+            for tier in self._kernel_tiers.pop(kernel.key, ()):
+                tier.after = 0          # the equal fusions planned before this one compile at their first call
             return compiled_or(kernel, None)
-        return TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant)
+        tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant)
+        self._kernel_tiers.setdefault(kernel.key, []).append(tier)
+        return tier
 
 
     def compiled_loop(self, inst):
