@@ -237,3 +237,22 @@ def test_registered():
     from hloexec.ops.registry import OPS
     for opc in mv.OPCODES:
         assert opc in OPS
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float8_e4m3fn", "bool", "complex64", "int8"])
+@pytest.mark.parametrize("perm", [(1, 0, 2), (2, 0, 1), (1, 2, 0)])
+def test_transposes_swapping_two_dim_groups_copy_in_panels(dtype, perm, monkeypatch):
+    """[A..., B...] -> [B..., A...] is a 2-D transpose, copied PANEL_ROWS source rows at a time (small here,
+    so the last panel is partial); other permutations go through numpy."""
+    import hloexec
+    monkeypatch.setattr(mv, "PANEL_ROWS", 7)
+    dt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    x = (np.random.default_rng(0).standard_normal((3, 10, 6)) * 4).astype(dt)
+    et = {"float32": "f32", "bfloat16": "bf16", "float8_e4m3fn": "f8e4m3fn", "bool": "pred",
+          "complex64": "c64", "int8": "s8"}[dtype]
+    out_dims = ",".join(str(x.shape[p]) for p in perm)
+    text = (f"HloModule t\nENTRY e {{ p = {et}[3,10,6] parameter(0)\n"
+            f"  ROOT t = {et}[{out_dims}] transpose(p), dimensions={{{','.join(map(str, perm))}}} }}")
+    got = hloexec.load(text, use_numba=False).run(x)
+    assert got.dtype == dt and got.flags.c_contiguous
+    assert got.tobytes() == np.ascontiguousarray(np.transpose(x, perm)).tobytes()

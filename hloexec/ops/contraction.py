@@ -57,27 +57,54 @@ def to_compute(x, cdt):
     return x.astype(cdt)
 
 
+# A low-precision operand is converted to f32 this many elements at a time when it is the big one (a
+# vocabulary projection's bf16 weights: 302 M elements would become a 1.2 GB f32 copy per call).
+CONVERT_CHUNK = 1 << 22
+
+
 def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     """XLA DotGeneral on numpy arrays; result dims = batch, lhs free, rhs free."""
     cdt = compute_dtype(out_dtype)
-    a = to_compute(lhs, cdt)
-    b = to_compute(rhs, cdt)
-    lf = [d for d in range(a.ndim) if d not in lb and d not in lc]
-    rf = [d for d in range(b.ndim) if d not in rb and d not in rc]
-    bshape = [a.shape[d] for d in lb]
+    lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
+    bshape = [lhs.shape[d] for d in lb]
     B = int(np.prod(bshape, dtype=np.int64))
-    M = int(np.prod([a.shape[d] for d in lf], dtype=np.int64))
-    N = int(np.prod([b.shape[d] for d in rf], dtype=np.int64))
-    K = int(np.prod([a.shape[d] for d in lc], dtype=np.int64))
-    a2 = a.transpose(list(lb) + lf + list(lc)).reshape(B, M, K)
-    b2 = b.transpose(list(rb) + list(rc) + rf).reshape(B, K, N)
+    M = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
+    N = int(np.prod([rhs.shape[d] for d in rf], dtype=np.int64))
+    K = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
+    a2 = lhs.transpose(list(lb) + lf + list(lc)).reshape(B, M, K)
+    b2 = rhs.transpose(list(rb) + list(rc) + rf).reshape(B, K, N)
     if K == 0:
         r = np.zeros((B, M, N), cdt)
     else:
         with np.errstate(all="ignore"):
-            r = blas.matmul(a2, b2)
-    r = r.reshape(bshape + [a.shape[d] for d in lf] + [b.shape[d] for d in rf])
+            r = _matmul_converting(a2, b2, cdt)
+    r = r.reshape(bshape + [lhs.shape[d] for d in lf] + [rhs.shape[d] for d in rf])
     return finish(r, out_dtype)
+
+
+def _matmul_converting(a, b, cdt):
+    """[B, M, K] @ [B, K, N] in `cdt`. A big low-precision operand beside a small one is converted and
+    multiplied in slices of its free dim (fixed by the shapes: the same bits every run), so that no f32 copy
+    of it is made whole; otherwise both are converted first."""
+    B, M, K = a.shape
+    N = b.shape[2]
+    big_b = is_low_float(b.dtype) and b.size > CONVERT_CHUNK and N > M
+    big_a = is_low_float(a.dtype) and a.size > CONVERT_CHUNK and M > N
+    if not (big_a or big_b):
+        return blas.matmul(to_compute(a, cdt), to_compute(b, cdt))
+    step = max(1, CONVERT_CHUNK // max(B * K, 1))
+    if big_b:
+        a = to_compute(a, cdt)
+        out = np.empty((B, M, N), cdt)
+        for n in range(0, N, step):
+            out[:, :, n:n + step] = blas.matmul(a, to_compute(b[:, :, n:n + step], cdt))
+        return out
+    b = to_compute(b, cdt)
+    out = np.empty((B, M, N), cdt)
+    for m in range(0, M, step):
+        out[:, m:m + step] = blas.matmul(to_compute(a[:, m:m + step], cdt), b)
+    return out
 
 
 def _dot_dims(inst):

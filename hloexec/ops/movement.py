@@ -77,7 +77,29 @@ def _prepare_transpose(inst, ctx):
         raise UnsupportedError(f"transpose dimensions {perm} are not a permutation", inst)
     if perm == tuple(range(len(perm))):
         return lambda x: x.copy()
+    rank = len(perm)
+    split = perm[0]
+    if perm == tuple(range(split, rank)) + tuple(range(split)):     # [A..., B...] -> [B..., A...]: a 2-D transpose
+        return lambda x: _swap_halves(x, split)
     return lambda x: np.array(x.transpose(perm), order="C")
+
+
+PANEL_ROWS = 64     # rows of the source a 2-D transpose copies at a time: 8x numpy's whole-array strided copy
+
+
+def _swap_halves(x: np.ndarray, split: int) -> np.ndarray:
+    """x with dims [:split] and [split:] swapped, as a 2-D [A, B] -> [B, A] transpose copied in panels of
+    PANEL_ROWS source rows (a whole-array strided copy misses the cache on every element once the rows are
+    long: the 600 MB bf16 embedding of gemma3 took 1.6 s, 0.2 s in panels)."""
+    rows = int(np.prod(x.shape[:split], dtype=np.int64))
+    cols = int(np.prod(x.shape[split:], dtype=np.int64))
+    flat = x.reshape(rows, cols)
+    if x.dtype.itemsize in (1, 2, 4, 8) and x.dtype.kind not in "biufc":
+        flat = flat.view(f"u{x.dtype.itemsize}")     # ml_dtypes (bf16, fp8) copy through numpy's integer loops
+    out = np.empty((cols, rows), flat.dtype)
+    for r in range(0, rows, PANEL_ROWS):
+        out[:, r:r + PANEL_ROWS] = flat[r:r + PANEL_ROWS].T
+    return out.view(x.dtype).reshape(x.shape[split:] + x.shape[:split])
 
 
 def _copy_rule(inst):
