@@ -39,20 +39,21 @@ ENTRY main {
 }
 """
 
-F16_CHAIN = """HloModule f16chain
-ENTRY main {
-  x = f16[64,1024] parameter(0)
-  y = f16[64,1024] parameter(1)
-  a = f16[64,1024] add(x, y)
-  m = f16[64,1024] multiply(a, x)
-  s = f16[64,1024] subtract(m, y)
-  c = f32[64,1024] convert(s)
-  k = f32[] constant(3)
-  kb = f32[64,1024] broadcast(k), dimensions={}
-  d = f32[64,1024] divide(c, kb)
-  ROOT back = f16[64,1024] convert(d)
-}
-"""
+def _f16_chain(suffix: str = "", first_parameter: int = 0) -> str:
+    """An f16 chain with a round trip through f32, its names suffixed: the lines of one fusion group."""
+    return f"""  x{suffix} = f16[64,1024] parameter({first_parameter})
+  y{suffix} = f16[64,1024] parameter({first_parameter + 1})
+  a{suffix} = f16[64,1024] add(x{suffix}, y{suffix})
+  m{suffix} = f16[64,1024] multiply(a{suffix}, x{suffix})
+  s{suffix} = f16[64,1024] subtract(m{suffix}, y{suffix})
+  c{suffix} = f32[64,1024] convert(s{suffix})
+  k{suffix} = f32[] constant(3)
+  kb{suffix} = f32[64,1024] broadcast(k{suffix}), dimensions={{}}
+  d{suffix} = f32[64,1024] divide(c{suffix}, kb{suffix})
+  back{suffix} = f16[64,1024] convert(d{suffix})"""
+
+
+F16_CHAIN = f"HloModule f16chain\nENTRY main {{\n{_f16_chain()}\n}}\n".replace("  back =", "  ROOT back =")
 
 
 def _inputs(exe, seed=0):
@@ -308,16 +309,8 @@ def test_equal_fusions_weigh_their_work_together(monkeypatch):
     """Structurally equal fusions share one compiled kernel (Adam's update of each tensor), so the op-by-op
     work they would all do is what one compile saves: past the threshold together, all compile at once."""
     from hloexec.exec import executor
-    two = F16_CHAIN.replace("ROOT back = f16[64,1024] convert(d)", """back = f16[64,1024] convert(d)
-  x2 = f16[64,1024] parameter(2)
-  y2 = f16[64,1024] parameter(3)
-  a2 = f16[64,1024] add(x2, y2)
-  m2 = f16[64,1024] multiply(a2, x2)
-  s2 = f16[64,1024] subtract(m2, y2)
-  c2 = f32[64,1024] convert(s2)
-  d2 = f32[64,1024] divide(c2, kb)
-  back2 = f16[64,1024] convert(d2)
-  ROOT t = (f16[64,1024], f16[64,1024]) tuple(back, back2)""")
+    two = (f"HloModule two\nENTRY main {{\n{_f16_chain()}\n{_f16_chain('2', 2)}\n"
+           "  ROOT t = (f16[64,1024], f16[64,1024]) tuple(back, back2)\n}\n")
     one_group_work = 3 * 64 * 1024 * 8 * 2          # (output + 2 operands) x 8 ops x 2 (f16)
     monkeypatch.setattr(executor, "EAGER_COMPILE_WORK", one_group_work + 1)
     exe = hloexec.load(two)
