@@ -342,3 +342,20 @@ def test_readme_op_table_is_the_generated_one():
         pytest.skip("README.md has no op-table markers")
     assert written == optable.markdown_table(), \
         "README's op table is stale: run python -m hloexec.tools.optable --write README.md"
+
+
+def test_run_repeat_profiles_the_last_run(capsys):
+    """--repeat R runs R times; the outputs and --profile come from the last run, in which the fused kernels
+    are compiled (they run op by op on their first call only)."""
+    path = EXAMPLES / "gpt_step.pre.hlo"
+    code, out, _ = run_cli(capsys, "run", path, "--repeat", 3, "--profile", 5, "--json")
+    doc = json.loads(out)
+    assert code == 0 and len(doc["seconds"]["runs"]) == 3 and doc["seconds"]["runs"][0] == doc["seconds"]["execute"]
+    assert len(doc["profile"]) == 5 and sum(r["ms"] for r in doc["profile"]) < 1e3 * doc["seconds"]["runs"][2]
+    code, once, _ = run_cli(capsys, "run", path, "--json")
+    for a, b in zip(json.loads(once)["outputs"], doc["outputs"], strict=True):      # the tiers may differ in last bits
+        assert a["shape"] == b["shape"] and a["nan"] == b["nan"] and a["mean"] == pytest.approx(b["mean"], rel=1e-4)
+    code, _, err = run_cli(capsys, "run", path, "--repeat", 2, "--spmd")
+    assert code == 2 and "--repeat" in err
+    code, _, err = run_cli(capsys, "run", path, "--repeat", 0)
+    assert code == 2 and "count >= 1" in err

@@ -45,6 +45,13 @@ def _tolerances_help() -> str:
             "--atol / --rtol replace the bounds for every output.")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a count >= 1, got {text}")
+    return value
+
+
 class UsageError(Exception):
     """A command line that cannot be carried out (bad flag combination, missing module, no memory)."""
 
@@ -265,17 +272,25 @@ def cmd_run(args) -> int:
     module = select_module(modules, args.module, args.file)
     exe, prepare_s = _prepare(module, args)
     if _is_spmd(args):
+        if args.repeat != 1:
+            raise UsageError("--repeat runs one participant; it does not combine with --spmd")
         return cmd_run_spmd(exe, args, text_out, {"parse": parse_s, "prepare": prepare_s})
     memory = check_memory(exe, args, text_out)
     inputs, inputs_info = _inputs(exe, args)
     profile = {} if args.profile else None
-    outputs, execute_s = execute(exe, inputs, profile)
+    runs = []
+    for k in range(args.repeat):        # fused kernels compile on their second call: a repeat is warm
+        outputs, seconds_k = execute(exe, inputs, profile if k == args.repeat - 1 else None)
+        runs.append(seconds_k)
+    execute_s = runs[0]
     summaries = [array_summary(i, a) for i, a in enumerate(outputs)]
     nan_found = any(s["nan"] for s in summaries)
     if args.out is not None:
         from .xla_cpu import save_arrays
         save_arrays(args.out, {f"out{i}": a for i, a in enumerate(outputs)})
     seconds = {"parse": parse_s, "prepare": prepare_s, "execute": execute_s}
+    if args.repeat > 1:
+        seconds["runs"] = runs
     slowest = profile_rows(exe, profile, args.profile) if args.profile else None
     if args.json:
         _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": module.name,
@@ -289,11 +304,12 @@ def cmd_run(args) -> int:
             shape = "[" + ",".join(map(str, s["shape"])) + "]"
             print(f"{s['index']:>4}  {shape:<20} {s['dtype']:<6} {_fmt(s['min']):>12} {_fmt(s['max']):>12} "
                   f"{_fmt(s['mean']):>12} {s['nan']:>8} {s['inf']:>8}")
+        last = f", {runs[-1] * 1e3:.1f} ms (run {len(runs)})" if len(runs) > 1 else ""
         print(f"time: parse {parse_s * 1e3:.1f} ms, prepare {prepare_s * 1e3:.1f} ms, "
-              f"execute {execute_s * 1e3:.1f} ms (first run)")
+              f"execute {execute_s * 1e3:.1f} ms (first run){last}")
         if slowest:
-            print(f"slowest {len(slowest)} instructions of the entry computation (calls inlined; loops and fused "
-                  "groups inclusive):")
+            print(f"slowest {len(slowest)} instructions of the entry computation in run {len(runs)} (calls inlined; "
+                  "loops and fused groups inclusive):")
             for row in slowest:
                 print(f"  {row['ms']:10.2f} ms {row['share']:6.1%}  %{row['name']} = {row['shape']} {row['opcode']}"
                       + (f" (fused: {row['fused']} instructions)" if row["fused"] else "")
@@ -620,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec run model.hlo --inputs in.npz --out out.npz\n"
                    "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
                    "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
+                   "  hloexec run step.hlo --repeat 3 --profile    # ... of the third (warm) run\n"
                    "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants",
                    [common, execution],
                    "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
@@ -639,6 +656,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=int, nargs="?", const=20, default=0, metavar="N",
                    help="time every instruction of the entry computation (calls inlined); print the N slowest "
                         "(default 20)")
+    p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
+                   help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
+                        "first call and compiled from the second, so R >= 3 shows the warm module)")
     p.set_defaults(handler=cmd_run)
 
     p = _subparser(subparsers, "compare", "Run a module and compare its outputs with a reference.",
