@@ -316,10 +316,13 @@ class Plan:
         raise the plan's peak. Returns how many kernels recycle."""
         from ..kernels.fusion import FusedKernel
         b = self._buffers()
+        made_by: dict[int, list] = {}
+        for key, k in b.made_at.items():
+            made_by.setdefault(k, []).append(key)
         candidates = {}
         for k, step in enumerate(self.steps):
             kernel = getattr(step.kernel, "kernel", step.kernel)      # a TieredKernel's compiled tier
-            mine = [key for key, at in b.made_at.items() if at == k]
+            mine = made_by.get(k, [])
             if step.fused and isinstance(kernel, FusedKernel) and mine and all(key in b.root for key in mine):
                 candidates[k] = (kernel, sum(b.sizes[key] for key in mine))
         peak = self.peak_bytes()
