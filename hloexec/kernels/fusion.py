@@ -44,6 +44,7 @@ PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which
 BLOCK_WORK = 32_768              # output elements x reduced elements per block of the split at least
 MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
 TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
+LANES = 16                       # partial sums of a float row sum (one AVX-512 vector of f32)
 
 _ELEMENTWISE_UNARY = ew.UNARY_OPS
 _ELEMENTWISE_BINARY = ew.BINARY_OPS
@@ -711,6 +712,10 @@ class _Generator:
                 expr = ew.round_src(et, expr, self.excess)
             target.insert(f"{acc} = {expr}")
             return acc
+        minor = [d for d in range(src.shape.rank) if src.shape.dims[d] != 1][-1:]
+        if (opcode == "add" and et in ew.FLOATS and len(loops) == 1 and loops[0][1] % LANES == 0
+                and loops[0][1] >= 4 * LANES and minor == [rdims[-1]]):
+            return self.row_sum_in_lanes(inst, target, acc, comps, loops[0])
         saved = None
         parent = target
         first = None
@@ -733,6 +738,40 @@ class _Generator:
         # restore insert positions of the intermediate loops, then the chain
         self.close_construct(target, first, saved)
         return acc if opcode in ew.EXACT_OPS else self.emit(ew.round_src(et, acc, self.excess), [acc])
+
+
+    def row_sum_in_lanes(self, inst, target: _Scope, acc: str, comps: list, loop) -> str:
+        """A float sum along a row's contiguous dim in LANES partial sums (element j goes to lane j % LANES),
+        added pairwise at the end: the inner loop over the lanes is a vector add, where one accumulator is a
+        chain of dependent adds (~1 element per 4 cycles). Any order is XLA's (its CPU sums are vectorized
+        too); this one is fixed by the shape alone, so every run and thread count gives the same bits."""
+        et = inst.shape.element_type.name
+        var, n = loop
+        ct = ew.COMPUTE[et]
+        lanes = self.emit(f"np.empty({LANES}, {ct})", [], prefix="lanes")
+        target.insert(f"{lanes}[:] = {ct}(0)")
+        outer, lane = self.fresh("jb"), self.fresh("ju")
+        block = _Scope(target, [f"for {outer} in range({n // LANES}):"], trips=n // LANES)
+        saved = self.open_construct(target, block)
+        self.scope_of[outer] = block
+        inner = _Scope(block, [f"for {lane} in range({LANES}):"], trips=LANES)
+        block.insert(inner)
+        block.insert_pos -= 1
+        self.push(inner)
+        self.scope_of[lane] = inner
+        position = comps.index(var)
+        comps[position] = self.iexpr("({} * %d + {})" % LANES, outer, lane)
+        val = self.value(inst.operands[0], tuple(comps))
+        inner.insert(f"{lanes}[{lane}] = {ew.binary_src('add', et, f'{lanes}[{lane}]', val)}")
+        self.close_construct(target, block, saved)
+
+        def pairwise(lo, hi):
+            if hi - lo == 1:
+                return f"{lanes}[{lo}]"
+            mid = (lo + hi) // 2
+            return ew.binary_src("add", et, pairwise(lo, mid), pairwise(mid, hi))
+        target.insert(f"{acc} = {ew.binary_src('add', et, acc, pairwise(0, LANES))}")
+        return self.emit(ew.round_src(et, acc, self.excess), [acc])
 
 
 # -- compiled kernels ------------------------------------------------------------------------------------
