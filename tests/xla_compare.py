@@ -94,3 +94,22 @@ def flatten(value) -> list:
     if isinstance(value, tuple):
         return [leaf for v in value for leaf in flatten(v)]
     return [value]
+
+
+def as_if_xla_rounded_f64_to_f16_twice(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """XLA:CPU's f64 -> f16 `ref`, as it is on hosts where XLA rounds through f32 (two roundings).
+
+    That convert depends on the host: LLVM lowers it through f32 (two roundings, as XLA's evaluator does and
+    hloexec does; NaNs come out canonical) unless the CPU has AVX512-FP16, where one instruction (vcvtpd2ph)
+    rounds once and keeps the NaN's top payload bits. Where the two differ, `ref` must hold one of them; those
+    elements become the through-f32 value."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        once, twice = x.astype(np.float16), x.astype(np.float32).astype(np.float16)
+    got, once_bits, twice_bits = np.asarray(ref).view(np.uint16), once.view(np.uint16), twice.view(np.uint16)
+    differ = once_bits != twice_bits
+    assert np.all((got[differ] == once_bits[differ]) | (got[differ] == twice_bits[differ]))
+    nan = np.isnan(x)
+    assert np.all(np.isnan(np.asarray(ref)[nan]) & (np.signbit(np.asarray(ref)[nan]) == np.signbit(x[nan])))
+    canonical_nan = np.where(np.signbit(x), np.uint16(0xFE00), np.uint16(0x7E00)).view(np.float16)
+    return np.where(nan, canonical_nan, np.where(differ, twice, ref))

@@ -14,7 +14,8 @@ tested bit-exactly against XLA:CPU (tests/test_ops_elementwise.py). The rules wo
   shift-right-logical and the sign fill (0 or -1) for shift-right-arithmetic.
 * Integer power: square-and-multiply with wrap-around; a negative exponent gives 1 for base 1, +-1 for
   base -1 (by the exponent's parity) and 0 otherwise; x^0 = 1.
-* Float -> float convert: f64 -> f16/bf16 rounds twice (through f32) like XLA:CPU; f64 -> fp8 rounds once.
+* Float -> float convert: f64 -> f16/bf16 rounds twice (through f32) like XLA's evaluator and XLA:CPU on hosts
+  without AVX512-FP16 (with it, XLA:CPU rounds f64 -> f16 once); f64 -> fp8 rounds once.
 * Float -> int convert saturates (x <= INT_MIN -> INT_MIN, x >= INT_MAX -> INT_MAX), NaN -> 0;
   float -> unsigned maps x <= 0 and NaN to 0. To pred: x != 0 (NaN -> true).
 * maximum/minimum are IEEE 754-2019 maximum/minimum: NaN propagates, and -0 < +0.
