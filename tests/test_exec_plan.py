@@ -172,7 +172,7 @@ def test_outputs_the_caller_dropped_are_recycled_by_the_next_run():
     """Fresh pages cost a third of a memory-bound kernel's time: a run writes into the buffers of the last
     run's outputs once nothing references them. Outputs the caller still holds are never reused."""
     exe = hloexec.load(UPDATES, compile_after=0)
-    assert sum(getattr(s.kernel, "recycle", False) for s in exe.plan.steps) == 2     # set up by load
+    assert sum(getattr(getattr(s.kernel, "kernel", s.kernel), "recycle", False) for s in exe.plan.steps) == 2     # set up by load
     assert exe.peak_bytes() == 6 * 65536 * 4        # 4 inputs, 2 outputs: recycling raised nothing
     inputs = exe.random_inputs(0)
     want = hloexec.load(UPDATES, use_numba=False).run(*inputs)
@@ -210,3 +210,47 @@ less { x = f32[] parameter(0)
     exe = hloexec.load(text, compile_after=0)
     assert exe.plan.recycle_outputs() == 0
     assert not any(getattr(getattr(s.kernel, "kernel", s.kernel), "recycle", False) for s in exe.plan.steps)
+
+
+FUSED_LOOP = """HloModule observed
+fused { a = f32[65536] parameter(0)
+  b = f32[65536] multiply(a, a)
+  ROOT c = f32[65536] add(b, a) }
+body { t = (s32[], f32[65536]) parameter(0)
+  k = s32[] get-tuple-element(t), index=0
+  x = f32[65536] get-tuple-element(t), index=1
+  one = s32[] constant(1)
+  k1 = s32[] add(k, one)
+  h = f32[] constant(0.5)
+  hb = f32[65536] broadcast(h), dimensions={}
+  x1 = f32[65536] multiply(x, hb)
+  ROOT r = (s32[], f32[65536]) tuple(k1, x1) }
+cond { t = (s32[], f32[65536]) parameter(0)
+  k = s32[] get-tuple-element(t), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(k, n), direction=LT }
+ENTRY main { p = f32[65536] parameter(0)
+  f = f32[65536] fusion(p), kind=kLoop, calls=fused
+  zero = s32[] constant(0)
+  t = (s32[], f32[65536]) tuple(zero, f)
+  w = (s32[], f32[65536]) while(t), condition=cond, body=body
+  ROOT x = f32[65536] get-tuple-element(w), index=1 }
+"""
+
+
+def test_an_observed_run_sees_every_value_in_every_tier():
+    """`observe` sees each instruction's value after it runs: inside fusions and loop bodies (each step), even
+    where the module's fusions and loops are compiled; the outputs are the unobserved run's."""
+    p = np.random.default_rng(0).standard_normal(65536).astype(np.float32)
+    for options in ({"use_numba": False}, {"compile_after": 0}):
+        exe = hloexec.load(FUSED_LOOP, **options)
+        want = exe.run(p)
+        seen = []
+        got = exe.run(p, observe=lambda inst, value: seen.append((inst.name, value if isinstance(value, tuple) else value.copy())))
+        assert got.tobytes() == want.tobytes()
+        names = [name for name, _ in seen]
+        assert names.count("x1") == 3 and names.count("b") == 1 and names[-1] == "x"
+        values = dict(seen)
+        assert np.array_equal(values["b"], p * p) and np.array_equal(values["c"], p * p + p)
+        assert [v for n, v in seen if n == "k1"] == [1, 2, 3]
+        assert exe.run(p).tobytes() == want.tobytes()       # and the next run is not observed

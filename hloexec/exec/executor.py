@@ -47,13 +47,16 @@ class TieredKernel:
     it from their own threads), never on a timer, so the k-th run of a module gives the same bits in every
     process (the two tiers may differ in the last bits: reduction order, libm vs numpy).
     """
-    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "lock")
+    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "lock")
 
-    def __init__(self, interpret, kernel, after: int, participant):
+    def __init__(self, interpret, kernel, after: int, participant, observer):
         self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
+        self.observer = observer
         self.compiled, self.calls, self.lock = None, {}, threading.Lock()
 
     def __call__(self, *operands):
+        if self.observer() is not None:     # an observed run sees every value: op by op, not counted
+            return self.interpret(*operands)
         who = self.participant()
         n = self.calls.get(who, 0)
         if n < self.after:
@@ -80,11 +83,12 @@ class TieredLoop:
     never timed: the same run switches at the same step in every process. `eager`: compile at the first
     call (a loop nested in a compiled loop is never called, so never compiled on its own)."""
     __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work", "participant",
-                 "lock")
+                 "observer", "lock")
 
-    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant):
+    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant, observer):
         self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
         self.compiled, self.work, self.participant, self.lock = None, {}, participant, threading.Lock()
+        self.observer = observer
         self.compile_work = 0 if eager else max(LOOP_COMPILE_WORK, LOOP_WORK_PER_LINE * kernel.lines)
 
     def _compiled(self):
@@ -99,6 +103,10 @@ class TieredLoop:
         return self.compiled
 
     def __call__(self, state):
+        if self.observer() is not None:     # an observed run sees every step's values: interpreted, not counted
+            while bool(self.cond(state)):
+                state = self.body(state)
+            return state
         who = self.participant()
         work = self.work.get(who, 0)
         if work >= self.compile_work:
@@ -160,6 +168,14 @@ class ExecContext:
         """Make the calling thread run as `device` (ops read ctx.device at run time)."""
         self._participant.device = device
 
+    def observer(self):
+        """The calling thread's `observe(inst, value)` callback while it runs an observed run, else None."""
+        return getattr(self._participant, "observer", None)
+
+    def observe(self, callback) -> None:
+        """Make the calling thread's runs call `callback(inst, value)` after every instruction (None: stop)."""
+        self._participant.observer = callback
+
     def computation(self, comp: Computation, fuse: bool = True) -> Plan:
         """The prepared plan of `comp`; `fuse`: group its unfused producer/consumer chains (exec/fuse.py)."""
         key = (id(comp), fuse and self.use_numba)
@@ -198,8 +214,16 @@ class ExecContext:
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             for tier in self._kernel_tiers.pop(kernel.key, ()):
                 tier.after = 0          # the equal fusions planned before this one compile at their first call
-            return compiled_or(kernel, None)
-        tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant)
+            compiled = compiled_or(kernel, None)
+            if compiled is None:
+                return None
+            # op by op only in observed runs: its plan is made then
+            tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
+                                self.participant, self.observer)
+            tier.compiled = compiled
+            return tier
+        tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant,
+                            self.observer)
         self._kernel_tiers.setdefault(kernel.key, []).append(tier)
         return tier
 
@@ -218,7 +242,7 @@ class ExecContext:
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
-        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant)
+        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant, self.observer)
         for nested in _nested_whiles(inst):
             for inner in self._loops.pop(nested.name, ()):
                 inner.kernel, inner.compile_work = None, float("inf")
@@ -267,20 +291,29 @@ class Executable:
     def result_shape(self) -> Shape:
         return self.module.entry.root.shape
 
-    def run(self, *args, progress=None, profile=None):
+    def run(self, *args, progress=None, profile=None, observe=None):
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
         `progress(done, total)` is called after each entry-computation instruction (None: no cost);
         `profile`, a dict, gets instruction -> seconds for the entry computation, its calls inlined (loops and
-        fused groups inclusive)."""
+        fused groups inclusive). `observe(inst, value)` is called after every instruction that runs, in the
+        order they run: those of called, fused and loop computations too (each time they run; fusions and loops
+        run op by op while observed, so every value is seen). A group hloexec fused itself (`use_numba=True`
+        on an unfused module) is seen as its root. Values are the plan's own: keep only what you need."""
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
                                  + "\n  ".join(map(str, params)))
         self._check_memory()
-        with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
-            return self.plan(*[_coerce(arg, p) for arg, p in zip(args, params)], progress=progress,
-                             profile=profile)
+        inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
+        previous = self.context.observer()
+        if observe is not None:
+            self.context.observe(observe)
+        try:
+            with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
+                return self.plan(*inputs, progress=progress, profile=profile)
+        finally:
+            self.context.observe(previous)
 
     __call__ = run
 

@@ -19,6 +19,10 @@ from .fuse import find_groups
 from .inline import inline_calls
 
 
+def _no_observer():
+    return None
+
+
 def schedule(comp: Computation) -> list[Instruction]:
     """Instructions in an order where operands (and control predecessors) come first.
 
@@ -115,6 +119,7 @@ class Plan:
 
     def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
+        self._observer = getattr(ctx, "observer", _no_observer)     # the calling thread's observe callback
         if fuse:        # calls inlined first, so that fusion sees through them (exec/inline.py)
             comp = inline_calls(comp, keep_call=has_side_effect)
         live = live_instructions(comp)
@@ -186,8 +191,10 @@ class Plan:
 
     def __call__(self, *args, progress=None, profile=None):
         """`progress(done, total)`, if given, is called after each step; `profile`, a dict, gets each step's
-        instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one."""
-        if self._run_fast is not None and progress is None and profile is None:
+        instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one,
+        as does an observer (Executable.run's `observe`), which sees each step's values."""
+        observe = self._observer()
+        if self._run_fast is not None and progress is None and profile is None and observe is None:
             try:
                 return self._run_fast(args)
             except (UnsupportedError, ExecutionError):
@@ -199,12 +206,12 @@ class Plan:
             slots[s] = value
         for s in self.unused_parameters:
             slots[s] = None
-        self._run_checked(slots, progress, profile)
+        self._run_checked(slots, progress, profile, observe)
         if self._run_fast is None:
             self._run_fast = compile_schedule(self)
         return slots[self.root_slot]
 
-    def _run_checked(self, slots, progress=None, profile=None):
+    def _run_checked(self, slots, progress=None, profile=None, observe=None):
         """First run: every result is checked against its instruction's shape (no silent wrong result)."""
         total = len(self.steps)
         for done, step in enumerate(self.steps, 1):
@@ -226,7 +233,11 @@ class Plan:
                     if s in self.folded:
                         self.folded[s] = v
                     slots[s] = v
+                    if observe is not None:
+                        observe(self.order[s], v)
             check_value(step.inst, value)
+            if observe is not None:
+                observe(step.inst, value)
             if step.output in self.folded:
                 self.folded[step.output] = value
             slots[step.output] = value
