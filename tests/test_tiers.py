@@ -204,3 +204,27 @@ def test_adding_a_tier_is_one_entry(monkeypatch):
     monkeypatch.setitem(TIERS, "negated", lambda case: [-x for x in TIERS["numpy"](case)])
     with pytest.raises(AssertionError, match="negated: out0"):
         assert_tiers_agree(Case("nested_loops", nested(3, 2, 0.25), XY))
+
+
+INT4_OPS = """HloModule int4_ops
+
+ENTRY %main () -> (pred[3], s4[3], s8[3]) {
+  %a = s4[3]{0} constant({-3, 1, -8})
+  %b = s4[3]{0} constant({3, 2, 1})
+  %lt = pred[3]{0} compare(%a, %b), direction=LT
+  %one = s4[3]{0} constant({1, 1, 1})
+  %sra = s4[3]{0} shift-right-arithmetic(%a, %one)
+  %cv = s8[3]{0} convert(%a)
+  ROOT %t = (pred[3]{0}, s4[3]{0}, s8[3]{0}) tuple(%lt, %sra, %cv)
+}
+"""
+
+
+def test_int4_module_of_the_issue():
+    """Issue 12: hloexec read s4 as unsigned in compare and shifted its byte logically: lt = [0, 1, 0],
+    sra = [6, 0, 4]; XLA:CPU: [1, 1, 1], [-2, 0, -4], [-3, 1, -8]. Sub-byte types run op by op in every tier
+    (the generators refuse them)."""
+    results = assert_tiers_agree(Case("int4_ops", INT4_OPS, []))
+    lt, sra, cv = results["numpy"]
+    assert lt.tolist() == [True, True, True] and sra.tolist() == [-2, 0, -4] and cv.tolist() == [-3, 1, -8]
+    assert isinstance(results["loop"], NotInTier)

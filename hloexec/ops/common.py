@@ -1,9 +1,14 @@
 """Helpers the op modules share: attribute decoding, array normalization, reducer recognition."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
+
+# The byte type holding the value of each sub-byte integer type (ml_dtypes stores one element a byte).
+SUB_BYTE_CONTAINER = {np.dtype(ml_dtypes.int2): np.dtype(np.int8), np.dtype(ml_dtypes.int4): np.dtype(np.int8),
+                      np.dtype(ml_dtypes.uint2): np.dtype(np.uint8), np.dtype(ml_dtypes.uint4): np.dtype(np.uint8)}
 
 
 def contig(x, dtype=None):
@@ -97,6 +102,8 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
         return x.astype(np.int8)
     if dt.kind in "iu":
         return x
+    if dt in SUB_BYTE_CONTAINER:
+        return x.astype(SUB_BYTE_CONTAINER[dt])
     if dt.kind == "c":
         raise TypeError("complex sort key")
     bits = dt.itemsize * 8

@@ -23,10 +23,11 @@ Semantics follow XLA's operation_semantics and the HloEvaluator (hlo_evaluator.c
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
-from .common import as_tuple, binary_kind, called, contig, ints, is_low_float, scalar, str_attr, ufunc_for
+from .common import SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, ints, is_low_float, scalar, str_attr, ufunc_for
 from .elementwise import f32_to_low, low_to_f32
 from .registry import op
 
@@ -46,8 +47,8 @@ def identity_of(kind: str, dtype):
         lo = kind == "maximum"
         if dtype == np.bool_:
             return np.bool_(not lo)
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
+        if dtype.kind in "iu" or dtype in SUB_BYTE_CONTAINER:
+            info = ml_dtypes.iinfo(dtype)
             return dtype.type(info.min if lo else info.max)
         return np.array(-np.inf if lo else np.inf, _F32).astype(dtype)[()]
     raise KeyError(kind)

@@ -41,8 +41,8 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 
-ALL = "pred, s8-s64, u8-u64, f16, bf16, f32, f64, f8"
-FLOATS = "f16, bf16, f32, f64, f8"
+ALL = "pred, s2-s64, u2-u64, f16, bf16, f32, f64, f8, f6, f4"
+FLOATS = "f16, bf16, f32, f64, f8, f6, f4"
 
 
 def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = "", shape_rule=None):
