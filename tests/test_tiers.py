@@ -228,3 +228,21 @@ def test_int4_module_of_the_issue():
     lt, sra, cv = results["numpy"]
     assert lt.tolist() == [True, True, True] and sra.tolist() == [-2, 0, -4] and cv.tolist() == [-3, 1, -8]
     assert isinstance(results["loop"], NotInTier)
+
+
+OP_TEST_MODULES = ["test_ops_elementwise.py", "test_ops_movement.py", "test_ops_reduction.py",
+                   "test_ops_indexing.py", "test_ops_contraction.py"]
+
+
+@pytest.mark.slow
+def test_every_op_case_in_every_tier():
+    """Every case of the op tests through every tier (by default a sample of each module's cases goes; see
+    tiers.sweep_op_cases): the op test modules run again with HLOEXEC_TIERS=all (~15 min on 2 cores)."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                           *[os.path.join(here, m) for m in OP_TEST_MODULES]],
+                          env={**os.environ, "HLOEXEC_TIERS": "all"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

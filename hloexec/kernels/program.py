@@ -188,7 +188,7 @@ class _Generator:
         _need(len(self.lines) < MAX_LINES, "program too large")
         name = self.fresh("a")
         self.n += 1
-        self.lines.append(_Alloc(name, max(math.prod(dims), 1), et, self.n, self.indent))
+        self.lines.append(_Alloc(name, math.prod(dims) if dims else 1, et, self.n, self.indent))
         self.mutable.add(self.n)
         return Array(name, tuple(dims), et, self.n)
 
