@@ -114,3 +114,18 @@ def test_onednn_layernorm_low_precision_is_the_f32_one_rounded_once(dt):
     got = layernorm(dt, *low)
     assert got.dtype == dt
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.xla
+def test_dce_sink_keeps_its_operand_alive_and_does_nothing():
+    """jax's lax.dce_sink(..., prevent_mlir_dce=True) lowers to custom-call "dce_sink" (side effect, value ())."""
+    import hloexec
+
+    def f(x):
+        jax.lax.dce_sink(x * 2, prevent_mlir_dce=True)
+        return x + 1
+    x = np.arange(3, dtype=np.float32)
+    lowered = jax.jit(f).lower(x)
+    for text in (lowered.as_text(dialect="hlo"), lowered.compile().as_text()):
+        assert 'custom_call_target="dce_sink"' in text
+        np.testing.assert_array_equal(hloexec.load(text).run(x), x + 1)

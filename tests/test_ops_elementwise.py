@@ -256,6 +256,22 @@ def test_int_binary(opc, t):
     check(binary(opc, t), [a, b])
 
 
+@pytest.mark.parametrize("t", INT_TYPES)
+def test_mulhi(t):
+    """The high half of the double-width product, against jax.lax.mulhi on XLA:CPU (whose HLO -> StableHLO route,
+    run_xla's, lacks the opcode). s4 / u4: the high 4 bits of the 8-bit product, as jax documents it; XLA:CPU
+    computes the s8 op on the widened values (the high byte of the 16-bit product: 0 for every s4 pair)."""
+    import jax
+    a, b = values(t, seed=1), values(t, seed=2)
+    b[:16] = a[:16]
+    ours = run(binary("mulhi", t), a, b)
+    bits, info = ELEMENT_TYPES[t].bits, ml_dtypes.iinfo(NP[t])
+    exact = [(int(x) * int(y)) >> bits for x, y in zip(a, b)]
+    np.testing.assert_array_equal([int(v) for v in ours], [v - (1 << bits) if v > info.max else v for v in exact])
+    if bits >= 8:
+        np.testing.assert_array_equal(ours, np.asarray(jax.jit(jax.lax.mulhi)(a, b)))
+
+
 @pytest.mark.parametrize("opc", ["and", "or", "xor", "maximum", "minimum"])
 def test_pred_binary(opc):
     check(binary(opc, "pred"), [values("pred", seed=1), values("pred", seed=2)])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CompileWarning, ExecutionError
+from ..errors import CompileWarning, ElidedConstantWarning, ExecutionError, elided_constants_note
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from .plan import Plan
@@ -271,6 +271,9 @@ class Executable:
                  compile_after: int = 1, device: Device | None = None, max_memory: int | None = None):
         from .communicators import MirrorCommunicator
         self.module = module
+        elided = module.elided_constants()
+        if elided:
+            warnings.warn(elided_constants_note(module, elided), ElidedConstantWarning, stacklevel=3)
         if device is None:
             device = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
             device.communicator = MirrorCommunicator(device)

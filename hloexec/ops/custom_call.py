@@ -16,6 +16,7 @@ Built in:
 * identity markers (one participant): Sharding, xla.sdy.FuncResultSharding, SPMDFullToShardShape,
   SPMDShardToFullShape (shape must be unchanged), MoveToHost, MoveToDevice, annotate_device_placement, LayoutConstraint,
   __builtin$CrossMeshAllReduce (one mesh), pipeline_marker (passes its operand(s)/tuple through), SetBound.
+* dce_sink: jax's keep-alive marker, a no-op with the empty tuple as its value.
 * TopK: [batch, n] or [n] -> (values [.., k], indices s32 [.., k]), sorted descending, ties by the
   lower index (NaN counts as the largest).
 """
@@ -90,6 +91,13 @@ def _identity(inst, ctx):
     def kernel(x):
         return x
     return kernel
+
+
+@custom_call("dce_sink")
+def _dce_sink(inst, ctx):
+    """`dce_sink` (jax's lax.dce_sink with prevent_mlir_dce): a side effect that keeps its operands alive
+    through dead-code elimination and does nothing else; its value is the empty tuple."""
+    return lambda *operands: ()
 
 
 @custom_call("SliceToDynamic")

@@ -519,6 +519,34 @@ def _prepare_binary(inst, ctx):
     return _float_lifted(_FLOAT_BINARY[opc], dtype)
 
 
+def _int_mulhi(dtype: np.dtype, bits: int):
+    """The high `bits` bits of the 2*bits-bit product, signed for a signed type (XLA's mulhi, jax's lax.mulhi)."""
+    signed = dtype.kind == "i"
+    if bits <= 32:
+        wide = np.dtype(f"{'i' if signed else 'u'}8")
+        return lambda a, b: ((a.astype(wide) * b.astype(wide)) >> wide.type(bits)).astype(dtype)
+    u64, half = np.dtype(np.uint64), np.uint64(32)
+    low = np.uint64(0xFFFFFFFF)
+
+    def kernel(a, b):
+        x, y = a.view(u64), b.view(u64)
+        xl, xh, yl, yh = x & low, x >> half, y & low, y >> half
+        ll, lh, hl = xl * yl, xl * yh, xh * yl
+        cross = (lh & low) + (hl & low) + (ll >> half)
+        hi = xh * yh + (lh >> half) + (hl >> half) + (cross >> half)       # of the unsigned product
+        if signed:      # x * y = ux * uy - 2^64 (x < 0 ? uy : 0) - 2^64 (y < 0 ? ux : 0), mod 2^128
+            hi = hi - np.where(a < 0, y, u64.type(0)) - np.where(b < 0, x, u64.type(0))
+        return hi.view(dtype)
+    return kernel
+
+
+@op("mulhi", dtypes=INTS, shape_rule=_same_shape_rule,
+    notes="the high half of the double-width product (signed for signed types): jax's lax.mulhi")
+def _prepare_mulhi(inst, ctx):
+    _require(_kind(inst) in ("sint", "uint"), "mulhi of non-integer operands", inst)
+    return _int_kernel(inst, _int_mulhi)
+
+
 @op("and", "or", "xor", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
 def _prepare_bitwise(inst, ctx):
     kind = _kind(inst)
@@ -806,7 +834,7 @@ def _prepare_reduce_precision(inst, ctx):
 
 # Opcodes this module registers, for tests and the README's coverage table.
 OPCODES = tuple(sorted({
-    *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "real",
+    *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "mulhi", "real",
     "imag", "complex", *_FLOAT_BINARY, "and", "or", "xor", "shift-left", "shift-right-arithmetic",
     "shift-right-logical", "compare", "select", "clamp", "convert", "bitcast-convert", "reduce-precision",
 }))

@@ -14,6 +14,7 @@ import re
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -78,11 +79,19 @@ def select_module(modules, name: str | None, path: str):
 
 
 def _prepare(module, args):
+    """The module loaded, and the seconds it took; a module with elided constants is said on stderr."""
     from .. import ops  # noqa: F401  (fills the op registry)
+    from ..errors import ElidedConstantWarning, elided_constants_note
     from ..exec.executor import Executable
     start = time.perf_counter()
-    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision)
-    return exe, time.perf_counter() - start
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
+        exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision)
+    seconds = time.perf_counter() - start
+    elided = module.elided_constants()
+    if elided:
+        print(f"warning: {elided_constants_note(module, elided)}", file=sys.stderr)
+    return exe, seconds
 
 
 def parse_size(text: str) -> int:
@@ -295,7 +304,8 @@ def cmd_run(args) -> int:
     if args.json:
         _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": module.name,
                      "inputs": inputs_info, "memory": memory, "seconds": seconds, "outputs": summaries,
-                     "nan_found": nan_found, "out": args.out, "profile": slowest})
+                     "nan_found": nan_found, "out": args.out, "profile": slowest,
+                     "elided_constants": [c.name for c in module.elided_constants()]})
     else:
         print(f"module {module.name}: {len(outputs)} output{'s' if len(outputs) != 1 else ''}, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
@@ -323,7 +333,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare_outputs, format_report
+    from .compare import compare_outputs, format_report, mark_elided
     references = [r for r in (args.other, args.expected, args.against) if r is not None]
     if len(references) != 1:
         raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz "
@@ -358,7 +368,8 @@ def cmd_compare(args) -> int:
     elif args.against is not None:
         expected = _run_on_xla(module, args.file, inputs)
         reference = {"from": "xla"}
-    report = compare_outputs(actual, expected, atol=args.atol, rtol=args.rtol)
+    report = mark_elided(compare_outputs(actual, expected, atol=args.atol, rtol=args.rtol), module,
+                         *([other_exe.module] if other_exe is not None else []))
     if args.json:
         _print_json({"command": "compare", "version": JSON_VERSION,
                      "actual": {"file": args.file, "module": module.name}, "expected": reference,
