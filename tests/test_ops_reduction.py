@@ -202,3 +202,17 @@ ENTRY e {{
                      [shape_text(dt, shape), shape_text(dt, oshape), f"{name}[]"], window=win, called={"select": sel, "scatter": sc})
     got = run(inst, x, src, np.zeros((), dt))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dt", [ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e5m2])
+@pytest.mark.parametrize("kind", ["maximum", "minimum"])
+def test_max_min_reduce_of_a_type_without_infinities(dt, kind):
+    """jax reduces f8e4m3fn / f4e2m1fn with the type's largest value as init; the vectorized path's own identity
+    was +-inf cast to the type: NaN in f8e4m3fn (no infinities), so every result came out NaN."""
+    x = np.array([[1, 2], [2, 1], [-3, 0.5], [4, 4], [0.5, -1]], dt)
+    init = np.array(ml_dtypes.finfo(dt).max if kind == "minimum" else -ml_dtypes.finfo(dt).max).astype(dt)
+    name = np.dtype(dt).name.replace("float8_", "f8").replace("float4_", "f4")
+    inst = make_inst("reduce", f"{name}[5]", [f"{name}[5,2]", f"{name}[]"], dimensions=(1,),
+                     called={"to_apply": scalar_computation(kind, name)})
+    want = (np.min if kind == "minimum" else np.max)(x.astype(np.float32), axis=1).astype(dt)
+    np.testing.assert_array_equal(run(inst, x, init).view(np.uint8), want.view(np.uint8))

@@ -50,7 +50,10 @@ def identity_of(kind: str, dtype):
         if dtype.kind in "iu" or dtype in SUB_BYTE_CONTAINER:
             info = ml_dtypes.iinfo(dtype)
             return dtype.type(info.min if lo else info.max)
-        return np.array(-np.inf if lo else np.inf, _F32).astype(dtype)[()]
+        if np.isinf(np.array(np.inf, _F32).astype(dtype)):
+            return np.array(-np.inf if lo else np.inf, _F32).astype(dtype)[()]
+        biggest = ml_dtypes.finfo(dtype).max      # a type without infinities (f8e4m3fn, f4e2m1fn...)
+        return np.array(-biggest if lo else biggest).astype(dtype)[()]
     raise KeyError(kind)
 
 
