@@ -160,6 +160,8 @@ def _expr(m: _Module, c: _Comp, values: dict, et: str, counter: str, depth: int,
         b = c.add(f"s32[{N}]", f"broadcast(%{k}), dimensions={{}}")
         inv = c.add(f"s32[{N}]", f"multiply(%{i}, %{b})")
         inv = inv if et == "s32" else c.add(t, f"convert(%{inv})")
+        if m.chance(0.5):                          # alone: an in-place update around it must copy it
+            return inv
         return c.add(t, f"add(%{_expr(m, c, values, et, counter, depth + 1, nest)}, %{inv})")
     # a nested loop over some of the values, returning one of its carried values
     inits = {m.fresh("w"): m.pick(["s32", "f32"]) for _ in range(int(m.rng.integers(0, 2)))}

@@ -11,6 +11,21 @@ SUB_BYTE_CONTAINER = {np.dtype(ml_dtypes.int2): np.dtype(np.int8), np.dtype(ml_d
                       np.dtype(ml_dtypes.uint2): np.dtype(np.uint8), np.dtype(ml_dtypes.uint4): np.dtype(np.uint8)}
 
 
+def as_unsigned(x: np.ndarray, bits: int) -> np.ndarray:
+    """The low `bits` bits of integers x as unsigned integers of x's size (its bit pattern)."""
+    u = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+    return u if bits == x.dtype.itemsize * 8 else u & u.dtype.type((1 << bits) - 1)
+
+
+def as_signed(x: np.ndarray, bits: int) -> np.ndarray:
+    """The low `bits` bits of integers x read as a two's complement number, in the signed type of x's size."""
+    sdt = np.dtype(f"i{x.dtype.itemsize}")
+    if bits == x.dtype.itemsize * 8:
+        return x.view(sdt)
+    sign = sdt.type(1 << (bits - 1))
+    return (as_unsigned(x, bits).view(sdt) ^ sign) - sign
+
+
 def contig(x, dtype=None):
     """A C-contiguous array (0-d stays 0-d, unlike np.ascontiguousarray)."""
     x = np.asarray(x, dtype=dtype)

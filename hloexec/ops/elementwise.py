@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.shape import array_shape
-from .common import SUB_BYTE_CONTAINER, total_order_key
+from .common import SUB_BYTE_CONTAINER, as_signed, as_unsigned, total_order_key
 from .registry import ALL, FLOATS, op
 
 _F32 = np.dtype(np.float32)
@@ -169,21 +169,6 @@ def _int_kernel(inst, build, operand: int | None = 0):
         r = kernel(*(x.astype(SUB_BYTE_CONTAINER[x.dtype]) if x.dtype in SUB_BYTE_CONTAINER else x for x in xs))
         return r if out is None else r.astype(out)
     return widened
-
-
-def _as_unsigned(x: np.ndarray, bits: int) -> np.ndarray:
-    """The low `bits` bits of integers x as unsigned integers of x's size (its bit pattern)."""
-    u = x.view(_unsigned(x.dtype))
-    return u if bits == x.dtype.itemsize * 8 else u & u.dtype.type((1 << bits) - 1)
-
-
-def _as_signed(x: np.ndarray, bits: int) -> np.ndarray:
-    """The low `bits` bits of integers x read as a two's complement number, in the signed type of x's size."""
-    sdt = _signed(x.dtype)
-    if bits == x.dtype.itemsize * 8:
-        return x.view(sdt)
-    sign = sdt.type(1 << (bits - 1))
-    return (_as_unsigned(x, bits).view(sdt) ^ sign) - sign
 
 
 def _same_shape_rule(inst):
@@ -345,7 +330,7 @@ def _prepare_not(inst, ctx):
           "sign-extended byte: 7)")
 def _prepare_popcnt(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "popcnt of a non-integer operand", inst)
-    return _int_kernel(inst, lambda dtype, bits: lambda x: np.bitwise_count(_as_unsigned(x, bits)).astype(dtype))
+    return _int_kernel(inst, lambda dtype, bits: lambda x: np.bitwise_count(as_unsigned(x, bits)).astype(dtype))
 
 
 def _bit_length(u: np.ndarray, bits: int) -> np.ndarray:
@@ -367,7 +352,7 @@ def _prepare_clz(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "count-leading-zeros of a non-integer operand", inst)
 
     def build(dtype, bits):
-        return lambda x: (bits - _bit_length(_as_unsigned(x, bits), dtype.itemsize * 8)).astype(dtype)
+        return lambda x: (bits - _bit_length(as_unsigned(x, bits), dtype.itemsize * 8)).astype(dtype)
     return _int_kernel(inst, build)
 
 
@@ -576,12 +561,12 @@ def _prepare_shift(inst, ctx):
         elif opc == "shift-right-logical":
             def kernel(a, b):
                 n = b.view(udt)
-                r = _as_unsigned(a, bits) >> (n & mask)
+                r = as_unsigned(a, bits) >> (n & mask)
                 return np.where(n >= limit, ut(0), r).view(dtype)
         else:
             def kernel(a, b):
                 n = b.view(udt)
-                r = _as_signed(a, bits) >> np.where(n >= limit, mask, n).astype(sdt)
+                r = as_signed(a, bits) >> np.where(n >= limit, mask, n).astype(sdt)
                 return r.view(dtype)
         return kernel
     return _int_kernel(inst, build)
@@ -614,7 +599,7 @@ def _prepare_compare(inst, ctx):
         return lambda a, b: fn(a, b)
     if kind in ("sint", "uint"):
         _require(ctype in ("SIGNED", "UNSIGNED"), f"compare type {ctype} of integer operands", inst)
-        as_type = _as_signed if ctype == "SIGNED" else _as_unsigned
+        as_type = as_signed if ctype == "SIGNED" else as_unsigned
 
         def build(dtype, bits):
             if dtype == (_signed(dtype) if ctype == "SIGNED" else _unsigned(dtype)):
@@ -765,7 +750,7 @@ def _bitcast_sub_byte(src_t, dst_t, dims):
     """bitcast-convert to or from a sub-byte type (s4[N,2] <-> s8[N], f16[N] -> u4[N,4], s4 <-> u4), on the
     bit patterns: a wider element holds the narrower ones lowest bits first (XLA's little-endian packing)."""
     def pattern(x, t):
-        return _as_unsigned(x.view(np.uint8) if t.bits < 8 else x, t.bits).astype(np.uint64)
+        return as_unsigned(x.view(np.uint8) if t.bits < 8 else x, t.bits).astype(np.uint64)
 
     def from_pattern(p, t):
         return p.astype(np.dtype(f"u{max(t.bits // 8, 1)}")).view(t.numpy)

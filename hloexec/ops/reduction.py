@@ -58,7 +58,12 @@ def identity_of(kind: str, dtype):
 
 
 def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype):
-    """op(init, reduce(x over axes)) in the type's precision rules (f16/bf16 add/mul via f32)."""
+    """op(init, reduce(x over axes)) in the type's precision rules (f16/bf16 add/mul via f32; sub-byte integers,
+    which have no numpy reduce loops, in their byte, wrapped back)."""
+    container = SUB_BYTE_CONTAINER.get(x.dtype)
+    if container is not None:
+        r = vector_reduce(kind, x.astype(container), axes, np.asarray(init).astype(container), container)
+        return contig(r.astype(out_dtype))
     uf = ufunc_for(kind, x.dtype)
     axes = tuple(axes)
     if kind in ("add", "multiply") and (is_low_float(x.dtype) or is_low_float(out_dtype)):
