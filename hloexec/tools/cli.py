@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..kernels.elementwise import REDUCTIONS
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 JSON_VERSION = 1
@@ -81,7 +82,8 @@ def _prepare(module, args):
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     start = time.perf_counter()
-    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision)
+    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
+                     reductions=args.reductions)
     return exe, time.perf_counter() - start
 
 
@@ -612,6 +614,10 @@ def build_parser() -> argparse.ArgumentParser:
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     execution.add_argument("--excess-precision", action="store_true",
                            help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
+    execution.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
+                           help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
+                                "f32, rounded once) or per-step (every step rounded to the type, in row-major "
+                                "order, as XLA:CPU's optimized modules compute them)")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
     spmd_options = execution.add_argument_group("SPMD (every participant of a partitioned module)")
@@ -665,6 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
                    "  hloexec compare model.opt.hlo model.pre.hlo --seed 1     # same inputs to both\n"
                    "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
+                   "  hloexec compare cpu_after_optimizations.txt --inputs in.npz --expected xla.npz \\\n"
+                   "      --reductions per-step                 # f16 sums rounded at every step, as XLA:CPU\n"
                    "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs",
                    [common, execution], _tolerances_help() + "\n\n"
                    "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
