@@ -43,7 +43,7 @@ def identity_of(kind: str, dtype):
     """The identity element of a vectorizable reducer, in `dtype`."""
     dtype = np.dtype(dtype)
     if kind == "add" and element_type_of(dtype).kind in ("float", "complex"):
-        return np.array(-0.0).astype(dtype)[()]         # x + -0 == x for every x; x + 0 turns -0 into +0
+        return np.array(complex(-0.0, -0.0) if dtype.kind == "c" else -0.0).astype(dtype)[()]  # x + -0 == x, always
     if kind in ("add", "or", "xor"):
         return np.zeros((), dtype)[()]
     if kind == "multiply":
