@@ -99,7 +99,7 @@ def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
         for position in np.ndindex(moved.shape[:len(axes)]):
             uf(acc, moved[position], out=acc)
         return acc
-    rows = np.array(x.transpose(kept + list(axes)).reshape(m, k), order="C")
+    rows = np.array(x.transpose(kept + list(axes)), order="C").reshape(m, k)      # one copy, ours to write
     rows[:, 0] = uf(np.asarray(init, x.dtype), rows[:, 0])
     uf.accumulate(rows, axis=1, out=rows)
     return rows[:, -1].reshape(shape)
