@@ -699,8 +699,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the README's markdown table, with notes")
     p.set_defaults(handler=cmd_ops)
 
-    from . import memory       # reports: each command's parser and logic in its own module
-    for report in (memory,):
+    from . import collectives, export, memory       # reports: each command's parser and logic in its own module
+    for report in (memory, collectives, export):
         report.add_command(subparsers, _subparser, [common])
     return parser
 
