@@ -699,8 +699,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the README's markdown table, with notes")
     p.set_defaults(handler=cmd_ops)
 
-    from . import collectives, export, memory       # reports: each command's parser and logic in its own module
-    for report in (memory, collectives, export):
+    from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
+    for report in (memory, collectives, export, graph):
         report.add_command(subparsers, _subparser, [common])
     return parser
 
