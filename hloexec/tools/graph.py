@@ -309,6 +309,8 @@ def to_html(g: Graph, svg: str | None = None) -> str:
 def _graphviz_ids(svg: str, g: Graph) -> str:
     """Give Graphviz's node groups our ids (n0, n1, ...), found by their <title> (the DOT node name)."""
     import re
+    svg = re.sub(r'<g id="node\d+" class="node">\s*<title>(n\d+_(?:in|out))</title>',     # "+N users" stubs
+                 lambda m: f'<g class="stub"><title>{m.group(1)}</title>', svg)
     return re.sub(r'<g id="node\d+" class="node">\s*<title>(n\d+)</title>',
                   lambda m: f'<g id="{m.group(1)}" class="node"><title>{m.group(1)}</title>', svg)
 
