@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..ir.module import Computation, Instruction, Module
 from .costmodel import collective_kind
-from .opname import op_name, short
+from .opname import fit, op_name, short
 
 NODE_W, NODE_H, GAP_X, GAP_Y = 230, 64, 30, 56
 
@@ -244,7 +244,7 @@ def own_svg(g: Graph) -> str:
         for row, text in enumerate(t for t in label_lines(n) if t):
             weight = ' font-weight="bold"' if row == 0 else ""
             parts.append(f'<text x="{x:.1f}" y="{y - NODE_H / 2 + 17 + row * 16:.1f}" text-anchor="middle"{weight}>'
-                         f'{html.escape(_fit(text, 34))}</text>')
+                         f'{html.escape(fit(text, 34))}</text>')
         cut_in, cut_out = g.hidden.get(id(n), (0, 0))
         if cut_in:
             parts.append(f'<text x="{x + NODE_W / 2 - 4:.1f}" y="{y - NODE_H / 2 - 4:.1f}" text-anchor="end" '
@@ -255,10 +255,6 @@ def own_svg(g: Graph) -> str:
         parts.append("</g>")
     parts.append("</svg>")
     return "\n".join(parts)
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 # -- HTML -----------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..exec.plan import Plan, scratch_bytes
-from .opname import layer, op_name, where
+from .opname import fit, layer, op_name, where
 from .stats import human_bytes
 
 COLLECTIVE_OPCODES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
@@ -254,7 +254,7 @@ def format_report(r: MemoryReport, top: int = 15) -> str:
             live = ", ".join(label for label, step in (("peak", r.peak_step), ("values", r.values_peak_step))
                              if v.made <= step - 1 and (v.last is None or step - 1 <= v.last))
             steps = f"{v.made}-{'end' if v.last is None else v.last}"
-            lines.append(f"  {human_bytes(v.bytes):>10}  {_cut(v.name, 24):<24} {steps:<10} {live:<13} "
+            lines.append(f"  {human_bytes(v.bytes):>10}  {fit(v.name, 24):<24} {steps:<10} {live:<13} "
                          f"{_place(v.producer)} -> {_place(v.last_user) if v.last_user else 'the end (output)'}")
     if r.xla is not None:
         lines += ["", "XLA's numbers (its own schedule, buffer sharing and fusions: they differ from hloexec's):"]
@@ -274,8 +274,8 @@ def format_report(r: MemoryReport, top: int = 15) -> str:
 def _listing(values: list[LiveValue], top: int) -> list[str]:
     lines = [f"  {'bytes':>10}  {'value':<28} {'shape':<22} {'made by -> last read by':<34} why"]
     for v in values[:top]:
-        lines.append(f"  {human_bytes(v.bytes):>10}  {_cut(v.name, 28):<28} {_cut(v.shape, 22):<22} "
-                     f"{_cut(_span(v), 34):<34} {v.why}")
+        lines.append(f"  {human_bytes(v.bytes):>10}  {fit(v.name, 28):<28} {fit(v.shape, 22):<22} "
+                     f"{fit(_span(v), 34):<34} {v.why}")
     if len(values) > top:
         rest = values[top:]
         lines.append(f"  {human_bytes(sum(v.bytes for v in rest)):>10}  ... {len(rest)} more (--json has them all)")
@@ -297,10 +297,6 @@ def _place(w: dict) -> str:
     if w["phase"]:
         text += f" ({w['phase']})"
     return text
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 # -- the picture --------------------------------------------------------------------------------------

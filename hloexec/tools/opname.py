@@ -45,3 +45,8 @@ def where(inst: Instruction) -> dict:
 def short(name: str, width: int = 60) -> str:
     """An op_name cut to its last `width` characters (the specific end of the path), '…' in front."""
     return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
+def fit(text: str, width: int) -> str:
+    """`text` cut to `width` characters, '…' at the end."""
+    return text if len(text) <= width else text[:width - 1] + "…"
