@@ -317,7 +317,7 @@ AVX2_NO_YNNPACK = "--xla_cpu_max_isa=AVX2 --xla_cpu_experimental_ynn_fusion_type
 def xla_layernorm_gradient(directory: Path, flags: str):
     """jax's gradient of sum(layernorm(x)**2) in f16 w.r.t. x, g, b, dumped by XLA:CPU as a user would (in a
     child process: XLA_FLAGS are read once per process): (optimized HLO text, [x, g, b], XLA's outputs)."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0",    # (hloexec.tools.xla_cpu sets it to 1)
                XLA_FLAGS=f"--xla_dump_to={directory} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=.* {flags}")
     subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(LAYERNORM_GRADIENT), str(directory)], env=env,
                    check=True, capture_output=True, timeout=300)
