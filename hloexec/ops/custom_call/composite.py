@@ -1,0 +1,2 @@
+"""composite"""
+from __future__ import annotations

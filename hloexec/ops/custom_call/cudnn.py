@@ -1,0 +1,2 @@
+"""cudnn"""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""jax_gpu"""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""lapack"""
+from __future__ import annotations

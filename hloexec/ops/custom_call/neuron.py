@@ -1,0 +1,2 @@
+"""neuron"""
+from __future__ import annotations

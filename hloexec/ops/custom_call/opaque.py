@@ -1,0 +1,2 @@
+"""opaque"""
+from __future__ import annotations
