@@ -25,8 +25,8 @@ The built-in targets, one module per family (each target's docstring states its 
 from __future__ import annotations
 
 from ..registry import op
-from .registry import (CUSTOM_CALLS, ENTRY_POINT_GROUP, backend_config, custom_call, field,  # noqa: F401
-                       load_entry_points, lookup, register_custom_call, target_of)
+from .registry import (CUSTOM_CALLS, ENTRY_POINT_GROUP, OPAQUE_KERNELS, backend_config, custom_call,  # noqa: F401
+                       field, load_entry_points, lookup, register_custom_call, target_of)
 
 
 @op("custom-call", kernel="python",

@@ -12,6 +12,8 @@ import re
 from ...errors import UnsupportedError
 
 CUSTOM_CALLS: dict = {}
+# target -> what kind of compiled kernel it is: targets whose meaning is a binary hloexec cannot run (opaque.py)
+OPAQUE_KERNELS: dict[str, str] = {}
 
 # Installed packages provide targets under this entry-point group: each entry point names a module (importing
 # it registers its targets) or a callable taking no arguments (calling it registers them).
@@ -72,6 +74,10 @@ def lookup(inst):
     prepare = CUSTOM_CALLS.get(target)
     if prepare is None and load_entry_points():
         prepare = CUSTOM_CALLS.get(target)
+    if prepare is None and target in OPAQUE_KERNELS:
+        raise UnsupportedError(f"custom-call target {target!r} is an opaque compiled kernel ({OPAQUE_KERNELS[target]}): "
+                               f"hloexec cannot run its code; to run this module, {PLUG_IN_HINT} (a plugin sees the "
+                               "instruction, its backend_config included, and supplies the kernel's numpy meaning)", inst)
     if prepare is None:
         raise UnsupportedError(f"unsupported custom-call target {target!r}: hloexec has no implementation of "
                                f"it; {PLUG_IN_HINT}", inst)
