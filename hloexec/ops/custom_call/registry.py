@@ -12,6 +12,9 @@ import re
 from ...errors import UnsupportedError
 
 CUSTOM_CALLS: dict = {}
+# target prefix -> (applies(inst), prepare) for a family of targets named by prefix, tried when no exact
+# target matches (composite.py: xla_builder.* calls carrying their body)
+PREFIXED_CALLS: dict = {}
 # target -> what kind of compiled kernel it is: targets whose meaning is a binary hloexec cannot run (opaque.py)
 OPAQUE_KERNELS: dict[str, str] = {}
 
@@ -74,6 +77,10 @@ def lookup(inst):
     prepare = CUSTOM_CALLS.get(target)
     if prepare is None and load_entry_points():
         prepare = CUSTOM_CALLS.get(target)
+    if prepare is None:
+        for prefix, (applies, family) in PREFIXED_CALLS.items():
+            if target.startswith(prefix) and applies(inst):
+                return family
     if prepare is None and target in OPAQUE_KERNELS:
         raise UnsupportedError(f"custom-call target {target!r} is an opaque compiled kernel ({OPAQUE_KERNELS[target]}): "
                                f"hloexec cannot run its code; to run this module, {PLUG_IN_HINT} (a plugin sees the "
