@@ -54,9 +54,10 @@ def _case(i, dtype=np.float32):
         wk = jnp.flip(w, axis=tuple(range(2, 2 + ns))) if rev else w
         return lax.conv_general_dilated(x, wk, stride, pad, rhs_dilation=dil, dimension_numbers=dn,
                                         feature_group_count=groups, preferred_element_type=jnp.float32)
-    y = np.asarray(conv(x, w))
+    y = np.asarray(jax.jit(conv)(x, w))
     dy = rs.randn(*y.shape).astype(dtype)
-    dx, dw = jax.vjp(conv, x.astype(np.float32), w.astype(np.float32))[1](dy.astype(np.float32))
+    dx, dw = jax.jit(lambda x, w, dy: jax.vjp(conv, x, w)[1](dy))(x.astype(np.float32), w.astype(np.float32),
+                                                                     dy.astype(np.float32))
     window = " ".join([f"size={'x'.join(map(str, ksize))}", f"stride={'x'.join(map(str, stride))}",
                        f"pad={'x'.join(f'{lo}_{hi}' for lo, hi in pad)}", f"rhs_dilate={'x'.join(map(str, dil))}"]
                       + ([f"rhs_reversal={'x'.join(['1'] * ns)}"] if rev else []))
@@ -130,7 +131,7 @@ def test_conv_bias_activation_is_activation_of_scaled_conv_plus_side_input_plus_
     text = _call_module(sy, [shape_text(np.float32, x.shape), shape_text(np.float32, w.shape), "f32[6]", sy],
                         "__cudnn$convBiasActivationForward", c["attrs"], cfg)
     got = _run(text, x, w, bias, side)[0]
-    want = np.asarray(ACTIVATIONS[mode](0.5 * y + 0.25 * side + bias[None, :, None, None]))
+    want = np.asarray(jax.jit(ACTIVATIONS[mode])(0.5 * y + 0.25 * side + bias[None, :, None, None]))
     _close(got, want.astype(np.float32), rtol=1e-5)
 
 
@@ -233,3 +234,105 @@ def test_cudnn_batch_norm_matches_the_batch_norm_ops_on_xla():
     got = _run(BN_CUDNN, *args)
     for g, w in zip(got, want):
         _close(g, np.asarray(w), rtol=1e-4)
+
+
+# -- layer norm ---------------------------------------------------------------------------------------
+def _norm_module(kind, operands, results):
+    params = "\n".join(f"  p{i} = {s} parameter({i})" for i, s in enumerate(operands))
+    args = ", ".join(f"p{i}" for i in range(len(operands)))
+    cfg = json.dumps(json.dumps({"cudnn_norm_backend_config": {"epsilon": 0.001, "kind": kind}}))
+    return (f"HloModule n\nENTRY e {{\n{params}\n  ROOT c = ({', '.join(results)}, u8[64]) custom-call({args}), "
+            f"custom_call_target=\"__cudnn$norm\", backend_config={cfg}\n}}\n")
+
+
+def test_cudnn_layer_norm_forward_training_and_backward_match_jax():
+    """The rewriter's form (x [N, d1, d2, 1], scale/bias [d1, d2, 1, 1]) against jax's layer norm on XLA:CPU."""
+    rs = np.random.RandomState(0)
+    x = (rs.randn(16, 4, 6, 1) * 2 + 1).astype(np.float32)
+    scale, bias = rs.randn(4, 6, 1, 1).astype(np.float32), rs.randn(4, 6, 1, 1).astype(np.float32)
+    dy = rs.randn(16, 4, 6, 1).astype(np.float32)
+
+    def layer_norm(x, scale, bias):
+        rows = x.reshape(16, -1)
+        mean = rows.mean(axis=1, keepdims=True)
+        var = jnp.square(rows - mean).mean(axis=1, keepdims=True)
+        y = (rows - mean) * jax.lax.rsqrt(var + 0.001) * scale.reshape(1, -1) + bias.reshape(1, -1)
+        return y.reshape(x.shape), mean, jax.lax.rsqrt(var + 0.001)
+    y, mean, nf = (np.asarray(v) for v in jax.jit(layer_norm)(x, scale, bias))
+    shapes = ["f32[16,4,6,1]", "f32[4,6,1,1]", "f32[4,6,1,1]"]
+    got = _run(_norm_module("LAYER_FWD_INFER", shapes, ["f32[16,4,6,1]"]), x, scale, bias)
+    _close(got[0], y)
+    got = _run(_norm_module("LAYER_FWD_TRAIN", shapes, ["f32[16,4,6,1]", "f32[16,1,1,1]", "f32[16,1,1,1]"]),
+               x, scale, bias)
+    _close(got[1], mean.reshape(16, 1, 1, 1))
+    _close(got[2], nf.reshape(16, 1, 1, 1))
+    grads = jax.jit(lambda *a: jax.vjp(lambda *b: layer_norm(*b)[0], *a)[1](dy))(x, scale, bias)
+    got = _run(_norm_module("LAYER_BWD", ["f32[16,4,6,1]", "f32[4,6,1,1]", "f32[16,4,6,1]", "f32[16,1,1,1]",
+                                          "f32[16,1,1,1]"], ["f32[16,4,6,1]", "f32[4,6,1,1]", "f32[4,6,1,1]"]),
+               x, scale, dy, mean.reshape(16, 1, 1, 1), nf.reshape(16, 1, 1, 1))
+    for g, w in zip(got[:3], grads):
+        _close(g, np.asarray(w), rtol=1e-4)
+
+
+# -- fused attention --------------------------------------------------------------------------------
+@pytest.fixture
+def cudnn_lowering(monkeypatch):
+    """jax lowers dot_product_attention(implementation='cudnn') for CUDA without a GPU once told a cuDNN exists."""
+    import jax._src.cudnn.fused_attention_stablehlo as fa
+    monkeypatch.setattr(fa, "check_cudnn_version", lambda: 90500)
+    monkeypatch.setattr(fa, "check_compute_capability", lambda capability: True)
+
+    def lower(fn, *args):
+        return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text(dialect="hlo")
+    return lower
+
+
+def _attention_inputs():
+    rs = np.random.RandomState(0)
+    mk = lambda *s: jnp.asarray(rs.randn(*s), jnp.bfloat16)          # noqa: E731
+    q, k, v = mk(2, 8, 4, 16), mk(2, 6, 2, 16), mk(2, 6, 2, 16)          # BTNH, 2 key/value heads for 4 query heads
+    return q, k, v, mk(1, 4, 8, 6), jnp.array([8, 5], jnp.int32), jnp.array([6, 3], jnp.int32)
+
+
+ATTENTION = {   # extra inputs (indices into _attention_inputs()[3:]), keyword arguments
+    "causal": ((), lambda: dict(is_causal=True)),
+    "bias": ((0,), lambda b: dict(bias=b)),
+    "padding": ((1, 2), lambda ql, kl: dict(query_seq_lengths=ql, key_value_seq_lengths=kl)),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION))
+def test_cudnn_fused_attention_forward_and_backward_match_the_xla_implementation(case, cudnn_lowering):
+    """jax's cuDNN attention lowered for CUDA (the fmha custom-calls, grouped-query heads, BTNH) against
+    jax's XLA implementation on XLA:CPU: outputs and the gradients of a loss (forward in training mode with
+    its statistics, then the backward call). bf16 inputs: agreement to bf16 rounding."""
+    q, k, v, *extra_all = _attention_inputs()
+    picks, kwargs = ATTENTION[case]
+    extra = [extra_all[i] for i in picks]
+
+    def attention(impl):
+        return lambda q, k, v, *e: jax.nn.dot_product_attention(q, k, v, implementation=impl, **kwargs(*e))
+    args = (q, k, v, *extra)
+    text = cudnn_lowering(attention("cudnn"), *args)
+    assert "__cudnn$fmha" in text
+    got = hloexec.load(text).run(*(np.asarray(a) for a in args))
+    want = np.asarray(jax.jit(attention("xla"))(*args), np.float32)
+    np.testing.assert_allclose(got.astype(np.float32), want, atol=0.02 * np.abs(want).max())
+    argnums = tuple(range(4 if case == "bias" else 3))
+
+    def loss(impl):
+        return lambda *a: jnp.sum(attention(impl)(*a).astype(jnp.float32) ** 2)
+    text = cudnn_lowering(jax.grad(loss("cudnn"), argnums=argnums), *args)
+    assert "Backward" in text
+    grads = hloexec.load(text).run(*(np.asarray(a) for a in args))
+    for g, w in zip(grads, jax.jit(jax.grad(loss("xla"), argnums=argnums))(*args)):
+        w = np.asarray(w, np.float32)
+        np.testing.assert_allclose(g.astype(np.float32), w, atol=0.02 * np.abs(w).max())
+
+
+def test_cudnn_attention_with_dropout_is_refused(cudnn_lowering):
+    q, k, v, *_ = _attention_inputs()
+    from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention
+    text = cudnn_lowering(lambda q, k, v: dot_product_attention(q, k, v, dropout_rate=0.1), q, k, v)
+    with pytest.raises(UnsupportedError, match="Philox"):
+        hloexec.load(text)

@@ -370,3 +370,199 @@ def cudnn_batch_norm_backward(inst, ctx):
             var_eps = 1 / np.square(inv_std)
         return tuple(finish(v, t) for v, t in zip(grad(x, scale, mean, var_eps, inv_std, dy), out_types))
     return kernel
+
+
+# -- layer norm ------------------------------------------------------------------------------------------
+NORM_KINDS = ("LAYER_FWD_INFER", "LAYER_FWD_TRAIN", "LAYER_BWD")
+
+
+@custom_call("__cudnn$norm")
+def cudnn_layer_norm(inst, ctx):
+    """cuDNN layer norm (CudnnNormRewriter): x [N, d1, d2, d3] normalized over d1..d3 per row n, scale and bias
+    holding d1*d2*d3 values (as [d1, d2, d3, 1] or similar), epsilon and kind in cudnn_norm_backend_config.
+    LAYER_FWD_INFER: (x, scale, bias) -> (y, workspace); LAYER_FWD_TRAIN: -> (y, mean [N,1,1,1], norm factor
+    1/sqrt(var + eps) [N,1,1,1], workspace); LAYER_BWD: (x, scale, dy, mean, norm factor) -> (dx, dscale, dbias,
+    workspace), layer norm's gradients. Variance biased; computed in f32 (f64 for f64), rounded once."""
+    cfg = backend_config(inst, "cudnn_norm_backend_config")
+    kind = enum_field(cfg, "kind", NORM_KINDS, inst)
+    eps = float(field(cfg, "epsilon", 0) or 0)
+    leaves = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
+    expect = {"LAYER_FWD_INFER": (3, 2), "LAYER_FWD_TRAIN": (3, 4), "LAYER_BWD": (5, 4)}[kind]
+    if (len(inst.operands), len(leaves)) != expect:
+        raise UnsupportedError(f"__cudnn$norm {kind} takes {expect[0]} operands and returns {expect[1]} results", inst)
+    x_shape = inst.operands[0].shape
+    work = _work_dtype(x_shape.dtype)
+    rows = x_shape.dims[0]
+    types = [s.dtype for s in leaves]
+    shapes = [tuple(s.dims) for s in leaves]
+
+    def stats(x):
+        x2 = to_compute(x, work).reshape(rows, -1)
+        mean = x2.mean(axis=1, keepdims=True, dtype=work)
+        var = np.square(x2 - mean).mean(axis=1, keepdims=True, dtype=work)
+        return x2, mean, 1 / np.sqrt(var + np.asarray(eps, work))
+
+    def flat(v):
+        return to_compute(v, work).reshape(1, -1)
+
+    if kind == "LAYER_BWD":
+        def kernel(x, scale, dy, mean, norm_factor):
+            x2 = to_compute(x, work).reshape(rows, -1)
+            nf = to_compute(norm_factor, work).reshape(rows, 1)
+            xhat = (x2 - to_compute(mean, work).reshape(rows, 1)) * nf
+            dy2 = to_compute(dy, work).reshape(rows, -1)
+            g = dy2 * flat(scale)
+            dx = nf * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
+            dscale, dbias = (dy2 * xhat).sum(axis=0), dy2.sum(axis=0)
+            outs = [_to_output(v.reshape(s), t) for v, s, t in zip((dx, dscale, dbias), shapes, types)]
+            return (*outs, np.zeros(shapes[3], types[3]))
+        return kernel
+
+    def kernel(x, scale, bias):
+        x2, mean, nf = stats(x)
+        y = _to_output(((x2 - mean) * nf * flat(scale) + flat(bias)).reshape(shapes[0]), types[0])
+        if kind == "LAYER_FWD_INFER":
+            return y, np.zeros(shapes[1], types[1])
+        return (y, _to_output(mean.reshape(shapes[1]), types[1]), _to_output(nf.reshape(shapes[2]), types[2]),
+                np.zeros(shapes[3], types[3]))
+    return kernel
+
+
+# -- fused attention ------------------------------------------------------------------------------------
+MASK_TYPES = ("NO_MASK", "PADDING", "CAUSAL", "PADDING_CAUSAL", "ALIBI")
+
+
+class _Attention:
+    """A cuDNN fMHA call decoded: its operands, layout, scale and masks (jax's cudnn dot_product_attention,
+    jax/_src/cudnn/fused_attention_stablehlo.py, is what emits them)."""
+
+    def __init__(self, inst, backward: bool):
+        target = target_of(inst)
+        cfg = backend_config(inst, "cudnn_fmha_backend_config")
+        if target.endswith("F8"):
+            raise UnsupportedError(f"{target}: the fp8 fused attention (its scale and amax operands)", inst)
+        self.scale = float(field(cfg, "fmha_scale", 1.0) or 1.0)
+        self.mask = enum_field(cfg, "mask_type", MASK_TYPES, inst)
+        if self.mask == "ALIBI":
+            raise UnsupportedError(f"{target} with the ALIBI mask", inst)
+        if "Dropout" in target and float(field(cfg, "dropout_rate", 0) or 0) > 0:
+            raise UnsupportedError(f"{target} with dropout_rate={field(cfg, 'dropout_rate')}: its mask comes from "
+                                   "cuDNN's own Philox stream (seed in backend_config), which hloexec does not "
+                                   "reproduce; a dump lowered with dropout_rate=0 runs", inst)
+        if int(field(cfg, "max_seg_per_batch", 1) or 1) > 1 or field(cfg, "is_paged_attention", False):
+            raise UnsupportedError(f"{target} with packed segments or paged attention", inst)
+        self.window = int(field(cfg, "sliding_window_length", 0) or 0)
+        key = "bmm1_grad_gemm1_dot_dimension_numbers" if backward else "bmm1_dot_dimension_numbers"
+        dims = field(cfg, key, {}) or {}
+        batch = [int(d) for d in field(dims, "rhs_batch_dimensions" if backward else "lhs_batch_dimensions", [0, 1])]
+        self.btnh = batch == [0, 2]          # BTNH (else BNTH)
+        self.has_bias = "Bias" in target
+        self.padding = self.mask in ("PADDING", "PADDING_CAUSAL")
+        self.causal = self.mask in ("CAUSAL", "PADDING_CAUSAL")
+
+    def bnth(self, x):
+        """An operand in (batch, heads, seq, head dim) order, in f32."""
+        x = to_compute(x, _F32)
+        return np.swapaxes(x, 1, 2) if self.btnh else x
+
+    def masked_scores(self, q, k, bias, seqlens):
+        """(scaled scores + bias with masked positions at -inf, the query rows padding removes) in f32;
+        q (B, N, T, H), k (B, Nkv, S, H)."""
+        k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)            # grouped-query heads
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(self.scale)
+        if bias is not None:
+            s = s + to_compute(bias, _F32)
+        t, n = s.shape[-2:]
+        keep = np.ones(s.shape, bool)
+        ti, si = np.arange(t)[:, None], np.arange(n)[None, :]
+        if self.causal:
+            keep &= si <= ti
+        if self.window > 0:
+            keep &= si > ti - self.window
+        dead_rows = np.zeros(s.shape[:3], bool)
+        if self.padding:
+            q_len, kv_len = (np.asarray(v).reshape(-1) for v in seqlens)
+            keep &= (si[None] < kv_len[:, None, None])[:, None]
+            dead_rows |= (np.arange(t)[None, :] >= q_len[:, None])[:, None, :]
+        return np.where(keep, s, -np.inf), dead_rows
+
+
+def _softmax_rows(s):
+    """(probabilities, log-sum-exp) along the last dim, rows that are all -inf giving 0 and -inf."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.max(s, axis=-1, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(m), m, 0))
+        total = e.sum(axis=-1, keepdims=True)
+        p = np.where(total > 0, e / total, 0)
+        lse = (np.where(np.isfinite(m), m, 0) + np.log(total))[..., 0]
+    return p, lse
+
+
+@custom_call("__cudnn$fmhaSoftmax", "__cudnn$fmhaScaleBiasSoftmax", "__cudnn$fmhaSoftmaxDropout",
+             "__cudnn$fmhaScaleBiasSoftmaxDropout")
+def cudnn_fmha_forward(inst, ctx):
+    """cuDNN fused attention, forward: operands (Q, K, V, [bias], [q_seqlen, kv_seqlen with a PADDING mask]) in
+    the layout the bmm1 dimension numbers give (BTNH or BNTH); O = softmax(fmha_scale * Q K^T + bias, masked)
+    V with K/V heads shared by query-head groups, masks CAUSAL (key > query), PADDING (keys past kv_seqlen;
+    query rows past q_seqlen give 0) and the sliding window; results (O as (B, N, T, H), [the softmax
+    statistics, log-sum-exp per row, f32 (B, N, T), when training], workspace). f32 throughout, O rounded once
+    to the input type (cuDNN's flash kernel rounds the probabilities to it before P V: last-bit differences).
+    Dropout (rate > 0) is refused: cuDNN draws its mask from its own Philox stream."""
+    a = _Attention(inst, backward=False)
+    leaves = inst.shape.tuple_shapes
+    out_t = leaves[0].dtype
+    training = len(leaves) == 3
+
+    def kernel(q, k, v, *rest):
+        bias = rest[0] if a.has_bias else None
+        seqlens = rest[1:3] if a.has_bias else rest[0:2]
+        s, dead = a.masked_scores(a.bnth(q), a.bnth(k), bias, seqlens)
+        p, lse = _softmax_rows(s)
+        vv = a.bnth(v)
+        o = np.matmul(p, np.repeat(vv, p.shape[1] // vv.shape[1], axis=1))
+        o[dead] = 0
+        out = [_to_output(o, out_t)]
+        if training:
+            out.append(contig(lse.astype(leaves[1].dtype)))
+        return (*out, np.zeros(leaves[-1].dims, leaves[-1].dtype))
+    return kernel
+
+
+@custom_call("__cudnn$fmhaSoftmaxBackward", "__cudnn$fmhaScaleBiasSoftmaxBackward",
+             "__cudnn$fmhaSoftmaxDropoutBackward", "__cudnn$fmhaScaleBiasSoftmaxDropoutBackward")
+def cudnn_fmha_backward(inst, ctx):
+    """cuDNN fused attention, backward: operands (Q, K, V, softmax statistics, dO, [bias], O, [q_seqlen,
+    kv_seqlen]); the probabilities recomputed from the statistics, then dV = P^T dO, dP = dO V^T, dS = P (dP -
+    rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q (K/V gradients summed over their query-head group), dbias
+    = dS summed to the bias's shape; results (dQ, dK, dV as (B, N, S/T, H), [dbias], workspace), f32 throughout,
+    each rounded once. Dropout refused as in the forward call."""
+    a = _Attention(inst, backward=True)
+    leaves = inst.shape.tuple_shapes
+    has_dbias = len(leaves) == 5
+
+    def kernel(q, k, v, stats, do, *rest):
+        bias = rest[0] if a.has_bias else None
+        o = rest[1] if a.has_bias else rest[0]
+        seqlens = rest[2:4] if a.has_bias else rest[1:3]
+        qq, kk, vv, dO, oo = (a.bnth(x) for x in (q, k, v, do, o))
+        group = qq.shape[1] // kk.shape[1]
+        s, dead = a.masked_scores(qq, kk, bias, seqlens)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = np.where(np.isfinite(s), np.exp(s - to_compute(stats, _F32)[..., None]), 0)
+        p[dead] = 0
+        dv = np.matmul(np.swapaxes(p, -1, -2), dO)
+        dp = np.matmul(dO, np.swapaxes(np.repeat(vv, group, axis=1), -1, -2))
+        ds = p * (dp - np.sum(dO * oo, axis=-1, keepdims=True))
+        dq = np.matmul(ds, np.repeat(kk, group, axis=1)) * np.float32(a.scale)
+        dk = np.matmul(np.swapaxes(ds, -1, -2), qq) * np.float32(a.scale)
+
+        def per_kv_head(x):
+            return x.reshape(x.shape[0], -1, group, *x.shape[2:]).sum(axis=2)
+        out = [_to_output(dq, leaves[0].dtype), _to_output(per_kv_head(dk), leaves[1].dtype),
+               _to_output(per_kv_head(dv), leaves[2].dtype)]
+        if has_dbias:
+            shape = leaves[3].dims
+            axes = tuple(i for i, (n, m) in enumerate(zip(shape, ds.shape)) if n == 1 and m != 1)
+            out.append(_to_output(ds.sum(axis=axes, keepdims=True).reshape(shape), leaves[3].dtype))
+        return (*out, np.zeros(leaves[-1].dims, leaves[-1].dtype))
+    return kernel
