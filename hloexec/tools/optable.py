@@ -27,15 +27,12 @@ def custom_call_rows(builtin_only: bool = False) -> list[dict]:
     from ..ops.custom_call import CUSTOM_CALLS
     by_prepare: dict = {}
     for target, prepare in CUSTOM_CALLS.items():
-        if builtin_only and not prepare.__module__.startswith(_BUILTIN):
+        if builtin_only and not prepare.__module__.startswith("hloexec."):
             continue
         by_prepare.setdefault(prepare, []).append(target)
-    rows = [{"targets": targets, "family": prepare.__module__.removeprefix(_BUILTIN),
+    rows = [{"targets": targets, "family": prepare.__module__.rsplit(".", 1)[-1],
              "notes": " ".join((prepare.__doc__ or "").split())} for prepare, targets in by_prepare.items()]
     return sorted(rows, key=lambda r: (r["family"], r["targets"][0].lower()))
-
-
-_BUILTIN = "hloexec.ops.custom_call."
 
 
 def opaque_rows() -> list[dict]:
@@ -50,8 +47,8 @@ def markdown_table() -> str:
 
     lines = ["| opcode | dtypes | kernel | notes |", "|---|---|---|---|"]
     lines += [f"| `{r['opcode']}` | {cell(r['dtypes'])} | {r['kernel']} | {cell(r['notes'])} |" for r in op_rows()]
-    lines += ["", "custom-call targets, by family (`hloexec/ops/custom_call/<family>.py`; `--plugin`, "
-              "`--custom-call-identity` and `register_custom_call` add more):", "",
+    lines += ["", "custom-call targets, by family (`hloexec/ops/custom_call/<family>.py`; see Custom-calls for "
+              "`--plugin`, `--custom-call-identity` and `register_custom_call`):", "",
               "| target | family | numerics |", "|---|---|---|"]
     lines += [f"| {', '.join(f'`{t}`' for t in r['targets'])} | {r['family']} | {cell(r['notes'])} |"
               for r in custom_call_rows(builtin_only=True)]
