@@ -8,21 +8,12 @@ import numpy as np
 import pytest
 
 import hloexec
+from op_helpers import random_matrix, spd_matrix
 
 pytestmark = pytest.mark.xla
 jax.config.update("jax_enable_x64", True)
 
 
-def _rand(rs, dt, shape):
-    x = rs.randn(*shape)
-    if np.dtype(dt).kind == "c":
-        x = x + 1j * rs.randn(*shape)
-    return x.astype(dt)
-
-
-def _spd(rs, dt, n, batch=()):
-    a = _rand(rs, dt, (*batch, n, n))
-    return (a @ np.swapaxes(a.conj(), -1, -2) + n * np.eye(n)).astype(dt)
 
 
 def _cuda_hlo(fn, *args):
@@ -35,14 +26,14 @@ def _targets(text):
 
 
 EXACT = {   # function, inputs, the GPU targets its CUDA lowering holds
-    "lu": (jax.lax.linalg.lu, lambda rs, dt: [_rand(rs, dt, (2, 5, 4))],
+    "lu": (jax.lax.linalg.lu, lambda rs, dt: [random_matrix(rs, dt, (2, 5, 4))],
            {"cusolver_getrf_ffi", "cu_lu_pivots_to_permutation"}),
-    "qr": (jnp.linalg.qr, lambda rs, dt: [_rand(rs, dt, (2, 5, 4))], {"cusolver_geqrf_ffi", "cusolver_orgqr_ffi"}),
-    "cholesky": (jnp.linalg.cholesky, lambda rs, dt: [_spd(rs, dt, 4, (2,))], {"cusolver_potrf_ffi"}),
-    "eigh": (jnp.linalg.eigh, lambda rs, dt: [_spd(rs, dt, 5)], {"cusolver_syevd_ffi"}),
-    "tridiagonal": (jax.lax.linalg.tridiagonal, lambda rs, dt: [_spd(rs, dt, 5)], {"cusolver_sytrd_ffi"}),
+    "qr": (jnp.linalg.qr, lambda rs, dt: [random_matrix(rs, dt, (2, 5, 4))], {"cusolver_geqrf_ffi", "cusolver_orgqr_ffi"}),
+    "cholesky": (jnp.linalg.cholesky, lambda rs, dt: [spd_matrix(rs, dt, 4, (2,))], {"cusolver_potrf_ffi"}),
+    "eigh": (jnp.linalg.eigh, lambda rs, dt: [spd_matrix(rs, dt, 5)], {"cusolver_syevd_ffi"}),
+    "tridiagonal": (jax.lax.linalg.tridiagonal, lambda rs, dt: [spd_matrix(rs, dt, 5)], {"cusolver_sytrd_ffi"}),
     "svd_qr_wide": (lambda a: jax.lax.linalg.svd(a, algorithm=jax.lax.linalg.SvdAlgorithm.QR),
-                    lambda rs, dt: [_rand(rs, dt, (3, 5))], {"cusolver_gesvd_ffi"}),      # transposed=true
+                    lambda rs, dt: [random_matrix(rs, dt, (3, 5))], {"cusolver_gesvd_ffi"}),      # transposed=true
 }
 
 
@@ -63,7 +54,7 @@ def test_gpu_solver_call_matches_the_cpu_path_bit_for_bit(case, dt):
 @pytest.mark.parametrize("dt", [np.float32, np.complex128], ids=["f32", "c128"])
 def test_gpu_jacobi_svd_is_an_svd(dt, full):
     rs = np.random.RandomState(1)
-    a = _rand(rs, dt, (3, 6, 4))
+    a = random_matrix(rs, dt, (3, 6, 4))
     text = _cuda_hlo(lambda x: jnp.linalg.svd(x, full_matrices=full), a)
     assert "cusolver_gesvdj_ffi" in _targets(text)
     u, s, vh = hloexec.load(text).run(a)

@@ -233,10 +233,15 @@ def unescape(body: str) -> "str | bytes":
     if body.endswith("\\") and pos < len(body):
         raise _Bad("string cannot end with '\\'")
     out += body[pos:].encode("utf-8")
+    return _text_or_bytes(out)
+
+
+def _text_or_bytes(data: bytearray):
+    """Unescaped string contents: text when they are UTF-8, else the bytes (binary backend configs)."""
     try:
-        return out.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        return bytes(out)
+        return bytes(data)
 
 
 def _string(raw: str):
@@ -799,10 +804,7 @@ def _mlir_string(body: str):
         out += bytes([int(esc, 16)]) if len(esc) == 2 else simple.get(esc, esc.encode("utf-8"))
         last = m.end()
     out += body[last:].encode("utf-8")
-    try:
-        return out.decode("utf-8")
-    except UnicodeDecodeError:
-        return bytes(out)
+    return _text_or_bytes(out)
 
 
 def _mlir_dict_or_none(text: str):

@@ -211,39 +211,37 @@ def cudnn_conv_bias_activation(inst, ctx):
     return kernel
 
 
+def _conv_gradient(inst, kind: str):
+    """kernel(first, second) of a backward convolution: both operands into the canonical layouts, the
+    gradient, the scale, back to the result's layout and type."""
+    c = _Conv(inst, kind)
+    if kind == "backward_input":    # (output gradient, filter) -> input gradient
+        perms, out_perm, grad = (c.out_perm, c.k_perm), c.in_perm, c.backward_input
+    else:                           # (input, output gradient) -> filter gradient
+        perms, out_perm, grad = (c.in_perm, c.out_perm), c.k_perm, c.backward_filter
+    out_dtype = c.result.dtype
+
+    def kernel(first, second, *_):
+        r = grad(*(_layout(to_compute(v, c.work), p) for v, p in zip((first, second), perms)))
+        if c.scale != 1:
+            r = r * np.asarray(c.scale, c.work)
+        return (_to_output(_unlayout(r, out_perm), out_dtype), *c.scratch())
+    return kernel
+
+
 @custom_call("__cudnn$convBackwardInput")
 def cudnn_conv_backward_input(inst, ctx):
     """input gradient = conv_result_scale * the gradient of sum(convolution(input, filter) * output) with
     respect to input (the transposed convolution of the forward one the call describes): operands (output
     gradient, filter); f32 (f64 for f64), rounded once."""
-    c = _Conv(inst, "backward_input")
-    out_dtype = c.result.dtype
-
-    def kernel(dy, w, *_):
-        dy_c = _layout(to_compute(dy, c.work), c.out_perm)
-        w_c = _layout(to_compute(w, c.work), c.k_perm)
-        r = c.backward_input(dy_c, w_c)
-        if c.scale != 1:
-            r = r * np.asarray(c.scale, c.work)
-        return (_to_output(_unlayout(r, c.in_perm), out_dtype), *c.scratch())
-    return kernel
+    return _conv_gradient(inst, "backward_input")
 
 
 @custom_call("__cudnn$convBackwardFilter")
 def cudnn_conv_backward_filter(inst, ctx):
     """filter gradient = conv_result_scale * the gradient of sum(convolution(input, filter) * output) with
     respect to filter: operands (input, output gradient); f32 (f64 for f64), rounded once."""
-    c = _Conv(inst, "backward_filter")
-    out_dtype = c.result.dtype
-
-    def kernel(x, dy, *_):
-        x_c = _layout(to_compute(x, c.work), c.in_perm)
-        dy_c = _layout(to_compute(dy, c.work), c.out_perm)
-        r = c.backward_filter(x_c, dy_c)
-        if c.scale != 1:
-            r = r * np.asarray(c.scale, c.work)
-        return (_to_output(_unlayout(r, c.k_perm), out_dtype), *c.scratch())
-    return kernel
+    return _conv_gradient(inst, "backward_filter")
 
 
 # -- the graph form ------------------------------------------------------------------------------
