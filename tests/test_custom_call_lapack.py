@@ -56,20 +56,8 @@ CASES = {   # name: (function, inputs(rs, dtype)); the targets they lower to in 
 }
 
 
-# The default run covers each routine in f32 and the complex code paths (other arguments: rwork, heevd,
-# ungqr, unpacked eigenvectors) in c64; `-m slow` runs every routine in all four types (~1 s each).
-COMPLEX_PATHS = {"lu", "qr", "qr_pivoting", "ormqr", "svd", "svd_qr", "eigh", "eig", "schur", "tridiagonal"}
-
-
-def _params():
-    for case in CASES:
-        for dt in TYPES:
-            default = dt == np.float32 or (dt == np.complex64 and case in COMPLEX_PATHS) or case == "lu"
-            yield pytest.param(case, dt, id=f"{case}-{np.dtype(dt).name}",
-                               marks=() if default else pytest.mark.slow)
-
-
-@pytest.mark.parametrize("case, dt", list(_params()))
+@pytest.mark.parametrize("dt", TYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", list(CASES))
 def test_lapack_call_matches_xla_cpu_bit_for_bit(case, dt):
     fn, inputs = CASES[case]
     args = inputs(np.random.RandomState(len(case)), dt)
