@@ -225,15 +225,16 @@ ENTRY e {
 
 def test_cudnn_batch_norm_matches_the_batch_norm_ops_on_xla():
     """CudnnBatchNormRewriter's rewrite (inverse stddev out of training, into backward; variance recovered
-    as inv^-2 - eps, as the rewriter emits it) against XLA's own batch-norm ops."""
+    as inv^-2 - eps, as the rewriter emits it) against XLA's own batch-norm ops (which hloexec's batch-norm ops,
+    sharing the kernels, must match too)."""
     from hloexec.tools.xla_cpu import run_on_xla_cpu
     rs = np.random.RandomState(0)
     args = [(rs.randn(2, 3, 4, 5) * 2 + 1).astype(np.float32), rs.randn(3).astype(np.float32),
             rs.randn(3).astype(np.float32), rs.randn(2, 3, 4, 5).astype(np.float32)]
     want = run_on_xla_cpu(BN_PLAIN, args)
-    got = _run(BN_CUDNN, *args)
-    for g, w in zip(got, want):
-        _close(g, np.asarray(w), rtol=1e-4)
+    for got in (_run(BN_CUDNN, *args), _run(BN_PLAIN, *args)):     # the calls, and hloexec's own batch-norm ops
+        for g, w in zip(got, want):
+            _close(g, np.asarray(w), rtol=1e-4)
 
 
 # -- layer norm ---------------------------------------------------------------------------------------
