@@ -635,6 +635,14 @@ def build_parser() -> argparse.ArgumentParser:
                                 "order, as XLA:CPU's optimized modules compute them)")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
+    calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")
+    calls.add_argument("--plugin", metavar="FILE", action="append", default=[],
+                       help="a Python file registering custom-call targets with "
+                            "hloexec.ops.custom_call.register_custom_call (repeatable); installed packages register "
+                            "theirs through the entry-point group 'hloexec.custom_calls'")
+    calls.add_argument("--custom-call-identity", metavar="NAME", action="append", default=[],
+                       help="treat custom-call target NAME as the identity: its value is its operand (transfer and "
+                            "marker calls; repeatable)")
     spmd_options = execution.add_argument_group("SPMD (every participant of a partitioned module)")
     spmd_options.add_argument("--spmd", action="store_true",
                               help="run all participants: counts from the module header, or inferred from its "
@@ -658,7 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
                    "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
                    "  hloexec run step.hlo --repeat 3 --profile    # ... of the third (warm) run\n"
-                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants",
+                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants\n"
+                   "  hloexec run neuron.hlo --custom-call-identity AwsNeuronTransferWithStaticRing\n"
+                   "  hloexec run rms.hlo --plugin examples/custom_call_plugin.py   # targets from a Python file",
                    [common, execution],
                    "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
                    "available memory (MemAvailable) or --max-memory; then per output its shape, dtype,\n"
@@ -720,8 +730,9 @@ def _version() -> str:
 
 def _known_errors() -> tuple:
     """Errors whose message says all a user needs (no traceback, 'error:' prefix)."""
+    from .plugins import PluginError
     from .xla_cpu import XlaCpuError
-    return HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError
+    return HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError
 
 
 def _message(e: BaseException, path: str | None = None) -> str:
@@ -748,6 +759,9 @@ def main(argv=None) -> int:
         return EXIT_ERROR
     debug = args.debug or os.environ.get("HLOEXEC_DEBUG", "") not in ("", "0")
     try:
+        if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
+            from .plugins import apply
+            apply(args.plugin, args.custom_call_identity)
         return args.handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
