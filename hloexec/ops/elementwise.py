@@ -500,7 +500,9 @@ def _prepare_binary(inst, ctx):
             return lambda a, b: np.logical_and(a, b)
         raise UnsupportedError(f"{opc} of pred operands", inst)
     if kind == "complex":
-        _require(opc in ("add", "subtract", "multiply", "divide", "power"), f"{opc} of complex operands", inst)
+        _require(opc in ("add", "subtract", "multiply", "divide", "power", "atan2"), f"{opc} of complex operands", inst)
+        if opc == "atan2":
+            return _complex_atan2
     return _float_lifted(_FLOAT_BINARY[opc], dtype)
 
 
@@ -530,6 +532,12 @@ def _int_mulhi(dtype: np.dtype, bits: int):
 def _prepare_mulhi(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "mulhi of non-integer operands", inst)
     return _int_kernel(inst, _int_mulhi)
+
+
+def _complex_atan2(y, x):
+    """XLA's complex atan2 (HloEvaluator, the elemental IR emitter): -i log((x + i y) / sqrt(x^2 + y^2))."""
+    with np.errstate(all="ignore"):
+        return (-1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))).astype(x.dtype)
 
 
 @op("and", "or", "xor", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
