@@ -255,7 +255,7 @@ class _Generator:
             def writable(v, operands=operands):
                 """`v` itself if step k may overwrite it (free after it, and no other operand of the step reads
                 it: `scatter(x, i, x)` reads the updates while it writes), else a copy of it."""
-                readers = sum(v.buf in self.reach(o) for o in operands for o in _leaves(o))
+                readers = sum(v.buf in self.reach(leaf) for arg in operands for leaf in _leaves(arg))
                 return v if free_after(v.buf) and readers == 1 else self.copy_of(v)
             if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
                 donated = {b for v in operands for b in _bufs(v) if free_after(b)}

@@ -154,11 +154,11 @@ def _signed(dtype: np.dtype) -> np.dtype:
     return np.dtype(f"i{dtype.itemsize}")
 
 
-def _int_kernel(inst, build, operand: int | None = 0):
-    """The kernel of an integer op: `build(dtype, bits)` makes it for operand `operand`'s numpy type (the
-    result's if None) of `bits` bits. A sub-byte type's kernel gets its operands widened to their byte type
-    (values sign- or zero-extended) and its result, if sub-byte, wrapped back to its width."""
-    et = (inst.shape if operand is None else inst.operands[operand].shape).element_type
+def _int_kernel(inst, build, operand: int = 0):
+    """The kernel of an integer op: `build(dtype, bits)` makes it for the numpy type `dtype` of operand `operand`,
+    of `bits` bits. A sub-byte type's kernel gets its operands widened to their byte type (values sign- or
+    zero-extended) and its result, if sub-byte, wrapped back to its width."""
+    et = inst.operands[operand].shape.element_type
     container = SUB_BYTE_CONTAINER.get(et.numpy)
     if container is None:
         return build(et.numpy, et.bits)
