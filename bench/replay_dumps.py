@@ -49,8 +49,10 @@ def module_pairs(dirs, limit: int | None) -> list[tuple[str, str | None]]:
             if key in seen:
                 continue
             seen.add(key)
-            after = before.with_name(before.name.replace("before_optimizations", "after_optimizations"))
-            pairs.append((str(before), str(after) if after.exists() else None))
+            afters = [before.with_name(before.name.replace("before_optimizations", kind))
+                      for kind in ("cpu_after_optimizations", "after_optimizations")]
+            after = next((a for a in afters if a.exists()), None)
+            pairs.append((str(before), str(after) if after else None))
             if limit is not None and len(pairs) >= limit:
                 return pairs
     return pairs
@@ -67,6 +69,11 @@ def _leaves(value) -> list:
     return [leaf for v in value for leaf in _leaves(v)] if isinstance(value, tuple) else [np.asarray(value)]
 
 
+def _stage(name: str) -> None:
+    """Tell the driver what runs now (a crash is then put on XLA:CPU or hloexec)."""
+    print(json.dumps({"stage": name}), flush=True)
+
+
 def replay(before: str, after: str | None, options: dict) -> dict:
     import warnings
 
@@ -76,6 +83,7 @@ def replay(before: str, after: str | None, options: dict) -> dict:
     from hloexec.tools.xla_cpu import XlaCpuError, run_on_xla_cpu
     result = {"module": before}
     text = Path(before).read_text(errors="replace")
+    _stage("hloexec")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -85,6 +93,7 @@ def replay(before: str, after: str | None, options: dict) -> dict:
         return result | {"verdict": "unsupported", "why": e.what}
     except Exception as e:  # noqa: BLE001 - any other failure of hloexec is what the replay looks for
         return result | {"verdict": "hloexec error", "why": f"{type(e).__name__}: {str(e)[:300]}"}
+    _stage("XLA:CPU")
     try:
         want = run_on_xla_cpu(text, [leaf for x in inputs for leaf in _leaves(x)])
     except XlaCpuError as e:
@@ -93,6 +102,7 @@ def replay(before: str, after: str | None, options: dict) -> dict:
     for kind, path in (("pre", before), ("opt", after)):
         if path is None:
             continue
+        _stage("hloexec")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ElidedConstantWarning)
@@ -143,17 +153,27 @@ def run_all(pairs, options: dict, timeout: float) -> list[dict]:
             before, after = todo[0]
             proc.stdin.write(f"{before}\t{after or ''}\n")
             proc.stdin.flush()
-            if not sel.select(timeout):
-                proc.kill()
-                results.append({"module": before, "verdict": "timeout", "why": f"no answer in {timeout:g} s"})
-                todo.pop(0)
-                break
-            line = proc.stdout.readline()
+            stage, verdict, died = "hloexec", None, False
+            while verdict is None and sel.select(timeout):      # stage lines, then the verdict
+                line = proc.stdout.readline()
+                if not line:
+                    died = True
+                    break
+                message = json.loads(line)
+                if "verdict" in message:
+                    verdict = message
+                else:
+                    stage = message["stage"]
             todo.pop(0)
-            if not line:
-                results.append({"module": before, "verdict": "crash", "why": f"worker died ({proc.wait()})"})
+            if verdict is None:
+                hung = not died
+                proc.kill()
+                status = proc.wait()
+                results.append({"module": before, "verdict": "timeout" if hung else "crash",
+                                "why": f"{stage} " + (f"gave no answer in {timeout:g} s" if hung
+                                                      else f"killed the worker (exit status {status})")})
                 break
-            results.append(json.loads(line))
+            results.append(verdict)
             if len(results) % 100 == 0:
                 print(f"  {len(results)} modules", file=sys.stderr, flush=True)
         proc.kill()
