@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -146,16 +148,19 @@ def run_all(pairs, options: dict, timeout: float) -> list[dict]:
         proc = subprocess.Popen([sys.executable, __file__, "--worker", "--options", json.dumps(options)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 bufsize=1)
-        import selectors
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda out=proc.stdout: [lines.put(line) for line in out] + [lines.put("")],
+                         daemon=True).start()
         while todo:
             before, after = todo[0]
             proc.stdin.write(f"{before}\t{after or ''}\n")
             proc.stdin.flush()
             stage, verdict, died = "hloexec", None, False
-            while verdict is None and sel.select(timeout):      # stage lines, then the verdict
-                line = proc.stdout.readline()
+            while verdict is None:          # stage lines, then the verdict
+                try:
+                    line = lines.get(timeout=timeout)
+                except queue.Empty:
+                    break
                 if not line:
                     died = True
                     break
@@ -166,12 +171,11 @@ def run_all(pairs, options: dict, timeout: float) -> list[dict]:
                     stage = message["stage"]
             todo.pop(0)
             if verdict is None:
-                hung = not died
                 proc.kill()
                 status = proc.wait()
-                results.append({"module": before, "verdict": "timeout" if hung else "crash",
-                                "why": f"{stage} " + (f"gave no answer in {timeout:g} s" if hung
-                                                      else f"killed the worker (exit status {status})")})
+                results.append({"module": before, "verdict": "crash" if died else "timeout",
+                                "why": f"{stage} " + (f"killed the worker (exit status {status})" if died
+                                                      else f"gave no answer in {timeout:g} s")})
                 break
             results.append(verdict)
             if len(results) % 100 == 0:
