@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -80,25 +81,28 @@ def _tiles(sharding: Sharding, rank: int):
     return tile_dims[:rank], np.asarray(sharding.devices).reshape(tile_dims)
 
 
-def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: int) -> list:
+def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: int, devices=None) -> list:
     """Per-device pieces of a global value: `shape` is the per-device (partitioned) parameter shape.
 
     Replicated, maximal and absent shardings give every device the same read-only object (no copy);
     tiled ones give device d its tile, zero-padded where the global dims do not divide evenly
     (XLA's shards all have the per-device shape, the last ones padded); the devices of a replicated
-    subgroup share one read-only copy of their tile.
+    subgroup share one read-only copy of their tile. `devices` (a set of ids): only their pieces are
+    made, the others are None (a Ray worker splits for the participants it holds).
     """
     if shape.is_tuple:
         elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
             else [sharding] * len(shape.tuple_shapes)
-        per_element = [split_global(v, s, sub, num_devices) for v, s, sub in zip(value, elements, shape.tuple_shapes)]
-        return [tuple(pieces[d] for pieces in per_element) for d in range(num_devices)]
+        per_element = [split_global(v, s, sub, num_devices, devices)
+                       for v, s, sub in zip(value, elements, shape.tuple_shapes)]
+        return [None if devices is not None and d not in devices else tuple(pieces[d] for pieces in per_element)
+                for d in range(num_devices)]
     if sharding is None or sharding.kind != "tiled":
         value = np.asarray(value)
         shared = (value if value.flags.c_contiguous else value.copy(order="C")).view()
         shared.flags.writeable = False       # one buffer for every device: a write would reach them all
-        return [shared] * num_devices
-    counts, devices = _tiles(sharding, shape.rank)
+        return [shared if devices is None or d in devices else None for d in range(num_devices)]
+    counts, tile_devices = _tiles(sharding, shape.rank)
     value = np.asarray(value)
     block = shape.dims
     padded = tuple(c * b for c, b in zip(counts, block))
@@ -108,10 +112,12 @@ def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: in
         value = np.pad(value, [(0, p - g) for g, p in zip(value.shape, padded)])
     pieces: list = [None] * num_devices
     tiles: dict[tuple, np.ndarray] = {}      # devices holding the same tile (replicated subgroups) share it
-    for index in np.ndindex(devices.shape):
-        d = int(devices[index])
+    for index in np.ndindex(tile_devices.shape):
+        d = int(tile_devices[index])
         if d >= num_devices:
             raise ExecutionError(f"sharding {sharding.text} names device {d} of {num_devices}")
+        if devices is not None and d not in devices:
+            continue
         tile = index[:shape.rank]
         if tile not in tiles:
             piece = np.ascontiguousarray(value[tuple(slice(i * b, (i + 1) * b) for i, b in zip(tile, block))])
@@ -120,7 +126,7 @@ def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: in
             piece.flags.writeable = False
             tiles[tile] = piece
         pieces[d] = tiles[tile]
-    if any(p is None for p in pieces):
+    if any(p is None for d, p in enumerate(pieces) if devices is None or d in devices):
         raise ExecutionError(f"sharding {sharding.text} leaves devices without a tile")
     return pieces
 
@@ -185,14 +191,29 @@ def output_shardings(module: Module, pre_partition: Module | None = None) -> lis
     return shardings
 
 
-def split_inputs(module: Module, global_inputs, num_devices: int) -> list[list]:
-    """Per-device input lists from global inputs, split by the entry parameters' shardings."""
+def split_inputs(module: Module, global_inputs, num_devices: int, devices=None) -> list[list]:
+    """Per-device input lists from global inputs, split by the entry parameters' shardings: for every
+    device, or for `devices` only (a list of ids: their input lists, in that order)."""
     params = module.entry.parameters
     if len(global_inputs) != len(params):
         raise ExecutionError(f"{module.name} takes {len(params)} inputs, got {len(global_inputs)}")
-    pieces = [split_global(v, s, p.shape, num_devices)
+    wanted = None if devices is None else set(devices)
+    pieces = [split_global(v, s, p.shape, num_devices, wanted)
               for v, s, p in zip(global_inputs, parameter_shardings(module), params)]
-    return [[piece[d] for piece in pieces] for d in range(num_devices)]
+    return [[piece[d] for piece in pieces] for d in (range(num_devices) if devices is None else devices)]
+
+
+@dataclass(frozen=True)
+class GlobalInputs:
+    """Global entry arguments for `run_spmd`, split by the parameters' shardings where the participants
+    run (a Ray worker splits them for its own devices): `values`, or random ones from `seed`
+    (random_global_inputs: what `random_inputs` splits)."""
+    values: list | None = None
+    seed: int | None = None
+
+    def split(self, module: Module, num_devices: int, devices=None) -> list[list]:
+        values = self.values if self.values is not None else random_global_inputs(module, self.seed or 0)
+        return split_inputs(module, values, num_devices, devices)
 
 
 def assemble_outputs(module: Module, per_device_outputs: list, global_shapes=None,
@@ -261,23 +282,41 @@ def _gb(n: int) -> str:
 
 # -- running --------------------------------------------------------------------------------------------
 def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: int | None = None, *,
+             runner: str = "threads", ray_address: str | None = None, participants_per_worker: int | None = None,
              timeout: float = 900.0, check_memory: bool = True, memory_limit: int | None = None,
-             concurrency: int | None = None, report=None) -> list:
+             concurrency: int | None = None, report=None):
     """Run all participants; returns their outputs indexed by global device id.
 
-    `per_device_inputs`: one input list per device (global id order), or a dict {device id: inputs}.
+    `per_device_inputs`: one input list per device (global id order), a dict {device id: inputs}, or
+    `GlobalInputs` (global arrays or a seed, split by the parameters' shardings where the participants run).
     `report(message)` receives what the run says before starting (inferred counts, memory); default stderr.
     Raises ExecutionError naming the device when a participant fails, when collectives mismatch or
     deadlock, or when the estimated memory exceeds what the machine has available (the working memory
     beyond the already loaded inputs against MemAvailable) or `memory_limit` (the total).
     At most `concurrency` participants compute at a time (default: the CPU count; the others wait at
     their start or in collectives), which bounds the op temporaries the estimate does not count.
+
+    `runner="ray"`: the participants run in the actors of a Ray cluster (`ray_address`: None starts a local
+    instance, or joins the one this process is connected to; "auto", "ray://host:port" or "host:port" joins
+    a cluster), `participants_per_worker` to an actor; the outputs stay on the workers (a RayOutputs: see
+    hloexec.exec.ray_runner).
     """
     say = report or (lambda message: print(message, file=sys.stderr))
     P, R, note = device_counts(exe.module, partitions, replicas)
     if note:
         say(note)
     n = P * R
+    if runner == "ray":
+        from .ray_runner import run_on_ray
+        return run_on_ray(exe, per_device_inputs, P, R, ray_address=ray_address,
+                          participants_per_worker=participants_per_worker, timeout=timeout, check_memory=check_memory,
+                          memory_limit=memory_limit, concurrency=concurrency, report=say)
+    if runner != "threads":
+        raise ExecutionError(f"runner must be 'threads' or 'ray', not {runner!r}")
+    if ray_address is not None or participants_per_worker is not None:
+        raise ExecutionError("ray_address and participants_per_worker are options of runner='ray'")
+    if isinstance(per_device_inputs, GlobalInputs):
+        per_device_inputs = per_device_inputs.split(exe.module, n)
     if isinstance(per_device_inputs, dict):
         per_device_inputs = [per_device_inputs[d] for d in range(n)]
     if len(per_device_inputs) != n:
@@ -296,7 +335,18 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
                              f"has {_gb(available)} available: run fewer participants per machine (README, 'SPMD runs')")
 
     mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or CORES)
-    outputs: list = [None] * n
+    outputs = run_participants(exe, dict(enumerate(per_device_inputs)), P, R, mailboxes)
+    leftover = mailboxes.undelivered()
+    if leftover:
+        raise ExecutionError("payloads sent but never received (replica groups disagree across devices):\n  "
+                             + "\n  ".join(leftover[:10]))
+    return [outputs[d] for d in range(n)]
+
+
+def run_participants(exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes) -> dict:
+    """Run the participants `inputs` names (device id -> input list) as threads meeting in `mailboxes`;
+    returns device id -> outputs. Raises ExecutionError naming the device that failed first."""
+    outputs: dict = {}
     errors: dict[int, BaseException] = {}
 
     def participant(d: int):
@@ -305,7 +355,7 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
         exe.context.play(device)
         mailboxes.take_slot()
         try:
-            outputs[d] = exe.run(*per_device_inputs[d])
+            outputs[d] = exe.run(*inputs[d])
             mailboxes.finish(d)
         except BaseException as e:  # noqa: BLE001  (reported below, with the device)
             errors[d] = e
@@ -313,7 +363,7 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
         finally:
             mailboxes.give_slot()
 
-    threads = [threading.Thread(target=participant, args=(d,), name=f"hloexec-device-{d}") for d in range(n)]
+    threads = [threading.Thread(target=participant, args=(d,), name=f"hloexec-device-{d}") for d in inputs]
     for t in threads:
         t.start()
     for t in threads:
@@ -324,10 +374,6 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
     if errors:
         d, e = next(iter(errors.items()))
         raise ExecutionError(f"device {d} failed: {e}") from e
-    leftover = mailboxes.undelivered()
-    if leftover:
-        raise ExecutionError("payloads sent but never received (replica groups disagree across devices):\n  "
-                             + "\n  ".join(leftover[:10]))
     return outputs
 
 
@@ -348,18 +394,23 @@ def agreeing_groups(sharding: Sharding | None, num_devices: int, rank: int) -> l
 
 def check_replicated(module: Module, per_device_outputs: list, *, atol: float = 0.0) -> list[str]:
     """Where outputs meant to be equal across devices (by their output shardings) are not: one line per
-    output and group, naming the devices and the largest difference. Empty when all agree."""
+    output and group, naming the devices and the largest difference. Empty when all agree.
+    Outputs left on Ray workers (hloexec.exec.ray_runner.RayOutputs) are compared by the digests the
+    workers make of them; only values whose digests differ are fetched, to measure the difference."""
     n = len(per_device_outputs)
     is_tuple = module.entry.root.shape.is_tuple
+    digests = per_device_outputs.digests() if hasattr(per_device_outputs, "digests") else None
+    first = (digests or per_device_outputs)[0]
     problems = []
     for i, sharding in enumerate(output_shardings(module)):
-        values = [out[i] if is_tuple else out for out in per_device_outputs]
-        if not isinstance(values[0], np.ndarray):
+        pick = (lambda out: out[i]) if is_tuple else (lambda out: out)    # noqa: E731
+        if isinstance(pick(first), tuple) or not hasattr(pick(first), "shape"):
             continue
-        for group in agreeing_groups(sharding, n, values[0].ndim):
-            ref = values[group[0]]
+        for group in agreeing_groups(sharding, n, len(pick(first).shape)):
             for d in group[1:]:
-                diff = _max_diff(ref, values[d])
+                if digests is not None and pick(digests[d]) == pick(digests[group[0]]):
+                    continue
+                diff = _max_diff(pick(per_device_outputs[group[0]]), pick(per_device_outputs[d]))
                 if diff > atol:
                     problems.append(f"output {i} ({sharding.text or sharding.kind}): device {d} differs from "
                                     f"device {group[0]} by up to {diff:g}")
