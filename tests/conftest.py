@@ -7,7 +7,7 @@
 * ``kernel_cache_dir`` (autouse, session): HLOEXEC_CACHE_DIR points at a fresh directory shared by the
   xdist workers of one run, so compiled fused kernels start cold but each is compiled once per run.
 * ``ray_cluster`` (session): a simulated Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head
-  without CPUs and RAY_NODES nodes of 1 CPU each), joined by this process; skips without Ray
+  without CPUs and RAY_NODES nodes of 1 CPU and 12 GB each), joined by this process; skips without Ray
   (``pip install .[ray]``). One per test session: Ray takes seconds to start.
 * markers: ``xla`` (needs jax/jaxlib, the XLA:CPU reference; auto-skipped when
   jax is not importable) and ``slow``.
@@ -94,7 +94,8 @@ def ray_cluster():
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
                                                             "object_store_memory": 256 << 20})
     for _ in range(RAY_NODES):
-        cluster.add_node(num_cpus=1, memory=3 << 30, object_store_memory=256 << 20, wait=False)
+        # 'memory' is what Ray schedules by (not a limit): enough for a worker of 8 GPT-seed participants
+        cluster.add_node(num_cpus=1, memory=12 << 30, object_store_memory=512 << 20, wait=False)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address)
     yield cluster
