@@ -54,8 +54,10 @@ add {{ a = f32[] parameter(0)
  ROOT s = f32[] add(a, b) }}
 ENTRY e {{ x = f32[{tp_elements}] parameter(0)
  y = f32[{dp_elements}] parameter(1)
- t = f32[{tp_elements}] all-reduce(x), channel_id=1, replica_groups={{{{0,1,2,3,4,5,6,7}},{{8,9,10,11,12,13,14,15}}}}, use_global_device_ids=true, to_apply=add
- d = f32[{dp_elements}] all-reduce(y), channel_id=2, replica_groups={{{{0,8}},{{1,9}},{{2,10}},{{3,11}},{{4,12}},{{5,13}},{{6,14}},{{7,15}}}}, use_global_device_ids=true, to_apply=add
+ t = f32[{tp_elements}] all-reduce(x), channel_id=1, use_global_device_ids=true, to_apply=add,
+   replica_groups={{{{0,1,2,3,4,5,6,7}},{{8,9,10,11,12,13,14,15}}}}
+ d = f32[{dp_elements}] all-reduce(y), channel_id=2, use_global_device_ids=true, to_apply=add,
+   replica_groups={{{{0,8}},{{1,9}},{{2,10}},{{3,11}},{{4,12}},{{5,13}},{{6,14}},{{7,15}}}}
  ROOT r = (f32[{tp_elements}], f32[{dp_elements}]) tuple(t, d) }}
 """
 
@@ -299,6 +301,19 @@ def test_cli_run_with_ray_reports_what_the_thread_runner_does(ray_cluster, tmp_p
     assert sorted(expected) == sorted(got)
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key])
+
+
+@pytest.mark.xla
+def test_cli_compare_with_ray_gives_the_thread_runners_report(ray_cluster, jax_programs, tmp_path, capsys):
+    from test_spmd_cli import run_cli
+    from hloexec.tools.xla_cpu import save_arrays
+    saved = np.load(jax_programs / "sequence_parallel.npz")
+    save_arrays(tmp_path / "global.npz", {f"arg{i}": saved[f"global/arg{i}"] for i in range(4)})
+    argv = ["compare", jax_programs / "sequence_parallel.hlo", jax_programs / "sequence_parallel.pre.hlo", "--spmd",
+            "--inputs", tmp_path / "global.npz", "--atol", "0.05", "--rtol", "1e-3", "--json"]
+    code, text, _ = run_cli(capsys, *argv)
+    code_ray, text_ray, _ = run_cli(capsys, *argv, "--ray", ray_cluster.address)   # global arrays split on workers
+    assert code == code_ray == 0 and json.loads(text_ray) == json.loads(text)
 
 
 def test_cli_joins_a_cluster_by_address(ray_cluster, tmp_path):

@@ -64,17 +64,6 @@ def _gb(n: float) -> str:
     return f"{n / 2**30:.2f} GB" if n >= 2**30 else f"{n / 2**20:.1f} MB"
 
 
-def _device_ranges(devices) -> str:
-    """[0,1,2,3,8] -> '0-3,8'."""
-    runs: list[list[int]] = []
-    for d in sorted(devices):
-        if runs and d == runs[-1][-1] + 1:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
-
-
 # -- placement ------------------------------------------------------------------------------------------
 def collective_groups(module, P: int, R: int) -> dict[frozenset, int]:
     """The device groups of the module's collectives (a frozenset of groups per distinct grouping) -> the
@@ -210,7 +199,7 @@ class RayMailboxes(Mailboxes):
         for dest, payload in sends.items():
             by_worker.setdefault(self.peers[dest][1], []).append((dest, payload))
         for worker, items in by_worker.items():
-            message, counted = [], set()
+            message, counted, moved = [], set(), dict.fromkeys(self.moved, 0)
             for dest, payload in items:
                 key = _identity(payload)
                 if key not in travelling:
@@ -220,12 +209,13 @@ class RayMailboxes(Mailboxes):
                 message.append((dest, item))
                 if key not in counted:      # a payload for several devices of one worker moves once
                     counted.add(key)
-                    self.moved["object_store" if isinstance(item, ray.ObjectRef) else "actor_calls"] += size
-                    if worker not in self.same_node:
-                        self.moved["between_nodes"] += size
-            with self.cond:
+                    moved["object_store" if isinstance(item, ray.ObjectRef) else "actor_calls"] += size
+                    moved["between_nodes"] += 0 if worker in self.same_node else size
+            moved["messages"] = 1
+            with self.cond:         # participants send from their own threads
                 self.sent += 1
-                self.moved["messages"] += 1
+                for kind, amount in moved.items():
+                    self.moved[kind] += amount
             # refs inside the list are not resolved by Ray: the receiving participant fetches them
             self.peers[items[0][0]][0].deliver.remote(source, seq, name, message)
 
@@ -549,7 +539,8 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
     Workers: groups of `participants_per_worker` (default: the participants spread evenly over the nodes
     with CPUs, fewer per worker where a worker's memory estimate would exceed the largest node's `memory`
     resource), each asking Ray for its memory estimate and CPUs: one per participant, at most the largest
-    node's CPUs over the workers a node holds when they are spread evenly; `concurrency` participants of a worker compute at a time (default: its CPUs)."""
+    node's CPUs over the workers a node holds when they are spread evenly; `concurrency` participants of a
+    worker compute at a time (default: its CPUs)."""
     say = report or (lambda message: print(message, file=sys.stderr))
     n = P * R
     if not isinstance(inputs, spmd.GlobalInputs):
@@ -587,8 +578,8 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
     if check_memory:
         for group, m in zip(groups, memory):
             if m["total"] > most_memory:
-                raise ExecutionError(f"a worker of {len(group)} participants (devices {_device_ranges(group)}) needs "
-                                     f"about {_gb(m['total'])}, more than the largest node's {_gb(most_memory)}: "
+                raise ExecutionError(f"a worker of {len(group)} participants (devices {spmd.device_ranges(group)}) "
+                                     f"needs about {_gb(m['total'])}, more than the largest node's {_gb(most_memory)}: "
                                      f"put fewer participants in a worker (participants_per_worker, "
                                      f"--participants-per-worker)")
         total = sum(m["total"] for m in memory)
@@ -625,13 +616,13 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
                 num_cpus=0, max_concurrency=ACTOR_THREADS,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(bundle_nodes[i], soft=False),
             ).remote(text, exe.module.name, options, group, P, R, timeout, s))
-        names = [f"worker {i} (devices {_device_ranges(g)})" for i, g in enumerate(groups)]
+        names = [f"worker {i} (devices {spmd.device_ranges(g)})" for i, g in enumerate(groups)]
         where = [_result(ray, w.where.remote(), name) for w, name in zip(workers, names)]
-        names = [f"worker {i} (devices {_device_ranges(g)}, node {info['node'][:8]}, pid {info['pid']})"
+        names = [f"worker {i} (devices {spmd.device_ranges(g)}, node {info['node'][:8]}, pid {info['pid']})"
                  for i, (g, info) in enumerate(zip(groups, where))]
         routes = [(w, g, info["node"]) for w, g, info in zip(workers, groups, where)]
         ray.get([w.connect.remote(routes, i) for i, w in enumerate(workers)])
-        say("ray: " + "; ".join(f"devices {_device_ranges(g)} on node {info['node'][:8]} ({info['ip']}, pid "
+        say("ray: " + "; ".join(f"devices {spmd.device_ranges(g)} on node {info['node'][:8]} ({info['ip']}, pid "
                                 f"{info['pid']})" for g, info in zip(groups, where)))
         payloads, input_bytes = _input_payloads(ray, inputs, groups)
         start_seconds = time.perf_counter() - started

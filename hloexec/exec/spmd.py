@@ -63,6 +63,17 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
     return inferred_p, inferred_r, note
 
 
+def device_ranges(devices) -> str:
+    """[0,1,2,3,8] -> '0-3,8'."""
+    runs: list[list[int]] = []
+    for d in sorted(devices):
+        if runs and d == runs[-1][-1] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
 def _sharding_devices(sharding: Sharding):
     if sharding.kind == "tuple":
         return [d for e in sharding.elements for d in _sharding_devices(e)] or [0]

@@ -417,7 +417,8 @@ def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
     shapes = [p.shape for p in exe.parameters]
     if not any(key.startswith("dev") for key in arrays):
         inputs = nest(numbered(arrays, "arg", args.inputs), shapes, args.inputs)
-        split = spmd.GlobalInputs(inputs) if args.ray is not None else spmd.split_inputs(exe.module, inputs, num_devices)
+        split = spmd.GlobalInputs(inputs) if args.ray is not None \
+            else spmd.split_inputs(exe.module, inputs, num_devices)
         return split, {"from": "npz", "path": args.inputs, "split": "global arrays by sharding"}
     by_device: dict[int, dict] = {}
     for key, value in arrays.items():
@@ -472,17 +473,6 @@ def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
                                  f"{list(global_shapes[i])}: cannot assemble it (give the reference's ROOT a "
                                  f"sharding, e.g. jax's out_shardings in the pre-optimization HLO)")
     return counts, outputs, lambda: spmd.assemble_outputs(exe.module, outputs, global_shapes, reference)
-
-
-def _device_ranges(devices: list[int]) -> str:
-    """[0,1,2,3,8] -> '0-3,8'."""
-    runs: list[list[int]] = []
-    for d in devices:
-        if runs and d == runs[-1][-1] + 1:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def output_groups(index: int, per_device: list) -> list[dict]:
@@ -555,9 +545,9 @@ def cmd_run_spmd(exe, args, text_out, seconds: dict) -> int:
         for i, output in enumerate(groups):
             if len(output) > 1:       # devices differ: one line, min/max over all of them
                 s = _across_devices(i, output)
-                devices = f"{_device_ranges(list(range(n)))} ({len(output)} values)"
+                devices = f"{spmd.device_ranges(list(range(n)))} ({len(output)} values)"
             else:
-                s, devices = output[0]["summary"], _device_ranges(output[0]["devices"])
+                s, devices = output[0]["summary"], spmd.device_ranges(output[0]["devices"])
             shape = "[" + ",".join(map(str, s["shape"])) + "]"
             print(f"{i:>4}  {devices:<16} {shape:<20} {s['dtype']:<6} {_fmt(s['min']):>12} {_fmt(s['max']):>12} "
                   f"{_fmt(s['mean']):>12} {s['nan']:>8} {s['inf']:>8}")
