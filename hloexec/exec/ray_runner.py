@@ -134,25 +134,13 @@ def place(module, P: int, R: int, per_worker: int) -> list[list[int]]:
     return sorted(sorted(w) for w in workers)
 
 
-def _input_bytes(module, inputs, devices) -> int:
+def _input_bytes(module, inputs, devices, num_devices: int) -> int:
     """Bytes of the distinct input buffers the `devices` of one worker hold: per-device arrays by identity
     (a replicated array shared by all is one buffer), global ones as split_global shares them."""
     if not isinstance(inputs, spmd.GlobalInputs):
         distinct = {id(a): a.nbytes for d in devices for a in spmd._leaves(inputs[d]) if isinstance(a, np.ndarray)}
         return sum(distinct.values())
-    wanted = set(devices)
-
-    def distinct_tiles(shape, sharding) -> int:
-        if shape.is_tuple:
-            elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
-                else [sharding] * len(shape.tuple_shapes)
-            return sum(distinct_tiles(sub, s) for sub, s in zip(shape.tuple_shapes, elements))
-        if sharding is None or sharding.kind != "tiled":
-            return shape.nbytes
-        _, tile_devices = spmd._tiles(sharding, shape.rank)
-        tiles = {index[:shape.rank] for index in np.ndindex(tile_devices.shape) if int(tile_devices[index]) in wanted}
-        return len(tiles) * shape.nbytes
-    return sum(distinct_tiles(p.shape, s) for p, s in zip(module.entry.parameters, spmd.parameter_shardings(module)))
+    return spmd.sharded_input_bytes(module, num_devices, devices)
 
 
 # -- the transport --------------------------------------------------------------------------------------
@@ -489,10 +477,10 @@ def _module_source(module) -> bytes:
     return bytes(tables.buf)
 
 
-def _worker_memory(exe, inputs, devices: list[int], slots: int) -> dict:
+def _worker_memory(exe, inputs, devices: list[int], slots: int, num_devices: int) -> dict:
     """memory_estimate for the participants of one worker, its distinct inputs counted as it holds them."""
     estimate = spmd.memory_estimate(exe, [()] * len(devices), slots)
-    estimate["inputs"] = _input_bytes(exe.module, inputs, devices)
+    estimate["inputs"] = _input_bytes(exe.module, inputs, devices, num_devices)
     estimate["total"] = estimate["work"] + estimate["inputs"]
     return estimate
 
@@ -564,7 +552,7 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
         share = most_cpus // -(-len(groups) // len(nodes))       # the CPUs of a node over the workers it may hold
         cpus = [max(1, min(len(g), share)) for g in groups]
         slots = [concurrency or c for c in cpus]
-        return groups, cpus, slots, [_worker_memory(exe, inputs, g, s) for g, s in zip(groups, slots)]
+        return groups, cpus, slots, [_worker_memory(exe, inputs, g, s, n) for g, s in zip(groups, slots)]
     k = min(participants_per_worker or -(-n // len(nodes)), n)
     groups, cpus, slots, memory = plan(k)
     while participants_per_worker is None and check_memory and k > 1 \
