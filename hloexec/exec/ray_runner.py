@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ExecutionError
+from ..errors import ExecutionError, UnsupportedError
 from . import spmd
 from .communicators import Mailboxes, ThreadCommunicator
 from .executor import Device
@@ -86,7 +86,7 @@ def collective_groups(module, P: int, R: int) -> dict[frozenset, int]:
             for device in devices:
                 try:
                     groups.add(tuple(participants(inst, device)))
-                except ExecutionError:        # a device in no group: the run says so, placement need not
+                except (ExecutionError, UnsupportedError):    # the run says so; placement need not
                     pass
         groups = frozenset(g for g in groups if all(d < P * R for d in g))
         if groups:
