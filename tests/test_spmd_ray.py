@@ -303,6 +303,14 @@ def test_cli_run_with_ray_reports_what_the_thread_runner_does(ray_cluster, tmp_p
         np.testing.assert_array_equal(got[key], expected[key])
 
 
+def test_cli_participants_per_worker_needs_ray(tmp_path, capsys):
+    from test_spmd_cli import SPMD_MODULE, run_cli
+    path = tmp_path / "tiled_sum.hlo"
+    path.write_text(SPMD_MODULE)
+    code, _, err = run_cli(capsys, "run", path, "--spmd", "--participants-per-worker", "2")
+    assert code == 2 and "--participants-per-worker places participants in Ray actors: it needs --ray" in err
+
+
 @pytest.mark.xla
 def test_cli_compare_with_ray_gives_the_thread_runners_report(ray_cluster, jax_programs, tmp_path, capsys):
     from test_spmd_cli import run_cli
