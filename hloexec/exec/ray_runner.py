@@ -215,14 +215,20 @@ class RayMailboxes(Mailboxes):
             self.progress = time.monotonic()
             self.cond.notify_all()
 
-    def status(self) -> dict:
-        """This worker's part of the run's state: what its devices posted, which finished, which wait for what,
-        the payloads waiting to be received, the deliveries made and served."""
+    def status(self, detail: bool = False) -> dict:
+        """This worker's part of the run's state: the deliveries made and served, how many exchanges its devices
+        posted, which finished, which wait for what, how many payloads wait to be received (equal readings:
+        nothing changed in between); with `detail`, what its devices posted and which payloads wait."""
         with self.cond:
-            return {"posted": {d: list(self.posted[d]) for d in self.local},
-                    "finished": sorted(self.finished & self.local),
-                    "waiting": {d: (s, name, list(pending)) for d, (s, name, pending) in self.waiting.items()},
-                    "boxes": sorted(self.boxes), "sent": self.sent, "delivered": self.delivered}
+            status = {"sent": self.sent, "delivered": self.delivered,
+                      "posts": sum(len(self.posted[d]) for d in self.local),
+                      "finished": sorted(self.finished & self.local),
+                      "waiting": {d: (s, name, list(pending)) for d, (s, name, pending) in self.waiting.items()},
+                      "boxes": len(self.boxes)}
+            if detail:
+                status["detail"] = {"posted": {d: list(self.posted[d]) for d in self.local},
+                                    "boxes": sorted(self.boxes)}
+            return status
 
 
 class RayCommunicator(ThreadCommunicator):
@@ -244,10 +250,10 @@ def disagreement(statuses: list[dict], num_devices: int) -> str | None:
     in flight (so they are one state of the run): the rules of Mailboxes over all devices. None: it may."""
     view = Mailboxes(range(num_devices))
     for status in statuses:
-        view.posted.update(status["posted"])
+        view.posted.update(status["detail"]["posted"])
         view.finished.update(status["finished"])
         view.waiting.update(status["waiting"])
-        view.boxes.update(dict.fromkeys(map(tuple, status["boxes"]), ("", None)))
+        view.boxes.update(dict.fromkeys(map(tuple, status["detail"]["boxes"]), ("", None)))
     for d, (seq, name, pending) in sorted(view.waiting.items()):
         for src in pending:
             if (src, d, seq) not in view.boxes:
@@ -351,8 +357,8 @@ class Worker:
     def deliver(self, source: int, seq: int, name: str, message: list) -> None:
         self.mailboxes.deliver(source, seq, name, message)
 
-    def status(self) -> dict:
-        return self.mailboxes.status()
+    def status(self, detail: bool = False) -> dict:
+        return self.mailboxes.status(detail)
 
     def undelivered(self) -> list[str]:
         return self.mailboxes.undelivered()
@@ -663,11 +669,15 @@ def _first_lines(text: str, limit: int = 600) -> str:
 
 def _wait(ray, workers: list, names: list[str], runs: list, num_devices: int) -> list:
     """The workers' run results; the first failure ends the run. While no run finishes, the workers' states
-    are read every POLL_SECONDS: when two readings are equal and no delivery is in flight they are one
-    state of the run, and `disagreement` says whether it can go on."""
+    are read every POLL_SECONDS: when a reading equals the last one, no delivery is in flight and a detailed
+    reading then still agrees, nothing moved in between: one state of the run, and `disagreement` says
+    whether it can go on."""
     pending = dict(zip(runs, range(len(runs))))
     results: list = [None] * len(runs)
     previous = None
+
+    def read(detail: bool):
+        return ray.get([w.status.remote(detail) for w in workers], timeout=10 * POLL_SECONDS)
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
         for ref in done:
@@ -676,15 +686,16 @@ def _wait(ray, workers: list, names: list[str], runs: list, num_devices: int) ->
         if done:
             continue
         try:
-            statuses = ray.get([w.status.remote() for w in workers], timeout=10 * POLL_SECONDS)
+            statuses = read(False)
+            quiet = sum(s["sent"] for s in statuses) == sum(s["delivered"] for s in statuses)
+            if quiet and statuses == previous:
+                detailed = read(True)
+                if [{k: v for k, v in s.items() if k != "detail"} for s in detailed] == statuses:
+                    why = disagreement(detailed, num_devices)
+                    if why is not None:
+                        raise ExecutionError(why)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
-            previous = None     # a busy or dead worker: its run's result will say which
-            continue
-        quiet = sum(s["sent"] for s in statuses) == sum(s["delivered"] for s in statuses)
-        if quiet and statuses == previous:
-            why = disagreement(statuses, num_devices)
-            if why is not None:
-                raise ExecutionError(why)
+            statuses = None     # a busy or dead worker: its run's result will say which
         previous = statuses
     return results
 
