@@ -14,6 +14,7 @@ ROOT's `sharding`, else, for an output aliased to a parameter (input_output_alia
 from __future__ import annotations
 
 import math
+import re
 import sys
 import threading
 
@@ -29,7 +30,8 @@ from .communicators import Mailboxes, ParticipantFailed
 from .executor import Device
 
 _GROUPED = ("all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter", "all-to-all",
-            "collective-broadcast", "collective-permute", "collective-permute-start")
+            "ragged-all-to-all", "collective-broadcast", "collective-permute", "collective-permute-start", "send",
+            "recv")
 
 
 # -- how many participants ------------------------------------------------------------------------------
@@ -37,7 +39,8 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
     """(partitions, replicas, note): given, else from the header (where one given or one in the header
     leaves the other at the header's value or XLA's default, 1), else inferred from the largest ids in
     replica groups, source_target_pairs and shardings (note then says so; None otherwise)."""
-    from ..ops.collectives import group_mode
+    from ..ops.collectives import SEND_RECV_PAIRS, group_mode
+    from ..ops.registry import async_shorthand
     header_p, header_r = module.attrs.get("num_partitions"), module.attrs.get("replica_count")
     if any(v is not None for v in (partitions, replicas, header_p, header_r)):
         partitions = partitions if partitions is not None else int(header_p if header_p is not None else 1)
@@ -45,12 +48,16 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
         return partitions, replicas, None
     most = {"partition": 0, "replica": 0, "device": 0}
     for inst in module.instructions():
-        if inst.opcode in _GROUPED:
+        shorthand = async_shorthand(inst.opcode)            # all-to-all-start: an async all-to-all
+        if (shorthand[1] if shorthand else inst.opcode) in _GROUPED:
             mode = group_mode(inst)
             kind = {"flattened": "device", "cross_partition": "partition"}.get(mode, "replica")
             ids = [i for g in (inst.attr("replica_groups").groups if "replica_groups" in inst.attrs else ())
                    for i in g]
             ids += [i for pair in inst.attr("source_target_pairs", ()) for i in pair]
+            pairs = (inst.attr("frontend_attributes") or {}).get(SEND_RECV_PAIRS)
+            if pairs is not None:
+                ids += [int(i) for i in re.findall(r"\d+", pairs)]
             most[kind] = max([most[kind], *(i + 1 for i in ids)])
         if "sharding" in inst.attrs:
             most["partition"] = max(most["partition"], *(d + 1 for d in _sharding_devices(inst.attr("sharding"))))

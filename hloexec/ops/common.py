@@ -80,6 +80,19 @@ def ufunc_for(kind: str, dtype):
     raise KeyError(kind)
 
 
+# The value of a token (after-all, add-dependency's second operand): an empty array is cheap and inert.
+TOKEN = np.zeros((0,), dtype=np.bool_)
+
+
+def zeros_of(shape):
+    """Zeros of `shape` (tuples nested, tokens as TOKEN): async contexts, data that no participant sends."""
+    if shape.is_tuple:
+        return tuple(zeros_of(s) for s in shape.tuple_shapes)
+    if shape.element_type.numpy is None:
+        return TOKEN
+    return np.zeros(shape.dims, shape.dtype)
+
+
 def scalar(a):
     """A 0-d array view of a one-element value (what computations called per element take)."""
     return np.asarray(a).reshape(())

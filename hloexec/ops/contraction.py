@@ -19,7 +19,8 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.attributes import dot_dims
 from .common import contig, int_attr, ints, is_low_float, str_attr
-from .elementwise import f32_to_low, low_to_f32
+from ..ir.dtypes import element_type
+from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
 from .reduction import pad_dilate, window_out_shape
 from ..kernels import blas
 from .registry import op
@@ -125,6 +126,160 @@ def prepare_dot(inst, ctx):
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
+    return kernel
+
+
+# -- ragged-dot, scaled-dot ------------------------------------------------------------------
+def _ragged_layout(inst):
+    """(mode, group_sizes prefix dims of the lhs) of a ragged-dot, checked as StableHLO's
+    checkRaggedDotConstraints: the ragged lhs dim is a batch, contracting or (else) non-contracting dim;
+    group_sizes is [g] (broadcast) or [lhs dims before it of its kind (batch dims first)..., g]."""
+    lb, rb, lc, rc = _dot_dims(inst)
+    ragged, group = ints(inst.attr("lhs_ragged_dims")), ints(inst.attr("rhs_group_dims"))
+    if len(inst.operands) != 3 or len(ragged) != 1:
+        raise UnsupportedError(f"ragged-dot with {len(inst.operands)} operands and lhs_ragged_dims={list(ragged)} "
+                               "(3 operands and one ragged dim expected)", inst)
+    r = ragged[0]
+    if r in lb:
+        mode, prefix = "batch", lb[:lb.index(r)]
+    elif r in lc:
+        mode, prefix = "contracting", lb + lc[:lc.index(r)]
+    else:
+        mode, prefix = "non-contracting", lb + tuple(d for d in range(r) if d not in lb and d not in lc)
+    lhs, sizes = inst.operands[0].shape, inst.operands[2].shape
+    if len(group) != (mode == "non-contracting") or (sizes.rank != 1 and (
+            sizes.rank != len(prefix) + 1 or sizes.dims[:-1] != tuple(lhs.dims[d] for d in prefix))):
+        raise UnsupportedError(f"ragged-dot ({mode} ragged dim) with rhs_group_dims={list(group)} and group_sizes "
+                               f"{sizes.to_text(False)}: XLA's shape rules reject it", inst)
+    return mode, prefix
+
+
+@op("ragged-dot", kernel="blas", notes="lhs_ragged_dims splits one lhs dim into consecutive groups of "
+    "group_sizes (per index of the lhs dims before it when group_sizes has more than one dim): a non-contracting "
+    "ragged dim multiplies each group's rows with its rhs_group_dims slice of the rhs, rows past the groups are 0; "
+    "a contracting one gives one dot per group (a leading group dim); a batch one is a plain dot. Compute types "
+    "as dot")
+def prepare_ragged_dot(inst, ctx):
+    lb, rb, lc, rc = _dot_dims(inst)
+    mode, prefix = _ragged_layout(inst)
+    r = ints(inst.attr("lhs_ragged_dims"))[0]
+    out_dtype = inst.shape.dtype
+    cdt = compute_dtype(out_dtype)
+    if mode == "batch":
+        return lambda lhs, rhs, group_sizes: dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
+    broadcast = inst.operands[2].shape.rank == 1
+    rank = inst.operands[0].shape.rank
+
+    def masks(lhs, group_sizes):
+        """[groups, lhs dims (1 where group_sizes does not vary)]: which lhs elements each group takes."""
+        sizes = group_sizes.astype(np.int64)
+        ends = np.cumsum(sizes, axis=-1)
+        rows = np.arange(lhs.shape[r])
+        inside = np.moveaxis(((ends - sizes)[..., None] <= rows) & (rows < ends[..., None]), -2, 0)
+        dims = (*prefix, r)                       # the axes of `inside` after the group axis, as lhs dims
+        order = sorted(range(len(dims)), key=lambda i: dims[i])
+        return inside.transpose([0] + [1 + i for i in order]).reshape(
+            [sizes.shape[-1]] + [lhs.shape[d] if d in dims else 1 for d in range(rank)])
+
+    def where(mask, x):
+        return np.where(mask, x, np.zeros((), x.dtype))
+
+    if mode == "contracting":
+        rr = rc[lc.index(r)]
+
+        def kernel(lhs, rhs, group_sizes):
+            if broadcast:       # one slice of k per group on both sides
+                bounds = _group_bounds(group_sizes, lhs.shape[r])
+                parts = [dot_general(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt)
+                         for s, e in bounds]
+            else:
+                parts = [dot_general(where(m, lhs), rhs, lb, rb, lc, rc, cdt) for m in masks(lhs, group_sizes)]
+            return finish(np.stack(parts), out_dtype)
+        return kernel
+
+    g_dim = ints(inst.attr("rhs_group_dims"))[0]
+    rb_, rc_ = tuple(d - (d > g_dim) for d in rb), tuple(d - (d > g_dim) for d in rc)
+    free = [d for d in range(rank) if d not in lb and d not in lc]
+    out_axis = len(lb) + free.index(r)            # where the ragged rows land in the result
+
+    def kernel(lhs, rhs, group_sizes):
+        out = np.zeros(inst.shape.dims, cdt)
+        if broadcast:           # each group's rows are one slice of the ragged dim
+            for g, (s, e) in enumerate(_group_bounds(group_sizes, lhs.shape[r])):
+                if e > s:
+                    out[(slice(None),) * out_axis + (slice(s, e),)] = dot_general(
+                        _take(lhs, r, s, e), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
+        else:
+            for g, m in enumerate(masks(lhs, group_sizes)):
+                out += dot_general(where(m, lhs), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
+        return finish(out, out_dtype)
+    return kernel
+
+
+def _group_bounds(group_sizes, n: int) -> list[tuple[int, int]]:
+    """[start, end) of each group along a dim of n, from consecutive sizes (clipped to the dim)."""
+    sizes = group_sizes.astype(np.int64)
+    ends = np.cumsum(sizes)
+    return [(min(max(int(end - size), 0), n), min(max(int(end), 0), n)) for size, end in zip(sizes, ends)]
+
+
+def _take(x, axis: int, start: int, end: int):
+    return x[(slice(None),) * axis + (slice(start, max(start, end)),)]
+
+
+def _upscaled(a, b):
+    """XLA's ScaledDotRewriter GetTargetType: the element type two operands meet in."""
+    if a.bits < 16 and b.bits < 16:
+        return element_type("bf16")
+    if a == b:
+        return a
+    if a.bits == b.bits:
+        return element_type("f32")
+    return a if a.bits > b.bits else b
+
+
+def _converter(src, dst, inst):
+    return (lambda x: x) if src == dst else convert_kernel(src, dst, inst)
+
+
+def _dequantizer(inst, operand: int, scale: int):
+    """(kernel(x, scale) -> x times its block-broadcast scale, the element type it returns), as XLA's
+    ScaledDotRewriter Dequantize: a scalar scale leaves x as it is; else x and scale meet in their upscaled
+    type, each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
+    x, sc = inst.operands[operand].shape, inst.operands[scale].shape
+    if sc.rank == 0:
+        return (lambda v, s: v), x.element_type
+    if sc.rank != x.rank or any(b == 0 or a % b for a, b in zip(x.dims, sc.dims)):
+        raise UnsupportedError(f"scaled-dot scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}",
+                               inst)
+    t = _upscaled(x.element_type, sc.element_type)
+    cx, cs, mul = _converter(x.element_type, t, inst), _converter(sc.element_type, t, inst), \
+        float_lifted(np.multiply, t.numpy)
+    blocks = [a // b for a, b in zip(x.dims, sc.dims)]
+
+    def kernel(v, s):
+        s = cs(s)
+        for axis, n in enumerate(blocks):
+            if n > 1:
+                s = np.repeat(s, n, axis=axis)
+        return mul(cx(v), s)
+    return kernel, t
+
+
+@op("scaled-dot", kernel="blas", notes="(lhs, rhs, lhs_scale, rhs_scale) as XLA's ScaledDotRewriter: each "
+    "operand times its scale broadcast over blocks (a scalar scale: none), in their common type (bf16 for two "
+    "sub-16-bit types), then a dot in the common type of the operands and result, converted to the result type")
+def prepare_scaled_dot(inst, ctx):
+    lb, rb, lc, rc = _dot_dims(inst)
+    if len(inst.operands) != 4:
+        raise UnsupportedError(f"scaled-dot with {len(inst.operands)} operands (4 expected)", inst)
+    (lhs, lt), (rhs, rt) = _dequantizer(inst, 0, 2), _dequantizer(inst, 1, 3)
+    t = _upscaled(lt, rt)
+    dot_t = _upscaled(t, inst.shape.element_type)
+    cl, cr, out = _converter(lt, t, inst), _converter(rt, t, inst), _converter(dot_t, inst.shape.element_type, inst)
+
+    def kernel(a, b, a_scale, b_scale):
+        return out(dot_general(cl(lhs(a, a_scale)), cr(rhs(b, b_scale)), lb, rb, lc, rc, dot_t.numpy))
     return kernel
 
 

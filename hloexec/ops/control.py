@@ -4,10 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from .registry import op
+from .common import TOKEN, called, zeros_of
+from .registry import async_shorthand, lookup, op
 
-# The value of a token (after-all, add-dependency's second operand): an empty array is cheap and inert.
-TOKEN = np.zeros((0,), dtype=np.bool_)
 
 
 @op("fusion", kernel="numba", notes="one compiled loop nest when its ops allow (see kernels/fusion.py); "
@@ -103,13 +102,26 @@ def domain(inst, ctx):
     return _identity
 
 
-# -- async wrappers: the value of an async-start is (operands, result, context) --------------------------
-@op("async-start", kernel="python", notes="runs the wrapped computation at once; -update/-done pass it on")
+# -- async wrappers: the value of an async-start is (operands, result, context...) ----------------------
+@op("async-start", kernel="python", notes="runs the wrapped computation at once; -update/-done pass it on. "
+    "`X-start`/`X-update`/`X-done` of any op X that has no async opcode of its own (all-to-all-start, "
+    "reduce-scatter-start, collective-broadcast-start, ragged-all-to-all-start, ...) are these, wrapping X "
+    "(as XLA's parser reads them)")
 def async_start(inst, ctx):
-    wrapped = ctx.computation(inst.called["calls"])
-    if inst.shape.is_tuple and len(inst.shape.tuple_shapes) == 2:  # written without the context element
-        return lambda *xs: (tuple(xs), wrapped(*xs))
-    return lambda *xs: (tuple(xs), wrapped(*xs), TOKEN)
+    shape = inst.shape
+    if not shape.is_tuple or len(shape.tuple_shapes) < 2:
+        raise UnsupportedError(f"{inst.opcode} of shape {shape.to_text(False)}: expected (operands, result, "
+                               "context...)", inst)
+    if inst.opcode == "async-start":
+        wrapped = ctx.computation(called(inst, "calls"))
+    else:       # the shorthand: the wrapped op's attributes are this instruction's
+        view = inst.wrapped_as(async_shorthand(inst.opcode)[1], shape.tuple_shapes[1])
+        wrapped = lookup(view).prepare(view, ctx)
+    contexts = shape.tuple_shapes[2:]
+
+    def run(*xs):
+        return (tuple(xs), wrapped(*xs), *(zeros_of(s) for s in contexts))
+    return run
 
 
 @op("async-update", kernel="python")
@@ -145,7 +157,6 @@ def replica_id(inst, ctx):
     return lambda: np.array(ctx.device.replica_id, dtype=dtype)
 
 
-@op("send", "recv", "send-done", "recv-done", "infeed", "outfeed", kernel="python",
-    notes="host/device transfer: not executable offline")
+@op("infeed", "outfeed", kernel="python", notes="host/device transfer: not executable offline")
 def unsupported_transfer(inst, ctx):
     raise UnsupportedError(f"{inst.opcode} talks to a host or peer that does not exist in an offline run", inst)

@@ -19,6 +19,7 @@ from ..errors import UnsupportedError
 
 class Context(Protocol):
     excess_precision: bool      # skip f16/bf16 rounding between ops inside a fusion
+    module: object              # the module being prepared (hloexec.ir.module.Module)
 
     def computation(self, comp, fuse: bool = True) -> Callable:
         """A callable running `comp`: f(*parameter_values) -> value of its root (`fuse`: may compile
@@ -56,8 +57,26 @@ def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = "",
     return register
 
 
+# XLA's parser reads `X-start` / `X-update` / `X-done`, where that is no opcode of its own but X is, as
+# async-start / async-update / async-done wrapping an X (hlo_parser.cc ParseOpcode): `all-to-all-start`.
+_ASYNC_SUFFIXES = (("-start", "async-start"), ("-update", "async-update"), ("-done", "async-done"))
+
+
+def async_shorthand(opcode: str) -> tuple[str, str] | None:
+    """(async-start | async-update | async-done, the wrapped opcode) when `opcode` is such a shorthand, else None."""
+    if opcode in OPS:
+        return None
+    for suffix, generic in _ASYNC_SUFFIXES:
+        if opcode.endswith(suffix) and opcode[:-len(suffix)] in OPS:
+            return generic, opcode[:-len(suffix)]
+    return None
+
+
 def lookup(inst) -> OpDef:
-    try:
-        return OPS[inst.opcode]
-    except KeyError:
-        raise UnsupportedError(f"unsupported opcode {inst.opcode!r}", inst) from None
+    opdef = OPS.get(inst.opcode)
+    if opdef is not None:
+        return opdef
+    shorthand = async_shorthand(inst.opcode)
+    if shorthand is not None:
+        return OPS[shorthand[0]]
+    raise UnsupportedError(f"unsupported opcode {inst.opcode!r}", inst)
