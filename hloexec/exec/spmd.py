@@ -25,7 +25,9 @@ from ..kernels.threads import CORES
 from .executor import available_memory
 from ..ir.attributes import Sharding
 from ..ir.module import Module
-from ..ir.shape import Shape, array_shape
+from ..ir.shape import array_shape
+from ..ir.shardy import module_meshes, sharding_of
+from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout  # noqa: F401  (spmd API)
 from .communicators import Mailboxes, ParticipantFailed
 from .executor import Device
 
@@ -61,6 +63,8 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
             most[kind] = max([most[kind], *(i + 1 for i in ids)])
         if "sharding" in inst.attrs:
             most["partition"] = max(most["partition"], *(d + 1 for d in _sharding_devices(inst.attr("sharding"))))
+    for mesh in module_meshes(module).values():        # Shardy's meshes (pre-partition modules)
+        most["partition"] = max(most["partition"], max(mesh.devices, default=0) + 1)
     inferred_r = max(most["replica"], 1)
     inferred_p = max(most["partition"], -(-most["device"] // inferred_r), 1)
     note = (f"{module.name}: no num_partitions/replica_count in the header; running {inferred_p} partitions x "
@@ -78,98 +82,15 @@ def _sharding_devices(sharding: Sharding):
 
 
 # -- splitting and assembling by sharding ---------------------------------------------------------------
-def _tiles(sharding: Sharding, rank: int):
-    """(data tile counts, device-id array shaped by the full tile assignment)."""
-    tile_dims = sharding.tile_dims
-    extra = len(tile_dims) - rank
-    if extra < 0 or extra != (len(sharding.last_tile_dims) or int(sharding.last_tile_dim_replicate)):
-        raise ExecutionError(f"sharding {sharding.text} does not fit a rank-{rank} array")
-    return tile_dims[:rank], np.asarray(sharding.devices).reshape(tile_dims)
-
-
-def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: int) -> list:
-    """Per-device pieces of a global value: `shape` is the per-device (partitioned) parameter shape.
-
-    Replicated, maximal and absent shardings give every device the same read-only object (no copy);
-    tiled ones give device d its tile, zero-padded where the global dims do not divide evenly
-    (XLA's shards all have the per-device shape, the last ones padded); the devices of a replicated
-    subgroup share one read-only copy of their tile.
-    """
-    if shape.is_tuple:
-        elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
-            else [sharding] * len(shape.tuple_shapes)
-        per_element = [split_global(v, s, sub, num_devices) for v, s, sub in zip(value, elements, shape.tuple_shapes)]
-        return [tuple(pieces[d] for pieces in per_element) for d in range(num_devices)]
-    if sharding is None or sharding.kind != "tiled":
-        value = np.asarray(value)
-        shared = (value if value.flags.c_contiguous else value.copy(order="C")).view()
-        shared.flags.writeable = False       # one buffer for every device: a write would reach them all
-        return [shared] * num_devices
-    counts, devices = _tiles(sharding, shape.rank)
-    value = np.asarray(value)
-    block = shape.dims
-    padded = tuple(c * b for c, b in zip(counts, block))
-    if any(g > p for g, p in zip(value.shape, padded)):
-        raise ExecutionError(f"global shape {list(value.shape)} does not fit {list(counts)} tiles of {list(block)}")
-    if value.shape != padded:
-        value = np.pad(value, [(0, p - g) for g, p in zip(value.shape, padded)])
-    pieces: list = [None] * num_devices
-    tiles: dict[tuple, np.ndarray] = {}      # devices holding the same tile (replicated subgroups) share it
-    for index in np.ndindex(devices.shape):
-        d = int(devices[index])
-        if d >= num_devices:
-            raise ExecutionError(f"sharding {sharding.text} names device {d} of {num_devices}")
-        tile = index[:shape.rank]
-        if tile not in tiles:
-            piece = np.ascontiguousarray(value[tuple(slice(i * b, (i + 1) * b) for i, b in zip(tile, block))])
-            if piece.base is not None:
-                piece = piece.copy()         # not a view of the caller's array, which it may change
-            piece.flags.writeable = False
-            tiles[tile] = piece
-        pieces[d] = tiles[tile]
-    if any(p is None for p in pieces):
-        raise ExecutionError(f"sharding {sharding.text} leaves devices without a tile")
-    return pieces
-
-
-def assemble_global(per_device: list, sharding: Sharding | None, global_shape=None):
-    """The global value from per-device ones: tiles put in place (padding cropped to `global_shape`,
-    whose default is the tiles' full extent); replicated and absent: device 0's; maximal: its device's."""
-    if sharding is not None and sharding.kind == "tuple":
-        shapes = global_shape if global_shape is not None else [None] * len(sharding.elements)
-        return tuple(assemble_global([v[i] for v in per_device], s, g)
-                     for i, (s, g) in enumerate(zip(sharding.elements, shapes)))
-    if sharding is None or sharding.kind != "tiled":
-        return per_device[sharding.device if sharding is not None and sharding.kind == "maximal" else 0]
-    first = per_device[0]
-    counts, devices = _tiles(sharding, first.ndim)
-    block = first.shape
-    out = np.empty(tuple(c * b for c, b in zip(counts, block)), first.dtype)
-    for index in np.ndindex(devices.shape):
-        window = tuple(slice(i * b, (i + 1) * b) for i, b in zip(index, block))
-        out[window] = per_device[int(devices[index])]
-    if global_shape is not None:
-        out = out[tuple(slice(0, g) for g in global_shape)]
-    return out
-
-
-def global_shape(shape: Shape, sharding: Sharding | None) -> tuple[int, ...]:
-    """The dims a per-device array shape covers globally (tile counts x block)."""
-    if sharding is None or sharding.kind != "tiled":
-        return shape.dims
-    counts, _ = _tiles(sharding, shape.rank)
-    return tuple(c * b for c, b in zip(counts, shape.dims))
-
-
 def parameter_shardings(module: Module) -> list[Sharding | None]:
-    return [p.attr("sharding") if "sharding" in p.attrs else None for p in module.entry.parameters]
+    return [sharding_of(p) for p in module.entry.parameters]
 
 
 def _root_shardings(module: Module, n: int) -> list[Sharding | None]:
     root = module.entry.root
-    if "sharding" not in root.attrs:
+    s = sharding_of(root)
+    if s is None:
         return [None] * n
-    s = root.attr("sharding")
     return list(s.elements) if s.kind == "tuple" and root.shape.is_tuple else [s] * n
 
 
@@ -348,7 +269,7 @@ def agreeing_groups(sharding: Sharding | None, num_devices: int, rank: int) -> l
     if sharding.kind != "tiled" or len(sharding.tile_dims) == rank \
             or any(kind != "replicated" for kind in sharding.last_tile_dims):
         return []
-    _, devices = _tiles(sharding, rank)
+    _, devices = tile_layout(sharding, rank)
     by_tile = devices.reshape(math.prod(sharding.tile_dims[:rank]), -1)
     return [sorted(int(d) for d in row) for row in by_tile if len(row) > 1]
 
