@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import CompileWarning, ExecutionError
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
+from .inputs import from_npz_void
 from .plan import Plan
 
 
@@ -401,6 +402,7 @@ def _coerce(value, param: Parameter):
             value = np.asarray(value, dtype=shape.dtype)
         else:
             value = np.asarray(value)
+    value = from_npz_void(value, shape.dtype)
     if value.dtype != shape.dtype:
         raise ExecutionError(f"input {param.number} (%{param.name}) has dtype {value.dtype}, expected "
                              f"{shape.dtype} for {shape.to_text(layout=False)}")

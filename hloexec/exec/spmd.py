@@ -30,6 +30,7 @@ from ..ir.shardy import module_meshes, sharding_of
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout  # noqa: F401  (spmd API)
 from .communicators import Mailboxes, ParticipantFailed
 from .executor import Device
+from .inputs import from_npz_void
 
 _GROUPED = ("all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter", "all-to-all",
             "ragged-all-to-all", "collective-broadcast", "collective-permute", "collective-permute-start", "send",
@@ -118,7 +119,7 @@ def split_inputs(module: Module, global_inputs, num_devices: int) -> list[list]:
     params = module.entry.parameters
     if len(global_inputs) != len(params):
         raise ExecutionError(f"{module.name} takes {len(params)} inputs, got {len(global_inputs)}")
-    pieces = [split_global(v, s, p.shape, num_devices)
+    pieces = [split_global(v if p.shape.is_tuple else from_npz_void(v, p.shape.dtype), s, p.shape, num_devices)
               for v, s, p in zip(global_inputs, parameter_shardings(module), params)]
     return [[piece[d] for piece in pieces] for d in range(num_devices)]
 
