@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError
 from ..ir.attributes import decode_pairs
-from .common import TOKEN, binary_kind, contig, scalar, ufunc_for, zeros_of
+from .common import TOKEN, as_tuple, binary_kind, contig, required, scalar, ufunc_for, zeros_of
 from .registry import op
 
 
@@ -88,7 +88,7 @@ def elementwise_fold(inst, ctx):
         for i in np.ndindex(out.shape):
             acc = scalar(values[0][i])
             for v in values[1:]:
-                acc = scalar_reducer(acc, scalar(v[i]))
+                acc = as_tuple(scalar_reducer(acc, scalar(v[i])))[0]      # a reducer may return a 1-tuple
             out[i] = acc
         return out
     return per_element
@@ -255,7 +255,7 @@ def ragged_all_to_all(inst, ctx):
 def collective_permute(inst, ctx):
     if "slice_sizes" in inst.attrs:
         raise UnsupportedError("in-place collective-permute (with slice_sizes) is not simulated", inst)
-    pairs = inst.attr("source_target_pairs")
+    pairs = required(inst, "source_target_pairs")
 
     def run(*xs):
         device = ctx.device

@@ -30,6 +30,20 @@ def str_attr(inst, key, default=None):
     return inst.attr(key, default)
 
 
+def invalid(inst, what: str) -> UnsupportedError:
+    """The error for an instruction XLA's shape rules reject (its verifier would): hloexec cannot say what it
+    means either."""
+    return UnsupportedError(f"{inst.opcode}: {what}, which XLA's shape rules reject", inst)
+
+
+def required(inst, key: str):
+    """An attribute XLA's parser requires of this opcode: a missing one is a parse error at the instruction."""
+    value = inst.attr(key)
+    if value is None:
+        raise inst.parse_error(f"{inst.opcode} needs the attribute {key}=")
+    return value
+
+
 def called(inst, *keys):
     """The computation `inst` calls under the first of `keys` it has."""
     for k in keys:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.attributes import dot_dims
-from .common import contig, int_attr, ints, is_low_float, str_attr
+from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from ..ir.dtypes import element_type
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
 from .reduction import pad_dilate, window_out_shape
@@ -109,19 +109,27 @@ def _matmul_converting(a, b, cdt):
 
 
 def _dot_dims(inst):
+    """(lhs batch, rhs batch, lhs contracting, rhs contracting) dims, checked against the operand shapes as
+    XLA's dot shape inference does (pairs of equal sizes, each dim once, in range)."""
     d = dot_dims(inst)
-    return tuple(d.lhs_batch), tuple(d.rhs_batch), tuple(d.lhs_contracting), tuple(d.rhs_contracting)
+    lb, rb, lc, rc = tuple(d.lhs_batch), tuple(d.rhs_batch), tuple(d.lhs_contracting), tuple(d.rhs_contracting)
+    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+    if len(lb) != len(rb) or len(lc) != len(rc) or len(set(lb + lc)) != len(lb + lc) \
+            or len(set(rb + rc)) != len(rb + rc) or any(not 0 <= x < lhs.rank for x in lb + lc) \
+            or any(not 0 <= x < rhs.rank for x in rb + rc) \
+            or any(lhs.dims[a] != rhs.dims[b] for a, b in zip(lb + lc, rb + rc)):
+        raise invalid(inst, f"batch dims {list(lb)}/{list(rb)} and contracting dims {list(lc)}/{list(rc)} of "
+                            f"{lhs.to_text(False)} and {rhs.to_text(False)}")
+    return lb, rb, lc, rc
 
 
 @op("dot", kernel="blas",
     notes="DotGeneral: numpy matmul (BLAS for f32/f64/complex); f16/bf16/f8 accumulate in f32 and round "
           "once; integers exact (wrap-around) in the result type; precision_config/algorithm ignored.")
 def prepare_dot(inst, ctx):
-    lb, rb, lc, rc = _dot_dims(inst)
     if len(inst.operands) != 2:
         raise UnsupportedError("dot with sparsity metadata operands", inst)
-    if len(lb) != len(rb) or len(lc) != len(rc):
-        raise UnsupportedError("dot with mismatched dimension numbers", inst)
+    lb, rb, lc, rc = _dot_dims(inst)
     out_dtype = inst.shape.dtype
 
     def kernel(lhs, rhs):
@@ -140,13 +148,22 @@ def _ragged_layout(inst):
         raise UnsupportedError(f"ragged-dot with {len(inst.operands)} operands and lhs_ragged_dims={list(ragged)} "
                                "(3 operands and one ragged dim expected)", inst)
     r = ragged[0]
+    if not 0 <= r < inst.operands[0].shape.rank:
+        raise invalid(inst, f"lhs_ragged_dims={{{r}}} of {inst.operands[0].shape.to_text(False)}")
     if r in lb:
         mode, prefix = "batch", lb[:lb.index(r)]
     elif r in lc:
         mode, prefix = "contracting", lb + lc[:lc.index(r)]
     else:
         mode, prefix = "non-contracting", lb + tuple(d for d in range(r) if d not in lb and d not in lc)
-    lhs, sizes = inst.operands[0].shape, inst.operands[2].shape
+    lhs, rhs, sizes = inst.operands[0].shape, inst.operands[1].shape, inst.operands[2].shape
+    free = [lhs.dims[d] for d in range(lhs.rank) if d not in lb and d not in lc]
+    rhs_free = [rhs.dims[d] for d in range(rhs.rank) if d not in rb and d not in rc and d not in group]
+    result = (sizes.dims[-1:] if mode == "contracting" else ()) + tuple(lhs.dims[d] for d in lb) + tuple(free) \
+        + tuple(rhs_free)
+    if sizes.rank < 1 or inst.shape.dims != result or any(not 0 <= g < rhs.rank for g in group):
+        raise invalid(inst, f"a result {inst.shape.to_text(False)} for {lhs.to_text(False)}, {rhs.to_text(False)} "
+                            f"and group sizes {sizes.to_text(False)} ({list(result)} expected)")
     if len(group) != (mode == "non-contracting") or (sizes.rank != 1 and (
             sizes.rank != len(prefix) + 1 or sizes.dims[:-1] != tuple(lhs.dims[d] for d in prefix))):
         raise UnsupportedError(f"ragged-dot ({mode} ragged dim) with rhs_group_dims={list(group)} and group_sizes "
@@ -339,6 +356,12 @@ def prepare_convolution(inst, ctx):
         raise UnsupportedError("convolution window rank != spatial rank", inst)
     fgc = int_attr(inst, "feature_group_count", 1)
     bgc = int_attr(inst, "batch_group_count", 1)
+    features, kernel_in, kernel_out = (lshape.dims[cd.input_feature], rshape.dims[cd.kernel_input_feature],
+                                       rshape.dims[cd.kernel_output_feature])
+    if fgc < 1 or bgc < 1 or features != kernel_in * fgc or kernel_out % (fgc * bgc) \
+            or lshape.dims[cd.input_batch] % bgc:
+        raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
+                            f"batch_group_count={bgc}")
     out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
     lperm = [cd.input_batch, cd.input_feature] + list(cd.input_spatial)
@@ -375,7 +398,9 @@ def prepare_convolution(inst, ctx):
           "internally, rounded to c64/f32).")
 def prepare_fft(inst, ctx):
     kind = (str_attr(inst, "fft_type") or "FFT").upper()
-    lengths = ints(inst.attr("fft_length"))
+    lengths = ints(required(inst, "fft_length"))
+    if not 0 < len(lengths) <= min(3, inst.operands[0].shape.rank):
+        raise invalid(inst, f"fft_length={{{','.join(map(str, lengths))}}} of {inst.operands[0].shape.to_text(False)}")
     axes = tuple(range(-len(lengths), 0))
     out_dtype = inst.shape.dtype
 
@@ -431,7 +456,8 @@ def prepare_cholesky(inst, ctx):
 @op("triangular-solve", dtypes="f16, bf16, f32, f64, c64, c128", kernel="numpy",
     notes="op(a) x = b (left_side) or x op(a) = b, op per transpose_a (NO_TRANSPOSE/TRANSPOSE/ADJOINT); "
           "only a's lower (lower=true) or upper triangle is read, its diagonal taken as 1 with unit_diagonal. "
-          "Solved with numpy.linalg.solve on the masked matrix (f16/bf16 in f32).")
+          "Solved by substitution row by row (f16/bf16 in f32); a zero pivot gives inf/NaN (XLA's blocked "
+          "expander makes them all NaN) instead of refusing.")
 def prepare_triangular_solve(inst, ctx):
     left = bool(inst.attr("left_side", False))
     lower = bool(inst.attr("lower", False))
@@ -441,22 +467,37 @@ def prepare_triangular_solve(inst, ctx):
         raise UnsupportedError(f"triangular-solve with transpose_a={transpose}", inst)
     out_dtype = inst.shape.dtype
     work = _F32 if is_low_float(out_dtype) else out_dtype
+    a_shape, b_shape = inst.operands[0].shape, inst.operands[1].shape
+    m = b_shape.dims[-2 if left else -1] if b_shape.rank >= 2 else -1
+    if a_shape.rank < 2 or a_shape.dims[-2:] != (m, m) or a_shape.dims[:-2] != b_shape.dims[:-2]:
+        raise invalid(inst, f"a {a_shape.to_text(False)} for b {b_shape.to_text(False)} "
+                            f"({'left' if left else 'right'} side)")
 
     def kernel(a, b):
         a, b = to_compute(a, work), to_compute(b, work)
         a = np.tril(a) if lower else np.triu(a)
         if unit:
-            n = a.shape[-1]
             a = a.copy()
-            a[..., np.arange(n), np.arange(n)] = 1
+            a[..., np.arange(m), np.arange(m)] = 1
+        a_lower = lower
         if transpose != "NO_TRANSPOSE":
-            a = np.swapaxes(a, -1, -2)
+            a, a_lower = np.swapaxes(a, -1, -2), not lower
             if transpose == "ADJOINT":
                 a = np.conj(a)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if left:
-                x = np.linalg.solve(a, b)
+                x = _substitute(a, b, a_lower)
             else:  # x a = b  <=>  a^T x^T = b^T
-                x = np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+                x = np.swapaxes(_substitute(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2), not a_lower), -1, -2)
         return finish(x, out_dtype)
     return kernel
+
+
+def _substitute(a, b, lower: bool):
+    """x with a x = b for triangular a [..., m, m], b [..., m, n], row by row (forward for lower, back for upper):
+    a zero on the diagonal gives inf/NaN, as XLA's substitution does, where an LU solve would refuse."""
+    m = a.shape[-1]
+    x = np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:], np.result_type(a, b))
+    for i in (range(m) if lower else range(m - 1, -1, -1)):      # rows not solved yet are 0 in x
+        x[..., i, :] = (b[..., i, :] - np.einsum("...j,...jn->...n", a[..., i, :], x)) / a[..., i, i, None]
+    return x

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from .common import TOKEN, called, zeros_of
+from .common import TOKEN, as_tuple, called, invalid, zeros_of
 from .registry import async_shorthand, lookup, op
 
 
@@ -47,7 +47,12 @@ def conditional(inst, ctx):
     else:
         branches = [ctx.computation(inst.called["true_computation"]),
                     ctx.computation(inst.called["false_computation"])]
-    is_pred = inst.operands[0].shape.element_type.name == "pred"
+    selector = inst.operands[0].shape
+    if selector.is_tuple or selector.rank or selector.element_type.name not in ("pred", "s32"):
+        raise invalid(inst, f"the selector {selector.to_text(False)} (a pred[] or s32[] is expected)")
+    if len(inst.operands) != len(branches) + 1:
+        raise invalid(inst, f"{len(branches)} branches and {len(inst.operands) - 1} branch operands")
+    is_pred = selector.element_type.name == "pred"
 
     def run(selector, *branch_args):
         if is_pred:
@@ -69,7 +74,7 @@ def map_(inst, ctx):
         flat = [a.reshape(-1) for a in arrays]
         result = out.reshape(-1)
         for i in range(result.size):
-            result[i] = fn(*[np.asarray(f[i]).reshape(()) for f in flat])
+            result[i] = as_tuple(fn(*[np.asarray(f[i]).reshape(()) for f in flat]))[0]   # maybe a 1-tuple
         return out
     return run
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import contig, int_attr, is_low_float
+from .common import contig, invalid, is_low_float, required
 from .registry import FLOATS, op
 
 _F32 = np.dtype(np.float32)
@@ -17,8 +17,12 @@ _F32 = np.dtype(np.float32)
 
 def _layout(inst):
     """(feature axis, reduction axes, a reshaper putting a per-feature vector on the feature axis)."""
-    rank = inst.operands[0].shape.rank
-    feature = int_attr(inst, "feature_index", 0)
+    operand = inst.operands[0].shape
+    feature = required(inst, "feature_index")
+    if not 0 <= feature < operand.rank or any(o.shape.dims != (operand.dims[feature],) for o in inst.operands[1:3]):
+        raise invalid(inst, f"feature_index={feature} of {operand.to_text(False)} with scale/offset "
+                            f"{[o.shape.to_text(False) for o in inst.operands[1:3]]}")
+    rank = operand.rank
     axes = tuple(d for d in range(rank) if d != feature)
     shape = [1] * rank
     shape[feature] = -1

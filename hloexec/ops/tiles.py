@@ -93,6 +93,9 @@ def assemble_global(per_device: list, sharding: Sharding | None, global_shape=No
         return per_device[sharding.device if sharding is not None and sharding.kind == "maximal" else 0]
     first = per_device[0]
     counts, devices = tile_layout(sharding, first.ndim)
+    if devices.size and devices.max() >= len(per_device):
+        raise ExecutionError(f"sharding {sharding.text} names device {int(devices.max())}; there are "
+                             f"{len(per_device)} values")
     block = first.shape
     out = np.empty(tuple(c * b for c, b in zip(counts, block)), first.dtype)
     for index in np.ndindex(devices.shape):
