@@ -49,6 +49,9 @@ def _bound_of(inst: Instruction, depth: int) -> int | None:
                 dims = user.operands[0].shape.dims
                 found.append(min((dims[d] - s for d, s in zip(range(len(dims)), user.attr("slice_sizes"))),
                                  default=0))
+            elif op in ("ragged-all-to-all", "ragged-all-to-all-start") and k >= 2:
+                # offsets and sizes at most half the rows: every offset + size stays in range
+                found.append(min(user.operands[0].shape.dims[0], user.operands[1].shape.dims[0]) // 2)
             elif op == "scatter" and k == (len(user.operands) - 1) // 2:
                 mapped = user.attr("scatter_dims_to_operand_dims")
                 found.append(min((user.operands[0].shape.dims[d] - 1 for d in mapped), default=0))
