@@ -77,7 +77,9 @@ def _identity(*xs):
 
 
 def enter(inst, ctx):
-    """A global value (or several) -> this participant's tile of it."""
+    """Enters a manual region (shard_map) of a pre-partition module: each device takes its tile of the global
+    value(s), by the operand's sharding (GSPMD) or by xla.sdy.in_shardings along xla.sdy.manual_axes (Shardy);
+    every device runs as a participant (README, "Pre-partition modules")."""
     fulls = [o.shape for o in inst.operands]
     locals_ = _leaves(inst.shape)
     key = "xla.sdy.in_shardings" if target_of(inst).startswith("xla.sdy.") else None
@@ -97,7 +99,8 @@ def enter(inst, ctx):
 
 
 def leave(inst, ctx):
-    """Every participant's tile (or tiles) -> the global value, assembled by the sharding."""
+    """Leaves a manual region: the devices exchange their tiles and each assembles the global value(s), by the
+    instruction's sharding (GSPMD) or by xla.sdy.out_shardings along xla.sdy.manual_axes (Shardy)."""
     fulls = _leaves(inst.shape)
     key = "xla.sdy.out_shardings" if target_of(inst).startswith("xla.sdy.") else None
     shardings = _region_shardings(inst, key, len(fulls))
