@@ -25,7 +25,7 @@ from ..kernels.threads import CORES
 from .executor import available_memory
 from ..ir.attributes import Sharding
 from ..ir.module import Module
-from ..ir.shape import array_shape
+from ..ir.shape import Shape, array_shape
 from ..ir.shardy import module_meshes, sharding_of
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout  # noqa: F401  (spmd API)
 from .communicators import Mailboxes, ParticipantFailed
@@ -193,7 +193,7 @@ def sharded_input_bytes(module: Module, num_devices: int) -> int:
             return sum(distinct(sub, s) for sub, s in zip(shape.tuple_shapes, elements))
         if sharding is None or sharding.kind != "tiled":
             return shape.nbytes
-        counts, _ = _tiles(sharding, shape.rank)
+        counts, _ = tile_layout(sharding, shape.rank)
         return min(math.prod(counts), num_devices) * shape.nbytes
     return sum(distinct(p.shape, s) for p, s in zip(module.entry.parameters, parameter_shardings(module)))
 
