@@ -9,13 +9,13 @@ This file is also that subprocess: `python tests/test_manual_regions.py OUTDIR`.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import write_with_host_devices
 
 PROGRAMS = ("full_psum", "partial_psum", "gather_permute", "send_recv")
 
@@ -94,11 +94,7 @@ def _write_programs(out: Path) -> None:
 @pytest.fixture(scope="module")
 def jax_programs(tmp_path_factory):
     pytest.importorskip("jax")
-    out = tmp_path_factory.mktemp("manual_jax")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+    return write_with_host_devices(__file__, tmp_path_factory.mktemp("manual_jax"))
 
 
 @pytest.mark.xla

@@ -73,46 +73,44 @@ def _string(t: _Tokens) -> str:
     return t.expect("str")[1:-1]
 
 
+def _items(t: _Tokens, close: str, item) -> list:
+    """`item(t)` repeated, comma-separated, up to and including the `close` token."""
+    out = []
+    while not t.eat(close):
+        if out:
+            t.expect(",")
+        out.append(item(t))
+    return out
+
+
 def _mesh(t: _Tokens) -> Mesh:
     """`<["x"=2, "y"=4](, device_ids=[...])?>` after `#sdy.mesh` or an inline `mesh`."""
     t.expect("<")
     t.expect("[")
-    names, sizes = [], []
-    while not t.eat("]"):
-        if names:
-            t.expect(",")
-        names.append(_string(t))
-        t.expect("=")
-        sizes.append(int(t.expect("int")))
+    axes = _items(t, "]", lambda t: (_string(t), t.expect("="), int(t.expect("int"))))
     ids = None
     if t.eat(","):
         if t.expect("word") != "device_ids":
             raise ShardyError("expects device_ids after the mesh axes")
         t.expect("=")
         t.expect("[")
-        ids = []
-        while not t.eat("]"):
-            if ids:
-                t.expect(",")
-            ids.append(int(t.expect("int")))
+        ids = _items(t, "]", lambda t: int(t.expect("int")))
     t.expect(">")
-    return Mesh(names, sizes, ids)
+    return Mesh([name for name, _, _ in axes], [size for _, _, size in axes], ids)
 
 
 def decode_meshes(raw: str) -> dict[str, Mesh]:
     """`{mesh = #sdy.mesh<["x"=2]>, other = #sdy.mesh<...>}` (the module's xla.sdy.meshes) -> name -> Mesh."""
     t = _Tokens(raw)
     t.expect("{")
-    meshes = {}
-    while not t.eat("}"):
-        if meshes:
-            t.expect(",")
+
+    def named_mesh(t):
         name = t.expect("word")
         t.expect("=")
         if t.expect("word") != "#sdy.mesh":
             raise ShardyError("expects #sdy.mesh")
-        meshes[name] = _mesh(t)
-    return meshes
+        return name, _mesh(t)
+    return dict(_items(t, "}", named_mesh))
 
 
 def _axis_refs(t: _Tokens, mesh: Mesh, open_allowed: bool) -> list[AxisRef]:
@@ -154,12 +152,8 @@ def _tensor_sharding(t: _Tokens, meshes: dict[str, Mesh], text: str, only: list[
         raise ShardyError(f"expects @mesh_name or mesh<...>, sees {word!r}")
     t.expect(",")
     t.expect("[")
-    dims = []
-    while not t.eat("]"):
-        if dims:
-            t.expect(",")
-        refs = _axis_refs(t, mesh, open_allowed=True)
-        dims.append(refs if only is None else [r for r in refs if mesh.names[r.axis] in only])
+    dims = [refs if only is None else [r for r in refs if mesh.names[r.axis] in only]
+            for refs in _items(t, "]", lambda t: _axis_refs(t, mesh, open_allowed=True))]
     groups = {"replicated": [], "unreduced": []}
     while t.eat(","):
         key = t.expect("word")
@@ -183,14 +177,13 @@ def decode_sharding_attr(raw: str, meshes: dict[str, Mesh], only: list[str] | No
         s = _tensor_sharding(t, meshes, raw, only)
     elif head == "#sdy.sharding_per_value":
         t.expect("[")
-        elements = []
-        while not t.eat("]"):
-            if elements:
-                t.expect(",")
+
+        def element(t):
             t.expect("<")
-            elements.append(_tensor_sharding(t, meshes, "", only))
+            sharding = _tensor_sharding(t, meshes, "", only)
             t.expect(">")
-        s = Sharding("tuple", elements=tuple(elements), text=raw)
+            return sharding
+        s = Sharding("tuple", elements=tuple(_items(t, "]", element)), text=raw)
     else:
         raise ShardyError(f"expects #sdy.sharding or #sdy.sharding_per_value, sees {head!r}")
     t.expect(">")
@@ -208,11 +201,7 @@ def decode_manual_axes(raw: str) -> list[str]:
     if t.expect("word") != "manual_axes":
         raise ShardyError("expects manual_axes")
     t.expect("{")
-    names = []
-    while not t.eat("}"):
-        if names:
-            t.expect(",")
-        names.append(_string(t))
+    names = _items(t, "}", _string)
     t.expect(">")
     return names
 
