@@ -343,26 +343,36 @@ def conv_core(lhs, rhs, win, out_dtype):
           "(BLAS), like StableHLO's interpreter. Compute types as dot.")
 def prepare_convolution(inst, ctx):
     lshape, rshape = inst.operands[0].shape, inst.operands[1].shape
-    rank = lshape.rank
-    cd = _conv_dims(inst, rank)
-    ns = len(cd.input_spatial)
+    cd, _ = conv_window(inst, rshape)
+    fgc, bgc = int_attr(inst, "feature_group_count", 1), int_attr(inst, "batch_group_count", 1)
+    if fgc < 1 or bgc < 1 or lshape.dims[cd.input_feature] != rshape.dims[cd.kernel_input_feature] * fgc \
+            or rshape.dims[cd.kernel_output_feature] % (fgc * bgc) or lshape.dims[cd.input_batch] % bgc:
+        raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
+                            f"batch_group_count={bgc}")
+    return convolution(inst, rshape, inst.shape.dtype)
+
+
+def conv_window(inst, kernel_shape):
+    """(dim_labels, window) of a convolution-like instruction; no window: the kernel's spatial size, stride 1."""
+    cd = _conv_dims(inst, kernel_shape.rank)
     win_attr = inst.attr("window")
     if win_attr is None:
         from ..ir.attributes import WindowDim
-        win = tuple(WindowDim(rshape.dims[d]) for d in cd.kernel_spatial)
+        win = tuple(WindowDim(kernel_shape.dims[d]) for d in cd.kernel_spatial)
     else:
         win = tuple(win_attr)
-    if len(win) != ns:
+    if len(win) != len(cd.input_spatial):
         raise UnsupportedError("convolution window rank != spatial rank", inst)
+    return cd, win
+
+
+def convolution(inst, kernel_shape, out_dtype):
+    """kernel(lhs, rhs) of the convolution `inst` describes (dim_labels, window, group counts): its result
+    in `out_dtype` (a convolution-like custom-call reads the same attributes)."""
+    cd, win = conv_window(inst, kernel_shape)
+    rank = kernel_shape.rank
     fgc = int_attr(inst, "feature_group_count", 1)
     bgc = int_attr(inst, "batch_group_count", 1)
-    features, kernel_in, kernel_out = (lshape.dims[cd.input_feature], rshape.dims[cd.kernel_input_feature],
-                                       rshape.dims[cd.kernel_output_feature])
-    if fgc < 1 or bgc < 1 or features != kernel_in * fgc or kernel_out % (fgc * bgc) \
-            or lshape.dims[cd.input_batch] % bgc:
-        raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
-                            f"batch_group_count={bgc}")
-    out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
     lperm = [cd.input_batch, cd.input_feature] + list(cd.input_spatial)
     kperm = [cd.kernel_output_feature, cd.kernel_input_feature] + list(cd.kernel_spatial)
@@ -459,24 +469,28 @@ def prepare_cholesky(inst, ctx):
           "Solved by substitution row by row (f16/bf16 in f32); a zero pivot gives inf/NaN (XLA's blocked "
           "expander makes them all NaN) instead of refusing.")
 def prepare_triangular_solve(inst, ctx):
-    left = bool(inst.attr("left_side", False))
-    lower = bool(inst.attr("lower", False))
-    unit = bool(inst.attr("unit_diagonal", False))
     transpose = (str_attr(inst, "transpose_a") or "NO_TRANSPOSE").upper()
     if transpose not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
         raise UnsupportedError(f"triangular-solve with transpose_a={transpose}", inst)
-    out_dtype = inst.shape.dtype
-    work = _F32 if is_low_float(out_dtype) else out_dtype
+    left = bool(inst.attr("left_side", False))
     a_shape, b_shape = inst.operands[0].shape, inst.operands[1].shape
     m = b_shape.dims[-2 if left else -1] if b_shape.rank >= 2 else -1
     if a_shape.rank < 2 or a_shape.dims[-2:] != (m, m) or a_shape.dims[:-2] != b_shape.dims[:-2]:
         raise invalid(inst, f"a {a_shape.to_text(False)} for b {b_shape.to_text(False)} "
                             f"({'left' if left else 'right'} side)")
+    return triangular_solve(left, bool(inst.attr("lower", False)), bool(inst.attr("unit_diagonal", False)),
+                            transpose, inst.shape.dtype)
+
+
+def triangular_solve(left: bool, lower: bool, unit: bool, transpose: str, out_dtype):
+    """kernel(a, b) -> x of triangular-solve (transpose: NO_TRANSPOSE, TRANSPOSE or ADJOINT)."""
+    work = _F32 if is_low_float(out_dtype) else out_dtype
 
     def kernel(a, b):
         a, b = to_compute(a, work), to_compute(b, work)
         a = np.tril(a) if lower else np.triu(a)
         if unit:
+            m = a.shape[-1]
             a = a.copy()
             a[..., np.arange(m), np.arange(m)] = 1
         a_lower = lower
