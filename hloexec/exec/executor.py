@@ -13,6 +13,7 @@ from ..ir.shape import Shape
 from ..kernels.elementwise import check_reductions
 from .inputs import from_npz_void
 from .plan import Plan
+from .tier_report import TierReport
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Device:
 
 # Fusions that write (or reduce) less than this run op by op (see fused_kernel).
 MIN_COMPILED_BYTES = 64 * 1024
+_SMALL = f"touches < {MIN_COMPILED_BYTES >> 10} KiB: op by op costs less than compiling"
+_NOT_COMPILED = "generated code did not compile (CompileWarning)"
 # Fusions whose op-by-op run would cost more than compiling them (~0.3 s, ~0.6 s with Numba's first load)
 # are compiled before their first call whatever `compile_after` says. Work = elements read and written x
 # ops, or the elements all ops write if more (intermediates bigger than the ends), x2 on f16/bf16 (op
@@ -160,6 +163,7 @@ class ExecContext:
         self._kernel_work: dict[str, int] = {}
         self._kernel_tiers: dict[str, list[TieredKernel]] = {}
         self._participant = threading.local()
+        self.tier_report = TierReport()     # which fusions and loops compiled, why the others run op by op
 
     @property
     def device(self) -> Device:
@@ -204,11 +208,14 @@ class ExecContext:
         ends = [p.shape for p in (comp.root, *comp.parameters)]
         # what it touches: its output, and what its reductions read (a dynamic-slice of a big operand reads little)
         touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions if i.opcode == "reduce"]
-        if not self.use_numba or max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
+        if not self.use_numba:
+            return None
+        if max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
+            self.tier_report.record("fusion", comp.name, _SMALL)
             return None
         from ..kernels.fusion import compile_fusion
-        kernel = compile_fusion(comp, excess_precision=self.excess_precision, reductions=self.reductions,
-                                eager=False)
+        kernel = self.tier_report.generate("fusion", comp.name, lambda: compile_fusion(
+            comp, excess_precision=self.excess_precision, reductions=self.reductions, eager=False))
         if kernel is None:
             return None
         ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
@@ -223,6 +230,7 @@ class ExecContext:
                 tier.after = 0          # the equal fusions planned before this one compile at their first call
             compiled = compiled_or(kernel, None) if self.compile_kernels else None
             if compiled is None and self.compile_kernels:
+                self.tier_report.record("fusion", comp.name, _NOT_COMPILED)
                 return None
             # op by op only in observed runs: its plan is made then
             tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
@@ -245,7 +253,8 @@ class ExecContext:
         if not self.use_numba:
             return None
         from ..kernels.program import compile_program
-        kernel = compile_program(inst, excess_precision=self.excess_precision, reductions=self.reductions)
+        kernel = self.tier_report.generate("loop", inst.name, lambda: compile_program(
+            inst, excess_precision=self.excess_precision, reductions=self.reductions))
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])

@@ -8,10 +8,11 @@ that `hloexec run` prints before running.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..errors import ExecutionError, UnsupportedError, describe_site
+from ..errors import CompileWarning, ExecutionError, UnsupportedError, describe_site
 from ..ir.module import Computation, Instruction
 from ..kernels import elementwise as ew
 from ..ops.registry import async_shorthand, lookup
@@ -187,7 +188,8 @@ class Plan:
         # Parameters that nothing uses are dropped at once.
         used = set(last_use)
         self.unused_parameters = [s for s in self.parameter_slots if s not in used and s != self.root_slot]
-        self._run_fast = None       # the schedule as one generated function, after a checked first run
+        self._run_fast = None       # the schedule as one generated function, after a checked first run (False: the
+                                    # generated one failed where the checked one did not; runs stay checked)
         self._peaks: dict[tuple[bool, bool], int] = {}
         self._buffer_table: _Buffers | None = None
         self._recycled: dict[int, int] = {}        # step index -> output bytes kept from the last run
@@ -197,19 +199,25 @@ class Plan:
         instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one,
         as does an observer (Executable.run's `observe`), which sees each step's values."""
         observe = self._observer()
-        if self._run_fast is not None and progress is None and profile is None and observe is None:
+        fast_error = None
+        if self._run_fast and progress is None and profile is None and observe is None:
             try:
                 return self._run_fast(args)
             except (UnsupportedError, ExecutionError):
                 raise
-            except Exception:  # values are immutable: rerun checked, which names the failing instruction
-                pass
+            except Exception as e:  # values are immutable: rerun checked, which names the failing instruction
+                fast_error = e
         slots = [None] * self.n_slots
         for s, value in zip(self.parameter_slots, args):
             slots[s] = value
         for s in self.unused_parameters:
             slots[s] = None
         self._run_checked(slots, progress, profile, observe)
+        if fast_error is not None:      # the checked run passed where the fast one failed: a bug in the latter
+            self._run_fast = False      # (never again: this plan runs checked)
+            warnings.warn(f"the compiled schedule of %{self.computation.name} failed ({type(fast_error).__name__}: "
+                          f"{fast_error}) where the checked run did not: a bug; this plan runs checked from now on",
+                          CompileWarning, stacklevel=2)
         if self._run_fast is None:
             self._run_fast = compile_schedule(self)
         return slots[self.root_slot]

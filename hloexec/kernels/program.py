@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import TierUnsupported
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
-from .fusion import _bf16, _helpers_hash, _load_kernel, _need, _Unsupported, constant_storage
+from .fusion import _bf16, _helpers_hash, _load_kernel, _need, constant_storage
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -318,7 +319,7 @@ class _Generator:
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
         emit = _ARRAY_OPS.get(op)
-        _need(emit is not None, op)
+        _need(emit is not None, f"opcode {op}")
         out = self.new_array(dims, et)
         emit(self, inst, operands, out)
         return out if dims else self.scalar_of(out)
@@ -843,13 +844,11 @@ def _generate(inst, excess_precision: bool, reductions: str):
 
 def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
     """A ProgramKernel computing instruction `inst` (a while loop, conditional, call, ...) from its
-    operands as one Numba function, or None if anything in it is unsupported. Compiles on `.compile()`.
-    `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
+    operands as one Numba function; raises TierUnsupported(reason) where this generator declines anything in
+    it. Compiles on `.compile()`. `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
     try:
         source, gen = _generate(inst, excess_precision, reductions)
-    except _Unsupported:
-        return None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
-        return None
+    except RecursionError:      # computations nested deeper than Python's recursion limit
+        raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
     key = "p" + hashlib.sha256(source.encode()).hexdigest()[:23]
     return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)
