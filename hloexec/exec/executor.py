@@ -219,10 +219,10 @@ class ExecContext:
         if kernel is None:
             return None
         ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
-        half = any(not i.shape.is_tuple and i.shape.element_type.name in ("f16", "bf16") for i in ops)
+        half = any(not i.shape.is_tuple and i.shape.element_type.is_half_float for i in ops)
         # op by op, every op writes its whole value: a dynamic-slice of a big broadcast computes it all
-        written = sum(_elements(i.shape) for i in ops)
-        work = max(sum(map(_elements, ends)) * len(ops), written) * (2 if half else 1)
+        written = sum(i.shape.leaf_elements() for i in ops)
+        work = max(sum(s.leaf_elements() for s in ends) * len(ops), written) * (2 if half else 1)
         # structurally equal fusions share one compiled kernel (Adam's per-tensor updates): weigh their work together
         work = self._kernel_work[kernel.key] = self._kernel_work.get(kernel.key, 0) + work
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
@@ -385,10 +385,6 @@ def _dispatches(comp: Computation) -> int:
     inside counted once)."""
     return sum(1 + sum(_dispatches(c) for key, c in inst.called.items() if key in ("to_apply", "calls", "body"))
                for inst in comp.instructions if inst.opcode != "parameter")
-
-
-def _elements(shape: Shape) -> int:
-    return sum(map(_elements, shape.tuple_shapes)) if shape.is_tuple else shape.size
 
 
 def available_memory() -> int | None:

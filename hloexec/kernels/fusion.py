@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TierUnsupported
+from ..ir import opcodes
 from . import elementwise as ew
 from .threads import ranges, run_blocks
 
@@ -48,10 +49,6 @@ MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-
 TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
 LANES = 16                       # partial sums of a float row sum (one AVX-512 vector of f32)
 
-_ELEMENTWISE_UNARY = ew.UNARY_OPS
-_ELEMENTWISE_BINARY = ew.BINARY_OPS
-_INDEX_OPS = {"broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "dynamic-slice", "pad",
-              "concatenate", "copy"}
 
 
 def _need(cond, why: str):
@@ -75,9 +72,10 @@ def _scalar_literal(inst):
 
 def constant_storage(inst) -> np.ndarray:
     """An array constant as a kernel sees it: C-contiguous, in its storage type (f16/bf16 as uint16)."""
-    et = inst.shape.element_type.name
+    et = inst.shape.element_type
     arr = np.ascontiguousarray(np.asarray(inst.literal).reshape(inst.shape.dims))
-    return arr.view(ew.STORAGE[et]) if et in ("f16", "bf16") else arr.astype(ew.STORAGE[et], copy=False)
+    storage = ew.STORAGE[et.name]
+    return arr.view(storage) if et.is_half_float else arr.astype(storage, copy=False)
 
 
 def _row_major_strides(dims):
@@ -408,9 +406,7 @@ class _Generator:
         _need(not any(inst.shape.dynamic), "dynamic shape")
         for o in inst.operands:
             _need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
-        if op in ("parameter", "constant", "iota", "select", "clamp", "convert", "compare", "is-finite",
-                  "bitcast-convert", "reduce") or op in _INDEX_OPS or op in _ELEMENTWISE_UNARY \
-                or op in _ELEMENTWISE_BINARY:
+        if op in ("parameter", "constant", "iota", "reduce") or op in opcodes.MOVEMENT or op in ew.ELEMENTWISE_OPS:
             return
         raise TierUnsupported(f"opcode {op}")
 
@@ -460,8 +456,7 @@ class _Generator:
         if op == "iota":
             dim = inst.attr("iota_dimension")
             return self.emit(ew.iota_src(et, index[dim]), deps)
-        if op in ("copy",) or op in ("reshape", "bitcast", "transpose", "broadcast", "slice", "reverse",
-                                     "dynamic-slice", "pad", "concatenate"):
+        if op in opcodes.MOVEMENT:
             return self.index_op(inst, index)
         if op == "reduce":
             return self.reduce(inst, index)
