@@ -73,3 +73,15 @@ def test_each_layer_imports_only_itself_and_the_layers_below():
                 continue        # the facade sits beside the top layer (tools/cli.py reads __version__)
             wrong.append(f"{'/'.join(parts)} ({own}) imports {target or 'the hloexec facade'}")
     assert not wrong, "imports against the layer order " + " < ".join(layers) + ":\n  " + "\n  ".join(wrong)
+
+
+def test_opcode_groups_are_registered_opcodes_and_cover_the_generators():
+    """ir/opcodes.py names HLO opcodes the registry knows; what the Numba generators implement is a subset."""
+    import hloexec.ops  # noqa: F401  (fills the registry)
+    from hloexec.ir import opcodes
+    from hloexec.kernels import elementwise as ew
+    from hloexec.ops.registry import OPS
+    groups = {name: value for name, value in vars(opcodes).items() if isinstance(value, frozenset)}
+    unknown = {name: sorted(g - set(OPS) - {"parameter"}) for name, g in groups.items() if g - set(OPS) - {"parameter"}}
+    assert not unknown
+    assert ew.ELEMENTWISE_OPS <= opcodes.ELEMENTWISE and ew.REDUCERS <= opcodes.REDUCER_OPS
