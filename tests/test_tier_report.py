@@ -40,7 +40,7 @@ def test_run_profile_shows_the_tiers(monkeypatch, capsys):
     assert document["tiers"]["fusion"]["reasons"]["opcode scatter"] == ["wrapped_scatter_computation"]
     assert main(["run", str(GATHER_SCATTER), "--profile", "3"]) == 0
     out = capsys.readouterr().out
-    assert "fusions: 1 with a compiled kernel, 3 op by op" in out
+    assert "fusions: 1 with a generated kernel (compiled once run enough), 3 op by op" in out
     assert "2 x opcode gather: %fused_computation, %fused_computation.2" in out
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import traceback
 import warnings
-from collections import Counter
 
 from ..errors import CompileWarning, TierUnsupported
 
@@ -64,12 +63,9 @@ class TierReport:
         """Lines for a terminal: per tier the counts, then each reason with how many and a few names."""
         lines = []
         for tier, summary in self.to_dict().items():
-            lines.append(f"{tier}s: {summary['compiled']} with a compiled kernel, {summary['op_by_op']} op by op")
+            lines.append(f"{tier}s: {summary['compiled']} with a generated kernel (compiled once run enough), "
+                         f"{summary['op_by_op']} op by op")
             for reason, names in summary["reasons"].items():
                 shown = ", ".join(f"%{n}" for n in names[:names_shown]) + (", ..." if len(names) > names_shown else "")
                 lines.append(f"  {len(names):5d} x {reason}: {shown}")
         return lines
-
-    def counts(self, tier: str) -> Counter:
-        """outcome -> number of computations of `tier`."""
-        return Counter(self.outcomes.get(tier, {}).values())
