@@ -141,7 +141,8 @@ def _device_nodes(p: Program, device: int, group_ids: dict, Node, chakra) -> lis
         if c is None:
             node = Node(id=len(nodes), name=inst.name, type=chakra.COMP_NODE,
                         duration_micros=round(e.seconds * 1e6))
-            node.attr.extend([chakra.attr("is_cpu_op", False), chakra.attr("num_ops", max(e.flops, inst.shape.leaf_elements())),
+            node.attr.extend([chakra.attr("is_cpu_op", False),
+                              chakra.attr("num_ops", max(e.flops, inst.shape.leaf_elements())),
                               chakra.attr("tensor_size", e.bytes)])
             new.append(node)
         elif c.kind == "collective-permute":
