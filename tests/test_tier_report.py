@@ -74,3 +74,20 @@ def test_compiled_schedule_failing_where_the_checked_run_passes_warns():
         np.testing.assert_array_equal(g, w)
     assert exe.plan._run_fast is False          # later runs stay checked
     exe.run(*inputs)
+
+
+def test_generated_code_that_does_not_compile_is_counted(monkeypatch):
+    from hloexec.kernels.fusion import FusedKernel
+    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+
+    def broken(self):
+        raise RuntimeError("Numba says no")
+    monkeypatch.setattr(FusedKernel, "compile", broken)
+    for options in ({"compile_after": 0}, {"compile_after": 1}):    # compiled while prepared; at the second call
+        with pytest.warns(CompileWarning, match="did not compile"):
+            exe = hloexec.load(GATHER_SCATTER, **options)
+            inputs = exe.random_inputs(0)
+            exe.run(*inputs)
+            exe.run(*inputs)
+        reasons = exe.context.tier_report.to_dict()["fusion"]["reasons"]
+        assert reasons["generated code did not compile (CompileWarning)"] == ["fused_computation.1"], options

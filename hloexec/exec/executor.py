@@ -1,6 +1,7 @@
 """Running a module: the context ops prepare against, and `Executable`, what `hloexec.load` returns."""
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from dataclasses import dataclass
@@ -52,11 +53,11 @@ class TieredKernel:
     it from their own threads), never on a timer, so the k-th run of a module gives the same bits in every
     process (the two tiers may differ in the last bits: reduction order, libm vs numpy).
     """
-    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "lock")
+    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "failed", "lock")
 
-    def __init__(self, interpret, kernel, after: int, participant, observer):
+    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None):
         self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
-        self.observer = observer
+        self.observer, self.failed = observer, failed
         self.compiled, self.calls, self.lock = None, {}, threading.Lock()
 
     def __call__(self, *operands):
@@ -70,7 +71,7 @@ class TieredKernel:
         if self.compiled is None:           # the first compiled call compiles (or falls back to op by op)
             with self.lock:
                 if self.compiled is None:
-                    self.compiled = compiled_or(self.kernel, self.interpret)
+                    self.compiled = compiled_or(self.kernel, self.interpret, self.failed)
         return self.compiled(*operands)
 
 
@@ -88,12 +89,12 @@ class TieredLoop:
     never timed: the same run switches at the same step in every process. `eager`: compile at the first
     call (a loop nested in a compiled loop is never called, so never compiled on its own)."""
     __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work", "participant",
-                 "observer", "lock")
+                 "observer", "failed", "lock")
 
-    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant, observer):
+    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant, observer, failed=None):
         self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
         self.compiled, self.work, self.participant, self.lock = None, {}, participant, threading.Lock()
-        self.observer = observer
+        self.observer, self.failed = observer, failed
         self.compile_work = 0 if eager else max(LOOP_COMPILE_WORK, LOOP_WORK_PER_LINE * kernel.lines)
 
     def _compiled(self):
@@ -101,7 +102,7 @@ class TieredLoop:
         if self.kernel is not None:
             with self.lock:
                 if self.kernel is not None:
-                    self.compiled = compiled_or(self.kernel, None)
+                    self.compiled = compiled_or(self.kernel, None, self.failed)
                     self.kernel = None
                     if self.compiled is None:
                         self.compile_work = float("inf")
@@ -131,14 +132,16 @@ class TieredLoop:
         return state
 
 
-def compiled_or(kernel, fallback):
-    """`kernel` compiled, or `fallback` (op by op) with a CompileWarning if the generated code does not
-    compile: a generator bug must cost speed, not the run."""
+def compiled_or(kernel, fallback, failed=None):
+    """`kernel` compiled, or `fallback` (op by op) with a CompileWarning -- and `failed()` called, to count it --
+    if the generated code does not compile: a generator bug must cost speed, not the run."""
     try:
         return kernel.compile()
     except Exception as e:  # Numba's errors have no common base worth naming
         warnings.warn(f"generated kernel {kernel.key} did not compile, it runs op by op: {type(e).__name__}: "
                       f"{str(e)[:500]}\n{kernel.source}", CompileWarning, stacklevel=2)
+        if failed is not None:
+            failed()
         return fallback
 
 
@@ -225,20 +228,20 @@ class ExecContext:
         work = max(sum(s.leaf_elements() for s in ends) * len(ops), written) * (2 if half else 1)
         # structurally equal fusions share one compiled kernel (Adam's per-tensor updates): weigh their work together
         work = self._kernel_work[kernel.key] = self._kernel_work.get(kernel.key, 0) + work
+        failed = functools.partial(self.tier_report.record, "fusion", comp.name, _NOT_COMPILED)
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             for tier in self._kernel_tiers.pop(kernel.key, ()):
                 tier.after = 0          # the equal fusions planned before this one compile at their first call
-            compiled = compiled_or(kernel, None) if self.compile_kernels else None
+            compiled = compiled_or(kernel, None, failed) if self.compile_kernels else None
             if compiled is None and self.compile_kernels:
-                self.tier_report.record("fusion", comp.name, _NOT_COMPILED)
                 return None
             # op by op only in observed runs: its plan is made then
             tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, self.observer)
+                                self.participant, self.observer, failed)
             tier.compiled = compiled
             return tier
         tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant,
-                            self.observer)
+                            self.observer, failed)
         self._kernel_tiers.setdefault(kernel.key, []).append(tier)
         return tier
 
@@ -258,7 +261,8 @@ class ExecContext:
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
-        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant, self.observer)
+        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant, self.observer,
+                          functools.partial(self.tier_report.record, "loop", inst.name, _NOT_COMPILED))
         for nested in _nested_whiles(inst):
             for inner in self._loops.pop(nested.name, ()):
                 inner.kernel, inner.compile_work = None, float("inf")
