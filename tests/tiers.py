@@ -37,6 +37,7 @@ import numpy as np
 
 import hloexec
 import hloexec.exec.executor as executor
+from hloexec.errors import TierUnsupported
 from hloexec.exec.executor import TieredKernel, TieredLoop
 from hloexec.ir.printer import instruction_to_text
 from hloexec.kernels.fusion import compile_fusion
@@ -154,9 +155,10 @@ def loop_tier(case: Case) -> list:
     compiled as one program (a call of it: the loop generator without a loop, which Numba compiles ~10x
     faster than the same code inside a loop carrying its operands)."""
     if not _has(case.text, "while"):
-        kernel = compile_program(hloexec.parse(called_module(case.text))[0].entry.root)
-        if kernel is None:
-            raise NotInTier("the program generator refuses its ops or types")
+        try:
+            kernel = compile_program(hloexec.parse(called_module(case.text))[0].entry.root)
+        except TierUnsupported as e:
+            raise NotInTier(f"the program generator declines it: {e.reason}") from None
         return flat(kernel.compile()(*case.inputs))
     exe = hloexec.load(case.text, compile_after=0)
     loops = [k for k in tier_kernels(exe)[1] if k.compile_work == 0]
@@ -384,14 +386,22 @@ def sweep_op_cases(recorded) -> list[str]:
     return problems
 
 
+def _declined(generate) -> bool:
+    try:
+        generate()
+    except TierUnsupported:
+        return True
+    return False
+
+
 def _fusion_takes(inst) -> bool:
     text, _ = op_cases_module([(inst, [None] * len(inst.operands))])
-    return compile_fusion(hloexec.parse(fused_module(text))[0]["tier.fused"], eager=False) is not None
+    return not _declined(lambda: compile_fusion(hloexec.parse(fused_module(text))[0]["tier.fused"], eager=False))
 
 
 def _program_takes(inst) -> bool:
     text, _ = op_cases_module([(inst, [None] * len(inst.operands))])
-    return compile_program(hloexec.parse(called_module(text))[0].entry.root) is not None
+    return not _declined(lambda: compile_program(hloexec.parse(called_module(text))[0].entry.root))
 
 
 def _sweep_batch(batch, tiers) -> list[str]:
