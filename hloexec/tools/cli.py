@@ -271,6 +271,8 @@ def cmd_run(args) -> int:
     modules, parse_s = _parse_module_file(args.file)
     module = select_module(modules, args.module, args.file)
     exe, prepare_s = _prepare(module, args)
+    if args.shadow:
+        return cmd_run_shadow(exe, args, text_out)
     if _is_spmd(args):
         if args.repeat != 1:
             raise UsageError("--repeat runs one participant; it does not combine with --spmd")
@@ -322,8 +324,63 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _runner(exe, args, text_out, global_inputs=None):
+    """(Runner, inputs, inputs description) for the numerics commands: one participant with --inputs/--seed, or
+    with --spmd all of them, inputs per device (from --inputs/--seed, or `global_inputs` split by sharding)."""
+    from .numerics import Runner
+    if not _is_spmd(args):
+        if global_inputs is not None:
+            return Runner(), global_inputs, None
+        inputs, info = _inputs(exe, args)
+        return Runner(), inputs, info
+    from ..exec import spmd
+    partitions, replicas, note = spmd.device_counts(exe.module, args.partitions, args.replicas)
+    say = lambda message: print(message, file=text_out or sys.stderr, flush=True)  # noqa: E731
+    if note:
+        say(note)
+    n = partitions * replicas
+    if global_inputs is not None:
+        inputs, info = spmd.split_inputs(exe.module, global_inputs, n), None
+    else:
+        inputs, info = _per_device_inputs(exe, args, n)
+    return Runner({"partitions": partitions, "replicas": replicas, "report": say,
+                   "memory_limit": args.max_memory}), inputs, info
+
+
+def cmd_run_shadow(exe, args, text_out) -> int:
+    """`hloexec run --shadow`: the module and its shadow (every float type in f64), the run's error per output."""
+    from .numerics import format_shadow_report, shadow_report, shadow_run
+    if not _is_spmd(args):
+        check_memory(exe, args, text_out)
+    runner, inputs, inputs_info = _runner(exe, args, text_out)
+    start = time.perf_counter()
+    run = shadow_run(exe, inputs, runner)
+    seconds = time.perf_counter() - start
+    report = shadow_report(run)
+    if args.out is not None:
+        from .xla_cpu import save_arrays
+        save_arrays(args.out, {f"out{i}": a for i, a in enumerate(run.shadow)})
+    if args.json:
+        _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": exe.module.name,
+                     "inputs": inputs_info, "shadow": report, "seconds": {"execute": seconds}, "out": args.out})
+        return EXIT_OK
+    print(f"module {exe.module.name}: {len(run.outputs)} output{'s' if len(run.outputs) != 1 else ''}, inputs "
+          + (f"seed {args.seed}" if args.inputs is None else args.inputs) + "; the shadow runs every float type in "
+          "f64 (the program's exact answer); errors relative to each output's scale (max |shadow|)")
+    print(format_shadow_report(report))
+    print(f"time: {seconds:.2f} s (the run and its shadow)")
+    if args.out is not None:
+        print(f"shadow outputs (f64) written to {args.out}")
+    return EXIT_OK
+
+
 def cmd_compare(args) -> int:
     from .compare import compare_outputs, format_report
+    if args.reference == "shadow":
+        return cmd_compare_shadow(args)
+    if args.actual:
+        raise UsageError("--actual is a candidate for --reference shadow; to compare two sets of outputs for "
+                         "equality, give FILE and --expected")
     references = [r for r in (args.other, args.expected, args.against) if r is not None]
     if len(references) != 1:
         raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz "
@@ -371,6 +428,62 @@ def cmd_compare(args) -> int:
         print(f"{args.file} (module {module.name}){spmd_text} vs {what}; inputs {inputs_text}")
         print(format_report(report))
     return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def cmd_compare_shadow(args) -> int:
+    """`compare --reference shadow`: candidates judged by their distance from FILE's exact answer (verdict.py)."""
+    from .numerics import judge_run
+    from .verdict import format_verdict
+    if args.expected is not None:
+        raise UsageError("with --reference shadow, outputs from elsewhere are candidates: give them with --actual")
+    if args.atol is not None or args.rtol is not None:
+        raise UsageError("--reference shadow judges by the program's precision, not by --atol/--rtol")
+    text_out = None if args.json else sys.stdout
+    modules, _ = _parse_module_file(args.file)
+    module = select_module(modules, args.module, args.file)
+    exe, _ = _prepare(module, args)
+    other_exe = None
+    if args.other is not None:
+        other_modules, _ = _parse_module_file(args.other)
+        other = select_module(other_modules, args.module if len(other_modules) > 1 else None, args.other)
+        other_exe, _ = _prepare(other, args)
+    if _is_spmd(args):
+        if args.against is not None:
+            raise UsageError("compare --spmd takes a reference HLO file or --actual, not --against xla")
+        global_inputs, inputs_info = _global_inputs(exe, other_exe, args)
+        runner, inputs, _ = _runner(exe, args, text_out, global_inputs)
+    else:
+        check_memory(exe, args, text_out)
+        runner, inputs, inputs_info = _runner(exe, args, text_out)
+        global_inputs = inputs
+    candidates = {}
+    if other_exe is not None:
+        candidates[args.other] = execute(other_exe, global_inputs)[0]
+    if args.against is not None:
+        candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
+    from .xla_cpu import load_arrays
+    for path in args.actual or ():
+        candidates[path] = numbered(load_arrays(path), "out", path)
+    verdict, run = judge_run(exe, inputs, candidates, runner)
+    if args.json:
+        from .numerics import shadow_report
+        report = shadow_report(run)
+        _print_json({"command": "compare", "version": JSON_VERSION, "reference": "shadow",
+                     "file": args.file, "module": module.name, "inputs": inputs_info, **verdict.to_dict(),
+                     "divergences": report["divergences"], "pinned": report["pinned"]})
+    else:
+        inputs_text = f"seed {args.seed}" if args.inputs is None else args.inputs
+        print(f"{args.file} (module {module.name}): candidates against its shadow (every float type in f64: the "
+              f"exact answer); inputs {inputs_text}")
+        print(f"baseline: hloexec at the program's precision, f16/bf16 reductions rounding every step in index "
+              f"order (the most pessimistic plausible order); errors relative to each output's scale")
+        print(format_verdict(verdict))
+        if run.divergences:
+            print("integer/pred values computed from floats that differ between the run and the shadow (what "
+                  "follows them compares two different paths):")
+            for d in run.divergences:
+                print(f"  {d.describe()}")
+    return EXIT_OK if verdict.consistent() else EXIT_MISMATCH
 
 
 def _run_on_xla(module, path: str, inputs) -> list:
@@ -659,6 +772,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
                    help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
                         "first call and compiled from the second, so R >= 3 shows the warm module)")
+    p.add_argument("--shadow", action="store_true",
+                   help="also run the module's shadow (every float type in f64: its exact answer); print the run's "
+                        "error per output, and where integer/pred values computed from floats differ; --out writes "
+                        "the shadow's outputs")
     p.set_defaults(handler=cmd_run)
 
     p = _subparser(subparsers, "compare", "Run a module and compare its outputs with a reference.",
@@ -675,6 +792,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("other", metavar="REFERENCE", nargs="?", help="a second HLO file whose outputs are expected")
     p.add_argument("--expected", metavar="NPZ", help="expected outputs: keys out0..outM")
     p.add_argument("--against", choices=["xla"], help="run FILE on XLA:CPU (jaxlib, in a child process)")
+    p.add_argument("--reference", choices=["shadow"],
+                   help="judge candidates (FILE run by hloexec, REFERENCE, --against xla, --actual) by their distance "
+                        "from FILE's shadow (every float type in f64: the exact answer): consistent with the "
+                        "program's precision or not (exit 1 when one is not)")
+    p.add_argument("--actual", metavar="NPZ", action="append",
+                   help="with --reference shadow: a candidate's outputs (keys out0..outM, e.g. a device's); repeatable")
     p.add_argument("--atol", type=float, help="absolute error bound for every output")
     p.add_argument("--rtol", type=float, help="relative error bound for every output")
     p.set_defaults(handler=cmd_compare)
