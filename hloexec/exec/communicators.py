@@ -10,6 +10,7 @@ threads of one process, hloexec.exec.spmd); a distributed engine would implement
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -135,12 +136,18 @@ class ThreadCommunicator:
         self.sequence = 0
 
     def exchange(self, inst, sends, sources):
-        box = self.mailboxes
-        box.give_slot()            # waiting computes nothing: let another participant run meanwhile
-        try:
+        with self.idle():
             return self._exchange(inst, sends, sources)
+
+    @contextlib.contextmanager
+    def idle(self):
+        """While this participant waits (in a collective, or for another run it is paired with), it computes
+        nothing: another one may take its compute slot meanwhile."""
+        self.mailboxes.give_slot()
+        try:
+            yield
         finally:
-            box.take_slot()
+            self.mailboxes.take_slot()
 
     def _exchange(self, inst, sends, sources):
         box, me, seq = self.mailboxes, self.device_id, self.sequence

@@ -271,8 +271,12 @@ def cmd_run(args) -> int:
     modules, parse_s = _parse_module_file(args.file)
     module = select_module(modules, args.module, args.file)
     exe, prepare_s = _prepare(module, args)
+    if args.shadow and args.find_nonfinite:
+        raise UsageError("--shadow and --find-nonfinite are two runs: give one (hloexec numerics does both)")
     if args.shadow:
         return cmd_run_shadow(exe, args, text_out)
+    if args.find_nonfinite:
+        return cmd_run_nonfinite(exe, args, text_out)
     if _is_spmd(args):
         if args.repeat != 1:
             raise UsageError("--repeat runs one participant; it does not combine with --spmd")
@@ -372,6 +376,24 @@ def cmd_run_shadow(exe, args, text_out) -> int:
     if args.out is not None:
         print(f"shadow outputs (f64) written to {args.out}")
     return EXIT_OK
+
+
+def cmd_run_nonfinite(exe, args, text_out) -> int:
+    """`hloexec run --find-nonfinite`: the instructions that first make NaN or Inf (exit 1 when there are some)."""
+    from dataclasses import asdict
+    from .nonfinite import find_nonfinite, format_report
+    if not _is_spmd(args):
+        check_memory(exe, args, text_out)
+    runner, inputs, inputs_info = _runner(exe, args, text_out)
+    report = find_nonfinite(exe, inputs, runner, stop_at_first=args.stop_at_first)
+    if args.json:
+        _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": exe.module.name,
+                     "inputs": inputs_info, **asdict(report)})
+    else:
+        print(f"module {exe.module.name}, inputs " + (f"seed {args.seed}" if args.inputs is None else args.inputs)
+              + ": where NaN and Inf come from (execution order)")
+        print(format_report(report))
+    return EXIT_MISMATCH if report.origins else EXIT_OK
 
 
 def cmd_compare(args) -> int:
@@ -674,6 +696,31 @@ def _across_devices(index: int, output: list[dict]) -> dict:
             "nan": sum(s["nan"] for s in summaries), "inf": sum(s["inf"] for s in summaries)}
 
 
+def cmd_numerics(args) -> int:
+    """`hloexec numerics`: which instructions lose the accuracy, and where NaN/Inf come from."""
+    from .numerics import attribute, format_numerics, numerics_dict
+    text_out = None if args.json else sys.stdout
+    modules, _ = _parse_module_file(args.file)
+    module = select_module(modules, args.module, args.file)
+    exe, _ = _prepare(module, args)
+    runner, inputs, inputs_info = _runner(exe, args, text_out)
+    say = lambda message: print(message, file=text_out or sys.stderr, flush=True)  # noqa: E731
+    start = time.perf_counter()
+    report = attribute(exe, inputs, runner, mode="local" if args.local else "auto", say=say)
+    seconds = time.perf_counter() - start
+    if args.json:
+        _print_json({"command": "numerics", "version": JSON_VERSION, "file": args.file, "module": module.name,
+                     "inputs": inputs_info, "seconds": seconds, **numerics_dict(report, args.top)})
+    else:
+        print(f"module {module.name}, inputs " + (f"seed {args.seed}" if args.inputs is None else args.inputs)
+              + (": the run paired with its shadow (every float type in f64)" if report.mode == "paired" else
+                 ": local errors at the run's own operands (no shadow run)")
+              + "; f16/bf16 reductions round every step (the most pessimistic plausible order)")
+        print(format_numerics(report, args.top))
+        print(f"time: {seconds:.2f} s")
+    return EXIT_OK
+
+
 def cmd_ops(args) -> int:
     from .optable import custom_call_rows, markdown_table, op_rows
     if args.json:
@@ -772,6 +819,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
                    help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
                         "first call and compiled from the second, so R >= 3 shows the warm module)")
+    p.add_argument("--find-nonfinite", action="store_true",
+                   help="one observed run (op by op): the instructions that first make NaN or Inf from operands "
+                        "without them, with operand ranges, op_name, source line and the path to the outputs "
+                        "(intentional infinities, e.g. a -inf mask, only when they turn into NaN); exit 1 if any")
+    p.add_argument("--stop-at-first", action="store_true",
+                   help="with --find-nonfinite: end the run at the first origin")
     p.add_argument("--shadow", action="store_true",
                    help="also run the module's shadow (every float type in f64: its exact answer); print the run's "
                         "error per output, and where integer/pred values computed from floats differ; --out writes "
@@ -801,6 +854,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, help="absolute error bound for every output")
     p.add_argument("--rtol", type=float, help="relative error bound for every output")
     p.set_defaults(handler=cmd_compare)
+
+    p = _subparser(subparsers, "numerics", "Which instructions lose the accuracy, and where NaN and Inf come from.",
+                   "  hloexec numerics dump.before_optimizations.txt --inputs in.npz\n"
+                   "  hloexec numerics step.hlo --seed 1 --top 10 --json | jq '.top[0]'\n"
+                   "  hloexec numerics gpt_16dev.hlo --spmd --local     # no shadow run: one run's memory",
+                   [common, execution],
+                   "One instrumented run of the module (op by op, fused computations opened up, loops per\n"
+                   "iteration) paired with its shadow (every float type in f64: its exact answer). Per\n"
+                   "instruction: its local error (its op alone on the shadow's operand values rounded to its\n"
+                   "own operand types, against the shadow's value), its total error (its value against the\n"
+                   "shadow's) and the error its operands arrived with, relative to its scale; per output, its\n"
+                   "error and the instructions on its path with the largest local errors; the integer/pred\n"
+                   "values computed from floats that differ between the two runs; the NaN/Inf origins.\n"
+                   "When both runs do not fit in memory (or with --local): local errors at the run's own\n"
+                   "operands, from the run alone.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--top", type=_positive_int, default=20, metavar="N", help="instructions to list (default 20)")
+    p.add_argument("--local", action="store_true",
+                   help="no shadow run: local errors at the run's own operands (one run's memory)")
+    p.set_defaults(handler=cmd_numerics)
 
     p = _subparser(subparsers, "ops", "List what hloexec executes: opcodes, dtypes, kernels, custom-calls.",
                    "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json", [common])

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..exec.executor import Executable
-from ..exec.shadow import Shadow, has_discrete, shadow_module
+from ..exec.executor import Executable, available_memory
+from ..exec.shadow import Shadow, has_discrete, shadow_module, widen
+from .nonfinite import StopRun
 
 # Bytes of discrete values (relu masks, argmax indices...) kept from the program's run to count how many
 # elements the shadow's differ in; beyond it a digest says only whether they differ.
@@ -129,28 +130,37 @@ class _Discrete:
         if inst.name not in self.names or not has_discrete(inst.shape):
             return
         key = self._key(device, inst)
-        leaves = self._leaves(inst, value)
         with self.lock:
-            mine = self.kept.pop(key, None)
-            site = (key[1], key[2])
-            d = self.found.get(site)
-            if d is None:
-                d = self.found[site] = Divergence(inst.name, inst.opcode, key[1], inst.metadata.get("op_name", ""),
-                                                  inst.source_location, size=sum(v.size for v in leaves))
-            d.runs += 1
-            if mine is None:
-                return          # the program's run never got here (control flow parted earlier)
-            if isinstance(mine, bytes):
-                differs = mine != _digest(leaves)
-                d.uncounted_runs += differs
-            else:
-                n = sum(int(np.count_nonzero(a != b)) for a, b in zip(mine, leaves))
-                differs = n > 0
-                d.elements += n
-            if differs:
-                d.differing_runs += 1
-                if not d.first:
-                    d.first = f"device {device}, run {key[3]}"
+            self._tally(device, inst, key[3], self.kept.pop(key, None), self._leaves(inst, value))
+
+    def compare(self, device, inst, run: int, program_value, shadow_value) -> None:
+        """Both runs' values at once (a paired run): tally whether they differ."""
+        if inst.name in self.names and has_discrete(inst.shape):
+            with self.lock:
+                self._tally(device, inst, run, self._leaves(inst, program_value), self._leaves(inst, shadow_value))
+
+    def _tally(self, device, inst, run, mine, leaves) -> None:
+        """`mine`: the program's leaves (or their digest; None: the program never ran this)."""
+        comp = inst.computation.name if inst.computation is not None else ""
+        d = self.found.get((comp, inst.name))
+        if d is None:
+            d = self.found[(comp, inst.name)] = Divergence(inst.name, inst.opcode, comp,
+                                                           inst.metadata.get("op_name", ""), inst.source_location,
+                                                           size=sum(v.size for v in leaves))
+        d.runs += 1
+        if mine is None:
+            return          # the program's run never got here (control flow parted earlier)
+        if isinstance(mine, bytes):
+            differs = mine != _digest(leaves)
+            d.uncounted_runs += differs
+        else:
+            n = sum(int(np.count_nonzero(a != b)) for a, b in zip(mine, leaves))
+            differs = n > 0
+            d.elements += n
+        if differs:
+            d.differing_runs += 1
+            if not d.first:
+                d.first = f"device {device}, run {run}"
 
     def divergences(self) -> list[Divergence]:
         return [d for d in self.found.values() if d.differing_runs]
@@ -253,3 +263,462 @@ def _fmt(x) -> str:
     if x is None:
         return "-"
     return x if isinstance(x, str) else f"{x:.5g}"
+
+
+# -- attribution: which instruction lost the accuracy ------------------------------------------------------------
+# Ops that only move, select or compare values, and widening converts: given their typed operands they are exact,
+# so their "local error" would only re-measure the rounding of their operands (charged to the producers).
+EXACT_OPCODES = frozenset({
+    "parameter", "constant", "iota", "tuple", "get-tuple-element", "bitcast", "reshape", "copy", "transpose",
+    "broadcast", "slice", "concatenate", "pad", "reverse", "dynamic-slice", "dynamic-update-slice", "gather",
+    "select", "maximum", "minimum", "abs", "negate", "clamp", "sign", "compare", "is-finite", "opt-barrier",
+    "optimization-barrier", "copy-start", "copy-done", "domain", "add-dependency", "after-all", "real", "imag",
+    "get-dimension-size", "set-dimension-size", "sort", "topk", "bitcast-convert", "partition-id", "replica-id"})
+# Ops evaluated elsewhere (their called computations' instructions are observed one by one) or not alone.
+NOT_EVALUATED = frozenset({
+    "fusion", "call", "while", "conditional", "async-start", "async-update", "async-done", "all-reduce",
+    "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done", "reduce-scatter",
+    "all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done",
+    "collective-broadcast", "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "map", "scan"})
+
+
+def evaluates_local_error(inst) -> bool:
+    """Whether `numerics` evaluates `inst` alone: it makes floats and can round (see EXACT_OPCODES)."""
+    from ..exec.shadow import has_float
+    if inst.opcode in EXACT_OPCODES or inst.opcode in NOT_EVALUATED or not has_float(inst.shape):
+        return False
+    if inst.opcode == "convert":
+        src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
+        return not (src.kind == dst.kind == "float" and dst.bits >= src.bits) and dst.kind in ("float", "complex")
+    return True
+
+
+@dataclass
+class InstructionErrors:
+    """What one instruction did to the accuracy, over every time it ran (loop iterations, devices). Errors are
+    relative to the instruction's scale (max |shadow value|); ulps are of its type at that scale."""
+    name: str
+    opcode: str
+    computation: str
+    shape: str
+    op_name: str
+    source: str
+    runs: int = 0
+    local_error: float = 0.0        # max over runs: evaluated on exact operands rounded to its types, vs exact
+    local_rms: float = 0.0
+    local_ulps: float = 0.0
+    total_error: float | None = None        # the run's value against the shadow's (None: no shadow run)
+    inherited_error: float | None = None    # the largest error its float operands arrived with
+    worst_run: str = ""
+    first_seen: int = 0             # the order in which instructions first ran (ties of the ranking)
+
+    def add(self, local, total, inherited, where: str) -> None:
+        self.runs += 1
+        if local is not None and local.max_rel >= self.local_error:
+            self.local_error, self.local_ulps, self.worst_run = local.max_rel, local.max_ulps, where
+        if local is not None:
+            self.local_rms = max(self.local_rms, local.rms_rel)
+        if total is not None:
+            self.total_error = max(self.total_error or 0.0, total)
+        if inherited is not None:
+            self.inherited_error = max(self.inherited_error or 0.0, inherited)
+
+
+def _max_rel(values, shadow) -> float:
+    """The largest error relative to scale over the float leaves of a value (infinite where it holds a NaN or
+    infinity the exact value does not)."""
+    e = _local_stats(values, shadow)
+    return 0.0 if e is None else e.max_rel
+
+
+def _local_stats(got, exact):
+    """verdict.Errors of the float leaves of `got` against `exact` (the leaf with the largest error); a value
+    non-finite where the exact one is finite has an infinite error (max_rel, max_ulps)."""
+    from .verdict import error_stats
+    best = None
+    for v, s in zip(flatten(got), flatten(exact)):
+        if isinstance(v, (np.ndarray, np.generic)) and (v.dtype.kind in "fc" or "float" in v.dtype.name):
+            e = error_stats(np.asarray(v), np.asarray(s))
+            if e.nonfinite:
+                e.max_rel = e.max_ulps = float("inf")
+            if best is None or e.max_rel > best.max_rel:
+                best = e
+    return best
+
+
+def _narrow_to(value, shape):
+    """A shadow value rounded to the program's `shape` (leafwise)."""
+    if shape.is_tuple:
+        return tuple(_narrow_to(v, s) for v, s in zip(value, shape.tuple_shapes))
+    if shape.element_type.numpy is None or value.dtype == shape.dtype:
+        return value
+    return value.astype(shape.dtype)
+
+
+class _Attribution:
+    """Per-instruction error statistics, streamed: one record per instruction, updated each time it runs."""
+
+    def __init__(self, local_context, shadow: Shadow):
+        self.context = local_context            # where the instructions evaluated alone are prepared
+        self.shadow = shadow
+        self.kernels: dict[int, object] = {}
+        self.records: dict[tuple[str, str], InstructionErrors] = {}
+        self.lock = threading.Lock()
+        self.errors: list[str] = []
+
+    def kernel(self, inst):
+        from ..ops.registry import lookup
+        k = self.kernels.get(id(inst))
+        if k is None:
+            k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
+        return k[1]
+
+    def record(self, device, run_index, inst, local, total, inherited) -> None:
+        key = (inst.computation.name if inst.computation is not None else "", inst.name)
+        with self.lock:
+            r = self.records.get(key)
+            if r is None:
+                r = self.records[key] = InstructionErrors(inst.name, inst.opcode, key[0], inst.shape.to_text(layout=False),
+                                                          inst.metadata.get("op_name", ""), inst.source_location,
+                                                          first_seen=len(self.records))
+            r.add(local, total, inherited, f"device {device}, run {run_index}" if device else f"run {run_index}")
+
+    def evaluate(self, inst, operands, exact, narrow_operands: bool):
+        """verdict.Errors of `inst` evaluated alone on `operands` (rounded to its operand types when
+        `narrow_operands`: the shadow's), against `exact`; None where it is not evaluated."""
+        if not evaluates_local_error(inst) or inst.name in self.shadow.pinned:
+            return None
+        if narrow_operands:
+            operands = [_narrow_to(v, o.shape) for v, o in zip(operands, inst.operands)]
+        try:
+            with np.errstate(all="ignore"):
+                got = self.kernel(inst)(*operands)
+        except Exception as e:  # noqa: BLE001 - an op that cannot run alone is reported, not fatal
+            self.errors.append(f"%{inst.name} ({inst.opcode}): not evaluated alone: {type(e).__name__}: {e}")
+            return None
+        return _local_stats(got, exact)
+
+    def evaluate_exact(self, twin, operands):
+        """The shadow instruction `twin` evaluated alone on (widened) `operands`, or None if it cannot run alone."""
+        try:
+            with np.errstate(all="ignore"):
+                return self.kernel(twin)(*operands)
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            self.errors.append(f"%{twin.name} ({twin.opcode}): not evaluated alone: {type(e).__name__}: {e}")
+            return None
+
+
+class _Pairing:
+    """Pairs the program's run with its shadow's, instruction by instruction and device by device: the program's
+    observer posts each (instruction, value, operands) and waits until the shadow's observer has taken it, so both
+    runs hold only what their plans hold, plus one value. Runs whose instruction sequences part (a loop that
+    stops at another iteration) are no longer paired from there on (`parted`)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.posted: dict[int, tuple] = {}
+        self.parted: dict[int, str] = {}
+        self.program_done = False
+        self.failed = False
+
+    def post(self, device, item, idle) -> None:
+        """`idle`: the participant's context for waiting (an SPMD participant gives its compute slot up)."""
+        with idle(), self.cond:
+            if device in self.parted or self.failed:
+                return
+            self.posted[device] = item
+            self.cond.notify_all()
+            while device in self.posted and device not in self.parted and not self.failed:
+                self.cond.wait()
+
+    def take(self, device, inst, idle):
+        """The program's item for the shadow's `inst`, or None when the runs no longer pair."""
+        with idle(), self.cond:
+            while device not in self.posted and not self.program_done and device not in self.parted \
+                    and not self.failed:
+                self.cond.wait()
+            if self.failed:
+                raise StopRun("the program's run failed")
+            item = self.posted.pop(device, None)
+            self.cond.notify_all()
+            if device in self.parted:
+                return None
+            if item is None or (item[0].name, _comp(item[0])) != (inst.name, _comp(inst)):
+                there = f"%{item[0].name} in %{_comp(item[0])}" if item is not None else "its end"
+                self.parted[device] = (f"device {device}: the shadow ran %{inst.name} in %{_comp(inst)} where the "
+                                       f"program ran {there}")
+                self.cond.notify_all()
+                return None
+            return item
+
+    def finish(self, failed: bool) -> None:
+        with self.cond:
+            self.program_done = True
+            self.failed = self.failed or failed
+            self.cond.notify_all()
+
+
+def _comp(inst) -> str:
+    return inst.computation.name if inst.computation is not None else ""
+
+
+@dataclass
+class NumericsReport:
+    """What `numerics` found: per instruction, its errors (sorted by local error); per output, the run's error
+    against the shadow and the instructions on its path with the largest local errors."""
+    mode: str                                   # "paired": with the shadow's values; "local": at the run's own
+    instructions: list[InstructionErrors]
+    outputs: list[dict]
+    divergences: list[Divergence] = field(default_factory=list)
+    parted: list[str] = field(default_factory=list)
+    not_evaluated: list[str] = field(default_factory=list)
+    nonfinite: object = None                    # nonfinite.NonfiniteReport
+
+
+def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: str = "auto",
+              reductions: str | None = "per-step", say=None) -> NumericsReport:
+    """Which instructions lose the accuracy (`hloexec numerics`), with the NaN/Inf origins of the run.
+
+    "paired": the program (at its precision, `reductions`) and its shadow run side by side, instruction by
+    instruction; an instruction's local error is its op evaluated alone on the shadow's operand values rounded
+    to its operand types, against the shadow's value; its total error is the run's value against the shadow's,
+    its inherited error the largest its operands arrived with. Memory: both runs' live values at once.
+    "local": only the program runs; the local error is at its own operands (its op against the same op in f64
+    on them): one run's memory plus one instruction's, for modules whose shadow does not fit.
+    "auto": paired when both runs fit in the memory available, else local (`say(message)` tells why)."""
+    from ..errors import ExecutionError
+    from .nonfinite import NonfiniteTracker
+    runner = runner or Runner()
+    shadow = shadow_module(exe.module)
+    options = {"use_numba": False}
+    if reductions is not None and "reductions" in _executable_options():
+        options["reductions"] = reductions
+    program = executable_like(exe, exe.module, **options)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    if mode == "auto":
+        needed = _memory(program, inputs, runner) + _memory(shadow_exe, runner.shadow_inputs(shadow, inputs), runner)
+        limit = exe.max_memory if runner.spmd is None else runner.spmd.get("memory_limit")
+        limit = limit if limit is not None else available_memory()
+        mode = "paired" if limit is None or needed <= limit else "local"
+        if mode == "local" and say is not None:
+            say(f"the run and its shadow side by side need {needed / 2**30:.2f} GiB, {limit / 2**30:.2f} GiB "
+                "available: local errors only, at the run's own operands (no shadow run)")
+    if mode == "paired" and runner.spmd is not None:     # checked together above: neither run alone refuses
+        runner = Runner({**runner.spmd, "check_memory": False})
+    tracker = NonfiniteTracker(exe.module)
+    watch = _Discrete(shadow.discrete)
+    helpers = _helper_names(shadow)
+    counts: dict[tuple, int] = {}
+
+    def run_index(device, inst) -> int:
+        k = (device, _comp(inst), inst.name)
+        counts[k] = counts.get(k, 0) + 1
+        return counts[k]
+
+    if mode == "local":
+        attribution = _Attribution(shadow_exe.context, shadow)
+        by_name = {(c.name, i.name): i for c in shadow.module.computations for i in c.instructions}
+
+        def observe(device, inst, value, operands):
+            tracker.observe(device, inst, value, operands)
+            if not evaluates_local_error(inst) or inst.name in shadow.pinned:
+                return
+            twin = by_name.get((_comp(inst), inst.name))
+            if twin is None:
+                return
+            wide = [widen(v, o.shape) for v, o in zip(operands, inst.operands)]
+            exact = attribution.evaluate_exact(twin, wide)
+            local = _local_stats(value, exact) if exact is not None else None
+            attribution.record(device, run_index(device, inst), inst, local, None, None)
+        outputs = runner.run(program, inputs, observe, observe_operands=True)
+        shadow_outputs, pairing = None, None
+    else:
+        attribution = _Attribution(program.context, shadow)
+        pairing = _Pairing()
+
+        def idle(executable):
+            communicator = executable.context.device.communicator
+            return getattr(communicator, "idle", _no_wait)
+
+        def on_program(device, inst, value, operands):
+            tracker.observe(device, inst, value, operands)
+            pairing.post(device, (inst, value, operands), idle(program))
+
+        def on_shadow(device, inst, value, operands):
+            if (_comp(inst), inst.name) in helpers:
+                return
+            item = pairing.take(device, inst, idle(shadow_exe))
+            if item is None:
+                return
+            low_inst, low_value, low_operands = item
+            k = run_index(device, low_inst)
+            if low_inst.name in watch.names:
+                watch.compare(device, low_inst, k, low_value, value)
+            total = _max_rel(low_value, value)
+            inherited = max((_max_rel(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
+            local = attribution.evaluate(low_inst, operands, value, narrow_operands=True)
+            attribution.record(device, k, low_inst, local, total, inherited)
+
+        result: dict = {}
+
+        def program_thread():
+            try:
+                result["outputs"] = runner.run(program, inputs, on_program, observe_operands=True)
+            except BaseException as e:  # noqa: BLE001 - re-raised below, in the caller's thread
+                result["error"] = e
+            finally:
+                pairing.finish("error" in result)
+
+        thread = threading.Thread(target=program_thread, name="hloexec-numerics-program")
+        thread.start()
+        try:
+            shadow_outputs = runner.run(shadow_exe, runner.shadow_inputs(shadow, inputs), on_shadow,
+                                        observe_operands=True)
+        except (StopRun, ExecutionError) as e:
+            thread.join()
+            if "error" in result:
+                raise result["error"] from None
+            raise e
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        outputs = result["outputs"]
+    records = sorted(attribution.records.values(), key=lambda r: (-r.local_error, r.first_seen))
+    report = NumericsReport(mode, records, _output_table(exe.module, outputs, shadow_outputs, records),
+                            watch.divergences(), list(pairing.parted.values()) if pairing else [],
+                            attribution.errors, tracker.report(outputs))
+    return report
+
+
+def _memory(exe: Executable, inputs, runner: Runner) -> int:
+    """Bytes a run needs at its peak (SPMD: all participants, inputs included)."""
+    if runner.spmd is None:
+        return exe.peak_bytes()
+    from ..exec.spmd import memory_estimate
+    return memory_estimate(exe, inputs)["total"]
+
+
+def _no_wait():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _executable_options() -> set:
+    import inspect
+    return set(inspect.signature(Executable.__init__).parameters)
+
+
+def _helper_names(shadow: Shadow) -> set:
+    """(computation, name) of the instructions the shadow transform added (no twin in the program)."""
+    original = {(c.name, i.name) for c in shadow.original.computations for i in c.instructions}
+    return {(c.name, i.name) for c in shadow.module.computations for i in c.instructions} - original
+
+
+def _output_table(module, outputs, shadow_outputs, records, per_output: int = 3) -> list[dict]:
+    """Per output: the run's error against the shadow (when there is one) and the instructions on its path (its
+    static ancestors, through called computations) with the largest local errors."""
+    from dataclasses import asdict
+    from .compare import dtype_name
+    from .verdict import error_stats
+    ancestors = _OutputAncestors(module)
+    table = []
+    for i, value in enumerate(outputs):
+        on_path = ancestors.of(i)
+        top = [r for r in records if (r.computation, r.name) in on_path and r.local_error > 0][:per_output]
+        row = {"index": i, "shape": list(np.shape(value)), "dtype": dtype_name(np.asarray(value).dtype),
+               "error": asdict(error_stats(value, shadow_outputs[i])) if shadow_outputs is not None else None,
+               "instructions": [{"name": r.name, "opcode": r.opcode, "local_error": r.local_error} for r in top]}
+        table.append(row)
+    return table
+
+
+class _OutputAncestors:
+    """The instructions each entry output depends on: operands, transitively, and every instruction of the
+    computations those call."""
+
+    def __init__(self, module):
+        self.module = module
+        root = module.entry.root
+        self.roots = list(root.operands) if root.opcode == "tuple" and root.shape.is_tuple else [root]
+        self.leaf_owner = [k for k, r in enumerate(self.roots) for _ in r.shape.leaves()]
+        self.inside: dict[str, set] = {}
+
+    def _computation(self, comp) -> set:
+        found = self.inside.get(comp.name)
+        if found is None:
+            found = self.inside[comp.name] = set()
+            for inst in comp.instructions:
+                found.add((comp.name, inst.name))
+                for c in inst.called_computations:
+                    found |= self._computation(c)
+        return found
+
+    def of(self, index: int) -> set:
+        if index >= len(self.leaf_owner):
+            return set()
+        seen, stack, out = set(), [self.roots[self.leaf_owner[index]]], set()
+        while stack:
+            inst = stack.pop()
+            if id(inst) in seen:
+                continue
+            seen.add(id(inst))
+            out.add((_comp(inst), inst.name))
+            for c in inst.called_computations:
+                out |= self._computation(c)
+            stack += inst.operands
+        return out
+
+
+def numerics_dict(report: NumericsReport, top: int) -> dict:
+    from dataclasses import asdict
+    return {"mode": report.mode, "top": [asdict(r) for r in report.instructions[:top] if r.runs],
+            "instructions_evaluated": sum(1 for r in report.instructions if r.local_error or r.total_error),
+            "outputs": report.outputs, "divergences": [asdict(d) for d in report.divergences],
+            "parted": report.parted, "not_evaluated": report.not_evaluated,
+            "nonfinite": asdict(report.nonfinite) if report.nonfinite is not None else None}
+
+
+def format_numerics(report: NumericsReport, top: int) -> str:
+    from .nonfinite import format_report as format_nonfinite
+    paired = report.mode == "paired"
+    lines = ["outputs: " + ("the run's error against the shadow, relative to the output's scale, and " if paired else "")
+             + "the instructions on its path with the largest local errors"]
+    lines.append(f"{'out':>4}  {'shape':<16} {'dtype':<5} " + (f"{'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}  "
+                                                                if paired else "") + "largest local errors on its path")
+    for o in report.outputs:
+        shape = "[" + ",".join(map(str, o["shape"])) + "]"
+        e = o["error"]
+        errors = ""
+        if paired:
+            errors = (f"{e['mismatches']:>9} differ{'':>14}  " if e["mismatches"] else
+                      f"{e['max_rel']:9.3g} {e['rms_rel']:9.3g} {e['max_ulps']:9.3g}  ")
+            if e["nonfinite"]:
+                errors += f"({e['nonfinite']} non-finite where the shadow is finite) "
+        path = ", ".join(f"%{i['name']} ({i['opcode']}) {i['local_error']:.3g}" for i in o["instructions"]) or "-"
+        lines.append(f"{o['index']:>4}  {shape:<16} {o['dtype']:<5} {errors}{path}")
+    shown = [r for r in report.instructions[:top] if r.runs]
+    lines.append(f"top {len(shown)} instructions by local error: the error an instruction adds given exact operands "
+                 + ("(its op on the shadow's operand values rounded to its operand types, against the shadow's value)"
+                    if paired else "(at the run's own operands: its op against the same op in f64)")
+                 + ", relative to its scale (max |exact value|)"
+                 + ("; total: its value against the shadow's; inherited: the largest error its operands arrived with"
+                    if paired else ""))
+    lines.append(f"{'local':>9} {'ulp@scale':>9} " + (f"{'total':>9} {'inherited':>9} " if paired else "")
+                 + f"{'runs':>5}  instruction")
+    for r in shown:
+        nums = f"{r.local_error:9.3g} {r.local_ulps:9.3g} "
+        if paired:
+            nums += f"{r.total_error or 0:9.3g} {r.inherited_error or 0:9.3g} "
+        site = "  ".join(x for x in (r.op_name, r.source) if x)
+        where = "" if r.computation == "" else f" in %{r.computation}"
+        lines.append(f"{nums}{r.runs:>5}  %{r.name} = {r.shape} {r.opcode}{where}" + (f"  {site}" if site else ""))
+    if report.divergences:
+        lines.append("integer/pred values computed from floats that differ between the run and the shadow (what "
+                     "follows them compares two different paths):")
+        lines += [f"  {d.describe()}" for d in report.divergences]
+    lines += [f"not paired from here on: {p}" for p in report.parted]
+    if report.not_evaluated:
+        lines.append(f"not evaluated alone ({len(report.not_evaluated)}): " + "; ".join(report.not_evaluated[:5]))
+    if report.nonfinite is not None:
+        lines.append("NaN and Inf: " + format_nonfinite(report.nonfinite).replace("\n", "\n  "))
+    return "\n".join(lines)
