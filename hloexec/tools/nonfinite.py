@@ -80,6 +80,9 @@ def _counts(a: np.ndarray) -> tuple[int, int]:
     return nan, int(a.size - np.count_nonzero(finite)) - nan
 
 
+_COLLECTIVES = frozenset({"all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start",
+                          "all-gather-done", "reduce-scatter", "all-to-all", "collective-permute",
+                          "collective-permute-start", "collective-permute-done", "collective-broadcast"})
 # Instructions whose value is their called computation's: its instructions are the ones observed as origins.
 _CONTAINERS = frozenset({"fusion", "call", "while", "conditional", "async-start", "async-update", "async-done"})
 
@@ -152,7 +155,11 @@ class NonfiniteTracker:
             return False
         ops = [(o, leaf, facts) for o, v in zip(inst.operands, operands)
                for leaf, facts in zip(_float_leaves(v), self._operand_facts(device, o, _float_leaves(v)))]
-        new_inf, new_nan, invalid, carried, nan_sources = _new_nonfinite(inst, leaves, ops)
+        if inst.opcode in _COLLECTIVES:     # its values come from every participant's operands
+            ops += [(o, leaf, facts) for o, v in zip(inst.operands, operands)
+                    for d, *site in list(self.facts) if d != device and tuple(site) == (comp, o.name)
+                    for leaf, facts in zip(_float_leaves(v), self.facts[(d, comp, o.name)])]
+        new_inf, new_nan, invalid, carried, nan_sources, first = _new_nonfinite(inst, leaves, ops)
         kind = None
         if new_nan:
             kind = "invalid" if invalid else "NaN from infinities"
@@ -163,7 +170,7 @@ class NonfiniteTracker:
             table = self.intentional if kind == "intentional" else self.origins
             origin = table.get(key)
             if origin is None:
-                table[key] = self._origin(inst, kind, device, run, step, leaves, ops, nan_sources)
+                table[key] = self._origin(inst, kind, device, run, step, leaves, ops, nan_sources, first)
             else:
                 origin.runs += 1
                 if device not in origin.devices:
@@ -172,9 +179,10 @@ class NonfiniteTracker:
         self._remember(device, inst, leaves, [(c, provenance if c[1] else frozenset()) for c in counts])
         return kind not in (None, "intentional") and self.stop_at_first
 
-    def _origin(self, inst, kind, device, run, step, leaves, ops, nan_sources) -> Origin:
-        first = next(v for v in leaves if not np.isfinite(v).all())
-        index = [int(i) for i in np.unravel_index(int(np.flatnonzero(~np.isfinite(first))[0]), first.shape)]
+    def _origin(self, inst, kind, device, run, step, leaves, ops, nan_sources, index) -> Origin:
+        if index is None:
+            first = next(v for v in leaves if not np.isfinite(v).all())
+            index = [int(i) for i in np.unravel_index(int(np.flatnonzero(~np.isfinite(first))[0]), first.shape)]
         operands = []
         for o, leaf, ((n, i), _) in ops:
             finite = leaf[np.isfinite(leaf)]
@@ -216,7 +224,7 @@ class NonfiniteReport:
 
 def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
     """(new infinities?, new NaNs?, some new NaN from finite operands?, provenance carried to the value,
-    provenance of the infinities new NaNs came from). Elementwise ops are judged element by element (an
+    provenance of the infinities new NaNs came from, index of the first new element or None). Elementwise ops are judged element by element (an
     infinity made where the operands are finite is new even if they hold others elsewhere); other ops by
     whole values."""
     from ..kernels.elementwise import ELEMENTWISE_OPS
@@ -230,10 +238,13 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
         any_inf = np.logical_or.reduce(op_inf) if ops else np.zeros(shape, bool)
         out_nan, out_inf = np.isnan(out), np.isinf(out)
         made_nan = out_nan & ~any_nan
-        new_inf = bool((out_inf & ~any_inf & ~any_nan).any())
+        made_inf = out_inf & ~any_inf & ~any_nan
         carried = frozenset().union(*(p for (_, _, (_, p)), inf in zip(ops, op_inf) if (inf & out_inf).any()))
         nan_sources = frozenset().union(*(p for (_, _, (_, p)), inf in zip(ops, op_inf) if (inf & made_nan).any()))
-        return new_inf, bool(made_nan.any()), bool((made_nan & ~any_inf).any()), carried, nan_sources
+        new = made_nan | made_inf
+        first = [int(i) for i in np.unravel_index(int(np.argmax(new)), shape)] if new.any() else None
+        return bool(made_inf.any()), bool(made_nan.any()), bool((made_nan & ~any_inf).any()), carried, nan_sources, \
+            first
     nan = any(_counts(v)[0] for v in leaves)
     inf = any(_counts(v)[1] for v in leaves)
     op_nan = any(c[0] for _, _, (c, _) in ops)
@@ -241,7 +252,7 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
     inherited = frozenset().union(*(p for _, _, ((_, i), p) in ops if i))
     new_nan = nan and not op_nan
     return inf and not op_inf and not op_nan, new_nan, new_nan and not op_inf, inherited if inf else frozenset(), \
-        inherited if new_nan else frozenset()
+        inherited if new_nan else frozenset(), None
 
 
 def _inf_kind(inst: Instruction) -> str:

@@ -196,6 +196,7 @@ def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow:
         return ShadowRun(outputs, runner.run(executable_like(exe, shadow.module), shadow_inputs), shadow)
     watch = _Discrete(shadow.discrete)
     outputs = runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
+    watch.counts.clear()            # the shadow's k-th run of an instruction meets the program's k-th
     shadow_outputs = runner.run(executable_like(exe, shadow.module, use_numba=False), shadow_inputs, watch.check)
     return ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
 

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 import ml_dtypes
 import numpy as np
 
-from .compare import _is_float, _scalar, dtype_name, jsonable
+from .compare import dtype_name, is_float, jsonable, output_scale, plain_scalar, ulp_at
 
 WORST_COUNT = 5
 
@@ -110,18 +110,10 @@ class Verdict:
                          "outputs": [asdict(o) for o in self.outputs]})
 
 
-def ulp_of(magnitude, dtype) -> np.ndarray:
-    """The ulp of float type `dtype` at `magnitude` (elementwise), floored at the ulp of its smallest normal."""
-    info = ml_dtypes.finfo(dtype) if np.dtype(dtype).kind != "c" else np.finfo(np.dtype(dtype).char.lower())
-    magnitude = np.maximum(np.abs(np.asarray(magnitude, np.float64)), float(info.tiny))
-    exponent = np.floor(np.log2(magnitude, where=np.isfinite(magnitude), out=np.zeros_like(magnitude)))
-    return np.exp2(exponent - info.nmant)
-
-
 def error_stats(values, shadow) -> Errors:
     """A value's error against its shadow, without a verdict (what `numerics` and `run --shadow` print)."""
     values, shadow = np.asarray(values), np.asarray(shadow)
-    if not _is_float(values.dtype) and values.dtype.kind != "c":
+    if not is_float(values.dtype) and values.dtype.kind != "c":
         return Errors(mismatches=int(np.count_nonzero(values != shadow)))
     scale, ulp = _scale(shadow, values.dtype)
     e, bad = _element_errors(values, shadow)
@@ -147,7 +139,7 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
     if shadow.shape != baseline.shape:
         out.problem = f"shadow shape {list(shadow.shape)}, program's {list(baseline.shape)}"
         return out
-    if not (_is_float(dtype) or dtype.kind == "c"):
+    if not (is_float(dtype) or dtype.kind == "c"):
         for name, c in candidates.items():
             out.candidates.append(_judge_discrete(name, c, shadow, baseline))
         out.baseline = Errors(mismatches=int(np.count_nonzero(baseline != shadow)))
@@ -157,7 +149,7 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
     out.baseline = _summary(e_b, bad_b, out.scale, out.ulp)
     rms_b = out.baseline.rms_rel * out.scale
     allowed = rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms * rms_b \
-        + rule.element_floor_ulps * ulp_of(np.where(np.isfinite(shadow), np.abs(shadow), 0.0), dtype)
+        + rule.element_floor_ulps * ulp_at(np.where(np.isfinite(shadow), np.abs(shadow), 0.0), dtype)
     for name, c in candidates.items():
         if c.shape != baseline.shape or c.dtype != dtype:
             out.candidates.append(CandidateVerdict(name, Errors(), False, [
@@ -192,20 +184,17 @@ def _judge_discrete(name: str, c: np.ndarray, shadow: np.ndarray, baseline: np.n
     if not errors.mismatches:
         return CandidateVerdict(name, errors, True)
     flat = np.flatnonzero(wrong)[:WORST_COUNT]
-    worst = [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), _scalar(c.ravel()[k]),
-                     _scalar(shadow.ravel()[k]), _scalar(baseline.ravel()[k]), 1.0, 0.0) for k in flat]
+    worst = [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
+                     plain_scalar(shadow.ravel()[k]), plain_scalar(baseline.ravel()[k]), 1.0, 0.0) for k in flat]
     return CandidateVerdict(name, errors, False, [f"{errors.mismatches} element(s) equal neither the shadow's "
                                                   "nor the baseline's"], worst)
 
 
 def _scale(shadow: np.ndarray, dtype) -> tuple[float, float]:
-    """(max |shadow| over finite elements, at least the smallest normal; the ulp of `dtype` there)."""
-    magnitude = np.abs(shadow)
-    finite = magnitude[np.isfinite(magnitude)]
-    scale = float(finite.max()) if finite.size else 0.0
-    info = ml_dtypes.finfo(dtype) if np.dtype(dtype).kind != "c" else np.finfo(np.dtype(dtype).char.lower())
-    scale = max(scale, float(info.tiny))
-    return scale, float(ulp_of(scale, dtype))
+    """(max |shadow| over finite elements, at least the type's smallest normal; the ulp of `dtype` there)."""
+    ulp = float(ulp_at(output_scale(shadow), dtype))
+    info = np.finfo(np.dtype(dtype).char.lower()) if np.dtype(dtype).kind == "c" else ml_dtypes.finfo(dtype)
+    return max(output_scale(shadow), float(info.tiny)), ulp
 
 
 def _element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,8 +224,8 @@ def _worst(failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, b
     with np.errstate(all="ignore"):
         ratio = e.ravel()[flat] / allowed.ravel()[flat]
     order = flat[np.argsort(-ratio, kind="stable")[:WORST_COUNT]]
-    return [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), _scalar(c.ravel()[k]),
-                    _scalar(shadow.ravel()[k]), _scalar(baseline.ravel()[k]), float(e.ravel()[k]),
+    return [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
+                    plain_scalar(shadow.ravel()[k]), plain_scalar(baseline.ravel()[k]), float(e.ravel()[k]),
                     float(allowed.ravel()[k])) for k in order]
 
 
