@@ -3,8 +3,9 @@
 * `layernorm_grad_f16`: the issue's program: jax.grad of sum(layernorm(x)**2) wrt x f16[8,128,256], g, b f16[256].
 * `adam_f16` / `adam_bf16`: an Adam step with f32 master weights and moments stored in f16 / bf16 (computed in
   f32: the mixed f16/f32 converts of a memory-saving optimizer).
-* `train_step_bf16`: a bf16 MLP regression step (bf16 weights and activations, an f32 loss, SGD in bf16);
-  square [64,64] layers so that a reduction over the wrong dimension keeps the shapes.
+* `train_step_bf16`: a bf16 MLP regression step (bf16 weights and activations, an f32 loss, SGD in bf16)
+  returning the loss, the gradients and the new weights; square [64,64] layers so that a reduction over the
+  wrong dimension keeps the shapes.
 * `masked_softmax_overflow`: an attention-style softmax with an intentional -inf mask and a real f16
   overflow (exp of unscaled logits), for the NaN/Inf origin report.
 
@@ -95,7 +96,7 @@ def train_step_bf16():
 
     def step(params, x, y):
         value, grads = jax.value_and_grad(loss)(params, x, y)
-        return value, jax.tree_util.tree_map(lambda p, g: p - jnp.asarray(0.05, bf16) * g, params, grads)
+        return value, grads, jax.tree_util.tree_map(lambda p, g: p - jnp.asarray(0.05, bf16) * g, params, grads)
     r = np.random.default_rng(2)
     d = 64
     params = [((r.standard_normal((d, d)) / np.sqrt(d)).astype(bf16), (0.1 * r.standard_normal(d)).astype(bf16))
