@@ -175,7 +175,10 @@ def ulp_at(magnitude, dtype) -> np.ndarray:
 
 def output_scale(expected: np.ndarray) -> float:
     """max |expected| over its finite elements (0 when there are none)."""
-    magnitude = np.abs(expected.astype(np.complex128 if expected.dtype.kind == "c" else np.float64))
+    magnitude = np.abs(expected)
+    largest = float(magnitude.max(initial=0))
+    if largest == largest and largest != float("inf"):
+        return largest
     finite = magnitude[np.isfinite(magnitude)]
     return float(finite.max()) if finite.size else 0.0
 
