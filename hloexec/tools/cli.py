@@ -478,14 +478,14 @@ def cmd_compare_shadow(args) -> int:
         check_memory(exe, args, text_out)
         runner, inputs, inputs_info = _runner(exe, args, text_out)
         global_inputs = inputs
-    candidates = {}
+    candidates = {}      # by file name (a dump's directory is the same for every file in it)
     if other_exe is not None:
-        candidates[args.other] = execute(other_exe, global_inputs)[0]
+        candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
         candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
     from .xla_cpu import load_arrays
     for path in args.actual or ():
-        candidates[path] = numbered(load_arrays(path), "out", path)
+        candidates[Path(path).name] = numbered(load_arrays(path), "out", path)
     verdict, run = judge_run(exe, inputs, candidates, runner)
     if args.json:
         from .numerics import shadow_report

@@ -40,8 +40,8 @@ class Rule:
     rms_multiplier: float = 2.0
     rms_floor_ulps: float = 0.5
     element_multiplier: float = 1.0
-    element_floor_rms: float = 4.0
-    element_floor_ulps: float = 0.5
+    element_floor_rms: float = 3.0
+    element_floor_ulps: float = 4.0
 
 
 RULE = Rule()
