@@ -25,8 +25,9 @@ JSON_VERSION = 1
 
 EXIT_CODES = """exit codes:
   0  success
-  1  compare: an output differs; run --fail-on-nan: an output holds a NaN;
-     run --spmd: outputs meant to be replicated differ across devices
+  1  compare: an output differs (--reference shadow: a candidate is not consistent with the
+     program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite: an
+     instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ across devices
   2  parse error, usage error, unsupported op, execution error, internal error"""
 
 
@@ -797,7 +798,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
                    "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
                    "  hloexec run step.hlo --repeat 3 --profile    # ... of the third (warm) run\n"
-                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants",
+                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants\n"
+                   "  hloexec run step.hlo --shadow                 # its error against the exact answer\n"
+                   "  hloexec run step.hlo --find-nonfinite --stop-at-first",
                    [common, execution],
                    "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
                    "available memory (MemAvailable) or --max-memory; then per output its shape, dtype,\n"
@@ -835,8 +838,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
                    "  hloexec compare model.opt.hlo model.pre.hlo --seed 1     # same inputs to both\n"
                    "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
-                   "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs",
+                   "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs\n"
+                   "  hloexec compare pre.hlo opt.hlo --against xla --actual gpu.npz --reference shadow",
                    [common, execution], _tolerances_help() + "\n\n"
+                   "--reference shadow: FILE's shadow (the program with every float type in f64: its exact\n"
+                   "answer) is the reference; FILE run by hloexec, REFERENCE, --against xla and --actual files\n"
+                   "are candidates, judged against the baseline (FILE at its precision, f16/bf16 reductions\n"
+                   "rounding every step): rms error <= 2x the baseline's + 0.5 ulp, every element within the\n"
+                   "baseline's error there + 3x its rms + 4 ulps (README, 'Numerical validation').\n\n"
                    "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
                    "the reference module's shapes, or --inputs with arg{i} keys) are split by FILE's parameter\n"
                    "shardings, all its participants run, and its outputs, assembled into global arrays by the\n"
