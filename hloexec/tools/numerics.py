@@ -521,7 +521,7 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     program = executable_like(exe, exe.module, **options)
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     if mode == "auto":
-        needed = _memory(program, inputs, runner) + _memory(shadow_exe, runner.shadow_inputs(shadow, inputs), runner)
+        needed = _memory(program, inputs, runner) + _memory(shadow_exe, inputs, runner, widened=True)
         limit = exe.max_memory if runner.spmd is None else runner.spmd.get("memory_limit")
         limit = limit if limit is not None else available_memory()
         mode = "paired" if limit is None or needed <= limit else "local"
@@ -616,12 +616,18 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     return report
 
 
-def _memory(exe: Executable, inputs, runner: Runner) -> int:
-    """Bytes a run needs at its peak (SPMD: all participants, inputs included)."""
+def _memory(exe: Executable, inputs, runner: Runner, widened: bool = False) -> int:
+    """Bytes a run needs at its peak (SPMD: all participants, the distinct inputs once); `widened`: `exe` is a
+    shadow that will take `inputs` widened (counted as such, not made)."""
     if runner.spmd is None:
         return exe.peak_bytes()
     from ..exec.spmd import memory_estimate
-    return memory_estimate(exe, inputs)["total"]
+    estimate = memory_estimate(exe, inputs)
+    if not widened:
+        return estimate["total"]
+    distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
+    return estimate["work"] + sum(a.size * (16 if a.dtype.kind == "c" else 8) if a.dtype.kind in "fc" or
+                                  "float" in a.dtype.name else a.nbytes for a in distinct.values())
 
 
 def _no_wait():
