@@ -316,7 +316,7 @@ def test_compare_against_the_shadow_command(capsys, tmp_path):
 def test_llama_stage_overflow(shared_path):
     """The Llama pipeline stage (3.3 GB of parameters) with N(0, 1) weights: a 4096-wide f16 model overflows f16.
     The first origin is found without finishing the run (--stop-at-first). Slow and ~11 GB: run it under
-    `flock /tmp/hloexec-heavy.lock pytest -m slow tests/test_numerics_programs.py -k llama`."""
+    `flock /tmp/hloexec-heavy.lock pytest -m slow tests/test_numerics.py -k llama`."""
     exe = hloexec.load(str(shared_path("seeds", "llama_train_step_pipeshard_mesh1.hlo")))
     report = find_nonfinite(exe, exe.random_inputs(0), stop_at_first=True)
     [origin] = report.origins
