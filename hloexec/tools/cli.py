@@ -86,6 +86,21 @@ def _prepare(module, args):
     return exe, time.perf_counter() - start
 
 
+def load_for_report(args):
+    """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read."""
+    from .. import ops  # noqa: F401  (fills the op registry)
+    from ..exec.executor import Executable
+    modules, _ = _parse_module_file(args.file)
+    return Executable(select_module(modules, args.module, args.file), compile_kernels=False)
+
+
+def require(package: str, extra: str, what: str) -> None:
+    """UsageError naming the extra to install when an optional package is missing."""
+    import importlib.util
+    if importlib.util.find_spec(package) is None:
+        raise UsageError(f"{what} needs {package}: pip install 'hloexec[{extra}]'")
+
+
 def parse_size(text: str) -> int:
     """'8G', '512M', '1.5e9', '4096' -> bytes (K, M, G, T are powers of 1024)."""
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?)i?B?\s*", text, re.I)
@@ -888,6 +903,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json", [common])
     p.add_argument("--markdown", action="store_true", help="the README's markdown table, with notes")
     p.set_defaults(handler=cmd_ops)
+
+    from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
+    for report in (memory, collectives, export, graph):
+        report.add_command(subparsers, _subparser, [common])
     return parser
 
 
