@@ -322,3 +322,25 @@ def test_llama_stage_overflow(shared_path):
     [origin] = report.origins
     assert report.stopped and origin.kind in ("overflow", "invalid") and origin.shape.startswith("f16")
     assert origin.operands and all(r.nan == 0 and r.inf == 0 for r in origin.operands)
+
+
+def test_a_run_failing_midway_ends_both_paired_runs():
+    """numerics pairs two runs in two threads: when one fails, the other stops too and the error is raised."""
+    from hloexec.errors import ExecutionError
+    from hloexec.ops import custom_call
+
+    def prepare(inst, ctx):
+        def kernel(x):
+            raise ValueError("this kernel fails")
+        return kernel
+    custom_call.register_custom_call("test$fails_at_run_time", prepare, replace=True)
+    text = """HloModule failing
+ENTRY e {
+  x = f16[8] parameter(0)
+  y = f16[8] multiply(x, x)
+  z = f16[8] custom-call(y), custom_call_target="test$fails_at_run_time"
+  ROOT r = f16[8] add(z, x)
+}
+"""
+    with pytest.raises(ExecutionError, match="this kernel fails"):
+        attribute(hloexec.load(text), [np.ones(8, np.float16)], mode="paired")

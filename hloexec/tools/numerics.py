@@ -449,12 +449,14 @@ class _Pairing:
     def post(self, device, item, idle) -> None:
         """`idle`: the participant's context for waiting (an SPMD participant gives its compute slot up)."""
         with idle(), self.cond:
-            if device in self.parted or self.failed:
+            if device in self.parted:
                 return
             self.posted[device] = item
             self.cond.notify_all()
             while device in self.posted and device not in self.parted and not self.failed:
                 self.cond.wait()
+            if self.failed:
+                raise StopRun("the shadow's run failed")
 
     def take(self, device, inst, idle):
         """The program's item for the shadow's `inst`, or None when the runs no longer pair."""
@@ -600,11 +602,12 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
         try:
             shadow_outputs = runner.run(shadow_exe, runner.shadow_inputs(shadow, inputs), on_shadow,
                                         observe_operands=True)
-        except (StopRun, ExecutionError) as e:
+        except BaseException:
+            pairing.finish(failed=True)     # the program's run stops at its next instruction
             thread.join()
-            if "error" in result:
+            if "error" in result and not _stopped(result["error"]):
                 raise result["error"] from None
-            raise e
+            raise
         thread.join()
         if "error" in result:
             raise result["error"]
@@ -628,6 +631,11 @@ def _memory(exe: Executable, inputs, runner: Runner, widened: bool = False) -> i
     distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
     return estimate["work"] + sum(a.size * (16 if a.dtype.kind == "c" else 8) if a.dtype.kind in "fc" or
                                   "float" in a.dtype.name else a.nbytes for a in distinct.values())
+
+
+def _stopped(error: BaseException) -> bool:
+    """Whether `error` is a StopRun (or an SPMD participant's failure caused by one)."""
+    return isinstance(error, StopRun) or isinstance(error.__cause__, StopRun)
 
 
 def _no_wait():
