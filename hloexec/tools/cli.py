@@ -353,16 +353,7 @@ def _runner(exe, args, text_out, global_inputs=None):
             return Runner(), global_inputs, None
         inputs, info = _inputs(exe, args)
         return Runner(), inputs, info
-    from ..exec import spmd
-    partitions, replicas, note = spmd.device_counts(exe.module, args.partitions, args.replicas)
-    say = lambda message: print(message, file=text_out or sys.stderr, flush=True)  # noqa: E731
-    if note:
-        say(note)
-    n = partitions * replicas
-    if global_inputs is not None:
-        inputs, info = spmd.split_inputs(exe.module, global_inputs, n), None
-    else:
-        inputs, info = _per_device_inputs(exe, args, n)
+    partitions, replicas, note, say, inputs, info = _spmd_setup(exe, args, text_out, global_inputs)
     return Runner({"partitions": partitions, "replicas": replicas, "report": say,
                    "memory_limit": args.max_memory}), inputs, info
 
@@ -412,6 +403,18 @@ def cmd_run_nonfinite(exe, args, text_out) -> int:
     return EXIT_MISMATCH if report.origins else EXIT_OK
 
 
+def _compared_modules(args):
+    """(module, its Executable, the REFERENCE file's module, its Executable) of `compare` (None, None: no file)."""
+    modules, _ = _parse_module_file(args.file)
+    module = select_module(modules, args.module, args.file)
+    exe, _ = _prepare(module, args)
+    if args.other is None:
+        return module, exe, None, None
+    other_modules, _ = _parse_module_file(args.other)
+    other = select_module(other_modules, args.module if len(other_modules) > 1 else None, args.other)
+    return module, exe, other, _prepare(other, args)[0]
+
+
 def cmd_compare(args) -> int:
     from .compare import compare_outputs, format_report
     if args.reference == "shadow":
@@ -424,14 +427,8 @@ def cmd_compare(args) -> int:
         raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz "
                          "or --against xla")
     text_out = None if args.json else sys.stdout
-    modules, _ = _parse_module_file(args.file)
-    module = select_module(modules, args.module, args.file)
-    exe, _ = _prepare(module, args)
-    other_exe = None
-    if args.other is not None:
-        other_modules, _ = _parse_module_file(args.other)
-        other = select_module(other_modules, args.module if len(other_modules) > 1 else None, args.other)
-        other_exe, _ = _prepare(other, args)
+    module, exe, other, other_exe = _compared_modules(args)
+    if other_exe is not None:
         check_memory(other_exe, args, text_out)
         reference = {"from": "hlo", "file": args.other, "module": other.name}
     if args.expected is not None:
@@ -477,14 +474,7 @@ def cmd_compare_shadow(args) -> int:
     if args.atol is not None or args.rtol is not None:
         raise UsageError("--reference shadow judges by the program's precision, not by --atol/--rtol")
     text_out = None if args.json else sys.stdout
-    modules, _ = _parse_module_file(args.file)
-    module = select_module(modules, args.module, args.file)
-    exe, _ = _prepare(module, args)
-    other_exe = None
-    if args.other is not None:
-        other_modules, _ = _parse_module_file(args.other)
-        other = select_module(other_modules, args.module if len(other_modules) > 1 else None, args.other)
-        other_exe, _ = _prepare(other, args)
+    module, exe, _, other_exe = _compared_modules(args)
     if _is_spmd(args):
         if args.against is not None:
             raise UsageError("compare --spmd takes a reference HLO file or --actual, not --against xla")
@@ -579,22 +569,30 @@ def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
     return inputs, {"from": "npz", "path": args.inputs, "split": "per device"}
 
 
-def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
-    """(counts, per-device outputs, global outputs) of an SPMD run, what it says printed first; inputs from
-    `global_inputs` split by sharding, else from --inputs/--seed (_per_device_inputs). The global outputs
-    are assembled by the output shardings (the ones the `reference` module, the program before
-    partitioning, annotates where the module has none), cropped to the reference's output shapes."""
+def _spmd_setup(exe, args, text_out, global_inputs=None):
+    """(partitions, replicas, the counts' note, say(message), per-device inputs, their description) of an SPMD
+    run: counts from the flags or the module (the note, when inferred, is said at once: with --json on stderr);
+    inputs from `global_inputs` split by sharding, else from --inputs/--seed (_per_device_inputs)."""
     from ..exec import spmd
-    def say(message: str) -> None:        # with --json, on stderr
+    def say(message: str) -> None:
         print(message, file=text_out or sys.stderr, flush=True)
     partitions, replicas, note = spmd.device_counts(exe.module, args.partitions, args.replicas)
     if note:
         say(note)
     n = partitions * replicas
     if global_inputs is not None:
-        per_device, inputs_info = spmd.split_inputs(exe.module, global_inputs, n), None
-    else:
-        per_device, inputs_info = _per_device_inputs(exe, args, n)
+        return partitions, replicas, note, say, spmd.split_inputs(exe.module, global_inputs, n), None
+    return (partitions, replicas, note, say, *_per_device_inputs(exe, args, n))
+
+
+def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
+    """(counts, per-device outputs, global outputs) of an SPMD run, what it says printed first; inputs from
+    `global_inputs` split by sharding, else from --inputs/--seed (_per_device_inputs). The global outputs
+    are assembled by the output shardings (the ones the `reference` module, the program before
+    partitioning, annotates where the module has none), cropped to the reference's output shapes."""
+    from ..exec import spmd
+    partitions, replicas, note, say, per_device, inputs_info = _spmd_setup(exe, args, text_out, global_inputs)
+    n = partitions * replicas
     start = time.perf_counter()
     outputs = exe.run_spmd(per_device, partitions=partitions, replicas=replicas, report=say,
                            memory_limit=args.max_memory)
