@@ -344,3 +344,24 @@ ENTRY e {
 """
     with pytest.raises(ExecutionError, match="this kernel fails"):
         attribute(hloexec.load(text), [np.ones(8, np.float16)], mode="paired")
+
+
+def test_a_nan_written_in_the_program_is_intentional():
+    """A NaN fill value selected away is no origin; one that reaches an output is listed as intentional."""
+    text = """HloModule nan_fill
+ENTRY e {
+  x = f32[4] parameter(0)
+  m = pred[4] parameter(1)
+  nan = f32[] constant(nan)
+  nb = f32[4] broadcast(nan), dimensions={}
+  filled = f32[4] select(m, x, nb)
+  big = f32[4] multiply(x, x)
+  ROOT r = (f32[4], f32[4]) tuple(filled, big)
+}
+"""
+    x = np.array([1, 2, 3, 1e30], np.float32)
+    away = find_nonfinite(hloexec.load(text), [x, np.ones(4, bool)])
+    assert [o.name for o in away.origins] == ["big"] and away.intentional == [] and away.intentional_seen == 1
+    kept = find_nonfinite(hloexec.load(text), [x, np.array([1, 1, 0, 1], bool)])
+    assert [o.name for o in kept.origins] == ["big"] and [o.name for o in kept.intentional] == ["nan"]
+    assert kept.intentional[0].outputs == [0]

@@ -8,11 +8,12 @@ with their kind, operand ranges, op_name and source line, and the path to the ou
 - `overflow`, `division by zero`, `log of zero`: an infinity from finite operands;
 - `invalid`: a NaN from finite operands (0/0, sqrt or log of a negative number);
 - `NaN from infinities`: inf - inf, 0 * inf..., naming where those infinities came from;
-- `intentional`: an infinity written in the program (a -inf attention mask, a max-reduce init): not an origin
-  by itself, listed only when it later turns into NaN.
+- `intentional`: an infinity or a NaN written in the program (a -inf attention mask, a max-reduce init, a NaN
+  fill value): not an origin by itself; an infinity is listed when it later turns into NaN, a NaN when it
+  reaches an output.
 
-Infinities are followed from value to value (a -inf constant through a broadcast and a select), so a NaN made
-from them says which origin (or intentional constant, or input) they came from.
+Non-finite values are followed from value to value (a -inf constant through a broadcast and a select), so a
+NaN made from infinities says which origin (or intentional constant, or input) they came from.
 """
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ class NonfiniteTracker:
                 out.append(entry[1:])
             else:
                 counts = _counts(leaf)
-                out.append((counts, frozenset({("input", operand.name)}) if counts[1] else frozenset()))
+                out.append((counts, frozenset({("input", operand.name)}) if any(counts) else frozenset()))
         return out
 
     def _remember(self, device, inst, leaves, facts) -> None:
@@ -151,7 +152,7 @@ class NonfiniteTracker:
         if inst.opcode in _CONTAINERS:      # its called computations' roots say where its values came from
             inner = frozenset().union(*(p for c in inst.called_computations
                                         for _, p in self.facts.get((device, c.name, c.root.name), ())))
-            self._remember(device, inst, leaves, [(c, inner if c[1] else frozenset()) for c in counts])
+            self._remember(device, inst, leaves, [(c, inner if any(c) else frozenset()) for c in counts])
             return False
         ops = [(o, leaf, facts) for o, v in zip(inst.operands, operands)
                for leaf, facts in zip(_float_leaves(v), self._operand_facts(device, o, _float_leaves(v)))]
@@ -161,7 +162,9 @@ class NonfiniteTracker:
                     for leaf, facts in zip(_float_leaves(v), self.facts[(d, comp, o.name)])]
         new_inf, new_nan, invalid, carried, nan_sources, first = _new_nonfinite(inst, leaves, ops)
         kind = None
-        if new_nan:
+        if not inst.operands and (new_nan or new_inf):
+            kind = "intentional"            # a constant written with NaN or an infinity
+        elif new_nan:
             kind = "invalid" if invalid else "NaN from infinities"
         elif new_inf:
             kind = _inf_kind(inst)
@@ -175,8 +178,8 @@ class NonfiniteTracker:
                 origin.runs += 1
                 if device not in origin.devices:
                     origin.devices.append(device)
-        provenance = carried | (frozenset({key}) if new_inf else frozenset())
-        self._remember(device, inst, leaves, [(c, provenance if c[1] else frozenset()) for c in counts])
+        provenance = carried | (frozenset({key}) if new_inf or new_nan else frozenset())
+        self._remember(device, inst, leaves, [(c, provenance if any(c) else frozenset()) for c in counts])
         return kind not in (None, "intentional") and self.stop_at_first
 
     def _origin(self, inst, kind, device, run, step, leaves, ops, nan_sources, index) -> Origin:
@@ -206,7 +209,12 @@ class NonfiniteTracker:
         paths = _Paths(self.module)
         origins = sorted(self.origins.values(), key=lambda o: (o.step, o.device))
         used = {name for o in origins if o.kind == "NaN from infinities" for name in o.infinities_from}
-        intentional = [o for o in self.intentional.values() if f"%{o.name}" in used]
+        root = self.module.entry.root
+        reaching = frozenset().union(*(p for (d, c, n), facts in self.facts.items()
+                                       if (c, n) == (self.module.entry.name, root.name) for _, p in facts))
+        # an intentional infinity is listed when it turns into NaN; an intentional NaN when it reaches an output
+        intentional = [o for o in self.intentional.values()
+                       if f"%{o.name}" in used or (o.nan and (o.computation, o.name) in reaching)]
         for o in origins + intentional:
             o.inside = paths.callers(o.computation)
             o.outputs, o.path = paths.to_outputs(o.computation, o.name, set(bad_outputs))
@@ -216,9 +224,9 @@ class NonfiniteTracker:
 @dataclass
 class NonfiniteReport:
     origins: list[Origin]
-    intentional: list[Origin]            # intentional infinities that turned into NaN downstream
+    intentional: list[Origin]            # intentional infinities that turned into NaN, NaNs that reach outputs
     outputs: list[int]                   # outputs holding NaN or Inf
-    intentional_seen: int = 0            # instructions writing intentional infinities (used or not)
+    intentional_seen: int = 0            # instructions writing NaN or infinities (constants), reported or not
     stopped: bool = False                # --stop-at-first ended the run
 
 
@@ -239,7 +247,8 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
         out_nan, out_inf = np.isnan(out), np.isinf(out)
         made_nan = out_nan & ~any_nan
         made_inf = out_inf & ~any_inf & ~any_nan
-        carried = frozenset().union(*(p for (_, _, (_, p)), inf in zip(ops, op_inf) if (inf & out_inf).any()))
+        carried = frozenset().union(*(p for (_, _, (_, p)), inf, nan in zip(ops, op_inf, op_nan)
+                                      if (inf & out_inf).any() or (nan & out_nan).any()))
         nan_sources = frozenset().union(*(p for (_, _, (_, p)), inf in zip(ops, op_inf) if (inf & made_nan).any()))
         new = made_nan | made_inf
         first = [int(i) for i in np.unravel_index(int(np.argmax(new)), shape)] if new.any() else None
@@ -249,15 +258,13 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
     inf = any(_counts(v)[1] for v in leaves)
     op_nan = any(c[0] for _, _, (c, _) in ops)
     op_inf = any(c[1] for _, _, (c, _) in ops)
-    inherited = frozenset().union(*(p for _, _, ((_, i), p) in ops if i))
     new_nan = nan and not op_nan
-    return inf and not op_inf and not op_nan, new_nan, new_nan and not op_inf, inherited if inf else frozenset(), \
-        inherited if new_nan else frozenset(), None
+    carried = frozenset().union(*(p for _, _, (c, p) in ops if any(c))) if nan or inf else frozenset()
+    nan_sources = frozenset().union(*(p for _, _, ((_, i), p) in ops if i)) if new_nan else frozenset()
+    return inf and not op_inf and not op_nan, new_nan, new_nan and not op_inf, carried, nan_sources, None
 
 
 def _inf_kind(inst: Instruction) -> str:
-    if not inst.operands:
-        return "intentional"             # a constant (or iota-like op) written with an infinity
     return {"divide": "division by zero", "log": "log of zero", "power": "overflow"}.get(inst.opcode, "overflow")
 
 
@@ -363,7 +370,8 @@ def format_report(report: NonfiniteReport) -> str:
                                               f"{report.intentional_seen}, none turned into NaN)"
                                               if report.intentional_seen else ""))
     for k, o in enumerate(report.origins + report.intentional, 1):
-        label = "intentional infinity that turns into NaN" if o.kind == "intentional" else o.kind
+        label = o.kind if o.kind != "intentional" else \
+            "NaN written in the program, reaching outputs" if o.nan else "intentional infinity that turns into NaN"
         where = f" in %{o.computation}" + (f" (run by {', '.join(o.inside)})" if o.inside else "")
         device = f"device {o.device}, " if len(o.devices) > 1 or o.device else ""
         lines.append(f"{k}. %{o.name} = {o.shape} {o.opcode}{where}: {label}")
@@ -384,8 +392,9 @@ def format_report(report: NonfiniteReport) -> str:
             lines.append("   reaches no output with non-finite values")
     unused = report.intentional_seen - len(report.intentional)
     if unused and report.origins:
-        lines.append(f"{unused} instruction{'s' if unused != 1 else ''} write intentional infinities (a -inf mask, a "
-                     "max-reduce init): not origins, none of them turns into NaN")
+        lines.append(f"{unused} constant{'s' if unused != 1 else ''} with NaN or infinities (a -inf mask, a max-reduce "
+                     "init): intentional, not origins" + ("" if report.stopped else "; none turns into NaN or reaches an "
+                                                          "output as NaN"))
     if report.outputs:
         lines.append(f"outputs holding NaN or Inf: {report.outputs}")
     if report.stopped:
