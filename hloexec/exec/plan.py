@@ -120,6 +120,8 @@ class Plan:
     def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
         self._observer = getattr(ctx, "observer", _no_observer)     # the calling thread's observe callback
+        # a reducer or comparator runs per element: observers see the instruction applying it, not each scalar
+        self._unobserved = lambda: comp.name in getattr(ctx, "applied_computations", ())
         if fuse:        # calls inlined first, so that fusion sees through them (exec/inline.py)
             comp = inline_calls(comp, keep_call=has_side_effect)
         live = live_instructions(comp)
@@ -194,6 +196,8 @@ class Plan:
         instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one,
         as does an observer (ExecContext.observe), called `observer(inst, value, operand values)` after each step."""
         observe = self._observer()
+        if observe is not None and self._unobserved():
+            observe = None
         if self._run_fast is not None and progress is None and profile is None and observe is None:
             try:
                 return self._run_fast(args)
