@@ -365,3 +365,25 @@ ENTRY e {
     kept = find_nonfinite(hloexec.load(text), [x, np.array([1, 1, 0, 1], bool)])
     assert [o.name for o in kept.origins] == ["big"] and [o.name for o in kept.intentional] == ["nan"]
     assert kept.intentional[0].outputs == [0]
+
+
+def test_run_shadow_command(capsys, tmp_path):
+    """`run --shadow`: per output the shadow's summary and the run's error; the compare that parts is named;
+    --out writes the shadow's (f64) outputs."""
+    from hloexec.tools.xla_cpu import load_arrays
+    path = tmp_path / "diverging.hlo"
+    path.write_text(DIVERGING)
+    r = np.random.default_rng(1)
+    x = (0.3 / r.uniform(0.5, 1.0, 4096) * r.uniform(0.999, 1.001, 4096)).astype(np.float16)
+    y = (0.3 / x.astype(np.float64) * r.uniform(0.999, 1.001, 4096)).astype(np.float16)
+    inputs = tmp_path / "in.npz"
+    save_arrays(str(inputs), {"arg0": x, "arg1": y})
+    out = tmp_path / "exact.npz"
+    assert main(["run", str(path), "--inputs", str(inputs), "--shadow", "--json", "--out", str(out)]) == 0
+    document = json.loads(capsys.readouterr().out)["shadow"]
+    assert [d["name"] for d in document["divergences"]] == ["gt"] and document["discrete"] == 1
+    assert document["outputs"][1]["dtype"] == "f16" and 0 < document["outputs"][1]["error"]["max_ulps"]
+    assert document["outputs"][0]["error"]["mismatches"] == document["divergences"][0]["elements"]
+    assert load_arrays(str(out))["out1"].dtype == np.float64
+    assert main(["run", str(path), "--inputs", str(inputs), "--shadow"]) == 0
+    assert "%gt (compare in %e)" in capsys.readouterr().out
