@@ -84,7 +84,7 @@ def _prepare(module, args):
     from ..exec.executor import Executable
     start = time.perf_counter()
     exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
-                     reductions=args.reductions)
+                     reductions=args.reductions or "accumulate")
     return exe, time.perf_counter() - start
 
 
@@ -722,7 +722,8 @@ def cmd_numerics(args) -> int:
     runner, inputs, inputs_info = _runner(exe, args, text_out)
     say = lambda message: print(message, file=text_out or sys.stderr, flush=True)  # noqa: E731
     start = time.perf_counter()
-    report = attribute(exe, inputs, runner, mode="local" if args.local else "auto", say=say)
+    reductions = args.reductions or "per-step"         # the HLO's meaning: every reducer step rounds
+    report = attribute(exe, inputs, runner, mode="local" if args.local else "auto", reductions=reductions, say=say)
     seconds = time.perf_counter() - start
     if args.json:
         _print_json({"command": "numerics", "version": JSON_VERSION, "file": args.file, "module": module.name,
@@ -731,7 +732,8 @@ def cmd_numerics(args) -> int:
         print(f"module {module.name}, inputs " + (f"seed {args.seed}" if args.inputs is None else args.inputs)
               + (": the run paired with its shadow (every float type in f64)" if report.mode == "paired" else
                  ": local errors at the run's own operands (no shadow run)")
-              + "; f16/bf16 reductions round every step (the most pessimistic plausible order)")
+              + ("; f16/bf16 reductions round every step (the most pessimistic plausible order)"
+                 if reductions == "per-step" else "; f16/bf16 reductions accumulate in f32"))
         print(format_numerics(report, args.top))
         print(f"time: {seconds:.2f} s")
     return EXIT_OK
@@ -788,10 +790,12 @@ def build_parser() -> argparse.ArgumentParser:
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     execution.add_argument("--excess-precision", action="store_true",
                            help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
-    execution.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
+    # default None: accumulate for run and compare, per-step for numerics (parents share their actions, so
+    # one subcommand's set_defaults would change every subcommand's default)
+    execution.add_argument("--reductions", choices=REDUCTIONS, default=None,
                            help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
                                 "f32, rounded once) or per-step (every step rounded to the type, in row-major "
-                                "order, as XLA:CPU's optimized modules compute them)")
+                                "order, as XLA:CPU's optimized modules compute them; numerics' default)")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
     calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")

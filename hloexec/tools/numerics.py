@@ -38,7 +38,7 @@ def executable_like(exe: Executable, module, **options) -> Executable:
     """An Executable of `module` with `exe`'s options (`options` override them)."""
     ctx = exe.context
     settings = dict(excess_precision=ctx.excess_precision, use_numba=ctx.use_numba, compile_after=ctx.compile_after,
-                    max_memory=exe.max_memory)
+                    reductions=ctx.reductions, max_memory=exe.max_memory)
     settings.update(options)
     return Executable(module, **settings)
 
@@ -205,10 +205,7 @@ def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow:
 def baseline_executable(exe: Executable) -> Executable:
     """The program at its own precision in the most pessimistic plausible order: every f16/bf16 reduction
     step rounds to its type, in index order (`reductions="per-step"`)."""
-    import inspect
-    if "reductions" in inspect.signature(Executable.__init__).parameters:
-        return executable_like(exe, exe.module, reductions="per-step")
-    return exe
+    return executable_like(exe, exe.module, reductions="per-step")
 
 
 def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None, runner: Runner | None = None,
@@ -512,14 +509,14 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     its inherited error the largest its operands arrived with. Memory: both runs' live values at once.
     "local": only the program runs; the local error is at its own operands (its op against the same op in f64
     on them): one run's memory plus one instruction's, for modules whose shadow does not fit.
-    "auto": paired when both runs fit in the memory available, else local (`say(message)` tells why)."""
+    "auto": paired when both runs fit in the memory available, else local (`say(message)` tells why).
+    `reductions`: the program's f16/bf16 reductions (None: `exe`'s), per-step by default: the HLO's meaning,
+    every reducer step rounding."""
     from ..errors import ExecutionError
     from .nonfinite import NonfiniteTracker
     runner = runner or Runner()
     shadow = shadow_module(exe.module)
-    options = {"use_numba": False}
-    if reductions is not None and "reductions" in _executable_options():
-        options["reductions"] = reductions
+    options = {"use_numba": False} if reductions is None else {"use_numba": False, "reductions": reductions}
     program = executable_like(exe, exe.module, **options)
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     if mode == "auto":
@@ -641,11 +638,6 @@ def _stopped(error: BaseException) -> bool:
 def _no_wait():
     import contextlib
     return contextlib.nullcontext()
-
-
-def _executable_options() -> set:
-    import inspect
-    return set(inspect.signature(Executable.__init__).parameters)
 
 
 def _helper_names(shadow: Shadow) -> set:
