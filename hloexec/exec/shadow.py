@@ -14,7 +14,7 @@ the cuBLAS custom-calls) without any op knowing about it:
   own types on the shadow's values rounded to them, and their float results are widened: bitcast-convert
   to or from a float type (jax's random-float bit trick), rng, rng-bit-generator, stochastic-convert,
   quantizing converts, and custom-calls other than those that compute in their output type (cuBLAS gemm,
-  TopK, the identity markers). `Shadow.pinned` lists them with the reason.
+  TopK) or move values only (the identity markers). `Shadow.pinned` lists them with the reason.
 
 Integer and pred values are the same as in the program's run except where they are computed from floats:
 compares, float->int converts, is-finite, sorts and variadic reduces over float keys, bitcasts of floats.
@@ -34,12 +34,10 @@ from ..ir.shape import Shape
 
 F64, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["c128"]
 
-# Custom-call targets whose kernels compute in their output type (f64 in the shadow) or move values only.
-EXACT_CUSTOM_CALLS = frozenset({
-    "__cublas$gemm", "__cublas$lt$matmul", "TopK", "SliceToDynamic", "Sharding", "SPMDFullToShardShape",
-    "SPMDShardToFullShape", "MoveToHost", "MoveToDevice", "annotate_device_placement", "LayoutConstraint",
-    "__builtin$CrossMeshAllReduce", "pipeline_marker", "xla_python_cpu_callback_identity_marker_unused",
-    "xla.sdy.FuncResultSharding", "SetBound"})
+# Custom-call targets whose kernels compute in their output type (f64 in the shadow); markers that move values
+# only (identity markers, --custom-call-identity ones, SliceToDynamic, manual-region edges) are found by their
+# registered kernel (_moves_values_only).
+COMPUTING_CUSTOM_CALLS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "TopK", "__gpu$TopK"})
 # Ops whose values depend on the bits or the random stream of their own types.
 _PINNED_OPCODES = {"rng": "draws random numbers of its own type", "rng-bit-generator": "random bits",
                    "rng-get-and-update-state": "random state", "stochastic-convert": "random rounding"}
@@ -136,9 +134,18 @@ def pin_reason(inst: Instruction) -> str | None:
         return None
     if opcode == "custom-call":
         target = inst.attr("custom_call_target", "")
-        if target not in EXACT_CUSTOM_CALLS and (has_float(inst.shape) or any(has_float(o.shape) for o in inst.operands)):
+        if target not in COMPUTING_CUSTOM_CALLS and not _moves_values_only(target) \
+                and (has_float(inst.shape) or any(has_float(o.shape) for o in inst.operands)):
             return f"custom-call {target} computes in its own types"
     return None
+
+
+def _moves_values_only(target: str) -> bool:
+    """Whether custom-call `target` is registered as a marker whose values are (tiles of) its operands'."""
+    from ..ops import manual
+    from ..ops.custom_call import markers
+    from ..ops.custom_call.registry import CUSTOM_CALLS
+    return CUSTOM_CALLS.get(target) in (markers.identity, markers.slice_to_dynamic, manual.enter, manual.leave)
 
 
 # Ops that can compute integer/pred values from float ones (data movement only carries them).
