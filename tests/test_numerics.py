@@ -312,6 +312,28 @@ def test_compare_against_the_shadow_command(capsys, tmp_path):
     assert main(argv + ["--expected", str(tmp_path / "good.npz")]) == 2
 
 
+def test_compare_actual_takes_bf16_outputs_plain_savez_wrote(capsys, tmp_path):
+    """--actual reads a device's bf16 outputs saved with plain np.savez (raw void |V2) as bf16
+    (exec/inputs.from_npz_void), not as a dtype mismatch."""
+    path = tmp_path / "bf16.hlo"
+    path.write_text("""HloModule bf16
+ENTRY e {
+  x = bf16[64] parameter(0)
+  y = bf16[64] parameter(1)
+  ROOT m = bf16[64] multiply(x, y)
+}
+""")
+    r = np.random.default_rng(0)
+    x, y = (r.standard_normal(64).astype(ml_dtypes.bfloat16) for _ in range(2))
+    inputs = tmp_path / "in.npz"
+    save_arrays(str(inputs), {"arg0": x, "arg1": y})
+    np.savez(tmp_path / "device.npz", out0=np.asarray(hloexec.load(path.read_text()).run(x, y)))
+    assert np.load(tmp_path / "device.npz")["out0"].dtype.kind == "V"
+    argv = ["compare", str(path), "--inputs", str(inputs), "--reference", "shadow", "--json"]
+    assert main(argv + ["--actual", str(tmp_path / "device.npz")]) == 0
+    assert json.loads(capsys.readouterr().out)["candidates"] == {"hloexec": True, "device.npz": True}
+
+
 @pytest.mark.slow
 def test_llama_stage_nonfinite_origin(shared_path):
     """The Llama pipeline stage (3.3 GB of parameters) with N(0, 1) inputs: its updated weights hold NaN. The
