@@ -410,3 +410,13 @@ def test_run_shadow_command(capsys, tmp_path):
     assert load_arrays(str(out))["out1"].dtype == np.float64
     assert main(["run", str(path), "--inputs", str(inputs), "--shadow"]) == 0
     assert "%gt (compare in %e)" in capsys.readouterr().out
+
+
+def test_observed_commands_refuse_ray(capsys, tmp_path):
+    """--shadow, --find-nonfinite and numerics observe every participant from this process: with --ray (actors in
+    other processes) they are a usage error, said before anything runs."""
+    path = tmp_path / "lossy.hlo"
+    path.write_text(SHADOWED)
+    for argv in (["run", str(path), "--shadow"], ["run", str(path), "--find-nonfinite"], ["numerics", str(path)]):
+        assert main(argv + ["--ray"]) == 2
+        assert "not with --ray" in capsys.readouterr().err
