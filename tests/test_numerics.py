@@ -242,6 +242,21 @@ def test_nonfinite_and_shadow_in_spmd_runs():
     assert run.shadow[0][3] == 4.0 ** 2 + 300.0 ** 2
 
 
+def test_spmd_commands(capsys, tmp_path):
+    """The same from the command line: --spmd with global inputs split by sharding; the origin names its device;
+    the overflow is what f16 gives (the baseline overflows too), so the run is consistent, its Inf counted."""
+    path = tmp_path / "spmd.hlo"
+    path.write_text(SPMD_OVERFLOW)
+    inputs = tmp_path / "in.npz"
+    save_arrays(str(inputs), {"arg0": np.array([1, 2, 3, 4, 5, 6, 7, 300], np.float16)})
+    assert main(["run", str(path), "--spmd", "--inputs", str(inputs), "--find-nonfinite", "--json"]) == 1
+    [origin] = json.loads(capsys.readouterr().out)["origins"]
+    assert (origin["name"], origin["opcode"], origin["device"]) == ("sq", "multiply", 1)
+    assert main(["compare", str(path), "--spmd", "--inputs", str(inputs), "--reference", "shadow", "--json"]) == 0
+    [judged] = json.loads(capsys.readouterr().out)["outputs"][0]["candidates"]
+    assert judged["consistent"] and judged["errors"]["nonfinite"] == 1
+
+
 def test_attribution_names_the_lossy_instruction(capsys, tmp_path):
     """A cancelling f16 subtract after f32->f16 converts carries the local error: nothing of the difference is
     left; the converts and the multiply round once. `numerics --json` lists them in `top` with name, opcode,
