@@ -85,6 +85,21 @@ ENTRY e {
 """
 
 
+def test_custom_calls_moving_values_are_widened_others_pinned():
+    """A custom-call registered as an identity marker (here as --custom-call-identity would) carries the shadow's
+    f64 values; one whose kernel computes in its own types (oneDNN's layer norm) runs pinned at them."""
+    from hloexec.ops.custom_call.markers import register_identity
+    register_identity("hloexec_test_marker")
+    shadow = shadow_module(hloexec.parse("""HloModule m
+ENTRY e { x = f16[8] parameter(0)
+  m = f16[8] custom-call(x), custom_call_target="hloexec_test_marker"
+  s = f16[8] custom-call(x), custom_call_target="Sharding"
+  n = f16[8] custom-call(m), custom_call_target="__onednn$layernorm"
+  ROOT t = (f16[8], f16[8]) tuple(s, n) }""")[0])
+    assert list(shadow.pinned) == ["n"] and "__onednn$layernorm" in shadow.pinned["n"]
+    assert {i.name: i.shape.to_text(False) for i in shadow.module.entry.instructions}["m"] == "f64[8]"
+
+
 def test_discrete_values_computed_from_floats_are_reported_where_they_part():
     """x*y rounded to f16 lands on the other side of the threshold than the exact product for some elements:
     the compare's values differ between the run and the shadow, and the report counts them."""
