@@ -254,3 +254,28 @@ def test_an_observed_run_sees_every_value_in_every_tier():
         assert np.array_equal(values["b"], p * p) and np.array_equal(values["c"], p * p + p)
         assert [v for n, v in seen if n == "k1"] == [1, 2, 3]
         assert exe.run(p).tobytes() == want.tobytes()       # and the next run is not observed
+
+
+def test_an_observed_run_does_not_see_the_scalar_steps_of_reducers():
+    """A reducer that is not one vectorizable op runs through its computation once per element: observers see the
+    reduce, not the 3 x 4096 scalar steps."""
+    text = """HloModule argmax
+arg { a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GE
+  m = f32[] select(gt, a, b)
+  k = s32[] select(gt, i, j)
+  ROOT t = (f32[], s32[]) tuple(m, k) }
+ENTRY e { x = f32[4096] parameter(0)
+  ids = s32[4096] iota(), iota_dimension=0
+  lo = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[], s32[]) reduce(x, ids, lo, zero), dimensions={0}, to_apply=arg }
+"""
+    exe = hloexec.load(text)
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    seen = []
+    best, where = exe.run(x, observe=lambda inst, value: seen.append(inst.name))
+    assert seen == ["ids", "lo", "zero", "r"] and where == np.argmax(x) and best == x.max()

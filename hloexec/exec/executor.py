@@ -5,6 +5,7 @@ import functools
 import threading
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -182,11 +183,18 @@ class ExecContext:
         self._participant.device = device
 
     def observer(self):
-        """The calling thread's `observe(inst, value)` callback while it runs an observed run, else None."""
+        """The calling thread's `observer(inst, value, operands)` while it runs an observed run, else None."""
         return getattr(self._participant, "observer", None)
 
+    @cached_property
+    def applied_computations(self) -> frozenset[str]:
+        """Names of the computations applied per element (reducers, comparators, scatter/select/map
+        computations), with those they call: an observed run does not observe their scalar steps."""
+        return applied_computations(self.module)
+
     def observe(self, callback) -> None:
-        """Make the calling thread's runs call `callback(inst, value)` after every instruction (None: stop)."""
+        """Make the calling thread's runs call `callback(inst, value, operands)` after every instruction (None:
+        stop)."""
         self._participant.observer = callback
 
     def computation(self, comp: Computation, fuse: bool = True) -> Plan:
@@ -318,7 +326,7 @@ class Executable:
     def result_shape(self) -> Shape:
         return self.module.entry.root.shape
 
-    def run(self, *args, progress=None, profile=None, observe=None):
+    def run(self, *args, progress=None, profile=None, observe=None, observe_operands: bool = False):
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
         `progress(done, total)` is called after each entry-computation instruction (None: no cost);
@@ -326,7 +334,10 @@ class Executable:
         fused groups inclusive). `observe(inst, value)` is called after every instruction that runs, in the
         order they run: those of called, fused and loop computations too (each time they run; fusions and loops
         run op by op while observed, so every value is seen). A group hloexec fused itself (`use_numba=True`
-        on an unfused module) is seen as its root. Values are the plan's own: keep only what you need."""
+        on an unfused module) is seen as its root; so is a reducer or comparator applied per element (the reduce,
+        sort, scatter... applying it is seen). Values are the plan's own: keep only what you need.
+        `observe_operands`: call `observe(inst, value, operands)`, with the operand values the instruction
+        ran on (a fused group's: its inputs). Parameters are not observed (they are the caller's values)."""
         if self.manual_regions and self.context.device is self.device:   # every device must run; this thread plays none
             if progress is not None or profile is not None or observe is not None:
                 raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
@@ -341,7 +352,7 @@ class Executable:
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
         previous = self.context.observer()
         if observe is not None:
-            self.context.observe(observe)
+            self.context.observe(observe if observe_operands else lambda inst, value, operands: observe(inst, value))
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
                 return self.plan(*inputs, progress=progress, profile=profile)
@@ -375,6 +386,33 @@ class Executable:
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
         from .spmd import run_spmd
         return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
+
+
+# (opcode, called-computation key) of the calls whose computation runs once per call, not per element
+_WHOLE_CALLS = frozenset({("call", "to_apply"), ("fusion", "calls"), ("while", "condition"), ("while", "body"),
+                          ("conditional", "branch_computations"), ("conditional", "true_computation"),
+                          ("conditional", "false_computation"), ("async-start", "calls"),
+                          ("async-start", "called_computations"), ("custom-call", "called_computations")})
+
+
+def applied_computations(module: Module) -> frozenset[str]:
+    """Names of the computations some instruction applies per element (reduce, sort, scatter, map, all-reduce...),
+    and of the computations they call."""
+    applied: set[str] = set()
+
+    def add(comp: Computation) -> None:
+        if comp.name not in applied:
+            applied.add(comp.name)
+            for inst in comp.instructions:
+                for c in inst.called_computations:
+                    add(c)
+    for comp in module.computations:
+        for inst in comp.instructions:
+            for key, called in inst.called.items():
+                if (inst.opcode, key) not in _WHOLE_CALLS:
+                    for c in (called if isinstance(called, list) else [called]):
+                        add(c)
+    return frozenset(applied)
 
 
 def _nested_whiles(inst) -> list:
