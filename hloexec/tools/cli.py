@@ -443,6 +443,11 @@ def _compared_modules(args):
 
 def cmd_compare(args) -> int:
     from .compare import compare_outputs, format_report, mark_elided
+    if args.reference == "shadow":
+        return cmd_compare_shadow(args)
+    if args.actual:
+        raise UsageError("--actual is a candidate for --reference shadow; to compare two sets of outputs for "
+                         "equality, give FILE and --expected")
     references = [r for r in (args.other, args.expected, args.against) if r is not None]
     if len(references) != 1:
         raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz "
