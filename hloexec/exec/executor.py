@@ -169,11 +169,12 @@ class ExecContext:
         self._participant.device = device
 
     def observer(self):
-        """The calling thread's `observe(inst, value)` callback while it runs an observed run, else None."""
+        """The calling thread's `observer(inst, value, operands)` while it runs an observed run, else None."""
         return getattr(self._participant, "observer", None)
 
     def observe(self, callback) -> None:
-        """Make the calling thread's runs call `callback(inst, value)` after every instruction (None: stop)."""
+        """Make the calling thread's runs call `callback(inst, value, operands)` after every instruction (None:
+        stop)."""
         self._participant.observer = callback
 
     def computation(self, comp: Computation, fuse: bool = True) -> Plan:
@@ -291,7 +292,7 @@ class Executable:
     def result_shape(self) -> Shape:
         return self.module.entry.root.shape
 
-    def run(self, *args, progress=None, profile=None, observe=None):
+    def run(self, *args, progress=None, profile=None, observe=None, observe_operands: bool = False):
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
         `progress(done, total)` is called after each entry-computation instruction (None: no cost);
@@ -299,7 +300,9 @@ class Executable:
         fused groups inclusive). `observe(inst, value)` is called after every instruction that runs, in the
         order they run: those of called, fused and loop computations too (each time they run; fusions and loops
         run op by op while observed, so every value is seen). A group hloexec fused itself (`use_numba=True`
-        on an unfused module) is seen as its root. Values are the plan's own: keep only what you need."""
+        on an unfused module) is seen as its root. Values are the plan's own: keep only what you need.
+        `observe_operands`: call `observe(inst, value, operands)`, with the operand values the instruction
+        ran on (a fused group's: its inputs). Parameters are not observed (they are the caller's values)."""
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
@@ -308,7 +311,7 @@ class Executable:
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
         previous = self.context.observer()
         if observe is not None:
-            self.context.observe(observe)
+            self.context.observe(observe if observe_operands else lambda inst, value, operands: observe(inst, value))
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
                 return self.plan(*inputs, progress=progress, profile=profile)

@@ -192,7 +192,7 @@ class Plan:
     def __call__(self, *args, progress=None, profile=None):
         """`progress(done, total)`, if given, is called after each step; `profile`, a dict, gets each step's
         instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one,
-        as does an observer (Executable.run's `observe`), which sees each step's values."""
+        as does an observer (ExecContext.observe), called `observer(inst, value, operand values)` after each step."""
         observe = self._observer()
         if self._run_fast is not None and progress is None and profile is None and observe is None:
             try:
@@ -215,12 +215,13 @@ class Plan:
         """First run: every result is checked against its instruction's shape (no silent wrong result)."""
         total = len(self.steps)
         for done, step in enumerate(self.steps, 1):
+            operands = [slots[i] for i in step.inputs]
             try:
                 if profile is None:
-                    value = step.kernel(*[slots[i] for i in step.inputs])
+                    value = step.kernel(*operands)
                 else:
                     start = time.perf_counter()
-                    value = step.kernel(*[slots[i] for i in step.inputs])
+                    value = step.kernel(*operands)
                     profile[step.inst] = profile.get(step.inst, 0.0) + time.perf_counter() - start
             except (UnsupportedError, ExecutionError):
                 raise
@@ -234,10 +235,10 @@ class Plan:
                         self.folded[s] = v
                     slots[s] = v
                     if observe is not None:
-                        observe(self.order[s], v)
+                        observe(self.order[s], v, operands)
             check_value(step.inst, value)
             if observe is not None:
-                observe(step.inst, value)
+                observe(step.inst, value, operands)
             if step.output in self.folded:
                 self.folded[step.output] = value
             slots[step.output] = value

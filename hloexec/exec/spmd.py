@@ -13,6 +13,7 @@ ROOT's `sharding`, else, for an output aliased to a parameter (input_output_alia
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -262,7 +263,7 @@ def _gb(n: int) -> str:
 # -- running --------------------------------------------------------------------------------------------
 def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: int | None = None, *,
              timeout: float = 900.0, check_memory: bool = True, memory_limit: int | None = None,
-             concurrency: int | None = None, report=None) -> list:
+             concurrency: int | None = None, report=None, observe=None, observe_operands: bool = False) -> list:
     """Run all participants; returns their outputs indexed by global device id.
 
     `per_device_inputs`: one input list per device (global id order), or a dict {device id: inputs}.
@@ -272,6 +273,8 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
     beyond the already loaded inputs against MemAvailable) or `memory_limit` (the total).
     At most `concurrency` participants compute at a time (default: the CPU count; the others wait at
     their start or in collectives), which bounds the op temporaries the estimate does not count.
+    `observe(device id, inst, value[, operands])`: as Executable.run's `observe`, called from each participant's
+    thread with its global device id first.
     """
     say = report or (lambda message: print(message, file=sys.stderr))
     P, R, note = device_counts(exe.module, partitions, replicas)
@@ -305,7 +308,8 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
         exe.context.play(device)
         mailboxes.take_slot()
         try:
-            outputs[d] = exe.run(*per_device_inputs[d])
+            seen = None if observe is None else functools.partial(observe, d)
+            outputs[d] = exe.run(*per_device_inputs[d], observe=seen, observe_operands=observe_operands)
             mailboxes.finish(d)
         except BaseException as e:  # noqa: BLE001  (reported below, with the device)
             errors[d] = e
