@@ -254,3 +254,21 @@ def test_an_observed_run_sees_every_value_in_every_tier():
         assert np.array_equal(values["b"], p * p) and np.array_equal(values["c"], p * p + p)
         assert [v for n, v in seen if n == "k1"] == [1, 2, 3]
         assert exe.run(p).tobytes() == want.tobytes()       # and the next run is not observed
+
+
+def test_an_observed_run_looks_only_inside_the_computations_it_is_told_to():
+    """`observe_inside` picks the fused, loop and branch computations whose values are seen (run op by op);
+    the others run as unobserved (compiled where they would be) and are seen as their instruction's value."""
+    p = np.random.default_rng(1).standard_normal(65536).astype(np.float32)
+    exe = hloexec.load(FUSED_LOOP, compile_after=0)
+    want = exe.run(p)
+    seen = []
+    got = exe.run(p, observe=lambda inst, value: seen.append(inst.name),
+                  observe_inside=lambda comp: comp.name == "body")
+    assert got.tobytes() == want.tobytes()
+    assert "b" not in seen and "c" not in seen and seen.count("f") == 1       # the fusion: one value
+    assert seen.count("x1") == 3 and "lt" not in seen                         # the body, not the condition
+    operands = {}
+    exe.run(p, observe=lambda inst, value, ops: operands.setdefault(inst.name, ops), observe_operands=True,
+            observe_inside=lambda comp: False)
+    assert np.array_equal(operands["f"][0], p) and set(operands) == {"f", "zero", "t", "w", "x"}

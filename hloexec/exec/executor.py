@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 import warnings
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -168,14 +169,23 @@ class ExecContext:
         """Make the calling thread run as `device` (ops read ctx.device at run time)."""
         self._participant.device = device
 
-    def observer(self):
-        """The calling thread's `observer(inst, value, operands)` while it runs an observed run, else None."""
-        return getattr(self._participant, "observer", None)
+    def observer(self, comp: Computation | None = None):
+        """The calling thread's `observer(inst, value, operands)` while it runs an observed run (that looks inside
+        `comp`, a fused, called, loop or branch computation; the entry always), else None."""
+        observer = getattr(self._participant, "observer", None)
+        inside = getattr(self._participant, "inside", None)
+        if observer is None or comp is None or inside is None or comp is self.module.entry or inside(comp):
+            return observer
+        return None
 
-    def observe(self, callback) -> None:
+    def observe(self, callback, inside=None) -> tuple:
         """Make the calling thread's runs call `callback(inst, value, operands)` after every instruction (None:
-        stop)."""
-        self._participant.observer = callback
+        stop) of the entry and of the computations `inside(computation)` accepts (None: all). Returns what it
+        replaces, (callback, inside)."""
+        participant = self._participant
+        previous = (getattr(participant, "observer", None), getattr(participant, "inside", None))
+        participant.observer, participant.inside = callback, inside
+        return previous
 
     def computation(self, comp: Computation, fuse: bool = True) -> Plan:
         """The prepared plan of `comp`; `fuse`: group its unfused producer/consumer chains (exec/fuse.py)."""
@@ -220,11 +230,11 @@ class ExecContext:
                 return None
             # op by op only in observed runs: its plan is made then
             tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, self.observer)
+                                self.participant, partial(self.observer, comp))
             tier.compiled = compiled
             return tier
         tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant,
-                            self.observer)
+                            partial(self.observer, comp))
         self._kernel_tiers.setdefault(kernel.key, []).append(tier)
         return tier
 
@@ -243,7 +253,8 @@ class ExecContext:
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
-        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant, self.observer)
+        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant,
+                          partial(self.observer, inst.called["body"]))
         for nested in _nested_whiles(inst):
             for inner in self._loops.pop(nested.name, ()):
                 inner.kernel, inner.compile_work = None, float("inf")
@@ -292,7 +303,8 @@ class Executable:
     def result_shape(self) -> Shape:
         return self.module.entry.root.shape
 
-    def run(self, *args, progress=None, profile=None, observe=None, observe_operands: bool = False):
+    def run(self, *args, progress=None, profile=None, observe=None, observe_operands: bool = False,
+            observe_inside=None):
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
         `progress(done, total)` is called after each entry-computation instruction (None: no cost);
@@ -302,21 +314,24 @@ class Executable:
         run op by op while observed, so every value is seen). A group hloexec fused itself (`use_numba=True`
         on an unfused module) is seen as its root. Values are the plan's own: keep only what you need.
         `observe_operands`: call `observe(inst, value, operands)`, with the operand values the instruction
-        ran on (a fused group's: its inputs). Parameters are not observed (they are the caller's values)."""
+        ran on (a fused group's: its inputs). Parameters are not observed (they are the caller's values).
+        `observe_inside(computation) -> bool` limits observing to the fused, called, loop and branch computations
+        it accepts: the others run as in an unobserved run (a fusion or a loop compiled) and are seen as their
+        caller's one value."""
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
                                  + "\n  ".join(map(str, params)))
         self._check_memory()
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
-        previous = self.context.observer()
-        if observe is not None:
-            self.context.observe(observe if observe_operands else lambda inst, value, operands: observe(inst, value))
+        previous = None if observe is None else self.context.observe(
+            observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
                 return self.plan(*inputs, progress=progress, profile=profile)
         finally:
-            self.context.observe(previous)
+            if previous is not None:
+                self.context.observe(*previous)
 
     __call__ = run
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from ..errors import ExecutionError, UnsupportedError, describe_site
@@ -119,7 +120,8 @@ class Plan:
 
     def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
-        self._observer = getattr(ctx, "observer", _no_observer)     # the calling thread's observe callback
+        # the calling thread's observe callback, if its run looks inside this computation
+        self._observer = partial(ctx.observer, comp) if hasattr(ctx, "observer") else _no_observer
         if fuse:        # calls inlined first, so that fusion sees through them (exec/inline.py)
             comp = inline_calls(comp, keep_call=has_side_effect)
         live = live_instructions(comp)
