@@ -637,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subparser(subparsers, "stats", "Describe HLO files: sizes, ops, dtypes, bytes, FLOPs, collectives.",
                    "  hloexec stats dump.hlo\n"
                    "  hloexec stats a.hlo b.hlo --json | jq '.files[].modules[].flops'",
-                   [common],
+                   [common, modules],
                    "FLOPs: dots, convolutions and cuBLAS gemms, 2 per multiply-add; called computations count\n"
                    "once per call site; while bodies count once (the trip count is not in the text).")
     p.add_argument("files", nargs="+", metavar="FILE")

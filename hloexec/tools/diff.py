@@ -46,6 +46,7 @@ class Verdict:
     rtol: float = 0.0
     worst: list = field(default_factory=list)       # [{index, a, b, abs_error, rel_error}]
     problem: str = ""
+    judged: bool = True     # False: computed from a differing value and not bit-identical; not compared further
 
 
 def judge(a, b, atol: float | None = None, rtol: float | None = None) -> Verdict:
@@ -109,7 +110,8 @@ class DiffReport:
         return {"pairs_compared": len(self.verdicts), "values_compared": len(flat),
                 "identical": sum(v.identical for v in flat), "within_tolerance": sum(v.agree and not v.identical
                                                                                     for v in flat),
-                "differ": sum(not v.agree for v in flat), "pairs_not_observed": self.not_observed}
+                "differ": sum(v.judged and not v.agree for v in flat),
+                "differ_downstream": sum(not v.judged for v in flat), "pairs_not_observed": self.not_observed}
 
     def to_dict(self) -> dict:
         return jsonable({
@@ -233,6 +235,46 @@ class _TapPlan:
                       for x, y in deferred}
         self.zoomable = {(x, y) for x, y in containers & set(self.pairs)
                          if m.a.nodes[x].tap.name in self.closed[0] and m.b.nodes[y].tap.name in self.closed[1]}
+        self.m = m
+        self.tapped = ({x for x, _ in self.pairs}, {y for _, y in self.pairs})
+        self._inputs: dict[tuple[int, int], tuple] = {}
+
+    def inputs(self, a_index: int, b_index: int) -> tuple[list[tuple[int, int]], list[Node], list[Node]]:
+        """The pairs of the nearest observed values a pair is computed from (on either side), and the nodes
+        between them and the pair in A and in B."""
+        key = (a_index, b_index)
+        if key not in self._inputs:
+            m = self.m
+            inputs_a, between_a = self._frontier(m.a.nodes[a_index], 0)
+            inputs_b, between_b = self._frontier(m.b.nodes[b_index], 1)
+            pairs = [(m.partner[n.index], n.index) for n in inputs_b if n.index in m.partner]
+            via_b = {p[0] for p in pairs}
+            pairs += [(n.index, y) for n in inputs_a if n.index not in via_b
+                      for y in self.partners_of_a.get(n.index, ())]
+            self._inputs[key] = (pairs, between_a, between_b)
+        return self._inputs[key]
+
+    def _walk_operands(self, node: Node, side: int) -> list[Node]:
+        """What a value is computed from: a fusion that runs compiled, from the fusion's operands."""
+        graph = self.m.a if side == 0 else self.m.b
+        if node.tap.opcode == "fusion" and node.tap.name in self.closed[side]:
+            return [graph.node_of[id(o)] for o in node.tap.operands if id(o) in graph.node_of]
+        return node.operands
+
+    def _frontier(self, node: Node, side: int) -> tuple[list[Node], list[Node]]:
+        inputs, between, seen = [], [], {node.index}
+        stack = list(reversed(self._walk_operands(node, side)))
+        while stack and len(seen) < MAX_WALK:
+            n = stack.pop()
+            if n.index in seen:
+                continue
+            seen.add(n.index)
+            if n.index in self.tapped[side]:
+                inputs.append(n)
+            else:
+                between.append(n)
+                stack += reversed(self._walk_operands(n, side))
+        return inputs, sorted(between, key=lambda n: n.order)
 
 
 def _paired_containers(m: Matching, x: Node, y: Node) -> bool:
@@ -277,6 +319,11 @@ class _Lockstep:
         self.verdicts: dict[tuple[int, int], list] = {}
         self.operands: dict[tuple[int, int], tuple] = {}   # zoomable pair -> (A operands, B operands)
         self.errors: list = [None, None]
+        self.judging: dict[tuple[int, int], int] = {}       # pair -> verdicts of it being made
+
+    def _settled(self, pair: tuple[int, int]) -> bool:
+        """No verdict of `pair` is being made."""
+        return pair not in self.judging
 
     def run(self, exe_a, exe_b, inputs_a, inputs_b) -> None:
         sides = [(exe_a, inputs_a), (exe_b, inputs_b)]
@@ -346,17 +393,37 @@ class _Lockstep:
                     ready.append((a, node, held.value, value, held.operands, operands))
             self.cond.notify_all()
         for a, b, va, vb, oa, ob in ready:
-            verdict = judge(va, vb, self.atol, self.rtol)
+            with self.cond:     # the verdicts of its inputs are in (or being made: they arrived first)
+                while not all(self._settled(pair) for pair in self.plan.inputs(a, b)[0]):
+                    self.cond.wait()
+                inherited = not all(_agrees([v for _, v in sorted(self.verdicts.get(pair, ()))], k)
+                                    for pair in self.plan.inputs(a, b)[0])
+                self.judging[(a, b)] = self.judging.get((a, b), 0) + 1
+            verdict = _inherited(va, vb) if inherited else judge(va, vb, self.atol, self.rtol)
             with self.cond:
+                self.judging[(a, b)] -= 1
+                if not self.judging[(a, b)]:
+                    del self.judging[(a, b)]
                 self.verdicts.setdefault((a, b), []).append((k, verdict))
                 if not verdict.agree and oa is not None and ob is not None and (a, b) not in self.operands:
                     self.operands[(a, b)] = (oa, ob)
+                self.cond.notify_all()
         other = 1 - side
         with self.cond:
             while self.bytes[side] > self.budget and self.running[other] and not self.waiting[other]:
                 self.waiting[side] = True
                 self.cond.wait(timeout=1.0)
             self.waiting[side] = False
+
+
+def _inherited(a, b) -> Verdict:
+    """The verdict of a pair computed from a differing value: bit-identical or not, no tolerance check (it
+    cannot be a first divergence, and comparing millions of elements downstream of one costs minutes)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape and a.size == b.size:
+        b = b.reshape(a.shape)
+    same = a.dtype == b.dtype and a.shape == b.shape and _bitwise_equal(a, b)
+    return Verdict(same, same, total=a.size, judged=same)
 
 
 def _nbytes(value) -> int:
@@ -367,36 +434,10 @@ def _nbytes(value) -> int:
 
 def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
     verdicts = {pair: [v for _, v in sorted(vs, key=lambda kv: kv[0])] for pair, vs in run.verdicts.items()}
-    closed = (plan.closed[0], plan.closed[1])
-
-    def walk_operands(node: Node, side: int) -> list[Node]:
-        graph = m.a if side == 0 else m.b
-        if node.tap.opcode == "fusion" and node.tap.name in closed[side]:
-            return [graph.node_of[id(o)] for o in node.tap.operands if id(o) in graph.node_of]
-        return node.operands
-
-    observed = ({x for x, _ in verdicts}, {y for _, y in verdicts})
-
-    def frontier(node: Node, side: int) -> tuple[list[Node], list[Node]]:
-        """The nearest observed paired values `node` is computed from, and the nodes between."""
-        inputs, between, seen, stack = [], [], {node.index}, list(reversed(walk_operands(node, side)))
-        while stack and len(seen) < MAX_WALK:
-            n = stack.pop()
-            if n.index in seen:
-                continue
-            seen.add(n.index)
-            if n.index in observed[side]:
-                inputs.append(n)
-            else:
-                between.append(n)
-                stack += reversed(walk_operands(n, side))
-        return inputs, sorted(between, key=lambda n: n.order)
+    closed = plan.closed
 
     def agrees(pair, k: int) -> bool:
-        vs = verdicts.get(pair)
-        if not vs:
-            return True         # not observed: no evidence against
-        return vs[k].agree if k < len(vs) else all(v.agree for v in vs)
+        return _agrees(verdicts.get(pair), k)
 
     first = []
     order = sorted(verdicts, key=lambda p: (run.sequence.get(p[0], 1 << 60), m.b.nodes[p[1]].order))
@@ -406,12 +447,7 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
         if k is None:
             continue
         x, y = m.a.nodes[a_index], m.b.nodes[b_index]
-        inputs_b, between_b = frontier(y, 1)
-        inputs_a, between_a = frontier(x, 0)
-        pairs = [(m.partner[n.index], n.index) for n in inputs_b if n.index in m.partner]
-        via_b = {p[0] for p in pairs}
-        pairs += [(n.index, b) for n in inputs_a if n.index not in via_b
-                  for b in plan.partners_of_a.get(n.index, ())]
+        pairs, between_a, between_b = plan.inputs(a_index, b_index)
         if all(agrees(p, k) for p in pairs):
             identical = all(v.identical for p in pairs for v in verdicts.get(p, ()))
             shown = [n.tap if n.tap.opcode == "fusion" and n.tap.name in closed[side] else n.inst
@@ -429,17 +465,26 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
                       (len(plan.opened[0]), len(plan.opened[1])))
 
 
+def _agrees(verdicts: list | None, k: int) -> bool:
+    """Whether a pair agrees at its k-th run (a pair that ran fewer times: at every run); not observed: no
+    evidence against."""
+    if not verdicts:
+        return True
+    return verdicts[k].agree if k < len(verdicts) else all(v.agree for v in verdicts)
+
+
 def _zoom(d: Divergence, captured: tuple, atol, rtol) -> DiffReport | None:
     """The fused computations of a diverging pair of fusions, extracted and diffed op by op on the operand
     values each side's run gave them."""
     from ..parser import parse
     from .extract import cone_cut, submodule
-    modules = []
-    for node in (d.a, d.b):
+    modules, inputs = [], []
+    for node, operands in zip((d.a, d.b), captured):
         sub = submodule([node.tap], cone_cut(node.tap, 0))
         modules.append(parse(sub.text)[0])
-    (ops_a, ops_b) = captured
-    return diff(modules[0], modules[1], list(ops_a), list(ops_b), atol=atol, rtol=rtol, zoom=False)
+        position = {id(o): k for k, o in reversed(list(enumerate(node.tap.operands)))}
+        inputs.append([operands[position[id(p)]] for p in sub.parameters])
+    return diff(modules[0], modules[1], inputs[0], inputs[1], atol=atol, rtol=rtol, zoom=False)
 
 
 def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> str:
@@ -450,6 +495,8 @@ def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> s
              f"{mc['a_unmatched']} of A's {mc['a_nodes']}, {mc['b_unmatched']} of B's {mc['b_nodes']}",
              f"compared {c['values_compared']} values of {c['pairs_compared']} pairs: {c['identical']} identical, "
              f"{c['within_tolerance']} within tolerance, {c['differ']} differ"
+             + (f", {c['differ_downstream']} differ downstream of those (not compared further)"
+                if c['differ_downstream'] else "")
              + (f"; {c['pairs_not_observed']} pairs did not run" if c['pairs_not_observed'] else "")]
     if report.outputs:
         bad = [i for i, (_, _, v) in enumerate(report.outputs) if v is not None and not v.agree]
@@ -457,7 +504,7 @@ def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> s
                                                             if bad else "all agree"))
     first = report.first_divergence
     if not first:
-        lines.append("no divergence: every compared value agrees" if not c["differ"] else
+        lines.append("no divergence: every compared value agrees" if not c["differ"] + c["differ_downstream"] else
                      "no first divergence found (every differing value has a differing input)")
     else:
         lines.append(f"first divergence{'s' if len(first) > 1 else ''} ({len(first)}, in A's order):")

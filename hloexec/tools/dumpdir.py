@@ -99,6 +99,8 @@ class DumpModule:
                             f"{', '.join(p.name for p in self.other[:5]) or 'nothing'})")
         if which is None:
             return self.after[0] if self.after else stages[-1]
+        if which == "snapshot":
+            raise DumpError("--stage snapshot: the snapshot's module and inputs; run, compare, diff and extract take it")
         if which == "before" and self.before:
             return self.before
         if which == "after" and self.after:
@@ -251,11 +253,12 @@ def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str,
     from .hloproto import module_text, read_module_proto, read_snapshot
     p = Path(path)
     if p.is_dir():
-        dump, chosen = resolve(p, module, stage)
+        dump = find_module(scan(p), module, p)
         if stage == "snapshot":
             if not dump.snapshots:
                 raise DumpError(f"module_{dump.number:04d}.{dump.name} has no snapshot (--xla_dump_hlo_snapshots)")
             return as_text_file(str(dump.snapshots[0]), None, None)
+        chosen = dump.stage(stage)
         note = f"{p}: module_{dump.number:04d}.{dump.name}, {chosen.label} ({chosen.path.name})"
         if chosen.path.suffix == ".txt" and (chosen.proto is None or b"{...}" not in chosen.path.read_bytes()):
             return str(chosen.path), None, note
