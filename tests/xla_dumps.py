@@ -105,3 +105,7 @@ def make_dump(directory, program: str, *flags: str) -> None:
                           timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"dumping {program} failed:\n{done.stderr[-3000:]}")
+
+
+if __name__ == "__main__":     # python tests/xla_dumps.py PROGRAM DIR [XLA dump flags...]   (README examples)
+    make_dump(sys.argv[2], sys.argv[1], *(sys.argv[3:] or [TEXT, PASSES]))

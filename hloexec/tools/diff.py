@@ -274,7 +274,7 @@ class _TapPlan:
             else:
                 between.append(n)
                 stack += reversed(self._walk_operands(n, side))
-        return inputs, sorted(between, key=lambda n: n.order)
+        return inputs, sorted(between, key=lambda n: -n.order)        # nearest the pair first
 
 
 def _paired_containers(m: Matching, x: Node, y: Node) -> bool:

@@ -230,7 +230,8 @@ def cmd_extract(args) -> int:
         return EXIT_OK
     where = sys.stdout if args.out else sys.stderr
     print(f"%{inst.name} ({inst.opcode}, {inst.computation.name}): {sub.instruction_count} instructions, "
-          f"{len(params)} parameters" + (f", written to {args.out}" if args.out else ""), file=where)
+          f"{len(params)} parameter{'s' if len(params) != 1 else ''}" + (f", written to {args.out}" if args.out else ""),
+          file=where)
     for p in params:
         print(f"  parameter {p['number']}: %{p['name']} {p['shape']} ({p['from']})", file=where)
     if args.inputs_out:

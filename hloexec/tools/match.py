@@ -357,14 +357,31 @@ def _match_by_metadata(m: Matching, pair) -> bool:
         key = _metadata_key(node)
         if key is not None:
             index.setdefault(key, []).append(node)
-    changed = False
+    proposed: dict[int, list[Node]] = {}
     for node in sorted(m.b.nodes, key=lambda n: n.order):
-        if node.index in m.partner:
+        how = m.how.get(node.index)
+        if how not in (None, "metadata"):
             continue
         key = _metadata_key(node)
         candidates = index.get(key, []) if key is not None else []
-        if len(candidates) == 1 and _consistent(m, candidates[0], node):
-            changed |= pair(candidates[0], node, "metadata")
+        if len(candidates) == 1 and (how == "metadata" or _consistent(m, candidates[0], node)):
+            proposed.setdefault(candidates[0].index, []).append(node)
+    changed = False
+    for a_index, nodes in proposed.items():
+        # several B nodes for one A node: copies of it compute from the same values; keep the largest such
+        # group (a rewrite that kept the op_name computes from others), none when two are as large
+        groups: dict[tuple, list[Node]] = {}
+        for node in nodes:
+            groups.setdefault(tuple(sorted(map(repr, (m.partner.get(o.index, ("?", o.inst.opcode,
+                                                                             value_shape(o.shape)))
+                                                     for o in node.operands)))), []).append(node)
+        sizes = sorted((len(g) for g in groups.values()), reverse=True)
+        keep = max(groups.values(), key=len) if len(sizes) == 1 or sizes[0] > sizes[1] else []
+        for node in nodes:
+            if node in keep:
+                changed |= pair(m.a.nodes[a_index], node, "metadata")
+            elif m.how.get(node.index) == "metadata":       # proposed alone before its rivals were known
+                del m.partner[node.index], m.how[node.index]
     return changed
 
 
