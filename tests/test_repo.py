@@ -25,3 +25,13 @@ def test_bundled_examples_are_there():
     for name in ("gpt_step", "adam", "layernorm_bwd", "mlp"):
         for suffix in (".pre.hlo", ".opt.hlo", ".inputs.npz", ".expected.npz"):
             assert (ROOT / "examples" / f"{name}{suffix}").is_file()
+
+
+def test_hloexec_imports_and_parses_from_the_checkout_root():
+    """From the repository's root the source tree shadows the installed package, and the sources hold no built
+    scanner library: the installed one is found all the same (CI installs with `pip install .`)."""
+    import subprocess
+    import sys
+    script = "import hloexec; print(hloexec.parse('HloModule m\\nENTRY e { ROOT c = f32[] constant(1) }')[0].name)"
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "m", done.stderr

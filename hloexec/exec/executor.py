@@ -142,12 +142,15 @@ class ExecContext:
     """What ops see while they are prepared (hloexec.ops.registry.Context)."""
 
     def __init__(self, module: Module, device: Device, *, excess_precision: bool = False, use_numba: bool = True,
-                 compile_after: int = 1):
+                 compile_after: int = 1, compile_kernels: bool = True):
         self.module = module
         self.default_device = device
         self.excess_precision = excess_precision
         self.use_numba = use_numba
         self.compile_after = compile_after
+        # False: kernels that would compile while the plan is prepared compile at their first call instead (the
+        # plan and its memory model are the same; reports that never run the module do not wait for Numba)
+        self.compile_kernels = compile_kernels
         self._plans: dict[tuple[int, bool], Plan] = {}
         # while instruction name -> its tiers (by name: plans inline calls, so one loop may have copies)
         self._loops: dict[str, list[TieredLoop]] = {}
@@ -225,8 +228,8 @@ class ExecContext:
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             for tier in self._kernel_tiers.pop(kernel.key, ()):
                 tier.after = 0          # the equal fusions planned before this one compile at their first call
-            compiled = compiled_or(kernel, None)
-            if compiled is None:
+            compiled = compiled_or(kernel, None) if self.compile_kernels else None
+            if compiled is None and self.compile_kernels:
                 return None
             # op by op only in observed runs: its plan is made then
             tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
@@ -280,7 +283,8 @@ class Executable:
     """A module prepared for running on the CPU: `run(*arrays)` returns numpy arrays."""
 
     def __init__(self, module: Module, *, excess_precision: bool = False, use_numba: bool = True,
-                 compile_after: int = 1, device: Device | None = None, max_memory: int | None = None):
+                 compile_after: int = 1, device: Device | None = None, max_memory: int | None = None,
+                 compile_kernels: bool = True):
         from .communicators import MirrorCommunicator
         self.module = module
         if device is None:
@@ -288,7 +292,7 @@ class Executable:
             device.communicator = MirrorCommunicator(device)
         self.device = device
         self.context = ExecContext(module, device, excess_precision=excess_precision, use_numba=use_numba,
-                                   compile_after=compile_after)
+                                   compile_after=compile_after, compile_kernels=compile_kernels)
         self.plan = self.context.computation(module.entry)
         self.plan.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it

@@ -232,13 +232,19 @@ def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> d
     hold while they run (scratch) for the `concurrency` participants that compute at a time (default: the
     cores), and the distinct inputs.
 
+    `per_device_inputs`: the input lists (their distinct arrays are counted), or a participant count N
+    (inputs counted as `split_inputs` would share them: see sharded_input_bytes).
+
     Scratch (f32 copies of f16 operands, a fusion's op-by-op first run) lives only while a kernel runs;
     counting it for all N participants at once refused the 16-device GPT seed (32 GB estimated, 11.6 GB
     measured), counting it for the running ones matches the measurement."""
-    n = len(per_device_inputs)
-    leaves = [list(_leaves(inputs)) for inputs in per_device_inputs]
-    distinct = {id(a): a.nbytes for device in leaves for a in device if isinstance(a, np.ndarray)}
-    input_bytes = sum(distinct.values())
+    if isinstance(per_device_inputs, int):
+        n, input_bytes = per_device_inputs, sharded_input_bytes(exe.module, per_device_inputs)
+    else:
+        n = len(per_device_inputs)
+        leaves = [list(_leaves(inputs)) for inputs in per_device_inputs]
+        distinct = {id(a): a.nbytes for device in leaves for a in device if isinstance(a, np.ndarray)}
+        input_bytes = sum(distinct.values())
     per_device_inputs_bytes = sum(p.shape.nbytes for p in exe.module.entry.parameters)
     per_device_peak = exe.peak_bytes()
     stored_peak = exe.plan.peak_bytes(scratch=False)
@@ -246,6 +252,22 @@ def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> d
     work = n * max(stored_peak - per_device_inputs_bytes, 0) + running * (per_device_peak - stored_peak)
     return {"participants": n, "per_device_peak": per_device_peak, "inputs": input_bytes,
             "inputs_unshared": n * per_device_inputs_bytes, "work": work, "total": work + input_bytes}
+
+
+def sharded_input_bytes(module: Module, num_devices: int) -> int:
+    """Bytes of the distinct input buffers `split_inputs` makes for `num_devices` participants: one per
+    replicated (or unsharded, or maximal) parameter, one per distinct tile of a tiled one (devices of a
+    replicated subgroup share theirs)."""
+    def distinct(shape: Shape, sharding: Sharding | None) -> int:
+        if shape.is_tuple:
+            elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
+                else [sharding] * len(shape.tuple_shapes)
+            return sum(distinct(sub, s) for sub, s in zip(shape.tuple_shapes, elements))
+        if sharding is None or sharding.kind != "tiled":
+            return shape.nbytes
+        counts, _ = _tiles(sharding, shape.rank)
+        return min(math.prod(counts), num_devices) * shape.nbytes
+    return sum(distinct(p.shape, s) for p, s in zip(module.entry.parameters, parameter_shardings(module)))
 
 
 def _leaves(value):

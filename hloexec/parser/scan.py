@@ -67,8 +67,9 @@ _TABLES = [("modules", "hlo_module"), ("comps", "hlo_comp"), ("instrs", "hlo_ins
 
 
 def _lib_candidates() -> list[Path]:
-    """Where the built library may be: next to the package (wheel install),
-    or in another entry of the package path (scikit-build-core editable)."""
+    """Where the built library may be: next to the package (wheel install), in another entry of the package
+    path (scikit-build-core editable), or in the installed distribution when the source tree shadows it
+    (`import hloexec` from a checkout's root after `pip install .`: the sources have no built library)."""
     import hloexec
 
     names = {"linux": ["libhlo_scan.so"], "darwin": ["libhlo_scan.dylib", "libhlo_scan.so"],
@@ -76,10 +77,13 @@ def _lib_candidates() -> list[Path]:
     dirs: list[Path] = []
     if getattr(hloexec, "__file__", None):
         dirs.append(Path(hloexec.__file__).parent)
-    for d in getattr(hloexec, "__path__", []):
-        p = Path(d)
-        if p not in dirs:
-            dirs.append(p)
+    dirs += [Path(d) for d in getattr(hloexec, "__path__", [])]
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        dirs.append(Path(distribution("hloexec").locate_file("hloexec")))
+    except (PackageNotFoundError, ValueError):
+        pass
+    dirs = list(dict.fromkeys(dirs))
     return [d / n for d in dirs for n in names]
 
 

@@ -204,3 +204,16 @@ def cmd_bisect(args) -> int:
     if report.reference is None:
         return EXIT_ERROR
     return EXIT_MISMATCH if report.first_bad is not None else EXIT_OK
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    from .diff import tolerance_options
+    p = subparser(subparsers, "bisect", "The first compiler pass after which a program's outputs change "
+                  "(per-pass dumps: --xla_dump_hlo_pass_re=.*).",
+                  "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json", parents,
+                  "Exit 1 when a stage changes the outputs, 0 when none does.")
+    p.add_argument("directory", metavar="DIR")
+    tolerance_options(p)
+    p.add_argument("--no-diff", action="store_true", help="skip the diff of the last good and first bad stage")
+    p.add_argument("-v", "--verbose", action="store_true", help="report each stage as it runs (stderr)")
+    p.set_defaults(handler=cmd_bisect)

@@ -85,6 +85,21 @@ def _prepare(module, args):
     return exe, time.perf_counter() - start
 
 
+def load_for_report(args):
+    """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read."""
+    from .. import ops  # noqa: F401  (fills the op registry)
+    from ..exec.executor import Executable
+    modules, _ = _parse_module_file(args.file)
+    return Executable(select_module(modules, args.module, args.file), compile_kernels=False)
+
+
+def require(package: str, extra: str, what: str) -> None:
+    """UsageError naming the extra to install when an optional package is missing."""
+    import importlib.util
+    if importlib.util.find_spec(package) is None:
+        raise UsageError(f"{what} needs {package}: pip install 'hloexec[{extra}]'")
+
+
 def parse_size(text: str) -> int:
     """'8G', '512M', '1.5e9', '4096' -> bytes (K, M, G, T are powers of 1024)."""
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?)i?B?\s*", text, re.I)
@@ -695,81 +710,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json", [common])
     p.add_argument("--markdown", action="store_true", help="the README's markdown table, with notes")
     p.set_defaults(handler=cmd_ops)
-    _localize_commands(subparsers, common, inputs)
+
+    from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
+    for report in (memory, collectives, export, graph):
+        report.add_command(subparsers, _subparser, [common])
+    from . import bisect, diff, dumpdir, extract, minimize  # finding where numbers go wrong (README)
+    dumpdir.add_command(subparsers, _subparser, [common])
+    for tool in (diff, bisect, extract, minimize):
+        tool.add_command(subparsers, _subparser, [common, inputs])
     return parser
-
-
-def _command(module: str, name: str):
-    """The handler `name` of hloexec.tools.<module>, imported when the command runs."""
-    def run(args):
-        import importlib
-        return getattr(importlib.import_module(f"{__package__}.{module}"), name)(args)
-    return run
-
-
-def _localize_commands(subparsers, common, inputs) -> None:
-    """dump, diff, bisect, extract, minimize: finding where numbers go wrong (README)."""
-    tolerance = argparse.ArgumentParser(add_help=False)
-    tolerance.add_argument("--atol", type=float, help="absolute error bound for every value (default: compare's)")
-    tolerance.add_argument("--rtol", type=float, help="relative error bound for every value (default: compare's)")
-    p = _subparser(subparsers, "dump", "List the programs of an XLA dump directory (--xla_dump_to) and their stages.",
-                   "  hloexec dump /tmp/xla_dump\n  hloexec dump /tmp/xla_dump --json | jq '.modules[].name'", [common],
-                   "Any command takes such a directory as FILE with --module NAME_OR_NUMBER and --stage\n"
-                   "before|after|PASS|STEP|snapshot (default after); a snapshot (.pb) gives its real inputs too.")
-    p.add_argument("directory", metavar="DIR")
-    p.set_defaults(handler=_command("dumpdir", "cmd_dump"))
-    p = _subparser(subparsers, "diff", "Where two versions of a program part ways: the first values that differ "
-                   "while their inputs agree.",
-                   "  hloexec diff before.hlo after.hlo --seed 0\n"
-                   "  hloexec diff DIR --module jit_f --stage before --stage-b after\n"
-                   "  hloexec diff model.hlo edited.hlo --json | jq '.first_divergence[0]'",
-                   [common, inputs, tolerance],
-                   "Instructions are paired by name, then op_name metadata + opcode + shape, then structure (fusions\n"
-                   "opened up); both modules run on the same inputs with taps on the pairs. Exit 1 when values differ.")
-    p.add_argument("a", metavar="A")
-    p.add_argument("b", metavar="B", nargs="?", help="default: A again (a dump directory with --stage-b)")
-    p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
-    p.add_argument("--limit", type=_positive_int, default=10, metavar="N", help="first divergences printed (10)")
-    p.add_argument("--no-zoom", action="store_true", help="observe every value op by op from the start (no "
-                   "compiled fusions diffed later)")
-    p.set_defaults(handler=_command("diff", "cmd_diff"))
-    p = _subparser(subparsers, "bisect", "The first compiler pass after which a program's outputs change "
-                   "(per-pass dumps: --xla_dump_hlo_pass_re=.*).",
-                   "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json",
-                   [common, inputs, tolerance], "Exit 1 when a stage changes the outputs, 0 when none does.")
-    p.add_argument("directory", metavar="DIR")
-    p.add_argument("--no-diff", action="store_true", help="skip the diff of the last good and first bad stage")
-    p.add_argument("-v", "--verbose", action="store_true", help="report each stage as it runs (stderr)")
-    p.set_defaults(handler=_command("bisect", "cmd_bisect"))
-    p = _subparser(subparsers, "extract", "A standalone module computing one instruction, with the values that "
-                   "feed it captured from a full run.",
-                   "  hloexec extract model.hlo fusion.42 -o f42.hlo --inputs-out f42.npz\n"
-                   "  hloexec extract model.hlo multiply.7 --depth 3 -o m7.hlo --inputs-out m7.npz --seed 1\n"
-                   "  hloexec run f42.hlo --inputs f42.npz", [common, inputs],
-                   "INSTRUCTION may be inside a fused computation (COMPUTATION/NAME where names repeat).")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("instruction", metavar="INSTRUCTION")
-    depth = p.add_mutually_exclusive_group()
-    depth.add_argument("--depth", type=int, default=0, metavar="K",
-                       help="keep K levels of operands above it (default 0: its operands are the parameters)")
-    depth.add_argument("--until-parameters", action="store_true", help="keep everything back to the parameters")
-    p.add_argument("-o", "--out", metavar="OUT.hlo", help="write the module here (default: stdout)")
-    p.add_argument("--inputs-out", metavar="OUT.npz", help="write the parameters' values here (one full run)")
-    p.set_defaults(handler=_command("extract", "cmd_extract"))
-    p = _subparser(subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
-                   "  hloexec minimize model.hlo --check nan -o small.hlo\n"
-                   "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
-                   "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo",
-                   [common, inputs],
-                   "CHECK: nan (an output holds a NaN no input holds), xla (hloexec and XLA:CPU disagree), or a\n"
-                   "shell command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--check", required=True, metavar="CHECK")
-    p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")
-    p.add_argument("--inputs-out", metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
-    p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
-    p.set_defaults(handler=_command("minimize", "cmd_minimize"))
 
 
 def _version() -> str:

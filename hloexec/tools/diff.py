@@ -578,3 +578,27 @@ def cmd_diff(args) -> int:
         print(format_report(report, limit=args.limit))
         print(f"time: {seconds:.1f} s", file=sys.stderr)
     return EXIT_MISMATCH if report.diverges else EXIT_OK
+
+
+def tolerance_options(p) -> None:
+    """--atol / --rtol: the bounds of every verdict (default: `hloexec compare`'s by type)."""
+    p.add_argument("--atol", type=float, help="absolute error bound for every value (default: compare's by type)")
+    p.add_argument("--rtol", type=float, help="relative error bound for every value (default: compare's by type)")
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    p = subparser(subparsers, "diff", "Where two versions of a program part ways: the first values that differ "
+                  "while their inputs agree.",
+                  "  hloexec diff before.hlo after.hlo --seed 0\n"
+                  "  hloexec diff DIR --module jit_f --stage before --stage-b after\n"
+                  "  hloexec diff model.hlo edited.hlo --json | jq '.first_divergence[0]'", parents,
+                  "Instructions are paired by name, then op_name metadata + opcode + shape, then structure (fusions\n"
+                  "opened up); both modules run on the same inputs with taps on the pairs. Exit 1 when values differ.")
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B", nargs="?", help="default: A again (a dump directory with --stage-b)")
+    p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
+    tolerance_options(p)
+    p.add_argument("--limit", type=int, default=10, metavar="N", help="first divergences printed (10)")
+    p.add_argument("--no-zoom", action="store_true", help="observe every value op by op from the start (no "
+                   "compiled fusions diffed later)")
+    p.set_defaults(handler=cmd_diff)

@@ -333,3 +333,12 @@ def cmd_dump(args) -> int:
               f"{len(m['snapshots']):>9}")
     print("run one stage: hloexec run DIR --module NAME_OR_NUMBER [--stage before|after|PASS|snapshot]")
     return 0
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    p = subparser(subparsers, "dump", "List the programs of an XLA dump directory (--xla_dump_to) and their stages.",
+                  "  hloexec dump /tmp/xla_dump\n  hloexec dump /tmp/xla_dump --json | jq '.modules[].name'", parents,
+                  "Any command takes such a directory as FILE with --module NAME_OR_NUMBER and --stage\n"
+                  "before|after|PASS|STEP|snapshot (default after); a snapshot (.pb) gives its real inputs too.")
+    p.add_argument("directory", metavar="DIR")
+    p.set_defaults(handler=cmd_dump)

@@ -249,3 +249,21 @@ def _flat(values) -> list:
     for v in values:
         out += _flat(v) if isinstance(v, tuple) else [v]
     return out
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    p = subparser(subparsers, "extract", "A standalone module computing one instruction, with the values that "
+                  "feed it captured from a full run.",
+                  "  hloexec extract model.hlo fusion.42 -o f42.hlo --inputs-out f42.npz\n"
+                  "  hloexec extract model.hlo multiply.7 --depth 3 -o m7.hlo --inputs-out m7.npz --seed 1\n"
+                  "  hloexec run f42.hlo --inputs f42.npz", parents,
+                  "INSTRUCTION may be inside a fused computation (COMPUTATION/NAME where names repeat).")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("instruction", metavar="INSTRUCTION")
+    depth = p.add_mutually_exclusive_group()
+    depth.add_argument("--depth", type=int, default=0, metavar="K",
+                       help="keep K levels of operands above it (default 0: its operands are the parameters)")
+    depth.add_argument("--until-parameters", action="store_true", help="keep everything back to the parameters")
+    p.add_argument("-o", "--out", metavar="OUT.hlo", help="write the module here (default: stdout)")
+    p.add_argument("--inputs-out", metavar="OUT.npz", help="write the parameters' values here (one full run)")
+    p.set_defaults(handler=cmd_extract)

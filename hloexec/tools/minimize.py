@@ -373,3 +373,19 @@ def cmd_minimize(args) -> int:
               f"{result.final_holds} times")
         print(f"written: {args.out} (inputs: {inputs_out})")
     return EXIT_OK
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    p = subparser(subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
+                  "  hloexec minimize model.hlo --check nan -o small.hlo\n"
+                  "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
+                  "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo", parents,
+                  "CHECK: nan (an output holds a NaN no input holds), xla (hloexec and XLA:CPU disagree), or a\n"
+                  "shell command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--check", required=True, metavar="CHECK")
+    p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")
+    p.add_argument("--inputs-out", metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
+    p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
+    p.set_defaults(handler=cmd_minimize)
