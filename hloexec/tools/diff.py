@@ -512,6 +512,12 @@ def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> s
         lines += _format_divergence(d, limit)
     if len(first) > limit:
         lines.append(f"... {len(first) - limit} more (--json lists them all)")
+    for side in ("a", "b"):
+        unmatched = report.matching.unmatched(side)
+        if unmatched:
+            lines.append(f"not matched in {side.upper()}: " + ", ".join(f"%{n.inst.name} ({n.inst.opcode})"
+                                                                   for n in unmatched[:8])
+                         + (f" and {len(unmatched) - 8} more" if len(unmatched) > 8 else ""))
     return "\n".join(indent + line for line in lines)
 
 
