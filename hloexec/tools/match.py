@@ -17,6 +17,7 @@ producer into several fusions); each node of B pairs with at most one node of A.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..ir.module import Computation, Instruction, Module
@@ -296,14 +297,14 @@ def _consistent(m: Matching, a_node: Node, b_node: Node) -> bool:
     is computed from: a name or an op_name says where an instruction came from, not that it still computes
     the same thing (a rewrite may keep both)."""
     wanted = {m.partner[n.index] for n in _nearest(b_node, lambda n: n.index in m.partner)}
-    stack, seen = list(a_node.operands), set()
-    while stack and wanted and len(seen) < _MAX_WALK:
-        n = stack.pop()
+    queue, seen = deque(a_node.operands), set()         # nearest first: they are usually the operands
+    while queue and wanted and len(seen) < _MAX_WALK:
+        n = queue.popleft()
         if n.index in seen:
             continue
         seen.add(n.index)
         wanted.discard(n.index)
-        stack += n.operands
+        queue += n.operands
     return not wanted or len(seen) >= _MAX_WALK
 
 
