@@ -100,6 +100,9 @@ class DiffReport:
     not_observed: int
     opened: tuple[int, int]                  # computations observed op by op in A, in B
     zoom_note: str = ""
+    # pairs whose values are not bit-identical while their inputs are: where B first computes something else,
+    # even within tolerance (an edited constant scaling a small gradient)
+    first_change: list[Divergence] = field(default_factory=list)
 
     @property
     def diverges(self) -> bool:
@@ -120,6 +123,7 @@ class DiffReport:
             "outputs": [{"index": i, "a": x.inst.name, "b": y.inst.name, "agree": None if v is None else v.agree,
                          "error": _error(v)} for i, (x, y, v) in enumerate(self.outputs)],
             "first_divergence": [_divergence_dict(d) for d in self.first_divergence],
+            "first_change": [_divergence_dict(d) for d in self.first_change],
             "unmatched": {side: [_node_ref(n) for n in self.matching.unmatched(side)[:MAX_BETWEEN]]
                           for side in ("a", "b")},
             "note": self.zoom_note or None})
@@ -170,6 +174,7 @@ def _divergence_dict(d: Divergence) -> dict:
             "between": {"a": [_node_ref(n) for n in d.between_a], "b": [_node_ref(n) for n in d.between_b]},
             "inside": None if d.inside is None else
             {"first_divergence": [_divergence_dict(x) for x in d.inside.first_divergence],
+             "first_change": [_divergence_dict(x) for x in d.inside.first_change],
              "compared": d.inside.counts(), "matching": d.inside.matching.counts()}}
 
 
@@ -190,8 +195,8 @@ def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | No
     run.run(exe_a, exe_b, inputs_a, inputs_b if inputs_b is not None else inputs_a)
     report = _report(m, plan, run)
     if zoom:
-        zoomed = [d for d in report.first_divergence if (d.a.index, d.b.index) in run.operands]
-        for d in sorted(zoomed, key=lambda d: not d.inputs_identical)[:MAX_ZOOM]:
+        zoomed = [d for d in report.first_change if (d.a.index, d.b.index) in run.operands]
+        for d in zoomed[:MAX_ZOOM]:
             d.inside = _zoom(d, run.operands[(d.a.index, d.b.index)], atol, rtol)
     return report
 
@@ -405,8 +410,10 @@ class _Lockstep:
                 if not self.judging[(a, b)]:
                     del self.judging[(a, b)]
                 self.verdicts.setdefault((a, b), []).append((k, verdict))
-                if not verdict.agree and oa is not None and ob is not None and (a, b) not in self.operands:
-                    self.operands[(a, b)] = (oa, ob)
+                if not verdict.identical and oa is not None and ob is not None and (a, b) not in self.operands \
+                        and all(v.identical for pair in self.plan.inputs(a, b)[0]
+                                for _, v in self.verdicts.get(pair, ())):
+                    self.operands[(a, b)] = (oa, ob)     # a first change: its fusions are diffed op by op
                 self.cond.notify_all()
         other = 1 - side
         with self.cond:
@@ -434,35 +441,36 @@ def _nbytes(value) -> int:
 
 def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
     verdicts = {pair: [v for _, v in sorted(vs, key=lambda kv: kv[0])] for pair, vs in run.verdicts.items()}
-    closed = plan.closed
 
-    def agrees(pair, k: int) -> bool:
-        return _agrees(verdicts.get(pair), k)
+    def divergence(a_index: int, b_index: int, k: int, pairs, between_a, between_b) -> Divergence:
+        x, y = m.a.nodes[a_index], m.b.nodes[b_index]
+        shown = [n.tap if n.tap.opcode == "fusion" and n.tap.name in plan.closed[side] else n.inst
+                 for side, n in enumerate((x, y))]
+        identical = all(v.identical for p in pairs for v in verdicts.get(p, ()))
+        return Divergence(x, y, k, verdicts[(a_index, b_index)][k], [(m.a.nodes[p], m.b.nodes[q]) for p, q in pairs],
+                          identical, between_a[:MAX_BETWEEN], between_b[:MAX_BETWEEN], shown[0], shown[1],
+                          m.how.get(b_index, ""))
 
-    first = []
+    first, changes = [], []
     order = sorted(verdicts, key=lambda p: (run.sequence.get(p[0], 1 << 60), m.b.nodes[p[1]].order))
     for a_index, b_index in order:
         vs = verdicts[(a_index, b_index)]
-        k = next((k for k, v in enumerate(vs) if not v.agree), None)
-        if k is None:
-            continue
-        x, y = m.a.nodes[a_index], m.b.nodes[b_index]
         pairs, between_a, between_b = plan.inputs(a_index, b_index)
-        if all(agrees(p, k) for p in pairs):
-            identical = all(v.identical for p in pairs for v in verdicts.get(p, ()))
-            shown = [n.tap if n.tap.opcode == "fusion" and n.tap.name in closed[side] else n.inst
-                     for side, n in enumerate((x, y))]
-            first.append(Divergence(x, y, k, vs[k], [(m.a.nodes[p], m.b.nodes[q]) for p, q in pairs], identical,
-                                    between_a[:MAX_BETWEEN], between_b[:MAX_BETWEEN], shown[0], shown[1],
-                                    m.how.get(b_index, "")))
+        k = next((k for k, v in enumerate(vs) if not v.agree), None)
+        if k is not None and all(_agrees(verdicts.get(p), k) for p in pairs):
+            first.append(divergence(a_index, b_index, k, pairs, between_a, between_b))
+        k = next((k for k, v in enumerate(vs) if not v.identical), None)
+        if k is not None and all(v.identical for p in pairs for v in verdicts.get(p, ())):
+            changes.append(first[-1] if first and (first[-1].a.index, first[-1].b.index) == (a_index, b_index)
+                           else divergence(a_index, b_index, k, pairs, between_a, between_b))
     outputs = []
     from .match import _outputs
     for x, y in zip(_outputs(m.a), _outputs(m.b)):
         vs = verdicts.get((x.index, y.index))
         outputs.append((x, y, None if not vs else next((v for v in vs if not v.agree), vs[-1])))
     not_observed = sum(1 for pair in plan.pairs if pair not in verdicts)
-    return DiffReport(m, verdicts, first, outputs, not_observed,
-                      (len(plan.opened[0]), len(plan.opened[1])))
+    return DiffReport(m, verdicts, first, outputs, not_observed, (len(plan.opened[0]), len(plan.opened[1])),
+                      first_change=changes)
 
 
 def _agrees(verdicts: list | None, k: int) -> bool:
@@ -512,6 +520,11 @@ def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> s
         lines += _format_divergence(d, limit)
     if len(first) > limit:
         lines.append(f"... {len(first) - limit} more (--json lists them all)")
+    quiet = [d for d in report.first_change if d.verdict.agree]
+    if quiet:
+        lines.append(f"first changes within tolerance ({len(quiet)}: not bit-identical while their inputs are):")
+        for d in quiet[:limit]:
+            lines += _format_divergence(d, limit)
     for side in ("a", "b"):
         unmatched = report.matching.unmatched(side)
         if unmatched:
@@ -537,6 +550,9 @@ def _format_divergence(d: Divergence, limit: int) -> list[str]:
     iteration = f" (run {d.occurrence + 1} of the instruction)" if d.occurrence else ""
     if v.problem:
         lines.append(f"    error: {v.problem}{iteration}")
+    elif v.agree:
+        lines.append(f"    within tolerance (atol {v.atol:g} rtol {v.rtol:g}): max abs {v.max_abs_error:.4g}, "
+                     f"max rel {v.max_rel_error:.4g}{iteration}")
     else:
         lines.append(f"    error: {v.mismatches}/{v.total} elements beyond atol {v.atol:g} rtol {v.rtol:g}; "
                      f"max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}{iteration}")
