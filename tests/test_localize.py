@@ -33,36 +33,21 @@ def run_cli(capsys, *argv):
     return code, out, err
 
 
-@pytest.fixture(scope="session")
-def layernorm_dump(tmp_path_factory):
-    pytest.importorskip("jax")
-    path = tmp_path_factory.mktemp("layernorm_dump")
-    make_dump(path, "layernorm_grad_f16", TEXT, PASSES)
-    return path
+def dump_fixture(program: str, *flags: str):
+    """A session fixture: the dump directory of tests/xla_dumps.py's `program`, made once."""
+    @pytest.fixture(scope="session")
+    def fixture(tmp_path_factory):
+        pytest.importorskip("jax")
+        path = tmp_path_factory.mktemp(program)
+        make_dump(path, program, *flags)
+        return path
+    return fixture
 
 
-@pytest.fixture(scope="session")
-def row_sum_dump(tmp_path_factory):
-    pytest.importorskip("jax")
-    path = tmp_path_factory.mktemp("row_sum_dump")
-    make_dump(path, "row_sum_grad_f16", TEXT, PASSES)
-    return path
-
-
-@pytest.fixture(scope="session")
-def snapshot_dump(tmp_path_factory):
-    pytest.importorskip("jax")
-    path = tmp_path_factory.mktemp("snapshot_dump")
-    make_dump(path, "mlp_f32", TEXT, SNAPSHOTS)
-    return path
-
-
-@pytest.fixture(scope="session")
-def gpt_dump(tmp_path_factory):
-    pytest.importorskip("jax")
-    path = tmp_path_factory.mktemp("gpt_dump")
-    make_dump(path, "gpt_step_bf16", TEXT)
-    return path
+layernorm_dump = dump_fixture("layernorm_grad_f16", TEXT, PASSES)
+row_sum_dump = dump_fixture("row_sum_grad_f16", TEXT, PASSES)
+snapshot_dump = dump_fixture("mlp_f32", TEXT, SNAPSHOTS)
+gpt_dump = dump_fixture("gpt_step_bf16", TEXT)
 
 
 def module_at(directory, stage, name="jit_loss"):

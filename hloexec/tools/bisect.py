@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
+from .cli import flatten
 from .compare import jsonable
 from .diff import DiffReport, Verdict, diff, judge
 from .dumpdir import DumpModule, Stage
@@ -94,7 +95,7 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
             exe = Executable(r.module)
             if state["inputs"] is None:
                 state["inputs"] = exe.random_inputs(seed)
-            r.outputs = _leaves(exe.run(*state["inputs"]))
+            r.outputs = flatten(exe.run(*state["inputs"]))
         except (HloParseError, UnsupportedError, ExecutionError, ProtoError, OSError) as e:
             r.error = str(e).splitlines()[0]
         if not r.error and state["reference"] is not None:
@@ -145,12 +146,6 @@ def _runnable_near(run, mid: int, low: int, high: int) -> int | None:
             if low < i < high and not run(i).error:
                 return i
     return None
-
-
-def _leaves(value) -> list:
-    if isinstance(value, tuple):
-        return [leaf for v in value for leaf in _leaves(v)]
-    return [value]
 
 
 def format_report(r: BisectReport) -> str:

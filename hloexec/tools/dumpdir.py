@@ -276,7 +276,7 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
     """Turn the FILE arguments of a parsed command line (`file`, `other`, `a`, `b`, `files`) that are dump
     directories, snapshots or protos into text files; a snapshot's arguments become --inputs and (compare
     without a reference) its result --expected, unless given. Returns notes for stderr."""
-    from .hloproto import leaves
+    from .cli import flatten
     notes = []
     module, stage = getattr(args, "module", None), getattr(args, "stage", None)
     resolved_module = False
@@ -296,12 +296,12 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
             given = any(a == flag or a.startswith(flag + "=") for a in argv for flag in ("--inputs", "--seed"))
             if hasattr(args, "inputs") and not given:
                 args.inputs = _save(Path(value).name + ".inputs.npz",
-                                    {f"arg{i}": a for i, a in enumerate(leaves(tuple(snapshot.arguments)))})
+                                    {f"arg{i}": a for i, a in enumerate(flatten(tuple(snapshot.arguments)))})
                 notes.append(f"inputs: the snapshot's {len(snapshot.arguments)} arguments")
             if getattr(args, "command", None) == "compare" and args.other is None and args.expected is None \
                     and getattr(args, "against", None) is None:
                 args.expected = _save(Path(value).name + ".expected.npz",
-                                      {f"out{i}": a for i, a in enumerate(leaves(snapshot.result))})
+                                      {f"out{i}": a for i, a in enumerate(flatten(snapshot.result))})
                 notes.append("expected: the snapshot's result (what the device returned)")
     if isinstance(getattr(args, "files", None), list):
         resolved_module |= any(Path(f).is_dir() for f in args.files)

@@ -186,7 +186,7 @@ def cmd_extract(args) -> int:
     """`hloexec extract FILE INSTRUCTION`."""
     import sys
     from .cli import EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _parse_module_file, _print_json, \
-        select_module
+        flatten, select_module
     from .diff import judge
     from .xla_cpu import save_arrays
     from .. import ops  # noqa: F401
@@ -212,7 +212,7 @@ def cmd_extract(args) -> int:
         exe = Executable(module)
         inputs, inputs_info = _module_inputs(module, args)
         values = capture(exe, sub.parameters + [inst], inputs)
-        save_arrays(args.inputs_out, {f"arg{i}": v for i, v in enumerate(_flat(values[:-1]))})
+        save_arrays(args.inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(values[:-1])))})
         got = Executable(parse(sub.text)[0]).run(*values[:-1])
         if not isinstance(got, tuple):
             v = judge(values[-1], got)
@@ -242,13 +242,6 @@ def cmd_extract(args) -> int:
               f"values within tolerance (max abs {replay['max_abs_error']:.3g})" if replay["agree"] else
               f"DIFFERENT values (max abs {replay['max_abs_error']:.3g})") + " as in the full run", file=where)
     return EXIT_OK
-
-
-def _flat(values) -> list:
-    out = []
-    for v in values:
-        out += _flat(v) if isinstance(v, tuple) else [v]
-    return out
 
 
 def add_command(subparsers, subparser, parents) -> None:

@@ -204,10 +204,3 @@ def module_text(module_proto: bytes) -> str:
     options = hlo.HloPrintOptions()
     options.print_large_constants = True
     return module.to_string(options)
-
-
-def leaves(value) -> list:
-    """A literal's arrays, tuples flattened depth first."""
-    if isinstance(value, tuple):
-        return [leaf for v in value for leaf in leaves(v)]
-    return [value]

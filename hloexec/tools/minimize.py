@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..ir.module import Instruction, Module
+from .cli import flatten
 from .extract import Submodule, capture, submodule
 from .match import ValueGraph
 
@@ -86,7 +87,7 @@ class Check:
         hlo, npz = self._paths()
         with open(hlo, "w", encoding="utf-8") as f:
             f.write(text)
-        save_arrays(npz, {f"arg{i}": a for i, a in enumerate(_leaves(inputs))})
+        save_arrays(npz, {f"arg{i}": a for i, a in enumerate(flatten(tuple(inputs)))})
         command = self.spec.replace("{inputs}", shlex.quote(npz))
         command = command.replace("{}", shlex.quote(hlo)) if "{}" in command else f"{command} {shlex.quote(hlo)}"
         try:
@@ -94,13 +95,6 @@ class Check:
                                   stderr=subprocess.DEVNULL).returncode == 0
         except subprocess.TimeoutExpired:
             return False
-
-
-def _leaves(values) -> list:
-    out = []
-    for v in values:
-        out += _leaves(v) if isinstance(v, tuple) else [v]
-    return out
 
 
 def _makes_nan(text: str, inputs: list) -> bool:
@@ -116,7 +110,7 @@ def _makes_nan(text: str, inputs: list) -> bool:
 
 def _nan_in(values) -> bool:
     from .compare import _is_float
-    for x in _leaves(values):
+    for x in flatten(tuple(values)):
         a = np.asarray(x)
         if (a.dtype.kind == "c" and np.isnan(a).any()) or (_is_float(a.dtype) and np.isnan(a.astype(np.float64)).any()):
             return True
@@ -128,8 +122,8 @@ def _disagrees_with_xla(text: str, inputs: list) -> bool:
     from .compare import compare_outputs
     from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
     try:
-        ours = _leaves([load(text).run(*inputs)])
-        theirs = run_on_xla_cpu_isolated(text, _leaves(inputs))
+        ours = flatten(load(text).run(*inputs))
+        theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False
     return not compare_outputs(ours, theirs).passed
@@ -362,7 +356,7 @@ def cmd_minimize(args) -> int:
     inputs_out = args.inputs_out or (args.out[:-4] if args.out.endswith(".hlo") else args.out) + ".npz"
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(result.text)
-    save_arrays(inputs_out, {f"arg{i}": v for i, v in enumerate(_leaves(result.inputs))})
+    save_arrays(inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(result.inputs)))})
     if args.json:
         _print_json({"command": "minimize", "version": JSON_VERSION, "file": args.file, "module": module.name,
                      "check": args.check, "inputs": inputs_info, "out": args.out, "inputs_out": inputs_out,
