@@ -260,8 +260,15 @@ def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str,
             return as_text_file(str(dump.snapshots[0]), None, None)
         chosen = dump.stage(stage)
         note = f"{p}: module_{dump.number:04d}.{dump.name}, {chosen.label} ({chosen.path.name})"
-        if chosen.path.suffix == ".txt" and (chosen.proto is None or b"{...}" not in chosen.path.read_bytes()):
-            return str(chosen.path), None, note
+        if chosen.path.suffix == ".txt":
+            elided = b"{...}" in chosen.path.read_bytes()
+            if chosen.proto is None:
+                if elided:
+                    note += ("\nnote: its large constants are elided ({...}) and read as zeros; "
+                             "--xla_dump_hlo_as_proto dumps them")
+                return str(chosen.path), None, note
+            if not elided:
+                return str(chosen.path), None, note
         return _write(chosen.path.name.replace(".hlo.pb", "") + ".hlo", chosen.text()), None, note
     if p.suffix == ".pb" and p.is_file():
         if is_snapshot(p):
