@@ -24,7 +24,7 @@ from hloexec.tools.minimize import Check, minimize
 from hloexec.tools.xla_cpu import load_arrays
 
 from conftest import shared_path
-from xla_dumps import PASSES, SNAPSHOTS, TEXT, make_dump
+from xla_dumps import PASSES, PROTO, SNAPSHOTS, TEXT, make_dump
 
 
 def run_cli(capsys, *argv):
@@ -48,6 +48,7 @@ layernorm_dump = dump_fixture("layernorm_grad_f16", TEXT, PASSES)
 row_sum_dump = dump_fixture("row_sum_grad_f16", TEXT, PASSES)
 snapshot_dump = dump_fixture("mlp_f32", TEXT, SNAPSHOTS)
 gpt_dump = dump_fixture("gpt_step_bf16", TEXT)
+arange_dump = dump_fixture("arange_f32", TEXT, PROTO)
 
 
 def module_at(directory, stage, name="jit_loss"):
@@ -84,6 +85,24 @@ def test_a_dump_directory_is_a_file_argument_of_every_command(layernorm_dump, ca
     assert code == 2 and "jit_loss" in err
     code, _, err = run_cli(capsys, "run", layernorm_dump, "--module", "jit_loss", "--stage", "no_such_pass")
     assert code == 2 and "algsimp" in err
+
+
+@pytest.mark.xla
+def test_a_stage_whose_text_elides_a_constant_is_read_from_its_proto(arange_dump, tmp_path, capsys):
+    ones = tmp_path / "ones.npz"
+    from hloexec.tools.xla_cpu import save_arrays
+    save_arrays(str(ones), {"arg0": np.ones(64, np.float32)})
+    out = tmp_path / "out.npz"
+    code, _, err = run_cli(capsys, "run", arange_dump, "--stage", "before", "--inputs", ones, "--out", out)
+    assert code == 0, err
+    assert load_arrays(str(out))["out0"].tolist() == [1.0 + k for k in range(64)]
+    text_only = tmp_path / "text_only"
+    text_only.mkdir()
+    for f in arange_dump.glob("*.txt"):
+        (text_only / f.name).write_text(f.read_text())
+    code, _, err = run_cli(capsys, "run", text_only, "--stage", "before", "--inputs", ones, "--out", out)
+    assert code == 0 and "elided" in err
+    assert load_arrays(str(out))["out0"].tolist() == [1.0] * 64        # the {...} read as zeros
 
 
 def test_literals_of_the_hand_written_protobuf_reader():

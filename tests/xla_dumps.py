@@ -53,6 +53,10 @@ args = [rng.standard_normal(s).astype(np.float32) for s in ((16, 32), (32, 32), 
 save_arrays("inputs.npz", {f"arg{i}": a for i, a in enumerate(args)})
 jax.jit(f)(*args)
 """,
+    # a 64-element constant: text dumps elide it as {...}, the .hlo.pb twin has it
+    "arange_f32": """
+jax.jit(lambda x: x * np.arange(64, dtype=np.float32) + np.float32(1))(np.ones(64, np.float32))
+""",
     # a one-layer GPT train step in bf16 (embedding, attention, MLP, layernorm, cross-entropy, SGD)
     "gpt_step_bf16": """
 V, D, T, B, H = 128, 64, 16, 2, 4
@@ -93,6 +97,7 @@ jax.jit(step)(p, tokens, np.roll(tokens, -1, 1))
 PASSES = "--xla_dump_hlo_pass_re=.*"
 SNAPSHOTS = "--xla_dump_hlo_snapshots"
 TEXT = "--xla_dump_hlo_as_text"
+PROTO = "--xla_dump_hlo_as_proto"
 
 
 def make_dump(directory, program: str, *flags: str) -> None:
