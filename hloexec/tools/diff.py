@@ -99,7 +99,6 @@ class DiffReport:
     outputs: list[tuple[Node, Node, Verdict | None]]
     not_observed: int
     opened: tuple[int, int]                  # computations observed op by op in A, in B
-    zoom_note: str = ""
     # pairs whose values are not bit-identical while their inputs are: where B first computes something else,
     # even within tolerance (an edited constant scaling a small gradient)
     first_change: list[Divergence] = field(default_factory=list)
@@ -125,8 +124,7 @@ class DiffReport:
             "first_divergence": [_divergence_dict(d) for d in self.first_divergence],
             "first_change": [_divergence_dict(d) for d in self.first_change],
             "unmatched": {side: [_node_ref(n) for n in self.matching.unmatched(side)[:MAX_BETWEEN]]
-                          for side in ("a", "b")},
-            "note": self.zoom_note or None})
+                          for side in ("a", "b")}})
 
 
 def _node_ref(node: Node) -> dict:
@@ -179,8 +177,7 @@ def _divergence_dict(d: Divergence) -> dict:
 
 
 def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | None = None,
-         rtol: float | None = None, zoom: bool = True, pending_budget: int = PENDING_BUDGET,
-         executables: tuple | None = None) -> DiffReport:
+         rtol: float | None = None, zoom: bool = True, pending_budget: int = PENDING_BUDGET) -> DiffReport:
     """Run modules `a` and `b` (Modules) on the same inputs (`inputs_b`: B's own, when they differ) with taps on
     their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
     are diffed op by op only where they diverge first (False: everything op by op)."""
@@ -189,8 +186,7 @@ def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | No
     ga, gb = ValueGraph(a), ValueGraph(b)
     m = match(ga, gb)
     plan = _TapPlan(m, zoom)
-    exe_a, exe_b = executables or (Executable(a, use_numba=bool(plan.closed[0])),
-                                   Executable(b, use_numba=bool(plan.closed[1])))
+    exe_a, exe_b = Executable(a, use_numba=bool(plan.closed[0])), Executable(b, use_numba=bool(plan.closed[1]))
     run = _Lockstep(m, plan, atol, rtol, pending_budget)
     run.run(exe_a, exe_b, inputs_a, inputs_b if inputs_b is not None else inputs_a)
     report = _report(m, plan, run)
@@ -219,9 +215,19 @@ class _TapPlan:
             if (a_index, b_index) not in deferred:
                 for side, node in enumerate((m.a.nodes[a_index], m.b.nodes[b_index])):
                     opened[side].update(_enclosing(graphs[side], node.tap.computation))
-        # a deferred pair in a container that opens anyway is observed there
+        # a deferred pair whose container opens anyway (on either side) is observed there, on both sides
+        changed = True
+        while changed:
+            changed = False
+            for x, y in deferred:
+                nodes = (m.a.nodes[x], m.b.nodes[y])
+                if any(n.tap.computation.name in opened[side] for side, n in enumerate(nodes)):
+                    for side, n in enumerate(nodes):
+                        if n.tap.computation.name not in opened[side]:
+                            opened[side].update(_enclosing(graphs[side], n.tap.computation))
+                            changed = True
         self.pairs = [(x, y) for x, y in tapped if (x, y) not in deferred or
-                      m.a.nodes[x].tap.computation.name in opened[0] or m.b.nodes[y].tap.computation.name in opened[1]]
+                      m.a.nodes[x].tap.computation.name in opened[0]]
         self.opened = opened
         self.taps: tuple[dict, dict] = ({}, {})
         for x, y in self.pairs:
