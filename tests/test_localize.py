@@ -223,6 +223,21 @@ def test_diff_points_at_the_fusion_whose_constant_was_edited(layernorm_dump, cap
     assert inside[0]["a"] == name and inside[0]["a_opcode"] == "constant"
 
 
+def test_diff_follows_a_loop_state_across_iterations():
+    """A constant edited in a while body: the first change is that constant at the first iteration; the
+    values of later iterations and after the loop come from it (a loop's state is its initial value at the
+    first run and the body's result of the run before), so none of them is reported."""
+    from test_exec_plan import FUSED_LOOP
+    a = hloexec.parse(FUSED_LOOP)[0]
+    b = hloexec.parse(FUSED_LOOP.replace("h = f32[] constant(0.5)", "h = f32[] constant(0.6)"))[0]
+    report = diff(a, b, [np.random.default_rng(0).standard_normal(65536).astype(np.float32)])
+    assert [(d.a_inst.name, d.occurrence) for d in report.first_divergence] == [("h", 0)]
+    assert [(d.a_inst.name, d.occurrence) for d in report.first_change] == [("h", 0)]
+    assert len(report.verdicts[next(p for p in report.verdicts if report.matching.a.nodes[p[0]].inst.name
+                                     == "x1")]) == 3         # the body's values pair run by run
+    assert report.diverges
+
+
 def test_matching_by_name_metadata_and_structure():
     a = hloexec.parse("""HloModule a
 ENTRY e {

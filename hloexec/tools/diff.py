@@ -250,42 +250,73 @@ class _TapPlan:
         self.tapped = ({x for x, _ in self.pairs}, {y for _, y in self.pairs})
         self._inputs: dict[tuple[int, int], tuple] = {}
 
-    def inputs(self, a_index: int, b_index: int) -> tuple[list[tuple[int, int]], list[Node], list[Node]]:
-        """The pairs of the nearest observed values a pair is computed from (on either side), and the nodes
-        between them and the pair in A and in B."""
+    def inputs(self, a_index: int, b_index: int) -> tuple[list[tuple[tuple[int, int], str]], list[Node],
+                                                         list[Node]]:
+        """The pairs of the nearest observed values a pair is computed from (on either side), each with the
+        run of it that counts (see _MODES), and the nodes between them and the pair in A and in B."""
         key = (a_index, b_index)
         if key not in self._inputs:
             m = self.m
             inputs_a, between_a = self._frontier(m.a.nodes[a_index], 0)
             inputs_b, between_b = self._frontier(m.b.nodes[b_index], 1)
-            pairs = [(m.partner[n.index], n.index) for n in inputs_b if n.index in m.partner]
-            via_b = {p[0] for p in pairs}
-            pairs += [(n.index, y) for n in inputs_a if n.index not in via_b
+            pairs = [((m.partner[n.index], n.index), mode) for n, mode in inputs_b if n.index in m.partner]
+            via_b = {(p[0], mode) for p, mode in pairs}
+            pairs += [((n.index, y), mode) for n, mode in inputs_a if (n.index, mode) not in via_b
                       for y in self.partners_of_a.get(n.index, ())]
             self._inputs[key] = (pairs, between_a, between_b)
         return self._inputs[key]
 
-    def _walk_operands(self, node: Node, side: int) -> list[Node]:
-        """What a value is computed from: a fusion that runs compiled, from the fusion's operands."""
+    def _walk_operands(self, node: Node, side: int, mode: str) -> list[tuple[Node, str]]:
+        """What a value is computed from: a fusion that runs compiled, from the fusion's operands; a loop's
+        state, from the loop's initial value (its first run) and its body's result (the run before); a loop or
+        a conditional, from what it was given and what its body or branches computed (any run)."""
         graph = self.m.a if side == 0 else self.m.b
+        inst = node.inst
+        nodes = lambda insts: [graph.node_of[id(i)] for i in insts if id(i) in graph.node_of]  # noqa: E731
         if node.tap.opcode == "fusion" and node.tap.name in self.closed[side]:
-            return [graph.node_of[id(o)] for o in node.tap.operands if id(o) in graph.node_of]
-        return node.operands
+            return [(n, mode) for n in nodes(node.tap.operands)]
+        if inst.opcode == "while":
+            return [(n, mode) for n in nodes(inst.operands)] + [(n, "all") for n in
+                                                                nodes([inst.called["body"].root])]
+        if inst.opcode == "conditional":
+            return [(n, mode) for n in nodes(inst.operands)] + [(n, "all") for n in
+                                                                nodes(c.root for c in inst.called_computations)]
+        caller = graph.caller.get(id(inst.computation)) if inst.opcode == "parameter" else None
+        if caller is not None and caller.opcode == "while":
+            return [(n, "init" if mode == "same" else mode) for n in nodes(caller.operands)] + \
+                [(n, "prev" if mode == "same" else mode) for n in nodes([caller.called["body"].root])]
+        if caller is not None and caller.opcode == "conditional":
+            return [(n, "all") for n in nodes(caller.operands[1:])]
+        return [(n, mode) for n in node.operands]
 
-    def _frontier(self, node: Node, side: int) -> tuple[list[Node], list[Node]]:
-        inputs, between, seen = [], [], {node.index}
-        stack = list(reversed(self._walk_operands(node, side)))
+    def _frontier(self, node: Node, side: int) -> tuple[list[tuple[Node, str]], list[Node]]:
+        inputs, between, seen = [], {}, {(node.index, "same")}
+        stack = list(reversed(self._walk_operands(node, side, "same")))
         while stack and len(seen) < MAX_WALK:
-            n = stack.pop()
-            if n.index in seen:
+            n, mode = stack.pop()
+            if (n.index, mode) in seen:
                 continue
-            seen.add(n.index)
+            seen.add((n.index, mode))
             if n.index in self.tapped[side]:
-                inputs.append(n)
+                inputs.append((n, mode))
             else:
-                between.append(n)
-                stack += reversed(self._walk_operands(n, side))
-        return inputs, sorted(between, key=lambda n: -n.order)        # nearest the pair first
+                between[n.index] = n
+                stack += reversed(self._walk_operands(n, side, mode))
+        return inputs, sorted(between.values(), key=lambda n: -n.order)        # nearest the pair first
+
+
+# How an input's runs count for a pair's run k: "same" its run k (or every run, when it ran fewer times);
+# "prev" run k - 1 (a loop's state from the body's last result; none for k = 0); "init" every run, for
+# k = 0 only (a loop's initial value); "all" every run (what a loop or a branch computed).
+_MODES = ("same", "prev", "init", "all")
+
+
+def _input_holds(verdicts: list | None, mode: str, k: int, test) -> bool:
+    """Whether `test(verdict)` holds for the runs of an input that count for run k of a pair."""
+    if not verdicts or (mode == "prev" and k == 0) or (mode == "init" and k > 0):
+        return True
+    j = k - 1 if mode == "prev" else None if mode in ("init", "all") else k
+    return test(verdicts[j]) if j is not None and j < len(verdicts) else all(map(test, verdicts))
 
 
 def _paired_containers(m: Matching, x: Node, y: Node) -> bool:
@@ -405,10 +436,13 @@ class _Lockstep:
             self.cond.notify_all()
         for a, b, va, vb, oa, ob in ready:
             with self.cond:     # the verdicts of its inputs are in (or being made: they arrived first)
-                while not all(self._settled(pair) for pair in self.plan.inputs(a, b)[0]):
+                inputs = self.plan.inputs(a, b)[0]
+                while not all(self._settled(pair) for pair, _ in inputs):
                     self.cond.wait()
-                inherited = not all(_agrees([v for _, v in sorted(self.verdicts.get(pair, ()))], k)
-                                    for pair in self.plan.inputs(a, b)[0])
+                runs = {pair: [v for _, v in sorted(self.verdicts.get(pair, ()), key=lambda kv: kv[0])]
+                        for pair, _ in inputs}
+                inherited = not all(_input_holds(runs[pair], mode, k, _agree) for pair, mode in inputs)
+                identical_inputs = all(_input_holds(runs[pair], mode, k, _identical) for pair, mode in inputs)
                 self.judging[(a, b)] = self.judging.get((a, b), 0) + 1
             verdict = _inherited(va, vb) if inherited else judge(va, vb, self.atol, self.rtol)
             with self.cond:
@@ -416,9 +450,8 @@ class _Lockstep:
                 if not self.judging[(a, b)]:
                     del self.judging[(a, b)]
                 self.verdicts.setdefault((a, b), []).append((k, verdict))
-                if not verdict.identical and oa is not None and ob is not None and (a, b) not in self.operands \
-                        and all(v.identical for pair in self.plan.inputs(a, b)[0]
-                                for _, v in self.verdicts.get(pair, ())):
+                if not verdict.identical and identical_inputs and oa is not None and ob is not None \
+                        and (a, b) not in self.operands:
                     self.operands[(a, b)] = (oa, ob)     # a first change: its fusions are diffed op by op
                 self.cond.notify_all()
         other = 1 - side
@@ -448,27 +481,30 @@ def _nbytes(value) -> int:
 def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
     verdicts = {pair: [v for _, v in sorted(vs, key=lambda kv: kv[0])] for pair, vs in run.verdicts.items()}
 
-    def divergence(a_index: int, b_index: int, k: int, pairs, between_a, between_b) -> Divergence:
+    def holds(inputs, k: int, test) -> bool:
+        return all(_input_holds(verdicts.get(pair), mode, k, test) for pair, mode in inputs)
+
+    def divergence(a_index: int, b_index: int, k: int, inputs, between_a, between_b) -> Divergence:
         x, y = m.a.nodes[a_index], m.b.nodes[b_index]
         shown = [n.tap if n.tap.opcode == "fusion" and n.tap.name in plan.closed[side] else n.inst
                  for side, n in enumerate((x, y))]
-        identical = all(v.identical for p in pairs for v in verdicts.get(p, ()))
+        pairs = list(dict.fromkeys(pair for pair, _ in inputs))
         return Divergence(x, y, k, verdicts[(a_index, b_index)][k], [(m.a.nodes[p], m.b.nodes[q]) for p, q in pairs],
-                          identical, between_a[:MAX_BETWEEN], between_b[:MAX_BETWEEN], shown[0], shown[1],
-                          m.how.get(b_index, ""))
+                          holds(inputs, k, _identical), between_a[:MAX_BETWEEN], between_b[:MAX_BETWEEN], shown[0],
+                          shown[1], m.how.get(b_index, ""))
 
     first, changes = [], []
     order = sorted(verdicts, key=lambda p: (run.sequence.get(p[0], 1 << 60), m.b.nodes[p[1]].order))
     for a_index, b_index in order:
         vs = verdicts[(a_index, b_index)]
-        pairs, between_a, between_b = plan.inputs(a_index, b_index)
-        k = next((k for k, v in enumerate(vs) if not v.agree), None)
-        if k is not None and all(_agrees(verdicts.get(p), k) for p in pairs):
-            first.append(divergence(a_index, b_index, k, pairs, between_a, between_b))
-        k = next((k for k, v in enumerate(vs) if not v.identical), None)
-        if k is not None and all(v.identical for p in pairs for v in verdicts.get(p, ())):
-            changes.append(first[-1] if first and (first[-1].a.index, first[-1].b.index) == (a_index, b_index)
-                           else divergence(a_index, b_index, k, pairs, between_a, between_b))
+        inputs, between_a, between_b = plan.inputs(a_index, b_index)
+        k = next((k for k, v in enumerate(vs) if not v.agree and holds(inputs, k, _agree)), None)
+        if k is not None:
+            first.append(divergence(a_index, b_index, k, inputs, between_a, between_b))
+        k = next((k for k, v in enumerate(vs) if not v.identical and holds(inputs, k, _identical)), None)
+        if k is not None:
+            changes.append(first[-1] if first and (first[-1].a.index, first[-1].b.index, first[-1].occurrence)
+                           == (a_index, b_index, k) else divergence(a_index, b_index, k, inputs, between_a, between_b))
     outputs = []
     from .match import _outputs
     for x, y in zip(_outputs(m.a), _outputs(m.b)):
@@ -479,12 +515,12 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
                       first_change=changes)
 
 
-def _agrees(verdicts: list | None, k: int) -> bool:
-    """Whether a pair agrees at its k-th run (a pair that ran fewer times: at every run); not observed: no
-    evidence against."""
-    if not verdicts:
-        return True
-    return verdicts[k].agree if k < len(verdicts) else all(v.agree for v in verdicts)
+def _agree(v: Verdict) -> bool:
+    return v.agree
+
+
+def _identical(v: Verdict) -> bool:
+    return v.identical
 
 
 def _zoom(d: Divergence, captured: tuple, atol, rtol) -> DiffReport | None:
