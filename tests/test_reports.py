@@ -142,7 +142,8 @@ def test_memory_reads_xla_dump_numbers_beside_the_module(tmp_path, capsys):
     script = ("import jax, jax.numpy as jnp\n"
               "f = jax.jit(lambda x, w: jnp.tanh(x @ w).sum())\n"
               "f(jnp.ones((64, 128)), jnp.ones((128, 256))).block_until_ready()\n")
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
+    # JAX_ENABLE_X64=0: the tests' own jax (hloexec.tools.xla_cpu) turns x64 on, and its children inherit that
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0",
                XLA_FLAGS=f"--xla_dump_to={tmp_path} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*jit__lambda.*")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import CompileWarning, ExecutionError
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
+from ..kernels.elementwise import check_reductions
 from .plan import Plan
 
 
@@ -142,10 +143,11 @@ class ExecContext:
     """What ops see while they are prepared (hloexec.ops.registry.Context)."""
 
     def __init__(self, module: Module, device: Device, *, excess_precision: bool = False, use_numba: bool = True,
-                 compile_after: int = 1, compile_kernels: bool = True):
+                 compile_after: int = 1, compile_kernels: bool = True, reductions: str = "accumulate"):
         self.module = module
         self.default_device = device
         self.excess_precision = excess_precision
+        self.reductions = check_reductions(reductions)
         self.use_numba = use_numba
         self.compile_after = compile_after
         # False: kernels that would compile while the plan is prepared compile at their first call instead (the
@@ -215,7 +217,8 @@ class ExecContext:
         if not self.use_numba or max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
             return None
         from ..kernels.fusion import compile_fusion
-        kernel = compile_fusion(comp, excess_precision=self.excess_precision, eager=False)
+        kernel = compile_fusion(comp, excess_precision=self.excess_precision, reductions=self.reductions,
+                                eager=False)
         if kernel is None:
             return None
         ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
@@ -252,7 +255,7 @@ class ExecContext:
         if not self.use_numba:
             return None
         from ..kernels.program import compile_program
-        kernel = compile_program(inst, excess_precision=self.excess_precision)
+        kernel = compile_program(inst, excess_precision=self.excess_precision, reductions=self.reductions)
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
@@ -284,7 +287,7 @@ class Executable:
 
     def __init__(self, module: Module, *, excess_precision: bool = False, use_numba: bool = True,
                  compile_after: int = 1, device: Device | None = None, max_memory: int | None = None,
-                 compile_kernels: bool = True):
+                 compile_kernels: bool = True, reductions: str = "accumulate"):
         from .communicators import MirrorCommunicator
         self.module = module
         if device is None:
@@ -292,7 +295,8 @@ class Executable:
             device.communicator = MirrorCommunicator(device)
         self.device = device
         self.context = ExecContext(module, device, excess_precision=excess_precision, use_numba=use_numba,
-                                   compile_after=compile_after, compile_kernels=compile_kernels)
+                                   compile_after=compile_after, compile_kernels=compile_kernels,
+                                   reductions=reductions)
         self.plan = self.context.computation(module.entry)
         self.plan.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it

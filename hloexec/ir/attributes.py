@@ -233,10 +233,15 @@ def unescape(body: str) -> "str | bytes":
     if body.endswith("\\") and pos < len(body):
         raise _Bad("string cannot end with '\\'")
     out += body[pos:].encode("utf-8")
+    return _text_or_bytes(out)
+
+
+def _text_or_bytes(data: bytearray):
+    """Unescaped string contents: text when they are UTF-8, else the bytes (binary backend configs)."""
     try:
-        return out.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        return bytes(out)
+        return bytes(data)
 
 
 def _string(raw: str):
@@ -759,7 +764,8 @@ def _json_or_none(text: str):
 
 def decode_backend_config(raw: str):
     """A quoted string is unescaped, then parsed as JSON if it looks like JSON (unquoted keys tolerated),
-    else returned as text (or bytes when binary); a braced `{...}` is parsed as JSON, else kept raw."""
+    else returned as text (or bytes when binary); a braced `{...}` is parsed as JSON, else as the MLIR
+    dictionary typed-FFI custom-calls carry (`{mode = 65 : ui8, eps = 1.0e-05 : f32}`), else kept raw."""
     s = raw.strip()
     if s.startswith('"'):
         text = _string(s)
@@ -774,8 +780,100 @@ def decode_backend_config(raw: str):
         if _braced_end(s, 0) != len(s):
             raise _Bad("unexpected text after the JSON dict")
         v = _json_or_none(s)
+        if v is None:
+            v = _mlir_dict_or_none(s)
         return raw if v is None else v
     raise _Bad("expects a string or a JSON dict")
+
+
+# MLIR attribute dictionaries (the typed-FFI form of backend_config): name = value [: type], ...
+_MLIR_TOKEN = _re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>[-+]?(?:0x[0-9A-Fa-f]+|\d+\.?\d*(?:[eE][-+]?\d+)?))'
+                          r'|(?P<word>[A-Za-z_][A-Za-z0-9_.$]*)|(?P<punct>[{}\[\]=,:<>]))', _re.S)
+_MLIR_HEX_ESCAPE = _re.compile(r'\\([0-9A-Fa-f]{2}|.)', _re.S)
+
+
+def _mlir_string(body: str):
+    """An MLIR string literal's body: `\\XX` hex escapes (and `\\\\`, `\\"`, `\\n`, `\\t`); bytes when not UTF-8."""
+    if "\\" not in body:
+        return body
+    simple = {"n": b"\n", "t": b"\t"}
+    out, last = bytearray(), 0
+    for m in _MLIR_HEX_ESCAPE.finditer(body):
+        out += body[last:m.start()].encode("utf-8")
+        esc = m.group(1)
+        out += bytes([int(esc, 16)]) if len(esc) == 2 else simple.get(esc, esc.encode("utf-8"))
+        last = m.end()
+    out += body[last:].encode("utf-8")
+    return _text_or_bytes(out)
+
+
+def _mlir_dict_or_none(text: str):
+    """`{a = 1 : i64, b = true, c = "x", d = 2.5e-01 : f32, e}` -> dict (unit attributes are True; values
+    of other kinds, `array<...>` or `dense<...>`, kept as their text); None when the text is not one."""
+    tokens = [(m.lastgroup, m.group(m.lastgroup)) for m in _MLIR_TOKEN.finditer(text)]
+    if "".join(v for _, v in tokens) != _re.sub(r"\s+", "", text):
+        return None
+    pos = 0
+
+    def value():
+        nonlocal pos
+        kind, tok = tokens[pos]
+        if tok == "{":
+            return dictionary()
+        if tok == "[":
+            pos += 1
+            items = []
+            while tokens[pos][1] != "]":
+                items.append(value())
+                if tokens[pos][1] == ",":
+                    pos += 1
+            pos += 1
+            return items
+        pos += 1
+        if kind == "str":
+            v = _mlir_string(tok[1:-1])
+        elif kind == "num":
+            v = int(tok, 0) if _re.fullmatch(r"[-+]?(0x[0-9A-Fa-f]+|\d+)", tok) else float(tok)
+        elif tok in ("true", "false"):
+            v = tok == "true"
+        else:                                   # array<i64: 1, 2>, dense<...>, #dialect<...>: as text
+            start = pos - 1
+            depth = 0
+            while pos < len(tokens) and (depth or tokens[pos][1] not in (",", "}", "]", ":")):
+                depth += {"<": 1, ">": -1}.get(tokens[pos][1], 0)
+                pos += 1
+            return " ".join(t for _, t in tokens[start:pos])
+        if pos < len(tokens) and tokens[pos][1] == ":":     # the type: i64, ui8, f32 ...
+            pos += 2
+        return v
+
+    def dictionary():
+        nonlocal pos
+        pos += 1                                # "{"
+        out = {}
+        while tokens[pos][1] != "}":
+            kind, key = tokens[pos]
+            if kind not in ("word", "str"):
+                raise _Bad(f"expects an attribute name, got {key!r}")
+            key = key[1:-1] if kind == "str" else key
+            pos += 1
+            if tokens[pos][1] == "=":
+                pos += 1
+                out[key] = value()
+            else:
+                out[key] = True
+            if tokens[pos][1] == ",":
+                pos += 1
+            elif tokens[pos][1] != "}":
+                raise _Bad("expects ',' or '}' after an attribute")
+        pos += 1
+        return out
+
+    try:
+        result = dictionary()
+    except (IndexError, ValueError, _Bad):
+        return None
+    return result if pos == len(tokens) else None
 
 
 def _shape_index(t: _Tokens) -> tuple[int, ...]:

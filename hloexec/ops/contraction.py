@@ -170,21 +170,30 @@ def conv_core(lhs, rhs, win, out_dtype):
           "reversal, feature_group_count, batch_group_count; pad + strided window view + tensordot "
           "(BLAS), like StableHLO's interpreter. Compute types as dot.")
 def prepare_convolution(inst, ctx):
-    lshape, rshape = inst.operands[0].shape, inst.operands[1].shape
-    rank = lshape.rank
-    cd = _conv_dims(inst, rank)
-    ns = len(cd.input_spatial)
+    return convolution(inst, inst.operands[1].shape, inst.shape.dtype)
+
+
+def conv_window(inst, kernel_shape):
+    """(dim_labels, window) of a convolution-like instruction; no window: the kernel's spatial size, stride 1."""
+    cd = _conv_dims(inst, kernel_shape.rank)
     win_attr = inst.attr("window")
     if win_attr is None:
         from ..ir.attributes import WindowDim
-        win = tuple(WindowDim(rshape.dims[d]) for d in cd.kernel_spatial)
+        win = tuple(WindowDim(kernel_shape.dims[d]) for d in cd.kernel_spatial)
     else:
         win = tuple(win_attr)
-    if len(win) != ns:
+    if len(win) != len(cd.input_spatial):
         raise UnsupportedError("convolution window rank != spatial rank", inst)
+    return cd, win
+
+
+def convolution(inst, kernel_shape, out_dtype):
+    """kernel(lhs, rhs) of the convolution `inst` describes (dim_labels, window, group counts): its result
+    in `out_dtype` (a convolution-like custom-call reads the same attributes)."""
+    cd, win = conv_window(inst, kernel_shape)
+    rank = kernel_shape.rank
     fgc = int_attr(inst, "feature_group_count", 1)
     bgc = int_attr(inst, "batch_group_count", 1)
-    out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
     lperm = [cd.input_batch, cd.input_feature] + list(cd.input_spatial)
     kperm = [cd.kernel_output_feature, cd.kernel_input_feature] + list(cd.kernel_spatial)
@@ -278,13 +287,15 @@ def prepare_cholesky(inst, ctx):
           "only a's lower (lower=true) or upper triangle is read, its diagonal taken as 1 with unit_diagonal. "
           "Solved with numpy.linalg.solve on the masked matrix (f16/bf16 in f32).")
 def prepare_triangular_solve(inst, ctx):
-    left = bool(inst.attr("left_side", False))
-    lower = bool(inst.attr("lower", False))
-    unit = bool(inst.attr("unit_diagonal", False))
     transpose = (str_attr(inst, "transpose_a") or "NO_TRANSPOSE").upper()
     if transpose not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
         raise UnsupportedError(f"triangular-solve with transpose_a={transpose}", inst)
-    out_dtype = inst.shape.dtype
+    return triangular_solve(bool(inst.attr("left_side", False)), bool(inst.attr("lower", False)),
+                            bool(inst.attr("unit_diagonal", False)), transpose, inst.shape.dtype)
+
+
+def triangular_solve(left: bool, lower: bool, unit: bool, transpose: str, out_dtype):
+    """kernel(a, b) -> x of triangular-solve (transpose: NO_TRANSPOSE, TRANSPOSE or ADJOINT)."""
     work = _F32 if is_low_float(out_dtype) else out_dtype
 
     def kernel(a, b):

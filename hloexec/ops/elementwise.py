@@ -462,8 +462,16 @@ def _prepare_binary(inst, ctx):
             return lambda a, b: np.logical_and(a, b)
         raise UnsupportedError(f"{opc} of pred operands", inst)
     if kind == "complex":
-        _require(opc in ("add", "subtract", "multiply", "divide", "power"), f"{opc} of complex operands", inst)
+        _require(opc in ("add", "subtract", "multiply", "divide", "power", "atan2"), f"{opc} of complex operands", inst)
+        if opc == "atan2":
+            return _complex_atan2
     return _float_lifted(_FLOAT_BINARY[opc], dtype)
+
+
+def _complex_atan2(y, x):
+    """XLA's complex atan2 (HloEvaluator, the elemental IR emitter): -i log((x + i y) / sqrt(x^2 + y^2))."""
+    with np.errstate(all="ignore"):
+        return (-1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))).astype(x.dtype)
 
 
 @op("and", "or", "xor", dtypes="pred, s8-s64, u8-u64", shape_rule=_same_shape_rule)

@@ -392,6 +392,17 @@ def _comparator_permutation(less, xs, axis: int) -> np.ndarray:
     return np.moveaxis(perm_rows.reshape(shp), -1, axis)
 
 
+def sort_permutation(comparator, ctx):
+    """`permutation(xs, axis)`: the stable permutation sorting the operands `xs` along `axis` by the comparator
+    computation (keys on whole arrays when it orders by elementwise functions, else one call per comparison)."""
+    keys = _sort_keys(comparator.root)
+    if keys is not None:
+        steps = [[(i, lookup(i).prepare(i, ctx)) for i in key.expression] for key in keys]
+        return lambda xs, axis: _keys_permutation(keys, steps, xs, axis)
+    less = ctx.computation(comparator)
+    return lambda xs, axis: _comparator_permutation(less, xs, axis)
+
+
 @op("sort", kernel="numpy",
     notes="Comparators ordering by elementwise functions of the operands (plain LT/GT compares, jax's "
           "NaN/-0 canonicalizing TOTALORDER compare, lexicographic num_keys > 1): keys computed on whole "
@@ -400,20 +411,12 @@ def _comparator_permutation(less, xs, axis: int) -> np.ndarray:
 def prepare_sort(inst, ctx):
     dims = ints(inst.attr("dimensions"))
     axis = dims[0] if dims else 0
-    comp = called(inst, "to_apply", "comparator")
-    keys = _sort_keys(comp.root)
+    permutation = sort_permutation(called(inst, "to_apply", "comparator"), ctx)
     n = len(inst.operands)
     tuple_out = inst.shape.is_tuple
-    if keys is not None:
-        steps = [[(i, lookup(i).prepare(i, ctx)) for i in key.expression] for key in keys]
-    else:
-        less = ctx.computation(comp)
 
     def kernel(*xs):
-        if keys is not None:
-            perm = _keys_permutation(keys, steps, xs, axis)
-        else:
-            perm = _comparator_permutation(less, xs, axis)
+        perm = permutation(xs, axis)
         outs = [contig(np.take_along_axis(x, perm, axis=axis)) for x in xs]
         return tuple(outs) if tuple_out or n > 1 else outs[0]
     return kernel

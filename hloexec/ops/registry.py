@@ -19,6 +19,7 @@ from ..errors import UnsupportedError
 
 class Context(Protocol):
     excess_precision: bool      # skip f16/bf16 rounding between ops inside a fusion
+    reductions: str             # "accumulate" | "per-step": how add/multiply reductions round (kernels/elementwise.py)
 
     def computation(self, comp, fuse: bool = True) -> Callable:
         """A callable running `comp`: f(*parameter_values) -> value of its root (`fuse`: may compile

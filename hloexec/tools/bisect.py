@@ -75,10 +75,10 @@ def _verdict_dict(index: int, v: Verdict) -> dict:
 
 
 def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = None, rtol: float | None = None,
-           with_diff: bool = True, report=None) -> BisectReport:
+           with_diff: bool = True, report=None, reductions: str = "accumulate") -> BisectReport:
     """Find the first stage of `module` whose outputs differ from the first runnable stage's. `inputs`: the
     entry arguments (default: random ones from `seed`, of the reference's parameters); `report(message)`
-    hears about each stage as it runs."""
+    hears about each stage as it runs; `reductions`: how every stage rounds its sums."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     from ..parser import parse
@@ -92,7 +92,7 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
         r = runs[i] = StageRun(stages[i], i)
         try:
             r.module = parse(stages[i].text())[0]
-            exe = Executable(r.module)
+            exe = Executable(r.module, reductions=reductions)
             if state["inputs"] is None:
                 state["inputs"] = exe.random_inputs(seed)
             r.outputs = flatten(exe.run(*state["inputs"]))
@@ -135,7 +135,8 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
     if following is not None and not runs[following].changed:
         result.after_first_bad = f"the outputs agree again at {stages[following].path.name}: the change comes and goes"
     if with_diff:
-        result.diff = diff(runs[good].module, runs[bad].module, state["inputs"], atol=atol, rtol=rtol)
+        result.diff = diff(runs[good].module, runs[bad].module, state["inputs"], atol=atol, rtol=rtol,
+                           reductions=reductions)
     return result
 
 
@@ -190,7 +191,8 @@ def cmd_bisect(args) -> int:
         if first is not None:
             inputs, inputs_info = _module_inputs(parse(first.text())[0], args)
     say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.verbose else None
-    report = bisect(module, inputs, args.seed, args.atol, args.rtol, with_diff=not args.no_diff, report=say)
+    report = bisect(module, inputs, args.seed, args.atol, args.rtol, with_diff=not args.no_diff, report=say,
+                    reductions=args.reductions)
     if args.json:
         _print_json({"command": "bisect", "version": JSON_VERSION, "directory": str(Path(args.directory)),
                      "inputs": inputs_info, **report.to_dict()})

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..kernels.elementwise import REDUCTIONS
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 JSON_VERSION = 1
@@ -81,7 +82,8 @@ def _prepare(module, args):
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     start = time.perf_counter()
-    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision)
+    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
+                     reductions=args.reductions)
     return exe, time.perf_counter() - start
 
 
@@ -639,8 +641,20 @@ def build_parser() -> argparse.ArgumentParser:
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     execution.add_argument("--excess-precision", action="store_true",
                            help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
+    execution.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
+                           help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
+                                "f32, rounded once) or per-step (every step rounded to the type, in row-major "
+                                "order, as XLA:CPU's optimized modules compute them)")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
+    calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")
+    calls.add_argument("--plugin", metavar="FILE", action="append", default=[],
+                       help="a Python file registering custom-call targets with "
+                            "hloexec.ops.custom_call.register_custom_call (repeatable); installed packages register "
+                            "theirs through the entry-point group 'hloexec.custom_calls'")
+    calls.add_argument("--custom-call-identity", metavar="NAME", action="append", default=[],
+                       help="treat custom-call target NAME as the identity: its value is its operand (transfer and "
+                            "marker calls; repeatable)")
     spmd_options = execution.add_argument_group("SPMD (every participant of a partitioned module)")
     spmd_options.add_argument("--spmd", action="store_true",
                               help="run all participants: counts from the module header, or inferred from its "
@@ -664,7 +678,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
                    "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
                    "  hloexec run step.hlo --repeat 3 --profile    # ... of the third (warm) run\n"
-                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants",
+                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants\n"
+                   "  hloexec run neuron.hlo --custom-call-identity AwsNeuronTransferWithStaticRing\n"
+                   "  hloexec run rms.hlo --plugin examples/custom_call_plugin.py   # targets from a Python file",
                    [common, execution],
                    "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
                    "available memory (MemAvailable) or --max-memory; then per output its shape, dtype,\n"
@@ -692,6 +708,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
                    "  hloexec compare model.opt.hlo model.pre.hlo --seed 1     # same inputs to both\n"
                    "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
+                   "  hloexec compare cpu_after_optimizations.txt --inputs in.npz --expected xla.npz \\\n"
+                   "      --reductions per-step                 # f16 sums rounded at every step, as XLA:CPU\n"
                    "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs",
                    [common, execution], _tolerances_help() + "\n\n"
                    "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
@@ -730,8 +748,10 @@ def _known_errors() -> tuple:
     """Errors whose message says all a user needs (no traceback, 'error:' prefix)."""
     from .dumpdir import DumpError
     from .hloproto import ProtoError
+    from .plugins import PluginError
     from .xla_cpu import XlaCpuError
-    return HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, DumpError, ProtoError
+    return (HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError, DumpError,
+            ProtoError)
 
 
 def _message(e: BaseException, path: str | None = None) -> str:
@@ -758,6 +778,9 @@ def main(argv=None) -> int:
         return EXIT_ERROR
     debug = args.debug or os.environ.get("HLOEXEC_DEBUG", "") not in ("", "0")
     try:
+        if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
+            from .plugins import apply
+            apply(args.plugin, args.custom_call_identity)
         from .dumpdir import prepare_arguments        # FILE as a dump directory, snapshot or proto
         for note in prepare_arguments(args, sys.argv[1:] if argv is None else list(argv)):
             print(note, file=sys.stderr)

@@ -177,23 +177,26 @@ def _divergence_dict(d: Divergence) -> dict:
 
 
 def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | None = None,
-         rtol: float | None = None, zoom: bool = True, pending_budget: int = PENDING_BUDGET) -> DiffReport:
+         rtol: float | None = None, zoom: bool = True, pending_budget: int = PENDING_BUDGET,
+         reductions: str = "accumulate") -> DiffReport:
     """Run modules `a` and `b` (Modules) on the same inputs (`inputs_b`: B's own, when they differ) with taps on
     their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
-    are diffed op by op only where they diverge first (False: everything op by op)."""
+    are diffed op by op only where they change first (False: everything op by op). `reductions`: how both
+    round their sums (Executable's option)."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     ga, gb = ValueGraph(a), ValueGraph(b)
     m = match(ga, gb)
     plan = _TapPlan(m, zoom)
-    exe_a, exe_b = Executable(a, use_numba=bool(plan.closed[0])), Executable(b, use_numba=bool(plan.closed[1]))
+    exe_a, exe_b = (Executable(m, use_numba=bool(closed), reductions=reductions) for m, closed in ((a, plan.closed[0]),
+                                                                                               (b, plan.closed[1])))
     run = _Lockstep(m, plan, atol, rtol, pending_budget)
     run.run(exe_a, exe_b, inputs_a, inputs_b if inputs_b is not None else inputs_a)
     report = _report(m, plan, run)
     if zoom:
         zoomed = [d for d in report.first_change if (d.a.index, d.b.index) in run.operands]
         for d in zoomed[:MAX_ZOOM]:
-            d.inside = _zoom(d, run.operands[(d.a.index, d.b.index)], atol, rtol)
+            d.inside = _zoom(d, run.operands[(d.a.index, d.b.index)], atol, rtol, reductions)
     return report
 
 
@@ -523,7 +526,7 @@ def _identical(v: Verdict) -> bool:
     return v.identical
 
 
-def _zoom(d: Divergence, captured: tuple, atol, rtol) -> DiffReport | None:
+def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str) -> DiffReport | None:
     """The fused computations of a diverging pair of fusions, extracted and diffed op by op on the operand
     values each side's run gave them."""
     from ..parser import parse
@@ -534,7 +537,7 @@ def _zoom(d: Divergence, captured: tuple, atol, rtol) -> DiffReport | None:
         modules.append(parse(sub.text)[0])
         position = {id(o): k for k, o in reversed(list(enumerate(node.tap.operands)))}
         inputs.append([operands[position[id(p)]] for p in sub.parameters])
-    return diff(modules[0], modules[1], inputs[0], inputs[1], atol=atol, rtol=rtol, zoom=False)
+    return diff(modules[0], modules[1], inputs[0], inputs[1], atol=atol, rtol=rtol, zoom=False, reductions=reductions)
 
 
 def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> str:
@@ -630,7 +633,8 @@ def cmd_diff(args) -> int:
         modules.append(select_module(parsed, args.module, path))
     inputs, inputs_info = _module_inputs(modules[0], args)
     start = time.perf_counter()
-    report = diff(modules[0], modules[1], inputs, atol=args.atol, rtol=args.rtol, zoom=not args.no_zoom)
+    report = diff(modules[0], modules[1], inputs, atol=args.atol, rtol=args.rtol, zoom=not args.no_zoom,
+                  reductions=args.reductions)
     seconds = time.perf_counter() - start
     described = [{"file": path, "module": m.name} for path, m in zip((args.a, args.b), modules)]
     if args.json:
@@ -645,9 +649,12 @@ def cmd_diff(args) -> int:
 
 
 def tolerance_options(p) -> None:
-    """--atol / --rtol: the bounds of every verdict (default: `hloexec compare`'s by type)."""
+    """--atol / --rtol: the bounds of every verdict (default: `hloexec compare`'s by type); --reductions."""
+    from ..kernels.elementwise import REDUCTIONS
     p.add_argument("--atol", type=float, help="absolute error bound for every value (default: compare's by type)")
     p.add_argument("--rtol", type=float, help="relative error bound for every value (default: compare's by type)")
+    p.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
+                   help="how both round f16/bf16 sums (as `hloexec run`: accumulate, or per-step as XLA:CPU)")
 
 
 def add_command(subparsers, subparser, parents) -> None:
