@@ -185,6 +185,11 @@ def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | No
     round their sums (Executable's option)."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
+    if inputs_b is None:
+        signatures = [[p.shape.to_text(layout=False) for p in m.entry.parameters] for m in (a, b)]
+        if signatures[0] != signatures[1]:
+            raise ValueError(f"{a.name} and {b.name} take different parameters, so not the same inputs: "
+                             f"({', '.join(signatures[0])}) and ({', '.join(signatures[1])})")
     ga, gb = ValueGraph(a), ValueGraph(b)
     m = match(ga, gb)
     plan = _TapPlan(m, zoom)
@@ -633,8 +638,11 @@ def cmd_diff(args) -> int:
         modules.append(select_module(parsed, args.module, path))
     inputs, inputs_info = _module_inputs(modules[0], args)
     start = time.perf_counter()
-    report = diff(modules[0], modules[1], inputs, atol=args.atol, rtol=args.rtol, zoom=not args.no_zoom,
-                  reductions=args.reductions)
+    try:
+        report = diff(modules[0], modules[1], inputs, atol=args.atol, rtol=args.rtol, zoom=not args.no_zoom,
+                      reductions=args.reductions)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     seconds = time.perf_counter() - start
     described = [{"file": path, "module": m.name} for path, m in zip((args.a, args.b), modules)]
     if args.json:
