@@ -402,6 +402,35 @@ def test_minimize_with_a_command_check_and_a_flaky_one(tmp_path):
     assert result.flaky > 0 and result.instructions <= 10
 
 
+# -- the seeds ---------------------------------------------------------------------------------------
+@pytest.mark.xla
+def test_diff_and_extract_on_the_tpu_seed(tmp_path, capsys):
+    """The TPU seed (8 partitions, run as one participant) against a copy whose epsilon in one fused computation
+    is edited: the first divergence is that fusion (its input identical), inside it the constant, at its line in
+    the seed. Extract of a multi-output fusion (a tuple) replays to the same bits and parses with XLA's parser."""
+    from hloexec.tools.xla_cpu import parse_with_xla
+    path = shared_path("seeds", "tpu_seqparallel_remat_8dev.hlo")
+    text = path.read_text()
+    old = "%constant.54 = f32[]{:T(256)} constant(1e-08)"
+    line = text[:text.index(old)].count("\n") + 1
+    edited = tmp_path / "edited.hlo"
+    edited.write_text(text.replace(old, "%constant.54 = f32[]{:T(256)} constant(0.001)"))
+    code, out, err = run_cli(capsys, "diff", path, edited, "--json")
+    assert code == 1, err
+    (first,) = json.loads(out)["first_divergence"]
+    assert first["a"] == first["b"] == "fusion.15" and first["inputs_identical"]
+    (inside,) = first["inside"]["first_divergence"]
+    assert inside["a"] == "constant.54" and inside["a_line"] == inside["b_line"] == line
+    out, npz = tmp_path / "f5.hlo", tmp_path / "f5.npz"
+    code, stdout, err = run_cli(capsys, "extract", path, "fusion.5", "--depth", "1", "-o", out, "--inputs-out", npz,
+                                "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["replay"]["identical"] and len(report["parameters"]) == 3
+    assert hloexec.parse(out)[0].entry.root.shape.is_tuple
+    parse_with_xla(out.read_text())
+
+
 # -- the GPU seed -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_diff_of_the_gpu_seed_and_a_copy_with_one_fusion_edited(tmp_path):

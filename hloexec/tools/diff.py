@@ -539,7 +539,11 @@ def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str) -> DiffRe
     modules, inputs = [], []
     for node, operands in zip((d.a, d.b), captured):
         sub = submodule([node.tap], cone_cut(node.tap, 0))
-        modules.append(parse(sub.text)[0])
+        module = parse(sub.text)[0]
+        original = {i.name: i.line for i in node.tap.computation.module.instructions()}
+        for inst in module.instructions():      # the report points at the original file's lines
+            inst.line = original.get(inst.name, inst.line)
+        modules.append(module)
         position = {id(o): k for k, o in reversed(list(enumerate(node.tap.operands)))}
         inputs.append([operands[position[id(p)]] for p in sub.parameters])
     return diff(modules[0], modules[1], inputs[0], inputs[1], atol=atol, rtol=rtol, zoom=False, reductions=reductions)

@@ -214,10 +214,10 @@ def cmd_extract(args) -> int:
         values = capture(exe, sub.parameters + [inst], inputs)
         save_arrays(args.inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(values[:-1])))})
         got = Executable(parse(sub.text)[0]).run(*values[:-1])
-        if not isinstance(got, tuple):
-            v = judge(values[-1], got)
-            replay = {"identical": v.identical, "agree": v.agree, "max_abs_error": v.max_abs_error,
-                      "max_rel_error": v.max_rel_error}
+        verdicts = [judge(want, value) for want, value in zip(flatten(values[-1]), flatten(got))]   # tuples: each leaf
+        replay = {"identical": all(v.identical for v in verdicts), "agree": all(v.agree for v in verdicts),
+                  "max_abs_error": max((v.max_abs_error for v in verdicts), default=0.0),
+                  "max_rel_error": max((v.max_rel_error for v in verdicts), default=0.0)}
     entry_params = {id(p) for p in module.entry.parameters}
     params = [{"number": k, "name": p.name, "shape": p.shape.to_text(layout=False),
                "from": "entry parameter" if id(p) in entry_params else f"{p.opcode} in {p.computation.name}"}
