@@ -17,7 +17,7 @@ from hloexec.tools import hloproto
 from hloexec.tools.bisect import bisect
 from hloexec.tools.cli import main
 from hloexec.tools.diff import diff
-from hloexec.tools.dumpdir import resolve, scan
+from hloexec.tools.dumpdir import program_texts, resolve, scan
 from hloexec.tools.extract import capture, cone_cut, find_instruction, submodule
 from hloexec.tools.match import match
 from hloexec.tools.minimize import Check, minimize
@@ -69,6 +69,11 @@ def test_dump_lists_the_programs_and_their_stages(layernorm_dump, capsys):
     assert "tree_reduction_rewriter" in {p["after"] for p in loss["passes"]}
     code, out, _ = run_cli(capsys, "dump", layernorm_dump)
     assert code == 0 and re.search(r"jit_loss\s+\d+ \(", out)
+    (program,) = program_texts(layernorm_dump)          # what the pytest plugin's --hloexec-dumps reads
+    assert program.name == "jit_loss" and program.after_path.name.endswith(".cpu_after_optimizations.txt")
+    before, after = hloexec.parse(program.before)[0], hloexec.parse(program.after)[0]
+    assert before.instruction_count == loss["before"]["instructions"]
+    assert after.instruction_count == loss["after"][0]["instructions"]
 
 
 @pytest.mark.xla
@@ -81,6 +86,8 @@ def test_a_dump_directory_is_a_file_argument_of_every_command(layernorm_dump, ca
     assert code == 0, err
     assert json.loads(out)["files"][0]["path"].endswith("after_tree_reduction_rewriter.before_zero_sized_hlo_"
                                                         "elimination.txt")
+    code, out, err = run_cli(capsys, "memory", layernorm_dump, "--module", "0", "--stage", "before", "--json")
+    assert code == 0 and "before optimizations" in err, err             # the reports too
     code, _, err = run_cli(capsys, "run", layernorm_dump, "--module", "jit_nope")     # say which there are
     assert code == 2 and "jit_loss" in err
     code, _, err = run_cli(capsys, "run", layernorm_dump, "--module", "jit_loss", "--stage", "no_such_pass")
@@ -96,6 +103,8 @@ def test_a_stage_whose_text_elides_a_constant_is_read_from_its_proto(arange_dump
     code, _, err = run_cli(capsys, "run", arange_dump, "--stage", "before", "--inputs", ones, "--out", out)
     assert code == 0, err
     assert load_arrays(str(out))["out0"].tolist() == [1.0 + k for k in range(64)]
+    (program,) = program_texts(arange_dump)
+    assert "{...}" in program.before_path.read_text() and "{...}" not in program.before    # the proto's values
     text_only = tmp_path / "text_only"
     text_only.mkdir()
     for f in arange_dump.glob("*.txt"):

@@ -675,11 +675,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print Python tracebacks (also HLOEXEC_DEBUG=1)")
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    modules = argparse.ArgumentParser(add_help=False)       # FILE may be a dump directory (tools/dumpdir.py)
+    stages = argparse.ArgumentParser(add_help=False)        # FILE may be a dump directory (tools/dumpdir.py)
+    stages.add_argument("--stage", metavar="STAGE", help="of a dump directory: before, after, a pass name or "
+                                                         "step number, snapshot (default: after)")
+    modules = argparse.ArgumentParser(add_help=False, parents=[stages])
     modules.add_argument("--module", metavar="NAME", help="the module to use when the file (or dump directory: "
                                                           "name or number) holds several")
-    modules.add_argument("--stage", metavar="STAGE", help="of a dump directory: before, after, a pass name or "
-                                                          "step number, snapshot (default: after)")
     inputs = argparse.ArgumentParser(add_help=False, parents=[modules])
     source = inputs.add_mutually_exclusive_group()
     source.add_argument("--inputs", metavar="NPZ", help="entry arguments: keys arg0..argN (as save_arrays writes)")
@@ -790,8 +791,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_ops)
 
     from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
-    for report in (memory, collectives, export, graph):
-        report.add_command(subparsers, _subparser, [common])
+    for report in (memory, collectives, export, graph):     # each has its own --module
+        report.add_command(subparsers, _subparser, [common, stages])
     from . import bisect, diff, dumpdir, extract, minimize  # finding where numbers go wrong (README)
     dumpdir.add_command(subparsers, _subparser, [common])
     for tool in (diff, bisect, extract, minimize):

@@ -15,6 +15,7 @@ IR and object files beside them. Text dumps print large constants as `{...}` (th
 file: hloexec reads them as zeros); where a `.hlo.pb` twin exists and jaxlib is installed, the stage is read
 from the proto instead, which has them.
 
+`program_texts(DIR)` lists the programs with their texts before and after optimization.
 `resolve(DIR, module, stage)` picks one stage: `before`, `after`, `snapshot`, a step number (`8`, `0008`), a
 pass name (the first stage after it: `tree_reduction_rewriter`), or a file name. `prepare_arguments` does it
 for the command line: every FILE argument may be a dump directory (with --module/--stage), a snapshot or a
@@ -29,6 +30,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 # after a pass: SSSS.<pipeline>.after_<pass>.before_<next>; during one (copy-insertion): SSSS.<pass>.<step>
 _STAGE = re.compile(r"(?P<step>\d{4})\.(?P<pipeline>[^.]+)\.(?:after_(?P<after>.+?)\.before_(?P<before>.+)|(?P<during>[^.]+))")
@@ -190,6 +192,26 @@ def find_module(modules: list[DumpModule], which: str | None, directory) -> Dump
 def resolve(directory, module: str | None = None, stage: str | None = None) -> tuple[DumpModule, Stage]:
     dump = find_module(scan(directory), module, directory)
     return dump, dump.stage(stage)
+
+
+class ProgramTexts(NamedTuple):
+    number: int
+    name: str
+    before: str | None              # the HLO text before optimizations (None: not dumped)
+    after: str | None               # after optimizations (the first backend's)
+    before_path: Path | None
+    after_path: Path | None
+
+
+def program_texts(directory) -> list[ProgramTexts]:
+    """The programs of a directory written by `XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`, by module
+    number, with their texts before and after optimization (read from the .hlo.pb twin where the text elides
+    large constants and jaxlib is there: Stage.text). Raises DumpError when DIR is not a directory."""
+    def text(stage: Stage | None) -> str | None:
+        return None if stage is None else stage.text()
+    return [ProgramTexts(m.number, m.name, text(m.before), text(m.after[0] if m.after else None),
+                         m.before.path if m.before else None, m.after[0].path if m.after else None)
+            for m in scan(directory)]
 
 
 def module_summary(module: DumpModule) -> dict:
