@@ -411,6 +411,34 @@ def test_minimize_with_a_command_check_and_a_flaky_one(tmp_path):
     assert result.flaky > 0 and result.instructions <= 10
 
 
+def sums_module(n: int = 24) -> str:
+    """`n` exact f32 elementwise instructions over two parameters, one of them converted to f16 and summed: XLA:CPU
+    accumulates that sum in f16, hloexec in f32 (README, Reductions), so the two disagree there only."""
+    rng = np.random.default_rng(0)
+    lines = ["HloModule sums", "add { x = f16[] parameter(0)\n  y = f16[] parameter(1)\n  ROOT s = f16[] add(x, y) }",
+             "ENTRY main {", "  p0 = f32[4096] parameter(0)", "  p1 = f32[4096] parameter(1)"]
+    names = ["p0", "p1"]
+    for k in range(n):
+        x, y = rng.choice(names[-6:], 2)
+        lines.append(f"  v{k} = f32[4096] {rng.choice(['add', 'subtract', 'maximum', 'minimum'])}({x}, {y})")
+        names.append(f"v{k}")
+    lines += [f"  c = f16[4096] convert(v{n // 2})", "  zero = f16[] constant(0)",
+              "  r = f16[] reduce(c, zero), dimensions={0}, to_apply=add", f"  ROOT t = (f32[4096], f16[]) tuple(v{n - 1}, r)",
+              "}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.xla
+def test_minimize_with_the_xla_check_keeps_the_f16_sum():
+    """The built-in check 'hloexec and XLA:CPU disagree' (each candidate run on XLA:CPU in a child process)
+    shrinks the module to the f16 reduce they sum differently."""
+    module = hloexec.parse(sums_module())[0]
+    result = minimize(module, hloexec.Executable(module).random_inputs(0), Check("xla"))
+    small = hloexec.parse(result.text)[0]
+    assert small.entry.root.opcode == "reduce" and result.instructions <= 4
+    assert result.final_holds == "2/2"
+
+
 # -- the seeds ---------------------------------------------------------------------------------------
 @pytest.mark.xla
 def test_diff_and_extract_on_the_tpu_seed(tmp_path, capsys):
