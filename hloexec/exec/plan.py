@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from ..errors import CompileWarning, ExecutionError, UnsupportedError, describe_site
@@ -114,7 +115,8 @@ class Plan:
 
     def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
-        self._observer = getattr(ctx, "observer", _no_observer)     # the calling thread's observe callback
+        # the calling thread's observe callback, if its run looks inside this computation
+        self._observer = partial(ctx.observer, comp) if hasattr(ctx, "observer") else _no_observer
         # a reducer or comparator runs per element: observers see the instruction applying it, not each scalar
         self._unobserved = lambda: comp.name in getattr(ctx, "applied_computations", ())
         if fuse:        # calls inlined first, so that fusion sees through them (exec/inline.py)

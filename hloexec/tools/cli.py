@@ -139,11 +139,18 @@ def check_memory(exe, args, out) -> dict:
 
 def _inputs(exe, args) -> tuple[list, dict]:
     """(entry arguments, description) from --inputs or --seed."""
+    return _module_inputs(exe.module, args)
+
+
+def _module_inputs(module, args) -> tuple[list, dict]:
+    """(entry arguments of `module`, description) from --inputs or --seed."""
     if args.inputs is None:
-        return exe.random_inputs(args.seed), {"from": "seed", "seed": args.seed}
+        from ..exec.inputs import random_inputs
+        return random_inputs(module, args.seed), {"from": "seed", "seed": args.seed}
     from .xla_cpu import load_arrays
     arrays = numbered(load_arrays(args.inputs), "arg", args.inputs)
-    return nest(arrays, [p.shape for p in exe.parameters], args.inputs), {"from": "npz", "path": args.inputs}
+    shapes = [p.shape for p in module.entry.parameters]
+    return nest(arrays, shapes, args.inputs), {"from": "npz", "path": args.inputs}
 
 
 def numbered(arrays: dict, prefix: str, path: str) -> list:
@@ -854,11 +861,17 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print Python tracebacks (also HLOEXEC_DEBUG=1)")
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    execution = argparse.ArgumentParser(add_help=False)
-    execution.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
-    source = execution.add_mutually_exclusive_group()
+    stages = argparse.ArgumentParser(add_help=False)        # FILE may be a dump directory (tools/dumpdir.py)
+    stages.add_argument("--stage", metavar="STAGE", help="of a dump directory: before, after, a pass name or "
+                                                         "step number, snapshot (default: after)")
+    modules = argparse.ArgumentParser(add_help=False, parents=[stages])
+    modules.add_argument("--module", metavar="NAME", help="the module to use when the file (or dump directory: "
+                                                          "name or number) holds several")
+    inputs = argparse.ArgumentParser(add_help=False, parents=[modules])
+    source = inputs.add_mutually_exclusive_group()
     source.add_argument("--inputs", metavar="NPZ", help="entry arguments: keys arg0..argN (as save_arrays writes)")
     source.add_argument("--seed", type=int, default=0, help="random entry arguments from this seed (default 0)")
+    execution = argparse.ArgumentParser(add_help=False, parents=[inputs])
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     execution.add_argument("--excess-precision", action="store_true",
                            help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
@@ -896,7 +909,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subparser(subparsers, "stats", "Describe HLO files: sizes, ops, dtypes, bytes, FLOPs, collectives.",
                    "  hloexec stats dump.hlo\n"
                    "  hloexec stats a.hlo b.hlo --json | jq '.files[].modules[].flops'",
-                   [common],
+                   [common, modules],
                    "FLOPs: dots, convolutions and cuBLAS gemms, 2 per multiply-add; called computations count\n"
                    "once per call site; while bodies count once (the trip count is not in the text).")
     p.add_argument("files", nargs="+", metavar="FILE")
@@ -1011,8 +1024,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_ops)
 
     from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
-    for report in (memory, collectives, export, graph):
-        report.add_command(subparsers, _subparser, [common])
+    for report in (memory, collectives, export, graph):     # each has its own --module
+        report.add_command(subparsers, _subparser, [common, stages])
+    from . import bisect, diff, dumpdir, extract, minimize  # finding where numbers go wrong (README)
+    dumpdir.add_command(subparsers, _subparser, [common])
+    for tool in (diff, bisect, extract, minimize):
+        tool.add_command(subparsers, _subparser, [common, inputs])
     return parser
 
 
@@ -1023,9 +1040,12 @@ def _version() -> str:
 
 def _known_errors() -> tuple:
     """Errors whose message says all a user needs (no traceback, 'error:' prefix)."""
+    from .dumpdir import DumpError
+    from .hloproto import ProtoError
     from .plugins import PluginError
     from .xla_cpu import XlaCpuError
-    return HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError
+    return (HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError, DumpError,
+            ProtoError)
 
 
 def _message(e: BaseException, path: str | None = None) -> str:
@@ -1055,6 +1075,9 @@ def main(argv=None) -> int:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             from .plugins import apply
             apply(args.plugin, args.custom_call_identity)
+        from .dumpdir import prepare_arguments        # FILE as a dump directory, snapshot or proto
+        for note in prepare_arguments(args, sys.argv[1:] if argv is None else list(argv)):
+            print(note, file=sys.stderr)
         return args.handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
