@@ -109,10 +109,10 @@ def _makes_nan(text: str, inputs: list) -> bool:
 
 
 def _nan_in(values) -> bool:
-    from .compare import _is_float
+    from .compare import is_float
     for x in flatten(tuple(values)):
         a = np.asarray(x)
-        if (a.dtype.kind == "c" and np.isnan(a).any()) or (_is_float(a.dtype) and np.isnan(a.astype(np.float64)).any()):
+        if (a.dtype.kind == "c" and np.isnan(a).any()) or (is_float(a.dtype) and np.isnan(a.astype(np.float64)).any()):
             return True
     return False
 
