@@ -61,6 +61,18 @@ def kernel_cache_dir(tmp_path_factory):
         os.environ["HLOEXEC_CACHE_DIR"] = old
 
 
+def write_with_host_devices(script: str, out: Path, devices: int = 8) -> Path:
+    """Run `python script OUT` in a child whose XLA:CPU has `devices` host devices (XLA_FLAGS must be set before
+    jax starts, and this process may already run jax with one): how the multi-device tests write their jax
+    programs, inputs and outputs. Returns `out`."""
+    import subprocess
+    import sys
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, script, str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
 def jax_available() -> bool:
     return importlib.util.find_spec("jax") is not None and importlib.util.find_spec("jaxlib") is not None
 

@@ -11,6 +11,7 @@ from ..errors import CompileWarning, ExecutionError
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.elementwise import check_reductions
+from .inputs import from_npz_void
 from .plan import Plan
 
 
@@ -288,6 +289,8 @@ class Executable:
         self.plan = self.context.computation(module.entry)
         self.plan.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
+        from .manual import has_manual_regions
+        self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (exec/manual.py)
         self.max_memory = max_memory           # bytes a run may use; None: MemAvailable at each run
         self._peak_bytes: int | None = None
 
@@ -308,6 +311,12 @@ class Executable:
         order they run: those of called, fused and loop computations too (each time they run; fusions and loops
         run op by op while observed, so every value is seen). A group hloexec fused itself (`use_numba=True`
         on an unfused module) is seen as its root. Values are the plan's own: keep only what you need."""
+        if self.manual_regions and self.context.device is self.device:   # every device must run; this thread plays none
+            if progress is not None or profile is not None or observe is not None:
+                raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
+                                     "device: progress, profile and observe follow one participant only")
+            from .manual import run_with_manual_regions
+            return run_with_manual_regions(self, args)
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
@@ -401,6 +410,7 @@ def _coerce(value, param: Parameter):
             value = np.asarray(value, dtype=shape.dtype)
         else:
             value = np.asarray(value)
+    value = from_npz_void(value, shape.dtype)
     if value.dtype != shape.dtype:
         raise ExecutionError(f"input {param.number} (%{param.name}) has dtype {value.dtype}, expected "
                              f"{shape.dtype} for {shape.to_text(layout=False)}")

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ..errors import ExecutionError, UnsupportedError, describe_site
 from ..ir.module import Computation, Instruction
 from ..kernels import elementwise as ew
-from ..ops.registry import lookup
+from ..ops.registry import async_shorthand, lookup
 from .fuse import find_groups
 from .inline import inline_calls
 
@@ -76,18 +76,21 @@ _SIDE_EFFECT_OPCODES = frozenset({
     "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng", "rng-get-and-update-state",
     "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done", "collective-broadcast",
     "collective-permute-start", "collective-permute-done"})
-_CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-permute"})
+_CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
+                                  "collective-permute"})
 
 
 def has_side_effect(inst: Instruction) -> bool:
     """XLA's HloInstruction::HasSideEffect: the opcode is effectful, a custom-call says it is, a collective
     has a channel_id or constrain_layout (XLA exempts SPMD-partitioned modules; hloexec keeps them all),
     or a called computation holds such an instruction."""
-    if inst.opcode in _SIDE_EFFECT_OPCODES:
+    shorthand = async_shorthand(inst.opcode)        # all-to-all-start: an async all-to-all, with its attributes
+    opcode = shorthand[1] if shorthand else inst.opcode
+    if opcode in _SIDE_EFFECT_OPCODES:
         return True
-    if inst.opcode == "custom-call" and inst.attr("custom_call_has_side_effect", False):
+    if opcode == "custom-call" and inst.attr("custom_call_has_side_effect", False):
         return True
-    if inst.opcode in _CHANNEL_COLLECTIVES and (inst.has_attr("channel_id") or inst.attr("constrain_layout", False)):
+    if opcode in _CHANNEL_COLLECTIVES and (inst.has_attr("channel_id") or inst.attr("constrain_layout", False)):
         return True
     return any(has_side_effect(i) for c in inst.called_computations for i in c.instructions)
 

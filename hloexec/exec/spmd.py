@@ -14,6 +14,7 @@ ROOT's `sharding`, else, for an output aliased to a parameter (input_output_alia
 from __future__ import annotations
 
 import math
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -26,11 +27,15 @@ from .executor import available_memory
 from ..ir.attributes import Sharding
 from ..ir.module import Module
 from ..ir.shape import Shape, array_shape
+from ..ir.shardy import module_meshes, sharding_of
+from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout  # noqa: F401  (spmd API)
 from .communicators import Mailboxes, ParticipantFailed
 from .executor import Device
+from .inputs import from_npz_void
 
 _GROUPED = ("all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter", "all-to-all",
-            "collective-broadcast", "collective-permute", "collective-permute-start")
+            "ragged-all-to-all", "collective-broadcast", "collective-permute", "collective-permute-start", "send",
+            "recv")
 
 
 # -- how many participants ------------------------------------------------------------------------------
@@ -38,7 +43,8 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
     """(partitions, replicas, note): given, else from the header (where one given or one in the header
     leaves the other at the header's value or XLA's default, 1), else inferred from the largest ids in
     replica groups, source_target_pairs and shardings (note then says so; None otherwise)."""
-    from ..ops.collectives import group_mode
+    from ..ops.collectives import SEND_RECV_PAIRS, group_mode
+    from ..ops.registry import async_shorthand
     header_p, header_r = module.attrs.get("num_partitions"), module.attrs.get("replica_count")
     if any(v is not None for v in (partitions, replicas, header_p, header_r)):
         partitions = partitions if partitions is not None else int(header_p if header_p is not None else 1)
@@ -46,15 +52,21 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
         return partitions, replicas, None
     most = {"partition": 0, "replica": 0, "device": 0}
     for inst in module.instructions():
-        if inst.opcode in _GROUPED:
+        shorthand = async_shorthand(inst.opcode)            # all-to-all-start: an async all-to-all
+        if (shorthand[1] if shorthand else inst.opcode) in _GROUPED:
             mode = group_mode(inst)
             kind = {"flattened": "device", "cross_partition": "partition"}.get(mode, "replica")
             ids = [i for g in (inst.attr("replica_groups").groups if "replica_groups" in inst.attrs else ())
                    for i in g]
             ids += [i for pair in inst.attr("source_target_pairs", ()) for i in pair]
+            pairs = (inst.attr("frontend_attributes") or {}).get(SEND_RECV_PAIRS)
+            if pairs is not None:
+                ids += [int(i) for i in re.findall(r"\d+", pairs)]
             most[kind] = max([most[kind], *(i + 1 for i in ids)])
         if "sharding" in inst.attrs:
             most["partition"] = max(most["partition"], *(d + 1 for d in _sharding_devices(inst.attr("sharding"))))
+    for mesh in module_meshes(module).values():        # Shardy's meshes (pre-partition modules)
+        most["partition"] = max(most["partition"], max(mesh.devices, default=0) + 1)
     inferred_r = max(most["replica"], 1)
     inferred_p = max(most["partition"], -(-most["device"] // inferred_r), 1)
     note = (f"{module.name}: no num_partitions/replica_count in the header; running {inferred_p} partitions x "
@@ -83,103 +95,15 @@ def _sharding_devices(sharding: Sharding):
 
 
 # -- splitting and assembling by sharding ---------------------------------------------------------------
-def _tiles(sharding: Sharding, rank: int):
-    """(data tile counts, device-id array shaped by the full tile assignment)."""
-    tile_dims = sharding.tile_dims
-    extra = len(tile_dims) - rank
-    if extra < 0 or extra != (len(sharding.last_tile_dims) or int(sharding.last_tile_dim_replicate)):
-        raise ExecutionError(f"sharding {sharding.text} does not fit a rank-{rank} array")
-    return tile_dims[:rank], np.asarray(sharding.devices).reshape(tile_dims)
-
-
-def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: int, devices=None) -> list:
-    """Per-device pieces of a global value: `shape` is the per-device (partitioned) parameter shape.
-
-    Replicated, maximal and absent shardings give every device the same read-only object (no copy);
-    tiled ones give device d its tile, zero-padded where the global dims do not divide evenly
-    (XLA's shards all have the per-device shape, the last ones padded); the devices of a replicated
-    subgroup share one read-only copy of their tile. `devices` (a set of ids): only their pieces are
-    made, the others are None (a Ray worker splits for the participants it holds).
-    """
-    if shape.is_tuple:
-        elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
-            else [sharding] * len(shape.tuple_shapes)
-        per_element = [split_global(v, s, sub, num_devices, devices)
-                       for v, s, sub in zip(value, elements, shape.tuple_shapes)]
-        return [None if devices is not None and d not in devices else tuple(pieces[d] for pieces in per_element)
-                for d in range(num_devices)]
-    if sharding is None or sharding.kind != "tiled":
-        value = np.asarray(value)
-        shared = (value if value.flags.c_contiguous else value.copy(order="C")).view()
-        shared.flags.writeable = False       # one buffer for every device: a write would reach them all
-        return [shared if devices is None or d in devices else None for d in range(num_devices)]
-    counts, tile_devices = _tiles(sharding, shape.rank)
-    value = np.asarray(value)
-    block = shape.dims
-    padded = tuple(c * b for c, b in zip(counts, block))
-    if any(g > p for g, p in zip(value.shape, padded)):
-        raise ExecutionError(f"global shape {list(value.shape)} does not fit {list(counts)} tiles of {list(block)}")
-    if value.shape != padded:
-        value = np.pad(value, [(0, p - g) for g, p in zip(value.shape, padded)])
-    pieces: list = [None] * num_devices
-    tiles: dict[tuple, np.ndarray] = {}      # devices holding the same tile (replicated subgroups) share it
-    for index in np.ndindex(tile_devices.shape):
-        d = int(tile_devices[index])
-        if d >= num_devices:
-            raise ExecutionError(f"sharding {sharding.text} names device {d} of {num_devices}")
-        if devices is not None and d not in devices:
-            continue
-        tile = index[:shape.rank]
-        if tile not in tiles:
-            piece = np.ascontiguousarray(value[tuple(slice(i * b, (i + 1) * b) for i, b in zip(tile, block))])
-            if piece.base is not None:
-                piece = piece.copy()         # not a view of the caller's array, which it may change
-            piece.flags.writeable = False
-            tiles[tile] = piece
-        pieces[d] = tiles[tile]
-    if any(p is None for d, p in enumerate(pieces) if devices is None or d in devices):
-        raise ExecutionError(f"sharding {sharding.text} leaves devices without a tile")
-    return pieces
-
-
-def assemble_global(per_device: list, sharding: Sharding | None, global_shape=None):
-    """The global value from per-device ones: tiles put in place (padding cropped to `global_shape`,
-    whose default is the tiles' full extent); replicated and absent: device 0's; maximal: its device's."""
-    if sharding is not None and sharding.kind == "tuple":
-        shapes = global_shape if global_shape is not None else [None] * len(sharding.elements)
-        return tuple(assemble_global([v[i] for v in per_device], s, g)
-                     for i, (s, g) in enumerate(zip(sharding.elements, shapes)))
-    if sharding is None or sharding.kind != "tiled":
-        return per_device[sharding.device if sharding is not None and sharding.kind == "maximal" else 0]
-    first = per_device[0]
-    counts, devices = _tiles(sharding, first.ndim)
-    block = first.shape
-    out = np.empty(tuple(c * b for c, b in zip(counts, block)), first.dtype)
-    for index in np.ndindex(devices.shape):
-        window = tuple(slice(i * b, (i + 1) * b) for i, b in zip(index, block))
-        out[window] = per_device[int(devices[index])]
-    if global_shape is not None:
-        out = out[tuple(slice(0, g) for g in global_shape)]
-    return out
-
-
-def global_shape(shape: Shape, sharding: Sharding | None) -> tuple[int, ...]:
-    """The dims a per-device array shape covers globally (tile counts x block)."""
-    if sharding is None or sharding.kind != "tiled":
-        return shape.dims
-    counts, _ = _tiles(sharding, shape.rank)
-    return tuple(c * b for c, b in zip(counts, shape.dims))
-
-
 def parameter_shardings(module: Module) -> list[Sharding | None]:
-    return [p.attr("sharding") if "sharding" in p.attrs else None for p in module.entry.parameters]
+    return [sharding_of(p) for p in module.entry.parameters]
 
 
 def _root_shardings(module: Module, n: int) -> list[Sharding | None]:
     root = module.entry.root
-    if "sharding" not in root.attrs:
+    s = sharding_of(root)
+    if s is None:
         return [None] * n
-    s = root.attr("sharding")
     return list(s.elements) if s.kind == "tuple" and root.shape.is_tuple else [s] * n
 
 
@@ -209,7 +133,8 @@ def split_inputs(module: Module, global_inputs, num_devices: int, devices=None) 
     if len(global_inputs) != len(params):
         raise ExecutionError(f"{module.name} takes {len(params)} inputs, got {len(global_inputs)}")
     wanted = None if devices is None else set(devices)
-    pieces = [split_global(v, s, p.shape, num_devices, wanted)
+    pieces = [split_global(v if p.shape.is_tuple else from_npz_void(v, p.shape.dtype), s, p.shape, num_devices,
+                           wanted)
               for v, s, p in zip(global_inputs, parameter_shardings(module), params)]
     return [[piece[d] for piece in pieces] for d in (range(num_devices) if devices is None else devices)]
 
@@ -298,7 +223,7 @@ def sharded_input_bytes(module: Module, num_devices: int, devices=None) -> int:
             return sum(distinct(sub, s) for sub, s in zip(shape.tuple_shapes, elements))
         if sharding is None or sharding.kind != "tiled":
             return shape.nbytes
-        counts, tile_devices = _tiles(sharding, shape.rank)
+        counts, tile_devices = tile_layout(sharding, shape.rank)
         if wanted is None:
             return min(math.prod(counts), num_devices) * shape.nbytes
         return len({index[:shape.rank] for index in np.ndindex(tile_devices.shape)
@@ -425,7 +350,7 @@ def agreeing_groups(sharding: Sharding | None, num_devices: int, rank: int) -> l
     if sharding.kind != "tiled" or len(sharding.tile_dims) == rank \
             or any(kind != "replicated" for kind in sharding.last_tile_dims):
         return []
-    _, devices = _tiles(sharding, rank)
+    _, devices = tile_layout(sharding, rank)
     by_tile = devices.reshape(math.prod(sharding.tile_dims[:rank]), -1)
     return [sorted(int(d) for d in row) for row in by_tile if len(row) > 1]
 

@@ -271,7 +271,8 @@ _TOKEN = _re.compile(r"""
   | (?P<int>-?\d+)
   | (?P<name>%[A-Za-z_][A-Za-z0-9_.\-]*)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
-  | (?P<p>[{}\[\]():=,])
+  | (?P<quoted>'[^']*')
+  | (?P<p>[{}\[\]():=,?])
 """, _re.X | _re.S)
 
 
@@ -586,6 +587,10 @@ _SHARDING_KINDS = ("replicated", "maximal", "manual", "unknown", "unreduced")
 
 def _single_sharding(t: _Tokens, text: str) -> Sharding:
     t.expect("{")
+    if t.peek() == "ident" and t.toks[t.i][1] in ("mesh", "maximal_mesh"):
+        s = _named_single_sharding(t, text)
+        t.expect("}")
+        return s
     flags = set()
     devices = None
     dims: tuple = ()
@@ -639,6 +644,179 @@ def _single_sharding(t: _Tokens, text: str) -> Sharding:
         raise _Bad("non-maximal shardings must have more than one device assigned")
     return Sharding("tiled", tuple(dims), tuple(devices), "last_tile_dim_replicate" in flags,
                     tuple(last_tile_dims), text=text)
+
+
+# -- named (mesh-axes) shardings: XLA 0.10's HLO form of Shardy shardings ---------------------------------
+@dataclass(frozen=True, slots=True)
+class AxisRef:
+    """A mesh axis (by index), or the sub-axis of it that `pre` sub-axis size precedes, of size `size`."""
+    axis: int
+    pre: int | None = None
+    size: int | None = None
+
+
+def named_sharding(sizes, device_ids, dims, replicated=(), unreduced=(), manual=(), text="") -> Sharding:
+    """The tile assignment of a sharding over a mesh (XLA's NamedSharding, Shardy's TensorShardingAttr).
+
+    `sizes`: the mesh axes' sizes; `device_ids`: the devices over the mesh in row-major order (None: iota);
+    `dims`: per tensor dimension the AxisRefs sharding it, major to minor. The axes no dimension uses are
+    replicated, except those listed as `unreduced` or `manual`: the tile assignment is the mesh transposed to
+    (dimension axes..., replicated, unreduced, manual) and reshaped to one dim per tensor dimension plus one per
+    kind that has devices."""
+    import numpy as np
+    refs = [r for d in dims for r in d] + list(replicated) + list(unreduced) + list(manual)
+    cuts = [{1, n} for n in sizes]                  # sub-axes split an axis at these sizes (major side first)
+    for r in refs:
+        if not 0 <= r.axis < len(sizes):
+            raise _Bad(f"axis index {r.axis} is out of range for a mesh of {len(sizes)} axes")
+        if r.pre is not None:
+            if r.pre < 1 or r.size < 1 or sizes[r.axis] % (r.pre * r.size):
+                raise _Bad(f"sub-axis ({r.pre}){r.size} does not divide axis of size {sizes[r.axis]}")
+            cuts[r.axis].update((r.pre, r.pre * r.size))
+    factors, first = [], []                          # factor sizes over all axes; each axis' first factor index
+    for n, c in zip(sizes, cuts):
+        c = sorted(c)
+        if any(b % a for a, b in zip(c, c[1:])):
+            raise _Bad(f"sub-axes of an axis of size {n} overlap")
+        first.append(len(factors))
+        factors += [b // a for a, b in zip(c, c[1:])]
+    def spanned(r):
+        c = sorted(cuts[r.axis])
+        lo, hi = (0, len(c) - 1) if r.pre is None else (c.index(r.pre), c.index(r.pre * r.size))
+        return list(range(first[r.axis] + lo, first[r.axis] + hi))
+    data = [[f for r in d for f in spanned(r)] for d in dims]
+    used = [f for d in data for f in d]
+    kinds = {f: kind for kind, group in (("unreduced", unreduced), ("manual", manual)) for r in group
+             for f in spanned(r)}
+    if len(set(used)) != len(used) or set(used) & set(kinds):
+        raise _Bad("a mesh axis shards two dimensions (or is also unreduced/manual)")
+    rest = [f for f in range(len(factors)) if f not in used]
+    groups = [(kind, [f for f in rest if kinds.get(f, "replicated") == kind])
+              for kind in ("replicated", "unreduced", "manual")]
+    n = _math.prod(sizes)
+    ids = np.arange(n) if device_ids is None else np.asarray(device_ids)
+    if ids.size != n:
+        raise _Bad(f"{ids.size} device ids for a mesh of {n} devices")
+    order = used + [f for _, g in groups for f in g]
+    devices = ids.reshape([f for f in factors] or [1]).transpose(order or [0]).reshape(-1) if factors else ids
+    counts = [_math.prod(factors[f] for f in d) for d in data]
+    subgroups = [(kind, _math.prod(factors[f] for f in g)) for kind, g in groups]
+    subgroups = [(kind, m) for kind, m in subgroups if m > 1]
+    if all(c == 1 for c in counts) and len(subgroups) <= 1:
+        return Sharding(subgroups[0][0] if subgroups else "replicated", text=text)
+    if [kind for kind, _ in subgroups] == ["replicated"]:
+        return Sharding("tiled", tuple(counts) + (subgroups[0][1],), tuple(int(d) for d in devices), True, text=text)
+    return Sharding("tiled", tuple(counts) + tuple(m for _, m in subgroups), tuple(int(d) for d in devices), False,
+                    tuple(kind for kind, _ in subgroups), text=text)
+
+
+def _mesh(t: _Tokens):
+    """ParseMesh: `mesh[name=size, ...][, device_ids=(iota or list)]` -> (names, sizes, device ids or None)."""
+    t.expect("[")
+    names, sizes = [], []
+    while not t.eat("]"):
+        if names:
+            t.expect(",")
+        kind, name = t.next()
+        if kind not in ("quoted", "ident"):
+            raise _Bad(f"expects a mesh axis name, sees {name!r}")
+        t.expect("=")
+        names.append(name.strip("'"))
+        sizes.append(t.int())
+    ids = None
+    if t.peek() == "," and t.toks[t.i + 1][1] == "device_ids":
+        t.next(), t.next()
+        t.expect("=")
+        t.expect("(")
+        if t.peek() == "[":
+            reshape = t.int_list("[", "]")
+            perm = t.int_list("(", ")") if t.peek() == "ident" and t.next()[1] == "T" else (0,)
+            ids = _iota(sizes, reshape, perm)
+            t.expect(")")
+        else:
+            ids = [t.int()]
+            while t.eat(","):
+                ids.append(t.int())
+            t.expect(")")
+    return names, sizes, ids
+
+
+def _axis_ref(t: _Tokens, names) -> AxisRef:
+    kind, name = t.next()
+    if kind == "int":
+        axis = int(name)
+    elif kind in ("quoted", "ident") and name.strip("'") in names:
+        axis = names.index(name.strip("'"))
+    else:
+        raise _Bad(f"axis {name!r} is not a valid axis name or index in mesh {names}")
+    if t.eat(":"):
+        t.expect("(")
+        pre = t.int()
+        t.expect(")")
+        return AxisRef(axis, pre, t.int())
+    return AxisRef(axis)
+
+
+def _axis_refs(t: _Tokens, names, open_dims: bool = False) -> list:
+    """`{a, b:(2)4, ?}` (a `?` -- an open dimension -- only where `open_dims`)."""
+    t.expect("{")
+    refs = []
+    while not t.eat("}"):
+        if refs or (open_dims and t.toks[t.i - 1][0] == "?"):
+            t.expect(",")
+        if open_dims and t.eat("?"):
+            continue
+        refs.append(_axis_ref(t, names))
+    return refs
+
+
+def _named_single_sharding(t: _Tokens, text: str) -> Sharding:
+    """XLA 0.10's ParseSingleSharding for a NamedSharding, after its '{': `mesh[...], [dims...], replicated={..},
+    unreduced={..}, manual={..}, metadata=...`, `mesh[...], replicated|unreduced|manual`, `maximal_mesh[device_id=N]`."""
+    kind = t.next()[1]
+    if kind == "maximal_mesh":
+        t.expect("[")
+        if t.next()[1] != "device_id":
+            raise _Bad("expected device_id= attribute in maximal_mesh")
+        t.expect("=")
+        device = t.int()
+        t.expect("]")
+        _skip_named_metadata(t)
+        return Sharding("maximal", device=device, text=text)
+    names, sizes, ids = _mesh(t)
+    t.eat(",")
+    if t.peek() == "ident" and t.toks[t.i][1] in ("replicated", "unreduced", "manual"):
+        whole = t.next()[1]
+        _skip_named_metadata(t)
+        return Sharding(whole, text=text) if _math.prod(sizes) > 1 or whole != "replicated" \
+            else Sharding("replicated", text=text)
+    t.expect("[")
+    dims = []
+    while not t.eat("]"):
+        if dims:
+            t.expect(",")
+        dims.append(_axis_refs(t, names, open_dims=True))
+    groups = {"replicated": [], "unreduced": [], "manual": []}
+    while not t.eat("}"):
+        t.expect(",")
+        key = t.expect("ident")
+        t.expect("=")
+        if key == "metadata":
+            t.skip_balanced()
+        elif key in groups:
+            groups[key] = _axis_refs(t, names)
+        else:
+            raise _Bad("unknown attribute in named sharding: expected replicated, unreduced, manual or metadata")
+    t.i -= 1                                         # the caller eats the closing '}'
+    return named_sharding(sizes, ids, dims, groups["replicated"], groups["unreduced"], groups["manual"], text)
+
+
+def _skip_named_metadata(t: _Tokens) -> None:
+    if t.eat(","):
+        if t.expect("ident") != "metadata":
+            raise _Bad("expected metadata= after the sharding")
+        t.expect("=")
+        t.skip_balanced()
 
 
 def decode_sharding(raw: str) -> Sharding:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import contig, int_attr, is_low_float
+from .common import contig, invalid, is_low_float, required
 from .registry import FLOATS, op
 
 _F32 = np.dtype(np.float32)
@@ -28,10 +28,15 @@ def _work_dtype(dtype):
 
 
 def _setup(inst):
-    """(feature index, epsilon, rank, result dtype, compute dtype) of a batch-norm op."""
-    out_dtype = inst.operands[0].shape.dtype
-    return (int_attr(inst, "feature_index", 0), inst.attr("epsilon", 0.0), inst.operands[0].shape.rank,
-            out_dtype, _work_dtype(out_dtype))
+    """(feature index, epsilon, rank, result dtype, compute dtype) of a batch-norm op; feature_index is required
+    (XLA's parser) and must index a dimension whose size the scale (and offset) have."""
+    operand = inst.operands[0].shape
+    feature = required(inst, "feature_index")
+    if not 0 <= feature < operand.rank or inst.operands[1].shape.dims != (operand.dims[feature],):
+        raise invalid(inst, f"feature_index={feature} of {operand.to_text(False)} with the scale "
+                            f"{inst.operands[1].shape.to_text(False)}")
+    out_dtype = operand.dtype
+    return feature, inst.attr("epsilon", 0.0), operand.rank, out_dtype, _work_dtype(out_dtype)
 
 
 def batch_norm_training(feature: int, epsilon: float, rank: int, work):

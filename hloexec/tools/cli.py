@@ -293,6 +293,11 @@ def cmd_run(args) -> int:
             raise UsageError("--repeat runs one participant; it does not combine with --spmd")
         return cmd_run_spmd(exe, args, text_out, {"parse": parse_s, "prepare": prepare_s})
     memory = check_memory(exe, args, text_out)
+    if exe.manual_regions:
+        from ..exec.spmd import device_counts
+        partitions, replicas, _ = device_counts(exe.module)
+        print(f"{module.name} is a pre-partition module with manual regions: each of its {partitions * replicas} "
+              "devices runs the global program and its own tiles inside the regions", file=text_out or sys.stderr)
     inputs, inputs_info = _inputs(exe, args)
     profile = {} if args.profile else None
     runs = []
@@ -458,8 +463,12 @@ def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
     partitioning, annotates where the module has none), cropped to the reference's output shapes. With
     --ray the per-device outputs stay on the workers (a RayOutputs) until asked for."""
     from ..exec import spmd
+    from ..exec.manual import PRE_PARTITION_HINT
     def say(message: str) -> None:        # with --json, on stderr
         print(message, file=text_out or sys.stderr, flush=True)
+    if exe.manual_regions:
+        raise UsageError(f"--spmd runs a per-device (SPMD-partitioned) module, and {exe.module.name} is not one: "
+                         + PRE_PARTITION_HINT)
     partitions, replicas, note = spmd.device_counts(exe.module, args.partitions, args.replicas)
     if note:
         say(note)

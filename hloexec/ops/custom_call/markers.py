@@ -8,7 +8,7 @@ from ...errors import UnsupportedError
 from .registry import custom_call, register_custom_call, target_of
 
 
-@custom_call("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice",
+@custom_call("Sharding", "MoveToHost", "MoveToDevice",
              "annotate_device_placement", "LayoutConstraint", "__builtin$CrossMeshAllReduce", "pipeline_marker",
              "xla_python_cpu_callback_identity_marker_unused", "xla.sdy.FuncResultSharding",
              "SetBound")  # SetBound: a bound for dynamic shapes, values unchanged
