@@ -41,5 +41,16 @@ def describe_site(instruction) -> str:
     return where + (f", from {loc}" if loc else "")
 
 
-class CompileWarning(RuntimeWarning):
-    """A fused kernel failed to compile (a bug in hloexec's code generator): it runs op by op instead."""
+class TierUnsupported(Exception):
+    """A compiled tier (a fused kernel, a compiled loop) knowingly declines a computation: `reason` names what
+    it does not handle. The computation then runs op by op -- correct, slower -- and the reason is counted
+    (`hloexec run --profile`). Any other exception from a code generator is a bug (CompileWarning)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CompileWarning(UserWarning):
+    """hloexec's code generator failed on a computation (a bug, not a TierUnsupported decline), or the code it
+    generated does not compile: it runs op by op instead. The test suite turns this warning into an error."""

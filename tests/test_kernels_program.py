@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import hloexec
+from hloexec.errors import TierUnsupported
 from hloexec.exec.executor import LOOP_COMPILE_WORK, TieredLoop
 from hloexec.kernels.program import compile_program
 from xla_compare import flatten, max_ulp
@@ -213,8 +214,10 @@ def test_loop_with_an_op_the_generator_lacks_runs_interpreted():
     text = jax.jit(f).lower(x).as_text(dialect="hlo")
     module = hloexec.parse(text)[0]
     (loop,) = [i for c in module.computations for i in c.instructions if i.opcode == "while"]
-    assert compile_program(loop) is None
+    with pytest.raises(TierUnsupported, match="opcode sort"):
+        compile_program(loop)
     exe = hloexec.load(text, compile_after=0)
+    assert exe.context.tier_report.to_dict()["loop"]["reasons"] == {"opcode sort": [loop.name]}
     _assert_same(exe.run(x), jax.jit(f)(x), "sort loop vs XLA:CPU")
 
 

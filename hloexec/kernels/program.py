@@ -35,18 +35,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import TierUnsupported
+from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
-from .fusion import _bf16, _helpers_hash, _load_kernel, _need, _Unsupported, constant_storage
+from .fusion import _helpers_hash, _load_kernel, _need, constant_storage
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
 MAX_LINES = 1200
 
-# Ops computing their value from their operands alone: hoisted out of a loop when those are invariant.
-_PURE = ew.ELEMENTWISE_OPS | {"constant", "iota", "broadcast", "reshape", "bitcast", "transpose", "slice",
-                              "reverse", "pad", "concatenate", "copy", "reduce", "dot", "dynamic-slice",
-                              "gather", "tuple", "get-tuple-element"}
 _IDENTITY_OPS = {"copy", "opt-barrier", "optimization-barrier"}
 # A literal or a cast of a name or literal (`np.float32(-np.inf)`, `np.int64(v3)`): cheap to repeat.
 _SIMPLE = re.compile(r"^np\.\w+\(-?[\w.]+\)$")
@@ -106,7 +104,7 @@ def _leaf_type(shape) -> tuple:
 
 
 def _shape_leaves(shape) -> list:
-    return [x for s in shape.tuple_shapes for x in _shape_leaves(s)] if shape.is_tuple else [_leaf_type(shape)]
+    return [_leaf_type(s) for _, s in shape.leaves()]
 
 
 @dataclass(slots=True)
@@ -273,7 +271,7 @@ class _Generator:
                 else:
                     self.hoist_invariants(called)
                     variant.add(id(inst))
-            elif inst.opcode not in _PURE or not invariant_operands:
+            elif inst.opcode not in opcodes.PURE or not invariant_operands:
                 variant.add(id(inst))
             elif not (inst.opcode == "constant" and inst.shape.rank == 0):
                 operands = [self.invariant_operand(o) for o in inst.operands]
@@ -318,7 +316,7 @@ class _Generator:
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
         emit = _ARRAY_OPS.get(op)
-        _need(emit is not None, op)
+        _need(emit is not None, f"opcode {op}")
         out = self.new_array(dims, et)
         emit(self, inst, operands, out)
         return out if dims else self.scalar_of(out)
@@ -731,8 +729,8 @@ def _live(comp) -> set[int]:
 
 
 def _pure(comp) -> bool:
-    """Whether `comp` computes from its parameters alone (ops in _PURE, calls of such computations)."""
-    return all(i.opcode in _PURE or i.opcode == "parameter"
+    """Whether `comp` computes from its parameters alone (opcodes.PURE, calls of such computations)."""
+    return all(i.opcode in opcodes.PURE or i.opcode == "parameter"
                or (i.opcode in ("call", "fusion") and _pure(i.called["to_apply" if i.opcode == "call" else "calls"]))
                for i in comp.instructions)
 
@@ -803,10 +801,7 @@ def _unflatten(shape, results):
     if shape.is_tuple:
         return tuple(_unflatten(s, results) for s in shape.tuple_shapes)
     a = next(results).reshape(shape.dims)
-    et = shape.element_type.name
-    if et in ("f16", "bf16"):
-        a = a.view(np.float16 if et == "f16" else _bf16())
-    return a
+    return a.view(shape.dtype) if shape.element_type.is_half_float else a
 
 
 def _generate(inst, excess_precision: bool, reductions: str):
@@ -843,13 +838,11 @@ def _generate(inst, excess_precision: bool, reductions: str):
 
 def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
     """A ProgramKernel computing instruction `inst` (a while loop, conditional, call, ...) from its
-    operands as one Numba function, or None if anything in it is unsupported. Compiles on `.compile()`.
-    `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
+    operands as one Numba function; raises TierUnsupported(reason) where this generator declines anything in
+    it. Compiles on `.compile()`. `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
     try:
         source, gen = _generate(inst, excess_precision, reductions)
-    except _Unsupported:
-        return None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
-        return None
+    except RecursionError:      # computations nested deeper than Python's recursion limit
+        raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
     key = "p" + hashlib.sha256(source.encode()).hexdigest()[:23]
     return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)

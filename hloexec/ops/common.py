@@ -4,15 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir import opcodes
 
 
 def contig(x, dtype=None):
     """A C-contiguous array (0-d stays 0-d, unlike np.ascontiguousarray)."""
     x = np.asarray(x, dtype=dtype)
     return x if x.flags.c_contiguous else x.copy(order="C")
-
-
-BINARY_OPS = {"add", "multiply", "maximum", "minimum", "and", "or", "xor"}
 
 
 def ints(value) -> tuple[int, ...]:
@@ -61,7 +59,7 @@ def binary_kind(comp, nparams: int = 2) -> str | None:
         return None
     if root is params[1]:
         return "replace"
-    if root.opcode in BINARY_OPS and len(root.operands) == 2:
+    if root.opcode in opcodes.REDUCER_OPS and len(root.operands) == 2:
         a, b = root.operands
         if (a is params[0] and b is params[1]) or (a is params[1] and b is params[0]):
             return root.opcode

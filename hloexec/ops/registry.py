@@ -30,6 +30,12 @@ class Context(Protocol):
     def device(self):
         """The participant this run is: .replica_id, .partition_id, .communicator (collectives)."""
 
+    def fused_kernel(self, comp) -> Callable | None:
+        """A compiled kernel running fused computation `comp`, or None: run it op by op (ops/control.py)."""
+
+    def compiled_loop(self, inst) -> Callable | None:
+        """The while loop `inst` as a callable that compiles once it has run long enough, or None: interpret it."""
+
 
 @dataclass(frozen=True, slots=True)
 class OpDef:

@@ -314,10 +314,12 @@ def cmd_run(args) -> int:
     if args.repeat > 1:
         seconds["runs"] = runs
     slowest = profile_rows(exe, profile, args.profile) if args.profile else None
+    tiers = exe.context.tier_report if args.profile else None
     if args.json:
         _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": module.name,
                      "inputs": inputs_info, "memory": memory, "seconds": seconds, "outputs": summaries,
-                     "nan_found": nan_found, "out": args.out, "profile": slowest})
+                     "nan_found": nan_found, "out": args.out, "profile": slowest,
+                     "tiers": tiers.to_dict() if tiers is not None else None})
     else:
         print(f"module {module.name}: {len(outputs)} output{'s' if len(outputs) != 1 else ''}, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
@@ -336,6 +338,10 @@ def cmd_run(args) -> int:
                 print(f"  {row['ms']:10.2f} ms {row['share']:6.1%}  %{row['name']} = {row['shape']} {row['opcode']}"
                       + (f" (fused: {row['fused']} instructions)" if row["fused"] else "")
                       + f"  line {row['line']}")
+        if tiers is not None:
+            print("compiled tiers (fused computations and while loops; op by op: how many, why):")
+            for line in tiers.format():
+                print("  " + line)
         if args.out is not None:
             print(f"outputs written to {args.out}")
     if nan_found and args.fail_on_nan:
@@ -746,7 +752,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-nan", action="store_true", help="exit 1 when an output holds a NaN")
     p.add_argument("--profile", type=int, nargs="?", const=20, default=0, metavar="N",
                    help="time every instruction of the entry computation (calls inlined); print the N slowest "
-                        "(default 20)")
+                        "(default 20), then how many fused computations and while loops have a compiled kernel "
+                        "and why the others run op by op")
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
                    help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
                         "first call and compiled from the second, so R >= 3 shows the warm module)")
