@@ -13,8 +13,8 @@ ELEMENTWISE_UNARY = frozenset({
     "negate", "not", "popcnt", "real", "reduce-precision", "round-nearest-afz", "round-nearest-even", "rsqrt",
     "sign", "sine", "sqrt", "tan", "tanh"})
 ELEMENTWISE_BINARY = frozenset({
-    "add", "and", "atan2", "compare", "complex", "divide", "maximum", "minimum", "multiply", "or", "power",
-    "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract", "xor"})
+    "add", "and", "atan2", "compare", "complex", "divide", "maximum", "minimum", "mulhi", "multiply", "or",
+    "power", "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract", "xor"})
 ELEMENTWISE_TERNARY = frozenset({"clamp", "select"})
 ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY
 

@@ -193,7 +193,7 @@ def binary_src(opcode: str, name: str, a: str, b: str) -> str | None:
     if T is None:
         return None
     if name == "pred":
-        ops = {"and": "&", "or": "|", "xor": "^", "maximum": "|", "minimum": "&"}
+        ops = {"and": "&", "or": "|", "xor": "^", "maximum": "|", "minimum": "&", "add": "|", "multiply": "&"}
         return f"(({a}) {ops[opcode]} ({b}))" if opcode in ops else None
     if name in FLOATS:
         simple = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}

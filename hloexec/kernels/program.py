@@ -15,7 +15,13 @@ How values live in the generated function
 * a tuple exists only while generating: get-tuple-element and tuple resolve to their elements.
 Values are immutable in HLO, so buffers are shared freely; an op that writes in place (dynamic-update-slice,
 scatter) does so only on a buffer this code owns (created here, or the loop's carried copy) whose every
-holder is dead after it, else on a copy. The carried state is copied once on entry to a loop.
+holder is dead after it and that no other operand of the op reads (`scatter(x, i, x)` reads its updates
+while it writes), else on a copy. A conditional's result may be any of its branches' arguments: it counts
+as holding their buffers. The carried state is copied once on entry to a loop; each step assigns all the
+carried values at once (`a, b = a1, b1`). A buffer a step allocates is allocated once, before the loop,
+unless it becomes the next state of this loop or of a loop inside it: then it is new on every step of
+that loop and of every loop around it (moved out of an outer loop, the inner loop's first step would
+write its old state while still reading it).
 
 Loop-invariant instructions of a body or condition (no dependence on the carried state: XLA's
 `reduce(iota * iota)` benchmark) are computed once before the loop.
@@ -131,7 +137,10 @@ class _Generator:
         self.const_names: dict[int, Array] = {}
         self.mutable: set[int] = set()      # buffers this code may write in place
         self.hoisted: dict[int, object] = {}   # instruction id -> value computed before the enclosing loop
-        self.pinned: set[int] = set()       # buffers a branch result may alias: never moved out of a loop
+        # buffers allocated on every step of the loop they are in (a loop's next state, a branch's result):
+        # never moved out of any loop
+        self.pinned: set[int] = set()
+        self.aliases: dict[int, frozenset[int]] = {}   # a branch result's buffer -> the buffers it may be
 
     # -- emitting ---------------------------------------------------------------------------------------
     def fresh(self, prefix="v") -> str:
@@ -178,7 +187,7 @@ class _Generator:
         _need(len(self.lines) < MAX_LINES, "program too large")
         name = self.fresh("a")
         self.n += 1
-        self.lines.append(_Alloc(name, max(math.prod(dims), 1), et, self.n, self.indent))
+        self.lines.append(_Alloc(name, math.prod(dims) if dims else 1, et, self.n, self.indent))
         self.mutable.add(self.n)
         return Array(name, tuple(dims), et, self.n)
 
@@ -209,6 +218,14 @@ class _Generator:
         self.line(f"{name} = {s}")
         return name
 
+    def reach(self, v) -> set[int]:
+        """The buffers value `v` may share memory with: its own, and those a conditional's result may be."""
+        out = set()
+        for b in _bufs(v):
+            out.add(b)
+            out |= self.aliases.get(b, frozenset())
+        return out
+
     # -- computations -----------------------------------------------------------------------------------
     def computation(self, comp, args: list):
         """Emit `comp` on argument values; returns the root's value."""
@@ -230,11 +247,14 @@ class _Generator:
 
             def free_after(buf, k=k) -> bool:
                 """Whether step k may overwrite `buf`: this code owns it and no value holding it is used later."""
-                return buf in self.mutable and all(last_use.get(j, -1) <= k for j, x in vals.items() if buf in _bufs(x))
+                return buf in self.mutable and all(last_use.get(j, -1) <= k for j, x in vals.items()
+                                                   if buf in self.reach(x))
 
-            def writable(v):
-                """`v` itself if step k may overwrite it, else a copy of it."""
-                return v if free_after(v.buf) else self.copy_of(v)
+            def writable(v, operands=operands):
+                """`v` itself if step k may overwrite it (free after it, and no other operand of the step reads
+                it: `scatter(x, i, x)` reads the updates while it writes), else a copy of it."""
+                readers = sum(v.buf in self.reach(leaf) for arg in operands for leaf in _leaves(arg))
+                return v if free_after(v.buf) and readers == 1 else self.copy_of(v)
             if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
                 donated = {b for v in operands for b in _bufs(v) if free_after(b)}
                 key = "to_apply" if inst.opcode == "call" else "calls"
@@ -421,10 +441,13 @@ class _Generator:
                     values.append(self.scalar_of(v).expr)
             if targets:
                 self.line(f"{', '.join(targets)} = {', '.join(values)}")
-        # buffers that do not become the next step's state are allocated once, before the loop
-        stays = seen | self.pinned
-        moved = [x for x in self.lines[header + 1:] if isinstance(x, _Alloc) and x.buf not in stays]
-        self.lines[header + 1:] = [x for x in self.lines[header + 1:] if not (isinstance(x, _Alloc) and x.buf not in stays)]
+        # Buffers that do not become the next step's state are allocated once, before the loop. Those that do
+        # must be new on every step of this loop -- hence of every loop around it: moved out of an outer loop,
+        # the first step of this one would write its old state's buffer while it still reads it.
+        self.pinned |= seen
+        moved = [x for x in self.lines[header + 1:] if isinstance(x, _Alloc) and x.buf not in self.pinned]
+        self.lines[header + 1:] = [x for x in self.lines[header + 1:]
+                                   if not (isinstance(x, _Alloc) and x.buf not in self.pinned)]
         for x in moved:
             x.indent = self.indent
         self.lines[header:header] = moved
@@ -441,6 +464,7 @@ class _Generator:
         leaves = _shape_leaves(inst.shape)
         names = [self.fresh("b") for _ in leaves]
         held = None
+        may_be = set().union(*map(self.reach, operands[1:]))    # a branch may return its argument
         for k, comp in enumerate(branches):
             if k == len(branches) - 1:      # an index out of range selects the last branch
                 header = "else:" if k else "if True:"
@@ -457,11 +481,13 @@ class _Generator:
                         self.line(f"{name} = {self.scalar_of(v).expr}")
             held = result
             self.pinned |= set().union(*map(_bufs, result))
+            may_be |= set().union(*map(self.reach, result))
         out = []
         for name, (dims, et), v in zip(names, leaves, held):
             if isinstance(v, Array):
                 self.n += 1
                 out.append(Array(name, dims, et, self.n))     # not owned: a branch may return an argument
+                self.aliases[self.n] = frozenset(may_be)
             else:
                 out.append(Scalar(name, et))
         return _rebuild_shape(inst.shape, iter(out))

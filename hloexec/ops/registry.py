@@ -49,8 +49,8 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 
-ALL = "pred, s8-s64, u8-u64, f16, bf16, f32, f64, f8"
-FLOATS = "f16, bf16, f32, f64, f8"
+ALL = "pred, s2-s64, u2-u64, f16, bf16, f32, f64, f8, f6, f4"
+FLOATS = "f16, bf16, f32, f64, f8, f6, f4"
 
 
 def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = "", shape_rule=None):
@@ -93,7 +93,7 @@ _ONE = ("abs", "cbrt", "ceil", "cosine", "count-leading-zeros", "erf", "exponent
 _TWO = ("add", "atan2", "complex", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract",
         "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical", "compare", "pad",
         "gather", "triangular-solve", "add-dependency", "send", "set-dimension-size", "stochastic-convert",
-        "outfeed", "convolution")
+        "outfeed", "convolution", "mulhi")
 ARITY: dict[str, tuple[int, int | None, int]] = {
     **{o: (0, 0, 1) for o in ("constant", "iota", "partition-id", "replica-id", "rng-get-and-update-state")},
     **{o: (1, 1, 1) for o in _ONE}, **{o: (2, 2, 1) for o in _TWO},
@@ -108,9 +108,10 @@ ARITY: dict[str, tuple[int, int | None, int]] = {
     "dynamic-update-slice": (2, None, 1), "reduce": (2, None, 2), "reduce-window": (2, None, 2),
     "scatter": (3, None, 2),
 }
-# Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference).
+# Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference). A bitcast keeps
+# its operand's shape, tuples too: the GPT seed's partitioned module bitcasts its loop state tuple.
 TUPLE_RESULTS = frozenset({
-    "tuple", "get-tuple-element", "constant", "while", "conditional", "call", "fusion", "custom-call", "copy",
+    "tuple", "bitcast", "get-tuple-element", "constant", "while", "conditional", "call", "fusion", "custom-call", "copy",
     "async-start", "async-update", "async-done", "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather",
     "all-gather-start", "all-gather-done", "reduce-scatter", "all-to-all", "collective-permute",
     "collective-permute-start", "collective-permute-done", "collective-broadcast", "copy-start", "send", "recv",
