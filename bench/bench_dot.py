@@ -9,6 +9,12 @@ best of 5 each: numpy `a @ b` with OpenBLAS on its default threads (the target: 
 (what hloexec ran before), and XLA:CPU on the same HLO (`run_on_xla_cpu_timed`, warm: includes the
 host->device put and the copy back, as hloexec's run takes and returns numpy arrays). The table is
 printed after the last case.
+
+`test_gpt_step_dots` takes every dot of the GPT d256 train steps (bench/workloads.py, f32 and bf16,
+pre-optimization) and times hloexec's dot (`dot_general` on operands of the instruction's shapes and types,
+transposes and conversions included) against numpy's sgemm of the same [B,M,K] @ [B,K,N] on contiguous f32
+operands, one after the other, best of 7 each, on the default threads and on one: the goal's "GFLOP/s
+of the step's GEMMs against the machine's sgemm".
 """
 from __future__ import annotations
 
@@ -17,8 +23,10 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import hloexec
+from hloexec.ops.contraction import dot_general
 from hloexec.tools.xla_cpu import run_on_xla_cpu_timed, xla_cpu_available
 from timing import best_of
+from workloads import by_name
 
 CASES = {       # name: (batch, M, K, N), f32
     "square_2048": (0, 2048, 2048, 2048),
@@ -75,3 +83,47 @@ def test_dot(name, benchmark, dot_table):
            "numpy_1": flop / t_numpy_1 / 1e9, "xla": flop / t_xla / 1e9 if t_xla else None}
     benchmark.extra_info.update(row)
     dot_table.append(row)
+
+
+@pytest.mark.parametrize("workload", ["gpt_step_d256_f32_pre", "gpt_step_d256_bf16_pre"])
+def test_gpt_step_dots(workload, request):
+    (path,), _ = by_name()[workload].files()
+    module = hloexec.parse(path.read_text())[0]
+    rng = np.random.default_rng(0)
+    flop = {"total": 0}
+    times = {"hloexec": 0.0, "numpy": 0.0, "hloexec_1": 0.0, "numpy_1": 0.0}
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode != "dot":
+                continue
+            dims = [tuple(inst.attr(k, ())) for k in ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims",
+                                                       "rhs_contracting_dims")]
+            lhs, rhs = (rng.standard_normal(o.shape.dims).astype(o.shape.dtype) for o in inst.operands)
+            lb, _, lc, _ = dims
+            B = int(np.prod([lhs.shape[d] for d in lb]))
+            K = int(np.prod([lhs.shape[d] for d in lc]))
+            M = lhs.size // (B * K)
+            N = rhs.size // (B * K)
+            a = rng.standard_normal((B, M, K), np.float32)
+            b = rng.standard_normal((B, K, N), np.float32)
+            flop["total"] += 2 * B * M * N * K
+
+            def ours():
+                return dot_general(lhs, rhs, *dims, inst.shape.dtype)
+
+            def sgemm():
+                return np.matmul(a, b)
+            for suffix, limit in (("", None), ("_1", 1)):
+                # one after the other, not interleaved: hloexec holds OpenBLAS at one thread while it runs, and
+                # OpenBLAS's own threads, put to sleep by that, can wait a time slice to wake on a busy machine
+                with threadpool_limits(limit, user_api="blas"):
+                    times["hloexec" + suffix] += best_of(ours, 7)
+                    times["numpy" + suffix] += best_of(sgemm, 7)
+    gflops = {k: flop["total"] / v / 1e9 for k, v in times.items()}
+    line = (f"{workload}: {flop['total'] / 1e9:.2f} GFLOP of dots; default threads: hloexec {gflops['hloexec']:.0f}"
+            f" GFLOP/s, numpy sgemm {gflops['numpy']:.0f} ({gflops['hloexec'] / gflops['numpy']:.0%}); one BLAS "
+            f"thread: hloexec {gflops['hloexec_1']:.0f}, numpy {gflops['numpy_1']:.0f} "
+            f"({gflops['hloexec_1'] / gflops['numpy_1']:.0%})")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        reporter.write_line(line)

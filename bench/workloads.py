@@ -126,6 +126,40 @@ def _adam_step(n_params: int):
     return f, (ps, gs, ms, vs, np.int32(3)), sum(sizes)
 
 
+MIXED_ADAM_ROWS = 4096      # gradient shapes [rows, 1024] x 2, [1024, 1024], [rows], [1024]: 9.45 M at scale 1
+
+
+def _mixed_adam_step(rows: int):
+    """A mixed-precision Adam step: f16 gradients of a loss scaled by `scale`, f32 master weights and
+    moments. The gradients are unscaled in f32; if any f16 gradient is not finite (the all-finite check
+    that XLA:CPU turns into reduce-windows over pred) the step is skipped (weights, moments and step count
+    kept) and the scale halved, else the update applies and the scale grows by 2 every 4 good steps."""
+    import jax.numpy as jnp
+    adam = _examples().adam
+    shapes = [(rows, 1024), (rows, 1024), (1024, 1024), (rows,), (1024,)]
+
+    def f(ps, gs, ms, vs, step, scale, good_steps):
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in gs]))
+        new_p, new_m, new_v = [], [], []
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            p2, m2, v2 = adam(p, g.astype(jnp.float32) / scale, m, v, step + 1)
+            new_p.append(jnp.where(finite, p2, p))
+            new_m.append(jnp.where(finite, m2, m))
+            new_v.append(jnp.where(finite, v2, v))
+        grow = finite & (good_steps + 1 >= 4)
+        new_scale = jnp.where(finite, jnp.where(grow, scale * 2, scale), scale / 2)
+        new_good = jnp.where(finite & ~grow, good_steps + 1, 0)
+        return new_p, new_m, new_v, step + finite.astype(step.dtype), new_scale, new_good
+
+    r = np.random.default_rng(4)
+    ps = [r.standard_normal(s, dtype=np.float32) * 0.05 for s in shapes]
+    gs = [(r.standard_normal(s, dtype=np.float32) * 0.1 * 1024).astype(np.float16) for s in shapes]
+    ms = [np.zeros(s, np.float32) for s in shapes]
+    vs = [np.zeros(s, np.float32) for s in shapes]
+    n = sum(int(np.prod(s)) for s in shapes)
+    return f, (ps, gs, ms, vs, np.int32(3), np.float32(1024), np.int32(1)), n
+
+
 def _layernorm_bwd(batch: int):
     r = np.random.default_rng(3)
     shape = (batch, 2048, 4096)
@@ -211,6 +245,19 @@ def workloads() -> list[Workload]:
         _write(d, fn, args, optimized=False)
     # read p, g(f16), m, v; write p, m, v
     out.append(Workload(name, "large", _one(name, make_adam), bytes_moved=n_adam * (4 * 3 + 2 + 4 * 3)))
+
+    rows = max(32, round(MIXED_ADAM_ROWS * s) // 32 * 32)
+    n_mixed = 2 * rows * 1024 + 1024 * 1024 + rows + 1024
+    for stage in ("pre", "opt"):
+        name = f"adam_mixed_{n_mixed / 1e6:.1f}M_{stage}"
+
+        def make_mixed(d, stage=stage):
+            fn, args, _ = _mixed_adam_step(rows)
+            _write(d, fn, args, optimized=stage == "opt")
+        pre = out[-1].files if stage == "opt" else None
+        # read p, g (f16), m, v; write p, m, v
+        out.append(Workload(name, "large", _one(name, make_mixed), bytes_moved=n_mixed * (4 * 3 + 2 + 4 * 3),
+                            xla_files=pre))
 
     batch = max(1, round(8 * s))
     name = f"layernorm_bwd_{batch}x2048x4096_f16"

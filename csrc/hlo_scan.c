@@ -17,6 +17,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Runs of plain bytes (metadata strings, the text between brackets) are skipped 16 bytes at a time
+ * with SSE2, which every x86-64 compiler targets by default: no run-time dispatch and no -march
+ * flag (the wheel is built on the user's machine, but may be copied to another). AVX2 would halve
+ * the steps of a 100-byte string but needs dispatch; SSE2 already brings these loops under one
+ * instruction per byte. Elsewhere the byte loops below do the same work. Loads never pass `n`. */
+#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
+#include <emmintrin.h>
+#define HLO_SSE2 1
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+static unsigned first_bit(unsigned m) {
+  unsigned long i;
+  _BitScanForward(&i, m);
+  return (unsigned)i;
+}
+#else
+static unsigned first_bit(unsigned m) { return (unsigned)__builtin_ctz(m); }
+#endif
+#endif
+
 #define HLO_MAX_NESTED 64 /* nested operand instructions: add(f32[] mul(a, b), c) */
 
 /* character classes */
@@ -27,6 +47,7 @@ enum {
   C_GRP = 8,    /* special inside a group: ()[]{}"/ and LF */
   C_VAL = 16,   /* special in a top-level attribute value: ws , ()[]{}"/ */
   C_STR = 32,   /* special inside a string: " \ LF */
+  C_SKIP = 64,  /* may start whitespace or a comment: ws and '/' */
 };
 
 typedef struct {
@@ -81,6 +102,8 @@ static void init_classes(uint8_t *cls) {
   for (const char *c = grp; *c; c++) cls[(uint8_t)*c] |= C_GRP;
   const char *val = ",()[]{}\"/";
   for (const char *c = val; *c; c++) cls[(uint8_t)*c] |= C_VAL;
+  for (const char *c = ws; *c; c++) cls[(uint8_t)*c] |= C_SKIP;
+  cls['/'] |= C_SKIP;
   cls['"'] |= C_STR;
   cls['\\'] |= C_STR;
   cls['\n'] |= C_STR;
@@ -98,6 +121,18 @@ static int grow(S *s, void **arr, uint64_t *cap, uint64_t need, size_t elsz) {
   *arr = q;
   *cap = nc;
   return 0;
+}
+
+/* Start a table at the rows the input will likely need: growing by doubling copies each table once
+ * more and touches its pages twice, which cost a quarter of a scan (fresh pages are dear in a VM).
+ * Untouched rows cost address space only. A failed reservation is not an error: grow() follows. */
+static void reserve(void **arr, uint64_t *cap, uint64_t rows, size_t elsz) {
+  if (rows > ((uint64_t)1 << 24)) rows = (uint64_t)1 << 24;
+  if (rows <= *cap) return;
+  void *q = realloc(*arr, rows * elsz);
+  if (!q) return;
+  *arr = q;
+  *cap = rows;
 }
 
 #define PUSH(s, arr, count, cap, T) \
@@ -139,7 +174,7 @@ static void line_col(S *s, uint64_t off, uint32_t *line, uint32_t *col) {
 /* ------------------------------------------------------------- lexing */
 
 /* Skip whitespace and comments. In one_line mode stop at a newline. */
-static int skip_ws(S *s) {
+static int skip_ws_from(S *s) {
   const uint8_t *b = s->b;
   uint64_t p = s->p, n = s->n;
   for (;;) {
@@ -179,6 +214,42 @@ static int skip_ws(S *s) {
   return 0;
 }
 
+/* Most tokens are followed by a name, punctuation or one space and a name: answer those
+ * without the loop. */
+static int skip_ws(S *s) {
+  uint64_t p = s->p;
+  if (p < s->n && s->b[p] == ' ') p++;
+  if (p < s->n && !(s->cls[s->b[p]] & C_SKIP)) {
+    s->p = p;
+    return 0;
+  }
+  return skip_ws_from(s);
+}
+
+/* First offset >= p (p <= n) that is not a name byte [A-Za-z0-9_.-]; n if none. */
+static uint64_t name_end(const S *s, uint64_t p) {
+  const uint8_t *b = s->b;
+  uint64_t n = s->n;
+#ifdef HLO_SSE2
+  /* v in [lo, hi] <=> v + (128 - lo) < -128 + (hi - lo + 1), as signed bytes */
+#define HLO_IN_RANGE(v, lo, hi) \
+  _mm_cmplt_epi8(_mm_add_epi8((v), _mm_set1_epi8((char)(0x80 - (lo)))), _mm_set1_epi8((char)(-128 + (hi) - (lo) + 1)))
+  const __m128i slash = _mm_set1_epi8('/'), underscore = _mm_set1_epi8('_'), bit5 = _mm_set1_epi8(0x20);
+  while (p < n && n - p >= 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
+    __m128i digit = _mm_andnot_si128(_mm_cmpeq_epi8(v, slash), HLO_IN_RANGE(v, '-', '9')); /* - . 0-9 */
+    __m128i letter = HLO_IN_RANGE(_mm_or_si128(v, bit5), 'a', 'z');
+    __m128i name = _mm_or_si128(_mm_or_si128(digit, letter), _mm_cmpeq_epi8(v, underscore));
+    unsigned m = (unsigned)_mm_movemask_epi8(name) ^ 0xffffu;
+    if (m) return p + first_bit(m);
+    p += 16;
+  }
+#undef HLO_IN_RANGE
+#endif
+  while (p < n && (s->cls[b[p]] & C_NAME)) p++;
+  return p;
+}
+
 /* Name: [%]?[A-Za-z0-9_.-]*; returns span without '%'. *pct set if '%' seen. */
 static hlo_span read_name(S *s, int *pct) {
   const uint8_t *b = s->b;
@@ -189,7 +260,7 @@ static hlo_span read_name(S *s, int *pct) {
     had = 1;
   }
   uint64_t st = p;
-  while (p < n && (s->cls[b[p]] & C_NAME)) p++;
+  p = name_end(s, p);
   if (pct) *pct = had;
   hlo_span sp = {st, p - st};
   if (p == st) p = s->p; /* nothing read: do not consume a lone '%' */
@@ -203,12 +274,56 @@ static int is_word(S *s, const char *w, size_t wl) {
   return p + wl == s->n || !(s->cls[s->b[p + wl]] & C_NAME);
 }
 
+/* First offset >= p (p <= n) holding '"', '\\' or a newline; n if none. */
+static uint64_t find_string_special(const S *s, uint64_t p) {
+  const uint8_t *b = s->b;
+  uint64_t n = s->n;
+#ifdef HLO_SSE2
+  const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), newline = _mm_set1_epi8('\n');
+  while (p < n && n - p >= 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
+    __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                               _mm_cmpeq_epi8(v, newline));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m) return p + first_bit(m);
+    p += 16;
+  }
+#endif
+  while (p < n && !(s->cls[b[p]] & C_STR)) p++;
+  return p;
+}
+
+/* First offset >= p (p <= n) holding one of ()[]{}"/ or a newline (C_GRP); n if none. */
+static uint64_t find_group_special(const S *s, uint64_t p) {
+  const uint8_t *b = s->b;
+  uint64_t n = s->n;
+#ifdef HLO_SSE2
+  /* '(' ')' differ in bit 0; '[' '{' and ']' '}' in bit 5 */
+  const __m128i bit0 = _mm_set1_epi8(1), bit5 = _mm_set1_epi8(0x20), paren = _mm_set1_epi8(')'),
+                open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}'), quote = _mm_set1_epi8('"'),
+                slash = _mm_set1_epi8('/'), newline = _mm_set1_epi8('\n');
+  while (p < n && n - p >= 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
+    __m128i v5 = _mm_or_si128(v, bit5);
+    __m128i hit = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(_mm_or_si128(v, bit0), paren),
+                     _mm_or_si128(_mm_cmpeq_epi8(v5, open), _mm_cmpeq_epi8(v5, close))),
+        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_or_si128(_mm_cmpeq_epi8(v, slash), _mm_cmpeq_epi8(v, newline))));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m) return p + first_bit(m);
+    p += 16;
+  }
+#endif
+  while (p < n && !(s->cls[b[p]] & C_GRP)) p++;
+  return p;
+}
+
 /* At '"': skip the string including the closing quote. */
 static int skip_string(S *s, uint64_t *pp) {
   const uint8_t *b = s->b;
   uint64_t p = *pp + 1, n = s->n;
   for (;;) {
-    while (p < n && !(s->cls[b[p]] & C_STR)) p++;
+    p = find_string_special(s, p);
     if (p >= n) return fail(s, HLO_ERR_UNTERMINATED, *pp, "unterminated string");
     uint8_t c = b[p];
     if (c == '"') {
@@ -229,13 +344,13 @@ static int skip_string(S *s, uint64_t *pp) {
 static uint8_t closer_of(uint8_t c) { return c == '(' ? ')' : c == '[' ? ']' : '}'; }
 
 /* At an opener ( [ {: skip to after its matching closer. */
-static int scan_group(S *s) {
+static int scan_nested_group(S *s) {
   const uint8_t *b = s->b;
   uint64_t p = s->p, n = s->n, start = s->p;
   uint64_t depth = 0;
   uint8_t *st = s->bstack;
   for (;;) {
-    while (p < n && !(s->cls[b[p]] & C_GRP)) p++;
+    p = find_group_special(s, p);
     if (p >= n) {
       s->p = p;
       return fail(s, HLO_ERR_UNTERMINATED, start, "unbalanced bracket: no matching closing bracket before end of input");
@@ -286,6 +401,17 @@ static int scan_group(S *s) {
         break;
     }
   }
+}
+
+/* Most groups are flat (dims, layouts, operand lists of shapes): the first special byte after the
+ * opener is its closer. The others take the bracket stack. */
+static int scan_group(S *s) {
+  uint64_t q = find_group_special(s, s->p + 1);
+  if (q < s->n && s->b[q] == closer_of(s->b[s->p])) {
+    s->p = q + 1;
+    return 0;
+  }
+  return scan_nested_group(s);
 }
 
 /* Attribute value: maximal run without top-level whitespace or ','; groups
@@ -436,10 +562,19 @@ static int scan_shape(S *s, hlo_span *out) {
 
 /* ------------------------------------------------------------ name table */
 
+/* Eight bytes a step (names are mostly 5-12 bytes); the value only has to agree within a scan. */
 static uint32_t hash_bytes(const uint8_t *p, uint64_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return (uint32_t)(h ^ (h >> 32));
+  const uint64_t k = 0x9e3779b97f4a7c15ull;
+  uint64_t h = n * k, w, i = 0;
+  for (; n - i >= 8; i += 8) {
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * k;
+    h ^= h >> 29;
+  }
+  for (w = 0; i < n; i++) w = (w << 8) | p[i];
+  h = (h ^ w) * k;
+  h ^= h >> 32;
+  return (uint32_t)h;
 }
 
 static void h_new_generation(S *s) {
@@ -1014,6 +1149,10 @@ hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk) {
   s->junk = allow_junk != 0;
   s->ln = 1;
   init_classes(s->cls);
+  /* dense dumps hold an instruction per ~90 bytes, an operand per ~60, an attribute per ~100 */
+  reserve((void **)&t->instrs, &s->cap_instr, s->n / 128, sizeof(hlo_instr));
+  reserve((void **)&t->operands, &s->cap_op, s->n / 96, sizeof(hlo_operand));
+  reserve((void **)&t->attrs, &s->cap_attr, s->n / 128, sizeof(hlo_attr));
   s->bstack = malloc(HLO_MAX_DEPTH);
   if (!s->bstack) {
     fail(s, HLO_ERR_NO_MEMORY, 0, "out of memory");

@@ -76,6 +76,36 @@ def test_blocks_match_numpy_and_any_pool_size(small_blocks, name, dtype):
         assert blas.matmul(a, b, threads=threads).tobytes() == one.tobytes()
 
 
+@pytest.mark.parametrize("name", ["rows", "columns", "batch", "batch_rows", "k_huge"])
+def test_low_precision_operands_and_product_are_converted_inside_the_blocks(small_blocks, name):
+    """bf16 operands widened and an f16 product narrowed by the callables given, a block at a time: the
+    operand the blocks cut is never widened whole; the bits are those of widening everything first."""
+    import ml_dtypes
+    B, M, K, N = SHAPES[name]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((B, M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((B, K, N)).astype(ml_dtypes.bfloat16)
+    widened = []
+
+    def widen(x):
+        widened.append(x.shape)
+        return x.astype(np.float32)
+
+    want = blas.matmul(a.astype(np.float32), b.astype(np.float32), threads=1).astype(np.float16)
+    for threads in (1, 2):
+        widened.clear()
+        got = blas.matmul(a, b, threads=threads, widen=widen, narrow=lambda r: r.astype(np.float16),
+                          dtype=np.float16)
+        assert got.dtype == np.float16 and got.tobytes() == want.tobytes()
+        blocks = blas._blocks(B, M, N, K)
+        if blocks is None:
+            assert sorted(widened) == sorted([a.shape, b.shape])
+            continue
+        rows_cut, cols_cut = blocks[0][1] != slice(None), blocks[0][2] != slice(None)
+        assert (a.shape in widened) == cols_cut and (b.shape in widened) == rows_cut
+        assert len(widened) == 2 * len(blocks) + rows_cut + cols_cut
+
+
 @pytest.mark.parametrize("shape", [(1, 2048, 2048, 2048), (1, 512, 4096, 1024), (64, 128, 64, 128),
                                    (3, 1000, 500, 700), (1, 100, 4096, 5000), (1, 1 << 16, 1024, 1)])
 def test_real_thresholds_cover_the_output_once(shape):

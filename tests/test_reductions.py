@@ -108,7 +108,8 @@ def window_cases(draw):
             draw(st.integers(0, 2 ** 16)), draw(st.booleans()))
 
 
-def window_module(et, kind, dims, win, opaque=False) -> str:
+def window_module(et, kind, dims, win, opaque=False, fused=False) -> str:
+    """x -> reduce-window(x, init) as the entry's root, or (`fused`) as a fusion's."""
     out = []
     for n, (size, stride, lo, hi, base, wdil) in zip(dims, win):
         padded = (n - 1) * base + 1 + lo + hi
@@ -117,9 +118,13 @@ def window_module(et, kind, dims, win, opaque=False) -> str:
     field = lambda k: "x".join(str(w[k]) for w in win)    # noqa: E731
     window = (f"size={field(0)} stride={field(1)} pad={'x'.join(f'{w[2]}_{w[3]}' for w in win)} "
               f"lhs_dilate={field(4)} rhs_dilate={field(5)}")
-    return (f"HloModule w\n{reducer('red', et, kind, opaque)}"
-            f"ENTRY e {{ x = {et}[{dims_text(dims)}] parameter(0)\n z = {et}[] constant({init_value(kind)})\n"
-            f" ROOT r = {et}[{dims_text(out)}] reduce-window(x, z), window={{{window}}}, to_apply=red }}\n")
+    x, r = f"{et}[{dims_text(dims)}]", f"{et}[{dims_text(out)}]"
+    body = (f"{{ x = {x} parameter(0)\n z = {et}[] constant({init_value(kind)})\n"
+            f" ROOT r = {r} reduce-window(x, z), window={{{window}}}, to_apply=red }}\n")
+    if fused:
+        return (f"HloModule w\n{reducer('red', et, kind, opaque)}fused {body}"
+                f"ENTRY e {{ a = {x} parameter(0)\n ROOT f = {r} fusion(a), kind=kLoop, calls=fused }}\n")
+    return f"HloModule w\n{reducer('red', et, kind, opaque)}ENTRY e {body}"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -132,6 +137,22 @@ def test_per_step_reduce_window_is_the_reducer_applied_in_order(case):
     literal = hloexec.load(window_module(et, kind, dims, win, opaque=True), use_numba=False).run(x)
     got = hloexec.load(window_module(et, kind, dims, win), use_numba=False, reductions="per-step").run(x)
     assert bits(got) == bits(literal), (case, got, literal)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(window_cases())
+def test_compiled_reduce_window_gives_the_per_step_bits(case):
+    """A fused reduce-window compiles into the loop nest (kernels/fusion.py) and folds each window in the
+    op-by-op order: strides, padding, base and window dilations (holes skipped), empty windows."""
+    et, kind, dims, win, seed, specials = case
+    x = values(np.random.default_rng(seed), dims, et, kind, specials)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(executor, "MIN_COMPILED_BYTES", 0)
+        compiled = hloexec.load(window_module(et, kind, dims, win, fused=True), compile_after=0,
+                                reductions="per-step")
+    assert compiled.plan.steps[0].kernel.compiled is not None
+    op_by_op = hloexec.load(window_module(et, kind, dims, win), use_numba=False, reductions="per-step").run(x)
+    assert bits(compiled.run(x)) == bits(op_by_op), case
 
 
 def test_per_step_rounds_every_step_and_accumulate_once():

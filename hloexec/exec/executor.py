@@ -226,7 +226,8 @@ class ExecContext:
         """
         ends = [p.shape for p in (comp.root, *comp.parameters)]
         # what it touches: its output, and what its reductions read (a dynamic-slice of a big operand reads little)
-        touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions if i.opcode == "reduce"]
+        touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions
+                                       if i.opcode in ("reduce", "reduce-window")]
         if not self.use_numba:
             return None
         if max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:

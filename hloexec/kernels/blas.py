@@ -37,6 +37,7 @@ _MAX_BLOCKS = 8         # blocks per product at most (balances up to 8 threads)
 _MIN_SIDE = 512         # rows (or columns) per block at least ...
 _MIN_HALF = 128         # ... but a product may be halved down to 128 (256^3: 1.3x one thread's speed)
 _GRANULE = 16           # block edges at multiples of 16 rows/columns: whole micro-kernel tiles
+_EVERY = slice(None)
 
 
 class _OneBlasThread:
@@ -120,40 +121,58 @@ def _blocks(B: int, M: int, N: int, K: int):
     if wanted < 2:
         return None
     wanted = 1 << (wanted.bit_length() - 1)     # a power of two: even shares for 2, 4, 8 threads
-    every = slice(None)
     if B >= wanted:
-        return [(s, every, every) for s in ranges(B, wanted, 1)]
+        return [(s, _EVERY, _EVERY) for s in ranges(B, wanted, 1)]
     side = max(M, N)    # cut the longer side: each block re-packs the other operand, K x (the shorter side)
     cuts = max(side // _MIN_SIDE, 2 if side >= 2 * _MIN_HALF else 1)
     per_item = max(1, min(-(-wanted // B), cuts))
     if M >= N:
-        blocks = [(slice(b, b + 1), r, every) for b in range(B) for r in ranges(M, per_item, _GRANULE)]
+        blocks = [(slice(b, b + 1), r, _EVERY) for b in range(B) for r in ranges(M, per_item, _GRANULE)]
     else:
-        blocks = [(slice(b, b + 1), every, c) for b in range(B) for c in ranges(N, per_item, _GRANULE)]
+        blocks = [(slice(b, b + 1), _EVERY, c) for b in range(B) for c in ranges(N, per_item, _GRANULE)]
     return blocks if len(blocks) > 1 else None
 
 
-def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None, widen=None, narrow=None,
+           dtype=None) -> np.ndarray:
     """np.matmul of [B, M, K] @ [B, K, N], bit-identical whatever the thread count.
 
     `threads`: how many threads compute the blocks (default: the BLAS's thread setting, at most the
     available cores); it never changes the result.
+    `widen(x)`: a slice of an operand in the dtype BLAS multiplies in (f16/bf16 operands), `narrow(r)`: a
+    block of the product in `dtype` (default np.result_type(a, b)). Both run inside the blocks, on the
+    threads computing them: the operand the blocks cut is converted a block at a time, never whole, and
+    so is the product; the operand every block reads whole (the other side of a row or column split) is
+    widened once, first.
     """
-    if a.dtype.kind not in "fc":    # numpy's own loops (integers): exact, no BLAS
-        return np.matmul(a, b)
     B, M, K = a.shape
     N = b.shape[-1]
+    dtype = np.result_type(a, b) if dtype is None else dtype
+    if widen is None and a.dtype.kind not in "fc":    # numpy's own loops (integers): exact, no BLAS
+        return np.matmul(a, b)
+    widen = widen or _unchanged
     blocks = _blocks(B, M, N, K)
     with _one_blas_thread as setting:
         if blocks is None:
-            return np.matmul(a, b)
-        out = np.empty((B, M, N), np.result_type(a, b))
+            r = np.matmul(widen(a), widen(b))
+            return r if narrow is None else narrow(r)
+        rows_cut, cols_cut = blocks[0][1] != _EVERY, blocks[0][2] != _EVERY
+        a = widen(a) if cols_cut else a         # read whole by every block of a column split
+        b = widen(b) if rows_cut else b
+        out = np.empty((B, M, N), dtype)
 
         def run(i):
             bs, rs, cs = blocks[i]
-            np.matmul(a[bs, rs], b[bs, :, cs], out=out[bs, rs, cs])
+            if narrow is None:
+                np.matmul(widen(a[bs, rs]), widen(b[bs, :, cs]), out=out[bs, rs, cs])
+            else:
+                out[bs, rs, cs] = narrow(np.matmul(widen(a[bs, rs]), widen(b[bs, :, cs])))
         run_blocks(len(blocks), run, threads or setting)
     return out
+
+
+def _unchanged(x):
+    return x
 
 
 def tensordot(a: np.ndarray, b: np.ndarray, axes, *, threads: int | None = None) -> np.ndarray:

@@ -11,8 +11,8 @@ How the source is built
 Every instruction is evaluated *at an index* (a tuple of index expressions, one per dimension of its
 shape). Data-movement ops (broadcast, reshape, bitcast, transpose, slice, reverse, dynamic-slice, pad,
 concatenate) only rewrite the index; elementwise ops combine their operands at the same index; a reduce
-opens loops over its reduced dimensions around an accumulator. Values are memoised per (instruction,
-index), so a DAG node used twice at the same index is computed once.
+opens loops over its reduced dimensions around an accumulator, a reduce-window over its window's. Values
+are memoised per (instruction, index), so a DAG node used twice at the same index is computed once.
 
 Each generated statement is placed in the outermost loop where all the names it uses are defined
 (loop-invariant code motion by construction): scalar parameters, broadcast scalars and a row reduction
@@ -275,7 +275,8 @@ class _Generator:
         # loop nest over the output's non-trivial dims
         loop_dims = [d for d, n in enumerate(dims) if n != 1]
         out_size = math.prod(dims)
-        reduce_extent = max([self.reduced_size(i) for i in comp.instructions if i.opcode == "reduce"] or [1])
+        reduce_extent = max([self.reduced_size(i) for i in comp.instructions
+                             if i.opcode in ("reduce", "reduce-window")] or [1])
         work = out_size * reduce_extent
         if self.parallel_request is None:
             parallel = work >= PARALLEL_THRESHOLD and loop_dims and dims[loop_dims[0]] >= 2
@@ -392,6 +393,8 @@ class _Generator:
             inner.insert(f"o{k}[{_subscript(index)}] = {ew.store_src(o.shape.element_type.name, self.value(o, index))}")
 
     def reduced_size(self, inst):
+        if inst.opcode == "reduce-window":
+            return math.prod(w.size for w in inst.attr("window") or ())
         dims = inst.attr("dimensions", ())
         src = inst.operands[0].shape.dims
         return math.prod(src[d] for d in dims) if dims else 1
@@ -406,7 +409,8 @@ class _Generator:
         _need(not any(inst.shape.dynamic), "dynamic shape")
         for o in inst.operands:
             _need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
-        if op in ("parameter", "constant", "iota", "reduce") or op in opcodes.MOVEMENT or op in ew.ELEMENTWISE_OPS:
+        if op in ("parameter", "constant", "iota", "reduce", "reduce-window") or op in opcodes.MOVEMENT \
+                or op in ew.ELEMENTWISE_OPS:
             return
         raise TierUnsupported(f"opcode {op}")
 
@@ -460,6 +464,8 @@ class _Generator:
             return self.index_op(inst, index)
         if op == "reduce":
             return self.reduce(inst, index)
+        if op == "reduce-window":
+            return self.reduce_window(inst, index)
         # elementwise
         vals = [self.operand_at(inst, k, index) for k in range(len(inst.operands))]
         expr = ew.instruction_src(inst, vals, self.excess)
@@ -672,22 +678,64 @@ class _Generator:
         _need(r.shape.element_type is inst.shape.element_type, "reducer type")
         return r.opcode
 
-    def reduce(self, inst, index):
-        opcode = self.reducer_op(inst)
-        src, init = inst.operands
-        et = inst.shape.element_type.name
-        rdims = sorted(inst.attr("dimensions", ()))
-        init_v = self.value(init, ())
-        deps = [c for c in index if _is_ident(c)]
-        target = self.place(deps)
+    def accumulator(self, inst, index) -> tuple[_Scope, str]:
+        """A reduction's accumulator at `index`, set to its init value in the outermost scope it may live in."""
+        init_v = self.value(inst.operands[1], ())
+        target = self.place([c for c in index if _is_ident(c)])
         if self.guard.depth > target.depth:
             target = self.guard
         acc = self.fresh("r")
         target.insert(f"{acc} = {init_v}")
         self.scope_of[acc] = target
-        execs = self.trips_to(target)
         rec = self.reduce_execs.setdefault(id(inst), [0, inst.shape.size])
-        rec[0] += execs
+        rec[0] += self.trips_to(target)
+        return target, acc
+
+    def fold(self, inst, opcode, target: _Scope, acc: str, loops, position) -> str:
+        """acc = reducer(acc, operand at position()) for every value of the `loops` ((var, trips), outermost
+        first) nested in `target`, in row-major order: under reductions="per-step" each step rounds to the type,
+        the order of the op-by-op path's fold (ops/reduction.py); under "accumulate", f16/bf16 sums and
+        products accumulate in f32 and round once at the end. position() (called inside the loops) gives the
+        operand's index and the conditions under which that position holds an element (a reduce-window's
+        padding and base-dilation holes are skipped, as the op-by-op path and XLA's evaluator do), or
+        (None, []) when no step holds one."""
+        et = inst.shape.element_type.name
+        saved, parent, first = None, target, None
+        for var, n in loops:
+            scope = _Scope(parent, [f"for {var} in range({n}):"], trips=n)
+            if first is None:
+                first = scope
+                saved = self.open_construct(target, scope)
+            else:
+                parent.insert(scope)
+                parent.insert_pos -= 1       # keep statements of the parent loop before the inner loop
+                self.push(scope)
+            self.scope_of[var] = scope
+            parent = scope
+        comps, conds = position()
+        if conds:
+            guard = _Scope(parent, [f"if {' and '.join(conds)}:"], is_guard=True)
+            if first is None:
+                first, saved = guard, self.open_construct(target, guard)
+            else:
+                parent.insert(guard)
+                parent.insert_pos -= 1
+                self.push(guard)
+            parent = guard
+        if comps is not None:
+            val = self.value(inst.operands[0], tuple(comps))
+            parent.insert(f"{acc} = {ew.reducer_step_src(self.reductions, opcode, et, acc, val)}")
+        if first is not None:                # restore insert positions of the intermediate scopes, then the chain
+            self.close_construct(target, first, saved)
+        result = ew.reduction_result_src(self.reductions, opcode, et, acc, self.excess)
+        return acc if result == acc else self.emit(result, [acc])
+
+    def reduce(self, inst, index):
+        opcode = self.reducer_op(inst)
+        src = inst.operands[0]
+        et = inst.shape.element_type.name
+        rdims = sorted(inst.attr("dimensions", ()))
+        target, acc = self.accumulator(inst, index)
         # operand index: kept dims take the output index in order, reduced dims the loop variables
         comps, it = [], iter(index)
         loops = []
@@ -701,41 +749,59 @@ class _Generator:
                     comps.append(var)
             else:
                 comps.append(next(it))
-        red = self.reductions
-        if not loops:            # reducing only size-1 dims (or nothing)
-            val = self.value(src, tuple(comps))
-            step = ew.reducer_step_src(red, opcode, et, acc, val)
-            target.insert(f"{acc} = {ew.reduction_result_src(red, opcode, et, step, self.excess)}")
-            return acc
         minor = [d for d in range(src.shape.rank) if src.shape.dims[d] != 1][-1:]
-        if (opcode == "add" and et in ew.FLOATS and len(loops) == 1 and loops[0][1] % LANES == 0
+        if (loops and opcode == "add" and et in ew.FLOATS and len(loops) == 1 and loops[0][1] % LANES == 0
                 and loops[0][1] >= 4 * LANES and minor == [rdims[-1]]
-                and not ew.in_order(red, opcode, inst.shape.element_type)):
+                and not ew.in_order(self.reductions, opcode, inst.shape.element_type)):
             return self.row_sum_in_lanes(inst, target, acc, comps, loops[0])
-        saved = None
-        parent = target
-        first = None
-        for var, n in loops:
-            scope = _Scope(parent, [f"for {var} in range({n}):"], trips=n)
-            if first is None:
-                first = scope
-                saved = self.open_construct(target, scope)
-            else:
-                parent.insert(scope)
-                parent.insert_pos -= 1       # keep statements of the parent loop before the inner loop
-                self.push(scope)
-            self.scope_of[var] = scope
-            parent = scope
-        val = self.value(src, tuple(comps))
-        # the loops run over the reduced dims in row-major order: under reductions="per-step" each step rounds
-        # to the type, the order of the op-by-op path's fold (ops/reduction.py); under "accumulate", f16/bf16
-        # sums and products accumulate in f32 and round once at the end
-        parent.insert(f"{acc} = {ew.reducer_step_src(red, opcode, et, acc, val)}")
-        # restore insert positions of the intermediate loops, then the chain
-        self.close_construct(target, first, saved)
-        result = ew.reduction_result_src(red, opcode, et, acc, self.excess)
-        return acc if result == acc else self.emit(result, [acc])
+        return self.fold(inst, opcode, target, acc, loops, lambda: (comps, []))
 
+    def reduce_window(self, inst, index):
+        """Output element `index` folds the operand over its window, row-major: the operand position of
+        window element w along a dim is q / base_dilation with q = index * stride + w * window_dilation -
+        pad_low, where q lands on an element (0 <= q <= (n - 1) * base_dilation, a multiple of it)."""
+        opcode = self.reducer_op(inst)
+        src = inst.operands[0]
+        window = inst.attr("window") or ()
+        _need(len(window) == src.shape.rank or not window, "window rank")
+        _need(not any(w.reversal for w in window), "window reversal")
+        target, acc = self.accumulator(inst, index)
+        loops, dims = [], []
+        for d, n in enumerate(src.shape.dims):
+            w = window[d] if window else None
+            var = "0"
+            if w is not None and w.size > 1:
+                var = self.fresh("j")
+                loops.append((var, w.size))
+            dims.append((index[d], var, n, inst.shape.dims[d], w))
+
+        def position():
+            comps, conds = [], []
+            for out, var, n, out_n, w in dims:
+                if w is None:
+                    comps.append(out)
+                    continue
+                base, low = w.base_dilation, w.pad_low
+                terms = [(c, k) for c, k in ((out, w.stride), (var, w.window_dilation)) if c != "0"]
+                template = " + ".join("{}" if k == 1 else f"{{}} * {k}" for _, k in terms) or "0"
+                template = f"({template} - {low})" if low else template
+                q = terms[0][0] if template == "{}" else self.iexpr(template, *(c for c, _ in terms))
+                last = (out_n - 1) * w.stride + (w.size - 1) * w.window_dilation - low
+                if not _is_ident(q):         # a size-1 window at a constant output index
+                    if not (0 <= int(q) <= (n - 1) * base and int(q) % base == 0):
+                        return None, []
+                    comps.append(str(int(q) // base))
+                    continue
+                if low > 0:
+                    conds.append(f"{q} >= 0")
+                if last > (n - 1) * base:
+                    conds.append(f"{q} <= {(n - 1) * base}")
+                if base > 1:
+                    conds.append(f"{q} % {base} == 0")
+                    q = self.iexpr("({} // %d)" % base, q)
+                comps.append(q)
+            return comps, conds
+        return self.fold(inst, opcode, target, acc, loops, position)
 
     def row_sum_in_lanes(self, inst, target: _Scope, acc: str, comps: list, loop) -> str:
         """A float sum along a row's contiguous dim in LANES partial sums (element j goes to lane j % LANES),

@@ -14,6 +14,9 @@
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from ..errors import UnsupportedError
@@ -63,48 +66,61 @@ def to_compute(x, cdt):
 CONVERT_CHUNK = 1 << 22
 
 
+@functools.lru_cache(maxsize=4096)
+def _dot_plan(lhs_shape, rhs_shape, lb, rb, lc, rc):
+    """(lhs permutation, rhs permutation, [B, M, K], [B, K, N], result shape) of a DotGeneral: worked out once
+    per shapes, not per call (a step's small dots spent ~20 us each on it)."""
+    lf = [d for d in range(len(lhs_shape)) if d not in lb and d not in lc]
+    rf = [d for d in range(len(rhs_shape)) if d not in rb and d not in rc]
+    B = math.prod(lhs_shape[d] for d in lb)
+    M = math.prod(lhs_shape[d] for d in lf)
+    N = math.prod(rhs_shape[d] for d in rf)
+    K = math.prod(lhs_shape[d] for d in lc)
+    out_shape = tuple(lhs_shape[d] for d in lb) + tuple(lhs_shape[d] for d in lf) + tuple(rhs_shape[d] for d in rf)
+    return list(lb) + lf + list(lc), list(rb) + list(rc) + rf, (B, M, K), (B, K, N), out_shape
+
+
 def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     """XLA DotGeneral on numpy arrays; result dims = batch, lhs free, rhs free."""
     cdt = compute_dtype(out_dtype)
-    lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
-    bshape = [lhs.shape[d] for d in lb]
-    B = int(np.prod(bshape, dtype=np.int64))
-    M = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
-    N = int(np.prod([rhs.shape[d] for d in rf], dtype=np.int64))
-    K = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-    a2 = lhs.transpose(list(lb) + lf + list(lc)).reshape(B, M, K)
-    b2 = rhs.transpose(list(rb) + list(rc) + rf).reshape(B, K, N)
-    if K == 0:
-        r = np.zeros((B, M, N), cdt)
-    else:
-        with np.errstate(all="ignore"):
-            r = _matmul_converting(a2, b2, cdt)
-    r = r.reshape(bshape + [lhs.shape[d] for d in lf] + [rhs.shape[d] for d in rf])
-    return finish(r, out_dtype)
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
+                                                          tuple(rc))
+    a2 = lhs.transpose(lperm).reshape(a_shape)
+    b2 = rhs.transpose(rperm).reshape(b_shape)
+    if a_shape[2] == 0:
+        return finish(np.zeros(out_shape, cdt), out_dtype)
+    with np.errstate(all="ignore"):
+        r = _matmul_converting(a2, b2, cdt, out_dtype)
+    r = r.reshape(out_shape)
+    return contig(r) if r.dtype == out_dtype else finish(r, out_dtype)
 
 
-def _matmul_converting(a, b, cdt):
-    """[B, M, K] @ [B, K, N] in `cdt`. A big low-precision operand beside a small one is converted and
-    multiplied in slices of its free dim (fixed by the shapes: the same bits every run), so that no f32 copy
-    of it is made whole; otherwise both are converted first."""
+def _matmul_converting(a, b, cdt, out_dtype):
+    """[B, M, K] @ [B, K, N] in `cdt`, the product in `out_dtype` if that is f16/bf16/f8 (else in `cdt`).
+    Low-precision operands are widened and a low-precision product rounded inside blas.matmul's blocks. A
+    big low-precision operand beside a small one is multiplied in slices of its free dim as well (fixed by the
+    shapes: the same bits every run), so that no f32 copy of it is made whole."""
     B, M, K = a.shape
     N = b.shape[2]
+    convert = dict(widen=(lambda x: to_compute(x, cdt)) if a.dtype != cdt or b.dtype != cdt else None,
+                   narrow=(lambda r: f32_to_low(r, out_dtype)) if is_low_float(out_dtype) else None,
+                   dtype=out_dtype if is_low_float(out_dtype) else cdt)
+    if cdt.kind in "iu":     # integer and pred products: numpy's exact loops in the result type
+        return blas.matmul(to_compute(a, cdt), to_compute(b, cdt))
     big_b = is_low_float(b.dtype) and b.size > CONVERT_CHUNK and N > M
     big_a = is_low_float(a.dtype) and a.size > CONVERT_CHUNK and M > N
     if not (big_a or big_b):
-        return blas.matmul(to_compute(a, cdt), to_compute(b, cdt))
+        return blas.matmul(a, b, **convert)
     step = max(1, CONVERT_CHUNK // max(B * K, 1))
+    out = np.empty((B, M, N), convert["dtype"])
     if big_b:
         a = to_compute(a, cdt)
-        out = np.empty((B, M, N), cdt)
         for n in range(0, N, step):
-            out[:, :, n:n + step] = blas.matmul(a, to_compute(b[:, :, n:n + step], cdt))
+            out[:, :, n:n + step] = blas.matmul(a, b[:, :, n:n + step], **convert)
         return out
     b = to_compute(b, cdt)
-    out = np.empty((B, M, N), cdt)
     for m in range(0, M, step):
-        out[:, m:m + step] = blas.matmul(to_compute(a[:, m:m + step], cdt), b)
+        out[:, m:m + step] = blas.matmul(a[:, m:m + step], b, **convert)
     return out
 
 
