@@ -379,10 +379,19 @@ static int parse_attrs(S *s, uint32_t *begin, uint32_t *count, int instr) {
     }
     s->p++;
     if ((rc = skip_ws(s))) return rc;
-    hlo_span key = read_name(s, NULL);
-    if (key.len == 0) return fail(s, HLO_ERR_SYNTAX, s->p, "expected attribute name after ','");
+    /* A ',' that ends the list by mistake (a dangling comma) is followed by the next instruction or the
+     * closing brace: report at that token, as XLA's parser does ("expects attribute name"). */
+    uint64_t key_at = s->p;
+    int pct = 0;
+    hlo_span key = read_name(s, &pct);
+    if (key.len == 0 || pct) return fail(s, HLO_ERR_SYNTAX, key_at, "expected attribute name after ','");
     if ((rc = skip_ws(s))) return rc;
-    if (s->p >= s->n || b[s->p] != '=') return fail(s, HLO_ERR_SYNTAX, s->p, "expected '=' after attribute name");
+    if (s->p >= s->n || b[s->p] != '=') {
+      int newline = 0;     /* the name is on a later line than the ',': the ',' dangles */
+      for (uint64_t q = key_at; q > 0 && b[q - 1] != ','; q--) newline |= b[q - 1] == '\n';
+      return fail(s, HLO_ERR_SYNTAX, key_at,
+                  newline ? "expected attribute name after ','" : "expected '=' after this attribute name");
+    }
     s->p++;
     if ((rc = skip_ws(s))) return rc;
     hlo_span val;
@@ -665,8 +674,14 @@ static int parse_instr(S *s, int32_t comp, int32_t *out_row) {
     s->p += 4;
     if ((rc = skip_ws(s))) return rc;
   }
-  hlo_span name = read_name(s, NULL);
+  uint64_t name_at = s->p;
+  int pct = 0;
+  hlo_span name = read_name(s, &pct);
   if (name.len == 0) return fail(s, HLO_ERR_SYNTAX, s->p, "expected instruction name or '}'");
+  /* XLA's lexer reads `name=` (no '%', no space) as an attribute name, never an instruction's: here it is an
+   * attribute after one whose ',' is missing */
+  if (!pct && s->p < s->n && b[s->p] == '=')
+    return fail(s, HLO_ERR_SYNTAX, name_at, "expected instruction name, not an attribute (a ',' missing before it?)");
   if ((rc = skip_ws(s))) return rc;
   if (s->p >= s->n || b[s->p] != '=') return fail(s, HLO_ERR_SYNTAX, s->p, "expected '=' after instruction name");
   s->p++;

@@ -20,7 +20,11 @@ def load(source, module: str | None = None, **options):
     `module` picks a module by name when the source holds several. Options: `excess_precision`,
     `use_numba` (False runs the numpy reference kernels only), `compile_after` (fused kernels run op by op
     for this many calls before they are compiled, default 1; 0 compiles them when the module is prepared),
-    `max_memory` (bytes a run may use).
+    `max_memory` (bytes a run may use), `compile_kernels` (False: nothing compiles while the module is
+    prepared, kernels compile at their first call; the plan and its memory estimate are the same),
+    `reductions` ("accumulate", the default: f16/bf16 sums and products accumulate in f32 and round once;
+    "per-step": every step rounds to the type, in row-major order, as XLA:CPU's optimized modules compute
+    them; see the README's Semantics).
     """
     from .exec.executor import Executable
     from . import ops  # noqa: F401  (fills the op registry)

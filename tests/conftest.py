@@ -6,6 +6,9 @@
   ``pytest.skip`` when SHARED (or the file) is absent.
 * ``kernel_cache_dir`` (autouse, session): HLOEXEC_CACHE_DIR points at a fresh directory shared by the
   xdist workers of one run, so compiled fused kernels start cold but each is compiled once per run.
+* ``ray_cluster`` (session): a simulated Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head
+  without CPUs and RAY_NODES nodes of 1 CPU and 12 GB each), joined by this process; skips without Ray
+  (``pip install .[ray]``). One per test session: Ray takes seconds to start.
 * markers: ``xla`` (needs jax/jaxlib, the XLA:CPU reference; auto-skipped when
   jax is not importable) and ``slow``.
 """
@@ -58,6 +61,18 @@ def kernel_cache_dir(tmp_path_factory):
         os.environ["HLOEXEC_CACHE_DIR"] = old
 
 
+def write_with_host_devices(script: str, out: Path, devices: int = 8) -> Path:
+    """Run `python script OUT` in a child whose XLA:CPU has `devices` host devices (XLA_FLAGS must be set before
+    jax starts, and this process may already run jax with one): how the multi-device tests write their jax
+    programs, inputs and outputs. Returns `out`."""
+    import subprocess
+    import sys
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, script, str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
 def jax_available() -> bool:
     return importlib.util.find_spec("jax") is not None and importlib.util.find_spec("jaxlib") is not None
 
@@ -74,3 +89,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "xla" in item.keywords:
             item.add_marker(skip)
+
+
+RAY_NODES = 4
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    # set before Ray is imported: no usage reports, the cluster on the loopback interface only, and no worker
+    # killed by Ray's memory monitor when the (shared) machine is nearly full: a test fails by its own errors
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+    ray = pytest.importorskip("ray", reason="Ray not installed: pip install .[ray]")
+    from ray.cluster_utils import Cluster
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                            "object_store_memory": 256 << 20})
+    for _ in range(RAY_NODES):
+        # 'memory' is what Ray schedules by (not a limit): enough for a worker of 8 GPT-seed participants
+        cluster.add_node(num_cpus=1, memory=12 << 30, object_store_memory=512 << 20, wait=False)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()

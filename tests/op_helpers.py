@@ -31,6 +31,7 @@ from hloexec.ops.registry import OPS
 class FakeContext:
     """The part of an ExecContext that op `prepare` functions use."""
     excess_precision = False
+    reductions = "accumulate"
     device = None
 
     def computation(self, comp):
@@ -193,3 +194,17 @@ def bits(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.bool_:
         return x
     return x.view(f"u{x.dtype.itemsize}")
+
+
+def random_matrix(rs, dtype, shape):
+    """Standard normal values of `dtype` (complex: independent real and imaginary parts)."""
+    x = rs.randn(*shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rs.randn(*shape)
+    return x.astype(dtype)
+
+
+def spd_matrix(rs, dtype, n, batch=()):
+    """A well-conditioned Hermitian positive definite matrix (a a^H + n I)."""
+    a = random_matrix(rs, dtype, (*batch, n, n))
+    return (a @ np.swapaxes(a.conj(), -1, -2) + n * np.eye(n)).astype(dtype)

@@ -359,3 +359,22 @@ def test_run_repeat_profiles_the_last_run(capsys):
     assert code == 2 and "--repeat" in err
     code, _, err = run_cli(capsys, "run", path, "--repeat", 0)
     assert code == 2 and "count >= 1" in err
+
+
+def test_reductions_option_of_run_and_compare(capsys, tmp_path):
+    """--reductions per-step rounds an f16 sum at every step: 2048 + 1 + 1 + ... stays 2048 (each add is a tie
+    that rounds to even), accumulate gives 2048 + 64; compare tells the two apart."""
+    path = write(tmp_path, "sum.hlo", "HloModule s\nadd { a = f16[] parameter(0)\n b = f16[] parameter(1)\n"
+                 " ROOT c = f16[] add(a, b) }\nENTRY e { x = f16[65] parameter(0)\n z = f16[] constant(0)\n"
+                 " ROOT r = f16[] reduce(x, z), dimensions={0}, to_apply=add }\n")
+    save_arrays(str(tmp_path / "in.npz"), {"arg0": np.concatenate([[2048], np.ones(64)]).astype(np.float16)})
+    for mode, total in (("per-step", 2048), ("accumulate", 2048 + 64)):
+        code, _, _ = run_cli(capsys, "run", path, "--inputs", tmp_path / "in.npz", "--reductions", mode,
+                             "--out", tmp_path / f"{mode}.npz")
+        assert code == 0 and load_arrays(str(tmp_path / f"{mode}.npz"))["out0"] == total
+    code, out, _ = run_cli(capsys, "compare", path, "--inputs", tmp_path / "in.npz", "--expected",
+                           tmp_path / "per-step.npz", "--reductions", "per-step", "--json")
+    assert code == 0 and json.loads(out)["passed"]
+    assert run_cli(capsys, "compare", path, "--inputs", tmp_path / "in.npz", "--expected",
+                   tmp_path / "per-step.npz")[0] == 1
+    assert run_cli(capsys, "run", path, "--reductions", "pairwise")[0] == 2

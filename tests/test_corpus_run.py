@@ -20,6 +20,12 @@ NaN == NaN, infinities exactly, finite values within ``|hloexec - xla| <= rtol *
 relative to what was summed). rtol is 8 ULP of the type for modules of elementwise ops only and a
 stated bound (`_REDUCING_RTOL`) for modules that reduce, contract, loop or call.
 
+The dumps from the field (``shared/corpus/external``: TF-era GPU clusters, pytorch/xla on Neuron and TPU, jax
+GPU/TPU dumps, ...) and the seeds' small modules have no XLA:CPU reference: each must run -- as one participant,
+and with all participants when it is partitioned -- or say what it lacks with an UnsupportedError naming the
+instruction (a file XLA's parser refuses may fail to parse). Nowhere, in either corpus, may a failure be an
+internal error (IndexError, KeyError, TypeError, AttributeError) of hloexec's, however it is wrapped.
+
 Budget (CI: 2 cores, ``pytest -n 2``): XLA:CPU's compile dominates. hloexec runs with
 ``use_numba=False`` except for modules with two or more fusions (``use_numba=True``: Numba compiles
 each fused kernel, ~0.3 s cold). Modules that take more than ~5 s on either side are marked ``slow``;
@@ -308,6 +314,7 @@ def _check_runs_or_unsupported(text: str, inputs, context: str, invalid: bool = 
     except UnsupportedError as e:
         pytest.skip(f"unsupported: {e.what} ({context})")
     except hloexec.ExecutionError as e:
+        _not_internal(e)
         if not invalid or "\n  in %" not in str(e):
             raise
         # XLA calls the module invalid and hloexec refuses it too, naming the instruction: that passes.
@@ -344,3 +351,79 @@ def test_split_matches_status():
             mismatched.append((row["file"], len(modules), row["modules"]))
     assert not mismatched
 
+
+
+# -- dumps from the field and the seeds ------------------------------------------------------------------
+EXTERNAL = SHARED / "corpus" / "external"
+SEEDS = SHARED / "seeds"
+_INTERNAL = (IndexError, KeyError, TypeError, AttributeError, NameError, AssertionError, RecursionError)
+# Longer than ~5 s here: parsed and prepared (every op's form checked) in the default run, run under -m slow.
+_FIELD_SLOW = {"jaxdecomp_jaxfft_fft_f32_8dev_gpu_opt.hlo",      # 1 GB arrays: 65 s for one participant
+               "tf2_gpu_bert_fp16_train_cluster.hlo",             # 24 s
+               "xmap_train_step_4dev.hlo", "xmap_train_step_log.txt", "tpu_seqparallel_remat_8dev.hlo"}  # and
+# their SPMD runs (the seeds run in tests/test_seeds_run.py and test_spmd_seeds.py too)
+_FIELD_SLOW_SPMD = {"jaxdecomp_jaxfft_ifft_f64_16dev_gpu_opt.hlo", "torchxla_neuron_llama2_tp4_pp2.hlo"}
+_SMALL_SEED = 100_000       # bytes: the GPT and Llama seeds run in their own (slow) tests
+
+
+def _not_internal(e: BaseException) -> None:
+    """Fail when `e`, or what it was raised from, is an internal error of hloexec's."""
+    seen = e
+    while seen is not None:
+        assert not isinstance(seen, _INTERNAL), f"internal error {type(seen).__name__}: {seen} (from {e!r})"
+        seen = seen.__cause__
+
+
+def _field_cases():
+    """(path, what): "run" (one participant, and all of them when partitioned), or for the files above, "prepare"
+    (parse and prepare only) by default and "run" / "spmd" (all participants) under -m slow."""
+    if not EXTERNAL.is_dir():
+        return [pytest.param(None, None, marks=pytest.mark.skip(reason="shared corpus absent"))]
+    files = sorted((EXTERNAL / "files").glob("*.hlo")) + sorted(
+        p for p in SEEDS.iterdir() if p.stat().st_size < _SMALL_SEED and p.suffix in (".hlo", ".txt")
+        and "HloModule" in p.read_text(errors="replace"))
+    cases = []
+    for p in files:
+        if p.name in _FIELD_SLOW:
+            cases += [pytest.param(p, "prepare", id=p.name),
+                      pytest.param(p, "run", id=f"{p.name}-run", marks=pytest.mark.slow)]
+        elif p.name in _FIELD_SLOW_SPMD:
+            cases += [pytest.param(p, "one participant", id=p.name),
+                      pytest.param(p, "spmd", id=f"{p.name}-spmd", marks=pytest.mark.slow)]
+        else:
+            cases.append(pytest.param(p, "run", id=p.name))
+    return cases
+
+
+@lru_cache(maxsize=None)
+def _external_status() -> dict[str, dict]:
+    with open(EXTERNAL / "STATUS.tsv", encoding="utf-8", newline="") as f:
+        return {row["file"]: row for row in csv.DictReader(f, delimiter="\t")}
+
+
+@pytest.mark.parametrize("path, what", _field_cases())
+def test_field_dump_runs_or_says_what_it_lacks(path, what):
+    """`hloexec run FILE --seed 0`, and with all participants where FILE is partitioned: success, or an
+    UnsupportedError naming the instruction, or (where XLA's parser refuses the file too) an HloParseError."""
+    from hloexec.exec import spmd
+    try:
+        exe = hloexec.load(path)
+        if what == "prepare":
+            return
+        if what != "spmd":
+            exe.run(*exe.random_inputs(0))
+        partitions, replicas, _ = spmd.device_counts(exe.module)
+        if partitions * replicas > 1 and not exe.manual_regions and what in ("run", "spmd"):
+            exe.run_spmd(spmd.random_inputs(exe.module, partitions * replicas, 0), report=lambda message: None)
+    except UnsupportedError as e:
+        _not_internal(e)
+        assert e.instruction is not None, f"UnsupportedError naming no instruction: {e}"
+        pytest.skip(f"unsupported: {e.what}")
+    except hloexec.HloParseError as e:
+        assert _external_status().get(path.name, {}).get("xla_parses", "").startswith("no"), str(e)
+        pytest.skip(f"XLA's parser refuses it too: {e.message}")
+    except hloexec.ExecutionError as e:
+        _not_internal(e)
+        if "participants need about" not in str(e):             # the machine cannot hold an SPMD run
+            raise
+        pytest.skip(str(e).splitlines()[0])

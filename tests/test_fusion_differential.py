@@ -5,9 +5,10 @@ computation op by op (`ExecContext(..., use_numba=False)`), on random inputs.
 The reference defines the semantics. Tolerance: bit-exact, except
 * f32 / f64 fusions with transcendental ops: <= 2 ULP (Numba calls libm / LLVM intrinsics, numpy its own
   SIMD loops);
-* fusions with a float add / multiply reduce: the kernel reduces sequentially and rounds every step to
-  the element type (as XLA:CPU does); the reference sums with numpy (pairwise, f16 / bf16 accumulated in
-  f32, see ops/reduction.py): |diff| <= 4 * n * eps(type) * max|output| (n = reduced elements).
+* fusions with a float add / multiply reduce (reductions="accumulate"): the kernel sums in order or in 16
+  partial sums, the reference with numpy (pairwise), f16 / bf16 accumulated in f32 by both (see
+  ops/reduction.py): |diff| <= 4 * n * eps(type) * max|output| (n = reduced elements). Under "per-step"
+  the tiers agree bit for bit (tests/test_reductions.py).
 Structurally equal fusions compile to one kernel: each distinct kernel source is tested once.
 """
 from __future__ import annotations

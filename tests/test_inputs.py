@@ -212,3 +212,28 @@ ENTRY e { x = f32[4] parameter(0)
         warnings.simplefilter("error")
         h, s = hloexec.load(text, use_numba=False).run(x)
     assert np.isinf(h[0]) and np.isnan(s)
+
+
+def test_arrays_plain_np_savez_wrote_as_void_are_taken_by_type(tmp_path, capsys):
+    """np.savez stores ml_dtypes arrays (bf16, fp8) as raw void (|V2, |V1): --inputs, --expected and
+    Executable.run take them as the parameter's or output's type."""
+    import ml_dtypes
+    from hloexec.tools.cli import main
+    text = ("HloModule m\nENTRY e {\n x = bf16[3] parameter(0)\n y = f8e4m3fn[3] parameter(1)\n"
+            " c = bf16[3] convert(y)\n ROOT s = bf16[3] add(x, c)\n}\n")
+    (tmp_path / "m.hlo").write_text(text)
+    x = np.array([1, 2, 3], ml_dtypes.bfloat16)
+    y = np.array([0.5, 1, 2], ml_dtypes.float8_e4m3fn)
+    np.savez(tmp_path / "in.npz", arg0=x, arg1=y)
+    np.savez(tmp_path / "out.npz", out0=np.array([1.5, 3, 5], ml_dtypes.bfloat16))
+    np.savez(tmp_path / "wrong.npz", out0=np.array([1.5, 3, 6], ml_dtypes.bfloat16))
+    loaded = np.load(tmp_path / "in.npz")
+    assert loaded["arg0"].dtype == np.dtype("V2") and loaded["arg1"].dtype == np.dtype("V1")
+    np.testing.assert_array_equal(hloexec.load(text).run(loaded["arg0"], loaded["arg1"]).astype(np.float32),
+                                  [1.5, 3, 5])
+    base = ["compare", str(tmp_path / "m.hlo"), "--inputs", str(tmp_path / "in.npz")]
+    assert main(base + ["--expected", str(tmp_path / "out.npz")]) == 0
+    assert main(base + ["--expected", str(tmp_path / "wrong.npz")]) == 1
+    assert main(["run", str(tmp_path / "m.hlo"), "--inputs", str(tmp_path / "in.npz")]) == 0
+    with pytest.raises(ExecutionError, match="has dtype \\|V4, expected bfloat16"):
+        hloexec.load(text).run(np.zeros(3, "V4"), y)       # a void of another size is still refused

@@ -1,5 +1,6 @@
 """dot / convolution / fft against XLA:CPU through jax.lax."""
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -144,3 +145,75 @@ def test_big_low_precision_operand_is_converted_in_slices(m, k, n, monkeypatch):
     assert peak < 4 * big / 2 + 4 * m * n           # well under an f32 copy of the big operand, plus the result
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+# -- ragged-dot and scaled-dot: jax lowers them to these opcodes for TPU/GPU; its CPU lowering (a masked dot_general,
+# the xla.scaled_dot composite's decomposition) run by XLA:CPU is the reference ------------------------------------
+RAGGED_CASES = [  # lhs, rhs, (lhs contracting, rhs contracting, lhs batch, rhs batch), lhs ragged, rhs group, sizes
+    ((10, 4), (3, 4, 5), ((1,), (1,), (), ()), 0, (0,), [3, 5, 1]),                      # rows past the groups: 0
+    ((2, 10, 4), (3, 2, 4, 5), ((2,), (2,), (0,), (1,)), 1, (0,), [[3, 5, 1], [0, 4, 6]]),  # sizes per batch index
+    ((2, 10, 4), (2, 4, 3, 5), ((2,), (1,), (0,), (0,)), 1, (2,), [4, 4, 2]),            # broadcast sizes, inner group
+    ((6, 10), (10, 5), ((1,), (0,), (), ()), 1, (), [3, 5, 1]),                           # ragged contracting dim
+    ((2, 6, 10), (2, 10, 5), ((2,), (1,), (0,), (0,)), 2, (), [[3, 5, 1], [2, 2, 2]]),
+    ((3, 6, 4), (3, 4, 5), ((2,), (1,), (0,), (0,)), 0, (), [1, 1]),                       # ragged batch dim
+]
+
+
+def _module(result, operands, opcode, attrs) -> str:
+    params = "".join(f"  p{i} = {shape_text(x.dtype, x.shape)} parameter({i})\n" for i, x in enumerate(operands))
+    return (f"HloModule m\nENTRY e {{\n{params}  ROOT r = {result} {opcode}("
+            f"{', '.join(f'p{i}' for i in range(len(operands)))}), {attrs}\n}}\n")
+
+
+def _dims(**numbers) -> str:
+    return ", ".join(f"{k}={{{','.join(map(str, v))}}}" for k, v in numbers.items() if v)
+
+
+@pytest.mark.parametrize("dt", [np.float32, BF], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", range(len(RAGGED_CASES)))
+def test_ragged_dot_matches_jax(case, dt):
+    import hloexec
+    lhs_shape, rhs_shape, (lc, rc, lb, rb), ragged, group, sizes = RAGGED_CASES[case]
+    numbers = jax.lax.RaggedDotDimensionNumbers(((lc, rc), (lb, rb)), [ragged], list(group))
+    rs = np.random.RandomState(case)
+    lhs, rhs, group_sizes = rand(rs, dt, lhs_shape), rand(rs, dt, rhs_shape), np.array(sizes, np.int32)
+    want = np.asarray(jax.jit(lambda a, b, g: jax.lax.ragged_dot_general(a, b, g, numbers))(lhs, rhs, group_sizes))
+    text = _module(shape_text(want.dtype, want.shape), (lhs, rhs, group_sizes), "ragged-dot",
+                   _dims(lhs_batch_dims=lb, rhs_batch_dims=rb, lhs_contracting_dims=lc, rhs_contracting_dims=rc,
+                         lhs_ragged_dims=(ragged,), rhs_group_dims=group))
+    close(hloexec.load(text).run(lhs, rhs, group_sizes), want, dt, lhs_shape[lc[0]])
+
+
+def _scaled_dot_decomposed(operands, t: str, dot_t: str) -> str:
+    """XLA's ScaledDotRewriter output for [b,m,k] x [b,k,n] with [b,m,k/s] and [b,k/s,n] scales: operand and
+    scale converted to type `t`, the scale broadcast over its blocks, one multiply; the dot in `dot_t`; f32 out."""
+    def typed(dims):
+        return f"{t}[{','.join(map(str, dims))}]"
+    lines = [f"  p{i} = {shape_text(x.dtype, x.shape)} parameter({i})" for i, x in enumerate(operands)]
+    for side, x, s, k_axis in (("l", operands[0], operands[2], 2), ("r", operands[1], operands[3], 1)):
+        wide = s.shape[:k_axis + 1] + (x.shape[k_axis] // s.shape[k_axis],) + s.shape[k_axis + 1:]
+        p, q = (0, 2) if side == "l" else (1, 3)
+        lines += [f"  {side}x = {typed(x.shape)} convert(p{p})", f"  {side}s = {typed(s.shape)} convert(p{q})",
+                  f"  {side}b = {typed(wide)} broadcast({side}s), dimensions={{{','.join(str(d + (d > k_axis)) for d in range(3))}}}",
+                  f"  {side}r = {typed(x.shape)} reshape({side}b)", f"  {side}m = {typed(x.shape)} multiply({side}x, {side}r)"]
+    lines += [f"  d = {dot_t}[2,4,3] dot(lm, rm), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, "
+              "rhs_batch_dims={0}, rhs_contracting_dims={1}", "  ROOT o = f32[2,4,3] convert(d)"]
+    return "HloModule m\nENTRY e {\n" + "\n".join(lines) + "\n}\n"
+
+
+# (operand type, scale type, the type they meet in, the dot's type): XLA's GetTargetType, read off by hand
+@pytest.mark.parametrize("operand, scale, t, dot_t", [
+    (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e8m0fnu, "bf16", "f32"),     # both < 16 bits: bf16
+    (ml_dtypes.float8_e5m2, np.float32, "f32", "f32"),                      # else the wider one
+    (BF, BF, "bf16", "f32")], ids=["mxfp8", "f8-f32-scale", "bf16"])
+def test_scaled_dot_matches_xla_decomposition(operand, scale, t, dot_t):
+    """scaled-dot means what XLA's ScaledDotRewriter turns it into (which for f32 scales is not jax's composite
+    decomposition: that one always multiplies in bf16); its output, as plain HLO, runs on XLA:CPU."""
+    import hloexec
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+    rs = np.random.RandomState(0)
+    operands = (rs.randn(2, 4, 64).astype(operand), rs.randn(2, 64, 3).astype(operand),
+                (2.0 ** rs.randint(-3, 4, (2, 4, 2))).astype(scale), rs.rand(2, 2, 3).astype(scale))
+    got = hloexec.load(_module("f32[2,4,3]", operands, "scaled-dot", _dims(
+        lhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_batch_dims=(0,), rhs_contracting_dims=(1,)))).run(*operands)
+    close(got, run_on_xla_cpu(_scaled_dot_decomposed(operands, t, dot_t), list(operands))[0], np.float32, 64)

@@ -122,3 +122,47 @@ def test_a_missing_file_is_named_not_parsed_as_text():
             hloexec.parse(missing)
     with pytest.raises(hloexec.HloParseError, match="no HLO module"):
         hloexec.parse("just some words")
+
+
+# Attribute-list mistakes: the error points at the offending token, where XLA's parser points (its positions
+# were read off jaxlib 0.10.2's errors; test_attribute_list_mistakes_where_xla_says checks them on XLA itself).
+_DOT = b"  %d = f32[4,4] dot(%p, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+_ATTRS = b"HloModule m\nENTRY e {\n  %p = f32[4,4] parameter(0)\n  %q = f32[4,4] parameter(1)\n" + _DOT + \
+    b"\n  ROOT %r = f32[4,4] add(%d, %p)\n}\n"
+ATTRIBUTE_MISTAKES = [  # (what, the changed dot line (or None: change the ROOT), where the error is, message)
+    ("dangling comma", _DOT + b",", (6, 3), "expected attribute name after ','"),
+    ("dangling comma and spaces", _DOT + b",   ", (6, 3), "expected attribute name after ','"),
+    ("dangling comma on the ROOT", None, (7, 1), "expected attribute name after ','"),
+    ("two commas", _DOT.replace(b", rhs", b",, rhs"), (5, 55), "expected attribute name after ','"),
+    ("a comma before the first", _DOT.replace(b"), lhs", b"),, lhs"), (5, 29), "expected attribute name after ','"),
+    ("no '='", _DOT.replace(b"rhs_contracting_dims=", b"rhs_contracting_dims "), (5, 56),
+     "expected '=' after this attribute name"),
+    ("no ',' between two", _DOT.replace(b", rhs", b" rhs"), (5, 55), "a ',' missing before it?"),
+]
+
+
+def _mistake(line) -> bytes:
+    text = _ATTRS if line is None else _ATTRS.replace(_DOT, line)
+    return text.replace(b"add(%d, %p)", b"add(%d, %p),") if line is None else text
+
+
+@pytest.mark.parametrize("what, line, where, message", ATTRIBUTE_MISTAKES, ids=[m[0] for m in ATTRIBUTE_MISTAKES])
+def test_attribute_list_mistakes_point_at_the_token(what, line, where, message):
+    e = parse_error(_mistake(line))
+    assert (e.line, e.column) == where and message in e.message
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("what, line, where, message", ATTRIBUTE_MISTAKES, ids=[m[0] for m in ATTRIBUTE_MISTAKES])
+def test_attribute_list_mistakes_where_xla_says(what, line, where, message):
+    import re
+    from hloexec.tools.xla_cpu import XlaCpuError, parse_with_xla
+    with pytest.raises(XlaCpuError) as info:
+        parse_with_xla(_mistake(line).decode())
+    assert re.search(rf"\b{where[0]}:{where[1]}: error", info.value.message), info.value.message
+
+
+def test_the_documentation_snippet_with_dangling_commas(shared_path):
+    """scaling-book's trimmed snippet (../shared/corpus/external): XLA says 4:3, at the next instruction."""
+    e = parse_error(shared_path("corpus", "external", "files", "scalingbook_doc_entry_only_trailing_commas.hlo"))
+    assert (e.line, e.column) == (4, 3) and "after ','" in e.message

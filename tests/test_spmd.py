@@ -7,13 +7,13 @@ This file is also that subprocess: `python tests/test_spmd.py OUTDIR` writes the
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import write_with_host_devices
 
 PROGRAMS = ("collectives", "data_parallel", "model_parallel", "sequence_parallel", "mesh_sequence_parallel")
 
@@ -99,11 +99,7 @@ def _write_programs(out: Path) -> None:
 @pytest.fixture(scope="module")
 def jax_programs(tmp_path_factory):
     pytest.importorskip("jax")
-    out = tmp_path_factory.mktemp("spmd_jax")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+    return write_with_host_devices(__file__, tmp_path_factory.mktemp("spmd_jax"))
 
 
 def _load(path: Path, name: str):

@@ -6,7 +6,8 @@ gets the sender's array itself, not a copy.
 
 This is the seam between the collectives (hloexec.ops.collectives) and whatever carries the
 payloads: `MirrorCommunicator` (one participant alone), `ThreadCommunicator` (participants as
-threads of one process, hloexec.exec.spmd); a distributed engine would implement the same call.
+threads of one process, hloexec.exec.spmd), `RayCommunicator` (participants in the actors of a Ray
+cluster, hloexec.exec.ray_runner: the same mailboxes, with payloads for other actors posted to them).
 """
 from __future__ import annotations
 
@@ -87,6 +88,15 @@ class Mailboxes:
             self.progress = time.monotonic()
             self.slots.release()
 
+    def post(self, source: int, seq: int, name: str, sends: dict) -> None:
+        """`source`'s exchange number `seq` (instruction `name`) addresses `sends` (destination -> payload)."""
+        with self.cond:
+            for dest, payload in sends.items():
+                self.boxes[(source, dest, seq)] = (name, payload)
+            self.posted[source].append(name)
+            self.progress = time.monotonic()
+            self.cond.notify_all()
+
     def finish(self, device_id: int) -> None:
         with self.cond:
             self.finished.add(device_id)
@@ -145,12 +155,8 @@ class ThreadCommunicator:
     def _exchange(self, inst, sends, sources):
         box, me, seq = self.mailboxes, self.device_id, self.sequence
         self.sequence += 1
+        box.post(me, seq, inst.name, sends)
         with box.cond:
-            for dest, payload in sends.items():
-                box.boxes[(me, dest, seq)] = (inst.name, payload)
-            box.posted[me].append(inst.name)
-            box.progress = time.monotonic()
-            box.cond.notify_all()
             box.waiting[me] = (seq, inst.name, list(sources))
             try:
                 return [self._receive(src, seq, inst.name) for src in sources]

@@ -10,6 +10,8 @@ import numpy as np
 from ..errors import CompileWarning, ExecutionError
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
+from ..kernels.elementwise import check_reductions
+from .inputs import from_npz_void
 from .plan import Plan
 
 
@@ -141,12 +143,16 @@ class ExecContext:
     """What ops see while they are prepared (hloexec.ops.registry.Context)."""
 
     def __init__(self, module: Module, device: Device, *, excess_precision: bool = False, use_numba: bool = True,
-                 compile_after: int = 1):
+                 compile_after: int = 1, compile_kernels: bool = True, reductions: str = "accumulate"):
         self.module = module
         self.default_device = device
         self.excess_precision = excess_precision
+        self.reductions = check_reductions(reductions)
         self.use_numba = use_numba
         self.compile_after = compile_after
+        # False: kernels that would compile while the plan is prepared compile at their first call instead (the
+        # plan and its memory model are the same; reports that never run the module do not wait for Numba)
+        self.compile_kernels = compile_kernels
         self._plans: dict[tuple[int, bool], Plan] = {}
         # while instruction name -> its tiers (by name: plans inline calls, so one loop may have copies)
         self._loops: dict[str, list[TieredLoop]] = {}
@@ -201,7 +207,8 @@ class ExecContext:
         if not self.use_numba or max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
             return None
         from ..kernels.fusion import compile_fusion
-        kernel = compile_fusion(comp, excess_precision=self.excess_precision, eager=False)
+        kernel = compile_fusion(comp, excess_precision=self.excess_precision, reductions=self.reductions,
+                                eager=False)
         if kernel is None:
             return None
         ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
@@ -214,8 +221,8 @@ class ExecContext:
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             for tier in self._kernel_tiers.pop(kernel.key, ()):
                 tier.after = 0          # the equal fusions planned before this one compile at their first call
-            compiled = compiled_or(kernel, None)
-            if compiled is None:
+            compiled = compiled_or(kernel, None) if self.compile_kernels else None
+            if compiled is None and self.compile_kernels:
                 return None
             # op by op only in observed runs: its plan is made then
             tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
@@ -238,7 +245,7 @@ class ExecContext:
         if not self.use_numba:
             return None
         from ..kernels.program import compile_program
-        kernel = compile_program(inst, excess_precision=self.excess_precision)
+        kernel = compile_program(inst, excess_precision=self.excess_precision, reductions=self.reductions)
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
@@ -268,7 +275,8 @@ class Executable:
     """A module prepared for running on the CPU: `run(*arrays)` returns numpy arrays."""
 
     def __init__(self, module: Module, *, excess_precision: bool = False, use_numba: bool = True,
-                 compile_after: int = 1, device: Device | None = None, max_memory: int | None = None):
+                 compile_after: int = 1, device: Device | None = None, max_memory: int | None = None,
+                 compile_kernels: bool = True, reductions: str = "accumulate"):
         from .communicators import MirrorCommunicator
         self.module = module
         if device is None:
@@ -276,10 +284,13 @@ class Executable:
             device.communicator = MirrorCommunicator(device)
         self.device = device
         self.context = ExecContext(module, device, excess_precision=excess_precision, use_numba=use_numba,
-                                   compile_after=compile_after)
+                                   compile_after=compile_after, compile_kernels=compile_kernels,
+                                   reductions=reductions)
         self.plan = self.context.computation(module.entry)
         self.plan.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
+        from .manual import has_manual_regions
+        self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (exec/manual.py)
         self.max_memory = max_memory           # bytes a run may use; None: MemAvailable at each run
         self._peak_bytes: int | None = None
 
@@ -300,6 +311,12 @@ class Executable:
         order they run: those of called, fused and loop computations too (each time they run; fusions and loops
         run op by op while observed, so every value is seen). A group hloexec fused itself (`use_numba=True`
         on an unfused module) is seen as its root. Values are the plan's own: keep only what you need."""
+        if self.manual_regions and self.context.device is self.device:   # every device must run; this thread plays none
+            if progress is not None or profile is not None or observe is not None:
+                raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
+                                     "device: progress, profile and observe follow one participant only")
+            from .manual import run_with_manual_regions
+            return run_with_manual_regions(self, args)
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
@@ -393,6 +410,7 @@ def _coerce(value, param: Parameter):
             value = np.asarray(value, dtype=shape.dtype)
         else:
             value = np.asarray(value)
+    value = from_npz_void(value, shape.dtype)
     if value.dtype != shape.dtype:
         raise ExecutionError(f"input {param.number} (%{param.name}) has dtype {value.dtype}, expected "
                              f"{shape.dtype} for {shape.to_text(layout=False)}")

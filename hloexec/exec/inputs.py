@@ -4,6 +4,9 @@ Floats: standard normal (rounded to the parameter's type). Integers: small value
 where the parameter is used as an index (dynamic-slice / dynamic-update-slice starts, gather / scatter
 indices, possibly through converts, reshapes, broadcasts, fusions and calls): there it is drawn inside
 the bound that use shows, so the program indexes what it would in real life. pred: fair coin.
+
+`from_npz_void` is how every reader of saved arrays (run inputs, SPMD global inputs, compare's files) takes
+the ml_dtypes arrays that plain np.savez stores as raw void.
 """
 from __future__ import annotations
 
@@ -46,6 +49,9 @@ def _bound_of(inst: Instruction, depth: int) -> int | None:
                 dims = user.operands[0].shape.dims
                 found.append(min((dims[d] - s for d, s in zip(range(len(dims)), user.attr("slice_sizes"))),
                                  default=0))
+            elif op in ("ragged-all-to-all", "ragged-all-to-all-start") and k >= 2:
+                # offsets and sizes at most half the rows: every offset + size stays in range
+                found.append(min(user.operands[0].shape.dims[0], user.operands[1].shape.dims[0]) // 2)
             elif op == "scatter" and k == (len(user.operands) - 1) // 2:
                 mapped = user.attr("scatter_dims_to_operand_dims")
                 found.append(min((user.operands[0].shape.dims[d] - 1 for d in mapped), default=0))
@@ -82,3 +88,15 @@ def random_value(shape: Shape, rng: np.random.Generator, index_bound: int | None
     if etype.kind == "complex":
         return (rng.standard_normal(shape.dims) + 1j * rng.standard_normal(shape.dims)).astype(etype.numpy)
     return rng.standard_normal(shape.dims, dtype=np.float32).astype(etype.numpy)
+
+
+def from_npz_void(value, dtype):
+    """`value` as `dtype` where np.savez wrote it as raw bytes: an ml_dtypes array (bf16, fp8, int4, ...) saved
+    with plain np.savez comes back from np.load as void of its item size (|V2, |V1). Everything else, and void
+    of another size, is returned unchanged (the caller's dtype check then says what is wrong)."""
+    dtype = np.dtype(dtype)
+    if isinstance(value, np.ndarray) and value.dtype.type is np.void and value.dtype.names is None \
+            and value.dtype.itemsize == dtype.itemsize and dtype.type is not np.void:
+        return value.view(dtype)
+    return value
+

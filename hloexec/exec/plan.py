@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ..errors import ExecutionError, UnsupportedError, describe_site
 from ..ir.module import Computation, Instruction
 from ..kernels import elementwise as ew
-from ..ops.registry import lookup
+from ..ops.registry import async_shorthand, lookup
 from .fuse import find_groups
 from .inline import inline_calls
 
@@ -76,18 +76,21 @@ _SIDE_EFFECT_OPCODES = frozenset({
     "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng", "rng-get-and-update-state",
     "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done", "collective-broadcast",
     "collective-permute-start", "collective-permute-done"})
-_CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-permute"})
+_CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
+                                  "collective-permute"})
 
 
 def has_side_effect(inst: Instruction) -> bool:
     """XLA's HloInstruction::HasSideEffect: the opcode is effectful, a custom-call says it is, a collective
     has a channel_id or constrain_layout (XLA exempts SPMD-partitioned modules; hloexec keeps them all),
     or a called computation holds such an instruction."""
-    if inst.opcode in _SIDE_EFFECT_OPCODES:
+    shorthand = async_shorthand(inst.opcode)        # all-to-all-start: an async all-to-all, with its attributes
+    opcode = shorthand[1] if shorthand else inst.opcode
+    if opcode in _SIDE_EFFECT_OPCODES:
         return True
-    if inst.opcode == "custom-call" and inst.attr("custom_call_has_side_effect", False):
+    if opcode == "custom-call" and inst.attr("custom_call_has_side_effect", False):
         return True
-    if inst.opcode in _CHANNEL_COLLECTIVES and (inst.has_attr("channel_id") or inst.attr("constrain_layout", False)):
+    if opcode in _CHANNEL_COLLECTIVES and (inst.has_attr("channel_id") or inst.attr("constrain_layout", False)):
         return True
     return any(has_side_effect(i) for c in inst.called_computations for i in c.instructions)
 
@@ -252,12 +255,13 @@ class Plan:
         buffer); parameters stay live (their caller holds them), folded values too (the plan keeps them)."""
         key = (parameter_bytes, scratch)
         if key not in self._peaks:
-            self._peaks[key] = max(self._live_bytes(parameter_bytes, scratch), default=0)
+            self._peaks[key] = max(self.live_bytes(parameter_bytes, scratch), default=0)
         return self._peaks[key]
 
-    def _live_bytes(self, parameter_bytes: bool = True, scratch: bool = True, recycled=None) -> list[int]:
-        """Live bytes before the first step, then while each step runs. `recycled` (default: the plan's) maps
-        step index -> bytes of outputs kept from the last run: live from the start instead of from the step."""
+    def live_bytes(self, parameter_bytes: bool = True, scratch: bool = True, recycled=None) -> list[int]:
+        """Live bytes before the first step, then while each step runs (series[k + 1]: while steps[k] runs).
+        `recycled` (default: the plan's) maps step index -> bytes of outputs kept from the last run: live from
+        the start instead of from the step."""
         b = self._buffers()
         recycled = self._recycled if recycled is None else recycled
         live = b.held + (sum(p.shape.nbytes for p in self.computation.parameters) if parameter_bytes else 0)
@@ -268,6 +272,35 @@ class Plan:
             series.append(live + (scratch_bytes(step) if scratch else 0))
             live -= b.ends[k]
         return series
+
+    def buffer_lives(self) -> list["BufferLife"]:
+        """The parameters (the caller holds them to the end), then every buffer the steps make, in the order they
+        are made: its bytes, the steps that make and last hold it, the steps that read it (through views too),
+        and what keeps it past its last reader (an output, a folded value, an output recycled from the last
+        run). The same model as `live_bytes`: at step k a buffer is live when made <= k <= last (None: to the
+        end)."""
+        b = self._buffers()
+        readers: dict[tuple, list[int]] = {}
+        for k, step in enumerate(self.steps):
+            for i in step.inputs:
+                for key in _leaves(b.storage.get(i, ())):
+                    readers.setdefault(key, []).append(k)
+        lives = [BufferLife((s, ()), self.order[s].shape.nbytes, -1, None, self.order[s],
+                            tuple(readers.get((s, ()), ())), "parameter") for s in self.parameter_slots]
+        for key, k in b.made_at.items():
+            if k < 0:
+                kind, made = "folded", -1
+            elif k in self._recycled:
+                kind, made = "recycled output", -1
+            else:
+                kind, made = ("output" if key in b.root else "temporary"), k
+            last = b.last_holder[key]
+            if kind == "temporary" and last == float("inf"):
+                kind = "unread"         # no step reads it (a side effect's value): its slot is kept to the end
+            producer = self.order[key[0]]
+            lives.append(BufferLife(key, b.sizes[key], made, None if last == float("inf") else int(last),
+                                    producer, tuple(readers.get(key, ())), kind))
+        return lives
 
     def folded_bytes(self) -> int:
         """Bytes of the parameter-independent values this plan keeps after its first run."""
@@ -287,7 +320,8 @@ class Plan:
             sizes[(slot, path)] = shape.nbytes
             return frozenset([(slot, path)])
 
-        storage = {s: frozenset() for s in self.parameter_slots}      # the caller's buffers: not counted here
+        # the caller's buffers: tracked (what reads them, through views) but not counted here (live_bytes adds them)
+        storage = {s: frozenset([(s, ())]) for s in self.parameter_slots}
         made_at: dict[tuple, int] = {}
         freed_at = {f: k for k, step in enumerate(self.steps) for f in step.frees}
         for k, step in enumerate(self.steps):
@@ -317,7 +351,8 @@ class Plan:
             made[k] += sizes[b]
             if last_holder[b] != float("inf"):
                 ends[int(last_holder[b])] += sizes[b]
-        self._buffer_table = _Buffers(made, ends, held, sizes, made_at, _leaves(storage.get(self.root_slot, ())))
+        self._buffer_table = _Buffers(made, ends, held, sizes, made_at, _leaves(storage.get(self.root_slot, ())),
+                                      storage, last_holder)
         return self._buffer_table
 
     def recycle_outputs(self) -> int:
@@ -338,7 +373,7 @@ class Plan:
                 candidates[k] = (kernel, sum(b.sizes[key] for key in mine))
         peak = self.peak_bytes()
         recycled = {k: size for k, (_, size) in candidates.items()}
-        if not candidates or max(self._live_bytes(recycled=recycled)) > peak * RECYCLE_PEAK_SLACK:
+        if not candidates or max(self.live_bytes(recycled=recycled)) > peak * RECYCLE_PEAK_SLACK:
             return 0
         for kernel, _ in candidates.values():
             kernel.recycle = True
@@ -357,6 +392,22 @@ class _Buffers(NamedTuple):
     sizes: dict                 # buffer -> bytes
     made_at: dict               # buffer -> step index (-1: folded)
     root: set                   # the buffers of the root's value
+    storage: dict               # slot -> its value's buffers (a tuple of such for tuples)
+    last_holder: dict           # buffer -> the last step at which a value holds it (inf: past the end)
+
+
+class BufferLife(NamedTuple):
+    """One buffer of a plan (see Plan.buffer_lives)."""
+    buffer: tuple               # (slot, tuple index path)
+    bytes: int
+    made: int                   # the step that makes it; -1: live from the start (folded, recycled output)
+    last: int | None            # the last step at which a value holds it; None: past the end
+    producer: Instruction       # what makes it: a fused group's root, a multi-output fusion's output
+    readers: tuple              # the steps that read a value holding it, in order
+    kind: str                   # parameter | temporary | output | folded | recycled output | unread
+
+    def live_at(self, k: int) -> bool:
+        return self.made <= k and (self.last is None or k <= self.last)
 
 
 def _leaves(storage) -> set:

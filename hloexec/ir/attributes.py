@@ -233,10 +233,15 @@ def unescape(body: str) -> "str | bytes":
     if body.endswith("\\") and pos < len(body):
         raise _Bad("string cannot end with '\\'")
     out += body[pos:].encode("utf-8")
+    return _text_or_bytes(out)
+
+
+def _text_or_bytes(data: bytearray):
+    """Unescaped string contents: text when they are UTF-8, else the bytes (binary backend configs)."""
     try:
-        return out.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        return bytes(out)
+        return bytes(data)
 
 
 def _string(raw: str):
@@ -266,7 +271,8 @@ _TOKEN = _re.compile(r"""
   | (?P<int>-?\d+)
   | (?P<name>%[A-Za-z_][A-Za-z0-9_.\-]*)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
-  | (?P<p>[{}\[\]():=,])
+  | (?P<quoted>'[^']*')
+  | (?P<p>[{}\[\]():=,?])
 """, _re.X | _re.S)
 
 
@@ -581,6 +587,10 @@ _SHARDING_KINDS = ("replicated", "maximal", "manual", "unknown", "unreduced")
 
 def _single_sharding(t: _Tokens, text: str) -> Sharding:
     t.expect("{")
+    if t.peek() == "ident" and t.toks[t.i][1] in ("mesh", "maximal_mesh"):
+        s = _named_single_sharding(t, text)
+        t.expect("}")
+        return s
     flags = set()
     devices = None
     dims: tuple = ()
@@ -634,6 +644,179 @@ def _single_sharding(t: _Tokens, text: str) -> Sharding:
         raise _Bad("non-maximal shardings must have more than one device assigned")
     return Sharding("tiled", tuple(dims), tuple(devices), "last_tile_dim_replicate" in flags,
                     tuple(last_tile_dims), text=text)
+
+
+# -- named (mesh-axes) shardings: XLA 0.10's HLO form of Shardy shardings ---------------------------------
+@dataclass(frozen=True, slots=True)
+class AxisRef:
+    """A mesh axis (by index), or the sub-axis of it that `pre` sub-axis size precedes, of size `size`."""
+    axis: int
+    pre: int | None = None
+    size: int | None = None
+
+
+def named_sharding(sizes, device_ids, dims, replicated=(), unreduced=(), manual=(), text="") -> Sharding:
+    """The tile assignment of a sharding over a mesh (XLA's NamedSharding, Shardy's TensorShardingAttr).
+
+    `sizes`: the mesh axes' sizes; `device_ids`: the devices over the mesh in row-major order (None: iota);
+    `dims`: per tensor dimension the AxisRefs sharding it, major to minor. The axes no dimension uses are
+    replicated, except those listed as `unreduced` or `manual`: the tile assignment is the mesh transposed to
+    (dimension axes..., replicated, unreduced, manual) and reshaped to one dim per tensor dimension plus one per
+    kind that has devices."""
+    import numpy as np
+    refs = [r for d in dims for r in d] + list(replicated) + list(unreduced) + list(manual)
+    cuts = [{1, n} for n in sizes]                  # sub-axes split an axis at these sizes (major side first)
+    for r in refs:
+        if not 0 <= r.axis < len(sizes):
+            raise _Bad(f"axis index {r.axis} is out of range for a mesh of {len(sizes)} axes")
+        if r.pre is not None:
+            if r.pre < 1 or r.size < 1 or sizes[r.axis] % (r.pre * r.size):
+                raise _Bad(f"sub-axis ({r.pre}){r.size} does not divide axis of size {sizes[r.axis]}")
+            cuts[r.axis].update((r.pre, r.pre * r.size))
+    factors, first = [], []                          # factor sizes over all axes; each axis' first factor index
+    for n, c in zip(sizes, cuts):
+        c = sorted(c)
+        if any(b % a for a, b in zip(c, c[1:])):
+            raise _Bad(f"sub-axes of an axis of size {n} overlap")
+        first.append(len(factors))
+        factors += [b // a for a, b in zip(c, c[1:])]
+    def spanned(r):
+        c = sorted(cuts[r.axis])
+        lo, hi = (0, len(c) - 1) if r.pre is None else (c.index(r.pre), c.index(r.pre * r.size))
+        return list(range(first[r.axis] + lo, first[r.axis] + hi))
+    data = [[f for r in d for f in spanned(r)] for d in dims]
+    used = [f for d in data for f in d]
+    kinds = {f: kind for kind, group in (("unreduced", unreduced), ("manual", manual)) for r in group
+             for f in spanned(r)}
+    if len(set(used)) != len(used) or set(used) & set(kinds):
+        raise _Bad("a mesh axis shards two dimensions (or is also unreduced/manual)")
+    rest = [f for f in range(len(factors)) if f not in used]
+    groups = [(kind, [f for f in rest if kinds.get(f, "replicated") == kind])
+              for kind in ("replicated", "unreduced", "manual")]
+    n = _math.prod(sizes)
+    ids = np.arange(n) if device_ids is None else np.asarray(device_ids)
+    if ids.size != n:
+        raise _Bad(f"{ids.size} device ids for a mesh of {n} devices")
+    order = used + [f for _, g in groups for f in g]
+    devices = ids.reshape([f for f in factors] or [1]).transpose(order or [0]).reshape(-1) if factors else ids
+    counts = [_math.prod(factors[f] for f in d) for d in data]
+    subgroups = [(kind, _math.prod(factors[f] for f in g)) for kind, g in groups]
+    subgroups = [(kind, m) for kind, m in subgroups if m > 1]
+    if all(c == 1 for c in counts) and len(subgroups) <= 1:
+        return Sharding(subgroups[0][0] if subgroups else "replicated", text=text)
+    if [kind for kind, _ in subgroups] == ["replicated"]:
+        return Sharding("tiled", tuple(counts) + (subgroups[0][1],), tuple(int(d) for d in devices), True, text=text)
+    return Sharding("tiled", tuple(counts) + tuple(m for _, m in subgroups), tuple(int(d) for d in devices), False,
+                    tuple(kind for kind, _ in subgroups), text=text)
+
+
+def _mesh(t: _Tokens):
+    """ParseMesh: `mesh[name=size, ...][, device_ids=(iota or list)]` -> (names, sizes, device ids or None)."""
+    t.expect("[")
+    names, sizes = [], []
+    while not t.eat("]"):
+        if names:
+            t.expect(",")
+        kind, name = t.next()
+        if kind not in ("quoted", "ident"):
+            raise _Bad(f"expects a mesh axis name, sees {name!r}")
+        t.expect("=")
+        names.append(name.strip("'"))
+        sizes.append(t.int())
+    ids = None
+    if t.peek() == "," and t.toks[t.i + 1][1] == "device_ids":
+        t.next(), t.next()
+        t.expect("=")
+        t.expect("(")
+        if t.peek() == "[":
+            reshape = t.int_list("[", "]")
+            perm = t.int_list("(", ")") if t.peek() == "ident" and t.next()[1] == "T" else (0,)
+            ids = _iota(sizes, reshape, perm)
+            t.expect(")")
+        else:
+            ids = [t.int()]
+            while t.eat(","):
+                ids.append(t.int())
+            t.expect(")")
+    return names, sizes, ids
+
+
+def _axis_ref(t: _Tokens, names) -> AxisRef:
+    kind, name = t.next()
+    if kind == "int":
+        axis = int(name)
+    elif kind in ("quoted", "ident") and name.strip("'") in names:
+        axis = names.index(name.strip("'"))
+    else:
+        raise _Bad(f"axis {name!r} is not a valid axis name or index in mesh {names}")
+    if t.eat(":"):
+        t.expect("(")
+        pre = t.int()
+        t.expect(")")
+        return AxisRef(axis, pre, t.int())
+    return AxisRef(axis)
+
+
+def _axis_refs(t: _Tokens, names, open_dims: bool = False) -> list:
+    """`{a, b:(2)4, ?}` (a `?` -- an open dimension -- only where `open_dims`)."""
+    t.expect("{")
+    refs = []
+    while not t.eat("}"):
+        if refs or (open_dims and t.toks[t.i - 1][0] == "?"):
+            t.expect(",")
+        if open_dims and t.eat("?"):
+            continue
+        refs.append(_axis_ref(t, names))
+    return refs
+
+
+def _named_single_sharding(t: _Tokens, text: str) -> Sharding:
+    """XLA 0.10's ParseSingleSharding for a NamedSharding, after its '{': `mesh[...], [dims...], replicated={..},
+    unreduced={..}, manual={..}, metadata=...`, `mesh[...], replicated|unreduced|manual`, `maximal_mesh[device_id=N]`."""
+    kind = t.next()[1]
+    if kind == "maximal_mesh":
+        t.expect("[")
+        if t.next()[1] != "device_id":
+            raise _Bad("expected device_id= attribute in maximal_mesh")
+        t.expect("=")
+        device = t.int()
+        t.expect("]")
+        _skip_named_metadata(t)
+        return Sharding("maximal", device=device, text=text)
+    names, sizes, ids = _mesh(t)
+    t.eat(",")
+    if t.peek() == "ident" and t.toks[t.i][1] in ("replicated", "unreduced", "manual"):
+        whole = t.next()[1]
+        _skip_named_metadata(t)
+        return Sharding(whole, text=text) if _math.prod(sizes) > 1 or whole != "replicated" \
+            else Sharding("replicated", text=text)
+    t.expect("[")
+    dims = []
+    while not t.eat("]"):
+        if dims:
+            t.expect(",")
+        dims.append(_axis_refs(t, names, open_dims=True))
+    groups = {"replicated": [], "unreduced": [], "manual": []}
+    while not t.eat("}"):
+        t.expect(",")
+        key = t.expect("ident")
+        t.expect("=")
+        if key == "metadata":
+            t.skip_balanced()
+        elif key in groups:
+            groups[key] = _axis_refs(t, names)
+        else:
+            raise _Bad("unknown attribute in named sharding: expected replicated, unreduced, manual or metadata")
+    t.i -= 1                                         # the caller eats the closing '}'
+    return named_sharding(sizes, ids, dims, groups["replicated"], groups["unreduced"], groups["manual"], text)
+
+
+def _skip_named_metadata(t: _Tokens) -> None:
+    if t.eat(","):
+        if t.expect("ident") != "metadata":
+            raise _Bad("expected metadata= after the sharding")
+        t.expect("=")
+        t.skip_balanced()
 
 
 def decode_sharding(raw: str) -> Sharding:
@@ -759,7 +942,8 @@ def _json_or_none(text: str):
 
 def decode_backend_config(raw: str):
     """A quoted string is unescaped, then parsed as JSON if it looks like JSON (unquoted keys tolerated),
-    else returned as text (or bytes when binary); a braced `{...}` is parsed as JSON, else kept raw."""
+    else returned as text (or bytes when binary); a braced `{...}` is parsed as JSON, else as the MLIR
+    dictionary typed-FFI custom-calls carry (`{mode = 65 : ui8, eps = 1.0e-05 : f32}`), else kept raw."""
     s = raw.strip()
     if s.startswith('"'):
         text = _string(s)
@@ -774,8 +958,100 @@ def decode_backend_config(raw: str):
         if _braced_end(s, 0) != len(s):
             raise _Bad("unexpected text after the JSON dict")
         v = _json_or_none(s)
+        if v is None:
+            v = _mlir_dict_or_none(s)
         return raw if v is None else v
     raise _Bad("expects a string or a JSON dict")
+
+
+# MLIR attribute dictionaries (the typed-FFI form of backend_config): name = value [: type], ...
+_MLIR_TOKEN = _re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>[-+]?(?:0x[0-9A-Fa-f]+|\d+\.?\d*(?:[eE][-+]?\d+)?))'
+                          r'|(?P<word>[A-Za-z_][A-Za-z0-9_.$]*)|(?P<punct>[{}\[\]=,:<>]))', _re.S)
+_MLIR_HEX_ESCAPE = _re.compile(r'\\([0-9A-Fa-f]{2}|.)', _re.S)
+
+
+def _mlir_string(body: str):
+    """An MLIR string literal's body: `\\XX` hex escapes (and `\\\\`, `\\"`, `\\n`, `\\t`); bytes when not UTF-8."""
+    if "\\" not in body:
+        return body
+    simple = {"n": b"\n", "t": b"\t"}
+    out, last = bytearray(), 0
+    for m in _MLIR_HEX_ESCAPE.finditer(body):
+        out += body[last:m.start()].encode("utf-8")
+        esc = m.group(1)
+        out += bytes([int(esc, 16)]) if len(esc) == 2 else simple.get(esc, esc.encode("utf-8"))
+        last = m.end()
+    out += body[last:].encode("utf-8")
+    return _text_or_bytes(out)
+
+
+def _mlir_dict_or_none(text: str):
+    """`{a = 1 : i64, b = true, c = "x", d = 2.5e-01 : f32, e}` -> dict (unit attributes are True; values
+    of other kinds, `array<...>` or `dense<...>`, kept as their text); None when the text is not one."""
+    tokens = [(m.lastgroup, m.group(m.lastgroup)) for m in _MLIR_TOKEN.finditer(text)]
+    if "".join(v for _, v in tokens) != _re.sub(r"\s+", "", text):
+        return None
+    pos = 0
+
+    def value():
+        nonlocal pos
+        kind, tok = tokens[pos]
+        if tok == "{":
+            return dictionary()
+        if tok == "[":
+            pos += 1
+            items = []
+            while tokens[pos][1] != "]":
+                items.append(value())
+                if tokens[pos][1] == ",":
+                    pos += 1
+            pos += 1
+            return items
+        pos += 1
+        if kind == "str":
+            v = _mlir_string(tok[1:-1])
+        elif kind == "num":
+            v = int(tok, 0) if _re.fullmatch(r"[-+]?(0x[0-9A-Fa-f]+|\d+)", tok) else float(tok)
+        elif tok in ("true", "false"):
+            v = tok == "true"
+        else:                                   # array<i64: 1, 2>, dense<...>, #dialect<...>: as text
+            start = pos - 1
+            depth = 0
+            while pos < len(tokens) and (depth or tokens[pos][1] not in (",", "}", "]", ":")):
+                depth += {"<": 1, ">": -1}.get(tokens[pos][1], 0)
+                pos += 1
+            return " ".join(t for _, t in tokens[start:pos])
+        if pos < len(tokens) and tokens[pos][1] == ":":     # the type: i64, ui8, f32 ...
+            pos += 2
+        return v
+
+    def dictionary():
+        nonlocal pos
+        pos += 1                                # "{"
+        out = {}
+        while tokens[pos][1] != "}":
+            kind, key = tokens[pos]
+            if kind not in ("word", "str"):
+                raise _Bad(f"expects an attribute name, got {key!r}")
+            key = key[1:-1] if kind == "str" else key
+            pos += 1
+            if tokens[pos][1] == "=":
+                pos += 1
+                out[key] = value()
+            else:
+                out[key] = True
+            if tokens[pos][1] == ",":
+                pos += 1
+            elif tokens[pos][1] != "}":
+                raise _Bad("expects ',' or '}' after an attribute")
+        pos += 1
+        return out
+
+    try:
+        result = dictionary()
+    except (IndexError, ValueError, _Bad):
+        return None
+    return result if pos == len(tokens) else None
 
 
 def _shape_index(t: _Tokens) -> tuple[int, ...]:

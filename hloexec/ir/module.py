@@ -150,6 +150,15 @@ class Instruction:
             o.users.append(copy)
         return copy
 
+    def wrapped_as(self, opcode: str, shape: Shape) -> "Instruction":
+        """This instruction seen as the op an async shorthand wraps (XLA reads `all-to-all-start(x), ...` as an
+        async-start whose computation is one all-to-all): `opcode` with the wrapped result `shape`, the same
+        operands, attributes, called computations and source site; no instruction's user."""
+        view = Instruction(self.name, opcode, shape, self.operands, self._attrs, self._args, self.line, self.column,
+                           self._attr_rows)
+        view.called, view._decoded, view.computation = self.called, self._decoded, self.computation
+        return view
+
     def attr_error(self, key: str, message: str) -> HloParseError:
         """HloParseError pointing at the value of attribute `key` in the parsed text (else at the instruction)."""
         if self._attr_rows is not None:

@@ -50,14 +50,16 @@ class _OneBlasThread:
         self.lock = threading.Lock()
         self.inside = 0
         self.libraries = None       # (threadpoolctl controller, its thread-count setter) per BLAS
+        self.stale = False          # a BLAS was loaded since `libraries` was found
         self.restore = []           # (setter, thread count) to put back on the last exit
         self.setting = 1
 
     def __enter__(self) -> int:
         with self.lock:
             if self.inside == 0:
-                if self.libraries is None:
+                if self.libraries is None or self.stale:
                     from threadpoolctl import ThreadpoolController
+                    self.stale = False
                     found = ThreadpoolController().select(user_api="blas").lib_controllers
                     self.libraries = [(lib, _setter(lib)) for lib in found]
                 self.setting = CORES
@@ -77,6 +79,18 @@ class _OneBlasThread:
             if self.inside == 0:
                 for set_num_threads, n in self.restore:
                     set_num_threads(n)
+
+
+def one_thread():
+    """The context holding every BLAS the process has loaded at one thread: LAPACK calls run inside it, so
+    their results do not depend on the thread count either."""
+    return _one_blas_thread
+
+
+def find_new_libraries():
+    """Look for BLAS libraries again on the next entry (after importing one: scipy's)."""
+    with _one_blas_thread.lock:
+        _one_blas_thread.stale = True
 
 
 def _setter(lib):

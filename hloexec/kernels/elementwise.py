@@ -4,6 +4,8 @@ One definition per op, shared by every generated kernel (`hloexec.kernels.fusion
 `unary_src`, `binary_src`, `compare_src`, `select_src`, `clamp_src`, `convert_src`, `bitcast_convert_src`
 return a Python expression (source text) computing one element; operand sources must be simple names or
 literals (a snippet may repeat them).
+The rounding rule of add / multiply reductions (the `reductions` option: `accumulates_in_f32`, `in_order`,
+`reducer_step_src`) is defined here too, for the generators and the op-by-op tier (ops/reduction.py) alike.
 
 Values inside a kernel are carried in their *compute type*: pred -> bool, sN/uN -> numpy int scalars,
 f32 / f64 -> float32 / float64, and f16 / bf16 -> float32 holding a value already rounded to the type
@@ -22,6 +24,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from ..ir.dtypes import element_type
 
 # Element types the kernels handle, and the numpy constructor of each one's compute type.
 COMPUTE = {
@@ -364,3 +368,49 @@ BINARY_OPS = frozenset({"add", "subtract", "multiply", "divide", "remainder", "p
                         "shift-right-arithmetic"})
 # Every op computing each element from its operands' elements at the same index.
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"select", "clamp", "convert", "compare", "bitcast-convert"}
+
+
+# -- reductions ---------------------------------------------------------------------------------------
+# How reductions (reduce, reduce-window) apply an add / multiply reducer: the `reductions` option of
+# hloexec.load and --reductions. "accumulate": f16 / bf16 / fp8 values accumulate in f32 and round to the type
+# once, at the end, in an order of each tier's choosing (wider types: in their type, any order). "per-step":
+# every application of the reducer rounds to the reduction's type, as the HLO says, one element after the
+# other from the init value in row-major order of the reduced dims (of the window, for reduce-window),
+# the same in every tier.
+REDUCTIONS = ("accumulate", "per-step")
+
+
+def check_reductions(reductions: str) -> str:
+    if reductions not in REDUCTIONS:
+        raise ValueError(f"reductions={reductions!r}: expected one of {', '.join(REDUCTIONS)}")
+    return reductions
+
+
+def accumulates_in_f32(reductions: str, opcode: str, element_type) -> bool:
+    """Whether a reduction applying `opcode` to values of `element_type` (an ir.dtypes.ElementType) keeps an
+    f32 accumulator and rounds once at the end; otherwise every application of the reducer rounds to the type."""
+    return (reductions == "accumulate" and opcode in ("add", "multiply") and element_type.is_float
+            and element_type.bits < 32)
+
+
+def in_order(reductions: str, opcode: str, element_type) -> bool:
+    """Whether a reduction must apply `opcode` to the elements in row-major order: float sums and products
+    under "per-step" (a fixed order gives every tier the same bits). Exact reducers (max, min, and, or, integer
+    add / multiply) give the same bits in any order."""
+    return reductions == "per-step" and opcode in ("add", "multiply") and element_type.kind in ("float", "complex")
+
+
+def reducer_step_src(reductions: str, opcode: str, name: str, acc: str, x: str) -> str:
+    """Source of one application of reducer `opcode` to accumulator `acc` and value `x` of element type `name`:
+    rounded to the type unless the reduction accumulates in f32 (then `reduction_result_src` rounds once)."""
+    expr = binary_src(opcode, name, acc, x)
+    if opcode in EXACT_OPS or accumulates_in_f32(reductions, opcode, element_type(name)):
+        return expr
+    return round_src(name, expr)
+
+
+def reduction_result_src(reductions: str, opcode: str, name: str, acc: str, excess_precision: bool = False) -> str:
+    """Source of a reduction's value from its accumulator: rounded once if it accumulated in f32."""
+    if accumulates_in_f32(reductions, opcode, element_type(name)):
+        return round_src(name, acc, excess_precision)
+    return acc

@@ -173,9 +173,10 @@ class _Scope:
 
 
 class _Generator:
-    def __init__(self, comp, excess_precision: bool, parallel):
+    def __init__(self, comp, excess_precision: bool, parallel, reductions: str = "accumulate"):
         self.comp = comp
         self.excess = excess_precision
+        self.reductions = reductions
         self.parallel_request = parallel
         self.n = 0
         self.scope_of: dict[str, _Scope] = {}
@@ -364,6 +365,7 @@ class _Generator:
         src = reduces[0].operands[0].shape.dims
         rdims = sorted(reduces[0].attr("dimensions", ()))
         kinds = [(self.reducer_op(r), r.shape.element_type.name) for r in reduces]
+        red = self.reductions
         inits = [self.value(r.operands[1], ()) for r in reduces]
         strides = _row_major_strides(dims)
         flat = _subscript([" + ".join(f"i{k}" + (f" * {strides[d]}" if strides[d] != 1 else "")
@@ -383,11 +385,11 @@ class _Generator:
         comps = tuple(jcomps[d] if d in rdims else next(kept) for d in range(len(src)))
         values = [self.value(r.operands[0], comps) for r in reduces]
         for acc, (opcode, et), v in zip(accs, kinds, values):
-            inner.insert(f"{acc}[{flat}] = {ew.binary_src(opcode, et, f'{acc}[{flat}]', v)}")
+            inner.insert(f"{acc}[{flat}] = {ew.reducer_step_src(red, opcode, et, f'{acc}[{flat}]', v)}")
         self.pop_to([root])
         inner, index = self.open_loops(root, dims, loop_dims, "i")
         for r, acc, (opcode, et) in zip(reduces, accs, kinds):
-            total = f"{acc}[{flat}]" if opcode in ew.EXACT_OPS else ew.round_src(et, f"{acc}[{flat}]", self.excess)
+            total = ew.reduction_result_src(red, opcode, et, f"{acc}[{flat}]", self.excess)
             self.memo[(id(r), index)] = self.emit(total, [c for c in index if _is_ident(c)])
         for k, o in enumerate(outs):
             inner.insert(f"o{k}[{_subscript(index)}] = {ew.store_src(o.shape.element_type.name, self.value(o, index))}")
@@ -705,16 +707,16 @@ class _Generator:
                     comps.append(var)
             else:
                 comps.append(next(it))
+        red = self.reductions
         if not loops:            # reducing only size-1 dims (or nothing)
             val = self.value(src, tuple(comps))
-            expr = ew.binary_src(opcode, et, acc, val)
-            if opcode not in ew.EXACT_OPS:
-                expr = ew.round_src(et, expr, self.excess)
-            target.insert(f"{acc} = {expr}")
+            step = ew.reducer_step_src(red, opcode, et, acc, val)
+            target.insert(f"{acc} = {ew.reduction_result_src(red, opcode, et, step, self.excess)}")
             return acc
         minor = [d for d in range(src.shape.rank) if src.shape.dims[d] != 1][-1:]
         if (opcode == "add" and et in ew.FLOATS and len(loops) == 1 and loops[0][1] % LANES == 0
-                and loops[0][1] >= 4 * LANES and minor == [rdims[-1]]):
+                and loops[0][1] >= 4 * LANES and minor == [rdims[-1]]
+                and not ew.in_order(red, opcode, inst.shape.element_type)):
             return self.row_sum_in_lanes(inst, target, acc, comps, loops[0])
         saved = None
         parent = target
@@ -731,13 +733,14 @@ class _Generator:
             self.scope_of[var] = scope
             parent = scope
         val = self.value(src, tuple(comps))
-        # f16/bf16 sums and products accumulate in f32 and round once at the end, as the op-by-op path
-        # (hloexec/ops/reduction.py) does: rounding after every add stalls a long f16 sum (4096 values in
-        # [1, 2) would sum to 4096), far from XLA:CPU's result.
-        parent.insert(f"{acc} = {ew.binary_src(opcode, et, acc, val)}")
+        # the loops run over the reduced dims in row-major order: under reductions="per-step" each step rounds
+        # to the type, the order of the op-by-op path's fold (ops/reduction.py); under "accumulate", f16/bf16
+        # sums and products accumulate in f32 and round once at the end
+        parent.insert(f"{acc} = {ew.reducer_step_src(red, opcode, et, acc, val)}")
         # restore insert positions of the intermediate loops, then the chain
         self.close_construct(target, first, saved)
-        return acc if opcode in ew.EXACT_OPS else self.emit(ew.round_src(et, acc, self.excess), [acc])
+        result = ew.reduction_result_src(red, opcode, et, acc, self.excess)
+        return acc if result == acc else self.emit(result, [acc])
 
 
     def row_sum_in_lanes(self, inst, target: _Scope, acc: str, comps: list, loop) -> str:
@@ -932,9 +935,9 @@ def _bf16():
     return ml_dtypes.bfloat16
 
 
-def generate_source(comp, *, excess_precision: bool = False, parallel=None):
+def generate_source(comp, *, excess_precision: bool = False, parallel=None, reductions: str = "accumulate"):
     """(source, generator) for `comp`, or None if unsupported. For inspection and tests."""
-    gen = _Generator(comp, excess_precision, parallel)
+    gen = _Generator(comp, excess_precision, parallel, reductions)
     try:
         return gen.generate(), gen
     except _Unsupported:
@@ -943,15 +946,17 @@ def generate_source(comp, *, excess_precision: bool = False, parallel=None):
         return None
 
 
-def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager: bool = True):
+def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager: bool = True,
+                   reductions: str = "accumulate"):
     """A FusedKernel for fused computation `comp`, or None if it holds anything unsupported.
 
     `parallel`: None splits the outer loop over the thread pool (hloexec.kernels.threads) when output x
     reduced elements >= PARALLEL_THRESHOLD; True / False force.
     `eager`: compile (or load from the disk cache) now rather than on the first call (which also defers
     writing the source and importing Numba).
+    `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py).
     """
-    generated = generate_source(comp, excess_precision=excess_precision, parallel=parallel)
+    generated = generate_source(comp, excess_precision=excess_precision, parallel=parallel, reductions=reductions)
     if generated is None:
         return None
     source, gen = generated

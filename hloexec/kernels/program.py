@@ -123,8 +123,9 @@ class _Alloc:
 
 
 class _Generator:
-    def __init__(self, excess_precision: bool):
+    def __init__(self, excess_precision: bool, reductions: str = "accumulate"):
         self.excess = excess_precision
+        self.reductions = reductions
         self.lines: list = []               # source lines and _Allocs
         self.indent = 1
         self.n = 0
@@ -486,15 +487,18 @@ class _Generator:
             with self.loops([src_dims[d] for d in sorted(rdims)]) as ridx:
                 lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (sorted(rdims), ridx)))
                 vals = [self.local(self.at(s, lin), s.et) for s in srcs]
-                if simple:
+                if simple:      # in row-major order of the reduced dims, as ops/reduction.py folds
                     et = out_leaves[0][1]
-                    self.line(f"{accs[0]} = {ew.binary_src(simple, et, accs[0], vals[0].expr)}")
+                    step = ew.reducer_step_src(self.reductions, simple, et, accs[0], vals[0].expr)
+                    self.line(f"{accs[0]} = {step}")
                 else:
                     args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
                     result = _leaves(self.inline(reducer, args))
                     self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
-            if simple and simple not in ew.EXACT_OPS:   # f16/bf16 sums accumulate in f32, as op by op
-                self.line(f"{accs[0]} = {ew.round_src(out_leaves[0][1], accs[0], self.excess)}")
+            if simple:
+                total = ew.reduction_result_src(self.reductions, simple, out_leaves[0][1], accs[0], self.excess)
+                if total != accs[0]:        # f16/bf16 sums accumulated in f32: rounded once, as op by op
+                    self.line(f"{accs[0]} = {total}")
             if outs:
                 lin = _linear(out_dims, kidx)
                 for o, a in zip(outs, accs):
@@ -805,8 +809,8 @@ def _unflatten(shape, results):
     return a
 
 
-def _generate(inst, excess_precision: bool):
-    gen = _Generator(excess_precision)
+def _generate(inst, excess_precision: bool, reductions: str):
+    gen = _Generator(excess_precision, reductions)
     args = []
     for k, (dims, et) in enumerate(leaf for o in inst.operands for leaf in _shape_leaves(o.shape)):
         gen.n += 1
@@ -837,11 +841,12 @@ def _generate(inst, excess_precision: bool):
     return "\n".join(head + body) + "\n", gen
 
 
-def compile_program(inst, *, excess_precision: bool = False):
+def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
     """A ProgramKernel computing instruction `inst` (a while loop, conditional, call, ...) from its
-    operands as one Numba function, or None if anything in it is unsupported. Compiles on `.compile()`."""
+    operands as one Numba function, or None if anything in it is unsupported. Compiles on `.compile()`.
+    `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
     try:
-        source, gen = _generate(inst, excess_precision)
+        source, gen = _generate(inst, excess_precision, reductions)
     except _Unsupported:
         return None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):

@@ -15,11 +15,20 @@ positions are read from ctx.device at run time (SPMD participants share one prep
 """
 from __future__ import annotations
 
+import weakref
+from collections import deque
+
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError
-from .common import binary_kind, contig, scalar, ufunc_for
+from ..ir.attributes import decode_pairs
+from .common import TOKEN, as_tuple, binary_kind, contig, required, scalar, ufunc_for, zeros_of
 from .registry import op
+
+
+# Collectives without a use_global_device_ids field: with a channel_id they are cross-partition.
+_CHANNEL_MEANS_PARTITIONS = ("all-to-all", "ragged-all-to-all", "collective-permute", "collective-broadcast",
+                             "send", "recv")
 
 
 def group_mode(inst) -> str:
@@ -28,7 +37,7 @@ def group_mode(inst) -> str:
             raise UnsupportedError("use_global_device_ids=true needs a channel_id (XLA rejects the combination)",
                                    inst)
         return "cross_replica"
-    if inst.opcode.startswith(("all-to-all", "collective-permute", "collective-broadcast")):
+    if inst.opcode.startswith(_CHANNEL_MEANS_PARTITIONS):
         return "cross_partition"
     return "flattened" if inst.attr("use_global_device_ids", False) else "cross_replica_and_partition"
 
@@ -79,7 +88,7 @@ def elementwise_fold(inst, ctx):
         for i in np.ndindex(out.shape):
             acc = scalar(values[0][i])
             for v in values[1:]:
-                acc = scalar_reducer(acc, scalar(v[i]))
+                acc = as_tuple(scalar_reducer(acc, scalar(v[i])))[0]      # a reducer may return a 1-tuple
             out[i] = acc
         return out
     return per_element
@@ -95,7 +104,7 @@ def _start_form(inst, xs, outs):
     if not is_start_tuple:
         return outs if shape.is_tuple else outs[0]
     pack = (lambda vs: vs[0]) if len(xs) == 1 else tuple
-    contexts = tuple(np.zeros(s.dims, s.dtype) for s in inst.shape.tuple_shapes[2:])
+    contexts = tuple(zeros_of(s) for s in inst.shape.tuple_shapes[2:])
     return (pack(xs), pack(outs)) + contexts
 
 
@@ -124,27 +133,46 @@ def all_reduce(inst, ctx):
     return run
 
 
-@op("all-gather", "all-gather-start", kernel="python")
+def _dimension(inst) -> int:
+    """The one dimension of `dimensions={d}` (all-gather, reduce-scatter), which XLA's parser requires."""
+    dims = inst.attr("dimensions")
+    if not dims or len(dims) != 1 or dims[0] < 0:
+        raise inst.parse_error(f"{inst.opcode} needs dimensions={{d}} (one non-negative dimension), has "
+                               f"{inst.attrs.get('dimensions', 'none')}")
+    return dims[0]
+
+
+@op("all-gather", "all-gather-start", kernel="python", notes="operands concatenated along `dimensions` in "
+    "group order; an operand with no such dimension (pytorch/xla's scalar ordering token, which XLA's verifier "
+    "rejects) passes through")
 def all_gather(inst, ctx):
-    dim = inst.attr("dimensions")[0]
+    dim = _dimension(inst)
+    gathered = [o.shape.rank > dim for o in inst.operands]
 
     def run(*xs):
         group = participants(inst, ctx.device)
-        got = ctx.device.communicator.exchange(inst, {d: xs for d in group}, group)
-        outs = tuple(np.concatenate([g[i] for g in got], axis=dim) for i in range(len(xs)))
+        sends = tuple(x for x, g in zip(xs, gathered) if g)
+        got = iter(zip(*ctx.device.communicator.exchange(inst, {d: sends for d in group}, group)))
+        outs = tuple(np.concatenate(next(got), axis=dim) if g else x for x, g in zip(xs, gathered))
         return _start_form(inst, xs, outs)
     return run
 
 
-@op("reduce-scatter", kernel="python", notes="participant k gets block k of the reduced operand")
+@op("reduce-scatter", kernel="python", notes="participant k gets block k of the reduced operand; an operand "
+    "with no scatter dimension (the scalar ordering token pytorch/xla adds beside the data, which XLA's verifier "
+    "rejects) is reduced whole")
 def reduce_scatter(inst, ctx):
-    dim = inst.attr("dimensions")[0]
+    dim = _dimension(inst)
     fold = elementwise_fold(inst, ctx)
+    scattered = [o.shape.rank > dim for o in inst.operands]
 
     def run(*xs):
         group = participants(inst, ctx.device)
         n = len(group)
-        blocks = [np.split(x, n, axis=dim) for x in xs]
+        if any(split and x.shape[dim] % n for split, x in zip(scattered, xs)):
+            raise ExecutionError(f"%{inst.name}: dimension {dim} of {[list(x.shape) for x in xs]} does not split "
+                                 f"into {n} blocks (the group's size)")
+        blocks = [np.split(x, n, axis=dim) if split else [x] * n for split, x in zip(scattered, xs)]
         sends = {d: tuple(b[k] for b in blocks) for k, d in enumerate(group)}
         got = ctx.device.communicator.exchange(inst, sends, group)
         outs = tuple(fold([g[i] for g in got]) for i in range(len(xs)))
@@ -171,24 +199,65 @@ def all_to_all(inst, ctx):
     return run
 
 
+def pair_peers(inst, pairs, device) -> tuple[list[int], list[int]]:
+    """(global ids this device sends to, global ids it receives from) by source-target `pairs`, which name
+    partitions (cross-partition) or replicas (cross-replica) of this device's other id."""
+    me = device.global_id
+    if group_mode(inst) == "cross_partition":
+        to_global = lambda p: device.replica_id * device.num_partitions + p     # noqa: E731
+    else:
+        to_global = lambda r: r * device.num_partitions + device.partition_id   # noqa: E731
+    return ([to_global(t) for s, t in pairs if to_global(s) == me],
+            [to_global(s) for s, t in pairs if to_global(t) == me])
+
+
+@op("ragged-all-to-all", kernel="python", notes="(input, output, input_offsets, send_sizes, output_offsets, "
+    "recv_sizes), offsets/sizes rank 1 of length group size x k: update j*k+i sends input rows [input_offsets, "
+    "+send_sizes) to participant j, which writes them at its rows [output_offsets, +send_sizes) (the sender's "
+    "offsets and sizes: recv_sizes, which should agree, is not read, as in XLA-GPU's memcpy ragged-all-to-all); "
+    "the rest of the result is `output`; rows out of range are an error")
+def ragged_all_to_all(inst, ctx):
+    if len(inst.operands) != 6:
+        raise UnsupportedError(f"ragged-all-to-all with {len(inst.operands)} operands (6 expected)", inst)
+    if any(o.shape.is_tuple or o.shape.rank != 1 for o in inst.operands[2:]):
+        raise UnsupportedError("ragged-all-to-all offsets/sizes that are not rank 1", inst)
+
+    def run(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes):
+        group = participants(inst, ctx.device)
+        n, total = len(group), input_offsets.shape[0]
+        if total % n:
+            raise ExecutionError(f"%{inst.name}: {total} offsets for a group of {n} participants")
+        k = total // n
+        sends = {}
+        for j, dest in enumerate(group):
+            updates = []
+            for u in range(j * k, (j + 1) * k):
+                start, size, at = int(input_offsets[u]), int(send_sizes[u]), int(output_offsets[u])
+                if size < 0 or start < 0 or start + size > operand.shape[0] or at < 0 or at + size > output.shape[0]:
+                    raise ExecutionError(f"%{inst.name} update {u}: rows [{start}, {start + size}) of the input "
+                                         f"({operand.shape[0]} rows) to rows [{at}, {at + size}) of the output "
+                                         f"({output.shape[0]} rows) are out of range")
+                updates.append((at, operand[start:start + size]))
+            sends[dest] = updates
+        result = np.array(output, order="C")
+        for updates in ctx.device.communicator.exchange(inst, sends, group):
+            for at, rows in updates:
+                result[at:at + len(rows)] = rows
+        return result
+    return run
+
+
 @op("collective-permute", "collective-permute-start", kernel="python",
     notes="a device that is no target receives zeros; several operands (combined form) permute together")
 def collective_permute(inst, ctx):
     if "slice_sizes" in inst.attrs:
         raise UnsupportedError("in-place collective-permute (with slice_sizes) is not simulated", inst)
-    pairs = inst.attr("source_target_pairs")
+    pairs = required(inst, "source_target_pairs")
 
     def run(*xs):
         device = ctx.device
-        me = device.global_id
-        # Pairs name partitions (cross-partition) or replicas (cross-replica) of this device's other id.
-        if group_mode(inst) == "cross_partition":
-            to_global = lambda p: device.replica_id * device.num_partitions + p     # noqa: E731
-        else:
-            to_global = lambda r: r * device.num_partitions + device.partition_id   # noqa: E731
-        sends = {to_global(t): xs for s, t in pairs if to_global(s) == me}
-        sources = [to_global(s) for s, t in pairs if to_global(t) == me]
-        got = device.communicator.exchange(inst, sends, sources)
+        targets, sources = pair_peers(inst, pairs, device)
+        got = device.communicator.exchange(inst, {t: xs for t in targets}, sources)
         outs = got[0] if got else tuple(np.zeros_like(x) for x in xs)
         if inst.opcode == "collective-permute":
             return tuple(outs) if inst.shape.is_tuple else outs[0]
@@ -213,3 +282,102 @@ def collective_done(inst, ctx):
     if start.is_tuple and not start.same_dims_and_type(inst.shape):
         return lambda state: state[1]
     return lambda x: x
+
+
+# -- send / recv between participants -------------------------------------------------------------------
+# A device-to-device send and the recv of the same channel_id move data along source-target pairs that XLA
+# keeps in a frontend attribute (jax's psend/precv; XLA's CollectivePermuteDecomposer). Every participant
+# runs the same program, so each send is one exchange -- post to its targets, take from its source -- and
+# the recv-done of that channel hands over what came in.
+SEND_RECV_PAIRS = "_xla_send_recv_source_target_pairs"
+_CHANNELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # module -> {channel_id: {opcodes}}
+_RECEIVED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # ctx -> {(channel, device): deque}
+
+
+def _send_recv_pairs(inst):
+    if inst.attr("is_host_transfer", False):
+        raise UnsupportedError(f"{inst.opcode} with is_host_transfer=true talks to the host, which an offline run "
+                               "does not have", inst)
+    raw = (inst.attr("frontend_attributes") or {}).get(SEND_RECV_PAIRS)
+    if raw is None:
+        raise UnsupportedError(f"{inst.opcode} without the frontend attribute {SEND_RECV_PAIRS}: the module does "
+                               "not say which device is its peer", inst)
+    try:
+        return decode_pairs(raw)
+    except ValueError as e:
+        raise inst.attr_error("frontend_attributes", f"bad {SEND_RECV_PAIRS} {raw!r}: {e}") from None
+
+
+def _channel_opcodes(inst, ctx) -> set:
+    """The opcodes of the instructions sharing `inst`'s channel_id in the module."""
+    module = ctx.module
+    channels = _CHANNELS.get(module)
+    if channels is None:
+        channels = _CHANNELS[module] = {}
+        for i in module.instructions():
+            if "channel_id" in i.attrs:
+                channels.setdefault(i.attr("channel_id"), set()).add(i.opcode)
+    return channels.get(inst.attr("channel_id"), set())
+
+
+@op("send", kernel="python", notes="device to device by the _xla_send_recv_source_target_pairs frontend "
+    "attribute (ids as collective-permute's): the exchange happens at the send, the recv-done of the same "
+    "channel_id returns what arrived (zeros on a device no pair targets); is_host_transfer: unsupported")
+def send(inst, ctx):
+    pairs, channel = _send_recv_pairs(inst), inst.attr("channel_id")
+    received = _RECEIVED.setdefault(ctx, {})
+    has_recv = "recv" in _channel_opcodes(inst, ctx)
+    context = zeros_of(inst.shape.tuple_shapes[1]) if inst.shape.is_tuple and len(inst.shape.tuple_shapes) == 3 \
+        else None
+    if context is None:
+        raise UnsupportedError(f"send of shape {inst.shape.to_text(False)}: expected (data, u32[], token[])", inst)
+
+    def run(x, token):
+        device = ctx.device
+        if has_recv:
+            targets, sources = pair_peers(inst, pairs, device)
+            got = device.communicator.exchange(inst, {t: x for t in targets}, sources)
+            if got:
+                received.setdefault((channel, device.global_id), deque()).append(got[0])
+        return (x, context, TOKEN)
+    return run
+
+
+@op("send-done", kernel="python")
+def send_done(inst, ctx):
+    return lambda state: TOKEN
+
+
+@op("recv", kernel="python", notes="its data arrives at the recv-done (see send)")
+def recv(inst, ctx):
+    _send_recv_pairs(inst)
+    if "send" not in _channel_opcodes(inst, ctx):
+        raise UnsupportedError(f"recv (channel_id={inst.attr('channel_id')}) has no send of that channel in this "
+                               "module: its sender is another program (an MPMD pipeline stage), which hloexec does "
+                               "not run beside it", inst)
+    placeholder = zeros_of(inst.shape)
+    return lambda token: placeholder
+
+
+@op("recv-done", kernel="python")
+def recv_done(inst, ctx):
+    start = inst.operands[0] if inst.operands else None
+    if start is None or start.opcode != "recv":
+        raise UnsupportedError("recv-done whose operand is not a recv", inst)
+    pairs, channel = _send_recv_pairs(start), start.attr("channel_id")
+    received = _RECEIVED.setdefault(ctx, {})
+    data_shape = inst.shape.tuple_shapes[0] if inst.shape.is_tuple else None
+    if data_shape is None:
+        raise UnsupportedError(f"recv-done of shape {inst.shape.to_text(False)}: expected (data, token[])", inst)
+
+    def run(state):
+        device = ctx.device
+        _, sources = pair_peers(start, pairs, device)
+        if not sources:
+            return (zeros_of(data_shape), TOKEN)
+        queue = received.get((channel, device.global_id))
+        if not queue:
+            raise ExecutionError(f"%{inst.name} (channel_id={channel}) on device {device.global_id} runs before "
+                                 "the send of its channel: hloexec exchanges a send/recv pair at the send")
+        return (queue.popleft(), TOKEN)
+    return run

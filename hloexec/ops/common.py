@@ -30,6 +30,20 @@ def str_attr(inst, key, default=None):
     return inst.attr(key, default)
 
 
+def invalid(inst, what: str) -> UnsupportedError:
+    """The error for an instruction XLA's shape rules reject (its verifier would): hloexec cannot say what it
+    means either."""
+    return UnsupportedError(f"{inst.opcode}: {what}, which XLA's shape rules reject", inst)
+
+
+def required(inst, key: str):
+    """An attribute XLA's parser requires of this opcode: a missing one is a parse error at the instruction."""
+    value = inst.attr(key)
+    if value is None:
+        raise inst.parse_error(f"{inst.opcode} needs the attribute {key}=")
+    return value
+
+
 def called(inst, *keys):
     """The computation `inst` calls under the first of `keys` it has."""
     for k in keys:
@@ -78,6 +92,19 @@ def ufunc_for(kind: str, dtype):
     if kind == "xor":
         return np.logical_xor if dtype == np.bool_ else np.bitwise_xor
     raise KeyError(kind)
+
+
+# The value of a token (after-all, add-dependency's second operand): an empty array is cheap and inert.
+TOKEN = np.zeros((0,), dtype=np.bool_)
+
+
+def zeros_of(shape):
+    """Zeros of `shape` (tuples nested, tokens as TOKEN): async contexts, data that no participant sends."""
+    if shape.is_tuple:
+        return tuple(zeros_of(s) for s in shape.tuple_shapes)
+    if shape.element_type.numpy is None:
+        return TOKEN
+    return np.zeros(shape.dims, shape.dtype)
 
 
 def scalar(a):

@@ -18,8 +18,9 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.attributes import dot_dims
-from .common import contig, int_attr, ints, is_low_float, str_attr
-from .elementwise import f32_to_low, low_to_f32
+from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
+from ..ir.dtypes import element_type
+from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
 from .reduction import pad_dilate, window_out_shape
 from ..kernels import blas
 from .registry import op
@@ -108,23 +109,194 @@ def _matmul_converting(a, b, cdt):
 
 
 def _dot_dims(inst):
+    """(lhs batch, rhs batch, lhs contracting, rhs contracting) dims, checked against the operand shapes as
+    XLA's dot shape inference does (pairs of equal sizes, each dim once, in range)."""
     d = dot_dims(inst)
-    return tuple(d.lhs_batch), tuple(d.rhs_batch), tuple(d.lhs_contracting), tuple(d.rhs_contracting)
+    lb, rb, lc, rc = tuple(d.lhs_batch), tuple(d.rhs_batch), tuple(d.lhs_contracting), tuple(d.rhs_contracting)
+    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+    if len(lb) != len(rb) or len(lc) != len(rc) or len(set(lb + lc)) != len(lb + lc) \
+            or len(set(rb + rc)) != len(rb + rc) or any(not 0 <= x < lhs.rank for x in lb + lc) \
+            or any(not 0 <= x < rhs.rank for x in rb + rc) \
+            or any(lhs.dims[a] != rhs.dims[b] for a, b in zip(lb + lc, rb + rc)):
+        raise invalid(inst, f"batch dims {list(lb)}/{list(rb)} and contracting dims {list(lc)}/{list(rc)} of "
+                            f"{lhs.to_text(False)} and {rhs.to_text(False)}")
+    return lb, rb, lc, rc
 
 
 @op("dot", kernel="blas",
     notes="DotGeneral: numpy matmul (BLAS for f32/f64/complex); f16/bf16/f8 accumulate in f32 and round "
           "once; integers exact (wrap-around) in the result type; precision_config/algorithm ignored.")
 def prepare_dot(inst, ctx):
-    lb, rb, lc, rc = _dot_dims(inst)
     if len(inst.operands) != 2:
         raise UnsupportedError("dot with sparsity metadata operands", inst)
-    if len(lb) != len(rb) or len(lc) != len(rc):
-        raise UnsupportedError("dot with mismatched dimension numbers", inst)
+    lb, rb, lc, rc = _dot_dims(inst)
     out_dtype = inst.shape.dtype
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
+    return kernel
+
+
+# -- ragged-dot, scaled-dot ------------------------------------------------------------------
+def _ragged_layout(inst):
+    """(mode, group_sizes prefix dims of the lhs) of a ragged-dot, checked as StableHLO's
+    checkRaggedDotConstraints: the ragged lhs dim is a batch, contracting or (else) non-contracting dim;
+    group_sizes is [g] (broadcast) or [lhs dims before it of its kind (batch dims first)..., g]."""
+    lb, rb, lc, rc = _dot_dims(inst)
+    ragged, group = ints(inst.attr("lhs_ragged_dims")), ints(inst.attr("rhs_group_dims"))
+    if len(inst.operands) != 3 or len(ragged) != 1:
+        raise UnsupportedError(f"ragged-dot with {len(inst.operands)} operands and lhs_ragged_dims={list(ragged)} "
+                               "(3 operands and one ragged dim expected)", inst)
+    r = ragged[0]
+    if not 0 <= r < inst.operands[0].shape.rank:
+        raise invalid(inst, f"lhs_ragged_dims={{{r}}} of {inst.operands[0].shape.to_text(False)}")
+    if r in lb:
+        mode, prefix = "batch", lb[:lb.index(r)]
+    elif r in lc:
+        mode, prefix = "contracting", lb + lc[:lc.index(r)]
+    else:
+        mode, prefix = "non-contracting", lb + tuple(d for d in range(r) if d not in lb and d not in lc)
+    lhs, rhs, sizes = inst.operands[0].shape, inst.operands[1].shape, inst.operands[2].shape
+    free = [lhs.dims[d] for d in range(lhs.rank) if d not in lb and d not in lc]
+    rhs_free = [rhs.dims[d] for d in range(rhs.rank) if d not in rb and d not in rc and d not in group]
+    result = (sizes.dims[-1:] if mode == "contracting" else ()) + tuple(lhs.dims[d] for d in lb) + tuple(free) \
+        + tuple(rhs_free)
+    if sizes.rank < 1 or inst.shape.dims != result or any(not 0 <= g < rhs.rank for g in group):
+        raise invalid(inst, f"a result {inst.shape.to_text(False)} for {lhs.to_text(False)}, {rhs.to_text(False)} "
+                            f"and group sizes {sizes.to_text(False)} ({list(result)} expected)")
+    if len(group) != (mode == "non-contracting") or (sizes.rank != 1 and (
+            sizes.rank != len(prefix) + 1 or sizes.dims[:-1] != tuple(lhs.dims[d] for d in prefix))):
+        raise UnsupportedError(f"ragged-dot ({mode} ragged dim) with rhs_group_dims={list(group)} and group_sizes "
+                               f"{sizes.to_text(False)}: XLA's shape rules reject it", inst)
+    return mode, prefix
+
+
+@op("ragged-dot", kernel="blas", notes="lhs_ragged_dims splits one lhs dim into consecutive groups of "
+    "group_sizes (per index of the lhs dims before it when group_sizes has more than one dim): a non-contracting "
+    "ragged dim multiplies each group's rows with its rhs_group_dims slice of the rhs, rows past the groups are 0; "
+    "a contracting one gives one dot per group (a leading group dim); a batch one is a plain dot. Compute types "
+    "as dot")
+def prepare_ragged_dot(inst, ctx):
+    lb, rb, lc, rc = _dot_dims(inst)
+    mode, prefix = _ragged_layout(inst)
+    r = ints(inst.attr("lhs_ragged_dims"))[0]
+    out_dtype = inst.shape.dtype
+    cdt = compute_dtype(out_dtype)
+    if mode == "batch":
+        return lambda lhs, rhs, group_sizes: dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
+    broadcast = inst.operands[2].shape.rank == 1
+    rank = inst.operands[0].shape.rank
+
+    def masks(lhs, group_sizes):
+        """[groups, lhs dims (1 where group_sizes does not vary)]: which lhs elements each group takes."""
+        sizes = group_sizes.astype(np.int64)
+        ends = np.cumsum(sizes, axis=-1)
+        rows = np.arange(lhs.shape[r])
+        inside = np.moveaxis(((ends - sizes)[..., None] <= rows) & (rows < ends[..., None]), -2, 0)
+        dims = (*prefix, r)                       # the axes of `inside` after the group axis, as lhs dims
+        order = sorted(range(len(dims)), key=lambda i: dims[i])
+        return inside.transpose([0] + [1 + i for i in order]).reshape(
+            [sizes.shape[-1]] + [lhs.shape[d] if d in dims else 1 for d in range(rank)])
+
+    def where(mask, x):
+        return np.where(mask, x, np.zeros((), x.dtype))
+
+    if mode == "contracting":
+        rr = rc[lc.index(r)]
+
+        def kernel(lhs, rhs, group_sizes):
+            if broadcast:       # one slice of k per group on both sides
+                bounds = _group_bounds(group_sizes, lhs.shape[r])
+                parts = [dot_general(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt)
+                         for s, e in bounds]
+            else:
+                parts = [dot_general(where(m, lhs), rhs, lb, rb, lc, rc, cdt) for m in masks(lhs, group_sizes)]
+            return finish(np.stack(parts), out_dtype)
+        return kernel
+
+    g_dim = ints(inst.attr("rhs_group_dims"))[0]
+    rb_, rc_ = tuple(d - (d > g_dim) for d in rb), tuple(d - (d > g_dim) for d in rc)
+    free = [d for d in range(rank) if d not in lb and d not in lc]
+    out_axis = len(lb) + free.index(r)            # where the ragged rows land in the result
+
+    def kernel(lhs, rhs, group_sizes):
+        out = np.zeros(inst.shape.dims, cdt)
+        if broadcast:           # each group's rows are one slice of the ragged dim
+            for g, (s, e) in enumerate(_group_bounds(group_sizes, lhs.shape[r])):
+                if e > s:
+                    out[(slice(None),) * out_axis + (slice(s, e),)] = dot_general(
+                        _take(lhs, r, s, e), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
+        else:
+            for g, m in enumerate(masks(lhs, group_sizes)):
+                out += dot_general(where(m, lhs), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
+        return finish(out, out_dtype)
+    return kernel
+
+
+def _group_bounds(group_sizes, n: int) -> list[tuple[int, int]]:
+    """[start, end) of each group along a dim of n, from consecutive sizes (clipped to the dim)."""
+    sizes = group_sizes.astype(np.int64)
+    ends = np.cumsum(sizes)
+    return [(min(max(int(end - size), 0), n), min(max(int(end), 0), n)) for size, end in zip(sizes, ends)]
+
+
+def _take(x, axis: int, start: int, end: int):
+    return x[(slice(None),) * axis + (slice(start, max(start, end)),)]
+
+
+def _upscaled(a, b):
+    """XLA's ScaledDotRewriter GetTargetType: the element type two operands meet in."""
+    if a.bits < 16 and b.bits < 16:
+        return element_type("bf16")
+    if a == b:
+        return a
+    if a.bits == b.bits:
+        return element_type("f32")
+    return a if a.bits > b.bits else b
+
+
+def _converter(src, dst, inst):
+    return (lambda x: x) if src == dst else convert_kernel(src, dst, inst)
+
+
+def _dequantizer(inst, operand: int, scale: int):
+    """(kernel(x, scale) -> x times its block-broadcast scale, the element type it returns), as XLA's
+    ScaledDotRewriter Dequantize: a scalar scale leaves x as it is; else x and scale meet in their upscaled
+    type, each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
+    x, sc = inst.operands[operand].shape, inst.operands[scale].shape
+    if sc.rank == 0:
+        return (lambda v, s: v), x.element_type
+    if sc.rank != x.rank or any(b == 0 or a % b for a, b in zip(x.dims, sc.dims)):
+        raise UnsupportedError(f"scaled-dot scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}",
+                               inst)
+    t = _upscaled(x.element_type, sc.element_type)
+    cx, cs, mul = _converter(x.element_type, t, inst), _converter(sc.element_type, t, inst), \
+        float_lifted(np.multiply, t.numpy)
+    blocks = [a // b for a, b in zip(x.dims, sc.dims)]
+
+    def kernel(v, s):
+        s = cs(s)
+        for axis, n in enumerate(blocks):
+            if n > 1:
+                s = np.repeat(s, n, axis=axis)
+        return mul(cx(v), s)
+    return kernel, t
+
+
+@op("scaled-dot", kernel="blas", notes="(lhs, rhs, lhs_scale, rhs_scale) as XLA's ScaledDotRewriter: each "
+    "operand times its scale broadcast over blocks (a scalar scale: none), in their common type (bf16 for two "
+    "sub-16-bit types), then a dot in the common type of the operands and result, converted to the result type")
+def prepare_scaled_dot(inst, ctx):
+    lb, rb, lc, rc = _dot_dims(inst)
+    if len(inst.operands) != 4:
+        raise UnsupportedError(f"scaled-dot with {len(inst.operands)} operands (4 expected)", inst)
+    (lhs, lt), (rhs, rt) = _dequantizer(inst, 0, 2), _dequantizer(inst, 1, 3)
+    t = _upscaled(lt, rt)
+    dot_t = _upscaled(t, inst.shape.element_type)
+    cl, cr, out = _converter(lt, t, inst), _converter(rt, t, inst), _converter(dot_t, inst.shape.element_type, inst)
+
+    def kernel(a, b, a_scale, b_scale):
+        return out(dot_general(cl(lhs(a, a_scale)), cr(rhs(b, b_scale)), lb, rb, lc, rc, dot_t.numpy))
     return kernel
 
 
@@ -171,20 +343,36 @@ def conv_core(lhs, rhs, win, out_dtype):
           "(BLAS), like StableHLO's interpreter. Compute types as dot.")
 def prepare_convolution(inst, ctx):
     lshape, rshape = inst.operands[0].shape, inst.operands[1].shape
-    rank = lshape.rank
-    cd = _conv_dims(inst, rank)
-    ns = len(cd.input_spatial)
+    cd, _ = conv_window(inst, rshape)
+    fgc, bgc = int_attr(inst, "feature_group_count", 1), int_attr(inst, "batch_group_count", 1)
+    if fgc < 1 or bgc < 1 or lshape.dims[cd.input_feature] != rshape.dims[cd.kernel_input_feature] * fgc \
+            or rshape.dims[cd.kernel_output_feature] % (fgc * bgc) or lshape.dims[cd.input_batch] % bgc:
+        raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
+                            f"batch_group_count={bgc}")
+    return convolution(inst, rshape, inst.shape.dtype)
+
+
+def conv_window(inst, kernel_shape):
+    """(dim_labels, window) of a convolution-like instruction; no window: the kernel's spatial size, stride 1."""
+    cd = _conv_dims(inst, kernel_shape.rank)
     win_attr = inst.attr("window")
     if win_attr is None:
         from ..ir.attributes import WindowDim
-        win = tuple(WindowDim(rshape.dims[d]) for d in cd.kernel_spatial)
+        win = tuple(WindowDim(kernel_shape.dims[d]) for d in cd.kernel_spatial)
     else:
         win = tuple(win_attr)
-    if len(win) != ns:
+    if len(win) != len(cd.input_spatial):
         raise UnsupportedError("convolution window rank != spatial rank", inst)
+    return cd, win
+
+
+def convolution(inst, kernel_shape, out_dtype):
+    """kernel(lhs, rhs) of the convolution `inst` describes (dim_labels, window, group counts): its result
+    in `out_dtype` (a convolution-like custom-call reads the same attributes)."""
+    cd, win = conv_window(inst, kernel_shape)
+    rank = kernel_shape.rank
     fgc = int_attr(inst, "feature_group_count", 1)
     bgc = int_attr(inst, "batch_group_count", 1)
-    out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
     lperm = [cd.input_batch, cd.input_feature] + list(cd.input_spatial)
     kperm = [cd.kernel_output_feature, cd.kernel_input_feature] + list(cd.kernel_spatial)
@@ -220,7 +408,9 @@ def prepare_convolution(inst, ctx):
           "internally, rounded to c64/f32).")
 def prepare_fft(inst, ctx):
     kind = (str_attr(inst, "fft_type") or "FFT").upper()
-    lengths = ints(inst.attr("fft_length"))
+    lengths = ints(required(inst, "fft_length"))
+    if not 0 < len(lengths) <= min(3, inst.operands[0].shape.rank):
+        raise invalid(inst, f"fft_length={{{','.join(map(str, lengths))}}} of {inst.operands[0].shape.to_text(False)}")
     axes = tuple(range(-len(lengths), 0))
     out_dtype = inst.shape.dtype
 
@@ -276,32 +466,52 @@ def prepare_cholesky(inst, ctx):
 @op("triangular-solve", dtypes="f16, bf16, f32, f64, c64, c128", kernel="numpy",
     notes="op(a) x = b (left_side) or x op(a) = b, op per transpose_a (NO_TRANSPOSE/TRANSPOSE/ADJOINT); "
           "only a's lower (lower=true) or upper triangle is read, its diagonal taken as 1 with unit_diagonal. "
-          "Solved with numpy.linalg.solve on the masked matrix (f16/bf16 in f32).")
+          "Solved by substitution row by row (f16/bf16 in f32); a zero pivot gives inf/NaN (XLA's blocked "
+          "expander makes them all NaN) instead of refusing.")
 def prepare_triangular_solve(inst, ctx):
-    left = bool(inst.attr("left_side", False))
-    lower = bool(inst.attr("lower", False))
-    unit = bool(inst.attr("unit_diagonal", False))
     transpose = (str_attr(inst, "transpose_a") or "NO_TRANSPOSE").upper()
     if transpose not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
         raise UnsupportedError(f"triangular-solve with transpose_a={transpose}", inst)
-    out_dtype = inst.shape.dtype
+    left = bool(inst.attr("left_side", False))
+    a_shape, b_shape = inst.operands[0].shape, inst.operands[1].shape
+    m = b_shape.dims[-2 if left else -1] if b_shape.rank >= 2 else -1
+    if a_shape.rank < 2 or a_shape.dims[-2:] != (m, m) or a_shape.dims[:-2] != b_shape.dims[:-2]:
+        raise invalid(inst, f"a {a_shape.to_text(False)} for b {b_shape.to_text(False)} "
+                            f"({'left' if left else 'right'} side)")
+    return triangular_solve(left, bool(inst.attr("lower", False)), bool(inst.attr("unit_diagonal", False)),
+                            transpose, inst.shape.dtype)
+
+
+def triangular_solve(left: bool, lower: bool, unit: bool, transpose: str, out_dtype):
+    """kernel(a, b) -> x of triangular-solve (transpose: NO_TRANSPOSE, TRANSPOSE or ADJOINT)."""
     work = _F32 if is_low_float(out_dtype) else out_dtype
 
     def kernel(a, b):
         a, b = to_compute(a, work), to_compute(b, work)
         a = np.tril(a) if lower else np.triu(a)
         if unit:
-            n = a.shape[-1]
+            m = a.shape[-1]
             a = a.copy()
-            a[..., np.arange(n), np.arange(n)] = 1
+            a[..., np.arange(m), np.arange(m)] = 1
+        a_lower = lower
         if transpose != "NO_TRANSPOSE":
-            a = np.swapaxes(a, -1, -2)
+            a, a_lower = np.swapaxes(a, -1, -2), not lower
             if transpose == "ADJOINT":
                 a = np.conj(a)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if left:
-                x = np.linalg.solve(a, b)
+                x = _substitute(a, b, a_lower)
             else:  # x a = b  <=>  a^T x^T = b^T
-                x = np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+                x = np.swapaxes(_substitute(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2), not a_lower), -1, -2)
         return finish(x, out_dtype)
     return kernel
+
+
+def _substitute(a, b, lower: bool):
+    """x with a x = b for triangular a [..., m, m], b [..., m, n], row by row (forward for lower, back for upper):
+    a zero on the diagonal gives inf/NaN, as XLA's substitution does, where an LU solve would refuse."""
+    m = a.shape[-1]
+    x = np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:], np.result_type(a, b))
+    for i in (range(m) if lower else range(m - 1, -1, -1)):      # rows not solved yet are 0 in x
+        x[..., i, :] = (b[..., i, :] - np.einsum("...j,...jn->...n", a[..., i, :], x)) / a[..., i, i, None]
+    return x

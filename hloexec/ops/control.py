@@ -4,10 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from .registry import op
+from .common import TOKEN, as_tuple, called, invalid, zeros_of
+from .registry import async_shorthand, lookup, op
 
-# The value of a token (after-all, add-dependency's second operand): an empty array is cheap and inert.
-TOKEN = np.zeros((0,), dtype=np.bool_)
 
 
 @op("fusion", kernel="numba", notes="one compiled loop nest when its ops allow (see kernels/fusion.py); "
@@ -48,7 +47,12 @@ def conditional(inst, ctx):
     else:
         branches = [ctx.computation(inst.called["true_computation"]),
                     ctx.computation(inst.called["false_computation"])]
-    is_pred = inst.operands[0].shape.element_type.name == "pred"
+    selector = inst.operands[0].shape
+    if selector.is_tuple or selector.rank or selector.element_type.name not in ("pred", "s32"):
+        raise invalid(inst, f"the selector {selector.to_text(False)} (a pred[] or s32[] is expected)")
+    if len(inst.operands) != len(branches) + 1:
+        raise invalid(inst, f"{len(branches)} branches and {len(inst.operands) - 1} branch operands")
+    is_pred = selector.element_type.name == "pred"
 
     def run(selector, *branch_args):
         if is_pred:
@@ -70,7 +74,7 @@ def map_(inst, ctx):
         flat = [a.reshape(-1) for a in arrays]
         result = out.reshape(-1)
         for i in range(result.size):
-            result[i] = fn(*[np.asarray(f[i]).reshape(()) for f in flat])
+            result[i] = as_tuple(fn(*[np.asarray(f[i]).reshape(()) for f in flat]))[0]   # maybe a 1-tuple
         return out
     return run
 
@@ -103,13 +107,26 @@ def domain(inst, ctx):
     return _identity
 
 
-# -- async wrappers: the value of an async-start is (operands, result, context) --------------------------
-@op("async-start", kernel="python", notes="runs the wrapped computation at once; -update/-done pass it on")
+# -- async wrappers: the value of an async-start is (operands, result, context...) ----------------------
+@op("async-start", kernel="python", notes="runs the wrapped computation at once; -update/-done pass it on. "
+    "`X-start`/`X-update`/`X-done` of any op X that has no async opcode of its own (all-to-all-start, "
+    "reduce-scatter-start, collective-broadcast-start, ragged-all-to-all-start, ...) are these, wrapping X "
+    "(as XLA's parser reads them)")
 def async_start(inst, ctx):
-    wrapped = ctx.computation(inst.called["calls"])
-    if inst.shape.is_tuple and len(inst.shape.tuple_shapes) == 2:  # written without the context element
-        return lambda *xs: (tuple(xs), wrapped(*xs))
-    return lambda *xs: (tuple(xs), wrapped(*xs), TOKEN)
+    shape = inst.shape
+    if not shape.is_tuple or len(shape.tuple_shapes) < 2:
+        raise UnsupportedError(f"{inst.opcode} of shape {shape.to_text(False)}: expected (operands, result, "
+                               "context...)", inst)
+    if inst.opcode == "async-start":
+        wrapped = ctx.computation(called(inst, "calls"))
+    else:       # the shorthand: the wrapped op's attributes are this instruction's
+        view = inst.wrapped_as(async_shorthand(inst.opcode)[1], shape.tuple_shapes[1])
+        wrapped = lookup(view).prepare(view, ctx)
+    contexts = shape.tuple_shapes[2:]
+
+    def run(*xs):
+        return (tuple(xs), wrapped(*xs), *(zeros_of(s) for s in contexts))
+    return run
 
 
 @op("async-update", kernel="python")
@@ -145,7 +162,6 @@ def replica_id(inst, ctx):
     return lambda: np.array(ctx.device.replica_id, dtype=dtype)
 
 
-@op("send", "recv", "send-done", "recv-done", "infeed", "outfeed", kernel="python",
-    notes="host/device transfer: not executable offline")
+@op("infeed", "outfeed", kernel="python", notes="host/device transfer: not executable offline")
 def unsupported_transfer(inst, ctx):
     raise UnsupportedError(f"{inst.opcode} talks to a host or peer that does not exist in an offline run", inst)

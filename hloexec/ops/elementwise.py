@@ -145,7 +145,7 @@ def _second_operand_shape_rule(inst):
     return inst.operands[1].shape
 
 
-def _float_lifted(fn, dtype: np.dtype):
+def float_lifted(fn, dtype: np.dtype):
     """Wrap a float function so it computes in the compute dtype and rounds once to `dtype`."""
     if _compute_dtype(dtype) == dtype:
         def kernel(*xs):
@@ -225,9 +225,9 @@ def _prepare_float_unary(inst, ctx):
     fn = _FLOAT_UNARY[inst.opcode]
     if kind == "complex":
         _require(inst.opcode in _COMPLEX_UNARY, f"{inst.opcode} of a complex operand", inst)
-        return _float_lifted(fn, dtype)
+        return float_lifted(fn, dtype)
     _require(kind == "float", f"{inst.opcode} of a {inst.operands[0].shape.element_type.name} operand", inst)
-    return _float_lifted(fn, dtype)
+    return float_lifted(fn, dtype)
 
 
 @op("abs", dtypes=NUMERIC, shape_rule=None, notes="abs(INT_MIN) = INT_MIN; complex -> real modulus")
@@ -267,7 +267,7 @@ def _prepare_sign(inst, ctx):
                 m = np.abs(x)
                 return np.where(m == 0, x, x / m).astype(dtype, copy=False)
         return kernel
-    return _float_lifted(_sign_float, inst.shape.dtype)
+    return float_lifted(_sign_float, inst.shape.dtype)
 
 
 @op("is-finite", dtypes=FLOATS, shape_rule=_pred_shape_rule)
@@ -462,8 +462,16 @@ def _prepare_binary(inst, ctx):
             return lambda a, b: np.logical_and(a, b)
         raise UnsupportedError(f"{opc} of pred operands", inst)
     if kind == "complex":
-        _require(opc in ("add", "subtract", "multiply", "divide", "power"), f"{opc} of complex operands", inst)
-    return _float_lifted(_FLOAT_BINARY[opc], dtype)
+        _require(opc in ("add", "subtract", "multiply", "divide", "power", "atan2"), f"{opc} of complex operands", inst)
+        if opc == "atan2":
+            return _complex_atan2
+    return float_lifted(_FLOAT_BINARY[opc], dtype)
+
+
+def _complex_atan2(y, x):
+    """XLA's complex atan2 (HloEvaluator, the elemental IR emitter): -i log((x + i y) / sqrt(x^2 + y^2))."""
+    with np.errstate(all="ignore"):
+        return (-1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))).astype(x.dtype)
 
 
 @op("and", "or", "xor", dtypes="pred, s8-s64, u8-u64", shape_rule=_same_shape_rule)
@@ -601,7 +609,7 @@ def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
     return r
 
 
-def _convert_kernel(src_t, dst_t, inst):
+def convert_kernel(src_t, dst_t, inst):
     src, dst = src_t.numpy, dst_t.numpy
     sk, dk = src_t.kind, dst_t.kind
     if src == dst:
@@ -643,7 +651,7 @@ def _convert_kernel(src_t, dst_t, inst):
 
 @op("convert", dtypes=ALL, notes="float->int saturates, NaN->0; to pred: x != 0; int->bf16/f16/fp8 via f32")
 def _prepare_convert(inst, ctx):
-    fn = _convert_kernel(inst.operands[0].shape.element_type, inst.shape.element_type, inst)
+    fn = convert_kernel(inst.operands[0].shape.element_type, inst.shape.element_type, inst)
 
     def kernel(x):
         with np.errstate(**_ERR):

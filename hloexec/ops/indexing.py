@@ -33,7 +33,7 @@ from ..errors import UnsupportedError
 from ..ir.attributes import gather_dims, scatter_dims
 from ..ir.module import Instruction
 from ..kernels import elementwise as ew
-from .common import as_tuple, binary_kind, called, contig, ints, scalar, total_order_key, ufunc_for
+from .common import as_tuple, binary_kind, called, contig, ints, invalid, scalar, total_order_key, ufunc_for
 from .registry import lookup, op
 
 
@@ -75,6 +75,13 @@ def prepare_gather(inst, ctx):
     if len(offset_src) != len(gd.offset_dims):
         raise UnsupportedError("gather: offset_dims do not match the uncollapsed slice dims", inst)
     out_rank = inst.shape.rank
+    idims = inst.operands[1].shape.dims
+    vector = idims[gd.index_vector_dim] if gd.index_vector_dim < len(idims) else 1
+    batch_rank = len(idims) - (gd.index_vector_dim < len(idims))
+    if len(slice_sizes) != rank or gd.index_vector_dim > len(idims) or len(gd.start_index_map) != vector \
+            or out_rank != batch_rank + len(gd.offset_dims) or any(not 0 <= d < out_rank for d in gd.offset_dims):
+        raise invalid(inst, f"slice_sizes, offset_dims and start_index_map of {oshape.to_text(False)} indexed by "
+                            f"{inst.operands[1].shape.to_text(False)} into {inst.shape.to_text(False)}")
     out_dtype = inst.shape.dtype
 
     def kernel(operand, indices):
@@ -392,6 +399,17 @@ def _comparator_permutation(less, xs, axis: int) -> np.ndarray:
     return np.moveaxis(perm_rows.reshape(shp), -1, axis)
 
 
+def sort_permutation(comparator, ctx):
+    """`permutation(xs, axis)`: the stable permutation sorting the operands `xs` along `axis` by the comparator
+    computation (keys on whole arrays when it orders by elementwise functions, else one call per comparison)."""
+    keys = _sort_keys(comparator.root)
+    if keys is not None:
+        steps = [[(i, lookup(i).prepare(i, ctx)) for i in key.expression] for key in keys]
+        return lambda xs, axis: _keys_permutation(keys, steps, xs, axis)
+    less = ctx.computation(comparator)
+    return lambda xs, axis: _comparator_permutation(less, xs, axis)
+
+
 @op("sort", kernel="numpy",
     notes="Comparators ordering by elementwise functions of the operands (plain LT/GT compares, jax's "
           "NaN/-0 canonicalizing TOTALORDER compare, lexicographic num_keys > 1): keys computed on whole "
@@ -401,19 +419,18 @@ def prepare_sort(inst, ctx):
     dims = ints(inst.attr("dimensions"))
     axis = dims[0] if dims else 0
     comp = called(inst, "to_apply", "comparator")
-    keys = _sort_keys(comp.root)
     n = len(inst.operands)
+    shapes = [o.shape for o in inst.operands]
+    types = [p.shape.element_type for p in comp.parameters]
+    if any(s.is_tuple or s.dims != shapes[0].dims for s in shapes) or not 0 <= axis < max(shapes[0].rank, 1) \
+            or types != [s.element_type for s in shapes for _ in (0, 1)]:
+        raise invalid(inst, f"operands {[s.to_text(False) for s in shapes]} along dimension {axis} with a "
+                            f"comparator of {[t.name for t in types]}")
+    permutation = sort_permutation(comp, ctx)
     tuple_out = inst.shape.is_tuple
-    if keys is not None:
-        steps = [[(i, lookup(i).prepare(i, ctx)) for i in key.expression] for key in keys]
-    else:
-        less = ctx.computation(comp)
 
     def kernel(*xs):
-        if keys is not None:
-            perm = _keys_permutation(keys, steps, xs, axis)
-        else:
-            perm = _comparator_permutation(less, xs, axis)
+        perm = permutation(xs, axis)
         outs = [contig(np.take_along_axis(x, perm, axis=axis)) for x in xs]
         return tuple(outs) if tuple_out or n > 1 else outs[0]
     return kernel

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError
-from .common import as_tuple, contig
+from .common import as_tuple, contig, invalid
 from .elementwise import _float_to_int
 from .registry import op
 
@@ -80,8 +80,14 @@ def _prepare_scan(inst, ctx):
     result_shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
     num_outputs = len(result_shapes) - num_carries
     output_shapes = result_shapes[:num_outputs]
+    comp = inst.called["to_apply"]
+    if num_outputs < 0 or len(comp.parameters) != len(inst.operands) \
+            or any(o.shape.is_tuple or o.shape.rank <= axis for o in inst.operands[:num_inputs]) \
+            or any(s.is_tuple or s.rank <= axis for s in output_shapes):
+        raise invalid(inst, f"{num_inputs} inputs and {num_carries} carries along dimension {axis}, results "
+                            f"{inst.shape.to_text(False)} and a body of {len(comp.parameters)} parameters")
     length = inst.operands[0].shape.dims[axis] if num_inputs else (output_shapes[0].dims[axis] if num_outputs else 0)
-    body = ctx.computation(inst.called["to_apply"])
+    body = ctx.computation(comp)
 
     def kernel(*operands):
         inputs, carries = operands[:num_inputs], operands[num_inputs:]

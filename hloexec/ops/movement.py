@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.shape import Shape, array_shape, tuple_shape
+from .common import invalid
 from .registry import ALL, op
 
 
@@ -40,6 +41,10 @@ def _prepare_broadcast(inst, ctx):
     rank = inst.operands[0].shape.rank
     if len(dmap) != rank:
         raise UnsupportedError(f"broadcast dimensions {dmap} do not match operand rank {rank}", inst)
+    if len(set(dmap)) != rank or any(not 0 <= d < len(out_dims) or out_dims[d] != n
+                                     for d, n in zip(dmap, inst.operands[0].shape.dims)):
+        raise invalid(inst, f"dimensions={{{','.join(map(str, dmap))}}} map {inst.operands[0].shape.to_text(False)} "
+                            f"onto {inst.shape.to_text(False)}")
     order = sorted(range(rank), key=lambda i: dmap[i])      # operand dims in output order
     view_shape = [1] * len(out_dims)
     for i in range(rank):
@@ -211,7 +216,10 @@ def _untiled_offsets(shape: Shape) -> tuple[np.ndarray, int]:
 # -- dynamic dimension sizes -----------------------------------------------------------------------
 @op("get-dimension-size", dtypes=ALL, notes="the dimension's size: values are static arrays, so the bound")
 def _prepare_get_dimension_size(inst, ctx):
-    size = np.asarray(inst.operands[0].shape.dims[_dims(inst)[0]], dtype=inst.shape.dtype)
+    dims, operand = _dims(inst), inst.operands[0].shape
+    if len(dims) != 1 or not 0 <= dims[0] < operand.rank:
+        raise invalid(inst, f"dimensions={{{','.join(map(str, dims))}}} of {operand.to_text(False)}")
+    size = np.asarray(operand.dims[dims[0]], dtype=inst.shape.dtype)
     return lambda x: size.copy()
 
 

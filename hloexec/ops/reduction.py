@@ -7,15 +7,17 @@ Semantics follow XLA's operation_semantics and the HloEvaluator (hlo_evaluator.c
   reducer (variadic reduces such as argmax, reducers with several instructions) runs through
   `ctx.computation` once per element, sequentially from the init value -- correct, but slow (Python
   call per element).
-* Reduction order / f16+bf16 accumulation: XLA:CPU rounds to the element type after every reducer
-  application, in an order of its own (vectorized partial sums + tree; measured, it matches neither a
-  sequential loop nor an f32 accumulator). hloexec accumulates f16/bf16 add/multiply reductions in f32
-  and rounds once (the most accurate choice and the closest to XLA:CPU in magnitude). Bound measured
-  against XLA:CPU: |hloexec - xla| <= 4 * n * eps(type) * sum|x| (tested); f32 add reductions differ by
-  the usual reassociation bound n * eps * sum|x|; integer, max/min/and/or reductions are bit-exact.
-* The vectorized path computes reduce(x) and combines the init value once (op(init, r)); for a monoid
-  with its identity as init (what frameworks emit) this equals XLA. Padding positions and base-dilation
-  holes of reduce-window are skipped (as the evaluator's IterateThroughWindow does), not fed the init.
+* Rounding and order (the `reductions` option, defined in kernels/elementwise.py): "accumulate" (default)
+  accumulates f16/bf16/fp8 add/multiply reductions in f32 and rounds once (numpy's pairwise order; f32/f64 in
+  their type, pairwise); "per-step" rounds every application of an add/multiply reducer to the type, folding
+  the elements from the init value in row-major order of the reduced dims (of the window), as XLA's evaluator
+  and XLA:CPU's loop emitter do (`fold_in_order`): the compiled tiers (kernels/fusion.py, kernels/program.py)
+  fold in that order too, so all tiers give the same bits. Integer, max/min/and/or reductions are exact in
+  any order.
+* Under "accumulate" the vectorized path computes reduce(x) and combines the init value once (op(init, r));
+  for a monoid with its identity as init (what frameworks emit) this equals XLA. Padding positions and
+  base-dilation holes of reduce-window are skipped (as the evaluator's IterateThroughWindow does): they hold
+  the reducer's exact identity (-0 for a float sum), never the init.
 * select-and-scatter: for each source position, the operand window is scanned in row-major order, the
   current selection replaced when `select(selected, current)` is false (first max for GE); the source is
   combined into the chosen position with `scatter`, starting from init. Padding positions are never
@@ -23,10 +25,14 @@ Semantics follow XLA's operation_semantics and the HloEvaluator (hlo_evaluator.c
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import UnsupportedError
-from .common import as_tuple, binary_kind, called, contig, ints, is_low_float, scalar, str_attr, ufunc_for
+from ..ir.dtypes import element_type_of
+from ..kernels import elementwise as ew
+from .common import as_tuple, binary_kind, called, contig, ints, scalar, str_attr, ufunc_for
 from .elementwise import f32_to_low, low_to_f32
 from .registry import op
 
@@ -36,6 +42,8 @@ _F32 = np.dtype(np.float32)
 def identity_of(kind: str, dtype):
     """The identity element of a vectorizable reducer, in `dtype`."""
     dtype = np.dtype(dtype)
+    if kind == "add" and element_type_of(dtype).kind in ("float", "complex"):
+        return np.array(complex(-0.0, -0.0) if dtype.kind == "c" else -0.0).astype(dtype)[()]  # x + -0 == x, always
     if kind in ("add", "or", "xor"):
         return np.zeros((), dtype)[()]
     if kind == "multiply":
@@ -53,11 +61,14 @@ def identity_of(kind: str, dtype):
     raise KeyError(kind)
 
 
-def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype):
-    """op(init, reduce(x over axes)) in the type's precision rules (f16/bf16 add/mul via f32)."""
+def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype, reductions: str = "accumulate"):
+    """op(init, x's elements over `axes`) under the `reductions` rule (kernels/elementwise.py)."""
     uf = ufunc_for(kind, x.dtype)
     axes = tuple(axes)
-    if kind in ("add", "multiply") and (is_low_float(x.dtype) or is_low_float(out_dtype)):
+    et = element_type_of(out_dtype)
+    if axes and ew.in_order(reductions, kind, et):
+        return contig(fold_in_order(uf, x, axes, init))
+    if ew.accumulates_in_f32(reductions, kind, et):
         xf = x if x.dtype == _F32 else low_to_f32(x, quiet=False)      # (reduce-window passes f32 windows)
         r = uf.reduce(xf, axis=axes, dtype=_F32) if axes else xf
         r = uf(low_to_f32(np.asarray(init), quiet=False), r)          # adding quiets NaNs
@@ -71,12 +82,35 @@ def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype):
     return contig(np.asarray(r, dtype=out_dtype))
 
 
+FOLD_SLICES_MIN = 256    # results from which fold_in_order steps through whole slices of them
+
+
+def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
+    """((init op x0) op x1) op ..., the elements of `x` over `axes` taken in row-major order, every step in
+    x's dtype (numpy's and ml_dtypes' f16 / bf16 / fp8 ufuncs compute in f32 and round to the type): the
+    "per-step" reduction. Many results: one ufunc call per reduced position, on all results at once; few:
+    a copy with the reduced elements contiguous, folded by ufunc.accumulate (sequential by definition)."""
+    kept = [d for d in range(x.ndim) if d not in axes]
+    shape = tuple(x.shape[d] for d in kept)
+    m, k = math.prod(shape), math.prod(x.shape[d] for d in axes)
+    if m >= FOLD_SLICES_MIN or k == 0:
+        acc = np.full(shape, init, x.dtype)
+        moved = x.transpose(list(axes) + kept)
+        for position in np.ndindex(moved.shape[:len(axes)]):
+            uf(acc, moved[position], out=acc)
+        return acc
+    rows = np.array(x.transpose(kept + list(axes)), order="C").reshape(m, k)      # one copy, ours to write
+    rows[:, 0] = uf(np.asarray(init, x.dtype), rows[:, 0])
+    uf.accumulate(rows, axis=1, out=rows)
+    return rows[:, -1].reshape(shape)
+
+
 # -- reduce ------------------------------------------------------------------------------------
 @op("reduce", kernel="numpy",
     notes="Reducers that are one add/mul/max/min/and/or/xor of their parameters run vectorized; any "
           "other reducer (variadic, e.g. argmax) runs through the computation once per element "
-          "(slow). f16/bf16 add/mul accumulate in f32, round once (XLA:CPU rounds per step in its own "
-          "vectorized order: differs by <= ~n*eps*sum|x|).")
+          "(slow). reductions=accumulate (default): f16/bf16 add/mul accumulate in f32, round once; "
+          "reductions=per-step: every add/mul rounds to the type, in row-major order (XLA:CPU's loops).")
 def prepare_reduce(inst, ctx):
     n = len(inst.operands) // 2
     dims = tuple(sorted(ints(inst.attr("dimensions"))))
@@ -86,7 +120,7 @@ def prepare_reduce(inst, ctx):
     out_dtype = out_shapes[0].dtype
     if kind is not None:
         def kernel(x, init):
-            return vector_reduce(kind, x, dims, scalar(init), out_dtype)
+            return vector_reduce(kind, x, dims, scalar(init), out_dtype, ctx.reductions)
         return kernel
 
     fn = ctx.computation(comp)
@@ -164,7 +198,7 @@ def window_out_shape(padded_shape, wins, strides, wdil):
 @op("reduce-window", kernel="numpy",
     notes="window size/stride/padding/base+window dilation; variadic. Vectorized for single-op reducers "
           "(strided view + ufunc.reduce); other reducers run per element through the computation "
-          "(slow). Padding and dilation holes are skipped.")
+          "(slow). Padding and dilation holes are skipped. f16/bf16 add/mul as reduce (`reductions`).")
 def prepare_reduce_window(inst, ctx):
     n = len(inst.operands) // 2
     rank = inst.operands[0].shape.rank
@@ -185,7 +219,7 @@ def prepare_reduce_window(inst, ctx):
 
     if kind is not None:
         out_dtype = out_shapes[0].dtype
-        lifted = kind in ("add", "multiply") and is_low_float(out_dtype)
+        lifted = ew.accumulates_in_f32(ctx.reductions, kind, out_shapes[0].element_type)
 
         def kernel(x, init):
             ident = identity_of(kind, x.dtype)
@@ -194,7 +228,7 @@ def prepare_reduce_window(inst, ctx):
             p, _ = pad_dilate(x, lows, highs, inter, ident)
             oshape = window_out_shape(p.shape, sizes, strides, wdil)
             v = window_view(p, sizes, strides, wdil, oshape)
-            return vector_reduce(kind, v, waxes, scalar(init), out_dtype)
+            return vector_reduce(kind, v, waxes, scalar(init), out_dtype, ctx.reductions)
         return kernel
 
     fn = ctx.computation(comp)

@@ -19,6 +19,8 @@ from ..errors import UnsupportedError
 
 class Context(Protocol):
     excess_precision: bool      # skip f16/bf16 rounding between ops inside a fusion
+    reductions: str             # "accumulate" | "per-step": how add/multiply reductions round (kernels/elementwise.py)
+    module: object              # the module being prepared (hloexec.ir.module.Module)
 
     def computation(self, comp, fuse: bool = True) -> Callable:
         """A callable running `comp`: f(*parameter_values) -> value of its root (`fuse`: may compile
@@ -56,8 +58,95 @@ def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = "",
     return register
 
 
+# XLA's parser reads `X-start` / `X-update` / `X-done`, where that is no opcode of its own but X is, as
+# async-start / async-update / async-done wrapping an X (hlo_parser.cc ParseOpcode): `all-to-all-start`.
+_ASYNC_SUFFIXES = (("-start", "async-start"), ("-update", "async-update"), ("-done", "async-done"))
+
+
+def async_shorthand(opcode: str) -> tuple[str, str] | None:
+    """(async-start | async-update | async-done, the wrapped opcode) when `opcode` is such a shorthand, else None."""
+    if opcode in OPS:
+        return None
+    for suffix, generic in _ASYNC_SUFFIXES:
+        if opcode.endswith(suffix) and opcode[:-len(suffix)] in OPS:
+            return generic, opcode[:-len(suffix)]
+    return None
+
+
+# The operand counts XLA's parser accepts (hlo_parser.cc CreateInstruction: ParseOperands with an expected
+# size; reduce and reduce-window pairs, scatter's odd count): (least, most or None, step). Opcodes not listed
+# take any number (tuple, call, fusion, custom-call, async-start, after-all, scan, ...).
+_ONE = ("abs", "cbrt", "ceil", "cosine", "count-leading-zeros", "erf", "exponential", "exponential-minus-one",
+        "floor", "imag", "is-finite", "log", "log-plus-one", "logistic", "negate", "not", "popcnt", "real",
+        "round-nearest-afz", "round-nearest-even", "rsqrt", "sign", "sine", "sqrt", "tan", "tanh", "copy",
+        "bitcast", "bitcast-convert", "convert", "reshape", "transpose", "broadcast", "reverse", "slice",
+        "reduce-precision", "get-dimension-size", "copy-start", "copy-done", "fft", "cholesky",
+        "get-tuple-element", "topk", "opt-barrier", "optimization-barrier", "domain", "infeed", "recv", "send-done",
+        "recv-done", "all-reduce-done", "all-gather-done", "collective-permute-done", "async-update", "async-done",
+        "while", "rng-bit-generator")
+_TWO = ("add", "atan2", "complex", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract",
+        "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical", "compare", "pad",
+        "gather", "triangular-solve", "add-dependency", "send", "set-dimension-size", "stochastic-convert",
+        "outfeed", "convolution")
+ARITY: dict[str, tuple[int, int | None, int]] = {
+    **{o: (0, 0, 1) for o in ("constant", "iota", "partition-id", "replica-id", "rng-get-and-update-state")},
+    **{o: (1, 1, 1) for o in _ONE}, **{o: (2, 2, 1) for o in _TWO},
+    **{o: (3, 3, 1) for o in ("select", "clamp", "batch-norm-training", "select-and-scatter", "ragged-dot")},
+    "scaled-dot": (4, 4, 1), "batch-norm-inference": (5, 5, 1), "batch-norm-grad": (5, 5, 1),
+    "ragged-all-to-all": (6, 6, 1), "dot": (2, 4, 1),            # a sparse dot adds its metadata operands
+    "rng": (2, 3, 1),                                             # StableHLO's rng may add the result's dims
+    **{o: (1, None, 1) for o in ("dynamic-slice", "concatenate", "sort", "conditional", "map", "all-reduce",
+                                 "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
+                                 "all-to-all", "collective-broadcast", "collective-permute",
+                                 "collective-permute-start", "dynamic-reshape")},
+    "dynamic-update-slice": (2, None, 1), "reduce": (2, None, 2), "reduce-window": (2, None, 2),
+    "scatter": (3, None, 2),
+}
+# Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference).
+TUPLE_RESULTS = frozenset({
+    "tuple", "get-tuple-element", "constant", "while", "conditional", "call", "fusion", "custom-call", "copy",
+    "async-start", "async-update", "async-done", "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather",
+    "all-gather-start", "all-gather-done", "reduce-scatter", "all-to-all", "collective-permute",
+    "collective-permute-start", "collective-permute-done", "collective-broadcast", "copy-start", "send", "recv",
+    "recv-done", "infeed", "batch-norm-training", "batch-norm-grad", "rng-bit-generator", "reduce",
+    "reduce-window", "scatter", "sort", "topk", "opt-barrier", "optimization-barrier", "domain", "scan",
+    "add-dependency"})
+# The computations XLA's parser requires (one of the alternatives, each a tuple of attribute keys).
+CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
+    **{o: (("to_apply",),) for o in ("call", "map", "reduce", "reduce-window", "scatter", "all-reduce",
+                                     "all-reduce-start", "reduce-scatter", "scan")},
+    "sort": (("to_apply",), ("comparator",)),
+    "fusion": (("calls",),), "async-start": (("calls",),), "while": (("condition", "body"),),
+    "conditional": (("branch_computations",), ("true_computation", "false_computation")),
+    "select-and-scatter": (("select", "scatter"),)}
+
+
+def check_form(inst, opcode: str) -> None:
+    """The operand count and called computations XLA's parser requires of `opcode` (HloParseError), and an array
+    result where XLA's shape rules give one (UnsupportedError): what every op's prepare may take for granted."""
+    least, most, step = ARITY.get(opcode, (0, None, 1))
+    n = len(inst.operands)
+    if n < least or (most is not None and n > most) or (n - least) % step:
+        wanted = str(least) if most == least else f"{least} or more" if most is None else f"{least} to {most}"
+        if step == 2:
+            wanted += f" ({'even' if least % 2 == 0 else 'odd'})"
+        raise inst.parse_error(f"{opcode} expects {wanted} operands, has {n}")
+    alternatives = CALLS.get(opcode if opcode != "async-start" or inst.opcode == "async-start" else "")
+    if alternatives and not any(all(k in inst.called for k in keys) for keys in alternatives):
+        raise inst.parse_error(f"{opcode} needs the computation attribute "
+                               + " or ".join("/".join(f"{k}=" for k in keys) for keys in alternatives))
+    if inst.shape.is_tuple and opcode not in TUPLE_RESULTS:
+        raise UnsupportedError(f"{opcode} with the tuple result {inst.shape.to_text(False)}: XLA's shape rules give "
+                               "it an array", inst)
+
+
 def lookup(inst) -> OpDef:
-    try:
-        return OPS[inst.opcode]
-    except KeyError:
-        raise UnsupportedError(f"unsupported opcode {inst.opcode!r}", inst) from None
+    """The op of `inst`, its operand count and result form checked (check_form)."""
+    opdef = OPS.get(inst.opcode)
+    if opdef is None:
+        shorthand = async_shorthand(inst.opcode)
+        if shorthand is None:
+            raise UnsupportedError(f"unsupported opcode {inst.opcode!r}", inst)
+        opdef = OPS[shorthand[0]]       # the wrapped op's form is checked when the async-start prepares it
+    check_form(inst, opdef.opcode)
+    return opdef

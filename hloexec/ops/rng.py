@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from .common import contig, int_attr, str_attr
+from .common import contig, int_attr, invalid, str_attr
 from .custom_call import custom_call
 from .registry import op
 
@@ -203,6 +203,8 @@ def prepare_rng_bit_generator(inst, ctx):
 def prepare_rng(inst, ctx):
     dist = (str_attr(inst, "distribution") or "rng_uniform").lower()
     dims, dt = tuple(inst.shape.dims), inst.shape.dtype
+    if any(o.shape.is_tuple or o.shape.rank for o in inst.operands[:2]):
+        raise invalid(inst, f"bounds {[o.shape.to_text(False) for o in inst.operands[:2]]} that are not scalars")
     gen = np.random.default_rng(abs(hash(inst.name)) % (2 ** 32))
 
     def kernel(a, b, *_shape):  # a third operand, the result's dims (from StableHLO), adds nothing

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..kernels.elementwise import REDUCTIONS
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 JSON_VERSION = 1
@@ -81,8 +82,24 @@ def _prepare(module, args):
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     start = time.perf_counter()
-    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision)
+    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
+                     reductions=args.reductions)
     return exe, time.perf_counter() - start
+
+
+def load_for_report(args):
+    """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read."""
+    from .. import ops  # noqa: F401  (fills the op registry)
+    from ..exec.executor import Executable
+    modules, _ = _parse_module_file(args.file)
+    return Executable(select_module(modules, args.module, args.file), compile_kernels=False)
+
+
+def require(package: str, extra: str, what: str) -> None:
+    """UsageError naming the extra to install when an optional package is missing."""
+    import importlib.util
+    if importlib.util.find_spec(package) is None:
+        raise UsageError(f"{what} needs {package}: pip install 'hloexec[{extra}]'")
 
 
 def parse_size(text: str) -> int:
@@ -276,6 +293,11 @@ def cmd_run(args) -> int:
             raise UsageError("--repeat runs one participant; it does not combine with --spmd")
         return cmd_run_spmd(exe, args, text_out, {"parse": parse_s, "prepare": prepare_s})
     memory = check_memory(exe, args, text_out)
+    if exe.manual_regions:
+        from ..exec.spmd import device_counts
+        partitions, replicas, _ = device_counts(exe.module)
+        print(f"{module.name} is a pre-partition module with manual regions: each of its {partitions * replicas} "
+              "devices runs the global program and its own tiles inside the regions", file=text_out or sys.stderr)
     inputs, inputs_info = _inputs(exe, args)
     profile = {} if args.profile else None
     runs = []
@@ -348,7 +370,7 @@ def cmd_compare(args) -> int:
             raise UsageError("compare --spmd takes a reference HLO file or --expected, not --against xla")
         inputs, inputs_info = _global_inputs(exe, other_exe, args)
         actual = flatten(_spmd_outputs(exe, args, text_out, inputs,
-                                       other_exe.module if other_exe is not None else None)[2])
+                                       other_exe.module if other_exe is not None else None)[2]())
     else:
         check_memory(exe, args, text_out)
         inputs, inputs_info = _inputs(exe, args)
@@ -385,7 +407,9 @@ def _run_on_xla(module, path: str, inputs) -> list:
 
 # -- SPMD: every participant of a partitioned module (hloexec.exec.spmd) --------------------------
 def _is_spmd(args) -> bool:
-    return args.spmd or args.partitions is not None or args.replicas is not None
+    if args.participants_per_worker is not None and args.ray is None:
+        raise UsageError("--participants-per-worker places participants in Ray actors: it needs --ray")
+    return args.spmd or args.partitions is not None or args.replicas is not None or args.ray is not None
 
 
 def _global_inputs(exe, reference_exe, args) -> tuple[list, dict]:
@@ -403,17 +427,21 @@ def _global_inputs(exe, reference_exe, args) -> tuple[list, dict]:
 
 def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
     """Per-device entry arguments: an npz with dev{d}/arg{i} keys, or global arg{i} ones split by the
-    parameters' shardings, or random global values (--seed) split the same way."""
+    parameters' shardings, or random global values (--seed) split the same way (with --ray: split by the
+    workers, GlobalInputs)."""
     from ..exec import spmd
     if args.inputs is None:
+        if args.ray is not None:
+            return spmd.GlobalInputs(seed=args.seed), {"from": "seed", "seed": args.seed}
         return spmd.random_inputs(exe.module, num_devices, args.seed), {"from": "seed", "seed": args.seed}
     from .xla_cpu import load_arrays
     arrays = load_arrays(args.inputs)
     shapes = [p.shape for p in exe.parameters]
     if not any(key.startswith("dev") for key in arrays):
         inputs = nest(numbered(arrays, "arg", args.inputs), shapes, args.inputs)
-        return spmd.split_inputs(exe.module, inputs, num_devices), {"from": "npz", "path": args.inputs,
-                                                                     "split": "global arrays by sharding"}
+        split = spmd.GlobalInputs(inputs) if args.ray is not None \
+            else spmd.split_inputs(exe.module, inputs, num_devices)
+        return split, {"from": "npz", "path": args.inputs, "split": "global arrays by sharding"}
     by_device: dict[int, dict] = {}
     for key, value in arrays.items():
         m = re.fullmatch(r"dev(\d+)/(.*)", key)
@@ -429,46 +457,52 @@ def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
 
 
 def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
-    """(counts, per-device outputs, global outputs) of an SPMD run, what it says printed first; inputs from
-    `global_inputs` split by sharding, else from --inputs/--seed (_per_device_inputs). The global outputs
-    are assembled by the output shardings (the ones the `reference` module, the program before
-    partitioning, annotates where the module has none), cropped to the reference's output shapes."""
+    """(counts, per-device outputs, assemble) of an SPMD run, what it says printed first; inputs from
+    `global_inputs` split by sharding, else from --inputs/--seed (_per_device_inputs). `assemble()` gives the
+    global outputs, assembled by the output shardings (the ones the `reference` module, the program before
+    partitioning, annotates where the module has none), cropped to the reference's output shapes. With
+    --ray the per-device outputs stay on the workers (a RayOutputs) until asked for."""
     from ..exec import spmd
+    from ..exec.manual import PRE_PARTITION_HINT
     def say(message: str) -> None:        # with --json, on stderr
         print(message, file=text_out or sys.stderr, flush=True)
+    if exe.manual_regions:
+        raise UsageError(f"--spmd runs a per-device (SPMD-partitioned) module, and {exe.module.name} is not one: "
+                         + PRE_PARTITION_HINT)
     partitions, replicas, note = spmd.device_counts(exe.module, args.partitions, args.replicas)
     if note:
         say(note)
     n = partitions * replicas
+    ray = args.ray is not None
+    if ray and (args.plugin or args.custom_call_identity):
+        raise UsageError("--plugin and --custom-call-identity register targets in this process, not in the Ray "
+                         "workers: to run them with --ray, install them as a package with an `hloexec.custom_calls` "
+                         "entry point (every worker loads those)")
     if global_inputs is not None:
-        per_device, inputs_info = spmd.split_inputs(exe.module, global_inputs, n), None
+        per_device = spmd.GlobalInputs(global_inputs) if ray else spmd.split_inputs(exe.module, global_inputs, n)
+        inputs_info = None
     else:
         per_device, inputs_info = _per_device_inputs(exe, args, n)
+    runner = {"runner": "ray", "ray_address": None if args.ray == "local" else args.ray,
+              "participants_per_worker": args.participants_per_worker} if ray else {}
     start = time.perf_counter()
     outputs = exe.run_spmd(per_device, partitions=partitions, replicas=replicas, report=say,
-                           memory_limit=args.max_memory)
+                           memory_limit=args.max_memory, **runner)
     counts = {"partitions": partitions, "replicas": replicas, "devices": n, "note": note,
-              "inputs": inputs_info, "memory": spmd.memory_estimate(exe, per_device),
+              "inputs": inputs_info, "runner": "ray" if ray else "threads",
+              "memory": outputs.report["memory"] if ray else spmd.memory_estimate(exe, per_device),
               "execute_seconds": time.perf_counter() - start}
+    if ray:
+        counts["ray"] = outputs.report
     global_shapes = [leaf.dims for _, leaf in reference.entry.root.shape.leaves()] if reference is not None else None
-    for i, (sharding, got) in enumerate(zip(spmd.output_shardings(exe.module, reference), flatten(outputs[0]))):
-        if sharding is None and global_shapes is not None and tuple(got.shape) != tuple(global_shapes[i]):
-            raise UsageError(f"output {i} has no sharding in {exe.module.name} nor in the reference's ROOT, and its "
-                             f"per-device shape {list(got.shape)} is not the reference's {list(global_shapes[i])}: "
-                             f"cannot assemble it (give the reference's ROOT a sharding, e.g. jax's "
-                             f"out_shardings in the pre-optimization HLO)")
-    return counts, outputs, spmd.assemble_outputs(exe.module, outputs, global_shapes, reference)
-
-
-def _device_ranges(devices: list[int]) -> str:
-    """[0,1,2,3,8] -> '0-3,8'."""
-    runs: list[list[int]] = []
-    for d in devices:
-        if runs and d == runs[-1][-1] + 1:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    if global_shapes is not None:
+        for i, (sharding, got) in enumerate(zip(spmd.output_shardings(exe.module, reference), flatten(outputs[0]))):
+            if sharding is None and tuple(got.shape) != tuple(global_shapes[i]):
+                raise UsageError(f"output {i} has no sharding in {exe.module.name} nor in the reference's ROOT, and "
+                                 f"its per-device shape {list(got.shape)} is not the reference's "
+                                 f"{list(global_shapes[i])}: cannot assemble it (give the reference's ROOT a "
+                                 f"sharding, e.g. jax's out_shardings in the pre-optimization HLO)")
+    return counts, outputs, lambda: spmd.assemble_outputs(exe.module, outputs, global_shapes, reference)
 
 
 def output_groups(index: int, per_device: list) -> list[dict]:
@@ -486,22 +520,43 @@ def output_groups(index: int, per_device: list) -> list[dict]:
     return [{"devices": g["devices"], "summary": array_summary(index, g["value"])} for g in groups]
 
 
+def remote_output_groups(outputs) -> list[list[dict]]:
+    """output_groups for outputs left on Ray workers (a RayOutputs): devices grouped by their digests (the
+    same bytes), each group's summary made by a worker that holds it; no array moves."""
+    digests = [flatten(d) for d in outputs.digests()]
+    groups: list[list[list[int]]] = []
+    for i in range(len(digests[0])):
+        by_digest: dict = {}
+        for d, leaves in enumerate(digests):
+            by_digest.setdefault(leaves[i], []).append(d)
+        groups.append(list(by_digest.values()))
+    requests: dict[int, list[int]] = {}
+    for i, output in enumerate(groups):
+        for devices in output:
+            requests.setdefault(devices[0], []).append(i)
+    summaries = outputs.apply(array_summary, requests)
+    return [[{"devices": devices, "summary": summaries[devices[0]][i]} for devices in output]
+            for i, output in enumerate(groups)]
+
+
 def cmd_run_spmd(exe, args, text_out, seconds: dict) -> int:
     """`hloexec run --spmd / --partitions N / --replicas R`: every participant, collectives between them."""
     from ..exec import spmd
-    counts, outputs, assembled = _spmd_outputs(exe, args, text_out)
+    counts, outputs, assemble = _spmd_outputs(exe, args, text_out)
     seconds["execute"] = counts.pop("execute_seconds")
-    per_device = [flatten(out) for out in outputs]
-    global_outputs = flatten(assembled)
-    groups = [output_groups(i, [leaves[i] for leaves in per_device]) for i in range(len(global_outputs))]
+    if isinstance(outputs, list):
+        per_device = [flatten(out) for out in outputs]
+        groups = [output_groups(i, [leaves[i] for leaves in per_device]) for i in range(len(per_device[0]))]
+    else:
+        groups = remote_output_groups(outputs)
     problems = spmd.check_replicated(exe.module, outputs)
-    checked = sum(1 for s, g in zip(spmd.output_shardings(exe.module), global_outputs)
-                  if isinstance(g, np.ndarray) and spmd.agreeing_groups(s, counts["devices"], g.ndim))
+    checked = sum(1 for s, output in zip(spmd.output_shardings(exe.module), groups)
+                  if spmd.agreeing_groups(s, counts["devices"], len(output[0]["summary"]["shape"])))
     nan_found = any(g["summary"]["nan"] for output in groups for g in output)
-    if args.out is not None:
+    if args.out is not None:          # with --ray: gathers every device's outputs here
         from .xla_cpu import save_arrays
-        arrays = {f"out{i}": a for i, a in enumerate(global_outputs)}
-        arrays.update({f"dev{d}/out{i}": a for d, leaves in enumerate(per_device) for i, a in enumerate(leaves)})
+        arrays = {f"out{i}": a for i, a in enumerate(flatten(assemble()))}
+        arrays.update({f"dev{d}/out{i}": a for d, out in enumerate(outputs) for i, a in enumerate(flatten(out))})
         save_arrays(args.out, arrays)
     replicated = {"outputs_checked": checked, "agree": not problems, "problems": problems}
     if args.json:
@@ -513,16 +568,16 @@ def cmd_run_spmd(exe, args, text_out, seconds: dict) -> int:
     else:
         n = counts["devices"]
         print(f"module {exe.module.name}: {counts['partitions']} partitions x {counts['replicas']} replicas, "
-              f"{len(global_outputs)} output{'s' if len(global_outputs) != 1 else ''} per device, inputs "
+              f"{len(groups)} output{'s' if len(groups) != 1 else ''} per device, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
         print(f"{'out':>4}  {'devices':<16} {'shape':<20} {'dtype':<6} {'min':>12} {'max':>12} {'mean':>12} "
               f"{'NaN':>8} {'Inf':>8}")
         for i, output in enumerate(groups):
             if len(output) > 1:       # devices differ: one line, min/max over all of them
                 s = _across_devices(i, output)
-                devices = f"{_device_ranges(list(range(n)))} ({len(output)} values)"
+                devices = f"{spmd.device_ranges(list(range(n)))} ({len(output)} values)"
             else:
-                s, devices = output[0]["summary"], _device_ranges(output[0]["devices"])
+                s, devices = output[0]["summary"], spmd.device_ranges(output[0]["devices"])
             shape = "[" + ",".join(map(str, s["shape"])) + "]"
             print(f"{i:>4}  {devices:<16} {shape:<20} {s['dtype']:<6} {_fmt(s['min']):>12} {_fmt(s['max']):>12} "
                   f"{_fmt(s['mean']):>12} {s['nan']:>8} {s['inf']:>8}")
@@ -535,6 +590,15 @@ def cmd_run_spmd(exe, args, text_out, seconds: dict) -> int:
                   f"(by their shardings) agree exactly")
         print(f"time: parse {seconds['parse'] * 1e3:.1f} ms, prepare {seconds['prepare'] * 1e3:.1f} ms, "
               f"execute {seconds['execute']:.2f} s ({n} participants)")
+        if "ray" in counts:
+            from .stats import human_bytes
+            moved, workers = counts["ray"]["bytes_moved"], counts["ray"]["workers"]
+            print(f"ray: {len(workers)} workers on {len({w['node'] for w in workers})} node(s); moved between "
+                  f"workers {human_bytes(moved['object_store'])} through the object store, "
+                  f"{human_bytes(moved['actor_calls'])} in actor calls ({human_bytes(moved['between_nodes'])} between "
+                  f"nodes); inputs put {human_bytes(moved['inputs'])}, outputs fetched "
+                  f"{human_bytes(moved['outputs_fetched'])}; peak RSS per worker "
+                  + ", ".join(human_bytes(w["peak_rss_bytes"]) for w in workers))
         if args.out is not None:
             print(f"outputs written to {args.out} (out{{i}} global, dev{{d}}/out{{i}} per device)")
     if problems:
@@ -612,14 +676,33 @@ def build_parser() -> argparse.ArgumentParser:
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     execution.add_argument("--excess-precision", action="store_true",
                            help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
+    execution.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
+                           help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
+                                "f32, rounded once) or per-step (every step rounded to the type, in row-major "
+                                "order, as XLA:CPU's optimized modules compute them)")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
+    calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")
+    calls.add_argument("--plugin", metavar="FILE", action="append", default=[],
+                       help="a Python file registering custom-call targets with "
+                            "hloexec.ops.custom_call.register_custom_call (repeatable); installed packages register "
+                            "theirs through the entry-point group 'hloexec.custom_calls'")
+    calls.add_argument("--custom-call-identity", metavar="NAME", action="append", default=[],
+                       help="treat custom-call target NAME as the identity: its value is its operand (transfer and "
+                            "marker calls; repeatable)")
     spmd_options = execution.add_argument_group("SPMD (every participant of a partitioned module)")
     spmd_options.add_argument("--spmd", action="store_true",
                               help="run all participants: counts from the module header, or inferred from its "
                                    "replica groups and shardings (a message says so)")
     spmd_options.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (implies --spmd)")
     spmd_options.add_argument("--replicas", type=int, metavar="R", help="replicas (implies --spmd)")
+    spmd_options.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                              help="run the participants as Ray actors (implies --spmd; pip install 'hloexec[ray]'): "
+                                   "a new local Ray instance, or ADDRESS (auto, ray://HOST:PORT, HOST:PORT) joins a "
+                                   "cluster; put it after FILE")
+    spmd_options.add_argument("--participants-per-worker", type=_positive_int, metavar="N",
+                              help="with --ray: participants per Ray actor (default: spread evenly over the nodes, "
+                                   "fewer where a worker would not fit a node's memory)")
 
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = _subparser(subparsers, "stats", "Describe HLO files: sizes, ops, dtypes, bytes, FLOPs, collectives.",
@@ -637,7 +720,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
                    "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
                    "  hloexec run step.hlo --repeat 3 --profile    # ... of the third (warm) run\n"
-                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants",
+                   "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants\n"
+                   "  hloexec run gpt_16dev.hlo --spmd --ray            # ... as Ray actors, a local Ray instance\n"
+                   "  hloexec run big.hlo --ray auto --participants-per-worker 8   # ... on the cluster of `ray start`\n"
+                   "  hloexec run neuron.hlo --custom-call-identity AwsNeuronTransferWithStaticRing\n"
+                   "  hloexec run rms.hlo --plugin examples/custom_call_plugin.py   # targets from a Python file",
                    [common, execution],
                    "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
                    "available memory (MemAvailable) or --max-memory; then per output its shape, dtype,\n"
@@ -649,7 +736,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "line per output (its device range when the devices agree; otherwise min/max over all),\n"
                    "and whether outputs meant to be replicated agree (exit 1 when not). --out writes the\n"
                    "global outputs assembled by the output shardings (out{i}) and per-device ones\n"
-                   "(dev{d}/out{i}).")
+                   "(dev{d}/out{i}).\n\n"
+                   "--ray [ADDRESS]: the participants run in Ray actors (a group per actor, threads inside), on a\n"
+                   "new local Ray instance or the cluster at ADDRESS; the outputs stay on the workers (digests\n"
+                   "and summaries are made there; --out gathers them); the end of the report says the bytes\n"
+                   "moved between the workers. Needs pip install 'hloexec[ray]' on every node.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--out", metavar="NPZ", help="write the outputs as out0..outM (tuple results flattened)")
     p.add_argument("--fail-on-nan", action="store_true", help="exit 1 when an output holds a NaN")
@@ -665,6 +756,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
                    "  hloexec compare model.opt.hlo model.pre.hlo --seed 1     # same inputs to both\n"
                    "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
+                   "  hloexec compare cpu_after_optimizations.txt --inputs in.npz --expected xla.npz \\\n"
+                   "      --reductions per-step                 # f16 sums rounded at every step, as XLA:CPU\n"
                    "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs",
                    [common, execution], _tolerances_help() + "\n\n"
                    "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
@@ -683,6 +776,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json", [common])
     p.add_argument("--markdown", action="store_true", help="the README's markdown table, with notes")
     p.set_defaults(handler=cmd_ops)
+
+    from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
+    for report in (memory, collectives, export, graph):
+        report.add_command(subparsers, _subparser, [common])
     return parser
 
 
@@ -693,8 +790,9 @@ def _version() -> str:
 
 def _known_errors() -> tuple:
     """Errors whose message says all a user needs (no traceback, 'error:' prefix)."""
+    from .plugins import PluginError
     from .xla_cpu import XlaCpuError
-    return HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError
+    return HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError
 
 
 def _message(e: BaseException, path: str | None = None) -> str:
@@ -721,6 +819,9 @@ def main(argv=None) -> int:
         return EXIT_ERROR
     debug = args.debug or os.environ.get("HLOEXEC_DEBUG", "") not in ("", "0")
     try:
+        if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
+            from .plugins import apply
+            apply(args.plugin, args.custom_call_identity)
         return args.handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

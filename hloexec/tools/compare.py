@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import ml_dtypes
 import numpy as np
 
+from ..exec.inputs import from_npz_void
 from ..ir.dtypes import element_type_of
 
 # element type name -> (atol, rtol): about one unit in the last place at 1.0 for the 16-bit types,
@@ -113,6 +114,7 @@ def compare_outputs(actual, expected, atol: float | None = None, rtol: float | N
 
 def compare_array(index: int, actual: np.ndarray, expected: np.ndarray, atol: float | None = None,
                   rtol: float | None = None) -> OutputComparison:
+    expected, actual = from_npz_void(expected, actual.dtype), from_npz_void(actual, expected.dtype)
     default_atol, default_rtol = default_tolerance(expected.dtype)
     out = OutputComparison(index, tuple(expected.shape), dtype_name(expected.dtype),
                            default_atol if atol is None else atol, default_rtol if rtol is None else rtol,

@@ -21,14 +21,24 @@ def op_rows() -> list[dict]:
             for d in sorted(OPS.values(), key=lambda d: d.opcode)]
 
 
-def custom_call_rows() -> list[dict]:
-    """One row per custom-call implementation: the targets it serves and its docstring."""
+def custom_call_rows(builtin_only: bool = False) -> list[dict]:
+    """One row per custom-call implementation: the targets it serves, its family (the module of
+    hloexec.ops.custom_call it is in, or the plugin's module) and its docstring."""
     from ..ops.custom_call import CUSTOM_CALLS
     by_prepare: dict = {}
     for target, prepare in CUSTOM_CALLS.items():
+        if builtin_only and not prepare.__module__.startswith("hloexec."):
+            continue
         by_prepare.setdefault(prepare, []).append(target)
-    return [{"targets": targets, "notes": " ".join((prepare.__doc__ or "").split())}
-            for prepare, targets in sorted(by_prepare.items(), key=lambda kv: kv[1][0].lower())]
+    rows = [{"targets": targets, "family": prepare.__module__.rsplit(".", 1)[-1],
+             "notes": " ".join((prepare.__doc__ or "").split())} for prepare, targets in by_prepare.items()]
+    return sorted(rows, key=lambda r: (r["family"], r["targets"][0].lower()))
+
+
+def opaque_rows() -> list[dict]:
+    """The compiled-kernel targets hloexec names but cannot run."""
+    from ..ops.custom_call import OPAQUE_KERNELS
+    return [{"target": t, "kind": kind} for t, kind in sorted(OPAQUE_KERNELS.items())]
 
 
 def markdown_table() -> str:
@@ -37,9 +47,13 @@ def markdown_table() -> str:
 
     lines = ["| opcode | dtypes | kernel | notes |", "|---|---|---|---|"]
     lines += [f"| `{r['opcode']}` | {cell(r['dtypes'])} | {r['kernel']} | {cell(r['notes'])} |" for r in op_rows()]
-    lines += ["", "custom-call targets (`hloexec.ops.custom_call.register_custom_call` adds more):", "",
-              "| target | notes |", "|---|---|"]
-    lines += [f"| {', '.join(f'`{t}`' for t in r['targets'])} | {cell(r['notes'])} |" for r in custom_call_rows()]
+    lines += ["", "custom-call targets, by family (`hloexec/ops/custom_call/<family>.py`; see Custom-calls for "
+              "`--plugin`, `--custom-call-identity` and `register_custom_call`):", "",
+              "| target | family | numerics |", "|---|---|---|"]
+    lines += [f"| {', '.join(f'`{t}`' for t in r['targets'])} | {r['family']} | {cell(r['notes'])} |"
+              for r in custom_call_rows(builtin_only=True)]
+    lines += ["", "Opaque compiled kernels (a run stops at them with an error saying so; a plugin can supply "
+              "their meaning): " + "; ".join(f"`{r['target']}` ({cell(r['kind'])})" for r in opaque_rows()) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -110,7 +110,7 @@ def module_stats(module: Module) -> ModuleStats:
             targets[_target(inst)] += 1
         elif inst.opcode == "fusion":
             fusion_kinds[str(inst.attr("kind", "?"))] += 1
-    walk = _Walk()
+    walk = Walk()
     totals = walk.totals(module.entry)
     entry = module.entry
     root_shape = entry.root.shape
@@ -151,7 +151,7 @@ class _Totals:
             mine.groups.update(c.groups)
 
 
-class _Walk:
+class Walk:
     """Totals of a computation and everything it calls, memoized per computation."""
 
     def __init__(self):
@@ -172,6 +172,18 @@ class _Walk:
         return t
 
 
+def instruction_flops(inst: Instruction, walk: Walk | None = None) -> int:
+    """FLOPs of one instruction as `stats` counts them (dots, convolutions, gemms), those of the computations
+    it calls included (a fusion's dots; a while body once). Pass one `walk` for many instructions of a module."""
+    t = _Totals()
+    _count(inst, t)
+    if inst.opcode not in _NOT_A_CALL_SITE:
+        walk = walk or Walk()
+        for called in inst.called_computations:
+            t.add(walk.totals(called))
+    return sum(t.flops.values())
+
+
 def _count(inst: Instruction, t: _Totals) -> None:
     op = inst.opcode
     if op == "dot":
@@ -190,7 +202,7 @@ def _count(inst: Instruction, t: _Totals) -> None:
         if kind in COLLECTIVES:
             c = t.collectives.setdefault(kind, Collective(kind))
             c.count += 1
-            c.bytes += _collective_bytes(inst, kind)
+            c.bytes += collective_bytes(inst, kind)
             c.groups[_groups_summary(inst)] += 1
 
 
@@ -227,7 +239,7 @@ def _product(values) -> int:
     return n
 
 
-def _collective_bytes(inst: Instruction, kind: str) -> int:
+def collective_bytes(inst: Instruction, kind: str) -> int:
     if kind != "all-gather":
         return sum(o.shape.nbytes for o in inst.operands)
     shape = inst.shape

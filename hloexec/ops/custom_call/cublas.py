@@ -1,0 +1,181 @@
+"""cuBLAS calls of XLA-GPU: gemm (legacy and cublasLt), the fp8 cublasLt matmul, triangular solve.
+
+backend_config is a GpuBackendConfig whose gemm_backend_config (GemmBackendConfig, backend_configs.proto)
+holds the dot's dimension numbers, alpha/beta and the epilogue; older dumps print that message at the top
+level. Operand order follows XLA's thunk emitter: a, b, [c when beta != 0], then for fp8 a_scale, b_scale,
+[vector bias], [d_scale when the output is fp8].
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import UnsupportedError
+from ..common import contig, is_low_float
+from ..contraction import compute_dtype, dot_general, finish, triangular_solve
+from .registry import backend_config, custom_call, enum_field, field, target_of
+
+_F32 = np.dtype(np.float32)
+EPILOGUES = ("DEFAULT", "BIAS", "RELU", "BIAS_RELU", "GELU", "GELU_AUX", "BIAS_GELU", "BIAS_GELU_AUX",
+             "SILU", "BIAS_SILU")
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation, as cuBLASLt's GELU epilogue computes it."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def _dims(v):
+    return tuple(int(t) for t in (v or ()))
+
+
+class _Gemm:
+    """A GemmBackendConfig decoded: dimension numbers, alpha, beta, epilogue."""
+
+    def __init__(self, inst):
+        g = backend_config(inst, "gemm_backend_config")
+        dd = field(g, "dot_dimension_numbers", {}) or {}
+        self.lc, self.rc = _dims(field(dd, "lhs_contracting_dimensions")), _dims(field(dd, "rhs_contracting_dimensions"))
+        self.lb, self.rb = _dims(field(dd, "lhs_batch_dimensions")), _dims(field(dd, "rhs_batch_dimensions"))
+        self.alpha = complex(float(field(g, "alpha_real", 1)), float(field(g, "alpha_imag", 0)))
+        self.beta = float(field(g, "beta", 0))
+        self.epilogue = enum_field(g, "epilogue", EPILOGUES, inst)
+        self.damax = bool(field(g, "damax_output", False))
+        self.has_bias = self.epilogue.startswith("BIAS")
+
+    def product(self, a, b, cdt):
+        """alpha * dot(a, b) in the compute type `cdt`."""
+        r = dot_general(a, b, self.lb, self.rb, self.lc, self.rc, cdt)
+        if self.alpha.imag != 0:
+            return r * self.alpha
+        if self.alpha.real != 1:
+            return (r * np.asarray(self.alpha.real, cdt)).astype(cdt)
+        return r
+
+    def finish_epilogue(self, r, c, bias, cdt):
+        """(activation(r + beta * c + bias), the pre-activation value)."""
+        if c is not None:
+            r = r + np.asarray(self.beta, cdt) * c.astype(cdt)
+        if bias is not None:
+            r = r + bias.astype(cdt)     # broadcast along the last (column) dims
+        pre = r
+        if "RELU" in self.epilogue:
+            r = np.maximum(r, 0)
+        elif "GELU" in self.epilogue:
+            r = gelu_tanh(r)
+        elif "SILU" in self.epilogue:
+            r = r / (1 + np.exp(-r))
+        return r, pre
+
+
+def _work_dtype(out_dtype):
+    """The accumulation type: f32 for low floats and f32, f64 for f64, complex and integers as themselves."""
+    cdt = compute_dtype(out_dtype)
+    if cdt.kind in "iuc":
+        return cdt
+    return np.dtype(np.float64) if np.dtype(out_dtype) == np.float64 else _F32
+
+
+@custom_call("__cublas$gemm", "__cublas$lt$matmul")
+def cublas_gemm(inst, ctx):
+    """result = epilogue(alpha * dot(a, b) + beta * c + bias): backend_config dot_dimension_numbers, alpha
+    (real/imag), beta (beta != 0: operand 2 is c), epilogues DEFAULT, RELU, GELU (tanh approximation, as
+    cuBLASLt), SILU, their BIAS_ forms (bias: the next operand, along the result's last dims) and
+    (BIAS_)GELU_AUX (the pre-activation value as the 2nd result); f16/bf16 computed in f32, rounded once. A
+    tuple result's remaining leaves (the s8 workspace) are zeros."""
+    g = _Gemm(inst)
+    leaves = [s for _, s in inst.shape.leaves()]
+    out_dtype = leaves[0].dtype
+    cdt = _work_dtype(out_dtype)
+    c_index = 2 if g.beta != 0 else None
+    bias_index = (3 if g.beta != 0 else 2) if g.has_bias else None
+    need = 2 + (g.beta != 0) + g.has_bias
+    if len(inst.operands) < need:
+        raise UnsupportedError(f"cuBLAS gemm expects {need} operands, got {len(inst.operands)}", inst)
+
+    def kernel(*xs):
+        r = g.product(xs[0], xs[1], cdt)
+        r, pre = g.finish_epilogue(r, None if c_index is None else xs[c_index],
+                                   None if bias_index is None else xs[bias_index], cdt)
+        out = contig(np.asarray(r).astype(out_dtype))
+        if not inst.shape.is_tuple:
+            return out
+        res = [out]
+        for j, s in enumerate(leaves[1:], start=1):
+            if j == 1 and g.epilogue.endswith("AUX"):
+                res.append(contig(np.asarray(pre).astype(s.dtype).reshape(s.dims)))
+            else:
+                res.append(np.zeros(s.dims, s.dtype))
+        return tuple(res)
+    return kernel
+
+
+@custom_call("__cublas$lt$matmul$f8")
+def cublas_lt_matmul_f8(inst, ctx):
+    """cuBLASLt's scaled fp8 matmul: D = d_scale * epilogue(alpha * a_scale * b_scale * dot(a, b) + beta * c
+    + bias), accumulated in f32 from the exact fp8 values. Operands (XLA's thunk emitter): a, b, [c when beta
+    != 0], a_scale, b_scale (f32 scalars), [bias with a BIAS epilogue], [d_scale, last, when the output is
+    fp8]; an fp8 output saturates to its finite range (the clamp the rewriter folded in), other outputs round
+    once. With damax_output the 2nd result is max|D| before d_scale (f32). Remaining leaves (workspace): zeros.
+    Dumps before d_scale moved last carried c_scale and d_scale after b_scale, then the bias: both are read."""
+    g = _Gemm(inst)
+    leaves = [s for _, s in inst.shape.leaves()]
+    out_dtype = np.dtype(leaves[0].dtype)
+    fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
+    n = len(inst.operands)
+    scale0 = 3 if g.beta != 0 else 2
+    new_form = scale0 + 2 + g.has_bias + fp8_out
+    old_form = scale0 + 4 + g.has_bias
+    if n == new_form:
+        bias_index = scale0 + 2 if g.has_bias else None
+        d_index = n - 1 if fp8_out else None
+    elif n == old_form:
+        d_index, bias_index = scale0 + 3, (scale0 + 4 if g.has_bias else None)
+    else:
+        raise UnsupportedError(f"{target_of(inst)} with {n} operands (beta={g.beta}, epilogue={g.epilogue}, "
+                               f"{out_dtype} output): expected {new_form}", inst)
+    if fp8_out:
+        import ml_dtypes
+        limit = float(ml_dtypes.finfo(out_dtype).max)
+
+    def kernel(*xs):
+        scale = np.float32(xs[scale0]) * np.float32(xs[scale0 + 1])
+        r = g.product(xs[0], xs[1], _F32) * scale
+        r, _ = g.finish_epilogue(r.astype(_F32), xs[2] if g.beta != 0 else None,
+                                 None if bias_index is None else xs[bias_index], _F32)
+        amax = np.float32(np.max(np.abs(r), initial=0))
+        if d_index is not None:
+            r = r * np.float32(xs[d_index])
+        if fp8_out:
+            r = np.clip(r, -limit, limit)
+        out = finish(r.astype(_F32), out_dtype)
+        res = [out]
+        for j, s in enumerate(leaves[1:], start=1):
+            res.append(np.asarray(amax, s.dtype) if (j == 1 and g.damax) else np.zeros(s.dims, s.dtype))
+        return tuple(res) if inst.shape.is_tuple else out
+    return kernel
+
+
+@custom_call("__cublas$triangularSolve")
+def cublas_triangular_solve(inst, ctx):
+    """XLA-GPU's triangular-solve (TriangularSolveRewriter): operands (a, b), backend_config the
+    TriangularSolveOptions (left_side, lower, unit_diagonal, transpose_a); result (x, s8 temp) with x as the
+    triangular-solve op defines it (only a's named triangle read). The temp buffer is zeros."""
+    cfg = backend_config(inst)
+    if not inst.shape.is_tuple or len(inst.operands) != 2:
+        raise UnsupportedError(f"{target_of(inst)} takes (a, b) and returns (x, temp)", inst)
+    x_shape, *rest = inst.shape.tuple_shapes
+    transpose = enum_field(cfg, "transpose_a", TRANSPOSE_KINDS, inst, default=1)
+    if transpose == "TRANSPOSE_INVALID":
+        raise UnsupportedError(f"{target_of(inst)} with transpose_a={transpose}", inst)
+    solve = triangular_solve(bool(field(cfg, "left_side", False)), bool(field(cfg, "lower", False)),
+                             bool(field(cfg, "unit_diagonal", False)), transpose, x_shape.dtype)
+
+    def kernel(a, b):
+        return (solve(a, b), *(np.zeros(s.dims, s.dtype) for s in rest))
+    return kernel
+
+
+# TriangularSolveOptions.Transpose (xla_data.proto)
+TRANSPOSE_KINDS = ("TRANSPOSE_INVALID", "NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")

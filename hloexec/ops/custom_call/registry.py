@@ -1,0 +1,133 @@
+"""The custom-call registry: target name -> prepare function, filled by the family modules of this package,
+by plugins (`hloexec run --plugin FILE`) and by installed packages through the entry-point group
+`hloexec.custom_calls`.
+
+A target's prepare has an op's contract: `prepare(inst, ctx) -> kernel(*operand_values) -> value` (see
+hloexec/ops/registry.py); its docstring is the target's row in the README's custom-call table.
+"""
+from __future__ import annotations
+
+import re
+
+from ...errors import UnsupportedError
+
+CUSTOM_CALLS: dict = {}
+# target prefix -> (applies(inst), prepare) for a family of targets named by prefix, tried when no exact
+# target matches (composite.py: xla_builder.* calls carrying their body)
+PREFIXED_CALLS: dict = {}
+# target -> what kind of compiled kernel it is: targets whose meaning is a binary hloexec cannot run (opaque.py)
+OPAQUE_KERNELS: dict[str, str] = {}
+
+# Installed packages provide targets under this entry-point group: each entry point names a module (importing
+# it registers its targets) or a callable taking no arguments (calling it registers them).
+ENTRY_POINT_GROUP = "hloexec.custom_calls"
+_entry_points_loaded = False
+
+PLUG_IN_HINT = ("supply an implementation: `hloexec run|compare --plugin my_calls.py` (a Python file calling "
+                "hloexec.ops.custom_call.register_custom_call), an installed package with an entry point in the "
+                f"group {ENTRY_POINT_GROUP!r}, or `--custom-call-identity NAME` for a target that passes its "
+                "operand through unchanged")
+
+
+def register_custom_call(target: str, prepare, *, replace: bool = False):
+    """Register `prepare(inst, ctx) -> kernel(*operands)` for custom-call target `target`."""
+    if target in CUSTOM_CALLS and not replace:
+        raise ValueError(f"custom-call target {target!r} registered twice")
+    CUSTOM_CALLS[target] = prepare
+    return prepare
+
+
+def custom_call(*targets: str):
+    """Decorator form of register_custom_call (one prepare for several target names)."""
+    def deco(prepare):
+        for t in targets:
+            register_custom_call(t, prepare)
+        return prepare
+    return deco
+
+
+def target_of(inst) -> str:
+    t = inst.attr("custom_call_target")
+    return "" if t is None else str(t).strip().strip('"')
+
+
+def load_entry_points() -> list[str]:
+    """Load the `hloexec.custom_calls` entry points of installed packages (once); their names."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return []
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+    names = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj()
+        except Exception as e:  # noqa: BLE001 - a broken plugin must say which one it is
+            raise UnsupportedError(f"custom-call plugin {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} "
+                                   f"failed to load: {type(e).__name__}: {e}") from e
+        names.append(ep.name)
+    return names
+
+
+def lookup(inst):
+    """The prepare function for `inst`'s target (loading the installed plugins once on a miss)."""
+    target = target_of(inst)
+    prepare = CUSTOM_CALLS.get(target)
+    if prepare is None and load_entry_points():
+        prepare = CUSTOM_CALLS.get(target)
+    if prepare is None:
+        for prefix, (applies, family) in PREFIXED_CALLS.items():
+            if target.startswith(prefix) and applies(inst):
+                return family
+    if prepare is None and target in OPAQUE_KERNELS:
+        raise UnsupportedError(f"custom-call target {target!r} is an opaque compiled kernel ({OPAQUE_KERNELS[target]}): "
+                               f"hloexec cannot run its code; to run this module, {PLUG_IN_HINT} (a plugin sees the "
+                               "instruction, its backend_config included, and supplies the kernel's numpy meaning)", inst)
+    if prepare is None:
+        raise UnsupportedError(f"unsupported custom-call target {target!r}: hloexec has no implementation of "
+                               f"it; {PLUG_IN_HINT}", inst)
+    return prepare
+
+
+# -- backend_config ------------------------------------------------------------------------------
+def backend_config(inst, nested: str | None = None) -> dict:
+    """The decoded backend_config dict ({} when absent); `nested`: the GpuBackendConfig sub-message of that
+    name when present, else the whole dict (XLA wrote the sub-message at the top level before GpuBackendConfig
+    existed). A config that is not a dict (opaque bytes or text) is an UnsupportedError."""
+    cfg = inst.attr("backend_config")
+    if cfg is None or cfg == "":
+        return {}
+    if not isinstance(cfg, dict):
+        raise UnsupportedError(f"custom-call {target_of(inst)!r} with a backend_config that is not a JSON or "
+                               "attribute dictionary", inst)
+    if nested is not None and isinstance(cfg.get(nested), dict):
+        return cfg[nested]
+    return cfg
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), name)
+
+
+def field(cfg: dict, name: str, default=None):
+    """A proto field of a JSON-printed message by its proto name (`conv_result_scale`) or its JSON name
+    (`convResultScale`): protobuf's JSON printer writes the latter, XLA's HLO printer the former."""
+    if name in cfg:
+        return cfg[name]
+    return cfg.get(_camel(name), default)
+
+
+def enum_field(cfg: dict, name: str, names: tuple[str, ...], inst, default: int = 0) -> str:
+    """A proto enum field, printed as its name or its number (a JSON string or int), as the name."""
+    v = field(cfg, name, default)
+    if isinstance(v, str) and v.lstrip("-").isdigit():
+        v = int(v)
+    if isinstance(v, int):
+        if 0 <= v < len(names):
+            return names[v]
+    elif v in names:
+        return v
+    raise UnsupportedError(f"custom-call {target_of(inst)!r}: {name}={v!r} is not one of {', '.join(names)}", inst)
+
