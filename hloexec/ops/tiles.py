@@ -37,25 +37,28 @@ def device_tile(value, sharding: Sharding | None, shape: Shape, device: int):
     return np.ascontiguousarray(piece)
 
 
-def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: int) -> list:
+def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: int, devices=None) -> list:
     """Per-device pieces of a global value: `shape` is the per-device (partitioned) parameter shape.
 
     Replicated, maximal and absent shardings give every device the same read-only object (no copy);
     tiled ones give device d its tile, zero-padded where the global dims do not divide evenly
     (XLA's shards all have the per-device shape, the last ones padded); the devices of a replicated
-    subgroup share one read-only copy of their tile.
+    subgroup share one read-only copy of their tile. `devices` (a set of ids): only their pieces are
+    made, the others are None (a Ray worker splits for the participants it holds).
     """
     if shape.is_tuple:
         elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
             else [sharding] * len(shape.tuple_shapes)
-        per_element = [split_global(v, s, sub, num_devices) for v, s, sub in zip(value, elements, shape.tuple_shapes)]
-        return [tuple(pieces[d] for pieces in per_element) for d in range(num_devices)]
+        per_element = [split_global(v, s, sub, num_devices, devices)
+                       for v, s, sub in zip(value, elements, shape.tuple_shapes)]
+        return [None if devices is not None and d not in devices else tuple(pieces[d] for pieces in per_element)
+                for d in range(num_devices)]
     if sharding is None or sharding.kind != "tiled":
         value = np.asarray(value)
         shared = (value if value.flags.c_contiguous else value.copy(order="C")).view()
         shared.flags.writeable = False       # one buffer for every device: a write would reach them all
-        return [shared] * num_devices
-    counts, devices = tile_layout(sharding, shape.rank)
+        return [shared if devices is None or d in devices else None for d in range(num_devices)]
+    counts, tile_devices = tile_layout(sharding, shape.rank)
     value = np.asarray(value)
     block = shape.dims
     padded = tuple(c * b for c, b in zip(counts, block))
@@ -65,10 +68,12 @@ def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: in
         value = np.pad(value, [(0, p - g) for g, p in zip(value.shape, padded)])
     pieces: list = [None] * num_devices
     tiles: dict[tuple, np.ndarray] = {}      # devices holding the same tile (replicated subgroups) share it
-    for index in np.ndindex(devices.shape):
-        d = int(devices[index])
+    for index in np.ndindex(tile_devices.shape):
+        d = int(tile_devices[index])
         if d >= num_devices:
             raise ExecutionError(f"sharding {sharding.text} names device {d} of {num_devices}")
+        if devices is not None and d not in devices:
+            continue
         tile = index[:shape.rank]
         if tile not in tiles:
             piece = np.ascontiguousarray(value[tuple(slice(i * b, (i + 1) * b) for i, b in zip(tile, block))])
@@ -77,7 +82,7 @@ def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: in
             piece.flags.writeable = False
             tiles[tile] = piece
         pieces[d] = tiles[tile]
-    if any(p is None for p in pieces):
+    if any(p is None for d, p in enumerate(pieces) if devices is None or d in devices):
         raise ExecutionError(f"sharding {sharding.text} leaves devices without a tile")
     return pieces
 
