@@ -5,6 +5,11 @@
   *inputs, expected=...)` runs HLO text, a path or a parsed Module with hloexec and compares with `expected`
   (default: XLA:CPU's outputs of the same text). Both return hloexec's outputs.
 - `--hloexec-atol` / `--hloexec-rtol` replace the dtype-aware default tolerances of `hloexec compare`.
+- `--hloexec-dumps DIR` (repeatable): every module of an XLA dump directory (`--xla_dump_to=DIR`, or one written
+  by `hloexec.jax.dump`) becomes a test item, `DIR::module_NNNN.<name>`: its program before optimizations and
+  after them run with hloexec on the same inputs (the dumped `inputs.npz` where there is one, else random ones
+  from seed 0) and their outputs must agree (the tolerances above). A module dumped at one stage only is run.
+  Partitioned (SPMD) optimized modules run every participant; their outputs are assembled by sharding.
 - `@pytest.mark.hloexec` (optionally `(stage="opt", atol=..., rtol=...)`): every function the test jits with
   `jax.jit` while it runs is also run with hloexec on each concrete call, and compared with what jax returned.
   Functions jitted before the test started (a module-level `@jax.jit`) are not seen: call
@@ -15,6 +20,8 @@ that do not use it.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -24,6 +31,9 @@ def pytest_addoption(parser):
                     help="absolute tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)")
     group.addoption("--hloexec-rtol", type=float, default=None,
                     help="relative tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)")
+    group.addoption("--hloexec-dumps", action="append", default=[], metavar="DIR",
+                    help="collect every module of an XLA dump directory as a test: run before and after "
+                         "optimizations on the same inputs and compare (repeatable)")
 
 
 def pytest_configure(config):
@@ -128,3 +138,88 @@ class _Checked:
 
     def __getattr__(self, name):
         return getattr(self._jitted, name)
+
+
+@pytest.hookimpl(tryfirst=True)         # before -k / -m deselect and xdist compare the collection
+def pytest_collection_modifyitems(session, config, items):
+    for directory in config.getoption("hloexec_dumps"):
+        items.extend(DumpDirectory.from_parent(session, name=directory, nodeid=directory,
+                                               path=Path(directory).resolve()).collect())
+
+
+class DumpDirectory(pytest.Collector):
+    """One --hloexec-dumps directory: a DumpItem per dumped module."""
+
+    def collect(self):
+        from .tools.dumpdir import DumpError, scan
+        try:
+            modules = scan(self.path)
+        except DumpError as e:
+            raise pytest.UsageError(f"--hloexec-dumps {self.path}: {e}") from None
+        if not modules:
+            raise pytest.UsageError(f"--hloexec-dumps {self.path}: no module dumps (module_NNNN.<name>.*.txt) there")
+        return [DumpItem.from_parent(self, name=f"module_{m.number:04d}.{m.name}", module=m) for m in modules]
+
+
+class DumpItem(pytest.Item):
+    """A dumped module: before vs after optimizations, run with hloexec on the same inputs."""
+
+    def __init__(self, *, module, **kwargs):
+        super().__init__(**kwargs)
+        self.module = module
+
+    def runtest(self):
+        from .tools.compare import compare_outputs, format_report
+        stages = [s for s in (self.module.before, *self.module.after[:1]) if s is not None] or self.module.stages()[-1:]
+        runs = [_load_stage(stage) for stage in stages]
+        inputs = _dumped_inputs(self.module, runs[0][0]) or runs[0][0].random_inputs(seed=0)
+        outputs = [_global_outputs(exe, inputs, pre_partition=runs[0][0].module) for exe, _ in runs]
+        if len(outputs) == 2:
+            report = compare_outputs(outputs[1], outputs[0], self.config.getoption("hloexec_atol"),
+                                     self.config.getoption("hloexec_rtol"))
+            if not report.passed:
+                raise DumpMismatch(f"{runs[1][1]} vs {runs[0][1]}:\n{format_report(report)}")
+
+    def repr_failure(self, excinfo):
+        from .errors import ExecutionError, HloParseError, UnsupportedError
+        if isinstance(excinfo.value, (DumpMismatch, HloParseError, UnsupportedError, ExecutionError)):
+            return f"{self.name}: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+class DumpMismatch(AssertionError):
+    """The optimized program's outputs differ from the program's before optimizations."""
+
+
+def _load_stage(stage):
+    import hloexec
+    return hloexec.load(stage.text()), stage.path.name
+
+
+def _dumped_inputs(module, exe) -> list | None:
+    """The inputs hloexec.jax.dump saved beside the module (arg0..), as the parameters' types; None if none."""
+    from .exec.inputs import from_npz_void
+    from .tools.xla_cpu import load_arrays
+    saved = [p for p in module.other if p.name.endswith(".inputs.npz")]
+    if not saved:
+        return None
+    arrays = load_arrays(saved[0])
+    return [from_npz_void(arrays[f"arg{i}"], p.dtype) for i, p in enumerate(exe.parameters)]
+
+
+def _global_outputs(exe, inputs: list, pre_partition) -> list:
+    """Flat global outputs: a partitioned module runs every participant on the inputs split by its parameters'
+    shardings, its outputs assembled by the output shardings (`pre_partition` annotates where it has none)."""
+    from .exec import spmd
+    from .tools.cli import flatten
+    module = exe.module
+    partitions, replicas, _ = spmd.device_counts(module)
+    n = partitions * replicas
+    if n == 1 or module is pre_partition:
+        return flatten(exe.run(*inputs))
+    per_device = exe.run_spmd(spmd.split_inputs(module, inputs, n), report=lambda message: None)
+    shapes = [leaf.dims for _, leaf in pre_partition.entry.root.shape.leaves()]
+    return flatten(spmd.assemble_outputs(module, per_device, shapes, pre_partition))

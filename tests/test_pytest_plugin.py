@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "test_with_hloexec.py"
@@ -97,3 +98,61 @@ def test_works_under_xdist(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-k", "not zero_tolerance")
     result.assert_outcomes(passed=3, failed=1)
+
+
+def _dumped(to, fn, *args):
+    import hloexec.jax
+    return hloexec.jax.dump(fn, *args, to=to)
+
+
+def test_dump_directory_becomes_test_items(pytester, tmp_path):
+    """--hloexec-dumps: each dumped module an item (before vs after optimizations, dumped inputs); an optimized
+    program edited to compute something else fails with compare's table; xdist runs them too."""
+    import jax.numpy as jnp
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    x = np.random.default_rng(1).standard_normal((64, 32)).astype(np.float32)
+    _dumped(good, lambda x: jnp.tanh(x @ x.T).sum(axis=0), x)
+    _dumped(good, lambda x: (jnp.exp(x) * 2, jnp.max(x)), x)
+    paths = _dumped(bad, lambda x: jnp.exp(x) * 3, x)
+    text = paths["after"].read_text()
+    assert "constant(3)" in text
+    paths["after"].write_text(text.replace("constant(3)", "constant(3.01)"))
+
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(good), "-v")
+    result.assert_outcomes(passed=2)
+    assert "::module_" in result.stdout.str()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(good), "--hloexec-dumps", str(bad))
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "cpu_after_optimizations.txt vs" in out and "FAIL: 1 of 1 outputs differ" in out
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--hloexec-dumps", str(good))
+    result.assert_outcomes(passed=2)
+
+
+def test_dump_option_names_a_directory_without_dumps(pytester, tmp_path):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(tmp_path))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "no module dumps" in result.stderr.str() + result.stdout.str()
+
+
+SHARDED_DUMPS = '''
+import sys
+sys.path.insert(0, {tests!r})
+import hloexec.jax
+from test_spmd import programs
+for name in ("data_parallel", "model_parallel"):
+    fn, args, _ = programs()[name]
+    hloexec.jax.dump(fn, *args, to=sys.argv[1])
+'''
+
+
+def test_partitioned_dumps_run_every_participant(pytester, tmp_path):
+    """Dumps of programs sharded over 8 host devices: the optimized (partitioned) module runs 8 participants, its
+    outputs assembled by sharding and compared with the program before optimizations run as one."""
+    from conftest import write_with_host_devices
+    script = tmp_path / "dump_sharded.py"
+    script.write_text(SHARDED_DUMPS.format(tests=str(Path(__file__).parent)))
+    dumps = write_with_host_devices(str(script), tmp_path / "sharded")
+    assert "num_partitions=8" in next(dumps.glob("*data_parallel*after_optimizations.txt")).read_text()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(dumps))
+    result.assert_outcomes(passed=2)
