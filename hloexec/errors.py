@@ -41,5 +41,29 @@ def describe_site(instruction) -> str:
     return where + (f", from {loc}" if loc else "")
 
 
-class CompileWarning(RuntimeWarning):
-    """A fused kernel failed to compile (a bug in hloexec's code generator): it runs op by op instead."""
+class TierUnsupported(Exception):
+    """A compiled tier (a fused kernel, a compiled loop) knowingly declines a computation: `reason` names what
+    it does not handle. The computation then runs op by op -- correct, slower -- and the reason is counted
+    (`hloexec run --profile`). Any other exception from a code generator is a bug (CompileWarning)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CompileWarning(UserWarning):
+    """hloexec's code generator failed on a computation (a bug, not a TierUnsupported decline), or the code it
+    generated does not compile: it runs op by op instead. The test suite turns this warning into an error."""
+
+
+class ElidedConstantWarning(UserWarning):
+    """The module holds constants whose values its text does not (`constant({...})`): results depending on them
+    are not the program's."""
+
+
+def elided_constants_note(module, constants) -> str:
+    """What a run of `module` should say about its elided `constants` (Instructions)."""
+    names = ", ".join(f"%{c.name}" for c in constants[:5]) + (", ..." if len(constants) > 5 else "")
+    return (f"module {module.name}: {len(constants)} constant{'s' if len(constants) != 1 else ''} ({names}) "
+            "written as {...}: the dump left out their values (take it with --xla_dump_large_constants=true); "
+            "hloexec runs them as zeros, so outputs that depend on them are not the program's")

@@ -6,6 +6,7 @@
   ``pytest.skip`` when SHARED (or the file) is absent.
 * ``kernel_cache_dir`` (autouse, session): HLOEXEC_CACHE_DIR points at a fresh directory shared by the
   xdist workers of one run, so compiled fused kernels start cold but each is compiled once per run.
+* ``op_cases_in_every_tier`` (autouse, module): the op tests' cases run through every tier of hloexec.
 * ``ray_cluster`` (session): a simulated Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head
   without CPUs and RAY_NODES nodes of 1 CPU and 12 GB each), joined by this process; skips without Ray
   (``pip install .[ray]``). One per test session: Ray takes seconds to start.
@@ -59,6 +60,21 @@ def kernel_cache_dir(tmp_path_factory):
         os.environ.pop("HLOEXEC_CACHE_DIR", None)
     else:
         os.environ["HLOEXEC_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True, scope="module")
+def op_cases_in_every_tier():
+    """The cases an op test module runs through op_helpers.run (the numpy tier, checked against XLA:CPU by the
+    tests themselves) go through every other tier of hloexec at the end of the module (tests/tiers.py)."""
+    import op_helpers
+    op_helpers.RECORDED = recorded = []
+    yield
+    op_helpers.RECORDED = None
+    if recorded:
+        from tiers import sweep_op_cases
+        problems = sweep_op_cases(recorded)
+
+        assert not problems, f"{len(problems)} op cases differ between tiers:\n" + "\n".join(problems[:20])
 
 
 def write_with_host_devices(script: str, out: Path, devices: int = 8) -> Path:

@@ -74,7 +74,7 @@ def test_usage_errors_exit_2(capsys, tmp_path):
 STATS_FIELDS = {"name", "first_line", "last_line", "source_lines", "computations", "instructions", "ops",
                 "element_types", "entry_parameters", "parameter_bytes", "entry_outputs", "output_bytes", "flops",
                 "flops_by_kind", "contractions", "while_loops", "collectives", "custom_call_targets",
-                "fusion_kinds"}
+                "fusion_kinds", "elided_constants"}
 
 
 def test_stats_json_on_the_examples_agrees_with_the_parsed_modules(capsys):
@@ -288,6 +288,43 @@ def test_compare_against_xla(capsys):
     code, out, _ = run_cli(capsys, "compare", EXAMPLES / "sort_topk.pre.hlo", "--against", "xla", "--json")
     doc = json.loads(out)
     assert code == 0 and doc["passed"] and doc["expected"] == {"from": "xla"} and len(doc["outputs"]) == 4
+
+
+ELIDED = """HloModule m
+%f (a: f32[4]) -> f32[4] {
+  a = f32[4] parameter(0)
+  k = f32[4] constant({...})
+  ROOT m = f32[4] multiply(a, k)
+}
+ENTRY e (p: f32[4]) -> (f32[4], f32[4], f32[4]) {
+  p = f32[4] parameter(0)
+  c = f32[4] constant({...})
+  a = f32[4] add(p, c)
+  f = f32[4] fusion(p), kind=kLoop, calls=%f
+  ROOT t = (f32[4], f32[4], f32[4]) tuple(a, p, f)
+}
+"""
+
+
+def test_elided_constants_are_counted_and_said_by_load_run_and_compare(capsys, tmp_path):
+    """A dump without --xla_dump_large_constants writes large constants as {...}: the values are lost."""
+    elided = write(tmp_path, "elided.hlo", ELIDED)
+    full = write(tmp_path, "full.hlo", ELIDED.replace("{...}", "{1, 2, 3, 4}"))
+    with pytest.warns(hloexec.errors.ElidedConstantWarning, match=r"2 constants \(%k, %c\) written as \{...\}"):
+        hloexec.load(ELIDED)
+    code, out, _ = run_cli(capsys, "stats", elided, "--json")
+    assert code == 0 and json.loads(out)["files"][0]["modules"][0]["elided_constants"] == 2
+    assert "elided constants  2" in run_cli(capsys, "stats", elided)[1]
+    code, out, err = run_cli(capsys, "run", elided, "--json")
+    assert code == 0 and sorted(json.loads(out)["elided_constants"]) == ["c", "k"] and "written as {...}" in err
+    code, out, err = run_cli(capsys, "compare", elided, full)
+    assert code == 1 and "written as {...}" in err
+    assert "FAIL (depends on 1 elided constant)" in out and "differences may come from those values" in out
+    code, out, _ = run_cli(capsys, "compare", elided, full, "--json")
+    outputs = json.loads(out)["outputs"]
+    assert [o["elided_constants"] for o in outputs] == [["c"], [], ["k"]]
+    assert [o["passed"] for o in outputs] == [False, True, False]
+    assert run_cli(capsys, "compare", full, full)[0] == 0
 
 
 def test_compare_outputs_follows_xla_literal_comparison():

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import hloexec
+from hloexec.errors import TierUnsupported
 from hloexec.exec.executor import LOOP_COMPILE_WORK, TieredLoop
 from hloexec.kernels.program import compile_program
 from xla_compare import flatten, max_ulp
@@ -213,8 +214,10 @@ def test_loop_with_an_op_the_generator_lacks_runs_interpreted():
     text = jax.jit(f).lower(x).as_text(dialect="hlo")
     module = hloexec.parse(text)[0]
     (loop,) = [i for c in module.computations for i in c.instructions if i.opcode == "while"]
-    assert compile_program(loop) is None
+    with pytest.raises(TierUnsupported, match="opcode sort"):
+        compile_program(loop)
     exe = hloexec.load(text, compile_after=0)
+    assert exe.context.tier_report.to_dict()["loop"]["reasons"] == {"opcode sort": [loop.name]}
     _assert_same(exe.run(x), jax.jit(f)(x), "sort loop vs XLA:CPU")
 
 
@@ -242,3 +245,33 @@ def test_a_loop_that_does_not_compile_runs_interpreted_with_a_warning(monkeypatc
     (loop,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
     assert loop.compiled is None and loop.compile_work == float("inf")
     _assert_same(exe.run(*args), got, "second run")           # no second attempt, no second warning
+
+
+def split_keys(key):
+    """jax.random.split in a fori_loop inside a scan: nested loops whose u32 key state is carried in parallel
+    (issue 12: the compiled loop returned wrong keys once the scan ran long enough to compile mid-run)."""
+    def step(k, _):
+        def inner(i, c):
+            k, acc = c
+            k, sub = jax.random.split(k)
+            return k, acc + jax.random.uniform(sub, (3,), jnp.float32)
+        k, acc = lax.fori_loop(0, 3, inner, (k, jnp.zeros(3, jnp.float32)))
+        k, sub = jax.random.split(k)
+        return k, (sub, acc)
+    return lax.scan(step, key, None, length=3000)
+
+
+@pytest.mark.slow         # XLA's optimized threefry makes loops of 300-1200 generated lines: ~1-4 min of Numba
+def test_scan_of_random_split_after_the_switch_to_compiled():
+    """The bug class is covered fast by tests/test_tiers.py (nested loops, generated loop programs)."""
+    key = np.asarray(jax.random.PRNGKey(0))
+    text = jax.jit(split_keys).lower(key).compile().as_text()
+    want = jax.jit(split_keys)(key)
+    for options in ({}, {"compile_after": 0}):
+        exe = hloexec.load(text, **options)
+        _assert_same(exe.run(key), want, f"scan of random.split {options}")
+        assert any(k.compiled is not None for k in _tier_loops(exe)), "no loop compiled"
+
+
+def _tier_loops(exe):
+    return [s.kernel for plan in exe.context.plans for s in plan.steps if isinstance(s.kernel, TieredLoop)]

@@ -7,7 +7,7 @@ import pytest
 
 import hloexec.ops.contraction as C
 from hloexec.ir.attributes import ConvDims, WindowDim
-from op_helpers import FakeContext, make_inst, shape_text
+from op_helpers import make_inst, run, shape_text
 
 pytestmark = pytest.mark.xla
 BF = ml_dtypes.bfloat16
@@ -52,7 +52,7 @@ def test_dot_general(dt, case):
     want = np.asarray(jax.lax.dot_general(a, b, ((lc, rc), (lb, rb))))
     inst = make_inst("dot", shape_text(want.dtype, want.shape), [shape_text(dt, ls), shape_text(dt, rs_)],
                      lhs_batch_dims=lb, rhs_batch_dims=rb, lhs_contracting_dims=lc, rhs_contracting_dims=rc)
-    got = C.prepare_dot(inst, FakeContext())(a, b)
+    got = run(inst, a, b)
     close(got, want, dt, int(np.prod([ls[d] for d in lc])) if lc else 1)
 
 
@@ -61,16 +61,16 @@ def test_dot_preferred_type_and_overflow():
     a, b = rs.randint(-128, 128, (6, 40)).astype(np.int8), rs.randint(-128, 128, (40, 3)).astype(np.int8)
     want = np.asarray(jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=np.int32))
     inst = make_inst("dot", "s32[6,3]", ["s8[6,40]", "s8[40,3]"], lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
-    np.testing.assert_array_equal(C.prepare_dot(inst, FakeContext())(a, b), want)
+    np.testing.assert_array_equal(run(inst, a, b), want)
     a16, b16 = rs.randn(8, 64).astype(BF), rs.randn(64, 4).astype(BF)
     want = np.asarray(jax.lax.dot_general(a16, b16, (((1,), (0,)), ((), ())), preferred_element_type=np.float32))
     inst = make_inst("dot", "f32[8,4]", ["bf16[8,64]", "bf16[64,4]"], lhs_contracting_dims=(1,),
                      rhs_contracting_dims=(0,))
-    np.testing.assert_allclose(C.prepare_dot(inst, FakeContext())(a16, b16), want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(run(inst, a16, b16), want, rtol=1e-5, atol=1e-4)
     x = np.full((2, 300), 100, np.int32)   # 300*100*100 wraps in s16
     inst = make_inst("dot", "s16[2,2]", ["s16[2,300]", "s16[2,300]"], lhs_contracting_dims=(1,),
                      rhs_contracting_dims=(1,))
-    got = C.prepare_dot(inst, FakeContext())(x.astype(np.int16), x.astype(np.int16))
+    got = run(inst, x.astype(np.int16), x.astype(np.int16))
     np.testing.assert_array_equal(got, np.asarray(jax.lax.dot_general(x.astype(np.int16), x.astype(np.int16),
                                                                       (((1,), (1,)), ((), ())))))
 
@@ -87,7 +87,7 @@ def _conv(lhs, rhs, dn, strides, pads, lhs_dil, rhs_dil, fgc=1, bgc=1, dt=np.flo
                 for i in range(len(strides)))
     inst = make_inst("convolution", shape_text(want.dtype, want.shape), [shape_text(dt, lhs), shape_text(dt, rhs)],
                      dim_labels=cd, window=win, feature_group_count=fgc, batch_group_count=bgc)
-    got = C.prepare_convolution(inst, FakeContext())(a, b)
+    got = run(inst, a, b)
     k = int(np.prod(rhs)) // max(rhs[ks[0]], 1)
     close(got, want, dt, k)
 
@@ -120,7 +120,7 @@ def test_fft():
         want = np.asarray(jax.lax.fft(arg, kind, length))
         inst = make_inst("fft", shape_text(want.dtype, want.shape), [shape_text(arg.dtype, arg.shape)], fft_type=kind,
                          fft_length=length)
-        got = C.prepare_fft(inst, FakeContext())(arg)
+        got = run(inst, arg)
         assert got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 

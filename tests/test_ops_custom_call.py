@@ -305,3 +305,18 @@ ENTRY e {
     plain = ("HloModule d\nENTRY e {\n  a = f32[16,32] parameter(0)\n  b = f32[32,8] parameter(1)\n"
              "  ROOT d = f32[16,8] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n")
     np.testing.assert_allclose(hloexec.load(text).run(a, b), run_on_xla_cpu(plain, [a, b])[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.xla
+def test_dce_sink_keeps_its_operand_alive_and_does_nothing():
+    """jax's lax.dce_sink(..., prevent_mlir_dce=True) lowers to custom-call "dce_sink" (side effect, value ())."""
+    import hloexec
+
+    def f(x):
+        jax.lax.dce_sink(x * 2, prevent_mlir_dce=True)
+        return x + 1
+    x = np.arange(3, dtype=np.float32)
+    lowered = jax.jit(f).lower(x)
+    for text in (lowered.as_text(dialect="hlo"), lowered.compile().as_text()):
+        assert 'custom_call_target="dce_sink"' in text
+        np.testing.assert_array_equal(hloexec.load(text).run(x), x + 1)

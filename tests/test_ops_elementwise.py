@@ -17,18 +17,18 @@ import pytest
 
 import hloexec.ops.elementwise as ew
 from hloexec.errors import UnsupportedError
+from hloexec.ir.dtypes import ELEMENT_TYPES
 from op_helpers import bits, flush_denormals, make_inst, run, run_xla
 from xla_compare import as_if_xla_rounded_f64_to_f16_twice
 
 pytestmark = pytest.mark.xla
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-INT_TYPES = ["s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"]
+SUB_BYTE_INT_TYPES = ["s2", "s4", "u2", "u4"]
+INT_TYPES = ["s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"] + SUB_BYTE_INT_TYPES
 FLOAT_TYPES = ["f16", "bf16", "f32", "f64"]
-NP = {"pred": np.dtype(bool), "s8": np.dtype("i1"), "s16": np.dtype("i2"), "s32": np.dtype("i4"),
-      "s64": np.dtype("i8"), "u8": np.dtype("u1"), "u16": np.dtype("u2"), "u32": np.dtype("u4"),
-      "u64": np.dtype("u8"), "f16": np.dtype("f2"), "bf16": BF16, "f32": np.dtype("f4"), "f64": np.dtype("f8"),
-      "c64": np.dtype("c8"), "c128": np.dtype("c16")}
+SMALL_FLOAT_TYPES = ["f4e2m1fn", "f8e4m3fn", "f8e5m2"]       # computed in f32, rounded once
+NP = {name: t.numpy for name, t in ELEMENT_TYPES.items() if t.numpy is not None}
 N = 64
 
 # max ULP difference allowed against XLA:CPU for approximated functions (measured; 0 = bit-exact)
@@ -43,18 +43,18 @@ def values(t: str, n: int = N, seed: int = 0, positive: bool = False) -> np.ndar
     dt = NP[t]
     if t == "pred":
         return rng.integers(0, 2, n).astype(bool)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
+    if ELEMENT_TYPES[t].is_integer:
+        info = ml_dtypes.iinfo(dt)
         special = [0, 1, -1, 2, -2, 7, -7, info.min, info.max, info.min + 1, info.max - 1, 3, 8, 9, 63, 64]
         special = [s for s in special if info.min <= s <= info.max]
-        rand = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
-        small = rng.integers(max(info.min, -40), min(info.max, 40), n, endpoint=True).astype(dt)
-        out = np.concatenate([np.array(special, dt), small, rand])[:n]
-        return np.abs(out) if positive and dt.kind == "i" else out
+        rand = rng.integers(info.min, info.max, n, dtype=np.int64 if info.max < 2 ** 63 else dt, endpoint=True)
+        small = rng.integers(max(info.min, -40), min(info.max, 40), n, endpoint=True)
+        out = np.concatenate([np.array(special, np.int64 if info.max < 2 ** 63 else dt), small, rand])[:n].astype(dt)
+        return np.abs(out).astype(dt) if positive and info.min < 0 else out
     if dt.kind == "c":
         re, im = values("f64", n, seed), values("f64", n, seed + 1)
         return (re + 1j * im).astype(dt)
-    fin = np.finfo(dt) if dt != BF16 else ml_dtypes.finfo(BF16)
+    fin = ml_dtypes.finfo(dt)
     special = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 3.0,
                float(fin.max), -float(fin.max), float(fin.tiny), -float(fin.tiny), float(fin.smallest_subnormal),
                float(fin.eps), 1e-3, 100.0, -100.0, 0.49999997, 1 / 3, np.pi, -np.e, 40.0, -40.0, 88.0]
@@ -183,6 +183,19 @@ def test_int_unary(opc, t):
         expected = x if opc == "abs" else (x != 0).astype(x.dtype)
         np.testing.assert_array_equal(run(unary(opc, t), x), expected)
         return
+    if opc == "popcnt" and t == "s4":
+        # The spec counts the bits of the 4-bit value (s4 popcnt(-3) = 3); XLA:CPU counts those of the
+        # sign-extended byte (7), i.e. 4 more for a negative value (wrapped to s4). hloexec keeps the spec's answer
+        # (XLA:CPU gives it for s2).
+        x = values(t)
+        pattern = x.astype(np.int64) & 0xF
+        ours = run(unary(opc, t), x)
+        counts = np.array([bin(v).count("1") for v in pattern]).astype(x.dtype)
+        np.testing.assert_array_equal(ours.view(np.uint8), counts.view(np.uint8))
+        xla = run_xla(unary(opc, t), x)
+        byte_count = (counts.astype(np.int64) + np.where(x.astype(np.int64) < 0, 4, 0)).astype(x.dtype)
+        np.testing.assert_array_equal(xla.view(np.uint8), byte_count.view(np.uint8))
+        return
     check(unary(opc, t), [values(t)])
 
 
@@ -225,21 +238,38 @@ def test_float_binary(opc, t):
 def test_int_binary(opc, t):
     a, b = values(t, seed=0), values(t, seed=3)
     dt = NP[t]
-    info = np.iinfo(dt)
+    info = ml_dtypes.iinfo(dt)
+    signed = info.min < 0
     # divisors 0 and -1 against INT_MIN and others; shifts by 0..2*bits and huge/negative amounts
-    b[:16] = np.array([0, 0, 0, -1 if dt.kind == "i" else 1, -1 if dt.kind == "i" else 0, 0, 2, 3,
+    b[:16] = np.array([0, 0, 0, -1 if signed else 1, -1 if signed else 0, 0, 2, 3,
                        0, 1, 5, 0, 0, 1, 0, 0]).astype(dt)
     if opc.startswith("shift"):
-        bw = dt.itemsize * 8
+        bw = ELEMENT_TYPES[t].bits
         b[16:48] = np.array([0, 1, bw - 1, bw, bw + 1, 2 * bw, info.max, info.min, 3, bw - 2, 5, 200 % (info.max + 1),
                              127 % (info.max + 1), 65 % (info.max + 1), 31, 33] * 2).astype(dt)
-        if dt.kind == "i":
+        if signed:
             b[48:52] = np.array([-1, -3, -bw, -(bw + 1)]).astype(dt)
     if opc == "power":
-        b[16:48] = np.tile(np.arange(-4, 12), 2).astype(dt) if dt.kind == "i" else np.tile(np.arange(16), 2).astype(dt)
-        a[16:48] = np.repeat(np.array([-2, -1, 0, 1, 2, 3, 7, -7] if dt.kind == "i" else [0, 1, 2, 3, 7, 9, 11, 255]),
+        b[16:48] = np.tile(np.arange(-4, 12), 2).astype(dt) if signed else np.tile(np.arange(16), 2).astype(dt)
+        a[16:48] = np.repeat(np.array([-2, -1, 0, 1, 2, 3, 7, -7] if signed else [0, 1, 2, 3, 7, 9, 11, 255]),
                              4).astype(dt)
     check(binary(opc, t), [a, b])
+
+
+@pytest.mark.parametrize("t", INT_TYPES)
+def test_mulhi(t):
+    """The high half of the double-width product, against jax.lax.mulhi on XLA:CPU (whose HLO -> StableHLO route,
+    run_xla's, lacks the opcode). s4 / u4: the high 4 bits of the 8-bit product, as jax documents it; XLA:CPU
+    computes the s8 op on the widened values (the high byte of the 16-bit product: 0 for every s4 pair)."""
+    import jax
+    a, b = values(t, seed=1), values(t, seed=2)
+    b[:16] = a[:16]
+    ours = run(binary("mulhi", t), a, b)
+    bits, info = ELEMENT_TYPES[t].bits, ml_dtypes.iinfo(NP[t])
+    exact = [(int(x) * int(y)) >> bits for x, y in zip(a, b)]
+    np.testing.assert_array_equal([int(v) for v in ours], [v - (1 << bits) if v > info.max else v for v in exact])
+    if bits >= 8:
+        np.testing.assert_array_equal(ours, np.asarray(jax.jit(jax.lax.mulhi)(a, b)))
 
 
 @pytest.mark.parametrize("opc", ["and", "or", "xor", "maximum", "minimum"])
@@ -312,7 +342,7 @@ def test_convert(src):
         ints = [16777217, -16777217, 2 ** 31 - 1, 65519, 65520, 33554435, 2 ** 62 + 2 ** 40 + 1, 2 ** 53 + 1,
                 257, 2049, 4097]
         dt = NP[src]
-        info = np.iinfo(dt)
+        info = ml_dtypes.iinfo(dt)
         x[30:30 + len(ints)] = np.array([v if info.min <= v <= info.max else v % (info.max + 1) for v in ints]
                                         ).astype(dt)
     for dst in CONVERT_TYPES:
@@ -345,6 +375,11 @@ def test_convert_f64_double_rounding(dst):
     ("bf16", "s16", "[64]", "[64]"), ("f64", "u64", "[64]", "[64]"),
     ("f32", "u8", "[64]", "[64,4]"), ("f64", "s16", "[64]", "[64,4]"), ("s32", "bf16", "[64]", "[64,2]"),
     ("u8", "f32", "[16,4]", "[16]"), ("s16", "f64", "[16,4]", "[16]"), ("bf16", "u32", "[32,2]", "[32]"),
+    # sub-byte types: a wider element holds the narrower ones lowest bits first
+    ("s8", "s4", "[64]", "[64,2]"), ("s4", "s8", "[32,2]", "[32]"), ("s4", "u4", "[64]", "[64]"),
+    ("u4", "s4", "[64]", "[64]"), ("f16", "s4", "[64]", "[64,4]"), ("s4", "f16", "[16,4]", "[16]"),
+    ("s16", "u4", "[64]", "[64,4]"), ("u8", "u2", "[64]", "[64,4]"), ("u2", "s8", "[16,4]", "[16]"),
+    ("u8", "f4e2m1fn", "[64]", "[64,2]"), ("f4e2m1fn", "u8", "[32,2]", "[32]"), ("s4", "f4e2m1fn", "[64]", "[64]"),
 ])
 def test_bitcast_convert(src, dst, inshape, outshape):
     from op_helpers import shape
@@ -359,6 +394,44 @@ def test_reduce_precision(t, e, m):
     x = values(t, seed=7)
     x[40:48] = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 65504, 65520, 6.1e-5, 6.0e-5, 3e38, 1e-39]).astype(x.dtype)
     check(unary("reduce-precision", t, exponent_bits=e, mantissa_bits=m), [x])
+
+
+# -- f4 / fp8: computed in f32, rounded once ------------------------------------------------------------
+@pytest.mark.parametrize("t", SMALL_FLOAT_TYPES)
+def test_small_float_ops(t):
+    x, y = values(t, seed=1), values(t, seed=2)
+    for opc in ["abs", "negate", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "sqrt"]:
+        check(unary(opc, t), [x])
+    for opc in ["add", "subtract", "multiply", "divide", "maximum", "minimum"]:
+        check(binary(opc, t), [x, y])
+    for direction in DIRECTIONS:
+        check(binary("compare", t, out="pred", direction=direction), [x, y])
+    for other in ["f32", "f16", "bf16", "s32", "s4", "u4", "u8"]:
+        check(make_inst("convert", f"{other}[{N}]", [f"{t}[{N}]"]), [x])
+        check(make_inst("convert", f"{t}[{N}]", [f"{other}[{N}]"]), [values(other, seed=3)])
+
+
+@pytest.mark.parametrize("t", ["f6e2m3fn", "f6e3m2fn"])
+def test_f6_ops_round_the_exact_result_once(t):
+    """XLA:CPU does not take the 6-bit floats: their ops must round the exact result once (these values' sums,
+    products and square roots are exact in f32), a NaN -- which they cannot hold -- to -0 as f4e2m1fn's does."""
+    x, y = values(t, seed=1), values(t, seed=2)
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+
+    def rounded(v):
+        v = np.asarray(v, np.float64)
+        return np.where(np.isnan(v), -0.0, v).astype(np.float32).astype(NP[t])
+    with np.errstate(all="ignore"):
+        for opc, want in [("add", xf + yf), ("subtract", xf - yf), ("multiply", xf * yf),
+                          ("maximum", np.maximum(xf, yf)), ("sqrt", np.sqrt(xf))]:
+            inst = unary(opc, t) if opc == "sqrt" else binary(opc, t)
+            got = run(inst, x) if opc == "sqrt" else run(inst, x, y)
+            np.testing.assert_array_equal(got.view(np.uint8), rounded(want).view(np.uint8), err_msg=opc)
+    np.testing.assert_array_equal(run(binary("compare", t, out="pred", direction="LT"), x, y), xf < yf)
+    np.testing.assert_array_equal(run(make_inst("convert", f"f32[{N}]", [f"{t}[{N}]"]), x), xf.astype(np.float32))
+    wide = values("f32", seed=3)
+    np.testing.assert_array_equal(run(make_inst("convert", f"{t}[{N}]", [f"f32[{N}]"]), wide).view(np.uint8),
+                                  rounded(wide).view(np.uint8))
 
 
 # -- unsupported combinations say so -------------------------------------------------------------------

@@ -12,7 +12,7 @@ from hloexec.errors import HloParseError
 from hloexec.ir.attributes import GatherDims, ScatterDims
 from hloexec.ir.module import Computation
 from hloexec.tools.xla_cpu import XlaCpuError, parse_with_xla
-from op_helpers import FakeContext, make_inst, python_computation, scalar_computation, shape_text, type_name
+from op_helpers import make_inst, run, python_computation, scalar_computation, shape_text, type_name
 
 pytestmark = pytest.mark.xla
 BF = ml_dtypes.bfloat16
@@ -45,7 +45,7 @@ def test_gather(dt, case):
                      start_index_map=gd.start_index_map, index_vector_dim=gd.index_vector_dim, slice_sizes=ss,
                      operand_batching_dims=gd.operand_batching_dims,
                      start_indices_batching_dims=gd.start_indices_batching_dims)
-    got = IX.prepare_gather(inst, FakeContext())(x, idx)
+    got = run(inst, x, idx)
     np.testing.assert_array_equal(got, want)
 
 
@@ -54,7 +54,7 @@ def test_gather_implicit_index_vector_dim():
     idx = np.array([3, 0, 7], np.int64)  # 7 clamps to 4
     inst = make_inst("gather", "f32[3,4]", ["f32[5,4]", "s64[3]"], offset_dims=(1,), collapsed_slice_dims=(0,),
                      start_index_map=(0,), index_vector_dim=1, slice_sizes=(1, 4))
-    np.testing.assert_array_equal(IX.prepare_gather(inst, FakeContext())(x, idx), x[[3, 0, 4]])
+    np.testing.assert_array_equal(run(inst, x, idx), x[[3, 0, 4]])
 
 
 WITHOUT_INDEX_VECTOR_DIM = {  # index_vector_dim left out: XLA's parser marks it required=true
@@ -146,7 +146,7 @@ def test_scatter(kind, dt, case):
                      scatter_dims_to_operand_dims=sd.scatter_dims_to_operand_dims, index_vector_dim=sd.index_vector_dim,
                      input_batching_dims=sd.input_batching_dims,
                      scatter_indices_batching_dims=sd.scatter_indices_batching_dims, called={"to_apply": comp})
-    got = IX.prepare_scatter(inst, FakeContext())(x, idx, u)
+    got = run(inst, x, idx, u)
     np.testing.assert_array_equal(got, want)
 
 
@@ -158,7 +158,7 @@ def test_scatter_variadic_generic():
     inst = make_inst("scatter", "(f32[4], s32[4])", ["f32[4]", "s32[4]", "s32[3,1]", "f32[3]", "s32[3]"],
                      update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,),
                      index_vector_dim=1, called={"to_apply": comp})
-    g0, g1 = IX.prepare_scatter(inst, FakeContext())(x0, x1, idx, u0, u1)
+    g0, g1 = run(inst, x0, x1, idx, u0, u1)
     np.testing.assert_array_equal(g0, [0, 4, 0, 2])
     np.testing.assert_array_equal(g1, [0, 40, 0, 20])
 
@@ -194,7 +194,7 @@ ENTRY e {{ x = {shape_text(dt, x.shape)} parameter(0) p = s32[2,24] parameter(1)
                               **({"type": "TOTALORDER"} if tot else {}))
     inst = make_inst("sort", f"({shape_text(dt, x.shape)}, s32[2,24])", [shape_text(dt, x.shape), "s32[2,24]"],
                      dimensions=(1,), is_stable=True, called={"to_apply": comp})
-    gx, gp = IX.prepare_sort(inst, FakeContext())(x, payload)
+    gx, gp = run(inst, x, payload)
     np.testing.assert_array_equal(gx.view(np.uint8), np.asarray(want[0]).view(np.uint8))
     np.testing.assert_array_equal(gp, want[1])
 
@@ -209,7 +209,7 @@ def test_sort_general_comparator_two_keys():
     comp = python_computation(["s32", "s32", "f32", "f32"], less, "pred")
     inst = make_inst("sort", "(s32[3,10], f32[3,10])", ["s32[3,10]", "f32[3,10]"], dimensions=(1,),
                      called={"to_apply": comp})
-    ga, gb = IX.prepare_sort(inst, FakeContext())(a, b)
+    ga, gb = run(inst, a, b)
     wa, wb = lax.sort((a, -b), dimension=1, num_keys=2)
     np.testing.assert_array_equal(ga, wa)
     np.testing.assert_array_equal(gb, -np.asarray(wb))

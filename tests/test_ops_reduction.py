@@ -6,7 +6,7 @@ import pytest
 
 import hloexec.ops.reduction as RED
 from hloexec.ir.attributes import WindowDim
-from op_helpers import FakeContext, make_inst, python_computation, scalar_computation, shape_text, type_name
+from op_helpers import make_inst, run, python_computation, scalar_computation, shape_text, type_name
 
 pytestmark = pytest.mark.xla
 BF = ml_dtypes.bfloat16
@@ -67,7 +67,7 @@ def test_reduce_vectorized(dt, kind):
         out_shape = tuple(s for i, s in enumerate(shape) if i not in dims)
         inst = make_inst("reduce", shape_text(dt, out_shape), [shape_text(dt, shape), shape_text(dt, ())],
                          dimensions=dims, called={"to_apply": scalar_computation(kind, type_name(dt))})
-        got = RED.prepare_reduce(inst, FakeContext())(x, np.asarray(init))
+        got = run(inst, x, np.asarray(init))
         want = np.asarray(jax.lax.reduce(x, init, KINDS[kind], dims))
         n = int(np.prod([shape[d] for d in dims])) if dims else 1
         check(got, want, dt, n, x)
@@ -86,7 +86,7 @@ ENTRY e {{ p = {name}[{n}] parameter(0) z = {name}[] constant(0) ROOT r = {name}
         want = float(run_on_xla_cpu(text, [x])[0])
         inst = make_inst("reduce", f"{name}[]", [f"{name}[{n}]", f"{name}[]"], dimensions=(0,),
                          called={"to_apply": scalar_computation("add", name)})
-        got = RED.prepare_reduce(inst, FakeContext())(x, np.zeros((), dt))
+        got = run(inst, x, np.zeros((), dt))
         assert got.shape == () and got.dtype == np.dtype(dt)
         eps = float(ml_dtypes.finfo(dt).eps)
         assert abs(float(got) - want) <= 4 * n * eps * float(np.abs(x.astype(np.float64)).sum()) / 8 + 1e-6
@@ -109,7 +109,7 @@ def test_reduce_variadic_argmax_generic():
     comp = python_computation(["f32", "s32", "f32", "s32"], argmax)
     inst = make_inst("reduce", "(f32[4], s32[4])", ["f32[4,9]", "s32[4,9]", "f32[]", "s32[]"], dimensions=(1,),
                      called={"to_apply": comp})
-    got = RED.prepare_reduce(inst, FakeContext())(x, idx, np.float32(-np.inf), np.int32(0))
+    got = run(inst, x, idx, np.float32(-np.inf), np.int32(0))
     want = jax.lax.reduce((x, idx), (np.float32(-np.inf), np.int32(0)), jargmax, (1,))
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
@@ -140,7 +140,7 @@ def test_reduce_window_vectorized(dt, kind, case):
     inst = make_inst("reduce-window", shape_text(dt, want.shape), [shape_text(dt, shape), shape_text(dt, ())],
                      window=_win(sizes, strides, pads, bd, wd),
                      called={"to_apply": scalar_computation(kind, type_name(dt))})
-    got = RED.prepare_reduce_window(inst, FakeContext())(x, np.asarray(init))
+    got = run(inst, x, np.asarray(init))
     check(got, want, dt, int(np.prod(sizes)), x)
 
 
@@ -152,7 +152,7 @@ def test_reduce_window_generic_matches_vectorized(case):
     inst = make_inst("reduce-window", shape_text(np.int32, want.shape), [shape_text(np.int32, shape), "s32[]"],
                      window=_win(sizes, strides, pads, bd, wd),
                      called={"to_apply": python_computation(["s32", "s32"], lambda a, b: np.int32(a + b), "s32")})
-    got = RED.prepare_reduce_window(inst, FakeContext())(x, np.int32(0))
+    got = run(inst, x, np.int32(0))
     np.testing.assert_array_equal(got, want)
 
 
@@ -200,5 +200,19 @@ ENTRY e {{
         sc = scalar_computation("add", name)
     inst = make_inst("select-and-scatter", shape_text(dt, shape),
                      [shape_text(dt, shape), shape_text(dt, oshape), f"{name}[]"], window=win, called={"select": sel, "scatter": sc})
-    got = RED.prepare_select_and_scatter(inst, FakeContext())(x, src, np.zeros((), dt))
+    got = run(inst, x, src, np.zeros((), dt))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dt", [ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e5m2])
+@pytest.mark.parametrize("kind", ["maximum", "minimum"])
+def test_max_min_reduce_of_a_type_without_infinities(dt, kind):
+    """jax reduces f8e4m3fn / f4e2m1fn with the type's largest value as init; the vectorized path's own identity
+    was +-inf cast to the type: NaN in f8e4m3fn (no infinities), so every result came out NaN."""
+    x = np.array([[1, 2], [2, 1], [-3, 0.5], [4, 4], [0.5, -1]], dt)
+    init = np.array(ml_dtypes.finfo(dt).max if kind == "minimum" else -ml_dtypes.finfo(dt).max).astype(dt)
+    name = np.dtype(dt).name.replace("float8_", "f8").replace("float4_", "f4")
+    inst = make_inst("reduce", f"{name}[5]", [f"{name}[5,2]", f"{name}[]"], dimensions=(1,),
+                     called={"to_apply": scalar_computation(kind, name)})
+    want = (np.min if kind == "minimum" else np.max)(x.astype(np.float32), axis=1).astype(dt)
+    np.testing.assert_array_equal(run(inst, x, init).view(np.uint8), want.view(np.uint8))

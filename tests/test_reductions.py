@@ -198,7 +198,7 @@ def check_tiers(et, kind, dims, rdims, seed, monkeypatch):
     a, b = (values(rng, dims, et, kind, specials=False) for _ in range(2))
     text = fused_module(et, kind, dims, rdims)
     compiled = hloexec.load(text, compile_after=0, reductions="per-step")
-    assert fusion.generate_source(computation(compiled, "fused"), reductions="per-step") is not None
+    fusion.generate_source(computation(compiled, "fused"), reductions="per-step")     # (declining raises)
     op_by_op = hloexec.load(text, use_numba=False, reductions="per-step").run(a, b)
     assert bits(compiled.run(a, b)) == bits(op_by_op)
     out = [n for i, n in enumerate(dims) if i not in rdims]
@@ -206,7 +206,7 @@ def check_tiers(et, kind, dims, rdims, seed, monkeypatch):
     text = loop_module(et, kind, dims, rdims)
     loop = hloexec.load(text, compile_after=0, reductions="per-step")
     (w,) = [i for i in computation(loop, "e").instructions if i.opcode == "while"]
-    assert compile_program(w, reductions="per-step") is not None
+    compile_program(w, reductions="per-step")
     interpreted = hloexec.load(text, use_numba=False, reductions="per-step").run(acc, a)
     assert bits(loop.run(acc, a)) == bits(interpreted)
 

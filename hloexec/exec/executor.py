@@ -1,18 +1,20 @@
 """Running a module: the context ops prepare against, and `Executable`, what `hloexec.load` returns."""
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CompileWarning, ExecutionError
+from ..errors import CompileWarning, ElidedConstantWarning, ExecutionError, elided_constants_note
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.elementwise import check_reductions
 from .inputs import from_npz_void
 from .plan import Plan
+from .tier_report import TierReport
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Device:
 
 # Fusions that write (or reduce) less than this run op by op (see fused_kernel).
 MIN_COMPILED_BYTES = 64 * 1024
+_SMALL = f"touches < {MIN_COMPILED_BYTES >> 10} KiB: op by op costs less than compiling"
+_NOT_COMPILED = "generated code did not compile (CompileWarning)"
 # Fusions whose op-by-op run would cost more than compiling them (~0.3 s, ~0.6 s with Numba's first load)
 # are compiled before their first call whatever `compile_after` says. Work = elements read and written x
 # ops, or the elements all ops write if more (intermediates bigger than the ends), x2 on f16/bf16 (op
@@ -49,11 +53,11 @@ class TieredKernel:
     it from their own threads), never on a timer, so the k-th run of a module gives the same bits in every
     process (the two tiers may differ in the last bits: reduction order, libm vs numpy).
     """
-    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "lock")
+    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "failed", "lock")
 
-    def __init__(self, interpret, kernel, after: int, participant, observer):
+    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None):
         self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
-        self.observer = observer
+        self.observer, self.failed = observer, failed
         self.compiled, self.calls, self.lock = None, {}, threading.Lock()
 
     def __call__(self, *operands):
@@ -67,7 +71,7 @@ class TieredKernel:
         if self.compiled is None:           # the first compiled call compiles (or falls back to op by op)
             with self.lock:
                 if self.compiled is None:
-                    self.compiled = compiled_or(self.kernel, self.interpret)
+                    self.compiled = compiled_or(self.kernel, self.interpret, self.failed)
         return self.compiled(*operands)
 
 
@@ -85,12 +89,12 @@ class TieredLoop:
     never timed: the same run switches at the same step in every process. `eager`: compile at the first
     call (a loop nested in a compiled loop is never called, so never compiled on its own)."""
     __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work", "participant",
-                 "observer", "lock")
+                 "observer", "failed", "lock")
 
-    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant, observer):
+    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant, observer, failed=None):
         self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
         self.compiled, self.work, self.participant, self.lock = None, {}, participant, threading.Lock()
-        self.observer = observer
+        self.observer, self.failed = observer, failed
         self.compile_work = 0 if eager else max(LOOP_COMPILE_WORK, LOOP_WORK_PER_LINE * kernel.lines)
 
     def _compiled(self):
@@ -98,7 +102,7 @@ class TieredLoop:
         if self.kernel is not None:
             with self.lock:
                 if self.kernel is not None:
-                    self.compiled = compiled_or(self.kernel, None)
+                    self.compiled = compiled_or(self.kernel, None, self.failed)
                     self.kernel = None
                     if self.compiled is None:
                         self.compile_work = float("inf")
@@ -128,14 +132,16 @@ class TieredLoop:
         return state
 
 
-def compiled_or(kernel, fallback):
-    """`kernel` compiled, or `fallback` (op by op) with a CompileWarning if the generated code does not
-    compile: a generator bug must cost speed, not the run."""
+def compiled_or(kernel, fallback, failed=None):
+    """`kernel` compiled, or `fallback` (op by op) with a CompileWarning -- and `failed()` called, to count it --
+    if the generated code does not compile: a generator bug must cost speed, not the run."""
     try:
         return kernel.compile()
     except Exception as e:  # Numba's errors have no common base worth naming
         warnings.warn(f"generated kernel {kernel.key} did not compile, it runs op by op: {type(e).__name__}: "
                       f"{str(e)[:500]}\n{kernel.source}", CompileWarning, stacklevel=2)
+        if failed is not None:
+            failed()
         return fallback
 
 
@@ -160,6 +166,7 @@ class ExecContext:
         self._kernel_work: dict[str, int] = {}
         self._kernel_tiers: dict[str, list[TieredKernel]] = {}
         self._participant = threading.local()
+        self.tier_report = TierReport()     # which fusions and loops compiled, why the others run op by op
 
     @property
     def device(self) -> Device:
@@ -204,33 +211,37 @@ class ExecContext:
         ends = [p.shape for p in (comp.root, *comp.parameters)]
         # what it touches: its output, and what its reductions read (a dynamic-slice of a big operand reads little)
         touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions if i.opcode == "reduce"]
-        if not self.use_numba or max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
+        if not self.use_numba:
+            return None
+        if max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
+            self.tier_report.record("fusion", comp.name, _SMALL)
             return None
         from ..kernels.fusion import compile_fusion
-        kernel = compile_fusion(comp, excess_precision=self.excess_precision, reductions=self.reductions,
-                                eager=False)
+        kernel = self.tier_report.generate("fusion", comp.name, lambda: compile_fusion(
+            comp, excess_precision=self.excess_precision, reductions=self.reductions, eager=False))
         if kernel is None:
             return None
         ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
-        half = any(not i.shape.is_tuple and i.shape.element_type.name in ("f16", "bf16") for i in ops)
+        half = any(not i.shape.is_tuple and i.shape.element_type.is_half_float for i in ops)
         # op by op, every op writes its whole value: a dynamic-slice of a big broadcast computes it all
-        written = sum(_elements(i.shape) for i in ops)
-        work = max(sum(map(_elements, ends)) * len(ops), written) * (2 if half else 1)
+        written = sum(i.shape.leaf_elements() for i in ops)
+        work = max(sum(s.leaf_elements() for s in ends) * len(ops), written) * (2 if half else 1)
         # structurally equal fusions share one compiled kernel (Adam's per-tensor updates): weigh their work together
         work = self._kernel_work[kernel.key] = self._kernel_work.get(kernel.key, 0) + work
+        failed = functools.partial(self.tier_report.record, "fusion", comp.name, _NOT_COMPILED)
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             for tier in self._kernel_tiers.pop(kernel.key, ()):
                 tier.after = 0          # the equal fusions planned before this one compile at their first call
-            compiled = compiled_or(kernel, None) if self.compile_kernels else None
+            compiled = compiled_or(kernel, None, failed) if self.compile_kernels else None
             if compiled is None and self.compile_kernels:
                 return None
             # op by op only in observed runs: its plan is made then
             tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, self.observer)
+                                self.participant, self.observer, failed)
             tier.compiled = compiled
             return tier
         tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant,
-                            self.observer)
+                            self.observer, failed)
         self._kernel_tiers.setdefault(kernel.key, []).append(tier)
         return tier
 
@@ -245,11 +256,13 @@ class ExecContext:
         if not self.use_numba:
             return None
         from ..kernels.program import compile_program
-        kernel = compile_program(inst, excess_precision=self.excess_precision, reductions=self.reductions)
+        kernel = self.tier_report.generate("loop", inst.name, lambda: compile_program(
+            inst, excess_precision=self.excess_precision, reductions=self.reductions))
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
-        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant, self.observer)
+        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant, self.observer,
+                          functools.partial(self.tier_report.record, "loop", inst.name, _NOT_COMPILED))
         for nested in _nested_whiles(inst):
             for inner in self._loops.pop(nested.name, ()):
                 inner.kernel, inner.compile_work = None, float("inf")
@@ -279,6 +292,9 @@ class Executable:
                  compile_kernels: bool = True, reductions: str = "accumulate"):
         from .communicators import MirrorCommunicator
         self.module = module
+        elided = module.elided_constants()
+        if elided:
+            warnings.warn(elided_constants_note(module, elided), ElidedConstantWarning, stacklevel=3)
         if device is None:
             device = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
             device.communicator = MirrorCommunicator(device)
@@ -376,10 +392,6 @@ def _dispatches(comp: Computation) -> int:
     inside counted once)."""
     return sum(1 + sum(_dispatches(c) for key, c in inst.called.items() if key in ("to_apply", "calls", "body"))
                for inst in comp.instructions if inst.opcode != "parameter")
-
-
-def _elements(shape: Shape) -> int:
-    return sum(map(_elements, shape.tuple_shapes)) if shape.is_tuple else shape.size
 
 
 def available_memory() -> int | None:

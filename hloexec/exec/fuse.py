@@ -24,12 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir import opcodes
 from ..ir.module import Computation, Instruction
 from ..ir.shape import tuple_shape
 from ..kernels import elementwise as ew
 
-_MOVEMENT = frozenset({"broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "pad", "concatenate",
-                       "copy", "dynamic-slice"})
 # Members that do no work op by op worth saving (a broadcast does: numpy materialises it in full).
 _NO_COMPUTE = frozenset({"parameter", "constant", "reshape", "bitcast", "copy"})
 MAX_GROUP = 128      # instructions per group: bounds compile time and the generator's recursion depth
@@ -49,7 +48,7 @@ class FusedGroup:
 
 def _fusible(inst: Instruction) -> bool:
     op = inst.opcode
-    if inst.shape.is_tuple or op not in ew.ELEMENTWISE_OPS and op not in _MOVEMENT and op not in (
+    if inst.shape.is_tuple or op not in ew.ELEMENTWISE_OPS and op not in opcodes.MOVEMENT and op not in (
             "reduce", "iota", "constant"):
         return False
     if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):
@@ -163,8 +162,8 @@ def _make_group(insts: list[Instruction], group_of: dict[int, int], extra: list[
     body = [value_of(i) for i in insts]
     computes = [i for i in insts if i.opcode not in _NO_COMPUTE]
     # one f16/bf16 arithmetic op pays too: op by op, numpy computes it in f32 copies (data movement does not)
-    half = any(i.shape.element_type.name in ("f16", "bf16") and (i.opcode in ew.ELEMENTWISE_OPS
-                                                                  or i.opcode == "reduce") for i in computes)
+    half = any(i.shape.element_type.is_half_float and (i.opcode in ew.ELEMENTWISE_OPS or i.opcode == "reduce")
+               for i in computes)
     if len(computes) < 2 and not half:
         return None
     outputs = extra + [insts[-1]]

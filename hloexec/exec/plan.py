@@ -8,10 +8,12 @@ that `hloexec run` prints before running.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..errors import ExecutionError, UnsupportedError, describe_site
+from ..errors import CompileWarning, ExecutionError, UnsupportedError, describe_site
+from ..ir import opcodes
 from ..ir.module import Computation, Instruction
 from ..kernels import elementwise as ew
 from ..ops.registry import async_shorthand, lookup
@@ -70,27 +72,17 @@ class Step:
                                             # (their values..., inst's value)
 
 
-# HloInstruction::HasSideEffectNoRecurse's opcodes, plus rng and rng-get-and-update-state, which older XLA
-# lists (the latter advances its state on every run, dead or not).
-_SIDE_EFFECT_OPCODES = frozenset({
-    "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng", "rng-get-and-update-state",
-    "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done", "collective-broadcast",
-    "collective-permute-start", "collective-permute-done"})
-_CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
-                                  "collective-permute"})
-
-
 def has_side_effect(inst: Instruction) -> bool:
     """XLA's HloInstruction::HasSideEffect: the opcode is effectful, a custom-call says it is, a collective
     has a channel_id or constrain_layout (XLA exempts SPMD-partitioned modules; hloexec keeps them all),
     or a called computation holds such an instruction."""
     shorthand = async_shorthand(inst.opcode)        # all-to-all-start: an async all-to-all, with its attributes
     opcode = shorthand[1] if shorthand else inst.opcode
-    if opcode in _SIDE_EFFECT_OPCODES:
+    if opcode in opcodes.SIDE_EFFECTING:
         return True
     if opcode == "custom-call" and inst.attr("custom_call_has_side_effect", False):
         return True
-    if opcode in _CHANNEL_COLLECTIVES and (inst.has_attr("channel_id") or inst.attr("constrain_layout", False)):
+    if opcode in opcodes.CHANNEL_COLLECTIVES and (inst.has_attr("channel_id") or inst.attr("constrain_layout", False)):
         return True
     return any(has_side_effect(i) for c in inst.called_computations for i in c.instructions)
 
@@ -171,7 +163,7 @@ class Plan:
         # hold that memory as long as the plan (XLA's constant folding skips them for the same reason).
         invariant = set()
         for inst in order:
-            if (inst.opcode in _FOLDABLE and inst.shape.nbytes <= MAX_FOLDED_BYTES
+            if (inst.opcode in opcodes.PURE and inst.shape.nbytes <= MAX_FOLDED_BYTES
                     and "control-predecessors" not in inst.attrs
                     and all(id(o) in invariant for o in inputs_of[id(inst)])):
                 invariant.add(id(inst))
@@ -187,7 +179,8 @@ class Plan:
         # Parameters that nothing uses are dropped at once.
         used = set(last_use)
         self.unused_parameters = [s for s in self.parameter_slots if s not in used and s != self.root_slot]
-        self._run_fast = None       # the schedule as one generated function, after a checked first run
+        self._run_fast = None       # the schedule as one generated function, after a checked first run (False: the
+                                    # generated one failed where the checked one did not; runs stay checked)
         self._peaks: dict[tuple[bool, bool], int] = {}
         self._buffer_table: _Buffers | None = None
         self._recycled: dict[int, int] = {}        # step index -> output bytes kept from the last run
@@ -197,19 +190,25 @@ class Plan:
         instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one,
         as does an observer (Executable.run's `observe`), which sees each step's values."""
         observe = self._observer()
-        if self._run_fast is not None and progress is None and profile is None and observe is None:
+        fast_error = None
+        if self._run_fast and progress is None and profile is None and observe is None:
             try:
                 return self._run_fast(args)
             except (UnsupportedError, ExecutionError):
                 raise
-            except Exception:  # values are immutable: rerun checked, which names the failing instruction
-                pass
+            except Exception as e:  # values are immutable: rerun checked, which names the failing instruction
+                fast_error = e
         slots = [None] * self.n_slots
         for s, value in zip(self.parameter_slots, args):
             slots[s] = value
         for s in self.unused_parameters:
             slots[s] = None
         self._run_checked(slots, progress, profile, observe)
+        if fast_error is not None:      # the checked run passed where the fast one failed: a bug in the latter
+            self._run_fast = False      # (never again: this plan runs checked)
+            warnings.warn(f"the compiled schedule of %{self.computation.name} failed ({type(fast_error).__name__}: "
+                          f"{fast_error}) where the checked run did not: a bug; this plan runs checked from now on",
+                          CompileWarning, stacklevel=2)
         if self._run_fast is None:
             self._run_fast = compile_schedule(self)
         return slots[self.root_slot]
@@ -422,14 +421,9 @@ def _returns_view(inst: Instruction) -> bool:
         src, dst = inst.operands[0].shape, inst.shape
         return src.is_tuple or all(s.has_default_layout and not (s.layout is not None and s.layout.tiles)
                                    for s in (src, dst))
-    return inst.opcode in VIEW_OPS
+    return inst.opcode in opcodes.VIEW
 
 
-# Ops whose value depends on their operands alone (no device id, randomness, side effect or called
-# computation that could hold one): with parameter-independent operands, every run gives the same value.
-_FOLDABLE = ew.ELEMENTWISE_OPS | {"constant", "iota", "broadcast", "reshape", "bitcast", "transpose", "slice",
-                                  "reverse", "pad", "concatenate", "copy", "reduce", "dot", "dynamic-slice",
-                                  "tuple", "get-tuple-element"}
 MAX_FOLDED_BYTES = 16 << 20     # a folded value lives as long as its plan
 _EXPANSIONS = frozenset({"broadcast", "iota"})
 MAX_KEPT_EXPANSION_BYTES = 64 << 10
@@ -449,7 +443,7 @@ def scratch_bytes(step: Step) -> int:
         return max(kernel.peak_bytes(parameter_bytes=False) - inst.shape.nbytes, 0)
     if inst.opcode in _LIFTED_TO_F32 and not step.fused:
         halves = [s for s in (inst.shape, *(o.shape for o in inst.operands))
-                  if not s.is_tuple and s.element_type.name in ("f16", "bf16")]
+                  if not s.is_tuple and s.element_type.is_half_float]
         return 4 * sum(s.size for s in halves)
     return 0
 
@@ -483,11 +477,6 @@ def compile_schedule(plan: Plan):
     code = compile("\n".join(lines), f"<schedule of %{plan.computation.name}>", "exec")
     exec(code, names)
     return names["run"]
-
-
-# Ops whose result may share its operand's buffer (no new memory).
-VIEW_OPS = frozenset({"tuple", "get-tuple-element", "bitcast", "reshape", "copy", "opt-barrier",
-                      "optimization-barrier", "add-dependency", "after-all", "parameter"})
 
 
 def check_value(inst: Instruction, value) -> None:

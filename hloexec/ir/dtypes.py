@@ -26,6 +26,11 @@ class ElementType:
         return self.kind in ("sint", "uint")
 
     @property
+    def is_half_float(self) -> bool:
+        """f16 or bf16: the 16-bit floats numpy ops compute in f32 and Numba kernels hold as uint16 bits."""
+        return self.name in ("f16", "bf16")
+
+    @property
     def itemsize(self) -> int:
         """Bytes one element takes in a numpy array (sub-byte types take a whole byte)."""
         return 0 if self.numpy is None else self.numpy.itemsize

@@ -438,7 +438,7 @@ def _to_float_type(d: np.ndarray, etype) -> np.ndarray:
             out = d.copy()
         elif name == "f32":
             out = d.astype(np.float32)
-        elif name in ("f16", "bf16"):
+        elif etype.is_half_float:
             out = d.astype(np.float32).astype(etype.numpy)
         else:
             out = _f64_to_f32_round_to_odd(d).astype(etype.numpy)

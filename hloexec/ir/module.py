@@ -226,6 +226,23 @@ def _literal(self):
 Instruction.literal = property(_literal, doc="The numpy value of a constant, decoded on first use.")
 
 
+def _literal_elided(self) -> bool:
+    if self.opcode != "constant":
+        return False
+    args = self._args
+    if not isinstance(args, str):
+        if args.length > 16:          # a long literal is a real one (spans are kept for those only)
+            return False
+        args = args.text()
+    from .literal import literal_elided
+    return literal_elided(args)
+
+
+Instruction.literal_elided = property(_literal_elided, doc="Whether this is a constant whose values the text "
+                                      "does not hold: `constant({...})`, as XLA dumps large constants without "
+                                      "--xla_dump_large_constants=true.")
+
+
 class Computation:
     """A computation; `instructions` in text order.
 
@@ -367,6 +384,10 @@ class Module:
     @property
     def instruction_count(self) -> int:
         return sum(len(c) for c in self.computations)
+
+    def elided_constants(self) -> list[Instruction]:
+        """The constants whose values the text does not hold (`constant({...})`): hloexec runs them as zeros."""
+        return [inst for inst in self.instructions() if inst.literal_elided]
 
     def opcode_counts(self) -> Counter:
         """opcode -> number of instructions, without building Instruction objects that do not exist yet."""

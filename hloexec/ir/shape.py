@@ -70,6 +70,10 @@ class Shape:
             return sum(s.nbytes for s in self.tuple_shapes)
         return self.size * self.element_type.itemsize
 
+    def leaf_elements(self) -> int:
+        """Number of elements summed over tuple leaves (`size` for an array)."""
+        return sum(s.size for _, s in self.leaves())
+
     def leaves(self):
         """Array shapes in depth-first order with their ShapeIndex."""
         if not self.is_tuple:

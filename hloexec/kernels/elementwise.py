@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from ..ir import opcodes
 from ..ir.dtypes import element_type
 
 # Element types the kernels handle, and the numpy constructor of each one's compute type.
@@ -50,7 +51,7 @@ INTS = SIGNED + UNSIGNED
 EXACT_OPS = frozenset({"abs", "negate", "sign", "copy", "select", "clamp", "maximum", "minimum", "ceil",
                        "floor", "round-nearest-afz", "round-nearest-even"})
 # Reducer ops a fused reduce may use (reducer computation = op(param0, param1)).
-REDUCERS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
+REDUCERS = opcodes.REDUCER_OPS - {"xor"}
 COMPARE_OPS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
@@ -192,7 +193,7 @@ def binary_src(opcode: str, name: str, a: str, b: str) -> str | None:
     if T is None:
         return None
     if name == "pred":
-        ops = {"and": "&", "or": "|", "xor": "^", "maximum": "|", "minimum": "&"}
+        ops = {"and": "&", "or": "|", "xor": "^", "maximum": "|", "minimum": "&", "add": "|", "multiply": "&"}
         return f"(({a}) {ops[opcode]} ({b}))" if opcode in ops else None
     if name in FLOATS:
         simple = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}

@@ -2,8 +2,9 @@
 
 `compile_fusion(comp)` generates Python source for a kernel that loops over the output and evaluates the
 computation's expression DAG per output element -- index arithmetic, no temporaries -- and returns a
-`FusedKernel`, or None when the computation holds something this generator does not handle (the caller
-then interprets the computation op by op).
+`FusedKernel`. Where the computation holds something this generator does not handle it raises
+`TierUnsupported(reason)` (the caller then interprets the computation op by op and counts the reason);
+any other exception is a bug in the generator.
 
 How the source is built
 -----------------------
@@ -37,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import TierUnsupported
+from ..ir import opcodes
 from . import elementwise as ew
 from .threads import ranges, run_blocks
 
@@ -46,19 +49,12 @@ MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-
 TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
 LANES = 16                       # partial sums of a float row sum (one AVX-512 vector of f32)
 
-_ELEMENTWISE_UNARY = ew.UNARY_OPS
-_ELEMENTWISE_BINARY = ew.BINARY_OPS
-_INDEX_OPS = {"broadcast", "reshape", "bitcast", "transpose", "slice", "reverse", "dynamic-slice", "pad",
-              "concatenate", "copy"}
 
 
-class _Unsupported(Exception):
-    pass
-
-
-def _need(cond, why=""):
+def _need(cond, why: str):
+    """Decline the computation (TierUnsupported) unless `cond` holds."""
     if not cond:
-        raise _Unsupported(why)
+        raise TierUnsupported(why)
 
 
 # -- decoded attributes as plain tuples ------------------------------------------------------------------
@@ -76,9 +72,10 @@ def _scalar_literal(inst):
 
 def constant_storage(inst) -> np.ndarray:
     """An array constant as a kernel sees it: C-contiguous, in its storage type (f16/bf16 as uint16)."""
-    et = inst.shape.element_type.name
+    et = inst.shape.element_type
     arr = np.ascontiguousarray(np.asarray(inst.literal).reshape(inst.shape.dims))
-    return arr.view(ew.STORAGE[et]) if et in ("f16", "bf16") else arr.astype(ew.STORAGE[et], copy=False)
+    storage = ew.STORAGE[et.name]
+    return arr.view(storage) if et.is_half_float else arr.astype(storage, copy=False)
 
 
 def _row_major_strides(dims):
@@ -409,11 +406,9 @@ class _Generator:
         _need(not any(inst.shape.dynamic), "dynamic shape")
         for o in inst.operands:
             _need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
-        if op in ("parameter", "constant", "iota", "select", "clamp", "convert", "compare", "is-finite",
-                  "bitcast-convert", "reduce") or op in _INDEX_OPS or op in _ELEMENTWISE_UNARY \
-                or op in _ELEMENTWISE_BINARY:
+        if op in ("parameter", "constant", "iota", "reduce") or op in opcodes.MOVEMENT or op in ew.ELEMENTWISE_OPS:
             return
-        raise _Unsupported(op)
+        raise TierUnsupported(f"opcode {op}")
 
     def check_reduce_cost(self):
         for rid, (execs, size) in self.reduce_execs.items():
@@ -461,8 +456,7 @@ class _Generator:
         if op == "iota":
             dim = inst.attr("iota_dimension")
             return self.emit(ew.iota_src(et, index[dim]), deps)
-        if op in ("copy",) or op in ("reshape", "bitcast", "transpose", "broadcast", "slice", "reverse",
-                                     "dynamic-slice", "pad", "concatenate"):
+        if op in opcodes.MOVEMENT:
             return self.index_op(inst, index)
         if op == "reduce":
             return self.reduce(inst, index)
@@ -578,7 +572,7 @@ class _Generator:
             return self.pad(inst, index)
         if op == "concatenate":
             return self.concatenate(inst, index)
-        raise _Unsupported(op)
+        raise TierUnsupported(f"opcode {op}")
 
     def guarded(self, inst, conds, deps, compute_value, init: str):
         """res = init; if <all conds>: res = compute_value()  -- loads inside stay under the guard."""
@@ -640,7 +634,7 @@ class _Generator:
                     sub = list(index); sub[dim] = str(off)
                     return self.value(o, tuple(sub))
                 off -= o.shape.dims[dim]
-            raise _Unsupported("concatenate index")
+            raise TierUnsupported("concatenate index")
         deps = [x for x in index if _is_ident(x)]
         target = self.place(deps)
         if self.guard.depth > target.depth:
@@ -936,19 +930,18 @@ def _bf16():
 
 
 def generate_source(comp, *, excess_precision: bool = False, parallel=None, reductions: str = "accumulate"):
-    """(source, generator) for `comp`, or None if unsupported. For inspection and tests."""
+    """(source, generator) for `comp`; raises TierUnsupported where the generator declines it."""
     gen = _Generator(comp, excess_precision, parallel, reductions)
     try:
         return gen.generate(), gen
-    except _Unsupported:
-        return None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
-        return None
+    except RecursionError:      # value() recurses once per operand edge of a chain
+        raise TierUnsupported("expression deeper than Python's recursion limit") from None
 
 
 def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager: bool = True,
                    reductions: str = "accumulate"):
-    """A FusedKernel for fused computation `comp`, or None if it holds anything unsupported.
+    """A FusedKernel for fused computation `comp`; raises TierUnsupported(reason) if it holds anything this
+    generator does not handle.
 
     `parallel`: None splits the outer loop over the thread pool (hloexec.kernels.threads) when output x
     reduced elements >= PARALLEL_THRESHOLD; True / False force.
@@ -956,10 +949,7 @@ def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager
     writing the source and importing Numba).
     `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py).
     """
-    generated = generate_source(comp, excess_precision=excess_precision, parallel=parallel, reductions=reductions)
-    if generated is None:
-        return None
-    source, gen = generated
+    source, gen = generate_source(comp, excess_precision=excess_precision, parallel=parallel, reductions=reductions)
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
     kernel = FusedKernel(source, key, gen.outs, gen.params, gen.consts, gen.blocks, comp.root.opcode == "tuple")
     if eager:

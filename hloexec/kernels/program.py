@@ -15,7 +15,13 @@ How values live in the generated function
 * a tuple exists only while generating: get-tuple-element and tuple resolve to their elements.
 Values are immutable in HLO, so buffers are shared freely; an op that writes in place (dynamic-update-slice,
 scatter) does so only on a buffer this code owns (created here, or the loop's carried copy) whose every
-holder is dead after it, else on a copy. The carried state is copied once on entry to a loop.
+holder is dead after it and that no other operand of the op reads (`scatter(x, i, x)` reads its updates
+while it writes), else on a copy. A conditional's result may be any of its branches' arguments: it counts
+as holding their buffers. The carried state is copied once on entry to a loop; each step assigns all the
+carried values at once (`a, b = a1, b1`). A buffer a step allocates is allocated once, before the loop,
+unless it becomes the next state of this loop or of a loop inside it: then it is new on every step of
+that loop and of every loop around it (moved out of an outer loop, the inner loop's first step would
+write its old state while still reading it).
 
 Loop-invariant instructions of a body or condition (no dependence on the carried state: XLA's
 `reduce(iota * iota)` benchmark) are computed once before the loop.
@@ -35,18 +41,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import TierUnsupported
+from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
-from .fusion import _bf16, _helpers_hash, _load_kernel, _need, _Unsupported, constant_storage
+from .fusion import _helpers_hash, _load_kernel, _need, constant_storage
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
 MAX_LINES = 1200
 
-# Ops computing their value from their operands alone: hoisted out of a loop when those are invariant.
-_PURE = ew.ELEMENTWISE_OPS | {"constant", "iota", "broadcast", "reshape", "bitcast", "transpose", "slice",
-                              "reverse", "pad", "concatenate", "copy", "reduce", "dot", "dynamic-slice",
-                              "gather", "tuple", "get-tuple-element"}
 _IDENTITY_OPS = {"copy", "opt-barrier", "optimization-barrier"}
 # A literal or a cast of a name or literal (`np.float32(-np.inf)`, `np.int64(v3)`): cheap to repeat.
 _SIMPLE = re.compile(r"^np\.\w+\(-?[\w.]+\)$")
@@ -106,7 +110,7 @@ def _leaf_type(shape) -> tuple:
 
 
 def _shape_leaves(shape) -> list:
-    return [x for s in shape.tuple_shapes for x in _shape_leaves(s)] if shape.is_tuple else [_leaf_type(shape)]
+    return [_leaf_type(s) for _, s in shape.leaves()]
 
 
 @dataclass(slots=True)
@@ -133,7 +137,10 @@ class _Generator:
         self.const_names: dict[int, Array] = {}
         self.mutable: set[int] = set()      # buffers this code may write in place
         self.hoisted: dict[int, object] = {}   # instruction id -> value computed before the enclosing loop
-        self.pinned: set[int] = set()       # buffers a branch result may alias: never moved out of a loop
+        # buffers allocated on every step of the loop they are in (a loop's next state, a branch's result):
+        # never moved out of any loop
+        self.pinned: set[int] = set()
+        self.aliases: dict[int, frozenset[int]] = {}   # a branch result's buffer -> the buffers it may be
 
     # -- emitting ---------------------------------------------------------------------------------------
     def fresh(self, prefix="v") -> str:
@@ -180,7 +187,7 @@ class _Generator:
         _need(len(self.lines) < MAX_LINES, "program too large")
         name = self.fresh("a")
         self.n += 1
-        self.lines.append(_Alloc(name, max(math.prod(dims), 1), et, self.n, self.indent))
+        self.lines.append(_Alloc(name, math.prod(dims) if dims else 1, et, self.n, self.indent))
         self.mutable.add(self.n)
         return Array(name, tuple(dims), et, self.n)
 
@@ -211,6 +218,14 @@ class _Generator:
         self.line(f"{name} = {s}")
         return name
 
+    def reach(self, v) -> set[int]:
+        """The buffers value `v` may share memory with: its own, and those a conditional's result may be."""
+        out = set()
+        for b in _bufs(v):
+            out.add(b)
+            out |= self.aliases.get(b, frozenset())
+        return out
+
     # -- computations -----------------------------------------------------------------------------------
     def computation(self, comp, args: list):
         """Emit `comp` on argument values; returns the root's value."""
@@ -232,11 +247,14 @@ class _Generator:
 
             def free_after(buf, k=k) -> bool:
                 """Whether step k may overwrite `buf`: this code owns it and no value holding it is used later."""
-                return buf in self.mutable and all(last_use.get(j, -1) <= k for j, x in vals.items() if buf in _bufs(x))
+                return buf in self.mutable and all(last_use.get(j, -1) <= k for j, x in vals.items()
+                                                   if buf in self.reach(x))
 
-            def writable(v):
-                """`v` itself if step k may overwrite it, else a copy of it."""
-                return v if free_after(v.buf) else self.copy_of(v)
+            def writable(v, operands=operands):
+                """`v` itself if step k may overwrite it (free after it, and no other operand of the step reads
+                it: `scatter(x, i, x)` reads the updates while it writes), else a copy of it."""
+                readers = sum(v.buf in self.reach(leaf) for arg in operands for leaf in _leaves(arg))
+                return v if free_after(v.buf) and readers == 1 else self.copy_of(v)
             if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
                 donated = {b for v in operands for b in _bufs(v) if free_after(b)}
                 key = "to_apply" if inst.opcode == "call" else "calls"
@@ -273,7 +291,7 @@ class _Generator:
                 else:
                     self.hoist_invariants(called)
                     variant.add(id(inst))
-            elif inst.opcode not in _PURE or not invariant_operands:
+            elif inst.opcode not in opcodes.PURE or not invariant_operands:
                 variant.add(id(inst))
             elif not (inst.opcode == "constant" and inst.shape.rank == 0):
                 operands = [self.invariant_operand(o) for o in inst.operands]
@@ -318,7 +336,7 @@ class _Generator:
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
         emit = _ARRAY_OPS.get(op)
-        _need(emit is not None, op)
+        _need(emit is not None, f"opcode {op}")
         out = self.new_array(dims, et)
         emit(self, inst, operands, out)
         return out if dims else self.scalar_of(out)
@@ -423,10 +441,13 @@ class _Generator:
                     values.append(self.scalar_of(v).expr)
             if targets:
                 self.line(f"{', '.join(targets)} = {', '.join(values)}")
-        # buffers that do not become the next step's state are allocated once, before the loop
-        stays = seen | self.pinned
-        moved = [x for x in self.lines[header + 1:] if isinstance(x, _Alloc) and x.buf not in stays]
-        self.lines[header + 1:] = [x for x in self.lines[header + 1:] if not (isinstance(x, _Alloc) and x.buf not in stays)]
+        # Buffers that do not become the next step's state are allocated once, before the loop. Those that do
+        # must be new on every step of this loop -- hence of every loop around it: moved out of an outer loop,
+        # the first step of this one would write its old state's buffer while it still reads it.
+        self.pinned |= seen
+        moved = [x for x in self.lines[header + 1:] if isinstance(x, _Alloc) and x.buf not in self.pinned]
+        self.lines[header + 1:] = [x for x in self.lines[header + 1:]
+                                   if not (isinstance(x, _Alloc) and x.buf not in self.pinned)]
         for x in moved:
             x.indent = self.indent
         self.lines[header:header] = moved
@@ -443,6 +464,7 @@ class _Generator:
         leaves = _shape_leaves(inst.shape)
         names = [self.fresh("b") for _ in leaves]
         held = None
+        may_be = set().union(*map(self.reach, operands[1:]))    # a branch may return its argument
         for k, comp in enumerate(branches):
             if k == len(branches) - 1:      # an index out of range selects the last branch
                 header = "else:" if k else "if True:"
@@ -459,11 +481,13 @@ class _Generator:
                         self.line(f"{name} = {self.scalar_of(v).expr}")
             held = result
             self.pinned |= set().union(*map(_bufs, result))
+            may_be |= set().union(*map(self.reach, result))
         out = []
         for name, (dims, et), v in zip(names, leaves, held):
             if isinstance(v, Array):
                 self.n += 1
                 out.append(Array(name, dims, et, self.n))     # not owned: a branch may return an argument
+                self.aliases[self.n] = frozenset(may_be)
             else:
                 out.append(Scalar(name, et))
         return _rebuild_shape(inst.shape, iter(out))
@@ -731,8 +755,8 @@ def _live(comp) -> set[int]:
 
 
 def _pure(comp) -> bool:
-    """Whether `comp` computes from its parameters alone (ops in _PURE, calls of such computations)."""
-    return all(i.opcode in _PURE or i.opcode == "parameter"
+    """Whether `comp` computes from its parameters alone (opcodes.PURE, calls of such computations)."""
+    return all(i.opcode in opcodes.PURE or i.opcode == "parameter"
                or (i.opcode in ("call", "fusion") and _pure(i.called["to_apply" if i.opcode == "call" else "calls"]))
                for i in comp.instructions)
 
@@ -803,10 +827,7 @@ def _unflatten(shape, results):
     if shape.is_tuple:
         return tuple(_unflatten(s, results) for s in shape.tuple_shapes)
     a = next(results).reshape(shape.dims)
-    et = shape.element_type.name
-    if et in ("f16", "bf16"):
-        a = a.view(np.float16 if et == "f16" else _bf16())
-    return a
+    return a.view(shape.dtype) if shape.element_type.is_half_float else a
 
 
 def _generate(inst, excess_precision: bool, reductions: str):
@@ -843,13 +864,11 @@ def _generate(inst, excess_precision: bool, reductions: str):
 
 def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
     """A ProgramKernel computing instruction `inst` (a while loop, conditional, call, ...) from its
-    operands as one Numba function, or None if anything in it is unsupported. Compiles on `.compile()`.
-    `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
+    operands as one Numba function; raises TierUnsupported(reason) where this generator declines anything in
+    it. Compiles on `.compile()`. `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
     try:
         source, gen = _generate(inst, excess_precision, reductions)
-    except _Unsupported:
-        return None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
-        return None
+    except RecursionError:      # computations nested deeper than Python's recursion limit
+        raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
     key = "p" + hashlib.sha256(source.encode()).hexdigest()[:23]
     return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)

@@ -1,18 +1,36 @@
 """Helpers the op modules share: attribute decoding, array normalization, reducer recognition."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir import opcodes
+
+# The byte type holding the value of each sub-byte integer type (ml_dtypes stores one element a byte).
+SUB_BYTE_CONTAINER = {np.dtype(ml_dtypes.int2): np.dtype(np.int8), np.dtype(ml_dtypes.int4): np.dtype(np.int8),
+                      np.dtype(ml_dtypes.uint2): np.dtype(np.uint8), np.dtype(ml_dtypes.uint4): np.dtype(np.uint8)}
+
+
+def as_unsigned(x: np.ndarray, bits: int) -> np.ndarray:
+    """The low `bits` bits of integers x as unsigned integers of x's size (its bit pattern)."""
+    u = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+    return u if bits == x.dtype.itemsize * 8 else u & u.dtype.type((1 << bits) - 1)
+
+
+def as_signed(x: np.ndarray, bits: int) -> np.ndarray:
+    """The low `bits` bits of integers x read as a two's complement number, in the signed type of x's size."""
+    sdt = np.dtype(f"i{x.dtype.itemsize}")
+    if bits == x.dtype.itemsize * 8:
+        return x.view(sdt)
+    sign = sdt.type(1 << (bits - 1))
+    return (as_unsigned(x, bits).view(sdt) ^ sign) - sign
 
 
 def contig(x, dtype=None):
     """A C-contiguous array (0-d stays 0-d, unlike np.ascontiguousarray)."""
     x = np.asarray(x, dtype=dtype)
     return x if x.flags.c_contiguous else x.copy(order="C")
-
-
-BINARY_OPS = {"add", "multiply", "maximum", "minimum", "and", "or", "xor"}
 
 
 def ints(value) -> tuple[int, ...]:
@@ -61,7 +79,7 @@ def binary_kind(comp, nparams: int = 2) -> str | None:
         return None
     if root is params[1]:
         return "replace"
-    if root.opcode in BINARY_OPS and len(root.operands) == 2:
+    if root.opcode in opcodes.REDUCER_OPS and len(root.operands) == 2:
         a, b = root.operands
         if (a is params[0] and b is params[1]) or (a is params[1] and b is params[0]):
             return root.opcode
@@ -124,6 +142,8 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
         return x.astype(np.int8)
     if dt.kind in "iu":
         return x
+    if dt in SUB_BYTE_CONTAINER:
+        return x.astype(SUB_BYTE_CONTAINER[dt])
     if dt.kind == "c":
         raise TypeError("complex sort key")
     bits = dt.itemsize * 8

@@ -20,6 +20,11 @@ tested bit-exactly against XLA:CPU (tests/test_ops_elementwise.py). The rules wo
   float -> unsigned maps x <= 0 and NaN to 0. To pred: x != 0 (NaN -> true).
 * maximum/minimum are IEEE 754-2019 maximum/minimum: NaN propagates, and -0 < +0.
 * compare type=TOTALORDER orders floats as -NaN < -inf < ... < -0 < +0 < ... < inf < +NaN.
+* Sub-byte integers (s2, s4, u2, u4; ml_dtypes arrays, one element a byte) compute in a byte (int8 / uint8
+  holding the value) and wrap back to their width; the bit ops (shifts, clz, popcnt, not, bitcast-convert)
+  act on their own 2- or 4-bit pattern, as XLA's evaluator does (shift-right-arithmetic of a u4 fills with
+  the pattern's top bit, as for u8). popcnt counts the pattern's bits (s4 popcnt(-3) = 3, as StableHLO's
+  spec; XLA:CPU counts the sign-extended byte: 7).
 
 Each kernel is a small closure over numpy, so a Numba kernel can replace it one op at a time.
 """
@@ -33,7 +38,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.shape import array_shape
-from .common import total_order_key
+from .common import SUB_BYTE_CONTAINER, as_signed, as_unsigned, total_order_key
 from .registry import ALL, FLOATS, op
 
 _F32 = np.dtype(np.float32)
@@ -44,9 +49,9 @@ _HALF = (_F16, _BF16)
 _F16_NAN, _F16_NEG_NAN = np.array([0x7E00, 0xFE00], np.uint16).view(_F16)
 _ERR = dict(all="ignore")
 
-INTS = "s8-s64, u8-u64"
-NUMERIC = "s8-s64, u8-u64, f16, bf16, f32, f64, f8, c64, c128"
-FLOAT_C = "f16, bf16, f32, f64, f8, c64, c128"
+INTS = "s2-s64, u2-u64"
+NUMERIC = "s2-s64, u2-u64, f16, bf16, f32, f64, f8, f6, f4, c64, c128"
+FLOAT_C = "f16, bf16, f32, f64, f8, f6, f4, c64, c128"
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -122,7 +127,23 @@ def f32_to_low(x, dtype: np.dtype, signaling_nans: bool = False):
         return r
     if signaling_nans and dtype == _F16:
         x = x * _F32.type(1)            # quiets signaling NaNs, payload kept, as vcvtps2ph does (numpy doesn't)
-    return x.astype(dtype)
+    return _rounded(x, dtype)
+
+
+# Float types without NaN: XLA:CPU converts a NaN (of either sign) to -0 (measured on f4e2m1fn; ml_dtypes gives
+# -0 for NaN, +0 for -NaN).
+_NO_NAN = {np.dtype(t) for t in (ml_dtypes.float4_e2m1fn, ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn)}
+
+
+def _rounded(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Float values x rounded to the float type `dtype` (numpy's / ml_dtypes' cast, NaN -> -0 where the
+    type has no NaN)."""
+    r = x.astype(dtype)
+    if dtype in _NO_NAN:
+        nan = np.isnan(x)
+        if nan.any():
+            r[nan] = dtype.type(-0.0)
+    return r
 
 
 def _unsigned(dtype: np.dtype) -> np.dtype:
@@ -131,6 +152,23 @@ def _unsigned(dtype: np.dtype) -> np.dtype:
 
 def _signed(dtype: np.dtype) -> np.dtype:
     return np.dtype(f"i{dtype.itemsize}")
+
+
+def _int_kernel(inst, build, operand: int = 0):
+    """The kernel of an integer op: `build(dtype, bits)` makes it for the numpy type `dtype` of operand `operand`,
+    of `bits` bits. A sub-byte type's kernel gets its operands widened to their byte type (values sign- or
+    zero-extended) and its result, if sub-byte, wrapped back to its width."""
+    et = inst.operands[operand].shape.element_type
+    container = SUB_BYTE_CONTAINER.get(et.numpy)
+    if container is None:
+        return build(et.numpy, et.bits)
+    kernel = build(container, et.bits)
+    out = inst.shape.dtype if inst.shape.dtype in SUB_BYTE_CONTAINER else None
+
+    def widened(*xs):
+        r = kernel(*(x.astype(SUB_BYTE_CONTAINER[x.dtype]) if x.dtype in SUB_BYTE_CONTAINER else x for x in xs))
+        return r if out is None else r.astype(out)
+    return widened
 
 
 def _same_shape_rule(inst):
@@ -237,7 +275,7 @@ def _prepare_abs(inst, ctx):
     if kind == "uint":
         return lambda x: x.copy()
     if kind == "sint":
-        return lambda x: np.abs(x)
+        return _int_kernel(inst, lambda dtype, bits: np.abs)
     if kind == "complex":
         def kernel(x):     # XLA: NaN if either part is NaN (even with an infinite other part)
             r = np.abs(x).astype(dtype, copy=False)
@@ -250,6 +288,8 @@ def _prepare_abs(inst, ctx):
 @op("negate", dtypes=NUMERIC, shape_rule=_same_shape_rule, notes="wraps for integers")
 def _prepare_negate(inst, ctx):
     _require(_kind(inst) != "pred", "negate of pred", inst)
+    if _kind(inst) in ("sint", "uint"):
+        return _int_kernel(inst, lambda dtype, bits: np.negative)
     return lambda x: np.negative(x)
 
 
@@ -258,7 +298,7 @@ def _prepare_sign(inst, ctx):
     kind = _kind(inst)
     _require(kind != "pred", "sign of pred", inst)
     if kind in ("sint", "uint"):
-        return lambda x: np.sign(x)
+        return _int_kernel(inst, lambda dtype, bits: np.sign)
     if kind == "complex":
         dtype = inst.shape.dtype
 
@@ -276,21 +316,21 @@ def _prepare_is_finite(inst, ctx):
     return lambda x: np.isfinite(x)
 
 
-@op("not", dtypes="pred, s8-s64, u8-u64", shape_rule=_same_shape_rule)
+@op("not", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
 def _prepare_not(inst, ctx):
     kind = _kind(inst)
     if kind == "pred":
         return lambda x: np.logical_not(x)
     _require(kind in ("sint", "uint"), "not of a float operand", inst)
-    return lambda x: np.invert(x)
+    return _int_kernel(inst, lambda dtype, bits: np.invert)
 
 
-@op("popcnt", dtypes=INTS, shape_rule=_same_shape_rule)
+@op("popcnt", dtypes=INTS, shape_rule=_same_shape_rule,
+    notes="counts the bits of the value's own width: s4 popcnt(-3) = 3 as StableHLO's spec (XLA:CPU counts the "
+          "sign-extended byte: 7)")
 def _prepare_popcnt(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "popcnt of a non-integer operand", inst)
-    dtype = inst.shape.dtype
-    udt = _unsigned(dtype)
-    return lambda x: np.bitwise_count(x.view(udt)).astype(dtype)
+    return _int_kernel(inst, lambda dtype, bits: lambda x: np.bitwise_count(as_unsigned(x, bits)).astype(dtype))
 
 
 def _bit_length(u: np.ndarray, bits: int) -> np.ndarray:
@@ -310,9 +350,10 @@ def _bit_length(u: np.ndarray, bits: int) -> np.ndarray:
 @op("count-leading-zeros", dtypes=INTS, shape_rule=_same_shape_rule, notes="clz(0) = bit width")
 def _prepare_clz(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "count-leading-zeros of a non-integer operand", inst)
-    dtype = inst.shape.dtype
-    udt, bits = _unsigned(dtype), dtype.itemsize * 8
-    return lambda x: (bits - _bit_length(x.view(udt), bits)).astype(dtype)
+
+    def build(dtype, bits):
+        return lambda x: (bits - _bit_length(as_unsigned(x, bits), dtype.itemsize * 8)).astype(dtype)
+    return _int_kernel(inst, build)
 
 
 @op("real", "imag", dtypes="c64, c128, floats", notes="real(x)=x, imag(x)=0 for real x")
@@ -343,13 +384,13 @@ def _prepare_complex(inst, ctx):
 def _int_divide(dtype: np.dtype):
     t = dtype.type
     if dtype.kind == "u":
-        allones = t(np.iinfo(dtype).max)
+        allones = t(ml_dtypes.iinfo(dtype).max)
 
         def kernel(a, b):
             zero = b == 0
             return np.where(zero, allones, a // np.where(zero, t(1), b))
         return kernel
-    mn = t(np.iinfo(dtype).min)
+    mn = t(ml_dtypes.iinfo(dtype).min)
 
     def kernel(a, b):
         zero = b == 0
@@ -368,7 +409,7 @@ def _int_remainder(dtype: np.dtype):
             zero = b == 0
             return np.where(zero, a, a % np.where(zero, t(1), b))
         return kernel
-    mn = t(np.iinfo(dtype).min)
+    mn = t(ml_dtypes.iinfo(dtype).min)
 
     def kernel(a, b):
         zero = b == 0
@@ -446,14 +487,11 @@ def _prepare_binary(inst, ctx):
     opc = inst.opcode
     if kind in ("sint", "uint"):
         _require(opc != "atan2", "atan2 of integers", inst)
-        if opc == "divide":
-            return _int_divide(dtype)
-        if opc == "remainder":
-            return _int_remainder(dtype)
-        if opc == "power":
-            return _int_power(dtype)
-        fn = _INT_BINARY[opc]
-        return lambda a, b: fn(a, b)
+        build = {"divide": _int_divide, "remainder": _int_remainder, "power": _int_power}.get(opc)
+        if build is None:
+            fn = _INT_BINARY[opc]
+            return _int_kernel(inst, lambda dtype, bits: lambda a, b: fn(a, b))
+        return _int_kernel(inst, lambda dtype, bits: build(dtype))
     if kind == "pred":
         # XLA allows a few arithmetic ops on pred (they act on 0/1 as u1).
         if opc in ("maximum", "add"):
@@ -468,48 +506,78 @@ def _prepare_binary(inst, ctx):
     return float_lifted(_FLOAT_BINARY[opc], dtype)
 
 
+def _int_mulhi(dtype: np.dtype, bits: int):
+    """The high `bits` bits of the 2*bits-bit product, signed for a signed type (XLA's mulhi, jax's lax.mulhi)."""
+    signed = dtype.kind == "i"
+    if bits <= 32:
+        wide = np.dtype(f"{'i' if signed else 'u'}8")
+        return lambda a, b: ((a.astype(wide) * b.astype(wide)) >> wide.type(bits)).astype(dtype)
+    u64, half = np.dtype(np.uint64), np.uint64(32)
+    low = np.uint64(0xFFFFFFFF)
+
+    def kernel(a, b):
+        x, y = a.view(u64), b.view(u64)
+        xl, xh, yl, yh = x & low, x >> half, y & low, y >> half
+        ll, lh, hl = xl * yl, xl * yh, xh * yl
+        cross = (lh & low) + (hl & low) + (ll >> half)
+        hi = xh * yh + (lh >> half) + (hl >> half) + (cross >> half)       # of the unsigned product
+        if signed:      # x * y = ux * uy - 2^64 (x < 0 ? uy : 0) - 2^64 (y < 0 ? ux : 0), mod 2^128
+            hi = hi - np.where(a < 0, y, u64.type(0)) - np.where(b < 0, x, u64.type(0))
+        return hi.view(dtype)
+    return kernel
+
+
+@op("mulhi", dtypes=INTS, shape_rule=_same_shape_rule,
+    notes="the high half of the double-width product (signed for signed types): jax's lax.mulhi")
+def _prepare_mulhi(inst, ctx):
+    _require(_kind(inst) in ("sint", "uint"), "mulhi of non-integer operands", inst)
+    return _int_kernel(inst, _int_mulhi)
+
+
 def _complex_atan2(y, x):
     """XLA's complex atan2 (HloEvaluator, the elemental IR emitter): -i log((x + i y) / sqrt(x^2 + y^2))."""
     with np.errstate(all="ignore"):
         return (-1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))).astype(x.dtype)
 
 
-@op("and", "or", "xor", dtypes="pred, s8-s64, u8-u64", shape_rule=_same_shape_rule)
+@op("and", "or", "xor", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
 def _prepare_bitwise(inst, ctx):
     kind = _kind(inst)
     _require(kind in ("pred", "sint", "uint"), f"{inst.opcode} of float operands", inst)
     fn = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[inst.opcode]
-    return lambda a, b: fn(a, b)
+    if kind == "pred":
+        return lambda a, b: fn(a, b)
+    return _int_kernel(inst, lambda dtype, bits: lambda a, b: fn(a, b))
 
 
 @op("shift-left", "shift-right-arithmetic", "shift-right-logical", dtypes=INTS, shape_rule=_same_shape_rule,
     notes="amount read as unsigned; amount >= bit width: 0 (left, logical) or the sign fill (arithmetic)")
 def _prepare_shift(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), f"{inst.opcode} of non-integer operands", inst)
-    dtype = inst.shape.dtype
-    bits = dtype.itemsize * 8
-    udt, sdt = _unsigned(dtype), _signed(dtype)
-    ut = udt.type
-    limit, mask = ut(bits), ut(bits - 1)
     opc = inst.opcode
 
-    if opc == "shift-left":
-        def kernel(a, b):
-            n = b.view(udt)
-            r = a.view(udt) << (n & mask)
-            return np.where(n >= limit, ut(0), r).view(dtype)
-    elif opc == "shift-right-logical":
-        def kernel(a, b):
-            n = b.view(udt)
-            r = a.view(udt) >> (n & mask)
-            return np.where(n >= limit, ut(0), r).view(dtype)
-    else:
-        def kernel(a, b):
-            n = b.view(udt)
-            sa = a.view(sdt)
-            r = sa >> np.where(n >= limit, mask, n).astype(sdt)
-            return r.view(dtype)
-    return kernel
+    def build(dtype, bits):
+        udt, sdt = _unsigned(dtype), _signed(dtype)
+        ut = udt.type
+        limit, mask = ut(bits), ut(bits - 1)
+        # the amount is read as unsigned: a negative one is >= bits (also in a sub-byte type's byte)
+        if opc == "shift-left":
+            def kernel(a, b):
+                n = b.view(udt)
+                r = a.view(udt) << (n & mask)
+                return np.where(n >= limit, ut(0), r).view(dtype)
+        elif opc == "shift-right-logical":
+            def kernel(a, b):
+                n = b.view(udt)
+                r = as_unsigned(a, bits) >> (n & mask)
+                return np.where(n >= limit, ut(0), r).view(dtype)
+        else:
+            def kernel(a, b):
+                n = b.view(udt)
+                r = as_signed(a, bits) >> np.where(n >= limit, mask, n).astype(sdt)
+                return r.view(dtype)
+        return kernel
+    return _int_kernel(inst, build)
 
 
 # -- compare / select / clamp -------------------------------------------------------------------
@@ -538,12 +606,14 @@ def _prepare_compare(inst, ctx):
             return lambda a, b: fn(low_to_f32(a, quiet=False), low_to_f32(b, quiet=False))
         return lambda a, b: fn(a, b)
     if kind in ("sint", "uint"):
-        dtype = inst.operands[0].shape.dtype
-        want = _signed(dtype) if ctype == "SIGNED" else _unsigned(dtype)
         _require(ctype in ("SIGNED", "UNSIGNED"), f"compare type {ctype} of integer operands", inst)
-        if want == dtype:
-            return lambda a, b: fn(a, b)
-        return lambda a, b: fn(a.view(want), b.view(want))
+        as_type = as_signed if ctype == "SIGNED" else as_unsigned
+
+        def build(dtype, bits):
+            if dtype == (_signed(dtype) if ctype == "SIGNED" else _unsigned(dtype)):
+                return lambda a, b: fn(a, b)
+            return lambda a, b: fn(as_type(a, bits), as_type(b, bits))
+        return _int_kernel(inst, build)
     return lambda a, b: fn(a, b)       # pred: False < True
 
 
@@ -564,6 +634,8 @@ def _prepare_clamp(inst, ctx):
     _require(kind != "complex", "clamp of complex operands", inst)
     if kind == "pred":
         return lambda lo, x, hi: np.logical_and(np.logical_or(x, lo), hi)
+    if kind in ("sint", "uint"):
+        return _int_kernel(inst, lambda dtype, bits: lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi), operand=1)
     lifted = _compute_dtype(dtype) != dtype
 
     def kernel(lo, x, hi):
@@ -579,22 +651,23 @@ def _prepare_clamp(inst, ctx):
 
 # -- convert -------------------------------------------------------------------------------------
 def _float_to_int(src: np.dtype, dst: np.dtype):
-    """Saturating float -> integer conversion with NaN -> 0 (XLA's ConvertElementType)."""
-    info = np.iinfo(dst)
-    lo, hi = float(info.min), float(info.max)   # as XLA: compared against static_cast<F>(INT_MIN/MAX)
+    """Saturating float -> integer conversion with NaN -> 0 (XLA's ConvertElementType): x <= F(INT_MIN) gives
+    INT_MIN and x >= F(INT_MAX) gives INT_MAX, the bounds rounded to the source type F (so f4e2m1fn 6.0 -> s4
+    is 7: F(7) = 6; f32 2^31 -> s32 INT_MAX: F(2^31 - 1) = 2^31)."""
+    info = ml_dtypes.iinfo(dst)
+    with np.errstate(over="ignore"):
+        lo, hi = (float(np.array(v, _F64).astype(src)) for v in (info.min, info.max))
     t = dst.type
     wdt = _F64 if src.itemsize <= 8 else src
 
     def kernel(x):
         xf = low_to_f32(x, quiet=False).astype(wdt) if src in _HALF else x.astype(wdt, copy=False)
         with np.errstate(**_ERR):
-            inside = (xf > lo) & (xf < hi)
-            r = np.where(inside, xf, 0).astype(dst)
-        r = np.where(xf <= lo, t(info.min), r)
-        r = np.where(xf >= hi, t(info.max), r)
+            low, high = xf <= lo, xf >= hi          # a bound the type cannot hold is NaN: never
+            r = np.where(low | high | np.isnan(xf), 0, xf).astype(dst)
+        r = np.where(low, t(info.min), r)
+        r = np.where(high, t(info.max), r)
         return r
-    # For 32-bit float sources XLA compares in the source type: float(INT32_MAX) rounds up to 2^31,
-    # which the f64 comparison reproduces because 2^31 - 1 < x < 2^31 has no f32 values.
     return kernel
 
 
@@ -629,7 +702,7 @@ def convert_kernel(src_t, dst_t, inst):
             return lambda x: f32_to_low(x, dst, signaling_nans=True)
         if src == _F64 and _is_ml_float(dst):
             # ... but f64 -> fp8 rounds once (measured); ml_dtypes would go through f32, so round to odd first
-            return lambda x: _f64_to_f32_round_to_odd(x).astype(dst)
+            return lambda x: _rounded(_f64_to_f32_round_to_odd(x), dst)
         if src in _HALF and dst == _F32:
             return low_to_f32
         if src in _HALF and dst == _F64:
@@ -637,7 +710,7 @@ def convert_kernel(src_t, dst_t, inst):
         if (src in _HALF and dst in _HALF) or (_is_ml_float(src) and _is_ml_float(dst)):
             # e.g. f16 -> bf16, fp8 -> bf16: exact through f32 (every narrow type fits in f32), one rounding
             return lambda x: f32_to_low(low_to_f32(x), dst, signaling_nans=True)
-        return lambda x: x.astype(dst)
+        return lambda x: _rounded(x, dst)
     if sk in ("sint", "uint", "pred") and dk == "float":
         if _is_ml_float(dst) or dst.itemsize < 4:
             # XLA:CPU converts integers to narrow floats through f32 (two roundings for |x| > 2^24).
@@ -645,7 +718,10 @@ def convert_kernel(src_t, dst_t, inst):
         return lambda x: x.astype(dst)
     if dk == "complex":
         return lambda x: x.astype(dst)
-    # int/pred -> int: two's complement wrap (numpy astype wraps)
+    # int/pred -> int: two's complement wrap (numpy astype wraps; ml_dtypes casts between its own
+    # sub-byte types only through a wider one)
+    if src in SUB_BYTE_CONTAINER and dst in SUB_BYTE_CONTAINER:
+        return lambda x: x.astype(np.int8).astype(dst)
     return lambda x: x.astype(dst)
 
 
@@ -663,15 +739,37 @@ def _prepare_convert(inst, ctx):
     notes="view; a wider source adds a trailing dimension, a narrower one removes it (little-endian)")
 def _prepare_bitcast_convert(inst, ctx):
     src_t, dst_t = inst.operands[0].shape.element_type, inst.shape.element_type
-    _require(src_t.bits % 8 == 0 and dst_t.bits % 8 == 0 and src_t.numpy is not None and dst_t.numpy is not None,
+    small, big = sorted((src_t.bits, dst_t.bits))
+    _require(small > 0 and big % small == 0 and src_t.numpy is not None and dst_t.numpy is not None
+             and src_t.kind != "pred" and dst_t.kind != "pred" or src_t is dst_t,
              f"bitcast-convert {src_t.name} -> {dst_t.name}", inst)
     dst = dst_t.numpy
     dims = inst.shape.dims
+    if small % 8:
+        return _bitcast_sub_byte(src_t, dst_t, dims)
     if src_t.bits == dst_t.bits:
         return lambda x: x.view(dst)
     if src_t.bits > dst_t.bits:      # f32[N] -> u8[N,4]
         return lambda x: x.reshape(x.shape + (1,)).view(dst).reshape(dims)
     return lambda x: x.view(dst).reshape(dims)     # u8[N,4] -> f32[N]: the last axis is contiguous
+
+
+def _bitcast_sub_byte(src_t, dst_t, dims):
+    """bitcast-convert to or from a sub-byte type (s4[N,2] <-> s8[N], f16[N] -> u4[N,4], s4 <-> u4), on the
+    bit patterns: a wider element holds the narrower ones lowest bits first (XLA's little-endian packing)."""
+    def pattern(x, t):
+        return as_unsigned(x.view(np.uint8) if t.bits < 8 else x, t.bits).astype(np.uint64)
+
+    def from_pattern(p, t):
+        return p.astype(np.dtype(f"u{max(t.bits // 8, 1)}")).view(t.numpy)
+    ratio = max(src_t.bits, dst_t.bits) // min(src_t.bits, dst_t.bits)
+    shifts = np.arange(ratio, dtype=np.uint64) * np.uint64(min(src_t.bits, dst_t.bits))
+    if src_t.bits > dst_t.bits:
+        mask = np.uint64((1 << dst_t.bits) - 1)
+        return lambda x: from_pattern((pattern(x, src_t)[..., None] >> shifts) & mask, dst_t).reshape(dims)
+    if src_t.bits < dst_t.bits:
+        return lambda x: from_pattern(np.bitwise_or.reduce(pattern(x, src_t) << shifts, axis=-1), dst_t).reshape(dims)
+    return lambda x: from_pattern(pattern(x, src_t), dst_t)
 
 
 # -- reduce-precision ------------------------------------------------------------------------------------
@@ -729,7 +827,7 @@ def _prepare_reduce_precision(inst, ctx):
 
 # Opcodes this module registers, for tests and the README's coverage table.
 OPCODES = tuple(sorted({
-    *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "real",
+    *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "mulhi", "real",
     "imag", "complex", *_FLOAT_BINARY, "and", "or", "xor", "shift-left", "shift-right-arithmetic",
     "shift-right-logical", "compare", "select", "clamp", "convert", "bitcast-convert", "reduce-precision",
 }))

@@ -32,8 +32,10 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.attributes import gather_dims, scatter_dims
 from ..ir.module import Instruction
+from ..ir.dtypes import element_type_of
 from ..kernels import elementwise as ew
-from .common import as_tuple, binary_kind, called, contig, ints, invalid, scalar, total_order_key, ufunc_for
+from .common import (SUB_BYTE_CONTAINER, as_signed, as_tuple, as_unsigned, binary_kind, called, contig, ints, invalid,
+                     scalar, total_order_key, ufunc_for)
 from .registry import lookup, op
 
 
@@ -354,7 +356,9 @@ def _ordering(key: np.ndarray, compare_type: str, descending: bool) -> np.ndarra
     elif key.dtype == np.bool_:
         k = key.astype(np.int8)
     else:
-        k = key.view(f"{'i' if compare_type == 'SIGNED' else 'u'}{key.dtype.itemsize}")
+        bits = element_type_of(key.dtype).bits
+        key = key.astype(SUB_BYTE_CONTAINER.get(key.dtype, key.dtype), copy=False)   # s4 in its byte
+        k = (as_signed if compare_type == "SIGNED" else as_unsigned)(key, bits)
     return ~k if descending else k
 
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.dtypes import element_type_of
 from ..kernels import elementwise as ew
-from .common import as_tuple, binary_kind, called, contig, ints, scalar, str_attr, ufunc_for
+from .common import SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, ints, scalar, str_attr, ufunc_for
 from .elementwise import f32_to_low, low_to_f32
 from .registry import op
 
@@ -54,15 +55,24 @@ def identity_of(kind: str, dtype):
         lo = kind == "maximum"
         if dtype == np.bool_:
             return np.bool_(not lo)
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
+        if dtype.kind in "iu" or dtype in SUB_BYTE_CONTAINER:
+            info = ml_dtypes.iinfo(dtype)
             return dtype.type(info.min if lo else info.max)
-        return np.array(-np.inf if lo else np.inf, _F32).astype(dtype)[()]
+        if np.isinf(np.array(np.inf, _F32).astype(dtype)):
+            return np.array(-np.inf if lo else np.inf, _F32).astype(dtype)[()]
+        biggest = ml_dtypes.finfo(dtype).max      # a type without infinities (f8e4m3fn, f4e2m1fn...)
+        return np.array(-biggest if lo else biggest).astype(dtype)[()]
     raise KeyError(kind)
 
 
 def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype, reductions: str = "accumulate"):
-    """op(init, x's elements over `axes`) under the `reductions` rule (kernels/elementwise.py)."""
+    """op(init, x's elements over `axes`) under the `reductions` rule (kernels/elementwise.py); sub-byte
+    integers, which have no numpy reduce loops, in their byte, wrapped back."""
+    container = SUB_BYTE_CONTAINER.get(x.dtype)
+    if container is not None:
+        r = vector_reduce(kind, x.astype(container), axes, np.asarray(init).astype(container), container,
+                          reductions)
+        return contig(r.astype(out_dtype))
     uf = ufunc_for(kind, x.dtype)
     axes = tuple(axes)
     et = element_type_of(out_dtype)

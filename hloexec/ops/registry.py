@@ -30,6 +30,12 @@ class Context(Protocol):
     def device(self):
         """The participant this run is: .replica_id, .partition_id, .communicator (collectives)."""
 
+    def fused_kernel(self, comp) -> Callable | None:
+        """A compiled kernel running fused computation `comp`, or None: run it op by op (ops/control.py)."""
+
+    def compiled_loop(self, inst) -> Callable | None:
+        """The while loop `inst` as a callable that compiles once it has run long enough, or None: interpret it."""
+
 
 @dataclass(frozen=True, slots=True)
 class OpDef:
@@ -43,8 +49,8 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 
-ALL = "pred, s8-s64, u8-u64, f16, bf16, f32, f64, f8"
-FLOATS = "f16, bf16, f32, f64, f8"
+ALL = "pred, s2-s64, u2-u64, f16, bf16, f32, f64, f8, f6, f4"
+FLOATS = "f16, bf16, f32, f64, f8, f6, f4"
 
 
 def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = "", shape_rule=None):
@@ -87,7 +93,7 @@ _ONE = ("abs", "cbrt", "ceil", "cosine", "count-leading-zeros", "erf", "exponent
 _TWO = ("add", "atan2", "complex", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract",
         "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical", "compare", "pad",
         "gather", "triangular-solve", "add-dependency", "send", "set-dimension-size", "stochastic-convert",
-        "outfeed", "convolution")
+        "outfeed", "convolution", "mulhi")
 ARITY: dict[str, tuple[int, int | None, int]] = {
     **{o: (0, 0, 1) for o in ("constant", "iota", "partition-id", "replica-id", "rng-get-and-update-state")},
     **{o: (1, 1, 1) for o in _ONE}, **{o: (2, 2, 1) for o in _TWO},

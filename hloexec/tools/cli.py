@@ -14,6 +14,7 @@ import re
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -79,12 +80,20 @@ def select_module(modules, name: str | None, path: str):
 
 
 def _prepare(module, args):
+    """The module loaded, and the seconds it took; a module with elided constants is said on stderr."""
     from .. import ops  # noqa: F401  (fills the op registry)
+    from ..errors import ElidedConstantWarning, elided_constants_note
     from ..exec.executor import Executable
     start = time.perf_counter()
-    exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
-                     reductions=args.reductions)
-    return exe, time.perf_counter() - start
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
+        exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
+                         reductions=args.reductions)
+    seconds = time.perf_counter() - start
+    elided = module.elided_constants()
+    if elided:
+        print(f"warning: {elided_constants_note(module, elided)}", file=sys.stderr)
+    return exe, seconds
 
 
 def load_for_report(args):
@@ -314,10 +323,13 @@ def cmd_run(args) -> int:
     if args.repeat > 1:
         seconds["runs"] = runs
     slowest = profile_rows(exe, profile, args.profile) if args.profile else None
+    tiers = exe.context.tier_report if args.profile else None
     if args.json:
         _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": module.name,
                      "inputs": inputs_info, "memory": memory, "seconds": seconds, "outputs": summaries,
-                     "nan_found": nan_found, "out": args.out, "profile": slowest})
+                     "nan_found": nan_found, "out": args.out, "profile": slowest,
+                     "elided_constants": [c.name for c in module.elided_constants()],
+                     "tiers": tiers.to_dict() if tiers is not None else None})
     else:
         print(f"module {module.name}: {len(outputs)} output{'s' if len(outputs) != 1 else ''}, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
@@ -336,6 +348,10 @@ def cmd_run(args) -> int:
                 print(f"  {row['ms']:10.2f} ms {row['share']:6.1%}  %{row['name']} = {row['shape']} {row['opcode']}"
                       + (f" (fused: {row['fused']} instructions)" if row["fused"] else "")
                       + f"  line {row['line']}")
+        if tiers is not None:
+            print("compiled tiers (fused computations and while loops; op by op: how many, why):")
+            for line in tiers.format():
+                print("  " + line)
         if args.out is not None:
             print(f"outputs written to {args.out}")
     if nan_found and args.fail_on_nan:
@@ -345,7 +361,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare_outputs, format_report
+    from .compare import compare_outputs, format_report, mark_elided
     references = [r for r in (args.other, args.expected, args.against) if r is not None]
     if len(references) != 1:
         raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz "
@@ -380,7 +396,8 @@ def cmd_compare(args) -> int:
     elif args.against is not None:
         expected = _run_on_xla(module, args.file, inputs)
         reference = {"from": "xla"}
-    report = compare_outputs(actual, expected, atol=args.atol, rtol=args.rtol)
+    report = mark_elided(compare_outputs(actual, expected, atol=args.atol, rtol=args.rtol), module,
+                         *([other_exe.module] if other_exe is not None else []))
     if args.json:
         _print_json({"command": "compare", "version": JSON_VERSION,
                      "actual": {"file": args.file, "module": module.name}, "expected": reference,
@@ -746,7 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-nan", action="store_true", help="exit 1 when an output holds a NaN")
     p.add_argument("--profile", type=int, nargs="?", const=20, default=0, metavar="N",
                    help="time every instruction of the entry computation (calls inlined); print the N slowest "
-                        "(default 20)")
+                        "(default 20), then how many fused computations and while loops have a compiled kernel "
+                        "and why the others run op by op")
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
                    help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
                         "first call and compiled from the second, so R >= 3 shows the warm module)")

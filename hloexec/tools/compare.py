@@ -10,6 +10,10 @@ difference fails the whole output (EqualShapes).
 XLA's `run_hlo_module` applies one bound to every type (1e-3 abs and rel); here the defaults depend
 on the output's type (DEFAULT_TOLERANCES) and `atol` / `rtol` override both. Errors are computed in
 float64, so the absolute error is exact for every type up to f32 (XLA subtracts in the element type).
+
+A dump taken without --xla_dump_large_constants=true writes large constants as `constant({...})`: their values
+are lost (hloexec reads zeros, XLA's parser arbitrary values). An output that depends on such a constant is
+reported with their names (`elided_constants`): a difference there may be theirs alone.
 """
 from __future__ import annotations
 
@@ -68,6 +72,7 @@ class OutputComparison:
     inf_mismatches: int = 0          # an infinity on one side, or of the other sign
     worst: list[Element] = field(default_factory=list)
     problem: str = ""                # dtype / shape difference: the output was not compared
+    elided_constants: list[str] = field(default_factory=list)   # constants it depends on whose values are lost
 
     @property
     def passed(self) -> bool:
@@ -255,6 +260,9 @@ def format_report(report: CompareReport) -> str:
             lines.append(row(str(o.index), shape, o.dtype, "", "", "", "", "", f"FAIL: {o.problem}"))
             continue
         patterns = [f"{n} {what} pattern" for n, what in ((o.nan_mismatches, "NaN"), (o.inf_mismatches, "Inf")) if n]
+        if o.elided_constants:
+            patterns.append(f"depends on {len(o.elided_constants)} elided constant"
+                            f"{'s' if len(o.elided_constants) != 1 else ''}")
         result = ("ok" if o.passed else "FAIL") + (f" ({', '.join(patterns)})" if patterns else "")
         lines.append(row(str(o.index), shape, o.dtype, f"{o.mismatches}/{o.total}", _g(o.max_abs_error),
                          _g(o.max_rel_error), str(o.max_ulp), f"{_g(o.atol)}/{_g(o.rtol)}", result))
@@ -270,6 +278,10 @@ def format_report(report: CompareReport) -> str:
     lines.append("PASS: all outputs match" if report.passed else
                  f"FAIL: {failed} of {len(report.outputs)} outputs differ" +
                  (f"; {report.problem}" if report.problem else ""))
+    unknown = sum(not o.passed and bool(o.elided_constants) for o in report.outputs)
+    if unknown:
+        lines.append(f"note: {unknown} of the differing outputs depend on constants the dump elided ({{...}}: "
+                     "values not in the text): their differences may come from those values alone")
     return "\n".join(lines)
 
 
@@ -279,3 +291,41 @@ def _g(x: float) -> str:
 
 def _v(x) -> str:
     return f"{x:.9g}" if isinstance(x, float) else str(x)
+
+
+def elided_dependencies(module) -> list[list[str]]:
+    """Per output (flattened, in order): the names of the elided constants (`constant({...})`) it depends on,
+    through operands and the computations instructions call."""
+    from ..exec.plan import schedule
+    if not module.elided_constants():
+        return [[] for _ in module.entry.root.shape.leaves()]
+    in_comp: dict[int, set] = {}
+
+    def depends(comp) -> dict[int, set]:
+        """instruction id -> the elided constants its value depends on, for every instruction of `comp`."""
+        deps: dict[int, set] = {}
+        for inst in schedule(comp):
+            found = {inst.name} if inst.literal_elided else set()
+            for c in inst.called_computations:
+                if id(c) not in in_comp:
+                    in_comp[id(c)] = set()          # (a cycle, invalid HLO, adds nothing)
+                    in_comp[id(c)] = set().union(*depends(c).values())
+                found |= in_comp[id(c)]
+            deps[id(inst)] = found.union(*(deps[id(o)] for o in inst.operands))
+        return deps
+    deps = depends(module.entry)
+
+    def leaves(inst, shape) -> list[set]:
+        if shape.is_tuple and inst.opcode == "tuple":
+            return [d for o in inst.operands for d in leaves(o, o.shape)]
+        return [deps[id(inst)]] * (len(list(shape.leaves())) if shape.is_tuple else 1)
+    root = module.entry.root
+    return [sorted(d) for d in leaves(root, root.shape)]
+
+
+def mark_elided(report: CompareReport, *modules) -> CompareReport:
+    """Name, on each output of `report`, the elided constants of `modules` (the compared ones) it depends on."""
+    for module in modules:
+        for out, names in zip(report.outputs, elided_dependencies(module)):
+            out.elided_constants = sorted(set(out.elided_constants) | set(names))
+    return report

@@ -141,7 +141,8 @@ def _device_nodes(p: Program, device: int, group_ids: dict, Node, chakra) -> lis
         if c is None:
             node = Node(id=len(nodes), name=inst.name, type=chakra.COMP_NODE,
                         duration_micros=round(e.seconds * 1e6))
-            node.attr.extend([chakra.attr("is_cpu_op", False), chakra.attr("num_ops", max(e.flops, _elements(inst))),
+            node.attr.extend([chakra.attr("is_cpu_op", False),
+                              chakra.attr("num_ops", max(e.flops, inst.shape.leaf_elements())),
                               chakra.attr("tensor_size", e.bytes)])
             new.append(node)
         elif c.kind == "collective-permute":
@@ -181,10 +182,6 @@ def _takes_part(c: Collective, device: int) -> bool:
         return any(device in (s, t) and s != t for s, t in c.groups)
     return any(device in g for g in c.groups) and c.kind in ("all-reduce", "all-gather", "reduce-scatter",
                                                              "all-to-all", "collective-broadcast")
-
-
-def _elements(inst: Instruction) -> int:
-    return sum(s.size for _, s in inst.shape.leaves())
 
 
 # -- ASTRA-sim 1.0 text ---------------------------------------------------------------------------------

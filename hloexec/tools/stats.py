@@ -55,6 +55,7 @@ class ModuleStats:
     collectives: list
     custom_call_targets: dict
     fusion_kinds: dict
+    elided_constants: int          # constant({...}): values the dump left out (XLA dumps without large constants)
 
     @property
     def source_lines(self) -> int:
@@ -104,12 +105,14 @@ def module_stats(module: Module) -> ModuleStats:
     types = Counter()
     for shape, n in module.shape_counts().items():
         types["tuple" if shape.is_tuple else shape.element_type.name] += n
-    targets, fusion_kinds = Counter(), Counter()
+    targets, fusion_kinds, elided = Counter(), Counter(), 0
     for inst in module.instructions():
         if inst.opcode == "custom-call":
             targets[_target(inst)] += 1
         elif inst.opcode == "fusion":
             fusion_kinds[str(inst.attr("kind", "?"))] += 1
+        elif inst.literal_elided:
+            elided += 1
     walk = Walk()
     totals = walk.totals(module.entry)
     entry = module.entry
@@ -122,7 +125,7 @@ def module_stats(module: Module) -> ModuleStats:
         flops=sum(totals.flops.values()), flops_by_kind=dict(totals.flops), contractions=dict(totals.contractions),
         while_loops=totals.while_loops,
         collectives=[totals.collectives[k] for k in sorted(totals.collectives, key=COLLECTIVES.index)],
-        custom_call_targets=_by_count(targets), fusion_kinds=_by_count(fusion_kinds))
+        custom_call_targets=_by_count(targets), fusion_kinds=_by_count(fusion_kinds), elided_constants=elided)
 
 
 def _by_count(counter: Counter) -> dict:
@@ -296,6 +299,9 @@ def format_module(m: ModuleStats) -> list[str]:
         ("entry outputs", f"{m.entry_outputs}, {human_bytes(m.output_bytes)}"),
         ("FLOPs", _flops_text(m)),
     ]
+    if m.elided_constants:
+        rows.append(("elided constants", f"{m.elided_constants} (constant({{...}}): values not in the dump; runs "
+                                         "read zeros)"))
     for c in m.collectives:
         groups = "; ".join(f"{g}: {n}" for g, n in c.groups.most_common())
         rows.append((f"{c.kind}", f"{c.count} ({human_bytes(c.bytes)}); groups {groups}"))

@@ -10,7 +10,7 @@ an installed package's entry point in the group `hloexec.custom_calls` (see regi
 target raises UnsupportedError naming it and these ways to plug one in.
 
 The built-in targets, one module per family (each target's docstring states its numerics):
-  markers   identity markers, SliceToDynamic, PadToStatic, targets named by --custom-call-identity
+  markers   identity markers, dce_sink, SliceToDynamic, PadToStatic, targets named by --custom-call-identity
   cublas    cuBLAS gemm / cublasLt matmul (fp8 scales too), cuBLAS triangular solve
   cudnn     cuDNN convolutions (forward, backward input/filter, bias-activation, graph), batch norm,
             layer norm, fused attention

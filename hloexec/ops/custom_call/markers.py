@@ -1,5 +1,5 @@
-"""Markers whose value is their operand, and the dynamic-shape calls (values are static arrays of the bound
-shape in hloexec: a dynamic size is the bound)."""
+"""Markers whose value is their operand, jax's dce_sink, and the dynamic-shape calls (values are static arrays of
+the bound shape in hloexec: a dynamic size is the bound)."""
 from __future__ import annotations
 
 import numpy as np
@@ -37,6 +37,13 @@ def identity(inst, ctx):
 def register_identity(target: str) -> None:
     """Make `target` an identity marker (`--custom-call-identity NAME`): its value is its operand(s)."""
     register_custom_call(target, identity, replace=True)
+
+
+@custom_call("dce_sink")
+def dce_sink(inst, ctx):
+    """`dce_sink` (jax's lax.dce_sink with prevent_mlir_dce): a side effect that keeps its operands alive
+    through dead-code elimination and does nothing else; its value is the empty tuple."""
+    return lambda *operands: ()
 
 
 @custom_call("SliceToDynamic")

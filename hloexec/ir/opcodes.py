@@ -1,0 +1,47 @@
+"""The op vocabulary: named groups of HLO opcodes, as XLA classifies them (HloInstruction::IsElementwise,
+HasSideEffectNoRecurse, ...). Every layer asks these groups rather than spelling its own set of strings.
+
+What a tier *implements* is not here: the fusion and loop generators cover a subset of the elementwise ops
+(kernels/elementwise.py: UNARY_OPS, BINARY_OPS, ELEMENTWISE_OPS), the op registry all of them.
+"""
+from __future__ import annotations
+
+# Elementwise: each result element is a function of the operands' elements at the same index.
+ELEMENTWISE_UNARY = frozenset({
+    "abs", "bitcast-convert", "cbrt", "ceil", "convert", "copy", "cosine", "count-leading-zeros", "erf",
+    "exponential", "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one", "logistic",
+    "negate", "not", "popcnt", "real", "reduce-precision", "round-nearest-afz", "round-nearest-even", "rsqrt",
+    "sign", "sine", "sqrt", "tan", "tanh"})
+ELEMENTWISE_BINARY = frozenset({
+    "add", "and", "atan2", "compare", "complex", "divide", "maximum", "minimum", "mulhi", "multiply", "or",
+    "power", "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract", "xor"})
+ELEMENTWISE_TERNARY = frozenset({"clamp", "select"})
+ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY
+
+# Movement: each result element is one operand element (or a padding value); only the index changes.
+MOVEMENT = frozenset({"broadcast", "bitcast", "concatenate", "copy", "dynamic-slice", "pad", "reshape", "reverse",
+                      "slice", "transpose"})
+
+# Pure: the value depends on the operands alone (no device id, randomness, side effect or called computation
+# that could hold one): parameter-independent operands give the same value on every run, so it may be computed
+# once (exec/plan.py folds it; kernels/program.py hoists it out of a loop).
+PURE = ELEMENTWISE | MOVEMENT | frozenset({"constant", "iota", "reduce", "dot", "gather", "tuple",
+                                           "get-tuple-element"})
+
+# View: hloexec's kernel returns (part of) an operand's buffer rather than a new one (ops/movement.py; a
+# layout-changing bitcast is the exception, exec/plan.py:_returns_view).
+VIEW = frozenset({"tuple", "get-tuple-element", "bitcast", "reshape", "copy", "opt-barrier", "optimization-barrier",
+                  "add-dependency", "after-all", "parameter"})
+
+# Side-effecting: HloInstruction::HasSideEffectNoRecurse's opcodes, plus rng and rng-get-and-update-state, which
+# older XLA lists (the latter advances its state on every run, dead or not).
+SIDE_EFFECTING = frozenset({
+    "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng", "rng-get-and-update-state",
+    "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done", "collective-broadcast",
+    "collective-permute-start", "collective-permute-done"})
+# Collectives that have a side effect when they carry a channel_id or constrain_layout.
+CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
+                                 "collective-permute"})
+
+# Reducers recognized by their root: a computation op(p0, p1) of one of these is that reduction.
+REDUCER_OPS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})

@@ -1,0 +1,87 @@
+"""The layer rule of README's Layers section (and ARCHITECTURE.md): a module of hloexec imports only its own layer
+and the layers listed above it there, and errors.py, which every layer shares; the facade (hloexec/__init__.py)
+sits beside the top layer. Read from the source (imports inside
+functions included), so a lazy import cannot hide a cycle."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "hloexec"
+
+# Imports of the package's facade (hloexec/__init__.py) from below, each for a reason of its own.
+FACADE_IMPORTS = {
+    "parser/scan.py": "finds the installed scanner library through the package's paths",
+    "exec/ray_runner.py": "a Ray worker's entry point loads its module with hloexec.load",
+}
+
+
+def layer_order() -> list[str]:
+    """The layers of README's Layers section, top (lowest) first: `hloexec/<layer>/` lines."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^    hloexec/(\w+)/", section, re.MULTILINE)
+
+
+def imported_layers(path: Path) -> set[str]:
+    """The first component under hloexec of every hloexec module `path` imports ("" for the facade itself)."""
+    parts = path.relative_to(PACKAGE).parts
+    package = ["hloexec", *parts[:-1]]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = base + (node.module.split(".") if node.module else [])
+            if module[:1] != ["hloexec"]:
+                continue
+            if len(module) > 1:
+                found.add(module[1])
+            else:               # from .. import x: x is a module (or a name of the facade)
+                found |= {a.name if (PACKAGE / a.name).exists() or (PACKAGE / f"{a.name}.py").exists() else ""
+                          for a in node.names}
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                module = alias.name.split(".")
+                if module[0] == "hloexec":
+                    found.add(module[1] if len(module) > 1 else "")
+    return found
+
+
+def test_readme_lists_every_layer():
+    layers = layer_order()
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert sorted(layers) == packages, f"README's Layers section lists {layers}; the packages are {packages}"
+
+
+def test_each_layer_imports_only_itself_and_the_layers_below():
+    layers = layer_order()
+    rank = {name: k for k, name in enumerate(layers)}
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) == 1:         # the facade, __main__ and errors.py
+            if parts[0] == "errors.py":
+                assert imported_layers(path) <= {"errors"}, "errors.py imports nothing of hloexec"
+            continue
+        own = parts[0]
+        for target in imported_layers(path):
+            if target == "errors" or (target in rank and rank[target] <= rank[own]):
+                continue
+            if target == "" and (own == layers[-1] or "/".join(parts) in FACADE_IMPORTS):
+                continue        # the facade sits beside the top layer (tools/cli.py reads __version__)
+            wrong.append(f"{'/'.join(parts)} ({own}) imports {target or 'the hloexec facade'}")
+    assert not wrong, "imports against the layer order " + " < ".join(layers) + ":\n  " + "\n  ".join(wrong)
+
+
+def test_opcode_groups_are_registered_opcodes_and_cover_the_generators():
+    """ir/opcodes.py names HLO opcodes the registry knows; what the Numba generators implement is a subset."""
+    import hloexec.ops  # noqa: F401  (fills the registry)
+    from hloexec.ir import opcodes
+    from hloexec.kernels import elementwise as ew
+    from hloexec.ops.registry import OPS
+    groups = {name: value for name, value in vars(opcodes).items() if isinstance(value, frozenset)}
+    unknown = {name: sorted(g - set(OPS) - {"parameter"}) for name, g in groups.items() if g - set(OPS) - {"parameter"}}
+    assert not unknown
+    assert ew.ELEMENTWISE_OPS <= opcodes.ELEMENTWISE and ew.REDUCERS <= opcodes.REDUCER_OPS
