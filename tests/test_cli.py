@@ -40,7 +40,7 @@ def write(tmp_path, name, text):
 
 # -- help, entry points -------------------------------------------------------------------------
 def test_every_command_has_help_with_examples_and_exit_codes(capsys):
-    for argv in ([], ["stats"], ["run"], ["compare"], ["ops"]):
+    for argv in ([], ["stats"], ["run"], ["compare"], ["numerics"], ["ops"]):
         code, out, _ = run_cli(capsys, *argv, "--help")
         assert code == 0
         assert "examples:" in out and "exit codes:" in out and "hloexec" in out

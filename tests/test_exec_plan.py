@@ -254,3 +254,66 @@ def test_an_observed_run_sees_every_value_in_every_tier():
         assert np.array_equal(values["b"], p * p) and np.array_equal(values["c"], p * p + p)
         assert [v for n, v in seen if n == "k1"] == [1, 2, 3]
         assert exe.run(p).tobytes() == want.tobytes()       # and the next run is not observed
+
+
+def test_an_observed_run_does_not_see_the_scalar_steps_of_reducers():
+    """A reducer that is not one vectorizable op runs through its computation once per element: observers see the
+    reduce, not the 3 x 4096 scalar steps."""
+    text = """HloModule argmax
+arg { a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GE
+  m = f32[] select(gt, a, b)
+  k = s32[] select(gt, i, j)
+  ROOT t = (f32[], s32[]) tuple(m, k) }
+ENTRY e { x = f32[4096] parameter(0)
+  ids = s32[4096] iota(), iota_dimension=0
+  lo = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[], s32[]) reduce(x, ids, lo, zero), dimensions={0}, to_apply=arg }
+"""
+    exe = hloexec.load(text)
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    seen = []
+    best, where = exe.run(x, observe=lambda inst, value: seen.append(inst.name))
+    assert seen == ["ids", "lo", "zero", "r"] and where == np.argmax(x) and best == x.max()
+
+
+def test_an_observed_run_looks_only_inside_the_computations_it_is_told_to():
+    """`observe_inside` picks the fused, loop and branch computations whose values are seen (run op by op);
+    the others run as unobserved (compiled where they would be) and are seen as their instruction's value."""
+    p = np.random.default_rng(1).standard_normal(65536).astype(np.float32)
+    exe = hloexec.load(FUSED_LOOP, compile_after=0)
+    want = exe.run(p)
+    seen = []
+    got = exe.run(p, observe=lambda inst, value: seen.append(inst.name),
+                  observe_inside=lambda comp: comp.name == "body")
+    assert got.tobytes() == want.tobytes()
+    assert "b" not in seen and "c" not in seen and seen.count("f") == 1       # the fusion: one value
+    assert seen.count("x1") == 3 and "lt" not in seen                         # the body, not the condition
+    operands = {}
+    exe.run(p, observe=lambda inst, value, ops: operands.setdefault(inst.name, ops), observe_operands=True,
+            observe_inside=lambda comp: False)
+    assert np.array_equal(operands["f"][0], p) and set(operands) == {"f", "zero", "t", "w", "x"}
+
+
+def test_an_observed_spmd_run_sees_each_participant_with_its_device_id():
+    """run_spmd(observe=) observes every participant's values (device id first, with operands when asked)."""
+    exe = hloexec.load("""HloModule ar, num_partitions=2
+add { x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y) }
+ENTRY e { p = f32[3] parameter(0)
+  d = f32[3] multiply(p, p)
+  ROOT r = f32[3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add }
+""")
+    inputs = [[np.arange(3, dtype=np.float32) + d] for d in range(2)]
+    seen = {}
+    outputs = exe.run_spmd(inputs, report=lambda message: None, observe_operands=True,
+                           observe=lambda d, inst, value, ops: seen.__setitem__((d, inst.name), (value.copy(), ops)))
+    assert set(seen) == {(0, "d"), (1, "d"), (0, "r"), (1, "r")}
+    for d in range(2):
+        assert np.array_equal(seen[d, "d"][0], inputs[d][0] ** 2) and seen[d, "d"][1][0] is not None
+        assert np.array_equal(seen[d, "r"][0], outputs[d])

@@ -181,6 +181,18 @@ def test_bitcast_element_type_change():
     np.testing.assert_array_equal(run(make_inst("bitcast", "u16[4]", ["f32[2]"]), x), x.view(np.uint16))
 
 
+def test_bitcast_of_a_tuple_is_the_tuple():
+    """XLA's older dumps bitcast tuples to the same tuple shape (the GPT seed's loop state): not malformed."""
+    import hloexec
+    exe = hloexec.load("""HloModule m
+ENTRY e { p = (f16[2], s32[]) parameter(0)
+  ROOT b = (f16[2], s32[]) bitcast(p) }""")
+    x, n = np.array([1, 2], np.float16), np.int32(3)
+    got = exe.run((x, n))
+    np.testing.assert_array_equal(got[0], x)
+    assert got[1] == n
+
+
 def test_bitcast_tiled():
     """Tiled layouts: the result reads the buffer in its own tiled order; reading tile padding is refused."""
     x = np.arange(8 * 256, dtype=np.float32).reshape(8, 256)

@@ -11,6 +11,7 @@ cluster, hloexec.exec.ray_runner: the same mailboxes, with payloads for other ac
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -145,12 +146,18 @@ class ThreadCommunicator:
         self.sequence = 0
 
     def exchange(self, inst, sends, sources):
-        box = self.mailboxes
-        box.give_slot()            # waiting computes nothing: let another participant run meanwhile
-        try:
+        with self.idle():
             return self._exchange(inst, sends, sources)
+
+    @contextlib.contextmanager
+    def idle(self):
+        """While this participant waits (in a collective, or for another run it is paired with), it computes
+        nothing: another one may take its compute slot meanwhile."""
+        self.mailboxes.give_slot()
+        try:
+            yield
         finally:
-            box.take_slot()
+            self.mailboxes.take_slot()
 
     def _exchange(self, inst, sends, sources):
         box, me, seq = self.mailboxes, self.device_id, self.sequence

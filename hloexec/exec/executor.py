@@ -1,10 +1,10 @@
 """Running a module: the context ops prepare against, and `Executable`, what `hloexec.load` returns."""
 from __future__ import annotations
 
-import functools
 import threading
 import warnings
 from dataclasses import dataclass
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -181,13 +181,29 @@ class ExecContext:
         """Make the calling thread run as `device` (ops read ctx.device at run time)."""
         self._participant.device = device
 
-    def observer(self):
-        """The calling thread's `observe(inst, value)` callback while it runs an observed run, else None."""
-        return getattr(self._participant, "observer", None)
+    def observer(self, comp: Computation | None = None):
+        """The calling thread's `observer(inst, value, operands)` while it runs an observed run (that looks inside
+        `comp`, a fused, called, loop or branch computation; the entry always), else None."""
+        observer = getattr(self._participant, "observer", None)
+        inside = getattr(self._participant, "inside", None)
+        if observer is None or comp is None or inside is None or comp is self.module.entry or inside(comp):
+            return observer
+        return None
 
-    def observe(self, callback) -> None:
-        """Make the calling thread's runs call `callback(inst, value)` after every instruction (None: stop)."""
-        self._participant.observer = callback
+    @cached_property
+    def applied_computations(self) -> frozenset[str]:
+        """Names of the computations applied per element (reducers, comparators, scatter/select/map
+        computations), with those they call: an observed run does not observe their scalar steps."""
+        return applied_computations(self.module)
+
+    def observe(self, callback, inside=None) -> tuple:
+        """Make the calling thread's runs call `callback(inst, value, operands)` after every instruction (None:
+        stop) of the entry and of the computations `inside(computation)` accepts (None: all). Returns what it
+        replaces, (callback, inside)."""
+        participant = self._participant
+        previous = (getattr(participant, "observer", None), getattr(participant, "inside", None))
+        participant.observer, participant.inside = callback, inside
+        return previous
 
     def computation(self, comp: Computation, fuse: bool = True) -> Plan:
         """The prepared plan of `comp`; `fuse`: group its unfused producer/consumer chains (exec/fuse.py)."""
@@ -228,7 +244,7 @@ class ExecContext:
         work = max(sum(s.leaf_elements() for s in ends) * len(ops), written) * (2 if half else 1)
         # structurally equal fusions share one compiled kernel (Adam's per-tensor updates): weigh their work together
         work = self._kernel_work[kernel.key] = self._kernel_work.get(kernel.key, 0) + work
-        failed = functools.partial(self.tier_report.record, "fusion", comp.name, _NOT_COMPILED)
+        failed = partial(self.tier_report.record, "fusion", comp.name, _NOT_COMPILED)
         if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
             for tier in self._kernel_tiers.pop(kernel.key, ()):
                 tier.after = 0          # the equal fusions planned before this one compile at their first call
@@ -237,11 +253,11 @@ class ExecContext:
                 return None
             # op by op only in observed runs: its plan is made then
             tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, self.observer, failed)
+                                self.participant, partial(self.observer, comp), failed)
             tier.compiled = compiled
             return tier
         tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant,
-                            self.observer, failed)
+                            partial(self.observer, comp), failed)
         self._kernel_tiers.setdefault(kernel.key, []).append(tier)
         return tier
 
@@ -261,8 +277,9 @@ class ExecContext:
         if kernel is None:
             return None
         step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
-        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant, self.observer,
-                          functools.partial(self.tier_report.record, "loop", inst.name, _NOT_COMPILED))
+        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant,
+                          partial(self.observer, inst.called["body"]),
+                          partial(self.tier_report.record, "loop", inst.name, _NOT_COMPILED))
         for nested in _nested_whiles(inst):
             for inner in self._loops.pop(nested.name, ()):
                 inner.kernel, inner.compile_work = None, float("inf")
@@ -318,7 +335,8 @@ class Executable:
     def result_shape(self) -> Shape:
         return self.module.entry.root.shape
 
-    def run(self, *args, progress=None, profile=None, observe=None):
+    def run(self, *args, progress=None, profile=None, observe=None, observe_operands: bool = False,
+            observe_inside=None):
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
         `progress(done, total)` is called after each entry-computation instruction (None: no cost);
@@ -326,7 +344,13 @@ class Executable:
         fused groups inclusive). `observe(inst, value)` is called after every instruction that runs, in the
         order they run: those of called, fused and loop computations too (each time they run; fusions and loops
         run op by op while observed, so every value is seen). A group hloexec fused itself (`use_numba=True`
-        on an unfused module) is seen as its root. Values are the plan's own: keep only what you need."""
+        on an unfused module) is seen as its root; so is a reducer or comparator applied per element (the reduce,
+        sort, scatter... applying it is seen). Values are the plan's own: keep only what you need.
+        `observe_operands`: call `observe(inst, value, operands)`, with the operand values the instruction
+        ran on (a fused group's: its inputs). Parameters are not observed (they are the caller's values).
+        `observe_inside(computation) -> bool` limits observing to the fused, called, loop and branch computations
+        it accepts: the others run as in an unobserved run (a fusion or a loop compiled) and are seen as their
+        caller's one value."""
         if self.manual_regions and self.context.device is self.device:   # every device must run; this thread plays none
             if progress is not None or profile is not None or observe is not None:
                 raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
@@ -339,14 +363,14 @@ class Executable:
                                  + "\n  ".join(map(str, params)))
         self._check_memory()
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
-        previous = self.context.observer()
-        if observe is not None:
-            self.context.observe(observe)
+        previous = None if observe is None else self.context.observe(
+            observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
                 return self.plan(*inputs, progress=progress, profile=profile)
         finally:
-            self.context.observe(previous)
+            if previous is not None:
+                self.context.observe(*previous)
 
     __call__ = run
 
@@ -375,6 +399,33 @@ class Executable:
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
         from .spmd import run_spmd
         return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
+
+
+# (opcode, called-computation key) of the calls whose computation runs once per call, not per element
+_WHOLE_CALLS = frozenset({("call", "to_apply"), ("fusion", "calls"), ("while", "condition"), ("while", "body"),
+                          ("conditional", "branch_computations"), ("conditional", "true_computation"),
+                          ("conditional", "false_computation"), ("async-start", "calls"),
+                          ("async-start", "called_computations"), ("custom-call", "called_computations")})
+
+
+def applied_computations(module: Module) -> frozenset[str]:
+    """Names of the computations some instruction applies per element (reduce, sort, scatter, map, all-reduce...),
+    and of the computations they call."""
+    applied: set[str] = set()
+
+    def add(comp: Computation) -> None:
+        if comp.name not in applied:
+            applied.add(comp.name)
+            for inst in comp.instructions:
+                for c in inst.called_computations:
+                    add(c)
+    for comp in module.computations:
+        for inst in comp.instructions:
+            for key, called in inst.called.items():
+                if (inst.opcode, key) not in _WHOLE_CALLS:
+                    for c in (called if isinstance(called, list) else [called]):
+                        add(c)
+    return frozenset(applied)
 
 
 def _nested_whiles(inst) -> list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from ..errors import CompileWarning, ExecutionError, UnsupportedError, describe_site
@@ -114,7 +115,10 @@ class Plan:
 
     def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
-        self._observer = getattr(ctx, "observer", _no_observer)     # the calling thread's observe callback
+        # the calling thread's observe callback, if its run looks inside this computation
+        self._observer = partial(ctx.observer, comp) if hasattr(ctx, "observer") else _no_observer
+        # a reducer or comparator runs per element: observers see the instruction applying it, not each scalar
+        self._unobserved = lambda: comp.name in getattr(ctx, "applied_computations", ())
         if fuse:        # calls inlined first, so that fusion sees through them (exec/inline.py)
             comp = inline_calls(comp, keep_call=has_side_effect)
         live = live_instructions(comp)
@@ -188,8 +192,10 @@ class Plan:
     def __call__(self, *args, progress=None, profile=None):
         """`progress(done, total)`, if given, is called after each step; `profile`, a dict, gets each step's
         instruction -> seconds added (a fused group counts under its root). Either makes the run a checked one,
-        as does an observer (Executable.run's `observe`), which sees each step's values."""
+        as does an observer (ExecContext.observe), called `observer(inst, value, operand values)` after each step."""
         observe = self._observer()
+        if observe is not None and self._unobserved():
+            observe = None
         fast_error = None
         if self._run_fast and progress is None and profile is None and observe is None:
             try:
@@ -217,12 +223,13 @@ class Plan:
         """First run: every result is checked against its instruction's shape (no silent wrong result)."""
         total = len(self.steps)
         for done, step in enumerate(self.steps, 1):
+            operands = [slots[i] for i in step.inputs]
             try:
                 if profile is None:
-                    value = step.kernel(*[slots[i] for i in step.inputs])
+                    value = step.kernel(*operands)
                 else:
                     start = time.perf_counter()
-                    value = step.kernel(*[slots[i] for i in step.inputs])
+                    value = step.kernel(*operands)
                     profile[step.inst] = profile.get(step.inst, 0.0) + time.perf_counter() - start
             except (UnsupportedError, ExecutionError):
                 raise
@@ -236,10 +243,10 @@ class Plan:
                         self.folded[s] = v
                     slots[s] = v
                     if observe is not None:
-                        observe(self.order[s], v)
+                        observe(self.order[s], v, operands)
             check_value(step.inst, value)
             if observe is not None:
-                observe(step.inst, value)
+                observe(step.inst, value, operands)
             if step.output in self.folded:
                 self.folded[step.output] = value
             slots[step.output] = value

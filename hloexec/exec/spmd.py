@@ -13,6 +13,7 @@ ROOT's `sharding`, else, for an output aliased to a parameter (input_output_alia
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 import sys
@@ -247,7 +248,7 @@ def _gb(n: int) -> str:
 def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: int | None = None, *,
              runner: str = "threads", ray_address: str | None = None, participants_per_worker: int | None = None,
              timeout: float = 900.0, check_memory: bool = True, memory_limit: int | None = None,
-             concurrency: int | None = None, report=None):
+             concurrency: int | None = None, report=None, observe=None, observe_operands: bool = False):
     """Run all participants; returns their outputs indexed by global device id.
 
     `per_device_inputs`: one input list per device (global id order), a dict {device id: inputs}, or
@@ -258,6 +259,8 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
     beyond the already loaded inputs against MemAvailable) or `memory_limit` (the total).
     At most `concurrency` participants compute at a time (default: the CPU count; the others wait at
     their start or in collectives), which bounds the op temporaries the estimate does not count.
+    `observe(device id, inst, value[, operands])`: as Executable.run's `observe`, called from each participant's
+    thread with its global device id first (threads only).
 
     `runner="ray"`: the participants run in the actors of a Ray cluster (`ray_address`: None starts a local
     instance, or joins the one this process is connected to; "auto", "ray://host:port" or "host:port" joins
@@ -270,6 +273,8 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
         say(note)
     n = P * R
     if runner == "ray":
+        if observe is not None:
+            raise ExecutionError("observe runs in this process: it follows participants run as threads, not Ray actors")
         from .ray_runner import run_on_ray
         return run_on_ray(exe, per_device_inputs, P, R, ray_address=ray_address,
                           participants_per_worker=participants_per_worker, timeout=timeout, check_memory=check_memory,
@@ -298,7 +303,8 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
                              f"has {_gb(available)} available: run fewer participants per machine (README, 'SPMD runs')")
 
     mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or CORES)
-    outputs = run_participants(exe, dict(enumerate(per_device_inputs)), P, R, mailboxes)
+    outputs = run_participants(exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, observe=observe,
+                               observe_operands=observe_operands)
     leftover = mailboxes.undelivered()
     if leftover:
         raise ExecutionError("payloads sent but never received (replica groups disagree across devices):\n  "
@@ -306,9 +312,11 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
     return [outputs[d] for d in range(n)]
 
 
-def run_participants(exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes) -> dict:
+def run_participants(exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes, *, observe=None,
+                     observe_operands: bool = False) -> dict:
     """Run the participants `inputs` names (device id -> input list) as threads meeting in `mailboxes`;
-    returns device id -> outputs. Raises ExecutionError naming the device that failed first."""
+    returns device id -> outputs (`observe`: as run_spmd's). Raises ExecutionError naming the device that
+    failed first."""
     outputs: dict = {}
     errors: dict[int, BaseException] = {}
 
@@ -318,7 +326,8 @@ def run_participants(exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes) ->
         exe.context.play(device)
         mailboxes.take_slot()
         try:
-            outputs[d] = exe.run(*inputs[d])
+            seen = None if observe is None else functools.partial(observe, d)
+            outputs[d] = exe.run(*inputs[d], observe=seen, observe_operands=observe_operands)
             mailboxes.finish(d)
         except BaseException as e:  # noqa: BLE001  (reported below, with the device)
             errors[d] = e

@@ -108,9 +108,10 @@ ARITY: dict[str, tuple[int, int | None, int]] = {
     "dynamic-update-slice": (2, None, 1), "reduce": (2, None, 2), "reduce-window": (2, None, 2),
     "scatter": (3, None, 2),
 }
-# Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference).
+# Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference). A bitcast keeps
+# its operand's shape, tuples too: the GPT seed's partitioned module bitcasts its loop state tuple.
 TUPLE_RESULTS = frozenset({
-    "tuple", "get-tuple-element", "constant", "while", "conditional", "call", "fusion", "custom-call", "copy",
+    "tuple", "bitcast", "get-tuple-element", "constant", "while", "conditional", "call", "fusion", "custom-call", "copy",
     "async-start", "async-update", "async-done", "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather",
     "all-gather-start", "all-gather-done", "reduce-scatter", "all-to-all", "collective-permute",
     "collective-permute-start", "collective-permute-done", "collective-broadcast", "copy-start", "send", "recv",

@@ -27,8 +27,9 @@ JSON_VERSION = 1
 
 EXIT_CODES = """exit codes:
   0  success
-  1  compare: an output differs; run --fail-on-nan: an output holds a NaN;
-     run --spmd: outputs meant to be replicated differ across devices
+  1  compare: an output differs (--reference shadow: a candidate is not consistent with the
+     program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite: an
+     instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ across devices
   2  parse error, usage error, unsupported op, execution error, internal error"""
 
 
@@ -88,7 +89,7 @@ def _prepare(module, args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
         exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
-                         reductions=args.reductions)
+                         reductions=args.reductions or "accumulate")
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
     if elided:
@@ -138,11 +139,18 @@ def check_memory(exe, args, out) -> dict:
 
 def _inputs(exe, args) -> tuple[list, dict]:
     """(entry arguments, description) from --inputs or --seed."""
+    return _module_inputs(exe.module, args)
+
+
+def _module_inputs(module, args) -> tuple[list, dict]:
+    """(entry arguments of `module`, description) from --inputs or --seed."""
     if args.inputs is None:
-        return exe.random_inputs(args.seed), {"from": "seed", "seed": args.seed}
+        from ..exec.inputs import random_inputs
+        return random_inputs(module, args.seed), {"from": "seed", "seed": args.seed}
     from .xla_cpu import load_arrays
     arrays = numbered(load_arrays(args.inputs), "arg", args.inputs)
-    return nest(arrays, [p.shape for p in exe.parameters], args.inputs), {"from": "npz", "path": args.inputs}
+    shapes = [p.shape for p in module.entry.parameters]
+    return nest(arrays, shapes, args.inputs), {"from": "npz", "path": args.inputs}
 
 
 def numbered(arrays: dict, prefix: str, path: str) -> list:
@@ -297,6 +305,12 @@ def cmd_run(args) -> int:
     modules, parse_s = _parse_module_file(args.file)
     module = select_module(modules, args.module, args.file)
     exe, prepare_s = _prepare(module, args)
+    if args.shadow and args.find_nonfinite:
+        raise UsageError("--shadow and --find-nonfinite are two runs: give one (hloexec numerics does both)")
+    if args.shadow:
+        return cmd_run_shadow(exe, args, text_out)
+    if args.find_nonfinite:
+        return cmd_run_nonfinite(exe, args, text_out)
     if _is_spmd(args):
         if args.repeat != 1:
             raise UsageError("--repeat runs one participant; it does not combine with --spmd")
@@ -360,21 +374,94 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _runner(exe, args, text_out, global_inputs=None):
+    """(Runner, inputs, inputs description) for the numerics commands: one participant with --inputs/--seed, or
+    with --spmd all of them, inputs per device (from --inputs/--seed, or `global_inputs` split by sharding)."""
+    from .numerics import Runner
+    if not _is_spmd(args):
+        if global_inputs is not None:
+            return Runner(), global_inputs, None
+        inputs, info = _inputs(exe, args)
+        return Runner(), inputs, info
+    if args.ray is not None:
+        raise UsageError("--shadow, --find-nonfinite and numerics observe every participant from this process: "
+                         "run them as threads (--spmd), not with --ray")
+    partitions, replicas, note, say, inputs, info = _spmd_setup(exe, args, text_out, global_inputs)
+    return Runner({"partitions": partitions, "replicas": replicas, "report": say,
+                   "memory_limit": args.max_memory}), inputs, info
+
+
+def cmd_run_shadow(exe, args, text_out) -> int:
+    """`hloexec run --shadow`: the module and its shadow (every float type in f64), the run's error per output."""
+    from .numerics import format_shadow_report, shadow_report, shadow_run
+    if not _is_spmd(args):
+        check_memory(exe, args, text_out)
+    runner, inputs, inputs_info = _runner(exe, args, text_out)
+    start = time.perf_counter()
+    run = shadow_run(exe, inputs, runner)
+    seconds = time.perf_counter() - start
+    report = shadow_report(run)
+    if args.out is not None:
+        from .xla_cpu import save_arrays
+        save_arrays(args.out, {f"out{i}": a for i, a in enumerate(run.shadow)})
+    if args.json:
+        _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": exe.module.name,
+                     "inputs": inputs_info, "shadow": report, "seconds": {"execute": seconds}, "out": args.out})
+        return EXIT_OK
+    print(f"module {exe.module.name}: {len(run.outputs)} output{'s' if len(run.outputs) != 1 else ''}, inputs "
+          + (f"seed {args.seed}" if args.inputs is None else args.inputs) + "; the shadow runs every float type in "
+          "f64 (the program's exact answer); errors relative to each output's scale (max |shadow|)")
+    print(format_shadow_report(report))
+    print(f"time: {seconds:.2f} s (the run and its shadow)")
+    if args.out is not None:
+        print(f"shadow outputs (f64) written to {args.out}")
+    return EXIT_OK
+
+
+def cmd_run_nonfinite(exe, args, text_out) -> int:
+    """`hloexec run --find-nonfinite`: the instructions that first make NaN or Inf (exit 1 when there are some)."""
+    from dataclasses import asdict
+    from .nonfinite import find_nonfinite, format_report
+    if not _is_spmd(args):
+        check_memory(exe, args, text_out)
+    runner, inputs, inputs_info = _runner(exe, args, text_out)
+    report = find_nonfinite(exe, inputs, runner, stop_at_first=args.stop_at_first)
+    if args.json:
+        _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": exe.module.name,
+                     "inputs": inputs_info, **asdict(report)})
+    else:
+        print(f"module {exe.module.name}, inputs " + (f"seed {args.seed}" if args.inputs is None else args.inputs)
+              + ": where NaN and Inf come from (execution order)")
+        print(format_report(report))
+    return EXIT_MISMATCH if report.origins else EXIT_OK
+
+
+def _compared_modules(args):
+    """(module, its Executable, the REFERENCE file's module, its Executable) of `compare` (None, None: no file)."""
+    modules, _ = _parse_module_file(args.file)
+    module = select_module(modules, args.module, args.file)
+    exe, _ = _prepare(module, args)
+    if args.other is None:
+        return module, exe, None, None
+    other_modules, _ = _parse_module_file(args.other)
+    other = select_module(other_modules, args.module if len(other_modules) > 1 else None, args.other)
+    return module, exe, other, _prepare(other, args)[0]
+
+
 def cmd_compare(args) -> int:
     from .compare import compare_outputs, format_report, mark_elided
+    if args.reference == "shadow":
+        return cmd_compare_shadow(args)
+    if args.actual:
+        raise UsageError("--actual is a candidate for --reference shadow; to compare two sets of outputs for "
+                         "equality, give FILE and --expected")
     references = [r for r in (args.other, args.expected, args.against) if r is not None]
     if len(references) != 1:
         raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz "
                          "or --against xla")
     text_out = None if args.json else sys.stdout
-    modules, _ = _parse_module_file(args.file)
-    module = select_module(modules, args.module, args.file)
-    exe, _ = _prepare(module, args)
-    other_exe = None
-    if args.other is not None:
-        other_modules, _ = _parse_module_file(args.other)
-        other = select_module(other_modules, args.module if len(other_modules) > 1 else None, args.other)
-        other_exe, _ = _prepare(other, args)
+    module, exe, other, other_exe = _compared_modules(args)
+    if other_exe is not None:
         check_memory(other_exe, args, text_out)
         reference = {"from": "hlo", "file": args.other, "module": other.name}
     if args.expected is not None:
@@ -410,6 +497,58 @@ def cmd_compare(args) -> int:
         print(f"{args.file} (module {module.name}){spmd_text} vs {what}; inputs {inputs_text}")
         print(format_report(report))
     return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def cmd_compare_shadow(args) -> int:
+    """`compare --reference shadow`: candidates judged by their distance from FILE's exact answer (verdict.py)."""
+    from .numerics import judge_run
+    from .verdict import format_verdict
+    if args.expected is not None:
+        raise UsageError("with --reference shadow, outputs from elsewhere are candidates: give them with --actual")
+    if args.atol is not None or args.rtol is not None:
+        raise UsageError("--reference shadow judges by the program's precision, not by --atol/--rtol")
+    text_out = None if args.json else sys.stdout
+    module, exe, _, other_exe = _compared_modules(args)
+    if _is_spmd(args):
+        if args.against is not None:
+            raise UsageError("compare --spmd takes a reference HLO file or --actual, not --against xla")
+        global_inputs, inputs_info = _global_inputs(exe, other_exe, args)
+        runner, inputs, _ = _runner(exe, args, text_out, global_inputs)
+    else:
+        check_memory(exe, args, text_out)
+        runner, inputs, inputs_info = _runner(exe, args, text_out)
+        global_inputs = inputs
+    candidates = {}      # by file name (a dump's directory is the same for every file in it)
+    if other_exe is not None:
+        candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
+    if args.against is not None:
+        candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
+    from ..exec.inputs import from_npz_void
+    from .xla_cpu import load_arrays
+    dtypes = [leaf.dtype for _, leaf in exe.result_shape.leaves()]
+    for path in args.actual or ():      # a device's outputs: ml_dtypes arrays plain np.savez wrote as void too
+        arrays = numbered(load_arrays(path), "out", path)
+        candidates[Path(path).name] = [from_npz_void(a, d) for a, d in zip(arrays, dtypes)] + arrays[len(dtypes):]
+    verdict, run = judge_run(exe, inputs, candidates, runner)
+    if args.json:
+        from .numerics import shadow_report
+        report = shadow_report(run)
+        _print_json({"command": "compare", "version": JSON_VERSION, "reference": "shadow",
+                     "file": args.file, "module": module.name, "inputs": inputs_info, **verdict.to_dict(),
+                     "divergences": report["divergences"], "pinned": report["pinned"]})
+    else:
+        inputs_text = f"seed {args.seed}" if args.inputs is None else args.inputs
+        print(f"{args.file} (module {module.name}): candidates against its shadow (every float type in f64: the "
+              f"exact answer); inputs {inputs_text}")
+        print(f"baseline: hloexec at the program's precision, f16/bf16 reductions rounding every step in index "
+              f"order (the most pessimistic plausible order); errors relative to each output's scale")
+        print(format_verdict(verdict))
+        if run.divergences:
+            print("integer/pred values computed from floats that differ between the run and the shadow (what "
+                  "follows them compares two different paths):")
+            for d in run.divergences:
+                print(f"  {d.describe()}")
+    return EXIT_OK if verdict.consistent() else EXIT_MISMATCH
 
 
 def _run_on_xla(module, path: str, inputs) -> list:
@@ -473,12 +612,11 @@ def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
     return inputs, {"from": "npz", "path": args.inputs, "split": "per device"}
 
 
-def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
-    """(counts, per-device outputs, assemble) of an SPMD run, what it says printed first; inputs from
-    `global_inputs` split by sharding, else from --inputs/--seed (_per_device_inputs). `assemble()` gives the
-    global outputs, assembled by the output shardings (the ones the `reference` module, the program before
-    partitioning, annotates where the module has none), cropped to the reference's output shapes. With
-    --ray the per-device outputs stay on the workers (a RayOutputs) until asked for."""
+def _spmd_setup(exe, args, text_out, global_inputs=None):
+    """(partitions, replicas, the counts' note, say(message), per-device inputs, their description) of an SPMD
+    run: counts from the flags or the module (the note, when inferred, is said at once: with --json on stderr);
+    inputs from `global_inputs` split by sharding (where the participants run, with --ray), else from
+    --inputs/--seed (_per_device_inputs)."""
     from ..exec import spmd
     from ..exec.manual import PRE_PARTITION_HINT
     def say(message: str) -> None:        # with --json, on stderr
@@ -490,16 +628,27 @@ def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
     if note:
         say(note)
     n = partitions * replicas
-    ray = args.ray is not None
-    if ray and (args.plugin or args.custom_call_identity):
+    if args.ray is not None and (args.plugin or args.custom_call_identity):
         raise UsageError("--plugin and --custom-call-identity register targets in this process, not in the Ray "
                          "workers: to run them with --ray, install them as a package with an `hloexec.custom_calls` "
                          "entry point (every worker loads those)")
     if global_inputs is not None:
-        per_device = spmd.GlobalInputs(global_inputs) if ray else spmd.split_inputs(exe.module, global_inputs, n)
-        inputs_info = None
-    else:
-        per_device, inputs_info = _per_device_inputs(exe, args, n)
+        per_device = spmd.GlobalInputs(global_inputs) if args.ray is not None \
+            else spmd.split_inputs(exe.module, global_inputs, n)
+        return partitions, replicas, note, say, per_device, None
+    return (partitions, replicas, note, say, *_per_device_inputs(exe, args, n))
+
+
+def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
+    """(counts, per-device outputs, assemble) of an SPMD run, what it says printed first; inputs from
+    `global_inputs` split by sharding, else from --inputs/--seed (_spmd_setup). `assemble()` gives the
+    global outputs, assembled by the output shardings (the ones the `reference` module, the program before
+    partitioning, annotates where the module has none), cropped to the reference's output shapes. With
+    --ray the per-device outputs stay on the workers (a RayOutputs) until asked for."""
+    from ..exec import spmd
+    partitions, replicas, note, say, per_device, inputs_info = _spmd_setup(exe, args, text_out, global_inputs)
+    n = partitions * replicas
+    ray = args.ray is not None
     runner = {"runner": "ray", "ray_address": None if args.ray == "local" else args.ray,
               "participants_per_worker": args.participants_per_worker} if ray else {}
     start = time.perf_counter()
@@ -642,6 +791,33 @@ def _across_devices(index: int, output: list[dict]) -> dict:
             "nan": sum(s["nan"] for s in summaries), "inf": sum(s["inf"] for s in summaries)}
 
 
+def cmd_numerics(args) -> int:
+    """`hloexec numerics`: which instructions lose the accuracy, and where NaN/Inf come from."""
+    from .numerics import attribute, format_numerics, numerics_dict
+    text_out = None if args.json else sys.stdout
+    modules, _ = _parse_module_file(args.file)
+    module = select_module(modules, args.module, args.file)
+    exe, _ = _prepare(module, args)
+    runner, inputs, inputs_info = _runner(exe, args, text_out)
+    say = lambda message: print(message, file=text_out or sys.stderr, flush=True)  # noqa: E731
+    start = time.perf_counter()
+    reductions = args.reductions or "per-step"         # the HLO's meaning: every reducer step rounds
+    report = attribute(exe, inputs, runner, mode="local" if args.local else "auto", reductions=reductions, say=say)
+    seconds = time.perf_counter() - start
+    if args.json:
+        _print_json({"command": "numerics", "version": JSON_VERSION, "file": args.file, "module": module.name,
+                     "inputs": inputs_info, "seconds": seconds, **numerics_dict(report, args.top)})
+    else:
+        print(f"module {module.name}, inputs " + (f"seed {args.seed}" if args.inputs is None else args.inputs)
+              + (": the run paired with its shadow (every float type in f64)" if report.mode == "paired" else
+                 ": local errors at the run's own operands (no shadow run)")
+              + ("; f16/bf16 reductions round every step (the most pessimistic plausible order)"
+                 if reductions == "per-step" else "; f16/bf16 reductions accumulate in f32"))
+        print(format_numerics(report, args.top))
+        print(f"time: {seconds:.2f} s")
+    return EXIT_OK
+
+
 def cmd_ops(args) -> int:
     from .optable import custom_call_rows, markdown_table, op_rows
     if args.json:
@@ -685,18 +861,26 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print Python tracebacks (also HLOEXEC_DEBUG=1)")
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    execution = argparse.ArgumentParser(add_help=False)
-    execution.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
-    source = execution.add_mutually_exclusive_group()
+    stages = argparse.ArgumentParser(add_help=False)        # FILE may be a dump directory (tools/dumpdir.py)
+    stages.add_argument("--stage", metavar="STAGE", help="of a dump directory: before, after, a pass name or "
+                                                         "step number, snapshot (default: after)")
+    modules = argparse.ArgumentParser(add_help=False, parents=[stages])
+    modules.add_argument("--module", metavar="NAME", help="the module to use when the file (or dump directory: "
+                                                          "name or number) holds several")
+    inputs = argparse.ArgumentParser(add_help=False, parents=[modules])
+    source = inputs.add_mutually_exclusive_group()
     source.add_argument("--inputs", metavar="NPZ", help="entry arguments: keys arg0..argN (as save_arrays writes)")
     source.add_argument("--seed", type=int, default=0, help="random entry arguments from this seed (default 0)")
+    execution = argparse.ArgumentParser(add_help=False, parents=[inputs])
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     execution.add_argument("--excess-precision", action="store_true",
                            help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
-    execution.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
+    # default None: accumulate for run and compare, per-step for numerics (parents share their actions, so
+    # one subcommand's set_defaults would change every subcommand's default)
+    execution.add_argument("--reductions", choices=REDUCTIONS, default=None,
                            help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
                                 "f32, rounded once) or per-step (every step rounded to the type, in row-major "
-                                "order, as XLA:CPU's optimized modules compute them)")
+                                "order, as XLA:CPU's optimized modules compute them; numerics' default)")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
     calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")
@@ -725,7 +909,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subparser(subparsers, "stats", "Describe HLO files: sizes, ops, dtypes, bytes, FLOPs, collectives.",
                    "  hloexec stats dump.hlo\n"
                    "  hloexec stats a.hlo b.hlo --json | jq '.files[].modules[].flops'",
-                   [common],
+                   [common, modules],
                    "FLOPs: dots, convolutions and cuBLAS gemms, 2 per multiply-add; called computations count\n"
                    "once per call site; while bodies count once (the trip count is not in the text).")
     p.add_argument("files", nargs="+", metavar="FILE")
@@ -741,7 +925,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec run gpt_16dev.hlo --spmd --ray            # ... as Ray actors, a local Ray instance\n"
                    "  hloexec run big.hlo --ray auto --participants-per-worker 8   # ... on the cluster of `ray start`\n"
                    "  hloexec run neuron.hlo --custom-call-identity AwsNeuronTransferWithStaticRing\n"
-                   "  hloexec run rms.hlo --plugin examples/custom_call_plugin.py   # targets from a Python file",
+                   "  hloexec run rms.hlo --plugin examples/custom_call_plugin.py   # targets from a Python file\n"
+                   "  hloexec run step.hlo --shadow                 # its error against the exact answer\n"
+                   "  hloexec run step.hlo --find-nonfinite --stop-at-first",
                    [common, execution],
                    "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
                    "available memory (MemAvailable) or --max-memory; then per output its shape, dtype,\n"
@@ -768,6 +954,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
                    help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
                         "first call and compiled from the second, so R >= 3 shows the warm module)")
+    p.add_argument("--find-nonfinite", action="store_true",
+                   help="one observed run (op by op): the instructions that first make NaN or Inf from operands "
+                        "without them, with operand ranges, op_name, source line and the path to the outputs "
+                        "(intentional infinities, e.g. a -inf mask, only when they turn into NaN); exit 1 if any")
+    p.add_argument("--stop-at-first", action="store_true",
+                   help="with --find-nonfinite: end the run at the first origin")
+    p.add_argument("--shadow", action="store_true",
+                   help="also run the module's shadow (every float type in f64: its exact answer); print the run's "
+                        "error per output, and where integer/pred values computed from floats differ; --out writes "
+                        "the shadow's outputs")
     p.set_defaults(handler=cmd_run)
 
     p = _subparser(subparsers, "compare", "Run a module and compare its outputs with a reference.",
@@ -776,8 +972,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
                    "  hloexec compare cpu_after_optimizations.txt --inputs in.npz --expected xla.npz \\\n"
                    "      --reductions per-step                 # f16 sums rounded at every step, as XLA:CPU\n"
-                   "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs",
+                   "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs\n"
+                   "  hloexec compare pre.hlo opt.hlo --against xla --actual gpu.npz --reference shadow",
                    [common, execution], _tolerances_help() + "\n\n"
+                   "--reference shadow: FILE's shadow (the program with every float type in f64: its exact\n"
+                   "answer) is the reference; FILE run by hloexec, REFERENCE, --against xla and --actual files\n"
+                   "are candidates, judged against the baseline (FILE at its precision, f16/bf16 reductions\n"
+                   "rounding every step): rms error <= 2x the baseline's + 0.5 ulp, every element within the\n"
+                   "baseline's error there + 3x its rms + 4 ulps (README, 'Numerical validation').\n\n"
                    "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
                    "the reference module's shapes, or --inputs with arg{i} keys) are split by FILE's parameter\n"
                    "shardings, all its participants run, and its outputs, assembled into global arrays by the\n"
@@ -786,9 +988,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("other", metavar="REFERENCE", nargs="?", help="a second HLO file whose outputs are expected")
     p.add_argument("--expected", metavar="NPZ", help="expected outputs: keys out0..outM")
     p.add_argument("--against", choices=["xla"], help="run FILE on XLA:CPU (jaxlib, in a child process)")
+    p.add_argument("--reference", choices=["shadow"],
+                   help="judge candidates (FILE run by hloexec, REFERENCE, --against xla, --actual) by their distance "
+                        "from FILE's shadow (every float type in f64: the exact answer): consistent with the "
+                        "program's precision or not (exit 1 when one is not)")
+    p.add_argument("--actual", metavar="NPZ", action="append",
+                   help="with --reference shadow: a candidate's outputs (keys out0..outM, e.g. a device's); repeatable")
     p.add_argument("--atol", type=float, help="absolute error bound for every output")
     p.add_argument("--rtol", type=float, help="relative error bound for every output")
     p.set_defaults(handler=cmd_compare)
+
+    p = _subparser(subparsers, "numerics", "Which instructions lose the accuracy, and where NaN and Inf come from.",
+                   "  hloexec numerics dump.before_optimizations.txt --inputs in.npz\n"
+                   "  hloexec numerics step.hlo --seed 1 --top 10 --json | jq '.top[0]'\n"
+                   "  hloexec numerics gpt_16dev.hlo --spmd --local     # no shadow run: one run's memory",
+                   [common, execution],
+                   "One instrumented run of the module (op by op, fused computations opened up, loops per\n"
+                   "iteration) paired with its shadow (every float type in f64: its exact answer). Per\n"
+                   "instruction: its local error (its op alone on the shadow's operand values rounded to its\n"
+                   "own operand types, against the shadow's value), its total error (its value against the\n"
+                   "shadow's) and the error its operands arrived with, relative to its scale; per output, its\n"
+                   "error and the instructions on its path with the largest local errors; the integer/pred\n"
+                   "values computed from floats that differ between the two runs; the NaN/Inf origins.\n"
+                   "When both runs do not fit in memory (or with --local): local errors at the run's own\n"
+                   "operands, from the run alone.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--top", type=_positive_int, default=20, metavar="N", help="instructions to list (default 20)")
+    p.add_argument("--local", action="store_true",
+                   help="no shadow run: local errors at the run's own operands (one run's memory)")
+    p.set_defaults(handler=cmd_numerics)
 
     p = _subparser(subparsers, "ops", "List what hloexec executes: opcodes, dtypes, kernels, custom-calls.",
                    "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json", [common])
@@ -796,8 +1024,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_ops)
 
     from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
-    for report in (memory, collectives, export, graph):
-        report.add_command(subparsers, _subparser, [common])
+    for report in (memory, collectives, export, graph):     # each has its own --module
+        report.add_command(subparsers, _subparser, [common, stages])
+    from . import bisect, diff, dumpdir, extract, minimize  # finding where numbers go wrong (README)
+    dumpdir.add_command(subparsers, _subparser, [common])
+    for tool in (diff, bisect, extract, minimize):
+        tool.add_command(subparsers, _subparser, [common, inputs])
     return parser
 
 
@@ -808,9 +1040,12 @@ def _version() -> str:
 
 def _known_errors() -> tuple:
     """Errors whose message says all a user needs (no traceback, 'error:' prefix)."""
+    from .dumpdir import DumpError
+    from .hloproto import ProtoError
     from .plugins import PluginError
     from .xla_cpu import XlaCpuError
-    return HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError
+    return (HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError, DumpError,
+            ProtoError)
 
 
 def _message(e: BaseException, path: str | None = None) -> str:
@@ -840,6 +1075,9 @@ def main(argv=None) -> int:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             from .plugins import apply
             apply(args.plugin, args.custom_call_identity)
+        from .dumpdir import prepare_arguments        # FILE as a dump directory, snapshot or proto
+        for note in prepare_arguments(args, sys.argv[1:] if argv is None else list(argv)):
+            print(note, file=sys.stderr)
         return args.handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

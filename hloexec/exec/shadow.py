@@ -1,0 +1,264 @@
+"""The shadow of a module: the same program with every floating-point type widened to f64 (complex to c128).
+
+Run on the same inputs, the shadow gives the program's exact answer up to f64 rounding, which is what
+hloexec's numerical validation measures every result against (tools/verdict.py, tools/numerics.py).
+It is an IR-to-IR transform, so it runs in every tier a module runs in (compiled fusions and loops, SPMD,
+the cuBLAS custom-calls) without any op knowing about it:
+
+- every f16/bf16/f32/fp8 element type becomes f64, c64 becomes c128; integer and pred types stay;
+- a float->float `convert` becomes the identity (f64 -> f64): the program's storage roundings are what the
+  shadow removes. Except converts to 8-bit-or-narrower floats (fp8, fp6, fp4): those quantize on purpose
+  (fp8 scaling recipes), so the shadow keeps them (`reduce-precision` is kept too: it is an f64 op);
+- constants keep the value the program has (the f16 constant, exactly, in f64), not their decimal text;
+- instructions whose meaning depends on the bits of their type are *pinned*: they run at the program's
+  own types on the shadow's values rounded to them, and their float results are widened: bitcast-convert
+  to or from a float type (jax's random-float bit trick), rng, rng-bit-generator, stochastic-convert,
+  quantizing converts, and custom-calls other than those that compute in their output type (cuBLAS gemm,
+  TopK) or move values only (the identity markers). `Shadow.pinned` lists them with the reason.
+
+Integer and pred values are the same as in the program's run except where they are computed from floats:
+compares, float->int converts, is-finite, sorts and variadic reduces over float keys, bitcasts of floats.
+Those instructions are `Shadow.discrete`: where their values differ between the runs (a relu mask at an
+element near 0, a loss-scale overflow check), everything downstream compares two different paths, and the
+report says so (`discrete_divergence`) instead of diverging silently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.dtypes import ELEMENT_TYPES, ElementType
+from ..ir.module import Computation, Instruction, Module
+from ..ir.shape import Shape
+
+F64, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["c128"]
+
+# Custom-call targets whose kernels compute in their output type (f64 in the shadow); markers that move values
+# only (identity markers, --custom-call-identity ones, SliceToDynamic, manual-region edges) are found by their
+# registered kernel (_moves_values_only).
+COMPUTING_CUSTOM_CALLS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "TopK", "__gpu$TopK"})
+# Ops whose values depend on the bits or the random stream of their own types.
+_PINNED_OPCODES = {"rng": "draws random numbers of its own type", "rng-bit-generator": "random bits",
+                   "rng-get-and-update-state": "random state", "stochastic-convert": "random rounding"}
+# Quantizing converts: to float types this narrow the program means to lose precision.
+QUANTIZING_BITS = 8
+
+
+def shadow_type(etype: ElementType) -> ElementType:
+    """f64 for every float type, c128 for complex ones, the type itself otherwise."""
+    if etype.kind == "float":
+        return F64
+    if etype.kind == "complex":
+        return C128
+    return etype
+
+
+def shadow_shape(shape: Shape) -> Shape:
+    """`shape` with its float element types widened (tuples leaf by leaf; dims and layouts kept)."""
+    if shape.is_tuple:
+        return Shape(None, tuple_shapes=tuple(map(shadow_shape, shape.tuple_shapes)), is_buffer=shape.is_buffer)
+    if shape.element_type is None or shadow_type(shape.element_type) is shape.element_type:
+        return shape
+    return Shape(shadow_type(shape.element_type), shape.dims, shape.dynamic, shape.layout, None, shape.is_buffer)
+
+
+def has_float(shape: Shape) -> bool:
+    if shape.is_tuple:
+        return any(map(has_float, shape.tuple_shapes))
+    return shape.element_type is not None and shape.element_type.kind in ("float", "complex")
+
+
+def has_discrete(shape: Shape) -> bool:
+    """Whether the value has integer or pred leaves."""
+    if shape.is_tuple:
+        return any(map(has_discrete, shape.tuple_shapes))
+    return shape.element_type is not None and shape.element_type.kind in ("pred", "sint", "uint")
+
+
+def widen(value, shape: Shape):
+    """A value of `shape` (arrays, tuples of them) as the shadow holds it: floats in f64 / c128."""
+    if shape.is_tuple:
+        return tuple(widen(v, s) for v, s in zip(value, shape.tuple_shapes))
+    wide = shadow_shape(shape)
+    if wide is shape:
+        return value
+    return np.asarray(value).astype(wide.dtype)
+
+
+@dataclass
+class Shadow:
+    """A module's shadow. `module`: the widened module (instructions keep their names: the shadow value of
+    %x is the value of %x in `module`). `pinned`: name -> why it runs at the program's own precision.
+    `discrete`: names of the instructions that compute integer/pred values from floats (see module doc)."""
+    original: Module
+    module: Module
+    pinned: dict[str, str] = field(default_factory=dict)
+    discrete: list[str] = field(default_factory=list)
+
+    def inputs(self, inputs, widened: dict | None = None) -> list:
+        """The program's entry arguments as the shadow takes them (floats widened exactly). `widened`, a dict
+        shared between calls, widens an array that several calls pass (SPMD devices' shared inputs) once."""
+        widened = {} if widened is None else widened
+
+        def one(v, shape):
+            if shape.is_tuple:
+                return tuple(one(x, s) for x, s in zip(v, shape.tuple_shapes))
+            if id(v) not in widened:
+                widened[id(v)] = (v, widen(v, shape))      # v kept: its id stays its own
+            return widened[id(v)][1]
+        return [one(v, p.shape) for v, p in zip(inputs, self.original.entry.parameters)]
+
+
+def shadow_module(module: Module) -> Shadow:
+    """The shadow of `module` (see the module docstring). The module itself is not touched."""
+    return _Transform(module).run()
+
+
+def pin_reason(inst: Instruction) -> str | None:
+    """Why `inst` runs at its own precision in the shadow, or None when it is widened like the rest."""
+    opcode = inst.opcode
+    if opcode in _PINNED_OPCODES:
+        return _PINNED_OPCODES[opcode] if has_float(inst.shape) or opcode == "stochastic-convert" else None
+    if opcode in ("bitcast-convert", "bitcast"):
+        src, dst = inst.operands[0].shape, inst.shape
+        if opcode == "bitcast" and (src.is_tuple or src.element_type is dst.element_type):
+            return None
+        if has_float(src) or has_float(dst):
+            return "reinterprets the bits of a float type"
+        return None
+    if opcode == "convert":
+        src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
+        if src.kind == "float" and dst.kind == "float" and dst.bits <= QUANTIZING_BITS < src.bits:
+            return f"quantizes to {dst.name}"
+        return None
+    if opcode == "custom-call":
+        target = inst.attr("custom_call_target", "")
+        if target not in COMPUTING_CUSTOM_CALLS and not _moves_values_only(target) \
+                and (has_float(inst.shape) or any(has_float(o.shape) for o in inst.operands)):
+            return f"custom-call {target} computes in its own types"
+    return None
+
+
+def _moves_values_only(target: str) -> bool:
+    """Whether custom-call `target` is registered as a marker whose values are (tiles of) its operands'."""
+    from ..ops import manual
+    from ..ops.custom_call import markers
+    from ..ops.custom_call.registry import CUSTOM_CALLS
+    return CUSTOM_CALLS.get(target) in (markers.identity, markers.slice_to_dynamic, manual.enter, manual.leave)
+
+
+# Ops that can compute integer/pred values from float ones (data movement only carries them).
+_DISCRETE_FROM_FLOAT = frozenset({"compare", "convert", "bitcast-convert", "bitcast", "is-finite", "sort", "reduce",
+                                  "reduce-window", "topk", "custom-call", "stochastic-convert", "map", "scan"})
+
+
+def _float_to_discrete(inst: Instruction) -> bool:
+    """Whether `inst` makes integer/pred values out of float operands (where the two runs can part)."""
+    return inst.opcode in _DISCRETE_FROM_FLOAT and has_discrete(inst.shape) \
+        and any(has_float(o.shape) for o in inst.operands) \
+        and not (inst.opcode == "bitcast" and inst.operands[0].shape.is_tuple)
+
+
+class _Transform:
+    def __init__(self, module: Module):
+        self.module = module
+        self.done: dict[int, Computation] = {}
+        self.shadow = Shadow(module, module)
+
+    def run(self) -> Shadow:
+        entry = self.computation(self.module.entry)
+        comps = [self.done[id(c)] for c in self.module.computations if id(c) in self.done]
+        attrs = {k: v for k, v in self.module.attrs.items() if k != "entry_computation_layout"}
+        self.shadow.module = Module(self.module.name, comps, entry, attrs=attrs, has_header=self.module.has_header,
+                                    line=self.module.line, path=self.module.path,
+                                    stack_frames=self.module._stack_frames)
+        return self.shadow
+
+    def computation(self, comp: Computation) -> Computation:
+        done = self.done.get(id(comp))
+        if done is not None:
+            return done
+        names = {i.name for i in comp.instructions}
+        made: list[Instruction] = []
+        value: dict[int, Instruction] = {}
+
+        def add(name: str, opcode: str, shape: Shape, operands: list, like: Instruction | None = None,
+                attrs: dict | None = None, exact_name: bool = False) -> Instruction:
+            """A new instruction (`like`'s attributes, called computations and source site, if given)."""
+            if like is not None:
+                inst = Instruction(name, opcode, shape, operands, like._attrs, like._args, like.line, like.column,
+                                   like._attr_rows)
+                inst.called = self._called(like)
+            else:
+                inst = Instruction(name, opcode, shape, operands, attrs or {})
+            if not exact_name:
+                inst.name = _fresh(name, names)
+            made.append(inst)
+            return inst
+
+        for inst in comp.instructions:
+            operands = [value[id(o)] for o in inst.operands]
+            if _float_to_discrete(inst):
+                self.shadow.discrete.append(inst.name)
+            reason = pin_reason(inst)
+            if reason is not None:
+                self.shadow.pinned[inst.name] = reason
+                narrow = [_narrow(w, o.shape, add) for o, w in zip(inst.operands, operands)]
+                own = add(f"{inst.name}.own", inst.opcode, inst.shape, narrow, like=inst)
+                value[id(inst)] = _widen(own, inst.shape, inst.name, add)
+                continue
+            copy = add(inst.name, inst.opcode, shadow_shape(inst.shape), operands, like=inst, exact_name=True)
+            if inst.opcode == "constant" and has_float(inst.shape):
+                copy._decoded = {"__literal__": widen(inst.literal, inst.shape)}
+            value[id(inst)] = copy
+        for inst in made:
+            for o in inst.operands:
+                o.users.append(inst)
+        root = value[id(comp.root)]
+        root.is_root = True
+        shadow = Computation(comp.name, made, root, is_entry=comp.is_entry, signature="", attrs=comp.attrs,
+                             line=comp.line)
+        self.done[id(comp)] = shadow
+        return shadow
+
+    def _called(self, inst: Instruction) -> dict:
+        return {key: [self.computation(c) for c in called] if isinstance(called, list) else self.computation(called)
+                for key, called in inst.called.items()}
+
+
+def _narrow(wide: Instruction, shape: Shape, add) -> Instruction:
+    """The shadow value `wide` rounded to the program's `shape` (converts leaf by leaf)."""
+    if wide.shape == shape:
+        return wide
+    if shape.is_tuple:
+        leaves = [_narrow(add(f"{wide.name}.{i}", "get-tuple-element", shadow_shape(s), [wide],
+                              attrs={"index": str(i)}), s, add)
+                  for i, s in enumerate(shape.tuple_shapes)]
+        return add(f"{wide.name}.narrow", "tuple", shape, leaves)
+    return add(f"{wide.name}.narrow", "convert", shape, [wide])
+
+
+def _widen(own: Instruction, shape: Shape, name: str, add, exact: bool = True) -> Instruction:
+    """`own`, a value of the program's `shape`, as the shadow holds it, named `name` (`exact`: that name, the
+    original instruction's; else a fresh one)."""
+    if not has_float(shape):
+        if exact:
+            own.name = name
+        return own
+    if shape.is_tuple:
+        leaves = [_widen(add(f"{own.name}.{i}", "get-tuple-element", s, [own], attrs={"index": str(i)}), s,
+                         f"{name}.{i}.wide", add, exact=False)
+                  for i, s in enumerate(shape.tuple_shapes)]
+        return add(name, "tuple", shadow_shape(shape), leaves, exact_name=exact)
+    return add(name, "convert", shadow_shape(shape), [own], exact_name=exact)
+
+
+def _fresh(name: str, names: set) -> str:
+    """`name`, or `name` with a number appended when the computation already has it."""
+    candidate, k = name, 0
+    while candidate in names:
+        k += 1
+        candidate = f"{name}.{k}"
+    names.add(candidate)
+    return candidate

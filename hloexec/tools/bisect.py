@@ -1,0 +1,216 @@
+"""`hloexec bisect DIR --module NAME`: the first compiler pass after which a program's outputs change.
+
+The stages of a dump directory (before optimizations, every per-pass dump in pipeline order, after
+optimizations) all compute the same function; a pass that changes the result beyond tolerance is where to
+look. The stages run with the same inputs; the first runnable stage is the reference. A binary search over
+the stages finds a stage whose outputs differ from the reference right after one whose outputs agree, and its
+neighbours are checked too (the stage after it must still differ; otherwise the change comes and goes, which
+the report says). Stages hloexec cannot run (a pass that introduces an unsupported custom-call, a layout it
+cannot read) are reported and skipped, not fatal: the search steps to the nearest runnable stage.
+
+Then `hloexec.tools.diff` between the last good and the first bad stage names the instructions that pass
+changed (first divergences).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ExecutionError, HloParseError, UnsupportedError
+from .cli import flatten
+from .compare import jsonable
+from .diff import DiffReport, Verdict, diff, judge
+from .dumpdir import DumpModule, Stage
+from .hloproto import ProtoError
+
+
+@dataclass
+class StageRun:
+    stage: Stage
+    index: int
+    outputs: list | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    error: str = ""             # why it could not run (skipped)
+    module: object = None
+
+    @property
+    def changed(self) -> bool:
+        return any(not v.agree for v in self.verdicts)
+
+
+@dataclass
+class BisectReport:
+    module: DumpModule
+    stages: list[Stage]
+    runs: dict[int, StageRun]
+    reference: int | None
+    last_good: int | None = None
+    first_bad: int | None = None
+    after_first_bad: str = ""           # what the stage after the first bad one shows
+    diff: DiffReport | None = None
+
+    def to_dict(self) -> dict:
+        def name(i):
+            return None if i is None else self.stages[i].path.name
+        first = self.runs.get(self.first_bad) if self.first_bad is not None else None
+        return jsonable({
+            "module": {"number": self.module.number, "name": self.module.name}, "stages": len(self.stages),
+            "reference_stage": name(self.reference), "first_bad_stage": name(self.first_bad),
+            "last_good_stage": name(self.last_good),
+            "pass": self.stages[self.first_bad].after_pass if first else None,
+            "pipeline": self.stages[self.first_bad].pipeline if first else None,
+            "after_first_bad": self.after_first_bad or None,
+            "outputs": [] if first is None else [_verdict_dict(i, v) for i, v in enumerate(first.verdicts)],
+            "checked": [{"index": i, "stage": self.stages[i].label, "file": self.stages[i].path.name,
+                         "status": "skipped" if r.error else ("changed" if r.changed else "agrees"),
+                         "error": r.error or None} for i, r in sorted(self.runs.items())],
+            "skipped": [{"stage": self.stages[i].path.name, "error": r.error}
+                        for i, r in sorted(self.runs.items()) if r.error],
+            "diff": None if self.diff is None else self.diff.to_dict()})
+
+
+def _verdict_dict(index: int, v: Verdict) -> dict:
+    return {"index": index, "changed": not v.agree, "identical": v.identical, "mismatches": v.mismatches,
+            "total": v.total, "max_abs_error": v.max_abs_error, "max_rel_error": v.max_rel_error,
+            "atol": v.atol, "rtol": v.rtol, "worst": v.worst, "problem": v.problem or None}
+
+
+def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = None, rtol: float | None = None,
+           with_diff: bool = True, report=None, reductions: str = "accumulate") -> BisectReport:
+    """Find the first stage of `module` whose outputs differ from the first runnable stage's. `inputs`: the
+    entry arguments (default: random ones from `seed`, of the reference's parameters); `report(message)`
+    hears about each stage as it runs; `reductions`: how every stage rounds its sums."""
+    from .. import ops  # noqa: F401  (fills the op registry)
+    from ..exec.executor import Executable
+    from ..parser import parse
+    stages = module.stages()
+    runs: dict[int, StageRun] = {}
+    state = {"inputs": inputs, "reference": None}
+
+    def run(i: int) -> StageRun:
+        if i in runs:
+            return runs[i]
+        r = runs[i] = StageRun(stages[i], i)
+        try:
+            r.module = parse(stages[i].text())[0]
+            exe = Executable(r.module, reductions=reductions)
+            if state["inputs"] is None:
+                state["inputs"] = exe.random_inputs(seed)
+            r.outputs = flatten(exe.run(*state["inputs"]))
+        except (HloParseError, UnsupportedError, ExecutionError, ProtoError, OSError) as e:
+            r.error = str(e).splitlines()[0]
+        if not r.error and state["reference"] is not None:
+            reference = runs[state["reference"]].outputs
+            if len(reference) != len(r.outputs):
+                r.error = f"{len(r.outputs)} outputs, the reference has {len(reference)}"
+            else:
+                r.verdicts = [judge(want, got, atol, rtol) for want, got in zip(reference, r.outputs)]
+        if report is not None:
+            status = f"skipped: {r.error}" if r.error else "changed" if r.changed else "agrees"
+            report(f"stage {i + 1}/{len(stages)} {stages[i].label}: {status}")
+        return r
+
+    result = BisectReport(module, stages, runs, None)
+    for i in range(len(stages)):            # the reference: the first stage that runs
+        if not run(i).error:
+            state["reference"] = result.reference = i
+            runs[i].verdicts = [Verdict(True, True, total=getattr(x, "size", 0)) for x in runs[i].outputs]
+            break
+    if result.reference is None:
+        return result
+    last = next((i for i in range(len(stages) - 1, result.reference, -1) if not run(i).error), None)
+    if last is None or not runs[last].changed:
+        result.last_good = last if last is not None else result.reference
+        return result
+    good, bad = result.reference, last
+    while bad - good > 1:
+        mid = _runnable_near(run, (good + bad) // 2, good, bad)
+        if mid is None:
+            break
+        if runs[mid].changed:
+            bad = mid
+        else:
+            good = mid
+    result.last_good, result.first_bad = good, bad
+    following = next((i for i in range(bad + 1, len(stages)) if not run(i).error), None)
+    if following is not None and not runs[following].changed:
+        result.after_first_bad = f"the outputs agree again at {stages[following].path.name}: the change comes and goes"
+    if with_diff:
+        result.diff = diff(runs[good].module, runs[bad].module, state["inputs"], atol=atol, rtol=rtol,
+                           reductions=reductions)
+    return result
+
+
+def _runnable_near(run, mid: int, low: int, high: int) -> int | None:
+    """A stage strictly between low and high that runs, the nearest to mid first."""
+    for offset in range(high - low):
+        for i in (mid - offset, mid + offset):
+            if low < i < high and not run(i).error:
+                return i
+    return None
+
+
+def format_report(r: BisectReport) -> str:
+    from .diff import format_report as format_diff
+    lines = [f"module_{r.module.number:04d}.{r.module.name}: {len(r.stages)} stages, "
+             f"{len(r.runs)} run, {sum(1 for x in r.runs.values() if x.error)} skipped"]
+    for i, x in sorted(r.runs.items()):
+        status = f"skipped ({x.error})" if x.error else ("reference" if i == r.reference else
+                                                         "CHANGED" if x.changed else "agrees")
+        lines.append(f"  {i:>4}  {r.stages[i].label:<70} {status}")
+    if r.reference is None:
+        lines.append("no stage could run")
+        return "\n".join(lines)
+    if r.first_bad is None:
+        lines.append(f"the outputs agree with {r.stages[r.reference].path.name} at every stage checked")
+        return "\n".join(lines)
+    bad, good = r.stages[r.first_bad], r.stages[r.last_good]
+    lines.append(f"first stage whose outputs differ: {bad.path.name}")
+    lines.append(f"  after pass {bad.after_pass!r} ({bad.pipeline}); last good: {good.path.name}")
+    for i, v in enumerate(r.runs[r.first_bad].verdicts):
+        if not v.agree:
+            lines.append(f"  output {i}: {v.problem or f'{v.mismatches}/{v.total} elements beyond atol {v.atol:g} rtol {v.rtol:g}, max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}'}")
+    if r.after_first_bad:
+        lines.append(f"  note: {r.after_first_bad}")
+    if r.diff is not None:
+        lines.append("what the pass changed (diff of the last good and the first bad stage):")
+        lines.append(format_diff(r.diff, indent="  "))
+    return "\n".join(lines)
+
+
+def cmd_bisect(args) -> int:
+    """`hloexec bisect DIR --module NAME`."""
+    import sys
+    from pathlib import Path
+    from .cli import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, JSON_VERSION, _module_inputs, _print_json
+    from .dumpdir import find_module, scan
+    from ..parser import parse
+    module = find_module(scan(args.directory), args.module, args.directory)
+    inputs, inputs_info = None, {"from": "seed", "seed": args.seed}
+    if args.inputs is not None:
+        first = module.stages()[0] if module.stages() else None
+        if first is not None:
+            inputs, inputs_info = _module_inputs(parse(first.text())[0], args)
+    say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.verbose else None
+    report = bisect(module, inputs, args.seed, args.atol, args.rtol, with_diff=not args.no_diff, report=say,
+                    reductions=args.reductions)
+    if args.json:
+        _print_json({"command": "bisect", "version": JSON_VERSION, "directory": str(Path(args.directory)),
+                     "inputs": inputs_info, **report.to_dict()})
+    else:
+        print(format_report(report))
+    if report.reference is None:
+        return EXIT_ERROR
+    return EXIT_MISMATCH if report.first_bad is not None else EXIT_OK
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    from .diff import tolerance_options
+    p = subparser(subparsers, "bisect", "The first compiler pass after which a program's outputs change "
+                  "(per-pass dumps: --xla_dump_hlo_pass_re=.*).",
+                  "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json", parents,
+                  "Exit 1 when a stage changes the outputs, 0 when none does.")
+    p.add_argument("directory", metavar="DIR")
+    tolerance_options(p)
+    p.add_argument("--no-diff", action="store_true", help="skip the diff of the last good and first bad stage")
+    p.add_argument("-v", "--verbose", action="store_true", help="report each stage as it runs (stderr)")
+    p.set_defaults(handler=cmd_bisect)

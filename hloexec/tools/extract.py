@@ -1,0 +1,262 @@
+"""`hloexec extract FILE INSTRUCTION`: the sub-computation that computes one instruction, as a module of its own,
+with the values that feed it captured from a full run of the original module.
+
+`submodule(roots, cut)` is the building block (`minimize` and the zoom of `diff` use it too): the instructions
+of one computation that `roots` depend on, stopping at the instructions in `cut` and at the computation's
+parameters, which become the new module's parameters. Constants and iotas stay instructions (they are free).
+The text is printed by hloexec.ir.printer, so it parses with XLA's parser where the original does; the module
+keeps the computations it calls (fused computations, reducers) and the header's replica and partition counts.
+
+`capture(exe, instructions, inputs)` runs the original module once and keeps the values of the given
+instructions (the first time each runs; a run stops as soon as it has them all): the parameters of a
+submodule take exactly the values they had in the original run.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import ExecutionError
+from ..ir.module import Computation, Instruction, Module
+from .match import ValueGraph, instruction_key
+
+# Header attributes an extract keeps: the others describe the whole original entry (its layout, schedule).
+_KEPT_HEADER = ("replica_count", "num_partitions")
+_FREE_OPCODES = frozenset({"constant", "iota"})
+
+
+@dataclass
+class Submodule:
+    """A standalone module computing `roots` of the original from `parameters` (original instructions, in
+    parameter order: the values they had in the original run are the new module's inputs)."""
+    text: str
+    name: str
+    roots: list[Instruction]
+    parameters: list[Instruction]
+    instructions: list[Instruction]       # the original instructions it computes (parameters excluded)
+
+    @property
+    def instruction_count(self) -> int:
+        return len(self.parameters) + len(self.instructions) + (len(self.roots) > 1)
+
+
+def submodule(roots: list[Instruction], cut=frozenset(), name: str | None = None) -> Submodule:
+    """The instructions of the computation holding `roots` that the roots depend on, stopping at the
+    instructions whose id is in `cut` and at the computation's parameters, which become parameters (in the
+    order the computation first uses them). Several roots become a tuple root."""
+    comp = roots[0].computation
+    if any(r.computation is not comp for r in roots):
+        raise ValueError("the roots of a submodule must be instructions of one computation")
+    included: set[int] = set()
+    boundary: dict[int, Instruction] = {}
+    stack = list(roots)
+    while stack:
+        inst = stack.pop()
+        if id(inst) in included or id(inst) in boundary:
+            continue
+        if inst.opcode == "parameter" or (id(inst) in cut and inst.opcode not in _FREE_OPCODES):
+            boundary[id(inst)] = inst
+            continue
+        included.add(id(inst))
+        stack += inst.operands
+    order = [i for i in comp.instructions if id(i) in included or id(i) in boundary]
+    parameters = [i for i in order if id(i) in boundary]
+    copies: dict[int, Instruction] = {}
+    for number, inst in enumerate(parameters):
+        copies[id(inst)] = Instruction(inst.name, "parameter", inst.shape, [], {}, str(number))
+    body = [i for i in order if id(i) in included]
+    for inst in body:
+        copy = inst.with_operands([copies[id(o)] for o in inst.operands])
+        copy.attrs = {k: v for k, v in inst.attrs.items() if k != "control-predecessors"}
+        copies[id(inst)] = copy
+    instructions = [copies[id(i)] for i in order]
+    if len(roots) == 1:
+        root = copies[id(roots[0])]
+    else:
+        from ..ir.shape import tuple_shape
+        outs = [copies[id(r)] for r in roots]
+        names = {i.name for i in instructions}
+        tuple_name = next(f"outputs.{k}" for k in range(len(names) + 1) if f"outputs.{k}" not in names)
+        root = Instruction(tuple_name, "tuple", tuple_shape([o.shape for o in outs]), outs, {}, "")
+        for o in outs:
+            o.users.append(root)
+        instructions.append(root)
+    root.is_root = True
+    module = comp.module
+    if name is None:
+        name = f"{module.name}.{roots[0].name}" if module is not None else roots[0].name
+    entry = Computation(f"{roots[0].name}.extract", instructions, root, is_entry=True, signature="")
+    header = {k: v for k, v in (module.attrs if module is not None else {}).items() if k in _KEPT_HEADER}
+    text = Module(name, [entry], entry, attrs=header).to_text()
+    return Submodule(_resolve_stack_frames(text, module), name, roots, parameters, body)
+
+
+def _resolve_stack_frames(text: str, module: Module | None) -> str:
+    """`stack_frame_id=N` in metadata as `source_file=... source_line=...`: the extract has no StackFrames table."""
+    def resolve(m) -> str:
+        frame = module.stack_frame(int(m.group(1))) if module is not None else None
+        return f'source_file="{frame[0]}" source_line={frame[1]}' if frame else ""
+    return re.sub(r"stack_frame_id=(\d+)", resolve, text)
+
+
+def cone_cut(root: Instruction, depth: int | None) -> set[int]:
+    """Where to cut a submodule of `root` that holds the instructions up to `depth` operand steps above it
+    (ids of the instructions one step further). None: no cut (back to the parameters)."""
+    if depth is None:
+        return set()
+    inside, level = {id(root)}, [root]
+    for _ in range(depth):
+        level = [o for i in level for o in i.operands if id(o) not in inside and not inside.add(id(o))]
+    return {id(o) for i in level for o in i.operands if id(o) not in inside}
+
+
+def find_instruction(module: Module, name: str) -> Instruction:
+    """The instruction named `name` (a leading % is ignored; 'computation/name' where names repeat)."""
+    comp_name, _, inst_name = name.lstrip("%").rpartition("/")
+    found = [i for c in module.computations if not comp_name or c.name == comp_name.lstrip("%")
+             for i in c.instructions if i.name == inst_name.lstrip("%")]
+    if not found:
+        raise KeyError(f"{module.name} has no instruction named {name!r}")
+    if len(found) > 1:
+        where = ", ".join(f"{i.computation.name}/{i.name}" for i in found)
+        raise KeyError(f"{module.name} has {len(found)} instructions named {name!r}: {where}; write COMPUTATION/NAME")
+    return found[0]
+
+
+class _Captured(Exception):
+    """Raised from an observer once it holds every value it was asked for: the rest of the run is not needed."""
+
+
+def capture(exe, instructions: list[Instruction], inputs: list, graph: ValueGraph | None = None) -> list:
+    """The values `instructions` of `exe.module` take in a run with `inputs` (the first time each runs).
+
+    An instruction inside a fused or called computation is observed where its value is held outermost (a
+    fused parameter is its fusion's operand); only the computations holding the wanted values are run op by
+    op, and the run stops once it has them all."""
+    graph = graph or ValueGraph(exe.module)
+    entry_params = {id(p): p.parameter_number for p in exe.module.entry.parameters}
+    wanted: dict[tuple, list[int]] = {}
+    found: dict[int, object] = {}
+    for k, inst in enumerate(instructions):
+        node = graph.node_of.get(id(inst))
+        tap = node.tap if node is not None else inst
+        if id(tap) in entry_params:
+            found[k] = inputs[entry_params[id(tap)]]
+        else:
+            wanted.setdefault(instruction_key(tap), []).append(k)
+    if wanted:
+        inside = {key[0] for key in wanted}
+        opened = _enclosing(exe.module, inside)
+
+        def observe(inst, value):
+            for k in wanted.pop(instruction_key(inst), ()):
+                found[k] = value
+            if not wanted:
+                raise _Captured
+        try:
+            exe.run(*inputs, observe=observe, observe_inside=lambda comp: comp.name in opened)
+        except Exception as e:      # the stop arrives wrapped when it leaves a nested computation
+            cause = e
+            while cause is not None and not isinstance(cause, _Captured):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+    if wanted:
+        names = ", ".join(sorted({key[1] for key in wanted}))
+        raise ExecutionError(f"{exe.module.name}: {names} did not run (dead code, or a branch not taken)")
+    return [found[k] for k in range(len(instructions))]
+
+
+def _enclosing(module: Module, names: set[str]) -> set[str]:
+    """`names` and the computations that run them, up to the entry."""
+    callers: dict[str, str] = {}
+    for comp in module.computations:
+        for inst in comp.instructions:
+            for c in inst.called_computations:
+                callers.setdefault(c.name, comp.name)
+    out = set()
+    for name in names:
+        while name is not None and name not in out:
+            out.add(name)
+            name = callers.get(name)
+    return out
+
+
+def cmd_extract(args) -> int:
+    """`hloexec extract FILE INSTRUCTION`."""
+    import sys
+    from .cli import EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _parse_module_file, _print_json, \
+        flatten, select_module
+    from .diff import judge
+    from .xla_cpu import save_arrays
+    from .. import ops  # noqa: F401
+    from ..exec.executor import Executable
+    from ..parser import parse
+    parsed, _ = _parse_module_file(args.file)
+    module = select_module(parsed, args.module, args.file)
+    try:
+        inst = find_instruction(module, args.instruction)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    if inst.opcode == "parameter":
+        raise UsageError(f"%{inst.name} is a parameter: nothing computes it")
+    sub = submodule([inst], cone_cut(inst, None if args.until_parameters else args.depth))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(sub.text)
+    elif not args.json:
+        sys.stdout.write(sub.text)
+    replay = None
+    inputs_info = None
+    if args.inputs_out:
+        exe = Executable(module)
+        inputs, inputs_info = _module_inputs(module, args)
+        values = capture(exe, sub.parameters + [inst], inputs)
+        save_arrays(args.inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(values[:-1])))})
+        got = Executable(parse(sub.text)[0]).run(*values[:-1])
+        verdicts = [judge(want, value) for want, value in zip(flatten(values[-1]), flatten(got))]   # tuples: each leaf
+        replay = {"identical": all(v.identical for v in verdicts), "agree": all(v.agree for v in verdicts),
+                  "max_abs_error": max((v.max_abs_error for v in verdicts), default=0.0),
+                  "max_rel_error": max((v.max_rel_error for v in verdicts), default=0.0)}
+    entry_params = {id(p) for p in module.entry.parameters}
+    params = [{"number": k, "name": p.name, "shape": p.shape.to_text(layout=False),
+               "from": "entry parameter" if id(p) in entry_params else f"{p.opcode} in {p.computation.name}"}
+              for k, p in enumerate(sub.parameters)]
+    if args.json:
+        _print_json({"command": "extract", "version": JSON_VERSION, "file": args.file, "module": module.name,
+                     "instruction": inst.name, "computation": inst.computation.name, "out": args.out,
+                     "inputs_out": args.inputs_out, "inputs": inputs_info, "instructions": sub.instruction_count,
+                     "parameters": params, "replay": replay, "text": None if args.out else sub.text})
+        return EXIT_OK
+    where = sys.stdout if args.out else sys.stderr
+    print(f"%{inst.name} ({inst.opcode}, {inst.computation.name}): {sub.instruction_count} instructions, "
+          f"{len(params)} parameter{'s' if len(params) != 1 else ''}" + (f", written to {args.out}" if args.out else ""),
+          file=where)
+    for p in params:
+        print(f"  parameter {p['number']}: %{p['name']} {p['shape']} ({p['from']})", file=where)
+    if args.inputs_out:
+        print(f"their values in the run of {module.name} (inputs "
+              f"{args.inputs if args.inputs else f'seed {args.seed}'}): {args.inputs_out}", file=where)
+    if replay is not None:
+        print("replay: the extract gives " + ("the same bits" if replay["identical"] else
+              f"values within tolerance (max abs {replay['max_abs_error']:.3g})" if replay["agree"] else
+              f"DIFFERENT values (max abs {replay['max_abs_error']:.3g})") + " as in the full run", file=where)
+    return EXIT_OK
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    p = subparser(subparsers, "extract", "A standalone module computing one instruction, with the values that "
+                  "feed it captured from a full run.",
+                  "  hloexec extract model.hlo fusion.42 -o f42.hlo --inputs-out f42.npz\n"
+                  "  hloexec extract model.hlo multiply.7 --depth 3 -o m7.hlo --inputs-out m7.npz --seed 1\n"
+                  "  hloexec run f42.hlo --inputs f42.npz", parents,
+                  "INSTRUCTION may be inside a fused computation (COMPUTATION/NAME where names repeat).")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("instruction", metavar="INSTRUCTION")
+    depth = p.add_mutually_exclusive_group()
+    depth.add_argument("--depth", type=int, default=0, metavar="K",
+                       help="keep K levels of operands above it (default 0: its operands are the parameters)")
+    depth.add_argument("--until-parameters", action="store_true", help="keep everything back to the parameters")
+    p.add_argument("-o", "--out", metavar="OUT.hlo", help="write the module here (default: stdout)")
+    p.add_argument("--inputs-out", metavar="OUT.npz", help="write the parameters' values here (one full run)")
+    p.set_defaults(handler=cmd_extract)

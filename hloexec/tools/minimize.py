@@ -1,0 +1,385 @@
+"""`hloexec minimize FILE --check CHECK`: shrink a module while a check keeps saying it is interesting.
+
+XLA's hlo_bisect idea, on hloexec's evaluator. A candidate is a sub-computation of the original entry (see
+hloexec.tools.extract.submodule): some of its outputs, with instructions cut off and replaced by parameters
+that take the values those instructions had in a run of the original module (captured once per value), so
+what is left computes exactly what it computed inside the original. The steps, each reported:
+
+1. outputs: keep one output (the first that stays interesting), else drop them one at a time;
+2. the root moves up to an operand while the candidate stays interesting (what follows the interesting
+   instruction goes);
+3. a prefix cut: the largest point of the schedule before which every instruction becomes a parameter
+   (binary search, confirmed);
+4. one instruction at a time, nearest the root first: cut it (it becomes a parameter);
+5. scalar parameters become constants.
+
+A check is a built-in name or a shell command. Built-ins run in this process: `nan` (an output holds a NaN
+that no input holds: the candidate makes it), `xla` (hloexec's outputs and XLA:CPU's differ beyond
+`hloexec compare`'s tolerances; needs jaxlib). A command gets the candidate's path for `{}` (appended when
+there is no `{}`) and its inputs' npz (keys arg0..) for `{inputs}`; exit 0 means still interesting. A check
+that fails is retried (`retries`): a candidate that then passes marks the check flaky (and counts as
+interesting: it did reproduce), and the final module is checked again that many times.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..ir.module import Instruction, Module
+from .cli import flatten
+from .extract import Submodule, capture, submodule
+from .match import ValueGraph
+
+BUILTIN_CHECKS = ("nan", "xla")
+
+
+@dataclass
+class Candidate:
+    roots: list[Instruction]
+    cut: frozenset = frozenset()              # ids of instructions replaced by parameters
+    constants: frozenset = frozenset()        # ids of cut instructions written as constants instead
+
+
+@dataclass
+class MinimizeResult:
+    text: str
+    inputs: list
+    instructions: int
+    original_instructions: int
+    steps: list[dict] = field(default_factory=list)
+    checks: int = 0
+    flaky: int = 0
+    final_holds: str = ""
+
+    def to_dict(self) -> dict:
+        return {"instructions": self.instructions, "original_instructions": self.original_instructions,
+                "steps": self.steps, "checks": self.checks, "flaky_checks": self.flaky,
+                "final_check": self.final_holds}
+
+
+class Check:
+    """Whether a candidate (HLO text, its inputs) is still interesting."""
+
+    def __init__(self, spec: str, timeout: float = 600.0):
+        self.spec, self.timeout = spec, timeout
+        self.scratch = None
+
+    def _paths(self) -> tuple[str, str]:
+        if self.scratch is None:
+            self.scratch = tempfile.mkdtemp(prefix="hloexec-minimize-")
+            atexit.register(shutil.rmtree, self.scratch, True)
+        return os.path.join(self.scratch, "candidate.hlo"), os.path.join(self.scratch, "candidate.npz")
+
+    def __call__(self, text: str, inputs: list) -> bool:
+        if self.spec == "nan":
+            return _makes_nan(text, inputs)
+        if self.spec == "xla":
+            return _disagrees_with_xla(text, inputs)
+        from .xla_cpu import save_arrays
+        hlo, npz = self._paths()
+        with open(hlo, "w", encoding="utf-8") as f:
+            f.write(text)
+        save_arrays(npz, {f"arg{i}": a for i, a in enumerate(flatten(tuple(inputs)))})
+        command = self.spec.replace("{inputs}", shlex.quote(npz))
+        command = command.replace("{}", shlex.quote(hlo)) if "{}" in command else f"{command} {shlex.quote(hlo)}"
+        try:
+            return subprocess.run(command, shell=True, timeout=self.timeout, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+
+def _makes_nan(text: str, inputs: list) -> bool:
+    from .. import load
+    if _nan_in(inputs):
+        return False
+    try:
+        outputs = load(text, use_numba=False).run(*inputs)
+    except (ExecutionError, UnsupportedError, HloParseError):
+        return False
+    return _nan_in([outputs])
+
+
+def _nan_in(values) -> bool:
+    from .compare import is_float
+    for x in flatten(tuple(values)):
+        a = np.asarray(x)
+        if (a.dtype.kind == "c" and np.isnan(a).any()) or (is_float(a.dtype) and np.isnan(a.astype(np.float64)).any()):
+            return True
+    return False
+
+
+def _disagrees_with_xla(text: str, inputs: list) -> bool:
+    from .. import load
+    from .compare import compare_outputs
+    from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
+    try:
+        ours = flatten(load(text).run(*inputs))
+        theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
+    except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
+        return False
+    return not compare_outputs(ours, theirs).passed
+
+
+class _Minimizer:
+    def __init__(self, module: Module, inputs: list, check, retries: int, report):
+        from .. import ops  # noqa: F401
+        from ..exec.executor import Executable
+        self.module, self.inputs, self.check, self.retries, self.report = module, inputs, check, retries, report
+        self.exe = Executable(module)
+        self.graph = ValueGraph(module)
+        self.values: dict[int, object] = {}
+        self.by_id = {id(i): i for i in module.entry.instructions}
+        self.checks = self.flaky = 0
+        self.memo: dict[tuple, bool] = {}
+
+    def build(self, c: Candidate) -> tuple[Submodule, list]:
+        sub = submodule(c.roots, c.cut, name=f"{self.module.name}.min")
+        missing = [p for p in sub.parameters if p.opcode != "parameter" and id(p) not in self.values]
+        if missing:
+            for p, v in zip(missing, capture(self.exe, missing, self.inputs, self.graph)):
+                self.values[id(p)] = v
+        entry_inputs = {p.parameter_number: v for p, v in zip(self.module.entry.parameters, self.inputs)}
+        values = [entry_inputs[p.parameter_number] if p.opcode == "parameter" else self.values[id(p)]
+                  for p in sub.parameters]
+        if c.constants:
+            sub, values = _with_constants(sub, values, c.constants)
+        return sub, values
+
+    def interesting(self, c: Candidate) -> bool:
+        key = (tuple(id(r) for r in c.roots), c.cut, c.constants)
+        if key in self.memo:
+            return self.memo[key]
+        sub, values = self.build(c)
+        result = False
+        for attempt in range(1 + self.retries):
+            self.checks += 1
+            if self.check(sub.text, values):
+                if attempt:
+                    self.flaky += 1
+                result = True
+                break
+        self.memo[key] = result
+        return result
+
+    def size(self, c: Candidate) -> int:
+        return self.build(c)[0].instruction_count
+
+
+def minimize(module: Module, inputs: list, check, retries: int = 1, report=None) -> MinimizeResult:
+    """Shrink `module` (its entry computation) while `check(text, inputs)` holds; see the module docstring."""
+    say = report or (lambda message: None)
+    mz = _Minimizer(module, inputs, check, retries, say)
+    root = module.entry.root
+    c = Candidate(list(root.operands) if root.opcode == "tuple" else [root])
+    original = mz.size(c)
+    result = MinimizeResult("", [], original, original)
+
+    def step(name: str, new: Candidate | None) -> None:
+        nonlocal c
+        if new is None:
+            return
+        before, after = mz.size(c), mz.size(new)
+        c = new
+        result.steps.append({"step": name, "instructions_before": before, "instructions_after": after})
+        say(f"{name}: {before} -> {after} instructions")
+
+    if not mz.interesting(c):
+        raise ValueError(f"the check does not hold on {module.name} itself ({1 + retries} tries): nothing to "
+                         "minimize")
+    say(f"{module.name}: {original} instructions; the check holds")
+    step("outputs", _trim_outputs(mz, c))
+    step("root moved up", _move_root(mz, c))
+    step("prefix cut", _prefix_cut(mz, c))
+    step("single cuts", _single_cuts(mz, c))
+    step("scalar parameters as constants", _constants(mz, c))
+    sub, values = mz.build(c)
+    holds = sum(bool(check(sub.text, values)) for _ in range(1 + retries))
+    result.text, result.inputs, result.instructions = sub.text, values, sub.instruction_count
+    result.checks, result.flaky = mz.checks + 1 + retries, mz.flaky
+    result.final_holds = f"{holds}/{1 + retries}"
+    return result
+
+
+def _trim_outputs(mz: _Minimizer, c: Candidate) -> Candidate | None:
+    if len(c.roots) <= 1:
+        return None
+    for r in c.roots:
+        new = Candidate([r], c.cut, c.constants)
+        if mz.interesting(new):
+            return new
+    roots = list(c.roots)
+    for r in list(roots):
+        trial = [x for x in roots if x is not r]
+        if trial and mz.interesting(Candidate(trial, c.cut, c.constants)):
+            roots = trial
+    return Candidate(roots, c.cut, c.constants) if len(roots) < len(c.roots) else None
+
+
+def _movable(inst: Instruction) -> bool:
+    return inst.opcode not in ("parameter", "constant", "iota") and not inst.shape.is_tuple
+
+
+def _move_root(mz: _Minimizer, c: Candidate) -> Candidate | None:
+    if len(c.roots) != 1:
+        return None
+    current, moved = c, False
+    while True:
+        root = current.roots[0]
+        for o in root.operands:
+            if _movable(o) and id(o) not in current.cut:
+                new = Candidate([o], current.cut, current.constants)
+                if mz.interesting(new):
+                    current, moved = new, True
+                    break
+        else:
+            return current if moved else None
+
+
+def _schedule(c: Candidate) -> list[Instruction]:
+    """The instructions a candidate computes (not its parameters), in the computation's order."""
+    inside, stack = set(), list(c.roots)
+    while stack:
+        inst = stack.pop()
+        if id(inst) in inside or inst.opcode == "parameter" or id(inst) in c.cut:
+            continue
+        inside.add(id(inst))
+        stack += inst.operands
+    return [i for i in c.roots[0].computation.instructions if id(i) in inside]
+
+
+def _cut_before(c: Candidate, order: list[Instruction], t: int) -> Candidate:
+    """Every instruction before position t of `order` that something from t on reads becomes a parameter."""
+    early = {id(i) for i in order[:t]}
+    cut = {id(o) for i in order[t:] for o in i.operands if id(o) in early}
+    cut |= {id(r) for r in c.roots if id(r) in early}
+    return Candidate(c.roots, c.cut | cut, c.constants)
+
+
+def _prefix_cut(mz: _Minimizer, c: Candidate) -> Candidate | None:
+    order = [i for i in _schedule(c) if _movable(i)]
+    if len(order) < 2:
+        return None
+    good, bad = 0, len(order)               # cutting before `good` keeps it interesting
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if mz.interesting(_cut_before(c, order, mid)):
+            good = mid
+        else:
+            bad = mid
+    return _cut_before(c, order, good) if good else None
+
+
+def _single_cuts(mz: _Minimizer, c: Candidate) -> Candidate | None:
+    current = c
+    for inst in reversed(_schedule(c)):
+        if not _movable(inst) or any(inst is r for r in current.roots) or id(inst) in current.cut:
+            continue
+        if id(inst) not in {id(i) for i in _schedule(current)}:
+            continue                        # gone with an earlier cut
+        new = Candidate(current.roots, current.cut | {id(inst)}, current.constants)
+        if mz.size(new) < mz.size(current) and mz.interesting(new):
+            current = new
+    return current if current is not c else None
+
+
+def _constants(mz: _Minimizer, c: Candidate) -> Candidate | None:
+    sub, _ = mz.build(c)
+    scalars = [p for p in sub.parameters if p.opcode != "parameter" and p.shape.is_array and p.shape.rank == 0
+               and id(p) not in c.constants]
+    current = c
+    for p in scalars:
+        new = Candidate(current.roots, current.cut, current.constants | {id(p)})
+        if mz.interesting(new):
+            current = new
+    return current if current is not c else None
+
+
+def _with_constants(sub: Submodule, values: list, constants: frozenset) -> tuple[Submodule, list]:
+    """The submodule with the parameters of `constants` (ids of original instructions) as constants of their
+    captured values, and the remaining inputs."""
+    from ..parser import parse
+    from .extract import submodule as make
+    module = parse(sub.text)[0]
+    entry = module.entry
+    by_name = {p.name: (p, v) for p, v in zip(sub.parameters, values)}
+    kept, number = [], 0
+    for inst in entry.parameters:
+        original, value = by_name[inst.name]
+        if id(original) in constants:
+            inst.opcode, inst.args = "constant", _literal_text(value)
+        else:
+            inst.args = str(number)
+            number += 1
+            kept.append(value)
+    rebuilt = make([entry.root], frozenset(), name=sub.name)
+    originals = [by_name[p.name][0] for p in rebuilt.parameters]
+    return Submodule(rebuilt.text, sub.name, sub.roots, originals, sub.instructions), kept
+
+
+def _literal_text(value) -> str:
+    x = np.asarray(value).reshape(())
+    if x.dtype == np.bool_:
+        return "true" if x else "false"
+    if x.dtype.kind in "iu":
+        return str(int(x))
+    f = float(x)
+    if f != f:
+        return "nan"
+    if f in (float("inf"), float("-inf")):
+        return "inf" if f > 0 else "-inf"
+    return repr(f)
+
+
+def cmd_minimize(args) -> int:
+    """`hloexec minimize FILE --check CHECK -o OUT.hlo`."""
+    import sys
+    from .cli import EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _parse_module_file, _print_json, \
+        select_module
+    from .xla_cpu import save_arrays
+    parsed, _ = _parse_module_file(args.file)
+    module = select_module(parsed, args.module, args.file)
+    inputs, inputs_info = _module_inputs(module, args)
+    say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
+    try:
+        result = minimize(module, inputs, Check(args.check, args.timeout), args.retries, say)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    inputs_out = args.inputs_out or (args.out[:-4] if args.out.endswith(".hlo") else args.out) + ".npz"
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(result.text)
+    save_arrays(inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(result.inputs)))})
+    if args.json:
+        _print_json({"command": "minimize", "version": JSON_VERSION, "file": args.file, "module": module.name,
+                     "check": args.check, "inputs": inputs_info, "out": args.out, "inputs_out": inputs_out,
+                     **result.to_dict()})
+    else:
+        print(f"{result.original_instructions} -> {result.instructions} instructions in {result.checks} checks"
+              + (f" ({result.flaky} flaky)" if result.flaky else "") + f"; the check holds on the result "
+              f"{result.final_holds} times")
+        print(f"written: {args.out} (inputs: {inputs_out})")
+    return EXIT_OK
+
+
+def add_command(subparsers, subparser, parents) -> None:
+    p = subparser(subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
+                  "  hloexec minimize model.hlo --check nan -o small.hlo\n"
+                  "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
+                  "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo", parents,
+                  "CHECK: nan (an output holds a NaN no input holds), xla (hloexec and XLA:CPU disagree), or a\n"
+                  "shell command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--check", required=True, metavar="CHECK")
+    p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")
+    p.add_argument("--inputs-out", metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
+    p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
+    p.set_defaults(handler=cmd_minimize)

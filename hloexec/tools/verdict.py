@@ -1,0 +1,280 @@
+"""Error-aware verdicts: is a result as close to the exact answer as the program's precision allows?
+
+Two correct implementations of one f16 program differ, so equality is the wrong question. Here every
+candidate's outputs (a device's, XLA:CPU's, another dump's, hloexec's own) are measured against the
+program's *shadow* (its exact answer up to f64 rounding, hloexec/exec/shadow.py) and judged against a
+*baseline*: the same program run at its own precision in the most pessimistic plausible order (hloexec's
+run with `reductions="per-step"`: every f16/bf16 sum rounds at every step, in index order). An f16-
+accumulated sum is then judged against what f16 accumulation gives, not against an f32 accumulator.
+
+The rule (`Rule`, constants measured in README "Numerical validation"). Per output, with e = |x - shadow|
+elementwise for the candidate (c) and the baseline (b), the output's scale = max |shadow| (finite
+elements; at least the type's smallest normal) and `ulp` = the output type's ulp at that scale:
+
+1. RMS, PyTorch's accuracy check: rms(e_c) <= rms_multiplier * rms(e_b) + rms_floor_ulps * ulp.
+2. Elementwise, for what an RMS cannot see (one element off by 1% among 10^5): every element
+   e_c[i] <= element_multiplier * e_b[i] + element_floor_rms * rms(e_b) + element_floor_ulps * ulp(shadow[i])
+   (ulp(shadow[i]): the type's ulp at the element's own magnitude, its final rounding).
+3. Non-finite elements: a NaN or infinity where the shadow is finite is consistent only where the
+   baseline has one too (an overflow the precision causes), and an infinity must match the shadow's sign.
+4. Integer and pred outputs: every element equals the shadow's or the baseline's.
+
+ULPs are always "at the output's scale": an error in units of the ulp of the output's largest magnitude,
+so tiny elements of opposite signs do not count billions of ULPs.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+from .compare import dtype_name, is_float, jsonable, output_scale, plain_scalar, ulp_at
+
+WORST_COUNT = 5
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The constants of the rule above (measured: README "Numerical validation")."""
+    rms_multiplier: float = 2.0
+    rms_floor_ulps: float = 0.5
+    element_multiplier: float = 1.0
+    element_floor_rms: float = 3.0
+    element_floor_ulps: float = 4.0
+
+
+RULE = Rule()
+
+
+@dataclass
+class Errors:
+    """One candidate's error on one output against the shadow. Relative errors are to the output's scale."""
+    max_abs: float = 0.0
+    max_rel: float = 0.0             # max |x - shadow| / scale
+    rms_rel: float = 0.0             # rms(x - shadow) / scale
+    max_ulps: float = 0.0            # max |x - shadow| in ulps of the output type at the output's scale
+    nonfinite: int = 0               # non-finite where the shadow is finite, or of another kind than the shadow's
+    mismatches: int = 0              # integer/pred outputs: elements equal to neither the shadow nor the baseline
+
+
+@dataclass
+class Element:
+    index: tuple[int, ...]
+    value: float | int | bool | str
+    shadow: float | int | bool | str
+    baseline: float | int | bool | str
+    error: float
+    allowed: float
+
+
+@dataclass
+class CandidateVerdict:
+    name: str
+    errors: Errors
+    consistent: bool
+    reasons: list[str] = field(default_factory=list)
+    worst: list[Element] = field(default_factory=list)
+
+
+@dataclass
+class OutputVerdict:
+    index: int
+    shape: tuple[int, ...]
+    dtype: str
+    scale: float
+    ulp: float
+    baseline: Errors
+    candidates: list[CandidateVerdict]
+    problem: str = ""
+
+
+@dataclass
+class Verdict:
+    outputs: list[OutputVerdict]
+    rule: Rule = RULE
+    problem: str = ""
+
+    @property
+    def candidates(self) -> list[str]:
+        return [c.name for c in self.outputs[0].candidates] if self.outputs else []
+
+    def consistent(self, name: str | None = None) -> bool:
+        """Whether candidate `name` (None: every candidate) is consistent on every output."""
+        return not self.problem and all(c.consistent and not o.problem for o in self.outputs for c in o.candidates
+                                        if name is None or c.name == name)
+
+    def to_dict(self) -> dict:
+        return jsonable({"consistent": self.consistent(), "problem": self.problem or None, "rule": asdict(self.rule),
+                         "candidates": {n: self.consistent(n) for n in self.candidates},
+                         "outputs": [asdict(o) for o in self.outputs]})
+
+
+def error_stats(values, shadow) -> Errors:
+    """A value's error against its shadow, without a verdict (what `numerics` and `run --shadow` print)."""
+    values, shadow = np.asarray(values), np.asarray(shadow)
+    if not is_float(values.dtype) and values.dtype.kind != "c":
+        return Errors(mismatches=int(np.count_nonzero(values != shadow)))
+    scale, ulp = _scale(shadow, values.dtype)
+    e, bad = _element_errors(values, shadow)
+    return _summary(e, bad, scale, ulp)
+
+
+def judge(shadow: list, baseline: list, candidates: dict[str, list], rule: Rule = RULE) -> Verdict:
+    """Judge each candidate's outputs (name -> list of arrays, the program's output order) against the shadow's,
+    with `baseline` (the program at its own precision, pessimistic order) as the measure of what the precision
+    gives. Returns a Verdict (see the module docstring for the rule)."""
+    counts = {len(shadow), len(baseline), *map(len, candidates.values())}
+    problem = "" if len(counts) == 1 else \
+        f"different numbers of outputs: shadow {len(shadow)}, baseline {len(baseline)}, " + \
+        ", ".join(f"{n} {len(v)}" for n, v in candidates.items())
+    outputs = [_judge_output(i, np.asarray(s), np.asarray(b), {n: np.asarray(v[i]) for n, v in candidates.items()},
+                             rule) for i, (s, b) in enumerate(zip(shadow, baseline)) if i < min(counts)]
+    return Verdict(outputs, rule, problem)
+
+
+def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidates: dict, rule: Rule) -> OutputVerdict:
+    dtype = baseline.dtype
+    out = OutputVerdict(index, tuple(baseline.shape), dtype_name(dtype), 0.0, 0.0, Errors(), [])
+    if shadow.shape != baseline.shape:
+        out.problem = f"shadow shape {list(shadow.shape)}, program's {list(baseline.shape)}"
+        return out
+    if not (is_float(dtype) or dtype.kind == "c"):
+        for name, c in candidates.items():
+            out.candidates.append(_judge_discrete(name, c, shadow, baseline))
+        out.baseline = Errors(mismatches=int(np.count_nonzero(baseline != shadow)))
+        return out
+    out.scale, out.ulp = _scale(shadow, dtype)
+    e_b, bad_b = _element_errors(baseline, shadow)
+    out.baseline = _summary(e_b, bad_b, out.scale, out.ulp)
+    rms_b = out.baseline.rms_rel * out.scale
+    allowed = rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms * rms_b \
+        + rule.element_floor_ulps * ulp_at(np.where(np.isfinite(shadow), np.abs(shadow), 0.0), dtype)
+    for name, c in candidates.items():
+        if c.shape != baseline.shape or c.dtype != dtype:
+            out.candidates.append(CandidateVerdict(name, Errors(), False, [
+                f"{dtype_name(c.dtype)}{list(c.shape)}, expected {dtype_name(dtype)}{list(baseline.shape)}"]))
+            continue
+        e_c, bad_c = _element_errors(c, shadow)
+        errors = _summary(e_c, bad_c, out.scale, out.ulp)
+        reasons = []
+        bound = rule.rms_multiplier * out.baseline.rms_rel * out.scale + rule.rms_floor_ulps * out.ulp
+        if errors.rms_rel * out.scale > bound:
+            reasons.append(f"rms error {errors.rms_rel * out.scale:.3g} > {rule.rms_multiplier:g} x baseline's "
+                           f"{out.baseline.rms_rel * out.scale:.3g} + {rule.rms_floor_ulps:g} ulp")
+        unexplained = bad_c & ~bad_b
+        over = ~bad_c & (e_c > allowed)
+        if unexplained.any():
+            reasons.append(f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
+                           "are finite (or of another kind)")
+        if over.any():
+            reasons.append(f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
+                           f"error + {rule.element_floor_rms:g} x its rms + {rule.element_floor_ulps:g} ulp")
+        worst = _worst(unexplained | over, e_c, allowed, c, shadow, baseline) if reasons else []
+        out.candidates.append(CandidateVerdict(name, errors, not reasons, reasons, worst))
+    return out
+
+
+def _judge_discrete(name: str, c: np.ndarray, shadow: np.ndarray, baseline: np.ndarray) -> CandidateVerdict:
+    if c.shape != baseline.shape or c.dtype != baseline.dtype:
+        return CandidateVerdict(name, Errors(), False, [f"{dtype_name(c.dtype)}{list(c.shape)}, expected "
+                                                        f"{dtype_name(baseline.dtype)}{list(baseline.shape)}"])
+    wrong = (c != shadow) & (c != baseline)
+    errors = Errors(mismatches=int(np.count_nonzero(wrong)))
+    if not errors.mismatches:
+        return CandidateVerdict(name, errors, True)
+    flat = np.flatnonzero(wrong)[:WORST_COUNT]
+    worst = [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
+                     plain_scalar(shadow.ravel()[k]), plain_scalar(baseline.ravel()[k]), 1.0, 0.0) for k in flat]
+    return CandidateVerdict(name, errors, False, [f"{errors.mismatches} element(s) equal neither the shadow's "
+                                                  "nor the baseline's"], worst)
+
+
+def _scale(shadow: np.ndarray, dtype) -> tuple[float, float]:
+    """(max |shadow| over finite elements, at least the type's smallest normal; the ulp of `dtype` there)."""
+    scale = output_scale(shadow)
+    info = np.finfo(np.dtype(dtype).char.lower()) if np.dtype(dtype).kind == "c" else ml_dtypes.finfo(dtype)
+    return max(scale, float(info.tiny)), float(ulp_at(scale, dtype))
+
+
+def _element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(|x - shadow| in f64, with 0 where both are the same non-finite value; where x is non-finite and the
+    shadow is not, or they are different non-finite values)."""
+    x = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    with np.errstate(all="ignore"):
+        e = np.abs(x - shadow)
+    if np.isfinite(e.max(initial=0.0)):     # no non-finite element anywhere (the usual case): one pass less
+        return e, np.zeros(e.shape, bool)
+    x_fin, s_fin = np.isfinite(x), np.isfinite(shadow)
+    same = (x == shadow) | (np.isnan(x) & np.isnan(shadow))
+    bad = (~x_fin | ~s_fin) & ~same
+    e = np.where(x_fin & s_fin, e, np.where(same, 0.0, np.inf))
+    return e, bad
+
+
+def _summary(e: np.ndarray, bad: np.ndarray, scale: float, ulp: float) -> Errors:
+    finite = e[~bad] if bad.any() else e.ravel()
+    max_abs = float(finite.max()) if finite.size else 0.0
+    rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
+    return Errors(max_abs=max_abs, max_rel=max_abs / scale, rms_rel=rms / scale, max_ulps=max_abs / ulp,
+                  nonfinite=int(np.count_nonzero(bad)))
+
+
+def _worst(failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, baseline) -> list[Element]:
+    """The failing elements with the largest error / allowed ratio."""
+    flat = np.flatnonzero(failing)
+    with np.errstate(all="ignore"):
+        ratio = e.ravel()[flat] / allowed.ravel()[flat]
+    order = flat[np.argsort(-ratio, kind="stable")[:WORST_COUNT]]
+    return [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
+                    plain_scalar(shadow.ravel()[k]), plain_scalar(baseline.ravel()[k]), float(e.ravel()[k]),
+                    float(allowed.ravel()[k])) for k in order]
+
+
+def format_verdict(verdict: Verdict) -> str:
+    """The text `compare --reference shadow` prints: per output the baseline's and each candidate's errors."""
+    def row(*cells):
+        widths = (4, -16, -5, 9, -24, 10, 10, 10, 10, -0)
+        return "  ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, w in zip(cells, widths)).rstrip()
+
+    lines = [f"PROBLEM: {verdict.problem}"] if verdict.problem else []
+    lines.append(row("out", "shape", "dtype", "scale", "run", "max abs", "max rel", "rms rel", "ulp@scale",
+                     "verdict"))
+    for o in verdict.outputs:
+        shape = "[" + ",".join(map(str, o.shape)) + "]"
+        if o.problem:
+            lines.append(row(str(o.index), shape, o.dtype, "", "", "", "", "", "", f"PROBLEM: {o.problem}"))
+            continue
+        first = [str(o.index), shape, o.dtype, _g(o.scale)]
+        for name, errors, verdict_text in [("baseline (per-step)", o.baseline, "")] + \
+                [(c.name, c.errors, "consistent" if c.consistent else "NOT consistent") for c in o.candidates]:
+            if errors.mismatches or not (o.scale or o.ulp):
+                cells = ["", "", "", f"{errors.mismatches} diff"]
+            else:
+                cells = [_g(errors.max_abs), _g(errors.max_rel), _g(errors.rms_rel), f"{errors.max_ulps:.3g}"]
+            if errors.nonfinite:
+                verdict_text += f" ({errors.nonfinite} non-finite)"
+            lines.append(row(*first, name, *cells, verdict_text))
+            first = ["", "", "", ""]
+    for o in verdict.outputs:
+        for c in o.candidates:
+            if c.consistent:
+                continue
+            lines.append(f"output {o.index}, {c.name}: " + "; ".join(c.reasons))
+            for w in c.worst:
+                index = "[" + ",".join(map(str, w.index)) + "]"
+                lines.append(f"  {index:<16} value {_v(w.value):>13}  shadow {_v(w.shadow):>13}  baseline "
+                             f"{_v(w.baseline):>13}  error {_g(w.error):>9}  allowed {_g(w.allowed):>9}")
+    bad = [n for n in verdict.candidates if not verdict.consistent(n)]
+    lines.append(f"CONSISTENT: every candidate is as close to the exact answer as the program's precision allows"
+                 if not bad and not verdict.problem else
+                 f"NOT CONSISTENT: {', '.join(bad) or verdict.problem}")
+    return "\n".join(lines)
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _v(x) -> str:
+    return f"{x:.7g}" if isinstance(x, float) else str(x)
