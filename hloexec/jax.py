@@ -4,6 +4,7 @@
     outs = hloexec.jax.run(fn, *args)                  # fn's outputs, in its pytree, as numpy / ml_dtypes arrays
     hloexec.jax.dump(fn, *args, to="dump/")            # what XLA_FLAGS=--xla_dump_to=dump/ writes, plus inputs
     hloexec.jax.check(fn, *args)                       # AssertionError (the compare report) on a mismatch
+    hloexec.jax.check(fn, *args, reference="shadow")   # both as close to exact as the precision allows?
 
 `fn` is lowered with `jax.jit(fn, **jit_kwargs)` (`keep_unused=True`, so that every argument is a parameter
 of the module); an already jitted function is lowered as it is. `stage="pre"` runs the module jax hands to
@@ -67,20 +68,46 @@ def run(fn, *args, stage: str = "pre", **jit_kwargs):
 
 def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | None = None,
           rtol: float | None = None, **jit_kwargs):
-    """Run `fn` on XLA:CPU (jax) and with hloexec, and compare the outputs by hloexec's dtype-aware rules
-    (`hloexec compare`'s; `atol`/`rtol` override them); raises AssertionError with the compare report when an
-    output differs. Returns hloexec's outputs."""
+    """Run `fn` on XLA:CPU (jax) and with hloexec; raise AssertionError when they disagree. Returns hloexec's
+    outputs in `fn`'s pytree.
+
+    `reference="xla"`: the outputs compared by hloexec's dtype-aware rules (`hloexec compare`'s; `atol`/`rtol`
+    override them); the message is compare's report. `reference="shadow"`: XLA:CPU's outputs and hloexec's are
+    judged against the program's exact answer (its shadow, every float type in f64) with the program's own
+    precision as the measure (`hloexec compare --reference shadow`'s verdict); the message is the verdict table.
+    Two correct f16 programs differ by more than any fixed tolerance allows: this asks whether each is as close
+    to exact as f16 permits. One participant: a sharded function's "pre" stage (its global program)."""
     import jax
     from .tools.compare import compare_outputs, format_report
-    if reference != "xla":
-        raise ValueError(f"reference must be 'xla', got {reference!r}")
+    if reference not in ("xla", "shadow"):
+        raise ValueError(f"reference must be 'xla' or 'shadow', got {reference!r}")
+    if reference == "shadow" and (atol is not None or rtol is not None):
+        raise ValueError("reference='shadow' judges by the program's precision, not by atol/rtol")
     lowered = lower(fn, *args, stage=stage, **jit_kwargs)
-    ours = _run_lowered(lowered)
     theirs = jax.tree_util.tree_map(np.asarray, (lowered.compiled or lowered.jax_lowered.compile())(*args))
+    if reference == "shadow":
+        return _judge_against_shadow(fn, lowered, jax.tree_util.tree_leaves(theirs), stage)
+    ours = _run_lowered(lowered)
     report = compare_outputs(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs), atol, rtol)
     if not report.passed:
         raise AssertionError(f"hloexec and XLA:CPU differ on {_name(fn)} ({stage}):\n{format_report(report)}")
     return ours
+
+
+def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str):
+    from .tools.numerics import judge_run
+    from .tools.verdict import format_verdict
+    exe = _load(lowered.text)
+    module = exe.module
+    if module.num_partitions * module.replica_count > 1:
+        raise ValueError(f"reference='shadow' runs one participant; {_name(fn)} at stage {stage!r} is partitioned "
+                         f"over {module.num_partitions * module.replica_count} devices: check stage='pre'")
+    inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs})
+    if not verdict.consistent():
+        raise AssertionError(f"{_name(fn)} ({stage}): not every run is as close to the exact answer as the "
+                             f"program's precision allows:\n{format_verdict(verdict)}")
+    return lowered.outputs([np.asarray(x) for x in run.outputs])
 
 
 def dump(fn, *args, to, passes: bool = False, **jit_kwargs) -> dict:

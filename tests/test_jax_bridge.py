@@ -119,3 +119,38 @@ def _check_spmd_programs():
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     _check_spmd_programs()
+
+
+@pytest.mark.parametrize("name", ["layernorm_bwd_f16", "adam"])
+def test_check_against_the_shadow_judges_both_by_the_precision(programs, name):
+    """reference="shadow": XLA:CPU's and hloexec's f16 gradients differ beyond compare's f16 tolerance yet both
+    are as close to exact as f16 allows; a result 3% off is not."""
+    import jax
+    import hloexec.jax
+    fn, args = programs[name]()
+    ours = hloexec.jax.check(fn, *args, reference="shadow")
+    assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(jax.jit(fn)(*args))
+
+    original = hloexec.jax.lower
+
+    def miscompiled(*a, **k):     # XLA:CPU's outputs, every float scaled by 1.03: a wrong program's
+        lowered = original(*a, **k)
+        compiled = lowered.jax_lowered.compile()
+        lowered.compiled = lambda *xs: jax.tree_util.tree_map(
+            lambda y: np.asarray(y) * np.asarray(1.03, np.asarray(y).dtype) if np.issubdtype(np.asarray(y).dtype,
+                                                                                            np.inexact) else y,
+            compiled(*xs))
+        return lowered
+    hloexec.jax.lower = miscompiled
+    try:
+        with pytest.raises(AssertionError) as failure:
+            hloexec.jax.check(fn, *args, reference="shadow")
+    finally:
+        hloexec.jax.lower = original
+    assert "XLA:CPU" in str(failure.value) and "NOT consistent" in str(failure.value), str(failure.value)
+
+
+def test_check_against_the_shadow_takes_no_tolerance():
+    import hloexec.jax
+    with pytest.raises(ValueError, match="precision"):
+        hloexec.jax.check(lambda x: x, np.ones(3, np.float32), reference="shadow", atol=1e-3)
