@@ -19,7 +19,8 @@ PROGRAMS = ("collectives", "data_parallel", "model_parallel", "sequence_parallel
 
 
 # -- the jax side (runs in the subprocess) --------------------------------------------------------------
-def _write_programs(out: Path) -> None:
+def programs() -> dict:
+    """name -> (jitted function, its arguments: global arrays sharded over the 8 host devices, its mesh)."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
@@ -61,8 +62,8 @@ def _write_programs(out: Path) -> None:
                                                                    ((32, 64), P(None, "seq")),
                                                                    ((64, 32), P("seq")), ((32,), P())]),
     }
+    made = {}
     for name, (fn, mesh, args) in specs.items():
-        order = {d.id: k for k, d in enumerate(mesh.devices.flat)}      # device -> partition id
         arrays = [jax.device_put(rng.standard_normal(shape, dtype=np.float32), NamedSharding(mesh, spec))
                   for shape, spec in args]
         # explicit output shardings: the pre-partition HLO then annotates its ROOT with them (XLA:CPU's
@@ -71,6 +72,14 @@ def _write_programs(out: Path) -> None:
                    "mesh_sequence_parallel": tuple(spec for _, spec in args)}.get(name)
         jitted = jax.jit(fn) if outputs is None else \
             jax.jit(fn, out_shardings=jax.tree.map(lambda spec: NamedSharding(mesh, spec), outputs))
+        made[name] = (jitted, arrays, mesh)
+    return made
+
+
+def _write_programs(out: Path) -> None:
+    import jax
+    for name, (jitted, arrays, mesh) in programs().items():
+        order = {d.id: k for k, d in enumerate(mesh.devices.flat)}      # device -> partition id
         lowered = jitted.lower(*arrays)
         (out / f"{name}.hlo").write_text(lowered.compile().as_text())
         (out / f"{name}.pre.hlo").write_text(lowered.as_text(dialect="hlo"))

@@ -1,0 +1,158 @@
+"""hloexec's pytest plugin, as a user's test suite sees it (pytester runs each suite): the `hlo_reference` fixture,
+the tolerance options, the `hloexec` marker, pytest-xdist."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "test_with_hloexec.py"
+pytestmark = pytest.mark.xla
+
+
+@pytest.fixture(autouse=True)
+def imported_once():
+    """pytester's in-process runs drop the modules they imported when they end: jaxlib cannot be imported twice
+    in one process (it aborts), so what the suites use is imported here first."""
+    pytest.importorskip("jax")
+    import jax.numpy  # noqa: F401
+    import hloexec.jax  # noqa: F401
+    import hloexec.tools.compare  # noqa: F401
+    import hloexec.tools.xla_cpu  # noqa: F401
+
+TANH_MODULE = '''"""HloModule tanh
+ENTRY e {
+  x = f32[1000] parameter(0)
+  ROOT t = f32[1000] tanh(x)
+}"""'''
+
+SUITE = f'''
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+X = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+TANH = {TANH_MODULE}
+
+
+def layer(x, w):
+    return jnp.tanh(x @ w), jnp.sum(x)
+
+
+def test_function_matches(hlo_reference):
+    w = np.ones((1000, 3), np.float32) / 1000
+    out = hlo_reference(layer, X[None, :], w)
+    assert isinstance(out, tuple) and out[0].shape == (1, 3)
+
+
+def test_module_matches_xla(hlo_reference):
+    assert hlo_reference(TANH, X).shape == (1000,)
+
+
+def test_module_against_wrong_expected(hlo_reference):
+    hlo_reference(TANH, X, expected=np.tanh(X) * 1.01)
+
+
+@pytest.mark.hloexec
+def test_marked_jits_are_checked():
+    step = jax.jit(lambda x: (x * 2, jnp.tanh(x)))
+    assert type(step).__name__ == "_Checked"
+    step(X)
+
+
+@pytest.mark.hloexec(atol=0, rtol=0)
+def test_marked_at_zero_tolerance():
+    jax.jit(jnp.tanh)(X)        # XLA:CPU's tanh polynomial and numpy's differ in the last bits
+'''
+
+
+def test_the_bundled_example_suite_passes(pytester):
+    """examples/test_with_hloexec.py, which the README shows, as a user runs it."""
+    pytester.copy_example(str(EXAMPLE))
+    result = pytester.runpytest("-p", "no:cacheprovider", EXAMPLE.name)
+    result.assert_outcomes(passed=5)
+
+
+def test_fixture_and_marker_report_like_compare(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, failed=2)
+    out = result.stdout.str()
+    # the wrong expected: compare's table, the worst elements, the module named
+    assert "hloexec's outputs of tanh differ from the reference" in out
+    assert "output 0: worst elements" in out and "FAIL: 1 of 1 outputs differ" in out
+    # the marker at zero tolerance: the jitted function named, its table
+    assert "hloexec differs from jax on tanh" in out
+
+
+def test_tolerance_options_replace_the_defaults(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-atol", "0.1", "--hloexec-rtol", "0.1",
+                                "-k", "wrong_expected or function_matches")
+    result.assert_outcomes(passed=2)
+
+
+def test_works_under_xdist(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-k", "not zero_tolerance")
+    result.assert_outcomes(passed=3, failed=1)
+
+
+def _dumped(to, fn, *args):
+    import hloexec.jax
+    return hloexec.jax.dump(fn, *args, to=to)
+
+
+def test_dump_directory_becomes_test_items(pytester, tmp_path):
+    """--hloexec-dumps: each dumped module an item (before vs after optimizations, dumped inputs); an optimized
+    program edited to compute something else fails with compare's table; xdist runs them too."""
+    import jax.numpy as jnp
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    x = np.random.default_rng(1).standard_normal((64, 32)).astype(np.float32)
+    _dumped(good, lambda x: jnp.tanh(x @ x.T).sum(axis=0), x)
+    _dumped(good, lambda x: (jnp.exp(x) * 2, jnp.max(x)), x)
+    paths = _dumped(bad, lambda x: jnp.exp(x) * 3, x)
+    text = paths["after"].read_text()
+    assert "constant(3)" in text
+    paths["after"].write_text(text.replace("constant(3)", "constant(3.01)"))
+
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(good), "-v")
+    result.assert_outcomes(passed=2)
+    assert "::module_" in result.stdout.str()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(good), "--hloexec-dumps", str(bad))
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "cpu_after_optimizations.txt vs" in out and "FAIL: 1 of 1 outputs differ" in out
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--hloexec-dumps", str(good))
+    result.assert_outcomes(passed=2)
+
+
+def test_dump_option_names_a_directory_without_dumps(pytester, tmp_path):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(tmp_path))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "no module dumps" in result.stderr.str() + result.stdout.str()
+
+
+SHARDED_DUMPS = '''
+import sys
+sys.path.insert(0, {tests!r})
+import hloexec.jax
+from test_spmd import programs
+for name in ("data_parallel", "model_parallel"):
+    fn, args, _ = programs()[name]
+    hloexec.jax.dump(fn, *args, to=sys.argv[1])
+'''
+
+
+def test_partitioned_dumps_run_every_participant(pytester, tmp_path):
+    """Dumps of programs sharded over 8 host devices: the optimized (partitioned) module runs 8 participants, its
+    outputs assembled by sharding and compared with the program before optimizations run as one."""
+    from conftest import write_with_host_devices
+    script = tmp_path / "dump_sharded.py"
+    script.write_text(SHARDED_DUMPS.format(tests=str(Path(__file__).parent)))
+    dumps = write_with_host_devices(str(script), tmp_path / "sharded")
+    assert "num_partitions=8" in next(dumps.glob("*data_parallel*after_optimizations.txt")).read_text()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(dumps))
+    result.assert_outcomes(passed=2)
