@@ -20,27 +20,21 @@ feeding a broadcast (softmax's max, LayerNorm's mean) are computed once per row,
 Loads under a pad / concatenate guard stay inside the guard.
 
 Structurally equal fusions produce the same source (names are canonical: p<k> parameters, c<k> array
-constants, o<k> outputs, i<k> loop indices, v<k> values), so they share one compiled kernel: in-process
-through a dict keyed by the source hash, across processes through Numba's on-disk cache -- the source
-is written to `<cache dir>/hx_<hash>.py` (cache dir: $HLOEXEC_CACHE_DIR or ~/.cache/hloexec/kernels),
-the directory is put on sys.path and the module imported by name, so `cache=True` finds its cache again.
+constants, o<k> outputs, i<k> loop indices, v<k> values), so they share one compiled kernel, in-process
+and on disk (`kernels/cache.py`).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib
 import math
-import os
 import sys
-import tempfile
 import threading
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import TierUnsupported
 from ..ir import opcodes
 from . import elementwise as ew
+from .cache import helpers_hash, load_kernel, source_key
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -303,7 +297,7 @@ class _Generator:
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
         self.blocks = (ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], max(2, work // BLOCK_WORK)))
                        if self.parallel else [])
-        lines = [f"# hloexec fused kernel (generated; helpers {_helpers_hash()})",
+        lines = [f"# hloexec fused kernel (generated; helpers {helpers_hash()})",
                  "from numba import njit",
                  "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
                  "",
@@ -838,70 +832,6 @@ class _Generator:
 
 
 # -- compiled kernels ------------------------------------------------------------------------------------
-_KERNELS: dict[str, object] = {}
-_LOCK = threading.Lock()
-_HELPERS_HASH: str | None = None
-
-
-def _helpers_hash() -> str:
-    """Hash of the helper modules: generated sources change (new cache key) when the helpers change,
-    because Numba's disk cache does not track functions a cached function calls."""
-    global _HELPERS_HASH
-    if _HELPERS_HASH is None:
-        h = hashlib.sha256()
-        here = Path(__file__).parent
-        for name in ("half.py", "scalar.py"):
-            h.update((here / name).read_bytes())
-        _HELPERS_HASH = h.hexdigest()[:12]
-    return _HELPERS_HASH
-
-
-def cache_dir() -> Path:
-    d = os.environ.get("HLOEXEC_CACHE_DIR")
-    return Path(d) if d else Path.home() / ".cache" / "hloexec" / "kernels"
-
-
-def _load_kernel(source: str, key: str):
-    fn = _KERNELS.get(key)
-    if fn is not None:
-        return fn
-    with _LOCK:
-        fn = _KERNELS.get(key)
-        if fn is not None:
-            return fn
-        d = cache_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        if str(d) not in sys.path:
-            sys.path.append(str(d))
-        modname = f"hx_{key}"
-        path = d / f"{modname}.py"
-        if not path.exists() or path.read_text() != source:
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{modname}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-            importlib.invalidate_caches()
-        module = sys.modules.get(modname) or importlib.import_module(modname)
-        fn = module.kernel
-        _KERNELS[key] = fn
-        return fn
-
-
-def clear_cache(disk: bool = True):
-    """Forget compiled kernels in this process; with `disk`, also delete the on-disk sources and caches."""
-    _KERNELS.clear()
-    for name in [m for m in sys.modules if m.startswith("hx_")]:
-        del sys.modules[name]
-    if disk:
-        d = cache_dir()
-        if d.is_dir():
-            import shutil
-            for p in d.glob("hx_*.py"):
-                p.unlink(missing_ok=True)
-            shutil.rmtree(d / "__pycache__", ignore_errors=True)
-        importlib.invalidate_caches()
-
-
 class FusedKernel:
     """A compiled fusion: `kernel(*operands)` -> the root's value (an array, or a tuple for a tuple root)."""
 
@@ -923,7 +853,7 @@ class FusedKernel:
     def fn(self):
         """The Numba dispatcher, from the generated module (imported, and Numba with it, on first use)."""
         if self._fn is None:
-            self._fn = _load_kernel(self.source, self.key)
+            self._fn = load_kernel(self.source, self.key)
         return self._fn
 
     @property
@@ -1016,7 +946,7 @@ def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager
     `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py).
     """
     source, gen = generate_source(comp, excess_precision=excess_precision, parallel=parallel, reductions=reductions)
-    key = hashlib.sha256(source.encode()).hexdigest()[:24]
+    key = source_key(source)
     kernel = FusedKernel(source, key, gen.outs, gen.params, gen.consts, gen.blocks, comp.root.opcode == "tuple")
     if eager:
         kernel.compile()

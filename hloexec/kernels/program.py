@@ -32,7 +32,6 @@ share one compiled function in-process and on disk.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import sys
@@ -45,7 +44,8 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
-from .fusion import _helpers_hash, _load_kernel, _need, constant_storage
+from .cache import helpers_hash, load_kernel, source_key
+from .fusion import _need, constant_storage
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -786,7 +786,7 @@ class ProgramKernel:
     @property
     def fn(self):
         if self._fn is None:
-            self._fn = _load_kernel(self.source, self.key)
+            self._fn = load_kernel(self.source, self.key)
         return self._fn
 
     def compile(self):
@@ -852,7 +852,7 @@ def _generate(inst, excess_precision: bool, reductions: str):
             outs.append(v.name)
     gen.line(f"return ({', '.join(outs)},)")
     params = [f"t{k}" for k in range(len(args))] + [f"c{k}" for k in range(len(gen.consts))]
-    head = [f"# hloexec program kernel (generated; helpers {_helpers_hash()})",
+    head = [f"# hloexec program kernel (generated; helpers {helpers_hash()})",
             "from numba import njit",
             "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
             "", "",
@@ -870,5 +870,5 @@ def compile_program(inst, *, excess_precision: bool = False, reductions: str = "
         source, gen = _generate(inst, excess_precision, reductions)
     except RecursionError:      # computations nested deeper than Python's recursion limit
         raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
-    key = "p" + hashlib.sha256(source.encode()).hexdigest()[:23]
+    key = source_key(source, "p")
     return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)
