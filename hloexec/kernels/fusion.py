@@ -34,7 +34,8 @@ import numpy as np
 from ..errors import TierUnsupported
 from ..ir import opcodes
 from . import elementwise as ew
-from .cache import helpers_hash, load_kernel, source_key
+from .cache import load_kernel, source_key
+from .codegen import constant_storage, kernel_module, need, row_major_strides, scalar_literal
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -45,12 +46,6 @@ LANES = 16                       # partial sums of a float row sum (one AVX-512 
 
 
 
-def _need(cond, why: str):
-    """Decline the computation (TierUnsupported) unless `cond` holds."""
-    if not cond:
-        raise TierUnsupported(why)
-
-
 # -- decoded attributes as plain tuples ------------------------------------------------------------------
 def _slices(inst):
     return [(s.start, s.limit, s.stride) for s in inst.attr("slice")]
@@ -58,26 +53,6 @@ def _slices(inst):
 
 def _padding(inst):
     return [(p.low, p.high, p.interior) for p in inst.attr("padding")]
-
-
-def _scalar_literal(inst):
-    return np.asarray(inst.literal).reshape(()).item()
-
-
-def constant_storage(inst) -> np.ndarray:
-    """An array constant as a kernel sees it: C-contiguous, in its storage type (f16/bf16 as uint16)."""
-    et = inst.shape.element_type
-    arr = np.ascontiguousarray(np.asarray(inst.literal).reshape(inst.shape.dims))
-    storage = ew.STORAGE[et.name]
-    return arr.view(storage) if et.is_half_float else arr.astype(storage, copy=False)
-
-
-def _row_major_strides(dims):
-    strides, s = [], 1
-    for d in reversed(dims):
-        strides.append(s)
-        s *= d
-    return list(reversed(strides))
 
 
 def _transposes_minor_dim(comp) -> bool:
@@ -199,7 +174,7 @@ class _Generator:
     def emit(self, expr: str, deps, *, pin: bool = False, prefix: str = "v") -> str:
         """Assign `expr` to a new name in the outermost valid scope; `pin` keeps it inside guards."""
         self.statements += 1
-        _need(self.statements < MAX_STATEMENTS, "too many statements")
+        need(self.statements < MAX_STATEMENTS, "too many statements")
         target = self.place(deps)
         if pin and self.guard.depth > target.depth:
             target = self.guard
@@ -257,14 +232,14 @@ class _Generator:
         comp = self.comp
         root = comp.root
         outs = list(root.operands) if root.opcode == "tuple" else [root]
-        _need(all(not o.shape.is_tuple for o in outs), "nested tuple")
+        need(all(not o.shape.is_tuple for o in outs), "nested tuple")
         dims = outs[0].shape.dims
-        _need(all(o.shape.dims == dims for o in outs), "outputs of different dims")
+        need(all(o.shape.dims == dims for o in outs), "outputs of different dims")
         for inst in comp.instructions:
             self.check(inst)
         self.params = comp.parameters
         for p in self.params:
-            _need(not p.shape.is_tuple and ew.supported_type(p.shape.element_type.name), "parameter type")
+            need(not p.shape.is_tuple and ew.supported_type(p.shape.element_type.name), "parameter type")
 
         # loop nest over the output's non-trivial dims
         loop_dims = [d for d, n in enumerate(dims) if n != 1]
@@ -297,18 +272,9 @@ class _Generator:
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
         self.blocks = (ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], max(2, work // BLOCK_WORK)))
                        if self.parallel else [])
-        lines = [f"# hloexec fused kernel (generated; helpers {helpers_hash()})",
-                 "from numba import njit",
-                 "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
-                 "",
-                 "",
-                 "@njit(cache=True, error_model='numpy', nogil=True)",
-                 f"def kernel({', '.join(args)}):"]
         body: list[str] = []
         self.root_scope.render(body, 1)
-        if not body:
-            body = ["    pass"]
-        source = "\n".join(lines + body) + "\n"
+        source = kernel_module("fused", args, body or ["    pass"])
         self.outs = outs
         return source
 
@@ -359,7 +325,7 @@ class _Generator:
         kinds = [(self.reducer_op(r), r.shape.element_type.name) for r in reduces]
         red = self.reductions
         inits = [self.value(r.operands[1], ()) for r in reduces]
-        strides = _row_major_strides(dims)
+        strides = row_major_strides(dims)
         flat = _subscript([" + ".join(f"i{k}" + (f" * {strides[d]}" if strides[d] != 1 else "")
                                      for k, d in enumerate(loop_dims))])
         accs = [self.fresh("acc") for _ in reduces]
@@ -396,13 +362,13 @@ class _Generator:
     def check(self, inst):
         op = inst.opcode
         if op == "tuple":
-            _need(inst is self.comp.root, "tuple not at root")
+            need(inst is self.comp.root, "tuple not at root")
             return
-        _need(not inst.shape.is_tuple, f"tuple-shaped {op}")
-        _need(ew.supported_type(inst.shape.element_type.name), f"type {inst.shape.element_type.name}")
-        _need(not any(inst.shape.dynamic), "dynamic shape")
+        need(not inst.shape.is_tuple, f"tuple-shaped {op}")
+        need(ew.supported_type(inst.shape.element_type.name), f"type {inst.shape.element_type.name}")
+        need(not any(inst.shape.dynamic), "dynamic shape")
         for o in inst.operands:
-            _need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
+            need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
         if op in ("parameter", "constant", "iota", "reduce", "reduce-window") or op in opcodes.MOVEMENT \
                 or op in ew.ELEMENTWISE_OPS:
             return
@@ -410,7 +376,7 @@ class _Generator:
 
     def check_reduce_cost(self):
         for rid, (execs, size) in self.reduce_execs.items():
-            _need(execs <= 2 * size + 16, "reduce would be recomputed per broadcast element")
+            need(execs <= 2 * size + 16, "reduce would be recomputed per broadcast element")
 
     def trips_to(self, scope: _Scope) -> int:
         t, s = 1, scope
@@ -444,7 +410,7 @@ class _Generator:
             return self.emit(ew.load_src(et, f"{arr}[{_subscript(index)}]"), deps, pin=True)
         if op == "constant":
             if inst.shape.rank == 0:
-                return ew.literal_src(et, _scalar_literal(inst))
+                return ew.literal_src(et, scalar_literal(inst))
             name = self.const_names.get(id(inst))
             if name is None:
                 name = f"c{len(self.consts)}"
@@ -463,7 +429,7 @@ class _Generator:
         # elementwise
         vals = [self.operand_at(inst, k, index) for k in range(len(inst.operands))]
         expr = ew.instruction_src(inst, vals, self.excess)
-        _need(expr is not None, f"{op} on {et}")
+        need(expr is not None, f"{op} on {et}")
         return vals[0] if expr == vals[0] else self.emit(expr, vals)
 
     # -- data movement: rewrite the index ----------------------------------------------------------------
@@ -482,10 +448,10 @@ class _Generator:
                 gj.append(j); pj *= out_dims[j]; j += 1
             while pi != pj:
                 if pi < pj:
-                    _need(i < len(in_dims), "reshape grouping")
+                    need(i < len(in_dims), "reshape grouping")
                     gi.append(i); pi *= in_dims[i]; i += 1
                 else:
-                    _need(j < len(out_dims), "reshape grouping")
+                    need(j < len(out_dims), "reshape grouping")
                     gj.append(j); pj *= out_dims[j]; j += 1
             # absorb trailing size-1 dims into the group
             while i < len(in_dims) and in_dims[i] == 1 and (j >= len(out_dims) or out_dims[j] != 1):
@@ -527,9 +493,9 @@ class _Generator:
         if op == "reshape":
             return self.value(src, self.reshape_index(src.shape.dims, inst.shape.dims, index))
         if op == "bitcast":
-            _need(src.shape.element_type is inst.shape.element_type, "bitcast changing type")
+            need(src.shape.element_type is inst.shape.element_type, "bitcast changing type")
             for s in (src.shape, inst.shape):
-                _need(s.layout is None or (not s.layout.tiles and not s.layout.element_size_bits), "tiled layout")
+                need(s.layout is None or (not s.layout.tiles and not s.layout.element_size_bits), "tiled layout")
             m2m_out, m2m_in = inst.shape.minor_to_major, src.shape.minor_to_major
             phys_out = tuple(index[d] for d in reversed(m2m_out))
             phys_in = self.reshape_index([src.shape.dims[d] for d in reversed(m2m_in)],
@@ -556,7 +522,7 @@ class _Generator:
         if op == "dynamic-slice":
             sizes = inst.attr("dynamic_slice_sizes")
             starts = inst.operands[1:]
-            _need(len(starts) == src.shape.rank and all(s.shape.rank == 0 for s in starts), "dynamic-slice form")
+            need(len(starts) == src.shape.rank and all(s.shape.rank == 0 for s in starts), "dynamic-slice form")
             out = []
             for d, (c, s) in enumerate(zip(index, starts)):
                 hi = src.shape.dims[d] - sizes[d]
@@ -662,14 +628,14 @@ class _Generator:
 
     # -- reduce ----------------------------------------------------------------------------------------
     def reducer_op(self, inst):
-        _need(len(inst.operands) == 2, "variadic reduce")
+        need(len(inst.operands) == 2, "variadic reduce")
         called = inst.called.get("to_apply")
-        _need(called is not None and not isinstance(called, list), "reducer")
+        need(called is not None and not isinstance(called, list), "reducer")
         r = called.root
         params = called.parameters
-        _need(len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2, "reducer op")
-        _need({id(o) for o in r.operands} == {id(p) for p in params}, "reducer operands")
-        _need(r.shape.element_type is inst.shape.element_type, "reducer type")
+        need(len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2, "reducer op")
+        need({id(o) for o in r.operands} == {id(p) for p in params}, "reducer operands")
+        need(r.shape.element_type is inst.shape.element_type, "reducer type")
         return r.opcode
 
     def accumulator(self, inst, index) -> tuple[_Scope, str]:
@@ -757,8 +723,8 @@ class _Generator:
         opcode = self.reducer_op(inst)
         src = inst.operands[0]
         window = inst.attr("window") or ()
-        _need(len(window) == src.shape.rank or not window, "window rank")
-        _need(not any(w.reversal for w in window), "window reversal")
+        need(len(window) == src.shape.rank or not window, "window rank")
+        need(not any(w.reversal for w in window), "window reversal")
         target, acc = self.accumulator(inst, index)
         loops, dims = [], []
         for d, n in enumerate(src.shape.dims):

@@ -44,8 +44,8 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
-from .cache import helpers_hash, load_kernel, source_key
-from .fusion import _need, constant_storage
+from .cache import load_kernel, source_key
+from .codegen import constant_storage, kernel_module, need, row_major_strides, scalar_literal
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -83,17 +83,9 @@ def _bufs(v) -> set[int]:
     return {x.buf for x in _leaves(v) if isinstance(x, Array)}
 
 
-def _strides(dims) -> list[int]:
-    out, s = [], 1
-    for d in reversed(dims):
-        out.append(s)
-        s *= d
-    return out[::-1]
-
-
 def _linear(dims, index) -> str:
     """Row-major linear index of `index` (source expressions) into an array of `dims`."""
-    terms = [f"{c} * {s}" if s != 1 else str(c) for c, s, n in zip(index, _strides(dims), dims) if n != 1]
+    terms = [f"{c} * {s}" if s != 1 else str(c) for c, s, n in zip(index, row_major_strides(dims), dims) if n != 1]
     return " + ".join(terms) or "0"
 
 
@@ -102,10 +94,10 @@ def _storage_src(et: str) -> str:
 
 
 def _leaf_type(shape) -> tuple:
-    _need(not shape.is_tuple, "tuple leaf")
+    need(not shape.is_tuple, "tuple leaf")
     et = shape.element_type.name
-    _need(ew.supported_type(et), f"type {et}")
-    _need(not any(shape.dynamic), "dynamic shape")
+    need(ew.supported_type(et), f"type {et}")
+    need(not any(shape.dynamic), "dynamic shape")
     return tuple(shape.dims), et
 
 
@@ -148,7 +140,7 @@ class _Generator:
         return f"{prefix}{self.n}"
 
     def line(self, text: str):
-        _need(len(self.lines) < MAX_LINES, "program too large")
+        need(len(self.lines) < MAX_LINES, "program too large")
         self.lines.append("    " * self.indent + text)
 
     @contextmanager
@@ -184,7 +176,7 @@ class _Generator:
         return Scalar(name, et)
 
     def new_array(self, dims, et) -> Array:
-        _need(len(self.lines) < MAX_LINES, "program too large")
+        need(len(self.lines) < MAX_LINES, "program too large")
         name = self.fresh("a")
         self.n += 1
         self.lines.append(_Alloc(name, math.prod(dims) if dims else 1, et, self.n, self.indent))
@@ -200,7 +192,7 @@ class _Generator:
         """A rank-0 value as a scalar (a one-element array is loaded)."""
         if isinstance(v, Scalar):
             return v
-        _need(isinstance(v, Array) and math.prod(v.dims) == 1, "scalar expected")
+        need(isinstance(v, Array) and math.prod(v.dims) == 1, "scalar expected")
         return self.local(ew.load_src(v.et, f"{v.name}[0]"), v.et)
 
     def at(self, v, lin: str) -> str:
@@ -231,7 +223,7 @@ class _Generator:
         """Emit `comp` on argument values; returns the root's value."""
         order = list(comp.instructions)
         position = {id(inst): k for k, inst in enumerate(order)}
-        _need(all(position[id(o)] < position[id(i)] for i in order for o in i.operands), "order")
+        need(all(position[id(o)] < position[id(i)] for i in order for o in i.operands), "order")
         live = _live(comp)
         last_use = {id(comp.root): len(order)}
         for k, inst in enumerate(order):
@@ -325,7 +317,7 @@ class _Generator:
             return self.reduce(inst, operands)
         if op == "scatter":
             return self.scatter(inst, operands, writable)
-        _need(op != "parameter", "parameter")
+        need(op != "parameter", "parameter")
         dims, et = _leaf_type(inst.shape)
         if op == "constant":
             return self.constant(inst, dims, et)
@@ -336,14 +328,14 @@ class _Generator:
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
         emit = _ARRAY_OPS.get(op)
-        _need(emit is not None, f"opcode {op}")
+        need(emit is not None, f"opcode {op}")
         out = self.new_array(dims, et)
         emit(self, inst, operands, out)
         return out if dims else self.scalar_of(out)
 
     def constant(self, inst, dims, et):
         if not dims:
-            return Scalar(ew.literal_src(et, np.asarray(inst.literal).reshape(()).item()), et)
+            return Scalar(ew.literal_src(et, scalar_literal(inst)), et)
         v = self.const_names.get(id(inst))
         if v is None:
             self.consts.append(constant_storage(inst).reshape(-1))
@@ -354,22 +346,22 @@ class _Generator:
     def elementwise(self, inst, operands, dims, et):
         if not dims:
             expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.excess)
-            _need(expr is not None, f"{inst.opcode} on {et}")
+            need(expr is not None, f"{inst.opcode} on {et}")
             return self.local(expr, et)
         out = self.new_array(dims, et)
         i = self.fresh("i")
         with self.block(f"for {i} in range({math.prod(dims)}):"):
             vals = [self.local(self.at(v, i), v.et).expr if isinstance(v, Array) else v.expr for v in operands]
             expr = ew.instruction_src(inst, vals, self.excess)
-            _need(expr is not None, f"{inst.opcode} on {et}")
+            need(expr is not None, f"{inst.opcode} on {et}")
             self.line(f"{out.name}[{i}] = {ew.store_src(et, expr)}")
         return out
 
     def reshape(self, inst, src, dims, et):
         if inst.opcode == "bitcast":
-            _need(src.et == et, "bitcast changing type")
+            need(src.et == et, "bitcast changing type")
             for s in (inst.shape, inst.operands[0].shape):
-                _need(s.layout is None or (list(s.minor_to_major) == list(range(s.rank))[::-1]
+                need(s.layout is None or (list(s.minor_to_major) == list(range(s.rank))[::-1]
                                            and not s.layout.tiles), "bitcast with a layout")
         if not dims:
             return self.scalar_of(src)
@@ -549,7 +541,7 @@ class _Generator:
                 bj = _placed(len(bdims), (rb, bi), (rf, gi), (rc, cidx))
                 x = ew.convert_src(aet, acc_et, self.at(a, _linear(adims, ai)), True)
                 y = ew.convert_src(bet, acc_et, self.at(b, _linear(bdims, bj)), True)
-                _need(x is not None and y is not None, "dot types")
+                need(x is not None and y is not None, "dot types")
                 self.line(f"{acc} = {T}({acc} + {T}({x}) * {T}({y}))")
             res = ew.convert_src(acc_et, et, acc, self.excess)
             self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {ew.store_src(et, res)}")
@@ -583,7 +575,7 @@ class _Generator:
         out_batch = [d for d in range(len(out.dims)) if d not in gd.offset_dims]
         dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
         offset_src = [d for d in range(len(xdims)) if d not in dropped]
-        _need(len(offset_src) == len(gd.offset_dims), "gather offset dims")
+        need(len(offset_src) == len(gd.offset_dims), "gather offset dims")
         with self.loops([out.dims[d] for d in out_batch]) as bidx:
             starts = self.full_starts(indices, inst.operands[1].shape, gd.index_vector_dim, gd.start_index_map,
                                       gd.operand_batching_dims, gd.start_indices_batching_dims, bidx, len(xdims))
@@ -601,17 +593,17 @@ class _Generator:
         n = (len(operands) - 1) // 2
         sd = scatter_dims(inst)
         xdims = _leaf_type(inst.operands[0].shape)[0]
-        _need(xdims, "rank-0 scatter")
+        need(xdims, "rank-0 scatter")
         indices, updates = operands[n], operands[n + 1:]
         udims = _leaf_type(inst.operands[n + 1].shape)[0]
         dropped = set(sd.inserted_window_dims) | set(sd.input_batching_dims)
         win_src = [d for d in range(len(xdims)) if d not in dropped]
-        _need(len(win_src) == len(sd.update_window_dims), "scatter window dims")
+        need(len(win_src) == len(sd.update_window_dims), "scatter window dims")
         full_w = [1] * len(xdims)
         for d, ud in zip(win_src, sd.update_window_dims):
             full_w[d] = udims[ud]
         outs = [writable(x) if isinstance(x, Array) else None for x in operands[:n]]
-        _need(all(outs), "scalar scatter operand")
+        need(all(outs), "scalar scatter operand")
         ets = [o.et for o in outs]
         comp = inst.called["to_apply"]
         with self.loops(udims) as uidx:      # row-major over the updates, as op by op
@@ -680,7 +672,7 @@ def _iota(g, inst, operands, out):
     dim = inst.attr("iota_dimension")
     with g.loops(out.dims) as idx:
         expr = ew.iota_src(out.et, f"np.int64({idx[dim]})")
-        _need(expr is not None, "iota type")
+        need(expr is not None, "iota type")
         g.line(f"{out.name}[{_linear(out.dims, idx)}] = {ew.store_src(out.et, expr)}")
 
 
@@ -688,7 +680,7 @@ def _pad(g, inst, operands, out):
     x, pv = operands
     fill = g.stored(g.scalar_of(pv))
     xdims = _dims_of(x)
-    _need(xdims, "rank-0 pad")
+    need(xdims, "rank-0 pad")
     with g.loops(out.dims) as idx:
         conds, src = [], []
         for c, n, p in zip(idx, xdims, inst.attr("padding")):
@@ -852,14 +844,8 @@ def _generate(inst, excess_precision: bool, reductions: str):
             outs.append(v.name)
     gen.line(f"return ({', '.join(outs)},)")
     params = [f"t{k}" for k in range(len(args))] + [f"c{k}" for k in range(len(gen.consts))]
-    head = [f"# hloexec program kernel (generated; helpers {helpers_hash()})",
-            "from numba import njit",
-            "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
-            "", "",
-            "@njit(cache=True, error_model='numpy', nogil=True)",
-            f"def kernel({', '.join(params)}):"]
     body = [x.render() if isinstance(x, _Alloc) else x for x in gen.lines]
-    return "\n".join(head + body) + "\n", gen
+    return kernel_module("program", params, body), gen
 
 
 def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
