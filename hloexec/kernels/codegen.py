@@ -1,7 +1,10 @@
 """What both kernel generators (`kernels/fusion.py`: a fused computation as one loop nest; `kernels/program.py`:
 a control-flow region as one function) share: declining, constants as a kernel sees them, row-major strides,
-and the module text around a generated `kernel` function (loaded through `kernels/cache.py`)."""
+index expressions folded when they hold no name (`Ix`), and the module text around a generated `kernel`
+function (loaded through `kernels/cache.py`)."""
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 
@@ -49,3 +52,47 @@ def kernel_module(kind: str, params: list[str], body: list[str]) -> str:
             "@njit(cache=True, error_model='numpy', nogil=True)",
             f"def kernel({', '.join(params)}):"]
     return "\n".join(head + body) + "\n"
+
+
+# -- index expressions ------------------------------------------------------------------------------------
+def is_name(c) -> bool:
+    """Whether index component `c` (source text) is a name (a loop variable, a computed index), not a literal."""
+    return isinstance(c, str) and (c[0].isalpha() or c[0] == "_")
+
+
+_INDEX_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+              ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+
+
+class Ix:
+    """An integer index expression `a <op> b` (or comparison) over names, integer literals and other Ix, as
+    the generators write it: `str()` is its source, parenthesized if `paren` (unparenthesized only where
+    precedence keeps the meaning: a product inside a sum, a sum left of a subtraction or comparison);
+    `folded()` its value when it holds no name (Python's integer semantics, which are the generated code's on
+    these non-overflowing int64 indices: floor division and modulo)."""
+    __slots__ = ("op", "a", "b", "paren")
+
+    def __init__(self, op: str, a, b, paren: bool = True):
+        self.op, self.a, self.b, self.paren = op, _operand(a), _operand(b), paren
+
+    def __str__(self):
+        s = f"{self.a} {self.op} {self.b}"
+        return f"({s})" if self.paren else s
+
+    def names(self) -> list[str]:
+        return [n for x in (self.a, self.b) for n in (x.names() if isinstance(x, Ix) else [x] if is_name(x) else [])]
+
+    def folded(self):
+        """The value (an int, a bool for a comparison), or None if the expression holds a name."""
+        a = self.a.folded() if isinstance(self.a, Ix) else self.a
+        b = self.b.folded() if isinstance(self.b, Ix) else self.b
+        if isinstance(a, int) and isinstance(b, int):
+            return _INDEX_OPS[self.op](a, b)
+        return None
+
+
+def _operand(x):
+    """An Ix operand: an Ix, a name, or an int (index components are source text: "3" is the literal 3)."""
+    if isinstance(x, (Ix, int)) or is_name(x):
+        return x
+    return int(x)

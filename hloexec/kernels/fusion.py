@@ -35,7 +35,7 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from . import elementwise as ew
 from .cache import load_kernel, source_key
-from .codegen import constant_storage, kernel_module, need, row_major_strides, scalar_literal
+from .codegen import Ix, constant_storage, is_name, kernel_module, need, row_major_strides, scalar_literal
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -100,10 +100,6 @@ def _subscript(index) -> str:
     block), and that turns every load into a gather and every store into a scatter (7x slower on 10M
     elements). Generated indices are never negative (loads under a pad or concatenate are guarded)."""
     return ", ".join(c if c.isdigit() else f"np.uint64({c})" for c in index) if index else "0"
-
-
-def _is_ident(s: str) -> bool:
-    return s[0].isalpha() or s[0] == "_"
 
 
 # -- the loop/branch tree the source is assembled from -----------------------------------------------
@@ -214,17 +210,18 @@ class _Generator:
         self.pop_to(saved)
 
     # -- index expressions ----------------------------------------------------------------------------
-    def iexpr(self, template: str, *comps) -> str:
-        """An index expression over components (names or int literals): folded, CSE'd, hoisted."""
-        if all(not _is_ident(c) for c in comps):
-            return str(int(eval(template.format(*comps), {"min": min, "max": max})))  # noqa: S307
-        src = template.format(*comps)
-        key = src
-        name = self.index_memo.get(key)
+    def iexpr(self, e: Ix) -> str:
+        """Index expression `e` as an index component: its value if it holds no name, else a name assigned it
+        (CSE'd, hoisted)."""
+        value = e.folded()
+        if value is not None:
+            return str(value)
+        src = str(e)
+        name = self.index_memo.get(src)
         if name is not None and self.visible(name):
             return name
-        name = self.emit(src, [c for c in comps if _is_ident(c)], prefix="x")
-        self.index_memo[key] = name
+        name = self.emit(src, e.names(), prefix="x")
+        self.index_memo[src] = name
         return name
 
     # -- code generation -----------------------------------------------------------------------------
@@ -348,7 +345,7 @@ class _Generator:
         inner, index = self.open_loops(root, dims, loop_dims, "i")
         for r, acc, (opcode, et) in zip(reduces, accs, kinds):
             total = ew.reduction_result_src(red, opcode, et, f"{acc}[{flat}]", self.excess)
-            self.memo[(id(r), index)] = self.emit(total, [c for c in index if _is_ident(c)])
+            self.memo[(id(r), index)] = self.emit(total, [c for c in index if is_name(c)])
         for k, o in enumerate(outs):
             inner.insert(f"o{k}[{_subscript(index)}] = {ew.store_src(o.shape.element_type.name, self.value(o, index))}")
 
@@ -404,7 +401,7 @@ class _Generator:
     def compute(self, inst, index) -> str:
         op = inst.opcode
         et = inst.shape.element_type.name
-        deps = [c for c in index if _is_ident(c)]
+        deps = [c for c in index if is_name(c)]
         if op == "parameter":
             arr = f"p{inst.parameter_number}"
             return self.emit(ew.load_src(et, f"{arr}[{_subscript(index)}]"), deps, pin=True)
@@ -468,11 +465,11 @@ class _Generator:
             # linearize the out group, delinearize into the in group
             lin = "0"
             for d in gj_n:
-                lin = self.iexpr("({} * %d + {})" % out_dims[d], lin, index[d]) if lin != "0" else index[d]
+                lin = self.iexpr(Ix("+", Ix("*", lin, out_dims[d], paren=False), index[d])) if lin != "0" else index[d]
             stride = 1
             for d in reversed(gi_n):
-                q = self.iexpr("({} // %d)" % stride, lin) if stride != 1 else lin
-                result[d] = self.iexpr("({} %% %d)" % in_dims[d], q) if d != gi_n[0] else q
+                q = self.iexpr(Ix("//", lin, stride)) if stride != 1 else lin
+                result[d] = self.iexpr(Ix("%", q, in_dims[d])) if d != gi_n[0] else q
                 stride *= in_dims[d]
         return tuple(result)
 
@@ -509,14 +506,14 @@ class _Generator:
             for c, (start, _limit, stride) in zip(index, _slices(inst)):
                 e = c
                 if stride != 1:
-                    e = self.iexpr("({} * %d)" % stride, e)
+                    e = self.iexpr(Ix("*", e, stride))
                 if start:
-                    e = self.iexpr("({} + %d)" % start, e)
+                    e = self.iexpr(Ix("+", e, start))
                 out.append(e)
             return self.value(src, tuple(out))
         if op == "reverse":
             dims = set(inst.attr("dimensions", ()))
-            out = [self.iexpr("(%d - {})" % (src.shape.dims[d] - 1), c) if d in dims else c
+            out = [self.iexpr(Ix("-", src.shape.dims[d] - 1, c)) if d in dims else c
                    for d, c in enumerate(index)]
             return self.value(src, tuple(out))
         if op == "dynamic-slice":
@@ -532,7 +529,7 @@ class _Generator:
                     st = self.emit(f"np.int64(min({sv}, {ew.ctype(s_et)}({hi})))", [sv], prefix="x")
                 else:
                     st = self.emit(f"min(max(np.int64({sv}), 0), {hi})", [sv], prefix="x")
-                out.append(self.iexpr("({} + {})", c, st) if c != "0" else st)
+                out.append(self.iexpr(Ix("+", c, st)) if c != "0" else st)
             return self.value(src, tuple(out))
         if op == "pad":
             return self.pad(inst, index)
@@ -549,7 +546,7 @@ class _Generator:
         res = self.fresh("v")
         target.insert(f"{res} = {init}")
         self.scope_of[res] = target
-        guard = _Scope(target, [f"if {' and '.join(conds)}:"], is_guard=True)
+        guard = _Scope(target, [f"if {' and '.join(map(str, conds))}:"], is_guard=True)
         saved = self.open_construct(target, guard)
         val = compute_value()
         guard.insert(f"{res} = {val}")
@@ -564,36 +561,37 @@ class _Generator:
             if (low, high, interior) == (0, 0, 0):
                 comps.append(c)
                 continue
-            t = self.iexpr("({} - %d)" % low, c) if low else c
-            if _is_ident(t):
+            t = self.iexpr(Ix("-", c, low)) if low else c
+            if is_name(t):
                 deps.append(t)
             if interior == 0:
                 if low > 0:
-                    conds.append(f"{t} >= 0")
+                    conds.append(Ix(">=", t, 0, paren=False))
                 if high > 0:
-                    conds.append(f"{t} < {n}")
+                    conds.append(Ix("<", t, n, paren=False))
                 comps.append(t)
             else:
                 step = interior + 1
-                conds += [f"{t} >= 0", f"{t} % {step} == 0", f"{t} // {step} < {n}"]
-                comps.append(self.iexpr("({} // %d)" % step, t))
+                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, step, paren=False), 0, paren=False),
+                          Ix("<", Ix("//", t, step, paren=False), n, paren=False)]
+                comps.append(self.iexpr(Ix("//", t, step)))
         pv = self.value(padval, ())
         if not conds:
             return self.value(src, tuple(comps))
         if not deps:
             # every condition is over literals: fold
-            if all(eval(cnd) for cnd in conds):   # noqa: S307
+            if all(cnd.folded() for cnd in conds):
                 return self.value(src, tuple(comps))
             return pv
         # the guarded load depends on every index component, not only the padded dims' (see concatenate)
-        value_deps = [x for x in index if _is_ident(x)] + deps + ([pv] if _is_ident(pv) else [])
+        value_deps = [x for x in index if is_name(x)] + deps + ([pv] if is_name(pv) else [])
         return self.guarded(inst, conds, value_deps, lambda: self.value(src, tuple(comps)), pv)
 
     def concatenate(self, inst, index):
         dim = inst.attr("dimensions")[0]
         c = index[dim]
         et = inst.shape.element_type.name
-        if not _is_ident(c):
+        if not is_name(c):
             off = int(c)
             for o in inst.operands:
                 if off < o.shape.dims[dim]:
@@ -601,7 +599,7 @@ class _Generator:
                     return self.value(o, tuple(sub))
                 off -= o.shape.dims[dim]
             raise TierUnsupported("concatenate index")
-        deps = [x for x in index if _is_ident(x)]
+        deps = [x for x in index if is_name(x)]
         target = self.place(deps)
         if self.guard.depth > target.depth:
             target = self.guard
@@ -619,7 +617,7 @@ class _Generator:
             guard = _Scope(target, [f"if {' and '.join(conds) or 'True'}:"], is_guard=True)
             saved = self.open_construct(target, guard)
             sub = list(index)
-            sub[dim] = self.iexpr("({} - %d)" % off, c) if off else c
+            sub[dim] = self.iexpr(Ix("-", c, off)) if off else c
             val = self.value(o, tuple(sub))
             guard.insert(f"{res} = {val}")
             self.close_construct(target, guard, saved)
@@ -641,7 +639,7 @@ class _Generator:
     def accumulator(self, inst, index) -> tuple[_Scope, str]:
         """A reduction's accumulator at `index`, set to its init value in the outermost scope it may live in."""
         init_v = self.value(inst.operands[1], ())
-        target = self.place([c for c in index if _is_ident(c)])
+        target = self.place([c for c in index if is_name(c)])
         if self.guard.depth > target.depth:
             target = self.guard
         acc = self.fresh("r")
@@ -742,12 +740,17 @@ class _Generator:
                     comps.append(out)
                     continue
                 base, low = w.base_dilation, w.pad_low
-                terms = [(c, k) for c, k in ((out, w.stride), (var, w.window_dilation)) if c != "0"]
-                template = " + ".join("{}" if k == 1 else f"{{}} * {k}" for _, k in terms) or "0"
-                template = f"({template} - {low})" if low else template
-                q = terms[0][0] if template == "{}" else self.iexpr(template, *(c for c, _ in terms))
+                # q = out * stride + var * window_dilation - low, its zero terms left out
+                q = 0
+                for c, k in ((out, w.stride), (var, w.window_dilation)):
+                    if c != "0":
+                        term = c if k == 1 else Ix("*", c, k, paren=False)
+                        q = term if q == 0 else Ix("+", q, term, paren=False)
+                if low:
+                    q = Ix("-", q, low)
+                q = q if isinstance(q, str) else self.iexpr(q) if isinstance(q, Ix) else str(q)
                 last = (out_n - 1) * w.stride + (w.size - 1) * w.window_dilation - low
-                if not _is_ident(q):         # a size-1 window at a constant output index
+                if not is_name(q):         # a size-1 window at a constant output index
                     if not (0 <= int(q) <= (n - 1) * base and int(q) % base == 0):
                         return None, []
                     comps.append(str(int(q) // base))
@@ -758,7 +761,7 @@ class _Generator:
                     conds.append(f"{q} <= {(n - 1) * base}")
                 if base > 1:
                     conds.append(f"{q} % {base} == 0")
-                    q = self.iexpr("({} // %d)" % base, q)
+                    q = self.iexpr(Ix("//", q, base))
                 comps.append(q)
             return comps, conds
         return self.fold(inst, opcode, target, acc, loops, position)
@@ -783,7 +786,7 @@ class _Generator:
         self.push(inner)
         self.scope_of[lane] = inner
         position = comps.index(var)
-        comps[position] = self.iexpr("({} * %d + {})" % LANES, outer, lane)
+        comps[position] = self.iexpr(Ix("+", Ix("*", outer, LANES, paren=False), lane))
         val = self.value(inst.operands[0], tuple(comps))
         inner.insert(f"{lanes}[{lane}] = {ew.binary_src('add', et, f'{lanes}[{lane}]', val)}")
         self.close_construct(target, block, saved)
