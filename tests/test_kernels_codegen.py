@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hloexec.errors import TierUnsupported
-from hloexec.kernels.codegen import Ix, is_name, need, row_major_strides
+from hloexec.kernels.codegen import Ix, index_src, is_name, need, row_major_strides
 
 
 def test_render_and_names():
@@ -15,6 +15,8 @@ def test_render_and_names():
     assert str(Ix("-", Ix("+", "i0", Ix("*", "j1", 2, paren=False), paren=False), 3)) == "(i0 + j1 * 2 - 3)"
     assert str(Ix("==", Ix("%", "t", 2, paren=False), 0, paren=False)) == "t % 2 == 0"
     assert Ix("+", "7", "-2").folded() == 5          # literal components as source text
+    assert index_src(Ix("+", Ix("*", "0", 4, paren=False), "3")) == "3" and index_src("i2") == "i2"
+    assert str(Ix("+", "np.int64(v3)", 1)) == "(np.int64(v3) + 1)"     # other source text is opaque
     assert is_name("lo") and is_name("_k") and not is_name("-2") and not is_name("0") and not is_name(3)
 
 

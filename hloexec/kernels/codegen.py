@@ -5,6 +5,7 @@ function (loaded through `kernels/cache.py`)."""
 from __future__ import annotations
 
 import operator
+import re
 
 import numpy as np
 
@@ -91,8 +92,18 @@ class Ix:
         return None
 
 
+def index_src(e) -> str:
+    """The source of index expression `e` (an Ix, a name or a literal), folded to its value if it holds no name."""
+    value = e.folded() if isinstance(e, Ix) else None
+    return str(e if value is None else value)
+
+
+_INT = re.compile(r"-?\d+")
+
+
 def _operand(x):
-    """An Ix operand: an Ix, a name, or an int (index components are source text: "3" is the literal 3)."""
-    if isinstance(x, (Ix, int)) or is_name(x):
+    """An Ix operand: an Ix, an int, or source text ("3" is the literal 3; other text, a name or a call such as
+    `np.int64(v3)`, stays as it is)."""
+    if isinstance(x, (Ix, int)) or not _INT.fullmatch(x):
         return x
     return int(x)

@@ -45,7 +45,7 @@ from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
 from .cache import load_kernel, source_key
-from .codegen import constant_storage, kernel_module, need, row_major_strides, scalar_literal
+from .codegen import Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -84,9 +84,13 @@ def _bufs(v) -> set[int]:
 
 
 def _linear(dims, index) -> str:
-    """Row-major linear index of `index` (source expressions) into an array of `dims`."""
-    terms = [f"{c} * {s}" if s != 1 else str(c) for c, s, n in zip(index, row_major_strides(dims), dims) if n != 1]
-    return " + ".join(terms) or "0"
+    """Row-major linear index of `index` (index expressions) into an array of `dims`, as source."""
+    lin = None
+    for c, s, n in zip(index, row_major_strides(dims), dims):
+        if n != 1:
+            term = Ix("*", c, s, paren=False) if s != 1 else c
+            lin = term if lin is None else Ix("+", lin, term, paren=False)
+    return "0" if lin is None else index_src(lin)
 
 
 def _storage_src(et: str) -> str:
@@ -391,7 +395,7 @@ class _Generator:
         out = writable(x)
         value = f"{upd.name}[{{}}]" if isinstance(upd, Array) else self.stored(upd)
         with self.loops(udims) as idx:
-            dst = _linear(dims, [f"({c} + {s})" for c, s in zip(idx, st)])
+            dst = _linear(dims, [Ix("+", c, s) for c, s in zip(idx, st)])
             self.line(f"{out.name}[{dst}] = {value.format(_linear(udims, idx))}")
         return out
 
@@ -584,7 +588,7 @@ class _Generator:
             with self.loops([out.dims[d] for d in gd.offset_dims]) as widx:
                 src = list(starts)
                 for j, d in enumerate(offset_src):
-                    src[d] = f"({starts[d]} + {widx[j]})"
+                    src[d] = Ix("+", starts[d], widx[j])
                 oidx = _placed(len(out.dims), (out_batch, bidx), (gd.offset_dims, widx))
                 value = f"{x.name}[{_linear(xdims, src)}]" if isinstance(x, Array) else self.stored(x)
                 self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
@@ -616,7 +620,7 @@ class _Generator:
             with self.block(f"if {inside or 'True'}:"):
                 dst = list(starts)
                 for j, d in enumerate(win_src):
-                    dst[d] = f"({starts[d]} + {uidx[sd.update_window_dims[j]]})"
+                    dst[d] = Ix("+", starts[d], uidx[sd.update_window_dims[j]])
                 lin = self.local(_linear(xdims, dst), "s64").expr
                 olds = [self.local(self.at(o, lin), o.et) for o in outs]
                 news = [self.local(self.at(u, _linear(udims, uidx)), u.et) for u in updates]
@@ -652,20 +656,21 @@ def _transpose(g, inst, operands, out):
 
 def _slice(g, inst, operands, out):
     spec = [(s.start, s.stride) for s in inst.attr("slice")]
-    _copy_mapped(g, out, operands[0], lambda idx: [f"({c} * {st} + {lo})" for c, (lo, st) in zip(idx, spec)])
+    _copy_mapped(g, out, operands[0],
+                 lambda idx: [Ix("+", Ix("*", c, st, paren=False), lo) for c, (lo, st) in zip(idx, spec)])
 
 
 def _reverse(g, inst, operands, out):
     rev = set(inst.attr("dimensions", ()))
     dims = _dims_of(operands[0])
     _copy_mapped(g, out, operands[0],
-                 lambda idx: [f"({dims[d] - 1} - {c})" if d in rev else c for d, c in enumerate(idx)])
+                 lambda idx: [Ix("-", dims[d] - 1, c) if d in rev else c for d, c in enumerate(idx)])
 
 
 def _dynamic_slice(g, inst, operands, out):
     x = operands[0]
     st = g.clamped_starts(operands[1:], _dims_of(x), out.dims)
-    _copy_mapped(g, out, x, lambda idx: [f"({c} + {s})" for c, s in zip(idx, st)])
+    _copy_mapped(g, out, x, lambda idx: [Ix("+", c, s) for c, s in zip(idx, st)])
 
 
 def _iota(g, inst, operands, out):
@@ -684,16 +689,18 @@ def _pad(g, inst, operands, out):
     with g.loops(out.dims) as idx:
         conds, src = [], []
         for c, n, p in zip(idx, xdims, inst.attr("padding")):
-            t = f"({c} - {p.low})" if p.low else c
+            t = Ix("-", c, p.low) if p.low else c
             if p.interior:
-                conds += [f"{t} >= 0", f"{t} % {p.interior + 1} == 0", f"{t} // {p.interior + 1} < {n}"]
-                t = f"({t} // {p.interior + 1})"
+                k = p.interior + 1
+                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, k, paren=False), 0, paren=False),
+                          Ix("<", Ix("//", t, k, paren=False), n, paren=False)]
+                t = Ix("//", t, k)
             else:
-                conds += [f"{t} >= 0", f"{t} < {n}"]
+                conds += [Ix(">=", t, 0, paren=False), Ix("<", t, n, paren=False)]
             src.append(t)
         dst = f"{out.name}[{_linear(out.dims, idx)}]"
         value = g.stored(x) if isinstance(x, Scalar) else f"{x.name}[{_linear(xdims, src)}]"
-        with g.block(f"if {' and '.join(conds)}:"):
+        with g.block(f"if {' and '.join(map(index_src, conds))}:"):
             g.line(f"{dst} = {value}")
         with g.block("else:"):
             g.line(f"{dst} = {fill}")
@@ -706,7 +713,7 @@ def _concatenate(g, inst, operands, out):
         xdims = _dims_of(x)
         with g.loops(xdims) as idx:
             dst = list(idx)
-            dst[dim] = f"({idx[dim]} + {off})"
+            dst[dim] = Ix("+", idx[dim], off)
             g.line(f"{out.name}[{_linear(out.dims, dst)}] = {x.name}[{_linear(xdims, idx)}]")
         off += xdims[dim]
 
