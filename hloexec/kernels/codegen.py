@@ -99,11 +99,10 @@ def index_src(e) -> str:
 
 
 _INT = re.compile(r"-?\d+")
+_INT_START = frozenset("-0123456789")
 
 
 def _operand(x):
     """An Ix operand: an Ix, an int, or source text ("3" is the literal 3; other text, a name or a call such as
     `np.int64(v3)`, stays as it is)."""
-    if isinstance(x, (Ix, int)) or not _INT.fullmatch(x):
-        return x
-    return int(x)
+    return int(x) if isinstance(x, str) and x[0] in _INT_START and _INT.fullmatch(x) else x
