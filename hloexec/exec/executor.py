@@ -8,7 +8,8 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from ..errors import CompileWarning, ElidedConstantWarning, ExecutionError, elided_constants_note
+from ..errors import (CompileWarning, ElidedConstantWarning, ExecutionError, MemoryLimitError,
+                      elided_constants_note)
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.elementwise import check_reductions
@@ -362,7 +363,7 @@ class Executable:
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
                                  + "\n  ".join(map(str, params)))
-        self._check_memory()
+        self.check_memory()
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
         previous = None if observe is None else self.context.observe(
             observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
@@ -387,14 +388,16 @@ class Executable:
             self._peak_bytes = self.plan.peak_bytes() + kept
         return self._peak_bytes
 
-    def _check_memory(self):
-        """Refuse a run whose peak cannot fit, before it starts, rather than be OOM-killed halfway."""
-        limit = self.max_memory if self.max_memory is not None else available_memory()
+    def check_memory(self, max_memory: int | None = None, available: int | None = None) -> int | None:
+        """Refuse a run whose peak cannot fit, before it starts, rather than be OOM-killed halfway: MemoryLimitError
+        if peak_bytes() exceeds `max_memory` (None: the Executable's), else `available` (None: MemAvailable now).
+        Returns the limit it checked against (None: none is known)."""
+        if max_memory is None:
+            max_memory = self.max_memory
+        limit = max_memory if max_memory is not None else available if available is not None else available_memory()
         if limit is not None and self.peak_bytes() > limit:
-            source = "max_memory" if self.max_memory is not None else "MemAvailable in /proc/meminfo"
-            raise ExecutionError(f"{self.module.name} needs {self.peak_bytes() / 2**30:.2f} GiB at its peak (live "
-                                 f"buffers, inputs included) but {source} allows {limit / 2**30:.2f} GiB; pass "
-                                 f"max_memory=BYTES to hloexec.load to override")
+            raise MemoryLimitError(self.module.name, self.peak_bytes(), limit, given=max_memory is not None)
+        return limit
 
     def run_spmd(self, per_device_inputs, partitions: int | None = None, replicas: int | None = None, **options):
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
