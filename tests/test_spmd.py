@@ -316,7 +316,7 @@ def test_tiers_count_per_participant():
     """SPMD participants share one plan: each still runs a fusion op by op on its own first call, so the
     k-th run of every device gives the same bits whichever thread got there first."""
     import hloexec
-    from hloexec.exec.executor import TieredKernel, TieredLoop
+    from hloexec.exec.tiering import TieredKernel, TieredLoop
     exe = hloexec.load(_TIERED)
     x = np.linspace(-3, 3, 32768, dtype=np.float32)
     reference = hloexec.load(_TIERED, use_numba=False).run(x)
