@@ -268,7 +268,7 @@ def test_values_read_inside_and_returned_are_extra_outputs_of_one_group():
         for got, want in zip(tiered.run(*inputs), hloexec.load(ADAM_TENSOR, use_numba=False).run(*inputs)):
             assert got.tobytes() == want.tobytes()
     # the plan's peak counts the inputs (f16 g; f32 m, v, p) and the three outputs, each once
-    assert exe.plan.peak_bytes(scratch=False) == 256 * 512 * (2 + 4 * 3 + 4 * 3)
+    assert exe.plan.memory.peak_bytes(scratch=False) == 256 * 512 * (2 + 4 * 3 + 4 * 3)
 
 
 # The 16-device GPT seed's one-hot: a fusion compares an iota with the token ids over [4,1024,vocab] and

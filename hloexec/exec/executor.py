@@ -186,7 +186,7 @@ class Executable:
                                    compile_after=compile_after, compile_kernels=compile_kernels,
                                    reductions=reductions)
         self.plan = self.context.computation(module.entry)
-        self.plan.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
+        self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
         from .manual import has_manual_regions
         self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (exec/manual.py)
@@ -248,8 +248,8 @@ class Executable:
         """Peak live bytes of the entry computation (inputs included), from the schedule, and the values the
         plans of called computations keep after their first run (see Plan.folded)."""
         if self._peak_bytes is None:
-            kept = sum(plan.folded_bytes() for plan in self.context.plans if plan is not self.plan)
-            self._peak_bytes = self.plan.peak_bytes() + kept
+            kept = sum(plan.memory.folded_bytes() for plan in self.context.plans if plan is not self.plan)
+            self._peak_bytes = self.plan.memory.peak_bytes() + kept
         return self._peak_bytes
 
     def check_memory(self, max_memory: int | None = None, available: int | None = None) -> int | None:
