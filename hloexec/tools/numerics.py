@@ -35,12 +35,17 @@ def flatten(value) -> list:
 
 
 def executable_like(exe: Executable, module, **options) -> Executable:
-    """An Executable of `module` with `exe`'s options (`options` override them)."""
+    """An Executable of `module` with `exe`'s options (`options` override them). Elided constants were said when
+    `exe` was made: not again for each module derived from its own."""
+    import warnings
+    from ..errors import ElidedConstantWarning
     ctx = exe.context
     settings = dict(excess_precision=ctx.excess_precision, use_numba=ctx.use_numba, compile_after=ctx.compile_after,
                     reductions=ctx.reductions, max_memory=exe.max_memory)
     settings.update(options)
-    return Executable(module, **settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ElidedConstantWarning)
+        return Executable(module, **settings)
 
 
 class Runner:
