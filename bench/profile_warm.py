@@ -54,7 +54,7 @@ def classify(inst, groups, min_bytes) -> str:
 
 def measure(name: str, repeat: int) -> dict:
     import hloexec
-    from hloexec.exec.executor import MIN_COMPILED_BYTES
+    from hloexec.exec.tiering import MIN_COMPILED_BYTES
     from hloexec.tools.xla_cpu import load_arrays, run_on_xla_cpu_timed
     w = wl.by_name()[name]
     (path,), (npz,) = w.files()
