@@ -52,6 +52,19 @@ LLVM_STEPS = {"_optimize_functions": "LLVM function passes", "_optimize_final_mo
               "_finalize_final_module": "LLVM machine code"}
 
 
+def _wrap(cls, attr, record):
+    """Replace method `attr` of `cls` by one that also calls `record(self, seconds spent in it)`."""
+    orig = getattr(cls, attr)
+
+    def timed(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return orig(self, *a, **kw)
+        finally:
+            record(self, time.perf_counter() - t)
+    setattr(cls, attr, timed)
+
+
 class Recorder:
     """Times, per kernel key, what the second run spends compiling it."""
 
@@ -125,42 +138,22 @@ class Recorder:
                     rec.current = prev
             cls.compile = timed_compile
 
+        def add_to_current(field, passes=False):
+            def record(_, seconds):
+                if rec.current is not None:
+                    entry = rec.entry(rec.current)
+                    (entry["passes"] if passes else entry)[field] += seconds
+            return record
+
         for attr, field in (("save_overload", "cache_save_s"), ("load_overload", "cache_load_s")):
-            orig = getattr(caching.Cache, attr)
-
-            def timed(self, *a, _orig=orig, _field=field, **kw):
-                t = time.perf_counter()
-                try:
-                    return _orig(self, *a, **kw)
-                finally:
-                    if rec.current is not None:
-                        rec.entry(rec.current)[_field] += time.perf_counter() - t
-            setattr(caching.Cache, attr, timed)
-
-        from numba.core.dispatcher import Dispatcher
-        compile_for_args = Dispatcher._compile_for_args
-
-        def timed_compile_for_args(self, *a, **kw):
-            # a call whose argument types match no compiled signature compiles again (e.g. a read-only operand)
-            t = time.perf_counter()
-            try:
-                return compile_for_args(self, *a, **kw)
-            finally:
-                rec.recompiles.append((self.py_func.__module__, time.perf_counter() - t))
-        Dispatcher._compile_for_args = timed_compile_for_args
-
+            _wrap(caching.Cache, attr, add_to_current(field))
         from numba.core.codegen import CPUCodeLibrary
         for attr, field in LLVM_STEPS.items():
-            orig = getattr(CPUCodeLibrary, attr)
-
-            def timed_llvm(self, *a, _orig=orig, _field=field, **kw):
-                t = time.perf_counter()
-                try:
-                    return _orig(self, *a, **kw)
-                finally:
-                    if rec.current is not None:
-                        rec.entry(rec.current)["passes"][_field] += time.perf_counter() - t
-            setattr(CPUCodeLibrary, attr, timed_llvm)
+            _wrap(CPUCodeLibrary, attr, add_to_current(field, passes=True))
+        # a call whose argument types match no compiled signature compiles again (e.g. a read-only operand)
+        from numba.core.dispatcher import Dispatcher
+        _wrap(Dispatcher, "_compile_for_args",
+              lambda dispatcher, seconds: rec.recompiles.append((dispatcher.py_func.__module__, seconds)))
 
         class PassListener(event.Listener):
             def on_start(self, ev):
