@@ -225,6 +225,7 @@ def child(name: str, top: int, cprofile: bool = False) -> dict:
         "compiled_lines": sum(e["lines"] for e in compiled.values()),
         "each_s": sorted(round(e["compile_s"] - e["import_s"], 3) for e in compiled.values()),
         "lines_each": sorted(e["lines"] for e in compiled.values()),
+        "lines_and_compile_s": sorted((e["lines"], round(e["compile_s"] - e["import_s"], 3)) for e in compiled.values()),
         "recompiles": len(rec.recompiles), "recompile_s": sum(s for _, s in rec.recompiles),
         "totals": dict(total), "passes": dict(sorted(pass_totals.items(), key=lambda kv: -kv[1])[:12]),
         "top": [{"key": k, "names": e["names"][:3], "n_names": len(e["names"]), "kind": e["kind"],
@@ -292,6 +293,10 @@ def report(r: dict) -> None:
     print(f"per kernel: min {each[0]:.2f} s, median {each[len(each) // 2]:.2f} s, max {each[-1]:.2f} s; "
           f"generated lines per kernel: min {r['lines_each'][0]}, median {r['lines_each'][len(each) // 2]}, "
           f"max {r['lines_each'][-1]}")
+    import numpy as np
+    lines, secs = np.array(r["lines_and_compile_s"]).T
+    slope, floor = np.polyfit(lines, secs, 1)
+    print(f"least squares over the kernels: compile s = {floor:.3f} + {slope * 1e3:.1f} ms x lines")
     print("passes: " + ", ".join(f"{p} {s:.2f}" for p, s in r["passes"].items()))
     print(f"XLA:CPU: parse {x['parse_s']:.2f} s, convert {x['convert_s']:.2f} s, compile {x['compile_s']:.2f} s, "
           f"first run {x['first_run_s'] * 1e3:.1f} ms, warm best {x['warm_run_min_s'] * 1e3:.1f} ms")
