@@ -229,6 +229,17 @@ def test_run_fail_on_nan_and_memory_limit(capsys, tmp_path):
     assert code == 2 and "--max-memory" in err and out.count("\n") <= 1
 
 
+def test_max_memory_above_what_is_available_lets_the_run_go(capsys, tmp_path, monkeypatch):
+    """--max-memory is the run's limit, checked by the CLI and by the library's own check at run time (which
+    otherwise takes MemAvailable): a limit above what the machine says is available is the user's to give."""
+    from hloexec.exec import executor
+    monkeypatch.setattr(executor, "available_memory", lambda: 1)
+    path = write(tmp_path, "nan.hlo", NAN)
+    assert run_cli(capsys, "run", path)[0] == 2
+    code, out, err = run_cli(capsys, "run", path, "--max-memory", "1G", "--json")
+    assert code == 0, err
+
+
 def test_module_choice_said_by_the_library_and_the_cli(capsys, tmp_path):
     """hloexec.load and the CLI pick a module by one rule (ir.module.pick_module), each saying a refusal its way."""
     two = NAN + "\n" + NAN.replace("HloModule m", "HloModule other")

@@ -89,7 +89,7 @@ def _prepare(module, args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
         exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
-                         reductions=args.reductions or "accumulate")
+                         reductions=args.reductions or "accumulate", max_memory=getattr(args, "max_memory", None))
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
     if elided:
