@@ -6,7 +6,7 @@
     outputs = exe.run(*exe.random_inputs(seed=0))
 """
 from .errors import ExecutionError, HloParseError, UnsupportedError
-from .ir.module import Computation, Instruction, Module
+from .ir.module import Computation, Instruction, Module, pick_module
 from .parser import parse
 
 __version__ = "0.1.0"
@@ -28,19 +28,7 @@ def load(source, module: str | None = None, **options):
     """
     from .exec.executor import Executable
     from . import ops  # noqa: F401  (fills the op registry)
-    return Executable(_pick(parse(source), module), **options)
-
-
-def _pick(modules, name):
-    if name is None:
-        if len(modules) != 1:
-            names = ", ".join(m.name for m in modules)
-            raise ValueError(f"the source holds {len(modules)} modules ({names}); pick one with module=NAME")
-        return modules[0]
-    for m in modules:
-        if m.name == name:
-            return m
-    raise ValueError(f"no module named {name!r}; found: {', '.join(m.name for m in modules)}")
+    return Executable(pick_module(parse(source), module), **options)
 
 
 def __getattr__(name):

@@ -33,6 +33,18 @@ class ExecutionError(RuntimeError):
     """A module failed while running (bad inputs, out of memory budget, a failing kernel)."""
 
 
+class MemoryLimitError(ExecutionError):
+    """A run refused before it starts: its peak live bytes exceed what it may use (`limit`, from max_memory when
+    `given`, else MemAvailable)."""
+
+    def __init__(self, module_name: str, peak: int, limit: int, given: bool):
+        self.peak, self.limit, self.given = peak, limit, given
+        source = "max_memory" if given else "MemAvailable in /proc/meminfo"
+        super().__init__(f"{module_name} needs {peak / 2**30:.2f} GiB at its peak (live buffers, inputs included) "
+                         f"but {source} allows {limit / 2**30:.2f} GiB; pass max_memory=BYTES to hloexec.load to "
+                         "override")
+
+
 def describe_site(instruction) -> str:
     """' in %name (opcode) of computation %comp, from file:line' for error messages."""
     comp = instruction.computation.name if instruction.computation is not None else "?"

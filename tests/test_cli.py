@@ -229,6 +229,31 @@ def test_run_fail_on_nan_and_memory_limit(capsys, tmp_path):
     assert code == 2 and "--max-memory" in err and out.count("\n") <= 1
 
 
+def test_max_memory_above_what_is_available_lets_the_run_go(capsys, tmp_path, monkeypatch):
+    """--max-memory is the run's limit, checked by the CLI and by the library's own check at run time (which
+    otherwise takes MemAvailable): a limit above what the machine says is available is the user's to give."""
+    from hloexec.exec import executor
+    monkeypatch.setattr(executor, "available_memory", lambda: 1)
+    path = write(tmp_path, "nan.hlo", NAN)
+    assert run_cli(capsys, "run", path)[0] == 2
+    code, out, err = run_cli(capsys, "run", path, "--max-memory", "1G", "--json")
+    assert code == 0, err
+
+
+def test_module_choice_said_by_the_library_and_the_cli(capsys, tmp_path):
+    """hloexec.load and the CLI pick a module by one rule (ir.module.pick_module), each saying a refusal its way."""
+    two = NAN + "\n" + NAN.replace("HloModule m", "HloModule other")
+    path = write(tmp_path, "two.hlo", two)
+    with pytest.raises(ValueError, match="holds 2 modules"):
+        hloexec.load(two)
+    assert hloexec.load(two, module="other").module.name == "other"
+    code, out, err = run_cli(capsys, "run", path)
+    assert code == 2 and "pick one with --module NAME" in err and "other (line" in err
+    code, out, err = run_cli(capsys, "run", path, "--module", "third")
+    assert code == 2 and "no module named 'third'" in err
+    assert run_cli(capsys, "run", path, "--module", "other")[0] == 0
+
+
 def test_unsupported_op_exits_2_naming_the_instruction(capsys, tmp_path, monkeypatch):
     path = write(tmp_path, "unsupported.hlo", UNSUPPORTED)
     code, out, err = run_cli(capsys, "run", path)

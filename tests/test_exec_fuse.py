@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hloexec
-from hloexec.exec.executor import TieredKernel
+from hloexec.exec.tiering import TieredKernel
 from hloexec.exec.fuse import MAX_GROUP
 
 # a: an elementwise chain whose middle value `t` also feeds a dot (so it must stay stored), a scalar
@@ -268,7 +268,7 @@ def test_values_read_inside_and_returned_are_extra_outputs_of_one_group():
         for got, want in zip(tiered.run(*inputs), hloexec.load(ADAM_TENSOR, use_numba=False).run(*inputs)):
             assert got.tobytes() == want.tobytes()
     # the plan's peak counts the inputs (f16 g; f32 m, v, p) and the three outputs, each once
-    assert exe.plan.peak_bytes(scratch=False) == 256 * 512 * (2 + 4 * 3 + 4 * 3)
+    assert exe.plan.memory.peak_bytes(scratch=False) == 256 * 512 * (2 + 4 * 3 + 4 * 3)
 
 
 # The 16-device GPT seed's one-hot: a fusion compares an iota with the token ids over [4,1024,vocab] and
@@ -292,8 +292,8 @@ ENTRY main { ids = s32[4,1024] parameter(0)
 def test_a_fusion_whose_intermediates_dwarf_its_output_compiles_at_once(monkeypatch):
     """Whether a fusion's first call runs op by op weighs the values op by op would write, not only its
     output and operands (scaled down here: the real threshold is ~1 s of numpy)."""
-    from hloexec.exec import executor
-    monkeypatch.setattr(executor, "EAGER_COMPILE_WORK", 1 << 24)
+    from hloexec.exec import tiering
+    monkeypatch.setattr(tiering, "EAGER_COMPILE_WORK", 1 << 24)
     exe = hloexec.load(ONE_HOT_SLICE)
     kernel = exe.plan.steps[0].kernel
     assert kernel.compiled is not None                          # compiled before its first call
@@ -308,11 +308,11 @@ def test_a_fusion_whose_intermediates_dwarf_its_output_compiles_at_once(monkeypa
 def test_equal_fusions_weigh_their_work_together(monkeypatch):
     """Structurally equal fusions share one compiled kernel (Adam's update of each tensor), so the op-by-op
     work they would all do is what one compile saves: past the threshold together, all compile at once."""
-    from hloexec.exec import executor
+    from hloexec.exec import tiering
     two = (f"HloModule two\nENTRY main {{\n{_f16_chain()}\n{_f16_chain('2', 2)}\n"
            "  ROOT t = (f16[64,1024], f16[64,1024]) tuple(back, back2)\n}\n")
     one_group_work = 3 * 64 * 1024 * 8 * 2          # (output + 2 operands) x 8 ops x 2 (f16)
-    monkeypatch.setattr(executor, "EAGER_COMPILE_WORK", one_group_work + 1)
+    monkeypatch.setattr(tiering, "EAGER_COMPILE_WORK", one_group_work + 1)
     exe = hloexec.load(two)
     kernels = [s.kernel for s in exe.plan.steps if s.fused]
     assert len(kernels) == 2
@@ -320,6 +320,6 @@ def test_equal_fusions_weigh_their_work_together(monkeypatch):
     reference = hloexec.load(two, use_numba=False)
     inputs = _inputs(reference, seed=1)
     assert all(g.tobytes() == w.tobytes() for g, w in zip(exe.run(*inputs), reference.run(*inputs)))
-    monkeypatch.setattr(executor, "EAGER_COMPILE_WORK", 2 * one_group_work + 1)
+    monkeypatch.setattr(tiering, "EAGER_COMPILE_WORK", 2 * one_group_work + 1)
     assert all(isinstance(s.kernel, TieredKernel) and s.kernel.after == 1
                for s in hloexec.load(two).plan.steps if s.fused)

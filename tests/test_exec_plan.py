@@ -97,7 +97,7 @@ ENTRY e {{ p = f32[{n}] parameter(0)
     exe = hloexec.load(text, use_numba=False)
     kept = {exe.plan.order[s].name for s in exe.plan.folded}
     assert kept == {"c", "total"}                   # not `half`: a multiply reads it, so warm runs redo it
-    assert exe.plan.folded_bytes() == 8
+    assert exe.plan.memory.folded_bytes() == 8
     x = np.arange(n, dtype=np.float32)
     for _ in range(3):                              # the checked first run, then the generated schedule
         np.testing.assert_array_equal(exe.run(x), x * np.float32(0.5) + np.float32(0.5 * n))
@@ -142,7 +142,7 @@ ENTRY e { p = f32[256] parameter(0)
   ROOT o = (f32[256], f32[16,16]{0,1}) tuple(x, mt) }"""
     exe = hloexec.load(text, use_numba=False)
     inputs, loop_result, transposed = 1024, 1024 + 4, 1024
-    assert exe.plan.peak_bytes(scratch=False) == inputs + loop_result + transposed
+    assert exe.plan.memory.peak_bytes(scratch=False) == inputs + loop_result + transposed
     x = np.arange(256, dtype=np.float32)
     got_x, got_t = exe.run(x)
     np.testing.assert_array_equal(got_x, 8 * x)
@@ -208,7 +208,7 @@ less { x = f32[] parameter(0)
   y = f32[] parameter(1)
   ROOT lt = pred[] compare(x, y), direction=LT }"""
     exe = hloexec.load(text, compile_after=0)
-    assert exe.plan.recycle_outputs() == 0
+    assert exe.plan.memory.recycle_outputs() == 0
     assert not any(getattr(getattr(s.kernel, "kernel", s.kernel), "recycle", False) for s in exe.plan.steps)
 
 

@@ -189,8 +189,11 @@ def test_module_bigger_than_memory_is_refused_before_running():
 
 def test_max_memory_option(two_inputs):
     limited = hloexec.load(TWO_INPUTS, max_memory=two_inputs.peak_bytes() - 1)
-    with pytest.raises(ExecutionError, match="max_memory allows"):
+    with pytest.raises(ExecutionError, match="max_memory allows") as refused:
         limited.run(X, np.int32(1))
+    assert (refused.value.peak, refused.value.limit, refused.value.given) == (limited.peak_bytes(),
+                                                                               limited.peak_bytes() - 1, True)
+    assert limited.check_memory(max_memory=limited.peak_bytes()) == limited.peak_bytes()
     enough = hloexec.load(TWO_INPUTS, max_memory=two_inputs.peak_bytes())
     np.testing.assert_array_equal(enough.run(X, np.int32(1)), X + 1)
 

@@ -427,8 +427,8 @@ def test_long_f16_sum_accumulates_in_f32_like_the_op_by_op_path(monkeypatch):
     """Rounding an f16 accumulator after every add stalls at 4096 for values in [1, 2): XLA:CPU and the
     op-by-op path give ~6140. The compiled reduce must agree with the op-by-op path bit for bit."""
     import hloexec
-    import hloexec.exec.executor as executor
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    import hloexec.exec.tiering as tiering
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     text = """HloModule m
 add { a = f16[] parameter(0)
  b = f16[] parameter(1)
@@ -450,8 +450,8 @@ def test_f64_to_half_converts_round_twice_through_f32_like_the_op_by_op_path(dst
     """XLA:CPU converts f64 -> f16/bf16 through f32: 1 + 2^-11 + 2^-40 rounds to 1 + 2^-11 in f32, a tie
     that f16 rounds to even (1.0); one correct rounding would give 1 + 2^-10."""
     import hloexec
-    import hloexec.exec.executor as executor
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    import hloexec.exec.tiering as tiering
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     text = f"""HloModule m
 fused {{ p = f64[4] parameter(0)
  ROOT c = {dst}[4] convert(p) }}
@@ -468,8 +468,8 @@ def test_pad_of_outer_dims_keeps_the_guarded_load_inside_the_inner_loops(monkeyp
     guarded load reads all of the index, so it must sit inside the channel loop (it was placed outside
     and read a value defined later)."""
     import hloexec
-    import hloexec.exec.executor as executor
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    import hloexec.exec.tiering as tiering
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     text = """HloModule m
 fused { p = f32[1,24,24,3] parameter(0)
  z = f32[] constant(0)
@@ -649,8 +649,8 @@ def test_reductions_of_every_type_compile_with_the_op_by_op_bits(et, kind, form,
     with padding, strides and dilations: holes skipped) and give the op-by-op tier's bits (f32 sums folded in
     order under reductions="per-step"; the other reducers are exact in any order)."""
     import hloexec
-    from hloexec.exec import executor
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    from hloexec.exec import tiering
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     src, out, attr = _REDUCTION_FORMS[form]
     opcode = "reduce" if attr.startswith("dimensions") else "reduce-window"
     init = {"and": "true", "or": "false", "maximum": "-inf" if et == "f32" else "-7", "minimum": "200",

@@ -16,7 +16,7 @@ import pytest
 
 import hloexec
 from hloexec.errors import TierUnsupported
-from hloexec.exec.executor import LOOP_COMPILE_WORK, TieredLoop
+from hloexec.exec.tiering import LOOP_COMPILE_WORK, TieredLoop
 from hloexec.kernels.program import compile_program
 from xla_compare import flatten, max_ulp
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import hloexec
-import hloexec.exec.executor as executor
+import hloexec.exec.tiering as tiering
 from conftest import EXAMPLES
 from hloexec.tools.xla_cpu import load_arrays
 from xla_compare import BF16, flatten, flush_denormals, is_float, max_ulp
@@ -74,7 +74,7 @@ KINDS = pytest.mark.parametrize("kind,numba", [("pre", False), ("pre", True), ("
 
 def compile_every_group(monkeypatch, kind, numba):
     if kind == "pre" and numba:
-        monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+        monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
 
 
 @KINDS

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hloexec
-import hloexec.exec.executor as executor
+import hloexec.exec.tiering as tiering
 import hloexec.ops.reduction as reduction
 from hloexec.kernels import fusion
 from hloexec.kernels.program import compile_program
@@ -147,7 +147,7 @@ def test_compiled_reduce_window_gives_the_per_step_bits(case):
     et, kind, dims, win, seed, specials = case
     x = values(np.random.default_rng(seed), dims, et, kind, specials)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(executor, "MIN_COMPILED_BYTES", 0)
+        mp.setattr(tiering, "MIN_COMPILED_BYTES", 0)
         compiled = hloexec.load(window_module(et, kind, dims, win, fused=True), compile_after=0,
                                 reductions="per-step")
     assert compiled.plan.steps[0].kernel.compiled is not None
@@ -214,7 +214,7 @@ def computation(exe, name):
 
 
 def check_tiers(et, kind, dims, rdims, seed, monkeypatch):
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     rng = np.random.default_rng(seed)
     a, b = (values(rng, dims, et, kind, specials=False) for _ in range(2))
     text = fused_module(et, kind, dims, rdims)
@@ -292,7 +292,7 @@ def test_per_step_matches_xla_cpu(name, monkeypatch):
     its bits, in both tiers; accumulate (one rounding of an f32 sum) does not. On hosts where XLA:CPU's loops
     are re-associated (see host_has_avx512), within the bound of two sums in different orders."""
     import jax
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     fn, shape, host_dependent = programs()[name]
     x = np.random.default_rng(len(name)).standard_normal(shape).astype(np.float16)
     compiled = jax.jit(fn).lower(x).compile()
@@ -359,7 +359,7 @@ def test_layernorm_gradient_against_xla_cpu_for_avx2(tmp_path, monkeypatch):
     per-step gives XLA's dx bit for bit, in both tiers (its f16 sums of rows: reduce-windows of 32 then reduces of
     8, each in order); accumulate is 8 ULP (of the output's scale) off. dg and db sum columns over 8x32 windows
     that LLVM re-associates into 8 partial sums there (see host_has_avx512): measured 5 and 2 ULP."""
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     text, inputs, want = xla_layernorm_gradient(tmp_path, AVX2_NO_YNNPACK)
     op_by_op = hloexec.load(text, use_numba=False, reductions="per-step").run(*inputs)
     compiled = hloexec.load(text, compile_after=0, reductions="per-step").run(*inputs)

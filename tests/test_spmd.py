@@ -271,8 +271,8 @@ ENTRY e { x = f16[262144] parameter(0)
     inputs = [exe.random_inputs(d) for d in range(8)]
     est = memory_estimate(exe, inputs)
     per_inputs = 2 * 262144 * 2
-    stored = exe.plan.peak_bytes(scratch=False) - per_inputs
-    scratch = exe.peak_bytes() - exe.plan.peak_bytes(scratch=False)
+    stored = exe.plan.memory.peak_bytes(scratch=False) - per_inputs
+    scratch = exe.peak_bytes() - exe.plan.memory.peak_bytes(scratch=False)
     assert scratch > 0 and stored > 0
     assert est["work"] == 8 * stored + min(8, CORES) * scratch < 8 * (exe.peak_bytes() - per_inputs)
     assert est["total"] == est["work"] + 8 * per_inputs
@@ -316,7 +316,7 @@ def test_tiers_count_per_participant():
     """SPMD participants share one plan: each still runs a fusion op by op on its own first call, so the
     k-th run of every device gives the same bits whichever thread got there first."""
     import hloexec
-    from hloexec.exec.executor import TieredKernel, TieredLoop
+    from hloexec.exec.tiering import TieredKernel, TieredLoop
     exe = hloexec.load(_TIERED)
     x = np.linspace(-3, 3, 32768, dtype=np.float32)
     reference = hloexec.load(_TIERED, use_numba=False).run(x)

@@ -11,7 +11,7 @@ import pytest
 import hloexec
 from conftest import EXAMPLES
 from hloexec.errors import CompileWarning
-from hloexec.exec import executor
+from hloexec.exec import tiering
 from hloexec.kernels import fusion
 from hloexec.tools.cli import main
 from xla_compare import flatten
@@ -20,7 +20,7 @@ GATHER_SCATTER = EXAMPLES / "gather_scatter.opt.hlo"
 
 
 def test_declines_are_counted_by_reason(monkeypatch):
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)      # offer every fusion to the generator
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)      # offer every fusion to the generator
     report = hloexec.load(GATHER_SCATTER).context.tier_report.to_dict()
     assert report["fusion"] == {"compiled": 1, "op_by_op": 3, "reasons": {
         "opcode gather": ["fused_computation", "fused_computation.2"],
@@ -34,7 +34,7 @@ def test_small_fusions_are_counted_as_such():
 
 
 def test_run_profile_shows_the_tiers(monkeypatch, capsys):
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     assert main(["run", str(GATHER_SCATTER), "--profile", "3", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["tiers"]["fusion"]["reasons"]["opcode scatter"] == ["wrapped_scatter_computation"]
@@ -45,7 +45,7 @@ def test_run_profile_shows_the_tiers(monkeypatch, capsys):
 
 
 def test_a_generator_bug_warns_and_runs_op_by_op(monkeypatch):
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
 
     def broken(self):
         raise KeyError("a bug")
@@ -78,7 +78,7 @@ def test_compiled_schedule_failing_where_the_checked_run_passes_warns():
 
 def test_generated_code_that_does_not_compile_is_counted(monkeypatch):
     from hloexec.kernels.fusion import FusedKernel
-    monkeypatch.setattr(executor, "MIN_COMPILED_BYTES", 0)
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
 
     def broken(self):
         raise RuntimeError("Numba says no")

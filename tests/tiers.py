@@ -37,8 +37,9 @@ import numpy as np
 
 import hloexec
 import hloexec.exec.executor as executor
+import hloexec.exec.tiering as tiering
 from hloexec.errors import TierUnsupported
-from hloexec.exec.executor import TieredKernel, TieredLoop
+from hloexec.exec.tiering import TieredKernel, TieredLoop
 from hloexec.ir.printer import instruction_to_text
 from hloexec.kernels.fusion import compile_fusion
 from hloexec.kernels.program import compile_program
@@ -115,7 +116,7 @@ def tier_kernels(exe) -> tuple[list, list]:
 
 @contextlib.contextmanager
 def patched(owner, **values):
-    """`owner`'s attributes (hloexec.exec.executor's tiering thresholds...) set to `values` meanwhile."""
+    """`owner`'s attributes (hloexec.exec.tiering's thresholds...) set to `values` meanwhile."""
     saved = {k: getattr(owner, k) for k in values}
     for k, v in values.items():
         setattr(owner, k, v)
@@ -141,7 +142,7 @@ def numpy_tier(case: Case) -> list:
 def fused_tier(case: Case) -> list:
     """Every fusion (and group hloexec fuses) compiled, while loops interpreted; a module with neither
     fusions nor groups: its entry computation as one fusion."""
-    with patched(executor, MIN_COMPILED_BYTES=0), patched(executor.ExecContext, compiled_loop=_interpreted_loop):
+    with patched(tiering, MIN_COMPILED_BYTES=0), patched(executor.ExecContext, compiled_loop=_interpreted_loop):
         exe = hloexec.load(case.text, compile_after=0)
         if not tier_kernels(exe)[0] and not _has(case.text, "fusion"):
             exe = hloexec.load(fused_module(case.text), compile_after=0)
@@ -171,7 +172,7 @@ def loop_tier(case: Case) -> list:
 
 def switched_tier(case: Case) -> list:
     """Defaults, but every while loop switches from interpreted to compiled after its first step."""
-    with patched(executor, LOOP_COMPILE_WORK=1, LOOP_WORK_PER_LINE=0):
+    with patched(tiering, LOOP_COMPILE_WORK=1, LOOP_WORK_PER_LINE=0):
         exe = hloexec.load(case.text)
     if not tier_kernels(exe)[1]:
         raise NotInTier("no while loop compiles")

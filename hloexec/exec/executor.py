@@ -8,13 +8,14 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from ..errors import CompileWarning, ElidedConstantWarning, ExecutionError, elided_constants_note
+from ..errors import ElidedConstantWarning, ExecutionError, MemoryLimitError, elided_constants_note
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.elementwise import check_reductions
 from .inputs import from_npz_void
 from .plan import Plan
 from .tier_report import TierReport
+from .tiering import NOT_COMPILED, CompilePolicy, TieredKernel, TieredLoop, compiled_or, loop_step_work
 
 
 @dataclass
@@ -32,119 +33,6 @@ class Device:
         return self.replica_id * self.num_partitions + self.partition_id
 
 
-# Fusions that write (or reduce) less than this run op by op (see fused_kernel).
-MIN_COMPILED_BYTES = 64 * 1024
-_SMALL = f"touches < {MIN_COMPILED_BYTES >> 10} KiB: op by op costs less than compiling"
-_NOT_COMPILED = "generated code did not compile (CompileWarning)"
-# Fusions whose op-by-op run would cost more than compiling them (~0.3 s, ~0.6 s with Numba's first load)
-# are compiled before their first call whatever `compile_after` says. Work = elements read and written x
-# ops, or the elements all ops write if more (intermediates bigger than the ends), x2 on f16/bf16 (op
-# by op, those go through f32 and back); numpy runs ~1 element-op per ns. Measured:
-# XLA's layer_norm_1x4096x768_bf16 benchmark (~2^27.5) ran cold in 0.97 s compiled, ~0.1 s op by op.
-EAGER_COMPILE_WORK = 1 << 30
-
-
-class TieredKernel:
-    """A fused computation run op by op for its first `after` calls, then as its compiled kernel.
-
-    Most runs are one-shot (validate a dump, a test's reference run): there, ~0.1-0.3 s of Numba compile
-    per kernel costs more than running the fusion op by op. A module run again compiles what it runs.
-    The switch happens at a fixed call count of each participant (SPMD devices share the plan, and run
-    it from their own threads), never on a timer, so the k-th run of a module gives the same bits in every
-    process (the two tiers may differ in the last bits: reduction order, libm vs numpy).
-    """
-    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "failed", "lock")
-
-    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None):
-        self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
-        self.observer, self.failed = observer, failed
-        self.compiled, self.calls, self.lock = None, {}, threading.Lock()
-
-    def __call__(self, *operands):
-        if self.observer() is not None:     # an observed run sees every value: op by op, not counted
-            return self.interpret(*operands)
-        who = self.participant()
-        n = self.calls.get(who, 0)
-        if n < self.after:
-            self.calls[who] = n + 1
-            return self.interpret(*operands)
-        if self.compiled is None:           # the first compiled call compiles (or falls back to op by op)
-            with self.lock:
-                if self.compiled is None:
-                    self.compiled = compiled_or(self.kernel, self.interpret, self.failed)
-        return self.compiled(*operands)
-
-
-# A while loop compiles (kernels/program.py) once its interpreted steps have run this many instructions
-# in all (~20-60 ms of dispatch), or LOOP_WORK_PER_LINE per generated line if that is more (Numba takes
-# ~7 ms a line: a big body must have shown it runs long) -- mid-loop if need be: the compiled loop
-# takes the state as it stands.
-LOOP_COMPILE_WORK = 1 << 16
-LOOP_WORK_PER_LINE = 250
-
-
-class TieredLoop:
-    """A while loop interpreted step by step until it has run enough instructions to pay for compiling,
-    then as one compiled function (the rest of that run and every later one). Counted per participant,
-    never timed: the same run switches at the same step in every process. `eager`: compile at the first
-    call (a loop nested in a compiled loop is never called, so never compiled on its own)."""
-    __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work", "participant",
-                 "observer", "failed", "lock")
-
-    def __init__(self, cond, body, kernel, step_work: int, eager: bool, participant, observer, failed=None):
-        self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
-        self.compiled, self.work, self.participant, self.lock = None, {}, participant, threading.Lock()
-        self.observer, self.failed = observer, failed
-        self.compile_work = 0 if eager else max(LOOP_COMPILE_WORK, LOOP_WORK_PER_LINE * kernel.lines)
-
-    def _compiled(self):
-        """The compiled loop (compiling it on first use), or None if it does not compile."""
-        if self.kernel is not None:
-            with self.lock:
-                if self.kernel is not None:
-                    self.compiled = compiled_or(self.kernel, None, self.failed)
-                    self.kernel = None
-                    if self.compiled is None:
-                        self.compile_work = float("inf")
-        return self.compiled
-
-    def __call__(self, state):
-        if self.observer() is not None:     # an observed run sees every step's values: interpreted, not counted
-            while bool(self.cond(state)):
-                state = self.body(state)
-            return state
-        who = self.participant()
-        work = self.work.get(who, 0)
-        if work >= self.compile_work:
-            compiled = self._compiled()
-            if compiled is not None:
-                return compiled(state)
-        cond, body = self.cond, self.body
-        while bool(cond(state)):
-            state = body(state)
-            work += self.step_work
-            if work >= self.compile_work:
-                self.work[who] = work
-                compiled = self._compiled()
-                if compiled is not None:
-                    return compiled(state)
-        self.work[who] = work
-        return state
-
-
-def compiled_or(kernel, fallback, failed=None):
-    """`kernel` compiled, or `fallback` (op by op) with a CompileWarning -- and `failed()` called, to count it --
-    if the generated code does not compile: a generator bug must cost speed, not the run."""
-    try:
-        return kernel.compile()
-    except Exception as e:  # Numba's errors have no common base worth naming
-        warnings.warn(f"generated kernel {kernel.key} did not compile, it runs op by op: {type(e).__name__}: "
-                      f"{str(e)[:500]}\n{kernel.source}", CompileWarning, stacklevel=2)
-        if failed is not None:
-            failed()
-        return fallback
-
-
 class ExecContext:
     """What ops see while they are prepared (hloexec.ops.registry.Context)."""
 
@@ -155,18 +43,17 @@ class ExecContext:
         self.excess_precision = excess_precision
         self.reductions = check_reductions(reductions)
         self.use_numba = use_numba
-        self.compile_after = compile_after
         # False: kernels that would compile while the plan is prepared compile at their first call instead (the
         # plan and its memory model are the same; reports that never run the module do not wait for Numba)
         self.compile_kernels = compile_kernels
         self._plans: dict[tuple[int, bool], Plan] = {}
-        # while instruction name -> its tiers (by name: plans inline calls, so one loop may have copies)
-        self._loops: dict[str, list[TieredLoop]] = {}
-        # kernel source hash -> op-by-op work of the fusions sharing it, and their tiers (one compile serves all)
-        self._kernel_work: dict[str, int] = {}
-        self._kernel_tiers: dict[str, list[TieredKernel]] = {}
+        self.policy = CompilePolicy(compile_after)    # which fusions and loops compile, and when
         self._participant = threading.local()
         self.tier_report = TierReport()     # which fusions and loops compiled, why the others run op by op
+
+    @property
+    def compile_after(self) -> int:
+        return self.policy.compile_after
 
     @property
     def device(self) -> Device:
@@ -218,50 +105,32 @@ class ExecContext:
         return list(self._plans.values())
 
     def fused_kernel(self, comp: Computation):
-        """A kernel running the fused computation `comp` as one compiled loop nest, or None to run it op by op.
-
-        Compiling costs ~0.1-0.3 s per distinct fusion on a cold cache, while running a small fusion op by
-        op costs microseconds: only fusions whose output or reduced operand has `MIN_COMPILED_BYTES` pay,
-        and they are compiled on their `compile_after`+1-th call (see TieredKernel).
-        """
-        ends = [p.shape for p in (comp.root, *comp.parameters)]
-        # what it touches: its output, and what its reductions read (a dynamic-slice of a big operand reads little)
-        touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions
-                                       if i.opcode in ("reduce", "reduce-window")]
+        """A kernel running the fused computation `comp` as one compiled loop nest, or None to run it op by op:
+        `self.policy` (exec/tiering.py) says whether it is worth compiling and when; a TieredKernel switches."""
         if not self.use_numba:
             return None
-        if max(s.nbytes for s in touched) < MIN_COMPILED_BYTES:
-            self.tier_report.record("fusion", comp.name, _SMALL)
+        policy = self.policy
+        reason = policy.declines(comp)
+        if reason is not None:
+            self.tier_report.record("fusion", comp.name, reason)
             return None
         from ..kernels.fusion import compile_fusion
         kernel = self.tier_report.generate("fusion", comp.name, lambda: compile_fusion(
             comp, excess_precision=self.excess_precision, reductions=self.reductions, eager=False))
         if kernel is None:
             return None
-        ops = [i for i in comp.instructions if i.opcode not in ("parameter", "constant")]
-        half = any(not i.shape.is_tuple and i.shape.element_type.is_half_float for i in ops)
-        # op by op, every op writes its whole value: a dynamic-slice of a big broadcast computes it all
-        written = sum(i.shape.leaf_elements() for i in ops)
-        work = max(sum(s.leaf_elements() for s in ends) * len(ops), written) * (2 if half else 1)
-        # structurally equal fusions share one compiled kernel (Adam's per-tensor updates): weigh their work together
-        work = self._kernel_work[kernel.key] = self._kernel_work.get(kernel.key, 0) + work
-        failed = partial(self.tier_report.record, "fusion", comp.name, _NOT_COMPILED)
-        if self.compile_after == 0 or work >= EAGER_COMPILE_WORK:
-            for tier in self._kernel_tiers.pop(kernel.key, ()):
-                tier.after = 0          # the equal fusions planned before this one compile at their first call
+        failed = partial(self.tier_report.record, "fusion", comp.name, NOT_COMPILED)
+        if policy.compiles_at_once(kernel.key, comp):
             compiled = compiled_or(kernel, None, failed) if self.compile_kernels else None
             if compiled is None and self.compile_kernels:
                 return None
             # op by op only in observed runs: its plan is made then
-            tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, partial(self.observer, comp), failed)
-            tier.compiled = compiled
-            return tier
-        tier = TieredKernel(self.computation(comp, fuse=False), kernel, self.compile_after, self.participant,
+            return TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
+                                self.participant, partial(self.observer, comp), failed, compiled)
+        tier = TieredKernel(self.computation(comp, fuse=False), kernel, policy.compile_after, self.participant,
                             partial(self.observer, comp), failed)
-        self._kernel_tiers.setdefault(kernel.key, []).append(tier)
+        policy.planned_kernel(kernel.key, tier)
         return tier
-
 
     def compiled_loop(self, inst):
         """The while loop `inst` as a TieredLoop, or None where it cannot compile (it runs interpreted).
@@ -277,14 +146,10 @@ class ExecContext:
             inst, excess_precision=self.excess_precision, reductions=self.reductions))
         if kernel is None:
             return None
-        step_work = _dispatches(inst.called["condition"]) + _dispatches(inst.called["body"])
-        loop = TieredLoop(cond, body, kernel, step_work, self.compile_after == 0, self.participant,
-                          partial(self.observer, inst.called["body"]),
-                          partial(self.tier_report.record, "loop", inst.name, _NOT_COMPILED))
-        for nested in _nested_whiles(inst):
-            for inner in self._loops.pop(nested.name, ()):
-                inner.kernel, inner.compile_work = None, float("inf")
-        self._loops.setdefault(inst.name, []).append(loop)
+        loop = TieredLoop(cond, body, kernel, loop_step_work(inst), self.policy.loop_compile_threshold(kernel),
+                          self.participant, partial(self.observer, inst.called["body"]),
+                          partial(self.tier_report.record, "loop", inst.name, NOT_COMPILED))
+        self.policy.planned_loop(inst, loop)
         return loop
 
 
@@ -321,7 +186,7 @@ class Executable:
                                    compile_after=compile_after, compile_kernels=compile_kernels,
                                    reductions=reductions)
         self.plan = self.context.computation(module.entry)
-        self.plan.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
+        self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
         from .manual import has_manual_regions
         self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (exec/manual.py)
@@ -362,7 +227,7 @@ class Executable:
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
                                  + "\n  ".join(map(str, params)))
-        self._check_memory()
+        self.check_memory()
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
         previous = None if observe is None else self.context.observe(
             observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
@@ -383,18 +248,20 @@ class Executable:
         """Peak live bytes of the entry computation (inputs included), from the schedule, and the values the
         plans of called computations keep after their first run (see Plan.folded)."""
         if self._peak_bytes is None:
-            kept = sum(plan.folded_bytes() for plan in self.context.plans if plan is not self.plan)
-            self._peak_bytes = self.plan.peak_bytes() + kept
+            kept = sum(plan.memory.folded_bytes() for plan in self.context.plans if plan is not self.plan)
+            self._peak_bytes = self.plan.memory.peak_bytes() + kept
         return self._peak_bytes
 
-    def _check_memory(self):
-        """Refuse a run whose peak cannot fit, before it starts, rather than be OOM-killed halfway."""
-        limit = self.max_memory if self.max_memory is not None else available_memory()
+    def check_memory(self, max_memory: int | None = None, available: int | None = None) -> int | None:
+        """Refuse a run whose peak cannot fit, before it starts, rather than be OOM-killed halfway: MemoryLimitError
+        if peak_bytes() exceeds `max_memory` (None: the Executable's), else `available` (None: MemAvailable now).
+        Returns the limit it checked against (None: none is known)."""
+        if max_memory is None:
+            max_memory = self.max_memory
+        limit = max_memory if max_memory is not None else available if available is not None else available_memory()
         if limit is not None and self.peak_bytes() > limit:
-            source = "max_memory" if self.max_memory is not None else "MemAvailable in /proc/meminfo"
-            raise ExecutionError(f"{self.module.name} needs {self.peak_bytes() / 2**30:.2f} GiB at its peak (live "
-                                 f"buffers, inputs included) but {source} allows {limit / 2**30:.2f} GiB; pass "
-                                 f"max_memory=BYTES to hloexec.load to override")
+            raise MemoryLimitError(self.module.name, self.peak_bytes(), limit, given=max_memory is not None)
+        return limit
 
     def run_spmd(self, per_device_inputs, partitions: int | None = None, replicas: int | None = None, **options):
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
@@ -427,23 +294,6 @@ def applied_computations(module: Module) -> frozenset[str]:
                     for c in (called if isinstance(called, list) else [called]):
                         add(c)
     return frozenset(applied)
-
-
-def _nested_whiles(inst) -> list:
-    """The while instructions inside the computations `inst` calls, at any depth."""
-    found = []
-    for c in inst.called.values():
-        for comp in (c if isinstance(c, list) else [c]):
-            for i in comp.instructions:
-                found += ([i] if i.opcode == "while" else []) + _nested_whiles(i)
-    return found
-
-
-def _dispatches(comp: Computation) -> int:
-    """Instructions a run of `comp` interprets, those of the computations it calls included (a loop
-    inside counted once)."""
-    return sum(1 + sum(_dispatches(c) for key, c in inst.called.items() if key in ("to_apply", "calls", "body"))
-               for inst in comp.instructions if inst.opcode != "parameter")
 
 
 def available_memory() -> int | None:

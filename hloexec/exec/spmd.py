@@ -204,7 +204,7 @@ def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> d
         input_bytes = sum(distinct.values())
     per_device_inputs_bytes = sum(p.shape.nbytes for p in exe.module.entry.parameters)
     per_device_peak = exe.peak_bytes()
-    stored_peak = exe.plan.peak_bytes(scratch=False)
+    stored_peak = exe.plan.memory.peak_bytes(scratch=False)
     running = min(n, concurrency or CORES)
     work = n * max(stored_peak - per_device_inputs_bytes, 0) + running * (per_device_peak - stored_peak)
     return {"participants": n, "per_device_peak": per_device_peak, "inputs": input_bytes,

@@ -416,3 +416,17 @@ class Module:
 
     def __repr__(self):
         return f"<HloModule {self.name}: {len(self.computations)} computations, {self.instruction_count} instructions>"
+
+
+def pick_module(modules: list[Module], name: str | None = None) -> Module:
+    """The module named `name` among `modules` (those of one file or text), or the only one when `name` is None;
+    ValueError naming the modules found otherwise."""
+    if name is None:
+        if len(modules) != 1:
+            names = ", ".join(m.name for m in modules)
+            raise ValueError(f"the source holds {len(modules)} modules ({names}); pick one with module=NAME")
+        return modules[0]
+    for m in modules:
+        if m.name == name:
+            return m
+    raise ValueError(f"no module named {name!r}; found: {', '.join(m.name for m in modules)}")

@@ -29,7 +29,7 @@ PURE = ELEMENTWISE | MOVEMENT | frozenset({"constant", "iota", "reduce", "dot", 
                                            "get-tuple-element"})
 
 # View: hloexec's kernel returns (part of) an operand's buffer rather than a new one (ops/movement.py; a
-# layout-changing bitcast is the exception, exec/plan.py:_returns_view).
+# layout-changing bitcast is the exception, exec/memory.py:_returns_view).
 VIEW = frozenset({"tuple", "get-tuple-element", "bitcast", "reshape", "copy", "opt-barrier", "optimization-barrier",
                   "add-dependency", "after-all", "parameter"})
 

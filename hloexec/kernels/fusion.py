@@ -814,7 +814,7 @@ class FusedKernel:
         self._outs = [(o.shape.dims, o.shape.element_type.name) for o in outs]
         self._params = [(p.shape.dims, p.shape.element_type.name) for p in params]
         self._consts = consts
-        self.recycle = False        # reuse the last call's outputs once no one else holds them (Plan.recycle_outputs)
+        self.recycle = False        # reuse the last call's outputs once no one else holds them (PlanMemory.recycle_outputs)
         self._spent: list | None = None
         self._spent_lock = threading.Lock()
 

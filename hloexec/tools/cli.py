@@ -69,15 +69,15 @@ def _parse_module_file(path: str):
 
 
 def select_module(modules, name: str | None, path: str):
-    found = "\n".join(f"  {m.name} (line {m.line})" for m in modules)
-    if name is None:
-        if len(modules) == 1:
-            return modules[0]
-        raise UsageError(f"{path} holds {len(modules)} modules; pick one with --module NAME:\n{found}")
-    for m in modules:
-        if m.name == name:
-            return m
-    raise UsageError(f"{path}: no module named {name!r}; found:\n{found}")
+    """hloexec.ir.module.pick_module, its refusal said for the command line (--module, the modules' lines)."""
+    from ..ir.module import pick_module
+    try:
+        return pick_module(modules, name)
+    except ValueError:
+        found = "\n".join(f"  {m.name} (line {m.line})" for m in modules)
+        if name is None:
+            raise UsageError(f"{path} holds {len(modules)} modules; pick one with --module NAME:\n{found}") from None
+        raise UsageError(f"{path}: no module named {name!r}; found:\n{found}") from None
 
 
 def _prepare(module, args):
@@ -89,7 +89,7 @@ def _prepare(module, args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
         exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
-                         reductions=args.reductions or "accumulate")
+                         reductions=args.reductions or "accumulate", max_memory=getattr(args, "max_memory", None))
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
     if elided:
@@ -121,19 +121,22 @@ def parse_size(text: str) -> int:
 
 
 def check_memory(exe, args, out) -> dict:
+    """Executable.check_memory against --max-memory, else MemAvailable; the peak said on `out` first."""
+    from ..errors import MemoryLimitError
     from ..exec.executor import available_memory
     from .stats import human_bytes
     peak = exe.peak_bytes()
     available = available_memory()
-    limit = args.max_memory if args.max_memory is not None else available
     if out is not None:
         where = f", {human_bytes(available)} available" if available is not None else ""
         print(f"{exe.module.name}: memory needed {human_bytes(peak)} (peak of live buffers{where})",
               file=out, flush=True)
-    if limit is not None and peak > limit:
+    try:
+        limit = exe.check_memory(args.max_memory, available)
+    except MemoryLimitError as e:
         source = "--max-memory" if args.max_memory is not None else "MemAvailable in /proc/meminfo"
-        raise UsageError(f"{exe.module.name} needs {human_bytes(peak)} at its peak, more than the "
-                         f"{human_bytes(limit)} allowed ({source}); --max-memory SIZE overrides")
+        raise UsageError(f"{exe.module.name} needs {human_bytes(e.peak)} at its peak, more than the "
+                         f"{human_bytes(e.limit)} allowed ({source}); --max-memory SIZE overrides") from None
     return {"peak_bytes": peak, "available_bytes": available, "limit_bytes": limit}
 
 

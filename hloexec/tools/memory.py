@@ -1,7 +1,7 @@
 """`hloexec memory`: peak live bytes and what is live there, from the plan `run` checks memory with.
 
-The numbers are the plan's own (hloexec.exec.plan: `Plan.live_bytes`, `Plan.buffer_lives`), not a second
-model: the peak printed here is the one `hloexec run` compares with the available memory. The plan is
+The numbers are the plan's own (hloexec.exec.memory: `PlanMemory.live_bytes`, `PlanMemory.buffer_lives`), not
+a second model: the peak printed here is the one `hloexec run` compares with the available memory. The plan is
 prepared without compiling a kernel, and nothing runs. An SPMD program is one program for every device,
 so each device has the same schedule and the same peak; `--spmd` adds what all participants need when
 `run --spmd` runs them in one process (hloexec.exec.spmd.memory_estimate).
@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..exec.plan import Plan, scratch_bytes
+from ..exec.memory import scratch_bytes
+from ..exec.plan import Plan
 from .opname import fit, layer, op_name, where
 from .stats import human_bytes
 
@@ -59,7 +60,7 @@ class MemoryReport:
     live_at_values_peak: list[LiveValue]
     collective_values: list[LiveValue]      # every buffer a collective made: where it lives, from where to where
     steps: list                     # the plan's step instructions (for the timeline)
-    lives: list                     # Plan.buffer_lives()
+    lives: list                     # PlanMemory.buffer_lives()
     xla: dict | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -82,11 +83,11 @@ def memory_report(exe, file: str = "", spmd: bool = False, partitions: int | Non
     start = time.perf_counter()
     plan: Plan = exe.plan
     module = exe.module
-    kept = exe.peak_bytes() - plan.peak_bytes()     # values the plans of called computations keep
-    series = [b + kept for b in plan.live_bytes()]
-    values = plan.live_bytes(scratch=False)
+    kept = exe.peak_bytes() - plan.memory.peak_bytes()     # values the plans of called computations keep
+    series = [b + kept for b in plan.memory.live_bytes()]
+    values = plan.memory.live_bytes(scratch=False)
     scratch = [a + kept - b for a, b in zip(series, values)]
-    lives = plan.buffer_lives()
+    lives = plan.memory.buffer_lives()
     peak_step = max(range(len(series)), key=series.__getitem__)
     values_step = max(range(len(values)), key=values.__getitem__)
     live = _live_at(plan, lives, peak_step - 1, kept)
