@@ -107,7 +107,7 @@ def test_disk_cache_in_a_fresh_process(tmp_path):
         k = fusion.compile_fusion(adam(777))
         t2 = time.perf_counter()
         out = k(*adam_args(777))
-        print(json.dumps({{"import": t1 - t0, "compile": t2 - t1, "hits": sum(k.fn.stats.cache_hits.values()),
+        print(json.dumps({{"key": k.key, "import": t1 - t0, "compile": t2 - t1, "hits": sum(k.fn.stats.cache_hits.values()),
                           "misses": sum(k.fn.stats.cache_misses.values())}}))
     """)
     env = dict(os.environ, HLOEXEC_CACHE_DIR=str(tmp_path))
@@ -119,6 +119,7 @@ def test_disk_cache_in_a_fresh_process(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     first, second = runs
+    assert first["key"] == second["key"] and (tmp_path / f"hx_{first['key']}.py").is_file()
     assert first["hits"] == 0 and second["hits"] >= 1 and second["misses"] == 0, runs
     assert second["compile"] < first["compile"], runs
     print(f"\ncompile {first['compile'] * 1e3:.0f} ms, load from disk cache {second['compile'] * 1e3:.0f} ms")

@@ -20,27 +20,22 @@ feeding a broadcast (softmax's max, LayerNorm's mean) are computed once per row,
 Loads under a pad / concatenate guard stay inside the guard.
 
 Structurally equal fusions produce the same source (names are canonical: p<k> parameters, c<k> array
-constants, o<k> outputs, i<k> loop indices, v<k> values), so they share one compiled kernel: in-process
-through a dict keyed by the source hash, across processes through Numba's on-disk cache -- the source
-is written to `<cache dir>/hx_<hash>.py` (cache dir: $HLOEXEC_CACHE_DIR or ~/.cache/hloexec/kernels),
-the directory is put on sys.path and the module imported by name, so `cache=True` finds its cache again.
+constants, o<k> outputs, i<k> loop indices, v<k> values), so they share one compiled kernel, in-process
+and on disk (`kernels/cache.py`).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib
 import math
-import os
 import sys
-import tempfile
 import threading
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import TierUnsupported
 from ..ir import opcodes
 from . import elementwise as ew
+from .cache import load_kernel, source_key
+from .codegen import Ix, constant_storage, is_name, kernel_module, need, row_major_strides, scalar_literal
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -51,12 +46,6 @@ LANES = 16                       # partial sums of a float row sum (one AVX-512 
 
 
 
-def _need(cond, why: str):
-    """Decline the computation (TierUnsupported) unless `cond` holds."""
-    if not cond:
-        raise TierUnsupported(why)
-
-
 # -- decoded attributes as plain tuples ------------------------------------------------------------------
 def _slices(inst):
     return [(s.start, s.limit, s.stride) for s in inst.attr("slice")]
@@ -64,26 +53,6 @@ def _slices(inst):
 
 def _padding(inst):
     return [(p.low, p.high, p.interior) for p in inst.attr("padding")]
-
-
-def _scalar_literal(inst):
-    return np.asarray(inst.literal).reshape(()).item()
-
-
-def constant_storage(inst) -> np.ndarray:
-    """An array constant as a kernel sees it: C-contiguous, in its storage type (f16/bf16 as uint16)."""
-    et = inst.shape.element_type
-    arr = np.ascontiguousarray(np.asarray(inst.literal).reshape(inst.shape.dims))
-    storage = ew.STORAGE[et.name]
-    return arr.view(storage) if et.is_half_float else arr.astype(storage, copy=False)
-
-
-def _row_major_strides(dims):
-    strides, s = [], 1
-    for d in reversed(dims):
-        strides.append(s)
-        s *= d
-    return list(reversed(strides))
 
 
 def _transposes_minor_dim(comp) -> bool:
@@ -131,10 +100,6 @@ def _subscript(index) -> str:
     block), and that turns every load into a gather and every store into a scatter (7x slower on 10M
     elements). Generated indices are never negative (loads under a pad or concatenate are guarded)."""
     return ", ".join(c if c.isdigit() else f"np.uint64({c})" for c in index) if index else "0"
-
-
-def _is_ident(s: str) -> bool:
-    return s[0].isalpha() or s[0] == "_"
 
 
 # -- the loop/branch tree the source is assembled from -----------------------------------------------
@@ -205,7 +170,7 @@ class _Generator:
     def emit(self, expr: str, deps, *, pin: bool = False, prefix: str = "v") -> str:
         """Assign `expr` to a new name in the outermost valid scope; `pin` keeps it inside guards."""
         self.statements += 1
-        _need(self.statements < MAX_STATEMENTS, "too many statements")
+        need(self.statements < MAX_STATEMENTS, "too many statements")
         target = self.place(deps)
         if pin and self.guard.depth > target.depth:
             target = self.guard
@@ -245,17 +210,18 @@ class _Generator:
         self.pop_to(saved)
 
     # -- index expressions ----------------------------------------------------------------------------
-    def iexpr(self, template: str, *comps) -> str:
-        """An index expression over components (names or int literals): folded, CSE'd, hoisted."""
-        if all(not _is_ident(c) for c in comps):
-            return str(int(eval(template.format(*comps), {"min": min, "max": max})))  # noqa: S307
-        src = template.format(*comps)
-        key = src
-        name = self.index_memo.get(key)
+    def iexpr(self, e: Ix) -> str:
+        """Index expression `e` as an index component: its value if it holds no name, else a name assigned it
+        (CSE'd, hoisted)."""
+        value = e.folded()
+        if value is not None:
+            return str(value)
+        src = str(e)
+        name = self.index_memo.get(src)
         if name is not None and self.visible(name):
             return name
-        name = self.emit(src, [c for c in comps if _is_ident(c)], prefix="x")
-        self.index_memo[key] = name
+        name = self.emit(src, e.names(), prefix="x")
+        self.index_memo[src] = name
         return name
 
     # -- code generation -----------------------------------------------------------------------------
@@ -263,14 +229,14 @@ class _Generator:
         comp = self.comp
         root = comp.root
         outs = list(root.operands) if root.opcode == "tuple" else [root]
-        _need(all(not o.shape.is_tuple for o in outs), "nested tuple")
+        need(all(not o.shape.is_tuple for o in outs), "nested tuple")
         dims = outs[0].shape.dims
-        _need(all(o.shape.dims == dims for o in outs), "outputs of different dims")
+        need(all(o.shape.dims == dims for o in outs), "outputs of different dims")
         for inst in comp.instructions:
             self.check(inst)
         self.params = comp.parameters
         for p in self.params:
-            _need(not p.shape.is_tuple and ew.supported_type(p.shape.element_type.name), "parameter type")
+            need(not p.shape.is_tuple and ew.supported_type(p.shape.element_type.name), "parameter type")
 
         # loop nest over the output's non-trivial dims
         loop_dims = [d for d, n in enumerate(dims) if n != 1]
@@ -303,18 +269,9 @@ class _Generator:
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
         self.blocks = (ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], max(2, work // BLOCK_WORK)))
                        if self.parallel else [])
-        lines = [f"# hloexec fused kernel (generated; helpers {_helpers_hash()})",
-                 "from numba import njit",
-                 "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
-                 "",
-                 "",
-                 "@njit(cache=True, error_model='numpy', nogil=True)",
-                 f"def kernel({', '.join(args)}):"]
         body: list[str] = []
         self.root_scope.render(body, 1)
-        if not body:
-            body = ["    pass"]
-        source = "\n".join(lines + body) + "\n"
+        source = kernel_module("fused", args, body or ["    pass"])
         self.outs = outs
         return source
 
@@ -365,7 +322,7 @@ class _Generator:
         kinds = [(self.reducer_op(r), r.shape.element_type.name) for r in reduces]
         red = self.reductions
         inits = [self.value(r.operands[1], ()) for r in reduces]
-        strides = _row_major_strides(dims)
+        strides = row_major_strides(dims)
         flat = _subscript([" + ".join(f"i{k}" + (f" * {strides[d]}" if strides[d] != 1 else "")
                                      for k, d in enumerate(loop_dims))])
         accs = [self.fresh("acc") for _ in reduces]
@@ -388,7 +345,7 @@ class _Generator:
         inner, index = self.open_loops(root, dims, loop_dims, "i")
         for r, acc, (opcode, et) in zip(reduces, accs, kinds):
             total = ew.reduction_result_src(red, opcode, et, f"{acc}[{flat}]", self.excess)
-            self.memo[(id(r), index)] = self.emit(total, [c for c in index if _is_ident(c)])
+            self.memo[(id(r), index)] = self.emit(total, [c for c in index if is_name(c)])
         for k, o in enumerate(outs):
             inner.insert(f"o{k}[{_subscript(index)}] = {ew.store_src(o.shape.element_type.name, self.value(o, index))}")
 
@@ -402,13 +359,13 @@ class _Generator:
     def check(self, inst):
         op = inst.opcode
         if op == "tuple":
-            _need(inst is self.comp.root, "tuple not at root")
+            need(inst is self.comp.root, "tuple not at root")
             return
-        _need(not inst.shape.is_tuple, f"tuple-shaped {op}")
-        _need(ew.supported_type(inst.shape.element_type.name), f"type {inst.shape.element_type.name}")
-        _need(not any(inst.shape.dynamic), "dynamic shape")
+        need(not inst.shape.is_tuple, f"tuple-shaped {op}")
+        need(ew.supported_type(inst.shape.element_type.name), f"type {inst.shape.element_type.name}")
+        need(not any(inst.shape.dynamic), "dynamic shape")
         for o in inst.operands:
-            _need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
+            need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
         if op in ("parameter", "constant", "iota", "reduce", "reduce-window") or op in opcodes.MOVEMENT \
                 or op in ew.ELEMENTWISE_OPS:
             return
@@ -416,7 +373,7 @@ class _Generator:
 
     def check_reduce_cost(self):
         for rid, (execs, size) in self.reduce_execs.items():
-            _need(execs <= 2 * size + 16, "reduce would be recomputed per broadcast element")
+            need(execs <= 2 * size + 16, "reduce would be recomputed per broadcast element")
 
     def trips_to(self, scope: _Scope) -> int:
         t, s = 1, scope
@@ -444,13 +401,13 @@ class _Generator:
     def compute(self, inst, index) -> str:
         op = inst.opcode
         et = inst.shape.element_type.name
-        deps = [c for c in index if _is_ident(c)]
+        deps = [c for c in index if is_name(c)]
         if op == "parameter":
             arr = f"p{inst.parameter_number}"
             return self.emit(ew.load_src(et, f"{arr}[{_subscript(index)}]"), deps, pin=True)
         if op == "constant":
             if inst.shape.rank == 0:
-                return ew.literal_src(et, _scalar_literal(inst))
+                return ew.literal_src(et, scalar_literal(inst))
             name = self.const_names.get(id(inst))
             if name is None:
                 name = f"c{len(self.consts)}"
@@ -469,7 +426,7 @@ class _Generator:
         # elementwise
         vals = [self.operand_at(inst, k, index) for k in range(len(inst.operands))]
         expr = ew.instruction_src(inst, vals, self.excess)
-        _need(expr is not None, f"{op} on {et}")
+        need(expr is not None, f"{op} on {et}")
         return vals[0] if expr == vals[0] else self.emit(expr, vals)
 
     # -- data movement: rewrite the index ----------------------------------------------------------------
@@ -488,10 +445,10 @@ class _Generator:
                 gj.append(j); pj *= out_dims[j]; j += 1
             while pi != pj:
                 if pi < pj:
-                    _need(i < len(in_dims), "reshape grouping")
+                    need(i < len(in_dims), "reshape grouping")
                     gi.append(i); pi *= in_dims[i]; i += 1
                 else:
-                    _need(j < len(out_dims), "reshape grouping")
+                    need(j < len(out_dims), "reshape grouping")
                     gj.append(j); pj *= out_dims[j]; j += 1
             # absorb trailing size-1 dims into the group
             while i < len(in_dims) and in_dims[i] == 1 and (j >= len(out_dims) or out_dims[j] != 1):
@@ -508,11 +465,11 @@ class _Generator:
             # linearize the out group, delinearize into the in group
             lin = "0"
             for d in gj_n:
-                lin = self.iexpr("({} * %d + {})" % out_dims[d], lin, index[d]) if lin != "0" else index[d]
+                lin = self.iexpr(Ix("+", Ix("*", lin, out_dims[d], paren=False), index[d])) if lin != "0" else index[d]
             stride = 1
             for d in reversed(gi_n):
-                q = self.iexpr("({} // %d)" % stride, lin) if stride != 1 else lin
-                result[d] = self.iexpr("({} %% %d)" % in_dims[d], q) if d != gi_n[0] else q
+                q = self.iexpr(Ix("//", lin, stride)) if stride != 1 else lin
+                result[d] = self.iexpr(Ix("%", q, in_dims[d])) if d != gi_n[0] else q
                 stride *= in_dims[d]
         return tuple(result)
 
@@ -533,9 +490,9 @@ class _Generator:
         if op == "reshape":
             return self.value(src, self.reshape_index(src.shape.dims, inst.shape.dims, index))
         if op == "bitcast":
-            _need(src.shape.element_type is inst.shape.element_type, "bitcast changing type")
+            need(src.shape.element_type is inst.shape.element_type, "bitcast changing type")
             for s in (src.shape, inst.shape):
-                _need(s.layout is None or (not s.layout.tiles and not s.layout.element_size_bits), "tiled layout")
+                need(s.layout is None or (not s.layout.tiles and not s.layout.element_size_bits), "tiled layout")
             m2m_out, m2m_in = inst.shape.minor_to_major, src.shape.minor_to_major
             phys_out = tuple(index[d] for d in reversed(m2m_out))
             phys_in = self.reshape_index([src.shape.dims[d] for d in reversed(m2m_in)],
@@ -549,20 +506,20 @@ class _Generator:
             for c, (start, _limit, stride) in zip(index, _slices(inst)):
                 e = c
                 if stride != 1:
-                    e = self.iexpr("({} * %d)" % stride, e)
+                    e = self.iexpr(Ix("*", e, stride))
                 if start:
-                    e = self.iexpr("({} + %d)" % start, e)
+                    e = self.iexpr(Ix("+", e, start))
                 out.append(e)
             return self.value(src, tuple(out))
         if op == "reverse":
             dims = set(inst.attr("dimensions", ()))
-            out = [self.iexpr("(%d - {})" % (src.shape.dims[d] - 1), c) if d in dims else c
+            out = [self.iexpr(Ix("-", src.shape.dims[d] - 1, c)) if d in dims else c
                    for d, c in enumerate(index)]
             return self.value(src, tuple(out))
         if op == "dynamic-slice":
             sizes = inst.attr("dynamic_slice_sizes")
             starts = inst.operands[1:]
-            _need(len(starts) == src.shape.rank and all(s.shape.rank == 0 for s in starts), "dynamic-slice form")
+            need(len(starts) == src.shape.rank and all(s.shape.rank == 0 for s in starts), "dynamic-slice form")
             out = []
             for d, (c, s) in enumerate(zip(index, starts)):
                 hi = src.shape.dims[d] - sizes[d]
@@ -572,7 +529,7 @@ class _Generator:
                     st = self.emit(f"np.int64(min({sv}, {ew.ctype(s_et)}({hi})))", [sv], prefix="x")
                 else:
                     st = self.emit(f"min(max(np.int64({sv}), 0), {hi})", [sv], prefix="x")
-                out.append(self.iexpr("({} + {})", c, st) if c != "0" else st)
+                out.append(self.iexpr(Ix("+", c, st)) if c != "0" else st)
             return self.value(src, tuple(out))
         if op == "pad":
             return self.pad(inst, index)
@@ -589,7 +546,7 @@ class _Generator:
         res = self.fresh("v")
         target.insert(f"{res} = {init}")
         self.scope_of[res] = target
-        guard = _Scope(target, [f"if {' and '.join(conds)}:"], is_guard=True)
+        guard = _Scope(target, [f"if {' and '.join(map(str, conds))}:"], is_guard=True)
         saved = self.open_construct(target, guard)
         val = compute_value()
         guard.insert(f"{res} = {val}")
@@ -604,36 +561,37 @@ class _Generator:
             if (low, high, interior) == (0, 0, 0):
                 comps.append(c)
                 continue
-            t = self.iexpr("({} - %d)" % low, c) if low else c
-            if _is_ident(t):
+            t = self.iexpr(Ix("-", c, low)) if low else c
+            if is_name(t):
                 deps.append(t)
             if interior == 0:
                 if low > 0:
-                    conds.append(f"{t} >= 0")
+                    conds.append(Ix(">=", t, 0, paren=False))
                 if high > 0:
-                    conds.append(f"{t} < {n}")
+                    conds.append(Ix("<", t, n, paren=False))
                 comps.append(t)
             else:
                 step = interior + 1
-                conds += [f"{t} >= 0", f"{t} % {step} == 0", f"{t} // {step} < {n}"]
-                comps.append(self.iexpr("({} // %d)" % step, t))
+                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, step, paren=False), 0, paren=False),
+                          Ix("<", Ix("//", t, step, paren=False), n, paren=False)]
+                comps.append(self.iexpr(Ix("//", t, step)))
         pv = self.value(padval, ())
         if not conds:
             return self.value(src, tuple(comps))
         if not deps:
             # every condition is over literals: fold
-            if all(eval(cnd) for cnd in conds):   # noqa: S307
+            if all(cnd.folded() for cnd in conds):
                 return self.value(src, tuple(comps))
             return pv
         # the guarded load depends on every index component, not only the padded dims' (see concatenate)
-        value_deps = [x for x in index if _is_ident(x)] + deps + ([pv] if _is_ident(pv) else [])
+        value_deps = [x for x in index if is_name(x)] + deps + ([pv] if is_name(pv) else [])
         return self.guarded(inst, conds, value_deps, lambda: self.value(src, tuple(comps)), pv)
 
     def concatenate(self, inst, index):
         dim = inst.attr("dimensions")[0]
         c = index[dim]
         et = inst.shape.element_type.name
-        if not _is_ident(c):
+        if not is_name(c):
             off = int(c)
             for o in inst.operands:
                 if off < o.shape.dims[dim]:
@@ -641,7 +599,7 @@ class _Generator:
                     return self.value(o, tuple(sub))
                 off -= o.shape.dims[dim]
             raise TierUnsupported("concatenate index")
-        deps = [x for x in index if _is_ident(x)]
+        deps = [x for x in index if is_name(x)]
         target = self.place(deps)
         if self.guard.depth > target.depth:
             target = self.guard
@@ -659,7 +617,7 @@ class _Generator:
             guard = _Scope(target, [f"if {' and '.join(conds) or 'True'}:"], is_guard=True)
             saved = self.open_construct(target, guard)
             sub = list(index)
-            sub[dim] = self.iexpr("({} - %d)" % off, c) if off else c
+            sub[dim] = self.iexpr(Ix("-", c, off)) if off else c
             val = self.value(o, tuple(sub))
             guard.insert(f"{res} = {val}")
             self.close_construct(target, guard, saved)
@@ -668,20 +626,20 @@ class _Generator:
 
     # -- reduce ----------------------------------------------------------------------------------------
     def reducer_op(self, inst):
-        _need(len(inst.operands) == 2, "variadic reduce")
+        need(len(inst.operands) == 2, "variadic reduce")
         called = inst.called.get("to_apply")
-        _need(called is not None and not isinstance(called, list), "reducer")
+        need(called is not None and not isinstance(called, list), "reducer")
         r = called.root
         params = called.parameters
-        _need(len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2, "reducer op")
-        _need({id(o) for o in r.operands} == {id(p) for p in params}, "reducer operands")
-        _need(r.shape.element_type is inst.shape.element_type, "reducer type")
+        need(len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2, "reducer op")
+        need({id(o) for o in r.operands} == {id(p) for p in params}, "reducer operands")
+        need(r.shape.element_type is inst.shape.element_type, "reducer type")
         return r.opcode
 
     def accumulator(self, inst, index) -> tuple[_Scope, str]:
         """A reduction's accumulator at `index`, set to its init value in the outermost scope it may live in."""
         init_v = self.value(inst.operands[1], ())
-        target = self.place([c for c in index if _is_ident(c)])
+        target = self.place([c for c in index if is_name(c)])
         if self.guard.depth > target.depth:
             target = self.guard
         acc = self.fresh("r")
@@ -763,8 +721,8 @@ class _Generator:
         opcode = self.reducer_op(inst)
         src = inst.operands[0]
         window = inst.attr("window") or ()
-        _need(len(window) == src.shape.rank or not window, "window rank")
-        _need(not any(w.reversal for w in window), "window reversal")
+        need(len(window) == src.shape.rank or not window, "window rank")
+        need(not any(w.reversal for w in window), "window reversal")
         target, acc = self.accumulator(inst, index)
         loops, dims = [], []
         for d, n in enumerate(src.shape.dims):
@@ -782,12 +740,17 @@ class _Generator:
                     comps.append(out)
                     continue
                 base, low = w.base_dilation, w.pad_low
-                terms = [(c, k) for c, k in ((out, w.stride), (var, w.window_dilation)) if c != "0"]
-                template = " + ".join("{}" if k == 1 else f"{{}} * {k}" for _, k in terms) or "0"
-                template = f"({template} - {low})" if low else template
-                q = terms[0][0] if template == "{}" else self.iexpr(template, *(c for c, _ in terms))
+                # q = out * stride + var * window_dilation - low, its zero terms left out
+                q = 0
+                for c, k in ((out, w.stride), (var, w.window_dilation)):
+                    if c != "0":
+                        term = c if k == 1 else Ix("*", c, k, paren=False)
+                        q = term if q == 0 else Ix("+", q, term, paren=False)
+                if low:
+                    q = Ix("-", q, low)
+                q = q if isinstance(q, str) else self.iexpr(q) if isinstance(q, Ix) else str(q)
                 last = (out_n - 1) * w.stride + (w.size - 1) * w.window_dilation - low
-                if not _is_ident(q):         # a size-1 window at a constant output index
+                if not is_name(q):         # a size-1 window at a constant output index
                     if not (0 <= int(q) <= (n - 1) * base and int(q) % base == 0):
                         return None, []
                     comps.append(str(int(q) // base))
@@ -798,7 +761,7 @@ class _Generator:
                     conds.append(f"{q} <= {(n - 1) * base}")
                 if base > 1:
                     conds.append(f"{q} % {base} == 0")
-                    q = self.iexpr("({} // %d)" % base, q)
+                    q = self.iexpr(Ix("//", q, base))
                 comps.append(q)
             return comps, conds
         return self.fold(inst, opcode, target, acc, loops, position)
@@ -823,7 +786,7 @@ class _Generator:
         self.push(inner)
         self.scope_of[lane] = inner
         position = comps.index(var)
-        comps[position] = self.iexpr("({} * %d + {})" % LANES, outer, lane)
+        comps[position] = self.iexpr(Ix("+", Ix("*", outer, LANES, paren=False), lane))
         val = self.value(inst.operands[0], tuple(comps))
         inner.insert(f"{lanes}[{lane}] = {ew.binary_src('add', et, f'{lanes}[{lane}]', val)}")
         self.close_construct(target, block, saved)
@@ -838,70 +801,6 @@ class _Generator:
 
 
 # -- compiled kernels ------------------------------------------------------------------------------------
-_KERNELS: dict[str, object] = {}
-_LOCK = threading.Lock()
-_HELPERS_HASH: str | None = None
-
-
-def _helpers_hash() -> str:
-    """Hash of the helper modules: generated sources change (new cache key) when the helpers change,
-    because Numba's disk cache does not track functions a cached function calls."""
-    global _HELPERS_HASH
-    if _HELPERS_HASH is None:
-        h = hashlib.sha256()
-        here = Path(__file__).parent
-        for name in ("half.py", "scalar.py"):
-            h.update((here / name).read_bytes())
-        _HELPERS_HASH = h.hexdigest()[:12]
-    return _HELPERS_HASH
-
-
-def cache_dir() -> Path:
-    d = os.environ.get("HLOEXEC_CACHE_DIR")
-    return Path(d) if d else Path.home() / ".cache" / "hloexec" / "kernels"
-
-
-def _load_kernel(source: str, key: str):
-    fn = _KERNELS.get(key)
-    if fn is not None:
-        return fn
-    with _LOCK:
-        fn = _KERNELS.get(key)
-        if fn is not None:
-            return fn
-        d = cache_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        if str(d) not in sys.path:
-            sys.path.append(str(d))
-        modname = f"hx_{key}"
-        path = d / f"{modname}.py"
-        if not path.exists() or path.read_text() != source:
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{modname}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-            importlib.invalidate_caches()
-        module = sys.modules.get(modname) or importlib.import_module(modname)
-        fn = module.kernel
-        _KERNELS[key] = fn
-        return fn
-
-
-def clear_cache(disk: bool = True):
-    """Forget compiled kernels in this process; with `disk`, also delete the on-disk sources and caches."""
-    _KERNELS.clear()
-    for name in [m for m in sys.modules if m.startswith("hx_")]:
-        del sys.modules[name]
-    if disk:
-        d = cache_dir()
-        if d.is_dir():
-            import shutil
-            for p in d.glob("hx_*.py"):
-                p.unlink(missing_ok=True)
-            shutil.rmtree(d / "__pycache__", ignore_errors=True)
-        importlib.invalidate_caches()
-
-
 class FusedKernel:
     """A compiled fusion: `kernel(*operands)` -> the root's value (an array, or a tuple for a tuple root)."""
 
@@ -923,7 +822,7 @@ class FusedKernel:
     def fn(self):
         """The Numba dispatcher, from the generated module (imported, and Numba with it, on first use)."""
         if self._fn is None:
-            self._fn = _load_kernel(self.source, self.key)
+            self._fn = load_kernel(self.source, self.key)
         return self._fn
 
     @property
@@ -1016,7 +915,7 @@ def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager
     `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py).
     """
     source, gen = generate_source(comp, excess_precision=excess_precision, parallel=parallel, reductions=reductions)
-    key = hashlib.sha256(source.encode()).hexdigest()[:24]
+    key = source_key(source)
     kernel = FusedKernel(source, key, gen.outs, gen.params, gen.consts, gen.blocks, comp.root.opcode == "tuple")
     if eager:
         kernel.compile()

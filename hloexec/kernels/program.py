@@ -32,7 +32,6 @@ share one compiled function in-process and on disk.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import sys
@@ -45,7 +44,8 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
-from .fusion import _helpers_hash, _load_kernel, _need, constant_storage
+from .cache import load_kernel, source_key
+from .codegen import Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -83,18 +83,14 @@ def _bufs(v) -> set[int]:
     return {x.buf for x in _leaves(v) if isinstance(x, Array)}
 
 
-def _strides(dims) -> list[int]:
-    out, s = [], 1
-    for d in reversed(dims):
-        out.append(s)
-        s *= d
-    return out[::-1]
-
-
 def _linear(dims, index) -> str:
-    """Row-major linear index of `index` (source expressions) into an array of `dims`."""
-    terms = [f"{c} * {s}" if s != 1 else str(c) for c, s, n in zip(index, _strides(dims), dims) if n != 1]
-    return " + ".join(terms) or "0"
+    """Row-major linear index of `index` (index expressions) into an array of `dims`, as source."""
+    lin = None
+    for c, s, n in zip(index, row_major_strides(dims), dims):
+        if n != 1:
+            term = Ix("*", c, s, paren=False) if s != 1 else c
+            lin = term if lin is None else Ix("+", lin, term, paren=False)
+    return "0" if lin is None else index_src(lin)
 
 
 def _storage_src(et: str) -> str:
@@ -102,10 +98,10 @@ def _storage_src(et: str) -> str:
 
 
 def _leaf_type(shape) -> tuple:
-    _need(not shape.is_tuple, "tuple leaf")
+    need(not shape.is_tuple, "tuple leaf")
     et = shape.element_type.name
-    _need(ew.supported_type(et), f"type {et}")
-    _need(not any(shape.dynamic), "dynamic shape")
+    need(ew.supported_type(et), f"type {et}")
+    need(not any(shape.dynamic), "dynamic shape")
     return tuple(shape.dims), et
 
 
@@ -148,7 +144,7 @@ class _Generator:
         return f"{prefix}{self.n}"
 
     def line(self, text: str):
-        _need(len(self.lines) < MAX_LINES, "program too large")
+        need(len(self.lines) < MAX_LINES, "program too large")
         self.lines.append("    " * self.indent + text)
 
     @contextmanager
@@ -184,7 +180,7 @@ class _Generator:
         return Scalar(name, et)
 
     def new_array(self, dims, et) -> Array:
-        _need(len(self.lines) < MAX_LINES, "program too large")
+        need(len(self.lines) < MAX_LINES, "program too large")
         name = self.fresh("a")
         self.n += 1
         self.lines.append(_Alloc(name, math.prod(dims) if dims else 1, et, self.n, self.indent))
@@ -200,7 +196,7 @@ class _Generator:
         """A rank-0 value as a scalar (a one-element array is loaded)."""
         if isinstance(v, Scalar):
             return v
-        _need(isinstance(v, Array) and math.prod(v.dims) == 1, "scalar expected")
+        need(isinstance(v, Array) and math.prod(v.dims) == 1, "scalar expected")
         return self.local(ew.load_src(v.et, f"{v.name}[0]"), v.et)
 
     def at(self, v, lin: str) -> str:
@@ -231,7 +227,7 @@ class _Generator:
         """Emit `comp` on argument values; returns the root's value."""
         order = list(comp.instructions)
         position = {id(inst): k for k, inst in enumerate(order)}
-        _need(all(position[id(o)] < position[id(i)] for i in order for o in i.operands), "order")
+        need(all(position[id(o)] < position[id(i)] for i in order for o in i.operands), "order")
         live = _live(comp)
         last_use = {id(comp.root): len(order)}
         for k, inst in enumerate(order):
@@ -325,7 +321,7 @@ class _Generator:
             return self.reduce(inst, operands)
         if op == "scatter":
             return self.scatter(inst, operands, writable)
-        _need(op != "parameter", "parameter")
+        need(op != "parameter", "parameter")
         dims, et = _leaf_type(inst.shape)
         if op == "constant":
             return self.constant(inst, dims, et)
@@ -336,14 +332,14 @@ class _Generator:
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
         emit = _ARRAY_OPS.get(op)
-        _need(emit is not None, f"opcode {op}")
+        need(emit is not None, f"opcode {op}")
         out = self.new_array(dims, et)
         emit(self, inst, operands, out)
         return out if dims else self.scalar_of(out)
 
     def constant(self, inst, dims, et):
         if not dims:
-            return Scalar(ew.literal_src(et, np.asarray(inst.literal).reshape(()).item()), et)
+            return Scalar(ew.literal_src(et, scalar_literal(inst)), et)
         v = self.const_names.get(id(inst))
         if v is None:
             self.consts.append(constant_storage(inst).reshape(-1))
@@ -354,22 +350,22 @@ class _Generator:
     def elementwise(self, inst, operands, dims, et):
         if not dims:
             expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.excess)
-            _need(expr is not None, f"{inst.opcode} on {et}")
+            need(expr is not None, f"{inst.opcode} on {et}")
             return self.local(expr, et)
         out = self.new_array(dims, et)
         i = self.fresh("i")
         with self.block(f"for {i} in range({math.prod(dims)}):"):
             vals = [self.local(self.at(v, i), v.et).expr if isinstance(v, Array) else v.expr for v in operands]
             expr = ew.instruction_src(inst, vals, self.excess)
-            _need(expr is not None, f"{inst.opcode} on {et}")
+            need(expr is not None, f"{inst.opcode} on {et}")
             self.line(f"{out.name}[{i}] = {ew.store_src(et, expr)}")
         return out
 
     def reshape(self, inst, src, dims, et):
         if inst.opcode == "bitcast":
-            _need(src.et == et, "bitcast changing type")
+            need(src.et == et, "bitcast changing type")
             for s in (inst.shape, inst.operands[0].shape):
-                _need(s.layout is None or (list(s.minor_to_major) == list(range(s.rank))[::-1]
+                need(s.layout is None or (list(s.minor_to_major) == list(range(s.rank))[::-1]
                                            and not s.layout.tiles), "bitcast with a layout")
         if not dims:
             return self.scalar_of(src)
@@ -399,7 +395,7 @@ class _Generator:
         out = writable(x)
         value = f"{upd.name}[{{}}]" if isinstance(upd, Array) else self.stored(upd)
         with self.loops(udims) as idx:
-            dst = _linear(dims, [f"({c} + {s})" for c, s in zip(idx, st)])
+            dst = _linear(dims, [Ix("+", c, s) for c, s in zip(idx, st)])
             self.line(f"{out.name}[{dst}] = {value.format(_linear(udims, idx))}")
         return out
 
@@ -549,7 +545,7 @@ class _Generator:
                 bj = _placed(len(bdims), (rb, bi), (rf, gi), (rc, cidx))
                 x = ew.convert_src(aet, acc_et, self.at(a, _linear(adims, ai)), True)
                 y = ew.convert_src(bet, acc_et, self.at(b, _linear(bdims, bj)), True)
-                _need(x is not None and y is not None, "dot types")
+                need(x is not None and y is not None, "dot types")
                 self.line(f"{acc} = {T}({acc} + {T}({x}) * {T}({y}))")
             res = ew.convert_src(acc_et, et, acc, self.excess)
             self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {ew.store_src(et, res)}")
@@ -583,7 +579,7 @@ class _Generator:
         out_batch = [d for d in range(len(out.dims)) if d not in gd.offset_dims]
         dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
         offset_src = [d for d in range(len(xdims)) if d not in dropped]
-        _need(len(offset_src) == len(gd.offset_dims), "gather offset dims")
+        need(len(offset_src) == len(gd.offset_dims), "gather offset dims")
         with self.loops([out.dims[d] for d in out_batch]) as bidx:
             starts = self.full_starts(indices, inst.operands[1].shape, gd.index_vector_dim, gd.start_index_map,
                                       gd.operand_batching_dims, gd.start_indices_batching_dims, bidx, len(xdims))
@@ -592,7 +588,7 @@ class _Generator:
             with self.loops([out.dims[d] for d in gd.offset_dims]) as widx:
                 src = list(starts)
                 for j, d in enumerate(offset_src):
-                    src[d] = f"({starts[d]} + {widx[j]})"
+                    src[d] = Ix("+", starts[d], widx[j])
                 oidx = _placed(len(out.dims), (out_batch, bidx), (gd.offset_dims, widx))
                 value = f"{x.name}[{_linear(xdims, src)}]" if isinstance(x, Array) else self.stored(x)
                 self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
@@ -601,17 +597,17 @@ class _Generator:
         n = (len(operands) - 1) // 2
         sd = scatter_dims(inst)
         xdims = _leaf_type(inst.operands[0].shape)[0]
-        _need(xdims, "rank-0 scatter")
+        need(xdims, "rank-0 scatter")
         indices, updates = operands[n], operands[n + 1:]
         udims = _leaf_type(inst.operands[n + 1].shape)[0]
         dropped = set(sd.inserted_window_dims) | set(sd.input_batching_dims)
         win_src = [d for d in range(len(xdims)) if d not in dropped]
-        _need(len(win_src) == len(sd.update_window_dims), "scatter window dims")
+        need(len(win_src) == len(sd.update_window_dims), "scatter window dims")
         full_w = [1] * len(xdims)
         for d, ud in zip(win_src, sd.update_window_dims):
             full_w[d] = udims[ud]
         outs = [writable(x) if isinstance(x, Array) else None for x in operands[:n]]
-        _need(all(outs), "scalar scatter operand")
+        need(all(outs), "scalar scatter operand")
         ets = [o.et for o in outs]
         comp = inst.called["to_apply"]
         with self.loops(udims) as uidx:      # row-major over the updates, as op by op
@@ -624,7 +620,7 @@ class _Generator:
             with self.block(f"if {inside or 'True'}:"):
                 dst = list(starts)
                 for j, d in enumerate(win_src):
-                    dst[d] = f"({starts[d]} + {uidx[sd.update_window_dims[j]]})"
+                    dst[d] = Ix("+", starts[d], uidx[sd.update_window_dims[j]])
                 lin = self.local(_linear(xdims, dst), "s64").expr
                 olds = [self.local(self.at(o, lin), o.et) for o in outs]
                 news = [self.local(self.at(u, _linear(udims, uidx)), u.et) for u in updates]
@@ -660,27 +656,28 @@ def _transpose(g, inst, operands, out):
 
 def _slice(g, inst, operands, out):
     spec = [(s.start, s.stride) for s in inst.attr("slice")]
-    _copy_mapped(g, out, operands[0], lambda idx: [f"({c} * {st} + {lo})" for c, (lo, st) in zip(idx, spec)])
+    _copy_mapped(g, out, operands[0],
+                 lambda idx: [Ix("+", Ix("*", c, st, paren=False), lo) for c, (lo, st) in zip(idx, spec)])
 
 
 def _reverse(g, inst, operands, out):
     rev = set(inst.attr("dimensions", ()))
     dims = _dims_of(operands[0])
     _copy_mapped(g, out, operands[0],
-                 lambda idx: [f"({dims[d] - 1} - {c})" if d in rev else c for d, c in enumerate(idx)])
+                 lambda idx: [Ix("-", dims[d] - 1, c) if d in rev else c for d, c in enumerate(idx)])
 
 
 def _dynamic_slice(g, inst, operands, out):
     x = operands[0]
     st = g.clamped_starts(operands[1:], _dims_of(x), out.dims)
-    _copy_mapped(g, out, x, lambda idx: [f"({c} + {s})" for c, s in zip(idx, st)])
+    _copy_mapped(g, out, x, lambda idx: [Ix("+", c, s) for c, s in zip(idx, st)])
 
 
 def _iota(g, inst, operands, out):
     dim = inst.attr("iota_dimension")
     with g.loops(out.dims) as idx:
         expr = ew.iota_src(out.et, f"np.int64({idx[dim]})")
-        _need(expr is not None, "iota type")
+        need(expr is not None, "iota type")
         g.line(f"{out.name}[{_linear(out.dims, idx)}] = {ew.store_src(out.et, expr)}")
 
 
@@ -688,20 +685,22 @@ def _pad(g, inst, operands, out):
     x, pv = operands
     fill = g.stored(g.scalar_of(pv))
     xdims = _dims_of(x)
-    _need(xdims, "rank-0 pad")
+    need(xdims, "rank-0 pad")
     with g.loops(out.dims) as idx:
         conds, src = [], []
         for c, n, p in zip(idx, xdims, inst.attr("padding")):
-            t = f"({c} - {p.low})" if p.low else c
+            t = Ix("-", c, p.low) if p.low else c
             if p.interior:
-                conds += [f"{t} >= 0", f"{t} % {p.interior + 1} == 0", f"{t} // {p.interior + 1} < {n}"]
-                t = f"({t} // {p.interior + 1})"
+                k = p.interior + 1
+                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, k, paren=False), 0, paren=False),
+                          Ix("<", Ix("//", t, k, paren=False), n, paren=False)]
+                t = Ix("//", t, k)
             else:
-                conds += [f"{t} >= 0", f"{t} < {n}"]
+                conds += [Ix(">=", t, 0, paren=False), Ix("<", t, n, paren=False)]
             src.append(t)
         dst = f"{out.name}[{_linear(out.dims, idx)}]"
         value = g.stored(x) if isinstance(x, Scalar) else f"{x.name}[{_linear(xdims, src)}]"
-        with g.block(f"if {' and '.join(conds)}:"):
+        with g.block(f"if {' and '.join(map(index_src, conds))}:"):
             g.line(f"{dst} = {value}")
         with g.block("else:"):
             g.line(f"{dst} = {fill}")
@@ -714,7 +713,7 @@ def _concatenate(g, inst, operands, out):
         xdims = _dims_of(x)
         with g.loops(xdims) as idx:
             dst = list(idx)
-            dst[dim] = f"({idx[dim]} + {off})"
+            dst[dim] = Ix("+", idx[dim], off)
             g.line(f"{out.name}[{_linear(out.dims, dst)}] = {x.name}[{_linear(xdims, idx)}]")
         off += xdims[dim]
 
@@ -786,7 +785,7 @@ class ProgramKernel:
     @property
     def fn(self):
         if self._fn is None:
-            self._fn = _load_kernel(self.source, self.key)
+            self._fn = load_kernel(self.source, self.key)
         return self._fn
 
     def compile(self):
@@ -852,14 +851,8 @@ def _generate(inst, excess_precision: bool, reductions: str):
             outs.append(v.name)
     gen.line(f"return ({', '.join(outs)},)")
     params = [f"t{k}" for k in range(len(args))] + [f"c{k}" for k in range(len(gen.consts))]
-    head = [f"# hloexec program kernel (generated; helpers {_helpers_hash()})",
-            "from numba import njit",
-            "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
-            "", "",
-            "@njit(cache=True, error_model='numpy', nogil=True)",
-            f"def kernel({', '.join(params)}):"]
     body = [x.render() if isinstance(x, _Alloc) else x for x in gen.lines]
-    return "\n".join(head + body) + "\n", gen
+    return kernel_module("program", params, body), gen
 
 
 def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
@@ -870,5 +863,5 @@ def compile_program(inst, *, excess_precision: bool = False, reductions: str = "
         source, gen = _generate(inst, excess_precision, reductions)
     except RecursionError:      # computations nested deeper than Python's recursion limit
         raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
-    key = "p" + hashlib.sha256(source.encode()).hexdigest()[:23]
+    key = source_key(source, "p")
     return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)

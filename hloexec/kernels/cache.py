@@ -1,0 +1,95 @@
+"""The kernel cache: where generated kernel sources live and how their compiled functions are loaded.
+
+Both generators (`kernels/fusion.py`, `kernels/program.py`) produce a module's source text defining
+`kernel`, decorated `@njit(cache=True)`, and a key (a hash of that source). Structurally equal computations
+give the same source, hence the same key, and share one compiled function:
+
+* in-process through a dict keyed by the key;
+* across processes through Numba's on-disk cache: the source is written to `<cache dir>/hx_<key>.py`
+  (cache dir: $HLOEXEC_CACHE_DIR, read on every load, or ~/.cache/hloexec/kernels), the directory is put
+  on sys.path and the module imported by name, so that `cache=True` finds its cache again.
+
+Numba's disk cache does not track the functions a cached function calls: every generated source names
+`helpers_hash()` (a hash of the helper modules) in its first line, so a change to the helpers changes the
+key. This module is the only one touching the dict, sys.path and the `hx_*` modules in sys.modules.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+_KERNELS: dict[str, object] = {}
+_LOCK = threading.Lock()
+_HELPERS_HASH: str | None = None
+_MODULE_PREFIX = "hx_"
+
+
+def helpers_hash() -> str:
+    """Hash of the helper modules generated kernels call (`kernels/half.py`, `kernels/scalar.py`)."""
+    global _HELPERS_HASH
+    if _HELPERS_HASH is None:
+        h = hashlib.sha256()
+        here = Path(__file__).parent
+        for name in ("half.py", "scalar.py"):
+            h.update((here / name).read_bytes())
+        _HELPERS_HASH = h.hexdigest()[:12]
+    return _HELPERS_HASH
+
+
+def source_key(source: str, prefix: str = "") -> str:
+    """The cache key of a generated source: `prefix` and a hash of the source, 24 characters in all."""
+    return prefix + hashlib.sha256(source.encode()).hexdigest()[:24 - len(prefix)]
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("HLOEXEC_CACHE_DIR")
+    return Path(d) if d else Path.home() / ".cache" / "hloexec" / "kernels"
+
+
+def load_kernel(source: str, key: str):
+    """The `kernel` function of generated `source` (a Numba dispatcher): from this process's dict, else
+    written to the cache dir (unless the same text is there) and imported."""
+    fn = _KERNELS.get(key)
+    if fn is not None:
+        return fn
+    with _LOCK:
+        fn = _KERNELS.get(key)
+        if fn is not None:
+            return fn
+        d = cache_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        if str(d) not in sys.path:
+            sys.path.append(str(d))
+        modname = _MODULE_PREFIX + key
+        path = d / f"{modname}.py"
+        if not path.exists() or path.read_text() != source:
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{modname}.", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)       # atomic: another process importing it sees the old or the new text
+            importlib.invalidate_caches()
+        module = sys.modules.get(modname) or importlib.import_module(modname)
+        fn = module.kernel
+        _KERNELS[key] = fn
+        return fn
+
+
+def clear_cache(disk: bool = True):
+    """Forget compiled kernels in this process; with `disk`, also delete the on-disk sources and caches."""
+    with _LOCK:
+        _KERNELS.clear()
+        for name in [m for m in sys.modules if m.startswith(_MODULE_PREFIX)]:
+            del sys.modules[name]
+        if disk:
+            d = cache_dir()
+            if d.is_dir():
+                for p in d.glob(f"{_MODULE_PREFIX}*.py"):
+                    p.unlink(missing_ok=True)
+                shutil.rmtree(d / "__pycache__", ignore_errors=True)
+        importlib.invalidate_caches()
