@@ -8,7 +8,7 @@ at a new temporary directory; Numba's caches of hloexec's own helpers stay as th
 first run (fused kernels op by op), then the second run, which compiles them, timed piece by piece:
 
 - source generation: `generate_source` / the loop generator, at `load` (counted there, not in the 2nd run);
-- per kernel: writing and importing its generated module (`_load_kernel`: Python's bytecode compile and the
+- per kernel: writing and importing its generated module (`kernels.cache.load_kernel`: Python's bytecode compile and the
   `@njit` decorator), then `dispatcher.compile(signature)` ("Numba compile"), split by Numba's event API
   (`numba:run_pass` events of the kernel's own pipeline) into typing (`nopython_type_inference`), lowering
   (`native_lowering`: Numba IR -> LLVM IR, then LLVM's optimisation and machine code, timed apart around
@@ -115,17 +115,18 @@ class Recorder:
             return source, gen
         program._generate = generate_program
 
-        load_kernel = fusion._load_kernel
+        import hloexec.kernels.cache as cache
+        load_kernel = cache.load_kernel
 
         def timed_load(source, key):
-            fresh = key not in fusion._KERNELS
+            fresh = key not in cache._KERNELS
             t = time.perf_counter()
             fn = load_kernel(source, key)
             if fresh:
                 rec.entry(key)["import_s"] += time.perf_counter() - t
             return fn
-        fusion._load_kernel = timed_load
-        program._load_kernel = timed_load
+        fusion.load_kernel = timed_load        # the name each generator module imported
+        program.load_kernel = timed_load
 
         for cls in (fusion.FusedKernel, program.ProgramKernel):
             def timed_compile(self, _orig=cls.compile):
