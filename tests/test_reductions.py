@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import ml_dtypes
@@ -313,22 +312,13 @@ def test_per_step_matches_xla_cpu(name, monkeypatch):
 
 LAYERNORM_GRADIENT = """
 import sys
-import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+import jax, numpy as np
+from numerics_programs import layernorm_grad_f16
 
-def layernorm(x, g, b, eps=1e-5):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) * jax.lax.rsqrt(var + eps) * g + b
-
-def loss(x, g, b):
-    return jnp.sum(layernorm(x, g, b) ** 2)
-
-r = np.random.default_rng(0)
-x = r.standard_normal((8, 128, 256)).astype(np.float16)
-g = (1 + 0.1 * r.standard_normal(256)).astype(np.float16)
-b = (0.1 * r.standard_normal(256)).astype(np.float16)
-outs = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x, g, b)
-np.savez(sys.argv[1] + "/io.npz", x=x, g=g, b=b, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
+grad, (x, g, b) = layernorm_grad_f16()
+outs = jax.jit(grad)(x, g, b)
+np.savez(sys.argv[1] + "/io.npz", x=x, g=g, b=b, **{{f"out{{i}}": np.asarray(o) for i, o in enumerate(outs)}})
 """
 # XLA:CPU compiling for AVX2 hosts (--xla_cpu_max_isa caps what it uses of this one), f32 sums in its own loops
 # rather than YNNPACK's (whose order is its own)
@@ -340,7 +330,8 @@ def xla_layernorm_gradient(directory: Path, flags: str):
     child process: XLA_FLAGS are read once per process): (optimized HLO text, [x, g, b], XLA's outputs)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="0",    # (hloexec.tools.xla_cpu sets it to 1)
                XLA_FLAGS=f"--xla_dump_to={directory} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=.* {flags}")
-    subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(LAYERNORM_GRADIENT), str(directory)], env=env,
+    script = LAYERNORM_GRADIENT.format(tests=str(Path(__file__).resolve().parent))   # the issue's program
+    subprocess.run([sys.executable, "-P", "-c", script, str(directory)], env=env,
                    check=True, capture_output=True, timeout=300)
     (dump,) = directory.glob("*.jit_loss.cpu_after_optimizations.txt")
     io = np.load(directory / "io.npz")
