@@ -23,7 +23,6 @@ from .custom_call import register_custom_call, target_of
 from .tiles import assemble_global, device_tile, tile_layout
 
 ENTERS = ("SPMDFullToShardShape", "xla.sdy.GlobalToLocalShape")
-LEAVES = ("SPMDShardToFullShape", "xla.sdy.LocalToGlobalShape")
 
 
 def _leaves(shape):
@@ -121,8 +120,8 @@ def leave(inst, ctx):
     return run
 
 
-for _target in ENTERS:
-    register_custom_call(_target, enter)
-for _target in LEAVES:
-    register_custom_call(_target, leave)
-del _target
+# GSPMD's markers take one value, Shardy's one or more
+register_custom_call("SPMDFullToShardShape", enter, operands=1, returns="array")
+register_custom_call("SPMDShardToFullShape", leave, operands=1, returns="array")
+register_custom_call("xla.sdy.GlobalToLocalShape", enter, operands=range(1, 1 << 31))
+register_custom_call("xla.sdy.LocalToGlobalShape", leave, operands=range(1, 1 << 31))

@@ -241,7 +241,7 @@ def prepare_rng_get_and_update_state(inst, ctx):
     return kernel
 
 
-@custom_call("GetRngSeed")
+@custom_call("GetRngSeed", operands=0, returns="array")
 def _get_rng_seed(inst, ctx):
     """`GetRngSeed`: the seed XLA:CPU hands a module for its rng expansions (implementation-defined there);
     hloexec gives a fixed 0, so runs are reproducible."""

@@ -37,13 +37,14 @@ def run_body(inst, ctx):
     return ctx.computation(comp)
 
 
-def builder_call(name: str):
-    """Register the body-less meaning of xla_builder.<name>; a call carrying its body runs the body."""
+def builder_call(name: str, **form):
+    """Register the body-less meaning of xla_builder.<name>; a call carrying its body runs the body. `form`:
+    the call's operands and result, as for custom_call."""
     def deco(prepare):
         def prepare_builder_call(inst, ctx):
             return run_body(inst, ctx) if _body(inst) is not None else prepare(inst, ctx)
         prepare_builder_call.__doc__ = prepare.__doc__
-        custom_call(XLA_BUILDER + name)(prepare_builder_call)
+        custom_call(XLA_BUILDER + name, **form)(prepare_builder_call)
         return prepare
     return deco
 
@@ -155,7 +156,7 @@ def next_after(x, y):
     return r.view(dt)
 
 
-@builder_call("math.NextAfter")
+@builder_call("math.NextAfter", operands=2, returns="array")
 def xla_next_after(inst, ctx):
     """xla_builder.math.NextAfter(from, to) without a body: XLA's bit algorithm (next_after), exact in every
     float type."""
@@ -207,7 +208,7 @@ def einsum(config: str, operands, out_dtype):
     return finish(r, out_dtype)
 
 
-@builder_call("matrix.Einsum")
+@builder_call("matrix.Einsum", operands=range(1, 3), returns="array")
 def xla_einsum(inst, ctx):
     """xla_builder.matrix.Einsum(x[, y]) without a body: the einsum of backend_config (e.g. "ij,jk->ik";
     repeated input labels take diagonals, a repeated output label builds a diagonal matrix), accumulated in
@@ -222,11 +223,13 @@ def xla_einsum(inst, ctx):
     return kernel
 
 
-@builder_call("matrix.GetMatrixDiagonalViaGather")
+@builder_call("matrix.GetMatrixDiagonalViaGather", operands=1, returns="array")
 def xla_matrix_diagonal(inst, ctx):
     """xla_builder.matrix.GetMatrixDiagonalViaGather(x) without a body: the main diagonal of the last two
     dims, [..., min(m, n)]."""
     src = inst.operands[0].shape
+    if src.rank < 2:
+        raise UnsupportedError(f"GetMatrixDiagonalViaGather of {src.to_text(False)}: it takes matrices", inst)
     want = (*src.dims[:-2], min(src.dims[-2:]))
     if tuple(inst.shape.dims) != want:
         raise UnsupportedError(f"GetMatrixDiagonalViaGather of {src.to_text(False)} returns "
@@ -259,7 +262,7 @@ def thomas(lower, main, upper, rhs):
     return x
 
 
-@builder_call("tridiagonal.TridiagonalSolver")
+@builder_call("tridiagonal.TridiagonalSolver", operands=range(2, 5), returns="array")
 def xla_tridiagonal_solver(inst, ctx):
     """xla_builder.tridiagonal.TridiagonalSolver without a body, XLA's Thomas algorithm (no pivoting): operands
     (diagonals [..., 3, M] = super, main, sub diagonal; rhs [..., M, K]) -> x [..., M, K], or (lower, main,
@@ -279,7 +282,7 @@ def xla_tridiagonal_solver(inst, ctx):
     return kernel
 
 
-@builder_call("prng.ScramblePhiloxKey")
+@builder_call("prng.ScramblePhiloxKey", operands=1, returns="array")
 def xla_scramble_philox_key(inst, ctx):
     """xla_builder.prng.ScramblePhiloxKey(u64 key) without a body: XLA's ScramblePhiloxKey (prng.cc) on the key
     (low 32 bits, high 32 bits): Philox-4x32 (10 rounds) of the state (low, 0, high, 0) under the key
@@ -316,7 +319,7 @@ def _softmax(x, axis=-1):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-@custom_call("te_scaled_softmax_forward_ffi")
+@custom_call("te_scaled_softmax_forward_ffi", operands=1, returns="array")
 def te_scaled_softmax_forward(inst, ctx):
     """Transformer Engine's scaled softmax: softmax(scale_factor * x) over the last dim, in f32, rounded once
     to the input type."""
@@ -327,7 +330,7 @@ def te_scaled_softmax_forward(inst, ctx):
     return kernel
 
 
-@custom_call("te_scaled_softmax_backward_ffi")
+@custom_call("te_scaled_softmax_backward_ffi", operands=2, returns="array")
 def te_scaled_softmax_backward(inst, ctx):
     """Its gradient: operands (dy, y = the forward's output) -> scale_factor * y * (dy - sum(dy * y)) over the
     last dim, in f32, rounded once."""
@@ -339,7 +342,7 @@ def te_scaled_softmax_backward(inst, ctx):
     return kernel
 
 
-@custom_call("te_scaled_masked_softmax_forward_ffi")
+@custom_call("te_scaled_masked_softmax_forward_ffi", operands=2, returns="array")
 def te_scaled_masked_softmax_forward(inst, ctx):
     """Transformer Engine's masked scaled softmax: operands (x [b, h, q, k], mask [b or 1, 1, q, k]);
     softmax over the last dim of scale_factor * x with masked positions (mask != 0) at -10000, in f32."""
@@ -352,7 +355,7 @@ def te_scaled_masked_softmax_forward(inst, ctx):
     return kernel
 
 
-@custom_call("te_scaled_upper_triang_masked_softmax_forward_ffi")
+@custom_call("te_scaled_upper_triang_masked_softmax_forward_ffi", operands=1, returns="array")
 def te_scaled_causal_softmax_forward(inst, ctx):
     """Transformer Engine's causal scaled softmax: softmax over the last dim of scale_factor * x with the
     positions above the diagonal (key > query) excluded, in f32, rounded once."""
@@ -366,5 +369,6 @@ def te_scaled_causal_softmax_forward(inst, ctx):
     return kernel
 
 
-custom_call("te_scaled_masked_softmax_backward_ffi", "te_scaled_upper_triang_masked_softmax_backward_ffi")(
+custom_call("te_scaled_masked_softmax_backward_ffi", "te_scaled_upper_triang_masked_softmax_backward_ffi",
+            operands=2, returns="array")(
     te_scaled_softmax_backward)

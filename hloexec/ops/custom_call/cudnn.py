@@ -497,7 +497,7 @@ def _softmax_rows(s):
 
 
 @custom_call("__cudnn$fmhaSoftmax", "__cudnn$fmhaScaleBiasSoftmax", "__cudnn$fmhaSoftmaxDropout",
-             "__cudnn$fmhaScaleBiasSoftmaxDropout")
+             "__cudnn$fmhaScaleBiasSoftmaxDropout", operands=range(3, 7), returns="tuple")
 def cudnn_fmha_forward(inst, ctx):
     """cuDNN fused attention, forward: operands (Q, K, V, [bias], [q_seqlen, kv_seqlen with a PADDING mask]) in
     the layout the bmm1 dimension numbers give (BTNH or BNTH); O = softmax(fmha_scale * Q K^T + bias, masked)
@@ -527,7 +527,8 @@ def cudnn_fmha_forward(inst, ctx):
 
 
 @custom_call("__cudnn$fmhaSoftmaxBackward", "__cudnn$fmhaScaleBiasSoftmaxBackward",
-             "__cudnn$fmhaSoftmaxDropoutBackward", "__cudnn$fmhaScaleBiasSoftmaxDropoutBackward")
+             "__cudnn$fmhaSoftmaxDropoutBackward", "__cudnn$fmhaScaleBiasSoftmaxDropoutBackward", operands=range(6, 10),
+             returns="tuple")
 def cudnn_fmha_backward(inst, ctx):
     """cuDNN fused attention, backward: operands (Q, K, V, softmax statistics, dO, [bias], O, [q_seqlen,
     kv_seqlen]); the probabilities recomputed from the statistics, then dV = P^T dO, dP = dO V^T, dS = P (dP -

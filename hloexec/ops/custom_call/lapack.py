@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import UnsupportedError
+from ...ir.dtypes import element_type_of
 from ...kernels import lapack
 from ..common import contig
 from .registry import backend_config, custom_call, target_of
@@ -42,6 +43,49 @@ def _char(cfg: dict, key: str, inst, default=None) -> str:
 def _results(inst):
     leaves = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
     return [(tuple(s.dims), s.dtype) for s in leaves]
+
+
+# The routines write into buffers sized from the operands' dims, so a call whose shapes break jaxlib's ABI
+# (a non-square matrix to potrf, a jpvt shorter than the columns, a missing operand) must be refused before
+# LAPACK runs: it would write out of bounds, not raise.
+def _operands(inst, *core_ranks: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """(shared batch dims, each operand's core dims) of a call taking arrays with these many trailing core
+    dims each, checked: the operand count, arrays, ranks, one batch shape."""
+    ops = inst.operands
+    if len(ops) != len(core_ranks) or any(not o.shape.is_array for o in ops):
+        raise UnsupportedError(f"{target_of(inst)} takes {len(core_ranks)} array operand(s) (jaxlib's ABI), the "
+                               f"call has {_shapes_text(o.shape for o in ops)}", inst)
+    batch, cores = None, []
+    for o, core in zip(ops, core_ranks):
+        dims = tuple(o.shape.dims)
+        if len(dims) < core:
+            raise UnsupportedError(f"{target_of(inst)}: operand {o.shape.to_text(layout=False)} has fewer than "
+                                   f"its {core} core dims (jaxlib's ABI)", inst)
+        if batch is not None and dims[:len(dims) - core] != batch:
+            raise UnsupportedError(f"{target_of(inst)}: operands {_shapes_text(o.shape for o in ops)} do not "
+                                   f"share batch dims before {core_ranks} core dims (jaxlib's ABI)", inst)
+        batch = dims[:len(dims) - core]
+        cores.append(dims[len(dims) - core:])
+    return batch, cores
+
+
+def _square(inst, dims: tuple[int, ...]) -> int:
+    if dims[0] != dims[1]:
+        raise UnsupportedError(f"{target_of(inst)} of a {dims[0]}x{dims[1]} matrix: it takes square ones", inst)
+    return dims[0]
+
+
+def _returns(inst, batch: tuple[int, ...], *results) -> None:
+    """Check the call's result shapes against jaxlib's ABI: `results` are (core dims, dtype) per result."""
+    want = [(tuple(batch) + tuple(core), np.dtype(dtype)) for core, dtype in results]
+    if _results(inst) != want:
+        text = ", ".join(f"{element_type_of(dt).name}[{','.join(map(str, dims))}]" for dims, dt in want)
+        raise UnsupportedError(f"{target_of(inst)} of {_shapes_text(o.shape for o in inst.operands)} returns "
+                               f"({text}) by jaxlib's ABI, the call says {inst.shape.to_text(layout=False)}", inst)
+
+
+def _shapes_text(shapes) -> str:
+    return "(" + ", ".join(s.to_text(layout=False) for s in shapes) + ")"
 
 
 def _batch(x: np.ndarray, core: int):
@@ -91,7 +135,11 @@ def lapack_trsm(inst, ctx):
     cfg = backend_config(inst)
     side, uplo = _char(cfg, "side", inst), _char(cfg, "uplo", inst)
     trans, diag = _char(cfg, "trans_x", inst), _char(cfg, "diag", inst)
+    batch, (a_dims, b_dims) = _operands(inst, 2, 2)
     t, dtype = _typed(inst, 1)
+    if _square(inst, a_dims) != b_dims[0 if side == "L" else 1]:
+        raise UnsupportedError(f"{target_of(inst)}: a is {a_dims}, b {b_dims} with side {side}", inst)
+    _returns(inst, batch, (b_dims, dtype))
     fn = lapack.routine(f"{t}trsm")
     (shape, out_dtype), = _results(inst)
 
@@ -114,7 +162,9 @@ def lapack_trsm(inst, ctx):
 def lapack_getrf(inst, ctx):
     """?getrf, LU with partial pivoting: a -> (LU packed in one matrix, s32 pivots (1-based, min(m, n) per
     matrix), s32 info: > 0 when U has an exact zero pivot)."""
+    batch, ((m, n),) = _operands(inst, 2)
     t, dtype = _typed(inst)
+    _returns(inst, batch, ((m, n), dtype), ((min(m, n),), np.int32), ((), np.int32))
     fn = lapack.routine(f"{t}getrf")
     (lu_shape, lu_t), (piv_shape, piv_t), (info_shape, info_t) = _results(inst)
 
@@ -133,7 +183,9 @@ def lapack_getrf(inst, ctx):
 @_register("geqrf")
 def lapack_geqrf(inst, ctx):
     """?geqrf, Householder QR: a -> (R above the diagonal and the reflectors below it, tau (min(m, n)))."""
+    batch, ((m, n),) = _operands(inst, 2)
     t, dtype = _typed(inst)
+    _returns(inst, batch, ((m, n), dtype), ((min(m, n),), dtype))
     fn = lapack.routine(f"{t}geqrf")
     (qr_shape, qr_t), (tau_shape, tau_t) = _results(inst)
 
@@ -156,7 +208,11 @@ def lapack_geqrf(inst, ctx):
 def lapack_geqp3(inst, ctx):
     """?geqp3, QR with column pivoting: (a, jpvt s32 (columns fixed first where non-zero, 1-based)) -> (R and
     reflectors, the column permutation (1-based), tau)."""
+    batch, ((m, n), jpvt) = _operands(inst, 2, 1)
     t, dtype = _typed(inst)
+    if jpvt != (n,) or inst.operands[1].shape.dtype != np.int32:
+        raise UnsupportedError(f"{target_of(inst)}: jpvt must be s32[..., {n}] for a {m}x{n} matrix", inst)
+    _returns(inst, batch, ((m, n), dtype), ((n,), np.int32), ((min(m, n),), dtype))
     fn = lapack.routine(f"{t}geqp3")
     complex_ = dtype.kind == "c"
     (qr_shape, qr_t), (p_shape, p_t), (tau_shape, tau_t) = _results(inst)
@@ -182,7 +238,12 @@ def lapack_geqp3(inst, ctx):
 def lapack_orgqr(inst, ctx):
     """?orgqr / ?ungqr (jax's householder_product): (reflectors a [m, n], tau [k]) -> Q [m, n], the first n
     columns of the product of the k reflectors."""
+    batch, ((m, n), (k,)) = _operands(inst, 2, 1)
     t, dtype = _typed(inst)
+    if not m >= n >= k:
+        raise UnsupportedError(f"{target_of(inst)} of a {m}x{n} matrix and {k} reflectors: LAPACK needs "
+                               "rows >= columns >= reflectors", inst)
+    _returns(inst, batch, ((m, n), dtype))
     fn = lapack.routine(f"{t}{'ungqr' if t in 'cz' else 'orgqr'}")
     (q_shape, q_t), = _results(inst)
 
@@ -207,10 +268,15 @@ def lapack_orgqr(inst, ctx):
 def lapack_ormqr(inst, ctx):
     """?ormqr / ?unmqr: (reflectors a, tau, c), attributes left and transpose (booleans) -> Q c, Q^T c (Q^H),
     c Q or c Q^T (Q^H), Q the product of the reflectors."""
+    batch, ((nq, ka), (k,), (m, n)) = _operands(inst, 2, 1, 2)
     t, dtype = _typed(inst, 2)
     fn = lapack.routine(f"{t}{'unmqr' if t in 'cz' else 'ormqr'}")
     cfg = backend_config(inst)
     side = "L" if cfg.get("left", True) else "R"
+    if nq != (m if side == "L" else n) or not ka >= k or k > nq:
+        raise UnsupportedError(f"{target_of(inst)}: reflectors {nq}x{ka}, {k} of them, do not apply to a {m}x{n} "
+                               f"matrix from the {'left' if side == 'L' else 'right'}", inst)
+    _returns(inst, batch, ((m, n), dtype))
     trans = ("C" if t in "cz" else "T") if cfg.get("transpose", False) else "N"
     (c_shape, c_t), = _results(inst)
 
@@ -243,9 +309,13 @@ def lapack_potrf(inst, ctx):
 
 
 def potrf(inst, uplo: str):
+    batch, (a_dims,) = _operands(inst, 2)
+    n = _square(inst, a_dims)
     t, dtype = _typed(inst)
     fn = lapack.routine(f"{t}potrf")
     results = _results(inst)
+    workspace = [(dims[len(batch):], dt) for dims, dt in results[1:-1]]    # __cusolver$cholesky's, any shape
+    _returns(inst, batch, ((n, n), dtype), *workspace, ((), np.int32))
     (l_shape, l_t), (info_shape, info_t) = results[0], results[-1]
 
     def kernel(a):
@@ -280,7 +350,15 @@ def _svd(inst, routine):
     mode = _char(backend_config(inst), "mode", inst)
     if mode not in "ASN":
         raise UnsupportedError(f"{target_of(inst)} with mode {mode!r}", inst)
+    batch, ((m, n),) = _operands(inst, 2)
     t, dtype = _typed(inst)
+    k = min(m, n)
+    res = _results(inst)
+    if mode == "N" and len(res) == 5:       # U and V^H are not computed: any matrix shape the call gives them
+        u_core, vt_core = (dims[len(batch):] for dims, _ in res[2:4])
+    else:
+        u_core, vt_core = {"A": ((m, m), (n, n)), "S": ((m, k), (k, n))}.get(mode, ((m, m), (n, n)))
+    _returns(inst, batch, ((m, n), dtype), ((k,), TYPES[REAL[t]]), (u_core, dtype), (vt_core, dtype), ((), np.int32))
     fn = lapack.routine(f"{t}{routine}")
     complex_ = t in "cz"
     (a_shape, a_t), (s_shape, s_t), (u_shape, u_t), (vt_shape, vt_t), (info_shape, info_t) = _results(inst)
@@ -327,7 +405,10 @@ def lapack_syevd(inst, ctx):
 
 
 def syevd(inst, uplo: str, mode: str):
+    batch, (a_dims,) = _operands(inst, 2)
+    n = _square(inst, a_dims)
     t, dtype = _typed(inst)
+    _returns(inst, batch, ((n, n), dtype), ((n,), TYPES[REAL[t]]), ((), np.int32))
     complex_ = t in "cz"
     fn = lapack.routine(f"{t}{'heevd' if complex_ else 'syevd'}")
     (v_shape, v_t), (w_shape, w_t), (info_shape, info_t) = _results(inst)
@@ -377,8 +458,13 @@ def lapack_geev(inst, ctx):
     (jaxlib's check), the other results zeros."""
     cfg = backend_config(inst)
     jobvl, jobvr = _char(cfg, "compute_left", inst), _char(cfg, "compute_right", inst)
+    batch, (a_dims,) = _operands(inst, 2)
+    n = _square(inst, a_dims)
     t, dtype = _typed(inst)
     complex_ = t in "cz"
+    vectors_t = dtype if complex_ else np.result_type(dtype, np.complex64)
+    values = [((n,), dtype)] * (1 if complex_ else 2)
+    _returns(inst, batch, *values, ((n, n), vectors_t), ((n, n), vectors_t), ((), np.int32))
     fn = lapack.routine(f"{t}geev")
     results = _results(inst)
 
@@ -426,8 +512,12 @@ def lapack_gees(inst, ctx):
     mode, sort = _char(cfg, "mode", inst), _char(cfg, "sort", inst)
     if sort != "N":
         raise UnsupportedError(f"{target_of(inst)} with sort={sort!r} (jaxlib implements only N)", inst)
+    batch, (a_dims,) = _operands(inst, 2)
+    n = _square(inst, a_dims)
     t, dtype = _typed(inst)
     complex_ = t in "cz"
+    values = [((n,), dtype)] * (1 if complex_ else 2)
+    _returns(inst, batch, ((n, n), dtype), ((n, n), dtype), *values, ((), np.int32), ((), np.int32))
     fn = lapack.routine(f"{t}gees")
     results = _results(inst)
 
@@ -458,7 +548,12 @@ def lapack_gehrd(inst, ctx):
     first subdiagonal and the reflectors below it, tau (n - 1), s32 info)."""
     cfg = backend_config(inst)
     low, high = int(cfg.get("low", 1)), cfg.get("high")
+    batch, (a_dims,) = _operands(inst, 2)
+    n = _square(inst, a_dims)
     t, dtype = _typed(inst)
+    if not 1 <= low <= max(n, 1) or not (high is None or min(low, n) <= int(high) <= n):
+        raise UnsupportedError(f"{target_of(inst)}: low={low}, high={high} outside 1..{n}", inst)
+    _returns(inst, batch, ((n, n), dtype), ((max(n - 1, 0),), dtype), ((), np.int32))
     fn = lapack.routine(f"{t}gehrd")
     (h_shape, h_t), (tau_shape, tau_t), (info_shape, info_t) = _results(inst)
 
@@ -488,10 +583,14 @@ def lapack_sytrd(inst, ctx):
 
 
 def sytrd(inst, uplo: str):
+    batch, (a_dims,) = _operands(inst, 2)
+    n = _square(inst, a_dims)
     t, dtype = _typed(inst)
+    real = TYPES[REAL[t]]
+    _returns(inst, batch, ((n, n), dtype), ((n,), real), ((max(n - 1, 0),), real), ((max(n - 1, 0),), dtype),
+             ((), np.int32))
     fn = lapack.routine(f"{t}{'hetrd' if t in 'cz' else 'sytrd'}")
     results = _results(inst)
-    real = TYPES[REAL[t]]
 
     def kernel(a):
         aa, _ = _batch(a, 2)
@@ -514,7 +613,11 @@ def sytrd(inst, uplo: str):
 def lapack_gtsv(inst, ctx):
     """?gtsv, tridiagonal solve with partial pivoting: (dl, d, du, b) -> (the factorization's dl, d, du, the
     solution x, s32 info); dl[0] and du[n-1] are not read (jax's layout: all three of length n)."""
+    batch, (dl, d, du, (n, nrhs)) = _operands(inst, 1, 1, 1, 2)
+    if not dl == d == du == (n,):
+        raise UnsupportedError(f"{target_of(inst)}: the three diagonals must have the {n} rows of b", inst)
     t, dtype = _typed(inst)
+    _returns(inst, batch, ((n,), dtype), ((n,), dtype), ((n,), dtype), ((n, nrhs), dtype), ((), np.int32))
     fn = lapack.routine(f"{t}gtsv")
     results = _results(inst)
 
@@ -598,10 +701,19 @@ def gpu_svd(inst, ctx):
     vectors = _flag(cfg, "compute_uv", inst, True)
     returns_v = target_of(inst).endswith(("gesvdj_ffi", "gesvdp_ffi"))
     swapped = bool(cfg.get("transposed", False))
+    batch, ((m, n),) = _operands(inst, 2)
     t, dtype = _typed(inst)
     fn = lapack.routine(f"{t}gesvd")
     complex_ = t in "cz"
     results = _results(inst)
+    k = min(m, n)
+    if vectors:
+        u_core, vt_core = (m, m if full else k), (n, n if full else k) if returns_v else (n if full else k, n)
+        pair = (vt_core, u_core) if swapped else (u_core, vt_core)
+    else:                   # zeros of whatever matrix shapes the call gives them
+        pair = tuple(dims[len(batch):] for dims, _ in results[2:4]) if len(results) == 5 else ((m, m), (n, n))
+    _returns(inst, batch, ((m, n), dtype), ((k,), TYPES[REAL[t]]), *((core, dtype) for core in pair),
+             ((), np.int32))
 
     def kernel(a):
         aa, _ = _batch(a, 2)
@@ -635,8 +747,13 @@ def gpu_svd(inst, ctx):
 def lu_pivots_to_permutation(inst, ctx):
     """jax's GPU lu_pivots_to_permutation: 0-based row swaps [..., k] -> the permutation [..., n] they make
     of 0..n-1 applied in order (swap i and pivots[i]; a pivot outside 0..n-1 is skipped)."""
+    batch, _ = _operands(inst, 1)
+    if inst.shape.is_tuple or inst.shape.rank != len(batch) + 1:
+        raise UnsupportedError(f"{target_of(inst)} returns s32[..., n] (jaxlib's ABI), the call says "
+                               f"{inst.shape.to_text(layout=False)}", inst)
     (shape, dtype), = _results(inst)
     n = shape[-1]
+    _returns(inst, batch, ((n,), np.int32))
 
     def kernel(pivots):
         pp, _ = _batch(pivots, 1)

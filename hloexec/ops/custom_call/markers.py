@@ -46,7 +46,7 @@ def dce_sink(inst, ctx):
     return lambda *operands: ()
 
 
-@custom_call("SliceToDynamic")
+@custom_call("SliceToDynamic", operands=range(1, 1 << 31), returns="array")
 def slice_to_dynamic(inst, ctx):
     """SliceToDynamic(x, size_0, ...): x with the given dynamic sizes. hloexec values are static arrays of
     the bound shape, so the value is x; elements past a dynamic size are padding (XLA:CPU leaves them
@@ -59,7 +59,7 @@ def slice_to_dynamic(inst, ctx):
     return kernel
 
 
-@custom_call("PadToStatic")
+@custom_call("PadToStatic", operands=1, returns="tuple")
 def pad_to_static(inst, ctx):
     """PadToStatic(x) -> (x as a static array, s32 size of dim 0, size of dim 1, ...): the inverse of
     SliceToDynamic. hloexec values are static arrays of the bound shape, so the data is x and each size its

@@ -76,7 +76,7 @@ def neuron_erf(inst, ctx):
     return _elementwise(inst, erf)
 
 
-@custom_call("AwsNeuronRmsNorm")
+@custom_call("AwsNeuronRmsNorm", operands=3, returns="array")
 def neuron_rms_norm(inst, ctx):
     """RMS norm over the dimension in backend_config (a number as text): operands (x, weight along that
     dimension, epsilon scalar); y = x / sqrt(mean(x^2 over the dimension) + epsilon) * weight, in f32 (f64 for

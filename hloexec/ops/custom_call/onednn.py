@@ -10,7 +10,7 @@ from .registry import backend_config, custom_call
 _F32 = np.dtype(np.float32)
 
 
-@custom_call("__onednn$layernorm")
+@custom_call("__onednn$layernorm", operands=3, returns="array")
 def onednn_layernorm(inst, ctx):
     """oneDNN forward-inference layer norm over the last dim: (x - mean) / sqrt(var + eps) * scale + shift,
     biased variance, computed in f32 (onednn_layer_norm.cc). eps is the config's epsilon_typecast (the f32

@@ -29,21 +29,49 @@ PLUG_IN_HINT = ("supply an implementation: `hloexec run|compare --plugin my_call
                 "operand through unchanged")
 
 
-def register_custom_call(target: str, prepare, *, replace: bool = False):
-    """Register `prepare(inst, ctx) -> kernel(*operands)` for custom-call target `target`."""
+# target -> (operand counts it takes, "array" / "tuple" result or None): checked before its prepare runs, so a
+# malformed call (an operand missing, a tuple where an array belongs) is a clear error, not an IndexError
+CALL_FORMS: dict[str, tuple[range | None, str | None]] = {}
+
+
+def register_custom_call(target: str, prepare, *, replace: bool = False, operands: int | range | None = None,
+                         returns: str | None = None):
+    """Register `prepare(inst, ctx) -> kernel(*operands)` for custom-call target `target`; `operands` (a count
+    or a range of counts, of array operands) and `returns` ("array" or "tuple"), where given, are checked
+    before `prepare` sees an instruction."""
     if target in CUSTOM_CALLS and not replace:
         raise ValueError(f"custom-call target {target!r} registered twice")
     CUSTOM_CALLS[target] = prepare
+    counts = range(operands, operands + 1) if isinstance(operands, int) else operands
+    if counts is not None or returns is not None:
+        CALL_FORMS[target] = (counts, returns)
     return prepare
 
 
-def custom_call(*targets: str):
+def custom_call(*targets: str, operands: int | range | None = None, returns: str | None = None):
     """Decorator form of register_custom_call (one prepare for several target names)."""
     def deco(prepare):
         for t in targets:
-            register_custom_call(t, prepare)
+            register_custom_call(t, prepare, operands=operands, returns=returns)
         return prepare
     return deco
+
+
+def check_call_form(inst, target: str) -> None:
+    """Refuse a call to `target` whose operands or result are not of the form the target was registered with."""
+    form = CALL_FORMS.get(target)
+    if form is None:
+        return
+    counts, returns = form
+    ops = inst.operands
+    if counts is not None and (len(ops) not in counts or any(not o.shape.is_array for o in ops)):
+        n = (f"{counts.start}" if len(counts) == 1 else
+             f"{counts.start} or more" if counts.stop > 1 << 20 else f"{counts.start} to {counts.stop - 1}")
+        given = ", ".join(o.shape.to_text(layout=False) for o in ops)
+        raise UnsupportedError(f"custom-call {target!r} takes {n} array operand(s), the call has ({given})", inst)
+    if returns is not None and (returns == "tuple") != inst.shape.is_tuple:
+        raise UnsupportedError(f"custom-call {target!r} returns {'a tuple' if returns == 'tuple' else 'an array'}, "
+                               f"the call says {inst.shape.to_text(layout=False)}", inst)
 
 
 def target_of(inst) -> str:
@@ -88,6 +116,7 @@ def lookup(inst):
     if prepare is None:
         raise UnsupportedError(f"unsupported custom-call target {target!r}: hloexec has no implementation of "
                                f"it; {PLUG_IN_HINT}", inst)
+    check_call_form(inst, target)
     return prepare
 
 

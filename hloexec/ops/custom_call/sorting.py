@@ -17,7 +17,7 @@ def top_k(x: np.ndarray, k: int, largest: bool = True):
     return contig(vals), contig(order.astype(np.int32))
 
 
-@custom_call("TopK", "__gpu$TopK")
+@custom_call("TopK", "__gpu$TopK", operands=1, returns="tuple")
 def topk(inst, ctx):
     """k largest (or smallest with largest=false) along the last dim: (values, s32 indices), sorted, ties by
     the lower index, NaN the largest. `__gpu$TopK` (XLA-GPU's top-k kernel) has the same meaning; its kernel
@@ -60,7 +60,7 @@ def cub_radix_sort(inst, ctx):
     return kernel
 
 
-@custom_call("PartialReduce")
+@custom_call("PartialReduce", operands=range(2, 1 << 31))
 def partial_reduce(inst, ctx):
     """TPU's first stage of approximate top-k (jax.lax.approx_max_k): operands (values..., init values...) and a
     comparator; the `reduction_dim` of size N is cut into L = N / 2^log2_reduction bins, element i in bin
@@ -77,6 +77,8 @@ def partial_reduce(inst, ctx):
     if n == 0 or len(inst.operands) != 2 * n or len(leaves) != n:
         raise UnsupportedError("PartialReduce takes N operands, N init values and returns N results", inst)
     rank = inst.operands[0].shape.rank
+    if rank == 0 or any(o.shape.rank != rank for o in inst.operands[:n]) or any(l.rank != rank for l in leaves):
+        raise UnsupportedError("PartialReduce's operands and results must have one rank, at least 1", inst)
     dim = dim % rank
     size = inst.operands[0].shape.dims[dim]
     bins = leaves[0].dims[dim]
