@@ -85,11 +85,12 @@ ENTRY e {
 """
 
 
-def test_custom_calls_moving_values_are_widened_others_pinned():
+def test_custom_calls_moving_values_are_widened_others_pinned(monkeypatch):
     """A custom-call registered as an identity marker (here as --custom-call-identity would) carries the shadow's
     f64 values; one whose kernel computes in its own types (oneDNN's layer norm) runs pinned at them."""
-    from hloexec.ops.custom_call.markers import register_identity
-    register_identity("hloexec_test_marker")
+    from hloexec.ops.custom_call import CUSTOM_CALLS
+    from hloexec.ops.custom_call.markers import identity
+    monkeypatch.setitem(CUSTOM_CALLS, "hloexec_test_marker", identity)     # registered for this test only
     shadow = shadow_module(hloexec.parse("""HloModule m
 ENTRY e { x = f16[8] parameter(0)
   m = f16[8] custom-call(x), custom_call_target="hloexec_test_marker"
@@ -227,6 +228,10 @@ def test_find_nonfinite_command(capsys, tmp_path):
     code = main(["run", str(path), "--inputs", str(inputs), "--find-nonfinite", "--stop-at-first"])
     out = capsys.readouterr().out
     assert code == 1 and "%shifted" in out and "%sq" not in out and "--stop-at-first" in out
+    # numerics finds the same origins, and says so in its exit code too
+    code = main(["numerics", str(path), "--inputs", str(inputs), "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and [o["name"] for o in document["nonfinite"]["origins"]] == ["shifted", "sq"]
 
 
 SPMD_OVERFLOW = """HloModule spmd_overflow, num_partitions=2

@@ -28,8 +28,9 @@ JSON_VERSION = 1
 EXIT_CODES = """exit codes:
   0  success
   1  compare: an output differs (--reference shadow: a candidate is not consistent with the
-     program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite: an
-     instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ across devices
+     program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite and
+     numerics: an instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ
+     across devices
   2  parse error, usage error, unsupported op, execution error, internal error"""
 
 
@@ -818,7 +819,7 @@ def cmd_numerics(args) -> int:
                  if reductions == "per-step" else "; f16/bf16 reductions accumulate in f32"))
         print(format_numerics(report, args.top))
         print(f"time: {seconds:.2f} s")
-    return EXIT_OK
+    return EXIT_MISMATCH if report.nonfinite is not None and report.nonfinite.origins else EXIT_OK
 
 
 def cmd_ops(args) -> int:
