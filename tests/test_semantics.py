@@ -55,7 +55,8 @@ def _compiled(name: str, opcodes: list[str], n: int):
     lines = [f"def f({', '.join(f'a{j}' for j in range(n))}, out):", "    for i in range(a0.shape[0]):"]
     lines += [f"        x{j} = a{j}[i]" for j in range(n)]
     for k, op in enumerate(opcodes):
-        src = semantics.numba_src(op, name, *xs, compute=ew.COMPUTE, bits=ew.BITS[name], literal=ew.literal_src)
+        src = semantics.numba_src(op, _TYPES[name], name, *xs, compute=ew.COMPUTE, bits=ew.BITS[name],
+                                  literal=ew.literal_src)
         lines.append(f"        out[{k}, i] = {src}")
     env = {h: getattr(scalar, h) for h in ew.HELPERS}
     exec(compile("\n".join(lines), f"<table {name}>", "exec"), env)
@@ -123,6 +124,6 @@ def test_numpy_form_elementwise_on_one_value(name):
 def test_numba_forms_of_pred_not_and_shift_amounts():
     """Spot checks of the renderer's tier-specific spelling: pred not is a logical not (~True is -2 in Python);
     an unsigned shift amount needs no cast."""
-    assert semantics.numba_src("not", "pred", "p", compute=ew.COMPUTE, bits=8, literal=ew.literal_src) == "(not p)"
-    assert "np.uint8(b)" not in semantics.numba_src("shift-left", "u8", "a", "b", compute=ew.COMPUTE, bits=8,
-                                                    literal=ew.literal_src)
+    kw = dict(compute=ew.COMPUTE, bits=8, literal=ew.literal_src)
+    assert semantics.numba_src("not", "pred", "pred", "p", **kw) == "(not p)"
+    assert "np.uint8(b)" not in semantics.numba_src("shift-left", "unsigned", "u8", "a", "b", **kw)

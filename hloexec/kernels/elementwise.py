@@ -123,7 +123,8 @@ def store_src(name: str, expr: str) -> str:
 
 
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
-HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32", "total_order_key64", "popcount", "count_leading_zeros",
+HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32",
+           "total_order_key64", "popcount", "count_leading_zeros",
            "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "f64_to_f16", "round_f16",
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
            "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
@@ -139,7 +140,8 @@ _CLASS = {**dict.fromkeys(FLOATS, "float"), **dict.fromkeys(SIGNED, "signed"), *
 def _table_src(opcode: str, name: str, *vals: str) -> str | None:
     if name not in COMPUTE or not semantics.defines(opcode, _CLASS[name]) or semantics.arity(opcode) != len(vals):
         return None
-    return semantics.numba_src(opcode, name, *vals, compute=COMPUTE, bits=BITS[name], literal=literal_src)
+    return semantics.numba_src(opcode, _CLASS[name], name, *vals, compute=COMPUTE, bits=BITS[name],
+                               literal=literal_src)
 
 
 # Transcendentals of f32 / f16 / bf16 values, an implementation choice of the compiled tier: straight-line

@@ -8,15 +8,17 @@ signed integer of the type's width; `T`: back to the compute type), typed consta
 (`trunc_div`, `isnan`, `copysign`, `exp`...). It is written once and read twice:
 
 * `numpy_form(opcode, cls, dtype, bits)`: a callable on numpy arrays of the compute dtype (what the op-by-op
-  tier, ops/elementwise.py, runs). Eager: both sides of a `where` may be computed (when its condition is
-  neither all true nor all false), so a definition must be safe on the values the `where` discards -- it
-  divides by `where(b == 0, 1, b)`, shifts by an amount masked to the width.
-* `numba_src(opcode, name, *operand_sources)`: the source of one element in a generated Numba kernel (what
+  tier, ops/elementwise.py, runs); a definition that is one numpy function of its operands (add, exp, a
+  compare) is that function. Eager: both sides of a `where` may be computed (on large arrays only the one
+  taken when its condition is all true or all false), so a definition must be safe on the values the
+  `where` discards -- it divides by `where(b == 0, 1, b)`, shifts by an amount masked to the width.
+* `numba_src(opcode, cls, name, *operand_sources, ...)`: the source of one element in a generated Numba kernel (what
   kernels/elementwise.py hands both generators); `where` becomes a lazy ternary.
 
-The primitives are the only thing with two implementations ("the machine": `_NUMPY` and `_NUMBA` below, the
-Numba helpers in kernels/scalar.py); tests/test_semantics.py checks that the two forms of every definition
-agree bit for bit on edge values. Plain Python: no Numba import here.
+The primitives are the only thing with two implementations ("the machine": `_numpy_calls` and the numpy
+ufuncs of the operators; `_NUMBA_CALLS` and the Numba helpers in kernels/scalar.py); tests/test_semantics.py
+checks that the two forms of every definition agree bit for bit on edge values. Plain Python: no Numba
+import here.
 
 Types inside an expression are tags: "T" (the compute type: a numpy int / float scalar or array; f16 / bf16 /
 fp8 computed in f32, rounded by the caller), "U" / "S" (the unsigned / signed integer of the type's width,
@@ -108,8 +110,9 @@ PRIMITIVES = {
     "trunc_div": (None, True),     # integer a / b rounded toward zero; needs b != 0 and not INT_MIN / -1
     "trunc_rem": (None, True),     # integer a - b * trunc_div(a, b) (sign of a); the same preconditions
     "int_pow": (None, True),       # integer a ** b by squaring, wrapping; needs b >= 0
-    "max": (None, True),           # the larger; NaN if either is NaN (the first); either one of +-0
-    "min": (None, True),
+    # the larger / smaller: for floats IEEE 754-2019 maximum / minimum (as llvm.maximum, XLA:CPU): NaN if either
+    # is NaN (the first), and -0 < +0
+    "max": (None, True), "min": (None, True),
     "abs": (None, True), "floor": (None, True), "ceil": (None, True), "trunc": (None, True), "rint": (None, True),
     "sqrt": (None, True), "copysign": (None, True), "fmod": (None, True),
     "isnan": ("bool", True), "isfinite": ("bool", True),
@@ -163,16 +166,6 @@ class TypeInfo:
 
 
 # -- the definitions -------------------------------------------------------------------------------------
-def _float_maximum(t, x, y):
-    # IEEE 754-2019 maximum (llvm.maximum, as XLA:CPU): NaN propagates and +0 > -0 (+0 + -0 = +0).
-    return where((x == 0) & (y == 0), x + y, max_(x, y))
-
-
-def _float_minimum(t, x, y):
-    # IEEE 754-2019 minimum: NaN propagates and -0 < +0 (-((-x) + (-y)) is -0 if either is -0).
-    return where((x == 0) & (y == 0), -((-x) + (-y)), min_(x, y))
-
-
 def _signed_divide(t, x, y):
     # XLA: x / 0 = -1, INT_MIN / -1 = INT_MIN, else rounded toward zero.
     zero, overflow = y == 0, (x == t.INT_MIN) & (y == -1)
@@ -246,10 +239,6 @@ def _op(f):
     return lambda t, *xs: f(*xs)
 
 
-def _clamp(maximum, minimum):
-    return lambda t, lo, x, hi: minimum(t, maximum(t, x, lo), hi)
-
-
 def _compare(direction: str, order: str):
     key = {"FLOAT": lambda x: x, "TOTALORDER": total_order_key, "SIGNED": S, "UNSIGNED": U}[order]
     test = {"EQ": "__eq__", "NE": "__ne__", "LT": "__lt__", "LE": "__le__", "GT": "__gt__", "GE": "__ge__"}[direction]
@@ -281,8 +270,8 @@ DEFINITIONS: dict[str, dict[str, object]] = {
     "remainder": {"float": _fn("fmod"), "signed": _signed_remainder, "unsigned": _unsigned_remainder},
     "power": {"float": _fn("power"), "signed": _signed_power, "unsigned": _op(int_pow)},
     "atan2": {"float": _fn("arctan2")},
-    "maximum": {"float": _float_maximum, "signed": _op(max_), "unsigned": _op(max_), "pred": _op(lambda x, y: x | y)},
-    "minimum": {"float": _float_minimum, "signed": _op(min_), "unsigned": _op(min_), "pred": _op(lambda x, y: x & y)},
+    "maximum": {**{c: _op(max_) for c in ("float", "signed", "unsigned")}, "pred": _op(lambda x, y: x | y)},
+    "minimum": {**{c: _op(min_) for c in ("float", "signed", "unsigned")}, "pred": _op(lambda x, y: x & y)},
     "and": {c: _op(lambda x, y: x & y) for c in ("signed", "unsigned", "pred")},
     "or": {c: _op(lambda x, y: x | y) for c in ("signed", "unsigned", "pred")},
     "xor": {c: _op(lambda x, y: x ^ y) for c in ("signed", "unsigned", "pred")},
@@ -304,11 +293,9 @@ DEFINITIONS: dict[str, dict[str, object]] = {
     "is-finite": {"float": _fn("isfinite")},
     **{op: {"float": _fn(op)} for op in _FLOAT_SIMPLE_UNARY},
     **{op: {"float": _fn(fn)} for op, fn in _FLOAT_CALLS.items()},
-    # clamp(lo, x, hi) = minimum(maximum(x, lo), hi), the table's own maximum / minimum
-    "clamp": {"float": _clamp(_float_maximum, _float_minimum),
-              "signed": _clamp(lambda t, x, y: max_(x, y), lambda t, x, y: min_(x, y)),
-              "unsigned": _clamp(lambda t, x, y: max_(x, y), lambda t, x, y: min_(x, y)),
-              "pred": lambda t, lo, x, hi: hi & (x | lo)},
+    # clamp(lo, x, hi) = minimum(maximum(x, lo), hi)
+    "clamp": {**{c: _op(lambda lo, x, hi: min_(max_(x, lo), hi)) for c in ("float", "signed", "unsigned")},
+              "pred": _op(lambda lo, x, hi: hi & (x | lo))},
     **{compare_opcode(d, "UNSIGNED"): {"pred": _compare(d, "FLOAT")} for d in DIRECTIONS},
 }
 for _cls, _orders in _ORDERS.items():
@@ -406,10 +393,25 @@ def _erf(x):
     return special.erf(x).astype(x.dtype, copy=False)
 
 
-def _numpy_calls(bits: int):
+def _np_maximum(a, b):
+    """IEEE 754-2019 maximum: np.maximum (NaN-propagating) with +0 > -0 (+0 + -0 = +0)."""
+    r = np.maximum(a, b)
+    z = (a == 0) & (b == 0)
+    return np.where(z, a + b, r) if z.any() else r
+
+
+def _np_minimum(a, b):
+    """IEEE 754-2019 minimum: np.minimum (NaN-propagating) with -0 < +0 (-((-0) + (-(+0))) = -0)."""
+    r = np.minimum(a, b)
+    z = (a == 0) & (b == 0)
+    return np.where(z, -((-a) + (-b)), r) if z.any() else r
+
+
+def _numpy_calls(bits: int, floats: bool):
     return {
-        "trunc_div": _np_trunc_div, "trunc_rem": np.fmod, "int_pow": _np_int_pow, "max": np.maximum,
-        "min": np.minimum, "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
+        "trunc_div": _np_trunc_div, "trunc_rem": np.fmod, "int_pow": _np_int_pow,
+        "max": _np_maximum if floats else np.maximum, "min": _np_minimum if floats else np.minimum,
+        "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
         "sqrt": np.sqrt, "copysign": np.copysign, "fmod": np.fmod, "isnan": np.isnan, "isfinite": np.isfinite,
         "popcount": lambda u: np.bitwise_count(u).astype(u.dtype),
         "clz": lambda u: u.dtype.type(bits) - _np_bit_length(u, bits),
@@ -445,9 +447,10 @@ class _NumpyBuilder:
     """Turns an expression into a closure `env -> array`, env = [operands, memo of shared nodes]."""
 
     def __init__(self, dtype: np.dtype, bits: int, uses: dict):
-        self.dtypes = {"T": dtype, "U": np.dtype(f"u{dtype.itemsize}"), "S": np.dtype(f"i{dtype.itemsize}"),
-                       "bool": np.dtype(np.bool_)}
-        self.bits, self.uses, self.calls = bits, uses, _numpy_calls(bits)
+        self.dtypes = {"T": dtype, "bool": np.dtype(np.bool_)}
+        if dtype.kind in "iu":          # the integer patterns of the type's width
+            self.dtypes.update(U=np.dtype(f"u{dtype.itemsize}"), S=np.dtype(f"i{dtype.itemsize}"))
+        self.bits, self.uses, self.calls = bits, uses, _numpy_calls(bits, dtype.kind in "fc")
 
     def build(self, e: Expr):
         f = self._build(e)
@@ -541,6 +544,7 @@ def numpy_form(opcode: str, cls: str, dtype: np.dtype, bits: int):
 # Numba source of each call; {T} is the compute type's constructor.
 _NUMBA_CALLS = {
     "trunc_div": "trunc_div({0}, {1})", "trunc_rem": "trunc_rem({0}, {1})", "int_pow": "int_pow({0}, {1}, {T}(1))",
+    "max": "max({0}, {1})", "min": "min({0}, {1})",
     "abs": "abs({0})", "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
     "rint": "np.rint({0})", "sqrt": "np.sqrt({0})", "copysign": "np.copysign({0}, {1})", "fmod": "np.fmod({0}, {1})",
     "isnan": "np.isnan({0})", "isfinite": "np.isfinite({0})", "popcount": "popcount({0})",
@@ -551,6 +555,8 @@ _NUMBA_CALLS = {
 }
 
 
+# Floats: IEEE maximum / minimum (Python's max / min do not propagate NaN, nor order -0 < +0).
+_NUMBA_FLOAT_CALLS = {"max": "fmax_nan({0}, {1})", "min": "fmin_nan({0}, {1})"}
 # Unsigned operands need no sign fix-up (and Numba's helpers would mix them with signed literals: float64).
 _NUMBA_UNSIGNED_CALLS = {"trunc_div": "{0} // {1}", "trunc_rem": "{0} % {1}"}
 
@@ -561,20 +567,19 @@ def _numba_ctor(tag: str, name: str, bits: int, compute: dict) -> str | None:
     return {"U": f"np.uint{bits}", "S": f"np.int{bits}"}.get(tag)
 
 
-def numba_src(opcode: str, name: str, *operands: str, compute: dict, bits: int, literal) -> str:
-    """Source of `opcode` on element type `name` applied to `operands` (sources of compute-type values that
-    a snippet may repeat: names or literals). `compute` maps a type to its compute type's constructor,
-    `literal(name, value)` renders a constant (kernels/elementwise.py passes both)."""
-    cls = "pred" if name == "pred" else ("float" if name.startswith(("f", "bf")) else
-                                         "signed" if name.startswith("s") else "unsigned")
+def numba_src(opcode: str, cls: str, name: str, *operands: str, compute: dict, bits: int, literal) -> str:
+    """Source of `opcode` on element type `name` (of class `cls`, `bits` wide) applied to `operands` (sources of
+    compute-type values that a snippet may repeat: names or literals). `compute` maps a type to its compute
+    type's constructor, `literal(name, value)` renders a constant (kernels/elementwise.py passes both)."""
     e = expression(opcode, cls, bits)
     if cls == "float":
-        bits = 64 if name == "f64" else 32          # the compute type's width (f16 / bf16 held as float32)
-    return _render(e, operands, name, bits, compute, literal)
+        bits = 64 if compute[name] == "np.float64" else 32      # the compute type's (f16 / bf16 held as float32)
+    return _render(e, operands, cls, name, bits, compute, literal)
 
 
-def _render(e: Expr, operands, name, bits, compute, literal) -> str:
-    r = functools.partial(_render, operands=operands, name=name, bits=bits, compute=compute, literal=literal)
+def _render(e: Expr, operands, cls, name, bits, compute, literal) -> str:
+    r = functools.partial(_render, operands=operands, cls=cls, name=name, bits=bits, compute=compute,
+                          literal=literal)
     op, args = e.op, e.args
     ctor = _numba_ctor(e.tag, name, bits, compute)
     if op == "arg":
@@ -590,10 +595,9 @@ def _render(e: Expr, operands, name, bits, compute, literal) -> str:
             return r(args[0])
         return f"{ctor}({r(args[0])})"
     if op == "call":
-        if args[0] in ("max", "min"):
-            fn = (args[0] if name not in ("f16", "bf16", "f32", "f64") else f"f{args[0]}_nan")
-            src = f"{fn}({r(args[1])}, {r(args[2])})"
-        elif args[0] in _NUMBA_UNSIGNED_CALLS and name.startswith("u"):
+        if args[0] in _NUMBA_FLOAT_CALLS and cls == "float":
+            src = _NUMBA_FLOAT_CALLS[args[0]].format(*map(r, args[1:]))
+        elif args[0] in _NUMBA_UNSIGNED_CALLS and cls == "unsigned":
             src = _NUMBA_UNSIGNED_CALLS[args[0]].format(*map(r, args[1:]))
         else:
             src = _NUMBA_CALLS[args[0]].format(*map(r, args[1:]), T=compute[name], B=bits)
