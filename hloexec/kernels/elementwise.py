@@ -1,11 +1,15 @@
-"""Scalar semantics of HLO's elementwise ops, as source snippets (plain Python: no Numba import here).
+"""Elementwise ops as Numba source snippets for the generated kernels (plain Python: no Numba import here).
 
-One definition per op, shared by every generated kernel (`hloexec.kernels.fusion` composes them):
-`unary_src`, `binary_src`, `compare_src`, `select_src`, `clamp_src`, `convert_src`, `bitcast_convert_src`
-return a Python expression (source text) computing one element; operand sources must be simple names or
-literals (a snippet may repeat them).
-The rounding rule of add / multiply reductions (the `reductions` option: `accumulates_in_f32`, `in_order`,
-`reducer_step_src`) is defined here too, for the generators and the op-by-op tier (ops/reduction.py) alike.
+`unary_src`, `binary_src`, `compare_src`, `select_src`, `clamp_src`, `convert_src`, `bitcast_convert_src` return
+a Python expression (source text) computing one element, used by both generators (kernels/fusion.py,
+kernels/program.py); operand sources must be simple names or literals (a snippet may repeat them). What an op
+means -- unary, binary, compare, clamp -- is the scalar-semantics table's (kernels/semantics.py), which the
+op-by-op tier (ops/elementwise.py) reads too; this module renders it in the kernels' types and adds what is
+the compiled tier's own: f16 / bf16 held as float32 and stored as uint16 (`load_src`, `store_src`,
+`round_src`), the vectorizable transcendentals (`_WIDE_UNARY`), converts and bitcasts between the kernels'
+types. The rounding rule of add / multiply reductions (the `reductions` option: `accumulates_in_f32`,
+`in_order`, `reducer_step_src`) is defined here too, for the generators and the op-by-op tier
+(ops/reduction.py) alike.
 
 Values inside a kernel are carried in their *compute type*: pred -> bool, sN/uN -> numpy int scalars,
 f32 / f64 -> float32 / float64, and f16 / bf16 -> float32 holding a value already rounded to the type
@@ -13,11 +17,7 @@ f32 / f64 -> float32 / float64, and f16 / bf16 -> float32 holding a value alread
 casts its result to the compute type explicitly, so Numba's integer promotion (int32 + int32 -> int64)
 and float32 -> float64 promotion never leak: wrap-around and f32 rounding match XLA.
 
-Integer semantics follow XLA (xla/hlo/evaluator/hlo_evaluator_typed_visitor.h): x / 0 = -1 (signed) or
-all-ones (unsigned), INT_MIN / -1 = INT_MIN, x % 0 = x, INT_MIN % -1 = 0; shifts by an amount >= the bit
-width (or negative) give 0 (left, logical right) or the sign fill (arithmetic right); abs / negate wrap.
-Floats: maximum / minimum / clamp propagate NaN; remainder is fmod; power(0, 0) = 1; float -> int convert
-saturates and maps NaN to 0.
+Converts follow XLA: float -> int saturates and maps NaN to 0.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from ..ir import opcodes
 from ..ir.dtypes import element_type
+from . import semantics
 
 # Element types the kernels handle, and the numpy constructor of each one's compute type.
 COMPUTE = {
@@ -65,10 +66,6 @@ def ctype(name: str) -> str:
 
 def _unsigned(name: str) -> str:
     return "np.uint%d" % BITS[name]
-
-
-def _signed(name: str) -> str:
-    return "np.int%d" % BITS[name]
 
 
 def _int_min(name: str) -> int:
@@ -126,8 +123,8 @@ def store_src(name: str, expr: str) -> str:
 
 
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
-HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "fclamp_nan", "fsign", "round_afz", "sdiv", "srem", "udiv",
-           "urem", "ipow", "total_order_key32", "total_order_key64", "popcount", "count_leading_zeros",
+HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32",
+           "total_order_key64", "popcount", "count_leading_zeros",
            "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "f64_to_f16", "round_f16",
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
            "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
@@ -135,110 +132,45 @@ HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "fclamp_nan", "fsign", "round_a
            "narrow_to_bf16")
 
 
-# -- the snippets --------------------------------------------------------------------------------------
-_FLOAT_UNARY = {
-    "abs": "abs({x})", "negate": "-{x}", "sign": "fsign({x})", "ceil": "np.ceil({x})", "floor": "np.floor({x})",
-    "round-nearest-even": "np.rint({x})", "round-nearest-afz": "round_afz({x})",
-    "sqrt": "np.sqrt({x})", "rsqrt": "{T}(1) / np.sqrt({x})", "cbrt": "np.cbrt({x})",
-    "exponential": "np.exp({x})", "exponential-minus-one": "np.expm1({x})", "log": "np.log({x})",
-    "log-plus-one": "np.log1p({x})", "sine": "np.sin({x})", "cosine": "np.cos({x})", "tan": "np.tan({x})",
-    "tanh": "np.tanh({x})", "logistic": "{T}(1) / ({T}(1) + np.exp(-{x}))", "erf": "math.erf({x})",
-    "copy": "{x}",
-}
-# Transcendentals of f32 / f16 / bf16 values: straight-line helpers computing in f64 (kernels/scalar.py), which
-# LLVM vectorizes (a libm call costs several ns an element and keeps the whole loop scalar), their result
-# rounded once to the type -- no double rounding through f32 for f16 / bf16, which therefore come out rounded
-# with excess precision too. Correctly rounded; 1 ULP off only when the exact value lies within 2**-51 of a
-# rounding boundary. f64 keeps the libm calls above.
+# -- the ops of the scalar-semantics table (kernels/semantics.py) ---------------------------------------------
+_CLASS = {**dict.fromkeys(FLOATS, "float"), **dict.fromkeys(SIGNED, "signed"), **dict.fromkeys(UNSIGNED, "unsigned"),
+          "pred": "pred"}
+
+
+def _table_src(opcode: str, name: str, *vals: str) -> str | None:
+    if name not in COMPUTE or not semantics.defines(opcode, _CLASS[name]) or semantics.arity(opcode) != len(vals):
+        return None
+    return semantics.numba_src(opcode, _CLASS[name], name, *vals, compute=COMPUTE, bits=BITS[name],
+                               literal=literal_src)
+
+
+# Transcendentals of f32 / f16 / bf16 values, an implementation choice of the compiled tier: straight-line
+# helpers computing in f64 (kernels/scalar.py), which LLVM vectorizes (a libm call costs several ns an element
+# and keeps the whole loop scalar), their result rounded once to the type -- no double rounding through f32 for
+# f16 / bf16, which therefore come out rounded with excess precision too. Correctly rounded; 1 ULP off only when
+# the exact value lies within 2**-51 of a rounding boundary. f64 takes the table's definition (libm calls).
 _WIDE_UNARY = {"exponential": "exp_wide", "exponential-minus-one": "expm1_wide", "log": "log_wide",
                "log-plus-one": "log1p_wide", "tanh": "tanh_wide", "logistic": "logistic_wide"}
 _NARROW = {"f32": "np.float32", "f16": "narrow_to_f16", "bf16": "narrow_to_bf16"}
-_INT_UNARY = {
-    "abs": "abs({x})", "negate": "-{x}", "not": "~{x}", "sign": "({x} > 0) - ({x} < 0)", "copy": "{x}",
-    "popcnt": "popcount({x})", "count-leading-zeros": "count_leading_zeros({x})",
-}
-_UINT_UNARY = dict(_INT_UNARY, abs="{x}", sign="({x} > 0)")
 
 
 def unary_src(opcode: str, name: str, x: str) -> str | None:
     """Source of a unary elementwise op on a value of element type `name` (result in the same type)."""
-    T = COMPUTE.get(name)
-    if T is None:
-        return None
     if name in _NARROW and opcode in _WIDE_UNARY:
         return f"{_NARROW[name]}({_WIDE_UNARY[opcode]}({x}))"
-    if name == "pred":
-        table = {"not": "not {x}", "copy": "{x}"}
-    elif name in FLOATS:
-        table = _FLOAT_UNARY
-    elif name in SIGNED:
-        table = _INT_UNARY
-    else:
-        table = _UINT_UNARY
-    tmpl = table.get(opcode)
-    if tmpl is None:
-        return None
-    if name == "pred":
-        return "(" + tmpl.format(x=x, T=T) + ")"
-    return f"{T}(" + tmpl.format(x=x, T=T) + ")"
-
-
-def is_finite_src(x: str) -> str:
-    return f"np.isfinite({x})"
+    return _table_src(opcode, name, x)
 
 
 def binary_src(opcode: str, name: str, a: str, b: str) -> str | None:
     """Source of a binary elementwise op (not compare) with both operands and the result of type `name`."""
-    T = COMPUTE.get(name)
-    if T is None:
-        return None
-    if name == "pred":
-        ops = {"and": "&", "or": "|", "xor": "^", "maximum": "|", "minimum": "&", "add": "|", "multiply": "&"}
-        return f"(({a}) {ops[opcode]} ({b}))" if opcode in ops else None
-    if name in FLOATS:
-        simple = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
-        if opcode in simple:
-            return f"{T}({a} {simple[opcode]} {b})"
-        fn = {"remainder": "np.fmod", "power": "np.power", "maximum": "fmax_nan", "minimum": "fmin_nan",
-              "atan2": "np.arctan2"}.get(opcode)
-        return f"{T}({fn}({a}, {b}))" if fn else None
-    # integers
-    U, nbits = _unsigned(name), BITS[name]
-    simple = {"add": "+", "subtract": "-", "multiply": "*", "and": "&", "or": "|", "xor": "^"}
-    if opcode in simple:
-        return f"{T}({a} {simple[opcode]} {b})"
-    if opcode == "maximum":
-        return f"{T}(max({a}, {b}))"
-    if opcode == "minimum":
-        return f"{T}(min({a}, {b}))"
-    signed = name in SIGNED
-    if opcode == "divide":
-        return (f"{T}(sdiv({a}, {b}, {T}({_int_min(name)})))" if signed
-                else f"{T}(udiv({a}, {b}, {T}({_int_max(name)})))")
-    if opcode == "remainder":
-        return f"{T}(srem({a}, {b}, {T}({_int_min(name)})))" if signed else f"{T}(urem({a}, {b}))"
-    if opcode == "power":
-        return f"{T}(ipow({a}, {b}, {T}(1)))"
-    oob = f"{U}({b}) >= {U}({nbits})"
-    if opcode == "shift-left":
-        return f"({T}(0) if {oob} else {T}({U}({a}) << {U}({b})))"
-    if opcode == "shift-right-logical":
-        return f"({T}(0) if {oob} else {T}({U}({a}) >> {U}({b})))"
-    if opcode == "shift-right-arithmetic":
-        S = _signed(name)
-        return (f"({T}({S}(-1) if {S}({a}) < {S}(0) else {S}(0)) if {oob} "
-                f"else {T}({S}({a}) >> {S}({b})))")
-    return None
+    return _table_src(opcode, name, a, b)
 
 
 def compare_src(direction: str, name: str, a: str, b: str, total_order: bool = False) -> str | None:
-    op = COMPARE_OPS.get(direction)
-    if op is None or name not in COMPUTE:
+    if name not in COMPUTE:
         return None
-    if total_order and name in FLOATS:
-        key = "total_order_key64" if name == "f64" else "total_order_key32"
-        return f"({key}({a}) {op} {key}({b}))"
-    return f"({a} {op} {b})"
+    order = ("TOTALORDER" if total_order else "FLOAT") if name in FLOATS else "SIGNED" if name in SIGNED else "UNSIGNED"
+    return _table_src(semantics.compare_opcode(direction, order), name, a, b)
 
 
 def select_src(p: str, a: str, b: str) -> str:
@@ -246,14 +178,7 @@ def select_src(p: str, a: str, b: str) -> str:
 
 
 def clamp_src(name: str, lo: str, x: str, hi: str) -> str | None:
-    T = COMPUTE.get(name)
-    if T is None:
-        return None
-    if name in FLOATS:
-        return f"{T}(fclamp_nan({lo}, {x}, {hi}))"
-    if name == "pred":
-        return f"(({hi}) & (({x}) | ({lo})))"
-    return f"{T}(min({hi}, max({x}, {lo})))"
+    return _table_src("clamp", name, lo, x, hi)
 
 
 def convert_src(src: str, dst: str, x: str, excess_precision: bool = False) -> str | None:
@@ -346,8 +271,6 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> st
     if op == "compare":
         total = (inst.attr("type") or "").upper() == "TOTALORDER"
         return compare_src(inst.attr("direction"), src_et, vals[0], vals[1], total_order=total)
-    if op == "is-finite":
-        return is_finite_src(vals[0])
     if op == "select":
         return select_src(*vals)
     if op == "clamp":
@@ -363,10 +286,9 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> st
     return round_src(et, expr, excess_precision)
 
 
-UNARY_OPS = frozenset(_FLOAT_UNARY) | frozenset(_INT_UNARY) | {"not", "is-finite"}
-BINARY_OPS = frozenset({"add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum",
-                        "atan2", "and", "or", "xor", "shift-left", "shift-right-logical",
-                        "shift-right-arithmetic"})
+UNARY_OPS = frozenset(op for op in semantics.DEFINITIONS if semantics.arity(op) == 1)
+BINARY_OPS = frozenset(op for op in semantics.DEFINITIONS
+                       if semantics.arity(op) == 2 and not op.startswith("compare "))
 # Every op computing each element from its operands' elements at the same index.
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"select", "clamp", "convert", "compare", "bitcast-convert"}
 

@@ -1,7 +1,7 @@
 """The Numba helpers generated kernels call (`hloexec.kernels.fusion` imports `HELPERS` from here).
 
-Kept apart from the snippets in `elementwise.py`, which are plain Python: deciding what to fuse and
-generating a kernel's source must not import Numba; only compiling one does.
+Kept apart from the scalar-semantics table (`semantics.py`) and the snippets (`elementwise.py`), which are plain
+Python: deciding what to fuse and generating a kernel's source must not import Numba; only compiling one does.
 """
 from __future__ import annotations
 
@@ -17,63 +17,30 @@ from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32
                    bitcast_u32_to_f32, bitcast_u64_to_f64, f16_to_f32, f32_to_bf16, f32_to_f16, f64_to_f16,
                    round_bf16, round_f16)
 
+# The machine of the scalar-semantics table (kernels/semantics.py) for its primitives that are not one Numba
+# expression: the table's definitions call them only where their preconditions hold.
+# Written as selects (no early return), which LLVM vectorizes.
 @njit(inline="always")
 def fmax_nan(a, b):
-    if a != a:
-        return a
-    if b != b:
-        return b
-    return a if a > b else b
+    """IEEE 754-2019 maximum: a NaN operand (the first) if either is one, and +0 > -0."""
+    r = a if a > b else b
+    r = a + b if (a == 0) & (b == 0) else r        # +0 + -0 = +0
+    r = b if b != b else r
+    return a if a != a else r
 
 
 @njit(inline="always")
 def fmin_nan(a, b):
-    if a != a:
-        return a
-    if b != b:
-        return b
-    return a if a < b else b
+    """IEEE 754-2019 minimum: a NaN operand (the first) if either is one, and -0 < +0."""
+    r = a if a < b else b
+    r = -((-a) + (-b)) if (a == 0) & (b == 0) else r        # -(-0 + -(+0)) = -0
+    r = b if b != b else r
+    return a if a != a else r
 
 
 @njit(inline="always")
-def fclamp_nan(lo, x, hi):
-    if lo != lo:
-        return lo
-    if x != x:
-        return x
-    if hi != hi:
-        return hi
-    m = x if x > lo else lo
-    return hi if hi < m else m
-
-
-@njit(inline="always")
-def fsign(x):
-    if x != x:
-        return x
-    if x > 0:
-        return 1.0
-    if x < 0:
-        return -1.0
-    return x                       # +-0 keeps its sign (callers cast back to the compute type)
-
-
-@njit(inline="always")
-def round_afz(x):
-    """Round half away from zero (C round)."""
-    t = np.trunc(x)
-    if abs(x - t) >= 0.5:
-        t = t + (1.0 if x > 0 else -1.0)   # exact; callers cast back to the compute type
-    return t
-
-
-@njit(inline="always")
-def sdiv(a, b, int_min):
-    """Signed integer division truncating toward zero, with XLA's x/0 = -1 and MIN/-1 = MIN."""
-    if b == 0:
-        return -1
-    if b == -1 and a == int_min:
-        return a
+def trunc_div(a, b):
+    """Integer a / b rounded toward zero (b != 0, not INT_MIN / -1)."""
     q = a // b
     if q < 0 and q * b != a:
         q += 1                     # floor -> trunc
@@ -81,12 +48,8 @@ def sdiv(a, b, int_min):
 
 
 @njit(inline="always")
-def srem(a, b, int_min):
-    """Signed remainder with the sign of the dividend (C %); x % 0 = x, MIN % -1 = 0."""
-    if b == 0:
-        return a
-    if b == -1 and a == int_min:
-        return a - a
+def trunc_rem(a, b):
+    """a - b * trunc_div(a, b): the sign of the dividend, as C's % (b != 0, not INT_MIN % -1)."""
     r = a % b
     if r != 0 and (r < 0) != (a < 0):
         r -= b                     # Python's % takes the sign of the divisor
@@ -94,32 +57,16 @@ def srem(a, b, int_min):
 
 
 @njit(inline="always")
-def udiv(a, b, all_ones):
-    if b == 0:
-        return all_ones
-    return a // b
-
-
-@njit(inline="always")
-def urem(a, b):
-    if b == 0:
-        return a
-    return a % b
-
-
-@njit(inline="always")
-def ipow(a, b, one):
-    """Integer power by squaring with wrap-around; a negative exponent gives 1 for a == 1, else 0."""
-    if b < 0:
-        return one if a == one else one - one
+def int_pow(a, e, one):
+    """a ** e (e >= 0) by squaring, wrapping in a's type (`one`: 1 of that type)."""
     acc = one
     base = a
-    e = b
-    while e > 0:
-        if e & 1:
+    zero = one - one            # literals of the type: an int64 literal would turn uint64 values into float64
+    while e > zero:
+        if e & one:
             acc = acc * base
         base = base * base
-        e >>= 1
+        e >>= one
     return acc
 
 

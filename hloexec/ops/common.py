@@ -6,25 +6,11 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import opcodes
+from ..kernels.semantics import as_signed, as_unsigned, float_total_order_key  # noqa: F401 (the ops' helpers)
 
 # The byte type holding the value of each sub-byte integer type (ml_dtypes stores one element a byte).
 SUB_BYTE_CONTAINER = {np.dtype(ml_dtypes.int2): np.dtype(np.int8), np.dtype(ml_dtypes.int4): np.dtype(np.int8),
                       np.dtype(ml_dtypes.uint2): np.dtype(np.uint8), np.dtype(ml_dtypes.uint4): np.dtype(np.uint8)}
-
-
-def as_unsigned(x: np.ndarray, bits: int) -> np.ndarray:
-    """The low `bits` bits of integers x as unsigned integers of x's size (its bit pattern)."""
-    u = x.view(np.dtype(f"u{x.dtype.itemsize}"))
-    return u if bits == x.dtype.itemsize * 8 else u & u.dtype.type((1 << bits) - 1)
-
-
-def as_signed(x: np.ndarray, bits: int) -> np.ndarray:
-    """The low `bits` bits of integers x read as a two's complement number, in the signed type of x's size."""
-    sdt = np.dtype(f"i{x.dtype.itemsize}")
-    if bits == x.dtype.itemsize * 8:
-        return x.view(sdt)
-    sign = sdt.type(1 << (bits - 1))
-    return (as_unsigned(x, bits).view(sdt) ^ sign) - sign
 
 
 def contig(x, dtype=None):
@@ -146,8 +132,4 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
         return x.astype(SUB_BYTE_CONTAINER[dt])
     if dt.kind == "c":
         raise TypeError("complex sort key")
-    bits = dt.itemsize * 8
-    it = np.dtype(f"i{dt.itemsize}")
-    b = contig(x).view(it)
-    mask = np.array(np.iinfo(it).max, it)
-    return b ^ ((b >> np.array(bits - 1, it)) & mask)
+    return float_total_order_key(x)

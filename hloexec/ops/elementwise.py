@@ -26,7 +26,11 @@ tested bit-exactly against XLA:CPU (tests/test_ops_elementwise.py). The rules wo
   the pattern's top bit, as for u8). popcnt counts the pattern's bits (s4 popcnt(-3) = 3, as StableHLO's
   spec; XLA:CPU counts the sign-extended byte: 7).
 
-Each kernel is a small closure over numpy, so a Numba kernel can replace it one op at a time.
+The scalar meaning of the unary, binary, compare and clamp ops on float, integer and pred values is the
+scalar-semantics table's (hloexec/kernels/semantics.py): the kernels here take its numpy form (`_table`) and
+add what is this tier's own: f16 / bf16 / fp8 lifted to f32 and rounded back (`float_lifted`), sub-byte
+integers in their byte container (`_int_kernel`), complex values (the float definitions whose primitives
+numpy extends to complex, plus complex-only functions), converts and bitcasts of every type.
 """
 from __future__ import annotations
 
@@ -38,7 +42,8 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.shape import array_shape
-from .common import SUB_BYTE_CONTAINER, as_signed, as_unsigned, total_order_key
+from ..kernels import semantics
+from .common import SUB_BYTE_CONTAINER, as_unsigned
 from .registry import ALL, FLOATS, op
 
 _F32 = np.dtype(np.float32)
@@ -146,14 +151,6 @@ def _rounded(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return r
 
 
-def _unsigned(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"u{dtype.itemsize}")
-
-
-def _signed(dtype: np.dtype) -> np.dtype:
-    return np.dtype(f"i{dtype.itemsize}")
-
-
 def _int_kernel(inst, build, operand: int = 0):
     """The kernel of an integer op: `build(dtype, bits)` makes it for the numpy type `dtype` of operand `operand`,
     of `bits` bits. A sub-byte type's kernel gets its operands widened to their byte type (values sign- or
@@ -183,14 +180,15 @@ def _second_operand_shape_rule(inst):
     return inst.operands[1].shape
 
 
-def float_lifted(fn, dtype: np.dtype):
-    """Wrap a float function so it computes in the compute dtype and rounds once to `dtype`."""
+def float_lifted(fn, dtype: np.dtype, nan_passing: bool = False):
+    """Wrap a float function so it computes in the compute dtype and rounds once to `dtype`. `nan_passing`: fn
+    may return an operand's NaN as it is rather than computing with it (which would make it quiet)."""
     if _compute_dtype(dtype) == dtype:
         def kernel(*xs):
             with np.errstate(**_ERR):
                 return fn(*xs)
     else:
-        quiet = fn in _NAN_PASSING
+        quiet = nan_passing
 
         def kernel(*xs):
             with np.errstate(**_ERR):
@@ -207,50 +205,32 @@ def _kind(inst, i=0) -> str:
     return inst.operands[i].shape.element_type.kind
 
 
+def _table(opcode: str, kind: str, dtype: np.dtype, bits: int | None = None):
+    """The numpy form of `opcode` from the scalar-semantics table, on arrays of `dtype` (a compute dtype; a
+    complex one for the float definitions numpy's functions extend to complex)."""
+    cls = "float" if kind == "complex" else semantics.type_class(kind)
+    return semantics.numpy_form(opcode, cls, np.dtype(dtype), bits or np.dtype(dtype).itemsize * 8)
+
+
+def _int_table(inst, opcode: str, operand: int = 0):
+    """The table's numpy form of integer op `opcode`, sub-byte types in their byte container."""
+    kind = _kind(inst, operand)
+    return _int_kernel(inst, lambda dtype, bits: _table(opcode, kind, dtype, bits), operand)
+
+
+# Ops whose float definition may return an operand's NaN as it is (see float_lifted).
+_NAN_PASSING = {"sign", "maximum", "minimum"}
+
+
+def _float_table(opcode: str, dtype: np.dtype):
+    """The table's float `opcode` computed in `dtype`'s compute dtype, rounded once to `dtype`."""
+    return float_lifted(_table(opcode, "float", _compute_dtype(dtype)), dtype, opcode in _NAN_PASSING)
+
+
 # -- unary ops ------------------------------------------------------------------------------
-def _round_afz(x):
-    t = np.trunc(x)
-    return np.where(np.abs(x - t) >= 0.5, t + np.copysign(np.ones_like(x), x), t)
-
-
-def _sign_float(x):
-    # sign(+-0) = +-0, sign(NaN) = NaN, else +-1.
-    return np.where((x == 0) | np.isnan(x), x, np.copysign(np.ones_like(x), x))
-
-
-def _rsqrt(x):
-    return np.reciprocal(np.sqrt(x))
-
-
-def _logistic(x):
-    # XLA expands logistic(x) to 1 / (1 + exp(-x)) (LogisticExpander, kExp form).
-    return np.reciprocal(np.exp(-x) + x.dtype.type(1))
-
-
-def _erf(x):
-    from scipy import special
-    return special.erf(x).astype(x.dtype, copy=False)
-
-
-_FLOAT_UNARY = {
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "round-nearest-afz": _round_afz,
-    "round-nearest-even": np.rint,
-    "sqrt": np.sqrt,
-    "rsqrt": _rsqrt,
-    "cbrt": np.cbrt,
-    "exponential": np.exp,
-    "exponential-minus-one": np.expm1,
-    "log": np.log,
-    "log-plus-one": np.log1p,
-    "logistic": _logistic,
-    "sine": np.sin,
-    "cosine": np.cos,
-    "tan": np.tan,
-    "tanh": np.tanh,
-    "erf": _erf,
-}
+_FLOAT_UNARY = ("floor", "ceil", "round-nearest-afz", "round-nearest-even", "sqrt", "rsqrt", "cbrt", "exponential",
+                "exponential-minus-one", "log", "log-plus-one", "logistic", "sine", "cosine", "tan", "tanh", "erf")
+# The float definitions whose primitives numpy extends to complex values.
 _COMPLEX_UNARY = {"sqrt", "rsqrt", "exponential", "exponential-minus-one", "log", "log-plus-one",
                   "logistic", "sine", "cosine", "tan", "tanh"}
 
@@ -260,37 +240,35 @@ _COMPLEX_UNARY = {"sqrt", "rsqrt", "exponential", "exponential-minus-one", "log"
 def _prepare_float_unary(inst, ctx):
     dtype = inst.shape.dtype
     kind = _kind(inst)
-    fn = _FLOAT_UNARY[inst.opcode]
     if kind == "complex":
         _require(inst.opcode in _COMPLEX_UNARY, f"{inst.opcode} of a complex operand", inst)
-        return float_lifted(fn, dtype)
+        return float_lifted(_table(inst.opcode, kind, dtype), dtype)
     _require(kind == "float", f"{inst.opcode} of a {inst.operands[0].shape.element_type.name} operand", inst)
-    return float_lifted(fn, dtype)
+    return _float_table(inst.opcode, dtype)
 
 
 @op("abs", dtypes=NUMERIC, shape_rule=None, notes="abs(INT_MIN) = INT_MIN; complex -> real modulus")
 def _prepare_abs(inst, ctx):
     kind = _kind(inst)
     dtype = inst.shape.dtype
-    if kind == "uint":
-        return lambda x: x.copy()
-    if kind == "sint":
-        return _int_kernel(inst, lambda dtype, bits: np.abs)
+    if kind in ("sint", "uint"):
+        return _int_table(inst, "abs")
     if kind == "complex":
         def kernel(x):     # XLA: NaN if either part is NaN (even with an infinite other part)
             r = np.abs(x).astype(dtype, copy=False)
             return np.where(np.isnan(x.real) | np.isnan(x.imag), dtype.type(np.nan), r)
         return kernel
     _require(kind == "float", "abs of pred", inst)
-    return lambda x: np.abs(x)      # a bit operation: exact in every float type
+    return _table("abs", kind, dtype)      # a bit operation: exact on the stored type, no lifting
 
 
 @op("negate", dtypes=NUMERIC, shape_rule=_same_shape_rule, notes="wraps for integers")
 def _prepare_negate(inst, ctx):
-    _require(_kind(inst) != "pred", "negate of pred", inst)
-    if _kind(inst) in ("sint", "uint"):
-        return _int_kernel(inst, lambda dtype, bits: np.negative)
-    return lambda x: np.negative(x)
+    kind = _kind(inst)
+    _require(kind != "pred", "negate of pred", inst)
+    if kind in ("sint", "uint"):
+        return _int_table(inst, "negate")
+    return _table("negate", kind, inst.shape.dtype)      # a bit operation for floats: exact on the stored type
 
 
 @op("sign", dtypes=NUMERIC, shape_rule=_same_shape_rule, notes="sign(+-0) = +-0, sign(NaN) = NaN")
@@ -298,7 +276,7 @@ def _prepare_sign(inst, ctx):
     kind = _kind(inst)
     _require(kind != "pred", "sign of pred", inst)
     if kind in ("sint", "uint"):
-        return _int_kernel(inst, lambda dtype, bits: np.sign)
+        return _int_table(inst, "sign")
     if kind == "complex":
         dtype = inst.shape.dtype
 
@@ -307,22 +285,22 @@ def _prepare_sign(inst, ctx):
                 m = np.abs(x)
                 return np.where(m == 0, x, x / m).astype(dtype, copy=False)
         return kernel
-    return float_lifted(_sign_float, inst.shape.dtype)
+    return _float_table("sign", inst.shape.dtype)
 
 
 @op("is-finite", dtypes=FLOATS, shape_rule=_pred_shape_rule)
 def _prepare_is_finite(inst, ctx):
     _require(_kind(inst) == "float", "is-finite of a non-float operand", inst)
-    return lambda x: np.isfinite(x)
+    return _table("is-finite", "float", inst.operands[0].shape.dtype)     # exact on the stored type
 
 
 @op("not", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
 def _prepare_not(inst, ctx):
     kind = _kind(inst)
     if kind == "pred":
-        return lambda x: np.logical_not(x)
+        return _table("not", kind, np.dtype(np.bool_))
     _require(kind in ("sint", "uint"), "not of a float operand", inst)
-    return _int_kernel(inst, lambda dtype, bits: np.invert)
+    return _int_table(inst, "not")
 
 
 @op("popcnt", dtypes=INTS, shape_rule=_same_shape_rule,
@@ -330,30 +308,13 @@ def _prepare_not(inst, ctx):
           "sign-extended byte: 7)")
 def _prepare_popcnt(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "popcnt of a non-integer operand", inst)
-    return _int_kernel(inst, lambda dtype, bits: lambda x: np.bitwise_count(as_unsigned(x, bits)).astype(dtype))
-
-
-def _bit_length(u: np.ndarray, bits: int) -> np.ndarray:
-    """Number of significant bits of unsigned `u` (0 for 0), vectorised binary search."""
-    x = u.copy()
-    n = np.zeros(u.shape, np.int64)
-    s = bits // 2
-    while s >= 1:
-        hi = x >> u.dtype.type(s)
-        m = hi != 0
-        x = np.where(m, hi, x)
-        n += np.where(m, s, 0)
-        s //= 2
-    return n + (x != 0)
+    return _int_table(inst, "popcnt")
 
 
 @op("count-leading-zeros", dtypes=INTS, shape_rule=_same_shape_rule, notes="clz(0) = bit width")
 def _prepare_clz(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "count-leading-zeros of a non-integer operand", inst)
-
-    def build(dtype, bits):
-        return lambda x: (bits - _bit_length(as_unsigned(x, bits), dtype.itemsize * 8)).astype(dtype)
-    return _int_kernel(inst, build)
+    return _int_table(inst, "count-leading-zeros")
 
 
 @op("real", "imag", dtypes="c64, c128, floats", notes="real(x)=x, imag(x)=0 for real x")
@@ -381,104 +342,10 @@ def _prepare_complex(inst, ctx):
 
 
 # -- binary arithmetic ------------------------------------------------------------------------
-def _int_divide(dtype: np.dtype):
-    t = dtype.type
-    if dtype.kind == "u":
-        allones = t(ml_dtypes.iinfo(dtype).max)
-
-        def kernel(a, b):
-            zero = b == 0
-            return np.where(zero, allones, a // np.where(zero, t(1), b))
-        return kernel
-    mn = t(ml_dtypes.iinfo(dtype).min)
-
-    def kernel(a, b):
-        zero = b == 0
-        bad = zero | ((a == mn) & (b == t(-1)))
-        sb = np.where(bad, t(1), b)
-        q, r = np.divmod(a, sb)
-        q += ((r != 0) & ((a < 0) != (sb < 0))).astype(dtype)     # floor -> truncation
-        return np.where(zero, t(-1), q)
-    return kernel
+_BINARY = ("add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum", "atan2")
 
 
-def _int_remainder(dtype: np.dtype):
-    t = dtype.type
-    if dtype.kind == "u":
-        def kernel(a, b):
-            zero = b == 0
-            return np.where(zero, a, a % np.where(zero, t(1), b))
-        return kernel
-    mn = t(ml_dtypes.iinfo(dtype).min)
-
-    def kernel(a, b):
-        zero = b == 0
-        sb = np.where(zero | ((a == mn) & (b == t(-1))), t(1), b)
-        return np.where(zero, a, np.fmod(a, sb))
-    return kernel
-
-
-def _int_power(dtype: np.dtype):
-    t = dtype.type
-    signed = dtype.kind == "i"
-    udt = _unsigned(dtype)
-
-    def kernel(a, b):
-        base = np.array(a, dtype, copy=True)
-        e = b.view(udt).copy() if b.dtype == dtype else b.astype(udt)
-        if signed:
-            neg = b < 0
-            e[neg] = 0
-        acc = np.ones(np.broadcast_shapes(a.shape, b.shape), dtype)
-        base = np.broadcast_to(base, acc.shape).copy()
-        e = np.broadcast_to(e, acc.shape).copy()
-        with np.errstate(**_ERR):
-            while e.any():
-                odd = (e & udt.type(1)).astype(bool)
-                acc = np.where(odd, acc * base, acc)
-                base = base * base
-                e >>= udt.type(1)
-        if signed and neg.any():
-            negval = np.where(a == t(1), t(1),
-                              np.where(a == t(-1), np.where((b & t(1)) != 0, t(-1), t(1)), t(0)))
-            acc = np.where(neg, negval, acc)
-        return acc
-    return kernel
-
-
-def _float_power(x, y):
-    return np.power(x, y)
-
-
-def _maximum(a, b):
-    # IEEE 754-2019 maximum (llvm.maximum, as XLA:CPU): NaN propagates and +0 > -0.
-    r = np.maximum(a, b)
-    z = (a == 0) & (b == 0)
-    return np.where(z, a + b, r) if z.any() else r
-
-
-def _minimum(a, b):
-    # IEEE 754-2019 minimum: NaN propagates and -0 < +0.
-    r = np.minimum(a, b)
-    z = (a == 0) & (b == 0)
-    return np.where(z, -((-a) + (-b)), r) if z.any() else r
-
-
-# float functions that can return an operand's NaN as it is rather than computing with it (to be quiet)
-_NAN_PASSING = {_sign_float, _maximum, _minimum}
-
-_FLOAT_BINARY = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "remainder": np.fmod, "power": _float_power, "maximum": _maximum, "minimum": _minimum,
-    "atan2": np.arctan2,
-}
-_INT_BINARY = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
-    "minimum": np.minimum,
-}
-
-
-@op(*_FLOAT_BINARY, dtypes=NUMERIC, shape_rule=_same_shape_rule,
+@op(*_BINARY, dtypes=NUMERIC, shape_rule=_same_shape_rule,
     notes="integer x/0 = -1, INT_MIN/-1 = INT_MIN, x%0 = x; max/min IEEE 754-2019 (NaN, -0 < +0); "
           "f16/bf16/fp8 computed in f32, rounded once")
 def _prepare_binary(inst, ctx):
@@ -487,23 +354,17 @@ def _prepare_binary(inst, ctx):
     opc = inst.opcode
     if kind in ("sint", "uint"):
         _require(opc != "atan2", "atan2 of integers", inst)
-        build = {"divide": _int_divide, "remainder": _int_remainder, "power": _int_power}.get(opc)
-        if build is None:
-            fn = _INT_BINARY[opc]
-            return _int_kernel(inst, lambda dtype, bits: lambda a, b: fn(a, b))
-        return _int_kernel(inst, lambda dtype, bits: build(dtype))
+        return _int_table(inst, opc)
     if kind == "pred":
-        # XLA allows a few arithmetic ops on pred (they act on 0/1 as u1).
-        if opc in ("maximum", "add"):
-            return lambda a, b: np.logical_or(a, b)
-        if opc in ("minimum", "multiply"):
-            return lambda a, b: np.logical_and(a, b)
-        raise UnsupportedError(f"{opc} of pred operands", inst)
+        # XLA allows a few arithmetic ops on pred (they act on 0/1 as u1: add = or, multiply = and).
+        _require(semantics.defines(opc, "pred"), f"{opc} of pred operands", inst)
+        return _table(opc, kind, dtype)
     if kind == "complex":
         _require(opc in ("add", "subtract", "multiply", "divide", "power", "atan2"), f"{opc} of complex operands", inst)
         if opc == "atan2":
             return _complex_atan2
-    return float_lifted(_FLOAT_BINARY[opc], dtype)
+        return float_lifted(_table(opc, kind, dtype), dtype)
+    return _float_table(opc, dtype)
 
 
 def _int_mulhi(dtype: np.dtype, bits: int):
@@ -544,77 +405,44 @@ def _complex_atan2(y, x):
 def _prepare_bitwise(inst, ctx):
     kind = _kind(inst)
     _require(kind in ("pred", "sint", "uint"), f"{inst.opcode} of float operands", inst)
-    fn = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[inst.opcode]
     if kind == "pred":
-        return lambda a, b: fn(a, b)
-    return _int_kernel(inst, lambda dtype, bits: lambda a, b: fn(a, b))
+        return _table(inst.opcode, kind, np.dtype(np.bool_))
+    return _int_table(inst, inst.opcode)
 
 
 @op("shift-left", "shift-right-arithmetic", "shift-right-logical", dtypes=INTS, shape_rule=_same_shape_rule,
     notes="amount read as unsigned; amount >= bit width: 0 (left, logical) or the sign fill (arithmetic)")
 def _prepare_shift(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), f"{inst.opcode} of non-integer operands", inst)
-    opc = inst.opcode
-
-    def build(dtype, bits):
-        udt, sdt = _unsigned(dtype), _signed(dtype)
-        ut = udt.type
-        limit, mask = ut(bits), ut(bits - 1)
-        # the amount is read as unsigned: a negative one is >= bits (also in a sub-byte type's byte)
-        if opc == "shift-left":
-            def kernel(a, b):
-                n = b.view(udt)
-                r = a.view(udt) << (n & mask)
-                return np.where(n >= limit, ut(0), r).view(dtype)
-        elif opc == "shift-right-logical":
-            def kernel(a, b):
-                n = b.view(udt)
-                r = as_unsigned(a, bits) >> (n & mask)
-                return np.where(n >= limit, ut(0), r).view(dtype)
-        else:
-            def kernel(a, b):
-                n = b.view(udt)
-                r = as_signed(a, bits) >> np.where(n >= limit, mask, n).astype(sdt)
-                return r.view(dtype)
-        return kernel
-    return _int_kernel(inst, build)
+    return _int_table(inst, inst.opcode)
 
 
 # -- compare / select / clamp -------------------------------------------------------------------
-_CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
-        "GT": np.greater, "GE": np.greater_equal}
-
-
 @op("compare", dtypes=ALL, shape_rule=_pred_shape_rule,
     notes="direction EQ/NE/LT/LE/GT/GE; type FLOAT (IEEE, NaN unordered), TOTALORDER, SIGNED, UNSIGNED")
 def _prepare_compare(inst, ctx):
     direction = inst.attr("direction")
-    _require(direction in _CMP, f"compare direction {direction!r}", inst)
-    fn = _CMP[direction]
+    _require(direction in semantics.DIRECTIONS, f"compare direction {direction!r}", inst)
     kind = _kind(inst)
+    dtype = inst.operands[0].shape.dtype
     ctype = inst.attr("type")
     if ctype is None:
         ctype = {"float": "FLOAT", "complex": "FLOAT", "uint": "UNSIGNED", "pred": "UNSIGNED"}.get(kind, "SIGNED")
     if kind == "complex":
         _require(direction in ("EQ", "NE"), f"compare {direction} of complex operands", inst)
-        return lambda a, b: fn(a, b)
+        return _table(semantics.compare_opcode(direction, "FLOAT"), kind, dtype)
     if kind == "float":
-        if ctype == "TOTALORDER":
-            return lambda a, b: fn(total_order_key(a), total_order_key(b))
-        _require(ctype == "FLOAT", f"compare type {ctype} of float operands", inst)
-        if _compute_dtype(inst.operands[0].shape.dtype) != inst.operands[0].shape.dtype:
+        _require(ctype in ("FLOAT", "TOTALORDER"), f"compare type {ctype} of float operands", inst)
+        if ctype == "TOTALORDER":       # on the stored bits: no lifting
+            return _table(semantics.compare_opcode(direction, ctype), kind, dtype)
+        fn = _table(semantics.compare_opcode(direction, ctype), kind, _compute_dtype(dtype))
+        if _compute_dtype(dtype) != dtype:
             return lambda a, b: fn(low_to_f32(a, quiet=False), low_to_f32(b, quiet=False))
-        return lambda a, b: fn(a, b)
+        return fn
     if kind in ("sint", "uint"):
         _require(ctype in ("SIGNED", "UNSIGNED"), f"compare type {ctype} of integer operands", inst)
-        as_type = as_signed if ctype == "SIGNED" else as_unsigned
-
-        def build(dtype, bits):
-            if dtype == (_signed(dtype) if ctype == "SIGNED" else _unsigned(dtype)):
-                return lambda a, b: fn(a, b)
-            return lambda a, b: fn(as_type(a, bits), as_type(b, bits))
-        return _int_kernel(inst, build)
-    return lambda a, b: fn(a, b)       # pred: False < True
+        return _int_table(inst, semantics.compare_opcode(direction, ctype))
+    return _table(semantics.compare_opcode(direction, "UNSIGNED"), kind, dtype)       # pred: False < True
 
 
 @op("select", dtypes=ALL, shape_rule=_second_operand_shape_rule, notes="a scalar pred selects whole arrays")
@@ -633,20 +461,13 @@ def _prepare_clamp(inst, ctx):
     kind = inst.shape.element_type.kind
     _require(kind != "complex", "clamp of complex operands", inst)
     if kind == "pred":
-        return lambda lo, x, hi: np.logical_and(np.logical_or(x, lo), hi)
+        return _table("clamp", kind, dtype)
     if kind in ("sint", "uint"):
-        return _int_kernel(inst, lambda dtype, bits: lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi), operand=1)
-    lifted = _compute_dtype(dtype) != dtype
-
-    def kernel(lo, x, hi):
-        if lifted:
-            lo, x, hi = low_to_f32(lo), low_to_f32(x), low_to_f32(hi)
-        with np.errstate(**_ERR):
-            r = _minimum(_maximum(x, lo), hi)
-        if lifted:
-            r = f32_to_low(r, dtype)
-        return np.array(np.broadcast_to(r, x.shape), order="C") if r.shape != x.shape else r
-    return kernel
+        return _int_table(inst, "clamp", operand=1)
+    fn = _table("clamp", kind, _compute_dtype(dtype))       # the result has x's shape (bounds may be scalars)
+    if _compute_dtype(dtype) == dtype:
+        return fn
+    return lambda lo, x, hi: f32_to_low(fn(low_to_f32(lo), low_to_f32(x), low_to_f32(hi)), dtype)
 
 
 # -- convert -------------------------------------------------------------------------------------
@@ -828,6 +649,6 @@ def _prepare_reduce_precision(inst, ctx):
 # Opcodes this module registers, for tests and the README's coverage table.
 OPCODES = tuple(sorted({
     *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "mulhi", "real",
-    "imag", "complex", *_FLOAT_BINARY, "and", "or", "xor", "shift-left", "shift-right-arithmetic",
+    "imag", "complex", *_BINARY, "and", "or", "xor", "shift-left", "shift-right-arithmetic",
     "shift-right-logical", "compare", "select", "clamp", "convert", "bitcast-convert", "reduce-precision",
 }))

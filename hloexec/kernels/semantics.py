@@ -1,0 +1,612 @@
+"""The scalar meaning of HLO's elementwise ops: one definition per opcode and type class, two interpreters.
+
+A definition (`DEFINITIONS[opcode][cls]`, cls one of "float", "signed", "unsigned", "pred") is a Python function
+`(t, *operands) -> Expr` building an expression over a small vocabulary of primitives: Python operators
+(+ - * & | ^ << >> ~ unary -, comparisons), `where(c, a, b)`, casts (`U`, `S`: the same bits as an unsigned /
+signed integer of the type's width; `T`: back to the compute type), typed constants (`t.INT_MIN`,
+`t.ALL_ONES`, `t.BITS`, and Python numbers taking the type of the other operand) and the calls of `PRIMITIVES`
+(`trunc_div`, `isnan`, `copysign`, `exp`...). It is written once and read twice:
+
+* `numpy_form(opcode, cls, dtype, bits)`: a callable on numpy arrays of the compute dtype (what the op-by-op
+  tier, ops/elementwise.py, runs); a definition that is one numpy function of its operands (add, exp, a
+  compare) is that function. Eager: both sides of a `where` may be computed (on large arrays only the one
+  taken when its condition is all true or all false), so a definition must be safe on the values the
+  `where` discards -- it divides by `where(b == 0, 1, b)`, shifts by an amount masked to the width.
+* `numba_src(opcode, cls, name, *operand_sources, ...)`: the source of one element in a generated Numba kernel (what
+  kernels/elementwise.py hands both generators); `where` becomes a lazy ternary.
+
+The primitives are the only thing with two implementations ("the machine": `_numpy_calls` and the numpy
+ufuncs of the operators; `_NUMBA_CALLS` and the Numba helpers in kernels/scalar.py); tests/test_semantics.py
+checks that the two forms of every definition agree bit for bit on edge values. Plain Python: no Numba
+import here.
+
+Types inside an expression are tags: "T" (the compute type: a numpy int / float scalar or array; f16 / bf16 /
+fp8 computed in f32, rounded by the caller), "U" / "S" (the unsigned / signed integer of the type's width,
+in the numpy tier a sub-byte type's pattern of `bits` bits in its byte container) and "bool".
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+# -- the expression ------------------------------------------------------------------------------------------
+# Operators -> the numpy ufunc of each (Numba: the operator itself).
+_ARITH = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "&": "bitwise_and", "|": "bitwise_or",
+          "^": "bitwise_xor", "<<": "left_shift", ">>": "right_shift"}
+_COMPARE = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater",
+            ">=": "greater_equal"}
+
+
+class Expr:
+    """A node: `op` ("arg", "const", an operator, "where", "cast", "call"), its arguments, its type tag."""
+    __slots__ = ("op", "args", "tag")
+
+    def __init__(self, op: str, args: tuple, tag: str):
+        self.op, self.args, self.tag = op, args, tag
+
+    def _other(self, v):
+        return v if isinstance(v, Expr) else Expr("const", (v,), self.tag)
+
+    def _binary(self, op, other, reflected=False):
+        a, b = (self._other(other), self) if reflected else (self, self._other(other))
+        if a.tag != b.tag:
+            raise TypeError(f"{op} of {a.tag} and {b.tag}")
+        return Expr(op, (a, b), "bool" if op in _COMPARE else a.tag)
+
+    def __add__(self, o): return self._binary("+", o)
+    def __radd__(self, o): return self._binary("+", o, True)
+    def __sub__(self, o): return self._binary("-", o)
+    def __rsub__(self, o): return self._binary("-", o, True)
+    def __mul__(self, o): return self._binary("*", o)
+    def __rmul__(self, o): return self._binary("*", o, True)
+    def __truediv__(self, o): return self._binary("/", o)
+    def __rtruediv__(self, o): return self._binary("/", o, True)
+    def __and__(self, o): return self._binary("&", o)
+    def __or__(self, o): return self._binary("|", o)
+    def __xor__(self, o): return self._binary("^", o)
+    def __lshift__(self, o): return self._binary("<<", o)
+    def __rshift__(self, o): return self._binary(">>", o)
+    def __eq__(self, o): return self._binary("==", o)       # builds an expression: Exprs are not hashable
+    def __ne__(self, o): return self._binary("!=", o)
+    def __lt__(self, o): return self._binary("<", o)
+    def __le__(self, o): return self._binary("<=", o)
+    def __gt__(self, o): return self._binary(">", o)
+    def __ge__(self, o): return self._binary(">=", o)
+    def __neg__(self): return Expr("neg", (self,), self.tag)
+    def __invert__(self): return Expr("~", (self,), self.tag)
+    __hash__ = None
+
+
+def where(c: Expr, a, b) -> Expr:
+    """a where c holds, else b (numpy: both may be computed; Numba: only the chosen one)."""
+    if isinstance(a, Expr):
+        b = a._other(b)
+    else:
+        a = b._other(a)
+    if a.tag != b.tag or c.tag != "bool":
+        raise TypeError(f"where({c.tag}, {a.tag}, {b.tag})")
+    return Expr("where", (c, a, b), a.tag)
+
+
+def U(x: Expr) -> Expr:
+    """x's bits as an unsigned integer of the type's width."""
+    return x if x.tag == "U" else Expr("cast", (x,), "U")
+
+
+def S(x: Expr) -> Expr:
+    """x's bits as a signed (two's complement) integer of the type's width."""
+    return x if x.tag == "S" else Expr("cast", (x,), "S")
+
+
+def T(x: Expr) -> Expr:
+    """An integer pattern of the type's width (U or S) as the compute type."""
+    return x if x.tag == "T" else Expr("cast", (x,), "T")
+
+
+# Calls: name -> (result tag or None for the argument's, whether the result is exact in both tiers).
+# "Approximate" ones are libm / numpy-SIMD functions whose two implementations may differ in the last bit.
+PRIMITIVES = {
+    "trunc_div": (None, True),     # integer a / b rounded toward zero; needs b != 0 and not INT_MIN / -1
+    "trunc_rem": (None, True),     # integer a - b * trunc_div(a, b) (sign of a); the same preconditions
+    "int_pow": (None, True),       # integer a ** b by squaring, wrapping; needs b >= 0
+    # the larger / smaller: for floats IEEE 754-2019 maximum / minimum (as llvm.maximum, XLA:CPU): NaN if either
+    # is NaN (the first), and -0 < +0
+    "max": (None, True), "min": (None, True),
+    "abs": (None, True), "floor": (None, True), "ceil": (None, True), "trunc": (None, True), "rint": (None, True),
+    "sqrt": (None, True), "copysign": (None, True), "fmod": (None, True),
+    "isnan": ("bool", True), "isfinite": ("bool", True),
+    "popcount": (None, True),      # set bits of an unsigned value of the type's width
+    "clz": (None, True),           # leading zero bits of an unsigned value of the type's width
+    "total_order_key": ("S", True),  # float -> signed int whose order is IEEE totalOrder
+    "cbrt": (None, False), "exp": (None, False), "expm1": (None, False), "log": (None, False),
+    "log1p": (None, False), "sin": (None, False), "cos": (None, False), "tan": (None, False),
+    "tanh": (None, False), "erf": (None, False), "power": (None, False), "arctan2": (None, False),
+}
+
+
+def call(name: str, *args: Expr) -> Expr:
+    tag, _ = PRIMITIVES[name]
+    return Expr("call", (name, *args), tag or args[0].tag)
+
+
+def _calls(name):
+    return lambda *args: call(name, *args)
+
+
+# the calls the definitions below spell by name (the others through `_fn`)
+trunc_div, trunc_rem, int_pow, max_, min_, abs_, trunc, sqrt, copysign, isnan, total_order_key = map(_calls, (
+    "trunc_div", "trunc_rem", "int_pow", "max", "min", "abs", "trunc", "sqrt", "copysign", "isnan",
+    "total_order_key"))
+
+
+def exact(e: Expr) -> bool:
+    """Whether both forms of `e` give the same bits (no approximate primitive in it)."""
+    if e.op == "call":
+        return PRIMITIVES[e.args[0]][1] and all(exact(a) for a in e.args[1:])
+    return all(exact(a) for a in e.args if isinstance(a, Expr))
+
+
+class TypeInfo:
+    """What a definition knows of its element type: the named constants of its class and width (typed Exprs)."""
+
+    def __init__(self, cls: str, bits: int):
+        if cls in ("signed", "unsigned"):
+            signed = cls == "signed"
+            self.INT_MIN = self.c(-(1 << (bits - 1)) if signed else 0)
+            self.ALL_ONES = self.c(-1 if signed else (1 << bits) - 1)
+            # shift amounts are read as unsigned
+            self.BITS = Expr("const", (bits,), "U")
+            self.TOP_BIT = Expr("const", (bits - 1,), "U")
+
+    @staticmethod
+    def c(value) -> Expr:
+        """A constant of the compute type."""
+        return Expr("const", (value,), "T")
+
+
+# -- the definitions -------------------------------------------------------------------------------------
+def _signed_divide(t, x, y):
+    # XLA: x / 0 = -1, INT_MIN / -1 = INT_MIN, else rounded toward zero.
+    zero, overflow = y == 0, (x == t.INT_MIN) & (y == -1)
+    return where(zero, -1, where(overflow, t.INT_MIN, trunc_div(x, where(zero | overflow, 1, y))))
+
+
+def _unsigned_divide(t, x, y):
+    zero = y == 0
+    return where(zero, t.ALL_ONES, trunc_div(x, where(zero, 1, y)))
+
+
+def _signed_remainder(t, x, y):
+    # XLA: x % 0 = x, INT_MIN % -1 = 0 (x % -1 = 0 = x % 1); the sign of the dividend.
+    zero = y == 0
+    return where(zero, x, trunc_rem(x, where(zero | (y == -1), 1, y)))
+
+
+def _unsigned_remainder(t, x, y):
+    zero = y == 0
+    return where(zero, x, trunc_rem(x, where(zero, 1, y)))
+
+
+def _signed_power(t, x, y):
+    # A negative exponent: 1 for base 1, +-1 for base -1 by the exponent's parity, else 0 (XLA:CPU).
+    negative = y < 0
+    return where(negative, where(x == 1, 1, where(x == -1, where((y & 1) != 0, t.c(-1), 1), 0)),
+                 int_pow(x, where(negative, 0, y)))
+
+
+def _shift_left(t, x, y):
+    # The amount is read as unsigned: >= the width (a negative one too) gives 0.
+    n = U(y)
+    return where(n >= t.BITS, 0, T(U(x) << (n & t.TOP_BIT)))
+
+
+def _shift_right_logical(t, x, y):
+    n = U(y)
+    return where(n >= t.BITS, 0, T(U(x) >> (n & t.TOP_BIT)))
+
+
+def _shift_right_arithmetic(t, x, y):
+    # An amount >= the width fills with the sign bit (a shift by width - 1).
+    n = U(y)
+    return T(S(x) >> S(where(n >= t.BITS, t.TOP_BIT, n)))
+
+
+def _int_sign(t, x):
+    return where(x > 0, 1, where(x < 0, t.c(-1), 0))
+
+
+def _float_sign(t, x):
+    # sign(+-0) = +-0, sign(NaN) = NaN, else +-1.
+    return where(isnan(x) | (x == 0), x, copysign(x._other(1), x))
+
+
+def _round_afz(t, x):
+    # Round half away from zero (C round).
+    r = trunc(x)
+    return where(abs_(x - r) >= 0.5, r + copysign(x._other(1), x), r)
+
+
+def _bits_op(prim):
+    return lambda t, x: T(call(prim, U(x)))
+
+
+def _fn(name):
+    return lambda t, *xs: call(name, *xs)
+
+
+def _op(f):
+    return lambda t, *xs: f(*xs)
+
+
+def _compare(direction: str, order: str):
+    key = {"FLOAT": lambda x: x, "TOTALORDER": total_order_key, "SIGNED": S, "UNSIGNED": U}[order]
+    test = {"EQ": "__eq__", "NE": "__ne__", "LT": "__lt__", "LE": "__le__", "GT": "__gt__", "GE": "__ge__"}[direction]
+    return lambda t, x, y: getattr(key(x), test)(key(y))
+
+
+DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
+# The orders of compare's type= attribute each class takes; pred compares False < True under its UNSIGNED.
+_ORDERS = {"float": ("FLOAT", "TOTALORDER"), "signed": ("SIGNED", "UNSIGNED"), "unsigned": ("SIGNED", "UNSIGNED")}
+
+
+def compare_opcode(direction: str, order: str) -> str:
+    """The table's key of compare with direction= and type= (one of the class's `_ORDERS`)."""
+    return f"compare {direction} {order}"
+
+
+_FLOAT_SIMPLE_UNARY = ("floor", "ceil", "sqrt", "cbrt", "erf")
+_FLOAT_CALLS = {"exponential": "exp", "exponential-minus-one": "expm1", "log": "log", "log-plus-one": "log1p",
+                "sine": "sin", "cosine": "cos", "tan": "tan", "tanh": "tanh", "round-nearest-even": "rint"}
+
+DEFINITIONS: dict[str, dict[str, object]] = {
+    # binary
+    "add": {"float": _op(lambda x, y: x + y), "signed": _op(lambda x, y: x + y),
+            "unsigned": _op(lambda x, y: x + y), "pred": _op(lambda x, y: x | y)},
+    "subtract": {c: _op(lambda x, y: x - y) for c in ("float", "signed", "unsigned")},
+    "multiply": {"float": _op(lambda x, y: x * y), "signed": _op(lambda x, y: x * y),
+                 "unsigned": _op(lambda x, y: x * y), "pred": _op(lambda x, y: x & y)},
+    "divide": {"float": _op(lambda x, y: x / y), "signed": _signed_divide, "unsigned": _unsigned_divide},
+    "remainder": {"float": _fn("fmod"), "signed": _signed_remainder, "unsigned": _unsigned_remainder},
+    "power": {"float": _fn("power"), "signed": _signed_power, "unsigned": _op(int_pow)},
+    "atan2": {"float": _fn("arctan2")},
+    "maximum": {**{c: _op(max_) for c in ("float", "signed", "unsigned")}, "pred": _op(lambda x, y: x | y)},
+    "minimum": {**{c: _op(min_) for c in ("float", "signed", "unsigned")}, "pred": _op(lambda x, y: x & y)},
+    "and": {c: _op(lambda x, y: x & y) for c in ("signed", "unsigned", "pred")},
+    "or": {c: _op(lambda x, y: x | y) for c in ("signed", "unsigned", "pred")},
+    "xor": {c: _op(lambda x, y: x ^ y) for c in ("signed", "unsigned", "pred")},
+    "shift-left": {c: _shift_left for c in ("signed", "unsigned")},
+    "shift-right-logical": {c: _shift_right_logical for c in ("signed", "unsigned")},
+    "shift-right-arithmetic": {c: _shift_right_arithmetic for c in ("signed", "unsigned")},
+    # unary
+    "abs": {"float": _op(abs_), "signed": _op(abs_), "unsigned": _op(lambda x: x)},
+    "negate": {c: _op(lambda x: -x) for c in ("float", "signed", "unsigned")},
+    "sign": {"float": _float_sign, "signed": _int_sign, "unsigned": lambda t, x: where(x > 0, 1, t.c(0))},
+    "not": {c: _op(lambda x: ~x) for c in ("signed", "unsigned", "pred")},
+    "copy": {c: _op(lambda x: x) for c in ("float", "signed", "unsigned", "pred")},
+    "popcnt": {c: _bits_op("popcount") for c in ("signed", "unsigned")},
+    "count-leading-zeros": {c: _bits_op("clz") for c in ("signed", "unsigned")},
+    "round-nearest-afz": {"float": _round_afz},
+    "rsqrt": {"float": _op(lambda x: 1 / sqrt(x))},
+    # XLA expands logistic(x) to 1 / (1 + exp(-x)) (LogisticExpander, kExp form).
+    "logistic": {"float": _op(lambda x: 1 / (call("exp", -x) + 1))},
+    "is-finite": {"float": _fn("isfinite")},
+    **{op: {"float": _fn(op)} for op in _FLOAT_SIMPLE_UNARY},
+    **{op: {"float": _fn(fn)} for op, fn in _FLOAT_CALLS.items()},
+    # clamp(lo, x, hi) = minimum(maximum(x, lo), hi)
+    "clamp": {**{c: _op(lambda lo, x, hi: min_(max_(x, lo), hi)) for c in ("float", "signed", "unsigned")},
+              "pred": _op(lambda lo, x, hi: hi & (x | lo))},
+    **{compare_opcode(d, "UNSIGNED"): {"pred": _compare(d, "FLOAT")} for d in DIRECTIONS},
+}
+for _cls, _orders in _ORDERS.items():
+    for _order in _orders:
+        for _d in DIRECTIONS:
+            DEFINITIONS.setdefault(compare_opcode(_d, _order), {})[_cls] = _compare(_d, _order)
+
+# Operand counts (2 unless listed).
+_ARITY = {"abs": 1, "negate": 1, "sign": 1, "not": 1, "copy": 1, "popcnt": 1, "count-leading-zeros": 1,
+          "round-nearest-afz": 1, "rsqrt": 1, "logistic": 1, "is-finite": 1, "clamp": 3,
+          **dict.fromkeys(_FLOAT_SIMPLE_UNARY, 1),
+          **dict.fromkeys(_FLOAT_CALLS, 1)}
+
+
+def arity(opcode: str) -> int:
+    return _ARITY.get(opcode, 2)
+
+
+def type_class(kind: str) -> str | None:
+    """The definition class of an ir.dtypes kind ("float", "sint", "uint", "pred"); None for complex."""
+    return {"float": "float", "sint": "signed", "uint": "unsigned", "pred": "pred"}.get(kind)
+
+
+def defines(opcode: str, cls: str) -> bool:
+    return cls in DEFINITIONS.get(opcode, ())
+
+
+@functools.cache
+def expression(opcode: str, cls: str, bits: int) -> Expr:
+    """The definition of `opcode` on type class `cls` of `bits` bits, applied to operands x0, x1, ..."""
+    t = TypeInfo(cls, bits)
+    return DEFINITIONS[opcode][cls](t, *(Expr("arg", (i,), "T") for i in range(arity(opcode))))
+
+
+# -- the numpy interpreter -----------------------------------------------------------------------------------
+def as_unsigned(x: np.ndarray, bits: int) -> np.ndarray:
+    """The low `bits` bits of integers x as unsigned integers of x's size (its bit pattern)."""
+    u = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+    return u if bits == x.dtype.itemsize * 8 else u & u.dtype.type((1 << bits) - 1)
+
+
+def as_signed(x: np.ndarray, bits: int) -> np.ndarray:
+    """The low `bits` bits of integers x read as a two's complement number, in the signed type of x's size."""
+    sdt = np.dtype(f"i{x.dtype.itemsize}")
+    if bits == x.dtype.itemsize * 8:
+        return x.view(sdt)
+    sign = sdt.type(1 << (bits - 1))
+    return (as_unsigned(x, bits).view(sdt) ^ sign) - sign
+
+
+def float_total_order_key(x: np.ndarray) -> np.ndarray:
+    """Floats -> same-size signed ints whose order is IEEE totalOrder (-NaN < -inf < ... < -0 < +0 < ... < NaN):
+    negative floats get their magnitude bits flipped."""
+    it = np.dtype(f"i{x.dtype.itemsize}")
+    b = np.ascontiguousarray(x).view(it) if x.ndim else np.asarray(x).view(it)
+    return b ^ ((b >> it.type(x.dtype.itemsize * 8 - 1)) & it.type(np.iinfo(it).max))
+
+
+def _np_trunc_div(a, b):
+    if a.dtype.kind == "u":
+        return np.floor_divide(a, b)
+    q, r = np.divmod(a, b)
+    return q + ((r != 0) & ((a < 0) != (b < 0))).astype(q.dtype)      # floor -> toward zero
+
+
+def _np_int_pow(a, b):
+    """a ** b (b >= 0) by squaring, wrapping, elementwise."""
+    acc = np.ones(np.broadcast_shapes(np.shape(a), np.shape(b)), a.dtype)
+    base = np.broadcast_to(a, acc.shape).copy()
+    e = np.broadcast_to(b, acc.shape).copy()
+    one = e.dtype.type(1)
+    while e.any():          # ufuncs, not operators: numpy scalars (0-d operands) then wrap without a warning
+        acc = np.where(np.bitwise_and(e, one).astype(bool), np.multiply(acc, base), acc)
+        base = np.multiply(base, base)
+        e = np.right_shift(e, one)
+    return acc
+
+
+def _np_bit_length(u, bits: int):
+    """Number of significant bits of unsigned `u` (0 for 0): a binary search over the `bits` bits."""
+    x = np.array(u, copy=True)
+    n = np.zeros(x.shape, x.dtype)
+    s = bits // 2
+    while s >= 1:
+        hi = x >> x.dtype.type(s)
+        m = hi != 0
+        x = np.where(m, hi, x)
+        n += np.where(m, x.dtype.type(s), x.dtype.type(0))
+        s //= 2
+    return n + (x != 0).astype(x.dtype)
+
+
+def _erf(x):
+    from scipy import special
+    return special.erf(x).astype(x.dtype, copy=False)
+
+
+def _np_maximum(a, b):
+    """IEEE 754-2019 maximum: np.maximum (NaN-propagating) with +0 > -0 (+0 + -0 = +0)."""
+    r = np.maximum(a, b)
+    z = (a == 0) & (b == 0)
+    return np.where(z, a + b, r) if z.any() else r
+
+
+def _np_minimum(a, b):
+    """IEEE 754-2019 minimum: np.minimum (NaN-propagating) with -0 < +0 (-((-0) + (-(+0))) = -0)."""
+    r = np.minimum(a, b)
+    z = (a == 0) & (b == 0)
+    return np.where(z, -((-a) + (-b)), r) if z.any() else r
+
+
+def _numpy_calls(bits: int, floats: bool):
+    return {
+        "trunc_div": _np_trunc_div, "trunc_rem": np.fmod, "int_pow": _np_int_pow,
+        "max": _np_maximum if floats else np.maximum, "min": _np_minimum if floats else np.minimum,
+        "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
+        "sqrt": np.sqrt, "copysign": np.copysign, "fmod": np.fmod, "isnan": np.isnan, "isfinite": np.isfinite,
+        "popcount": lambda u: np.bitwise_count(u).astype(u.dtype),
+        "clz": lambda u: u.dtype.type(bits) - _np_bit_length(u, bits),
+        "total_order_key": float_total_order_key,
+        "cbrt": np.cbrt, "exp": np.exp, "expm1": np.expm1, "log": np.log, "log1p": np.log1p, "sin": np.sin,
+        "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf, "power": np.power, "arctan2": np.arctan2,
+    }
+
+
+# From this many elements on, a where whose condition is all true or all false computes only the branch it takes
+# (maximum: x + y only where both are zeros); below, checking costs more than it saves.
+LAZY_WHERE_MIN_SIZE = 4096
+
+
+def _np_where(c, a, b, env):
+    if np.size(c) >= LAZY_WHERE_MIN_SIZE:
+        if not c.any():
+            return b(env)
+        if c.all():
+            return a(env)
+    return np.where(c, a(env), b(env))
+
+
+def _count_uses(e: Expr, uses: dict) -> None:
+    uses[id(e)] = uses.get(id(e), 0) + 1
+    if uses[id(e)] == 1:
+        for a in e.args:
+            if isinstance(a, Expr):
+                _count_uses(a, uses)
+
+
+class _NumpyBuilder:
+    """Turns an expression into a closure `env -> array`, env = [operands, memo of shared nodes]."""
+
+    def __init__(self, dtype: np.dtype, bits: int, uses: dict):
+        self.dtypes = {"T": dtype, "bool": np.dtype(np.bool_)}
+        if dtype.kind in "iu":          # the integer patterns of the type's width
+            self.dtypes.update(U=np.dtype(f"u{dtype.itemsize}"), S=np.dtype(f"i{dtype.itemsize}"))
+        self.bits, self.uses, self.calls = bits, uses, _numpy_calls(bits, dtype.kind in "fc")
+
+    def build(self, e: Expr):
+        f = self._build(e)
+        if self.uses[id(e)] > 1 and e.op not in ("arg", "const"):
+            key = id(e)
+
+            def shared(env, f=f, key=key):
+                memo = env[1]
+                if key not in memo:
+                    memo[key] = f(env)
+                return memo[key]
+            return shared
+        return f
+
+    def _build(self, e: Expr):
+        op, args = e.op, e.args
+        if op == "arg":
+            i = args[0]
+            return lambda env: env[0][i]
+        if op == "const":
+            v = self.dtypes[e.tag].type(args[0])
+            return lambda env: v
+        if op == "where":
+            c, a, b = map(self.build, args)
+            return lambda env: _np_where(c(env), a, b, env)
+        if op == "cast":
+            return self._cast(args[0].tag, e.tag, self.build(args[0]))
+        fn, operands = self.function(e)
+        subs = [self.build(a) for a in operands]
+        if len(subs) == 1:
+            s0 = subs[0]
+            return lambda env: fn(s0(env))
+        s0, s1 = subs
+        return lambda env: fn(s0(env), s1(env))
+
+    def function(self, e: Expr):
+        """The numpy function of an operator or call node, and its operand nodes."""
+        if e.op == "call":
+            return self.calls[e.args[0]], e.args[1:]
+        if e.op == "neg":
+            return np.negative, e.args
+        if e.op == "~":
+            return np.invert, e.args
+        return getattr(np, _ARITH.get(e.op) or _COMPARE[e.op]), e.args
+
+    def _cast(self, src: str, dst: str, f):
+        bits = self.bits
+        if src == "T" and self.dtypes["T"].kind == {"U": "u", "S": "i"}.get(dst):
+            return f                                 # already that (a sub-byte value is held extended)
+        if dst == "U":
+            return lambda env: as_unsigned(f(env), bits)
+        if dst == "S":
+            return lambda env: as_signed(f(env), bits)
+        dtype = self.dtypes["T"]                     # an integer pattern back to the type (same size)
+        return lambda env: f(env).view(dtype)
+
+
+def _numpy_function(e: Expr, n: int, dtype: np.dtype, bits: int):
+    uses: dict = {}
+    _count_uses(e, uses)
+    builder = _NumpyBuilder(dtype, bits, uses)
+    if e.op not in ("arg", "const", "where", "cast"):
+        fn, operands = builder.function(e)
+        if len(operands) == n and all(a.op == "arg" and a.args[0] == i for i, a in enumerate(operands)):
+            return fn        # one numpy function of the operands in order (add, exp, compare...): that function
+    f = builder.build(e)
+    floats = dtype.kind in "fc"
+
+    def kernel(*xs):
+        if floats:
+            with np.errstate(all="ignore"):     # overflow in a discarded branch of a where (x + y of maximum)
+                r = np.asarray(f([xs, {}]))
+        else:
+            r = np.asarray(f([xs, {}]))
+        if any(np.shape(x) != r.shape for x in xs):
+            shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+            if r.shape != shape:        # a where that chose a constant, or scalar operands (clamp's bounds)
+                return np.array(np.broadcast_to(r, shape), order="C")
+        return r.copy() if any(r is x for x in xs) else r
+    return kernel
+
+
+@functools.cache
+def numpy_form(opcode: str, cls: str, dtype: np.dtype, bits: int):
+    """The numpy function of `opcode` on arrays of `dtype` (the compute dtype of type class `cls`; a sub-byte
+    type's byte container, `bits` its width). Returns an array of `dtype` (bool for compares)."""
+    return _numpy_function(expression(opcode, cls, bits), arity(opcode), np.dtype(dtype), bits)
+
+
+# -- the Numba source interpreter --------------------------------------------------------------------------------
+# Numba source of each call; {T} is the compute type's constructor.
+_NUMBA_CALLS = {
+    "trunc_div": "trunc_div({0}, {1})", "trunc_rem": "trunc_rem({0}, {1})", "int_pow": "int_pow({0}, {1}, {T}(1))",
+    "max": "max({0}, {1})", "min": "min({0}, {1})",
+    "abs": "abs({0})", "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})",
+    "rint": "np.rint({0})", "sqrt": "np.sqrt({0})", "copysign": "np.copysign({0}, {1})", "fmod": "np.fmod({0}, {1})",
+    "isnan": "np.isnan({0})", "isfinite": "np.isfinite({0})", "popcount": "popcount({0})",
+    "clz": "count_leading_zeros({0})", "cbrt": "np.cbrt({0})", "exp": "np.exp({0})", "expm1": "np.expm1({0})",
+    "log": "np.log({0})", "log1p": "np.log1p({0})", "sin": "np.sin({0})", "cos": "np.cos({0})",
+    "tan": "np.tan({0})", "tanh": "np.tanh({0})", "erf": "math.erf({0})", "power": "np.power({0}, {1})",
+    "arctan2": "np.arctan2({0}, {1})", "total_order_key": "total_order_key{B}({0})",
+}
+
+
+# Floats: IEEE maximum / minimum (Python's max / min do not propagate NaN, nor order -0 < +0).
+_NUMBA_FLOAT_CALLS = {"max": "fmax_nan({0}, {1})", "min": "fmin_nan({0}, {1})"}
+# Unsigned operands need no sign fix-up (and Numba's helpers would mix them with signed literals: float64).
+_NUMBA_UNSIGNED_CALLS = {"trunc_div": "{0} // {1}", "trunc_rem": "{0} % {1}"}
+
+
+def _numba_ctor(tag: str, name: str, bits: int, compute: dict) -> str | None:
+    if tag == "T":
+        return None if name == "pred" else compute[name]
+    return {"U": f"np.uint{bits}", "S": f"np.int{bits}"}.get(tag)
+
+
+def numba_src(opcode: str, cls: str, name: str, *operands: str, compute: dict, bits: int, literal) -> str:
+    """Source of `opcode` on element type `name` (of class `cls`, `bits` wide) applied to `operands` (sources of
+    compute-type values that a snippet may repeat: names or literals). `compute` maps a type to its compute
+    type's constructor, `literal(name, value)` renders a constant (kernels/elementwise.py passes both)."""
+    e = expression(opcode, cls, bits)
+    if cls == "float":
+        bits = 64 if compute[name] == "np.float64" else 32      # the compute type's (f16 / bf16 held as float32)
+    return _render(e, operands, cls, name, bits, compute, literal)
+
+
+def _render(e: Expr, operands, cls, name, bits, compute, literal) -> str:
+    r = functools.partial(_render, operands=operands, cls=cls, name=name, bits=bits, compute=compute,
+                          literal=literal)
+    op, args = e.op, e.args
+    ctor = _numba_ctor(e.tag, name, bits, compute)
+    if op == "arg":
+        return operands[args[0]]
+    if op == "const":
+        if e.tag == "bool" or (e.tag == "T" and name == "pred"):
+            return "True" if args[0] else "False"
+        return literal(name, args[0]) if e.tag == "T" else f"{ctor}({args[0]})"
+    if op == "where":
+        return f"({r(args[1])} if {r(args[0])} else {r(args[2])})"
+    if op == "cast":
+        if args[0].tag == "T" and compute[name] == ctor:
+            return r(args[0])
+        return f"{ctor}({r(args[0])})"
+    if op == "call":
+        if args[0] in _NUMBA_FLOAT_CALLS and cls == "float":
+            src = _NUMBA_FLOAT_CALLS[args[0]].format(*map(r, args[1:]))
+        elif args[0] in _NUMBA_UNSIGNED_CALLS and cls == "unsigned":
+            src = _NUMBA_UNSIGNED_CALLS[args[0]].format(*map(r, args[1:]))
+        else:
+            src = _NUMBA_CALLS[args[0]].format(*map(r, args[1:]), T=compute[name], B=bits)
+    elif op == "neg":
+        src = f"-{r(args[0])}"
+    elif op == "~":
+        return f"(not {r(args[0])})" if ctor is None else f"{ctor}(~{r(args[0])})"
+    else:
+        src = f"{r(args[0])} {op} {r(args[1])}"
+    if e.tag == "bool" or ctor is None:
+        return f"({src})"
+    return f"{ctor}({src})"
