@@ -37,7 +37,6 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.shape import array_shape
 from .common import SUB_BYTE_CONTAINER, as_signed, as_unsigned, total_order_key
 from .registry import ALL, FLOATS, op
 
@@ -171,16 +170,7 @@ def _int_kernel(inst, build, operand: int = 0):
     return widened
 
 
-def _same_shape_rule(inst):
-    return inst.operands[0].shape
 
-
-def _pred_shape_rule(inst):
-    return array_shape("pred", inst.operands[0].shape.dims)
-
-
-def _second_operand_shape_rule(inst):
-    return inst.operands[1].shape
 
 
 def float_lifted(fn, dtype: np.dtype):
@@ -255,7 +245,7 @@ _COMPLEX_UNARY = {"sqrt", "rsqrt", "exponential", "exponential-minus-one", "log"
                   "logistic", "sine", "cosine", "tan", "tanh"}
 
 
-@op(*_FLOAT_UNARY, dtypes=FLOAT_C, shape_rule=_same_shape_rule,
+@op(*_FLOAT_UNARY, dtypes=FLOAT_C,
     notes="f16/bf16/fp8 computed in f32, rounded once; logistic = 1/(1+exp(-x)); no denormal flushing")
 def _prepare_float_unary(inst, ctx):
     dtype = inst.shape.dtype
@@ -268,7 +258,7 @@ def _prepare_float_unary(inst, ctx):
     return float_lifted(fn, dtype)
 
 
-@op("abs", dtypes=NUMERIC, shape_rule=None, notes="abs(INT_MIN) = INT_MIN; complex -> real modulus")
+@op("abs", dtypes=NUMERIC, notes="abs(INT_MIN) = INT_MIN; complex -> real modulus")
 def _prepare_abs(inst, ctx):
     kind = _kind(inst)
     dtype = inst.shape.dtype
@@ -285,7 +275,7 @@ def _prepare_abs(inst, ctx):
     return lambda x: np.abs(x)      # a bit operation: exact in every float type
 
 
-@op("negate", dtypes=NUMERIC, shape_rule=_same_shape_rule, notes="wraps for integers")
+@op("negate", dtypes=NUMERIC, notes="wraps for integers")
 def _prepare_negate(inst, ctx):
     _require(_kind(inst) != "pred", "negate of pred", inst)
     if _kind(inst) in ("sint", "uint"):
@@ -293,7 +283,7 @@ def _prepare_negate(inst, ctx):
     return lambda x: np.negative(x)
 
 
-@op("sign", dtypes=NUMERIC, shape_rule=_same_shape_rule, notes="sign(+-0) = +-0, sign(NaN) = NaN")
+@op("sign", dtypes=NUMERIC, notes="sign(+-0) = +-0, sign(NaN) = NaN")
 def _prepare_sign(inst, ctx):
     kind = _kind(inst)
     _require(kind != "pred", "sign of pred", inst)
@@ -310,13 +300,13 @@ def _prepare_sign(inst, ctx):
     return float_lifted(_sign_float, inst.shape.dtype)
 
 
-@op("is-finite", dtypes=FLOATS, shape_rule=_pred_shape_rule)
+@op("is-finite", dtypes=FLOATS)
 def _prepare_is_finite(inst, ctx):
     _require(_kind(inst) == "float", "is-finite of a non-float operand", inst)
     return lambda x: np.isfinite(x)
 
 
-@op("not", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
+@op("not", dtypes="pred, " + INTS)
 def _prepare_not(inst, ctx):
     kind = _kind(inst)
     if kind == "pred":
@@ -325,7 +315,7 @@ def _prepare_not(inst, ctx):
     return _int_kernel(inst, lambda dtype, bits: np.invert)
 
 
-@op("popcnt", dtypes=INTS, shape_rule=_same_shape_rule,
+@op("popcnt", dtypes=INTS,
     notes="counts the bits of the value's own width: s4 popcnt(-3) = 3 as StableHLO's spec (XLA:CPU counts the "
           "sign-extended byte: 7)")
 def _prepare_popcnt(inst, ctx):
@@ -347,7 +337,7 @@ def _bit_length(u: np.ndarray, bits: int) -> np.ndarray:
     return n + (x != 0)
 
 
-@op("count-leading-zeros", dtypes=INTS, shape_rule=_same_shape_rule, notes="clz(0) = bit width")
+@op("count-leading-zeros", dtypes=INTS, notes="clz(0) = bit width")
 def _prepare_clz(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "count-leading-zeros of a non-integer operand", inst)
 
@@ -478,7 +468,7 @@ _INT_BINARY = {
 }
 
 
-@op(*_FLOAT_BINARY, dtypes=NUMERIC, shape_rule=_same_shape_rule,
+@op(*_FLOAT_BINARY, dtypes=NUMERIC,
     notes="integer x/0 = -1, INT_MIN/-1 = INT_MIN, x%0 = x; max/min IEEE 754-2019 (NaN, -0 < +0); "
           "f16/bf16/fp8 computed in f32, rounded once")
 def _prepare_binary(inst, ctx):
@@ -527,7 +517,7 @@ def _int_mulhi(dtype: np.dtype, bits: int):
     return kernel
 
 
-@op("mulhi", dtypes=INTS, shape_rule=_same_shape_rule,
+@op("mulhi", dtypes=INTS,
     notes="the high half of the double-width product (signed for signed types): jax's lax.mulhi")
 def _prepare_mulhi(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "mulhi of non-integer operands", inst)
@@ -540,7 +530,7 @@ def _complex_atan2(y, x):
         return (-1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))).astype(x.dtype)
 
 
-@op("and", "or", "xor", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
+@op("and", "or", "xor", dtypes="pred, " + INTS)
 def _prepare_bitwise(inst, ctx):
     kind = _kind(inst)
     _require(kind in ("pred", "sint", "uint"), f"{inst.opcode} of float operands", inst)
@@ -550,7 +540,7 @@ def _prepare_bitwise(inst, ctx):
     return _int_kernel(inst, lambda dtype, bits: lambda a, b: fn(a, b))
 
 
-@op("shift-left", "shift-right-arithmetic", "shift-right-logical", dtypes=INTS, shape_rule=_same_shape_rule,
+@op("shift-left", "shift-right-arithmetic", "shift-right-logical", dtypes=INTS,
     notes="amount read as unsigned; amount >= bit width: 0 (left, logical) or the sign fill (arithmetic)")
 def _prepare_shift(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), f"{inst.opcode} of non-integer operands", inst)
@@ -585,7 +575,7 @@ _CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
         "GT": np.greater, "GE": np.greater_equal}
 
 
-@op("compare", dtypes=ALL, shape_rule=_pred_shape_rule,
+@op("compare", dtypes=ALL,
     notes="direction EQ/NE/LT/LE/GT/GE; type FLOAT (IEEE, NaN unordered), TOTALORDER, SIGNED, UNSIGNED")
 def _prepare_compare(inst, ctx):
     direction = inst.attr("direction")
@@ -617,7 +607,7 @@ def _prepare_compare(inst, ctx):
     return lambda a, b: fn(a, b)       # pred: False < True
 
 
-@op("select", dtypes=ALL, shape_rule=_second_operand_shape_rule, notes="a scalar pred selects whole arrays")
+@op("select", dtypes=ALL, notes="a scalar pred selects whole arrays")
 def _prepare_select(inst, ctx):
     dtype = inst.shape.dtype
     dims = inst.shape.dims
@@ -626,7 +616,7 @@ def _prepare_select(inst, ctx):
     return lambda p, a, b: np.where(p, a, b).astype(dtype, copy=False)
 
 
-@op("clamp", dtypes=NUMERIC, shape_rule=_second_operand_shape_rule,
+@op("clamp", dtypes=NUMERIC,
     notes="clamp(lo, x, hi) = min(max(x, lo), hi), NaN-propagating; scalar bounds allowed")
 def _prepare_clamp(inst, ctx):
     dtype = inst.shape.dtype
@@ -813,7 +803,7 @@ def reduce_precision_bits(x: np.ndarray, exponent_bits: int, mantissa_bits: int)
     return np.where(is_nan, x, bits.view(x.dtype))
 
 
-@op("reduce-precision", dtypes="f16, bf16, f32, f64", shape_rule=_same_shape_rule,
+@op("reduce-precision", dtypes="f16, bf16, f32, f64",
     notes="XLA's bit algorithm: round mantissa to nearest even, exponent overflow -> inf, "
           "underflow (incl. denormals) -> signed zero, NaN kept")
 def _prepare_reduce_precision(inst, ctx):
