@@ -178,3 +178,19 @@ ENTRY %main (p: f32[2,4]) -> f32[2,4] {
     with pytest.raises(HloParseError, match=r"in %t: shape f32\[2,4\] is not what the operands give: transpose of "
                                             r"f32\[2,4\] gives f32\[4,2\]"):
         hloexec.load(text, use_numba=False)
+
+
+def test_omitted_shapes_of_tuple_results_and_of_ops_without_operands():
+    module = hloexec.parse("""HloModule m
+ENTRY e { a = after-all()
+  p = partition-id()
+  x = f32[4] parameter(0)
+  t = topk(x), k=2
+  b = batch-norm-training(x, x, x), epsilon=0.1, feature_index=0
+  ROOT r = tuple(a, p, t, b) }""")[0]
+    assert module.entry.root.shape.to_text() == "(token[], u32[], (f32[2], s32[2]), (f32[4], f32[4], f32[4]))"
+    e = parse_error(b"""HloModule m
+ENTRY e { x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = reduce(x, z, z), dimensions={0}, to_apply=e }""")
+    assert "reduce is omitted and cannot be inferred (expects an even number of operands" in str(e)

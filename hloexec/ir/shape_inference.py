@@ -232,6 +232,8 @@ def _concatenate(opcode, ops, attr):
 
 # -- reductions and windows --------------------------------------------------------------------------------
 def _halves(ops, what: str):
+    if not ops or len(ops) % 2:
+        _fail(f"expects an even number of operands (inputs, then their init values), has {len(ops)}")
     n = len(ops) // 2
     inputs, inits = ops[:n], ops[n:]
     for s in inputs:
@@ -346,6 +348,8 @@ def _gather(opcode, ops, attr):
 
 
 def _scatter(opcode, ops, attr):
+    if len(ops) < 3 or len(ops) % 2 == 0:
+        _fail(f"expects an odd number of operands (inputs, indices, updates), has {len(ops)}")
     n = (len(ops) - 1) // 2
     inputs = [_array(s, "an input") for s in ops[:n]]
     _same_dims(inputs, "the inputs")
