@@ -101,6 +101,27 @@ ENTRY e { x = f16[8] parameter(0)
     assert {i.name: i.shape.to_text(False) for i in shadow.module.entry.instructions}["m"] == "f64[8]"
 
 
+
+def test_ops_whose_meaning_is_their_types_bits_are_pinned():
+    """Found by the shadow tier of the op tests (tests/tiers.py): XLA's float -> int convert saturates at the
+    integer bound rounded to the source type (f4e2m1fn has 6 for s4's 7, so 6.0 -> 7: in f64, 6), and a
+    reduce-precision keeping its type's exponent width keeps that type's subnormals (in f64 they are below the
+    5-bit exponent's range: flushed). Both now run pinned at the program's own types, so the shadow agrees."""
+    text = """HloModule m
+ENTRY e { x = f4e2m1fn[2] parameter(0)
+  h = f16[3] parameter(1)
+  i = s4[2] convert(x)
+  r = f16[3] reduce-precision(h), exponent_bits=5, mantissa_bits=10
+  q = f16[3] reduce-precision(h), exponent_bits=4, mantissa_bits=3
+  ROOT t = (s4[2], f16[3], f16[3]) tuple(i, r, q) }"""
+    x = np.array([6, -6], ml_dtypes.float4_e2m1fn)
+    h = np.array([6e-8, 6.1e-5, 1.5], np.float16)
+    run = shadow_run(hloexec.load(text), [x, h])
+    assert set(run.shadow_info.pinned) == {"i", "r"}            # q narrows the exponent: an f64 op
+    assert run.shadow[0].tolist() == run.outputs[0].tolist() == [7, -8]
+    assert np.array_equal(run.shadow[1], run.outputs[1].astype(np.float64)) and run.outputs[1][0] > 0
+    assert np.array_equal(run.shadow[2], run.outputs[2].astype(np.float64))
+
 def test_discrete_values_computed_from_floats_are_reported_where_they_part():
     """x*y rounded to f16 lands on the other side of the threshold than the exact product for some elements:
     the compare's values differ between the run and the shadow, and the report counts them."""

@@ -13,6 +13,32 @@ give the numpy tier's answer -- bit for bit where the ops are exact:
     switched  defaults, but every while loop switches from interpreted to compiled after one step
     default   `hloexec.load` with its defaults, run twice (a module's first run interprets, the second
               runs what compiled: fusions big enough, loops long enough), the two runs kept as two tiers
+    shadow    the module's f64 shadow (exec/shadow.py) run as `hloexec run --shadow` runs it
+              (tools/numerics.shadow_run), op by op with numpy (compiled f64 code is the other tiers'
+              business), each output rounded back to its type the way the shadow narrows a value (hloexec's
+              convert from f64 / c128)
+
+The shadow computes in f64 what the program computes in its own types, so it agrees with the numpy tier by
+its own rule (`shadow_case`, `shadow_op_case`), each step justified by how the two runs round:
+
+- integer and pred outputs: bit for bit (`differences` compares every non-float output exactly). The shadow's
+  integers differ only where computed from floats that differ, which a single op cannot produce: its operands
+  are the same values, widened exactly;
+- instructions the shadow pins (`exec.shadow.pin_reason`: bitcasts of floats, rng, stochastic and quantizing
+  converts, converts from fp8/fp6/fp4 to integers, reduce-precision keeping its type's exponent width) run at
+  the program's own types on the same values: bit for bit;
+- a case whose float values are all f64 / c128 already: its shadow is the program itself, bit for bit;
+- one op that is exact (data movement, compare, select, clamp, min/max, negate, abs, floor/ceil/round, sign,
+  remainder, converts, reduce-precision, sort) or correctly rounded (add, subtract, multiply, divide, sqrt of
+  real floats): bit for bit, for f32 and for f16/bf16 alike. The f64 result rounded once to T equals T's
+  correctly rounded result because f64 has at least 2p+2 bits for every such T (p = 24, 11, 8: double
+  rounding is innocuous, Figueroa 1995); the same theorem makes hloexec's f16/bf16 ops, computed in f32 and
+  rounded once, correctly rounded; hloexec's f64 -> f16/bf16 convert goes through f32, innocuous likewise;
+- one approximated op (INEXACT_OPS: exp, log, tanh, power, ... in numpy at T vs in f64 rounded to T) and
+  complex arithmetic (several real roundings per element in T): within OP_ULPS of T;
+- several roundings in T, or sums in an order of the tier's choosing (SUM_OPS, ops that run a computation
+  over many elements, linear algebra, whole modules): within SUM_EPS epsilons of T of the output's largest
+  magnitude, the bound the tiers' own sums are held to (a sum's rounding error is relative to its terms).
 
 Adding a tier is one entry in TIERS: a function (case) -> outputs (flat list of arrays) that raises
 NotInTier when the tier cannot take the case (a generator refusing an op or a type is not a failure:
@@ -39,10 +65,14 @@ import hloexec
 import hloexec.exec.executor as executor
 import hloexec.exec.tiering as tiering
 from hloexec.errors import TierUnsupported
+from hloexec.exec.shadow import pin_reason, shadow_type
 from hloexec.exec.tiering import TieredKernel, TieredLoop
+from hloexec.ir.opcodes import MOVEMENT
 from hloexec.ir.printer import instruction_to_text
 from hloexec.kernels.fusion import compile_fusion
 from hloexec.kernels.program import compile_program
+from hloexec.ops.elementwise import convert_kernel
+from hloexec.tools.numerics import shadow_run
 
 
 class NotInTier(Exception):
@@ -188,6 +218,16 @@ def default_runs(case: Case) -> tuple[list, list]:
     return case.notes["default runs"]
 
 
+def shadow_tier(case: Case) -> list:
+    """The module's f64 shadow as `hloexec run --shadow` runs it, its outputs rounded back to their types."""
+    exe = hloexec.load(case.text, use_numba=False)
+    run = shadow_run(exe, case.inputs)
+    leaves = [leaf.element_type for _, leaf in exe.module.entry.root.shape.leaves()]
+    with np.errstate(all="ignore"):
+        return [convert_kernel(shadow_type(t), t, None)(x) if shadow_type(t) is not t else x
+                for x, t in zip(run.shadow, leaves)]
+
+
 TIERS = {
     "numpy": numpy_tier,
     "fused": fused_tier,
@@ -195,6 +235,7 @@ TIERS = {
     "default": lambda case: default_runs(case)[0],
     "default-warm": lambda case: default_runs(case)[1],
     "switched": switched_tier,
+    "shadow": shadow_tier,
 }
 
 
@@ -288,7 +329,7 @@ def assert_tiers_agree(case: Case, tiers=None) -> dict:
     for name, got in results.items():
         if name == "numpy" or isinstance(got, NotInTier):
             continue
-        why = differences(case, want, got)
+        why = differences(shadow_case(case) if name == "shadow" else case, want, got)
         if why:
             problems.append(f"{name}: {why}")
     assert not problems, f"{case.name}: tiers disagree with the numpy tier\n  " + "\n  ".join(problems)
@@ -305,6 +346,46 @@ OP_ULPS = 4
 # Op cases per generated module (one compile serves them all): a fused kernel's compile time grows with its size
 # about linearly, a program's faster.
 FUSED_BATCH, PROGRAM_BATCH = 24, 8
+SHADOW_BATCH = 64       # the shadow tier compiles nothing
+
+
+# The shadow tier's rule for one op (see the module docstring): the ops exact or correctly rounded in every real
+# float type; every op neither there, in _MOVES_VALUES nor in INEXACT_OPS is held to the sums' bound.
+SHADOW_EXACT_OPS = {"add", "subtract", "multiply", "divide", "sqrt", "negate", "abs", "maximum", "minimum", "clamp",
+                    "select", "compare", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "sign",
+                    "remainder", "convert", "reduce-precision", "is-finite", "sort", "copy", "real", "imag",
+                    "complex"}
+_MOVES_VALUES = MOVEMENT | {"gather", "dynamic-update-slice", "tuple", "get-tuple-element", "iota"}
+# Complex multiply, divide, abs, sqrt round several times per element (each real part is a sum of products).
+_COMPLEX_ROUNDING_OPS = {"multiply", "divide", "abs", "sqrt"}
+
+
+def shadow_case(case: Case) -> Case:
+    """How a whole module's shadow outputs are compared: integers exact, floats within SUM_EPS of their scale
+    (a module rounds many times in its own types), f64 modules exact (their shadow is the module)."""
+    module = hloexec.parse(case.text)[0]
+    if not _narrow_floats(module):
+        return Case(case.name, case.text, case.inputs)
+    return Case(case.name, case.text, case.inputs, sums=tuple(range(len(list(module.entry.root.shape.leaves())))))
+
+
+def _narrow_floats(module) -> bool:
+    """Whether any value of `module` has a float or complex type narrower than f64 / c128."""
+    return any(shadow_type(leaf.element_type) is not leaf.element_type
+               for inst in module.instructions() for _, leaf in inst.shape.leaves() if leaf.element_type is not None)
+
+
+def shadow_op_case(inst, count: int) -> dict:
+    """The comparison of one op case's shadow (`count` flat outputs) with its numpy tier: Case fields."""
+    types = [leaf.element_type for s in (inst.shape, *(o.shape for o in inst.operands)) for _, leaf in s.leaves()]
+    if all(shadow_type(t) is t for t in types if t is not None) or pin_reason(inst) is not None:
+        return {}
+    complex_values = any(t is not None and t.kind == "complex" for t in types)
+    if inst.opcode in INEXACT_OPS or (complex_values and inst.opcode in _COMPLEX_ROUNDING_OPS):
+        return {"ulps": OP_ULPS}
+    if inst.opcode in SHADOW_EXACT_OPS or inst.opcode in _MOVES_VALUES:
+        return {}
+    return {"sums": tuple(range(count))}
 
 
 def _printable(inst) -> bool:
@@ -379,8 +460,9 @@ def sweep_op_cases(recorded) -> list[str]:
     cases = [c for c in recorded if _printable(c[1])]
     problems = []
     for tiers, by_dims, size, takes in ((["fused"], True, FUSED_BATCH, _fusion_takes),
-                                        ([t for t in TIERS if t not in ("numpy", "fused")], False, PROGRAM_BATCH,
-                                         _program_takes)):
+                                        ([t for t in TIERS if t not in ("numpy", "fused", "shadow")], False,
+                                         PROGRAM_BATCH, _program_takes),
+                                        (["shadow"], False, SHADOW_BATCH, lambda inst: True)):
         # a case its generator refuses runs op by op in that tier: batched, it would take the others with it
         for batch in _batches([c for c in cases if takes(c[1])], by_dims, size, limit):
             problems += _sweep_batch(batch, tiers)
@@ -416,8 +498,11 @@ def _sweep_batch(batch, tiers) -> list[str]:
             continue
         for k, (test, inst, _) in enumerate(batch):
             leaves = slice(sum(counts[:k]), sum(counts[:k + 1]))
-            one = Case("op case", text, inputs, ulps=OP_ULPS if k in inexact else 0,
-                       sums=tuple(range(counts[k])) if inst.opcode in SUM_OPS else ())
+            if name == "shadow":
+                one = Case("op case", text, inputs, **shadow_op_case(inst, counts[k]))
+            else:
+                one = Case("op case", text, inputs, ulps=OP_ULPS if k in inexact else 0,
+                           sums=tuple(range(counts[k])) if inst.opcode in SUM_OPS else ())
             why = differences(one, want[leaves], got[leaves])
             if why:
                 operands = ", ".join(o.shape.to_text(layout=False) for o in inst.operands)

@@ -8,13 +8,18 @@ the cuBLAS custom-calls) without any op knowing about it:
 - every f16/bf16/f32/fp8 element type becomes f64, c64 becomes c128; integer and pred types stay;
 - a float->float `convert` becomes the identity (f64 -> f64): the program's storage roundings are what the
   shadow removes. Except converts to 8-bit-or-narrower floats (fp8, fp6, fp4): those quantize on purpose
-  (fp8 scaling recipes), so the shadow keeps them (`reduce-precision` is kept too: it is an f64 op);
+  (fp8 scaling recipes), so the shadow keeps them (`reduce-precision` is kept too: it is an f64 op, as long
+  as it narrows the exponent of its type; else it is pinned, below);
 - constants keep the value the program has (the f16 constant, exactly, in f64), not their decimal text;
 - instructions whose meaning depends on the bits of their type are *pinned*: they run at the program's
   own types on the shadow's values rounded to them, and their float results are widened: bitcast-convert
   to or from a float type (jax's random-float bit trick), rng, rng-bit-generator, stochastic-convert,
-  quantizing converts, and custom-calls other than those that compute in their output type (cuBLAS gemm,
-  TopK) or move values only (the identity markers). `Shadow.pinned` lists them with the reason.
+  quantizing converts, converts from 8-bit-or-narrower floats to integers (XLA saturates at the integer
+  bounds rounded to the source type: f4e2m1fn 6.0 -> s4 is 7, as 7 rounds to 6 in f4e2m1fn), a
+  reduce-precision keeping its type's exponent width (it then keeps that type's subnormals, rounding them
+  on their bit pattern, where the f64 op would flush them), and custom-calls other than those that compute
+  in their output type (cuBLAS gemm, TopK) or move values only (the identity markers). `Shadow.pinned`
+  lists them with the reason.
 
 Integer and pred values are the same as in the program's run except where they are computed from floats:
 compares, float->int converts, is-finite, sorts and variadic reduces over float keys, bitcasts of floats.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from ..ir.dtypes import ELEMENT_TYPES, ElementType
@@ -131,6 +137,13 @@ def pin_reason(inst: Instruction) -> str | None:
         src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
         if src.kind == "float" and dst.kind == "float" and dst.bits <= QUANTIZING_BITS < src.bits:
             return f"quantizes to {dst.name}"
+        if src.kind == "float" and src.bits <= QUANTIZING_BITS and dst.kind in ("sint", "uint"):
+            return f"saturates at {dst.name}'s bounds rounded to {src.name}"
+        return None
+    if opcode == "reduce-precision":
+        etype = inst.shape.element_type
+        if etype is not F64 and inst.attr("exponent_bits") >= ml_dtypes.finfo(etype.numpy).nexp:
+            return f"keeps {etype.name}'s exponent range and subnormals"
         return None
     if opcode == "custom-call":
         target = inst.attr("custom_call_target", "")

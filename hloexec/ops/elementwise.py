@@ -41,7 +41,6 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.shape import array_shape
 from ..kernels import semantics
 from .common import SUB_BYTE_CONTAINER, as_unsigned
 from .registry import ALL, FLOATS, op
@@ -168,18 +167,6 @@ def _int_kernel(inst, build, operand: int = 0):
     return widened
 
 
-def _same_shape_rule(inst):
-    return inst.operands[0].shape
-
-
-def _pred_shape_rule(inst):
-    return array_shape("pred", inst.operands[0].shape.dims)
-
-
-def _second_operand_shape_rule(inst):
-    return inst.operands[1].shape
-
-
 def float_lifted(fn, dtype: np.dtype, nan_passing: bool = False):
     """Wrap a float function so it computes in the compute dtype and rounds once to `dtype`. `nan_passing`: fn
     may return an operand's NaN as it is rather than computing with it (which would make it quiet)."""
@@ -235,7 +222,7 @@ _COMPLEX_UNARY = {"sqrt", "rsqrt", "exponential", "exponential-minus-one", "log"
                   "logistic", "sine", "cosine", "tan", "tanh"}
 
 
-@op(*_FLOAT_UNARY, dtypes=FLOAT_C, shape_rule=_same_shape_rule,
+@op(*_FLOAT_UNARY, dtypes=FLOAT_C,
     notes="f16/bf16/fp8 computed in f32, rounded once; logistic = 1/(1+exp(-x)); no denormal flushing")
 def _prepare_float_unary(inst, ctx):
     dtype = inst.shape.dtype
@@ -247,7 +234,7 @@ def _prepare_float_unary(inst, ctx):
     return _float_table(inst.opcode, dtype)
 
 
-@op("abs", dtypes=NUMERIC, shape_rule=None, notes="abs(INT_MIN) = INT_MIN; complex -> real modulus")
+@op("abs", dtypes=NUMERIC, notes="abs(INT_MIN) = INT_MIN; complex -> real modulus")
 def _prepare_abs(inst, ctx):
     kind = _kind(inst)
     dtype = inst.shape.dtype
@@ -262,7 +249,7 @@ def _prepare_abs(inst, ctx):
     return _table("abs", kind, dtype)      # a bit operation: exact on the stored type, no lifting
 
 
-@op("negate", dtypes=NUMERIC, shape_rule=_same_shape_rule, notes="wraps for integers")
+@op("negate", dtypes=NUMERIC, notes="wraps for integers")
 def _prepare_negate(inst, ctx):
     kind = _kind(inst)
     _require(kind != "pred", "negate of pred", inst)
@@ -271,7 +258,7 @@ def _prepare_negate(inst, ctx):
     return _table("negate", kind, inst.shape.dtype)      # a bit operation for floats: exact on the stored type
 
 
-@op("sign", dtypes=NUMERIC, shape_rule=_same_shape_rule, notes="sign(+-0) = +-0, sign(NaN) = NaN")
+@op("sign", dtypes=NUMERIC, notes="sign(+-0) = +-0, sign(NaN) = NaN")
 def _prepare_sign(inst, ctx):
     kind = _kind(inst)
     _require(kind != "pred", "sign of pred", inst)
@@ -288,13 +275,13 @@ def _prepare_sign(inst, ctx):
     return _float_table("sign", inst.shape.dtype)
 
 
-@op("is-finite", dtypes=FLOATS, shape_rule=_pred_shape_rule)
+@op("is-finite", dtypes=FLOATS)
 def _prepare_is_finite(inst, ctx):
     _require(_kind(inst) == "float", "is-finite of a non-float operand", inst)
     return _table("is-finite", "float", inst.operands[0].shape.dtype)     # exact on the stored type
 
 
-@op("not", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
+@op("not", dtypes="pred, " + INTS)
 def _prepare_not(inst, ctx):
     kind = _kind(inst)
     if kind == "pred":
@@ -303,7 +290,7 @@ def _prepare_not(inst, ctx):
     return _int_table(inst, "not")
 
 
-@op("popcnt", dtypes=INTS, shape_rule=_same_shape_rule,
+@op("popcnt", dtypes=INTS,
     notes="counts the bits of the value's own width: s4 popcnt(-3) = 3 as StableHLO's spec (XLA:CPU counts the "
           "sign-extended byte: 7)")
 def _prepare_popcnt(inst, ctx):
@@ -311,7 +298,7 @@ def _prepare_popcnt(inst, ctx):
     return _int_table(inst, "popcnt")
 
 
-@op("count-leading-zeros", dtypes=INTS, shape_rule=_same_shape_rule, notes="clz(0) = bit width")
+@op("count-leading-zeros", dtypes=INTS, notes="clz(0) = bit width")
 def _prepare_clz(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "count-leading-zeros of a non-integer operand", inst)
     return _int_table(inst, "count-leading-zeros")
@@ -345,7 +332,7 @@ def _prepare_complex(inst, ctx):
 _BINARY = ("add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum", "atan2")
 
 
-@op(*_BINARY, dtypes=NUMERIC, shape_rule=_same_shape_rule,
+@op(*_BINARY, dtypes=NUMERIC,
     notes="integer x/0 = -1, INT_MIN/-1 = INT_MIN, x%0 = x; max/min IEEE 754-2019 (NaN, -0 < +0); "
           "f16/bf16/fp8 computed in f32, rounded once")
 def _prepare_binary(inst, ctx):
@@ -388,7 +375,7 @@ def _int_mulhi(dtype: np.dtype, bits: int):
     return kernel
 
 
-@op("mulhi", dtypes=INTS, shape_rule=_same_shape_rule,
+@op("mulhi", dtypes=INTS,
     notes="the high half of the double-width product (signed for signed types): jax's lax.mulhi")
 def _prepare_mulhi(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "mulhi of non-integer operands", inst)
@@ -401,7 +388,7 @@ def _complex_atan2(y, x):
         return (-1j * np.log((x + 1j * y) / np.sqrt(x * x + y * y))).astype(x.dtype)
 
 
-@op("and", "or", "xor", dtypes="pred, " + INTS, shape_rule=_same_shape_rule)
+@op("and", "or", "xor", dtypes="pred, " + INTS)
 def _prepare_bitwise(inst, ctx):
     kind = _kind(inst)
     _require(kind in ("pred", "sint", "uint"), f"{inst.opcode} of float operands", inst)
@@ -410,7 +397,7 @@ def _prepare_bitwise(inst, ctx):
     return _int_table(inst, inst.opcode)
 
 
-@op("shift-left", "shift-right-arithmetic", "shift-right-logical", dtypes=INTS, shape_rule=_same_shape_rule,
+@op("shift-left", "shift-right-arithmetic", "shift-right-logical", dtypes=INTS,
     notes="amount read as unsigned; amount >= bit width: 0 (left, logical) or the sign fill (arithmetic)")
 def _prepare_shift(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), f"{inst.opcode} of non-integer operands", inst)
@@ -418,7 +405,7 @@ def _prepare_shift(inst, ctx):
 
 
 # -- compare / select / clamp -------------------------------------------------------------------
-@op("compare", dtypes=ALL, shape_rule=_pred_shape_rule,
+@op("compare", dtypes=ALL,
     notes="direction EQ/NE/LT/LE/GT/GE; type FLOAT (IEEE, NaN unordered), TOTALORDER, SIGNED, UNSIGNED")
 def _prepare_compare(inst, ctx):
     direction = inst.attr("direction")
@@ -445,7 +432,7 @@ def _prepare_compare(inst, ctx):
     return _table(semantics.compare_opcode(direction, "UNSIGNED"), kind, dtype)       # pred: False < True
 
 
-@op("select", dtypes=ALL, shape_rule=_second_operand_shape_rule, notes="a scalar pred selects whole arrays")
+@op("select", dtypes=ALL, notes="a scalar pred selects whole arrays")
 def _prepare_select(inst, ctx):
     dtype = inst.shape.dtype
     dims = inst.shape.dims
@@ -454,7 +441,7 @@ def _prepare_select(inst, ctx):
     return lambda p, a, b: np.where(p, a, b).astype(dtype, copy=False)
 
 
-@op("clamp", dtypes=NUMERIC, shape_rule=_second_operand_shape_rule,
+@op("clamp", dtypes=NUMERIC,
     notes="clamp(lo, x, hi) = min(max(x, lo), hi), NaN-propagating; scalar bounds allowed")
 def _prepare_clamp(inst, ctx):
     dtype = inst.shape.dtype
@@ -634,7 +621,7 @@ def reduce_precision_bits(x: np.ndarray, exponent_bits: int, mantissa_bits: int)
     return np.where(is_nan, x, bits.view(x.dtype))
 
 
-@op("reduce-precision", dtypes="f16, bf16, f32, f64", shape_rule=_same_shape_rule,
+@op("reduce-precision", dtypes="f16, bf16, f32, f64",
     notes="XLA's bit algorithm: round mantissa to nearest even, exponent overflow -> inf, "
           "underflow (incl. denormals) -> signed zero, NaN kept")
 def _prepare_reduce_precision(inst, ctx):

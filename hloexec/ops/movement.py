@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.shape import Shape, array_shape, tuple_shape
+from ..ir.shape import Shape
 from .common import invalid
 from .registry import ALL, op
 
@@ -69,13 +69,8 @@ def _prepare_reshape(inst, ctx):
     return lambda x: x.reshape(dims)
 
 
-def _transpose_rule(inst):
-    s = inst.operands[0].shape
-    perm = _dims(inst)
-    return array_shape(s.element_type.name, [s.dims[p] for p in perm])
 
-
-@op("transpose", dtypes=ALL, shape_rule=_transpose_rule, notes="output dim i = operand dim dimensions[i]")
+@op("transpose", dtypes=ALL, notes="output dim i = operand dim dimensions[i]")
 def _prepare_transpose(inst, ctx):
     perm = _dims(inst)
     if sorted(perm) != list(range(inst.operands[0].shape.rank)):
@@ -107,11 +102,8 @@ def _swap_halves(x: np.ndarray, split: int) -> np.ndarray:
     return out.view(x.dtype).reshape(x.shape[split:] + x.shape[:split])
 
 
-def _copy_rule(inst):
-    return inst.operands[0].shape
 
-
-@op("copy", dtypes=ALL, shape_rule=_copy_rule, notes="view; logical identity (only the layout may change)")
+@op("copy", dtypes=ALL, notes="view; logical identity (only the layout may change)")
 def _prepare_copy(inst, ctx):
     return lambda x: x
 
@@ -230,13 +222,7 @@ def _prepare_set_dimension_size(inst, ctx):
 
 
 # -- slicing ---------------------------------------------------------------------------------------------
-def _slice_rule(inst):
-    s = inst.operands[0].shape
-    dims = [len(range(d.start, d.limit, d.stride)) for d in inst.attr("slice")]
-    return array_shape(s.element_type.name, dims)
-
-
-@op("slice", dtypes=ALL, shape_rule=_slice_rule, notes="slice={[start:limit:stride], ...}")
+@op("slice", dtypes=ALL, notes="slice={[start:limit:stride], ...}")
 def _prepare_slice(inst, ctx):
     spec = inst.attr("slice")
     if spec is None or len(spec) != inst.operands[0].shape.rank:
@@ -253,11 +239,8 @@ def _clamped_starts(starts, dims, sizes):
     return out
 
 
-def _dynamic_slice_rule(inst):
-    return array_shape(inst.operands[0].shape.element_type.name, _dims(inst, "dynamic_slice_sizes"))
 
-
-@op("dynamic-slice", dtypes=ALL, shape_rule=_dynamic_slice_rule,
+@op("dynamic-slice", dtypes=ALL,
     notes="start indices (scalar operands, any integer type) are clamped to [0, dim - size]")
 def _prepare_dynamic_slice(inst, ctx):
     sizes = _dims(inst, "dynamic_slice_sizes")
@@ -271,11 +254,8 @@ def _prepare_dynamic_slice(inst, ctx):
     return kernel
 
 
-def _dus_rule(inst):
-    return inst.operands[0].shape
 
-
-@op("dynamic-update-slice", dtypes=ALL, shape_rule=_dus_rule,
+@op("dynamic-update-slice", dtypes=ALL,
     notes="start indices clamped to [0, dim - update dim]; returns a new array")
 def _prepare_dynamic_update_slice(inst, ctx):
     dims = inst.operands[0].shape.dims
@@ -296,12 +276,8 @@ def _pad_out_dim(d, p):
     return p.low + p.high + d + max(d - 1, 0) * p.interior
 
 
-def _pad_rule(inst):
-    s = inst.operands[0].shape
-    return array_shape(s.element_type.name, [_pad_out_dim(d, p) for d, p in zip(s.dims, inst.attr("padding"))])
 
-
-@op("pad", dtypes=ALL, shape_rule=_pad_rule, notes="negative low/high crop; interior inserts between elements")
+@op("pad", dtypes=ALL, notes="negative low/high crop; interior inserts between elements")
 def _prepare_pad(inst, ctx):
     padding = inst.attr("padding")
     in_dims = inst.operands[0].shape.dims
@@ -333,15 +309,8 @@ def _prepare_pad(inst, ctx):
     return kernel
 
 
-def _concat_rule(inst):
-    (axis,) = _dims(inst)
-    s = inst.operands[0].shape
-    dims = list(s.dims)
-    dims[axis] = sum(o.shape.dims[axis] for o in inst.operands)
-    return array_shape(s.element_type.name, dims)
 
-
-@op("concatenate", dtypes=ALL, shape_rule=_concat_rule, notes="dimensions={d}")
+@op("concatenate", dtypes=ALL, notes="dimensions={d}")
 def _prepare_concatenate(inst, ctx):
     dims = _dims(inst)
     if len(dims) != 1:
@@ -350,7 +319,7 @@ def _prepare_concatenate(inst, ctx):
     return lambda *xs: np.concatenate(xs, axis=axis) if len(xs) > 1 else xs[0].copy()
 
 
-@op("reverse", dtypes=ALL, shape_rule=_copy_rule, notes="dimensions={...} to flip")
+@op("reverse", dtypes=ALL, notes="dimensions={...} to flip")
 def _prepare_reverse(inst, ctx):
     dims = _dims(inst)
     if not dims:
@@ -394,20 +363,13 @@ def _prepare_constant(inst, ctx):
 
 
 # -- tuples ----------------------------------------------------------------------------------------------
-def _tuple_rule(inst):
-    return tuple_shape([o.shape for o in inst.operands])
-
-
-@op("tuple", dtypes=ALL, shape_rule=_tuple_rule, notes="view")
+@op("tuple", dtypes=ALL, notes="view")
 def _prepare_tuple(inst, ctx):
     return lambda *xs: tuple(xs)
 
 
-def _gte_rule(inst):
-    return inst.operands[0].shape.tuple_shapes[int(inst.attr("index"))]
 
-
-@op("get-tuple-element", dtypes=ALL, shape_rule=_gte_rule, notes="view")
+@op("get-tuple-element", dtypes=ALL, notes="view")
 def _prepare_gte(inst, ctx):
     index = inst.attr("index")
     if index is None:

@@ -1,4 +1,5 @@
-"""The op registry: one entry per HLO opcode, holding its semantics, shape rule and kernel.
+"""The op registry: one entry per HLO opcode, holding its semantics and kernel (its shape rule is in
+hloexec/ir/shape_inference.py, checked here before an op is prepared).
 
 An op is a function `prepare(inst, ctx) -> kernel`, registered with `@op("opcode", ...)`. `prepare` runs
 once per instruction when a module is prepared: it decodes attributes, checks what it supports (raising
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from ..errors import UnsupportedError
+from ..ir.shape_inference import check_shape
 
 
 class Context(Protocol):
@@ -44,7 +46,6 @@ class OpDef:
     dtypes: str                  # element types it runs on, for the README's coverage table
     kernel: str                  # what does the work: numba | numpy | blas | python
     notes: str                   # semantics worth knowing (XLA section, deviations)
-    shape_rule: Callable | None  # (inst) -> Shape, for instructions written without a shape
 
 
 OPS: dict[str, OpDef] = {}
@@ -53,13 +54,13 @@ ALL = "pred, s2-s64, u2-u64, f16, bf16, f32, f64, f8, f6, f4"
 FLOATS = "f16, bf16, f32, f64, f8, f6, f4"
 
 
-def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = "", shape_rule=None):
+def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = ""):
     """Register `prepare` for each opcode (aliases share one implementation)."""
     def register(prepare):
         for opcode in opcodes:
             if opcode in OPS:
                 raise ValueError(f"opcode {opcode!r} registered twice")
-            OPS[opcode] = OpDef(opcode, prepare, dtypes, kernel, notes, shape_rule)
+            OPS[opcode] = OpDef(opcode, prepare, dtypes, kernel, notes)
         return prepare
     return register
 
@@ -129,8 +130,9 @@ CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 
 def check_form(inst, opcode: str) -> None:
-    """The operand count and called computations XLA's parser requires of `opcode` (HloParseError), and an array
-    result where XLA's shape rules give one (UnsupportedError): what every op's prepare may take for granted."""
+    """The operand count and called computations XLA's parser requires of `opcode` (HloParseError), an array
+    result where XLA's shape rules give one (UnsupportedError), and a written shape that is what the operands
+    give (ir/shape_inference.py, as XLA's verifier: HloParseError): what every op's prepare may take for granted."""
     least, most, step = ARITY.get(opcode, (0, None, 1))
     n = len(inst.operands)
     if n < least or (most is not None and n > most) or (n - least) % step:
@@ -145,6 +147,9 @@ def check_form(inst, opcode: str) -> None:
     if inst.shape.is_tuple and opcode not in TUPLE_RESULTS:
         raise UnsupportedError(f"{opcode} with the tuple result {inst.shape.to_text(False)}: XLA's shape rules give "
                                "it an array", inst)
+    why = check_shape(opcode, [o.shape for o in inst.operands], inst.attr, inst.shape)
+    if why is not None:
+        raise inst.parse_error(f"shape {inst.shape.to_text(False)} is not what the operands give: {why}")
 
 
 def lookup(inst) -> OpDef:

@@ -17,8 +17,10 @@ from bisect import bisect_left
 import numpy as np
 
 from ..errors import HloParseError
+from ..ir.attributes import AttributeSyntaxError, decode_attribute
 from ..ir.module import COMPUTATION_ATTRS, AttrTable, Computation, Instruction, Module, TextSpan
 from ..ir.shape import Shape, ShapeSyntaxError, parse_shape, tuple_shape
+from ..ir.shape_inference import ShapeInferenceError, infer_shape
 from .scan import INSTR_ANONYMOUS, INSTR_NO_SHAPE, INSTR_ROOT, COMP_ENTRY, MODULE_HEADER, ScanError, scan
 
 TOKEN = parse_shape("token[]")
@@ -459,18 +461,22 @@ class Builder:
                               int(op["name_off"]))
 
     def infer_shape(self, opcode: str, operands: list[Shape], ab: int, ac: int, offset: int) -> Shape:
-        """Shapes XLA's parser infers when the text omits them."""
-        if opcode == "tuple":
-            return tuple_shape(operands)
-        if opcode == "get-tuple-element" and operands and operands[0].is_tuple:
-            index = self.attrs(ab, ac).get("index", "-1").strip()
-            index = int(index) if index.lstrip("-").isdigit() else -1
-            if 0 <= index < len(operands[0].tuple_shapes):
-                return operands[0].tuple_shapes[index]
-        if opcode in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs", "exponential",
-                      "log", "tanh", "copy", "sqrt", "rsqrt") and operands:
-            return operands[0]
-        raise self.src.error(f"the shape of this {opcode} is omitted and cannot be inferred; write it", offset)
+        """The shape of an instruction written without one, by ir/shape_inference.py (XLA's parser infers it
+        the same way); a parse error at its opcode when there is no rule or the operands do not allow one."""
+        raw = self.attrs(ab, ac)
+
+        def attr(key: str):
+            if key not in raw:
+                return None
+            try:
+                return decode_attribute(key, raw[key], None)
+            except AttributeSyntaxError as e:
+                raise self.src.error(str(e), self.attr_table.value_offset(ab, ac, key)) from None
+        try:
+            return infer_shape(opcode, operands, attr)
+        except ShapeInferenceError as e:
+            raise self.src.error(f"the shape of this {opcode} is omitted and cannot be inferred ({e}); write it",
+                                 offset) from None
 
     def computations(self, tables: InstructionTables) -> list[Computation]:
         comps = []
