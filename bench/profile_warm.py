@@ -4,7 +4,7 @@
     python bench/profile_warm.py adam_mixed_9.4M_opt --repeat 5
 
 Per workload (bench/workloads.py): `hloexec.load`, `--repeat` runs (the first op by op, the second compiles),
-then the best of 5 unprofiled warm runs (`Plan`'s fast path), then the fastest of 3 profiled runs
+then the best of 5 unprofiled warm runs (the fast path of `exec/runner.py`), then the fastest of 3 profiled runs
 (`run(profile=...)`, the checked path: each step of the entry timed, a fused group under its root, as
 `hloexec run --profile` does).
 Each step is put in one class by what it holds: dot (a dot or convolution, alone or in a fusion),

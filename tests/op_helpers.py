@@ -31,7 +31,6 @@ from hloexec.ops.registry import OPS
 
 class FakeContext:
     """The part of an ExecContext that op `prepare` functions use."""
-    excess_precision = False
     reductions = "accumulate"
     device = None
 

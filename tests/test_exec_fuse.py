@@ -65,7 +65,7 @@ def _leaves(value):
 
 
 def _groups(exe):
-    return [g for plan in exe.context.plans for g in plan.fused_groups]
+    return [g for plan in exe.plans for g in plan.fused_groups]
 
 
 def test_groups_follow_the_rules():

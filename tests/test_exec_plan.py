@@ -39,7 +39,7 @@ ENTRY main { x = s32[] parameter(0)
 
 
 def _plan_of(exe, name):
-    return next(p for p in exe.context.plans if p.computation.name == name)
+    return next(p for p in exe.plans if p.computation.name == name)
 
 
 def test_a_parameter_independent_value_is_computed_once():

@@ -22,7 +22,8 @@ import pytest
 import hloexec
 from conftest import EXAMPLES, jax_available
 from hloexec.errors import TierUnsupported
-from hloexec.exec.executor import Device, ExecContext
+from hloexec.exec.context import Device, ExecContext
+from hloexec.exec.executor import PlanCache
 from hloexec.exec.inputs import index_bounds, random_value
 from hloexec.kernels import fusion
 from hloexec.kernels.elementwise import EXACT_OPS
@@ -116,7 +117,7 @@ def test_fused_kernel_matches_reference(case):
     label, module, comp = cases()[0][case]
     kernel = fusion.compile_fusion(comp)
     assert kernel is not None, label
-    reference = ExecContext(module, Device(), use_numba=False).computation(comp)
+    reference = ExecContext(module, Device(), PlanCache(), use_numba=False).computation(comp)
     operands = random_operands(module, comp, seed=case)
     got, want = flatten(kernel(*operands)), flatten(reference(*operands))
     tol = tolerance(comp)

@@ -223,7 +223,7 @@ def test_loop_with_an_op_the_generator_lacks_runs_interpreted():
 
 def test_nested_loops_compile_with_their_outer_loop_only():
     exe = hloexec.load(_text("nested"))
-    loops = {id(s.inst): s.kernel for plan in exe.context.plans for s in plan.steps if s.inst.opcode == "while"}
+    loops = {id(s.inst): s.kernel for plan in exe.plans for s in plan.steps if s.inst.opcode == "while"}
     (outer,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
     inner = [k for k in loops.values() if k is not outer]
     assert outer.kernel is not None and outer.compile_work < float("inf")
@@ -274,4 +274,4 @@ def test_scan_of_random_split_after_the_switch_to_compiled():
 
 
 def _tier_loops(exe):
-    return [s.kernel for plan in exe.context.plans for s in plan.steps if isinstance(s.kernel, TieredLoop)]
+    return [s.kernel for plan in exe.plans for s in plan.steps if isinstance(s.kernel, TieredLoop)]

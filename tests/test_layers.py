@@ -85,3 +85,43 @@ def test_opcode_groups_are_registered_opcodes_and_cover_the_generators():
     unknown = {name: sorted(g - set(OPS) - {"parameter"}) for name, g in groups.items() if g - set(OPS) - {"parameter"}}
     assert not unknown
     assert ew.ELEMENTWISE_OPS <= opcodes.ELEMENTWISE and ew.REDUCERS <= opcodes.REDUCER_OPS
+
+
+def _context_members() -> set[str]:
+    """The members ops/registry.py's `Context` protocol declares (its annotated attributes, methods, properties)."""
+    tree = ast.parse((PACKAGE / "ops" / "registry.py").read_text())
+    (body,) = [node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Context"]
+    return ({n.target.id for n in body if isinstance(n, ast.AnnAssign)}
+            | {n.name for n in body if isinstance(n, ast.FunctionDef)})
+
+
+def test_the_context_protocol_is_what_ops_use_and_exec_context_provides_it():
+    """An op reaches outside itself only through its `ctx` (exec/context.py's ExecContext at run time): every
+    `ctx.<name>` (or getattr(ctx, "<name>")) in hloexec/ops/ is a member of ops/registry.py's `Context`, every
+    member is used by some op, and ExecContext has them all. Ops and custom-call targets name that parameter
+    `ctx`, which is what lets the scan find every use."""
+    import inspect
+
+    import hloexec
+    from hloexec.ops.custom_call.registry import CUSTOM_CALLS, PREFIXED_CALLS
+    from hloexec.ops.registry import OPS
+    prepares = [d.prepare for d in OPS.values()] + list(CUSTOM_CALLS.values()) + [p for _, p in PREFIXED_CALLS.values()]
+    misnamed = {p.__qualname__ for p in prepares if list(inspect.signature(p).parameters)[1:2] != ["ctx"]}
+    assert not misnamed, f"prepare functions whose context parameter is not named ctx: {sorted(misnamed)}"
+    used: dict[str, set[str]] = {}
+    for path in sorted((PACKAGE / "ops").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ctx":
+                name = node.attr
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                  and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == "ctx"):
+                name = node.args[1].value if isinstance(node.args[1], ast.Constant) else "<computed>"
+            else:
+                continue
+            used.setdefault(name, set()).add(str(path.relative_to(PACKAGE)))
+    declared = _context_members()
+    undeclared = {name: sorted(where) for name, where in used.items() if name not in declared}
+    assert not undeclared, f"ops use ctx members ops/registry.py's Context does not declare: {undeclared}"
+    assert declared <= set(used), f"Context declares members no op uses: {sorted(declared - set(used))}"
+    ctx = hloexec.load("HloModule m\nENTRY e { ROOT p = f32[] parameter(0) }").context
+    assert not [name for name in declared if not hasattr(ctx, name)], "ExecContext lacks Context members"

@@ -67,12 +67,12 @@ def test_compiled_schedule_failing_where_the_checked_run_passes_warns():
 
     def failing(args):
         raise IndexError("a bug in the generated schedule")
-    exe.plan._run_fast = failing
+    exe.runner._run_fast = failing
     with pytest.warns(CompileWarning, match="compiled schedule of %.* failed .*IndexError"):
         got = flatten(exe.run(*inputs))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
-    assert exe.plan._run_fast is False          # later runs stay checked
+    assert exe.runner._run_fast is False          # later runs stay checked
     exe.run(*inputs)
 
 

@@ -62,7 +62,7 @@ import ml_dtypes
 import numpy as np
 
 import hloexec
-import hloexec.exec.executor as executor
+import hloexec.exec.context as context
 import hloexec.exec.tiering as tiering
 from hloexec.errors import TierUnsupported
 from hloexec.exec.shadow import pin_reason, shadow_type
@@ -139,7 +139,7 @@ def flat(value) -> list:
 
 def tier_kernels(exe) -> tuple[list, list]:
     """(fusion tiers, loop tiers) of every plan of a loaded module."""
-    steps = [s for plan in exe.context.plans for s in plan.steps]
+    steps = [s for plan in exe.plans for s in plan.steps]
     return ([s.kernel for s in steps if isinstance(s.kernel, TieredKernel)],
             [s.kernel for s in steps if isinstance(s.kernel, TieredLoop)])
 
@@ -172,7 +172,7 @@ def numpy_tier(case: Case) -> list:
 def fused_tier(case: Case) -> list:
     """Every fusion (and group hloexec fuses) compiled, while loops interpreted; a module with neither
     fusions nor groups: its entry computation as one fusion."""
-    with patched(tiering, MIN_COMPILED_BYTES=0), patched(executor.ExecContext, compiled_loop=_interpreted_loop):
+    with patched(tiering, MIN_COMPILED_BYTES=0), patched(context.ExecContext, compiled_loop=_interpreted_loop):
         exe = hloexec.load(case.text, compile_after=0)
         if not tier_kernels(exe)[0] and not _has(case.text, "fusion"):
             exe = hloexec.load(fused_module(case.text), compile_after=0)

@@ -1,1 +1,2 @@
-"""Execution: plans (schedule, liveness, memory), the executor, inputs, communicators."""
+"""Execution: plans (schedule, liveness, memory), their runners, the ops' context, the executor, inputs,
+communicators, SPMD."""

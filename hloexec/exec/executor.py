@@ -1,156 +1,39 @@
-"""Running a module: the context ops prepare against, and `Executable`, what `hloexec.load` returns."""
+"""A module prepared and run: `Executable`, what `hloexec.load` returns -- its plans (one per computation, in a
+`PlanCache`), inputs and memory checked before a run, the entry's runner called."""
 from __future__ import annotations
 
-import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property, partial
 
 import numpy as np
 
 from ..errors import ElidedConstantWarning, ExecutionError, MemoryLimitError, elided_constants_note
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
-from ..kernels.elementwise import check_reductions
+from .context import Device, ExecContext
 from .inputs import from_npz_void
 from .plan import Plan
-from .tier_report import TierReport
-from .tiering import NOT_COMPILED, CompilePolicy, TieredKernel, TieredLoop, compiled_or, loop_step_work
+from .runner import Runner
 
 
-@dataclass
-class Device:
-    """The participant a run plays: its ids, and how its collectives reach the others."""
-    replica_id: int = 0
-    partition_id: int = 0
-    num_replicas: int = 1
-    num_partitions: int = 1
-    communicator: object = None       # see hloexec.exec.communicators
+class PlanCache:
+    """The plans of one module's computations, each prepared once (per fuse flag), with their runners; iterating
+    gives the plans."""
 
-    @property
-    def global_id(self) -> int:
-        """XLA's flattened id: replica_id * num_partitions + partition_id."""
-        return self.replica_id * self.num_partitions + self.partition_id
+    def __init__(self):
+        self._runners: dict[tuple[int, bool], Runner] = {}
 
+    def runner(self, comp: Computation, fuse: bool, ctx: ExecContext) -> Runner:
+        """The runner of `comp`'s plan, preparing it against `ctx` the first time (`fuse`: see Plan)."""
+        key = (id(comp), fuse)
+        runner = self._runners.get(key)
+        if runner is None:
+            runner = self._runners[key] = Runner(Plan(comp, ctx, fuse=fuse), ctx)
+        return runner
 
-class ExecContext:
-    """What ops see while they are prepared (hloexec.ops.registry.Context)."""
-
-    def __init__(self, module: Module, device: Device, *, excess_precision: bool = False, use_numba: bool = True,
-                 compile_after: int = 1, compile_kernels: bool = True, reductions: str = "accumulate"):
-        self.module = module
-        self.default_device = device
-        self.excess_precision = excess_precision
-        self.reductions = check_reductions(reductions)
-        self.use_numba = use_numba
-        # False: kernels that would compile while the plan is prepared compile at their first call instead (the
-        # plan and its memory model are the same; reports that never run the module do not wait for Numba)
-        self.compile_kernels = compile_kernels
-        self._plans: dict[tuple[int, bool], Plan] = {}
-        self.policy = CompilePolicy(compile_after)    # which fusions and loops compile, and when
-        self._participant = threading.local()
-        self.tier_report = TierReport()     # which fusions and loops compiled, why the others run op by op
-
-    @property
-    def compile_after(self) -> int:
-        return self.policy.compile_after
-
-    @property
-    def device(self) -> Device:
-        """The device of the calling thread: SPMD participants share one prepared plan (hloexec.exec.spmd)."""
-        return getattr(self._participant, "device", None) or self.default_device
-
-    def participant(self) -> int:
-        """The calling thread's device id: tiers count their calls per participant."""
-        return self.device.global_id
-
-    def play(self, device: Device) -> None:
-        """Make the calling thread run as `device` (ops read ctx.device at run time)."""
-        self._participant.device = device
-
-    def observer(self, comp: Computation | None = None):
-        """The calling thread's `observer(inst, value, operands)` while it runs an observed run (that looks inside
-        `comp`, a fused, called, loop or branch computation; the entry always), else None."""
-        observer = getattr(self._participant, "observer", None)
-        inside = getattr(self._participant, "inside", None)
-        if observer is None or comp is None or inside is None or comp is self.module.entry or inside(comp):
-            return observer
-        return None
-
-    @cached_property
-    def applied_computations(self) -> frozenset[str]:
-        """Names of the computations applied per element (reducers, comparators, scatter/select/map
-        computations), with those they call: an observed run does not observe their scalar steps."""
-        return applied_computations(self.module)
-
-    def observe(self, callback, inside=None) -> tuple:
-        """Make the calling thread's runs call `callback(inst, value, operands)` after every instruction (None:
-        stop) of the entry and of the computations `inside(computation)` accepts (None: all). Returns what it
-        replaces, (callback, inside)."""
-        participant = self._participant
-        previous = (getattr(participant, "observer", None), getattr(participant, "inside", None))
-        participant.observer, participant.inside = callback, inside
-        return previous
-
-    def computation(self, comp: Computation, fuse: bool = True) -> Plan:
-        """The prepared plan of `comp`; `fuse`: group its unfused producer/consumer chains (exec/fuse.py)."""
-        key = (id(comp), fuse and self.use_numba)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = Plan(comp, self, fuse=key[1])
-        return plan
-
-    @property
-    def plans(self) -> list[Plan]:
-        return list(self._plans.values())
-
-    def fused_kernel(self, comp: Computation):
-        """A kernel running the fused computation `comp` as one compiled loop nest, or None to run it op by op:
-        `self.policy` (exec/tiering.py) says whether it is worth compiling and when; a TieredKernel switches."""
-        if not self.use_numba:
-            return None
-        policy = self.policy
-        reason = policy.declines(comp)
-        if reason is not None:
-            self.tier_report.record("fusion", comp.name, reason)
-            return None
-        from ..kernels.fusion import compile_fusion
-        kernel = self.tier_report.generate("fusion", comp.name, lambda: compile_fusion(
-            comp, excess_precision=self.excess_precision, reductions=self.reductions, eager=False))
-        if kernel is None:
-            return None
-        failed = partial(self.tier_report.record, "fusion", comp.name, NOT_COMPILED)
-        if policy.compiles_at_once(kernel.key, comp):
-            compiled = compiled_or(kernel, None, failed) if self.compile_kernels else None
-            if compiled is None and self.compile_kernels:
-                return None
-            # op by op only in observed runs: its plan is made then
-            return TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, partial(self.observer, comp), failed, compiled)
-        tier = TieredKernel(self.computation(comp, fuse=False), kernel, policy.compile_after, self.participant,
-                            partial(self.observer, comp), failed)
-        policy.planned_kernel(kernel.key, tier)
-        return tier
-
-    def compiled_loop(self, inst):
-        """The while loop `inst` as a TieredLoop, or None where it cannot compile (it runs interpreted).
-
-        The loops nested in a loop that compiles are compiled with it, never on their own: they run
-        interpreted until it switches."""
-        cond = self.computation(inst.called["condition"])
-        body = self.computation(inst.called["body"])      # prepares the nested loops first
-        if not self.use_numba:
-            return None
-        from ..kernels.program import compile_program
-        kernel = self.tier_report.generate("loop", inst.name, lambda: compile_program(
-            inst, excess_precision=self.excess_precision, reductions=self.reductions))
-        if kernel is None:
-            return None
-        loop = TieredLoop(cond, body, kernel, loop_step_work(inst), self.policy.loop_compile_threshold(kernel),
-                          self.participant, partial(self.observer, inst.called["body"]),
-                          partial(self.tier_report.record, "loop", inst.name, NOT_COMPILED))
-        self.policy.planned_loop(inst, loop)
-        return loop
+    def __iter__(self) -> Iterator[Plan]:
+        return (runner.plan for runner in list(self._runners.values()))
 
 
 @dataclass(frozen=True)
@@ -182,10 +65,12 @@ class Executable:
             device = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
             device.communicator = MirrorCommunicator(device)
         self.device = device
-        self.context = ExecContext(module, device, excess_precision=excess_precision, use_numba=use_numba,
-                                   compile_after=compile_after, compile_kernels=compile_kernels,
+        self.plans = PlanCache()
+        self.context = ExecContext(module, device, self.plans, excess_precision=excess_precision,
+                                   use_numba=use_numba, compile_after=compile_after, compile_kernels=compile_kernels,
                                    reductions=reductions)
-        self.plan = self.context.computation(module.entry)
+        self.runner = self.context.computation(module.entry)
+        self.plan = self.runner.plan
         self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
         from .manual import has_manual_regions
@@ -233,7 +118,7 @@ class Executable:
             observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
-                return self.plan(*inputs, progress=progress, profile=profile)
+                return self.runner(*inputs, progress=progress, profile=profile)
         finally:
             if previous is not None:
                 self.context.observe(*previous)
@@ -248,7 +133,7 @@ class Executable:
         """Peak live bytes of the entry computation (inputs included), from the schedule, and the values the
         plans of called computations keep after their first run (see Plan.folded)."""
         if self._peak_bytes is None:
-            kept = sum(plan.memory.folded_bytes() for plan in self.context.plans if plan is not self.plan)
+            kept = sum(plan.memory.folded_bytes() for plan in self.plans if plan is not self.plan)
             self._peak_bytes = self.plan.memory.peak_bytes() + kept
         return self._peak_bytes
 
@@ -267,33 +152,6 @@ class Executable:
         """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
         from .spmd import run_spmd
         return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
-
-
-# (opcode, called-computation key) of the calls whose computation runs once per call, not per element
-_WHOLE_CALLS = frozenset({("call", "to_apply"), ("fusion", "calls"), ("while", "condition"), ("while", "body"),
-                          ("conditional", "branch_computations"), ("conditional", "true_computation"),
-                          ("conditional", "false_computation"), ("async-start", "calls"),
-                          ("async-start", "called_computations"), ("custom-call", "called_computations")})
-
-
-def applied_computations(module: Module) -> frozenset[str]:
-    """Names of the computations some instruction applies per element (reduce, sort, scatter, map, all-reduce...),
-    and of the computations they call."""
-    applied: set[str] = set()
-
-    def add(comp: Computation) -> None:
-        if comp.name not in applied:
-            applied.add(comp.name)
-            for inst in comp.instructions:
-                for c in inst.called_computations:
-                    add(c)
-    for comp in module.computations:
-        for inst in comp.instructions:
-            for key, called in inst.called.items():
-                if (inst.opcode, key) not in _WHOLE_CALLS:
-                    for c in (called if isinstance(called, list) else [called]):
-                        add(c)
-    return frozenset(applied)
 
 
 def available_memory() -> int | None:

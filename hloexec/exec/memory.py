@@ -209,8 +209,9 @@ def scratch_bytes(step) -> int:
     (a call; a fusion's first, op-by-op run), or the f32 copies numpy computes f16/bf16 in."""
     kernel = getattr(step.kernel, "interpret", step.kernel)     # a TieredKernel's first run
     inst = step.inst
-    if isinstance(getattr(kernel, "memory", None), PlanMemory):     # a Plan run op by op
-        return max(kernel.memory.peak_bytes(parameter_bytes=False) - inst.shape.nbytes, 0)
+    memory = getattr(getattr(kernel, "plan", None), "memory", None)
+    if isinstance(memory, PlanMemory):     # a Runner: a Plan run op by op
+        return max(memory.peak_bytes(parameter_bytes=False) - inst.shape.nbytes, 0)
     if inst.opcode in _LIFTED_TO_F32 and not step.fused:
         halves = [s for s in (inst.shape, *(o.shape for o in inst.operands))
                   if not s.is_tuple and s.element_type.is_half_float]

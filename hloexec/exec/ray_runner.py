@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import ExecutionError, UnsupportedError
 from . import spmd
 from .communicators import Mailboxes, ThreadCommunicator
-from .executor import Device
+from .context import Device
 
 # Payloads smaller than this go by value in the actor call (Ray inlines arguments up to 100 KB itself);
 # larger ones are put in the object store once, whatever the number of receivers.

@@ -31,7 +31,7 @@ from ..ir.shape import Shape, array_shape
 from ..ir.shardy import module_meshes, sharding_of
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout  # noqa: F401  (spmd API)
 from .communicators import Mailboxes, ParticipantFailed
-from .executor import Device
+from .context import Device
 from .inputs import from_npz_void
 
 _GROUPED = ("all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter", "all-to-all",

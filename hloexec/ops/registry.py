@@ -7,8 +7,8 @@ UnsupportedError naming the instruction) and returns `kernel(*operand_values) ->
 executor calls on every run. Values are C-contiguous numpy arrays in logical (row-major) order with
 the instruction's exact dtype (bf16/fp8 via ml_dtypes, pred as bool), or tuples of values.
 
-`ctx` gives an op what lies outside it (see `Context`): callables for the computations it calls, the
-precision mode, the device it runs as.
+`ctx` gives an op what lies outside it (see `Context`): callables for the computations it calls, the compiled
+tiers it may run instead, how reductions round, the module, the device it runs as.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from ..ir.shape_inference import check_shape
 
 
 class Context(Protocol):
-    excess_precision: bool      # skip f16/bf16 rounding between ops inside a fusion
+    """Everything an op may ask of its context, and nothing more (tests/test_layers.py checks both ways against
+    the `ctx.` uses in hloexec/ops/). An op may also key per-module state on it (a weakref.WeakKeyDictionary)."""
     reductions: str             # "accumulate" | "per-step": how add/multiply reductions round (kernels/elementwise.py)
     module: object              # the module being prepared (hloexec.ir.module.Module)
 

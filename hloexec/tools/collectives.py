@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ExecutionError
-from ..exec.executor import Device
+from ..exec.context import Device
 from ..exec.plan import schedule
 from ..ir.module import Computation, Instruction, Module
 from . import costmodel

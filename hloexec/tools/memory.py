@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..exec.memory import scratch_bytes
 from ..exec.plan import Plan
+from ..exec.runner import Runner
 from .opname import fit, layer, op_name, where
 from .stats import human_bytes
 
@@ -161,7 +162,7 @@ def _value(plan: Plan, life, k: int) -> LiveValue:
 
 def _scratch_why(step) -> str:
     kernel = getattr(step.kernel, "interpret", step.kernel)
-    if isinstance(kernel, Plan):
+    if isinstance(kernel, Runner):
         return "what the step holds while it runs: the values of its op-by-op first run (a fusion's first call)"
     return "what the step holds while it runs: f32 copies of its f16/bf16 operands and result (numpy computes in f32)"
 
