@@ -103,7 +103,7 @@ def test_take_and_insert_before_move_lines_out_of_a_block():
     loop.close(inner)
     loop.insert("n += 1")
     root.close(loop)
-    for line in loop.take(lambda line: line.endswith("]")):
+    for line in loop.take(str, lambda line: line.endswith("]")):
         root.insert_before(loop, line)
     root.insert("done = True")
     assert root.render() == ["n = 0", "a = [0]", "b = [1]", "while n < 3:", "    if n:", "        c = a + b",

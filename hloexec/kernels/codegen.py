@@ -96,17 +96,18 @@ class Block:
         if self.insert_pos > at:
             self.insert_pos += 1
 
-    def take(self, pred, taken: list | None = None) -> list:
-        """Remove the lines of this block and of the blocks inside it for which `pred` holds; they are
-        returned in source order."""
+    def take(self, kind: type, pred, taken: list | None = None) -> list:
+        """Remove the items of type `kind` (not a Block) for which `pred` holds from this block and the blocks
+        inside it; they are returned in source order."""
         taken = [] if taken is None else taken
         gone = []
         for k, item in enumerate(self.items):
-            if isinstance(item, Block):
-                item.take(pred, taken)
-            elif pred(item):
-                taken.append(item)
-                gone.append(k)
+            if isinstance(item, kind):
+                if pred(item):
+                    taken.append(item)
+                    gone.append(k)
+            elif isinstance(item, Block):
+                item.take(kind, pred, taken)
         if gone:
             for k in reversed(gone):
                 del self.items[k]

@@ -451,7 +451,7 @@ class _Generator:
         # the first step of this one would write its old state's buffer while it still reads it.
         self.pinned |= seen
         pinned = self.pinned
-        for alloc in loop.take(lambda x: isinstance(x, _Alloc) and x.buf not in pinned):
+        for alloc in loop.take(_Alloc, lambda a: a.buf not in pinned):
             self.current.insert_before(loop, alloc)
         self.mutable |= loop_bufs
         self.hoisted = outer_hoisted
