@@ -127,17 +127,17 @@ class _Generator:
         s = self.scope_of.get(name)
         return s is not None and s in self.chain_set
 
-    def place(self, deps) -> Block:
-        """The deepest block (on the current chain) defining one of `deps` -- where a statement goes."""
-        return innermost(self.chain[0], map(self.scope_of.get, deps))
+    def place(self, deps, pin: bool = False) -> Block:
+        """The deepest block (on the current chain) defining one of `deps` -- where a statement goes; `pin`:
+        not outside the innermost guard (a load under a pad / concatenate guard stays under it)."""
+        target = innermost(self.chain[0], map(self.scope_of.get, deps))
+        return innermost(target, [self.guard]) if pin else target
 
     def emit(self, expr: str, deps, *, pin: bool = False, prefix: str = "v") -> str:
         """Assign `expr` to a new name in the outermost valid scope; `pin` keeps it inside guards."""
         self.statements += 1
         need(self.statements < MAX_STATEMENTS, "too many statements")
-        target = self.place(deps)
-        if pin and self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place(deps, pin)
         name = self.fresh(prefix)
         target.insert(f"{name} = {expr}")
         self.scope_of[name] = target
@@ -494,10 +494,7 @@ class _Generator:
 
     def guarded(self, inst, conds, deps, compute_value, init: str):
         """res = init; if <all conds>: res = compute_value()  -- loads inside stay under the guard."""
-        res_deps = list(deps)
-        target = self.place(res_deps)
-        if self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place(deps, pin=True)
         res = self.fresh("v")
         target.insert(f"{res} = {init}")
         self.scope_of[res] = target
@@ -553,10 +550,7 @@ class _Generator:
                     return self.value(o, tuple(sub))
                 off -= o.shape.dims[dim]
             raise TierUnsupported("concatenate index")
-        deps = [x for x in index if is_name(x)]
-        target = self.place(deps)
-        if self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place([x for x in index if is_name(x)], pin=True)
         res = self.fresh("v")
         target.insert(f"{res} = {ew.literal_src(et, 0)}")
         self.scope_of[res] = target
@@ -592,9 +586,7 @@ class _Generator:
     def accumulator(self, inst, index) -> tuple[Block, str]:
         """A reduction's accumulator at `index`, set to its init value in the outermost scope it may live in."""
         init_v = self.value(inst.operands[1], ())
-        target = self.place([c for c in index if is_name(c)])
-        if self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place([c for c in index if is_name(c)], pin=True)
         acc = self.fresh("r")
         target.insert(f"{acc} = {init_v}")
         self.scope_of[acc] = target
