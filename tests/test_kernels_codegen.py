@@ -53,14 +53,14 @@ def test_statements_go_to_the_deepest_block_defining_what_they_use():
     defined_in = {"base": root, "i": rows, "j": cols}
 
     def place(line, names):
-        innermost(root, map(defined_in.get, names)).insert(line)
+        innermost(root, names, defined_in).insert(line)
     place("out.append((row, j))", ["row", "j"])
     place("row = base + i * 10", ["base", "i"])         # while cols is open: before it
     place("log.append(base)", ["base"])                 # before the rows loop
     place("log.append(-1)", [])
     rows.close(cols)
     rows.insert("log.append(i)")                        # after the closed loop
-    assert innermost(root, [None, rows, cols]) is cols and innermost(cols, [rows]) is cols
+    assert innermost(root, ["x", "i", "j"], defined_in) is cols and innermost(cols, ["i"], defined_in) is cols
     assert cols.total_trips() == 12 and rows.total_trips() == 3
 
     source = "\n".join(root.render())

@@ -139,12 +139,13 @@ class Block:
         return out
 
 
-def innermost(outermost: Block, blocks) -> Block:
-    """The deepest of `outermost` and `blocks` (all on one path from the root; None entries skipped): the
-    outermost block in which the names they define are all defined -- where a statement using those names
-    goes (loop-invariant code motion)."""
+def innermost(outermost: Block, names, defined_in: dict) -> Block:
+    """The deepest of `outermost` and the blocks `defined_in` maps `names` to (all on one path from the root;
+    names it lacks are skipped): the outermost block in which all those names are defined -- where a statement
+    using them goes (loop-invariant code motion)."""
     best = outermost
-    for b in blocks:
+    for name in names:
+        b = defined_in.get(name)
         if b is not None and b.depth > best.depth:
             best = b
     return best

@@ -130,8 +130,7 @@ class _Generator:
     def place(self, deps, pin: bool = False) -> Block:
         """The deepest block (on the current chain) defining one of `deps` -- where a statement goes; `pin`:
         not outside the innermost guard (a load under a pad / concatenate guard stays under it)."""
-        target = innermost(self.chain[0], map(self.scope_of.get, deps))
-        return innermost(target, [self.guard]) if pin else target
+        return innermost(self.guard if pin else self.chain[0], deps, self.scope_of)
 
     def emit(self, expr: str, deps, *, pin: bool = False, prefix: str = "v") -> str:
         """Assign `expr` to a new name in the outermost valid scope; `pin` keeps it inside guards."""
