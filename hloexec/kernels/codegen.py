@@ -61,7 +61,7 @@ class Block:
     items -- source lines (anything whose str() is one) and child blocks -- one level deeper (`pass` if none).
     Statements go in at `insert_pos`: a child being built keeps it before itself, so what is placed in this
     block meanwhile (a value hoisted out of the child) precedes the child. `trips`: executions of the block
-    per execution of its parent."""
+    per execution of its parent; `is_guard`: an `if` whose guarded loads may not be hoisted out of it."""
     __slots__ = ("parent", "header", "items", "insert_pos", "depth", "trips", "is_guard")
 
     def __init__(self, parent: Block | None = None, header: tuple[str, ...] = (), trips: int = 1,
