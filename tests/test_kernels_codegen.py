@@ -1,12 +1,14 @@
-"""hloexec.kernels.codegen: index expressions render as the source the generators write and fold, when they hold
-no name, to the value that source has (Python's integer semantics, which Numba's int64 indices share here)."""
+"""hloexec.kernels.codegen: blocks place statements where the generators rely on it (before a block being built,
+in the deepest block defining what they use) and render as indented source; index expressions render as the
+source the generators write and fold, when they hold no name, to the value that source has (Python's integer
+semantics, which Numba's int64 indices share here)."""
 import itertools
 
 import numpy as np
 import pytest
 
 from hloexec.errors import TierUnsupported
-from hloexec.kernels.codegen import Ix, index_src, is_name, need, row_major_strides
+from hloexec.kernels.codegen import Block, Ix, index_src, innermost, is_name, need, row_major_strides
 
 
 def test_render_and_names():
@@ -39,3 +41,70 @@ def test_need_and_strides():
     dims = (3, 1, 4, 5)
     assert row_major_strides(dims) == [s // 8 for s in np.empty(dims, np.float64).strides]
     assert row_major_strides(()) == []
+
+
+def test_statements_go_to_the_deepest_block_defining_what_they_use():
+    """The fusion generator's placement: a statement lands in the innermost block among those defining its
+    names -- before a loop still being built -- so it runs once per iteration of that block only."""
+    root = Block()
+    root.insert("base = 100")
+    rows = root.open("for i in range(3):", trips=3)
+    cols = rows.open("for j in range(4):", trips=4)
+    defined_in = {"base": root, "i": rows, "j": cols}
+
+    def place(line, names):
+        innermost(root, names, defined_in).insert(line)
+    place("out.append((row, j))", ["row", "j"])
+    place("row = base + i * 10", ["base", "i"])         # while cols is open: before it
+    place("log.append(base)", ["base"])                 # before the rows loop
+    place("log.append(-1)", [])
+    rows.close(cols)
+    rows.insert("log.append(i)")                        # after the closed loop
+    assert innermost(root, ["x", "i", "j"], defined_in) is cols and innermost(cols, ["i"], defined_in) is cols
+    assert cols.total_trips() == 12 and rows.total_trips() == 3
+
+    source = "\n".join(root.render())
+    assert source == "\n".join([
+        "base = 100",
+        "log.append(base)",
+        "log.append(-1)",
+        "for i in range(3):",
+        "    row = base + i * 10",
+        "    for j in range(4):",
+        "        out.append((row, j))",
+        "    log.append(i)"])
+    env = {"out": [], "log": []}
+    exec(source, env)                                   # noqa: S102  (the rendered block is runnable)
+    assert env["out"] == [(100 + 10 * i, j) for i in range(3) for j in range(4)]
+    assert env["log"] == [100, -1, 0, 1, 2]
+
+
+def test_render_indents_and_fills_empty_blocks():
+    root = Block()
+    assert root.render(1) == ["    pass"]                # an empty function body
+    guard = root.open("if x > 0:", is_guard=True)
+    root.close(guard)
+    loop = root.open("for i in range(2):")
+    loop.insert("y = i")
+    root.close(loop)
+    assert root.render(1) == ["    if x > 0:", "        pass", "    for i in range(2):", "        y = i"]
+
+
+def test_take_and_insert_before_move_lines_out_of_a_block():
+    """The loop generator's allocation hoisting: lines taken from a loop and its inner blocks, in source order,
+    go just before it; what is added afterwards still goes at the end."""
+    root = Block()
+    root.insert("n = 0")
+    loop = root.open("while n < 3:")
+    loop.insert("a = [0]")
+    inner = loop.open("if n:")
+    inner.insert("b = [1]")
+    inner.insert("c = a + b")
+    loop.close(inner)
+    loop.insert("n += 1")
+    root.close(loop)
+    for line in loop.take(str, lambda line: line.endswith("]")):
+        root.insert_before(loop, line)
+    root.insert("done = True")
+    assert root.render() == ["n = 0", "a = [0]", "b = [1]", "while n < 3:", "    if n:", "        c = a + b",
+                             "    n += 1", "done = True"]

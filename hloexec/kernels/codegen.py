@@ -1,7 +1,7 @@
 """What both kernel generators (`kernels/fusion.py`: a fused computation as one loop nest; `kernels/program.py`:
 a control-flow region as one function) share: declining, constants as a kernel sees them, row-major strides,
-index expressions folded when they hold no name (`Ix`), and the module text around a generated `kernel`
-function (loaded through `kernels/cache.py`)."""
+the blocks the source is assembled from (`Block`), index expressions folded when they hold no name (`Ix`),
+and the module text around a generated `kernel` function (loaded through `kernels/cache.py`)."""
 from __future__ import annotations
 
 import operator
@@ -53,6 +53,102 @@ def kernel_module(kind: str, params: list[str], body: list[str]) -> str:
             "@njit(cache=True, error_model='numpy', nogil=True)",
             f"def kernel({', '.join(params)}):"]
     return "\n".join(head + body) + "\n"
+
+
+# -- blocks ------------------------------------------------------------------------------------------------
+class Block:
+    """A block of generated source: header lines (`for i1 in range(48):`; none for the function body), then
+    items -- source lines (anything whose str() is one) and child blocks -- one level deeper (`pass` if none).
+    Statements go in at `insert_pos`: a child being built keeps it before itself, so what is placed in this
+    block meanwhile (a value hoisted out of the child) precedes the child. `trips`: executions of the block
+    per execution of its parent; `is_guard`: an `if` whose guarded loads may not be hoisted out of it."""
+    __slots__ = ("parent", "header", "items", "insert_pos", "depth", "trips", "is_guard")
+
+    def __init__(self, parent: Block | None = None, header: tuple[str, ...] = (), trips: int = 1,
+                 is_guard: bool = False):
+        self.parent = parent
+        self.header = header
+        self.items: list = []
+        self.insert_pos = 0
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.trips = trips
+        self.is_guard = is_guard
+
+    def insert(self, item):
+        """Add a line (or a finished block) at the insert position; the next one goes after it."""
+        self.items.insert(self.insert_pos, item)
+        self.insert_pos += 1
+
+    def open(self, header: str, *, trips: int = 1, is_guard: bool = False) -> Block:
+        """A new child block at the insert position, which stays before it until `close(child)`."""
+        child = Block(self, (header,), trips, is_guard)
+        self.items.insert(self.insert_pos, child)
+        return child
+
+    def close(self, child: Block):
+        """Statements placed here from now on go after `child`."""
+        self.insert_pos = self.items.index(child, self.insert_pos) + 1     # (it is at insert_pos)
+
+    def insert_before(self, child: Block, item):
+        """Add `item` just before child block `child` (an allocation moved out of a loop)."""
+        at = self.items.index(child)
+        self.items.insert(at, item)
+        if self.insert_pos > at:
+            self.insert_pos += 1
+
+    def take(self, kind: type, pred, taken: list | None = None) -> list:
+        """Remove the items of type `kind` (not a Block) for which `pred` holds from this block and the blocks
+        inside it; they are returned in source order."""
+        taken = [] if taken is None else taken
+        gone = []
+        for k, item in enumerate(self.items):
+            if isinstance(item, kind):
+                if pred(item):
+                    taken.append(item)
+                    gone.append(k)
+            elif isinstance(item, Block):
+                item.take(kind, pred, taken)
+        if gone:
+            for k in reversed(gone):
+                del self.items[k]
+            self.insert_pos -= sum(k < self.insert_pos for k in gone)
+        return taken
+
+    def total_trips(self) -> int:
+        """Executions of this block per call of the function."""
+        t, b = 1, self
+        while b is not None:
+            t *= b.trips
+            b = b.parent
+        return t
+
+    def render(self, indent: int = 0, out: list[str] | None = None) -> list[str]:
+        """The source lines, the header indented `indent` levels (4 spaces each)."""
+        out = [] if out is None else out
+        pad = "    " * indent
+        out += [pad + line for line in self.header]
+        inner = indent + 1 if self.header else indent
+        pad = "    " * inner
+        if not self.items:
+            out.append(pad + "pass")
+        for item in self.items:
+            if isinstance(item, Block):
+                item.render(inner, out)
+            else:
+                out.append(f"{pad}{item}")
+        return out
+
+
+def innermost(outermost: Block, names, defined_in: dict) -> Block:
+    """The deepest of `outermost` and the blocks `defined_in` maps `names` to (all on one path from the root;
+    names it lacks are skipped): the outermost block in which all those names are defined -- where a statement
+    using them goes (loop-invariant code motion)."""
+    best = outermost
+    for name in names:
+        b = defined_in.get(name)
+        if b is not None and b.depth > best.depth:
+            best = b
+    return best
 
 
 # -- index expressions ------------------------------------------------------------------------------------

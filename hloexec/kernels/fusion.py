@@ -35,7 +35,8 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from . import elementwise as ew
 from .cache import load_kernel, source_key
-from .codegen import Ix, constant_storage, is_name, kernel_module, need, row_major_strides, scalar_literal
+from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
+                      scalar_literal)
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -102,38 +103,6 @@ def _subscript(index) -> str:
     return ", ".join(c if c.isdigit() else f"np.uint64({c})" for c in index) if index else "0"
 
 
-# -- the loop/branch tree the source is assembled from -----------------------------------------------
-class _Scope:
-    __slots__ = ("parent", "header", "items", "insert_pos", "depth", "trips", "is_guard")
-
-    def __init__(self, parent, header: list[str], trips: int = 1, is_guard: bool = False):
-        self.parent = parent
-        self.header = header             # lines opening the block ('for i1 in range(48):'), [] for the root
-        self.items: list = []            # source lines (str) and child scopes, in order
-        self.insert_pos = 0              # where statements placed in this scope go
-        self.depth = 0 if parent is None else parent.depth + 1
-        self.trips = trips               # executions of this block per execution of the parent
-        self.is_guard = is_guard
-
-    def insert(self, item):
-        self.items.insert(self.insert_pos, item)
-        self.insert_pos += 1
-
-    def render(self, out: list[str], indent: int):
-        pad = "    " * indent
-        for line in self.header:
-            out.append(pad + line)
-        inner = indent + (1 if self.header else 0)
-        body_start = len(out)
-        for item in self.items:
-            if isinstance(item, _Scope):
-                item.render(out, inner)
-            else:
-                out.append("    " * inner + item)
-        if len(out) == body_start and self.header:
-            out.append("    " * inner + "pass")
-
-
 class _Generator:
     def __init__(self, comp, excess_precision: bool, parallel, reductions: str = "accumulate"):
         self.comp = comp
@@ -141,7 +110,7 @@ class _Generator:
         self.reductions = reductions
         self.parallel_request = parallel
         self.n = 0
-        self.scope_of: dict[str, _Scope] = {}
+        self.scope_of: dict[str, Block] = {}     # name -> the block defining it
         self.memo: dict = {}
         self.index_memo: dict = {}
         self.consts: list[np.ndarray] = []
@@ -158,35 +127,29 @@ class _Generator:
         s = self.scope_of.get(name)
         return s is not None and s in self.chain_set
 
-    def place(self, deps) -> _Scope:
-        """The deepest scope (on the current chain) defining one of `deps` -- where a statement goes."""
-        best = self.chain[0]
-        for d in deps:
-            s = self.scope_of.get(d)
-            if s is not None and s.depth > best.depth:
-                best = s
-        return best
+    def place(self, deps, pin: bool = False) -> Block:
+        """The deepest block (on the current chain) defining one of `deps` -- where a statement goes; `pin`:
+        not outside the innermost guard (a load under a pad / concatenate guard stays under it)."""
+        return innermost(self.guard if pin else self.chain[0], deps, self.scope_of)
 
     def emit(self, expr: str, deps, *, pin: bool = False, prefix: str = "v") -> str:
         """Assign `expr` to a new name in the outermost valid scope; `pin` keeps it inside guards."""
         self.statements += 1
         need(self.statements < MAX_STATEMENTS, "too many statements")
-        target = self.place(deps)
-        if pin and self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place(deps, pin)
         name = self.fresh(prefix)
         target.insert(f"{name} = {expr}")
         self.scope_of[name] = target
         return name
 
     @property
-    def guard(self) -> _Scope:
+    def guard(self) -> Block:
         for s in reversed(self.chain):
             if s.is_guard:
                 return s
         return self.chain[0]
 
-    def push(self, scope: _Scope):
+    def push(self, scope: Block):
         self.chain.append(scope)
         self.chain_set.add(scope)
 
@@ -196,17 +159,18 @@ class _Generator:
         self.chain = list(saved)
         self.chain_set = set(saved)
 
-    def open_construct(self, target: _Scope, scope: _Scope):
-        """Insert a new child block of `target` and make the chain root..target,scope the current one."""
-        target.items.insert(target.insert_pos, scope)   # insert_pos stays before it while it is built
+    def open_construct(self, target: Block, header: str, **kind) -> tuple[Block, list]:
+        """A new child block of `target` (Block.open), the chain root..target,block made the current one:
+        (the block, the chain to restore)."""
+        scope = target.open(header, **kind)
         saved = list(self.chain)
         idx = self.chain.index(target)
         self.pop_to(self.chain[:idx + 1])
         self.push(scope)
-        return saved
+        return scope, saved
 
-    def close_construct(self, target: _Scope, scope: _Scope, saved):
-        target.insert_pos = target.items.index(scope) + 1
+    def close_construct(self, target: Block, scope: Block, saved):
+        target.close(scope)
         self.pop_to(saved)
 
     # -- index expressions ----------------------------------------------------------------------------
@@ -250,7 +214,7 @@ class _Generator:
             parallel = bool(self.parallel_request) and bool(loop_dims)
         self.parallel = bool(parallel)
 
-        self.root_scope = _Scope(None, [])
+        self.root_scope = Block()
         self.chain, self.chain_set = [self.root_scope], {self.root_scope}
         column = _column_reduces(comp, outs)
         if column:
@@ -269,13 +233,11 @@ class _Generator:
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
         self.blocks = (ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], max(2, work // BLOCK_WORK)))
                        if self.parallel else [])
-        body: list[str] = []
-        self.root_scope.render(body, 1)
-        source = kernel_module("fused", args, body or ["    pass"])
+        source = kernel_module("fused", args, self.root_scope.render(1))
         self.outs = outs
         return source
 
-    def open_loops(self, parent: _Scope, dims, loop_dims, prefix: str, split: bool = True, tiled: bool = False):
+    def open_loops(self, parent: Block, dims, loop_dims, prefix: str, split: bool = True, tiled: bool = False):
         """A loop per dim of `loop_dims` (the first over lo..hi in a parallel kernel, if `split`), nested in
         `parent`, the innermost made current: (innermost scope, index with "0" for the dims not looped over).
         `tiled`: the last two loops go over TILE x TILE tiles (a transpose then reads and writes whole cache
@@ -298,9 +260,8 @@ class _Generator:
             end = "hi" if "," in extent(d) else str(dims[d])
             headers.append((d, var, f"for {var} in range(t{var}, min(t{var} + {TILE}, {end})):", TILE))
         for d, var, header, trips in headers:
-            scope = _Scope(parent, [header], trips=trips)
-            parent.items.append(scope)
-            parent.insert_pos = len(parent.items) - 1       # what is placed in parent goes before the loop
+            parent.insert_pos = len(parent.items)       # the loop goes last; what is placed in parent, before it
+            scope = parent.open(header, trips=trips)
             self.push(scope)
             self.scope_of[var] = scope
             if d is not None:
@@ -374,13 +335,6 @@ class _Generator:
     def check_reduce_cost(self):
         for rid, (execs, size) in self.reduce_execs.items():
             need(execs <= 2 * size + 16, "reduce would be recomputed per broadcast element")
-
-    def trips_to(self, scope: _Scope) -> int:
-        t, s = 1, scope
-        while s is not None:
-            t *= s.trips
-            s = s.parent
-        return t
 
     # -- values ------------------------------------------------------------------------------------------
     def value(self, inst, index: tuple) -> str:
@@ -539,15 +493,11 @@ class _Generator:
 
     def guarded(self, inst, conds, deps, compute_value, init: str):
         """res = init; if <all conds>: res = compute_value()  -- loads inside stay under the guard."""
-        res_deps = list(deps)
-        target = self.place(res_deps)
-        if self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place(deps, pin=True)
         res = self.fresh("v")
         target.insert(f"{res} = {init}")
         self.scope_of[res] = target
-        guard = _Scope(target, [f"if {' and '.join(map(str, conds))}:"], is_guard=True)
-        saved = self.open_construct(target, guard)
+        guard, saved = self.open_construct(target, f"if {' and '.join(map(str, conds))}:", is_guard=True)
         val = compute_value()
         guard.insert(f"{res} = {val}")
         self.close_construct(target, guard, saved)
@@ -599,10 +549,7 @@ class _Generator:
                     return self.value(o, tuple(sub))
                 off -= o.shape.dims[dim]
             raise TierUnsupported("concatenate index")
-        deps = [x for x in index if is_name(x)]
-        target = self.place(deps)
-        if self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place([x for x in index if is_name(x)], pin=True)
         res = self.fresh("v")
         target.insert(f"{res} = {ew.literal_src(et, 0)}")
         self.scope_of[res] = target
@@ -614,8 +561,7 @@ class _Generator:
                 conds.append(f"{c} >= {off}")
             if k < len(inst.operands) - 1:
                 conds.append(f"{c} < {off + n}")
-            guard = _Scope(target, [f"if {' and '.join(conds) or 'True'}:"], is_guard=True)
-            saved = self.open_construct(target, guard)
+            guard, saved = self.open_construct(target, f"if {' and '.join(conds) or 'True'}:", is_guard=True)
             sub = list(index)
             sub[dim] = self.iexpr(Ix("-", c, off)) if off else c
             val = self.value(o, tuple(sub))
@@ -636,20 +582,18 @@ class _Generator:
         need(r.shape.element_type is inst.shape.element_type, "reducer type")
         return r.opcode
 
-    def accumulator(self, inst, index) -> tuple[_Scope, str]:
+    def accumulator(self, inst, index) -> tuple[Block, str]:
         """A reduction's accumulator at `index`, set to its init value in the outermost scope it may live in."""
         init_v = self.value(inst.operands[1], ())
-        target = self.place([c for c in index if is_name(c)])
-        if self.guard.depth > target.depth:
-            target = self.guard
+        target = self.place([c for c in index if is_name(c)], pin=True)
         acc = self.fresh("r")
         target.insert(f"{acc} = {init_v}")
         self.scope_of[acc] = target
         rec = self.reduce_execs.setdefault(id(inst), [0, inst.shape.size])
-        rec[0] += self.trips_to(target)
+        rec[0] += target.total_trips()
         return target, acc
 
-    def fold(self, inst, opcode, target: _Scope, acc: str, loops, position) -> str:
+    def fold(self, inst, opcode, target: Block, acc: str, loops, position) -> str:
         """acc = reducer(acc, operand at position()) for every value of the `loops` ((var, trips), outermost
         first) nested in `target`, in row-major order: under reductions="per-step" each step rounds to the type,
         the order of the op-by-op path's fold (ops/reduction.py); under "accumulate", f16/bf16 sums and
@@ -660,30 +604,27 @@ class _Generator:
         et = inst.shape.element_type.name
         saved, parent, first = None, target, None
         for var, n in loops:
-            scope = _Scope(parent, [f"for {var} in range({n}):"], trips=n)
             if first is None:
+                scope, saved = self.open_construct(target, f"for {var} in range({n}):", trips=n)
                 first = scope
-                saved = self.open_construct(target, scope)
             else:
-                parent.insert(scope)
-                parent.insert_pos -= 1       # keep statements of the parent loop before the inner loop
+                scope = parent.open(f"for {var} in range({n}):", trips=n)
                 self.push(scope)
             self.scope_of[var] = scope
             parent = scope
         comps, conds = position()
         if conds:
-            guard = _Scope(parent, [f"if {' and '.join(conds)}:"], is_guard=True)
             if first is None:
-                first, saved = guard, self.open_construct(target, guard)
+                guard, saved = self.open_construct(target, f"if {' and '.join(conds)}:", is_guard=True)
+                first = guard
             else:
-                parent.insert(guard)
-                parent.insert_pos -= 1
+                guard = parent.open(f"if {' and '.join(conds)}:", is_guard=True)
                 self.push(guard)
             parent = guard
         if comps is not None:
             val = self.value(inst.operands[0], tuple(comps))
             parent.insert(f"{acc} = {ew.reducer_step_src(self.reductions, opcode, et, acc, val)}")
-        if first is not None:                # restore insert positions of the intermediate scopes, then the chain
+        if first is not None:                # statements of target go after the loops now; restore the chain
             self.close_construct(target, first, saved)
         result = ew.reduction_result_src(self.reductions, opcode, et, acc, self.excess)
         return acc if result == acc else self.emit(result, [acc])
@@ -766,7 +707,7 @@ class _Generator:
             return comps, conds
         return self.fold(inst, opcode, target, acc, loops, position)
 
-    def row_sum_in_lanes(self, inst, target: _Scope, acc: str, comps: list, loop) -> str:
+    def row_sum_in_lanes(self, inst, target: Block, acc: str, comps: list, loop) -> str:
         """A float sum along a row's contiguous dim in LANES partial sums (element j goes to lane j % LANES),
         added pairwise at the end: the inner loop over the lanes is a vector add, where one accumulator is a
         chain of dependent adds (~1 element per 4 cycles). Any order is XLA's (its CPU sums are vectorized
@@ -777,12 +718,9 @@ class _Generator:
         lanes = self.emit(f"np.empty({LANES}, {ct})", [], prefix="lanes")
         target.insert(f"{lanes}[:] = {ct}(0)")
         outer, lane = self.fresh("jb"), self.fresh("ju")
-        block = _Scope(target, [f"for {outer} in range({n // LANES}):"], trips=n // LANES)
-        saved = self.open_construct(target, block)
+        block, saved = self.open_construct(target, f"for {outer} in range({n // LANES}):", trips=n // LANES)
         self.scope_of[outer] = block
-        inner = _Scope(block, [f"for {lane} in range({LANES}):"], trips=LANES)
-        block.insert(inner)
-        block.insert_pos -= 1
+        inner = block.open(f"for {lane} in range({LANES}):", trips=LANES)
         self.push(inner)
         self.scope_of[lane] = inner
         position = comps.index(var)

@@ -45,7 +45,7 @@ from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
 from .cache import load_kernel, source_key
-from .codegen import Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
+from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -116,18 +116,18 @@ class _Alloc:
     size: int
     et: str
     buf: int
-    indent: int
 
-    def render(self) -> str:
-        return "    " * self.indent + f"{self.name} = np.empty({self.size}, {_storage_src(self.et)})"
+    def __str__(self) -> str:
+        return f"{self.name} = np.empty({self.size}, {_storage_src(self.et)})"
 
 
 class _Generator:
     def __init__(self, excess_precision: bool, reductions: str = "accumulate"):
         self.excess = excess_precision
         self.reductions = reductions
-        self.lines: list = []               # source lines and _Allocs
-        self.indent = 1
+        self.body = Block()                 # the function body: lines, _Allocs and blocks
+        self.current = self.body            # the block lines go to (at its end)
+        self.line_count = 0
         self.n = 0
         self.consts: list[np.ndarray] = []
         self.const_names: dict[int, Array] = {}
@@ -143,33 +143,44 @@ class _Generator:
         self.n += 1
         return f"{prefix}{self.n}"
 
-    def line(self, text: str):
-        need(len(self.lines) < MAX_LINES, "program too large")
-        self.lines.append("    " * self.indent + text)
+    def line(self, text):
+        """Add a line (or an _Alloc) to the current block."""
+        need(self.line_count < MAX_LINES, "program too large")
+        self.line_count += 1
+        self.current.insert(text)
+
+    def open(self, header: str) -> Block:
+        """A child block of the current block (counting its header line), made the current one."""
+        need(self.line_count < MAX_LINES, "program too large")
+        self.line_count += 1
+        self.current = self.current.open(header)
+        return self.current
+
+    def close(self, block: Block):
+        """Back to the block around `block`; lines go after it."""
+        self.current = block.parent
+        self.current.close(block)
 
     @contextmanager
     def block(self, header: str):
-        self.line(header)
-        self.indent += 1
-        yield
-        self.indent -= 1
+        block = self.open(header)
+        yield block
+        self.close(block)
 
     @contextmanager
     def loops(self, dims):
         """Nested loops over `dims`; yields the index expressions (size-1 dims: the literal 0)."""
-        index = []
-        opened = 0
+        index, opened = [], []
         for n in dims:
             if n == 1:
                 index.append("0")
                 continue
             var = self.fresh("i")
-            self.line(f"for {var} in range({n}):")
-            self.indent += 1
-            opened += 1
+            opened.append(self.open(f"for {var} in range({n}):"))
             index.append(var)
         yield index
-        self.indent -= opened
+        for block in reversed(opened):
+            self.close(block)
 
     def local(self, expr: str, et: str) -> Scalar:
         """A scalar value, named unless it is a literal or a name already (snippets repeat their operands)."""
@@ -180,10 +191,9 @@ class _Generator:
         return Scalar(name, et)
 
     def new_array(self, dims, et) -> Array:
-        need(len(self.lines) < MAX_LINES, "program too large")
         name = self.fresh("a")
         self.n += 1
-        self.lines.append(_Alloc(name, math.prod(dims) if dims else 1, et, self.n, self.indent))
+        self.line(_Alloc(name, math.prod(dims) if dims else 1, et, self.n))
         self.mutable.add(self.n)
         return Array(name, tuple(dims), et, self.n)
 
@@ -415,11 +425,10 @@ class _Generator:
         self.hoist_invariants(cond)
         self.hoist_invariants(body)
         loop_bufs = {s.buf for s in state if isinstance(s, Array)}
-        header = len(self.lines)
-        with self.block("while True:"):
+        with self.block("while True:") as loop:
             pred = self.scalar_of(self.inline(cond, [shape]))
-            self.line(f"if not {pred.expr}:")
-            self.line("    break")
+            with self.block(f"if not {pred.expr}:"):
+                self.line("break")
             self.mutable |= loop_bufs     # the body owns the carried buffers
             new = _leaves(self.computation(body, [shape]))
             self.mutable -= loop_bufs
@@ -441,12 +450,9 @@ class _Generator:
         # must be new on every step of this loop -- hence of every loop around it: moved out of an outer loop,
         # the first step of this one would write its old state's buffer while it still reads it.
         self.pinned |= seen
-        moved = [x for x in self.lines[header + 1:] if isinstance(x, _Alloc) and x.buf not in self.pinned]
-        self.lines[header + 1:] = [x for x in self.lines[header + 1:]
-                                   if not (isinstance(x, _Alloc) and x.buf not in self.pinned)]
-        for x in moved:
-            x.indent = self.indent
-        self.lines[header:header] = moved
+        pinned = self.pinned
+        for alloc in loop.take(_Alloc, lambda a: a.buf not in pinned):
+            self.current.insert_before(loop, alloc)
         self.mutable |= loop_bufs
         self.hoisted = outer_hoisted
         return shape
@@ -851,8 +857,7 @@ def _generate(inst, excess_precision: bool, reductions: str):
             outs.append(v.name)
     gen.line(f"return ({', '.join(outs)},)")
     params = [f"t{k}" for k in range(len(args))] + [f"c{k}" for k in range(len(gen.consts))]
-    body = [x.render() if isinstance(x, _Alloc) else x for x in gen.lines]
-    return kernel_module("program", params, body), gen
+    return kernel_module("program", params, gen.body.render(1)), gen
 
 
 def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
