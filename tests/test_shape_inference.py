@@ -13,7 +13,7 @@ import pytest
 
 import hloexec
 from conftest import EXAMPLES, shared_path
-from hloexec.errors import HloParseError
+from hloexec.errors import HloParseError, UnsupportedError
 from hloexec.ir.shape import parse_shape
 from hloexec.ir.shape_inference import INFERABLE, RESULT_TYPE_FREE, ShapeInferenceError, check_shape, infer_shape
 from test_parser_errors import at, parse_error
@@ -165,6 +165,9 @@ def test_check_shape():
     assert check_shape("dot", [lhs, rhs], dot_attrs, parse_shape("f32[2,2]")) is None   # preferred_element_type
     assert check_shape("dot", [lhs, rhs], dot_attrs, parse_shape("bf16[2,3]")) == \
         "dot of bf16[2,3], bf16[3,2] gives bf16[2,2]"
+    f32_ = parse_shape("f32[]")        # mixed float precision, as TPU dumps write it (XLA's verifier allows it)
+    assert check_shape("multiply", [f32_, f32_], {}.get, parse_shape("bf16[]")) is None
+    assert check_shape("multiply", [f32_, f32_], {}.get, parse_shape("s32[]")) == "multiply of f32[], f32[] gives f32[]"
 
 
 def test_a_contradicted_written_shape_fails_when_loaded():
@@ -175,7 +178,7 @@ ENTRY %main (p: f32[2,4]) -> f32[2,4] {
 }
 """
     hloexec.parse(text)             # the parser takes a written shape as written; preparing the op checks it
-    with pytest.raises(HloParseError, match=r"in %t: shape f32\[2,4\] is not what the operands give: transpose of "
+    with pytest.raises(UnsupportedError, match=r"shape f32\[2,4\] is not what the operands give: transpose of "
                                             r"f32\[2,4\] gives f32\[4,2\]"):
         hloexec.load(text, use_numba=False)
 

@@ -471,6 +471,15 @@ def _check_iota(ops, attr, declared) -> str | None:
     return None if d is not None and 0 <= d < max(declared.rank, 1) else f"iota_dimension {d} is out of range"
 
 
+def _compatible_ignoring_fp_precision(a: Shape, b: Shape) -> bool:
+    """Equal up to layouts and float precisions (XLA's ShapeUtil::CompatibleIgnoringFpPrecision)."""
+    if a.is_tuple or b.is_tuple:
+        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(map(_compatible_ignoring_fp_precision, a.tuple_shapes, b.tuple_shapes)))
+    return a.dims == b.dims and (a.element_type is b.element_type
+                                 or a.element_type.kind == b.element_type.kind == "float")
+
+
 CHECKED_ONLY: dict[str, Callable] = {"broadcast": _check_broadcast, "reshape": _check_reshape,
                                      "convert": _check_convert, "iota": _check_iota}
 
@@ -478,7 +487,8 @@ CHECKED_ONLY: dict[str, Callable] = {"broadcast": _check_broadcast, "reshape": _
 def check_shape(opcode: str, operands: Sequence[Shape], attr: Attr, declared: Shape) -> str | None:
     """Why `declared` is not the shape `opcode` gives on `operands` with `attr`, or None when it is (or when
     there is no rule to say: an opcode without one, or operands and attributes it cannot infer from, which the
-    op itself rejects). Layouts are not compared; dot and convolution results by dimensions only."""
+    op itself rejects). Layouts are not compared, nor float precisions (XLA's verifier with mixed precision
+    allowed, as TPU dumps need it: bf16[] multiply(f32[], f32[])); dot and convolution results by dimensions only."""
     check = CHECKED_ONLY.get(opcode)
     if check is not None:
         if declared.is_tuple or any(o.is_tuple for o in operands):
@@ -493,5 +503,5 @@ def check_shape(opcode: str, operands: Sequence[Shape], attr: Attr, declared: Sh
     if opcode in RESULT_TYPE_FREE and not declared.is_tuple:
         same = inferred.dims == declared.dims
     else:
-        same = inferred.same_dims_and_type(declared)
+        same = _compatible_ignoring_fp_precision(inferred, declared)
     return None if same else f"{opcode} of {', '.join(map(_text, operands)) or 'no operands'} gives {_text(inferred)}"

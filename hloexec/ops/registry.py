@@ -132,8 +132,8 @@ CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 def check_form(inst, opcode: str) -> None:
     """The operand count and called computations XLA's parser requires of `opcode` (HloParseError), an array
-    result where XLA's shape rules give one (UnsupportedError), and a written shape that is what the operands
-    give (ir/shape_inference.py, as XLA's verifier: HloParseError): what every op's prepare may take for granted."""
+    result where XLA's shape rules give one, and a written shape that is what the operands give
+    (ir/shape_inference.py, as XLA's verifier; UnsupportedError): what every op's prepare may take for granted."""
     least, most, step = ARITY.get(opcode, (0, None, 1))
     n = len(inst.operands)
     if n < least or (most is not None and n > most) or (n - least) % step:
@@ -150,7 +150,7 @@ def check_form(inst, opcode: str) -> None:
                                "it an array", inst)
     why = check_shape(opcode, [o.shape for o in inst.operands], inst.attr, inst.shape)
     if why is not None:
-        raise inst.parse_error(f"shape {inst.shape.to_text(False)} is not what the operands give: {why}")
+        raise UnsupportedError(f"shape {inst.shape.to_text(False)} is not what the operands give: {why}", inst)
 
 
 def lookup(inst) -> OpDef:
