@@ -271,6 +271,71 @@ def test_values_read_inside_and_returned_are_extra_outputs_of_one_group():
     assert exe.plan.memory.peak_bytes(scratch=False) == 256 * 512 * (2 + 4 * 3 + 4 * 3)
 
 
+# Pre-optimization Adam with a finiteness check (jnp.where(all_finite, new, old) for p, m and v): the new
+# moments are read by the parameter update and by their own select, which come later, after a scalar
+# the update needs (XLA schedules the bias correction's scalars late too).
+ADAM_WHERE = SHARED_CONVERT.replace("HloModule adam_like\n", """HloModule adam_where
+and { x = pred[] parameter(0)
+  y = pred[] parameter(1)
+  ROOT a = pred[] and(x, y) }
+""").replace("  g = f32[256,512] convert(g16)\n", """  p = f32[256,512] parameter(3)
+  lr = f32[] parameter(4)
+  fin = pred[256,512] is-finite(g16)
+  yes = pred[] constant(true)
+  ok = pred[] reduce(fin, yes), dimensions={0,1}, to_apply=and
+  g = f32[256,512] convert(g16)
+""").replace("  ROOT t = (f32[256,512], f32[256,512]) tuple(m2, v2)", """  step = f32[] multiply(lr, b)
+  sb = f32[256,512] broadcast(step), dimensions={}
+  r = f32[256,512] rsqrt(v2)
+  u = f32[256,512] multiply(m2, r)
+  us = f32[256,512] multiply(u, sb)
+  p2 = f32[256,512] subtract(p, us)
+  okb = pred[256,512] broadcast(ok), dimensions={}
+  p3 = f32[256,512] select(okb, p2, p)
+  READ_M2
+  m3 = f32[256,512] select(okb, m2, m)
+  v3 = f32[256,512] select(okb, v2, v)
+  ROOT t = (f32[256,512], f32[256,512], f32[256,512]OUT_TYPE) tuple(p3, m3, v3OUT)""")
+# a column sum of m2 (op by op), for the second test below
+COLUMN_SUM = """add { x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y) }
+"""
+
+
+def _assert_bits_of_op_by_op(text, seed):
+    inputs = _inputs(hloexec.load(text, use_numba=False), seed=seed)
+    for options in ({"compile_after": 0}, {}):         # compiled, and the op-by-op first run
+        got = hloexec.load(text, **options).run(*inputs)
+        for g, w in zip(got, hloexec.load(text, use_numba=False).run(*inputs)):
+            assert g.tobytes() == w.tobytes()
+
+
+def test_selects_of_updated_moments_join_the_update_as_outputs_of_one_group():
+    text = ADAM_WHERE.replace("  READ_M2\n", "").replace("OUT_TYPE", "").replace("OUT", "")
+    exe = hloexec.load(text, compile_after=0)
+    update = [g for g in _groups(exe) if g.root.shape.dims == (256, 512)]
+    assert len(update) == 1, [g.root.name for g in update]
+    # one kernel reads g, m, v, p once and writes the kept or new p, m, v; no broadcast or select op by op
+    assert sorted(o.name for o in update[0].outputs) == ["m3", "p3", "v3"]
+    assert not [s.inst.name for s in exe.plan.steps if not s.fused and s.inst.shape.dims == (256, 512)]
+    _assert_bits_of_op_by_op(text, seed=8)
+
+
+def test_a_group_is_not_absorbed_past_a_reader_of_its_value():
+    """m2 is also read by a column sum (op by op) scheduled between the update and m's select: the update's
+    group may not move m2's computation past it, so m's select stays out of the update's group."""
+    text = (ADAM_WHERE.replace("adam_where\n", "adam_where\n" + COLUMN_SUM)
+            .replace("READ_M2", "cs = f32[512] reduce(m2, z), dimensions={0}, to_apply=add")
+            .replace("  fin =", "  z = f32[] constant(0)\n  fin =").replace("OUT_TYPE", ", f32[512]").replace("OUT", ", cs"))
+    exe = hloexec.load(text, compile_after=0)
+    steps = {s.inst.name: s for s in exe.plan.steps}
+    assert not steps["cs"].fused
+    (update,) = [g for g in _groups(exe) if "p3" in [o.name for o in g.outputs]]
+    assert "m2" in [o.name for o in update.outputs] and "m3" not in [m.name for m in update.members]
+    _assert_bits_of_op_by_op(text, seed=9)
+
+
 # The 16-device GPT seed's one-hot: a fusion compares an iota with the token ids over [4,1024,vocab] and
 # keeps one partition's columns. Op by op it computes the whole one-hot (1.7 GB per participant there).
 ONE_HOT_SLICE = """HloModule one_hot

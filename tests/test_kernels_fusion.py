@@ -86,6 +86,22 @@ def test_adam_bit_exact(n, parallel):
         assert k.parallel
 
 
+def test_read_only_and_writable_operands_share_one_specialisation():
+    """Numba types a read-only array (a constant, a caller's read-only input) apart from a writable one: the
+    kernel is compiled once for both, not a second time at the first read-only call (issue 17: seconds of
+    the compiling run), and its outputs stay writable."""
+    k = fusion.compile_fusion(adam(1000))
+    args = adam_args(1000)
+    frozen = [np.array(a) for a in args]
+    for a in frozen:
+        a.flags.writeable = False
+    want = adam_numpy(*args)
+    for operands in (args, frozen, args):
+        got = k(*operands)
+        assert all(bits_equal(g, w) and g.flags.writeable for g, w in zip(got, want))
+    assert len(k.fn.overloads) == 1, k.fn.signatures
+
+
 def test_structurally_equal_fusion_hits_in_process_cache():
     k1 = fusion.compile_fusion(adam(512, ".a"))
     t = time.perf_counter()
@@ -666,6 +682,42 @@ def test_reductions_of_every_type_compile_with_the_op_by_op_bits(et, kind, form,
     x = _typed_values(rng(), et, kind, src)
     want = hloexec.load(text, use_numba=False, reductions="per-step").run(x)
     got = compiled.run(x)
+    assert bits_equal(got, want)
+    if et == "pred":
+        assert want.any() and not want.all()        # the inputs exercise both outcomes
+
+
+@pytest.mark.parametrize("et,kind", _TYPED_REDUCERS, ids=[f"{t}-{k}" for t, k in _TYPED_REDUCERS])
+@pytest.mark.parametrize("form", sorted(f for f in _REDUCTION_FORMS if f.startswith("window")))
+def test_reduce_windows_of_unfused_modules_compile_with_the_op_by_op_bits(et, kind, form, monkeypatch):
+    """In a pre-optimization module (no fusions) the fusion pass (exec/fuse.py) groups a reduce-window, with
+    its elementwise producer where the windows do not overlap (else the producer would be recomputed per
+    window): the group compiles and gives the op-by-op tier's bits."""
+    import hloexec
+    from hloexec.exec import tiering
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
+    src, out, attr = _REDUCTION_FORMS[form]
+    init = {"and": "true", "or": "false", "maximum": "-inf" if et == "f32" else "-7", "minimum": "200",
+            "add": "3"}[kind]
+    s, o = f"{et}[{','.join(map(str, src))}]", f"{et}[{','.join(map(str, out))}]"
+    producer = "not" if et == "pred" else "negate"
+    text = (f"HloModule typed\nred {{ a = {et}[] parameter(0)\n b = {et}[] parameter(1)\n"
+            f" ROOT c = {et}[] {kind}(a, b) }}\n"
+            f"ENTRY e {{ a = {s} parameter(0)\n n = {s} {producer}(a)\n z = {et}[] constant({init})\n"
+            f" ROOT r = {o} reduce-window(n, z), {attr}, to_apply=red }}\n")
+    compiled = hloexec.load(text, compile_after=0, reductions="per-step")
+    (group,) = compiled.plan.fused_groups
+    assert group.kernel.compiled is not None, "the group did not compile"
+    overlapping = form == "window_padded_dilated"
+    assert [m.name for m in group.members] == (["r"] if overlapping else ["n", "r"])
+    x = _typed_values(rng(), et, kind, src)
+    x = ~x if et == "pred" else x           # the producer's `not` restores the values made for the reducer
+    want = hloexec.load(text, use_numba=False, reductions="per-step").run(x)
+    got = compiled.run(x)
+    if et == "f32":     # negate(NaN): numpy flips its sign, the kernel's need not (XLA leaves a NaN's sign open)
+        nan = np.isnan(want)
+        assert np.array_equal(nan, np.isnan(got)) and nan.any()
+        got, want = np.where(nan, 0, got), np.where(nan, 0, want)
     assert bits_equal(got, want)
     if et == "pred":
         assert want.any() and not want.all()        # the inputs exercise both outcomes

@@ -169,6 +169,20 @@ def test_compiled_loop_matches_xla_and_the_interpreter(name):
     _assert_same(got, hloexec.load(text, use_numba=False).run(*args), f"{name} vs interpreted", ulps)
 
 
+def test_read_only_and_writable_operands_share_one_compiled_loop():
+    """A read-only operand (here the caller's input) does not make Numba compile the loop a second time."""
+    text = _text("scan_rows")
+    xs = PROGRAMS["scan_rows"][1][0]
+    frozen = xs.copy()
+    frozen.flags.writeable = False
+    exe = hloexec.load(text, compile_after=0)
+    (loop,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
+    want = exe.run(xs)
+    _assert_same(exe.run(frozen), want, "read-only input vs writable")
+    _assert_same(exe.run(xs), want, "writable input after the read-only one")
+    assert len(loop.compiled.fn.overloads) == 1, loop.compiled.fn.signatures
+
+
 def test_step_buffers_are_written_in_place_and_allocated_once():
     """scan's stacked output is written into the carried buffer (no copy per step), and the values of a
     step are allocated before the loop: inside it, only the new carry is allocated."""

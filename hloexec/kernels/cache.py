@@ -26,6 +26,7 @@ from pathlib import Path
 
 _KERNELS: dict[str, object] = {}
 _LOCK = threading.Lock()
+_COMPILE_LOCK = threading.Lock()    # Numba compiles one function at a time anyway (its global compiler lock)
 _HELPERS_HASH: str | None = None
 _MODULE_PREFIX = "hx_"
 
@@ -78,6 +79,21 @@ def load_kernel(source: str, key: str):
         fn = module.kernel
         _KERNELS[key] = fn
         return fn
+
+
+def compile_signature(fn, signature) -> None:
+    """Compile dispatcher `fn` for `signature` (operands typed read-only), then stop it compiling at call time.
+
+    Numba types a read-only array (a constant, a caller's read-only input) apart from a writable one and,
+    while it may compile, compiles a second specialisation for it at the call. Compiled for read-only operands
+    with compiling disabled, a call with writable ones converts to that signature (a safe conversion) instead:
+    one specialisation, whatever the operands' flags."""
+    with _COMPILE_LOCK:     # another kernel sharing `fn` (same source) may add its own signature
+        fn.disable_compile(False)
+        try:
+            fn.compile(signature)
+        finally:
+            fn.disable_compile()
 
 
 def clear_cache(disk: bool = True):

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import TierUnsupported
 from ..ir import opcodes
 from . import elementwise as ew
-from .cache import load_kernel, source_key
+from .cache import compile_signature, load_kernel, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
                       scalar_literal)
 from .threads import ranges, run_blocks
@@ -765,16 +765,18 @@ class FusedKernel:
 
     @property
     def signature_types(self):
+        """Outputs writable, operands and constants read-only (compile_signature), all C-contiguous."""
         from numba import types
         from numba.np.numpy_support import from_dtype
-        arrs = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C")
-                for dims, et in self._outs + self._params]
-        arrs += [types.Array(from_dtype(c.dtype), max(c.ndim, 1), "C") for c in self._consts]
-        return tuple(arrs) + ((types.int64, types.int64) if self.blocks else ())
+        outs = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C") for dims, et in self._outs]
+        ins = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C", readonly=True)
+               for dims, et in self._params]
+        ins += [types.Array(from_dtype(c.dtype), max(c.ndim, 1), "C", readonly=True) for c in self._consts]
+        return tuple(outs + ins) + ((types.int64, types.int64) if self.blocks else ())
 
     def compile(self):
-        """Compile now (or load from the disk cache) for C-contiguous writable operands."""
-        self.fn.compile(self.signature_types)
+        """Compile now (or load from the disk cache): one specialisation, for read-only or writable operands."""
+        compile_signature(self.fn, self.signature_types)
         return self
 
     def _arg(self, value, dims, et):

@@ -44,7 +44,7 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..ir.attributes import dot_dims, gather_dims, scatter_dims
 from . import elementwise as ew
-from .cache import load_kernel, source_key
+from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
@@ -797,12 +797,13 @@ class ProgramKernel:
     def compile(self):
         from numba import types
         from numba.np.numpy_support import from_dtype
-        sig = [types.Array(from_dtype(ew.STORAGE[et]), 1, "C") for _, et in self._params]
-        sig += [types.Array(from_dtype(c.dtype), 1, "C") for c in self._consts]
+        # operands and constants are never written: read-only, one specialisation (cache.compile_signature)
+        sig = [types.Array(from_dtype(ew.STORAGE[et]), 1, "C", readonly=True) for _, et in self._params]
+        sig += [types.Array(from_dtype(c.dtype), 1, "C", readonly=True) for c in self._consts]
         limit = sys.getrecursionlimit()         # Numba's SSA pass recurses once per block of the function
         sys.setrecursionlimit(max(limit, 20 * len(self.source.splitlines())))
         try:
-            self.fn.compile(tuple(sig))
+            compile_signature(self.fn, tuple(sig))
         finally:
             sys.setrecursionlimit(limit)
         return self
