@@ -407,6 +407,42 @@ def test_select_clamp_minmax_nan():
     assert list(tot) == [False, True, False, False, True, False]
 
 
+def _elementwise_case(op, et):
+    """A fusion applying `op` to f"{et}[8]" operands (compare: each direction), or None where `op` is not
+    defined on `et`'s class."""
+    from hloexec.kernels import semantics
+    from hloexec.kernels.elementwise import _CLASS
+    cls = _CLASS[et]
+    arity = {"select": 3, "clamp": 3, "compare": 2}.get(op, semantics.arity(op) if op in semantics.DEFINITIONS else 1)
+    if op in semantics.DEFINITIONS and not semantics.defines(op, cls):
+        return None
+    b = Builder()
+    xs = [b.param(i, f"{et}[8]") for i in range(arity)]
+    if op == "select":
+        xs[0] = b.param(0, "pred[8]")
+    out = "pred" if op in ("compare", "is-finite") else et
+    attrs = {"direction": "LT"} if op == "compare" else {}
+    return b.build(b.op(op, f"{out}[8]", *xs, **attrs))
+
+
+@pytest.mark.parametrize("et", ["f32", "f16", "bf16", "f64", "s32", "u8", "pred"])
+def test_every_elementwise_op_the_generators_claim_generates(et):
+    """`ELEMENTWISE_OPS` is what exec/fuse.py groups and what the generators say they emit: each must generate
+    for every type class its definition covers, or fusions holding it silently run op by op (is-finite on
+    f16 did, when the generator looked its definition up by the pred result type)."""
+    from hloexec.kernels.elementwise import ELEMENTWISE_OPS
+    declined = {}
+    for op in sorted(ELEMENTWISE_OPS - {"convert", "bitcast-convert"}):
+        comp = _elementwise_case(op, et)
+        if comp is None:
+            continue
+        try:
+            fusion.generate_source(comp)
+        except TierUnsupported as e:
+            declined[op] = str(e)
+    assert not declined, declined
+
+
 def test_unsupported_is_declined_with_a_reason():
     b = Builder()
     x = b.param(0, "f32[4,4]")

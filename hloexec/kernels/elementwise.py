@@ -273,6 +273,8 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> st
         return compare_src(inst.attr("direction"), src_et, vals[0], vals[1], total_order=total)
     if op == "select":
         return select_src(*vals)
+    if op == "is-finite":           # a float operand, a pred result: the operand's type picks the definition
+        return unary_src(op, src_et, vals[0])
     if op == "clamp":
         return clamp_src(et, *vals)
     if len(vals) == 1:
