@@ -508,13 +508,21 @@ class _NumpyBuilder:
         return lambda env: f(env).view(dtype)
 
 
+def _is_operand(e: Expr, i: int, dtype: np.dtype) -> bool:
+    """Whether node `e` is operand `i` as it is: the operand itself, or its cast to the pattern type it already
+    has (a signed compare of a signed type: S(x) is x)."""
+    if e.op == "cast" and e.args[0].tag == "T" and dtype.kind == {"U": "u", "S": "i"}.get(e.tag):
+        e = e.args[0]
+    return e.op == "arg" and e.args[0] == i
+
+
 def _numpy_function(e: Expr, n: int, dtype: np.dtype, bits: int):
     uses: dict = {}
     _count_uses(e, uses)
     builder = _NumpyBuilder(dtype, bits, uses)
     if e.op not in ("arg", "const", "where", "cast"):
         fn, operands = builder.function(e)
-        if len(operands) == n and all(a.op == "arg" and a.args[0] == i for i, a in enumerate(operands)):
+        if len(operands) == n and all(_is_operand(a, i, dtype) for i, a in enumerate(operands)):
             return fn        # one numpy function of the operands in order (add, exp, compare...): that function
     f = builder.build(e)
     floats = dtype.kind in "fc"
