@@ -127,3 +127,77 @@ def test_numba_forms_of_pred_not_and_shift_amounts():
     kw = dict(compute=ew.COMPUTE, bits=8, literal=ew.literal_src)
     assert semantics.numba_src("not", "pred", "pred", "p", **kw) == "(not p)"
     assert "np.uint8(b)" not in semantics.numba_src("shift-left", "unsigned", "u8", "a", "b", **kw)
+
+
+@pytest.mark.parametrize("name", ["f16", "s32", "pred"])
+def test_select_forms_agree(name):
+    """select is in the table for any type: its numpy form is numpy's where, its Numba form a ternary."""
+    x = _edges("f32" if name == "f16" else name)
+    a, b = (np.ascontiguousarray(v) for v in np.array(list(itertools.product(x, x))).T.astype(x.dtype))
+    p = (np.arange(a.size) % 3) == 0
+    if name == "f16":
+        a, b = a.astype(np.float16), b.astype(np.float16)
+    want = semantics.numpy_form("select", "any", a.dtype, ew.BITS[name])(p, a, b)
+    src = ew.select_src(name, "p[i]", ew.load_src(name, "a[i]"), ew.load_src(name, "b[i]"))
+    got = _kernel(f"out[i] = {ew.store_src(name, src)}", p, *(v.view(ew.STORAGE[name]) for v in (a, b)),
+                  out=np.zeros(a.size, ew.STORAGE[name]))
+    assert (_bits(want.view(ew.STORAGE[name])) == _bits(got)).all()
+
+
+def _kernel(line: str, *arrays, out):
+    """Runs `line` (over names p / a / b / x and i) at every index i of Numba-compiled loop; returns out."""
+    from numba import njit
+
+    from hloexec.kernels import scalar
+    names = "pab" if len(arrays) == 3 else "x"
+    env = {h: getattr(scalar, h) for h in ew.HELPERS}
+    exec(f"def f({', '.join(names)}, out):\n    for i in range(out.shape[0]):\n        {line}\n", env)
+    njit(error_model="numpy")(env["f"])(*arrays, out)
+    return out
+
+
+_CONVERT_TYPES = ("pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64")
+# values where converts differ: saturation bounds, double rounding through f32, ties, integer wrap-around
+_CONVERT_VALUES = [2.0 ** 31, 2.0 ** 31 - 1, -2.0 ** 31, -2.0 ** 31 - 1, 2.0 ** 63, -2.0 ** 63, 2.0 ** 64, 2.0 ** 32,
+                   127.5, 128.0, -128.5, 255.5, 256.0, 32767.5, 32768.0, 65535.0, 65536.0, 65504.0, 65520.0,
+                   1 + 2 ** -11 + 2 ** -40, 1 + 2 ** -8 + 2 ** -40, 2.0 ** 24 + 1, 0.75, -0.75, 1e-40, -1e-45]
+
+
+def _convert_inputs(name: str) -> np.ndarray:
+    from hloexec.ir.dtypes import element_type
+    dtype = element_type(name).numpy
+    if name in ew.FLOATS:
+        with np.errstate(all="ignore"):
+            return np.concatenate([_edges("f64"), _CONVERT_VALUES]).astype(dtype)
+    edges = _edges(name)
+    if name == "pred":
+        return edges
+    with np.errstate(all="ignore"):
+        wide = np.array([v for v in _CONVERT_VALUES if abs(v) < 2.0 ** 64 and v == int(v)]).astype(np.int64)
+    return np.concatenate([edges, wide.astype(edges.dtype)])
+
+
+@pytest.mark.parametrize("src", _CONVERT_TYPES)
+def test_convert_forms_agree(src):
+    """Both interpreters of the conversion steps (the numpy tier's convert_kernel, the kernels' convert_src) give
+    the same bits for every pair of the kernels' types; NaN results the same sign."""
+    from hloexec.ir.dtypes import element_type
+    from hloexec.ops.elementwise import convert_kernel
+    x = _convert_inputs(src)
+    for dst in _CONVERT_TYPES:
+        want = convert_kernel(element_type(src), element_type(dst), None)(x)
+        stored = ew.store_src(dst, ew.convert_src(src, dst, ew.load_src(src, "x[i]")))
+        got = _kernel(f"out[i] = {stored}", x.view(ew.STORAGE[src]), out=np.zeros(x.size, ew.STORAGE[dst]))
+        want_bits, got_bits = _bits(want.view(ew.STORAGE[dst])), _bits(got)
+        bad = want_bits != got_bits
+        if dst in ew.FLOATS:        # NaN payloads: the numpy tier's f64 -> f16 makes them canonical
+            nan = np.isnan(want.astype(np.float64))
+            bad &= ~(nan & np.isnan(_loaded(got, dst)) & (np.signbit(want.astype(np.float64)) ==
+                                                           np.signbit(_loaded(got, dst))))
+        where = np.flatnonzero(bad)[:5]
+        assert not where.size, (src, dst, [(x[i], want[i], got[i]) for i in where])
+
+
+def _loaded(stored: np.ndarray, name: str) -> np.ndarray:
+    from hloexec.ir.dtypes import element_type
+    return stored.view(element_type(name).numpy).astype(np.float64)

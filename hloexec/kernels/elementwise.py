@@ -3,11 +3,11 @@
 `unary_src`, `binary_src`, `compare_src`, `select_src`, `clamp_src`, `convert_src`, `bitcast_convert_src` return
 a Python expression (source text) computing one element, used by both generators (kernels/fusion.py,
 kernels/program.py); operand sources must be simple names or literals (a snippet may repeat them). What an op
-means -- unary, binary, compare, clamp -- is the scalar-semantics table's (kernels/semantics.py), which the
-op-by-op tier (ops/elementwise.py) reads too; this module renders it in the kernels' types and adds what is
-the compiled tier's own: f16 / bf16 held as float32 and stored as uint16 (`load_src`, `store_src`,
-`round_src`), the vectorizable transcendentals (`_WIDE_UNARY`), converts and bitcasts between the kernels'
-types. The rounding rule of add / multiply reductions (the `reductions` option: `accumulates_in_f32`,
+means -- unary, binary, compare, clamp, select, convert's steps -- is the scalar-semantics table's
+(kernels/semantics.py), which the op-by-op tier (ops/elementwise.py) reads too; this module renders it in the
+kernels' types and adds what is the compiled tier's own: f16 / bf16 held as float32 and stored as uint16
+(`load_src`, `store_src`, `round_src`), the vectorizable transcendentals (`_WIDE_UNARY`), bitcasts between the
+kernels' types. The rounding rule of add / multiply reductions (the `reductions` option: `accumulates_in_f32`,
 `in_order`, `reducer_step_src`) is defined here too, for the generators and the op-by-op tier
 (ops/reduction.py) alike.
 
@@ -16,8 +16,6 @@ f32 / f64 -> float32 / float64, and f16 / bf16 -> float32 holding a value alread
 (the caller applies `round_src` after every op unless excess precision is allowed). Every snippet
 casts its result to the compute type explicitly, so Numba's integer promotion (int32 + int32 -> int64)
 and float32 -> float64 promotion never leak: wrap-around and f32 rounding match XLA.
-
-Converts follow XLA: float -> int saturates and maps NaN to 0.
 """
 from __future__ import annotations
 
@@ -125,7 +123,7 @@ def store_src(name: str, expr: str) -> str:
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
 HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32",
            "total_order_key64", "popcount", "count_leading_zeros",
-           "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "f64_to_f16", "round_f16",
+           "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "round_f16",
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
            "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
            "exp_wide", "expm1_wide", "log_wide", "log1p_wide", "tanh_wide", "logistic_wide", "narrow_to_f16",
@@ -173,8 +171,8 @@ def compare_src(direction: str, name: str, a: str, b: str, total_order: bool = F
     return _table_src(semantics.compare_opcode(direction, order), name, a, b)
 
 
-def select_src(p: str, a: str, b: str) -> str:
-    return f"({a} if {p} else {b})"
+def select_src(name: str, p: str, a: str, b: str) -> str | None:
+    return _table_src("select", name, p, a, b)
 
 
 def clamp_src(name: str, lo: str, x: str, hi: str) -> str | None:
@@ -182,44 +180,39 @@ def clamp_src(name: str, lo: str, x: str, hi: str) -> str | None:
 
 
 def convert_src(src: str, dst: str, x: str, excess_precision: bool = False) -> str | None:
-    """Source converting a compute-type value of element type `src` to element type `dst` (XLA rules)."""
+    """Source converting a compute-type value of element type `src` to element type `dst`: the conversion steps of
+    kernels/semantics.py. With excess precision a value held in f32 (f16 / bf16 / f32) is not rounded to f16 /
+    bf16."""
     if src not in COMPUTE or dst not in COMPUTE:
         return None
+    at, keep_f32 = src, excess_precision and src in ("f16", "bf16", "f32")
+    for step in semantics.conversion(element_type(src), element_type(dst)):
+        x = _step_src(step, at, x, keep_f32)
+        at = step.to.name
+    return x
+
+
+def _step_src(step, src: str, x: str, keep_f32: bool) -> str:
+    dst = step.to.name
     T = COMPUTE[dst]
-    if src == dst:
+    if step.kind == "copy":
         return x
-    if dst == "pred":
+    if step.kind == "nonzero":
         return f"({x} != 0)"
     if src == "pred":
         return f"{T}(1 if {x} else 0)"
-    if dst in FLOATS:
-        if src in FLOATS:
-            if dst == "f64":
-                return f"np.float64({x})"
-            if src == "f64":
-                if dst == "f32":
-                    return f"np.float32({x})"
-                return round_src(dst, f"np.float32({x})")      # XLA:CPU rounds twice, through f32
-            # f16 / bf16 / f32 held as float32
-            if dst == "f32" or excess_precision:
-                return x
-            return round_src(dst, x)
-        # integer -> float
-        if dst == "f64":
-            return f"np.float64({x})"
-        if dst == "f32":
-            return f"np.float32({x})"
-        if dst == "f16":
-            return f"f16_to_f32(f64_to_f16(np.float64({x})))"       # exact int -> f64 below 2**53
-        return f"round_bf16(np.float32({x}))"                           # as ml_dtypes: through f32
-    # -> integer
-    if src in FLOATS:
-        # NaN -> 0; saturate; truncate toward zero inside the range (compared in f64, where the bounds
-        # -2**(n-1) and 2**(n-1) / 2**n are exact).
-        lo, hi = float(_int_min(dst)), float(_int_max(dst) + 1)
-        return (f"({T}(0) if {x} != {x} else ({T}({_int_min(dst)}) if np.float64({x}) <= {lo!r} else "
-                f"({T}({_int_max(dst)}) if np.float64({x}) >= {hi!r} else {T}(np.float64({x})))))")
-    return f"{T}({x})"                                                  # int -> int wraps
+    if step.kind == "wrap":
+        return f"{T}({x})"
+    if step.kind == "saturate":     # compared in f64, where the bounds of every compute type are exact
+        lo, hi = (literal_src("f64", b) for b in semantics.saturation_bounds(element_type(src), step.to))
+        return (f"({T}(0) if {x} != {x} else ({T}({_int_min(dst)}) if np.float64({x}) <= {lo} else "
+                f"({T}({_int_max(dst)}) if np.float64({x}) >= {hi} else {T}(np.float64({x})))))")
+    # round: f16 / bf16 / f32 values are held as float32 already
+    if dst in ("f16", "bf16"):
+        return x if keep_f32 else round_src(dst, x)
+    if dst == "f32" and src in ("f16", "bf16", "f32"):
+        return x
+    return f"{T}({x})"
 
 
 def bitcast_convert_src(src: str, dst: str, x: str) -> str | None:
@@ -272,7 +265,7 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> st
         total = (inst.attr("type") or "").upper() == "TOTALORDER"
         return compare_src(inst.attr("direction"), src_et, vals[0], vals[1], total_order=total)
     if op == "select":
-        return select_src(*vals)
+        return select_src(et, *vals)
     if op == "is-finite":           # a float operand, a pred result: the operand's type picks the definition
         return unary_src(op, src_et, vals[0])
     if op == "clamp":

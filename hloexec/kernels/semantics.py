@@ -1,4 +1,5 @@
 """The scalar meaning of HLO's elementwise ops: one definition per opcode and type class, two interpreters.
+Converts, which go from one type to another, are a path of typed steps (`conversion`, at the end).
 
 A definition (`DEFINITIONS[opcode][cls]`, cls one of "float", "signed", "unsigned", "pred") is a Python function
 `(t, *operands) -> Expr` building an expression over a small vocabulary of primitives: Python operators
@@ -27,8 +28,12 @@ in the numpy tier a sub-byte type's pattern of `bits` bits in its byte container
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
+
+from ..ir.dtypes import ElementType, element_type
 
 # -- the expression ------------------------------------------------------------------------------------------
 # Operators -> the numpy ufunc of each (Numba: the operator itself).
@@ -297,6 +302,8 @@ DEFINITIONS: dict[str, dict[str, object]] = {
     "clamp": {**{c: _op(lambda lo, x, hi: min_(max_(x, lo), hi)) for c in ("float", "signed", "unsigned")},
               "pred": _op(lambda lo, x, hi: hi & (x | lo))},
     **{compare_opcode(d, "UNSIGNED"): {"pred": _compare(d, "FLOAT")} for d in DIRECTIONS},
+    # select(p, a, b): a where p holds, else b -- any element type (complex and narrow floats as they are stored)
+    "select": {"any": _op(where)},
 }
 for _cls, _orders in _ORDERS.items():
     for _order in _orders:
@@ -305,7 +312,7 @@ for _cls, _orders in _ORDERS.items():
 
 # Operand counts (2 unless listed).
 _ARITY = {"abs": 1, "negate": 1, "sign": 1, "not": 1, "copy": 1, "popcnt": 1, "count-leading-zeros": 1,
-          "round-nearest-afz": 1, "rsqrt": 1, "logistic": 1, "is-finite": 1, "clamp": 3,
+          "round-nearest-afz": 1, "rsqrt": 1, "logistic": 1, "is-finite": 1, "clamp": 3, "select": 3,
           **dict.fromkeys(_FLOAT_SIMPLE_UNARY, 1),
           **dict.fromkeys(_FLOAT_CALLS, 1)}
 
@@ -320,14 +327,20 @@ def type_class(kind: str) -> str | None:
 
 
 def defines(opcode: str, cls: str) -> bool:
-    return cls in DEFINITIONS.get(opcode, ())
+    return bool({cls, "any"} & DEFINITIONS.get(opcode, {}).keys())
+
+
+# Operands that are not of the op's type (the others are "T").
+_OPERAND_TAGS = {"select": ("bool", "T", "T")}
 
 
 @functools.cache
 def expression(opcode: str, cls: str, bits: int) -> Expr:
     """The definition of `opcode` on type class `cls` of `bits` bits, applied to operands x0, x1, ..."""
     t = TypeInfo(cls, bits)
-    return DEFINITIONS[opcode][cls](t, *(Expr("arg", (i,), "T") for i in range(arity(opcode))))
+    tags = _OPERAND_TAGS.get(opcode, ("T",) * arity(opcode))
+    definitions = DEFINITIONS[opcode]
+    return definitions.get(cls, definitions.get("any"))(t, *(Expr("arg", (i,), tag) for i, tag in enumerate(tags)))
 
 
 # -- the numpy interpreter -----------------------------------------------------------------------------------
@@ -520,6 +533,8 @@ def _numpy_function(e: Expr, n: int, dtype: np.dtype, bits: int):
     uses: dict = {}
     _count_uses(e, uses)
     builder = _NumpyBuilder(dtype, bits, uses)
+    if e.op == "where" and all(_is_operand(a, i, dtype) for i, a in enumerate(e.args)):
+        return np.where     # select: its operands are computed already, nothing to skip
     if e.op not in ("arg", "const", "where", "cast"):
         fn, operands = builder.function(e)
         if len(operands) == n and all(_is_operand(a, i, dtype) for i, a in enumerate(operands)):
@@ -618,3 +633,47 @@ def _render(e: Expr, operands, cls, name, bits, compute, literal) -> str:
     if e.tag == "bool" or ctor is None:
         return f"({src})"
     return f"{ctor}({src})"
+
+
+# -- conversions -------------------------------------------------------------------------------------------------
+class Step(NamedTuple):
+    """One step of a conversion, producing a value of element type `to`:
+    "copy" (the same type), "nonzero" (to pred: x != 0), "wrap" (integer / pred -> integer: two's complement,
+    pred as 0 / 1), "saturate" (float -> integer: NaN -> 0, at or beyond a bound -> that end of the range
+    (`saturation_bounds`), else rounded toward zero), "round" (to a float or complex type: correctly rounded,
+    exact when the value fits), "round-to-odd" (f64 -> f32 so that a second rounding to a narrower type is
+    exact)."""
+    kind: str
+    to: ElementType
+
+
+_F32 = element_type("f32")
+
+
+def conversion(src: ElementType, dst: ElementType) -> tuple[Step, ...] | None:
+    """How convert takes a value of type `src` to type `dst`, as XLA:CPU does it (measured); None where convert
+    is not defined (complex -> real)."""
+    if src is dst:
+        return (Step("copy", dst),)
+    if dst.kind == "pred":
+        return (Step("nonzero", dst),)
+    if src.kind == "complex" and dst.kind != "complex":
+        return None
+    if dst.kind in ("sint", "uint"):
+        return (Step("saturate" if src.kind == "float" else "wrap", dst),)
+    if dst.kind == "float" and dst.bits < 32:
+        if src.kind != "float":
+            return Step("round", _F32), Step("round", dst)          # integers: through f32, two roundings
+        if src.name == "f64":
+            # f64 -> f16 / bf16 rounds twice, through f32 (1 + 2^-11 + 2^-40 -> 1.0); f64 -> fp8 once
+            return (Step("round", _F32) if dst.is_half_float else Step("round-to-odd", _F32)), Step("round", dst)
+    return (Step("round", dst),)
+
+
+def saturation_bounds(src: ElementType, dst: ElementType) -> tuple[float, float]:
+    """The bounds of float -> integer saturation: the integer type's minimum and maximum rounded to the float type
+    `src`, as floats (f4e2m1fn 6.0 -> s4 is 7: F(7) = 6; f32 2^31 -> s32 is INT_MAX: F(2^31 - 1) = 2^31). A bound
+    the type cannot hold is NaN (no value reaches it)."""
+    info = ml_dtypes.iinfo(dst.numpy)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return tuple(float(np.array(v, np.float64).astype(src.numpy)) for v in (info.min, info.max))

@@ -26,11 +26,12 @@ tested bit-exactly against XLA:CPU (tests/test_ops_elementwise.py). The rules wo
   the pattern's top bit, as for u8). popcnt counts the pattern's bits (s4 popcnt(-3) = 3, as StableHLO's
   spec; XLA:CPU counts the sign-extended byte: 7).
 
-The scalar meaning of the unary, binary, compare and clamp ops on float, integer and pred values is the
-scalar-semantics table's (hloexec/kernels/semantics.py): the kernels here take its numpy form (`_table`) and
-add what is this tier's own: f16 / bf16 / fp8 lifted to f32 and rounded back (`float_lifted`), sub-byte
-integers in their byte container (`_int_kernel`), complex values (the float definitions whose primitives
-numpy extends to complex, plus complex-only functions), converts and bitcasts of every type.
+The scalar meaning of the unary, binary, compare, clamp and select ops on float, integer and pred values is the
+scalar-semantics table's (hloexec/kernels/semantics.py), and so are converts' steps (`conversion`): the kernels
+here take its numpy form (`_table`) or interpret the steps (`convert_kernel`) and add what is this tier's own:
+f16 / bf16 / fp8 lifted to f32 and rounded back (`float_lifted`), sub-byte integers in their byte container
+(`_int_kernel`), complex values (the float definitions whose primitives numpy extends to complex, plus
+complex-only functions), bitcasts of every type.
 """
 from __future__ import annotations
 
@@ -434,11 +435,9 @@ def _prepare_compare(inst, ctx):
 
 @op("select", dtypes=ALL, notes="a scalar pred selects whole arrays")
 def _prepare_select(inst, ctx):
-    dtype = inst.shape.dtype
-    dims = inst.shape.dims
-    if inst.operands[0].shape.rank == 0 and len(dims) > 0:
+    if inst.operands[0].shape.rank == 0 and inst.shape.rank > 0:
         return lambda p, a, b: (a if p else b).copy()
-    return lambda p, a, b: np.where(p, a, b).astype(dtype, copy=False)
+    return semantics.numpy_form("select", "any", inst.shape.dtype, inst.shape.element_type.bits)
 
 
 @op("clamp", dtypes=NUMERIC,
@@ -457,21 +456,17 @@ def _prepare_clamp(inst, ctx):
     return lambda lo, x, hi: f32_to_low(fn(low_to_f32(lo), low_to_f32(x), low_to_f32(hi)), dtype)
 
 
-# -- convert -------------------------------------------------------------------------------------
-def _float_to_int(src: np.dtype, dst: np.dtype):
-    """Saturating float -> integer conversion with NaN -> 0 (XLA's ConvertElementType): x <= F(INT_MIN) gives
-    INT_MIN and x >= F(INT_MAX) gives INT_MAX, the bounds rounded to the source type F (so f4e2m1fn 6.0 -> s4
-    is 7: F(7) = 6; f32 2^31 -> s32 INT_MAX: F(2^31 - 1) = 2^31)."""
+# -- convert: kernels/semantics.py's conversion steps on numpy arrays ----------------------------------------
+def _saturate(src: np.dtype, dst: np.dtype, bounds: tuple[float, float]):
+    lo, hi = bounds
     info = ml_dtypes.iinfo(dst)
-    with np.errstate(over="ignore"):
-        lo, hi = (float(np.array(v, _F64).astype(src)) for v in (info.min, info.max))
     t = dst.type
     wdt = _F64 if src.itemsize <= 8 else src
 
     def kernel(x):
         xf = low_to_f32(x, quiet=False).astype(wdt) if src in _HALF else x.astype(wdt, copy=False)
         with np.errstate(**_ERR):
-            low, high = xf <= lo, xf >= hi          # a bound the type cannot hold is NaN: never
+            low, high = xf <= lo, xf >= hi          # a NaN bound: never
             r = np.where(low | high | np.isnan(xf), 0, xf).astype(dst)
         r = np.where(low, t(info.min), r)
         r = np.where(high, t(info.max), r)
@@ -480,7 +475,6 @@ def _float_to_int(src: np.dtype, dst: np.dtype):
 
 
 def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
-    """f64 -> f32 rounding to odd: a second rounding to any type of <= 22 mantissa bits is then exact."""
     r = x.astype(_F32)
     inexact = np.isfinite(r) & (r.astype(_F64) != x)
     if inexact.any():
@@ -490,47 +484,52 @@ def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
     return r
 
 
-def convert_kernel(src_t, dst_t, inst):
-    src, dst = src_t.numpy, dst_t.numpy
-    sk, dk = src_t.kind, dst_t.kind
-    if src == dst:
-        return lambda x: x.copy()
-    if dk == "pred":
-        if sk == "complex":
-            return lambda x: x != 0
-        return lambda x: x != 0
-    if sk == "complex":
-        _require(dk == "complex", f"convert {src_t.name} -> {dst_t.name}", inst)
-        return lambda x: x.astype(dst)
-    if sk == "float" and dk in ("sint", "uint"):
-        return _float_to_int(src, dst)
-    if sk == "float" and dk == "float":
-        if src in (_F32, _F64) and dst in _HALF:
-            # XLA:CPU converts f64 -> f16/bf16 through f32: two roundings (measured, e.g. 1+2^-11+2^-40 -> 1.0)
-            return lambda x: f32_to_low(x, dst, signaling_nans=True)
-        if src == _F64 and _is_ml_float(dst):
-            # ... but f64 -> fp8 rounds once (measured); ml_dtypes would go through f32, so round to odd first
-            return lambda x: _rounded(_f64_to_f32_round_to_odd(x), dst)
-        if src in _HALF and dst == _F32:
-            return low_to_f32
-        if src in _HALF and dst == _F64:
-            return lambda x: low_to_f32(x).astype(_F64)      # exact; f16 signaling NaNs quieted, as XLA:CPU
-        if (src in _HALF and dst in _HALF) or (_is_ml_float(src) and _is_ml_float(dst)):
-            # e.g. f16 -> bf16, fp8 -> bf16: exact through f32 (every narrow type fits in f32), one rounding
+def _round(src: np.dtype, dst: np.dtype, from_float: bool):
+    """Rounding values of numpy type `src` to the float / complex type `dst` (exact through f32 between narrow
+    types: every one fits in f32). `from_float`: the conversion's source is a float (may hold signaling NaNs)."""
+    if src in _HALF and dst == _F32:
+        return low_to_f32
+    if src in _HALF and dst == _F64:
+        return lambda x: low_to_f32(x).astype(_F64)      # f16 signaling NaNs quieted, as XLA:CPU
+    if _is_ml_float(dst) or (dst.kind == "f" and dst.itemsize < 4):
+        if src == _F32:
+            return lambda x: f32_to_low(x, dst, signaling_nans=from_float)
+        if _is_ml_float(src) or src.itemsize < 4:
             return lambda x: f32_to_low(low_to_f32(x), dst, signaling_nans=True)
-        return lambda x: _rounded(x, dst)
-    if sk in ("sint", "uint", "pred") and dk == "float":
-        if _is_ml_float(dst) or dst.itemsize < 4:
-            # XLA:CPU converts integers to narrow floats through f32 (two roundings for |x| > 2^24).
-            return lambda x: f32_to_low(x.astype(_F32), dst)
+    return lambda x: _rounded(x, dst)
+
+
+def _numpy_step(step, src: np.dtype, from_float: bool):
+    dst = step.to.numpy
+    if step.kind == "copy":
+        return lambda x: x.copy()
+    if step.kind == "nonzero":
+        return lambda x: x != 0
+    if step.kind == "wrap":         # ml_dtypes casts between its own sub-byte types only through a wider one
+        if src in SUB_BYTE_CONTAINER and dst in SUB_BYTE_CONTAINER:
+            return lambda x: x.astype(np.int8).astype(dst)
         return lambda x: x.astype(dst)
-    if dk == "complex":
-        return lambda x: x.astype(dst)
-    # int/pred -> int: two's complement wrap (numpy astype wraps; ml_dtypes casts between its own
-    # sub-byte types only through a wider one)
-    if src in SUB_BYTE_CONTAINER and dst in SUB_BYTE_CONTAINER:
-        return lambda x: x.astype(np.int8).astype(dst)
-    return lambda x: x.astype(dst)
+    if step.kind == "round-to-odd":
+        return _f64_to_f32_round_to_odd
+    return _round(src, dst, from_float)
+
+
+def convert_kernel(src_t, dst_t, inst):
+    steps = semantics.conversion(src_t, dst_t)
+    _require(steps is not None, f"convert {src_t.name} -> {dst_t.name}", inst)
+    src, dst = src_t.numpy, dst_t.numpy
+    if steps[0].kind == "saturate":
+        return _saturate(src, dst, semantics.saturation_bounds(src_t, dst_t))
+    if src == _F64 and dst in _HALF:
+        return lambda x: f32_to_low(x, dst, signaling_nans=True)      # both roundings, f64 NaNs made canonical
+    fns, at = [], src
+    for step in steps:
+        fns.append(_numpy_step(step, at, src_t.kind == "float"))
+        at = step.to.numpy
+    if len(fns) == 1:
+        return fns[0]
+    first, second = fns
+    return lambda x: second(first(x))
 
 
 @op("convert", dtypes=ALL, notes="float->int saturates, NaN->0; to pred: x != 0; int->bf16/f16/fp8 via f32")

@@ -4,8 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError
+from ..ir.dtypes import element_type
+from ..kernels import semantics
 from .common import as_tuple, contig, invalid
-from .elementwise import _float_to_int
+from .elementwise import convert_kernel
 from .registry import op
 
 _F64 = np.dtype(np.float64)
@@ -21,9 +23,10 @@ def _prepare_stochastic_convert(inst, ctx):
     src, dst = src_t.numpy, dst_t.numpy
     info = np.iinfo(dst)
     # XLA compares the operand with INT_MIN/INT_MAX converted to the operand's type (e.g. 2^31 - 1 -> 2^31 in f32).
-    lo, hi = (float(np.asarray(v, np.float64).astype(src)) for v in (info.min, info.max))
+    lo, hi = semantics.saturation_bounds(src_t, dst_t)
     scale = float(2 ** random_t.bits)
-    to_random, to_dst = _float_to_int(_F64, random_t.numpy), _float_to_int(_F64, dst)
+    f64 = element_type("f64")
+    to_random, to_dst = convert_kernel(f64, random_t, inst), convert_kernel(f64, dst_t, inst)
 
     def kernel(x, random):
         # Every step below is exact in f64 for f16/bf16/f32 operands (floor, |x| - floor, * 2^bits);
