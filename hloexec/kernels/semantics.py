@@ -10,7 +10,7 @@ signed integer of the type's width; `T`: back to the compute type), typed consta
 
 * `numpy_form(opcode, cls, dtype, bits)`: a callable on numpy arrays of the compute dtype (what the op-by-op
   tier, ops/elementwise.py, runs); a definition that is one numpy function of its operands (add, exp, a
-  compare) is that function. Eager: both sides of a `where` may be computed (on large arrays only the one
+  compare) is that function, any other a generated Python function (its `.source`). Eager: both sides of a `where` may be computed (on large arrays only the one
   taken when its condition is all true or all false), so a definition must be safe on the values the
   `where` discards -- it divides by `where(b == 0, 1, b)`, shifts by an amount masked to the width.
 * `numba_src(opcode, cls, name, *operand_sources, ...)`: the source of one element in a generated Numba kernel (what
@@ -439,13 +439,15 @@ def _numpy_calls(bits: int, floats: bool):
 LAZY_WHERE_MIN_SIZE = 4096
 
 
-def _np_where(c, a, b, env):
+def _taken(c) -> tuple[int, np.ndarray]:
+    """Which branches a where needs: 1 only the first (c all true), -1 only the second (all false), 0 both; and
+    the condition."""
     if np.size(c) >= LAZY_WHERE_MIN_SIZE:
         if not c.any():
-            return b(env)
+            return -1, c
         if c.all():
-            return a(env)
-    return np.where(c, a(env), b(env))
+            return 1, c
+    return 0, c
 
 
 def _count_uses(e: Expr, uses: dict) -> None:
@@ -456,48 +458,70 @@ def _count_uses(e: Expr, uses: dict) -> None:
                 _count_uses(a, uses)
 
 
-class _NumpyBuilder:
-    """Turns an expression into a closure `env -> array`, env = [operands, memo of shared nodes]."""
+class _NumpySource:
+    """Writes an expression as a Python function of numpy arrays (generated source: a call costs the numpy calls
+    and little else). A node used once is written inside its user's expression, so numpy frees its array as soon
+    as that is computed; a node used more than once gets a name, assigned where the first path needing it does
+    (inside a `where`'s branch it is known to that branch only). A `where` on a large array whose condition is
+    all true or all false computes only the branch it takes."""
 
     def __init__(self, dtype: np.dtype, bits: int, uses: dict):
         self.dtypes = {"T": dtype, "bool": np.dtype(np.bool_)}
         if dtype.kind in "iu":          # the integer patterns of the type's width
             self.dtypes.update(U=np.dtype(f"u{dtype.itemsize}"), S=np.dtype(f"i{dtype.itemsize}"))
         self.bits, self.uses, self.calls = bits, uses, _numpy_calls(bits, dtype.kind in "fc")
+        self.globals = {"np": np, "taken": _taken}
+        self.lines: list[str] = []
+        self.known: dict[int, str] = {}         # id(node) -> the name holding its value on the current path
+        self.indent = 1
 
-    def build(self, e: Expr):
-        f = self._build(e)
+    def value(self, obj, prefix: str) -> str:
+        """A name for `obj` among the generated function's globals."""
+        name = f"{prefix}{len(self.globals)}"
+        self.globals[name] = obj
+        return name
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def emit(self, e: Expr) -> str:
+        """An expression text for node `e`, statements it needs written first."""
+        if id(e) in self.known:
+            return self.known[id(e)]
+        text = self._emit(e)
         if self.uses[id(e)] > 1 and e.op not in ("arg", "const"):
-            key = id(e)
+            name = f"t{len(self.lines)}"
+            self.line(f"{name} = {text}")
+            self.known[id(e)] = text = name
+        return text
 
-            def shared(env, f=f, key=key):
-                memo = env[1]
-                if key not in memo:
-                    memo[key] = f(env)
-                return memo[key]
-            return shared
-        return f
-
-    def _build(self, e: Expr):
+    def _emit(self, e: Expr) -> str:
         op, args = e.op, e.args
         if op == "arg":
-            i = args[0]
-            return lambda env: env[0][i]
+            return f"x{args[0]}"
         if op == "const":
-            v = self.dtypes[e.tag].type(args[0])
-            return lambda env: v
+            return self.value(self.dtypes[e.tag].type(args[0]), "c")
         if op == "where":
-            c, a, b = map(self.build, args)
-            return lambda env: _np_where(c(env), a, b, env)
+            return self._where(*args)
         if op == "cast":
-            return self._cast(args[0].tag, e.tag, self.build(args[0]))
+            return self._cast(args[0].tag, e.tag, self.emit(args[0]))
         fn, operands = self.function(e)
-        subs = [self.build(a) for a in operands]
-        if len(subs) == 1:
-            s0 = subs[0]
-            return lambda env: fn(s0(env))
-        s0, s1 = subs
-        return lambda env: fn(s0(env), s1(env))
+        return f"{self.value(fn, 'f')}({', '.join(self.emit(a) for a in operands)})"
+
+    def _where(self, c: Expr, a: Expr, b: Expr) -> str:
+        at = len(self.lines)
+        taken, va, vb = f"k{at}", f"a{at}", f"b{at}"
+        self.line(f"{taken} = taken({self.emit(c)})")
+        cond = f"{taken}[1]"
+        for test, name, node in ((">= 0", va, a), ("<= 0", vb, b)):
+            self.line(f"if {taken}[0] {test}:")
+            known, self.indent = dict(self.known), self.indent + 1
+            self.line(f"{name} = {self.emit(node)}")
+            self.known, self.indent = known, self.indent - 1
+        result = f"w{at}"
+        self.line(f"{result} = {va} if {taken}[0] > 0 else {vb} if {taken}[0] < 0 else np.where({cond}, {va}, {vb})")
+        self.line(f"{va} = {vb} = {taken} = None")      # numpy frees what only the where needed
+        return result
 
     def function(self, e: Expr):
         """The numpy function of an operator or call node, and its operand nodes."""
@@ -509,16 +533,12 @@ class _NumpyBuilder:
             return np.invert, e.args
         return getattr(np, _ARITH.get(e.op) or _COMPARE[e.op]), e.args
 
-    def _cast(self, src: str, dst: str, f):
-        bits = self.bits
+    def _cast(self, src: str, dst: str, x: str) -> str:
         if src == "T" and self.dtypes["T"].kind == {"U": "u", "S": "i"}.get(dst):
-            return f                                 # already that (a sub-byte value is held extended)
-        if dst == "U":
-            return lambda env: as_unsigned(f(env), bits)
-        if dst == "S":
-            return lambda env: as_signed(f(env), bits)
-        dtype = self.dtypes["T"]                     # an integer pattern back to the type (same size)
-        return lambda env: f(env).view(dtype)
+            return x                                 # already that (a sub-byte value is held extended)
+        if dst in ("U", "S"):
+            return f"{self.value(as_unsigned if dst == 'U' else as_signed, 'f')}({x}, {self.bits})"
+        return f"{x}.view({self.value(self.dtypes['T'], 'd')})"     # an integer pattern back to the type
 
 
 def _is_operand(e: Expr, i: int, dtype: np.dtype) -> bool:
@@ -529,30 +549,38 @@ def _is_operand(e: Expr, i: int, dtype: np.dtype) -> bool:
     return e.op == "arg" and e.args[0] == i
 
 
-def _numpy_function(e: Expr, n: int, dtype: np.dtype, bits: int):
+def _as_result(r, xs: tuple) -> np.ndarray:
+    """The kernel's result where it differs from its operands' shape (a where that chose a constant, or scalar
+    operands: clamp's bounds) or is one of them."""
+    shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+    if r.shape != shape:
+        return np.array(np.broadcast_to(r, shape), order="C")
+    return r.copy() if any(r is x for x in xs) else r
+
+
+def _numpy_function(e: Expr, n: int, dtype: np.dtype, bits: int, name: str):
     uses: dict = {}
     _count_uses(e, uses)
-    builder = _NumpyBuilder(dtype, bits, uses)
+    source = _NumpySource(dtype, bits, uses)
     if e.op == "where" and all(_is_operand(a, i, dtype) for i, a in enumerate(e.args)):
         return np.where     # select: its operands are computed already, nothing to skip
     if e.op not in ("arg", "const", "where", "cast"):
-        fn, operands = builder.function(e)
+        fn, operands = source.function(e)
         if len(operands) == n and all(_is_operand(a, i, dtype) for i, a in enumerate(operands)):
             return fn        # one numpy function of the operands in order (add, exp, compare...): that function
-    f = builder.build(e)
-    floats = dtype.kind in "fc"
-
-    def kernel(*xs):
-        if floats:
-            with np.errstate(all="ignore"):     # overflow in a discarded branch of a where (x + y of maximum)
-                r = np.asarray(f([xs, {}]))
-        else:
-            r = np.asarray(f([xs, {}]))
-        if any(np.shape(x) != r.shape for x in xs):
-            shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
-            if r.shape != shape:        # a where that chose a constant, or scalar operands (clamp's bounds)
-                return np.array(np.broadcast_to(r, shape), order="C")
-        return r.copy() if any(r is x for x in xs) else r
+    xs = [f"x{i}" for i in range(n)]
+    if dtype.kind in "fc":                  # overflow in a discarded branch of a where (x + y of maximum)
+        source.line("with np.errstate(all='ignore'):")
+        source.indent += 1
+    source.line(f"r = np.asarray({source.emit(e)})")
+    source.indent = 1
+    same = " and ".join(f"r.shape == np.shape({x}) and r is not {x}" for x in xs)
+    source.line(f"return r if {same} else as_result(r, ({', '.join(xs)},))")
+    source.globals["as_result"] = _as_result
+    text = "\n".join([f"def kernel({', '.join(xs)}):", *source.lines])
+    exec(compile(text, f"<numpy form of {name}>", "exec"), source.globals)
+    kernel = source.globals["kernel"]
+    kernel.source = text
     return kernel
 
 
@@ -560,7 +588,8 @@ def _numpy_function(e: Expr, n: int, dtype: np.dtype, bits: int):
 def numpy_form(opcode: str, cls: str, dtype: np.dtype, bits: int):
     """The numpy function of `opcode` on arrays of `dtype` (the compute dtype of type class `cls`; a sub-byte
     type's byte container, `bits` its width). Returns an array of `dtype` (bool for compares)."""
-    return _numpy_function(expression(opcode, cls, bits), arity(opcode), np.dtype(dtype), bits)
+    return _numpy_function(expression(opcode, cls, bits), arity(opcode), np.dtype(dtype), bits,
+                           f"{opcode} on {np.dtype(dtype)}")
 
 
 # -- the Numba source interpreter --------------------------------------------------------------------------------
