@@ -37,6 +37,7 @@ from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
                       scalar_literal)
+from .index_maps import SourceIndex, dilated_element, reduce_dims, window_position, window_span
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -633,7 +634,7 @@ class _Generator:
         opcode = self.reducer_op(inst)
         src = inst.operands[0]
         et = inst.shape.element_type.name
-        rdims = sorted(inst.attr("dimensions", ()))
+        _, rdims = reduce_dims(src.shape.rank, inst.attr("dimensions", ()))
         target, acc = self.accumulator(inst, index)
         # operand index: kept dims take the output index in order, reduced dims the loop variables
         comps, it = [], iter(index)
@@ -656,9 +657,9 @@ class _Generator:
         return self.fold(inst, opcode, target, acc, loops, lambda: (comps, []))
 
     def reduce_window(self, inst, index):
-        """Output element `index` folds the operand over its window, row-major: the operand position of
-        window element w along a dim is q / base_dilation with q = index * stride + w * window_dilation -
-        pad_low, where q lands on an element (0 <= q <= (n - 1) * base_dilation, a multiple of it)."""
+        """Output element `index` folds the operand over its window, row-major: window element k along a dim
+        reads the operand where `window_position` lands in the padded, base-dilated operand, if
+        `dilated_element` finds an element there (padding and holes are skipped; kernels/index_maps.py)."""
         opcode = self.reducer_op(inst)
         src = inst.operands[0]
         window = inst.attr("window") or ()
@@ -673,6 +674,7 @@ class _Generator:
                 var = self.fresh("j")
                 loops.append((var, w.size))
             dims.append((index[d], var, n, inst.shape.dims[d], w))
+        ar = SourceIndex(self.iexpr)
 
         def position():
             comps, conds = [], []
@@ -680,30 +682,12 @@ class _Generator:
                 if w is None:
                     comps.append(out)
                     continue
-                base, low = w.base_dilation, w.pad_low
-                # q = out * stride + var * window_dilation - low, its zero terms left out
-                q = 0
-                for c, k in ((out, w.stride), (var, w.window_dilation)):
-                    if c != "0":
-                        term = c if k == 1 else Ix("*", c, k, paren=False)
-                        q = term if q == 0 else Ix("+", q, term, paren=False)
-                if low:
-                    q = Ix("-", q, low)
-                q = q if isinstance(q, str) else self.iexpr(q) if isinstance(q, Ix) else str(q)
-                last = (out_n - 1) * w.stride + (w.size - 1) * w.window_dilation - low
-                if not is_name(q):         # a size-1 window at a constant output index
-                    if not (0 <= int(q) <= (n - 1) * base and int(q) % base == 0):
-                        return None, []
-                    comps.append(str(int(q) // base))
-                    continue
-                if low > 0:
-                    conds.append(f"{q} >= 0")
-                if last > (n - 1) * base:
-                    conds.append(f"{q} <= {(n - 1) * base}")
-                if base > 1:
-                    conds.append(f"{q} % {base} == 0")
-                    q = self.iexpr(Ix("//", q, base))
-                comps.append(q)
+                p = window_position(ar, w, out, var)
+                element, holds = dilated_element(ar, n, w.pad_low, w.base_dilation, p, window_span(w, out_n))
+                if False in holds:         # a size-1 window at a constant output index, on padding or a hole
+                    return None, []
+                conds += map(str, holds)
+                comps.append(str(element))
             return comps, conds
         return self.fold(inst, opcode, target, acc, loops, position)
 

@@ -1,0 +1,228 @@
+"""The structural ops' index meaning (kernels/index_maps.py) is read by both tiers: random gather, scatter and
+reduce-window configurations -- batching dims, index vectors anywhere (or implied), out-of-bounds and u64 starts,
+negative and positive padding, base and window dilation, strides -- must give the numpy tier's bits in the
+compiled tier that takes them (gather and scatter: the loop generator; reduce-window: the fusion generator),
+and the formulas' two interpreters must agree on every position."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hloexec.ir.attributes import WindowDim
+from hloexec.kernels.index_maps import NUMPY, SourceIndex, dilated_element, window_position, window_span
+from tiers import Case, NotInTier, differences, run_tiers
+
+
+def _shape(et, dims) -> str:
+    return f"{et}[{','.join(map(str, dims))}]"
+
+
+def _braces(xs) -> str:
+    return "{" + ",".join(map(str, xs)) + "}"
+
+
+def _indices(rng, batch: list[int], vector: int, ivd: int | None, bounds: list[int], et: str):
+    """A start-indices array (dims, values): `batch` dims with the vector dim inserted at `ivd` (None: implied
+    trailing, one component), component k ranging a little beyond [0, bounds[k]] (u64: some near 2**64)."""
+    dims = list(batch) if ivd is None else batch[:ivd] + [vector] + batch[ivd:]
+    shape = dims + ([1] if ivd is None else [])
+    axis = len(dims) if ivd is None else ivd
+    lo = np.zeros(vector, np.int64) if et.startswith("u") else -np.full(vector, 3)
+    hi = np.array(bounds, np.int64) + 3
+    values = np.moveaxis(rng.integers(lo, hi + 1, size=[*batch, vector]), -1, axis).reshape(shape).reshape(dims)
+    values = values.astype({"s32": np.int32, "s64": np.int64, "u32": np.uint32, "u64": np.uint64}[et])
+    if et == "u64" and values.size:
+        values.reshape(-1)[rng.integers(values.size)] = np.uint64(2 ** 64 - 5)
+    return dims, values
+
+
+def _random_gather(rng, k: int):
+    """(instruction text lines, operand values, root name) of a random valid gather (XLA's shape rules)."""
+    rank = int(rng.integers(1, 4))
+    odims = [int(x) for x in rng.integers(1, 6, rank)]
+    dims = list(range(rank))
+    rng.shuffle(dims)
+    n_batching = int(rng.integers(0, 2)) if rank > 1 else 0
+    batching, rest = sorted(dims[:n_batching]), dims[n_batching:]
+    index_map = [int(d) for d in rng.permutation(rest)[:int(rng.integers(1, len(rest) + 1))]]
+    collapsed = sorted(d for d in index_map if rng.random() < 0.5)
+    slices = [1 if d in batching or d in collapsed else int(rng.integers(1, odims[d] + 1)) for d in range(rank)]
+    batch = [int(x) for x in rng.integers(1, 4, int(rng.integers(n_batching, 3)))]
+    idx_batching = sorted(rng.permutation(len(batch))[:n_batching].tolist())
+    for od, bd in zip(batching, idx_batching):
+        batch[bd] = odims[od]
+    ivd = None if len(index_map) == 1 and rng.random() < 0.3 else int(rng.integers(0, len(batch) + 1))
+    et = str(rng.choice(["s32", "s64", "u32", "u64"]))
+    idims, values = _indices(rng, batch, len(index_map), ivd, [odims[d] - slices[d] for d in index_map], et)
+    # start_indices_batching_dims name dims of the indices array (the vector dim counted)
+    idx_batching = [b if ivd is None or b < ivd else b + 1 for b in idx_batching]
+    offset_src = [d for d in range(rank) if d not in collapsed and d not in batching]
+    out_rank = len(batch) + len(offset_src)
+    offset_dims = sorted(rng.permutation(out_rank)[:len(offset_src)].tolist())
+    out, b = [], iter(batch)
+    offsets = iter(slices[d] for d in offset_src)
+    for d in range(out_rank):
+        out.append(next(offsets) if d in offset_dims else next(b))
+    x = rng.standard_normal(odims).astype(np.float32)
+    attrs = (f"offset_dims={_braces(offset_dims)}, collapsed_slice_dims={_braces(collapsed)}, "
+             f"start_index_map={_braces(index_map)}, index_vector_dim={len(idims) if ivd is None else ivd}, "
+             f"slice_sizes={_braces(slices)}")
+    if batching:
+        attrs += f", operand_batching_dims={_braces(batching)}, start_indices_batching_dims={_braces(idx_batching)}"
+    return ([f"  gx{k} = {_shape('f32', odims)} parameter({2 * k})",
+             f"  gi{k} = {_shape(et, idims)} parameter({2 * k + 1})",
+             f"  g{k} = {_shape('f32', out)} gather(gx{k}, gi{k}), {attrs}"], [x, values], f"g{k}")
+
+
+def _random_scatter(rng, k: int, first: int):
+    """(lines, operand values, root name) of a random valid scatter (parameters numbered from `first`)."""
+    rank = int(rng.integers(1, 4))
+    odims = [int(x) for x in rng.integers(1, 6, rank)]
+    dims = list(range(rank))
+    rng.shuffle(dims)
+    n_batching = int(rng.integers(0, 2)) if rank > 1 else 0
+    batching, rest = sorted(dims[:n_batching]), dims[n_batching:]
+    index_map = [int(d) for d in rng.permutation(rest)[:int(rng.integers(1, len(rest) + 1))]]
+    inserted = sorted(d for d in index_map if rng.random() < 0.5)
+    window_src = [d for d in range(rank) if d not in inserted and d not in batching]
+    window = {d: int(rng.integers(1, odims[d] + 1)) for d in window_src}
+    batch = [int(x) for x in rng.integers(1, 4, int(rng.integers(n_batching, 3)))]
+    idx_batching = sorted(rng.permutation(len(batch))[:n_batching].tolist())
+    for od, bd in zip(batching, idx_batching):
+        batch[bd] = odims[od]
+    ivd = None if len(index_map) == 1 and rng.random() < 0.3 else int(rng.integers(0, len(batch) + 1))
+    et = str(rng.choice(["s32", "s64", "u32", "u64"]))
+    idims, values = _indices(rng, batch, len(index_map), ivd, [odims[d] - window.get(d, 1) for d in index_map], et)
+    idx_batching = [b if ivd is None or b < ivd else b + 1 for b in idx_batching]
+    urank = len(batch) + len(window_src)
+    window_dims = sorted(rng.permutation(urank)[:len(window_src)].tolist())
+    udims, b = [], iter(batch)
+    sizes = iter(window[d] for d in window_src)
+    for d in range(urank):
+        udims.append(next(sizes) if d in window_dims else next(b))
+    combiner = str(rng.choice(["add", "set"]))
+    attrs = (f"update_window_dims={_braces(window_dims)}, inserted_window_dims={_braces(inserted)}, "
+             f"scatter_dims_to_operand_dims={_braces(index_map)}, "
+             f"index_vector_dim={len(idims) if ivd is None else ivd}")
+    if batching:
+        attrs += f", input_batching_dims={_braces(batching)}, scatter_indices_batching_dims={_braces(idx_batching)}"
+    x = rng.integers(-50, 50, odims).astype(np.int32)
+    u = rng.integers(-50, 50, udims).astype(np.int32)
+    return ([f"  sx{k} = {_shape('s32', odims)} parameter({first})",
+             f"  si{k} = {_shape(et, idims)} parameter({first + 1})",
+             f"  su{k} = {_shape('s32', udims)} parameter({first + 2})",
+             f"  s{k} = {_shape('s32', odims)} scatter(sx{k}, si{k}, su{k}), {attrs}, to_apply={combiner}"],
+            [x, values, u], f"s{k}")
+
+
+_COMBINERS = """add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT c = s32[] add(a, b)
+}
+
+set {
+  a = s32[] parameter(0)
+  ROOT b = s32[] parameter(1)
+}
+"""
+
+
+def _bits(case: Case, tier: str):
+    results = run_tiers(case, ["numpy", tier])
+    got = results[tier]
+    assert not isinstance(got, NotInTier), f"{case.name}: {got}"
+    why = differences(case, results["numpy"], got)
+    assert why is None, f"{case.name}: {tier} disagrees with the numpy tier: {why}\n{case.text}"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_gather_and_scatter_index_maps_agree_across_tiers(seed):
+    """Eight random gathers and eight random scatters in one module, compiled by the loop generator as one
+    program (one Numba compile): every output bit for bit as the numpy tier."""
+    rng = np.random.default_rng(seed)
+    lines, inputs, roots = [], [], []
+    for k in range(8):
+        more, values, root = _random_gather(rng, k)
+        lines += more
+        inputs += values
+        roots.append(root)
+    for k in range(8):
+        more, values, root = _random_scatter(rng, k, len(inputs))
+        lines += more
+        inputs += values
+        roots.append(root)
+    shapes = [line.split(" = ")[1].split(" ")[0] for line in lines if line.split(" = ")[0].strip() in roots]
+    lines.append(f"  ROOT r = ({', '.join(shapes)}) tuple({', '.join(roots)})")
+    text = f"HloModule index_maps_{seed}\n\n{_COMBINERS}\nENTRY e {{\n" + "\n".join(lines) + "\n}\n"
+    _bits(Case(f"gather_scatter_{seed}", text, inputs), "loop")
+
+
+def _random_window(rng, out_n: int) -> tuple[int, WindowDim]:
+    """(operand size, window) along one dim with `out_n` windows: any padding (negative crops), base and window
+    dilation, stride."""
+    n = int(rng.integers(1, 7))
+    size, stride = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    wdil, base = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    low = int(rng.integers(-2, 4))
+    padded = (out_n - 1) * stride + (size - 1) * wdil + 1 + int(rng.integers(0, stride))
+    high = padded - ((n - 1) * base + 1) - low
+    return n, WindowDim(size, stride, low, high, base, wdil)
+
+
+def _window_text(w: WindowDim) -> tuple[str, ...]:
+    return (str(w.size), str(w.stride), f"{w.pad_low}_{w.pad_high}", str(w.base_dilation), str(w.window_dilation))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_reduce_window_index_maps_agree_across_tiers(seed):
+    """Ten random reduce-windows with one output shape, compiled as one fusion (one Numba compile): an integer
+    sum from a nonzero init, so a window reading a wrong element, or padding / a hole as if it held one, shows."""
+    rng = np.random.default_rng(100 + seed)
+    out = [4, 3]
+    lines, inputs, roots = [], [], []
+    for k in range(10):
+        dims, windows = zip(*[_random_window(rng, n) for n in out])
+        size, stride, pad, base, wdil = ("x".join(parts) for parts in zip(*map(_window_text, windows)))
+        lines += [f"  x{k} = {_shape('s32', dims)} parameter({k})",
+                  f"  r{k} = s32[4,3] reduce-window(x{k}, init), window={{size={size} stride={stride} pad={pad} "
+                  f"lhs_dilate={base} rhs_dilate={wdil}}}, to_apply=add"]
+        inputs.append(rng.integers(-1000, 1000, dims).astype(np.int32))
+        roots.append(f"r{k}")
+    lines.append(f"  ROOT r = ({', '.join(['s32[4,3]'] * len(roots))}) tuple({', '.join(roots)})")
+    text = (f"HloModule windows_{seed}\n\n{_COMBINERS}\nENTRY e {{\n  init = s32[] constant(7)\n"
+            + "\n".join(lines) + "\n}\n")
+    _bits(Case(f"reduce_window_{seed}", text, inputs), "fused")
+
+
+def test_window_formulas_interpreters_agree():
+    """window_position and dilated_element, evaluated as source on names (then by Python on every output and
+    window index) and on numpy aranges, give the same operand index and the same holes, on many windows."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        out_n = int(rng.integers(1, 6))
+        n, w = _random_window(rng, out_n)
+        out, k = np.arange(out_n)[:, None], np.arange(w.size)[None, :]
+        p_last = window_span(w, out_n)
+        element, holds = dilated_element(NUMPY, n, w.pad_low, w.base_dilation, window_position(NUMPY, w, out, k),
+                                         p_last)
+        mask = np.ones((out_n, w.size), bool)
+        for c in holds:
+            mask &= c
+        bound = {}          # the names the formulas bind, in order, and their source
+
+        def name(e, bound=bound):
+            bound[f"t{len(bound)}"] = str(e)
+            return f"t{len(bound) - 1}"
+        ar = SourceIndex(name)
+        src, conds = dilated_element(ar, n, w.pad_low, w.base_dilation, window_position(ar, w, "o", "k"), p_last)
+        for o, j in itertools.product(range(out_n), range(w.size)):
+            env = {"o": o, "k": j}
+            for name, expr in bound.items():
+                env[name] = eval(expr, {}, env)
+            holds_here = all(eval(str(c), {}, env) for c in conds)
+            assert holds_here == mask[o, j], (w, n, o, j)
+            if holds_here:
+                assert eval(str(src), {}, env) == element[o, j] and 0 <= element[o, j] < n, (w, n, o, j)
