@@ -505,35 +505,21 @@ class _Generator:
         return res
 
     def pad(self, inst, index):
+        """The operand element `index_maps.dilated_element` finds at `index` (interior padding is a base
+        dilation), under a guard of its conditions, else the padding value."""
         src, padval = inst.operands
-        conds, comps, deps = [], [], []
-        for d, (c, (low, high, interior)) in enumerate(zip(index, _padding(inst))):
-            n = src.shape.dims[d]
-            if (low, high, interior) == (0, 0, 0):
-                comps.append(c)
-                continue
-            t = self.iexpr(Ix("-", c, low)) if low else c
-            if is_name(t):
-                deps.append(t)
-            if interior == 0:
-                if low > 0:
-                    conds.append(Ix(">=", t, 0, paren=False))
-                if high > 0:
-                    conds.append(Ix("<", t, n, paren=False))
-                comps.append(t)
-            else:
-                step = interior + 1
-                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, step, paren=False), 0, paren=False),
-                          Ix("<", Ix("//", t, step, paren=False), n, paren=False)]
-                comps.append(self.iexpr(Ix("//", t, step)))
+        ar = SourceIndex(self.iexpr)
+        conds, comps = [], []
+        for c, n, out_n, p in zip(index, src.shape.dims, inst.shape.dims, inst.attr("padding")):
+            element, holds = dilated_element(ar, n, p.low, p.interior + 1, c, out_n - 1)
+            conds += holds
+            comps.append(str(element))
         pv = self.value(padval, ())
+        if False in conds:          # over literals only: a padding position
+            return pv
         if not conds:
             return self.value(src, tuple(comps))
-        if not deps:
-            # every condition is over literals: fold
-            if all(cnd.folded() for cnd in conds):
-                return self.value(src, tuple(comps))
-            return pv
+        deps = [name for cond in conds for name in cond.names()]
         # the guarded load depends on every index component, not only the padded dims' (see concatenate)
         value_deps = [x for x in index if is_name(x)] + deps + ([pv] if is_name(pv) else [])
         return self.guarded(inst, conds, value_deps, lambda: self.value(src, tuple(comps)), pv)

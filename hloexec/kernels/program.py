@@ -46,7 +46,7 @@ from ..ir.attributes import dot_dims
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
-from .index_maps import Gather, Scatter, SourceIndex, dot_free_dims, placed, reduce_dims
+from .index_maps import Gather, Scatter, SourceIndex, dilated_element, dot_free_dims, placed, reduce_dims
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -662,24 +662,22 @@ def _pad(g, inst, operands, out):
     fill = g.stored(g.scalar_of(pv))
     xdims = _dims_of(x)
     need(xdims, "rank-0 pad")
+    ar = SourceIndex()
     with g.loops(out.dims) as idx:
         conds, src = [], []
-        for c, n, p in zip(idx, xdims, inst.attr("padding")):
-            t = Ix("-", c, p.low) if p.low else c
-            if p.interior:
-                k = p.interior + 1
-                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, k, paren=False), 0, paren=False),
-                          Ix("<", Ix("//", t, k, paren=False), n, paren=False)]
-                t = Ix("//", t, k)
-            else:
-                conds += [Ix(">=", t, 0, paren=False), Ix("<", t, n, paren=False)]
-            src.append(t)
+        for c, n, out_n, p in zip(idx, xdims, out.dims, inst.attr("padding")):
+            element, holds = dilated_element(ar, n, p.low, p.interior + 1, c, out_n - 1)
+            conds += holds
+            src.append(element)
         dst = f"{out.name}[{_linear(out.dims, idx)}]"
         value = g.stored(x) if isinstance(x, Scalar) else f"{x.name}[{_linear(xdims, src)}]"
-        with g.block(f"if {' and '.join(map(index_src, conds))}:"):
-            g.line(f"{dst} = {value}")
-        with g.block("else:"):
-            g.line(f"{dst} = {fill}")
+        if not conds or False in conds:        # (conditions over literals only: folded)
+            g.line(f"{dst} = {fill if conds else value}")
+        else:
+            with g.block(f"if {' and '.join(map(index_src, conds))}:"):
+                g.line(f"{dst} = {value}")
+            with g.block("else:"):
+                g.line(f"{dst} = {fill}")
 
 
 def _concatenate(g, inst, operands, out):

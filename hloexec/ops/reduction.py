@@ -25,7 +25,6 @@ Semantics follow XLA's operation_semantics and the HloEvaluator (hlo_evaluator.c
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import ml_dtypes
@@ -34,8 +33,9 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.dtypes import element_type_of
 from ..kernels import elementwise as ew
-from ..kernels.index_maps import NUMPY, dilated_element, reduce_dims, window_position
-from .common import SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, ints, scalar, str_attr, ufunc_for
+from ..kernels.index_maps import NUMPY, reduce_dims, window_position
+from .common import (SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, dilated_layout, ints, scalar, str_attr,
+                     ufunc_for)
 from .elementwise import f32_to_low, low_to_f32
 from .registry import op
 
@@ -171,27 +171,10 @@ def window_dims(inst, rank):
     return tuple(w)
 
 
-@functools.lru_cache(maxsize=4096)
-def _dilated_layout(n: int, low: int, high: int, base: int) -> tuple[int, slice, slice]:
-    """(padded size, the padded positions holding elements, the elements they hold) along one dim of n elements
-    padded by low / high (negative: cropped) and base-dilated by `base`: index_maps.dilated_element on every
-    padded position. It is affine in the position, so both are arithmetic progressions: slices (no gather)."""
-    size = max(((n - 1) * base + 1 if n else 0) + low + high, 0)
-    element, holds = dilated_element(NUMPY, n, low, base, np.arange(size, dtype=np.int64), size - 1)
-    mask = np.ones(size, bool)
-    for c in holds:
-        mask &= c
-    at = np.flatnonzero(mask)
-    if not len(at):
-        return size, slice(0, 0), slice(0, 0)
-    step = int(at[1] - at[0]) if len(at) > 1 else 1
-    return size, slice(int(at[0]), int(at[-1]) + 1, step), slice(int(element[at[0]]), int(element[at[-1]]) + 1)
-
-
 def pad_dilate(x: np.ndarray, lows, highs, interiors, fill):
     """XLA pad: interior (base dilation) + low/high edge padding (negative crops). Returns (array, mask)
     where mask marks the original elements."""
-    layout = [_dilated_layout(n, lo, hi, it + 1) for n, lo, hi, it in zip(x.shape, lows, highs, interiors)]
+    layout = [dilated_layout(n, lo, hi, it + 1) for n, lo, hi, it in zip(x.shape, lows, highs, interiors)]
     shape = [size for size, _, _ in layout]
     out = np.full(shape, fill, dtype=x.dtype)
     mask = np.zeros(shape, dtype=bool)
