@@ -6,6 +6,7 @@ and the formulas' two interpreters must agree on every position."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -38,8 +39,35 @@ def _indices(rng, batch: list[int], vector: int, ivd: int | None, bounds: list[i
     return dims, values
 
 
-def _random_gather(rng, k: int):
-    """(instruction text lines, operand values, root name) of a random valid gather (XLA's shape rules)."""
+@dataclass
+class _Indexing:
+    """A random valid gather / scatter geometry (XLA's shape rules): the operand, its dims addressed by the
+    index vectors (`index_map`), its batching dims, the dims no slice / window dim walks (`dropped`: gather's
+    collapsed, scatter's inserted), the slice / window size per operand dim, the start indices (`idims`,
+    `index_type`, `values`, `vector_dim`, `batching_dims` of the indices), and the result (gather) / updates (scatter) dims
+    with the positions of the walking dims among them (`walk_dims`)."""
+    odims: list
+    index_map: list
+    batching: list
+    dropped: list
+    sizes: list
+    idims: list
+    index_type: str
+    values: np.ndarray
+    vector_dim: int
+    batching_dims: list
+    dims: list
+    walk_dims: list
+
+    def index_attrs(self, map_name: str, operand_batching: str, indices_batching: str) -> str:
+        attrs = f"{map_name}={_braces(self.index_map)}, index_vector_dim={self.vector_dim}"
+        if self.batching:
+            attrs += (f", {operand_batching}={_braces(self.batching)}, "
+                      f"{indices_batching}={_braces(self.batching_dims)}")
+        return attrs
+
+
+def _random_indexing(rng) -> _Indexing:
     rank = int(rng.integers(1, 4))
     odims = [int(x) for x in rng.integers(1, 6, rank)]
     dims = list(range(rank))
@@ -47,74 +75,51 @@ def _random_gather(rng, k: int):
     n_batching = int(rng.integers(0, 2)) if rank > 1 else 0
     batching, rest = sorted(dims[:n_batching]), dims[n_batching:]
     index_map = [int(d) for d in rng.permutation(rest)[:int(rng.integers(1, len(rest) + 1))]]
-    collapsed = sorted(d for d in index_map if rng.random() < 0.5)
-    slices = [1 if d in batching or d in collapsed else int(rng.integers(1, odims[d] + 1)) for d in range(rank)]
+    dropped = sorted(d for d in index_map if rng.random() < 0.5)
+    walked = [d for d in range(rank) if d not in dropped and d not in batching]
+    sizes = [int(rng.integers(1, odims[d] + 1)) if d in walked else 1 for d in range(rank)]
     batch = [int(x) for x in rng.integers(1, 4, int(rng.integers(n_batching, 3)))]
     idx_batching = sorted(rng.permutation(len(batch))[:n_batching].tolist())
     for od, bd in zip(batching, idx_batching):
         batch[bd] = odims[od]
     ivd = None if len(index_map) == 1 and rng.random() < 0.3 else int(rng.integers(0, len(batch) + 1))
     et = str(rng.choice(["s32", "s64", "u32", "u64"]))
-    idims, values = _indices(rng, batch, len(index_map), ivd, [odims[d] - slices[d] for d in index_map], et)
-    # start_indices_batching_dims name dims of the indices array (the vector dim counted)
-    idx_batching = [b if ivd is None or b < ivd else b + 1 for b in idx_batching]
-    offset_src = [d for d in range(rank) if d not in collapsed and d not in batching]
-    out_rank = len(batch) + len(offset_src)
-    offset_dims = sorted(rng.permutation(out_rank)[:len(offset_src)].tolist())
-    out, b = [], iter(batch)
-    offsets = iter(slices[d] for d in offset_src)
+    idims, values = _indices(rng, batch, len(index_map), ivd, [odims[d] - sizes[d] for d in index_map], et)
+    out_rank = len(batch) + len(walked)
+    walk_dims = sorted(rng.permutation(out_rank)[:len(walked)].tolist())
+    out, b, walks = [], iter(batch), iter(sizes[d] for d in walked)
     for d in range(out_rank):
-        out.append(next(offsets) if d in offset_dims else next(b))
-    x = rng.standard_normal(odims).astype(np.float32)
-    attrs = (f"offset_dims={_braces(offset_dims)}, collapsed_slice_dims={_braces(collapsed)}, "
-             f"start_index_map={_braces(index_map)}, index_vector_dim={len(idims) if ivd is None else ivd}, "
-             f"slice_sizes={_braces(slices)}")
-    if batching:
-        attrs += f", operand_batching_dims={_braces(batching)}, start_indices_batching_dims={_braces(idx_batching)}"
-    return ([f"  gx{k} = {_shape('f32', odims)} parameter({2 * k})",
-             f"  gi{k} = {_shape(et, idims)} parameter({2 * k + 1})",
-             f"  g{k} = {_shape('f32', out)} gather(gx{k}, gi{k}), {attrs}"], [x, values], f"g{k}")
+        out.append(next(walks) if d in walk_dims else next(b))
+    return _Indexing(odims, index_map, batching, dropped, sizes, idims, et, values,
+                     len(idims) if ivd is None else ivd,
+                     [b if ivd is None or b < ivd else b + 1 for b in idx_batching],   # (the vector dim counted)
+                     out, walk_dims)
+
+
+def _random_gather(rng, k: int, first: int):
+    """(instruction lines, operand values, root name) of a random gather (parameters numbered from `first`)."""
+    g = _random_indexing(rng)
+    attrs = (f"offset_dims={_braces(g.walk_dims)}, collapsed_slice_dims={_braces(g.dropped)}, "
+             f"slice_sizes={_braces(g.sizes)}, "
+             + g.index_attrs("start_index_map", "operand_batching_dims", "start_indices_batching_dims"))
+    return ([f"  gx{k} = {_shape('f32', g.odims)} parameter({first})",
+             f"  gi{k} = {_shape(g.index_type, g.idims)} parameter({first + 1})",
+             f"  g{k} = {_shape('f32', g.dims)} gather(gx{k}, gi{k}), {attrs}"],
+            [rng.standard_normal(g.odims).astype(np.float32), g.values], f"g{k}")
 
 
 def _random_scatter(rng, k: int, first: int):
-    """(lines, operand values, root name) of a random valid scatter (parameters numbered from `first`)."""
-    rank = int(rng.integers(1, 4))
-    odims = [int(x) for x in rng.integers(1, 6, rank)]
-    dims = list(range(rank))
-    rng.shuffle(dims)
-    n_batching = int(rng.integers(0, 2)) if rank > 1 else 0
-    batching, rest = sorted(dims[:n_batching]), dims[n_batching:]
-    index_map = [int(d) for d in rng.permutation(rest)[:int(rng.integers(1, len(rest) + 1))]]
-    inserted = sorted(d for d in index_map if rng.random() < 0.5)
-    window_src = [d for d in range(rank) if d not in inserted and d not in batching]
-    window = {d: int(rng.integers(1, odims[d] + 1)) for d in window_src}
-    batch = [int(x) for x in rng.integers(1, 4, int(rng.integers(n_batching, 3)))]
-    idx_batching = sorted(rng.permutation(len(batch))[:n_batching].tolist())
-    for od, bd in zip(batching, idx_batching):
-        batch[bd] = odims[od]
-    ivd = None if len(index_map) == 1 and rng.random() < 0.3 else int(rng.integers(0, len(batch) + 1))
-    et = str(rng.choice(["s32", "s64", "u32", "u64"]))
-    idims, values = _indices(rng, batch, len(index_map), ivd, [odims[d] - window.get(d, 1) for d in index_map], et)
-    idx_batching = [b if ivd is None or b < ivd else b + 1 for b in idx_batching]
-    urank = len(batch) + len(window_src)
-    window_dims = sorted(rng.permutation(urank)[:len(window_src)].tolist())
-    udims, b = [], iter(batch)
-    sizes = iter(window[d] for d in window_src)
-    for d in range(urank):
-        udims.append(next(sizes) if d in window_dims else next(b))
+    """(lines, operand values, root name) of a random scatter adding or replacing (parameters from `first`)."""
+    g = _random_indexing(rng)
+    attrs = (f"update_window_dims={_braces(g.walk_dims)}, inserted_window_dims={_braces(g.dropped)}, "
+             + g.index_attrs("scatter_dims_to_operand_dims", "input_batching_dims", "scatter_indices_batching_dims"))
     combiner = str(rng.choice(["add", "set"]))
-    attrs = (f"update_window_dims={_braces(window_dims)}, inserted_window_dims={_braces(inserted)}, "
-             f"scatter_dims_to_operand_dims={_braces(index_map)}, "
-             f"index_vector_dim={len(idims) if ivd is None else ivd}")
-    if batching:
-        attrs += f", input_batching_dims={_braces(batching)}, scatter_indices_batching_dims={_braces(idx_batching)}"
-    x = rng.integers(-50, 50, odims).astype(np.int32)
-    u = rng.integers(-50, 50, udims).astype(np.int32)
-    return ([f"  sx{k} = {_shape('s32', odims)} parameter({first})",
-             f"  si{k} = {_shape(et, idims)} parameter({first + 1})",
-             f"  su{k} = {_shape('s32', udims)} parameter({first + 2})",
-             f"  s{k} = {_shape('s32', odims)} scatter(sx{k}, si{k}, su{k}), {attrs}, to_apply={combiner}"],
-            [x, values, u], f"s{k}")
+    return ([f"  sx{k} = {_shape('s32', g.odims)} parameter({first})",
+             f"  si{k} = {_shape(g.index_type, g.idims)} parameter({first + 1})",
+             f"  su{k} = {_shape('s32', g.dims)} parameter({first + 2})",
+             f"  s{k} = {_shape('s32', g.odims)} scatter(sx{k}, si{k}, su{k}), {attrs}, to_apply={combiner}"],
+            [rng.integers(-50, 50, g.odims).astype(np.int32), g.values,
+             rng.integers(-50, 50, g.dims).astype(np.int32)], f"s{k}")
 
 
 _COMBINERS = """add {
@@ -145,7 +150,7 @@ def test_gather_and_scatter_index_maps_agree_across_tiers(seed):
     rng = np.random.default_rng(seed)
     lines, inputs, roots = [], [], []
     for k in range(8):
-        more, values, root = _random_gather(rng, k)
+        more, values, root = _random_gather(rng, k, len(inputs))
         lines += more
         inputs += values
         roots.append(root)
