@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+import hloexec
+from hloexec.errors import UnsupportedError
 from hloexec.ir.attributes import WindowDim
 from hloexec.kernels.index_maps import NUMPY, SourceIndex, dilated_element, window_position, window_span
 from tiers import Case, NotInTier, differences, run_tiers
@@ -231,3 +233,32 @@ def test_window_formulas_interpreters_agree():
             assert holds_here == mask[o, j], (w, n, o, j)
             if holds_here:
                 assert eval(str(src), {}, env) == element[o, j] and 0 <= element[o, j] < n, (w, n, o, j)
+
+
+@pytest.mark.parametrize("opcode,attrs", [
+    ("gather", "offset_dims={1}, collapsed_slice_dims={1}, start_index_map={1}, index_vector_dim=1, "
+               "slice_sizes={1,1,4}, operand_batching_dims={0}, start_indices_batching_dims={1}"),
+    ("scatter", "update_window_dims={5}, inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, "
+                "index_vector_dim=1, input_batching_dims={0}, scatter_indices_batching_dims={0}"),
+])
+def test_index_dims_the_geometry_takes_for_granted_are_checked(opcode, attrs):
+    """A batching dim that is the index vector dim, or a window dim past the updates' rank: the error names the
+    instruction and XLA's rule (not an exception from inside the index maps)."""
+    shapes = {"gather": "f32[8,4] gather(x, i)", "scatter": "f32[8,5,4] scatter(x, i, u)"}
+    text = f"""HloModule bad
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}}
+
+ENTRY e {{
+  x = f32[8,5,4] parameter(0)
+  i = s32[8,1] parameter(1)
+  u = f32[8,4] parameter(2)
+  ROOT r = {shapes[opcode]}, {attrs}{", to_apply=add" if opcode == "scatter" else ""}
+}}
+"""
+    with pytest.raises(UnsupportedError, match=f"{opcode}: index_vector_dim=1, batching dims .* XLA's shape rules"):
+        hloexec.load(text, use_numba=False).run(np.zeros((8, 5, 4), np.float32), np.zeros((8, 1), np.int32),
+                                                np.zeros((8, 4), np.float32))

@@ -53,11 +53,27 @@ def _loader(indices, vectors):
     return lambda position: held[tuple(position)]
 
 
+def _check_index_dims(inst, index_vector_dim: int, operand_batching, indices_batching, windows=()):
+    """What the index maps' geometry (Gather.of, Scatter.of) takes for granted, as XLA's verifier checks it: the
+    index vector dim at most the indices' rank, batching dims paired with dims of the indices other than
+    it, `windows` (scatter's update_window_dims) dims of the updates."""
+    n = (len(inst.operands) - 1) // 2 if inst.opcode == "scatter" else 1
+    indices_rank = inst.operands[n].shape.rank
+    update_rank = inst.operands[-1].shape.rank
+    if not 0 <= index_vector_dim <= indices_rank or len(operand_batching) != len(indices_batching) \
+            or any(not 0 <= d < indices_rank or d == index_vector_dim for d in indices_batching) \
+            or any(not 0 <= d < update_rank for d in windows):
+        raise invalid(inst, f"index_vector_dim={index_vector_dim}, batching dims {list(operand_batching)} / "
+                            f"{list(indices_batching)}, window dims {list(windows)} of indices "
+                            f"{inst.operands[n].shape.to_text(False)}")
+
+
 @op("gather", kernel="numpy",
     notes="Full GatherDimensionNumbers incl. batching dims; start indices clamped per XLA; one numpy "
           "advanced-indexing gather.")
 def prepare_gather(inst, ctx):
     gd = gather_dims(inst)
+    _check_index_dims(inst, gd.index_vector_dim, gd.operand_batching_dims, gd.start_indices_batching_dims)
     geometry = Gather.of(inst)
     oshape = inst.operands[0].shape
     rank = oshape.rank
@@ -92,6 +108,8 @@ def prepare_gather(inst, ctx):
 def prepare_scatter(inst, ctx):
     n = (len(inst.operands) - 1) // 2
     sd = scatter_dims(inst)
+    _check_index_dims(inst, sd.index_vector_dim, sd.input_batching_dims, sd.scatter_indices_batching_dims,
+                      sd.update_window_dims)
     geometry = Scatter.of(inst)
     comp = called(inst, "to_apply")
     kind = binary_kind(comp) if n == 1 else None
