@@ -30,11 +30,10 @@ def _indices(rng, batch: list[int], vector: int, ivd: int | None, bounds: list[i
     """A start-indices array (dims, values): `batch` dims with the vector dim inserted at `ivd` (None: implied
     trailing, one component), component k ranging a little beyond [0, bounds[k]] (u64: some near 2**64)."""
     dims = list(batch) if ivd is None else batch[:ivd] + [vector] + batch[ivd:]
-    shape = dims + ([1] if ivd is None else [])
-    axis = len(dims) if ivd is None else ivd
+    axis = len(batch) if ivd is None else ivd
     lo = np.zeros(vector, np.int64) if et.startswith("u") else -np.full(vector, 3)
     hi = np.array(bounds, np.int64) + 3
-    values = np.moveaxis(rng.integers(lo, hi + 1, size=[*batch, vector]), -1, axis).reshape(shape).reshape(dims)
+    values = np.moveaxis(rng.integers(lo, hi + 1, size=[*batch, vector]), -1, axis).reshape(dims)
     values = values.astype({"s32": np.int32, "s64": np.int64, "u32": np.uint32, "u64": np.uint64}[et])
     if et == "u64" and values.size:
         values.reshape(-1)[rng.integers(values.size)] = np.uint64(2 ** 64 - 5)
@@ -46,8 +45,8 @@ class _Indexing:
     """A random valid gather / scatter geometry (XLA's shape rules): the operand, its dims addressed by the
     index vectors (`index_map`), its batching dims, the dims no slice / window dim walks (`dropped`: gather's
     collapsed, scatter's inserted), the slice / window size per operand dim, the start indices (`idims`,
-    `index_type`, `values`, `vector_dim`, `batching_dims` of the indices), and the result (gather) / updates (scatter) dims
-    with the positions of the walking dims among them (`walk_dims`)."""
+    `index_type`, `values`, `vector_dim`, `batching_dims` of the indices), and the result (gather) / updates
+    (scatter) dims with the positions of the walking dims among them (`walk_dims`)."""
     odims: list
     index_map: list
     batching: list

@@ -182,7 +182,6 @@ class Gather:
     other output dims (`batch_dims`, in order) are the batch position of an index vector (XLA's
     GatherDimensionNumbers, batching dims included)."""
     operand_dims: tuple[int, ...]
-    out_rank: int
     vectors: IndexVectors
     index_map: tuple[int, ...]
     batching: tuple[tuple[int, int], ...]
@@ -197,7 +196,7 @@ class Gather:
         operand_dims = tuple(inst.operands[0].shape.dims)
         dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
         vectors = IndexVectors.of(inst.operands[1].shape, gd.index_vector_dim)
-        return cls(operand_dims, inst.shape.rank, vectors, tuple(gd.start_index_map),
+        return cls(operand_dims, vectors, tuple(gd.start_index_map),
                    _batching(vectors, gd.operand_batching_dims, gd.start_indices_batching_dims),
                    tuple(gd.slice_sizes), tuple(gd.offset_dims),
                    tuple(d for d in range(len(operand_dims)) if d not in dropped),
