@@ -53,10 +53,6 @@ def _slices(inst):
     return [(s.start, s.limit, s.stride) for s in inst.attr("slice")]
 
 
-def _padding(inst):
-    return [(p.low, p.high, p.interior) for p in inst.attr("padding")]
-
-
 def _transposes_minor_dim(comp) -> bool:
     """Whether some value's minor dim comes from a major dim of its operand (a transpose, or a bitcast
     between layouts): reading it along the output's rows strides through memory."""
