@@ -261,3 +261,23 @@ ENTRY e {{
     with pytest.raises(UnsupportedError, match=f"{opcode}: index_vector_dim=1, batching dims .* XLA's shape rules"):
         hloexec.load(text, use_numba=False).run(np.zeros((8, 5, 4), np.float32), np.zeros((8, 1), np.int32),
                                                 np.zeros((8, 4), np.float32))
+
+
+def test_one_window_scatter_agrees_across_tiers():
+    """The numpy tier's one-index-vector scatter (jax's x.at[i, j].set(v): one window, numpy slicing) against
+    the loop tier: starts inside, at the last fitting position, one past it, negative, and u64 near 2**64."""
+    starts = [("s32", [2, 1]), ("u32", [3, 2]), ("s32", [4, 2]), ("s32", [-1, 0]), ("u64", [2 ** 64 - 5, 0])]
+    lines, inputs, roots = [], [], []
+    for k, (et, start) in enumerate(starts):
+        lines += [f"  x{k} = f32[5,6] parameter({3 * k})", f"  i{k} = {et}[2] parameter({3 * k + 1})",
+                  f"  u{k} = f32[2,4] parameter({3 * k + 2})",
+                  f"  s{k} = f32[5,6] scatter(x{k}, i{k}, u{k}), update_window_dims={{0,1}}, inserted_window_dims={{}}, "
+                  f"scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=0, to_apply={('add', 'set')[k % 2]}"]
+        inputs += [np.arange(30, dtype=np.float32).reshape(5, 6),
+                   np.array(start, {"s32": np.int32, "u32": np.uint32, "u64": np.uint64}[et]),
+                   np.full((2, 4), 100 + k, np.float32)]
+        roots.append(f"s{k}")
+    lines.append(f"  ROOT r = ({', '.join(['f32[5,6]'] * len(roots))}) tuple({', '.join(roots)})")
+    combiners = _COMBINERS.replace("s32", "f32")
+    text = f"HloModule one_window\n\n{combiners}\nENTRY e {{\n" + "\n".join(lines) + "\n}\n"
+    _bits(Case("one_window", text, inputs), "loop")

@@ -43,7 +43,10 @@ class _NumpyIndex:
 
     @staticmethod
     def as_index(v, u64: bool):
-        """A start-index component loaded from the indices array, as int64 (u64 saturated first)."""
+        """A start-index component loaded from the indices array, as int64 (u64 saturated first); one element
+        as a Python int (numpy scalar arithmetic costs a microsecond an operation)."""
+        if isinstance(v, np.generic):
+            return min(int(v), U64_INDEX_LIMIT) if u64 else int(v)
         if u64:
             return np.minimum(v, np.uint64(U64_INDEX_LIMIT)).astype(np.int64)
         return v.astype(np.int64, copy=False)
@@ -128,15 +131,6 @@ class SourceIndex:
         return self._name(x)
 
 
-def placed(rank: int, *parts) -> list:
-    """An index of `rank` components from (dims, components) pairs: each puts its components at its dims."""
-    index = [None] * rank
-    for dims, comps in parts:
-        for d, c in zip(dims, comps):
-            index[d] = c
-    return index
-
-
 # -- gather and scatter -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class IndexVectors:
@@ -155,18 +149,26 @@ class IndexVectors:
                    shape.element_type.name == "u64")
 
     def position(self, batch_index, k: int) -> list:
-        """The position (in `dims`) of component k of the index vector at `batch_index`."""
-        return placed(len(self.dims), (self.batch_axes, batch_index), ((self.vector_dim,), (k,)))
+        """The position (in `dims`) of component k of the index vector at `batch_index`: the batch axes are
+        all the others, in order."""
+        position = list(batch_index)
+        position.insert(self.vector_dim, k)
+        return position
 
 
-def _operand_starts(ar, vectors: IndexVectors, rank, index_map, batching, load, batch_index) -> list:
-    """The operand start index the index vector at `batch_index` gives: component k at operand dim
-    index_map[k], the batch position's own coordinate at an operand batching dim (`batching`: pairs of an
-    operand dim and the position of its indices batching dim among the batch axes), 0 elsewhere.
-    `load(position)` reads the indices array; each component is bound (named) once."""
+def _components(ar, vectors: IndexVectors, count: int, load, batch_index) -> list:
+    """The `count` components of the index vector at `batch_index`, as int64 index values: `load(position)`
+    reads the indices array; each component is bound (named) once."""
+    return [ar.bind(ar.as_index(load(vectors.position(batch_index, k)), vectors.u64)) for k in range(count)]
+
+
+def _placed_starts(rank: int, index_map, batching, components, batch_index) -> list:
+    """The operand start index an index vector gives: component k at operand dim index_map[k], the batch
+    position's own coordinate at an operand batching dim (`batching`: pairs of an operand dim and the position
+    of its indices batching dim among the batch axes), 0 elsewhere."""
     starts = [0] * rank
-    for k, d in enumerate(index_map):
-        starts[d] = ar.bind(ar.as_index(load(vectors.position(batch_index, k)), vectors.u64))
+    for d, c in zip(index_map, components):
+        starts[d] = c
     for d, pos in batching:
         starts[d] = batch_index[pos]
     return starts
@@ -205,8 +207,8 @@ class Gather:
     def starts(self, ar, load, batch_index) -> list:
         """The slice's start in the operand for the batch position `batch_index`: the index vector's start,
         clamped to [0, n - slice size] per dim (XLA)."""
-        starts = _operand_starts(ar, self.vectors, len(self.operand_dims), self.index_map, self.batching, load,
-                                 batch_index)
+        components = _components(ar, self.vectors, len(self.index_map), load, batch_index)
+        starts = _placed_starts(len(self.operand_dims), self.index_map, self.batching, components, batch_index)
         return [ar.bind(ar.clamp(s, 0, max(n - w, 0))) for s, n, w in zip(starts, self.operand_dims, self.slice_sizes)]
 
     def source_index(self, ar, starts, offset_index) -> list:
@@ -252,15 +254,23 @@ class Scatter:
     def starts(self, ar, load, update_index) -> list:
         """The window's start in the operand for the update element at `update_index` (its scatter dims' part
         picks the index vector)."""
-        return _operand_starts(ar, self.vectors, len(self.operand_dims), self.index_map, self.batching, load,
-                               [update_index[d] for d in self.scatter_dims])
+        batch_index = [update_index[d] for d in self.scatter_dims]
+        return self.start_of(_components(ar, self.vectors, len(self.index_map), load, batch_index), batch_index)
+
+    def start_of(self, components, batch_index) -> list:
+        """The window's start in the operand for the index vector of these components at `batch_index`."""
+        return _placed_starts(len(self.operand_dims), self.index_map, self.batching, components, batch_index)
 
     def window_fits(self, ar, starts) -> list:
         """The conditions for the whole window at `starts` to lie inside the operand; a window that does not is
         skipped entirely (XLA)."""
         conds = []
         for s, w, n in zip(starts, self.window, self.operand_dims):
-            conds += [c for c in (ar.ge(s, 0), ar.le(ar.add(s, w), n)) if c is not True]
+            low, high = ar.ge(s, 0), ar.le(ar.add(s, w), n)
+            if low is not True:
+                conds.append(low)
+            if high is not True:
+                conds.append(high)
         return conds
 
     def operand_index(self, ar, starts, update_index) -> list:

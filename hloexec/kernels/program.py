@@ -46,7 +46,7 @@ from ..ir.attributes import dot_dims
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
-from .index_maps import Gather, Scatter, SourceIndex, dilated_element, dot_free_dims, placed, reduce_dims
+from .index_maps import Gather, Scatter, SourceIndex, dilated_element, dot_free_dims, reduce_dims
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -511,7 +511,7 @@ class _Generator:
             for a, v in zip(accs, inits):
                 self.line(f"{a} = {v.expr}")
             with self.loops([src_dims[d] for d in rdims]) as ridx:
-                lin = _linear(src_dims, placed(len(src_dims), (kept, kidx), (rdims, ridx)))
+                lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (rdims, ridx)))
                 vals = [self.local(self.at(s, lin), s.et) for s in srcs]
                 if simple:      # in row-major order of the reduced dims, as ops/reduction.py folds
                     et = out_leaves[0][1]
@@ -546,8 +546,8 @@ class _Generator:
             acc = self.fresh("r")
             self.line(f"{acc} = {T}(0)")
             with self.loops([adims[k] for k in lc]) as cidx:
-                ai = placed(len(adims), (lb, bi), (lf, fi), (lc, cidx))
-                bj = placed(len(bdims), (rb, bi), (rf, gi), (rc, cidx))
+                ai = _placed(len(adims), (lb, bi), (lf, fi), (lc, cidx))
+                bj = _placed(len(bdims), (rb, bi), (rf, gi), (rc, cidx))
                 x = ew.convert_src(aet, acc_et, self.at(a, _linear(adims, ai)), True)
                 y = ew.convert_src(bet, acc_et, self.at(b, _linear(bdims, bj)), True)
                 need(x is not None and y is not None, "dot types")
@@ -576,7 +576,7 @@ class _Generator:
             starts = geometry.starts(ar, self.index_loader(indices, geometry.vectors), bidx)
             with self.loops([out.dims[d] for d in geometry.offset_dims]) as widx:
                 src = geometry.source_index(ar, starts, widx)
-                oidx = placed(len(out.dims), (geometry.batch_dims, bidx), (geometry.offset_dims, widx))
+                oidx = _placed(len(out.dims), (geometry.batch_dims, bidx), (geometry.offset_dims, widx))
                 value = f"{x.name}[{_linear(geometry.operand_dims, src)}]" if isinstance(x, Array) else self.stored(x)
                 self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
 
@@ -627,7 +627,7 @@ def _broadcast(g, inst, operands, out):
 def _transpose(g, inst, operands, out):
     perm = inst.attr("dimensions")
 
-    _copy_mapped(g, out, operands[0], lambda idx: placed(len(perm), (perm, idx)))
+    _copy_mapped(g, out, operands[0], lambda idx: _placed(len(perm), (perm, idx)))
 
 
 def _slice(g, inst, operands, out):
@@ -704,6 +704,16 @@ def _simple_reducer(comp):
             and {id(o) for o in r.operands} == {id(p) for p in params}:
         return r.opcode
     return None
+
+
+def _placed(rank: int, *parts) -> list:
+    """An index of `rank` components from (dims, components) pairs: each puts its components at its dims
+    (dot: batch, free and contracting dims of each operand; reduce: kept and reduced dims; ...)."""
+    index = [None] * rank
+    for dims, comps in parts:
+        for d, c in zip(dims, comps):
+            index[d] = c
+    return index
 
 
 def _live(comp) -> set[int]:

@@ -122,7 +122,7 @@ def prepare_scatter(inst, ctx):
     idims = inst.operands[n].shape.dims
     if kind is not None and not sd.input_batching_dims and math.prod(idims) == geometry.vectors.dims[
             geometry.vectors.vector_dim]:
-        return _one_window_scatter(kind, geometry, inst.operands[n + 1].shape.rank)
+        return _one_window_scatter(kind, geometry)
     oshape = geometry.operand_dims
     upd_dims = tuple(inst.operands[n + 1].shape.dims)
     update_index = _axis_aranges(upd_dims)
@@ -160,13 +160,13 @@ def prepare_scatter(inst, ctx):
     return kernel
 
 
-def _one_window_scatter(kind: str, geometry: Scatter, update_rank: int):
+def _one_window_scatter(kind: str, geometry: Scatter):
     window = geometry.window
-    first = [0] * update_rank       # the update's first element: its scatter dims pick the one index vector
 
     def kernel(operand, indices, update):
         out = operand.copy()
-        starts = geometry.starts(NUMPY, _loader(indices, geometry.vectors), first)
+        # the one index vector's components as Python ints (exact, u64 too: no saturation needed), no batching
+        starts = geometry.start_of(indices.reshape(-1).tolist(), ())
         if all(geometry.window_fits(NUMPY, starts)):      # else skipped
             region = out[tuple(slice(s, s + w) for s, w in zip(starts, window))]
             u = update.reshape(window)
