@@ -170,7 +170,7 @@ class Ix:
     __slots__ = ("op", "a", "b", "paren")
 
     def __init__(self, op: str, a, b, paren: bool = True):
-        self.op, self.a, self.b, self.paren = op, _operand(a), _operand(b), paren
+        self.op, self.a, self.b, self.paren = op, index_operand(a), index_operand(b), paren
 
     def __str__(self):
         s = f"{self.a} {self.op} {self.b}"
@@ -198,7 +198,7 @@ _INT = re.compile(r"-?\d+")
 _INT_START = frozenset("-0123456789")
 
 
-def _operand(x):
+def index_operand(x):
     """An Ix operand: an Ix, an int, or source text ("3" is the literal 3; other text, a name or a call such as
     `np.int64(v3)`, stays as it is)."""
     return int(x) if isinstance(x, str) and x[0] in _INT_START and _INT.fullmatch(x) else x

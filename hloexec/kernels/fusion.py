@@ -37,6 +37,7 @@ from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
                       scalar_literal)
+from .index_maps import SourceIndex, dilated_element, reduce_dims, window_position, window_span
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -50,10 +51,6 @@ LANES = 16                       # partial sums of a float row sum (one AVX-512 
 # -- decoded attributes as plain tuples ------------------------------------------------------------------
 def _slices(inst):
     return [(s.start, s.limit, s.stride) for s in inst.attr("slice")]
-
-
-def _padding(inst):
-    return [(p.low, p.high, p.interior) for p in inst.attr("padding")]
 
 
 def _transposes_minor_dim(comp) -> bool:
@@ -504,35 +501,21 @@ class _Generator:
         return res
 
     def pad(self, inst, index):
+        """The operand element `index_maps.dilated_element` finds at `index` (interior padding is a base
+        dilation), under a guard of its conditions, else the padding value."""
         src, padval = inst.operands
-        conds, comps, deps = [], [], []
-        for d, (c, (low, high, interior)) in enumerate(zip(index, _padding(inst))):
-            n = src.shape.dims[d]
-            if (low, high, interior) == (0, 0, 0):
-                comps.append(c)
-                continue
-            t = self.iexpr(Ix("-", c, low)) if low else c
-            if is_name(t):
-                deps.append(t)
-            if interior == 0:
-                if low > 0:
-                    conds.append(Ix(">=", t, 0, paren=False))
-                if high > 0:
-                    conds.append(Ix("<", t, n, paren=False))
-                comps.append(t)
-            else:
-                step = interior + 1
-                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, step, paren=False), 0, paren=False),
-                          Ix("<", Ix("//", t, step, paren=False), n, paren=False)]
-                comps.append(self.iexpr(Ix("//", t, step)))
+        ar = SourceIndex(self.iexpr)
+        conds, comps = [], []
+        for c, n, out_n, p in zip(index, src.shape.dims, inst.shape.dims, inst.attr("padding")):
+            element, holds = dilated_element(ar, n, p.low, p.interior + 1, c, out_n - 1)
+            conds += holds
+            comps.append(str(element))
         pv = self.value(padval, ())
+        if False in conds:          # over literals only: a padding position
+            return pv
         if not conds:
             return self.value(src, tuple(comps))
-        if not deps:
-            # every condition is over literals: fold
-            if all(cnd.folded() for cnd in conds):
-                return self.value(src, tuple(comps))
-            return pv
+        deps = [name for cond in conds for name in cond.names()]
         # the guarded load depends on every index component, not only the padded dims' (see concatenate)
         value_deps = [x for x in index if is_name(x)] + deps + ([pv] if is_name(pv) else [])
         return self.guarded(inst, conds, value_deps, lambda: self.value(src, tuple(comps)), pv)
@@ -633,7 +616,7 @@ class _Generator:
         opcode = self.reducer_op(inst)
         src = inst.operands[0]
         et = inst.shape.element_type.name
-        rdims = sorted(inst.attr("dimensions", ()))
+        _, rdims = reduce_dims(src.shape.rank, inst.attr("dimensions", ()))
         target, acc = self.accumulator(inst, index)
         # operand index: kept dims take the output index in order, reduced dims the loop variables
         comps, it = [], iter(index)
@@ -656,9 +639,9 @@ class _Generator:
         return self.fold(inst, opcode, target, acc, loops, lambda: (comps, []))
 
     def reduce_window(self, inst, index):
-        """Output element `index` folds the operand over its window, row-major: the operand position of
-        window element w along a dim is q / base_dilation with q = index * stride + w * window_dilation -
-        pad_low, where q lands on an element (0 <= q <= (n - 1) * base_dilation, a multiple of it)."""
+        """Output element `index` folds the operand over its window, row-major: window element k along a dim
+        reads the operand where `window_position` lands in the padded, base-dilated operand, if
+        `dilated_element` finds an element there (padding and holes are skipped; kernels/index_maps.py)."""
         opcode = self.reducer_op(inst)
         src = inst.operands[0]
         window = inst.attr("window") or ()
@@ -673,6 +656,7 @@ class _Generator:
                 var = self.fresh("j")
                 loops.append((var, w.size))
             dims.append((index[d], var, n, inst.shape.dims[d], w))
+        ar = SourceIndex(self.iexpr)
 
         def position():
             comps, conds = [], []
@@ -680,30 +664,12 @@ class _Generator:
                 if w is None:
                     comps.append(out)
                     continue
-                base, low = w.base_dilation, w.pad_low
-                # q = out * stride + var * window_dilation - low, its zero terms left out
-                q = 0
-                for c, k in ((out, w.stride), (var, w.window_dilation)):
-                    if c != "0":
-                        term = c if k == 1 else Ix("*", c, k, paren=False)
-                        q = term if q == 0 else Ix("+", q, term, paren=False)
-                if low:
-                    q = Ix("-", q, low)
-                q = q if isinstance(q, str) else self.iexpr(q) if isinstance(q, Ix) else str(q)
-                last = (out_n - 1) * w.stride + (w.size - 1) * w.window_dilation - low
-                if not is_name(q):         # a size-1 window at a constant output index
-                    if not (0 <= int(q) <= (n - 1) * base and int(q) % base == 0):
-                        return None, []
-                    comps.append(str(int(q) // base))
-                    continue
-                if low > 0:
-                    conds.append(f"{q} >= 0")
-                if last > (n - 1) * base:
-                    conds.append(f"{q} <= {(n - 1) * base}")
-                if base > 1:
-                    conds.append(f"{q} % {base} == 0")
-                    q = self.iexpr(Ix("//", q, base))
-                comps.append(q)
+                p = window_position(ar, w, out, var)
+                element, holds = dilated_element(ar, n, w.pad_low, w.base_dilation, p, window_span(w, out_n))
+                if False in holds:         # a size-1 window at a constant output index, on padding or a hole
+                    return None, []
+                conds += map(str, holds)
+                comps.append(str(element))
             return comps, conds
         return self.fold(inst, opcode, target, acc, loops, position)
 

@@ -42,10 +42,11 @@ import numpy as np
 
 from ..errors import TierUnsupported
 from ..ir import opcodes
-from ..ir.attributes import dot_dims, gather_dims, scatter_dims
+from ..ir.attributes import dot_dims
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
+from .index_maps import Gather, Scatter, SourceIndex, dilated_element, dot_free_dims, reduce_dims
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -499,8 +500,7 @@ class _Generator:
         n = len(operands) // 2
         srcs, inits = operands[:n], [self.scalar_of(v) for v in operands[n:]]
         src_dims = _leaf_type(inst.operands[0].shape)[0]
-        rdims = set(inst.attr("dimensions", ()))
-        kept = [d for d in range(len(src_dims)) if d not in rdims]
+        kept, rdims = reduce_dims(len(src_dims), inst.attr("dimensions", ()))
         out_leaves = _shape_leaves(inst.shape)
         out_dims = out_leaves[0][0]
         reducer = inst.called["to_apply"]
@@ -510,8 +510,8 @@ class _Generator:
             accs = [self.fresh("r") for _ in range(n)]
             for a, v in zip(accs, inits):
                 self.line(f"{a} = {v.expr}")
-            with self.loops([src_dims[d] for d in sorted(rdims)]) as ridx:
-                lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (sorted(rdims), ridx)))
+            with self.loops([src_dims[d] for d in rdims]) as ridx:
+                lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (rdims, ridx)))
                 vals = [self.local(self.at(s, lin), s.et) for s in srcs]
                 if simple:      # in row-major order of the reduced dims, as ops/reduction.py folds
                     et = out_leaves[0][1]
@@ -537,8 +537,7 @@ class _Generator:
         (adims, aet), (bdims, bet) = (_leaf_type(o.shape) for o in inst.operands)
         d = dot_dims(inst)
         lb, rb, lc, rc = map(list, (d.lhs_batch, d.rhs_batch, d.lhs_contracting, d.rhs_contracting))
-        lf = [k for k in range(len(adims)) if k not in lb and k not in lc]
-        rf = [k for k in range(len(bdims)) if k not in rb and k not in rc]
+        lf, rf = dot_free_dims(d, len(adims), len(bdims))
         et = out.et
         acc_et = "f32" if et in ("f16", "bf16") else et
         T = ew.ctype(acc_et)
@@ -557,77 +556,48 @@ class _Generator:
             self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {ew.store_src(et, res)}")
 
     # -- indexing ---------------------------------------------------------------------------------------
-    def full_starts(self, indices, index_shape, ivd, index_map, operand_batching, indices_batching,
-                    batch_index, rank) -> list[str]:
-        """The operand start index (int64 sources) that the index vector at batch position `batch_index`
-        of `indices` gives: its components at the dims of `index_map`, batching dims from the batch
-        position itself, 0 elsewhere (gather's start_index_map, scatter's scatter_dims_to_operand_dims;
-        as ops/indexing.py's _full_starts)."""
-        idims = list(_leaf_type(index_shape)[0])
-        if ivd == len(idims):            # a trailing index vector of one component
-            idims.append(1)
-        batch_axes = [d for d in range(len(idims)) if d != ivd]
-        starts = ["0"] * rank
-        for k, d in enumerate(index_map):
-            at = _linear(idims, _placed(len(idims), (batch_axes, batch_index), ([ivd], [str(k)])))
-            v = self.at(indices, at) if isinstance(indices, Array) else indices.expr
-            if indices.et == "u64":
-                v = f"min({v}, np.uint64(2 ** 62))"
-            starts[d] = self.local(f"np.int64({v})", "s64").expr
-        for od, idd in zip(operand_batching, indices_batching):
-            starts[od] = batch_index[batch_axes.index(idd)]
-        return starts
+    def index_arith(self) -> SourceIndex:
+        """The index maps' source interpreter, naming what a formula binds as an int64 local."""
+        return SourceIndex(lambda e: self.local(index_src(e) if isinstance(e, Ix) else str(e), "s64").expr)
+
+    def index_loader(self, indices, vectors):
+        """`load(position)` for the index maps' formulas: the start-indices value at a position of
+        `vectors.dims`, as source."""
+        if isinstance(indices, Scalar):
+            return lambda position: indices.expr
+        return lambda position: self.at(indices, _linear(vectors.dims, position))
 
     def gather(self, inst, operands, out):
         x, indices = operands
-        gd = gather_dims(inst)
-        xdims = _leaf_type(inst.operands[0].shape)[0]
-        out_batch = [d for d in range(len(out.dims)) if d not in gd.offset_dims]
-        dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
-        offset_src = [d for d in range(len(xdims)) if d not in dropped]
-        need(len(offset_src) == len(gd.offset_dims), "gather offset dims")
-        with self.loops([out.dims[d] for d in out_batch]) as bidx:
-            starts = self.full_starts(indices, inst.operands[1].shape, gd.index_vector_dim, gd.start_index_map,
-                                      gd.operand_batching_dims, gd.start_indices_batching_dims, bidx, len(xdims))
-            starts = [self.local(f"min(max({s}, 0), {max(n - w, 0)})", "s64").expr
-                      for s, n, w in zip(starts, xdims, gd.slice_sizes)]
-            with self.loops([out.dims[d] for d in gd.offset_dims]) as widx:
-                src = list(starts)
-                for j, d in enumerate(offset_src):
-                    src[d] = Ix("+", starts[d], widx[j])
-                oidx = _placed(len(out.dims), (out_batch, bidx), (gd.offset_dims, widx))
-                value = f"{x.name}[{_linear(xdims, src)}]" if isinstance(x, Array) else self.stored(x)
+        geometry = Gather.of(inst)
+        need(len(geometry.offset_src) == len(geometry.offset_dims), "gather offset dims")
+        ar = self.index_arith()
+        with self.loops([out.dims[d] for d in geometry.batch_dims]) as bidx:
+            starts = geometry.starts(ar, self.index_loader(indices, geometry.vectors), bidx)
+            with self.loops([out.dims[d] for d in geometry.offset_dims]) as widx:
+                src = geometry.source_index(ar, starts, widx)
+                oidx = _placed(len(out.dims), (geometry.batch_dims, bidx), (geometry.offset_dims, widx))
+                value = f"{x.name}[{_linear(geometry.operand_dims, src)}]" if isinstance(x, Array) else self.stored(x)
                 self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
 
     def scatter(self, inst, operands, writable):
         n = (len(operands) - 1) // 2
-        sd = scatter_dims(inst)
-        xdims = _leaf_type(inst.operands[0].shape)[0]
+        geometry = Scatter.of(inst)
+        xdims = geometry.operand_dims
         need(xdims, "rank-0 scatter")
         indices, updates = operands[n], operands[n + 1:]
         udims = _leaf_type(inst.operands[n + 1].shape)[0]
-        dropped = set(sd.inserted_window_dims) | set(sd.input_batching_dims)
-        win_src = [d for d in range(len(xdims)) if d not in dropped]
-        need(len(win_src) == len(sd.update_window_dims), "scatter window dims")
-        full_w = [1] * len(xdims)
-        for d, ud in zip(win_src, sd.update_window_dims):
-            full_w[d] = udims[ud]
+        need(len(geometry.window_src) == len(geometry.window_dims), "scatter window dims")
         outs = [writable(x) if isinstance(x, Array) else None for x in operands[:n]]
         need(all(outs), "scalar scatter operand")
         ets = [o.et for o in outs]
         comp = inst.called["to_apply"]
+        ar = self.index_arith()
         with self.loops(udims) as uidx:      # row-major over the updates, as op by op
-            sidx = [c for d, c in enumerate(uidx) if d not in sd.update_window_dims]
-            starts = self.full_starts(indices, inst.operands[n].shape, sd.index_vector_dim,
-                                      sd.scatter_dims_to_operand_dims, sd.input_batching_dims,
-                                      sd.scatter_indices_batching_dims, sidx, len(xdims))
-            inside = " and ".join(f"{s} >= 0 and {s} + {w} <= {n_}" for s, w, n_ in zip(starts, full_w, xdims)
-                                  if not (s == "0" and w <= n_))
+            starts = geometry.starts(ar, self.index_loader(indices, geometry.vectors), uidx)
+            inside = " and ".join(map(str, geometry.window_fits(ar, starts)))
             with self.block(f"if {inside or 'True'}:"):
-                dst = list(starts)
-                for j, d in enumerate(win_src):
-                    dst[d] = Ix("+", starts[d], uidx[sd.update_window_dims[j]])
-                lin = self.local(_linear(xdims, dst), "s64").expr
+                lin = self.local(_linear(xdims, geometry.operand_index(ar, starts, uidx)), "s64").expr
                 olds = [self.local(self.at(o, lin), o.et) for o in outs]
                 news = [self.local(self.at(u, _linear(udims, uidx)), u.et) for u in updates]
                 result = _leaves(self.inline(comp, olds + news))
@@ -692,24 +662,22 @@ def _pad(g, inst, operands, out):
     fill = g.stored(g.scalar_of(pv))
     xdims = _dims_of(x)
     need(xdims, "rank-0 pad")
+    ar = SourceIndex()
     with g.loops(out.dims) as idx:
         conds, src = [], []
-        for c, n, p in zip(idx, xdims, inst.attr("padding")):
-            t = Ix("-", c, p.low) if p.low else c
-            if p.interior:
-                k = p.interior + 1
-                conds += [Ix(">=", t, 0, paren=False), Ix("==", Ix("%", t, k, paren=False), 0, paren=False),
-                          Ix("<", Ix("//", t, k, paren=False), n, paren=False)]
-                t = Ix("//", t, k)
-            else:
-                conds += [Ix(">=", t, 0, paren=False), Ix("<", t, n, paren=False)]
-            src.append(t)
+        for c, n, out_n, p in zip(idx, xdims, out.dims, inst.attr("padding")):
+            element, holds = dilated_element(ar, n, p.low, p.interior + 1, c, out_n - 1)
+            conds += holds
+            src.append(element)
         dst = f"{out.name}[{_linear(out.dims, idx)}]"
         value = g.stored(x) if isinstance(x, Scalar) else f"{x.name}[{_linear(xdims, src)}]"
-        with g.block(f"if {' and '.join(map(index_src, conds))}:"):
-            g.line(f"{dst} = {value}")
-        with g.block("else:"):
-            g.line(f"{dst} = {fill}")
+        if not conds or False in conds:        # (conditions over literals only: folded)
+            g.line(f"{dst} = {fill if conds else value}")
+        else:
+            with g.block(f"if {' and '.join(map(index_src, conds))}:"):
+                g.line(f"{dst} = {value}")
+            with g.block("else:"):
+                g.line(f"{dst} = {fill}")
 
 
 def _concatenate(g, inst, operands, out):

@@ -1,11 +1,14 @@
 """Helpers the op modules share: attribute decoding, array normalization, reducer recognition."""
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import opcodes
+from ..kernels.index_maps import NUMPY, dilated_element
 from ..kernels.semantics import as_signed, as_unsigned, float_total_order_key  # noqa: F401 (the ops' helpers)
 
 # The byte type holding the value of each sub-byte integer type (ml_dtypes stores one element a byte).
@@ -133,3 +136,20 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
     if dt.kind == "c":
         raise TypeError("complex sort key")
     return float_total_order_key(x)
+
+
+@functools.lru_cache(maxsize=4096)
+def dilated_layout(n: int, low: int, high: int, base: int) -> tuple[int, slice, slice]:
+    """(padded size, the padded positions holding elements, the elements they hold) along one dim of n elements
+    padded by low / high (negative: cropped) and base-dilated by `base`: index_maps.dilated_element on every
+    padded position. It is affine in the position, so both are arithmetic progressions: slices (no gather)."""
+    size = max(((n - 1) * base + 1 if n else 0) + low + high, 0)
+    element, holds = dilated_element(NUMPY, n, low, base, np.arange(size, dtype=np.int64), size - 1)
+    mask = np.ones(size, bool)
+    for c in holds:
+        mask &= c
+    at = np.flatnonzero(mask)
+    if not len(at):
+        return size, slice(0, 0), slice(0, 0)
+    step = int(at[1] - at[0]) if len(at) > 1 else 1
+    return size, slice(int(at[0]), int(at[-1]) + 1, step), slice(int(element[at[0]]), int(element[at[-1]]) + 1)

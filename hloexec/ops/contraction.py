@@ -20,12 +20,13 @@ import math
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.attributes import dot_dims
+from ..ir.attributes import DotDims, dot_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from ..ir.dtypes import element_type
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
 from .reduction import pad_dilate, window_out_shape
 from ..kernels import blas
+from ..kernels.index_maps import dot_free_dims
 from .registry import op
 
 _F32 = np.dtype(np.float32)
@@ -70,8 +71,7 @@ CONVERT_CHUNK = 1 << 22
 def _dot_plan(lhs_shape, rhs_shape, lb, rb, lc, rc):
     """(lhs permutation, rhs permutation, [B, M, K], [B, K, N], result shape) of a DotGeneral: worked out once
     per shapes, not per call (a step's small dots spent ~20 us each on it)."""
-    lf = [d for d in range(len(lhs_shape)) if d not in lb and d not in lc]
-    rf = [d for d in range(len(rhs_shape)) if d not in rb and d not in rc]
+    lf, rf = dot_free_dims(DotDims(lb, rb, lc, rc), len(lhs_shape), len(rhs_shape))
     B = math.prod(lhs_shape[d] for d in lb)
     M = math.prod(lhs_shape[d] for d in lf)
     N = math.prod(rhs_shape[d] for d in rf)

@@ -34,34 +34,38 @@ from ..ir.attributes import gather_dims, scatter_dims
 from ..ir.module import Instruction
 from ..ir.dtypes import element_type_of
 from ..kernels import elementwise as ew
+from ..kernels.index_maps import NUMPY, Gather, Scatter
 from .common import (SUB_BYTE_CONTAINER, as_signed, as_tuple, as_unsigned, binary_kind, called, contig, ints, invalid,
                      scalar, total_order_key, ufunc_for)
 from .registry import lookup, op
 
 
-def _full_starts(indices, ivd, index_map, op_batch, idx_batch, operand_rank):
-    """(batch_shape, starts[B, operand_rank] int64): the full start index of every index vector,
-    batching dims filled with the iota of their indices dim."""
-    idx = np.asarray(indices)
-    if ivd == idx.ndim:
-        idx = idx[..., None]
-    batch_axes = [d for d in range(idx.ndim) if d != ivd]
-    batch_shape = tuple(idx.shape[d] for d in batch_axes)
-    vec = np.moveaxis(idx, ivd, -1).reshape(-1, idx.shape[ivd])
-    if vec.dtype.kind == "u" and vec.dtype.itemsize == 8:
-        vec = np.minimum(vec, np.uint64(2 ** 62)).astype(np.int64)
-    else:
-        vec = vec.astype(np.int64)
-    B = vec.shape[0]
-    starts = np.zeros((B, operand_rank), np.int64)
-    for k, d in enumerate(index_map):
-        starts[:, d] = vec[:, k]
-    if op_batch:
-        grids = np.indices(batch_shape).reshape(len(batch_shape), -1) if batch_shape else np.zeros((0, 1), np.int64)
-        for od, idd in zip(op_batch, idx_batch):
-            pos = batch_axes.index(idd)   # position of that indices dim among the batch dims
-            starts[:, od] = grids[pos]
-    return batch_shape, starts
+def _axis_aranges(dims) -> list[np.ndarray]:
+    """One int64 arange per dim of `dims`, each along its own axis: the index of every element at once, as
+    broadcasting arrays (the NUMPY interpreter's index values)."""
+    return [np.arange(n, dtype=np.int64).reshape([n if a == d else 1 for a in range(len(dims))])
+            for d, n in enumerate(dims)]
+
+
+def _loader(indices, vectors):
+    """`load(position)` for the index maps' formulas: the indices array read at broadcasting positions."""
+    held = indices.reshape(vectors.dims)       # a trailing 1 when index_vector_dim is the rank
+    return lambda position: held[tuple(position)]
+
+
+def _check_index_dims(inst, index_vector_dim: int, operand_batching, indices_batching, windows=()):
+    """What the index maps' geometry (Gather.of, Scatter.of) takes for granted, as XLA's verifier checks it: the
+    index vector dim at most the indices' rank, batching dims paired with dims of the indices other than
+    it, `windows` (scatter's update_window_dims) dims of the updates."""
+    n = (len(inst.operands) - 1) // 2 if inst.opcode == "scatter" else 1
+    indices_rank = inst.operands[n].shape.rank
+    update_rank = inst.operands[-1].shape.rank
+    if not 0 <= index_vector_dim <= indices_rank or len(operand_batching) != len(indices_batching) \
+            or any(not 0 <= d < indices_rank or d == index_vector_dim for d in indices_batching) \
+            or any(not 0 <= d < update_rank for d in windows):
+        raise invalid(inst, f"index_vector_dim={index_vector_dim}, batching dims {list(operand_batching)} / "
+                            f"{list(indices_batching)}, window dims {list(windows)} of indices "
+                            f"{inst.operands[n].shape.to_text(False)}")
 
 
 @op("gather", kernel="numpy",
@@ -69,53 +73,31 @@ def _full_starts(indices, ivd, index_map, op_batch, idx_batch, operand_rank):
           "advanced-indexing gather.")
 def prepare_gather(inst, ctx):
     gd = gather_dims(inst)
+    _check_index_dims(inst, gd.index_vector_dim, gd.operand_batching_dims, gd.start_indices_batching_dims)
+    geometry = Gather.of(inst)
     oshape = inst.operands[0].shape
     rank = oshape.rank
-    slice_sizes = tuple(gd.slice_sizes)
-    dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
-    offset_src = [d for d in range(rank) if d not in dropped]
-    if len(offset_src) != len(gd.offset_dims):
+    if len(geometry.offset_src) != len(gd.offset_dims):
         raise UnsupportedError("gather: offset_dims do not match the uncollapsed slice dims", inst)
     out_rank = inst.shape.rank
     idims = inst.operands[1].shape.dims
     vector = idims[gd.index_vector_dim] if gd.index_vector_dim < len(idims) else 1
     batch_rank = len(idims) - (gd.index_vector_dim < len(idims))
-    if len(slice_sizes) != rank or gd.index_vector_dim > len(idims) or len(gd.start_index_map) != vector \
+    if len(gd.slice_sizes) != rank or gd.index_vector_dim > len(idims) or len(gd.start_index_map) != vector \
             or out_rank != batch_rank + len(gd.offset_dims) or any(not 0 <= d < out_rank for d in gd.offset_dims):
         raise invalid(inst, f"slice_sizes, offset_dims and start_index_map of {oshape.to_text(False)} indexed by "
                             f"{inst.operands[1].shape.to_text(False)} into {inst.shape.to_text(False)}")
     out_dtype = inst.shape.dtype
+    out_dims = tuple(inst.shape.dims)
+    out_index = _axis_aranges(out_dims)
+    batch_index = [out_index[d] for d in geometry.batch_dims]
+    offset_index = [out_index[d] for d in geometry.offset_dims]
 
     def kernel(operand, indices):
-        batch_shape, starts = _full_starts(indices, gd.index_vector_dim, gd.start_index_map,
-                                           gd.operand_batching_dims, gd.start_indices_batching_dims, rank)
-        hi = np.array([operand.shape[d] - slice_sizes[d] for d in range(rank)], np.int64)
-        starts = np.clip(starts, 0, np.maximum(hi, 0))
-        B = starts.shape[0]
-        # advanced index arrays of shape (B, *kept slice sizes)
-        kept = [slice_sizes[d] for d in offset_src]
-        nk = len(kept)
-        idx = []
-        for d in range(rank):
-            shp = [B] + [1] * nk
-            s = starts[:, d].reshape(shp)
-            if d in offset_src:
-                j = offset_src.index(d)
-                r = np.arange(slice_sizes[d], dtype=np.int64).reshape([1] + [slice_sizes[d] if i == j else 1
-                                                                             for i in range(nk)])
-                s = s + r
-            idx.append(s)
-        g = operand[tuple(idx)] if rank else np.broadcast_to(operand, [B] + kept)
-        g = g.reshape(tuple(batch_shape) + tuple(kept))
-        nb = len(batch_shape)
-        src = [None] * out_rank
-        for j, od in enumerate(gd.offset_dims):
-            src[od] = nb + j
-        it = iter(range(nb))
-        for i in range(out_rank):
-            if src[i] is None:
-                src[i] = next(it)
-        return contig(g.transpose(src), dtype=out_dtype)
+        starts = geometry.starts(NUMPY, _loader(indices, geometry.vectors), batch_index)
+        got = operand[tuple(geometry.source_index(NUMPY, starts, offset_index))]
+        # an output dim no index depends on (no index vector component, a size-1 operand) broadcasts
+        return contig(got if got.shape == out_dims else np.broadcast_to(got, out_dims), dtype=out_dtype)
     return kernel
 
 
@@ -126,57 +108,41 @@ def prepare_gather(inst, ctx):
 def prepare_scatter(inst, ctx):
     n = (len(inst.operands) - 1) // 2
     sd = scatter_dims(inst)
-    rank = inst.operands[0].shape.rank
+    _check_index_dims(inst, sd.index_vector_dim, sd.input_batching_dims, sd.scatter_indices_batching_dims,
+                      sd.update_window_dims)
+    geometry = Scatter.of(inst)
     comp = called(inst, "to_apply")
     kind = binary_kind(comp) if n == 1 else None
     fn = None if kind is not None else ctx.computation(comp)
     tuple_out = inst.shape.is_tuple
-    dropped = set(sd.inserted_window_dims) | set(sd.input_batching_dims)
-    win_src = [d for d in range(rank) if d not in dropped]   # operand dims fed by update window dims
-    if len(win_src) != len(sd.update_window_dims):
+    if len(geometry.window_src) != len(sd.update_window_dims):
         raise UnsupportedError("scatter: update_window_dims do not match the operand's window dims", inst)
     # One index vector and a simple combiner (jax's x.at[i, j].set(v)): one window, written by numpy
     # slicing -- the general path's index arithmetic costs ~30 us even for one element.
     idims = inst.operands[n].shape.dims
-    vector = idims[sd.index_vector_dim] if sd.index_vector_dim < len(idims) else 1
-    window = [1] * rank
-    for d, ud in zip(win_src, sd.update_window_dims):
-        window[d] = inst.operands[n + 1].shape.dims[ud]
-    if kind is not None and not sd.input_batching_dims and math.prod(idims) == vector:
-        return _one_window_scatter(kind, sd.scatter_dims_to_operand_dims, window)
+    if kind is not None and not sd.input_batching_dims and math.prod(idims) == geometry.vectors.dims[
+            geometry.vectors.vector_dim]:
+        return _one_window_scatter(kind, geometry)
+    oshape = geometry.operand_dims
+    upd_dims = tuple(inst.operands[n + 1].shape.dims)
+    update_index = _axis_aranges(upd_dims)
+    strides = [int(np.prod(oshape[d + 1:], dtype=np.int64)) for d in range(len(oshape))]
 
     def kernel(*vals):
         operands, indices, updates = vals[:n], vals[n], vals[n + 1:]
-        oshape = operands[0].shape
-        upd_shape = updates[0].shape
-        scatter_axes = [d for d in range(len(upd_shape)) if d not in sd.update_window_dims]
-        batch_shape, starts = _full_starts(indices, sd.index_vector_dim, sd.scatter_dims_to_operand_dims,
-                                           sd.input_batching_dims, sd.scatter_indices_batching_dims, rank)
-        B = starts.shape[0]
-        wsizes = [upd_shape[d] for d in sd.update_window_dims]
-        full_w = [1] * rank
-        for d, w in zip(win_src, wsizes):
-            full_w[d] = w
-        ok = np.all((starts >= 0) & (starts + np.array(full_w, np.int64) <= np.array(oshape, np.int64)), axis=1)
-        # updates as (B, window...) in row-major order of updates' scatter dims, then window dims
-        perm = scatter_axes + list(sd.update_window_dims)
-        W = int(np.prod(wsizes, dtype=np.int64))
-        ups = [contig(u.transpose(perm)).reshape(B, W) for u in updates]
-        # operand flat index for each (b, w)
-        wgrid = np.indices(wsizes).reshape(len(wsizes), W) if wsizes else np.zeros((0, 1), np.int64)
-        full = np.repeat(starts[:, :, None], W, axis=2)           # (B, rank, W)
-        for j, d in enumerate(win_src):
-            full[:, d, :] += wgrid[j][None, :]
-        ostrides = np.array([int(np.prod(oshape[d + 1:], dtype=np.int64)) for d in range(rank)], np.int64)
-        flat_idx = np.einsum("brw,r->bw", full, ostrides) if rank else np.zeros((B, W), np.int64)
-        # row-major order over the updates array = order of (b, w) only if window dims follow scatter dims;
-        # order by the updates' own linear index to match XLA's row-major iteration.
-        upd_lin = np.arange(int(np.prod(upd_shape, dtype=np.int64)), dtype=np.int64).reshape(upd_shape)
-        order = np.argsort(upd_lin.transpose(perm).reshape(B * W), kind="stable")
-        fi = flat_idx.reshape(-1)[order]
-        keep = np.repeat(ok, W)[order]
-        fi = fi[keep]
-        uvals = [u.reshape(-1)[order][keep] for u in ups]
+        # every update element's operand position and window test, in the updates' own row-major order
+        # (XLA's order of application)
+        starts = geometry.starts(NUMPY, _loader(indices, geometry.vectors), update_index)
+        dst = geometry.operand_index(NUMPY, starts, update_index)
+        flat = np.zeros((), np.int64)
+        for c, stride in zip(dst, strides):
+            flat = flat + c * stride
+        keep = np.ones((), bool)
+        for c in geometry.window_fits(NUMPY, starts):
+            keep = keep & c
+        keep = np.broadcast_to(keep, upd_dims).reshape(-1)
+        fi = np.broadcast_to(flat, upd_dims).reshape(-1)[keep]
+        uvals = [u.reshape(-1)[keep] for u in updates]
         outs = [np.array(o, copy=True).reshape(-1) for o in operands]
         if kind is not None:
             if kind == "replace":
@@ -194,13 +160,14 @@ def prepare_scatter(inst, ctx):
     return kernel
 
 
-def _one_window_scatter(kind: str, index_map, window: list[int]):
+def _one_window_scatter(kind: str, geometry: Scatter):
+    window = geometry.window
+
     def kernel(operand, indices, update):
         out = operand.copy()
-        starts = [0] * out.ndim
-        for k, d in enumerate(index_map):
-            starts[d] = int(indices.reshape(-1)[k])
-        if all(0 <= s and s + w <= n for s, w, n in zip(starts, window, out.shape)):    # else skipped
+        # the one index vector's components as Python ints (exact, u64 too: no saturation needed), no batching
+        starts = geometry.start_of(indices.reshape(-1).tolist(), ())
+        if all(geometry.window_fits(NUMPY, starts)):      # else skipped
             region = out[tuple(slice(s, s + w) for s, w in zip(starts, window))]
             u = update.reshape(window)
             if kind == "replace":

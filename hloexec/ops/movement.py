@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.shape import Shape
-from .common import invalid
+from .common import dilated_layout, invalid
 from .registry import ALL, op
 
 
@@ -286,25 +286,13 @@ def _prepare_pad(inst, ctx):
     out_dims = tuple(_pad_out_dim(d, p) for d, p in zip(in_dims, padding))
     if any(d < 0 for d in out_dims) or any(p.interior < 0 for p in padding):
         raise UnsupportedError(f"pad to negative size {out_dims}", inst)
-    dst, src = [], []
-    empty = False
-    for d, p, n in zip(in_dims, padding, out_dims):
-        step = p.interior + 1
-        # source index i lands at p.low + i * step; keep those inside [0, n)
-        i_lo = 0 if p.low >= 0 else (-p.low + step - 1) // step
-        i_hi = -1 if n - 1 - p.low < 0 else min(d - 1, (n - 1 - p.low) // step)
-        if i_hi < i_lo:
-            empty = True
-            break
-        src.append(slice(i_lo, i_hi + 1))
-        dst.append(slice(p.low + i_lo * step, p.low + i_hi * step + 1, step))
-    src, dst = tuple(src), tuple(dst)
+    layout = [dilated_layout(d, p.low, p.high, p.interior + 1) for d, p in zip(in_dims, padding)]
+    dst, src = tuple(at for _, at, _ in layout), tuple(element for _, _, element in layout)
     dtype = inst.shape.dtype
 
     def kernel(x, pad_value):
         out = np.full(out_dims, pad_value, dtype)
-        if not empty:
-            out[dst] = x[src]
+        out[dst] = x[src]
         return out
     return kernel
 

@@ -33,7 +33,9 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.dtypes import element_type_of
 from ..kernels import elementwise as ew
-from .common import SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, ints, scalar, str_attr, ufunc_for
+from ..kernels.index_maps import NUMPY, reduce_dims, window_position
+from .common import (SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, dilated_layout, ints, scalar, str_attr,
+                     ufunc_for)
 from .elementwise import f32_to_low, low_to_f32
 from .registry import op
 
@@ -123,7 +125,8 @@ def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
           "reductions=per-step: every add/mul rounds to the type, in row-major order (XLA:CPU's loops).")
 def prepare_reduce(inst, ctx):
     n = len(inst.operands) // 2
-    dims = tuple(sorted(ints(inst.attr("dimensions"))))
+    keep, dims = reduce_dims(inst.operands[0].shape.rank, ints(inst.attr("dimensions")))
+    dims = tuple(dims)
     comp = called(inst, "to_apply")
     out_shapes = [s for _, s in inst.shape.leaves()] if inst.shape.is_tuple else [inst.shape]
     kind = binary_kind(comp) if n == 1 else None
@@ -138,8 +141,6 @@ def prepare_reduce(inst, ctx):
 
     def kernel(*vals):
         xs, inits = vals[:n], vals[n:]
-        rank = xs[0].ndim
-        keep = [d for d in range(rank) if d not in dims]
         perm = keep + list(dims)
         kept_shape = tuple(xs[0].shape[d] for d in keep)
         m = int(np.prod(kept_shape, dtype=np.int64))
@@ -173,18 +174,14 @@ def window_dims(inst, rank):
 def pad_dilate(x: np.ndarray, lows, highs, interiors, fill):
     """XLA pad: interior (base dilation) + low/high edge padding (negative crops). Returns (array, mask)
     where mask marks the original elements."""
-    shape = []
-    for n, lo, hi, it in zip(x.shape, lows, highs, interiors):
-        core = (n - 1) * (it + 1) + 1 if n > 0 else 0
-        shape.append(core + max(lo, 0) + max(hi, 0))
+    layout = [dilated_layout(n, lo, hi, it + 1) for n, lo, hi, it in zip(x.shape, lows, highs, interiors)]
+    shape = [size for size, _, _ in layout]
     out = np.full(shape, fill, dtype=x.dtype)
     mask = np.zeros(shape, dtype=bool)
-    sl = tuple(slice(max(lo, 0), max(lo, 0) + ((n - 1) * (it + 1) + 1 if n > 0 else 0), it + 1)
-               for n, lo, it in zip(x.shape, lows, interiors))
-    out[sl] = x
-    mask[sl] = True
-    crop = tuple(slice(-lo if lo < 0 else 0, s - (-hi if hi < 0 else 0)) for s, lo, hi in zip(shape, lows, highs))
-    return out[crop], mask[crop]
+    at = tuple(a for _, a, _ in layout)
+    out[at] = x[tuple(e for _, _, e in layout)]
+    mask[at] = True
+    return out, mask
 
 
 def window_view(p: np.ndarray, wins, strides, wdil, out_shape):
@@ -216,8 +213,10 @@ def prepare_reduce_window(inst, ctx):
     if any(w.reversal for w in win):
         raise UnsupportedError("reduce-window with window reversal", inst)
     sizes = [w.size for w in win]
-    strides = [w.stride for w in win]
-    wdil = [w.window_dilation for w in win]
+    # the window walk (index_maps.window_position) is affine in (output index, window index): its coefficients
+    # are the steps of a strided view of the padded, base-dilated operand
+    strides = [window_position(NUMPY, w, 1, 0) for w in win]
+    wdil = [window_position(NUMPY, w, 0, 1) for w in win]
     lows = [w.pad_low for w in win]
     highs = [w.pad_high for w in win]
     inter = [w.base_dilation - 1 for w in win]
