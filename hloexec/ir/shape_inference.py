@@ -262,8 +262,14 @@ def window_output_size(n: int, w: WindowDim) -> int:
     """The output size of one window dimension over an input dimension of size `n` (base dilation, padding,
     window dilation, stride: XLA's InferWindowOutputShape)."""
     padded = (n - 1) * w.base_dilation + 1 + w.pad_low + w.pad_high if n else w.pad_low + w.pad_high
-    span = (w.size - 1) * w.window_dilation + 1
-    return 0 if padded < span else (padded - span) // w.stride + 1
+    return window_count(padded, w.size, w.stride, w.window_dilation)
+
+
+def window_count(padded: int, size: int, stride: int, window_dilation: int) -> int:
+    """How many windows of `size` (dilated by `window_dilation`) fit at `stride` in a dimension of `padded`
+    positions (padding and base dilation included)."""
+    span = (size - 1) * window_dilation + 1
+    return 0 if padded < span else (padded - span) // stride + 1
 
 
 def _window(attr, rank: int):

@@ -288,6 +288,16 @@ BINARY_OPS = frozenset(op for op in semantics.DEFINITIONS
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"select", "clamp", "convert", "compare", "bitcast-convert"}
 
 
+def dot_accumulator(name: str) -> str:
+    """The element type a dot or convolution producing element type `name` accumulates in (XLA:CPU): f32 for
+    the floats narrower than 32 bits, s64 for pred (true when any product is), else the type itself (integers
+    wrap)."""
+    et = element_type(name)
+    if et.kind == "pred":
+        return "s64"
+    return "f32" if et.kind == "float" and et.bits < 32 else name
+
+
 # -- reductions ---------------------------------------------------------------------------------------
 # How reductions (reduce, reduce-window) apply an add / multiply reducer: the `reductions` option of
 # hloexec.load and --reductions. "accumulate": f16 / bf16 / fp8 values accumulate in f32 and round to the type

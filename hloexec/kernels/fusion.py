@@ -37,7 +37,7 @@ from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
                       scalar_literal)
-from .index_maps import SourceIndex, dilated_element, reduce_dims, window_position, window_span
+from .index_maps import SourceIndex, clamped_start, dilated_element, reduce_dims, window_position, window_span
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -473,13 +473,10 @@ class _Generator:
             need(len(starts) == src.shape.rank and all(s.shape.rank == 0 for s in starts), "dynamic-slice form")
             out = []
             for d, (c, s) in enumerate(zip(index, starts)):
-                hi = src.shape.dims[d] - sizes[d]
                 sv = self.value(s, ())
-                s_et = s.shape.element_type.name
-                if s_et in ew.UNSIGNED:
-                    st = self.emit(f"np.int64(min({sv}, {ew.ctype(s_et)}({hi})))", [sv], prefix="x")
-                else:
-                    st = self.emit(f"min(max(np.int64({sv}), 0), {hi})", [sv], prefix="x")
+                start = clamped_start(SourceIndex(), sv, s.shape.element_type.name == "u64", src.shape.dims[d],
+                                      sizes[d])
+                st = self.emit(str(start), [sv], prefix="x")
                 out.append(self.iexpr(Ix("+", c, st)) if c != "0" else st)
             return self.value(src, tuple(out))
         if op == "pad":

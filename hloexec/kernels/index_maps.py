@@ -39,13 +39,15 @@ class _NumpyIndex:
 
     @staticmethod
     def clamp(x, lo, hi):
+        if isinstance(x, int):
+            return min(max(x, lo), hi)
         return np.minimum(np.maximum(x, lo), hi)
 
     @staticmethod
     def as_index(v, u64: bool):
         """A start-index component loaded from the indices array, as int64 (u64 saturated first); one element
         as a Python int (numpy scalar arithmetic costs a microsecond an operation)."""
-        if isinstance(v, np.generic):
+        if isinstance(v, (int, np.generic)):
             return min(int(v), U64_INDEX_LIMIT) if u64 else int(v)
         if u64:
             return np.minimum(v, np.uint64(U64_INDEX_LIMIT)).astype(np.int64)
@@ -129,6 +131,13 @@ class SourceIndex:
         if self._name is None or isinstance(x, int) or (isinstance(x, str) and x.isidentifier()):
             return x
         return self._name(x)
+
+
+# -- dynamic-slice and dynamic-update-slice ----------------------------------------------------------------
+def clamped_start(ar, start, u64: bool, n: int, size: int):
+    """The start of a dynamic slice of `size` along a dim of `n` (a loaded start index, saturated if u64), moved
+    so the slice fits: clamped to [0, n - size] (XLA)."""
+    return ar.clamp(ar.as_index(start, u64), 0, n - size)
 
 
 # -- gather and scatter -------------------------------------------------------------------------------------

@@ -46,7 +46,8 @@ from ..ir.attributes import dot_dims
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
-from .index_maps import Gather, Scatter, SourceIndex, dilated_element, dot_free_dims, reduce_dims
+from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
+                         reduce_dims)
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -390,10 +391,7 @@ class _Generator:
         out = []
         for s, d, n in zip(starts, dims, sizes):
             s = self.scalar_of(s)
-            if s.et in ew.UNSIGNED:
-                out.append(self.local(f"np.int64(min({s.expr}, {ew.ctype(s.et)}({d - n})))", "s64").expr)
-            else:
-                out.append(self.local(f"min(max(np.int64({s.expr}), 0), {d - n})", "s64").expr)
+            out.append(self.local(str(clamped_start(SourceIndex(), s.expr, s.et == "u64", d, n)), "s64").expr)
         return out
 
     def dynamic_update_slice(self, inst, operands, writable):
@@ -539,7 +537,7 @@ class _Generator:
         lb, rb, lc, rc = map(list, (d.lhs_batch, d.rhs_batch, d.lhs_contracting, d.rhs_contracting))
         lf, rf = dot_free_dims(d, len(adims), len(bdims))
         et = out.et
-        acc_et = "f32" if et in ("f16", "bf16") else et
+        acc_et = ew.dot_accumulator(et)
         T = ew.ctype(acc_et)
         with self.loops([adims[k] for k in lb] + [adims[k] for k in lf] + [bdims[k] for k in rf]) as oidx:
             bi, fi, gi = oidx[:len(lb)], oidx[len(lb):len(lb) + len(lf)], oidx[len(lb) + len(lf):]

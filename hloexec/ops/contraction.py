@@ -21,12 +21,13 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.attributes import DotDims, dot_dims
+from ..ir.dtypes import element_type, element_type_of
+from ..kernels import blas
+from ..kernels import elementwise as ew
+from ..kernels.index_maps import dot_free_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
-from ..ir.dtypes import element_type
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
 from .reduction import pad_dilate, window_out_shape
-from ..kernels import blas
-from ..kernels.index_maps import dot_free_dims
 from .registry import op
 
 _F32 = np.dtype(np.float32)
@@ -34,13 +35,8 @@ _F64 = np.dtype(np.float64)
 
 
 def compute_dtype(out_dtype):
-    """The dtype a dot/conv producing `out_dtype` accumulates in."""
-    out_dtype = np.dtype(out_dtype)
-    if out_dtype == np.bool_:
-        return np.dtype(np.int64)
-    if is_low_float(out_dtype):
-        return _F32
-    return out_dtype
+    """The dtype a dot/conv producing `out_dtype` accumulates in (kernels/elementwise.py's `dot_accumulator`)."""
+    return element_type(ew.dot_accumulator(element_type_of(out_dtype).name)).numpy
 
 
 def finish(r, out_dtype):

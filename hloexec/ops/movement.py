@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.shape import Shape
+from ..kernels.index_maps import NUMPY, clamped_start
 from .common import dilated_layout, invalid
 from .registry import ALL, op
 
@@ -232,11 +233,8 @@ def _prepare_slice(inst, ctx):
 
 
 def _clamped_starts(starts, dims, sizes):
-    out = []
-    for s, d, n in zip(starts, dims, sizes):
-        v = int(s)         # any integer type, unsigned included
-        out.append(min(max(v, 0), d - n))
-    return out
+    # Python ints: any integer type, unsigned included, without overflow
+    return [clamped_start(NUMPY, int(s), False, d, n) for s, d, n in zip(starts, dims, sizes)]
 
 
 

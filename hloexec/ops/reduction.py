@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.dtypes import element_type_of
+from ..ir.shape_inference import window_count
 from ..kernels import elementwise as ew
 from ..kernels.index_maps import NUMPY, reduce_dims, window_position
 from .common import (SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, dilated_layout, ints, scalar, str_attr,
@@ -195,11 +196,7 @@ def window_view(p: np.ndarray, wins, strides, wdil, out_shape):
 
 
 def window_out_shape(padded_shape, wins, strides, wdil):
-    out = []
-    for n, w, s, d in zip(padded_shape, wins, strides, wdil):
-        ew = (w - 1) * d + 1
-        out.append(0 if n < ew else (n - ew) // s + 1)
-    return tuple(out)
+    return tuple(map(window_count, padded_shape, wins, strides, wdil))
 
 
 @op("reduce-window", kernel="numpy",
