@@ -67,9 +67,12 @@ class Executable:
         self.device = device
         self.plans = PlanCache()
         self.context = ExecContext(module, device, self.plans, excess_precision=excess_precision,
-                                   use_numba=use_numba, compile_after=compile_after, compile_kernels=compile_kernels,
-                                   reductions=reductions)
+                                   use_numba=use_numba, compile_after=compile_after, reductions=reductions)
         self.runner = self.context.computation(module.entry)
+        # False: kernels that would compile now compile at their first call instead (the plan and its memory
+        # model are the same; reports that never run the module do not wait for Numba)
+        if compile_kernels:
+            self.context.policy.compile_due(self.context.participant())
         self.plan = self.runner.plan
         self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
@@ -116,6 +119,8 @@ class Executable:
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
         previous = None if observe is None else self.context.observe(
             observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
+        if observe is None:         # (an observed run runs every fusion op by op)
+            self.context.policy.compile_due(self.context.participant())
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
                 return self.runner(*inputs, progress=progress, profile=profile)

@@ -11,6 +11,7 @@ import warnings
 
 from ..errors import CompileWarning
 from ..ir.module import Computation
+from ..kernels.cache import compile_elsewhere
 
 # Fusions that write (or reduce) less than this run op by op (see CompilePolicy.declines).
 MIN_COMPILED_BYTES = 64 * 1024
@@ -45,6 +46,8 @@ class CompilePolicy:
         # kernel source hash -> op-by-op work of the fusions sharing it, and their tiers (one compile serves all)
         self._kernel_work: dict[str, int] = {}
         self._kernel_tiers: dict[str, list[TieredKernel]] = {}
+        self._uncompiled: list[TieredKernel] = []      # every fused tier not compiled yet, in planning order
+        self._uncompiled_lock = threading.Lock()
         # while instruction name -> its tiers (by name: plans inline calls, so one loop may have copies)
         self._loops: dict[str, list[TieredLoop]] = {}
 
@@ -71,8 +74,28 @@ class CompilePolicy:
         return True
 
     def planned_kernel(self, key: str, tier: TieredKernel) -> None:
-        """Note a fusion's tier that waits for `compile_after` calls: a later equal fusion may hurry it."""
-        self._kernel_tiers.setdefault(key, []).append(tier)
+        """Note a fusion's tier: compile_due compiles it when due; one that waits for `compile_after` calls, a
+        later equal fusion may hurry."""
+        with self._uncompiled_lock:
+            self._uncompiled.append(tier)
+        if tier.after:
+            self._kernel_tiers.setdefault(key, []).append(tier)
+
+    def compile_due(self, who) -> None:
+        """Compile now the fused tiers that compile at participant `who`'s next call (Executable calls it once the
+        module is prepared and before each run): all handed to worker processes first (cache.compile_elsewhere),
+        so that they compile side by side, then each compiled here in planning order -- or, once a worker has
+        compiled it, loaded from the disk cache."""
+        with self._uncompiled_lock:
+            if not self._uncompiled:
+                return
+            due = [t for t in self._uncompiled if t.compiled is None and t.calls.get(who, 0) >= t.after]
+        if due:
+            compile_elsewhere(t.kernel.compile_task for t in due)
+            for tier in due:
+                tier.compile()
+        with self._uncompiled_lock:
+            self._uncompiled = [t for t in self._uncompiled if t.compiled is None]
 
     def loop_compile_threshold(self, kernel) -> int:
         """Instructions a while loop's interpreted steps run before its compiled `kernel` takes over."""
@@ -122,6 +145,13 @@ class TieredKernel:
         """Compile at the next call, however few calls ran op by op."""
         self.after = 0
 
+    def compile(self) -> None:
+        """Compile the kernel (once; if it does not compile, the fusion runs op by op from now on)."""
+        if self.compiled is None:
+            with self.lock:
+                if self.compiled is None:
+                    self.compiled = compiled_or(self.kernel, self.interpret, self.failed)
+
     def __call__(self, *operands):
         if self.observer() is not None:     # an observed run sees every value: op by op, not counted
             return self.interpret(*operands)
@@ -131,9 +161,7 @@ class TieredKernel:
             self.calls[who] = n + 1
             return self.interpret(*operands)
         if self.compiled is None:           # the first compiled call compiles (or falls back to op by op)
-            with self.lock:
-                if self.compiled is None:
-                    self.compiled = compiled_or(self.kernel, self.interpret, self.failed)
+            self.compile()
         return self.compiled(*operands)
 
 
