@@ -103,3 +103,50 @@ def test_the_second_run_compiles_its_kernels_before_it_starts(pool_dir, monkeypa
     assert compiled_at_first_step[0] == [True, True, True]
     a = tiers[0].compiled(x)
     assert bits_equal(second, tiers[2].compiled(a, tiers[1].compiled(a)))
+
+
+FUSION_IN_A_LOOP = """HloModule looped
+fused { a = f32[65536] parameter(0)
+  b = f32[65536] multiply(a, a)
+  ROOT c = f32[65536] add(b, a) }
+halve { x = f32[65536] parameter(0)
+  h = f32[] constant(0.5)
+  hb = f32[65536] broadcast(h), dimensions={}
+  ROOT m = f32[65536] multiply(x, hb) }
+body { t = (s32[], f32[65536]) parameter(0)
+  k = s32[] get-tuple-element(t), index=0
+  x = f32[65536] get-tuple-element(t), index=1
+  one = s32[] constant(1)
+  k1 = s32[] add(k, one)
+  x1 = f32[65536] fusion(x), kind=kLoop, calls=halve
+  ROOT r = (s32[], f32[65536]) tuple(k1, x1) }
+cond { t = (s32[], f32[65536]) parameter(0)
+  k = s32[] get-tuple-element(t), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(k, n), direction=LT }
+ENTRY main { p = f32[65536] parameter(0)
+  f = f32[65536] fusion(p), kind=kLoop, calls=fused
+  zero = s32[] constant(0)
+  t = (s32[], f32[65536]) tuple(zero, f)
+  w = (s32[], f32[65536]) while(t), condition=cond, body=body
+  ROOT x = f32[65536] get-tuple-element(w), index=1 }
+"""
+
+
+def test_a_fusion_inside_a_loop_compiled_whole_is_not_compiled_on_its_own(pool_dir, monkeypatch):
+    """Only the entry's due kernels compile before a run: a loop body's fusion ran op by op while the loop was
+    interpreted, but once the loop compiles whole nothing calls it again."""
+    from hloexec.exec import tiering
+    from tiers import tier_kernels
+    monkeypatch.setattr(tiering, "LOOP_COMPILE_WORK", 1)
+    monkeypatch.setattr(tiering, "LOOP_WORK_PER_LINE", 0)
+    exe = hloexec.load(FUSION_IN_A_LOOP)
+    fusions, (loop,) = tier_kernels(exe)
+    (entry,) = [s.kernel for s in exe.plan.steps if s.kernel in fusions]
+    (in_body,) = [t for t in fusions if t is not entry]
+    p = np.random.default_rng(3).standard_normal(65536).astype(np.float32)
+    first = exe.run(p)
+    assert loop.compiled is not None and in_body.calls and entry.compiled is None
+    second = exe.run(p)
+    assert entry.compiled is not None and in_body.compiled is None
+    assert first.tobytes() == second.tobytes()          # exact ops: every tier agrees

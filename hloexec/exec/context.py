@@ -107,13 +107,13 @@ class ExecContext:
             return None
         failed = partial(self.tier_report.record, "fusion", comp.name, NOT_COMPILED)
         if policy.compiles_at_once(kernel.key, comp):
-            # compiled with the module's other such kernels once it is prepared (CompilePolicy.compile_due); op by
-            # op only in observed runs, or if it does not compile: its plan is made then
-            tier = TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
+            # compiled before its first call: in the entry, with the others once the module is prepared
+            # (Executable, tiering.compile_due); op by op only in observed runs, or if it does not compile: its
+            # plan is made then
+            return TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
                                 self.participant, partial(self.observer, comp), failed)
-        else:
-            tier = TieredKernel(self.computation(comp, fuse=False), kernel, policy.compile_after, self.participant,
-                                partial(self.observer, comp), failed)
+        tier = TieredKernel(self.computation(comp, fuse=False), kernel, policy.compile_after, self.participant,
+                            partial(self.observer, comp), failed)
         policy.planned_kernel(kernel.key, tier)
         return tier
 

@@ -46,8 +46,6 @@ class CompilePolicy:
         # kernel source hash -> op-by-op work of the fusions sharing it, and their tiers (one compile serves all)
         self._kernel_work: dict[str, int] = {}
         self._kernel_tiers: dict[str, list[TieredKernel]] = {}
-        self._uncompiled: list[TieredKernel] = []      # every fused tier not compiled yet, in planning order
-        self._uncompiled_lock = threading.Lock()
         # while instruction name -> its tiers (by name: plans inline calls, so one loop may have copies)
         self._loops: dict[str, list[TieredLoop]] = {}
 
@@ -74,28 +72,8 @@ class CompilePolicy:
         return True
 
     def planned_kernel(self, key: str, tier: TieredKernel) -> None:
-        """Note a fusion's tier: compile_due compiles it when due; one that waits for `compile_after` calls, a
-        later equal fusion may hurry."""
-        with self._uncompiled_lock:
-            self._uncompiled.append(tier)
-        if tier.after:
-            self._kernel_tiers.setdefault(key, []).append(tier)
-
-    def compile_due(self, who) -> None:
-        """Compile now the fused tiers that compile at participant `who`'s next call (Executable calls it once the
-        module is prepared and before each run): all handed to worker processes first (cache.compile_elsewhere),
-        so that they compile side by side, then each compiled here in planning order -- or, once a worker has
-        compiled it, loaded from the disk cache."""
-        with self._uncompiled_lock:
-            if not self._uncompiled:
-                return
-            due = [t for t in self._uncompiled if t.compiled is None and t.calls.get(who, 0) >= t.after]
-        if due:
-            compile_elsewhere(t.kernel.compile_task for t in due)
-            for tier in due:
-                tier.compile()
-        with self._uncompiled_lock:
-            self._uncompiled = [t for t in self._uncompiled if t.compiled is None]
+        """Note a fusion's tier that waits for `compile_after` calls: a later equal fusion may hurry it."""
+        self._kernel_tiers.setdefault(key, []).append(tier)
 
     def loop_compile_threshold(self, kernel) -> int:
         """Instructions a while loop's interpreted steps run before its compiled `kernel` takes over."""
@@ -130,16 +108,15 @@ class TieredKernel:
     """A fused computation run op by op for its first `after` calls, then as its compiled kernel.
 
     Most runs are one-shot (validate a dump, a test's reference run): there, ~0.1-0.3 s of Numba compile
-    per kernel costs more than running the fusion op by op. A module run again compiles what it runs.
-    Calls are counted per participant. `compiled`: the kernel already compiled (None: at the first call
-    past `after`).
+    per kernel costs more than running the fusion op by op. A module run again compiles what it runs: at
+    the first call past `after`, or before (compile_due). Calls are counted per participant.
     """
     __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "failed", "lock")
 
-    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None, compiled=None):
+    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None):
         self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
         self.observer, self.failed = observer, failed
-        self.compiled, self.calls, self.lock = compiled, {}, threading.Lock()
+        self.compiled, self.calls, self.lock = None, {}, threading.Lock()
 
     def compile_now(self) -> None:
         """Compile at the next call, however few calls ran op by op."""
@@ -216,6 +193,18 @@ class TieredLoop:
                     return compiled(state)
         self.work[who] = work
         return state
+
+
+def compile_due(tiers: list[TieredKernel], who) -> list[TieredKernel]:
+    """Compile now those of `tiers` that compile at participant `who`'s next call, and return those not compiled
+    yet. All are handed to worker processes first (cache.compile_elsewhere), so that they compile side by side;
+    each is then compiled here in order -- or, once a worker has compiled it, loaded from the disk cache."""
+    due = [t for t in tiers if t.compiled is None and t.calls.get(who, 0) >= t.after]
+    if due:
+        compile_elsewhere(t.kernel.compile_task for t in due)
+        for tier in due:
+            tier.compile()
+    return [t for t in tiers if t.compiled is None]
 
 
 def compiled_or(kernel, fallback, failed=None):

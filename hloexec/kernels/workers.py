@@ -48,7 +48,7 @@ class _Pool:
         self.queue: deque = deque()     # keys no worker has started, in submission order
         self.tasks: dict[str, tuple] = {}   # key -> (source, signature, cache dir), queued or compiling
         self.compiling: set[str] = set()
-        self.workers: list[subprocess.Popen] = []
+        self.workers: list[subprocess.Popen | None] = []     # None: one that did not start
 
     def submit(self, tasks, cache) -> None:
         with self.cond:
@@ -59,17 +59,23 @@ class _Pool:
             self.cond.notify_all()
             # a lone kernel would only be raced for: the process compiles it at once
             wanted = min(worker_count(), len(self.queue) - 1)
-        while len(self.workers) < wanted:
-            self.start_worker()
+        while len(self.workers) < wanted and self.start_worker():
+            pass
 
-    def start_worker(self) -> None:
+    def start_worker(self) -> bool:
+        """Start a worker and the thread feeding it; False if no process starts (the process compiles all)."""
         package_root = str(Path(__file__).resolve().parents[2])   # the worker imports this very hloexec
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
-        proc = subprocess.Popen([sys.executable, "-c", "from hloexec.kernels.workers import serve; serve()"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", "from hloexec.kernels.workers import serve; serve()"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        except OSError:
+            self.workers.append(None)   # counted: not tried again
+            return False
         self.workers.append(proc)
         threading.Thread(target=self.feed, args=(proc,), name="hloexec-compile-worker", daemon=True).start()
+        return True
 
     def feed(self, proc) -> None:
         """Hand `proc` the last queued kernel, wait for it to be compiled, repeat; a worker that dies hands its
@@ -107,9 +113,12 @@ class _Pool:
                 self.cond.wait()
 
     def stop(self) -> None:
+        if os.getpid() != self.pid:     # a forked child's exit: the workers are its parent's
+            return
         for proc in self.workers:
-            proc.kill()
-            proc.wait()
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 _POOL: _Pool | None = None
@@ -123,12 +132,11 @@ def submit(tasks, cache: Path) -> None:
     tasks = list(tasks)
     if len(tasks) < 2 or worker_count() == 0:
         return
-    with _POOL_LOCK:
+    with _POOL_LOCK:        # (one thread at a time starts workers)
         if _POOL is None or _POOL.pid != os.getpid():
             _POOL = _Pool()
             atexit.register(_POOL.stop)
-        pool = _POOL
-    pool.submit(tasks, cache)
+        _POOL.submit(tasks, cache)
 
 
 def claim(key: str) -> None:
