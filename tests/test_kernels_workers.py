@@ -1,6 +1,7 @@
 """hloexec.kernels.workers: kernels compiled by worker processes into the disk cache run as those compiled in the
 process; a worker's failure leaves the error to the process; a module's due kernels all compile (side by side)
 before the run that needs them starts."""
+import os
 import time
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from numba.core.errors import TypingError
 
 import hloexec
+from hloexec.errors import ExecutionError
 from hloexec.kernels import cache, fusion, workers
 from test_kernels_fusion import adam, adam_args, bits_equal, layernorm_rows
 
@@ -19,6 +21,19 @@ def _pool_dir(tmp_path, monkeypatch):
     cache.clear_cache(disk=False)
     yield tmp_path
     cache.clear_cache(disk=False)       # this test's keys point into tmp_path
+
+
+def test_worker_count(monkeypatch):
+    monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", "3")
+    assert workers.worker_count() == 3
+    monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", "some")
+    with pytest.raises(ExecutionError, match="HLOEXEC_COMPILE_WORKERS"):
+        workers.worker_count()
+    monkeypatch.delenv("HLOEXEC_COMPILE_WORKERS")
+    monkeypatch.setattr(os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    assert workers.worker_count() == 0          # a busy machine: the process compiles alone
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert workers.worker_count() == min(len(os.sched_getaffinity(0)) - 1, workers.MAX_WORKERS)
 
 
 def _started(key: str) -> None:
