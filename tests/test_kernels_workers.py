@@ -11,6 +11,7 @@ from numba.core.errors import TypingError
 import hloexec
 from hloexec.errors import ExecutionError
 from hloexec.kernels import cache, fusion, workers
+from test_exec_plan import FUSED_LOOP
 from test_kernels_fusion import adam, adam_args, bits_equal, layernorm_rows
 
 
@@ -120,32 +121,12 @@ def test_the_second_run_compiles_its_kernels_before_it_starts(pool_dir, monkeypa
     assert bits_equal(second, tiers[2].compiled(a, tiers[1].compiled(a)))
 
 
-FUSION_IN_A_LOOP = """HloModule looped
-fused { a = f32[65536] parameter(0)
-  b = f32[65536] multiply(a, a)
-  ROOT c = f32[65536] add(b, a) }
-halve { x = f32[65536] parameter(0)
+# the body's multiply as a fusion of its own
+FUSION_IN_A_LOOP = FUSED_LOOP.replace("body {", """halve { x = f32[65536] parameter(0)
   h = f32[] constant(0.5)
   hb = f32[65536] broadcast(h), dimensions={}
   ROOT m = f32[65536] multiply(x, hb) }
-body { t = (s32[], f32[65536]) parameter(0)
-  k = s32[] get-tuple-element(t), index=0
-  x = f32[65536] get-tuple-element(t), index=1
-  one = s32[] constant(1)
-  k1 = s32[] add(k, one)
-  x1 = f32[65536] fusion(x), kind=kLoop, calls=halve
-  ROOT r = (s32[], f32[65536]) tuple(k1, x1) }
-cond { t = (s32[], f32[65536]) parameter(0)
-  k = s32[] get-tuple-element(t), index=0
-  n = s32[] constant(3)
-  ROOT lt = pred[] compare(k, n), direction=LT }
-ENTRY main { p = f32[65536] parameter(0)
-  f = f32[65536] fusion(p), kind=kLoop, calls=fused
-  zero = s32[] constant(0)
-  t = (s32[], f32[65536]) tuple(zero, f)
-  w = (s32[], f32[65536]) while(t), condition=cond, body=body
-  ROOT x = f32[65536] get-tuple-element(w), index=1 }
-"""
+body {""").replace("x1 = f32[65536] multiply(x, hb)", "x1 = f32[65536] fusion(x), kind=kLoop, calls=halve")
 
 
 def test_a_fusion_inside_a_loop_compiled_whole_is_not_compiled_on_its_own(pool_dir, monkeypatch):
