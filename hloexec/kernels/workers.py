@@ -154,9 +154,11 @@ def claim(key: str) -> None:
 
 def serve() -> None:
     """A worker: compile each (key, source, signature, cache dir) read from stdin, answer its key on stdout."""
+    import signal
     import warnings
 
     from .cache import compile_signature, load_kernel
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops the process, which stops its workers
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)       # what Numba prints goes to stderr, not into the answers
     warnings.simplefilter("ignore")     # the process, compiling again on a failure, shows what matters
