@@ -69,11 +69,12 @@ class _Pool:
 
     def start_worker(self) -> bool:
         """Start a worker and the thread feeding it; False if no process starts (the process compiles all)."""
-        package_root = str(Path(__file__).resolve().parents[2])   # the worker imports this very hloexec
+        # the worker imports this very hloexec (-P: not one in the working directory)
+        package_root = str(Path(__file__).resolve().parents[2])
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
         try:
-            proc = subprocess.Popen([sys.executable, "-c", "from hloexec.kernels.workers import serve; serve()"],
+            proc = subprocess.Popen([sys.executable, "-P", "-c", "from hloexec.kernels.workers import serve; serve()"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         except OSError:
             self.workers.append(None)   # counted: not tried again
