@@ -158,7 +158,7 @@ def serve() -> None:
     import signal
     import warnings
 
-    from .cache import compile_signature, load_kernel
+    from .cache import clear_cache, compile_signature, load_kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops the process, which stops its workers
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)       # what Numba prints goes to stderr, not into the answers
@@ -174,6 +174,7 @@ def serve() -> None:
             compile_signature(load_kernel(source, key), signature)
         except Exception:   # noqa: BLE001  the process compiles it again and reports the error
             pass
+        clear_cache(disk=False)     # it is on disk: the worker keeps no kernel (its memory stays ~0.2 GB)
         pickle.dump(key, out)
         out.flush()
 
