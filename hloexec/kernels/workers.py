@@ -174,7 +174,7 @@ def serve() -> None:
             compile_signature(load_kernel(source, key), signature)
         except Exception:   # noqa: BLE001  the process compiles it again and reports the error
             pass
-        clear_cache(disk=False)     # it is on disk: the worker keeps no kernel (its memory stays ~0.2 GB)
+        clear_cache(disk=False)     # it is on disk: the worker keeps no kernel (0.2-0.3 GB resident)
         pickle.dump(key, out)
         out.flush()
 
