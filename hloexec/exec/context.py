@@ -10,7 +10,7 @@ from functools import cached_property, partial
 from ..ir.module import Computation, Module
 from ..kernels.elementwise import check_reductions
 from .tier_report import TierReport
-from .tiering import NOT_COMPILED, CompilePolicy, TieredKernel, TieredLoop, compiled_or, loop_step_work
+from .tiering import NOT_COMPILED, CompilePolicy, TieredKernel, TieredLoop, loop_step_work
 
 
 @dataclass
@@ -33,17 +33,13 @@ class ExecContext:
     for them ask at run time (the calling thread's device and observer)."""
 
     def __init__(self, module: Module, device: Device, plans, *, excess_precision: bool = False,
-                 use_numba: bool = True, compile_after: int = 1, compile_kernels: bool = True,
-                 reductions: str = "accumulate"):
+                 use_numba: bool = True, compile_after: int = 1, reductions: str = "accumulate"):
         self.module = module
         self.plans = plans          # the module's PlanCache (exec/executor.py): one plan per computation
         self.default_device = device
         self.excess_precision = excess_precision
         self.reductions = check_reductions(reductions)
         self.use_numba = use_numba
-        # False: kernels that would compile while the plan is prepared compile at their first call instead (the
-        # plan and its memory model are the same; reports that never run the module do not wait for Numba)
-        self.compile_kernels = compile_kernels
         self.policy = CompilePolicy(compile_after)    # which fusions and loops compile, and when
         self._participant = threading.local()
         self.tier_report = TierReport()     # which fusions and loops compiled, why the others run op by op
@@ -111,12 +107,11 @@ class ExecContext:
             return None
         failed = partial(self.tier_report.record, "fusion", comp.name, NOT_COMPILED)
         if policy.compiles_at_once(kernel.key, comp):
-            compiled = compiled_or(kernel, None, failed) if self.compile_kernels else None
-            if compiled is None and self.compile_kernels:
-                return None
-            # op by op only in observed runs: its plan is made then
+            # compiled before its first call: in the entry, with the others once the module is prepared
+            # (Executable, tiering.compile_due); op by op only in observed runs, or if it does not compile: its
+            # plan is made then
             return TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, partial(self.observer, comp), failed, compiled)
+                                self.participant, partial(self.observer, comp), failed)
         tier = TieredKernel(self.computation(comp, fuse=False), kernel, policy.compile_after, self.participant,
                             partial(self.observer, comp), failed)
         policy.planned_kernel(kernel.key, tier)

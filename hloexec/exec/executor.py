@@ -15,6 +15,7 @@ from .context import Device, ExecContext
 from .inputs import from_npz_void
 from .plan import Plan
 from .runner import Runner
+from .tiering import TieredKernel, compile_due
 
 
 class PlanCache:
@@ -67,10 +68,17 @@ class Executable:
         self.device = device
         self.plans = PlanCache()
         self.context = ExecContext(module, device, self.plans, excess_precision=excess_precision,
-                                   use_numba=use_numba, compile_after=compile_after, compile_kernels=compile_kernels,
-                                   reductions=reductions)
+                                   use_numba=use_numba, compile_after=compile_after, reductions=reductions)
         self.runner = self.context.computation(module.entry)
         self.plan = self.runner.plan
+        # the entry's fused tiers not compiled yet: those due compile together (side by side) before a run, not
+        # one by one at their calls; those in loops and branches compile at their first compiled call (a loop
+        # compiled whole never calls them)
+        self._uncompiled = [s.kernel for s in self.plan.steps if isinstance(s.kernel, TieredKernel)]
+        # False: kernels that would compile now compile before the first run instead (the plan and its memory
+        # model are the same; reports that never run the module do not wait for Numba)
+        if compile_kernels:
+            self._uncompiled = compile_due(self._uncompiled, self.context.participant())
         self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
         from .manual import has_manual_regions
@@ -116,6 +124,8 @@ class Executable:
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
         previous = None if observe is None else self.context.observe(
             observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
+        if self._uncompiled and observe is None:       # (an observed run runs every fusion op by op)
+            self._uncompiled = compile_due(self._uncompiled, self.context.participant())
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
                 return self.runner(*inputs, progress=progress, profile=profile)

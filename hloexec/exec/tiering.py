@@ -11,6 +11,7 @@ import warnings
 
 from ..errors import CompileWarning
 from ..ir.module import Computation
+from ..kernels.cache import compile_elsewhere
 
 # Fusions that write (or reduce) less than this run op by op (see CompilePolicy.declines).
 MIN_COMPILED_BYTES = 64 * 1024
@@ -107,20 +108,26 @@ class TieredKernel:
     """A fused computation run op by op for its first `after` calls, then as its compiled kernel.
 
     Most runs are one-shot (validate a dump, a test's reference run): there, ~0.1-0.3 s of Numba compile
-    per kernel costs more than running the fusion op by op. A module run again compiles what it runs.
-    Calls are counted per participant. `compiled`: the kernel already compiled (None: at the first call
-    past `after`).
+    per kernel costs more than running the fusion op by op. A module run again compiles what it runs: at
+    the first call past `after`, or before (compile_due). Calls are counted per participant.
     """
     __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "failed", "lock")
 
-    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None, compiled=None):
+    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None):
         self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
         self.observer, self.failed = observer, failed
-        self.compiled, self.calls, self.lock = compiled, {}, threading.Lock()
+        self.compiled, self.calls, self.lock = None, {}, threading.Lock()
 
     def compile_now(self) -> None:
         """Compile at the next call, however few calls ran op by op."""
         self.after = 0
+
+    def compile(self) -> None:
+        """Compile the kernel (once; if it does not compile, the fusion runs op by op from now on)."""
+        if self.compiled is None:
+            with self.lock:
+                if self.compiled is None:
+                    self.compiled = compiled_or(self.kernel, self.interpret, self.failed)
 
     def __call__(self, *operands):
         if self.observer() is not None:     # an observed run sees every value: op by op, not counted
@@ -131,9 +138,7 @@ class TieredKernel:
             self.calls[who] = n + 1
             return self.interpret(*operands)
         if self.compiled is None:           # the first compiled call compiles (or falls back to op by op)
-            with self.lock:
-                if self.compiled is None:
-                    self.compiled = compiled_or(self.kernel, self.interpret, self.failed)
+            self.compile()
         return self.compiled(*operands)
 
 
@@ -188,6 +193,18 @@ class TieredLoop:
                     return compiled(state)
         self.work[who] = work
         return state
+
+
+def compile_due(tiers: list[TieredKernel], who) -> list[TieredKernel]:
+    """Compile now those of `tiers` that compile at participant `who`'s next call, and return those not compiled
+    yet. All are handed to worker processes first (cache.compile_elsewhere), so that they compile side by side;
+    each is then compiled here in order -- or, once a worker has compiled it, loaded from the disk cache."""
+    due = [t for t in tiers if t.compiled is None and t.calls.get(who, 0) >= t.after]
+    if due:
+        compile_elsewhere(t.kernel.compile_task for t in due)
+        for tier in due:
+            tier.compile()
+    return [t for t in tiers if t.compiled is None]
 
 
 def compiled_or(kernel, fallback, failed=None):

@@ -12,6 +12,9 @@ give the same source, hence the same key, and share one compiled function:
 Numba's disk cache does not track the functions a cached function calls: every generated source names
 `helpers_hash()` (a hash of the helper modules) in its first line, so a change to the helpers changes the
 key. This module is the only one touching the dict, sys.path and the `hx_*` modules in sys.modules.
+
+Kernels about to compile may be handed to worker processes first (`compile_elsewhere`, `kernels/workers.py`):
+`load_kernel` then waits for the worker compiling one, and finds it in the disk cache.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+
+from . import workers
 
 _KERNELS: dict[str, object] = {}
 _LOCK = threading.Lock()
@@ -59,6 +64,7 @@ def load_kernel(source: str, key: str):
     fn = _KERNELS.get(key)
     if fn is not None:
         return fn
+    workers.claim(key)
     with _LOCK:
         fn = _KERNELS.get(key)
         if fn is not None:
@@ -81,6 +87,12 @@ def load_kernel(source: str, key: str):
         return fn
 
 
+def compile_elsewhere(tasks) -> None:
+    """Have worker processes compile `tasks`, (key, source, signature) each, into the disk cache, but for the
+    kernels this process has loaded already (kernels/workers.py)."""
+    workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir())
+
+
 def compile_signature(fn, signature) -> None:
     """Compile dispatcher `fn` for `signature` (operands typed read-only), then stop it compiling at call time.
 
@@ -93,7 +105,8 @@ def compile_signature(fn, signature) -> None:
         try:
             fn.compile(signature)
         finally:
-            fn.disable_compile()
+            if fn.signatures:       # Numba asserts it has one (which would hide why the compile failed)
+                fn.disable_compile()
 
 
 def clear_cache(disk: bool = True):

@@ -737,6 +737,11 @@ class FusedKernel:
         ins += [types.Array(from_dtype(c.dtype), max(c.ndim, 1), "C", readonly=True) for c in self._consts]
         return tuple(outs + ins) + ((types.int64, types.int64) if self.blocks else ())
 
+    @property
+    def compile_task(self) -> tuple:
+        """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
+        return self.key, self.source, self.signature_types
+
     def compile(self):
         """Compile now (or load from the disk cache): one specialisation, for read-only or writable operands."""
         compile_signature(self.fn, self.signature_types)
