@@ -109,6 +109,11 @@ def replay(before: str, after: str | None, options: dict) -> dict:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ElidedConstantWarning)
                 runner = exe if kind == "pre" else hloexec.load(Path(path).read_text(errors="replace"), **options)
+                if kind == "opt" and runner.module.num_partitions * runner.module.replica_count > 1:
+                    # XLA's SPMD partitioner made the optimized text one device's program: its parameters and
+                    # results are shards, not the whole arrays the text before optimizations takes
+                    result["partitioned"] = True
+                    continue
                 got = [_flushed(g) for g in _leaves(runner.run(*inputs))]
         except UnsupportedError as e:
             return result | {"verdict": "unsupported", "why": e.what, "text": kind}
@@ -190,6 +195,10 @@ def run_all(pairs, options: dict, timeout: float) -> list[dict]:
 def summary(results: list[dict]) -> str:
     verdicts = Counter(r["verdict"] for r in results)
     lines = [f"{len(results)} distinct modules: " + ", ".join(f"{n} {v}" for v, n in verdicts.most_common())]
+    partitioned = sum(1 for r in results if r.get("partitioned"))
+    if partitioned:
+        lines.append(f"{partitioned} SPMD-partitioned (num_partitions or replica_count > 1): only the text before "
+                     f"optimizations compared, the optimized one is one device's program")
     compared = verdicts["match"] + verdicts["mismatch"]
     if compared:
         lines.append(f"match rate of the modules both ran: {verdicts['match'] / compared:.2%} "
