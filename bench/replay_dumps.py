@@ -6,6 +6,8 @@ distinct module (texts equal but for names and metadata count once) runs on rand
 (`Executable.random_inputs`) three ways: XLA:CPU on its text before optimizations (the reference), hloexec on
 that text and on XLA's optimized text; outputs are compared by `hloexec compare`'s rules (XLA's
 literal_comparison, f32 1e-5 relative and absolute...), hloexec's f32 / f64 denormals flushed as XLA:CPU's are.
+An SPMD-partitioned module (num_partitions or replica_count > 1) is compared on its text before optimizations
+only: its optimized text is one device's program.
 
 Making the dumps (jax's tests are not in its wheel: take them from the jax source of the installed version;
 JAX_NUM_GENERATED_CASES bounds the parameterized cases):
