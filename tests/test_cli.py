@@ -370,6 +370,19 @@ def test_compare_outputs_follows_xla_literal_comparison():
     assert ints.outputs[0].mismatches == 1 and default_tolerance(np.int32) == (0.0, 0.0)
 
 
+def test_compare_outputs_64_bit_integer_distances_are_exact():
+    # differences that overflow int64 and magnitudes past float64's 53 bits
+    for dtype in (np.int64, np.uint64):
+        info = np.iinfo(dtype)
+        e = np.array([info.min, info.max, 5, info.max - 1], dtype)
+        a = np.array([info.max, info.min, 5, info.max], dtype)
+        out = compare_outputs([a], [e]).outputs[0]
+        assert out.mismatches == 3 and out.max_ulp == 2**64 - 1 and out.max_abs_error == float(2**64 - 1)
+        assert {w.index: (w.actual, w.expected) for w in out.worst}[(3,)] == (info.max, info.max - 1)
+    small = compare_outputs([np.array([-128, 127], np.int8)], [np.array([127, -128], np.int8)]).outputs[0]
+    assert small.max_ulp == 255 and small.max_rel_error == 255 / 127
+
+
 def test_compare_outputs_reports_ulps_shapes_dtypes_and_counts():
     x = np.linspace(-2, 2, 9, dtype=np.float32)
     up = np.nextafter(x, np.float32(np.inf))
