@@ -135,7 +135,7 @@ def _copied_in(inst: Instruction, users: list[Instruction], root: Instruction, c
     if inst is root or not all(_fusible(u) for u in users):
         return False
     if users and all(id(u) in copied for u in users):
-        return _cheap(inst) or inst.opcode in _RECOMPUTABLE
+        return _cheap(inst) or inst.opcode in _RECOMPUTABLE and _recompute_pays(inst)
     if _cheap(inst):
         return len(users) > 1 if inst.opcode in _CHEAP_UNARY else True
     return inst.opcode in _RECOMPUTABLE and len(users) > 1 and _recompute_pays(inst)
