@@ -431,10 +431,14 @@ def test_reductions_sharing_their_inputs_run_as_one_kernel_per_direction(et, mon
     """`d`, cheap to redo from x and a row statistic, is redone in each of the four groups that read it instead
     of being stored; the two row reduces (both read x) are one kernel, and so are the two column reduces (both
     read y; the generator's column loop); every group compiles and gives the op-by-op tier's bits (float sums
-    folded in order under reductions="per-step", the other reducers exact)."""
-    from hloexec.exec import tiering
+    folded in order under reductions="per-step", the other reducers exact). Scaled down: the pass does this
+    from STREAMED_BYTES on."""
+    from hloexec.exec import fuse, tiering
     monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     text = _row_statistics(et)
+    cached = hloexec.load(text, compile_after=0, reductions="per-step")      # all of it fits in cache
+    assert "d" in [s.inst.name for s in cached.plan.steps]                   # stored: no new kernels
+    monkeypatch.setattr(fuse, "STREAMED_BYTES", 0)
     exe = hloexec.load(text, compile_after=0, reductions="per-step")
     outputs = sorted(sorted(o.name for o in g.outputs) for g in _groups(exe))
     assert outputs == [["c1", "c2"], ["out"], ["r1", "r2"]]

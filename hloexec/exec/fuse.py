@@ -49,6 +49,11 @@ MAX_GROUP = 128      # instructions per group: bounds compile time and the gener
 MAX_OUTPUTS = 8      # outputs per group
 _REDUCTIONS = ("reduce", "reduce-window")
 MAX_RECOMPUTED = 24  # instructions (and sources) of a value redone in every group that reads it
+# Values from this size on are streamed from memory by every pass over them: redoing one in each group that
+# reads it, a column reduction's kernel and one pass for sibling reductions save that traffic. Smaller ones
+# (the GPT d256 step's [512,256] activations) stay in cache, where another pass costs little and another
+# kernel its compile (+21% on that step's compiling run without this bound).
+STREAMED_BYTES = 8 << 20
 
 
 @dataclass
@@ -69,8 +74,8 @@ def _fusible(inst: Instruction) -> bool:
         return False
     if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):
         return False
-    if (op == "reduce" and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ())
-            and not column_reduction_applies(inst)):
+    if op == "reduce" and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ()) and not (
+            column_reduction_applies(inst) and inst.operands[0].shape.nbytes >= STREAMED_BYTES):
         # keeps the minor dim, not in the generator's column loop: the loop nest would read each column
         # with a row-sized stride (measured 7x slower than numpy, which adds whole rows)
         return False
@@ -138,7 +143,8 @@ def _copied_in(inst: Instruction, users: list[Instruction], root: Instruction, c
         return _cheap(inst) or inst.opcode in _RECOMPUTABLE and _recompute_pays(inst)
     if _cheap(inst):
         return len(users) > 1 if inst.opcode in _CHEAP_UNARY else True
-    return inst.opcode in _RECOMPUTABLE and len(users) > 1 and _recompute_pays(inst)
+    return (inst.opcode in _RECOMPUTABLE and len(users) > 1 and inst.shape.nbytes >= STREAMED_BYTES
+            and _recompute_pays(inst))
 
 
 def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list[FusedGroup]:
@@ -235,9 +241,9 @@ def _merge_into_consumers(members: list[list[Instruction]], group_of: dict[int, 
     has no other reader, not even stored). Pre-optimization Adam with a finiteness check reads each new
     moment in the parameter update and in a `select` keeping it or the old one: without this, the moment
     updates, the parameter update and the selects are five passes (the selects op by op), with it one.
-    A group rooted at a reduce absorbs instead an earlier sibling (_siblings) that reads a value of its
-    operand's size it reads too: one loop over the rows (columns) computes both, each row read from memory
-    once.
+    A group rooted at a reduce of a streamed operand (STREAMED_BYTES) absorbs instead an earlier sibling
+    (_siblings) that reads a value of its operand's size it reads too: one loop over the rows (columns)
+    computes both, each row read from memory once.
 
     Group B (in schedule order of roots) absorbs group A when every reader of A's outputs outside A and B is
     scheduled after B's root (A's outputs are now written at B's step; a reader's own position is the
@@ -249,7 +255,9 @@ def _merge_into_consumers(members: list[list[Instruction]], group_of: dict[int, 
     order = sorted(range(len(members)), key=lambda g: position[id(members[g][0])])
     absorbed: set[int] = set()
     for b in order:
-        if members[b][0].opcode == "reduce-window":
+        first = members[b][0]
+        if first.opcode == "reduce-window" or (first.opcode == "reduce"
+                                               and first.operands[0].shape.nbytes < STREAMED_BYTES):
             continue
         merged = True
         while merged:
@@ -259,7 +267,8 @@ def _merge_into_consumers(members: list[list[Instruction]], group_of: dict[int, 
             if root.opcode == "reduce":
                 size = root.operands[0].shape.size
                 shared = {id(x) for x in reads if x.shape.size >= size}
-                candidates = {a for a in order[:order.index(b)] if a not in absorbed and _siblings(members[a][0], root)
+                candidates = {a for a in order[:order.index(b)]
+                              if a not in absorbed and _siblings(members[a][0], root)
                               and not any(group_of.get(id(x)) == a for x in reads)
                               and any(id(x) in shared for x in _group_reads(members[a], copied))}
             else:
