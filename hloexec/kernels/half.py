@@ -1,8 +1,8 @@
 """f16 / bf16 <-> f32 conversions usable inside Numba-jitted code.
 
-Kernels see f16 and bf16 arrays as uint16 views and compute in f32. The f16 conversions are Numba
-intrinsics emitting LLVM `fpext` / `fptrunc` on `half` (on x86-64 with F16C these become
-vcvtph2ps / vcvtps2ph): exact, round-to-nearest-even, NaN / inf / denormals handled by the hardware.
+Kernels see f16 and bf16 arrays as uint16 views and compute in f32. f32 -> f16 is a Numba intrinsic
+emitting LLVM `fptrunc` to `half` (on x86-64 with F16C vcvtps2ph): round-to-nearest-even, NaN / inf /
+denormals handled by the hardware; f16 -> f32 is integer arithmetic (`f16_to_f32` says why), exact.
 bf16 is the top half of an f32: widening is a shift; narrowing rounds to nearest-even on the bits and
 turns NaN into the canonical quiet NaN with its sign -- bit-identical to `ml_dtypes.bfloat16` conversion.
 
@@ -81,12 +81,12 @@ def f16_to_f32(bits):
 
     In integer arithmetic: the half's exponent and mantissa shifted into an f32's place and scaled by
     2**112 (exact for normals and subnormals), inf / NaN given the f32 exponent (and a NaN the quiet bit),
-    then the sign. The `fpext`
-    from `half` (vcvtph2ps) loads its 16 bits with vpinsrw, which merges into an arbitrary register: in a
-    loop LLVM does not vectorize (a row sum's lanes) that register is often the previous element's result,
-    and every element then waits for the one before (LayerNorm backward's f16 row sums: 10x slower); this
-    form has no such dependency and vectorizes. In a vectorized elementwise loop it costs ~8% more than
-    vcvtph2ps on 64 M elements (memory-bound either way)."""
+    then the sign. An `fpext` from `half` (vcvtph2ps) loads its 16 bits with vpinsrw, which merges into
+    whatever register it is given: in a loop LLVM does not vectorize (a row sum's lanes) that register is
+    often the previous element's result, and every element then waits for the one before (LayerNorm
+    backward's f16 row sums: 10x slower). This form has no such dependency and vectorizes there; in an
+    elementwise loop it costs ~8% more than vcvtph2ps on 64 M elements (memory-bound either way) and a
+    little more compile time."""
     b = np.uint32(np.uint16(bits))
     magnitude = np.uint32(b & np.uint32(0x7FFF))
     shifted = np.uint32(magnitude << np.uint32(13))
