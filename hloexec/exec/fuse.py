@@ -7,10 +7,10 @@ synthetic fused computation that `hloexec.kernels.fusion` compiles into one loop
 
 Rules:
 * fusible: elementwise ops, data movement the loop generator rewrites into index arithmetic, iota,
-  constants, reduce over the minor dim or over the major dims of a wide enough row (the generator's column
-  loop: a bias gradient) and reduce-window (reductions only as a group's root: a reduce feeding a broadcast
-  would be recomputed). A reduce-window's producers join it only when its windows do not overlap (else they
-  would be recomputed per window).
+  constants, reduce over the minor dim or, from STREAMED_BYTES on, over the major dims of a wide enough row
+  (the generator's column loop: a bias gradient) and reduce-window (reductions only as a group's root: a
+  reduce feeding a broadcast would be recomputed). A reduce-window's producers join it only when its windows
+  do not overlap (else they would be recomputed per window).
 * a producer joins its consumers' group only when all its (live) users are in that one group, so a group
   needs no value of a non-member that depends on a member (groups stay convex) and nothing is computed twice;
   or when its other users come after the group's root in the schedule and it has the root's dims: then it
@@ -21,17 +21,18 @@ Rules:
   the selects of a finiteness check, and those selects become one kernel);
 * cheap producers (constants, iota, broadcasts of those or of scalars, converts and other cheap unary
   ops) are copied into every group that uses them instead of materialising a large value; so is a value of
-  cheap elementwise ops and data movement read by several groups when redoing it reads no more bytes than
-  its stored value (XLA's producer duplication: LayerNorm backward's `x - mean` and `dy * gamma`, each
-  read by two to four groups, are redone from the f16 inputs instead of written and re-read in f32), and
-  whatever only such copies read;
-* sibling reductions (reduces of the same dimensions over arrays of the same dims, neither reading the
-  other) that read a common input of their operand's size become one kernel with both outputs: the rows
-  (columns) are read from memory once (LayerNorm backward's sums over dy, its gamma and beta gradients);
+  cheap elementwise ops and data movement (from STREAMED_BYTES on) read by several groups when redoing it
+  reads no more bytes than its stored value (XLA's producer duplication: LayerNorm backward's `x - mean`
+  and `dy * gamma`, each read by two to four groups, are redone from the f16 inputs instead of written and
+  re-read in f32), and whatever only such copies read;
+* sibling reductions (reduces of the same dimensions over arrays of the same dims from STREAMED_BYTES on,
+  neither reading the other) that read a common input of their operand's size become one kernel with both
+  outputs: the rows (columns) are read from memory once (LayerNorm backward's sums over dy, its gamma and
+  beta gradients);
 * a group is kept only when it pays: at least two ops that do work op by op (an expanding broadcast
-  counts), or one f16/bf16 arithmetic op (op by op it converts through f32), or a reduce-window (op by op
-  numpy reduces a strided window view), and enough bytes (see ExecContext.fused_kernel, which may still
-  decline it).
+  counts, and so do the elementwise producers it redoes), or one f16/bf16 arithmetic op (op by op it
+  converts through f32), or a reduce-window (op by op numpy reduces a strided window view), and enough
+  bytes (see ExecContext.fused_kernel, which may still decline it).
 """
 from __future__ import annotations
 
