@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,13 +161,16 @@ def _mixed_adam_step(rows: int):
     return f, (ps, gs, ms, vs, np.int32(3), np.float32(1024), np.int32(1)), n
 
 
-def _layernorm_bwd(batch: int):
+LAYERNORM_TYPES = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "f32": np.dtype(np.float32)}
+
+
+def _layernorm_bwd(batch: int, dtype):
     r = np.random.default_rng(3)
     shape = (batch, 2048, 4096)
-    x = r.standard_normal(shape, dtype=np.float32).astype(np.float16)
-    dy = r.standard_normal(shape, dtype=np.float32).astype(np.float16)
-    g = (1 + 0.1 * r.standard_normal(4096, dtype=np.float32)).astype(np.float16)
-    b = (0.1 * r.standard_normal(4096, dtype=np.float32)).astype(np.float16)
+    x = r.standard_normal(shape, dtype=np.float32).astype(dtype)
+    dy = r.standard_normal(shape, dtype=np.float32).astype(dtype)
+    g = (1 + 0.1 * r.standard_normal(4096, dtype=np.float32)).astype(dtype)
+    b = (0.1 * r.standard_normal(4096, dtype=np.float32)).astype(dtype)
     return _examples().layernorm_bwd_fn(), (x, g, b, dy)
 
 
@@ -260,14 +264,15 @@ def workloads() -> list[Workload]:
                             xla_files=pre))
 
     batch = max(1, round(8 * s))
-    name = f"layernorm_bwd_{batch}x2048x4096_f16"
-
-    def make_ln(d):
-        fn, args = _layernorm_bwd(batch)
-        _write(d, fn, args, optimized=False)
     n = batch * 2048 * 4096
-    # read x, dy; write dx (f16); gamma/beta tiny
-    out.append(Workload(name, "large", _one(name, make_ln), bytes_moved=n * 2 * 3))
+    for dt_name, dtype in LAYERNORM_TYPES.items():
+        name = f"layernorm_bwd_{batch}x2048x4096_{dt_name}"
+
+        def make_ln(d, dtype=dtype):
+            fn, args = _layernorm_bwd(batch, dtype)
+            _write(d, fn, args, optimized=False)
+        # read x, dy; write dx; gamma/beta tiny
+        out.append(Workload(name, "large", _one(name, make_ln), bytes_moved=n * dtype.itemsize * 3))
 
     def make_many(d):
         for k, (_, fn, args) in enumerate(_one_op_functions()):

@@ -388,3 +388,100 @@ def test_equal_fusions_weigh_their_work_together(monkeypatch):
     monkeypatch.setattr(tiering, "EAGER_COMPILE_WORK", 2 * one_group_work + 1)
     assert all(isinstance(s.kernel, TieredKernel) and s.kernel.after == 1
                for s in hloexec.load(two).plan.steps if s.fused)
+
+
+# Row statistics in the shape of LayerNorm backward: d = x (op) broadcast(s) is read by four groups (two row
+# reduces, a column reduce, the elementwise output); y by a row reduce and two column reduces.
+_ROW_STATISTICS_OPS = {     # element type: (op combining x with the statistic, product op, reducer, its init)
+    "f16": ("subtract", "multiply", "add", "0"), "bf16": ("subtract", "multiply", "add", "0"),
+    "f32": ("subtract", "multiply", "add", "0"), "s32": ("subtract", "multiply", "add", "0"),
+    "pred": ("xor", "and", "or", "false"),
+}
+
+
+def _row_statistics(et: str) -> str:
+    comb, mul, red, init = _ROW_STATISTICS_OPS[et]
+    a = f"{et}[64,256]"
+    return f"""HloModule row_statistics
+red {{ a = {et}[] parameter(0)
+  b = {et}[] parameter(1)
+  ROOT c = {et}[] {red}(a, b) }}
+ENTRY e {{
+  x = {a} parameter(0)
+  y = {a} parameter(1)
+  s = {et}[64] parameter(2)
+  sb = {a} broadcast(s), dimensions={{0}}
+  d = {a} {comb}(x, sb)
+  z = {et}[] constant({init})
+  dd = {a} {mul}(d, d)
+  r1 = {et}[64] reduce(dd, z), dimensions={{1}}, to_apply=red
+  dy = {a} {mul}(d, y)
+  r2 = {et}[64] reduce(dy, z), dimensions={{1}}, to_apply=red
+  dy2 = {a} {mul}(y, d)
+  c1 = {et}[256] reduce(dy2, z), dimensions={{0}}, to_apply=red
+  c2 = {et}[256] reduce(y, z), dimensions={{0}}, to_apply=red
+  out = {a} {comb}(d, y)
+  ROOT t = ({a}, {et}[64], {et}[64], {et}[256], {et}[256]) tuple(out, r1, r2, c1, c2)
+}}
+"""
+
+
+@pytest.mark.parametrize("et", sorted(_ROW_STATISTICS_OPS))
+def test_reductions_sharing_their_inputs_run_as_one_kernel_per_direction(et, monkeypatch):
+    """`d`, cheap to redo from x and a row statistic, is redone in each of the four groups that read it instead
+    of being stored; the two row reduces (both read x) are one kernel, and so are the two column reduces (both
+    read y; the generator's column loop); every group compiles and gives the op-by-op tier's bits (float sums
+    folded in order under reductions="per-step", the other reducers exact). Scaled down: the pass does this
+    from STREAMED_BYTES on."""
+    from hloexec.exec import fuse, tiering
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
+    text = _row_statistics(et)
+    cached = hloexec.load(text, compile_after=0, reductions="per-step")      # all of it fits in cache
+    assert "d" in [s.inst.name for s in cached.plan.steps]                   # stored: no new kernels
+    monkeypatch.setattr(fuse, "STREAMED_BYTES", 0)
+    exe = hloexec.load(text, compile_after=0, reductions="per-step")
+    outputs = sorted(sorted(o.name for o in g.outputs) for g in _groups(exe))
+    assert outputs == [["c1", "c2"], ["out"], ["r1", "r2"]]
+    assert all(g.kernel.compiled is not None for g in _groups(exe))
+    assert "d" not in [s.inst.name for s in exe.plan.steps]         # never stored
+    reference = hloexec.load(text, use_numba=False, reductions="per-step")
+    inputs = _inputs(reference, seed=11)
+    if et == "pred":        # rare true values in x and y, so that the or-reductions are not all true
+        rare = np.random.default_rng(11).random((2, 64, 256)) < 0.005
+        inputs = [rare[0], rare[1], inputs[2]]
+    for got, want in zip(exe.run(*inputs), reference.run(*inputs)):
+        assert got.tobytes() == want.tobytes()
+        if et == "pred":
+            assert want.any() and not want.all()        # the inputs exercise both outcomes
+
+
+_CONVERTS = [("f16", "f32"), ("bf16", "f32"), ("f32", "f64"), ("s8", "s32"), ("pred", "s32")]
+
+
+@pytest.mark.parametrize("src,dst", _CONVERTS, ids=[f"{s}-{d}" for s, d in _CONVERTS])
+def test_a_reduce_of_a_convert_read_twice_compiles(src, dst, monkeypatch):
+    """A convert read by a reduce and by another group is redone in each; the reduce and its copy of the
+    convert are two passes op by op (convert, then reduce), so the group compiles, with the op-by-op bits."""
+    from hloexec.exec import tiering
+    monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
+    text = f"""HloModule reduce_of_convert
+add {{ a = {dst}[] parameter(0)
+  b = {dst}[] parameter(1)
+  ROOT c = {dst}[] add(a, b) }}
+ENTRY e {{
+  x = {src}[64,256] parameter(0)
+  c = {dst}[64,256] convert(x)
+  z = {dst}[] constant(0)
+  r = {dst}[64] reduce(c, z), dimensions={{1}}, to_apply=add
+  sq = {dst}[64,256] multiply(c, c)
+  ROOT t = ({dst}[64], {dst}[64,256]) tuple(r, sq)
+}}
+"""
+    exe = hloexec.load(text, compile_after=0, reductions="per-step")
+    groups = {g.root.name: g for g in _groups(exe)}
+    assert set(groups) == {"r", "sq"} and all(g.kernel.compiled is not None for g in groups.values())
+    assert [s.inst.name for s in exe.plan.steps if not s.fused] == ["t"]
+    reference = hloexec.load(text, use_numba=False, reductions="per-step")
+    inputs = _inputs(reference, seed=12)
+    for got, want in zip(exe.run(*inputs), reference.run(*inputs)):
+        assert got.tobytes() == want.tobytes()

@@ -42,6 +42,7 @@ from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
 BLOCK_WORK = 32_768              # output elements x reduced elements per block of the split at least
+COLUMN_BLOCK = 2048              # output elements per block of a column reduction at least (the width of its rows)
 MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
 TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
 LANES = 16                       # partial sums of a float row sum (one AVX-512 vector of f32)
@@ -64,19 +65,26 @@ def _transposes_minor_dim(comp) -> bool:
     return False
 
 
-def _column_reduces(comp, outs) -> list | None:
-    """The reduces of `comp` if Generator.column_reduction can run it: all sum one shape over its major dims
-    and keep >= 16 contiguous elements per row (a bias gradient), read no other reduce, and the outputs are
-    elementwise ops of the output's dims over them (convert(reduce(x)) included)."""
-    reduces = [i for i in comp.instructions if i.opcode == "reduce"]
-    if not reduces or any(len(r.operands) != 2 for r in reduces):
-        return None
-    src, rdims = reduces[0].operands[0].shape.dims, sorted(reduces[0].attr("dimensions", ()))
-    if any(r.operands[0].shape.dims != src or sorted(r.attr("dimensions", ())) != rdims for r in reduces):
-        return None
+def column_reduction_applies(reduce) -> bool:
+    """Whether Generator.column_reduction can run `reduce` (an instruction): it reduces its operand's major
+    dims and keeps >= 16 contiguous elements per row (a bias gradient)."""
+    src, rdims = reduce.operands[0].shape.dims, reduce.attr("dimensions", ())
     reduced = [d for d in rdims if src[d] != 1]
     kept = [d for d in range(len(src)) if d not in rdims and src[d] != 1]
-    if not (reduced and kept) or max(reduced) > min(kept) or math.prod(src[d] for d in kept) < 16:
+    return (len(reduce.operands) == 2 and bool(reduced and kept) and max(reduced) < min(kept)
+            and math.prod(src[d] for d in kept) >= 16)
+
+
+def _column_reduces(comp, outs) -> list | None:
+    """The reduces of `comp` if Generator.column_reduction can run it: all reduce one shape over the same
+    dims, which column_reduction_applies to, read no other reduce, and the outputs are elementwise ops of the
+    output's dims over them (convert(reduce(x)) included)."""
+    reduces = [i for i in comp.instructions if i.opcode == "reduce"]
+    if not reduces or not column_reduction_applies(reduces[0]):
+        return None
+    src, rdims = reduces[0].operands[0].shape.dims, sorted(reduces[0].attr("dimensions", ()))
+    if any(len(r.operands) != 2 or r.operands[0].shape.dims != src or sorted(r.attr("dimensions", ())) != rdims
+           for r in reduces):
         return None
     dims = outs[0].shape.dims
     after = {id(r) for r in reduces}        # what depends on a reduce: elementwise, at the output's dims
@@ -228,8 +236,10 @@ class _Generator:
         args = [f"o{k}" for k in range(len(outs))] + [f"p{p.parameter_number}" for p in self.params] + \
                [f"c{k}" for k in range(len(self.consts))] + (["lo", "hi"] if self.parallel else [])
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
-        self.blocks = (ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], max(2, work // BLOCK_WORK)))
-                       if self.parallel else [])
+        count = max(2, work // BLOCK_WORK)
+        if column:      # a block walks every reduced row: a narrow one reads a few bytes of each cache line
+            count = min(count, max(2, out_size // COLUMN_BLOCK))
+        self.blocks = ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], count)) if self.parallel else []
         source = kernel_module("fused", args, self.root_scope.render(1))
         self.outs = outs
         return source
