@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import ElidedConstantWarning, ExecutionError, MemoryLimitError, elided_constants_note
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
+from ..kernels.heap import keep_freed_memory
 from .context import Device, ExecContext
 from .inputs import from_npz_void
 from .plan import Plan
@@ -58,6 +59,7 @@ class Executable:
                  compile_after: int = 1, device: Device | None = None, max_memory: int | None = None,
                  compile_kernels: bool = True, reductions: str = "accumulate"):
         from .communicators import MirrorCommunicator
+        keep_freed_memory()         # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
         elided = module.elided_constants()
         if elided:

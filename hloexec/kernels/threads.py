@@ -7,16 +7,25 @@ take blocks from a shared counter until none is left: a pool thread that is slow
 busy, the pool serving another caller) finds nothing left, and nobody waits for it -- unlike a fork-join
 team, where every member must check in and one descheduled thread stalls the whole call for a time slice.
 Kernels release the GIL (numpy's BLAS calls, Numba's nogil kernels), so the blocks run in parallel.
+
+Waiting spins before it sleeps: a pool thread that finished its blocks watches for the next call for
+`SPIN_SECONDS` ($HLOEXEC_SPIN_US; 0 on a machine shared with other work), and the caller watches for the
+last block in flight, both in C with the GIL released (csrc/spin_wait.c). A thread asleep in the kernel
+takes 50-100 us to run again once woken on this VM, and the GPT d256 step makes ~120 parallel calls: 20-25 ms
+of one core's waiting per step, 5-13% of the step's time won back by spinning (bench/README.md, "Waking the
+pool").
 """
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import itertools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+SPIN_SECONDS = float(os.environ.get("HLOEXEC_SPIN_US", 300)) * 1e-6    # 0: sleep at once
+GRACE_SECONDS = 10e-6     # spun on after the word changed: see csrc/spin_wait.c (5-20 us measured best)
 
 
 def default_threads() -> int:
@@ -24,38 +33,111 @@ def default_threads() -> int:
     return int(os.environ.get("HLOEXEC_NUM_THREADS") or CORES)
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_workers = 0
+def _spin_function():
+    """csrc/spin_wait.c's `hlo_spin_while_equal(word, value, max_ns)` through ctypes (which releases the GIL);
+    None where the library lacks it (an older build): waiting then sleeps at once."""
+    from ..parser.scan import LIBRARY_PATH
+    try:
+        f = ctypes.CDLL(str(LIBRARY_PATH)).hlo_spin_while_equal
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    f.restype = ctypes.c_int64
+    return f
+
+
+_spin_while_equal = _spin_function()
+
+
+def _spin(word: ctypes.c_int64, value: int) -> int:
+    """Spin while word == value, at most SPIN_SECONDS; the word's last value."""
+    if _spin_while_equal is None or SPIN_SECONDS <= 0:
+        return word.value
+    return _spin_while_equal(ctypes.byref(word), value, int(SPIN_SECONDS * 1e9), int(GRACE_SECONDS * 1e9))
+
+
+class _Pool:
+    """Helper threads taking blocks of the newest posted queue; between queues each spins, then sleeps."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.generation = ctypes.c_int64(0)    # bumped by each post: what spinning helpers watch
+        self.queue: _BlockQueue | None = None
+        self.wake = threading.Condition()
+        self.sleeping = 0
+        for i in range(workers):
+            threading.Thread(target=self._serve, name=f"hloexec-{i}", daemon=True).start()
+
+    def post(self, queue: "_BlockQueue") -> None:
+        with self.wake:
+            self.queue = queue
+            self.generation.value += 1
+            if self.sleeping:
+                self.wake.notify_all()
+
+    def retire(self, queue: "_BlockQueue") -> None:
+        """Drop a finished queue, and what its blocks reference, unless a newer one was posted."""
+        with self.wake:
+            if self.queue is queue:
+                self.queue = None
+
+    def _serve(self) -> None:
+        seen = 0
+        while True:
+            generation = _spin(self.generation, seen)
+            if generation == seen:
+                with self.wake:
+                    self.sleeping += 1
+                    while self.generation.value == seen:
+                        self.wake.wait()
+                    self.sleeping -= 1
+                    generation = self.generation.value
+            seen = generation
+            self._help()
+
+    def _help(self) -> None:
+        """Take blocks of the newest queue, if it has a seat left (its own frame: nothing of it stays
+        referenced while this thread waits)."""
+        queue = self.queue
+        if queue is not None and queue.seat() < queue.helpers:
+            queue.context.copy().run(queue.work)    # the caller's np.errstate
+
+
+_pool: _Pool | None = None
 _pool_lock = threading.Lock()
 
 
 def _forget_threads():
     """In a forked child: the parent's pool threads and lock holders do not exist there."""
-    global _pool, _pool_workers, _pool_lock
-    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_threads)
 
 
-def _helper_pool(workers: int) -> ThreadPoolExecutor:
-    global _pool, _pool_workers
+def _helper_pool(workers: int) -> _Pool:
+    global _pool
     with _pool_lock:
-        if _pool_workers < workers:     # the old pool's threads exit once it is collected
-            _pool, _pool_workers = ThreadPoolExecutor(workers, thread_name_prefix="hloexec"), workers
+        if _pool is None or _pool.workers < workers:    # a smaller old pool's threads keep serving: harmless
+            _pool = _Pool(workers)
         return _pool
 
 
 class _BlockQueue:
     """Blocks 0..count-1 taken in turn by whichever thread is free; `finished` is set after the last."""
 
-    def __init__(self, count: int, run):
+    def __init__(self, count: int, run, helpers: int):
         self.count = count
         self.run = run
+        self.helpers = helpers
+        self.seat = itertools.count().__next__      # a helper joins with a seat below `helpers`
         self.take = itertools.count().__next__      # atomic under the GIL
         self.left = count
         self.lock = threading.Lock()
         self.finished = threading.Event()
+        self.done = ctypes.c_int64(0)               # 1 after the last block: what the spinning caller watches
+        self.context = contextvars.copy_context()
         self.error: BaseException | None = None
 
     def work(self):
@@ -68,6 +150,7 @@ class _BlockQueue:
                 with self.lock:
                     self.left -= 1
                     if self.left == 0:
+                        self.done.value = 1
                         self.finished.set()
 
 
@@ -79,12 +162,14 @@ def run_blocks(count: int, run, threads: int | None = None) -> None:
         for i in range(count):
             run(i)
         return
-    queue = _BlockQueue(count, run)
+    queue = _BlockQueue(count, run, helpers)
     pool = _helper_pool(helpers)
-    for _ in range(helpers):
-        pool.submit(contextvars.copy_context().run, queue.work)    # the caller's np.errstate
+    pool.post(queue)
     queue.work()
-    queue.finished.wait()
+    if not queue.finished.is_set():     # blocks still running on helpers
+        _spin(queue.done, 0)
+        queue.finished.wait()
+    pool.retire(queue)
     if queue.error is not None:
         raise queue.error
 
