@@ -273,3 +273,33 @@ def test_transposes_swapping_two_dim_groups_copy_in_panels(dtype, perm, monkeypa
     got = hloexec.load(text, use_numba=False).run(x)
     assert got.dtype == dt and got.flags.c_contiguous
     assert got.tobytes() == np.ascontiguousarray(np.transpose(x, perm)).tobytes()
+
+
+_TRANSPOSE_INTO_DOT = """HloModule m
+ENTRY main {
+  w = bf16[64,48] parameter(0)
+  x = bf16[2,48] parameter(1)
+  t = bf16[48,64] transpose(w), dimensions={1,0}
+  d = bf16[2,64] dot(x, t), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT r = %ROOT%
+}
+"""
+
+
+def test_a_transpose_read_only_by_dots_is_a_view_of_its_operand():
+    import hloexec
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 48)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((2, 48)).astype(ml_dtypes.bfloat16)
+    viewed = hloexec.load(_TRANSPOSE_INTO_DOT.replace("%ROOT%", "bf16[2,64] copy(d)"))
+    seen = {}
+    got = viewed.run(w, x, observe=lambda inst, value: seen.setdefault(inst.name, value))
+    assert np.shares_memory(seen["t"], w)
+    want = (x.astype(np.float32) @ w.astype(np.float32).T).astype(ml_dtypes.bfloat16)
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+    # read by something else too (here the result): a copy, and the plan counts its buffer
+    copied = hloexec.load(_TRANSPOSE_INTO_DOT.replace("%ROOT%", "(bf16[2,64], bf16[48,64]) tuple(d, t)"))
+    got2, t = copied.run(w, x)
+    assert not np.shares_memory(t, w) and t.flags.c_contiguous
+    np.testing.assert_allclose(got2.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+    assert copied.plan.memory.peak_bytes() - viewed.plan.memory.peak_bytes() >= 48 * 64 * 2

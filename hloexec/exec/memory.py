@@ -8,6 +8,7 @@ from typing import NamedTuple
 from ..ir import opcodes
 from ..ir.module import Instruction
 from ..kernels import elementwise as ew
+from ..ops.movement import transpose_is_view
 
 
 class PlanMemory:
@@ -196,7 +197,7 @@ def _returns_view(inst: Instruction) -> bool:
         src, dst = inst.operands[0].shape, inst.shape
         return src.is_tuple or all(s.has_default_layout and not (s.layout is not None and s.layout.tiles)
                                    for s in (src, dst))
-    return inst.opcode in opcodes.VIEW
+    return inst.opcode in opcodes.VIEW or transpose_is_view(inst)
 
 
 # Ops whose numpy kernels compute f16/bf16 values in f32 copies of their operands and result.

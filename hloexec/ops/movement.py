@@ -71,6 +71,15 @@ def _prepare_reshape(inst, ctx):
 
 
 
+def transpose_is_view(inst) -> bool:
+    """Whether a transpose runs as a strided view of its operand, not a copy: a 2-D one read only by dots, which
+    take any strides (BLAS's transposed flag; a low-precision operand is widened in slices of its own layout).
+    XLA's layout assignment makes such transposes free (gemma3's [262144,1152] bf16 embedding read as
+    {0,1} for the logits): copied, it was 60% of the module's warm run (bench/README.md, "gemma3")."""
+    return (inst.opcode == "transpose" and inst.shape.rank == 2 and _dims(inst) == (1, 0) and bool(inst.users)
+            and all(u.opcode == "dot" for u in inst.users) and inst is not inst.computation.root)
+
+
 @op("transpose", dtypes=ALL, notes="output dim i = operand dim dimensions[i]")
 def _prepare_transpose(inst, ctx):
     perm = _dims(inst)
@@ -78,6 +87,8 @@ def _prepare_transpose(inst, ctx):
         raise UnsupportedError(f"transpose dimensions {perm} are not a permutation", inst)
     if perm == tuple(range(len(perm))):
         return lambda x: x.copy()
+    if transpose_is_view(inst):
+        return lambda x: x.T
     rank = len(perm)
     split = perm[0]
     if perm == tuple(range(split, rank)) + tuple(range(split)):     # [A..., B...] -> [B..., A...]: a 2-D transpose
