@@ -3,7 +3,7 @@
 Programs fix their integer dtypes: another test may have switched on jax's x64 mode in this process.
 
 Each jax program below puts one family of ops inside a loop body -- carried-state updates
-(dynamic-update-slice), scatter, gather, dot, reductions (variadic too), conditionals, nested loops,
+(dynamic-update-slice), scatter, gather, dot, reductions and reduce-windows (variadic too), conditionals, nested loops,
 movement ops, integer bit tricks, f16 / bf16 -- and runs it three ways: XLA:CPU (jax itself), hloexec with
 the loop compiled (`compile_after=0`), hloexec interpreted step by step (`use_numba=False`). Data are
 small integers wherever sums are involved, so every order of summation gives the same bits and the
@@ -121,6 +121,26 @@ def invariant(x):
     return lax.fori_loop(0, 3000, body, x)
 
 
+def windows(x):
+    """reduce-window in a loop body: a max with SAME padding, a strided sum over a padded, base-dilated
+    operand, and a variadic (value, index) argmax."""
+    idx = lax.broadcasted_iota(jnp.int32, x.shape, 1)
+
+    def argmax(a, b):
+        (av, ai), (bv, bi) = a, b
+        pick = av >= bv
+        return jnp.where(pick, av, bv), jnp.where(pick, ai, bi)
+
+    def body(i, c):
+        x, total, where = c
+        peak = lax.reduce_window(x, -jnp.inf, lax.max, (3, 2), (1, 1), "SAME")
+        total = total + lax.reduce_window(x, 0.0, lax.add, (2, 3), (2, 1), ((1, 0), (1, 1)), base_dilation=(1, 2))
+        _, arg = lax.reduce_window((x, idx), (-jnp.inf, 0), argmax, (2, 2), (1, 1), "VALID")
+        return peak - 1, total, where + arg
+    total0 = lax.reduce_window(x, 0.0, lax.add, (2, 3), (2, 1), ((1, 0), (1, 1)), base_dilation=(1, 2)) * 0
+    return lax.fori_loop(0, 4, body, (x, total0, jnp.zeros((x.shape[0] - 1, x.shape[1] - 1), jnp.int32)))
+
+
 PROGRAMS = {
     "scan_rows": (scan_rows, (_ints((9, 4)),)),
     "int_bits": (int_bits, (np.arange(1, 9, dtype=np.uint32) * np.uint32(2654435761),)),
@@ -134,6 +154,7 @@ PROGRAMS = {
     "half": (half, (_ints((7,), dtype=np.float16) / 8, _ints((7,), dtype=jnp.bfloat16) / 4)),
     "swap_and_alias": (swap_and_alias, (_ints((4,)),)),
     "invariant": (invariant, (np.int32(5),)),
+    "windows": (windows, (_ints((5, 6)),)),
 }
 
 

@@ -47,7 +47,7 @@ from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
-                         reduce_dims)
+                         reduce_dims, window_position, window_span)
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -331,6 +331,8 @@ class _Generator:
             return self.conditional(inst, operands)
         if op == "reduce":
             return self.reduce(inst, operands)
+        if op == "reduce-window":
+            return self.reduce_window(inst, operands)
         if op == "scatter":
             return self.scatter(inst, operands, writable)
         need(op != "parameter", "parameter")
@@ -529,6 +531,57 @@ class _Generator:
                     self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
         result = outs or [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)]
         return Tup(result) if inst.shape.is_tuple else result[0]
+
+    def reduce_window(self, inst, operands):
+        """Each output element folds its window of the operand, row-major: window element k along a dim reads
+        the operand where `window_position` lands in the padded, base-dilated operand, if `dilated_element`
+        finds an element there (padding and holes are skipped; kernels/index_maps.py), as the fusion
+        generator and ops/reduction.py walk it."""
+        n = len(operands) // 2
+        srcs, inits = operands[:n], [self.scalar_of(v) for v in operands[n:]]
+        src_dims = _leaf_type(inst.operands[0].shape)[0]
+        out_leaves = _shape_leaves(inst.shape)
+        out_dims = out_leaves[0][0]
+        window = inst.attr("window") or ()
+        need(src_dims and len(window) == len(src_dims), "window rank")
+        need(not any(w.reversal for w in window), "window reversal")
+        reducer = inst.called["to_apply"]
+        simple = n == 1 and _simple_reducer(reducer)
+        outs = [self.new_array(d, et) for d, et in out_leaves]
+        ar = SourceIndex()
+        with self.loops(out_dims) as oidx:
+            accs = [self.fresh("r") for _ in range(n)]
+            for a, v in zip(accs, inits):
+                self.line(f"{a} = {v.expr}")
+            with self.loops([w.size for w in window]) as kidx:
+                conds, src = [], []
+                literal = [0 if i == "0" else i for i in oidx], [0 if k == "0" else k for k in kidx]  # (to fold)
+                for out, k, size, out_n, w in zip(*literal, src_dims, out_dims, window):
+                    element, holds = dilated_element(ar, size, w.pad_low, w.base_dilation,
+                                                     window_position(ar, w, out, k), window_span(w, out_n))
+                    conds += holds
+                    src.append(element)
+                if False not in conds:      # (else every window element along a dim is padding: folds nothing)
+                    guard = self.open(f"if {' and '.join(map(index_src, conds))}:") if conds else None
+                    lin = _linear(src_dims, src)
+                    vals = [self.local(self.at(s, lin), s.et) for s in srcs]
+                    if simple:
+                        step = ew.reducer_step_src(self.reductions, simple, out_leaves[0][1], accs[0], vals[0].expr)
+                        self.line(f"{accs[0]} = {step}")
+                    else:
+                        args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
+                        result = _leaves(self.inline(reducer, args))
+                        self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
+                    if guard is not None:
+                        self.close(guard)
+            if simple:
+                total = ew.reduction_result_src(self.reductions, simple, out_leaves[0][1], accs[0], self.excess)
+                if total != accs[0]:
+                    self.line(f"{accs[0]} = {total}")
+            lin = _linear(out_dims, oidx)
+            for o, a in zip(outs, accs):
+                self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
+        return Tup(outs) if inst.shape.is_tuple else outs[0]
 
     def dot(self, inst, operands, out):
         a, b = operands
