@@ -37,6 +37,13 @@ static unsigned first_bit(unsigned m) { return (unsigned)__builtin_ctz(m); }
 #endif
 #endif
 
+/* The small lexing helpers run once or more per token: inlined, they cost no call, spill or reload. */
+#if defined(_MSC_VER) && !defined(__clang__)
+#define HLO_INLINE static __forceinline
+#else
+#define HLO_INLINE static inline __attribute__((always_inline))
+#endif
+
 #define HLO_MAX_NESTED 64 /* nested operand instructions: add(f32[] mul(a, b), c) */
 
 /* character classes */
@@ -216,7 +223,7 @@ static int skip_ws_from(S *s) {
 
 /* Most tokens are followed by a name, punctuation or one space and a name: answer those
  * without the loop. */
-static int skip_ws(S *s) {
+HLO_INLINE int skip_ws(S *s) {
   uint64_t p = s->p;
   if (p < s->n && s->b[p] == ' ') p++;
   if (p < s->n && !(s->cls[s->b[p]] & C_SKIP)) {
@@ -227,7 +234,7 @@ static int skip_ws(S *s) {
 }
 
 /* First offset >= p (p <= n) that is not a name byte [A-Za-z0-9_.-]; n if none. */
-static uint64_t name_end(const S *s, uint64_t p) {
+HLO_INLINE uint64_t name_end(const S *s, uint64_t p) {
   const uint8_t *b = s->b;
   uint64_t n = s->n;
 #ifdef HLO_SSE2
@@ -251,7 +258,7 @@ static uint64_t name_end(const S *s, uint64_t p) {
 }
 
 /* Name: [%]?[A-Za-z0-9_.-]*; returns span without '%'. *pct set if '%' seen. */
-static hlo_span read_name(S *s, int *pct) {
+HLO_INLINE hlo_span read_name(S *s, int *pct) {
   const uint8_t *b = s->b;
   uint64_t p = s->p, n = s->n;
   int had = 0;
@@ -268,7 +275,7 @@ static hlo_span read_name(S *s, int *pct) {
   return sp;
 }
 
-static int is_word(S *s, const char *w, size_t wl) {
+HLO_INLINE int is_word(S *s, const char *w, size_t wl) {
   uint64_t p = s->p;
   if (s->n - p < wl || memcmp(s->b + p, w, wl) != 0) return 0;
   return p + wl == s->n || !(s->cls[s->b[p + wl]] & C_NAME);
@@ -293,23 +300,28 @@ static uint64_t find_string_special(const S *s, uint64_t p) {
   return p;
 }
 
+#ifdef HLO_SSE2
+/* Bit i set: q[i] is one of ()[]{}"/ or a newline (C_GRP). */
+HLO_INLINE unsigned group_mask(const uint8_t *q) {
+  /* '(' ')' differ in bit 0; '[' '{' and ']' '}' in bit 5 */
+  const __m128i v = _mm_loadu_si128((const __m128i *)q);
+  const __m128i v5 = _mm_or_si128(v, _mm_set1_epi8(0x20));
+  __m128i hit = _mm_or_si128(
+      _mm_or_si128(_mm_cmpeq_epi8(_mm_or_si128(v, _mm_set1_epi8(1)), _mm_set1_epi8(')')),
+                   _mm_or_si128(_mm_cmpeq_epi8(v5, _mm_set1_epi8('{')), _mm_cmpeq_epi8(v5, _mm_set1_epi8('}')))),
+      _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                   _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('/')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n')))));
+  return (unsigned)_mm_movemask_epi8(hit);
+}
+#endif
+
 /* First offset >= p (p <= n) holding one of ()[]{}"/ or a newline (C_GRP); n if none. */
-static uint64_t find_group_special(const S *s, uint64_t p) {
+HLO_INLINE uint64_t find_group_special(const S *s, uint64_t p) {
   const uint8_t *b = s->b;
   uint64_t n = s->n;
 #ifdef HLO_SSE2
-  /* '(' ')' differ in bit 0; '[' '{' and ']' '}' in bit 5 */
-  const __m128i bit0 = _mm_set1_epi8(1), bit5 = _mm_set1_epi8(0x20), paren = _mm_set1_epi8(')'),
-                open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}'), quote = _mm_set1_epi8('"'),
-                slash = _mm_set1_epi8('/'), newline = _mm_set1_epi8('\n');
   while (p < n && n - p >= 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
-    __m128i v5 = _mm_or_si128(v, bit5);
-    __m128i hit = _mm_or_si128(
-        _mm_or_si128(_mm_cmpeq_epi8(_mm_or_si128(v, bit0), paren),
-                     _mm_or_si128(_mm_cmpeq_epi8(v5, open), _mm_cmpeq_epi8(v5, close))),
-        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_or_si128(_mm_cmpeq_epi8(v, slash), _mm_cmpeq_epi8(v, newline))));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    unsigned m = group_mask(b + p);
     if (m) return p + first_bit(m);
     p += 16;
   }
@@ -341,16 +353,33 @@ static int skip_string(S *s, uint64_t *pp) {
   }
 }
 
-static uint8_t closer_of(uint8_t c) { return c == '(' ? ')' : c == '[' ? ']' : '}'; }
+HLO_INLINE uint8_t closer_of(uint8_t c) { return c == '(' ? ')' : c == '[' ? ']' : '}'; }
 
-/* At an opener ( [ {: skip to after its matching closer. */
+/* At an opener ( [ {: skip to after its matching closer. The special bytes of a 16-byte block are
+ * taken from one mask, bit by bit, while only brackets and newlines move p (tuple shapes hold a
+ * bracket every few bytes); a string or a comment moves p past the block's mask and a new one is
+ * loaded where it ends. */
 static int scan_nested_group(S *s) {
   const uint8_t *b = s->b;
   uint64_t p = s->p, n = s->n, start = s->p;
   uint64_t depth = 0;
   uint8_t *st = s->bstack;
+  unsigned m = 0;        /* specials of the block at `base` not yet taken */
+  uint64_t base = 0, mask_end = 0; /* bytes in [p, mask_end) outside m are plain */
   for (;;) {
-    p = find_group_special(s, p);
+#ifdef HLO_SSE2
+    while (!m && p < n && n - p >= 16) {
+      m = group_mask(b + p);
+      base = p;
+      mask_end = p + 16;
+      if (!m) p += 16;
+    }
+    if (m) {
+      p = base + first_bit(m);
+      m &= m - 1;
+    } else
+#endif
+      p = find_group_special(s, p);
     if (p >= n) {
       s->p = p;
       return fail(s, HLO_ERR_UNTERMINATED, start, "unbalanced bracket: no matching closing bracket before end of input");
@@ -381,6 +410,8 @@ static int scan_nested_group(S *s) {
       case '"': {
         int rc = skip_string(s, &p);
         if (rc) return rc;
+        m = 0;
+        mask_end = 0;
         break;
       }
       case '/': {
@@ -390,6 +421,8 @@ static int scan_nested_group(S *s) {
           if (rc) return rc;
           if (s->p == p) p++; /* one_line stop */
           else p = s->p;
+          m = 0;
+          mask_end = 0;
         } else {
           p++;
         }
@@ -400,12 +433,15 @@ static int scan_nested_group(S *s) {
         p++;
         break;
     }
+#ifdef HLO_SSE2
+    if (!m && p < mask_end) p = mask_end;
+#endif
   }
 }
 
 /* Most groups are flat (dims, layouts, operand lists of shapes): the first special byte after the
  * opener is its closer. The others take the bracket stack. */
-static int scan_group(S *s) {
+HLO_INLINE int scan_group(S *s) {
   uint64_t q = find_group_special(s, s->p + 1);
   if (q < s->n && s->b[q] == closer_of(s->b[s->p])) {
     s->p = q + 1;
