@@ -143,7 +143,7 @@ static void reserve(void **arr, uint64_t *cap, uint64_t rows, size_t elsz) {
 }
 
 #define PUSH(s, arr, count, cap, T) \
-  (grow((s), (void **)&(arr), &(cap), (count) + 1, sizeof(T)) ? (T *)NULL : &(arr)[(count)++])
+  ((count) < (cap) || !grow((s), (void **)&(arr), &(cap), (count) + 1, sizeof(T)) ? &(arr)[(count)++] : (T *)NULL)
 
 static hlo_attr *push_attr(S *s) {
   hlo_tables *t = s->t;
@@ -598,19 +598,52 @@ static int scan_shape(S *s, hlo_span *out) {
 
 /* ------------------------------------------------------------ name table */
 
-/* Eight bytes a step (names are mostly 5-12 bytes); the value only has to agree within a scan. */
-static uint32_t hash_bytes(const uint8_t *p, uint64_t n) {
+static uint64_t load8(const uint8_t *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+
+static uint32_t load4(const uint8_t *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+
+/* Eight bytes a step (names are mostly 5-12 bytes), the last step overlapping the one before, so
+ * no byte loop and no read outside the name; the value only has to agree within a scan. */
+HLO_INLINE uint32_t hash_bytes(const uint8_t *p, uint64_t n) {
   const uint64_t k = 0x9e3779b97f4a7c15ull;
-  uint64_t h = n * k, w, i = 0;
-  for (; n - i >= 8; i += 8) {
-    memcpy(&w, p + i, 8);
-    h = (h ^ w) * k;
-    h ^= h >> 29;
+  uint64_t h = n * k, w = 0, i = 0;
+  if (n >= 8) {
+    for (; n - i > 8; i += 8) {
+      h = (h ^ load8(p + i)) * k;
+      h ^= h >> 29;
+    }
+    w = load8(p + n - 8);
+  } else if (n >= 4) {
+    w = ((uint64_t)load4(p) << 32) | load4(p + n - 4);
+  } else {
+    for (; i < n; i++) w = (w << 8) | p[i];
   }
-  for (w = 0; i < n; i++) w = (w << 8) | p[i];
-  h = (h ^ w) * k;
+  h = (h ^ w) * k; /* a name's last bytes (its number) sit in w's high bits: mix them down */
   h ^= h >> 32;
+  h *= k;
+  h ^= h >> 29;
   return (uint32_t)h;
+}
+
+/* a[0:n] == b[0:n], in the steps of hash_bytes */
+HLO_INLINE int same_bytes(const uint8_t *a, const uint8_t *b, uint64_t n) {
+  if (n >= 8) {
+    for (uint64_t i = 0; n - i > 8; i += 8)
+      if (load8(a + i) != load8(b + i)) return 0;
+    return load8(a + n - 8) == load8(b + n - 8);
+  }
+  if (n >= 4) return load4(a) == load4(b) && load4(a + n - 4) == load4(b + n - 4);
+  for (uint64_t i = 0; i < n; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
 }
 
 static void h_new_generation(S *s) {
@@ -658,7 +691,7 @@ static int64_t h_find(S *s, hlo_span name, uint32_t h) {
   while (s->h_gen[j] == s->gen) {
     if (s->h_hash[j] == h) {
       const hlo_instr *r = &ins[s->h_row[j]];
-      if (r->name.len == name.len && memcmp(s->b + r->name.off, s->b + name.off, name.len) == 0)
+      if (r->name.len == name.len && same_bytes(s->b + r->name.off, s->b + name.off, name.len))
         return s->h_row[j];
     }
     j = (j + 1) & m;
