@@ -558,7 +558,7 @@ static int parse_attrs(S *s, uint32_t *begin, uint32_t *count, int instr) {
     int rc = skip_ws(s);
     if (rc) return rc;
     if (s->p >= s->n || b[s->p] != ',') {
-      s->p = save;
+      if (!instr) s->p = save; /* spans end at the last attribute; after an instruction, the next skips less */
       break;
     }
     s->p++;
@@ -595,6 +595,17 @@ static int is_buffer_shape(S *s, hlo_span tok, int pct) {
   return !pct && tok.len == 1 && s->b[tok.off] == 'b' && s->p < s->n && s->b[s->p] == '(';
 }
 
+/* After a shape's element type (from st), at '[': the dimensions and an optional layout. */
+static int scan_dims(S *s, uint64_t st, hlo_span *out) {
+  int rc;
+  if ((rc = scan_group(s))) return rc;
+  if (s->p < s->n && s->b[s->p] == '{')
+    if ((rc = scan_group(s))) return rc;
+  out->off = st;
+  out->len = s->p - st;
+  return 0;
+}
+
 /* shape := '(' ... ')' | 'b(' ... ')' | type '[' ... ']' ['{' ... '}'] */
 static int scan_shape(S *s, hlo_span *out) {
   const uint8_t *b = s->b;
@@ -609,9 +620,7 @@ static int scan_shape(S *s, hlo_span *out) {
     hlo_span ty = read_name(s, NULL);
     if (ty.len == 0 || s->p >= s->n || b[s->p] != '[' || b[st] == '%')
       return fail(s, HLO_ERR_SYNTAX, st, "expected shape");
-    if ((rc = scan_group(s))) return rc;
-    if (s->p < s->n && b[s->p] == '{')
-      if ((rc = scan_group(s))) return rc;
+    return scan_dims(s, st, out);
   }
   out->off = st;
   out->len = s->p - st;
@@ -757,9 +766,10 @@ static int parse_operand(S *s, int32_t comp, int depth) {
     tok = read_name(s, &pct);
   } else {
     tok = read_name(s, &pct);
-    if ((tok.len && !pct && s->p < s->n && b[s->p] == '[') || is_buffer_shape(s, tok, pct)) {
-      s->p = st;
-      if ((rc = scan_shape(s, &shape))) return rc;
+    int dims = tok.len && !pct && s->p < s->n && b[s->p] == '[';
+    if (dims || is_buffer_shape(s, tok, pct)) {
+      if (!dims) s->p = st;
+      if ((rc = dims ? scan_dims(s, st, &shape) : scan_shape(s, &shape))) return rc;
       if ((rc = skip_ws(s))) return rc;
       tok = read_name(s, &pct);
     }
@@ -811,9 +821,10 @@ static int parse_instr_rest(S *s, int32_t comp, int depth, uint32_t flags, uint6
   } else {
     int pct;
     opcode = read_name(s, &pct);
-    if ((opcode.len && !pct && s->p < s->n && b[s->p] == '[') || is_buffer_shape(s, opcode, pct)) {
-      s->p = st;
-      if ((rc = scan_shape(s, &shape))) return rc;
+    int dims = opcode.len && !pct && s->p < s->n && b[s->p] == '[';
+    if (dims || is_buffer_shape(s, opcode, pct)) {
+      if (!dims) s->p = st;
+      if ((rc = dims ? scan_dims(s, st, &shape) : scan_shape(s, &shape))) return rc;
       if ((rc = skip_ws(s))) return rc;
       opcode = read_name(s, NULL);
     } else if (!(flags & HLO_INSTR_ANONYMOUS)) {
@@ -860,8 +871,10 @@ static int parse_instr_rest(S *s, int32_t comp, int depth, uint32_t flags, uint6
     op_count = s->n_scratch - sbase;
     op_begin = t->n_operands;
     if (op_count) {
-      if ((rc = grow(s, (void **)&t->operands, &s->cap_op, t->n_operands + op_count, sizeof(hlo_operand)))) return rc;
-      memcpy(t->operands + t->n_operands, s->scratch + sbase, op_count * sizeof(hlo_operand));
+      if (t->n_operands + op_count > s->cap_op &&
+          (rc = grow(s, (void **)&t->operands, &s->cap_op, t->n_operands + op_count, sizeof(hlo_operand))))
+        return rc;
+      for (uint64_t i = 0; i < op_count; i++) t->operands[t->n_operands + i] = s->scratch[sbase + i];
       t->n_operands += op_count;
     }
     s->n_scratch = sbase;
