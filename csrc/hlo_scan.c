@@ -139,16 +139,19 @@ static int grow(S *s, void **arr, uint64_t *cap, uint64_t need, size_t elsz) {
 /* Start a table at the rows the input will likely need: growing by doubling copies each table once
  * more and touches its pages twice, which cost a quarter of a scan (fresh pages are dear in a VM).
  * Untouched rows cost address space only. A failed reservation is not an error: grow() follows.
- * On Linux a table of 2 MB or more is 2 MB-aligned and asks for transparent huge pages: a fresh
- * 4 KB page costs a fault (~1 us in a VM, a fifth of a scan), a 2 MB page one fault for 512 of them.
- * Where THP is off the hint does nothing; where it is on, a table holds at most 2 MB it does not use. */
+ * On Linux a table of 32 MB or more (glibc maps those fresh on every call, above its largest mmap
+ * threshold) is 2 MB-aligned and asks for transparent huge pages: a fresh 4 KB page costs a fault
+ * (~1 us in this VM), a 2 MB page one fault for 512 of them (a 108 MB dump: 270 -> 240 ms cold).
+ * Smaller tables stay 4 KB-paged: the allocator recycles their pages warm, where huge pages would
+ * be fresh and zeroed on each scan. Where THP is off the hint does nothing; where it is on, a
+ * table holds at most 2 MB it does not use. */
 static void reserve(void **arr, uint64_t *cap, uint64_t rows, size_t elsz) {
   if (rows > ((uint64_t)1 << 24)) rows = (uint64_t)1 << 24;
   if (rows <= *cap) return;
   void *q = NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   const uint64_t huge = (uint64_t)1 << 21;
-  if (!*arr && rows * elsz >= huge) {
+  if (!*arr && rows * elsz >= ((uint64_t)32 << 20)) {
     uint64_t bytes = (rows * elsz + huge - 1) & ~(huge - 1);
     if (posix_memalign(&q, huge, bytes) == 0) {
       madvise(q, bytes, MADV_HUGEPAGE);
@@ -243,11 +246,16 @@ static int skip_ws_from(S *s) {
   return 0;
 }
 
-/* Most tokens are followed by a name, punctuation or one space and a name: answer those
- * without the loop. */
+/* Most tokens are followed by a name, punctuation, or one space or a line's end and indentation
+ * before a name: answer those without the loop. */
 HLO_INLINE int skip_ws(S *s) {
   uint64_t p = s->p;
-  if (p < s->n && s->b[p] == ' ') p++;
+  if (p < s->n && s->b[p] == ' ') {
+    p++;
+  } else if (p < s->n && s->b[p] == '\n' && !s->one_line) { /* the end of an instruction's line and the next one's indentation */
+    p++;
+    while (p < s->n && s->b[p] == ' ') p++;
+  }
   if (p < s->n && !(s->cls[s->b[p]] & C_SKIP)) {
     s->p = p;
     return 0;
@@ -462,10 +470,15 @@ static int scan_nested_group(S *s) {
 }
 
 /* Most groups are flat (dims, layouts, operand lists of shapes): the first special byte after the
- * opener is its closer. The others take the bracket stack. */
+ * opener is its closer, often the next byte (a scalar's `[]`). The others take the bracket stack. */
 HLO_INLINE int scan_group(S *s) {
+  uint8_t closer = closer_of(s->b[s->p]);
+  if (s->p + 1 < s->n && s->b[s->p + 1] == closer) {
+    s->p += 2;
+    return 0;
+  }
   uint64_t q = find_group_special(s, s->p + 1);
-  if (q < s->n && s->b[q] == closer_of(s->b[s->p])) {
+  if (q < s->n && s->b[q] == closer) {
     s->p = q + 1;
     return 0;
   }
