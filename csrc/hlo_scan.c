@@ -312,7 +312,7 @@ HLO_INLINE int is_word(S *s, const char *w, size_t wl) {
 }
 
 /* First offset >= p (p <= n) holding '"', '\\' or a newline; n if none. */
-static uint64_t find_string_special(const S *s, uint64_t p) {
+HLO_INLINE uint64_t find_string_special(const S *s, uint64_t p) {
   const uint8_t *b = s->b;
   uint64_t n = s->n;
 #ifdef HLO_SSE2
@@ -361,7 +361,7 @@ HLO_INLINE uint64_t find_group_special(const S *s, uint64_t p) {
 }
 
 /* At '"': skip the string including the closing quote. */
-static int skip_string(S *s, uint64_t *pp) {
+HLO_INLINE int skip_string(S *s, uint64_t *pp) {
   const uint8_t *b = s->b;
   uint64_t p = *pp + 1, n = s->n;
   for (;;) {
@@ -383,17 +383,19 @@ static int skip_string(S *s, uint64_t *pp) {
   }
 }
 
+
 HLO_INLINE uint8_t closer_of(uint8_t c) { return c == '(' ? ')' : c == '[' ? ']' : '}'; }
 
-/* At an opener ( [ {: skip to after its matching closer. The special bytes of a 16-byte block are
+/* At an opener ( [ {, its first special byte after it at `first`: skip to after its matching closer. The special bytes of a 16-byte block are
  * taken from one mask, bit by bit, while only brackets and newlines move p (tuple shapes hold a
  * bracket every few bytes); a string or a comment moves p past the block's mask and a new one is
  * loaded where it ends. */
-static int scan_nested_group(S *s) {
+static int scan_nested_group(S *s, uint64_t first) {
   const uint8_t *b = s->b;
-  uint64_t p = s->p, n = s->n, start = s->p;
-  uint64_t depth = 0;
+  uint64_t p = first, n = s->n, start = s->p;
+  uint64_t depth = 1;
   uint8_t *st = s->bstack;
+  st[0] = closer_of(b[start]);
   unsigned m = 0;        /* specials of the block at `base` not yet taken */
   uint64_t base = 0, mask_end = 0; /* bytes in [p, mask_end) outside m are plain */
   for (;;) {
@@ -482,7 +484,7 @@ HLO_INLINE int scan_group(S *s) {
     s->p = q + 1;
     return 0;
   }
-  return scan_nested_group(s);
+  return scan_nested_group(s, q);
 }
 
 /* Attribute value: maximal run without top-level whitespace or ','; groups
