@@ -72,9 +72,7 @@ typedef struct {
   hlo_operand *scratch;
   uint64_t n_scratch, cap_scratch;
   /* per-computation name table: open addressing, generation-stamped */
-  uint32_t *h_row;
-  uint32_t *h_gen;
-  uint32_t *h_hash;
+  struct h_slot { uint32_t gen, hash, row; } *h; /* a probe reads one slot, not three arrays */
   uint64_t h_cap;
   uint64_t h_count;
   uint32_t gen;
@@ -695,7 +693,7 @@ HLO_INLINE int same_bytes(const uint8_t *a, const uint8_t *b, uint64_t n) {
 static void h_new_generation(S *s) {
   s->gen++;
   if (s->gen == 0xffffffffu) {
-    if (s->h_gen) memset(s->h_gen, 0, s->h_cap * sizeof(uint32_t));
+    for (uint64_t i = 0; i < s->h_cap; i++) s->h[i].gen = 0;
     s->gen = 1;
   }
   s->h_count = 0;
@@ -703,61 +701,50 @@ static void h_new_generation(S *s) {
 
 static int h_grow(S *s) {
   uint64_t nc = s->h_cap ? s->h_cap * 2 : 1024;
-  uint32_t *row = malloc(nc * sizeof(uint32_t));
-  uint32_t *gen = calloc(nc, sizeof(uint32_t));
-  uint32_t *hh = malloc(nc * sizeof(uint32_t));
-  if (!row || !gen || !hh) {
-    free(row);
-    free(gen);
-    free(hh);
-    return fail(s, HLO_ERR_NO_MEMORY, s->p, "out of memory");
-  }
+  struct h_slot *h = calloc(nc, sizeof *h);
+  if (!h) return fail(s, HLO_ERR_NO_MEMORY, s->p, "out of memory");
   for (uint64_t i = 0; i < s->h_cap; i++) {
-    if (s->h_gen[i] != s->gen) continue;
-    uint64_t j = s->h_hash[i] & (nc - 1);
-    while (gen[j] == s->gen) j = (j + 1) & (nc - 1);
-    gen[j] = s->gen;
-    row[j] = s->h_row[i];
-    hh[j] = s->h_hash[i];
+    if (s->h[i].gen != s->gen) continue;
+    uint64_t j = s->h[i].hash & (nc - 1);
+    while (h[j].gen == s->gen) j = (j + 1) & (nc - 1);
+    h[j] = s->h[i];
   }
-  free(s->h_row);
-  free(s->h_gen);
-  free(s->h_hash);
-  s->h_row = row;
-  s->h_gen = gen;
-  s->h_hash = hh;
+  free(s->h);
+  s->h = h;
   s->h_cap = nc;
   return 0;
 }
 
-static int64_t h_find(S *s, hlo_span name, uint32_t h) {
-  if (!s->h_cap) return -1;
+/* The slot holding `name` (hash h), else the empty slot where it would go; NULL before any insert. */
+static struct h_slot *h_probe(S *s, hlo_span name, uint32_t h) {
+  if (!s->h_cap) return NULL;
   uint64_t m = s->h_cap - 1, j = h & m;
   const hlo_instr *ins = s->t->instrs;
-  while (s->h_gen[j] == s->gen) {
-    if (s->h_hash[j] == h) {
-      const hlo_instr *r = &ins[s->h_row[j]];
-      if (r->name.len == name.len && same_bytes(s->b + r->name.off, s->b + name.off, name.len))
-        return s->h_row[j];
-    }
-    j = (j + 1) & m;
+  for (; s->h[j].gen == s->gen; j = (j + 1) & m) {
+    if (s->h[j].hash != h) continue;
+    const hlo_instr *r = &ins[s->h[j].row];
+    if (r->name.len == name.len && same_bytes(s->b + r->name.off, s->b + name.off, name.len)) break;
   }
-  return -1;
+  return &s->h[j];
+}
+
+static int64_t h_find(S *s, hlo_span name, uint32_t h) {
+  struct h_slot *e = h_probe(s, name, h);
+  return e && e->gen == s->gen ? (int64_t)e->row : -1;
 }
 
 static int h_insert(S *s, uint32_t row) {
   hlo_span name = s->t->instrs[row].name;
   uint32_t h = hash_bytes(s->b + name.off, name.len);
-  if (h_find(s, name, h) >= 0) return fail(s, HLO_ERR_DUPLICATE, name.off, "duplicate instruction name in computation");
   if ((s->h_count + 1) * 2 > s->h_cap) {
     int rc = h_grow(s);
     if (rc) return rc;
   }
-  uint64_t m = s->h_cap - 1, j = h & m;
-  while (s->h_gen[j] == s->gen) j = (j + 1) & m;
-  s->h_gen[j] = s->gen;
-  s->h_row[j] = row;
-  s->h_hash[j] = h;
+  struct h_slot *e = h_probe(s, name, h);
+  if (e->gen == s->gen) return fail(s, HLO_ERR_DUPLICATE, name.off, "duplicate instruction name in computation");
+  e->gen = s->gen;
+  e->hash = h;
+  e->row = row;
   s->h_count++;
   return 0;
 }
@@ -1284,9 +1271,7 @@ hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk) {
   t->error_message = s->err ? s->err_msg : NULL;
   free(s->bstack);
   free(s->scratch);
-  free(s->h_row);
-  free(s->h_gen);
-  free(s->h_hash);
+  free(s->h);
   free(s);
   return t;
 }
