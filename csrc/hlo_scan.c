@@ -82,6 +82,7 @@ typedef struct {
   uint64_t ln_off;   /* offset up to which newlines were counted */
   uint64_t ln_start; /* start offset of the line containing ln_off */
   uint32_t ln;       /* 1-based line at ln_off */
+  uint64_t nl_next;  /* the first newline at or after ln_off (n if none); UINT64_MAX: not looked up */
   int junk;
   int one_line; /* speculative header parse: never cross a newline */
   int err;
@@ -175,17 +176,22 @@ static hlo_attr *push_attr(S *s) {
 
 /* ------------------------------------------------------------ line/column */
 
+static uint64_t next_newline(const S *s, uint64_t p) {
+  const uint8_t *q = memchr(s->b + p, '\n', s->n - p);
+  return q ? (uint64_t)(q - s->b) : s->n;
+}
+
 static void line_col(S *s, uint64_t off, uint32_t *line, uint32_t *col) {
   const uint8_t *b = s->b;
   if (off > s->n) off = s->n;
   if (off >= s->ln_off) {
-    uint64_t p = s->ln_off;
-    while (p < off) {
-      const uint8_t *q = memchr(b + p, '\n', off - p);
-      if (!q) break;
+    /* each newline is looked up once, ahead of the instructions: a memchr a line, not two an
+     * instruction (one to the newline, one over the indentation after it) */
+    if (s->nl_next == UINT64_MAX) s->nl_next = next_newline(s, s->ln_off);
+    while (s->nl_next < off) {
       s->ln++;
-      p = (uint64_t)(q - b) + 1;
-      s->ln_start = p;
+      s->ln_start = s->nl_next + 1;
+      s->nl_next = next_newline(s, s->ln_start);
     }
   } else {
     /* backwards (rare: after a rewind) */
@@ -194,6 +200,7 @@ static void line_col(S *s, uint64_t off, uint32_t *line, uint32_t *col) {
     uint64_t p = off;
     while (p > 0 && b[p - 1] != '\n') p--;
     s->ln_start = p;
+    s->nl_next = UINT64_MAX;
   }
   s->ln_off = off;
   *line = s->ln;
@@ -1254,6 +1261,7 @@ hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk) {
   s->t = t;
   s->junk = allow_junk != 0;
   s->ln = 1;
+  s->nl_next = UINT64_MAX;
   init_classes(s->cls);
   /* The densest dumps of the corpus hold an instruction per 88 bytes, an operand per 65 (56 in one),
    * an attribute per 125 (70 and 103 in two). The instruction table, the largest, stays larger than
