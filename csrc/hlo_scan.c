@@ -140,7 +140,7 @@ static int grow(S *s, void **arr, uint64_t *cap, uint64_t need, size_t elsz) {
  * Untouched rows cost address space only. A failed reservation is not an error: grow() follows.
  * On Linux a table of 32 MB or more (glibc maps those fresh on every call, above its largest mmap
  * threshold) is 2 MB-aligned and asks for transparent huge pages: a fresh 4 KB page costs a fault
- * (~1 us in this VM), a 2 MB page one fault for 512 of them (a 108 MB dump: 270 -> 240 ms cold).
+ * (~1 us in this VM), a 2 MB page one fault for 512 of them (a 108 MB dump: 206 -> 169 ms cold).
  * Smaller tables stay 4 KB-paged: the allocator recycles their pages warm, where huge pages would
  * be fresh and zeroed on each scan. Where THP is off the hint does nothing; where it is on, a
  * table holds at most 2 MB it does not use. */
@@ -257,7 +257,7 @@ HLO_INLINE int skip_ws(S *s) {
   uint64_t p = s->p;
   if (p < s->n && s->b[p] == ' ') {
     p++;
-  } else if (p < s->n && s->b[p] == '\n' && !s->one_line) { /* the end of an instruction's line and the next one's indentation */
+  } else if (p < s->n && s->b[p] == '\n' && !s->one_line) { /* a line's end, the next one's indentation */
     p++;
     while (p < s->n && s->b[p] == ' ') p++;
   }
@@ -388,13 +388,12 @@ HLO_INLINE int skip_string(S *s, uint64_t *pp) {
   }
 }
 
-
 HLO_INLINE uint8_t closer_of(uint8_t c) { return c == '(' ? ')' : c == '[' ? ']' : '}'; }
 
-/* At an opener ( [ {, its first special byte after it at `first`: skip to after its matching closer. The special bytes of a 16-byte block are
- * taken from one mask, bit by bit, while only brackets and newlines move p (tuple shapes hold a
- * bracket every few bytes); a string or a comment moves p past the block's mask and a new one is
- * loaded where it ends. */
+/* At an opener ( [ {, the first special byte after it at `first`: skip to after its matching
+ * closer. The special bytes of a 16-byte block are taken from one mask, bit by bit, while only
+ * brackets and newlines move p (tuple shapes hold a bracket every few bytes); a string or a comment
+ * moves p past the block's mask and a new one is loaded where it ends. */
 static int scan_nested_group(S *s, uint64_t first) {
   const uint8_t *b = s->b;
   uint64_t p = first, n = s->n, start = s->p;
@@ -578,7 +577,7 @@ static int parse_attrs(S *s, uint32_t *begin, uint32_t *count, int instr) {
     int rc = skip_ws(s);
     if (rc) return rc;
     if (s->p >= s->n || b[s->p] != ',') {
-      if (!instr) s->p = save; /* spans end at the last attribute; after an instruction, the next skips less */
+      if (!instr) s->p = save; /* spans end at the last attribute; an instruction's next one skips less */
       break;
     }
     s->p++;
@@ -1267,7 +1266,7 @@ hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk) {
    * an attribute per 125 (70 and 103 in two). The instruction table, the largest, stays larger than
    * the other two together: glibc gives the top of its heap back to the system when more than twice
    * the largest block it has freed lies free there, and a scan's tables freed together would then
-   * be fresh pages (a fault each) on every scan, not warm ones (llama31_8b: 2150 faults a scan). */
+   * be fresh pages (a fault each) on every scan, not warm ones (llama31_8b: ~2100 faults a scan). */
   reserve((void **)&t->instrs, &s->cap_instr, s->n / 64, sizeof(hlo_instr));
   reserve((void **)&t->operands, &s->cap_op, s->n / 64, sizeof(hlo_operand));
   reserve((void **)&t->attrs, &s->cap_attr, s->n / 128, sizeof(hlo_attr));
