@@ -12,10 +12,16 @@
  * Every function returns 0 or an HLO_ERR_* code; the first error wins and is
  * kept in the scanner state with its byte offset and a static message.
  */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE /* madvise, posix_memalign under -std=c11 */
+#endif
 #include "hlo_scan.h"
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 /* Runs of plain bytes (metadata strings, the text between brackets) are skipped 16 bytes at a time
  * with SSE2, which every x86-64 compiler targets by default: no run-time dispatch and no -march
@@ -35,6 +41,13 @@ static unsigned first_bit(unsigned m) {
 #else
 static unsigned first_bit(unsigned m) { return (unsigned)__builtin_ctz(m); }
 #endif
+#endif
+
+/* The small lexing helpers run once or more per token: inlined, they cost no call, spill or reload. */
+#if defined(_MSC_VER) && !defined(__clang__)
+#define HLO_INLINE static __forceinline
+#else
+#define HLO_INLINE static inline __attribute__((always_inline))
 #endif
 
 #define HLO_MAX_NESTED 64 /* nested operand instructions: add(f32[] mul(a, b), c) */
@@ -59,9 +72,7 @@ typedef struct {
   hlo_operand *scratch;
   uint64_t n_scratch, cap_scratch;
   /* per-computation name table: open addressing, generation-stamped */
-  uint32_t *h_row;
-  uint32_t *h_gen;
-  uint32_t *h_hash;
+  struct h_slot { uint32_t gen, hash, row; } *h; /* a probe reads one slot, not three arrays */
   uint64_t h_cap;
   uint64_t h_count;
   uint32_t gen;
@@ -71,6 +82,7 @@ typedef struct {
   uint64_t ln_off;   /* offset up to which newlines were counted */
   uint64_t ln_start; /* start offset of the line containing ln_off */
   uint32_t ln;       /* 1-based line at ln_off */
+  uint64_t nl_next;  /* the first newline at or after ln_off (n if none); UINT64_MAX: not looked up */
   int junk;
   int one_line; /* speculative header parse: never cross a newline */
   int err;
@@ -125,18 +137,37 @@ static int grow(S *s, void **arr, uint64_t *cap, uint64_t need, size_t elsz) {
 
 /* Start a table at the rows the input will likely need: growing by doubling copies each table once
  * more and touches its pages twice, which cost a quarter of a scan (fresh pages are dear in a VM).
- * Untouched rows cost address space only. A failed reservation is not an error: grow() follows. */
+ * Untouched rows cost address space only. A failed reservation is not an error: grow() follows.
+ * On Linux a table of 32 MB or more (glibc maps those fresh on every call, above its largest mmap
+ * threshold) is 2 MB-aligned and asks for transparent huge pages: a fresh 4 KB page costs a fault
+ * (~1 us in this VM), a 2 MB page one fault for 512 of them (a 108 MB dump: 206 -> 169 ms cold).
+ * Smaller tables stay 4 KB-paged: the allocator recycles their pages warm, where huge pages would
+ * be fresh and zeroed on each scan. Where THP is off the hint does nothing; where it is on, a
+ * table holds at most 2 MB it does not use. */
 static void reserve(void **arr, uint64_t *cap, uint64_t rows, size_t elsz) {
   if (rows > ((uint64_t)1 << 24)) rows = (uint64_t)1 << 24;
   if (rows <= *cap) return;
-  void *q = realloc(*arr, rows * elsz);
+  void *q = NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const uint64_t huge = (uint64_t)1 << 21;
+  if (!*arr && rows * elsz >= ((uint64_t)32 << 20)) {
+    uint64_t bytes = (rows * elsz + huge - 1) & ~(huge - 1);
+    if (posix_memalign(&q, huge, bytes) == 0) {
+      madvise(q, bytes, MADV_HUGEPAGE);
+      rows = bytes / elsz;
+    } else {
+      q = NULL;
+    }
+  }
+#endif
+  if (!q) q = realloc(*arr, rows * elsz);
   if (!q) return;
   *arr = q;
   *cap = rows;
 }
 
 #define PUSH(s, arr, count, cap, T) \
-  (grow((s), (void **)&(arr), &(cap), (count) + 1, sizeof(T)) ? (T *)NULL : &(arr)[(count)++])
+  ((count) < (cap) || !grow((s), (void **)&(arr), &(cap), (count) + 1, sizeof(T)) ? &(arr)[(count)++] : (T *)NULL)
 
 static hlo_attr *push_attr(S *s) {
   hlo_tables *t = s->t;
@@ -145,17 +176,22 @@ static hlo_attr *push_attr(S *s) {
 
 /* ------------------------------------------------------------ line/column */
 
+static uint64_t next_newline(const S *s, uint64_t p) {
+  const uint8_t *q = memchr(s->b + p, '\n', s->n - p);
+  return q ? (uint64_t)(q - s->b) : s->n;
+}
+
 static void line_col(S *s, uint64_t off, uint32_t *line, uint32_t *col) {
   const uint8_t *b = s->b;
   if (off > s->n) off = s->n;
   if (off >= s->ln_off) {
-    uint64_t p = s->ln_off;
-    while (p < off) {
-      const uint8_t *q = memchr(b + p, '\n', off - p);
-      if (!q) break;
+    /* each newline is looked up once, ahead of the instructions: a memchr a line, not two an
+     * instruction (one to the newline, one over the indentation after it) */
+    if (s->nl_next == UINT64_MAX) s->nl_next = next_newline(s, s->ln_off);
+    while (s->nl_next < off) {
       s->ln++;
-      p = (uint64_t)(q - b) + 1;
-      s->ln_start = p;
+      s->ln_start = s->nl_next + 1;
+      s->nl_next = next_newline(s, s->ln_start);
     }
   } else {
     /* backwards (rare: after a rewind) */
@@ -164,6 +200,7 @@ static void line_col(S *s, uint64_t off, uint32_t *line, uint32_t *col) {
     uint64_t p = off;
     while (p > 0 && b[p - 1] != '\n') p--;
     s->ln_start = p;
+    s->nl_next = UINT64_MAX;
   }
   s->ln_off = off;
   *line = s->ln;
@@ -214,11 +251,16 @@ static int skip_ws_from(S *s) {
   return 0;
 }
 
-/* Most tokens are followed by a name, punctuation or one space and a name: answer those
- * without the loop. */
-static int skip_ws(S *s) {
+/* Most tokens are followed by a name, punctuation, or one space or a line's end and indentation
+ * before a name: answer those without the loop. */
+HLO_INLINE int skip_ws(S *s) {
   uint64_t p = s->p;
-  if (p < s->n && s->b[p] == ' ') p++;
+  if (p < s->n && s->b[p] == ' ') {
+    p++;
+  } else if (p < s->n && s->b[p] == '\n' && !s->one_line) { /* a line's end, the next one's indentation */
+    p++;
+    while (p < s->n && s->b[p] == ' ') p++;
+  }
   if (p < s->n && !(s->cls[s->b[p]] & C_SKIP)) {
     s->p = p;
     return 0;
@@ -227,7 +269,7 @@ static int skip_ws(S *s) {
 }
 
 /* First offset >= p (p <= n) that is not a name byte [A-Za-z0-9_.-]; n if none. */
-static uint64_t name_end(const S *s, uint64_t p) {
+HLO_INLINE uint64_t name_end(const S *s, uint64_t p) {
   const uint8_t *b = s->b;
   uint64_t n = s->n;
 #ifdef HLO_SSE2
@@ -251,7 +293,7 @@ static uint64_t name_end(const S *s, uint64_t p) {
 }
 
 /* Name: [%]?[A-Za-z0-9_.-]*; returns span without '%'. *pct set if '%' seen. */
-static hlo_span read_name(S *s, int *pct) {
+HLO_INLINE hlo_span read_name(S *s, int *pct) {
   const uint8_t *b = s->b;
   uint64_t p = s->p, n = s->n;
   int had = 0;
@@ -268,14 +310,14 @@ static hlo_span read_name(S *s, int *pct) {
   return sp;
 }
 
-static int is_word(S *s, const char *w, size_t wl) {
+HLO_INLINE int is_word(S *s, const char *w, size_t wl) {
   uint64_t p = s->p;
   if (s->n - p < wl || memcmp(s->b + p, w, wl) != 0) return 0;
   return p + wl == s->n || !(s->cls[s->b[p + wl]] & C_NAME);
 }
 
 /* First offset >= p (p <= n) holding '"', '\\' or a newline; n if none. */
-static uint64_t find_string_special(const S *s, uint64_t p) {
+HLO_INLINE uint64_t find_string_special(const S *s, uint64_t p) {
   const uint8_t *b = s->b;
   uint64_t n = s->n;
 #ifdef HLO_SSE2
@@ -293,23 +335,28 @@ static uint64_t find_string_special(const S *s, uint64_t p) {
   return p;
 }
 
+#ifdef HLO_SSE2
+/* Bit i set: q[i] is one of ()[]{}"/ or a newline (C_GRP). */
+HLO_INLINE unsigned group_mask(const uint8_t *q) {
+  /* '(' ')' differ in bit 0; '[' '{' and ']' '}' in bit 5 */
+  const __m128i v = _mm_loadu_si128((const __m128i *)q);
+  const __m128i v5 = _mm_or_si128(v, _mm_set1_epi8(0x20));
+  __m128i hit = _mm_or_si128(
+      _mm_or_si128(_mm_cmpeq_epi8(_mm_or_si128(v, _mm_set1_epi8(1)), _mm_set1_epi8(')')),
+                   _mm_or_si128(_mm_cmpeq_epi8(v5, _mm_set1_epi8('{')), _mm_cmpeq_epi8(v5, _mm_set1_epi8('}')))),
+      _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                   _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('/')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n')))));
+  return (unsigned)_mm_movemask_epi8(hit);
+}
+#endif
+
 /* First offset >= p (p <= n) holding one of ()[]{}"/ or a newline (C_GRP); n if none. */
-static uint64_t find_group_special(const S *s, uint64_t p) {
+HLO_INLINE uint64_t find_group_special(const S *s, uint64_t p) {
   const uint8_t *b = s->b;
   uint64_t n = s->n;
 #ifdef HLO_SSE2
-  /* '(' ')' differ in bit 0; '[' '{' and ']' '}' in bit 5 */
-  const __m128i bit0 = _mm_set1_epi8(1), bit5 = _mm_set1_epi8(0x20), paren = _mm_set1_epi8(')'),
-                open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}'), quote = _mm_set1_epi8('"'),
-                slash = _mm_set1_epi8('/'), newline = _mm_set1_epi8('\n');
   while (p < n && n - p >= 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(b + p));
-    __m128i v5 = _mm_or_si128(v, bit5);
-    __m128i hit = _mm_or_si128(
-        _mm_or_si128(_mm_cmpeq_epi8(_mm_or_si128(v, bit0), paren),
-                     _mm_or_si128(_mm_cmpeq_epi8(v5, open), _mm_cmpeq_epi8(v5, close))),
-        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_or_si128(_mm_cmpeq_epi8(v, slash), _mm_cmpeq_epi8(v, newline))));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    unsigned m = group_mask(b + p);
     if (m) return p + first_bit(m);
     p += 16;
   }
@@ -319,7 +366,7 @@ static uint64_t find_group_special(const S *s, uint64_t p) {
 }
 
 /* At '"': skip the string including the closing quote. */
-static int skip_string(S *s, uint64_t *pp) {
+HLO_INLINE int skip_string(S *s, uint64_t *pp) {
   const uint8_t *b = s->b;
   uint64_t p = *pp + 1, n = s->n;
   for (;;) {
@@ -341,16 +388,34 @@ static int skip_string(S *s, uint64_t *pp) {
   }
 }
 
-static uint8_t closer_of(uint8_t c) { return c == '(' ? ')' : c == '[' ? ']' : '}'; }
+HLO_INLINE uint8_t closer_of(uint8_t c) { return c == '(' ? ')' : c == '[' ? ']' : '}'; }
 
-/* At an opener ( [ {: skip to after its matching closer. */
-static int scan_nested_group(S *s) {
+/* At an opener ( [ {, the first special byte after it at `first`: skip to after its matching
+ * closer. The special bytes of a 16-byte block are taken from one mask, bit by bit, while only
+ * brackets and newlines move p (tuple shapes hold a bracket every few bytes); a string or a comment
+ * moves p past the block's mask and a new one is loaded where it ends. */
+static int scan_nested_group(S *s, uint64_t first) {
   const uint8_t *b = s->b;
-  uint64_t p = s->p, n = s->n, start = s->p;
-  uint64_t depth = 0;
+  uint64_t p = first, n = s->n, start = s->p;
+  uint64_t depth = 1;
   uint8_t *st = s->bstack;
+  st[0] = closer_of(b[start]);
+  unsigned m = 0;        /* specials of the block at `base` not yet taken */
+  uint64_t base = 0, mask_end = 0; /* bytes in [p, mask_end) outside m are plain */
   for (;;) {
-    p = find_group_special(s, p);
+#ifdef HLO_SSE2
+    while (!m && p < n && n - p >= 16) {
+      m = group_mask(b + p);
+      base = p;
+      mask_end = p + 16;
+      if (!m) p += 16;
+    }
+    if (m) {
+      p = base + first_bit(m);
+      m &= m - 1;
+    } else
+#endif
+      p = find_group_special(s, p);
     if (p >= n) {
       s->p = p;
       return fail(s, HLO_ERR_UNTERMINATED, start, "unbalanced bracket: no matching closing bracket before end of input");
@@ -381,6 +446,8 @@ static int scan_nested_group(S *s) {
       case '"': {
         int rc = skip_string(s, &p);
         if (rc) return rc;
+        m = 0;
+        mask_end = 0;
         break;
       }
       case '/': {
@@ -390,6 +457,8 @@ static int scan_nested_group(S *s) {
           if (rc) return rc;
           if (s->p == p) p++; /* one_line stop */
           else p = s->p;
+          m = 0;
+          mask_end = 0;
         } else {
           p++;
         }
@@ -400,18 +469,26 @@ static int scan_nested_group(S *s) {
         p++;
         break;
     }
+#ifdef HLO_SSE2
+    if (!m && p < mask_end) p = mask_end;
+#endif
   }
 }
 
 /* Most groups are flat (dims, layouts, operand lists of shapes): the first special byte after the
- * opener is its closer. The others take the bracket stack. */
-static int scan_group(S *s) {
+ * opener is its closer, often the next byte (a scalar's `[]`). The others take the bracket stack. */
+HLO_INLINE int scan_group(S *s) {
+  uint8_t closer = closer_of(s->b[s->p]);
+  if (s->p + 1 < s->n && s->b[s->p + 1] == closer) {
+    s->p += 2;
+    return 0;
+  }
   uint64_t q = find_group_special(s, s->p + 1);
-  if (q < s->n && s->b[q] == closer_of(s->b[s->p])) {
+  if (q < s->n && s->b[q] == closer) {
     s->p = q + 1;
     return 0;
   }
-  return scan_nested_group(s);
+  return scan_nested_group(s, q);
 }
 
 /* Attribute value: maximal run without top-level whitespace or ','; groups
@@ -500,7 +577,7 @@ static int parse_attrs(S *s, uint32_t *begin, uint32_t *count, int instr) {
     int rc = skip_ws(s);
     if (rc) return rc;
     if (s->p >= s->n || b[s->p] != ',') {
-      s->p = save;
+      if (!instr) s->p = save; /* spans end at the last attribute; an instruction's next one skips less */
       break;
     }
     s->p++;
@@ -537,6 +614,17 @@ static int is_buffer_shape(S *s, hlo_span tok, int pct) {
   return !pct && tok.len == 1 && s->b[tok.off] == 'b' && s->p < s->n && s->b[s->p] == '(';
 }
 
+/* After a shape's element type (from st), at '[': the dimensions and an optional layout. */
+static int scan_dims(S *s, uint64_t st, hlo_span *out) {
+  int rc;
+  if ((rc = scan_group(s))) return rc;
+  if (s->p < s->n && s->b[s->p] == '{')
+    if ((rc = scan_group(s))) return rc;
+  out->off = st;
+  out->len = s->p - st;
+  return 0;
+}
+
 /* shape := '(' ... ')' | 'b(' ... ')' | type '[' ... ']' ['{' ... '}'] */
 static int scan_shape(S *s, hlo_span *out) {
   const uint8_t *b = s->b;
@@ -551,9 +639,7 @@ static int scan_shape(S *s, hlo_span *out) {
     hlo_span ty = read_name(s, NULL);
     if (ty.len == 0 || s->p >= s->n || b[s->p] != '[' || b[st] == '%')
       return fail(s, HLO_ERR_SYNTAX, st, "expected shape");
-    if ((rc = scan_group(s))) return rc;
-    if (s->p < s->n && b[s->p] == '{')
-      if ((rc = scan_group(s))) return rc;
+    return scan_dims(s, st, out);
   }
   out->off = st;
   out->len = s->p - st;
@@ -562,25 +648,58 @@ static int scan_shape(S *s, hlo_span *out) {
 
 /* ------------------------------------------------------------ name table */
 
-/* Eight bytes a step (names are mostly 5-12 bytes); the value only has to agree within a scan. */
-static uint32_t hash_bytes(const uint8_t *p, uint64_t n) {
+static uint64_t load8(const uint8_t *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+
+static uint32_t load4(const uint8_t *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+
+/* Eight bytes a step (names are mostly 5-12 bytes), the last step overlapping the one before, so
+ * no byte loop and no read outside the name; the value only has to agree within a scan. */
+HLO_INLINE uint32_t hash_bytes(const uint8_t *p, uint64_t n) {
   const uint64_t k = 0x9e3779b97f4a7c15ull;
-  uint64_t h = n * k, w, i = 0;
-  for (; n - i >= 8; i += 8) {
-    memcpy(&w, p + i, 8);
-    h = (h ^ w) * k;
-    h ^= h >> 29;
+  uint64_t h = n * k, w = 0, i = 0;
+  if (n >= 8) {
+    for (; n - i > 8; i += 8) {
+      h = (h ^ load8(p + i)) * k;
+      h ^= h >> 29;
+    }
+    w = load8(p + n - 8);
+  } else if (n >= 4) {
+    w = ((uint64_t)load4(p) << 32) | load4(p + n - 4);
+  } else {
+    for (; i < n; i++) w = (w << 8) | p[i];
   }
-  for (w = 0; i < n; i++) w = (w << 8) | p[i];
-  h = (h ^ w) * k;
+  h = (h ^ w) * k; /* a name's last bytes (its number) sit in w's high bits: mix them down */
   h ^= h >> 32;
+  h *= k;
+  h ^= h >> 29;
   return (uint32_t)h;
+}
+
+/* a[0:n] == b[0:n], in the steps of hash_bytes */
+HLO_INLINE int same_bytes(const uint8_t *a, const uint8_t *b, uint64_t n) {
+  if (n >= 8) {
+    for (uint64_t i = 0; n - i > 8; i += 8)
+      if (load8(a + i) != load8(b + i)) return 0;
+    return load8(a + n - 8) == load8(b + n - 8);
+  }
+  if (n >= 4) return load4(a) == load4(b) && load4(a + n - 4) == load4(b + n - 4);
+  for (uint64_t i = 0; i < n; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
 }
 
 static void h_new_generation(S *s) {
   s->gen++;
   if (s->gen == 0xffffffffu) {
-    if (s->h_gen) memset(s->h_gen, 0, s->h_cap * sizeof(uint32_t));
+    for (uint64_t i = 0; i < s->h_cap; i++) s->h[i].gen = 0;
     s->gen = 1;
   }
   s->h_count = 0;
@@ -588,61 +707,50 @@ static void h_new_generation(S *s) {
 
 static int h_grow(S *s) {
   uint64_t nc = s->h_cap ? s->h_cap * 2 : 1024;
-  uint32_t *row = malloc(nc * sizeof(uint32_t));
-  uint32_t *gen = calloc(nc, sizeof(uint32_t));
-  uint32_t *hh = malloc(nc * sizeof(uint32_t));
-  if (!row || !gen || !hh) {
-    free(row);
-    free(gen);
-    free(hh);
-    return fail(s, HLO_ERR_NO_MEMORY, s->p, "out of memory");
-  }
+  struct h_slot *h = calloc(nc, sizeof *h);
+  if (!h) return fail(s, HLO_ERR_NO_MEMORY, s->p, "out of memory");
   for (uint64_t i = 0; i < s->h_cap; i++) {
-    if (s->h_gen[i] != s->gen) continue;
-    uint64_t j = s->h_hash[i] & (nc - 1);
-    while (gen[j] == s->gen) j = (j + 1) & (nc - 1);
-    gen[j] = s->gen;
-    row[j] = s->h_row[i];
-    hh[j] = s->h_hash[i];
+    if (s->h[i].gen != s->gen) continue;
+    uint64_t j = s->h[i].hash & (nc - 1);
+    while (h[j].gen == s->gen) j = (j + 1) & (nc - 1);
+    h[j] = s->h[i];
   }
-  free(s->h_row);
-  free(s->h_gen);
-  free(s->h_hash);
-  s->h_row = row;
-  s->h_gen = gen;
-  s->h_hash = hh;
+  free(s->h);
+  s->h = h;
   s->h_cap = nc;
   return 0;
 }
 
-static int64_t h_find(S *s, hlo_span name, uint32_t h) {
-  if (!s->h_cap) return -1;
+/* The slot holding `name` (hash h), else the empty slot where it would go; NULL before any insert. */
+static struct h_slot *h_probe(S *s, hlo_span name, uint32_t h) {
+  if (!s->h_cap) return NULL;
   uint64_t m = s->h_cap - 1, j = h & m;
   const hlo_instr *ins = s->t->instrs;
-  while (s->h_gen[j] == s->gen) {
-    if (s->h_hash[j] == h) {
-      const hlo_instr *r = &ins[s->h_row[j]];
-      if (r->name.len == name.len && memcmp(s->b + r->name.off, s->b + name.off, name.len) == 0)
-        return s->h_row[j];
-    }
-    j = (j + 1) & m;
+  for (; s->h[j].gen == s->gen; j = (j + 1) & m) {
+    if (s->h[j].hash != h) continue;
+    const hlo_instr *r = &ins[s->h[j].row];
+    if (r->name.len == name.len && same_bytes(s->b + r->name.off, s->b + name.off, name.len)) break;
   }
-  return -1;
+  return &s->h[j];
+}
+
+static int64_t h_find(S *s, hlo_span name, uint32_t h) {
+  struct h_slot *e = h_probe(s, name, h);
+  return e && e->gen == s->gen ? (int64_t)e->row : -1;
 }
 
 static int h_insert(S *s, uint32_t row) {
   hlo_span name = s->t->instrs[row].name;
   uint32_t h = hash_bytes(s->b + name.off, name.len);
-  if (h_find(s, name, h) >= 0) return fail(s, HLO_ERR_DUPLICATE, name.off, "duplicate instruction name in computation");
   if ((s->h_count + 1) * 2 > s->h_cap) {
     int rc = h_grow(s);
     if (rc) return rc;
   }
-  uint64_t m = s->h_cap - 1, j = h & m;
-  while (s->h_gen[j] == s->gen) j = (j + 1) & m;
-  s->h_gen[j] = s->gen;
-  s->h_row[j] = row;
-  s->h_hash[j] = h;
+  struct h_slot *e = h_probe(s, name, h);
+  if (e->gen == s->gen) return fail(s, HLO_ERR_DUPLICATE, name.off, "duplicate instruction name in computation");
+  e->gen = s->gen;
+  e->hash = h;
+  e->row = row;
   s->h_count++;
   return 0;
 }
@@ -666,9 +774,10 @@ static int parse_operand(S *s, int32_t comp, int depth) {
     tok = read_name(s, &pct);
   } else {
     tok = read_name(s, &pct);
-    if ((tok.len && !pct && s->p < s->n && b[s->p] == '[') || is_buffer_shape(s, tok, pct)) {
-      s->p = st;
-      if ((rc = scan_shape(s, &shape))) return rc;
+    int dims = tok.len && !pct && s->p < s->n && b[s->p] == '[';
+    if (dims || is_buffer_shape(s, tok, pct)) {
+      if (!dims) s->p = st;
+      if ((rc = dims ? scan_dims(s, st, &shape) : scan_shape(s, &shape))) return rc;
       if ((rc = skip_ws(s))) return rc;
       tok = read_name(s, &pct);
     }
@@ -720,9 +829,10 @@ static int parse_instr_rest(S *s, int32_t comp, int depth, uint32_t flags, uint6
   } else {
     int pct;
     opcode = read_name(s, &pct);
-    if ((opcode.len && !pct && s->p < s->n && b[s->p] == '[') || is_buffer_shape(s, opcode, pct)) {
-      s->p = st;
-      if ((rc = scan_shape(s, &shape))) return rc;
+    int dims = opcode.len && !pct && s->p < s->n && b[s->p] == '[';
+    if (dims || is_buffer_shape(s, opcode, pct)) {
+      if (!dims) s->p = st;
+      if ((rc = dims ? scan_dims(s, st, &shape) : scan_shape(s, &shape))) return rc;
       if ((rc = skip_ws(s))) return rc;
       opcode = read_name(s, NULL);
     } else if (!(flags & HLO_INSTR_ANONYMOUS)) {
@@ -769,8 +879,10 @@ static int parse_instr_rest(S *s, int32_t comp, int depth, uint32_t flags, uint6
     op_count = s->n_scratch - sbase;
     op_begin = t->n_operands;
     if (op_count) {
-      if ((rc = grow(s, (void **)&t->operands, &s->cap_op, t->n_operands + op_count, sizeof(hlo_operand)))) return rc;
-      memcpy(t->operands + t->n_operands, s->scratch + sbase, op_count * sizeof(hlo_operand));
+      if (t->n_operands + op_count > s->cap_op &&
+          (rc = grow(s, (void **)&t->operands, &s->cap_op, t->n_operands + op_count, sizeof(hlo_operand))))
+        return rc;
+      for (uint64_t i = 0; i < op_count; i++) t->operands[t->n_operands + i] = s->scratch[sbase + i];
       t->n_operands += op_count;
     }
     s->n_scratch = sbase;
@@ -1148,10 +1260,15 @@ hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk) {
   s->t = t;
   s->junk = allow_junk != 0;
   s->ln = 1;
+  s->nl_next = UINT64_MAX;
   init_classes(s->cls);
-  /* dense dumps hold an instruction per ~90 bytes, an operand per ~60, an attribute per ~100 */
-  reserve((void **)&t->instrs, &s->cap_instr, s->n / 128, sizeof(hlo_instr));
-  reserve((void **)&t->operands, &s->cap_op, s->n / 96, sizeof(hlo_operand));
+  /* The densest dumps of the corpus hold an instruction per 88 bytes, an operand per 65 (56 in one),
+   * an attribute per 125 (70 and 103 in two). The instruction table, the largest, stays larger than
+   * the other two together: glibc gives the top of its heap back to the system when more than twice
+   * the largest block it has freed lies free there, and a scan's tables freed together would then
+   * be fresh pages (a fault each) on every scan, not warm ones (llama31_8b: ~2100 faults a scan). */
+  reserve((void **)&t->instrs, &s->cap_instr, s->n / 64, sizeof(hlo_instr));
+  reserve((void **)&t->operands, &s->cap_op, s->n / 64, sizeof(hlo_operand));
   reserve((void **)&t->attrs, &s->cap_attr, s->n / 128, sizeof(hlo_attr));
   s->bstack = malloc(HLO_MAX_DEPTH);
   if (!s->bstack) {
@@ -1164,9 +1281,7 @@ hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk) {
   t->error_message = s->err ? s->err_msg : NULL;
   free(s->bstack);
   free(s->scratch);
-  free(s->h_row);
-  free(s->h_gen);
-  free(s->h_hash);
+  free(s->h);
   free(s);
   return t;
 }
