@@ -655,24 +655,65 @@ def _row_sum_of_squares(rows: int, n: int, et: str = "f16"):
     return b.build(b.reduce(f"f32[{rows}]", sq, b.const("f32[]", "0"), [1]))
 
 
-@pytest.mark.parametrize("et", ["f16", "f32"])
-def test_row_sums_accumulate_in_lanes(et):
+def _lane_order_sum(v: np.ndarray) -> np.ndarray:
+    """Row sums of f32 `v` in row_sum_in_lanes' order: element j added to lane j % LANES in f32, row order,
+    the lanes then added pairwise (0-7 then 8-15, recursively), then added to the init value 0."""
+    rows, n = v.shape
+    lanes = np.zeros((rows, fusion.LANES), np.float32)
+    for j in range(0, n, fusion.LANES):
+        lanes += v[:, j:j + fusion.LANES]
+
+    def pairwise(lo, hi):
+        return lanes[:, lo] if hi - lo == 1 else pairwise(lo, (lo + hi) // 2) + pairwise((lo + hi) // 2, hi)
+    return np.float32(0) + pairwise(0, fusion.LANES)
+
+
+@pytest.mark.parametrize("et", ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("n", [5 * fusion.LANES, 40 * fusion.LANES, fusion.CHUNK * 3 + fusion.LANES * 2])
+def test_row_sums_accumulate_in_lanes(et, n):
     """A float sum along a row's contiguous dim keeps LANES partial sums (independent adds, a vector add
-    where LLVM packs them, instead of a chain of dependent adds: 8x faster on LayerNorm-sized rows), added
-    pairwise at the end. The order is fixed by the shape: threads and runs give the same bits."""
-    rows, n = 64, 40 * fusion.LANES
-    dt = np.float16 if et == "f16" else np.float32
+    instead of a chain of dependent adds: 8x faster on LayerNorm-sized rows), added pairwise at the end. The
+    order is fixed by the shape: threads and runs give the same bits, whatever the chunks the row is computed
+    in (n: chunks of 16, 128, 32 elements)."""
+    rows = 64
+    dt = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}[et]
     x = rng().standard_normal((rows, n)).astype(dt)
     serial = fusion.compile_fusion(_row_sum_of_squares(rows, n, et), parallel=False)
     split = fusion.compile_fusion(_row_sum_of_squares(rows, n, et), parallel=True)
-    assert "lanes" in serial.source and split.blocks
+    assert "add_lanes(" in serial.source and split.blocks
     got = serial(x)
     assert bits_equal(got, split(x))
-    x64 = x.astype(np.float64)
-    lanes = (x64 * x64).reshape(rows, n // fusion.LANES, fusion.LANES).sum(1)       # each lane's exact sum
-    np.testing.assert_allclose(got, lanes.sum(1), rtol=n * 2.0 ** -24)
+    x32 = x.astype(np.float32)
+    assert bits_equal(got, _lane_order_sum(x32 * x32))
     uneven = fusion.compile_fusion(_row_sum_of_squares(rows, n + 1, et), parallel=False)
-    assert "lanes" not in uneven.source                     # a row not a multiple of LANES: one accumulator
+    assert "add_lanes(" not in uneven.source                # a row not a multiple of LANES: one accumulator
+
+
+def test_f16_loads_convert_by_vector_instruction_only_in_vectorized_loops():
+    """f16 loads in a row sum's chunk loop and in an elementwise loop along rows use the fpext form
+    (f16_to_f32_simd: vcvtph2ps, 2x faster f16 row sums); a reduce computed in order (the max of a softmax's
+    row, hoisted out of the sum's loop) keeps f16_to_f32, whose integer form does not make each element wait
+    for the previous one in a scalar loop. Same bits either way (test_half_casts)."""
+    rows, n = 8, 64
+    b = Builder()
+    x = b.param(0, f"f16[{rows},{n}]")
+    wide = b.op("convert", f"f32[{rows},{n}]", x)
+    top = b.reduce(f"f32[{rows}]", wide, b.const("f32[]", "-inf"), [1], reducer="maximum")
+    shifted = b.op("subtract", f"f32[{rows},{n}]", wide, b.op("broadcast", f"f32[{rows},{n}]", top, dimensions="{0}"))
+    total = b.reduce(f"f32[{rows}]", b.op("exponential", f"f32[{rows},{n}]", shifted), b.const("f32[]", "0"), [1])
+    kernel = fusion.compile_fusion(b.build(total), parallel=False)
+    chunk_loop = kernel.source[kernel.source.index("for jc"):]
+    assert "f16_to_f32_simd(p0" in chunk_loop
+    max_loop = kernel.source[:kernel.source.index("for jc")]
+    assert "f16_to_f32(p0" in max_loop and "f16_to_f32_simd(" not in max_loop.split("def kernel")[1]
+    data = rng().standard_normal((rows, n)).astype(np.float16)
+    d32 = data.astype(np.float32)
+    np.testing.assert_allclose(kernel(data), np.exp(d32 - d32.max(1, keepdims=True)).sum(1), rtol=1e-5)
+
+    elementwise = Builder()
+    y = elementwise.param(0, f"f16[{rows},{n}]")
+    doubled = elementwise.op("add", f"f16[{rows},{n}]", y, y)
+    assert "f16_to_f32_simd(p0" in fusion.compile_fusion(elementwise.build(doubled), parallel=False).source
 
 
 # reductions of every type compile: (type, reducer op, the inputs' distribution)

@@ -102,10 +102,10 @@ def round_src(name: str, expr: str, excess_precision: bool = False) -> str:
     return expr
 
 
-def load_src(name: str, expr: str) -> str:
-    """An array element (storage type) -> its compute-type value."""
+def load_src(name: str, expr: str, simd: bool = False) -> str:
+    """An array element (storage type) -> its compute-type value; `simd`: in a loop LLVM vectorizes."""
     if name == "f16":
-        return f"f16_to_f32({expr})"
+        return f"f16_to_f32_simd({expr})" if simd else f"f16_to_f32({expr})"
     if name == "bf16":
         return f"bf16_to_f32({expr})"
     return expr
@@ -127,7 +127,7 @@ HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
            "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
            "exp_wide", "expm1_wide", "log_wide", "log1p_wide", "tanh_wide", "logistic_wide", "narrow_to_f16",
-           "narrow_to_bf16")
+           "narrow_to_bf16", "f16_to_f32_simd", "stack_array", "add_lanes")
 
 
 # -- the ops of the scalar-semantics table (kernels/semantics.py) ---------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -46,6 +47,7 @@ COLUMN_BLOCK = 2048              # output elements per block of a column reducti
 MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
 TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
 LANES = 16                       # partial sums of a float row sum (one AVX-512 vector of f32)
+CHUNK = 256                      # elements of a row sum computed per loop into a stack buffer (1-2 KB)
 
 
 
@@ -122,6 +124,7 @@ class _Generator:
         self.const_names: dict[int, str] = {}
         self.statements = 0
         self.reduce_execs: dict[int, int] = {}
+        self.simd = False            # generating a loop LLVM vectorizes (see loads)
 
     # -- names and placement ---------------------------------------------------------------------------
     def fresh(self, prefix="v"):
@@ -225,10 +228,13 @@ class _Generator:
         if column:
             self.column_reduction(column, outs, loop_dims)
         else:
-            tiled = (_transposes_minor_dim(comp) and len(loop_dims) >= 2
+            transposing = _transposes_minor_dim(comp)
+            tiled = (transposing and len(loop_dims) >= 2
                      and min(dims[d] for d in loop_dims[-2:]) >= TILE and reduce_extent == 1)
             inner, index = self.open_loops(self.root_scope, dims, loop_dims, "i", tiled=tiled)
-            values = [self.value(o, index) for o in outs]
+            # an elementwise loop along contiguous rows is vectorized (LayerNorm backward's dx: 3 f16 loads)
+            with self.loads(simd=reduce_extent == 1 and not transposing):
+                values = [self.value(o, index) for o in outs]
             for k, (o, v) in enumerate(zip(outs, values)):
                 inner.insert(f"o{k}[{_subscript(index)}] = {ew.store_src(o.shape.element_type.name, v)}")
         self.check_reduce_cost()
@@ -306,7 +312,8 @@ class _Generator:
         inner, index = self.open_loops(outer, dims, loop_dims, "i")
         kept = iter(index)
         comps = tuple(jcomps[d] if d in rdims else next(kept) for d in range(len(src)))
-        values = [self.value(r.operands[0], comps) for r in reduces]
+        with self.loads(simd=not _transposes_minor_dim(self.comp)):     # the inner loop runs along rows
+            values = [self.value(r.operands[0], comps) for r in reduces]
         for acc, (opcode, et), v in zip(accs, kinds, values):
             inner.insert(f"{acc}[{flat}] = {ew.reducer_step_src(red, opcode, et, f'{acc}[{flat}]', v)}")
         self.pop_to([root])
@@ -353,6 +360,22 @@ class _Generator:
         self.memo[key] = name
         return name
 
+    @contextmanager
+    def loads(self, simd: bool):
+        """Values generated inside load f16 as f16_to_f32_simd (`simd`: they go in a loop LLVM vectorizes) or
+        f16_to_f32 (a loop that stays scalar: there the simd form's vpinsrw makes every element wait for the
+        one before, kernels/half.py)."""
+        saved, self.simd = self.simd, simd
+        try:
+            yield
+        finally:
+            self.simd = saved
+
+    def simd_load(self) -> bool:
+        """Whether a load goes in a vectorized loop: one opened under loads(simd=True), not under a pad /
+        concatenate guard (a branch LLVM may leave scalar)."""
+        return self.simd and not any(s.is_guard for s in self.chain)
+
     def operand_at(self, inst, k, index):
         o = inst.operands[k]
         if o.shape.rank == 0 and inst.shape.rank != 0:
@@ -365,7 +388,7 @@ class _Generator:
         deps = [c for c in index if is_name(c)]
         if op == "parameter":
             arr = f"p{inst.parameter_number}"
-            return self.emit(ew.load_src(et, f"{arr}[{_subscript(index)}]"), deps, pin=True)
+            return self.emit(ew.load_src(et, f"{arr}[{_subscript(index)}]", self.simd_load()), deps, pin=True)
         if op == "constant":
             if inst.shape.rank == 0:
                 return ew.literal_src(et, scalar_literal(inst))
@@ -374,7 +397,7 @@ class _Generator:
                 name = f"c{len(self.consts)}"
                 self.consts.append(constant_storage(inst))
                 self.const_names[id(inst)] = name
-            return self.emit(ew.load_src(et, f"{name}[{_subscript(index)}]"), deps, pin=True)
+            return self.emit(ew.load_src(et, f"{name}[{_subscript(index)}]", self.simd_load()), deps, pin=True)
         if op == "iota":
             dim = inst.attr("iota_dimension")
             return self.emit(ew.iota_src(et, index[dim]), deps)
@@ -612,7 +635,8 @@ class _Generator:
                 self.push(guard)
             parent = guard
         if comps is not None:
-            val = self.value(inst.operands[0], tuple(comps))
+            with self.loads(simd=False):        # one accumulator, in order: a scalar loop
+                val = self.value(inst.operands[0], tuple(comps))
             parent.insert(f"{acc} = {ew.reducer_step_src(self.reductions, opcode, et, acc, val)}")
         if first is not None:                # statements of target go after the loops now; restore the chain
             self.close_construct(target, first, saved)
@@ -682,24 +706,35 @@ class _Generator:
 
     def row_sum_in_lanes(self, inst, target: Block, acc: str, comps: list, loop) -> str:
         """A float sum along a row's contiguous dim in LANES partial sums (element j goes to lane j % LANES),
-        added pairwise at the end: the inner loop over the lanes is a vector add, where one accumulator is a
-        chain of dependent adds (~1 element per 4 cycles). Any order is XLA's (its CPU sums are vectorized
-        too); this one is fixed by the shape alone, so every run and thread count gives the same bits."""
+        added pairwise at the end: lanes added as vectors, where one accumulator is a chain of dependent adds
+        (~1 element per 4 cycles). Any order is XLA's (its CPU sums are vectorized too); this one is fixed by
+        the shape alone, so every run and thread count gives the same bits.
+
+        The row goes in chunks: a loop computes a chunk's values into a stack buffer (a plain elementwise loop,
+        which LLVM vectorizes, with f16 loads as vcvtph2ps), then `add_lanes` adds each LANES of them to the
+        lanes (stack_array: registers). A loop over the LANES lanes themselves is fully unrolled when its body
+        is small and then mostly left scalar (bf16 and f32 sums: 1.5-2.5 GB/s)."""
         et = inst.shape.element_type.name
         var, n = loop
         ct = ew.COMPUTE[et]
-        lanes = self.emit(f"np.empty({LANES}, {ct})", [], prefix="lanes")
+        chunk = math.gcd(n, CHUNK)
+        lanes = self.emit(f"stack_array({LANES}, {ct})", [], prefix="lanes")
+        values = self.emit(f"stack_array({chunk}, {ct})", [], prefix="chunk")
         target.insert(f"{lanes}[:] = {ct}(0)")
-        outer, lane = self.fresh("jb"), self.fresh("ju")
-        block, saved = self.open_construct(target, f"for {outer} in range({n // LANES}):", trips=n // LANES)
+        outer, element, group = self.fresh("jc"), self.fresh("jj"), self.fresh("jl")
+        block, saved = self.open_construct(target, f"for {outer} in range({n // chunk}):", trips=n // chunk)
         self.scope_of[outer] = block
-        inner = block.open(f"for {lane} in range({LANES}):", trips=LANES)
+        inner = block.open(f"for {element} in range({chunk}):", trips=chunk)
         self.push(inner)
-        self.scope_of[lane] = inner
-        position = comps.index(var)
-        comps[position] = self.iexpr(Ix("+", Ix("*", outer, LANES, paren=False), lane))
-        val = self.value(inst.operands[0], tuple(comps))
-        inner.insert(f"{lanes}[{lane}] = {ew.binary_src('add', et, f'{lanes}[{lane}]', val)}")
+        self.scope_of[element] = inner
+        comps[comps.index(var)] = self.iexpr(Ix("+", Ix("*", outer, chunk, paren=False), element))
+        with self.loads(simd=True):
+            val = self.value(inst.operands[0], tuple(comps))
+        inner.insert(f"{values}[{element}] = {val}")
+        block.close(inner)
+        adds = block.open(f"for {group} in range({chunk // LANES}):", trips=chunk // LANES)
+        adds.insert(f"add_lanes({lanes}, {values}, {group} * {LANES}, {LANES})")
+        block.close(adds)
         self.close_construct(target, block, saved)
 
         def pairwise(lo, hi):

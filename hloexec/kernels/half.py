@@ -98,6 +98,14 @@ def f16_to_f32(bits):
 
 
 @njit(inline="always")
+def f16_to_f32_simd(bits):
+    """f16_to_f32's value (the same bits) as an `fpext` from `half`, for loops LLVM vectorizes: there it is one
+    vcvtph2ps per 8 elements where f16_to_f32's integer form is ~12 instructions, and the f16 row sums
+    (kernels/fusion.py `row_sum_in_lanes`) are bound by that. Not for loops that stay scalar (f16_to_f32)."""
+    return _f16_bits_to_f32(np.uint16(bits))
+
+
+@njit(inline="always")
 def f32_to_f16(x):
     """float32 -> uint16 bit pattern of the nearest half (ties to even)."""
     return _f32_to_f16_bits(np.float32(x))

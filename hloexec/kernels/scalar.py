@@ -14,8 +14,8 @@ from numba.extending import intrinsic
 
 from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32,  # noqa: F401
                    bitcast_f64_to_i64, bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64,
-                   bitcast_u32_to_f32, bitcast_u64_to_f64, f16_to_f32, f32_to_bf16, f32_to_f16, f64_to_f16,
-                   round_bf16, round_f16)
+                   bitcast_u32_to_f32, bitcast_u64_to_f64, f16_to_f32, f16_to_f32_simd, f32_to_bf16, f32_to_f16,
+                   f64_to_f16, round_bf16, round_f16)
 
 # The machine of the scalar-semantics table (kernels/semantics.py) for its primitives that are not one Numba
 # expression: the table's definitions call them only where their preconditions hold.
@@ -102,6 +102,60 @@ def _int_intrinsic(name):
 
 popcount = _int_intrinsic("ctpop")
 count_leading_zeros = _int_intrinsic("ctlz")
+
+
+@intrinsic
+def stack_array(typingctx, count, dtype):
+    """A new 1-d array of `count` (a literal int) elements of `dtype` (np.float32, ...) on the stack: a row
+    sum's partial sums and the chunk of values it adds (kernels/fusion.py `row_sum_in_lanes`). np.empty's
+    memory comes from a call LLVM knows nothing of, so it might alias the operands: every add then loads and
+    stores its lane in memory. A non-escaping alloca in the entry block aliases nothing, and the lanes,
+    accessed as whole vectors (add_lanes) and at constant indices, are promoted to vector registers. Its life
+    is the kernel's: call it only from the kernel's own body, never from a helper."""
+    if not isinstance(count, types.IntegerLiteral) or not isinstance(dtype, types.NumberClass):
+        return None
+    n, element = count.literal_value, dtype.instance_type
+    array_type = types.Array(element, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        from numba.core import cgutils
+        from numba.np.arrayobj import make_array, populate_array
+        data = cgutils.alloca_once(builder, context.get_data_type(element), size=n)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(element)))
+        array = make_array(array_type)(context, builder)
+        populate_array(array, data=data, shape=[context.get_constant(types.intp, n)], strides=[itemsize],
+                       itemsize=itemsize, meminfo=None)
+        return array._getvalue()
+    return array_type(count, dtype), codegen
+
+
+@intrinsic
+def add_lanes(typingctx, lanes, values, start, count):
+    """lanes[k] += values[start + k] for k < `count` (a literal int, a multiple of 32 bytes' elements): one
+    vector add per 32 bytes, each lane's own add, so the same bits as the scalar loop. A row sum's lanes
+    (stack_array) then stay vector registers whatever LLVM makes of the loop computing `values`: a loop over
+    16 lanes it unrolls is left to the SLP vectorizer, which often keeps it scalar (bf16, f32 row sums)."""
+    if not (isinstance(count, types.IntegerLiteral) and isinstance(lanes, types.Array)
+            and isinstance(lanes.dtype, types.Float) and values == lanes and isinstance(start, types.Integer)
+            and count.literal_value * lanes.dtype.bitwidth % 256 == 0):
+        return None
+    n = count.literal_value
+
+    def codegen(context, builder, sig, args):
+        from numba.np.arrayobj import make_array
+        element = context.get_data_type(lanes.dtype)
+        width = 32 // context.get_abi_sizeof(element)
+        vector = ir.VectorType(element, width).as_pointer()
+        acc = make_array(lanes)(context, builder, args[0]).data
+        src = make_array(values)(context, builder, args[1]).data
+        first = context.cast(builder, args[2], start, types.intp)
+        for k in range(0, n, width):
+            at = ir.Constant(first.type, k)
+            a = builder.bitcast(builder.gep(acc, [at]), vector)
+            b = builder.bitcast(builder.gep(src, [builder.add(first, at)]), vector)
+            builder.store(builder.fadd(builder.load(a, align=1), builder.load(b, align=1)), a, align=1)
+        return context.get_dummy_value()
+    return types.none(lanes, values, start, count), codegen
 
 
 # -- transcendentals of float32 values, vectorizable ---------------------------------------------------------
