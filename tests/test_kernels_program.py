@@ -133,11 +133,12 @@ def windows(x):
 
     def body(i, c):
         x, total, where = c
-        peak = lax.reduce_window(x, -jnp.inf, lax.max, (3, 2), (1, 1), "SAME")
-        total = total + lax.reduce_window(x, 0.0, lax.add, (2, 3), (2, 1), ((1, 0), (1, 1)), base_dilation=(1, 2))
-        _, arg = lax.reduce_window((x, idx), (-jnp.inf, 0), argmax, (2, 2), (1, 1), "VALID")
+        peak = lax.reduce_window(x, low, lax.max, (3, 2), (1, 1), "SAME")
+        total = total + lax.reduce_window(x, zero, lax.add, (2, 3), (2, 1), ((1, 0), (1, 1)), base_dilation=(1, 2))
+        _, arg = lax.reduce_window((x, idx), (low, jnp.int32(0)), argmax, (2, 2), (1, 1), "VALID")
         return peak - 1, total, where + arg
-    total0 = lax.reduce_window(x, 0.0, lax.add, (2, 3), (2, 1), ((1, 0), (1, 1)), base_dilation=(1, 2)) * 0
+    low, zero = jnp.float32(-jnp.inf), jnp.float32(0)
+    total0 = lax.reduce_window(x, zero, lax.add, (2, 3), (2, 1), ((1, 0), (1, 1)), base_dilation=(1, 2)) * 0
     return lax.fori_loop(0, 4, body, (x, total0, jnp.zeros((x.shape[0] - 1, x.shape[1] - 1), jnp.int32)))
 
 
