@@ -75,7 +75,8 @@ def transpose_is_view(inst) -> bool:
     """Whether a transpose runs as a strided view of its operand, not a copy: a 2-D one read only by dots, which
     take any strides (BLAS's transposed flag; a low-precision operand is widened in slices of its own layout).
     XLA's layout assignment makes such transposes free (gemma3's [262144,1152] bf16 embedding read as
-    {0,1} for the logits): copied, it was 60% of the module's warm run (bench/README.md, "gemma3")."""
+    {0,1} for the logits): copied, it was 60% of the module's warm run (bench/README.md, "gemma3 1B: the
+    embedding read through a view")."""
     return (inst.opcode == "transpose" and inst.shape.rank == 2 and _dims(inst) == (1, 0) and bool(inst.users)
             and all(u.opcode == "dot" for u in inst.users) and inst is not inst.computation.root)
 
