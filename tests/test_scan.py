@@ -185,6 +185,65 @@ def test_forms(text):
     assert t.modules[0]["entry"] == 0
 
 
+# newlines in every place the scanner steps over one: comments, strings (raw and escaped), brackets,
+# operand lists, a nested operand whose opcode is on the line after its shape (read past, then rewound)
+LINES_TEXT = b"""/* a comment
+   over two lines */ HloModule m, entry_computation_layout={(f32[])
+->f32[]}
+
+%c (p: f32[]) -> f32[] {
+  %p = f32[] parameter(0), metadata={op_name="a\\
+b" source_file="x
+y"}
+  /* comment
+  */ %q = f32[] add(%p,
+     f32[] negate(
+       %p)), sharding={devices=[1]
+0}
+  // line comment
+  ROOT %r = (f32[],
+    f32[]) tuple(%p, %q)
+}
+
+ENTRY %e (a: f32[]) -> f32[] {
+  ROOT %x = f32[] call(f32[] add(f32[]
+ negate(%a), %a)), to_apply=%c
+}
+"""
+
+
+def _line_col(buf: bytes, off: int) -> tuple[int, int]:
+    return buf.count(b"\n", 0, off) + 1, off - (buf.rfind(b"\n", 0, off) + 1) + 1
+
+
+def _instr_start(buf: bytes, r) -> int:
+    if r["flags"] & S.INSTR_ANONYMOUS:
+        return int(r["shape_off"] if r["shape_len"] else r["opcode_off"])
+    off = int(r["name_off"]) - (buf[int(r["name_off"]) - 1:int(r["name_off"])] == b"%")
+    return buf.rfind(b"ROOT", 0, off) if r["flags"] & S.INSTR_ROOT else off
+
+
+@pytest.mark.parametrize("junk", [False, True])
+@pytest.mark.parametrize("prefix", [b"", b"junk (\nline\n"])
+def test_lines_and_columns_across_newlines(junk, prefix):
+    if prefix and not junk:
+        pytest.skip("junk lines need allow_junk")
+    buf = prefix + LINES_TEXT
+    t = scan(buf, allow_junk=junk)
+    assert [txt(buf, r["opcode_off"], r["opcode_len"]) for r in t.instrs] == [
+        "parameter", "negate", "add", "tuple", "negate", "add", "call"]
+    for r in t.instrs:
+        assert (int(r["line"]), int(r["column"])) == _line_col(buf, _instr_start(buf, r))
+    for c in t.comps:
+        entry = buf.rfind(b"ENTRY", 0, int(c["name_off"]))
+        start = entry if c["flags"] & S.COMP_ENTRY else int(c["name_off"])
+        assert int(c["line"]) == _line_col(buf, start)[0]
+    # in junk mode the header, whose layout crosses a line, is a junk line: the module starts at %c
+    start = buf.index(b"%c (") if junk else buf.index(b"HloModule")
+    assert [int(m["text_off"]) for m in t.modules] == [start]
+    assert int(t.modules[0]["line"]) == _line_col(buf, start)[0]
+
+
 def test_nested_operands_and_no_shape_root():
     text = b"""e {
   a = f32[] parameter(0)
