@@ -165,30 +165,40 @@ class IndexVectors:
         return position
 
 
-def _components(ar, vectors: IndexVectors, count: int, load, batch_index) -> list:
-    """The `count` components of the index vector at `batch_index`, as int64 index values: `load(position)`
-    reads the indices array; each component is bound (named) once."""
-    return [ar.bind(ar.as_index(load(vectors.position(batch_index, k)), vectors.u64)) for k in range(count)]
+@dataclass(frozen=True)
+class StartIndices:
+    """What gather and scatter share: where an index vector's components and the batch position put a slice's
+    (a window's) start in the operand -- component k at operand dim `index_map[k]`, the batch position's own
+    coordinate at an operand batching dim (`batching`: pairs of an operand dim and the position of its
+    indices batching dim among the batch axes), 0 elsewhere."""
+    operand_dims: tuple[int, ...]
+    vectors: IndexVectors
+    index_map: tuple[int, ...]
+    batching: tuple[tuple[int, int], ...]
 
+    @staticmethod
+    def pairs(vectors: IndexVectors, operand_batching, indices_batching) -> tuple:
+        """`batching` from the dimension numbers' operand and indices batching dims."""
+        return tuple((od, vectors.batch_axes.index(idd)) for od, idd in zip(operand_batching, indices_batching))
 
-def _placed_starts(rank: int, index_map, batching, components, batch_index) -> list:
-    """The operand start index an index vector gives: component k at operand dim index_map[k], the batch
-    position's own coordinate at an operand batching dim (`batching`: pairs of an operand dim and the position
-    of its indices batching dim among the batch axes), 0 elsewhere."""
-    starts = [0] * rank
-    for d, c in zip(index_map, components):
-        starts[d] = c
-    for d, pos in batching:
-        starts[d] = batch_index[pos]
-    return starts
+    def components(self, ar, load, batch_index) -> list:
+        """The index vector's components at `batch_index`, as int64 index values: `load(position)` reads the
+        indices array; each component is bound (named) once."""
+        return [ar.bind(ar.as_index(load(self.vectors.position(batch_index, k)), self.vectors.u64))
+                for k in range(len(self.index_map))]
 
-
-def _batching(vectors: IndexVectors, operand_batching, indices_batching) -> tuple:
-    return tuple((od, vectors.batch_axes.index(idd)) for od, idd in zip(operand_batching, indices_batching))
+    def placed(self, components, batch_index) -> list:
+        """The operand start index of the index vector of these components at `batch_index`."""
+        starts = [0] * len(self.operand_dims)
+        for d, c in zip(self.index_map, components):
+            starts[d] = c
+        for d, pos in self.batching:
+            starts[d] = batch_index[pos]
+        return starts
 
 
 @dataclass(frozen=True)
-class Gather:
+class Gather(StartIndices):
     """A gather's geometry: output dim `offset_dims[j]` walks operand dim `offset_src[j]` within the slice, the
     other output dims (`batch_dims`, in order) are the batch position of an index vector (XLA's
     GatherDimensionNumbers, batching dims included)."""
@@ -208,7 +218,7 @@ class Gather:
         dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
         vectors = IndexVectors.of(inst.operands[1].shape, gd.index_vector_dim)
         return cls(operand_dims, vectors, tuple(gd.start_index_map),
-                   _batching(vectors, gd.operand_batching_dims, gd.start_indices_batching_dims),
+                   cls.pairs(vectors, gd.operand_batching_dims, gd.start_indices_batching_dims),
                    tuple(gd.slice_sizes), tuple(gd.offset_dims),
                    tuple(d for d in range(len(operand_dims)) if d not in dropped),
                    tuple(d for d in range(inst.shape.rank) if d not in gd.offset_dims))
@@ -216,8 +226,7 @@ class Gather:
     def starts(self, ar, load, batch_index) -> list:
         """The slice's start in the operand for the batch position `batch_index`: the index vector's start,
         clamped to [0, n - slice size] per dim (XLA)."""
-        components = _components(ar, self.vectors, len(self.index_map), load, batch_index)
-        starts = _placed_starts(len(self.operand_dims), self.index_map, self.batching, components, batch_index)
+        starts = self.placed(self.components(ar, load, batch_index), batch_index)
         return [ar.bind(ar.clamp(s, 0, max(n - w, 0))) for s, n, w in zip(starts, self.operand_dims, self.slice_sizes)]
 
     def source_index(self, ar, starts, offset_index) -> list:
@@ -229,15 +238,11 @@ class Gather:
 
 
 @dataclass(frozen=True)
-class Scatter:
+class Scatter(StartIndices):
     """A scatter's geometry: update dim `window_dims[j]` walks operand dim `window_src[j]` within the window
     (whose full extent per operand dim is `window`, 1 where no update dim walks it), the other update dims
     (`scatter_dims`, in order) are the batch position of an index vector (XLA's ScatterDimensionNumbers,
     batching dims included)."""
-    operand_dims: tuple[int, ...]
-    vectors: IndexVectors
-    index_map: tuple[int, ...]
-    batching: tuple[tuple[int, int], ...]
     window_dims: tuple[int, ...]
     window_src: tuple[int, ...]
     scatter_dims: tuple[int, ...]
@@ -256,7 +261,7 @@ class Scatter:
             window[d] = update_dims[ud]
         vectors = IndexVectors.of(inst.operands[n].shape, sd.index_vector_dim)
         return cls(operand_dims, vectors, tuple(sd.scatter_dims_to_operand_dims),
-                   _batching(vectors, sd.input_batching_dims, sd.scatter_indices_batching_dims),
+                   cls.pairs(vectors, sd.input_batching_dims, sd.scatter_indices_batching_dims),
                    tuple(sd.update_window_dims), window_src,
                    tuple(d for d in range(len(update_dims)) if d not in sd.update_window_dims), tuple(window))
 
@@ -264,11 +269,7 @@ class Scatter:
         """The window's start in the operand for the update element at `update_index` (its scatter dims' part
         picks the index vector)."""
         batch_index = [update_index[d] for d in self.scatter_dims]
-        return self.start_of(_components(ar, self.vectors, len(self.index_map), load, batch_index), batch_index)
-
-    def start_of(self, components, batch_index) -> list:
-        """The window's start in the operand for the index vector of these components at `batch_index`."""
-        return _placed_starts(len(self.operand_dims), self.index_map, self.batching, components, batch_index)
+        return self.placed(self.components(ar, load, batch_index), batch_index)
 
     def window_fits(self, ar, starts) -> list:
         """The conditions for the whole window at `starts` to lie inside the operand; a window that does not is

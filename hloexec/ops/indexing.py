@@ -166,7 +166,7 @@ def _one_window_scatter(kind: str, geometry: Scatter):
     def kernel(operand, indices, update):
         out = operand.copy()
         # the one index vector's components as Python ints (exact, u64 too: no saturation needed), no batching
-        starts = geometry.start_of(indices.reshape(-1).tolist(), ())
+        starts = geometry.placed(indices.reshape(-1).tolist(), ())
         if all(geometry.window_fits(NUMPY, starts)):      # else skipped
             region = out[tuple(slice(s, s + w) for s, w in zip(starts, window))]
             u = update.reshape(window)
