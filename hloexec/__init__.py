@@ -17,7 +17,9 @@ __all__ = ["parse", "load", "Module", "Computation", "Instruction", "HloParseErr
 def load(source, module: str | None = None, **options):
     """Parse `source` (a path or HLO text) and prepare one module to run.
 
-    `module` picks a module by name when the source holds several. Options: `excess_precision`,
+    `module` picks a module by name when the source holds several. Options: `options` (an
+    hloexec.options.Options: every numerics rule and limit in one value) or `device` (a device profile's name, file
+    or hloexec.options.DeviceProfile: whose arithmetic to reproduce, default "reference"), `excess_precision`,
     `use_numba` (False runs the numpy reference kernels only), `compile_after` (fused kernels run op by op
     for this many calls before they are compiled, default 1; 0 compiles them when the module is prepared),
     `max_memory` (bytes a run may use), `compile_kernels` (False: nothing compiles while the module is

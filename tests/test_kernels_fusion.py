@@ -14,6 +14,7 @@ import pytest
 from hloexec.errors import TierUnsupported
 from hloexec.kernels import fusion
 from hloexec.kernels.irbuild import Builder
+from hloexec.options import Options
 
 BF16 = ml_dtypes.bfloat16
 
@@ -300,7 +301,7 @@ def test_f16_per_op_rounding_vs_excess_precision():
     u16 = xv * yv + xv
     want = np.exp(-np.abs(u16).astype(np.float32)).astype(np.float16)
     assert bits_equal(got, want)
-    ex = fusion.compile_fusion(comp, excess_precision=True)(xv, yv)
+    ex = fusion.compile_fusion(comp, Options(excess_precision=True))(xv, yv)
     u32 = xv.astype(np.float32) * yv.astype(np.float32) + xv.astype(np.float32)
     assert bits_equal(ex, np.exp(-np.abs(u32)).astype(np.float16))
 

@@ -8,6 +8,7 @@ import pytest
 
 from hloexec.kernels import fusion
 from hloexec.kernels.irbuild import Builder
+from hloexec.options import Options
 
 BF16 = ml_dtypes.bfloat16
 OPS = ("exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic")
@@ -27,7 +28,7 @@ def run_all_ops(et, x, out_et=None, excess_precision=False):
     if out_et:
         outs = [b.op("convert", out, o) for o in outs]
     kernel = fusion.compile_fusion(b.build(b.op("tuple", "(" + ", ".join([out] * len(OPS)) + ")", *outs)),
-                                   excess_precision=excess_precision)
+                                   Options(excess_precision=excess_precision))
     assert kernel is not None
     assert "np.tanh" not in kernel.source and "np.exp" not in kernel.source and "np.log" not in kernel.source
     return dict(zip(OPS, kernel(x)))

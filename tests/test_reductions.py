@@ -27,6 +27,7 @@ import hloexec.exec.tiering as tiering
 import hloexec.ops.reduction as reduction
 from hloexec.kernels import fusion
 from hloexec.kernels.program import compile_program
+from hloexec.options import Options
 from xla_compare import flatten, ulp_distance
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -218,7 +219,7 @@ def check_tiers(et, kind, dims, rdims, seed, monkeypatch):
     a, b = (values(rng, dims, et, kind, specials=False) for _ in range(2))
     text = fused_module(et, kind, dims, rdims)
     compiled = hloexec.load(text, compile_after=0, reductions="per-step")
-    fusion.generate_source(computation(compiled, "fused"), reductions="per-step")     # (declining raises)
+    fusion.generate_source(computation(compiled, "fused"), Options(reductions="per-step"))     # (declining raises)
     op_by_op = hloexec.load(text, use_numba=False, reductions="per-step").run(a, b)
     assert bits(compiled.run(a, b)) == bits(op_by_op)
     out = [n for i, n in enumerate(dims) if i not in rdims]
@@ -226,7 +227,7 @@ def check_tiers(et, kind, dims, rdims, seed, monkeypatch):
     text = loop_module(et, kind, dims, rdims)
     loop = hloexec.load(text, compile_after=0, reductions="per-step")
     (w,) = [i for i in computation(loop, "e").instructions if i.opcode == "while"]
-    compile_program(w, reductions="per-step")
+    compile_program(w, Options(reductions="per-step"))
     interpreted = hloexec.load(text, use_numba=False, reductions="per-step").run(acc, a)
     assert bits(loop.run(acc, a)) == bits(interpreted)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 
 from ..ir.module import Computation, Module
-from ..kernels.elementwise import check_reductions
+from ..options import Options
 from .tier_report import TierReport
 from .tiering import NOT_COMPILED, CompilePolicy, TieredKernel, TieredLoop, loop_step_work
 
@@ -32,13 +32,12 @@ class ExecContext:
     """What ops see while they are prepared (hloexec.ops.registry.Context), and what the runners and tiers built
     for them ask at run time (the calling thread's device and observer)."""
 
-    def __init__(self, module: Module, device: Device, plans, *, excess_precision: bool = False,
-                 use_numba: bool = True, compile_after: int = 1, reductions: str = "accumulate"):
+    def __init__(self, module: Module, device: Device, plans, options: Options | None = None, *,
+                 use_numba: bool = True, compile_after: int = 1):
         self.module = module
         self.plans = plans          # the module's PlanCache (exec/executor.py): one plan per computation
         self.default_device = device
-        self.excess_precision = excess_precision
-        self.reductions = check_reductions(reductions)
+        self.options = options or Options()     # how the module computes: read where a rule is used
         self.use_numba = use_numba
         self.policy = CompilePolicy(compile_after)    # which fusions and loops compile, and when
         self._participant = threading.local()
@@ -102,7 +101,7 @@ class ExecContext:
             return None
         from ..kernels.fusion import compile_fusion
         kernel = self.tier_report.generate("fusion", comp.name, lambda: compile_fusion(
-            comp, excess_precision=self.excess_precision, reductions=self.reductions, eager=False))
+            comp, self.options, eager=False))
         if kernel is None:
             return None
         failed = partial(self.tier_report.record, "fusion", comp.name, NOT_COMPILED)
@@ -128,7 +127,7 @@ class ExecContext:
             return None
         from ..kernels.program import compile_program
         kernel = self.tier_report.generate("loop", inst.name, lambda: compile_program(
-            inst, excess_precision=self.excess_precision, reductions=self.reductions))
+            inst, self.options))
         if kernel is None:
             return None
         loop = TieredLoop(cond, body, kernel, loop_step_work(inst), self.policy.loop_compile_threshold(kernel),

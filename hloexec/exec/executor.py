@@ -12,6 +12,7 @@ from ..errors import ElidedConstantWarning, ExecutionError, MemoryLimitError, el
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.heap import keep_freed_memory
+from ..options import Options
 from .context import Device, ExecContext
 from .inputs import from_npz_void
 from .plan import Plan
@@ -55,22 +56,26 @@ class Parameter:
 class Executable:
     """A module prepared for running on the CPU: `run(*arrays)` returns numpy arrays."""
 
-    def __init__(self, module: Module, *, excess_precision: bool = False, use_numba: bool = True,
-                 compile_after: int = 1, device: Device | None = None, max_memory: int | None = None,
-                 compile_kernels: bool = True, reductions: str = "accumulate"):
+    def __init__(self, module: Module, *, options: Options | None = None, device=None, use_numba: bool = True,
+                 compile_after: int = 1, participant: Device | None = None, compile_kernels: bool = True,
+                 **rules):
+        """`options` (hloexec.options.Options) or `device` (a profile, its name or file) and any of Options'
+        rules by keyword (`reductions`, `excess_precision`, `max_memory`) override the options' or the device's
+        own. `participant`: the SPMD participant this executable plays (default: device 0 of the module's)."""
         from .communicators import MirrorCommunicator
         keep_freed_memory()         # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
         elided = module.elided_constants()
         if elided:
             warnings.warn(elided_constants_note(module, elided), ElidedConstantWarning, stacklevel=3)
-        if device is None:
-            device = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
-            device.communicator = MirrorCommunicator(device)
-        self.device = device
+        if participant is None:
+            participant = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
+            participant.communicator = MirrorCommunicator(participant)
+        self.participant = participant
+        self.options = Options.of(options, device, **rules)
         self.plans = PlanCache()
-        self.context = ExecContext(module, device, self.plans, excess_precision=excess_precision,
-                                   use_numba=use_numba, compile_after=compile_after, reductions=reductions)
+        self.context = ExecContext(module, participant, self.plans, self.options, use_numba=use_numba,
+                                   compile_after=compile_after)
         self.runner = self.context.computation(module.entry)
         self.plan = self.runner.plan
         # the entry's fused tiers not compiled yet: those due compile together (side by side) before a run, not
@@ -85,8 +90,12 @@ class Executable:
         self._parameters = self.parameters     # built once: run() checks every input against it
         from .manual import has_manual_regions
         self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (exec/manual.py)
-        self.max_memory = max_memory           # bytes a run may use; None: MemAvailable at each run
         self._peak_bytes: int | None = None
+
+    @property
+    def max_memory(self) -> int | None:
+        """Bytes a run may use; None: MemAvailable at each run."""
+        return self.options.max_memory
 
     @property
     def parameters(self) -> list[Parameter]:
@@ -112,7 +121,7 @@ class Executable:
         `observe_inside(computation) -> bool` limits observing to the fused, called, loop and branch computations
         it accepts: the others run as in an unobserved run (a fusion or a loop compiled) and are seen as their
         caller's one value."""
-        if self.manual_regions and self.context.device is self.device:   # every device must run; this thread plays none
+        if self.manual_regions and self.context.device is self.participant:   # every device must run; this thread plays none
             if progress is not None or profile is not None or observe is not None:
                 raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
                                      "device: progress, profile and observe follow one participant only")

@@ -603,7 +603,7 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
         bundle_nodes = placement_group_table(placement)["bundles_to_node_id"]
         actor = ray.remote(Worker)
         text = ray.put(source)
-        options = {"excess_precision": exe.context.excess_precision, "use_numba": exe.context.use_numba,
+        options = {"options": exe.options, "use_numba": exe.context.use_numba,
                    "compile_after": exe.context.compile_after}
         for i, (group, s) in enumerate(zip(groups, slots)):
             workers.append(actor.options(

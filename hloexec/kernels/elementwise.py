@@ -299,19 +299,8 @@ def dot_accumulator(name: str) -> str:
 
 
 # -- reductions ---------------------------------------------------------------------------------------
-# How reductions (reduce, reduce-window) apply an add / multiply reducer: the `reductions` option of
-# hloexec.load and --reductions. "accumulate": f16 / bf16 / fp8 values accumulate in f32 and round to the type
-# once, at the end, in an order of each tier's choosing (wider types: in their type, any order). "per-step":
-# every application of the reducer rounds to the reduction's type, as the HLO says, one element after the
-# other from the init value in row-major order of the reduced dims (of the window, for reduce-window),
-# the same in every tier.
-REDUCTIONS = ("accumulate", "per-step")
-
-
-def check_reductions(reductions: str) -> str:
-    if reductions not in REDUCTIONS:
-        raise ValueError(f"reductions={reductions!r}: expected one of {', '.join(REDUCTIONS)}")
-    return reductions
+# How reductions (reduce, reduce-window) apply an add / multiply reducer: the `reductions` rule of
+# hloexec.options (REDUCTIONS says what "accumulate" and "per-step" mean).
 
 
 def accumulates_in_f32(reductions: str, opcode: str, element_type) -> bool:

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import TierUnsupported
 from ..ir import opcodes
+from ..options import Options
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
@@ -111,10 +112,9 @@ def _subscript(index) -> str:
 
 
 class _Generator:
-    def __init__(self, comp, excess_precision: bool, parallel, reductions: str = "accumulate"):
+    def __init__(self, comp, options: Options, parallel):
         self.comp = comp
-        self.excess = excess_precision
-        self.reductions = reductions
+        self.options = options
         self.parallel_request = parallel
         self.n = 0
         self.scope_of: dict[str, Block] = {}     # name -> the block defining it
@@ -294,7 +294,7 @@ class _Generator:
         src = reduces[0].operands[0].shape.dims
         rdims = sorted(reduces[0].attr("dimensions", ()))
         kinds = [(self.reducer_op(r), r.shape.element_type.name) for r in reduces]
-        red = self.reductions
+        red = self.options.reductions
         inits = [self.value(r.operands[1], ()) for r in reduces]
         strides = row_major_strides(dims)
         flat = _subscript([" + ".join(f"i{k}" + (f" * {strides[d]}" if strides[d] != 1 else "")
@@ -319,7 +319,7 @@ class _Generator:
         self.pop_to([root])
         inner, index = self.open_loops(root, dims, loop_dims, "i")
         for r, acc, (opcode, et) in zip(reduces, accs, kinds):
-            total = ew.reduction_result_src(red, opcode, et, f"{acc}[{flat}]", self.excess)
+            total = ew.reduction_result_src(red, opcode, et, f"{acc}[{flat}]", self.options.excess_precision)
             self.memo[(id(r), index)] = self.emit(total, [c for c in index if is_name(c)])
         for k, o in enumerate(outs):
             inner.insert(f"o{k}[{_subscript(index)}] = {ew.store_src(o.shape.element_type.name, self.value(o, index))}")
@@ -409,7 +409,7 @@ class _Generator:
             return self.reduce_window(inst, index)
         # elementwise
         vals = [self.operand_at(inst, k, index) for k in range(len(inst.operands))]
-        expr = ew.instruction_src(inst, vals, self.excess)
+        expr = ew.instruction_src(inst, vals, self.options.excess_precision)
         need(expr is not None, f"{op} on {et}")
         return vals[0] if expr == vals[0] else self.emit(expr, vals)
 
@@ -637,10 +637,10 @@ class _Generator:
         if comps is not None:
             with self.loads(simd=False):        # one accumulator, in order: a scalar loop
                 val = self.value(inst.operands[0], tuple(comps))
-            parent.insert(f"{acc} = {ew.reducer_step_src(self.reductions, opcode, et, acc, val)}")
+            parent.insert(f"{acc} = {ew.reducer_step_src(self.options.reductions, opcode, et, acc, val)}")
         if first is not None:                # statements of target go after the loops now; restore the chain
             self.close_construct(target, first, saved)
-        result = ew.reduction_result_src(self.reductions, opcode, et, acc, self.excess)
+        result = ew.reduction_result_src(self.options.reductions, opcode, et, acc, self.options.excess_precision)
         return acc if result == acc else self.emit(result, [acc])
 
     def reduce(self, inst, index):
@@ -665,7 +665,7 @@ class _Generator:
         minor = [d for d in range(src.shape.rank) if src.shape.dims[d] != 1][-1:]
         if (loops and opcode == "add" and et in ew.FLOATS and len(loops) == 1 and loops[0][1] % LANES == 0
                 and loops[0][1] >= 4 * LANES and minor == [rdims[-1]]
-                and not ew.in_order(self.reductions, opcode, inst.shape.element_type)):
+                and not ew.in_order(self.options.reductions, opcode, inst.shape.element_type)):
             return self.row_sum_in_lanes(inst, target, acc, comps, loops[0])
         return self.fold(inst, opcode, target, acc, loops, lambda: (comps, []))
 
@@ -743,7 +743,7 @@ class _Generator:
             mid = (lo + hi) // 2
             return ew.binary_src("add", et, pairwise(lo, mid), pairwise(mid, hi))
         target.insert(f"{acc} = {ew.binary_src('add', et, acc, pairwise(0, LANES))}")
-        return self.emit(ew.round_src(et, acc, self.excess), [acc])
+        return self.emit(ew.round_src(et, acc, self.options.excess_precision), [acc])
 
 
 # -- compiled kernels ------------------------------------------------------------------------------------
@@ -847,17 +847,17 @@ def _bf16():
     return ml_dtypes.bfloat16
 
 
-def generate_source(comp, *, excess_precision: bool = False, parallel=None, reductions: str = "accumulate"):
-    """(source, generator) for `comp`; raises TierUnsupported where the generator declines it."""
-    gen = _Generator(comp, excess_precision, parallel, reductions)
+def generate_source(comp, options: Options = Options(), *, parallel=None):
+    """(source, generator) for `comp` under `options` (the numerics rules, hloexec.options); raises
+    TierUnsupported where the generator declines it."""
+    gen = _Generator(comp, options, parallel)
     try:
         return gen.generate(), gen
     except RecursionError:      # value() recurses once per operand edge of a chain
         raise TierUnsupported("expression deeper than Python's recursion limit") from None
 
 
-def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager: bool = True,
-                   reductions: str = "accumulate"):
+def compile_fusion(comp, options: Options = Options(), *, parallel=None, eager: bool = True):
     """A FusedKernel for fused computation `comp`; raises TierUnsupported(reason) if it holds anything this
     generator does not handle.
 
@@ -865,9 +865,9 @@ def compile_fusion(comp, *, excess_precision: bool = False, parallel=None, eager
     reduced elements >= PARALLEL_THRESHOLD; True / False force.
     `eager`: compile (or load from the disk cache) now rather than on the first call (which also defers
     writing the source and importing Numba).
-    `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py).
+    `options`: the numerics rules (hloexec.options.Options: reductions, excess precision, the device profile).
     """
-    source, gen = generate_source(comp, excess_precision=excess_precision, parallel=parallel, reductions=reductions)
+    source, gen = generate_source(comp, options, parallel=parallel)
     key = source_key(source)
     kernel = FusedKernel(source, key, gen.outs, gen.params, gen.consts, gen.blocks, comp.root.opcode == "tuple")
     if eager:

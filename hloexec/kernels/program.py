@@ -42,6 +42,7 @@ import numpy as np
 
 from ..errors import TierUnsupported
 from ..ir import opcodes
+from ..options import Options
 from ..ir.attributes import dot_dims
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
@@ -124,9 +125,8 @@ class _Alloc:
 
 
 class _Generator:
-    def __init__(self, excess_precision: bool, reductions: str = "accumulate"):
-        self.excess = excess_precision
-        self.reductions = reductions
+    def __init__(self, options: Options):
+        self.options = options
         self.body = Block()                 # the function body: lines, _Allocs and blocks
         self.current = self.body            # the block lines go to (at its end)
         self.line_count = 0
@@ -363,14 +363,14 @@ class _Generator:
 
     def elementwise(self, inst, operands, dims, et):
         if not dims:
-            expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.excess)
+            expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.options.excess_precision)
             need(expr is not None, f"{inst.opcode} on {et}")
             return self.local(expr, et)
         out = self.new_array(dims, et)
         i = self.fresh("i")
         with self.block(f"for {i} in range({math.prod(dims)}):"):
             vals = [self.local(self.at(v, i), v.et).expr if isinstance(v, Array) else v.expr for v in operands]
-            expr = ew.instruction_src(inst, vals, self.excess)
+            expr = ew.instruction_src(inst, vals, self.options.excess_precision)
             need(expr is not None, f"{inst.opcode} on {et}")
             self.line(f"{out.name}[{i}] = {ew.store_src(et, expr)}")
         return out
@@ -515,14 +515,14 @@ class _Generator:
                 vals = [self.local(self.at(s, lin), s.et) for s in srcs]
                 if simple:      # in row-major order of the reduced dims, as ops/reduction.py folds
                     et = out_leaves[0][1]
-                    step = ew.reducer_step_src(self.reductions, simple, et, accs[0], vals[0].expr)
+                    step = ew.reducer_step_src(self.options.reductions, simple, et, accs[0], vals[0].expr)
                     self.line(f"{accs[0]} = {step}")
                 else:
                     args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
                     result = _leaves(self.inline(reducer, args))
                     self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
             if simple:
-                total = ew.reduction_result_src(self.reductions, simple, out_leaves[0][1], accs[0], self.excess)
+                total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0], self.options.excess_precision)
                 if total != accs[0]:        # f16/bf16 sums accumulated in f32: rounded once, as op by op
                     self.line(f"{accs[0]} = {total}")
             if outs:
@@ -566,7 +566,7 @@ class _Generator:
                     lin = _linear(src_dims, src)
                     vals = [self.local(self.at(s, lin), s.et) for s in srcs]
                     if simple:
-                        step = ew.reducer_step_src(self.reductions, simple, out_leaves[0][1], accs[0], vals[0].expr)
+                        step = ew.reducer_step_src(self.options.reductions, simple, out_leaves[0][1], accs[0], vals[0].expr)
                         self.line(f"{accs[0]} = {step}")
                     else:
                         args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
@@ -575,7 +575,7 @@ class _Generator:
                     if guard is not None:
                         self.close(guard)
             if simple:
-                total = ew.reduction_result_src(self.reductions, simple, out_leaves[0][1], accs[0], self.excess)
+                total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0], self.options.excess_precision)
                 if total != accs[0]:
                     self.line(f"{accs[0]} = {total}")
             lin = _linear(out_dims, oidx)
@@ -603,7 +603,7 @@ class _Generator:
                 y = ew.convert_src(bet, acc_et, self.at(b, _linear(bdims, bj)), True)
                 need(x is not None and y is not None, "dot types")
                 self.line(f"{acc} = {T}({acc} + {T}({x}) * {T}({y}))")
-            res = ew.convert_src(acc_et, et, acc, self.excess)
+            res = ew.convert_src(acc_et, et, acc, self.options.excess_precision)
             self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {ew.store_src(et, res)}")
 
     # -- indexing ---------------------------------------------------------------------------------------
@@ -855,8 +855,8 @@ def _unflatten(shape, results):
     return a.view(shape.dtype) if shape.element_type.is_half_float else a
 
 
-def _generate(inst, excess_precision: bool, reductions: str):
-    gen = _Generator(excess_precision, reductions)
+def _generate(inst, options: Options):
+    gen = _Generator(options)
     args = []
     for k, (dims, et) in enumerate(leaf for o in inst.operands for leaf in _shape_leaves(o.shape)):
         gen.n += 1
@@ -880,12 +880,12 @@ def _generate(inst, excess_precision: bool, reductions: str):
     return kernel_module("program", params, gen.body.render(1)), gen
 
 
-def compile_program(inst, *, excess_precision: bool = False, reductions: str = "accumulate"):
+def compile_program(inst, options: Options = Options()):
     """A ProgramKernel computing instruction `inst` (a while loop, conditional, call, ...) from its
-    operands as one Numba function; raises TierUnsupported(reason) where this generator declines anything in
-    it. Compiles on `.compile()`. `reductions`: "accumulate" or "per-step" (see kernels/elementwise.py)."""
+    operands as one Numba function under `options` (the numerics rules, hloexec.options); raises
+    TierUnsupported(reason) where this generator declines anything in it. Compiles on `.compile()`."""
     try:
-        source, gen = _generate(inst, excess_precision, reductions)
+        source, gen = _generate(inst, options)
     except RecursionError:      # computations nested deeper than Python's recursion limit
         raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
     key = source_key(source, "p")

@@ -7,7 +7,7 @@ Semantics follow XLA's operation_semantics and the HloEvaluator (hlo_evaluator.c
   reducer (variadic reduces such as argmax, reducers with several instructions) runs through
   `ctx.computation` once per element, sequentially from the init value -- correct, but slow (Python
   call per element).
-* Rounding and order (the `reductions` option, defined in kernels/elementwise.py): "accumulate" (default)
+* Rounding and order (the `reductions` rule, defined in hloexec/options): "accumulate" (default)
   accumulates f16/bf16/fp8 add/multiply reductions in f32 and rounds once (numpy's pairwise order; f32/f64 in
   their type, pairwise); "per-step" rounds every application of an add/multiply reducer to the type, folding
   the elements from the init value in row-major order of the reduced dims (of the window), as XLA's evaluator
@@ -134,7 +134,7 @@ def prepare_reduce(inst, ctx):
     out_dtype = out_shapes[0].dtype
     if kind is not None:
         def kernel(x, init):
-            return vector_reduce(kind, x, dims, scalar(init), out_dtype, ctx.reductions)
+            return vector_reduce(kind, x, dims, scalar(init), out_dtype, ctx.options.reductions)
         return kernel
 
     fn = ctx.computation(comp)
@@ -225,7 +225,7 @@ def prepare_reduce_window(inst, ctx):
 
     if kind is not None:
         out_dtype = out_shapes[0].dtype
-        lifted = ew.accumulates_in_f32(ctx.reductions, kind, out_shapes[0].element_type)
+        lifted = ew.accumulates_in_f32(ctx.options.reductions, kind, out_shapes[0].element_type)
 
         def kernel(x, init):
             ident = identity_of(kind, x.dtype)
@@ -234,7 +234,7 @@ def prepare_reduce_window(inst, ctx):
             p, _ = pad_dilate(x, lows, highs, inter, ident)
             oshape = window_out_shape(p.shape, sizes, strides, wdil)
             v = window_view(p, sizes, strides, wdil, oshape)
-            return vector_reduce(kind, v, waxes, scalar(init), out_dtype, ctx.reductions)
+            return vector_reduce(kind, v, waxes, scalar(init), out_dtype, ctx.options.reductions)
         return kernel
 
     fn = ctx.computation(comp)

@@ -8,7 +8,8 @@ executor calls on every run. Values are C-contiguous numpy arrays in logical (ro
 the instruction's exact dtype (bf16/fp8 via ml_dtypes, pred as bool), or tuples of values.
 
 `ctx` gives an op what lies outside it (see `Context`): callables for the computations it calls, the compiled
-tiers it may run instead, how reductions round, the module, the device it runs as.
+tiers it may run instead, how it computes (its options: the device profile, reductions...), the module, the
+participant it runs as.
 """
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from typing import Callable, Protocol
 
 from ..errors import UnsupportedError
 from ..ir.shape_inference import check_shape
+from ..options import Options
 
 
 class Context(Protocol):
     """Everything an op may ask of its context, and nothing more (tests/test_layers.py checks both ways against
     the `ctx.` uses in hloexec/ops/). An op may also key per-module state on it (a weakref.WeakKeyDictionary)."""
-    reductions: str             # "accumulate" | "per-step": how add/multiply reductions round (kernels/elementwise.py)
+    options: Options            # how the module computes: the device profile, reductions, excess precision
     module: object              # the module being prepared (hloexec.ir.module.Module)
 
     def computation(self, comp, fuse: bool = True) -> Callable:

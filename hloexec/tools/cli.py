@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
-from ..kernels.elementwise import REDUCTIONS
+from ..options import REDUCTIONS
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 JSON_VERSION = 1
@@ -89,8 +89,9 @@ def _prepare(module, args):
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
-        exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision,
-                         reductions=args.reductions or "accumulate", max_memory=getattr(args, "max_memory", None))
+        # rules not given on the command line are the device profile's (hloexec.options)
+        exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision or None,
+                         reductions=args.reductions, max_memory=getattr(args, "max_memory", None))
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
     if elided:

@@ -662,7 +662,7 @@ def cmd_diff(args) -> int:
 
 def tolerance_options(p) -> None:
     """--atol / --rtol: the bounds of every verdict (default: `hloexec compare`'s by type); --reductions."""
-    from ..kernels.elementwise import REDUCTIONS
+    from ..options import REDUCTIONS
     p.add_argument("--atol", type=float, help="absolute error bound for every value (default: compare's by type)")
     p.add_argument("--rtol", type=float, help="relative error bound for every value (default: compare's by type)")
     p.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",

@@ -40,8 +40,7 @@ def executable_like(exe: Executable, module, **options) -> Executable:
     import warnings
     from ..errors import ElidedConstantWarning
     ctx = exe.context
-    settings = dict(excess_precision=ctx.excess_precision, use_numba=ctx.use_numba, compile_after=ctx.compile_after,
-                    reductions=ctx.reductions, max_memory=exe.max_memory)
+    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after)
     settings.update(options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)

@@ -1,0 +1,161 @@
+"""Device profiles: named, documented sets of arithmetic rules -- whose arithmetic a run reproduces.
+
+A profile is a TOML (or JSON) file of rules, each with its source; the built-in ones are the files beside this
+module (profiles/NAME.toml), and a user's file copied from `hloexec devices --show NAME` and edited is read the
+same way (`base = "NAME"` takes every rule not written from that profile). `reference` is the HLO text exactly as
+the operation semantics define it.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from functools import cache
+from pathlib import Path
+
+from ..errors import ExecutionError
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+PLATFORMS = ("reference", "cpu", "gpu", "tpu")
+
+# PrecisionConfig.Algorithm (xla/xla_data.proto), as HLO text spells it after `algorithm=`
+ALGORITHMS = ("dot_any_f8_any_f8_f32", "dot_any_f8_any_f8_f32_fast_accum", "dot_f16_f16_f16", "dot_f16_f16_f32",
+              "dot_bf16_bf16_bf16", "dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_bf16_bf16_f32_x6",
+              "dot_bf16_bf16_f32_x9", "dot_tf32_tf32_f32", "dot_tf32_tf32_f32_x3", "dot_f32_f32_f32",
+              "dot_f64_f64_f64")
+PRECISIONS = ("default", "high", "highest")       # operand_precision, as HLO text spells it
+TF32_ROUNDINGS = ("nearest", "truncate")
+# How reductions (reduce, reduce-window) apply an add / multiply reducer. "accumulate": f16 / bf16 / fp8 values
+# accumulate in f32 and round to the type once, at the end, in an order of each tier's choosing (wider types: in
+# their type, any order). "per-step": every application of the reducer rounds to the reduction's type, as the HLO
+# says, one element after the other from the init value in row-major order of the reduced dims (of the window,
+# for reduce-window), the same in every tier.
+REDUCTIONS = ("accumulate", "per-step")
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """The arithmetic rules of one device. Every field is a rule a profile file may set; `sources` says, per
+    rule, where it comes from."""
+    name: str
+    platform: str = "reference"         # one of PLATFORMS: what `--device auto` matches a dump's evidence with
+    description: str = ""
+    # -- dots ---------------------------------------------------------------------------------------------------
+    honor_algorithm: bool = True        # an explicit algorithm= is computed as it says (XLA:CPU ignores it)
+    precision: dict = field(default_factory=dict)   # operand_precision -> the algorithm of an f32 x f32 dot
+    matrix_vector: str = ""             # the algorithm of an f32 matrix-vector dot whatever its precision ("": none)
+    tf32_rounding: str = "nearest"      # how an f32 operand becomes tf32: one of TF32_ROUNDINGS
+    algorithms: tuple = ALGORITHMS      # the algorithms the device runs; any other is an error naming both
+    split_k: bool = False               # a GEMM's triton_gemm_config split_k sums its K slices apart, then adds them
+    fp8_fast_accumulation: bool = False  # fp8 GEMMs never promote their partial sums to f32 (Hopper's fast accum)
+    # -- elementwise and reductions ------------------------------------------------------------------------------
+    excess_precision: bool = False      # inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)
+    reductions: str = "accumulate"      # see hloexec.options.REDUCTIONS
+    sources: dict = field(default_factory=dict)     # rule name -> its source (a file of XLA or JAX, an issue)
+    path: str = ""                      # the file it was read from
+
+    def __hash__(self):
+        return hash((self.name, self.path))
+
+    def rules(self) -> list[tuple[str, object, str]]:
+        """(rule, value, source) for every rule, in the order of the fields."""
+        skip = {"name", "description", "sources", "path"}
+        return [(f.name, getattr(self, f.name), self.sources.get(f.name, "")) for f in fields(self)
+                if f.name not in skip]
+
+    def dot_algorithm(self, algorithm: str, precisions: tuple[str, ...], f32_operands: bool,
+                      matrix_vector: bool) -> str:
+        """The algorithm this device computes a dot with: its explicit `algorithm` ("" when the text has none)
+        where the device honours it, else the one its operand precisions (lower case, as HLO text) select for
+        f32 operands; "" means the dot as its operand and result types say."""
+        if algorithm and self.honor_algorithm:
+            return algorithm
+        if not f32_operands:
+            return ""
+        if matrix_vector and self.matrix_vector:
+            return self.matrix_vector
+        return self.precision.get(max(precisions, key=PRECISIONS.index, default="default"), "")
+
+    def to_toml(self) -> str:
+        """The profile as a file a user can copy and edit (`hloexec devices --show NAME`)."""
+        lines = [f"# {self.description}" if self.description else "", f"name = {_toml(self.name)}"]
+        for rule, value, source in self.rules():
+            if source:
+                lines.append(f"# {source}")
+            lines.append(f"{rule} = {_toml(value)}")
+        return "\n".join(line for line in lines if line) + "\n"
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+@cache
+def device_profile(name_or_path: str) -> DeviceProfile:
+    """The profile called `name_or_path` (a built-in) or read from that file (.toml or .json)."""
+    path = PROFILE_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        path = Path(name_or_path)
+        if path.suffix not in (".toml", ".json") or not path.is_file():
+            raise ExecutionError(f"device {name_or_path!r}: not a built-in profile ({', '.join(builtin_names())}) "
+                                 "nor a .toml or .json profile file")
+    return _read(path)
+
+
+def _read(path: Path) -> DeviceProfile:
+    try:
+        data = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:        # TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise ExecutionError(f"{path}: not a readable device profile ({e})") from None
+    if not isinstance(data, dict):
+        raise ExecutionError(f"{path}: a device profile is a table of rules, not {type(data).__name__}")
+    base = data.pop("base", None)
+    unknown = sorted(set(data) - {f.name for f in fields(DeviceProfile)} - {"path"})
+    if unknown:
+        raise ExecutionError(f"{path}: unknown rule(s) {', '.join(unknown)}; a profile's rules are "
+                             f"{', '.join(r for r, _, _ in DeviceProfile('x').rules())}")
+    values = {}
+    if base is not None:
+        parent = device_profile(str(base))
+        values = {f.name: getattr(parent, f.name) for f in fields(DeviceProfile)}
+        values["sources"] = {**parent.sources, **data.get("sources", {})}
+    values |= {k: v for k, v in data.items() if k != "sources" or base is None}
+    values["name"] = data.get("name", path.stem)
+    values["path"] = str(path) if path.parent != PROFILE_DIR else ""
+    if isinstance(values.get("algorithms"), list):
+        values["algorithms"] = tuple(values["algorithms"])
+    profile = DeviceProfile(**values)
+    _check(profile, path)
+    return profile
+
+
+def _check(p: DeviceProfile, path: Path) -> None:
+    def need(ok: bool, what: str):
+        if not ok:
+            raise ExecutionError(f"{path}: {what}")
+
+    need(p.platform in PLATFORMS, f"platform = {p.platform!r}: expected one of {', '.join(PLATFORMS)}")
+    need(p.reductions in REDUCTIONS, f"reductions = {p.reductions!r}: expected one of {', '.join(REDUCTIONS)}")
+    need(p.tf32_rounding in TF32_ROUNDINGS,
+         f"tf32_rounding = {p.tf32_rounding!r}: expected one of {', '.join(TF32_ROUNDINGS)}")
+    need(isinstance(p.precision, dict) and set(p.precision) <= set(PRECISIONS),
+         f"precision = {p.precision!r}: expected a table with keys among {', '.join(PRECISIONS)}")
+    named = [*p.precision.values(), *([p.matrix_vector] if p.matrix_vector else []), *p.algorithms]
+    bad = [a for a in named if a not in ALGORITHMS]
+    need(not bad, f"unknown dot algorithm(s) {', '.join(map(repr, bad))}: expected names of "
+                  f"PrecisionConfig.Algorithm as HLO text spells them ({', '.join(ALGORITHMS)})")
+    for flag in ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision"):
+        need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
+
+
+REFERENCE = device_profile("reference")
