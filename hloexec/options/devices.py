@@ -18,11 +18,20 @@ from ..errors import ExecutionError
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PLATFORMS = ("reference", "cpu", "gpu", "tpu")
 
+# What an algorithm's arithmetic keeps, for error bounds and reports: (significand bits an operand keeps, counting
+# the implicit bit -- for the multi-pass bf16 / tf32 recipes the bits their passes capture together; 0: the
+# operand's own type --, the type products are accumulated in). xla/service/algorithm_util.cc and
+# dot_algorithm_rewriter.cc.
+ALGORITHM_ARITHMETIC = {
+    "dot_any_f8_any_f8_f32": (0, "f32"), "dot_any_f8_any_f8_f32_fast_accum": (0, "f32"),
+    "dot_f16_f16_f16": (11, "f16"), "dot_f16_f16_f32": (11, "f32"),
+    "dot_bf16_bf16_bf16": (8, "bf16"), "dot_bf16_bf16_f32": (8, "f32"), "dot_bf16_bf16_f32_x3": (16, "f32"),
+    "dot_bf16_bf16_f32_x6": (24, "f32"), "dot_bf16_bf16_f32_x9": (24, "f32"),
+    "dot_tf32_tf32_f32": (11, "f32"), "dot_tf32_tf32_f32_x3": (22, "f32"),
+    "dot_f32_f32_f32": (24, "f32"), "dot_f64_f64_f64": (53, "f64"),
+}
 # PrecisionConfig.Algorithm (xla/xla_data.proto), as HLO text spells it after `algorithm=`
-ALGORITHMS = ("dot_any_f8_any_f8_f32", "dot_any_f8_any_f8_f32_fast_accum", "dot_f16_f16_f16", "dot_f16_f16_f32",
-              "dot_bf16_bf16_bf16", "dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_bf16_bf16_f32_x6",
-              "dot_bf16_bf16_f32_x9", "dot_tf32_tf32_f32", "dot_tf32_tf32_f32_x3", "dot_f32_f32_f32",
-              "dot_f64_f64_f64")
+ALGORITHMS = tuple(ALGORITHM_ARITHMETIC)
 PRECISIONS = ("default", "high", "highest")       # operand_precision, as HLO text spells it
 TF32_ROUNDINGS = ("nearest", "truncate")
 # How reductions (reduce, reduce-window) apply an add / multiply reducer. "accumulate": f16 / bf16 / fp8 values
