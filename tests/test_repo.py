@@ -35,3 +35,23 @@ def test_hloexec_imports_and_parses_from_the_checkout_root():
     script = "import hloexec; print(hloexec.parse('HloModule m\\nENTRY e { ROOT c = f32[] constant(1) }')[0].name)"
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "m", done.stderr
+
+
+def tracked_files() -> list[Path]:
+    import subprocess
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode != 0:
+        import pytest
+        pytest.skip("not a git checkout")
+    return [ROOT / name for name in listed.stdout.splitlines()]
+
+
+def test_no_generated_or_machine_specific_files_are_tracked():
+    """Generated kernels (the kernel cache) stay out of the repository, and no document names a path of the machine
+    it was written on (a checkout or home directory): a reader's machine has other ones."""
+    files = tracked_files()
+    assert not [f for f in files if ".kcache" in f.parts or f.name.startswith("hx_")]
+    machine = ("/work/", "/root/", "/home/")
+    named = [f"{f.relative_to(ROOT)}: {m}" for f in files if f.suffix in (".md", ".toml", ".cfg", ".yml")
+             for m in machine if f.is_file() and m in f.read_text(errors="replace")]
+    assert not named, named
