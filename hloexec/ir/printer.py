@@ -19,7 +19,10 @@ again (attributes are not re-validated here).
 """
 from __future__ import annotations
 
-from .module import Computation, Instruction, Module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:        # annotations only: module.py imports this module to print itself
+    from .module import Computation, Instruction, Module
 
 __all__ = ["module_to_text", "computation_to_text", "instruction_to_text"]
 

@@ -10,7 +10,7 @@
   the right distribution from numpy (uniform in [a, b), normal(mu, sigma)); the bits differ from XLA.
 * rng-get-and-update-state: returns the current u64[2] state and advances state[0] by `delta`
   (one state per instruction, starting at [0, 0]); XLA keeps a process-global state, so values differ.
-* custom-call GetRngSeed: a fixed seed 0 (XLA:CPU's is implementation-defined).
+(custom-call GetRngSeed, a fixed seed 0, is in custom_call/composite.py.)
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from .common import contig, int_attr, invalid, str_attr
-from .custom_call import custom_call
 from .registry import op
 
 _U32 = np.uint32
@@ -239,11 +238,3 @@ def prepare_rng_get_and_update_state(inst, ctx):
         state[0] += delta
         return cur
     return kernel
-
-
-@custom_call("GetRngSeed", operands=0, returns="array")
-def _get_rng_seed(inst, ctx):
-    """`GetRngSeed`: the seed XLA:CPU hands a module for its rng expansions (implementation-defined there);
-    hloexec gives a fixed 0, so runs are reproducible."""
-    seed = np.zeros(inst.shape.dims, inst.shape.dtype)
-    return lambda: seed

@@ -16,7 +16,7 @@ The built-in targets, one module per family (each target's docstring states its 
             layer norm, fused attention
   lapack    jax's CPU LAPACK calls and the GPU solver calls (cuSOLVER, cuBLAS batched, pivots)
   sorting   TopK, __gpu$TopK, cub radix sort, PartialReduce (approximate top-k)
-  composite xla_builder.* calls, Transformer Engine softmax, kCustom-style bodies
+  composite xla_builder.* calls, Transformer Engine softmax, kCustom-style bodies, XLA:CPU's GetRngSeed
   jax_gpu   jax's GPU threefry
   neuron    AWS Neuron activations and RMS norm
   onednn    XLA:CPU's oneDNN layer norm
