@@ -200,13 +200,15 @@ def _load_stage(stage):
 
 
 def _dumped_inputs(module, exe) -> list | None:
-    """The inputs hloexec.jax.dump saved beside the module (arg0..), as the parameters' types; None if none."""
+    """The real inputs the dump holds for the module (an inputs.npz beside it, else a snapshot's arguments:
+    dumpdir.dumped_inputs), as the parameters' types; None if none."""
     from .exec.inputs import from_npz_void
+    from .tools.dumpdir import dumped_inputs
     from .tools.xla_cpu import load_arrays
-    saved = [p for p in module.other if p.name.endswith(".inputs.npz")]
-    if not saved:
+    found = dumped_inputs(module)
+    if found is None:
         return None
-    arrays = load_arrays(saved[0])
+    arrays = load_arrays(found[0])
     return [from_npz_void(arrays[f"arg{i}"], p.dtype) for i, p in enumerate(exe.parameters)]
 
 

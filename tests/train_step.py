@@ -8,8 +8,9 @@ shared by the tests of inputs, the pytest plugin, the verdict and the localizing
 `step` is `jax.jit`ted (`keep_unused=True`); `state` = {"params", "m", "v", "t"}: 10 f32 parameter arrays
 (LayerNorm gains and biases, attention q/k/v/o, gelu MLP in/out), Adam's two moments of the same shapes, the
 step count (int32 scalar); `batch` = (x, y), bf16 [B, T, D] activations and regression targets. The forward
-pass runs in bf16 (weights cast from the f32 masters), the loss and Adam in f32. Flat, the step has 33 inputs
-(params, m, v: 10 each, sorted by name; t; x; y) and 32 outputs (loss; new params, m, v; t + 1).
+pass runs in bf16 (weights cast from the f32 masters), the loss and Adam in f32. Flat (jax orders a dict's keys),
+the step has 33 inputs: m 0-9, params 10-19, t 20, v 21-30 (each 10 sorted by name: SHAPES' keys sorted), x 31,
+y 32; and 32 outputs: the loss 0, then the new state in the same order (m 1-10, params 11-20, t 21, v 22-31).
 
 Importing this module imports jax.
 """
