@@ -1,14 +1,19 @@
 """The localizing tools following the verdict (issue 33 item 4): `bisect --reference shadow` names the first pass
-after which the program's result is no longer consistent with its exact answer, not merely different."""
+after which the program's result is no longer consistent with its exact answer, not merely different;
+`minimize --check shadow` keeps what makes a result inconsistent; `minimize --check nan` keeps the first
+non-finite origin (the overflow), not a NaN made of inputs already infinite."""
 from __future__ import annotations
 
 import json
 import shutil
 
+import numpy as np
 import pytest
 
-from hloexec.tools.cli import main
+import hloexec
+from hloexec.tools.cli import flatten, main
 from hloexec.tools.dumpdir import scan
+from hloexec.tools.minimize import Check, minimize
 
 from xla_dumps import PASSES, TEXT, make_dump
 
@@ -61,3 +66,60 @@ def test_a_planted_error_is_named_at_its_pass(capsys, layernorm_dump, tmp_path):
 def test_shadow_reference_takes_no_tolerance(capsys, layernorm_dump):
     assert main(["bisect", str(layernorm_dump), "--reference", "shadow", "--atol", "1"]) == 2
     assert "not by --atol" in capsys.readouterr().err
+
+
+def chain_module(n: int, special: list[str]) -> str:
+    """`n` f32[64] elementwise instructions over two parameters; in the middle, the lines `special` (instruction
+    bodies: `{x}` is the previous value, `{0}`, `{1}`.. the special lines' own values); every tenth value and
+    the last are outputs."""
+    rng = np.random.default_rng(1)
+    lines = ["HloModule chain", "ENTRY main {", "  p0 = f32[64] parameter(0)", "  p1 = f32[64] parameter(1)",
+             "  c = f32[] constant(0.5)", "  half = f32[64] broadcast(c), dimensions={}",
+             "  k = f32[] constant(100)", "  hundred = f32[64] broadcast(k), dimensions={}"]
+    names = ["p0", "p1"]
+    for k in range(n):
+        if k == n // 2:
+            mine = [f"s{j}" for j in range(len(special))]
+            for name, body in zip(mine, special):
+                lines.append(f"  {name} = f32[64] " + body.format(*mine, x=names[-1]))
+            names.append(mine[-1])
+        op = rng.choice(["add", "multiply", "tanh", "maximum"])
+        x, y = rng.choice(names[-8:]), rng.choice(names[-8:])
+        line = f"tanh({x})" if op == "tanh" else f"multiply({x}, half)" if op == "multiply" else f"{op}({x}, {y})"
+        lines.append(f"  v{k} = f32[64] {line}")
+        names.append(f"v{k}")
+    outs = names[2::10] + [names[-1]]
+    lines += [f"  ROOT out = ({', '.join(['f32[64]'] * len(outs))}) tuple({', '.join(outs)})", "}"]
+    return "\n".join(lines)
+
+
+def test_minimize_nan_keeps_the_overflow_that_made_the_infinities():
+    """exp(100 x) overflows to +Inf, then Inf - Inf is NaN: the NaN's first non-finite origin is the exponential.
+    Cutting it would hand the subtract an input already Inf: not a NaN this program makes from finite values."""
+    text = chain_module(40, ["multiply({x}, hundred)", "exponential({0})", "subtract({1}, {1})"])
+    module = hloexec.parse(text)[0]
+    inputs = [np.abs(x) + np.float32(1) for x in hloexec.Executable(module).random_inputs(0)]
+    assert any(np.isnan(o).any() for o in hloexec.load(text).run(*inputs))
+    result = minimize(module, inputs, Check("nan"))
+    assert "exponential(" in result.text and "subtract(" in result.text, result.text
+    assert not any(np.isinf(np.asarray(v)).any() for v in result.inputs)
+
+
+def test_minimize_shadow_keeps_what_makes_a_result_inconsistent(monkeypatch):
+    """`--check shadow`: XLA:CPU's outputs judged against the candidate's exact answer. Here a stand-in XLA
+    computes sine where the program says exponential (one wrong instruction): minimize keeps that instruction."""
+    from hloexec.tools import xla_cpu
+
+    def wrong_xla(text, inputs, timeout=0):
+        return flatten(hloexec.load(text.replace("exponential(", "sine(")).run(*inputs))
+    monkeypatch.setattr(xla_cpu, "run_on_xla_cpu_isolated", wrong_xla)
+    module = hloexec.parse(chain_module(40, ["exponential({x})"]))[0]
+    inputs = hloexec.Executable(module).random_inputs(0)
+    result = minimize(module, inputs, Check("shadow"))
+    assert "exponential(" in result.text and result.instructions <= 4, result.text
+
+
+def test_the_shadow_check_does_not_hold_where_xla_is_correct():
+    text = chain_module(30, ["exponential({x})"])
+    module = hloexec.parse(text)[0]
+    assert not Check("shadow")(text, hloexec.Executable(module).random_inputs(0))
