@@ -123,3 +123,42 @@ def test_the_shadow_check_does_not_hold_where_xla_is_correct():
     text = chain_module(30, ["exponential({x})"])
     module = hloexec.parse(text)[0]
     assert not Check("shadow")(text, hloexec.Executable(module).random_inputs(0))
+
+
+BF16 = """HloModule norm
+ENTRY main {
+  p0 = bf16[64] parameter(0)
+  p1 = bf16[64] parameter(1)
+  m = bf16[64] multiply(p0, p1)
+  s = bf16[64] add(m, p0)
+  ROOT r = f32[64] convert(s)
+}
+"""
+
+# what float-normalization-bf16 makes of it: the same instructions computed in f32 between converts
+NORMALIZED = """HloModule norm
+ENTRY main {
+  p0 = bf16[64] parameter(0)
+  p1 = bf16[64] parameter(1)
+  c0 = f32[64] convert(p0)
+  c1 = f32[64] convert(p1)
+  m = f32[64] multiply(c0, c1)
+  s = f32[64] add(m, c0)
+  sc = bf16[64] convert(s)
+  ROOT r = f32[64] convert(sc)
+}
+"""
+
+
+def test_diff_pairs_values_across_a_dtype_change_and_names_the_changed_instruction(capsys, tmp_path):
+    a, b = tmp_path / "a.hlo", tmp_path / "b.hlo"
+    a.write_text(BF16)
+    b.write_text(NORMALIZED)
+    assert main(["diff", str(a), str(b), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["matching"]["by"]["name"] == 2            # m and s, bf16 in A, f32 in B
+    first = report["first_divergence"]
+    assert [d["a"] for d in first] == ["m"] and first[0]["error"]["dtype_change"] == "bf16 -> f32"
+    assert first[0]["error"]["max_abs_error"] > 0
+    main(["diff", str(a), str(b)])
+    assert "paired across a dtype change (bf16 -> f32): the values differ" in capsys.readouterr().out
