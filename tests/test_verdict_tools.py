@@ -162,3 +162,38 @@ def test_diff_pairs_values_across_a_dtype_change_and_names_the_changed_instructi
     assert first[0]["error"]["max_abs_error"] > 0
     main(["diff", str(a), str(b)])
     assert "paired across a dtype change (bf16 -> f32): the values differ" in capsys.readouterr().out
+
+
+FUSED = """HloModule fused
+fused_computation {
+  param_0 = f32[8] parameter(0)
+  param_1 = f32[8] parameter(1)
+  m = f32[8] multiply(param_0, param_1)
+  ROOT e = f32[8] exponential(m)
+}
+
+ENTRY main {
+  x = f32[8] parameter(0)
+  y = f32[8] parameter(1)
+  s = f32[8] sine(x)
+  f = f32[8] fusion(s, y), kind=kLoop, calls=fused_computation
+  ROOT r = f32[8] negate(f)
+}
+"""
+
+
+def test_extract_and_graph_say_where_they_stopped_at_a_fusions_edge(capsys, tmp_path):
+    path = tmp_path / "fused.hlo"
+    path.write_text(FUSED)
+    assert main(["extract", str(path), "e", "--depth", "5", "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["parameters"]
+    assert {p["name"]: p["stopped_at"] for p in params} == {
+        "param_0": "%param_0 is operand 0 = %s of %f in %main", "param_1": "%param_1 is operand 1 = %y of %f in %main"}
+    main(["extract", str(path), "e", "--depth", "5", "-o", str(tmp_path / "e.hlo")])
+    assert "stopped at the edge of %fused_computation: %param_0 is operand 0 = %s of %f" in capsys.readouterr().out
+    assert main(["graph", str(path), "--around", "m", "--depth", "3", "-o", str(tmp_path / "m.dot"), "--json"]) == 0
+    stopped = json.loads(capsys.readouterr().out)["stopped_at"]
+    assert sorted(stopped) == ["%e is the value of %f in %main", "%param_0 is operand 0 = %s of %f in %main",
+                               "%param_1 is operand 1 = %y of %f in %main"]
+    assert main(["graph", str(path), "--around", "s", "--depth", "3", "-o", str(tmp_path / "s.dot"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stopped_at"] == []      # the entry: no edge
