@@ -150,3 +150,25 @@ def test_bisect_against_the_shadow_finds_no_bad_pass_in_a_correct_compile(capsys
     code = main(["bisect", str(path), "--reference", "shadow", "--no-diff", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["reference"] == "shadow" and report["first_bad_stage"] is None and code == 0
+
+
+def test_memory_shows_hloexecs_own_overhead_apart_and_nothing_above_the_total(capsys, first_step_dump, tmp_path):
+    """The values the plans of called computations keep are hloexec's, not the program's: said apart. The
+    scratch band (what the running step holds) plus that overhead never exceeds the total live at a step
+    (scratch counted the overhead twice, drawing above the total)."""
+    path, _ = first_step_dump
+    plot = tmp_path / "memory.png"
+    code = main(["memory", str(path), "--json", "--plot", str(plot)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and plot.stat().st_size > 0
+    overhead = report["overhead_bytes"]
+    kept = [v for v in report["live_at_peak"] if v["kind"] == "kept"]
+    assert overhead == sum(v["bytes"] for v in kept) > 0
+    assert report["program_peak_bytes"] + overhead == report["peak_bytes"][0]
+    import hloexec
+    from hloexec.tools.memory import memory_report
+    r = memory_report(hloexec.load(str(next(path.glob("*after_optimizations.txt"))), compile_kernels=False))
+    assert all(0 <= s and s + r.overhead_bytes <= total for s, total in zip(r.scratch, r.series))
+    assert max(r.scratch) > 0
+    main(["memory", str(path)])
+    assert "= the program's buffers" in capsys.readouterr().out
