@@ -197,3 +197,44 @@ def test_extract_and_graph_say_where_they_stopped_at_a_fusions_edge(capsys, tmp_
                                "%param_1 is operand 1 = %y of %f in %main"]
     assert main(["graph", str(path), "--around", "s", "--depth", "3", "-o", str(tmp_path / "s.dot"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stopped_at"] == []      # the entry: no edge
+
+
+CANCELS = """HloModule cancels
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY main {
+  p = f32[256] parameter(0)
+  zero = f32[] constant(0)
+  total = f32[] reduce(p, zero), dimensions={0}, to_apply=add
+  n = f32[] constant(256)
+  mean = f32[] divide(total, n)
+  mean_b = f32[256] broadcast(mean), dimensions={}
+  centred = f32[256] subtract(p, mean_b)
+  z = f32[] reduce(centred, zero), dimensions={0}, to_apply=add
+  z_b = f32[256] broadcast(z), dimensions={}
+  b = bf16[256] convert(p)
+  bw = f32[256] convert(b)
+  ROOT out = f32[256] add(bw, z_b)
+}
+"""
+
+
+def test_numerics_ranks_by_contribution_to_the_outputs_error_not_by_a_near_zero_values_ulps(capsys, tmp_path):
+    """%z sums values whose exact sum is ~0: its f32 rounding is huge relative to its own scale but moves the
+    output by ~1e-7 of its scale; %b, a bf16 rounding of every element, makes the output's error. The
+    contribution of %b is checked against numpy: max |bf16(p) - p| / max |p| (the exact output is p + ~0)."""
+    import ml_dtypes
+    path = tmp_path / "cancels.hlo"
+    path.write_text(CANCELS)
+    assert main(["numerics", str(path), "--json", "--top", "20"]) == 0
+    top = {r["name"]: r for r in json.loads(capsys.readouterr().out)["top"]}
+    ranked = list(top)
+    assert top["z"]["local_error"] > 1e-3 > top["z"]["contribution"]
+    assert ranked.index("b") < ranked.index("z") and ranked[0] == "b"
+    p = hloexec.Executable(hloexec.parse(CANCELS)[0]).random_inputs(0)[0].astype(np.float64)
+    expected = np.abs(p.astype(ml_dtypes.bfloat16).astype(np.float64) - p).max() / np.abs(p).max()
+    assert top["b"]["contribution"] == pytest.approx(expected, rel=1e-3)
