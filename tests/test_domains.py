@@ -96,3 +96,27 @@ def test_on_inputs_drawn_in_their_domains_xla_makes_no_nan_where_it_did_before(m
         assert np.isfinite(outputs[2]).all() and np.isfinite(outputs[5]).all()
         unconstrained = random_inputs(module, seed=seed, domains={})
         assert (unconstrained[names.index("v")] < 0).any()     # what the old draw fed it
+
+
+def test_a_scaled_square_constrains_nothing():
+    """Adam's `(0.001 * g) * g` (jax writes g**2 so after a convert): non-negative whatever g's sign."""
+    module = hloexec.parse("""HloModule square
+ENTRY main {
+  g = f16[8] parameter(0)
+  v = f32[8] parameter(1)
+  g32 = f32[8] convert(g)
+  c = f32[] constant(0.001)
+  cb = f32[8] broadcast(c), dimensions={}
+  scaled = f32[8] multiply(g32, cb)
+  sq = f32[8] multiply(scaled, g32)
+  cube = f32[8] multiply(sq, g32)
+  s = f32[8] add(v, sq)
+  root_s = f32[8] sqrt(s)
+  root_cube = f32[8] sqrt(cube)
+  ROOT r = (f32[8], f32[8]) tuple(root_s, root_cube)
+}
+""")[0]
+    domains = input_domains(module)
+    # v through the add; g only through the cube (an odd power keeps its sign), not through the square
+    assert sorted(domains) == [0, 1] and domains[0].reason == "reaches sqrt %root_cube through convert, multiply"
+    assert domains[1].reason == "reaches sqrt %root_s through add"

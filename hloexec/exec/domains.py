@@ -167,8 +167,8 @@ class _PositiveWalk:
         which = _KEEPS_POSITIVE.get(op, ())
         if which == ():
             return      # no constraint through this op (or its value is non-negative whatever its operands)
-        if op == "multiply" and len(inst.operands) == 2 and inst.operands[0] is inst.operands[1]:
-            return      # a square
+        if op == "multiply" and _is_square(inst):
+            return      # non-negative whatever its factors' signs
         if op == "maximum" and any(_is_positive_constant(o) for o in inst.operands):
             return
         operands = list(enumerate(inst.operands))
@@ -185,6 +185,22 @@ def _called(inst: Instruction):
     if inst.opcode in ("fusion", "call"):
         return inst.called.get("calls") or inst.called.get("to_apply")
     return None
+
+
+def _is_square(inst: Instruction) -> bool:
+    """Whether a product is a square times positive constants: every other factor occurs an even number of
+    times (g * g, (0.001 * g) * g; factors seen through converts, reshapes and copies)."""
+    counts: dict[int, int] = {}
+    stack = [inst]
+    while stack:
+        x = stack.pop()
+        if x.opcode == "multiply":
+            stack += x.operands
+        elif not _is_positive_constant(x):
+            while x.opcode in ("convert", "reshape", "bitcast", "copy") and x.operands:
+                x = x.operands[0]
+            counts[id(x)] = counts.get(id(x), 0) + 1
+    return all(n % 2 == 0 for n in counts.values())
 
 
 def _is_positive_constant(inst: Instruction) -> bool:
