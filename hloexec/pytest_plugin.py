@@ -5,11 +5,18 @@
   *inputs, expected=...)` runs HLO text, a path or a parsed Module with hloexec and compares with `expected`
   (default: XLA:CPU's outputs of the same text). Both return hloexec's outputs.
 - `--hloexec-atol` / `--hloexec-rtol` replace the dtype-aware default tolerances of `hloexec compare`.
+- `--hloexec-reference shadow` (or `hlo_reference(..., reference="shadow")`, `@pytest.mark.hloexec(reference=
+  "shadow")`): judge as `hloexec compare --reference shadow` does, every result against the program's exact
+  answer with its own precision as the measure, instead of by tolerances: a correct bf16 result passes.
 - `--hloexec-dumps DIR` (repeatable): every module of an XLA dump directory (`--xla_dump_to=DIR`, or one written
-  by `hloexec.jax.dump`) becomes a test item, `DIR::module_NNNN.<name>`: its program before optimizations and
-  after them run with hloexec on the same inputs (the dumped `inputs.npz` where there is one, else random ones
-  from seed 0) and their outputs must agree (the tolerances above). A module dumped at one stage only is run.
-  Partitioned (SPMD) optimized modules run every participant; their outputs are assembled by sharding.
+  by `hloexec.jax.dump`) becomes a test item, `DIR/<its first stage's file>::module_NNNN`: its program before optimizations and
+  after them run with hloexec on the same inputs (the real ones the dump holds: an inputs.npz beside the
+  module or a snapshot's arguments; else random ones from seed 0, drawn in the domains the program's uses
+  imply) and their outputs must agree (the tolerances above; under the shadow reference, the optimized
+  program's outputs and XLA's dumped ones, where there are some, are judged against the exact answer of the
+  program before optimizations). A module dumped at one stage only is run. Partitioned (SPMD) optimized
+  modules run every participant; their outputs are assembled by sharding. The node ids pytest prints run
+  one module again: `pytest --hloexec-dumps DIR DIR/module_0004.jit_step.before_optimizations.txt::module_0004`.
 - `@pytest.mark.hloexec` (optionally `(stage="opt", atol=..., rtol=...)`): every function the test jits with
   `jax.jit` while it runs is also run with hloexec on each concrete call, and compared with what jax returned.
   Functions jitted before the test started (a module-level `@jax.jit`) are not seen: call
@@ -31,36 +38,68 @@ def pytest_addoption(parser):
                     help="absolute tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)")
     group.addoption("--hloexec-rtol", type=float, default=None,
                     help="relative tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)")
+    group.addoption("--hloexec-reference", choices=REFERENCES, default="xla",
+                    help="xla (default): compare with tolerances; shadow: judge every result against the "
+                         "program's exact answer by its own precision (hloexec compare --reference shadow)")
     group.addoption("--hloexec-dumps", action="append", default=[], metavar="DIR",
                     help="collect every module of an XLA dump directory as a test: run before and after "
                          "optimizations on the same inputs and compare (repeatable)")
 
 
+REFERENCES = ("xla", "shadow")
+
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "hloexec(stage='pre', atol=None, rtol=None): also run the functions the test "
-                                       "jits through hloexec, comparing with jax's outputs")
+    config.addinivalue_line("markers", "hloexec(stage='pre', atol=None, rtol=None, reference='xla'): also run the "
+                                       "functions the test jits through hloexec, comparing with jax's outputs")
+    if config.getoption("hloexec_reference") == "shadow" and (config.getoption("hloexec_atol") is not None
+                                                             or config.getoption("hloexec_rtol") is not None):
+        raise pytest.UsageError("--hloexec-reference shadow judges by the program's precision, not by "
+                                "--hloexec-atol / --hloexec-rtol")
+    # Each dump directory is collected as an argument (DumpDirectory), unless an argument already names it or
+    # one of its files: `DIR/<file>::module_NNNN` (the node id pytest printed) runs that module alone.
+    here = config.invocation_params.dir
+    named = [(here / arg.split("::")[0]).resolve() for arg in config.args]
+    for directory in config.getoption("hloexec_dumps"):
+        path = (here / directory).resolve()
+        _scan(path)
+        if not any(p == path or path in p.parents for p in named):
+            config.args.append(directory)
+
+
+def _dump_directories(config) -> set:
+    here = config.invocation_params.dir
+    return {(here / d).resolve() for d in config.getoption("hloexec_dumps")}
 
 
 class HloReference:
     """What the `hlo_reference` fixture gives a test (see the module docstring)."""
 
-    def __init__(self, atol: float | None = None, rtol: float | None = None):
-        self.atol, self.rtol = atol, rtol
+    def __init__(self, atol: float | None = None, rtol: float | None = None, reference: str = "xla"):
+        self.atol, self.rtol, self.reference = atol, rtol, reference
 
     def __call__(self, program, *args, expected=None, stage: str = "pre", atol: float | None = None,
-                 rtol: float | None = None, **jit_kwargs):
-        """`atol` / `rtol` replace the session's (--hloexec-atol / --hloexec-rtol) for this call."""
+                 rtol: float | None = None, reference: str | None = None, **jit_kwargs):
+        """`atol` / `rtol` / `reference` replace the session's (--hloexec-atol / --hloexec-rtol /
+        --hloexec-reference) for this call."""
         __tracebackhide__ = True
-        atol = self.atol if atol is None else atol
-        rtol = self.rtol if rtol is None else rtol
+        reference = reference or self.reference
+        if reference not in REFERENCES:
+            raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+        if reference == "xla":
+            atol = self.atol if atol is None else atol
+            rtol = self.rtol if rtol is None else rtol
         if callable(program) and not isinstance(program, str):
             from . import jax as hloexec_jax
-            return hloexec_jax.check(program, *args, stage=stage, atol=atol, rtol=rtol, **jit_kwargs)
-        return self.run_module(program, *args, expected=expected, atol=atol, rtol=rtol)
+            return hloexec_jax.check(program, *args, reference=reference, stage=stage, atol=atol, rtol=rtol,
+                                     **jit_kwargs)
+        return self.run_module(program, *args, expected=expected, atol=atol, rtol=rtol, reference=reference)
 
-    def run_module(self, program, *inputs, expected=None, atol: float | None = None, rtol: float | None = None):
+    def run_module(self, program, *inputs, expected=None, atol: float | None = None, rtol: float | None = None,
+                   reference: str = "xla"):
         """Run HLO text / a path / a Module with hloexec; compare with `expected` (a sequence of arrays, or one
-        array), by default XLA:CPU's outputs of the same module."""
+        array), by default XLA:CPU's outputs of the same module. `reference="shadow"`: hloexec's outputs and
+        `expected` are judged against the module's exact answer instead."""
         __tracebackhide__ = True
         from pathlib import Path
 
@@ -73,13 +112,23 @@ class HloReference:
         else:
             exe = hloexec.load(program)
             text = Path(program).read_text() if isinstance(program, Path) or "\n" not in program else program
-        outputs = exe.run(*inputs)
-        flat = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        if reference == "shadow" and (atol is not None or rtol is not None):
+            raise ValueError("reference='shadow' judges by the program's precision, not by atol/rtol")
         if expected is None:
             from .tools.xla_cpu import run_on_xla_cpu
             expected = run_on_xla_cpu(text or module_to_text(exe.module), list(inputs))
         elif not isinstance(expected, (list, tuple)):
             expected = [expected]
+        if reference == "shadow":
+            from .tools.numerics import judge_run
+            from .tools.verdict import format_verdict
+            verdict, run = judge_run(exe, list(inputs), {"expected": list(expected)})
+            if not verdict.consistent():
+                raise AssertionError(f"{exe.module.name}: not every result is as close to the exact answer as the "
+                                     f"program's precision allows:\n{format_verdict(verdict)}")
+            return tuple(run.outputs) if exe.module.entry.root.shape.is_tuple else run.outputs[0]
+        outputs = exe.run(*inputs)
+        flat = list(outputs) if isinstance(outputs, tuple) else [outputs]
         report = compare_outputs(flat, list(expected), atol, rtol)
         if not report.passed:
             raise AssertionError(f"hloexec's outputs of {exe.module.name} differ from the reference:\n"
@@ -91,7 +140,8 @@ class HloReference:
 def hlo_reference(request) -> HloReference:
     """Run a jax function or an HLO module with hloexec and assert its outputs match the reference."""
     config = request.config
-    return HloReference(config.getoption("hloexec_atol"), config.getoption("hloexec_rtol"))
+    return HloReference(config.getoption("hloexec_atol"), config.getoption("hloexec_rtol"),
+                        config.getoption("hloexec_reference"))
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +154,7 @@ def _hloexec_marker(request, monkeypatch):
     import jax
     config = request.config
     options = {"stage": "pre", "atol": config.getoption("hloexec_atol"), "rtol": config.getoption("hloexec_rtol"),
-               **marker.kwargs}
+               "reference": config.getoption("hloexec_reference"), **marker.kwargs}
     original = jax.jit
 
     def jit(fun, *args, **kwargs):
@@ -127,6 +177,9 @@ class _Checked:
             return out
         from . import jax as hloexec_jax
         from .tools.compare import compare_outputs, format_report
+        if self._options["reference"] == "shadow":
+            hloexec_jax.check(self._jitted, *args, reference="shadow", stage=self._options["stage"])
+            return out
         ours = hloexec_jax.run(self._jitted, *args, stage=self._options["stage"])
         theirs = [jax.numpy.asarray(o) for o in jax.tree_util.tree_leaves(out)]
         report = compare_outputs(jax.tree_util.tree_leaves(ours), [jax.device_get(t) for t in theirs],
@@ -140,25 +193,44 @@ class _Checked:
         return getattr(self._jitted, name)
 
 
-@pytest.hookimpl(tryfirst=True)         # before -k / -m deselect and xdist compare the collection
-def pytest_collection_modifyitems(session, config, items):
-    for directory in config.getoption("hloexec_dumps"):
-        items.extend(DumpDirectory.from_parent(session, name=directory, nodeid=directory,
-                                               path=Path(directory).resolve()).collect())
+def pytest_collect_directory(path, parent):
+    """A --hloexec-dumps directory is collected by DumpDirectory (so that its items' node ids name it)."""
+    if path.resolve() in _dump_directories(parent.config):
+        return DumpDirectory.from_parent(parent, path=path)
+    return None
 
 
-class DumpDirectory(pytest.Collector):
+class DumpDirectory(pytest.Directory):
     """One --hloexec-dumps directory: a DumpItem per dumped module."""
 
     def collect(self):
-        from .tools.dumpdir import DumpError, scan
-        try:
-            modules = scan(self.path)
-        except DumpError as e:
-            raise pytest.UsageError(f"--hloexec-dumps {self.path}: {e}") from None
-        if not modules:
-            raise pytest.UsageError(f"--hloexec-dumps {self.path}: no module dumps (module_NNNN.<name>.*.txt) there")
-        return [DumpItem.from_parent(self, name=f"module_{m.number:04d}.{m.name}", module=m) for m in modules]
+        return [DumpFile.from_parent(self, path=(m.stages() or [None])[0].path if m.stages() else self.path,
+                                     module=m) for m in _scan(self.path)]
+
+
+def _scan(directory) -> list:
+    """The modules dumped in `directory`; pytest.UsageError when it is not a dump directory."""
+    from .tools.dumpdir import DumpError, scan
+    try:
+        modules = scan(directory)
+    except DumpError as e:
+        raise pytest.UsageError(f"--hloexec-dumps {directory}: {e}") from None
+    if not modules:
+        raise pytest.UsageError(f"--hloexec-dumps {directory}: no module dumps (module_NNNN.<name>.*.txt) there")
+    return modules
+
+
+class DumpFile(pytest.File):
+    """A dumped module, under the file of its first stage: its item's node id is `DIR/<that file>::module_NNNN`,
+    which pytest takes back as an argument (a directory argument cannot carry a `::` part)."""
+
+    def __init__(self, *, module, **kwargs):
+        super().__init__(**kwargs)
+        self.module = module
+
+    def collect(self):
+        m = self.module
+        return [DumpItem.from_parent(self, name=f"module_{m.number:04d}", module=m)]   # pytest splits names at "."
 
 
 class DumpItem(pytest.Item):
@@ -172,18 +244,34 @@ class DumpItem(pytest.Item):
         from .tools.compare import compare_outputs, format_report
         stages = [s for s in (self.module.before, *self.module.after[:1]) if s is not None] or self.module.stages()[-1:]
         runs = [_load_stage(stage) for stage in stages]
-        inputs = _dumped_inputs(self.module, runs[0][0]) or runs[0][0].random_inputs(seed=0)
-        outputs = [_global_outputs(exe, inputs, pre_partition=runs[0][0].module) for exe, _ in runs]
+        dumped = _dumped_inputs(self.module, runs[0][0])
+        inputs = dumped or runs[0][0].random_inputs(seed=0)
+        outputs = [_global_outputs(exe, inputs, pre_partition=runs[0][0].module) for exe, _ in runs[1:]]
+        if self.config.getoption("hloexec_reference") == "shadow":
+            self._judge_against_shadow(runs, inputs, outputs, xla=_dumped_outputs(self.module) if dumped else None)
+            return
+        outputs.insert(0, _global_outputs(runs[0][0], inputs, pre_partition=runs[0][0].module))
         if len(outputs) == 2:
             report = compare_outputs(outputs[1], outputs[0], self.config.getoption("hloexec_atol"),
                                      self.config.getoption("hloexec_rtol"))
             if not report.passed:
                 raise DumpMismatch(f"{runs[1][1]} vs {runs[0][1]}:\n{format_report(report)}")
 
+    def _judge_against_shadow(self, runs, inputs, outputs, xla):
+        """The optimized program's outputs (and XLA's, `xla`) against the exact answer of the first stage."""
+        from .tools.numerics import judge_run
+        from .tools.verdict import format_verdict
+        candidates = {name: out for (_, name), out in zip(runs[1:], outputs)}
+        if xla is not None:
+            candidates["XLA (outputs.npz)"] = xla
+        verdict, _ = judge_run(runs[0][0], inputs, candidates)
+        if not verdict.consistent():
+            raise DumpMismatch(f"against the shadow of {runs[0][1]}:\n{format_verdict(verdict)}")
+
     def repr_failure(self, excinfo):
         from .errors import ExecutionError, HloParseError, UnsupportedError
         if isinstance(excinfo.value, (DumpMismatch, HloParseError, UnsupportedError, ExecutionError)):
-            return f"{self.name}: {excinfo.value}"
+            return f"module_{self.module.number:04d}.{self.module.name}: {excinfo.value}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
@@ -200,14 +288,24 @@ def _load_stage(stage):
 
 
 def _dumped_inputs(module, exe) -> list | None:
-    """The inputs hloexec.jax.dump saved beside the module (arg0..), as the parameters' types; None if none."""
+    """The real inputs the dump holds for the module (an inputs.npz beside it, else a snapshot's arguments:
+    dumpdir.dumped_inputs), as the parameters' types; None if none."""
     from .exec.inputs import from_npz_void
+    from .tools.dumpdir import dumped_inputs
     from .tools.xla_cpu import load_arrays
-    saved = [p for p in module.other if p.name.endswith(".inputs.npz")]
-    if not saved:
+    found = dumped_inputs(module)
+    if found is None:
         return None
-    arrays = load_arrays(saved[0])
+    arrays = load_arrays(found[0])
     return [from_npz_void(arrays[f"arg{i}"], p.dtype) for i, p in enumerate(exe.parameters)]
+
+
+def _dumped_outputs(module) -> list | None:
+    """The outputs hloexec.jax.dump saved beside the module (XLA:CPU's, out0..), if any."""
+    from .tools.cli import numbered
+    from .tools.xla_cpu import load_arrays
+    saved = [p for p in module.other if p.name == f"module_{module.number:04d}.{module.name}.outputs.npz"]
+    return numbered(load_arrays(saved[0]), "out", saved[0]) if saved else None
 
 
 def _global_outputs(exe, inputs: list, pre_partition) -> list:

@@ -200,7 +200,9 @@ def test_run_with_seed_writes_the_outputs_and_summarises_them(capsys, tmp_path):
         assert summary["shape"] == list(want.shape) and summary["nan"] == np.count_nonzero(np.isnan(want))
         assert summary["min"] == pytest.approx(float(np.nanmin(want)))
         assert summary["max"] == pytest.approx(float(np.nanmax(want)))
-    assert doc["inputs"] == {"from": "seed", "seed": 3} and doc["memory"]["peak_bytes"] == exe.peak_bytes()
+    assert doc["inputs"]["from"] == "seed" and doc["inputs"]["seed"] == 3 and doc["memory"]["peak_bytes"] == exe.peak_bytes()
+    # Adam's second moments reach sqrt (the gradients only squared): drawn positive, and said so
+    assert [(c["name"], c["domain"]) for c in doc["inputs"]["constrained"]] == [("vw.1", "positive"), ("vb.1", "positive")]
     assert set(doc["seconds"]) == {"parse", "prepare", "execute"}
     code, text, _ = run_cli(capsys, "run", path, "--inputs", EXAMPLES / "adam.inputs.npz", "--no-numba")
     assert code == 0 and "memory needed" in text and "execute" in text

@@ -24,7 +24,8 @@ from conftest import EXAMPLES, jax_available
 from hloexec.errors import TierUnsupported
 from hloexec.exec.context import Device, ExecContext
 from hloexec.exec.executor import PlanCache
-from hloexec.exec.inputs import index_bounds, random_value
+from hloexec.exec.domains import input_domains
+from hloexec.exec.inputs import random_value
 from hloexec.kernels import fusion
 from hloexec.kernels.elementwise import EXACT_OPS
 from xla_compare import BF16, assert_close, flatten, is_float
@@ -104,8 +105,8 @@ def reduced_per_output(inst) -> int:
 
 def random_operands(module, comp, seed):
     r = np.random.default_rng(seed)
-    bounds = index_bounds(module)
-    return [random_value(p.shape, r, bounds.get(p.parameter_number)) for p in comp.parameters]
+    domains = input_domains(module)
+    return [random_value(p.shape, r, domains.get(p.parameter_number)) for p in comp.parameters]
 
 
 def eps(dtype):

@@ -320,11 +320,15 @@ ENTRY e {
     report = attribute(hloexec.load(text), [a, b])
     assert report.mode == "paired"
     errors = {x.name: x for x in report.instructions}
-    d = report.instructions[0]
-    assert d.name == "d" and d.local_error > 0.1 and d.total_error == pytest.approx(d.local_error)   # no digits left
+    d = errors["d"]
+    assert d.local_error > 0.1 and d.total_error == pytest.approx(d.local_error)   # no digits left
+    # ranked by contribution: the converts' roundings, which the cancellation amplifies, make the output's
+    # error; rounding d's own (exact) value to f16 moves the output by at most half an f16 ulp of its scale
+    assert {x.name for x in report.instructions[:2]} == {"ah", "bh"} and d.contribution <= 2.0 ** -11
+    assert report.instructions[0].contribution > 0.1
     # the others round once: half an ulp (r's operand is d's exact value, rounded to f16 on the way in)
     assert all(0 < errors[n].local_ulps <= 0.5 for n in ("ah", "bh", "r")) and errors["r"].inherited_error > 0.1
-    assert report.outputs[0]["instructions"][0]["name"] == "d"
+    assert report.outputs[0]["instructions"][0]["name"] in ("ah", "bh")
     local = attribute(hloexec.load(text), [a, b], mode="local")
     assert local.mode == "local" and local.instructions[0].total_error is None
     # at the run's own (f16) operands the subtract is exact (Sterbenz): only the converts round
@@ -336,7 +340,7 @@ ENTRY e {
     save_arrays(str(inputs), {"arg0": a, "arg1": b})
     assert main(["numerics", str(path), "--inputs", str(inputs), "--json", "--top", "3"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert [t["name"] for t in document["top"]][0] == "d"
+    assert [t["name"] for t in document["top"]][0] in ("ah", "bh")
     assert all({"name", "opcode", "local_error"} <= t.keys() for t in document["top"])
     assert main(["numerics", str(path), "--inputs", str(inputs)]) == 0
     out = capsys.readouterr().out

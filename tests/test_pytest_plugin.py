@@ -156,3 +156,73 @@ def test_partitioned_dumps_run_every_participant(pytester, tmp_path):
     assert "num_partitions=8" in next(dumps.glob("*data_parallel*after_optimizations.txt")).read_text()
     result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(dumps))
     result.assert_outcomes(passed=2)
+
+
+SHADOW_SUITE = f'''
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+TANH = {TANH_MODULE}
+X = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+
+
+def layernorm_loss(x, g, b):
+    m = jnp.mean(x, axis=-1, keepdims=True)
+    v = jnp.mean((x - m) ** 2, axis=-1, keepdims=True)
+    return jnp.sum(((x - m) / jnp.sqrt(v + 1e-5) * g + b) ** 2)
+
+
+rng = np.random.default_rng(0)
+ARGS = (rng.standard_normal((2, 32, 256)).astype(np.float16), (1 + 0.1 * rng.standard_normal(256)).astype(np.float16),
+        (0.1 * rng.standard_normal(256)).astype(np.float16))
+
+
+def test_f16_gradient(hlo_reference):
+    hlo_reference(jax.grad(layernorm_loss, argnums=(0, 1, 2)), *ARGS)
+
+
+def test_f16_gradient_per_call(hlo_reference):
+    hlo_reference(jax.grad(layernorm_loss, argnums=(0, 1, 2)), *ARGS, reference="shadow")
+
+
+def test_module_three_percent_off(hlo_reference):
+    hlo_reference(TANH, X, expected=np.tanh(X) * 1.03, reference="shadow")
+'''
+
+
+def test_shadow_reference_passes_a_correct_f16_result_and_fails_a_wrong_one(pytester):
+    """XLA:CPU's f16 layernorm gradient differs from hloexec's beyond compare's f16 tolerance; judged against the
+    exact answer (--hloexec-reference shadow, or reference="shadow" per call) both are as close as f16 allows.
+    A module's expected outputs 3% off are not, whatever the session's reference."""
+    pytester.makepyfile(test_suite=SHADOW_SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    assert "test_f16_gradient FAILED" in out or "FAILED test_suite.py::test_f16_gradient " in out
+    assert "expected" in out and "NOT consistent" in out
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-reference", "shadow")
+    result.assert_outcomes(passed=2, failed=1)
+    assert "FAILED test_suite.py::test_module_three_percent_off" in result.stdout.str()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-reference", "shadow", "--hloexec-atol", "1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_dump_items_run_again_by_the_node_id_pytest_prints(pytester, tmp_path):
+    """A dump item's node id (DIR/<its first stage's file>::module_NNNN), given back to pytest, runs that
+    module alone; the directory given by a path relative to where pytest runs, as a user types it."""
+    import re
+
+    import jax.numpy as jnp
+    dumps = pytester.path / "dumps"
+    x = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
+    _dumped(dumps, lambda x: jnp.tanh(x).sum(axis=0), x)
+    _dumped(dumps, lambda x: jnp.exp(x) * 2, x)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", "dumps", "-v")
+    result.assert_outcomes(passed=2)
+    ids = re.findall(r"^(\S+::module_\S+) PASSED", result.stdout.str(), re.MULTILINE)
+    assert len(ids) == 2 and all(i.startswith("dumps/module_") for i in ids), result.stdout.str()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", "dumps", ids[1], "-v")
+    result.assert_outcomes(passed=1)
+    assert ids[1] in result.stdout.str() and ids[0] not in result.stdout.str()

@@ -1,9 +1,9 @@
 """Deterministic, realistic random inputs for a module's entry parameters.
 
-Floats: standard normal (rounded to the parameter's type). Integers: small values in [0, 4), except
-where the parameter is used as an index (dynamic-slice / dynamic-update-slice starts, gather / scatter
-indices, possibly through converts, reshapes, broadcasts, fusions and calls): there it is drawn inside
-the bound that use shows, so the program indexes what it would in real life. pred: fair coin.
+Floats: standard normal (rounded to the parameter's type). Integers: small values in [0, 4). pred: fair coin.
+Where the module's uses of a parameter imply a domain (domains.py: an index drawn inside its bound, a value
+reaching sqrt / log / a divisor drawn positive, a mask drawn 0 or 1), it is drawn there, so the program sees
+what it would in real life.
 
 `from_npz_void` is how every reader of saved arrays (run inputs, SPMD global inputs, compare's files) takes
 the ml_dtypes arrays that plain np.savez stores as raw void.
@@ -12,69 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.module import Instruction, Module
+from ..ir.module import Module
 from ..ir.shape import Shape
-
-# Ops that carry an integer value through unchanged (for following an index back to its parameter).
-_PASS_THROUGH = {"convert", "reshape", "bitcast", "broadcast", "copy", "slice", "transpose", "concatenate",
-                 "dynamic-slice", "clamp", "get-tuple-element", "tuple", "opt-barrier", "optimization-barrier"}
+from .domains import Domain, input_domains
 
 
-def index_bounds(module: Module) -> dict[int, int]:
-    """Entry parameter number -> largest valid index value, for parameters used as indices."""
-    bounds: dict[int, int] = {}
-    for number, param in enumerate(module.entry.parameters):
-        if param.shape.is_tuple or not param.shape.element_type.is_integer:
-            continue
-        bound = _bound_of(param, depth=0)
-        if bound is not None:
-            bounds[param.parameter_number] = max(bound, 0)
-    return bounds
-
-
-def _bound_of(inst: Instruction, depth: int) -> int | None:
-    if depth > 16:
-        return None
-    found = []
-    for user in inst.users:
-        positions = [k for k, o in enumerate(user.operands) if o is inst]
-        op = user.opcode
-        for k in positions:
-            if op == "dynamic-slice" and k >= 1:
-                sizes = user.attr("dynamic_slice_sizes")
-                found.append(user.operands[0].shape.dims[k - 1] - sizes[k - 1])
-            elif op == "dynamic-update-slice" and k >= 2:
-                found.append(user.operands[0].shape.dims[k - 2] - user.operands[1].shape.dims[k - 2])
-            elif op == "gather" and k == 1:
-                dims = user.operands[0].shape.dims
-                found.append(min((dims[d] - s for d, s in zip(range(len(dims)), user.attr("slice_sizes"))),
-                                 default=0))
-            elif op in ("ragged-all-to-all", "ragged-all-to-all-start") and k >= 2:
-                # offsets and sizes at most half the rows: every offset + size stays in range
-                found.append(min(user.operands[0].shape.dims[0], user.operands[1].shape.dims[0]) // 2)
-            elif op == "scatter" and k == (len(user.operands) - 1) // 2:
-                mapped = user.attr("scatter_dims_to_operand_dims")
-                found.append(min((user.operands[0].shape.dims[d] - 1 for d in mapped), default=0))
-            elif op in ("fusion", "call"):
-                called = user.called.get("calls") or user.called.get("to_apply")
-                if called is not None and k < len(called.parameters):
-                    b = _bound_of(called.parameters[k], depth + 1)
-                    if b is not None:
-                        found.append(b)
-            elif op in _PASS_THROUGH:
-                b = _bound_of(user, depth + 1)
-                if b is not None:
-                    found.append(b)
-    return min(found) if found else None
-
-
-def random_inputs(module: Module, seed: int = 0) -> list:
+def random_inputs(module: Module, seed: int = 0, domains: dict[int, Domain] | None = None) -> list:
+    """One random value per entry parameter; `domains`: input_domains(module), when the caller has them."""
     rng = np.random.default_rng(seed)
-    bounds = index_bounds(module)
-    return [random_value(p.shape, rng, bounds.get(p.parameter_number)) for p in module.entry.parameters]
+    domains = input_domains(module) if domains is None else domains
+    return [random_value(p.shape, rng, domains.get(p.parameter_number)) for p in module.entry.parameters]
 
 
-def random_value(shape: Shape, rng: np.random.Generator, index_bound: int | None = None):
+def random_value(shape: Shape, rng: np.random.Generator, domain: Domain | None = None):
     if shape.is_tuple:
         return tuple(random_value(s, rng) for s in shape.tuple_shapes)
     etype = shape.element_type
@@ -82,12 +32,17 @@ def random_value(shape: Shape, rng: np.random.Generator, index_bound: int | None
         return np.zeros((0,), np.bool_)
     if etype.kind == "pred":
         return rng.integers(0, 2, size=shape.dims).astype(np.bool_)
+    if domain is not None and domain.kind == "boolean":
+        return rng.integers(0, 2, size=shape.dims).astype(etype.numpy)
     if etype.is_integer:
-        high = 4 if index_bound is None else index_bound + 1
+        high = 4 if domain is None or domain.kind != "index" else domain.bound + 1
         return rng.integers(0, max(high, 1), size=shape.dims).astype(etype.numpy)
     if etype.kind == "complex":
         return (rng.standard_normal(shape.dims) + 1j * rng.standard_normal(shape.dims)).astype(etype.numpy)
-    return rng.standard_normal(shape.dims, dtype=np.float32).astype(etype.numpy)
+    normal = rng.standard_normal(shape.dims, dtype=np.float32)
+    if domain is not None and domain.kind == "positive":
+        return np.exp(0.5 * normal).astype(etype.numpy)     # log-normal: in [0.2, 5] but for 1 in 10^4
+    return normal.astype(etype.numpy)
 
 
 def from_npz_void(value, dtype):

@@ -167,13 +167,14 @@ def assemble_outputs(module: Module, per_device_outputs: list, global_shapes=Non
 
 def random_global_inputs(module: Module, seed: int = 0) -> list:
     """A random global value per entry parameter: the per-device shape times its sharding's tile counts."""
-    from .inputs import index_bounds, random_value
+    from .domains import input_domains
+    from .inputs import random_value
     rng = np.random.default_rng(seed)
-    bounds = index_bounds(module)
+    domains = input_domains(module)
     values = []
     for p, s in zip(module.entry.parameters, parameter_shardings(module)):
         full = p.shape if p.shape.is_tuple else array_shape(p.shape.element_type.name, global_shape(p.shape, s))
-        values.append(random_value(full, rng, bounds.get(p.parameter_number)))
+        values.append(random_value(full, rng, domains.get(p.parameter_number)))
     return values
 
 

@@ -8,6 +8,11 @@ neighbours are checked too (the stage after it must still differ; otherwise the 
 the report says). Stages hloexec cannot run (a pass that introduces an unsupported custom-call, a layout it
 cannot read) are reported and skipped, not fatal: the search steps to the nearest runnable stage.
 
+With `reference="shadow"` (`--reference shadow`) a stage is bad when its outputs are no longer consistent with
+the program's exact answer (the shadow of the reference stage, judged by tools/verdict.py as `compare
+--reference shadow` judges), not merely different: a pass that legitimately changes rounding (float
+normalization, a reduction's order) is not named; one that makes the result wrong is.
+
 Then `hloexec.tools.diff` between the last good and the first bad stage names the instructions that pass
 changed (first divergences).
 """
@@ -31,9 +36,12 @@ class StageRun:
     verdicts: list[Verdict] = field(default_factory=list)
     error: str = ""             # why it could not run (skipped)
     module: object = None
+    shadow_verdict: object = None   # reference="shadow": tools.verdict.Verdict of this stage's outputs
 
     @property
     def changed(self) -> bool:
+        if self.shadow_verdict is not None:
+            return not self.shadow_verdict.consistent(self.stage.path.name)
         return any(not v.agree for v in self.verdicts)
 
 
@@ -47,6 +55,7 @@ class BisectReport:
     first_bad: int | None = None
     after_first_bad: str = ""           # what the stage after the first bad one shows
     diff: DiffReport | None = None
+    by: str = "first-stage"             # what a stage is judged against: "first-stage" or "shadow"
 
     def to_dict(self) -> dict:
         def name(i):
@@ -54,12 +63,14 @@ class BisectReport:
         first = self.runs.get(self.first_bad) if self.first_bad is not None else None
         return jsonable({
             "module": {"number": self.module.number, "name": self.module.name}, "stages": len(self.stages),
-            "reference_stage": name(self.reference), "first_bad_stage": name(self.first_bad),
+            "reference": self.by, "reference_stage": name(self.reference), "first_bad_stage": name(self.first_bad),
             "last_good_stage": name(self.last_good),
             "pass": self.stages[self.first_bad].after_pass if first else None,
             "pipeline": self.stages[self.first_bad].pipeline if first else None,
             "after_first_bad": self.after_first_bad or None,
             "outputs": [] if first is None else [_verdict_dict(i, v) for i, v in enumerate(first.verdicts)],
+            "shadow_verdict": None if first is None or first.shadow_verdict is None else
+            first.shadow_verdict.to_dict(),
             "checked": [{"index": i, "stage": self.stages[i].label, "file": self.stages[i].path.name,
                          "status": "skipped" if r.error else ("changed" if r.changed else "agrees"),
                          "error": r.error or None} for i, r in sorted(self.runs.items())],
@@ -75,16 +86,19 @@ def _verdict_dict(index: int, v: Verdict) -> dict:
 
 
 def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = None, rtol: float | None = None,
-           with_diff: bool = True, report=None, reductions: str = "accumulate") -> BisectReport:
-    """Find the first stage of `module` whose outputs differ from the first runnable stage's. `inputs`: the
-    entry arguments (default: random ones from `seed`, of the reference's parameters); `report(message)`
-    hears about each stage as it runs; `reductions`: how every stage rounds its sums."""
+           with_diff: bool = True, report=None, reductions: str = "accumulate",
+           reference: str = "first-stage") -> BisectReport:
+    """Find the first stage of `module` whose outputs differ from the first runnable stage's (`reference=
+    "shadow"`: are no longer consistent with its exact answer). `inputs`: the entry arguments (default: random
+    ones from `seed`, of the reference's parameters); `report(message)` hears about each stage as it runs;
+    `reductions`: how every stage rounds its sums."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     from ..parser import parse
+    from .numerics import judge_run
     stages = module.stages()
     runs: dict[int, StageRun] = {}
-    state = {"inputs": inputs, "reference": None}
+    state = {"inputs": inputs, "reference": None, "exe": None}
 
     def run(i: int) -> StageRun:
         if i in runs:
@@ -96,24 +110,30 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
             if state["inputs"] is None:
                 state["inputs"] = exe.random_inputs(seed)
             r.outputs = flatten(exe.run(*state["inputs"]))
+            state["exe"] = state["exe"] or exe
         except (HloParseError, UnsupportedError, ExecutionError, ProtoError, OSError) as e:
             r.error = str(e).splitlines()[0]
-        if not r.error and state["reference"] is not None:
-            reference = runs[state["reference"]].outputs
-            if len(reference) != len(r.outputs):
-                r.error = f"{len(r.outputs)} outputs, the reference has {len(reference)}"
+        if not r.error and reference == "shadow":
+            r.shadow_verdict = judge_run(state["exe"], state["inputs"], {stages[i].path.name: r.outputs})[0]
+        elif not r.error and state["reference"] is not None:
+            wanted = runs[state["reference"]].outputs
+            if len(wanted) != len(r.outputs):
+                r.error = f"{len(r.outputs)} outputs, the reference has {len(wanted)}"
             else:
-                r.verdicts = [judge(want, got, atol, rtol) for want, got in zip(reference, r.outputs)]
+                r.verdicts = [judge(want, got, atol, rtol) for want, got in zip(wanted, r.outputs)]
         if report is not None:
             status = f"skipped: {r.error}" if r.error else "changed" if r.changed else "agrees"
             report(f"stage {i + 1}/{len(stages)} {stages[i].label}: {status}")
         return r
 
-    result = BisectReport(module, stages, runs, None)
+    result = BisectReport(module, stages, runs, None, by=reference)
     for i in range(len(stages)):            # the reference: the first stage that runs
         if not run(i).error:
             state["reference"] = result.reference = i
             runs[i].verdicts = [Verdict(True, True, total=getattr(x, "size", 0)) for x in runs[i].outputs]
+            if runs[i].changed:             # shadow: the program as given is not consistent with its exact answer
+                result.after_first_bad = f"the reference stage {stages[i].path.name} itself is not consistent " \
+                                         "with its exact answer: every stage is judged by a verdict it fails"
             break
     if result.reference is None:
         return result
@@ -154,18 +174,29 @@ def format_report(r: BisectReport) -> str:
     lines = [f"module_{r.module.number:04d}.{r.module.name}: {len(r.stages)} stages, "
              f"{len(r.runs)} run, {sum(1 for x in r.runs.values() if x.error)} skipped"]
     for i, x in sorted(r.runs.items()):
-        status = f"skipped ({x.error})" if x.error else ("reference" if i == r.reference else
-                                                         "CHANGED" if x.changed else "agrees")
+        bad_word, good_word = ("NOT CONSISTENT", "consistent") if r.by == "shadow" else ("CHANGED", "agrees")
+        status = f"skipped ({x.error})" if x.error else ("reference" if i == r.reference and r.by != "shadow" else
+                                                         bad_word if x.changed else good_word)
         lines.append(f"  {i:>4}  {r.stages[i].label:<70} {status}")
     if r.reference is None:
         lines.append("no stage could run")
         return "\n".join(lines)
     if r.first_bad is None:
-        lines.append(f"the outputs agree with {r.stages[r.reference].path.name} at every stage checked")
+        lines.append(f"every stage checked is consistent with the exact answer of {r.stages[r.reference].path.name}"
+                     if r.by == "shadow" else
+                     f"the outputs agree with {r.stages[r.reference].path.name} at every stage checked")
+        if r.after_first_bad:
+            lines.append(f"  note: {r.after_first_bad}")
         return "\n".join(lines)
     bad, good = r.stages[r.first_bad], r.stages[r.last_good]
-    lines.append(f"first stage whose outputs differ: {bad.path.name}")
+    lines.append(f"first stage whose outputs are not consistent with the exact answer: {bad.path.name}"
+                 if r.by == "shadow" else f"first stage whose outputs differ: {bad.path.name}")
     lines.append(f"  after pass {bad.after_pass!r} ({bad.pipeline}); last good: {good.path.name}")
+    verdict = r.runs[r.first_bad].shadow_verdict
+    for output in verdict.outputs if verdict is not None else ():
+        for c in output.candidates:
+            if c.name == bad.path.name and not c.consistent:
+                lines.append(f"  output {output.index}: " + "; ".join(c.reasons))
     for i, v in enumerate(r.runs[r.first_bad].verdicts):
         if not v.agree:
             lines.append(f"  output {i}: {v.problem or f'{v.mismatches}/{v.total} elements beyond atol {v.atol:g} rtol {v.rtol:g}, max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}'}")
@@ -181,9 +212,11 @@ def cmd_bisect(args) -> int:
     """`hloexec bisect DIR --module NAME`."""
     import sys
     from pathlib import Path
-    from .cli import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, JSON_VERSION, _module_inputs, _print_json
+    from .cli import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _print_json
     from .dumpdir import find_module, scan
     from ..parser import parse
+    if args.reference == "shadow" and (args.atol is not None or args.rtol is not None):
+        raise UsageError("--reference shadow judges by the program's precision, not by --atol/--rtol")
     module = find_module(scan(args.directory), args.module, args.directory)
     inputs, inputs_info = None, {"from": "seed", "seed": args.seed}
     if args.inputs is not None:
@@ -192,7 +225,7 @@ def cmd_bisect(args) -> int:
             inputs, inputs_info = _module_inputs(parse(first.text())[0], args)
     say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.verbose else None
     report = bisect(module, inputs, args.seed, args.atol, args.rtol, with_diff=not args.no_diff, report=say,
-                    reductions=args.reductions)
+                    reductions=args.reductions, reference=args.reference or "first-stage")
     if args.json:
         _print_json({"command": "bisect", "version": JSON_VERSION, "directory": str(Path(args.directory)),
                      "inputs": inputs_info, **report.to_dict()})
@@ -207,10 +240,14 @@ def add_command(subparsers, subparser, parents) -> None:
     from .diff import tolerance_options
     p = subparser(subparsers, "bisect", "The first compiler pass after which a program's outputs change "
                   "(per-pass dumps: --xla_dump_hlo_pass_re=.*).",
-                  "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json", parents,
+                  "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json\n"
+                  "  hloexec bisect DIR --module jit_train_step --reference shadow", parents,
                   "Exit 1 when a stage changes the outputs, 0 when none does.")
     p.add_argument("directory", metavar="DIR")
     tolerance_options(p)
+    p.add_argument("--reference", choices=["shadow"], default=None,
+                   help="shadow: a stage is bad when its outputs are not consistent with the program's exact "
+                        "answer (as compare --reference shadow judges), not when they merely differ")
     p.add_argument("--no-diff", action="store_true", help="skip the diff of the last good and first bad stage")
     p.add_argument("-v", "--verbose", action="store_true", help="report each stage as it runs (stderr)")
     p.set_defaults(handler=cmd_bisect)

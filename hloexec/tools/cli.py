@@ -150,12 +150,24 @@ def _inputs(exe, args) -> tuple[list, dict]:
 def _module_inputs(module, args) -> tuple[list, dict]:
     """(entry arguments of `module`, description) from --inputs or --seed."""
     if args.inputs is None:
+        from ..exec.domains import input_domains
         from ..exec.inputs import random_inputs
-        return random_inputs(module, args.seed), {"from": "seed", "seed": args.seed}
+        domains = input_domains(module)
+        constrained = [{"parameter": k, "name": module.entry.parameters[k].name, **d.to_json()}
+                       for k, d in sorted(domains.items())]
+        return random_inputs(module, args.seed, domains), {"from": "seed", "seed": args.seed,
+                                                           "constrained": constrained}
     from .xla_cpu import load_arrays
     arrays = numbered(load_arrays(args.inputs), "arg", args.inputs)
     shapes = [p.shape for p in module.entry.parameters]
     return nest(arrays, shapes, args.inputs), {"from": "npz", "path": args.inputs}
+
+
+def print_constrained(inputs_info: dict) -> None:
+    """The random inputs drawn in a domain their uses imply, one line each (`run --seed N` says why)."""
+    for c in inputs_info.get("constrained", ()):
+        bound = f" in [0, {c['bound']}]" if c["domain"] == "index" else ""
+        print(f"  input {c['parameter']} %{c['name']}: drawn {c['domain']}{bound} ({c['reason']})")
 
 
 def numbered(arrays: dict, prefix: str, path: str) -> list:
@@ -352,6 +364,7 @@ def cmd_run(args) -> int:
     else:
         print(f"module {module.name}: {len(outputs)} output{'s' if len(outputs) != 1 else ''}, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
+        print_constrained(inputs_info)
         print(f"{'out':>4}  {'shape':<20} {'dtype':<6} {'min':>12} {'max':>12} {'mean':>12} {'NaN':>8} {'Inf':>8}")
         for s in summaries:
             shape = "[" + ",".join(map(str, s["shape"])) + "]"
@@ -416,6 +429,7 @@ def cmd_run_shadow(exe, args, text_out) -> int:
     print(f"module {exe.module.name}: {len(run.outputs)} output{'s' if len(run.outputs) != 1 else ''}, inputs "
           + (f"seed {args.seed}" if args.inputs is None else args.inputs) + "; the shadow runs every float type in "
           "f64 (the program's exact answer); errors relative to each output's scale (max |shadow|)")
+    print_constrained(inputs_info)
     print(format_shadow_report(report))
     print(f"time: {seconds:.2f} s (the run and its shadow)")
     if args.out is not None:
@@ -437,6 +451,7 @@ def cmd_run_nonfinite(exe, args, text_out) -> int:
     else:
         print(f"module {exe.module.name}, inputs " + (f"seed {args.seed}" if args.inputs is None else args.inputs)
               + ": where NaN and Inf come from (execution order)")
+        print_constrained(inputs_info)
         print(format_report(report))
     return EXIT_MISMATCH if report.origins else EXIT_OK
 

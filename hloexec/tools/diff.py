@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import compare_array, jsonable
+from .compare import compare_array, default_tolerance, dtype_name, is_float, jsonable
 from ..ir.module import Instruction
 from .match import Matching, Node, ValueGraph, instruction_key, match, value_shape
 
@@ -47,22 +47,33 @@ class Verdict:
     worst: list = field(default_factory=list)       # [{index, a, b, abs_error, rel_error}]
     problem: str = ""
     judged: bool = True     # False: computed from a differing value and not bit-identical; not compared further
+    retyped: str = ""       # paired across a float type change: "bf16 -> f32" (A's type -> B's)
 
 
 def judge(a, b, atol: float | None = None, rtol: float | None = None) -> Verdict:
     """The tolerance decision for one pair (A's value is the reference): bit-identical values agree; others
     by XLA's literal_comparison rules with the defaults of `hloexec compare` (hloexec.tools.compare).
-    Values whose shapes differ only by 1s are compared reshaped."""
+    Values whose shapes differ only by 1s are compared reshaped. A value whose float type changed (a bf16 add
+    that float-normalization computes in f32) is where the computation changed: it differs unless its values
+    are equal, whatever the tolerance (the errors are measured in f64), and the verdict says so."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape and a.size == b.size:
         b = b.reshape(a.shape)
     if a.dtype == b.dtype and a.shape == b.shape and _bitwise_equal(a, b):
         return Verdict(True, True, total=a.size)
-    out = compare_array(0, b, a, atol, rtol)
+    retyped = a.dtype != b.dtype and is_float(a.dtype) and is_float(b.dtype) and a.shape == b.shape
+    if retyped:         # measured in f64 with A's type's tolerances; agrees only where nothing changed
+        default_atol, default_rtol = default_tolerance(a.dtype)
+        out = compare_array(0, b.astype(np.float64), a.astype(np.float64),
+                            default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
+    else:
+        out = compare_array(0, b, a, atol, rtol)
     worst = [{"index": list(w.index), "a": w.expected, "b": w.actual, "abs_error": w.abs_error,
               "rel_error": w.rel_error} for w in out.worst]
-    return Verdict(out.passed, False, out.total, out.mismatches, out.max_abs_error, out.max_rel_error, out.atol,
-                   out.rtol, worst, out.problem)
+    agree = out.max_abs_error == 0 and not out.nan_mismatches if retyped else out.passed
+    return Verdict(agree, False, out.total, out.mismatches, out.max_abs_error, out.max_rel_error, out.atol,
+                   out.rtol, worst, out.problem,
+                   retyped=f"{dtype_name(a.dtype)} -> {dtype_name(b.dtype)}" if retyped else "")
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
@@ -153,7 +164,7 @@ def _error(v: Verdict | None) -> dict | None:
         return None
     return {"identical": v.identical, "mismatches": v.mismatches, "total": v.total, "max_abs_error": v.max_abs_error,
             "max_rel_error": v.max_rel_error, "atol": v.atol, "rtol": v.rtol, "worst": v.worst,
-            "problem": v.problem or None}
+            "problem": v.problem or None, "dtype_change": v.retyped or None}
 
 
 def _divergence_dict(d: Divergence) -> dict:
@@ -602,7 +613,11 @@ def _format_divergence(d: Divergence, limit: int) -> list[str]:
     if md.get("op_name") or source:
         lines.append(f"    op_name {md.get('op_name', '-')}" + (f"  at {source}" if source else ""))
     iteration = f" (run {d.occurrence + 1} of the instruction)" if d.occurrence else ""
-    if v.problem:
+    if v.retyped:
+        lines.append(f"    paired across a dtype change ({v.retyped}): "
+                     + ("values equal" if v.agree else "the values differ: the type change is where the computation "
+                        f"changed; max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}") + iteration)
+    elif v.problem:
         lines.append(f"    error: {v.problem}{iteration}")
     elif v.agree:
         lines.append(f"    within tolerance (atol {v.atol:g} rtol {v.rtol:g}): max abs {v.max_abs_error:.4g}, "

@@ -269,6 +269,23 @@ def is_snapshot(path) -> bool:
         str(path).endswith(".hlo_snapshot.pb")
 
 
+def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
+    """(an .npz of arguments arg0.., what they are) where the dump holds real inputs of the module: the
+    `module_NNNN.<name>.inputs.npz` beside it (hloexec.jax.dump writes one; so may a user), else the arguments
+    of its first HloSnapshot (--xla_dump_hlo_snapshots). None where it holds neither."""
+    from .cli import flatten
+    from .hloproto import read_snapshot
+    saved = [p for p in dump.other if p.name == f"module_{dump.number:04d}.{dump.name}.inputs.npz"]
+    if saved:
+        return str(saved[0]), f"inputs: {saved[0].name} beside the module"
+    if dump.snapshots:
+        snap = read_snapshot(dump.snapshots[0])
+        path = _save(dump.snapshots[0].name + ".inputs.npz",
+                     {f"arg{i}": a for i, a in enumerate(flatten(tuple(snap.arguments)))})
+        return path, f"inputs: the {len(snap.arguments)} arguments of the snapshot {dump.snapshots[0].name}"
+    return None
+
+
 def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str, object | None, str]:
     """(a text file hloexec parses, the snapshot if it is one, a note) for a FILE argument: a dump directory
     (its --module, --stage), a snapshot, an HloProto (.pb), else the path itself."""
@@ -304,7 +321,8 @@ def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str,
 def prepare_arguments(args, argv: list[str]) -> list[str]:
     """Turn the FILE arguments of a parsed command line (`file`, `other`, `a`, `b`, `files`) that are dump
     directories, snapshots or protos into text files; a snapshot's arguments become --inputs and (compare
-    without a reference) its result --expected, unless given. Returns notes for stderr."""
+    without a reference) its result --expected, unless given; so do the real inputs a dump directory holds for
+    the module (`dumped_inputs`). Returns notes for stderr."""
     from .cli import flatten
     notes = []
     module, stage = getattr(args, "module", None), getattr(args, "stage", None)
@@ -321,8 +339,14 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
         setattr(args, attr, path)
         if note:
             notes.append(note)
+        given = any(a == flag or a.startswith(flag + "=") for a in argv for flag in ("--inputs", "--seed"))
+        if snapshot is None and attr in ("file", "a") and Path(value).is_dir() and hasattr(args, "inputs") \
+                and not given:
+            real = dumped_inputs(find_module(scan(value), module, value))
+            if real is not None:
+                args.inputs = real[0]
+                notes.append(real[1] + " (--seed N draws random ones)")
         if snapshot is not None and attr in ("file", "a"):
-            given = any(a == flag or a.startswith(flag + "=") for a in argv for flag in ("--inputs", "--seed"))
             if hasattr(args, "inputs") and not given:
                 args.inputs = _save(Path(value).name + ".inputs.npz",
                                     {f"arg{i}": a for i, a in enumerate(flatten(tuple(snapshot.arguments)))})

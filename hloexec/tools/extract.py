@@ -110,6 +110,25 @@ def cone_cut(root: Instruction, depth: int | None) -> set[int]:
     return {id(o) for i in level for o in i.operands if id(o) not in inside}
 
 
+def boundary(module: Module, inst: Instruction) -> str | None:
+    """Where a walk inside a called computation (a fusion's, a call's) stops at its edge at `inst`: a parameter
+    is an operand of the instruction calling the computation, the root is that instruction's value. None
+    where `inst` is not on such an edge (or its computation is the entry)."""
+    comp = inst.computation
+    if comp is None or comp is module.entry or (inst.opcode != "parameter" and inst is not comp.root):
+        return None
+    callers = [c for c in module.instructions() if any(x is comp for x in c.called_computations)]
+    if not callers:
+        return None
+    caller = callers[0]
+    more = f" (and {len(callers) - 1} other callers)" if len(callers) > 1 else ""
+    if inst.opcode == "parameter":
+        k = inst.parameter_number
+        operand = f" = %{caller.operands[k].name}" if k < len(caller.operands) else ""
+        return f"%{inst.name} is operand {k}{operand} of %{caller.name} in %{caller.computation.name}{more}"
+    return f"%{inst.name} is the value of %{caller.name} in %{caller.computation.name}{more}"
+
+
 def find_instruction(module: Module, name: str) -> Instruction:
     """The instruction named `name` (a leading % is ignored; 'computation/name' where names repeat)."""
     comp_name, _, inst_name = name.lstrip("%").rpartition("/")
@@ -220,7 +239,8 @@ def cmd_extract(args) -> int:
                   "max_rel_error": max((v.max_rel_error for v in verdicts), default=0.0)}
     entry_params = {id(p) for p in module.entry.parameters}
     params = [{"number": k, "name": p.name, "shape": p.shape.to_text(layout=False),
-               "from": "entry parameter" if id(p) in entry_params else f"{p.opcode} in {p.computation.name}"}
+               "from": "entry parameter" if id(p) in entry_params else f"{p.opcode} in {p.computation.name}",
+               "stopped_at": boundary(module, p)}
               for k, p in enumerate(sub.parameters)]
     if args.json:
         _print_json({"command": "extract", "version": JSON_VERSION, "file": args.file, "module": module.name,
@@ -234,6 +254,8 @@ def cmd_extract(args) -> int:
           file=where)
     for p in params:
         print(f"  parameter {p['number']}: %{p['name']} {p['shape']} ({p['from']})", file=where)
+        if p["stopped_at"]:
+            print(f"    stopped at the edge of %{inst.computation.name}: {p['stopped_at']}", file=where)
     if args.inputs_out:
         print(f"their values in the run of {module.name} (inputs "
               f"{args.inputs if args.inputs else f'seed {args.seed}'}): {args.inputs_out}", file=where)

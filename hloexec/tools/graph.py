@@ -30,6 +30,7 @@ class Graph:
     edges: list[tuple[Instruction, Instruction]]            # operand -> user
     center: Instruction | None
     hidden: dict = field(default_factory=dict)              # id(inst) -> (operands cut, users cut)
+    stopped_at: list[str] = field(default_factory=list)     # where the walk met its computation's edge
 
     def kind(self, inst: Instruction) -> str:
         if collective_kind(inst) is not None or _is_collective_done(inst):
@@ -50,8 +51,11 @@ def _is_collective_done(inst: Instruction) -> bool:
 def neighbourhood(module: Module, around: str | None = None, depth: int = 2, computation: str | None = None,
                   max_nodes: int = 120) -> Graph:
     """The instructions within `depth` steps of `around` (breadth first, operands and users), or the whole
-    computation when it has at most `max_nodes` instructions (else its root's neighbourhood)."""
+    computation when it has at most `max_nodes` instructions (else its root's neighbourhood). Inside a fused
+    (called) computation the walk stops at its parameters and root: `stopped_at` says what they are outside."""
+    from .extract import boundary
     comp = _computation(module, around, computation)
+    seen = {}
     if around is None and len(comp.instructions) <= max_nodes:
         nodes = list(comp.instructions)
         center = None
@@ -79,7 +83,8 @@ def neighbourhood(module: Module, around: str | None = None, depth: int = 2, com
                sum(id(u) not in inside for u in dict.fromkeys(n.users)))
         if any(cut):
             hidden[id(n)] = cut
-    return Graph(comp, nodes, edges, center, hidden)
+    edges_met = [boundary(module, n) for n in nodes if seen.get(id(n), 0) < depth]
+    return Graph(comp, nodes, edges, center, hidden, [e for e in edges_met if e])
 
 
 def _computation(module: Module, around: str | None, name: str | None) -> Computation:
@@ -349,11 +354,14 @@ def command(args) -> int:
     Path(args.output).write_text(text, encoding="utf-8")
     doc = {"command": "graph", "version": JSON_VERSION, "file": args.file, "module": module.name,
            "computation": g.computation.name, "center": g.center.name if g.center else None, "nodes": len(g.nodes),
-           "edges": len(g.edges), "output": args.output, "renderer": renderer if suffix != ".dot" else None}
+           "edges": len(g.edges), "output": args.output, "renderer": renderer if suffix != ".dot" else None,
+           "stopped_at": g.stopped_at}
     if args.json:
         _print_json(doc)
     else:
         print(f"{args.output}: {len(g.nodes)} of {len(g.computation.instructions)} instructions of %{g.computation.name}"
               + (f" around %{g.center.name} (depth {args.depth})" if g.center else "")
               + (f", drawn by {renderer}" if suffix != ".dot" else ""))
+        for edge in g.stopped_at:
+            print(f"  stopped at the edge of %{g.computation.name}: {edge}")
     return EXIT_OK

@@ -10,8 +10,9 @@ a get-tuple-element of a tuple is that tuple's operand. Each node has the instru
 (`inst`: what matching compares) and the outermost instruction holding it (`tap`: where a run observes it).
 
 `match(a, b)` pairs the nodes of two graphs, in the issue's order: entry parameters by number and outputs by
-position; then by name where names survive (same name, opcode and shape); then by `op_name` metadata + source
-line + opcode + shape; then by structure (same opcode, shape and attributes over matched operands), repeated
+position; then by name where names survive (same name, opcode and shape, or a shape whose float type
+changed: float-normalization computes a bf16 add in f32 under the same name); then by `op_name` metadata +
+source line + opcode + shape (float type likewise); then by structure (same opcode, shape and attributes over matched operands), repeated
 until nothing changes. Several nodes of B may pair with one node of A (the copies XLA makes when it duplicates a
 producer into several fusions); each node of B pairs with at most one node of A.
 """
@@ -44,6 +45,13 @@ def value_shape(shape) -> tuple | None:
     if shape.is_tuple or shape.element_type.numpy is None:
         return None
     return shape.element_type.name, tuple(d for d in shape.dims if d != 1)
+
+
+def float_retyped(a, b) -> bool:
+    """Whether two array shapes are one value's with its float type changed (bf16 -> f32): same dims but 1s."""
+    va, vb = value_shape(a), value_shape(b)
+    return va is not None and vb is not None and va != vb and va[1] == vb[1] and \
+        a.element_type.is_float and b.element_type.is_float
 
 
 @dataclass(eq=False)
@@ -254,8 +262,9 @@ def match(a: Module | ValueGraph, b: Module | ValueGraph) -> Matching:
     m = Matching(ga, gb)
 
     def pair(a_node: Node, b_node: Node, how: str) -> bool:
-        if b_node.index in m.partner or value_shape(a_node.shape) != value_shape(b_node.shape) or \
-                (a_node.shape.is_tuple != b_node.shape.is_tuple):
+        same = value_shape(a_node.shape) == value_shape(b_node.shape) or \
+            (how in ("name", "metadata") and float_retyped(a_node.shape, b_node.shape))
+        if b_node.index in m.partner or not same or (a_node.shape.is_tuple != b_node.shape.is_tuple):
             return False
         m.partner[b_node.index] = a_node.index
         m.how[b_node.index] = how
@@ -391,7 +400,8 @@ def _metadata_key(node: Node) -> tuple | None:
     op_name = md.get("op_name") if isinstance(md, dict) else None
     if not op_name or node.inst.opcode == "parameter":
         return None
-    return op_name, node.inst.source_location, node.inst.opcode, value_shape(node.shape)
+    shape = value_shape(node.shape)
+    return op_name, node.inst.source_location, node.inst.opcode, shape and shape[1]     # dims: retyped pairs too
 
 
 def _match_by_structure(m: Matching, pair) -> bool:

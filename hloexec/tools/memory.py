@@ -66,9 +66,15 @@ class MemoryReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def overhead_bytes(self) -> int:
+        """hloexec's own part of the peak: the values the plans of called computations keep ("kept")."""
+        return sum(v.bytes for v in self.live_at_peak if v.kind == "kept")
+
     def to_dict(self) -> dict:
         return {"file": self.file, "module": self.module, "devices": self.devices, "spmd": self.spmd,
-                "peak_bytes": [self.peak_bytes] * self.devices, "peak_step": self.peak_step,
+                "peak_bytes": [self.peak_bytes] * self.devices, "overhead_bytes": self.overhead_bytes,
+                "program_peak_bytes": self.peak_bytes - self.overhead_bytes, "peak_step": self.peak_step,
                 "peak_at": self.peak_at, "live_at_peak": [v.to_dict() for v in self.live_at_peak],
                 "values_peak_bytes": self.values_peak_bytes, "values_peak_step": self.values_peak_step,
                 "values_peak_at": self.values_peak_at,
@@ -87,7 +93,7 @@ def memory_report(exe, file: str = "", spmd: bool = False, partitions: int | Non
     kept = exe.peak_bytes() - plan.memory.peak_bytes()     # values the plans of called computations keep
     series = [b + kept for b in plan.memory.live_bytes()]
     values = plan.memory.live_bytes(scratch=False)
-    scratch = [a + kept - b for a, b in zip(series, values)]
+    scratch = [a - kept - b for a, b in zip(series, values)]     # series holds `kept`, values do not
     lives = plan.memory.buffer_lives()
     peak_step = max(range(len(series)), key=series.__getitem__)
     values_step = max(range(len(values)), key=values.__getitem__)
@@ -230,6 +236,10 @@ def format_report(r: MemoryReport, top: int = 15) -> str:
     where_text = (f"while step {r.peak_step - 1} of {len(r.steps)} runs: %{at['name']} ({at['opcode']}, HLO line "
                   f"{at['line']})" if at else "before the first step")
     lines.append(f"peak {human_bytes(r.peak_bytes)} ({r.peak_bytes} bytes) per device, {where_text}")
+    if r.overhead_bytes:
+        lines.append(f"  = the program's buffers {human_bytes(r.peak_bytes - r.overhead_bytes)} + hloexec's own "
+                     f"{human_bytes(r.overhead_bytes)} ((called computations): values their plans keep after the "
+                     "first run)")
     if at and at["op_name"]:
         lines.append(f"  op_name {at['op_name']}" + (f"  [{at['phase']}]" if at["phase"] else ""))
     if at and at["source"]:
@@ -316,6 +326,8 @@ def plot_timeline(r: MemoryReport, path: str, contributors: int = 8) -> None:
     total = np.asarray(r.series, dtype=np.float64)
     bands: list[tuple[str, np.ndarray]] = []
     params = sum(v.bytes for v in r.live_at_peak if v.kind == "parameter")
+    if r.overhead_bytes:     # held from the start to the end (the plans keep them)
+        bands.append(("hloexec's own: (called computations)", np.full(n, float(r.overhead_bytes))))
     if params:
         bands.append((f"parameters ({sum(v.kind == 'parameter' for v in r.live_at_peak)})", np.full(n, float(params))))
     by_name = {f"%{life.producer.name}" + "".join(f"{{{i}}}" for i in life.buffer[1]): life for life in r.lives}
@@ -348,13 +360,19 @@ def plot_timeline(r: MemoryReport, path: str, contributors: int = 8) -> None:
     if 1 < len(by_layer) <= 48:
         for index in sorted(by_layer):
             bands.append((f"layer {index}: other values", np.cumsum(by_layer[index])[:n]))
-    rest = total - sum(y for _, y in bands)
-    bands.append(("other values", np.maximum(rest, 0)))
+    # each band within what is left under the total, in order: nothing is drawn above the total
+    below = np.zeros(n)
+    for k, (label, y) in enumerate(bands):
+        y = np.clip(y, 0, total - below)
+        bands[k] = (label, y)
+        below += y
+    bands.append(("other values", total - below))
+    bands = [(label, y) for label, y in bands if y.any()]       # a legend entry for every colour drawn
 
     fig, ax = plt.subplots(figsize=(11, 5.2), dpi=110)
     palette = iter(plt.get_cmap("tab10").colors[:7] + plt.get_cmap("tab10").colors[8:])   # no gray: kept for these
     layers = iter(plt.get_cmap("Pastel2").colors * 6)
-    special = {"parameters": "#8c8c8c", "scratch": "#d0d0d0", "other values": "#e8e3c6"}
+    special = {"parameters": "#8c8c8c", "scratch": "#d0d0d0", "other values": "#e8e3c6", "hloexec's own": "#5b5b7a"}
     colors = [next((c for key, c in special.items() if label.startswith(key)), None)
               or next(layers if label.startswith("layer ") else palette) for label, _ in bands]
     ax.stackplot(x, *[y / scale for _, y in bands], labels=[label for label, _ in bands], step="post",

@@ -14,8 +14,10 @@ what is left computes exactly what it computed inside the original. The steps, e
 5. scalar parameters become constants.
 
 A check is a built-in name or a shell command. Built-ins run in this process: `nan` (an output holds a NaN
-that no input holds: the candidate makes it), `xla` (hloexec's outputs and XLA:CPU's differ beyond
-`hloexec compare`'s tolerances; needs jaxlib). A command gets the candidate's path for `{}` (appended when
+that no input holds, nor an infinity the original's inputs did not hold: the candidate makes it from finite
+values, so the overflow that made an infinity stays in), `xla` (hloexec's outputs and XLA:CPU's differ beyond
+`hloexec compare`'s tolerances; needs jaxlib), `shadow` (XLA:CPU's outputs or hloexec's are not consistent
+with the candidate's exact answer, as `compare --against xla --reference shadow` judges; needs jaxlib). A command gets the candidate's path for `{}` (appended when
 there is no `{}`) and its inputs' npz (keys arg0..) for `{inputs}`; exit 0 means still interesting. A check
 that fails is retried (`retries`): a candidate that then passes marks the check flaky (and counts as
 interesting: it did reproduce), and the final module is checked again that many times.
@@ -38,7 +40,7 @@ from .cli import flatten
 from .extract import Submodule, capture, submodule
 from .match import ValueGraph
 
-BUILTIN_CHECKS = ("nan", "xla")
+BUILTIN_CHECKS = ("nan", "xla", "shadow")
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Check:
     def __init__(self, spec: str, timeout: float = 600.0):
         self.spec, self.timeout = spec, timeout
         self.scratch = None
+        self.original_inputs_infinite = None    # nan: whether the first candidate checked (the original) had Inf
 
     def _paths(self) -> tuple[str, str]:
         if self.scratch is None:
@@ -80,9 +83,13 @@ class Check:
 
     def __call__(self, text: str, inputs: list) -> bool:
         if self.spec == "nan":
-            return _makes_nan(text, inputs)
+            if self.original_inputs_infinite is None:
+                self.original_inputs_infinite = _nonfinite_in(inputs, np.isinf)
+            return _makes_nan(text, inputs, allow_inf=self.original_inputs_infinite)
         if self.spec == "xla":
             return _disagrees_with_xla(text, inputs)
+        if self.spec == "shadow":
+            return _inconsistent_with_shadow(text, inputs)
         from .xla_cpu import save_arrays
         hlo, npz = self._paths()
         with open(hlo, "w", encoding="utf-8") as f:
@@ -97,22 +104,24 @@ class Check:
             return False
 
 
-def _makes_nan(text: str, inputs: list) -> bool:
+def _makes_nan(text: str, inputs: list, allow_inf: bool) -> bool:
+    """An output holds a NaN made from inputs without NaN (and without infinities, unless `allow_inf`)."""
     from .. import load
-    if _nan_in(inputs):
+    if _nonfinite_in(inputs, np.isnan) or (not allow_inf and _nonfinite_in(inputs, np.isinf)):
         return False
     try:
         outputs = load(text, use_numba=False).run(*inputs)
     except (ExecutionError, UnsupportedError, HloParseError):
         return False
-    return _nan_in([outputs])
+    return _nonfinite_in([outputs], np.isnan)
 
 
-def _nan_in(values) -> bool:
+def _nonfinite_in(values, test) -> bool:
+    """Whether `test` (np.isnan, np.isinf) holds for an element of a float or complex value in `values`."""
     from .compare import is_float
     for x in flatten(tuple(values)):
         a = np.asarray(x)
-        if (a.dtype.kind == "c" and np.isnan(a).any()) or (is_float(a.dtype) and np.isnan(a.astype(np.float64)).any()):
+        if (a.dtype.kind == "c" and test(a).any()) or (is_float(a.dtype) and test(a.astype(np.float64)).any()):
             return True
     return False
 
@@ -127,6 +136,18 @@ def _disagrees_with_xla(text: str, inputs: list) -> bool:
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False
     return not compare_outputs(ours, theirs).passed
+
+
+def _inconsistent_with_shadow(text: str, inputs: list) -> bool:
+    from .. import load
+    from .numerics import judge_run
+    from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
+    try:
+        theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
+        verdict, _ = judge_run(load(text), inputs, {"XLA:CPU": theirs})
+    except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
+        return False
+    return not verdict.consistent()
 
 
 class _Minimizer:
@@ -373,9 +394,11 @@ def add_command(subparsers, subparser, parents) -> None:
     p = subparser(subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
                   "  hloexec minimize model.hlo --check nan -o small.hlo\n"
                   "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
+                  "  hloexec minimize model.hlo --check shadow -o small.hlo\n"
                   "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo", parents,
-                  "CHECK: nan (an output holds a NaN no input holds), xla (hloexec and XLA:CPU disagree), or a\n"
-                  "shell command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
+                  "CHECK: nan (an output holds a NaN made from finite inputs), xla (hloexec and XLA:CPU disagree),\n"
+                  "shadow (XLA:CPU's or hloexec's outputs not consistent with the exact answer), or a shell\n"
+                  "command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--check", required=True, metavar="CHECK")
     p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")

@@ -314,6 +314,7 @@ class InstructionErrors:
     inherited_error: float | None = None    # the largest error its float operands arrived with
     worst_run: str = ""
     first_seen: int = 0             # the order in which instructions first ran (ties of the ranking)
+    contribution: float | None = None   # how far rounding its value moves the outputs (see _contributions)
 
     def add(self, local, total, inherited, where: str) -> None:
         self.runs += 1
@@ -614,10 +615,54 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
             raise result["error"]
         outputs = result["outputs"]
     records = sorted(attribution.records.values(), key=lambda r: (-r.local_error, r.first_seen))
+    if shadow_outputs is not None and runner.spmd is None:
+        records = _contributions(exe, inputs, records, shadow_outputs)
     report = NumericsReport(mode, records, _output_table(exe.module, outputs, shadow_outputs, records),
                             watch.divergences(), list(pairing.parted.values()) if pairing else [],
                             attribution.errors, tracker.report(outputs))
     return report
+
+
+CONTRIBUTION_CANDIDATES = 16     # instructions (largest local errors first) whose contribution is measured
+
+
+def _contributions(exe: Executable, inputs, records: list, shadow_outputs: list) -> list:
+    """`records` ranked by contribution to the outputs' error: for the entry instructions with the largest local
+    errors, the shadow run again with that one value rounded to its type, and the largest change of an output
+    relative to the output's scale. A local error is relative to the instruction's own scale: a value whose
+    exact answer is ~0 (a sum that cancels) has a huge one and may contribute nothing; a bf16 rounding a small
+    one that makes the outputs' error. Measured ones first (largest contribution first), then the rest."""
+    from ..ir.module import Instruction
+    entry = exe.module.entry
+    measured = []
+    for r in records:
+        if len(measured) == CONTRIBUTION_CANDIDATES:
+            break
+        inst = entry.by_name.get(r.name) if r.computation == entry.name else None
+        if inst is None or inst.opcode == "parameter" or inst.shape.is_tuple or not r.local_error \
+                or not inst.shape.element_type.is_float:
+            continue
+        shadow = shadow_module(exe.module)
+        if r.name in shadow.pinned:
+            continue
+        comp = shadow.module.entry
+        exact = comp.by_name[r.name]
+        rounded = Instruction(f"{r.name}.rounded", "convert", inst.shape, [exact])
+        again = Instruction(f"{r.name}.rounded.wide", "convert", exact.shape, [rounded])
+        for user in exact.users:
+            user.operands = [again if o is exact else o for o in user.operands]
+        again.users, exact.users, rounded.users = exact.users, [rounded], [again]
+        for made in (rounded, again):
+            made.computation = comp
+        at = comp.instructions.index(exact) + 1
+        comp.instructions = comp.instructions[:at] + [rounded, again] + comp.instructions[at:]
+        if comp.root is exact:
+            exact.is_root, again.is_root, comp.root = False, True, again
+        outputs = Runner().run(executable_like(exe, shadow.module, use_numba=False), shadow.inputs(inputs))
+        r.contribution = max((_max_rel(o, s) for o, s in zip(outputs, shadow_outputs)), default=0.0)
+        measured.append(r)
+    rest = [r for r in records if r.contribution is None]
+    return sorted(measured, key=lambda r: (-r.contribution, r.first_seen)) + rest
 
 
 def _memory(exe: Executable, inputs, runner: Runner, widened: bool = False) -> int:
@@ -663,7 +708,8 @@ def _output_table(module, outputs, shadow_outputs, records, per_output: int = 3)
         top = [r for r in records if (r.computation, r.name) in on_path and r.local_error > 0][:per_output]
         row = {"index": i, "shape": list(np.shape(value)), "dtype": dtype_name(np.asarray(value).dtype),
                "error": asdict(error_stats(value, shadow_outputs[i])) if shadow_outputs is not None else None,
-               "instructions": [{"name": r.name, "opcode": r.opcode, "local_error": r.local_error} for r in top]}
+               "instructions": [{"name": r.name, "opcode": r.opcode, "local_error": r.local_error,
+                                 "contribution": r.contribution} for r in top]}
         table.append(row)
     return table
 
@@ -718,9 +764,10 @@ def format_numerics(report: NumericsReport, top: int) -> str:
     from .nonfinite import format_report as format_nonfinite
     paired = report.mode == "paired"
     lines = ["outputs: " + ("the run's error against the shadow, relative to the output's scale, and " if paired else "")
-             + "the instructions on its path with the largest local errors"]
+             + "the instructions on its path that contribute most to the outputs' error (c=: how far rounding its "
+             "value moves the outputs, relative to their scale), then by local error"]
     lines.append(f"{'out':>4}  {'shape':<16} {'dtype':<5} " + (f"{'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}  "
-                                                                if paired else "") + "largest local errors on its path")
+                                                                if paired else "") + "on its path")
     for o in report.outputs:
         shape = "[" + ",".join(map(str, o["shape"])) + "]"
         e = o["error"]
@@ -730,19 +777,24 @@ def format_numerics(report: NumericsReport, top: int) -> str:
                       f"{e['max_rel']:9.3g} {e['rms_rel']:9.3g} {e['max_ulps']:9.3g}  ")
             if e["nonfinite"]:
                 errors += f"({e['nonfinite']} non-finite where the shadow is finite) "
-        path = ", ".join(f"%{i['name']} ({i['opcode']}) {i['local_error']:.3g}" for i in o["instructions"]) or "-"
+        path = ", ".join(f"%{i['name']} ({i['opcode']}) " + (f"c={i['contribution']:.3g}" if i["contribution"] is not None
+                                                            else f"{i['local_error']:.3g}")
+                         for i in o["instructions"]) or "-"
         lines.append(f"{o['index']:>4}  {shape:<16} {o['dtype']:<5} {errors}{path}")
     shown = [r for r in report.instructions[:top] if r.runs]
-    lines.append(f"top {len(shown)} instructions by local error: the error an instruction adds given exact operands "
+    lines.append(f"top {len(shown)} instructions: by contribution (how far rounding its value to its type moves the "
+                 f"outputs from the exact answer, relative to their scale; the {CONTRIBUTION_CANDIDATES} largest local "
+                 "errors of the entry measured), then by local error: the error an instruction adds given exact operands "
                  + ("(its op on the shadow's operand values rounded to its operand types, against the shadow's value)"
                     if paired else "(at the run's own operands: its op against the same op in f64)")
                  + ", relative to its scale (max |exact value|)"
                  + ("; total: its value against the shadow's; inherited: the largest error its operands arrived with"
                     if paired else ""))
-    lines.append(f"{'local':>9} {'ulp@scale':>9} " + (f"{'total':>9} {'inherited':>9} " if paired else "")
+    lines.append(f"{'contrib':>9} {'local':>9} {'ulp@scale':>9} " + (f"{'total':>9} {'inherited':>9} " if paired else "")
                  + f"{'runs':>5}  instruction")
     for r in shown:
-        nums = f"{r.local_error:9.3g} {r.local_ulps:9.3g} "
+        nums = ("        -" if r.contribution is None else f"{r.contribution:9.3g}") + \
+            f" {r.local_error:9.3g} {r.local_ulps:9.3g} "
         if paired:
             nums += f"{r.total_error or 0:9.3g} {r.inherited_error or 0:9.3g} "
         site = "  ".join(x for x in (r.op_name, r.source) if x)
