@@ -4,8 +4,10 @@
   `preferred_element_type` is just the result type. Operands are converted to a compute type and
   multiplied with numpy matmul (BLAS for f32/f64/c64/c128): f16/bf16/f8 results accumulate in f32 and
   round once; integer results are exact with wrap-around in the result type (operands converted to the
-  result type first); pred is OR of ANDs. `algorithm=` and precision_config are ignored (f32 is f32).
-  XLA:CPU uses Eigen for f32, so f32 results differ by reassociation only (<= K*eps*sum|a*b|).
+  result type first); pred is OR of ANDs. XLA:CPU uses Eigen for f32, so f32 results differ by reassociation
+  only (<= K*eps*sum|a*b|). The run's device profile picks the dot's algorithm (its `algorithm=`, or what its
+  operand_precision means on the device: kernels/dot_algorithms.py); an algorithm other than the plain one
+  is computed by its recipe (`algorithm_dot`).
 * convolution: composed as StableHLO's reference interpreter does: split feature/batch groups, base
   dilation + padding via pad (negative padding crops), window reversal by flipping the kernel, a
   strided (window-stride, window-dilation) view of the padded input, and a tensordot over
@@ -24,6 +26,7 @@ from ..ir.attributes import DotDims, dot_dims
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
+from ..kernels.dot_algorithms import contract, dot_algorithm_of
 from ..kernels.index_maps import dot_free_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
@@ -91,6 +94,21 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     return contig(r) if r.dtype == out_dtype else finish(r, out_dtype)
 
 
+def algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst=None, fast_accumulation=False):
+    """DotGeneral under the dot algorithm `alg` as `device` computes it (kernels/dot_algorithms.py), the result
+    rounded once to `out_dtype`; `fast_accumulation`: an fp8 GEMM without promoted partial sums."""
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
+                                                          tuple(rc))
+    wide = _F64 if alg == "dot_f64_f64_f64" else _F32
+    a = to_compute(lhs.transpose(lperm).reshape(a_shape), wide)
+    b = to_compute(rhs.transpose(rperm).reshape(b_shape), wide)
+    if a_shape[2] == 0:
+        return finish(np.zeros(out_shape, wide), out_dtype)
+    r = contract(alg, a, b, lambda x, y, dtype: blas.matmul(x, y), device, k_axes=(2, 1),
+                 fast_accumulation=fast_accumulation, inst=inst)
+    return finish(r.reshape(out_shape), out_dtype)
+
+
 def _matmul_converting(a, b, cdt, out_dtype):
     """[B, M, K] @ [B, K, N] in `cdt`, the product in `out_dtype` if that is f16/bf16/f8 (else in `cdt`).
     Low-precision operands are widened and a low-precision product rounded inside blas.matmul's blocks. A
@@ -137,12 +155,17 @@ def _dot_dims(inst):
 
 @op("dot", kernel="blas",
     notes="DotGeneral: numpy matmul (BLAS for f32/f64/complex); f16/bf16/f8 accumulate in f32 and round "
-          "once; integers exact (wrap-around) in the result type; precision_config/algorithm ignored.")
+          "once; integers exact (wrap-around) in the result type; algorithm= and operand_precision as the "
+          "device profile computes them (--device; reference: algorithm= honoured, precision ignored).")
 def prepare_dot(inst, ctx):
     if len(inst.operands) != 2:
         raise UnsupportedError("dot with sparsity metadata operands", inst)
     lb, rb, lc, rc = _dot_dims(inst)
     out_dtype = inst.shape.dtype
+    device = ctx.options.device
+    alg = dot_algorithm_of(inst, device)
+    if alg:
+        return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst)
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
@@ -361,7 +384,19 @@ def prepare_convolution(inst, ctx):
             or rshape.dims[cd.kernel_output_feature] % (fgc * bgc) or lshape.dims[cd.input_batch] % bgc:
         raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
                             f"batch_group_count={bgc}")
-    return convolution(inst, rshape, inst.shape.dtype)
+    device = ctx.options.device
+    alg = dot_algorithm_of(inst, device)
+    if not alg:
+        return convolution(inst, rshape, inst.shape.dtype)
+    plain = {dtype: convolution(inst, rshape, dtype) for dtype in (_F32, _F64)}
+    out_dtype = inst.shape.dtype
+    wide = _F64 if alg == "dot_f64_f64_f64" else _F32
+
+    def kernel(lhs, rhs):
+        r = contract(alg, to_compute(lhs, wide), to_compute(rhs, wide), lambda x, y, dtype: plain[dtype](x, y),
+                     device, inst=inst)
+        return finish(r, out_dtype)
+    return kernel
 
 
 def conv_window(inst, kernel_shape):
