@@ -34,33 +34,39 @@ def pytest_addoption(parser):
     group.addoption("--hloexec-dumps", action="append", default=[], metavar="DIR",
                     help="collect every module of an XLA dump directory as a test: run before and after "
                          "optimizations on the same inputs and compare (repeatable)")
+    group.addoption("--hloexec-device", default=None, metavar="NAME|FILE",
+                    help="the device profile hloexec computes under (as hloexec run --device; default reference)")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "hloexec(stage='pre', atol=None, rtol=None): also run the functions the test "
+    config.addinivalue_line("markers", "hloexec(stage='pre', atol=None, rtol=None, device=None): also run the functions the test "
                                        "jits through hloexec, comparing with jax's outputs")
 
 
 class HloReference:
     """What the `hlo_reference` fixture gives a test (see the module docstring)."""
 
-    def __init__(self, atol: float | None = None, rtol: float | None = None):
-        self.atol, self.rtol = atol, rtol
+    def __init__(self, atol: float | None = None, rtol: float | None = None, device=None):
+        self.atol, self.rtol, self.device = atol, rtol, device
 
     def __call__(self, program, *args, expected=None, stage: str = "pre", atol: float | None = None,
-                 rtol: float | None = None, **jit_kwargs):
-        """`atol` / `rtol` replace the session's (--hloexec-atol / --hloexec-rtol) for this call."""
+                 rtol: float | None = None, device=None, **jit_kwargs):
+        """`atol` / `rtol` / `device` replace the session's (--hloexec-atol / --hloexec-rtol / --hloexec-device)
+        for this call."""
         __tracebackhide__ = True
         atol = self.atol if atol is None else atol
         rtol = self.rtol if rtol is None else rtol
+        device = self.device if device is None else device
         if callable(program) and not isinstance(program, str):
             from . import jax as hloexec_jax
-            return hloexec_jax.check(program, *args, stage=stage, atol=atol, rtol=rtol, **jit_kwargs)
-        return self.run_module(program, *args, expected=expected, atol=atol, rtol=rtol)
+            return hloexec_jax.check(program, *args, stage=stage, atol=atol, rtol=rtol, device=device, **jit_kwargs)
+        return self.run_module(program, *args, expected=expected, atol=atol, rtol=rtol, device=device)
 
-    def run_module(self, program, *inputs, expected=None, atol: float | None = None, rtol: float | None = None):
-        """Run HLO text / a path / a Module with hloexec; compare with `expected` (a sequence of arrays, or one
-        array), by default XLA:CPU's outputs of the same module."""
+    def run_module(self, program, *inputs, expected=None, atol: float | None = None, rtol: float | None = None,
+                   device=None):
+        """Run HLO text / a path / a Module with hloexec (under the device profile `device`, default the
+        session's); compare with `expected` (a sequence of arrays, or one array), by default XLA:CPU's outputs
+        of the same module."""
         __tracebackhide__ = True
         from pathlib import Path
 
@@ -68,10 +74,11 @@ class HloReference:
         from .exec.executor import Executable
         from .ir.printer import module_to_text
         from .tools.compare import compare_outputs, format_report
+        device = self.device if device is None else device
         if isinstance(program, hloexec.Module):
-            exe, text = Executable(program), None
+            exe, text = Executable(program, device=device), None
         else:
-            exe = hloexec.load(program)
+            exe = hloexec.load(program, device=device)
             text = Path(program).read_text() if isinstance(program, Path) or "\n" not in program else program
         outputs = exe.run(*inputs)
         flat = list(outputs) if isinstance(outputs, tuple) else [outputs]
@@ -91,7 +98,8 @@ class HloReference:
 def hlo_reference(request) -> HloReference:
     """Run a jax function or an HLO module with hloexec and assert its outputs match the reference."""
     config = request.config
-    return HloReference(config.getoption("hloexec_atol"), config.getoption("hloexec_rtol"))
+    return HloReference(config.getoption("hloexec_atol"), config.getoption("hloexec_rtol"),
+                        config.getoption("hloexec_device"))
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +112,7 @@ def _hloexec_marker(request, monkeypatch):
     import jax
     config = request.config
     options = {"stage": "pre", "atol": config.getoption("hloexec_atol"), "rtol": config.getoption("hloexec_rtol"),
-               **marker.kwargs}
+               "device": config.getoption("hloexec_device"), **marker.kwargs}
     original = jax.jit
 
     def jit(fun, *args, **kwargs):
@@ -127,7 +135,7 @@ class _Checked:
             return out
         from . import jax as hloexec_jax
         from .tools.compare import compare_outputs, format_report
-        ours = hloexec_jax.run(self._jitted, *args, stage=self._options["stage"])
+        ours = hloexec_jax.run(self._jitted, *args, stage=self._options["stage"], device=self._options["device"])
         theirs = [jax.numpy.asarray(o) for o in jax.tree_util.tree_leaves(out)]
         report = compare_outputs(jax.tree_util.tree_leaves(ours), [jax.device_get(t) for t in theirs],
                                  self._options["atol"], self._options["rtol"])

@@ -60,7 +60,9 @@ def device_algorithm(device, algorithm: str, precisions, lhs_type: str, rhs_type
     UnsupportedError naming both."""
     precisions = tuple(str(p).lower() for p in precisions or ())
     alg = device.dot_algorithm(algorithm_name(algorithm), precisions, lhs_type == rhs_type == "f32", matrix_vector)
-    if not alg:
+    # f64 storage runs no narrower algorithm (xla/service/algorithm_util.cc's allowed operand types): the f64
+    # dots of a module's shadow stay exact under every profile
+    if not alg or ("f64" in (lhs_type, rhs_type) and alg != "dot_f64_f64_f64"):
         return ""
     if alg not in device.algorithms:
         raise UnsupportedError(f"dot algorithm {alg} ({lhs_type} x {rhs_type} -> {out_type}): the device profile "

@@ -94,21 +94,24 @@ class DeviceProfile:
 
     def to_toml(self) -> str:
         """The profile as a file a user can copy and edit (`hloexec devices --show NAME`)."""
-        lines = [f"# {self.description}" if self.description else "", f"name = {_toml(self.name)}"]
+        lines = [f"# {self.description}" if self.description else "", f"name = {toml_value(self.name)}"]
         for rule, value, source in self.rules():
             if source:
                 lines.append(f"# {source}")
-            lines.append(f"{rule} = {_toml(value)}")
+            lines.append(f"{rule} = {toml_value(value)}")
         return "\n".join(line for line in lines if line) + "\n"
 
 
-def _toml(value) -> str:
+def toml_value(value) -> str:
+    """`value` as TOML writes it."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+        if not value:
+            return "{}"
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(value)
 
 
