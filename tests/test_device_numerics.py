@@ -350,3 +350,22 @@ def test_devices_command_lists_the_profiles_with_sources(capsys, tmp_path):
     assert main(["run", str(hlo), "--device", str(f), "--out", str(out)]) == 0
     assert main(["run", str(hlo), "--device", "no-such-device"]) == 2
     assert "not a built-in profile" in capsys.readouterr().err
+
+
+def test_block_scaled_dot_call_is_the_dequantized_dot():
+    """block_scaling_rewriter.cc: inputs and scales in the result type, scales repeated over blocks of the last
+    dim, a dot contracting the last dims; MXFP8 values times power-of-two scales are exact in every profile."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((4, 64)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.standard_normal((3, 64)).astype(ml_dtypes.float8_e4m3fn)
+    sa = np.exp2(rng.integers(-3, 4, (4, 2))).astype(ml_dtypes.float8_e8m0fnu)
+    sb = np.exp2(rng.integers(-3, 4, (3, 2))).astype(ml_dtypes.float8_e8m0fnu)
+    text = ("HloModule b\nENTRY e {\n  a = f8e4m3fn[4,64] parameter(0)\n  b = f8e4m3fn[3,64] parameter(1)\n"
+            "  sa = f8e8m0fnu[4,2] parameter(2)\n  sb = f8e8m0fnu[3,2] parameter(3)\n"
+            "  ROOT d = f32[4,3] custom-call(a, b, sa, sb), custom_call_target=\"__op$block_scaled_dot\"\n}\n")
+    x = a.astype(np.float64) * np.repeat(sa.astype(np.float64), 32, axis=1)
+    y = b.astype(np.float64) * np.repeat(sb.astype(np.float64), 32, axis=1)
+    want = x @ y.T
+    for device in ("reference", "tpu", "a100"):
+        got = hloexec.load(text, device=device).run(a, b, sa, sb)
+        assert np.all(np.abs(got - want) <= 64 * 2.0 ** -24 * (np.abs(x) @ np.abs(y).T)), device

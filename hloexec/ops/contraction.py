@@ -26,7 +26,7 @@ from ..ir.attributes import DotDims, dot_dims
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
-from ..kernels.dot_algorithms import contract, dot_algorithm_of
+from ..kernels.dot_algorithms import contract, device_algorithm, dot_algorithm_of
 from ..kernels.index_maps import dot_free_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
@@ -294,17 +294,17 @@ def _converter(src, dst, inst):
     return (lambda x: x) if src == dst else convert_kernel(src, dst, inst)
 
 
-def _dequantizer(inst, operand: int, scale: int):
+def dequantizer(inst, operand: int, scale: int, target=None):
     """(kernel(x, scale) -> x times its block-broadcast scale, the element type it returns), as XLA's
     ScaledDotRewriter Dequantize: a scalar scale leaves x as it is; else x and scale meet in their upscaled
-    type, each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
+    type (`target`: in that type instead, as the block-scaled dot call's rewriter converts both to its result
+    type), each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
     x, sc = inst.operands[operand].shape, inst.operands[scale].shape
     if sc.rank == 0:
         return (lambda v, s: v), x.element_type
     if sc.rank != x.rank or any(b == 0 or a % b for a, b in zip(x.dims, sc.dims)):
-        raise UnsupportedError(f"scaled-dot scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}",
-                               inst)
-    t = _upscaled(x.element_type, sc.element_type)
+        raise UnsupportedError(f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}", inst)
+    t = target or _upscaled(x.element_type, sc.element_type)
     cx, cs, mul = _converter(x.element_type, t, inst), _converter(sc.element_type, t, inst), \
         float_lifted(np.multiply, t.numpy)
     blocks = [a // b for a, b in zip(x.dims, sc.dims)]
@@ -318,20 +318,34 @@ def _dequantizer(inst, operand: int, scale: int):
     return kernel, t
 
 
+def device_dot(inst, ctx, operand_type, out_type, dims):
+    """kernel(lhs, rhs) of the dot a dot-like instruction makes of operands of `operand_type` (an ElementType)
+    with (lb, rb, lc, rc) `dims`, its result in `out_type`: as the run's device computes a dot of those types
+    with the instruction's algorithm= and operand_precision (plain: dot_general)."""
+    device = ctx.options.device
+    alg = device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), operand_type.name,
+                           operand_type.name, out_type.name, False, inst)
+    if alg:
+        return lambda a, b: algorithm_dot(alg, a, b, *dims, out_type.numpy, device, inst)
+    return lambda a, b: dot_general(a, b, *dims, out_type.numpy)
+
+
 @op("scaled-dot", kernel="blas", notes="(lhs, rhs, lhs_scale, rhs_scale) as XLA's ScaledDotRewriter: each "
     "operand times its scale broadcast over blocks (a scalar scale: none), in their common type (bf16 for two "
-    "sub-16-bit types), then a dot in the common type of the operands and result, converted to the result type")
+    "sub-16-bit types), then a dot in the common type of the operands and result (as the device computes "
+    "it), converted to the result type")
 def prepare_scaled_dot(inst, ctx):
-    lb, rb, lc, rc = _dot_dims(inst)
+    dims = _dot_dims(inst)
     if len(inst.operands) != 4:
         raise UnsupportedError(f"scaled-dot with {len(inst.operands)} operands (4 expected)", inst)
-    (lhs, lt), (rhs, rt) = _dequantizer(inst, 0, 2), _dequantizer(inst, 1, 3)
+    (lhs, lt), (rhs, rt) = dequantizer(inst, 0, 2), dequantizer(inst, 1, 3)
     t = _upscaled(lt, rt)
     dot_t = _upscaled(t, inst.shape.element_type)
     cl, cr, out = _converter(lt, t, inst), _converter(rt, t, inst), _converter(dot_t, inst.shape.element_type, inst)
+    product = device_dot(inst, ctx, t, dot_t, dims)
 
     def kernel(a, b, a_scale, b_scale):
-        return out(dot_general(cl(lhs(a, a_scale)), cr(rhs(b, b_scale)), lb, rb, lc, rc, dot_t.numpy))
+        return out(product(cl(lhs(a, a_scale)), cr(rhs(b, b_scale))))
     return kernel
 
 
