@@ -369,3 +369,28 @@ def test_block_scaled_dot_call_is_the_dequantized_dot():
     for device in ("reference", "tpu", "a100"):
         got = hloexec.load(text, device=device).run(a, b, sa, sb)
         assert np.all(np.abs(got - want) <= 64 * 2.0 ** -24 * (np.abs(x) @ np.abs(y).T)), device
+
+
+TRITON_GEMM = """HloModule t
+gemm {{ a = f32[8,{k}] parameter(0)  b = f32[{k},6] parameter(1)
+  ROOT d = f32[8,6] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, operand_precision={{highest,highest}} }}
+ENTRY e {{ a = f32[8,{k}] parameter(0)  b = f32[{k},6] parameter(1)
+  ROOT f = f32[8,6] fusion(a, b), kind=kCustom, calls=gemm, backend_config={{"fusion_backend_config":{{"kind":"__triton_gemm","triton_gemm_config":{{"block_m":"16","block_n":"16","block_k":"32","split_k":"{split}","num_stages":"1","num_warps":"4","num_ctas":"1"}}}}}} }}
+"""
+
+
+def test_split_k_sums_the_slices_apart_on_gpu_profiles():
+    """triton_gemm_config split_k = 4 on an unsplit dot: four slice dots, added in f32 in slice order."""
+    a, b = operands(8, 4, 6, seed=12)
+    got = hloexec.load(TRITON_GEMM.format(k=4, split=4), device="a100").run(a, b)
+    terms = [np.outer(a[:, k], b[k]) for k in range(4)]         # one product per slice: exact
+    want = ((terms[0] + terms[1]).astype(F32) + terms[2]).astype(F32) + terms[3]
+    np.testing.assert_array_equal(got, want.astype(F32))
+    a, b = operands(8, 1000, 6, seed=13)
+    text = TRITON_GEMM.format(k=1000, split=3)
+    got = hloexec.load(text, device="a100").run(a, b)
+    slices = [exact_dot(a[:, k:k + 334], b[k:k + 334]) for k in range(0, 1000, 334)]
+    want = ((slices[0] + slices[1]).astype(F32) + slices[2]).astype(F32)
+    assert np.all(np.abs(got.astype(np.float64) - want) <= accumulation_bound("dot_f32_f32_f32", a, b))
+    plain = hloexec.load(text).run(a, b)                      # reference: the text's one dot
+    np.testing.assert_array_equal(plain, hloexec.load(dot_hlo(8, 1000, 6)).run(a, b))

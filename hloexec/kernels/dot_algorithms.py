@@ -20,6 +20,7 @@ computes a contraction under an algorithm from a `product(x, y, dtype)` of plain
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -201,3 +202,30 @@ def dot_algorithm_of(inst, device) -> str:
         matrix_vector = math.prod(lhs.dims[k] for k in lf) == 1 or math.prod(rhs.dims[k] for k in rf) == 1
     return device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs.element_type.name,
                             rhs.element_type.name, inst.shape.element_type.name, matrix_vector, inst)
+
+
+_SPLIT_K: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def triton_split_k(inst) -> int:
+    """The split_k of the Triton GEMM fusion whose fused computation holds the dot `inst` (its backend_config's
+    fusion_backend_config.triton_gemm_config), 1 when none or when XLA already split the dot (a batch dim of
+    that size: split_k_gemm_rewriter.cc's form, which the text computes as written)."""
+    comp = inst.computation
+    if comp is None or comp.module is None:
+        return 1
+    by_computation = _SPLIT_K.get(comp.module)
+    if by_computation is None:
+        by_computation = {}
+        for c in comp.module.computations:
+            for i in c.instructions:
+                cfg = i.attr("backend_config") if i.opcode == "fusion" else None
+                gemm = ((cfg.get("fusion_backend_config") or {}).get("triton_gemm_config") or {}) \
+                    if isinstance(cfg, dict) else {}
+                split = int(gemm.get("split_k", 1) or 1)
+                if split > 1:
+                    by_computation[i.called["calls"].name] = split
+        _SPLIT_K[comp.module] = by_computation
+    split = by_computation.get(comp.name, 1)
+    batch = dot_dims(inst).lhs_batch
+    return 1 if any(inst.operands[0].shape.dims[d] == split for d in batch) else split

@@ -26,7 +26,7 @@ from ..ir.attributes import DotDims, dot_dims
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
-from ..kernels.dot_algorithms import contract, device_algorithm, dot_algorithm_of
+from ..kernels.dot_algorithms import contract, device_algorithm, dot_algorithm_of, triton_split_k
 from ..kernels.index_maps import dot_free_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
@@ -94,18 +94,27 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     return contig(r) if r.dtype == out_dtype else finish(r, out_dtype)
 
 
-def algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst=None, fast_accumulation=False):
+def algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst=None, fast_accumulation=False,
+                  split_k: int = 1):
     """DotGeneral under the dot algorithm `alg` as `device` computes it (kernels/dot_algorithms.py), the result
-    rounded once to `out_dtype`; `fast_accumulation`: an fp8 GEMM without promoted partial sums."""
+    rounded once to `out_dtype`; `fast_accumulation`: an fp8 GEMM without promoted partial sums; `split_k`: the
+    contracting elements cut into that many consecutive slices (the last one shorter, as XLA pads K), each
+    slice's dot apart, the partial results added in f32 in slice order (split_k_gemm_rewriter.cc, partial sums
+    reduced in f32: xla_gpu_triton_gemm_disable_reduced_precision_reduction)."""
     lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
                                                           tuple(rc))
     wide = _F64 if alg == "dot_f64_f64_f64" else _F32
     a = to_compute(lhs.transpose(lperm).reshape(a_shape), wide)
     b = to_compute(rhs.transpose(rperm).reshape(b_shape), wide)
-    if a_shape[2] == 0:
+    K = a_shape[2]
+    if K == 0:
         return finish(np.zeros(out_shape, wide), out_dtype)
-    r = contract(alg, a, b, lambda x, y, dtype: blas.matmul(x, y), device, k_axes=(2, 1),
-                 fast_accumulation=fast_accumulation, inst=inst)
+    step = -(-K // split_k)
+    r = None
+    for k in range(0, K, step):
+        part = contract(alg, a[:, :, k:k + step], b[:, k:k + step], lambda x, y, dtype: blas.matmul(x, y), device,
+                        k_axes=(2, 1), fast_accumulation=fast_accumulation, inst=inst)
+        r = part if r is None else r + part
     return finish(r.reshape(out_shape), out_dtype)
 
 
@@ -164,8 +173,9 @@ def prepare_dot(inst, ctx):
     out_dtype = inst.shape.dtype
     device = ctx.options.device
     alg = dot_algorithm_of(inst, device)
-    if alg:
-        return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst)
+    split = triton_split_k(inst) if device.split_k and compute_dtype(out_dtype) == _F32 else 1
+    if alg or split > 1:
+        return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst, split_k=split)
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)

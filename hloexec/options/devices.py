@@ -61,7 +61,8 @@ class DeviceProfile:
     tf32_rounding: str = "nearest"      # how an f32 operand becomes tf32: one of TF32_ROUNDINGS
     bf16_split: str = "truncate"        # how the multi-pass bf16 recipes cut an f32 into parts: one of BF16_SPLITS
     algorithms: tuple = ALGORITHMS      # the algorithms the device runs; any other is an error naming both
-    split_k: bool = False               # a GEMM's triton_gemm_config split_k sums its K slices apart, then adds them
+    split_k: bool = False               # a Triton GEMM fusion's unsplit dot: triton_gemm_config split_k slices of K
+                                        # summed apart, then added in f32
     fp8_fast_accumulation: bool = False  # fp8 GEMMs never promote their partial sums to f32 (Hopper's fast accum)
     fp8_accumulator_bits: int = 14      # with fast accumulation: significand bits the running sum keeps (truncated)
     # -- elementwise and reductions ------------------------------------------------------------------------------
