@@ -99,8 +99,9 @@ def cublas_gemm(inst, ctx):
     """result = epilogue(alpha * dot(a, b) + beta * c + bias): backend_config dot_dimension_numbers, alpha
     (real/imag), beta (beta != 0: operand 2 is c), epilogues DEFAULT, RELU, GELU (tanh approximation, as
     cuBLASLt), SILU, their BIAS_ forms (bias: the next operand, along the result's last dims) and
-    (BIAS_)GELU_AUX (the pre-activation value as the 2nd result); f16/bf16 computed in f32, rounded once. A
-    tuple result's remaining leaves (the s8 workspace) are zeros."""
+    (BIAS_)GELU_AUX (the pre-activation value as the 2nd result); f16/bf16 computed in f32, rounded once; the
+    backend_config's precision_config (operand_precision, algorithm) computed as the run's device computes a dot
+    (--device). A tuple result's remaining leaves (the s8 workspace) are zeros."""
     g = _Gemm(inst, ctx)
     leaves = [s for _, s in inst.shape.leaves()]
     out_dtype = leaves[0].dtype
