@@ -394,3 +394,33 @@ def test_split_k_sums_the_slices_apart_on_gpu_profiles():
     assert np.all(np.abs(got.astype(np.float64) - want) <= accumulation_bound("dot_f32_f32_f32", a, b))
     plain = hloexec.load(text).run(a, b)                      # reference: the text's one dot
     np.testing.assert_array_equal(plain, hloexec.load(dot_hlo(8, 1000, 6)).run(a, b))
+
+
+def test_ragged_dot_groups_under_tpu_default():
+    """ragged-dot (non-contracting ragged dim): each group's rows times its rhs slice, one bf16 pass on a TPU."""
+    rng = np.random.default_rng(14)
+    a, w = rng.standard_normal((10, 64)).astype(F32), rng.standard_normal((3, 64, 5)).astype(F32)
+    sizes = np.array([4, 0, 6], np.int32)
+    text = ("HloModule r\nENTRY e {\n  a = f32[10,64] parameter(0)\n  w = f32[3,64,5] parameter(1)\n"
+            "  g = s32[3] parameter(2)\n  ROOT d = f32[10,5] ragged-dot(a, w, g), lhs_contracting_dims={1}, "
+            "rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}\n}\n")
+    got = hloexec.load(text, device="tpu").run(a, w, sizes)
+    want = np.concatenate([emulate("dot_bf16_bf16_f32", a[:4], w[0]), emulate("dot_bf16_bf16_f32", a[4:], w[2])])
+    assert np.all(np.abs(got - want) <= accumulation_bound("dot_bf16_bf16_f32", a, w[0]) + 1e-6)
+    assert np.abs(hloexec.load(text).run(a, w, sizes) - want).max() > 20 * np.abs(got - want).max()
+
+
+def test_jax_check_and_the_plugins_reference_take_a_device():
+    pytest.importorskip("jax")
+    import hloexec.jax as hj
+    from hloexec.pytest_plugin import HloReference
+    a, b = operands(8, 256, 4, seed=15)
+    fn = lambda x, y: x @ y                                     # noqa: E731
+    hj.check(fn, a, b, device="xla-cpu")
+    with pytest.raises(AssertionError, match="differ"):         # a TPU's bf16 pass is not XLA:CPU's f32 dot
+        hj.check(fn, a, b, device="tpu")
+    HloReference(device="tpu").run_module(dot_hlo(8, 256, 4), a, b, expected=[emulate("dot_bf16_bf16_f32", a, b)],
+                                          rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError):
+        HloReference().run_module(dot_hlo(8, 256, 4), a, b, expected=[emulate("dot_bf16_bf16_f32", a, b)],
+                                  rtol=1e-5, atol=1e-5)

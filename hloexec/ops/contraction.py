@@ -220,15 +220,17 @@ def _ragged_layout(inst):
     "group_sizes (per index of the lhs dims before it when group_sizes has more than one dim): a non-contracting "
     "ragged dim multiplies each group's rows with its rhs_group_dims slice of the rhs, rows past the groups are 0; "
     "a contracting one gives one dot per group (a leading group dim); a batch one is a plain dot. Compute types "
-    "as dot")
+    "and the device's dot algorithm as dot")
 def prepare_ragged_dot(inst, ctx):
     lb, rb, lc, rc = _dot_dims(inst)
     mode, prefix = _ragged_layout(inst)
     r = ints(inst.attr("lhs_ragged_dims"))[0]
     out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
+    dot = device_dot(inst, ctx, inst.operands[0].shape.element_type, inst.operands[1].shape.element_type,
+                     inst.shape.element_type)
     if mode == "batch":
-        return lambda lhs, rhs, group_sizes: dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
+        return lambda lhs, rhs, group_sizes: dot(lhs, rhs, lb, rb, lc, rc, out_dtype)
     broadcast = inst.operands[2].shape.rank == 1
     rank = inst.operands[0].shape.rank
 
@@ -252,10 +254,10 @@ def prepare_ragged_dot(inst, ctx):
         def kernel(lhs, rhs, group_sizes):
             if broadcast:       # one slice of k per group on both sides
                 bounds = _group_bounds(group_sizes, lhs.shape[r])
-                parts = [dot_general(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt)
+                parts = [dot(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt)
                          for s, e in bounds]
             else:
-                parts = [dot_general(where(m, lhs), rhs, lb, rb, lc, rc, cdt) for m in masks(lhs, group_sizes)]
+                parts = [dot(where(m, lhs), rhs, lb, rb, lc, rc, cdt) for m in masks(lhs, group_sizes)]
             return finish(np.stack(parts), out_dtype)
         return kernel
 
@@ -269,11 +271,11 @@ def prepare_ragged_dot(inst, ctx):
         if broadcast:           # each group's rows are one slice of the ragged dim
             for g, (s, e) in enumerate(_group_bounds(group_sizes, lhs.shape[r])):
                 if e > s:
-                    out[(slice(None),) * out_axis + (slice(s, e),)] = dot_general(
+                    out[(slice(None),) * out_axis + (slice(s, e),)] = dot(
                         _take(lhs, r, s, e), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
         else:
             for g, m in enumerate(masks(lhs, group_sizes)):
-                out += dot_general(where(m, lhs), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
+                out += dot(where(m, lhs), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
         return finish(out, out_dtype)
     return kernel
 
@@ -328,16 +330,16 @@ def dequantizer(inst, operand: int, scale: int, target=None):
     return kernel, t
 
 
-def device_dot(inst, ctx, operand_type, out_type, dims):
-    """kernel(lhs, rhs) of the dot a dot-like instruction makes of operands of `operand_type` (an ElementType)
-    with (lb, rb, lc, rc) `dims`, its result in `out_type`: as the run's device computes a dot of those types
-    with the instruction's algorithm= and operand_precision (plain: dot_general)."""
+def device_dot(inst, ctx, lhs_type, rhs_type, out_type):
+    """product(a, b, lb, rb, lc, rc, dtype): DotGeneral of operands of `lhs_type` / `rhs_type` (ElementTypes) in
+    `dtype`, as the run's device computes a dot of those types with the dot-like instruction's algorithm= and
+    operand_precision when its result is `out_type` (plain: dot_general)."""
     device = ctx.options.device
-    alg = device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), operand_type.name,
-                           operand_type.name, out_type.name, False, inst)
+    alg = device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs_type.name,
+                           rhs_type.name, out_type.name, False, inst)
     if alg:
-        return lambda a, b: algorithm_dot(alg, a, b, *dims, out_type.numpy, device, inst)
-    return lambda a, b: dot_general(a, b, *dims, out_type.numpy)
+        return lambda a, b, lb, rb, lc, rc, dtype: algorithm_dot(alg, a, b, lb, rb, lc, rc, dtype, device, inst)
+    return dot_general
 
 
 @op("scaled-dot", kernel="blas", notes="(lhs, rhs, lhs_scale, rhs_scale) as XLA's ScaledDotRewriter: each "
@@ -352,10 +354,10 @@ def prepare_scaled_dot(inst, ctx):
     t = _upscaled(lt, rt)
     dot_t = _upscaled(t, inst.shape.element_type)
     cl, cr, out = _converter(lt, t, inst), _converter(rt, t, inst), _converter(dot_t, inst.shape.element_type, inst)
-    product = device_dot(inst, ctx, t, dot_t, dims)
+    product = device_dot(inst, ctx, t, t, dot_t)
 
     def kernel(a, b, a_scale, b_scale):
-        return out(product(cl(lhs(a, a_scale)), cr(rhs(b, b_scale))))
+        return out(product(cl(lhs(a, a_scale)), cr(rhs(b, b_scale)), *dims, dot_t.numpy))
     return kernel
 
 
@@ -399,7 +401,7 @@ def conv_core(lhs, rhs, win, out_dtype):
 @op("convolution", kernel="blas",
     notes="dim_labels, strides, padding (negative crops), lhs/base + rhs/window dilation, window "
           "reversal, feature_group_count, batch_group_count; pad + strided window view + tensordot "
-          "(BLAS), like StableHLO's interpreter. Compute types as dot.")
+          "(BLAS), like StableHLO's interpreter. Compute types and the device's dot algorithm as dot.")
 def prepare_convolution(inst, ctx):
     lshape, rshape = inst.operands[0].shape, inst.operands[1].shape
     cd, _ = conv_window(inst, rshape)

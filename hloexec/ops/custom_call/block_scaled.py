@@ -22,8 +22,8 @@ def block_scaled_dot(inst, ctx):
     out = inst.shape.element_type
     batch = (0,) if rank == 3 else ()
     (lhs, _), (rhs, _) = dequantizer(inst, 0, 2, out), dequantizer(inst, 1, 3, out)
-    product = device_dot(inst, ctx, out, out, (batch, batch, (rank - 1,), (rank - 1,)))
+    product = device_dot(inst, ctx, out, out, out)
 
     def kernel(a, b, a_scale, b_scale):
-        return product(lhs(a, a_scale), rhs(b, b_scale))
+        return product(lhs(a, a_scale), rhs(b, b_scale), batch, batch, (rank - 1,), (rank - 1,), out.numpy)
     return kernel
