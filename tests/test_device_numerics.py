@@ -424,3 +424,20 @@ def test_jax_check_and_the_plugins_reference_take_a_device():
     with pytest.raises(AssertionError):
         HloReference().run_module(dot_hlo(8, 256, 4), a, b, expected=[emulate("dot_bf16_bf16_f32", a, b)],
                                   rtol=1e-5, atol=1e-5)
+
+
+def test_jax_f16_preset_accumulates_in_f16_where_the_device_runs_it():
+    jax = pytest.importorskip("jax")
+    from jax import lax
+    import hloexec.jax as hj
+    a, b = operands(4, 96, 3, seed=16)
+    fn = lambda x, y: lax.dot(x, y, precision=lax.DotAlgorithmPreset.F16_F16_F16)   # noqa: E731
+    got = hj.run(fn, a, b, device="a100")
+    a16, b16 = a.astype(np.float16).astype(np.float64), b.astype(np.float16).astype(np.float64)
+    acc = np.zeros((4, 3), np.float16)
+    for k in range(96):
+        acc = (acc.astype(np.float64) + np.outer(a16[:, k], b16[k])).astype(np.float16)
+    np.testing.assert_array_equal(np.asarray(got, np.float16), acc)
+    with pytest.raises(UnsupportedError, match=r"dot_f16_f16_f16.*'tpu' does not run it"):
+        hj.run(fn, a, b, device="tpu")
+    assert jax.numpy.asarray(hj.run(fn, a, b, device="xla-cpu")).dtype == got.dtype
