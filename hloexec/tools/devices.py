@@ -12,8 +12,8 @@ def add_device_argument(parser) -> None:
 
 
 def device_option(text: str | None, module=None):
-    """The device profile `--device` names (None: the reference profile) for `module`, the one place a value
-    of --device is read."""
+    """The device profile `--device` names (None: the reference profile), the one place a value of --device is
+    read; `module` is the module it is for (what `--device auto` reads the dump's evidence from)."""
     from ..options import device_profile
     return device_profile(text or "reference")
 
