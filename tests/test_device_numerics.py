@@ -441,3 +441,35 @@ def test_jax_f16_preset_accumulates_in_f16_where_the_device_runs_it():
     with pytest.raises(UnsupportedError, match=r"dot_f16_f16_f16.*'tpu' does not run it"):
         hj.run(fn, a, b, device="tpu")
     assert jax.numpy.asarray(hj.run(fn, a, b, device="xla-cpu")).dtype == got.dtype
+
+
+def test_diff_and_numerics_take_the_device(tmp_path, capsys):
+    """Under --device tpu a DEFAULT dot (one bf16 pass) and a HIGHEST one (six) part ways; under the reference
+    profile both are the f32 dot. numerics' local error of the dot is the bf16 pass's."""
+    from hloexec.tools.cli import main
+    a, b = tmp_path / "a.hlo", tmp_path / "b.hlo"
+    a.write_text(dot_hlo(16, 256, 8))
+    b.write_text(dot_hlo(16, 256, 8, ", operand_precision={highest,highest}"))
+    assert main(["diff", str(a), str(b)]) == 0
+    assert main(["diff", str(a), str(b), "--device", "tpu"]) == 1
+    capsys.readouterr()
+    errors = {}
+    for device in ("reference", "tpu"):
+        assert main(["numerics", str(a), "--device", device, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        errors[device] = report["top"][0]["local_error"]
+    assert errors["tpu"] > 1e-4 > 1e-6 > errors["reference"]
+
+
+@pytest.mark.slow            # XLA:CPU in a child process per check: ~17 s
+def test_minimize_checks_under_the_device(tmp_path, capsys):
+    """`--check xla` holds when hloexec computes a TPU's bf16 pass (it disagrees with XLA:CPU's f32 dot) and not
+    under the reference profile."""
+    from hloexec.tools.cli import main
+    f = tmp_path / "m.hlo"
+    f.write_text(dot_hlo(16, 256, 8))
+    out = tmp_path / "small.hlo"
+    assert main(["minimize", str(f), "--check", "xla", "-o", str(out)]) == 2
+    assert "does not hold" in capsys.readouterr().err
+    assert main(["minimize", str(f), "--check", "xla", "-o", str(out), "--device", "tpu"]) == 0
+    assert "dot(" in out.read_text()
