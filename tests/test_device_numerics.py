@@ -473,3 +473,22 @@ def test_minimize_checks_under_the_device(tmp_path, capsys):
     assert "does not hold" in capsys.readouterr().err
     assert main(["minimize", str(f), "--check", "xla", "-o", str(out), "--device", "tpu"]) == 0
     assert "dot(" in out.read_text()
+
+
+def test_fp8_dot_op_at_default_precision_fast_accumulates_on_h100():
+    """A plain fp8 dot at DEFAULT precision becomes a cuBLASLt fp8 GEMM on an H100: fast accumulation there too;
+    an explicit non-fast fp8 algorithm keeps f32 promotion."""
+    rng = np.random.default_rng(17)
+    a = rng.integers(8, 17, (8, 256)).astype(ml_dtypes.float8_e4m3fn)
+    b = (rng.integers(8, 17, (256, 8)) / 512).astype(ml_dtypes.float8_e4m3fn)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    acc = np.zeros((8, 8))
+    for k in range(0, 256, 32):
+        acc = significand(acc + a64[:, k:k + 32] @ b64[k:k + 32], 14, "truncate").astype(np.float64)
+    text = ("HloModule f\nENTRY e {\n  a = f8e4m3fn[8,256] parameter(0)\n  b = f8e4m3fn[256,8] parameter(1)\n"
+            "  ROOT d = f32[8,8] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}%s\n}\n")
+    np.testing.assert_array_equal(hloexec.load(text % "", device="h100").run(a, b), acc.astype(F32))
+    promoted = (a64 @ b64).astype(F32)
+    np.testing.assert_array_equal(hloexec.load(text % ", algorithm=dot_any_f8_any_f8_f32", device="h100").run(a, b),
+                                  promoted)
+    np.testing.assert_array_equal(hloexec.load(text % "", device="a100").run(a, b), promoted)

@@ -76,6 +76,17 @@ def device_algorithm(device, algorithm: str, precisions, lhs_type: str, rhs_type
     return alg
 
 
+def fp8_fast_accumulation(device, algorithm: str | None, precisions, lhs_type: str, rhs_type: str) -> bool:
+    """Whether an fp8 x fp8 GEMM keeps its partial sums unpromoted: its algorithm says so, or it has none and runs
+    at DEFAULT precision on a device whose fp8 GEMMs then use fast accumulation (stream_executor/cuda/
+    cuda_blas_lt.cc: CUBLASLT_MATMUL_DESC_FAST_ACCUM at the default compute precision)."""
+    name = algorithm_name(algorithm)
+    if name == "dot_any_f8_any_f8_f32_fast_accum":
+        return True
+    return (not name and device.fp8_fast_accumulation and lhs_type.startswith("f8") and rhs_type.startswith("f8")
+            and all(str(p).lower() == "default" for p in precisions or ()))
+
+
 # -- operand rounding (f32 or f64 arrays in, arrays of the same type out) -------------------------------------
 _UINT = {4: np.uint32, 8: np.uint64}
 
@@ -141,12 +152,12 @@ def contract(alg: str, a, b, product, device, k_axes: tuple[int, int] | None = N
     """The contraction `product(x, y, dtype)` (the plain dot or convolution of two arrays computed in dtype) of
     `a` and `b` under the algorithm `alg`, in f32 (f64 for dot_f64_f64_f64). `k_axes`: the one contracting axis
     of a and of b, for the recipes that accumulate a few contracting elements at a time (none: refused).
-    `fast_accumulation`: an fp8 product on a device whose fp8 GEMMs do not promote their partial sums."""
+    `fast_accumulation`: an fp8 product whose partial sums are not promoted (fp8_fast_accumulation)."""
     if alg == "dot_f64_f64_f64":
         return product(np.asarray(a, F64), np.asarray(b, F64), F64)
     a, b = np.asarray(a, F32), np.asarray(b, F32)
     with np.errstate(all="ignore"):
-        if alg == "dot_any_f8_any_f8_f32_fast_accum" or (alg in ("", "dot_any_f8_any_f8_f32") and fast_accumulation):
+        if fast_accumulation:
             bits = device.fp8_accumulator_bits
             return _blocked(a, b, product, k_axes, FP8_K_BLOCK, lambda s, p: keep_bits(s + p, bits), alg, inst)
         if alg in ("", "dot_f32_f32_f32", "dot_any_f8_any_f8_f32"):
@@ -202,6 +213,14 @@ def dot_algorithm_of(inst, device) -> str:
         matrix_vector = math.prod(lhs.dims[k] for k in lf) == 1 or math.prod(rhs.dims[k] for k in rf) == 1
     return device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs.element_type.name,
                             rhs.element_type.name, inst.shape.element_type.name, matrix_vector, inst)
+
+
+def plain_dot(inst, device) -> bool:
+    """Whether `device` computes the dot `inst` as its types say: no algorithm of its own, no split-K, no fp8
+    fast accumulation (what the compiled tiers compute)."""
+    lhs, rhs = (o.shape.element_type.name for o in inst.operands[:2])
+    return not (dot_algorithm_of(inst, device) or (device.split_k and triton_split_k(inst) > 1)
+                or fp8_fast_accumulation(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs, rhs))
 
 
 _SPLIT_K: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -26,7 +26,8 @@ from ..ir.attributes import DotDims, dot_dims
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
-from ..kernels.dot_algorithms import contract, device_algorithm, dot_algorithm_of, triton_split_k
+from ..kernels.dot_algorithms import (contract, device_algorithm, dot_algorithm_of, fp8_fast_accumulation,
+                                      triton_split_k)
 from ..kernels.index_maps import dot_free_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
@@ -174,8 +175,10 @@ def prepare_dot(inst, ctx):
     device = ctx.options.device
     alg = dot_algorithm_of(inst, device)
     split = triton_split_k(inst) if device.split_k and compute_dtype(out_dtype) == _F32 else 1
-    if alg or split > 1:
-        return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst, split_k=split)
+    fast = fp8_fast_accumulation(device, inst.attr("algorithm"), inst.attr("operand_precision"),
+                                 *(o.shape.element_type.name for o in inst.operands))
+    if alg or split > 1 or fast:
+        return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst, fast, split)
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)

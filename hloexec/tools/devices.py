@@ -36,7 +36,8 @@ RULES = {
     "bf16_split": "how the multi-pass bf16 recipes cut an f32 into parts: truncate (top 16 bits) or nearest",
     "algorithms": "the algorithms the device runs; a dot asking for another is an error naming both",
     "split_k": "a Triton GEMM's triton_gemm_config split_k: K slices summed apart, then added",
-    "fp8_fast_accumulation": "fp8 GEMMs at DEFAULT precision keep their partial sums in fewer bits (Hopper)",
+    "fp8_fast_accumulation": "fp8 x fp8 GEMMs at DEFAULT precision (no algorithm) keep their partial sums in fewer "
+                             "bits (Hopper)",
     "fp8_accumulator_bits": "with fast accumulation: significand bits the running sum keeps (truncated)",
     "excess_precision": "inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)",
     "reductions": "how f16/bf16 sums round: accumulate (in f32, rounded once) or per-step",

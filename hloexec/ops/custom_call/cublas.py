@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ..common import contig, is_low_float
-from ...kernels.dot_algorithms import device_algorithm
+from ...kernels.dot_algorithms import device_algorithm, fp8_fast_accumulation
 from ..contraction import algorithm_dot, compute_dtype, dot_general, finish, triangular_solve
 from .registry import backend_config, custom_call, enum_field, field, target_of
 
@@ -52,7 +52,8 @@ class _Gemm:
         lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
         free = [math.prod(s.dims[d] for d in range(s.rank) if d not in batch + contracting)
                 for s, batch, contracting in ((lhs, self.lb, self.lc), (rhs, self.rb, self.rc))]
-        self.algorithm = device_algorithm(self.device, field(pc, "algorithm", ""), self.precisions,
+        self.algorithm_text = field(pc, "algorithm", "")
+        self.algorithm = device_algorithm(self.device, self.algorithm_text, self.precisions,
                                           lhs.element_type.name, rhs.element_type.name,
                                           next(inst.shape.leaves())[1].element_type.name, 1 in free, inst)
         self.inst = inst
@@ -140,8 +141,8 @@ def cublas_lt_matmul_f8(inst, ctx):
     Fast accumulation (partial sums kept in fewer bits, kernels/dot_algorithms.py) with the algorithm
     dot_any_f8_any_f8_f32_fast_accum, or at DEFAULT precision on a device whose fp8 GEMMs use it (h100)."""
     g = _Gemm(inst, ctx)
-    fast = g.algorithm == "dot_any_f8_any_f8_f32_fast_accum" or (
-        g.device.fp8_fast_accumulation and all(p == "default" for p in g.precisions))
+    fast = fp8_fast_accumulation(g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name
+                                                                              for o in inst.operands[:2]))
     leaves = [s for _, s in inst.shape.leaves()]
     out_dtype = np.dtype(leaves[0].dtype)
     fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
