@@ -30,6 +30,8 @@ PHASES = ("load", "first", "second", "warm")
 
 CHILD = r"""
 import json, sys, time
+# an editable install's import hook would import its own checkout whatever sys.path says
+sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("_editable")]
 sys.path.insert(0, sys.argv[1])
 import numpy as np
 import hloexec

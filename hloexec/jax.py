@@ -61,13 +61,14 @@ def lower(fn, *args, stage: str = "pre", **jit_kwargs) -> Lowered:
     return Lowered(text, [np.asarray(leaf) for leaf in leaves], lowered.out_tree, lowered, compiled)
 
 
-def run(fn, *args, stage: str = "pre", **jit_kwargs):
-    """Run `fn`'s module with hloexec; returns its outputs in `fn`'s pytree structure (numpy / ml_dtypes)."""
-    return _run_lowered(lower(fn, *args, stage=stage, **jit_kwargs))
+def run(fn, *args, stage: str = "pre", device=None, **jit_kwargs):
+    """Run `fn`'s module with hloexec; returns its outputs in `fn`'s pytree structure (numpy / ml_dtypes).
+    `device`: whose arithmetic to reproduce (a device profile's name, file or DeviceProfile; None: reference)."""
+    return _run_lowered(lower(fn, *args, stage=stage, **jit_kwargs), device)
 
 
 def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | None = None,
-          rtol: float | None = None, **jit_kwargs):
+          rtol: float | None = None, device=None, **jit_kwargs):
     """Run `fn` on XLA:CPU (jax) and with hloexec; raise AssertionError when they disagree. Returns hloexec's
     outputs in `fn`'s pytree.
 
@@ -86,18 +87,18 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
     lowered = lower(fn, *args, stage=stage, **jit_kwargs)
     theirs = jax.tree_util.tree_map(np.asarray, (lowered.compiled or lowered.jax_lowered.compile())(*args))
     if reference == "shadow":
-        return _judge_against_shadow(fn, lowered, jax.tree_util.tree_leaves(theirs), stage)
-    ours = _run_lowered(lowered)
+        return _judge_against_shadow(fn, lowered, jax.tree_util.tree_leaves(theirs), stage, device)
+    ours = _run_lowered(lowered, device)
     report = compare_outputs(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs), atol, rtol)
     if not report.passed:
         raise AssertionError(f"hloexec and XLA:CPU differ on {_name(fn)} ({stage}):\n{format_report(report)}")
     return ours
 
 
-def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str):
+def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str, device=None):
     from .tools.numerics import judge_run
     from .tools.verdict import format_verdict
-    exe = _load(lowered.text)
+    exe = _load(lowered.text, device)
     module = exe.module
     if module.num_partitions * module.replica_count > 1:
         raise ValueError(f"reference='shadow' runs one participant; {_name(fn)} at stage {stage!r} is partitioned "
@@ -143,15 +144,15 @@ def dump(fn, *args, to, passes: bool = False, **jit_kwargs) -> dict:
 
 
 @functools.lru_cache(maxsize=16)
-def _load(text: str):
-    """One prepared module per text: a test calling a jitted function in a loop prepares it once."""
+def _load(text: str, device=None):
+    """One prepared module per text and device: a test calling a jitted function in a loop prepares it once."""
     import hloexec
-    return hloexec.load(text)
+    return hloexec.load(text, device=device)
 
 
-def _run_lowered(lowered: Lowered):
+def _run_lowered(lowered: Lowered, device=None):
     from .exec import spmd
-    exe = _load(lowered.text)
+    exe = _load(lowered.text, device)
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
     module = exe.module
     n = module.num_partitions * module.replica_count

@@ -44,14 +44,16 @@ def pytest_addoption(parser):
     group.addoption("--hloexec-dumps", action="append", default=[], metavar="DIR",
                     help="collect every module of an XLA dump directory as a test: run before and after "
                          "optimizations on the same inputs and compare (repeatable)")
+    group.addoption("--hloexec-device", default=None, metavar="NAME|FILE",
+                    help="the device profile hloexec computes under (as hloexec run --device; default reference)")
 
 
 REFERENCES = ("xla", "shadow")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "hloexec(stage='pre', atol=None, rtol=None, reference='xla'): also run the "
-                                       "functions the test jits through hloexec, comparing with jax's outputs")
+    config.addinivalue_line("markers", "hloexec(stage='pre', atol=None, rtol=None, reference='xla', device=None): also "
+                                       "run the functions the test jits through hloexec, comparing with jax's outputs")
     if config.getoption("hloexec_reference") == "shadow" and (config.getoption("hloexec_atol") is not None
                                                              or config.getoption("hloexec_rtol") is not None):
         raise pytest.UsageError("--hloexec-reference shadow judges by the program's precision, not by "
@@ -75,13 +77,13 @@ def _dump_directories(config) -> set:
 class HloReference:
     """What the `hlo_reference` fixture gives a test (see the module docstring)."""
 
-    def __init__(self, atol: float | None = None, rtol: float | None = None, reference: str = "xla"):
-        self.atol, self.rtol, self.reference = atol, rtol, reference
+    def __init__(self, atol: float | None = None, rtol: float | None = None, reference: str = "xla", device=None):
+        self.atol, self.rtol, self.reference, self.device = atol, rtol, reference, device
 
     def __call__(self, program, *args, expected=None, stage: str = "pre", atol: float | None = None,
-                 rtol: float | None = None, reference: str | None = None, **jit_kwargs):
-        """`atol` / `rtol` / `reference` replace the session's (--hloexec-atol / --hloexec-rtol /
-        --hloexec-reference) for this call."""
+                 rtol: float | None = None, reference: str | None = None, device=None, **jit_kwargs):
+        """`atol` / `rtol` / `reference` / `device` replace the session's (--hloexec-atol / --hloexec-rtol /
+        --hloexec-reference / --hloexec-device) for this call."""
         __tracebackhide__ = True
         reference = reference or self.reference
         if reference not in REFERENCES:
@@ -89,17 +91,20 @@ class HloReference:
         if reference == "xla":
             atol = self.atol if atol is None else atol
             rtol = self.rtol if rtol is None else rtol
+        device = self.device if device is None else device
         if callable(program) and not isinstance(program, str):
             from . import jax as hloexec_jax
             return hloexec_jax.check(program, *args, reference=reference, stage=stage, atol=atol, rtol=rtol,
-                                     **jit_kwargs)
-        return self.run_module(program, *args, expected=expected, atol=atol, rtol=rtol, reference=reference)
+                                     device=device, **jit_kwargs)
+        return self.run_module(program, *args, expected=expected, atol=atol, rtol=rtol, reference=reference,
+                               device=device)
 
     def run_module(self, program, *inputs, expected=None, atol: float | None = None, rtol: float | None = None,
-                   reference: str = "xla"):
-        """Run HLO text / a path / a Module with hloexec; compare with `expected` (a sequence of arrays, or one
-        array), by default XLA:CPU's outputs of the same module. `reference="shadow"`: hloexec's outputs and
-        `expected` are judged against the module's exact answer instead."""
+                   reference: str = "xla", device=None):
+        """Run HLO text / a path / a Module with hloexec (under the device profile `device`, default the
+        session's); compare with `expected` (a sequence of arrays, or one array), by default XLA:CPU's outputs of
+        the same module. `reference="shadow"`: hloexec's outputs and `expected` are judged against the module's
+        exact answer instead."""
         __tracebackhide__ = True
         from pathlib import Path
 
@@ -107,10 +112,11 @@ class HloReference:
         from .exec.executor import Executable
         from .ir.printer import module_to_text
         from .tools.compare import compare_outputs, format_report
+        device = self.device if device is None else device
         if isinstance(program, hloexec.Module):
-            exe, text = Executable(program), None
+            exe, text = Executable(program, device=device), None
         else:
-            exe = hloexec.load(program)
+            exe = hloexec.load(program, device=device)
             text = Path(program).read_text() if isinstance(program, Path) or "\n" not in program else program
         if reference == "shadow" and (atol is not None or rtol is not None):
             raise ValueError("reference='shadow' judges by the program's precision, not by atol/rtol")
@@ -141,7 +147,7 @@ def hlo_reference(request) -> HloReference:
     """Run a jax function or an HLO module with hloexec and assert its outputs match the reference."""
     config = request.config
     return HloReference(config.getoption("hloexec_atol"), config.getoption("hloexec_rtol"),
-                        config.getoption("hloexec_reference"))
+                        config.getoption("hloexec_reference"), config.getoption("hloexec_device"))
 
 
 @pytest.fixture(autouse=True)
@@ -154,7 +160,8 @@ def _hloexec_marker(request, monkeypatch):
     import jax
     config = request.config
     options = {"stage": "pre", "atol": config.getoption("hloexec_atol"), "rtol": config.getoption("hloexec_rtol"),
-               "reference": config.getoption("hloexec_reference"), **marker.kwargs}
+               "reference": config.getoption("hloexec_reference"), "device": config.getoption("hloexec_device"),
+               **marker.kwargs}
     original = jax.jit
 
     def jit(fun, *args, **kwargs):
@@ -178,9 +185,10 @@ class _Checked:
         from . import jax as hloexec_jax
         from .tools.compare import compare_outputs, format_report
         if self._options["reference"] == "shadow":
-            hloexec_jax.check(self._jitted, *args, reference="shadow", stage=self._options["stage"])
+            hloexec_jax.check(self._jitted, *args, reference="shadow", stage=self._options["stage"],
+                              device=self._options["device"])
             return out
-        ours = hloexec_jax.run(self._jitted, *args, stage=self._options["stage"])
+        ours = hloexec_jax.run(self._jitted, *args, stage=self._options["stage"], device=self._options["device"])
         theirs = [jax.numpy.asarray(o) for o in jax.tree_util.tree_leaves(out)]
         report = compare_outputs(jax.tree_util.tree_leaves(ours), [jax.device_get(t) for t in theirs],
                                  self._options["atol"], self._options["rtol"])

@@ -47,6 +47,7 @@ from ..ir.attributes import dot_dims
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
+from .dot_algorithms import plain_dot
 from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
                          reduce_dims, window_position, window_span)
 
@@ -584,6 +585,8 @@ class _Generator:
         return Tup(outs) if inst.shape.is_tuple else outs[0]
 
     def dot(self, inst, operands, out):
+        # a dot the device computes otherwise than its types say runs op by op (ops/contraction.py)
+        need(plain_dot(inst, self.options.device), "dot algorithm")
         a, b = operands
         (adims, aet), (bdims, bet) = (_leaf_type(o.shape) for o in inst.operands)
         d = dot_dims(inst)

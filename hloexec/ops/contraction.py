@@ -4,8 +4,10 @@
   `preferred_element_type` is just the result type. Operands are converted to a compute type and
   multiplied with numpy matmul (BLAS for f32/f64/c64/c128): f16/bf16/f8 results accumulate in f32 and
   round once; integer results are exact with wrap-around in the result type (operands converted to the
-  result type first); pred is OR of ANDs. `algorithm=` and precision_config are ignored (f32 is f32).
-  XLA:CPU uses Eigen for f32, so f32 results differ by reassociation only (<= K*eps*sum|a*b|).
+  result type first); pred is OR of ANDs. XLA:CPU uses Eigen for f32, so f32 results differ by reassociation
+  only (<= K*eps*sum|a*b|). The run's device profile picks the dot's algorithm (its `algorithm=`, or what its
+  operand_precision means on the device: kernels/dot_algorithms.py); an algorithm other than the plain one
+  is computed by its recipe (`algorithm_dot`).
 * convolution: composed as StableHLO's reference interpreter does: split feature/batch groups, base
   dilation + padding via pad (negative padding crops), window reversal by flipping the kernel, a
   strided (window-stride, window-dilation) view of the padded input, and a tensordot over
@@ -24,6 +26,8 @@ from ..ir.attributes import DotDims, dot_dims
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
+from ..kernels.dot_algorithms import (contract, device_algorithm, dot_algorithm_of, fp8_fast_accumulation,
+                                      triton_split_k)
 from ..kernels.index_maps import dot_free_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
@@ -91,6 +95,30 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     return contig(r) if r.dtype == out_dtype else finish(r, out_dtype)
 
 
+def algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst=None, fast_accumulation=False,
+                  split_k: int = 1):
+    """DotGeneral under the dot algorithm `alg` as `device` computes it (kernels/dot_algorithms.py), the result
+    rounded once to `out_dtype`; `fast_accumulation`: an fp8 GEMM without promoted partial sums; `split_k`: the
+    contracting elements cut into that many consecutive slices (the last one shorter, as XLA pads K), each
+    slice's dot apart, the partial results added in f32 in slice order (split_k_gemm_rewriter.cc, partial sums
+    reduced in f32: xla_gpu_triton_gemm_disable_reduced_precision_reduction)."""
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
+                                                          tuple(rc))
+    wide = _F64 if alg == "dot_f64_f64_f64" else _F32
+    a = to_compute(lhs.transpose(lperm).reshape(a_shape), wide)
+    b = to_compute(rhs.transpose(rperm).reshape(b_shape), wide)
+    K = a_shape[2]
+    if K == 0:
+        return finish(np.zeros(out_shape, wide), out_dtype)
+    step = -(-K // split_k)
+    r = None
+    for k in range(0, K, step):
+        part = contract(alg, a[:, :, k:k + step], b[:, k:k + step], lambda x, y, dtype: blas.matmul(x, y), device,
+                        k_axes=(2, 1), fast_accumulation=fast_accumulation, inst=inst)
+        r = part if r is None else r + part
+    return finish(r.reshape(out_shape), out_dtype)
+
+
 def _matmul_converting(a, b, cdt, out_dtype):
     """[B, M, K] @ [B, K, N] in `cdt`, the product in `out_dtype` if that is f16/bf16/f8 (else in `cdt`).
     Low-precision operands are widened and a low-precision product rounded inside blas.matmul's blocks. A
@@ -137,12 +165,20 @@ def _dot_dims(inst):
 
 @op("dot", kernel="blas",
     notes="DotGeneral: numpy matmul (BLAS for f32/f64/complex); f16/bf16/f8 accumulate in f32 and round "
-          "once; integers exact (wrap-around) in the result type; precision_config/algorithm ignored.")
+          "once; integers exact (wrap-around) in the result type; algorithm= and operand_precision as the "
+          "device profile computes them (--device; reference: algorithm= honoured, precision ignored).")
 def prepare_dot(inst, ctx):
     if len(inst.operands) != 2:
         raise UnsupportedError("dot with sparsity metadata operands", inst)
     lb, rb, lc, rc = _dot_dims(inst)
     out_dtype = inst.shape.dtype
+    device = ctx.options.device
+    alg = dot_algorithm_of(inst, device)
+    split = triton_split_k(inst) if device.split_k and compute_dtype(out_dtype) == _F32 else 1
+    fast = fp8_fast_accumulation(device, inst.attr("algorithm"), inst.attr("operand_precision"),
+                                 *(o.shape.element_type.name for o in inst.operands))
+    if alg or split > 1 or fast:
+        return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst, fast, split)
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
@@ -187,15 +223,17 @@ def _ragged_layout(inst):
     "group_sizes (per index of the lhs dims before it when group_sizes has more than one dim): a non-contracting "
     "ragged dim multiplies each group's rows with its rhs_group_dims slice of the rhs, rows past the groups are 0; "
     "a contracting one gives one dot per group (a leading group dim); a batch one is a plain dot. Compute types "
-    "as dot")
+    "and the device's dot algorithm as dot")
 def prepare_ragged_dot(inst, ctx):
     lb, rb, lc, rc = _dot_dims(inst)
     mode, prefix = _ragged_layout(inst)
     r = ints(inst.attr("lhs_ragged_dims"))[0]
     out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
+    dot = device_dot(inst, ctx, inst.operands[0].shape.element_type, inst.operands[1].shape.element_type,
+                     inst.shape.element_type)
     if mode == "batch":
-        return lambda lhs, rhs, group_sizes: dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
+        return lambda lhs, rhs, group_sizes: dot(lhs, rhs, lb, rb, lc, rc, out_dtype)
     broadcast = inst.operands[2].shape.rank == 1
     rank = inst.operands[0].shape.rank
 
@@ -219,10 +257,10 @@ def prepare_ragged_dot(inst, ctx):
         def kernel(lhs, rhs, group_sizes):
             if broadcast:       # one slice of k per group on both sides
                 bounds = _group_bounds(group_sizes, lhs.shape[r])
-                parts = [dot_general(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt)
+                parts = [dot(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt)
                          for s, e in bounds]
             else:
-                parts = [dot_general(where(m, lhs), rhs, lb, rb, lc, rc, cdt) for m in masks(lhs, group_sizes)]
+                parts = [dot(where(m, lhs), rhs, lb, rb, lc, rc, cdt) for m in masks(lhs, group_sizes)]
             return finish(np.stack(parts), out_dtype)
         return kernel
 
@@ -236,11 +274,11 @@ def prepare_ragged_dot(inst, ctx):
         if broadcast:           # each group's rows are one slice of the ragged dim
             for g, (s, e) in enumerate(_group_bounds(group_sizes, lhs.shape[r])):
                 if e > s:
-                    out[(slice(None),) * out_axis + (slice(s, e),)] = dot_general(
+                    out[(slice(None),) * out_axis + (slice(s, e),)] = dot(
                         _take(lhs, r, s, e), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
         else:
             for g, m in enumerate(masks(lhs, group_sizes)):
-                out += dot_general(where(m, lhs), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
+                out += dot(where(m, lhs), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
         return finish(out, out_dtype)
     return kernel
 
@@ -271,17 +309,17 @@ def _converter(src, dst, inst):
     return (lambda x: x) if src == dst else convert_kernel(src, dst, inst)
 
 
-def _dequantizer(inst, operand: int, scale: int):
+def dequantizer(inst, operand: int, scale: int, target=None):
     """(kernel(x, scale) -> x times its block-broadcast scale, the element type it returns), as XLA's
     ScaledDotRewriter Dequantize: a scalar scale leaves x as it is; else x and scale meet in their upscaled
-    type, each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
+    type (`target`: in that type instead, as the block-scaled dot call's rewriter converts both to its result
+    type), each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
     x, sc = inst.operands[operand].shape, inst.operands[scale].shape
     if sc.rank == 0:
         return (lambda v, s: v), x.element_type
     if sc.rank != x.rank or any(b == 0 or a % b for a, b in zip(x.dims, sc.dims)):
-        raise UnsupportedError(f"scaled-dot scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}",
-                               inst)
-    t = _upscaled(x.element_type, sc.element_type)
+        raise UnsupportedError(f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}", inst)
+    t = target or _upscaled(x.element_type, sc.element_type)
     cx, cs, mul = _converter(x.element_type, t, inst), _converter(sc.element_type, t, inst), \
         float_lifted(np.multiply, t.numpy)
     blocks = [a // b for a, b in zip(x.dims, sc.dims)]
@@ -295,20 +333,34 @@ def _dequantizer(inst, operand: int, scale: int):
     return kernel, t
 
 
+def device_dot(inst, ctx, lhs_type, rhs_type, out_type):
+    """product(a, b, lb, rb, lc, rc, dtype): DotGeneral of operands of `lhs_type` / `rhs_type` (ElementTypes) in
+    `dtype`, as the run's device computes a dot of those types with the dot-like instruction's algorithm= and
+    operand_precision when its result is `out_type` (plain: dot_general)."""
+    device = ctx.options.device
+    alg = device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs_type.name,
+                           rhs_type.name, out_type.name, False, inst)
+    if alg:
+        return lambda a, b, lb, rb, lc, rc, dtype: algorithm_dot(alg, a, b, lb, rb, lc, rc, dtype, device, inst)
+    return dot_general
+
+
 @op("scaled-dot", kernel="blas", notes="(lhs, rhs, lhs_scale, rhs_scale) as XLA's ScaledDotRewriter: each "
     "operand times its scale broadcast over blocks (a scalar scale: none), in their common type (bf16 for two "
-    "sub-16-bit types), then a dot in the common type of the operands and result, converted to the result type")
+    "sub-16-bit types), then a dot in the common type of the operands and result (as the device computes "
+    "it), converted to the result type")
 def prepare_scaled_dot(inst, ctx):
-    lb, rb, lc, rc = _dot_dims(inst)
+    dims = _dot_dims(inst)
     if len(inst.operands) != 4:
         raise UnsupportedError(f"scaled-dot with {len(inst.operands)} operands (4 expected)", inst)
-    (lhs, lt), (rhs, rt) = _dequantizer(inst, 0, 2), _dequantizer(inst, 1, 3)
+    (lhs, lt), (rhs, rt) = dequantizer(inst, 0, 2), dequantizer(inst, 1, 3)
     t = _upscaled(lt, rt)
     dot_t = _upscaled(t, inst.shape.element_type)
     cl, cr, out = _converter(lt, t, inst), _converter(rt, t, inst), _converter(dot_t, inst.shape.element_type, inst)
+    product = device_dot(inst, ctx, t, t, dot_t)
 
     def kernel(a, b, a_scale, b_scale):
-        return out(dot_general(cl(lhs(a, a_scale)), cr(rhs(b, b_scale)), lb, rb, lc, rc, dot_t.numpy))
+        return out(product(cl(lhs(a, a_scale)), cr(rhs(b, b_scale)), *dims, dot_t.numpy))
     return kernel
 
 
@@ -352,7 +404,7 @@ def conv_core(lhs, rhs, win, out_dtype):
 @op("convolution", kernel="blas",
     notes="dim_labels, strides, padding (negative crops), lhs/base + rhs/window dilation, window "
           "reversal, feature_group_count, batch_group_count; pad + strided window view + tensordot "
-          "(BLAS), like StableHLO's interpreter. Compute types as dot.")
+          "(BLAS), like StableHLO's interpreter. Compute types and the device's dot algorithm as dot.")
 def prepare_convolution(inst, ctx):
     lshape, rshape = inst.operands[0].shape, inst.operands[1].shape
     cd, _ = conv_window(inst, rshape)
@@ -361,7 +413,19 @@ def prepare_convolution(inst, ctx):
             or rshape.dims[cd.kernel_output_feature] % (fgc * bgc) or lshape.dims[cd.input_batch] % bgc:
         raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
                             f"batch_group_count={bgc}")
-    return convolution(inst, rshape, inst.shape.dtype)
+    device = ctx.options.device
+    alg = dot_algorithm_of(inst, device)
+    if not alg:
+        return convolution(inst, rshape, inst.shape.dtype)
+    plain = {dtype: convolution(inst, rshape, dtype) for dtype in (_F32, _F64)}
+    out_dtype = inst.shape.dtype
+    wide = _F64 if alg == "dot_f64_f64_f64" else _F32
+
+    def kernel(lhs, rhs):
+        r = contract(alg, to_compute(lhs, wide), to_compute(rhs, wide), lambda x, y, dtype: plain[dtype](x, y),
+                     device, inst=inst)
+        return finish(r, out_dtype)
+    return kernel
 
 
 def conv_window(inst, kernel_shape):

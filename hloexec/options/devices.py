@@ -33,7 +33,12 @@ ALGORITHM_ARITHMETIC = {
 # PrecisionConfig.Algorithm (xla/xla_data.proto), as HLO text spells it after `algorithm=`
 ALGORITHMS = tuple(ALGORITHM_ARITHMETIC)
 PRECISIONS = ("default", "high", "highest")       # operand_precision, as HLO text spells it
-TF32_ROUNDINGS = ("nearest", "truncate")
+# How an f32 value becomes tf32 (10 stored significand bits): to nearest, ties to even; to nearest, ties away from
+# zero (PTX cvt.rna.tf32.f32); or by dropping the low 13 bits.
+TF32_ROUNDINGS = ("nearest", "nearest-away", "truncate")
+# How the multi-pass bf16 recipes (X3, X6, X9) make each part: the f32 value's top 16 bits (dot_algorithm_rewriter.cc's
+# Truncate, bits & 0xFFFF0000) or rounded to the nearest bf16 (Triton's BF16DotTC pass, arith.truncf).
+BF16_SPLITS = ("truncate", "nearest")
 # How reductions (reduce, reduce-window) apply an add / multiply reducer. "accumulate": f16 / bf16 / fp8 values
 # accumulate in f32 and round to the type once, at the end, in an order of each tier's choosing (wider types: in
 # their type, any order). "per-step": every application of the reducer rounds to the reduction's type, as the HLO
@@ -54,9 +59,12 @@ class DeviceProfile:
     precision: dict = field(default_factory=dict)   # operand_precision -> the algorithm of an f32 x f32 dot
     matrix_vector: str = ""             # the algorithm of an f32 matrix-vector dot whatever its precision ("": none)
     tf32_rounding: str = "nearest"      # how an f32 operand becomes tf32: one of TF32_ROUNDINGS
+    bf16_split: str = "truncate"        # how the multi-pass bf16 recipes cut an f32 into parts: one of BF16_SPLITS
     algorithms: tuple = ALGORITHMS      # the algorithms the device runs; any other is an error naming both
-    split_k: bool = False               # a GEMM's triton_gemm_config split_k sums its K slices apart, then adds them
+    split_k: bool = False               # a Triton GEMM fusion's unsplit dot: triton_gemm_config split_k slices of K
+                                        # summed apart, then added in f32
     fp8_fast_accumulation: bool = False  # fp8 GEMMs never promote their partial sums to f32 (Hopper's fast accum)
+    fp8_accumulator_bits: int = 14      # with fast accumulation: significand bits the running sum keeps (truncated)
     # -- elementwise and reductions ------------------------------------------------------------------------------
     excess_precision: bool = False      # inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)
     reductions: str = "accumulate"      # see hloexec.options.REDUCTIONS
@@ -87,21 +95,24 @@ class DeviceProfile:
 
     def to_toml(self) -> str:
         """The profile as a file a user can copy and edit (`hloexec devices --show NAME`)."""
-        lines = [f"# {self.description}" if self.description else "", f"name = {_toml(self.name)}"]
+        lines = [f"# {self.description}" if self.description else "", f"name = {toml_value(self.name)}"]
         for rule, value, source in self.rules():
             if source:
                 lines.append(f"# {source}")
-            lines.append(f"{rule} = {_toml(value)}")
+            lines.append(f"{rule} = {toml_value(value)}")
         return "\n".join(line for line in lines if line) + "\n"
 
 
-def _toml(value) -> str:
+def toml_value(value) -> str:
+    """`value` as TOML writes it."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+        if not value:
+            return "{}"
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(value)
 
 
@@ -157,6 +168,9 @@ def _check(p: DeviceProfile, path: Path) -> None:
     need(p.reductions in REDUCTIONS, f"reductions = {p.reductions!r}: expected one of {', '.join(REDUCTIONS)}")
     need(p.tf32_rounding in TF32_ROUNDINGS,
          f"tf32_rounding = {p.tf32_rounding!r}: expected one of {', '.join(TF32_ROUNDINGS)}")
+    need(p.bf16_split in BF16_SPLITS, f"bf16_split = {p.bf16_split!r}: expected one of {', '.join(BF16_SPLITS)}")
+    need(isinstance(p.fp8_accumulator_bits, int) and 2 <= p.fp8_accumulator_bits <= 24,
+         f"fp8_accumulator_bits = {p.fp8_accumulator_bits!r}: expected an integer from 2 to 24")
     need(isinstance(p.precision, dict) and set(p.precision) <= set(PRECISIONS),
          f"precision = {p.precision!r}: expected a table with keys among {', '.join(PRECISIONS)}")
     named = [*p.precision.values(), *([p.matrix_vector] if p.matrix_vector else []), *p.algorithms]

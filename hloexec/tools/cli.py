@@ -86,11 +86,13 @@ def _prepare(module, args):
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..errors import ElidedConstantWarning, elided_constants_note
     from ..exec.executor import Executable
+    from .devices import device_option
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
         # rules not given on the command line are the device profile's (hloexec.options)
-        exe = Executable(module, use_numba=not args.no_numba, excess_precision=args.excess_precision or None,
+        exe = Executable(module, device=device_option(args.device, module), use_numba=not args.no_numba,
+                         excess_precision=args.excess_precision or None,
                          reductions=args.reductions, max_memory=getattr(args, "max_memory", None))
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
@@ -893,6 +895,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--seed", type=int, default=0, help="random entry arguments from this seed (default 0)")
     execution = argparse.ArgumentParser(add_help=False, parents=[inputs])
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
+    from .devices import add_device_argument
+    add_device_argument(execution)
     execution.add_argument("--excess-precision", action="store_true",
                            help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
     # default None: accumulate for run and compare, per-step for numerics (parents share their actions, so
@@ -1046,6 +1050,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
     for report in (memory, collectives, export, graph):     # each has its own --module
         report.add_command(subparsers, _subparser, [common, stages])
+    from . import devices
+    devices.add_command(subparsers, _subparser, [common])
     from . import bisect, diff, dumpdir, extract, minimize  # finding where numbers go wrong (README)
     dumpdir.add_command(subparsers, _subparser, [common])
     for tool in (diff, bisect, extract, minimize):

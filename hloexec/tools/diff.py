@@ -189,11 +189,11 @@ def _divergence_dict(d: Divergence) -> dict:
 
 def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | None = None,
          rtol: float | None = None, zoom: bool = True, pending_budget: int = PENDING_BUDGET,
-         reductions: str = "accumulate") -> DiffReport:
+         reductions: str = "accumulate", device=None) -> DiffReport:
     """Run modules `a` and `b` (Modules) on the same inputs (`inputs_b`: B's own, when they differ) with taps on
     their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
     are diffed op by op only where they change first (False: everything op by op). `reductions`: how both
-    round their sums (Executable's option)."""
+    round their sums, `device`: the device profile both run under (Executable's options)."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     if inputs_b is None:
@@ -204,15 +204,15 @@ def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | No
     ga, gb = ValueGraph(a), ValueGraph(b)
     m = match(ga, gb)
     plan = _TapPlan(m, zoom)
-    exe_a, exe_b = (Executable(m, use_numba=bool(closed), reductions=reductions) for m, closed in ((a, plan.closed[0]),
-                                                                                               (b, plan.closed[1])))
+    exe_a, exe_b = (Executable(m, use_numba=bool(closed), reductions=reductions, device=device)
+                    for m, closed in ((a, plan.closed[0]), (b, plan.closed[1])))
     run = _Lockstep(m, plan, atol, rtol, pending_budget)
     run.run(exe_a, exe_b, inputs_a, inputs_b if inputs_b is not None else inputs_a)
     report = _report(m, plan, run)
     if zoom:
         zoomed = [d for d in report.first_change if (d.a.index, d.b.index) in run.operands]
         for d in zoomed[:MAX_ZOOM]:
-            d.inside = _zoom(d, run.operands[(d.a.index, d.b.index)], atol, rtol, reductions)
+            d.inside = _zoom(d, run.operands[(d.a.index, d.b.index)], atol, rtol, reductions, device)
     return report
 
 
@@ -542,7 +542,7 @@ def _identical(v: Verdict) -> bool:
     return v.identical
 
 
-def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str) -> DiffReport | None:
+def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str, device) -> DiffReport | None:
     """The fused computations of a diverging pair of fusions, extracted and diffed op by op on the operand
     values each side's run gave them."""
     from ..parser import parse
@@ -557,7 +557,8 @@ def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str) -> DiffRe
         modules.append(module)
         position = {id(o): k for k, o in reversed(list(enumerate(node.tap.operands)))}
         inputs.append([operands[position[id(p)]] for p in sub.parameters])
-    return diff(modules[0], modules[1], inputs[0], inputs[1], atol=atol, rtol=rtol, zoom=False, reductions=reductions)
+    return diff(modules[0], modules[1], inputs[0], inputs[1], atol=atol, rtol=rtol, zoom=False, reductions=reductions,
+                device=device)
 
 
 def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> str:
@@ -649,6 +650,7 @@ def cmd_diff(args) -> int:
     import time
     from .cli import EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _parse_module_file, \
         _print_json, select_module
+    from .devices import device_option
     if args.b is None:
         raise UsageError("diff needs two modules: A B, or a dump directory with --stage and --stage-b")
     modules = []
@@ -659,7 +661,7 @@ def cmd_diff(args) -> int:
     start = time.perf_counter()
     try:
         report = diff(modules[0], modules[1], inputs, atol=args.atol, rtol=args.rtol, zoom=not args.no_zoom,
-                      reductions=args.reductions)
+                      reductions=args.reductions, device=device_option(args.device, modules[0]))
     except ValueError as e:
         raise UsageError(str(e)) from None
     seconds = time.perf_counter() - start
@@ -696,6 +698,8 @@ def add_command(subparsers, subparser, parents) -> None:
     p.add_argument("b", metavar="B", nargs="?", help="default: A again (a dump directory with --stage-b)")
     p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
     tolerance_options(p)
+    from .devices import add_device_argument
+    add_device_argument(p)
     p.add_argument("--limit", type=int, default=10, metavar="N", help="first divergences printed (10)")
     p.add_argument("--no-zoom", action="store_true", help="observe every value op by op from the start (no "
                    "compiled fusions diffed later)")

@@ -70,8 +70,8 @@ class MinimizeResult:
 class Check:
     """Whether a candidate (HLO text, its inputs) is still interesting."""
 
-    def __init__(self, spec: str, timeout: float = 600.0):
-        self.spec, self.timeout = spec, timeout
+    def __init__(self, spec: str, timeout: float = 600.0, device=None):
+        self.spec, self.timeout, self.device = spec, timeout, device     # device: the profile hloexec runs under
         self.scratch = None
         self.original_inputs_infinite = None    # nan: whether the first candidate checked (the original) had Inf
 
@@ -85,11 +85,11 @@ class Check:
         if self.spec == "nan":
             if self.original_inputs_infinite is None:
                 self.original_inputs_infinite = _nonfinite_in(inputs, np.isinf)
-            return _makes_nan(text, inputs, allow_inf=self.original_inputs_infinite)
+            return _makes_nan(text, inputs, allow_inf=self.original_inputs_infinite, device=self.device)
         if self.spec == "xla":
-            return _disagrees_with_xla(text, inputs)
+            return _disagrees_with_xla(text, inputs, self.device)
         if self.spec == "shadow":
-            return _inconsistent_with_shadow(text, inputs)
+            return _inconsistent_with_shadow(text, inputs, self.device)
         from .xla_cpu import save_arrays
         hlo, npz = self._paths()
         with open(hlo, "w", encoding="utf-8") as f:
@@ -104,13 +104,13 @@ class Check:
             return False
 
 
-def _makes_nan(text: str, inputs: list, allow_inf: bool) -> bool:
+def _makes_nan(text: str, inputs: list, allow_inf: bool, device=None) -> bool:
     """An output holds a NaN made from inputs without NaN (and without infinities, unless `allow_inf`)."""
     from .. import load
     if _nonfinite_in(inputs, np.isnan) or (not allow_inf and _nonfinite_in(inputs, np.isinf)):
         return False
     try:
-        outputs = load(text, use_numba=False).run(*inputs)
+        outputs = load(text, use_numba=False, device=device).run(*inputs)
     except (ExecutionError, UnsupportedError, HloParseError):
         return False
     return _nonfinite_in([outputs], np.isnan)
@@ -126,36 +126,36 @@ def _nonfinite_in(values, test) -> bool:
     return False
 
 
-def _disagrees_with_xla(text: str, inputs: list) -> bool:
+def _disagrees_with_xla(text: str, inputs: list, device=None) -> bool:
     from .. import load
     from .compare import compare_outputs
     from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
     try:
-        ours = flatten(load(text).run(*inputs))
+        ours = flatten(load(text, device=device).run(*inputs))
         theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False
     return not compare_outputs(ours, theirs).passed
 
 
-def _inconsistent_with_shadow(text: str, inputs: list) -> bool:
+def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
     from .. import load
     from .numerics import judge_run
     from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
     try:
         theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
-        verdict, _ = judge_run(load(text), inputs, {"XLA:CPU": theirs})
+        verdict, _ = judge_run(load(text, device=device), inputs, {"XLA:CPU": theirs})
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False
     return not verdict.consistent()
 
 
 class _Minimizer:
-    def __init__(self, module: Module, inputs: list, check, retries: int, report):
+    def __init__(self, module: Module, inputs: list, check, retries: int, report, device=None):
         from .. import ops  # noqa: F401
         from ..exec.executor import Executable
         self.module, self.inputs, self.check, self.retries, self.report = module, inputs, check, retries, report
-        self.exe = Executable(module)
+        self.exe = Executable(module, device=device)
         self.graph = ValueGraph(module)
         self.values: dict[int, object] = {}
         self.by_id = {id(i): i for i in module.entry.instructions}
@@ -195,10 +195,11 @@ class _Minimizer:
         return self.build(c)[0].instruction_count
 
 
-def minimize(module: Module, inputs: list, check, retries: int = 1, report=None) -> MinimizeResult:
-    """Shrink `module` (its entry computation) while `check(text, inputs)` holds; see the module docstring."""
+def minimize(module: Module, inputs: list, check, retries: int = 1, report=None, device=None) -> MinimizeResult:
+    """Shrink `module` (its entry computation) while `check(text, inputs)` holds; see the module docstring.
+    `device`: the device profile the module's values are computed under (None: reference)."""
     say = report or (lambda message: None)
-    mz = _Minimizer(module, inputs, check, retries, say)
+    mz = _Minimizer(module, inputs, check, retries, say, device)
     root = module.entry.root
     c = Candidate(list(root.operands) if root.opcode == "tuple" else [root])
     original = mz.size(c)
@@ -369,9 +370,11 @@ def cmd_minimize(args) -> int:
     parsed, _ = _parse_module_file(args.file)
     module = select_module(parsed, args.module, args.file)
     inputs, inputs_info = _module_inputs(module, args)
+    from .devices import device_option
     say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
+    device = device_option(args.device, module)
     try:
-        result = minimize(module, inputs, Check(args.check, args.timeout), args.retries, say)
+        result = minimize(module, inputs, Check(args.check, args.timeout, device), args.retries, say, device)
     except ValueError as e:
         raise UsageError(str(e)) from None
     inputs_out = args.inputs_out or (args.out[:-4] if args.out.endswith(".hlo") else args.out) + ".npz"
@@ -405,4 +408,6 @@ def add_command(subparsers, subparser, parents) -> None:
     p.add_argument("--inputs-out", metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
     p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
+    from .devices import add_device_argument
+    add_device_argument(p)
     p.set_defaults(handler=cmd_minimize)

@@ -12,6 +12,7 @@ target raises UnsupportedError naming it and these ways to plug one in.
 The built-in targets, one module per family (each target's docstring states its numerics):
   markers   identity markers, dce_sink, SliceToDynamic, PadToStatic, targets named by --custom-call-identity
   cublas    cuBLAS gemm / cublasLt matmul (fp8 scales too), cuBLAS triangular solve
+  block_scaled  __op$block_scaled_dot (MXFP8 / NVFP4 block-scaled dots)
   cudnn     cuDNN convolutions (forward, backward input/filter, bias-activation, graph), batch norm,
             layer norm, fused attention
   lapack    jax's CPU LAPACK calls and the GPU solver calls (cuSOLVER, cuBLAS batched, pivots)
@@ -37,6 +38,6 @@ def prepare_custom_call(inst, ctx):
     return lookup(inst)(inst, ctx)
 
 
-from . import (composite, cublas, cudnn, jax_gpu, lapack, markers, neuron, onednn, opaque,  # noqa: E402,F401
-               sorting)
+from . import (block_scaled, composite, cublas, cudnn, jax_gpu, lapack, markers, neuron, onednn,  # noqa: E402,F401
+               opaque, sorting)
 from .markers import register_identity  # noqa: E402,F401

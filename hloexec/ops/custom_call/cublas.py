@@ -1,8 +1,9 @@
 """cuBLAS calls of XLA-GPU: gemm (legacy and cublasLt), the fp8 cublasLt matmul, triangular solve.
 
 backend_config is a GpuBackendConfig whose gemm_backend_config (GemmBackendConfig, backend_configs.proto)
-holds the dot's dimension numbers, alpha/beta and the epilogue; older dumps print that message at the top
-level. Operand order follows XLA's thunk emitter: a, b, [c when beta != 0], then for fp8 a_scale, b_scale,
+holds the dot's dimension numbers, alpha/beta, the epilogue and the dot's precision_config (operand_precision,
+algorithm: computed as the run's device profile says, as for the dot op); older dumps print that message at the
+top level. Operand order follows XLA's thunk emitter: a, b, [c when beta != 0], then for fp8 a_scale, b_scale,
 [vector bias], [d_scale when the output is fp8].
 """
 from __future__ import annotations
@@ -13,7 +14,8 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ..common import contig, is_low_float
-from ..contraction import compute_dtype, dot_general, finish, triangular_solve
+from ...kernels.dot_algorithms import device_algorithm, fp8_fast_accumulation
+from ..contraction import algorithm_dot, compute_dtype, dot_general, finish, triangular_solve
 from .registry import backend_config, custom_call, enum_field, field, target_of
 
 _F32 = np.dtype(np.float32)
@@ -31,9 +33,10 @@ def _dims(v):
 
 
 class _Gemm:
-    """A GemmBackendConfig decoded: dimension numbers, alpha, beta, epilogue."""
+    """A GemmBackendConfig decoded: dimension numbers, alpha, beta, epilogue, and the algorithm the run's device
+    computes the product with (precision_config: "" for the plain product)."""
 
-    def __init__(self, inst):
+    def __init__(self, inst, ctx):
         g = backend_config(inst, "gemm_backend_config")
         dd = field(g, "dot_dimension_numbers", {}) or {}
         self.lc, self.rc = _dims(field(dd, "lhs_contracting_dimensions")), _dims(field(dd, "rhs_contracting_dimensions"))
@@ -43,10 +46,25 @@ class _Gemm:
         self.epilogue = enum_field(g, "epilogue", EPILOGUES, inst)
         self.damax = bool(field(g, "damax_output", False))
         self.has_bias = self.epilogue.startswith("BIAS")
+        pc = field(g, "precision_config", {}) or {}
+        self.precisions = tuple(str(p).lower() for p in field(pc, "operand_precision", ()) or ())
+        self.device = ctx.options.device
+        lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+        free = [math.prod(s.dims[d] for d in range(s.rank) if d not in batch + contracting)
+                for s, batch, contracting in ((lhs, self.lb, self.lc), (rhs, self.rb, self.rc))]
+        self.algorithm_text = field(pc, "algorithm", "")
+        self.algorithm = device_algorithm(self.device, self.algorithm_text, self.precisions,
+                                          lhs.element_type.name, rhs.element_type.name,
+                                          next(inst.shape.leaves())[1].element_type.name, 1 in free, inst)
+        self.inst = inst
 
-    def product(self, a, b, cdt):
+    def product(self, a, b, cdt, fast_accumulation=False):
         """alpha * dot(a, b) in the compute type `cdt`."""
-        r = dot_general(a, b, self.lb, self.rb, self.lc, self.rc, cdt)
+        if self.algorithm or fast_accumulation:
+            r = algorithm_dot(self.algorithm, a, b, self.lb, self.rb, self.lc, self.rc, cdt, self.device, self.inst,
+                              fast_accumulation)
+        else:
+            r = dot_general(a, b, self.lb, self.rb, self.lc, self.rc, cdt)
         if self.alpha.imag != 0:
             return r * self.alpha
         if self.alpha.real != 1:
@@ -82,9 +100,10 @@ def cublas_gemm(inst, ctx):
     """result = epilogue(alpha * dot(a, b) + beta * c + bias): backend_config dot_dimension_numbers, alpha
     (real/imag), beta (beta != 0: operand 2 is c), epilogues DEFAULT, RELU, GELU (tanh approximation, as
     cuBLASLt), SILU, their BIAS_ forms (bias: the next operand, along the result's last dims) and
-    (BIAS_)GELU_AUX (the pre-activation value as the 2nd result); f16/bf16 computed in f32, rounded once. A
-    tuple result's remaining leaves (the s8 workspace) are zeros."""
-    g = _Gemm(inst)
+    (BIAS_)GELU_AUX (the pre-activation value as the 2nd result); f16/bf16 computed in f32, rounded once; the
+    backend_config's precision_config (operand_precision, algorithm) computed as the run's device computes a dot
+    (--device). A tuple result's remaining leaves (the s8 workspace) are zeros."""
+    g = _Gemm(inst, ctx)
     leaves = [s for _, s in inst.shape.leaves()]
     out_dtype = leaves[0].dtype
     cdt = _work_dtype(out_dtype)
@@ -118,8 +137,12 @@ def cublas_lt_matmul_f8(inst, ctx):
     != 0], a_scale, b_scale (f32 scalars), [bias with a BIAS epilogue], [d_scale, last, when the output is
     fp8]; an fp8 output saturates to its finite range (the clamp the rewriter folded in), other outputs round
     once. With damax_output the 2nd result is max|D| before d_scale (f32). Remaining leaves (workspace): zeros.
-    Dumps before d_scale moved last carried c_scale and d_scale after b_scale, then the bias: both are read."""
-    g = _Gemm(inst)
+    Dumps before d_scale moved last carried c_scale and d_scale after b_scale, then the bias: both are read.
+    Fast accumulation (partial sums kept in fewer bits, kernels/dot_algorithms.py) with the algorithm
+    dot_any_f8_any_f8_f32_fast_accum, or at DEFAULT precision on a device whose fp8 GEMMs use it (h100)."""
+    g = _Gemm(inst, ctx)
+    fast = fp8_fast_accumulation(g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name
+                                                                              for o in inst.operands[:2]))
     leaves = [s for _, s in inst.shape.leaves()]
     out_dtype = np.dtype(leaves[0].dtype)
     fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
@@ -141,7 +164,7 @@ def cublas_lt_matmul_f8(inst, ctx):
 
     def kernel(*xs):
         scale = np.float32(xs[scale0]) * np.float32(xs[scale0 + 1])
-        r = g.product(xs[0], xs[1], _F32) * scale
+        r = g.product(xs[0], xs[1], _F32, fast) * scale
         r, _ = g.finish_epilogue(r.astype(_F32), xs[2] if g.beta != 0 else None,
                                  None if bias_index is None else xs[bias_index], _F32)
         amax = np.float32(np.max(np.abs(r), initial=0))
