@@ -1306,6 +1306,8 @@ uint64_t hlo_struct_size(int which) {
     case HLO_STRUCT_COMP: return sizeof(hlo_comp);
     case HLO_STRUCT_MODULE: return sizeof(hlo_module);
     case HLO_STRUCT_TABLES: return sizeof(hlo_tables);
+    case HLO_STRUCT_CALL: return sizeof(hlo_call);
+    case HLO_STRUCT_LINKS: return sizeof(hlo_links);
     default: return 0;
   }
 }

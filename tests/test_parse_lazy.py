@@ -10,8 +10,7 @@ import pytest
 
 import hloexec
 from hloexec.errors import HloParseError
-from hloexec.parser import build
-from hloexec.parser.scan import scan
+from hloexec.parser.scan import DTYPES, ScanTables, link, scan
 from conftest import shared_path
 
 TEXT = b"""HloModule m
@@ -114,27 +113,31 @@ def _groups(ids) -> set:
     return {tuple(v) for v in rows.values()}
 
 
-@pytest.mark.parametrize("mix, chunk_rows", [(build._MIX, build._CHUNK_ROWS), (np.uint64(0), build._CHUNK_ROWS),
-                                             (build._MIX, 7)])
-def test_intern_spans_groups_exactly_equal_bytes(monkeypatch, mix, chunk_rows):
-    # mix 0 gives every short span one key (the exact fallback); chunk_rows 7 merges chunks
-    monkeypatch.setattr(build, "_MIX", mix)
-    monkeypatch.setattr(build, "_CHUNK_ROWS", chunk_rows)
+def _span_tables(off: list[int], length: list[int]) -> ScanTables:
+    """Scanner tables of one computation whose instructions have these opcode and shape spans (no operands)."""
+    instrs = np.zeros(len(off), DTYPES["instrs"])
+    instrs["opcode_off"], instrs["opcode_len"] = off, length
+    instrs["shape_off"], instrs["shape_len"] = off[::-1], length[::-1]
+    comps = np.zeros(1, DTYPES["comps"])
+    comps["instr_count"] = len(off)
+    return ScanTables(np.zeros(1, DTYPES["modules"]), comps, instrs, np.zeros(0, DTYPES["operands"]),
+                      np.zeros(0, DTYPES["attrs"]))
+
+
+def test_link_interns_exactly_equal_bytes():
+    # spans of every length around the 8-byte words the hash reads, at the end of the buffer, with NULs
     rng = random.Random(0)
-    buf = bytes(rng.choice(b"ab\x00") for _ in range(300))
-    off = np.array([rng.randrange(len(buf)) for _ in range(400)] + [len(buf) - 3, len(buf) - 1], np.uint64)
-    length = np.array([min(rng.choice([0, 1, 2, 3, 8, 9, 33, 40]), len(buf) - o) for o in off.tolist()], np.uint64)
-    rows = np.arange(0, len(off), 2)
-    for chosen in (None, rows):
-        ids, first = build.intern_spans(buf, off, length, chosen)
-        spans = [buf[o:o + n] for o, n in zip(off.tolist(), length.tolist())]
-        if chosen is not None:
-            spans = [spans[r] for r in chosen.tolist()]
+    buf = bytes(rng.choice(b"ab\x00") for _ in range(300)) + bytes(rng.choice(b"ab") for _ in range(3000))
+    off = [rng.randrange(len(buf)) for _ in range(3000)] + [len(buf) - 3, len(buf) - 1, len(buf)]
+    length = [min(rng.choice([0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 40, 200, 1000]), len(buf) - o) for o in off]
+    links = link(buf, _span_tables(off, length), ())
+    for ids, first, spans in ((links.opcode_ids, links.opcode_first, list(zip(off, length))),
+                              (links.shape_ids, links.shape_first, list(zip(off[::-1], length[::-1])))):
         by_text: dict[bytes, list[int]] = {}
-        for r, s in enumerate(spans):
-            by_text.setdefault(s, []).append(r)
+        for r, (o, n) in enumerate(spans):
+            by_text.setdefault(buf[o:o + n], []).append(r)
         assert _groups(ids) == {tuple(v) for v in by_text.values()}
-        assert first.tolist() == [ids.tolist().index(i) for i in range(len(first))]
+        assert first.tolist() == [ids.tolist().index(i) for i in range(len(first))]     # ids in order of first use
 
 
 def test_scan_tables_outlive_the_scan_result():

@@ -51,6 +51,8 @@ __all__ = [
     "ScanError",
     "ScanTables",
     "scan",
+    "Links",
+    "link",
     "span_bytes",
     "span_str",
     "INSTR_ROOT",
@@ -112,8 +114,9 @@ INSTR_ROOT, INSTR_ANONYMOUS, INSTR_NO_SHAPE = lib.HLO_INSTR_ROOT, lib.HLO_INSTR_
 COMP_ENTRY, MODULE_HEADER = lib.HLO_COMP_ENTRY, lib.HLO_MODULE_HEADER
 ERR_SYNTAX, ERR_UNTERMINATED, ERR_TOO_DEEP = lib.HLO_ERR_SYNTAX, lib.HLO_ERR_UNTERMINATED, lib.HLO_ERR_TOO_DEEP
 ERR_NO_MEMORY, ERR_DUPLICATE, ERR_TOO_LARGE = lib.HLO_ERR_NO_MEMORY, lib.HLO_ERR_DUPLICATE, lib.HLO_ERR_TOO_LARGE
+CALL_BRACED, CALL_INLINE, CALL_UNKNOWN = lib.HLO_CALL_BRACED, lib.HLO_CALL_INLINE, lib.HLO_CALL_UNKNOWN
 
-for _name in ("span", "instr", "operand", "attr", "comp", "module", "tables"):
+for _name in ("span", "instr", "operand", "attr", "comp", "module", "tables", "call", "links"):
     _c, _py = lib.hlo_struct_size(getattr(lib, f"HLO_STRUCT_{_name.upper()}")), ffi.sizeof(f"hlo_{_name}")
     if _c != _py:
         raise ImportError(f"{LIBRARY_PATH}: sizeof(hlo_{_name}) is {_c} in C but {_py} in hloexec/parser/_scan_ffi.py; "
@@ -140,6 +143,7 @@ def _dtype(cname: str) -> np.dtype:
 
 
 DTYPES: dict[str, np.dtype] = {tab: _dtype(c) for tab, c in _TABLES}
+CALL_DTYPE = _dtype("hlo_call")
 
 
 class ScanError(Exception):
@@ -205,3 +209,53 @@ def span_bytes(buf, off, length) -> bytes:
 def span_str(buf, off, length) -> str:
     """buf[off:off+len] decoded as UTF-8 (invalid bytes replaced)."""
     return span_bytes(buf, off, length).decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """What `link` found (see "Linking" in csrc/hlo_scan.h): per instruction `opcode_ids` and `shape_ids`
+    (-1: no written shape, or recv-done), the first row of each id (`opcode_first`, `shape_first`), the first
+    bad operand row and its instruction, the first bad parameter row (each -1 if none), and `calls`
+    (structured, fields of hlo_call) with the computation rows they name in `call_targets`."""
+
+    opcode_ids: np.ndarray
+    opcode_first: np.ndarray
+    shape_ids: np.ndarray
+    shape_first: np.ndarray
+    bad_operand: int
+    bad_operand_owner: int
+    bad_parameter: int
+    calls: np.ndarray
+    call_targets: np.ndarray
+
+
+def link(buf, tables: ScanTables, call_keys: tuple[str, ...]) -> Links:
+    """Intern opcodes and shapes, check operands and parameter numbers, and resolve the attributes with a key
+    in `call_keys` to computation rows, over the tables `scan(buf)` made (in C, row by row)."""
+    cbuf = ffi.from_buffer(buf)
+    ct = ffi.new("hlo_tables *")
+    for tab, cname in _TABLES:
+        rows = getattr(tables, tab)
+        setattr(ct, tab, ffi.cast(cname + " *", ffi.from_buffer(rows)) if len(rows) else ffi.NULL)
+        setattr(ct, "n_" + tab, len(rows))
+    keys = [ffi.new("char[]", k.encode()) for k in call_keys]
+    n = len(tables.instrs)
+    opcode_ids, opcode_first, shape_ids, shape_first = (np.empty(n, np.int32) for _ in range(4))
+    as_int = lambda a: ffi.cast("int32_t *", ffi.from_buffer(a))     # noqa: E731
+    links = lib.hlo_link(cbuf, len(cbuf), ct, ffi.new("char *[]", keys), len(keys), as_int(opcode_ids),
+                         as_int(opcode_first), as_int(shape_ids), as_int(shape_first))
+    if links == ffi.NULL:
+        raise MemoryError("hlo_link: out of memory")
+    try:
+        if links.error:
+            raise MemoryError("hlo_link: out of memory") if links.error == ERR_NO_MEMORY else \
+                ScanError(int(links.error), 0, "a table would exceed 2^31 rows")
+        calls = np.frombuffer(ffi.buffer(links.calls, links.n_calls * CALL_DTYPE.itemsize), CALL_DTYPE).copy() \
+            if links.n_calls else np.zeros(0, CALL_DTYPE)
+        targets = np.frombuffer(ffi.buffer(links.call_targets, links.n_call_targets * 4), np.int32).copy() \
+            if links.n_call_targets else np.zeros(0, np.int32)
+        return Links(opcode_ids, opcode_first[:links.n_opcodes], shape_ids, shape_first[:links.n_shapes],
+                     int(links.bad_operand), int(links.bad_operand_owner), int(links.bad_parameter), calls, targets)
+    finally:
+        lib.hlo_links_free(links)
+        del cbuf
