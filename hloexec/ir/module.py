@@ -272,6 +272,15 @@ class Computation:
             for inst in instructions:
                 inst.computation = self
 
+    @classmethod
+    def of_tables(cls, name: str, tables, row: int, is_entry: bool, attrs: dict[str, str], line: int) -> "Computation":
+        """A parsed computation, not built yet (as `Computation(name, None, None, signature=None, ...)`, without
+        keyword handling: a dump's ~10^4 computations are made in every parse)."""
+        comp = cls.__new__(cls)
+        comp.name, comp._instructions, comp._root, comp.is_entry, comp._signature = name, None, None, is_entry, None
+        comp.attrs, comp.line, comp.module, comp.tables, comp.row = attrs, line, None, tables, row
+        return comp
+
     @property
     def is_built(self) -> bool:
         """Whether the Instruction objects exist (False: still only rows of the parser's tables)."""

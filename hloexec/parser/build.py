@@ -12,6 +12,7 @@ import gc
 import mmap
 import os
 import re
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -87,9 +88,22 @@ def parse(source, *, path: str | None = None) -> list[Module]:
             raise src.error(e.message, e.offset) from None
     if len(tables.modules) == 0:
         raise src.error("no HLO module or computation found", 0)
-    builder = Builder(src, tables)
-    del tables          # the builder drops what it no longer needs
-    return builder.modules()
+    with _collections_paused():       # ~2 objects per computation
+        builder = Builder(src, tables)
+        del tables          # the builder drops what it no longer needs
+        return builder.modules()
+
+
+@contextmanager
+def _collections_paused():
+    """No cyclic garbage collection inside (making many objects at once, none of them garbage yet)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def instruction_rows(comps: np.ndarray, comp_rows: list[int]) -> slice | np.ndarray:
@@ -173,13 +187,8 @@ class InstructionTables:
     def build(self, comp: Computation, row: int) -> tuple[list[Instruction], Instruction]:
         """The Instruction objects of computation `row`, linked (operands, users, called), and its root."""
         # ~4 linked objects per instruction: collections while making them would rescan all made so far
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with _collections_paused():
             return self._build(comp, row)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
 
     def _build(self, comp: Computation, row: int) -> tuple[list[Instruction], Instruction]:
         _, _, _, _, begin, count, _, _, _, _, root, _ = self.comps[row].item()
@@ -371,14 +380,14 @@ class Builder:
 
     def computations(self, tables: InstructionTables) -> list[Computation]:
         comps = []
+        append, make, buf = comps.append, Computation.of_tables, self.buf
         rows = self.comp_rows[["name_off", "name_len", "instr_count", "attr_begin", "attr_count", "line", "flags"]]
         for row, (name_off, name_len, count, attr_begin, attr_count, line, flags) in enumerate(rows.tolist()):
-            name = self.src.text(name_off, name_len)
+            name = buf[name_off:name_off + name_len].decode("utf-8", "replace")
             if not count:
                 raise self.src.error(f"computation %{name} has no instructions", name_off)
-            comps.append(Computation(name, None, None, is_entry=bool(flags & COMP_ENTRY), signature=None,
-                                     attrs=self.attrs(attr_begin, attr_count) if attr_count else {}, line=line,
-                                     tables=tables, row=row))
+            append(make(name, tables, row, bool(flags & COMP_ENTRY),
+                        self.attrs(attr_begin, attr_count) if attr_count else {}, line))
         return comps
 
     def link_called(self, tables: InstructionTables, comps: list[Computation]):
