@@ -6,11 +6,11 @@
  * scanner, every read stays inside the tables' spans, which hlo_scan keeps inside the buffer.
  */
 #include "hlo_scan.h"
+#include "hlo_bytes.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define MIX 0x9E3779B97F4A7C15ull
 #define PREFETCH_ROWS 8  /* instructions ahead whose text is asked for */
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch(p)
@@ -18,45 +18,11 @@
 #define PREFETCH(p) ((void)(p))
 #endif
 
-static uint64_t load8(const char *p) {
-  uint64_t w;
-  memcpy(&w, p, 8);
-  return w;
-}
-
-static uint64_t load4(const char *p) {
-  uint32_t w;
-  memcpy(&w, p, 4);
-  return w;
-}
-
-/* Hash of p[0:n], reading no byte outside it: whole words, then the last (overlapping) word; short texts
- * as two overlapping 4-byte loads or three bytes. Texts over 64 bytes (long tuple shapes) are hashed by
- * their first 56 and last 8 bytes and length; equal hashes are compared in full anyway. */
-static uint64_t hash_bytes(const char *p, uint64_t n) {
-  uint64_t h = n * MIX;
-  if (n >= 8) {
-    uint64_t words = (n - 1) / 8 < 7 ? (n - 1) / 8 : 7;
-    for (uint64_t k = 0; k < words; k++) h = (h ^ load8(p + 8 * k)) * MIX, h ^= h >> 29;
-    h = (h ^ load8(p + n - 8)) * MIX;
-  } else if (n >= 4) {
-    h = (h ^ (load4(p) << 32 | load4(p + n - 4))) * MIX;
-  } else if (n) {
-    h = (h ^ ((uint64_t)(unsigned char)p[0] << 16 | (uint64_t)(unsigned char)p[n / 2] << 8 |
-              (unsigned char)p[n - 1])) * MIX;
-  }
-  return h ^ (h >> 32);
-}
-
 static int same_text(const char *buf, hlo_span a, hlo_span b) {
-  if (a.len != b.len) return 0;
-  const char *p = buf + a.off, *q = buf + b.off;
-  uint64_t n = a.len;
-  if (n > 16) return memcmp(p, q, n) == 0;
-  if (n >= 8) return load8(p) == load8(q) && load8(p + n - 8) == load8(q + n - 8);  /* inline: most texts */
-  if (n >= 4) return load4(p) == load4(q) && load4(p + n - 4) == load4(q + n - 4);
-  return n == 0 || (p[0] == q[0] && p[n / 2] == q[n / 2] && p[n - 1] == q[n - 1]);
+  return a.len == b.len && same_bytes((const uint8_t *)buf + a.off, (const uint8_t *)buf + b.off, a.len);
 }
+
+static uint32_t text_hash(const char *buf, hlo_span a) { return hash_bytes((const uint8_t *)buf + a.off, a.len); }
 
 static int is_text(const char *buf, hlo_span a, const char *s) {
   size_t n = strlen(s);
@@ -69,7 +35,7 @@ typedef struct {
   uint32_t *slots;   /* id + 1; 0 = empty */
   uint64_t cap;      /* slots, a power of two, at least twice the ids */
   hlo_span *texts;   /* per id */
-  uint64_t *hashes;  /* per id */
+  uint32_t *hashes;  /* per id */
   uint64_t n, id_cap;
 } interner;
 
@@ -90,7 +56,7 @@ static void interner_free(interner *in) {
   free(in->hashes);
 }
 
-static void place(uint32_t *slots, uint64_t cap, uint64_t h, uint32_t value) {
+static void place(uint32_t *slots, uint64_t cap, uint32_t h, uint32_t value) {
   uint64_t i = h & (cap - 1);
   while (slots[i]) i = (i + 1) & (cap - 1);
   slots[i] = value;
@@ -98,7 +64,7 @@ static void place(uint32_t *slots, uint64_t cap, uint64_t h, uint32_t value) {
 
 /* The id of `text` (a new one recorded with `row` in first[] if unseen), or -1 when out of memory. */
 static int64_t intern(interner *in, hlo_span text, int32_t row, int32_t *first) {
-  uint64_t h = hash_bytes(in->buf + text.off, text.len);
+  uint32_t h = text_hash(in->buf, text);
   uint64_t i = h & (in->cap - 1);
   for (uint32_t s; (s = in->slots[i]) != 0; i = (i + 1) & (in->cap - 1)) {
     if (in->hashes[s - 1] == h && same_text(in->buf, in->texts[s - 1], text)) return s - 1;
@@ -108,7 +74,7 @@ static int64_t intern(interner *in, hlo_span text, int32_t row, int32_t *first) 
     hlo_span *texts = realloc(in->texts, nc * sizeof *texts);
     if (!texts) return -1;
     in->texts = texts;
-    uint64_t *hashes = realloc(in->hashes, nc * sizeof *hashes);
+    uint32_t *hashes = realloc(in->hashes, nc * sizeof *hashes);
     if (!hashes) return -1;
     in->hashes = hashes;
     in->id_cap = nc;
@@ -155,8 +121,8 @@ typedef struct {
   uint64_t cap;
 } comp_map;
 
-static uint64_t comp_hash(const char *buf, hlo_span name, int32_t module) {
-  return hash_bytes(buf + name.off, name.len) ^ ((uint64_t)(uint32_t)module * MIX);
+static uint32_t comp_hash(const char *buf, hlo_span name, int32_t module) {
+  return text_hash(buf, name) ^ ((uint32_t)module * 0x9E3779B9u);
 }
 
 static int comp_map_init(comp_map *m, const char *buf, const hlo_tables *t) {

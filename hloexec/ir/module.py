@@ -346,19 +346,39 @@ class Computation:
 
 
 class Module:
-    def __init__(self, name: str, computations: list[Computation], entry: Computation, *,
+    """An HLO module: `computations` in text order (the entry is usually last).
+
+    Made by the parser with `computations=None` and `computation_rows=(make, begin, end)`: the list is then
+    `make(begin, end)`, made on first access of `computations` (a dump's computations are not needed to
+    parse it, run its entry or count its instructions by opcode)."""
+
+    def __init__(self, name: str, computations: list[Computation] | None, entry: Computation, *,
                  attrs: dict[str, str] | None = None, has_header: bool = True, line: int = 0,
-                 path: str | None = None, stack_frames: dict[int, tuple[str, int]] | None = None):
+                 path: str | None = None, stack_frames: dict[int, tuple[str, int]] | None = None,
+                 computation_rows: tuple | None = None):
         self.name = name
-        self.computations = computations     # in text order; the entry is usually last
+        self._computations = computations
+        self._computation_rows = computation_rows
         self.entry = entry
         self.attrs = attrs or {}             # header attributes, raw text
         self.has_header = has_header
         self.line = line                     # line of the header (or first computation) in the source
         self.path = path
         self._stack_frames = stack_frames or {}
-        for comp in computations:
+        for comp in computations or ():
             comp.module = self
+
+    @property
+    def computations(self) -> list[Computation]:
+        """In text order; the entry is usually last."""
+        if self._computations is None:
+            make, begin, end = self._computation_rows
+            self._computations = make(begin, end)
+        return self._computations
+
+    @computations.setter
+    def computations(self, computations: list[Computation]):
+        self._computations = computations
 
     def attr(self, key: str, default=None):
         raw = self.attrs.get(key)

@@ -134,7 +134,7 @@ class InstructionTables:
         self._columns = (0, [[]], 0, [])
         # the attributes naming computations (see Builder.link_called): linked to instructions as they are built
         self.calls, self.call_targets = np.zeros(0, CALL_DTYPE), np.zeros(0, np.int32)
-        self.computations: list[Computation] = []            # by computation row
+        self.computations: ComputationTable | None = None    # the Computation of each row, made on first use
         self.inline: dict[int, Computation] = {}             # call index -> the computation written inline
 
     def instruction_count(self, row: int) -> int:
@@ -227,14 +227,14 @@ class InstructionTables:
         calls = self.calls
         first, last = np.searchsorted(calls["owner"], (begin, end)).tolist()
         if first < last:
-            targets, comps = self.call_targets, self.computations
+            targets, comp = self.call_targets, self.computations.get
             for i, (owner, key, flags, target_begin, target_count) in enumerate(
                     calls[["owner", "key", "flags", "target_begin", "target_count"]][first:last].tolist(), first):
                 key = COMPUTATION_ATTRS[key]
                 if flags & CALL_INLINE:
                     value = self.inline[i]
                 else:
-                    called = [comps[t] for t in targets[target_begin:target_begin + target_count].tolist()]
+                    called = [comp(t) for t in targets[target_begin:target_begin + target_count].tolist()]
                     value = called if flags & CALL_BRACED or key in _LIST_VALUED else called[0]
                 insts[owner - begin].called[key] = value
         root = insts[root - begin] if root >= 0 else insts[-1]
@@ -246,6 +246,42 @@ _LIST_VALUED = ("branch_computations", "called_computations")   # a list even wh
 _BUILD_FIELDS = ("name_off", "name_len", "args_off", "args_len", "operand_begin", "operand_count", "attr_begin",
                  "attr_count", "line", "column", "flags")
 _COLUMN_ROWS = 4096      # instruction rows turned into Python lists at once when building computations
+
+
+class ComputationTable:
+    """The Computation objects of one parse by computation row, each made on first use: a module's list
+    (`Module.computations`, through `make`), an entry, a called computation (`get`)."""
+
+    def __init__(self, buf, rows: np.ndarray, attr_table: AttrTable, tables: InstructionTables):
+        self.buf, self.rows, self.attr_table, self.tables = buf, rows, attr_table, tables
+        self.made: list[Computation | None] = [None] * len(rows)
+        self.modules: dict[int, Module] = {}          # module row -> Module (add_module)
+
+    def add_module(self, row: int, module: Module, begin: int, end: int):
+        """`module` holds computation rows begin..end: those made from now on, and those made already, are its."""
+        self.modules[row] = module
+        for comp in self.made[begin:end]:
+            if comp is not None:
+                comp.module = module
+
+    def get(self, row: int) -> Computation:
+        comp = self.made[row]
+        return comp if comp is not None else self.make(row, row + 1)[0]
+
+    def make(self, begin: int, end: int) -> list[Computation]:
+        """The computations of rows begin..end (made where not yet)."""
+        buf, made, make, attrs, tables = self.buf, self.made, Computation.of_tables, self.attr_table, self.tables
+        out = []
+        rows = self.rows[["name_off", "name_len", "attr_begin", "attr_count", "line", "flags", "module"]][begin:end]
+        for row, (name_off, name_len, attr_begin, attr_count, line, flags, module) in enumerate(rows.tolist(), begin):
+            comp = made[row]
+            if comp is None:
+                comp = made[row] = make(buf[name_off:name_off + name_len].decode("utf-8", "replace"), tables, row,
+                                        bool(flags & COMP_ENTRY),
+                                        attrs.to_dict(attr_begin, attr_count) if attr_count else {}, line)
+                comp.module = self.modules.get(module)
+            out.append(comp)
+        return out
 
 
 # -- checking the tables ------------------------------------------------------------------------------
@@ -281,16 +317,19 @@ class Builder:
         comps = self.computations(tables)
         self.link_called(tables, comps)
         modules = []
-        for row in self.module_rows:
-            mcomps = comps[row["comp_begin"]:row["comp_begin"] + row["comp_count"]]
-            if not mcomps:
-                raise self.src.error("module has no computations", int(row["text_off"]))
-            entry = comps[row["entry"]] if row["entry"] >= 0 else mcomps[-1]
-            has_header = bool(row["flags"] & MODULE_HEADER)
-            name = self.src.text(int(row["name_off"]), int(row["name_len"])) if has_header else entry.name
-            module = Module(name, mcomps, entry, attrs=self.attrs(int(row["attr_begin"]), int(row["attr_count"])),
-                            has_header=has_header, line=int(row["line"]), path=self.src.path,
-                            stack_frames=self.stack_frames(int(row["preamble_off"]), int(row["preamble_len"])))
+        for row, (begin, count, entry_row, flags, name_off, name_len, attr_begin, attr_count, line, text_off,
+                  preamble_off, preamble_len) in enumerate(self.module_rows[[
+                    "comp_begin", "comp_count", "entry", "flags", "name_off", "name_len", "attr_begin", "attr_count",
+                    "line", "text_off", "preamble_off", "preamble_len"]].tolist()):
+            if not count:
+                raise self.src.error("module has no computations", text_off)
+            entry = comps.get(entry_row if entry_row >= 0 else begin + count - 1)
+            has_header = bool(flags & MODULE_HEADER)
+            name = self.src.text(name_off, name_len) if has_header else entry.name
+            module = Module(name, None, entry, attrs=self.attrs(attr_begin, attr_count), has_header=has_header,
+                            line=line, path=self.src.path, stack_frames=self.stack_frames(preamble_off, preamble_len),
+                            computation_rows=(comps.make, begin, begin + count))
+            comps.add_module(row, module, begin, begin + count)
             entry.is_entry = True
             modules.append(module)
         for module in modules:
@@ -378,19 +417,16 @@ class Builder:
             raise self.src.error(f"the shape of this {opcode} is omitted and cannot be inferred ({e}); write it",
                                  offset) from None
 
-    def computations(self, tables: InstructionTables) -> list[Computation]:
-        comps = []
-        append, make, buf = comps.append, Computation.of_tables, self.buf
-        rows = self.comp_rows[["name_off", "name_len", "instr_count", "attr_begin", "attr_count", "line", "flags"]]
-        for row, (name_off, name_len, count, attr_begin, attr_count, line, flags) in enumerate(rows.tolist()):
-            name = buf[name_off:name_off + name_len].decode("utf-8", "replace")
-            if not count:
-                raise self.src.error(f"computation %{name} has no instructions", name_off)
-            append(make(name, tables, row, bool(flags & COMP_ENTRY),
-                        self.attrs(attr_begin, attr_count) if attr_count else {}, line))
+    def computations(self, tables: InstructionTables) -> ComputationTable:
+        """The computations, made on first use, after checking that each has instructions."""
+        empty = np.flatnonzero(self.comp_rows["instr_count"] == 0)
+        if len(empty):
+            name_off, name_len = self.comp_rows[["name_off", "name_len"]][empty[0]].item()
+            raise self.src.error(f"computation %{self.src.text(name_off, name_len)} has no instructions", name_off)
+        comps = tables.computations = ComputationTable(self.buf, self.comp_rows, self.attr_table, tables)
         return comps
 
-    def link_called(self, tables: InstructionTables, comps: list[Computation]):
+    def link_called(self, tables: InstructionTables, comps: ComputationTable):
         """Check what calls=, to_apply=, body=, branch_computations=, ... name (resolved by `link`), parse the
         computations written inline, and hand the rest to `tables` (linked as instructions are built)."""
         calls = self.links.calls
@@ -405,15 +441,15 @@ class Builder:
                                      self.attr_table.value_off(attr))
             elif not (flags & CALL_BRACED or key in _LIST_VALUED):
                 raise self.src.error(f"{key} names no computation", self.attr_table.value_off(attr))
-        tables.calls, tables.call_targets, tables.computations = calls, self.links.call_targets, comps
+        tables.calls, tables.call_targets = calls, self.links.call_targets
 
-    def inline_computation(self, raw: str, tables: InstructionTables, comps: list[Computation],
+    def inline_computation(self, raw: str, tables: InstructionTables, comps: ComputationTable,
                            owner: int) -> Computation:
         """`to_apply={ ... }`: a computation written inline, parsed as a bare computation."""
         name = f"{tables.name(owner)}.{tables.opcode(owner)}_computation"
         inner = parse(f"{name} {raw}\n", path=self.src.path)[0]
         inner.entry.is_entry = False
-        self.inline.append((comps[self.instr_rows["computation"][owner]], inner))
+        self.inline.append((comps.get(int(self.instr_rows["computation"][owner])), inner))
         return inner.entry
 
     def insert_inline_computations(self, module: Module):
