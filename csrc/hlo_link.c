@@ -215,6 +215,10 @@ static int resolve_value(call_out *o, const comp_map *m, hlo_call *call, const c
     }
     a = b + 1;
   }
+  if (!(call->flags & (HLO_CALL_UNKNOWN | HLO_CALL_BRACED)) && o->l->n_call_targets == call->target_begin) {
+    call->flags |= HLO_CALL_UNKNOWN;  /* one computation expected, none named: report the empty name */
+    call->unknown = (hlo_span){value.off, 0};
+  }
   return 0;
 }
 

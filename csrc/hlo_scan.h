@@ -128,7 +128,8 @@ void hlo_tables_free(hlo_tables *t);
 enum {
   HLO_CALL_BRACED = 1,      /* the value starts with '{' (a list of names) */
   HLO_CALL_INLINE = 2,      /* '{' and '=': a computation written inline, not resolved here */
-  HLO_CALL_UNKNOWN = 4,     /* `unknown` names no computation of the module (no targets) */
+  HLO_CALL_UNKNOWN = 4,     /* `unknown` names no computation of the module, or is empty where one name was
+                               expected and none is written (no targets either way) */
 };
 
 typedef struct {

@@ -73,6 +73,44 @@ def test_computations_build_the_same_in_any_order():
     assert {"multiply.anon1", "add.anon2", "subtract.anon1"} <= names
 
 
+def test_computations_are_made_on_first_use_as_the_same_objects():
+    inline = TEXT[TEXT.index(b"to_apply={"):TEXT.index(b"}\n  ROOT %o") + 1]
+    (m,) = hloexec.parse(TEXT.replace(inline, b"to_apply=%add"))     # (inline computations make the list)
+    assert m.__dict__["_computations"] is None  # only the entry exists until the list is asked for
+    reduce = m.entry["r"]                       # builds the entry: links to_apply=%add before the list exists
+    add = reduce.called["to_apply"]
+    assert add.name == "add" and add.module is m and not add.is_built
+    names = [c.name for c in m.computations]
+    assert names[0] == "add" and names[-1] == "main" and "unused" in names
+    assert m.computations[0] is add and m.computations[-1] is m.entry and m["add"] is add
+    assert all(c.module is m for c in m.computations) and [c.is_entry for c in m.computations].count(True) == 1
+
+
+def test_stack_frames_are_decoded_on_first_use():
+    text = b"""HloModule m
+
+FileNames
+1 "model.py"
+
+FunctionNames
+1 "f"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=7 end_line=7 column=1 end_column=2}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=1}
+
+ENTRY e {
+  ROOT x = f32[] constant(1), metadata={stack_frame_id=1}
+}
+"""
+    (m,) = hloexec.parse(text)
+    assert callable(m.__dict__["_stack_frames"])
+    assert m.entry.root.source_location == "model.py:7"
+    assert m.stack_frame(1) == ("model.py", 7) and m.stack_frame(2) is None
+
+
 def test_seed_counts_match_the_built_instructions():
     (m,) = hloexec.parse(shared_path("seeds", "gpt_train_step_shard_parallel_16dev.hlo"))
     opcodes, shapes = m.opcode_counts(), m.shape_counts()

@@ -9,6 +9,7 @@ objects on first use (see Computation), so counting needs no objects (`Module.op
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from functools import cached_property
 
 from ..errors import HloParseError
@@ -354,7 +355,8 @@ class Module:
 
     def __init__(self, name: str, computations: list[Computation] | None, entry: Computation, *,
                  attrs: dict[str, str] | None = None, has_header: bool = True, line: int = 0,
-                 path: str | None = None, stack_frames: dict[int, tuple[str, int]] | None = None,
+                 path: str | None = None,
+                 stack_frames: dict[int, tuple[str, int]] | Callable[[], dict[int, tuple[str, int]]] | None = None,
                  computation_rows: tuple | None = None):
         self.name = name
         self._computations = computations
@@ -364,7 +366,7 @@ class Module:
         self.has_header = has_header
         self.line = line                     # line of the header (or first computation) in the source
         self.path = path
-        self._stack_frames = stack_frames or {}
+        self._stack_frames = stack_frames or {}      # or a function making it, called on first use
         for comp in computations or ():
             comp.module = self
 
@@ -397,7 +399,10 @@ class Module:
 
     def stack_frame(self, frame_id: int) -> tuple[str, int] | None:
         """(file, line) of a stack frame id from the module's StackFrames table."""
-        return self._stack_frames.get(frame_id)
+        frames = self._stack_frames
+        if callable(frames):
+            frames = self._stack_frames = frames()
+        return frames.get(frame_id)
 
     @cached_property
     def by_name(self) -> dict[str, Computation]:

@@ -13,6 +13,7 @@ import mmap
 import os
 import re
 from contextlib import contextmanager
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -130,12 +131,16 @@ class InstructionTables:
         self.opcode_ids, self.opcodes, self.shape_ids, self.shapes = opcode_ids, opcodes, shape_ids, shapes
         self.attr_table = attr_table
         self.with_args = {i for i, op in enumerate(opcodes) if op in ("constant", "parameter")}
-        self.anonymous = np.flatnonzero(instrs["flags"] & INSTR_ANONYMOUS)
         self._columns = (0, [[]], 0, [])
         # the attributes naming computations (see Builder.link_called): linked to instructions as they are built
         self.calls, self.call_targets = np.zeros(0, CALL_DTYPE), np.zeros(0, np.int32)
         self.computations: ComputationTable | None = None    # the Computation of each row, made on first use
         self.inline: dict[int, Computation] = {}             # call index -> the computation written inline
+
+    @cached_property
+    def anonymous(self) -> np.ndarray:
+        """Rows of the nested (anonymous) instructions."""
+        return np.flatnonzero(self.instrs["flags"] & INSTR_ANONYMOUS)
 
     def instruction_count(self, row: int) -> int:
         return int(self.comps["instr_count"][row])
@@ -327,7 +332,7 @@ class Builder:
             has_header = bool(flags & MODULE_HEADER)
             name = self.src.text(name_off, name_len) if has_header else entry.name
             module = Module(name, None, entry, attrs=self.attrs(attr_begin, attr_count), has_header=has_header,
-                            line=line, path=self.src.path, stack_frames=self.stack_frames(preamble_off, preamble_len),
+                            line=line, path=self.src.path, stack_frames=partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None,
                             computation_rows=(comps.make, begin, begin + count))
             comps.add_module(row, module, begin, begin + count)
             entry.is_entry = True
@@ -430,17 +435,15 @@ class Builder:
         """Check what calls=, to_apply=, body=, branch_computations=, ... name (resolved by `link`), parse the
         computations written inline, and hand the rest to `tables` (linked as instructions are built)."""
         calls = self.links.calls
-        odd = (calls["flags"] & (CALL_INLINE | CALL_UNKNOWN) != 0) | (calls["target_count"] == 0)
+        odd = calls["flags"] & (CALL_INLINE | CALL_UNKNOWN) if len(calls) else ()
         for i in np.flatnonzero(odd).tolist():
             owner, attr, key, flags, _, _, name_off, name_len = calls[i].item()
             key = COMPUTATION_ATTRS[key]
             if flags & CALL_INLINE:
                 tables.inline[i] = self.inline_computation(self.attr_table.value(attr), tables, comps, owner)
-            elif flags & CALL_UNKNOWN:
+            else:
                 raise self.src.error(f"{key} names unknown computation %{self.src.text(name_off, name_len)}",
                                      self.attr_table.value_off(attr))
-            elif not (flags & CALL_BRACED or key in _LIST_VALUED):
-                raise self.src.error(f"{key} names no computation", self.attr_table.value_off(attr))
         tables.calls, tables.call_targets = calls, self.links.call_targets
 
     def inline_computation(self, raw: str, tables: InstructionTables, comps: ComputationTable,
@@ -462,32 +465,35 @@ class Builder:
                 module.computations.insert(module.computations.index(user), comp)
         module.__dict__.pop("by_name", None)
 
-    def stack_frames(self, off: int, length: int) -> dict[int, tuple[str, int]]:
-        """StackFrames id -> (file, line), through FileLocations and FileNames."""
-        if not length:
-            return {}
-        text = self.src.text(off, length)
-        files, locations, frames = {}, {}, {}
-        section = None
-        for line in text.splitlines():
-            line = line.strip()
-            if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-                section = line
-                continue
-            m = re.match(r"(\d+)\s+(.*)", line)
-            if not m:
-                continue
-            key, rest = int(m.group(1)), m.group(2)
-            fields = dict(re.findall(r"(\w+)=(\d+)", rest))
-            if section == "FileNames":
-                files[key] = rest.strip().strip('"')
-            elif section == "FileLocations":
-                locations[key] = (int(fields.get("file_name_id", 0)), int(fields.get("line", 0)))
-            elif section == "StackFrames":
-                frames[key] = int(fields.get("file_location_id", 0))
-        out = {}
-        for frame, loc in frames.items():
-            if loc in locations:
-                file_id, line = locations[loc]
-                out[frame] = (files.get(file_id, "?"), line)
-        return out
+
+_FRAME_ROW = re.compile(r"(\d+)\s+(.*)")
+_FRAME_FIELD = re.compile(r"(\w+)=(\d+)")
+
+
+def stack_frames(src: Source, off: int, length: int) -> dict[int, tuple[str, int]]:
+    """StackFrames id -> (file, line), through FileLocations and FileNames, from the preamble at src[off:off+length]
+    (decoded when a module first asks: a dump's preamble can be a tenth of its text)."""
+    files, locations, frames = {}, {}, {}
+    section = None
+    for line in src.text(off, length).splitlines():
+        line = line.strip()
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            section = line
+            continue
+        m = _FRAME_ROW.match(line)
+        if not m:
+            continue
+        key, rest = int(m.group(1)), m.group(2)
+        fields = dict(_FRAME_FIELD.findall(rest))
+        if section == "FileNames":
+            files[key] = rest.strip().strip('"')
+        elif section == "FileLocations":
+            locations[key] = (int(fields.get("file_name_id", 0)), int(fields.get("line", 0)))
+        elif section == "StackFrames":
+            frames[key] = int(fields.get("file_location_id", 0))
+    out = {}
+    for frame, loc in frames.items():
+        if loc in locations:
+            file_id, line = locations[loc]
+            out[frame] = (files.get(file_id, "?"), line)
+    return out

@@ -35,9 +35,13 @@ rows; their literal / number is ``args``.
 
 Errors raise :class:`ScanError` with ``code`` (``ERR_*``), byte ``offset``
 and a static ``message`` saying what was expected.
+
+``link(buf, tables, call_keys)`` runs the linking pass ``csrc/hlo_link.c``
+over those tables (see :class:`Links`).
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -229,21 +233,33 @@ class Links:
     call_targets: np.ndarray
 
 
+def _rows(table: np.ndarray, ctype: str) -> tuple:
+    """(pointer to the first row, row count) of a table for C."""
+    return (ffi.cast(ctype, ffi.from_buffer(table)) if len(table) else ffi.NULL), len(table)
+
+
+@functools.lru_cache(maxsize=8)
+def _c_strings(strings: tuple[str, ...]) -> tuple:
+    """(C array of the strings, the strings): the array does not keep its items alive, the tuple does."""
+    items = [ffi.new("char[]", s.encode()) for s in strings]
+    return ffi.new("char *[]", items), items
+
+
 def link(buf, tables: ScanTables, call_keys: tuple[str, ...]) -> Links:
     """Intern opcodes and shapes, check operands and parameter numbers, and resolve the attributes with a key
     in `call_keys` to computation rows, over the tables `scan(buf)` made (in C, row by row)."""
     cbuf = ffi.from_buffer(buf)
     ct = ffi.new("hlo_tables *")
-    for tab, cname in _TABLES:
-        rows = getattr(tables, tab)
-        setattr(ct, tab, ffi.cast(cname + " *", ffi.from_buffer(rows)) if len(rows) else ffi.NULL)
-        setattr(ct, "n_" + tab, len(rows))
-    keys = [ffi.new("char[]", k.encode()) for k in call_keys]
+    ct.modules, ct.n_modules = _rows(tables.modules, "hlo_module *")
+    ct.comps, ct.n_comps = _rows(tables.comps, "hlo_comp *")
+    ct.instrs, ct.n_instrs = _rows(tables.instrs, "hlo_instr *")
+    ct.operands, ct.n_operands = _rows(tables.operands, "hlo_operand *")
+    ct.attrs, ct.n_attrs = _rows(tables.attrs, "hlo_attr *")
+    keys, _ = _c_strings(call_keys)
     n = len(tables.instrs)
-    opcode_ids, opcode_first, shape_ids, shape_first = (np.empty(n, np.int32) for _ in range(4))
-    as_int = lambda a: ffi.cast("int32_t *", ffi.from_buffer(a))     # noqa: E731
-    links = lib.hlo_link(cbuf, len(cbuf), ct, ffi.new("char *[]", keys), len(keys), as_int(opcode_ids),
-                         as_int(opcode_first), as_int(shape_ids), as_int(shape_first))
+    ids, first = np.empty((2, n), np.int32), np.empty((2, n), np.int32)     # opcode's, shape's
+    ids_out, first_out = (ffi.cast("int32_t *", ffi.from_buffer(a)) if n else ffi.NULL for a in (ids, first))
+    links = lib.hlo_link(cbuf, len(cbuf), ct, keys, len(call_keys), ids_out, first_out, ids_out + n, first_out + n)
     if links == ffi.NULL:
         raise MemoryError("hlo_link: out of memory")
     try:
@@ -254,7 +270,7 @@ def link(buf, tables: ScanTables, call_keys: tuple[str, ...]) -> Links:
             if links.n_calls else np.zeros(0, CALL_DTYPE)
         targets = np.frombuffer(ffi.buffer(links.call_targets, links.n_call_targets * 4), np.int32).copy() \
             if links.n_call_targets else np.zeros(0, np.int32)
-        return Links(opcode_ids, opcode_first[:links.n_opcodes], shape_ids, shape_first[:links.n_shapes],
+        return Links(ids[0], first[0, :links.n_opcodes].copy(), ids[1], first[1, :links.n_shapes].copy(),
                      int(links.bad_operand), int(links.bad_operand_owner), int(links.bad_parameter), calls, targets)
     finally:
         lib.hlo_links_free(links)
