@@ -22,8 +22,8 @@ from ..ir.attributes import AttributeSyntaxError, decode_attribute
 from ..ir.module import COMPUTATION_ATTRS, AttrTable, Computation, Instruction, Module, TextSpan
 from ..ir.shape import Shape, ShapeSyntaxError, parse_shape, tuple_shape
 from ..ir.shape_inference import ShapeInferenceError, infer_shape
-from .scan import (CALL_DTYPE, CALL_BRACED, CALL_INLINE, CALL_UNKNOWN, COMP_ENTRY, INSTR_ANONYMOUS, INSTR_NO_SHAPE, INSTR_ROOT,
-                   MODULE_HEADER, ScanError, link, scan)
+from .scan import (CALL_BRACED, CALL_DTYPE, CALL_INLINE, CALL_UNKNOWN, COMP_ENTRY, INSTR_ANONYMOUS, INSTR_NO_SHAPE,
+                   INSTR_ROOT, MODULE_HEADER, ScanError, link, scan)
 
 TOKEN = parse_shape("token[]")
 # A constant's literal longer than this stays a span of the buffer until decoded (see TextSpan).
@@ -331,8 +331,9 @@ class Builder:
             entry = comps.get(entry_row if entry_row >= 0 else begin + count - 1)
             has_header = bool(flags & MODULE_HEADER)
             name = self.src.text(name_off, name_len) if has_header else entry.name
+            frames = partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None
             module = Module(name, None, entry, attrs=self.attrs(attr_begin, attr_count), has_header=has_header,
-                            line=line, path=self.src.path, stack_frames=partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None,
+                            line=line, path=self.src.path, stack_frames=frames,
                             computation_rows=(comps.make, begin, begin + count))
             comps.add_module(row, module, begin, begin + count)
             entry.is_entry = True
@@ -363,8 +364,9 @@ class Builder:
                 shapes.append(None)
                 problems.append((row, 1, e))
         if links.bad_parameter >= 0:
+            offset = int(ins["args_off"][links.bad_parameter])
             problems.append((links.bad_parameter, 2, self.src.error(
-                "expects a parameter number (a non-negative 64-bit integer)", int(ins["args_off"][links.bad_parameter]))))
+                "expects a parameter number (a non-negative 64-bit integer)", offset)))
 
         tables = InstructionTables(self.buf, ins, self.comp_rows, targets, links.opcode_ids, opcodes, links.shape_ids,
                                    shapes, self.attr_table)
