@@ -80,8 +80,12 @@ def test_computations_are_made_on_first_use_as_the_same_objects():
     reduce = m.entry["r"]                       # builds the entry: links to_apply=%add before the list exists
     add = reduce.called["to_apply"]
     assert add.name == "add" and add.module is m and not add.is_built
+    opcodes, count = m.opcode_counts(), m.instruction_count      # counted from the tables, built entry included
+    assert m.__dict__["_computations"] is None
     names = [c.name for c in m.computations]
     assert names[0] == "add" and names[-1] == "main" and "unused" in names
+    built = list(m.instructions())
+    assert count == len(built) and opcodes == Counter(i.opcode for i in built)
     assert m.computations[0] is add and m.computations[-1] is m.entry and m["add"] is add
     assert all(c.module is m for c in m.computations) and [c.is_entry for c in m.computations].count(True) == 1
 

@@ -349,9 +349,10 @@ class Computation:
 class Module:
     """An HLO module: `computations` in text order (the entry is usually last).
 
-    Made by the parser with `computations=None` and `computation_rows=(make, begin, end)`: the list is then
-    `make(begin, end)`, made on first access of `computations` (a dump's computations are not needed to
-    parse it, run its entry or count its instructions by opcode)."""
+    Made by the parser with `computations=None` and `computation_rows=(source, begin, end)`: the list is then
+    `source.make(begin, end)`, made on first access of `computations` (a dump's computations are not needed to
+    parse it, run its entry or count its instructions by opcode). Until then `source.made[row]` holds the
+    computations already made (else None) and `source.tables` counts the rest (see Computation)."""
 
     def __init__(self, name: str, computations: list[Computation] | None, entry: Computation, *,
                  attrs: dict[str, str] | None = None, has_header: bool = True, line: int = 0,
@@ -374,8 +375,8 @@ class Module:
     def computations(self) -> list[Computation]:
         """In text order; the entry is usually last."""
         if self._computations is None:
-            make, begin, end = self._computation_rows
-            self._computations = make(begin, end)
+            source, begin, end = self._computation_rows
+            self._computations = source.make(begin, end)
         return self._computations
 
     @computations.setter
@@ -417,7 +418,17 @@ class Module:
 
     @property
     def instruction_count(self) -> int:
-        return sum(len(c) for c in self.computations)
+        made, tables, rows = self._parts()
+        return sum(len(c) for c in made) + (tables.instruction_total(rows) if rows else 0)
+
+    def _parts(self) -> tuple[list[Computation], object, list[int]]:
+        """(the computation objects, the tables and rows of those not made yet): counting a parsed module
+        makes no objects (a 1 GB dump has ~270k computations)."""
+        if self._computations is not None:
+            return self._computations, None, []
+        source, begin, end = self._computation_rows
+        made = source.made[begin:end]
+        return [c for c in made if c is not None], source.tables, [begin + i for i, c in enumerate(made) if c is None]
 
     def elided_constants(self) -> list[Instruction]:
         """The constants whose values the text does not hold (`constant({...})`): hloexec runs them as zeros."""
@@ -434,7 +445,10 @@ class Module:
     def _counts(self, column: str, of_instruction) -> Counter:
         counts = Counter()
         rows_by_tables: dict[int, tuple] = {}
-        for comp in self.computations:
+        made, tables, rows = self._parts()
+        if rows:
+            rows_by_tables[id(tables)] = (tables, rows)
+        for comp in made:
             if comp.is_built:
                 counts.update(map(of_instruction, comp.instructions))
             else:

@@ -145,6 +145,9 @@ class InstructionTables:
     def instruction_count(self, row: int) -> int:
         return int(self.comps["instr_count"][row])
 
+    def instruction_total(self, rows: list[int]) -> int:
+        return int(self.comps["instr_count"][rows].sum())
+
     def signature(self, row: int) -> str:
         off, length = self.comps[["signature_off", "signature_len"]][row].item()
         return self.buf[off:off + length].decode("utf-8", "replace")
@@ -255,7 +258,8 @@ _COLUMN_ROWS = 4096      # instruction rows turned into Python lists at once whe
 
 class ComputationTable:
     """The Computation objects of one parse by computation row, each made on first use: a module's list
-    (`Module.computations`, through `make`), an entry, a called computation (`get`)."""
+    (`Module.computations`, through `make`), an entry, a called computation (`get`); `made[row]` is the
+    object made for a row, else None."""
 
     def __init__(self, buf, rows: np.ndarray, attr_table: AttrTable, tables: InstructionTables):
         self.buf, self.rows, self.attr_table, self.tables = buf, rows, attr_table, tables
@@ -334,7 +338,7 @@ class Builder:
             frames = partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None
             module = Module(name, None, entry, attrs=self.attrs(attr_begin, attr_count), has_header=has_header,
                             line=line, path=self.src.path, stack_frames=frames,
-                            computation_rows=(comps.make, begin, begin + count))
+                            computation_rows=(comps, begin, begin + count))
             comps.add_module(row, module, begin, begin + count)
             entry.is_entry = True
             modules.append(module)
