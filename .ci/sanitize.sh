@@ -30,7 +30,7 @@ HLOEXEC_SCAN_LIBRARY="$LIB" LD_PRELOAD="$(gcc -print-file-name=libasan.so)" \
 
 echo "== sanitize: standalone sweep (ASan + UBSan + LeakSanitizer)"
 gcc -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-  -DHLO_FUZZ_STANDALONE -Icsrc fuzz/fuzz_scan.c csrc/hlo_scan.c -o "$WORK/scan_sweep"
+  -DHLO_FUZZ_STANDALONE -Icsrc fuzz/fuzz_scan.c csrc/hlo_scan.c csrc/hlo_link.c -o "$WORK/scan_sweep"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 "$WORK/scan_sweep" -n 200 -t 200 fuzz/corpus/* tests/data/fuzz_crashers/*
 if [ -d "$SHARED/seeds" ] && [ -d "$SHARED/corpus/xla" ]; then
@@ -42,7 +42,7 @@ fi
 if command -v clang > /dev/null; then
   echo "== sanitize: libFuzzer ${FUZZ_SECONDS}s on the scanner"
   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Icsrc \
-    fuzz/fuzz_scan.c csrc/hlo_scan.c -o "$WORK/fuzz_scan"
+    fuzz/fuzz_scan.c csrc/hlo_scan.c csrc/hlo_link.c -o "$WORK/fuzz_scan"
   mkdir -p "$WORK/corpus"
   (cd "$WORK" && ./fuzz_scan -dict="$ROOT/fuzz/hlo.dict" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
     -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 corpus "$ROOT/fuzz/corpus" > fuzz.log 2>&1 \

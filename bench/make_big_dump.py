@@ -8,10 +8,12 @@ to it, after the originals, until the file reaches the size; the seed's entry st
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
-SEED = Path(__file__).resolve().parent.parent.parent / "shared" / "seeds" / "gpt_train_step_shard_parallel_16dev.hlo"
+SHARED = Path(os.environ.get("HLOEXEC_SHARED") or Path(__file__).resolve().parent.parent.parent / "shared")
+SEED = SHARED / "seeds" / "gpt_train_step_shard_parallel_16dev.hlo"
 
 
 def write_dump(out: Path, megabytes: int, seed: Path = SEED) -> int:

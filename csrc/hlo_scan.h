@@ -119,6 +119,49 @@ enum {
 hlo_tables *hlo_scan(const char *buf, uint64_t len, int allow_junk);
 void hlo_tables_free(hlo_tables *t);
 
+/* ---- Linking (csrc/hlo_link.c): what parsing checks and resolves row by row, over scanned tables ----
+ *
+ * Opcode and written-shape texts are interned (equal bytes, equal id; ids in order of first use), operand
+ * targets and parameter numbers are checked, and the attributes that name computations (keys given by the
+ * caller) are resolved to computation rows of the owner's module. The caller keeps every error's wording:
+ * the pass only says where the first problem of each kind is. */
+enum {
+  HLO_CALL_BRACED = 1,      /* the value starts with '{' (a list of names) */
+  HLO_CALL_INLINE = 2,      /* '{' and '=': a computation written inline, not resolved here */
+  HLO_CALL_UNKNOWN = 4,     /* `unknown` names no computation of the module, or is empty where one name was
+                               expected and none is written (no targets either way) */
+};
+
+typedef struct {
+  uint32_t owner;           /* instruction row */
+  uint32_t attr;            /* attribute row */
+  uint32_t key;             /* index of the key in hlo_link's `call_keys` */
+  uint32_t flags;           /* HLO_CALL_* */
+  uint32_t target_begin;    /* rows of call_targets: the computation rows named, in written order */
+  uint32_t target_count;
+  hlo_span unknown;         /* HLO_CALL_UNKNOWN: the first name not found (after '%'), else len 0 */
+} hlo_call;
+
+typedef struct {
+  uint64_t n_opcodes;       /* distinct opcode texts: opcode_first[0 .. n_opcodes) */
+  uint64_t n_shapes;        /* distinct written shape texts: shape_first[0 .. n_shapes) */
+  int64_t bad_operand;      /* first operand row naming no earlier instruction of its computation, -1 if none */
+  int64_t bad_operand_owner;  /* its instruction row */
+  int64_t bad_parameter;    /* first parameter whose number is not a non-negative 64-bit integer, -1 if none */
+  hlo_call *calls;          uint64_t n_calls;     /* in attribute row order */
+  int32_t *call_targets;    uint64_t n_call_targets;
+  int32_t error;            /* 0 or HLO_ERR_NO_MEMORY / HLO_ERR_TOO_LARGE */
+} hlo_links;
+
+/* Link the tables `t` of buf[0:len] (as hlo_scan made them). The caller provides n_instrs entries for each of:
+ * opcode_ids (the id of every instruction's opcode text), opcode_first (the first instruction row of each id),
+ * shape_ids (the id of the written shape text; -1 when omitted or the opcode is recv-done, whose shape comes
+ * from its operand) and shape_first. NULL only when the result itself cannot be allocated. */
+hlo_links *hlo_link(const char *buf, uint64_t len, const hlo_tables *t, const char *const *call_keys,
+                    uint32_t n_call_keys, int32_t *opcode_ids, int32_t *opcode_first, int32_t *shape_ids,
+                    int32_t *shape_first);
+void hlo_links_free(hlo_links *l);
+
 /* sizeof the structs as compiled, so bindings (cffi ABI mode) can check
  * their layout at import. Unknown `which` returns 0. */
 enum {
@@ -129,6 +172,8 @@ enum {
   HLO_STRUCT_COMP = 4,
   HLO_STRUCT_MODULE = 5,
   HLO_STRUCT_TABLES = 6,
+  HLO_STRUCT_CALL = 7,
+  HLO_STRUCT_LINKS = 8,
 };
 uint64_t hlo_struct_size(int which);
 

@@ -1,14 +1,15 @@
-/* Fuzz target for the C scanner csrc/hlo_scan.c: any byte string must give
- * either consistent tables (every span inside the input, every row index in
- * range) or one error with an offset inside the input; never a crash, an
- * over-read, UB or a leak.
+/* Fuzz target for the C scanner csrc/hlo_scan.c and the linking pass over its
+ * tables csrc/hlo_link.c: any byte string must give either consistent tables
+ * (every span inside the input, every row index in range) and links (ids,
+ * first rows and computation rows in range) or one error with an offset
+ * inside the input; never a crash, an over-read, UB or a leak.
  *
  * libFuzzer (coverage-guided):
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Icsrc fuzz/fuzz_scan.c csrc/hlo_scan.c -o /tmp/fuzz_scan
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Icsrc fuzz/fuzz_scan.c csrc/hlo_scan.c csrc/hlo_link.c -o /tmp/fuzz_scan
  *   /tmp/fuzz_scan -max_total_time=600 -timeout=10 -rss_limit_mb=2048 /tmp/corpus fuzz/corpus
  * Standalone sweep (any C compiler, used by .ci/sanitize.sh): every file whole,
  * truncated at up to 20000 points, suffixes, and N random 4-byte mutations:
- *   cc -g -O1 -fsanitize=address,undefined -DHLO_FUZZ_STANDALONE -Icsrc fuzz/fuzz_scan.c csrc/hlo_scan.c -o /tmp/scan_sweep
+ *   cc -g -O1 -fsanitize=address,undefined -DHLO_FUZZ_STANDALONE -Icsrc fuzz/fuzz_scan.c csrc/hlo_scan.c csrc/hlo_link.c -o /tmp/scan_sweep
  *   /tmp/scan_sweep [-n MUTATIONS] [-t TRUNCATION_POINTS] FILE...
  */
 #include <stdint.h>
@@ -77,11 +78,48 @@ static void check_tables(const hlo_tables *t, uint64_t n) {
   }
 }
 
+static const char *const call_keys[] = {"calls", "to_apply", "body", "branch_computations"};
+
+static void check_links(const hlo_tables *t, const char *buf, uint64_t n) {
+  uint64_t rows = t->n_instrs ? t->n_instrs : 1;
+  int32_t *ids = malloc(4 * rows * sizeof *ids);
+  CHECK(ids != NULL);
+  int32_t *opcode_ids = ids, *opcode_first = ids + rows, *shape_ids = ids + 2 * rows, *shape_first = ids + 3 * rows;
+  hlo_links *l = hlo_link(buf, n, t, call_keys, 4, opcode_ids, opcode_first, shape_ids, shape_first);
+  CHECK(l != NULL);
+  if (!l->error) {
+    CHECK(l->n_opcodes <= t->n_instrs && l->n_shapes <= t->n_instrs);
+    for (uint64_t i = 0; i < t->n_instrs; i++) {
+      CHECK(opcode_ids[i] >= 0 && (uint64_t)opcode_ids[i] < l->n_opcodes);
+      CHECK(shape_ids[i] >= -1 && shape_ids[i] < (int64_t)l->n_shapes);
+      CHECK(opcode_first[opcode_ids[i]] <= (int64_t)i);
+    }
+    CHECK(l->bad_operand >= -1 && l->bad_operand < (int64_t)t->n_operands);
+    CHECK(l->bad_operand_owner >= -1 && l->bad_operand_owner < (int64_t)t->n_instrs);
+    CHECK(l->bad_parameter >= -1 && l->bad_parameter < (int64_t)t->n_instrs);
+    for (uint64_t c = 0; c < l->n_calls; c++) {
+      const hlo_call *call = &l->calls[c];
+      CHECK(call->owner < t->n_instrs && call->attr < t->n_attrs && call->key < 4);
+      CHECK(c == 0 || call->owner >= l->calls[c - 1].owner);
+      check_range(call->target_begin, call->target_count, l->n_call_targets);
+      check_span(call->unknown, n);
+      for (uint32_t k = 0; k < call->target_count; k++) {
+        int32_t comp = l->call_targets[call->target_begin + k];
+        CHECK(comp >= 0 && (uint64_t)comp < t->n_comps);
+        CHECK(t->comps[comp].module == t->comps[t->instrs[call->owner].computation].module);
+      }
+    }
+  }
+  hlo_links_free(l);
+  free(ids);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int allow_junk = 0; allow_junk <= 1; allow_junk++) {
     hlo_tables *t = hlo_scan((const char *)data, size, allow_junk);
     CHECK(t != NULL);
     check_tables(t, size);
+    if (!t->error) check_links(t, (const char *)data, size);
     hlo_tables_free(t);
   }
   return 0;

@@ -10,8 +10,7 @@ import pytest
 
 import hloexec
 from hloexec.errors import HloParseError
-from hloexec.parser import build
-from hloexec.parser.scan import scan
+from hloexec.parser.scan import DTYPES, ScanTables, link, scan
 from conftest import shared_path
 
 TEXT = b"""HloModule m
@@ -74,6 +73,48 @@ def test_computations_build_the_same_in_any_order():
     assert {"multiply.anon1", "add.anon2", "subtract.anon1"} <= names
 
 
+def test_computations_are_made_on_first_use_as_the_same_objects():
+    inline = TEXT[TEXT.index(b"to_apply={"):TEXT.index(b"}\n  ROOT %o") + 1]
+    (m,) = hloexec.parse(TEXT.replace(inline, b"to_apply=%add"))     # (inline computations make the list)
+    assert m.__dict__["_computations"] is None  # only the entry exists until the list is asked for
+    reduce = m.entry["r"]                       # builds the entry: links to_apply=%add before the list exists
+    add = reduce.called["to_apply"]
+    assert add.name == "add" and add.module is m and not add.is_built
+    opcodes, count = m.opcode_counts(), m.instruction_count      # counted from the tables, built entry included
+    assert m.__dict__["_computations"] is None
+    names = [c.name for c in m.computations]
+    assert names[0] == "add" and names[-1] == "main" and "unused" in names
+    built = list(m.instructions())
+    assert count == len(built) and opcodes == Counter(i.opcode for i in built)
+    assert m.computations[0] is add and m.computations[-1] is m.entry and m["add"] is add
+    assert all(c.module is m for c in m.computations) and [c.is_entry for c in m.computations].count(True) == 1
+
+
+def test_stack_frames_are_decoded_on_first_use():
+    text = b"""HloModule m
+
+FileNames
+1 "model.py"
+
+FunctionNames
+1 "f"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=7 end_line=7 column=1 end_column=2}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=1}
+
+ENTRY e {
+  ROOT x = f32[] constant(1), metadata={stack_frame_id=1}
+}
+"""
+    (m,) = hloexec.parse(text)
+    assert callable(m.__dict__["_stack_frames"])
+    assert m.entry.root.source_location == "model.py:7"
+    assert m.stack_frame(1) == ("model.py", 7) and m.stack_frame(2) is None
+
+
 def test_seed_counts_match_the_built_instructions():
     (m,) = hloexec.parse(shared_path("seeds", "gpt_train_step_shard_parallel_16dev.hlo"))
     opcodes, shapes = m.opcode_counts(), m.shape_counts()
@@ -114,27 +155,31 @@ def _groups(ids) -> set:
     return {tuple(v) for v in rows.values()}
 
 
-@pytest.mark.parametrize("mix, chunk_rows", [(build._MIX, build._CHUNK_ROWS), (np.uint64(0), build._CHUNK_ROWS),
-                                             (build._MIX, 7)])
-def test_intern_spans_groups_exactly_equal_bytes(monkeypatch, mix, chunk_rows):
-    # mix 0 gives every short span one key (the exact fallback); chunk_rows 7 merges chunks
-    monkeypatch.setattr(build, "_MIX", mix)
-    monkeypatch.setattr(build, "_CHUNK_ROWS", chunk_rows)
+def _span_tables(off: list[int], length: list[int]) -> ScanTables:
+    """Scanner tables of one computation whose instructions have these opcode and shape spans (no operands)."""
+    instrs = np.zeros(len(off), DTYPES["instrs"])
+    instrs["opcode_off"], instrs["opcode_len"] = off, length
+    instrs["shape_off"], instrs["shape_len"] = off[::-1], length[::-1]
+    comps = np.zeros(1, DTYPES["comps"])
+    comps["instr_count"] = len(off)
+    return ScanTables(np.zeros(1, DTYPES["modules"]), comps, instrs, np.zeros(0, DTYPES["operands"]),
+                      np.zeros(0, DTYPES["attrs"]))
+
+
+def test_link_interns_exactly_equal_bytes():
+    # spans of every length around the 8-byte words the hash reads, at the end of the buffer, with NULs
     rng = random.Random(0)
-    buf = bytes(rng.choice(b"ab\x00") for _ in range(300))
-    off = np.array([rng.randrange(len(buf)) for _ in range(400)] + [len(buf) - 3, len(buf) - 1], np.uint64)
-    length = np.array([min(rng.choice([0, 1, 2, 3, 8, 9, 33, 40]), len(buf) - o) for o in off.tolist()], np.uint64)
-    rows = np.arange(0, len(off), 2)
-    for chosen in (None, rows):
-        ids, first = build.intern_spans(buf, off, length, chosen)
-        spans = [buf[o:o + n] for o, n in zip(off.tolist(), length.tolist())]
-        if chosen is not None:
-            spans = [spans[r] for r in chosen.tolist()]
+    buf = bytes(rng.choice(b"ab\x00") for _ in range(300)) + bytes(rng.choice(b"ab") for _ in range(3000))
+    off = [rng.randrange(len(buf)) for _ in range(3000)] + [len(buf) - 3, len(buf) - 1, len(buf)]
+    length = [min(rng.choice([0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 40, 200, 1000]), len(buf) - o) for o in off]
+    links = link(buf, _span_tables(off, length), ())
+    for ids, first, spans in ((links.opcode_ids, links.opcode_first, list(zip(off, length))),
+                              (links.shape_ids, links.shape_first, list(zip(off[::-1], length[::-1])))):
         by_text: dict[bytes, list[int]] = {}
-        for r, s in enumerate(spans):
-            by_text.setdefault(s, []).append(r)
+        for r, (o, n) in enumerate(spans):
+            by_text.setdefault(buf[o:o + n], []).append(r)
         assert _groups(ids) == {tuple(v) for v in by_text.values()}
-        assert first.tolist() == [ids.tolist().index(i) for i in range(len(first))]
+        assert first.tolist() == [ids.tolist().index(i) for i in range(len(first))]     # ids in order of first use
 
 
 def test_scan_tables_outlive_the_scan_result():

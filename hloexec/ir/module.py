@@ -9,6 +9,7 @@ objects on first use (see Computation), so counting needs no objects (`Module.op
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from functools import cached_property
 
 from ..errors import HloParseError
@@ -272,6 +273,15 @@ class Computation:
             for inst in instructions:
                 inst.computation = self
 
+    @classmethod
+    def of_tables(cls, name: str, tables, row: int, is_entry: bool, attrs: dict[str, str], line: int) -> "Computation":
+        """A parsed computation, not built yet (as `Computation(name, None, None, signature=None, ...)`, without
+        keyword handling: a dump's ~10^4 computations are made in every parse)."""
+        comp = cls.__new__(cls)
+        comp.name, comp._instructions, comp._root, comp.is_entry, comp._signature = name, None, None, is_entry, None
+        comp.attrs, comp.line, comp.module, comp.tables, comp.row = attrs, line, None, tables, row
+        return comp
+
     @property
     def is_built(self) -> bool:
         """Whether the Instruction objects exist (False: still only rows of the parser's tables)."""
@@ -337,19 +347,41 @@ class Computation:
 
 
 class Module:
-    def __init__(self, name: str, computations: list[Computation], entry: Computation, *,
+    """An HLO module: `computations` in text order (the entry is usually last).
+
+    Made by the parser with `computations=None` and `computation_rows=(source, begin, end)`: the list is then
+    `source.make(begin, end)`, made on first access of `computations` (a dump's computations are not needed to
+    parse it, run its entry or count its instructions by opcode). Until then `source.made[row]` holds the
+    computations already made (else None) and `source.tables` counts the rest (see Computation)."""
+
+    def __init__(self, name: str, computations: list[Computation] | None, entry: Computation, *,
                  attrs: dict[str, str] | None = None, has_header: bool = True, line: int = 0,
-                 path: str | None = None, stack_frames: dict[int, tuple[str, int]] | None = None):
+                 path: str | None = None,
+                 stack_frames: dict[int, tuple[str, int]] | Callable[[], dict[int, tuple[str, int]]] | None = None,
+                 computation_rows: tuple | None = None):
         self.name = name
-        self.computations = computations     # in text order; the entry is usually last
+        self._computations = computations
+        self._computation_rows = computation_rows
         self.entry = entry
         self.attrs = attrs or {}             # header attributes, raw text
         self.has_header = has_header
         self.line = line                     # line of the header (or first computation) in the source
         self.path = path
-        self._stack_frames = stack_frames or {}
-        for comp in computations:
+        self._stack_frames = stack_frames or {}      # or a function making it, called on first use
+        for comp in computations or ():
             comp.module = self
+
+    @property
+    def computations(self) -> list[Computation]:
+        """In text order; the entry is usually last."""
+        if self._computations is None:
+            source, begin, end = self._computation_rows
+            self._computations = source.make(begin, end)
+        return self._computations
+
+    @computations.setter
+    def computations(self, computations: list[Computation]):
+        self._computations = computations
 
     def attr(self, key: str, default=None):
         raw = self.attrs.get(key)
@@ -368,7 +400,10 @@ class Module:
 
     def stack_frame(self, frame_id: int) -> tuple[str, int] | None:
         """(file, line) of a stack frame id from the module's StackFrames table."""
-        return self._stack_frames.get(frame_id)
+        frames = self._stack_frames
+        if callable(frames):
+            frames = self._stack_frames = frames()
+        return frames.get(frame_id)
 
     @cached_property
     def by_name(self) -> dict[str, Computation]:
@@ -383,7 +418,17 @@ class Module:
 
     @property
     def instruction_count(self) -> int:
-        return sum(len(c) for c in self.computations)
+        made, tables, rows = self._parts()
+        return sum(len(c) for c in made) + (tables.instruction_total(rows) if rows else 0)
+
+    def _parts(self) -> tuple[list[Computation], object, list[int]]:
+        """(the computation objects, the tables and rows of those not made yet): counting a parsed module
+        makes no objects (a 1 GB dump has ~270k computations)."""
+        if self._computations is not None:
+            return self._computations, None, []
+        source, begin, end = self._computation_rows
+        made = source.made[begin:end]
+        return [c for c in made if c is not None], source.tables, [begin + i for i, c in enumerate(made) if c is None]
 
     def elided_constants(self) -> list[Instruction]:
         """The constants whose values the text does not hold (`constant({...})`): hloexec runs them as zeros."""
@@ -400,7 +445,10 @@ class Module:
     def _counts(self, column: str, of_instruction) -> Counter:
         counts = Counter()
         rows_by_tables: dict[int, tuple] = {}
-        for comp in self.computations:
+        made, tables, rows = self._parts()
+        if rows:
+            rows_by_tables[id(tables)] = (tables, rows)
+        for comp in made:
             if comp.is_built:
                 counts.update(map(of_instruction, comp.instructions))
             else:

@@ -12,7 +12,8 @@ import gc
 import mmap
 import os
 import re
-from bisect import bisect_left
+from contextlib import contextmanager
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from ..ir.attributes import AttributeSyntaxError, decode_attribute
 from ..ir.module import COMPUTATION_ATTRS, AttrTable, Computation, Instruction, Module, TextSpan
 from ..ir.shape import Shape, ShapeSyntaxError, parse_shape, tuple_shape
 from ..ir.shape_inference import ShapeInferenceError, infer_shape
-from .scan import INSTR_ANONYMOUS, INSTR_NO_SHAPE, INSTR_ROOT, COMP_ENTRY, MODULE_HEADER, ScanError, scan
+from .scan import (CALL_BRACED, CALL_DTYPE, CALL_INLINE, CALL_UNKNOWN, COMP_ENTRY, INSTR_ANONYMOUS, INSTR_NO_SHAPE,
+                   INSTR_ROOT, MODULE_HEADER, ScanError, link, scan)
 
 TOKEN = parse_shape("token[]")
 # A constant's literal longer than this stays a span of the buffer until decoded (see TextSpan).
@@ -87,104 +89,22 @@ def parse(source, *, path: str | None = None) -> list[Module]:
             raise src.error(e.message, e.offset) from None
     if len(tables.modules) == 0:
         raise src.error("no HLO module or computation found", 0)
-    builder = Builder(src, tables)
-    del tables          # the builder drops what it no longer needs
-    return builder.modules()
+    with _collections_paused():       # ~2 objects per computation
+        builder = Builder(src, tables)
+        del tables          # the builder drops what it no longer needs
+        return builder.modules()
 
 
-def _is_parameter_number(args: str) -> bool:
-    number = args.strip()
-    return number.isascii() and number.isdigit() and len(number) <= 19 and int(number) < 1 << 63
-
-
-# -- spans of text as numpy columns -----------------------------------------------------------------
-_BYTE_MASKS = np.array([(1 << 8 * k) - 1 for k in range(9)], dtype=np.uint64)   # the low k bytes
-_SPAN_WORDS = 4      # spans up to 32 bytes are compared as words; longer ones (a few tuple shapes) as bytes
-_CHUNK_ROWS = 1 << 19   # rows per numpy pass over a column: bounds the temporaries for a GB dump
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-_COMPUTATION_ATTR_KEYS = {key.encode(): key for key in COMPUTATION_ATTRS}
-
-
-def span_words(buf, off: np.ndarray, length: np.ndarray, nwords: int) -> list[np.ndarray]:
-    """Bytes 8k..8k+7 of every span buf[off:off+length] as a little-endian uint64 (zero past the span)."""
-    if len(buf) < 8:
-        buf = bytes(buf) + bytes(8)
-    last = len(buf) - 8
-    at = np.ndarray((last + 1,), dtype="<u8", buffer=buf, strides=(1,))   # the 8 bytes from each offset
-    near_end = len(off) and int(off.max()) + 8 * (nwords - 1) > last
-    words = []
-    for k in range(nwords):
-        start = off + 8 * k
-        if near_end:       # read from earlier and shift the span's bytes down
-            clipped = np.minimum(start, last)
-            word = at[clipped] >> (np.minimum(start - clipped, 7) * 8).astype(np.uint64)
-        else:
-            word = at[start]
-        words.append(word & _BYTE_MASKS[np.clip(length - 8 * k, 0, 8)])
-    return words
-
-
-def intern_spans(buf, off: np.ndarray, length: np.ndarray, rows: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(id of every span, first row of every id) of the spans buf[off:off+length] (of `rows`, else all):
-    spans with equal bytes, and only those, share an id. Works in chunks of rows to bound its memory."""
-    n = len(off) if rows is None else len(rows)
-    if n <= _CHUNK_ROWS:
-        if rows is not None:
-            off, length = off[rows], length[rows]
-        return _intern_chunk(buf, off, length)
-    ids = np.empty(n, np.int32)
-    firsts: list[int] = []
-    seen: dict[bytes, int] = {}          # text of each span found so far -> its id
-    for lo in range(0, n, _CHUNK_ROWS):
-        chunk = slice(lo, lo + _CHUNK_ROWS) if rows is None else rows[lo:lo + _CHUNK_ROWS]
-        chunk_off, chunk_len = off[chunk], length[chunk]
-        chunk_ids, chunk_first = _intern_chunk(buf, chunk_off, chunk_len)
-        to_global = np.empty(len(chunk_first), np.int32)
-        for i, (r, o, k) in enumerate(zip(chunk_first.tolist(), chunk_off[chunk_first].tolist(),
-                                          chunk_len[chunk_first].tolist())):
-            raw = buf[o:o + k]
-            g = seen.get(raw)
-            if g is None:
-                g = seen[raw] = len(firsts)
-                firsts.append(lo + r)
-            to_global[i] = g
-        ids[lo:lo + len(chunk_ids)] = to_global[chunk_ids]
-    return ids, np.array(firsts, np.int64)
-
-
-def _intern_chunk(buf, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    off, length = off.astype(np.int64), length.astype(np.int64)
-    ids = np.empty(len(off), np.int32)
-    short = np.flatnonzero(length <= 8 * _SPAN_WORDS)
-    first = np.zeros(0, np.int64)
-    if len(short):
-        s_len = length[short]
-        words = span_words(buf, off[short], s_len, max(1, -(-int(s_len.max()) // 8)))
-        key = s_len.astype(np.uint64)
-        for word in words:
-            key = (key ^ word) * _MIX
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        same = first[inverse]
-        if not (np.array_equal(s_len[same], s_len) and all(np.array_equal(w[same], w) for w in words)):
-            # two texts with one key: unique over the words themselves
-            _, first, inverse = np.unique(np.stack([s_len.astype(np.uint64), *words], axis=1), axis=0,
-                                          return_index=True, return_inverse=True)
-        ids[short] = inverse.reshape(-1)
-        first = short[first]
-    long_rows = np.flatnonzero(length > 8 * _SPAN_WORDS)
-    if len(long_rows):
-        seen: dict[bytes, int] = {}
-        extra = []
-        for r, o, n in zip(long_rows.tolist(), off[long_rows].tolist(), length[long_rows].tolist()):
-            raw = buf[o:o + n]
-            i = seen.get(raw)
-            if i is None:
-                i = seen[raw] = len(first) + len(extra)
-                extra.append(r)
-            ids[r] = i
-        first = np.concatenate([first, np.array(extra, np.int64)])
-    return ids, first
+@contextmanager
+def _collections_paused():
+    """No cyclic garbage collection inside (making many objects at once, none of them garbage yet)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def instruction_rows(comps: np.ndarray, comp_rows: list[int]) -> slice | np.ndarray:
@@ -211,13 +131,22 @@ class InstructionTables:
         self.opcode_ids, self.opcodes, self.shape_ids, self.shapes = opcode_ids, opcodes, shape_ids, shapes
         self.attr_table = attr_table
         self.with_args = {i for i, op in enumerate(opcodes) if op in ("constant", "parameter")}
-        self.anonymous = np.flatnonzero(instrs["flags"] & INSTR_ANONYMOUS)
         self._columns = (0, [[]], 0, [])
-        self.called_owners: list[int] = []                   # instruction row of each entry of `called`
-        self.called: list[tuple[int, str, Computation | list[Computation]]] = []   # (row, attr key, value)
+        # the attributes naming computations (see Builder.link_called): linked to instructions as they are built
+        self.calls, self.call_targets = np.zeros(0, CALL_DTYPE), np.zeros(0, np.int32)
+        self.computations: ComputationTable | None = None    # the Computation of each row, made on first use
+        self.inline: dict[int, Computation] = {}             # call index -> the computation written inline
+
+    @cached_property
+    def anonymous(self) -> np.ndarray:
+        """Rows of the nested (anonymous) instructions."""
+        return np.flatnonzero(self.instrs["flags"] & INSTR_ANONYMOUS)
 
     def instruction_count(self, row: int) -> int:
         return int(self.comps["instr_count"][row])
+
+    def instruction_total(self, rows: list[int]) -> int:
+        return int(self.comps["instr_count"][rows].sum())
 
     def signature(self, row: int) -> str:
         off, length = self.comps[["signature_off", "signature_len"]][row].item()
@@ -266,13 +195,8 @@ class InstructionTables:
     def build(self, comp: Computation, row: int) -> tuple[list[Instruction], Instruction]:
         """The Instruction objects of computation `row`, linked (operands, users, called), and its root."""
         # ~4 linked objects per instruction: collections while making them would rescan all made so far
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with _collections_paused():
             return self._build(comp, row)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
 
     def _build(self, comp: Computation, row: int) -> tuple[list[Instruction], Instruction]:
         _, _, _, _, begin, count, _, _, _, _, root, _ = self.comps[row].item()
@@ -308,18 +232,65 @@ class InstructionTables:
             for o in operands:
                 o.users.append(inst)
             append(inst)
-        called = self.called
-        for i in range(bisect_left(self.called_owners, begin), bisect_left(self.called_owners, end)):
-            owner, key, value = called[i]
-            insts[owner - begin].called[key] = value
+        calls = self.calls
+        first, last = np.searchsorted(calls["owner"], (begin, end)).tolist()
+        if first < last:
+            targets, comp = self.call_targets, self.computations.get
+            for i, (owner, key, flags, target_begin, target_count) in enumerate(
+                    calls[["owner", "key", "flags", "target_begin", "target_count"]][first:last].tolist(), first):
+                key = COMPUTATION_ATTRS[key]
+                if flags & CALL_INLINE:
+                    value = self.inline[i]
+                else:
+                    called = [comp(t) for t in targets[target_begin:target_begin + target_count].tolist()]
+                    value = called if flags & CALL_BRACED or key in _LIST_VALUED else called[0]
+                insts[owner - begin].called[key] = value
         root = insts[root - begin] if root >= 0 else insts[-1]
         root.is_root = True
         return insts, root
 
 
+_LIST_VALUED = ("branch_computations", "called_computations")   # a list even when one name is written without {}
 _BUILD_FIELDS = ("name_off", "name_len", "args_off", "args_len", "operand_begin", "operand_count", "attr_begin",
                  "attr_count", "line", "column", "flags")
 _COLUMN_ROWS = 4096      # instruction rows turned into Python lists at once when building computations
+
+
+class ComputationTable:
+    """The Computation objects of one parse by computation row, each made on first use: a module's list
+    (`Module.computations`, through `make`), an entry, a called computation (`get`); `made[row]` is the
+    object made for a row, else None."""
+
+    def __init__(self, buf, rows: np.ndarray, attr_table: AttrTable, tables: InstructionTables):
+        self.buf, self.rows, self.attr_table, self.tables = buf, rows, attr_table, tables
+        self.made: list[Computation | None] = [None] * len(rows)
+        self.modules: dict[int, Module] = {}          # module row -> Module (add_module)
+
+    def add_module(self, row: int, module: Module, begin: int, end: int):
+        """`module` holds computation rows begin..end: those made from now on, and those made already, are its."""
+        self.modules[row] = module
+        for comp in self.made[begin:end]:
+            if comp is not None:
+                comp.module = module
+
+    def get(self, row: int) -> Computation:
+        comp = self.made[row]
+        return comp if comp is not None else self.make(row, row + 1)[0]
+
+    def make(self, begin: int, end: int) -> list[Computation]:
+        """The computations of rows begin..end (made where not yet)."""
+        buf, made, make, attrs, tables = self.buf, self.made, Computation.of_tables, self.attr_table, self.tables
+        out = []
+        rows = self.rows[["name_off", "name_len", "attr_begin", "attr_count", "line", "flags", "module"]][begin:end]
+        for row, (name_off, name_len, attr_begin, attr_count, line, flags, module) in enumerate(rows.tolist(), begin):
+            comp = made[row]
+            if comp is None:
+                comp = made[row] = make(buf[name_off:name_off + name_len].decode("utf-8", "replace"), tables, row,
+                                        bool(flags & COMP_ENTRY),
+                                        attrs.to_dict(attr_begin, attr_count) if attr_count else {}, line)
+                comp.module = self.modules.get(module)
+            out.append(comp)
+        return out
 
 
 # -- checking the tables ------------------------------------------------------------------------------
@@ -332,7 +303,9 @@ class Builder:
         # the scanner's tables, one by one: the operand table (~1/5 of the text's size) goes after the checks
         self.module_rows, self.comp_rows, self.instr_rows = tables.modules, tables.comps, tables.instrs
         self.operand_rows, self.attr_rows = tables.operands, tables.attrs
+        self.links = link(self.buf, tables, COMPUTATION_ATTRS)    # interned, checked and resolved in C
         self.shapes: dict[bytes, Shape] = {}
+        self.inline: list[tuple[Computation, Module]] = []      # (user, the module parsed from inline text)
         self.attr_table = AttrTable(self.buf, tables.attrs, src.error)
 
     def shape(self, off: int, length: int) -> Shape:
@@ -353,16 +326,20 @@ class Builder:
         comps = self.computations(tables)
         self.link_called(tables, comps)
         modules = []
-        for row in self.module_rows:
-            mcomps = comps[row["comp_begin"]:row["comp_begin"] + row["comp_count"]]
-            if not mcomps:
-                raise self.src.error("module has no computations", int(row["text_off"]))
-            entry = comps[row["entry"]] if row["entry"] >= 0 else mcomps[-1]
-            has_header = bool(row["flags"] & MODULE_HEADER)
-            name = self.src.text(int(row["name_off"]), int(row["name_len"])) if has_header else entry.name
-            module = Module(name, mcomps, entry, attrs=self.attrs(int(row["attr_begin"]), int(row["attr_count"])),
-                            has_header=has_header, line=int(row["line"]), path=self.src.path,
-                            stack_frames=self.stack_frames(int(row["preamble_off"]), int(row["preamble_len"])))
+        for row, (begin, count, entry_row, flags, name_off, name_len, attr_begin, attr_count, line, text_off,
+                  preamble_off, preamble_len) in enumerate(self.module_rows[[
+                    "comp_begin", "comp_count", "entry", "flags", "name_off", "name_len", "attr_begin", "attr_count",
+                    "line", "text_off", "preamble_off", "preamble_len"]].tolist()):
+            if not count:
+                raise self.src.error("module has no computations", text_off)
+            entry = comps.get(entry_row if entry_row >= 0 else begin + count - 1)
+            has_header = bool(flags & MODULE_HEADER)
+            name = self.src.text(name_off, name_len) if has_header else entry.name
+            frames = partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None
+            module = Module(name, None, entry, attrs=self.attrs(attr_begin, attr_count), has_header=has_header,
+                            line=line, path=self.src.path, stack_frames=frames,
+                            computation_rows=(comps, begin, begin + count))
+            comps.add_module(row, module, begin, begin + count)
             entry.is_entry = True
             modules.append(module)
         for module in modules:
@@ -374,61 +351,34 @@ class Builder:
 
         Of several problems, the one met first reading the text is reported: the earliest instruction,
         and in one instruction its operands, then its shape, then its parameter number."""
-        ins, buf = self.instr_rows, self.buf
+        ins, links = self.instr_rows, self.links
         problems: list[tuple[int, int, HloParseError]] = []      # (instruction row, rank in the row, error)
+        if links.bad_operand >= 0:
+            problems.append((links.bad_operand_owner, 0, self.unknown_operand(links.bad_operand)))
         targets = self.operand_rows["target"].copy()
-        owners = np.repeat(np.arange(len(ins), dtype=np.int32), ins["operand_count"])
-        bad = np.flatnonzero((targets < 0) | (targets >= owners))
-        if len(bad):
-            problems.append((int(owners[bad[0]]), 0, self.unknown_operand(int(bad[0]))))
-        del owners, bad
         self.operand_rows = None
 
-        opcode_ids, first = intern_spans(buf, ins["opcode_off"], ins["opcode_len"])
-        opcodes = [self.src.text(o, n) for o, n in ins[["opcode_off", "opcode_len"]][first].tolist()]
-        opcode_id = {name: i for i, name in enumerate(opcodes)}
-
-        # written shapes: each distinct text parsed once
-        written = (ins["flags"] & INSTR_NO_SHAPE) == 0
-        if "recv-done" in opcode_id:     # XLA's parser builds recv-done from its operand: decided below
-            written &= opcode_ids != opcode_id["recv-done"]
-        written = np.flatnonzero(written)
-        shape_ids = np.full(len(ins), -1, np.int32)
-        ids, first = intern_spans(buf, ins["shape_off"], ins["shape_len"], written)
-        shape_ids[written] = ids
-        first = written[first]
-        del written, ids
-        shapes = []
-        for row, (off, length) in zip(first.tolist(), ins[["shape_off", "shape_len"]][first].tolist()):
+        opcodes = [self.src.text(o, n) for o, n in ins[["opcode_off", "opcode_len"]][links.opcode_first].tolist()]
+        shapes = []        # each distinct written shape text parsed once
+        for row, (off, length) in zip(links.shape_first.tolist(),
+                                      ins[["shape_off", "shape_len"]][links.shape_first].tolist()):
             try:
                 shapes.append(self.shape(off, length))
             except HloParseError as e:
                 shapes.append(None)
                 problems.append((row, 1, e))
+        if links.bad_parameter >= 0:
+            offset = int(ins["args_off"][links.bad_parameter])
+            problems.append((links.bad_parameter, 2, self.src.error(
+                "expects a parameter number (a non-negative 64-bit integer)", offset)))
 
-        if "parameter" in opcode_id:
-            problems += self.bad_parameter_numbers(np.flatnonzero(opcode_ids == opcode_id["parameter"]))
-
-        tables = InstructionTables(buf, ins, self.comp_rows, targets, opcode_ids, opcodes, shape_ids, shapes,
-                                   self.attr_table)
+        tables = InstructionTables(self.buf, ins, self.comp_rows, targets, links.opcode_ids, opcodes, links.shape_ids,
+                                   shapes, self.attr_table)
         first_problem = min(problems, key=lambda p: p[:2]) if problems else None
-        self.omitted_shapes(tables, np.flatnonzero(shape_ids < 0), first_problem)
+        self.omitted_shapes(tables, np.flatnonzero(links.shape_ids < 0), first_problem)
         if first_problem is not None:
             raise first_problem[2]
         return tables
-
-    def bad_parameter_numbers(self, rows: np.ndarray) -> list:
-        """The first parameter whose number is not a non-negative 64-bit integer, as a problem."""
-        ins = self.instr_rows
-        off, length = ins["args_off"][rows].astype(np.int64), ins["args_len"][rows].astype(np.int64)
-        (word,) = span_words(self.buf, off, np.minimum(length, 8), 1)
-        chars = word.astype("<u8").view(np.uint8).reshape(-1, 8)        # up to 8 digits: checked here
-        digit = ((chars >= ord("0")) & (chars <= ord("9"))) | (np.arange(8) >= length[:, None])
-        plain = (length >= 1) & (length <= 8) & digit.all(axis=1)
-        for row, o, n in zip(rows[~plain].tolist(), off[~plain].tolist(), length[~plain].tolist()):
-            if not _is_parameter_number(self.src.text(o, n)):
-                return [(row, 2, self.src.error("expects a parameter number (a non-negative 64-bit integer)", o))]
-        return []
 
     def omitted_shapes(self, tables: InstructionTables, rows: np.ndarray, first_problem):
         """Shapes of instructions without a written one, and of recv-done, in text order (they chain).
@@ -478,78 +428,37 @@ class Builder:
             raise self.src.error(f"the shape of this {opcode} is omitted and cannot be inferred ({e}); write it",
                                  offset) from None
 
-    def computations(self, tables: InstructionTables) -> list[Computation]:
-        comps = []
-        rows = self.comp_rows[["name_off", "name_len", "instr_count", "attr_begin", "attr_count", "line", "flags"]]
-        for row, (name_off, name_len, count, attr_begin, attr_count, line, flags) in enumerate(rows.tolist()):
-            name = self.src.text(name_off, name_len)
-            if not count:
-                raise self.src.error(f"computation %{name} has no instructions", name_off)
-            comps.append(Computation(name, None, None, is_entry=bool(flags & COMP_ENTRY), signature=None,
-                                     attrs=self.attrs(attr_begin, attr_count) if attr_count else {}, line=line,
-                                     tables=tables, row=row))
+    def computations(self, tables: InstructionTables) -> ComputationTable:
+        """The computations, made on first use, after checking that each has instructions."""
+        empty = np.flatnonzero(self.comp_rows["instr_count"] == 0)
+        if len(empty):
+            name_off, name_len = self.comp_rows[["name_off", "name_len"]][empty[0]].item()
+            raise self.src.error(f"computation %{self.src.text(name_off, name_len)} has no instructions", name_off)
+        comps = tables.computations = ComputationTable(self.buf, self.comp_rows, self.attr_table, tables)
         return comps
 
-    def computation_attr_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """(attribute rows, their instruction rows) that may be calls=, to_apply=, body=, ...
+    def link_called(self, tables: InstructionTables, comps: ComputationTable):
+        """Check what calls=, to_apply=, body=, branch_computations=, ... name (resolved by `link`), parse the
+        computations written inline, and hand the rest to `tables` (linked as instructions are built)."""
+        calls = self.links.calls
+        odd = calls["flags"] & (CALL_INLINE | CALL_UNKNOWN) if len(calls) else ()
+        for i in np.flatnonzero(odd).tolist():
+            owner, attr, key, flags, _, _, name_off, name_len = calls[i].item()
+            key = COMPUTATION_ATTRS[key]
+            if flags & CALL_INLINE:
+                tables.inline[i] = self.inline_computation(self.attr_table.value(attr), tables, comps, owner)
+            else:
+                raise self.src.error(f"{key} names unknown computation %{self.src.text(name_off, name_len)}",
+                                     self.attr_table.value_off(attr))
+        tables.calls, tables.call_targets = calls, self.links.call_targets
 
-        Picked out of the attribute table with numpy (key length and first/last byte), so the
-        ~10 attributes per instruction of a dump are never decoded here; the caller checks the key."""
-        at, it = self.attr_rows, self.instr_rows
-        none = np.zeros(0, np.int64)
-        if len(at) == 0 or len(it) == 0:
-            return none, none
-        text = np.frombuffer(self.buf, dtype=np.uint8)
-        koff = at["key_off"].astype(np.int64)
-        klen = at["key_len"].astype(np.int64)
-        signature = (klen << 16) | (text[koff].astype(np.int64) << 8) | text[koff + np.maximum(klen - 1, 0)]
-        del text    # the view pins an mmap until released
-        wanted = [(len(k) << 16) | (ord(k[0]) << 8) | ord(k[-1]) for k in COMPUTATION_ATTRS]
-        rows = np.flatnonzero(np.isin(signature, wanted) & (klen > 0))
-        begins = it["attr_begin"].astype(np.int64)
-        owners = np.searchsorted(begins, rows, side="right") - 1
-        inside = (owners >= 0) & (rows < begins[np.maximum(owners, 0)] + it["attr_count"][np.maximum(owners, 0)])
-        return rows[inside], owners[inside]
-
-    def link_called(self, tables: InstructionTables, comps: list[Computation]):
-        """Resolve computation names in calls=, to_apply=, body=, branch_computations=, ..."""
-        buf, at = self.buf, self.attr_rows
-        rows, owners = self.computation_attr_rows()
-        module_rows = self.comp_rows["module"][self.instr_rows["computation"][owners]]
-        comp_module = self.comp_rows["module"].tolist()
-        by_module: dict[int, dict[str, Computation]] = {}
-        self.inline: list[tuple[Computation, Module]] = []
-        for row, owner, module_row, ko, kl, vo, vl in zip(rows.tolist(), owners.tolist(), module_rows.tolist(),
-                                                          *(at[f][rows].tolist() for f in ("key_off", "key_len", "value_off", "value_len"))):
-            key = _COMPUTATION_ATTR_KEYS.get(buf[ko:ko + kl])
-            if key is None:
-                continue
-            raw = buf[vo:vo + vl].decode("utf-8", "replace")
-            if raw.startswith("{") and "=" in raw:
-                tables.called.append((owner, key, self.inline_computation(raw, tables, comps, owner)))
-                continue
-            by_name = by_module.get(module_row)
-            if by_name is None:
-                by_name = by_module[module_row] = {c.name: c for c, m in zip(comps, comp_module) if m == module_row}
-            if "," in raw or "{" in raw or "}" in raw:
-                names = [n.strip().lstrip("%") for n in raw.strip("{}").split(",") if n.strip()]
-            else:         # one name (a value has no whitespace outside brackets and strings)
-                names = [raw.lstrip("%")]
-            try:
-                called = [by_name[n] for n in names]
-            except KeyError as e:
-                raise self.src.error(f"{key} names unknown computation %{e.args[0]}", vo) from None
-            list_valued = key in ("branch_computations", "called_computations") or raw.startswith("{")
-            tables.called.append((owner, key, called if list_valued else called[0]))
-        tables.called_owners = [owner for owner, _, _ in tables.called]
-
-    def inline_computation(self, raw: str, tables: InstructionTables, comps: list[Computation],
+    def inline_computation(self, raw: str, tables: InstructionTables, comps: ComputationTable,
                            owner: int) -> Computation:
         """`to_apply={ ... }`: a computation written inline, parsed as a bare computation."""
         name = f"{tables.name(owner)}.{tables.opcode(owner)}_computation"
         inner = parse(f"{name} {raw}\n", path=self.src.path)[0]
         inner.entry.is_entry = False
-        self.inline.append((comps[self.instr_rows["computation"][owner]], inner))
+        self.inline.append((comps.get(int(self.instr_rows["computation"][owner])), inner))
         return inner.entry
 
     def insert_inline_computations(self, module: Module):
@@ -562,32 +471,35 @@ class Builder:
                 module.computations.insert(module.computations.index(user), comp)
         module.__dict__.pop("by_name", None)
 
-    def stack_frames(self, off: int, length: int) -> dict[int, tuple[str, int]]:
-        """StackFrames id -> (file, line), through FileLocations and FileNames."""
-        if not length:
-            return {}
-        text = self.src.text(off, length)
-        files, locations, frames = {}, {}, {}
-        section = None
-        for line in text.splitlines():
-            line = line.strip()
-            if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-                section = line
-                continue
-            m = re.match(r"(\d+)\s+(.*)", line)
-            if not m:
-                continue
-            key, rest = int(m.group(1)), m.group(2)
-            fields = dict(re.findall(r"(\w+)=(\d+)", rest))
-            if section == "FileNames":
-                files[key] = rest.strip().strip('"')
-            elif section == "FileLocations":
-                locations[key] = (int(fields.get("file_name_id", 0)), int(fields.get("line", 0)))
-            elif section == "StackFrames":
-                frames[key] = int(fields.get("file_location_id", 0))
-        out = {}
-        for frame, loc in frames.items():
-            if loc in locations:
-                file_id, line = locations[loc]
-                out[frame] = (files.get(file_id, "?"), line)
-        return out
+
+_FRAME_ROW = re.compile(r"(\d+)\s+(.*)")
+_FRAME_FIELD = re.compile(r"(\w+)=(\d+)")
+
+
+def stack_frames(src: Source, off: int, length: int) -> dict[int, tuple[str, int]]:
+    """StackFrames id -> (file, line), through FileLocations and FileNames, from the preamble at src[off:off+length]
+    (decoded when a module first asks: a dump's preamble can be a tenth of its text)."""
+    files, locations, frames = {}, {}, {}
+    section = None
+    for line in src.text(off, length).splitlines():
+        line = line.strip()
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            section = line
+            continue
+        m = _FRAME_ROW.match(line)
+        if not m:
+            continue
+        key, rest = int(m.group(1)), m.group(2)
+        fields = dict(_FRAME_FIELD.findall(rest))
+        if section == "FileNames":
+            files[key] = rest.strip().strip('"')
+        elif section == "FileLocations":
+            locations[key] = (int(fields.get("file_name_id", 0)), int(fields.get("line", 0)))
+        elif section == "StackFrames":
+            frames[key] = int(fields.get("file_location_id", 0))
+    out = {}
+    for frame, loc in frames.items():
+        if loc in locations:
+            file_id, line = locations[loc]
+            out[frame] = (files.get(file_id, "?"), line)
+    return out

@@ -35,9 +35,13 @@ rows; their literal / number is ``args``.
 
 Errors raise :class:`ScanError` with ``code`` (``ERR_*``), byte ``offset``
 and a static ``message`` saying what was expected.
+
+``link(buf, tables, call_keys)`` runs the linking pass ``csrc/hlo_link.c``
+over those tables (see :class:`Links`).
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -51,6 +55,8 @@ __all__ = [
     "ScanError",
     "ScanTables",
     "scan",
+    "Links",
+    "link",
     "span_bytes",
     "span_str",
     "INSTR_ROOT",
@@ -112,8 +118,9 @@ INSTR_ROOT, INSTR_ANONYMOUS, INSTR_NO_SHAPE = lib.HLO_INSTR_ROOT, lib.HLO_INSTR_
 COMP_ENTRY, MODULE_HEADER = lib.HLO_COMP_ENTRY, lib.HLO_MODULE_HEADER
 ERR_SYNTAX, ERR_UNTERMINATED, ERR_TOO_DEEP = lib.HLO_ERR_SYNTAX, lib.HLO_ERR_UNTERMINATED, lib.HLO_ERR_TOO_DEEP
 ERR_NO_MEMORY, ERR_DUPLICATE, ERR_TOO_LARGE = lib.HLO_ERR_NO_MEMORY, lib.HLO_ERR_DUPLICATE, lib.HLO_ERR_TOO_LARGE
+CALL_BRACED, CALL_INLINE, CALL_UNKNOWN = lib.HLO_CALL_BRACED, lib.HLO_CALL_INLINE, lib.HLO_CALL_UNKNOWN
 
-for _name in ("span", "instr", "operand", "attr", "comp", "module", "tables"):
+for _name in ("span", "instr", "operand", "attr", "comp", "module", "tables", "call", "links"):
     _c, _py = lib.hlo_struct_size(getattr(lib, f"HLO_STRUCT_{_name.upper()}")), ffi.sizeof(f"hlo_{_name}")
     if _c != _py:
         raise ImportError(f"{LIBRARY_PATH}: sizeof(hlo_{_name}) is {_c} in C but {_py} in hloexec/parser/_scan_ffi.py; "
@@ -140,6 +147,7 @@ def _dtype(cname: str) -> np.dtype:
 
 
 DTYPES: dict[str, np.dtype] = {tab: _dtype(c) for tab, c in _TABLES}
+CALL_DTYPE = _dtype("hlo_call")
 
 
 class ScanError(Exception):
@@ -205,3 +213,65 @@ def span_bytes(buf, off, length) -> bytes:
 def span_str(buf, off, length) -> str:
     """buf[off:off+len] decoded as UTF-8 (invalid bytes replaced)."""
     return span_bytes(buf, off, length).decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """What `link` found (see "Linking" in csrc/hlo_scan.h): per instruction `opcode_ids` and `shape_ids`
+    (-1: no written shape, or recv-done), the first row of each id (`opcode_first`, `shape_first`), the first
+    bad operand row and its instruction, the first bad parameter row (each -1 if none), and `calls`
+    (structured, fields of hlo_call) with the computation rows they name in `call_targets`."""
+
+    opcode_ids: np.ndarray
+    opcode_first: np.ndarray
+    shape_ids: np.ndarray
+    shape_first: np.ndarray
+    bad_operand: int
+    bad_operand_owner: int
+    bad_parameter: int
+    calls: np.ndarray
+    call_targets: np.ndarray
+
+
+def _rows(table: np.ndarray, ctype: str) -> tuple:
+    """(pointer to the first row, row count) of a table for C."""
+    return (ffi.cast(ctype, ffi.from_buffer(table)) if len(table) else ffi.NULL), len(table)
+
+
+@functools.lru_cache(maxsize=8)
+def _c_strings(strings: tuple[str, ...]) -> tuple:
+    """(C array of the strings, the strings): the array does not keep its items alive, the tuple does."""
+    items = [ffi.new("char[]", s.encode()) for s in strings]
+    return ffi.new("char *[]", items), items
+
+
+def link(buf, tables: ScanTables, call_keys: tuple[str, ...]) -> Links:
+    """Intern opcodes and shapes, check operands and parameter numbers, and resolve the attributes with a key
+    in `call_keys` to computation rows, over the tables `scan(buf)` made (in C, row by row)."""
+    cbuf = ffi.from_buffer(buf)
+    ct = ffi.new("hlo_tables *")
+    ct.modules, ct.n_modules = _rows(tables.modules, "hlo_module *")
+    ct.comps, ct.n_comps = _rows(tables.comps, "hlo_comp *")
+    ct.instrs, ct.n_instrs = _rows(tables.instrs, "hlo_instr *")
+    ct.operands, ct.n_operands = _rows(tables.operands, "hlo_operand *")
+    ct.attrs, ct.n_attrs = _rows(tables.attrs, "hlo_attr *")
+    keys, _ = _c_strings(call_keys)
+    n = len(tables.instrs)
+    ids, first = np.empty((2, n), np.int32), np.empty((2, n), np.int32)     # opcode's, shape's
+    ids_out, first_out = (ffi.cast("int32_t *", ffi.from_buffer(a)) if n else ffi.NULL for a in (ids, first))
+    links = lib.hlo_link(cbuf, len(cbuf), ct, keys, len(call_keys), ids_out, first_out, ids_out + n, first_out + n)
+    if links == ffi.NULL:
+        raise MemoryError("hlo_link: out of memory")
+    try:
+        if links.error:
+            raise MemoryError("hlo_link: out of memory") if links.error == ERR_NO_MEMORY else \
+                ScanError(int(links.error), 0, "a table would exceed 2^31 rows")
+        calls = np.frombuffer(ffi.buffer(links.calls, links.n_calls * CALL_DTYPE.itemsize), CALL_DTYPE).copy() \
+            if links.n_calls else np.zeros(0, CALL_DTYPE)
+        targets = np.frombuffer(ffi.buffer(links.call_targets, links.n_call_targets * 4), np.int32).copy() \
+            if links.n_call_targets else np.zeros(0, np.int32)
+        return Links(ids[0], first[0, :links.n_opcodes].copy(), ids[1], first[1, :links.n_shapes].copy(),
+                     int(links.bad_operand), int(links.bad_operand_owner), int(links.bad_parameter), calls, targets)
+    finally:
+        lib.hlo_links_free(links)
+        del cbuf
