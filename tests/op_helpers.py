@@ -27,12 +27,14 @@ from hloexec.ir.dtypes import element_type_of
 from hloexec.ir.module import Computation, Instruction
 from hloexec.ir.shape import Shape, parse_shape
 from hloexec.ops.registry import OPS
+from hloexec.options import Options
 
 
 class FakeContext:
     """The part of an ExecContext that op `prepare` functions use."""
     reductions = "accumulate"
     device = None
+    options = Options()
 
     def computation(self, comp):
         fn = getattr(comp, "python_fn", None)

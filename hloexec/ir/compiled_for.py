@@ -168,3 +168,14 @@ def auto_device(module: Module) -> tuple[str, str]:
     if found.platform == "gpu":
         reason += "; Hopper evidence" if found.hopper else "; no Hopper evidence (fp8 GEMMs, sm_90): an A100"
     return name, reason
+
+
+def ynn_computations(module: Module) -> frozenset[str]:
+    """Names of the computations XLA:CPU runs through YNNPACK (called by `__ynn_fusion` fusions): their sums
+    have YNNPACK's order, not XLA's loop emitter's. Computed once per module."""
+    names = getattr(module, "_ynn_computations", None)
+    if names is None:
+        names = module._ynn_computations = frozenset(
+            c.name for inst in module.instructions() if inst.opcode == "fusion"
+            and "__ynn_fusion" in inst.attrs.get("backend_config", "") for c in inst.called_computations)
+    return names

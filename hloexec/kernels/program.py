@@ -44,6 +44,7 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..options import Options
 from ..ir.attributes import dot_dims
+from ..ir.fma import contract_fma
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
@@ -324,7 +325,12 @@ class _Generator:
             return operands[0]
         if op in ("call", "fusion"):        # (hoisted: nothing to donate)
             key = "to_apply" if op == "call" else "calls"
-            return self.inline(inst.called[key], operands)
+            comp = inst.called[key]
+            if ew.sums_in_ynn_order(comp, self.options.reductions):
+                raise TierUnsupported(ew.YNN_DECLINED)
+            if op == "fusion" and self.options.device.fma_contraction:
+                comp = contract_fma(comp)
+            return self.inline(comp, operands)
         if op == "while":
             return self.while_loop(inst, operands[0])
         if op == "conditional":
