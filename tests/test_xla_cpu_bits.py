@@ -73,3 +73,20 @@ def test_compiled_fusions_give_the_op_by_op_bits_under_xla_cpu():
     compiled = flatten(hloexec.load(text, device="xla-cpu", compile_after=0)(*args))
     for a, b in zip(op_by_op, compiled):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_vector_width_is_a_profile_rule_detected_from_the_machine(tmp_path):
+    from hloexec.errors import ExecutionError
+    from hloexec.options.devices import device_profile, machine_vector_width
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    assert machine_vector_width() == (16 if "avx512f" in flags else 8 if " avx" in flags else 4)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "xla-cpu"\nvector_width = 3\n')
+    with pytest.raises(ExecutionError, match="vector_width"):
+        device_profile(str(bad))
+    narrow = tmp_path / "avx2.toml"
+    narrow.write_text('base = "xla-cpu"\nvector_width = 8\n')
+    x = np.random.default_rng(5).standard_normal((64, 256)).astype(np.float32)
+    text, _ = xla_dump(lambda x: x.sum(-1), x)
+    wide, eight = (flatten(hloexec.load(text, device=d)(x))[0] for d in ("xla-cpu", str(narrow)))
+    assert np.mean(wide == eight) < 0.9       # the lanes change the order, so the bits

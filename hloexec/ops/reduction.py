@@ -161,8 +161,8 @@ def in_ynn_order(inst, ctx, dims) -> bool:
     minor dims inside a computation XLA:CPU runs through YNNPACK (other YNNPACK reductions: "per-step")."""
     rank = inst.operands[0].shape.rank
     comp = inst.computation
-    return (comp is not None and comp.module is not None and comp.name in ynn_computations(comp.module)
-            and ctx.options.reductions == "xla-cpu" and tuple(sorted(dims)) == tuple(range(rank - len(dims), rank)))
+    return (ctx.options.reductions == "xla-cpu" and tuple(sorted(dims)) == tuple(range(rank - len(dims), rank))
+            and comp is not None and comp.module is not None and comp.name in ynn_computations(comp.module))
 
 
 # -- reduce ------------------------------------------------------------------------------------
