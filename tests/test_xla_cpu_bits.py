@@ -90,3 +90,17 @@ def test_vector_width_is_a_profile_rule_detected_from_the_machine(tmp_path):
     text, _ = xla_dump(lambda x: x.sum(-1), x)
     wide, eight = (flatten(hloexec.load(text, device=d)(x))[0] for d in ("xla-cpu", str(narrow)))
     assert np.mean(wide == eight) < 0.9       # the lanes change the order, so the bits
+
+
+def test_a_compiled_loop_contracts_its_fusions_multiply_adds_too():
+    r = np.random.default_rng(6)
+    a, b = r.standard_normal((2, 512)).astype(np.float16)
+
+    def loop(a, b):
+        return jax.lax.fori_loop(0, 20, lambda i, acc: acc * b + a, a)
+    text, want = xla_dump(loop, a, b)
+    assert "while" in text
+    for compile_after in (0, 1):          # 0: the loop compiles whole (kernels/program.py); 1: interpreted first
+        got = flatten(hloexec.load(text, device="xla-cpu", compile_after=compile_after)(a, b))[0]
+        assert np.array_equal(got.view(np.uint16), want[0].view(np.uint16))
+    assert not np.array_equal(flatten(hloexec.load(text)(a, b))[0].view(np.uint16), want[0].view(np.uint16))
