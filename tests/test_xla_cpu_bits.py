@@ -114,3 +114,14 @@ def test_a_compiled_loop_contracts_its_fusions_multiply_adds_too():
         got = flatten(hloexec.load(text, device="xla-cpu", compile_after=compile_after)(a, b))[0]
         assert np.array_equal(got.view(np.uint16), want[0].view(np.uint16))
     assert not np.array_equal(flatten(hloexec.load(text)(a, b))[0].view(np.uint16), want[0].view(np.uint16))
+
+
+@measured_host
+def test_a_fused_sum_of_products_adds_each_exact_product_once_rounded():
+    r = np.random.default_rng(7)
+    x, y = r.standard_normal((2, 16, 512)).astype(np.float16)
+    text, want = xla_dump(lambda x, y: jax.lax.reduce(x * y, np.float16(0), jax.lax.add, (0,)), x, y)
+    assert agreement(text, (x, y), want, device="xla-cpu", use_numba=False)[0][0] == 1.0
+    assert agreement(text, (x, y), want, device="xla-cpu")[0][0] == 1.0
+    assert agreement(text, (x, y), want, device="xla-cpu", reductions="per-step")[0][0] == 1.0   # the order is XLA's
+    assert agreement(text, (x, y), want, reductions="per-step")[0][0] < 0.9           # the rounding is not
