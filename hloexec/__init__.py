@@ -25,8 +25,8 @@ def load(source, module: str | None = None, **options):
     `max_memory` (bytes a run may use), `compile_kernels` (False: nothing compiles while the module is
     prepared, kernels compile at their first call; the plan and its memory estimate are the same),
     `reductions` ("accumulate", the default: f16/bf16 sums and products accumulate in f32 and round once;
-    "per-step": every step rounds to the type, in row-major order, as XLA:CPU's optimized modules compute
-    them; see the README's Semantics).
+    "per-step": every step rounds to the type, in row-major order, as XLA:CPU's loops compute them; "xla-cpu":
+    XLA:CPU's own orders, YNNPACK's included, the xla-cpu device's default; see the README's Semantics).
     """
     from .exec.executor import Executable
     from . import ops  # noqa: F401  (fills the op registry)

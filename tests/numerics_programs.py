@@ -6,6 +6,8 @@
 * `train_step_bf16`: a bf16 MLP regression step (bf16 weights and activations, an f32 loss, SGD in bf16)
   returning the loss, the gradients and the new weights; square [64,64] layers so that a reduction over the
   wrong dimension keeps the shapes.
+* `layernorm_grad_bf16`, `rmsnorm_grad_f16` / `_bf16`, `softmax_xent_grad_f16` / `_bf16`: more f16/bf16
+  gradients (x [16,64,256]; logits [256,512] against one-hot labels) for XLA:CPU's bits (BITS_PROGRAMS).
 * `masked_softmax_overflow`: an attention-style softmax with an intentional -inf mask and a real f16
   overflow (exp of unscaled logits), for the NaN/Inf origin report.
 
@@ -122,7 +124,67 @@ def masked_softmax_overflow():
     return f, (q, k)
 
 
-PROGRAMS = {f.__name__: f for f in (layernorm_grad_f16, adam_f16, adam_bf16, train_step_bf16, masked_softmax_overflow)}
+def _norm_grad(dtype, norm):
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+    low = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+
+    def loss(x, g, b):
+        return jnp.sum(norm(x, g, b) ** 2)
+    r = np.random.default_rng(4)
+    x = r.standard_normal((16, 64, 256)).astype(low)
+    g = (1 + 0.1 * r.standard_normal(256)).astype(low)
+    b = (0.1 * r.standard_normal(256)).astype(low)
+    return jax.grad(loss, argnums=(0, 1, 2)), (x, g, b)
+
+
+def _rmsnorm(x, g, b, eps=1e-6):
+    from jax import lax
+    return x * lax.rsqrt((x * x).mean(-1, keepdims=True) + eps) * g + b
+
+
+def layernorm_grad_bf16():
+    return _norm_grad("bf16", _layernorm)
+
+
+def rmsnorm_grad_f16():
+    return _norm_grad("f16", _rmsnorm)
+
+
+def rmsnorm_grad_bf16():
+    return _norm_grad("bf16", _rmsnorm)
+
+
+def _softmax_xent_grad(dtype):
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+    low = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+
+    def loss(logits, labels):
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.sum(labels * logp, axis=-1))
+    r = np.random.default_rng(5)
+    logits = (2 * r.standard_normal((256, 512))).astype(low)
+    labels = jax.nn.one_hot(r.integers(0, 512, 256), 512, dtype=low)
+    return jax.grad(loss), (logits, np.asarray(labels))
+
+
+def softmax_xent_grad_f16():
+    return _softmax_xent_grad("f16")
+
+
+def softmax_xent_grad_bf16():
+    return _softmax_xent_grad("bf16")
+
+
+PROGRAMS = {f.__name__: f for f in (layernorm_grad_f16, adam_f16, adam_bf16, train_step_bf16, masked_softmax_overflow,
+                                    layernorm_grad_bf16, rmsnorm_grad_f16, rmsnorm_grad_bf16, softmax_xent_grad_f16,
+                                    softmax_xent_grad_bf16)}
+# the f16/bf16 programs `device="xla-cpu"` is measured on (bench/bench_xla_cpu_bits.py, tests/test_xla_cpu_bits.py)
+BITS_PROGRAMS = ("layernorm_grad_f16", "layernorm_grad_bf16", "rmsnorm_grad_f16", "rmsnorm_grad_bf16",
+                 "softmax_xent_grad_f16", "softmax_xent_grad_bf16", "adam_f16", "adam_bf16", "train_step_bf16")
 
 
 @functools.cache

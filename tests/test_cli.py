@@ -74,7 +74,7 @@ def test_usage_errors_exit_2(capsys, tmp_path):
 STATS_FIELDS = {"name", "first_line", "last_line", "source_lines", "computations", "instructions", "ops",
                 "element_types", "entry_parameters", "parameter_bytes", "entry_outputs", "output_bytes", "flops",
                 "flops_by_kind", "contractions", "while_loops", "collectives", "custom_call_targets",
-                "fusion_kinds", "elided_constants"}
+                "fusion_kinds", "elided_constants", "compiled_for"}
 
 
 def test_stats_json_on_the_examples_agrees_with_the_parsed_modules(capsys):

@@ -113,3 +113,21 @@ def as_if_xla_rounded_f64_to_f16_twice(x: np.ndarray, ref: np.ndarray) -> np.nda
     assert np.all(np.isnan(np.asarray(ref)[nan]) & (np.signbit(np.asarray(ref)[nan]) == np.signbit(x[nan])))
     canonical_nan = np.where(np.signbit(x), np.uint16(0xFE00), np.uint16(0x7E00)).view(np.float16)
     return np.where(nan, canonical_nan, np.where(differ, twice, ref))
+
+
+def bits_agreement(got, want) -> tuple[float, float]:
+    """(fraction of elements bit-identical, largest distance in ULPs of the output's scale) of `got` against
+    XLA:CPU's `want`: the scale's ULP is the spacing of the type at max |want| (finite), so a 1-ULP slip of a
+    small element counts as a fraction of one. NaN == NaN; f32/f64 denormals flushed as XLA:CPU does."""
+    got, want = flush_denormals(np.asarray(got)), np.asarray(want)
+    if got.size == 0:
+        return 1.0, 0.0
+    same = float(np.mean(ulp_distance(got, want) == 0))
+    w, g = want.astype(np.float64).reshape(-1), got.astype(np.float64).reshape(-1)
+    finite = np.isfinite(w)
+    scale = float(np.max(np.abs(w[finite]), initial=0.0))
+    nmant = ml_dtypes.finfo(want.dtype).nmant
+    ulp = 2.0 ** (np.floor(np.log2(scale)) - nmant) if scale > 0 else float(ml_dtypes.finfo(want.dtype).smallest_subnormal)
+    with np.errstate(invalid="ignore"):
+        diff = np.where((np.isnan(g) & np.isnan(w)) | (g == w), 0.0, np.abs(g - w))
+    return same, float(np.nan_to_num(diff, nan=np.inf).max() / ulp)

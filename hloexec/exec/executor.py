@@ -72,6 +72,9 @@ class Executable:
             participant = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
             participant.communicator = MirrorCommunicator(participant)
         self.participant = participant
+        if device == "auto":        # the profile of what the dump was compiled for (ir/compiled_for.py)
+            from ..ir.compiled_for import auto_device
+            device = auto_device(module)[0]
         self.options = Options.of(options, device, **rules)
         self.plans = PlanCache()
         self.context = ExecContext(module, participant, self.plans, self.options, use_numba=use_numba,

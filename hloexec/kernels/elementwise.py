@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ..ir import opcodes
+from ..ir.compiled_for import ynn_computations
 from ..ir.dtypes import element_type
 from . import semantics
 
@@ -300,7 +301,7 @@ def dot_accumulator(name: str) -> str:
 
 # -- reductions ---------------------------------------------------------------------------------------
 # How reductions (reduce, reduce-window) apply an add / multiply reducer: the `reductions` rule of
-# hloexec.options (REDUCTIONS says what "accumulate" and "per-step" mean).
+# hloexec.options (REDUCTIONS says what "accumulate", "per-step" and "xla-cpu" mean).
 
 
 def accumulates_in_f32(reductions: str, opcode: str, element_type) -> bool:
@@ -312,9 +313,20 @@ def accumulates_in_f32(reductions: str, opcode: str, element_type) -> bool:
 
 def in_order(reductions: str, opcode: str, element_type) -> bool:
     """Whether a reduction must apply `opcode` to the elements in row-major order: float sums and products
-    under "per-step" (a fixed order gives every tier the same bits). Exact reducers (max, min, and, or, integer
-    add / multiply) give the same bits in any order."""
-    return reductions == "per-step" and opcode in ("add", "multiply") and element_type.kind in ("float", "complex")
+    under "per-step" and "xla-cpu" (a fixed order gives every tier the same bits). Exact reducers (max, min, and,
+    or, integer add / multiply) give the same bits in any order."""
+    return reductions in ("per-step", "xla-cpu") and opcode in ("add", "multiply") and element_type.kind in ("float", "complex")
+
+
+def sums_in_ynn_order(comp, reductions: str) -> bool:
+    """Whether fused computation `comp` holds a reduce XLA:CPU runs through YNNPACK (under "xla-cpu"): its order
+    (hloexec/ops/reduction.py, ynn_row_sum) has no generated form, the computation runs op by op."""
+    module = getattr(comp, "module", None)
+    return (reductions == "xla-cpu" and module is not None and comp.name in ynn_computations(module)
+            and any(inst.opcode == "reduce" for inst in comp.instructions))
+
+
+YNN_DECLINED = "a YNNPACK fusion's sums (reductions=xla-cpu) run op by op, in YNNPACK's order"
 
 
 def reducer_step_src(reductions: str, opcode: str, name: str, acc: str, x: str) -> str:

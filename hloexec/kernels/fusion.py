@@ -850,6 +850,8 @@ def _bf16():
 def generate_source(comp, options: Options = Options(), *, parallel=None):
     """(source, generator) for `comp` under `options` (the numerics rules, hloexec.options); raises
     TierUnsupported where the generator declines it."""
+    if ew.sums_in_ynn_order(comp, options.reductions):
+        raise TierUnsupported(ew.YNN_DECLINED)
     gen = _Generator(comp, options, parallel)
     try:
         return gen.generate(), gen

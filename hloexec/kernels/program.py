@@ -44,6 +44,7 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..options import Options
 from ..ir.attributes import dot_dims
+from ..ir.fma import contract_fma
 from . import elementwise as ew
 from .cache import compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
@@ -266,11 +267,20 @@ class _Generator:
                 return v if free_after(v.buf) and readers == 1 else self.copy_of(v)
             if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
                 donated = {b for v in operands for b in _bufs(v) if free_after(b)}
-                key = "to_apply" if inst.opcode == "call" else "calls"
-                vals[id(inst)] = self.inline(inst.called[key], operands, donated)
+                vals[id(inst)] = self.inline(self.callee(inst), operands, donated)
                 continue
             vals[id(inst)] = self.instruction(inst, operands, writable)
         return vals[id(comp.root)]
+
+    def callee(self, inst):
+        """The computation call / fusion `inst` runs: a fusion's with the device's FMA contraction
+        (hloexec/ir/fma.py); TierUnsupported for one whose sums YNNPACK orders."""
+        if inst.opcode == "call":
+            return inst.called["to_apply"]
+        comp = inst.called["calls"]
+        if ew.sums_in_ynn_order(comp, self.options.reductions):
+            raise TierUnsupported(ew.YNN_DECLINED)
+        return contract_fma(comp) if self.options.device.fma_contraction else comp
 
     def inline(self, comp, args: list, donated: frozenset = frozenset()):
         """A called computation: it may not write its arguments in place (the caller may hold them), but
@@ -294,7 +304,7 @@ class _Generator:
                 continue
             invariant_operands = not any(id(o) in variant for o in inst.operands)
             if inst.opcode in ("call", "fusion"):
-                called = inst.called["to_apply" if inst.opcode == "call" else "calls"]
+                called = self.callee(inst)
                 if invariant_operands and _pure(called):
                     self.hoisted[id(inst)] = self.inline(called, [self.invariant_operand(o) for o in inst.operands])
                 else:
@@ -324,8 +334,7 @@ class _Generator:
         if op in _IDENTITY_OPS:
             return operands[0]
         if op in ("call", "fusion"):        # (hoisted: nothing to donate)
-            key = "to_apply" if op == "call" else "calls"
-            return self.inline(inst.called[key], operands)
+            return self.inline(self.callee(inst), operands)
         if op == "while":
             return self.while_loop(inst, operands[0])
         if op == "conditional":

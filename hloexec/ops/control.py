@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir.fma import contract_fma
 from .common import TOKEN, as_tuple, called, invalid, zeros_of
 from .registry import async_shorthand, lookup, op
 
@@ -13,6 +14,8 @@ from .registry import async_shorthand, lookup, op
     "otherwise the fused computation runs op by op")
 def fusion(inst, ctx):
     comp = inst.called["calls"]
+    if ctx.options.device.fma_contraction:
+        comp = contract_fma(comp)
     compiled = ctx.fused_kernel(comp)
     return compiled if compiled is not None else ctx.computation(comp, fuse=False)
 

@@ -31,10 +31,12 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir.compiled_for import ynn_computations
 from ..ir.dtypes import element_type_of
 from ..ir.shape_inference import window_count
 from ..kernels import elementwise as ew
 from ..kernels.index_maps import NUMPY, reduce_dims, window_position
+from ..options.devices import machine_vector_width
 from .common import (SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, dilated_layout, ints, scalar, str_attr,
                      ufunc_for)
 from .elementwise import f32_to_low, low_to_f32
@@ -95,6 +97,42 @@ def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype, reductions: str = 
     return contig(np.asarray(r, dtype=out_dtype))
 
 
+def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
+    """init + the sum of x's last `reduced` dims (f32), in the order YNNPACK's vectorized reduce adds them on
+    XLA:CPU (`__ynn_fusion`; measured on jaxlib 0.10.2 with AVX-512, lanes = 16, by placing 1 and two 2^-24 in a
+    row: which elements meet before the 1 does). The row is cut into chunks of `lanes` (the last zero-padded);
+    each block of 4 chunks sums its chunks lane by lane from zero; blocks add up lane-wise in order, within
+    pieces of 16 chunks when the row has 32 chunks or more (then the pieces add up in order), and the lanes
+    are added by halving (lane i + lane i + lanes/2, ...). Rows of more than 64 chunks differ from XLA:CPU's in
+    part (docs/device-numerics-xla-cpu.md)."""
+    rows = np.ascontiguousarray(x, dtype=_F32).reshape(-1, math.prod(x.shape[x.ndim - reduced:]))
+    m, k = rows.shape
+    chunks = -(-k // lanes)
+    padded = np.zeros((m, chunks * lanes), _F32)
+    padded[:, :k] = rows
+    padded = padded.reshape(m, chunks, lanes)
+    block, piece = 4, 16 if chunks >= 32 else max(chunks, 1)
+
+    def lane_sums(c0: int, c1: int, step: int, part) -> np.ndarray:
+        total = None
+        for b in range(c0, c1, step):
+            acc = part(b, min(b + step, c1))
+            total = acc if total is None else total + acc
+        return np.zeros((m, lanes), _F32) if total is None else total
+
+    def block_sum(b0: int, b1: int) -> np.ndarray:
+        acc = np.zeros((m, lanes), _F32)
+        for c in range(b0, b1):
+            acc += padded[:, c]
+        return acc
+
+    acc = lane_sums(0, chunks, piece, lambda p0, p1: lane_sums(p0, p1, block, block_sum))
+    while acc.shape[1] > 1:
+        half = acc.shape[1] // 2
+        acc = acc[:, :half] + acc[:, half:]
+    return contig((np.asarray(init, _F32) + acc[:, 0]).reshape(x.shape[:x.ndim - reduced]))
+
+
 FOLD_SLICES_MIN = 256    # results from which fold_in_order steps through whole slices of them
 
 
@@ -118,6 +156,15 @@ def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
     return rows[:, -1].reshape(shape)
 
 
+def in_ynn_order(inst, ctx, dims) -> bool:
+    """Whether reduce `inst` (over `dims`) sums in YNNPACK's order: under reductions="xla-cpu", a reduce of the
+    minor dims inside a computation XLA:CPU runs through YNNPACK (other YNNPACK reductions: "per-step")."""
+    rank = inst.operands[0].shape.rank
+    comp = inst.computation
+    return (ctx.options.reductions == "xla-cpu" and tuple(sorted(dims)) == tuple(range(rank - len(dims), rank))
+            and comp is not None and comp.module is not None and comp.name in ynn_computations(comp.module))
+
+
 # -- reduce ------------------------------------------------------------------------------------
 @op("reduce", kernel="numpy",
     notes="Reducers that are one add/mul/max/min/and/or/xor of their parameters run vectorized; any "
@@ -132,6 +179,9 @@ def prepare_reduce(inst, ctx):
     out_shapes = [s for _, s in inst.shape.leaves()] if inst.shape.is_tuple else [inst.shape]
     kind = binary_kind(comp) if n == 1 else None
     out_dtype = out_shapes[0].dtype
+    if kind == "add" and out_dtype == _F32 and in_ynn_order(inst, ctx, dims):
+        lanes = ctx.options.device.vector_width or machine_vector_width()
+        return lambda x, init: ynn_row_sum(x, len(dims), scalar(init), lanes)
     if kind is not None:
         def kernel(x, init):
             return vector_reduce(kind, x, dims, scalar(init), out_dtype, ctx.options.reductions)

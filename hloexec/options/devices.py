@@ -43,8 +43,10 @@ BF16_SPLITS = ("truncate", "nearest")
 # accumulate in f32 and round to the type once, at the end, in an order of each tier's choosing (wider types: in
 # their type, any order). "per-step": every application of the reducer rounds to the reduction's type, as the HLO
 # says, one element after the other from the init value in row-major order of the reduced dims (of the window,
-# for reduce-window), the same in every tier.
-REDUCTIONS = ("accumulate", "per-step")
+# for reduce-window), the same in every tier. "xla-cpu": XLA:CPU's orders (measured, jaxlib 0.10.2): "per-step"
+# (its loop emitter's order), except f32 sums over the minor dims inside `__ynn_fusion` fusions, which YNNPACK
+# adds in `vector_width` lanes (hloexec/ops/reduction.py, ynn_row_sum, says the order).
+REDUCTIONS = ("accumulate", "per-step", "xla-cpu")
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,11 @@ class DeviceProfile:
     fp8_accumulator_bits: int = 14      # with fast accumulation: significand bits the running sum keeps (truncated)
     # -- elementwise and reductions ------------------------------------------------------------------------------
     excess_precision: bool = False      # inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)
+    fma_contraction: bool = False       # inside a fusion, a multiply feeding an add / subtract rounds once with it
+                                        # (hloexec/ir/fma.py)
     reductions: str = "accumulate"      # see hloexec.options.REDUCTIONS
+    vector_width: int = 0               # f32 lanes of the device's vectorized sums (reductions = "xla-cpu": 16 with
+                                        # AVX-512, 8 with AVX2); 0: this machine's (machine_vector_width)
     sources: dict = field(default_factory=dict)     # rule name -> its source (a file of XLA or JAX, an issue)
     path: str = ""                      # the file it was read from
 
@@ -114,6 +120,18 @@ def toml_value(value) -> str:
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(value)
+
+
+@cache
+def machine_vector_width() -> int:
+    """f32 lanes of this machine's widest vector unit XLA:CPU compiles for: 16 with AVX-512, 8 with AVX / AVX2 (x86
+    flags in /proc/cpuinfo), else 4 (SSE, NEON)."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return 16 if "avx512f" in flags else 8 if "avx" in flags else 4
 
 
 def builtin_names() -> list[str]:
@@ -177,7 +195,9 @@ def _check(p: DeviceProfile, path: Path) -> None:
     bad = [a for a in named if a not in ALGORITHMS]
     need(not bad, f"unknown dot algorithm(s) {', '.join(map(repr, bad))}: expected names of "
                   f"PrecisionConfig.Algorithm as HLO text spells them ({', '.join(ALGORITHMS)})")
-    for flag in ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision"):
+    need(isinstance(p.vector_width, int) and p.vector_width >= 0 and p.vector_width & (p.vector_width - 1) == 0,
+         f"vector_width = {p.vector_width!r}: expected 0 (this machine's) or a power of two (f32 lanes)")
+    for flag in ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 
 

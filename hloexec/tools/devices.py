@@ -3,18 +3,25 @@ the sources of each rule). The profiles themselves are hloexec/options/devices.p
 from __future__ import annotations
 
 DEVICE_HELP = ("whose arithmetic to reproduce: a device profile (reference: the default, the HLO as its semantics "
-               "say; xla-cpu, tpu, a100, h100: `hloexec devices` lists their rules) or a .toml/.json profile file "
-               "(`hloexec devices --show NAME` prints one to copy and edit)")
+               "say; xla-cpu, tpu, a100, h100: `hloexec devices` lists their rules), a .toml/.json profile file "
+               "(`hloexec devices --show NAME` prints one to copy and edit), or auto: the profile of what the dump "
+               "was compiled for (`hloexec stats` shows the evidence)")
 
 
 def add_device_argument(parser) -> None:
     parser.add_argument("--device", metavar="NAME|FILE", default=None, help=DEVICE_HELP)
 
 
-def device_option(text: str | None, module=None):
+def device_option(text: str | None, module, say=None):
     """The device profile `--device` names (None: the reference profile), the one place a value of --device is
-    read; `module` is the module it is for (what `--device auto` reads the dump's evidence from)."""
+    read; `module` is the module it is for: `--device auto` picks the profile from what the dump was compiled for
+    (ir/compiled_for.py) and says which and why through `say` (default: stderr)."""
     from ..options import device_profile
+    if text == "auto":
+        import sys
+        from ..ir.compiled_for import auto_device
+        text, reason = auto_device(module)
+        (say or (lambda m: print(m, file=sys.stderr)))(f"--device auto: {text} ({reason})")
     return device_profile(text or "reference")
 
 
@@ -40,7 +47,11 @@ RULES = {
                              "bits (Hopper)",
     "fp8_accumulator_bits": "with fast accumulation: significand bits the running sum keeps (truncated)",
     "excess_precision": "inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)",
-    "reductions": "how f16/bf16 sums round: accumulate (in f32, rounded once) or per-step",
+    "fma_contraction": "inside a fusion, a multiply feeding an add / subtract (and a fused sum of products) rounds "
+                       "once with it, as LLVM's FMA contraction does",
+    "reductions": "how f16/bf16 sums round: accumulate (in f32, rounded once), per-step (row-major, every step "
+                  "rounded) or xla-cpu (per-step, YNNPACK's lane order in __ynn_fusion sums)",
+    "vector_width": "f32 lanes of the device's vectorized sums (reductions = xla-cpu); 0: this machine's",
 }
 
 

@@ -1,5 +1,5 @@
 """What `hloexec stats` reports about an HLO file: per module its size, ops, types, bytes, FLOPs,
-collectives, custom-call targets and fusion kinds, plus how fast the file parsed.
+collectives, custom-call targets, fusion kinds and what it was compiled for, plus how fast the file parsed.
 
 FLOPs count dots, convolutions and cuBLAS gemm custom-calls (2 multiply-adds' worth per
 accumulated product: 2·batch·M·N·K for a dot; 2·output elements·input features per group·window
@@ -17,6 +17,7 @@ from pathlib import Path
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from ..ir.compiled_for import compiled_for
 from ..ir.module import Computation, Instruction, Module
 from ..parser import parse
 
@@ -56,6 +57,7 @@ class ModuleStats:
     custom_call_targets: dict
     fusion_kinds: dict
     elided_constants: int          # constant({...}): values the dump left out (XLA dumps without large constants)
+    compiled_for: dict             # platform (gpu | tpu | cpu | unknown) and the evidence: hloexec.ir.compiled_for
 
     @property
     def source_lines(self) -> int:
@@ -125,7 +127,8 @@ def module_stats(module: Module) -> ModuleStats:
         flops=sum(totals.flops.values()), flops_by_kind=dict(totals.flops), contractions=dict(totals.contractions),
         while_loops=totals.while_loops,
         collectives=[totals.collectives[k] for k in sorted(totals.collectives, key=COLLECTIVES.index)],
-        custom_call_targets=_by_count(targets), fusion_kinds=_by_count(fusion_kinds), elided_constants=elided)
+        custom_call_targets=_by_count(targets), fusion_kinds=_by_count(fusion_kinds), elided_constants=elided,
+        compiled_for=compiled_for(module).to_dict())
 
 
 def _by_count(counter: Counter) -> dict:
@@ -298,6 +301,7 @@ def format_module(m: ModuleStats) -> list[str]:
         ("entry parameters", f"{m.entry_parameters}, {human_bytes(m.parameter_bytes)}"),
         ("entry outputs", f"{m.entry_outputs}, {human_bytes(m.output_bytes)}"),
         ("FLOPs", _flops_text(m)),
+        ("compiled for", m.compiled_for["platform"]),
     ]
     if m.elided_constants:
         rows.append(("elided constants", f"{m.elided_constants} (constant({{...}}): values not in the dump; runs "
@@ -307,6 +311,7 @@ def format_module(m: ModuleStats) -> list[str]:
         rows.append((f"{c.kind}", f"{c.count} ({human_bytes(c.bytes)}); groups {groups}"))
     out = [f"module {m.name}"]
     out += [f"  {label:<18}{value}" for label, value in rows]
+    out += [f"    {line}" for line in m.compiled_for["evidence"]]
     for label, counts in (("custom-calls", m.custom_call_targets), ("fusion kinds", m.fusion_kinds),
                           ("element types", m.element_types), ("ops", m.ops)):
         if counts:
