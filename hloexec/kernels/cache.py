@@ -87,14 +87,15 @@ def load_kernel(source: str, key: str):
         return fn
 
 
-def compile_elsewhere(tasks) -> None:
+def compile_elsewhere(tasks, background: bool = False) -> None:
     """Have worker processes compile `tasks`, (key, source, signature) each, into the disk cache, but for the
-    kernels this process has loaded already (kernels/workers.py)."""
-    workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir())
+    kernels this process has loaded already (kernels/workers.py; `background`: see workers.submit)."""
+    workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir(), background)
 
 
-def compile_signature(fn, signature) -> None:
+def compile_signature(fn, signature, lines: int = 0) -> None:
     """Compile dispatcher `fn` for `signature` (operands typed read-only), then stop it compiling at call time.
+    `lines`: of its generated source (Numba's SSA pass recurses once per block: up to one per line).
 
     Numba types a read-only array (a constant, a caller's read-only input) apart from a writable one and,
     while it may compile, compiles a second specialisation for it at the call. Compiled for read-only operands
@@ -102,9 +103,12 @@ def compile_signature(fn, signature) -> None:
     one specialisation, whatever the operands' flags."""
     with _COMPILE_LOCK:     # another kernel sharing `fn` (same source) may add its own signature
         fn.disable_compile(False)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20 * lines))
         try:
             fn.compile(signature)
         finally:
+            sys.setrecursionlimit(limit)
             if fn.signatures:       # Numba asserts it has one (which would hide why the compile failed)
                 fn.disable_compile()
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -813,18 +812,22 @@ class ProgramKernel:
             self._fn = load_kernel(self.source, self.key)
         return self._fn
 
-    def compile(self):
+    @property
+    def signature_types(self) -> tuple:
+        """Operands and constants are never written: read-only, one specialisation (cache.compile_signature)."""
         from numba import types
         from numba.np.numpy_support import from_dtype
-        # operands and constants are never written: read-only, one specialisation (cache.compile_signature)
         sig = [types.Array(from_dtype(ew.STORAGE[et]), 1, "C", readonly=True) for _, et in self._params]
         sig += [types.Array(from_dtype(c.dtype), 1, "C", readonly=True) for c in self._consts]
-        limit = sys.getrecursionlimit()         # Numba's SSA pass recurses once per block of the function
-        sys.setrecursionlimit(max(limit, 20 * len(self.source.splitlines())))
-        try:
-            compile_signature(self.fn, tuple(sig))
-        finally:
-            sys.setrecursionlimit(limit)
+        return tuple(sig)
+
+    @property
+    def compile_task(self) -> tuple:
+        """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
+        return self.key, self.source, self.signature_types
+
+    def compile(self):
+        compile_signature(self.fn, self.signature_types, self.lines)
         return self
 
     def __call__(self, *operands):
