@@ -24,7 +24,7 @@ def load(source, module: str | None = None, **options):
     kernels and loops compile in worker processes while runs go on op by op, each run using the kernels ready;
     "eager": a run waits for the kernels due, the first for all of them; "never": op by op always;
     `Executable.wait_compiled()` waits for them), `compile_after` (fused kernels run op by op for this many calls
-    before they are due to compile, default 0: due when the module is prepared),
+    before they are due to compile; default 1 in the background: a one-shot run compiles nothing; 0 eager),
     `max_memory` (bytes a run may use), `compile_kernels` (False: nothing compiles while the module is
     prepared, kernels are due at their first call; the plan and its memory estimate are the same),
     `reductions` ("accumulate", the default: f16/bf16 sums and products accumulate in f32 and round once;

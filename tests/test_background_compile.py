@@ -132,7 +132,7 @@ def test_the_same_bits_whichever_kernels_are_ready(in_process, monkeypatch, orde
     monkeypatch.setattr(tiering, "_work", lambda tier: priority.get(tier, -len(priority)))
     stepper = Stepper(monkeypatch)
     module = hloexec.parse(exact())[0]
-    exe = hloexec.Executable(module, compile="background", compile_kernels=False)
+    exe = hloexec.Executable(module, compile="background", compile_after=0, compile_kernels=False)
     fusions, (loop,) = tier_kernels(exe)
     entry = [s.kernel for s in exe.plan.steps if s.kernel in fusions]
     tiers = entry + [loop]
@@ -157,7 +157,7 @@ def test_a_loop_switches_to_its_compiled_function_mid_run(in_process, monkeypatc
     steps = 10
     reference = bits(hloexec.load(exact(steps), compile="never").run(x))
     stepper = Stepper(monkeypatch)
-    exe = hloexec.load(exact(steps), compile="background", compile_kernels=False)
+    exe = hloexec.load(exact(steps), compile="background", compile_after=0, compile_kernels=False)
     fusions, (loop,) = tier_kernels(exe)
     interpreted = []
     body = loop.body
@@ -178,7 +178,7 @@ def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(in_process,
     from hloexec.kernels.fusion import FusedKernel
     x = np.random.default_rng(2).standard_normal((256, 64)).astype(np.float32)
     reference = bits(hloexec.load(exact(), compile="never").run(x))
-    exe = hloexec.load(exact(), compile="background", compile_kernels=False)
+    exe = hloexec.load(exact(), compile="background", compile_after=0, compile_kernels=False)
     fusions, _ = tier_kernels(exe)
     broken = next(s.kernel for s in exe.plan.steps if s.kernel in fusions)
     compile_fused = FusedKernel.compile
@@ -210,6 +210,21 @@ def test_never_compiles_nothing_and_keeps_the_groups(in_process):
         hloexec.load(exact(), compile="later")
 
 
+def test_by_default_a_one_shot_run_compiles_nothing(in_process):
+    """compile_after=1: a fusion is handed over at its second call, at the latest when the next run starts (a
+    module run once, as a test's reference or a dump validated, costs no compile)."""
+    exe = hloexec.load(exact())
+    fusions, (loop,) = tier_kernels(exe)
+    x = np.random.default_rng(5).standard_normal((256, 64)).astype(np.float32)
+    entry = [s.kernel for s in exe.plan.steps if s.kernel in fusions]
+    first = bits(exe.run(x))
+    assert not any(t.queued for t in entry) and not loop.queued     # (the body's fusions ran more than once)
+    assert bits(exe.run(x)) == first
+    assert all(t.queued for t in entry)
+    assert exe.wait_compiled(timeout=120) and all(t.compiled is not None for t in entry + [loop])
+    assert bits(exe.run(x)) == first
+
+
 def test_eager_first_run_waits_for_every_kernel(in_process):
     exe = hloexec.load(exact(), compile="eager")
     fusions, (loop,) = tier_kernels(exe)
@@ -229,6 +244,7 @@ CHILD = textwrap.dedent("""
     from hloexec.kernels import workers
     exe = hloexec.load(sys.argv[1], compile="background")
     exe.run(*exe.random_inputs(0))
+    assert not exe.wait_compiled(timeout=0)       # every kernel handed over now
     deadline = time.monotonic() + 60
     while not (workers._POOL is not None and workers._POOL.compiling):
         assert time.monotonic() < deadline, "no worker started compiling"

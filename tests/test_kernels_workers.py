@@ -104,10 +104,10 @@ ENTRY e { x = f32[256,64] parameter(0)
 
 @pytest.mark.parametrize("compile_workers", ["0", "1"])
 def test_the_second_run_compiles_its_kernels_before_it_starts(pool_dir, monkeypatch, compile_workers):
-    """compile_after=1: the first run op by op; at the start of the second, every kernel the first ran compiles
+    """compile="eager", compile_after=1: the first run op by op; at the start of the second, every kernel the first ran compiles
     (CompilePolicy.compile_due), with and without workers, and gives the compiled tier's bits."""
     monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", compile_workers)
-    exe = hloexec.load(THREE_FUSIONS)
+    exe = hloexec.load(THREE_FUSIONS, compile="eager", compile_after=1)
     tiers = [s.kernel for s in exe.plan.steps]
     assert len({t.kernel.key for t in tiers}) == 3
     x = np.random.default_rng(2).standard_normal((256, 64)).astype(np.float32)
@@ -136,7 +136,7 @@ def test_a_fusion_inside_a_loop_compiled_whole_is_not_compiled_on_its_own(pool_d
     from tiers import tier_kernels
     monkeypatch.setattr(tiering, "LOOP_COMPILE_WORK", 1)
     monkeypatch.setattr(tiering, "LOOP_WORK_PER_LINE", 0)
-    exe = hloexec.load(FUSION_IN_A_LOOP)
+    exe = hloexec.load(FUSION_IN_A_LOOP, compile="eager", compile_after=1)
     fusions, (loop,) = tier_kernels(exe)
     (entry,) = [s.kernel for s in exe.plan.steps if s.kernel in fusions]
     (in_body,) = [t for t in fusions if t is not entry]

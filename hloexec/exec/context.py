@@ -34,7 +34,7 @@ class ExecContext:
     for them ask at run time (the calling thread's device and observer)."""
 
     def __init__(self, module: Module, device: Device, plans, options: Options | None = None, *,
-                 use_numba: bool = True, compile_after: int = 0, compile: str = "background"):
+                 use_numba: bool = True, compile_after: int = 1, compile: str = "background"):
         self.module = module
         self.plans = plans          # the module's PlanCache (exec/executor.py): one plan per computation
         self.default_device = device

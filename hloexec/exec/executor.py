@@ -57,7 +57,7 @@ class Executable:
     """A module prepared for running on the CPU: `run(*arrays)` returns numpy arrays."""
 
     def __init__(self, module: Module, *, options: Options | None = None, device=None, use_numba: bool = True,
-                 compile: str = "background", compile_after: int = 0, participant: Device | None = None,
+                 compile: str = "background", compile_after: int | None = None, participant: Device | None = None,
                  compile_kernels: bool = True, **rules):
         """`options` (hloexec.options.Options) or `device` (a profile, its name or file) and any of Options'
         rules by keyword (`reductions`, `excess_precision`, `max_memory`) override the options' or the device's
@@ -65,7 +65,8 @@ class Executable:
         `compile`: "background" (no run waits for the compiler: fusions run op by op and loops interpreted until
         their kernels, compiled meanwhile, are there), "eager" (a call that is due compiles, and waits: with
         compile_after=0 the first run waits for every kernel) or "never" (op by op always); see
-        exec/tiering.py. `compile_after`: calls of a fusion op by op before it is due to compile."""
+        exec/tiering.py. `compile_after`: calls of a fusion op by op before it is due to compile (default: 1 in
+        the background, so that a one-shot run compiles nothing, 0 eager)."""
         from .communicators import MirrorCommunicator
         keep_freed_memory()         # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
@@ -78,6 +79,8 @@ class Executable:
         self.participant = participant
         self.options = Options.of(options, device, **rules)
         self.plans = PlanCache()
+        if compile_after is None:
+            compile_after = 0 if compile == "eager" else 1
         self.context = ExecContext(module, participant, self.plans, self.options, use_numba=use_numba,
                                    compile_after=compile_after, compile=compile)
         self.runner = self.context.computation(module.entry)
@@ -150,25 +153,28 @@ class Executable:
 
     __call__ = run
 
-    def _compile_due(self) -> None:
-        """Compile the kernels due before a run: the entry's fusions, and in the background the loops too (handed
-        over, not waited for; the fusions in loops and branches are handed over at their first call), else
-        waited for (the loops compile at their first call)."""
+    def _compile_due(self, everything: bool = False) -> None:
+        """Compile the kernels due before a run (`everything`: in the background, all of the entry's fusions and
+        the loops, due or not): the entry's fusions, and in the background the loops too (handed over, not
+        waited for; the fusions in loops and branches are handed over when due at a call), else waited for (the
+        loops compile at their first call past their threshold)."""
         who = self.context.participant()
         policy = self.context.policy
         if policy.background is not None:
             self._uncompiled = [t for t in self._uncompiled if t.compiled is None]
-            policy.background.request([t for t in self._uncompiled if t.due(who)] + policy.loops_due(who))
+            policy.background.request([t for t in self._uncompiled if everything or t.due(who)]
+                                      + policy.loops_due(None if everything else who))
             policy.background.say_failures()
         elif self._uncompiled:
             self._uncompiled = compile_due(self._uncompiled, who)
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
-        """Wait until the kernels due are compiled (with compile_after=0: the entry's fusions, the loops and the
-        fusions called so far) -- or found not to compile: CompileWarning -- and swapped in, so that the next
-        run is warm; False if `timeout` seconds passed first (the compile goes on). In the "eager" mode, compiles
-        the entry's fusions due now; in the "never" mode, nothing to wait for."""
-        self._compile_due()
+        """Compile now, in the background, the entry's fusions and the loops that may compile (due or not), and
+        wait until they and every kernel asked for so far are compiled -- or found not to compile:
+        CompileWarning -- and swapped in, so that the next run is warm; False if `timeout` seconds passed first
+        (the compile goes on). In the "eager" mode, compiles the entry's fusions due now; in the "never" mode,
+        nothing to wait for."""
+        self._compile_due(everything=True)
         background = self.context.policy.background
         if background is None:
             return True

@@ -92,8 +92,10 @@ class CompilePolicy:
         return True
 
     def loops_due(self, who) -> list[TieredLoop]:
-        """The loops' tiers that compile at participant `who`'s next call, not compiled yet."""
-        return [loop for loops in self._loops.values() for loop in loops if loop.due(who)]
+        """The loops' tiers that compile at participant `who`'s next call (None: all that may compile), not
+        compiled yet."""
+        return [loop for loops in self._loops.values() for loop in loops
+                if loop.due(who) or who is None and loop.kernel is not None]
 
     def planned_kernel(self, key: str, tier: TieredKernel) -> None:
         """Note a fusion's tier that waits for `compile_after` calls: a later equal fusion may hurry it."""
