@@ -69,19 +69,18 @@ def test_a_kernel_compiled_by_a_worker_gives_the_in_process_bits(pool_dir):
 
 
 def test_a_worker_that_fails_leaves_the_error_to_the_process(pool_dir):
-    from numba import types
     bad = f"# test kernel (helpers {cache.helpers_hash()})\nfrom numba import njit\n\n\n" \
           "@njit(cache=True)\ndef kernel(x):\n    return x + 'a'\n"
     good = bad.replace("x + 'a'", "x + 1")
-    tasks = [(cache.source_key(s, "w"), s, (types.float64,)) for s in (good, bad)]
+    tasks = [(cache.source_key(s, "w"), s, (("scalar", "float64"),)) for s in (good, bad)]
     cache.compile_elsewhere(tasks)
     bad_key = tasks[1][0]
     _started(bad_key)
     fn = cache.load_kernel(bad, bad_key)        # waits until the worker gave up on it
     with pytest.raises(TypingError):
-        cache.compile_signature(fn, (types.float64,))
+        cache.compile_signature(fn, (("scalar", "float64"),))
     good_fn = cache.load_kernel(good, tasks[0][0])
-    cache.compile_signature(good_fn, (types.float64,))
+    cache.compile_signature(good_fn, (("scalar", "float64"),))
     assert good_fn(2.0) == 3.0 and workers._POOL.workers[0].poll() is None   # the worker lives on
 
 

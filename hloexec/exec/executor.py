@@ -188,6 +188,12 @@ class Executable:
         background = self.context.policy.background
         return [] if background is None else list(background.events)
 
+    def compile_report(self) -> dict:
+        """{"mode": the compile mode, and in the background "pending" (kernels not ready yet) and "events" (what
+        was made ready when, seconds since the module was prepared)}: `hloexec run --profile`."""
+        background = self.context.policy.background
+        return {"mode": self.context.compile, **(background.report() if background is not None else {})}
+
     def random_inputs(self, seed: int = 0) -> list:
         from .inputs import random_inputs
         return random_inputs(self.module, seed)

@@ -328,12 +328,37 @@ class BackgroundCompiler:
         with self.cond:
             return self.cond.wait_for(lambda: self.pending == 0, timeout)
 
+    def report(self) -> dict:
+        """{"pending": kernels asked for and not ready, "events": [{tier, name, requested, ready, compiled}]}."""
+        with self.cond:
+            return {"pending": self.pending, "events": [vars(e) for e in self.events]}
+
     def say_failures(self) -> None:
         """Warn (CompileWarning) of the kernels found not to compile since the last call."""
         with self.cond:
             failures, self.failures = self.failures, []
         for message in failures:
             warnings.warn(message, CompileWarning, stacklevel=3)
+
+
+def format_compile_report(report: dict, shown: int = 10) -> list[str]:
+    """Lines for a terminal of Executable.compile_report(): what compiled when (the first and last `shown` // 2
+    kernels when there are more)."""
+    if report["mode"] != "background":
+        return [f"compile={report['mode']!r}: " + ("every kernel due compiled before the call that needed it"
+                                                  if report["mode"] == "eager" else "nothing compiles")]
+    events = report["events"]
+    failed = sum(not e["compiled"] for e in events)
+    lines = [f"compiled in the background: {len(events)} kernels ready"
+             + (f" ({failed} did not compile: op by op)" if failed else "")
+             + f", {report['pending']} still compiling"
+             + ("" if events or report["pending"] else " (a fusion is handed over at its second call)")]
+    picked = events if len(events) <= shown else events[:shown // 2] + [None] + events[-(shown // 2):]
+    for e in picked:
+        lines.append("  ..." if e is None else
+                     f"  ready at {e['ready']:8.2f} s  {e['tier']} %{e['name']}  (asked for at {e['requested']:.2f} s"
+                     + ("" if e["compiled"] else ", did not compile") + ")")
+    return lines
 
 
 def _work(tier) -> int:

@@ -27,6 +27,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from . import workers
 
 _KERNELS: dict[str, object] = {}
@@ -93,9 +95,27 @@ def compile_elsewhere(tasks, background: bool = False) -> None:
     workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir(), background)
 
 
+def array_arg(dtype, ndim: int, readonly: bool) -> tuple:
+    """A C-contiguous array argument of a kernel signature (see numba_signature)."""
+    return ("array", np.dtype(dtype).name, max(ndim, 1), readonly)
+
+
+INT64_ARG = ("scalar", "int64")
+
+
+def numba_signature(signature) -> tuple:
+    """The Numba types of a kernel signature given as plain tuples (array_arg, INT64_ARG: picklable without
+    importing Numba, so that handing kernels to workers does not import it in the process)."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+    return tuple(types.Array(from_dtype(np.dtype(arg[1])), arg[2], "C", readonly=arg[3]) if arg[0] == "array"
+                 else from_dtype(np.dtype(arg[1])) for arg in signature)
+
+
 def compile_signature(fn, signature, lines: int = 0) -> None:
-    """Compile dispatcher `fn` for `signature` (operands typed read-only), then stop it compiling at call time.
-    `lines`: of its generated source (Numba's SSA pass recurses once per block: up to one per line).
+    """Compile dispatcher `fn` for `signature` (numba_signature's plain tuples; operands typed read-only), then
+    stop it compiling at call time. `lines`: of its generated source (Numba's SSA pass recurses once per block:
+    up to one per line).
 
     Numba types a read-only array (a constant, a caller's read-only input) apart from a writable one and,
     while it may compile, compiles a second specialisation for it at the call. Compiled for read-only operands
@@ -106,7 +126,7 @@ def compile_signature(fn, signature, lines: int = 0) -> None:
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 20 * lines))
         try:
-            fn.compile(signature)
+            fn.compile(numba_signature(signature))
         finally:
             sys.setrecursionlimit(limit)
             if fn.signatures:       # Numba asserts it has one (which would hide why the compile failed)

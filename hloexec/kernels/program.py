@@ -44,7 +44,7 @@ from ..ir import opcodes
 from ..options import Options
 from ..ir.attributes import dot_dims
 from . import elementwise as ew
-from .cache import compile_signature, load_kernel, source_key
+from .cache import array_arg, compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
                          reduce_dims, window_position, window_span)
@@ -813,21 +813,18 @@ class ProgramKernel:
         return self._fn
 
     @property
-    def signature_types(self) -> tuple:
+    def signature(self) -> tuple:
         """Operands and constants are never written: read-only, one specialisation (cache.compile_signature)."""
-        from numba import types
-        from numba.np.numpy_support import from_dtype
-        sig = [types.Array(from_dtype(ew.STORAGE[et]), 1, "C", readonly=True) for _, et in self._params]
-        sig += [types.Array(from_dtype(c.dtype), 1, "C", readonly=True) for c in self._consts]
-        return tuple(sig)
+        return tuple([array_arg(ew.STORAGE[et], 1, True) for _, et in self._params]
+                     + [array_arg(c.dtype, 1, True) for c in self._consts])
 
     @property
     def compile_task(self) -> tuple:
         """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
-        return self.key, self.source, self.signature_types
+        return self.key, self.source, self.signature
 
     def compile(self):
-        compile_signature(self.fn, self.signature_types, self.lines)
+        compile_signature(self.fn, self.signature, self.lines)
         return self
 
     def __call__(self, *operands):

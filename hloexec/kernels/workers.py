@@ -17,10 +17,12 @@ process (measured at load 7 on 2 cores: the GPT d256 pre step's compiling run 7%
 
 Kernels compiled in the background (`submit(..., background=True)`, exec/tiering.py's BackgroundCompiler) are
 compiled by workers only (at least one, even on a busy machine: the process keeps running op by op meanwhile),
-and the background thread waits for them (`await_compiled`) rather than taking them back. Workers run at a lower
-priority (nice +WORKER_NICENESS) than the process whose runs they speed up, and exit when it does: killed at its
-exit, or, if it was killed, within WATCH_PARENT_SECONDS (they compile into temporary files renamed into place,
-Numba's cache files as the sources, so a killed worker leaves no half-written cache entry).
+and the background thread waits for them (`await_compiled`) rather than taking them back. Workers run at the
+process's priority, or HLOEXEC_COMPILE_NICENESS lower (`nice`): niced by 10 at load 8 on 2 cores they compiled
+half as many kernels in 40 s, and the process's runs were as slow (that load's noise). They exit when the
+process does: killed at its exit, or, if it was killed, within WATCH_PARENT_SECONDS (they compile into
+temporary files renamed into place, Numba's cache files as the sources, so a killed worker leaves no
+half-written cache entry).
 """
 from __future__ import annotations
 
@@ -37,7 +39,6 @@ from ..errors import ExecutionError
 
 MAX_WORKERS = 4
 MAX_STARTS = 4 * MAX_WORKERS    # workers that died are replaced, up to this many started in all
-WORKER_NICENESS = 10
 WATCH_PARENT_SECONDS = 0.2
 
 
@@ -202,10 +203,8 @@ def serve() -> None:
     from .cache import clear_cache, compile_signature, load_kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops the process, which stops its workers
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    try:
-        os.nice(WORKER_NICENESS)     # the process's own runs come first
-    except OSError:
-        pass
+    niceness = os.environ.get("HLOEXEC_COMPILE_NICENESS", "0")
+    os.nice(int(niceness) if niceness.isdigit() else 0)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)       # what Numba prints goes to stderr, not into the answers
     warnings.simplefilter("ignore")     # the process, compiling again on a failure, shows what matters
