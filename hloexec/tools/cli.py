@@ -331,7 +331,7 @@ def cmd_run(args) -> int:
     inputs, inputs_info = _inputs(exe, args)
     profile = {} if args.profile else None
     runs = []
-    for k in range(args.repeat):        # fused kernels compile on their second call: a repeat is warm
+    for k in range(args.repeat):        # later runs use the kernels compiled by then (docs/compile.md)
         outputs, seconds_k = execute(exe, inputs, profile if k == args.repeat - 1 else None)
         runs.append(seconds_k)
     execute_s = runs[0]
