@@ -135,21 +135,21 @@ def main(argv=None) -> int:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| module | compile | first run | slowest later run (x first) | warm run | time to warm speed "
+    lines = ["| module | compile | load | first run | slowest later run (x first) | warm run | time to warm speed "
              "| last kernel ready | runs | XLA parse+compile+first run | XLA warm | time to warm / XLA's first |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         xla = r["xla"]
         xla_cold = f"{xla['cold_s']:.2f} s" if "cold_s" in xla else xla.get("error", "")
         xla_warm = f"{xla['warm_run_s'] * 1e3:.1f} ms" if "warm_run_s" in xla else ""
         if "error" in r:
-            lines.append(f"| {r['module']} | {r['mode']} | {r['error']} | | | | | | {xla_cold} | {xla_warm} | |")
+            lines.append(f"| {r['module']} | {r['mode']} | {r['error']} | | | | | | | {xla_cold} | {xla_warm} | |")
             continue
         last = "" if r["last_kernel_s"] is None else f"{r['last_kernel_s']:.1f} s"
         if r["pending"]:
             last += f" ({r['pending']} pending)"
         ratio = f"{r['warm_at_s'] / xla['cold_s']:.2f}" if "cold_s" in xla else ""
-        lines.append(f"| {r['module']} | {r['mode']} | {r['first_s'] * 1e3:.1f} ms | {r['slowest_later_s'] * 1e3:.1f}"
+        lines.append(f"| {r['module']} | {r['mode']} | {r['load_s']:.2f} s | {r['first_s'] * 1e3:.1f} ms | {r['slowest_later_s'] * 1e3:.1f}"
                      f" ms ({r['slowest_ratio']:.2f}x) | {r['warm_s'] * 1e3:.1f} ms | {r['warm_at_s']:.1f} s | {last} "
                      f"| {r['runs']} | {xla_cold} | {xla_warm} | {ratio} |")
     return "\n".join(lines)

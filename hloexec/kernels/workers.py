@@ -17,9 +17,11 @@ process (measured at load 7 on 2 cores: the GPT d256 pre step's compiling run 7%
 
 Kernels compiled in the background (`submit(..., background=True)`, exec/tiering.py's BackgroundCompiler) are
 compiled by workers only (at least one, even on a busy machine: the process keeps running op by op meanwhile),
-and the background thread waits for them (`await_compiled`) rather than taking them back. Workers run at the
-process's priority, or HLOEXEC_COMPILE_NICENESS lower (`nice`): niced by 10 at load 8 on 2 cores they compiled
-half as many kernels in 40 s, and the process's runs were as slow (that load's noise). They exit when the
+and the background thread waits for them (`await_compiled`) rather than taking them back. Workers run
+WORKER_NICENESS lower than the process (`nice`; HLOEXEC_COMPILE_NICENESS sets it): the process's runs come
+first. Measured at load 10 on 2 cores, the GPT d256 pre step's runs before any kernel was in, 30 s each
+(median): 0.55 s / 0.39 s with nothing compiling, 1.02 s with a worker at the same priority (15 kernels in),
+0.38 s niced by 5 (5 kernels in), 0.53 s niced by 10 (none in: on a busy machine it starves). They exit when the
 process does: killed at its exit, or, if it was killed, within WATCH_PARENT_SECONDS (they compile into
 temporary files renamed into place, Numba's cache files as the sources, so a killed worker leaves no
 half-written cache entry).
@@ -38,6 +40,7 @@ from pathlib import Path
 from ..errors import ExecutionError
 
 MAX_WORKERS = 4
+WORKER_NICENESS = 5
 MAX_STARTS = 4 * MAX_WORKERS    # workers that died are replaced, up to this many started in all
 WATCH_PARENT_SECONDS = 0.2
 
@@ -203,8 +206,8 @@ def serve() -> None:
     from .cache import clear_cache, compile_signature, load_kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops the process, which stops its workers
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    niceness = os.environ.get("HLOEXEC_COMPILE_NICENESS", "0")
-    os.nice(int(niceness) if niceness.isdigit() else 0)
+    niceness = os.environ.get("HLOEXEC_COMPILE_NICENESS", "")
+    os.nice(int(niceness) if niceness.isdigit() else WORKER_NICENESS)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)       # what Numba prints goes to stderr, not into the answers
     warnings.simplefilter("ignore")     # the process, compiling again on a failure, shows what matters
