@@ -33,6 +33,7 @@ def test_worker_count(monkeypatch):
     monkeypatch.delenv("HLOEXEC_COMPILE_WORKERS")
     monkeypatch.setattr(os, "getloadavg", lambda: (99.0, 99.0, 99.0))
     assert workers.worker_count() == 0          # a busy machine: the process compiles alone
+    assert workers.worker_count(at_least=1) == 1    # ... but in the background, a worker compiles
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert workers.worker_count() == min(len(os.sched_getaffinity(0)) - 1, workers.MAX_WORKERS)
 
