@@ -172,6 +172,8 @@ def test_a_loop_switches_to_its_compiled_function_mid_run(in_process, monkeypatc
     assert bits(exe.run(x)) == reference
     assert len(interpreted) == 3 and loop.compiled is not None     # steps 4-10 ran compiled
     assert exe.compile_events[-1].name == loop.name
+    while not exe.wait_compiled(timeout=0):     # the body's fusions: the thread must not outlive the stepper
+        stepper.step(exe)
 
 
 def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(in_process, monkeypatch):

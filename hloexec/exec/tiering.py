@@ -313,9 +313,14 @@ class BackgroundCompiler:
                     return
                 tier, requested = self.queue.popleft()
             kernel = tier.kernel
-            if kernel is not None:
-                await_compiled(kernel.key)
-            compiled = tier.compile(self.failures.append)
+            try:
+                if kernel is not None:
+                    await_compiled(kernel.key)
+                compiled = tier.compile(self.failures.append)
+            except Exception as e:  # noqa: BLE001 - a bug here must cost that tier's speed, not hang wait()
+                self.failures.append(f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): "
+                                     "a bug; it runs op by op")
+                compiled = False
             with self.cond:
                 self.events.append(CompileEvent("fusion" if isinstance(tier, TieredKernel) else "loop", tier.name,
                                                 requested, time.perf_counter() - self.started, compiled))
