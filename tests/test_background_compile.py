@@ -311,3 +311,26 @@ def test_a_process_ending_mid_compile_leaves_nothing_behind(tmp_path, monkeypatc
         assert bits(exe.run(x)) == bits(hloexec.load(str(path), compile="never").run(x))
     finally:
         cache.clear_cache(disk=False)
+
+
+def test_run_compile_and_profile_say_what_compiled_when(in_process, tmp_path, capsys):
+    import json
+
+    from hloexec.tools.cli import main
+    path = tmp_path / "exact.hlo"
+    path.write_text(exact())
+    assert main(["run", str(path), "--compile", "never", "--profile", "3", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["compile"] == {"mode": "never"}
+    assert document["tiers"]["fusion"]["compiled"] == 0
+    assert main(["run", str(path), "--compile", "eager", "--profile", "3"]) == 0
+    assert "compile='eager': every kernel due compiled before the call that needed it" in capsys.readouterr().out
+    assert main(["run", str(path), "--repeat", "2", "--profile", "3", "--json"]) == 0     # background
+    report = json.loads(capsys.readouterr().out)["compile"]
+    assert report["mode"] == "background"
+    assert {e["name"] for e in report["events"]} <= {"f1", "f2", "f3", "f4", "fused.x1", "w"}
+    assert len(report["events"]) + report["pending"] >= 3      # the entry's fusions, handed over at the 2nd run
+    assert main(["run", str(path), "--compile", "later"]) == 2
+    for thread in threading.enumerate():    # the background run's compiles end here, not in a later test
+        if thread.name == "hloexec-background-compile":
+            thread.join(timeout=120)
