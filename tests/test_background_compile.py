@@ -176,6 +176,20 @@ def test_a_loop_switches_to_its_compiled_function_mid_run(in_process, monkeypatc
         stepper.step(exe)
 
 
+def test_a_background_compile_ends_in_the_cache_dir_it_began_in(in_process, tmp_path, monkeypatch):
+    """$HLOEXEC_CACHE_DIR changed while kernels compile (a test's fixture ending): they are loaded from, and
+    written to, the dir they were handed over in -- where the workers compiled them."""
+    stepper = Stepper(monkeypatch)
+    exe = hloexec.load(exact(), compile="background", compile_after=0, compile_kernels=False)
+    exe.run(np.zeros((256, 64), np.float32))
+    monkeypatch.setenv("HLOEXEC_CACHE_DIR", str(tmp_path / "elsewhere"))
+    while not exe.wait_compiled(timeout=0):
+        stepper.step(exe)
+    fusions, (loop,) = tier_kernels(exe)
+    assert all((in_process / f"hx_{t.compiled.key}.py").exists() for t in fusions)
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(in_process, monkeypatch):
     from hloexec.kernels.fusion import FusedKernel
     x = np.random.default_rng(2).standard_normal((256, 64)).astype(np.float32)

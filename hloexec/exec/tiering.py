@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..errors import CompileWarning
 from ..ir.module import Computation
-from ..kernels.cache import compile_elsewhere
+from ..kernels.cache import cache_dir, compile_elsewhere, pinned_cache_dir
 from ..kernels.workers import await_compiled
 
 COMPILE_MODES = ("background", "eager", "never")
@@ -278,7 +278,7 @@ class BackgroundCompiler:
 
     def __init__(self):
         self.cond = threading.Condition()
-        self.queue: deque = deque()         # (tier, requested at): not taken by the thread yet
+        self.queue: deque = deque()         # (tier, requested at, cache dir): not taken by the thread yet
         self.pending = 0                    # requested, not ready yet
         self.thread: threading.Thread | None = None
         self.started = time.perf_counter()
@@ -296,9 +296,9 @@ class BackgroundCompiler:
         tiers.sort(key=lambda t: -_work(t))
         # workers take the last submitted first: the most work first
         compile_elsewhere((t.kernel.compile_task for t in reversed(tiers)), background=True)
-        now = time.perf_counter() - self.started
+        now, directory = time.perf_counter() - self.started, cache_dir()
         with self.cond:
-            self.queue.extend((t, now) for t in tiers)
+            self.queue.extend((t, now, directory) for t in tiers)
             self.pending += len(tiers)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._compile_queued, name="hloexec-background-compile",
@@ -311,12 +311,13 @@ class BackgroundCompiler:
                 if not self.queue:
                     self.thread = None
                     return
-                tier, requested = self.queue.popleft()
+                tier, requested, directory = self.queue.popleft()
             kernel = tier.kernel
             try:
                 if kernel is not None:
                     await_compiled(kernel.key)
-                compiled = tier.compile(self.failures.append)
+                with pinned_cache_dir(directory):
+                    compiled = tier.compile(self.failures.append)
             except Exception as e:  # noqa: BLE001 - a bug here must cost that tier's speed, not hang wait()
                 self.failures.append(f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): "
                                      "a bug; it runs op by op")

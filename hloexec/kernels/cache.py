@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +56,26 @@ def source_key(source: str, prefix: str = "") -> str:
     return prefix + hashlib.sha256(source.encode()).hexdigest()[:24 - len(prefix)]
 
 
+_PINNED = threading.local()     # the calling thread's cache dir, if pinned (pinned_cache_dir)
+
+
 def cache_dir() -> Path:
+    pinned = getattr(_PINNED, "dir", None)
+    if pinned is not None:
+        return pinned
     d = os.environ.get("HLOEXEC_CACHE_DIR")
     return Path(d) if d else Path.home() / ".cache" / "hloexec" / "kernels"
+
+
+@contextmanager
+def pinned_cache_dir(directory: Path):
+    """Make the calling thread's loads use `directory` meanwhile, whatever $HLOEXEC_CACHE_DIR says by then: a
+    background compile finishes in the cache dir its kernels were handed over in (and its workers compiled into)."""
+    _PINNED.dir = directory
+    try:
+        yield
+    finally:
+        _PINNED.dir = None
 
 
 def load_kernel(source: str, key: str):
