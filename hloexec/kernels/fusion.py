@@ -36,7 +36,7 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..options import Options
 from . import elementwise as ew
-from .cache import compile_signature, load_kernel, source_key
+from .cache import INT64_ARG, array_arg, compile_signature, load_kernel, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
                       scalar_literal)
 from .index_maps import SourceIndex, clamped_start, dilated_element, reduce_dims, window_position, window_span
@@ -772,24 +772,21 @@ class FusedKernel:
         return self._fn
 
     @property
-    def signature_types(self):
+    def signature(self) -> tuple:
         """Outputs writable, operands and constants read-only (compile_signature), all C-contiguous."""
-        from numba import types
-        from numba.np.numpy_support import from_dtype
-        outs = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C") for dims, et in self._outs]
-        ins = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C", readonly=True)
-               for dims, et in self._params]
-        ins += [types.Array(from_dtype(c.dtype), max(c.ndim, 1), "C", readonly=True) for c in self._consts]
-        return tuple(outs + ins) + ((types.int64, types.int64) if self.blocks else ())
+        outs = [array_arg(ew.STORAGE[et], len(dims), False) for dims, et in self._outs]
+        ins = [array_arg(ew.STORAGE[et], len(dims), True) for dims, et in self._params]
+        ins += [array_arg(c.dtype, c.ndim, True) for c in self._consts]
+        return tuple(outs + ins) + ((INT64_ARG, INT64_ARG) if self.blocks else ())
 
     @property
     def compile_task(self) -> tuple:
         """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
-        return self.key, self.source, self.signature_types
+        return self.key, self.source, self.signature
 
     def compile(self):
         """Compile now (or load from the disk cache): one specialisation, for read-only or writable operands."""
-        compile_signature(self.fn, self.signature_types)
+        compile_signature(self.fn, self.signature)
         return self
 
     def _arg(self, value, dims, et):

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..exec.tiering import COMPILE_MODES, format_compile_report
 from ..options import REDUCTIONS
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
@@ -92,8 +93,8 @@ def _prepare(module, args):
         warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
         # rules not given on the command line are the device profile's (hloexec.options)
         exe = Executable(module, device=device_option(args.device, module), use_numba=not args.no_numba,
-                         excess_precision=args.excess_precision or None,
-                         reductions=args.reductions, max_memory=getattr(args, "max_memory", None))
+                         excess_precision=args.excess_precision or None, reductions=args.reductions,
+                         max_memory=getattr(args, "max_memory", None), compile=args.compile)
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
     if elided:
@@ -343,7 +344,7 @@ def cmd_run(args) -> int:
     inputs, inputs_info = _inputs(exe, args)
     profile = {} if args.profile else None
     runs = []
-    for k in range(args.repeat):        # fused kernels compile on their second call: a repeat is warm
+    for k in range(args.repeat):        # later runs use the kernels compiled by then (docs/compile.md)
         outputs, seconds_k = execute(exe, inputs, profile if k == args.repeat - 1 else None)
         runs.append(seconds_k)
     execute_s = runs[0]
@@ -357,12 +358,13 @@ def cmd_run(args) -> int:
         seconds["runs"] = runs
     slowest = profile_rows(exe, profile, args.profile) if args.profile else None
     tiers = exe.context.tier_report if args.profile else None
+    compiled = exe.compile_report() if args.profile else None
     if args.json:
         _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": module.name,
                      "inputs": inputs_info, "memory": memory, "seconds": seconds, "outputs": summaries,
                      "nan_found": nan_found, "out": args.out, "profile": slowest,
                      "elided_constants": [c.name for c in module.elided_constants()],
-                     "tiers": tiers.to_dict() if tiers is not None else None})
+                     "tiers": tiers.to_dict() if tiers is not None else None, "compile": compiled})
     else:
         print(f"module {module.name}: {len(outputs)} output{'s' if len(outputs) != 1 else ''}, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
@@ -385,6 +387,8 @@ def cmd_run(args) -> int:
         if tiers is not None:
             print("compiled tiers (fused computations and while loops; op by op: how many, why):")
             for line in tiers.format():
+                print("  " + line)
+            for line in format_compile_report(compiled):
                 print("  " + line)
         if args.out is not None:
             print(f"outputs written to {args.out}")
@@ -905,6 +909,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
                                 "f32, rounded once) or per-step (every step rounded to the type, in row-major "
                                 "order, as XLA:CPU's optimized modules compute them; numerics' default)")
+    execution.add_argument("--compile", choices=COMPILE_MODES, default="background",
+                           help="background (default): kernels compile while runs go on op by op, each run uses "
+                                "those ready; eager: a run waits for the kernels due, the first for all; never: "
+                                "op by op")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
     calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")
@@ -976,8 +984,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 20), then how many fused computations and while loops have a compiled kernel "
                         "and why the others run op by op")
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
-                   help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
-                        "first call and compiled from the second, so R >= 3 shows the warm module)")
+                   help="run R times (outputs and --profile from the last: kernels compile in the background "
+                        "from a fusion's second call, later runs use those ready; --compile eager --repeat 2 "
+                        "shows the warm module)")
     p.add_argument("--find-nonfinite", action="store_true",
                    help="one observed run (op by op): the instructions that first make NaN or Inf from operands "
                         "without them, with operand ranges, op_name, source line and the path to the outputs "

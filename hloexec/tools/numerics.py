@@ -40,7 +40,8 @@ def executable_like(exe: Executable, module, **options) -> Executable:
     import warnings
     from ..errors import ElidedConstantWarning
     ctx = exe.context
-    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after)
+    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after,
+                    compile=ctx.compile)
     settings.update(options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)
