@@ -2,7 +2,7 @@
 
 Numba compiles one function at a time in a process (its global compiler lock), 0.1-2.5 s each, and a module's
 second run may compile a hundred. `submit(tasks)` hands kernels about to be compiled to worker processes
-(`serve`, started at the first submit worth one and kept for the process's life),
+(`kernels/compile_worker.py`, started at the first submit worth one and kept for the process's life),
 which compile them into Numba's disk cache (`kernels/cache.py`). The process itself compiles them in order as
 before: `claim(key)`, which `cache.load_kernel` calls first, takes back a kernel no worker has started (compiled
 here), or waits for the worker compiling it (then loaded from the disk cache, ~30 ms). Workers take the last
@@ -43,6 +43,7 @@ MAX_WORKERS = 4
 WORKER_NICENESS = 5
 MAX_STARTS = 4 * MAX_WORKERS    # workers that died are replaced, up to this many started in all
 WATCH_PARENT_SECONDS = 0.2
+WORKER_MAIN = "from hloexec.kernels.compile_worker import serve; serve()"     # a worker process's program
 
 
 def worker_count(at_least: int = 0) -> int:
@@ -91,8 +92,8 @@ class _Pool:
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
         try:
-            proc = subprocess.Popen([sys.executable, "-P", "-c", "from hloexec.kernels.workers import serve; serve()"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            proc = subprocess.Popen([sys.executable, "-P", "-c", WORKER_MAIN], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, env=env)
         except OSError:
             self.workers.append(None)   # counted: not tried again
             return False
@@ -188,41 +189,3 @@ def await_compiled(key: str) -> None:
     pool = _POOL
     if pool is not None and pool.pid == os.getpid():
         pool.await_compiled(key)
-
-
-def _watch_parent(parent: int) -> None:
-    """Exit as soon as the process this worker compiles for is gone (killed: its exit could not stop us)."""
-    import time
-    while os.getppid() == parent:
-        time.sleep(WATCH_PARENT_SECONDS)
-    os._exit(0)
-
-
-def serve() -> None:
-    """A worker: compile each (key, source, signature, cache dir) read from stdin, answer its key on stdout."""
-    import signal
-    import warnings
-
-    from .cache import clear_cache, compile_signature, load_kernel
-    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops the process, which stops its workers
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    niceness = os.environ.get("HLOEXEC_COMPILE_NICENESS", "")
-    os.nice(int(niceness) if niceness.isdigit() else WORKER_NICENESS)
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)       # what Numba prints goes to stderr, not into the answers
-    warnings.simplefilter("ignore")     # the process, compiling again on a failure, shows what matters
-    stdin = sys.stdin.buffer
-    while True:
-        try:
-            key, source, signature, cache = pickle.load(stdin)
-        except EOFError:
-            return
-        os.environ["HLOEXEC_CACHE_DIR"] = cache
-        try:
-            compile_signature(load_kernel(source, key), signature, source.count("\n"))
-        except Exception:   # noqa: BLE001  the process compiles it again and reports the error
-            pass
-        clear_cache(disk=False)     # it is on disk: the worker keeps no kernel (0.2-0.3 GB resident)
-        pickle.dump(key, out)
-        out.flush()
-
