@@ -1,0 +1,332 @@
+"""Per-element error bounds, computed alongside the shadow run: how far the program's arithmetic (under a device
+profile) may take each element of each value from its exact value.
+
+The shadow's run is observed instruction by instruction (fusions opened up, loops per iteration); each float
+value it makes gets a bound array (f64, its shape), from its operands' bounds and the instruction's own rounding:
+
+- moving ops (reshape, transpose, broadcast, slice, concatenate, pad, gather, dynamic-(update-)slice, copy...)
+  move their operands' bounds: the op's own kernel run on the bounds;
+- elementwise ops: first-order propagation measured on the op itself, sum over operands k of
+  max |f(.., a_k +- e_k, ..) - f(a)| (the op's own kernel at the ends of each operand's interval: exact for
+  monotone ops, no derivative table), plus the op's own rounding, half an ulp of the program's type at the
+  value (transcendentals: TRANSCENDENTAL_ULPS more ulps of f32, the accuracy of XLA's f32 approximations);
+  a bf16 value converted to f32 keeps its bf16 bound (the convert is exact, the bound flows through);
+- add-reductions (reduce, reduce-window): the root-sum-square of the terms' bounds (errors independent from
+  term to term: a bound is treated as SIGMAS standard deviations) plus the accumulation's rounding in the
+  reduction's own type (the HLO's meaning: every reducer step rounds; a device that accumulates wider is within
+  it) as a probabilistic bound: SIGMAS standard deviations of a sequential sum's rounding error, whose variance
+  (u^2/3) * sum_k s_k^2 over its partial sums s_k is estimated as n * (sum x_i^2 + S^2) (a random walk plus a
+  drift to the total S), whatever the order; max/min reductions move bounds;
+- dots: sqrt(A^2 e_B^2 + e_A^2 B^2) (the operands' errors independent along the contraction, as a sum's), plus
+  the device's arithmetic (DeviceProfile.dot_algorithm, ALGORITHM_ARITHMETIC):
+  operands rounded to the algorithm's significand bits (bf16 passes, TF32: u |x| + SIGMAS sigma of the K
+  independent product errors), the accumulation in its type (as a reduction's; without an algorithm the wider
+  of the result type and f32: what XLA's CPU, GPU and TPU dots do), the final rounding;
+- compare and select: a comparison whose operands' intervals overlap is *rounding-decided*; a select on it may
+  take either branch, so its bound is the branches' distance plus their bounds.
+
+Rounding-decided elements (`decided`): where an operand's interval reaches a discontinuity -- the sign of a
+near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / log / power of, an interval
+that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is rounding's choice). Elementwise
+and moving ops carry the mark; reductions and dots do not (one decided term among thousands is averaged).
+
+What it cannot see: ops it has no rule for (custom-calls computing their own way, collectives, fft, variadic
+reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Bounds are first
+order (second-order terms of large relative errors are not counted: the verdict's factor covers them), and the
+probabilistic terms assume rounding errors that do not conspire (a sum sorted so its partial sums grow before
+they cancel can exceed them).
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import ml_dtypes
+import numpy as np
+
+from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
+from .compare import ulp_at
+
+# significand bits (the implicit one counted) of the types dots operate and accumulate in
+SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+SIGMAS = 6.0                # probabilistic terms: this many standard deviations
+TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
+# Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
+MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
+                   "dynamic-slice", "dynamic-update-slice", "gather", "scatter", "get-tuple-element", "tuple",
+                   "opt-barrier", "optimization-barrier", "copy-start", "copy-done", "domain", "add-dependency",
+                   "real", "imag", "complex"})
+EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
+# Elementwise ops with no rounding of their own (1-Lipschitz or exact)
+EXACT_ELEMENTWISE = frozenset({"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil",
+                               "round-nearest-afz", "round-nearest-even"})
+ROUNDING_ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "power", "atan2", "remainder", "sqrt", "rsqrt", "cbrt", "exponential",
+    "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic", "sine", "cosine", "tan", "erf", "convert",
+    "reduce-precision"})
+TRANSCENDENTAL = frozenset({"power", "atan2", "cbrt", "exponential", "exponential-minus-one", "log", "log-plus-one",
+                            "tanh", "logistic", "sine", "cosine", "tan", "erf"})
+# op -> operands at which an interval holding 0 is a discontinuity or a singularity
+SINGULAR_AT_ZERO = {"sign": (0,), "divide": (1,), "sqrt": (0,), "rsqrt": (0,), "log": (0,), "power": (0,),
+                    "atan2": (0, 1), "remainder": (1,)}
+STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
+
+
+def unit_roundoff(etype) -> float:
+    """2^-p for a float type of p significand bits (the implicit one counted): half its epsilon."""
+    return float(ml_dtypes.finfo(etype.numpy).eps) / 2
+
+
+def _widest(a: str, b: str) -> str:
+    return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
+
+
+def _free_dims(inst, side: str, rank: int) -> int:
+    """How many free (neither batch nor contracting) dims the dot's `side` ("lhs" / "rhs") operand has."""
+    return rank - len(inst.attr(f"{side}_contracting_dims", ())) - len(inst.attr(f"{side}_batch_dims", ()))
+
+
+def _float(leaf) -> bool:
+    return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
+
+
+def _leaves(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+class ErrorBounds:
+    """An observer of the shadow's run (`observe(inst, value, operands)`) that keeps, for every float value alive
+    in it, a bound on its error under `device`'s arithmetic (see the module docstring). `of(value)` is the bound of
+    a value (an output), `decided_of(value)` its rounding-decided elements. Values are known by identity while
+    they live: bounds go when their values go (the run's memory, doubled at most)."""
+
+    def __init__(self, shadow, context, device: DeviceProfile):
+        self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
+        self.context = context
+        self.device = device
+        self.store: dict[int, tuple] = {}           # id(value) -> (weakref, bound or None, decided or None)
+        self.kernels: dict[int, object] = {}
+        self.unbounded: dict[str, str] = {}         # instruction -> why it has no bound
+        self.algorithms: set[str] = set()           # dot algorithms the device's rules chose (not the types' own)
+        self.lock = threading.Lock()
+
+    # -- the store -------------------------------------------------------------------------------------------
+    def _put(self, leaf, bound, decided=None) -> None:
+        key, store = id(leaf), self.store
+        if decided is not None and not decided.any():
+            decided = None
+        # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
+        # it is kept (a few bytes)
+        ref = weakref.ref(leaf, lambda _r, key=key: store.pop(key, None)) if isinstance(leaf, np.ndarray) \
+            else (lambda: leaf)
+        with self.lock:
+            store[key] = (ref, bound, decided)
+
+    def _entry(self, leaf):
+        entry = self.store.get(id(leaf))
+        return entry if entry is not None and entry[0]() is leaf else None
+
+    def of(self, leaf) -> np.ndarray:
+        """The bound of a float value of the shadow's run (zeros: exact, an input or a constant)."""
+        entry = self._entry(leaf)
+        if entry is None or entry[1] is None:
+            return np.zeros(np.shape(leaf))
+        return np.broadcast_to(entry[1], np.shape(leaf))
+
+    def decided_of(self, leaf) -> np.ndarray:
+        entry = self._entry(leaf)
+        if entry is None or entry[2] is None:
+            return np.zeros(np.shape(leaf), bool)
+        return np.broadcast_to(entry[2], np.shape(leaf))
+
+    def _bound_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None else entry[1]
+
+    def _decided_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None else entry[2]
+
+    def _kernel(self, inst):
+        k = self.kernels.get(id(inst))
+        if k is None:
+            from ..ops.registry import lookup
+            k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
+        return k[1]
+
+    # -- the observer ------------------------------------------------------------------------------------------
+    def __call__(self, inst, value, operands) -> None:
+        leaves = _leaves(value)
+        floats = [v for v in leaves if _float(v)]
+        opcode = inst.opcode
+        if opcode == "compare":
+            self._compare(inst, value, operands)
+            return
+        if not floats or opcode in EXACT:
+            return
+        if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
+            return          # tuples, get-tuple-element, fusion and loop results: their leaves are known
+        comp = inst.computation.name if inst.computation is not None else ""
+        orig = self.original.get((comp, inst.name))
+        with np.errstate(all="ignore"):
+            if orig is None:                       # the shadow's own helpers around pinned instructions
+                self._pass_through(inst, value, operands)
+            elif opcode in MOVES:
+                self._move(inst, value, operands)
+            elif opcode == "select":
+                self._select(value, operands)
+            elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
+                self._elementwise(inst, orig, value, operands)
+            elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
+                self._reduce(inst, orig, value, operands)
+            elif opcode == "dot":
+                self._dot(inst, orig, value, operands)
+            elif opcode == "sort":
+                worst = max((float(np.max(self.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
+                for v in floats:
+                    self._put(v, np.full(v.shape, worst))
+            else:
+                for v in floats:
+                    if self._entry(v) is None:
+                        self.unbounded.setdefault(inst.name, opcode)
+                        self._put(v, np.full(v.shape, np.inf))
+
+    def _pass_through(self, inst, value, operands) -> None:
+        """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
+        src = [o for o in operands if _float(o) and np.shape(o) == np.shape(value)]
+        if _float(value) and src:
+            self._put(value, self._bound_or_none(src[0]), self._decided_or_none(src[0]))
+
+    def _substituted(self, inst, operands, pick) -> object:
+        """`inst`'s kernel on its operands with every float one replaced by `pick(operand)` (a bound)."""
+        args = [pick(o) if _float(o) else o for o in operands]
+        return self._kernel(inst)(*args)
+
+    def _move(self, inst, value, operands) -> None:
+        bounds = _leaves(self._substituted(inst, operands, self.of))
+        marks = None
+        if any(self._decided_or_none(o) is not None for o in operands if _float(o)):
+            marks = _leaves(self._substituted(inst, operands, lambda o: self.decided_of(o).astype(np.float64)))
+        for i, (v, b) in enumerate(zip(_leaves(value), bounds)):
+            if _float(v):
+                self._put(v, np.asarray(b, np.float64), None if marks is None else np.asarray(marks[i]) > 0)
+
+    def _compare(self, inst, value, operands) -> None:
+        a, b = operands[0], operands[1]
+        if not (_float(a) and isinstance(value, (np.ndarray, np.generic))):
+            return
+        slack = self.of(a) + self.of(b)
+        with np.errstate(all="ignore"):
+            undecided = (np.abs(np.asarray(a) - np.asarray(b)) <= slack) & (slack > 0)
+        for o in (a, b):
+            d = self._decided_or_none(o)
+            if d is not None:
+                undecided = undecided | d
+        self._put(value, None, undecided)
+
+    def _select(self, value, operands) -> None:
+        p, t, f = operands
+        et, ef = self.of(t), self.of(f)
+        bound = np.where(p, et, ef)
+        decided = np.where(p, self.decided_of(t), self.decided_of(f))
+        undecided = self._decided_or_none(p)
+        if undecided is not None:
+            bound = np.where(undecided, np.maximum(et, ef) + np.abs(t - f), bound)
+            decided = decided | undecided
+        self._put(value, bound, decided)
+
+    def _elementwise(self, inst, orig, x, operands) -> None:
+        kernel = self._kernel(inst)
+        bound = np.zeros(x.shape)
+        decided = np.zeros(x.shape, bool)
+        for k, a in enumerate(operands):
+            if not _float(a):
+                continue
+            d = self._decided_or_none(a)
+            if d is not None:
+                decided = decided | d
+            e = self._bound_or_none(a)
+            if e is None or not np.any(e):
+                continue
+            args = list(operands)
+            args[k] = a + e
+            up = kernel(*args)
+            args[k] = a - e
+            down = kernel(*args)
+            delta = np.maximum(np.abs(up - x), np.abs(down - x))
+            bound = bound + np.where(np.isnan(delta), np.inf, delta)
+            if k in SINGULAR_AT_ZERO.get(inst.opcode, ()):
+                decided = decided | ((np.abs(a) <= e) & (e > 0))
+            if inst.opcode in STEPS:
+                decided = decided | (up != down)
+        if inst.opcode in ROUNDING_ELEMENTWISE:
+            bound = bound + self._rounding(orig, x, bound, inst.opcode)
+        self._put(x, bound, decided)
+
+    def _rounding(self, orig, x, bound, opcode) -> np.ndarray:
+        """The instruction's own rounding: half an ulp of its type at the value (+ the transcendental's error)."""
+        etype = orig.shape.element_type
+        if etype is None or etype.kind != "float":
+            return np.zeros(x.shape)
+        magnitude = np.where(np.isfinite(x), np.abs(x), 0.0) + np.where(np.isfinite(bound), bound, 0.0)
+        own = 0.5 * ulp_at(magnitude, etype.numpy)
+        if opcode == "reduce-precision":
+            own = np.maximum(own, magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
+        if opcode in TRANSCENDENTAL:
+            own = own + TRANSCENDENTAL_ULPS * ulp_at(magnitude, np.float32 if etype.bits <= 32 else np.float64)
+        return own
+
+    def _reduce(self, inst, orig, x, operands) -> None:
+        reducer = inst.called.get("to_apply")
+        kind = reducer.root.opcode if reducer is not None else ""
+        a, init = operands
+        if kind in ("maximum", "minimum"):
+            self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64),
+                      None)
+            return
+        if kind != "add":
+            self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
+            self._put(x, np.full(x.shape, np.inf))
+            return
+        kernel = self._kernel(inst)
+        zero = np.zeros_like(init)
+        bound = np.sqrt(np.asarray(kernel(np.square(self.of(a)), np.square(self.of(init))), np.float64))
+        squares = np.asarray(kernel(a * a, zero), np.float64)
+        count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
+        u = unit_roundoff(orig.shape.element_type)
+        bound = bound + SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x)) \
+            + self._rounding(orig, x, bound, "add")
+        self._put(x, bound)
+
+    def _dot(self, inst, orig, x, operands) -> None:
+        a, b = operands
+        kernel = self._kernel(inst)
+        ea, eb = self._bound_or_none(a), self._bound_or_none(b)
+        variance = np.zeros(x.shape)        # the operands' errors, independent across the contraction
+        if eb is not None and np.any(eb):
+            variance = variance + kernel(a * a, np.square(np.broadcast_to(eb, b.shape)))
+        if ea is not None and np.any(ea):
+            variance = variance + kernel(np.square(np.broadcast_to(ea, a.shape)), b * b)
+        bound = np.sqrt(variance)
+        squares = kernel(a * a, b * b)
+        contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+        types = [o.shape.element_type for o in orig.operands]
+        matrix_vector = _free_dims(inst, "lhs", a.ndim) == 0 or _free_dims(inst, "rhs", b.ndim) == 0
+        algorithm = self.device.dot_algorithm(inst.attr("algorithm", "") or "",
+                                              tuple(inst.attr("operand_precision", ()) or ()),
+                                              all(t is not None and t.name == "f32" for t in types), matrix_vector)
+        # without an algorithm, 16-bit dots accumulate in f32 on every XLA backend (CPU, cuBLAS, the MXU)
+        bits, accumulator = ALGORITHM_ARITHMETIC.get(algorithm, (0, _widest(orig.shape.element_type.name, "f32")))
+        if algorithm:
+            self.algorithms.add(algorithm)
+        own_bits = min(SIGNIFICAND.get(t.name, 53) for t in types)
+        if bits and bits < own_bits:
+            u_op = 2.0 ** -bits * (2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding ==
+                                   "truncate" else 1)
+            bound = bound + u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares))
+        u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
+        bound = bound + SIGMAS * u_acc / np.sqrt(3) * np.sqrt(contracted * (squares + x * x)) \
+            + self._rounding(orig, x, bound, "dot")
+        self._put(x, np.asarray(bound, np.float64))
