@@ -67,7 +67,7 @@ def run(fn, *args, stage: str = "pre", **jit_kwargs):
 
 
 def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | None = None,
-          rtol: float | None = None, **jit_kwargs):
+          rtol: float | None = None, device=None, **jit_kwargs):
     """Run `fn` on XLA:CPU (jax) and with hloexec; raise AssertionError when they disagree. Returns hloexec's
     outputs in `fn`'s pytree.
 
@@ -76,7 +76,9 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
     judged against the program's exact answer (its shadow, every float type in f64) with the program's own
     precision as the measure (`hloexec compare --reference shadow`'s verdict); the message is the verdict table.
     Two correct f16 programs differ by more than any fixed tolerance allows: this asks whether each is as close
-    to exact as f16 permits. One participant: a sharded function's "pre" stage (its global program)."""
+    to exact as f16 permits: every element against its own error bound (docs/verdicts.md) under `device`'s
+    arithmetic (a profile, its name or file; None: the reference). One participant: a sharded function's "pre"
+    stage (its global program)."""
     import jax
     from .tools.compare import compare_outputs, format_report
     if reference not in ("xla", "shadow"):
@@ -86,7 +88,7 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
     lowered = lower(fn, *args, stage=stage, **jit_kwargs)
     theirs = jax.tree_util.tree_map(np.asarray, (lowered.compiled or lowered.jax_lowered.compile())(*args))
     if reference == "shadow":
-        return _judge_against_shadow(fn, lowered, jax.tree_util.tree_leaves(theirs), stage)
+        return _judge_against_shadow(fn, lowered, jax.tree_util.tree_leaves(theirs), stage, device)
     ours = _run_lowered(lowered)
     report = compare_outputs(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs), atol, rtol)
     if not report.passed:
@@ -94,7 +96,7 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
     return ours
 
 
-def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str):
+def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str, device=None):
     from .tools.numerics import judge_run
     from .tools.verdict import format_verdict
     exe = _load(lowered.text)
@@ -103,7 +105,10 @@ def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str):
         raise ValueError(f"reference='shadow' runs one participant; {_name(fn)} at stage {stage!r} is partitioned "
                          f"over {module.num_partitions * module.replica_count} devices: check stage='pre'")
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
-    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs})
+    if device is None:      # XLA:CPU's arithmetic: f16/bf16 sums accumulate in their type (docs/verdicts.md)
+        from .tools.numerics import executable_like
+        exe = executable_like(exe, module, reductions="per-step")
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs}, devices=None if device is None else [device])
     if not verdict.consistent():
         raise AssertionError(f"{_name(fn)} ({stage}): not every run is as close to the exact answer as the "
                              f"program's precision allows:\n{format_verdict(verdict)}")

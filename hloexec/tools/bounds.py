@@ -2,22 +2,29 @@
 profile) may take each element of each value from its exact value.
 
 The shadow's run is observed instruction by instruction (fusions opened up, loops per iteration); each float
-value it makes gets a bound array (f64, its shape), from its operands' bounds and the instruction's own rounding:
+value it makes gets a bound array (f64, its shape), from its operands' bounds and the instruction's own rounding.
+A bound stands for SIGMAS standard deviations of the element's error: independent contributions combine as a
+root-sum-square, a single rounding counts as the largest error it can make.
 
 - moving ops (reshape, transpose, broadcast, slice, concatenate, pad, gather, dynamic-(update-)slice, copy...)
   move their operands' bounds: the op's own kernel run on the bounds;
-- elementwise ops: first-order propagation measured on the op itself, sum over operands k of
-  max |f(.., a_k +- e_k, ..) - f(a)| (the op's own kernel at the ends of each operand's interval: exact for
-  monotone ops, no derivative table), plus the op's own rounding, half an ulp of the program's type at the
-  value (transcendentals: TRANSCENDENTAL_ULPS more ulps of f32, the accuracy of XLA's f32 approximations);
-  a bf16 value converted to f32 keeps its bf16 bound (the convert is exact, the bound flows through);
-- add-reductions (reduce, reduce-window): the root-sum-square of the terms' bounds (errors independent from
-  term to term: a bound is treated as SIGMAS standard deviations) plus the accumulation's rounding in the
-  reduction's own type (the HLO's meaning: every reducer step rounds; a device that accumulates wider is within
-  it) as a probabilistic bound: SIGMAS standard deviations of a sequential sum's rounding error, whose variance
+- elementwise ops: first-order propagation measured on the op itself, per operand max |f(.., a_k +- e_k, ..) -
+  f(a)| (the op's own kernel at the ends of the operand's interval: exact for monotone ops, no derivative table;
+  one value passed twice, x * x, moves in both places at once), the operands' contributions combined as
+  independent, plus what two operands' errors do together beyond first order (multiply, divide, power: at the
+  corners of both intervals), plus the op's own rounding: half an ulp of the program's type at the value as
+  SIGMAS sigmas of a uniform error (exactly |round(x) - x| where the operands are exact), transcendentals
+  TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32 keeps its bf16
+  bound (the convert is exact, the bound flows through);
+- add-reductions (reduce, reduce-window): the sum of the terms' bounds (an error shared by the terms -- a row's
+  mean or scale, a rounding bias -- adds up: measured on an f16 LayerNorm's gradient, a root-sum-square was
+  2x short) plus the accumulation's rounding in the device's accumulation type (its `reductions` rule: "per-step", the HLO's own meaning, every reducer step
+  rounding in the reduction's type; "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic
+  bound: SIGMAS standard deviations of a sequential sum's rounding error, whose variance
   (u^2/3) * sum_k s_k^2 over its partial sums s_k is estimated as n * (sum x_i^2 + S^2) (a random walk plus a
   drift to the total S), whatever the order; max/min reductions move bounds;
-- dots: sqrt(A^2 e_B^2 + e_A^2 B^2) (the operands' errors independent along the contraction, as a sum's), plus
+- dots: sqrt(A^2 e_B^2 + e_A^2 B^2) (the operands' errors taken as independent along the contraction: measured,
+  the linear |A| e_B + e_A |B| through a transformer block's dots grows past any use), plus
   the device's arithmetic (DeviceProfile.dot_algorithm, ALGORITHM_ARITHMETIC):
   operands rounded to the algorithm's significand bits (bf16 passes, TF32: u |x| + SIGMAS sigma of the K
   independent product errors), the accumulation in its type (as a reduction's; without an algorithm the wider
@@ -31,10 +38,11 @@ that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is
 and moving ops carry the mark; reductions and dots do not (one decided term among thousands is averaged).
 
 What it cannot see: ops it has no rule for (custom-calls computing their own way, collectives, fft, variadic
-reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Bounds are first
-order (second-order terms of large relative errors are not counted: the verdict's factor covers them), and the
-probabilistic terms assume rounding errors that do not conspire (a sum sorted so its partial sums grow before
-they cancel can exceed them).
+reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
+first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
+root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
+paths, a dot whose terms share one (a softmax row's scale), a sum sorted so its partial sums grow before they
+cancel can exceed them. Data-dependent control flow (a loop's trip count, a branch) follows the shadow's values.
 """
 from __future__ import annotations
 
@@ -49,7 +57,7 @@ from .compare import ulp_at
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
-SIGMAS = 6.0                # probabilistic terms: this many standard deviations
+SIGMAS = 4.0                # probabilistic terms: this many standard deviations
 TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
@@ -69,6 +77,8 @@ TRANSCENDENTAL = frozenset({"power", "atan2", "cbrt", "exponential", "exponentia
 # op -> operands at which an interval holding 0 is a discontinuity or a singularity
 SINGULAR_AT_ZERO = {"sign": (0,), "divide": (1,), "sqrt": (0,), "rsqrt": (0,), "log": (0,), "power": (0,),
                     "atan2": (0, 1), "remainder": (1,)}
+# nonlinear binary ops: their operands' errors also act together (second order)
+SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 
 
@@ -239,11 +249,15 @@ class ErrorBounds:
 
     def _elementwise(self, inst, orig, x, operands) -> None:
         kernel = self._kernel(inst)
-        bound = np.zeros(x.shape)
+        variance = np.zeros(x.shape)        # bounds combine as SIGMAS standard deviations of independent errors
         decided = np.zeros(x.shape, bool)
+        groups: dict[int, list[int]] = {}   # one value passed several times (x * x) moves in all its places at once
         for k, a in enumerate(operands):
-            if not _float(a):
-                continue
+            if _float(a):
+                groups.setdefault(id(a), []).append(k)
+        moved = []                          # (places, value, bound) of the operands that carry errors
+        for places in groups.values():
+            a = operands[places[0]]
             d = self._decided_or_none(a)
             if d is not None:
                 decided = decided | d
@@ -251,22 +265,47 @@ class ErrorBounds:
             if e is None or not np.any(e):
                 continue
             args = list(operands)
-            args[k] = a + e
+            for k in places:
+                args[k] = a + e
             up = kernel(*args)
-            args[k] = a - e
+            for k in places:
+                args[k] = a - e
             down = kernel(*args)
             delta = np.maximum(np.abs(up - x), np.abs(down - x))
-            bound = bound + np.where(np.isnan(delta), np.inf, delta)
-            if k in SINGULAR_AT_ZERO.get(inst.opcode, ()):
+            variance = variance + np.square(np.where(np.isnan(delta), np.inf, delta))
+            moved.append((places, a, e, delta))
+            if set(places) & set(SINGULAR_AT_ZERO.get(inst.opcode, ())):
                 decided = decided | ((np.abs(a) <= e) & (e > 0))
             if inst.opcode in STEPS:
                 decided = decided | (up != down)
+        if len(moved) == 2 and inst.opcode in SECOND_ORDER:
+            variance = variance + np.square(self._second_order(kernel, x, operands, moved))
         if inst.opcode in ROUNDING_ELEMENTWISE:
-            bound = bound + self._rounding(orig, x, bound, inst.opcode)
-        self._put(x, bound, decided)
+            variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), inst.opcode))
+        self._put(x, np.sqrt(variance), decided)
+
+    @staticmethod
+    def _second_order(kernel, x, operands, moved) -> np.ndarray:
+        """What both operands' errors do together beyond the sum of what each does alone (a * b: e_a * e_b), at
+        the four corners of their intervals: first order misses it where relative errors reach 1 (a gradient
+        squared whose sign rounding decides)."""
+        worst = np.zeros(x.shape)
+        (pa, a, ea, da), (pb, b, eb, db) = moved
+        for sa in (1, -1):
+            for sb in (1, -1):
+                args = list(operands)
+                for k in pa:
+                    args[k] = a + sa * ea
+                for k in pb:
+                    args[k] = b + sb * eb
+                worst = np.maximum(worst, np.abs(kernel(*args) - x))
+        excess = worst - da - db
+        return np.where(np.isnan(excess), np.inf, np.maximum(excess, 0.0))
 
     def _rounding(self, orig, x, bound, opcode) -> np.ndarray:
-        """The instruction's own rounding: half an ulp of its type at the value (+ the transcendental's error)."""
+        """The instruction's own rounding as a bound of SIGMAS standard deviations: half an ulp of its type at
+        the value (+ the transcendental's error), uniform, so sigma = that / sqrt(3) (SIGMAS > sqrt(3): never
+        below the rounding's largest error)."""
         etype = orig.shape.element_type
         if etype is None or etype.kind != "float":
             return np.zeros(x.shape)
@@ -276,7 +315,14 @@ class ErrorBounds:
             own = np.maximum(own, magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
         if opcode in TRANSCENDENTAL:
             own = own + TRANSCENDENTAL_ULPS * ulp_at(magnitude, np.float32 if etype.bits <= 32 else np.float64)
-        return own
+            return SIGMAS / np.sqrt(3) * own
+        own = SIGMAS / np.sqrt(3) * own
+        if opcode in ("reduce-precision", "add", "dot") or etype.numpy is None:
+            return own
+        # where the operands are exact the program computes x itself: its rounding is known (0 where x is a value
+        # of the type: a constant 1 converted to f16)
+        exact = np.abs(np.asarray(x).astype(etype.numpy).astype(np.float64) - x)
+        return np.where(bound == 0, np.where(np.isnan(exact), own, exact), own)
 
     def _reduce(self, inst, orig, x, operands) -> None:
         reducer = inst.called.get("to_apply")
@@ -292,13 +338,15 @@ class ErrorBounds:
             return
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
-        bound = np.sqrt(np.asarray(kernel(np.square(self.of(a)), np.square(self.of(init))), np.float64))
+        variance = np.square(np.asarray(kernel(self.of(a), self.of(init)), np.float64))
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
-        u = unit_roundoff(orig.shape.element_type)
-        bound = bound + SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x)) \
-            + self._rounding(orig, x, bound, "add")
-        self._put(x, bound)
+        # the device's reductions rule: "accumulate" sums 16-bit types in f32, "per-step" rounds every step
+        etype = orig.shape.element_type
+        u = unit_roundoff(etype) if self.device.reductions == "per-step" else \
+            2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] if etype.name in SIGNIFICAND else unit_roundoff(etype)
+        variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
+        self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "add"))))
 
     def _dot(self, inst, orig, x, operands) -> None:
         a, b = operands
@@ -309,7 +357,6 @@ class ErrorBounds:
             variance = variance + kernel(a * a, np.square(np.broadcast_to(eb, b.shape)))
         if ea is not None and np.any(ea):
             variance = variance + kernel(np.square(np.broadcast_to(ea, a.shape)), b * b)
-        bound = np.sqrt(variance)
         squares = kernel(a * a, b * b)
         contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
         types = [o.shape.element_type for o in orig.operands]
@@ -325,8 +372,8 @@ class ErrorBounds:
         if bits and bits < own_bits:
             u_op = 2.0 ** -bits * (2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding ==
                                    "truncate" else 1)
-            bound = bound + u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares))
+            variance = variance + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
-        bound = bound + SIGMAS * u_acc / np.sqrt(3) * np.sqrt(contracted * (squares + x * x)) \
-            + self._rounding(orig, x, bound, "dot")
-        self._put(x, np.asarray(bound, np.float64))
+        variance = variance + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
+        variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), "dot"))
+        self._put(x, np.asarray(np.sqrt(variance), np.float64))

@@ -534,7 +534,8 @@ def cmd_compare_shadow(args) -> int:
     for path in args.actual or ():      # a device's outputs: ml_dtypes arrays plain np.savez wrote as void too
         arrays = numbered(load_arrays(path), "out", path)
         candidates[Path(path).name] = [from_npz_void(a, d) for a, d in zip(arrays, dtypes)] + arrays[len(dtypes):]
-    verdict, run = judge_run(exe, inputs, candidates, runner)
+    devices = [d for d in (getattr(args, "device", None) or "").split(",") if d] or None
+    verdict, run = judge_run(exe, inputs, candidates, runner, devices=devices)
     if args.json:
         from .numerics import shadow_report
         report = shadow_report(run)
@@ -1001,6 +1002,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --reference shadow: a candidate's outputs (keys out0..outM, e.g. a device's); repeatable")
     p.add_argument("--atol", type=float, help="absolute error bound for every output")
     p.add_argument("--rtol", type=float, help="relative error bound for every output")
+    if not any("--device" in a.option_strings for a in p._actions):
+        p.add_argument("--device", metavar="NAME[,NAME...]",
+                       help="with --reference shadow: judge by each device profile's arithmetic (docs/verdicts.md)")
     p.set_defaults(handler=cmd_compare)
 
     p = _subparser(subparsers, "numerics", "Which instructions lose the accuracy, and where NaN and Inf come from.",

@@ -259,17 +259,24 @@ def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None
     several: one verdict each, `Verdict.by_device`, the first returned), with the baseline run
     (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). SPMD runs have no
     per-element bounds: their elements are judged by the baseline's errors."""
+    from dataclasses import replace
     from ..options import Options
     from .verdict import RULE, judge
     runner = runner or Runner()
-    profiles = [Options.make(d).device for d in devices] if devices else [exe.options.device]
+    # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
+    # step, as XLA:CPU's do)
+    profiles = [Options.make(d).device for d in devices] if devices else \
+        [exe.options.device if exe.options.reductions == exe.options.device.reductions else
+         replace(exe.options.device, name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
+                 reductions=exe.options.reductions)]
     reference = Options.make("reference").device
-    wanted = profiles + ([reference] if any(p.name != reference.name for p in profiles) else [])
+    # the reference's bounds too when devices were asked for: how much of an error their rules explain
+    wanted = profiles + ([reference] if devices and all(p.name != reference.name for p in profiles) else [])
     run = shadow_run(exe, inputs, runner, devices=wanted)
     baseline = runner.run(baseline_executable(exe), inputs)
     everyone = {"hloexec": run.outputs, **(candidates or {})}
     verdicts = {p.name: judge(run.shadow, baseline, everyone, rule or RULE, run.bounds.get(p.name),
-                              run.bounds.get(reference.name) if p.name != reference.name else None)
+                              run.bounds.get(reference.name) if devices and p.name != reference.name else None)
                 for p in profiles}
     verdict = verdicts[profiles[0].name]
     if len(verdicts) > 1:

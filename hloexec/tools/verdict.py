@@ -48,7 +48,7 @@ class Rule:
     element_multiplier: float = 1.0
     element_floor_rms: float = 3.0
     element_floor_ulps: float = 4.0
-    bound_factor: float = 2.0           # an element's error may reach this many times its bound (docs/verdicts.md)
+    bound_factor: float = 1.5           # an element's error may reach this many times its bound (docs/verdicts.md)
 
 
 RULE = Rule()
