@@ -141,3 +141,31 @@ def test_bf16_train_step_xla_results_are_consistent(warmup):
     assert not again.consistent("bumped")
     if warmup == 0:
         assert any(c.rounding_decided for o in verdict.outputs for c in o.candidates)
+
+
+def test_compare_device_list_names_the_device_that_explains_a_result(tmp_path, capsys):
+    """`compare --reference shadow --device reference,FILE --json`: per-output bound_violations and worst (index,
+    value, exact, bound); the result of bf16 dots is explained by the profile that makes them."""
+    import json
+    import ml_dtypes
+    from hloexec.tools.cli import main
+    (tmp_path / "dot.hlo").write_text("""HloModule d
+ENTRY e { a = f32[64,256] parameter(0)  b = f32[256,32] parameter(1)
+          ROOT d = f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0} }""")
+    profile = tmp_path / "bf16dots.toml"
+    profile.write_text('base = "reference"\nname = "bf16dots"\nprecision = { default = "dot_bf16_bf16_f32" }\n')
+    r = np.random.default_rng(3)
+    a, b = r.standard_normal((64, 256)).astype(np.float32), r.standard_normal((256, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=a, arg1=b)
+    np.savez(tmp_path / "device.npz", out0=a.astype(ml_dtypes.bfloat16).astype(np.float32)
+             @ b.astype(ml_dtypes.bfloat16).astype(np.float32))
+    args = ["compare", str(tmp_path / "dot.hlo"), "--inputs", str(tmp_path / "in.npz"), "--actual",
+            str(tmp_path / "device.npz"), "--reference", "shadow", "--device", f"reference,{profile}"]
+    assert main(args + ["--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    out = data["outputs"][0]
+    assert out["bound_violations"] > 0 and {"index", "value", "exact", "bound"} <= set(out["worst"])
+    assert data["explained_by"] == {"hloexec": ["reference", "bf16dots"], "device.npz": ["bf16dots"]}
+    assert main(args) == 1
+    text = capsys.readouterr().out
+    assert "bf16dots's dot_bf16_bf16_f32 dots explain" in text and "device.npz: consistent under bf16dots" in text

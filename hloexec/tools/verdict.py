@@ -360,13 +360,9 @@ def format_verdict(verdict: Verdict) -> str:
                 notes = [f"rounding-decided: {c.rounding_decided} element{'s' if c.rounding_decided != 1 else ''}"]
                 if c.unbounded:
                     notes.append(f"{c.unbounded} without a bound")
-                lines.append(f"output {o.index}, {c.name}: {', '.join(notes)} (not judged)")
+                lines.append(f"output {o.index}: {', '.join(notes)} (not judged)")
                 break       # the same elements for every candidate
-    for o in verdict.outputs:
-        for c in o.candidates:
-            if c.explained is not None and c.explained >= 0.01 and o.device_rules:
-                lines.append(f"output {o.index}, {c.name}: {verdict.device}'s "
-                             f"{', '.join(o.device_rules)} dots explain {c.explained:.0%} of its error")
+    lines += _explanations(verdict)
     for o in verdict.outputs:
         for c in o.candidates:
             if c.consistent:
@@ -386,10 +382,20 @@ def format_verdict(verdict: Verdict) -> str:
                  f"{under}" if not bad and not verdict.problem else
                  f"NOT CONSISTENT{under}: {', '.join(bad) or verdict.problem}")
     if verdict.by_device:
+        for other in verdict.by_device.values():
+            if other is not verdict:
+                lines += _explanations(other)
         for name, devices in verdict.explaining().items():
             lines.append(f"{name}: consistent under {', '.join(devices)}" if devices else
                          f"{name}: consistent under none of {', '.join(verdict.by_device)}")
     return "\n".join(lines)
+
+
+def _explanations(verdict: Verdict) -> list[str]:
+    """Which of the device's rules explain each candidate's error ("TF32 dots explain 97% of ...")."""
+    return [f"output {o.index}, {c.name}: {verdict.device}'s {', '.join(o.device_rules)} dots explain "
+            f"{c.explained:.0%} of its error" for o in verdict.outputs for c in o.candidates
+            if c.explained is not None and c.explained >= 0.01 and o.device_rules]
 
 
 def _g(x: float) -> str:
