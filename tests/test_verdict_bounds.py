@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import hloexec
+import hloexec.jax
 from hloexec.tools.numerics import baseline_executable, flatten, judge_run
 from hloexec.tools.verdict import judge
 
@@ -141,6 +142,7 @@ def test_bf16_train_step_xla_results_are_consistent(warmup):
     assert not again.consistent("bumped")
     if warmup == 0:
         assert any(c.rounding_decided for o in verdict.outputs for c in o.candidates)
+    hloexec.jax.check(step, state, batch, reference="shadow")      # the jax bridge: no false alarm either
 
 
 def test_compare_device_list_names_the_device_that_explains_a_result(tmp_path, capsys):

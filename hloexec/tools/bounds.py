@@ -16,15 +16,18 @@ root-sum-square, a single rounding counts as the largest error it can make.
   SIGMAS sigmas of a uniform error (exactly |round(x) - x| where the operands are exact), transcendentals
   TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32 keeps its bf16
   bound (the convert is exact, the bound flows through);
-- add-reductions (reduce, reduce-window): the sum of the terms' bounds (an error shared by the terms -- a row's
-  mean or scale, a rounding bias -- adds up: measured on an f16 LayerNorm's gradient, a root-sum-square was
-  2x short) plus the accumulation's rounding in the device's accumulation type (its `reductions` rule: "per-step", the HLO's own meaning, every reducer step
+- add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
+  smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
+  -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
+  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its `reductions` rule: "per-step", the HLO's own meaning, every reducer step
   rounding in the reduction's type; "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic
   bound: SIGMAS standard deviations of a sequential sum's rounding error, whose variance
   (u^2/3) * sum_k s_k^2 over its partial sums s_k is estimated as n * (sum x_i^2 + S^2) (a random walk plus a
   drift to the total S), whatever the order; max/min reductions move bounds;
 - dots: sqrt(A^2 e_B^2 + e_A^2 B^2) (the operands' errors taken as independent along the contraction: measured,
-  the linear |A| e_B + e_A |B| through a transformer block's dots grows past any use), plus
+  the linear |A| e_B + e_A |B| through a transformer block's dots grows past any use) plus |A . min_k e_B| +
+  |min_k e_A . B| (an error every term may share, at most the smallest bound along the contraction: a bias's
+  bf16 rounding reaching every position of a tied embedding's gradient), plus
   the device's arithmetic (DeviceProfile.dot_algorithm, ALGORITHM_ARITHMETIC):
   operands rounded to the algorithm's significand bits (bf16 passes, TF32: u |x| + SIGMAS sigma of the K
   independent product errors), the accumulation in its type (as a reduction's; without an algorithm the wider
@@ -61,7 +64,7 @@ SIGMAS = 4.0                # probabilistic terms: this many standard deviations
 TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
-                   "dynamic-slice", "dynamic-update-slice", "gather", "scatter", "get-tuple-element", "tuple",
+                   "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "tuple",
                    "opt-barrier", "optimization-barrier", "copy-start", "copy-done", "domain", "add-dependency",
                    "real", "imag", "complex"})
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
@@ -85,6 +88,11 @@ STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-
 def unit_roundoff(etype) -> float:
     """2^-p for a float type of p significand bits (the implicit one counted): half its epsilon."""
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
+
+
+def _least_along(bound: np.ndarray, dims) -> np.ndarray:
+    """`bound`'s smallest value along `dims`, broadcast back: the most an error every term there shares can be."""
+    return np.broadcast_to(np.min(bound, axis=tuple(dims), keepdims=True), bound.shape) if dims else bound
 
 
 def _widest(a: str, b: str) -> str:
@@ -193,6 +201,8 @@ class ErrorBounds:
                 self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 self._dot(inst, orig, value, operands)
+            elif opcode == "scatter" and len(operands) == 3:
+                self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
                 worst = max((float(np.max(self.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
                 for v in floats:
@@ -338,7 +348,13 @@ class ErrorBounds:
             return
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
-        variance = np.square(np.asarray(kernel(self.of(a), self.of(init)), np.float64))
+        terms = np.broadcast_to(self.of(a), a.shape)
+        if inst.opcode == "reduce":     # independent terms' errors, plus a part they may all share
+            independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
+            shared = np.asarray(kernel(_least_along(terms, inst.attr("dimensions", ())), self.of(init)), np.float64)
+            variance = np.square(independent + shared)
+        else:                           # a window's terms: their bounds added
+            variance = np.square(np.asarray(kernel(terms, self.of(init)), np.float64))
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
         # the device's reductions rule: "accumulate" sums 16-bit types in f32, "per-step" rounds every step
@@ -348,15 +364,38 @@ class ErrorBounds:
         variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
         self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "add"))))
 
+    def _scatter(self, inst, orig, x, operands) -> None:
+        """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
+        landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step)."""
+        kernel = self._kernel(inst)
+        target, indices, updates = operands
+        bound = np.asarray(kernel(self.of(target), indices, self.of(updates)), np.float64)
+        combiner = inst.called.get("to_apply")
+        if combiner is not None and combiner.root.opcode == "add":
+            zero = np.zeros_like(target)
+            count = np.asarray(kernel(zero, indices, np.ones_like(updates)), np.float64)
+            squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
+            u = unit_roundoff(orig.shape.element_type)
+            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
+            own = self._rounding(orig, x, bound, "add")
+            bound = np.sqrt(np.square(bound) + np.square(spread) + np.where(count > 0, np.square(own), 0.0))
+        self._put(x, bound)
+
     def _dot(self, inst, orig, x, operands) -> None:
         a, b = operands
         kernel = self._kernel(inst)
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
         variance = np.zeros(x.shape)        # the operands' errors, independent across the contraction
+        shared = np.zeros(x.shape)          # ... but for a part all terms may share (a bias's rounding)
         if eb is not None and np.any(eb):
-            variance = variance + kernel(a * a, np.square(np.broadcast_to(eb, b.shape)))
+            eb = np.broadcast_to(eb, b.shape)
+            variance = variance + kernel(a * a, np.square(eb))
+            shared = shared + np.abs(kernel(a, _least_along(eb, inst.attr("rhs_contracting_dims", ()))))
         if ea is not None and np.any(ea):
-            variance = variance + kernel(np.square(np.broadcast_to(ea, a.shape)), b * b)
+            ea = np.broadcast_to(ea, a.shape)
+            variance = variance + kernel(np.square(ea), b * b)
+            shared = shared + np.abs(kernel(_least_along(ea, inst.attr("lhs_contracting_dims", ())), b))
+        variance = np.square(np.sqrt(variance) + shared)
         squares = kernel(a * a, b * b)
         contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
         types = [o.shape.element_type for o in orig.operands]

@@ -237,7 +237,7 @@ def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow:
     shadow_outputs = runner.run(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
     run = ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
     for o in observers:
-        floats = [isinstance(s, np.ndarray) and s.dtype.kind in "fc" for s in shadow_outputs]
+        floats = [isinstance(s, (np.ndarray, np.generic)) and s.dtype.kind in "fc" for s in shadow_outputs]
         run.bounds[o.device.name] = OutputBounds(
             o.device.name, [o.of(s) if f else None for s, f in zip(shadow_outputs, floats)],
             [o.decided_of(s) if f else None for s, f in zip(shadow_outputs, floats)], dict(o.unbounded),
