@@ -7,11 +7,12 @@ error + 3 x its rms + 4 ulps); false alarms on the unchanged results.
     python bench/bench_verdict.py --cost                # bounds' time and memory on the GPT d256 step
 
 Per program (jax-made, its pre-optimization HLO) two correct candidates, each judged by the arithmetic that made
-it: hloexec's run under the reference profile (16-bit sums accumulate in f32) and XLA:CPU's under per-step sums
-(its f16/bf16 reductions round every step). Injections, per float output: the element of largest magnitude and
-3 random elements of moderate size (|x| in [0.1, 0.5] x the output's scale) changed by 1% and 0.1% of their value
-and by 2x and 4x their own bound (added to the candidate's error); the element rule alone decides "caught" (a
-change that also moves the output's RMS is not counted twice). Rounding-decided elements are not injected.
+it, as `compare --against xla --reference shadow` does: hloexec's run under the reference profile (16-bit sums
+accumulate in f32) and XLA:CPU's under xla_cpu_arithmetic() (its f16/bf16 reductions round every step).
+Injections, per float output: the element of largest magnitude and 3 random elements of moderate size (|x| in
+[0.1, 0.5] x the output's scale) changed by 1% and 0.1% of their value and by 2x and 4x their own bound (added to
+the candidate's error); "caught": the verdict on that output (every rule) says not consistent. Rounding-decided
+elements are not injected.
 Prints a markdown table (bench/README.md) and the run's load; `--json` the rows.
 """
 from __future__ import annotations
@@ -158,29 +159,27 @@ def measure(name: str) -> list[dict]:
     import jax
     import hloexec
     from hloexec.jax import lower
-    from hloexec.tools.numerics import OutputBounds, baseline_executable, flatten, judge_run
+    from hloexec.tools.numerics import OutputBounds, baseline_executable, flatten, judge_run, xla_cpu_arithmetic
     from hloexec.tools.verdict import judge
     fn, args = PROGRAMS[name]()
     low = lower(fn, *args)
     xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
     rng = np.random.default_rng(0)
+    exe = hloexec.load(low.text)
+    inputs = [np.asarray(x) for x in low.inputs]
+    start = time.perf_counter()
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    seconds = time.perf_counter() - start
+    baseline = flatten(baseline_executable(exe).run(*inputs))
     rows = []
-    for candidate, reductions in (("hloexec", "accumulate"), ("XLA:CPU", "per-step")):
-        exe = hloexec.load(low.text, reductions=reductions)
-        inputs = [np.asarray(x) for x in low.inputs]
-        start = time.perf_counter()
-        verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla})
-        seconds = time.perf_counter() - start
-        baseline = flatten(baseline_executable(exe).run(*inputs))
-        values = run.outputs if candidate == "hloexec" else xla
+    for candidate, values in (("hloexec", run.outputs), ("XLA:CPU", xla)):
+        device = next(c.device for o in verdict.outputs for c in o.candidates if c.name == candidate and c.device)
         old = judge(run.shadow, baseline, {candidate: values})
         decided = sum(c.rounding_decided for o in verdict.outputs for c in o.candidates if c.name == candidate)
-        row = {"program": name, "candidate": candidate, "reductions": reductions, "seconds": round(seconds, 2),
+        row = {"program": name, "candidate": candidate, "device": device, "seconds": round(seconds, 2),
                "false alarm": not verdict.consistent(candidate), "old false alarm": not old.consistent(candidate),
-               "XLA:CPU under reference": verdict.consistent("XLA:CPU") if candidate == "hloexec" else None,
                "rounding-decided": decided}
-        for change, (new, before) in _injections(judge, OutputBounds, run, baseline, values, verdict.device,
-                                                 rng).items():
+        for change, (new, before) in _injections(judge, OutputBounds, run, baseline, values, device, rng).items():
             row[change] = (sum(new), sum(before), len(new))
         rows.append(row)
     return rows
@@ -197,7 +196,7 @@ def table(rows: list[dict]) -> str:
             new, old, n = r.get(c, (0, 0, 0))
             cells.append(f"{new}/{n} ({old})" if n else "-")
         alarm = f"{'yes' if r['false alarm'] else 'no'} / {'yes' if r['old false alarm'] else 'no'}"
-        lines.append(f"| {r['program']} | {r['candidate']} ({r['reductions']}) | {alarm} | " + " | ".join(cells)
+        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | " + " | ".join(cells)
                      + " |")
     return "\n".join(lines)
 

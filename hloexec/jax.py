@@ -97,7 +97,7 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
 
 
 def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str, device=None):
-    from .tools.numerics import judge_run
+    from .tools.numerics import judge_run, xla_cpu_arithmetic
     from .tools.verdict import format_verdict
     exe = _load(lowered.text)
     module = exe.module
@@ -105,10 +105,8 @@ def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str, d
         raise ValueError(f"reference='shadow' runs one participant; {_name(fn)} at stage {stage!r} is partitioned "
                          f"over {module.num_partitions * module.replica_count} devices: check stage='pre'")
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
-    if device is None:      # XLA:CPU's arithmetic: f16/bf16 sums accumulate in their type (docs/verdicts.md)
-        from .tools.numerics import executable_like
-        exe = executable_like(exe, module, reductions="per-step")
-    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs}, devices=None if device is None else [device])
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs}, devices=None if device is None else [device],
+                             known={"XLA:CPU": xla_cpu_arithmetic()})
     if not verdict.consistent():
         raise AssertionError(f"{_name(fn)} ({stage}): not every run is as close to the exact answer as the "
                              f"program's precision allows:\n{format_verdict(verdict)}")

@@ -19,7 +19,7 @@ import pytest
 import hloexec
 from hloexec.tools.cli import nest
 from hloexec.tools.nonfinite import find_nonfinite
-from hloexec.tools.numerics import attribute, flatten, judge_run
+from hloexec.tools.numerics import attribute, flatten, judge_run, xla_cpu_arithmetic
 
 pytestmark = pytest.mark.xla
 
@@ -42,9 +42,10 @@ def test_xla_and_hloexec_are_consistent_with_the_programs_precision(name):
     """The issue's example: XLA:CPU sums the LayerNorm gradient's 1024 f16 terms with an f16 accumulator,
     hloexec in f32; both are what the program can give."""
     dump = programs().dump(name)
-    exe = hloexec.load(dump.pre, reductions="per-step")     # XLA:CPU's f16/bf16 sums round every step
+    exe = hloexec.load(dump.pre)
     inputs = inputs_of(exe, dump)
-    verdict, _ = judge_run(exe, inputs, {"XLA:CPU": dump.xla, "hloexec (optimized dump)": run(dump.opt, inputs)})
+    verdict, _ = judge_run(exe, inputs, {"XLA:CPU": dump.xla, "hloexec (optimized dump)": run(dump.opt, inputs)},
+                           known={"XLA:CPU": xla_cpu_arithmetic()})     # its f16/bf16 sums round every step
     assert verdict.consistent(), [(o.index, c.name, c.reasons) for o in verdict.outputs for c in o.candidates
                                   if not c.consistent]
 
@@ -86,17 +87,15 @@ def test_simulated_miscompiles_are_not_consistent(name):
     exe = hloexec.load(dump.pre)
     inputs = inputs_of(exe, dump)
     index, edits = MISCOMPILES[name]
-    candidates = {}
+    candidates = {"XLA:CPU": dump.xla}
     # the f16 LayerNorm gradient's largest element is ~20 f16 roundings and a cancellation away from its inputs:
     # its error bound is ~1% of it (XLA:CPU's own error there reaches 0.4 of the allowance): 3% is caught
     change = 0.03 if name == "layernorm_grad_f16" else 0.01
-    candidates["1% off"], element = _perturbed(run(dump.pre, inputs), index, change)   # (XLA:CPU: per-step sums)
+    candidates["1% off"], element = _perturbed(run(dump.pre, inputs), index, change)
     for what, (pattern, replacement) in edits.items():
         candidates[what] = run(_edit(dump.pre, pattern, replacement), inputs)
-    verdict, _ = judge_run(exe, inputs, candidates)      # judged by the reference arithmetic (f32 sums)
-    assert verdict.consistent("hloexec")
-    per_step, _ = judge_run(hloexec.load(dump.pre, reductions="per-step"), inputs, {"XLA:CPU": dump.xla})
-    assert per_step.consistent("XLA:CPU")
+    verdict, _ = judge_run(exe, inputs, candidates, known={"XLA:CPU": xla_cpu_arithmetic()})
+    assert verdict.consistent("XLA:CPU") and verdict.consistent("hloexec")
     for what in ["1% off", *edits]:
         assert not verdict.consistent(what), what
         failing = [(o.index, c) for o in verdict.outputs for c in o.candidates if c.name == what and not c.consistent]

@@ -9,7 +9,7 @@ import pytest
 
 import hloexec
 import hloexec.jax
-from hloexec.tools.numerics import baseline_executable, flatten, judge_run
+from hloexec.tools.numerics import baseline_executable, flatten, judge_run, xla_cpu_arithmetic
 from hloexec.tools.verdict import judge
 
 pytestmark = pytest.mark.xla
@@ -126,12 +126,13 @@ def test_bf16_train_step_xla_results_are_consistent(warmup):
     from hloexec.jax import lower
     low = lower(step, state, batch)
     xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(step(state, batch))]
-    exe = hloexec.load(low.text, reductions="per-step")
+    exe = hloexec.load(low.text)
     inputs = [np.asarray(x) for x in low.inputs]
-    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla})
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    assert verdict.outputs[1].candidates[1].device == xla_cpu_arithmetic().name
     assert verdict.consistent("XLA:CPU"), [(o.index, c.reasons) for o in verdict.outputs for c in o.candidates
                                            if not c.consistent]
-    bounds = run.bounds[verdict.device]
+    bounds = run.bounds[xla_cpu_arithmetic().name]
     index = 15                                          # a master weight: the element with the tightest bound
     with np.errstate(all="ignore"):
         relative = np.where(bounds.decided[index], np.inf, bounds.bounds[index] / np.abs(run.shadow[index]))

@@ -13,9 +13,9 @@ root-sum-square, a single rounding counts as the largest error it can make.
   one value passed twice, x * x, moves in both places at once), the operands' contributions combined as
   independent, plus what two operands' errors do together beyond first order (multiply, divide, power: at the
   corners of both intervals), plus the op's own rounding: half an ulp of the program's type at the value as
-  SIGMAS sigmas of a uniform error (exactly |round(x) - x| where the operands are exact), transcendentals
-  TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32 keeps its bf16
-  bound (the convert is exact, the bound flows through);
+  SIGMAS sigmas of a uniform error (0 where the operands are exact and x is a value of the type),
+  transcendentals TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32
+  keeps its bf16 bound (the convert is exact, the bound flows through);
 - add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
   smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
   -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
@@ -329,10 +329,10 @@ class ErrorBounds:
         own = SIGMAS / np.sqrt(3) * own
         if opcode in ("reduce-precision", "add", "dot") or etype.numpy is None:
             return own
-        # where the operands are exact the program computes x itself: its rounding is known (0 where x is a value
-        # of the type: a constant 1 converted to f16)
-        exact = np.abs(np.asarray(x).astype(etype.numpy).astype(np.float64) - x)
-        return np.where(bound == 0, np.where(np.isnan(exact), own, exact), own)
+        # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing rounds
+        # (an error known to be nonzero keeps the statistical bound: sums of such add up as random ones do)
+        representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
+        return np.where((bound == 0) & representable, 0.0, own)
 
     def _reduce(self, inst, orig, x, operands) -> None:
         reducer = inst.called.get("to_apply")

@@ -506,7 +506,7 @@ def cmd_compare(args) -> int:
 
 def cmd_compare_shadow(args) -> int:
     """`compare --reference shadow`: candidates judged by their distance from FILE's exact answer (verdict.py)."""
-    from .numerics import judge_run
+    from .numerics import judge_run, xla_cpu_arithmetic
     from .verdict import format_verdict
     if args.expected is not None:
         raise UsageError("with --reference shadow, outputs from elsewhere are candidates: give them with --actual")
@@ -535,7 +535,8 @@ def cmd_compare_shadow(args) -> int:
         arrays = numbered(load_arrays(path), "out", path)
         candidates[Path(path).name] = [from_npz_void(a, d) for a, d in zip(arrays, dtypes)] + arrays[len(dtypes):]
     devices = [d for d in (getattr(args, "device", None) or "").split(",") if d] or None
-    verdict, run = judge_run(exe, inputs, candidates, runner, devices=devices)
+    verdict, run = judge_run(exe, inputs, candidates, runner, devices=devices,
+                             known={"XLA:CPU": xla_cpu_arithmetic()})
     if args.json:
         from .numerics import shadow_report
         report = shadow_report(run)

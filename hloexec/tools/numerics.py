@@ -251,14 +251,26 @@ def baseline_executable(exe: Executable) -> Executable:
     return executable_like(exe, exe.module, reductions="per-step")
 
 
+def xla_cpu_arithmetic():
+    """The device profile of XLA:CPU's arithmetic: the built-in `xla-cpu` where there is one, else the reference's
+    with per-step reductions (XLA:CPU's f16/bf16 sums round every step)."""
+    from dataclasses import replace
+    from ..options import Options
+    from ..options.devices import builtin_names
+    if "xla-cpu" in builtin_names():
+        return Options.make("xla-cpu").device
+    return replace(Options.make("reference").device, name="xla-cpu (per-step sums)", reductions="per-step")
+
+
 def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None, runner: Runner | None = None,
-              rule=None, devices=None):
+              rule=None, devices=None, known: dict | None = None):
     """(Verdict, ShadowRun): `exe`'s module run at its precision ("hloexec") and `candidates` (name -> flattened
     outputs: a device's, XLA:CPU's, another dump's) judged against the shadow, every element against its own
     error bound under the device's arithmetic (tools/bounds.py; `devices`: profiles or their names, None: `exe`'s;
     several: one verdict each, `Verdict.by_device`, the first returned), with the baseline run
-    (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). SPMD runs have no
-    per-element bounds: their elements are judged by the baseline's errors."""
+    (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). `known`: candidate name ->
+    the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
+    SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
     from dataclasses import replace
     from ..options import Options
     from .verdict import RULE, judge
@@ -269,14 +281,18 @@ def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None
         [exe.options.device if exe.options.reductions == exe.options.device.reductions else
          replace(exe.options.device, name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
                  reductions=exe.options.reductions)]
+    known = {n: Options.make(d).device for n, d in (known or {}).items() if n in (candidates or {})}
     reference = Options.make("reference").device
     # the reference's bounds too when devices were asked for: how much of an error their rules explain
     wanted = profiles + ([reference] if devices and all(p.name != reference.name for p in profiles) else [])
+    wanted += [d for d in {d.name: d for d in known.values()}.values() if d.name not in {p.name for p in wanted}]
     run = shadow_run(exe, inputs, runner, devices=wanted)
     baseline = runner.run(baseline_executable(exe), inputs)
     everyone = {"hloexec": run.outputs, **(candidates or {})}
+    own = {n: run.bounds.get(d.name) for n, d in known.items()}
     verdicts = {p.name: judge(run.shadow, baseline, everyone, rule or RULE, run.bounds.get(p.name),
-                              run.bounds.get(reference.name) if devices and p.name != reference.name else None)
+                              run.bounds.get(reference.name) if devices and p.name != reference.name else None,
+                              own)
                 for p in profiles}
     verdict = verdicts[profiles[0].name]
     if len(verdicts) > 1:

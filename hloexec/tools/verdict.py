@@ -89,6 +89,7 @@ class CandidateVerdict:
     rounding_decided: int = 0       # elements whose value rounding decides (not judged)
     unbounded: int = 0              # elements without a bound (not judged by one)
     explained: float | None = None  # the share of its error the device's rules allow beyond the reference's
+    device: str = ""                # the arithmetic its bounds are of ("": judged by the baseline's errors)
 
 
 @dataclass
@@ -150,31 +151,36 @@ def error_stats(values, shadow) -> Errors:
 
 
 def judge(shadow: list, baseline: list, candidates: dict[str, list], rule: Rule = RULE, bounds=None,
-          reference_bounds=None) -> Verdict:
+          reference_bounds=None, candidate_bounds: dict | None = None) -> Verdict:
     """Judge each candidate's outputs (name -> list of arrays, the program's output order) against the shadow's,
     with `baseline` (the program at its own precision, pessimistic order) as the measure of what the precision
     gives and, given `bounds` (numerics.OutputBounds: per output, every element's error bound under a device's
-    arithmetic), every element against its own bound. `reference_bounds` (the reference arithmetic's, when the
+    arithmetic), every element against its own bound. `candidate_bounds`: name -> OutputBounds of the candidates
+    whose arithmetic is known to be another (XLA:CPU's). `reference_bounds` (the reference arithmetic's, when the
     device is another): how much of each candidate's error the device's rules explain. Returns a Verdict (see
     the module docstring for the rule)."""
     counts = {len(shadow), len(baseline), *map(len, candidates.values())}
     problem = "" if len(counts) == 1 else \
         f"different numbers of outputs: shadow {len(shadow)}, baseline {len(baseline)}, " + \
         ", ".join(f"{n} {len(v)}" for n, v in candidates.items())
+    own = {n: (candidate_bounds or {}).get(n, bounds) for n in candidates}
 
     def of(b, i):
         return None if b is None else (b.bounds[i], b.decided[i])
     outputs = [_judge_output(i, np.asarray(s), np.asarray(b), {n: np.asarray(v[i]) for n, v in candidates.items()},
-                             rule, of(bounds, i), of(reference_bounds, i))
+                             rule, {n: of(ob, i) for n, ob in own.items()}, of(reference_bounds, i))
                for i, (s, b) in enumerate(zip(shadow, baseline)) if i < min(counts)]
-    if bounds is not None:
-        for o in outputs:
-            o.device_rules = list(bounds.algorithms) if reference_bounds is not None else []
+    for o in outputs:
+        for c in o.candidates:
+            c.device = own[c.name].device if own.get(c.name) is not None else ""
+        if bounds is not None and reference_bounds is not None:
+            o.device_rules = list(bounds.algorithms)
     return Verdict(outputs, rule, problem, bounds.device if bounds is not None else "")
 
 
 def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidates: dict, rule: Rule,
-                  bounds=None, reference_bounds=None) -> OutputVerdict:
+                  bounds: dict | None = None, reference_bounds=None) -> OutputVerdict:
+    """`bounds`: candidate name -> (bound, decided) of this output (None: judged by the baseline's errors)."""
     dtype = baseline.dtype
     out = OutputVerdict(index, tuple(baseline.shape), dtype_name(dtype), 0.0, 0.0, Errors(), [])
     if shadow.shape != baseline.shape:
@@ -190,23 +196,32 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
     out.baseline = _summary(e_b, bad_b, out.scale, out.ulp)
     rms_b = out.baseline.rms_rel * out.scale
     magnitude = np.where(np.isfinite(shadow), np.abs(shadow), 0.0)
-    bounded = bounds is not None and bounds[0] is not None and bounds[0].shape == shadow.shape
-    if bounded:
-        bound, decided = bounds
-        allowed = _allowed(bound, magnitude, dtype, rule)
-        judged = ~decided & np.isfinite(allowed)
-        bound_rms = float(np.sqrt(np.mean(np.square(allowed[judged])))) / rule.bound_factor if judged.any() else 0.0
-        reference_allowed = _allowed(reference_bounds[0], magnitude, dtype, rule) \
-            if reference_bounds is not None and reference_bounds[0] is not None else None
-    else:
-        allowed = rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms * rms_b \
-            + rule.element_floor_ulps * ulp_at(magnitude, dtype)
-        judged, bound_rms, reference_allowed = None, 0.0, None
+    reference_allowed = _allowed(reference_bounds[0], magnitude, dtype, rule) \
+        if reference_bounds is not None and reference_bounds[0] is not None else None
+    allowances: dict[int, tuple] = {}       # id(bound) -> (allowed, judged, the bounds' rms): one per arithmetic
+
+    def allowance(own):
+        if own is None or own[0] is None or np.shape(own[0]) != shadow.shape:
+            if None not in allowances:
+                allowances[None] = (rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms
+                                    * rms_b + rule.element_floor_ulps * ulp_at(magnitude, dtype), None, 0.0)
+            return allowances[None]
+        if id(own[0]) not in allowances:
+            allowed = _allowed(own[0], magnitude, dtype, rule)
+            judged = ~own[1] & np.isfinite(allowed)
+            rms = float(np.sqrt(np.mean(np.square(allowed[judged])))) / rule.bound_factor if judged.any() else 0.0
+            allowances[id(own[0])] = (allowed, judged, rms)
+        return allowances[id(own[0])]
     for name, c in candidates.items():
         if c.shape != baseline.shape or c.dtype != dtype:
             out.candidates.append(CandidateVerdict(name, Errors(), False, [
                 f"{dtype_name(c.dtype)}{list(c.shape)}, expected {dtype_name(dtype)}{list(baseline.shape)}"]))
             continue
+        own = (bounds or {}).get(name)
+        allowed, judged, bound_rms = allowance(own)
+        bounded = judged is not None
+        if bounded:
+            bound, decided = own
         e_c, bad_c = _element_errors(c, shadow)
         errors = _summary(e_c, bad_c, out.scale, out.ulp)
         reasons = []
@@ -363,6 +378,8 @@ def format_verdict(verdict: Verdict) -> str:
                 lines.append(f"output {o.index}: {', '.join(notes)} (not judged)")
                 break       # the same elements for every candidate
     lines += _explanations(verdict)
+    others = {c.name: c.device for o in verdict.outputs for c in o.candidates if c.device != verdict.device}
+    lines += [f"{name}: judged by {device}'s arithmetic (how it computes)" for name, device in others.items() if device]
     for o in verdict.outputs:
         for c in o.candidates:
             if c.consistent:
