@@ -19,9 +19,10 @@ root-sum-square, a single rounding counts as the largest error it can make.
 - add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
   smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
   -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
-  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its `reductions` rule: "per-step", the HLO's own meaning, every reducer step
-  rounding in the reduction's type; "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic
-  bound: SIGMAS standard deviations of a sequential sum's rounding error, whose variance
+  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its
+  `reductions` rule: "per-step", the HLO's own meaning, every reducer step rounding in the reduction's type;
+  "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic bound: SIGMAS standard
+  deviations of a sequential sum's rounding error, whose variance
   (u^2/3) * sum_k s_k^2 over its partial sums s_k is estimated as n * (sum x_i^2 + S^2) (a random walk plus a
   drift to the total S), whatever the order; max/min reductions move bounds;
 - dots: sqrt(A^2 e_B^2 + e_A^2 B^2) (the operands' errors taken as independent along the contraction: measured,

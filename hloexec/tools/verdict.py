@@ -103,7 +103,8 @@ class OutputVerdict:
     candidates: list[CandidateVerdict]
     problem: str = ""
     bound_violations: int = 0       # over the candidates
-    worst: dict | None = None       # the worst element over the candidates: candidate, index, value, exact, bound, ratio
+    worst: dict | None = None       # the worst element over the candidates (candidate, index, value, exact, bound,
+                                    # ratio)
     device_rules: list[str] = field(default_factory=list)   # the device's dot algorithms on the output's path
 
 
@@ -379,7 +380,7 @@ def format_verdict(verdict: Verdict) -> str:
                 break       # the same elements for every candidate
     lines += _explanations(verdict)
     others = {c.name: c.device for o in verdict.outputs for c in o.candidates if c.device != verdict.device}
-    lines += [f"{name}: judged by {device}'s arithmetic (how it computes)" for name, device in others.items() if device]
+    lines += [f"{name}: judged by {device}'s arithmetic" for name, device in others.items() if device]
     for o in verdict.outputs:
         for c in o.candidates:
             if c.consistent:
