@@ -81,6 +81,8 @@ TRANSCENDENTAL = frozenset({"power", "atan2", "cbrt", "exponential", "exponentia
 # op -> operands at which an interval holding 0 is a discontinuity or a singularity
 SINGULAR_AT_ZERO = {"sign": (0,), "divide": (1,), "sqrt": (0,), "rsqrt": (0,), "log": (0,), "power": (0,),
                     "atan2": (0, 1), "remainder": (1,)}
+# elementwise ops that move their value by at most what an operand moves (1-Lipschitz in each operand)
+LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
@@ -259,14 +261,14 @@ class ErrorBounds:
         self._put(value, bound, decided)
 
     def _elementwise(self, inst, orig, x, operands) -> None:
-        kernel = self._kernel(inst)
+        opcode = inst.opcode
         variance = np.zeros(x.shape)        # bounds combine as SIGMAS standard deviations of independent errors
         decided = np.zeros(x.shape, bool)
         groups: dict[int, list[int]] = {}   # one value passed several times (x * x) moves in all its places at once
         for k, a in enumerate(operands):
             if _float(a):
                 groups.setdefault(id(a), []).append(k)
-        moved = []                          # (places, value, bound) of the operands that carry errors
+        moved = []                          # (places, value, bound, what it moves x by) of the operands with errors
         for places in groups.values():
             a = operands[places[0]]
             d = self._decided_or_none(a)
@@ -275,25 +277,41 @@ class ErrorBounds:
             e = self._bound_or_none(a)
             if e is None or not np.any(e):
                 continue
-            args = list(operands)
-            for k in places:
-                args[k] = a + e
-            up = kernel(*args)
-            for k in places:
-                args[k] = a - e
-            down = kernel(*args)
-            delta = np.maximum(np.abs(up - x), np.abs(down - x))
-            variance = variance + np.square(np.where(np.isnan(delta), np.inf, delta))
+            if opcode in LIPSCHITZ:         # |f(a + e) - f(a)| <= e in each place: no need to evaluate
+                delta = len(places) * e
+            elif opcode == "multiply":
+                other = np.abs(operands[1 - places[0]]) if len(places) == 1 else None
+                delta = other * e if other is not None else (2 * np.abs(a) + e) * e
+            else:
+                delta = self._moved_by(inst, x, operands, places, a, e, decided)
+            variance = variance + np.square(delta)
             moved.append((places, a, e, delta))
-            if set(places) & set(SINGULAR_AT_ZERO.get(inst.opcode, ())):
-                decided = decided | ((np.abs(a) <= e) & (e > 0))
-            if inst.opcode in STEPS:
-                decided = decided | (up != down)
-        if len(moved) == 2 and inst.opcode in SECOND_ORDER:
-            variance = variance + np.square(self._second_order(kernel, x, operands, moved))
-        if inst.opcode in ROUNDING_ELEMENTWISE:
-            variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), inst.opcode))
+        if len(moved) == 2 and opcode in SECOND_ORDER:
+            if opcode == "multiply":
+                variance = variance + np.square(moved[0][2] * moved[1][2])
+            else:
+                variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
+        if opcode in ROUNDING_ELEMENTWISE:
+            variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), opcode))
         self._put(x, np.sqrt(variance), decided)
+
+    def _moved_by(self, inst, x, operands, places, a, e, decided) -> np.ndarray:
+        """max |f(.., a +- e, ..) - f(..)|: the op's own kernel at the ends of `a`'s interval (in all its `places`);
+        marks in `decided` the elements where the interval reaches a discontinuity of the op."""
+        kernel = self._kernel(inst)
+        args = list(operands)
+        for k in places:
+            args[k] = a + e
+        up = kernel(*args)
+        for k in places:
+            args[k] = a - e
+        down = kernel(*args)
+        delta = np.maximum(np.abs(up - x), np.abs(down - x))
+        if set(places) & set(SINGULAR_AT_ZERO.get(inst.opcode, ())):
+            decided |= (np.abs(a) <= e) & (e > 0)
+        if inst.opcode in STEPS:
+            decided |= up != down
+        return np.where(np.isnan(delta), np.inf, delta)
 
     @staticmethod
     def _second_order(kernel, x, operands, moved) -> np.ndarray:
@@ -320,20 +338,22 @@ class ErrorBounds:
         etype = orig.shape.element_type
         if etype is None or etype.kind != "float":
             return np.zeros(x.shape)
-        magnitude = np.where(np.isfinite(x), np.abs(x), 0.0) + np.where(np.isfinite(bound), bound, 0.0)
-        own = 0.5 * ulp_at(magnitude, etype.numpy)
+        magnitude = np.abs(x) + bound       # (ulp_at takes a non-finite magnitude's as 1's)
+        own = (0.5 * SIGMAS / np.sqrt(3)) * ulp_at(magnitude, etype.numpy)
         if opcode == "reduce-precision":
-            own = np.maximum(own, magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
+            own = np.maximum(own, SIGMAS / np.sqrt(3) * magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
         if opcode in TRANSCENDENTAL:
-            own = own + TRANSCENDENTAL_ULPS * ulp_at(magnitude, np.float32 if etype.bits <= 32 else np.float64)
-            return SIGMAS / np.sqrt(3) * own
-        own = SIGMAS / np.sqrt(3) * own
-        if opcode in ("reduce-precision", "add", "dot") or etype.numpy is None:
+            return own + (TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) * ulp_at(
+                magnitude, np.float32 if etype.bits <= 32 else np.float64)
+        if opcode in ("reduce-precision", "reduce", "scatter", "dot") or etype.numpy is None:
             return own
         # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing rounds
         # (an error known to be nonzero keeps the statistical bound: sums of such add up as random ones do)
+        exact = bound == 0
+        if not np.any(exact):
+            return own
         representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
-        return np.where((bound == 0) & representable, 0.0, own)
+        return np.where(exact & representable, 0.0, own)
 
     def _reduce(self, inst, orig, x, operands) -> None:
         reducer = inst.called.get("to_apply")
@@ -363,7 +383,7 @@ class ErrorBounds:
         u = unit_roundoff(etype) if self.device.reductions == "per-step" else \
             2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] if etype.name in SIGNIFICAND else unit_roundoff(etype)
         variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
-        self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "add"))))
+        self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "reduce"))))
 
     def _scatter(self, inst, orig, x, operands) -> None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
@@ -378,7 +398,7 @@ class ErrorBounds:
             squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
             u = unit_roundoff(orig.shape.element_type)
             spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
-            own = self._rounding(orig, x, bound, "add")
+            own = self._rounding(orig, x, bound, "scatter")
             bound = np.sqrt(np.square(bound) + np.square(spread) + np.where(count > 0, np.square(own), 0.0))
         self._put(x, bound)
 
