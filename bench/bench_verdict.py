@@ -94,9 +94,17 @@ def _from_tests(name: str):
     return getattr(numerics_programs, name)()
 
 
-def _gpt_step():
+def _gpt_step(later: bool = False):
+    """The GPT d256 bf16 train step of bench/workloads.py: its first step (zero moments), or (`later`) its second,
+    from the state jax's first step made."""
+    import jax
+    import jax.numpy as jnp
     import workloads
-    return workloads._gpt_step(__import__("jax.numpy").numpy.bfloat16)
+    fn, args = workloads._gpt_step(jnp.bfloat16)
+    if later:
+        _, params, m, v = jax.jit(fn)(*args)
+        args = (params, m, v, *args[3:5], np.int32(2))
+    return fn, args
 
 
 PROGRAMS = {
@@ -112,6 +120,7 @@ PROGRAMS = {
     "attention_bwd_bf16": lambda: _attention("bf16"),
     "attention_bwd_f32": lambda: _attention("f32"),
     "gpt_step_d256_bf16": _gpt_step,
+    "gpt_step_d256_bf16_second": lambda: _gpt_step(later=True),
 }
 
 
