@@ -56,6 +56,7 @@ import weakref
 import ml_dtypes
 import numpy as np
 
+from ..kernels.elementwise import accumulates_in_f32
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from .compare import ulp_at
 
@@ -378,10 +379,12 @@ class ErrorBounds:
             variance = np.square(np.asarray(kernel(terms, self.of(init)), np.float64))
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
-        # the device's reductions rule: "accumulate" sums 16-bit types in f32, "per-step" rounds every step
+        # the device's reductions rule: "accumulate" sums 16-bit types in f32; the others ("per-step", "xla-cpu")
+        # round every step to the type
         etype = orig.shape.element_type
-        u = unit_roundoff(etype) if self.device.reductions == "per-step" else \
-            2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] if etype.name in SIGNIFICAND else unit_roundoff(etype)
+        u = 2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] \
+            if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND \
+            else unit_roundoff(etype)
         variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
         self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "reduce"))))
 

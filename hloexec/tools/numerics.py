@@ -253,14 +253,9 @@ def baseline_executable(exe: Executable) -> Executable:
 
 
 def xla_cpu_arithmetic():
-    """The device profile of XLA:CPU's arithmetic: the built-in `xla-cpu` where there is one, else the reference's
-    with per-step reductions (XLA:CPU's f16/bf16 sums round every step)."""
-    from dataclasses import replace
-    from ..options import Options
-    from ..options.devices import builtin_names
-    if "xla-cpu" in builtin_names():
-        return Options.make("xla-cpu").device
-    return replace(Options.make("reference").device, name="xla-cpu (per-step sums)", reductions="per-step")
+    """The device profile of XLA:CPU's arithmetic (its f16/bf16 sums round every step)."""
+    from ..options import device_profile
+    return device_profile("xla-cpu")
 
 
 def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None, runner: Runner | None = None,
