@@ -201,13 +201,11 @@ def _load_stage(stage):
 
 def _dumped_inputs(module, exe) -> list | None:
     """The inputs hloexec.jax.dump saved beside the module (arg0..), as the parameters' types; None if none."""
-    from .exec.inputs import from_npz_void
-    from .tools.xla_cpu import load_arrays
+    from .tools.arrays import read_values
     saved = [p for p in module.other if p.name.endswith(".inputs.npz")]
     if not saved:
         return None
-    arrays = load_arrays(saved[0])
-    return [from_npz_void(arrays[f"arg{i}"], p.dtype) for i, p in enumerate(exe.parameters)]
+    return read_values(saved[0], "arg", [p.shape for p in exe.parameters], what="entry arguments")
 
 
 def _global_outputs(exe, inputs: list, pre_partition) -> list:
