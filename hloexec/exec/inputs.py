@@ -68,10 +68,23 @@ def _bound_of(inst: Instruction, depth: int) -> int | None:
     return min(found) if found else None
 
 
-def random_inputs(module: Module, seed: int = 0) -> list:
+def random_inputs(module: Module, seed: int = 0, max_memory: int | None = None) -> list:
+    """Random entry arguments; MemoryLimitError, before allocating, when they alone cannot fit."""
+    check_inputs_fit(module.name, [p.shape for p in module.entry.parameters], max_memory)
     rng = np.random.default_rng(seed)
     bounds = index_bounds(module)
     return [random_value(p.shape, rng, bounds.get(p.parameter_number)) for p in module.entry.parameters]
+
+
+def check_inputs_fit(module_name: str, shapes: list[Shape], max_memory: int | None = None) -> None:
+    """MemoryLimitError when arrays of `shapes` exceed `max_memory` (None: MemAvailable): a module whose inputs
+    cannot be made is refused before numpy tries (its MemoryError, or the OOM killer, says nothing useful)."""
+    from ..errors import MemoryLimitError
+    from .executor import available_memory
+    need = sum(s.nbytes for s in shapes)
+    limit = max_memory if max_memory is not None else available_memory()
+    if limit is not None and need > limit:
+        raise MemoryLimitError(module_name, need, limit, given=max_memory is not None)
 
 
 def random_value(shape: Shape, rng: np.random.Generator, index_bound: int | None = None):

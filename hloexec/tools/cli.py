@@ -150,7 +150,7 @@ def _module_inputs(module, args) -> tuple[list, dict]:
     """(entry arguments of `module`, description) from --inputs or --seed."""
     if args.inputs is None:
         from ..exec.inputs import random_inputs
-        return random_inputs(module, args.seed), {"from": "seed", "seed": args.seed}
+        return random_inputs(module, args.seed, getattr(args, "max_memory", None)), {"from": "seed", "seed": args.seed}
     from .arrays import read_values
     shapes = [p.shape for p in module.entry.parameters]
     return read_values(args.inputs, "arg", shapes, what="entry arguments"), {"from": "npz", "path": args.inputs}
