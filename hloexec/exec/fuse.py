@@ -75,6 +75,8 @@ def _fusible(inst: Instruction) -> bool:
         return False
     if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):
         return False
+    if op in ("reduce", "reduce-window") and len(inst.operands) < 2:      # malformed: refused where prepared
+        return False
     if op == "reduce" and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ()) and not (
             column_reduction_applies(inst) and inst.operands[0].shape.nbytes >= STREAMED_BYTES):
         # keeps the minor dim, not in the generator's column loop: the loop nest would read each column

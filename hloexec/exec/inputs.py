@@ -37,43 +37,65 @@ def _bound_of(inst: Instruction, depth: int) -> int | None:
         return None
     found = []
     for user in inst.users:
-        positions = [k for k, o in enumerate(user.operands) if o is inst]
-        op = user.opcode
-        for k in positions:
-            if op == "dynamic-slice" and k >= 1:
-                sizes = user.attr("dynamic_slice_sizes")
-                found.append(user.operands[0].shape.dims[k - 1] - sizes[k - 1])
-            elif op == "dynamic-update-slice" and k >= 2:
-                found.append(user.operands[0].shape.dims[k - 2] - user.operands[1].shape.dims[k - 2])
-            elif op == "gather" and k == 1:
-                dims = user.operands[0].shape.dims
-                found.append(min((dims[d] - s for d, s in zip(range(len(dims)), user.attr("slice_sizes"))),
-                                 default=0))
-            elif op in ("ragged-all-to-all", "ragged-all-to-all-start") and k >= 2:
-                # offsets and sizes at most half the rows: every offset + size stays in range
-                found.append(min(user.operands[0].shape.dims[0], user.operands[1].shape.dims[0]) // 2)
-            elif op == "scatter" and k == (len(user.operands) - 1) // 2:
-                mapped = user.attr("scatter_dims_to_operand_dims")
-                found.append(min((user.operands[0].shape.dims[d] - 1 for d in mapped), default=0))
-            elif op in ("fusion", "call"):
-                called = user.called.get("calls") or user.called.get("to_apply")
-                if called is not None and k < len(called.parameters):
-                    b = _bound_of(called.parameters[k], depth + 1)
-                    if b is not None:
-                        found.append(b)
-            elif op in _PASS_THROUGH:
-                b = _bound_of(user, depth + 1)
-                if b is not None:
-                    found.append(b)
+        for k, o in enumerate(user.operands):
+            if o is not inst:
+                continue
+            try:
+                b = _use_bound(user, k, depth)
+            except (IndexError, TypeError):     # a malformed use bounds nothing: it is refused where prepared
+                b = None
+            if b is not None:
+                found.append(b)
     return min(found) if found else None
+
+
+def _use_bound(user: Instruction, k: int, depth: int) -> int | None:
+    """The largest index value operand `k` of `user` may hold, or None where that use does not bound it."""
+    op = user.opcode
+    if op == "dynamic-slice" and k >= 1:
+        return user.operands[0].shape.dims[k - 1] - user.attr("dynamic_slice_sizes")[k - 1]
+    if op == "dynamic-update-slice" and k >= 2:
+        return user.operands[0].shape.dims[k - 2] - user.operands[1].shape.dims[k - 2]
+    if op == "gather" and k == 1:
+        dims = user.operands[0].shape.dims
+        return min((dims[d] - s for d, s in zip(range(len(dims)), user.attr("slice_sizes"))), default=0)
+    if op in ("ragged-all-to-all", "ragged-all-to-all-start") and k >= 2:
+        # offsets and sizes at most half the rows: every offset + size stays in range
+        return min(user.operands[0].shape.dims[0], user.operands[1].shape.dims[0]) // 2
+    if op == "scatter" and k == (len(user.operands) - 1) // 2:
+        mapped = user.attr("scatter_dims_to_operand_dims")
+        return min((user.operands[0].shape.dims[d] - 1 for d in mapped), default=0)
+    if op in ("fusion", "call"):
+        called = user.called.get("calls") or user.called.get("to_apply")
+        if called is not None and k < len(called.parameters):
+            return _bound_of(called.parameters[k], depth + 1)
+        return None
+    if op in _PASS_THROUGH:
+        return _bound_of(user, depth + 1)
+    return None
 
 
 def random_inputs(module: Module, seed: int = 0, max_memory: int | None = None) -> list:
     """Random entry arguments; MemoryLimitError, before allocating, when they alone cannot fit."""
     check_inputs_fit(module.name, [p.shape for p in module.entry.parameters], max_memory)
+    for p in module.entry.parameters:
+        _check_representable(p)
     rng = np.random.default_rng(seed)
     bounds = index_bounds(module)
     return [random_value(p.shape, rng, bounds.get(p.parameter_number)) for p in module.entry.parameters]
+
+
+def _check_representable(param: Instruction) -> None:
+    """UnsupportedError for a parameter no numpy array can be made for (f32[2^62,0]: empty, but numpy multiplies
+    the other dimensions, by the 16 bytes of the widest values random_value draws, and refuses)."""
+    from ..errors import UnsupportedError
+    for _, leaf in param.shape.leaves():
+        extent = 16
+        for d in leaf.dims:
+            extent *= max(d, 1)
+        if extent >= 1 << 63:
+            raise UnsupportedError(f"parameter shape {leaf.to_text(layout=False)}: its dimensions multiply past what "
+                                   "a numpy array can index (even with a zero dimension)", param)
 
 
 def check_inputs_fit(module_name: str, shapes: list[Shape], max_memory: int | None = None) -> None:

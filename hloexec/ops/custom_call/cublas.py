@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ..common import contig, is_low_float
 from ..contraction import compute_dtype, dot_general, finish, triangular_solve
-from .registry import backend_config, custom_call, enum_field, field, target_of
+from .registry import backend_config, custom_call, enum_field, field, result_leaves, target_of
 
 _F32 = np.dtype(np.float32)
 EPILOGUES = ("DEFAULT", "BIAS", "RELU", "BIAS_RELU", "GELU", "GELU_AUX", "BIAS_GELU", "BIAS_GELU_AUX",
@@ -85,7 +85,7 @@ def cublas_gemm(inst, ctx):
     (BIAS_)GELU_AUX (the pre-activation value as the 2nd result); f16/bf16 computed in f32, rounded once. A
     tuple result's remaining leaves (the s8 workspace) are zeros."""
     g = _Gemm(inst)
-    leaves = [s for _, s in inst.shape.leaves()]
+    leaves = result_leaves(inst)
     out_dtype = leaves[0].dtype
     cdt = _work_dtype(out_dtype)
     c_index = 2 if g.beta != 0 else None
@@ -120,7 +120,7 @@ def cublas_lt_matmul_f8(inst, ctx):
     once. With damax_output the 2nd result is max|D| before d_scale (f32). Remaining leaves (workspace): zeros.
     Dumps before d_scale moved last carried c_scale and d_scale after b_scale, then the bias: both are read."""
     g = _Gemm(inst)
-    leaves = [s for _, s in inst.shape.leaves()]
+    leaves = result_leaves(inst)
     out_dtype = np.dtype(leaves[0].dtype)
     fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
     n = len(inst.operands)
@@ -165,7 +165,7 @@ def cublas_triangular_solve(inst, ctx):
     cfg = backend_config(inst)
     if not inst.shape.is_tuple or len(inst.operands) != 2:
         raise UnsupportedError(f"{target_of(inst)} takes (a, b) and returns (x, temp)", inst)
-    x_shape, *rest = inst.shape.tuple_shapes
+    x_shape, *rest = result_leaves(inst)
     transpose = enum_field(cfg, "transpose_a", TRANSPOSE_KINDS, inst, default=1)
     if transpose == "TRANSPOSE_INVALID":
         raise UnsupportedError(f"{target_of(inst)} with transpose_a={transpose}", inst)

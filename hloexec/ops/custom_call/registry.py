@@ -69,9 +69,19 @@ def check_call_form(inst, target: str) -> None:
              f"{counts.start} or more" if counts.stop > 1 << 20 else f"{counts.start} to {counts.stop - 1}")
         given = ", ".join(o.shape.to_text(layout=False) for o in ops)
         raise UnsupportedError(f"custom-call {target!r} takes {n} array operand(s), the call has ({given})", inst)
-    if returns is not None and (returns == "tuple") != inst.shape.is_tuple:
+    if returns is not None and ((returns == "tuple") != inst.shape.is_tuple or inst.shape.tuple_shapes == ()):
         raise UnsupportedError(f"custom-call {target!r} returns {'a tuple' if returns == 'tuple' else 'an array'}, "
                                f"the call says {inst.shape.to_text(layout=False)}", inst)
+
+
+def result_leaves(inst) -> list:
+    """The array leaves of a computing call's result, its own result first (then scratch, workspace...):
+    UnsupportedError when there is none or the first is no array (a malformed `()` or token result)."""
+    leaves = [s for _, s in inst.shape.leaves()]
+    if not leaves or not leaves[0].is_array:
+        raise UnsupportedError(f"custom-call {target_of(inst)!r} computes a result: an array, or a tuple starting "
+                               f"with one; the call says {inst.shape.to_text(layout=False)}", inst)
+    return leaves
 
 
 def target_of(inst) -> str:
