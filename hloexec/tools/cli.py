@@ -11,7 +11,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -54,6 +56,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a count >= 1, got {text}")
     return value
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that a run stops as Ctrl-C stops it: `finally` blocks and atexit
+    handlers remove temporary files, stop compile workers and kill child processes (the default action would
+    end the process with none of that)."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 class UsageError(Exception):
@@ -1046,6 +1058,8 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
     debug = args.debug or os.environ.get("HLOEXEC_DEBUG", "") not in ("", "0")
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             from .plugins import apply
@@ -1057,6 +1071,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:           # `hloexec ops | head`
         sys.stderr.close()
         return EXIT_OK
@@ -1070,3 +1087,6 @@ def main(argv=None) -> int:
             if not debug:
                 print("(run with --debug or HLOEXEC_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
