@@ -125,3 +125,24 @@ def test_findings_exit_1(capsys, tmp_path, name):
             for a in argv]
     code, out, err = cli(capsys, fine)        # the same command without the finding
     assert code == 0, (name, out, err)
+
+
+SHARDED_TOO_BIG = """HloModule big_spmd, num_partitions=2
+
+ENTRY e {
+  p = f32[500000000000] parameter(0), sharding={devices=[2]0,1}
+  ROOT r = f32[500000000000] negate(p), sharding={devices=[2]0,1}
+}
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--spmd"], ["run", "--spmd", "--shadow"], ["numerics", "--spmd"], ["compare", "{f}", "--spmd"],
+    pytest.param(["run", "--ray", "local"], marks=pytest.mark.slow)], ids=" ".join)
+def test_spmd_and_ray_runs_refuse_what_cannot_fit_before_allocating(capsys, tmp_path, argv):
+    pytest.importorskip("ray") if "--ray" in argv else None
+    path = tmp_path / "big.hlo"
+    path.write_text(SHARDED_TOO_BIG)
+    code, out, err = cli(capsys, [argv[0], path, *[a.format(f=path) for a in argv[1:]]])
+    assert code == 2 and "\nerror: " in "\n" + err and "internal error" not in err, (out, err)   # (Ray logs first)
+    assert "needs" in err and ("GiB" in err or "GB" in err), err
