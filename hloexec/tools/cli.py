@@ -33,7 +33,9 @@ EXIT_CODES = """exit codes:
      program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite and
      numerics: an instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ
      across devices
-  2  parse error, usage error, unsupported op, execution error, internal error"""
+  2  parse error, usage error, unsupported op, execution error, bad input file, module too big
+     for memory, internal error
+  130 interrupted (Ctrl-C), 143 terminated (SIGTERM)"""
 
 
 def _tolerances_help() -> str:
