@@ -1,7 +1,7 @@
 """Structure-aware fuzzing after the parser: modules that parse but are wrong in the ways the evaluator's
 preparation can see -- operand counts and types for every registered opcode and custom-call target, attributes
 out of range or of the wrong rank, result shapes that disagree, layouts, shardings, channel ids, sub-byte types,
-huge dimensions -- driven through load, run, shadow, find-nonfinite, memory, export and graph. Only the four
+huge dimensions -- driven through load, graph, memory, export, run, shadow, find-nonfinite and numerics. Only the four
 hloexec errors may come out (HloParseError, UnsupportedError, ExecutionError, MemoryLimitError), and an error
 found after parsing names the instruction (its name or its HLO line).
 
@@ -228,6 +228,7 @@ def draw_module(d: Draw, subject: tuple[str, str] | None = None) -> tuple[str, t
 
 
 # -- driving a module through every path -----------------------------------------------------------------------
+SLOW_SECONDS = 20             # longer than this for a module of a few instructions: a finding (a hang in the making)
 MAX_MEMORY = 1 << 30          # every path refuses a module past this (MemoryLimitError), before allocating
 
 
@@ -255,6 +256,8 @@ def exercise(text: str) -> str:
     numerics.shadow_run(exe, inputs)
     stage = "nonfinite"
     nonfinite.find_nonfinite(exe, inputs)
+    stage = "numerics"
+    numerics.attribute(exe, inputs)
     return "done"
 
 
@@ -264,12 +267,15 @@ def allowed():
 
 
 def names_its_site(error: BaseException, text: str) -> bool:
-    """Whether an error after parsing names the instruction: `%r`/`%p0`-style name, or its HLO line."""
-    from hloexec.errors import HloParseError
+    """Whether an error after parsing names the instruction (`%r`/`%p0`-style name, or its HLO line), or, refusing
+    the whole module (its memory, manual regions...), the module."""
+    from hloexec.errors import HloParseError, MemoryLimitError
     message = str(error)
     if isinstance(error, HloParseError):
         return re.search(r":\d+:\d+:", message) is not None
-    return re.search(r"%(r|t|p\d|e)\b|line \d+|\bfuzz\b", message) is not None
+    if isinstance(error, MemoryLimitError) or message.startswith("fuzz "):    # about the whole module: names it
+        return "fuzz" in message
+    return re.search(r"%(r|t|p\d|e)\b|line \d+", message) is not None
 
 
 def outcome(text: str) -> tuple[str, str, BaseException | None]:
@@ -306,7 +312,10 @@ def campaign(seconds: float, seed: int, limit_bytes: int = 6 << 30) -> dict:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         text, subject = draw_module(Draw(rng), rng.choice(all_subjects))
+        start = time.monotonic()
         stage, key, finding = outcome(text)
+        if time.monotonic() - start > SLOW_SECONDS:      # a module that parses should be refused fast
+            key, finding = f"slow ({key})", finding or TimeoutError(f"{time.monotonic() - start:.0f} s")
         executions += 1
         outcomes[key] = outcomes.get(key, 0) + 1
         if finding is not None and key not in findings:

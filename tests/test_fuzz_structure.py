@@ -75,3 +75,19 @@ FOUND = {
 @pytest.mark.parametrize("name", list(FOUND))
 def test_campaign_findings_stay_fixed(name):
     _check(f"HloModule found\n\n{S.COMPUTATIONS}\nENTRY %e {{\n  {FOUND[name]}\n}}\n")
+
+
+def test_a_malformed_instruction_over_a_huge_array_is_refused_fast():
+    """The campaign's one slow case: convert(f16[1,10^12], u8[]) was fused before its form was checked and its
+    kernel split the 10^12 elements into 30 million thread blocks (two minutes of load); now the form is checked
+    before fusing, and blocks are capped."""
+    import time
+
+    import hloexec
+    from hloexec.errors import HloParseError
+    text = ("HloModule slow\n\nENTRY %e {\n  %p0 = f16[1,1000000000000] parameter(0)\n  %p1 = u8[] parameter(1)\n"
+            "  ROOT %r = f16[1,1000000000000] convert(%p0, %p1)\n}\n")
+    start = time.monotonic()
+    with pytest.raises(HloParseError, match="convert expects 1 operands"):
+        hloexec.load(text)
+    assert time.monotonic() - start < 20

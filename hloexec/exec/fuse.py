@@ -43,6 +43,7 @@ from ..ir.module import Computation, Instruction
 from ..ir.shape import tuple_shape
 from ..kernels import elementwise as ew
 from ..kernels.fusion import column_reduction_applies
+from ..ops.registry import operand_count_ok
 
 # Members that do no work op by op worth saving (a broadcast does: numpy materialises it in full).
 _NO_COMPUTE = frozenset({"parameter", "constant", "reshape", "bitcast", "copy"})
@@ -75,7 +76,7 @@ def _fusible(inst: Instruction) -> bool:
         return False
     if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):
         return False
-    if op in ("reduce", "reduce-window") and len(inst.operands) < 2:      # malformed: refused where prepared
+    if not operand_count_ok(op, len(inst.operands)):        # malformed: refused where it is prepared
         return False
     if op == "reduce" and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ()) and not (
             column_reduction_applies(inst) and inst.operands[0].shape.nbytes >= STREAMED_BYTES):

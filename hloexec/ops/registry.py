@@ -140,13 +140,19 @@ CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
     "select-and-scatter": (("select", "scatter"),)}
 
 
+def operand_count_ok(opcode: str, n: int) -> bool:
+    """Whether XLA's parser takes `opcode` with `n` operands (ARITY)."""
+    least, most, step = ARITY.get(opcode, (0, None, 1))
+    return least <= n and (most is None or n <= most) and (n - least) % step == 0
+
+
 def check_form(inst, opcode: str) -> None:
     """The operand count and called computations XLA's parser requires of `opcode` (HloParseError), an array
     result where XLA's shape rules give one, and a written shape that is what the operands give
     (ir/shape_inference.py, as XLA's verifier; UnsupportedError): what every op's prepare may take for granted."""
-    least, most, step = ARITY.get(opcode, (0, None, 1))
     n = len(inst.operands)
-    if n < least or (most is not None and n > most) or (n - least) % step:
+    if not operand_count_ok(opcode, n):
+        least, most, step = ARITY.get(opcode, (0, None, 1))
         wanted = str(least) if most == least else f"{least} or more" if most is None else f"{least} to {most}"
         if step == 2:
             wanted += f" ({'even' if least % 2 == 0 else 'odd'})"
