@@ -1,6 +1,6 @@
 """The structure-aware fuzzer's short run (tests/structured_modules.py; the long campaign's numbers are in
 docs/robustness.md): modules that parse but are wrong, for every registered opcode and custom-call target,
-through load, run, shadow, find-nonfinite, memory, export and graph. Only hloexec's errors may come out, and one
+through load, graph, memory, export, run, shadow, find-nonfinite and numerics. Only hloexec's errors may come out, and one
 found after parsing names the instruction. Plus a regression case for each finding of the campaign."""
 from __future__ import annotations
 

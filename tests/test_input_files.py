@@ -186,3 +186,20 @@ def test_library_readers_raise_array_file_error(tmp_path):
     module = hloexec.parse(MIXED)[0]
     with pytest.raises(ArrayFileError, match="x.npz"):
         read_values(tmp_path / "x.npz", "arg", [p.shape for p in module.entry.parameters], what="entry arguments")
+
+
+def test_the_jax_bridge_dump_of_a_bf16_program_reads_back_through_every_path(capsys, tmp_path):
+    """hloexec.jax.dump writes bf16 inputs and outputs in the documented convention; a user re-saving them with
+    plain np.savez (void) gets the same comparison."""
+    jax = pytest.importorskip("jax")
+    import hloexec.jax
+    x = np.linspace(-2, 2, 8).astype(ml_dtypes.bfloat16)
+    paths = hloexec.jax.dump(lambda a: jax.numpy.tanh(a) * 2, x, to=tmp_path / "dump")
+    with np.load(paths["outputs"]) as z:                          # numpy + ml_dtypes, as docs/robustness.md says
+        out = z["out0"].view(getattr(ml_dtypes, json.loads(str(z["__dtypes__"]))["out0"]))
+    assert out.dtype == ml_dtypes.bfloat16 and out.shape == x.shape
+    np.savez(tmp_path / "plain_in.npz", arg0=x)
+    np.savez(tmp_path / "plain_out.npz", out0=out)
+    for inputs, expected in ((paths["inputs"], paths["outputs"]), (tmp_path / "plain_in.npz", tmp_path / "plain_out.npz")):
+        code, _, err = cli(capsys, "compare", paths["before"], "--inputs", inputs, "--expected", expected)
+        assert code == 0, err
