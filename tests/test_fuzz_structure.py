@@ -69,6 +69,13 @@ FOUND = {
                                           '  ROOT %r = (f16[4]) custom-call(%p0, %p1, %p2, %p3), '
                                           'custom_call_target="__cudnn$convBiasActivationForward", dim_labels=bf_io->bf',
     "rng-bit-generator returning ()": "%p0 = f64[] parameter(0)\n  ROOT %r = () rng-bit-generator(%p0)",
+    "reduce over a dimension past the rank (fusion grouping)":
+        "%p0 = f32[2,1,3] parameter(0)\n  %p1 = f32[] parameter(1)\n"
+        "  ROOT %r = f32[3] reduce(%p0, %p1), dimensions={7}, to_apply=%add",
+    "cuDNN attention returning a nested tuple": '%p0 = f32[1,2,3,4] parameter(0)\n  %p1 = f32[1,2,3,4] parameter(1)\n'
+                                                '  %p2 = f32[1,2,3,4] parameter(2)\n'
+                                                '  ROOT %r = ((f32[1,2,3,4], pred[4]), u8[2]) custom-call(%p0, %p1, '
+                                                '%p2), custom_call_target="__cudnn$fmhaSoftmax"',
 }
 
 

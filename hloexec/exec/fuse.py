@@ -78,6 +78,8 @@ def _fusible(inst: Instruction) -> bool:
         return False
     if not operand_count_ok(op, len(inst.operands)):        # malformed: refused where it is prepared
         return False
+    if op == "reduce" and not all(0 <= d < inst.operands[0].shape.rank for d in inst.attr("dimensions", ())):
+        return False
     if op == "reduce" and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ()) and not (
             column_reduction_applies(inst) and inst.operands[0].shape.nbytes >= STREAMED_BYTES):
         # keeps the minor dim, not in the generator's column loop: the loop nest would read each column

@@ -511,7 +511,7 @@ def cudnn_fmha_forward(inst, ctx):
     to the input type (cuDNN's flash kernel rounds the probabilities to it before P V: last-bit differences).
     Dropout (rate > 0) is refused: cuDNN draws its mask from its own Philox stream."""
     a = _Attention(inst, backward=False)
-    leaves = inst.shape.tuple_shapes
+    leaves = result_leaves(inst)
     out_t = leaves[0].dtype
     training = len(leaves) == 3
 
@@ -540,7 +540,7 @@ def cudnn_fmha_backward(inst, ctx):
     = dS summed to the bias's shape; results (dQ, dK, dV as (B, N, S/T, H), [dbias], workspace), f32 throughout,
     each rounded once. Dropout refused as in the forward call."""
     a = _Attention(inst, backward=True)
-    leaves = inst.shape.tuple_shapes
+    leaves = result_leaves(inst)
     has_dbias = len(leaves) == 5
 
     def kernel(q, k, v, stats, do, *rest):

@@ -75,12 +75,14 @@ def check_call_form(inst, target: str) -> None:
 
 
 def result_leaves(inst) -> list:
-    """The array leaves of a computing call's result, its own result first (then scratch, workspace...):
-    UnsupportedError when there is none or the first is no array (a malformed `()` or token result)."""
-    leaves = [s for _, s in inst.shape.leaves()]
-    if not leaves or not leaves[0].is_array:
-        raise UnsupportedError(f"custom-call {target_of(inst)!r} computes a result: an array, or a tuple starting "
-                               f"with one; the call says {inst.shape.to_text(layout=False)}", inst)
+    """The arrays of a computing call's result, its own result first (then statistics, scratch, workspace...):
+    UnsupportedError for anything but an array or a flat tuple of arrays (a malformed `()`, token or nested
+    tuple)."""
+    shape = inst.shape
+    leaves = list(shape.tuple_shapes) if shape.is_tuple else [shape]
+    if not leaves or not all(s.is_array for s in leaves):
+        raise UnsupportedError(f"custom-call {target_of(inst)!r} computes a result: an array or a flat tuple of "
+                               f"arrays; the call says {shape.to_text(layout=False)}", inst)
     return leaves
 
 
