@@ -388,7 +388,7 @@ def cudnn_layer_norm(inst, ctx):
     cfg = backend_config(inst, "cudnn_norm_backend_config")
     kind = enum_field(cfg, "kind", NORM_KINDS, inst)
     eps = float(field(cfg, "epsilon", 0) or 0)
-    leaves = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
+    leaves = result_leaves(inst)
     expect = {"LAYER_FWD_INFER": (3, 2), "LAYER_FWD_TRAIN": (3, 4), "LAYER_BWD": (5, 4)}[kind]
     if (len(inst.operands), len(leaves)) != expect:
         raise UnsupportedError(f"__cudnn$norm {kind} takes {expect[0]} operands and returns {expect[1]} results", inst)
