@@ -72,6 +72,10 @@ FOUND = {
     "reduce over a dimension past the rank (fusion grouping)":
         "%p0 = f32[2,1,3] parameter(0)\n  %p1 = f32[] parameter(1)\n"
         "  ROOT %r = f32[3] reduce(%p0, %p1), dimensions={7}, to_apply=%add",
+    "call with more operands than its computation's parameters (inlining)":
+        "%p0 = f32[2] parameter(0)\n  %p1 = f32[2] parameter(1)\n  ROOT %r = f32[2] call(%p0, %p1), to_apply=%fn",
+    "GetRngSeed with a result no array can be": "ROOT %r = u64[4611686018427387904,8] custom-call(), "
+                                                'custom_call_target="GetRngSeed"',
     "cuDNN attention returning a nested tuple": '%p0 = f32[1,2,3,4] parameter(0)\n  %p1 = f32[1,2,3,4] parameter(1)\n'
                                                 '  %p2 = f32[1,2,3,4] parameter(2)\n'
                                                 '  ROOT %r = ((f32[1,2,3,4], pred[4]), u8[2]) custom-call(%p0, %p1, '
@@ -81,7 +85,7 @@ FOUND = {
 
 @pytest.mark.parametrize("name", list(FOUND))
 def test_campaign_findings_stay_fixed(name):
-    _check(f"HloModule found\n\n{S.COMPUTATIONS}\nENTRY %e {{\n  {FOUND[name]}\n}}\n")
+    _check(f"HloModule fuzz\n\n{S.COMPUTATIONS}\nENTRY %e {{\n  {FOUND[name]}\n}}\n")
 
 
 def test_a_malformed_instruction_over_a_huge_array_is_refused_fast():
