@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hloexec
-from hloexec.tools.cli import nest
+from hloexec.tools.arrays import nested
 from hloexec.tools.nonfinite import find_nonfinite
 from hloexec.tools.numerics import attribute, flatten, judge_run, xla_cpu_arithmetic
 
@@ -30,7 +30,7 @@ def programs():
 
 
 def inputs_of(exe, dump):
-    return nest(dump.inputs, [p.shape for p in exe.parameters], "")
+    return nested(dump.inputs, [p.shape for p in exe.parameters])
 
 
 def run(text, inputs):

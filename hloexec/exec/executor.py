@@ -199,7 +199,7 @@ class Executable:
 
     def random_inputs(self, seed: int = 0) -> list:
         from .inputs import random_inputs
-        return random_inputs(self.module, seed)
+        return random_inputs(self.module, seed, max_memory=self.max_memory)
 
     def peak_bytes(self) -> int:
         """Peak live bytes of the entry computation (inputs included), from the schedule, and the values the

@@ -75,7 +75,7 @@ class CompilePolicy:
         whose output or reduced operand has `min_compiled_bytes` pay."""
         # what it touches: its output, and what its reductions read (a dynamic-slice of a big operand reads little)
         touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions
-                                       if i.opcode in ("reduce", "reduce-window")]
+                                       if i.opcode in ("reduce", "reduce-window") and i.operands]
         if max(s.nbytes for s in touched) < self.min_compiled_bytes:
             return f"touches < {self.min_compiled_bytes >> 10} KiB: op by op costs less than compiling"
         return None

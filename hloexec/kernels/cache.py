@@ -97,9 +97,13 @@ def load_kernel(source: str, key: str):
         path = d / f"{modname}.py"
         if not path.exists() or path.read_text() != source:
             fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{modname}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)       # atomic: another process importing it sees the old or the new text
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(source)
+                os.replace(tmp, path)   # atomic: another process importing it sees the old or the new text
+            except BaseException:       # interrupted (Ctrl-C, SIGTERM in the CLI) or failed: leave no part file
+                Path(tmp).unlink(missing_ok=True)
+                raise
             importlib.invalidate_caches()
         module = sys.modules.get(modname) or importlib.import_module(modname)
         fn = module.kernel

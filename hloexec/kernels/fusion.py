@@ -44,6 +44,7 @@ from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
 BLOCK_WORK = 32_768              # output elements x reduced elements per block of the split at least
+MAX_BLOCKS = 1 << 20             # blocks at most (past any array that fits in memory: 2^35 elements of work)
 COLUMN_BLOCK = 2048              # output elements per block of a column reduction at least (the width of its rows)
 MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
 TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
@@ -242,7 +243,7 @@ class _Generator:
         args = [f"o{k}" for k in range(len(outs))] + [f"p{p.parameter_number}" for p in self.params] + \
                [f"c{k}" for k in range(len(self.consts))] + (["lo", "hi"] if self.parallel else [])
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
-        count = max(2, work // BLOCK_WORK)
+        count = min(max(2, work // BLOCK_WORK), MAX_BLOCKS)
         if column:      # a block walks every reduced row: a narrow one reads a few bytes of each cache line
             count = min(count, max(2, out_size // COLUMN_BLOCK))
         self.blocks = ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], count)) if self.parallel else []

@@ -11,7 +11,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..errors import ArrayFileError, ExecutionError, HloParseError, UnsupportedError
 from ..exec.tiering import COMPILE_MODES, format_compile_report
 from ..options import REDUCTIONS
 
@@ -32,7 +34,9 @@ EXIT_CODES = """exit codes:
      program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite and
      numerics: an instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ
      across devices
-  2  parse error, usage error, unsupported op, execution error, internal error"""
+  2  parse error, usage error, unsupported op, execution error, bad input file, module too big
+     for memory, internal error
+  130 interrupted (Ctrl-C), 143 terminated (SIGTERM)"""
 
 
 def _tolerances_help() -> str:
@@ -55,6 +59,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a count >= 1, got {text}")
     return value
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that a run stops as Ctrl-C stops it: `finally` blocks and atexit
+    handlers remove temporary files, stop compile workers and kill child processes (the default action would
+    end the process with none of that)."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 class UsageError(Exception):
@@ -161,12 +175,11 @@ def _module_inputs(module, args) -> tuple[list, dict]:
         domains = input_domains(module)
         constrained = [{"parameter": k, "name": module.entry.parameters[k].name, **d.to_json()}
                        for k, d in sorted(domains.items())]
-        return random_inputs(module, args.seed, domains), {"from": "seed", "seed": args.seed,
-                                                           "constrained": constrained}
-    from .xla_cpu import load_arrays
-    arrays = numbered(load_arrays(args.inputs), "arg", args.inputs)
+        return (random_inputs(module, args.seed, domains, getattr(args, "max_memory", None)),
+                {"from": "seed", "seed": args.seed, "constrained": constrained})
+    from .arrays import read_values
     shapes = [p.shape for p in module.entry.parameters]
-    return nest(arrays, shapes, args.inputs), {"from": "npz", "path": args.inputs}
+    return read_values(args.inputs, "arg", shapes, what="entry arguments"), {"from": "npz", "path": args.inputs}
 
 
 def print_constrained(inputs_info: dict) -> None:
@@ -176,35 +189,9 @@ def print_constrained(inputs_info: dict) -> None:
         print(f"  input {c['parameter']} %{c['name']}: drawn {c['domain']}{bound} ({c['reason']})")
 
 
-def numbered(arrays: dict, prefix: str, path: str) -> list:
-    """The values of keys prefix0..prefixN in number order; UsageError for any other key."""
-    by_number = {}
-    for key, value in arrays.items():
-        m = re.fullmatch(re.escape(prefix) + r"(\d+)", key)
-        if m is None:
-            raise UsageError(f"{path}: unexpected key {key!r} (expected {prefix}0..{prefix}N)")
-        by_number[int(m.group(1))] = value
-    missing = [n for n in range(len(by_number)) if n not in by_number]
-    if missing:
-        raise UsageError(f"{path}: key {prefix}{missing[0]} missing (keys must be {prefix}0..{prefix}N)")
-    return [by_number[n] for n in range(len(by_number))]
-
-
-def nest(arrays: list, shapes: list, path: str) -> list:
-    """Entry arguments from arrays: one per parameter, or the leaves of tuple parameters in order."""
-    if len(arrays) == len(shapes):
-        return arrays
-    leaves = iter(arrays)
-
-    def build(shape):
-        if shape.is_tuple:
-            return tuple(build(s) for s in shape.tuple_shapes)
-        return next(leaves)
-    n_leaves = sum(1 for s in shapes for _ in s.leaves())
-    if len(arrays) != n_leaves:
-        raise UsageError(f"{path} holds {len(arrays)} arrays; the entry takes {len(shapes)} parameters "
-                         f"({n_leaves} array leaves)")
-    return [build(s) for s in shapes]
+def _result_leaves(exe) -> list:
+    """The module's outputs as shapes (the leaves of its result, in out0..outM order)."""
+    return [leaf for _, leaf in exe.result_shape.leaves()]
 
 
 def flatten(value) -> list:
@@ -494,8 +481,9 @@ def cmd_compare(args) -> int:
         check_memory(other_exe, args, text_out)
         reference = {"from": "hlo", "file": args.other, "module": other.name}
     if args.expected is not None:
-        from .xla_cpu import load_arrays
-        expected = numbered(load_arrays(args.expected), "out", args.expected)
+        from .arrays import read_values      # shapes and dtypes that differ are the comparison's to report
+        expected = read_values(args.expected, "out", _result_leaves(exe), what="outputs", check_shapes=False,
+                               check_dtypes=False)
         reference = {"from": "npz", "path": args.expected}
     if _is_spmd(args):
         if args.against is not None:
@@ -552,12 +540,9 @@ def cmd_compare_shadow(args) -> int:
         candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
         candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
-    from ..exec.inputs import from_npz_void
-    from .xla_cpu import load_arrays
-    dtypes = [leaf.dtype for _, leaf in exe.result_shape.leaves()]
-    for path in args.actual or ():      # a device's outputs: ml_dtypes arrays plain np.savez wrote as void too
-        arrays = numbered(load_arrays(path), "out", path)
-        candidates[Path(path).name] = [from_npz_void(a, d) for a, d in zip(arrays, dtypes)] + arrays[len(dtypes):]
+    from .arrays import read_values
+    for path in args.actual or ():      # a device's outputs: judged against the program's, so of its types
+        candidates[Path(path).name] = read_values(path, "out", _result_leaves(exe), what="outputs")
     from .devices import device_list
     devices = device_list(args.device, module, say=lambda message: None) if args.device else None   # said once
     verdict, run = judge_run(exe, inputs, candidates, runner, devices=devices,
@@ -605,9 +590,9 @@ def _global_inputs(exe, reference_exe, args) -> tuple[list, dict]:
     reference (unsharded) module's shapes, else of the shapes the sharded parameters cover."""
     from ..exec import spmd
     if args.inputs is not None:
-        from .xla_cpu import load_arrays
-        arrays = numbered(load_arrays(args.inputs), "arg", args.inputs)
-        return nest(arrays, [p.shape for p in exe.parameters], args.inputs), {"from": "npz", "path": args.inputs}
+        from .arrays import read_values      # global arrays: their shapes are the sharded parameters' wholes
+        return read_values(args.inputs, "arg", [p.shape for p in exe.parameters], what="entry arguments",
+                           check_shapes=False), {"from": "npz", "path": args.inputs}
     values = reference_exe.random_inputs(args.seed) if reference_exe is not None \
         else spmd.random_global_inputs(exe.module, args.seed)
     return values, {"from": "seed", "seed": args.seed}
@@ -622,24 +607,24 @@ def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
         if args.ray is not None:
             return spmd.GlobalInputs(seed=args.seed), {"from": "seed", "seed": args.seed}
         return spmd.random_inputs(exe.module, num_devices, args.seed), {"from": "seed", "seed": args.seed}
-    from .xla_cpu import load_arrays
-    arrays = load_arrays(args.inputs)
+    from .arrays import read_arrays, values_of
+    arrays = read_arrays(args.inputs, "arg")
     shapes = [p.shape for p in exe.parameters]
     if not any(key.startswith("dev") for key in arrays):
-        inputs = nest(numbered(arrays, "arg", args.inputs), shapes, args.inputs)
+        inputs = values_of(arrays, args.inputs, "arg", shapes, what="entry arguments", check_shapes=False)
         split = spmd.GlobalInputs(inputs) if args.ray is not None \
             else spmd.split_inputs(exe.module, inputs, num_devices)
         return split, {"from": "npz", "path": args.inputs, "split": "global arrays by sharding"}
     by_device: dict[int, dict] = {}
     for key, value in arrays.items():
-        m = re.fullmatch(r"dev(\d+)/(.*)", key)
+        m = re.fullmatch(r"dev(\d+)/.*", key)
         if m is None:
             raise UsageError(f"{args.inputs}: unexpected key {key!r} (expected dev{{d}}/arg{{i}}, or arg{{i}} only)")
-        by_device.setdefault(int(m.group(1)), {})[m.group(2)] = value
+        by_device.setdefault(int(m.group(1)), {})[key] = value
     if sorted(by_device) != list(range(num_devices)):
         raise UsageError(f"{args.inputs}: inputs for devices {sorted(by_device)}; the run has devices "
                          f"0..{num_devices - 1}")
-    inputs = [nest(numbered(by_device[d], "arg", f"{args.inputs} (dev{d})"), shapes, args.inputs)
+    inputs = [values_of(by_device[d], args.inputs, f"dev{d}/arg", shapes, what=f"entry arguments (dev{d})")
               for d in range(num_devices)]
     return inputs, {"from": "npz", "path": args.inputs, "split": "per device"}
 
@@ -1095,7 +1080,7 @@ def _message(e: BaseException, path: str | None = None) -> str:
         return f"{e.filename}: {e.strerror or e}"
     if type(e).__name__ == "XlaCpuError":
         return f"XLA:CPU ({e.stage}): {e.message}"
-    if isinstance(e, (UnsupportedError, ExecutionError)) and path is not None:
+    if isinstance(e, (UnsupportedError, ExecutionError)) and not isinstance(e, ArrayFileError) and path is not None:
         return f"{path}: {e}"
     if isinstance(e, _known_errors()):
         return str(e)
@@ -1112,6 +1097,8 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
     debug = args.debug or os.environ.get("HLOEXEC_DEBUG", "") not in ("", "0")
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             from .plugins import apply
@@ -1123,6 +1110,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:           # `hloexec ops | head`
         sys.stderr.close()
         return EXIT_OK
@@ -1136,3 +1126,6 @@ def main(argv=None) -> int:
             if not debug:
                 print("(run with --debug or HLOEXEC_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

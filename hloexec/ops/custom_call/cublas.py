@@ -16,7 +16,7 @@ from ...errors import UnsupportedError
 from ..common import contig, is_low_float
 from ...kernels.dot_algorithms import device_algorithm, fp8_fast_accumulation
 from ..contraction import algorithm_dot, compute_dtype, dot_general, finish, triangular_solve
-from .registry import backend_config, custom_call, enum_field, field, target_of
+from .registry import backend_config, custom_call, enum_field, field, result_leaves, target_of
 
 _F32 = np.dtype(np.float32)
 EPILOGUES = ("DEFAULT", "BIAS", "RELU", "BIAS_RELU", "GELU", "GELU_AUX", "BIAS_GELU", "BIAS_GELU_AUX",
@@ -104,7 +104,7 @@ def cublas_gemm(inst, ctx):
     backend_config's precision_config (operand_precision, algorithm) computed as the run's device computes a dot
     (--device). A tuple result's remaining leaves (the s8 workspace) are zeros."""
     g = _Gemm(inst, ctx)
-    leaves = [s for _, s in inst.shape.leaves()]
+    leaves = result_leaves(inst)
     out_dtype = leaves[0].dtype
     cdt = _work_dtype(out_dtype)
     c_index = 2 if g.beta != 0 else None
@@ -143,7 +143,7 @@ def cublas_lt_matmul_f8(inst, ctx):
     g = _Gemm(inst, ctx)
     fast = fp8_fast_accumulation(g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name
                                                                               for o in inst.operands[:2]))
-    leaves = [s for _, s in inst.shape.leaves()]
+    leaves = result_leaves(inst)
     out_dtype = np.dtype(leaves[0].dtype)
     fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
     n = len(inst.operands)
@@ -188,7 +188,7 @@ def cublas_triangular_solve(inst, ctx):
     cfg = backend_config(inst)
     if not inst.shape.is_tuple or len(inst.operands) != 2:
         raise UnsupportedError(f"{target_of(inst)} takes (a, b) and returns (x, temp)", inst)
-    x_shape, *rest = inst.shape.tuple_shapes
+    x_shape, *rest = result_leaves(inst)
     transpose = enum_field(cfg, "transpose_a", TRANSPOSE_KINDS, inst, default=1)
     if transpose == "TRANSPOSE_INVALID":
         raise UnsupportedError(f"{target_of(inst)} with transpose_a={transpose}", inst)
