@@ -49,7 +49,14 @@ class _Gemm:
         pc = field(g, "precision_config", {}) or {}
         self.precisions = tuple(str(p).lower() for p in field(pc, "operand_precision", ()) or ())
         self.device = ctx.options.device
+        if len(inst.operands) < 2 or any(o.shape.is_tuple for o in inst.operands[:2]):
+            raise UnsupportedError(f"cuBLAS gemm expects two array operands a, b first, got {len(inst.operands)} "
+                                   "operands", inst)
         lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+        for s, dims in ((lhs, self.lb + self.lc), (rhs, self.rb + self.rc)):
+            if any(not 0 <= d < s.rank for d in dims):
+                raise UnsupportedError(f"cuBLAS gemm dot_dimension_numbers {list(dims)} out of range for operand "
+                                       f"{s.to_text(False)}", inst)
         free = [math.prod(s.dims[d] for d in range(s.rank) if d not in batch + contracting)
                 for s, batch, contracting in ((lhs, self.lb, self.lc), (rhs, self.rb, self.rc))]
         self.algorithm_text = field(pc, "algorithm", "")
