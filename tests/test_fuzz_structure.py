@@ -102,3 +102,27 @@ def test_a_malformed_instruction_over_a_huge_array_is_refused_fast():
     with pytest.raises(HloParseError, match="convert expects 1 operands"):
         hloexec.load(text)
     assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize("layouts", ["{1,0} -> {0,1,2}", "{5,0} -> {1,0}", "{0} -> {0}", "{1,1} -> {0}"])
+def test_a_bitcast_across_a_layout_that_orders_no_dimensions_is_refused_naming_it(layouts):
+    """The last campaign's open finding: a bitcast reads its shapes' physical order from their layouts; one that is
+    no order of the dimensions (XLA's verifier refuses it) was an IndexError or a silent row-major guess."""
+    import hloexec
+    src, dst = layouts.split(" -> ")
+    dst_dims = "3,2" if dst != "{0}" else "6"
+    text = f"HloModule m\nENTRY e {{ p = f32[2,3]{src} parameter(0) ROOT b = f32[{dst_dims}]{dst} bitcast(p) }}"
+    with pytest.raises(hloexec.UnsupportedError,
+                       match=r"(?s)is not an order of its .* dimensions.*in %b = bitcast"):
+        hloexec.load(text)
+
+
+def test_a_shard_to_full_shape_of_a_sharding_of_another_rank_names_the_instruction():
+    """The other open finding: the error named the sharding only."""
+    import hloexec
+    text = """HloModule m, num_partitions=2
+ENTRY e { p = f32[4,8] parameter(0), sharding={devices=[2,1]0,1}
+  c = f32[2,8] custom-call(p), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  ROOT d = f32[4,8] custom-call(c), custom_call_target="SPMDShardToFullShape", sharding={devices=[2]0,1} }"""
+    with pytest.raises(hloexec.UnsupportedError, match=r"(?s)does not fit a rank-2 array.*in %d = custom-call"):
+        hloexec.load(text)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UnsupportedError
+from ..errors import ExecutionError, UnsupportedError
 from ..ir.attributes import Sharding
 from ..ir.shardy import ShardyError, decode_manual_axes, decode_sharding_attr, module_meshes, sharding_of
 from .custom_call import register_custom_call, target_of
@@ -57,7 +57,10 @@ def _region_shardings(inst, key: str | None, n: int) -> list:
 def _check_tiles(inst, sharding, local, full) -> None:
     """The region's local shape must be the tile shape of the global one (else hloexec splits the wrong way)."""
     if sharding.kind == "tiled":
-        counts, _ = tile_layout(sharding, full.rank)
+        try:
+            counts, _ = tile_layout(sharding, full.rank)
+        except ExecutionError as e:        # a sharding of another rank: said with the instruction
+            raise UnsupportedError(f"{target_of(inst)}: {e}", inst) from None
         tile = tuple(-(-d // c) for d, c in zip(full.dims, counts))
     else:
         tile = full.dims

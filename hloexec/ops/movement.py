@@ -121,8 +121,13 @@ def _prepare_copy(inst, ctx):
     return lambda x: x
 
 
-def _physical_order(shape: Shape) -> tuple[int, ...]:
-    """Dimensions from major to minor."""
+def _physical_order(shape: Shape, inst) -> tuple[int, ...]:
+    """Dimensions from major to minor; UnsupportedError naming `inst` where the written layout is no order of the
+    shape's dimensions (XLA's verifier refuses it: {5,0} or {1,1} on a rank-2 shape)."""
+    written = shape.layout.minor_to_major if shape.layout is not None else ()
+    if written and sorted(written) != list(range(shape.rank)):
+        raise UnsupportedError(f"layout {{{','.join(map(str, written))}}} of {shape.to_text(layout=False)} is not an "
+                               f"order of its {shape.rank} dimensions", inst)
     return tuple(reversed(shape.minor_to_major))
 
 
@@ -145,8 +150,8 @@ def _prepare_bitcast(inst, ctx):
         return _tiled_bitcast(inst, src, dst)
     if (src.element_type.bits % 8 or dst.element_type.bits % 8) and src.element_type is not dst.element_type:
         raise UnsupportedError("bitcast changing a sub-byte element type", inst)
-    src_major = _physical_order(src)
-    dst_major = _physical_order(dst)
+    src_major = _physical_order(src, inst)
+    dst_major = _physical_order(dst, inst)
     src_identity = src_major == tuple(range(src.rank))
     dst_identity = dst_major == tuple(range(dst.rank))
     phys_dims = tuple(dst.dims[d] for d in dst_major)
@@ -170,7 +175,7 @@ def _tiled_offsets(shape: Shape, inst) -> tuple[np.ndarray, int]:
     minor dims d into (ceil(d/t), t) pairs, outer parts first, the shape first padded with leading 1s
     when the tile has more dims; later tiles apply to the result's minor dims (so to the tile).
     """
-    order = _physical_order(shape)
+    order = _physical_order(shape, inst)
     sizes = [shape.dims[d] for d in order]
     coords = [c.ravel() for c in np.indices(sizes, dtype=np.int64)] if sizes else []
     n = int(np.prod(sizes, dtype=np.int64))
@@ -197,8 +202,8 @@ def _tiled_bitcast(inst, src: Shape, dst: Shape):
     buffer offset where the result's layout puts k. Refused where it would read tile padding."""
     if src.element_type is not dst.element_type:
         raise UnsupportedError("bitcast changing the element type of a tiled layout", inst)
-    src_offsets, src_buffer = _tiled_offsets(src, inst) if _is_tiled(src) else _untiled_offsets(src)
-    dst_offsets, _ = _tiled_offsets(dst, inst) if _is_tiled(dst) else _untiled_offsets(dst)
+    src_offsets, src_buffer = _tiled_offsets(src, inst) if _is_tiled(src) else _untiled_offsets(src, inst)
+    dst_offsets, _ = _tiled_offsets(dst, inst) if _is_tiled(dst) else _untiled_offsets(dst, inst)
     holder = np.full(max(src_buffer, int(dst_offsets.max(initial=-1)) + 1), -1, np.int64)
     holder[src_offsets] = np.arange(src.size, dtype=np.int64)
     take = holder[dst_offsets]
@@ -211,8 +216,8 @@ def _tiled_bitcast(inst, src: Shape, dst: Shape):
     return lambda x: x.reshape(-1)[take].reshape(dims)
 
 
-def _untiled_offsets(shape: Shape) -> tuple[np.ndarray, int]:
-    order = _physical_order(shape)
+def _untiled_offsets(shape: Shape, inst) -> tuple[np.ndarray, int]:
+    order = _physical_order(shape, inst)
     flat = np.arange(shape.size, dtype=np.int64).reshape([shape.dims[d] for d in order])
     back = tuple(int(i) for i in np.argsort(order))
     return np.ascontiguousarray(flat.transpose(back)).reshape(-1), shape.size
