@@ -545,12 +545,7 @@ def cmd_compare_shadow(args) -> int:
         candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
         candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
-    from ..exec.inputs import from_npz_void
-    from .xla_cpu import load_arrays
-    dtypes = [leaf.dtype for _, leaf in exe.result_shape.leaves()]
-    for path in args.actual or ():      # a device's outputs: ml_dtypes arrays plain np.savez wrote as void too
-        arrays = numbered(load_arrays(path), "out", path)
-        candidates[Path(path).name] = [from_npz_void(a, d) for a, d in zip(arrays, dtypes)] + arrays[len(dtypes):]
+    candidates.update(actual_candidates(exe, args.actual or ()))
     verdict, run = judge_run(exe, inputs, candidates, runner)
     if args.json:
         from .numerics import shadow_report
@@ -571,6 +566,19 @@ def cmd_compare_shadow(args) -> int:
             for d in run.divergences:
                 print(f"  {d.describe()}")
     return EXIT_OK if verdict.consistent() else EXIT_MISMATCH
+
+
+def actual_candidates(exe, paths) -> dict[str, list]:
+    """Candidates from --actual files (keys out0..outM), by file name: a device's outputs, ml_dtypes arrays that
+    plain np.savez wrote as void too."""
+    from ..exec.inputs import from_npz_void
+    from .xla_cpu import load_arrays
+    dtypes = [leaf.dtype for _, leaf in exe.result_shape.leaves()]
+    candidates = {}
+    for path in paths:
+        arrays = numbered(load_arrays(path), "out", path)
+        candidates[Path(path).name] = [from_npz_void(a, d) for a, d in zip(arrays, dtypes)] + arrays[len(dtypes):]
+    return candidates
 
 
 def _run_on_xla(module, path: str, inputs) -> list:
@@ -1050,6 +1058,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
     for report in (memory, collectives, export, graph):     # each has its own --module
         report.add_command(subparsers, _subparser, [common, stages])
+    from . import report
+    report.add_command(subparsers, _subparser, [common, execution])
     from . import devices
     devices.add_command(subparsers, _subparser, [common])
     from . import bisect, diff, dumpdir, extract, minimize  # finding where numbers go wrong (README)
@@ -1102,7 +1112,8 @@ def main(argv=None) -> int:
             from .plugins import apply
             apply(args.plugin, args.custom_call_identity)
         from .dumpdir import prepare_arguments        # FILE as a dump directory, snapshot or proto
-        for note in prepare_arguments(args, sys.argv[1:] if argv is None else list(argv)):
+        args.command_line = sys.argv[1:] if argv is None else list(argv)      # `report` shows how to rerun it
+        for note in prepare_arguments(args, args.command_line):
             print(note, file=sys.stderr)
         return args.handler(args)
     except KeyboardInterrupt:

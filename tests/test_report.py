@@ -1,0 +1,191 @@
+"""`hloexec report` (hloexec/tools/report.py): one self-contained HTML page and its JSON twin."""
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hloexec
+from hloexec.tools.cli import main
+
+from conftest import EXAMPLES, headless_browser
+
+# An f16 dot-like sum (accuracy lost in the reduce), a product, and a division by zero (a NaN/Inf origin).
+SMALL = """HloModule small
+
+add {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT s = f16[] add(a, b)
+}
+
+ENTRY e {
+  p0 = f16[256] parameter(0)
+  p1 = f16[256] parameter(1)
+  prod = f16[256] multiply(p0, p1)
+  z = f16[] constant(0)
+  total = f16[] reduce(prod, z), dimensions={0}, to_apply=add
+  zero = f16[256] subtract(p1, p1)
+  ratio = f16[256] divide(p0, zero)
+  ROOT t = (f16[], f16[256], f16[256]) tuple(total, prod, ratio)
+}
+"""
+SECTIONS = ("module", "verdict", "attribution", "nonfinite", "memory", "rerun")
+
+
+@pytest.fixture
+def small(tmp_path):
+    """(module file, inputs file, the inputs) of SMALL: positive values, so the sum's error is the rounding's."""
+    rng = np.random.default_rng(3)
+    p0, p1 = (rng.uniform(0.5, 2.0, 256).astype(np.float16) for _ in range(2))
+    hlo, inputs = tmp_path / "small.hlo", tmp_path / "in.npz"
+    hlo.write_text(SMALL)
+    np.savez(inputs, arg0=p0, arg1=p1)
+    return hlo, inputs, (p0, p1)
+
+
+def report(capsys, *argv):
+    code = main(["report", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+class Tags(html.parser.HTMLParser):
+    """Ids, <svg> count and every src/href attribute of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.svgs, self.links, self.scripts_with_src = set(), 0, [], 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        self.svgs += tag == "svg"
+        self.links += [v for k, v in attrs.items() if k in ("src", "href", "xlink:href") and v]
+        self.scripts_with_src += tag in ("script", "link", "img", "iframe") and bool(attrs.get("src") or attrs.get("href"))
+
+
+def external_urls(page: str) -> list[str]:
+    tags = Tags()
+    tags.feed(page)
+    found = [v for v in tags.links if re.match(r"\s*(https?:)?//", v)]
+    found += re.findall(r"url\(\s*['\"]?\s*((?:https?:)?//[^)'\"]*)", page)
+    found += re.findall(r"@import\s+['\"]?([^'\";]+)", page)
+    return found
+
+
+def test_external_url_scan_finds_what_it_looks_for():
+    page = ("<img src='https://x.org/a.png'><a href=\"//cdn.x/y\">a</a><style>b { background: url(http://x/y.png) }"
+            "</style><svg><path marker-end='url(#arrow)'/></svg>")
+    assert external_urls(page) == ["https://x.org/a.png", "//cdn.x/y", "http://x/y.png"]
+
+
+def test_report_page_has_every_section_and_fetches_nothing(small, tmp_path, capsys):
+    hlo, inputs, (p0, p1) = small
+    out = tmp_path / "r.html"
+    code, text, err = report(capsys, hlo, "--inputs", inputs, "-o", out)
+    assert code == 0, err
+    assert "hloexec consistent" in text
+    page = out.read_text()
+    tags = Tags()
+    tags.feed(page)
+    assert set(SECTIONS) <= tags.ids
+    assert tags.svgs == 2                     # the dataflow around the worst instruction and the memory chart
+    assert external_urls(page) == [] and tags.scripts_with_src == 0
+    assert "%total" in page and "%ratio" in page          # the lossy reduce; the division by zero
+    assert f"hloexec {hloexec.__version__}" in page and f"report {hlo} --inputs {inputs} -o {out}" in page
+
+
+def test_report_json_is_the_pages_data(small, tmp_path, capsys):
+    hlo, inputs, (p0, p1) = small
+    code, text, err = report(capsys, hlo, "--inputs", inputs, "-o", tmp_path / "r.html", "--json")
+    assert code == 0, err
+    data = json.loads(text)
+    assert data["command"] == "report" and data["module"] == "small"
+    assert data["stats"]["ops"]["parameter"] >= 2 and data["stats"]["compiled_for"]["platform"]
+    assert set(data["verdict"]["candidates"]) == {"hloexec"} and data["verdict"]["consistent"] is True
+    # the NaN/Inf origin is the division, and nothing before it
+    assert [o["name"] for o in data["numerics"]["nonfinite"]["origins"]] == ["ratio"]
+    assert data["memory"]["peak_bytes"][0] == hloexec.load(str(hlo), compile_kernels=False).peak_bytes()
+    # the sum's error, against a numpy f64 sum of the exact f16 products: the reduce is where it is lost
+    exact = float(np.sum(p0.astype(np.float64) * p1.astype(np.float64)))
+    total = next(r for r in data["largest_errors"] if r["output"] == 0)
+    assert total["exact"] == pytest.approx(exact, rel=1e-12)
+    assert total["error"] == pytest.approx(abs(float(total["value"]) - exact) / abs(exact), rel=1e-6)
+    assert data["graph"]["worst"] == data["numerics"]["top"][0]["name"]
+    assert any(n["local_ulps"] > 0 for n in data["graph"]["nodes"])
+
+
+def test_report_names_a_failing_candidates_worst_element(small, tmp_path, capsys):
+    hlo, inputs, (p0, p1) = small
+    prod = (p0.astype(np.float32) * p1.astype(np.float32)).astype(np.float16)
+    total = np.float16(np.sum(prod.astype(np.float64)))
+    prod[17] *= np.float16(1.25)              # one element 25% off: far beyond what f16 rounding allows
+    bad = tmp_path / "bad.npz"
+    with np.errstate(divide="ignore"):
+        np.savez(bad, out0=total, out1=prod, out2=p0 / np.float16(0))
+    out = tmp_path / "r.html"
+    code, text, err = report(capsys, hlo, "--inputs", inputs, "--actual", bad, "-o", out)
+    assert code == 1, err
+    assert "bad.npz not consistent" in text
+    page = out.read_text()
+    worst = re.search(r"id='worst-element'>([^<]*)", page).group(1)
+    assert "output 1 [17]" in worst and "bad.npz" in worst
+
+
+def test_report_refuses_against_xla_with_spmd(small, tmp_path, capsys):
+    hlo, inputs, _ = small
+    code, _, err = report(capsys, hlo, "--spmd", "--against", "xla", "-o", tmp_path / "r.html")
+    assert code == 2 and "--against xla" in err and "internal" not in err
+
+
+# -- in a browser --------------------------------------------------------------------------------------------
+def _load(page: Path, *extra) -> subprocess.CompletedProcess:
+    """The page in headless Chromium, network requests refused; stderr holds its console messages."""
+    return subprocess.run([headless_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                           "--v=0", "--host-resolver-rules=MAP * ~NOTFOUND", *extra, page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+
+
+def screenshot(page: Path, png: Path, height: int = 2400) -> None:
+    done = _load(page, "--hide-scrollbars", f"--window-size=1280,{height}", f"--screenshot={png}")
+    assert done.returncode == 0 and png.stat().st_size > 10_000, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(headless_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
+def test_report_of_the_layernorm_gradient_in_a_headless_browser(tmp_path, capsys):
+    """The docs' screenshot: REPORT_SCREENSHOTS=docs writes it there (docs/reports.md)."""
+    out = tmp_path / "layernorm_bwd.html"
+    code, _, err = report(capsys, EXAMPLES / "layernorm_bwd.opt.hlo", "--inputs", EXAMPLES / "layernorm_bwd.inputs.npz",
+                          "--actual", EXAMPLES / "layernorm_bwd.expected.npz", "-o", out)
+    assert code == 0, err
+    done = _load(out, "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line for line in done.stderr.splitlines() if "CONSOLE" in line] == []
+    dom = done.stdout
+    assert f'data-sections="{len(SECTIONS) - 1}"' in dom      # the script ran to its end (no NaN/Inf here)
+    assert dom.count("<svg") == 2 and "id=\"worst-element\"" in dom and "layernorm_bwd.expected.npz" in dom
+    folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path)
+    screenshot(out, folder / "report_layernorm_bwd.png")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(headless_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
+def test_report_of_the_gpt_seed_in_a_headless_browser(tmp_path, capsys, shared_path):
+    """16 participants: minutes and ~11 GB. REPORT_SCREENSHOTS=docs writes the screenshot there."""
+    out = tmp_path / "gpt.html"
+    code, _, err = report(capsys, shared_path("seeds", "gpt_train_step_shard_parallel_16dev.hlo"), "--spmd",
+                          "-o", out)
+    assert code in (0, 1), err
+    done = _load(out, "--dump-dom")
+    assert [line for line in done.stderr.splitlines() if "CONSOLE" in line] == []
+    assert 'id="collectives"' in done.stdout
+    folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path)
+    screenshot(out, folder / "report_gpt_16dev.png", height=3000)
