@@ -5,6 +5,7 @@ import html.parser
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -140,6 +141,36 @@ def test_report_names_a_failing_candidates_worst_element(small, tmp_path, capsys
     assert "output 1 [17]" in worst and "bad.npz" in worst
 
 
+ALL_REDUCE = """HloModule ar, num_partitions=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  p = f32[64] parameter(0)
+  m = f32[64] multiply(p, p)
+  ROOT ar = f32[64] all-reduce(m), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+}
+"""
+
+
+def test_report_of_an_spmd_module_has_its_collective_traffic(tmp_path, capsys):
+    hlo, out = tmp_path / "ar.hlo", tmp_path / "ar.html"
+    hlo.write_text(ALL_REDUCE)
+    code, text, err = report(capsys, hlo, "--spmd", "-o", out, "--json")
+    assert code == 0, err
+    data = json.loads(text)
+    c = data["collectives"]
+    assert c["devices"] == 2 and c["by_kind"]["all-reduce"]["count"] == 1 and c["total_bytes"] == 64 * 4
+    assert data["memory"]["devices"] == 2 and data["verdict"]["consistent"] is True
+    tags = Tags()
+    tags.feed(out.read_text())
+    assert {"collectives", "memory", "verdict"} <= tags.ids and "%ar" in out.read_text()
+
+
 def test_report_refuses_against_xla_with_spmd(small, tmp_path, capsys):
     hlo, inputs, _ = small
     code, _, err = report(capsys, hlo, "--spmd", "--against", "xla", "-o", tmp_path / "r.html")
@@ -160,11 +191,16 @@ def screenshot(page: Path, png: Path, height: int = 2400) -> None:
 
 
 @pytest.mark.skipif(headless_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
-def test_report_of_the_layernorm_gradient_in_a_headless_browser(tmp_path, capsys):
-    """The docs' screenshot: REPORT_SCREENSHOTS=docs writes it there (docs/reports.md)."""
+def test_report_of_the_layernorm_gradient_in_a_headless_browser(tmp_path, capsys, monkeypatch):
+    """The docs' screenshot: REPORT_SCREENSHOTS=DIR writes it there (docs/reports.md). Run in a folder holding
+    the example's files, so that the page's command line is the one the docs show."""
+    folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path).resolve()
+    for suffix in ("opt.hlo", "inputs.npz", "expected.npz"):
+        shutil.copy(EXAMPLES / f"layernorm_bwd.{suffix}", tmp_path)
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "layernorm_bwd.html"
-    code, _, err = report(capsys, EXAMPLES / "layernorm_bwd.opt.hlo", "--inputs", EXAMPLES / "layernorm_bwd.inputs.npz",
-                          "--actual", EXAMPLES / "layernorm_bwd.expected.npz", "-o", out)
+    code, _, err = report(capsys, "layernorm_bwd.opt.hlo", "--inputs", "layernorm_bwd.inputs.npz",
+                          "--actual", "layernorm_bwd.expected.npz", "-o", out.name)
     assert code == 0, err
     done = _load(out, "--dump-dom")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -172,7 +208,6 @@ def test_report_of_the_layernorm_gradient_in_a_headless_browser(tmp_path, capsys
     dom = done.stdout
     assert f'data-sections="{len(SECTIONS) - 1}"' in dom      # the script ran to its end (no NaN/Inf here)
     assert dom.count("<svg") == 2 and "id=\"worst-element\"" in dom and "layernorm_bwd.expected.npz" in dom
-    folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path)
     screenshot(out, folder / "report_layernorm_bwd.png")
 
 

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 TOP = 30                    # instructions listed in the attribution, live values at the peak
+SHOWN = 8                   # table rows shown before a "more" fold
 CHART_POINTS = 800          # the memory chart's resolution (schedules have 10k+ steps)
 OPEN_OUTPUTS = 8            # outputs whose verdict starts unfolded (failing ones always do)
 SMALL_COMPUTATION = 6       # instructions: a worst instruction in a smaller called computation is drawn at its call
@@ -143,6 +144,7 @@ pre { background: #f6f6f6; padding: 8px; overflow: auto; font-size: 12px; }
 .meta { color: #555; font-size: 13px; } .worst { background: #fff3cd; padding: 6px 10px; border-left: 4px solid #e0a800; }
 #search { font-size: 14px; padding: 4px; width: 320px; } .graph { overflow: auto; border: 1px solid #eee; }
 code { background: #f3f3f3; padding: 1px 3px; }
+.row { display: flex; gap: 16px; align-items: flex-start; } .row > pre { flex: 1; margin-top: 0; }
 """
 
 _SCRIPT = """
@@ -194,9 +196,9 @@ def _module_section(data: dict) -> str:
     colls = "".join(f"<tr><td>{html.escape(c['kind'])}</td><td class='num'>{c['count']}</td><td class='num'>"
                     f"{_bytes(c['bytes'])}</td><td>{html.escape('; '.join(c['replica_groups']))}</td></tr>"
                     for c in s["collectives"])
-    body = (f"<pre>{html.escape(text)}</pre><h3>op histogram ({len(ops)} opcodes)</h3>"
+    body = (f"<div class='row'><pre>{html.escape(text)}</pre><div><h3>op histogram ({len(ops)} opcodes)</h3>"
             f"<details{' open' if len(ops) <= 25 else ''}><summary>{s['instructions']} instructions</summary>"
-            f"<table><tr><th>opcode</th><th>count</th><th></th></tr>{rows}</table></details>")
+            f"<table><tr><th>opcode</th><th>count</th><th></th></tr>{rows}</table></details></div></div>")
     if colls:
         body += ("<h3>collectives</h3><table><tr><th>kind</th><th>count</th><th>bytes</th><th>replica groups</th>"
                  f"</tr>{colls}</table>")
@@ -286,30 +288,39 @@ def _attribution_section(data: dict, svg: str | None) -> str:
     n = data["numerics"]
     rows = n.get("top", [])
     columns = ("contribution", "local_error", "local_ulps", "total_error", "inherited_error", "runs")
-    body = "".join(
-        f"<tr data-name='{html.escape(r['name'])}'>" + "".join(f"<td class='num'>{_cell(r.get(c))}</td>" for c in columns)
-        + f"<td>%{html.escape(r['name'])} = {html.escape(r['shape'])} {html.escape(r['opcode'])}"
-        + (f" in %{html.escape(r['computation'])}" if r.get("computation") else "")
-        + f"</td><td>{html.escape(r.get('op_name', ''))}</td><td>{html.escape(r.get('source', ''))}</td></tr>"
-        for r in rows)
+    cells = [f"<tr data-name='{html.escape(r['name'])}'>" + "".join(f"<td class='num'>{_cell(r.get(c))}</td>"
+                                                                   for c in columns)
+             + f"<td>%{html.escape(r['name'])} = {html.escape(r['shape'])} {html.escape(r['opcode'])}"
+             + (f" in %{html.escape(r['computation'])}" if r.get("computation") else "")
+             + f"</td><td>{html.escape(r.get('op_name', ''))}</td><td>{_source(r.get('source', ''))}</td></tr>"
+             for r in rows]
+    header = ("<tr>" + "".join(f"<th>{c.replace('_', ' ')}</th>" for c in columns)
+              + "<th>instruction</th><th>op_name</th><th>source</th></tr>")
     parts = [f"<p>mode {html.escape(n['mode'])}: instructions by contribution (how far rounding its value moves the "
              "outputs), then by local error (the error it adds given exact operands), relative to its scale; "
-             f"the top {len(rows)} of {n['instructions_evaluated']} evaluated.</p>"
-             "<table><tr>" + "".join(f"<th>{c.replace('_', ' ')}</th>" for c in columns)
-             + f"<th>instruction</th><th>op_name</th><th>source</th></tr>{body}</table>"]
+             f"the top {len(rows)} of {n['instructions_evaluated']} evaluated.</p>" + _folded(header, cells)]
     g = data.get("graph")
     if g is not None and svg is not None:
         inside = "" if g["center"] == g["worst"] else \
             f" (it calls %{html.escape(g['worst_computation'])}, where %{html.escape(g['worst'])} loses the most)"
-        parts.append(f"<h3>dataflow around %{html.escape(g['center'])} in %{html.escape(g['computation'])}{inside}; "
-                     f"fill: the largest {html.escape(g['colour'])} in each node (fused computations included), "
-                     f"white: none measured</h3><div class='graph'>{svg}</div>")
+        parts.insert(0, f"<h3>dataflow around %{html.escape(g['center'])} in %{html.escape(g['computation'])}{inside}; "
+                        f"fill: the largest {html.escape(g['colour'])} in each node (fused computations included), "
+                        f"white: none measured</h3><div class='graph'>{svg}</div>")
     if n.get("outputs"):
         parts.append("<h3>per output: the instructions on its path that lose the most</h3>" + render(n["outputs"]))
     if n.get("divergences"):
         parts.append("<h3>integer/pred values computed from floats that differ from the shadow's</h3>"
                      + render(n["divergences"]))
     return _section("attribution", "attribution", "".join(parts))
+
+
+def _folded(header: str, rows: list[str]) -> str:
+    """A table of its first SHOWN rows, the others folded below it (the search box filters both)."""
+    table = f"<table>{header}{''.join(rows[:SHOWN])}</table>"
+    if len(rows) > SHOWN:
+        table += (f"<details><summary>{len(rows) - SHOWN} more</summary><table>{header}{''.join(rows[SHOWN:])}"
+                  "</table></details>")
+    return table
 
 
 def _nonfinite_section(data: dict) -> str:
@@ -327,17 +338,16 @@ def _memory_section(data: dict) -> str:
     m = data["memory"]
     at = m.get("peak_at") or {}
     live = m["live_at_peak"][:TOP]
-    rows = "".join(f"<tr data-name='{html.escape(v['name'].lstrip('%'))}'><td>{html.escape(v['name'])}</td>"
-                   f"<td>{html.escape(v['kind'])}</td><td class='num'>{_bytes(v['bytes'])}</td>"
-                   f"<td>{html.escape(v['shape'])}</td><td>{html.escape(v['why'])}</td></tr>" for v in live)
+    rows = [f"<tr data-name='{html.escape(v['name'].lstrip('%'))}'><td>{html.escape(v['name'])}</td>"
+            f"<td>{html.escape(v['kind'])}</td><td class='num'>{_bytes(v['bytes'])}</td>"
+            f"<td>{html.escape(v['shape'])}</td><td>{html.escape(v['why'])}</td></tr>" for v in live]
     overhead = f" (of which hloexec's own {_bytes(m['overhead_bytes'])})" if m.get("overhead_bytes") else ""
     body = (f"<p>peak {_bytes(m['peak_bytes'][0])} per device{overhead} while %{html.escape(str(at.get('name')))} "
             f"runs (step {m['peak_step']} of {len(m['timeline']) - 1}"
             + (f", {html.escape(at['op_name'])}" if at.get("op_name") else "") + ").</p>"
             + memory_chart(m["timeline"], m["peak_step"])
             + f"<h3>live at the peak: the {len(live)} largest of {len(m['live_at_peak'])}</h3>"
-            "<table><tr><th>value</th><th>kind</th><th>bytes</th><th>shape</th><th>why live</th></tr>"
-            f"{rows}</table>")
+            + _folded("<tr><th>value</th><th>kind</th><th>bytes</th><th>shape</th><th>why live</th></tr>", rows))
     return _section("memory", "memory over the schedule", body)
 
 
@@ -373,17 +383,17 @@ def _collectives_section(data: dict) -> str:
                       f"{t['seconds'] * 1e3:.3g}</td><td class='num'>{t['exposed_seconds'] * 1e3:.3g}</td></tr>"
                       for k, t in c["by_kind"].items())
     listed = sorted(c["collectives"], key=lambda x: -x["bytes"])[:TOP]
-    rows = "".join(f"<tr data-name='{html.escape(x['name'])}'><td>%{html.escape(x['name'])}</td>"
-                   f"<td>{html.escape(x['kind'])}</td><td class='num'>{x['group_size']}</td><td class='num'>"
-                   f"{_bytes(x['bytes'])}</td><td class='num'>{x['seconds'] * 1e3:.3g}</td>"
-                   f"<td>{html.escape(x.get('op_name') or '')}</td></tr>" for x in listed)
+    rows = [f"<tr data-name='{html.escape(x['name'])}'><td>%{html.escape(x['name'])}</td>"
+            f"<td>{html.escape(x['kind'])}</td><td class='num'>{x['group_size']}</td><td class='num'>"
+            f"{_bytes(x['bytes'])}</td><td class='num'>{x['seconds'] * 1e3:.3g}</td>"
+            f"<td>{html.escape(x.get('op_name') or '')}</td></tr>" for x in listed]
     body = (f"<p>{c['devices']} devices ({c['partitions']} partitions x {c['replicas']} replicas); "
             f"{len(c['collectives'])} collectives, {_bytes(c['total_bytes'])} per device; link "
             f"{html.escape(c['link']['name'])}. Model: {html.escape(c['model'])}.</p>"
             "<table><tr><th>kind</th><th>count</th><th>bytes</th><th>sent per device</th><th>ms</th><th>exposed ms"
-            f"</th></tr>{by_kind}</table><h3>the {len(listed)} largest</h3><details><summary>list</summary><table>"
-            "<tr><th>instruction</th><th>kind</th><th>group</th><th>bytes</th><th>ms</th><th>op_name</th></tr>"
-            f"{rows}</table></details>")
+            f"</th></tr>{by_kind}</table><h3>the {len(listed)} largest</h3>"
+            + _folded("<tr><th>instruction</th><th>kind</th><th>group</th><th>bytes</th><th>ms</th><th>op_name</th></tr>",
+                      rows))
     return _section("collectives", "collective traffic", body)
 
 
@@ -421,6 +431,14 @@ def _cell(value) -> str:
     if isinstance(value, str) and value in ("inconsistent", "not consistent", "fail"):
         return f"<span class='fail'>{html.escape(value)}</span>"
     return html.escape(str(value))
+
+
+def _source(path: str) -> str:
+    """A source location's file and line with its last folder (the whole path in the tooltip): a column that fits."""
+    parts = path.rsplit("/", 2)
+    if len(parts) < 3:
+        return html.escape(path)
+    return f"<span title='{html.escape(path)}'>…/{html.escape(parts[1])}/{html.escape(parts[2])}</span>"
 
 
 def _bytes(n) -> str:
