@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,20 @@ def test_report_names_a_failing_candidates_worst_element(small, tmp_path, capsys
     assert "output 1 [17]" in worst and "bad.npz" in worst
 
 
+def test_report_without_room_for_the_shadow_still_has_the_rest(small, tmp_path, capsys):
+    """The run fits, its f64 shadow (4x the f16 bytes) does not: no verdict, local errors, the page still written."""
+    hlo, inputs, _ = small
+    peak = hloexec.load(str(hlo), compile_kernels=False).peak_bytes()
+    out = tmp_path / "r.html"
+    code, text, err = report(capsys, hlo, "--inputs", inputs, "--max-memory", int(peak * 1.1), "-o", out, "--json")
+    assert code == 0, err
+    data = json.loads(text)
+    assert data["verdict"]["problem"].startswith("no verdict: small needs") and data["verdict"]["consistent"] is None
+    assert data["numerics"]["mode"] == "local" and data["numerics"]["top"]
+    page = out.read_text()
+    assert "no verdict: small needs" in page and "id='memory'" in page
+
+
 ALL_REDUCE = """HloModule ar, num_partitions=2
 
 add {
@@ -209,6 +224,47 @@ def test_report_of_the_layernorm_gradient_in_a_headless_browser(tmp_path, capsys
     assert f'data-sections="{len(SECTIONS) - 1}"' in dom      # the script ran to its end (no NaN/Inf here)
     assert dom.count("<svg") == 2 and "id=\"worst-element\"" in dom and "layernorm_bwd.expected.npz" in dom
     screenshot(out, folder / "report_layernorm_bwd.png")
+
+
+# The README's f16 LayerNorm gradient ("End to end"), dumped by jax as `ln_grad.py` does it there.
+LN_GRAD_F16 = """
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+
+def layernorm(x, g, b, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) * lax.rsqrt(var + eps) * g + b
+
+def loss(x, g, b):
+    return jnp.sum(layernorm(x, g, b) ** 2)
+
+x = np.zeros((8, 128, 256), np.float16)
+g = b = np.zeros(256, np.float16)
+jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x, g, b)
+"""
+
+
+@pytest.mark.xla
+@pytest.mark.skipif(headless_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
+def test_report_of_the_f16_layernorm_gradient_against_xla_in_a_headless_browser(tmp_path, capsys, monkeypatch):
+    """hloexec and XLA:CPU judged against the exact answer; REPORT_SCREENSHOTS=DIR keeps the screenshot."""
+    folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path).resolve()
+    monkeypatch.chdir(tmp_path)
+    Path("ln_grad.py").write_text(LN_GRAD_F16)
+    env = {**os.environ, "XLA_FLAGS": "--xla_dump_to=dump --xla_dump_hlo_as_text", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "ln_grad.py"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shutil.copy(next(Path("dump").glob("module_*.jit_loss.before_optimizations.txt")), "ln_grad_f16.hlo")
+    code, text, err = report(capsys, "ln_grad_f16.hlo", "--against", "xla", "-o", "layernorm_f16.html")
+    assert code in (0, 1), err
+    assert "XLA:CPU" in text
+    page = tmp_path / "layernorm_f16.html"
+    done = _load(page, "--dump-dom")
+    assert [line for line in done.stderr.splitlines() if "CONSOLE" in line] == []
+    assert "f16[8, 128, 256]" in done.stdout and 'id="worst-element"' in done.stdout
+    screenshot(page, folder / "report_layernorm_f16.png", height=2600)
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ def collect(args) -> tuple[dict, str | None]:
     """(the report's data, the SVG of the dataflow around the worst instruction or None): every part from the
     library function its own command uses."""
     from .. import __version__
+    from ..errors import MemoryLimitError
     from .cli import (JSON_VERSION, UsageError, _is_spmd, _parse_module_file, _prepare, _run_on_xla, _runner,
                       actual_candidates, check_memory, select_module)
     from .collectives import collectives_report
@@ -48,7 +49,12 @@ def collect(args) -> tuple[dict, str | None]:
     if args.against is not None:
         candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
     say(f"{module.name}: the verdict (the run, its baseline and its shadow)")
-    verdict, run = judge_run(exe, inputs, candidates, runner)
+    try:
+        verdict, run = judge_run(exe, inputs, candidates, runner)
+        verdict, largest = verdict.to_dict(), largest_errors(run.outputs, run.shadow)
+    except MemoryLimitError as e:       # the shadow (f64) is larger than the run: the rest of the page still helps
+        say(f"no verdict: {e}")
+        verdict, largest = {"consistent": None, "problem": f"no verdict: {e}", "candidates": {}, "outputs": []}, []
     say(f"{module.name}: the attribution (the run paired with its shadow, instruction by instruction)")
     numerics = attribute(exe, inputs, runner, reductions=args.reductions or "per-step", say=say)
     stats = module_stats(module)
@@ -59,8 +65,7 @@ def collect(args) -> tuple[dict, str | None]:
     data = {"command": "report", "version": JSON_VERSION, "hloexec_version": __version__,
             "command_line": "hloexec " + shlex.join(getattr(args, "command_line", None) or sys.argv[1:]),
             "file": args.file, "module": module.name, "device": args.device or "reference", "inputs": inputs_info,
-            "stats": stats.to_dict(), "verdict": verdict.to_dict(),
-            "largest_errors": largest_errors(run.outputs, run.shadow),
+            "stats": stats.to_dict(), "verdict": verdict, "largest_errors": largest,
             "numerics": numerics_dict(numerics, args.top), "graph": graph,
             "memory": memory.to_dict(), "collectives": collectives.to_dict() if collectives is not None else None}
     return data, svg
@@ -162,9 +167,10 @@ def to_html(data: dict, svg: str | None) -> str:
     e = html.escape
     verdict = data["verdict"]
     ok = verdict.get("consistent")
+    state = {True: ("pass", "consistent"), False: ("fail", "not consistent"), None: ("meta", "none")}[ok]
     head = (f"<h1>hloexec report: {e(data['module'])}</h1><p class='meta'>{e(data['file'])} &middot; device "
             f"{e(str(data['device']))} &middot; inputs {e(_inputs_text(data['inputs']))} &middot; verdict "
-            f"<span class='{'pass' if ok else 'fail'}'>{'consistent' if ok else 'not consistent'}</span></p>"
+            f"<span class='{state[0]}'>{state[1]}</span></p>"
             f"<p><input id='search' type='search' placeholder='filter instructions by name'></p>")
     sections = [_module_section(data), _verdict_section(data), _attribution_section(data, svg),
                 _nonfinite_section(data), _memory_section(data), _collectives_section(data), _rerun_section(data)]
@@ -483,5 +489,6 @@ def command(args) -> int:
     else:
         v = data["verdict"]
         print(f"{args.output}: {data['module']}, verdict "
-              + ", ".join(f"{n} {'consistent' if c else 'not consistent'}" for n, c in v["candidates"].items()))
-    return EXIT_OK if data["verdict"]["consistent"] else EXIT_MISMATCH
+              + (", ".join(f"{n} {'consistent' if c else 'not consistent'}" for n, c in v["candidates"].items())
+                 or "none"))
+    return EXIT_MISMATCH if data["verdict"]["consistent"] is False else EXIT_OK
