@@ -223,6 +223,12 @@ def test_report_of_the_layernorm_gradient_in_a_headless_browser(tmp_path, capsys
     dom = done.stdout
     assert f'data-sections="{len(SECTIONS) - 1}"' in dom      # the script ran to its end (no NaN/Inf here)
     assert dom.count("<svg") == 2 and "id=\"worst-element\"" in dom and "layernorm_bwd.expected.npz" in dom
+    # the search box, from a link: only the rows naming mul.1 stay, their folded tables open
+    filtered = subprocess.run([headless_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                               out.as_uri() + "#search=mul.1"], capture_output=True, text=True, timeout=120).stdout
+    rows = re.findall(r'<tr data-name="([^"]*)"( style="display: none;")?', filtered)
+    assert rows and {name for name, hidden in rows if not hidden} == {n for n, _ in rows if "mul.1" in n}
+    assert any("mul.1" in n for n, _ in rows) and any(hidden for _, hidden in rows)
     screenshot(out, folder / "report_layernorm_bwd.png")
 
 

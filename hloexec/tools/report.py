@@ -9,7 +9,6 @@ attachment).
 from __future__ import annotations
 
 import html
-import json
 import math
 import shlex
 import sys
@@ -156,9 +155,18 @@ _SCRIPT = """
 document.getElementById("search").addEventListener("input", function (e) {
   var needle = e.target.value.trim().toLowerCase().replace(/^%/, "");
   document.querySelectorAll("tr[data-name]").forEach(function (row) {
-    row.style.display = !needle || row.getAttribute("data-name").toLowerCase().indexOf(needle) >= 0 ? "" : "none";
+    var shown = !needle || row.getAttribute("data-name").toLowerCase().indexOf(needle) >= 0;
+    row.style.display = shown ? "" : "none";
+    for (var d = row.closest("details"); shown && needle && d; d = d.parentElement.closest("details")) {
+      d.open = true;                       // a match in a folded table unfolds it
+    }
   });
 });
+if (location.hash.indexOf("#search=") === 0) {   // a link to the page filtered: report.html#search=fusion.12
+  var box = document.getElementById("search");
+  box.value = decodeURIComponent(location.hash.slice(8));
+  box.dispatchEvent(new Event("input"));
+}
 document.body.setAttribute("data-sections", document.querySelectorAll("details.section").length);
 """
 
@@ -179,8 +187,8 @@ def to_html(data: dict, svg: str | None) -> str:
             + head + "".join(s for s in sections if s) + f"<script>{_SCRIPT}</script></body></html>\n")
 
 
-def _section(key: str, title: str, body: str, open_: bool = True) -> str:
-    return (f"<details class='section' id='{key}'{' open' if open_ else ''}><summary><h2>{html.escape(title)}</h2>"
+def _section(key: str, title: str, body: str) -> str:
+    return (f"<details class='section' id='{key}' open><summary><h2>{html.escape(title)}</h2>"
             f"</summary>{body}</details>")
 
 
@@ -466,7 +474,8 @@ def add_command(subparsers, subparser, parents) -> None:
                   "arithmetic allows and the verdict, the worst elements; the instructions where accuracy is lost\n"
                   "(op_name, source line) and the dataflow around the worst one coloured by local error; NaN/Inf\n"
                   "origins; memory over the schedule; collective traffic; the command line and hloexec's version.\n"
-                  "Nothing is fetched from the network (CSS, script, pictures inline). --json prints the same data\n"
+                  "Nothing is fetched from the network (CSS, script, pictures inline); PAGE#search=NAME opens it\n"
+                  "filtered to the instructions whose name holds NAME. --json prints the same data\n"
                   "as one JSON document on stdout. Exit 1 when a candidate is not consistent.")
     p.add_argument("file", metavar="FILE|DIR")
     p.add_argument("--actual", metavar="NPZ", action="append",
