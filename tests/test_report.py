@@ -186,6 +186,15 @@ def test_report_of_an_spmd_module_has_its_collective_traffic(tmp_path, capsys):
     assert {"collectives", "memory", "verdict"} <= tags.ids and "%ar" in out.read_text()
 
 
+def test_report_of_a_module_hloexec_cannot_run_is_a_clear_error(tmp_path, capsys):
+    hlo = tmp_path / "cc.hlo"
+    hlo.write_text('HloModule cc\n\nENTRY e {\n  p = f32[4] parameter(0)\n'
+                   '  ROOT c = f32[4] custom-call(p), custom_call_target="SomethingUnknown"\n}\n')
+    code, _, err = report(capsys, hlo, "-o", tmp_path / "r.html")
+    assert code == 2 and "unsupported custom-call target 'SomethingUnknown'" in err and "internal" not in err
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_report_refuses_against_xla_with_spmd(small, tmp_path, capsys):
     hlo, inputs, _ = small
     code, _, err = report(capsys, hlo, "--spmd", "--against", "xla", "-o", tmp_path / "r.html")

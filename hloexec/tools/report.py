@@ -27,7 +27,7 @@ def collect(args) -> tuple[dict, str | None]:
     """(the report's data, the SVG of the dataflow around the worst instruction or None): every part from the
     library function its own command uses."""
     from .. import __version__
-    from ..errors import MemoryLimitError
+    from ..errors import ExecutionError
     from .cli import (JSON_VERSION, UsageError, _is_spmd, _parse_module_file, _prepare, _run_on_xla, _runner,
                       actual_candidates, check_memory, select_module)
     from .collectives import collectives_report
@@ -51,8 +51,8 @@ def collect(args) -> tuple[dict, str | None]:
     try:
         verdict, run = judge_run(exe, inputs, candidates, runner)
         verdict, largest = verdict.to_dict(), largest_errors(run.outputs, run.shadow)
-    except MemoryLimitError as e:       # the shadow (f64) is larger than the run: the rest of the page still helps
-        say(f"no verdict: {e}")
+    except ExecutionError as e:     # the f64 shadow refused for memory (SPMD: a plain ExecutionError); a failure
+        say(f"no verdict: {e}")     # of the module itself comes back from the attribution's run below
         verdict, largest = {"consistent": None, "problem": f"no verdict: {e}", "candidates": {}, "outputs": []}, []
     say(f"{module.name}: the attribution (the run paired with its shadow, instruction by instruction)")
     numerics = attribute(exe, inputs, runner, reductions=args.reductions or "per-step", say=say)
