@@ -284,8 +284,10 @@ def test_report_of_the_f16_layernorm_gradient_against_xla_in_a_headless_browser(
 
 @pytest.mark.slow
 @pytest.mark.skipif(headless_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
+@pytest.mark.skipif(not os.environ.get("REPORT_SCREENSHOTS"), reason="the docs' screenshot: REPORT_SCREENSHOTS=DIR")
 def test_report_of_the_gpt_seed_in_a_headless_browser(tmp_path, capsys, shared_path):
-    """16 participants: minutes and ~11 GB. REPORT_SCREENSHOTS=docs writes the screenshot there."""
+    """16 participants: each run op by op (the shadow has discrete instructions) takes ~15 min on 2 cores and
+    18 GB; the f64 shadow does not fit in 24 GB, so the page has no verdict and local errors."""
     out = tmp_path / "gpt.html"
     code, _, err = report(capsys, shared_path("seeds", "gpt_train_step_shard_parallel_16dev.hlo"), "--spmd",
                           "-o", out)
