@@ -372,18 +372,19 @@ def memory_chart(series: list[int], peak_step: int, width: int = 1000, height: i
     tops = [max(series[b * n // buckets:max((b + 1) * n // buckets, b * n // buckets + 1)]) for b in range(buckets)]
     high = max(tops) or 1
     left, bottom = 70, height - 24
-    xs = [left + (width - left - 10) * b / max(buckets - 1, 1) for b in range(buckets)]
+    step = (width - left - 10) / buckets         # each bucket a flat stretch: live bytes change between steps
     ys = [bottom - (bottom - 10) * t / high for t in tops]
-    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
-    px = left + (width - left - 10) * (peak_step * buckets // n) / max(buckets - 1, 1)
+    line = " ".join(f"{left + b * step:.1f},{y:.1f} {left + (b + 1) * step:.1f},{y:.1f}" for b, y in enumerate(ys))
+    px = left + (peak_step * buckets // n + 0.5) * step
+    anchor = "end" if px > width / 2 else "start"
     ticks = "".join(f"<text x='{left - 6}' y='{bottom - (bottom - 10) * f + 4:.1f}' text-anchor='end'>"
                     f"{_bytes(high * f)}</text><line x1='{left}' x2='{width - 10}' y1='{bottom - (bottom - 10) * f:.1f}' "
                     f"y2='{bottom - (bottom - 10) * f:.1f}' stroke='#eee'/>" for f in (0, 0.5, 1))
     return (f"<svg class='memory-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
             f"viewBox='0 0 {width} {height}' font-size='11' font-family='Helvetica, Arial, sans-serif'>{ticks}"
-            f"<polyline points='{left},{bottom} {line} {xs[-1]:.1f},{bottom}' fill='#cfe0f3' stroke='#2c6fb7'/>"
+            f"<polyline points='{left},{bottom} {line} {width - 10},{bottom}' fill='#cfe0f3' stroke='#2c6fb7'/>"
             f"<line x1='{px:.1f}' x2='{px:.1f}' y1='10' y2='{bottom}' stroke='#b00020' stroke-dasharray='4 3'/>"
-            f"<text x='{px + 4:.1f}' y='20' fill='#b00020'>peak</text>"
+            f"<text x='{px + (-4 if anchor == 'end' else 4):.1f}' y='20' fill='#b00020' text-anchor='{anchor}'>peak</text>"
             f"<text x='{left}' y='{height - 6}'>step 0</text><text x='{width - 10}' y='{height - 6}' text-anchor='end'>"
             f"step {n - 1}</text></svg>")
 
