@@ -74,7 +74,7 @@ def test_dot(name, benchmark, dot_table):
     b = rng.standard_normal(lead + (K, N), np.float32)
     flop = 2 * max(batch, 1) * M * N * K
     text = dot_module(batch, M, K, N)
-    executable = hloexec.load(text)
+    executable = hloexec.load(text, compile="eager")
     benchmark.pedantic(executable.run, args=(a, b), rounds=5, warmup_rounds=1)
     t_hloexec = benchmark.stats.stats.min if benchmark.enabled else best_of(lambda: executable.run(a, b))
     t_numpy = best_of(lambda: np.matmul(a, b))

@@ -35,7 +35,7 @@ def measure(name: str) -> dict:
     shadow = shadow_module(program.module)
     wide = shadow.inputs(inputs)
     shadow_numpy = hloexec.Executable(shadow.module, use_numba=False)
-    shadow_tiered = hloexec.Executable(shadow.module)
+    shadow_tiered = hloexec.Executable(shadow.module, compile="eager")
     row = {"workload": name, "discrete": len(shadow.discrete),
            "op by op": best_of(lambda: program.run(*inputs), 3),
            "shadow op by op": best_of(lambda: shadow_numpy.run(*wide), 3),

@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     parser.add_argument("dirs", nargs="*", help="XLA dump directories (--xla_dump_to with --xla_dump_hlo_as_text)")
     parser.add_argument("--max", type=int, default=None, help="replay at most this many distinct modules")
     parser.add_argument("--timeout", type=float, default=120, help="seconds one module may take (default 120)")
-    parser.add_argument("--options", default="{}", help='hloexec.load options as JSON, e.g. \'{"compile_after": 0}\'')
+    parser.add_argument("--options", default="{}", help='hloexec.load options as JSON, e.g. \'{"compile": "eager"}\'')
     parser.add_argument("--json", help="write every module's verdict to this file")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

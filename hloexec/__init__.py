@@ -20,10 +20,13 @@ def load(source, module: str | None = None, **options):
     `module` picks a module by name when the source holds several. Options: `options` (an
     hloexec.options.Options: every numerics rule and limit in one value) or `device` (a device profile's name, file
     or hloexec.options.DeviceProfile: whose arithmetic to reproduce, default "reference"), `excess_precision`,
-    `use_numba` (False runs the numpy reference kernels only), `compile_after` (fused kernels run op by op
-    for this many calls before they are compiled, default 1; 0 compiles them when the module is prepared),
+    `use_numba` (False runs the numpy reference kernels only), `compile` ("background", the default: fused
+    kernels and loops compile in worker processes while runs go on op by op, each run using the kernels ready;
+    "eager": a run waits for the kernels due, the first for all of them; "never": op by op always;
+    `Executable.wait_compiled()` waits for them), `compile_after` (fused kernels run op by op for this many calls
+    before they are due to compile; default 1 in the background: a one-shot run compiles nothing; 0 eager),
     `max_memory` (bytes a run may use), `compile_kernels` (False: nothing compiles while the module is
-    prepared, kernels compile at their first call; the plan and its memory estimate are the same),
+    prepared, kernels are due at their first call; the plan and its memory estimate are the same),
     `reductions` ("accumulate", the default: f16/bf16 sums and products accumulate in f32 and round once;
     "per-step": every step rounds to the type, in row-major order, as XLA:CPU's loops compute them; "xla-cpu":
     XLA:CPU's own orders, YNNPACK's included, the xla-cpu device's default; see the README's Semantics).

@@ -33,6 +33,11 @@ class ExecutionError(RuntimeError):
     """A module failed while running (bad inputs, out of memory budget, a failing kernel)."""
 
 
+class ArrayFileError(ExecutionError):
+    """An array file a user gave (--inputs, --expected, --actual, a dump's inputs) that cannot be read or does not
+    fit the module: names the file, the array and what was expected."""
+
+
 class MemoryLimitError(ExecutionError):
     """A run refused before it starts: its peak live bytes exceed what it may use (`limit`, from max_memory when
     `given`, else MemAvailable)."""

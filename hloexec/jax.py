@@ -77,7 +77,9 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
     judged against the program's exact answer (its shadow, every float type in f64) with the program's own
     precision as the measure (`hloexec compare --reference shadow`'s verdict); the message is the verdict table.
     Two correct f16 programs differ by more than any fixed tolerance allows: this asks whether each is as close
-    to exact as f16 permits. One participant: a sharded function's "pre" stage (its global program)."""
+    to exact as f16 permits: every element against its own error bound (docs/verdicts.md) under `device`'s
+    arithmetic (a profile, its name or file; None: the reference). One participant: a sharded function's "pre"
+    stage (its global program)."""
     import jax
     from .tools.compare import compare_outputs, format_report
     if reference not in ("xla", "shadow"):
@@ -96,7 +98,7 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
 
 
 def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str, device=None):
-    from .tools.numerics import judge_run
+    from .tools.numerics import judge_run, xla_cpu_arithmetic
     from .tools.verdict import format_verdict
     exe = _load(lowered.text, device)
     module = exe.module
@@ -104,7 +106,8 @@ def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str, d
         raise ValueError(f"reference='shadow' runs one participant; {_name(fn)} at stage {stage!r} is partitioned "
                          f"over {module.num_partitions * module.replica_count} devices: check stage='pre'")
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
-    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs})
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs}, devices=None if device is None else [device],
+                             known={"XLA:CPU": xla_cpu_arithmetic()})
     if not verdict.consistent():
         raise AssertionError(f"{_name(fn)} ({stage}): not every run is as close to the exact answer as the "
                              f"program's precision allows:\n{format_verdict(verdict)}")

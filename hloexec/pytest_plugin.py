@@ -256,7 +256,8 @@ class DumpItem(pytest.Item):
         inputs = dumped or runs[0][0].random_inputs(seed=0)
         outputs = [_global_outputs(exe, inputs, pre_partition=runs[0][0].module) for exe, _ in runs[1:]]
         if self.config.getoption("hloexec_reference") == "shadow":
-            self._judge_against_shadow(runs, inputs, outputs, xla=_dumped_outputs(self.module) if dumped else None)
+            xla = _dumped_outputs(self.module, runs[0][0]) if dumped else None
+            self._judge_against_shadow(runs, inputs, outputs, xla=xla)
             return
         outputs.insert(0, _global_outputs(runs[0][0], inputs, pre_partition=runs[0][0].module))
         if len(outputs) == 2:
@@ -298,22 +299,21 @@ def _load_stage(stage):
 def _dumped_inputs(module, exe) -> list | None:
     """The real inputs the dump holds for the module (an inputs.npz beside it, else a snapshot's arguments:
     dumpdir.dumped_inputs), as the parameters' types; None if none."""
-    from .exec.inputs import from_npz_void
+    from .tools.arrays import read_values
     from .tools.dumpdir import dumped_inputs
-    from .tools.xla_cpu import load_arrays
     found = dumped_inputs(module)
     if found is None:
         return None
-    arrays = load_arrays(found[0])
-    return [from_npz_void(arrays[f"arg{i}"], p.dtype) for i, p in enumerate(exe.parameters)]
+    return read_values(found[0], "arg", [p.shape for p in exe.parameters], what="entry arguments")
 
 
-def _dumped_outputs(module) -> list | None:
-    """The outputs hloexec.jax.dump saved beside the module (XLA:CPU's, out0..), if any."""
-    from .tools.cli import numbered
-    from .tools.xla_cpu import load_arrays
+def _dumped_outputs(module, exe) -> list | None:
+    """The outputs hloexec.jax.dump saved beside the module (XLA:CPU's, out0..), flat, as the leaves of `exe`'s
+    result; None if none."""
+    from .tools.arrays import read_values
     saved = [p for p in module.other if p.name == f"module_{module.number:04d}.{module.name}.outputs.npz"]
-    return numbered(load_arrays(saved[0]), "out", saved[0]) if saved else None
+    leaves = [leaf for _, leaf in exe.result_shape.leaves()]
+    return read_values(saved[0], "out", leaves, what="outputs") if saved else None
 
 
 def _global_outputs(exe, inputs: list, pre_partition) -> list:

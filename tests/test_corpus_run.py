@@ -285,7 +285,7 @@ def test_module_matches_xla_cpu(case_id, name, index):
         _check_runs_or_unsupported(text, inputs, f"XLA refuses it ({e.stage}): {e.message[:200]}",
                                    invalid=bool(_XLA_SAYS_INVALID.search(e.message)))
         return
-    exe = hloexec.load(text, use_numba=_uses_numba(text), compile_after=0)
+    exe = hloexec.load(text, use_numba=_uses_numba(text), compile="eager")
     got = _flatten(exe.run(*inputs))
     note = _values_note(name, index, text, module)
     assert_matches_xla(got, expected, reducing=bool(_opcodes(module) & _REDUCING), values=note is None)
@@ -305,7 +305,7 @@ def _check_runs_or_unsupported(text: str, inputs, context: str, invalid: bool = 
     """hloexec runs the module, or raises UnsupportedError (skip, naming what it lacks), or -- for a
     module XLA calls invalid -- an ExecutionError naming the instruction."""
     try:
-        exe = hloexec.load(text, use_numba=_uses_numba(text), compile_after=0)
+        exe = hloexec.load(text, use_numba=_uses_numba(text), compile="eager")
         available = available_memory()
         if available is not None and exe.peak_bytes() > available:
             pytest.skip(f"needs {exe.peak_bytes() / 2**30:.2f} GiB at its peak, {available / 2**30:.2f} GiB "

@@ -231,7 +231,7 @@ def test_compiled_loops_compute_the_devices_dot():
     want = x
     for _ in range(4):
         want = emulate("dot_bf16_bf16_f32", want, want)
-    exe = hloexec.load(LOOP, device="tpu")
+    exe = hloexec.load(LOOP, device="tpu", compile="eager", compile_after=1)
     runs = [exe.run(x) for _ in range(3)]                  # op by op first, compiled from the second call
     for r in runs:
         np.testing.assert_array_equal(r, runs[0])

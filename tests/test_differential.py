@@ -14,7 +14,7 @@ XLA:CPU flushes f32 / f64 denormals to zero: hloexec's outputs are flushed befor
 
 The default run draws EXAMPLES programs (fixed by hypothesis' derandomize: the same ones every run); the slow job
 (`pytest -m slow tests/test_differential.py`) draws SLOW_EXAMPLES more and also runs every program with its
-fusions and loops compiled before their first call (`compile_after=0`) and op by op (`use_numba=False`).
+fusions and loops compiled before their first call (`compile="eager"`) and op by op (`use_numba=False`).
 """
 from __future__ import annotations
 
@@ -298,7 +298,7 @@ def test_random_programs_match_xla(case):
 @settings(max_examples=SLOW_EXAMPLES, **SETTINGS)
 @given(program())
 def test_many_random_programs_match_xla_in_every_tier(case):
-    check_program(*case, [{}, {"compile_after": 0}, {"use_numba": False}])
+    check_program(*case, [{}, {"compile": "eager"}, {"use_numba": False}])
 
 
 SUB_BYTE_PROGRAMS = {

@@ -69,7 +69,7 @@ def _groups(exe):
 
 
 def test_groups_follow_the_rules():
-    exe = hloexec.load(MIXED, compile_after=0)
+    exe = hloexec.load(MIXED, compile="eager")
     groups = {g.root.name: g for g in _groups(exe)}
     # t feeds the dot: it ends a group (a, t) and is stored; e, u, v fuse; sq feeds the reduce's group
     assert set(groups) == {"t", "v", "r"}
@@ -85,7 +85,7 @@ def test_groups_follow_the_rules():
 
 
 def test_grouped_run_matches_op_by_op():
-    fused, reference = hloexec.load(MIXED, compile_after=0), hloexec.load(MIXED, use_numba=False)
+    fused, reference = hloexec.load(MIXED, compile="eager"), hloexec.load(MIXED, use_numba=False)
     inputs = _inputs(reference)
     got, want = _leaves(fused.run(*inputs)), _leaves(reference.run(*inputs))
     # tanh / exp are libm's in the kernel and numpy's op by op (an ULP apart), amplified through the dot
@@ -94,14 +94,14 @@ def test_grouped_run_matches_op_by_op():
 
 
 def test_f16_chain_is_bit_identical_to_op_by_op():
-    fused, reference = hloexec.load(F16_CHAIN, compile_after=0), hloexec.load(F16_CHAIN, use_numba=False)
+    fused, reference = hloexec.load(F16_CHAIN, compile="eager"), hloexec.load(F16_CHAIN, use_numba=False)
     assert len(_groups(fused)) == 1 and len(fused.plan.steps) == 1
     inputs = _inputs(reference, seed=3)
     assert fused.run(*inputs).tobytes() == reference.run(*inputs).tobytes()
 
 
 def test_tiered_kernel_interprets_then_compiles():
-    exe = hloexec.load(F16_CHAIN)               # compile_after=1: op by op once, compiled from then on
+    exe = hloexec.load(F16_CHAIN, compile="eager", compile_after=1)    # op by op once, compiled from then on
     kernel = exe.plan.steps[0].kernel
     assert isinstance(kernel, TieredKernel) and kernel.calls == {}
     interpreted = []
@@ -125,7 +125,7 @@ def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(monkeypatch
     reference = hloexec.load(F16_CHAIN, use_numba=False)
     inputs = _inputs(reference, seed=2)
     want = reference.run(*inputs)
-    for options in ({"compile_after": 0}, {"compile_after": 1}):
+    for options in ({"compile": "eager"}, {"compile": "eager", "compile_after": 1}):
         with pytest.warns(CompileWarning, match="does not compile"):
             exe = hloexec.load(F16_CHAIN, **options)
             runs = [exe.run(*inputs) for _ in range(2)]
@@ -134,7 +134,7 @@ def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(monkeypatch
 
 def test_small_chains_stay_op_by_op():
     small = F16_CHAIN.replace("64,1024", "4,8")
-    exe = hloexec.load(small, compile_after=0)
+    exe = hloexec.load(small, compile="eager")
     assert _groups(exe) == [] and len(exe.plan.steps) == 8      # every instruction but the parameters
 
 
@@ -143,7 +143,7 @@ def test_groups_are_bounded():
     body = "\n".join(f"  x{k + 1} = f32[128,128] add(x{k}, p)" for k in range(n))
     text = f"HloModule long\nENTRY main {{\n  p = f32[128,128] parameter(0)\n  x0 = f32[128,128] negate(p)\n" \
            f"{body}\n  ROOT r = f32[128,128] negate(x{n})\n}}\n"
-    groups = _groups(hloexec.load(text, compile_after=1))
+    groups = _groups(hloexec.load(text, compile="eager", compile_after=1))
     assert len(groups) == 2 and max(len(g.members) for g in groups) == MAX_GROUP
 
 
@@ -159,11 +159,11 @@ def _traced_run_peak(exe, inputs) -> int:
 
 
 def test_peak_memory_counts_only_stored_values_once_compiled():
-    fused = hloexec.load(F16_CHAIN, compile_after=0)
+    fused = hloexec.load(F16_CHAIN, compile="eager")
     assert fused.peak_bytes() == 3 * 64 * 1024 * 2          # x, y and the result: no temporaries
 
 
-@pytest.mark.parametrize("options", [{"use_numba": False}, {"compile_after": 1}], ids=["numpy", "first-run"])
+@pytest.mark.parametrize("options", [{"use_numba": False}, {"compile": "eager", "compile_after": 1}], ids=["numpy", "first-run"])
 def test_peak_memory_estimate_covers_op_by_op_temporaries(options):
     """Op by op (and on a fusion's first run), numpy computes f16 in f32 copies: the estimate counts them."""
     exe = hloexec.load(F16_CHAIN.replace("64,1024", "256,1024"), **options)
@@ -195,7 +195,7 @@ ENTRY main {
 def test_calls_are_inlined_so_fusion_sees_through_them():
     module = hloexec.parse(CALLS)[0]
     users_before = {i.name: len(i.users) for c in module.computations for i in c}
-    exe = hloexec.Executable(module, compile_after=0)
+    exe = hloexec.Executable(module, compile="eager")
     (group,) = _groups(exe)
     assert {i.opcode for i in group.members} >= {"add", "maximum", "multiply"}
     assert len(exe.plan.steps) == 1 and exe.plan.steps[0].fused
@@ -239,7 +239,7 @@ ENTRY main {
 
 
 def test_a_convert_read_by_two_groups_is_redone_in_each():
-    exe = hloexec.load(SHARED_CONVERT, compile_after=0)
+    exe = hloexec.load(SHARED_CONVERT, compile="eager")
     groups = _groups(exe)
     assert len(groups) == 2 and all("convert" in [i.opcode for i in g.computation.instructions] for g in groups)
     assert [s.inst.opcode for s in exe.plan.steps if not s.fused] == ["tuple"]     # no f32 copy of g stored
@@ -257,7 +257,7 @@ ADAM_TENSOR = SHARED_CONVERT.replace("  ROOT t = (f32[256,512], f32[256,512]) tu
 
 
 def test_values_read_inside_and_returned_are_extra_outputs_of_one_group():
-    exe = hloexec.load(ADAM_TENSOR, compile_after=0)
+    exe = hloexec.load(ADAM_TENSOR, compile="eager")
     (group,) = _groups(exe)
     assert [o.name for o in group.outputs] == ["m2", "v2", "p2"]
     (step,) = [s for s in exe.plan.steps if s.fused]
@@ -305,7 +305,7 @@ COLUMN_SUM = """add { x = f32[] parameter(0)
 
 def _assert_bits_of_op_by_op(text, seed):
     inputs = _inputs(hloexec.load(text, use_numba=False), seed=seed)
-    for options in ({"compile_after": 0}, {}):         # compiled, and the op-by-op first run
+    for options in ({"compile": "eager"}, {}):         # compiled, and the op-by-op first run
         got = hloexec.load(text, **options).run(*inputs)
         for g, w in zip(got, hloexec.load(text, use_numba=False).run(*inputs)):
             assert g.tobytes() == w.tobytes()
@@ -313,7 +313,7 @@ def _assert_bits_of_op_by_op(text, seed):
 
 def test_selects_of_updated_moments_join_the_update_as_outputs_of_one_group():
     text = ADAM_WHERE.replace("  READ_M2\n", "").replace("OUT_TYPE", "").replace("OUT", "")
-    exe = hloexec.load(text, compile_after=0)
+    exe = hloexec.load(text, compile="eager")
     update = [g for g in _groups(exe) if g.root.shape.dims == (256, 512)]
     assert len(update) == 1, [g.root.name for g in update]
     # one kernel reads g, m, v, p once and writes the kept or new p, m, v; no broadcast or select op by op
@@ -328,7 +328,7 @@ def test_a_group_is_not_absorbed_past_a_reader_of_its_value():
     text = (ADAM_WHERE.replace("adam_where\n", "adam_where\n" + COLUMN_SUM)
             .replace("READ_M2", "cs = f32[512] reduce(m2, z), dimensions={0}, to_apply=add")
             .replace("  fin =", "  z = f32[] constant(0)\n  fin =").replace("OUT_TYPE", ", f32[512]").replace("OUT", ", cs"))
-    exe = hloexec.load(text, compile_after=0)
+    exe = hloexec.load(text, compile="eager")
     steps = {s.inst.name: s for s in exe.plan.steps}
     assert not steps["cs"].fused
     (update,) = [g for g in _groups(exe) if "p3" in [o.name for o in g.outputs]]
@@ -359,7 +359,7 @@ def test_a_fusion_whose_intermediates_dwarf_its_output_compiles_at_once(monkeypa
     output and operands (scaled down here: the real threshold is ~1 s of numpy)."""
     from hloexec.exec import tiering
     monkeypatch.setattr(tiering, "EAGER_COMPILE_WORK", 1 << 24)
-    exe = hloexec.load(ONE_HOT_SLICE)
+    exe = hloexec.load(ONE_HOT_SLICE, compile="eager", compile_after=1)
     kernel = exe.plan.steps[0].kernel
     assert kernel.compiled is not None                          # compiled before its first call
     assert exe.peak_bytes() < 2 * 4096 * 64 * 2                 # no op-by-op one-hot in the estimate
@@ -367,7 +367,7 @@ def test_a_fusion_whose_intermediates_dwarf_its_output_compiles_at_once(monkeypa
     want = hloexec.load(ONE_HOT_SLICE, use_numba=False).run(ids, np.int32(128))
     assert want.any() and exe.run(ids, np.int32(128)).tobytes() == want.tobytes()
     same_output = F16_CHAIN.replace("64,1024", "4096,64")      # written = read: stays tiered
-    assert hloexec.load(same_output).plan.steps[0].kernel.compiled is None
+    assert hloexec.load(same_output, compile="eager", compile_after=1).plan.steps[0].kernel.compiled is None
 
 
 def test_equal_fusions_weigh_their_work_together(monkeypatch):
@@ -378,7 +378,7 @@ def test_equal_fusions_weigh_their_work_together(monkeypatch):
            "  ROOT t = (f16[64,1024], f16[64,1024]) tuple(back, back2)\n}\n")
     one_group_work = 3 * 64 * 1024 * 8 * 2          # (output + 2 operands) x 8 ops x 2 (f16)
     monkeypatch.setattr(tiering, "EAGER_COMPILE_WORK", one_group_work + 1)
-    exe = hloexec.load(two)
+    exe = hloexec.load(two, compile="eager", compile_after=1)
     kernels = [s.kernel for s in exe.plan.steps if s.fused]
     assert len(kernels) == 2
     assert all(getattr(k, "after", 0) == 0 for k in kernels)   # compiled (or set to compile) at the first call
@@ -387,7 +387,7 @@ def test_equal_fusions_weigh_their_work_together(monkeypatch):
     assert all(g.tobytes() == w.tobytes() for g, w in zip(exe.run(*inputs), reference.run(*inputs)))
     monkeypatch.setattr(tiering, "EAGER_COMPILE_WORK", 2 * one_group_work + 1)
     assert all(isinstance(s.kernel, TieredKernel) and s.kernel.after == 1
-               for s in hloexec.load(two).plan.steps if s.fused)
+               for s in hloexec.load(two, compile="eager", compile_after=1).plan.steps if s.fused)
 
 
 # Row statistics in the shape of LayerNorm backward: d = x (op) broadcast(s) is read by four groups (two row
@@ -436,10 +436,10 @@ def test_reductions_sharing_their_inputs_run_as_one_kernel_per_direction(et, mon
     from hloexec.exec import fuse, tiering
     monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     text = _row_statistics(et)
-    cached = hloexec.load(text, compile_after=0, reductions="per-step")      # all of it fits in cache
+    cached = hloexec.load(text, compile="eager", reductions="per-step")      # all of it fits in cache
     assert "d" in [s.inst.name for s in cached.plan.steps]                   # stored: no new kernels
     monkeypatch.setattr(fuse, "STREAMED_BYTES", 0)
-    exe = hloexec.load(text, compile_after=0, reductions="per-step")
+    exe = hloexec.load(text, compile="eager", reductions="per-step")
     outputs = sorted(sorted(o.name for o in g.outputs) for g in _groups(exe))
     assert outputs == [["c1", "c2"], ["out"], ["r1", "r2"]]
     assert all(g.kernel.compiled is not None for g in _groups(exe))
@@ -477,7 +477,7 @@ ENTRY e {{
   ROOT t = ({dst}[64], {dst}[64,256]) tuple(r, sq)
 }}
 """
-    exe = hloexec.load(text, compile_after=0, reductions="per-step")
+    exe = hloexec.load(text, compile="eager", reductions="per-step")
     groups = {g.root.name: g for g in _groups(exe)}
     assert set(groups) == {"r", "sq"} and all(g.kernel.compiled is not None for g in groups.values())
     assert [s.inst.name for s in exe.plan.steps if not s.fused] == ["t"]

@@ -171,7 +171,7 @@ def _address(a: np.ndarray) -> int:
 def test_outputs_the_caller_dropped_are_recycled_by_the_next_run():
     """Fresh pages cost a third of a memory-bound kernel's time: a run writes into the buffers of the last
     run's outputs once nothing references them. Outputs the caller still holds are never reused."""
-    exe = hloexec.load(UPDATES, compile_after=0)
+    exe = hloexec.load(UPDATES, compile="eager")
     assert sum(getattr(getattr(s.kernel, "kernel", s.kernel), "recycle", False) for s in exe.plan.steps) == 2     # set up by load
     assert exe.peak_bytes() == 6 * 65536 * 4        # 4 inputs, 2 outputs: recycling raised nothing
     inputs = exe.random_inputs(0)
@@ -207,7 +207,7 @@ add { x = f32[] parameter(0)
 less { x = f32[] parameter(0)
   y = f32[] parameter(1)
   ROOT lt = pred[] compare(x, y), direction=LT }"""
-    exe = hloexec.load(text, compile_after=0)
+    exe = hloexec.load(text, compile="eager")
     assert exe.plan.memory.recycle_outputs() == 0
     assert not any(getattr(getattr(s.kernel, "kernel", s.kernel), "recycle", False) for s in exe.plan.steps)
 
@@ -242,7 +242,7 @@ def test_an_observed_run_sees_every_value_in_every_tier():
     """`observe` sees each instruction's value after it runs: inside fusions and loop bodies (each step), even
     where the module's fusions and loops are compiled; the outputs are the unobserved run's."""
     p = np.random.default_rng(0).standard_normal(65536).astype(np.float32)
-    for options in ({"use_numba": False}, {"compile_after": 0}):
+    for options in ({"use_numba": False}, {"compile": "eager"}):
         exe = hloexec.load(FUSED_LOOP, **options)
         want = exe.run(p)
         seen = []
@@ -285,7 +285,7 @@ def test_an_observed_run_looks_only_inside_the_computations_it_is_told_to():
     """`observe_inside` picks the fused, loop and branch computations whose values are seen (run op by op);
     the others run as unobserved (compiled where they would be) and are seen as their instruction's value."""
     p = np.random.default_rng(1).standard_normal(65536).astype(np.float32)
-    exe = hloexec.load(FUSED_LOOP, compile_after=0)
+    exe = hloexec.load(FUSED_LOOP, compile="eager")
     want = exe.run(p)
     seen = []
     got = exe.run(p, observe=lambda inst, value: seen.append(inst.name),

@@ -492,7 +492,7 @@ fused { p = f16[8,4096] parameter(0)
 ENTRY e { p = f16[8,4096] parameter(0)
  ROOT f = f16[8] fusion(p), kind=kInput, calls=fused }"""
     x = (np.random.default_rng(0).random((8, 4096)) + 1).astype(np.float16)
-    compiled = hloexec.load(text, compile_after=0).run(x)
+    compiled = hloexec.load(text, compile="eager").run(x)
     op_by_op = hloexec.load(text, use_numba=False).run(x)
     assert compiled.tobytes() == op_by_op.tobytes()
     np.testing.assert_allclose(compiled.astype(np.float64), x.astype(np.float64).sum(1), rtol=2e-3)
@@ -511,7 +511,7 @@ fused {{ p = f64[4] parameter(0)
 ENTRY e {{ p = f64[4] parameter(0)
  ROOT f = {dst}[4] fusion(p), kind=kLoop, calls=fused }}"""
     x = np.array([1 + 2.0 ** -11 + 2.0 ** -40, 1 + 2.0 ** -8 + 2.0 ** -40, -3.0e38, np.nan])
-    compiled = hloexec.load(text, compile_after=0).run(x)
+    compiled = hloexec.load(text, compile="eager").run(x)
     op_by_op = hloexec.load(text, use_numba=False).run(x)
     assert compiled.tobytes() == op_by_op.tobytes()
 
@@ -530,7 +530,7 @@ fused { p = f32[1,24,24,3] parameter(0)
 ENTRY e { p = f32[1,24,24,3] parameter(0)
  ROOT f = f32[1,30,30,3] fusion(p), kind=kLoop, calls=fused }"""
     x = np.random.default_rng(0).standard_normal((1, 24, 24, 3)).astype(np.float32)
-    compiled = hloexec.load(text, compile_after=0).run(x)
+    compiled = hloexec.load(text, compile="eager").run(x)
     assert compiled.tobytes() == hloexec.load(text, use_numba=False).run(x).tobytes()
 
 
@@ -584,7 +584,7 @@ def test_reduction_keeping_minor_dims_interchanges_loops_with_the_same_bits(case
     text = (f"HloModule column\n{_REDUCERS}\nfused {{\n{params_text}\n{body} }}\n"
             f"ENTRY e {{\n" + "\n".join(f"  a{k} = {s} parameter({k})" for k, s in enumerate(params))
             + f"\n  ROOT f = {root} fusion({args}), kind=kInput, calls=fused }}\n")
-    compiled = hloexec.load(text, compile_after=0)
+    compiled = hloexec.load(text, compile="eager")
     (group,) = [c for c in compiled.module.computations if c.name == "fused"]
     source, _ = fusion.generate_source(group)
     assert re.search(r"for j0 in range\(4\):\n +for j1 in range\(64\):\n +for i0 in range\(", source)  # rows outer
@@ -767,7 +767,7 @@ def test_reductions_of_every_type_compile_with_the_op_by_op_bits(et, kind, form,
             f"fused {{ p0 = {s} parameter(0)\n z = {et}[] constant({init})\n"
             f" ROOT r = {o} {opcode}(p0, z), {attr}, to_apply=red }}\n"
             f"ENTRY e {{ a = {s} parameter(0)\n ROOT f = {o} fusion(a), kind=kLoop, calls=fused }}\n")
-    compiled = hloexec.load(text, compile_after=0, reductions="per-step")
+    compiled = hloexec.load(text, compile="eager", reductions="per-step")
     assert compiled.plan.steps[0].kernel.compiled is not None, "the fusion did not compile"
     x = _typed_values(rng(), et, kind, src)
     want = hloexec.load(text, use_numba=False, reductions="per-step").run(x)
@@ -795,7 +795,7 @@ def test_reduce_windows_of_unfused_modules_compile_with_the_op_by_op_bits(et, ki
             f" ROOT c = {et}[] {kind}(a, b) }}\n"
             f"ENTRY e {{ a = {s} parameter(0)\n n = {s} {producer}(a)\n z = {et}[] constant({init})\n"
             f" ROOT r = {o} reduce-window(n, z), {attr}, to_apply=red }}\n")
-    compiled = hloexec.load(text, compile_after=0, reductions="per-step")
+    compiled = hloexec.load(text, compile="eager", reductions="per-step")
     (group,) = compiled.plan.fused_groups
     assert group.kernel.compiled is not None, "the group did not compile"
     overlapping = form == "window_padded_dilated"
@@ -826,7 +826,7 @@ def test_all_finite_reduce_window_compiles_at_its_size():
             " ROOT f = pred[128,32] fusion(a), kind=kLoop, calls=fused }\n")
     x = np.ones((4096, 1024), bool)
     x[1000, 77] = x[4095, 1023] = False
-    compiled = hloexec.load(text)
+    compiled = hloexec.load(text, compile="eager", compile_after=1)
     first, second = compiled.run(x), compiled.run(x)         # op by op, then compiled
     assert compiled.plan.steps[0].kernel.compiled is not None
     want = np.ones((128, 32), bool)

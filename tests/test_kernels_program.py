@@ -5,7 +5,7 @@ Programs fix their integer dtypes: another test may have switched on jax's x64 m
 Each jax program below puts one family of ops inside a loop body -- carried-state updates
 (dynamic-update-slice), scatter, gather, dot, reductions and reduce-windows (variadic too), conditionals, nested loops,
 movement ops, integer bit tricks, f16 / bf16 -- and runs it three ways: XLA:CPU (jax itself), hloexec with
-the loop compiled (`compile_after=0`), hloexec interpreted step by step (`use_numba=False`). Data are
+the loop compiled (`compile="eager"`), hloexec interpreted step by step (`use_numba=False`). Data are
 small integers wherever sums are involved, so every order of summation gives the same bits and the
 comparisons can be exact.
 """
@@ -180,7 +180,7 @@ def _assert_same(got, want, what, ulps=0):
 def test_compiled_loop_matches_xla_and_the_interpreter(name):
     fn, args = PROGRAMS[name]
     text = _text(name)
-    exe = hloexec.load(text, compile_after=0)
+    exe = hloexec.load(text, compile="eager")
     loops = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
     assert loops and all(isinstance(k, TieredLoop) and k.compile_work == 0 for k in loops), \
         "the loop cannot compile"
@@ -197,7 +197,7 @@ def test_read_only_and_writable_operands_share_one_compiled_loop():
     xs = PROGRAMS["scan_rows"][1][0]
     frozen = xs.copy()
     frozen.flags.writeable = False
-    exe = hloexec.load(text, compile_after=0)
+    exe = hloexec.load(text, compile="eager")
     (loop,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
     want = exe.run(xs)
     _assert_same(exe.run(frozen), want, "read-only input vs writable")
@@ -227,7 +227,7 @@ def test_invariants_are_computed_once():
 def test_long_loop_compiles_mid_run_and_gives_the_interpreted_bits():
     """Interpreted until LOOP_COMPILE_WORK instructions have run, then compiled from the state reached."""
     text = _text("invariant")
-    exe = hloexec.load(text)                       # default tiers
+    exe = hloexec.load(text, compile="eager", compile_after=1)     # the loop switches at a fixed step
     (loop,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
     assert loop.compiled is None
     got = exe.run(np.int32(5))
@@ -237,7 +237,7 @@ def test_long_loop_compiles_mid_run_and_gives_the_interpreted_bits():
 
 
 def test_short_loop_stays_interpreted():
-    exe = hloexec.load(_text("branches"))
+    exe = hloexec.load(_text("branches"), compile="eager", compile_after=1)
     (loop,) = [s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]
     exe.run(*PROGRAMS["branches"][1])
     assert loop.compiled is None and loop.kernel is not None
@@ -252,7 +252,7 @@ def test_loop_with_an_op_the_generator_lacks_runs_interpreted():
     (loop,) = [i for c in module.computations for i in c.instructions if i.opcode == "while"]
     with pytest.raises(TierUnsupported, match="opcode sort"):
         compile_program(loop)
-    exe = hloexec.load(text, compile_after=0)
+    exe = hloexec.load(text, compile="eager")
     assert exe.context.tier_report.to_dict()["loop"]["reasons"] == {"opcode sort": [loop.name]}
     _assert_same(exe.run(x), jax.jit(f)(x), "sort loop vs XLA:CPU")
 
@@ -274,7 +274,7 @@ def test_a_loop_that_does_not_compile_runs_interpreted_with_a_warning(monkeypatc
         raise RuntimeError("generated code does not compile")
     monkeypatch.setattr(ProgramKernel, "compile", broken)
     fn, args = PROGRAMS["scan_rows"]
-    exe = hloexec.load(_text("scan_rows"), compile_after=0)
+    exe = hloexec.load(_text("scan_rows"), compile="eager")
     with pytest.warns(CompileWarning, match="does not compile"):
         got = exe.run(*args)
     _assert_same(got, jax.jit(fn)(*args), "interpreted fallback vs XLA:CPU")
@@ -303,7 +303,7 @@ def test_scan_of_random_split_after_the_switch_to_compiled():
     key = np.asarray(jax.random.PRNGKey(0))
     text = jax.jit(split_keys).lower(key).compile().as_text()
     want = jax.jit(split_keys)(key)
-    for options in ({}, {"compile_after": 0}):
+    for options in ({"compile": "eager", "compile_after": 1}, {"compile": "eager"}):
         exe = hloexec.load(text, **options)
         _assert_same(exe.run(key), want, f"scan of random.split {options}")
         assert any(k.compiled is not None for k in _tier_loops(exe)), "no loop compiled"

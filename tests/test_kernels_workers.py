@@ -33,6 +33,7 @@ def test_worker_count(monkeypatch):
     monkeypatch.delenv("HLOEXEC_COMPILE_WORKERS")
     monkeypatch.setattr(os, "getloadavg", lambda: (99.0, 99.0, 99.0))
     assert workers.worker_count() == 0          # a busy machine: the process compiles alone
+    assert workers.worker_count(at_least=1) == 1    # ... but in the background, a worker compiles
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert workers.worker_count() == min(len(os.sched_getaffinity(0)) - 1, workers.MAX_WORKERS)
 
@@ -69,19 +70,18 @@ def test_a_kernel_compiled_by_a_worker_gives_the_in_process_bits(pool_dir):
 
 
 def test_a_worker_that_fails_leaves_the_error_to_the_process(pool_dir):
-    from numba import types
     bad = f"# test kernel (helpers {cache.helpers_hash()})\nfrom numba import njit\n\n\n" \
           "@njit(cache=True)\ndef kernel(x):\n    return x + 'a'\n"
     good = bad.replace("x + 'a'", "x + 1")
-    tasks = [(cache.source_key(s, "w"), s, (types.float64,)) for s in (good, bad)]
+    tasks = [(cache.source_key(s, "w"), s, (("scalar", "float64"),)) for s in (good, bad)]
     cache.compile_elsewhere(tasks)
     bad_key = tasks[1][0]
     _started(bad_key)
     fn = cache.load_kernel(bad, bad_key)        # waits until the worker gave up on it
     with pytest.raises(TypingError):
-        cache.compile_signature(fn, (types.float64,))
+        cache.compile_signature(fn, (("scalar", "float64"),))
     good_fn = cache.load_kernel(good, tasks[0][0])
-    cache.compile_signature(good_fn, (types.float64,))
+    cache.compile_signature(good_fn, (("scalar", "float64"),))
     assert good_fn(2.0) == 3.0 and workers._POOL.workers[0].poll() is None   # the worker lives on
 
 
@@ -104,10 +104,10 @@ ENTRY e { x = f32[256,64] parameter(0)
 
 @pytest.mark.parametrize("compile_workers", ["0", "1"])
 def test_the_second_run_compiles_its_kernels_before_it_starts(pool_dir, monkeypatch, compile_workers):
-    """compile_after=1: the first run op by op; at the start of the second, every kernel the first ran compiles
+    """compile="eager", compile_after=1: the first run op by op; at the start of the second, every kernel the first ran compiles
     (CompilePolicy.compile_due), with and without workers, and gives the compiled tier's bits."""
     monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", compile_workers)
-    exe = hloexec.load(THREE_FUSIONS)
+    exe = hloexec.load(THREE_FUSIONS, compile="eager", compile_after=1)
     tiers = [s.kernel for s in exe.plan.steps]
     assert len({t.kernel.key for t in tiers}) == 3
     x = np.random.default_rng(2).standard_normal((256, 64)).astype(np.float32)
@@ -136,7 +136,7 @@ def test_a_fusion_inside_a_loop_compiled_whole_is_not_compiled_on_its_own(pool_d
     from tiers import tier_kernels
     monkeypatch.setattr(tiering, "LOOP_COMPILE_WORK", 1)
     monkeypatch.setattr(tiering, "LOOP_WORK_PER_LINE", 0)
-    exe = hloexec.load(FUSION_IN_A_LOOP)
+    exe = hloexec.load(FUSION_IN_A_LOOP, compile="eager", compile_after=1)
     fusions, (loop,) = tier_kernels(exe)
     (entry,) = [s.kernel for s in exe.plan.steps if s.kernel in fusions]
     (in_body,) = [t for t in fusions if t is not entry]

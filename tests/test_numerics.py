@@ -47,7 +47,7 @@ def shadowed_inputs():
     return [r.standard_normal(N).astype(np.float16), r.standard_normal(N).astype(np.float32)]
 
 
-@pytest.mark.parametrize("options", [{"use_numba": False}, {"compile_after": 0}], ids=["numpy", "compiled"])
+@pytest.mark.parametrize("options", [{"use_numba": False}, {"compile": "eager"}], ids=["numpy", "compiled"])
 def test_the_shadow_is_the_program_in_f64(options):
     """Every float type becomes f64: the f16 constant keeps its f16 value, the f32->f16 convert becomes the identity,
     the fused multiply-add runs in f64 in every tier; the bitcast and the fp8 quantization run at the program's

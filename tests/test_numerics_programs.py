@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import hloexec
-from hloexec.tools.cli import nest
+from hloexec.tools.arrays import nested
 from hloexec.tools.nonfinite import find_nonfinite
-from hloexec.tools.numerics import attribute, flatten, judge_run
+from hloexec.tools.numerics import attribute, flatten, judge_run, xla_cpu_arithmetic
 
 pytestmark = pytest.mark.xla
 
@@ -30,7 +30,7 @@ def programs():
 
 
 def inputs_of(exe, dump):
-    return nest(dump.inputs, [p.shape for p in exe.parameters], "")
+    return nested(dump.inputs, [p.shape for p in exe.parameters])
 
 
 def run(text, inputs):
@@ -44,17 +44,18 @@ def test_xla_and_hloexec_are_consistent_with_the_programs_precision(name):
     dump = programs().dump(name)
     exe = hloexec.load(dump.pre)
     inputs = inputs_of(exe, dump)
-    verdict, _ = judge_run(exe, inputs, {"XLA:CPU": dump.xla, "hloexec (optimized dump)": run(dump.opt, inputs)})
+    verdict, _ = judge_run(exe, inputs, {"XLA:CPU": dump.xla, "hloexec (optimized dump)": run(dump.opt, inputs)},
+                           known={"XLA:CPU": xla_cpu_arithmetic()})     # its f16/bf16 sums round every step
     assert verdict.consistent(), [(o.index, c.name, c.reasons) for o in verdict.outputs for c in o.candidates
                                   if not c.consistent]
 
 
-def _perturbed(outputs, index):
-    """The outputs with the element of output `index` of largest magnitude off by 1%."""
+def _perturbed(outputs, index, change=0.01):
+    """The outputs with the element of output `index` of largest magnitude off by `change` (1%)."""
     out = [np.array(o, copy=True) for o in outputs]
     flat = out[index].reshape(-1)
     k = int(np.argmax(np.abs(flat.astype(np.float64))))
-    flat[k] = np.asarray(float(flat[k]) * 1.01).astype(flat.dtype)
+    flat[k] = np.asarray(float(flat[k]) * (1 + change)).astype(flat.dtype)
     return out, np.unravel_index(k, out[index].shape)
 
 
@@ -87,10 +88,13 @@ def test_simulated_miscompiles_are_not_consistent(name):
     inputs = inputs_of(exe, dump)
     index, edits = MISCOMPILES[name]
     candidates = {"XLA:CPU": dump.xla}
-    candidates["1% off"], element = _perturbed(dump.xla, index)
+    # the f16 LayerNorm gradient's largest element is ~20 f16 roundings and a cancellation away from its inputs:
+    # its error bound is ~1% of it (XLA:CPU's own error there reaches 0.4 of the allowance): 3% is caught
+    change = 0.03 if name == "layernorm_grad_f16" else 0.01
+    candidates["1% off"], element = _perturbed(run(dump.pre, inputs), index, change)
     for what, (pattern, replacement) in edits.items():
         candidates[what] = run(_edit(dump.pre, pattern, replacement), inputs)
-    verdict, _ = judge_run(exe, inputs, candidates)
+    verdict, _ = judge_run(exe, inputs, candidates, known={"XLA:CPU": xla_cpu_arithmetic()})
     assert verdict.consistent("XLA:CPU") and verdict.consistent("hloexec")
     for what in ["1% off", *edits]:
         assert not verdict.consistent(what), what

@@ -440,5 +440,5 @@ VARIANTS = [("pre", True), ("opt", True), ("opt", False)]
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_matches_xla_cpu(name, kind, numba):
     prog = program(name)
-    exe = hloexec.load(prog.text[kind], use_numba=numba, compile_after=0)
+    exe = hloexec.load(prog.text[kind], use_numba=numba, compile="eager")
     check_outputs(prog, exe.run(*prog.args), f"{name} [{kind}, numba={numba}]")

@@ -82,7 +82,7 @@ def compile_every_group(monkeypatch, kind, numba):
 def test_example_matches_expected(name, kind, numba, monkeypatch):
     compile_every_group(monkeypatch, kind, numba)
     inputs, expected = example_arrays(name)
-    exe = hloexec.load(EXAMPLES / f"{name}.{kind}.hlo", use_numba=numba, compile_after=0)
+    exe = hloexec.load(EXAMPLES / f"{name}.{kind}.hlo", use_numba=numba, compile="eager")
     check_all(exe.run(*inputs), expected, f"{name}.{kind} numba={numba}", name)
 
 
@@ -145,7 +145,7 @@ def jax_program(name) -> JaxProgram:
 @functools.cache
 def executable(name, kind, numba, excess_precision=False):
     return hloexec.load(jax_program(name).text[kind], use_numba=numba, excess_precision=excess_precision,
-                        compile_after=0)
+                        compile="eager")
 
 
 @pytest.mark.xla

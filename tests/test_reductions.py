@@ -148,7 +148,7 @@ def test_compiled_reduce_window_gives_the_per_step_bits(case):
     x = values(np.random.default_rng(seed), dims, et, kind, specials)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tiering, "MIN_COMPILED_BYTES", 0)
-        compiled = hloexec.load(window_module(et, kind, dims, win, fused=True), compile_after=0,
+        compiled = hloexec.load(window_module(et, kind, dims, win, fused=True), compile="eager",
                                 reductions="per-step")
     assert compiled.plan.steps[0].kernel.compiled is not None
     op_by_op = hloexec.load(window_module(et, kind, dims, win), use_numba=False, reductions="per-step").run(x)
@@ -163,8 +163,8 @@ def test_per_step_rounds_every_step_and_accumulate_once():
     big_last = np.concatenate([ones, [np.float16(2048)]])
     text = reduce_module("f16", "add", [65], [0]).replace("constant(0.75)", "constant(0)")
     for numba in (False, True):
-        per_step = hloexec.load(text, use_numba=numba, compile_after=0, reductions="per-step")
-        accumulate = hloexec.load(text, use_numba=numba, compile_after=0)
+        per_step = hloexec.load(text, use_numba=numba, compile="eager", reductions="per-step")
+        accumulate = hloexec.load(text, use_numba=numba, compile="eager")
         assert per_step.run(big_first) == 2048 and per_step.run(big_last) == 2048 + 64
         assert accumulate.run(big_first) == accumulate.run(big_last) == 2048 + 64
 
@@ -218,14 +218,14 @@ def check_tiers(et, kind, dims, rdims, seed, monkeypatch):
     rng = np.random.default_rng(seed)
     a, b = (values(rng, dims, et, kind, specials=False) for _ in range(2))
     text = fused_module(et, kind, dims, rdims)
-    compiled = hloexec.load(text, compile_after=0, reductions="per-step")
+    compiled = hloexec.load(text, compile="eager", reductions="per-step")
     fusion.generate_source(computation(compiled, "fused"), Options(reductions="per-step"))     # (declining raises)
     op_by_op = hloexec.load(text, use_numba=False, reductions="per-step").run(a, b)
     assert bits(compiled.run(a, b)) == bits(op_by_op)
     out = [n for i, n in enumerate(dims) if i not in rdims]
     acc = values(rng, out, et, "add", specials=False)
     text = loop_module(et, kind, dims, rdims)
-    loop = hloexec.load(text, compile_after=0, reductions="per-step")
+    loop = hloexec.load(text, compile="eager", reductions="per-step")
     (w,) = [i for i in computation(loop, "e").instructions if i.opcode == "while"]
     compile_program(w, Options(reductions="per-step"))
     interpreted = hloexec.load(text, use_numba=False, reductions="per-step").run(acc, a)
@@ -298,7 +298,7 @@ def test_per_step_matches_xla_cpu(name, monkeypatch):
     compiled = jax.jit(fn).lower(x).compile()
     want = np.asarray(compiled(x))
     text = compiled.as_text()
-    per_step = [hloexec.load(text, use_numba=numba, compile_after=0, reductions="per-step").run(x)
+    per_step = [hloexec.load(text, use_numba=numba, compile="eager", reductions="per-step").run(x)
                 for numba in (False, True)]
     assert bits(per_step[0]) == bits(per_step[1])
     if host_dependent is None or host_has_avx512():
@@ -354,7 +354,7 @@ def test_layernorm_gradient_against_xla_cpu_for_avx2(tmp_path, monkeypatch):
     monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     text, inputs, want = xla_layernorm_gradient(tmp_path, AVX2_NO_YNNPACK)
     op_by_op = hloexec.load(text, use_numba=False, reductions="per-step").run(*inputs)
-    compiled = hloexec.load(text, compile_after=0, reductions="per-step").run(*inputs)
+    compiled = hloexec.load(text, compile="eager", reductions="per-step").run(*inputs)
     assert [bits(o) for o in op_by_op] == [bits(o) for o in compiled]
     if host_has_avx512():
         assert bits(op_by_op[0]) == bits(want[0])

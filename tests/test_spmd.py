@@ -317,7 +317,7 @@ def test_tiers_count_per_participant():
     k-th run of every device gives the same bits whichever thread got there first."""
     import hloexec
     from hloexec.exec.tiering import TieredKernel, TieredLoop
-    exe = hloexec.load(_TIERED)
+    exe = hloexec.load(_TIERED, compile="eager", compile_after=1)
     x = np.linspace(-3, 3, 32768, dtype=np.float32)
     reference = hloexec.load(_TIERED, use_numba=False).run(x)
     fusion, loop = (next(s.kernel for s in exe.plan.steps if s.inst.opcode == op) for op in ("fusion", "while"))

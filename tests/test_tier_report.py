@@ -83,7 +83,7 @@ def test_generated_code_that_does_not_compile_is_counted(monkeypatch):
     def broken(self):
         raise RuntimeError("Numba says no")
     monkeypatch.setattr(FusedKernel, "compile", broken)
-    for options in ({"compile_after": 0}, {"compile_after": 1}):    # compiled while prepared; at the second call
+    for options in ({"compile": "eager"}, {"compile": "eager", "compile_after": 1}):    # compiled while prepared; at the second call
         with pytest.warns(CompileWarning, match="did not compile"):
             exe = hloexec.load(GATHER_SCATTER, **options)
             inputs = exe.random_inputs(0)

@@ -97,7 +97,7 @@ def test_nested_loops_switching_to_compiled_mid_run():
     """Issue 12: 20,000 outer steps under the default settings switch to the compiled loop after a few
     thousand and came out all NaN. Two inner steps make (2a, 2b), scaled by 0.5: every outer step is exact
     identity, so the answer is the inputs."""
-    exe = hloexec.load(nested(2, 20000, 0.5))
+    exe = hloexec.load(nested(2, 20000, 0.5), compile="eager", compile_after=1)
     i, a, b = exe.run(*XY)
     ((loop,),) = [[s.kernel for s in exe.plan.steps if s.inst.opcode == "while"]]
     assert loop.compiled is not None and 0 < loop.work[0] < 20000 * loop.step_work, "no switch mid-run"

@@ -112,14 +112,11 @@ def test_run_on_a_dump_directory_takes_a_snapshots_arguments(capsys, snapshot_du
     assert report["inputs"]["from"] == "seed" and "arguments of the snapshot" not in err
 
 
-@pytest.mark.xfail(reason="needs issue 33 item 1 (branch verdicts): allowances for bf16-accurate f32 values and "
-                          "rounding-decided elements; today's verdict fails outputs XLA computed correctly",
-                   strict=False)
 def test_dump_items_pass_under_the_shadow_reference_and_a_planted_error_fails(pytester, first_step_dump,
                                                                               later_step_dump):
     """--hloexec-dumps on the train step's dumps (first and later step), judged against the exact answer of the
     program before optimizations: the optimized program run by hloexec and XLA's own dumped outputs pass; one
-    element of XLA's outputs moved by 1% of its output's scale fails, naming XLA's outputs."""
+    element of XLA's outputs moved by 10% of its output's scale fails, naming XLA's outputs."""
     from hloexec.tools.xla_cpu import save_arrays
     args = ["-p", "no:cacheprovider", "--hloexec-reference", "shadow"]
     for path, _ in (first_step_dump, later_step_dump):
@@ -133,9 +130,13 @@ def test_dump_items_pass_under_the_shadow_reference_and_a_planted_error_fails(py
         if f.is_file() and ".0" not in f.name[len("module_0000"):]:     # the module, not its per-pass stages
             (planted / f.name).write_bytes(f.read_bytes())
     outputs = dict(load_arrays(paths["outputs"]))
-    w = outputs["out12"].copy()      # the new ln1_g (params 11-20: SHAPES sorted)
-    w.flat[3] += 0.01 * np.abs(w).max()
-    outputs["out12"] = w
+    # the new first moment of w1 (m 1-10: SHAPES sorted). The new parameters (11-20) are not where to plant: their
+    # bounds hold most elements rounding-decided (m / sqrt(v) with v's interval reaching 0: the bounds of the bf16
+    # gradients are loose), so the verdict does not judge them (docs/verdicts.md, what it cannot see)
+    # 10% of its scale: the bf16 gradient's bounds are ~5x its real errors here (3% is not caught; docs/verdicts.md)
+    w = outputs["out5"].copy()
+    w.flat[3] += 0.1 * np.abs(w).max()
+    outputs["out5"] = w
     save_arrays(planted / paths["outputs"].name, outputs)
     result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-reference", "shadow",
                                 "--hloexec-dumps", str(planted))
@@ -143,8 +144,6 @@ def test_dump_items_pass_under_the_shadow_reference_and_a_planted_error_fails(py
     assert "XLA (outputs.npz)" in result.stdout.str()
 
 
-@pytest.mark.xfail(reason="needs issue 33 item 1 (branch verdicts): float-normalization-bf16 turns bf16 values f32 "
-                          "and today's verdict allows them f32 ULPs", strict=False)
 def test_bisect_against_the_shadow_finds_no_bad_pass_in_a_correct_compile(capsys, first_step_dump):
     path, _ = first_step_dump
     code = main(["bisect", str(path), "--reference", "shadow", "--no-diff", "--json"])

@@ -80,7 +80,7 @@ def test_compiled_fusions_give_the_op_by_op_bits_under_xla_cpu():
             (0.1 * r.standard_normal(256)).astype(np.float16))
     text, _ = xla_dump(rmsnorm_grad, *args)
     op_by_op = flatten(hloexec.load(text, device="xla-cpu", use_numba=False)(*args))
-    compiled = flatten(hloexec.load(text, device="xla-cpu", compile_after=0)(*args))
+    compiled = flatten(hloexec.load(text, device="xla-cpu", compile="eager")(*args))
     for a, b in zip(op_by_op, compiled):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 

@@ -5,14 +5,16 @@ give the numpy tier's answer -- bit for bit where the ops are exact:
 
     numpy     op by op with numpy (`use_numba=False`): the reference the op tests check against XLA:CPU
     fused     every fusion (and every group hloexec fuses itself) compiled before its first call, however
-              small (`compile_after=0`), while loops interpreted; a module without fusions or groups has its
+              small (`compile="eager"`), while loops interpreted; a module without fusions or groups has its
               entry computation wrapped into one fusion
-    loop      every while loop compiled whole before its first step (`compile_after=0`): the loop generator
+    loop      every while loop compiled whole before its first step (`compile="eager"`): the loop generator
               of kernels/program.py; a module without loops has its entry computation compiled by it as
               one program
-    switched  defaults, but every while loop switches from interpreted to compiled after one step
-    default   `hloexec.load` with its defaults, run twice (a module's first run interprets, the second
-              runs what compiled: fusions big enough, loops long enough), the two runs kept as two tiers
+    switched  compiled when due (`compile="eager", compile_after=1`), but every while loop switches from
+              interpreted to compiled after one step
+    default   `hloexec.load` with its defaults, run twice (a module's first run interprets while its kernels
+              compile in the background, the second runs once they are in: fusions big enough, loops),
+              the two runs kept as two tiers
     shadow    the module's f64 shadow (exec/shadow.py) run as `hloexec run --shadow` runs it
               (tools/numerics.shadow_run), op by op with numpy (compiled f64 code is the other tiers'
               business), each output rounded back to its type the way the shadow narrows a value (hloexec's
@@ -173,9 +175,9 @@ def fused_tier(case: Case) -> list:
     """Every fusion (and group hloexec fuses) compiled, while loops interpreted; a module with neither
     fusions nor groups: its entry computation as one fusion."""
     with patched(tiering, MIN_COMPILED_BYTES=0), patched(context.ExecContext, compiled_loop=_interpreted_loop):
-        exe = hloexec.load(case.text, compile_after=0)
+        exe = hloexec.load(case.text, compile="eager")
         if not tier_kernels(exe)[0] and not _has(case.text, "fusion"):
-            exe = hloexec.load(fused_module(case.text), compile_after=0)
+            exe = hloexec.load(fused_module(case.text), compile="eager")
     if not tier_kernels(exe)[0]:
         raise NotInTier("no fusion compiles (the fusion generator refuses its ops or types)")
     return flat(exe.run(*case.inputs))
@@ -191,7 +193,7 @@ def loop_tier(case: Case) -> list:
         except TierUnsupported as e:
             raise NotInTier(f"the program generator declines it: {e.reason}") from None
         return flat(kernel.compile()(*case.inputs))
-    exe = hloexec.load(case.text, compile_after=0)
+    exe = hloexec.load(case.text, compile="eager")
     loops = [k for k in tier_kernels(exe)[1] if k.compile_work == 0]
     if not loops:
         raise NotInTier("no loop compiles (the program generator refuses its ops or types)")
@@ -201,19 +203,22 @@ def loop_tier(case: Case) -> list:
 
 
 def switched_tier(case: Case) -> list:
-    """Defaults, but every while loop switches from interpreted to compiled after its first step."""
+    """The compile-when-due settings, but every while loop switches from interpreted to compiled after its first
+    step."""
     with patched(tiering, LOOP_COMPILE_WORK=1, LOOP_WORK_PER_LINE=0):
-        exe = hloexec.load(case.text)
+        exe = hloexec.load(case.text, compile="eager", compile_after=1)
     if not tier_kernels(exe)[1]:
         raise NotInTier("no while loop compiles")
     return flat(exe.run(*case.inputs))
 
 
 def default_runs(case: Case) -> tuple[list, list]:
-    """The first and second run of one `hloexec.load(text)` with the defaults (made once per case)."""
+    """The first and second run of one `hloexec.load(text)` with the defaults (made once per case), the second
+    once the background compiler is done (every kernel due in)."""
     if "default runs" not in case.notes:
         exe = hloexec.load(case.text)
         first = [a.copy() for a in flat(exe.run(*case.inputs))]   # the second run may reuse the first's buffers
+        exe.wait_compiled()
         case.notes["default runs"] = first, flat(exe.run(*case.inputs))
     return case.notes["default runs"]
 

@@ -10,7 +10,8 @@ from functools import cached_property, partial
 from ..ir.module import Computation, Module
 from ..options import Options
 from .tier_report import TierReport
-from .tiering import NOT_COMPILED, CompilePolicy, TieredKernel, TieredLoop, loop_step_work
+from .tiering import (COMPILE_MODES, NEVER_COMPILED, NOT_COMPILED, BackgroundCompiler, CompilePolicy, TieredKernel,
+                      TieredLoop, fusion_work, loop_step_work)
 
 
 @dataclass
@@ -33,13 +34,17 @@ class ExecContext:
     for them ask at run time (the calling thread's device and observer)."""
 
     def __init__(self, module: Module, device: Device, plans, options: Options | None = None, *,
-                 use_numba: bool = True, compile_after: int = 1):
+                 use_numba: bool = True, compile_after: int = 1, compile: str = "background"):
         self.module = module
         self.plans = plans          # the module's PlanCache (exec/executor.py): one plan per computation
         self.default_device = device
         self.options = options or Options()     # how the module computes: read where a rule is used
         self.use_numba = use_numba
-        self.policy = CompilePolicy(compile_after)    # which fusions and loops compile, and when
+        if compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}, got {compile!r}")
+        self.compile = compile      # who waits for the compiler (exec/tiering.py)
+        # which fusions and loops compile, and when
+        self.policy = CompilePolicy(compile_after, BackgroundCompiler() if compile == "background" else None)
         self._participant = threading.local()
         self.tier_report = TierReport()     # which fusions and loops compiled, why the others run op by op
 
@@ -94,6 +99,9 @@ class ExecContext:
         `self.policy` (exec/tiering.py) says whether it is worth compiling and when; a TieredKernel switches."""
         if not self.use_numba:
             return None
+        if self.compile == "never":
+            self.tier_report.record("fusion", comp.name, NEVER_COMPILED)
+            return None
         policy = self.policy
         reason = policy.declines(comp)
         if reason is not None:
@@ -105,14 +113,15 @@ class ExecContext:
         if kernel is None:
             return None
         failed = partial(self.tier_report.record, "fusion", comp.name, NOT_COMPILED)
+        tiered = partial(TieredKernel, kernel=kernel, participant=self.participant,
+                         observer=partial(self.observer, comp), failed=failed, background=policy.background,
+                         name=comp.name, work=fusion_work(comp))
         if policy.compiles_at_once(kernel.key, comp):
             # compiled before its first call: in the entry, with the others once the module is prepared
-            # (Executable, tiering.compile_due); op by op only in observed runs, or if it does not compile: its
-            # plan is made then
-            return TieredKernel(lambda *operands: self.computation(comp, fuse=False)(*operands), kernel, 0,
-                                self.participant, partial(self.observer, comp), failed)
-        tier = TieredKernel(self.computation(comp, fuse=False), kernel, policy.compile_after, self.participant,
-                            partial(self.observer, comp), failed)
+            # (Executable, tiering.compile_due; in the background: all of them); op by op only in observed runs,
+            # until a background compile is done, or if it does not compile: its plan is made then
+            return tiered(lambda *operands: self.computation(comp, fuse=False)(*operands), after=0)
+        tier = tiered(self.computation(comp, fuse=False), after=policy.compile_after)
         policy.planned_kernel(kernel.key, tier)
         return tier
 
@@ -125,6 +134,9 @@ class ExecContext:
         body = self.computation(inst.called["body"])      # prepares the nested loops first
         if not self.use_numba:
             return None
+        if self.compile == "never":
+            self.tier_report.record("loop", inst.name, NEVER_COMPILED)
+            return None
         from ..kernels.program import compile_program
         kernel = self.tier_report.generate("loop", inst.name, lambda: compile_program(
             inst, self.options))
@@ -132,7 +144,8 @@ class ExecContext:
             return None
         loop = TieredLoop(cond, body, kernel, loop_step_work(inst), self.policy.loop_compile_threshold(kernel),
                           self.participant, partial(self.observer, inst.called["body"]),
-                          partial(self.tier_report.record, "loop", inst.name, NOT_COMPILED))
+                          partial(self.tier_report.record, "loop", inst.name, NOT_COMPILED),
+                          self.policy.background, inst.name)
         self.policy.planned_loop(inst, loop)
         return loop
 

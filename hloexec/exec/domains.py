@@ -68,32 +68,37 @@ def _bound_of(inst: Instruction, depth: int) -> tuple[int, Instruction] | None:
         return None
     found = []
     for user in inst.users:
-        positions = [k for k, o in enumerate(user.operands) if o is inst]
-        op = user.opcode
-        for k in positions:
-            if op == "dynamic-slice" and k >= 1:
-                sizes = user.attr("dynamic_slice_sizes")
-                found.append((user.operands[0].shape.dims[k - 1] - sizes[k - 1], user))
-            elif op == "dynamic-update-slice" and k >= 2:
-                found.append((user.operands[0].shape.dims[k - 2] - user.operands[1].shape.dims[k - 2], user))
-            elif op == "gather" and k == 1:
-                dims = user.operands[0].shape.dims
-                found.append((min((dims[d] - s for d, s in zip(range(len(dims)), user.attr("slice_sizes"))),
-                                  default=0), user))
-            elif op in ("ragged-all-to-all", "ragged-all-to-all-start") and k >= 2:
-                # offsets and sizes at most half the rows: every offset + size stays in range
-                found.append((min(user.operands[0].shape.dims[0], user.operands[1].shape.dims[0]) // 2, user))
-            elif op == "scatter" and k == (len(user.operands) - 1) // 2:
-                mapped = user.attr("scatter_dims_to_operand_dims")
-                found.append((min((user.operands[0].shape.dims[d] - 1 for d in mapped), default=0), user))
-            elif _called(user) is not None:
-                called = _called(user)
-                if k < len(called.parameters):
-                    found.append(_bound_of(called.parameters[k], depth + 1))
-            elif op in _PASS_THROUGH:
-                found.append(_bound_of(user, depth + 1))
+        for k in [k for k, o in enumerate(user.operands) if o is inst]:
+            try:
+                found.append(_use_bound(user, k, depth))
+            except (IndexError, TypeError):     # a malformed use bounds nothing: it is refused where prepared
+                pass
     found = [f for f in found if f is not None]
     return min(found, key=lambda f: f[0]) if found else None
+
+
+def _use_bound(user: Instruction, k: int, depth: int) -> tuple[int, Instruction] | None:
+    """What operand `k` of `user` may hold at most, or None where that use does not bound it."""
+    op = user.opcode
+    if op == "dynamic-slice" and k >= 1:
+        return user.operands[0].shape.dims[k - 1] - user.attr("dynamic_slice_sizes")[k - 1], user
+    if op == "dynamic-update-slice" and k >= 2:
+        return user.operands[0].shape.dims[k - 2] - user.operands[1].shape.dims[k - 2], user
+    if op == "gather" and k == 1:
+        dims = user.operands[0].shape.dims
+        return min((dims[d] - s for d, s in zip(range(len(dims)), user.attr("slice_sizes"))), default=0), user
+    if op in ("ragged-all-to-all", "ragged-all-to-all-start") and k >= 2:
+        # offsets and sizes at most half the rows: every offset + size stays in range
+        return min(user.operands[0].shape.dims[0], user.operands[1].shape.dims[0]) // 2, user
+    if op == "scatter" and k == (len(user.operands) - 1) // 2:
+        mapped = user.attr("scatter_dims_to_operand_dims")
+        return min((user.operands[0].shape.dims[d] - 1 for d in mapped), default=0), user
+    called = _called(user)
+    if called is not None:
+        return _bound_of(called.parameters[k], depth + 1) if k < len(called.parameters) else None
+    if op in _PASS_THROUGH:
+        return _bound_of(user, depth + 1)
+    return None
 
 
 def _converted_to_pred(inst: Instruction, depth: int) -> Instruction | None:

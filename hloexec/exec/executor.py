@@ -17,7 +17,7 @@ from .context import Device, ExecContext
 from .inputs import from_npz_void
 from .plan import Plan
 from .runner import Runner
-from .tiering import TieredKernel, compile_due
+from .tiering import CompileEvent, TieredKernel, compile_due
 
 
 class PlanCache:
@@ -57,11 +57,16 @@ class Executable:
     """A module prepared for running on the CPU: `run(*arrays)` returns numpy arrays."""
 
     def __init__(self, module: Module, *, options: Options | None = None, device=None, use_numba: bool = True,
-                 compile_after: int = 1, participant: Device | None = None, compile_kernels: bool = True,
-                 **rules):
+                 compile: str = "background", compile_after: int | None = None, participant: Device | None = None,
+                 compile_kernels: bool = True, **rules):
         """`options` (hloexec.options.Options) or `device` (a profile, its name or file) and any of Options'
         rules by keyword (`reductions`, `excess_precision`, `max_memory`) override the options' or the device's
-        own. `participant`: the SPMD participant this executable plays (default: device 0 of the module's)."""
+        own. `participant`: the SPMD participant this executable plays (default: device 0 of the module's).
+        `compile`: "background" (no run waits for the compiler: fusions run op by op and loops interpreted until
+        their kernels, compiled meanwhile, are there), "eager" (a call that is due compiles, and waits: with
+        compile_after=0 the first run waits for every kernel) or "never" (op by op always); see
+        exec/tiering.py. `compile_after`: calls of a fusion op by op before it is due to compile (default: 1 in
+        the background, so that a one-shot run compiles nothing, 0 eager)."""
         from .communicators import MirrorCommunicator
         keep_freed_memory()         # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
@@ -77,8 +82,10 @@ class Executable:
             device = auto_device(module)[0]
         self.options = Options.of(options, device, **rules)
         self.plans = PlanCache()
+        if compile_after is None:
+            compile_after = 0 if compile == "eager" else 1
         self.context = ExecContext(module, participant, self.plans, self.options, use_numba=use_numba,
-                                   compile_after=compile_after)
+                                   compile_after=compile_after, compile=compile)
         self.runner = self.context.computation(module.entry)
         self.plan = self.runner.plan
         # the entry's fused tiers not compiled yet: those due compile together (side by side) before a run, not
@@ -88,7 +95,7 @@ class Executable:
         # False: kernels that would compile now compile before the first run instead (the plan and its memory
         # model are the same; reports that never run the module do not wait for Numba)
         if compile_kernels:
-            self._uncompiled = compile_due(self._uncompiled, self.context.participant())
+            self._compile_due()
         self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
         from .manual import has_manual_regions
@@ -138,8 +145,8 @@ class Executable:
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
         previous = None if observe is None else self.context.observe(
             observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
-        if self._uncompiled and observe is None:       # (an observed run runs every fusion op by op)
-            self._uncompiled = compile_due(self._uncompiled, self.context.participant())
+        if observe is None:       # (an observed run runs every fusion op by op)
+            self._compile_due()
         try:
             with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
                 return self.runner(*inputs, progress=progress, profile=profile)
@@ -149,9 +156,50 @@ class Executable:
 
     __call__ = run
 
+    def _compile_due(self, everything: bool = False) -> None:
+        """Compile the kernels due before a run (`everything`: in the background, all of the entry's fusions and
+        the loops, due or not): the entry's fusions, and in the background the loops too (handed over, not
+        waited for; the fusions in loops and branches are handed over when due at a call), else waited for (the
+        loops compile at their first call past their threshold)."""
+        who = self.context.participant()
+        policy = self.context.policy
+        if policy.background is not None:
+            self._uncompiled = [t for t in self._uncompiled if t.compiled is None]
+            policy.background.request([t for t in self._uncompiled if everything or t.due(who)]
+                                      + policy.loops_due(None if everything else who))
+            policy.background.say_failures()
+        elif self._uncompiled:
+            self._uncompiled = compile_due(self._uncompiled, who)
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Compile now, in the background, the entry's fusions and the loops that may compile (due or not), and
+        wait until they and every kernel asked for so far are compiled -- or found not to compile:
+        CompileWarning -- and swapped in, so that the next run is warm; False if `timeout` seconds passed first
+        (the compile goes on). In the "eager" mode, compiles the entry's fusions due now; in the "never" mode,
+        nothing to wait for."""
+        self._compile_due(everything=True)
+        background = self.context.policy.background
+        if background is None:
+            return True
+        done = background.wait(timeout)
+        background.say_failures()
+        return done
+
+    @property
+    def compile_events(self) -> list[CompileEvent]:
+        """What the background compiler made ready so far, and when (empty unless compile="background")."""
+        background = self.context.policy.background
+        return [] if background is None else list(background.events)
+
+    def compile_report(self) -> dict:
+        """{"mode": the compile mode, and in the background "pending" (kernels not ready yet) and "events" (what
+        was made ready when, seconds since the module was prepared)}: `hloexec run --profile`."""
+        background = self.context.policy.background
+        return {"mode": self.context.compile, **(background.report() if background is not None else {})}
+
     def random_inputs(self, seed: int = 0) -> list:
         from .inputs import random_inputs
-        return random_inputs(self.module, seed)
+        return random_inputs(self.module, seed, max_memory=self.max_memory)
 
     def peak_bytes(self) -> int:
         """Peak live bytes of the entry computation (inputs included), from the schedule, and the values the

@@ -19,7 +19,9 @@ def inline_calls(comp: Computation, keep_call) -> Computation:
     """`comp` with its `call`s replaced by the called instructions (recursively), or `comp` itself when
     there is nothing to inline. `keep_call(inst)`: a call not to inline (one with side effects)."""
     def inlinable(inst) -> bool:
-        return inst.opcode == "call" and not keep_call(inst) and _ordered(inst.called["to_apply"])
+        called = inst.called.get("to_apply")           # malformed calls: refused where they are prepared
+        return inst.opcode == "call" and called is not None and len(called.parameters) == len(inst.operands) \
+            and not keep_call(inst) and _ordered(called)
 
     if not any(inlinable(i) for i in comp.instructions) or not _ordered(comp) or _size(comp, inlinable) > MAX_INLINED:
         return comp

@@ -12,16 +12,45 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.module import Module
+from ..ir.module import Instruction, Module
 from ..ir.shape import Shape
 from .domains import Domain, input_domains
 
 
-def random_inputs(module: Module, seed: int = 0, domains: dict[int, Domain] | None = None) -> list:
-    """One random value per entry parameter; `domains`: input_domains(module), when the caller has them."""
+def random_inputs(module: Module, seed: int = 0, domains: dict[int, Domain] | None = None,
+                  max_memory: int | None = None) -> list:
+    """One random value per entry parameter (`domains`: input_domains(module), when the caller has them);
+    MemoryLimitError, before allocating, when they alone cannot fit."""
+    check_inputs_fit(module.name, [p.shape for p in module.entry.parameters], max_memory)
+    for p in module.entry.parameters:
+        _check_representable(p)
     rng = np.random.default_rng(seed)
     domains = input_domains(module) if domains is None else domains
     return [random_value(p.shape, rng, domains.get(p.parameter_number)) for p in module.entry.parameters]
+
+
+def _check_representable(param: Instruction) -> None:
+    """UnsupportedError for a parameter no numpy array can be made for (f32[2^62,0]: empty, but numpy multiplies
+    the other dimensions, by the 16 bytes of the widest values random_value draws, and refuses)."""
+    from ..errors import UnsupportedError
+    for _, leaf in param.shape.leaves():
+        extent = 16
+        for d in leaf.dims:
+            extent *= max(d, 1)
+        if extent >= 1 << 63:
+            raise UnsupportedError(f"parameter shape {leaf.to_text(layout=False)}: its dimensions multiply past what "
+                                   "a numpy array can index (even with a zero dimension)", param)
+
+
+def check_inputs_fit(module_name: str, shapes: list[Shape], max_memory: int | None = None) -> None:
+    """MemoryLimitError when arrays of `shapes` exceed `max_memory` (None: MemAvailable): a module whose inputs
+    cannot be made is refused before numpy tries (its MemoryError, or the OOM killer, says nothing useful)."""
+    from ..errors import MemoryLimitError
+    from .executor import available_memory
+    need = sum(s.nbytes for s in shapes)
+    limit = max_memory if max_memory is not None else available_memory()
+    if limit is not None and need > limit:
+        raise MemoryLimitError(module_name, need, limit, given=max_memory is not None)
 
 
 def random_value(shape: Shape, rng: np.random.Generator, domain: Domain | None = None):

@@ -604,7 +604,7 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
         actor = ray.remote(Worker)
         text = ray.put(source)
         options = {"options": exe.options, "use_numba": exe.context.use_numba,
-                   "compile_after": exe.context.compile_after}
+                   "compile_after": exe.context.compile_after, "compile": exe.context.compile}
         for i, (group, s) in enumerate(zip(groups, slots)):
             workers.append(actor.options(
                 num_cpus=0, max_concurrency=ACTOR_THREADS,

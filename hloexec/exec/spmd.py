@@ -168,14 +168,14 @@ def assemble_outputs(module: Module, per_device_outputs: list, global_shapes=Non
 def random_global_inputs(module: Module, seed: int = 0) -> list:
     """A random global value per entry parameter: the per-device shape times its sharding's tile counts."""
     from .domains import input_domains
-    from .inputs import random_value
+    from .inputs import check_inputs_fit, random_value
     rng = np.random.default_rng(seed)
     domains = input_domains(module)
-    values = []
-    for p, s in zip(module.entry.parameters, parameter_shardings(module)):
-        full = p.shape if p.shape.is_tuple else array_shape(p.shape.element_type.name, global_shape(p.shape, s))
-        values.append(random_value(full, rng, domains.get(p.parameter_number)))
-    return values
+    params = module.entry.parameters
+    shapes = [p.shape if p.shape.is_tuple else array_shape(p.shape.element_type.name, global_shape(p.shape, s))
+              for p, s in zip(params, parameter_shardings(module))]
+    check_inputs_fit(module.name, shapes)
+    return [random_value(full, rng, domains.get(p.parameter_number)) for p, full in zip(params, shapes)]
 
 
 def random_inputs(module: Module, num_devices: int, seed: int = 0) -> list[list]:

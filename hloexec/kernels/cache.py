@@ -25,7 +25,10 @@ import shutil
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 from . import workers
 
@@ -53,9 +56,26 @@ def source_key(source: str, prefix: str = "") -> str:
     return prefix + hashlib.sha256(source.encode()).hexdigest()[:24 - len(prefix)]
 
 
+_PINNED = threading.local()     # the calling thread's cache dir, if pinned (pinned_cache_dir)
+
+
 def cache_dir() -> Path:
+    pinned = getattr(_PINNED, "dir", None)
+    if pinned is not None:
+        return pinned
     d = os.environ.get("HLOEXEC_CACHE_DIR")
     return Path(d) if d else Path.home() / ".cache" / "hloexec" / "kernels"
+
+
+@contextmanager
+def pinned_cache_dir(directory: Path):
+    """Make the calling thread's loads use `directory` meanwhile, whatever $HLOEXEC_CACHE_DIR says by then: a
+    background compile finishes in the cache dir its kernels were handed over in (and its workers compiled into)."""
+    _PINNED.dir = directory
+    try:
+        yield
+    finally:
+        _PINNED.dir = None
 
 
 def load_kernel(source: str, key: str):
@@ -77,9 +97,13 @@ def load_kernel(source: str, key: str):
         path = d / f"{modname}.py"
         if not path.exists() or path.read_text() != source:
             fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{modname}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)       # atomic: another process importing it sees the old or the new text
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(source)
+                os.replace(tmp, path)   # atomic: another process importing it sees the old or the new text
+            except BaseException:       # interrupted (Ctrl-C, SIGTERM in the CLI) or failed: leave no part file
+                Path(tmp).unlink(missing_ok=True)
+                raise
             importlib.invalidate_caches()
         module = sys.modules.get(modname) or importlib.import_module(modname)
         fn = module.kernel
@@ -87,14 +111,33 @@ def load_kernel(source: str, key: str):
         return fn
 
 
-def compile_elsewhere(tasks) -> None:
+def compile_elsewhere(tasks, background: bool = False) -> None:
     """Have worker processes compile `tasks`, (key, source, signature) each, into the disk cache, but for the
-    kernels this process has loaded already (kernels/workers.py)."""
-    workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir())
+    kernels this process has loaded already (kernels/workers.py; `background`: see workers.submit)."""
+    workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir(), background)
 
 
-def compile_signature(fn, signature) -> None:
-    """Compile dispatcher `fn` for `signature` (operands typed read-only), then stop it compiling at call time.
+def array_arg(dtype, ndim: int, readonly: bool) -> tuple:
+    """A C-contiguous array argument of a kernel signature (see numba_signature)."""
+    return ("array", np.dtype(dtype).name, max(ndim, 1), readonly)
+
+
+INT64_ARG = ("scalar", "int64")
+
+
+def numba_signature(signature) -> tuple:
+    """The Numba types of a kernel signature given as plain tuples (array_arg, INT64_ARG: picklable without
+    importing Numba, so that handing kernels to workers does not import it in the process)."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+    return tuple(types.Array(from_dtype(np.dtype(arg[1])), arg[2], "C", readonly=arg[3]) if arg[0] == "array"
+                 else from_dtype(np.dtype(arg[1])) for arg in signature)
+
+
+def compile_signature(fn, signature, lines: int = 0) -> None:
+    """Compile dispatcher `fn` for `signature` (numba_signature's plain tuples; operands typed read-only), then
+    stop it compiling at call time. `lines`: of its generated source (Numba's SSA pass recurses once per block:
+    up to one per line).
 
     Numba types a read-only array (a constant, a caller's read-only input) apart from a writable one and,
     while it may compile, compiles a second specialisation for it at the call. Compiled for read-only operands
@@ -102,9 +145,12 @@ def compile_signature(fn, signature) -> None:
     one specialisation, whatever the operands' flags."""
     with _COMPILE_LOCK:     # another kernel sharing `fn` (same source) may add its own signature
         fn.disable_compile(False)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20 * lines))
         try:
-            fn.compile(signature)
+            fn.compile(numba_signature(signature))
         finally:
+            sys.setrecursionlimit(limit)
             if fn.signatures:       # Numba asserts it has one (which would hide why the compile failed)
                 fn.disable_compile()
 

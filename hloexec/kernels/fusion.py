@@ -36,7 +36,7 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..options import Options
 from . import elementwise as ew
-from .cache import compile_signature, load_kernel, source_key
+from .cache import INT64_ARG, array_arg, compile_signature, load_kernel, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
                       scalar_literal)
 from .index_maps import SourceIndex, clamped_start, dilated_element, reduce_dims, window_position, window_span
@@ -44,6 +44,7 @@ from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
 BLOCK_WORK = 32_768              # output elements x reduced elements per block of the split at least
+MAX_BLOCKS = 1 << 20             # blocks at most (past any array that fits in memory: 2^35 elements of work)
 COLUMN_BLOCK = 2048              # output elements per block of a column reduction at least (the width of its rows)
 MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
 TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
@@ -242,7 +243,7 @@ class _Generator:
         args = [f"o{k}" for k in range(len(outs))] + [f"p{p.parameter_number}" for p in self.params] + \
                [f"c{k}" for k in range(len(self.consts))] + (["lo", "hi"] if self.parallel else [])
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
-        count = max(2, work // BLOCK_WORK)
+        count = min(max(2, work // BLOCK_WORK), MAX_BLOCKS)
         if column:      # a block walks every reduced row: a narrow one reads a few bytes of each cache line
             count = min(count, max(2, out_size // COLUMN_BLOCK))
         self.blocks = ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], count)) if self.parallel else []
@@ -772,24 +773,21 @@ class FusedKernel:
         return self._fn
 
     @property
-    def signature_types(self):
+    def signature(self) -> tuple:
         """Outputs writable, operands and constants read-only (compile_signature), all C-contiguous."""
-        from numba import types
-        from numba.np.numpy_support import from_dtype
-        outs = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C") for dims, et in self._outs]
-        ins = [types.Array(from_dtype(ew.STORAGE[et]), max(len(dims), 1), "C", readonly=True)
-               for dims, et in self._params]
-        ins += [types.Array(from_dtype(c.dtype), max(c.ndim, 1), "C", readonly=True) for c in self._consts]
-        return tuple(outs + ins) + ((types.int64, types.int64) if self.blocks else ())
+        outs = [array_arg(ew.STORAGE[et], len(dims), False) for dims, et in self._outs]
+        ins = [array_arg(ew.STORAGE[et], len(dims), True) for dims, et in self._params]
+        ins += [array_arg(c.dtype, c.ndim, True) for c in self._consts]
+        return tuple(outs + ins) + ((INT64_ARG, INT64_ARG) if self.blocks else ())
 
     @property
     def compile_task(self) -> tuple:
         """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
-        return self.key, self.source, self.signature_types
+        return self.key, self.source, self.signature
 
     def compile(self):
         """Compile now (or load from the disk cache): one specialisation, for read-only or writable operands."""
-        compile_signature(self.fn, self.signature_types)
+        compile_signature(self.fn, self.signature)
         return self
 
     def _arg(self, value, dims, et):

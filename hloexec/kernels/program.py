@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -46,7 +45,7 @@ from ..options import Options
 from ..ir.attributes import dot_dims
 from ..ir.fma import contract_fma
 from . import elementwise as ew
-from .cache import compile_signature, load_kernel, source_key
+from .cache import array_arg, compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 from .dot_algorithms import plain_dot
 from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
@@ -825,18 +824,19 @@ class ProgramKernel:
             self._fn = load_kernel(self.source, self.key)
         return self._fn
 
+    @property
+    def signature(self) -> tuple:
+        """Operands and constants are never written: read-only, one specialisation (cache.compile_signature)."""
+        return tuple([array_arg(ew.STORAGE[et], 1, True) for _, et in self._params]
+                     + [array_arg(c.dtype, 1, True) for c in self._consts])
+
+    @property
+    def compile_task(self) -> tuple:
+        """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
+        return self.key, self.source, self.signature
+
     def compile(self):
-        from numba import types
-        from numba.np.numpy_support import from_dtype
-        # operands and constants are never written: read-only, one specialisation (cache.compile_signature)
-        sig = [types.Array(from_dtype(ew.STORAGE[et]), 1, "C", readonly=True) for _, et in self._params]
-        sig += [types.Array(from_dtype(c.dtype), 1, "C", readonly=True) for c in self._consts]
-        limit = sys.getrecursionlimit()         # Numba's SSA pass recurses once per block of the function
-        sys.setrecursionlimit(max(limit, 20 * len(self.source.splitlines())))
-        try:
-            compile_signature(self.fn, tuple(sig))
-        finally:
-            sys.setrecursionlimit(limit)
+        compile_signature(self.fn, self.signature, self.lines)
         return self
 
     def __call__(self, *operands):

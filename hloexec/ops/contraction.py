@@ -366,9 +366,14 @@ def prepare_scaled_dot(inst, ctx):
 
 # -- convolution -----------------------------------------------------------------------------
 def _conv_dims(inst, rank):
+    """dim_labels, checked against the kernel's `rank` (a convolution-like custom-call's shapes are not checked
+    by shape inference)."""
     cd = inst.attr("dim_labels")
     if cd is None:
         raise UnsupportedError("convolution without dim_labels", inst)
+    if rank != 2 + len(cd.kernel_spatial):
+        raise UnsupportedError(f"dim_labels name {len(cd.kernel_spatial)} spatial dimensions; the kernel has rank "
+                               f"{rank}", inst)
     return cd
 
 

@@ -122,6 +122,16 @@ TUPLE_RESULTS = frozenset({
     "recv-done", "infeed", "batch-norm-training", "batch-norm-grad", "rng-bit-generator", "reduce",
     "reduce-window", "scatter", "sort", "topk", "opt-barrier", "optimization-barrier", "domain", "scan",
     "add-dependency"})
+# Opcodes whose operands are arrays (XLA's shape inference refuses tuples and tokens there): elementwise math,
+# movement, contractions, reductions, indexing. Their prepares may take every operand's dtype for granted.
+ARRAY_OPERANDS = frozenset(_ONE[:_ONE.index("copy")] + _TWO[:_TWO.index("pad")] + (
+    "bitcast-convert", "convert", "reshape", "transpose", "broadcast", "reverse", "slice", "reduce-precision",
+    "fft", "cholesky", "topk", "pad", "gather", "triangular-solve", "stochastic-convert", "convolution", "mulhi",
+    "select", "clamp", "dot", "scaled-dot", "ragged-dot", "dynamic-slice", "dynamic-update-slice", "concatenate",
+    "sort", "map", "reduce", "reduce-window", "scatter", "select-and-scatter", "batch-norm-training",
+    "batch-norm-inference", "batch-norm-grad"))
+# ... and whose result is one array too (the rest of ARRAY_OPERANDS may make tuples: variadic reduce, sort, ...)
+ARRAY_RESULT = ARRAY_OPERANDS - TUPLE_RESULTS
 # The computations XLA's parser requires (one of the alternatives, each a tuple of attribute keys).
 CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{o: (("to_apply",),) for o in ("call", "map", "reduce", "reduce-window", "scatter", "all-reduce",
@@ -132,13 +142,19 @@ CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
     "select-and-scatter": (("select", "scatter"),)}
 
 
+def operand_count_ok(opcode: str, n: int) -> bool:
+    """Whether XLA's parser takes `opcode` with `n` operands (ARITY)."""
+    least, most, step = ARITY.get(opcode, (0, None, 1))
+    return least <= n and (most is None or n <= most) and (n - least) % step == 0
+
+
 def check_form(inst, opcode: str) -> None:
     """The operand count and called computations XLA's parser requires of `opcode` (HloParseError), an array
     result where XLA's shape rules give one, and a written shape that is what the operands give
     (ir/shape_inference.py, as XLA's verifier; UnsupportedError): what every op's prepare may take for granted."""
-    least, most, step = ARITY.get(opcode, (0, None, 1))
     n = len(inst.operands)
-    if n < least or (most is not None and n > most) or (n - least) % step:
+    if not operand_count_ok(opcode, n):
+        least, most, step = ARITY.get(opcode, (0, None, 1))
         wanted = str(least) if most == least else f"{least} or more" if most is None else f"{least} to {most}"
         if step == 2:
             wanted += f" ({'even' if least % 2 == 0 else 'odd'})"
@@ -147,6 +163,12 @@ def check_form(inst, opcode: str) -> None:
     if alternatives and not any(all(k in inst.called for k in keys) for keys in alternatives):
         raise inst.parse_error(f"{opcode} needs the computation attribute "
                                + " or ".join("/".join(f"{k}=" for k in keys) for keys in alternatives))
+    if opcode in ARRAY_OPERANDS:
+        for o in inst.operands:
+            if not o.shape.is_array:
+                raise UnsupportedError(f"{opcode} takes arrays; operand %{o.name} is {o.shape.to_text(False)}", inst)
+    if opcode in ARRAY_RESULT and not inst.shape.is_tuple and not inst.shape.is_array:
+        raise UnsupportedError(f"{opcode} makes an array, not {inst.shape.to_text(False)}", inst)
     if inst.shape.is_tuple and opcode not in TUPLE_RESULTS:
         raise UnsupportedError(f"{opcode} with the tuple result {inst.shape.to_text(False)}: XLA's shape rules give "
                                "it an array", inst)

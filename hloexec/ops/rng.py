@@ -184,7 +184,8 @@ def rng_bit_generator(algorithm: str, state: np.ndarray, dims, out_dtype):
           "rng_default = Philox (XLA:CPU's choice).")
 def prepare_rng_bit_generator(inst, ctx):
     alg = str_attr(inst, "algorithm", "rng_default")
-    if not inst.shape.is_tuple:
+    if not inst.shape.is_tuple or len(inst.shape.tuple_shapes) != 2 or \
+            not all(s.is_array for s in inst.shape.tuple_shapes):
         raise UnsupportedError("rng-bit-generator must return (state, bits)", inst)
     sshape, dshape = inst.shape.tuple_shapes
     dims, dt = tuple(dshape.dims), dshape.dtype

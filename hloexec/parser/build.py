@@ -394,7 +394,7 @@ class Builder:
             operands = [shapes[shape_ids[t]] for t in tables.targets[ob:ob + oc].tolist()]
             if flags & INSTR_NO_SHAPE:
                 shape = self.infer_shape(opcode, operands, ab, ac, oo)
-            elif operands and operands[0].is_tuple:
+            elif operands and operands[0].is_tuple and operands[0].tuple_shapes:
                 # recv-done: XLA's parser builds it from its operand and ignores the written shape
                 shape = tuple_shape((operands[0].tuple_shapes[0], TOKEN))
             else:

@@ -57,6 +57,14 @@ class BisectReport:
     diff: DiffReport | None = None
     by: str = "first-stage"             # what a stage is judged against: "first-stage" or "shadow"
 
+    def duplicates(self) -> list[dict]:
+        """The stage files left out as a second copy of a stage (dumpdir.scan), as skipped entries."""
+        return [{"stage": left.name, "error": f"duplicate of {kept.name}"} for left, kept in self.module.duplicates]
+
+    def compared(self) -> int:
+        """How many stages ran and were compared with the reference (the reference included)."""
+        return sum(1 for r in self.runs.values() if not r.error)
+
     def to_dict(self) -> dict:
         def name(i):
             return None if i is None else self.stages[i].path.name
@@ -75,7 +83,7 @@ class BisectReport:
                          "status": "skipped" if r.error else ("changed" if r.changed else "agrees"),
                          "error": r.error or None} for i, r in sorted(self.runs.items())],
             "skipped": [{"stage": self.stages[i].path.name, "error": r.error}
-                        for i, r in sorted(self.runs.items()) if r.error],
+                        for i, r in sorted(self.runs.items()) if r.error] + self.duplicates(),
             "diff": None if self.diff is None else self.diff.to_dict()})
 
 
@@ -95,9 +103,14 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
     from ..parser import parse
+    from .dumpdir import check_stage
     from .numerics import judge_run
     stages = module.stages()
     runs: dict[int, StageRun] = {}
+    for i, stage in enumerate(stages):      # a stage that cannot be read is skipped, and said, wherever it is
+        problem = check_stage(stage)[1]
+        if problem:
+            runs[i] = StageRun(stage, i, error=problem)
     state = {"inputs": inputs, "reference": None, "exe": None}
 
     def run(i: int) -> StageRun:
@@ -171,20 +184,28 @@ def _runnable_near(run, mid: int, low: int, high: int) -> int | None:
 
 def format_report(r: BisectReport) -> str:
     from .diff import format_report as format_diff
+    skipped = [x for x in r.runs.values() if x.error]
     lines = [f"module_{r.module.number:04d}.{r.module.name}: {len(r.stages)} stages, "
-             f"{len(r.runs)} run, {sum(1 for x in r.runs.values() if x.error)} skipped"]
+             f"{r.compared()} run, {len(skipped)} skipped"
+             + (f", {len(r.module.duplicates)} duplicate files left out" if r.module.duplicates else "")]
     for i, x in sorted(r.runs.items()):
         bad_word, good_word = ("NOT CONSISTENT", "consistent") if r.by == "shadow" else ("CHANGED", "agrees")
         status = f"skipped ({x.error})" if x.error else ("reference" if i == r.reference and r.by != "shadow" else
                                                          bad_word if x.changed else good_word)
         lines.append(f"  {i:>4}  {r.stages[i].label:<70} {status}")
+    for d in r.duplicates():
+        lines.append(f"  {'':>4}  {d['stage']:<70} skipped ({d['error']})")
     if r.reference is None:
         lines.append("no stage could run")
         return "\n".join(lines)
     if r.first_bad is None:
-        lines.append(f"every stage checked is consistent with the exact answer of {r.stages[r.reference].path.name}"
-                     if r.by == "shadow" else
-                     f"the outputs agree with {r.stages[r.reference].path.name} at every stage checked")
+        lines.append((f"every stage checked is consistent with the exact answer of {r.stages[r.reference].path.name}"
+                      if r.by == "shadow" else
+                      f"the outputs agree with {r.stages[r.reference].path.name} at every stage checked")
+                     + (f" ({r.compared()} of {len(r.stages)}; {len(skipped)} could not be run: see above)"
+                        if skipped else ""))
+        if r.compared() < 2:
+            lines.append("no other stage could run: nothing was compared")
         if r.after_first_bad:
             lines.append(f"  note: {r.after_first_bad}")
         return "\n".join(lines)
@@ -231,7 +252,7 @@ def cmd_bisect(args) -> int:
                      "inputs": inputs_info, **report.to_dict()})
     else:
         print(format_report(report))
-    if report.reference is None:
+    if report.reference is None or report.compared() < 2:      # nothing compared: no verdict to give
         return EXIT_ERROR
     return EXIT_MISMATCH if report.first_bad is not None else EXIT_OK
 

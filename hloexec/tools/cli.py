@@ -11,7 +11,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..errors import ArrayFileError, ExecutionError, HloParseError, UnsupportedError
+from ..exec.tiering import COMPILE_MODES, format_compile_report
 from ..options import REDUCTIONS
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
@@ -31,7 +34,9 @@ EXIT_CODES = """exit codes:
      program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite and
      numerics: an instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ
      across devices
-  2  parse error, usage error, unsupported op, execution error, internal error"""
+  2  parse error, usage error, unsupported op, execution error, bad input file, module too big
+     for memory, internal error
+  130 interrupted (Ctrl-C), 143 terminated (SIGTERM)"""
 
 
 def _tolerances_help() -> str:
@@ -54,6 +59,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a count >= 1, got {text}")
     return value
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that a run stops as Ctrl-C stops it: `finally` blocks and atexit
+    handlers remove temporary files, stop compile workers and kill child processes (the default action would
+    end the process with none of that)."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 class UsageError(Exception):
@@ -91,9 +106,12 @@ def _prepare(module, args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
         # rules not given on the command line are the device profile's (hloexec.options)
-        exe = Executable(module, device=device_option(args.device, module), use_numba=not args.no_numba,
-                         excess_precision=args.excess_precision or None,
-                         reductions=args.reductions, max_memory=getattr(args, "max_memory", None))
+        device = args.device
+        if device and getattr(args, "reference", None) == "shadow":     # a list: judged by each, run as the first
+            device = device.split(",")[0]
+        exe = Executable(module, device=device_option(device, module), use_numba=not args.no_numba,
+                         excess_precision=args.excess_precision or None, reductions=args.reductions,
+                         max_memory=getattr(args, "max_memory", None), compile=args.compile)
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
     if elided:
@@ -157,12 +175,11 @@ def _module_inputs(module, args) -> tuple[list, dict]:
         domains = input_domains(module)
         constrained = [{"parameter": k, "name": module.entry.parameters[k].name, **d.to_json()}
                        for k, d in sorted(domains.items())]
-        return random_inputs(module, args.seed, domains), {"from": "seed", "seed": args.seed,
-                                                           "constrained": constrained}
-    from .xla_cpu import load_arrays
-    arrays = numbered(load_arrays(args.inputs), "arg", args.inputs)
+        return (random_inputs(module, args.seed, domains, getattr(args, "max_memory", None)),
+                {"from": "seed", "seed": args.seed, "constrained": constrained})
+    from .arrays import read_values
     shapes = [p.shape for p in module.entry.parameters]
-    return nest(arrays, shapes, args.inputs), {"from": "npz", "path": args.inputs}
+    return read_values(args.inputs, "arg", shapes, what="entry arguments"), {"from": "npz", "path": args.inputs}
 
 
 def print_constrained(inputs_info: dict) -> None:
@@ -172,35 +189,9 @@ def print_constrained(inputs_info: dict) -> None:
         print(f"  input {c['parameter']} %{c['name']}: drawn {c['domain']}{bound} ({c['reason']})")
 
 
-def numbered(arrays: dict, prefix: str, path: str) -> list:
-    """The values of keys prefix0..prefixN in number order; UsageError for any other key."""
-    by_number = {}
-    for key, value in arrays.items():
-        m = re.fullmatch(re.escape(prefix) + r"(\d+)", key)
-        if m is None:
-            raise UsageError(f"{path}: unexpected key {key!r} (expected {prefix}0..{prefix}N)")
-        by_number[int(m.group(1))] = value
-    missing = [n for n in range(len(by_number)) if n not in by_number]
-    if missing:
-        raise UsageError(f"{path}: key {prefix}{missing[0]} missing (keys must be {prefix}0..{prefix}N)")
-    return [by_number[n] for n in range(len(by_number))]
-
-
-def nest(arrays: list, shapes: list, path: str) -> list:
-    """Entry arguments from arrays: one per parameter, or the leaves of tuple parameters in order."""
-    if len(arrays) == len(shapes):
-        return arrays
-    leaves = iter(arrays)
-
-    def build(shape):
-        if shape.is_tuple:
-            return tuple(build(s) for s in shape.tuple_shapes)
-        return next(leaves)
-    n_leaves = sum(1 for s in shapes for _ in s.leaves())
-    if len(arrays) != n_leaves:
-        raise UsageError(f"{path} holds {len(arrays)} arrays; the entry takes {len(shapes)} parameters "
-                         f"({n_leaves} array leaves)")
-    return [build(s) for s in shapes]
+def _result_leaves(exe) -> list:
+    """The module's outputs as shapes (the leaves of its result, in out0..outM order)."""
+    return [leaf for _, leaf in exe.result_shape.leaves()]
 
 
 def flatten(value) -> list:
@@ -343,7 +334,7 @@ def cmd_run(args) -> int:
     inputs, inputs_info = _inputs(exe, args)
     profile = {} if args.profile else None
     runs = []
-    for k in range(args.repeat):        # fused kernels compile on their second call: a repeat is warm
+    for k in range(args.repeat):        # later runs use the kernels compiled by then (docs/compile.md)
         outputs, seconds_k = execute(exe, inputs, profile if k == args.repeat - 1 else None)
         runs.append(seconds_k)
     execute_s = runs[0]
@@ -357,12 +348,13 @@ def cmd_run(args) -> int:
         seconds["runs"] = runs
     slowest = profile_rows(exe, profile, args.profile) if args.profile else None
     tiers = exe.context.tier_report if args.profile else None
+    compiled = exe.compile_report() if args.profile else None
     if args.json:
         _print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": module.name,
                      "inputs": inputs_info, "memory": memory, "seconds": seconds, "outputs": summaries,
                      "nan_found": nan_found, "out": args.out, "profile": slowest,
                      "elided_constants": [c.name for c in module.elided_constants()],
-                     "tiers": tiers.to_dict() if tiers is not None else None})
+                     "tiers": tiers.to_dict() if tiers is not None else None, "compile": compiled})
     else:
         print(f"module {module.name}: {len(outputs)} output{'s' if len(outputs) != 1 else ''}, inputs "
               + (f"seed {args.seed}" if args.inputs is None else args.inputs))
@@ -385,6 +377,8 @@ def cmd_run(args) -> int:
         if tiers is not None:
             print("compiled tiers (fused computations and while loops; op by op: how many, why):")
             for line in tiers.format():
+                print("  " + line)
+            for line in format_compile_report(compiled):
                 print("  " + line)
         if args.out is not None:
             print(f"outputs written to {args.out}")
@@ -487,8 +481,9 @@ def cmd_compare(args) -> int:
         check_memory(other_exe, args, text_out)
         reference = {"from": "hlo", "file": args.other, "module": other.name}
     if args.expected is not None:
-        from .xla_cpu import load_arrays
-        expected = numbered(load_arrays(args.expected), "out", args.expected)
+        from .arrays import read_values      # shapes and dtypes that differ are the comparison's to report
+        expected = read_values(args.expected, "out", _result_leaves(exe), what="outputs", check_shapes=False,
+                               check_dtypes=False)
         reference = {"from": "npz", "path": args.expected}
     if _is_spmd(args):
         if args.against is not None:
@@ -523,7 +518,6 @@ def cmd_compare(args) -> int:
 
 def cmd_compare_shadow(args) -> int:
     """`compare --reference shadow`: candidates judged by their distance from FILE's exact answer (verdict.py)."""
-    from .numerics import judge_run
     from .verdict import format_verdict
     if args.expected is not None:
         raise UsageError("with --reference shadow, outputs from elsewhere are candidates: give them with --actual")
@@ -546,7 +540,7 @@ def cmd_compare_shadow(args) -> int:
     if args.against is not None:
         candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
     candidates.update(actual_candidates(exe, args.actual or ()))
-    verdict, run = judge_run(exe, inputs, candidates, runner)
+    verdict, run = judge_candidates(exe, module, args, inputs, candidates, runner)
     if args.json:
         from .numerics import shadow_report
         report = shadow_report(run)
@@ -569,16 +563,19 @@ def cmd_compare_shadow(args) -> int:
 
 
 def actual_candidates(exe, paths) -> dict[str, list]:
-    """Candidates from --actual files (keys out0..outM), by file name: a device's outputs, ml_dtypes arrays that
-    plain np.savez wrote as void too."""
-    from ..exec.inputs import from_npz_void
-    from .xla_cpu import load_arrays
-    dtypes = [leaf.dtype for _, leaf in exe.result_shape.leaves()]
-    candidates = {}
-    for path in paths:
-        arrays = numbered(load_arrays(path), "out", path)
-        candidates[Path(path).name] = [from_npz_void(a, d) for a, d in zip(arrays, dtypes)] + arrays[len(dtypes):]
-    return candidates
+    """Candidates from --actual files (keys out0..outM), by file name: a device's outputs, judged against the
+    program's, so read as of its types."""
+    from .arrays import read_values
+    return {Path(path).name: read_values(path, "out", _result_leaves(exe), what="outputs") for path in paths}
+
+
+def judge_candidates(exe, module, args, inputs, candidates: dict, runner):
+    """judge_run of `compare --reference shadow` and `report`: --device's profiles (A,B: judged by each), XLA:CPU's
+    arithmetic known for its candidate."""
+    from .devices import device_list
+    from .numerics import judge_run, xla_cpu_arithmetic
+    devices = device_list(args.device, module, say=lambda message: None) if args.device else None   # said once
+    return judge_run(exe, inputs, candidates, runner, devices=devices, known={"XLA:CPU": xla_cpu_arithmetic()})
 
 
 def _run_on_xla(module, path: str, inputs) -> list:
@@ -603,9 +600,9 @@ def _global_inputs(exe, reference_exe, args) -> tuple[list, dict]:
     reference (unsharded) module's shapes, else of the shapes the sharded parameters cover."""
     from ..exec import spmd
     if args.inputs is not None:
-        from .xla_cpu import load_arrays
-        arrays = numbered(load_arrays(args.inputs), "arg", args.inputs)
-        return nest(arrays, [p.shape for p in exe.parameters], args.inputs), {"from": "npz", "path": args.inputs}
+        from .arrays import read_values      # global arrays: their shapes are the sharded parameters' wholes
+        return read_values(args.inputs, "arg", [p.shape for p in exe.parameters], what="entry arguments",
+                           check_shapes=False), {"from": "npz", "path": args.inputs}
     values = reference_exe.random_inputs(args.seed) if reference_exe is not None \
         else spmd.random_global_inputs(exe.module, args.seed)
     return values, {"from": "seed", "seed": args.seed}
@@ -620,24 +617,24 @@ def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
         if args.ray is not None:
             return spmd.GlobalInputs(seed=args.seed), {"from": "seed", "seed": args.seed}
         return spmd.random_inputs(exe.module, num_devices, args.seed), {"from": "seed", "seed": args.seed}
-    from .xla_cpu import load_arrays
-    arrays = load_arrays(args.inputs)
+    from .arrays import read_arrays, values_of
+    arrays = read_arrays(args.inputs, "arg")
     shapes = [p.shape for p in exe.parameters]
     if not any(key.startswith("dev") for key in arrays):
-        inputs = nest(numbered(arrays, "arg", args.inputs), shapes, args.inputs)
+        inputs = values_of(arrays, args.inputs, "arg", shapes, what="entry arguments", check_shapes=False)
         split = spmd.GlobalInputs(inputs) if args.ray is not None \
             else spmd.split_inputs(exe.module, inputs, num_devices)
         return split, {"from": "npz", "path": args.inputs, "split": "global arrays by sharding"}
     by_device: dict[int, dict] = {}
     for key, value in arrays.items():
-        m = re.fullmatch(r"dev(\d+)/(.*)", key)
+        m = re.fullmatch(r"dev(\d+)/.*", key)
         if m is None:
             raise UsageError(f"{args.inputs}: unexpected key {key!r} (expected dev{{d}}/arg{{i}}, or arg{{i}} only)")
-        by_device.setdefault(int(m.group(1)), {})[m.group(2)] = value
+        by_device.setdefault(int(m.group(1)), {})[key] = value
     if sorted(by_device) != list(range(num_devices)):
         raise UsageError(f"{args.inputs}: inputs for devices {sorted(by_device)}; the run has devices "
                          f"0..{num_devices - 1}")
-    inputs = [nest(numbered(by_device[d], "arg", f"{args.inputs} (dev{d})"), shapes, args.inputs)
+    inputs = [values_of(by_device[d], args.inputs, f"dev{d}/arg", shapes, what=f"entry arguments (dev{d})")
               for d in range(num_devices)]
     return inputs, {"from": "npz", "path": args.inputs, "split": "per device"}
 
@@ -913,6 +910,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
                                 "f32, rounded once) or per-step (every step rounded to the type, in row-major "
                                 "order, as XLA:CPU's optimized modules compute them; numerics' default)")
+    execution.add_argument("--compile", choices=COMPILE_MODES, default="background",
+                           help="background (default): kernels compile while runs go on op by op, each run uses "
+                                "those ready; eager: a run waits for the kernels due, the first for all; never: "
+                                "op by op")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
     calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")
@@ -984,8 +985,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 20), then how many fused computations and while loops have a compiled kernel "
                         "and why the others run op by op")
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
-                   help="run R times (outputs and --profile from the last: fused kernels run op by op on their "
-                        "first call and compiled from the second, so R >= 3 shows the warm module)")
+                   help="run R times (outputs and --profile from the last: kernels compile in the background "
+                        "from a fusion's second call, later runs use those ready; --compile eager --repeat 2 "
+                        "shows the warm module)")
     p.add_argument("--find-nonfinite", action="store_true",
                    help="one observed run (op by op): the instructions that first make NaN or Inf from operands "
                         "without them, with operand ranges, op_name, source line and the path to the outputs "
@@ -1010,8 +1012,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--reference shadow: FILE's shadow (the program with every float type in f64: its exact\n"
                    "answer) is the reference; FILE run by hloexec, REFERENCE, --against xla and --actual files\n"
                    "are candidates, judged against the baseline (FILE at its precision, f16/bf16 reductions\n"
-                   "rounding every step): rms error <= 2x the baseline's + 0.5 ulp, every element within the\n"
-                   "baseline's error there + 3x its rms + 4 ulps (README, 'Numerical validation').\n\n"
+                   "rounding every step): rms error <= 2x the baseline's + 0.5 ulp, every element within 1.5x its\n"
+                   "own error bound under the device's arithmetic (--device NAME[,NAME...]; docs/verdicts.md).\n\n"
                    "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
                    "the reference module's shapes, or --inputs with arg{i} keys) are split by FILE's parameter\n"
                    "shardings, all its participants run, and its outputs, assembled into global arrays by the\n"
@@ -1090,7 +1092,7 @@ def _message(e: BaseException, path: str | None = None) -> str:
         return f"{e.filename}: {e.strerror or e}"
     if type(e).__name__ == "XlaCpuError":
         return f"XLA:CPU ({e.stage}): {e.message}"
-    if isinstance(e, (UnsupportedError, ExecutionError)) and path is not None:
+    if isinstance(e, (UnsupportedError, ExecutionError)) and not isinstance(e, ArrayFileError) and path is not None:
         return f"{path}: {e}"
     if isinstance(e, _known_errors()):
         return str(e)
@@ -1107,6 +1109,8 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
     debug = args.debug or os.environ.get("HLOEXEC_DEBUG", "") not in ("", "0")
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             from .plugins import apply
@@ -1119,6 +1123,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:           # `hloexec ops | head`
         sys.stderr.close()
         return EXIT_OK
@@ -1132,3 +1139,6 @@ def main(argv=None) -> int:
             if not debug:
                 print("(run with --debug or HLOEXEC_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -176,8 +176,8 @@ def ulp_at(magnitude, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     info = np.finfo(dtype.char.lower()) if dtype.kind == "c" else ml_dtypes.finfo(dtype)
     magnitude = np.maximum(np.abs(np.asarray(magnitude, np.float64)), float(info.tiny))
-    exponent = np.floor(np.log2(magnitude, where=np.isfinite(magnitude), out=np.zeros_like(magnitude)))
-    return np.exp2(exponent - info.nmant)
+    mantissa, exponent = np.frexp(magnitude)        # magnitude = mantissa * 2^exponent, mantissa in [0.5, 1)
+    return np.ldexp(1.0, np.where(np.isfinite(mantissa), exponent - 1, 0) - info.nmant)
 
 
 def output_scale(expected: np.ndarray) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 DEVICE_HELP = ("whose arithmetic to reproduce: a device profile (reference: the default, the HLO as its semantics "
                "say; xla-cpu, tpu, a100, h100: `hloexec devices` lists their rules), a .toml/.json profile file "
                "(`hloexec devices --show NAME` prints one to copy and edit), or auto: the profile of what the dump "
-               "was compiled for (`hloexec stats` shows the evidence)")
+               "was compiled for (`hloexec stats` shows the evidence); compare --reference shadow takes a list "
+               "A,B,...: judged by each device's arithmetic, the run computed as the first")
 
 
 def add_device_argument(parser) -> None:
@@ -16,13 +17,22 @@ def device_option(text: str | None, module, say=None):
     """The device profile `--device` names (None: the reference profile), the one place a value of --device is
     read; `module` is the module it is for: `--device auto` picks the profile from what the dump was compiled for
     (ir/compiled_for.py) and says which and why through `say` (default: stderr)."""
+    from ..errors import ExecutionError
     from ..options import device_profile
+    if text and "," in text:
+        raise ExecutionError(f"--device {text}: one device profile expected (a list is for compare --reference "
+                             "shadow, which judges by each)")
     if text == "auto":
         import sys
         from ..ir.compiled_for import auto_device
         text, reason = auto_device(module)
         (say or (lambda m: print(m, file=sys.stderr)))(f"--device auto: {text} ({reason})")
     return device_profile(text or "reference")
+
+
+def device_list(text: str, module, say=None) -> list:
+    """The profiles of `--device A,B,...` (compare --reference shadow judges by each), each read by device_option."""
+    return [device_option(name, module, say) for name in text.split(",") if name]
 
 
 def describe(profile) -> dict:

@@ -89,6 +89,7 @@ class DumpModule:
     passes: list[Stage] = field(default_factory=list)
     snapshots: list[Path] = field(default_factory=list)
     other: list[Path] = field(default_factory=list)
+    duplicates: list[tuple[Path, Path]] = field(default_factory=list)   # (file left out, the file kept instead)
 
     def stages(self) -> list[Stage]:
         """Every dumped stage in pipeline order: before optimizations, the passes, after optimizations."""
@@ -142,13 +143,8 @@ def scan(directory) -> list[DumpModule]:
                 module.snapshots.append(path)
             elif s.group("ext") == "hlo.pb":
                 protos[path] = (number, kind, s.groupdict())
-            elif kind == "before":
-                module.before = Stage("before", path)
-            elif kind == "after":
-                module.after.append(Stage("after", path, backend=s.group("backend")))
             else:
-                module.passes.append(Stage("pass", path, int(s.group("step")), s.group("pipeline"),
-                                           s.group("after") or s.group("during"), s.group("before") or ""))
+                _add_stage(module, kind, path, s)
             break
         else:
             name = rest.split(".")[0]
@@ -169,6 +165,45 @@ def scan(directory) -> list[DumpModule]:
                 module.passes.append(stage)
         stage.proto = path
     return [modules[n] for n in sorted(modules)]
+
+
+def _add_stage(module: DumpModule, kind: str, path: Path, s: re.Match) -> None:
+    """A text dump as its module's stage; a second file of the same stage (the same step, or before/after of the
+    same backend twice: two runs dumped into one directory) is kept aside as a duplicate, not silently dropped."""
+    if kind == "before":
+        kept = module.before
+        if kept is None:
+            module.before = Stage("before", path)
+    elif kind == "after":
+        kept = next((a for a in module.after if a.backend == s.group("backend")), None)
+        if kept is None:
+            module.after.append(Stage("after", path, backend=s.group("backend")))
+    else:
+        kept = next((p for p in module.passes if p.step == int(s.group("step"))), None)
+        if kept is None:
+            module.passes.append(Stage("pass", path, int(s.group("step")), s.group("pipeline"),
+                                       s.group("after") or s.group("during"), s.group("before") or ""))
+    if kept is not None:
+        module.duplicates.append((path, kept.path))
+
+
+def check_stage(stage: Stage) -> tuple[int | None, str]:
+    """(instructions, problem) of a stage's text dump: the problem is "" when it parses, else why it cannot be
+    run -- an empty file, a truncated one (it ends inside the module), unparseable text. A proto stage is not
+    read here ((None, ""): reading it needs jaxlib)."""
+    from ..errors import HloParseError
+    from ..parser import parse
+    if stage.path.suffix != ".txt":
+        return None, ""
+    try:
+        if not stage.path.read_bytes().strip():
+            return None, "empty file"
+        return sum(m.instruction_count for m in parse(stage.path)), ""
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror or e})"
+    except HloParseError as e:
+        first = str(e).splitlines()[0]
+        return None, f"truncated ({first})" if "end of input" in e.message else f"unparseable ({first})"
 
 
 def find_module(modules: list[DumpModule], which: str | None, directory) -> DumpModule:
@@ -216,8 +251,6 @@ def program_texts(directory) -> list[ProgramTexts]:
 
 def module_summary(module: DumpModule) -> dict:
     """What `hloexec dump` lists for one program."""
-    from ..parser import parse
-
     def describe(stage: Stage | None) -> dict | None:
         if stage is None:
             return None
@@ -225,18 +258,24 @@ def module_summary(module: DumpModule) -> dict:
                 "proto": stage.proto.name if stage.proto else None}
         if stage.backend:
             info["backend"] = stage.backend
-        if stage.path.suffix == ".txt":
-            try:
-                info["instructions"] = sum(m.instruction_count for m in parse(stage.path))
-            except Exception as e:  # noqa: BLE001 - a listing shows what it cannot read, it does not stop
-                info["error"] = str(e).splitlines()[0]
+        info["instructions"], problem = check_stage(stage)
+        if problem:
+            info["error"] = problem
         return info
-    return {"number": module.number, "name": module.name, "before": describe(module.before),
-            "after": [describe(s) for s in module.after],
-            "passes": [{"step": s.step, "pipeline": s.pipeline, "after": s.after_pass, "before": s.before_pass,
-                        "file": s.path.name} for s in sorted(module.passes, key=lambda s: s.step)],
-            "pass_count": len(module.passes), "snapshots": [p.name for p in module.snapshots],
-            "other_files": len(module.other)}
+    passes = []
+    for s in sorted(module.passes, key=lambda s: s.step):
+        passes.append({"step": s.step, "pipeline": s.pipeline, "after": s.after_pass, "before": s.before_pass,
+                       "file": s.path.name, "error": check_stage(s)[1] or None})
+    summary = {"number": module.number, "name": module.name, "before": describe(module.before),
+               "after": [describe(s) for s in module.after], "passes": passes,
+               "pass_count": len(module.passes), "snapshots": [p.name for p in module.snapshots],
+               "other_files": len(module.other)}
+    stages = [summary["before"], *summary["after"], *passes]
+    summary["problems"] = [{"file": info["file"], "error": info["error"]} for info in stages
+                           if info is not None and info.get("error")] + \
+        [{"file": left.name, "error": f"duplicate of {kept.name} (the same stage twice: left out)"}
+         for left, kept in module.duplicates]
+    return summary
 
 
 # -- FILE arguments of the command line --------------------------------------------------------------------
@@ -384,6 +423,8 @@ def cmd_dump(args) -> int:
         after = ", ".join(cell(a) for a in m["after"]) or "-"
         print(f"{m['number']:>6}  {m['name']:<32} {cell(m['before']):<22} {after:<24} {m['pass_count']:>6} "
               f"{len(m['snapshots']):>9}")
+        for problem in m["problems"]:
+            print(f"{'':>8}{problem['file']}: {problem['error']}")
     print("run one stage: hloexec run DIR --module NAME_OR_NUMBER [--stage before|after|PASS|snapshot]")
     return 0
 

@@ -28,6 +28,7 @@ import atexit
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -97,11 +98,26 @@ class Check:
         save_arrays(npz, {f"arg{i}": a for i, a in enumerate(flatten(tuple(inputs)))})
         command = self.spec.replace("{inputs}", shlex.quote(npz))
         command = command.replace("{}", shlex.quote(hlo)) if "{}" in command else f"{command} {shlex.quote(hlo)}"
+        # its own process group: a timeout, Ctrl-C or SIGTERM ends the whole check, not just its shell. Those
+        # signals wait while it starts: one landing after the fork but before `proc` is known would leave it running
+        stops, proc = {signal.SIGINT, signal.SIGTERM}, None
+        signal.pthread_sigmask(signal.SIG_BLOCK, stops)
         try:
-            return subprocess.run(command, shell=True, timeout=self.timeout, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL).returncode == 0
+            proc = subprocess.Popen(command, shell=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True,
+                                    preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stops))
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)      # a pending one is raised here
+            return proc.wait(timeout=self.timeout) == 0
         except subprocess.TimeoutExpired:
             return False
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+            if proc is not None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
 
 
 def _makes_nan(text: str, inputs: list, allow_inf: bool, device=None) -> bool:

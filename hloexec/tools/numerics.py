@@ -40,7 +40,8 @@ def executable_like(exe: Executable, module, **options) -> Executable:
     import warnings
     from ..errors import ElidedConstantWarning
     ctx = exe.context
-    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after)
+    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after,
+                    compile=ctx.compile)
     settings.update(options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)
@@ -181,29 +182,68 @@ def _digest(leaves) -> bytes:
 @dataclass
 class ShadowRun:
     """The program's outputs at its precision and its shadow's (both flattened; SPMD: global), the instructions
-    pinned to the program's precision in the shadow, and the discrete values that parted."""
+    pinned to the program's precision in the shadow, and the discrete values that parted. `bounds`: device name ->
+    OutputBounds, when error bounds were computed alongside (tools/bounds.py)."""
     outputs: list
     shadow: list
     shadow_info: Shadow
     divergences: list[Divergence] = field(default_factory=list)
+    bounds: dict = field(default_factory=dict)
 
 
-def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow: Shadow | None = None) -> ShadowRun:
+@dataclass
+class OutputBounds:
+    """Per output (flattened), the error bound of every element under one device's arithmetic (None for integer and
+    pred outputs) and its rounding-decided elements; the instructions without a bound; the dot algorithms used."""
+    device: str
+    bounds: list
+    decided: list
+    unbounded: dict
+    algorithms: list
+
+
+def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow: Shadow | None = None,
+               devices=None) -> ShadowRun:
     """Run `exe`'s module and its shadow on `inputs` (per device when `runner` is SPMD).
 
     Where the shadow has discrete instructions, both runs are observed (op by op, numpy) and their values
-    compared (`divergences`); otherwise both run with `exe`'s options, the shadow in f64 in every tier."""
+    compared (`divergences`); otherwise both run with `exe`'s options, the shadow in f64 in every tier.
+    `devices` (profiles; one participant only): the shadow's run is observed and every element of every output
+    gets an error bound under each (tools/bounds.py), in `ShadowRun.bounds`."""
+    from .bounds import ErrorBounds
     runner = runner or Runner()
     shadow = shadow or shadow_module(exe.module)
     shadow_inputs = runner.shadow_inputs(shadow, inputs)
-    if not shadow.discrete:
+    if devices and runner.spmd is None:
+        shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+        observers = [ErrorBounds(shadow, shadow_exe.context, d) for d in devices]
+    else:
+        shadow_exe, observers = None, []
+    if not shadow.discrete and not observers:
         outputs = runner.run(exe, inputs)
         return ShadowRun(outputs, runner.run(executable_like(exe, shadow.module), shadow_inputs), shadow)
     watch = _Discrete(shadow.discrete)
-    outputs = runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
-    watch.counts.clear()            # the shadow's k-th run of an instruction meets the program's k-th
-    shadow_outputs = runner.run(executable_like(exe, shadow.module, use_numba=False), shadow_inputs, watch.check)
-    return ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
+    if shadow.discrete:
+        outputs = runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
+        watch.counts.clear()            # the shadow's k-th run of an instruction meets the program's k-th
+    else:
+        outputs = runner.run(exe, inputs)
+
+    def observe(device, inst, value, operands=None):
+        if shadow.discrete:
+            watch.check(device, inst, value)
+        for o in observers:
+            o(inst, value, operands)
+    shadow_exe = shadow_exe or executable_like(exe, shadow.module, use_numba=False)
+    shadow_outputs = runner.run(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
+    run = ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
+    for o in observers:
+        floats = [isinstance(s, (np.ndarray, np.generic)) and s.dtype.kind in "fc" for s in shadow_outputs]
+        run.bounds[o.device.name] = OutputBounds(
+            o.device.name, [o.of(s) if f else None for s, f in zip(shadow_outputs, floats)],
+            [o.decided_of(s) if f else None for s, f in zip(shadow_outputs, floats)], dict(o.unbounded),
+            sorted(o.algorithms))
+    return run
 
 
 def baseline_executable(exe: Executable) -> Executable:
@@ -212,16 +252,47 @@ def baseline_executable(exe: Executable) -> Executable:
     return executable_like(exe, exe.module, reductions="per-step")
 
 
+def xla_cpu_arithmetic():
+    """The device profile of XLA:CPU's arithmetic (its f16/bf16 sums round every step)."""
+    from ..options import device_profile
+    return device_profile("xla-cpu")
+
+
 def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None, runner: Runner | None = None,
-              rule=None):
+              rule=None, devices=None, known: dict | None = None):
     """(Verdict, ShadowRun): `exe`'s module run at its precision ("hloexec") and `candidates` (name -> flattened
-    outputs: a device's, XLA:CPU's, another dump's) judged against the shadow, with the baseline run
-    (baseline_executable) as the measure of what the precision gives (tools/verdict.py)."""
+    outputs: a device's, XLA:CPU's, another dump's) judged against the shadow, every element against its own
+    error bound under the device's arithmetic (tools/bounds.py; `devices`: profiles or their names, None: `exe`'s;
+    several: one verdict each, `Verdict.by_device`, the first returned), with the baseline run
+    (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). `known`: candidate name ->
+    the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
+    SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
+    from dataclasses import replace
+    from ..options import Options
     from .verdict import RULE, judge
     runner = runner or Runner()
-    run = shadow_run(exe, inputs, runner)
+    # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
+    # step, as XLA:CPU's do)
+    profiles = [Options.make(d).device for d in devices] if devices else \
+        [exe.options.device if exe.options.reductions == exe.options.device.reductions else
+         replace(exe.options.device, name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
+                 reductions=exe.options.reductions)]
+    known = {n: Options.make(d).device for n, d in (known or {}).items() if n in (candidates or {})}
+    reference = Options.make("reference").device
+    # the reference's bounds too when devices were asked for: how much of an error their rules explain
+    wanted = profiles + ([reference] if devices and all(p.name != reference.name for p in profiles) else [])
+    wanted += [d for d in {d.name: d for d in known.values()}.values() if d.name not in {p.name for p in wanted}]
+    run = shadow_run(exe, inputs, runner, devices=wanted)
     baseline = runner.run(baseline_executable(exe), inputs)
-    verdict = judge(run.shadow, baseline, {"hloexec": run.outputs, **(candidates or {})}, rule or RULE)
+    everyone = {"hloexec": run.outputs, **(candidates or {})}
+    own = {n: run.bounds.get(d.name) for n, d in known.items()}
+    verdicts = {p.name: judge(run.shadow, baseline, everyone, rule or RULE, run.bounds.get(p.name),
+                              run.bounds.get(reference.name) if devices and p.name != reference.name else None,
+                              own)
+                for p in profiles}
+    verdict = verdicts[profiles[0].name]
+    if len(verdicts) > 1:
+        verdict.by_device = verdicts
     return verdict, run
 
 

@@ -29,10 +29,10 @@ def collect(args) -> tuple[dict, str | None]:
     from .. import __version__
     from ..errors import ExecutionError
     from .cli import (JSON_VERSION, UsageError, _is_spmd, _parse_module_file, _prepare, _run_on_xla, _runner,
-                      actual_candidates, check_memory, select_module)
+                      actual_candidates, check_memory, judge_candidates, select_module)
     from .collectives import collectives_report
     from .memory import memory_report
-    from .numerics import attribute, judge_run, numerics_dict
+    from .numerics import attribute, numerics_dict
     from .stats import module_stats
     modules, _ = _parse_module_file(args.file)
     module = select_module(modules, args.module, args.file)
@@ -49,7 +49,7 @@ def collect(args) -> tuple[dict, str | None]:
         candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
     say(f"{module.name}: the verdict (the run, its baseline and its shadow)")
     try:
-        verdict, run = judge_run(exe, inputs, candidates, runner)
+        verdict, run = judge_candidates(exe, module, args, inputs, candidates, runner)
         verdict, largest = verdict.to_dict(), largest_errors(run.outputs, run.shadow)
     except ExecutionError as e:     # the f64 shadow refused for memory (SPMD: a plain ExecutionError); a failure
         say(f"no verdict: {e}")     # of the module itself comes back from the attribution's run below
@@ -484,7 +484,7 @@ def add_command(subparsers, subparser, parents) -> None:
     p.add_argument("--against", choices=["xla"], help="also judge XLA:CPU's outputs (jaxlib, in a child process)")
     p.add_argument("--top", type=int, default=TOP, metavar="N", help=f"instructions listed (default {TOP})")
     p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the page to write")
-    p.set_defaults(handler=command)
+    p.set_defaults(handler=command, reference="shadow")     # judged as compare --reference shadow: --device A,B
 
 
 def command(args) -> int:

@@ -21,6 +21,12 @@ elements; at least the type's smallest normal) and `ulp` = the output type's ulp
 
 ULPs are always "at the output's scale": an error in units of the ulp of the output's largest magnitude,
 so tiny elements of opposite signs do not count billions of ULPs.
+
+With per-element error bounds (tools/bounds.py, computed alongside the shadow run under a device profile: the
+single-participant runs), rule 2 becomes: every element e_c[i] <= bound_factor * (bound[i] + ulp(shadow[i]) / 2)
+-- its own bound, not a sample of one order -- except rounding-decided elements (a sign, a comparison, a division
+decided by rounding: counted, not failed) and elements without a bound (after an op bounds.py has no rule for);
+rule 1 then allows the larger of the baseline's and the bounds' RMS (over the judged elements). docs/verdicts.md.
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ class Rule:
     element_multiplier: float = 1.0
     element_floor_rms: float = 3.0
     element_floor_ulps: float = 4.0
+    bound_factor: float = 1.5           # an element's error may reach this many times its bound (docs/verdicts.md)
 
 
 RULE = Rule()
@@ -66,6 +73,9 @@ class Element:
     baseline: float | int | bool | str
     error: float
     allowed: float
+    exact: float | int | bool | str | None = None    # the shadow's value (with bounds)
+    bound: float | None = None                        # the element's error bound (with bounds)
+    ratio: float | None = None                        # error / bound
 
 
 @dataclass
@@ -75,6 +85,11 @@ class CandidateVerdict:
     consistent: bool
     reasons: list[str] = field(default_factory=list)
     worst: list[Element] = field(default_factory=list)
+    bound_violations: int = 0       # elements beyond bound_factor x their bound
+    rounding_decided: int = 0       # elements whose value rounding decides (not judged)
+    unbounded: int = 0              # elements without a bound (not judged by one)
+    explained: float | None = None  # the share of its error the device's rules allow beyond the reference's
+    device: str = ""                # the arithmetic its bounds are of ("": judged by the baseline's errors)
 
 
 @dataclass
@@ -87,6 +102,10 @@ class OutputVerdict:
     baseline: Errors
     candidates: list[CandidateVerdict]
     problem: str = ""
+    bound_violations: int = 0       # over the candidates
+    worst: dict | None = None       # the worst element over the candidates (candidate, index, value, exact, bound,
+                                    # ratio)
+    device_rules: list[str] = field(default_factory=list)   # the device's dot algorithms on the output's path
 
 
 @dataclass
@@ -94,6 +113,8 @@ class Verdict:
     outputs: list[OutputVerdict]
     rule: Rule = RULE
     problem: str = ""
+    device: str = ""                # the profile the bounds are of ("": no bounds)
+    by_device: dict = field(default_factory=dict)   # several devices judged: name -> Verdict
 
     @property
     def candidates(self) -> list[str]:
@@ -104,10 +125,20 @@ class Verdict:
         return not self.problem and all(c.consistent and not o.problem for o in self.outputs for c in o.candidates
                                         if name is None or c.name == name)
 
+    def explaining(self) -> dict[str, list[str]]:
+        """Several devices judged: candidate -> the devices under whose arithmetic it is consistent."""
+        return {n: [d for d, v in self.by_device.items() if v.consistent(n)] for n in self.candidates}
+
     def to_dict(self) -> dict:
-        return jsonable({"consistent": self.consistent(), "problem": self.problem or None, "rule": asdict(self.rule),
-                         "candidates": {n: self.consistent(n) for n in self.candidates},
-                         "outputs": [asdict(o) for o in self.outputs]})
+        data = {"consistent": self.consistent(), "problem": self.problem or None, "rule": asdict(self.rule),
+                "device": self.device or None, "candidates": {n: self.consistent(n) for n in self.candidates},
+                "outputs": [asdict(o) for o in self.outputs]}
+        if self.by_device:
+            data["devices"] = {d: {"consistent": v.consistent(), "candidates": {n: v.consistent(n)
+                                                                                for n in v.candidates}}
+                               for d, v in self.by_device.items()}
+            data["explained_by"] = self.explaining()
+        return jsonable(data)
 
 
 def error_stats(values, shadow) -> Errors:
@@ -120,20 +151,37 @@ def error_stats(values, shadow) -> Errors:
     return _summary(e, bad, scale, ulp)
 
 
-def judge(shadow: list, baseline: list, candidates: dict[str, list], rule: Rule = RULE) -> Verdict:
+def judge(shadow: list, baseline: list, candidates: dict[str, list], rule: Rule = RULE, bounds=None,
+          reference_bounds=None, candidate_bounds: dict | None = None) -> Verdict:
     """Judge each candidate's outputs (name -> list of arrays, the program's output order) against the shadow's,
     with `baseline` (the program at its own precision, pessimistic order) as the measure of what the precision
-    gives. Returns a Verdict (see the module docstring for the rule)."""
+    gives and, given `bounds` (numerics.OutputBounds: per output, every element's error bound under a device's
+    arithmetic), every element against its own bound. `candidate_bounds`: name -> OutputBounds of the candidates
+    whose arithmetic is known to be another (XLA:CPU's). `reference_bounds` (the reference arithmetic's, when the
+    device is another): how much of each candidate's error the device's rules explain. Returns a Verdict (see
+    the module docstring for the rule)."""
     counts = {len(shadow), len(baseline), *map(len, candidates.values())}
     problem = "" if len(counts) == 1 else \
         f"different numbers of outputs: shadow {len(shadow)}, baseline {len(baseline)}, " + \
         ", ".join(f"{n} {len(v)}" for n, v in candidates.items())
+    own = {n: (candidate_bounds or {}).get(n, bounds) for n in candidates}
+
+    def of(b, i):
+        return None if b is None else (b.bounds[i], b.decided[i])
     outputs = [_judge_output(i, np.asarray(s), np.asarray(b), {n: np.asarray(v[i]) for n, v in candidates.items()},
-                             rule) for i, (s, b) in enumerate(zip(shadow, baseline)) if i < min(counts)]
-    return Verdict(outputs, rule, problem)
+                             rule, {n: of(ob, i) for n, ob in own.items()}, of(reference_bounds, i))
+               for i, (s, b) in enumerate(zip(shadow, baseline)) if i < min(counts)]
+    for o in outputs:
+        for c in o.candidates:
+            c.device = own[c.name].device if own.get(c.name) is not None else ""
+        if bounds is not None and reference_bounds is not None:
+            o.device_rules = list(bounds.algorithms)
+    return Verdict(outputs, rule, problem, bounds.device if bounds is not None else "")
 
 
-def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidates: dict, rule: Rule) -> OutputVerdict:
+def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidates: dict, rule: Rule,
+                  bounds: dict | None = None, reference_bounds=None) -> OutputVerdict:
+    """`bounds`: candidate name -> (bound, decided) of this output (None: judged by the baseline's errors)."""
     dtype = baseline.dtype
     out = OutputVerdict(index, tuple(baseline.shape), dtype_name(dtype), 0.0, 0.0, Errors(), [])
     if shadow.shape != baseline.shape:
@@ -148,31 +196,88 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
     e_b, bad_b = _element_errors(baseline, shadow)
     out.baseline = _summary(e_b, bad_b, out.scale, out.ulp)
     rms_b = out.baseline.rms_rel * out.scale
-    allowed = rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms * rms_b \
-        + rule.element_floor_ulps * ulp_at(np.where(np.isfinite(shadow), np.abs(shadow), 0.0), dtype)
+    magnitude = np.where(np.isfinite(shadow), np.abs(shadow), 0.0)
+    reference_allowed = _allowed(reference_bounds[0], magnitude, dtype, rule) \
+        if reference_bounds is not None and reference_bounds[0] is not None else None
+    allowances: dict[int, tuple] = {}       # id(bound) -> (allowed, judged, the bounds' rms): one per arithmetic
+
+    def allowance(own):
+        if own is None or own[0] is None or np.shape(own[0]) != shadow.shape:
+            if None not in allowances:
+                allowances[None] = (rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms
+                                    * rms_b + rule.element_floor_ulps * ulp_at(magnitude, dtype), None, 0.0)
+            return allowances[None]
+        if id(own[0]) not in allowances:
+            allowed = _allowed(own[0], magnitude, dtype, rule)
+            judged = ~own[1] & np.isfinite(allowed)
+            rms = float(np.sqrt(np.mean(np.square(allowed[judged])))) / rule.bound_factor if judged.any() else 0.0
+            allowances[id(own[0])] = (allowed, judged, rms)
+        return allowances[id(own[0])]
     for name, c in candidates.items():
         if c.shape != baseline.shape or c.dtype != dtype:
             out.candidates.append(CandidateVerdict(name, Errors(), False, [
                 f"{dtype_name(c.dtype)}{list(c.shape)}, expected {dtype_name(dtype)}{list(baseline.shape)}"]))
             continue
+        own = (bounds or {}).get(name)
+        allowed, judged, bound_rms = allowance(own)
+        bounded = judged is not None
+        if bounded:
+            bound, decided = own
         e_c, bad_c = _element_errors(c, shadow)
         errors = _summary(e_c, bad_c, out.scale, out.ulp)
         reasons = []
-        bound = rule.rms_multiplier * out.baseline.rms_rel * out.scale + rule.rms_floor_ulps * out.ulp
-        if errors.rms_rel * out.scale > bound:
-            reasons.append(f"rms error {errors.rms_rel * out.scale:.3g} > {rule.rms_multiplier:g} x baseline's "
-                           f"{out.baseline.rms_rel * out.scale:.3g} + {rule.rms_floor_ulps:g} ulp")
+        rms_c = errors.rms_rel * out.scale
+        if bounded:         # rounding-decided elements are not judged: nor counted in the RMS
+            kept = e_c[judged & ~bad_c]
+            rms_c = float(np.sqrt(np.mean(np.square(kept)))) if kept.size else 0.0
+        limit = rule.rms_multiplier * out.baseline.rms_rel * out.scale + rule.rms_floor_ulps * out.ulp
+        if rms_c > max(limit, bound_rms):
+            reasons.append(f"rms error {rms_c:.3g} > {rule.rms_multiplier:g} x baseline's "
+                           f"{out.baseline.rms_rel * out.scale:.3g} + {rule.rms_floor_ulps:g} ulp"
+                           + (f" and > the bounds' rms {bound_rms:.3g}" if bounded else ""))
         unexplained = bad_c & ~bad_b
         over = ~bad_c & (e_c > allowed)
+        if bounded:
+            over &= judged
         if unexplained.any():
             reasons.append(f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
                            "are finite (or of another kind)")
         if over.any():
-            reasons.append(f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
+            reasons.append(f"{int(over.sum())} element(s) beyond {rule.bound_factor:g} x their error bound"
+                           if bounded else
+                           f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
                            f"error + {rule.element_floor_rms:g} x its rms + {rule.element_floor_ulps:g} ulp")
-        worst = _worst(unexplained | over, e_c, allowed, c, shadow, baseline) if reasons else []
-        out.candidates.append(CandidateVerdict(name, errors, not reasons, reasons, worst))
+        worst = _worst(unexplained | over, e_c, allowed, c, shadow, baseline,
+                       bound if bounded else None) if reasons else []
+        verdict = CandidateVerdict(name, errors, not reasons, reasons, worst, bound_violations=int(over.sum()))
+        if bounded:
+            verdict.rounding_decided = int(np.count_nonzero(decided))
+            verdict.unbounded = int(np.count_nonzero(~np.isfinite(allowed)))
+            if reference_allowed is not None:
+                verdict.explained = _explained(np.where(bad_c, 0.0, e_c), allowed, reference_allowed)
+        out.candidates.append(verdict)
+    out.bound_violations = sum(c.bound_violations for c in out.candidates)
+    flagged = [(c.worst[0], c.name) for c in out.candidates if c.worst and c.worst[0].bound is not None]
+    if flagged:
+        w, name = max(flagged, key=lambda x: x[0].ratio if x[0].ratio == x[0].ratio else np.inf)
+        out.worst = {"candidate": name, "index": w.index, "value": w.value, "exact": w.exact, "bound": w.bound,
+                     "ratio": w.ratio}
     return out
+
+
+def _allowed(bound: np.ndarray, magnitude: np.ndarray, dtype, rule: Rule) -> np.ndarray:
+    """What an element may be off by: the factor times its bound plus its final rounding (half an ulp there)."""
+    return rule.bound_factor * (np.where(np.isnan(bound), np.inf, bound) + 0.5 * ulp_at(magnitude, dtype))
+
+
+def _explained(e: np.ndarray, allowed: np.ndarray, reference_allowed: np.ndarray) -> float:
+    """The share of the error the device's rules allow beyond what the reference arithmetic allows."""
+    total = float(e.sum())
+    if total == 0:
+        return 0.0
+    gained = np.minimum(e, np.where(np.isfinite(allowed), allowed, e)).sum() \
+        - np.minimum(e, np.where(np.isfinite(reference_allowed), reference_allowed, e)).sum()
+    return max(0.0, float(gained) / total)
 
 
 def _judge_discrete(name: str, c: np.ndarray, shadow: np.ndarray, baseline: np.ndarray) -> CandidateVerdict:
@@ -220,15 +325,24 @@ def _summary(e: np.ndarray, bad: np.ndarray, scale: float, ulp: float) -> Errors
                   nonfinite=int(np.count_nonzero(bad)))
 
 
-def _worst(failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, baseline) -> list[Element]:
-    """The failing elements with the largest error / allowed ratio."""
+def _worst(failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, baseline,
+           bound: np.ndarray | None = None) -> list[Element]:
+    """The failing elements with the largest error / allowed ratio (with `bound`: their bounds and ratios)."""
     flat = np.flatnonzero(failing)
     with np.errstate(all="ignore"):
         ratio = e.ravel()[flat] / allowed.ravel()[flat]
     order = flat[np.argsort(-ratio, kind="stable")[:WORST_COUNT]]
-    return [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
+    worst = []
+    for k in order:
+        w = Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
                     plain_scalar(shadow.ravel()[k]), plain_scalar(baseline.ravel()[k]), float(e.ravel()[k]),
-                    float(allowed.ravel()[k])) for k in order]
+                    float(allowed.ravel()[k]))
+        if bound is not None:
+            b = float(bound.ravel()[k])
+            with np.errstate(all="ignore"):
+                w.exact, w.bound, w.ratio = w.shadow, b, float(np.float64(w.error) / b) if b else float("inf")
+        worst.append(w)
+    return worst
 
 
 def format_verdict(verdict: Verdict) -> str:
@@ -258,18 +372,48 @@ def format_verdict(verdict: Verdict) -> str:
             first = ["", "", "", ""]
     for o in verdict.outputs:
         for c in o.candidates:
+            if c.rounding_decided or c.unbounded:
+                notes = [f"rounding-decided: {c.rounding_decided} element{'s' if c.rounding_decided != 1 else ''}"]
+                if c.unbounded:
+                    notes.append(f"{c.unbounded} without a bound")
+                lines.append(f"output {o.index}: {', '.join(notes)} (not judged)")
+                break       # the same elements for every candidate
+    lines += _explanations(verdict)
+    others = {c.name: c.device for o in verdict.outputs for c in o.candidates if c.device != verdict.device}
+    lines += [f"{name}: judged by {device}'s arithmetic" for name, device in others.items() if device]
+    for o in verdict.outputs:
+        for c in o.candidates:
             if c.consistent:
                 continue
             lines.append(f"output {o.index}, {c.name}: " + "; ".join(c.reasons))
             for w in c.worst:
                 index = "[" + ",".join(map(str, w.index)) + "]"
-                lines.append(f"  {index:<16} value {_v(w.value):>13}  shadow {_v(w.shadow):>13}  baseline "
-                             f"{_v(w.baseline):>13}  error {_g(w.error):>9}  allowed {_g(w.allowed):>9}")
+                if w.bound is not None:
+                    lines.append(f"  {index:<16} value {_v(w.value):>13}  exact {_v(w.exact):>13}  error "
+                                 f"{_g(w.error):>9}  bound {_g(w.bound):>9}  ratio {_g(w.ratio):>7}")
+                else:
+                    lines.append(f"  {index:<16} value {_v(w.value):>13}  shadow {_v(w.shadow):>13}  baseline "
+                                 f"{_v(w.baseline):>13}  error {_g(w.error):>9}  allowed {_g(w.allowed):>9}")
     bad = [n for n in verdict.candidates if not verdict.consistent(n)]
+    under = f" under {verdict.device}'s arithmetic" if verdict.device else ""
     lines.append(f"CONSISTENT: every candidate is as close to the exact answer as the program's precision allows"
-                 if not bad and not verdict.problem else
-                 f"NOT CONSISTENT: {', '.join(bad) or verdict.problem}")
+                 f"{under}" if not bad and not verdict.problem else
+                 f"NOT CONSISTENT{under}: {', '.join(bad) or verdict.problem}")
+    if verdict.by_device:
+        for other in verdict.by_device.values():
+            if other is not verdict:
+                lines += _explanations(other)
+        for name, devices in verdict.explaining().items():
+            lines.append(f"{name}: consistent under {', '.join(devices)}" if devices else
+                         f"{name}: consistent under none of {', '.join(verdict.by_device)}")
     return "\n".join(lines)
+
+
+def _explanations(verdict: Verdict) -> list[str]:
+    """Which of the device's rules explain each candidate's error ("TF32 dots explain 97% of ...")."""
+    return [f"output {o.index}, {c.name}: {verdict.device}'s {', '.join(o.device_rules)} dots explain "
+            f"{c.explained:.0%} of its error" for o in verdict.outputs for c in o.candidates
+            if c.explained is not None and c.explained >= 0.01 and o.device_rules]
 
 
 def _g(x: float) -> str:

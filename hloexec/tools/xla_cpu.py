@@ -421,6 +421,8 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], compress: bool = False
         a = np.asarray(a, order="C")
         if _is_plain_numpy(a.dtype):
             store[k] = a
+        elif a.dtype.type is np.void:       # no type to name: the reader could not restore it
+            raise ValueError(f"array {k!r} is raw void ({a.dtype.str}): view it as its ml_dtypes type first")
         else:
             store[k] = a.view(np.dtype(f"u{a.dtype.itemsize}"))
             names[k] = a.dtype.name
@@ -430,18 +432,35 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], compress: bool = False
 
 
 def load_arrays(path: str) -> "OrderedDict[str, np.ndarray]":
-    """Inverse of ``save_arrays``: {key: array} in stored order (no ``__dtypes__``)."""
+    """Inverse of ``save_arrays``: {key: array} in stored order (no ``__dtypes__``). A file numpy cannot read
+    raises what np.load raises; an array that cannot be read, ValueError naming it (hloexec.tools.arrays says
+    both to the user)."""
     out: "OrderedDict[str, np.ndarray]" = OrderedDict()
     with np.load(path, allow_pickle=False) as z:
-        names = json.loads(str(z[_DTYPES_KEY])) if _DTYPES_KEY in z.files else {}
+        names = _stored_dtype_names(z)
         for k in z.files:
             if k == _DTYPES_KEY:
                 continue
-            a = z[k]
-            if k in names:
-                a = a.view(_dtype_from_name(names[k]))
-            out[k] = a
+            try:
+                a = z[k]
+                name = names.get(k)
+                out[k] = a if name is None else a.view(_dtype_from_name(name))
+            except Exception as e:  # noqa: BLE001 - a truncated member, an object array, a bad type name
+                raise ValueError(f"array {k!r} cannot be read ({type(e).__name__}: {e})") from e
     return out
+
+
+def _stored_dtype_names(z) -> Dict[str, str]:
+    """``__dtypes__`` of an open npz: {key: ml_dtypes type name}."""
+    if _DTYPES_KEY not in z.files:
+        return {}
+    try:
+        names = json.loads(str(z[_DTYPES_KEY]))
+    except Exception as e:  # noqa: BLE001 - a truncated member, not JSON
+        raise ValueError(f"{_DTYPES_KEY} cannot be read ({type(e).__name__}: {e})") from e
+    if not isinstance(names, dict):
+        raise ValueError(f"{_DTYPES_KEY} is not a JSON object")
+    return {str(k): str(v) for k, v in names.items()}
 
 
 def _arg_key_order(keys) -> List[str]:

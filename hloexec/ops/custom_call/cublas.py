@@ -16,7 +16,7 @@ from ...errors import UnsupportedError
 from ..common import contig, is_low_float
 from ...kernels.dot_algorithms import device_algorithm, fp8_fast_accumulation
 from ..contraction import algorithm_dot, compute_dtype, dot_general, finish, triangular_solve
-from .registry import backend_config, custom_call, enum_field, field, target_of
+from .registry import backend_config, custom_call, enum_field, field, result_leaves, target_of
 
 _F32 = np.dtype(np.float32)
 EPILOGUES = ("DEFAULT", "BIAS", "RELU", "BIAS_RELU", "GELU", "GELU_AUX", "BIAS_GELU", "BIAS_GELU_AUX",
@@ -49,7 +49,14 @@ class _Gemm:
         pc = field(g, "precision_config", {}) or {}
         self.precisions = tuple(str(p).lower() for p in field(pc, "operand_precision", ()) or ())
         self.device = ctx.options.device
+        if len(inst.operands) < 2 or any(o.shape.is_tuple for o in inst.operands[:2]):
+            raise UnsupportedError(f"cuBLAS gemm expects two array operands a, b first, got {len(inst.operands)} "
+                                   "operands", inst)
         lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+        for s, dims in ((lhs, self.lb + self.lc), (rhs, self.rb + self.rc)):
+            if any(not 0 <= d < s.rank for d in dims):
+                raise UnsupportedError(f"cuBLAS gemm dot_dimension_numbers {list(dims)} out of range for operand "
+                                       f"{s.to_text(False)}", inst)
         free = [math.prod(s.dims[d] for d in range(s.rank) if d not in batch + contracting)
                 for s, batch, contracting in ((lhs, self.lb, self.lc), (rhs, self.rb, self.rc))]
         self.algorithm_text = field(pc, "algorithm", "")
@@ -104,7 +111,7 @@ def cublas_gemm(inst, ctx):
     backend_config's precision_config (operand_precision, algorithm) computed as the run's device computes a dot
     (--device). A tuple result's remaining leaves (the s8 workspace) are zeros."""
     g = _Gemm(inst, ctx)
-    leaves = [s for _, s in inst.shape.leaves()]
+    leaves = result_leaves(inst)
     out_dtype = leaves[0].dtype
     cdt = _work_dtype(out_dtype)
     c_index = 2 if g.beta != 0 else None
@@ -143,7 +150,7 @@ def cublas_lt_matmul_f8(inst, ctx):
     g = _Gemm(inst, ctx)
     fast = fp8_fast_accumulation(g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name
                                                                               for o in inst.operands[:2]))
-    leaves = [s for _, s in inst.shape.leaves()]
+    leaves = result_leaves(inst)
     out_dtype = np.dtype(leaves[0].dtype)
     fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
     n = len(inst.operands)
@@ -188,7 +195,7 @@ def cublas_triangular_solve(inst, ctx):
     cfg = backend_config(inst)
     if not inst.shape.is_tuple or len(inst.operands) != 2:
         raise UnsupportedError(f"{target_of(inst)} takes (a, b) and returns (x, temp)", inst)
-    x_shape, *rest = inst.shape.tuple_shapes
+    x_shape, *rest = result_leaves(inst)
     transpose = enum_field(cfg, "transpose_a", TRANSPOSE_KINDS, inst, default=1)
     if transpose == "TRANSPOSE_INVALID":
         raise UnsupportedError(f"{target_of(inst)} with transpose_a={transpose}", inst)

@@ -19,7 +19,7 @@ from ...errors import UnsupportedError
 from ..common import contig
 from ..contraction import conv_window, convolution, finish, to_compute
 from ..normalization import batch_norm_grad, batch_norm_inference, batch_norm_training
-from .registry import backend_config, custom_call, enum_field, field, target_of
+from .registry import backend_config, custom_call, enum_field, field, result_leaves, target_of
 
 _F32 = np.dtype(np.float32)
 
@@ -74,7 +74,7 @@ class _Conv:
 
     def __init__(self, inst, kind: str):
         self.cfg = backend_config(inst, "cudnn_conv_backend_config")
-        leaves = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
+        leaves = result_leaves(inst)
         self.result, self.rest = leaves[0], leaves[1:]
         ops = [o.shape for o in inst.operands]
         if len(ops) < 2:
@@ -86,6 +86,10 @@ class _Conv:
         else:
             self.input, self.filter, self.output = ops[0], ops[1], self.result
         self.cd, self.win = conv_window(inst, self.filter)
+        for what, shape in (("input", self.input), ("output", self.output)):
+            if not shape.is_array or shape.rank != self.filter.rank:
+                raise UnsupportedError(f"{target_of(inst)}: the {what} {shape.to_text(False)} is not of the filter's "
+                                       f"rank {self.filter.rank}", inst)
         self.groups = int(inst.attr("feature_group_count", 1))
         if int(inst.attr("batch_group_count", 1)) != 1 and kind != "forward":
             raise UnsupportedError(f"{target_of(inst)} with batch_group_count", inst)
@@ -384,7 +388,7 @@ def cudnn_layer_norm(inst, ctx):
     cfg = backend_config(inst, "cudnn_norm_backend_config")
     kind = enum_field(cfg, "kind", NORM_KINDS, inst)
     eps = float(field(cfg, "epsilon", 0) or 0)
-    leaves = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
+    leaves = result_leaves(inst)
     expect = {"LAYER_FWD_INFER": (3, 2), "LAYER_FWD_TRAIN": (3, 4), "LAYER_BWD": (5, 4)}[kind]
     if (len(inst.operands), len(leaves)) != expect:
         raise UnsupportedError(f"__cudnn$norm {kind} takes {expect[0]} operands and returns {expect[1]} results", inst)
@@ -507,7 +511,7 @@ def cudnn_fmha_forward(inst, ctx):
     to the input type (cuDNN's flash kernel rounds the probabilities to it before P V: last-bit differences).
     Dropout (rate > 0) is refused: cuDNN draws its mask from its own Philox stream."""
     a = _Attention(inst, backward=False)
-    leaves = inst.shape.tuple_shapes
+    leaves = result_leaves(inst)
     out_t = leaves[0].dtype
     training = len(leaves) == 3
 
@@ -536,7 +540,7 @@ def cudnn_fmha_backward(inst, ctx):
     = dS summed to the bias's shape; results (dQ, dK, dV as (B, N, S/T, H), [dbias], workspace), f32 throughout,
     each rounded once. Dropout refused as in the forward call."""
     a = _Attention(inst, backward=True)
-    leaves = inst.shape.tuple_shapes
+    leaves = result_leaves(inst)
     has_dbias = len(leaves) == 5
 
     def kernel(q, k, v, stats, do, *rest):

@@ -69,9 +69,21 @@ def check_call_form(inst, target: str) -> None:
              f"{counts.start} or more" if counts.stop > 1 << 20 else f"{counts.start} to {counts.stop - 1}")
         given = ", ".join(o.shape.to_text(layout=False) for o in ops)
         raise UnsupportedError(f"custom-call {target!r} takes {n} array operand(s), the call has ({given})", inst)
-    if returns is not None and (returns == "tuple") != inst.shape.is_tuple:
+    if returns is not None and ((returns == "tuple") != inst.shape.is_tuple or inst.shape.tuple_shapes == ()):
         raise UnsupportedError(f"custom-call {target!r} returns {'a tuple' if returns == 'tuple' else 'an array'}, "
                                f"the call says {inst.shape.to_text(layout=False)}", inst)
+
+
+def result_leaves(inst) -> list:
+    """The arrays of a computing call's result, its own result first (then statistics, scratch, workspace...):
+    UnsupportedError for anything but an array or a flat tuple of arrays (a malformed `()`, token or nested
+    tuple)."""
+    shape = inst.shape
+    leaves = list(shape.tuple_shapes) if shape.is_tuple else [shape]
+    if not leaves or not all(s.is_array for s in leaves):
+        raise UnsupportedError(f"custom-call {target_of(inst)!r} computes a result: an array or a flat tuple of "
+                               f"arrays; the call says {shape.to_text(layout=False)}", inst)
+    return leaves
 
 
 def target_of(inst) -> str:

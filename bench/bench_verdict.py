@@ -1,0 +1,252 @@
+"""Detection power of `compare --reference shadow`'s verdict (issue 28): single-element changes injected into
+correct results, caught or not, by the per-element bounds (tools/bounds.py) and by the old rule (the baseline's
+error + 3 x its rms + 4 ulps); false alarms on the unchanged results.
+
+    python bench/bench_verdict.py                       # every program below
+    python bench/bench_verdict.py adam_f16 rmsnorm_bwd_f16
+    python bench/bench_verdict.py --cost                # bounds' time and memory on the GPT d256 step
+
+Per program (jax-made, its pre-optimization HLO) two correct candidates, each judged by the arithmetic that made
+it, as `compare --against xla --reference shadow` does: hloexec's run under the reference profile (16-bit sums
+accumulate in f32) and XLA:CPU's under xla_cpu_arithmetic() (its f16/bf16 reductions round every step).
+Injections, per float output: the element of largest magnitude and 3 random elements of moderate size (|x| in
+[0.1, 0.5] x the output's scale) changed by 1% and 0.1% of their value and by 2x and 4x their own bound (added to
+the candidate's error); "caught": the verdict on that output (every rule) says not consistent. Rounding-decided
+elements are not injected.
+Prints a markdown table (bench/README.md) and the run's load; `--json` the rows.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+PCTS = (0.01, 0.001)
+MULTIPLES = (2.0, 4.0)
+MODERATE = 3
+
+
+def _norm_grad(kind: str, dtype: str):
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+    dt = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}[dtype]
+
+    def norm(x, g, b):
+        x32 = x.astype(jnp.float32)
+        if kind == "rms":
+            y = x32 * jax.lax.rsqrt(jnp.mean(x32 ** 2, -1, keepdims=True) + 1e-6)
+        else:
+            mu = x32.mean(-1, keepdims=True)
+            y = (x32 - mu) * jax.lax.rsqrt(((x32 - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+        return y.astype(x.dtype) * g + b
+
+    def loss(x, g, b, dy):
+        return jnp.sum((norm(x, g, b) * dy).astype(jnp.float32))
+    r = np.random.default_rng(0)
+    x = r.standard_normal((8, 128, 256)).astype(dt)
+    g = (1 + 0.1 * r.standard_normal(256)).astype(dt)
+    b = (0.1 * r.standard_normal(256)).astype(dt)
+    dy = r.standard_normal((8, 128, 256)).astype(dt)
+    return jax.grad(loss, argnums=(0, 1, 2)), (x, g, b, dy)
+
+
+def _softmax_xent(dtype: str):
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+    dt = {"bf16": ml_dtypes.bfloat16, "f32": np.float32}[dtype]
+
+    def loss(logits, labels):
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], -1))
+    r = np.random.default_rng(1)
+    return jax.value_and_grad(loss), (r.standard_normal((256, 1024)).astype(dt),
+                                      r.integers(0, 1024, 256).astype(np.int32))
+
+
+def _attention(dtype: str):
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+    dt = {"bf16": ml_dtypes.bfloat16, "f32": np.float32}[dtype]
+
+    def attend(q, k, v, dout):
+        s = jnp.einsum("htd,hsd->hts", q, k) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
+        s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, jnp.asarray(-1e4, s.dtype))
+        p = jax.nn.softmax(s.astype(jnp.float32), -1).astype(q.dtype)
+        return jnp.sum((jnp.einsum("hts,hsd->htd", p, v) * dout).astype(jnp.float32))
+    r = np.random.default_rng(2)
+    args = tuple(r.standard_normal((4, 128, 64)).astype(dt) for _ in range(4))
+    return jax.grad(attend, argnums=(0, 1, 2)), args
+
+
+def _from_tests(name: str):
+    import numerics_programs
+    return getattr(numerics_programs, name)()
+
+
+def _gpt_step(later: bool = False):
+    """The GPT d256 bf16 train step of bench/workloads.py: its first step (zero moments), or (`later`) its second,
+    from the state jax's first step made."""
+    import jax
+    import jax.numpy as jnp
+    import workloads
+    fn, args = workloads._gpt_step(jnp.bfloat16)
+    if later:
+        _, params, m, v = jax.jit(fn)(*args)
+        args = (params, m, v, *args[3:5], np.int32(2))
+    return fn, args
+
+
+PROGRAMS = {
+    "adam_f16": lambda: _from_tests("adam_f16"),
+    "layernorm_bwd_f16": lambda: _norm_grad("layer", "f16"),
+    "layernorm_bwd_bf16": lambda: _norm_grad("layer", "bf16"),
+    "layernorm_bwd_f32": lambda: _norm_grad("layer", "f32"),
+    "rmsnorm_bwd_f16": lambda: _norm_grad("rms", "f16"),
+    "rmsnorm_bwd_bf16": lambda: _norm_grad("rms", "bf16"),
+    "rmsnorm_bwd_f32": lambda: _norm_grad("rms", "f32"),
+    "softmax_xent_f32": lambda: _softmax_xent("f32"),
+    "softmax_xent_bf16": lambda: _softmax_xent("bf16"),
+    "attention_bwd_bf16": lambda: _attention("bf16"),
+    "attention_bwd_f32": lambda: _attention("f32"),
+    "gpt_step_d256_bf16": _gpt_step,
+    "gpt_step_d256_bf16_second": lambda: _gpt_step(later=True),
+}
+
+
+def _positions(shadow: np.ndarray, decided: np.ndarray, rng) -> list[int]:
+    magnitude = np.where(np.isfinite(shadow) & ~decided, np.abs(shadow), -1.0).ravel()
+    scale = magnitude.max()
+    moderate = np.flatnonzero((magnitude >= 0.1 * scale) & (magnitude <= 0.5 * scale))
+    picked = rng.choice(moderate, min(MODERATE, moderate.size), replace=False) if moderate.size else []
+    return [int(np.argmax(magnitude))] + [int(k) for k in picked]
+
+
+def _caught(judge, shadow, baseline, candidate, bounds) -> bool:
+    return not judge([shadow], [baseline], {"c": [candidate]}, bounds=bounds).consistent("c")
+
+
+def _injections(judge, OutputBounds, run, baseline, candidate: list, device: str, rng) -> dict:
+    """name -> [caught by the bounds, caught by the old rule] lists over outputs and positions."""
+    tally: dict[str, list] = {}
+    b = run.bounds[device]
+    for i, (s, c) in enumerate(zip(run.shadow, candidate)):
+        c = np.asarray(c)
+        if b.bounds[i] is None or c.size == 0 or c.dtype.kind not in "fV":
+            continue
+        one = OutputBounds(device, [b.bounds[i]], [b.decided[i]], {}, [])
+        exact = np.asarray(s, np.float64)
+        for k in _positions(exact, b.decided[i], rng):
+            where = "largest" if k == int(np.argmax(np.where(np.isfinite(exact), np.abs(exact), -1))) else "moderate"
+            value = float(c.reshape(-1)[k])
+            away = np.sign(value - exact.reshape(-1)[k]) or 1.0
+            changes = {f"{p:.1%} {where}": value * (1 + p * away * np.sign(value or 1.0)) for p in PCTS}
+            changes |= {f"{m:g}x bound {where}": value + away * m * float(b.bounds[i].reshape(-1)[k])
+                        for m in MULTIPLES}
+            for name, new in changes.items():
+                bumped = np.array(c, copy=True)
+                bumped.reshape(-1)[k] = new
+                if float(bumped.reshape(-1)[k]) == value:
+                    continue            # the change is below the type's resolution there
+                tally.setdefault(name, [[], []])
+                tally[name][0].append(_caught(judge, s, baseline[i], bumped, one))
+                tally[name][1].append(_caught(judge, s, baseline[i], bumped, None))
+    return tally
+
+
+def measure(name: str) -> list[dict]:
+    import jax
+    import hloexec
+    from hloexec.jax import lower
+    from hloexec.tools.numerics import OutputBounds, baseline_executable, flatten, judge_run, xla_cpu_arithmetic
+    from hloexec.tools.verdict import judge
+    fn, args = PROGRAMS[name]()
+    low = lower(fn, *args)
+    xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    rng = np.random.default_rng(0)
+    exe = hloexec.load(low.text)
+    inputs = [np.asarray(x) for x in low.inputs]
+    start = time.perf_counter()
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    seconds = time.perf_counter() - start
+    baseline = flatten(baseline_executable(exe).run(*inputs))
+    rows = []
+    for candidate, values in (("hloexec", run.outputs), ("XLA:CPU", xla)):
+        device = next(c.device for o in verdict.outputs for c in o.candidates if c.name == candidate and c.device)
+        old = judge(run.shadow, baseline, {candidate: values})
+        decided = sum(c.rounding_decided for o in verdict.outputs for c in o.candidates if c.name == candidate)
+        row = {"program": name, "candidate": candidate, "device": device, "seconds": round(seconds, 2),
+               "false alarm": not verdict.consistent(candidate), "old false alarm": not old.consistent(candidate),
+               "rounding-decided": decided}
+        for change, (new, before) in _injections(judge, OutputBounds, run, baseline, values, device, rng).items():
+            row[change] = (sum(new), sum(before), len(new))
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    changes = [f"{p:.1%} {w}" for w in ("largest", "moderate") for p in PCTS] + \
+        [f"{m:g}x bound {w}" for w in ("largest", "moderate") for m in MULTIPLES]
+    lines = ["| program | candidate | false alarm (new / old) | " + " | ".join(changes) + " |",
+             "|---|---|---|" + "---|" * len(changes)]
+    for r in rows:
+        cells = []
+        for c in changes:
+            new, old, n = r.get(c, (0, 0, 0))
+            cells.append(f"{new}/{n} ({old})" if n else "-")
+        alarm = f"{'yes' if r['false alarm'] else 'no'} / {'yes' if r['old false alarm'] else 'no'}"
+        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | " + " | ".join(cells)
+                     + " |")
+    return "\n".join(lines)
+
+
+def cost(workload: str = "gpt_step_d256_bf16_pre") -> dict:
+    """Seconds (best of 3 after a first run) and peak traced memory of the shadow run alone and with the bounds
+    (tools.numerics.shadow_run, `devices`), on a bench/workloads.py workload."""
+    import tracemalloc
+    import hloexec
+    import workloads as wl
+    from timing import best_of
+    from hloexec.tools.cli import nest
+    from hloexec.tools.numerics import shadow_run
+    from hloexec.tools.xla_cpu import load_arrays
+    [w] = [w for w in wl.workloads() if w.name == workload]
+    [path], [inputs_path] = w.files()
+    exe = hloexec.load(Path(path).read_text())
+    inputs = nest(list(load_arrays(str(inputs_path)).values()), [p.shape for p in exe.parameters], str(path))
+    row = {"workload": workload}
+    for what, devices in (("shadow run", None), ("with bounds", [exe.options.device])):
+        row[what] = best_of(lambda: shadow_run(exe, inputs, devices=devices), 3)
+        tracemalloc.start()
+        shadow_run(exe, inputs, devices=devices)
+        row[f"{what} peak MB"] = round(tracemalloc.get_traced_memory()[1] / 2 ** 20, 1)
+        tracemalloc.stop()
+    return row
+
+
+def main(argv: list[str]) -> None:
+    if "--cost" in argv:
+        print(json.dumps(cost(), indent=1, default=str))
+        print(f"load: {os.getloadavg()}", file=sys.stderr)
+        return
+    names = [a for a in argv if not a.startswith("--")] or list(PROGRAMS)
+    rows = []
+    for name in names:
+        rows += measure(name)
+        print(f"{name}: done", file=sys.stderr)
+    print(json.dumps(rows, indent=1) if "--json" in argv else table(rows))
+    print(f"load: {os.getloadavg()}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

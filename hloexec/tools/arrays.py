@@ -1,0 +1,105 @@
+"""The one place array files a user hands hloexec are read: `--inputs`, `--expected`, `--actual`, a dump's
+saved inputs. Each is checked against what the module takes (or gives), and every way a file can be wrong --
+not a zip, truncated, an object array, a key missing or extra, a shape or dtype that does not fit -- is an
+ArrayFileError naming the file, the array and what was expected.
+
+Files: an npz with keys prefix0..prefixN (arg0.. for entry arguments, out0.. for outputs; a tuple parameter
+takes as many keys as it has leaves), or an npy holding the one array of a one-array module. ml_dtypes arrays
+(bf16, fp8, f4, int4, ...) come as hloexec writes them (save_arrays: their bytes as uint<bits> plus the key
+`__dtypes__` naming the types), or as plain np.savez writes them (raw void |V2, |V1: taken as the type the
+module says; from_npz_void).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import ArrayFileError
+from ..exec.inputs import from_npz_void
+from .xla_cpu import load_arrays
+
+
+def read_arrays(path, prefix: str) -> dict[str, np.ndarray]:
+    """Every array of the npz at `path` by key (an npy: its one array as prefix0), ml_dtypes types restored."""
+    path = str(path)
+    with open(path, "rb") as f:                 # a missing or unreadable file: OSError, said as such
+        magic = f.read(6)
+    try:
+        if magic == b"\x93NUMPY":
+            return {f"{prefix}0": np.load(path, allow_pickle=False)}
+        return dict(load_arrays(path))
+    except Exception as e:  # noqa: BLE001 - np.load says a bad file in many exception types
+        raise ArrayFileError(f"{path}: {_reason(e)}") from None
+
+
+def _reason(e: Exception) -> str:
+    text = str(e)
+    if "Object arrays" in text:
+        return (text.split(" (")[0] + ": " if text.startswith("array ") else "") + \
+            "an object array; hloexec reads numeric arrays only, never pickles"
+    if isinstance(e, ValueError) and text.startswith(("array ", "__dtypes__")):
+        return text
+    return f"not an .npz or .npy array file numpy can read ({type(e).__name__}: {e})"
+
+
+def read_values(path, prefix: str, shapes: list, *, what: str, check_shapes: bool = True,
+                check_dtypes: bool = True) -> list:
+    """The values the file at `path` holds for `shapes` (HLO Shapes, tuples nested): one array per shape, or the
+    leaves of tuple shapes in order. Raw void arrays become the leaf's type; ArrayFileError for a key missing or
+    extra, and for a shape or dtype other than the leaf's where checked. `what` names the values in messages
+    ("entry arguments", "outputs")."""
+    return values_of(read_arrays(path, prefix), path, prefix, shapes, what=what, check_shapes=check_shapes,
+                     check_dtypes=check_dtypes)
+
+
+def values_of(arrays: dict, path, prefix: str, shapes: list, *, what: str, check_shapes: bool = True,
+              check_dtypes: bool = True) -> list:
+    """read_values of arrays already read from `path` (keys prefix0..: an SPMD file's dev{d}/arg{i})."""
+    by_number = {}
+    for key, value in arrays.items():
+        m = re.fullmatch(re.escape(prefix) + r"(\d+)", key)
+        if m is None:
+            raise ArrayFileError(f"{path}: unexpected array {key!r} (expected {prefix}0..{prefix}N, one per "
+                                 f"array of the module's {what})")
+        by_number[int(m.group(1))] = value
+    leaves = [leaf for shape in shapes for _, leaf in shape.leaves()]
+    for n in range(max(len(by_number), len(leaves))):
+        if n not in by_number:
+            raise ArrayFileError(f"{path}: array {prefix}{n} missing: the module's {what} are {_listing(leaves, prefix)}")
+        if n >= len(leaves):
+            raise ArrayFileError(f"{path}: array {prefix}{n} is one too many: the module's {what} are "
+                                 f"{_listing(leaves, prefix)}")
+    return nested([_checked(path, f"{prefix}{n}", by_number[n], leaf, check_shapes, check_dtypes)
+                   for n, leaf in enumerate(leaves)], shapes)
+
+
+def nested(leaves: list, shapes: list) -> list:
+    """Values for `shapes` from their array leaves in depth-first order (tuple shapes become tuples)."""
+    it = iter(leaves)
+
+    def build(shape):
+        return tuple(build(s) for s in shape.tuple_shapes) if shape.is_tuple else next(it)
+    return [build(s) for s in shapes]
+
+
+def _checked(path, key: str, value: np.ndarray, leaf, check_shapes: bool, check_dtypes: bool) -> np.ndarray:
+    expected = leaf.to_text(layout=False)
+    if leaf.element_type.numpy is None:       # token: nothing to read
+        return value
+    value = from_npz_void(value, leaf.dtype)
+    if value.dtype.kind == "V" and value.dtype.type is np.void:
+        raise ArrayFileError(f"{path}: array {key} holds raw {value.dtype.itemsize}-byte records (|V"
+                             f"{value.dtype.itemsize}), expected {expected} ({leaf.dtype.itemsize}-byte elements)")
+    if check_dtypes and value.dtype != leaf.dtype:
+        raise ArrayFileError(f"{path}: array {key} has dtype {value.dtype}, expected {expected} "
+                             f"(numpy {leaf.dtype})")
+    if check_shapes and tuple(value.shape) != tuple(leaf.dims):
+        raise ArrayFileError(f"{path}: array {key} has shape {list(value.shape)}, expected {expected}")
+    return value
+
+
+def _listing(leaves: list, prefix: str) -> str:
+    shown = [f"{prefix}{n} {leaf.to_text(layout=False)}" for n, leaf in enumerate(leaves[:8])]
+    more = f", ... ({len(leaves)} in all)" if len(leaves) > 8 else ""
+    return (", ".join(shown) + more) if leaves else "none"

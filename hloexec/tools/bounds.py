@@ -1,0 +1,442 @@
+"""Per-element error bounds, computed alongside the shadow run: how far the program's arithmetic (under a device
+profile) may take each element of each value from its exact value.
+
+The shadow's run is observed instruction by instruction (fusions opened up, loops per iteration); each float
+value it makes gets a bound array (f64, its shape), from its operands' bounds and the instruction's own rounding.
+A bound stands for SIGMAS standard deviations of the element's error: independent contributions combine as a
+root-sum-square, a single rounding counts as the largest error it can make.
+
+- moving ops (reshape, transpose, broadcast, slice, concatenate, pad, gather, dynamic-(update-)slice, copy...)
+  move their operands' bounds: the op's own kernel run on the bounds;
+- elementwise ops: first-order propagation measured on the op itself, per operand max |f(.., a_k +- e_k, ..) -
+  f(a)| (the op's own kernel at the ends of the operand's interval: exact for monotone ops, no derivative table;
+  one value passed twice, x * x, moves in both places at once), the operands' contributions combined as
+  independent, plus what two operands' errors do together beyond first order (multiply, divide, power: at the
+  corners of both intervals), plus the op's own rounding: half an ulp of the program's type at the value as
+  SIGMAS sigmas of a uniform error (0 where the operands are exact and x is a value of the type),
+  transcendentals TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32
+  keeps its bf16 bound (the convert is exact, the bound flows through);
+- add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
+  smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
+  -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
+  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its
+  `reductions` rule: "per-step", the HLO's own meaning, every reducer step rounding in the reduction's type;
+  "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic bound: SIGMAS standard
+  deviations of a sequential sum's rounding error, whose variance
+  (u^2/3) * sum_k s_k^2 over its partial sums s_k is estimated as n * (sum x_i^2 + S^2) (a random walk plus a
+  drift to the total S), whatever the order; max/min reductions move bounds;
+- dots: sqrt(A^2 e_B^2 + e_A^2 B^2) (the operands' errors taken as independent along the contraction: measured,
+  the linear |A| e_B + e_A |B| through a transformer block's dots grows past any use) plus |A . min_k e_B| +
+  |min_k e_A . B| (an error every term may share, at most the smallest bound along the contraction: a bias's
+  bf16 rounding reaching every position of a tied embedding's gradient), plus
+  the device's arithmetic (DeviceProfile.dot_algorithm, ALGORITHM_ARITHMETIC):
+  operands rounded to the algorithm's significand bits (bf16 passes, TF32: u |x| + SIGMAS sigma of the K
+  independent product errors), the accumulation in its type (as a reduction's; without an algorithm the wider
+  of the result type and f32: what XLA's CPU, GPU and TPU dots do), the final rounding;
+- compare and select: a comparison whose operands' intervals overlap is *rounding-decided*; a select on it may
+  take either branch, so its bound is the branches' distance plus their bounds.
+
+Rounding-decided elements (`decided`): where an operand's interval reaches a discontinuity -- the sign of a
+near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / log / power of, an interval
+that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is rounding's choice). Elementwise
+and moving ops carry the mark; reductions and dots do not (one decided term among thousands is averaged).
+
+What it cannot see: ops it has no rule for (custom-calls computing their own way, collectives, fft, variadic
+reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
+first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
+root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
+paths, a dot whose terms share one (a softmax row's scale), a sum sorted so its partial sums grow before they
+cancel can exceed them. Data-dependent control flow (a loop's trip count, a branch) follows the shadow's values.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import ml_dtypes
+import numpy as np
+
+from ..kernels.elementwise import accumulates_in_f32
+from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
+from .compare import ulp_at
+
+# significand bits (the implicit one counted) of the types dots operate and accumulate in
+SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+SIGMAS = 4.0                # probabilistic terms: this many standard deviations
+TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
+# Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
+MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
+                   "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "tuple",
+                   "opt-barrier", "optimization-barrier", "copy-start", "copy-done", "domain", "add-dependency",
+                   "real", "imag", "complex"})
+EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
+# Elementwise ops with no rounding of their own (1-Lipschitz or exact)
+EXACT_ELEMENTWISE = frozenset({"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil",
+                               "round-nearest-afz", "round-nearest-even"})
+ROUNDING_ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "power", "atan2", "remainder", "sqrt", "rsqrt", "cbrt", "exponential",
+    "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic", "sine", "cosine", "tan", "erf", "convert",
+    "reduce-precision"})
+TRANSCENDENTAL = frozenset({"power", "atan2", "cbrt", "exponential", "exponential-minus-one", "log", "log-plus-one",
+                            "tanh", "logistic", "sine", "cosine", "tan", "erf"})
+# op -> operands at which an interval holding 0 is a discontinuity or a singularity
+SINGULAR_AT_ZERO = {"sign": (0,), "divide": (1,), "sqrt": (0,), "rsqrt": (0,), "log": (0,), "power": (0,),
+                    "atan2": (0, 1), "remainder": (1,)}
+# elementwise ops that move their value by at most what an operand moves (1-Lipschitz in each operand)
+LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
+# nonlinear binary ops: their operands' errors also act together (second order)
+SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
+STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
+
+
+def unit_roundoff(etype) -> float:
+    """2^-p for a float type of p significand bits (the implicit one counted): half its epsilon."""
+    return float(ml_dtypes.finfo(etype.numpy).eps) / 2
+
+
+def _least_along(bound: np.ndarray, dims) -> np.ndarray:
+    """`bound`'s smallest value along `dims`, broadcast back: the most an error every term there shares can be."""
+    return np.broadcast_to(np.min(bound, axis=tuple(dims), keepdims=True), bound.shape) if dims else bound
+
+
+def _widest(a: str, b: str) -> str:
+    return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
+
+
+def _free_dims(inst, side: str, rank: int) -> int:
+    """How many free (neither batch nor contracting) dims the dot's `side` ("lhs" / "rhs") operand has."""
+    return rank - len(inst.attr(f"{side}_contracting_dims", ())) - len(inst.attr(f"{side}_batch_dims", ()))
+
+
+def _float(leaf) -> bool:
+    return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
+
+
+def _leaves(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+class ErrorBounds:
+    """An observer of the shadow's run (`observe(inst, value, operands)`) that keeps, for every float value alive
+    in it, a bound on its error under `device`'s arithmetic (see the module docstring). `of(value)` is the bound of
+    a value (an output), `decided_of(value)` its rounding-decided elements. Values are known by identity while
+    they live: bounds go when their values go (the run's memory, doubled at most)."""
+
+    def __init__(self, shadow, context, device: DeviceProfile):
+        self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
+        self.context = context
+        self.device = device
+        self.store: dict[int, tuple] = {}           # id(value) -> (weakref, bound or None, decided or None)
+        self.kernels: dict[int, object] = {}
+        self.unbounded: dict[str, str] = {}         # instruction -> why it has no bound
+        self.algorithms: set[str] = set()           # dot algorithms the device's rules chose (not the types' own)
+        self.lock = threading.Lock()
+
+    # -- the store -------------------------------------------------------------------------------------------
+    def _put(self, leaf, bound, decided=None) -> None:
+        key, store = id(leaf), self.store
+        if decided is not None and not decided.any():
+            decided = None
+        # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
+        # it is kept (a few bytes)
+        ref = weakref.ref(leaf, lambda _r, key=key: store.pop(key, None)) if isinstance(leaf, np.ndarray) \
+            else (lambda: leaf)
+        with self.lock:
+            store[key] = (ref, bound, decided)
+
+    def _entry(self, leaf):
+        entry = self.store.get(id(leaf))
+        return entry if entry is not None and entry[0]() is leaf else None
+
+    def of(self, leaf) -> np.ndarray:
+        """The bound of a float value of the shadow's run (zeros: exact, an input or a constant)."""
+        entry = self._entry(leaf)
+        if entry is None or entry[1] is None:
+            return np.zeros(np.shape(leaf))
+        return np.broadcast_to(entry[1], np.shape(leaf))
+
+    def decided_of(self, leaf) -> np.ndarray:
+        entry = self._entry(leaf)
+        if entry is None or entry[2] is None:
+            return np.zeros(np.shape(leaf), bool)
+        return np.broadcast_to(entry[2], np.shape(leaf))
+
+    def _bound_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None else entry[1]
+
+    def _decided_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None else entry[2]
+
+    def _kernel(self, inst):
+        k = self.kernels.get(id(inst))
+        if k is None:
+            from ..ops.registry import lookup
+            k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
+        return k[1]
+
+    # -- the observer ------------------------------------------------------------------------------------------
+    def __call__(self, inst, value, operands) -> None:
+        leaves = _leaves(value)
+        floats = [v for v in leaves if _float(v)]
+        opcode = inst.opcode
+        if opcode == "compare":
+            self._compare(inst, value, operands)
+            return
+        if not floats or opcode in EXACT:
+            return
+        if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
+            return          # tuples, get-tuple-element, fusion and loop results: their leaves are known
+        comp = inst.computation.name if inst.computation is not None else ""
+        orig = self.original.get((comp, inst.name))
+        with np.errstate(all="ignore"):
+            if orig is None:                       # the shadow's own helpers around pinned instructions
+                self._pass_through(inst, value, operands)
+            elif opcode in MOVES:
+                self._move(inst, value, operands)
+            elif opcode == "select":
+                self._select(value, operands)
+            elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
+                self._elementwise(inst, orig, value, operands)
+            elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
+                self._reduce(inst, orig, value, operands)
+            elif opcode == "dot":
+                self._dot(inst, orig, value, operands)
+            elif opcode == "scatter" and len(operands) == 3:
+                self._scatter(inst, orig, value, operands)
+            elif opcode == "sort":
+                worst = max((float(np.max(self.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
+                for v in floats:
+                    self._put(v, np.full(v.shape, worst))
+            else:
+                for v in floats:
+                    if self._entry(v) is None:
+                        self.unbounded.setdefault(inst.name, opcode)
+                        self._put(v, np.full(v.shape, np.inf))
+
+    def _pass_through(self, inst, value, operands) -> None:
+        """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
+        src = [o for o in operands if _float(o) and np.shape(o) == np.shape(value)]
+        if _float(value) and src:
+            self._put(value, self._bound_or_none(src[0]), self._decided_or_none(src[0]))
+
+    def _substituted(self, inst, operands, pick) -> object:
+        """`inst`'s kernel on its operands with every float one replaced by `pick(operand)` (a bound)."""
+        args = [pick(o) if _float(o) else o for o in operands]
+        return self._kernel(inst)(*args)
+
+    def _move(self, inst, value, operands) -> None:
+        bounds = _leaves(self._substituted(inst, operands, self.of))
+        marks = None
+        if any(self._decided_or_none(o) is not None for o in operands if _float(o)):
+            marks = _leaves(self._substituted(inst, operands, lambda o: self.decided_of(o).astype(np.float64)))
+        for i, (v, b) in enumerate(zip(_leaves(value), bounds)):
+            if _float(v):
+                self._put(v, np.asarray(b, np.float64), None if marks is None else np.asarray(marks[i]) > 0)
+
+    def _compare(self, inst, value, operands) -> None:
+        a, b = operands[0], operands[1]
+        if not (_float(a) and isinstance(value, (np.ndarray, np.generic))):
+            return
+        slack = self.of(a) + self.of(b)
+        with np.errstate(all="ignore"):
+            undecided = (np.abs(np.asarray(a) - np.asarray(b)) <= slack) & (slack > 0)
+        for o in (a, b):
+            d = self._decided_or_none(o)
+            if d is not None:
+                undecided = undecided | d
+        self._put(value, None, undecided)
+
+    def _select(self, value, operands) -> None:
+        p, t, f = operands
+        et, ef = self.of(t), self.of(f)
+        bound = np.where(p, et, ef)
+        decided = np.where(p, self.decided_of(t), self.decided_of(f))
+        undecided = self._decided_or_none(p)
+        if undecided is not None:
+            bound = np.where(undecided, np.maximum(et, ef) + np.abs(t - f), bound)
+            decided = decided | undecided
+        self._put(value, bound, decided)
+
+    def _elementwise(self, inst, orig, x, operands) -> None:
+        opcode = inst.opcode
+        variance = np.zeros(x.shape)        # bounds combine as SIGMAS standard deviations of independent errors
+        decided = np.zeros(x.shape, bool)
+        groups: dict[int, list[int]] = {}   # one value passed several times (x * x) moves in all its places at once
+        for k, a in enumerate(operands):
+            if _float(a):
+                groups.setdefault(id(a), []).append(k)
+        moved = []                          # (places, value, bound, what it moves x by) of the operands with errors
+        for places in groups.values():
+            a = operands[places[0]]
+            d = self._decided_or_none(a)
+            if d is not None:
+                decided = decided | d
+            e = self._bound_or_none(a)
+            if e is None or not np.any(e):
+                continue
+            if opcode in LIPSCHITZ:         # |f(a + e) - f(a)| <= e in each place: no need to evaluate
+                delta = len(places) * e
+            elif opcode == "multiply":
+                other = np.abs(operands[1 - places[0]]) if len(places) == 1 else None
+                delta = other * e if other is not None else (2 * np.abs(a) + e) * e
+            else:
+                delta = self._moved_by(inst, x, operands, places, a, e, decided)
+            variance = variance + np.square(delta)
+            moved.append((places, a, e, delta))
+        if len(moved) == 2 and opcode in SECOND_ORDER:
+            if opcode == "multiply":
+                variance = variance + np.square(moved[0][2] * moved[1][2])
+            else:
+                variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
+        if opcode in ROUNDING_ELEMENTWISE:
+            variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), opcode))
+        self._put(x, np.sqrt(variance), decided)
+
+    def _moved_by(self, inst, x, operands, places, a, e, decided) -> np.ndarray:
+        """max |f(.., a +- e, ..) - f(..)|: the op's own kernel at the ends of `a`'s interval (in all its `places`);
+        marks in `decided` the elements where the interval reaches a discontinuity of the op."""
+        kernel = self._kernel(inst)
+        args = list(operands)
+        for k in places:
+            args[k] = a + e
+        up = kernel(*args)
+        for k in places:
+            args[k] = a - e
+        down = kernel(*args)
+        delta = np.maximum(np.abs(up - x), np.abs(down - x))
+        if set(places) & set(SINGULAR_AT_ZERO.get(inst.opcode, ())):
+            decided |= (np.abs(a) <= e) & (e > 0)
+        if inst.opcode in STEPS:
+            decided |= up != down
+        return np.where(np.isnan(delta), np.inf, delta)
+
+    @staticmethod
+    def _second_order(kernel, x, operands, moved) -> np.ndarray:
+        """What both operands' errors do together beyond the sum of what each does alone (a * b: e_a * e_b), at
+        the four corners of their intervals: first order misses it where relative errors reach 1 (a gradient
+        squared whose sign rounding decides)."""
+        worst = np.zeros(x.shape)
+        (pa, a, ea, da), (pb, b, eb, db) = moved
+        for sa in (1, -1):
+            for sb in (1, -1):
+                args = list(operands)
+                for k in pa:
+                    args[k] = a + sa * ea
+                for k in pb:
+                    args[k] = b + sb * eb
+                worst = np.maximum(worst, np.abs(kernel(*args) - x))
+        excess = worst - da - db
+        return np.where(np.isnan(excess), np.inf, np.maximum(excess, 0.0))
+
+    def _rounding(self, orig, x, bound, opcode) -> np.ndarray:
+        """The instruction's own rounding as a bound of SIGMAS standard deviations: half an ulp of its type at
+        the value (+ the transcendental's error), uniform, so sigma = that / sqrt(3) (SIGMAS > sqrt(3): never
+        below the rounding's largest error)."""
+        etype = orig.shape.element_type
+        if etype is None or etype.kind != "float":
+            return np.zeros(x.shape)
+        magnitude = np.abs(x) + bound       # (ulp_at takes a non-finite magnitude's as 1's)
+        own = (0.5 * SIGMAS / np.sqrt(3)) * ulp_at(magnitude, etype.numpy)
+        if opcode == "reduce-precision":
+            own = np.maximum(own, SIGMAS / np.sqrt(3) * magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
+        if opcode in TRANSCENDENTAL:
+            return own + (TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) * ulp_at(
+                magnitude, np.float32 if etype.bits <= 32 else np.float64)
+        if opcode in ("reduce-precision", "reduce", "scatter", "dot") or etype.numpy is None:
+            return own
+        # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing rounds
+        # (an error known to be nonzero keeps the statistical bound: sums of such add up as random ones do)
+        exact = bound == 0
+        if not np.any(exact):
+            return own
+        representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
+        return np.where(exact & representable, 0.0, own)
+
+    def _reduce(self, inst, orig, x, operands) -> None:
+        reducer = inst.called.get("to_apply")
+        kind = reducer.root.opcode if reducer is not None else ""
+        a, init = operands
+        if kind in ("maximum", "minimum"):
+            self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64),
+                      None)
+            return
+        if kind != "add":
+            self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
+            self._put(x, np.full(x.shape, np.inf))
+            return
+        kernel = self._kernel(inst)
+        zero = np.zeros_like(init)
+        terms = np.broadcast_to(self.of(a), a.shape)
+        if inst.opcode == "reduce":     # independent terms' errors, plus a part they may all share
+            independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
+            shared = np.asarray(kernel(_least_along(terms, inst.attr("dimensions", ())), self.of(init)), np.float64)
+            variance = np.square(independent + shared)
+        else:                           # a window's terms: their bounds added
+            variance = np.square(np.asarray(kernel(terms, self.of(init)), np.float64))
+        squares = np.asarray(kernel(a * a, zero), np.float64)
+        count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
+        # the device's reductions rule: "accumulate" sums 16-bit types in f32; the others ("per-step", "xla-cpu")
+        # round every step to the type
+        etype = orig.shape.element_type
+        u = 2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] \
+            if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND \
+            else unit_roundoff(etype)
+        variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
+        self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "reduce"))))
+
+    def _scatter(self, inst, orig, x, operands) -> None:
+        """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
+        landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step)."""
+        kernel = self._kernel(inst)
+        target, indices, updates = operands
+        bound = np.asarray(kernel(self.of(target), indices, self.of(updates)), np.float64)
+        combiner = inst.called.get("to_apply")
+        if combiner is not None and combiner.root.opcode == "add":
+            zero = np.zeros_like(target)
+            count = np.asarray(kernel(zero, indices, np.ones_like(updates)), np.float64)
+            squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
+            u = unit_roundoff(orig.shape.element_type)
+            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
+            own = self._rounding(orig, x, bound, "scatter")
+            bound = np.sqrt(np.square(bound) + np.square(spread) + np.where(count > 0, np.square(own), 0.0))
+        self._put(x, bound)
+
+    def _dot(self, inst, orig, x, operands) -> None:
+        a, b = operands
+        kernel = self._kernel(inst)
+        ea, eb = self._bound_or_none(a), self._bound_or_none(b)
+        variance = np.zeros(x.shape)        # the operands' errors, independent across the contraction
+        shared = np.zeros(x.shape)          # ... but for a part all terms may share (a bias's rounding)
+        if eb is not None and np.any(eb):
+            eb = np.broadcast_to(eb, b.shape)
+            variance = variance + kernel(a * a, np.square(eb))
+            shared = shared + np.abs(kernel(a, _least_along(eb, inst.attr("rhs_contracting_dims", ()))))
+        if ea is not None and np.any(ea):
+            ea = np.broadcast_to(ea, a.shape)
+            variance = variance + kernel(np.square(ea), b * b)
+            shared = shared + np.abs(kernel(_least_along(ea, inst.attr("lhs_contracting_dims", ())), b))
+        variance = np.square(np.sqrt(variance) + shared)
+        squares = kernel(a * a, b * b)
+        contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+        types = [o.shape.element_type for o in orig.operands]
+        matrix_vector = _free_dims(inst, "lhs", a.ndim) == 0 or _free_dims(inst, "rhs", b.ndim) == 0
+        algorithm = self.device.dot_algorithm(inst.attr("algorithm", "") or "",
+                                              tuple(inst.attr("operand_precision", ()) or ()),
+                                              all(t is not None and t.name == "f32" for t in types), matrix_vector)
+        # without an algorithm, 16-bit dots accumulate in f32 on every XLA backend (CPU, cuBLAS, the MXU)
+        bits, accumulator = ALGORITHM_ARITHMETIC.get(algorithm, (0, _widest(orig.shape.element_type.name, "f32")))
+        if algorithm:
+            self.algorithms.add(algorithm)
+        own_bits = min(SIGNIFICAND.get(t.name, 53) for t in types)
+        if bits and bits < own_bits:
+            u_op = 2.0 ** -bits * (2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding ==
+                                   "truncate" else 1)
+            variance = variance + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
+        u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
+        variance = variance + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
+        variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), "dot"))
+        self._put(x, np.asarray(np.sqrt(variance), np.float64))

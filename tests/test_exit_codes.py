@@ -1,0 +1,148 @@
+"""Exit codes as README documents them (0 success; 1 a finding; 2 parse error, usage error, unsupported op,
+execution error), for every command and every kind of bad input: the bad input is said in one `error:` line on
+stderr naming what is wrong, never as an internal error or a traceback."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hloexec.tools.cli import main
+
+GOOD = "HloModule good\n\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] negate(p)\n}\n"
+BAD_FILES = {
+    "missing": None,
+    "empty": "",
+    "binary": b"\x00\xff\xfe PK\x03\x04 \x89PNG\r\n",
+    "parse error": "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[2] add(p, q)\n}\n",
+    "truncated": GOOD[:GOOD.index("ROOT") + 12],
+    "unsupported op": "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[2] frobnicate(p)\n}\n",
+    "wrong operand count": "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[2] add(p)\n}\n",
+    "too big": "HloModule big\n\nENTRY e {\n  p = f32[1000000000000] parameter(0)\n"
+               "  ROOT r = f32[1000000000000] negate(p)\n}\n",
+}
+# what each kind must say (besides the file's name), by kind
+SAYS = {"missing": "No such file", "empty": "no HLO module", "binary": ":1:", "parse error": ":5:",
+        "truncated": ":5:", "unsupported op": "frobnicate", "wrong operand count": "%r",
+        "too big": "big needs"}
+# commands that prepare or run the module; the others only read it
+RUNS = {"run", "compare", "numerics", "diff", "extract", "minimize"}
+COMMANDS = {
+    "stats": ["stats", "{f}"],
+    "run": ["run", "{f}"],
+    "compare": ["compare", "{f}", "{f}"],
+    "numerics": ["numerics", "{f}"],
+    "memory": ["memory", "{f}"],
+    "collectives": ["collectives", "{f}"],
+    "export": ["export", "{f}", "--astra-sim", "{d}/astra.txt"],
+    "graph": ["graph", "{f}", "-o", "{d}/g.dot"],
+    "diff": ["diff", "{f}", "{f}"],
+    "extract": ["extract", "{f}", "r", "-o", "{d}/x.hlo", "--inputs-out", "{d}/x.npz"],
+    "minimize": ["minimize", "{f}", "--check", "nan", "-o", "{d}/m.hlo"],
+}
+
+
+def expected_code(command: str, kind: str) -> int:
+    """2 for what a command cannot do with the file; a report reads an unsupported or huge module fine."""
+    if kind in ("unsupported op", "too big") and command not in RUNS:
+        return 0 if command != "memory" or kind != "unsupported op" else 2
+    if kind == "wrong operand count" and command == "stats":
+        return 0                                    # stats counts what it reads; nothing is prepared
+    return 2
+
+
+def cli(capsys, argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_on_every_kind_of_bad_file(capsys, tmp_path, command, kind):
+    path = tmp_path / "m.hlo"
+    content = BAD_FILES[kind]
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    argv = [a.format(f=path, d=tmp_path) for a in COMMANDS[command]]
+    code, out, err = cli(capsys, argv)
+    want = expected_code(command, kind)
+    if want == 0 and code == 0:
+        return
+    if kind == "wrong operand count" and command in ("memory", "collectives", "export", "graph") and code == 0:
+        return              # reports that read the graph without preparing its ops
+    assert code == want == 2, (code, out, err)
+    assert err.startswith("error: ") and "internal error" not in err and "Traceback" not in err, err
+    assert SAYS[kind] in err, err
+    # the file, else (diff: A and B; memory: by the module's name) what in it
+    assert path.name in err or (command == "diff" and "HLO line" in err) or kind == "too big", err
+
+
+def test_usage_errors_exit_2_for_every_command(capsys):
+    for command in [*COMMANDS, "dump", "bisect", "ops"]:
+        code, _, err = cli(capsys, [command, "--no-such-flag"])
+        assert code == 2 and "error:" in err, (command, err)
+
+
+@pytest.mark.parametrize("command", ["dump", "bisect"])
+@pytest.mark.parametrize("kind", ["missing", "a file", "empty directory"])
+def test_dump_directory_commands_on_what_is_not_a_dump(capsys, tmp_path, command, kind):
+    target = tmp_path / "d"
+    if kind == "a file":
+        target.write_text(GOOD)
+    elif kind == "empty directory":
+        target.mkdir()
+    code, out, err = cli(capsys, [command, target])
+    if command == "dump" and kind == "empty directory":
+        assert code == 0 and "0 programs" in out                  # an empty listing is an answer
+        return
+    assert code == 2 and err.startswith("error: ") and str(target) in err, (code, err)
+
+
+FINDINGS = {       # command line -> what makes it a finding (exit 1)
+    "compare --expected": ["compare", "{f}", "--inputs", "{d}/in.npz", "--expected", "{d}/wrong.npz"],
+    "run --fail-on-nan": ["run", "{nan}", "--inputs", "{d}/in.npz", "--fail-on-nan"],
+    "run --find-nonfinite": ["run", "{nan}", "--inputs", "{d}/in.npz", "--find-nonfinite"],
+    "numerics": ["numerics", "{nan}", "--inputs", "{d}/in.npz"],
+    "diff": ["diff", "{f}", "{other}", "--inputs", "{d}/in.npz"],
+}
+
+
+@pytest.mark.parametrize("name", list(FINDINGS))
+def test_findings_exit_1(capsys, tmp_path, name):
+    (tmp_path / "m.hlo").write_text(GOOD)
+    (tmp_path / "nan.hlo").write_text(GOOD.replace("negate(p)", "log(p)"))
+    (tmp_path / "other.hlo").write_text(GOOD.replace("negate(p)", "abs(p)"))
+    np.savez(tmp_path / "in.npz", arg0=np.array([-1, 2, -3, 4], np.float32))
+    np.savez(tmp_path / "wrong.npz", out0=np.array([1, 2, 3, 4], np.float32))
+    argv = [a.format(f=tmp_path / "m.hlo", nan=tmp_path / "nan.hlo", other=tmp_path / "other.hlo", d=tmp_path)
+            for a in FINDINGS[name]]
+    code, out, err = cli(capsys, argv)
+    assert code == 1, (out, err)
+    np.savez(tmp_path / "right.npz", out0=np.array([1, -2, 3, -4], np.float32))
+    fine = [a.replace("nan.hlo", "m.hlo").replace("wrong.npz", "right.npz").replace("other.hlo", "m.hlo")
+            for a in argv]
+    code, out, err = cli(capsys, fine)        # the same command without the finding
+    assert code == 0, (name, out, err)
+
+
+SHARDED_TOO_BIG = """HloModule big_spmd, num_partitions=2
+
+ENTRY e {
+  p = f32[500000000000] parameter(0), sharding={devices=[2]0,1}
+  ROOT r = f32[500000000000] negate(p), sharding={devices=[2]0,1}
+}
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--spmd"], ["run", "--spmd", "--shadow"], ["numerics", "--spmd"], ["compare", "{f}", "--spmd"],
+    pytest.param(["run", "--ray", "local"], marks=pytest.mark.slow)], ids=" ".join)
+def test_spmd_and_ray_runs_refuse_what_cannot_fit_before_allocating(capsys, tmp_path, argv):
+    pytest.importorskip("ray") if "--ray" in argv else None
+    path = tmp_path / "big.hlo"
+    path.write_text(SHARDED_TOO_BIG)
+    code, out, err = cli(capsys, [argv[0], path, *[a.format(f=path) for a in argv[1:]]])
+    assert code == 2 and "\nerror: " in "\n" + err and "internal error" not in err, (out, err)   # (Ray logs first)
+    assert "needs" in err and ("GiB" in err or "GB" in err), err

@@ -1,0 +1,174 @@
+"""Per-element error bounds (tools/bounds.py) and the verdict built on them (tools/verdict.py): planted
+single-element changes the old rule (the baseline's errors + 3 x their rms) passes and the bounds catch,
+unchanged results that both pass, the bf16 train step's correct XLA:CPU results consistent (its first step, zero
+moments: rounding-decided updates; a later one), device-relative verdicts with a profile file."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hloexec
+import hloexec.jax
+from hloexec.tools.numerics import baseline_executable, flatten, judge_run, xla_cpu_arithmetic
+from hloexec.tools.verdict import judge
+
+pytestmark = pytest.mark.xla
+
+
+def _rmsnorm_grad():
+    """The issue's f16 RMSNorm gradient (jax: the mean of squares in f32), smaller."""
+    import jax
+    import jax.numpy as jnp
+    from hloexec.jax import lower
+
+    def loss(x, w):
+        y = x * jax.lax.rsqrt(jnp.mean(x.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(x.dtype) * w
+        return jnp.sum(y.astype(jnp.float32) ** 2)
+    r = np.random.default_rng(0)
+    x = r.standard_normal((4, 64, 512)).astype(np.float16)
+    w = (1 + 0.1 * r.standard_normal(512)).astype(np.float16)
+    f = jax.grad(loss, argnums=(0, 1))
+    xla = [np.asarray(a) for a in jax.tree_util.tree_leaves(jax.jit(f)(x, w))]
+    return hloexec.load(lower(f, x, w).text), [x, w], xla
+
+
+def _bumped(outputs, index, factor=1.01):
+    """The outputs with the element of output `index` of largest magnitude multiplied by `factor`."""
+    out = [np.array(o, copy=True) for o in outputs]
+    flat = out[index].reshape(-1)
+    k = int(np.argmax(np.abs(flat.astype(np.float64))))
+    flat[k] = np.asarray(float(flat[k]) * factor).astype(flat.dtype)
+    return out, tuple(int(i) for i in np.unravel_index(k, out[index].shape))
+
+
+def test_rmsnorm_one_percent_change_the_old_rule_passes_is_caught():
+    exe, inputs, xla = _rmsnorm_grad()
+    mine = flatten(exe.run(*inputs))
+    verdict, run = judge_run(exe, inputs, {"hloexec again": mine})
+    assert verdict.consistent(), verdict.to_dict()
+    baseline = flatten(baseline_executable(exe).run(*inputs))
+    bounds = run.bounds[exe.options.device.name]
+    for index in range(2):
+        bumped, element = _bumped(mine, index)
+        old = judge(run.shadow, baseline, {"bumped": bumped})
+        new = judge(run.shadow, baseline, {"bumped": bumped}, bounds=bounds)
+        assert old.consistent("bumped")             # the baseline's own error hides it
+        assert not new.consistent("bumped")
+        out = new.outputs[index]
+        assert out.bound_violations == 1 and out.worst["index"] == element
+        w = out.worst
+        assert abs(w["value"] - w["exact"]) > w["bound"] * new.rule.bound_factor
+        data = new.to_dict()["outputs"][index]
+        assert {"index", "value", "exact", "bound"} <= set(data["worst"]) and data["bound_violations"] == 1
+
+
+def test_bounds_hold_the_errors_of_a_sum_in_every_order():
+    """An f16 sum judged under the per-step rule: sequential, reversed and pairwise f16 sums (numpy, written
+    from the rule) are all within the bound; the bound is no more than 30x the sequential sum's error."""
+    text = """HloModule s
+add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
+ENTRY e { x = f16[64,1024] parameter(0)  z = f16[] constant(0)
+          ROOT r = f16[64] reduce(x, z), dimensions={1}, to_apply=add }"""
+    x = np.random.default_rng(1).standard_normal((64, 1024)).astype(np.float16)
+    exe = hloexec.load(text, reductions="per-step")
+
+    def sequential(rows):
+        acc = np.zeros(rows.shape[0], np.float16)
+        for k in range(rows.shape[1]):
+            acc = (acc.astype(np.float32) + rows[:, k].astype(np.float32)).astype(np.float16)
+        return acc
+
+    def pairwise(rows):
+        while rows.shape[1] > 1:
+            rows = (rows[:, 0::2].astype(np.float32) + rows[:, 1::2].astype(np.float32)).astype(np.float16)
+        return rows[:, 0]
+    orders = {"sequential": sequential(x), "reversed": sequential(x[:, ::-1]), "pairwise": pairwise(x)}
+    verdict, run = judge_run(exe, [x], {k: [v] for k, v in orders.items()})
+    assert verdict.consistent(), verdict.to_dict()
+    bound = run.bounds[verdict.device].bounds[0]
+    error = np.abs(orders["sequential"].astype(np.float64) - run.shadow[0])
+    assert np.sqrt(np.mean(bound ** 2)) < 30 * np.sqrt(np.mean(error ** 2))
+
+
+def test_device_relative_verdict_with_a_profile_file(tmp_path):
+    """An f32 dot computed with bf16 operands (numpy emulation of dot_bf16_bf16_f32: operands rounded to bf16,
+    f32 accumulation): NOT consistent under the reference, consistent under a profile whose DEFAULT precision is
+    that algorithm, and the report says which rule explains it; a 5% change is caught under both."""
+    import ml_dtypes
+    profile = tmp_path / "bf16dots.toml"
+    profile.write_text('base = "reference"\nname = "bf16dots"\nprecision = { default = "dot_bf16_bf16_f32" }\n')
+    text = """HloModule d
+ENTRY e { a = f32[64,256] parameter(0)  b = f32[256,32] parameter(1)
+          ROOT d = f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0} }"""
+    r = np.random.default_rng(2)
+    a, b = r.standard_normal((64, 256)).astype(np.float32), r.standard_normal((256, 32)).astype(np.float32)
+    device = (a.astype(ml_dtypes.bfloat16).astype(np.float32) @ b.astype(ml_dtypes.bfloat16).astype(np.float32))
+    bumped, _ = _bumped([device], 0, 1.05)
+    exe = hloexec.load(text)
+    verdict, _ = judge_run(exe, [a, b], {"device": [device], "bumped": bumped}, devices=["reference", str(profile)])
+    assert not verdict.consistent("device") and not verdict.consistent("bumped")
+    under = verdict.by_device["bf16dots"]
+    assert under.consistent("device") and not under.consistent("bumped")
+    assert verdict.explaining()["device"] == ["bf16dots"]
+    [explained] = [c.explained for c in under.outputs[0].candidates if c.name == "device"]
+    assert explained > 0.5 and under.outputs[0].device_rules == ["dot_bf16_bf16_f32"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_bf16_train_step_xla_results_are_consistent(warmup):
+    """Issue 33: XLA:CPU's results of the bf16 transformer block + Adam step are consistent (the first step's
+    updates where rounding decides the gradient's sign are reported, not failed); one element of a master weight
+    off by 1% is caught."""
+    import jax
+    from train_step import train_step
+    step, state, batch = train_step(warmup=warmup)
+    from hloexec.jax import lower
+    low = lower(step, state, batch)
+    xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(step(state, batch))]
+    exe = hloexec.load(low.text)
+    inputs = [np.asarray(x) for x in low.inputs]
+    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    assert verdict.outputs[1].candidates[1].device == xla_cpu_arithmetic().name
+    assert verdict.consistent("XLA:CPU"), [(o.index, c.reasons) for o in verdict.outputs for c in o.candidates
+                                           if not c.consistent]
+    bounds = run.bounds[xla_cpu_arithmetic().name]
+    index = 15                                          # a master weight: the element with the tightest bound
+    with np.errstate(all="ignore"):
+        relative = np.where(bounds.decided[index], np.inf, bounds.bounds[index] / np.abs(run.shadow[index]))
+    k = int(np.argmin(relative))
+    bumped = [np.array(o, copy=True) for o in xla]
+    bumped[index].reshape(-1)[k] *= np.float32(1.01)
+    again = judge(run.shadow, flatten(baseline_executable(exe).run(*inputs)), {"bumped": bumped}, bounds=bounds)
+    assert not again.consistent("bumped")
+    if warmup == 0:
+        assert any(c.rounding_decided for o in verdict.outputs for c in o.candidates)
+    hloexec.jax.check(step, state, batch, reference="shadow")      # the jax bridge: no false alarm either
+
+
+def test_compare_device_list_names_the_device_that_explains_a_result(tmp_path, capsys):
+    """`compare --reference shadow --device reference,FILE --json`: per-output bound_violations and worst (index,
+    value, exact, bound); the result of bf16 dots is explained by the profile that makes them."""
+    import json
+    import ml_dtypes
+    from hloexec.tools.cli import main
+    (tmp_path / "dot.hlo").write_text("""HloModule d
+ENTRY e { a = f32[64,256] parameter(0)  b = f32[256,32] parameter(1)
+          ROOT d = f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0} }""")
+    profile = tmp_path / "bf16dots.toml"
+    profile.write_text('base = "reference"\nname = "bf16dots"\nprecision = { default = "dot_bf16_bf16_f32" }\n')
+    r = np.random.default_rng(3)
+    a, b = r.standard_normal((64, 256)).astype(np.float32), r.standard_normal((256, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=a, arg1=b)
+    np.savez(tmp_path / "device.npz", out0=a.astype(ml_dtypes.bfloat16).astype(np.float32)
+             @ b.astype(ml_dtypes.bfloat16).astype(np.float32))
+    args = ["compare", str(tmp_path / "dot.hlo"), "--inputs", str(tmp_path / "in.npz"), "--actual",
+            str(tmp_path / "device.npz"), "--reference", "shadow", "--device", f"reference,{profile}"]
+    assert main(args + ["--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    out = data["outputs"][0]
+    assert out["bound_violations"] > 0 and {"index", "value", "exact", "bound"} <= set(out["worst"])
+    assert data["explained_by"] == {"hloexec": ["reference", "bf16dots"], "device.npz": ["bf16dots"]}
+    assert main(args) == 1
+    text = capsys.readouterr().out
+    assert "bf16dots's dot_bf16_bf16_f32 dots explain" in text and "device.npz: consistent under bf16dots" in text
