@@ -29,6 +29,13 @@ _SHARED_MISSING = "../shared not found (it sits beside the checkout in CI; set H
 _JAX_MISSING = "jax not installed: pip install .[test]"
 
 
+def headless_browser() -> str | None:
+    """A headless Chromium to load the reports' pages in (apt-get install chromium-headless-shell), or None."""
+    import shutil
+    return next((shutil.which(b) for b in ("chromium-headless-shell", "chromium", "chromium-browser",
+                                           "google-chrome") if shutil.which(b)), None)
+
+
 def shared_path(*parts: str) -> Path:
     """Path inside the shared folder; skips the calling test when it is absent."""
     if not SHARED.is_dir():

@@ -6,7 +6,6 @@ import html.parser
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -23,7 +22,7 @@ from hloexec.tools.graph import neighbourhood, own_svg, to_dot, to_html
 from hloexec.tools.memory import memory_report, xla_numbers
 from hloexec.tools.stats import module_stats
 
-from conftest import shared_path
+from conftest import headless_browser, shared_path
 
 TPU = ("seeds", "tpu_seqparallel_remat_8dev.hlo")
 GPT = ("seeds", "gpt_train_step_shard_parallel_16dev.hlo")
@@ -329,18 +328,13 @@ def test_graph_neighbourhood_is_bounded_and_self_contained(tmp_path, capsys, sha
     assert code == 0 and out.stat().st_size > 1000 and "all-reduce.4" in text
 
 
-def _browser():
-    return next((shutil.which(b) for b in ("chromium-headless-shell", "chromium", "chromium-browser",
-                                           "google-chrome") if shutil.which(b)), None)
-
-
-@pytest.mark.skipif(_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
+@pytest.mark.skipif(headless_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
 def test_graph_html_runs_in_a_headless_browser(tmp_path, shared_path):
     module = hloexec.parse(shared_path(*TPU))[0]
     g = neighbourhood(module, "all-reduce", depth=2)
     page = tmp_path / "g.html"
     page.write_text(to_html(g))
-    done = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+    done = subprocess.run([headless_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                            page.as_uri()], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f'data-nodes="{len(g.nodes)}"' in done.stdout       # the page's script ran and found every node

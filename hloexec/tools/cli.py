@@ -518,7 +518,6 @@ def cmd_compare(args) -> int:
 
 def cmd_compare_shadow(args) -> int:
     """`compare --reference shadow`: candidates judged by their distance from FILE's exact answer (verdict.py)."""
-    from .numerics import judge_run, xla_cpu_arithmetic
     from .verdict import format_verdict
     if args.expected is not None:
         raise UsageError("with --reference shadow, outputs from elsewhere are candidates: give them with --actual")
@@ -540,13 +539,8 @@ def cmd_compare_shadow(args) -> int:
         candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
         candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
-    from .arrays import read_values
-    for path in args.actual or ():      # a device's outputs: judged against the program's, so of its types
-        candidates[Path(path).name] = read_values(path, "out", _result_leaves(exe), what="outputs")
-    from .devices import device_list
-    devices = device_list(args.device, module, say=lambda message: None) if args.device else None   # said once
-    verdict, run = judge_run(exe, inputs, candidates, runner, devices=devices,
-                             known={"XLA:CPU": xla_cpu_arithmetic()})
+    candidates.update(actual_candidates(exe, args.actual or ()))
+    verdict, run = judge_candidates(exe, module, args, inputs, candidates, runner)
     if args.json:
         from .numerics import shadow_report
         report = shadow_report(run)
@@ -566,6 +560,22 @@ def cmd_compare_shadow(args) -> int:
             for d in run.divergences:
                 print(f"  {d.describe()}")
     return EXIT_OK if verdict.consistent() else EXIT_MISMATCH
+
+
+def actual_candidates(exe, paths) -> dict[str, list]:
+    """Candidates from --actual files (keys out0..outM), by file name: a device's outputs, judged against the
+    program's, so read as of its types."""
+    from .arrays import read_values
+    return {Path(path).name: read_values(path, "out", _result_leaves(exe), what="outputs") for path in paths}
+
+
+def judge_candidates(exe, module, args, inputs, candidates: dict, runner):
+    """judge_run of `compare --reference shadow` and `report`: --device's profiles (A,B: judged by each), XLA:CPU's
+    arithmetic known for its candidate."""
+    from .devices import device_list
+    from .numerics import judge_run, xla_cpu_arithmetic
+    devices = device_list(args.device, module, say=lambda message: None) if args.device else None   # said once
+    return judge_run(exe, inputs, candidates, runner, devices=devices, known={"XLA:CPU": xla_cpu_arithmetic()})
 
 
 def _run_on_xla(module, path: str, inputs) -> list:
@@ -1050,6 +1060,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import collectives, export, graph, memory       # reports: each command's parser and logic in its own module
     for report in (memory, collectives, export, graph):     # each has its own --module
         report.add_command(subparsers, _subparser, [common, stages])
+    from . import report
+    report.add_command(subparsers, _subparser, [common, execution])
     from . import devices
     devices.add_command(subparsers, _subparser, [common])
     from . import bisect, diff, dumpdir, extract, minimize  # finding where numbers go wrong (README)
@@ -1104,7 +1116,8 @@ def main(argv=None) -> int:
             from .plugins import apply
             apply(args.plugin, args.custom_call_identity)
         from .dumpdir import prepare_arguments        # FILE as a dump directory, snapshot or proto
-        for note in prepare_arguments(args, sys.argv[1:] if argv is None else list(argv)):
+        args.command_line = sys.argv[1:] if argv is None else list(argv)      # `report` shows how to rerun it
+        for note in prepare_arguments(args, args.command_line):
             print(note, file=sys.stderr)
         return args.handler(args)
     except KeyboardInterrupt:

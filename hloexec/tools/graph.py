@@ -224,7 +224,8 @@ def to_svg(g: Graph) -> str:
     return own_svg(g)
 
 
-def own_svg(g: Graph) -> str:
+def own_svg(g: Graph, fills: dict | None = None) -> str:
+    """SVG by `layout`; `fills` (id(instruction) -> colour) overrides the fill of its kind (report: local error)."""
     centers = layout(g)
     width = max(x for x, _ in centers.values()) + NODE_W / 2 + 20
     height = max(y for _, y in centers.values()) + NODE_H / 2 + 40
@@ -242,6 +243,7 @@ def own_svg(g: Graph) -> str:
     for k, n in enumerate(g.nodes):
         x, y = centers[id(n)]
         fill, line = _STYLE[g.kind(n)]
+        fill = (fills or {}).get(id(n), fill)
         width_px = 3 if n is g.center else 1.2
         parts.append(f'<g class="node" id="n{k}" data-kind="{g.kind(n)}"><title>{html.escape(tooltip(n))}</title>'
                      f'<rect x="{x - NODE_W / 2:.1f}" y="{y - NODE_H / 2:.1f}" width="{NODE_W}" height="{NODE_H}" '
