@@ -29,7 +29,8 @@ def quantize(inst, ctx):
     x's type: amax = max |x| per block; scale = convert(amax / emax) to the scales' type (emax: the largest
     power of two of the values' type, 2^8 for f8e4m3fn, 2^2 for f4e2m1fn; round to nearest even, so an
     f8e8m0fnu scale is a power of two and a block of zeros gets a NaN scale); values = convert(x / scale,
-    the scale converted back to x's type) to the values' type (round to nearest even; 0 / 0 is NaN)."""
+    the scale converted back to x's type) to the values' type (round to nearest even; 0 / 0 is NaN, -0 in a
+    type without NaN such as f4e2m1fn)."""
     x = inst.operands[0].shape
     if len(inst.shape.tuple_shapes) != 2 or not all(s.is_array for s in inst.shape.tuple_shapes) \
             or inst.shape.tuple_shapes[0].dims != x.dims:
