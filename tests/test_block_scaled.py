@@ -166,3 +166,44 @@ def test_malformed_calls_say_which_instruction(case):
     with pytest.raises(UnsupportedError, match="bad_call"):
         executable = hloexec.load(text)
         executable.run(*random_inputs(executable.module))
+
+
+# The rewriter's expansion of __op$quantize as its test writes it (reshape, amax reduce, divide by EMAX, convert,
+# broadcast back, divide, convert), run on XLA:CPU.
+EXPANDED_QUANTIZE = """HloModule x
+amax {{ a = {x}[] parameter(0)  b = {x}[] parameter(1)  ROOT m = {x}[] maximum(abs(a), abs(b)) }}
+ENTRY e {{
+  input = {x}[{rows},{n}] parameter(0)
+  blocks = {x}[{rows},{nb},{block}] reshape(input)
+  zero = {x}[] constant(0)
+  amax = {x}[{rows},{nb}] reduce(blocks, zero), dimensions={{2}}, to_apply=amax
+  emax = {x}[] constant({emax})
+  emax_bc = {x}[{rows},{nb}] broadcast(emax), dimensions={{}}
+  amax_norm = {x}[{rows},{nb}] divide(amax, emax_bc)
+  scale = {s}[{rows},{nb}] convert(amax_norm)
+  scale_cvt = {x}[{rows},{nb}] convert(scale)
+  scale_bc = {x}[{rows},{nb},{block}] broadcast(scale_cvt), dimensions={{0,1}}
+  scale_rs = {x}[{rows},{n}] reshape(scale_bc)
+  result = {x}[{rows},{n}] divide(input, scale_rs)
+  quantized = {v}[{rows},{n}] convert(result)
+  ROOT t = ({v}[{rows},{n}], {s}[{rows},{nb}]) tuple(quantized, scale)
+}}
+"""
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("x_dtype", [F32, BF16])
+def test_quantize_matches_the_expansion_on_xla_cpu(fmt, x_dtype):
+    """NaN and infinity in a block too: the amax (a NaN-propagating maximum) carries them into the scale."""
+    pytest.importorskip("jax")
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+    values, scales, block, emax = FORMATS[fmt]
+    dims = (6, 4 * block)
+    x = sample(np.random.default_rng(4), dims, x_dtype)
+    x[1, 3], x[2, -1], x[3, block] = np.nan, np.inf, -np.inf
+    names = {n: HLO_NAMES[t] for n, t in (("x", x_dtype), ("v", values), ("s", scales))}
+    want = run_on_xla_cpu(EXPANDED_QUANTIZE.format(rows=6, n=dims[1], nb=4, block=block, emax=emax, **names), [x])
+    got = hloexec.load(quantize_text(x_dtype, dims, values, scales, block)).run(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(bits(g), bits(np.asarray(w)))
