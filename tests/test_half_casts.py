@@ -24,8 +24,9 @@ from hloexec.ops.elementwise import (NUMBA_FROM_F32_MIN_SIZE, NUMBA_LOAD_MIN_SIZ
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+F8E5M2, F8E4M3FN = np.dtype(ml_dtypes.float8_e5m2), np.dtype(ml_dtypes.float8_e4m3fn)
 UINT = {F16: np.uint16, BF16: np.uint16, F32: np.uint32, F64: np.uint64, np.dtype(bool): np.uint8,
-        np.dtype(np.int32): np.uint32}
+        np.dtype(np.int32): np.uint32, F8E5M2: np.uint8, F8E4M3FN: np.uint8}
 QUIET_BIT = {F32: 1 << 22, F64: 1 << 51}
 ALL16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 
@@ -177,7 +178,8 @@ def test_layouts_and_0d(dtype):
 
 CONVERT = "HloModule m\nENTRY e {{ p = {src}[{n}] parameter(0)\n  ROOT c = {dst}[{n}] convert(p) }}"
 PAIRS = [("f16", "f32"), ("bf16", "f32"), ("f16", "f64"), ("f16", "bf16"), ("bf16", "f16"),
-         ("f32", "f16"), ("f32", "bf16"), ("f64", "f16"), ("f64", "bf16")]
+         ("f32", "f16"), ("f32", "bf16"), ("f64", "f16"), ("f64", "bf16"),
+         ("f16", "f8e5m2"), ("bf16", "f8e5m2"), ("f16", "f8e4m3fn"), ("bf16", "f8e4m3fn")]
 NUMPY = {"f16": F16, "bf16": BF16, "f32": F32, "f64": F64}
 
 

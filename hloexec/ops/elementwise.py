@@ -514,6 +514,16 @@ def _numpy_step(step, src: np.dtype, from_float: bool):
     return _round(src, dst, from_float)
 
 
+_F8E5M2 = np.dtype(ml_dtypes.float8_e5m2)
+_F8E5M2_NAN = np.array(0x7F, np.uint8).view(_F8E5M2)
+
+
+def _half_to_f8e5m2(x: np.ndarray) -> np.ndarray:
+    """f16 / bf16 -> f8e5m2 as XLA:CPU converts: rounded, but every NaN (either sign, any payload) becomes 0x7f
+    (measured; ml_dtypes, and XLA:CPU from f32, keep the sign and the payload's top bits: 0x7e / 0xfe)."""
+    return np.where(np.isnan(x), _F8E5M2_NAN, x.astype(_F8E5M2))
+
+
 def convert_kernel(src_t, dst_t, inst):
     steps = semantics.conversion(src_t, dst_t)
     _require(steps is not None, f"convert {src_t.name} -> {dst_t.name}", inst)
@@ -522,6 +532,8 @@ def convert_kernel(src_t, dst_t, inst):
         return _saturate(src, dst, semantics.saturation_bounds(src_t, dst_t))
     if src == _F64 and dst in _HALF:
         return lambda x: f32_to_low(x, dst, signaling_nans=True)      # both roundings, f64 NaNs made canonical
+    if src in _HALF and dst == _F8E5M2:
+        return _half_to_f8e5m2
     fns, at = [], src
     for step in steps:
         fns.append(_numpy_step(step, at, src_t.kind == "float"))

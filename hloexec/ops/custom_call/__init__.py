@@ -12,7 +12,7 @@ target raises UnsupportedError naming it and these ways to plug one in.
 The built-in targets, one module per family (each target's docstring states its numerics):
   markers   identity markers, dce_sink, SliceToDynamic, PadToStatic, targets named by --custom-call-identity
   cublas    cuBLAS gemm / cublasLt matmul (fp8 scales too), cuBLAS triangular solve
-  block_scaled  __op$block_scaled_dot (MXFP8 / NVFP4 block-scaled dots)
+  block_scaled  __op$quantize, __op$dequantize, __op$block_scaled_dot (MXFP8 / NVFP4 block scaling)
   cudnn     cuDNN convolutions (forward, backward input/filter, bias-activation, graph), batch norm,
             layer norm, fused attention
   lapack    jax's CPU LAPACK calls and the GPU solver calls (cuSOLVER, cuBLAS batched, pivots)

@@ -1,10 +1,68 @@
-"""XLA-GPU's block-scaled dot call (MXFP8 / NVFP4), as xla/service/gpu/transforms/block_scaling_rewriter.cc
-expands it."""
+"""XLA-GPU's block-scaling calls (MXFP8 / NVFP4): __op$quantize, __op$dequantize and __op$block_scaled_dot, as
+XLA's block_scaling_rewriter.cc expands them."""
 from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
 
 from ...errors import UnsupportedError
 from ..contraction import dequantizer, device_dot
+from ..elementwise import convert_kernel, float_lifted
 from .registry import custom_call, target_of
+
+
+def block_size(inst, data, scale) -> int:
+    """Elements of `data`'s last dim per `scale` element, as the rewriter's GetBlockSize with its shape checks:
+    float arrays of one rank >= 1, equal dims but the last, which the scale's divides."""
+    if (not data.is_array or not scale.is_array or not data.element_type.is_float
+            or not scale.element_type.is_float or data.rank < 1 or scale.rank != data.rank
+            or data.dims[:-1] != scale.dims[:-1] or scale.dims[-1] == 0 or data.dims[-1] % scale.dims[-1]):
+        raise UnsupportedError(f"{target_of(inst)}: scale {scale.to_text(False)} does not split the last dim of "
+                               f"{data.to_text(False)} into blocks (float arrays, same dims but the last, which "
+                               "the scale's divides)", inst)
+    return data.dims[-1] // scale.dims[-1]
+
+
+@custom_call("__op$quantize", operands=1, returns="tuple")
+def quantize(inst, ctx):
+    """x -> (values, scales), blocks of the last dim of x (block = x's last dim / scales' last dim), all in
+    x's type: amax = max |x| per block; scale = convert(amax / emax) to the scales' type (emax: the largest
+    power of two of the values' type, 2^8 for f8e4m3fn, 2^2 for f4e2m1fn; round to nearest even, so an
+    f8e8m0fnu scale is a power of two and a block of zeros gets a NaN scale); values = convert(x / scale,
+    the scale converted back to x's type) to the values' type (round to nearest even; 0 / 0 is NaN, -0 in a
+    type without NaN such as f4e2m1fn)."""
+    x = inst.operands[0].shape
+    if len(inst.shape.tuple_shapes) != 2 or not all(s.is_array for s in inst.shape.tuple_shapes) \
+            or inst.shape.tuple_shapes[0].dims != x.dims:
+        raise UnsupportedError(f"{target_of(inst)} returns (values of the operand's dims, scales), the call says "
+                               f"{inst.shape.to_text(layout=False)}", inst)
+    values, scales = inst.shape.tuple_shapes
+    block = block_size(inst, values, scales)
+    t = x.element_type
+    if not t.is_float:
+        raise UnsupportedError(f"{target_of(inst)} quantizes a float array, not {x.to_text(False)}", inst)
+    emax = t.numpy.type(2.0 ** (ml_dtypes.finfo(values.element_type.numpy).maxexp - 1))
+    divide = float_lifted(np.divide, t.numpy)
+    to_scale, from_scale = convert_kernel(t, scales.element_type, inst), convert_kernel(scales.element_type, t, inst)
+    to_values = convert_kernel(t, values.element_type, inst)
+
+    def kernel(a):
+        amax = np.abs(a.reshape(*scales.dims, block)).max(axis=-1, initial=0)
+        scale = to_scale(divide(amax, emax))
+        return to_values(divide(a, np.repeat(from_scale(scale), block, axis=-1))), scale
+    return kernel
+
+
+@custom_call("__op$dequantize", operands=2, returns="array")
+def dequantize(inst, ctx):
+    """(values, scales) -> values times their scale: both converted to the result type, each scale repeated over
+    its block of the last dim (block = values' last dim / scales' last dim), one multiply rounded to it."""
+    values, scales = (o.shape for o in inst.operands)
+    block_size(inst, values, scales)
+    if inst.shape.dims != values.dims or not inst.shape.element_type.is_float:
+        raise UnsupportedError(f"{target_of(inst)} returns a float array of its values' dims, the call says "
+                               f"{inst.shape.to_text(layout=False)}", inst)
+    return dequantizer(inst, 0, 1, inst.shape.element_type)[0]
 
 
 @custom_call("__op$block_scaled_dot")
