@@ -64,7 +64,7 @@ def test_xmap_log_holds_the_same_module():
 def test_tpu_seqparallel_runs_and_is_finite():
     """Tiled layouts (T(8,128)(2,1), S(6)), convolution as dot, iota/list replica groups."""
     exe = hloexec.load(str(shared_path("seeds", "tpu_seqparallel_remat_8dev.hlo")))
-    assert exe.device.num_partitions == 8
+    assert exe.participant.num_partitions == 8
     assert not _nonfinite_outputs(_run_seed(exe))
 
 
