@@ -45,6 +45,19 @@ def test_available():
     assert X.xla_cpu_available()
 
 
+def test_without_jax_the_reference_says_how_to_install_it(monkeypatch, capsys):
+    """An install without the jax extra: `--against xla` says what to install (exit 2), not the child's traceback."""
+    import importlib.util
+    from hloexec.tools.cli import main
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jax" else find_spec(name, *a))
+    with pytest.raises(X.XlaCpuError, match=r"pip install 'hloexec\[jax\]'"):
+        X.run_on_xla_cpu_isolated(BF16, [np.zeros(5, ml_dtypes.bfloat16)] * 2)
+    mlp = Path(__file__).resolve().parent.parent / "examples" / "mlp.opt.hlo"
+    assert main(["compare", str(mlp), "--seed", "0", "--against", "xla"]) == 2
+    assert "hloexec[jax]" in capsys.readouterr().err
+
+
 def test_add_runs():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.full((2, 3), 0.5, np.float32)

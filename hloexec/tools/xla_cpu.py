@@ -29,6 +29,7 @@ Notes
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -60,7 +61,7 @@ class XlaCpuError(RuntimeError):
 
     ``message`` is XLA's own error text (or a description of the child's death
     including the signal and the tail of its stderr); ``stage`` is one of
-    "parse", "convert", "compile", "execute", "inputs", "child", "timeout".
+    "parse", "convert", "compile", "execute", "inputs", "child", "timeout", "import" (no jax).
     """
 
     def __init__(self, message: str, stage: str = "", returncode: Optional[int] = None):
@@ -77,11 +78,17 @@ class XlaCpuError(RuntimeError):
 _JAX = None
 
 
+NO_JAX = ("XLA:CPU is run through jax and jaxlib, which are not installed: pip install 'hloexec[jax]' (or "
+          "'hloexec[test]')")
+
+
 def _jax():
     """Import jax lazily, with x64 enabled, CPU only.  Returns (jax, xla_client)."""
     global _JAX
     if _JAX is None:
         os.environ.setdefault("JAX_ENABLE_X64", "1")
+        if importlib.util.find_spec("jax") is None:
+            raise XlaCpuError(NO_JAX, stage="import")
         import jax  # noqa: PLC0415
         from jax._src.lib import xla_client  # noqa: PLC0415
 
@@ -485,6 +492,8 @@ def run_on_xla_cpu_isolated(
     Ordinary XLA errors become ``XlaCpuError`` carrying XLA's message and stage.
     Costs a Python+jax start-up (~1-2 s).
     """
+    if importlib.util.find_spec("jax") is None:       # said here, not as the child's traceback
+        raise XlaCpuError(NO_JAX, stage="import")
     with tempfile.TemporaryDirectory(prefix="hloexec_xla_") as d:
         hlo_path = os.path.join(d, "module.hlo")
         with open(hlo_path, "w", encoding="utf-8", errors="surrogatepass") as f:
