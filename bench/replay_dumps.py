@@ -121,6 +121,7 @@ def replay(before: str, after: str | None, options: dict) -> dict:
             return result | {"verdict": "unsupported", "why": e.what, "text": kind}
         except Exception as e:  # noqa: BLE001
             return result | {"verdict": "hloexec error", "why": f"{type(e).__name__}: {str(e)[:300]}", "text": kind}
+        result.setdefault("bits", {})[kind] = _bits(got, want)
         report = compare_outputs(got, want)
         if not report.passed:
             bad = [o for o in report.outputs if not o.passed]
@@ -137,6 +138,15 @@ def replay(before: str, after: str | None, options: dict) -> dict:
                 {"index": list(worst.worst[0].index), "got": worst.worst[0].actual, "want": worst.worst[0].expected},
                 "elided_constants": elided}
     return result | {"verdict": "match"}
+
+
+def _bits(got: list, want: list) -> list:
+    """Per float output [fraction of elements bit-identical to XLA:CPU's, largest distance in ULPs of the output's
+    scale] (tests/xla_compare.py bits_agreement): how far from XLA:CPU's own bits a device profile gets."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from xla_compare import bits_agreement
+    return [list(bits_agreement(g, w)) for g, w in zip(got, want)
+            if np.asarray(w).dtype.name in ("float16", "bfloat16", "float32", "float64")]
 
 
 def worker(options: dict) -> None:
@@ -211,6 +221,17 @@ def summary(results: list[dict]) -> str:
         if reasons:
             lines.append(f"{verdict}:")
             lines += [f"  {n:5d}  {why}" for why, n in reasons.most_common(25)]
+    for kind in ("opt", "pre"):
+        judged = [r for r in results if r.get("bits", {}).get(kind)]
+        if judged:
+            exact = [r for r in judged if all(same >= 0.99 and ulps <= 1 for same, ulps in r["bits"][kind])]
+            identical = [r for r in judged if all(same == 1 for same, _ in r["bits"][kind])]
+            lines.append(f"XLA:CPU's bits, {kind} text ({len(judged)} modules with float outputs): {len(identical)} "
+                         f"bit-identical on every output, {len(exact)} >= 99% identical and <= 1 ULP of scale")
+            for r in judged:
+                if r not in exact:
+                    worst = min(r["bits"][kind])
+                    lines.append(f"  {Path(r['module']).name}: {worst[0]:.2%} identical, {worst[1]:.3g} ULPs of scale")
     mismatches = [r for r in results if r["verdict"] == "mismatch"]
     if mismatches:
         lines.append("mismatches:")
