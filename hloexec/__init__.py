@@ -4,6 +4,7 @@
     modules = hloexec.parse("dump.hlo")          # every module found in a file or text
     exe = hloexec.load("dump.hlo")               # the (single or named) module, ready to run
     outputs = exe.run(*exe.random_inputs(seed=0))
+    exe = hloexec.load("dump.hlo", device="tpu", compile="eager")   # as a TPU computes it; runs wait for kernels
 """
 from .errors import ExecutionError, HloParseError, UnsupportedError
 from .ir.module import Computation, Instruction, Module, pick_module
