@@ -106,7 +106,6 @@ class HloReference:
         the same module. `reference="shadow"`: hloexec's outputs and `expected` are judged against the module's
         exact answer instead."""
         __tracebackhide__ = True
-        from pathlib import Path
 
         import hloexec
         from .exec.executor import Executable

@@ -55,3 +55,17 @@ def test_no_generated_or_machine_specific_files_are_tracked():
     named = [f"{f.relative_to(ROOT)}: {m}" for f in files if f.suffix in (".md", ".toml", ".cfg", ".yml")
              for m in machine if f.is_file() and m in f.read_text(errors="replace")]
     assert not named, named
+
+
+def test_the_package_passes_its_linter():
+    """ruff with the rules pyproject.toml selects (pyflakes: unused imports and variables, undefined names...)."""
+    import shutil
+    import subprocess
+    import sys
+    ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if ruff is None:
+        import pytest
+        pytest.skip("ruff not installed (it comes with the test extra)")
+    done = subprocess.run([ruff, "check", "--no-cache", "hloexec"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

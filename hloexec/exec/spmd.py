@@ -30,7 +30,7 @@ from ..ir.module import Module
 from ..ir.shape import Shape, array_shape
 from ..ir.shardy import module_meshes, sharding_of
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout  # noqa: F401  (spmd API)
-from .communicators import Mailboxes, ParticipantFailed
+from .communicators import Mailboxes
 from .context import Device
 from .inputs import from_npz_void
 

@@ -829,7 +829,6 @@ def decode_sharding(raw: str) -> Sharding:
         elements = []
         if not t.eat("}"):
             while True:
-                start = t.i
                 elements.append(_single_sharding(t, ""))
                 if t.eat("}"):
                     break

@@ -20,7 +20,7 @@ def _prepare_stochastic_convert(inst, ctx):
     if src_t.kind != "float" or random_t.kind != "uint" or dst_t.kind != "sint":
         raise UnsupportedError(f"stochastic-convert {src_t.name} (random {random_t.name}) -> {dst_t.name}: "
                                "XLA converts floats to signed integers only", inst)
-    src, dst = src_t.numpy, dst_t.numpy
+    dst = dst_t.numpy
     info = np.iinfo(dst)
     # XLA compares the operand with INT_MIN/INT_MAX converted to the operand's type (e.g. 2^31 - 1 -> 2^31 in f32).
     lo, hi = semantics.saturation_bounds(src_t, dst_t)

@@ -551,8 +551,8 @@ def cmd_compare_shadow(args) -> int:
         inputs_text = f"seed {args.seed}" if args.inputs is None else args.inputs
         print(f"{args.file} (module {module.name}): candidates against its shadow (every float type in f64: the "
               f"exact answer); inputs {inputs_text}")
-        print(f"baseline: hloexec at the program's precision, f16/bf16 reductions rounding every step in index "
-              f"order (the most pessimistic plausible order); errors relative to each output's scale")
+        print("baseline: hloexec at the program's precision, f16/bf16 reductions rounding every step in index "
+              "order (the most pessimistic plausible order); errors relative to each output's scale")
         print(format_verdict(verdict))
         if run.divergences:
             print("integer/pred values computed from floats that differ between the run and the shadow (what "

@@ -588,7 +588,6 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     "auto": paired when both runs fit in the memory available, else local (`say(message)` tells why).
     `reductions`: the program's f16/bf16 reductions (None: `exe`'s), per-step by default: the HLO's meaning,
     every reducer step rounding."""
-    from ..errors import ExecutionError
     from .nonfinite import NonfiniteTracker
     runner = runner or Runner()
     shadow = shadow_module(exe.module)

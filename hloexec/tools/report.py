@@ -222,9 +222,9 @@ def _module_section(data: dict) -> str:
 def _verdict_section(data: dict) -> str:
     v = data["verdict"]
     outputs = v.get("outputs", [])
-    parts = [f"<p>Each candidate's error against the shadow (the program with every float type in f64: the exact "
-             f"answer), what the program's arithmetic allows (measured by the baseline) and the verdict.</p>"
-             f"<p>candidates: " + ", ".join(f"{html.escape(n)} <span class='{'pass' if c else 'fail'}'>"
+    parts = ["<p>Each candidate's error against the shadow (the program with every float type in f64: the exact "
+             "answer), what the program's arithmetic allows (measured by the baseline) and the verdict.</p>"
+             "<p>candidates: " + ", ".join(f"{html.escape(n)} <span class='{'pass' if c else 'fail'}'>"
                                             f"{'consistent' if c else 'not consistent'}</span>"
                                             for n, c in v.get("candidates", {}).items()) + "</p>"]
     if v.get("problem"):
