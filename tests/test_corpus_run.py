@@ -37,6 +37,7 @@ import csv
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -239,10 +240,21 @@ class _XlaChild:
               "    rc = xla_cpu._child_main(line.strip())\n"
               "    print(rc, flush=True)\n")
 
+    TIMEOUT = 240
+
     def __init__(self):
         self.proc = None
 
     def run(self, text: str, inputs: list) -> list:
+        from hloexec.tools import xla_cpu
+        try:
+            return self._run_once(text, inputs)
+        except xla_cpu.XlaCpuError as e:       # a hung child: once more in a fresh one
+            if e.stage != "timeout":
+                raise
+            return self._run_once(text, inputs)
+
+    def _run_once(self, text: str, inputs: list) -> list:
         from hloexec.tools import xla_cpu
         with tempfile.TemporaryDirectory(prefix="hloexec_corpus_") as d:
             Path(d, "module.hlo").write_text(text, encoding="utf-8", errors="surrogateescape")
@@ -254,6 +266,12 @@ class _XlaChild:
                                              cwd=str(Path(__file__).resolve().parent.parent))
             self.proc.stdin.write(d + "\n")
             self.proc.stdin.flush()
+            # jaxlib's child has been seen to hang for good (a spin lock inside re2 while converting a module):
+            # a module gets TIMEOUT seconds, then the child is replaced and the module is XLA's failure
+            if not select.select([self.proc.stdout], [], [], self.TIMEOUT)[0]:
+                self.proc.kill()
+                self.proc.wait()
+                raise xla_cpu.XlaCpuError(f"XLA:CPU child gave no answer in {self.TIMEOUT} s", stage="timeout")
             if not self.proc.stdout.readline():
                 rc = self.proc.wait()
                 raise xla_cpu.XlaCpuError(f"XLA:CPU child died (status {rc})", stage="child", returncode=rc)
