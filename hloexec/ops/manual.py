@@ -117,8 +117,11 @@ def leave(inst, ctx):
         device = ctx.device
         everyone = list(range(device.num_replicas * device.num_partitions))
         got = device.communicator.exchange(inst, {d: xs for d in everyone}, everyone)
-        values = tuple(np.ascontiguousarray(assemble_global([g[i] for g in got], s, full.dims))
-                       for i, (s, full) in enumerate(zip(shardings, fulls)))
+        try:
+            values = tuple(np.ascontiguousarray(assemble_global([g[i] for g in got], s, full.dims))
+                           for i, (s, full) in enumerate(zip(shardings, fulls)))
+        except ExecutionError as e:         # a sharding naming more devices than the run has
+            raise ExecutionError(f"%{inst.name} = custom-call {target_of(inst)!r}: {e}") from None
         return values if inst.shape.is_tuple else values[0]
     return run
 
