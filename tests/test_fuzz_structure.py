@@ -92,6 +92,11 @@ FOUND = {
     'pad whose padding does not make the result shape': '%p0 = f4e2m1fn[4,4] parameter(0)\n  %p1 = f32[5]{0} parameter(1)\n  ROOT %r = f4e2m1fn[4,4] pad(%p0, %p1), padding=3_4611686018427387904x2147483648_-1, lower=true',
     'stochastic-convert of mismatched shapes': '%p0 = f4e2m1fn[1,8] parameter(0)\n  %p1 = u2[] parameter(1)\n  %r = s4[3] stochastic-convert(%p0, %p1)\n  ROOT %t = (s4[3], f4e2m1fn[1,8]) tuple(%r, %p0)',
     'PartialReduce with an empty called_computations': '%p0 = u8[2]{-1} parameter(0)\n  %p1 = bf16[2] parameter(1)\n  ROOT %r = u8[2]{-1} custom-call(%p0, %p1), custom_call_target="PartialReduce", called_computations={}, lhs_contracting_dims={}, operand_batching_dims={-1,2}, async_execution_thread=GE, api_version=API_VERSION_TYPED_FFI',
+    # the 25-minute campaign after those fixes
+    "bitcast of zero elements to another rank (numerics pairs a pinned op's operands)":
+        "%p0 = f64[2,0] parameter(0)\n  ROOT %r = f8e5m2[5,5,0] bitcast(%p0)",
+    "cuSOLVER SVD with a nested-tuple result": '%p0 = f64[2,3,5] parameter(0)\n  ROOT %r = ((f32[1], s32[4,4,0]), '
+                                               'u2[5,1,4]) custom-call(%p0), custom_call_target="cusolver_gesdd_ffi"',
 }
 
 
@@ -138,3 +143,19 @@ ENTRY e { p = f32[4,8] parameter(0), sharding={devices=[2,1]0,1}
   ROOT d = f32[4,8] custom-call(c), custom_call_target="SPMDShardToFullShape", sharding={devices=[2]0,1} }"""
     with pytest.raises(hloexec.UnsupportedError, match=r"(?s)does not fit a rank-2 array.*in %d = custom-call"):
         hloexec.load(text)
+
+
+@pytest.mark.parametrize("text", [
+    "%p0 = f64[2,3] parameter(0)\n  ROOT %r = f8e5m2[2,3,8] bitcast-convert(%p0)",
+    "%p0 = f64[2,3] parameter(0)\n  ROOT %r = f32[12] bitcast(%p0)"])
+def test_numerics_attributes_through_a_shape_changing_bitcast(text):
+    """The shadow runs a float bitcast at its own precision (pinned): its twin widens a `.own` copy, whose operands
+    are not the program's; numerics paired them and failed on their shapes (found by the campaign on an empty array,
+    true of every such bitcast)."""
+    import numpy as np
+
+    import hloexec
+    from hloexec.tools import numerics
+    exe = hloexec.load(f"HloModule m\nENTRY %e {{\n  {text}\n}}\n")
+    report = numerics.attribute(exe, [np.linspace(1, 2, 6).reshape(2, 3)])
+    assert report is not None

@@ -655,7 +655,9 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
             if low_inst.name in watch.names:
                 watch.compare(device, low_inst, k, low_value, value)
             total = totals.of(low_value, value)
-            inherited = max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
+            # a pinned instruction's shadow twin widens its `.own` copy: its operands are not the program's
+            inherited = None if low_inst.name in shadow.pinned else \
+                max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
             local = attribution.evaluate(low_inst, operands, value, narrow_operands=True)
             attribution.record(device, k, low_inst, local, total, inherited)
 
