@@ -2,15 +2,19 @@
 shell command and Python snippet of README.md and docs/*.md runs.
 
 Which code blocks run is said by their fence's language:
-- ```bash (or ```sh) and ```python blocks run: a page's blocks in order, each in a fresh process (`bash -e -o
-  pipefail`, `python`), in one temporary directory per page that holds a copy of examples/ (so the commands name
-  `examples/mlp.opt.hlo` as a reader's checkout does), with ../shared beside it when the checkout has it; a file
-  one block writes is there for the next. Every command must exit 0 (a command that finds something exits 1:
-  write `|| test $? = 1`).
-- ```console (a command with what it printed), ```text (synopses, placeholders such as FILE.hlo), ```toml and the
-  other languages are shown, not run. Every fenced block names its language, so a new one chooses.
+- ```bash (or ```sh) and ```python blocks run, and so does every `$ ` line of a ```console block (a command with
+  what it printed; the output is not compared: it depends on the machine). A page's blocks run in order, each in
+  a fresh process (`bash -e -o pipefail`, `python`), in one temporary directory per page that holds a copy of
+  examples/ and the tests/ folder (so the commands name `examples/mlp.opt.hlo` and `tests/xla_dumps.py` as in a
+  reader's checkout), with ../shared beside it when the checkout has it; a file one block writes is there for the
+  next, and a python block whose first line is a comment naming a file (`# ln_grad.py`) is also written there
+  under that name. bash and python blocks must exit 0; a console command 0 or 1 (1: a finding, which is what
+  such a transcript often shows).
+- ```text (synopses, placeholders such as FILE.hlo, output alone), ```toml and the other languages are shown, not
+  run. Every fenced block names its language, so a new one chooses.
+README.md's first two commands (indented, not fenced) are the ones CI runs (.ci/run): not run here.
 A block that needs ../shared or runs longer than ~20 s is listed in SLOW (run by `-m slow`) and one that cannot run
-here in SKIPPED, each with its reason, by its page and a text its first line starts with.
+here in SKIPPED, each with its reason, by its page and a text the block starts with.
 """
 from __future__ import annotations
 
@@ -27,16 +31,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
-RUN_LANGUAGES = {"bash": "bash", "sh": "bash", "python": "python"}
-SHOWN_LANGUAGES = {"console", "text", "toml", "yaml", "json", "c", "hlo", "ini", "diff"}
+RUN_LANGUAGES = {"bash": "bash", "sh": "bash", "python": "python", "console": "console"}
+SHOWN_LANGUAGES = {"text", "toml", "yaml", "json", "c", "hlo", "ini", "diff"}
+SAVED_AS = re.compile(r"#\s*([\w.-]+\.py)\s*$")      # a python block's first line naming the file it is
 
-# (page, start of the block's first line): why it runs only under -m slow
+# (page, how the block starts): why it runs only under -m slow
 SLOW = {
-    ("spmd.md", "# all participants"): "the seeds in ../shared; the TPU seed on 8 participants",
+    ("spmd.md", "hloexec run ../shared/seeds/tpu_seqparallel"): "the TPU seed of ../shared, 8 participants: ~20 s",
+    ("spmd.md", "hloexec run spmd/sequence_parallel.hlo --spmd --ray"): "starts a local Ray instance: ~25 s",
+    ("spmd.md", "import hloexec\nfrom hloexec.exec import spmd\n\nexe = hloexec.load(\"spmd/sequence_parallel.hlo\")\n#"):
+        "starts a local Ray instance: ~25 s",
 }
-# (page, start of the block's first line): why it does not run in the test suite at all
+# (page, how the block starts): why it does not run in the test suite at all
+MISSING = "its files are the worked example's, not in the repository"
 SKIPPED = {
-    ("README.md", "python3 -m venv"): "a fresh venv and install: CI (.ci/run) runs these two commands",
+    ("device-numerics.md", "$ hloexec compare mlp.hlo"): f"{MISSING} (mlp.hlo, in.npz, tpu.npz)",
+    ("device-numerics.md", "$ hloexec run tf32.hlo"): f"{MISSING} (tf32.hlo)",
+    ("device-numerics.md", "$ hloexec run gpt_gemm.hlo"): f"{MISSING} (gpt_gemm.hlo: one GEMM of the GPT seed)",
+    ("device-numerics.md", "$ hloexec run gpt_gemm_f32.hlo"): f"{MISSING} (gpt_gemm_f32.hlo, a100_32.npz)",
+    ("verdicts.md", "$ hloexec compare dot.hlo"): f"{MISSING} (dot.hlo, in.npz, device.npz, bf16dots.toml)",
+    ("verdicts.md", "$ hloexec compare rms_grad.hlo"): f"{MISSING} (rms_grad.hlo, in.npz, bumped.npz)",
 }
 
 
@@ -52,8 +66,8 @@ class Block:
         return f"{self.page}:{self.line}"
 
     def listed_in(self, table: dict) -> str | None:
-        first = self.text.lstrip().splitlines()[0] if self.text.strip() else ""
-        return next((why for (page, start), why in table.items() if page == self.page and first.startswith(start)),
+        text = self.text.lstrip()
+        return next((why for (page, start), why in table.items() if page == self.page and text.startswith(start)),
                     None)
 
 
@@ -105,19 +119,44 @@ def test_skip_lists_name_existing_blocks():
             assert any(b.page == page and b.text.lstrip().startswith(start) for b in blocks), (page, start)
 
 
+def console_commands(text: str) -> list[str]:
+    """The `$ ` lines of a console transcript, with their `\\` continuation lines."""
+    commands, lines = [], text.splitlines()
+    for k, line in enumerate(lines):
+        if line.startswith("$ "):
+            command = line[2:]
+            while command.endswith("\\") and k + 1 < len(lines):
+                k += 1
+                command = command[:-1] + " " + lines[k].strip()
+            commands.append(command)
+    return commands
+
+
 def run_block(block: Block, workdir: Path, env: dict) -> None:
-    if RUN_LANGUAGES[block.language] == "bash":
+    kind = RUN_LANGUAGES[block.language]
+    if kind == "console":
+        for command in console_commands(block.text):
+            run_process(block, ["bash", "-o", "pipefail", "-c", command], workdir, env, allowed=(0, 1))
+        return
+    if kind == "bash":
         argv = ["bash", "-e", "-o", "pipefail", "-c", block.text]
     else:
         script = workdir / f"snippet_{block.line}.py"
         script.write_text(block.text)
+        named = SAVED_AS.match(block.text.splitlines()[0])
+        if named:
+            (workdir / named.group(1)).write_text(block.text)
         argv = [sys.executable, script.name]
+    run_process(block, argv, workdir, env, allowed=(0,))
+
+
+def run_process(block: Block, argv: list[str], workdir: Path, env: dict, allowed: tuple[int, ...]) -> None:
     started = time.monotonic()
     done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     took = time.monotonic() - started
-    assert done.returncode == 0, (f"{block.key} ({block.language} block) exited {done.returncode} after {took:.1f} s"
-                                  f"\n--- block\n{block.text}--- stdout\n{done.stdout[-4000:]}"
-                                  f"--- stderr\n{done.stderr[-4000:]}")
+    assert done.returncode in allowed, (
+        f"{block.key} ({block.language} block) exited {done.returncode} after {took:.1f} s\n--- ran\n{argv[-1]}\n"
+        f"--- stdout\n{done.stdout[-4000:]}--- stderr\n{done.stderr[-4000:]}")
 
 
 def page_env() -> dict:
@@ -141,6 +180,7 @@ def run_page(name: str, tmp_path: Path, slow: bool) -> None:
     page = ROOT / name if name == "README.md" else ROOT / "docs" / name
     workdir = tmp_path / "checkout"
     shutil.copytree(ROOT / "examples", workdir / "examples")
+    (workdir / "tests").symlink_to(ROOT / "tests")          # the jax programs the docs' dumps come from
     if SHARED.is_dir():
         (tmp_path / "shared").symlink_to(SHARED)
     env = page_env()
