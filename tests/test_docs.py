@@ -154,6 +154,7 @@ def run_process(block: Block, argv: list[str], workdir: Path, env: dict, allowed
     started = time.monotonic()
     done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     took = time.monotonic() - started
+    print(f"{took:6.1f} s  {block.key} {argv[-1].splitlines()[0][:100]}")
     assert done.returncode in allowed, (
         f"{block.key} ({block.language} block) exited {done.returncode} after {took:.1f} s\n--- ran\n{argv[-1]}\n"
         f"--- stdout\n{done.stdout[-4000:]}--- stderr\n{done.stderr[-4000:]}")
