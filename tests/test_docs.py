@@ -29,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED
+
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
 RUN_LANGUAGES = {"bash": "bash", "sh": "bash", "python": "python", "console": "console"}
 SHOWN_LANGUAGES = {"text", "toml", "yaml", "json", "c", "hlo", "ini", "diff"}
 SAVED_AS = re.compile(r"#\s*([\w.-]+\.py)\s*$")      # a python block's first line naming the file it is
