@@ -212,6 +212,13 @@ def test_page_code_runs_with_slow_blocks(name, tmp_path):
     run_page(name, tmp_path, slow=True)
 
 
+def test_readme_is_the_short_entry_page():
+    """README.md is the site's home page: what hloexec is, the two commands, a tour, links; the manual is docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines: move sections to a page of docs/"
+    assert (ROOT / "docs" / "index.md").read_text().strip() == '{% include-markdown "../README.md" %}'
+
+
 def test_site_builds_strict(tmp_path):
     """mkdocs.yml's site: every page in the nav, every link and anchor resolving (strict: warnings fail)."""
     pytest.importorskip("mkdocs", reason="mkdocs not installed (pip install '.[docs]'; the test extra has it)")
