@@ -7,8 +7,8 @@ Which code blocks run is said by their fence's language:
   a fresh process (`bash -e -o pipefail`, `python`), in one temporary directory per page that holds a copy of
   examples/ and the tests/ folder (so the commands name `examples/mlp.opt.hlo` and `tests/xla_dumps.py` as in a
   reader's checkout), with ../shared beside it when the checkout has it; a file one block writes is there for the
-  next, and a python block whose first line is a comment naming a file (`# ln_grad.py`) is also written there
-  under that name. bash and python blocks must exit 0; a console command 0 or 1 (1: a finding, which is what
+  next. A python block whose first line is a comment naming a file (`# ln_grad.py`) is that file: written there
+  under its name, not run (a later block runs it). bash and python blocks must exit 0; a console command 0 or 1 (1: a finding, which is what
   such a transcript often shows).
 - ```text (synopses, placeholders such as FILE.hlo, output alone), ```toml and the other languages are shown, not
   run. Every fenced block names its language, so a new one chooses.
@@ -142,11 +142,12 @@ def run_block(block: Block, workdir: Path, env: dict) -> None:
     if kind == "bash":
         argv = ["bash", "-e", "-o", "pipefail", "-c", block.text]
     else:
+        named = SAVED_AS.match(block.text.splitlines()[0])
+        if named:               # a file the page's next blocks run (`python ln_grad.py`, `pytest test_model.py`)
+            (workdir / named.group(1)).write_text(block.text)
+            return
         script = workdir / f"snippet_{block.line}.py"
         script.write_text(block.text)
-        named = SAVED_AS.match(block.text.splitlines()[0])
-        if named:
-            (workdir / named.group(1)).write_text(block.text)
         argv = [sys.executable, script.name]
     run_process(block, argv, workdir, env, allowed=(0,))
 
