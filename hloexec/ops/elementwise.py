@@ -650,7 +650,7 @@ def _prepare_reduce_precision(inst, ctx):
     return lambda x: reduce_precision_bits(x, int(e), int(m))
 
 
-# Opcodes this module registers, for tests and the README's coverage table.
+# Opcodes this module registers, for tests and the op coverage table (docs/custom-calls.md).
 OPCODES = tuple(sorted({
     *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "mulhi", "real",
     "imag", "complex", *_BINARY, "and", "or", "xor", "shift-left", "shift-right-arithmetic",

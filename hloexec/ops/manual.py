@@ -81,7 +81,7 @@ def _identity(*xs):
 def enter(inst, ctx):
     """Enters a manual region (shard_map) of a pre-partition module: each device takes its tile of the global
     value(s), by the operand's sharding (GSPMD) or by xla.sdy.in_shardings along xla.sdy.manual_axes (Shardy);
-    every device runs as a participant (README, "Pre-partition modules")."""
+    every device runs as a participant (docs/spmd.md, "Pre-partition modules")."""
     fulls = [o.shape for o in inst.operands]
     locals_ = _leaves(inst.shape)
     key = "xla.sdy.in_shardings" if target_of(inst).startswith("xla.sdy.") else None

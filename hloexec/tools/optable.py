@@ -2,7 +2,7 @@
 custom-call targets (`hloexec.ops.custom_call.CUSTOM_CALLS`).
 
     python -m hloexec.tools.optable                    # print the markdown table
-    python -m hloexec.tools.optable --write README.md  # replace the table between the markers
+    python -m hloexec.tools.optable --write docs/custom-calls.md  # replace the table between the markers
 """
 from __future__ import annotations
 
