@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..ir.module import Instruction, Module
-from .cli import flatten
+from .arrays import flatten
 from .extract import Submodule, capture, submodule
 from .match import ValueGraph
 
@@ -375,55 +375,3 @@ def _literal_text(value) -> str:
     if f in (float("inf"), float("-inf")):
         return "inf" if f > 0 else "-inf"
     return repr(f)
-
-
-def cmd_minimize(args) -> int:
-    """`hloexec minimize FILE --check CHECK -o OUT.hlo`."""
-    import sys
-    from .cli import EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _parse_module_file, _print_json, \
-        select_module
-    from .xla_cpu import save_arrays
-    parsed, _ = _parse_module_file(args.file)
-    module = select_module(parsed, args.module, args.file)
-    inputs, inputs_info = _module_inputs(module, args)
-    from .devices import device_option
-    say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
-    device = device_option(args.device, module)
-    try:
-        result = minimize(module, inputs, Check(args.check, args.timeout, device), args.retries, say, device)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    inputs_out = args.inputs_out or (args.out[:-4] if args.out.endswith(".hlo") else args.out) + ".npz"
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(result.text)
-    save_arrays(inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(result.inputs)))})
-    if args.json:
-        _print_json({"command": "minimize", "version": JSON_VERSION, "file": args.file, "module": module.name,
-                     "check": args.check, "inputs": inputs_info, "out": args.out, "inputs_out": inputs_out,
-                     **result.to_dict()})
-    else:
-        print(f"{result.original_instructions} -> {result.instructions} instructions in {result.checks} checks"
-              + (f" ({result.flaky} flaky)" if result.flaky else "") + f"; the check holds on the result "
-              f"{result.final_holds} times")
-        print(f"written: {args.out} (inputs: {inputs_out})")
-    return EXIT_OK
-
-
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
-                  "  hloexec minimize model.hlo --check nan -o small.hlo\n"
-                  "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
-                  "  hloexec minimize model.hlo --check shadow -o small.hlo\n"
-                  "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo", parents,
-                  "CHECK: nan (an output holds a NaN made from finite inputs), xla (hloexec and XLA:CPU disagree),\n"
-                  "shadow (XLA:CPU's or hloexec's outputs not consistent with the exact answer), or a shell\n"
-                  "command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--check", required=True, metavar="CHECK")
-    p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")
-    p.add_argument("--inputs-out", metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
-    p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
-    from .devices import add_device_argument
-    add_device_argument(p)
-    p.set_defaults(handler=cmd_minimize)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..exec.executor import Executable, available_memory
 from ..exec.shadow import Shadow, has_discrete, shadow_module, widen
+from .arrays import array_summary
 from .nonfinite import StopRun
 
 # Bytes of discrete values (relu masks, argmax indices...) kept from the program's run to count how many
@@ -300,7 +301,6 @@ def shadow_report(run: ShadowRun) -> dict:
     """JSON data of a shadow run: per output the shadow's summary and the run's error against it, the
     divergences, the pinned instructions."""
     from dataclasses import asdict
-    from .cli import array_summary
     from .verdict import error_stats
     from .compare import dtype_name
     return {"outputs": [dict(array_summary(i, s), dtype=dtype_name(o.dtype), error=asdict(error_stats(o, s)))
