@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..parser import parse
 from .arrays import flatten
 from .compare import jsonable
-from .diff import DiffReport, Verdict, diff, judge
-from .dumpdir import DumpModule, Stage
+from .diff import DiffReport, Verdict, diff, format_report as format_diff, judge
+from .dumpdir import DumpModule, Stage, check_stage
 from .hloproto import ProtoError
 
 
@@ -100,11 +101,9 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
     "shadow"`: are no longer consistent with its exact answer). `inputs`: the entry arguments (default: random
     ones from `seed`, of the reference's parameters); `report(message)` hears about each stage as it runs;
     `reductions`: how every stage rounds its sums."""
-    from .. import ops  # noqa: F401  (fills the op registry)
+    from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
     from ..exec.executor import Executable
-    from ..parser import parse
-    from .dumpdir import check_stage
-    from .numerics import judge_run
+    from .numerics import judge_run     # the executor: not at startup
     stages = module.stages()
     runs: dict[int, StageRun] = {}
     for i, stage in enumerate(stages):      # a stage that cannot be read is skipped, and said, wherever it is
@@ -183,7 +182,6 @@ def _runnable_near(run, mid: int, low: int, high: int) -> int | None:
 
 
 def format_report(r: BisectReport) -> str:
-    from .diff import format_report as format_diff
     skipped = [x for x in r.runs.values() if x.error]
     lines = [f"module_{r.module.number:04d}.{r.module.name}: {len(r.stages)} stages, "
              f"{r.compared()} run, {len(skipped)} skipped"

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from ..errors import ExecutionError
 from ..exec.context import Device
 from ..exec.plan import schedule
+from ..exec.spmd import device_counts
 from ..ir.module import Computation, Instruction, Module
+from ..ops.collectives import group_mode, participants
 from . import costmodel
 from .opname import short, where
-from .stats import Walk, human_bytes
+from .stats import Walk, _ranges, human_bytes
 
 
 @dataclass
@@ -99,7 +101,6 @@ MODEL = ("ring algorithms (all-reduce 2(n-1) steps sending 2(n-1)/n of the buffe
 def collectives_report(module: Module, file: str = "", partitions: int | None = None, replicas: int | None = None,
                        link: str = costmodel.DEFAULT_LINK, chip: str = costmodel.DEFAULT_CHIP,
                        bandwidth: float | None = None, latency: float | None = None) -> CollectivesReport:
-    from ..exec.spmd import device_counts
     P, R, note = device_counts(module, partitions, replicas)
     chosen = costmodel.LINKS[link]
     if bandwidth is not None or latency is not None:
@@ -142,7 +143,6 @@ def _wrapped(inst: Instruction) -> Instruction:
 
 
 def _collective(inst: Instruction, kind: str, report: CollectivesReport, devices, context: str) -> Collective:
-    from ..ops.collectives import group_mode, participants
     size = costmodel.buffer_bytes(inst)
     n_dev = len(devices)
     sent, received = [0.0] * n_dev, [0.0] * n_dev
@@ -190,7 +190,6 @@ def _collective(inst: Instruction, kind: str, report: CollectivesReport, devices
 
 def groups_text(c: Collective) -> str:
     """'2 groups of 8: {0-7},{8-15}' -- every group when few, else the first two and a count."""
-    from .stats import _ranges
     if c.kind == "collective-permute":
         return f"{len(c.groups)} pairs: " + ",".join(f"{s}->{t}" for s, t in c.groups[:4]) + \
             (",..." if len(c.groups) > 4 else "")

@@ -2,6 +2,12 @@
 the sources of each rule). The profiles themselves are hloexec/options/devices.py and its profiles/ files."""
 from __future__ import annotations
 
+import sys
+
+from ..errors import ExecutionError
+from ..ir.compiled_for import auto_device
+from ..options import device_profile
+
 DEVICE_HELP = ("whose arithmetic to reproduce: a device profile (reference: the default, the HLO as its semantics "
                "say; xla-cpu, tpu, a100, h100: `hloexec devices` lists their rules), a .toml/.json profile file "
                "(`hloexec devices --show NAME` prints one to copy and edit), or auto: the profile of what the dump "
@@ -17,14 +23,10 @@ def device_option(text: str | None, module, say=None):
     """The device profile `--device` names (None: the reference profile), the one place a value of --device is
     read; `module` is the module it is for: `--device auto` picks the profile from what the dump was compiled for
     (ir/compiled_for.py) and says which and why through `say` (default: stderr)."""
-    from ..errors import ExecutionError
-    from ..options import device_profile
     if text and "," in text:
         raise ExecutionError(f"--device {text}: one device profile expected (a list is for compare --reference "
                              "shadow, which judges by each)")
     if text == "auto":
-        import sys
-        from ..ir.compiled_for import auto_device
         text, reason = auto_device(module)
         (say or (lambda m: print(m, file=sys.stderr)))(f"--device auto: {text} ({reason})")
     return device_profile(text or "reference")

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import compare_array, default_tolerance, dtype_name, is_float, jsonable
 from ..ir.module import Instruction
-from .match import Matching, Node, ValueGraph, instruction_key, match, value_shape
+from ..ir.printer import instruction_to_text
+from ..parser import parse
+from .compare import compare_array, default_tolerance, dtype_name, is_float, jsonable
+from .extract import cone_cut, submodule
+from .match import Matching, Node, ValueGraph, _outputs, instruction_key, match, value_shape
 
 # A side holding more than this in values whose partners have not arrived yet waits for the other side.
 PENDING_BUDGET = 1 << 30
@@ -168,7 +171,6 @@ def _error(v: Verdict | None) -> dict | None:
 
 
 def _divergence_dict(d: Divergence) -> dict:
-    from ..ir.printer import instruction_to_text
     md = d.a.inst.metadata if isinstance(d.a.inst.metadata, dict) else {}
     mdb = d.b.inst.metadata if isinstance(d.b.inst.metadata, dict) else {}
     return {"a": d.a_inst.name, "b": d.b_inst.name,
@@ -194,7 +196,7 @@ def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | No
     their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
     are diffed op by op only where they change first (False: everything op by op). `reductions`: how both
     round their sums, `device`: the device profile both run under (Executable's options)."""
-    from .. import ops  # noqa: F401  (fills the op registry)
+    from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
     from ..exec.executor import Executable
     if inputs_b is None:
         signatures = [[p.shape.to_text(layout=False) for p in m.entry.parameters] for m in (a, b)]
@@ -525,7 +527,6 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
             changes.append(first[-1] if first and (first[-1].a.index, first[-1].b.index, first[-1].occurrence)
                            == (a_index, b_index, k) else divergence(a_index, b_index, k, inputs, between_a, between_b))
     outputs = []
-    from .match import _outputs
     for x, y in zip(_outputs(m.a), _outputs(m.b)):
         vs = verdicts.get((x.index, y.index))
         outputs.append((x, y, None if not vs else next((v for v in vs if not v.agree), vs[-1])))
@@ -545,8 +546,6 @@ def _identical(v: Verdict) -> bool:
 def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str, device) -> DiffReport | None:
     """The fused computations of a diverging pair of fusions, extracted and diffed op by op on the operand
     values each side's run gave them."""
-    from ..parser import parse
-    from .extract import cone_cut, submodule
     modules, inputs = [], []
     for node, operands in zip((d.a, d.b), captured):
         sub = submodule([node.tap], cone_cut(node.tap, 0))

@@ -32,7 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from ..errors import HloParseError
+from ..parser import parse
 from .arrays import flatten
+from .hloproto import ProtoError, module_text, read_module_proto, read_snapshot
+from .xla_cpu import save_arrays
 
 # after a pass: SSSS.<pipeline>.after_<pass>.before_<next>; during one (copy-insertion): SSSS.<pass>.<step>
 _STAGE = re.compile(r"(?P<step>\d{4})\.(?P<pipeline>[^.]+)\.(?:after_(?P<after>.+?)\.before_(?P<before>.+)|(?P<during>[^.]+))")
@@ -69,7 +73,6 @@ class Stage:
     def text(self) -> str:
         """The module's HLO text: the text dump, or the proto (through jaxlib) where the text dump is missing
         or elides large constants and jaxlib is installed."""
-        from .hloproto import ProtoError, module_text, read_module_proto
         if self.path.suffix == ".txt":
             with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()
@@ -193,8 +196,6 @@ def check_stage(stage: Stage) -> tuple[int | None, str]:
     """(instructions, problem) of a stage's text dump: the problem is "" when it parses, else why it cannot be
     run -- an empty file, a truncated one (it ends inside the module), unparseable text. A proto stage is not
     read here ((None, ""): reading it needs jaxlib)."""
-    from ..errors import HloParseError
-    from ..parser import parse
     if stage.path.suffix != ".txt":
         return None, ""
     try:
@@ -299,7 +300,6 @@ def _write(name: str, text: str) -> str:
 
 
 def _save(name: str, arrays: dict) -> str:
-    from .xla_cpu import save_arrays
     path = os.path.join(_scratch(), name)
     save_arrays(path, arrays)
     return path
@@ -314,7 +314,6 @@ def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
     """(an .npz of arguments arg0.., what they are) where the dump holds real inputs of the module: the
     `module_NNNN.<name>.inputs.npz` beside it (hloexec.jax.dump writes one; so may a user), else the arguments
     of its first HloSnapshot (--xla_dump_hlo_snapshots). None where it holds neither."""
-    from .hloproto import read_snapshot
     saved = [p for p in dump.other if p.name == f"module_{dump.number:04d}.{dump.name}.inputs.npz"]
     if saved:
         return str(saved[0]), f"inputs: {saved[0].name} beside the module"
@@ -329,7 +328,6 @@ def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
 def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str, object | None, str]:
     """(a text file hloexec parses, the snapshot if it is one, a note) for a FILE argument: a dump directory
     (its --module, --stage), a snapshot, an HloProto (.pb), else the path itself."""
-    from .hloproto import module_text, read_module_proto, read_snapshot
     p = Path(path)
     if p.is_dir():
         dump = find_module(scan(p), module, p)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..exec.plan import schedule
 from ..ir.module import Instruction, Module
-from . import costmodel
+from . import chakra, costmodel
 from .collectives import Collective, collectives_report
 from .opname import layer, op_name, phase
 from .stats import Walk
@@ -94,7 +94,6 @@ def prefix_of(module: Module) -> str:
 
 def write_chakra(p: Program, out_dir: str) -> dict:
     """One .et per device and the communicator-group JSON; returns what was written."""
-    from . import chakra
     Metadata, Node, _ = chakra.schema()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

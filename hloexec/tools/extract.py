@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..errors import ExecutionError
 from ..ir.module import Computation, Instruction, Module
+from ..ir.shape import tuple_shape
 from .match import ValueGraph, instruction_key
 
 # Header attributes an extract keeps: the others describe the whole original entry (its layout, schedule).
@@ -73,7 +74,6 @@ def submodule(roots: list[Instruction], cut=frozenset(), name: str | None = None
     if len(roots) == 1:
         root = copies[id(roots[0])]
     else:
-        from ..ir.shape import tuple_shape
         outs = [copies[id(r)] for r in roots]
         names = {i.name for i in instructions}
         tuple_name = next(f"outputs.{k}" for k in range(len(names) + 1) if f"outputs.{k}" not in names)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 import subprocess
 from collections import Counter, deque
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from ..ir.module import Computation, Instruction, Module
 from .common import UsageError
 from .costmodel import collective_kind
+from .extract import boundary
 from .opname import fit, op_name, short
 
 NODE_W, NODE_H, GAP_X, GAP_Y = 230, 64, 30, 56
@@ -54,7 +56,6 @@ def neighbourhood(module: Module, around: str | None = None, depth: int = 2, com
     """The instructions within `depth` steps of `around` (breadth first, operands and users), or the whole
     computation when it has at most `max_nodes` instructions (else its root's neighbourhood). Inside a fused
     (called) computation the walk stops at its parameters and root: `stopped_at` says what they are outside."""
-    from .extract import boundary
     comp = _computation(module, around, computation)
     seen = {}
     if around is None and len(comp.instructions) <= max_nodes:
@@ -311,7 +312,6 @@ def to_html(g: Graph, svg: str | None = None) -> str:
 
 def _graphviz_ids(svg: str, g: Graph) -> str:
     """Give Graphviz's node groups our ids (n0, n1, ...), found by their <title> (the DOT node name)."""
-    import re
     svg = re.sub(r'<g id="node\d+" class="node">\s*<title>(n\d+_(?:in|out))</title>',     # "+N users" stubs
                  lambda m: f'<g class="stub"><title>{m.group(1)}</title>', svg)
     return re.sub(r'<g id="node\d+" class="node">\s*<title>(n\d+)</title>',

@@ -13,9 +13,13 @@ come from XLA's own schedule, buffer sharing and fusion choices, so they differ.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from ..exec import spmd as spmd_exec
 from ..exec.memory import scratch_bytes
 from ..exec.plan import Plan
 from ..exec.runner import Runner
@@ -86,7 +90,6 @@ class MemoryReport:
 def memory_report(exe, file: str = "", spmd: bool = False, partitions: int | None = None,
                   replicas: int | None = None) -> MemoryReport:
     """The report for a prepared Executable (`hloexec.load(..., compile_kernels=False)` is enough)."""
-    import time
     start = time.perf_counter()
     plan: Plan = exe.plan
     module = exe.module
@@ -104,7 +107,6 @@ def memory_report(exe, file: str = "", spmd: bool = False, partitions: int | Non
                          if life.producer.opcode.removesuffix("-start").removesuffix("-done") in COLLECTIVE_OPCODES]
     devices, spmd_info, notes = 1, None, []
     if spmd or partitions is not None or replicas is not None:
-        from ..exec import spmd as spmd_exec
         P, R, note = spmd_exec.device_counts(module, partitions, replicas)
         devices = P * R
         spmd_info = {"partitions": P, "replicas": R, "note": note,
@@ -318,7 +320,6 @@ def plot_timeline(r: MemoryReport, path: str, contributors: int = 8) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     n = len(r.series)
     x = np.arange(n)

@@ -35,10 +35,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import load
 from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..ir.module import Instruction, Module
+from ..parser import parse
 from .arrays import flatten
+from .compare import compare_outputs, is_float
 from .extract import Submodule, capture, submodule
+from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated, save_arrays
 from .match import ValueGraph
 
 BUILTIN_CHECKS = ("nan", "xla", "shadow")
@@ -91,7 +95,6 @@ class Check:
             return _disagrees_with_xla(text, inputs, self.device)
         if self.spec == "shadow":
             return _inconsistent_with_shadow(text, inputs, self.device)
-        from .xla_cpu import save_arrays
         hlo, npz = self._paths()
         with open(hlo, "w", encoding="utf-8") as f:
             f.write(text)
@@ -122,7 +125,6 @@ class Check:
 
 def _makes_nan(text: str, inputs: list, allow_inf: bool, device=None) -> bool:
     """An output holds a NaN made from inputs without NaN (and without infinities, unless `allow_inf`)."""
-    from .. import load
     if _nonfinite_in(inputs, np.isnan) or (not allow_inf and _nonfinite_in(inputs, np.isinf)):
         return False
     try:
@@ -134,7 +136,6 @@ def _makes_nan(text: str, inputs: list, allow_inf: bool, device=None) -> bool:
 
 def _nonfinite_in(values, test) -> bool:
     """Whether `test` (np.isnan, np.isinf) holds for an element of a float or complex value in `values`."""
-    from .compare import is_float
     for x in flatten(tuple(values)):
         a = np.asarray(x)
         if (a.dtype.kind == "c" and test(a).any()) or (is_float(a.dtype) and test(a.astype(np.float64)).any()):
@@ -143,9 +144,6 @@ def _nonfinite_in(values, test) -> bool:
 
 
 def _disagrees_with_xla(text: str, inputs: list, device=None) -> bool:
-    from .. import load
-    from .compare import compare_outputs
-    from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
     try:
         ours = flatten(load(text, device=device).run(*inputs))
         theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
@@ -155,9 +153,7 @@ def _disagrees_with_xla(text: str, inputs: list, device=None) -> bool:
 
 
 def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
-    from .. import load
-    from .numerics import judge_run
-    from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
+    from .numerics import judge_run     # the executor: not at startup
     try:
         theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
         verdict, _ = judge_run(load(text, device=device), inputs, {"XLA:CPU": theirs})
@@ -168,7 +164,7 @@ def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
 
 class _Minimizer:
     def __init__(self, module: Module, inputs: list, check, retries: int, report, device=None):
-        from .. import ops  # noqa: F401
+        from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
         from ..exec.executor import Executable
         self.module, self.inputs, self.check, self.retries, self.report = module, inputs, check, retries, report
         self.exe = Executable(module, device=device)
@@ -344,8 +340,6 @@ def _constants(mz: _Minimizer, c: Candidate) -> Candidate | None:
 def _with_constants(sub: Submodule, values: list, constants: frozenset) -> tuple[Submodule, list]:
     """The submodule with the parameters of `constants` (ids of original instructions) as constants of their
     captured values, and the remaining inputs."""
-    from ..parser import parse
-    from .extract import submodule as make
     module = parse(sub.text)[0]
     entry = module.entry
     by_name = {p.name: (p, v) for p, v in zip(sub.parameters, values)}
@@ -358,7 +352,7 @@ def _with_constants(sub: Submodule, values: list, constants: frozenset) -> tuple
             inst.args = str(number)
             number += 1
             kept.append(value)
-    rebuilt = make([entry.root], frozenset(), name=sub.name)
+    rebuilt = submodule([entry.root], frozenset(), name=sub.name)
     originals = [by_name[p.name][0] for p in rebuilt.parameters]
     return Submodule(rebuilt.text, sub.name, sub.roots, originals, sub.instructions), kept
 

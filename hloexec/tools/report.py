@@ -13,6 +13,10 @@ import math
 
 import numpy as np
 
+from .compare import is_float, output_scale, plain_scalar
+from .graph import neighbourhood, own_svg
+from .stats import ModuleStats, format_module, human_bytes
+
 TOP = 30                    # instructions listed in the attribution, live values at the peak
 SHOWN = 8                   # table rows shown before a "more" fold
 CHART_POINTS = 800          # the memory chart's resolution (schedules have 10k+ steps)
@@ -23,7 +27,6 @@ SMALL_COMPUTATION = 6       # instructions: a worst instruction in a smaller cal
 def largest_errors(outputs: list, shadow: list) -> list[dict]:
     """Per float output, the element of hloexec's run farthest from the shadow (the exact answer), relative to
     the output's scale (max |shadow|): where to look even when every candidate passes."""
-    from .compare import is_float, output_scale, plain_scalar
     rows = []
     for i, (o, s) in enumerate(zip(outputs, shadow)):
         o, s = np.asarray(o), np.asarray(s)
@@ -45,7 +48,6 @@ def worst_graph(module, instructions) -> tuple[dict | None, str | None]:
     error measured in it or in the computations it calls (white: none; red: the largest in the picture), as data
     and SVG (tools/graph.py draws it). A worst instruction alone in a tiny called computation (a wrapped reduce)
     is drawn at its call site, where its inputs come from."""
-    from .graph import neighbourhood, own_svg
     worst = next((r for r in instructions if r.runs and r.local_error > 0), None)
     if worst is None:
         return None, None
@@ -149,7 +151,6 @@ def _inputs_text(info: dict | None) -> str:
 
 
 def _module_section(data: dict) -> str:
-    from .stats import ModuleStats, format_module
     s = data["stats"]
     text = "\n".join(format_module(ModuleStats(**{k: v for k, v in s.items() if k in ModuleStats.__dataclass_fields__
                                                   and k not in ("collectives", "ops")}, ops={}, collectives=[])))
@@ -407,5 +408,4 @@ def _source(path: str) -> str:
 
 
 def _bytes(n) -> str:
-    from .stats import human_bytes
     return human_bytes(int(n))
