@@ -121,7 +121,8 @@ def parent_parsers() -> Parents:
                                 "op by op")
     execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
                            help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
-    calls = execution.add_argument_group("custom-call targets hloexec does not know (see examples/custom_call_plugin.py)")
+    calls = execution.add_argument_group("custom-call targets hloexec does not know "
+                                         "(see examples/custom_call_plugin.py)")
     calls.add_argument("--plugin", metavar="FILE", action="append", default=[],
                        help="a Python file registering custom-call targets with "
                             "hloexec.ops.custom_call.register_custom_call (repeatable); installed packages register "
@@ -325,7 +326,7 @@ SUMMARY_HEADER = f"{'shape':<20} {'dtype':<6} {'min':>12} {'max':>12} {'mean':>1
 
 def summary_row(s: dict) -> str:
     """An output's array_summary as a row under SUMMARY_HEADER."""
-    shape = "[" + ",".join(map(str, s["shape"])) + "]"
+    shape = s["shape"] if isinstance(s["shape"], str) else "[" + ",".join(map(str, s["shape"])) + "]"     # "varies"
     return (f"{shape:<20} {s['dtype']:<6} {_number(s['min']):>12} {_number(s['max']):>12} {_number(s['mean']):>12} "
             f"{s['nan']:>8} {s['inf']:>8}")
 
@@ -340,8 +341,8 @@ def _number(x) -> str:
 
 # -- errors -----------------------------------------------------------------------------------
 # errors whose message says all a user needs (no traceback, 'error:' prefix)
-KNOWN_ERRORS = (HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError, DumpError,
-                ProtoError)
+KNOWN_ERRORS = (HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError,
+                DumpError, ProtoError)
 
 
 def error_message(e: BaseException, path: str | None = None) -> str:

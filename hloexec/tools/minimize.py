@@ -39,11 +39,12 @@ from .. import load
 from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..ir.module import Instruction, Module
 from ..parser import parse
+from . import xla_cpu      # xla_cpu.run_on_xla_cpu_isolated read when called: a test stands in for XLA
 from .arrays import flatten
 from .compare import compare_outputs, is_float
 from .extract import Submodule, capture, submodule
-from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated, save_arrays
 from .match import ValueGraph
+from .xla_cpu import XlaCpuError, save_arrays
 
 BUILTIN_CHECKS = ("nan", "xla", "shadow")
 
@@ -146,7 +147,7 @@ def _nonfinite_in(values, test) -> bool:
 def _disagrees_with_xla(text: str, inputs: list, device=None) -> bool:
     try:
         ours = flatten(load(text, device=device).run(*inputs))
-        theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
+        theirs = xla_cpu.run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False
     return not compare_outputs(ours, theirs).passed
@@ -155,7 +156,7 @@ def _disagrees_with_xla(text: str, inputs: list, device=None) -> bool:
 def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
     from .numerics import judge_run     # the executor: not at startup
     try:
-        theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
+        theirs = xla_cpu.run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
         verdict, _ = judge_run(load(text, device=device), inputs, {"XLA:CPU": theirs})
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False

@@ -6,18 +6,20 @@ from pathlib import Path
 
 from ...parser import parse
 from ..bisect import bisect, format_report
-from ..common import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, add_subparser, module_inputs, print_json
+from ..common import (EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, add_subparser, module_inputs,
+                      print_json)
 from ..dumpdir import find_module, scan
 from .diff import tolerance_options
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "bisect", "The first compiler pass after which a program's outputs change "
-                      "(per-pass dumps: --xla_dump_hlo_pass_re=.*).",
-                      "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json\n"
-                      "  hloexec bisect DIR --module jit_train_step --reference shadow",
-                      [parents.common, parents.inputs],
-                      "Exit 1 when a stage changes the outputs, 0 when none does.")
+    p = add_subparser(
+        subparsers, "bisect", "The first compiler pass after which a program's outputs change "
+        "(per-pass dumps: --xla_dump_hlo_pass_re=.*).",
+        "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json\n"
+        "  hloexec bisect DIR --module jit_train_step --reference shadow",
+        [parents.common, parents.inputs],
+        "Exit 1 when a stage changes the outputs, 0 when none does.")
     p.add_argument("directory", metavar="DIR")
     tolerance_options(p)
     p.add_argument("--reference", choices=["shadow"], default=None,

@@ -6,20 +6,21 @@ from ..common import EXIT_OK, JSON_VERSION, add_subparser, load_module, print_js
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "collectives",
-                      "Collective traffic: groups, bytes, algorithm volume, estimated times.",
-                      "  hloexec collectives gpt_16dev.hlo\n"
-                      "  hloexec collectives tpu_8dev.hlo --link ici-v5p --chip tpu-v5p\n"
-                      "  hloexec collectives step.hlo --bandwidth 100 --latency 2 --json | jq '.total_bytes'",
-                      [parents.common, parents.stages],
-                      "Per collective: its kind, its replica groups as device ids, its bytes per device (the buffer;\n"
-                      "the gathered result for all-gather, as nccl-tests and `hloexec stats` count), the bytes each\n"
-                      "device sends under a ring algorithm, and a latency-bandwidth time on a named link. Totals per\n"
-                      "kind and per group; the critical collectives (time not hidden behind the compute an async\n"
-                      "start/done pair encloses, by a roofline on --chip). Links:\n"
-                      + "\n".join(f"  {k:<9}{v.name}: {v.bandwidth / 1e9:g} GB/s, {v.latency * 1e6:g} us/step"
-                                  for k, v in costmodel.LINKS.items())
-                      + "\nChips: " + ", ".join(costmodel.CHIPS))
+    p = add_subparser(
+        subparsers, "collectives",
+        "Collective traffic: groups, bytes, algorithm volume, estimated times.",
+        "  hloexec collectives gpt_16dev.hlo\n"
+        "  hloexec collectives tpu_8dev.hlo --link ici-v5p --chip tpu-v5p\n"
+        "  hloexec collectives step.hlo --bandwidth 100 --latency 2 --json | jq '.total_bytes'",
+        [parents.common, parents.stages],
+        "Per collective: its kind, its replica groups as device ids, its bytes per device (the buffer;\n"
+        "the gathered result for all-gather, as nccl-tests and `hloexec stats` count), the bytes each\n"
+        "device sends under a ring algorithm, and a latency-bandwidth time on a named link. Totals per\n"
+        "kind and per group; the critical collectives (time not hidden behind the compute an async\n"
+        "start/done pair encloses, by a roofline on --chip). Links:\n"
+        + "\n".join(f"  {k:<9}{v.name}: {v.bandwidth / 1e9:g} GB/s, {v.latency * 1e6:g} us/step"
+                    for k, v in costmodel.LINKS.items())
+        + "\nChips: " + ", ".join(costmodel.CHIPS))
     p.add_argument("file", metavar="FILE")
     add_model_options(p)
     p.add_argument("--link", choices=sorted(costmodel.LINKS), default=costmodel.DEFAULT_LINK,

@@ -16,24 +16,25 @@ from ..verdict import format_verdict
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "compare", "Run a module and compare its outputs with a reference.",
-                      "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
-                      "  hloexec compare model.opt.hlo model.pre.hlo --seed 1     # same inputs to both\n"
-                      "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
-                      "  hloexec compare cpu_after_optimizations.txt --inputs in.npz --expected xla.npz \\\n"
-                      "      --reductions per-step                 # f16 sums rounded at every step, as XLA:CPU\n"
-                      "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs\n"
-                      "  hloexec compare pre.hlo opt.hlo --against xla --actual gpu.npz --reference shadow",
-                      [parents.common, parents.execution], _tolerances_help() + "\n\n"
-                      "--reference shadow: FILE's shadow (the program with every float type in f64: its exact\n"
-                      "answer) is the reference; FILE run by hloexec, REFERENCE, --against xla and --actual files\n"
-                      "are candidates, judged against the baseline (FILE at its precision, f16/bf16 reductions\n"
-                      "rounding every step): rms error <= 2x the baseline's + 0.5 ulp, every element within 1.5x its\n"
-                      "own error bound under the device's arithmetic (--device NAME[,NAME...]; docs/verdicts.md).\n\n"
-                      "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
-                      "the reference module's shapes, or --inputs with arg{i} keys) are split by FILE's parameter\n"
-                      "shardings, all its participants run, and its outputs, assembled into global arrays by the\n"
-                      "output shardings, are compared with the reference's.")
+    p = add_subparser(
+        subparsers, "compare", "Run a module and compare its outputs with a reference.",
+        "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
+        "  hloexec compare model.opt.hlo model.pre.hlo --seed 1     # same inputs to both\n"
+        "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
+        "  hloexec compare cpu_after_optimizations.txt --inputs in.npz --expected xla.npz \\\n"
+        "      --reductions per-step                 # f16 sums rounded at every step, as XLA:CPU\n"
+        "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs\n"
+        "  hloexec compare pre.hlo opt.hlo --against xla --actual gpu.npz --reference shadow",
+        [parents.common, parents.execution], _tolerances_help() + "\n\n"
+        "--reference shadow: FILE's shadow (the program with every float type in f64: its exact\n"
+        "answer) is the reference; FILE run by hloexec, REFERENCE, --against xla and --actual files\n"
+        "are candidates, judged against the baseline (FILE at its precision, f16/bf16 reductions\n"
+        "rounding every step): rms error <= 2x the baseline's + 0.5 ulp, every element within 1.5x its\n"
+        "own error bound under the device's arithmetic (--device NAME[,NAME...]; docs/verdicts.md).\n\n"
+        "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
+        "the reference module's shapes, or --inputs with arg{i} keys) are split by FILE's parameter\n"
+        "shardings, all its participants run, and its outputs, assembled into global arrays by the\n"
+        "output shardings, are compared with the reference's.")
     p.add_argument("file", metavar="FILE", help="the module under test")
     p.add_argument("other", metavar="REFERENCE", nargs="?", help="a second HLO file whose outputs are expected")
     p.add_argument("--expected", metavar="NPZ", help="expected outputs: keys out0..outM")

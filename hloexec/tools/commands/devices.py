@@ -36,13 +36,14 @@ RULES = {
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "devices", "The device profiles (--device): their arithmetic rules and sources.",
-                      "  hloexec devices\n"
-                      "  hloexec devices --show tpu > mytpu.toml     # edit, then: hloexec run f.hlo --device mytpu.toml\n"
-                      "  hloexec devices --json | jq '.profiles[].name'",
-                      [parents.common],
-                      "A profile file holds rules (TOML or JSON); `base = \"NAME\"` takes every rule not written\n"
-                      "from that profile.")
+    p = add_subparser(
+        subparsers, "devices", "The device profiles (--device): their arithmetic rules and sources.",
+        "  hloexec devices\n"
+        "  hloexec devices --show tpu > mytpu.toml     # edit, then: hloexec run f.hlo --device mytpu.toml\n"
+        "  hloexec devices --json | jq '.profiles[].name'",
+        [parents.common],
+        "A profile file holds rules (TOML or JSON); `base = \"NAME\"` takes every rule not written\n"
+        "from that profile.")
     p.add_argument("--show", metavar="NAME|FILE", help="print one profile as a file to copy and edit")
     p.set_defaults(handler=run)
 

@@ -12,14 +12,15 @@ from ..diff import diff, format_report
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "diff", "Where two versions of a program part ways: the first values that differ "
-                      "while their inputs agree.",
-                      "  hloexec diff before.hlo after.hlo --seed 0\n"
-                      "  hloexec diff DIR --module jit_f --stage before --stage-b after\n"
-                      "  hloexec diff model.hlo edited.hlo --json | jq '.first_divergence[0]'",
-                      [parents.common, parents.inputs],
-                      "Instructions are paired by name, then op_name metadata + opcode + shape, then structure (fusions\n"
-                      "opened up); both modules run on the same inputs with taps on the pairs. Exit 1 when values differ.")
+    p = add_subparser(
+        subparsers, "diff", "Where two versions of a program part ways: the first values that differ "
+        "while their inputs agree.",
+        "  hloexec diff before.hlo after.hlo --seed 0\n"
+        "  hloexec diff DIR --module jit_f --stage before --stage-b after\n"
+        "  hloexec diff model.hlo edited.hlo --json | jq '.first_divergence[0]'",
+        [parents.common, parents.inputs],
+        "Instructions are paired by name, then op_name metadata + opcode + shape, then structure (fusions\n"
+        "opened up); both modules run on the same inputs with taps on the pairs. Exit 1 when values differ.")
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B", nargs="?", help="default: A again (a dump directory with --stage-b)")
     p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
@@ -52,7 +53,8 @@ def run(args) -> int:
         print_json({"command": "diff", "version": JSON_VERSION, "a": described[0], "b": described[1],
                      "inputs": inputs_info, "seconds": seconds, **report.to_dict()})
     else:
-        print(f"A {args.a} ({modules[0].name})\nB {args.b} ({modules[1].name})\nsame inputs to both: {inputs_text(args)}")
+        print(f"A {args.a} ({modules[0].name})\nB {args.b} ({modules[1].name})\n"
+              f"same inputs to both: {inputs_text(args)}")
         print(format_report(report, limit=args.limit))
         print(f"time: {seconds:.1f} s", file=sys.stderr)
     return EXIT_MISMATCH if report.diverges else EXIT_OK

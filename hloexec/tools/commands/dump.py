@@ -7,11 +7,12 @@ from ..stats import human_bytes
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "dump", "List the programs of an XLA dump directory (--xla_dump_to) and their stages.",
-                      "  hloexec dump /tmp/xla_dump\n  hloexec dump /tmp/xla_dump --json | jq '.modules[].name'",
-                      [parents.common],
-                      "Any command takes such a directory as FILE with --module NAME_OR_NUMBER and --stage\n"
-                      "before|after|PASS|STEP|snapshot (default after); a snapshot (.pb) gives its real inputs too.")
+    p = add_subparser(
+        subparsers, "dump", "List the programs of an XLA dump directory (--xla_dump_to) and their stages.",
+        "  hloexec dump /tmp/xla_dump\n  hloexec dump /tmp/xla_dump --json | jq '.modules[].name'",
+        [parents.common],
+        "Any command takes such a directory as FILE with --module NAME_OR_NUMBER and --stage\n"
+        "before|after|PASS|STEP|snapshot (default after); a snapshot (.pb) gives its real inputs too.")
     p.add_argument("directory", metavar="DIR")
     p.set_defaults(handler=run)
 

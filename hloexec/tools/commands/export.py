@@ -10,15 +10,16 @@ from .collectives import add_model_options
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "export", "Export a module to network simulators: Chakra traces, ASTRA-sim text.",
-                      "  hloexec export gpt_16dev.hlo --chakra traces/     # traces/<module>.<d>.et + .comm_group.json\n"
-                      "  hloexec export gpt_16dev.hlo --astra-sim workload.txt --chip h100\n"
-                      "  hloexec export tpu_8dev.hlo --astra-sim w.txt --chakra et/ --chip tpu-v5p --json",
-                      [parents.common, parents.stages],
-                      "--chakra DIR: ASTRA-sim 2.0's input, one Chakra execution trace per device and the communicator\n"
-                      "groups (needs protobuf: pip install 'hloexec[chakra]'). --astra-sim OUT.txt: an ASTRA-sim 1.0 /\n"
-                      "SimAI text workload, a row per layer found in op_name paths. Compute times from a roofline on\n"
-                      "--chip (" + ", ".join(costmodel.CHIPS) + "); the assumptions are printed first.")
+    p = add_subparser(
+        subparsers, "export", "Export a module to network simulators: Chakra traces, ASTRA-sim text.",
+        "  hloexec export gpt_16dev.hlo --chakra traces/     # traces/<module>.<d>.et + .comm_group.json\n"
+        "  hloexec export gpt_16dev.hlo --astra-sim workload.txt --chip h100\n"
+        "  hloexec export tpu_8dev.hlo --astra-sim w.txt --chakra et/ --chip tpu-v5p --json",
+        [parents.common, parents.stages],
+        "--chakra DIR: ASTRA-sim 2.0's input, one Chakra execution trace per device and the communicator\n"
+        "groups (needs protobuf: pip install 'hloexec[chakra]'). --astra-sim OUT.txt: an ASTRA-sim 1.0 /\n"
+        "SimAI text workload, a row per layer found in op_name paths. Compute times from a roofline on\n"
+        "--chip (" + ", ".join(costmodel.CHIPS) + "); the assumptions are printed first.")
     p.add_argument("file", metavar="FILE")
     add_model_options(p)
     p.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces (.et per device) into DIR")

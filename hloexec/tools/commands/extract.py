@@ -6,20 +6,22 @@ import sys
 
 from ...parser import parse
 from ..arrays import flatten
-from ..common import EXIT_OK, JSON_VERSION, UsageError, add_subparser, inputs_text, load_module, module_inputs, print_json
+from ..common import (EXIT_OK, JSON_VERSION, UsageError, add_subparser, inputs_text, load_module, module_inputs,
+                      print_json)
 from ..diff import judge
 from ..extract import boundary, capture, cone_cut, find_instruction, submodule
 from ..xla_cpu import save_arrays
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "extract", "A standalone module computing one instruction, with the values that "
-                      "feed it captured from a full run.",
-                      "  hloexec extract model.hlo fusion.42 -o f42.hlo --inputs-out f42.npz\n"
-                      "  hloexec extract model.hlo multiply.7 --depth 3 -o m7.hlo --inputs-out m7.npz --seed 1\n"
-                      "  hloexec run f42.hlo --inputs f42.npz",
-                      [parents.common, parents.inputs],
-                      "INSTRUCTION may be inside a fused computation (COMPUTATION/NAME where names repeat).")
+    p = add_subparser(
+        subparsers, "extract", "A standalone module computing one instruction, with the values that "
+        "feed it captured from a full run.",
+        "  hloexec extract model.hlo fusion.42 -o f42.hlo --inputs-out f42.npz\n"
+        "  hloexec extract model.hlo multiply.7 --depth 3 -o m7.hlo --inputs-out m7.npz --seed 1\n"
+        "  hloexec run f42.hlo --inputs f42.npz",
+        [parents.common, parents.inputs],
+        "INSTRUCTION may be inside a fused computation (COMPUTATION/NAME where names repeat).")
     p.add_argument("file", metavar="FILE")
     p.add_argument("instruction", metavar="INSTRUCTION")
     depth = p.add_mutually_exclusive_group()

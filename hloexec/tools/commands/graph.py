@@ -9,17 +9,18 @@ from ..graph import neighbourhood, to_dot, to_html, to_svg
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "graph",
-                      "Draw the neighbourhood of an instruction: DOT, SVG or self-contained HTML.",
-                      "  hloexec graph gpt_16dev.hlo --around all-reduce.4 --depth 2 -o ar4.html\n"
-                      "  hloexec graph step.hlo --around fusion.12 -o f12.svg\n"
-                      "  hloexec graph small.hlo -o small.dot                 # a small entry computation whole",
-                      [parents.common, parents.stages],
-                      "Nodes: name and opcode (a fusion: its kind and fused ops), shape, op_name; collectives, custom-calls,\n"
-                      "fusions and parameters coloured; the centre drawn thick; '+N not shown' where the neighbourhood\n"
-                      "was cut. Without --around: the computation when it has at most --max-nodes instructions, else\n"
-                      "its root's neighbourhood. SVG from Graphviz's dot where installed, else hloexec's own layout;\n"
-                      "the HTML page inlines everything (click a node for its details).")
+    p = add_subparser(
+        subparsers, "graph",
+        "Draw the neighbourhood of an instruction: DOT, SVG or self-contained HTML.",
+        "  hloexec graph gpt_16dev.hlo --around all-reduce.4 --depth 2 -o ar4.html\n"
+        "  hloexec graph step.hlo --around fusion.12 -o f12.svg\n"
+        "  hloexec graph small.hlo -o small.dot                 # a small entry computation whole",
+        [parents.common, parents.stages],
+        "Nodes: name and opcode (a fusion: its kind and fused ops), shape, op_name; collectives, custom-calls,\n"
+        "fusions and parameters coloured; the centre drawn thick; '+N not shown' where the neighbourhood\n"
+        "was cut. Without --around: the computation when it has at most --max-nodes instructions, else\n"
+        "its root's neighbourhood. SVG from Graphviz's dot where installed, else hloexec's own layout;\n"
+        "the HTML page inlines everything (click a node for its details).")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument("--around", metavar="INSTRUCTION", help="the instruction at the centre (its name, %% optional)")

@@ -5,21 +5,22 @@ from ..common import EXIT_OK, JSON_VERSION, add_subparser, load_for_report, prin
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "memory",
-                      "Peak memory and what is live there, from the plan `run` checks memory with.",
-                      "  hloexec memory step.hlo\n"
-                      "  hloexec memory tpu_8dev.hlo --spmd --plot timeline.png\n"
-                      "  hloexec memory dump/module_0001.jit_f.cpu_after_optimizations.txt --json | jq '.peak_bytes'",
-                      [parents.common, parents.stages],
-                      "Nothing runs: the plan is prepared (no kernel compiled) and its liveness read. The peak is the\n"
-                      "estimate `hloexec run` checks against the available memory: live buffers in hloexec's schedule,\n"
-                      "inputs included, plus what the running step holds (scratch: f32 copies of f16 operands, a\n"
-                      "fusion's op-by-op first run); the peak of the program's values alone is shown too. Each live\n"
-                      "value: its producer, its last reader, its size and why it is live (a parameter, an output,\n"
-                      "waiting for a later reader: which). An SPMD program is the same on every device; --spmd adds\n"
-                      "what `run --spmd` needs for all participants in one process. XLA's numbers are shown beside\n"
-                      "when its dumps (X-buffer-assignment.txt, X-memory-usage-report.txt, X-live-range.txt) sit next\n"
-                      "to the module file X.txt. --plot needs matplotlib (pip install 'hloexec[reports]').")
+    p = add_subparser(
+        subparsers, "memory",
+        "Peak memory and what is live there, from the plan `run` checks memory with.",
+        "  hloexec memory step.hlo\n"
+        "  hloexec memory tpu_8dev.hlo --spmd --plot timeline.png\n"
+        "  hloexec memory dump/module_0001.jit_f.cpu_after_optimizations.txt --json | jq '.peak_bytes'",
+        [parents.common, parents.stages],
+        "Nothing runs: the plan is prepared (no kernel compiled) and its liveness read. The peak is the\n"
+        "estimate `hloexec run` checks against the available memory: live buffers in hloexec's schedule,\n"
+        "inputs included, plus what the running step holds (scratch: f32 copies of f16 operands, a\n"
+        "fusion's op-by-op first run); the peak of the program's values alone is shown too. Each live\n"
+        "value: its producer, its last reader, its size and why it is live (a parameter, an output,\n"
+        "waiting for a later reader: which). An SPMD program is the same on every device; --spmd adds\n"
+        "what `run --spmd` needs for all participants in one process. XLA's numbers are shown beside\n"
+        "when its dumps (X-buffer-assignment.txt, X-memory-usage-report.txt, X-live-range.txt) sit next\n"
+        "to the module file X.txt. --plot needs matplotlib (pip install 'hloexec[reports]').")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument("--spmd", action="store_true", help="all participants: counts from the header or inferred")

@@ -11,15 +11,16 @@ from ..xla_cpu import save_arrays
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
-                      "  hloexec minimize model.hlo --check nan -o small.hlo\n"
-                      "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
-                      "  hloexec minimize model.hlo --check shadow -o small.hlo\n"
-                      "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo",
-                      [parents.common, parents.inputs],
-                      "CHECK: nan (an output holds a NaN made from finite inputs), xla (hloexec and XLA:CPU disagree),\n"
-                      "shadow (XLA:CPU's or hloexec's outputs not consistent with the exact answer), or a shell\n"
-                      "command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
+    p = add_subparser(
+        subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
+        "  hloexec minimize model.hlo --check nan -o small.hlo\n"
+        "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
+        "  hloexec minimize model.hlo --check shadow -o small.hlo\n"
+        "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo",
+        [parents.common, parents.inputs],
+        "CHECK: nan (an output holds a NaN made from finite inputs), xla (hloexec and XLA:CPU disagree),\n"
+        "shadow (XLA:CPU's or hloexec's outputs not consistent with the exact answer), or a shell\n"
+        "command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--check", required=True, metavar="CHECK")
     p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")

@@ -11,20 +11,21 @@ from ..participants import numerics_runner
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "numerics", "Which instructions lose the accuracy, and where NaN and Inf come from.",
-                      "  hloexec numerics dump.before_optimizations.txt --inputs in.npz\n"
-                      "  hloexec numerics step.hlo --seed 1 --top 10 --json | jq '.top[0]'\n"
-                      "  hloexec numerics gpt_16dev.hlo --spmd --local     # no shadow run: one run's memory",
-                      [parents.common, parents.execution],
-                      "One instrumented run of the module (op by op, fused computations opened up, loops per\n"
-                      "iteration) paired with its shadow (every float type in f64: its exact answer). Per\n"
-                      "instruction: its local error (its op alone on the shadow's operand values rounded to its\n"
-                      "own operand types, against the shadow's value), its total error (its value against the\n"
-                      "shadow's) and the error its operands arrived with, relative to its scale; per output, its\n"
-                      "error and the instructions on its path with the largest local errors; the integer/pred\n"
-                      "values computed from floats that differ between the two runs; the NaN/Inf origins.\n"
-                      "When both runs do not fit in memory (or with --local): local errors at the run's own\n"
-                      "operands, from the run alone.")
+    p = add_subparser(
+        subparsers, "numerics", "Which instructions lose the accuracy, and where NaN and Inf come from.",
+        "  hloexec numerics dump.before_optimizations.txt --inputs in.npz\n"
+        "  hloexec numerics step.hlo --seed 1 --top 10 --json | jq '.top[0]'\n"
+        "  hloexec numerics gpt_16dev.hlo --spmd --local     # no shadow run: one run's memory",
+        [parents.common, parents.execution],
+        "One instrumented run of the module (op by op, fused computations opened up, loops per\n"
+        "iteration) paired with its shadow (every float type in f64: its exact answer). Per\n"
+        "instruction: its local error (its op alone on the shadow's operand values rounded to its\n"
+        "own operand types, against the shadow's value), its total error (its value against the\n"
+        "shadow's) and the error its operands arrived with, relative to its scale; per output, its\n"
+        "error and the instructions on its path with the largest local errors; the integer/pred\n"
+        "values computed from floats that differ between the two runs; the NaN/Inf origins.\n"
+        "When both runs do not fit in memory (or with --local): local errors at the run's own\n"
+        "operands, from the run alone.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--top", type=positive_int, default=20, metavar="N", help="instructions to list (default 20)")
     p.add_argument("--local", action="store_true",

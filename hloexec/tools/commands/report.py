@@ -58,22 +58,23 @@ def collect(args) -> tuple[dict, str | None]:
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "report",
-                      "One self-contained HTML page: module, verdict, attribution, NaN/Inf, memory.",
-                      "  hloexec report examples/layernorm_bwd.opt.hlo --inputs examples/layernorm_bwd.inputs.npz "
-                      "-o ln.html\n"
-                      "  hloexec report step.hlo --seed 1 --actual gpu.npz --against xla -o step.html\n"
-                      "  hloexec report gpt_16dev.hlo --spmd -o gpt.html --json > gpt.json",
-                      [parents.common, parents.execution],
-                      "One page to look at and share, built from what `stats`, `compare --reference shadow`, `numerics`,\n"
-                      "`memory`, `collectives` and `graph` compute: the module (compiled for, size, op histogram,\n"
-                      "FLOPs, collectives); per output each candidate's error against the exact answer, what the\n"
-                      "arithmetic allows and the verdict, the worst elements; the instructions where accuracy is lost\n"
-                      "(op_name, source line) and the dataflow around the worst one coloured by local error; NaN/Inf\n"
-                      "origins; memory over the schedule; collective traffic; the command line and hloexec's version.\n"
-                      "Nothing is fetched from the network (CSS, script, pictures inline); PAGE#search=NAME opens it\n"
-                      "filtered to the instructions whose name holds NAME. --json prints the same data\n"
-                      "as one JSON document on stdout. Exit 1 when a candidate is not consistent.")
+    p = add_subparser(
+        subparsers, "report",
+        "One self-contained HTML page: module, verdict, attribution, NaN/Inf, memory.",
+        "  hloexec report examples/layernorm_bwd.opt.hlo --inputs examples/layernorm_bwd.inputs.npz "
+        "-o ln.html\n"
+        "  hloexec report step.hlo --seed 1 --actual gpu.npz --against xla -o step.html\n"
+        "  hloexec report gpt_16dev.hlo --spmd -o gpt.html --json > gpt.json",
+        [parents.common, parents.execution],
+        "One page to look at and share, built from what `stats`, `compare --reference shadow`, `numerics`,\n"
+        "`memory`, `collectives` and `graph` compute: the module (compiled for, size, op histogram,\n"
+        "FLOPs, collectives); per output each candidate's error against the exact answer, what the\n"
+        "arithmetic allows and the verdict, the worst elements; the instructions where accuracy is lost\n"
+        "(op_name, source line) and the dataflow around the worst one coloured by local error; NaN/Inf\n"
+        "origins; memory over the schedule; collective traffic; the command line and hloexec's version.\n"
+        "Nothing is fetched from the network (CSS, script, pictures inline); PAGE#search=NAME opens it\n"
+        "filtered to the instructions whose name holds NAME. --json prints the same data\n"
+        "as one JSON document on stdout. Exit 1 when a candidate is not consistent.")
     p.add_argument("file", metavar="FILE|DIR")
     p.add_argument("--actual", metavar="NPZ", action="append",
                    help="a candidate's outputs (keys out0..outM, e.g. a device's); repeatable")

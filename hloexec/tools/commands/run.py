@@ -17,35 +17,36 @@ from .run_spmd import run_spmd
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "run", "Run a module on the CPU and summarise its outputs.",
-                      "  hloexec run model.hlo                       # random inputs, seed 0\n"
-                      "  hloexec run model.hlo --inputs in.npz --out out.npz\n"
-                      "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
-                      "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
-                      "  hloexec run step.hlo --repeat 3 --profile    # ... of the third (warm) run\n"
-                      "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants\n"
-                      "  hloexec run gpt_16dev.hlo --spmd --ray            # ... as Ray actors, a local Ray instance\n"
-                      "  hloexec run big.hlo --ray auto --participants-per-worker 8   # ... on the cluster of `ray start`\n"
-                      "  hloexec run neuron.hlo --custom-call-identity AwsNeuronTransferWithStaticRing\n"
-                      "  hloexec run rms.hlo --plugin examples/custom_call_plugin.py   # targets from a Python file\n"
-                      "  hloexec run step.hlo --shadow                 # its error against the exact answer\n"
-                      "  hloexec run step.hlo --find-nonfinite --stop-at-first",
-                      [parents.common, parents.execution],
-                      "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
-                      "available memory (MemAvailable) or --max-memory; then per output its shape, dtype,\n"
-                      "min/max/mean (NaN ignored) and NaN/Inf counts, and the parse/prepare/execute times.\n\n"
-                      "SPMD (--spmd, --partitions N, --replicas R): all N x R participants run as threads with\n"
-                      "their collectives between them. Inputs: --inputs with dev{d}/arg{i} keys (per device) or\n"
-                      "arg{i} keys (global arrays, split by the parameters' shardings), or --seed (random global\n"
-                      "arrays split the same way). Prints the memory for all participants before the run, one\n"
-                      "line per output (its device range when the devices agree; otherwise min/max over all),\n"
-                      "and whether outputs meant to be replicated agree (exit 1 when not). --out writes the\n"
-                      "global outputs assembled by the output shardings (out{i}) and per-device ones\n"
-                      "(dev{d}/out{i}).\n\n"
-                      "--ray [ADDRESS]: the participants run in Ray actors (a group per actor, threads inside), on a\n"
-                      "new local Ray instance or the cluster at ADDRESS; the outputs stay on the workers (digests\n"
-                      "and summaries are made there; --out gathers them); the end of the report says the bytes\n"
-                      "moved between the workers. Needs pip install 'hloexec[ray]' on every node.")
+    p = add_subparser(
+        subparsers, "run", "Run a module on the CPU and summarise its outputs.",
+        "  hloexec run model.hlo                       # random inputs, seed 0\n"
+        "  hloexec run model.hlo --inputs in.npz --out out.npz\n"
+        "  hloexec run dump.hlo --module jit_f --seed 3 --fail-on-nan --json\n"
+        "  hloexec run step.hlo --profile 10           # the 10 slowest instructions\n"
+        "  hloexec run step.hlo --repeat 3 --profile    # ... of the third (warm) run\n"
+        "  hloexec run gpt_16dev.hlo --spmd --out out.npz    # all 16 participants\n"
+        "  hloexec run gpt_16dev.hlo --spmd --ray            # ... as Ray actors, a local Ray instance\n"
+        "  hloexec run big.hlo --ray auto --participants-per-worker 8   # ... on the cluster of `ray start`\n"
+        "  hloexec run neuron.hlo --custom-call-identity AwsNeuronTransferWithStaticRing\n"
+        "  hloexec run rms.hlo --plugin examples/custom_call_plugin.py   # targets from a Python file\n"
+        "  hloexec run step.hlo --shadow                 # its error against the exact answer\n"
+        "  hloexec run step.hlo --find-nonfinite --stop-at-first",
+        [parents.common, parents.execution],
+        "Prints the memory needed (peak live buffers) first and refuses to run above the\n"
+        "available memory (MemAvailable) or --max-memory; then per output its shape, dtype,\n"
+        "min/max/mean (NaN ignored) and NaN/Inf counts, and the parse/prepare/execute times.\n\n"
+        "SPMD (--spmd, --partitions N, --replicas R): all N x R participants run as threads with\n"
+        "their collectives between them. Inputs: --inputs with dev{d}/arg{i} keys (per device) or\n"
+        "arg{i} keys (global arrays, split by the parameters' shardings), or --seed (random global\n"
+        "arrays split the same way). Prints the memory for all participants before the run, one\n"
+        "line per output (its device range when the devices agree; otherwise min/max over all),\n"
+        "and whether outputs meant to be replicated agree (exit 1 when not). --out writes the\n"
+        "global outputs assembled by the output shardings (out{i}) and per-device ones\n"
+        "(dev{d}/out{i}).\n\n"
+        "--ray [ADDRESS]: the participants run in Ray actors (a group per actor, threads inside), on a\n"
+        "new local Ray instance or the cluster at ADDRESS; the outputs stay on the workers (digests\n"
+        "and summaries are made there; --out gathers them); the end of the report says the bytes\n"
+        "moved between the workers. Needs pip install 'hloexec[ray]' on every node.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--out", metavar="NPZ", help="write the outputs as out0..outM (tuple results flattened)")
     p.add_argument("--fail-on-nan", action="store_true", help="exit 1 when an output holds a NaN")

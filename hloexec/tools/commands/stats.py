@@ -9,12 +9,13 @@ from ..stats import file_stats, format_file
 
 
 def add_parser(subparsers, parents) -> None:
-    p = add_subparser(subparsers, "stats", "Describe HLO files: sizes, ops, dtypes, bytes, FLOPs, collectives.",
-                      "  hloexec stats dump.hlo\n"
-                      "  hloexec stats a.hlo b.hlo --json | jq '.files[].modules[].flops'",
-                      [parents.common, parents.modules],
-                      "FLOPs: dots, convolutions and cuBLAS gemms, 2 per multiply-add; called computations count\n"
-                      "once per call site; while bodies count once (the trip count is not in the text).")
+    p = add_subparser(
+        subparsers, "stats", "Describe HLO files: sizes, ops, dtypes, bytes, FLOPs, collectives.",
+        "  hloexec stats dump.hlo\n"
+        "  hloexec stats a.hlo b.hlo --json | jq '.files[].modules[].flops'",
+        [parents.common, parents.modules],
+        "FLOPs: dots, convolutions and cuBLAS gemms, 2 per multiply-add; called computations count\n"
+        "once per call site; while bodies count once (the trip count is not in the text).")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(handler=run)
 
