@@ -1,6 +1,6 @@
-"""How hloexec/tools/ imports: no cycles among its modules (imports inside functions counted: they hide cycles
-rather than remove them), nothing imports the CLI's entry module, and `hloexec --help` does not load the
-executor (every command's parser is built at startup)."""
+"""How hloexec/tools/ is put together: no import cycles among its modules (imports inside functions counted:
+they hide cycles rather than remove them), nothing imports the CLI's entry module, `hloexec --help` does not
+load the executor (every command's parser is built at startup), every command module is wired."""
 import ast
 import subprocess
 import sys
@@ -106,3 +106,18 @@ def test_help_does_not_load_the_executor():
             "if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert not loaded, f"building the parser imports {loaded}: keep them inside the commands' run functions"
+
+
+def test_every_command_module_is_listed_once():
+    """A module of tools/commands/ with an add_parser is a command: cli.COMMANDS lists it (else it is dead code)."""
+    import importlib
+
+    from hloexec.tools import cli
+    defined = []
+    for path in sorted((TOOLS / "commands").glob("*.py")):
+        module = importlib.import_module(f"hloexec.tools.commands.{path.stem}")
+        if hasattr(module, "add_parser"):
+            assert callable(module.run), f"{path.stem}: add_parser without run"
+            defined.append(module)
+    assert sorted(m.__name__ for m in cli.COMMANDS) == sorted(m.__name__ for m in defined)
+    assert len(set(cli.COMMANDS)) == len(cli.COMMANDS)
