@@ -121,3 +121,13 @@ def test_every_command_module_is_listed_once():
             defined.append(module)
     assert sorted(m.__name__ for m in cli.COMMANDS) == sorted(m.__name__ for m in defined)
     assert len(set(cli.COMMANDS)) == len(cli.COMMANDS)
+
+
+if __name__ == "__main__":      # python tests/test_tools_imports.py [PREFIX]: the cycles among PREFIX's modules
+    prefix = sys.argv[1] if len(sys.argv) > 1 else "hloexec.tools"
+    graph = _graph()
+    for component in _cycles(graph, prefix):
+        print(f"cycle of {len(component)} modules:")
+        for a in component:
+            print(f"  {a} -> " + ", ".join(sorted(b for b in graph[a] if b in component)))
+    print(f"{len(_cycles(graph, prefix))} cycles among {prefix} (imports inside functions counted)")
