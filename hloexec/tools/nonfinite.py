@@ -26,7 +26,12 @@ import numpy as np
 from ..errors import ExecutionError
 from ..ir.module import Instruction, Module
 from ..kernels.elementwise import ELEMENTWISE_OPS
-from .observed import Runner, StopRun, executable_like
+from .shadow_runs import Runner, executable_like
+
+
+class StopRun(BaseException):
+    """Raised from an observer to end a run early (--stop-at-first); BaseException: no op handler turns it into
+    an ExecutionError."""
 
 
 @dataclass

@@ -28,8 +28,8 @@ from ..options import Options, device_profile
 from .arrays import array_summary, flatten
 from .bounds import ErrorBounds
 from .compare import dtype_name
-from .nonfinite import NonfiniteTracker, format_report as format_nonfinite
-from .observed import Runner, StopRun, executable_like
+from .nonfinite import NonfiniteTracker, StopRun, format_report as format_nonfinite
+from .shadow_runs import Runner, executable_like
 from .verdict import RULE, error_stats, judge
 
 # Bytes of discrete values (relu masks, argmax indices...) kept from the program's run to count how many

@@ -15,7 +15,7 @@ from .common import UsageError, module_inputs
 def numerics_runner(exe, args, text_out, global_inputs=None):
     """(Runner, inputs, inputs description) for the numerics commands: one participant with --inputs/--seed, or
     with --spmd all of them, inputs per device (from --inputs/--seed, or `global_inputs` split by sharding)."""
-    from .observed import Runner      # the executor: not at startup
+    from .shadow_runs import Runner      # the executor: not at startup
     if not is_spmd(args):
         if global_inputs is not None:
             return Runner(), global_inputs, None

@@ -1,6 +1,5 @@
-"""Observed runs, what numerics.py and nonfinite.py share: a module run as one participant or as all the
-participants of an SPMD module, outputs flattened (Runner); an Executable made with another's options
-(executable_like); StopRun, which an observer raises to end a run early."""
+"""How numerics.py and nonfinite.py run a module they observe: as one participant or as all the participants of
+an SPMD module, outputs flattened (Runner); an Executable made with another's options (executable_like)."""
 from __future__ import annotations
 
 import warnings
@@ -10,11 +9,6 @@ from ..exec import spmd
 from ..exec.executor import Executable
 from ..exec.shadow import Shadow
 from .arrays import flatten
-
-
-class StopRun(BaseException):
-    """Raised from an observer to end a run early (--stop-at-first); BaseException: no op handler turns it into
-    an ExecutionError."""
 
 
 def executable_like(exe: Executable, module, **options) -> Executable:
