@@ -48,7 +48,7 @@ def global_arguments(exe, reference_exe, args) -> tuple[list, dict]:
     return values, {"from": "seed", "seed": args.seed}
 
 
-def per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
+def per_device_inputs(exe, args, num_devices: int) -> tuple:
     """Per-device entry arguments: an npz with dev{d}/arg{i} keys, or global arg{i} ones split by the
     parameters' shardings, or random global values (--seed) split the same way (with --ray: split by the
     workers, GlobalInputs)."""

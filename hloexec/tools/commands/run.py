@@ -92,7 +92,7 @@ def run(args) -> int:
         print(f"{module.name} is a pre-partition module with manual regions: each of its {partitions * replicas} "
               "devices runs the global program and its own tiles inside the regions", file=text_out or sys.stderr)
     inputs, inputs_info = module_inputs(exe.module, args)
-    profile = {} if args.profile else None
+    profile: dict | None = {} if args.profile else None
     runs = []
     for k in range(args.repeat):        # later runs use the kernels compiled by then (docs/compile.md)
         outputs, seconds_k = execute(exe, inputs, profile if k == args.repeat - 1 else None)
