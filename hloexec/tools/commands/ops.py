@@ -11,7 +11,7 @@ def add_parser(subparsers, parents) -> None:
     p = add_subparser(
         subparsers, "ops", "List what hloexec executes: opcodes, dtypes, kernels, custom-calls.",
         "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json", [parents.common])
-    p.add_argument("--markdown", action="store_true", help="the README's markdown table, with notes")
+    p.add_argument("--markdown", action="store_true", help="the markdown table of docs/custom-calls.md, with notes")
     p.set_defaults(handler=run)
 
 
