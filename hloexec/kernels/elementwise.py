@@ -121,6 +121,10 @@ def store_src(name: str, expr: str) -> str:
     return expr
 
 
+# XLA:CPU's f32 approximations (transcendentals = "xla-cpu"): the Numba helper of each (kernels/scalar.py makes
+# them from semantics.approximation_src)
+XLA_CPU_HELPERS = {op: "xla_cpu_" + op.replace("-", "_") for op in semantics.XLA_CPU_APPROXIMATIONS}
+
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
 HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32",
            "total_order_key64", "popcount", "count_leading_zeros",
@@ -128,7 +132,8 @@ HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
            "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
            "exp_wide", "expm1_wide", "log_wide", "log1p_wide", "tanh_wide", "logistic_wide", "narrow_to_f16",
-           "narrow_to_bf16", "f16_to_f32_simd", "stack_array", "add_lanes")
+           "narrow_to_bf16", "f16_to_f32_simd", "stack_array", "add_lanes",
+           *XLA_CPU_HELPERS.values())
 
 
 # -- the ops of the scalar-semantics table (kernels/semantics.py) ---------------------------------------------
@@ -153,8 +158,11 @@ _WIDE_UNARY = {"exponential": "exp_wide", "exponential-minus-one": "expm1_wide",
 _NARROW = {"f32": "np.float32", "f16": "narrow_to_f16", "bf16": "narrow_to_bf16"}
 
 
-def unary_src(opcode: str, name: str, x: str) -> str | None:
-    """Source of a unary elementwise op on a value of element type `name` (result in the same type)."""
+def unary_src(opcode: str, name: str, x: str, transcendentals: str = "accurate") -> str | None:
+    """Source of a unary elementwise op on a value of element type `name` (result in the same type), f32
+    transcendentals by the `transcendentals` rule (hloexec.options.devices.TRANSCENDENTALS)."""
+    if semantics.approximated(opcode, name, transcendentals):
+        return f"{XLA_CPU_HELPERS[opcode]}({x})"
     if name in _NARROW and opcode in _WIDE_UNARY:
         return f"{_NARROW[name]}({_WIDE_UNARY[opcode]}({x}))"
     return _table_src(opcode, name, x)
@@ -253,9 +261,11 @@ def iota_src(name: str, index: str) -> str | None:
     return convert_src("s64", name, index)
 
 
-def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> str | None:
+def instruction_src(inst, vals: list[str], excess_precision: bool = False,
+                    transcendentals: str = "accurate") -> str | None:
     """Source of elementwise instruction `inst` on operand values `vals` (compute-type names or literals),
-    rounded to its type after the op unless exact; None if unsupported."""
+    rounded to its type after the op unless exact; None if unsupported. `excess_precision`, `transcendentals`:
+    the rules of hloexec.options."""
     op, et = inst.opcode, inst.shape.element_type.name
     src_et = inst.operands[0].shape.element_type.name if inst.operands else et
     if op == "convert":
@@ -272,7 +282,7 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> st
     if op == "clamp":
         return clamp_src(et, *vals)
     if len(vals) == 1:
-        expr = unary_src(op, et, vals[0])
+        expr = unary_src(op, et, vals[0], transcendentals)
     elif len(vals) == 2:
         expr = binary_src(op, et, vals[0], vals[1])
     else:

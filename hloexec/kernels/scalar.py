@@ -166,17 +166,41 @@ def add_lanes(typingctx, lanes, values, start, count):
 # operations, and conditionals choosing between two computed values, which LLVM turns into selects -- so the
 # loops calling them vectorize. Arguments are clamped where the float32 result no longer changes, which keeps
 # every intermediate a normal float64; NaN passes the clamps and comes out as a quiet NaN.
-@intrinsic
-def _muladd(typingctx, a, b, c):
-    """a * b + c, fused where the target has FMA (llvm.fmuladd: vectorizable, never a libm call)."""
-    if not (a == b == c == types.float64):
-        return None
+def _ternary_intrinsic(name: str, numba_type, llvm_type):
+    """A Numba function calling LLVM intrinsic `name` on three values of one float type."""
+    @intrinsic
+    def call(typingctx, a, b, c):
+        if not (a == b == c == numba_type):
+            return None
 
-    def codegen(context, builder, sig, args):
-        f64 = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.fmuladd", [f64], ir.FunctionType(f64, [f64, f64, f64]))
-        return builder.call(fn, args)
-    return types.float64(a, b, c), codegen
+        def codegen(context, builder, sig, args):
+            fn = builder.module.declare_intrinsic(name, [llvm_type], ir.FunctionType(llvm_type, [llvm_type] * 3))
+            return builder.call(fn, args)
+        return numba_type(a, b, c), codegen
+    return call
+
+
+# a * b + c, fused where the target has FMA (llvm.fmuladd: vectorizable, never a libm call)
+_muladd = _ternary_intrinsic("llvm.fmuladd", types.float64, ir.DoubleType())
+# a * b + c rounded once (llvm.fma: vfmadd on x86 with FMA, libm's fmaf elsewhere -- exact either way)
+fma_f32 = _ternary_intrinsic("llvm.fma", types.float32, ir.FloatType())
+
+
+def _xla_cpu_approximation(opcode: str):
+    """The Numba function of XLA:CPU's f32 approximation of `opcode` (semantics.XLA_CPU_APPROXIMATIONS)."""
+    from . import semantics
+    from .elementwise import COMPUTE, literal_src
+    namespace = {name: globals()[name] for name in ("np", "fma_f32", "bitcast_f32_to_i32", "bitcast_i32_to_f32")}
+    exec(semantics.approximation_src(opcode, "approximation", compute=COMPUTE, literal=literal_src), namespace)
+    return njit(inline="always")(namespace["approximation"])
+
+
+def _xla_cpu_helpers() -> dict:
+    from .elementwise import XLA_CPU_HELPERS
+    return {helper: _xla_cpu_approximation(opcode) for opcode, helper in XLA_CPU_HELPERS.items()}
+
+
+globals().update(_xla_cpu_helpers())        # xla_cpu_exponential, xla_cpu_log, ... (elementwise.HELPERS)
 
 
 _LOG2E = 1.4426950408889634

@@ -232,6 +232,8 @@ def _prepare_float_unary(inst, ctx):
         _require(inst.opcode in _COMPLEX_UNARY, f"{inst.opcode} of a complex operand", inst)
         return float_lifted(_table(inst.opcode, kind, dtype), dtype)
     _require(kind == "float", f"{inst.opcode} of a {inst.operands[0].shape.element_type.name} operand", inst)
+    if semantics.approximated(inst.opcode, inst.shape.element_type.name, ctx.options.device.transcendentals):
+        return semantics.numpy_form(inst.opcode, "float", np.dtype(np.float32), 32, approximation=True)
     return _float_table(inst.opcode, dtype)
 
 
