@@ -22,7 +22,9 @@ _FLAGS = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
 x86_fma = pytest.mark.skipif(" fma" not in _FLAGS, reason="XLA:CPU's approximations were read on x86-64 with FMA")
 
 OPS = {"exponential": jnp.exp, "log": jnp.log, "log-plus-one": jnp.log1p, "exponential-minus-one": jnp.expm1,
-       "tanh": jnp.tanh, "erf": jax.lax.erf, "logistic": jax.nn.sigmoid}
+       "tanh": jnp.tanh, "erf": jax.lax.erf, "logistic": jax.nn.sigmoid, "rsqrt": jax.lax.rsqrt, "sine": jnp.sin,
+       "cosine": jnp.cos, "tan": jnp.tan, "cbrt": jnp.cbrt}
+BINARY = {"atan2": jnp.arctan2, "power": jnp.power}
 _TINY = np.finfo(np.float32).tiny
 
 
@@ -33,7 +35,7 @@ def sweep(opcode: str, n: int = 20000) -> np.ndarray:
              np.exp(r.uniform(-85, 85, n)), [0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, 88.8, -87.3, -87.8, -88.0,
                                              20.0, -20.0, 0.5, -0.5, 3.832, 4e-4, 0.41421, -0.41421, -1.0, 1.0]]
     x = np.concatenate([np.asarray(p, np.float64) for p in parts]).astype(np.float32)
-    if opcode in ("log", "log-plus-one"):
+    if opcode in ("log", "log-plus-one", "rsqrt"):
         x = np.concatenate([x, np.abs(x)])
     return x[(np.abs(x) >= _TINY) | (x == 0) | ~np.isfinite(x)]
 
@@ -54,7 +56,19 @@ def test_f32_transcendentals_have_xla_cpus_bits_in_every_tier(opcode):
 
 
 @x86_fma
-@pytest.mark.parametrize("opcode", ["exponential", "log", "tanh", "erf"])
+@pytest.mark.parametrize("opcode", list(BINARY))
+def test_binary_ones_call_the_c_librarys_function_as_xla_cpu(opcode):
+    x, y = sweep(opcode), sweep(opcode)[::-1].copy()
+    if opcode == "power":
+        x = np.abs(x)
+    jitted = jax.jit(BINARY[opcode])
+    text, want = jitted.lower(x, y).compile().as_text(), np.asarray(jitted(x, y))
+    for tier in ({"use_numba": False}, {"compile": "eager"}):
+        assert bits_agreement(hloexec.load(text, device="xla-cpu", **tier)(x, y), want) == (1.0, 0.0), tier
+
+
+@x86_fma
+@pytest.mark.parametrize("opcode", ["exponential", "log", "tanh", "erf", "rsqrt", "sine", "cbrt"])
 def test_the_default_profile_is_not_xla_cpus(opcode):
     x = sweep(opcode)
     text, want = xla(OPS[opcode], x)

@@ -168,8 +168,10 @@ def unary_src(opcode: str, name: str, x: str, transcendentals: str = "accurate")
     return _table_src(opcode, name, x)
 
 
-def binary_src(opcode: str, name: str, a: str, b: str) -> str | None:
+def binary_src(opcode: str, name: str, a: str, b: str, transcendentals: str = "accurate") -> str | None:
     """Source of a binary elementwise op (not compare) with both operands and the result of type `name`."""
+    if semantics.approximated(opcode, name, transcendentals):
+        return f"{XLA_CPU_HELPERS[opcode]}({a}, {b})"
     return _table_src(opcode, name, a, b)
 
 
@@ -284,7 +286,7 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False,
     if len(vals) == 1:
         expr = unary_src(op, et, vals[0], transcendentals)
     elif len(vals) == 2:
-        expr = binary_src(op, et, vals[0], vals[1])
+        expr = binary_src(op, et, vals[0], vals[1], transcendentals)
     else:
         return None
     if expr is None or op in EXACT_OPS:

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import math  # noqa: F401  (used by generated code through HELPERS)
 
+import functools
+
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, types, vectorize
 from numba.extending import intrinsic
+
+from . import semantics
 
 from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32,  # noqa: F401
                    bitcast_f64_to_i64, bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64,
@@ -186,11 +190,41 @@ _muladd = _ternary_intrinsic("llvm.fmuladd", types.float64, ir.DoubleType())
 fma_f32 = _ternary_intrinsic("llvm.fma", types.float32, ir.FloatType())
 
 
+@intrinsic
+def rsqrt_estimate(typingctx, x):
+    """x86's rsqrtss (llvm.x86.sse.rsqrt.ss): 1 / sqrt(x) to 12 bits, from the processor's own table."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v4 = ir.VectorType(ir.FloatType(), 4)
+        fn = builder.module.declare_intrinsic("llvm.x86.sse.rsqrt.ss", fnty=ir.FunctionType(v4, [v4]))
+        first = ir.Constant(ir.IntType(32), 0)
+        return builder.extract_element(builder.call(fn, [builder.insert_element(ir.Constant(v4, None), args[0],
+                                                                                first)]), first)
+    return types.float32(x), codegen
+
+
+# The C library's f32 functions XLA:CPU calls (semantics.LIBM_F32): sinf, cosf, tanf, cbrtf, atan2f, powf
+globals().update({name: types.ExternalFunction(name, types.float32(*[types.float32] * (2 if name in ("atan2f", "powf")
+                                                                                    else 1)))
+                  for name in semantics.LIBM_F32.values()})
+
+
+@functools.cache
+def numpy_ufunc(name: str):
+    """Primitive `name` (a helper above) as a numpy ufunc on float32 arrays."""
+    helper = globals()[name]
+    if name in ("atan2f", "powf"):
+        return vectorize(["float32(float32, float32)"])(lambda x, y: helper(x, y))
+    return vectorize(["float32(float32)"])(lambda x: helper(x))
+
+
 def _xla_cpu_approximation(opcode: str):
     """The Numba function of XLA:CPU's f32 approximation of `opcode` (semantics.XLA_CPU_APPROXIMATIONS)."""
-    from . import semantics
     from .elementwise import COMPUTE, literal_src
-    namespace = {name: globals()[name] for name in ("np", "fma_f32", "bitcast_f32_to_i32", "bitcast_i32_to_f32")}
+    namespace = {name: globals()[name] for name in ("np", "fma_f32", "bitcast_f32_to_i32", "bitcast_i32_to_f32",
+                                                    "rsqrt_estimate", *semantics.LIBM_F32.values())}
     exec(semantics.approximation_src(opcode, "approximation", compute=COMPUTE, literal=literal_src), namespace)
     return njit(inline="always")(namespace["approximation"])
 

@@ -130,7 +130,13 @@ PRIMITIVES = {
     "fma": (None, True),           # a * b + c rounded once (f32 only)
     "to_int": ("S", True),         # float -> the signed integer of its width, rounded toward zero; needs it in range
     "to_float": ("T", True),       # a signed integer of the type's width -> the float type (rounded)
+    # x86's rsqrtss: 1 / sqrt(x) to 12 bits from the processor's own table (f32 only; both forms run it)
+    "rsqrt_estimate": (None, True),
 }
+# The C library's f32 functions XLA:CPU calls for these ops (its LLVM IR's llvm.sin.f32... become calls of sinf...):
+# both forms call the same function of this process's C library (kernels/scalar.py).
+LIBM_F32 = {"sine": "sinf", "cosine": "cosf", "tan": "tanf", "atan2": "atan2f", "power": "powf", "cbrt": "cbrtf"}
+PRIMITIVES.update(dict.fromkeys(LIBM_F32.values(), (None, True)))
 
 
 def call(name: str, *args: Expr) -> Expr:
@@ -439,6 +445,15 @@ def _xla_erf(t, x):
     return where(abs_(x) >= _f32(0x407547CB), copysign(x._other(1), x), x * p / q)
 
 
+def _xla_rsqrt(t, x):
+    """rsqrtss's estimate y, then two Newton steps y + (y / -2) (x y y - 1); the estimate itself for 0, inf, a
+    negative x and subnormals."""
+    y0 = y = call("rsqrt_estimate", x)
+    for _ in range(2):
+        y = fma(y * -0.5, fma(x * y, y, x._other(-1)), y)
+    return where(((x >= _f32(0x00800000)) & (x < np.inf)) | isnan(x), y, y0)
+
+
 def _xla_logistic(t, x):
     # 1 / (1 + exp(-x)): LLVM contracts exp's last multiply (by a power of 2: exact but for subnormals) with the add
     return 1 / (_xla_exp(t, -x) + 1)
@@ -447,7 +462,8 @@ def _xla_logistic(t, x):
 # opcode -> its float definition under transcendentals = "xla-cpu" (f32 only)
 XLA_CPU_APPROXIMATIONS = {"exponential": _xla_exp, "log": _xla_log, "log-plus-one": _xla_log1p,
                           "exponential-minus-one": _xla_expm1, "tanh": _xla_tanh, "erf": _xla_erf,
-                          "logistic": _xla_logistic}
+                          "logistic": _xla_logistic, "rsqrt": _xla_rsqrt,
+                          **{op: _fn(function) for op, function in LIBM_F32.items()}}
 
 
 def approximated(opcode: str, element_type_name: str, transcendentals: str) -> bool:
@@ -593,7 +609,17 @@ def _numpy_calls(bits: int, floats: bool):
         "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf, "power": np.power, "arctan2": np.arctan2,
         "fma": _np_fma32, "to_int": lambda x: x.astype(f"i{bits // 8}"),
         "to_float": lambda s: s.astype(f"f{bits // 8}"),
+        **{name: _numba_ufunc(name) for name in ("rsqrt_estimate", *LIBM_F32.values())},
     }
+
+
+def _numba_ufunc(name: str):
+    """The numpy form of a primitive only the machine has (the C library's sinf, rsqrtss): its Numba helper as a
+    ufunc (kernels/scalar.py, loaded at the first call)."""
+    def call(*xs):
+        from .scalar import numpy_ufunc
+        return numpy_ufunc(name)(*xs)
+    return call
 
 
 # From this many elements on, a where whose condition is all true or all false computes only the branch it takes
@@ -768,6 +794,9 @@ _NUMBA_CALLS = {
     "tan": "np.tan({0})", "tanh": "np.tanh({0})", "erf": "math.erf({0})", "power": "np.power({0}, {1})",
     "arctan2": "np.arctan2({0}, {1})", "total_order_key": "total_order_key{B}({0})",
     "fma": "fma_f32({0}, {1}, {2})", "to_int": "np.int{B}({0})", "to_float": "{T}({0})",
+    "rsqrt_estimate": "rsqrt_estimate({0})",
+    **{function: f"{function}({{0}}{', {1}' if function in ('atan2f', 'powf') else ''})"
+       for function in LIBM_F32.values()},
 }
 
 
@@ -794,16 +823,17 @@ def numba_src(opcode: str, cls: str, name: str, *operands: str, compute: dict, b
 
 
 def approximation_src(opcode: str, function: str, *, compute: dict, literal) -> str:
-    """Source of a Numba function `function(x0)` computing XLA:CPU's f32 approximation of `opcode`, one statement
+    """Source of a Numba function `function(x0, ...)` computing XLA:CPU's f32 approximation of `opcode`, one statement
     per node (its expression shares subexpressions, which a one-expression snippet would repeat). Every `where`
     computes both of its values: the approximations' are safe on any input."""
     names: dict[int, str] = {}
-    lines = [f"def {function}(x0):"]
+    args = [f"x{i}" for i in range(arity(opcode))]
+    lines = [f"def {function}({', '.join(args)}):"]
 
     def name_of(e: Expr) -> str:
         if id(e) not in names:
             if e.op in ("arg", "const"):
-                names[id(e)] = _render(e, ["x0"], "float", "f32", 32, compute, literal)
+                names[id(e)] = _render(e, args, "float", "f32", 32, compute, literal)
             else:
                 children = [a for a in e.args if isinstance(a, Expr)]
                 refs = [name_of(a) for a in children]
