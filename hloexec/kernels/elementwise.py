@@ -331,14 +331,15 @@ def in_order(reductions: str, opcode: str, element_type) -> bool:
 
 
 def sums_in_ynn_order(comp, reductions: str) -> bool:
-    """Whether fused computation `comp` holds a reduce XLA:CPU runs through YNNPACK (under "xla-cpu"): its order
-    (hloexec/ops/reduction.py, ynn_row_sum) has no generated form, the computation runs op by op."""
+    """Whether fused computation `comp` holds a reduce or a dot XLA:CPU runs through YNNPACK (under "xla-cpu"): its
+    order (hloexec/ops/reduction.py ynn_row_sum, kernels/ynn_dot.py) has no generated form, the computation runs op
+    by op."""
     module = getattr(comp, "module", None)
     return (reductions == "xla-cpu" and module is not None and comp.name in ynn_computations(module)
-            and any(inst.opcode == "reduce" for inst in comp.instructions))
+            and any(inst.opcode in ("reduce", "dot") for inst in comp.instructions))
 
 
-YNN_DECLINED = "a YNNPACK fusion's sums (reductions=xla-cpu) run op by op, in YNNPACK's order"
+YNN_DECLINED = "a YNNPACK fusion's sums and dots (reductions=xla-cpu) run op by op, in YNNPACK's order"
 
 
 def reducer_step_src(reductions: str, opcode: str, name: str, acc: str, x: str) -> str:

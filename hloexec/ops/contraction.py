@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.attributes import DotDims, dot_dims
+from ..ir.compiled_for import ynn_computations
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
@@ -179,10 +180,31 @@ def prepare_dot(inst, ctx):
                                  *(o.shape.element_type.name for o in inst.operands))
     if alg or split > 1 or fast:
         return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst, fast, split)
+    if in_ynn_dot_order(inst, ctx):
+        return lambda lhs, rhs: ynn_dot_general(lhs, rhs, lb, rb, lc, rc)
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
     return kernel
+
+
+def in_ynn_dot_order(inst, ctx) -> bool:
+    """Whether dot `inst` sums in YNNPACK's order: under reductions="xla-cpu", an f32 x f32 -> f32 dot inside a
+    computation XLA:CPU runs through YNNPACK."""
+    comp = inst.computation
+    return (ctx.options.reductions == "xla-cpu" and comp is not None and comp.module is not None
+            and comp.name in ynn_computations(comp.module)
+            and all(t.shape.dtype == _F32 for t in (inst, *inst.operands)))
+
+
+def ynn_dot_general(lhs, rhs, lb, rb, lc, rc):
+    """DotGeneral of f32 arrays in YNNPACK's order (kernels/ynn_dot.py)."""
+    from ..kernels.ynn_dot import ynn_matmul
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
+                                                          tuple(rc))
+    with np.errstate(all="ignore"):
+        return ynn_matmul(lhs.transpose(lperm).reshape(a_shape), rhs.transpose(rperm).reshape(b_shape)).reshape(
+            out_shape)
 
 
 # -- ragged-dot, scaled-dot ------------------------------------------------------------------

@@ -45,7 +45,8 @@ BF16_SPLITS = ("truncate", "nearest")
 # says, one element after the other from the init value in row-major order of the reduced dims (of the window,
 # for reduce-window), the same in every tier. "xla-cpu": XLA:CPU's orders (measured, jaxlib 0.10.2): "per-step"
 # (its loop emitter's order), except f32 sums over the minor dims inside `__ynn_fusion` fusions, which YNNPACK
-# adds in `vector_width` lanes (hloexec/ops/reduction.py, ynn_row_sum, says the order).
+# adds in `vector_width` lanes (hloexec/ops/reduction.py, ynn_row_sum, says the order), and f32 dots there, which
+# YNNPACK sums in blocks and lanes of K (hloexec/kernels/ynn_dot.py).
 REDUCTIONS = ("accumulate", "per-step", "xla-cpu")
 # How f32 transcendentals (exp, log, tanh, log1p, expm1, erf, logistic) compute. "accurate": to the nearest f32 but
 # where the exact value lies within about 2**-51 of a rounding boundary (numpy, the compiled tier's float64 helpers).
