@@ -43,3 +43,15 @@ def test_batched_and_the_default_profile():
     text, want = xla(lambda a, b: jax.numpy.einsum("bmk,bkn->bmn", a, b), a, b)
     assert bits_agreement(hloexec.load(text, device="xla-cpu")(a, b), want)[0] == 1.0
     assert bits_agreement(hloexec.load(text)(a, b), want)[0] < 0.9
+
+
+@avx512
+@pytest.mark.parametrize("shape, window, stride", [((1, 12, 12, 3), (3, 3, 3, 4), (1, 1)),
+                                                   ((2, 10, 9, 2), (4, 5, 2, 3), (1, 2))])
+def test_f32_convolutions_chain_fmas_as_xla_cpu(shape, window, stride):
+    r = np.random.default_rng(sum(shape))
+    x, w = r.standard_normal(shape).astype(np.float32), r.standard_normal(window).astype(np.float32)
+    text, want = xla(lambda x, w: jax.lax.conv_general_dilated(x, w, stride, "SAME", dimension_numbers=(
+        "NHWC", "HWIO", "NHWC")), x, w)
+    assert bits_agreement(hloexec.load(text, device="xla-cpu")(x, w), want) == (1.0, 0.0)
+    assert bits_agreement(hloexec.load(text)(x, w), want)[0] < 0.9

@@ -56,13 +56,12 @@ def _block(a, bt, i, j, start, stop, tile_k4):
 
 
 @njit(parallel=True, cache=True)
-def _matmul(a, bt, out, tile_k4):
+def _matmul(a, bt, out, tile_k4, block):
     M, K = a.shape
     N = bt.shape[0]
     for i in prange(M):
         for j in range(N):
             total = np.float32(0)
-            block = max(K, 1) if tile_k4 else BLOCK_K
             for start in range(0, K, block):
                 part = _block(a, bt, i, j, start, min(K, start + block), tile_k4)
                 total = part if start == 0 else np.float32(part + total)
@@ -75,5 +74,15 @@ def ynn_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     N = b.shape[2]
     out = np.empty((B, M, N), np.float32)
     for batch in range(B):
-        _matmul(np.ascontiguousarray(a[batch]), np.ascontiguousarray(b[batch].T), out[batch], N <= NARROW_N)
+        tile_k4 = N <= NARROW_N
+        _matmul(np.ascontiguousarray(a[batch]), np.ascontiguousarray(b[batch].T), out[batch], tile_k4,
+                max(K, 1) if tile_k4 else BLOCK_K)
+    return out
+
+
+def fma_chain_matmul(a: np.ndarray, bt: np.ndarray) -> np.ndarray:
+    """[M, K] @ [N, K].T of float32 arrays, each element one FMA chain over K in order from zero (XLA:CPU's
+    convolutions, ops/contraction.py conv_core)."""
+    out = np.empty((a.shape[0], bt.shape[0]), np.float32)
+    _matmul(np.ascontiguousarray(a), np.ascontiguousarray(bt), out, False, max(a.shape[1], 1))
     return out
