@@ -327,31 +327,42 @@ def _upscaled(a, b):
     return a if a.bits > b.bits else b
 
 
-def _converter(src, dst, inst):
+def converter(src, dst, inst):
+    """`src` values as `dst` values (the values themselves for the same type)."""
     return (lambda x: x) if src == dst else convert_kernel(src, dst, inst)
 
 
-def dequantizer(inst, operand: int, scale: int, target=None):
+def dequantizer(inst, operand: int, scale: int, target=None, block: int | None = None):
     """(kernel(x, scale) -> x times its block-broadcast scale, the element type it returns), as XLA's
     ScaledDotRewriter Dequantize: a scalar scale leaves x as it is; else x and scale meet in their upscaled
     type (`target`: in that type instead, as the block-scaled dot call's rewriter converts both to its result
-    type), each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
+    type), each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply.
+    `block` (the block-scaled dot call's explicit block size): each scale element covers `block` elements of the
+    last dim (the last block may be partial) and one of the others; a padded scale is sliced to what it covers."""
     x, sc = inst.operands[operand].shape, inst.operands[scale].shape
     if sc.rank == 0:
         return (lambda v, s: v), x.element_type
-    if sc.rank != x.rank or any(b == 0 or a % b for a, b in zip(x.dims, sc.dims)):
-        raise UnsupportedError(f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}", inst)
+    if block is None:
+        used, blocks = sc.dims, [0 if b == 0 else a // b for a, b in zip(x.dims, sc.dims)]
+        tiles = sc.rank == x.rank and all(b and not a % b for a, b in zip(x.dims, sc.dims))
+    else:
+        used, blocks = (*x.dims[:-1], -(-x.dims[-1] // block)), [1] * (x.rank - 1) + [block]
+        tiles = block > 0 and sc.rank == x.rank and all(u <= d for u, d in zip(used, sc.dims))
+    if not tiles:
+        raise UnsupportedError(f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}"
+                               + (f" in blocks of {block}" if block else ""), inst)
     t = target or _upscaled(x.element_type, sc.element_type)
-    cx, cs, mul = _converter(x.element_type, t, inst), _converter(sc.element_type, t, inst), \
+    cx, cs, mul = converter(x.element_type, t, inst), converter(sc.element_type, t, inst), \
         float_lifted(np.multiply, t.numpy)
-    blocks = [a // b for a, b in zip(x.dims, sc.dims)]
+    covered = tuple(slice(0, u) for u in used)
+    cut = tuple(slice(0, d) for d in x.dims)
 
     def kernel(v, s):
-        s = cs(s)
+        s = cs(s[covered])
         for axis, n in enumerate(blocks):
             if n > 1:
                 s = np.repeat(s, n, axis=axis)
-        return mul(cx(v), s)
+        return mul(cx(v), s[cut])
     return kernel, t
 
 
@@ -378,7 +389,7 @@ def prepare_scaled_dot(inst, ctx):
     (lhs, lt), (rhs, rt) = dequantizer(inst, 0, 2), dequantizer(inst, 1, 3)
     t = _upscaled(lt, rt)
     dot_t = _upscaled(t, inst.shape.element_type)
-    cl, cr, out = _converter(lt, t, inst), _converter(rt, t, inst), _converter(dot_t, inst.shape.element_type, inst)
+    cl, cr, out = converter(lt, t, inst), converter(rt, t, inst), converter(dot_t, inst.shape.element_type, inst)
     product = device_dot(inst, ctx, t, t, dot_t)
 
     def kernel(a, b, a_scale, b_scale):
