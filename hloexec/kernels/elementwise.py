@@ -122,7 +122,7 @@ def store_src(name: str, expr: str) -> str:
 
 
 # XLA:CPU's f32 approximations (transcendentals = "xla-cpu"): the Numba helper of each (kernels/scalar.py makes
-# them from semantics.approximation_src)
+# them from semantics.approximation_src at their first import; a kernel imports those it calls, codegen.py)
 XLA_CPU_HELPERS = {op: "xla_cpu_" + op.replace("-", "_") for op in semantics.XLA_CPU_APPROXIMATIONS}
 
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
@@ -132,8 +132,7 @@ HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_
            "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
            "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
            "exp_wide", "expm1_wide", "log_wide", "log1p_wide", "tanh_wide", "logistic_wide", "narrow_to_f16",
-           "narrow_to_bf16", "f16_to_f32_simd", "stack_array", "add_lanes",
-           *XLA_CPU_HELPERS.values())
+           "narrow_to_bf16", "f16_to_f32_simd", "stack_array", "add_lanes")
 
 
 # -- the ops of the scalar-semantics table (kernels/semantics.py) ---------------------------------------------

@@ -229,12 +229,15 @@ def _xla_cpu_approximation(opcode: str):
     return njit(inline="always")(namespace["approximation"])
 
 
-def _xla_cpu_helpers() -> dict:
+def __getattr__(name: str):
+    """xla_cpu_exponential, xla_cpu_log, ... (elementwise.XLA_CPU_HELPERS), made at their first import: only the
+    xla-cpu profile's kernels call them."""
     from .elementwise import XLA_CPU_HELPERS
-    return {helper: _xla_cpu_approximation(opcode) for opcode, helper in XLA_CPU_HELPERS.items()}
-
-
-globals().update(_xla_cpu_helpers())        # xla_cpu_exponential, xla_cpu_log, ... (elementwise.HELPERS)
+    opcode = next((op for op, helper in XLA_CPU_HELPERS.items() if helper == name), None)
+    if opcode is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    helper = globals()[name] = _xla_cpu_approximation(opcode)
+    return helper
 
 
 _LOG2E = 1.4426950408889634
