@@ -28,44 +28,58 @@ NARROW_N = 16       # outputs this narrow take the tile_k = 4 kernels
 
 
 @njit(inline="always")
-def _block(a, bt, i, j, start, stop, tile_k4):
-    """The products start..stop-1 of row i of `a` and row j of `bt` (b transposed) summed as one block."""
+def _fold(acc, a, b, i, k):
+    """acc[j] = fma(a[i, k], b[k, j], acc[j]) for every column j: lanes of independent chains, which LLVM
+    vectorizes."""
+    x = a[i, k]
+    for j in range(acc.size):
+        acc[j] = fma_f32(x, b[k, j], acc[j])
+
+
+@njit(inline="always")
+def _block(a, b, i, start, stop, tile_k4, out):
+    """out[:] = the products start..stop-1 of row i of `a` and the columns of `b`, summed as one block."""
+    N = out.size
     if not tile_k4:
-        acc = np.float32(0)
+        out[:] = 0
         for k in range(start, stop):
-            acc = fma_f32(a[i, k], bt[j, k], acc)
-        return acc
+            _fold(out, a, b, i, k)
+        return
     main = stop - (stop - start) % 4
-    c0 = c1 = c2 = c3 = np.float32(0)
+    lanes = np.zeros((4, N), np.float32)
     for k in range(start, main, 4):
-        c0 = fma_f32(a[i, k], bt[j, k], c0)
-        c1 = fma_f32(a[i, k + 1], bt[j, k + 1], c1)
-        c2 = fma_f32(a[i, k + 2], bt[j, k + 2], c2)
-        c3 = fma_f32(a[i, k + 3], bt[j, k + 3], c3)
-    total = np.float32(np.float32(c0 + c1) + np.float32(c2 + c3))
-    if main == stop:
-        return total
+        for lane in range(4):
+            _fold(lanes[lane], a, b, i, k + lane)
     left = stop - main
-    if left >= 2:                       # two lanes of one product each
-        rest = np.float32(a[i, main] * bt[j, main] + np.float32(a[i, main + 1] * bt[j, main + 1]))
-        if left == 3:
-            rest = np.float32(rest + np.float32(a[i, stop - 1] * bt[j, stop - 1]))
-    else:
-        rest = np.float32(a[i, main] * bt[j, main])
-    return rest if main == start else np.float32(total + rest)
+    for j in range(N):
+        total = np.float32(np.float32(lanes[0, j] + lanes[1, j]) + np.float32(lanes[2, j] + lanes[3, j]))
+        if left == 0:
+            out[j] = total
+            continue
+        if left >= 2:                   # two lanes of one product each, then one more by FMA from zero
+            r = np.float32(np.float32(a[i, main] * b[main, j]) + np.float32(a[i, main + 1] * b[main + 1, j]))
+            if left == 3:
+                r = np.float32(r + np.float32(a[i, stop - 1] * b[stop - 1, j]))
+        else:
+            r = np.float32(a[i, main] * b[main, j])
+        out[j] = r if main == start else np.float32(total + r)
 
 
 @njit(parallel=True, cache=True)
-def _matmul(a, bt, out, tile_k4, block):
+def _matmul(a, b, out, tile_k4, block):
     M, K = a.shape
-    N = bt.shape[0]
+    N = b.shape[1]
     for i in prange(M):
-        for j in range(N):
-            total = np.float32(0)
-            for start in range(0, K, block):
-                part = _block(a, bt, i, j, start, min(K, start + block), tile_k4)
-                total = part if start == 0 else np.float32(part + total)
-            out[i, j] = total
+        part = np.empty(N, np.float32)
+        for start in range(0, K, block):
+            _block(a, b, i, start, min(K, start + block), tile_k4, part)
+            if start == 0:
+                out[i, :] = part
+            else:
+                for j in range(N):
+                    out[i, j] = np.float32(part[j] + out[i, j])
+        if K == 0:
+            out[i, :] = 0
 
 
 def ynn_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -75,14 +89,14 @@ def ynn_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty((B, M, N), np.float32)
     for batch in range(B):
         tile_k4 = N <= NARROW_N
-        _matmul(np.ascontiguousarray(a[batch]), np.ascontiguousarray(b[batch].T), out[batch], tile_k4,
+        _matmul(np.ascontiguousarray(a[batch]), np.ascontiguousarray(b[batch]), out[batch], tile_k4,
                 max(K, 1) if tile_k4 else BLOCK_K)
     return out
 
 
-def fma_chain_matmul(a: np.ndarray, bt: np.ndarray) -> np.ndarray:
-    """[M, K] @ [N, K].T of float32 arrays, each element one FMA chain over K in order from zero (XLA:CPU's
+def fma_chain_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[M, K] @ [K, N] of float32 arrays, each element one FMA chain over K in order from zero (XLA:CPU's
     convolutions, ops/contraction.py conv_core)."""
-    out = np.empty((a.shape[0], bt.shape[0]), np.float32)
-    _matmul(np.ascontiguousarray(a), np.ascontiguousarray(bt), out, False, max(a.shape[1], 1))
+    out = np.empty((a.shape[0], b.shape[1]), np.float32)
+    _matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out, False, max(a.shape[1], 1))
     return out

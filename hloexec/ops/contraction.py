@@ -438,7 +438,7 @@ def conv_core(lhs, rhs, win, out_dtype, fma_chain: bool = False):
         from ..kernels.ynn_dot import fma_chain_matmul
         rows = np.moveaxis(v, 1, -1).reshape(N * math.prod(oshape), -1)        # (N out..., win... C)
         with np.errstate(all="ignore"):
-            r = fma_chain_matmul(rows, np.moveaxis(rhs, 1, -1).reshape(O, -1)).reshape((N, *oshape, O))
+            r = fma_chain_matmul(rows, np.moveaxis(rhs, 1, -1).reshape(O, -1).T).reshape((N, *oshape, O))
         return np.moveaxis(r, -1, 1)
     axes_v = [1] + list(range(2 + ns, 2 + 2 * ns))
     axes_k = [1] + list(range(2, 2 + ns))
