@@ -206,16 +206,16 @@ def rsqrt_estimate(typingctx, x):
 
 
 # The C library's f32 functions XLA:CPU calls (semantics.LIBM_F32): sinf, cosf, tanf, cbrtf, atan2f, powf
-globals().update({name: types.ExternalFunction(name, types.float32(*[types.float32] * (2 if name in ("atan2f", "powf")
-                                                                                    else 1)))
-                  for name in semantics.LIBM_F32.values()})
+globals().update({name: types.ExternalFunction(name, types.float32(*[types.float32] * semantics.arity(op)))
+                  for op, name in semantics.LIBM_F32.items()})
 
 
 @functools.cache
-def numpy_ufunc(name: str):
-    """Primitive `name` (a helper above) as a numpy ufunc on float32 arrays."""
-    helper = globals()[name]
-    if name in ("atan2f", "powf"):
+def numpy_ufunc(name: str, arity: int = 1):
+    """Helper `name` of `arity` float32 arguments (a primitive above, an xla_cpu_... approximation) as a numpy
+    ufunc on float32 arrays."""
+    helper = globals()[name] if name in globals() else __getattr__(name)
+    if arity == 2:
         return vectorize(["float32(float32, float32)"])(lambda x, y: helper(x, y))
     return vectorize(["float32(float32)"])(lambda x: helper(x))
 

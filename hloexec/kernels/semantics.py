@@ -609,16 +609,17 @@ def _numpy_calls(bits: int, floats: bool):
         "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf, "power": np.power, "arctan2": np.arctan2,
         "fma": _np_fma32, "to_int": lambda x: x.astype(f"i{bits // 8}"),
         "to_float": lambda s: s.astype(f"f{bits // 8}"),
-        **{name: _numba_ufunc(name) for name in ("rsqrt_estimate", *LIBM_F32.values())},
+        "rsqrt_estimate": _numba_ufunc("rsqrt_estimate", 1),
+        **{name: _numba_ufunc(name, arity(op)) for op, name in LIBM_F32.items()},
     }
 
 
-def _numba_ufunc(name: str):
+def _numba_ufunc(name: str, arity: int):
     """The numpy form of a primitive only the machine has (the C library's sinf, rsqrtss): its Numba helper as a
     ufunc (kernels/scalar.py, loaded at the first call)."""
     def call(*xs):
         from .scalar import numpy_ufunc
-        return numpy_ufunc(name)(*xs)
+        return numpy_ufunc(name, arity)(*xs)
     return call
 
 
@@ -795,8 +796,7 @@ _NUMBA_CALLS = {
     "arctan2": "np.arctan2({0}, {1})", "total_order_key": "total_order_key{B}({0})",
     "fma": "fma_f32({0}, {1}, {2})", "to_int": "np.int{B}({0})", "to_float": "{T}({0})",
     "rsqrt_estimate": "rsqrt_estimate({0})",
-    **{function: f"{function}({{0}}{', {1}' if function in ('atan2f', 'powf') else ''})"
-       for function in LIBM_F32.values()},
+    **{function: f"{function}({', '.join(f'{{{i}}}' for i in range(arity(op)))})" for op, function in LIBM_F32.items()},
 }
 
 

@@ -207,10 +207,17 @@ def _int_table(inst, opcode: str, operand: int = 0):
 
 
 def _device_approximation(inst, ctx):
-    """The device's own approximation of f32 op `inst` (the `transcendentals` rule: XLA:CPU's), or None."""
-    if semantics.approximated(inst.opcode, inst.shape.element_type.name, ctx.options.device.transcendentals):
-        return semantics.numpy_form(inst.opcode, "float", np.dtype(np.float32), 32, approximation=True)
-    return None
+    """The device's own approximation of f32 op `inst` (the `transcendentals` rule: XLA:CPU's), or None: its
+    compiled tier's helper as a ufunc (the numpy form, tens of numpy passes with exact FMAs, is ~100x slower)
+    unless Numba is off."""
+    if not semantics.approximated(inst.opcode, inst.shape.element_type.name, ctx.options.device.transcendentals):
+        return None
+    if ctx.use_numba:
+        from ..kernels.elementwise import XLA_CPU_HELPERS
+        from ..kernels.scalar import numpy_ufunc
+        ufunc = numpy_ufunc(XLA_CPU_HELPERS[inst.opcode], semantics.arity(inst.opcode))
+        return lambda *xs: np.asarray(ufunc(*xs))
+    return semantics.numpy_form(inst.opcode, "float", np.dtype(np.float32), 32, approximation=True)
 
 
 # Ops whose float definition may return an operand's NaN as it is (see float_lifted).
