@@ -26,7 +26,8 @@ def xla(fn, *args):
 
 @avx512
 @pytest.mark.parametrize("m, k, n", [(64, 4, 3), (64, 7, 16), (8, 13, 3), (16, 30, 8), (8, 3, 3), (64, 5, 64),
-                                     (128, 1024, 128), (64, 600, 16), (96, 300, 256)])
+                                     (128, 1024, 128), (64, 600, 16), (96, 300, 256), (64, 16, 48), (64, 7, 80),
+                                     (64, 13, 32), (128, 16, 96), (48, 16, 32)])
 def test_f32_dots_sum_in_ynnpacks_order(m, k, n):
     r = np.random.default_rng(m * k + n)
     a, b = r.standard_normal((m, k)).astype(np.float32), r.standard_normal((k, n)).astype(np.float32)

@@ -12,9 +12,10 @@ Every output element is its own sum (the M / N tiling changes nothing); along K:
   (ynnpack/kernels/dot/generator/x86_fp32_k4.py, finalize_c_tile), and a remainder of two into two lanes added
   likewise, of one by one FMA: block = lanes4 + (lanes2 + rest).
 
-Which family: `tile_k = 4` for outputs of at most 16 columns, else `tile_k = 1` -- the cost model's choice on the
-shapes measured (N <= 16: tile_k = 4 at every M and K tried; N >= 64: tile_k = 1); between them, and for a few small
-M x K, it picks otherwise or mixes kernels across column blocks, which this does not follow.
+Which kernel (`kernel_tile_k`): the cost model's choice as observed on this machine -- `tile_k = 4` for outputs of
+at most 16 columns; from 64 rows on, `tile_k = 4` for 48, 80, 112 columns (16 mod 32) and `tile_k = 2` (two lanes,
+k mod 2, lane 0 + lane 1, an odd last product added after) for 32, 96, 160 (32 mod 64); else `tile_k = 1`. Other
+column counts and the K blocking of the tile_k = 2 kernels beyond 512 were not probed.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from .scalar import fma_f32
 
 BLOCK_K = 512      # contracting elements per block of the tile_k = 1 kernels
 NARROW_N = 16       # outputs this narrow take the tile_k = 4 kernels
+WIDE_M = 64         # from this many rows on, outputs of n = 16 mod 32 take them too, n = 32 mod 64 tile_k = 2
 
 
 @njit(inline="always")
@@ -37,22 +39,26 @@ def _fold(acc, a, b, i, k):
 
 
 @njit(inline="always")
-def _block(a, b, i, start, stop, tile_k4, out):
-    """out[:] = the products start..stop-1 of row i of `a` and the columns of `b`, summed as one block."""
+def _block(a, b, i, start, stop, tile_k, out):
+    """out[:] = the products start..stop-1 of row i of `a` and the columns of `b`, summed as one block by a
+    `tile_k` (1, 2 or 4) kernel."""
     N = out.size
-    if not tile_k4:
+    if tile_k == 1:
         out[:] = 0
         for k in range(start, stop):
             _fold(out, a, b, i, k)
         return
-    main = stop - (stop - start) % 4
-    lanes = np.zeros((4, N), np.float32)
-    for k in range(start, main, 4):
-        for lane in range(4):
+    main = stop - (stop - start) % tile_k
+    lanes = np.zeros((tile_k, N), np.float32)
+    for k in range(start, main, tile_k):
+        for lane in range(tile_k):
             _fold(lanes[lane], a, b, i, k + lane)
     left = stop - main
     for j in range(N):
-        total = np.float32(np.float32(lanes[0, j] + lanes[1, j]) + np.float32(lanes[2, j] + lanes[3, j]))
+        if tile_k == 2:
+            total = np.float32(lanes[0, j] + lanes[1, j])
+        else:
+            total = np.float32(np.float32(lanes[0, j] + lanes[1, j]) + np.float32(lanes[2, j] + lanes[3, j]))
         if left == 0:
             out[j] = total
             continue
@@ -66,13 +72,13 @@ def _block(a, b, i, start, stop, tile_k4, out):
 
 
 @njit(parallel=True, cache=True)
-def _matmul(a, b, out, tile_k4, block):
+def _matmul(a, b, out, tile_k, block):
     M, K = a.shape
     N = b.shape[1]
     for i in prange(M):
         part = np.empty(N, np.float32)
         for start in range(0, K, block):
-            _block(a, b, i, start, min(K, start + block), tile_k4, part)
+            _block(a, b, i, start, min(K, start + block), tile_k, part)
             if start == 0:
                 out[i, :] = part
             else:
@@ -88,15 +94,25 @@ def ynn_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     N = b.shape[2]
     out = np.empty((B, M, N), np.float32)
     for batch in range(B):
-        tile_k4 = N <= NARROW_N
-        _matmul(np.ascontiguousarray(a[batch]), np.ascontiguousarray(b[batch]), out[batch], tile_k4,
-                max(K, 1) if tile_k4 else BLOCK_K)
+        tile_k = kernel_tile_k(M, N)
+        _matmul(np.ascontiguousarray(a[batch]), np.ascontiguousarray(b[batch]), out[batch], tile_k,
+                BLOCK_K if tile_k == 1 else max(K, 1))
     return out
+
+
+def kernel_tile_k(m: int, n: int) -> int:
+    """The tile_k of the kernel YNNPACK's cost model picks for an [m, K] x [K, n] f32 dot, as observed: 4 for
+    n <= 16; from m = 64 rows on, 4 for n = 16 mod 32 (48, 80, 112), 2 for n = 32 mod 64 (32, 96, 160); else 1."""
+    if n <= NARROW_N:
+        return 4
+    if m >= WIDE_M:
+        return 4 if n % 32 == 16 else 2 if n % 64 == 32 else 1
+    return 1
 
 
 def fma_chain_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """[M, K] @ [K, N] of float32 arrays, each element one FMA chain over K in order from zero (XLA:CPU's
     convolutions, ops/contraction.py conv_core)."""
     out = np.empty((a.shape[0], b.shape[1]), np.float32)
-    _matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out, False, max(a.shape[1], 1))
+    _matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), out, 1, max(a.shape[1], 1))
     return out
