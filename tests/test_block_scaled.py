@@ -207,3 +207,64 @@ def test_quantize_matches_the_expansion_on_xla_cpu(fmt, x_dtype):
     got = hloexec.load(quantize_text(x_dtype, dims, values, scales, block)).run(x)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(bits(g), bits(np.asarray(w)))
+
+
+# -- __op$block_scaled_dot's 3- and 5-operand forms and explicit block size (block_scaling_rewriter.cc) ----------
+def _exact_mxfp8(rng, rows, k):
+    """f8e4m3fn integers in [-4, 4] and power-of-two f8e8m0fnu scales per 32: every dot of them is exact in f32."""
+    values = rng.integers(-4, 5, (rows, k)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    scales = np.exp2(rng.integers(-3, 4, (rows, -(-k // 32)))).astype(ml_dtypes.float8_e8m0fnu)
+    return values, scales
+
+
+def _scaled(values, scales, block=32):
+    k = values.shape[-1]
+    return values.astype(np.float64) * np.repeat(scales.astype(np.float64), block, axis=-1)[..., :k]
+
+
+def _block_dot_text(operands: list[tuple[str, str]], out: str, config: str = "") -> str:
+    params = "\n".join(f"  p{i} = {t} parameter({i})" for i, (t, _) in enumerate(operands))
+    names = ", ".join(f"p{i}" for i in range(len(operands)))
+    return (f"HloModule b\nENTRY e {{\n{params}\n  ROOT d = {out} custom-call({names}), "
+            f"custom_call_target=\"__op$block_scaled_dot\"{config}\n}}\n")
+
+
+def test_block_scaled_dot_without_rhs_scale_and_with_a_global_scale():
+    rng = np.random.default_rng(21)
+    (a, sa), (b, sb) = _exact_mxfp8(rng, 4, 64), _exact_mxfp8(rng, 3, 64)
+    g = np.float32(0.3)
+    exact = _scaled(a, sa) @ _scaled(b, sb).T
+    five = _block_dot_text([("f8e4m3fn[4,64]", ""), ("f8e4m3fn[3,64]", ""), ("f8e8m0fnu[4,2]", ""),
+                            ("f8e8m0fnu[3,2]", ""), ("f32[]", "")], "f32[4,3]")
+    got = hloexec.load(five).run(a, b, sa, sb, g)
+    np.testing.assert_array_equal(got, (exact * np.float64(g)).astype(F32))      # the exact dot, times g once
+    three = _block_dot_text([("f8e4m3fn[4,64]", ""), ("f8e4m3fn[3,64]", ""), ("f8e8m0fnu[4,2]", "")], "f32[4,3]")
+    got = hloexec.load(three).run(a, b, sa)
+    np.testing.assert_array_equal(got, (_scaled(a, sa) @ b.astype(np.float64).T).astype(F32))
+
+
+def test_block_scaled_dot_explicit_block_size_slices_padded_scales():
+    rng = np.random.default_rng(22)
+    (a, sa), (b, sb) = _exact_mxfp8(rng, 4, 80), _exact_mxfp8(rng, 3, 80)      # 80 = 2 blocks of 32 and 16
+    pad = lambda s: np.pad(s.astype(np.float32), ((0, 4), (0, 1)), constant_values=8).astype(s.dtype)  # noqa: E731
+    config = ', backend_config={"block_scaled_dot_backend_config":{"block_size":"32"}}'
+    text = _block_dot_text([("f8e4m3fn[4,80]", ""), ("f8e4m3fn[3,80]", ""), ("f8e8m0fnu[8,4]", ""),
+                            ("f8e8m0fnu[7,4]", "")], "f32[4,3]", config)
+    got = hloexec.load(text).run(a, b, pad(sa), pad(sb))
+    np.testing.assert_array_equal(got, (_scaled(a, sa) @ _scaled(b, sb).T).astype(F32))
+
+
+@pytest.mark.parametrize("operands, what", [
+    ([("f8e4m3fn[4,64]", ""), ("f8e4m3fn[3,64]", "")], "takes (lhs, rhs, lhs_scale"),
+    ([("f8e4m3fn[4,64]", ""), ("f8e4m3fn[3,64]", ""), ("f8e8m0fnu[4,2]", ""), ("f8e8m0fnu[3,2]", ""),
+      ("f32[2]", "")], "global_scale: a scalar"),
+])
+def test_block_scaled_dot_malformed_forms_say_so(operands, what):
+    with pytest.raises(UnsupportedError, match="d.*" + what.replace("(", r"\(").replace("[", r"\[")):
+        hloexec.load(_block_dot_text(operands, "f32[4,3]")).run(*_zeros_for(operands))
+
+
+def _zeros_for(operands):
+    return [np.zeros(tuple(int(d) for d in t.split("[")[1].rstrip("]").split(",") if d), np.float32).astype(
+        {"f8e4m3fn": ml_dtypes.float8_e4m3fn, "f8e8m0fnu": ml_dtypes.float8_e8m0fnu, "f32": np.float32}[t.split("[")[0]])
+        for t, _ in operands]

@@ -40,12 +40,13 @@ _MODULE_PREFIX = "hx_"
 
 
 def helpers_hash() -> str:
-    """Hash of the helper modules generated kernels call (`kernels/half.py`, `kernels/scalar.py`)."""
+    """Hash of the helper modules generated kernels call (`kernels/half.py`, `kernels/scalar.py`; `semantics.py`
+    defines the xla-cpu approximations scalar.py makes helpers of)."""
     global _HELPERS_HASH
     if _HELPERS_HASH is None:
         h = hashlib.sha256()
         here = Path(__file__).parent
-        for name in ("half.py", "scalar.py"):
+        for name in ("half.py", "scalar.py", "semantics.py"):
             h.update((here / name).read_bytes())
         _HELPERS_HASH = h.hexdigest()[:12]
     return _HELPERS_HASH

@@ -45,9 +45,10 @@ def row_major_strides(dims) -> list[int]:
 def kernel_module(kind: str, params: list[str], body: list[str]) -> str:
     """The source of a module defining `kernel(*params)` with `body` (lines indented one level), jitted with the
     disk cache on and the scalar helpers imported; its first line names the helpers' hash (see kernels/cache.py)."""
+    approximations = [h for h in ew.XLA_CPU_HELPERS.values() if any(f"{h}(" in line for line in body)]
     head = [f"# hloexec {kind} kernel (generated; helpers {helpers_hash()})",
             "from numba import njit",
-            "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS) + ")",
+            "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS + tuple(approximations)) + ")",
             "",
             "",
             "@njit(cache=True, error_model='numpy', nogil=True)",

@@ -121,6 +121,10 @@ def store_src(name: str, expr: str) -> str:
     return expr
 
 
+# XLA:CPU's f32 approximations (transcendentals = "xla-cpu"): the Numba helper of each (kernels/scalar.py makes
+# them from semantics.approximation_src at their first import; a kernel imports those it calls, codegen.py)
+XLA_CPU_HELPERS = {op: "xla_cpu_" + op.replace("-", "_") for op in semantics.XLA_CPU_APPROXIMATIONS}
+
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
 HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32",
            "total_order_key64", "popcount", "count_leading_zeros",
@@ -153,15 +157,20 @@ _WIDE_UNARY = {"exponential": "exp_wide", "exponential-minus-one": "expm1_wide",
 _NARROW = {"f32": "np.float32", "f16": "narrow_to_f16", "bf16": "narrow_to_bf16"}
 
 
-def unary_src(opcode: str, name: str, x: str) -> str | None:
-    """Source of a unary elementwise op on a value of element type `name` (result in the same type)."""
+def unary_src(opcode: str, name: str, x: str, transcendentals: str = "accurate") -> str | None:
+    """Source of a unary elementwise op on a value of element type `name` (result in the same type), f32
+    transcendentals by the `transcendentals` rule (hloexec.options.devices.TRANSCENDENTALS)."""
+    if semantics.approximated(opcode, name, transcendentals):
+        return f"{XLA_CPU_HELPERS[opcode]}({x})"
     if name in _NARROW and opcode in _WIDE_UNARY:
         return f"{_NARROW[name]}({_WIDE_UNARY[opcode]}({x}))"
     return _table_src(opcode, name, x)
 
 
-def binary_src(opcode: str, name: str, a: str, b: str) -> str | None:
+def binary_src(opcode: str, name: str, a: str, b: str, transcendentals: str = "accurate") -> str | None:
     """Source of a binary elementwise op (not compare) with both operands and the result of type `name`."""
+    if semantics.approximated(opcode, name, transcendentals):
+        return f"{XLA_CPU_HELPERS[opcode]}({a}, {b})"
     return _table_src(opcode, name, a, b)
 
 
@@ -253,9 +262,11 @@ def iota_src(name: str, index: str) -> str | None:
     return convert_src("s64", name, index)
 
 
-def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> str | None:
+def instruction_src(inst, vals: list[str], excess_precision: bool = False,
+                    transcendentals: str = "accurate") -> str | None:
     """Source of elementwise instruction `inst` on operand values `vals` (compute-type names or literals),
-    rounded to its type after the op unless exact; None if unsupported."""
+    rounded to its type after the op unless exact; None if unsupported. `excess_precision`, `transcendentals`:
+    the rules of hloexec.options."""
     op, et = inst.opcode, inst.shape.element_type.name
     src_et = inst.operands[0].shape.element_type.name if inst.operands else et
     if op == "convert":
@@ -272,9 +283,9 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False) -> st
     if op == "clamp":
         return clamp_src(et, *vals)
     if len(vals) == 1:
-        expr = unary_src(op, et, vals[0])
+        expr = unary_src(op, et, vals[0], transcendentals)
     elif len(vals) == 2:
-        expr = binary_src(op, et, vals[0], vals[1])
+        expr = binary_src(op, et, vals[0], vals[1], transcendentals)
     else:
         return None
     if expr is None or op in EXACT_OPS:
@@ -319,14 +330,15 @@ def in_order(reductions: str, opcode: str, element_type) -> bool:
 
 
 def sums_in_ynn_order(comp, reductions: str) -> bool:
-    """Whether fused computation `comp` holds a reduce XLA:CPU runs through YNNPACK (under "xla-cpu"): its order
-    (hloexec/ops/reduction.py, ynn_row_sum) has no generated form, the computation runs op by op."""
+    """Whether fused computation `comp` holds a reduce or a dot XLA:CPU runs through YNNPACK (under "xla-cpu"): its
+    order (hloexec/ops/reduction.py ynn_row_sum, kernels/ynn_dot.py) has no generated form, the computation runs op
+    by op."""
     module = getattr(comp, "module", None)
     return (reductions == "xla-cpu" and module is not None and comp.name in ynn_computations(module)
-            and any(inst.opcode == "reduce" for inst in comp.instructions))
+            and any(inst.opcode in ("reduce", "dot") for inst in comp.instructions))
 
 
-YNN_DECLINED = "a YNNPACK fusion's sums (reductions=xla-cpu) run op by op, in YNNPACK's order"
+YNN_DECLINED = "a YNNPACK fusion's sums and dots (reductions=xla-cpu) run op by op, in YNNPACK's order"
 
 
 def reducer_step_src(reductions: str, opcode: str, name: str, acc: str, x: str) -> str:

@@ -410,7 +410,7 @@ class _Generator:
             return self.reduce_window(inst, index)
         # elementwise
         vals = [self.operand_at(inst, k, index) for k in range(len(inst.operands))]
-        expr = ew.instruction_src(inst, vals, self.options.excess_precision)
+        expr = ew.instruction_src(inst, vals, self.options.excess_precision, self.options.device.transcendentals)
         need(expr is not None, f"{op} on {et}")
         return vals[0] if expr == vals[0] else self.emit(expr, vals)
 

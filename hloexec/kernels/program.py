@@ -372,14 +372,15 @@ class _Generator:
 
     def elementwise(self, inst, operands, dims, et):
         if not dims:
-            expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.options.excess_precision)
+            expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.options.excess_precision,
+                                       self.options.device.transcendentals)
             need(expr is not None, f"{inst.opcode} on {et}")
             return self.local(expr, et)
         out = self.new_array(dims, et)
         i = self.fresh("i")
         with self.block(f"for {i} in range({math.prod(dims)}):"):
             vals = [self.local(self.at(v, i), v.et).expr if isinstance(v, Array) else v.expr for v in operands]
-            expr = ew.instruction_src(inst, vals, self.options.excess_precision)
+            expr = ew.instruction_src(inst, vals, self.options.excess_precision, self.options.device.transcendentals)
             need(expr is not None, f"{inst.opcode} on {et}")
             self.line(f"{out.name}[{i}] = {ew.store_src(et, expr)}")
         return out

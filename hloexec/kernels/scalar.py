@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import math  # noqa: F401  (used by generated code through HELPERS)
 
+import functools
+
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, types, vectorize
 from numba.extending import intrinsic
+
+from . import semantics
 
 from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32,  # noqa: F401
                    bitcast_f64_to_i64, bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64,
@@ -166,17 +170,74 @@ def add_lanes(typingctx, lanes, values, start, count):
 # operations, and conditionals choosing between two computed values, which LLVM turns into selects -- so the
 # loops calling them vectorize. Arguments are clamped where the float32 result no longer changes, which keeps
 # every intermediate a normal float64; NaN passes the clamps and comes out as a quiet NaN.
+def _ternary_intrinsic(name: str, numba_type, llvm_type):
+    """A Numba function calling LLVM intrinsic `name` on three values of one float type."""
+    @intrinsic
+    def call(typingctx, a, b, c):
+        if not (a == b == c == numba_type):
+            return None
+
+        def codegen(context, builder, sig, args):
+            fn = builder.module.declare_intrinsic(name, [llvm_type], ir.FunctionType(llvm_type, [llvm_type] * 3))
+            return builder.call(fn, args)
+        return numba_type(a, b, c), codegen
+    return call
+
+
+# a * b + c, fused where the target has FMA (llvm.fmuladd: vectorizable, never a libm call)
+_muladd = _ternary_intrinsic("llvm.fmuladd", types.float64, ir.DoubleType())
+# a * b + c rounded once (llvm.fma: vfmadd on x86 with FMA, libm's fmaf elsewhere -- exact either way)
+fma_f32 = _ternary_intrinsic("llvm.fma", types.float32, ir.FloatType())
+
+
 @intrinsic
-def _muladd(typingctx, a, b, c):
-    """a * b + c, fused where the target has FMA (llvm.fmuladd: vectorizable, never a libm call)."""
-    if not (a == b == c == types.float64):
+def rsqrt_estimate(typingctx, x):
+    """x86's rsqrtss (llvm.x86.sse.rsqrt.ss): 1 / sqrt(x) to 12 bits, from the processor's own table."""
+    if x != types.float32:
         return None
 
     def codegen(context, builder, sig, args):
-        f64 = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.fmuladd", [f64], ir.FunctionType(f64, [f64, f64, f64]))
-        return builder.call(fn, args)
-    return types.float64(a, b, c), codegen
+        v4 = ir.VectorType(ir.FloatType(), 4)
+        fn = builder.module.declare_intrinsic("llvm.x86.sse.rsqrt.ss", fnty=ir.FunctionType(v4, [v4]))
+        first = ir.Constant(ir.IntType(32), 0)
+        return builder.extract_element(builder.call(fn, [builder.insert_element(ir.Constant(v4, None), args[0],
+                                                                                first)]), first)
+    return types.float32(x), codegen
+
+
+# The C library's f32 functions XLA:CPU calls (semantics.LIBM_F32): sinf, cosf, tanf, cbrtf, atan2f, powf
+globals().update({name: types.ExternalFunction(name, types.float32(*[types.float32] * semantics.arity(op)))
+                  for op, name in semantics.LIBM_F32.items()})
+
+
+@functools.cache
+def numpy_ufunc(name: str, arity: int = 1):
+    """Helper `name` of `arity` float32 arguments (a primitive above, an xla_cpu_... approximation) as a numpy
+    ufunc on float32 arrays."""
+    helper = globals()[name] if name in globals() else __getattr__(name)
+    if arity == 2:
+        return vectorize(["float32(float32, float32)"])(lambda x, y: helper(x, y))
+    return vectorize(["float32(float32)"])(lambda x: helper(x))
+
+
+def _xla_cpu_approximation(opcode: str):
+    """The Numba function of XLA:CPU's f32 approximation of `opcode` (semantics.XLA_CPU_APPROXIMATIONS)."""
+    from .elementwise import COMPUTE, literal_src
+    namespace = {name: globals()[name] for name in ("np", "fma_f32", "bitcast_f32_to_i32", "bitcast_i32_to_f32",
+                                                    "rsqrt_estimate", *semantics.LIBM_F32.values())}
+    exec(semantics.approximation_src(opcode, "approximation", compute=COMPUTE, literal=literal_src), namespace)
+    return njit(inline="always")(namespace["approximation"])
+
+
+def __getattr__(name: str):
+    """xla_cpu_exponential, xla_cpu_log, ... (elementwise.XLA_CPU_HELPERS), made at their first import: only the
+    xla-cpu profile's kernels call them."""
+    from .elementwise import XLA_CPU_HELPERS
+    opcode = next((op for op, helper in XLA_CPU_HELPERS.items() if helper == name), None)
+    if opcode is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    helper = globals()[name] = _xla_cpu_approximation(opcode)
+    return helper
 
 
 _LOG2E = 1.4426950408889634

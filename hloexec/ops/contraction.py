@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.attributes import DotDims, dot_dims
+from ..ir.compiled_for import ynn_computations
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
@@ -179,10 +180,31 @@ def prepare_dot(inst, ctx):
                                  *(o.shape.element_type.name for o in inst.operands))
     if alg or split > 1 or fast:
         return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst, fast, split)
+    if in_ynn_dot_order(inst, ctx):
+        return lambda lhs, rhs: ynn_dot_general(lhs, rhs, lb, rb, lc, rc)
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
     return kernel
+
+
+def in_ynn_dot_order(inst, ctx) -> bool:
+    """Whether dot `inst` sums in YNNPACK's order: under reductions="xla-cpu", an f32 x f32 -> f32 dot inside a
+    computation XLA:CPU runs through YNNPACK."""
+    comp = inst.computation
+    return (ctx.options.reductions == "xla-cpu" and comp is not None and comp.module is not None
+            and comp.name in ynn_computations(comp.module)
+            and all(t.shape.dtype == _F32 for t in (inst, *inst.operands)))
+
+
+def ynn_dot_general(lhs, rhs, lb, rb, lc, rc):
+    """DotGeneral of f32 arrays in YNNPACK's order (kernels/ynn_dot.py)."""
+    from ..kernels.ynn_dot import ynn_matmul
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
+                                                          tuple(rc))
+    with np.errstate(all="ignore"):
+        return ynn_matmul(lhs.transpose(lperm).reshape(a_shape), rhs.transpose(rperm).reshape(b_shape)).reshape(
+            out_shape)
 
 
 # -- ragged-dot, scaled-dot ------------------------------------------------------------------
@@ -305,31 +327,42 @@ def _upscaled(a, b):
     return a if a.bits > b.bits else b
 
 
-def _converter(src, dst, inst):
+def converter(src, dst, inst):
+    """`src` values as `dst` values (the values themselves for the same type)."""
     return (lambda x: x) if src == dst else convert_kernel(src, dst, inst)
 
 
-def dequantizer(inst, operand: int, scale: int, target=None):
+def dequantizer(inst, operand: int, scale: int, target=None, block: int | None = None):
     """(kernel(x, scale) -> x times its block-broadcast scale, the element type it returns), as XLA's
     ScaledDotRewriter Dequantize: a scalar scale leaves x as it is; else x and scale meet in their upscaled
     type (`target`: in that type instead, as the block-scaled dot call's rewriter converts both to its result
-    type), each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply."""
+    type), each scale element covers operand_dim / scale_dim consecutive elements per dim, one multiply.
+    `block` (the block-scaled dot call's explicit block size): each scale element covers `block` elements of the
+    last dim (the last block may be partial) and one of the others; a padded scale is sliced to what it covers."""
     x, sc = inst.operands[operand].shape, inst.operands[scale].shape
     if sc.rank == 0:
         return (lambda v, s: v), x.element_type
-    if sc.rank != x.rank or any(b == 0 or a % b for a, b in zip(x.dims, sc.dims)):
-        raise UnsupportedError(f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}", inst)
+    if block is None:
+        used, blocks = sc.dims, [0 if b == 0 else a // b for a, b in zip(x.dims, sc.dims)]
+        tiles = sc.rank == x.rank and all(b and not a % b for a, b in zip(x.dims, sc.dims))
+    else:
+        used, blocks = (*x.dims[:-1], -(-x.dims[-1] // block)), [1] * (x.rank - 1) + [block]
+        tiles = block > 0 and sc.rank == x.rank and all(u <= d for u, d in zip(used, sc.dims))
+    if not tiles:
+        raise UnsupportedError(f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}"
+                               + (f" in blocks of {block}" if block else ""), inst)
     t = target or _upscaled(x.element_type, sc.element_type)
-    cx, cs, mul = _converter(x.element_type, t, inst), _converter(sc.element_type, t, inst), \
+    cx, cs, mul = converter(x.element_type, t, inst), converter(sc.element_type, t, inst), \
         float_lifted(np.multiply, t.numpy)
-    blocks = [a // b for a, b in zip(x.dims, sc.dims)]
+    covered = tuple(slice(0, u) for u in used)
+    cut = tuple(slice(0, d) for d in x.dims)
 
     def kernel(v, s):
-        s = cs(s)
+        s = cs(s[covered])
         for axis, n in enumerate(blocks):
             if n > 1:
                 s = np.repeat(s, n, axis=axis)
-        return mul(cx(v), s)
+        return mul(cx(v), s[cut])
     return kernel, t
 
 
@@ -356,7 +389,7 @@ def prepare_scaled_dot(inst, ctx):
     (lhs, lt), (rhs, rt) = dequantizer(inst, 0, 2), dequantizer(inst, 1, 3)
     t = _upscaled(lt, rt)
     dot_t = _upscaled(t, inst.shape.element_type)
-    cl, cr, out = _converter(lt, t, inst), _converter(rt, t, inst), _converter(dot_t, inst.shape.element_type, inst)
+    cl, cr, out = converter(lt, t, inst), converter(rt, t, inst), converter(dot_t, inst.shape.element_type, inst)
     product = device_dot(inst, ctx, t, t, dot_t)
 
     def kernel(a, b, a_scale, b_scale):
@@ -377,8 +410,10 @@ def _conv_dims(inst, rank):
     return cd
 
 
-def conv_core(lhs, rhs, win, out_dtype):
-    """lhs (N, C, S...), rhs (O, C, W...) -> (N, O, out...), in the compute dtype."""
+def conv_core(lhs, rhs, win, out_dtype, fma_chain: bool = False):
+    """lhs (N, C, S...), rhs (O, C, W...) -> (N, O, out...), in the compute dtype. `fma_chain` (f32): each element
+    one FMA per product, window positions in row-major order, input features innermost -- XLA:CPU's order
+    (measured, jaxlib 0.10.2: f32 convolutions of 2-3 input and 3-4 output features, 1-D and 2-D, strided)."""
     ns = lhs.ndim - 2
     lows = [0, 0] + [w.pad_low for w in win]
     highs = [0, 0] + [w.pad_high for w in win]
@@ -399,6 +434,12 @@ def conv_core(lhs, rhs, win, out_dtype):
     if any(v == 0 for v in shape) or rhs.shape[1] == 0:
         return np.zeros((N, O) + tuple(oshape), lhs.dtype)
     v = np.lib.stride_tricks.as_strided(p, shape=shape, strides=strd, writeable=False)
+    if fma_chain:
+        from ..kernels.ynn_dot import fma_chain_matmul
+        rows = np.moveaxis(v, 1, -1).reshape(N * math.prod(oshape), -1)        # (N out..., win... C)
+        with np.errstate(all="ignore"):
+            r = fma_chain_matmul(rows, np.moveaxis(rhs, 1, -1).reshape(O, -1).T).reshape((N, *oshape, O))
+        return np.moveaxis(r, -1, 1)
     axes_v = [1] + list(range(2 + ns, 2 + 2 * ns))
     axes_k = [1] + list(range(2, 2 + ns))
     with np.errstate(all="ignore"):
@@ -424,7 +465,11 @@ def prepare_convolution(inst, ctx):
     device = ctx.options.device
     alg = dot_algorithm_of(inst, device)
     if not alg:
-        return convolution(inst, rshape, inst.shape.dtype)
+        # XLA:CPU's order for f32 (reductions="xla-cpu": its sums' orders); one output feature takes another path
+        # there (Eigen's matrix-vector kernels, not reproduced)
+        xla_cpu = (ctx.options.reductions == "xla-cpu" and rshape.dims[cd.kernel_output_feature] > 1
+                   and all(t.shape.dtype == _F32 for t in (inst, *inst.operands)))
+        return convolution(inst, rshape, inst.shape.dtype, fma_chain=xla_cpu)
     plain = {dtype: convolution(inst, rshape, dtype) for dtype in (_F32, _F64)}
     out_dtype = inst.shape.dtype
     wide = _F64 if alg == "dot_f64_f64_f64" else _F32
@@ -450,9 +495,9 @@ def conv_window(inst, kernel_shape):
     return cd, win
 
 
-def convolution(inst, kernel_shape, out_dtype):
+def convolution(inst, kernel_shape, out_dtype, fma_chain: bool = False):
     """kernel(lhs, rhs) of the convolution `inst` describes (dim_labels, window, group counts): its result
-    in `out_dtype` (a convolution-like custom-call reads the same attributes)."""
+    in `out_dtype` (a convolution-like custom-call reads the same attributes); `fma_chain`: conv_core's."""
     cd, win = conv_window(inst, kernel_shape)
     rank = kernel_shape.rank
     fgc = int_attr(inst, "feature_group_count", 1)
@@ -472,16 +517,17 @@ def convolution(inst, kernel_shape, out_dtype):
         if bgc > 1:
             nb = a.shape[0] // bgc
             og = O // bgc
-            parts = [conv_core(a[g * nb:(g + 1) * nb], k[g * og:(g + 1) * og], win, out_dtype) for g in range(bgc)]
+            parts = [conv_core(a[g * nb:(g + 1) * nb], k[g * og:(g + 1) * og], win, out_dtype, fma_chain)
+                     for g in range(bgc)]
             r = np.concatenate(parts, axis=1)
         elif fgc > 1:
             cg = a.shape[1] // fgc
             og = O // fgc
-            parts = [conv_core(a[:, g * cg:(g + 1) * cg], k[g * og:(g + 1) * og], win, out_dtype)
+            parts = [conv_core(a[:, g * cg:(g + 1) * cg], k[g * og:(g + 1) * og], win, out_dtype, fma_chain)
                      for g in range(fgc)]
             r = np.concatenate(parts, axis=1)
         else:
-            r = conv_core(a, k, win, out_dtype)
+            r = conv_core(a, k, win, out_dtype, fma_chain)
         return finish(r.transpose(oinv), out_dtype)
     return kernel
 

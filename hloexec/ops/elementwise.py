@@ -206,6 +206,20 @@ def _int_table(inst, opcode: str, operand: int = 0):
     return _int_kernel(inst, lambda dtype, bits: _table(opcode, kind, dtype, bits), operand)
 
 
+def _device_approximation(inst, ctx):
+    """The device's own approximation of f32 op `inst` (the `transcendentals` rule: XLA:CPU's), or None: its
+    compiled tier's helper as a ufunc (the numpy form, tens of numpy passes with exact FMAs, is ~100x slower)
+    unless Numba is off."""
+    if not semantics.approximated(inst.opcode, inst.shape.element_type.name, ctx.options.device.transcendentals):
+        return None
+    if ctx.use_numba:
+        from ..kernels.elementwise import XLA_CPU_HELPERS
+        from ..kernels.scalar import numpy_ufunc
+        ufunc = numpy_ufunc(XLA_CPU_HELPERS[inst.opcode], semantics.arity(inst.opcode))
+        return lambda *xs: np.asarray(ufunc(*xs))
+    return semantics.numpy_form(inst.opcode, "float", np.dtype(np.float32), 32, approximation=True)
+
+
 # Ops whose float definition may return an operand's NaN as it is (see float_lifted).
 _NAN_PASSING = {"sign", "maximum", "minimum"}
 
@@ -232,7 +246,7 @@ def _prepare_float_unary(inst, ctx):
         _require(inst.opcode in _COMPLEX_UNARY, f"{inst.opcode} of a complex operand", inst)
         return float_lifted(_table(inst.opcode, kind, dtype), dtype)
     _require(kind == "float", f"{inst.opcode} of a {inst.operands[0].shape.element_type.name} operand", inst)
-    return _float_table(inst.opcode, dtype)
+    return _device_approximation(inst, ctx) or _float_table(inst.opcode, dtype)
 
 
 @op("abs", dtypes=NUMERIC, notes="abs(INT_MIN) = INT_MIN; complex -> real modulus")
@@ -352,7 +366,7 @@ def _prepare_binary(inst, ctx):
         if opc == "atan2":
             return _complex_atan2
         return float_lifted(_table(opc, kind, dtype), dtype)
-    return _float_table(opc, dtype)
+    return _device_approximation(inst, ctx) or _float_table(opc, dtype)
 
 
 def _int_mulhi(dtype: np.dtype, bits: int):

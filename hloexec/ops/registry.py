@@ -26,6 +26,7 @@ class Context(Protocol):
     the `ctx.` uses in hloexec/ops/). An op may also key per-module state on it (a weakref.WeakKeyDictionary)."""
     options: Options            # how the module computes: the device profile, reductions, excess precision
     module: object              # the module being prepared (hloexec.ir.module.Module)
+    use_numba: bool             # whether ops may run Numba-compiled helpers (False: the numpy kernels only)
 
     def computation(self, comp, fuse: bool = True) -> Callable:
         """A callable running `comp`: f(*parameter_values) -> value of its root (`fuse`: may compile

@@ -45,8 +45,14 @@ BF16_SPLITS = ("truncate", "nearest")
 # says, one element after the other from the init value in row-major order of the reduced dims (of the window,
 # for reduce-window), the same in every tier. "xla-cpu": XLA:CPU's orders (measured, jaxlib 0.10.2): "per-step"
 # (its loop emitter's order), except f32 sums over the minor dims inside `__ynn_fusion` fusions, which YNNPACK
-# adds in `vector_width` lanes (hloexec/ops/reduction.py, ynn_row_sum, says the order).
+# adds in `vector_width` lanes (hloexec/ops/reduction.py, ynn_row_sum, says the order), and f32 dots there, which
+# YNNPACK sums in blocks and lanes of K (hloexec/kernels/ynn_dot.py).
 REDUCTIONS = ("accumulate", "per-step", "xla-cpu")
+# How f32 transcendentals (exp, log, tanh, log1p, expm1, erf, logistic) compute. "accurate": to the nearest f32 but
+# where the exact value lies within about 2**-51 of a rounding boundary (numpy, the compiled tier's float64 helpers).
+# "xla-cpu": XLA:CPU's own approximations (its f32 polynomials as its LLVM IR spells them, each multiply-add one
+# FMA where LLVM contracts it: kernels/semantics.py, XLA_CPU_APPROXIMATIONS).
+TRANSCENDENTALS = ("accurate", "xla-cpu")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class DeviceProfile:
     fma_contraction: bool = False       # inside a fusion, a multiply feeding an add / subtract rounds once with it
                                         # (hloexec/ir/fma.py)
     reductions: str = "accumulate"      # see hloexec.options.REDUCTIONS
+    transcendentals: str = "accurate"   # see TRANSCENDENTALS
     vector_width: int = 0               # f32 lanes of the device's vectorized sums (reductions = "xla-cpu": 16 with
                                         # AVX-512, 8 with AVX2); 0: this machine's (machine_vector_width)
     sources: dict = field(default_factory=dict)     # rule name -> its source (a file of XLA or JAX, an issue)
@@ -184,6 +191,8 @@ def _check(p: DeviceProfile, path: Path) -> None:
 
     need(p.platform in PLATFORMS, f"platform = {p.platform!r}: expected one of {', '.join(PLATFORMS)}")
     need(p.reductions in REDUCTIONS, f"reductions = {p.reductions!r}: expected one of {', '.join(REDUCTIONS)}")
+    need(p.transcendentals in TRANSCENDENTALS,
+         f"transcendentals = {p.transcendentals!r}: expected one of {', '.join(TRANSCENDENTALS)}")
     need(p.tf32_rounding in TF32_ROUNDINGS,
          f"tf32_rounding = {p.tf32_rounding!r}: expected one of {', '.join(TF32_ROUNDINGS)}")
     need(p.bf16_split in BF16_SPLITS, f"bf16_split = {p.bf16_split!r}: expected one of {', '.join(BF16_SPLITS)}")

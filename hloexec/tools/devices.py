@@ -63,5 +63,7 @@ RULES = {
                        "once with it, as LLVM's FMA contraction does",
     "reductions": "how f16/bf16 sums round: accumulate (in f32, rounded once), per-step (row-major, every step "
                   "rounded) or xla-cpu (per-step, YNNPACK's lane order in __ynn_fusion sums)",
+    "transcendentals": "how f32 exp, log, log1p, expm1, tanh, erf, logistic compute: accurate (to the nearest f32) "
+                       "or xla-cpu (XLA:CPU's own polynomial approximations, bit for bit)",
     "vector_width": "f32 lanes of the device's vectorized sums (reductions = xla-cpu); 0: this machine's",
 }

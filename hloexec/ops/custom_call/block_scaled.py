@@ -2,11 +2,13 @@
 XLA's block_scaling_rewriter.cc expands them."""
 from __future__ import annotations
 
+import json
+
 import ml_dtypes
 import numpy as np
 
 from ...errors import UnsupportedError
-from ..contraction import dequantizer, device_dot
+from ..contraction import converter, dequantizer, device_dot
 from ..elementwise import convert_kernel, float_lifted
 from .registry import custom_call, target_of
 
@@ -67,21 +69,48 @@ def dequantize(inst, ctx):
 
 @custom_call("__op$block_scaled_dot")
 def block_scaled_dot(inst, ctx):
-    """Operands (lhs, rhs, lhs_scale, rhs_scale) of rank 2 ([rows, K]) or 3 ([batch, rows, K]): each input and its
-    scale converted to the result type, the scale repeated over blocks of K / scale_K consecutive elements of the
-    last dim, multiplied (MXFP8: f8e8m0fnu scales per 32; NVFP4: f8e4m3fn scales per 16 over f4e2m1fn); then a
-    dot contracting both last dims (batch dim 0 when rank 3) in the result type at DEFAULT precision, as the
-    run's device computes such a dot (block_scaling_rewriter.cc TransformCustomCall)."""
-    if inst.shape.is_tuple or len(inst.operands) != 4 or inst.operands[0].shape.rank not in (2, 3) \
-            or inst.operands[1].shape.rank != inst.operands[0].shape.rank:
-        raise UnsupportedError(f"{target_of(inst)} takes (lhs, rhs, lhs_scale, rhs_scale) of rank 2 or 3 and "
-                               "returns one array", inst)
-    rank = inst.operands[0].shape.rank
+    """Operands (lhs, rhs, lhs_scale[, rhs_scale[, global_scale]]) of rank 2 ([rows, K]) or 3 ([batch, rows, K]):
+    each input and its scale converted to the result type, the scale repeated over blocks of K / scale_K
+    consecutive elements of the last dim (or of backend_config's block_scaled_dot_backend_config block_size: the
+    scales may be padded, sliced to the rows and ceil(K / block) blocks), multiplied (MXFP8: f8e8m0fnu scales per
+    32; NVFP4: f8e4m3fn scales per 16 over f4e2m1fn); without rhs_scale the rhs is only converted; then a dot
+    contracting both last dims (batch dim 0 when rank 3) in the result type at DEFAULT precision, as the run's
+    device computes such a dot; with a global scale (a scalar of the result type) the dot's result times it, one
+    multiply rounded to the result type (block_scaling_rewriter.cc ExpandBlockScaledDotCustomCall, the general
+    expansion)."""
+    n = len(inst.operands)
+    shapes = [o.shape for o in inst.operands]
     out = inst.shape.element_type
+    if inst.shape.is_tuple or not 3 <= n <= 5 or shapes[0].rank not in (2, 3) or shapes[1].rank != shapes[0].rank \
+            or (n == 5 and (shapes[4].rank != 0 or shapes[4].element_type != out)):
+        raise UnsupportedError(f"{target_of(inst)} takes (lhs, rhs, lhs_scale[, rhs_scale[, global_scale: a scalar "
+                               "of the result type]]) of rank 2 or 3 and returns one array", inst)
+    rank = shapes[0].rank
     batch = (0,) if rank == 3 else ()
-    (lhs, _), (rhs, _) = dequantizer(inst, 0, 2, out), dequantizer(inst, 1, 3, out)
+    block = _block_size(inst)
+    lhs = dequantizer(inst, 0, 2, out, block)[0]
+    rhs = dequantizer(inst, 1, 3, out, block)[0] if n >= 4 else _converted(shapes[1].element_type, out, inst)
     product = device_dot(inst, ctx, out, out, out)
+    scaled = float_lifted(np.multiply, out.numpy)
 
-    def kernel(a, b, a_scale, b_scale):
-        return product(lhs(a, a_scale), rhs(b, b_scale), batch, batch, (rank - 1,), (rank - 1,), out.numpy)
+    def kernel(a, b, a_scale, b_scale=None, global_scale=None):
+        r = product(lhs(a, a_scale), rhs(b, b_scale), batch, batch, (rank - 1,), (rank - 1,), out.numpy)
+        return r if global_scale is None else scaled(r, global_scale)
     return kernel
+
+
+def _converted(src, dst, inst):
+    """kernel(x, unused scale) -> x converted to `dst` (an operand without a scale)."""
+    convert = converter(src, dst, inst)
+    return lambda x, _: convert(x)
+
+
+def _block_size(inst) -> int | None:
+    """backend_config's block_scaled_dot_backend_config.block_size, None without one."""
+    try:
+        size = json.loads(inst.attrs.get("backend_config") or "{}").get("block_scaled_dot_backend_config", {})
+        size = size.get("block_size") if isinstance(size, dict) else None
+        return None if size is None else int(size)
+    except (ValueError, TypeError, AttributeError):
+        raise UnsupportedError(f"{target_of(inst)}: backend_config's block_scaled_dot_backend_config block_size is "
+                               "not an integer", inst) from None
