@@ -14,7 +14,6 @@ PACKAGE = ROOT / "hloexec"
 # Imports of the package's facade (hloexec/__init__.py) from below, each for a reason of its own.
 FACADE_IMPORTS = {
     "parser/scan.py": "finds the installed scanner library through the package's paths",
-    "exec/ray_runner.py": "a Ray worker's entry point loads its module with hloexec.load",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -13,11 +14,34 @@ from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.heap import keep_freed_memory
 from ..options import Options
+from ..ops.manual import has_manual_regions
+from .communicators import MirrorCommunicator
 from .context import Device, ExecContext
 from .inputs import from_npz_void
 from .plan import Plan
 from .runner import Runner
 from .tiering import CompileEvent, TieredKernel, compile_due
+
+
+class SpmdLayer(Protocol):
+    """What exec/ asks of the SPMD layer above it (hloexec.spmd): running every participant of a module."""
+
+    def run_spmd(self, exe: Executable, per_device_inputs, partitions: int | None = None,
+                 replicas: int | None = None, **options) -> Any: ...
+
+    def run_with_manual_regions(self, exe: Executable, args: tuple) -> Any: ...
+
+
+# Set by hloexec.spmd when it is imported (hloexec.load and the tools making an Executable import it, as they import
+# hloexec.ops to fill the op registry): exec/ runs one participant and never imports the layer above it.
+spmd_layer: SpmdLayer | None = None
+
+
+def _spmd() -> SpmdLayer:
+    if spmd_layer is None:
+        raise ExecutionError("running every participant of a module needs the SPMD layer: import hloexec.spmd "
+                             "(hloexec.load does)")
+    return spmd_layer
 
 
 class PlanCache:
@@ -67,7 +91,6 @@ class Executable:
         compile_after=0 the first run waits for every kernel) or "never" (op by op always); see
         exec/tiering.py. `compile_after`: calls of a fusion op by op before it is due to compile (default: 1 in
         the background, so that a one-shot run compiles nothing, 0 eager)."""
-        from .communicators import MirrorCommunicator
         keep_freed_memory()         # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
         elided = module.elided_constants()
@@ -98,8 +121,7 @@ class Executable:
             self._compile_due()
         self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
-        from .manual import has_manual_regions
-        self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (exec/manual.py)
+        self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (spmd/manual.py)
         self._peak_bytes: int | None = None
 
     @property
@@ -135,8 +157,7 @@ class Executable:
             if progress is not None or profile is not None or observe is not None:
                 raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
                                      "device: progress, profile and observe follow one participant only")
-            from .manual import run_with_manual_regions
-            return run_with_manual_regions(self, args)
+            return _spmd().run_with_manual_regions(self, args)
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
@@ -221,9 +242,8 @@ class Executable:
         return limit
 
     def run_spmd(self, per_device_inputs, partitions: int | None = None, replicas: int | None = None, **options):
-        """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
-        from .spmd import run_spmd
-        return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
+        """Run every participant of an SPMD module, collectives between them; see hloexec.spmd.run_spmd."""
+        return _spmd().run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
 
 
 def available_memory() -> int | None:

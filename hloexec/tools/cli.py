@@ -99,6 +99,7 @@ def select_module(modules, name: str | None, path: str):
 def _prepare(module, args):
     """The module loaded, and the seconds it took; a module with elided constants is said on stderr."""
     from .. import ops  # noqa: F401  (fills the op registry)
+    from .. import spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
     from ..errors import ElidedConstantWarning, elided_constants_note
     from ..exec.executor import Executable
     from .devices import device_option
@@ -327,7 +328,7 @@ def cmd_run(args) -> int:
         return cmd_run_spmd(exe, args, text_out, {"parse": parse_s, "prepare": prepare_s})
     memory = check_memory(exe, args, text_out)
     if exe.manual_regions:
-        from ..exec.spmd import device_counts
+        from ..spmd import device_counts
         partitions, replicas, _ = device_counts(exe.module)
         print(f"{module.name} is a pre-partition module with manual regions: each of its {partitions * replicas} "
               "devices runs the global program and its own tiles inside the regions", file=text_out or sys.stderr)
@@ -401,8 +402,7 @@ def _runner(exe, args, text_out, global_inputs=None):
         raise UsageError("--shadow, --find-nonfinite and numerics observe every participant from this process: "
                          "run them as threads (--spmd), not with --ray")
     partitions, replicas, note, say, inputs, info = _spmd_setup(exe, args, text_out, global_inputs)
-    return Runner({"partitions": partitions, "replicas": replicas, "report": say,
-                   "memory_limit": args.max_memory}), inputs, info
+    return Runner({"partitions": partitions, "replicas": replicas, "report": say}), inputs, info
 
 
 def cmd_run_shadow(exe, args, text_out) -> int:
@@ -588,7 +588,7 @@ def _run_on_xla(module, path: str, inputs) -> list:
     return run_on_xla_cpu_isolated(text, [leaf for x in inputs for leaf in flatten(x)], timeout=3600)
 
 
-# -- SPMD: every participant of a partitioned module (hloexec.exec.spmd) --------------------------
+# -- SPMD: every participant of a partitioned module (hloexec.spmd) --------------------------
 def _is_spmd(args) -> bool:
     if args.participants_per_worker is not None and args.ray is None:
         raise UsageError("--participants-per-worker places participants in Ray actors: it needs --ray")
@@ -598,7 +598,7 @@ def _is_spmd(args) -> bool:
 def _global_inputs(exe, reference_exe, args) -> tuple[list, dict]:
     """Global entry arguments for a sharded module: --inputs with keys arg0..argN, or random ones of the
     reference (unsharded) module's shapes, else of the shapes the sharded parameters cover."""
-    from ..exec import spmd
+    from .. import spmd
     if args.inputs is not None:
         from .arrays import read_values      # global arrays: their shapes are the sharded parameters' wholes
         return read_values(args.inputs, "arg", [p.shape for p in exe.parameters], what="entry arguments",
@@ -612,7 +612,7 @@ def _per_device_inputs(exe, args, num_devices: int) -> tuple[list, dict]:
     """Per-device entry arguments: an npz with dev{d}/arg{i} keys, or global arg{i} ones split by the
     parameters' shardings, or random global values (--seed) split the same way (with --ray: split by the
     workers, GlobalInputs)."""
-    from ..exec import spmd
+    from .. import spmd
     if args.inputs is None:
         if args.ray is not None:
             return spmd.GlobalInputs(seed=args.seed), {"from": "seed", "seed": args.seed}
@@ -644,8 +644,8 @@ def _spmd_setup(exe, args, text_out, global_inputs=None):
     run: counts from the flags or the module (the note, when inferred, is said at once: with --json on stderr);
     inputs from `global_inputs` split by sharding (where the participants run, with --ray), else from
     --inputs/--seed (_per_device_inputs)."""
-    from ..exec import spmd
-    from ..exec.manual import PRE_PARTITION_HINT
+    from .. import spmd
+    from ..spmd import PRE_PARTITION_HINT
     def say(message: str) -> None:        # with --json, on stderr
         print(message, file=text_out or sys.stderr, flush=True)
     if exe.manual_regions:
@@ -672,15 +672,14 @@ def _spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
     global outputs, assembled by the output shardings (the ones the `reference` module, the program before
     partitioning, annotates where the module has none), cropped to the reference's output shapes. With
     --ray the per-device outputs stay on the workers (a RayOutputs) until asked for."""
-    from ..exec import spmd
+    from .. import spmd
     partitions, replicas, note, say, per_device, inputs_info = _spmd_setup(exe, args, text_out, global_inputs)
     n = partitions * replicas
     ray = args.ray is not None
     runner = {"runner": "ray", "ray_address": None if args.ray == "local" else args.ray,
               "participants_per_worker": args.participants_per_worker} if ray else {}
     start = time.perf_counter()
-    outputs = exe.run_spmd(per_device, partitions=partitions, replicas=replicas, report=say,
-                           memory_limit=args.max_memory, **runner)
+    outputs = exe.run_spmd(per_device, partitions=partitions, replicas=replicas, report=say, **runner)
     counts = {"partitions": partitions, "replicas": replicas, "devices": n, "note": note,
               "inputs": inputs_info, "runner": "ray" if ray else "threads",
               "memory": outputs.report["memory"] if ray else spmd.memory_estimate(exe, per_device),
@@ -734,7 +733,7 @@ def remote_output_groups(outputs) -> list[list[dict]]:
 
 def cmd_run_spmd(exe, args, text_out, seconds: dict) -> int:
     """`hloexec run --spmd / --partitions N / --replicas R`: every participant, collectives between them."""
-    from ..exec import spmd
+    from .. import spmd
     counts, outputs, assemble = _spmd_outputs(exe, args, text_out)
     seconds["execute"] = counts.pop("execute_seconds")
     if isinstance(outputs, list):

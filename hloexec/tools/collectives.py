@@ -99,7 +99,7 @@ MODEL = ("ring algorithms (all-reduce 2(n-1) steps sending 2(n-1)/n of the buffe
 def collectives_report(module: Module, file: str = "", partitions: int | None = None, replicas: int | None = None,
                        link: str = costmodel.DEFAULT_LINK, chip: str = costmodel.DEFAULT_CHIP,
                        bandwidth: float | None = None, latency: float | None = None) -> CollectivesReport:
-    from ..exec.spmd import device_counts
+    from ..spmd import device_counts
     P, R, note = device_counts(module, partitions, replicas)
     chosen = costmodel.LINKS[link]
     if bandwidth is not None or latency is not None:

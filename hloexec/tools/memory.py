@@ -4,7 +4,7 @@ The numbers are the plan's own (hloexec.exec.memory: `PlanMemory.live_bytes`, `P
 a second model: the peak printed here is the one `hloexec run` compares with the available memory. The plan is
 prepared without compiling a kernel, and nothing runs. An SPMD program is one program for every device,
 so each device has the same schedule and the same peak; `--spmd` adds what all participants need when
-`run --spmd` runs them in one process (hloexec.exec.spmd.memory_estimate).
+`run --spmd` runs them in one process (hloexec.spmd.memory_estimate).
 
 Where XLA dumped its buffer assignment beside the module (`X.txt` with `X-buffer-assignment.txt`,
 `X-memory-usage-report.txt`, `X-live-range.txt`), its numbers are read and shown beside hloexec's: they
@@ -104,7 +104,7 @@ def memory_report(exe, file: str = "", spmd: bool = False, partitions: int | Non
                          if life.producer.opcode.removesuffix("-start").removesuffix("-done") in COLLECTIVE_OPCODES]
     devices, spmd_info, notes = 1, None, []
     if spmd or partitions is not None or replicas is not None:
-        from ..exec import spmd as spmd_exec
+        from .. import spmd as spmd_exec
         P, R, note = spmd_exec.device_counts(module, partitions, replicas)
         devices = P * R
         spmd_info = {"partitions": P, "replicas": R, "note": note,

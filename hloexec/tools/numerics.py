@@ -50,7 +50,7 @@ def executable_like(exe: Executable, module, **options) -> Executable:
 
 class Runner:
     """Runs a module as one participant (`spmd` None) or as all participants of an SPMD module (`spmd`: the
-    keyword arguments of run_spmd: partitions, replicas, report, memory_limit). Inputs are one argument list,
+    keyword arguments of run_spmd: partitions, replicas, report). Inputs are one argument list,
     or one per device; outputs come back flattened (SPMD: global arrays assembled by the output shardings)."""
 
     def __init__(self, spmd: dict | None = None):
@@ -60,7 +60,7 @@ class Runner:
         if self.spmd is None:
             seen = None if observe is None else (lambda *a: observe(0, *a))
             return flatten(exe.run(*inputs, observe=seen, observe_operands=observe_operands))
-        from ..exec import spmd
+        from .. import spmd
         outputs = exe.run_spmd(inputs, observe=observe, observe_operands=observe_operands, **self.spmd)
         return flatten(spmd.assemble_outputs(exe.module, outputs))
 
@@ -596,8 +596,7 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     if mode == "auto":
         needed = _memory(program, inputs, runner) + _memory(shadow_exe, inputs, runner, widened=True)
-        limit = exe.max_memory if runner.spmd is None else runner.spmd.get("memory_limit")
-        limit = limit if limit is not None else available_memory()
+        limit = exe.max_memory if exe.max_memory is not None else available_memory()
         mode = "paired" if limit is None or needed <= limit else "local"
         if mode == "local" and say is not None:
             say(f"the run and its shadow side by side need {needed / 2**30:.2f} GiB, {limit / 2**30:.2f} GiB "
@@ -740,7 +739,7 @@ def _memory(exe: Executable, inputs, runner: Runner, widened: bool = False) -> i
     shadow that will take `inputs` widened (counted as such, not made)."""
     if runner.spmd is None:
         return exe.peak_bytes()
-    from ..exec.spmd import memory_estimate
+    from ..spmd import memory_estimate
     estimate = memory_estimate(exe, inputs)
     if not widened:
         return estimate["total"]
