@@ -13,7 +13,7 @@ PACKAGE = ROOT / "hloexec"
 
 # Imports of the package's facade (hloexec/__init__.py) from below, each for a reason of its own.
 FACADE_IMPORTS = {
-    "parser/scan.py": "finds the installed scanner library through the package's paths",
+    "parser/clib.py": "finds the installed C libraries through the package's paths",
 }
 
 
