@@ -11,11 +11,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hloexec"
 
-# Imports of the package's facade (hloexec/__init__.py) from below, each for a reason of its own.
-FACADE_IMPORTS = {
-    "parser/clib.py": "finds the installed C libraries through the package's paths",
-}
-
 
 def layer_order() -> list[str]:
     """The layers of README's Layers section, top (lowest) first: `hloexec/<layer>/` lines."""
@@ -68,7 +63,7 @@ def test_each_layer_imports_only_itself_and_the_layers_below():
         for target in imported_layers(path):
             if target == "errors" or (target in rank and rank[target] <= rank[own]):
                 continue
-            if target == "" and (own == layers[-1] or "/".join(parts) in FACADE_IMPORTS):
+            if target == "" and own == layers[-1]:
                 continue        # the facade sits beside the top layer (tools/cli.py reads __version__)
             wrong.append(f"{'/'.join(parts)} ({own}) imports {target or 'the hloexec facade'}")
     assert not wrong, "imports against the layer order " + " < ".join(layers) + ":\n  " + "\n  ".join(wrong)

@@ -13,7 +13,7 @@ from ..errors import ElidedConstantWarning, ExecutionError, MemoryLimitError, el
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.heap import keep_freed_memory
-from ..options import Options
+from ..options import Options, available_memory
 from ..ops.manual import has_manual_regions
 from .communicators import MirrorCommunicator
 from .context import Device, ExecContext
@@ -244,18 +244,6 @@ class Executable:
     def run_spmd(self, per_device_inputs, partitions: int | None = None, replicas: int | None = None, **options):
         """Run every participant of an SPMD module, collectives between them; see hloexec.spmd.run_spmd."""
         return _spmd().run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
-
-
-def available_memory() -> int | None:
-    """MemAvailable of /proc/meminfo in bytes; None where there is no /proc (not Linux)."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _coerce(value, param: Parameter):

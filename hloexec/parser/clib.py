@@ -11,8 +11,7 @@ def library_candidates(stem: str) -> list[Path]:
     """Where the built library `stem` (e.g. "hlo_scan") may be: next to the package (wheel install), in another
     entry of the package path (scikit-build-core editable), or in the installed distribution when the source tree
     shadows it (`import hloexec` from a checkout's root after `pip install .`: the sources have no built library)."""
-    import hloexec
-
+    hloexec = sys.modules[__name__.partition(".")[0]]       # the package, imported before any module of it
     names = {"linux": [f"lib{stem}.so"], "darwin": [f"lib{stem}.dylib", f"lib{stem}.so"],
              "win32": [f"{stem}.dll", f"lib{stem}.dll"]}.get(sys.platform, [f"lib{stem}.so"])
     dirs: list[Path] = []

@@ -6,7 +6,7 @@ import sys
 import warnings
 
 from ..errors import ExecutionError
-from ..exec.executor import available_memory
+from ..options import available_memory
 from ..kernels.threads import CORES
 from .communicators import Mailboxes, run_participants
 from .devices import device_counts
