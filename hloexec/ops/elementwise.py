@@ -89,10 +89,12 @@ _HALF_MODULE = __name__.rsplit(".", 2)[0] + ".kernels.half"
 def _numba_converters(size: int, dtype: np.dtype):
     """hloexec.kernels.half if it is loaded or converting `size` elements of `dtype` is worth loading it,
     else None."""
-    half = sys.modules.get(_HALF_MODULE)
-    if half is None and size >= NUMBA_LOAD_MIN_SIZE.get(dtype, np.inf):
+    if _HALF_MODULE in sys.modules or size >= NUMBA_LOAD_MIN_SIZE.get(dtype, np.inf):
+        # an import, not sys.modules' entry: while another thread loads the module (a paired run's program and
+        # shadow threads) the entry is there half made, the import waits for it
         from ..kernels import half
-    return half
+        return half
+    return None
 
 
 @functools.cache
