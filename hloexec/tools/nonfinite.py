@@ -346,7 +346,7 @@ def find_nonfinite(exe, inputs, runner=None, stop_at_first: bool = False) -> Non
     """One observed run of `exe` (op by op) on `inputs` (per device for an SPMD `runner`): the origins of its NaN
     and Inf values. With `stop_at_first` the run ends at the first origin (its outputs are then not known)."""
     from ..errors import ExecutionError
-    from .numerics import Runner, executable_like
+    from .shadow_runs import Runner, executable_like
     runner = runner or Runner()
     tracker = NonfiniteTracker(exe.module, stop_at_first)
     observed = executable_like(exe, exe.module, use_numba=False)
