@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,12 +24,10 @@ from .tiering import CompileEvent, TieredKernel, compile_due
 
 
 class SpmdLayer(Protocol):
-    """What exec/ asks of the SPMD layer above it (hloexec.spmd): running every participant of a module."""
-
-    def run_spmd(self, exe: Executable, per_device_inputs, partitions: int | None = None,
-                 replicas: int | None = None, **options) -> Any: ...
-
-    def run_with_manual_regions(self, exe: Executable, args: tuple) -> Any: ...
+    """What exec/ asks of the SPMD layer above it (hloexec.spmd): running every participant of a module, as
+    `run_spmd(exe, per_device_inputs, partitions=, replicas=, **options)` and `run_with_manual_regions(exe, args)`."""
+    run_spmd: Callable[..., Any]
+    run_with_manual_regions: Callable[..., Any]
 
 
 # Set by hloexec.spmd when it is imported (hloexec.load and the tools making an Executable import it, as they import

@@ -15,8 +15,9 @@ def library_candidates(stem: str) -> list[Path]:
     names = {"linux": [f"lib{stem}.so"], "darwin": [f"lib{stem}.dylib", f"lib{stem}.so"],
              "win32": [f"{stem}.dll", f"lib{stem}.dll"]}.get(sys.platform, [f"lib{stem}.so"])
     dirs: list[Path] = []
-    if getattr(hloexec, "__file__", None):
-        dirs.append(Path(hloexec.__file__).parent)
+    file = getattr(hloexec, "__file__", None)
+    if file:
+        dirs.append(Path(file).parent)
     dirs += [Path(d) for d in getattr(hloexec, "__path__", [])]
     try:
         from importlib.metadata import PackageNotFoundError, distribution

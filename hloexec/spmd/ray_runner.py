@@ -79,7 +79,7 @@ def collective_groups(module, P: int, R: int) -> dict[frozenset, int]:
         if inst.opcode.startswith("collective-permute"):
             pairs = inst.attr("source_target_pairs", ())
             if group_mode(inst) == "cross_partition":
-                groups = {(r * P + s, r * P + t) for r in range(R) for s, t in pairs}
+                groups: set[tuple[int, ...]] = {(r * P + s, r * P + t) for r in range(R) for s, t in pairs}
             else:
                 groups = {(s * P + p, t * P + p) for p in range(P) for s, t in pairs}
         else:
@@ -89,9 +89,9 @@ def collective_groups(module, P: int, R: int) -> dict[frozenset, int]:
                     groups.add(tuple(participants(inst, device)))
                 except (ExecutionError, UnsupportedError):    # the run says so; placement need not
                     pass
-        groups = frozenset(g for g in groups if all(d < P * R for d in g))
-        if groups:
-            weights[groups] = weights.get(groups, 0) + sum(o.shape.nbytes for o in inst.operands)
+        grouping = frozenset(g for g in groups if all(d < P * R for d in g))
+        if grouping:
+            weights[grouping] = weights.get(grouping, 0) + sum(o.shape.nbytes for o in inst.operands)
     return weights
 
 
@@ -391,7 +391,7 @@ class RayOutputs:
         self._worker_of = {d: w for w, group in enumerate(groups) for d in group}
         self.report = report
         self._fetched: dict = {}
-        self._digests = None
+        self._digests: list | None = None
         self._release = weakref.finalize(self, _release, workers)
 
     def __len__(self) -> int:
