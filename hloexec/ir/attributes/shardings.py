@@ -31,7 +31,7 @@ def _tile_assignment(t: _Tokens, allow_devices: bool):
         if not reshape:
             raise _Bad("expected non-empty iota_reshape_dims")
         if len(reshape) == 1:
-            perm = (0,)
+            perm: tuple[int, ...] = (0,)
         else:
             if not (t.peek() == "ident" and t.toks[t.i][1] == "T"):
                 raise _Bad("expected 'T(' to start sharding devices iota_transpose_perm")
@@ -134,7 +134,7 @@ def _single_sharding(t: _Tokens, text: str) -> Sharding:
         t.expect("}")
         return s
     flags = set()
-    devices = None
+    devices: list[int] = []
     dims: tuple = ()
     last_tile_dims: list = []
     while not t.eat("}"):
@@ -172,7 +172,7 @@ def _single_sharding(t: _Tokens, text: str) -> Sharding:
     for kind in ("replicated", "maximal", "manual", "unknown", "unreduced"):
         if kind in flags:
             if kind == "maximal":
-                if devices is None or len(devices) != 1 or dims:
+                if len(devices) != 1 or dims:
                     raise _Bad("maximal shardings should have exactly one device assigned")
                 return Sharding("maximal", device=devices[0], text=text)
             if devices:
@@ -215,9 +215,10 @@ def named_sharding(sizes, device_ids, dims, replicated=(), unreduced=(), manual=
             if r.pre < 1 or r.size < 1 or sizes[r.axis] % (r.pre * r.size):
                 raise _Bad(f"sub-axis ({r.pre}){r.size} does not divide axis of size {sizes[r.axis]}")
             cuts[r.axis].update((r.pre, r.pre * r.size))
-    factors, first = [], []                          # factor sizes over all axes; each axis' first factor index
-    for n, c in zip(sizes, cuts):
-        c = sorted(c)
+    factors: list[int] = []                         # factor sizes over all axes
+    first: list[int] = []                           # each axis' first factor index
+    for n, cut in zip(sizes, cuts):
+        c = sorted(cut)
         if any(b % a for a, b in zip(c, c[1:])):
             raise _Bad(f"sub-axes of an axis of size {n} overlap")
         first.append(len(factors))
@@ -255,7 +256,8 @@ def named_sharding(sizes, device_ids, dims, replicated=(), unreduced=(), manual=
 def _mesh(t: _Tokens):
     """ParseMesh: `mesh[name=size, ...][, device_ids=(iota or list)]` -> (names, sizes, device ids or None)."""
     t.expect("[")
-    names, sizes = [], []
+    names: list[str] = []
+    sizes: list[int] = []
     while not t.eat("]"):
         if names:
             t.expect(",")
@@ -302,7 +304,7 @@ def _axis_ref(t: _Tokens, names) -> AxisRef:
 def _axis_refs(t: _Tokens, names, open_dims: bool = False) -> list:
     """`{a, b:(2)4, ?}` (a `?` -- an open dimension -- only where `open_dims`)."""
     t.expect("{")
-    refs = []
+    refs: list = []
     while not t.eat("}"):
         if refs or (open_dims and t.toks[t.i - 1][0] == "?"):
             t.expect(",")
@@ -333,12 +335,12 @@ def _named_single_sharding(t: _Tokens, text: str) -> Sharding:
         return Sharding(whole, text=text) if math.prod(sizes) > 1 or whole != "replicated" \
             else Sharding("replicated", text=text)
     t.expect("[")
-    dims = []
+    dims: list[list] = []
     while not t.eat("]"):
         if dims:
             t.expect(",")
         dims.append(_axis_refs(t, names, open_dims=True))
-    groups = {"replicated": [], "unreduced": [], "manual": []}
+    groups: dict[str, list] = {"replicated": [], "unreduced": [], "manual": []}
     while not t.eat("}"):
         t.expect(",")
         key = t.expect("ident")

@@ -2,6 +2,7 @@
 strings, and a small tokenizer for the bracketed grammars; the error an attribute value XLA would reject raises."""
 from __future__ import annotations
 
+import builtins
 import re
 
 
@@ -185,7 +186,7 @@ class _Tokens:
     def int(self) -> int:
         return _check_int64(int(self.expect("int")))
 
-    def int_list(self, open_="{", close="}", sep=",") -> tuple[int, ...]:
+    def int_list(self, open_="{", close="}", sep=",") -> "tuple[builtins.int, ...]":   # (int: the method above)
         self.expect(open_)
         out = []
         if not self.eat(close):
