@@ -32,14 +32,15 @@ def load(source, module: str | None = None, **options):
     "per-step": every step rounds to the type, in row-major order, as XLA:CPU's loops compute them; "xla-cpu":
     XLA:CPU's own orders, YNNPACK's included, the xla-cpu device's default; see the README's Semantics).
     """
-    from . import ops, spmd  # noqa: F401  (fill the op registry and exec's spmd_layer: Executable.run_spmd)
+    from . import ops  # noqa: F401  (fills the op registry)
+    import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: Executable.run_spmd; see hloexec/spmd/__init__.py)
     from .exec.executor import Executable
     return Executable(pick_module(parse(source), module), **options)
 
 
 def __getattr__(name):
     if name == "Executable":
-        from . import spmd  # noqa: F401  (fills exec's spmd_layer: Executable.run_spmd)
+        import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: Executable.run_spmd)
         from .exec.executor import Executable
         return Executable
     raise AttributeError(name)

@@ -108,7 +108,7 @@ class HloReference:
         __tracebackhide__ = True
 
         import hloexec
-        from . import spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
+        import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
         from .exec.executor import Executable
         from .ir.printer import module_to_text
         from .tools.compare import compare_outputs, format_report

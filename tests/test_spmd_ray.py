@@ -66,7 +66,7 @@ ENTRY e {{ x = f32[{tp_elements}] parameter(0)
 
 def test_placement_keeps_the_heaviest_collective_groups_in_one_worker():
     import hloexec
-    from hloexec.spmd.ray_runner import place
+    from hloexec.spmd.placement import place
     tp_heavy = hloexec.parse(_grid_module(4096, 16))[0]
     assert place(tp_heavy, 16, 1, 8) == [list(range(8)), list(range(8, 16))]
     dp_heavy = hloexec.parse(_grid_module(16, 4096))[0]

@@ -35,6 +35,13 @@ class SpmdLayer(Protocol):
 spmd_layer: SpmdLayer | None = None
 
 
+def use_spmd_layer(layer: SpmdLayer) -> None:
+    """What hloexec.spmd calls when imported (a function imported from this module, not an attribute set on it: the
+    import finds this module in sys.modules, where a package attribute may still name an older copy)."""
+    global spmd_layer
+    spmd_layer = layer
+
+
 def _spmd() -> SpmdLayer:
     if spmd_layer is None:
         raise ExecutionError("running every participant of a module needs the SPMD layer: import hloexec.spmd "

@@ -99,7 +99,7 @@ def select_module(modules, name: str | None, path: str):
 def _prepare(module, args):
     """The module loaded, and the seconds it took; a module with elided constants is said on stderr."""
     from .. import ops  # noqa: F401  (fills the op registry)
-    from .. import spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
+    import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
     from ..errors import ElidedConstantWarning, elided_constants_note
     from ..exec.executor import Executable
     from .devices import device_option
