@@ -232,9 +232,9 @@ def test_numba_is_loaded_only_for_large_arrays():
     assert out.split() == ["False", "False", "True"]
 
 
-def test_a_conversion_while_another_thread_loads_the_converters_waits_for_them():
+def test_a_conversion_while_another_thread_loads_the_converters_does_not_use_them_half_made():
     """A thread converting while another one loads the Numba converters (a paired run's program and shadow threads)
-    waits for the module, never takes it half made (its entry is in sys.modules before its names are)."""
+    never takes the module half made (its entry is in sys.modules before its names are): numpy's casts meanwhile."""
     script = textwrap.dedent("""
         import sys, threading
         import numpy as np

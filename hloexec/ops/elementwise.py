@@ -89,12 +89,15 @@ _HALF_MODULE = __name__.rsplit(".", 2)[0] + ".kernels.half"
 def _numba_converters(size: int, dtype: np.dtype):
     """hloexec.kernels.half if it is loaded or converting `size` elements of `dtype` is worth loading it,
     else None."""
-    if _HALF_MODULE in sys.modules or size >= NUMBA_LOAD_MIN_SIZE.get(dtype, np.inf):
-        # an import, not sys.modules' entry: while another thread loads the module (a paired run's program and
-        # shadow threads) the entry is there half made, the import waits for it
+    half = sys.modules.get(_HALF_MODULE)
+    if half is not None and getattr(half.__spec__, "_initializing", False):
+        # another thread is loading it (a paired run's program and shadow threads): its entry is there before its
+        # names, as importlib marks it; numpy's casts meanwhile (waiting for the import instead can meet the
+        # background compiler's import of Numba and be handed a half-made module: importlib's deadlock escape)
+        return None
+    if half is None and size >= NUMBA_LOAD_MIN_SIZE.get(dtype, np.inf):
         from ..kernels import half
-        return half
-    return None
+    return half
 
 
 @functools.cache
