@@ -444,7 +444,7 @@ class Module:
         return self._counts("shape_counts", lambda inst: inst.shape)
 
     def _counts(self, column: str, of_instruction) -> Counter:
-        counts = Counter()
+        counts: Counter = Counter()
         rows_by_tables: dict[int, tuple] = {}
         made, tables, rows = self._parts()
         if rows:
