@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ElidedConstantWarning, ExecutionError, MemoryLimitError, elided_constants_note
+from ..ir.compiled_for import auto_device
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.heap import keep_freed_memory
@@ -17,7 +18,7 @@ from ..options import Options, available_memory
 from ..ops.manual import has_manual_regions
 from .communicators import MirrorCommunicator
 from .context import Device, ExecContext
-from .inputs import from_npz_void
+from .inputs import from_npz_void, random_inputs
 from .plan import Plan
 from .runner import Runner
 from .tiering import CompileEvent, TieredKernel, compile_due
@@ -106,7 +107,6 @@ class Executable:
             participant.communicator = MirrorCommunicator(participant)
         self.participant = participant
         if device == "auto":        # the profile of what the dump was compiled for (ir/compiled_for.py)
-            from ..ir.compiled_for import auto_device
             device = auto_device(module)[0]
         self.options = Options.of(options, device, **rules)
         self.plans = PlanCache()
@@ -224,7 +224,6 @@ class Executable:
         return {"mode": self.context.compile, **(background.report() if background is not None else {})}
 
     def random_inputs(self, seed: int = 0) -> list:
-        from .inputs import random_inputs
         return random_inputs(self.module, seed, max_memory=self.max_memory)
 
     def peak_bytes(self) -> int:
