@@ -3,10 +3,12 @@
  * hloexec's thread pool (hloexec/kernels/threads.py) hands blocks of one product or fused loop to a helper
  * thread and waits for the last one. A thread that sleeps in the kernel takes 50-100 us to run again once
  * woken on a virtual machine (the idle virtual CPU halts), 120 times per GPT d256 train step. Called
- * through ctypes, which releases the GIL, so Python threads spin here without blocking each other. */
+ * through cffi, which releases the GIL, so Python threads spin here without blocking each other. */
 #define _POSIX_C_SOURCE 199309L   /* clock_gettime under -std=c11 */
 #include <stdint.h>
 #include <time.h>
+
+#include "spin_wait.h"
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64) || defined(_M_IX86)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()

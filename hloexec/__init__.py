@@ -32,13 +32,15 @@ def load(source, module: str | None = None, **options):
     "per-step": every step rounds to the type, in row-major order, as XLA:CPU's loops compute them; "xla-cpu":
     XLA:CPU's own orders, YNNPACK's included, the xla-cpu device's default; see docs/semantics.md).
     """
-    from .exec.executor import Executable
     from . import ops  # noqa: F401  (fills the op registry)
+    import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: Executable.run_spmd; see hloexec/spmd/__init__.py)
+    from .exec.executor import Executable
     return Executable(pick_module(parse(source), module), **options)
 
 
 def __getattr__(name):
     if name == "Executable":
+        import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: Executable.run_spmd)
         from .exec.executor import Executable
         return Executable
     raise AttributeError(name)

@@ -39,15 +39,16 @@ class ArrayFileError(ExecutionError):
 
 
 class MemoryLimitError(ExecutionError):
-    """A run refused before it starts: its peak live bytes exceed what it may use (`limit`, from max_memory when
-    `given`, else MemAvailable)."""
+    """A run refused before it starts: what it needs (`peak`: its peak live bytes, or as `counted` says) exceeds
+    what it may use (`limit`, from max_memory when `given`, else MemAvailable)."""
 
-    def __init__(self, module_name: str, peak: int, limit: int, given: bool):
+    def __init__(self, module_name: str, peak: int, limit: int, given: bool, *,
+                 counted: str = "at its peak (live buffers, inputs included)",
+                 advice: str = "pass max_memory=BYTES to hloexec.load to override"):
         self.peak, self.limit, self.given = peak, limit, given
         source = "max_memory" if given else "MemAvailable in /proc/meminfo"
-        super().__init__(f"{module_name} needs {peak / 2**30:.2f} GiB at its peak (live buffers, inputs included) "
-                         f"but {source} allows {limit / 2**30:.2f} GiB; pass max_memory=BYTES to hloexec.load to "
-                         "override")
+        super().__init__(f"{module_name} needs {peak / 2**30:.2f} GiB {counted} but {source} allows "
+                         f"{limit / 2**30:.2f} GiB; {advice}")
 
 
 def describe_site(instruction) -> str:

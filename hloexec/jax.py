@@ -154,7 +154,7 @@ def _load(text: str, device=None):
 
 
 def _run_lowered(lowered: Lowered, device=None):
-    from .exec import spmd
+    from . import spmd
     exe = _load(lowered.text, device)
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
     module = exe.module

@@ -108,6 +108,7 @@ class HloReference:
         __tracebackhide__ = True
 
         import hloexec
+        import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
         from .exec.executor import Executable
         from .ir.printer import module_to_text
         from .tools.compare import compare_outputs, format_report
@@ -318,7 +319,7 @@ def _dumped_outputs(module, exe) -> list | None:
 def _global_outputs(exe, inputs: list, pre_partition) -> list:
     """Flat global outputs: a partitioned module runs every participant on the inputs split by its parameters'
     shardings, its outputs assembled by the output shardings (`pre_partition` annotates where it has none)."""
-    from .exec import spmd
+    from . import spmd
     from .tools.arrays import flatten
     module = exe.module
     partitions, replicas, _ = spmd.device_counts(module)

@@ -423,7 +423,7 @@ def _external_status() -> dict[str, dict]:
 def test_field_dump_runs_or_says_what_it_lacks(path, what):
     """`hloexec run FILE --seed 0`, and with all participants where FILE is partitioned: success, or an
     UnsupportedError naming the instruction, or (where XLA's parser refuses the file too) an HloParseError."""
-    from hloexec.exec import spmd
+    from hloexec import spmd
     try:
         exe = hloexec.load(path)
         if what == "prepare":

@@ -232,6 +232,27 @@ def test_numba_is_loaded_only_for_large_arrays():
     assert out.split() == ["False", "False", "True"]
 
 
+def test_a_conversion_while_another_thread_loads_the_converters_does_not_use_them_half_made():
+    """A thread converting while another one loads the Numba converters (a paired run's program and shadow threads)
+    never takes the module half made (its entry is in sys.modules before its names are): numpy's casts meanwhile."""
+    script = textwrap.dedent("""
+        import sys, threading
+        import numpy as np
+        from hloexec.ops.elementwise import low_to_f32
+        big, small = np.ones(int(sys.argv[1]), np.float16), np.ones(int(sys.argv[2]), np.float16)
+        loading = threading.Thread(target=low_to_f32, args=(big,))
+        loading.start()
+        converted = 0
+        while loading.is_alive():          # through the whole load: the module's entry is there early
+            converted += int(low_to_f32(small).sum() == small.size)
+        loading.join()
+        print("hloexec.kernels.half" in sys.modules, converted > 0)
+    """)
+    out = subprocess.run([sys.executable, "-P", "-c", script, str(NUMBA_LOAD_MIN_SIZE[F16]),
+                          str(NUMBA_TO_F32_MIN_SIZE[F16])], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["True", "True"], out.stderr
+
+
 UNARY = ["floor", "ceil", "round-nearest-afz", "round-nearest-even", "sqrt", "rsqrt", "cbrt", "exponential",
          "exponential-minus-one", "log", "log-plus-one", "logistic", "sine", "cosine", "tan", "tanh", "erf", "abs",
          "negate", "sign"]

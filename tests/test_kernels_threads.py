@@ -2,7 +2,6 @@
 nothing of a finished call, and waiting spins in C (csrc/spin_wait.c) with the GIL released."""
 from __future__ import annotations
 
-import ctypes
 import gc
 import threading
 import time
@@ -70,21 +69,22 @@ def test_errstate_of_the_caller_holds_in_the_helpers():
     assert flags == ["raise"] * 6
 
 
-@pytest.mark.skipif(threads._spin_while_equal is None, reason="the built library has no hlo_spin_while_equal")
+@pytest.mark.skipif(threads._spin_while_equal is None, reason="the spin-wait library (hlo_spin) is not built")
 def test_spin_while_equal_returns_on_a_change_or_at_its_deadline():
     spin = threads._spin_while_equal
-    word = ctypes.c_int64(5)
-    assert spin(ctypes.byref(word), 4, 10**9, 0) == 5          # already different: at once
+    word = threads._word()
+    word[0] = 5
+    assert spin(word, 4, 10**9, 0) == 5          # already different: at once
     t = time.perf_counter()
-    assert spin(ctypes.byref(word), 5, 2_000_000, 0) == 5      # unchanged: after ~2 ms
+    assert spin(word, 5, 2_000_000, 0) == 5      # unchanged: after ~2 ms
     assert 0.0015 < time.perf_counter() - t < 1.0
 
     def change():
         time.sleep(0.02)
-        word.value = 6
+        word[0] = 6
     changer = threading.Thread(target=change)
     t = time.perf_counter()
-    changer.start()     # the change lands while this thread spins in C: ctypes released the GIL
-    assert spin(ctypes.byref(word), 5, 5 * 10**9, 1000) == 6
+    changer.start()     # the change lands while this thread spins in C: cffi released the GIL
+    assert spin(word, 5, 5 * 10**9, 1000) == 6
     assert time.perf_counter() - t < 2.0
     changer.join()

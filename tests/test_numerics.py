@@ -270,7 +270,7 @@ ENTRY e {
 
 def test_nonfinite_and_shadow_in_spmd_runs():
     """Only device 1's half overflows: the origin names it; the shadow of the SPMD module has no infinity."""
-    from hloexec.exec import spmd
+    from hloexec import spmd
     exe = hloexec.load(SPMD_OVERFLOW)
     global_p = np.array([1, 2, 3, 4, 5, 6, 7, 300], np.float16)
     inputs = spmd.split_inputs(exe.module, [global_p], 2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hloexec
-from hloexec.exec import spmd
+from hloexec import spmd
 from hloexec.tools import chakra, costmodel
 from hloexec.tools.cli import main
 from hloexec.tools.collectives import collectives_report

@@ -521,10 +521,11 @@ def test_huge_numbers_and_long_lines():
     assert int(t.instrs[1]["line"]) == 1 and int(t.instrs[1]["column"]) > 4_000_000
 
 
-def test_the_pre_parsed_cffi_module_matches_the_header(tmp_path):
-    """hloexec/parser/_scan_ffi.py is generated from csrc/hlo_scan.h (python hloexec/parser/scan_cdef.py);
-    a header edited without regenerating it would bind the old declarations."""
+def test_the_pre_parsed_cffi_modules_match_their_headers(tmp_path):
+    """hloexec/parser/_scan_ffi.py and hloexec/kernels/_spin_ffi.py are generated from csrc/'s headers (python
+    hloexec/parser/scan_cdef.py); a header edited without regenerating would bind the old declarations."""
     from hloexec.parser import scan_cdef
-    fresh = tmp_path / "_scan_ffi.py"
-    scan_cdef.generate(fresh, header=Path(__file__).resolve().parents[1] / "csrc" / "hlo_scan.h")  # the repo's
-    assert fresh.read_text() == scan_cdef.MODULE.read_text()                                    # the installed
+    for binding in scan_cdef.BINDINGS:
+        fresh = tmp_path / binding.path.name
+        scan_cdef.generate(binding, fresh, csrc=Path(__file__).resolve().parents[1] / "csrc")  # the repo's
+        assert fresh.read_text() == binding.path.read_text(), binding.header                    # the installed

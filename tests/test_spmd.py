@@ -1,4 +1,4 @@
-"""SPMD runs: N participants as threads, collectives between them (hloexec.exec.spmd).
+"""SPMD runs: N participants as threads, collectives between them (hloexec.spmd).
 
 The differential tests compile jax programs for 8 host devices in a subprocess (XLA_FLAGS must be set
 before jax starts, and this process may already run jax with one device), save the SPMD-partitioned
@@ -142,7 +142,7 @@ def test_transposed_mesh_groups_are_exercised(jax_programs):
 @pytest.mark.xla
 @pytest.mark.parametrize("name", ["data_parallel", "model_parallel"])
 def test_global_inputs_split_and_outputs_assembled_by_sharding(jax_programs, name):
-    from hloexec.exec import spmd
+    from hloexec import spmd
     exe, saved = _load(jax_programs, name)
     global_inputs = [saved[f"global/arg{i}"] for i in range(len(exe.parameters))]
     per_device = spmd.split_inputs(exe.module, global_inputs, 8)
@@ -235,7 +235,7 @@ ENTRY e { p = f32[4] parameter(0)
 def test_split_assemble_round_trip_with_replicated_subgroups():
     from hloexec.ir.attributes import decode_sharding
     from hloexec.ir.shape import parse_shape
-    from hloexec.exec.spmd import agreeing_groups, assemble_global, split_global
+    from hloexec.spmd import agreeing_groups, assemble_global, split_global
     sharding = decode_sharding("{devices=[2,2,2]<=[2,2,2]T(2,1,0) last_tile_dim_replicate}")
     value = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)     # 6 rows over 2 tiles of 3, 8 cols of 4
     pieces = split_global(value, sharding, parse_shape("f32[3,4]"), 8)
@@ -247,7 +247,7 @@ def test_split_assemble_round_trip_with_replicated_subgroups():
 
 
 def test_device_counts_inferred_from_groups():
-    from hloexec.exec.spmd import device_counts
+    from hloexec.spmd import device_counts
     exe = _module("", "p = f32[3] parameter(0)\n ROOT r = f32[3] all-reduce(p), channel_id=1, "
                   "replica_groups={{0,8},{1,9}}, use_global_device_ids=true, to_apply=add")
     partitions, replicas, note = device_counts(exe.module)
@@ -261,7 +261,7 @@ if __name__ == "__main__":
 def test_memory_estimate_counts_scratch_for_the_participants_that_can_run_at_once():
     """f16 ops hold f32 copies while they run: counted for min(N, cores) participants, not all N."""
     import hloexec
-    from hloexec.exec.spmd import memory_estimate
+    from hloexec.spmd import memory_estimate
     from hloexec.kernels.threads import CORES
     text = """HloModule m, num_partitions=8
 ENTRY e { x = f16[262144] parameter(0)
@@ -278,6 +278,24 @@ ENTRY e { x = f16[262144] parameter(0)
     assert est["work"] == 8 * stored + min(8, CORES) * scratch < 8 * (exe.peak_bytes() - per_inputs)
     assert est["total"] == est["work"] + 8 * per_inputs
 
+
+
+def test_the_memory_limit_is_the_options_max_memory():
+    """The participants' total estimate against the options' max_memory (hloexec.load's, as for one participant):
+    MemoryLimitError before any participant starts; run_spmd's memory_limit= is a deprecated name of it."""
+    import hloexec
+    from hloexec.errors import MemoryLimitError
+    from hloexec.spmd import memory_estimate
+    text = "HloModule m, num_partitions=4\nENTRY e { p = f32[1024] parameter(0)\n ROOT n = f32[1024] negate(p) }"
+    inputs = [[np.full(1024, d, np.float32)] for d in range(4)]
+    total = memory_estimate(hloexec.load(text), inputs)["total"]
+    quiet = {"report": lambda message: None}
+    with pytest.raises(MemoryLimitError, match="m on 4 participants needs .* in all .* but max_memory allows"):
+        hloexec.load(text, max_memory=total - 1).run_spmd(inputs, **quiet)
+    outputs = hloexec.load(text, max_memory=total).run_spmd(inputs, **quiet)
+    assert [float(out[0]) for out in outputs] == [-0.0, -1.0, -2.0, -3.0]
+    with pytest.raises(MemoryLimitError), pytest.warns(DeprecationWarning, match="max_memory"):
+        hloexec.load(text).run_spmd(inputs, memory_limit=total - 1, **quiet)
 
 _TIERED = """HloModule m, num_partitions=4
 fused {

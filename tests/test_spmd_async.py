@@ -1,4 +1,4 @@
-"""Async collectives, send/recv and ragged-all-to-all between SPMD participants (hloexec.exec.spmd).
+"""Async collectives, send/recv and ragged-all-to-all between SPMD participants (hloexec.spmd).
 
 The async forms mean their synchronous op (XLA's parser reads `all-to-all-start` as an async-start wrapping an
 all-to-all): each is checked against its synchronous twin, whose semantics tests/test_spmd.py checks against

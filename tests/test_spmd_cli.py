@@ -88,7 +88,7 @@ def test_run_json_per_device_inputs_and_the_memory_limit(tmp_path, capsys, tiled
     assert [o["devices_agree"] for o in doc["outputs"]] == [True, False, False]
     assert doc["outputs"][0]["per_device"][0]["devices"] == [0, 1, 2, 3]
     code, _, err = run_cli(capsys, "run", path, "--spmd", "--max-memory", "100")
-    assert code == 2 and "more than" in err
+    assert code == 2 and "on 4 participants needs" in err and "max_memory allows 0.00 GiB" in err
 
 
 def test_run_infers_device_counts_and_says_so(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""SPMD participants as Ray actors (hloexec.exec.ray_runner) on a simulated cluster of 4 nodes (conftest's
+"""SPMD participants as Ray actors (hloexec.spmd.ray_runner) on a simulated cluster of 4 nodes (conftest's
 `ray_cluster`): the same outputs as the thread runner, bit for bit, and the same errors.
 
 The GPT seed's 16 participants on 2 nodes of 8 need ~11 GB:
@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 import pytest
+
+from hloexec.errors import MemoryLimitError
 
 from test_spmd import PROGRAMS, jax_programs  # noqa: F401  (the module-scoped fixture: writes the programs once)
 
@@ -64,7 +66,7 @@ ENTRY e {{ x = f32[{tp_elements}] parameter(0)
 
 def test_placement_keeps_the_heaviest_collective_groups_in_one_worker():
     import hloexec
-    from hloexec.exec.ray_runner import place
+    from hloexec.spmd.placement import place
     tp_heavy = hloexec.parse(_grid_module(4096, 16))[0]
     assert place(tp_heavy, 16, 1, 8) == [list(range(8)), list(range(8, 16))]
     dp_heavy = hloexec.parse(_grid_module(16, 4096))[0]
@@ -78,7 +80,7 @@ def test_placement_keeps_the_heaviest_collective_groups_in_one_worker():
 
 def test_split_inputs_for_some_devices_gives_their_pieces():
     import hloexec
-    from hloexec.exec import spmd
+    from hloexec import spmd
     module = hloexec.parse("""HloModule m, num_partitions=4
 ENTRY e { x = f32[2,3] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
  y = f32[5] parameter(1), sharding={replicated}
@@ -139,7 +141,7 @@ def test_jax_programs_match_the_thread_runner_bit_for_bit(ray_cluster, jax_progr
 def test_bytes_moved_between_workers(ray_cluster):
     """4 devices in 2 workers of 2: what crosses is counted once per payload and receiving worker."""
     import hloexec
-    from hloexec.exec import spmd
+    from hloexec import spmd
     exe = hloexec.load(ALL_REDUCE_GATHER)
     inputs = [[np.random.default_rng(d).standard_normal(300000).astype(np.float32)] for d in range(4)]
     expected = exe.run_spmd(inputs, **_QUIET)
@@ -161,7 +163,7 @@ def test_bytes_moved_between_workers(ray_cluster):
 
 def test_global_inputs_and_seeds_are_split_on_the_workers(ray_cluster):
     import hloexec
-    from hloexec.exec import spmd
+    from hloexec import spmd
     text = """HloModule m, num_partitions=4
 add { a = f32[] parameter(0)
  b = f32[] parameter(1)
@@ -265,14 +267,20 @@ ENTRY e { p = f32[4] parameter(0)
 def test_what_does_not_fit_is_refused_before_starting(ray_cluster):
     """The nodes have 1 CPU and 12 GB (Ray's 'memory' resource) each: checked before any worker starts."""
     import hloexec
-    from hloexec.exec import spmd
+    from hloexec import spmd
     # 3.2 GB tiles: a worker of 4 needs ~24 GB, of 2 ~12 GB, of 1 ~6 GB
-    big = hloexec.load("HloModule m, num_partitions=8\nENTRY e { p = f32[800000000] parameter(0), "
-                       "sharding={devices=[8]<=[8]}\n ROOT n = f32[800000000] negate(p) }")
+    text = ("HloModule m, num_partitions=8\nENTRY e { p = f32[800000000] parameter(0), "
+            "sharding={devices=[8]<=[8]}\n ROOT n = f32[800000000] negate(p) }")
+    big = hloexec.load(text)
     with pytest.raises(hloexec.ExecutionError, match=r"a worker of 4 participants \(devices 0-3\) needs about "
                                                      r"23\.\d\d GB, more than the largest node's 12\.00 GB"):
         big.run_spmd(spmd.GlobalInputs(seed=0), runner="ray", participants_per_worker=4, **_QUIET)
-    with pytest.raises(hloexec.ExecutionError, match=r"more than the 1\.0 MB allowed"):
+    # the run's limit is the options' max_memory, as for one participant; memory_limit= is its deprecated name
+    refused = r"m on 8 participants needs \d+\.\d\d GiB in all .* but max_memory allows 0\.00 GiB"
+    with pytest.raises(MemoryLimitError, match=refused):
+        hloexec.load(text, max_memory=1 << 20).run_spmd(spmd.GlobalInputs(seed=0), runner="ray",
+                                                         participants_per_worker=1, **_QUIET)
+    with pytest.raises(MemoryLimitError, match=refused), pytest.warns(DeprecationWarning, match="max_memory"):
         big.run_spmd(spmd.GlobalInputs(seed=0), runner="ray", participants_per_worker=1, memory_limit=1 << 20,
                      **_QUIET)
     with pytest.raises(hloexec.ExecutionError, match=r"nodes cannot hold 8 workers of 1 CPUs and 5\.\d\d GB"):
@@ -287,8 +295,9 @@ def test_cli_run_with_ray_reports_what_the_thread_runner_does(ray_cluster, tmp_p
     path.write_text(SPMD_MODULE)
     code, out, _ = run_cli(capsys, "run", path, "--spmd", "--seed", "1", "--json", "--out", tmp_path / "threads.npz")
     threads = json.loads(out)
-    code_ray, out, _ = run_cli(capsys, "run", path, "--spmd", "--seed", "1", "--json", "--out", tmp_path / "ray.npz",
+    code_ray, out, err = run_cli(capsys, "run", path, "--spmd", "--seed", "1", "--json", "--out", tmp_path / "ray.npz",
                                "--ray", ray_cluster.address, "--participants-per-worker", "2")
+    assert out, err
     ray = json.loads(out)
     assert code == code_ray == 1                  # out2 claims to be replicated and is not: found by digests
     assert ray["replicated"] == threads["replicated"] and ray["outputs"] == threads["outputs"]
@@ -341,8 +350,8 @@ def _seed_matches(shared_path, seed: str, devices: int, per_worker: int):
     """The seed's random inputs (seed 0): the Ray runner's outputs have the thread runner's digests (held as
     digests: the GPT seed's outputs are 2.9 GB) and the replicated ones agree."""
     import hloexec
-    from hloexec.exec import spmd
-    from hloexec.exec.ray_runner import digest
+    from hloexec import spmd
+    from hloexec.spmd.ray_runner import digest
     exe = hloexec.load(shared_path("seeds", seed))
     expected = [digest(out) for out in exe.run_spmd(spmd.random_inputs(exe.module, devices, seed=0), **_QUIET)]
     got = hloexec.load(shared_path("seeds", seed)).run_spmd(

@@ -1,4 +1,4 @@
-"""The seed dumps run with every participant (hloexec.exec.spmd): all devices finish, and the outputs
+"""The seed dumps run with every participant (hloexec.spmd): all devices finish, and the outputs
 their shardings say are replicated agree exactly across devices.
 
 Times on the shared 2-core machine (`pytest tests/test_spmd_seeds.py --durations=0`, heavily loaded):
@@ -13,7 +13,7 @@ import pytest
 
 def _run_all(shared_path, seed: str, devices: int):
     import hloexec
-    from hloexec.exec import spmd
+    from hloexec import spmd
     exe = hloexec.load(shared_path("seeds", seed))
     partitions, replicas, _ = spmd.device_counts(exe.module)
     assert partitions * replicas == devices
@@ -24,7 +24,7 @@ def _run_all(shared_path, seed: str, devices: int):
 
 def test_tpu_seed_runs_on_8_partitions(shared_path):
     # tiled layouts T(8,128)(2,1) and bitcasts between them, iota and list groups, partition-id tables
-    from hloexec.exec import spmd
+    from hloexec import spmd
     exe, outputs = _run_all(shared_path, "tpu_seqparallel_remat_8dev.hlo", 8)
     assert spmd.check_replicated(exe.module, outputs) == []
     assert all(np.isfinite(out).all() for out in outputs)
@@ -34,14 +34,14 @@ def test_tpu_seed_runs_on_8_partitions(shared_path):
 
 @pytest.mark.slow
 def test_xmap_seed_runs_on_4_devices(shared_path):
-    from hloexec.exec import spmd
+    from hloexec import spmd
     exe, outputs = _run_all(shared_path, "xmap_train_step_4dev.hlo", 4)
     assert spmd.check_replicated(exe.module, outputs) == []
 
 
 @pytest.mark.slow
 def test_gpt_seed_runs_on_16_partitions_and_replicated_outputs_agree(shared_path):
-    from hloexec.exec import spmd
+    from hloexec import spmd
     exe, outputs = _run_all(shared_path, "gpt_train_step_shard_parallel_16dev.hlo", 16)
     # the outputs are the Adam-updated parameters and optimizer state, aliased to parameters whose
     # shardings say which devices hold the same values: all 16 ({replicated}), or the data-parallel pairs

@@ -6,16 +6,11 @@ gets the sender's array itself, not a copy.
 
 This is the seam between the collectives (hloexec.ops.collectives) and whatever carries the
 payloads: `MirrorCommunicator` (one participant alone), `ThreadCommunicator` (participants as
-threads of one process, hloexec.exec.spmd), `RayCommunicator` (participants in the actors of a Ray
-cluster, hloexec.exec.ray_runner: the same mailboxes, with payloads for other actors posted to them).
+threads of one process, hloexec.spmd.communicators), `RayCommunicator` (participants in the actors of a Ray
+cluster, hloexec.spmd.ray_runner: the same mailboxes, with payloads for other actors posted to them). Only the
+first is exec/'s: a prepared module plays one participant; the SPMD layer above (hloexec.spmd) runs them all.
 """
 from __future__ import annotations
-
-import contextlib
-import threading
-import time
-
-from ..errors import ExecutionError
 
 
 class MirrorCommunicator:
@@ -24,7 +19,7 @@ class MirrorCommunicator:
     So a payload from any source is what this participant addresses to itself (or, when it
     addresses no one but itself, to anyone: collective-permute sends the same value to all).
     all-reduce(sum) then gives N*x, all-gather N copies: consistent shapes and plausible numbers,
-    not a multi-device run (that is hloexec.exec.spmd).
+    not a multi-device run (that is hloexec.spmd).
     """
     distinct_participants = False       # the others are this one: work cannot be split with them
 
@@ -42,155 +37,3 @@ class MirrorCommunicator:
         else:
             raise RuntimeError(f"mirror exchange for %{inst.name}: nothing to mirror")
         return [payload] * len(sources)
-
-
-class ParticipantFailed(ExecutionError):
-    """This participant stopped because another one failed (the other's error is the one to report)."""
-
-
-class Mailboxes:
-    """What the participants of one run share: payloads keyed by (source, destination, sequence number).
-
-    A participant's k-th exchange posts its sends under k, then waits for its sources' k-th posts.
-    All participants run the same program, so their k-th collectives must be the same instruction:
-    a post from another instruction is a mismatch, a source that posted its k-th exchange without
-    addressing us (or finished) will never send, and every live participant waiting is a deadlock.
-    Each is an ExecutionError at once; `timeout` bounds a wait on a source that is still running, counted
-    from the last sign of progress of any participant (a post, a compute slot taken or given up): with
-    few slots a source may rightly wait long for its turn.
-
-    `compute_slots` bounds how many participants compute at once (None: all): a participant holds a slot
-    while it runs and gives it up while it waits in an exchange, so the temporaries of at most that many
-    are alive at a time and the machine's cores are not oversubscribed.
-    """
-
-    def __init__(self, device_ids, timeout: float = 900.0, compute_slots: int | None = None):
-        self.device_ids = list(device_ids)
-        self.timeout = timeout
-        self.slots = threading.BoundedSemaphore(compute_slots) if compute_slots else None
-        self.progress = time.monotonic()      # when a participant last posted or took/gave up a slot
-        self.cond = threading.Condition()
-        self.boxes: dict[tuple[int, int, int], tuple[str, object]] = {}
-        self.posted: dict[int, list[str]] = {d: [] for d in self.device_ids}   # instruction names by sequence
-        self.waiting: dict[int, tuple[int, str, list[int]]] = {}     # sequence, instruction, sources pending
-        self.finished: set[int] = set()
-        self.failure: tuple[int, BaseException] | None = None
-
-    def endpoint(self, device_id: int) -> "ThreadCommunicator":
-        return ThreadCommunicator(self, device_id)
-
-    def take_slot(self) -> None:
-        if self.slots is not None:
-            self.slots.acquire()
-            self.progress = time.monotonic()
-
-    def give_slot(self) -> None:
-        if self.slots is not None:
-            self.progress = time.monotonic()
-            self.slots.release()
-
-    def post(self, source: int, seq: int, name: str, sends: dict) -> None:
-        """`source`'s exchange number `seq` (instruction `name`) addresses `sends` (destination -> payload)."""
-        with self.cond:
-            for dest, payload in sends.items():
-                self.boxes[(source, dest, seq)] = (name, payload)
-            self.posted[source].append(name)
-            self.progress = time.monotonic()
-            self.cond.notify_all()
-
-    def finish(self, device_id: int) -> None:
-        with self.cond:
-            self.finished.add(device_id)
-            self.cond.notify_all()
-
-    def fail(self, device_id: int, error: BaseException) -> None:
-        with self.cond:
-            if self.failure is None and not isinstance(error, ParticipantFailed):
-                self.failure = (device_id, error)
-            self.cond.notify_all()
-
-    def undelivered(self) -> list[str]:
-        """Payloads posted but never received (a group the receiver did not share), for the report."""
-        return [f"device {s} -> device {d}: %{name} (collective #{seq})"
-                for (s, d, seq), (name, _) in sorted(self.boxes.items())]
-
-    def _why_not(self, me: int, seq: int, name: str, src: int) -> str | None:
-        """Why the post from `src` can never come, or None while it still may."""
-        posted = self.posted[src]
-        if len(posted) > seq:
-            if posted[seq] != name:
-                return (f"collective mismatch: device {me}'s collective #{seq} is %{name}, device {src}'s is "
-                        f"%{posted[seq]}")
-            return f"device {src} ran %{name} (collective #{seq}) without sending to device {me}: their groups disagree"
-        if src in self.finished:
-            return f"device {src} finished after {len(posted)} collectives; device {me} waits for its #{seq} (%{name})"
-        live = [d for d in self.device_ids if d not in self.finished]
-        if all(d in self.waiting for d in live) and not any(self._ready(d) for d in live):
-            where = "; ".join(f"device {d} at #{s} %{n} waiting for {srcs}"
-                              for d, (s, n, srcs) in sorted(self.waiting.items()))
-            return f"deadlock: every participant waits ({where})"
-        return None
-
-    def _ready(self, device_id: int) -> bool:
-        seq, _, sources = self.waiting[device_id]
-        return all((s, device_id, seq) in self.boxes for s in sources)
-
-
-class ThreadCommunicator:
-    """One participant's end of the shared Mailboxes."""
-    distinct_participants = True        # collectives may split their work (all-reduce folds) between them
-
-    def __init__(self, mailboxes: Mailboxes, device_id: int):
-        self.mailboxes = mailboxes
-        self.device_id = device_id
-        self.sequence = 0
-
-    def exchange(self, inst, sends, sources):
-        with self.idle():
-            return self._exchange(inst, sends, sources)
-
-    @contextlib.contextmanager
-    def idle(self):
-        """While this participant waits (in a collective, or for another run it is paired with), it computes
-        nothing: another one may take its compute slot meanwhile."""
-        self.mailboxes.give_slot()
-        try:
-            yield
-        finally:
-            self.mailboxes.take_slot()
-
-    def _exchange(self, inst, sends, sources):
-        box, me, seq = self.mailboxes, self.device_id, self.sequence
-        self.sequence += 1
-        box.post(me, seq, inst.name, sends)
-        with box.cond:
-            box.waiting[me] = (seq, inst.name, list(sources))
-            try:
-                return [self._receive(src, seq, inst.name) for src in sources]
-            finally:
-                del box.waiting[me]
-
-    def _receive(self, src: int, seq: int, name: str):
-        box, me = self.mailboxes, self.device_id
-        key = (src, me, seq)
-        started = time.monotonic()
-        while key not in box.boxes:
-            if box.failure is not None:
-                raise ParticipantFailed(f"device {me} stopped: device {box.failure[0]} failed")
-            if src not in box.device_ids:
-                raise ExecutionError(f"%{name}: device {me} expects a payload from device {src}, which is not a "
-                                     f"participant (devices {box.device_ids[0]}..{box.device_ids[-1]})")
-            why = box._why_not(me, seq, name, src)
-            if why is not None:
-                raise ExecutionError(why)
-            remaining = max(box.progress, started) + box.timeout - time.monotonic()
-            if remaining <= 0:
-                raise ExecutionError(f"timeout: device {me} waited at %{name} (collective #{seq}) for device {src}, "
-                                     f"no participant progressing for {box.timeout:.0f} s")
-            box.cond.wait(min(remaining, 1.0))
-        sender_name, payload = box.boxes.pop(key)
-        box.waiting[me][2].remove(src)
-        if sender_name != name:
-            raise ExecutionError(f"collective mismatch: device {me}'s collective #{seq} is %{name}, device {src}'s is "
-                                 f"%{sender_name}")
-        return payload

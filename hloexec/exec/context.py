@@ -54,7 +54,7 @@ class ExecContext:
 
     @property
     def device(self) -> Device:
-        """The device of the calling thread: SPMD participants share one prepared plan (hloexec.exec.spmd)."""
+        """The device of the calling thread: SPMD participants share one prepared plan (hloexec.spmd)."""
         return getattr(self._participant, "device", None) or self.default_device
 
     def participant(self) -> int:

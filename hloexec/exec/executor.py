@@ -3,21 +3,51 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import ElidedConstantWarning, ExecutionError, MemoryLimitError, elided_constants_note
+from ..ir.compiled_for import auto_device
 from ..ir.module import Computation, Module
 from ..ir.shape import Shape
 from ..kernels.heap import keep_freed_memory
-from ..options import Options
+from ..options import Options, available_memory
+from ..ops.manual import has_manual_regions
+from .communicators import MirrorCommunicator
 from .context import Device, ExecContext
-from .inputs import from_npz_void
+from .inputs import from_npz_void, random_inputs
 from .plan import Plan
 from .runner import Runner
 from .tiering import CompileEvent, TieredKernel, compile_due
+
+
+class SpmdLayer(Protocol):
+    """What exec/ asks of the SPMD layer above it (hloexec.spmd): running every participant of a module, as
+    `run_spmd(exe, per_device_inputs, partitions=, replicas=, **options)` and `run_with_manual_regions(exe, args)`."""
+    run_spmd: Callable[..., Any]
+    run_with_manual_regions: Callable[..., Any]
+
+
+# Set by hloexec.spmd when it is imported (hloexec.load and the tools making an Executable import it, as they import
+# hloexec.ops to fill the op registry): exec/ runs one participant and never imports the layer above it.
+spmd_layer: SpmdLayer | None = None
+
+
+def use_spmd_layer(layer: SpmdLayer) -> None:
+    """What hloexec.spmd calls when imported (a function imported from this module, not an attribute set on it: the
+    import finds this module in sys.modules, where a package attribute may still name an older copy)."""
+    global spmd_layer
+    spmd_layer = layer
+
+
+def _spmd() -> SpmdLayer:
+    if spmd_layer is None:
+        raise ExecutionError("running every participant of a module needs the SPMD layer: import hloexec.spmd "
+                             "(hloexec.load does)")
+    return spmd_layer
 
 
 class PlanCache:
@@ -67,7 +97,6 @@ class Executable:
         compile_after=0 the first run waits for every kernel) or "never" (op by op always); see
         exec/tiering.py. `compile_after`: calls of a fusion op by op before it is due to compile (default: 1 in
         the background, so that a one-shot run compiles nothing, 0 eager)."""
-        from .communicators import MirrorCommunicator
         keep_freed_memory()         # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
         elided = module.elided_constants()
@@ -78,7 +107,6 @@ class Executable:
             participant.communicator = MirrorCommunicator(participant)
         self.participant = participant
         if device == "auto":        # the profile of what the dump was compiled for (ir/compiled_for.py)
-            from ..ir.compiled_for import auto_device
             device = auto_device(module)[0]
         self.options = Options.of(options, device, **rules)
         self.plans = PlanCache()
@@ -98,8 +126,7 @@ class Executable:
             self._compile_due()
         self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
         self._parameters = self.parameters     # built once: run() checks every input against it
-        from .manual import has_manual_regions
-        self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (exec/manual.py)
+        self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (spmd/manual.py)
         self._peak_bytes: int | None = None
 
     @property
@@ -135,8 +162,7 @@ class Executable:
             if progress is not None or profile is not None or observe is not None:
                 raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
                                      "device: progress, profile and observe follow one participant only")
-            from .manual import run_with_manual_regions
-            return run_with_manual_regions(self, args)
+            return _spmd().run_with_manual_regions(self, args)
         params = self._parameters
         if len(args) != len(params):
             raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
@@ -198,7 +224,6 @@ class Executable:
         return {"mode": self.context.compile, **(background.report() if background is not None else {})}
 
     def random_inputs(self, seed: int = 0) -> list:
-        from .inputs import random_inputs
         return random_inputs(self.module, seed, max_memory=self.max_memory)
 
     def peak_bytes(self) -> int:
@@ -221,21 +246,8 @@ class Executable:
         return limit
 
     def run_spmd(self, per_device_inputs, partitions: int | None = None, replicas: int | None = None, **options):
-        """Run every participant of an SPMD module, collectives between them; see hloexec.exec.spmd.run_spmd."""
-        from .spmd import run_spmd
-        return run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
-
-
-def available_memory() -> int | None:
-    """MemAvailable of /proc/meminfo in bytes; None where there is no /proc (not Linux)."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+        """Run every participant of an SPMD module, collectives between them; see hloexec.spmd.run_spmd."""
+        return _spmd().run_spmd(self, per_device_inputs, partitions=partitions, replicas=replicas, **options)
 
 
 def _coerce(value, param: Parameter):

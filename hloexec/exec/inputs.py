@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import MemoryLimitError, UnsupportedError
 from ..ir.module import Instruction, Module
+from ..options import available_memory
 from ..ir.shape import Shape
 from .domains import Domain, input_domains
 
@@ -32,7 +34,6 @@ def random_inputs(module: Module, seed: int = 0, domains: dict[int, Domain] | No
 def _check_representable(param: Instruction) -> None:
     """UnsupportedError for a parameter no numpy array can be made for (f32[2^62,0]: empty, but numpy multiplies
     the other dimensions, by the 16 bytes of the widest values random_value draws, and refuses)."""
-    from ..errors import UnsupportedError
     for _, leaf in param.shape.leaves():
         extent = 16
         for d in leaf.dims:
@@ -45,8 +46,6 @@ def _check_representable(param: Instruction) -> None:
 def check_inputs_fit(module_name: str, shapes: list[Shape], max_memory: int | None = None) -> None:
     """MemoryLimitError when arrays of `shapes` exceed `max_memory` (None: MemAvailable): a module whose inputs
     cannot be made is refused before numpy tries (its MemoryError, or the OOM killer, says nothing useful)."""
-    from ..errors import MemoryLimitError
-    from .executor import available_memory
     need = sum(s.nbytes for s in shapes)
     limit = max_memory if max_memory is not None else available_memory()
     if limit is not None and need > limit:

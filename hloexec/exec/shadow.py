@@ -134,11 +134,12 @@ def pin_reason(inst: Instruction) -> str | None:
             return "reinterprets the bits of a float type"
         return None
     if opcode == "convert":
-        src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
-        if src.kind == "float" and dst.kind == "float" and dst.bits <= QUANTIZING_BITS < src.bits:
-            return f"quantizes to {dst.name}"
-        if src.kind == "float" and src.bits <= QUANTIZING_BITS and dst.kind in ("sint", "uint"):
-            return f"saturates at {dst.name}'s bounds rounded to {src.name}"
+        src_type, dst_type = inst.operands[0].shape.element_type, inst.shape.element_type
+        assert src_type is not None and dst_type is not None      # convert takes and makes arrays
+        if src_type.kind == "float" and dst_type.kind == "float" and dst_type.bits <= QUANTIZING_BITS < src_type.bits:
+            return f"quantizes to {dst_type.name}"
+        if src_type.kind == "float" and src_type.bits <= QUANTIZING_BITS and dst_type.kind in ("sint", "uint"):
+            return f"saturates at {dst_type.name}'s bounds rounded to {src_type.name}"
         return None
     if opcode == "reduce-precision":
         etype = inst.shape.element_type

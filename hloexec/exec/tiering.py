@@ -146,7 +146,8 @@ class TieredKernel:
         self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
         self.observer, self.failed, self.background = observer, failed, background
         self.name, self.work = name, work       # (for the background compiler: what to say, what first)
-        self.compiled, self.calls, self.lock, self.queued = None, {}, threading.Lock(), False
+        self.calls: dict = {}           # participant -> calls so far
+        self.compiled, self.lock, self.queued = None, threading.Lock(), False
 
     def compile_now(self) -> None:
         """Compile at the next call, however few calls ran op by op."""
@@ -202,7 +203,8 @@ class TieredLoop:
     def __init__(self, cond, body, kernel, step_work: int, compile_work: int, participant, observer, failed=None,
                  background=None, name: str = ""):
         self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
-        self.compiled, self.work, self.participant, self.lock = None, {}, participant, threading.Lock()
+        self.work: dict = {}            # participant -> work done so far
+        self.compiled, self.participant, self.lock = None, participant, threading.Lock()
         self.observer, self.failed, self.background, self.name = observer, failed, background, name
         self.compile_work, self.queued = compile_work, False
 

@@ -67,8 +67,9 @@ class CompiledFor:
 def compiled_for(module: Module) -> CompiledFor:
     """Read the platform `module` was compiled for from its text's backend habits."""
     strong: dict[str, Counter] = {p: Counter() for p in PLATFORMS}
-    hopper = Counter()
-    fusion_kinds, dots_outside_fusions, loop_reductions, fp8 = Counter(), 0, 0, False
+    hopper: Counter = Counter()
+    fusion_kinds: Counter = Counter()
+    dots_outside_fusions, loop_reductions, fp8 = 0, 0, False
     fused = {c.name: str(inst.attrs.get("kind", "")) for inst in module.instructions() if inst.opcode == "fusion"
              for c in inst.called_computations}
     for shape, n in module.shape_counts().items():

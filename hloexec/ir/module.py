@@ -14,6 +14,7 @@ from functools import cached_property
 
 from ..errors import HloParseError
 from .shape import Shape
+from .printer import module_to_text
 
 # Attribute keys whose value names computations (a list for branch_computations / called_computations).
 COMPUTATION_ATTRS = ("calls", "to_apply", "condition", "body", "branch_computations", "true_computation",
@@ -443,7 +444,7 @@ class Module:
         return self._counts("shape_counts", lambda inst: inst.shape)
 
     def _counts(self, column: str, of_instruction) -> Counter:
-        counts = Counter()
+        counts: Counter = Counter()
         rows_by_tables: dict[int, tuple] = {}
         made, tables, rows = self._parts()
         if rows:
@@ -459,7 +460,6 @@ class Module:
 
     def to_text(self) -> str:
         """HLO text that XLA's parser reads back into the same module."""
-        from .printer import module_to_text
         return module_to_text(self)
 
     def __repr__(self):

@@ -177,7 +177,8 @@ def _parse(text: str, pos: int, depth: int = 0) -> tuple[Shape, int]:
     if depth > MAX_TUPLE_DEPTH:
         raise ShapeSyntaxError(f"tuple shape nested deeper than {MAX_TUPLE_DEPTH} levels", pos)
     if text.startswith("(", pos):
-        shapes, pos = [], pos + 1
+        shapes: list[Shape] = []
+        pos += 1
         while True:
             while pos < len(text) and text[pos].isspace():
                 pos += 1

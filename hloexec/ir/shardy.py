@@ -75,7 +75,7 @@ def _string(t: _Tokens) -> str:
 
 def _items(t: _Tokens, close: str, item) -> list:
     """`item(t)` repeated, comma-separated, up to and including the `close` token."""
-    out = []
+    out: list = []
     while not t.eat(close):
         if out:
             t.expect(",")
@@ -116,7 +116,7 @@ def decode_meshes(raw: str) -> dict[str, Mesh]:
 def _axis_refs(t: _Tokens, mesh: Mesh, open_allowed: bool) -> list[AxisRef]:
     """`{"x", "y":(2)4, ?}` (priorities like `p1` after the brace are skipped)."""
     t.expect("{")
-    refs = []
+    refs: list = []
     while not t.eat("}"):
         if refs or (t.i and t.toks[t.i - 1][0] == "?"):
             t.expect(",")
@@ -154,7 +154,7 @@ def _tensor_sharding(t: _Tokens, meshes: dict[str, Mesh], text: str, only: list[
     t.expect("[")
     dims = [refs if only is None else [r for r in refs if mesh.names[r.axis] in only]
             for refs in _items(t, "]", lambda t: _axis_refs(t, mesh, open_allowed=True))]
-    groups = {"replicated": [], "unreduced": []}
+    groups: dict[str, list] = {"replicated": [], "unreduced": []}
     while t.eat(","):
         key = t.expect("word")
         if key not in groups:

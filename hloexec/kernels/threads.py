@@ -18,10 +18,12 @@ pool").
 from __future__ import annotations
 
 import contextvars
-import ctypes
 import itertools
 import os
 import threading
+
+from ..parser.clib import open_library
+from ._spin_ffi import ffi     # csrc/spin_wait.h's declarations, pre-parsed (parser/scan_cdef.py)
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 SPIN_SECONDS = float(os.environ.get("HLOEXEC_SPIN_US", 300)) * 1e-6    # 0: sleep at once
@@ -33,27 +35,30 @@ def default_threads() -> int:
     return int(os.environ.get("HLOEXEC_NUM_THREADS") or CORES)
 
 
-def _spin_function():
-    """csrc/spin_wait.c's `hlo_spin_while_equal(word, value, max_ns)` through ctypes (which releases the GIL);
-    None where the library lacks it (an older build): waiting then sleeps at once."""
-    from ..parser.scan import LIBRARY_PATH
+def _spin_library():
+    """csrc/spin_wait.c's library (its own, opened through cffi, which releases the GIL during a call); None where
+    it is not built: waiting then sleeps at once. Kept open while the module lives (cffi closes a collected one)."""
     try:
-        f = ctypes.CDLL(str(LIBRARY_PATH)).hlo_spin_while_equal
-    except (OSError, AttributeError):
+        return open_library("hlo_spin", ffi)[0]
+    except ImportError:
         return None
-    f.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
-    f.restype = ctypes.c_int64
-    return f
 
 
-_spin_while_equal = _spin_function()
+_SPIN_LIBRARY = _spin_library()
+# hlo_spin_while_equal(word, value, max_ns, grace_ns)
+_spin_while_equal = None if _SPIN_LIBRARY is None else _SPIN_LIBRARY.hlo_spin_while_equal
 
 
-def _spin(word: ctypes.c_int64, value: int) -> int:
-    """Spin while word == value, at most SPIN_SECONDS; the word's last value."""
+def _word():
+    """A 64-bit word spinning threads watch: `word[0]`."""
+    return ffi.new("int64_t *")
+
+
+def _spin(word, value: int) -> int:
+    """Spin while word[0] == value, at most SPIN_SECONDS; the word's last value."""
     if _spin_while_equal is None or SPIN_SECONDS <= 0:
-        return word.value
-    return _spin_while_equal(ctypes.byref(word), value, int(SPIN_SECONDS * 1e9), int(GRACE_SECONDS * 1e9))
+        return word[0]
+    return _spin_while_equal(word, value, int(SPIN_SECONDS * 1e9), int(GRACE_SECONDS * 1e9))
 
 
 class _Pool:
@@ -61,7 +66,7 @@ class _Pool:
 
     def __init__(self, workers: int):
         self.workers = workers
-        self.generation = ctypes.c_int64(0)    # bumped by each post: what spinning helpers watch
+        self.generation = _word()    # bumped by each post: what spinning helpers watch
         self.queue: _BlockQueue | None = None
         self.wake = threading.Condition()
         self.sleeping = 0
@@ -71,7 +76,7 @@ class _Pool:
     def post(self, queue: "_BlockQueue") -> None:
         with self.wake:
             self.queue = queue
-            self.generation.value += 1
+            self.generation[0] += 1
             if self.sleeping:
                 self.wake.notify_all()
 
@@ -88,10 +93,10 @@ class _Pool:
             if generation == seen:
                 with self.wake:
                     self.sleeping += 1
-                    while self.generation.value == seen:
+                    while self.generation[0] == seen:
                         self.wake.wait()
                     self.sleeping -= 1
-                    generation = self.generation.value
+                    generation = self.generation[0]
             seen = generation
             self._help()
 
@@ -136,7 +141,7 @@ class _BlockQueue:
         self.left = count
         self.lock = threading.Lock()
         self.finished = threading.Event()
-        self.done = ctypes.c_int64(0)               # 1 after the last block: what the spinning caller watches
+        self.done = _word()                         # 1 after the last block: what the spinning caller watches
         self.context = contextvars.copy_context()
         self.error: BaseException | None = None
 
@@ -150,7 +155,7 @@ class _BlockQueue:
                 with self.lock:
                     self.left -= 1
                     if self.left == 0:
-                        self.done.value = 1
+                        self.done[0] = 1
                         self.finished.set()
 
 

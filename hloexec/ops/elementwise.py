@@ -90,6 +90,11 @@ def _numba_converters(size: int, dtype: np.dtype):
     """hloexec.kernels.half if it is loaded or converting `size` elements of `dtype` is worth loading it,
     else None."""
     half = sys.modules.get(_HALF_MODULE)
+    if half is not None and getattr(half.__spec__, "_initializing", False):
+        # another thread is loading it (a paired run's program and shadow threads): its entry is there before its
+        # names, as importlib marks it; numpy's casts meanwhile (waiting for the import instead can meet the
+        # background compiler's import of Numba and be handed a half-made module: importlib's deadlock escape)
+        return None
     if half is None and size >= NUMBA_LOAD_MIN_SIZE.get(dtype, np.inf):
         from ..kernels import half
     return half

@@ -7,7 +7,7 @@ the operand's sharding) and `SPMDShardToFullShape` (tiles -> global value, by it
 `xla.sdy.GlobalToLocalShape` and `xla.sdy.LocalToGlobalShape`, tiled by their `xla.sdy.in_shardings` /
 `xla.sdy.out_shardings` frontend attributes along their `xla.sdy.manual_axes`.
 
-hloexec runs such a module with every device as a participant (hloexec.exec.manual): each computes the global
+hloexec runs such a module with every device as a participant (hloexec.spmd.manual): each computes the global
 program on the global inputs, enters a region with its own tile, runs the region (collectives between the
 participants) and leaves it by exchanging tiles with all participants and assembling the global value. Devices
 that share a tile (axes the region is not manual along) compute the same region values.
@@ -18,11 +18,19 @@ import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError
 from ..ir.attributes import Sharding
+from ..ir.module import Module
 from ..ir.shardy import ShardyError, decode_manual_axes, decode_sharding_attr, module_meshes, sharding_of
 from .custom_call import register_custom_call, target_of
 from .tiles import assemble_global, device_tile, tile_layout
 
 ENTERS = ("SPMDFullToShardShape", "xla.sdy.GlobalToLocalShape")
+
+
+def has_manual_regions(module: Module) -> bool:
+    """Whether the module enters a manual region (SPMDFullToShardShape, xla.sdy.GlobalToLocalShape)."""
+    if "custom-call" not in module.opcode_counts():
+        return False
+    return any(i.opcode == "custom-call" and target_of(i) in ENTERS for i in module.instructions())
 
 
 def _leaves(shape):

@@ -1,6 +1,6 @@
 """Values by a sharding: a global value split into per-device tiles, and tiles assembled back.
 
-Used by SPMD runs (hloexec.exec.spmd: inputs split, outputs assembled by the parameters' and ROOT's
+Used by SPMD runs (hloexec.spmd: inputs split, outputs assembled by the parameters' and ROOT's
 shardings) and by the manual regions of pre-partition modules (hloexec.ops.manual).
 """
 from __future__ import annotations

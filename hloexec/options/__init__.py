@@ -15,7 +15,7 @@ from .devices import REDUCTIONS, REFERENCE, DeviceProfile, device_profile
 @dataclass(frozen=True)
 class Options:
     """How a module is computed (`device`, `reductions`, `excess_precision`) and what a run may use
-    (`max_memory`: bytes, None: MemAvailable at each run). Build it with `Options.make`, which takes the
+    (`max_memory`: bytes, None: MemAvailable at each run, `available_memory()`). Build it with `Options.make`, which takes the
     device's defaults for what is not given."""
     device: DeviceProfile = field(default=REFERENCE)
     reductions: str = "accumulate"
@@ -63,4 +63,16 @@ class Options:
                 for f in fields(self) if f.name != "max_memory"}
 
 
-__all__ = ["Options", "DeviceProfile", "device_profile", "REDUCTIONS", "REFERENCE"]
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes; None where there is no /proc (not Linux)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+__all__ = ["Options", "available_memory", "DeviceProfile", "device_profile", "REDUCTIONS", "REFERENCE"]

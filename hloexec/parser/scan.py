@@ -42,14 +42,12 @@ over those tables (see :class:`Links`).
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ._scan_ffi import ffi     # the cdef of scan_cdef.py, pre-parsed by cffi (no pycparser at import)
+from .clib import open_library
 
 __all__ = [
     "ScanError",
@@ -70,44 +68,8 @@ __all__ = [
 _TABLES = [("modules", "hlo_module"), ("comps", "hlo_comp"), ("instrs", "hlo_instr"),
            ("operands", "hlo_operand"), ("attrs", "hlo_attr")]
 
-
-
-def _lib_candidates() -> list[Path]:
-    """Where the built library may be: next to the package (wheel install), in another entry of the package
-    path (scikit-build-core editable), or in the installed distribution when the source tree shadows it
-    (`import hloexec` from a checkout's root after `pip install .`: the sources have no built library)."""
-    import hloexec
-
-    names = {"linux": ["libhlo_scan.so"], "darwin": ["libhlo_scan.dylib", "libhlo_scan.so"],
-             "win32": ["hlo_scan.dll", "libhlo_scan.dll"]}.get(sys.platform, ["libhlo_scan.so"])
-    dirs: list[Path] = []
-    if getattr(hloexec, "__file__", None):
-        dirs.append(Path(hloexec.__file__).parent)
-    dirs += [Path(d) for d in getattr(hloexec, "__path__", [])]
-    try:
-        from importlib.metadata import PackageNotFoundError, distribution
-        dirs.append(Path(distribution("hloexec").locate_file("hloexec")))
-    except (PackageNotFoundError, ValueError):
-        pass
-    dirs = list(dict.fromkeys(dirs))
-    return [d / n for d in dirs for n in names]
-
-
-def _load():
-    # HLOEXEC_SCAN_LIBRARY: use another build of the scanner (.ci/sanitize.sh loads an ASan/UBSan one)
-    override = os.environ.get("HLOEXEC_SCAN_LIBRARY")
-    tried = [Path(override)] if override else _lib_candidates()
-    for p in tried:
-        if p.is_file():
-            return ffi.dlopen(str(p)), p
-    raise ImportError(
-        "hloexec C scanner library not found (looked for "
-        + ", ".join(str(p) for p in tried)
-        + "); build it with `pip install --no-build-isolation -e .` or `pip install .`"
-    )
-
-
-lib, LIBRARY_PATH = _load()
+# HLOEXEC_SCAN_LIBRARY: use another build of the scanner (.ci/sanitize.sh loads an ASan/UBSan one)
+lib, LIBRARY_PATH = open_library("hlo_scan", ffi, "HLOEXEC_SCAN_LIBRARY")
 try:
     _free = lib.free      # the C runtime's free, reached through the library (what its tables were malloc'd with)
 except AttributeError:    # not reachable that way (Windows DLLs): scan() copies the tables instead

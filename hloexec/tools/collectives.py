@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..errors import ExecutionError
 from ..exec.context import Device
 from ..exec.plan import schedule
-from ..exec.spmd import device_counts
+from ..spmd import device_counts
 from ..ir.module import Computation, Instruction, Module
 from ..ops.collectives import group_mode, participants
 from . import costmodel

@@ -181,6 +181,7 @@ def prepare(module, args):
     """The module loaded as the execution options say, and the seconds it took; a module with elided constants
     is said on stderr."""
     from .. import ops  # noqa: F401  (fills the op registry)
+    import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
     from ..exec.executor import Executable
     start = time.perf_counter()
     with warnings.catch_warnings():

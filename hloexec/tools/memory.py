@@ -4,7 +4,7 @@ The numbers are the plan's own (hloexec.exec.memory: `PlanMemory.live_bytes`, `P
 a second model: the peak printed here is the one `hloexec run` compares with the available memory. The plan is
 prepared without compiling a kernel, and nothing runs. An SPMD program is one program for every device,
 so each device has the same schedule and the same peak; `--spmd` adds what all participants need when
-`run --spmd` runs them in one process (hloexec.exec.spmd.memory_estimate).
+`run --spmd` runs them in one process (hloexec.spmd.memory_estimate).
 
 Where XLA dumped its buffer assignment beside the module (`X.txt` with `X-buffer-assignment.txt`,
 `X-memory-usage-report.txt`, `X-live-range.txt`), its numbers are read and shown beside hloexec's: they
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..exec import spmd as spmd_exec
+from .. import spmd as spmd_exec
 from ..exec.memory import scratch_bytes
 from ..exec.plan import Plan
 from ..exec.runner import Runner

@@ -1,5 +1,5 @@
 """Who a command runs: one participant (entry arguments from --inputs / --seed), or with --spmd, --partitions,
---replicas or --ray every participant of an SPMD-partitioned module (hloexec.exec.spmd), with its inputs per
+--replicas or --ray every participant of an SPMD-partitioned module (hloexec.spmd), with its inputs per
 device, the run of all of them and the numerics Runner that observes them. The executor's SPMD modules are
 imported where a run needs them (every command's parser is built at startup)."""
 from __future__ import annotations
@@ -25,8 +25,7 @@ def numerics_runner(exe, args, text_out, global_inputs=None):
         raise UsageError("--shadow, --find-nonfinite and numerics observe every participant from this process: "
                          "run them as threads (--spmd), not with --ray")
     partitions, replicas, note, say, inputs, info = spmd_setup(exe, args, text_out, global_inputs)
-    return Runner({"partitions": partitions, "replicas": replicas, "report": say,
-                   "memory_limit": args.max_memory}), inputs, info
+    return Runner({"partitions": partitions, "replicas": replicas, "report": say}), inputs, info
 
 
 def is_spmd(args) -> bool:
@@ -38,7 +37,7 @@ def is_spmd(args) -> bool:
 def global_arguments(exe, reference_exe, args) -> tuple[list, dict]:
     """Global entry arguments for a sharded module: --inputs with keys arg0..argN, or random ones of the
     reference (unsharded) module's shapes, else of the shapes the sharded parameters cover."""
-    from ..exec import spmd
+    from .. import spmd
     if args.inputs is not None:
         # global arrays: their shapes are the sharded parameters' wholes
         return read_values(args.inputs, "arg", [p.shape for p in exe.parameters], what="entry arguments",
@@ -52,7 +51,7 @@ def per_device_inputs(exe, args, num_devices: int) -> tuple:
     """Per-device entry arguments: an npz with dev{d}/arg{i} keys, or global arg{i} ones split by the
     parameters' shardings, or random global values (--seed) split the same way (with --ray: split by the
     workers, GlobalInputs)."""
-    from ..exec import spmd
+    from .. import spmd
     if args.inputs is None:
         if args.ray is not None:
             return spmd.GlobalInputs(seed=args.seed), {"from": "seed", "seed": args.seed}
@@ -83,8 +82,8 @@ def spmd_setup(exe, args, text_out, global_inputs=None):
     run: counts from the flags or the module (the note, when inferred, is said at once: with --json on stderr);
     inputs from `global_inputs` split by sharding (where the participants run, with --ray), else from
     --inputs/--seed (per_device_inputs)."""
-    from ..exec import spmd
-    from ..exec.manual import PRE_PARTITION_HINT
+    from .. import spmd
+    from ..spmd import PRE_PARTITION_HINT
     def say(message: str) -> None:        # with --json, on stderr
         print(message, file=text_out or sys.stderr, flush=True)
     if exe.manual_regions:
@@ -111,15 +110,14 @@ def spmd_outputs(exe, args, text_out, global_inputs=None, reference=None):
     global outputs, assembled by the output shardings (the ones the `reference` module, the program before
     partitioning, annotates where the module has none), cropped to the reference's output shapes. With
     --ray the per-device outputs stay on the workers (a RayOutputs) until asked for."""
-    from ..exec import spmd
+    from .. import spmd
     partitions, replicas, note, say, per_device, inputs_info = spmd_setup(exe, args, text_out, global_inputs)
     n = partitions * replicas
     ray = args.ray is not None
     runner = {"runner": "ray", "ray_address": None if args.ray == "local" else args.ray,
               "participants_per_worker": args.participants_per_worker} if ray else {}
     start = time.perf_counter()
-    outputs = exe.run_spmd(per_device, partitions=partitions, replicas=replicas, report=say,
-                           memory_limit=args.max_memory, **runner)
+    outputs = exe.run_spmd(per_device, partitions=partitions, replicas=replicas, report=say, **runner)
     counts = {"partitions": partitions, "replicas": replicas, "devices": n, "note": note,
               "inputs": inputs_info, "runner": "ray" if ray else "threads",
               "memory": outputs.report["memory"] if ray else spmd.memory_estimate(exe, per_device),

@@ -1,14 +1,34 @@
-"""How numerics.py and nonfinite.py run a module they observe: as one participant or as all the participants of
-an SPMD module, outputs flattened (Runner); an Executable made with another's options (executable_like)."""
+"""The program's run beside its shadow (its exact answer): `shadow_run(exe, inputs)` runs a module at its own
+precision and its shadow (hloexec/exec/shadow.py) on the same inputs and returns both outputs, with the
+instructions whose integer/pred values differ between the two runs (`Divergence`: a compare, a float->int convert,
+a sort over float keys... computed from floats that differ). `judge_run` adds the baseline run and judges
+candidates (tools/verdict.py).
+
+Everything here runs single-participant or SPMD (`Runner`), and streams: values are looked at while the
+plans hold them (Executable.run's `observe`), never kept beyond what the report needs.
+"""
 from __future__ import annotations
 
+import hashlib
+import threading
 import warnings
+from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
+
+from .. import spmd
 from ..errors import ElidedConstantWarning
-from ..exec import spmd
 from ..exec.executor import Executable
-from ..exec.shadow import Shadow
-from .arrays import flatten
+from ..exec.shadow import Shadow, has_discrete, shadow_module
+from ..options import Options, device_profile
+from .arrays import array_summary, flatten
+from .bounds import ErrorBounds
+from .compare import dtype_name
+from .verdict import RULE, error_stats, judge
+
+# Bytes of discrete values (relu masks, argmax indices...) kept from the program's run to count how many
+# elements the shadow's differ in; beyond it a digest says only whether they differ.
+DISCRETE_BUDGET = 256 << 20
 
 
 def executable_like(exe: Executable, module, **options) -> Executable:
@@ -25,7 +45,7 @@ def executable_like(exe: Executable, module, **options) -> Executable:
 
 class Runner:
     """Runs a module as one participant (`spmd` None) or as all participants of an SPMD module (`spmd`: the
-    keyword arguments of run_spmd: partitions, replicas, report, memory_limit). Inputs are one argument list,
+    keyword arguments of run_spmd: partitions, replicas, report). Inputs are one argument list,
     or one per device; outputs come back flattened (SPMD: global arrays assembled by the output shardings)."""
 
     def __init__(self, spmd: dict | None = None):
@@ -43,3 +63,262 @@ class Runner:
             return shadow.inputs(inputs)
         widened: dict = {}
         return [shadow.inputs(device_inputs, widened) for device_inputs in inputs]
+
+
+@dataclass
+class Divergence:
+    """A discrete instruction (integer/pred values computed from floats) whose values differ between the program's
+    run and the shadow's: everything downstream of it compares two different paths."""
+    name: str
+    opcode: str
+    computation: str
+    op_name: str
+    source: str
+    runs: int = 0                   # times it ran (devices x loop iterations), compared
+    differing_runs: int = 0
+    elements: int = 0               # elements differing, over the runs whose values were kept
+    size: int = 0                   # elements per run
+    uncounted_runs: int = 0         # runs known to differ (by digest) whose elements were not kept
+    first: str = ""                 # "device d, run k" of the first difference
+
+    def describe(self) -> str:
+        counted = f"{self.elements} of {self.size} elements" + (" per run" if self.runs > 1 else "")
+        where = f" ({self.differing_runs} of {self.runs} runs, first: {self.first})" if self.runs > 1 else ""
+        extra = f" (+{self.uncounted_runs} runs not counted)" if self.uncounted_runs else ""
+        site = f"  {self.op_name}" if self.op_name else ""
+        site += f"  {self.source}" if self.source else ""
+        return f"%{self.name} ({self.opcode} in %{self.computation}): {counted} differ{where}{extra}{site}"
+
+
+class _Discrete:
+    """Watches the shadow's `discrete` instructions: `record` in the program's run, then `check` in the shadow's."""
+
+    def __init__(self, names, budget: int = DISCRETE_BUDGET):
+        self.names = set(names)
+        self.budget = budget
+        self.kept: dict[tuple, object] = {}
+        self.counts: dict[tuple, int] = {}
+        self.found: dict[tuple[str, str], Divergence] = {}
+        self.lock = threading.Lock()
+
+    def _key(self, device, inst):
+        site = (device, inst.computation.name if inst.computation is not None else "", inst.name)
+        with self.lock:
+            k = self.counts.get(site, 0)
+            self.counts[site] = k + 1
+        return site + (k,)
+
+    @staticmethod
+    def _leaves(inst, value):
+        leaves = flatten(value) if isinstance(value, tuple) else [value]
+        return [np.asarray(v) for v in leaves if isinstance(v, np.ndarray) and v.dtype.kind in "biu"]
+
+    def record(self, device, inst, value, operands=None):
+        if inst.name not in self.names or not has_discrete(inst.shape):
+            return
+        key = self._key(device, inst)
+        leaves = self._leaves(inst, value)
+        size = sum(v.nbytes for v in leaves)
+        with self.lock:
+            if size <= self.budget:
+                self.budget -= size
+                self.kept[key] = [v.copy() for v in leaves]
+            else:
+                self.kept[key] = _digest(leaves)
+
+    def check(self, device, inst, value, operands=None):
+        if inst.name not in self.names or not has_discrete(inst.shape):
+            return
+        key = self._key(device, inst)
+        with self.lock:
+            self._tally(device, inst, key[3], self.kept.pop(key, None), self._leaves(inst, value))
+
+    def compare(self, device, inst, run: int, program_value, shadow_value) -> None:
+        """Both runs' values at once (a paired run): tally whether they differ."""
+        if inst.name in self.names and has_discrete(inst.shape):
+            with self.lock:
+                self._tally(device, inst, run, self._leaves(inst, program_value), self._leaves(inst, shadow_value))
+
+    def _tally(self, device, inst, run, mine, leaves) -> None:
+        """`mine`: the program's leaves (or their digest; None: the program never ran this)."""
+        comp = inst.computation.name if inst.computation is not None else ""
+        d = self.found.get((comp, inst.name))
+        if d is None:
+            d = self.found[(comp, inst.name)] = Divergence(inst.name, inst.opcode, comp,
+                                                           inst.metadata.get("op_name", ""), inst.source_location,
+                                                           size=sum(v.size for v in leaves))
+        d.runs += 1
+        if mine is None:
+            return          # the program's run never got here (control flow parted earlier)
+        if isinstance(mine, bytes):
+            differs = mine != _digest(leaves)
+            d.uncounted_runs += differs
+        else:
+            n = sum(int(np.count_nonzero(a != b)) for a, b in zip(mine, leaves))
+            differs = n > 0
+            d.elements += n
+        if differs:
+            d.differing_runs += 1
+            if not d.first:
+                d.first = f"device {device}, run {run}"
+
+    def divergences(self) -> list[Divergence]:
+        return [d for d in self.found.values() if d.differing_runs]
+
+
+def _digest(leaves) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for v in leaves:
+        h.update(np.ascontiguousarray(v).tobytes())
+    return h.digest()
+
+
+@dataclass
+class ShadowRun:
+    """The program's outputs at its precision and its shadow's (both flattened; SPMD: global), the instructions
+    pinned to the program's precision in the shadow, and the discrete values that parted. `bounds`: device name ->
+    OutputBounds, when error bounds were computed alongside (tools/bounds.py)."""
+    outputs: list
+    shadow: list
+    shadow_info: Shadow
+    divergences: list[Divergence] = field(default_factory=list)
+    bounds: dict = field(default_factory=dict)
+
+
+@dataclass
+class OutputBounds:
+    """Per output (flattened), the error bound of every element under one device's arithmetic (None for integer and
+    pred outputs) and its rounding-decided elements; the instructions without a bound; the dot algorithms used."""
+    device: str
+    bounds: list
+    decided: list
+    unbounded: dict
+    algorithms: list
+
+
+def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow: Shadow | None = None,
+               devices=None) -> ShadowRun:
+    """Run `exe`'s module and its shadow on `inputs` (per device when `runner` is SPMD).
+
+    Where the shadow has discrete instructions, both runs are observed (op by op, numpy) and their values
+    compared (`divergences`); otherwise both run with `exe`'s options, the shadow in f64 in every tier.
+    `devices` (profiles; one participant only): the shadow's run is observed and every element of every output
+    gets an error bound under each (tools/bounds.py), in `ShadowRun.bounds`."""
+    runner = runner or Runner()
+    shadow = shadow or shadow_module(exe.module)
+    shadow_inputs = runner.shadow_inputs(shadow, inputs)
+    if devices and runner.spmd is None:
+        shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+        observers = [ErrorBounds(shadow, shadow_exe.context, d) for d in devices]
+    else:
+        shadow_exe, observers = None, []
+    if not shadow.discrete and not observers:
+        outputs = runner.run(exe, inputs)
+        return ShadowRun(outputs, runner.run(executable_like(exe, shadow.module), shadow_inputs), shadow)
+    watch = _Discrete(shadow.discrete)
+    if shadow.discrete:
+        outputs = runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
+        watch.counts.clear()            # the shadow's k-th run of an instruction meets the program's k-th
+    else:
+        outputs = runner.run(exe, inputs)
+
+    def observe(device, inst, value, operands=None):
+        if shadow.discrete:
+            watch.check(device, inst, value)
+        for o in observers:
+            o(inst, value, operands)
+    shadow_exe = shadow_exe or executable_like(exe, shadow.module, use_numba=False)
+    shadow_outputs = runner.run(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
+    run = ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
+    for o in observers:
+        floats = [isinstance(s, (np.ndarray, np.generic)) and s.dtype.kind in "fc" for s in shadow_outputs]
+        run.bounds[o.device.name] = OutputBounds(
+            o.device.name, [o.of(s) if f else None for s, f in zip(shadow_outputs, floats)],
+            [o.decided_of(s) if f else None for s, f in zip(shadow_outputs, floats)], dict(o.unbounded),
+            sorted(o.algorithms))
+    return run
+
+
+def baseline_executable(exe: Executable) -> Executable:
+    """The program at its own precision in the most pessimistic plausible order: every f16/bf16 reduction
+    step rounds to its type, in index order (`reductions="per-step"`)."""
+    return executable_like(exe, exe.module, reductions="per-step")
+
+
+def xla_cpu_arithmetic():
+    """The device profile of XLA:CPU's arithmetic (its f16/bf16 sums round every step)."""
+    return device_profile("xla-cpu")
+
+
+def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None, runner: Runner | None = None,
+              rule=None, devices=None, known: dict | None = None):
+    """(Verdict, ShadowRun): `exe`'s module run at its precision ("hloexec") and `candidates` (name -> flattened
+    outputs: a device's, XLA:CPU's, another dump's) judged against the shadow, every element against its own
+    error bound under the device's arithmetic (tools/bounds.py; `devices`: profiles or their names, None: `exe`'s;
+    several: one verdict each, `Verdict.by_device`, the first returned), with the baseline run
+    (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). `known`: candidate name ->
+    the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
+    SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
+    runner = runner or Runner()
+    # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
+    # step, as XLA:CPU's do)
+    profiles = [Options.make(d).device for d in devices] if devices else \
+        [exe.options.device if exe.options.reductions == exe.options.device.reductions else
+         replace(exe.options.device, name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
+                 reductions=exe.options.reductions)]
+    known = {n: Options.make(d).device for n, d in (known or {}).items() if n in (candidates or {})}
+    reference = Options.make("reference").device
+    # the reference's bounds too when devices were asked for: how much of an error their rules explain
+    wanted = profiles + ([reference] if devices and all(p.name != reference.name for p in profiles) else [])
+    wanted += [d for d in {d.name: d for d in known.values()}.values() if d.name not in {p.name for p in wanted}]
+    run = shadow_run(exe, inputs, runner, devices=wanted)
+    baseline = runner.run(baseline_executable(exe), inputs)
+    everyone = {"hloexec": run.outputs, **(candidates or {})}
+    own = {n: run.bounds.get(d.name) for n, d in known.items()}
+    verdicts = {p.name: judge(run.shadow, baseline, everyone, rule or RULE, run.bounds.get(p.name),
+                              run.bounds.get(reference.name) if devices and p.name != reference.name else None,
+                              own)
+                for p in profiles}
+    verdict = verdicts[profiles[0].name]
+    if len(verdicts) > 1:
+        verdict.by_device = verdicts
+    return verdict, run
+
+
+def shadow_report(run: ShadowRun) -> dict:
+    """JSON data of a shadow run: per output the shadow's summary and the run's error against it, the
+    divergences, the pinned instructions."""
+    return {"outputs": [dict(array_summary(i, s), dtype=dtype_name(o.dtype), error=asdict(error_stats(o, s)))
+                        for i, (o, s) in enumerate(zip(run.outputs, run.shadow))],
+            "discrete": len(run.shadow_info.discrete), "divergences": [asdict(d) for d in run.divergences],
+            "pinned": run.shadow_info.pinned}
+
+
+def format_shadow_report(report: dict) -> str:
+    lines = [f"{'out':>4}  {'shape':<16} {'dtype':<5} {'shadow min':>11} {'max':>11} {'mean':>11} {'NaN':>5} "
+             f"{'Inf':>5}   run's error: {'max abs':>9} {'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}"]
+    for s in report["outputs"]:
+        e = s["error"]
+        shape = "[" + ",".join(map(str, s["shape"])) + "]"
+        error = f"{e['mismatches']} elements differ" if e["mismatches"] else \
+            f"{e['max_abs']:9.3g} {e['max_rel']:9.3g} {e['rms_rel']:9.3g} {e['max_ulps']:9.3g}" + \
+            (f"  ({e['nonfinite']} non-finite)" if e["nonfinite"] else "")
+        lines.append(f"{s['index']:>4}  {shape:<16} {s['dtype']:<5} {_fmt(s['min']):>11} {_fmt(s['max']):>11} "
+                     f"{_fmt(s['mean']):>11} {s['nan']:>5} {s['inf']:>5}                {error}")
+    n = report["discrete"]
+    if n:
+        parted = report["divergences"]
+        lines.append(f"integer/pred values computed from floats: {n} instruction{'s' if n != 1 else ''}, "
+                     + (f"{len(parted)} differ between the run and the shadow (what follows them compares two "
+                        "different paths):" if parted else "all equal in the run and the shadow"))
+        lines += [f"  {Divergence(**d).describe()}" for d in parted]
+    if report["pinned"]:
+        lines.append("computed at the program's own precision in the shadow:")
+        lines += [f"  %{name}: {why}" for name, why in report["pinned"].items()]
+    return "\n".join(lines)
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    return x if isinstance(x, str) else f"{x:.5g}"

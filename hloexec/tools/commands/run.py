@@ -87,7 +87,7 @@ def run(args) -> int:
         return run_spmd(exe, args, text_out, {"parse": parse_s, "prepare": prepare_s})
     memory = check_memory(exe, args, text_out)
     if exe.manual_regions:
-        from ...exec.spmd import device_counts     # the executor: not at startup
+        from ...spmd import device_counts     # the executor: not at startup
         partitions, replicas, _ = device_counts(exe.module)
         print(f"{module.name} is a pre-partition module with manual regions: each of its {partitions * replicas} "
               "devices runs the global program and its own tiles inside the regions", file=text_out or sys.stderr)

@@ -50,7 +50,7 @@ def remote_output_groups(outputs) -> list[list[dict]]:
 
 def run_spmd(exe, args, text_out, seconds: dict) -> int:
     """`hloexec run --spmd / --partitions N / --replicas R`: every participant, collectives between them."""
-    from ...exec import spmd     # the executor: not at startup
+    from ... import spmd     # the executor: not at startup
     counts, outputs, assemble = spmd_outputs(exe, args, text_out)
     seconds["execute"] = counts.pop("execute_seconds")
     if isinstance(outputs, list):

@@ -3,16 +3,15 @@
 The participants of one run are grouped into workers, one Ray actor each, placed by Ray's scheduler (a
 placement group of one bundle per worker, spread over the nodes, each bundle asking for the worker's
 CPUs and its memory estimate). Inside a worker the participants are threads, exactly as in
-hloexec.exec.spmd (`run_participants`); the workers' mailboxes (`RayMailboxes`) are the same
+hloexec.spmd (`run_participants`); the workers' mailboxes (`RayMailboxes`) are the same
 `Mailboxes`, with payloads for a device of another worker sent to that worker's mailboxes: by value in
 the actor call when small, else put once in Ray's object store (`ray.put`), the receiver fetching the
 reference (`ray.get`: zero-copy from its node's store, transferred between nodes by Ray). Collectives
 (hloexec.ops.collectives) see only `exchange(inst, sends, sources)` and fold in the same order, so the
 results are those of the thread runner, bit for bit.
 
-- Placement (`place`): the devices of the module's heaviest collective groups (by the bytes their
-  operands carry: the tensor-parallel all-reduces before the data-parallel ones) are kept in one worker
-  where they fit, then the groups are packed into workers of `participants_per_worker`.
+- Placement (`place`, hloexec.spmd.placement): the devices of the module's heaviest collective groups are kept
+  in one worker where they fit, then the groups are packed into workers of `participants_per_worker`.
 - Each worker parses and prepares the module itself: the HLO text travels (put once), not a plan.
   Inputs: per-device arrays are put once each (a replicated one, the same array for every device, once
   for all) and read zero-copy by the workers; global arrays are put once and split on each worker for
@@ -36,10 +35,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ExecutionError, UnsupportedError
-from . import spmd
-from .communicators import Mailboxes, ThreadCommunicator
-from .context import Device
+from ..errors import ExecutionError
+from ..exec.executor import Executable
+from ..ir.module import pick_module
+from ..parser import parse
+from .communicators import Mailboxes, ThreadCommunicator, run_participants
+from .devices import device_ranges
+from .memory import check_fits, gb, leaves, memory_estimate, sharded_input_bytes
+from .placement import place
+from .shardings import GlobalInputs
 
 # Payloads smaller than this go by value in the actor call (Ray inlines arguments up to 100 KB itself);
 # larger ones are put in the object store once, whatever the number of receivers.
@@ -60,98 +64,25 @@ def import_ray():
     return ray
 
 
-def _gb(n: float) -> str:
-    return f"{n / 2**30:.2f} GB" if n >= 2**30 else f"{n / 2**20:.1f} MB"
-
-
-# -- placement ------------------------------------------------------------------------------------------
-def collective_groups(module, P: int, R: int) -> dict[frozenset, int]:
-    """The device groups of the module's collectives (a frozenset of groups per distinct grouping) -> the
-    bytes their operands carry, over all instructions with that grouping (each counted once: loop trip
-    counts are not in the text). A collective-permute's groups are its (source, target) pairs."""
-    from ..ops.collectives import group_mode, participants
-    devices = [Device(replica_id=d // P, partition_id=d % P, num_replicas=R, num_partitions=P) for d in range(P * R)]
-    weights: dict[frozenset, int] = {}
-    for inst in module.instructions():
-        if inst.opcode not in spmd._GROUPED:
-            continue
-        if inst.opcode.startswith("collective-permute"):
-            pairs = inst.attr("source_target_pairs", ())
-            if group_mode(inst) == "cross_partition":
-                groups = {(r * P + s, r * P + t) for r in range(R) for s, t in pairs}
-            else:
-                groups = {(s * P + p, t * P + p) for p in range(P) for s, t in pairs}
-        else:
-            groups = set()
-            for device in devices:
-                try:
-                    groups.add(tuple(participants(inst, device)))
-                except (ExecutionError, UnsupportedError):    # the run says so; placement need not
-                    pass
-        groups = frozenset(g for g in groups if all(d < P * R for d in g))
-        if groups:
-            weights[groups] = weights.get(groups, 0) + sum(o.shape.nbytes for o in inst.operands)
-    return weights
-
-
-def place(module, P: int, R: int, per_worker: int) -> list[list[int]]:
-    """Devices grouped into workers of at most `per_worker`: the groups of the heaviest collectives first
-    are merged into one worker where the merge fits (a group larger than a worker, in pieces of
-    `per_worker` in group order), then the merged sets are packed into workers (largest first)."""
-    n = P * R
-    parent = list(range(n))
-    size = [1] * n
-
-    def root(d: int) -> int:
-        while parent[d] != d:
-            parent[d] = parent[parent[d]]
-            d = parent[d]
-        return d
-    def merge(devices) -> None:
-        roots = {root(d) for d in devices}
-        if len(roots) > 1 and sum(size[r] for r in roots) <= per_worker:
-            first, *rest = sorted(roots)
-            for r in rest:
-                parent[r] = first
-                size[first] += size[r]
-    heaviest = sorted(collective_groups(module, P, R).items(), key=lambda item: (-item[1], sorted(item[0])))
-    for groups, _ in heaviest:
-        for group in sorted(groups):
-            merge(group)
-            for start in range(0, len(group), per_worker):      # a group larger than a worker: in pieces
-                merge(group[start:start + per_worker])
-    merged: dict[int, list[int]] = {}
-    for d in range(n):
-        merged.setdefault(root(d), []).append(d)
-    workers: list[list[int]] = []
-    for members in sorted(merged.values(), key=lambda m: (-len(m), m[0])):
-        for worker in workers:
-            if len(worker) + len(members) <= per_worker:
-                worker += members
-                break
-        else:
-            workers.append(list(members))
-    return sorted(sorted(w) for w in workers)
-
-
+# -- inputs ---------------------------------------------------------------------------------------------
 def _input_bytes(module, inputs, devices, num_devices: int) -> int:
     """Bytes of the distinct input buffers the `devices` of one worker hold: per-device arrays by identity
     (a replicated array shared by all is one buffer), global ones as split_global shares them."""
-    if not isinstance(inputs, spmd.GlobalInputs):
-        distinct = {id(a): a.nbytes for d in devices for a in spmd._leaves(inputs[d]) if isinstance(a, np.ndarray)}
+    if not isinstance(inputs, GlobalInputs):
+        distinct = {id(a): a.nbytes for d in devices for a in leaves(inputs[d]) if isinstance(a, np.ndarray)}
         return sum(distinct.values())
-    return spmd.sharded_input_bytes(module, num_devices, devices)
+    return sharded_input_bytes(module, num_devices, devices)
 
 
 # -- the transport --------------------------------------------------------------------------------------
 def _nbytes(payload) -> int:
-    return sum(a.nbytes for a in spmd._leaves(payload) if isinstance(a, np.ndarray))
+    return sum(a.nbytes for a in leaves(payload) if isinstance(a, np.ndarray))
 
 
 def _identity(payload):
     """What makes two payloads of one exchange the same: the arrays they hold (collectives build a tuple
     per destination around the same arrays)."""
-    return tuple(map(id, spmd._leaves(payload))) if isinstance(payload, tuple) else id(payload)
+    return tuple(map(id, leaves(payload))) if isinstance(payload, tuple) else id(payload)
 
 
 class RayMailboxes(Mailboxes):
@@ -315,8 +246,7 @@ class Worker:
                  timeout: float, slots: int):
         # the thread pool of big products and fused loops uses the CPUs Ray reserved for this worker
         os.environ["HLOEXEC_NUM_THREADS"] = str(slots)
-        import hloexec
-        self.exe = hloexec.load(source, module=module_name, **options)
+        self.exe = Executable(pick_module(parse(source), module_name), **options)
         self.devices, self.P, self.R = list(devices), P, R
         self.mailboxes = RayMailboxes(devices, P * R, timeout, slots)
         self.outputs: dict = {}
@@ -346,10 +276,10 @@ class Worker:
         if kind == "per_device":
             by_device = _resolve(data, ray)
         else:
-            global_inputs = spmd.GlobalInputs(seed=data) if kind == "seed" else spmd.GlobalInputs(_resolve(data, ray))
+            global_inputs = GlobalInputs(seed=data) if kind == "seed" else GlobalInputs(_resolve(data, ray))
             by_device = dict(zip(self.devices, global_inputs.split(self.exe.module, self.P * self.R, self.devices)))
         inputs_seconds = time.perf_counter() - start
-        self.outputs = spmd.run_participants(self.exe, by_device, self.P, self.R, self.mailboxes)
+        self.outputs = run_participants(self.exe, by_device, self.P, self.R, self.mailboxes)
         return {"seconds": time.perf_counter() - start, "inputs_seconds": inputs_seconds,
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 "moved": dict(self.mailboxes.moved)}
@@ -371,8 +301,8 @@ class Worker:
 
     def apply(self, fn, requests: dict) -> dict:
         """{device: {leaf index: fn(leaf index, array)}} for the leaves (depth first) `requests` names per device."""
-        return {d: {i: fn(i, leaves[i]) for i in wanted}
-                for d, wanted in requests.items() for leaves in [list(spmd._leaves(self.outputs[d]))]}
+        return {d: {i: fn(i, arrays[i]) for i in wanted}
+                for d, wanted in requests.items() for arrays in [list(leaves(self.outputs[d]))]}
 
 
 # -- outputs --------------------------------------------------------------------------------------------
@@ -391,7 +321,7 @@ class RayOutputs:
         self._worker_of = {d: w for w, group in enumerate(groups) for d in group}
         self.report = report
         self._fetched: dict = {}
-        self._digests = None
+        self._digests: list | None = None
         self._release = weakref.finalize(self, _release, workers)
 
     def __len__(self) -> int:
@@ -485,7 +415,7 @@ def _module_source(module) -> bytes:
 
 def _worker_memory(exe, inputs, devices: list[int], slots: int, num_devices: int) -> dict:
     """memory_estimate for the participants of one worker, its distinct inputs counted as it holds them."""
-    estimate = spmd.memory_estimate(exe, [()] * len(devices), slots)
+    estimate = memory_estimate(exe, [()] * len(devices), slots)
     estimate["inputs"] = _input_bytes(exe.module, inputs, devices, num_devices)
     estimate["total"] = estimate["work"] + estimate["inputs"]
     return estimate
@@ -507,7 +437,7 @@ def _fits(bundles: list[dict], nodes: list[dict]) -> bool:
 
 def _input_payloads(ray, inputs, groups: list[list[int]]) -> tuple[list, int]:
     """What each worker is sent for its inputs, and the bytes put in the object store for them."""
-    if isinstance(inputs, spmd.GlobalInputs):
+    if isinstance(inputs, GlobalInputs):
         if inputs.values is None:
             return [("seed", inputs.seed or 0)] * len(groups), 0
         return [("global", [ray.put(v) for v in inputs.values])] * len(groups), sum(map(_nbytes, inputs.values))
@@ -527,8 +457,9 @@ def _input_payloads(ray, inputs, groups: list[list[int]]) -> tuple[list, int]:
 
 def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
                participants_per_worker: int | None = None, timeout: float = 900.0, check_memory: bool = True,
-               memory_limit: int | None = None, concurrency: int | None = None, report=None) -> RayOutputs:
-    """hloexec.exec.spmd.run_spmd with runner="ray" (see there and this module's docstring).
+               max_memory: int | None = None, concurrency: int | None = None, report=None) -> RayOutputs:
+    """hloexec.spmd.run_spmd with runner="ray" (see there and this module's docstring): `inputs` are one input
+    list per device or GlobalInputs; `max_memory` bounds the run's total estimate.
 
     Workers: groups of `participants_per_worker` (default: the participants spread evenly over the nodes
     with CPUs, fewer per worker where a worker's memory estimate would exceed the largest node's `memory`
@@ -536,13 +467,6 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
     node's CPUs over the workers a node holds when they are spread evenly; `concurrency` participants of a
     worker compute at a time (default: its CPUs)."""
     say = report or (lambda message: print(message, file=sys.stderr))
-    n = P * R
-    if not isinstance(inputs, spmd.GlobalInputs):
-        if isinstance(inputs, dict):
-            inputs = [inputs[d] for d in range(n)]
-        if len(inputs) != n:
-            raise ExecutionError(f"{n} participants ({P} partitions x {R} replicas) need {n} input lists, "
-                                 f"got {len(inputs)}")
     if participants_per_worker is not None and participants_per_worker < 1:
         raise ExecutionError(f"participants_per_worker must be at least 1, not {participants_per_worker}")
     source = _module_source(exe.module)
@@ -550,77 +474,28 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
     nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) >= 1]
     if not nodes:
         raise ExecutionError("the Ray cluster has no live node with a CPU to run workers on")
-    most_cpus = int(max(node["Resources"]["CPU"] for node in nodes))
-    most_memory = max(node["Resources"].get("memory", 0) for node in nodes)
-
-    def plan(k: int):
-        groups = place(exe.module, P, R, k)
-        share = most_cpus // -(-len(groups) // len(nodes))       # the CPUs of a node over the workers it may hold
-        cpus = [max(1, min(len(g), share)) for g in groups]
-        slots = [concurrency or c for c in cpus]
-        return groups, cpus, slots, [_worker_memory(exe, inputs, g, s, n) for g, s in zip(groups, slots)]
-    k = min(participants_per_worker or -(-n // len(nodes)), n)
-    groups, cpus, slots, memory = plan(k)
-    while participants_per_worker is None and check_memory and k > 1 \
-            and max(m["total"] for m in memory) > most_memory:
-        k -= 1
-        groups, cpus, slots, memory = plan(k)
-    say(f"ray: {n} participants in {len(groups)} workers of up to {k} on {len(nodes)} node(s); per participant "
-        f"{_gb(memory[0]['per_device_peak'])} peak; per worker up to {_gb(max(m['total'] for m in memory))} "
-        f"estimated; largest node: {most_cpus} CPUs, {_gb(most_memory)} (Ray's 'memory' resource)")
-    bundles = [{"CPU": c, **({"memory": int(m["total"])} if check_memory else {})} for c, m in zip(cpus, memory)]
+    workers_plan = _plan_workers(exe, inputs, P, R, nodes, participants_per_worker, concurrency, check_memory)
+    say(workers_plan.describe(len(nodes)))
     if check_memory:
-        for group, m in zip(groups, memory):
-            if m["total"] > most_memory:
-                raise ExecutionError(f"a worker of {len(group)} participants (devices {spmd.device_ranges(group)}) "
-                                     f"needs about {_gb(m['total'])}, more than the largest node's {_gb(most_memory)}: "
-                                     f"put fewer participants in a worker (participants_per_worker, "
-                                     f"--participants-per-worker)")
-        total = sum(m["total"] for m in memory)
-        if memory_limit is not None and total > memory_limit:
-            raise ExecutionError(f"{n} participants need about {_gb(total)}, more than the {_gb(memory_limit)} allowed")
-    if not _fits(bundles, nodes):
-        raise ExecutionError(f"the Ray cluster's nodes cannot hold {len(groups)} workers of "
-                             + ", ".join(sorted({f'{b["CPU"]} CPUs' + (f' and {_gb(b["memory"])}' if 'memory' in b
-                                                                       else '') for b in bundles}))
-                             + ": its nodes have " + ", ".join(f'{node["Resources"]["CPU"]:g} CPUs and '
-                                                               f'{_gb(node["Resources"].get("memory", 0))}'
-                                                               for node in nodes))
+        workers_plan.check_memory(exe.module.name, max_memory)
+    workers_plan.check_fits(nodes)
 
-    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.placement_group import placement_group, remove_placement_group
     started = time.perf_counter()
     # The placement group reserves the workers' CPUs and memory for the run and spreads them over the
     # nodes; the actors sit on its bundles' nodes without resources of their own, so that once the run is
     # over the reservation goes and the actors stay with the outputs (a next run need not wait for them).
-    placement = placement_group(bundles, strategy="SPREAD")
+    placement = placement_group(workers_plan.bundles, strategy="SPREAD")
     workers: list = []
     try:
-        if not placement.wait(PLACEMENT_TIMEOUT):
-            raise ExecutionError(f"Ray could not reserve {len(groups)} workers ({bundles[0]['CPU']} CPUs"
-                                 + (f", {_gb(bundles[0]['memory'])}" if check_memory else "")
-                                 + f" each) within {PLACEMENT_TIMEOUT:.0f} s: the cluster's resources are in use")
-        bundle_nodes = placement_group_table(placement)["bundles_to_node_id"]
-        actor = ray.remote(Worker)
-        text = ray.put(source)
-        options = {"options": exe.options, "use_numba": exe.context.use_numba,
-                   "compile_after": exe.context.compile_after, "compile": exe.context.compile}
-        for i, (group, s) in enumerate(zip(groups, slots)):
-            workers.append(actor.options(
-                num_cpus=0, max_concurrency=ACTOR_THREADS,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(bundle_nodes[i], soft=False),
-            ).remote(text, exe.module.name, options, group, P, R, timeout, s))
-        names = [f"worker {i} (devices {spmd.device_ranges(g)})" for i, g in enumerate(groups)]
-        where = [_result(ray, w.where.remote(), name) for w, name in zip(workers, names)]
-        names = [f"worker {i} (devices {spmd.device_ranges(g)}, node {info['node'][:8]}, pid {info['pid']})"
-                 for i, (g, info) in enumerate(zip(groups, where))]
-        routes = [(w, g, info["node"]) for w, g, info in zip(workers, groups, where)]
-        ray.get([w.connect.remote(routes, i) for i, w in enumerate(workers)])
-        say("ray: " + "; ".join(f"devices {spmd.device_ranges(g)} on node {info['node'][:8]} ({info['ip']}, pid "
-                                f"{info['pid']})" for g, info in zip(groups, where)))
-        payloads, input_bytes = _input_payloads(ray, inputs, groups)
+        where = _start_workers(ray, exe, source, workers_plan, placement, P, R, timeout, workers)
+        names = [f"worker {i} (devices {device_ranges(g)}, node {info['node'][:8]}, pid {info['pid']})"
+                 for i, (g, info) in enumerate(zip(workers_plan.groups, where))]
+        say("ray: " + "; ".join(f"devices {device_ranges(g)} on node {info['node'][:8]} ({info['ip']}, pid "
+                                f"{info['pid']})" for g, info in zip(workers_plan.groups, where)))
+        payloads, input_bytes = _input_payloads(ray, inputs, workers_plan.groups)
         start_seconds = time.perf_counter() - started
-        results = _wait(ray, workers, names, [w.run.remote(p) for w, p in zip(workers, payloads)], n)
+        results = _wait(ray, workers, names, [w.run.remote(p) for w, p in zip(workers, payloads)], P * R)
         run_seconds = time.perf_counter() - started - start_seconds
         leftover = _undelivered(ray, workers)
         if leftover:
@@ -632,20 +507,118 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
     finally:
         remove_placement_group(placement)
     moved = {key: sum(r["moved"][key] for r in results) for key in results[0]["moved"]}
-    totals = {key: int(sum(m[key] for m in memory)) for key in ("inputs", "inputs_unshared", "work", "total")}
     moved.update(inputs=input_bytes, outputs_fetched=0)
     say(f"ray: ran in {run_seconds:.2f} s ({start_seconds:.2f} s to start the workers); between workers "
-        f"{_gb(moved['object_store'])} through the object store and {_gb(moved['actor_calls'])} in actor calls "
-        f"({moved['messages']} messages), {_gb(moved['between_nodes'])} of it between nodes; inputs put: "
-        f"{_gb(input_bytes)}")
-    summary = {"address": ray_address, "nodes": len(nodes), "participants_per_worker": k,
+        f"{gb(moved['object_store'])} through the object store and {gb(moved['actor_calls'])} in actor calls "
+        f"({moved['messages']} messages), {gb(moved['between_nodes'])} of it between nodes; inputs put: "
+        f"{gb(input_bytes)}")
+    summary = {"address": ray_address, "nodes": len(nodes), "participants_per_worker": workers_plan.per_worker,
                "workers": [{"devices": g, "node": info["node"], "ip": info["ip"], "pid": info["pid"], "cpus": c,
                             "memory_estimate": int(m["total"]), "peak_rss_bytes": r["peak_rss_bytes"],
                             "seconds": r["seconds"]}
-                           for g, info, c, m, r in zip(groups, where, cpus, memory, results)],
-               "memory": {"participants": n, "per_device_peak": memory[0]["per_device_peak"], **totals},
-               "bytes_moved": moved, "seconds": {"start": start_seconds, "run": run_seconds}}
-    return RayOutputs(workers, groups, summary)
+                           for g, info, c, m, r in zip(workers_plan.groups, where, workers_plan.cpus,
+                                                       workers_plan.memory, results)],
+               "memory": workers_plan.totals(), "bytes_moved": moved,
+               "seconds": {"start": start_seconds, "run": run_seconds}}
+    return RayOutputs(workers, workers_plan.groups, summary)
+
+
+@dataclass
+class WorkersPlan:
+    """The workers of a run: their devices, CPUs, compute slots and memory estimates (per worker), and the
+    placement group bundles asking Ray for them."""
+    per_worker: int
+    groups: list[list[int]]
+    cpus: list[int]
+    slots: list[int]
+    memory: list[dict]
+    bundles: list[dict]
+    most_cpus: int
+    most_memory: float
+
+    def describe(self, num_nodes: int) -> str:
+        return (f"ray: {sum(map(len, self.groups))} participants in {len(self.groups)} workers of up to "
+                f"{self.per_worker} on {num_nodes} node(s); per participant {gb(self.memory[0]['per_device_peak'])} "
+                f"peak; per worker up to {gb(max(m['total'] for m in self.memory))} estimated; largest node: "
+                f"{self.most_cpus} CPUs, {gb(self.most_memory)} (Ray's 'memory' resource)")
+
+    def totals(self) -> dict:
+        """The run's memory estimate: the workers' summed."""
+        return {"participants": sum(map(len, self.groups)), "per_device_peak": self.memory[0]["per_device_peak"],
+                **{key: int(sum(m[key] for m in self.memory))
+                   for key in ("inputs", "inputs_unshared", "work", "total")}}
+
+    def check_memory(self, module_name: str, max_memory: int | None) -> None:
+        """Each worker against the largest node's memory, the run against `max_memory`."""
+        for group, m in zip(self.groups, self.memory):
+            if m["total"] > self.most_memory:
+                raise ExecutionError(f"a worker of {len(group)} participants (devices {device_ranges(group)}) "
+                                     f"needs about {gb(m['total'])}, more than the largest node's "
+                                     f"{gb(self.most_memory)}: put fewer participants in a worker "
+                                     f"(participants_per_worker, --participants-per-worker)")
+        check_fits(module_name, self.totals(), max_memory, None)
+
+    def check_fits(self, nodes: list[dict]) -> None:
+        if not _fits(self.bundles, nodes):
+            wanted = sorted({f'{b["CPU"]} CPUs' + (f' and {gb(b["memory"])}' if "memory" in b else "")
+                             for b in self.bundles})
+            have = [f'{node["Resources"]["CPU"]:g} CPUs and {gb(node["Resources"].get("memory", 0))}'
+                    for node in nodes]
+            raise ExecutionError(f"the Ray cluster's nodes cannot hold {len(self.groups)} workers of "
+                                 f"{', '.join(wanted)}: its nodes have {', '.join(have)}")
+
+
+def _plan_workers(exe, inputs, P: int, R: int, nodes: list[dict], participants_per_worker: int | None,
+                  concurrency: int | None, check_memory: bool) -> WorkersPlan:
+    """Workers of `participants_per_worker`, else of the participants spread evenly over the nodes, fewer while a
+    worker's estimate exceeds the largest node's memory."""
+    n = P * R
+    most_cpus = int(max(node["Resources"]["CPU"] for node in nodes))
+    most_memory = max(node["Resources"].get("memory", 0) for node in nodes)
+
+    def plan(k: int) -> WorkersPlan:
+        groups = place(exe.module, P, R, k)
+        share = most_cpus // -(-len(groups) // len(nodes))       # the CPUs of a node over the workers it may hold
+        cpus = [max(1, min(len(g), share)) for g in groups]
+        slots = [concurrency or c for c in cpus]
+        memory = [_worker_memory(exe, inputs, g, s, n) for g, s in zip(groups, slots)]
+        bundles = [{"CPU": c, **({"memory": int(m["total"])} if check_memory else {})} for c, m in zip(cpus, memory)]
+        return WorkersPlan(k, groups, cpus, slots, memory, bundles, most_cpus, most_memory)
+    k = min(participants_per_worker or -(-n // len(nodes)), n)
+    workers_plan = plan(k)
+    while participants_per_worker is None and check_memory and k > 1 \
+            and max(m["total"] for m in workers_plan.memory) > most_memory:
+        k -= 1
+        workers_plan = plan(k)
+    return workers_plan
+
+
+def _start_workers(ray, exe, source: bytes, workers_plan: WorkersPlan, placement, P: int, R: int, timeout: float,
+                   workers: list) -> list[dict]:
+    """Start the workers (appended to `workers`, so that a failure can release those started) on the placement
+    group's bundles, connected to each other; returns where each runs."""
+    from ray.util.placement_group import placement_group_table
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    bundles = workers_plan.bundles
+    if not placement.wait(PLACEMENT_TIMEOUT):
+        raise ExecutionError(f"Ray could not reserve {len(bundles)} workers ({bundles[0]['CPU']} CPUs"
+                             + (f", {gb(bundles[0]['memory'])}" if "memory" in bundles[0] else "")
+                             + f" each) within {PLACEMENT_TIMEOUT:.0f} s: the cluster's resources are in use")
+    bundle_nodes = placement_group_table(placement)["bundles_to_node_id"]
+    actor = ray.remote(Worker)
+    text = ray.put(source)
+    options = {"options": exe.options, "use_numba": exe.context.use_numba,
+               "compile_after": exe.context.compile_after, "compile": exe.context.compile}
+    for i, (group, s) in enumerate(zip(workers_plan.groups, workers_plan.slots)):
+        workers.append(actor.options(
+            num_cpus=0, max_concurrency=ACTOR_THREADS,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(bundle_nodes[i], soft=False),
+        ).remote(text, exe.module.name, options, group, P, R, timeout, s))
+    names = [f"worker {i} (devices {device_ranges(g)})" for i, g in enumerate(workers_plan.groups)]
+    where = [_result(ray, w.where.remote(), name) for w, name in zip(workers, names)]
+    routes = [(w, g, info["node"]) for w, g, info in zip(workers, workers_plan.groups, where)]
+    ray.get([w.connect.remote(routes, i) for i, w in enumerate(workers)])
+    return where
 
 
 def _result(ray, ref, name: str):
