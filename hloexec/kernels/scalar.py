@@ -360,3 +360,14 @@ def narrow_to_f16(x):
 def narrow_to_bf16(x):
     """float64 -> the nearest bf16 value (one rounding: through float32 rounded to odd), as float32."""
     return round_bf16(_f64_to_f32_odd(x))
+
+
+def _register_machine_ufuncs() -> None:
+    """The numpy forms of the machine's primitives for the semantics table (semantics.MACHINE_UFUNCS), each made
+    at its first call."""
+    arities = {"rsqrt_estimate": 1, **{name: semantics.arity(op) for op, name in semantics.LIBM_F32.items()}}
+    for name, n in arities.items():
+        semantics.MACHINE_UFUNCS[name] = lambda *xs, name=name, n=n: numpy_ufunc(name, n)(*xs)
+
+
+_register_machine_ufuncs()

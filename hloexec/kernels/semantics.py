@@ -609,17 +609,21 @@ def _numpy_calls(bits: int, floats: bool):
         "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": _erf, "power": np.power, "arctan2": np.arctan2,
         "fma": _np_fma32, "to_int": lambda x: x.astype(f"i{bits // 8}"),
         "to_float": lambda s: s.astype(f"f{bits // 8}"),
-        "rsqrt_estimate": _numba_ufunc("rsqrt_estimate", 1),
-        **{name: _numba_ufunc(name, arity(op)) for op, name in LIBM_F32.items()},
+        "rsqrt_estimate": _machine("rsqrt_estimate"),
+        **{name: _machine(name) for name in LIBM_F32.values()},
     }
 
 
-def _numba_ufunc(name: str, arity: int):
-    """The numpy form of a primitive only the machine has (the C library's sinf, rsqrtss): its Numba helper as a
-    ufunc (kernels/scalar.py, loaded at the first call)."""
+# The primitives only the machine has (the C library's sinf..., rsqrtss) have no numpy form of their own: their
+# Numba helpers as ufuncs, which kernels/scalar.py registers here when it is imported (this table stays below it).
+MACHINE_UFUNCS: dict = {}
+
+
+def _machine(name: str):
     def call(*xs):
-        from .scalar import numpy_ufunc
-        return numpy_ufunc(name, arity)(*xs)
+        if name not in MACHINE_UFUNCS:
+            raise RuntimeError(f"the machine primitive {name} is registered by hloexec.kernels.scalar: import it first")
+        return MACHINE_UFUNCS[name](*xs)
     return call
 
 

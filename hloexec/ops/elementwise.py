@@ -222,6 +222,7 @@ def _device_approximation(inst, ctx):
         from ..kernels.scalar import numpy_ufunc
         ufunc = numpy_ufunc(XLA_CPU_HELPERS[inst.opcode], semantics.arity(inst.opcode))
         return lambda *xs: np.asarray(ufunc(*xs))
+    from ..kernels import scalar  # noqa: F401  (registers the machine's primitives with the semantics table)
     return semantics.numpy_form(inst.opcode, "float", np.dtype(np.float32), 32, approximation=True)
 
 
