@@ -99,6 +99,14 @@ def _least_along(bound: np.ndarray, dims) -> np.ndarray:
     return np.broadcast_to(np.min(bound, axis=tuple(dims), keepdims=True), bound.shape) if dims else bound
 
 
+def _rounded(bound: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """A value's bound after its own rounding (`own`: SIGMAS sigmas of a uniform error, see `_rounding`): the
+    root-sum-square, but never more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a
+    single rounding of an exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or
+    re-rounded to bf16, was allowed 2.3x its largest error)."""
+    return np.minimum(np.sqrt(np.square(bound) + np.square(own)), bound + own * (np.sqrt(3) / SIGMAS))
+
+
 def _widest(a: str, b: str) -> str:
     return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
 
@@ -292,9 +300,10 @@ class ErrorBounds:
                 variance = variance + np.square(moved[0][2] * moved[1][2])
             else:
                 variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
+        bound = np.sqrt(variance)
         if opcode in ROUNDING_ELEMENTWISE:
-            variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), opcode))
-        self._put(x, np.sqrt(variance), decided)
+            bound = _rounded(bound, self._rounding(orig, x, bound, opcode))
+        self._put(x, bound, decided)
 
     def _moved_by(self, inst, x, operands, places, a, e, decided) -> np.ndarray:
         """max |f(.., a +- e, ..) - f(..)|: the op's own kernel at the ends of `a`'s interval (in all its `places`);
@@ -386,7 +395,8 @@ class ErrorBounds:
             if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND \
             else unit_roundoff(etype)
         variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
-        self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "reduce"))))
+        bound = np.sqrt(variance)
+        self._put(x, _rounded(bound, self._rounding(orig, x, bound, "reduce")))
 
     def _scatter(self, inst, orig, x, operands) -> None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
@@ -402,7 +412,7 @@ class ErrorBounds:
             u = unit_roundoff(orig.shape.element_type)
             spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
             own = self._rounding(orig, x, bound, "scatter")
-            bound = np.sqrt(np.square(bound) + np.square(spread) + np.where(count > 0, np.square(own), 0.0))
+            bound = _rounded(np.sqrt(np.square(bound) + np.square(spread)), np.where(count > 0, own, 0.0))
         self._put(x, bound)
 
     def _dot(self, inst, orig, x, operands) -> None:
@@ -438,5 +448,5 @@ class ErrorBounds:
             variance = variance + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
         variance = variance + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
-        variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), "dot"))
-        self._put(x, np.asarray(np.sqrt(variance), np.float64))
+        bound = np.sqrt(variance)
+        self._put(x, np.asarray(_rounded(bound, self._rounding(orig, x, bound, "dot")), np.float64))
