@@ -64,6 +64,9 @@ from .compare import ulp_at
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 SIGMAS = 4.0                # probabilistic terms: this many standard deviations
 TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
+SAMPLES = 4                 # perturbed runs carried along (ErrorBounds._sample)
+CALIBRATED_FROM = 64        # an instruction's bound is calibrated by its samples from this many elements on
+SAMPLE_MARGIN = 2.0         # ... to this multiple of the largest ratio its samples show
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
                    "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "tuple",
@@ -136,14 +139,15 @@ class ErrorBounds:
         self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.context = context
         self.device = device
-        self.store: dict[int, tuple] = {}           # id(value) -> (weakref, bound or None, decided or None)
+        self.store: dict[int, tuple] = {}   # id(value) -> (weakref, bound, decided, samples; each None or array)
         self.kernels: dict[int, object] = {}
         self.unbounded: dict[str, str] = {}         # instruction -> why it has no bound
         self.algorithms: set[str] = set()           # dot algorithms the device's rules chose (not the types' own)
         self.lock = threading.Lock()
+        self.rng = np.random.default_rng(0)
 
     # -- the store -------------------------------------------------------------------------------------------
-    def _put(self, leaf, bound, decided=None) -> None:
+    def _put(self, leaf, bound, decided=None, samples=None) -> None:
         key, store = id(leaf), self.store
         if decided is not None and not decided.any():
             decided = None
@@ -152,7 +156,7 @@ class ErrorBounds:
         ref = weakref.ref(leaf, lambda _r, key=key: store.pop(key, None)) if isinstance(leaf, np.ndarray) \
             else (lambda: leaf)
         with self.lock:
-            store[key] = (ref, bound, decided)
+            store[key] = (ref, bound, decided, samples)
 
     def _entry(self, leaf):
         entry = self.store.get(id(leaf))
@@ -179,6 +183,10 @@ class ErrorBounds:
         entry = self._entry(leaf)
         return None if entry is None else entry[2]
 
+    def _samples_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None else entry[3]
+
     def _kernel(self, inst):
         k = self.kernels.get(id(inst))
         if k is None:
@@ -200,21 +208,23 @@ class ErrorBounds:
             return          # tuples, get-tuple-element, fusion and loop results: their leaves are known
         comp = inst.computation.name if inst.computation is not None else ""
         orig = self.original.get((comp, inst.name))
+        local = None                # the instruction's own error (SIGMAS sigmas), where its rule has one
         with np.errstate(all="ignore"):
             if orig is None:                       # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
+                return
             elif opcode in MOVES:
                 self._move(inst, value, operands)
             elif opcode == "select":
                 self._select(value, operands)
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
-                self._elementwise(inst, orig, value, operands)
+                local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                self._reduce(inst, orig, value, operands)
+                local = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
-                self._dot(inst, orig, value, operands)
+                local = self._dot(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
-                self._scatter(inst, orig, value, operands)
+                local = self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
                 worst = max((float(np.max(self.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
                 for v in floats:
@@ -224,12 +234,60 @@ class ErrorBounds:
                     if self._entry(v) is None:
                         self.unbounded.setdefault(inst.name, opcode)
                         self._put(v, np.full(v.shape, np.inf))
+                return
+            self._sample(inst, value, operands, local)
+
+    def _sample(self, inst, value, operands, local) -> None:
+        """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
+        moved by each sample's deviations, plus a draw of its own error (`local`, SIGMAS sigmas: a Gaussian of
+        that sigma). Unlike the bound's rules the samples keep their signs: errors that cancel (x - mean(x),
+        a softmax's normalization, a LayerNorm gradient's three terms) cancel in them. Few samples cannot bound
+        one element, but over an instruction's elements they show how loose its bound is: where all elements'
+        bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, the bound is divided by it
+        (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them)."""
+        perturbed = [self._samples_or_none(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
+        leaves = _leaves(value)
+        if local is None and all(p is None for p in perturbed):
+            return
+        kernel = self._kernel(inst)
+        runs = []
+        for k in range(SAMPLES):
+            args = [o if p is None else (o + p[k] if _float(o) else p[k]) for o, p in zip(operands, perturbed)]
+            runs.append(_leaves(kernel(*args)))
+        for i, leaf in enumerate(leaves):
+            if not isinstance(leaf, (np.ndarray, np.generic)) or self._entry(leaf) is None:
+                continue
+            moved = np.stack([np.broadcast_to(r[i], np.shape(leaf)) for r in runs])
+            if not _float(leaf):
+                self._put(leaf, *self._entry(leaf)[1:3], moved)
+                continue
+            deviations = moved - leaf
+            if local is not None:
+                deviations = deviations + self.rng.standard_normal(deviations.shape) * (local / SIGMAS)
+            deviations = deviations.astype(np.float32)
+            bound = self._calibrate(self._bound_or_none(leaf), deviations)
+            self._put(leaf, bound, self._decided_or_none(leaf), deviations)
+
+    @staticmethod
+    def _calibrate(bound, deviations):
+        """`bound` divided by how loose it is over the instruction's elements: the largest ratio of SIGMAS x the
+        samples' RMS to the bound, times SAMPLE_MARGIN (the samples' RMS of one element can be a third of its
+        sigma; over CALIBRATED_FROM elements the largest ratio cannot, unless few elements are tight); never
+        raised, kept where the samples are not finite or too few elements have a bound."""
+        if bound is None:
+            return None
+        spread = SIGMAS * np.sqrt(np.mean(np.square(deviations, dtype=np.float64), axis=0))
+        seen = np.isfinite(spread) & np.isfinite(bound) & (bound > 0)
+        if np.count_nonzero(seen) < CALIBRATED_FROM or not np.all(np.isfinite(spread) | ~np.isfinite(bound)):
+            return bound
+        factor = min(1.0, SAMPLE_MARGIN * float(np.max(spread[seen] / bound[seen])))
+        return bound * factor
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
         src = [o for o in operands if _float(o) and np.shape(o) == np.shape(value)]
         if _float(value) and src:
-            self._put(value, self._bound_or_none(src[0]), self._decided_or_none(src[0]))
+            self._put(value, self._bound_or_none(src[0]), self._decided_or_none(src[0]), self._samples_or_none(src[0]))
 
     def _substituted(self, inst, operands, pick) -> object:
         """`inst`'s kernel on its operands with every float one replaced by `pick(operand)` (a bound)."""
@@ -257,6 +315,7 @@ class ErrorBounds:
             if d is not None:
                 undecided = undecided | d
         self._put(value, None, undecided)
+        self._sample(inst, value, operands, None)
 
     def _select(self, value, operands) -> None:
         p, t, f = operands
@@ -300,10 +359,12 @@ class ErrorBounds:
                 variance = variance + np.square(moved[0][2] * moved[1][2])
             else:
                 variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
-        bound = np.sqrt(variance)
+        bound, own = np.sqrt(variance), None
         if opcode in ROUNDING_ELEMENTWISE:
-            bound = _rounded(bound, self._rounding(orig, x, bound, opcode))
+            own = self._rounding(orig, x, bound, opcode)
+            bound = _rounded(bound, own)
         self._put(x, bound, decided)
+        return own
 
     def _moved_by(self, inst, x, operands, places, a, e, decided) -> np.ndarray:
         """max |f(.., a +- e, ..) - f(..)|: the op's own kernel at the ends of `a`'s interval (in all its `places`);
@@ -372,11 +433,11 @@ class ErrorBounds:
         if kind in ("maximum", "minimum"):
             self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64),
                       None)
-            return
+            return None
         if kind != "add":
             self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
             self._put(x, np.full(x.shape, np.inf))
-            return
+            return None
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
@@ -394,9 +455,11 @@ class ErrorBounds:
         u = 2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] \
             if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND \
             else unit_roundoff(etype)
-        variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
-        bound = np.sqrt(variance)
-        self._put(x, _rounded(bound, self._rounding(orig, x, bound, "reduce")))
+        accumulation = np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
+        bound = np.sqrt(variance + accumulation)
+        own = self._rounding(orig, x, bound, "reduce")
+        self._put(x, _rounded(bound, own))
+        return np.sqrt(accumulation + np.square(own))
 
     def _scatter(self, inst, orig, x, operands) -> None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
@@ -411,9 +474,12 @@ class ErrorBounds:
             squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
             u = unit_roundoff(orig.shape.element_type)
             spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
-            own = self._rounding(orig, x, bound, "scatter")
-            bound = _rounded(np.sqrt(np.square(bound) + np.square(spread)), np.where(count > 0, own, 0.0))
+            own = np.where(count > 0, self._rounding(orig, x, bound, "scatter"), 0.0)
+            bound = _rounded(np.sqrt(np.square(bound) + np.square(spread)), own)
+            self._put(x, bound)
+            return np.sqrt(np.square(spread) + np.square(own))
         self._put(x, bound)
+        return None
 
     def _dot(self, inst, orig, x, operands) -> None:
         a, b = operands
@@ -442,11 +508,14 @@ class ErrorBounds:
         if algorithm:
             self.algorithms.add(algorithm)
         own_bits = min(SIGNIFICAND.get(t.name, 53) for t in types)
+        arithmetic = np.zeros(x.shape)     # the dot's own: its operands' rounding, its accumulation
         if bits and bits < own_bits:
             u_op = 2.0 ** -bits * (2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding ==
                                    "truncate" else 1)
-            variance = variance + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
+            arithmetic = arithmetic + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
-        variance = variance + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
-        bound = np.sqrt(variance)
-        self._put(x, np.asarray(_rounded(bound, self._rounding(orig, x, bound, "dot")), np.float64))
+        arithmetic = arithmetic + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
+        bound = np.sqrt(variance + arithmetic)
+        own = self._rounding(orig, x, bound, "dot")
+        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        return np.sqrt(arithmetic + np.square(own))
