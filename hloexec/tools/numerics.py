@@ -386,9 +386,13 @@ class InstructionErrors:
     worst_run: str = ""
     first_seen: int = 0             # the order in which instructions first ran (ties of the ranking)
     contribution: float | None = None   # how far rounding its value moves the outputs (see _contributions)
+    # paired: the largest error / what its error bound allows (verdict.allowed_error; above 1: beyond its bound)
+    bound_ratio: float | None = None
 
-    def add(self, local, total, inherited, where: str) -> None:
+    def add(self, local, total, inherited, where: str, bound_ratio: float | None = None) -> None:
         self.runs += 1
+        if bound_ratio is not None:
+            self.bound_ratio = max(self.bound_ratio or 0.0, bound_ratio)
         if local is not None and local.max_rel >= self.local_error:
             self.local_error, self.local_ulps, self.worst_run = local.max_rel, local.max_ulps, where
         if local is not None:
@@ -453,6 +457,26 @@ class _Totals:
         return error
 
 
+def _bound_ratio(bounds, program_value, shadow_value) -> float | None:
+    """The largest error of a program value's float leaves over what their error bounds allow (tools/bounds.py
+    under the program's arithmetic, the verdict's allowed_error): above 1, beyond the bound; rounding-decided
+    elements not judged. None: no float leaf."""
+    from .bounds import _float, _leaves
+    from .verdict import RULE, allowed_error
+    worst = None
+    for low, high in zip(_leaves(program_value), _leaves(shadow_value)):
+        if not _float(high) or not isinstance(low, (np.ndarray, np.generic)) or np.shape(low) != np.shape(high):
+            continue
+        exact = np.asarray(high, np.float64)
+        with np.errstate(all="ignore"):
+            error = np.abs(np.asarray(low, np.float64) - exact)
+            ratio = error / allowed_error(bounds.of(high), np.abs(exact), np.asarray(low).dtype, RULE)
+        judged = np.isfinite(exact) & ~bounds.decided_of(high) & ~np.isnan(ratio)
+        if judged.any():
+            worst = max(worst or 0.0, float(np.max(ratio[judged])))
+    return worst
+
+
 class _Attribution:
     """Per-instruction error statistics, streamed: one record per instruction, updated each time it runs."""
 
@@ -471,7 +495,7 @@ class _Attribution:
             k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
         return k[1]
 
-    def record(self, device, run_index, inst, local, total, inherited) -> None:
+    def record(self, device, run_index, inst, local, total, inherited, bound_ratio=None) -> None:
         key = (inst.computation.name if inst.computation is not None else "", inst.name)
         with self.lock:
             r = self.records.get(key)
@@ -479,7 +503,8 @@ class _Attribution:
                 r = self.records[key] = InstructionErrors(inst.name, inst.opcode, key[0], inst.shape.to_text(layout=False),
                                                           inst.metadata.get("op_name", ""), inst.source_location,
                                                           first_seen=len(self.records))
-            r.add(local, total, inherited, f"device {device}, run {run_index}" if device else f"run {run_index}")
+            r.add(local, total, inherited, f"device {device}, run {run_index}" if device else f"run {run_index}",
+                  bound_ratio)
 
     def evaluate(self, inst, operands, exact, narrow_operands: bool):
         """verdict.Errors of `inst` evaluated alone on `operands` (rounded to its operand types when
@@ -588,6 +613,8 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     "auto": paired when both runs fit in the memory available, else local (`say(message)` tells why).
     `reductions`: the program's f16/bf16 reductions (None: `exe`'s), per-step by default: the HLO's meaning,
     every reducer step rounding."""
+    from dataclasses import replace
+    from .bounds import ErrorBounds
     from .nonfinite import NonfiniteTracker
     runner = runner or Runner()
     shadow = shadow_module(exe.module)
@@ -635,6 +662,9 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
         attribution = _Attribution(program.context, shadow)
         pairing = _Pairing()
         totals = _Totals()
+        # every value's error bound under the program's arithmetic: an instruction beyond it is named
+        bounds = ErrorBounds(shadow, shadow_exe.context, replace(program.options.device,
+                                                                 reductions=program.options.reductions))
 
         def idle(executable):
             communicator = executable.context.device.communicator
@@ -645,6 +675,7 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
             pairing.post(device, (inst, value, operands), idle(program))
 
         def on_shadow(device, inst, value, operands):
+            bounds(inst, value, operands)
             if (_comp(inst), inst.name) in helpers:
                 return
             item = pairing.take(device, inst, idle(shadow_exe))
@@ -657,7 +688,8 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
             total = totals.of(low_value, value)
             inherited = max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
             local = attribution.evaluate(low_inst, operands, value, narrow_operands=True)
-            attribution.record(device, k, low_inst, local, total, inherited)
+            attribution.record(device, k, low_inst, local, total, inherited,
+                               _bound_ratio(bounds, low_value, value) if runner.spmd is None else None)
 
         result: dict = {}
 
@@ -821,11 +853,18 @@ class _OutputAncestors:
         return out
 
 
+def beyond_bound(report: NumericsReport) -> list:
+    """The instructions whose error exceeds what their error bound allows, the furthest first."""
+    return sorted((r for r in report.instructions if r.bound_ratio is not None and r.bound_ratio > 1),
+                  key=lambda r: -r.bound_ratio)
+
+
 def numerics_dict(report: NumericsReport, top: int) -> dict:
     from dataclasses import asdict
     return {"mode": report.mode, "top": [asdict(r) for r in report.instructions[:top] if r.runs],
             "instructions_evaluated": sum(1 for r in report.instructions if r.local_error or r.total_error),
             "outputs": report.outputs, "divergences": [asdict(d) for d in report.divergences],
+            "beyond_bound": [r.name for r in beyond_bound(report)],
             "parted": report.parted, "not_evaluated": report.not_evaluated,
             "nonfinite": asdict(report.nonfinite) if report.nonfinite is not None else None}
 
@@ -870,6 +909,13 @@ def format_numerics(report: NumericsReport, top: int) -> str:
         site = "  ".join(x for x in (r.op_name, r.source) if x)
         where = "" if r.computation == "" else f" in %{r.computation}"
         lines.append(f"{nums}{r.runs:>5}  %{r.name} = {r.shape} {r.opcode}{where}" + (f"  {site}" if site else ""))
+    beyond = beyond_bound(report)
+    if beyond:
+        lines.append(f"beyond their error bounds ({len(beyond)}: error / what the arithmetic allows, "
+                     "docs/verdicts.md): " + ", ".join(f"%{r.name} ({r.opcode}) {r.bound_ratio:.3g}"
+                                                       for r in beyond[:top]))
+    elif paired:
+        lines.append("every instruction within its error bound")
     if report.divergences:
         lines.append("integer/pred values computed from floats that differ between the run and the shadow (what "
                      "follows them compares two different paths):")
