@@ -298,11 +298,7 @@ def test_spmd_commands(capsys, tmp_path):
     assert judged["consistent"] and judged["errors"]["nonfinite"] == 1
 
 
-def test_attribution_names_the_lossy_instruction(capsys, tmp_path):
-    """A cancelling f16 subtract after f32->f16 converts carries the local error: nothing of the difference is
-    left; the converts and the multiply round once. `numerics --json` lists them in `top` with name, opcode,
-    local_error."""
-    text = """HloModule lossy
+LOSSY = """HloModule lossy
 ENTRY e {
   a = f32[1024] parameter(0)
   b = f32[1024] parameter(1)
@@ -314,6 +310,13 @@ ENTRY e {
   ROOT r = f16[1024] multiply(d, tb)
 }
 """
+
+
+def test_attribution_names_the_lossy_instruction(capsys, tmp_path):
+    """A cancelling f16 subtract after f32->f16 converts carries the local error: nothing of the difference is
+    left; the converts and the multiply round once. `numerics --json` lists them in `top` with name, opcode,
+    local_error."""
+    text = LOSSY
     r = np.random.default_rng(4)
     a = r.uniform(1, 2, 1024).astype(np.float32)
     b = (a + r.uniform(-1e-3, 1e-3, 1024)).astype(np.float32)
@@ -345,20 +348,6 @@ ENTRY e {
     assert main(["numerics", str(path), "--inputs", str(inputs)]) == 0
     out = capsys.readouterr().out
     assert "%d = f16[1024] subtract" in out and "f.py:4" in out and "jit(f)/sub" in out
-
-
-LOSSY = """HloModule lossy
-ENTRY e {
-  a = f32[1024] parameter(0)
-  b = f32[1024] parameter(1)
-  ah = f16[1024] convert(a)
-  bh = f16[1024] convert(b)
-  d = f16[1024] subtract(ah, bh)
-  two = f16[] constant(2)
-  tb = f16[1024] broadcast(two), dimensions={}
-  ROOT r = f16[1024] multiply(d, tb)
-}
-"""
 
 
 def test_numerics_names_the_instructions_beyond_their_error_bounds(capsys, tmp_path, monkeypatch):
