@@ -67,6 +67,9 @@ TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, b
 SAMPLES = 4                 # perturbed runs carried along (ErrorBounds._sample)
 CALIBRATED_FROM = 64        # an instruction's bound is calibrated by its samples from this many elements on
 SAMPLE_MARGIN = 2.0         # ... to this multiple of the largest ratio its samples show
+NOISE_POOL = 1 << 22        # standard normal draws the samples' own errors are taken from
+# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut)
+LINEAR_SAMPLES = {"add": np.add, "subtract": np.subtract, "negate": np.negative, "convert": lambda d: d}
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
                    "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "tuple",
@@ -145,6 +148,7 @@ class ErrorBounds:
         self.algorithms: set[str] = set()           # dot algorithms the device's rules chose (not the types' own)
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(0)
+        self.pool = None                            # standard normal draws (_noise)
 
     # -- the store -------------------------------------------------------------------------------------------
     def _put(self, leaf, bound, decided=None, samples=None) -> None:
@@ -233,7 +237,7 @@ class ErrorBounds:
                 for v in floats:
                     if self._entry(v) is None:
                         self.unbounded.setdefault(inst.name, opcode)
-                        self._put(v, np.full(v.shape, np.inf))
+                        self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
                 return
             self._sample(inst, value, operands, local)
 
@@ -244,29 +248,56 @@ class ErrorBounds:
         a softmax's normalization, a LayerNorm gradient's three terms) cancel in them. Few samples cannot bound
         one element, but over an instruction's elements they show how loose its bound is: where all elements'
         bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, the bound is divided by it
-        (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them)."""
+        (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
+        whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated."""
         perturbed = [self._samples_or_none(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
         if local is None and all(p is None for p in perturbed):
             return
+        kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
+        made = [np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype) if keep
+                else None for v, keep in zip(leaves, kept)]
         kernel = self._kernel(inst)
-        runs = []
-        for k in range(SAMPLES):
-            args = [o if p is None else (o + p[k] if _float(o) else p[k]) for o, p in zip(operands, perturbed)]
-            runs.append(_leaves(kernel(*args)))
-        for i, leaf in enumerate(leaves):
-            if not isinstance(leaf, (np.ndarray, np.generic)) or self._entry(leaf) is None:
+        if any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic))):
+            for out in made:
+                if out is not None:
+                    out[...] = np.nan if out.dtype.kind == "f" else 0
+        elif inst.opcode in MOVES or (inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands)):
+            # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
+            for k in range(SAMPLES):
+                args = [p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
+                        for o, p in zip(operands, perturbed)]
+                for moved, out in zip(_leaves(LINEAR_SAMPLES.get(inst.opcode, kernel)(*args)), made):
+                    if out is not None:
+                        out[k] = moved
+        else:
+            for k in range(SAMPLES):
+                args = [o if p is None else (o + p[k] if _float(o) else p[k]) for o, p in zip(operands, perturbed)]
+                for leaf, moved, out in zip(leaves, _leaves(kernel(*args)), made):
+                    if out is None:
+                        continue
+                    if _float(leaf):        # (float32: the deviations need a few digits, not the values')
+                        np.subtract(moved, leaf, out=out[k:k + 1], casting="unsafe")
+                    else:
+                        out[k] = moved
+        for leaf, out in zip(leaves, made):
+            if out is None:
                 continue
-            moved = np.stack([np.broadcast_to(r[i], np.shape(leaf)) for r in runs])
             if not _float(leaf):
-                self._put(leaf, *self._entry(leaf)[1:3], moved)
+                self._put(leaf, *self._entry(leaf)[1:3], out)
                 continue
-            deviations = moved - leaf
             if local is not None:
-                deviations = deviations + self.rng.standard_normal(deviations.shape) * (local / SIGMAS)
-            deviations = deviations.astype(np.float32)
-            bound = self._calibrate(self._bound_or_none(leaf), deviations)
-            self._put(leaf, bound, self._decided_or_none(leaf), deviations)
+                out += self._noise(out.shape) * (local / SIGMAS).astype(np.float32)
+            self._put(leaf, self._calibrate(self._bound_or_none(leaf), out), self._decided_or_none(leaf), out)
+
+    def _noise(self, shape) -> np.ndarray:
+        """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
+        afresh for every instruction cost more than its kernels)."""
+        need = int(np.prod(shape))
+        if self.pool is None or need > self.pool.size // 2:
+            self.pool = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
+        start = int(self.rng.integers(0, self.pool.size - need + 1))
+        return self.pool[start:start + need].reshape(shape)
 
     @staticmethod
     def _calibrate(bound, deviations):
@@ -276,12 +307,12 @@ class ErrorBounds:
         raised, kept where the samples are not finite or too few elements have a bound."""
         if bound is None:
             return None
-        spread = SIGMAS * np.sqrt(np.mean(np.square(deviations, dtype=np.float64), axis=0))
+        spread = (SIGMAS / np.sqrt(len(deviations))) * np.sqrt(np.einsum("k...,k...->...", deviations, deviations))
         seen = np.isfinite(spread) & np.isfinite(bound) & (bound > 0)
         if np.count_nonzero(seen) < CALIBRATED_FROM or not np.all(np.isfinite(spread) | ~np.isfinite(bound)):
             return bound
-        factor = min(1.0, SAMPLE_MARGIN * float(np.max(spread[seen] / bound[seen])))
-        return bound * factor
+        factor = min(1.0, SAMPLE_MARGIN * float(np.max(np.where(seen, spread / np.where(seen, bound, 1.0), 0.0))))
+        return bound * factor if factor < 1 else bound
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
