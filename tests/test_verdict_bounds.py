@@ -146,6 +146,41 @@ def test_bf16_train_step_xla_results_are_consistent(warmup):
     hloexec.jax.check(step, state, batch, reference="shadow")      # the jax bridge: no false alarm either
 
 
+def test_sampled_calibration_catches_a_later_adam_update_the_rules_alone_pass(monkeypatch):
+    """The bf16 train step's fourth step (tests/train_step.py): the bounds' rules alone, worst-case through the
+    block's layers, allow the new wv (output 20) more than a change of 1% of its scale at its largest element;
+    calibrated by the perturbed runs carried along (ErrorBounds._sample) they catch it; XLA:CPU's unchanged result
+    is consistent under both, and fewer updates are left rounding-decided."""
+    import jax
+    from hloexec.jax import lower
+    from hloexec.tools.bounds import ErrorBounds
+    from train_step import train_step
+    step, state, batch = train_step(warmup=3)
+    low = lower(step, state, batch)
+    xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(step(state, batch))]
+    exe, inputs = hloexec.load(low.text), [np.asarray(x) for x in low.inputs]
+    index = 20
+
+    def verdicts():
+        verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
+        exact = np.asarray(run.shadow[index], np.float64).reshape(-1)
+        k = int(np.argmax(np.abs(exact)))
+        bumped = [np.array(o, copy=True) for o in xla]
+        away = np.sign(float(bumped[index].reshape(-1)[k]) - exact[k]) or 1.0
+        bumped[index].reshape(-1)[k] += np.float32(away * 0.01 * np.abs(exact).max())
+        again = judge(run.shadow, flatten(baseline_executable(exe).run(*inputs)), {"bumped": bumped},
+                      bounds=run.bounds[xla_cpu_arithmetic().name])
+        decided = int(run.bounds[xla_cpu_arithmetic().name].decided[index].sum())
+        return verdict.consistent("XLA:CPU"), again.consistent("bumped"), decided
+
+    sampled = verdicts()
+    monkeypatch.setattr(ErrorBounds, "_calibrate", staticmethod(lambda bound, deviations: bound))
+    rules = verdicts()
+    assert sampled[0] and rules[0]                          # no false alarm either way
+    assert rules[1] and not sampled[1]                      # the 1% change: passed by the rules, caught sampled
+    assert sampled[2] < rules[2]                            # fewer rounding-decided updates
+
+
 def test_compare_device_list_names_the_device_that_explains_a_result(tmp_path, capsys):
     """`compare --reference shadow --device reference,FILE --json`: per-output bound_violations and worst (index,
     value, exact, bound); the result of bf16 dots is explained by the profile that makes them."""
