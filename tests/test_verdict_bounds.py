@@ -146,6 +146,35 @@ def test_bf16_train_step_xla_results_are_consistent(warmup):
     hloexec.jax.check(step, state, batch, reference="shadow")      # the jax bridge: no false alarm either
 
 
+def test_a_value_rounded_once_is_allowed_its_rounding_not_more(monkeypatch):
+    """An f32 value rounded once to bf16 is off by at most half an ulp: its bound is that half ulp (the allowance
+    1.5 x (bound + half an ulp): 1.5 ulps). Combined as 4 sigmas of a uniform error it was 1.15 ulps (allowance
+    2.5 ulps): a result 2 ulps off at one element passed; now it is caught. The unchanged result passes both."""
+    import ml_dtypes
+    from hloexec.tools import bounds
+    text = """HloModule once
+ENTRY e {
+  x = f32[4096] parameter(0)
+  ROOT r = bf16[4096] convert(x)
+}
+"""
+    x = np.random.default_rng(5).uniform(1, 2, 4096).astype(np.float32)
+    exe = hloexec.load(text)
+    right = flatten(exe.run(x))
+    off = [np.array(right[0], copy=True)]
+    k = int(np.argmin(np.abs(right[0].astype(np.float64) - x)))     # an element rounding hardly moved
+    off[0].view(np.uint16)[k] += np.uint16(2)                       # 2 ulps (of 2^-7 in [1, 2)) up
+    assert 1.9 * 2.0 ** -7 < float(off[0][k]) - float(x[k]) < 2.1 * 2.0 ** -7
+    assert off[0].dtype == ml_dtypes.bfloat16
+
+    def consistent():
+        verdict, _ = judge_run(exe, [x], {"right": right, "off": off})
+        return verdict.consistent("right"), verdict.consistent("off")
+    assert consistent() == (True, False)
+    monkeypatch.setattr(bounds, "_rounded", lambda bound, own: np.sqrt(np.square(bound) + np.square(own)))
+    assert consistent() == (True, True)
+
+
 def test_sampled_calibration_catches_a_later_adam_update_the_rules_alone_pass(monkeypatch):
     """The bf16 train step's fourth step (tests/train_step.py): the bounds' rules alone, worst-case through the
     block's layers, allow the new wv (output 20) more than a change of 1% of its scale at its largest element;
