@@ -65,8 +65,9 @@ SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 SIGMAS = 4.0                # probabilistic terms: this many standard deviations
 TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 SAMPLES = 4                 # perturbed runs carried along (ErrorBounds._sample)
-CALIBRATED_FROM = 64        # an instruction's bound is calibrated by its samples from this many elements on
+CALIBRATED_FROM = 64        # a bound is calibrated by its samples where this many elements show them
 SAMPLE_MARGIN = 2.0         # ... to this multiple of the largest ratio its samples show
+CALIBRATION_BLOCK = 256     # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22        # standard normal draws the samples' own errors are taken from
 # elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut)
 LINEAR_SAMPLES = {"add": np.add, "subtract": np.subtract, "negate": np.negative, "convert": lambda d: d}
@@ -301,18 +302,24 @@ class ErrorBounds:
 
     @staticmethod
     def _calibrate(bound, deviations):
-        """`bound` divided by how loose it is over the instruction's elements: the largest ratio of SIGMAS x the
-        samples' RMS to the bound, times SAMPLE_MARGIN (the samples' RMS of one element can be a third of its
-        sigma; over CALIBRATED_FROM elements the largest ratio cannot, unless few elements are tight); never
-        raised, kept where the samples are not finite or too few elements have a bound."""
+        """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
+        few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
+        samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
+        cannot, unless few elements are tight); never raised, kept in blocks where fewer than CALIBRATED_FROM
+        elements have a bound and everywhere when a sample is not finite."""
         if bound is None:
             return None
         spread = (SIGMAS / np.sqrt(len(deviations))) * np.sqrt(np.einsum("k...,k...->...", deviations, deviations))
         seen = np.isfinite(spread) & np.isfinite(bound) & (bound > 0)
         if np.count_nonzero(seen) < CALIBRATED_FROM or not np.all(np.isfinite(spread) | ~np.isfinite(bound)):
             return bound
-        factor = min(1.0, SAMPLE_MARGIN * float(np.max(np.where(seen, spread / np.where(seen, bound, 1.0), 0.0))))
-        return bound * factor if factor < 1 else bound
+        ratio = np.where(seen, spread / np.where(seen, bound, 1.0), 0.0).reshape(-1)
+        blocks = -(-ratio.size // CALIBRATION_BLOCK)
+        padding = blocks * CALIBRATION_BLOCK - ratio.size
+        largest = np.pad(ratio, (0, padding)).reshape(blocks, CALIBRATION_BLOCK).max(axis=1)
+        counted = np.pad(seen.reshape(-1), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
+        factor = np.where(counted >= CALIBRATED_FROM, np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
+        return bound * np.repeat(factor, CALIBRATION_BLOCK)[:ratio.size].reshape(np.shape(bound))
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
