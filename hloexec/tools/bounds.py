@@ -36,6 +36,12 @@ root-sum-square, a single rounding counts as the largest error it can make.
 - compare and select: a comparison whose operands' intervals overlap is *rounding-decided*; a select on it may
   take either branch, so its bound is the branches' distance plus their bounds.
 
+Calibrated by sampled runs: the rules above cannot see errors cancel (x - mean(x), a softmax's normalization,
+a LayerNorm gradient's terms): through a transformer block their bounds grew to 20-800x the errors. So SAMPLES
+perturbed runs are carried along (each instruction's kernel on its operands moved by the samples' deviations,
+plus a draw of its own error), and per block of elements a bound is divided by how loose the samples show it is
+(`_sample`, `_calibrate`; never raised).
+
 Rounding-decided elements (`decided`): where an operand's interval reaches a discontinuity -- the sign of a
 near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / log / power of, an interval
 that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is rounding's choice). Elementwise
@@ -247,8 +253,8 @@ class ErrorBounds:
         moved by each sample's deviations, plus a draw of its own error (`local`, SIGMAS sigmas: a Gaussian of
         that sigma). Unlike the bound's rules the samples keep their signs: errors that cancel (x - mean(x),
         a softmax's normalization, a LayerNorm gradient's three terms) cancel in them. Few samples cannot bound
-        one element, but over an instruction's elements they show how loose its bound is: where all elements'
-        bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, the bound is divided by it
+        one element, but over a block of elements they show how loose its bounds are: where all the block's
+        bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, they are divided by it
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
         whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated."""
         perturbed = [self._samples_or_none(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
