@@ -175,6 +175,26 @@ ENTRY e {
     assert consistent() == (True, True)
 
 
+def test_calibration_only_ever_lowers_a_bound_where_enough_samples_moved():
+    """ErrorBounds._calibrate per block of CALIBRATION_BLOCK elements: a block whose samples show its bounds 10x
+    loose is divided by 10 / SAMPLE_MARGIN; a block with one tight element is kept; bounds the samples exceed are
+    not raised; too few elements, samples that never moved, or a NaN sample: kept."""
+    from hloexec.tools.bounds import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, ErrorBounds
+    calibrate = ErrorBounds._calibrate
+    n = 2 * CALIBRATION_BLOCK
+    bound = np.full(n, 1.0)
+    deviations = np.full((SAMPLES, n), 0.1 / SIGMAS, np.float32)     # SIGMAS x RMS: a tenth of the bound
+    deviations[:, CALIBRATION_BLOCK] = 1.0 / SIGMAS                  # the second block: one element tight
+    got = calibrate(bound, deviations)
+    assert np.allclose(got[:CALIBRATION_BLOCK], 0.1 * SAMPLE_MARGIN) and np.all(got[CALIBRATION_BLOCK:] == 1)
+    assert np.all(calibrate(bound, 10 * deviations) == bound)                    # never raised
+    assert np.all(calibrate(bound[:32], deviations[:, :32]) == 1)                 # too few elements
+    assert np.all(calibrate(bound, np.zeros_like(deviations)) == 1)               # no sample moved
+    nan = deviations.copy()
+    nan[0, 7] = np.nan
+    assert np.all(calibrate(bound, nan) == 1)
+
+
 def test_sampled_calibration_catches_a_later_adam_update_the_rules_alone_pass(monkeypatch):
     """The bf16 train step's fourth step (tests/train_step.py): the bounds' rules alone, worst-case through the
     block's layers, allow the new wv (output 20) more than a change of 1% of its scale at its largest element;

@@ -312,7 +312,7 @@ class ErrorBounds:
         few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
         samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
         cannot, unless few elements are tight); never raised, kept in blocks where fewer than CALIBRATED_FROM
-        elements have a bound and everywhere when a sample is not finite."""
+        elements have a bound or no sample moved, and everywhere when a sample is not finite."""
         if bound is None:
             return None
         spread = (SIGMAS / np.sqrt(len(deviations))) * np.sqrt(np.einsum("k...,k...->...", deviations, deviations))
@@ -324,7 +324,8 @@ class ErrorBounds:
         padding = blocks * CALIBRATION_BLOCK - ratio.size
         largest = np.pad(ratio, (0, padding)).reshape(blocks, CALIBRATION_BLOCK).max(axis=1)
         counted = np.pad(seen.reshape(-1), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
-        factor = np.where(counted >= CALIBRATED_FROM, np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
+        # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
+        factor = np.where((counted >= CALIBRATED_FROM) & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
         return bound * np.repeat(factor, CALIBRATION_BLOCK)[:ratio.size].reshape(np.shape(bound))
 
     def _pass_through(self, inst, value, operands) -> None:
