@@ -5,6 +5,7 @@ error + 3 x its rms + 4 ulps); false alarms on the unchanged results.
     python bench/bench_verdict.py                       # every program below
     python bench/bench_verdict.py adam_f16 rmsnorm_bwd_f16
     python bench/bench_verdict.py --cost                # bounds' time and memory on the GPT d256 step
+    python bench/bench_verdict.py --slack train_step    # per instruction: RMS bound / RMS error (any program)
 
 Per program (jax-made, its pre-optimization HLO) two correct candidates, each judged by the arithmetic that made
 it, as `compare --against xla --reference shadow` does: hloexec's run under the reference profile (16-bit sums
@@ -234,7 +235,59 @@ def cost(workload: str = "gpt_step_d256_bf16_pre") -> dict:
     return row
 
 
+def slack(name: str) -> list[tuple]:
+    """Per float value of hloexec's run (op by op, the program's precision, reference profile): (computation,
+    instruction, opcode, RMS error against the shadow, RMS bound): how loose the bounds are where (4 sigmas of a
+    well-calibrated bound: ~4). `train_step`: tests/train_step.py's fourth step."""
+    import hloexec
+    from hloexec.exec.shadow import shadow_module
+    from hloexec.jax import lower
+    from hloexec.tools.bounds import ErrorBounds, _leaves
+    from hloexec.tools.numerics import Runner, executable_like
+    if name == "train_step":
+        from train_step import train_step
+        step, state, batch = train_step(warmup=3)
+        fn, args = step, (state, batch)
+    else:
+        fn, args = PROGRAMS[name]()
+    low = lower(fn, *args)
+    exe = hloexec.load(low.text)
+    inputs = [np.asarray(x) for x in low.inputs]
+    program: dict = {}
+
+    def where(inst):
+        return inst.computation.name if inst.computation is not None else "", inst.name
+
+    def record(_device, inst, value, _operands=None):
+        program[where(inst)] = [np.asarray(v, np.float64) if np.asarray(v).dtype.kind in "fV" else None
+                                for v in _leaves(value)]
+    Runner().run(executable_like(exe, exe.module, use_numba=False), inputs, record)
+    shadow = shadow_module(exe.module)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    bounds = ErrorBounds(shadow, shadow_exe.context, exe.options.device)
+    rows = []
+
+    def observe(_device, inst, value, operands):
+        bounds(inst, value, operands)
+        for mine, exact in zip(program.get(where(inst), []), _leaves(value)):
+            if mine is None or mine.shape != np.shape(exact) or np.asarray(exact).dtype.kind != "f":
+                continue
+            bound, error = bounds.of(exact), np.abs(mine - exact)
+            judged = np.isfinite(bound) & np.isfinite(error)
+            if judged.any():
+                rows.append((*where(inst), inst.opcode, float(np.sqrt(np.mean(error[judged] ** 2))),
+                             float(np.sqrt(np.mean(bound[judged] ** 2)))))
+    Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
+    return rows
+
+
 def main(argv: list[str]) -> None:
+    if "--slack" in argv:
+        for comp, inst, opcode, error, bound in slack(argv[argv.index("--slack") + 1]):
+            ratio = bound / error if error else float("inf")
+            print(f"{comp[:24]:24} {inst[:32]:32} {opcode[:12]:12} rms error {error:9.3g} rms bound {bound:9.3g} "
+                  f"bound/error {ratio:8.3g}")
+        return
     if "--cost" in argv:
         print(json.dumps(cost(), indent=1, default=str))
         print(f"load: {os.getloadavg()}", file=sys.stderr)

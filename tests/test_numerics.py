@@ -298,11 +298,7 @@ def test_spmd_commands(capsys, tmp_path):
     assert judged["consistent"] and judged["errors"]["nonfinite"] == 1
 
 
-def test_attribution_names_the_lossy_instruction(capsys, tmp_path):
-    """A cancelling f16 subtract after f32->f16 converts carries the local error: nothing of the difference is
-    left; the converts and the multiply round once. `numerics --json` lists them in `top` with name, opcode,
-    local_error."""
-    text = """HloModule lossy
+LOSSY = """HloModule lossy
 ENTRY e {
   a = f32[1024] parameter(0)
   b = f32[1024] parameter(1)
@@ -314,6 +310,13 @@ ENTRY e {
   ROOT r = f16[1024] multiply(d, tb)
 }
 """
+
+
+def test_attribution_names_the_lossy_instruction(capsys, tmp_path):
+    """A cancelling f16 subtract after f32->f16 converts carries the local error: nothing of the difference is
+    left; the converts and the multiply round once. `numerics --json` lists them in `top` with name, opcode,
+    local_error."""
+    text = LOSSY
     r = np.random.default_rng(4)
     a = r.uniform(1, 2, 1024).astype(np.float32)
     b = (a + r.uniform(-1e-3, 1e-3, 1024)).astype(np.float32)
@@ -345,6 +348,37 @@ ENTRY e {
     assert main(["numerics", str(path), "--inputs", str(inputs)]) == 0
     out = capsys.readouterr().out
     assert "%d = f16[1024] subtract" in out and "f.py:4" in out and "jit(f)/sub" in out
+
+
+def test_numerics_names_the_instructions_beyond_their_error_bounds(capsys, tmp_path, monkeypatch):
+    """numerics is judged by the verdict's per-element bounds: a correct run has every instruction within its
+    bound (the cancelling subtract too: its error is what its operands' roundings allow); a program whose constant
+    was miscompiled (2 -> 2.01, against the shadow of the module it should have been) has that constant and its
+    broadcast named beyond their bounds, the rest not."""
+    import hloexec.tools.numerics as numerics
+    r = np.random.default_rng(4)
+    a = r.uniform(1, 2, 1024).astype(np.float32)
+    b = (a + r.uniform(-1e-3, 1e-3, 1024)).astype(np.float32)
+    report = attribute(hloexec.load(LOSSY), [a, b])
+    assert not numerics.beyond_bound(report)
+    ratios = {x.name: x.bound_ratio for x in report.instructions}
+    assert 0 < ratios["d"] <= 1 and 0 < ratios["r"] <= 1
+    exe = hloexec.load(LOSSY)
+    miscompiled = hloexec.load(LOSSY.replace("constant(2)", "constant(2.01)")).module
+    made = numerics.executable_like
+    monkeypatch.setattr(numerics, "executable_like",
+                        lambda e, module, **o: made(e, miscompiled if module is exe.module else module, **o))
+    report = attribute(exe, [a, b])
+    assert [x.name for x in numerics.beyond_bound(report)][:1] == ["two"]
+    # (r = d * 2.01: the cancelling d's own error allows more than 0.5% there)
+    assert {x.name for x in numerics.beyond_bound(report)} == {"two", "tb"}
+    path, inputs = tmp_path / "lossy.hlo", tmp_path / "in.npz"
+    path.write_text(LOSSY)
+    save_arrays(str(inputs), {"arg0": a, "arg1": b})
+    assert main(["numerics", str(path), "--inputs", str(inputs)]) == 0
+    assert "every instruction within its error bound" in capsys.readouterr().out
+    assert main(["numerics", str(path), "--inputs", str(inputs), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_bound"] == []
 
 
 def test_compare_against_the_shadow_command(capsys, tmp_path):

@@ -146,6 +146,90 @@ def test_bf16_train_step_xla_results_are_consistent(warmup):
     hloexec.jax.check(step, state, batch, reference="shadow")      # the jax bridge: no false alarm either
 
 
+def test_a_value_rounded_once_is_allowed_its_rounding_not_more(monkeypatch):
+    """An f32 value rounded once to bf16 is off by at most half an ulp: its bound is that half ulp (the allowance
+    1.5 x (bound + half an ulp): 1.5 ulps). Combined as 4 sigmas of a uniform error it was 1.15 ulps (allowance
+    2.5 ulps): a result 2 ulps off at one element passed; now it is caught. The unchanged result passes both."""
+    import ml_dtypes
+    from hloexec.tools import bounds
+    text = """HloModule once
+ENTRY e {
+  x = f32[4096] parameter(0)
+  ROOT r = bf16[4096] convert(x)
+}
+"""
+    x = np.random.default_rng(5).uniform(1, 2, 4096).astype(np.float32)
+    exe = hloexec.load(text)
+    right = flatten(exe.run(x))
+    off = [np.array(right[0], copy=True)]
+    k = int(np.argmin(np.abs(right[0].astype(np.float64) - x)))     # an element rounding hardly moved
+    off[0].view(np.uint16)[k] += np.uint16(2)                       # 2 ulps (of 2^-7 in [1, 2)) up
+    assert 1.9 * 2.0 ** -7 < float(off[0][k]) - float(x[k]) < 2.1 * 2.0 ** -7
+    assert off[0].dtype == ml_dtypes.bfloat16
+
+    def consistent():
+        verdict, _ = judge_run(exe, [x], {"right": right, "off": off})
+        return verdict.consistent("right"), verdict.consistent("off")
+    assert consistent() == (True, False)
+    monkeypatch.setattr(bounds, "_rounded", lambda bound, own: np.sqrt(np.square(bound) + np.square(own)))
+    assert consistent() == (True, True)
+
+
+def test_calibration_only_ever_lowers_a_bound_where_enough_samples_moved():
+    """ErrorBounds._calibrate per block of CALIBRATION_BLOCK elements: a block whose samples show its bounds 10x
+    loose is divided by 10 / SAMPLE_MARGIN; a block with one tight element is kept; bounds the samples exceed are
+    not raised; too few elements, samples that never moved, or a NaN sample: kept."""
+    from hloexec.tools.bounds import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, ErrorBounds
+    calibrate = ErrorBounds._calibrate
+    n = 2 * CALIBRATION_BLOCK
+    bound = np.full(n, 1.0)
+    deviations = np.full((SAMPLES, n), 0.1 / SIGMAS, np.float32)     # SIGMAS x RMS: a tenth of the bound
+    deviations[:, CALIBRATION_BLOCK] = 1.0 / SIGMAS                  # the second block: one element tight
+    got = calibrate(bound, deviations)
+    assert np.allclose(got[:CALIBRATION_BLOCK], 0.1 * SAMPLE_MARGIN) and np.all(got[CALIBRATION_BLOCK:] == 1)
+    assert np.all(calibrate(bound, 10 * deviations) == bound)                    # never raised
+    assert np.all(calibrate(bound[:32], deviations[:, :32]) == 1)                 # too few elements
+    assert np.all(calibrate(bound, np.zeros_like(deviations)) == 1)               # no sample moved
+    nan = deviations.copy()
+    nan[0, 7] = np.nan
+    assert np.all(calibrate(bound, nan) == 1)
+
+
+def test_sampled_calibration_catches_a_later_adam_update_the_rules_alone_pass(monkeypatch):
+    """The bf16 train step's fourth step (tests/train_step.py): the bounds' rules alone, worst-case through the
+    block's layers, allow the new wv (output 20) more than a change of 1% of its scale at its largest element;
+    calibrated by the perturbed runs carried along (ErrorBounds._sample) they catch it; XLA:CPU's unchanged result
+    is consistent under both, and fewer updates are left rounding-decided."""
+    import jax
+    from hloexec.jax import lower
+    from hloexec.tools.bounds import ErrorBounds
+    from train_step import train_step
+    step, state, batch = train_step(warmup=3)
+    low = lower(step, state, batch)
+    xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(step(state, batch))]
+    exe, inputs = hloexec.load(low.text), [np.asarray(x) for x in low.inputs]
+    index = 20
+
+    def verdicts():
+        verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
+        exact = np.asarray(run.shadow[index], np.float64).reshape(-1)
+        k = int(np.argmax(np.abs(exact)))
+        bumped = [np.array(o, copy=True) for o in xla]
+        away = np.sign(float(bumped[index].reshape(-1)[k]) - exact[k]) or 1.0
+        bumped[index].reshape(-1)[k] += np.float32(away * 0.01 * np.abs(exact).max())
+        again = judge(run.shadow, flatten(baseline_executable(exe).run(*inputs)), {"bumped": bumped},
+                      bounds=run.bounds[xla_cpu_arithmetic().name])
+        decided = int(run.bounds[xla_cpu_arithmetic().name].decided[index].sum())
+        return verdict.consistent("XLA:CPU"), again.consistent("bumped"), decided
+
+    sampled = verdicts()
+    monkeypatch.setattr(ErrorBounds, "_calibrate", staticmethod(lambda bound, deviations: bound))
+    rules = verdicts()
+    assert sampled[0] and rules[0]                          # no false alarm either way
+    assert rules[1] and not sampled[1]                      # the 1% change: passed by the rules, caught sampled
+    assert sampled[2] < rules[2]                            # fewer rounding-decided updates
+
+
 def test_compare_device_list_names_the_device_that_explains_a_result(tmp_path, capsys):
     """`compare --reference shadow --device reference,FILE --json`: per-output bound_violations and worst (index,
     value, exact, bound); the result of bf16 dots is explained by the profile that makes them."""

@@ -36,6 +36,12 @@ root-sum-square, a single rounding counts as the largest error it can make.
 - compare and select: a comparison whose operands' intervals overlap is *rounding-decided*; a select on it may
   take either branch, so its bound is the branches' distance plus their bounds.
 
+Calibrated by sampled runs: the rules above cannot see errors cancel (x - mean(x), a softmax's normalization,
+a LayerNorm gradient's terms): through a transformer block their bounds grew to 20-800x the errors. So SAMPLES
+perturbed runs are carried along (each instruction's kernel on its operands moved by the samples' deviations,
+plus a draw of its own error), and per block of elements a bound is divided by how loose the samples show it is
+(`_sample`, `_calibrate`; never raised).
+
 Rounding-decided elements (`decided`): where an operand's interval reaches a discontinuity -- the sign of a
 near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / log / power of, an interval
 that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is rounding's choice). Elementwise
@@ -65,6 +71,13 @@ from .compare import ulp_at
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 SIGMAS = 4.0                # probabilistic terms: this many standard deviations
 TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
+SAMPLES = 4                 # perturbed runs carried along (ErrorBounds._sample)
+CALIBRATED_FROM = 64        # a bound is calibrated by its samples where this many elements show them
+SAMPLE_MARGIN = 2.0         # ... to this multiple of the largest ratio its samples show
+CALIBRATION_BLOCK = 256     # ... per block of this many consecutive elements
+NOISE_POOL = 1 << 22        # standard normal draws the samples' own errors are taken from
+# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut)
+LINEAR_SAMPLES = {"add": np.add, "subtract": np.subtract, "negate": np.negative, "convert": lambda d: d}
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
                    "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "tuple",
@@ -100,6 +113,14 @@ def _least_along(bound: np.ndarray, dims) -> np.ndarray:
     return np.broadcast_to(np.min(bound, axis=tuple(dims), keepdims=True), bound.shape) if dims else bound
 
 
+def _rounded(bound: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """A value's bound after its own rounding (`own`: SIGMAS sigmas of a uniform error, see `_rounding`): the
+    root-sum-square, but never more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a
+    single rounding of an exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or
+    re-rounded to bf16, was allowed 2.3x its largest error)."""
+    return np.minimum(np.sqrt(np.square(bound) + np.square(own)), bound + own * (np.sqrt(3) / SIGMAS))
+
+
 def _widest(a: str, b: str) -> str:
     return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
 
@@ -129,14 +150,16 @@ class ErrorBounds:
         self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.context = context
         self.device = device
-        self.store: dict[int, tuple] = {}           # id(value) -> (weakref, bound or None, decided or None)
+        self.store: dict[int, tuple] = {}   # id(value) -> (weakref, bound, decided, samples; each None or array)
         self.kernels: dict[int, object] = {}
         self.unbounded: dict[str, str] = {}         # instruction -> why it has no bound
         self.algorithms: set[str] = set()           # dot algorithms the device's rules chose (not the types' own)
         self.lock = threading.Lock()
+        self.rng = np.random.default_rng(0)
+        self.pool = None                            # standard normal draws (_noise)
 
     # -- the store -------------------------------------------------------------------------------------------
-    def _put(self, leaf, bound, decided=None) -> None:
+    def _put(self, leaf, bound, decided=None, samples=None) -> None:
         key, store = id(leaf), self.store
         if decided is not None and not decided.any():
             decided = None
@@ -145,7 +168,7 @@ class ErrorBounds:
         ref = weakref.ref(leaf, lambda _r, key=key: store.pop(key, None)) if isinstance(leaf, np.ndarray) \
             else (lambda: leaf)
         with self.lock:
-            store[key] = (ref, bound, decided)
+            store[key] = (ref, bound, decided, samples)
 
     def _entry(self, leaf):
         entry = self.store.get(id(leaf))
@@ -172,6 +195,10 @@ class ErrorBounds:
         entry = self._entry(leaf)
         return None if entry is None else entry[2]
 
+    def _samples_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None else entry[3]
+
     def _kernel(self, inst):
         k = self.kernels.get(id(inst))
         if k is None:
@@ -192,21 +219,23 @@ class ErrorBounds:
             return          # tuples, get-tuple-element, fusion and loop results: their leaves are known
         comp = inst.computation.name if inst.computation is not None else ""
         orig = self.original.get((comp, inst.name))
+        local = None                # the instruction's own error (SIGMAS sigmas), where its rule has one
         with np.errstate(all="ignore"):
             if orig is None:                       # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
+                return
             elif opcode in MOVES:
                 self._move(inst, value, operands)
             elif opcode == "select":
                 self._select(value, operands)
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
-                self._elementwise(inst, orig, value, operands)
+                local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                self._reduce(inst, orig, value, operands)
+                local = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
-                self._dot(inst, orig, value, operands)
+                local = self._dot(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
-                self._scatter(inst, orig, value, operands)
+                local = self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
                 worst = max((float(np.max(self.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
                 for v in floats:
@@ -215,13 +244,95 @@ class ErrorBounds:
                 for v in floats:
                     if self._entry(v) is None:
                         self.unbounded.setdefault(inst.name, opcode)
-                        self._put(v, np.full(v.shape, np.inf))
+                        self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
+                return
+            self._sample(inst, value, operands, local)
+
+    def _sample(self, inst, value, operands, local) -> None:
+        """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
+        moved by each sample's deviations, plus a draw of its own error (`local`, SIGMAS sigmas: a Gaussian of
+        that sigma). Unlike the bound's rules the samples keep their signs: errors that cancel (x - mean(x),
+        a softmax's normalization, a LayerNorm gradient's three terms) cancel in them. Few samples cannot bound
+        one element, but over a block of elements they show how loose its bounds are: where all the block's
+        bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, they are divided by it
+        (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
+        whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated."""
+        perturbed = [self._samples_or_none(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
+        leaves = _leaves(value)
+        if local is None and all(p is None for p in perturbed):
+            return
+        kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
+        made = [np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype) if keep
+                else None for v, keep in zip(leaves, kept)]
+        kernel = self._kernel(inst)
+        if any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic))):
+            for out in made:
+                if out is not None:
+                    out[...] = np.nan if out.dtype.kind == "f" else 0
+        elif inst.opcode in MOVES or (inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands)):
+            # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
+            for k in range(SAMPLES):
+                args = [p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
+                        for o, p in zip(operands, perturbed)]
+                for moved, out in zip(_leaves(LINEAR_SAMPLES.get(inst.opcode, kernel)(*args)), made):
+                    if out is not None:
+                        out[k] = moved
+        else:
+            for k in range(SAMPLES):
+                args = [o if p is None else (o + p[k] if _float(o) else p[k]) for o, p in zip(operands, perturbed)]
+                for leaf, moved, out in zip(leaves, _leaves(kernel(*args)), made):
+                    if out is None:
+                        continue
+                    if _float(leaf):        # (float32: the deviations need a few digits, not the values')
+                        np.subtract(moved, leaf, out=out[k:k + 1], casting="unsafe")
+                    else:
+                        out[k] = moved
+        for leaf, out in zip(leaves, made):
+            if out is None:
+                continue
+            if not _float(leaf):
+                self._put(leaf, *self._entry(leaf)[1:3], out)
+                continue
+            if local is not None:
+                out += self._noise(out.shape) * (local / SIGMAS).astype(np.float32)
+            self._put(leaf, self._calibrate(self._bound_or_none(leaf), out), self._decided_or_none(leaf), out)
+
+    def _noise(self, shape) -> np.ndarray:
+        """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
+        afresh for every instruction cost more than its kernels)."""
+        need = int(np.prod(shape))
+        if self.pool is None or need > self.pool.size // 2:
+            self.pool = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
+        start = int(self.rng.integers(0, self.pool.size - need + 1))
+        return self.pool[start:start + need].reshape(shape)
+
+    @staticmethod
+    def _calibrate(bound, deviations):
+        """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
+        few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
+        samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
+        cannot, unless few elements are tight); never raised, kept in blocks where fewer than CALIBRATED_FROM
+        elements have a bound or no sample moved, and everywhere when a sample is not finite."""
+        if bound is None:
+            return None
+        spread = (SIGMAS / np.sqrt(len(deviations))) * np.sqrt(np.einsum("k...,k...->...", deviations, deviations))
+        seen = np.isfinite(spread) & np.isfinite(bound) & (bound > 0)
+        if np.count_nonzero(seen) < CALIBRATED_FROM or not np.all(np.isfinite(spread) | ~np.isfinite(bound)):
+            return bound
+        ratio = np.where(seen, spread / np.where(seen, bound, 1.0), 0.0).reshape(-1)
+        blocks = -(-ratio.size // CALIBRATION_BLOCK)
+        padding = blocks * CALIBRATION_BLOCK - ratio.size
+        largest = np.pad(ratio, (0, padding)).reshape(blocks, CALIBRATION_BLOCK).max(axis=1)
+        counted = np.pad(seen.reshape(-1), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
+        # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
+        factor = np.where((counted >= CALIBRATED_FROM) & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
+        return bound * np.repeat(factor, CALIBRATION_BLOCK)[:ratio.size].reshape(np.shape(bound))
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
         src = [o for o in operands if _float(o) and np.shape(o) == np.shape(value)]
         if _float(value) and src:
-            self._put(value, self._bound_or_none(src[0]), self._decided_or_none(src[0]))
+            self._put(value, self._bound_or_none(src[0]), self._decided_or_none(src[0]), self._samples_or_none(src[0]))
 
     def _substituted(self, inst, operands, pick) -> object:
         """`inst`'s kernel on its operands with every float one replaced by `pick(operand)` (a bound)."""
@@ -249,6 +360,7 @@ class ErrorBounds:
             if d is not None:
                 undecided = undecided | d
         self._put(value, None, undecided)
+        self._sample(inst, value, operands, None)
 
     def _select(self, value, operands) -> None:
         p, t, f = operands
@@ -292,9 +404,12 @@ class ErrorBounds:
                 variance = variance + np.square(moved[0][2] * moved[1][2])
             else:
                 variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
+        bound, own = np.sqrt(variance), None
         if opcode in ROUNDING_ELEMENTWISE:
-            variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), opcode))
-        self._put(x, np.sqrt(variance), decided)
+            own = self._rounding(orig, x, bound, opcode)
+            bound = _rounded(bound, own)
+        self._put(x, bound, decided)
+        return own
 
     def _moved_by(self, inst, x, operands, places, a, e, decided) -> np.ndarray:
         """max |f(.., a +- e, ..) - f(..)|: the op's own kernel at the ends of `a`'s interval (in all its `places`);
@@ -363,11 +478,11 @@ class ErrorBounds:
         if kind in ("maximum", "minimum"):
             self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64),
                       None)
-            return
+            return None
         if kind != "add":
             self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
             self._put(x, np.full(x.shape, np.inf))
-            return
+            return None
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
@@ -385,8 +500,11 @@ class ErrorBounds:
         u = 2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] \
             if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND \
             else unit_roundoff(etype)
-        variance = variance + np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
-        self._put(x, np.sqrt(variance + np.square(self._rounding(orig, x, np.sqrt(variance), "reduce"))))
+        accumulation = np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
+        bound = np.sqrt(variance + accumulation)
+        own = self._rounding(orig, x, bound, "reduce")
+        self._put(x, _rounded(bound, own))
+        return np.sqrt(accumulation + np.square(own))
 
     def _scatter(self, inst, orig, x, operands) -> None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
@@ -401,9 +519,12 @@ class ErrorBounds:
             squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
             u = unit_roundoff(orig.shape.element_type)
             spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
-            own = self._rounding(orig, x, bound, "scatter")
-            bound = np.sqrt(np.square(bound) + np.square(spread) + np.where(count > 0, np.square(own), 0.0))
+            own = np.where(count > 0, self._rounding(orig, x, bound, "scatter"), 0.0)
+            bound = _rounded(np.sqrt(np.square(bound) + np.square(spread)), own)
+            self._put(x, bound)
+            return np.sqrt(np.square(spread) + np.square(own))
         self._put(x, bound)
+        return None
 
     def _dot(self, inst, orig, x, operands) -> None:
         a, b = operands
@@ -432,11 +553,14 @@ class ErrorBounds:
         if algorithm:
             self.algorithms.add(algorithm)
         own_bits = min(SIGNIFICAND.get(t.name, 53) for t in types)
+        arithmetic = np.zeros(x.shape)     # the dot's own: its operands' rounding, its accumulation
         if bits and bits < own_bits:
             u_op = 2.0 ** -bits * (2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding ==
                                    "truncate" else 1)
-            variance = variance + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
+            arithmetic = arithmetic + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
-        variance = variance + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
-        variance = variance + np.square(self._rounding(orig, x, np.sqrt(variance), "dot"))
-        self._put(x, np.asarray(np.sqrt(variance), np.float64))
+        arithmetic = arithmetic + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
+        bound = np.sqrt(variance + arithmetic)
+        own = self._rounding(orig, x, bound, "dot")
+        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        return np.sqrt(arithmetic + np.square(own))

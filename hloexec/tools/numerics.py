@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -18,9 +18,10 @@ from ..exec.shadow import Shadow, has_float, shadow_module, widen
 from ..ir.module import Instruction
 from ..ops.registry import lookup
 from ..spmd import memory_estimate
+from .bounds import ErrorBounds, _float, _leaves
 from .compare import dtype_name
 from .nonfinite import NonfiniteTracker, StopRun, format_report as format_nonfinite
-from .verdict import error_stats
+from .verdict import RULE, allowed_error, error_stats
 # the shadow runs' names, imported from here before they had a module of their own
 from .shadow_runs import (DISCRETE_BUDGET, Divergence, OutputBounds, Runner, ShadowRun, _Discrete, baseline_executable,
                           executable_like, flatten, format_shadow_report, judge_run, shadow_report, shadow_run,
@@ -78,9 +79,13 @@ class InstructionErrors:
     worst_run: str = ""
     first_seen: int = 0             # the order in which instructions first ran (ties of the ranking)
     contribution: float | None = None   # how far rounding its value moves the outputs (see _contributions)
+    # paired: the largest error / what its error bound allows (verdict.allowed_error; above 1: beyond its bound)
+    bound_ratio: float | None = None
 
-    def add(self, local, total, inherited, where: str) -> None:
+    def add(self, local, total, inherited, where: str, bound_ratio: float | None = None) -> None:
         self.runs += 1
+        if bound_ratio is not None:
+            self.bound_ratio = max(self.bound_ratio or 0.0, bound_ratio)
         if local is not None and local.max_rel >= self.local_error:
             self.local_error, self.local_ulps, self.worst_run = local.max_rel, local.max_ulps, where
         if local is not None:
@@ -144,6 +149,24 @@ class _Totals:
         return error
 
 
+def _bound_ratio(bounds, program_value, shadow_value) -> float | None:
+    """The largest error of a program value's float leaves over what their error bounds allow (tools/bounds.py
+    under the program's arithmetic, the verdict's allowed_error): above 1, beyond the bound; rounding-decided
+    elements not judged. None: no float leaf."""
+    worst = None
+    for low, high in zip(_leaves(program_value), _leaves(shadow_value)):
+        if not _float(high) or not isinstance(low, (np.ndarray, np.generic)) or np.shape(low) != np.shape(high):
+            continue
+        exact = np.asarray(high, np.float64)
+        with np.errstate(all="ignore"):
+            error = np.abs(np.asarray(low, np.float64) - exact)
+            ratio = error / allowed_error(bounds.of(high), np.abs(exact), np.asarray(low).dtype, RULE)
+        judged = np.isfinite(exact) & ~bounds.decided_of(high) & ~np.isnan(ratio)
+        if judged.any():
+            worst = max(worst or 0.0, float(np.max(ratio[judged])))
+    return worst
+
+
 class _Attribution:
     """Per-instruction error statistics, streamed: one record per instruction, updated each time it runs."""
 
@@ -161,7 +184,7 @@ class _Attribution:
             k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
         return k[1]
 
-    def record(self, device, run_index, inst, local, total, inherited) -> None:
+    def record(self, device, run_index, inst, local, total, inherited, bound_ratio=None) -> None:
         key = (inst.computation.name if inst.computation is not None else "", inst.name)
         with self.lock:
             r = self.records.get(key)
@@ -169,7 +192,8 @@ class _Attribution:
                 r = self.records[key] = InstructionErrors(inst.name, inst.opcode, key[0], inst.shape.to_text(layout=False),
                                                           inst.metadata.get("op_name", ""), inst.source_location,
                                                           first_seen=len(self.records))
-            r.add(local, total, inherited, f"device {device}, run {run_index}" if device else f"run {run_index}")
+            r.add(local, total, inherited, f"device {device}, run {run_index}" if device else f"run {run_index}",
+                  bound_ratio)
 
     def evaluate(self, inst, operands, exact, narrow_operands: bool):
         """verdict.Errors of `inst` evaluated alone on `operands` (rounded to its operand types when
@@ -300,8 +324,11 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     else:
         attribution = _Attribution(program.context, shadow)
         pairing = _Pairing()
+        # every value's error bound under the program's arithmetic: an instruction beyond it is named
+        bounds = ErrorBounds(shadow, shadow_exe.context, replace(program.options.device,
+                                                                 reductions=program.options.reductions))
         outputs, shadow_outputs = _paired_runs(program, shadow_exe, shadow, inputs, runner, attribution, pairing,
-                                               seen)
+                                               seen, bounds)
     records = sorted(attribution.records.values(), key=lambda r: (-r.local_error, r.first_seen))
     if shadow_outputs is not None and runner.spmd is None:
         records = _contributions(exe, inputs, records, shadow_outputs)
@@ -346,9 +373,11 @@ def _local_run(program: Executable, shadow: Shadow, inputs, runner: Runner, attr
 
 
 def _paired_runs(program: Executable, shadow_exe: Executable, shadow: Shadow, inputs, runner: Runner,
-                 attribution: _Attribution, pairing: _Pairing, seen: _Seen) -> tuple[list, list]:
+                 attribution: _Attribution, pairing: _Pairing, seen: _Seen,
+                 bounds: ErrorBounds) -> tuple[list, list]:
     """The program's run (a thread of its own) and its shadow's side by side, each program value paired with the
-    shadow's and its errors recorded; (the program's outputs, the shadow's)."""
+    shadow's and its errors recorded, with how far past its error bound (`bounds`, fed by the shadow's values) it
+    is; (the program's outputs, the shadow's)."""
     helpers = _helper_names(shadow)
     totals = _Totals()
 
@@ -361,6 +390,7 @@ def _paired_runs(program: Executable, shadow_exe: Executable, shadow: Shadow, in
         pairing.post(device, (inst, value, operands), idle(program))
 
     def on_shadow(device, inst, value, operands):
+        bounds(inst, value, operands)
         if (_comp(inst), inst.name) in helpers:
             return
         item = pairing.take(device, inst, idle(shadow_exe))
@@ -375,7 +405,8 @@ def _paired_runs(program: Executable, shadow_exe: Executable, shadow: Shadow, in
         inherited = None if low_inst.name in shadow.pinned else \
             max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
         local = attribution.evaluate(low_inst, operands, value, narrow_operands=True)
-        attribution.record(device, k, low_inst, local, total, inherited)
+        attribution.record(device, k, low_inst, local, total, inherited,
+                           _bound_ratio(bounds, low_value, value) if runner.spmd is None else None)
 
     result: dict = {}
 
@@ -526,10 +557,17 @@ class _OutputAncestors:
         return out
 
 
+def beyond_bound(report: NumericsReport) -> list:
+    """The instructions whose error exceeds what their error bound allows, the furthest first."""
+    return sorted((r for r in report.instructions if r.bound_ratio is not None and r.bound_ratio > 1),
+                  key=lambda r: -r.bound_ratio)
+
+
 def numerics_dict(report: NumericsReport, top: int) -> dict:
     return {"mode": report.mode, "top": [asdict(r) for r in report.instructions[:top] if r.runs],
             "instructions_evaluated": sum(1 for r in report.instructions if r.local_error or r.total_error),
             "outputs": report.outputs, "divergences": [asdict(d) for d in report.divergences],
+            "beyond_bound": [r.name for r in beyond_bound(report)],
             "parted": report.parted, "not_evaluated": report.not_evaluated,
             "nonfinite": asdict(report.nonfinite) if report.nonfinite is not None else None}
 
@@ -573,6 +611,13 @@ def format_numerics(report: NumericsReport, top: int) -> str:
         site = "  ".join(x for x in (r.op_name, r.source) if x)
         where = "" if r.computation == "" else f" in %{r.computation}"
         lines.append(f"{nums}{r.runs:>5}  %{r.name} = {r.shape} {r.opcode}{where}" + (f"  {site}" if site else ""))
+    beyond = beyond_bound(report)
+    if beyond:
+        lines.append(f"beyond their error bounds ({len(beyond)}: error / what the arithmetic allows, "
+                     "docs/verdicts.md): " + ", ".join(f"%{r.name} ({r.opcode}) {r.bound_ratio:.3g}"
+                                                       for r in beyond[:top]))
+    elif paired:
+        lines.append("every instruction within its error bound")
     if report.divergences:
         lines.append("integer/pred values computed from floats that differ between the run and the shadow (what "
                      "follows them compares two different paths):")

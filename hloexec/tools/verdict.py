@@ -197,7 +197,7 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
     out.baseline = _summary(e_b, bad_b, out.scale, out.ulp)
     rms_b = out.baseline.rms_rel * out.scale
     magnitude = np.where(np.isfinite(shadow), np.abs(shadow), 0.0)
-    reference_allowed = _allowed(reference_bounds[0], magnitude, dtype, rule) \
+    reference_allowed = allowed_error(reference_bounds[0], magnitude, dtype, rule) \
         if reference_bounds is not None and reference_bounds[0] is not None else None
     allowances: dict[int, tuple] = {}       # id(bound) -> (allowed, judged, the bounds' rms): one per arithmetic
 
@@ -208,7 +208,7 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
                                     * rms_b + rule.element_floor_ulps * ulp_at(magnitude, dtype), None, 0.0)
             return allowances[None]
         if id(own[0]) not in allowances:
-            allowed = _allowed(own[0], magnitude, dtype, rule)
+            allowed = allowed_error(own[0], magnitude, dtype, rule)
             judged = ~own[1] & np.isfinite(allowed)
             rms = float(np.sqrt(np.mean(np.square(allowed[judged])))) / rule.bound_factor if judged.any() else 0.0
             allowances[id(own[0])] = (allowed, judged, rms)
@@ -265,7 +265,7 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
     return out
 
 
-def _allowed(bound: np.ndarray, magnitude: np.ndarray, dtype, rule: Rule) -> np.ndarray:
+def allowed_error(bound: np.ndarray, magnitude: np.ndarray, dtype, rule: Rule) -> np.ndarray:
     """What an element may be off by: the factor times its bound plus its final rounding (half an ulp there)."""
     return rule.bound_factor * (np.where(np.isnan(bound), np.inf, bound) + 0.5 * ulp_at(magnitude, dtype))
 
