@@ -57,6 +57,7 @@ cancel can exceed them. Data-dependent control flow (a loop's trip count, a bran
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 import weakref
 
 import ml_dtypes
@@ -77,7 +78,7 @@ SAMPLE_MARGIN = 2.0         # ... to this multiple of the largest ratio its samp
 CALIBRATION_BLOCK = 256     # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22        # standard normal draws the samples' own errors are taken from
 # elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut)
-LINEAR_SAMPLES = {"add": np.add, "subtract": np.subtract, "negate": np.negative, "convert": lambda d: d}
+LINEAR_SAMPLES: dict[str, Callable] = {"add": np.add, "subtract": np.subtract, "negate": np.negative, "convert": lambda d: d}
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
                    "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "tuple",
@@ -156,7 +157,7 @@ class ErrorBounds:
         self.algorithms: set[str] = set()           # dot algorithms the device's rules chose (not the types' own)
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(0)
-        self.pool = None                            # standard normal draws (_noise)
+        self.pool: np.ndarray | None = None         # standard normal draws (_noise)
 
     # -- the store -------------------------------------------------------------------------------------------
     def _put(self, leaf, bound, decided=None, samples=None) -> None:
@@ -373,7 +374,7 @@ class ErrorBounds:
             decided = decided | undecided
         self._put(value, bound, decided)
 
-    def _elementwise(self, inst, orig, x, operands) -> None:
+    def _elementwise(self, inst, orig, x, operands) -> np.ndarray | None:
         opcode = inst.opcode
         variance = np.zeros(x.shape)        # bounds combine as SIGMAS standard deviations of independent errors
         decided = np.zeros(x.shape, bool)
@@ -471,7 +472,7 @@ class ErrorBounds:
         representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
         return np.where(exact & representable, 0.0, own)
 
-    def _reduce(self, inst, orig, x, operands) -> None:
+    def _reduce(self, inst, orig, x, operands) -> np.ndarray | None:
         reducer = inst.called.get("to_apply")
         kind = reducer.root.opcode if reducer is not None else ""
         a, init = operands
@@ -506,7 +507,7 @@ class ErrorBounds:
         self._put(x, _rounded(bound, own))
         return np.sqrt(accumulation + np.square(own))
 
-    def _scatter(self, inst, orig, x, operands) -> None:
+    def _scatter(self, inst, orig, x, operands) -> np.ndarray | None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
         landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step)."""
         kernel = self._kernel(inst)
@@ -526,7 +527,7 @@ class ErrorBounds:
         self._put(x, bound)
         return None
 
-    def _dot(self, inst, orig, x, operands) -> None:
+    def _dot(self, inst, orig, x, operands) -> np.ndarray | None:
         a, b = operands
         kernel = self._kernel(inst)
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
