@@ -280,12 +280,24 @@ def test_mkl_reads_every_operand_layout_and_writes_column_blocks(shape):
     assert not blas.mkl.can_write(np.zeros((B, N, M), np.float32).transpose(0, 2, 1)) or min(M, N) <= 1
 
 
-def test_hloexec_blas_openblas_keeps_numpys_blas():
-    code = "from hloexec.kernels import mkl; print(mkl.AVAILABLE)"
-    env = dict(os.environ, HLOEXEC_BLAS="openblas")
-    done = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True, timeout=120)
+def _mkl_available_in_child(code: str, **env) -> str:
+    code += "\nfrom hloexec.kernels import mkl; print(mkl.AVAILABLE)"
+    done = subprocess.run([sys.executable, "-P", "-c", code], env=dict(os.environ, **env), capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "False"
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_hloexec_blas_openblas_keeps_numpys_blas():
+    assert _mkl_available_in_child("", HLOEXEC_BLAS="openblas") == "False"
+
+
+@pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")
+def test_mkl_loaded_by_someone_else_is_left_alone():
+    """numpy built with MKL loads it first: its threading layer is not ours to set, and numpy's matmul is MKL's."""
+    preload = f"import ctypes; ctypes.CDLL({blas.mkl._library_path()!r})"
+    assert _mkl_available_in_child(preload) == "False"
+    assert _mkl_available_in_child("") == "True"
 
 
 @pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")

@@ -8,7 +8,7 @@ products (bench/README.md, "Which BLAS"). BLIS (the `blis` package) ran at a thi
 MKL runs sequential (no threads of its own: blas.py's blocks are the parallelism) and in conditional numerical
 reproducibility mode AUTO (results independent of the operands' alignment), so a block gives the same bits on
 every thread and in every run, as blas.py requires. $HLOEXEC_BLAS=openblas keeps numpy's BLAS even where MKL
-is installed.
+is installed; so does a process that loaded MKL before (numpy built with MKL: its matmul is MKL's already).
 """
 from __future__ import annotations
 
@@ -42,13 +42,23 @@ def _on_bad_parameter(name, number, length):
     _rejected.append(number[0])
 
 
+def _loaded_already() -> bool:
+    """Whether MKL is in the process already (numpy or scipy built with MKL): its threading layer is then
+    process-wide and someone else's, and numpy's matmul is MKL's anyway."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return "libmkl_rt" in maps.read()
+    except OSError:
+        return False
+
+
 def _load():
     """cblas_sgemm_batch_strided of MKL set up as the module docstring says, or None (not installed, not
     loadable, or $HLOEXEC_BLAS=openblas)."""
     if os.environ.get("HLOEXEC_BLAS", "").lower() == "openblas":
         return None
     path = _library_path()
-    if path is None:
+    if path is None or _loaded_already():
         return None
     try:
         lib = ctypes.CDLL(path)
