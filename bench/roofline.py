@@ -7,8 +7,9 @@ Per seed (../shared/seeds/ or $HLOEXEC_SHARED/seeds/; skipped with a message whe
 - FLOPs: the GEMMs of every participant's step (dots and cuBLAS gemm custom-calls, `hloexec stats`'s count:
   the 16-device GPT seed runs its entry 16 times under `--spmd`).
 - The sgemm rate of the BLAS in use: hloexec's own product (`kernels/blas.py`: every core, MKL where the
-  `mkl` extra is installed, else numpy's OpenBLAS) on f32 operands of each distinct GEMM shape of the seed,
-  best of `--reps` (one for products over 10 GFLOP), weighted by how often the shape occurs; numpy's own
+  `mkl` extra is installed, else numpy's OpenBLAS) on f32 operands of each distinct GEMM shape of the seed
+  (over 4 GFLOP: a slice of its longer side, at least 512 wide), best of `--reps`, weighted by the shape's
+  FLOPs and how often it occurs; numpy's own
   two-thread sgemm of a [4096,4096]x[4096,1024] product beside it for scale.
 - Roofline: FLOPs / that rate, the least time the GEMMs alone can take here.
 - Run: `hloexec run SEED [--spmd] --json` in a fresh process (random inputs, background compile); its
@@ -70,19 +71,26 @@ def _best(f, reps: int) -> float:
     return best
 
 
+SAMPLE_FLOPS = 4e9     # a bigger product is timed on a slice of its longer side (the side blas.py cuts)
+
+
 def sgemm_rate(shapes: Counter, reps: int) -> float:
-    """FLOP/s of hloexec's product over these shapes, each weighted by its count (f32 operands)."""
+    """FLOP/s of hloexec's product over these shapes, each weighted by its FLOPs x count (f32 operands)."""
     from hloexec.kernels import blas
     rng = np.random.default_rng(0)
     flops = seconds = 0.0
     for (B, M, K, N), count in shapes.items():
-        a = rng.standard_normal((B, M, K), np.float32)
-        b = rng.standard_normal((B, K, N), np.float32)
         f = 2.0 * B * M * K * N
+        m, n = M, N
+        if f > SAMPLE_FLOPS:
+            keep = max(SAMPLE_FLOPS / f, 512 / max(M, N))
+            m, n = (max(1, round(M * keep)), N) if M >= N else (M, max(1, round(N * keep)))
+        a = rng.standard_normal((B, m, K), np.float32)
+        b = rng.standard_normal((B, K, n), np.float32)
         with np.errstate(all="ignore"):
-            s = _best(lambda: blas.matmul(a, b), 1 if f > 10e9 else reps)
+            s = _best(lambda: blas.matmul(a, b), reps)
         flops += f * count
-        seconds += s * count
+        seconds += s * (M * N) / (m * n) * count
     return flops / seconds
 
 
@@ -135,18 +143,18 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print table rows")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
-    results = [r for r in (measure(name, args.reps) for name in args.seeds) if r]
     if args.markdown:
         print("| seed | participants x GEMMs | GEMM FLOPs | sgemm rate (BLAS in use) | roofline | run: execute | "
               "execute / roofline | load before / after |")
         print("|---|---|---|---|---|---|---|---|")
-        for r in results:
-            print(row(r))
-    else:
-        for r in results:
-            print(json.dumps(r))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    results = []
+    for name in args.seeds:         # each row as it is measured: a seed takes minutes
+        r = measure(name, args.reps)
+        if r:
+            results.append(r)
+            print(row(r) if args.markdown else json.dumps(r), flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
 
 
