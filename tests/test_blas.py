@@ -329,3 +329,25 @@ def test_mkl_rejecting_a_parameter_raises(monkeypatch):
     with pytest.raises(RuntimeError, match="rejected parameter 17"):
         blas.mkl.matmul_into(a, b, out)
     assert not blas.mkl._rejected
+
+
+@pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")
+@pytest.mark.parametrize("name", ["rows", "columns", "batch", "batch_rows", "k_huge"])
+def test_mkl_reads_f16_operands_without_widening_with_the_bits_of_sgemm(small_blocks, monkeypatch, name):
+    """f16 operands widened to f32 for the product: MKL reads them as they are (gemm_f16f16f32), with the bits of
+    its sgemm of the widened operands, on any number of threads; `widen` only sees an empty probe."""
+    monkeypatch.setattr(blas, "_MKL_MIN_WORK", 1)
+    B, M, K, N = SHAPES[name]
+    rng = np.random.default_rng(2)
+    a, b = _random((B, M, K), np.float16, rng), _random((B, K, N), np.float16, rng)
+    widened = []
+
+    def widen(x):
+        widened.append(x.size)
+        return x.astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = blas.matmul(a.astype(np.float32), b.astype(np.float32), threads=1)
+        for threads in (1, 2, 4):
+            got = blas.matmul(a, b, threads=threads, widen=widen, dtype=np.float32)
+            assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    assert set(widened) == {0}

@@ -12,7 +12,8 @@ small pool take blocks until none is left. A block gives the same bits whichever
 results are identical for any pool size, OPENBLAS_NUM_THREADS or core count.
 Integer products (numpy's own loops, exact) are left to numpy. Where the optional `mkl` package is
 installed, f32 blocks computed with floating-point errors ignored are MKL's sgemm, sequential and
-reproducible (kernels/mkl.py): 7-10% faster than numpy's OpenBLAS on this project's Intel machine.
+reproducible (kernels/mkl.py): 7-10% faster than numpy's OpenBLAS on this project's Intel machine; f16
+operands that would be widened to f32 are read by MKL as they are (the same bits, no widening pass).
 
 The BLAS thread count is process-wide: it is set to one while any call here runs and restored when the
 last one returns (counted: SPMD participants run dots from several threads at once), so BLAS calls
@@ -45,6 +46,7 @@ _EVERY = slice(None)
 # checks here): smaller products stay with numpy
 _MKL_MIN_WORK = 1 << 22
 _F32 = np.dtype(np.float32)
+_F16 = np.dtype(np.float16)
 
 
 class _OneBlasThread:
@@ -158,6 +160,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None, widen=No
     if widen is None and a.dtype.kind not in "fc":    # numpy's own loops (integers): exact, no BLAS
         return np.matmul(a, b)
     widen = widen or _unchanged
+    if a.dtype == b.dtype == _F16 and widen(a[:0, :0, :0]).dtype == _F32 and _mkl_takes(a, b):
+        widen = _unchanged      # MKL reads f16 operands itself (kernels/mkl.py): no widening pass, the same bits
     blocks = _blocks(B, M, N, K)
     with _one_blas_thread as setting:
         if blocks is None:
@@ -178,18 +182,25 @@ def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None, widen=No
     return out
 
 
-def _product(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """[B, M, K] @ [B, K, N] (into `out`) on the calling thread: MKL's sgemm for f32 where the `mkl` extra is
-    installed (kernels/mkl.py) and floating-point errors are ignored (dot_general's case; MKL reports none, so
-    a caller asking for warnings or errors gets numpy's matmul, which does), else numpy's matmul."""
-    if (mkl.AVAILABLE and x.dtype == y.dtype == _F32 and x.shape[0] == y.shape[0]
+def _mkl_takes(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether MKL computes x @ y: the `mkl` extra installed (kernels/mkl.py), f32 or f16 operands of one type,
+    a product big enough for its call cost, and floating-point errors ignored (dot_general's case; MKL reports
+    none, so a caller asking for warnings or errors gets numpy's matmul, which does)."""
+    return (mkl.AVAILABLE and x.dtype == y.dtype and x.dtype in (_F32, _F16) and x.shape[0] == y.shape[0]
             and x.shape[0] * x.shape[1] * x.shape[2] * y.shape[2] >= _MKL_MIN_WORK
-            and all(v == "ignore" for v in np.geterr().values())):
+            and all(v == "ignore" for v in np.geterr().values()))
+
+
+def _product(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """[B, M, K] @ [B, K, N] (into `out`) on the calling thread: MKL where it takes it, else numpy's matmul."""
+    if _mkl_takes(x, y):
         if out is None:
             out = np.empty(x.shape[:2] + y.shape[2:], _F32)
         if mkl.can_write(out):
             mkl.matmul_into(x, y, out)
             return out
+    if x.dtype == _F16:     # left unwidened for MKL, which did not take this block: widen here (exact)
+        x, y = x.astype(_F32), y.astype(_F32)
     return np.matmul(x, y, out=out)
 
 

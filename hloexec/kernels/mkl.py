@@ -53,8 +53,8 @@ def _loaded_already() -> bool:
 
 
 def _load():
-    """cblas_sgemm_batch_strided of MKL set up as the module docstring says, or None (not installed, not
-    loadable, or $HLOEXEC_BLAS=openblas)."""
+    """MKL's (cblas_sgemm_batch_strided, cblas_gemm_f16f16f32) set up as the module docstring says, or None (not
+    installed, not loadable, or $HLOEXEC_BLAS=openblas)."""
     if os.environ.get("HLOEXEC_BLAS", "").lower() == "openblas":
         return None
     path = _library_path()
@@ -68,26 +68,29 @@ def _load():
     if lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO)) != 0:       # MKL_CBWR_SUCCESS
         return None
     lib.mkl_set_xerbla(_on_bad_parameter)     # instead of printing and computing nothing
-    f = lib.cblas_sgemm_batch_strided
-    i, p = ctypes.c_int, ctypes.c_void_p
-    f.argtypes = [i, i, i, i, i, i, ctypes.c_float, p, i, i, p, i, i, ctypes.c_float, p, i, i, i]
-    f.restype = None
-    return f
+    i, p, f = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
+    sgemm, f16 = lib.cblas_sgemm_batch_strided, lib.cblas_gemm_f16f16f32
+    sgemm.argtypes = [i, i, i, i, i, i, f, p, i, i, p, i, i, f, p, i, i, i]
+    f16.argtypes = [i, i, i, i, i, i, f, p, i, p, i, f, p, i]
+    sgemm.restype = f16.restype = None
+    return sgemm, f16
 
 
-_sgemm_batch_strided = _load()
-AVAILABLE = _sgemm_batch_strided is not None
+_functions = _load()
+AVAILABLE = _functions is not None
+_sgemm_batch_strided, _gemm_f16f16f32 = _functions or (None, None)
+_F16 = np.dtype(np.float16)
 
 
 def _layout(x: np.ndarray):
-    """(transposed?, leading dimension, leading dimension x outer count) of a [B, rows, cols] f32 view whose
-    matrices BLAS can read or write in place (row-major, or column-major read as transposed), else None. Leading
-    dimensions follow BLAS's rules (>= the row length, >= 1), so MKL never rejects a call here; it also wants
-    batch strides of at least the third value."""
+    """(transposed?, leading dimension, leading dimension x outer count) of a [B, rows, cols] view whose
+    matrices BLAS can read or write in place (row-major, or column-major read as transposed), else None; in
+    elements. Leading dimensions follow BLAS's rules (>= the row length, >= 1), so MKL never rejects a call here;
+    it also wants batch strides of at least the third value."""
     B, rows, cols = x.shape
-    if any(st % 4 or st < 0 for st in x.strides):
+    if any(st % x.itemsize or st < 0 for st in x.strides):
         return None
-    _, sr, sc = (st // 4 for st in x.strides)
+    _, sr, sc = (st // x.itemsize for st in x.strides)
     if sc == 1 or cols == 1:
         ld = sr if rows > 1 else cols
         if ld >= max(cols, 1):
@@ -102,13 +105,15 @@ def _layout(x: np.ndarray):
 def _batch_stride(x: np.ndarray, extent: int):
     """The element stride between x's matrices if MKL takes it (the least it takes for a single matrix), else
     None (then one call per matrix)."""
-    s = x.strides[0] // 4
+    s = x.strides[0] // x.itemsize
     return extent if x.shape[0] == 1 else s if s >= extent else None
 
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """out[...] = a @ b for f32 [B, M, K] @ [B, K, N] into an f32 [B, M, N] view that `can_write`; operands
-    BLAS cannot read in place are copied first."""
+    """out[...] = a @ b for f32 or f16 [B, M, K] @ [B, K, N] (both operands of one type) into an f32 [B, M, N]
+    view that `can_write`; operands BLAS cannot read in place are copied first. f16 operands are read as they
+    are (cblas_gemm_f16f16f32: the same bits as sgemm of the operands widened to f32, measured, without the
+    widening pass)."""
     B, M, K = a.shape
     N = b.shape[2]
     if out.size == 0:
@@ -123,6 +128,13 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if lb is None:
         b = np.ascontiguousarray(b)
         lb = _layout(b)
+    transposes = _TRANS if la[0] else _NO_TRANS, _TRANS if lb[0] else _NO_TRANS
+    if a.dtype == _F16:
+        for i in range(B):
+            _gemm_f16f16f32(_ROW_MAJOR, *transposes, M, N, K, 1.0, a[i].ctypes.data, la[1], b[i].ctypes.data,
+                            lb[1], 0.0, out[i].ctypes.data, lc[1])
+        _raise_if_rejected("gemm_f16f16f32", M, N, K, la, lb, lc)
+        return
     strides = [_batch_stride(x, layout[2]) for x, layout in ((a, la), (b, lb), (out, lc))]
     if None in strides:     # one call per matrix, with strides MKL takes: it rejects (prints, computes nothing)
         calls = [(i, 1) for i in range(B)]      # a stride below ld x the outer count
@@ -131,12 +143,15 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         calls = [(0, B)]
         sa, sb, sc = strides
     for first, count in calls:
-        _sgemm_batch_strided(_ROW_MAJOR, _TRANS if la[0] else _NO_TRANS, _TRANS if lb[0] else _NO_TRANS, M, N, K,
-                             1.0, a[first:].ctypes.data, la[1], sa, b[first:].ctypes.data, lb[1], sb, 0.0,
-                             out[first:].ctypes.data, lc[1], sc, count)
+        _sgemm_batch_strided(_ROW_MAJOR, *transposes, M, N, K, 1.0, a[first:].ctypes.data, la[1], sa,
+                             b[first:].ctypes.data, lb[1], sb, 0.0, out[first:].ctypes.data, lc[1], sc, count)
+    _raise_if_rejected("sgemm_batch_strided", M, N, K, la, lb, lc)
+
+
+def _raise_if_rejected(function: str, M: int, N: int, K: int, *layouts):
     if _rejected:
-        raise RuntimeError(f"MKL rejected parameter {_rejected.pop()} of sgemm_batch_strided (M={M} N={N} K={K}, "
-                           f"layouts {la} {lb} {lc})")
+        raise RuntimeError(f"MKL rejected parameter {_rejected.pop()} of {function} (M={M} N={N} K={K}, "
+                           f"layouts {layouts})")
 
 
 def can_write(out: np.ndarray) -> bool:
