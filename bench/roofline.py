@@ -109,7 +109,8 @@ def run_seed(path: Path, flags: list[str]) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"hloexec run {path.name} failed:\n{done.stderr[-3000:]}")
     report = json.loads(done.stdout)
-    return {"wall_s": wall, "execute_s": report["seconds"]["execute"], "peak_bytes": report["memory"]["peak_bytes"]}
+    peak = (report.get("memory") or {}).get("peak_bytes")      # not in --spmd reports
+    return {"wall_s": wall, "execute_s": report["seconds"]["execute"], "peak_bytes": peak}
 
 
 def measure(name: str, reps: int) -> dict | None:
@@ -130,9 +131,10 @@ def measure(name: str, reps: int) -> dict | None:
 
 
 def row(r: dict) -> str:
+    peak = f", peak {r['peak_bytes'] / 2**30:.1f} GiB" if r["peak_bytes"] else ""
     return (f"| {r['file']} | {r['participants']} x {r['gemms']} | {r['gemm_flops'] / 1e12:.2f} TFLOP | "
             f"{r['sgemm_rate'] / 1e9:.0f} GFLOP/s (numpy {r['numpy_sgemm_rate'] / 1e9:.0f}) | {r['roofline_s']:.1f} s | "
-            f"{r['execute_s']:.1f} s (process {r['wall_s']:.1f} s, peak {r['peak_bytes'] / 2**30:.1f} GiB) | "
+            f"{r['execute_s']:.1f} s (process {r['wall_s']:.1f} s{peak}) | "
             f"**{r['ratio']:.2f}** | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
 
 
