@@ -24,14 +24,14 @@ from timing import best_of  # noqa: E402
 def measure(name: str) -> dict:
     import hloexec
     from hloexec.exec.shadow import shadow_module
-    from hloexec.tools.cli import nest
+    from hloexec.tools.arrays import nested
     from hloexec.tools.numerics import attribute, shadow_run
     from hloexec.tools.xla_cpu import load_arrays
     [workload] = [w for w in wl.workloads() if w.name == name]
     [path], [inputs_path] = workload.files()
     text = Path(path).read_text()
     program = hloexec.load(text, use_numba=False)
-    inputs = nest(list(load_arrays(str(inputs_path)).values()), [p.shape for p in program.parameters], str(path))
+    inputs = nested(list(load_arrays(str(inputs_path)).values()), [p.shape for p in program.parameters])
     shadow = shadow_module(program.module)
     wide = shadow.inputs(inputs)
     shadow_numpy = hloexec.Executable(shadow.module, use_numba=False)

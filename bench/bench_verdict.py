@@ -217,13 +217,13 @@ def cost(workload: str = "gpt_step_d256_bf16_pre") -> dict:
     import hloexec
     import workloads as wl
     from timing import best_of
-    from hloexec.tools.cli import nest
+    from hloexec.tools.arrays import nested
     from hloexec.tools.numerics import shadow_run
     from hloexec.tools.xla_cpu import load_arrays
     [w] = [w for w in wl.workloads() if w.name == workload]
     [path], [inputs_path] = w.files()
     exe = hloexec.load(Path(path).read_text())
-    inputs = nest(list(load_arrays(str(inputs_path)).values()), [p.shape for p in exe.parameters], str(path))
+    inputs = nested(list(load_arrays(str(inputs_path)).values()), [p.shape for p in exe.parameters])
     row = {"workload": workload}
     for what, devices in (("shadow run", None), ("with bounds", [exe.options.device])):
         row[what] = best_of(lambda: shadow_run(exe, inputs, devices=devices), 3)

@@ -30,7 +30,7 @@ def load(source, module: str | None = None, **options):
     prepared, kernels are due at their first call; the plan and its memory estimate are the same),
     `reductions` ("accumulate", the default: f16/bf16 sums and products accumulate in f32 and round once;
     "per-step": every step rounds to the type, in row-major order, as XLA:CPU's loops compute them; "xla-cpu":
-    XLA:CPU's own orders, YNNPACK's included, the xla-cpu device's default; see the README's Semantics).
+    XLA:CPU's own orders, YNNPACK's included, the xla-cpu device's default; see docs/semantics.md).
     """
     from .exec.executor import Executable
     from . import ops  # noqa: F401  (fills the op registry)

@@ -319,7 +319,7 @@ def _global_outputs(exe, inputs: list, pre_partition) -> list:
     """Flat global outputs: a partitioned module runs every participant on the inputs split by its parameters'
     shardings, its outputs assembled by the output shardings (`pre_partition` annotates where it has none)."""
     from .exec import spmd
-    from .tools.cli import flatten
+    from .tools.arrays import flatten
     module = exe.module
     partitions, replicas, _ = spmd.device_counts(module)
     n = partitions * replicas

@@ -1,5 +1,5 @@
 """The `hloexec` command line (hloexec.tools.cli), the comparison rules (hloexec.tools.compare), the
-stats (hloexec.tools.stats) and the README's op table (hloexec.tools.optable)."""
+stats (hloexec.tools.stats) and the docs' op table (hloexec.tools.optable)."""
 from __future__ import annotations
 
 import io
@@ -401,7 +401,7 @@ def test_compare_outputs_reports_ulps_shapes_dtypes_and_counts():
                allow_nan=False)
 
 
-# -- ops and the README table -------------------------------------------------------------------
+# -- ops and the docs' table --------------------------------------------------------------------
 def test_ops_lists_the_registry(capsys):
     from hloexec.ops import OPS
     from hloexec.ops.custom_call import CUSTOM_CALLS
@@ -412,13 +412,13 @@ def test_ops_lists_the_registry(capsys):
     assert markdown == optable.markdown_table() and all(f"| `{op}` |" in markdown for op in OPS)
 
 
-def test_readme_op_table_is_the_generated_one():
-    readme = REPO_ROOT / "README.md"
-    written = optable.readme_table(readme.read_text(encoding="utf-8")) if readme.exists() else None
+def test_docs_op_table_is_the_generated_one():
+    page = REPO_ROOT / "docs" / "custom-calls.md"
+    written = optable.readme_table(page.read_text(encoding="utf-8")) if page.exists() else None
     if written is None:
-        pytest.skip("README.md has no op-table markers")
+        pytest.skip("docs/custom-calls.md has no op-table markers")
     assert written == optable.markdown_table(), \
-        "README's op table is stale: run python -m hloexec.tools.optable --write README.md"
+        "docs/custom-calls.md's op table is stale: run python -m hloexec.tools.optable --write docs/custom-calls.md"
 
 
 def test_run_repeat_profiles_the_last_run(capsys):

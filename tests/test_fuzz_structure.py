@@ -80,6 +80,23 @@ FOUND = {
                                                 '  %p2 = f32[1,2,3,4] parameter(2)\n'
                                                 '  ROOT %r = ((f32[1,2,3,4], pred[4]), u8[2]) custom-call(%p0, %p1, '
                                                 '%p2), custom_call_target="__cudnn$fmhaSoftmax"',
+    # the hour-long campaign of 2026-11-29 (fuzz/findings/structured_2026-11-29.json)
+    'cuBLAS gemm returning ()': '%p0 = s64[] parameter(0)\n  %p1 = pred[3] parameter(1)\n  %p2 = pred[3] parameter(2)\n  %p3 = pred[3] parameter(3)\n  ROOT %r = () custom-call(%p0, %p1, %p2, %p3), custom_call_target="__cublas$gemm", all_gather_dimension=2, dimensions={0,0}',
+    'cuDNN norm of a tuple operand': '%p0 = (f32[4], pred[]) parameter(0)\n  %p1 = u8[0,1,4] parameter(1)\n  %p2 = f4e2m1fn[3,2] parameter(2)\n  ROOT %r = (f32[4], pred[]) custom-call(%p0, %p1, %p2), custom_call_target="__cudnn$norm", comparator=%fn, scatter_indices_batching_dims={1,2}, metadata={op_name="jit(f)/x" source_file="a.py" source_line=3}, api_version=API_VERSION_ORIGINAL',
+    'TopK returning a scalar': '%p0 = f32[1,2]{1,0} parameter(0)\n  ROOT %r = (s64[], f16[1]) custom-call(%p0), custom_call_target="TopK", comparator=%cond',
+    "log whose result is not its operand's shape (checked before fusing)": '%p0 = bf16[8] parameter(0)\n  ROOT %r = f16[1,1000000000000,2] log(%p0), lhs_ragged_dims={7,2}, is_host_transfer=true, concat_dimension=1, conv_kind=kCustom',
+    'bitcast-convert to dims no width change makes': '%p0 = f64[2,5,4] parameter(0)\n  ROOT %r = f16[4,5,8] bitcast-convert(%p0), num_partitions=2147483648, channel_id=3, is_stable=true',
+    'cuDNN norm of tokens': '%p0 = token[] parameter(0)\n  %p1 = token[] parameter(1)\n  %p2 = token[] parameter(2)\n  ROOT %r = (f32[1], u8[]) custom-call(%p0, %p1, %p2), custom_call_target="__cudnn$norm", branch_computations={%fn}, api_version=API_VERSION_ORIGINAL',
+    'SPMDShardToFullShape naming more devices than the run has': '%p0 = f4e2m1fn[0] parameter(0)\n  ROOT %r = f4e2m1fn[0] custom-call(%p0), custom_call_target="SPMDShardToFullShape", sharding={devices=[3]0,1,2}, lhs_ragged_dims={7}, algorithm=NE, api_version=API_VERSION_TYPED_FFI',
+    'convolution of operands of different ranks': '%p0 = f4e2m1fn[3] parameter(0)\n  %p1 = f16[5,2] parameter(1)\n  ROOT %r = f32[0,5] convolution(%p0, %p1), delta=2147483648, largest=false, dim_labels=bf_io->bf, source_target_pairs={{1,0},{1,1}}',
+    'pad whose padding does not make the result shape': '%p0 = f4e2m1fn[4,4] parameter(0)\n  %p1 = f32[5]{0} parameter(1)\n  ROOT %r = f4e2m1fn[4,4] pad(%p0, %p1), padding=3_4611686018427387904x2147483648_-1, lower=true',
+    'stochastic-convert of mismatched shapes': '%p0 = f4e2m1fn[1,8] parameter(0)\n  %p1 = u2[] parameter(1)\n  %r = s4[3] stochastic-convert(%p0, %p1)\n  ROOT %t = (s4[3], f4e2m1fn[1,8]) tuple(%r, %p0)',
+    'PartialReduce with an empty called_computations': '%p0 = u8[2]{-1} parameter(0)\n  %p1 = bf16[2] parameter(1)\n  ROOT %r = u8[2]{-1} custom-call(%p0, %p1), custom_call_target="PartialReduce", called_computations={}, lhs_contracting_dims={}, operand_batching_dims={-1,2}, async_execution_thread=GE, api_version=API_VERSION_TYPED_FFI',
+    # the 25-minute campaign after those fixes
+    "bitcast of zero elements to another rank (numerics pairs a pinned op's operands)":
+        "%p0 = f64[2,0] parameter(0)\n  ROOT %r = f8e5m2[5,5,0] bitcast(%p0)",
+    "cuSOLVER SVD with a nested-tuple result": '%p0 = f64[2,3,5] parameter(0)\n  ROOT %r = ((f32[1], s32[4,4,0]), '
+                                               'u2[5,1,4]) custom-call(%p0), custom_call_target="cusolver_gesdd_ffi"',
 }
 
 
@@ -126,3 +143,19 @@ ENTRY e { p = f32[4,8] parameter(0), sharding={devices=[2,1]0,1}
   ROOT d = f32[4,8] custom-call(c), custom_call_target="SPMDShardToFullShape", sharding={devices=[2]0,1} }"""
     with pytest.raises(hloexec.UnsupportedError, match=r"(?s)does not fit a rank-2 array.*in %d = custom-call"):
         hloexec.load(text)
+
+
+@pytest.mark.parametrize("text", [
+    "%p0 = f64[2,3] parameter(0)\n  ROOT %r = f8e5m2[2,3,8] bitcast-convert(%p0)",
+    "%p0 = f64[2,3] parameter(0)\n  ROOT %r = f32[12] bitcast(%p0)"])
+def test_numerics_attributes_through_a_shape_changing_bitcast(text):
+    """The shadow runs a float bitcast at its own precision (pinned): its twin widens a `.own` copy, whose operands
+    are not the program's; numerics paired them and failed on their shapes (found by the campaign on an empty array,
+    true of every such bitcast)."""
+    import numpy as np
+
+    import hloexec
+    from hloexec.tools import numerics
+    exe = hloexec.load(f"HloModule m\nENTRY %e {{\n  {text}\n}}\n")
+    report = numerics.attribute(exe, [np.linspace(1, 2, 6).reshape(2, 3)])
+    assert report is not None

@@ -110,7 +110,7 @@ def _check_spmd_programs():
     from test_spmd import programs
     for name, (jitted, arrays, _mesh) in programs().items():
         for stage in ("pre", "opt"):
-            # partial sums all-reduced in another order than one device's dot (README, SPMD runs: the bounds of
+            # partial sums all-reduced in another order than one device's dot (docs/spmd.md: the bounds of
             # its sharded-vs-unsharded example); the gradients of sum(x**2) reach ~1e2
             hloexec.jax.check(jitted, *arrays, stage=stage, atol=0.05, rtol=1e-3)
             print(f"{name}:{stage}", flush=True)

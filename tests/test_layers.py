@@ -1,4 +1,4 @@
-"""The layer rule of README's Layers section (and ARCHITECTURE.md): a module of hloexec imports only its own layer
+"""The layer rule of docs/architecture.md's Layers section (and ARCHITECTURE.md): a module of hloexec imports only its own layer
 and the layers listed above it there, and errors.py, which every layer shares; the facade (hloexec/__init__.py)
 sits beside the top layer. Read from the source (imports inside
 functions included), so a lazy import cannot hide a cycle."""
@@ -19,8 +19,8 @@ FACADE_IMPORTS = {
 
 
 def layer_order() -> list[str]:
-    """The layers of README's Layers section, top (lowest) first: `hloexec/<layer>/` lines."""
-    text = (ROOT / "README.md").read_text()
+    """The layers of docs/architecture.md's Layers section, top (lowest) first: `hloexec/<layer>/` lines."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"^    hloexec/(\w+)/", section, re.MULTILINE)
 
@@ -52,7 +52,7 @@ def imported_layers(path: Path) -> set[str]:
 def test_readme_lists_every_layer():
     layers = layer_order()
     packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
-    assert sorted(layers) == packages, f"README's Layers section lists {layers}; the packages are {packages}"
+    assert sorted(layers) == packages, f"docs/architecture.md's Layers section lists {layers}; the packages are {packages}"
 
 
 def test_each_layer_imports_only_itself_and_the_layers_below():

@@ -413,7 +413,7 @@ def test_minimize_with_a_command_check_and_a_flaky_one(tmp_path):
 
 def sums_module(n: int = 24) -> str:
     """`n` exact f32 elementwise instructions over two parameters, one of them converted to f16 and summed: XLA:CPU
-    accumulates that sum in f16, hloexec in f32 (README, Reductions), so the two disagree there only."""
+    accumulates that sum in f16, hloexec in f32 (docs/semantics.md, Reductions), so the two disagree there only."""
     rng = np.random.default_rng(0)
     lines = ["HloModule sums", "add { x = f16[] parameter(0)\n  y = f16[] parameter(1)\n  ROOT s = f16[] add(x, y) }",
              "ENTRY main {", "  p0 = f32[4096] parameter(0)", "  p1 = f32[4096] parameter(1)"]

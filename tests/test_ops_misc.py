@@ -20,7 +20,7 @@ _SPECIAL = [0.0, -0.0, 0.5, -0.5, 1.25, -1.75, 2.5, 126.9, 127.0, 127.5, -128.0,
 
 
 @pytest.mark.parametrize("src, random, dst", [("f32", "u32", "s8"), ("f32", "u32", "s32"), ("f16", "u16", "s16"),
-                                              ("bf16", "u16", "s8"), ("f64", "u64", "s64")])
+                                              ("bf16", "u16", "s8"), ("f64", "u64", "s64"), ("f32", "u32", "s4")])
 def test_stochastic_convert_matches_xla(src, random, dst):
     n = 64
     text = f"""HloModule m

@@ -241,7 +241,7 @@ def test_report_of_the_layernorm_gradient_in_a_headless_browser(tmp_path, capsys
     screenshot(out, folder / "report_layernorm_bwd.png")
 
 
-# The README's f16 LayerNorm gradient ("End to end"), dumped by jax as `ln_grad.py` does it there.
+# The f16 LayerNorm gradient of docs/numerics.md ("End to end"), dumped by jax as `ln_grad.py` does it there.
 LN_GRAD_F16 = """
 import numpy as np
 import jax, jax.numpy as jnp

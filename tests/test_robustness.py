@@ -3,7 +3,7 @@
 Structured mutations of one small module (truncation at every byte, token deletion and duplication,
 unbalanced brackets, huge numbers, 100k-deep nesting, invalid UTF-8, NUL bytes). Everything runs
 in-process: a crash in the C scanner kills pytest, which is the failure we want to see. The
-coverage-guided fuzzers live in fuzz/ (see the README, "Robustness").
+coverage-guided fuzzers live in fuzz/ (see docs/robustness.md).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Bit-identical outputs across runs and across thread counts (fused kernels, BLAS).
 
-Why it holds (README, "Robustness"): a fused kernel's thread split cuts only the first *output* dimension, and
+Why it holds (docs/robustness.md): a fused kernel's thread split cuts only the first *output* dimension, and
 each output element reduces its own elements in order inside one thread, so no reduced axis is ever split
 across threads; numpy's reductions run single-threaded. Each configuration runs in a fresh subprocess, as
 thread counts are read at import.

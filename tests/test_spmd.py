@@ -78,6 +78,7 @@ def programs() -> dict:
 
 def _write_programs(out: Path) -> None:
     import jax
+    out.mkdir(parents=True, exist_ok=True)
     for name, (jitted, arrays, mesh) in programs().items():
         order = {d.id: k for k, d in enumerate(mesh.devices.flat)}      # device -> partition id
         lowered = jitted.lower(*arrays)

@@ -102,6 +102,7 @@ PROTO = "--xla_dump_hlo_as_proto"
 
 def make_dump(directory, program: str, *flags: str) -> None:
     """Run PROGRAMS[program] in a child process with XLA dumping into `directory` (its working directory)."""
+    directory = os.path.abspath(directory)       # the child runs in it: a relative path would dump into itself
     os.makedirs(directory, exist_ok=True)
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=" ".join([f"--xla_dump_to={directory}", *flags]))

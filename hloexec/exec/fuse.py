@@ -43,7 +43,7 @@ from ..ir.module import Computation, Instruction
 from ..ir.shape import tuple_shape
 from ..kernels import elementwise as ew
 from ..kernels.fusion import column_reduction_applies
-from ..ops.registry import operand_count_ok
+from ..ops.registry import check_form
 
 # Members that do no work op by op worth saving (a broadcast does: numpy materialises it in full).
 _NO_COMPUTE = frozenset({"parameter", "constant", "reshape", "bitcast", "copy"})
@@ -76,8 +76,7 @@ def _fusible(inst: Instruction) -> bool:
         return False
     if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):
         return False
-    if not operand_count_ok(op, len(inst.operands)):        # malformed: refused where it is prepared
-        return False
+    check_form(inst, op)            # malformed: refused here, before a kernel is made for its shapes
     if op == "reduce" and not all(0 <= d < inst.operands[0].shape.rank for d in inst.attr("dimensions", ())):
         return False
     if op == "reduce" and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ()) and not (

@@ -301,7 +301,7 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
                              f"allowed")
     if check_memory and memory_limit is None and available is not None and memory["work"] > available:
         raise ExecutionError(f"{n} participants need about {_gb(memory['work'])} beyond their inputs, the machine "
-                             f"has {_gb(available)} available: run fewer participants per machine (README, 'SPMD runs')")
+                             f"has {_gb(available)} available: run fewer participants per machine (docs/spmd.md)")
 
     mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or CORES)
     outputs = run_participants(exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, observe=observe,

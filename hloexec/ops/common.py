@@ -55,7 +55,7 @@ def called(inst, *keys):
     """The computation `inst` calls under the first of `keys` it has."""
     for k in keys:
         c = inst.called.get(k)
-        if c is not None:
+        if c:                                                   # an empty list (`called_computations={}`) is none
             return c[0] if isinstance(c, list) else c
     raise UnsupportedError(f"{inst.opcode} without a {'/'.join(keys)} computation", inst)
 

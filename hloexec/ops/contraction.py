@@ -413,6 +413,9 @@ def conv_core(lhs, rhs, win, out_dtype):
 def prepare_convolution(inst, ctx):
     lshape, rshape = inst.operands[0].shape, inst.operands[1].shape
     cd, _ = conv_window(inst, rshape)
+    if not lshape.is_array or lshape.rank != rshape.rank or inst.shape.rank != rshape.rank:
+        raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} -> {inst.shape.to_text(False)}: "
+                            "input, kernel and result need one rank")
     fgc, bgc = int_attr(inst, "feature_group_count", 1), int_attr(inst, "batch_group_count", 1)
     if fgc < 1 or bgc < 1 or lshape.dims[cd.input_feature] != rshape.dims[cd.kernel_input_feature] * fgc \
             or rshape.dims[cd.kernel_output_feature] % (fgc * bgc) or lshape.dims[cd.input_batch] % bgc:

@@ -563,7 +563,13 @@ def _prepare_bitcast_convert(inst, ctx):
              and src_t.kind != "pred" and dst_t.kind != "pred" or src_t is dst_t,
              f"bitcast-convert {src_t.name} -> {dst_t.name}", inst)
     dst = dst_t.numpy
-    dims = inst.shape.dims
+    dims, src_dims = tuple(inst.shape.dims), tuple(inst.operands[0].shape.dims)
+    ratio = big // small
+    expected = (src_dims if src_t.bits == dst_t.bits else src_dims + (ratio,) if src_t.bits > dst_t.bits
+                else src_dims[:-1] if src_dims[-1:] == (ratio,) else None)
+    _require(expected == dims, f"bitcast-convert {inst.operands[0].shape.to_text(False)} -> "
+                               f"{inst.shape.to_text(False)} (XLA's shape rule: same dims, or a trailing dimension of "
+                               f"{ratio} added or removed)", inst)
     if small % 8:
         return _bitcast_sub_byte(src_t, dst_t, dims)
     if src_t.bits == dst_t.bits:
@@ -644,7 +650,7 @@ def _prepare_reduce_precision(inst, ctx):
     return lambda x: reduce_precision_bits(x, int(e), int(m))
 
 
-# Opcodes this module registers, for tests and the README's coverage table.
+# Opcodes this module registers, for tests and the op coverage table (docs/custom-calls.md).
 OPCODES = tuple(sorted({
     *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "mulhi", "real",
     "imag", "complex", *_BINARY, "and", "or", "xor", "shift-left", "shift-right-arithmetic",

@@ -81,7 +81,7 @@ def _identity(*xs):
 def enter(inst, ctx):
     """Enters a manual region (shard_map) of a pre-partition module: each device takes its tile of the global
     value(s), by the operand's sharding (GSPMD) or by xla.sdy.in_shardings along xla.sdy.manual_axes (Shardy);
-    every device runs as a participant (README, "Pre-partition modules")."""
+    every device runs as a participant (docs/spmd.md, "Pre-partition modules")."""
     fulls = [o.shape for o in inst.operands]
     locals_ = _leaves(inst.shape)
     key = "xla.sdy.in_shardings" if target_of(inst).startswith("xla.sdy.") else None
@@ -117,8 +117,11 @@ def leave(inst, ctx):
         device = ctx.device
         everyone = list(range(device.num_replicas * device.num_partitions))
         got = device.communicator.exchange(inst, {d: xs for d in everyone}, everyone)
-        values = tuple(np.ascontiguousarray(assemble_global([g[i] for g in got], s, full.dims))
-                       for i, (s, full) in enumerate(zip(shardings, fulls)))
+        try:
+            values = tuple(np.ascontiguousarray(assemble_global([g[i] for g in got], s, full.dims))
+                           for i, (s, full) in enumerate(zip(shardings, fulls)))
+        except ExecutionError as e:         # a sharding naming more devices than the run has
+            raise ExecutionError(f"%{inst.name} = custom-call {target_of(inst)!r}: {e}") from None
         return values if inst.shape.is_tuple else values[0]
     return run
 

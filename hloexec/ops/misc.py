@@ -1,6 +1,7 @@
 """Ops of no other family: stochastic-convert, dynamic-reshape, scan."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError
@@ -17,11 +18,14 @@ _F64 = np.dtype(np.float64)
     "|x| rounds up when random < frac(|x|) * 2^bits(random); x <= INT_MIN / >= INT_MAX saturate, NaN -> 0")
 def _prepare_stochastic_convert(inst, ctx):
     src_t, random_t, dst_t = inst.operands[0].shape.element_type, inst.operands[1].shape.element_type, inst.shape.element_type
+    if not inst.operands[0].shape.dims == inst.operands[1].shape.dims == inst.shape.dims:
+        raise invalid(inst, f"operand, random bits and result need one shape: {inst.operands[0].shape.to_text(False)}, "
+                            f"{inst.operands[1].shape.to_text(False)} -> {inst.shape.to_text(False)}")
     if src_t.kind != "float" or random_t.kind != "uint" or dst_t.kind != "sint":
         raise UnsupportedError(f"stochastic-convert {src_t.name} (random {random_t.name}) -> {dst_t.name}: "
                                "XLA converts floats to signed integers only", inst)
     dst = dst_t.numpy
-    info = np.iinfo(dst)
+    info = ml_dtypes.iinfo(dst)                 # numpy's iinfo knows no s2/s4
     # XLA compares the operand with INT_MIN/INT_MAX converted to the operand's type (e.g. 2^31 - 1 -> 2^31 in f32).
     lo, hi = semantics.saturation_bounds(src_t, dst_t)
     scale = float(2 ** random_t.bits)
@@ -36,12 +40,13 @@ def _prepare_stochastic_convert(inst, ctx):
             magnitude = np.abs(x)
             truncated = np.floor(magnitude)
             fixed_fractional = to_random((magnitude - truncated) * scale)
-            result = to_dst(truncated)
-            result = np.where(random < fixed_fractional, result + dst.type(1), result)
+            # in s64, wrapped to the destination's width at the end as XLA's integer ops wrap (s2/s4 included)
+            result = to_dst(truncated).astype(np.int64)
+            result = np.where(random < fixed_fractional, result + 1, result)
             result = np.where(x < 0, -result, result)
-            result = np.where(x <= lo, dst.type(info.min), result)
-            result = np.where(x >= hi, dst.type(info.max), result)
-        return result.astype(dst, copy=False)
+            result = np.where(x <= lo, info.min, result)
+            result = np.where(x >= hi, info.max, result)
+        return result.astype(dst)
     return kernel
 
 

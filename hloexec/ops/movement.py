@@ -301,6 +301,10 @@ def _prepare_pad(inst, ctx):
     out_dims = tuple(_pad_out_dim(d, p) for d, p in zip(in_dims, padding))
     if any(d < 0 for d in out_dims) or any(p.interior < 0 for p in padding):
         raise UnsupportedError(f"pad to negative size {out_dims}", inst)
+    if out_dims != tuple(inst.shape.dims) or inst.operands[1].shape.rank != 0:
+        raise invalid(inst, f"{inst.operands[0].shape.to_text(False)} padded by "
+                            f"{inst.operands[1].shape.to_text(False)} (a scalar is needed) makes {list(out_dims)}, "
+                            f"not {inst.shape.to_text(False)}")
     layout = [dilated_layout(d, p.low, p.high, p.interior + 1) for d, p in zip(in_dims, padding)]
     dst, src = tuple(at for _, at, _ in layout), tuple(element for _, _, element in layout)
     dtype = inst.shape.dtype

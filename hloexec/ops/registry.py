@@ -46,7 +46,7 @@ class Context(Protocol):
 class OpDef:
     opcode: str
     prepare: Callable            # (inst, ctx) -> kernel(*values) -> value
-    dtypes: str                  # element types it runs on, for the README's coverage table
+    dtypes: str                  # element types it runs on, for the op coverage table
     kernel: str                  # what does the work: numba | numpy | blas | python
     notes: str                   # semantics worth knowing (XLA section, deviations)
 

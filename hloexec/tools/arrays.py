@@ -8,6 +8,9 @@ takes as many keys as it has leaves), or an npy holding the one array of a one-a
 (bf16, fp8, f4, int4, ...) come as hloexec writes them (save_arrays: their bytes as uint<bits> plus the key
 `__dtypes__` naming the types), or as plain np.savez writes them (raw void |V2, |V1: taken as the type the
 module says; from_npz_void).
+
+A result's arrays: `flatten` (out0..outM of a tuple result), `nested` (its inverse), `array_summary` (what `run`
+prints of each).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import numpy as np
 
 from ..errors import ArrayFileError
 from ..exec.inputs import from_npz_void
+from .compare import dtype_name, jsonable
 from .xla_cpu import load_arrays
 
 
@@ -81,6 +85,40 @@ def nested(leaves: list, shapes: list) -> list:
     def build(shape):
         return tuple(build(s) for s in shape.tuple_shapes) if shape.is_tuple else next(it)
     return [build(s) for s in shapes]
+
+
+def flatten(value) -> list:
+    """A (nested) tuple result as its leaves, depth first (the order of out0..outM): `nested`'s inverse."""
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in flatten(v)]
+    return [value]
+
+
+def array_summary(index: int, a) -> dict:
+    """index, shape, dtype, min/max/mean (NaN ignored; complex: of |x|), NaN and Inf counts."""
+    a = np.asarray(a)
+    summary = {"index": index, "shape": list(a.shape), "dtype": dtype_name(a.dtype),
+               "min": None, "max": None, "mean": None, "nan": 0, "inf": 0}
+    if a.dtype.kind in "biu" or a.size == 0:
+        values = a.astype(np.int64 if a.dtype.kind == "b" else a.dtype)
+    elif a.dtype.kind == "c":
+        values = np.abs(a)
+    else:
+        values = a.astype(np.float64)
+    if a.size == 0:
+        return summary
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        summary["nan"] = int(np.count_nonzero(nan))
+        summary["inf"] = int(np.count_nonzero(np.isinf(values)))
+        values = values[~nan]
+        if values.size == 0:
+            return summary
+        with np.errstate(all="ignore"):
+            summary.update(min=float(values.min()), max=float(values.max()), mean=float(values.mean()))
+    else:
+        summary.update(min=int(values.min()), max=int(values.max()), mean=float(values.mean(dtype=np.float64)))
+    return jsonable(summary)
 
 
 def _checked(path, key: str, value: np.ndarray, leaf, check_shapes: bool, check_dtypes: bool) -> np.ndarray:

@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
-from .cli import flatten
+from ..parser import parse
+from .arrays import flatten
 from .compare import jsonable
-from .diff import DiffReport, Verdict, diff, judge
-from .dumpdir import DumpModule, Stage
+from .diff import DiffReport, Verdict, diff, format_report as format_diff, judge
+from .dumpdir import DumpModule, Stage, check_stage
 from .hloproto import ProtoError
 
 
@@ -100,11 +101,9 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
     "shadow"`: are no longer consistent with its exact answer). `inputs`: the entry arguments (default: random
     ones from `seed`, of the reference's parameters); `report(message)` hears about each stage as it runs;
     `reductions`: how every stage rounds its sums."""
-    from .. import ops  # noqa: F401  (fills the op registry)
+    from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
     from ..exec.executor import Executable
-    from ..parser import parse
-    from .dumpdir import check_stage
-    from .numerics import judge_run
+    from .numerics import judge_run     # the executor: not at startup
     stages = module.stages()
     runs: dict[int, StageRun] = {}
     for i, stage in enumerate(stages):      # a stage that cannot be read is skipped, and said, wherever it is
@@ -183,7 +182,6 @@ def _runnable_near(run, mid: int, low: int, high: int) -> int | None:
 
 
 def format_report(r: BisectReport) -> str:
-    from .diff import format_report as format_diff
     skipped = [x for x in r.runs.values() if x.error]
     lines = [f"module_{r.module.number:04d}.{r.module.name}: {len(r.stages)} stages, "
              f"{r.compared()} run, {len(skipped)} skipped"
@@ -227,48 +225,3 @@ def format_report(r: BisectReport) -> str:
         lines.append("what the pass changed (diff of the last good and the first bad stage):")
         lines.append(format_diff(r.diff, indent="  "))
     return "\n".join(lines)
-
-
-def cmd_bisect(args) -> int:
-    """`hloexec bisect DIR --module NAME`."""
-    import sys
-    from pathlib import Path
-    from .cli import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _print_json
-    from .dumpdir import find_module, scan
-    from ..parser import parse
-    if args.reference == "shadow" and (args.atol is not None or args.rtol is not None):
-        raise UsageError("--reference shadow judges by the program's precision, not by --atol/--rtol")
-    module = find_module(scan(args.directory), args.module, args.directory)
-    inputs, inputs_info = None, {"from": "seed", "seed": args.seed}
-    if args.inputs is not None:
-        first = module.stages()[0] if module.stages() else None
-        if first is not None:
-            inputs, inputs_info = _module_inputs(parse(first.text())[0], args)
-    say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.verbose else None
-    report = bisect(module, inputs, args.seed, args.atol, args.rtol, with_diff=not args.no_diff, report=say,
-                    reductions=args.reductions, reference=args.reference or "first-stage")
-    if args.json:
-        _print_json({"command": "bisect", "version": JSON_VERSION, "directory": str(Path(args.directory)),
-                     "inputs": inputs_info, **report.to_dict()})
-    else:
-        print(format_report(report))
-    if report.reference is None or report.compared() < 2:      # nothing compared: no verdict to give
-        return EXIT_ERROR
-    return EXIT_MISMATCH if report.first_bad is not None else EXIT_OK
-
-
-def add_command(subparsers, subparser, parents) -> None:
-    from .diff import tolerance_options
-    p = subparser(subparsers, "bisect", "The first compiler pass after which a program's outputs change "
-                  "(per-pass dumps: --xla_dump_hlo_pass_re=.*).",
-                  "  hloexec bisect DIR --module jit_train_step\n  hloexec bisect DIR --module 6 --json\n"
-                  "  hloexec bisect DIR --module jit_train_step --reference shadow", parents,
-                  "Exit 1 when a stage changes the outputs, 0 when none does.")
-    p.add_argument("directory", metavar="DIR")
-    tolerance_options(p)
-    p.add_argument("--reference", choices=["shadow"], default=None,
-                   help="shadow: a stage is bad when its outputs are not consistent with the program's exact "
-                        "answer (as compare --reference shadow judges), not when they merely differ")
-    p.add_argument("--no-diff", action="store_true", help="skip the diff of the last good and first bad stage")
-    p.add_argument("-v", "--verbose", action="store_true", help="report each stage as it runs (stderr)")
-    p.set_defaults(handler=cmd_bisect)

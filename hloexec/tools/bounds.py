@@ -57,6 +57,7 @@ import ml_dtypes
 import numpy as np
 
 from ..kernels.elementwise import accumulates_in_f32
+from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from .compare import ulp_at
 
@@ -174,7 +175,6 @@ class ErrorBounds:
     def _kernel(self, inst):
         k = self.kernels.get(id(inst))
         if k is None:
-            from ..ops.registry import lookup
             k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
         return k[1]
 

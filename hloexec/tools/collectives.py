@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from ..errors import ExecutionError
 from ..exec.context import Device
 from ..exec.plan import schedule
+from ..exec.spmd import device_counts
 from ..ir.module import Computation, Instruction, Module
+from ..ops.collectives import group_mode, participants
 from . import costmodel
 from .opname import short, where
-from .stats import Walk, human_bytes
+from .stats import Walk, _ranges, human_bytes
 
 
 @dataclass
@@ -99,7 +101,6 @@ MODEL = ("ring algorithms (all-reduce 2(n-1) steps sending 2(n-1)/n of the buffe
 def collectives_report(module: Module, file: str = "", partitions: int | None = None, replicas: int | None = None,
                        link: str = costmodel.DEFAULT_LINK, chip: str = costmodel.DEFAULT_CHIP,
                        bandwidth: float | None = None, latency: float | None = None) -> CollectivesReport:
-    from ..exec.spmd import device_counts
     P, R, note = device_counts(module, partitions, replicas)
     chosen = costmodel.LINKS[link]
     if bandwidth is not None or latency is not None:
@@ -142,7 +143,6 @@ def _wrapped(inst: Instruction) -> Instruction:
 
 
 def _collective(inst: Instruction, kind: str, report: CollectivesReport, devices, context: str) -> Collective:
-    from ..ops.collectives import group_mode, participants
     size = costmodel.buffer_bytes(inst)
     n_dev = len(devices)
     sent, received = [0.0] * n_dev, [0.0] * n_dev
@@ -190,7 +190,6 @@ def _collective(inst: Instruction, kind: str, report: CollectivesReport, devices
 
 def groups_text(c: Collective) -> str:
     """'2 groups of 8: {0-7},{8-15}' -- every group when few, else the first two and a count."""
-    from .stats import _ranges
     if c.kind == "collective-permute":
         return f"{len(c.groups)} pairs: " + ",".join(f"{s}->{t}" for s, t in c.groups[:4]) + \
             (",..." if len(c.groups) > 4 else "")
@@ -249,51 +248,3 @@ def format_report(r: CollectivesReport, top: int = 40) -> str:
                         if c.done is not None else " (synchronous)")
                      + f"  HLO line {c.inst.line}" + (f"  {short(w['op_name'], 70)}" if w["op_name"] else ""))
     return "\n".join(lines)
-
-
-# -- the command ---------------------------------------------------------------------------------------
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "collectives", "Collective traffic: groups, bytes, algorithm volume, estimated times.",
-                  "  hloexec collectives gpt_16dev.hlo\n"
-                  "  hloexec collectives tpu_8dev.hlo --link ici-v5p --chip tpu-v5p\n"
-                  "  hloexec collectives step.hlo --bandwidth 100 --latency 2 --json | jq '.total_bytes'",
-                  parents,
-                  "Per collective: its kind, its replica groups as device ids, its bytes per device (the buffer;\n"
-                  "the gathered result for all-gather, as nccl-tests and `hloexec stats` count), the bytes each\n"
-                  "device sends under a ring algorithm, and a latency-bandwidth time on a named link. Totals per\n"
-                  "kind and per group; the critical collectives (time not hidden behind the compute an async\n"
-                  "start/done pair encloses, by a roofline on --chip). Links:\n"
-                  + "\n".join(f"  {k:<9}{v.name}: {v.bandwidth / 1e9:g} GB/s, {v.latency * 1e6:g} us/step"
-                              for k, v in costmodel.LINKS.items())
-                  + "\nChips: " + ", ".join(costmodel.CHIPS))
-    p.add_argument("file", metavar="FILE")
-    add_model_options(p)
-    p.add_argument("--link", choices=sorted(costmodel.LINKS), default=costmodel.DEFAULT_LINK,
-                   help=f"link preset (default {costmodel.DEFAULT_LINK})")
-    p.add_argument("--bandwidth", type=float, metavar="GB/s", help="link bandwidth each way per device (overrides)")
-    p.add_argument("--latency", type=float, metavar="US", help="link latency per algorithm step (overrides)")
-    p.add_argument("--top", type=int, default=40, metavar="N", help="collectives listed (default 40)")
-    p.set_defaults(handler=command)
-
-
-def add_model_options(p) -> None:
-    """--module, --partitions, --replicas, --chip: what the traffic reports and exports share."""
-    p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
-    p.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (default: header or inferred)")
-    p.add_argument("--replicas", type=int, metavar="R", help="replicas (default: header or inferred)")
-    p.add_argument("--chip", choices=sorted(costmodel.CHIPS), default=costmodel.DEFAULT_CHIP,
-                   help=f"device for the compute roofline (default {costmodel.DEFAULT_CHIP})")
-
-
-def command(args) -> int:
-    from .cli import EXIT_OK, JSON_VERSION, _parse_module_file, _print_json, select_module
-    modules, _ = _parse_module_file(args.file)
-    module = select_module(modules, args.module, args.file)
-    r = collectives_report(module, args.file, args.partitions, args.replicas, args.link, args.chip,
-                           args.bandwidth * 1e9 if args.bandwidth is not None else None,
-                           args.latency * 1e-6 if args.latency is not None else None)
-    if args.json:
-        _print_json({"command": "collectives", "version": JSON_VERSION, **r.to_dict()})
-    else:
-        print(format_report(r, args.top))
-    return EXIT_OK

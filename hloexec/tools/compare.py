@@ -333,7 +333,7 @@ def _v(x) -> str:
 def elided_dependencies(module) -> list[list[str]]:
     """Per output (flattened, in order): the names of the elided constants (`constant({...})`) it depends on,
     through operands and the computations instructions call."""
-    from ..exec.plan import schedule
+    from ..exec.plan import schedule      # the op registry: not at startup
     if not module.elided_constants():
         return [[] for _ in module.entry.root.shape.leaves()]
     in_comp: dict[int, set] = {}

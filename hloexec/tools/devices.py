@@ -2,6 +2,12 @@
 the sources of each rule). The profiles themselves are hloexec/options/devices.py and its profiles/ files."""
 from __future__ import annotations
 
+import sys
+
+from ..errors import ExecutionError
+from ..ir.compiled_for import auto_device
+from ..options import device_profile
+
 DEVICE_HELP = ("whose arithmetic to reproduce: a device profile (reference: the default, the HLO as its semantics "
                "say; xla-cpu, tpu, a100, h100: `hloexec devices` lists their rules), a .toml/.json profile file "
                "(`hloexec devices --show NAME` prints one to copy and edit), or auto: the profile of what the dump "
@@ -17,14 +23,10 @@ def device_option(text: str | None, module, say=None):
     """The device profile `--device` names (None: the reference profile), the one place a value of --device is
     read; `module` is the module it is for: `--device auto` picks the profile from what the dump was compiled for
     (ir/compiled_for.py) and says which and why through `say` (default: stderr)."""
-    from ..errors import ExecutionError
-    from ..options import device_profile
     if text and "," in text:
         raise ExecutionError(f"--device {text}: one device profile expected (a list is for compare --reference "
                              "shadow, which judges by each)")
     if text == "auto":
-        import sys
-        from ..ir.compiled_for import auto_device
         text, reason = auto_device(module)
         (say or (lambda m: print(m, file=sys.stderr)))(f"--device auto: {text} ({reason})")
     return device_profile(text or "reference")
@@ -63,43 +65,3 @@ RULES = {
                   "rounded) or xla-cpu (per-step, YNNPACK's lane order in __ynn_fusion sums)",
     "vector_width": "f32 lanes of the device's vectorized sums (reductions = xla-cpu); 0: this machine's",
 }
-
-
-def cmd_devices(args) -> int:
-    """`hloexec devices [--show NAME|FILE] [--json]`."""
-    from ..options.devices import builtin_names, device_profile, toml_value
-    from .cli import EXIT_OK, JSON_VERSION, _print_json
-    if args.show:
-        profile = device_profile(args.show)
-        if args.json:
-            _print_json({"command": "devices", "version": JSON_VERSION, "profile": describe(profile)})
-        else:
-            print(profile.to_toml(), end="")
-        return EXIT_OK
-    profiles = [device_profile(name) for name in sorted(builtin_names(), key=lambda n: n != "reference")]
-    if args.json:
-        _print_json({"command": "devices", "version": JSON_VERSION, "rules": RULES,
-                     "profiles": [describe(p) for p in profiles]})
-        return EXIT_OK
-    print("device profiles (--device NAME, or a profile file: hloexec devices --show NAME > mine.toml):\n")
-    for p in profiles:
-        print(f"{p.name} ({p.platform}): {p.description}")
-        for rule, value, source in p.rules():
-            shown = "(all)" if rule == "algorithms" and value == profiles[0].algorithms else toml_value(value)
-            print(f"  {rule} = {shown}" + (f"\n      source: {source}" if source else ""))
-        print()
-    print("rules:")
-    for rule, what in RULES.items():
-        print(f"  {rule:<22} {what}")
-    return EXIT_OK
-
-
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "devices", "The device profiles (--device): their arithmetic rules and sources.",
-                  "  hloexec devices\n"
-                  "  hloexec devices --show tpu > mytpu.toml     # edit, then: hloexec run f.hlo --device mytpu.toml\n"
-                  "  hloexec devices --json | jq '.profiles[].name'", parents,
-                  "A profile file holds rules (TOML or JSON); `base = \"NAME\"` takes every rule not written\n"
-                  "from that profile.")
-    p.add_argument("--show", metavar="NAME|FILE", help="print one profile as a file to copy and edit")
-    p.set_defaults(handler=cmd_devices)

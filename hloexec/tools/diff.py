@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import compare_array, default_tolerance, dtype_name, is_float, jsonable
 from ..ir.module import Instruction
-from .match import Matching, Node, ValueGraph, instruction_key, match, value_shape
+from ..ir.printer import instruction_to_text
+from ..parser import parse
+from .compare import compare_array, default_tolerance, dtype_name, is_float, jsonable
+from .extract import cone_cut, submodule
+from .match import Matching, Node, ValueGraph, _outputs, instruction_key, match, value_shape
 
 # A side holding more than this in values whose partners have not arrived yet waits for the other side.
 PENDING_BUDGET = 1 << 30
@@ -168,7 +171,6 @@ def _error(v: Verdict | None) -> dict | None:
 
 
 def _divergence_dict(d: Divergence) -> dict:
-    from ..ir.printer import instruction_to_text
     md = d.a.inst.metadata if isinstance(d.a.inst.metadata, dict) else {}
     mdb = d.b.inst.metadata if isinstance(d.b.inst.metadata, dict) else {}
     return {"a": d.a_inst.name, "b": d.b_inst.name,
@@ -194,7 +196,7 @@ def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | No
     their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
     are diffed op by op only where they change first (False: everything op by op). `reductions`: how both
     round their sums, `device`: the device profile both run under (Executable's options)."""
-    from .. import ops  # noqa: F401  (fills the op registry)
+    from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
     from ..exec.executor import Executable
     if inputs_b is None:
         signatures = [[p.shape.to_text(layout=False) for p in m.entry.parameters] for m in (a, b)]
@@ -525,7 +527,6 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
             changes.append(first[-1] if first and (first[-1].a.index, first[-1].b.index, first[-1].occurrence)
                            == (a_index, b_index, k) else divergence(a_index, b_index, k, inputs, between_a, between_b))
     outputs = []
-    from .match import _outputs
     for x, y in zip(_outputs(m.a), _outputs(m.b)):
         vs = verdicts.get((x.index, y.index))
         outputs.append((x, y, None if not vs else next((v for v in vs if not v.agree), vs[-1])))
@@ -545,8 +546,6 @@ def _identical(v: Verdict) -> bool:
 def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str, device) -> DiffReport | None:
     """The fused computations of a diverging pair of fusions, extracted and diffed op by op on the operand
     values each side's run gave them."""
-    from ..parser import parse
-    from .extract import cone_cut, submodule
     modules, inputs = [], []
     for node, operands in zip((d.a, d.b), captured):
         sub = submodule([node.tap], cone_cut(node.tap, 0))
@@ -642,65 +641,3 @@ def _format_divergence(d: Divergence, limit: int) -> list[str]:
         lines.append("    inside the fusions (their computations run op by op on the operands each run gave them):")
         lines.append(format_report(d.inside, limit=limit, indent="      "))
     return lines
-
-
-def cmd_diff(args) -> int:
-    """`hloexec diff A B`."""
-    import sys
-    import time
-    from .cli import EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _parse_module_file, \
-        _print_json, select_module
-    from .devices import device_option
-    if args.b is None:
-        raise UsageError("diff needs two modules: A B, or a dump directory with --stage and --stage-b")
-    modules = []
-    for path in (args.a, args.b):
-        parsed, _ = _parse_module_file(path)
-        modules.append(select_module(parsed, args.module, path))
-    inputs, inputs_info = _module_inputs(modules[0], args)
-    start = time.perf_counter()
-    try:
-        report = diff(modules[0], modules[1], inputs, atol=args.atol, rtol=args.rtol, zoom=not args.no_zoom,
-                      reductions=args.reductions, device=device_option(args.device, modules[0]))
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    seconds = time.perf_counter() - start
-    described = [{"file": path, "module": m.name} for path, m in zip((args.a, args.b), modules)]
-    if args.json:
-        _print_json({"command": "diff", "version": JSON_VERSION, "a": described[0], "b": described[1],
-                     "inputs": inputs_info, "seconds": seconds, **report.to_dict()})
-    else:
-        inputs_text = f"seed {args.seed}" if args.inputs is None else args.inputs
-        print(f"A {args.a} ({modules[0].name})\nB {args.b} ({modules[1].name})\nsame inputs to both: {inputs_text}")
-        print(format_report(report, limit=args.limit))
-        print(f"time: {seconds:.1f} s", file=sys.stderr)
-    return EXIT_MISMATCH if report.diverges else EXIT_OK
-
-
-def tolerance_options(p) -> None:
-    """--atol / --rtol: the bounds of every verdict (default: `hloexec compare`'s by type); --reductions."""
-    from ..options import REDUCTIONS
-    p.add_argument("--atol", type=float, help="absolute error bound for every value (default: compare's by type)")
-    p.add_argument("--rtol", type=float, help="relative error bound for every value (default: compare's by type)")
-    p.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
-                   help="how both round f16/bf16 sums (as `hloexec run`: accumulate, or per-step as XLA:CPU)")
-
-
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "diff", "Where two versions of a program part ways: the first values that differ "
-                  "while their inputs agree.",
-                  "  hloexec diff before.hlo after.hlo --seed 0\n"
-                  "  hloexec diff DIR --module jit_f --stage before --stage-b after\n"
-                  "  hloexec diff model.hlo edited.hlo --json | jq '.first_divergence[0]'", parents,
-                  "Instructions are paired by name, then op_name metadata + opcode + shape, then structure (fusions\n"
-                  "opened up); both modules run on the same inputs with taps on the pairs. Exit 1 when values differ.")
-    p.add_argument("a", metavar="A")
-    p.add_argument("b", metavar="B", nargs="?", help="default: A again (a dump directory with --stage-b)")
-    p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
-    tolerance_options(p)
-    from .devices import add_device_argument
-    add_device_argument(p)
-    p.add_argument("--limit", type=int, default=10, metavar="N", help="first divergences printed (10)")
-    p.add_argument("--no-zoom", action="store_true", help="observe every value op by op from the start (no "
-                   "compiled fusions diffed later)")
-    p.set_defaults(handler=cmd_diff)

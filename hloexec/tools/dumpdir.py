@@ -32,6 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from ..errors import HloParseError
+from ..parser import parse
+from .arrays import flatten
+from .hloproto import ProtoError, module_text, read_module_proto, read_snapshot
+from .xla_cpu import save_arrays
+
 # after a pass: SSSS.<pipeline>.after_<pass>.before_<next>; during one (copy-insertion): SSSS.<pass>.<step>
 _STAGE = re.compile(r"(?P<step>\d{4})\.(?P<pipeline>[^.]+)\.(?:after_(?P<after>.+?)\.before_(?P<before>.+)|(?P<during>[^.]+))")
 _FILE = re.compile(r"(?:\d+\.)?module_(?P<number>\d+)\.(?P<rest>.+)")
@@ -67,7 +73,6 @@ class Stage:
     def text(self) -> str:
         """The module's HLO text: the text dump, or the proto (through jaxlib) where the text dump is missing
         or elides large constants and jaxlib is installed."""
-        from .hloproto import ProtoError, module_text, read_module_proto
         if self.path.suffix == ".txt":
             with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()
@@ -191,8 +196,6 @@ def check_stage(stage: Stage) -> tuple[int | None, str]:
     """(instructions, problem) of a stage's text dump: the problem is "" when it parses, else why it cannot be
     run -- an empty file, a truncated one (it ends inside the module), unparseable text. A proto stage is not
     read here ((None, ""): reading it needs jaxlib)."""
-    from ..errors import HloParseError
-    from ..parser import parse
     if stage.path.suffix != ".txt":
         return None, ""
     try:
@@ -297,7 +300,6 @@ def _write(name: str, text: str) -> str:
 
 
 def _save(name: str, arrays: dict) -> str:
-    from .xla_cpu import save_arrays
     path = os.path.join(_scratch(), name)
     save_arrays(path, arrays)
     return path
@@ -312,8 +314,6 @@ def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
     """(an .npz of arguments arg0.., what they are) where the dump holds real inputs of the module: the
     `module_NNNN.<name>.inputs.npz` beside it (hloexec.jax.dump writes one; so may a user), else the arguments
     of its first HloSnapshot (--xla_dump_hlo_snapshots). None where it holds neither."""
-    from .cli import flatten
-    from .hloproto import read_snapshot
     saved = [p for p in dump.other if p.name == f"module_{dump.number:04d}.{dump.name}.inputs.npz"]
     if saved:
         return str(saved[0]), f"inputs: {saved[0].name} beside the module"
@@ -328,7 +328,6 @@ def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
 def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str, object | None, str]:
     """(a text file hloexec parses, the snapshot if it is one, a note) for a FILE argument: a dump directory
     (its --module, --stage), a snapshot, an HloProto (.pb), else the path itself."""
-    from .hloproto import module_text, read_module_proto, read_snapshot
     p = Path(path)
     if p.is_dir():
         dump = find_module(scan(p), module, p)
@@ -362,7 +361,6 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
     directories, snapshots or protos into text files; a snapshot's arguments become --inputs and (compare
     without a reference) its result --expected, unless given; so do the real inputs a dump directory holds for
     the module (`dumped_inputs`). Returns notes for stderr."""
-    from .cli import flatten
     notes = []
     module, stage = getattr(args, "module", None), getattr(args, "stage", None)
     resolved_module = False
@@ -401,38 +399,3 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
     if resolved_module and hasattr(args, "module"):
         args.module = None          # chosen: each resolved file holds that one module
     return notes
-
-
-def cmd_dump(args) -> int:
-    """`hloexec dump DIR`: the programs of a dump directory and their stages."""
-    from .cli import JSON_VERSION, _print_json
-    from .stats import human_bytes
-    modules = [module_summary(m) for m in scan(args.directory)]
-    if args.json:
-        _print_json({"command": "dump", "version": JSON_VERSION, "directory": args.directory, "modules": modules})
-        return 0
-
-    def cell(info) -> str:
-        if info is None:
-            return "-"
-        count = "?" if info["instructions"] is None else str(info["instructions"])
-        return f"{info.get('backend', '')} {count} ({human_bytes(info['bytes'])})".strip()
-    print(f"{args.directory}: {len(modules)} program{'s' if len(modules) != 1 else ''}")
-    print(f"{'number':>6}  {'name':<32} {'before: instructions':<22} {'after':<24} {'passes':>6} {'snapshots':>9}")
-    for m in modules:
-        after = ", ".join(cell(a) for a in m["after"]) or "-"
-        print(f"{m['number']:>6}  {m['name']:<32} {cell(m['before']):<22} {after:<24} {m['pass_count']:>6} "
-              f"{len(m['snapshots']):>9}")
-        for problem in m["problems"]:
-            print(f"{'':>8}{problem['file']}: {problem['error']}")
-    print("run one stage: hloexec run DIR --module NAME_OR_NUMBER [--stage before|after|PASS|snapshot]")
-    return 0
-
-
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "dump", "List the programs of an XLA dump directory (--xla_dump_to) and their stages.",
-                  "  hloexec dump /tmp/xla_dump\n  hloexec dump /tmp/xla_dump --json | jq '.modules[].name'", parents,
-                  "Any command takes such a directory as FILE with --module NAME_OR_NUMBER and --stage\n"
-                  "before|after|PASS|STEP|snapshot (default after); a snapshot (.pb) gives its real inputs too.")
-    p.add_argument("directory", metavar="DIR")
-    p.set_defaults(handler=cmd_dump)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from ..exec.plan import schedule
 from ..ir.module import Instruction, Module
-from . import costmodel
+from . import chakra, costmodel
 from .collectives import Collective, collectives_report
 from .opname import layer, op_name, phase
-from .stats import Walk, human_bytes
+from .stats import Walk
 
 
 @dataclass
@@ -94,7 +94,6 @@ def prefix_of(module: Module) -> str:
 
 def write_chakra(p: Program, out_dir: str) -> dict:
     """One .et per device and the communicator-group JSON; returns what was written."""
-    from . import chakra
     Metadata, Node, _ = chakra.schema()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -333,62 +332,3 @@ ASTRA_ASSUMPTIONS = [
     "forward pass (data-parallel dimensions); several collectives of one type in a cell are added; other types "
     "in the same cell get rows of their own (name.1, name.2: no compute)",
 ]
-
-
-# -- the command ---------------------------------------------------------------------------------------
-def add_command(subparsers, subparser, parents) -> None:
-    from .collectives import add_model_options
-    p = subparser(subparsers, "export", "Export a module to network simulators: Chakra traces, ASTRA-sim text.",
-                  "  hloexec export gpt_16dev.hlo --chakra traces/     # traces/<module>.<d>.et + .comm_group.json\n"
-                  "  hloexec export gpt_16dev.hlo --astra-sim workload.txt --chip h100\n"
-                  "  hloexec export tpu_8dev.hlo --astra-sim w.txt --chakra et/ --chip tpu-v5p --json",
-                  parents,
-                  "--chakra DIR: ASTRA-sim 2.0's input, one Chakra execution trace per device and the communicator\n"
-                  "groups (needs protobuf: pip install 'hloexec[chakra]'). --astra-sim OUT.txt: an ASTRA-sim 1.0 /\n"
-                  "SimAI text workload, a row per layer found in op_name paths. Compute times from a roofline on\n"
-                  "--chip (" + ", ".join(costmodel.CHIPS) + "); the assumptions are printed first.")
-    p.add_argument("file", metavar="FILE")
-    add_model_options(p)
-    p.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces (.et per device) into DIR")
-    p.add_argument("--astra-sim", dest="astra_sim", metavar="OUT", help="write an ASTRA-sim 1.0 text workload")
-    p.set_defaults(handler=command)
-
-
-def command(args) -> int:
-    from .cli import EXIT_OK, JSON_VERSION, UsageError, _parse_module_file, _print_json, require, select_module
-    if not args.chakra and not args.astra_sim:
-        raise UsageError("export needs --chakra DIR and/or --astra-sim OUT.txt")
-    if args.chakra:
-        require("google.protobuf", "chakra", "--chakra")
-    modules, _ = _parse_module_file(args.file)
-    module = select_module(modules, args.module, args.file)
-    p = program(module, args.partitions, args.replicas, args.chip)
-    doc = {"command": "export", "version": JSON_VERSION, "file": args.file, "module": module.name,
-           "devices": p.devices, "chip": p.report.chip.to_dict(), "assumptions": list(p.assumptions)}
-    if args.astra_sim:
-        text, summary = astra_sim_text(p)
-        Path(args.astra_sim).write_text(text)
-        doc["astra_sim"] = {"path": args.astra_sim, **summary}
-        doc["assumptions"] += ASTRA_ASSUMPTIONS + summary["left_out"]
-    if args.chakra:
-        doc["chakra"] = write_chakra(p, args.chakra)
-    if args.json:
-        _print_json(doc)
-        return EXIT_OK
-    print(f"module {module.name}: {len(p.events)} instructions in the entry schedule, {p.devices} devices")
-    print("assumptions:")
-    for a in doc["assumptions"]:
-        print(f"  - {a}")
-    if args.astra_sim:
-        s = doc["astra_sim"]
-        print(f"ASTRA-sim text: {args.astra_sim}: {s['rows']} rows ({s['layers']} layers), model_parallel_NPU_group "
-              f"{s['model_parallel_NPU_group']}, compute (ns) fwd {s['compute_ns']['fwd']} ig {s['compute_ns']['ig']} "
-              f"wg {s['compute_ns']['wg']} update {s['update_ns']}; "
-              + ", ".join(f"{k} {human_bytes(v)}" for k, v in s["comm_bytes"].items()))
-    if args.chakra:
-        c = doc["chakra"]
-        print(f"Chakra: {len(c['files'])} traces in {args.chakra} ("
-              + ", ".join(f"{n} {k}" for k, n in c["nodes"].items()) + f" nodes in all), {c['groups']} "
-              f"communicator groups in {c['comm_group']}")
-        print(f"  ASTRA-sim 2.0: {c['astra_sim']}")
-    return EXIT_OK

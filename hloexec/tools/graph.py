@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 import subprocess
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..ir.module import Computation, Instruction, Module
+from .common import UsageError
 from .costmodel import collective_kind
+from .extract import boundary
 from .opname import fit, op_name, short
 
 NODE_W, NODE_H, GAP_X, GAP_Y = 230, 64, 30, 56
@@ -53,7 +56,6 @@ def neighbourhood(module: Module, around: str | None = None, depth: int = 2, com
     """The instructions within `depth` steps of `around` (breadth first, operands and users), or the whole
     computation when it has at most `max_nodes` instructions (else its root's neighbourhood). Inside a fused
     (called) computation the walk stops at its parameters and root: `stopped_at` says what they are outside."""
-    from .extract import boundary
     comp = _computation(module, around, computation)
     seen = {}
     if around is None and len(comp.instructions) <= max_nodes:
@@ -88,7 +90,6 @@ def neighbourhood(module: Module, around: str | None = None, depth: int = 2, com
 
 
 def _computation(module: Module, around: str | None, name: str | None) -> Computation:
-    from .cli import UsageError
     if name is not None:
         comp = next((c for c in module.computations if c.name == name), None)
         if comp is None:
@@ -311,59 +312,7 @@ def to_html(g: Graph, svg: str | None = None) -> str:
 
 def _graphviz_ids(svg: str, g: Graph) -> str:
     """Give Graphviz's node groups our ids (n0, n1, ...), found by their <title> (the DOT node name)."""
-    import re
     svg = re.sub(r'<g id="node\d+" class="node">\s*<title>(n\d+_(?:in|out))</title>',     # "+N users" stubs
                  lambda m: f'<g class="stub"><title>{m.group(1)}</title>', svg)
     return re.sub(r'<g id="node\d+" class="node">\s*<title>(n\d+)</title>',
                   lambda m: f'<g id="{m.group(1)}" class="node"><title>{m.group(1)}</title>', svg)
-
-
-# -- the command ---------------------------------------------------------------------------------------
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "graph", "Draw the neighbourhood of an instruction: DOT, SVG or self-contained HTML.",
-                  "  hloexec graph gpt_16dev.hlo --around all-reduce.4 --depth 2 -o ar4.html\n"
-                  "  hloexec graph step.hlo --around fusion.12 -o f12.svg\n"
-                  "  hloexec graph small.hlo -o small.dot                 # a small entry computation whole",
-                  parents,
-                  "Nodes: name and opcode (a fusion: its kind and fused ops), shape, op_name; collectives, custom-calls,\n"
-                  "fusions and parameters coloured; the centre drawn thick; '+N not shown' where the neighbourhood\n"
-                  "was cut. Without --around: the computation when it has at most --max-nodes instructions, else\n"
-                  "its root's neighbourhood. SVG from Graphviz's dot where installed, else hloexec's own layout;\n"
-                  "the HTML page inlines everything (click a node for its details).")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
-    p.add_argument("--around", metavar="INSTRUCTION", help="the instruction at the centre (its name, %% optional)")
-    p.add_argument("--depth", type=int, default=2, metavar="K", help="operand/user steps from the centre (default 2)")
-    p.add_argument("--computation", metavar="NAME", help="draw in this computation (default: the entry, or the "
-                   "one holding --around)")
-    p.add_argument("--max-nodes", type=int, default=120, metavar="N", help="at most N instructions (default 120)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="OUT.html, OUT.svg or OUT.dot")
-    p.set_defaults(handler=command)
-
-
-def command(args) -> int:
-    from pathlib import Path
-    from .cli import EXIT_OK, JSON_VERSION, UsageError, _parse_module_file, _print_json, select_module
-    suffix = Path(args.output).suffix.lower()
-    if suffix not in (".html", ".svg", ".dot"):
-        raise UsageError(f"-o {args.output}: the suffix says the format: .html, .svg or .dot")
-    modules, _ = _parse_module_file(args.file)
-    module = select_module(modules, args.module, args.file)
-    g = neighbourhood(module, args.around.lstrip("%") if args.around else None, args.depth, args.computation,
-                      args.max_nodes)
-    renderer = "graphviz" if suffix != ".dot" and shutil.which("dot") else "hloexec"
-    text = {".dot": to_dot, ".svg": to_svg, ".html": to_html}[suffix](g)
-    Path(args.output).write_text(text, encoding="utf-8")
-    doc = {"command": "graph", "version": JSON_VERSION, "file": args.file, "module": module.name,
-           "computation": g.computation.name, "center": g.center.name if g.center else None, "nodes": len(g.nodes),
-           "edges": len(g.edges), "output": args.output, "renderer": renderer if suffix != ".dot" else None,
-           "stopped_at": g.stopped_at}
-    if args.json:
-        _print_json(doc)
-    else:
-        print(f"{args.output}: {len(g.nodes)} of {len(g.computation.instructions)} instructions of %{g.computation.name}"
-              + (f" around %{g.center.name} (depth {args.depth})" if g.center else "")
-              + (f", drawn by {renderer}" if suffix != ".dot" else ""))
-        for edge in g.stopped_at:
-            print(f"  stopped at the edge of %{g.computation.name}: {edge}")
-    return EXIT_OK

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.dtypes import element_type
+from .xla_cpu import _jax
 
 
 class ProtoError(ValueError):
@@ -191,7 +192,6 @@ def module_name(module_proto: bytes) -> str:
 def module_text(module_proto: bytes) -> str:
     """HLO text of a serialized HloModuleProto, by XLA's printer (needs jaxlib), large constants included."""
     try:
-        from .xla_cpu import _jax
         _, xc = _jax()
         hlo = xc.hlo
     except ImportError:

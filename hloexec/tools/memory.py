@@ -13,9 +13,13 @@ come from XLA's own schedule, buffer sharing and fusion choices, so they differ.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from ..exec import spmd as spmd_exec
 from ..exec.memory import scratch_bytes
 from ..exec.plan import Plan
 from ..exec.runner import Runner
@@ -86,7 +90,6 @@ class MemoryReport:
 def memory_report(exe, file: str = "", spmd: bool = False, partitions: int | None = None,
                   replicas: int | None = None) -> MemoryReport:
     """The report for a prepared Executable (`hloexec.load(..., compile_kernels=False)` is enough)."""
-    import time
     start = time.perf_counter()
     plan: Plan = exe.plan
     module = exe.module
@@ -104,7 +107,6 @@ def memory_report(exe, file: str = "", spmd: bool = False, partitions: int | Non
                          if life.producer.opcode.removesuffix("-start").removesuffix("-done") in COLLECTIVE_OPCODES]
     devices, spmd_info, notes = 1, None, []
     if spmd or partitions is not None or replicas is not None:
-        from ..exec import spmd as spmd_exec
         P, R, note = spmd_exec.device_counts(module, partitions, replicas)
         devices = P * R
         spmd_info = {"partitions": P, "replicas": R, "note": note,
@@ -318,7 +320,6 @@ def plot_timeline(r: MemoryReport, path: str, contributors: int = 8) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     n = len(r.series)
     x = np.arange(n)
@@ -403,45 +404,3 @@ def plot_timeline(r: MemoryReport, path: str, contributors: int = 8) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-# -- the command ---------------------------------------------------------------------------------------
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "memory", "Peak memory and what is live there, from the plan `run` checks memory with.",
-                  "  hloexec memory step.hlo\n"
-                  "  hloexec memory tpu_8dev.hlo --spmd --plot timeline.png\n"
-                  "  hloexec memory dump/module_0001.jit_f.cpu_after_optimizations.txt --json | jq '.peak_bytes'",
-                  parents,
-                  "Nothing runs: the plan is prepared (no kernel compiled) and its liveness read. The peak is the\n"
-                  "estimate `hloexec run` checks against the available memory: live buffers in hloexec's schedule,\n"
-                  "inputs included, plus what the running step holds (scratch: f32 copies of f16 operands, a\n"
-                  "fusion's op-by-op first run); the peak of the program's values alone is shown too. Each live\n"
-                  "value: its producer, its last reader, its size and why it is live (a parameter, an output,\n"
-                  "waiting for a later reader: which). An SPMD program is the same on every device; --spmd adds\n"
-                  "what `run --spmd` needs for all participants in one process. XLA's numbers are shown beside\n"
-                  "when its dumps (X-buffer-assignment.txt, X-memory-usage-report.txt, X-live-range.txt) sit next\n"
-                  "to the module file X.txt. --plot needs matplotlib (pip install 'hloexec[reports]').")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
-    p.add_argument("--spmd", action="store_true", help="all participants: counts from the header or inferred")
-    p.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (implies --spmd)")
-    p.add_argument("--replicas", type=int, metavar="R", help="replicas (implies --spmd)")
-    p.add_argument("--plot", metavar="FILE", help="write the timeline of live bytes (PNG, SVG or PDF by the suffix)")
-    p.add_argument("--top", type=int, default=15, metavar="N", help="values listed per table (default 15)")
-    p.set_defaults(handler=command)
-
-
-def command(args) -> int:
-    from .cli import EXIT_OK, JSON_VERSION, _print_json, load_for_report, require
-    exe = load_for_report(args)
-    r = memory_report(exe, args.file, args.spmd, args.partitions, args.replicas)
-    if args.plot:
-        require("matplotlib", "reports", "--plot")
-        plot_timeline(r, args.plot)
-    if args.json:
-        _print_json({"command": "memory", "version": JSON_VERSION, **r.to_dict(), "plot": args.plot})
-    else:
-        print(format_report(r, args.top))
-        if args.plot:
-            print(f"timeline written to {args.plot}")
-    return EXIT_OK

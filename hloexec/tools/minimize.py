@@ -35,11 +35,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import load
 from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..ir.module import Instruction, Module
-from .cli import flatten
+from ..parser import parse
+from . import xla_cpu      # xla_cpu.run_on_xla_cpu_isolated read when called: a test stands in for XLA
+from .arrays import flatten
+from .compare import compare_outputs, is_float
 from .extract import Submodule, capture, submodule
 from .match import ValueGraph
+from .xla_cpu import XlaCpuError, save_arrays
 
 BUILTIN_CHECKS = ("nan", "xla", "shadow")
 
@@ -91,7 +96,6 @@ class Check:
             return _disagrees_with_xla(text, inputs, self.device)
         if self.spec == "shadow":
             return _inconsistent_with_shadow(text, inputs, self.device)
-        from .xla_cpu import save_arrays
         hlo, npz = self._paths()
         with open(hlo, "w", encoding="utf-8") as f:
             f.write(text)
@@ -122,7 +126,6 @@ class Check:
 
 def _makes_nan(text: str, inputs: list, allow_inf: bool, device=None) -> bool:
     """An output holds a NaN made from inputs without NaN (and without infinities, unless `allow_inf`)."""
-    from .. import load
     if _nonfinite_in(inputs, np.isnan) or (not allow_inf and _nonfinite_in(inputs, np.isinf)):
         return False
     try:
@@ -134,7 +137,6 @@ def _makes_nan(text: str, inputs: list, allow_inf: bool, device=None) -> bool:
 
 def _nonfinite_in(values, test) -> bool:
     """Whether `test` (np.isnan, np.isinf) holds for an element of a float or complex value in `values`."""
-    from .compare import is_float
     for x in flatten(tuple(values)):
         a = np.asarray(x)
         if (a.dtype.kind == "c" and test(a).any()) or (is_float(a.dtype) and test(a.astype(np.float64)).any()):
@@ -143,23 +145,18 @@ def _nonfinite_in(values, test) -> bool:
 
 
 def _disagrees_with_xla(text: str, inputs: list, device=None) -> bool:
-    from .. import load
-    from .compare import compare_outputs
-    from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
     try:
         ours = flatten(load(text, device=device).run(*inputs))
-        theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
+        theirs = xla_cpu.run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False
     return not compare_outputs(ours, theirs).passed
 
 
 def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
-    from .. import load
-    from .numerics import judge_run
-    from .xla_cpu import XlaCpuError, run_on_xla_cpu_isolated
+    from .numerics import judge_run     # the executor: not at startup
     try:
-        theirs = run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
+        theirs = xla_cpu.run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
         verdict, _ = judge_run(load(text, device=device), inputs, {"XLA:CPU": theirs})
     except (ExecutionError, UnsupportedError, HloParseError, XlaCpuError):
         return False
@@ -168,7 +165,7 @@ def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
 
 class _Minimizer:
     def __init__(self, module: Module, inputs: list, check, retries: int, report, device=None):
-        from .. import ops  # noqa: F401
+        from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
         from ..exec.executor import Executable
         self.module, self.inputs, self.check, self.retries, self.report = module, inputs, check, retries, report
         self.exe = Executable(module, device=device)
@@ -344,8 +341,6 @@ def _constants(mz: _Minimizer, c: Candidate) -> Candidate | None:
 def _with_constants(sub: Submodule, values: list, constants: frozenset) -> tuple[Submodule, list]:
     """The submodule with the parameters of `constants` (ids of original instructions) as constants of their
     captured values, and the remaining inputs."""
-    from ..parser import parse
-    from .extract import submodule as make
     module = parse(sub.text)[0]
     entry = module.entry
     by_name = {p.name: (p, v) for p, v in zip(sub.parameters, values)}
@@ -358,7 +353,7 @@ def _with_constants(sub: Submodule, values: list, constants: frozenset) -> tuple
             inst.args = str(number)
             number += 1
             kept.append(value)
-    rebuilt = make([entry.root], frozenset(), name=sub.name)
+    rebuilt = submodule([entry.root], frozenset(), name=sub.name)
     originals = [by_name[p.name][0] for p in rebuilt.parameters]
     return Submodule(rebuilt.text, sub.name, sub.roots, originals, sub.instructions), kept
 
@@ -375,55 +370,3 @@ def _literal_text(value) -> str:
     if f in (float("inf"), float("-inf")):
         return "inf" if f > 0 else "-inf"
     return repr(f)
-
-
-def cmd_minimize(args) -> int:
-    """`hloexec minimize FILE --check CHECK -o OUT.hlo`."""
-    import sys
-    from .cli import EXIT_OK, JSON_VERSION, UsageError, _module_inputs, _parse_module_file, _print_json, \
-        select_module
-    from .xla_cpu import save_arrays
-    parsed, _ = _parse_module_file(args.file)
-    module = select_module(parsed, args.module, args.file)
-    inputs, inputs_info = _module_inputs(module, args)
-    from .devices import device_option
-    say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
-    device = device_option(args.device, module)
-    try:
-        result = minimize(module, inputs, Check(args.check, args.timeout, device), args.retries, say, device)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    inputs_out = args.inputs_out or (args.out[:-4] if args.out.endswith(".hlo") else args.out) + ".npz"
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(result.text)
-    save_arrays(inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(result.inputs)))})
-    if args.json:
-        _print_json({"command": "minimize", "version": JSON_VERSION, "file": args.file, "module": module.name,
-                     "check": args.check, "inputs": inputs_info, "out": args.out, "inputs_out": inputs_out,
-                     **result.to_dict()})
-    else:
-        print(f"{result.original_instructions} -> {result.instructions} instructions in {result.checks} checks"
-              + (f" ({result.flaky} flaky)" if result.flaky else "") + f"; the check holds on the result "
-              f"{result.final_holds} times")
-        print(f"written: {args.out} (inputs: {inputs_out})")
-    return EXIT_OK
-
-
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
-                  "  hloexec minimize model.hlo --check nan -o small.hlo\n"
-                  "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
-                  "  hloexec minimize model.hlo --check shadow -o small.hlo\n"
-                  "  hloexec minimize model.hlo --check 'my_check.sh {} {inputs}' -o small.hlo", parents,
-                  "CHECK: nan (an output holds a NaN made from finite inputs), xla (hloexec and XLA:CPU disagree),\n"
-                  "shadow (XLA:CPU's or hloexec's outputs not consistent with the exact answer), or a shell\n"
-                  "command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--check", required=True, metavar="CHECK")
-    p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")
-    p.add_argument("--inputs-out", metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
-    p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
-    from .devices import add_device_argument
-    add_device_argument(p)
-    p.set_defaults(handler=cmd_minimize)

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ExecutionError
 from ..ir.module import Instruction, Module
+from ..kernels.elementwise import ELEMENTWISE_OPS
+from .shadow_runs import Runner, executable_like
 
 
 class StopRun(BaseException):
@@ -235,7 +238,6 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
     provenance of the infinities new NaNs came from, index of the first new element or None). Elementwise ops are judged element by element (an
     infinity made where the operands are finite is new even if they hold others elsewhere); other ops by
     whole values."""
-    from ..kernels.elementwise import ELEMENTWISE_OPS
     if inst.opcode in ELEMENTWISE_OPS and len(leaves) == 1 and all(leaf.shape in (leaves[0].shape, ())
                                                                     for _, leaf, _ in ops):
         out = leaves[0]
@@ -345,8 +347,6 @@ class _Paths:
 def find_nonfinite(exe, inputs, runner=None, stop_at_first: bool = False) -> NonfiniteReport:
     """One observed run of `exe` (op by op) on `inputs` (per device for an SPMD `runner`): the origins of its NaN
     and Inf values. With `stop_at_first` the run ends at the first origin (its outputs are then not known)."""
-    from ..errors import ExecutionError
-    from .numerics import Runner, executable_like
     runner = runner or Runner()
     tracker = NonfiniteTracker(exe.module, stop_at_first)
     observed = executable_like(exe, exe.module, use_numba=False)

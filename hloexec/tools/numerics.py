@@ -11,64 +11,30 @@ plans hold them (Executable.run's `observe`), never kept beyond what the report 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from ..exec.executor import Executable, available_memory
-from ..exec.shadow import Shadow, has_discrete, shadow_module, widen
-from .nonfinite import StopRun
+from ..exec.shadow import Shadow, has_discrete, has_float, shadow_module, widen
+from ..exec.spmd import memory_estimate
+from ..ir.module import Instruction
+from ..ops.registry import lookup
+from ..options import Options, device_profile
+from .arrays import array_summary, flatten
+from .bounds import ErrorBounds
+from .compare import dtype_name
+from .nonfinite import NonfiniteTracker, StopRun, format_report as format_nonfinite
+from .shadow_runs import Runner, executable_like
+from .verdict import RULE, error_stats, judge
 
 # Bytes of discrete values (relu masks, argmax indices...) kept from the program's run to count how many
 # elements the shadow's differ in; beyond it a digest says only whether they differ.
 DISCRETE_BUDGET = 256 << 20
-
-
-def flatten(value) -> list:
-    """A (nested) tuple result as its leaves, depth first (the order of out0..outM)."""
-    if isinstance(value, tuple):
-        return [leaf for v in value for leaf in flatten(v)]
-    return [value]
-
-
-def executable_like(exe: Executable, module, **options) -> Executable:
-    """An Executable of `module` with `exe`'s options (`options` override them). Elided constants were said when
-    `exe` was made: not again for each module derived from its own."""
-    import warnings
-    from ..errors import ElidedConstantWarning
-    ctx = exe.context
-    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after,
-                    compile=ctx.compile)
-    settings.update(options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ElidedConstantWarning)
-        return Executable(module, **settings)
-
-
-class Runner:
-    """Runs a module as one participant (`spmd` None) or as all participants of an SPMD module (`spmd`: the
-    keyword arguments of run_spmd: partitions, replicas, report, memory_limit). Inputs are one argument list,
-    or one per device; outputs come back flattened (SPMD: global arrays assembled by the output shardings)."""
-
-    def __init__(self, spmd: dict | None = None):
-        self.spmd = spmd
-
-    def run(self, exe: Executable, inputs, observe=None, observe_operands: bool = False) -> list:
-        if self.spmd is None:
-            seen = None if observe is None else (lambda *a: observe(0, *a))
-            return flatten(exe.run(*inputs, observe=seen, observe_operands=observe_operands))
-        from ..exec import spmd
-        outputs = exe.run_spmd(inputs, observe=observe, observe_operands=observe_operands, **self.spmd)
-        return flatten(spmd.assemble_outputs(exe.module, outputs))
-
-    def shadow_inputs(self, shadow: Shadow, inputs) -> list:
-        if self.spmd is None:
-            return shadow.inputs(inputs)
-        widened: dict = {}
-        return [shadow.inputs(device_inputs, widened) for device_inputs in inputs]
 
 
 @dataclass
@@ -210,7 +176,6 @@ def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow:
     compared (`divergences`); otherwise both run with `exe`'s options, the shadow in f64 in every tier.
     `devices` (profiles; one participant only): the shadow's run is observed and every element of every output
     gets an error bound under each (tools/bounds.py), in `ShadowRun.bounds`."""
-    from .bounds import ErrorBounds
     runner = runner or Runner()
     shadow = shadow or shadow_module(exe.module)
     shadow_inputs = runner.shadow_inputs(shadow, inputs)
@@ -254,7 +219,6 @@ def baseline_executable(exe: Executable) -> Executable:
 
 def xla_cpu_arithmetic():
     """The device profile of XLA:CPU's arithmetic (its f16/bf16 sums round every step)."""
-    from ..options import device_profile
     return device_profile("xla-cpu")
 
 
@@ -267,9 +231,6 @@ def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None
     (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). `known`: candidate name ->
     the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
     SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
-    from dataclasses import replace
-    from ..options import Options
-    from .verdict import RULE, judge
     runner = runner or Runner()
     # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
     # step, as XLA:CPU's do)
@@ -299,10 +260,6 @@ def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None
 def shadow_report(run: ShadowRun) -> dict:
     """JSON data of a shadow run: per output the shadow's summary and the run's error against it, the
     divergences, the pinned instructions."""
-    from dataclasses import asdict
-    from .cli import array_summary
-    from .verdict import error_stats
-    from .compare import dtype_name
     return {"outputs": [dict(array_summary(i, s), dtype=dtype_name(o.dtype), error=asdict(error_stats(o, s)))
                         for i, (o, s) in enumerate(zip(run.outputs, run.shadow))],
             "discrete": len(run.shadow_info.discrete), "divergences": [asdict(d) for d in run.divergences],
@@ -358,7 +315,6 @@ NOT_EVALUATED = frozenset({
 
 def evaluates_local_error(inst) -> bool:
     """Whether `numerics` evaluates `inst` alone: it makes floats and can round (see EXACT_OPCODES)."""
-    from ..exec.shadow import has_float
     if inst.opcode in EXACT_OPCODES or inst.opcode in NOT_EVALUATED or not has_float(inst.shape):
         return False
     if inst.opcode == "convert":
@@ -409,7 +365,6 @@ def _max_rel(values, shadow) -> float:
 def _local_stats(got, exact):
     """verdict.Errors of the float leaves of `got` against `exact` (the leaf with the largest error); a value
     non-finite where the exact one is finite has an infinite error (max_rel, max_ulps)."""
-    from .verdict import error_stats
     best = None
     for v, s in zip(flatten(got), flatten(exact)):
         if isinstance(v, (np.ndarray, np.generic)) and (v.dtype.kind in "fc" or "float" in v.dtype.name):
@@ -465,7 +420,6 @@ class _Attribution:
         self.errors: list[str] = []
 
     def kernel(self, inst):
-        from ..ops.registry import lookup
         k = self.kernels.get(id(inst))
         if k is None:
             k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
@@ -588,7 +542,6 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
     "auto": paired when both runs fit in the memory available, else local (`say(message)` tells why).
     `reductions`: the program's f16/bf16 reductions (None: `exe`'s), per-step by default: the HLO's meaning,
     every reducer step rounding."""
-    from .nonfinite import NonfiniteTracker
     runner = runner or Runner()
     shadow = shadow_module(exe.module)
     options = {"use_numba": False} if reductions is None else {"use_numba": False, "reductions": reductions}
@@ -655,7 +608,9 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
             if low_inst.name in watch.names:
                 watch.compare(device, low_inst, k, low_value, value)
             total = totals.of(low_value, value)
-            inherited = max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
+            # a pinned instruction's shadow twin widens its `.own` copy: its operands are not the program's
+            inherited = None if low_inst.name in shadow.pinned else \
+                max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
             local = attribution.evaluate(low_inst, operands, value, narrow_operands=True)
             attribution.record(device, k, low_inst, local, total, inherited)
 
@@ -702,7 +657,6 @@ def _contributions(exe: Executable, inputs, records: list, shadow_outputs: list)
     relative to the output's scale. A local error is relative to the instruction's own scale: a value whose
     exact answer is ~0 (a sum that cancels) has a huge one and may contribute nothing; a bf16 rounding a small
     one that makes the outputs' error. Measured ones first (largest contribution first), then the rest."""
-    from ..ir.module import Instruction
     entry = exe.module.entry
     measured = []
     for r in records:
@@ -740,7 +694,6 @@ def _memory(exe: Executable, inputs, runner: Runner, widened: bool = False) -> i
     shadow that will take `inputs` widened (counted as such, not made)."""
     if runner.spmd is None:
         return exe.peak_bytes()
-    from ..exec.spmd import memory_estimate
     estimate = memory_estimate(exe, inputs)
     if not widened:
         return estimate["total"]
@@ -755,7 +708,6 @@ def _stopped(error: BaseException) -> bool:
 
 
 def _no_wait():
-    import contextlib
     return contextlib.nullcontext()
 
 
@@ -768,9 +720,6 @@ def _helper_names(shadow: Shadow) -> set:
 def _output_table(module, outputs, shadow_outputs, records, per_output: int = 3) -> list[dict]:
     """Per output: the run's error against the shadow (when there is one) and the instructions on its path (its
     static ancestors, through called computations) with the largest local errors."""
-    from dataclasses import asdict
-    from .compare import dtype_name
-    from .verdict import error_stats
     ancestors = _OutputAncestors(module)
     table = []
     for i, value in enumerate(outputs):
@@ -822,7 +771,6 @@ class _OutputAncestors:
 
 
 def numerics_dict(report: NumericsReport, top: int) -> dict:
-    from dataclasses import asdict
     return {"mode": report.mode, "top": [asdict(r) for r in report.instructions[:top] if r.runs],
             "instructions_evaluated": sum(1 for r in report.instructions if r.local_error or r.total_error),
             "outputs": report.outputs, "divergences": [asdict(d) for d in report.divergences],
@@ -831,7 +779,6 @@ def numerics_dict(report: NumericsReport, top: int) -> dict:
 
 
 def format_numerics(report: NumericsReport, top: int) -> str:
-    from .nonfinite import format_report as format_nonfinite
     paired = report.mode == "paired"
     lines = ["outputs: " + ("the run's error against the shadow, relative to the output's scale, and " if paired else "")
              + "the instructions on its path that contribute most to the outputs' error (c=: how far rounding its "

@@ -2,7 +2,7 @@
 custom-call targets (`hloexec.ops.custom_call.CUSTOM_CALLS`).
 
     python -m hloexec.tools.optable                    # print the markdown table
-    python -m hloexec.tools.optable --write README.md  # replace the table between the markers
+    python -m hloexec.tools.optable --write docs/custom-calls.md  # replace the table between the markers
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ END = "<!-- op-table:end -->"
 
 def op_rows() -> list[dict]:
     """One row per opcode: opcode, dtypes, kernel, notes (sorted by opcode)."""
-    from ..ops import OPS
+    from ..ops import OPS      # the op registry: not at startup
     return [{"opcode": d.opcode, "dtypes": d.dtypes, "kernel": d.kernel, "notes": d.notes}
             for d in sorted(OPS.values(), key=lambda d: d.opcode)]
 

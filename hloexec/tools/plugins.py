@@ -40,7 +40,7 @@ def load_plugin_file(path: str) -> None:
 
 def apply(plugins=(), identities=()) -> None:
     """Load the plugin files, then register the identity targets."""
-    from ..ops.custom_call import register_identity
+    from ..ops.custom_call import register_identity      # the op registry: not at startup
     for path in plugins or ():
         load_plugin_file(path)
     for target in identities or ():

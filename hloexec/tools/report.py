@@ -2,18 +2,20 @@
 gathers what an investigation otherwise reads from five commands: the module (`stats`), the verdict of every
 candidate against the exact answer (`compare --reference shadow`), where accuracy is lost (`numerics`, with the
 dataflow around the worst instruction drawn by `graph`), NaN/Inf origins, memory over the schedule (`memory`)
-and collective traffic (`collectives`). Each part comes from the function its command uses; this module only
-collects and renders. The page fetches nothing: CSS, script and pictures are inline (it opens from a mail
+and collective traffic (`collectives`). Each part comes from the function its command uses (commands/report.py
+collects them); this module renders. The page fetches nothing: CSS, script and pictures are inline (it opens from a mail
 attachment).
 """
 from __future__ import annotations
 
 import html
 import math
-import shlex
-import sys
 
 import numpy as np
+
+from .compare import is_float, output_scale, plain_scalar
+from .graph import neighbourhood, own_svg
+from .stats import ModuleStats, format_module, human_bytes
 
 TOP = 30                    # instructions listed in the attribution, live values at the peak
 SHOWN = 8                   # table rows shown before a "more" fold
@@ -22,58 +24,9 @@ OPEN_OUTPUTS = 8            # outputs whose verdict starts unfolded (failing one
 SMALL_COMPUTATION = 6       # instructions: a worst instruction in a smaller called computation is drawn at its call
 
 
-# -- the data ---------------------------------------------------------------------------------------------
-def collect(args) -> tuple[dict, str | None]:
-    """(the report's data, the SVG of the dataflow around the worst instruction or None): every part from the
-    library function its own command uses."""
-    from .. import __version__
-    from ..errors import ExecutionError
-    from .cli import (JSON_VERSION, UsageError, _is_spmd, _parse_module_file, _prepare, _run_on_xla, _runner,
-                      actual_candidates, check_memory, judge_candidates, select_module)
-    from .collectives import collectives_report
-    from .memory import memory_report
-    from .numerics import attribute, numerics_dict
-    from .stats import module_stats
-    modules, _ = _parse_module_file(args.file)
-    module = select_module(modules, args.module, args.file)
-    exe, _ = _prepare(module, args)
-    spmd = _is_spmd(args)
-    if spmd and args.against is not None:
-        raise UsageError("report --spmd takes candidates with --actual, not --against xla")
-    if not spmd:
-        check_memory(exe, args, None)
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731  (stdout: --json)
-    runner, inputs, inputs_info = _runner(exe, args, None)
-    candidates = actual_candidates(exe, args.actual or ())
-    if args.against is not None:
-        candidates["XLA:CPU"] = _run_on_xla(module, args.file, inputs)
-    say(f"{module.name}: the verdict (the run, its baseline and its shadow)")
-    try:
-        verdict, run = judge_candidates(exe, module, args, inputs, candidates, runner)
-        verdict, largest = verdict.to_dict(), largest_errors(run.outputs, run.shadow)
-    except ExecutionError as e:     # the f64 shadow refused for memory (SPMD: a plain ExecutionError); a failure
-        say(f"no verdict: {e}")     # of the module itself comes back from the attribution's run below
-        verdict, largest = {"consistent": None, "problem": f"no verdict: {e}", "candidates": {}, "outputs": []}, []
-    say(f"{module.name}: the attribution (the run paired with its shadow, instruction by instruction)")
-    numerics = attribute(exe, inputs, runner, reductions=args.reductions or "per-step", say=say)
-    stats = module_stats(module)
-    memory = memory_report(exe, args.file, spmd=spmd, partitions=args.partitions, replicas=args.replicas)
-    collectives = collectives_report(module, args.file, args.partitions, args.replicas) \
-        if spmd or stats.collectives else None
-    graph, svg = _worst_graph(module, numerics.instructions)
-    data = {"command": "report", "version": JSON_VERSION, "hloexec_version": __version__,
-            "command_line": "hloexec " + shlex.join(getattr(args, "command_line", None) or sys.argv[1:]),
-            "file": args.file, "module": module.name, "device": args.device or "reference", "inputs": inputs_info,
-            "stats": stats.to_dict(), "verdict": verdict, "largest_errors": largest,
-            "numerics": numerics_dict(numerics, args.top), "graph": graph,
-            "memory": memory.to_dict(), "collectives": collectives.to_dict() if collectives is not None else None}
-    return data, svg
-
-
 def largest_errors(outputs: list, shadow: list) -> list[dict]:
     """Per float output, the element of hloexec's run farthest from the shadow (the exact answer), relative to
     the output's scale (max |shadow|): where to look even when every candidate passes."""
-    from .compare import is_float, output_scale, plain_scalar
     rows = []
     for i, (o, s) in enumerate(zip(outputs, shadow)):
         o, s = np.asarray(o), np.asarray(s)
@@ -90,12 +43,11 @@ def largest_errors(outputs: list, shadow: list) -> list[dict]:
     return sorted(rows, key=lambda r: -r["error"])
 
 
-def _worst_graph(module, instructions) -> tuple[dict | None, str | None]:
+def worst_graph(module, instructions) -> tuple[dict | None, str | None]:
     """The dataflow around the instruction that loses the most accuracy, each node filled by the largest local
     error measured in it or in the computations it calls (white: none; red: the largest in the picture), as data
     and SVG (tools/graph.py draws it). A worst instruction alone in a tiny called computation (a wrapped reduce)
     is drawn at its call site, where its inputs come from."""
-    from .graph import neighbourhood, own_svg
     worst = next((r for r in instructions if r.runs and r.local_error > 0), None)
     if worst is None:
         return None, None
@@ -199,7 +151,6 @@ def _inputs_text(info: dict | None) -> str:
 
 
 def _module_section(data: dict) -> str:
-    from .stats import ModuleStats, format_module
     s = data["stats"]
     text = "\n".join(format_module(ModuleStats(**{k: v for k, v in s.items() if k in ModuleStats.__dataclass_fields__
                                                   and k not in ("collectives", "ops")}, ops={}, collectives=[])))
@@ -457,48 +408,4 @@ def _source(path: str) -> str:
 
 
 def _bytes(n) -> str:
-    from .stats import human_bytes
     return human_bytes(int(n))
-
-
-# -- the command ------------------------------------------------------------------------------------------
-def add_command(subparsers, subparser, parents) -> None:
-    p = subparser(subparsers, "report", "One self-contained HTML page: module, verdict, attribution, NaN/Inf, memory.",
-                  "  hloexec report examples/layernorm_bwd.opt.hlo --inputs examples/layernorm_bwd.inputs.npz "
-                  "-o ln.html\n"
-                  "  hloexec report step.hlo --seed 1 --actual gpu.npz --against xla -o step.html\n"
-                  "  hloexec report gpt_16dev.hlo --spmd -o gpt.html --json > gpt.json",
-                  parents,
-                  "One page to look at and share, built from what `stats`, `compare --reference shadow`, `numerics`,\n"
-                  "`memory`, `collectives` and `graph` compute: the module (compiled for, size, op histogram,\n"
-                  "FLOPs, collectives); per output each candidate's error against the exact answer, what the\n"
-                  "arithmetic allows and the verdict, the worst elements; the instructions where accuracy is lost\n"
-                  "(op_name, source line) and the dataflow around the worst one coloured by local error; NaN/Inf\n"
-                  "origins; memory over the schedule; collective traffic; the command line and hloexec's version.\n"
-                  "Nothing is fetched from the network (CSS, script, pictures inline); PAGE#search=NAME opens it\n"
-                  "filtered to the instructions whose name holds NAME. --json prints the same data\n"
-                  "as one JSON document on stdout. Exit 1 when a candidate is not consistent.")
-    p.add_argument("file", metavar="FILE|DIR")
-    p.add_argument("--actual", metavar="NPZ", action="append",
-                   help="a candidate's outputs (keys out0..outM, e.g. a device's); repeatable")
-    p.add_argument("--against", choices=["xla"], help="also judge XLA:CPU's outputs (jaxlib, in a child process)")
-    p.add_argument("--top", type=int, default=TOP, metavar="N", help=f"instructions listed (default {TOP})")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the page to write")
-    p.set_defaults(handler=command, reference="shadow")     # judged as compare --reference shadow: --device A,B
-
-
-def command(args) -> int:
-    from pathlib import Path
-    from .cli import EXIT_MISMATCH, EXIT_OK, _print_json
-    data, svg = collect(args)
-    from .compare import jsonable
-    data = jsonable(data)
-    Path(args.output).write_text(to_html(data, svg), encoding="utf-8")
-    if args.json:
-        _print_json(data)
-    else:
-        v = data["verdict"]
-        print(f"{args.output}: {data['module']}, verdict "
-              + (", ".join(f"{n} {'consistent' if c else 'not consistent'}" for n, c in v["candidates"].items())
-                 or "none"))
-    return EXIT_MISMATCH if data["verdict"]["consistent"] is False else EXIT_OK

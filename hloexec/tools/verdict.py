@@ -7,7 +7,7 @@ program's *shadow* (its exact answer up to f64 rounding, hloexec/exec/shadow.py)
 run with `reductions="per-step"`: every f16/bf16 sum rounds at every step, in index order). An f16-
 accumulated sum is then judged against what f16 accumulation gives, not against an f32 accumulator.
 
-The rule (`Rule`, constants measured in README "Numerical validation"). Per output, with e = |x - shadow|
+The rule (`Rule`, constants measured in docs/numerics.md, "Verdicts"). Per output, with e = |x - shadow|
 elementwise for the candidate (c) and the baseline (b), the output's scale = max |shadow| (finite
 elements; at least the type's smallest normal) and `ulp` = the output type's ulp at that scale:
 
@@ -42,7 +42,7 @@ WORST_COUNT = 5
 
 @dataclass(frozen=True)
 class Rule:
-    """The constants of the rule above (measured: README "Numerical validation")."""
+    """The constants of the rule above (measured: docs/numerics.md, "Verdicts")."""
     rms_multiplier: float = 2.0
     rms_floor_ulps: float = 0.5
     element_multiplier: float = 1.0

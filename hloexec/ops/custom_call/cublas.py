@@ -62,7 +62,7 @@ class _Gemm:
         self.algorithm_text = field(pc, "algorithm", "")
         self.algorithm = device_algorithm(self.device, self.algorithm_text, self.precisions,
                                           lhs.element_type.name, rhs.element_type.name,
-                                          next(inst.shape.leaves())[1].element_type.name, 1 in free, inst)
+                                          result_leaves(inst)[0].element_type.name, 1 in free, inst)
         self.inst = inst
 
     def product(self, a, b, cdt, fast_accumulation=False):

@@ -393,6 +393,9 @@ def cudnn_layer_norm(inst, ctx):
     if (len(inst.operands), len(leaves)) != expect:
         raise UnsupportedError(f"__cudnn$norm {kind} takes {expect[0]} operands and returns {expect[1]} results", inst)
     x_shape = inst.operands[0].shape
+    if not all(o.shape.is_array for o in inst.operands) or x_shape.rank < 1:
+        raise UnsupportedError("__cudnn$norm takes arrays, x of rank 1 or more ([N, d1, ...]), got "
+                               f"{', '.join(o.shape.to_text(False) for o in inst.operands)}", inst)
     work = _work_dtype(x_shape.dtype)
     rows = x_shape.dims[0]
     types = [s.dtype for s in leaves]

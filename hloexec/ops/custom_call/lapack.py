@@ -18,7 +18,7 @@ from ...errors import UnsupportedError
 from ...ir.dtypes import element_type_of
 from ...kernels import lapack
 from ..common import contig
-from .registry import backend_config, custom_call, target_of
+from .registry import backend_config, custom_call, result_leaves, target_of
 
 TYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64), "c": np.dtype(np.complex64),
          "z": np.dtype(np.complex128)}
@@ -41,8 +41,7 @@ def _char(cfg: dict, key: str, inst, default=None) -> str:
 
 
 def _results(inst):
-    leaves = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
-    return [(tuple(s.dims), s.dtype) for s in leaves]
+    return [(tuple(s.dims), s.dtype) for s in result_leaves(inst)]
 
 
 # The routines write into buffers sized from the operands' dims, so a call whose shapes break jaxlib's ABI

@@ -3,7 +3,7 @@ by plugins (`hloexec run --plugin FILE`) and by installed packages through the e
 `hloexec.custom_calls`.
 
 A target's prepare has an op's contract: `prepare(inst, ctx) -> kernel(*operand_values) -> value` (see
-hloexec/ops/registry.py); its docstring is the target's row in the README's custom-call table.
+hloexec/ops/registry.py); its docstring is the target's row in the custom-call table (docs/custom-calls.md).
 """
 from __future__ import annotations
 

@@ -25,6 +25,11 @@ def topk(inst, ctx):
     if not inst.shape.is_tuple or len(inst.shape.tuple_shapes) != 2:
         raise UnsupportedError(f"{inst.opcode} must return (values, indices)", inst)
     vshape, ishape = inst.shape.tuple_shapes
+    x = inst.operands[0].shape
+    if vshape.is_tuple or ishape.is_tuple or x.is_tuple or vshape.rank == 0 or vshape.rank != x.rank \
+            or ishape.dims != vshape.dims or not ishape.element_type.is_integer:
+        raise UnsupportedError(f"{inst.opcode} of {x.to_text(False)} must return (values, integer indices) of one "
+                               f"shape and the operand's rank, got {inst.shape.to_text(False)}", inst)
     k = vshape.dims[-1]
     idt = ishape.dtype
     largest = inst.attr("largest", True)
