@@ -1,19 +1,22 @@
 """Where a warm run's time goes, by kind of step, next to XLA:CPU's warm time in the same process (issue 17).
 
-    python bench/profile_warm.py                       # GPT d256 f32 pre/opt, mixed-precision Adam pre/opt
+    python bench/profile_warm.py                       # GPT d256 f32 pre/opt, the example GPT opt, mixed Adam pre/opt
     python bench/profile_warm.py adam_mixed_9.4M_opt --repeat 5
 
 Per workload (bench/workloads.py): `hloexec.load`, `--repeat` runs (the first op by op, the second compiles),
-then the best of 5 unprofiled warm runs (the fast path of `exec/runner.py`), then the fastest of 3 profiled runs
+then `--pairs` warm runs of hloexec (the fast path of `exec/runner.py`) and of XLA:CPU alternating run by run, so
+that both see the same load (the machine is shared: a quiet minute favours whichever side it falls on); the
+ratio is of the best of each side, and the median of the pairs' ratios is given too. Then the fastest of 3
+profiled runs
 (`run(profile=...)`, the checked path: each step of the entry timed, a fused group under its root, as
 `hloexec run --profile` does).
 Each step is put in one class by what it holds: dot (a dot or convolution, alone or in a fusion),
 reduce-window, reduce, other fusion (a `fusion` instruction or a group of hloexec's fusion pass; "small" ones,
 whose values are under MIN_COMPILED_BYTES, run op by op), other (transposes, scatters, copies, slices, ...).
 "dispatch" is the profiled run's time minus its steps' sum: the time between steps (the checked path's
-Python per step; the unprofiled fast path spends less). Shares are of the profiled run. XLA:CPU:
-`run_on_xla_cpu_timed` on the same program (pre-optimization module for `*_opt`), best of 5 warm runs
-including the host<->device copies.
+Python per step; the unprofiled fast path spends less). Shares are of the profiled run. XLA:CPU: the same
+program (the pre-optimization module for `*_opt`), compiled by `run_on_xla_cpu_timed`, each run including the
+host<->device copies.
 """
 from __future__ import annotations
 
@@ -52,21 +55,31 @@ def classify(inst, groups, min_bytes) -> str:
     return "other"
 
 
-def measure(name: str, repeat: int) -> dict:
+def _timed(f) -> float:
+    t = time.perf_counter()
+    f()
+    return time.perf_counter() - t
+
+
+def measure(name: str, repeat: int, pairs: int) -> dict:
     import hloexec
     from hloexec.exec.tiering import MIN_COMPILED_BYTES
-    from hloexec.tools.xla_cpu import load_arrays, run_on_xla_cpu_timed
+    from hloexec.tools.xla_cpu import load_arrays, run_on_xla_cpu, run_on_xla_cpu_timed
     w = wl.by_name()[name]
     (path,), (npz,) = w.files()
     inputs = list(load_arrays(str(npz)).values())
     exe = hloexec.load(str(path), compile="eager", compile_after=1)
     for _ in range(repeat):
         exe.run(*inputs)
-    warm = []
-    for _ in range(5):
-        t = time.perf_counter()
-        exe.run(*inputs)
-        warm.append(time.perf_counter() - t)
+    xla_path, xla_npz = w.xla_files() if w.xla_files else ([path], [npz])
+    xla_text = Path(xla_path[0]).read_text()
+    xla_inputs = list(load_arrays(str(xla_npz[0])).values())
+    _, xt = run_on_xla_cpu_timed(xla_text, xla_inputs, warm_runs=1)
+    run_on_xla_cpu(xla_text, xla_inputs)     # compiled again once, then cached by text
+    warm, xla_warm = [], []
+    for _ in range(pairs):
+        warm.append(_timed(lambda: exe.run(*inputs)))
+        xla_warm.append(_timed(lambda: run_on_xla_cpu(xla_text, xla_inputs)))
     profiled_s, profile = float("inf"), {}
     for _ in range(3):      # the fastest of 3 profiled runs
         p: dict = {}
@@ -80,36 +93,37 @@ def measure(name: str, repeat: int) -> dict:
         c = classify(inst, groups, MIN_COMPILED_BYTES)
         by_class[c] += s
         count[c] += 1
-    xla_path, xla_npz = w.xla_files() if w.xla_files else ([path], [npz])
-    _, xt = run_on_xla_cpu_timed(Path(xla_path[0]).read_text(), list(load_arrays(str(xla_npz[0])).values()))
-    best = min(warm)
-    return {"workload": name, "warm_best_s": best, "profiled_s": profiled_s, "steps": len(profile),
+    ratios = sorted(a / b for a, b in zip(warm, xla_warm))
+    return {"workload": name, "warm_best_s": min(warm), "profiled_s": profiled_s, "steps": len(profile),
             "classes": {c: {"s": by_class[c], "n": count[c]} for c in CLASSES},
-            "dispatch_s": profiled_s - sum(profile.values()), "xla_warm_best_s": xt["warm_run_min_s"],
-            "xla_compile_s": xt["compile_s"]}
+            "dispatch_s": profiled_s - sum(profile.values()), "xla_warm_best_s": min(xla_warm),
+            "pair_ratio_median": ratios[len(ratios) // 2], "xla_compile_s": xt["compile_s"]}
 
 
 def report(r: dict) -> None:
     best, run = r["warm_best_s"], r["profiled_s"]
     parts = [f"{c} {v['s'] * 1e3:.1f} ms ({v['s'] / run:.0%}, {v['n']})" for c, v in r["classes"].items() if v["n"]]
     print(f"| {r['workload']} | {best * 1e3:.1f} ms | {r['xla_warm_best_s'] * 1e3:.1f} ms | "
-          f"{best / r['xla_warm_best_s']:.2f} | {run * 1e3:.1f} ms: {'; '.join(parts)} | {r['dispatch_s'] * 1e3:.1f} ms "
+          f"{best / r['xla_warm_best_s']:.2f} ({r['pair_ratio_median']:.2f}) | {run * 1e3:.1f} ms: {'; '.join(parts)} | {r['dispatch_s'] * 1e3:.1f} ms "
           f"({r['dispatch_s'] / run:.0%}; {r['steps']} steps) |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workloads", nargs="*", default=["gpt_step_d256_f32_pre", "gpt_step_d256_f32_opt",
-                                                     "adam_mixed_9.4M_pre", "adam_mixed_9.4M_opt"])
+                                                     "small:gpt_step.opt", "adam_mixed_9.4M_pre",
+                                                     "adam_mixed_9.4M_opt"])
     ap.add_argument("--repeat", type=int, default=4, help="runs before the measured ones (default 4)")
+    ap.add_argument("--pairs", type=int, default=15, help="warm runs of each side, alternating (default 15)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
-    print("| workload | hloexec warm (best of 5) | XLA:CPU warm (best of 5) | ratio | profiled run: steps by class "
+    print(f"| workload | hloexec warm (best of {args.pairs}) | XLA:CPU warm (best of {args.pairs}, alternating) | ratio "
+          "(median of the pairs' ratios) | profiled run: steps by class "
           "(ms, share, count) | dispatch (profiled run - its steps) |")
     print("|---|---|---|---|---|---|")
     results = []
     for name in args.workloads:
-        r = measure(name, args.repeat)
+        r = measure(name, args.repeat, args.pairs)
         results.append(r)
         report(r)
         sys.stdout.flush()

@@ -245,3 +245,109 @@ def test_thread_counts_never_change_the_bits():
     for run in runs:
         assert run["after"] == run["blas_threads"]
         assert run["main"] == run["other"] == runs[0]["main"]
+
+
+def _views(rng, B, R, C):
+    """The same [B, R, C] f32 values as a contiguous array, a transposed (column-major) view, matrices
+    interleaved along the rows (the batch stride smaller than a matrix), and a row-padded view."""
+    x = rng.standard_normal((B, R, C)).astype(np.float32)
+    column_major = np.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)
+    interleaved = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)
+    padded = np.zeros((B, R, C + 3), np.float32)[:, :, :C]
+    padded[...] = x
+    return {"contiguous": x, "column_major": column_major, "interleaved": interleaved, "padded": padded}
+
+
+@pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")
+@pytest.mark.parametrize("shape", [(3, 17, 9, 11), (1, 1, 40, 30), (2, 30, 40, 1), (1, 25, 1, 7), (4, 8, 0, 5)])
+def test_mkl_reads_every_operand_layout_and_writes_column_blocks(shape):
+    B, M, K, N = shape
+    rng = np.random.default_rng(1)
+    lhs, rhs = _views(rng, B, M, K), _views(rng, B, K, N)
+    want = np.matmul(lhs["contiguous"].astype(np.float64), rhs["contiguous"].astype(np.float64))
+    bound = 2 * K * np.finfo(np.float32).eps * np.matmul(np.abs(lhs["contiguous"]).astype(np.float64),
+                                                         np.abs(rhs["contiguous"]).astype(np.float64))
+    results = []
+    for a in lhs.values():
+        for b in rhs.values():
+            out = np.full((B, M, N + 2), np.nan, np.float32)
+            block = out[:, :, 1:N + 1]          # a column block of a wider output, as blas.matmul's splits write
+            assert blas.mkl.can_write(block)
+            blas.mkl.matmul_into(a, b, block)
+            assert np.all(np.abs(block - want) <= bound)
+            assert np.isnan(out[:, :, 0]).all() and np.isnan(out[:, :, -1]).all()   # nothing written beside it
+            results.append(block.tobytes())
+    assert not blas.mkl.can_write(np.zeros((B, N, M), np.float32).transpose(0, 2, 1)) or min(M, N) <= 1
+
+
+def _mkl_available_in_child(code: str, **env) -> str:
+    code += "\nfrom hloexec.kernels import mkl; print(mkl.AVAILABLE)"
+    done = subprocess.run([sys.executable, "-P", "-c", code], env=dict(os.environ, **env), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_hloexec_blas_openblas_keeps_numpys_blas():
+    assert _mkl_available_in_child("", HLOEXEC_BLAS="openblas") == "False"
+
+
+@pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")
+def test_mkl_loaded_by_someone_else_is_left_alone():
+    """numpy built with MKL loads it first: its threading layer is not ours to set, and numpy's matmul is MKL's."""
+    preload = f"import ctypes; ctypes.CDLL({blas.mkl._library_path()!r})"
+    assert _mkl_available_in_child(preload) == "False"
+    assert _mkl_available_in_child("") == "True"
+
+
+@pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")
+@pytest.mark.parametrize("name", SHAPES)
+def test_mkl_blocks_match_numpy_and_any_pool_size(small_blocks, monkeypatch, name):
+    """Where floating-point errors are ignored (dot_general's case), f32 blocks are MKL's: the same bits on any
+    number of threads."""
+    monkeypatch.setattr(blas, "_MKL_MIN_WORK", 1)
+    B, M, K, N = SHAPES[name]
+    rng = np.random.default_rng(0)
+    a, b = _random((B, M, K), np.float32, rng), _random((B, K, N), np.float32, rng)
+    calls = []
+    into = blas.mkl.matmul_into
+    monkeypatch.setattr(blas.mkl, "matmul_into", lambda *args: calls.append(1) or into(*args))
+    with np.errstate(all="ignore"):
+        one = blas.matmul(a, b, threads=1)
+        _assert_close_to_numpy(one, a, b)
+        for threads in (2, 4):
+            assert blas.matmul(a, b, threads=threads).tobytes() == one.tobytes()
+    assert len(calls) == 3 * len(blas._blocks(B, M, N, K) or [None])
+
+
+@pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")
+def test_mkl_rejecting_a_parameter_raises(monkeypatch):
+    """MKL computes nothing for a call it rejects: that must be an error, never a silent garbage output."""
+    a, b = np.ones((1, 4, 3), np.float32), np.ones((1, 3, 5), np.float32)
+    out = np.full((1, 4, 5), np.nan, np.float32)
+    monkeypatch.setattr(blas.mkl, "_batch_stride", lambda x, extent: 0)    # below ld x rows: MKL's parameter 17
+    with pytest.raises(RuntimeError, match="rejected parameter 17"):
+        blas.mkl.matmul_into(a, b, out)
+    assert not blas.mkl._rejected
+
+
+@pytest.mark.skipif(not blas.mkl.AVAILABLE, reason="the optional `mkl` package is not installed")
+@pytest.mark.parametrize("name", ["rows", "columns", "batch", "batch_rows", "k_huge"])
+def test_mkl_reads_f16_operands_without_widening_with_the_bits_of_sgemm(small_blocks, monkeypatch, name):
+    """f16 operands widened to f32 for the product: MKL reads them as they are (gemm_f16f16f32), with the bits of
+    its sgemm of the widened operands, on any number of threads; `widen` only sees an empty probe."""
+    monkeypatch.setattr(blas, "_MKL_MIN_WORK", 1)
+    B, M, K, N = SHAPES[name]
+    rng = np.random.default_rng(2)
+    a, b = _random((B, M, K), np.float16, rng), _random((B, K, N), np.float16, rng)
+    widened = []
+
+    def widen(x):
+        widened.append(x.size)
+        return x.astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = blas.matmul(a.astype(np.float32), b.astype(np.float32), threads=1)
+        for threads in (1, 2, 4):
+            got = blas.matmul(a, b, threads=threads, widen=widen, dtype=np.float32)
+            assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    assert set(widened) == {0}
