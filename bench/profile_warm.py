@@ -4,9 +4,11 @@
     python bench/profile_warm.py adam_mixed_9.4M_opt --repeat 5
 
 Per workload (bench/workloads.py): `hloexec.load`, `--repeat` runs (the first op by op, the second compiles),
-then `--pairs` warm runs of hloexec (the fast path of `exec/runner.py`) and of XLA:CPU alternating run by run, so
-that both see the same load (the machine is shared: a quiet minute favours whichever side it falls on); the
-ratio is of the best of each side, and the median of the pairs' ratios is given too. Then the fastest of 3
+then `--pairs` warm runs of hloexec (the fast path of `exec/runner.py`) and of XLA:CPU: by default in two blocks,
+every hloexec run then every XLA:CPU run (`--order blocks`: a run right after the other side's meets its thread
+pool still spinning, which interleaving measures as the other's time), or alternating run by run (`--order
+alternate`: on a shared machine both sides then see the same load); the ratio is of the best of each side, and
+the median of the pairs' ratios is given too. Then the fastest of 3
 profiled runs
 (`run(profile=...)`, the checked path: each step of the entry timed, a fused group under its root, as
 `hloexec run --profile` does).
@@ -61,7 +63,7 @@ def _timed(f) -> float:
     return time.perf_counter() - t
 
 
-def measure(name: str, repeat: int, pairs: int) -> dict:
+def measure(name: str, repeat: int, pairs: int, order: str = "blocks") -> dict:
     import hloexec
     from hloexec.exec.tiering import MIN_COMPILED_BYTES
     from hloexec.tools.xla_cpu import load_arrays, run_on_xla_cpu, run_on_xla_cpu_timed
@@ -77,9 +79,14 @@ def measure(name: str, repeat: int, pairs: int) -> dict:
     _, xt = run_on_xla_cpu_timed(xla_text, xla_inputs, warm_runs=1)
     run_on_xla_cpu(xla_text, xla_inputs)     # compiled again once, then cached by text
     warm, xla_warm = [], []
-    for _ in range(pairs):
-        warm.append(_timed(lambda: exe.run(*inputs)))
-        xla_warm.append(_timed(lambda: run_on_xla_cpu(xla_text, xla_inputs)))
+    if order == "alternate":
+        for _ in range(pairs):
+            warm.append(_timed(lambda: exe.run(*inputs)))
+            xla_warm.append(_timed(lambda: run_on_xla_cpu(xla_text, xla_inputs)))
+    else:
+        warm = [_timed(lambda: exe.run(*inputs)) for _ in range(pairs)]
+        time.sleep(0.5)         # the pool's threads stop spinning
+        xla_warm = [_timed(lambda: run_on_xla_cpu(xla_text, xla_inputs)) for _ in range(pairs)]
     profiled_s, profile = float("inf"), {}
     for _ in range(3):      # the fastest of 3 profiled runs
         p: dict = {}
@@ -114,16 +121,18 @@ def main(argv=None) -> int:
                                                      "small:gpt_step.opt", "adam_mixed_9.4M_pre",
                                                      "adam_mixed_9.4M_opt"])
     ap.add_argument("--repeat", type=int, default=4, help="runs before the measured ones (default 4)")
-    ap.add_argument("--pairs", type=int, default=15, help="warm runs of each side, alternating (default 15)")
+    ap.add_argument("--pairs", type=int, default=15, help="warm runs of each side (default 15)")
+    ap.add_argument("--order", choices=("blocks", "alternate"), default="blocks",
+                    help="each side's runs in one block (default) or alternating run by run")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
-    print(f"| workload | hloexec warm (best of {args.pairs}) | XLA:CPU warm (best of {args.pairs}, alternating) | ratio "
+    print(f"| workload | hloexec warm (best of {args.pairs}) | XLA:CPU warm (best of {args.pairs}, {args.order}) | ratio "
           "(median of the pairs' ratios) | profiled run: steps by class "
           "(ms, share, count) | dispatch (profiled run - its steps) |")
     print("|---|---|---|---|---|---|")
     results = []
     for name in args.workloads:
-        r = measure(name, args.repeat, args.pairs)
+        r = measure(name, args.repeat, args.pairs, args.order)
         results.append(r)
         report(r)
         sys.stdout.flush()
