@@ -45,3 +45,13 @@ CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "ragg
 
 # Reducers recognized by their root: a computation op(p0, p1) of one of these is that reduction.
 REDUCER_OPS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+
+
+def reducer_opcode(comp) -> str | None:
+    """The opcode of computation `comp` if it is op(p0, p1) or op(p1, p0) of an op in REDUCER_OPS -- then a
+    reduction by it is that op's fold -- else None (a general reducer, applied as a computation)."""
+    params, root = comp.parameters, comp.root
+    if (len(params) == 2 and root.opcode in REDUCER_OPS and len(root.operands) == 2
+            and {id(o) for o in root.operands} == {id(p) for p in params}):
+        return root.opcode
+    return None

@@ -43,7 +43,9 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..options import Options
 from ..ir.attributes import dot_dims
+from ..ir.dataflow import computes_from_parameters, is_pure, live_instructions
 from ..ir.fma import contract_fma
+from . import elements
 from . import elementwise as ew
 from .cache import array_arg, compile_signature, load_kernel, source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
@@ -125,7 +127,7 @@ class _Alloc:
         return f"{self.name} = np.empty({self.size}, {_storage_src(self.et)})"
 
 
-class _Generator:
+class LoopGenerator:
     def __init__(self, options: Options):
         self.options = options
         self.body = Block()                 # the function body: lines, _Allocs and blocks
@@ -241,7 +243,7 @@ class _Generator:
         order = list(comp.instructions)
         position = {id(inst): k for k, inst in enumerate(order)}
         need(all(position[id(o)] < position[id(i)] for i in order for o in i.operands), "order")
-        live = _live(comp)
+        live = live_instructions(comp)
         last_use = {id(comp.root): len(order)}
         for k, inst in enumerate(order):
             for o in inst.operands:
@@ -297,19 +299,19 @@ class _Generator:
         buffers are never written in place: the loop reads them on every step."""
         before = set(self.mutable)
         variant = {id(p) for p in comp.parameters}
-        live = _live(comp)
+        live = live_instructions(comp)
         for inst in comp.instructions:
             if id(inst) not in live:
                 continue
             invariant_operands = not any(id(o) in variant for o in inst.operands)
             if inst.opcode in ("call", "fusion"):
                 called = self.callee(inst)
-                if invariant_operands and _pure(called):
+                if invariant_operands and computes_from_parameters(called):
                     self.hoisted[id(inst)] = self.inline(called, [self.invariant_operand(o) for o in inst.operands])
                 else:
                     self.hoist_invariants(called)
                     variant.add(id(inst))
-            elif inst.opcode not in opcodes.PURE or not invariant_operands:
+            elif not is_pure(inst) or not invariant_operands:
                 variant.add(id(inst))
             elif not (inst.opcode == "constant" and inst.shape.rank == 0):
                 operands = [self.invariant_operand(o) for o in inst.operands]
@@ -348,17 +350,16 @@ class _Generator:
         dims, et = _leaf_type(inst.shape)
         if op == "constant":
             return self.constant(inst, dims, et)
-        if op in ew.ELEMENTWISE_OPS:
-            return self.elementwise(inst, operands, dims, et)
         if op in ("reshape", "bitcast"):
             return self.reshape(inst, operands[0], dims, et)
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
-        emit = _ARRAY_OPS.get(op)
-        need(emit is not None, f"opcode {op}")
-        out = self.new_array(dims, et)
-        emit(self, inst, operands, out)
-        return out if dims else self.scalar_of(out)
+        if op in ("dot", "gather"):
+            out = self.new_array(dims, et)
+            (self.dot if op == "dot" else self.gather)(inst, operands, out)
+            return out if dims else self.scalar_of(out)
+        need(op in elements.ELEMENTS or op in ew.ELEMENTWISE_OPS, f"opcode {op}")
+        return self.elemental(inst, operands, dims, et)
 
     def constant(self, inst, dims, et):
         if not dims:
@@ -370,19 +371,22 @@ class _Generator:
             v = self.const_names[id(inst)] = Array(f"c{len(self.consts) - 1}", dims, et, self.n)
         return v
 
-    def elementwise(self, inst, operands, dims, et):
-        if not dims:
-            expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.options.excess_precision)
-            need(expr is not None, f"{inst.opcode} on {et}")
-            return self.local(expr, et)
+    def elemental(self, inst, operands, dims, et):
+        """`inst`'s elements from the element layer (kernels/elements.py), in one loop nest over its output
+        (elementwise ops: one flat loop, their array operands have its dims); a rank-0 one as a local.
+        Movement ops copy their operands' stored bits."""
+        if not dims and inst.opcode in ew.ELEMENTWISE_OPS:
+            return self.local(elements.value(_ElementsOf(self, operands, False), inst, ()), et)
+        stored = inst.opcode not in ew.ELEMENTWISE_OPS and inst.opcode != "iota"
+        flat = inst.opcode in ew.ELEMENTWISE_OPS
+        emitter = _ElementsOf(self, operands, stored, flat)
         out = self.new_array(dims, et)
-        i = self.fresh("i")
-        with self.block(f"for {i} in range({math.prod(dims)}):"):
-            vals = [self.local(self.at(v, i), v.et).expr if isinstance(v, Array) else v.expr for v in operands]
-            expr = ew.instruction_src(inst, vals, self.options.excess_precision)
-            need(expr is not None, f"{inst.opcode} on {et}")
-            self.line(f"{out.name}[{i}] = {ew.store_src(et, expr)}")
-        return out
+        with self.loops([math.prod(dims)] if flat else dims) as index:
+            emitter.inside.update(index)
+            lin = index[0] if flat else _linear(dims, index)
+            value = elements.value(emitter, inst, index)
+            self.line(f"{out.name}[{lin}] = {value if stored else ew.store_src(et, value)}")
+        return out if dims else self.scalar_of(out)
 
     def reshape(self, inst, src, dims, et):
         if inst.opcode == "bitcast":
@@ -513,7 +517,7 @@ class _Generator:
         out_leaves = _shape_leaves(inst.shape)
         out_dims = out_leaves[0][0]
         reducer = inst.called["to_apply"]
-        simple = n == 1 and _simple_reducer(reducer)
+        simple = n == 1 and opcodes.reducer_opcode(reducer)
         outs = [self.new_array(d, et) for d, et in out_leaves] if out_dims else None
         with self.loops([src_dims[d] for d in kept]) as kidx:
             accs = [self.fresh("r") for _ in range(n)]
@@ -555,7 +559,7 @@ class _Generator:
         need(src_dims and len(window) == len(src_dims), "window rank")
         need(not any(w.reversal for w in window), "window reversal")
         reducer = inst.called["to_apply"]
-        simple = n == 1 and _simple_reducer(reducer)
+        simple = n == 1 and opcodes.reducer_opcode(reducer)
         outs = [self.new_array(d, et) for d, et in out_leaves]
         ar = SourceIndex()
         with self.loops(out_dims) as oidx:
@@ -668,104 +672,59 @@ class _Generator:
         return Tup(outs) if inst.shape.is_tuple else outs[0]
 
 
-# -- index-mapping ops: each fills `out` from its operands --------------------------------------------------
-def _copy_mapped(g, out, src, src_index_of):
-    """out[index] = src[src_index_of(index)] over all of out (a scalar src broadcasts)."""
-    fill = g.stored(src) if isinstance(src, Scalar) else None
-    with g.loops(out.dims) as idx:
-        value = fill if fill is not None else f"{src.name}[{_linear(_dims_of(src), src_index_of(idx))}]"
-        g.line(f"{out.name}[{_linear(out.dims, idx)}] = {value}")
+class _ElementsOf:
+    """The loop generator as the element layer's Emitter for one instruction's loop nest: operands loaded from
+    their buffers at the linear index (`stored`: their stored bits, copied by a movement op; else their compute
+    values, named), scalar operands and names that use no loop variable computed before the nest."""
 
+    def __init__(self, g: LoopGenerator, operands: list, stored: bool, flat: bool = False):
+        self.g, self.options, self.operands, self.stored, self.flat = g, g.options, operands, stored, flat
+        self.ar = SourceIndex()
+        self.before = g.current             # the block around the nest: its lines go before the nest
+        self.inside: set = set()           # names defined in the nest: its loop variables, loads, values
+        self.scalars = {k: g.stored(v) if stored else v.expr for k, v in enumerate(operands) if isinstance(v, Scalar)}
 
-def _dims_of(v):
-    return v.dims if isinstance(v, Array) else ()
+    def operand(self, inst, k, index) -> str:
+        if k in self.scalars:
+            return self.scalars[k]
+        v = self.operands[k]
+        lin = index[0] if self.flat else _linear(v.dims, index)
+        if self.stored:
+            return f"{v.name}[{lin}]"
+        name = self.g.local(self.g.at(v, lin), v.et).expr
+        self.inside.add(name)
+        return name
 
+    @contextmanager
+    def outside(self, deps):
+        """Lines go before the nest while generated here, unless `deps` hold a name defined in it."""
+        inside = self.g.current
+        if not self.inside.intersection(deps):
+            self.g.current = self.before
+        try:
+            yield
+        finally:
+            self.g.current = inside
 
-def _broadcast(g, inst, operands, out):
-    dims = inst.attr("dimensions", ())
-    _copy_mapped(g, out, operands[0], lambda idx: [idx[d] for d in dims])
+    def start(self, inst, k) -> str:
+        with self.outside(()):
+            return self.g.scalar_of(self.operands[k]).expr
 
+    def named(self, expr: str, deps) -> str:
+        with self.outside(deps):
+            name = self.g.local(expr, "").expr
+        if self.inside.intersection(deps):
+            self.inside.add(name)
+        return name
 
-def _transpose(g, inst, operands, out):
-    perm = inst.attr("dimensions")
-
-    _copy_mapped(g, out, operands[0], lambda idx: _placed(len(perm), (perm, idx)))
-
-
-def _slice(g, inst, operands, out):
-    spec = [(s.start, s.stride) for s in inst.attr("slice")]
-    _copy_mapped(g, out, operands[0],
-                 lambda idx: [Ix("+", Ix("*", c, st, paren=False), lo) for c, (lo, st) in zip(idx, spec)])
-
-
-def _reverse(g, inst, operands, out):
-    rev = set(inst.attr("dimensions", ()))
-    dims = _dims_of(operands[0])
-    _copy_mapped(g, out, operands[0],
-                 lambda idx: [Ix("-", dims[d] - 1, c) if d in rev else c for d, c in enumerate(idx)])
-
-
-def _dynamic_slice(g, inst, operands, out):
-    x = operands[0]
-    st = g.clamped_starts(operands[1:], _dims_of(x), out.dims)
-    _copy_mapped(g, out, x, lambda idx: [Ix("+", c, s) for c, s in zip(idx, st)])
-
-
-def _iota(g, inst, operands, out):
-    dim = inst.attr("iota_dimension")
-    with g.loops(out.dims) as idx:
-        expr = ew.iota_src(out.et, f"np.int64({idx[dim]})")
-        need(expr is not None, "iota type")
-        g.line(f"{out.name}[{_linear(out.dims, idx)}] = {ew.store_src(out.et, expr)}")
-
-
-def _pad(g, inst, operands, out):
-    x, pv = operands
-    fill = g.stored(g.scalar_of(pv))
-    xdims = _dims_of(x)
-    need(xdims, "rank-0 pad")
-    ar = SourceIndex()
-    with g.loops(out.dims) as idx:
-        conds, src = [], []
-        for c, n, out_n, p in zip(idx, xdims, out.dims, inst.attr("padding")):
-            element, holds = dilated_element(ar, n, p.low, p.interior + 1, c, out_n - 1)
-            conds += holds
-            src.append(element)
-        dst = f"{out.name}[{_linear(out.dims, idx)}]"
-        value = g.stored(x) if isinstance(x, Scalar) else f"{x.name}[{_linear(xdims, src)}]"
-        if not conds or False in conds:        # (conditions over literals only: folded)
-            g.line(f"{dst} = {fill if conds else value}")
-        else:
-            with g.block(f"if {' and '.join(map(index_src, conds))}:"):
-                g.line(f"{dst} = {value}")
-            with g.block("else:"):
-                g.line(f"{dst} = {fill}")
-
-
-def _concatenate(g, inst, operands, out):
-    dim = inst.attr("dimensions")[0]
-    off = 0
-    for x in operands:
-        xdims = _dims_of(x)
-        with g.loops(xdims) as idx:
-            dst = list(idx)
-            dst[dim] = Ix("+", idx[dim], off)
-            g.line(f"{out.name}[{_linear(out.dims, dst)}] = {x.name}[{_linear(xdims, idx)}]")
-        off += xdims[dim]
-
-
-_ARRAY_OPS = {"broadcast": _broadcast, "transpose": _transpose, "slice": _slice, "reverse": _reverse,
-              "dynamic-slice": _dynamic_slice, "iota": _iota, "pad": _pad, "concatenate": _concatenate,
-              "dot": _Generator.dot, "gather": _Generator.gather}
-
-
-def _simple_reducer(comp):
-    """The opcode of a reducer `op(p0, p1)` in ew.REDUCERS, else None."""
-    r, params = comp.root, comp.parameters
-    if len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2 \
-            and {id(o) for o in r.operands} == {id(p) for p in params}:
-        return r.opcode
-    return None
+    def guarded(self, inst, index, cases, default) -> str:
+        """res = default; if <conds of a case>: res = <its value>."""
+        res = self.g.fresh()
+        self.g.line(f"{res} = {default() if default is not None else _storage_src(inst.shape.element_type.name) + '(0)'}")
+        for conds, case in cases:
+            with self.g.block(f"if {' and '.join(map(index_src, conds))}:"):
+                self.g.line(f"{res} = {case()}")
+        return res
 
 
 def _placed(rank: int, *parts) -> list:
@@ -776,24 +735,6 @@ def _placed(rank: int, *parts) -> list:
         for d, c in zip(dims, comps):
             index[d] = c
     return index
-
-
-def _live(comp) -> set[int]:
-    """ids of the instructions the root depends on (everything here is side-effect free)."""
-    live, stack = set(), [comp.root]
-    while stack:
-        inst = stack.pop()
-        if id(inst) not in live:
-            live.add(id(inst))
-            stack += inst.operands
-    return live
-
-
-def _pure(comp) -> bool:
-    """Whether `comp` computes from its parameters alone (opcodes.PURE, calls of such computations)."""
-    return all(i.opcode in opcodes.PURE or i.opcode == "parameter"
-               or (i.opcode in ("call", "fusion") and _pure(i.called["to_apply" if i.opcode == "call" else "calls"]))
-               for i in comp.instructions)
 
 
 def _rebuild(like, leaves):
@@ -868,7 +809,7 @@ def _unflatten(shape, results):
 
 
 def _generate(inst, options: Options):
-    gen = _Generator(options)
+    gen = LoopGenerator(options)
     args = []
     for k, (dims, et) in enumerate(leaf for o in inst.operands for leaf in _shape_leaves(o.shape)):
         gen.n += 1
