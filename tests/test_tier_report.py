@@ -49,7 +49,7 @@ def test_a_generator_bug_warns_and_runs_op_by_op(monkeypatch):
 
     def broken(self):
         raise KeyError("a bug")
-    monkeypatch.setattr(fusion._Generator, "generate", broken)
+    monkeypatch.setattr(fusion.FusionGenerator, "generate", broken)
     with pytest.warns(CompileWarning, match=r"fusion generator failed on %\S+ \(KeyError: 'a bug', at "):
         exe = hloexec.load(GATHER_SCATTER)
     assert exe.context.tier_report.to_dict()["fusion"]["reasons"] == {"generator error KeyError": [

@@ -9,10 +9,10 @@ any other exception is a bug in the generator.
 How the source is built
 -----------------------
 Every instruction is evaluated *at an index* (a tuple of index expressions, one per dimension of its
-shape). Data-movement ops (broadcast, reshape, bitcast, transpose, slice, reverse, dynamic-slice, pad,
-concatenate) only rewrite the index; elementwise ops combine their operands at the same index; a reduce
-opens loops over its reduced dimensions around an accumulator, a reduce-window over its window's. Values
-are memoised per (instruction, index), so a DAG node used twice at the same index is computed once.
+shape), by the element layer (kernels/elements.py: data-movement ops rewrite the index, elementwise ops
+combine their operands at the same index) with this generator as its Emitter; a reduce opens loops over its
+reduced dimensions around an accumulator, a reduce-window over its window's. Values are memoised per
+(instruction, index), so a DAG node used twice at the same index is computed once.
 
 Each generated statement is placed in the outermost loop where all the names it uses are defined
 (loop-invariant code motion by construction): scalar parameters, broadcast scalars and a row reduction

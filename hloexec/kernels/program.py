@@ -27,8 +27,12 @@ Loop-invariant instructions of a body or condition (no dependence on the carried
 `reduce(iota * iota)` benchmark) are computed once before the loop.
 
 The function takes the operands' leaves as flat arrays and returns the result's leaves as flat arrays;
-`ProgramKernel` does the flattening. Like fusions, structurally equal regions give the same source and
-share one compiled function in-process and on disk.
+`ProgramKernel` (kernels/program_kernel.py) does the flattening. Like fusions, structurally equal regions give
+the same source and share one compiled function in-process and on disk.
+
+What each element of an instruction is comes from the element layer (kernels/elements.py: elementwise and
+movement ops, `_ElementsOf` is this generator's Emitter); what is this generator's own: buffers and their
+ownership, loops, branches, reductions with any reducer, dot, gather, scatter, dynamic-update-slice in place.
 """
 from __future__ import annotations
 
@@ -47,9 +51,10 @@ from ..ir.dataflow import computes_from_parameters, is_pure, live_instructions
 from ..ir.fma import contract_fma
 from . import elements
 from . import elementwise as ew
-from .cache import array_arg, compile_signature, load_kernel, source_key
+from .cache import source_key
 from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
 from .dot_algorithms import plain_dot
+from .program_kernel import ProgramKernel
 from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
                          reduce_dims, window_position, window_span)
 
@@ -520,30 +525,41 @@ class LoopGenerator:
         simple = n == 1 and opcodes.reducer_opcode(reducer)
         outs = [self.new_array(d, et) for d, et in out_leaves] if out_dims else None
         with self.loops([src_dims[d] for d in kept]) as kidx:
-            accs = [self.fresh("r") for _ in range(n)]
-            for a, v in zip(accs, inits):
-                self.line(f"{a} = {v.expr}")
-            with self.loops([src_dims[d] for d in rdims]) as ridx:
+            accs = self.accumulators(inits)
+            with self.loops([src_dims[d] for d in rdims]) as ridx:     # row-major, as ops/reduction.py folds
                 lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (rdims, ridx)))
-                vals = [self.local(self.at(s, lin), s.et) for s in srcs]
-                if simple:      # in row-major order of the reduced dims, as ops/reduction.py folds
-                    et = out_leaves[0][1]
-                    step = ew.reducer_step_src(self.options.reductions, simple, et, accs[0], vals[0].expr)
-                    self.line(f"{accs[0]} = {step}")
-                else:
-                    args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
-                    result = _leaves(self.inline(reducer, args))
-                    self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
-            if simple:
-                total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0], self.options.excess_precision)
-                if total != accs[0]:        # f16/bf16 sums accumulated in f32: rounded once, as op by op
-                    self.line(f"{accs[0]} = {total}")
-            if outs:
-                lin = _linear(out_dims, kidx)
-                for o, a in zip(outs, accs):
-                    self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
+                self.fold_step(reducer, simple, accs, out_leaves, [self.local(self.at(s, lin), s.et) for s in srcs])
+            self.fold_result(simple, accs, out_leaves, outs, _linear(out_dims, kidx))
         result = outs or [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)]
         return Tup(result) if inst.shape.is_tuple else result[0]
+
+    def accumulators(self, inits: list) -> list[str]:
+        accs = [self.fresh("r") for _ in inits]
+        for a, v in zip(accs, inits):
+            self.line(f"{a} = {v.expr}")
+        return accs
+
+    def fold_step(self, reducer, simple, accs: list, out_leaves, vals: list):
+        """accs = reducer(accs, vals): a `simple` reducer (op(p0, p1), opcodes.reducer_opcode) as one step
+        rounded as the reductions rule says, any other computation inlined."""
+        if simple:
+            step = ew.reducer_step_src(self.options.reductions, simple, out_leaves[0][1], accs[0], vals[0].expr)
+            self.line(f"{accs[0]} = {step}")
+        else:
+            args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
+            result = _leaves(self.inline(reducer, args))
+            self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
+
+    def fold_result(self, simple, accs: list, out_leaves, outs, lin: str):
+        """The accumulators' values (f16/bf16 sums accumulated in f32 rounded once, as op by op), stored at `lin`
+        of the `outs` (None: rank-0 results stay scalars)."""
+        if simple:
+            total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0],
+                                            self.options.excess_precision)
+            if total != accs[0]:
+                self.line(f"{accs[0]} = {total}")
+        for o, a in zip(outs or (), accs):
+            self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
 
     def reduce_window(self, inst, operands):
         """Each output element folds its window of the operand, row-major: window element k along a dim reads
@@ -563,9 +579,7 @@ class LoopGenerator:
         outs = [self.new_array(d, et) for d, et in out_leaves]
         ar = SourceIndex()
         with self.loops(out_dims) as oidx:
-            accs = [self.fresh("r") for _ in range(n)]
-            for a, v in zip(accs, inits):
-                self.line(f"{a} = {v.expr}")
+            accs = self.accumulators(inits)
             with self.loops([w.size for w in window]) as kidx:
                 conds, src = [], []
                 literal = [0 if i == "0" else i for i in oidx], [0 if k == "0" else k for k in kidx]  # (to fold)
@@ -577,23 +591,10 @@ class LoopGenerator:
                 if False not in conds:      # (else every window element along a dim is padding: folds nothing)
                     guard = self.open(f"if {' and '.join(map(index_src, conds))}:") if conds else None
                     lin = _linear(src_dims, src)
-                    vals = [self.local(self.at(s, lin), s.et) for s in srcs]
-                    if simple:
-                        step = ew.reducer_step_src(self.options.reductions, simple, out_leaves[0][1], accs[0], vals[0].expr)
-                        self.line(f"{accs[0]} = {step}")
-                    else:
-                        args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
-                        result = _leaves(self.inline(reducer, args))
-                        self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
+                    self.fold_step(reducer, simple, accs, out_leaves, [self.local(self.at(s, lin), s.et) for s in srcs])
                     if guard is not None:
                         self.close(guard)
-            if simple:
-                total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0], self.options.excess_precision)
-                if total != accs[0]:
-                    self.line(f"{accs[0]} = {total}")
-            lin = _linear(out_dims, oidx)
-            for o, a in zip(outs, accs):
-                self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
+            self.fold_result(simple, accs, out_leaves, outs, _linear(out_dims, oidx))
         return Tup(outs) if inst.shape.is_tuple else outs[0]
 
     def dot(self, inst, operands, out):
@@ -745,69 +746,6 @@ def _rebuild_shape(shape, leaves):
     return Tup([_rebuild_shape(s, leaves) for s in shape.tuple_shapes]) if shape.is_tuple else next(leaves)
 
 
-# -- the compiled function --------------------------------------------------------------------------------
-class ProgramKernel:
-    """A compiled region: `kernel(*operands)` -> the value (arrays, tuples nested as the result shape)."""
-
-    def __init__(self, source: str, key: str, operand_shapes, result_shape, consts):
-        self._fn = None
-        self.source = source
-        self.key = key
-        self._operands = operand_shapes
-        self._params = [leaf for s in operand_shapes for leaf in _shape_leaves(s)]
-        self._result = result_shape
-        self._consts = consts
-        self.lines = source.count("\n")
-
-    @property
-    def fn(self):
-        if self._fn is None:
-            self._fn = load_kernel(self.source, self.key)
-        return self._fn
-
-    @property
-    def signature(self) -> tuple:
-        """Operands and constants are never written: read-only, one specialisation (cache.compile_signature)."""
-        return tuple([array_arg(ew.STORAGE[et], 1, True) for _, et in self._params]
-                     + [array_arg(c.dtype, 1, True) for c in self._consts])
-
-    @property
-    def compile_task(self) -> tuple:
-        """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
-        return self.key, self.source, self.signature
-
-    def compile(self):
-        compile_signature(self.fn, self.signature, self.lines)
-        return self
-
-    def __call__(self, *operands):
-        flat = [x for v, s in zip(operands, self._operands) for x in _flatten(v, s)]
-        args = []
-        for a, (dims, et) in zip(flat, self._params):
-            a = np.asarray(a)
-            a = a if a.flags.c_contiguous else a.copy()     # (np.ascontiguousarray makes 0-d arrays 1-d)
-            if et in ("f16", "bf16"):
-                a = a.view(np.uint16)
-            if a.dtype != ew.STORAGE[et] or a.shape != dims:
-                raise TypeError(f"program operand: expected {et}{list(dims)}, got {a.dtype}{list(a.shape)}")
-            args.append(a.reshape(-1))
-        results = iter(self.fn(*args, *self._consts))
-        return _unflatten(self._result, results)
-
-
-def _flatten(value, shape):
-    if shape.is_tuple:
-        return [x for v, s in zip(value, shape.tuple_shapes) for x in _flatten(v, s)]
-    return [value]
-
-
-def _unflatten(shape, results):
-    if shape.is_tuple:
-        return tuple(_unflatten(s, results) for s in shape.tuple_shapes)
-    a = next(results).reshape(shape.dims)
-    return a.view(shape.dtype) if shape.element_type.is_half_float else a
-
-
 def _generate(inst, options: Options):
     gen = LoopGenerator(options)
     args = []
@@ -842,4 +780,5 @@ def compile_program(inst, options: Options = Options()):
     except RecursionError:      # computations nested deeper than Python's recursion limit
         raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
     key = source_key(source, "p")
-    return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)
+    params = [leaf for o in inst.operands for leaf in _shape_leaves(o.shape)]
+    return ProgramKernel(source, key, [o.shape for o in inst.operands], params, inst.shape, gen.consts)
