@@ -198,9 +198,9 @@ def reshape_source(ar, in_dims, out_dims, index) -> list:
         if len(gi) == 1 and len(gj) == 1:
             result[gi[0]] = index[gj[0]]
             continue
-        lin = 0
-        for d in gj:
-            lin = ar.bind(ar.add(ar.mul(lin, out_dims[d]), index[d])) if lin != 0 else index[d]
+        lin = index[gj[0]]
+        for d in gj[1:]:
+            lin = ar.bind(ar.add(ar.mul(lin, out_dims[d]), index[d]))
         stride = 1
         for d in reversed(gi):
             q = ar.bind(ar.floordiv(lin, stride))
