@@ -117,7 +117,7 @@ def test_concatenate_parts_pick_each_element_from_one_operand():
 
 # Every movement op (and iota) on f16 values, whose stored bits the loop generator copies: transposed,
 # reversed, strided, concatenated (three operands), reshaped across dims, dynamically sliced (starts clamped),
-# padded (negative low, interior, high), broadcast.
+# padded (negative low, interior, high), broadcast, bitcast between layouts.
 MOVES = """HloModule moves
 
 fused {
@@ -138,14 +138,15 @@ fused {
   io = s32[5,4,11] iota(), iota_dimension=2
   ioc = f16[5,4,11] convert(io)
   sum = f16[5,4,11] add(bc, ioc)
-  ROOT out = f16[5,4,11] multiply(pd, sum)
+  m = f16[5,4,11] multiply(pd, sum)
+  ROOT out = f16[11,4,5]{0,1,2} bitcast(m)
 }
 
 ENTRY e {
   x = f16[6,8] parameter(0)
   y = f16[4,6] parameter(1)
   s = s32[] parameter(2)
-  ROOT f = f16[5,4,11] fusion(x, y, s), kind=kLoop, calls=fused
+  ROOT f = f16[11,4,5]{0,1,2} fusion(x, y, s), kind=kLoop, calls=fused
 }
 """
 

@@ -394,11 +394,14 @@ class LoopGenerator:
         return out if dims else self.scalar_of(out)
 
     def reshape(self, inst, src, dims, et):
+        """A reshape, or a bitcast between row-major layouts: the same buffer under other dims. A bitcast between
+        other layouts moves the elements (the element layer's)."""
         if inst.opcode == "bitcast":
             need(src.et == et, "bitcast changing type")
-            for s in (inst.shape, inst.operands[0].shape):
-                need(s.layout is None or (list(s.minor_to_major) == list(range(s.rank))[::-1]
-                                           and not s.layout.tiles), "bitcast with a layout")
+            shapes = (inst.shape, inst.operands[0].shape)
+            need(not any(s.layout is not None and s.layout.tiles for s in shapes), "tiled layout")
+            if not all(s.has_default_layout for s in shapes):
+                return self.elemental(inst, [src], dims, et)
         if not dims:
             return self.scalar_of(src)
         if isinstance(src, Scalar):
