@@ -21,7 +21,7 @@ from typing import Protocol
 
 from . import elementwise as ew
 from .codegen import need
-from .index_maps import (SourceIndex, bitcast_source, broadcast_source, clamped_start, concatenate_parts,
+from .index_maps import (Gather, SourceIndex, bitcast_source, broadcast_source, clamped_start, concatenate_parts,
                          dilated_element, offset_source, reshape_source, reverse_source, slice_source,
                          transpose_source)
 
@@ -35,8 +35,8 @@ class Emitter(Protocol):
         """Operand k's value at `index` (index components: literals, names, Ix); a rank-0 operand's value
         at any index."""
 
-    def start(self, inst, k: int) -> str:
-        """Rank-0 operand k (an integer start index) in its compute type."""
+    def index_at(self, inst, k: int, position) -> str:
+        """Integer operand k (start indices) at `position` of its dims, in its compute type."""
 
     def named(self, expr: str, deps: list) -> str:
         """`expr` (a value depending on the names `deps`) as a name or literal computed once."""
@@ -87,10 +87,20 @@ def _dynamic_slice(e, inst, index):
     sizes = inst.attr("dynamic_slice_sizes")
     clamped = []
     for k, (s, n, size) in enumerate(zip(starts, src.dims, sizes)):
-        sv = e.start(inst, k + 1)
+        sv = e.index_at(inst, k + 1, ())
         clamped.append(e.named(str(clamped_start(SourceIndex(), sv, s.shape.element_type.name == "u64", n, size)),
                                [sv]))
     return e.operand(inst, 0, offset_source(e.ar, clamped, index))
+
+
+def _gather(e, inst, index):
+    """The operand element of the slice the index vector at the output's batch position starts (`Gather`'s
+    formulas: starts clamped so the slice fits)."""
+    g = Gather.of(inst)
+    need(len(g.offset_src) == len(g.offset_dims), "gather offset dims")
+    rank = inst.operands[1].shape.rank           # (an implied trailing vector dim is not the array's)
+    starts = g.starts(e.ar, lambda position: e.index_at(inst, 1, position[:rank]), [index[d] for d in g.batch_dims])
+    return e.operand(inst, 0, g.source_index(e.ar, starts, [index[d] for d in g.offset_dims]))
 
 
 def _choose(e, inst, index, cases, default):
@@ -136,4 +146,5 @@ ELEMENTS = {
     "dynamic-slice": _dynamic_slice,
     "pad": _pad,
     "concatenate": _concatenate,
+    "gather": _gather,
 }

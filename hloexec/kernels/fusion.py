@@ -38,8 +38,8 @@ from ..options import Options
 from . import elements
 from . import elementwise as ew
 from .cache import INT64_ARG, array_arg, compile_signature, load_kernel, source_key
-from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
-                      scalar_literal)
+from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, names_in, need,
+                      row_major_strides, scalar_literal)
 from .index_maps import SourceIndex, dilated_element, reduce_dims, window_position, window_span
 from .threads import ranges, run_blocks
 
@@ -185,17 +185,17 @@ class FusionGenerator:
         self.pop_to(saved)
 
     # -- index expressions ----------------------------------------------------------------------------
-    def iexpr(self, e: Ix) -> str:
-        """Index expression `e` as an index component: its value if it holds no name, else a name assigned it
-        (CSE'd, hoisted)."""
-        value = e.folded()
+    def iexpr(self, e) -> str:
+        """Index expression `e` (an Ix, or source text such as a loaded start index `np.int64(v3)`) as an index
+        component: its value if it holds no name, else a name assigned it (CSE'd, hoisted)."""
+        value = e.folded() if isinstance(e, Ix) else None
         if value is not None:
             return str(value)
         src = str(e)
         name = self.index_memo.get(src)
         if name is not None and self.visible(name):
             return name
-        name = self.emit(src, e.names(), prefix="x")
+        name = self.emit(src, names_in(e), prefix="x")
         self.index_memo[src] = name
         return name
 
@@ -390,8 +390,8 @@ class FusionGenerator:
             return self.value(o, ())
         return self.value(o, tuple(map(self.component, index)))
 
-    def start(self, inst, k) -> str:
-        return self.value(inst.operands[k], ())
+    def index_at(self, inst, k, position) -> str:
+        return self.value(inst.operands[k], tuple(map(self.component, position)))
 
     def named(self, expr: str, deps) -> str:
         return self.emit(expr, deps)

@@ -52,10 +52,11 @@ from ..ir.fma import contract_fma
 from . import elements
 from . import elementwise as ew
 from .cache import source_key
-from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
+from .codegen import (Block, Ix, constant_storage, index_src, innermost, kernel_module, names_in, need,
+                      row_major_strides, scalar_literal)
 from .dot_algorithms import plain_dot
 from .program_kernel import ProgramKernel
-from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
+from .index_maps import (Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
                          reduce_dims, window_position, window_span)
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
@@ -147,6 +148,7 @@ class LoopGenerator:
         # never moved out of any loop
         self.pinned: set[int] = set()
         self.aliases: dict[int, frozenset[int]] = {}   # a branch result's buffer -> the buffers it may be
+        self.loop_blocks: dict[str, Block] = {}        # a loop variable -> its loop's block
 
     # -- emitting ---------------------------------------------------------------------------------------
     def fresh(self, prefix="v") -> str:
@@ -187,6 +189,7 @@ class LoopGenerator:
                 continue
             var = self.fresh("i")
             opened.append(self.open(f"for {var} in range({n}):"))
+            self.loop_blocks[var] = self.current
             index.append(var)
         yield index
         for block in reversed(opened):
@@ -359,9 +362,9 @@ class LoopGenerator:
             return self.reshape(inst, operands[0], dims, et)
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
-        if op in ("dot", "gather"):
+        if op == "dot":
             out = self.new_array(dims, et)
-            (self.dot if op == "dot" else self.gather)(inst, operands, out)
+            self.dot(inst, operands, out)
             return out if dims else self.scalar_of(out)
         need(op in elements.ELEMENTS or op in ew.ELEMENTWISE_OPS, f"opcode {op}")
         return self.elemental(inst, operands, dims, et)
@@ -387,7 +390,7 @@ class LoopGenerator:
         emitter = _ElementsOf(self, operands, stored, flat)
         out = self.new_array(dims, et)
         with self.loops([math.prod(dims)] if flat else dims) as index:
-            emitter.inside.update(index)
+            emitter.defined.update((v, self.loop_blocks[v]) for v in index if v in self.loop_blocks)
             lin = index[0] if flat else _linear(dims, index)
             value = elements.value(emitter, inst, index)
             self.line(f"{out.name}[{lin}] = {value if stored else ew.store_src(et, value)}")
@@ -637,19 +640,6 @@ class LoopGenerator:
             return lambda position: indices.expr
         return lambda position: self.at(indices, _linear(vectors.dims, position))
 
-    def gather(self, inst, operands, out):
-        x, indices = operands
-        geometry = Gather.of(inst)
-        need(len(geometry.offset_src) == len(geometry.offset_dims), "gather offset dims")
-        ar = self.index_arith()
-        with self.loops([out.dims[d] for d in geometry.batch_dims]) as bidx:
-            starts = geometry.starts(ar, self.index_loader(indices, geometry.vectors), bidx)
-            with self.loops([out.dims[d] for d in geometry.offset_dims]) as widx:
-                src = geometry.source_index(ar, starts, widx)
-                oidx = _placed(len(out.dims), (geometry.batch_dims, bidx), (geometry.offset_dims, widx))
-                value = f"{x.name}[{_linear(geometry.operand_dims, src)}]" if isinstance(x, Array) else self.stored(x)
-                self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
-
     def scatter(self, inst, operands, writable):
         n = (len(operands) - 1) // 2
         geometry = Scatter.of(inst)
@@ -679,13 +669,14 @@ class LoopGenerator:
 class _ElementsOf:
     """The loop generator as the element layer's Emitter for one instruction's loop nest: operands loaded from
     their buffers at the linear index (`stored`: their stored bits, copied by a movement op; else their compute
-    values, named), scalar operands and names that use no loop variable computed before the nest."""
+    values, named); scalar operands computed before the nest, a named value in the outermost of its loops
+    that defines what it uses (a gather's starts once per batch position)."""
 
     def __init__(self, g: LoopGenerator, operands: list, stored: bool, flat: bool = False):
         self.g, self.options, self.operands, self.stored, self.flat = g, g.options, operands, stored, flat
-        self.ar = SourceIndex()
+        self.ar = SourceIndex(lambda e: self.named(index_src(e) if isinstance(e, Ix) else str(e), names_in(e)))
         self.before = g.current             # the block around the nest: its lines go before the nest
-        self.inside: set = set()           # names defined in the nest: its loop variables, loads, values
+        self.defined: dict[str, Block] = {}     # names of the nest (loop variables, values) -> their block
         self.scalars = {k: g.stored(v) if stored else v.expr for k, v in enumerate(operands) if isinstance(v, Scalar)}
 
     def operand(self, inst, k, index) -> str:
@@ -696,29 +687,24 @@ class _ElementsOf:
         if self.stored:
             return f"{v.name}[{lin}]"
         name = self.g.local(self.g.at(v, lin), v.et).expr
-        self.inside.add(name)
+        self.defined[name] = self.g.current
         return name
 
-    @contextmanager
-    def outside(self, deps):
-        """Lines go before the nest while generated here, unless `deps` hold a name defined in it."""
-        inside = self.g.current
-        if not self.inside.intersection(deps):
-            self.g.current = self.before
-        try:
-            yield
-        finally:
-            self.g.current = inside
-
-    def start(self, inst, k) -> str:
-        with self.outside(()):
-            return self.g.scalar_of(self.operands[k]).expr
+    def index_at(self, inst, k, position) -> str:
+        v = self.operands[k]
+        if isinstance(v, Scalar):
+            return v.expr
+        lin = _linear(v.dims, position)
+        return self.named(self.g.at(v, lin), names_in(lin))
 
     def named(self, expr: str, deps) -> str:
-        with self.outside(deps):
+        target = innermost(self.before, [d for d in deps if isinstance(d, str)], self.defined)
+        inside, self.g.current = self.g.current, target
+        try:
             name = self.g.local(expr, "").expr
-        if self.inside.intersection(deps):
-            self.inside.add(name)
+        finally:
+            self.g.current = inside
+        self.defined.setdefault(name, target)
         return name
 
     def guarded(self, inst, index, cases, default) -> str:
