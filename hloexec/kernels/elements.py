@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..errors import TierUnsupported
+from ..options import Options
 from . import elementwise as ew
 from .codegen import need
 from .index_maps import (Gather, SourceIndex, bitcast_source, broadcast_source, clamped_start, concatenate_parts,
@@ -28,7 +30,7 @@ from .index_maps import (Gather, SourceIndex, bitcast_source, broadcast_source, 
 
 class Emitter(Protocol):
     """What a generator gives the element functions."""
-    options: object             # hloexec.options.Options: the numerics rules
+    options: Options            # the numerics rules
     ar: SourceIndex             # the index arithmetic the formulas are evaluated with
 
     def operand(self, inst, k: int, index) -> str:
@@ -49,7 +51,8 @@ class Emitter(Protocol):
 def value(e: Emitter, inst, index) -> str:
     """The source of `inst`'s element at `index`; TierUnsupported where the compiled tiers lack it."""
     element = ELEMENTS.get(inst.opcode) or (_elementwise if inst.opcode in ew.ELEMENTWISE_OPS else None)
-    need(element is not None, f"opcode {inst.opcode}")
+    if element is None:
+        raise TierUnsupported(f"opcode {inst.opcode}")
     return element(e, inst, index)
 
 

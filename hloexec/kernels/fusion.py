@@ -125,7 +125,7 @@ class FusionGenerator:
         self.consts: list[np.ndarray] = []
         self.const_names: dict[int, str] = {}
         self.statements = 0
-        self.reduce_execs: dict[int, int] = {}
+        self.reduce_execs: dict[int, list[int]] = {}    # reduce -> [accumulator executions, its size]
         self.simd = False            # generating a loop LLVM vectorizes (see loads)
         self.ar = SourceIndex(self.iexpr)     # index formulas name what they reuse once (iexpr)
 

@@ -170,8 +170,10 @@ class LoopGenerator:
 
     def close(self, block: Block):
         """Back to the block around `block`; lines go after it."""
-        self.current = block.parent
-        self.current.close(block)
+        parent = block.parent
+        assert parent is not None, "the function body is never closed"
+        self.current = parent
+        parent.close(block)
 
     @contextmanager
     def block(self, header: str):
@@ -275,7 +277,7 @@ class LoopGenerator:
                 readers = sum(v.buf in self.reach(leaf) for arg in operands for leaf in _leaves(arg))
                 return v if free_after(v.buf) and readers == 1 else self.copy_of(v)
             if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
-                donated = {b for v in operands for b in _bufs(v) if free_after(b)}
+                donated = frozenset(b for v in operands for b in _bufs(v) if free_after(b))
                 vals[id(inst)] = self.inline(self.callee(inst), operands, donated)
                 continue
             vals[id(inst)] = self.instruction(inst, operands, writable)
