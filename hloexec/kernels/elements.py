@@ -83,17 +83,22 @@ def _bitcast(e, inst, index):
     return e.operand(inst, 0, bitcast_source(e.ar, src, inst.shape, index))
 
 
-def _dynamic_slice(e, inst, index):
-    src = inst.operands[0].shape
-    starts = inst.operands[1:]
-    need(len(starts) == src.rank and all(s.shape.rank == 0 for s in starts), "dynamic-slice form")
-    sizes = inst.attr("dynamic_slice_sizes")
+def clamped_starts(e: Emitter, inst, first: int, sizes) -> list[str]:
+    """The starts of a dynamic slice of `sizes` (dynamic-slice's, dynamic-update-slice's update's), rank-0
+    operands first.., of `inst`'s operand 0, each moved so the slice fits (`clamped_start`), named once."""
+    starts = inst.operands[first:]
+    need(len(starts) == inst.operands[0].shape.rank and all(s.shape.rank == 0 for s in starts), "start indices")
     clamped = []
-    for k, (s, n, size) in enumerate(zip(starts, src.dims, sizes)):
-        sv = e.index_at(inst, k + 1, ())
-        clamped.append(e.named(str(clamped_start(SourceIndex(), sv, s.shape.element_type.name == "u64", n, size)),
-                               [sv]))
-    return e.operand(inst, 0, offset_source(e.ar, clamped, index))
+    for k, (s, n, size) in enumerate(zip(starts, inst.operands[0].shape.dims, sizes)):
+        sv = e.index_at(inst, first + k, ())
+        u64 = s.shape.element_type.name == "u64"
+        clamped.append(e.named(str(clamped_start(SourceIndex(), sv, u64, n, size)), [sv]))
+    return clamped
+
+
+def _dynamic_slice(e, inst, index):
+    starts = clamped_starts(e, inst, 1, inst.attr("dynamic_slice_sizes"))
+    return e.operand(inst, 0, offset_source(e.ar, starts, index))
 
 
 def _gather(e, inst, index):

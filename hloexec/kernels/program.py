@@ -56,7 +56,7 @@ from .codegen import (Block, Ix, constant_storage, index_src, innermost, kernel_
                       row_major_strides, scalar_literal)
 from .dot_algorithms import plain_dot
 from .program_kernel import ProgramKernel
-from .index_maps import (Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
+from .index_maps import (Scatter, SourceIndex, dilated_element, dot_free_dims,
                          reduce_dims, window_position, window_span)
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
@@ -415,20 +415,13 @@ class LoopGenerator:
             return out
         return Array(src.name, dims, et, src.buf)
 
-    def clamped_starts(self, starts, dims, sizes) -> list[str]:
-        out = []
-        for s, d, n in zip(starts, dims, sizes):
-            s = self.scalar_of(s)
-            out.append(self.local(str(clamped_start(SourceIndex(), s.expr, s.et == "u64", d, n)), "s64").expr)
-        return out
-
     def dynamic_update_slice(self, inst, operands, writable):
-        x, upd, starts = operands[0], operands[1], operands[2:]
+        x, upd = operands[0], operands[1]
         dims, et = _leaf_type(inst.shape)
         if not dims:
             return self.scalar_of(upd)
         udims = _leaf_type(inst.operands[1].shape)[0]
-        st = self.clamped_starts(starts, dims, udims)
+        st = elements.clamped_starts(_ElementsOf(self, operands, True), inst, 2, udims)
         out = writable(x)
         value = f"{upd.name}[{{}}]" if isinstance(upd, Array) else self.stored(upd)
         with self.loops(udims) as idx:
@@ -671,20 +664,19 @@ class LoopGenerator:
 class _ElementsOf:
     """The loop generator as the element layer's Emitter for one instruction's loop nest: operands loaded from
     their buffers at the linear index (`stored`: their stored bits, copied by a movement op; else their compute
-    values, named); scalar operands computed before the nest, a named value in the outermost of its loops
-    that defines what it uses (a gather's starts once per batch position)."""
+    values, named); a named value goes in the outermost of its loops that defines what it uses (a scalar
+    operand before the nest, a gather's starts once per batch position)."""
 
     def __init__(self, g: LoopGenerator, operands: list, stored: bool, flat: bool = False):
         self.g, self.options, self.operands, self.stored, self.flat = g, g.options, operands, stored, flat
         self.ar = SourceIndex(lambda e: self.named(index_src(e) if isinstance(e, Ix) else str(e), names_in(e)))
         self.before = g.current             # the block around the nest: its lines go before the nest
         self.defined: dict[str, Block] = {}     # names of the nest (loop variables, values) -> their block
-        self.scalars = {k: g.stored(v) if stored else v.expr for k, v in enumerate(operands) if isinstance(v, Scalar)}
 
     def operand(self, inst, k, index) -> str:
-        if k in self.scalars:
-            return self.scalars[k]
         v = self.operands[k]
+        if isinstance(v, Scalar):       # (broadcast: named before the nest)
+            return self.named(ew.store_src(v.et, v.expr), names_in(v.expr)) if self.stored else v.expr
         lin = index[0] if self.flat else _linear(v.dims, index)
         if self.stored:
             return f"{v.name}[{lin}]"
