@@ -30,9 +30,9 @@ The function takes the operands' leaves as flat arrays and returns the result's 
 `ProgramKernel` (kernels/program_kernel.py) does the flattening. Like fusions, structurally equal regions give
 the same source and share one compiled function in-process and on disk.
 
-What each element of an instruction is comes from the element layer (kernels/elements.py: elementwise and
-movement ops, `_ElementsOf` is this generator's Emitter); what is this generator's own: buffers and their
-ownership, loops, branches, reductions with any reducer, dot, gather, scatter, dynamic-update-slice in place.
+What each element of an instruction is comes from the element layer (kernels/elements.py: elementwise,
+movement and gather; `_ElementsOf` is this generator's Emitter); what is this generator's own: buffers and
+their ownership, loops, branches, reductions with any reducer, dot, scatter, dynamic-update-slice in place.
 """
 from __future__ import annotations
 
@@ -55,9 +55,8 @@ from .cache import source_key
 from .codegen import (Block, Ix, constant_storage, index_src, innermost, kernel_module, names_in, need,
                       row_major_strides, scalar_literal)
 from .dot_algorithms import plain_dot
+from .index_maps import Scatter, SourceIndex, dilated_element, dot_free_dims, reduce_dims, window_position, window_span
 from .program_kernel import ProgramKernel
-from .index_maps import (Scatter, SourceIndex, dilated_element, dot_free_dims,
-                         reduce_dims, window_position, window_span)
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -134,6 +133,10 @@ class _Alloc:
 
 
 class LoopGenerator:
+    """A control-flow region as one function that materialises every value: buffers (who owns one, when it may
+    be written in place, which allocations leave a loop), loops and branches, invariants hoisted; an
+    instruction's elements from the element layer (`elemental`), reductions, dot and scatter its own."""
+
     def __init__(self, options: Options):
         self.options = options
         self.body = Block()                 # the function body: lines, _Allocs and blocks
