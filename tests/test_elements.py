@@ -166,3 +166,42 @@ def test_both_compiled_tiers_move_every_element_as_the_op_by_op_tier(start):
     for got in (by_nest, by_loops):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+GATHER_ROWS = """HloModule rows
+
+fused {
+  t = f32[10,64] parameter(0)
+  i = s32[8,1] parameter(1)
+  ROOT g = f32[8,64] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0},
+    index_vector_dim=1, slice_sizes={1,64}
+}
+
+ENTRY e {
+  t = f32[10,64] parameter(0)
+  i = s32[8,1] parameter(1)
+  ROOT f = f32[8,64] fusion(t, i), kind=kLoop, calls=fused
+}
+"""
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def test_a_gathers_start_is_loaded_once_per_row_in_both_compiled_tiers():
+    """Gather's element (one function for both tiers) names its clamped start; each generator places it in the
+    loop of the batch position it depends on, outside the loop along the row -- and the rows are those numpy
+    picks (starts clamped)."""
+    fusion = hloexec.parse(GATHER_ROWS)[0].entry.root
+    table = np.arange(640, dtype=np.float32).reshape(10, 64)
+    rows = np.array([[3], [0], [9], [-4], [12], [5], [5], [1]], np.int32)
+    want = table[np.clip(rows[:, 0], 0, 9)]
+    nest = compile_fusion(fusion.called["calls"], parallel=False)
+    loops = compile_program(fusion)
+    for kernel in (nest, loops.compile()):
+        assert np.array_equal(kernel(table, rows), want)
+        lines = kernel.source.splitlines()
+        (start,) = [line for line in lines if "min(max(" in line]
+        (store,) = [line for line in lines if line.lstrip().startswith(("o0[", "a")) and "] = " in line]
+        assert _indent(start) < _indent(store), kernel.source
