@@ -8,16 +8,10 @@ import numpy as np
 import pytest
 
 import hloexec
-from hloexec.ir import opcodes
-from hloexec.kernels import elements
 from hloexec.kernels.fusion import compile_fusion
 from hloexec.kernels.index_maps import (NUMPY, bitcast_source, broadcast_source, concatenate_parts, offset_source,
                                         reshape_source, reverse_source, slice_source, transpose_source)
 from hloexec.kernels.program import compile_program
-
-
-def test_every_movement_op_has_its_element_function():
-    assert opcodes.MOVEMENT <= set(elements.ELEMENTS)
 
 
 def _index(dims):
