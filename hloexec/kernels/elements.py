@@ -4,16 +4,17 @@ one "value at this index" per opcode that every loop emitter uses).
 `value(e, inst, index)` is the source of `inst`'s element at `index` (one index component per dim: literals,
 names or `codegen.Ix` expressions), written against an `Emitter` `e` -- what a generator supplies: its operands'
 values at an index, naming, and a choice between guarded values. The element functions say *what* an element is
-(elementwise ops from the scalar-semantics table through kernels/elementwise.py, movement ops from the index
-formulas of kernels/index_maps.py); the generators say *where* the loops go and what is materialised:
+(elementwise ops from the scalar-semantics table through kernels/elementwise.py, movement ops and gather from
+the index formulas of kernels/index_maps.py); the generators say *where* the loops go and what is materialised:
 
 * the fusion generator (kernels/fusion.py) asks for the root's value at its loop indices; an operand's value
   is its own element function at the rewritten index (no temporaries);
 * the loop generator (kernels/program.py) materialises every instruction: one loop nest over its output,
   its operands loaded from their buffers.
 
-Movement ops pass an operand's value through unchanged: a generator may hand them its values in any domain
-(the loop generator copies the stored bits, f16 as uint16); every other op computes in the compute types.
+Movement ops and gather pass an operand's value through unchanged: a generator may hand them its values in any
+domain (the loop generator copies the stored bits, f16 as uint16; start indices come in their compute type,
+`index_at`); every other op computes in the compute types.
 """
 from __future__ import annotations
 
