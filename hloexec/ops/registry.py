@@ -84,7 +84,6 @@ def async_shorthand(opcode: str) -> tuple[str, str] | None:
     return None
 
 
-ARITY = opcodes.OPERAND_COUNTS
 # Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference). A bitcast keeps
 # its operand's shape, tuples too: the GPT seed's partitioned module bitcasts its loop state tuple.
 TUPLE_RESULTS = frozenset({
@@ -115,8 +114,8 @@ CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 
 def operand_count_ok(opcode: str, n: int) -> bool:
-    """Whether XLA's parser takes `opcode` with `n` operands (ARITY)."""
-    least, most, step = ARITY.get(opcode, (0, None, 1))
+    """Whether XLA's parser takes `opcode` with `n` operands (opcodes.OPERAND_COUNTS)."""
+    least, most, step = opcodes.OPERAND_COUNTS.get(opcode, (0, None, 1))
     return least <= n and (most is None or n <= most) and (n - least) % step == 0
 
 
@@ -126,7 +125,7 @@ def check_form(inst, opcode: str) -> None:
     (ir/shape_inference.py, as XLA's verifier; UnsupportedError): what every op's prepare may take for granted."""
     n = len(inst.operands)
     if not operand_count_ok(opcode, n):
-        least, most, step = ARITY.get(opcode, (0, None, 1))
+        least, most, step = opcodes.OPERAND_COUNTS.get(opcode, (0, None, 1))
         wanted = str(least) if most == least else f"{least} or more" if most is None else f"{least} to {most}"
         if step == 2:
             wanted += f" ({'even' if least % 2 == 0 else 'odd'})"
