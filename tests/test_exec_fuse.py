@@ -209,7 +209,7 @@ def test_calls_are_inlined_so_fusion_sees_through_them():
 def test_calls_with_side_effects_stay_calls_and_errors_name_the_callee():
     from hloexec.errors import UnsupportedError
     from hloexec.exec.inline import inline_calls
-    from hloexec.exec.plan import has_side_effect
+    from hloexec.ir.dataflow import has_side_effect
     effect = hloexec.parse(CALLS.replace("to_apply=relu", "to_apply=effect"))[0]
     assert inline_calls(effect.entry, keep_call=has_side_effect) is effect.entry
     assert inline_calls(hloexec.parse(CALLS)[0].entry, keep_call=has_side_effect) is not None

@@ -166,6 +166,17 @@ def test_gather_and_scatter_index_maps_agree_across_tiers(seed):
     _bits(Case(f"gather_scatter_{seed}", text, inputs), "loop")
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_gather_index_maps_agree_in_the_fusion_tier(seed):
+    """A random gather compiled into the fusion generator's loop nest (its element from kernels/elements.py,
+    its starts loaded once per batch position): bit for bit as the numpy tier."""
+    rng = np.random.default_rng(200 + seed)
+    lines, inputs, root = _random_gather(rng, 0, 0)
+    lines[-1] = lines[-1].replace(f"  {root} = ", f"  ROOT {root} = ")
+    text = f"HloModule gather_{seed}\n\nENTRY e {{\n" + "\n".join(lines) + "\n}\n"
+    _bits(Case(f"gather_fused_{seed}", text, inputs), "fused")
+
+
 def _random_window(rng, out_n: int) -> tuple[int, WindowDim]:
     """(operand size, window) along one dim with `out_n` windows: any padding (negative crops), base and window
     dilation, stride."""

@@ -719,7 +719,7 @@ def test_f16_loads_convert_by_vector_instruction_only_in_vectorized_loops():
 
 # reductions of every type compile: (type, reducer op, the inputs' distribution)
 _TYPED_REDUCERS = [("pred", "and"), ("pred", "or"), ("s32", "add"), ("s32", "maximum"), ("u8", "add"),
-                   ("u8", "minimum"), ("f32", "add"), ("f32", "maximum")]
+                   ("u8", "minimum"), ("s32", "xor"), ("f32", "add"), ("f32", "maximum")]
 # name: (operand dims, result dims, the reduce's dimensions= or the reduce-window's window=)
 _REDUCTION_FORMS = {
     "reduce_rows_and_columns": ([24, 40, 8], [40], "dimensions={0,2}"),
@@ -760,7 +760,7 @@ def test_reductions_of_every_type_compile_with_the_op_by_op_bits(et, kind, form,
     src, out, attr = _REDUCTION_FORMS[form]
     opcode = "reduce" if attr.startswith("dimensions") else "reduce-window"
     init = {"and": "true", "or": "false", "maximum": "-inf" if et == "f32" else "-7", "minimum": "200",
-            "add": "3"}[kind]
+            "add": "3", "xor": "5"}[kind]
     s, o = f"{et}[{','.join(map(str, src))}]", f"{et}[{','.join(map(str, out))}]"
     text = (f"HloModule typed\nred {{ a = {et}[] parameter(0)\n b = {et}[] parameter(1)\n"
             f" ROOT c = {et}[] {kind}(a, b) }}\n"
@@ -788,7 +788,7 @@ def test_reduce_windows_of_unfused_modules_compile_with_the_op_by_op_bits(et, ki
     monkeypatch.setattr(tiering, "MIN_COMPILED_BYTES", 0)
     src, out, attr = _REDUCTION_FORMS[form]
     init = {"and": "true", "or": "false", "maximum": "-inf" if et == "f32" else "-7", "minimum": "200",
-            "add": "3"}[kind]
+            "add": "3", "xor": "5"}[kind]
     s, o = f"{et}[{','.join(map(str, src))}]", f"{et}[{','.join(map(str, out))}]"
     producer = "not" if et == "pred" else "negate"
     text = (f"HloModule typed\nred {{ a = {et}[] parameter(0)\n b = {et}[] parameter(1)\n"

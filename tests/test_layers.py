@@ -73,12 +73,14 @@ def test_opcode_groups_are_registered_opcodes_and_cover_the_generators():
     """ir/opcodes.py names HLO opcodes the registry knows; what the Numba generators implement is a subset."""
     import hloexec.ops  # noqa: F401  (fills the registry)
     from hloexec.ir import opcodes
+    from hloexec.kernels import elements
     from hloexec.kernels import elementwise as ew
     from hloexec.ops.registry import OPS
     groups = {name: value for name, value in vars(opcodes).items() if isinstance(value, frozenset)}
     unknown = {name: sorted(g - set(OPS) - {"parameter"}) for name, g in groups.items() if g - set(OPS) - {"parameter"}}
     assert not unknown
-    assert ew.ELEMENTWISE_OPS <= opcodes.ELEMENTWISE and ew.REDUCERS <= opcodes.REDUCER_OPS
+    assert not set(opcodes.OPERAND_COUNTS) - set(OPS)
+    assert ew.ELEMENTWISE_OPS <= opcodes.ELEMENTWISE and opcodes.MOVEMENT <= set(elements.ELEMENTS) <= set(OPS)
 
 
 def _context_members() -> set[str]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ExecutionError, UnsupportedError
-from ..ir import opcodes
+from ..ir.dataflow import has_side_effect, is_pure, live_instructions
 from ..ir.module import Computation, Instruction
-from ..ops.registry import async_shorthand, lookup
+from ..ops.registry import lookup
 from .fuse import find_groups
 from .inline import inline_calls
 from .memory import PlanMemory
@@ -64,38 +64,6 @@ class Step:
     fused: bool = False         # runs a fused group's kernel (exec/fuse.py), not its instruction's op
     extra_outputs: tuple[int, ...] = ()     # a multi-output group's other outputs: the kernel returns
                                             # (their values..., inst's value)
-
-
-def has_side_effect(inst: Instruction) -> bool:
-    """XLA's HloInstruction::HasSideEffect: the opcode is effectful, a custom-call says it is, a collective
-    has a channel_id or constrain_layout (XLA exempts SPMD-partitioned modules; hloexec keeps them all),
-    or a called computation holds such an instruction."""
-    shorthand = async_shorthand(inst.opcode)        # all-to-all-start: an async all-to-all, with its attributes
-    opcode = shorthand[1] if shorthand else inst.opcode
-    if opcode in opcodes.SIDE_EFFECTING:
-        return True
-    if opcode == "custom-call" and inst.attr("custom_call_has_side_effect", False):
-        return True
-    if opcode in opcodes.CHANNEL_COLLECTIVES and (inst.has_attr("channel_id") or inst.attr("constrain_layout", False)):
-        return True
-    return any(has_side_effect(i) for c in inst.called_computations for i in c.instructions)
-
-
-def live_instructions(comp: Computation, inputs_of=None) -> set[int]:
-    """ids of the instructions the root or a side effect depends on (through operands -- or what
-    `inputs_of(inst)` says an instruction reads -- and control-predecessors), with the side-effecting
-    instructions and the parameters themselves."""
-    by_name = comp.by_name
-    stack = [comp.root, *comp.parameters, *(i for i in comp.instructions if has_side_effect(i))]
-    live: set[int] = set()
-    while stack:
-        inst = stack.pop()
-        if id(inst) in live:
-            continue
-        live.add(id(inst))
-        stack += inst.operands if inputs_of is None else inputs_of(inst)
-        stack += [by_name[n] for n in inst.attr("control-predecessors", ()) if n in by_name]
-    return live
 
 
 class Plan:
@@ -156,7 +124,7 @@ class Plan:
         # hold that memory as long as the plan (XLA's constant folding skips them for the same reason).
         invariant = set()
         for inst in order:
-            if (inst.opcode in opcodes.PURE and inst.shape.nbytes <= MAX_FOLDED_BYTES
+            if (is_pure(inst) and inst.shape.nbytes <= MAX_FOLDED_BYTES
                     and "control-predecessors" not in inst.attrs
                     and all(id(o) in invariant for o in inputs_of[id(inst)])):
                 invariant.add(id(inst))

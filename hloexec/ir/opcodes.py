@@ -18,6 +18,38 @@ ELEMENTWISE_BINARY = frozenset({
 ELEMENTWISE_TERNARY = frozenset({"clamp", "select"})
 ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY
 
+# The operand counts XLA's parser accepts (hlo_parser.cc CreateInstruction: ParseOperands with an expected size;
+# reduce and reduce-window pairs, scatter's odd count): (least, most or None, step). Opcodes not listed take any
+# number (tuple, call, fusion, custom-call, async-start, after-all, scan, ...).
+OPERAND_COUNTS: dict[str, tuple[int, int | None, int]] = {
+    **{o: (1, 1, 1) for o in ELEMENTWISE_UNARY}, **{o: (2, 2, 1) for o in ELEMENTWISE_BINARY},
+    **{o: (3, 3, 1) for o in ELEMENTWISE_TERNARY},
+    **{o: (0, 0, 1) for o in ("constant", "iota", "partition-id", "replica-id", "rng-get-and-update-state")},
+    **{o: (1, 1, 1) for o in (
+        "bitcast", "reshape", "transpose", "broadcast", "reverse", "slice", "get-dimension-size", "copy-start",
+        "copy-done", "fft", "cholesky", "get-tuple-element", "topk", "opt-barrier", "optimization-barrier", "domain",
+        "infeed", "recv", "send-done", "recv-done", "all-reduce-done", "all-gather-done", "collective-permute-done",
+        "async-update", "async-done", "while", "rng-bit-generator")},
+    **{o: (2, 2, 1) for o in ("pad", "gather", "triangular-solve", "add-dependency", "send", "set-dimension-size",
+                              "stochastic-convert", "outfeed", "convolution")},
+    **{o: (3, 3, 1) for o in ("batch-norm-training", "select-and-scatter", "ragged-dot")},
+    "scaled-dot": (4, 4, 1), "batch-norm-inference": (5, 5, 1), "batch-norm-grad": (5, 5, 1),
+    "ragged-all-to-all": (6, 6, 1), "dot": (2, 4, 1),            # a sparse dot adds its metadata operands
+    "rng": (2, 3, 1),                                             # StableHLO's rng may add the result's dims
+    **{o: (1, None, 1) for o in ("dynamic-slice", "concatenate", "sort", "conditional", "map", "all-reduce",
+                                 "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
+                                 "all-to-all", "collective-broadcast", "collective-permute",
+                                 "collective-permute-start", "dynamic-reshape")},
+    "dynamic-update-slice": (2, None, 1), "reduce": (2, None, 2), "reduce-window": (2, None, 2),
+    "scatter": (3, None, 2),
+}
+
+
+def elementwise_arity(opcode: str) -> int:
+    """The operand count of elementwise op `opcode`."""
+    return OPERAND_COUNTS[opcode][0]
+
+
 # Movement: each result element is one operand element (or a padding value); only the index changes.
 MOVEMENT = frozenset({"broadcast", "bitcast", "concatenate", "copy", "dynamic-slice", "pad", "reshape", "reverse",
                       "slice", "transpose"})
@@ -45,3 +77,13 @@ CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "ragg
 
 # Reducers recognized by their root: a computation op(p0, p1) of one of these is that reduction.
 REDUCER_OPS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+
+
+def reducer_opcode(comp) -> str | None:
+    """The opcode of computation `comp` if it is op(p0, p1) or op(p1, p0) of an op in REDUCER_OPS -- then a
+    reduction by it is that op's fold -- else None (a general reducer, applied as a computation)."""
+    params, root = comp.parameters, comp.root
+    if (len(params) == 2 and root.opcode in REDUCER_OPS and len(root.operands) == 2
+            and {id(o) for o in root.operands} == {id(p) for p in params}):
+        return root.opcode
+    return None

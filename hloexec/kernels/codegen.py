@@ -189,6 +189,15 @@ class Ix:
         return None
 
 
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def names_in(e) -> list[str]:
+    """The identifiers index expression or source text `e` uses (a generator keeps those it defined: its names'
+    blocks say where a statement using them may go)."""
+    return e.names() if isinstance(e, Ix) else _NAME.findall(str(e))
+
+
 def index_src(e) -> str:
     """The source of index expression `e` (an Ix, a name or a literal), folded to its value if it holds no name."""
     value = e.folded() if isinstance(e, Ix) else None

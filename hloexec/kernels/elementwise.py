@@ -23,7 +23,6 @@ import math
 
 import numpy as np
 
-from ..ir import opcodes
 from ..ir.compiled_for import ynn_computations
 from ..ir.dtypes import element_type
 from . import semantics
@@ -50,8 +49,6 @@ INTS = SIGNED + UNSIGNED
 # Ops whose result on values already rounded to f16 / bf16 is exactly representable again: no rounding.
 EXACT_OPS = frozenset({"abs", "negate", "sign", "copy", "select", "clamp", "maximum", "minimum", "ceil",
                        "floor", "round-nearest-afz", "round-nearest-even"})
-# Reducer ops a fused reduce may use (reducer computation = op(param0, param1)).
-REDUCERS = opcodes.REDUCER_OPS - {"xor"}
 COMPARE_OPS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 

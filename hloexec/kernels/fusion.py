@@ -9,10 +9,10 @@ any other exception is a bug in the generator.
 How the source is built
 -----------------------
 Every instruction is evaluated *at an index* (a tuple of index expressions, one per dimension of its
-shape). Data-movement ops (broadcast, reshape, bitcast, transpose, slice, reverse, dynamic-slice, pad,
-concatenate) only rewrite the index; elementwise ops combine their operands at the same index; a reduce
-opens loops over its reduced dimensions around an accumulator, a reduce-window over its window's. Values
-are memoised per (instruction, index), so a DAG node used twice at the same index is computed once.
+shape), by the element layer (kernels/elements.py: data-movement ops rewrite the index, elementwise ops
+combine their operands at the same index) with this generator as its Emitter; a reduce opens loops over its
+reduced dimensions around an accumulator, a reduce-window over its window's. Values are memoised per
+(instruction, index), so a DAG node used twice at the same index is computed once.
 
 Each generated statement is placed in the outermost loop where all the names it uses are defined
 (loop-invariant code motion by construction): scalar parameters, broadcast scalars and a row reduction
@@ -35,11 +35,12 @@ import numpy as np
 from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..options import Options
+from . import elements
 from . import elementwise as ew
 from .cache import INT64_ARG, array_arg, compile_signature, load_kernel, source_key
-from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, need, row_major_strides,
-                      scalar_literal)
-from .index_maps import SourceIndex, clamped_start, dilated_element, reduce_dims, window_position, window_span
+from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, names_in, need,
+                      row_major_strides, scalar_literal)
+from .index_maps import SourceIndex, dilated_element, reduce_dims, window_position, window_span
 from .threads import ranges, run_blocks
 
 PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
@@ -51,11 +52,6 @@ TILE = 16                        # tile edge of the loops over a transposing fus
 LANES = 16                       # partial sums of a float row sum (one AVX-512 vector of f32)
 CHUNK = 256                      # elements of a row sum computed per loop into a stack buffer (1-2 KB)
 
-
-
-# -- decoded attributes as plain tuples ------------------------------------------------------------------
-def _slices(inst):
-    return [(s.start, s.limit, s.stride) for s in inst.attr("slice")]
 
 
 def _transposes_minor_dim(comp) -> bool:
@@ -70,7 +66,7 @@ def _transposes_minor_dim(comp) -> bool:
 
 
 def column_reduction_applies(reduce) -> bool:
-    """Whether Generator.column_reduction can run `reduce` (an instruction): it reduces its operand's major
+    """Whether FusionGenerator.column_reduction can run `reduce` (an instruction): it reduces its operand's major
     dims and keeps >= 16 contiguous elements per row (a bias gradient)."""
     src, rdims = reduce.operands[0].shape.dims, reduce.attr("dimensions", ())
     reduced = [d for d in rdims if src[d] != 1]
@@ -80,7 +76,7 @@ def column_reduction_applies(reduce) -> bool:
 
 
 def _column_reduces(comp, outs) -> list | None:
-    """The reduces of `comp` if Generator.column_reduction can run it: all reduce one shape over the same
+    """The reduces of `comp` if FusionGenerator.column_reduction can run it: all reduce one shape over the same
     dims, which column_reduction_applies to, read no other reduce, and the outputs are elementwise ops of the
     output's dims over them (convert(reduce(x)) included)."""
     reduces = [i for i in comp.instructions if i.opcode == "reduce"]
@@ -112,7 +108,12 @@ def _subscript(index) -> str:
     return ", ".join(c if c.isdigit() else f"np.uint64({c})" for c in index) if index else "0"
 
 
-class _Generator:
+class FusionGenerator:
+    """A fused computation as one loop nest over its output: where the loops go (tiled, split for the thread
+    pool, a column reduction's interchange), where each statement is placed (the outermost block defining what
+    it uses), reductions' accumulators; each element's value comes from the element layer (kernels/elements.py),
+    for which this is the Emitter: operands evaluated at the rewritten index, memoised per (instruction, index)."""
+
     def __init__(self, comp, options: Options, parallel):
         self.comp = comp
         self.options = options
@@ -124,8 +125,9 @@ class _Generator:
         self.consts: list[np.ndarray] = []
         self.const_names: dict[int, str] = {}
         self.statements = 0
-        self.reduce_execs: dict[int, int] = {}
+        self.reduce_execs: dict[int, list[int]] = {}    # reduce -> [accumulator executions, its size]
         self.simd = False            # generating a loop LLVM vectorizes (see loads)
+        self.ar = SourceIndex(self.iexpr)     # index formulas name what they reuse once (iexpr)
 
     # -- names and placement ---------------------------------------------------------------------------
     def fresh(self, prefix="v"):
@@ -183,17 +185,17 @@ class _Generator:
         self.pop_to(saved)
 
     # -- index expressions ----------------------------------------------------------------------------
-    def iexpr(self, e: Ix) -> str:
-        """Index expression `e` as an index component: its value if it holds no name, else a name assigned it
-        (CSE'd, hoisted)."""
-        value = e.folded()
+    def iexpr(self, e) -> str:
+        """Index expression `e` (an Ix, or source text such as a loaded start index `np.int64(v3)`) as an index
+        component: its value if it holds no name, else a name assigned it (CSE'd, hoisted)."""
+        value = e.folded() if isinstance(e, Ix) else None
         if value is not None:
             return str(value)
         src = str(e)
         name = self.index_memo.get(src)
         if name is not None and self.visible(name):
             return name
-        name = self.emit(src, e.names(), prefix="x")
+        name = self.emit(src, names_in(e), prefix="x")
         self.index_memo[src] = name
         return name
 
@@ -342,7 +344,7 @@ class _Generator:
         need(not any(inst.shape.dynamic), "dynamic shape")
         for o in inst.operands:
             need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
-        if op in ("parameter", "constant", "iota", "reduce", "reduce-window") or op in opcodes.MOVEMENT \
+        if op in ("parameter", "constant", "reduce", "reduce-window") or op in elements.ELEMENTS \
                 or op in ew.ELEMENTWISE_OPS:
             return
         raise TierUnsupported(f"opcode {op}")
@@ -377,11 +379,37 @@ class _Generator:
         concatenate guard (a branch LLVM may leave scalar)."""
         return self.simd and not any(s.is_guard for s in self.chain)
 
-    def operand_at(self, inst, k, index):
+    # -- the element layer's Emitter (kernels/elements.py) ---------------------------------------------
+    def component(self, c) -> str:
+        """An index component as source: a literal, a name, or an Ix named once (iexpr)."""
+        return self.iexpr(c) if isinstance(c, Ix) else str(c)
+
+    def operand(self, inst, k, index) -> str:
         o = inst.operands[k]
-        if o.shape.rank == 0 and inst.shape.rank != 0:
-            return self.value(o, ())          # scalar operand of clamp / select (implicit broadcast)
-        return self.value(o, index)
+        if o.shape.rank == 0:           # (a scalar operand of clamp / select broadcasts)
+            return self.value(o, ())
+        return self.value(o, tuple(map(self.component, index)))
+
+    def index_at(self, inst, k, position) -> str:
+        return self.value(inst.operands[k], tuple(map(self.component, position)))
+
+    def named(self, expr: str, deps) -> str:
+        return self.emit(expr, deps)
+
+    def guarded(self, inst, index, cases, default) -> str:
+        """res = default; if <conds of a case>: res = <its value> -- loads under a guard stay inside it."""
+        init = default() if default is not None else ew.literal_src(inst.shape.element_type.name, 0)
+        # the guarded loads depend on every index component, not only on the conditions'
+        deps = [c for c in index if is_name(c)] + [n for conds, _ in cases for c in conds for n in c.names()]
+        target = self.place(deps + ([init] if is_name(init) else []), pin=True)
+        res = self.fresh("v")
+        target.insert(f"{res} = {init}")
+        self.scope_of[res] = target
+        for conds, case in cases:
+            guard, saved = self.open_construct(target, f"if {' and '.join(map(str, conds))}:", is_guard=True)
+            guard.insert(f"{res} = {case()}")
+            self.close_construct(target, guard, saved)
+        return res
 
     def compute(self, inst, index) -> str:
         op = inst.opcode
@@ -399,202 +427,21 @@ class _Generator:
                 self.consts.append(constant_storage(inst))
                 self.const_names[id(inst)] = name
             return self.emit(ew.load_src(et, f"{name}[{_subscript(index)}]", self.simd_load()), deps, pin=True)
-        if op == "iota":
-            dim = inst.attr("iota_dimension")
-            return self.emit(ew.iota_src(et, index[dim]), deps)
-        if op in opcodes.MOVEMENT:
-            return self.index_op(inst, index)
         if op == "reduce":
             return self.reduce(inst, index)
         if op == "reduce-window":
             return self.reduce_window(inst, index)
-        # elementwise
-        vals = [self.operand_at(inst, k, index) for k in range(len(inst.operands))]
-        expr = ew.instruction_src(inst, vals, self.options.excess_precision, self.options.device.transcendentals)
-        need(expr is not None, f"{op} on {et}")
-        return vals[0] if expr == vals[0] else self.emit(expr, vals)
-
-    # -- data movement: rewrite the index ----------------------------------------------------------------
-    def reshape_index(self, in_dims, out_dims, index):
-        """Index into a row-major array of `in_dims` holding the same elements as `out_dims` at `index`."""
-        in_dims, out_dims = list(in_dims), list(out_dims)
-        result = ["0"] * len(in_dims)
-        # group dims with equal running products
-        i = j = 0
-        while i < len(in_dims) or j < len(out_dims):
-            gi, gj = [], []
-            pi = pj = 1
-            if i < len(in_dims):
-                gi.append(i); pi *= in_dims[i]; i += 1
-            if j < len(out_dims):
-                gj.append(j); pj *= out_dims[j]; j += 1
-            while pi != pj:
-                if pi < pj:
-                    need(i < len(in_dims), "reshape grouping")
-                    gi.append(i); pi *= in_dims[i]; i += 1
-                else:
-                    need(j < len(out_dims), "reshape grouping")
-                    gj.append(j); pj *= out_dims[j]; j += 1
-            # absorb trailing size-1 dims into the group
-            while i < len(in_dims) and in_dims[i] == 1 and (j >= len(out_dims) or out_dims[j] != 1):
-                gi.append(i); i += 1
-            while j < len(out_dims) and out_dims[j] == 1 and (i >= len(in_dims) or in_dims[i] != 1):
-                gj.append(j); j += 1
-            gi_n = [d for d in gi if in_dims[d] != 1]
-            gj_n = [d for d in gj if out_dims[d] != 1]
-            if not gi_n:
-                continue
-            if len(gi_n) == 1 and len(gj_n) == 1:
-                result[gi_n[0]] = index[gj_n[0]]
-                continue
-            # linearize the out group, delinearize into the in group
-            lin = "0"
-            for d in gj_n:
-                lin = self.iexpr(Ix("+", Ix("*", lin, out_dims[d], paren=False), index[d])) if lin != "0" else index[d]
-            stride = 1
-            for d in reversed(gi_n):
-                q = self.iexpr(Ix("//", lin, stride)) if stride != 1 else lin
-                result[d] = self.iexpr(Ix("%", q, in_dims[d])) if d != gi_n[0] else q
-                stride *= in_dims[d]
-        return tuple(result)
-
-    def index_op(self, inst, index):
-        op = inst.opcode
-        src = inst.operands[0]
-        if op == "copy":
-            return self.value(src, index)
-        if op == "broadcast":
-            dims = inst.attr("dimensions", ())
-            return self.value(src, tuple(index[d] for d in dims))
-        if op == "transpose":
-            perm = inst.attr("dimensions")
-            out = ["0"] * len(perm)
-            for i, p in enumerate(perm):
-                out[p] = index[i]
-            return self.value(src, tuple(out))
-        if op == "reshape":
-            return self.value(src, self.reshape_index(src.shape.dims, inst.shape.dims, index))
-        if op == "bitcast":
-            need(src.shape.element_type is inst.shape.element_type, "bitcast changing type")
-            for s in (src.shape, inst.shape):
-                need(s.layout is None or (not s.layout.tiles and not s.layout.element_size_bits), "tiled layout")
-            m2m_out, m2m_in = inst.shape.minor_to_major, src.shape.minor_to_major
-            phys_out = tuple(index[d] for d in reversed(m2m_out))
-            phys_in = self.reshape_index([src.shape.dims[d] for d in reversed(m2m_in)],
-                                         [inst.shape.dims[d] for d in reversed(m2m_out)], phys_out)
-            logical = ["0"] * src.shape.rank
-            for k, d in enumerate(reversed(m2m_in)):
-                logical[d] = phys_in[k]
-            return self.value(src, tuple(logical))
-        if op == "slice":
-            out = []
-            for c, (start, _limit, stride) in zip(index, _slices(inst)):
-                e = c
-                if stride != 1:
-                    e = self.iexpr(Ix("*", e, stride))
-                if start:
-                    e = self.iexpr(Ix("+", e, start))
-                out.append(e)
-            return self.value(src, tuple(out))
-        if op == "reverse":
-            dims = set(inst.attr("dimensions", ()))
-            out = [self.iexpr(Ix("-", src.shape.dims[d] - 1, c)) if d in dims else c
-                   for d, c in enumerate(index)]
-            return self.value(src, tuple(out))
-        if op == "dynamic-slice":
-            sizes = inst.attr("dynamic_slice_sizes")
-            starts = inst.operands[1:]
-            need(len(starts) == src.shape.rank and all(s.shape.rank == 0 for s in starts), "dynamic-slice form")
-            out = []
-            for d, (c, s) in enumerate(zip(index, starts)):
-                sv = self.value(s, ())
-                start = clamped_start(SourceIndex(), sv, s.shape.element_type.name == "u64", src.shape.dims[d],
-                                      sizes[d])
-                st = self.emit(str(start), [sv], prefix="x")
-                out.append(self.iexpr(Ix("+", c, st)) if c != "0" else st)
-            return self.value(src, tuple(out))
-        if op == "pad":
-            return self.pad(inst, index)
-        if op == "concatenate":
-            return self.concatenate(inst, index)
-        raise TierUnsupported(f"opcode {op}")
-
-    def guarded(self, inst, conds, deps, compute_value, init: str):
-        """res = init; if <all conds>: res = compute_value()  -- loads inside stay under the guard."""
-        target = self.place(deps, pin=True)
-        res = self.fresh("v")
-        target.insert(f"{res} = {init}")
-        self.scope_of[res] = target
-        guard, saved = self.open_construct(target, f"if {' and '.join(map(str, conds))}:", is_guard=True)
-        val = compute_value()
-        guard.insert(f"{res} = {val}")
-        self.close_construct(target, guard, saved)
-        return res
-
-    def pad(self, inst, index):
-        """The operand element `index_maps.dilated_element` finds at `index` (interior padding is a base
-        dilation), under a guard of its conditions, else the padding value."""
-        src, padval = inst.operands
-        ar = SourceIndex(self.iexpr)
-        conds, comps = [], []
-        for c, n, out_n, p in zip(index, src.shape.dims, inst.shape.dims, inst.attr("padding")):
-            element, holds = dilated_element(ar, n, p.low, p.interior + 1, c, out_n - 1)
-            conds += holds
-            comps.append(str(element))
-        pv = self.value(padval, ())
-        if False in conds:          # over literals only: a padding position
-            return pv
-        if not conds:
-            return self.value(src, tuple(comps))
-        deps = [name for cond in conds for name in cond.names()]
-        # the guarded load depends on every index component, not only the padded dims' (see concatenate)
-        value_deps = [x for x in index if is_name(x)] + deps + ([pv] if is_name(pv) else [])
-        return self.guarded(inst, conds, value_deps, lambda: self.value(src, tuple(comps)), pv)
-
-    def concatenate(self, inst, index):
-        dim = inst.attr("dimensions")[0]
-        c = index[dim]
-        et = inst.shape.element_type.name
-        if not is_name(c):
-            off = int(c)
-            for o in inst.operands:
-                if off < o.shape.dims[dim]:
-                    sub = list(index); sub[dim] = str(off)
-                    return self.value(o, tuple(sub))
-                off -= o.shape.dims[dim]
-            raise TierUnsupported("concatenate index")
-        target = self.place([x for x in index if is_name(x)], pin=True)
-        res = self.fresh("v")
-        target.insert(f"{res} = {ew.literal_src(et, 0)}")
-        self.scope_of[res] = target
-        off = 0
-        for k, o in enumerate(inst.operands):
-            n = o.shape.dims[dim]
-            conds = []
-            if k > 0:
-                conds.append(f"{c} >= {off}")
-            if k < len(inst.operands) - 1:
-                conds.append(f"{c} < {off + n}")
-            guard, saved = self.open_construct(target, f"if {' and '.join(conds) or 'True'}:", is_guard=True)
-            sub = list(index)
-            sub[dim] = self.iexpr(Ix("-", c, off)) if off else c
-            val = self.value(o, tuple(sub))
-            guard.insert(f"{res} = {val}")
-            self.close_construct(target, guard, saved)
-            off += n
-        return res
+        return elements.value(self, inst, index)
 
     # -- reduce ----------------------------------------------------------------------------------------
     def reducer_op(self, inst):
         need(len(inst.operands) == 2, "variadic reduce")
         called = inst.called.get("to_apply")
         need(called is not None and not isinstance(called, list), "reducer")
-        r = called.root
-        params = called.parameters
-        need(len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2, "reducer op")
-        need({id(o) for o in r.operands} == {id(p) for p in params}, "reducer operands")
-        need(r.shape.element_type is inst.shape.element_type, "reducer type")
-        return r.opcode
+        opcode = opcodes.reducer_opcode(called)
+        need(opcode is not None, "reducer op")
+        need(called.root.shape.element_type is inst.shape.element_type, "reducer type")
+        return opcode
 
     def accumulator(self, inst, index) -> tuple[Block, str]:
         """A reduction's accumulator at `index`, set to its init value in the outermost scope it may live in."""
@@ -688,7 +535,7 @@ class _Generator:
                 var = self.fresh("j")
                 loops.append((var, w.size))
             dims.append((index[d], var, n, inst.shape.dims[d], w))
-        ar = SourceIndex(self.iexpr)
+        ar = self.ar
 
         def position():
             comps, conds = [], []
@@ -850,7 +697,7 @@ def generate_source(comp, options: Options = Options(), *, parallel=None):
     TierUnsupported where the generator declines it."""
     if ew.sums_in_ynn_order(comp, options.reductions):
         raise TierUnsupported(ew.YNN_DECLINED)
-    gen = _Generator(comp, options, parallel)
+    gen = FusionGenerator(comp, options, parallel)
     try:
         return gen.generate(), gen
     except RecursionError:      # value() recurses once per operand edge of a chain

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.attributes import DotDims, WindowDim, gather_dims, scatter_dims
-from .codegen import Ix, index_operand
+from .codegen import Ix, index_operand, need
 
 # An unsigned 64-bit start index saturates here on its way to int64 (every larger one is out of bounds anyway).
 U64_INDEX_LIMIT = 2 ** 62
@@ -35,7 +35,7 @@ U64_INDEX_LIMIT = 2 ** 62
 class _NumpyIndex:
     """Index values are int64 numpy arrays (broadcasting) or ints."""
     add, sub, mul, floordiv, mod = operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod
-    ge, le, eq = operator.ge, operator.le, operator.eq
+    ge, le, lt, eq = operator.ge, operator.le, operator.lt, operator.eq
 
     @staticmethod
     def clamp(x, lo, hi):
@@ -118,6 +118,9 @@ class SourceIndex:
     def eq(self, a, b):
         return self._compare("==", operator.eq, a, b)
 
+    def lt(self, a, b):
+        return self._compare("<", operator.lt, a, b)
+
     def clamp(self, x, lo, hi):
         x = index_operand(x)
         return min(max(x, lo), hi) if isinstance(x, int) else f"min(max({x}, {lo}), {hi})"
@@ -131,6 +134,107 @@ class SourceIndex:
         if self._name is None or isinstance(x, int) or (isinstance(x, str) and x.isidentifier()):
             return x
         return self._name(x)
+
+
+# -- movement: the operand index an output element reads --------------------------------------------------
+def broadcast_source(dimensions, index) -> list:
+    """Operand dim i is output dim dimensions[i]."""
+    return [index[d] for d in dimensions]
+
+
+def transpose_source(permutation, index) -> list:
+    """Output dim i is operand dim permutation[i]."""
+    src = [0] * len(permutation)
+    for i, p in enumerate(permutation):
+        src[p] = index[i]
+    return src
+
+
+def slice_source(ar, slices, index) -> list:
+    """Output element c along a dim sliced by (start, stride) is operand element c * stride + start."""
+    return [ar.add(ar.mul(c, stride), start) for c, (start, stride) in zip(index, slices)]
+
+
+def reverse_source(ar, dims, reversed_dims, index) -> list:
+    """Along a reversed dim of n elements, output element c is operand element n - 1 - c."""
+    return [ar.sub(n - 1, c) if d in reversed_dims else c for d, (c, n) in enumerate(zip(index, dims))]
+
+
+def offset_source(ar, starts, index) -> list:
+    """A slice starting at `starts` (dynamic-slice's clamped starts): output element c is c + start."""
+    return [ar.add(c, s) for c, s in zip(index, starts)]
+
+
+def reshape_source(ar, in_dims, out_dims, index) -> list:
+    """The index into a row-major array of `in_dims` holding the same elements as `out_dims` at `index`: dims
+    are grouped by equal running products; a group of one dim each side passes its component through, others
+    are linearized on the output side and split on the input side (each step bound: it is used again)."""
+    in_dims, out_dims = list(in_dims), list(out_dims)
+    result = [0] * len(in_dims)
+    i = j = 0
+    while i < len(in_dims) or j < len(out_dims):
+        gi, gj = [], []
+        pi = pj = 1
+        if i < len(in_dims):
+            gi.append(i); pi *= in_dims[i]; i += 1
+        if j < len(out_dims):
+            gj.append(j); pj *= out_dims[j]; j += 1
+        while pi != pj:
+            if pi < pj:
+                need(i < len(in_dims), "reshape grouping")
+                gi.append(i); pi *= in_dims[i]; i += 1
+            else:
+                need(j < len(out_dims), "reshape grouping")
+                gj.append(j); pj *= out_dims[j]; j += 1
+        # trailing size-1 dims join the group
+        while i < len(in_dims) and in_dims[i] == 1 and (j >= len(out_dims) or out_dims[j] != 1):
+            gi.append(i); i += 1
+        while j < len(out_dims) and out_dims[j] == 1 and (i >= len(in_dims) or in_dims[i] != 1):
+            gj.append(j); j += 1
+        gi = [d for d in gi if in_dims[d] != 1]
+        gj = [d for d in gj if out_dims[d] != 1]
+        if not gi:
+            continue
+        if len(gi) == 1 and len(gj) == 1:
+            result[gi[0]] = index[gj[0]]
+            continue
+        lin = index[gj[0]]
+        for d in gj[1:]:
+            lin = ar.bind(ar.add(ar.mul(lin, out_dims[d]), index[d]))
+        stride = 1
+        for d in reversed(gi):
+            q = ar.bind(ar.floordiv(lin, stride))
+            result[d] = ar.bind(ar.mod(q, in_dims[d])) if d != gi[0] else q
+            stride *= in_dims[d]
+    return result
+
+
+def physical_order(shape) -> list:
+    """A shape's dims from major to minor (its layout; row-major without one)."""
+    return list(reversed(shape.minor_to_major))
+
+
+def bitcast_source(ar, src, dst, index) -> list:
+    """A bitcast between layouts of the same element type: the output element at `index` is the one at the
+    same physical position, a reshape between the two physical (major-to-minor) orders."""
+    src_order, dst_order = physical_order(src), physical_order(dst)
+    physical = reshape_source(ar, [src.dims[d] for d in src_order], [dst.dims[d] for d in dst_order],
+                              [index[d] for d in dst_order])
+    return transpose_source(src_order, physical)
+
+
+def concatenate_parts(ar, sizes, dim: int, index) -> list:
+    """(operand k, conditions, operand index) per operand of a concatenate along `dim` with these sizes: the
+    output element at `index` is operand k's at `index - offset` along `dim` where the conditions hold (they
+    hold for one operand; conditions that fold are True / False)."""
+    parts, off, c = [], 0, index[dim]
+    for k, n in enumerate(sizes):
+        conds = ([ar.ge(c, off)] if k > 0 else []) + ([ar.lt(c, off + n)] if k < len(sizes) - 1 else [])
+        src = list(index)
+        src[dim] = ar.sub(c, off)
+        parts.append((k, [x for x in conds if x is not True], src))
+        off += n
+    return parts
 
 
 # -- dynamic-slice and dynamic-update-slice ----------------------------------------------------------------

@@ -27,8 +27,12 @@ Loop-invariant instructions of a body or condition (no dependence on the carried
 `reduce(iota * iota)` benchmark) are computed once before the loop.
 
 The function takes the operands' leaves as flat arrays and returns the result's leaves as flat arrays;
-`ProgramKernel` does the flattening. Like fusions, structurally equal regions give the same source and
-share one compiled function in-process and on disk.
+`ProgramKernel` (kernels/program_kernel.py) does the flattening. Like fusions, structurally equal regions give
+the same source and share one compiled function in-process and on disk.
+
+What each element of an instruction is comes from the element layer (kernels/elements.py: elementwise,
+movement and gather; `_ElementsOf` is this generator's Emitter); what is this generator's own: buffers and
+their ownership, loops, branches, reductions with any reducer, dot, scatter, dynamic-update-slice in place.
 """
 from __future__ import annotations
 
@@ -43,13 +47,16 @@ from ..errors import TierUnsupported
 from ..ir import opcodes
 from ..options import Options
 from ..ir.attributes import dot_dims
+from ..ir.dataflow import computes_from_parameters, is_pure, live_instructions
 from ..ir.fma import contract_fma
+from . import elements
 from . import elementwise as ew
-from .cache import array_arg, compile_signature, load_kernel, source_key
-from .codegen import Block, Ix, constant_storage, index_src, kernel_module, need, row_major_strides, scalar_literal
+from .cache import source_key
+from .codegen import (Block, Ix, constant_storage, index_src, innermost, kernel_module, names_in, need,
+                      row_major_strides, scalar_literal)
 from .dot_algorithms import plain_dot
-from .index_maps import (Gather, Scatter, SourceIndex, clamped_start, dilated_element, dot_free_dims,
-                         reduce_dims, window_position, window_span)
+from .index_maps import Scatter, SourceIndex, dilated_element, dot_free_dims, reduce_dims, window_position, window_span
+from .program_kernel import ProgramKernel
 
 # Numba compiles ~6-8 ms a generated line, and worse than linearly beyond (2,400 lines: 52 s): a larger
 # region runs interpreted.
@@ -125,7 +132,11 @@ class _Alloc:
         return f"{self.name} = np.empty({self.size}, {_storage_src(self.et)})"
 
 
-class _Generator:
+class LoopGenerator:
+    """A control-flow region as one function that materialises every value: buffers (who owns one, when it may
+    be written in place, which allocations leave a loop), loops and branches, invariants hoisted; an
+    instruction's elements from the element layer (`elemental`), reductions, dot and scatter its own."""
+
     def __init__(self, options: Options):
         self.options = options
         self.body = Block()                 # the function body: lines, _Allocs and blocks
@@ -140,6 +151,7 @@ class _Generator:
         # never moved out of any loop
         self.pinned: set[int] = set()
         self.aliases: dict[int, frozenset[int]] = {}   # a branch result's buffer -> the buffers it may be
+        self.loop_blocks: dict[str, Block] = {}        # a loop variable -> its loop's block
 
     # -- emitting ---------------------------------------------------------------------------------------
     def fresh(self, prefix="v") -> str:
@@ -161,8 +173,10 @@ class _Generator:
 
     def close(self, block: Block):
         """Back to the block around `block`; lines go after it."""
-        self.current = block.parent
-        self.current.close(block)
+        parent = block.parent
+        assert parent is not None, "the function body is never closed"
+        self.current = parent
+        parent.close(block)
 
     @contextmanager
     def block(self, header: str):
@@ -180,6 +194,7 @@ class _Generator:
                 continue
             var = self.fresh("i")
             opened.append(self.open(f"for {var} in range({n}):"))
+            self.loop_blocks[var] = self.current
             index.append(var)
         yield index
         for block in reversed(opened):
@@ -241,7 +256,7 @@ class _Generator:
         order = list(comp.instructions)
         position = {id(inst): k for k, inst in enumerate(order)}
         need(all(position[id(o)] < position[id(i)] for i in order for o in i.operands), "order")
-        live = _live(comp)
+        live = live_instructions(comp)
         last_use = {id(comp.root): len(order)}
         for k, inst in enumerate(order):
             for o in inst.operands:
@@ -265,7 +280,7 @@ class _Generator:
                 readers = sum(v.buf in self.reach(leaf) for arg in operands for leaf in _leaves(arg))
                 return v if free_after(v.buf) and readers == 1 else self.copy_of(v)
             if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
-                donated = {b for v in operands for b in _bufs(v) if free_after(b)}
+                donated = frozenset(b for v in operands for b in _bufs(v) if free_after(b))
                 vals[id(inst)] = self.inline(self.callee(inst), operands, donated)
                 continue
             vals[id(inst)] = self.instruction(inst, operands, writable)
@@ -297,19 +312,19 @@ class _Generator:
         buffers are never written in place: the loop reads them on every step."""
         before = set(self.mutable)
         variant = {id(p) for p in comp.parameters}
-        live = _live(comp)
+        live = live_instructions(comp)
         for inst in comp.instructions:
             if id(inst) not in live:
                 continue
             invariant_operands = not any(id(o) in variant for o in inst.operands)
             if inst.opcode in ("call", "fusion"):
                 called = self.callee(inst)
-                if invariant_operands and _pure(called):
+                if invariant_operands and computes_from_parameters(called):
                     self.hoisted[id(inst)] = self.inline(called, [self.invariant_operand(o) for o in inst.operands])
                 else:
                     self.hoist_invariants(called)
                     variant.add(id(inst))
-            elif inst.opcode not in opcodes.PURE or not invariant_operands:
+            elif not is_pure(inst) or not invariant_operands:
                 variant.add(id(inst))
             elif not (inst.opcode == "constant" and inst.shape.rank == 0):
                 operands = [self.invariant_operand(o) for o in inst.operands]
@@ -348,17 +363,16 @@ class _Generator:
         dims, et = _leaf_type(inst.shape)
         if op == "constant":
             return self.constant(inst, dims, et)
-        if op in ew.ELEMENTWISE_OPS:
-            return self.elementwise(inst, operands, dims, et)
         if op in ("reshape", "bitcast"):
             return self.reshape(inst, operands[0], dims, et)
         if op == "dynamic-update-slice":
             return self.dynamic_update_slice(inst, operands, writable)
-        emit = _ARRAY_OPS.get(op)
-        need(emit is not None, f"opcode {op}")
-        out = self.new_array(dims, et)
-        emit(self, inst, operands, out)
-        return out if dims else self.scalar_of(out)
+        if op == "dot":
+            out = self.new_array(dims, et)
+            self.dot(inst, operands, out)
+            return out if dims else self.scalar_of(out)
+        need(op in elements.ELEMENTS or op in ew.ELEMENTWISE_OPS, f"opcode {op}")
+        return self.elemental(inst, operands, dims, et)
 
     def constant(self, inst, dims, et):
         if not dims:
@@ -370,27 +384,32 @@ class _Generator:
             v = self.const_names[id(inst)] = Array(f"c{len(self.consts) - 1}", dims, et, self.n)
         return v
 
-    def elementwise(self, inst, operands, dims, et):
-        if not dims:
-            expr = ew.instruction_src(inst, [self.scalar_of(v).expr for v in operands], self.options.excess_precision,
-                                       self.options.device.transcendentals)
-            need(expr is not None, f"{inst.opcode} on {et}")
-            return self.local(expr, et)
+    def elemental(self, inst, operands, dims, et):
+        """`inst`'s elements from the element layer (kernels/elements.py), in one loop nest over its output
+        (elementwise ops: one flat loop, their array operands have its dims); a rank-0 one as a local.
+        Movement ops copy their operands' stored bits."""
+        if not dims and inst.opcode in ew.ELEMENTWISE_OPS:
+            return self.local(elements.value(_ElementsOf(self, operands, False), inst, ()), et)
+        stored = inst.opcode not in ew.ELEMENTWISE_OPS and inst.opcode != "iota"
+        flat = inst.opcode in ew.ELEMENTWISE_OPS
+        emitter = _ElementsOf(self, operands, stored, flat)
         out = self.new_array(dims, et)
-        i = self.fresh("i")
-        with self.block(f"for {i} in range({math.prod(dims)}):"):
-            vals = [self.local(self.at(v, i), v.et).expr if isinstance(v, Array) else v.expr for v in operands]
-            expr = ew.instruction_src(inst, vals, self.options.excess_precision, self.options.device.transcendentals)
-            need(expr is not None, f"{inst.opcode} on {et}")
-            self.line(f"{out.name}[{i}] = {ew.store_src(et, expr)}")
-        return out
+        with self.loops([math.prod(dims)] if flat else dims) as index:
+            emitter.defined.update((v, self.loop_blocks[v]) for v in index if v in self.loop_blocks)
+            lin = index[0] if flat else _linear(dims, index)
+            value = elements.value(emitter, inst, index)
+            self.line(f"{out.name}[{lin}] = {value if stored else ew.store_src(et, value)}")
+        return out if dims else self.scalar_of(out)
 
     def reshape(self, inst, src, dims, et):
+        """A reshape, or a bitcast between row-major layouts: the same buffer under other dims. A bitcast between
+        other layouts moves the elements (the element layer's)."""
         if inst.opcode == "bitcast":
             need(src.et == et, "bitcast changing type")
-            for s in (inst.shape, inst.operands[0].shape):
-                need(s.layout is None or (list(s.minor_to_major) == list(range(s.rank))[::-1]
-                                           and not s.layout.tiles), "bitcast with a layout")
+            shapes = (inst.shape, inst.operands[0].shape)
+            need(not any(s.layout is not None and s.layout.tiles for s in shapes), "tiled layout")
+            if not all(s.has_default_layout for s in shapes):
+                return self.elemental(inst, [src], dims, et)
         if not dims:
             return self.scalar_of(src)
         if isinstance(src, Scalar):
@@ -399,20 +418,13 @@ class _Generator:
             return out
         return Array(src.name, dims, et, src.buf)
 
-    def clamped_starts(self, starts, dims, sizes) -> list[str]:
-        out = []
-        for s, d, n in zip(starts, dims, sizes):
-            s = self.scalar_of(s)
-            out.append(self.local(str(clamped_start(SourceIndex(), s.expr, s.et == "u64", d, n)), "s64").expr)
-        return out
-
     def dynamic_update_slice(self, inst, operands, writable):
-        x, upd, starts = operands[0], operands[1], operands[2:]
+        x, upd = operands[0], operands[1]
         dims, et = _leaf_type(inst.shape)
         if not dims:
             return self.scalar_of(upd)
         udims = _leaf_type(inst.operands[1].shape)[0]
-        st = self.clamped_starts(starts, dims, udims)
+        st = elements.clamped_starts(_ElementsOf(self, operands, True), inst, 2, udims)
         out = writable(x)
         value = f"{upd.name}[{{}}]" if isinstance(upd, Array) else self.stored(upd)
         with self.loops(udims) as idx:
@@ -514,33 +526,44 @@ class _Generator:
         out_leaves = _shape_leaves(inst.shape)
         out_dims = out_leaves[0][0]
         reducer = inst.called["to_apply"]
-        simple = n == 1 and _simple_reducer(reducer)
+        simple = n == 1 and opcodes.reducer_opcode(reducer)
         outs = [self.new_array(d, et) for d, et in out_leaves] if out_dims else None
         with self.loops([src_dims[d] for d in kept]) as kidx:
-            accs = [self.fresh("r") for _ in range(n)]
-            for a, v in zip(accs, inits):
-                self.line(f"{a} = {v.expr}")
-            with self.loops([src_dims[d] for d in rdims]) as ridx:
+            accs = self.accumulators(inits)
+            with self.loops([src_dims[d] for d in rdims]) as ridx:     # row-major, as ops/reduction.py folds
                 lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (rdims, ridx)))
-                vals = [self.local(self.at(s, lin), s.et) for s in srcs]
-                if simple:      # in row-major order of the reduced dims, as ops/reduction.py folds
-                    et = out_leaves[0][1]
-                    step = ew.reducer_step_src(self.options.reductions, simple, et, accs[0], vals[0].expr)
-                    self.line(f"{accs[0]} = {step}")
-                else:
-                    args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
-                    result = _leaves(self.inline(reducer, args))
-                    self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
-            if simple:
-                total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0], self.options.excess_precision)
-                if total != accs[0]:        # f16/bf16 sums accumulated in f32: rounded once, as op by op
-                    self.line(f"{accs[0]} = {total}")
-            if outs:
-                lin = _linear(out_dims, kidx)
-                for o, a in zip(outs, accs):
-                    self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
+                self.fold_step(reducer, simple, accs, out_leaves, [self.local(self.at(s, lin), s.et) for s in srcs])
+            self.fold_result(simple, accs, out_leaves, outs, _linear(out_dims, kidx))
         result = outs or [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)]
         return Tup(result) if inst.shape.is_tuple else result[0]
+
+    def accumulators(self, inits: list) -> list[str]:
+        accs = [self.fresh("r") for _ in inits]
+        for a, v in zip(accs, inits):
+            self.line(f"{a} = {v.expr}")
+        return accs
+
+    def fold_step(self, reducer, simple, accs: list, out_leaves, vals: list):
+        """accs = reducer(accs, vals): a `simple` reducer (op(p0, p1), opcodes.reducer_opcode) as one step
+        rounded as the reductions rule says, any other computation inlined."""
+        if simple:
+            step = ew.reducer_step_src(self.options.reductions, simple, out_leaves[0][1], accs[0], vals[0].expr)
+            self.line(f"{accs[0]} = {step}")
+        else:
+            args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
+            result = _leaves(self.inline(reducer, args))
+            self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
+
+    def fold_result(self, simple, accs: list, out_leaves, outs, lin: str):
+        """The accumulators' values (f16/bf16 sums accumulated in f32 rounded once, as op by op), stored at `lin`
+        of the `outs` (None: rank-0 results stay scalars)."""
+        if simple:
+            total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0],
+                                            self.options.excess_precision)
+            if total != accs[0]:
+                self.line(f"{accs[0]} = {total}")
+        for o, a in zip(outs or (), accs):
+            self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
 
     def reduce_window(self, inst, operands):
         """Each output element folds its window of the operand, row-major: window element k along a dim reads
@@ -556,13 +579,11 @@ class _Generator:
         need(src_dims and len(window) == len(src_dims), "window rank")
         need(not any(w.reversal for w in window), "window reversal")
         reducer = inst.called["to_apply"]
-        simple = n == 1 and _simple_reducer(reducer)
+        simple = n == 1 and opcodes.reducer_opcode(reducer)
         outs = [self.new_array(d, et) for d, et in out_leaves]
         ar = SourceIndex()
         with self.loops(out_dims) as oidx:
-            accs = [self.fresh("r") for _ in range(n)]
-            for a, v in zip(accs, inits):
-                self.line(f"{a} = {v.expr}")
+            accs = self.accumulators(inits)
             with self.loops([w.size for w in window]) as kidx:
                 conds, src = [], []
                 literal = [0 if i == "0" else i for i in oidx], [0 if k == "0" else k for k in kidx]  # (to fold)
@@ -574,23 +595,10 @@ class _Generator:
                 if False not in conds:      # (else every window element along a dim is padding: folds nothing)
                     guard = self.open(f"if {' and '.join(map(index_src, conds))}:") if conds else None
                     lin = _linear(src_dims, src)
-                    vals = [self.local(self.at(s, lin), s.et) for s in srcs]
-                    if simple:
-                        step = ew.reducer_step_src(self.options.reductions, simple, out_leaves[0][1], accs[0], vals[0].expr)
-                        self.line(f"{accs[0]} = {step}")
-                    else:
-                        args = [Scalar(a, et) for a, (_, et) in zip(accs, out_leaves)] + vals
-                        result = _leaves(self.inline(reducer, args))
-                        self.line(f"{', '.join(accs)} = {', '.join(self.scalar_of(v).expr for v in result)}")
+                    self.fold_step(reducer, simple, accs, out_leaves, [self.local(self.at(s, lin), s.et) for s in srcs])
                     if guard is not None:
                         self.close(guard)
-            if simple:
-                total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0], self.options.excess_precision)
-                if total != accs[0]:
-                    self.line(f"{accs[0]} = {total}")
-            lin = _linear(out_dims, oidx)
-            for o, a in zip(outs, accs):
-                self.line(f"{o.name}[{lin}] = {ew.store_src(o.et, a)}")
+            self.fold_result(simple, accs, out_leaves, outs, _linear(out_dims, oidx))
         return Tup(outs) if inst.shape.is_tuple else outs[0]
 
     def dot(self, inst, operands, out):
@@ -630,19 +638,6 @@ class _Generator:
             return lambda position: indices.expr
         return lambda position: self.at(indices, _linear(vectors.dims, position))
 
-    def gather(self, inst, operands, out):
-        x, indices = operands
-        geometry = Gather.of(inst)
-        need(len(geometry.offset_src) == len(geometry.offset_dims), "gather offset dims")
-        ar = self.index_arith()
-        with self.loops([out.dims[d] for d in geometry.batch_dims]) as bidx:
-            starts = geometry.starts(ar, self.index_loader(indices, geometry.vectors), bidx)
-            with self.loops([out.dims[d] for d in geometry.offset_dims]) as widx:
-                src = geometry.source_index(ar, starts, widx)
-                oidx = _placed(len(out.dims), (geometry.batch_dims, bidx), (geometry.offset_dims, widx))
-                value = f"{x.name}[{_linear(geometry.operand_dims, src)}]" if isinstance(x, Array) else self.stored(x)
-                self.line(f"{out.name}[{_linear(out.dims, oidx)}] = {value}")
-
     def scatter(self, inst, operands, writable):
         n = (len(operands) - 1) // 2
         geometry = Scatter.of(inst)
@@ -669,104 +664,54 @@ class _Generator:
         return Tup(outs) if inst.shape.is_tuple else outs[0]
 
 
-# -- index-mapping ops: each fills `out` from its operands --------------------------------------------------
-def _copy_mapped(g, out, src, src_index_of):
-    """out[index] = src[src_index_of(index)] over all of out (a scalar src broadcasts)."""
-    fill = g.stored(src) if isinstance(src, Scalar) else None
-    with g.loops(out.dims) as idx:
-        value = fill if fill is not None else f"{src.name}[{_linear(_dims_of(src), src_index_of(idx))}]"
-        g.line(f"{out.name}[{_linear(out.dims, idx)}] = {value}")
+class _ElementsOf:
+    """The loop generator as the element layer's Emitter for one instruction's loop nest: operands loaded from
+    their buffers at the linear index (`stored`: their stored bits, copied by a movement op; else their compute
+    values, named); a named value goes in the outermost of its loops that defines what it uses (a scalar
+    operand before the nest, a gather's starts once per batch position)."""
 
+    def __init__(self, g: LoopGenerator, operands: list, stored: bool, flat: bool = False):
+        self.g, self.options, self.operands, self.stored, self.flat = g, g.options, operands, stored, flat
+        self.ar = SourceIndex(lambda e: self.named(index_src(e) if isinstance(e, Ix) else str(e), names_in(e)))
+        self.before = g.current             # the block around the nest: its lines go before the nest
+        self.defined: dict[str, Block] = {}     # names of the nest (loop variables, values) -> their block
 
-def _dims_of(v):
-    return v.dims if isinstance(v, Array) else ()
+    def operand(self, inst, k, index) -> str:
+        v = self.operands[k]
+        if isinstance(v, Scalar):       # (broadcast: named before the nest)
+            return self.named(ew.store_src(v.et, v.expr), names_in(v.expr)) if self.stored else v.expr
+        lin = index[0] if self.flat else _linear(v.dims, index)
+        if self.stored:
+            return f"{v.name}[{lin}]"
+        name = self.g.local(self.g.at(v, lin), v.et).expr
+        self.defined[name] = self.g.current
+        return name
 
+    def index_at(self, inst, k, position) -> str:
+        v = self.operands[k]
+        if isinstance(v, Scalar):
+            return v.expr
+        lin = _linear(v.dims, position)
+        return self.named(self.g.at(v, lin), names_in(lin))
 
-def _broadcast(g, inst, operands, out):
-    dims = inst.attr("dimensions", ())
-    _copy_mapped(g, out, operands[0], lambda idx: [idx[d] for d in dims])
+    def named(self, expr: str, deps) -> str:
+        target = innermost(self.before, [d for d in deps if isinstance(d, str)], self.defined)
+        inside, self.g.current = self.g.current, target
+        try:
+            name = self.g.local(expr, "").expr
+        finally:
+            self.g.current = inside
+        self.defined.setdefault(name, target)
+        return name
 
-
-def _transpose(g, inst, operands, out):
-    perm = inst.attr("dimensions")
-
-    _copy_mapped(g, out, operands[0], lambda idx: _placed(len(perm), (perm, idx)))
-
-
-def _slice(g, inst, operands, out):
-    spec = [(s.start, s.stride) for s in inst.attr("slice")]
-    _copy_mapped(g, out, operands[0],
-                 lambda idx: [Ix("+", Ix("*", c, st, paren=False), lo) for c, (lo, st) in zip(idx, spec)])
-
-
-def _reverse(g, inst, operands, out):
-    rev = set(inst.attr("dimensions", ()))
-    dims = _dims_of(operands[0])
-    _copy_mapped(g, out, operands[0],
-                 lambda idx: [Ix("-", dims[d] - 1, c) if d in rev else c for d, c in enumerate(idx)])
-
-
-def _dynamic_slice(g, inst, operands, out):
-    x = operands[0]
-    st = g.clamped_starts(operands[1:], _dims_of(x), out.dims)
-    _copy_mapped(g, out, x, lambda idx: [Ix("+", c, s) for c, s in zip(idx, st)])
-
-
-def _iota(g, inst, operands, out):
-    dim = inst.attr("iota_dimension")
-    with g.loops(out.dims) as idx:
-        expr = ew.iota_src(out.et, f"np.int64({idx[dim]})")
-        need(expr is not None, "iota type")
-        g.line(f"{out.name}[{_linear(out.dims, idx)}] = {ew.store_src(out.et, expr)}")
-
-
-def _pad(g, inst, operands, out):
-    x, pv = operands
-    fill = g.stored(g.scalar_of(pv))
-    xdims = _dims_of(x)
-    need(xdims, "rank-0 pad")
-    ar = SourceIndex()
-    with g.loops(out.dims) as idx:
-        conds, src = [], []
-        for c, n, out_n, p in zip(idx, xdims, out.dims, inst.attr("padding")):
-            element, holds = dilated_element(ar, n, p.low, p.interior + 1, c, out_n - 1)
-            conds += holds
-            src.append(element)
-        dst = f"{out.name}[{_linear(out.dims, idx)}]"
-        value = g.stored(x) if isinstance(x, Scalar) else f"{x.name}[{_linear(xdims, src)}]"
-        if not conds or False in conds:        # (conditions over literals only: folded)
-            g.line(f"{dst} = {fill if conds else value}")
-        else:
-            with g.block(f"if {' and '.join(map(index_src, conds))}:"):
-                g.line(f"{dst} = {value}")
-            with g.block("else:"):
-                g.line(f"{dst} = {fill}")
-
-
-def _concatenate(g, inst, operands, out):
-    dim = inst.attr("dimensions")[0]
-    off = 0
-    for x in operands:
-        xdims = _dims_of(x)
-        with g.loops(xdims) as idx:
-            dst = list(idx)
-            dst[dim] = Ix("+", idx[dim], off)
-            g.line(f"{out.name}[{_linear(out.dims, dst)}] = {x.name}[{_linear(xdims, idx)}]")
-        off += xdims[dim]
-
-
-_ARRAY_OPS = {"broadcast": _broadcast, "transpose": _transpose, "slice": _slice, "reverse": _reverse,
-              "dynamic-slice": _dynamic_slice, "iota": _iota, "pad": _pad, "concatenate": _concatenate,
-              "dot": _Generator.dot, "gather": _Generator.gather}
-
-
-def _simple_reducer(comp):
-    """The opcode of a reducer `op(p0, p1)` in ew.REDUCERS, else None."""
-    r, params = comp.root, comp.parameters
-    if len(params) == 2 and r.opcode in ew.REDUCERS and len(r.operands) == 2 \
-            and {id(o) for o in r.operands} == {id(p) for p in params}:
-        return r.opcode
-    return None
+    def guarded(self, inst, index, cases, default) -> str:
+        """res = default; if <conds of a case>: res = <its value>."""
+        res = self.g.fresh()
+        self.g.line(f"{res} = {default() if default is not None else _storage_src(inst.shape.element_type.name) + '(0)'}")
+        for conds, case in cases:
+            with self.g.block(f"if {' and '.join(map(index_src, conds))}:"):
+                self.g.line(f"{res} = {case()}")
+        return res
 
 
 def _placed(rank: int, *parts) -> list:
@@ -779,24 +724,6 @@ def _placed(rank: int, *parts) -> list:
     return index
 
 
-def _live(comp) -> set[int]:
-    """ids of the instructions the root depends on (everything here is side-effect free)."""
-    live, stack = set(), [comp.root]
-    while stack:
-        inst = stack.pop()
-        if id(inst) not in live:
-            live.add(id(inst))
-            stack += inst.operands
-    return live
-
-
-def _pure(comp) -> bool:
-    """Whether `comp` computes from its parameters alone (opcodes.PURE, calls of such computations)."""
-    return all(i.opcode in opcodes.PURE or i.opcode == "parameter"
-               or (i.opcode in ("call", "fusion") and _pure(i.called["to_apply" if i.opcode == "call" else "calls"]))
-               for i in comp.instructions)
-
-
 def _rebuild(like, leaves):
     return Tup([_rebuild(x, leaves) for x in like.items]) if isinstance(like, Tup) else next(leaves)
 
@@ -805,71 +732,8 @@ def _rebuild_shape(shape, leaves):
     return Tup([_rebuild_shape(s, leaves) for s in shape.tuple_shapes]) if shape.is_tuple else next(leaves)
 
 
-# -- the compiled function --------------------------------------------------------------------------------
-class ProgramKernel:
-    """A compiled region: `kernel(*operands)` -> the value (arrays, tuples nested as the result shape)."""
-
-    def __init__(self, source: str, key: str, operand_shapes, result_shape, consts):
-        self._fn = None
-        self.source = source
-        self.key = key
-        self._operands = operand_shapes
-        self._params = [leaf for s in operand_shapes for leaf in _shape_leaves(s)]
-        self._result = result_shape
-        self._consts = consts
-        self.lines = source.count("\n")
-
-    @property
-    def fn(self):
-        if self._fn is None:
-            self._fn = load_kernel(self.source, self.key)
-        return self._fn
-
-    @property
-    def signature(self) -> tuple:
-        """Operands and constants are never written: read-only, one specialisation (cache.compile_signature)."""
-        return tuple([array_arg(ew.STORAGE[et], 1, True) for _, et in self._params]
-                     + [array_arg(c.dtype, 1, True) for c in self._consts])
-
-    @property
-    def compile_task(self) -> tuple:
-        """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
-        return self.key, self.source, self.signature
-
-    def compile(self):
-        compile_signature(self.fn, self.signature, self.lines)
-        return self
-
-    def __call__(self, *operands):
-        flat = [x for v, s in zip(operands, self._operands) for x in _flatten(v, s)]
-        args = []
-        for a, (dims, et) in zip(flat, self._params):
-            a = np.asarray(a)
-            a = a if a.flags.c_contiguous else a.copy()     # (np.ascontiguousarray makes 0-d arrays 1-d)
-            if et in ("f16", "bf16"):
-                a = a.view(np.uint16)
-            if a.dtype != ew.STORAGE[et] or a.shape != dims:
-                raise TypeError(f"program operand: expected {et}{list(dims)}, got {a.dtype}{list(a.shape)}")
-            args.append(a.reshape(-1))
-        results = iter(self.fn(*args, *self._consts))
-        return _unflatten(self._result, results)
-
-
-def _flatten(value, shape):
-    if shape.is_tuple:
-        return [x for v, s in zip(value, shape.tuple_shapes) for x in _flatten(v, s)]
-    return [value]
-
-
-def _unflatten(shape, results):
-    if shape.is_tuple:
-        return tuple(_unflatten(s, results) for s in shape.tuple_shapes)
-    a = next(results).reshape(shape.dims)
-    return a.view(shape.dtype) if shape.element_type.is_half_float else a
-
-
 def _generate(inst, options: Options):
-    gen = _Generator(options)
+    gen = LoopGenerator(options)
     args = []
     for k, (dims, et) in enumerate(leaf for o in inst.operands for leaf in _shape_leaves(o.shape)):
         gen.n += 1
@@ -902,4 +766,5 @@ def compile_program(inst, options: Options = Options()):
     except RecursionError:      # computations nested deeper than Python's recursion limit
         raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
     key = source_key(source, "p")
-    return ProgramKernel(source, key, [o.shape for o in inst.operands], inst.shape, gen.consts)
+    params = [leaf for o in inst.operands for leaf in _shape_leaves(o.shape)]
+    return ProgramKernel(source, key, [o.shape for o in inst.operands], params, inst.shape, gen.consts)

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import ml_dtypes
 import numpy as np
 
+from ..ir import opcodes
 from ..ir.dtypes import ElementType, element_type
 
 # -- the expression ------------------------------------------------------------------------------------------
@@ -320,13 +321,6 @@ for _cls, _orders in _ORDERS.items():
         for _d in DIRECTIONS:
             DEFINITIONS.setdefault(compare_opcode(_d, _order), {})[_cls] = _compare(_d, _order)
 
-# Operand counts (2 unless listed).
-_ARITY = {"abs": 1, "negate": 1, "sign": 1, "not": 1, "copy": 1, "popcnt": 1, "count-leading-zeros": 1,
-          "round-nearest-afz": 1, "rsqrt": 1, "logistic": 1, "is-finite": 1, "clamp": 3, "select": 3,
-          **dict.fromkeys(_FLOAT_SIMPLE_UNARY, 1),
-          **dict.fromkeys(_FLOAT_CALLS, 1)}
-
-
 # -- XLA:CPU's own f32 approximations (the `transcendentals = "xla-cpu"` rule) -----------------------------------
 # Read off the LLVM IR and machine code XLA:CPU (jaxlib 0.10.2, x86-64 with AVX-512) emits for f32 exp, log,
 # log1p, expm1, tanh and erf (XLA_FLAGS=--xla_dump_to: *.ir-with-opt.ll, *.o): operation by operation in f32,
@@ -473,7 +467,8 @@ def approximated(opcode: str, element_type_name: str, transcendentals: str) -> b
 
 
 def arity(opcode: str) -> int:
-    return _ARITY.get(opcode, 2)
+    """A definition's operand count: its opcode's (ir/opcodes.py; the compare keys are compare's)."""
+    return opcodes.elementwise_arity(opcode.split(" ", 1)[0])
 
 
 def type_class(kind: str) -> str | None:

@@ -63,16 +63,10 @@ def called(inst, *keys):
 def binary_kind(comp, nparams: int = 2) -> str | None:
     """'add'/'maximum'/... if `comp`'s root is that op applied to its two parameters; 'replace' if the
     root is parameter 1 (scatter's overwrite); None otherwise."""
-    params, root = comp.parameters, comp.root
+    params = comp.parameters
     if len(params) != nparams or nparams != 2:
         return None
-    if root is params[1]:
-        return "replace"
-    if root.opcode in opcodes.REDUCER_OPS and len(root.operands) == 2:
-        a, b = root.operands
-        if (a is params[0] and b is params[1]) or (a is params[1] and b is params[0]):
-            return root.opcode
-    return None
+    return "replace" if comp.root is params[1] else opcodes.reducer_opcode(comp)
 
 
 def is_low_float(dtype) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from ..errors import UnsupportedError
+from ..ir import opcodes
 from ..ir.shape_inference import check_shape
 from ..options import Options
 
@@ -84,35 +85,6 @@ def async_shorthand(opcode: str) -> tuple[str, str] | None:
     return None
 
 
-# The operand counts XLA's parser accepts (hlo_parser.cc CreateInstruction: ParseOperands with an expected
-# size; reduce and reduce-window pairs, scatter's odd count): (least, most or None, step). Opcodes not listed
-# take any number (tuple, call, fusion, custom-call, async-start, after-all, scan, ...).
-_ONE = ("abs", "cbrt", "ceil", "cosine", "count-leading-zeros", "erf", "exponential", "exponential-minus-one",
-        "floor", "imag", "is-finite", "log", "log-plus-one", "logistic", "negate", "not", "popcnt", "real",
-        "round-nearest-afz", "round-nearest-even", "rsqrt", "sign", "sine", "sqrt", "tan", "tanh", "copy",
-        "bitcast", "bitcast-convert", "convert", "reshape", "transpose", "broadcast", "reverse", "slice",
-        "reduce-precision", "get-dimension-size", "copy-start", "copy-done", "fft", "cholesky",
-        "get-tuple-element", "topk", "opt-barrier", "optimization-barrier", "domain", "infeed", "recv", "send-done",
-        "recv-done", "all-reduce-done", "all-gather-done", "collective-permute-done", "async-update", "async-done",
-        "while", "rng-bit-generator")
-_TWO = ("add", "atan2", "complex", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract",
-        "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical", "compare", "pad",
-        "gather", "triangular-solve", "add-dependency", "send", "set-dimension-size", "stochastic-convert",
-        "outfeed", "convolution", "mulhi")
-ARITY: dict[str, tuple[int, int | None, int]] = {
-    **{o: (0, 0, 1) for o in ("constant", "iota", "partition-id", "replica-id", "rng-get-and-update-state")},
-    **{o: (1, 1, 1) for o in _ONE}, **{o: (2, 2, 1) for o in _TWO},
-    **{o: (3, 3, 1) for o in ("select", "clamp", "batch-norm-training", "select-and-scatter", "ragged-dot")},
-    "scaled-dot": (4, 4, 1), "batch-norm-inference": (5, 5, 1), "batch-norm-grad": (5, 5, 1),
-    "ragged-all-to-all": (6, 6, 1), "dot": (2, 4, 1),            # a sparse dot adds its metadata operands
-    "rng": (2, 3, 1),                                             # StableHLO's rng may add the result's dims
-    **{o: (1, None, 1) for o in ("dynamic-slice", "concatenate", "sort", "conditional", "map", "all-reduce",
-                                 "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
-                                 "all-to-all", "collective-broadcast", "collective-permute",
-                                 "collective-permute-start", "dynamic-reshape")},
-    "dynamic-update-slice": (2, None, 1), "reduce": (2, None, 2), "reduce-window": (2, None, 2),
-    "scatter": (3, None, 2),
-}
 # Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference). A bitcast keeps
 # its operand's shape, tuples too: the GPT seed's partitioned module bitcasts its loop state tuple.
 TUPLE_RESULTS = frozenset({
@@ -125,12 +97,11 @@ TUPLE_RESULTS = frozenset({
     "add-dependency"})
 # Opcodes whose operands are arrays (XLA's shape inference refuses tuples and tokens there): elementwise math,
 # movement, contractions, reductions, indexing. Their prepares may take every operand's dtype for granted.
-ARRAY_OPERANDS = frozenset(_ONE[:_ONE.index("copy")] + _TWO[:_TWO.index("pad")] + (
-    "bitcast-convert", "convert", "reshape", "transpose", "broadcast", "reverse", "slice", "reduce-precision",
-    "fft", "cholesky", "topk", "pad", "gather", "triangular-solve", "stochastic-convert", "convolution", "mulhi",
-    "select", "clamp", "dot", "scaled-dot", "ragged-dot", "dynamic-slice", "dynamic-update-slice", "concatenate",
-    "sort", "map", "reduce", "reduce-window", "scatter", "select-and-scatter", "batch-norm-training",
-    "batch-norm-inference", "batch-norm-grad"))
+ARRAY_OPERANDS = (opcodes.ELEMENTWISE - {"copy"}) | frozenset((
+    "reshape", "transpose", "broadcast", "reverse", "slice", "fft", "cholesky", "topk", "pad", "gather",
+    "triangular-solve", "stochastic-convert", "convolution", "dot", "scaled-dot", "ragged-dot", "dynamic-slice",
+    "dynamic-update-slice", "concatenate", "sort", "map", "reduce", "reduce-window", "scatter", "select-and-scatter",
+    "batch-norm-training", "batch-norm-inference", "batch-norm-grad"))
 # ... and whose result is one array too (the rest of ARRAY_OPERANDS may make tuples: variadic reduce, sort, ...)
 ARRAY_RESULT = ARRAY_OPERANDS - TUPLE_RESULTS
 # The computations XLA's parser requires (one of the alternatives, each a tuple of attribute keys).
@@ -144,8 +115,8 @@ CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 
 def operand_count_ok(opcode: str, n: int) -> bool:
-    """Whether XLA's parser takes `opcode` with `n` operands (ARITY)."""
-    least, most, step = ARITY.get(opcode, (0, None, 1))
+    """Whether XLA's parser takes `opcode` with `n` operands (opcodes.OPERAND_COUNTS)."""
+    least, most, step = opcodes.OPERAND_COUNTS.get(opcode, (0, None, 1))
     return least <= n and (most is None or n <= most) and (n - least) % step == 0
 
 
@@ -155,7 +126,7 @@ def check_form(inst, opcode: str) -> None:
     (ir/shape_inference.py, as XLA's verifier; UnsupportedError): what every op's prepare may take for granted."""
     n = len(inst.operands)
     if not operand_count_ok(opcode, n):
-        least, most, step = ARITY.get(opcode, (0, None, 1))
+        least, most, step = opcodes.OPERAND_COUNTS.get(opcode, (0, None, 1))
         wanted = str(least) if most == least else f"{least} or more" if most is None else f"{least} to {most}"
         if step == 2:
             wanted += f" ({'even' if least % 2 == 0 else 'odd'})"
