@@ -73,9 +73,6 @@ def test_the_package_passes_its_linter():
 
 # -- import cycles ----------------------------------------------------------------------------------------------
 PACKAGE = ROOT / "hloexec"
-# Cycles known and being removed (issue 30: tools/ around cli.py, split into per-command modules): each a set of
-# modules. A cycle found must lie inside one of these; one of these gone must leave this list.
-KNOWN_CYCLES: list[set] = []
 
 
 def _module_name(path: Path) -> str:
@@ -175,18 +172,12 @@ def test_no_import_cycles():
     """No module of hloexec imports, directly or not, a module that imports it back: imports inside functions
     count (a lazy import hides a cycle, it does not remove it; only optional dependencies, jax, ray, matplotlib,
     scipy, are imported inside functions for a reason of their own, and they import nothing of hloexec)."""
-    cycles = import_cycles(import_graph())
-    unknown = [sorted(c) for c in cycles if not any(c <= known for known in KNOWN_CYCLES)]
-    assert not unknown, f"import cycles: {unknown}"
-    gone = [sorted(known) for known in KNOWN_CYCLES if not any(c <= known for c in cycles)]
-    assert not gone, f"these known cycles are gone: remove them from KNOWN_CYCLES: {gone}"
+    cycles = [sorted(c) for c in import_cycles(import_graph())]
+    assert not cycles, f"import cycles: {cycles}"
 
 
 # -- the line budget ----------------------------------------------------------------------------------------------
 MODULE_LINES, FUNCTION_LINES = 800, 100
-# Over the budget and being split (issue 30: the CLI into per-command modules, the compiled tiers onto one element
-# layer): each must shrink under it, and then leave this list.
-KNOWN_OVER_BUDGET = {"kernels/fusion.py", "kernels/program.py"}
 
 
 def over_budget() -> dict[str, int]:
@@ -210,10 +201,7 @@ def test_modules_and_functions_keep_to_the_line_budget():
     """No module over 800 lines, no function over 100: a reader finds a part by its module and reads a function
     whole."""
     found = over_budget()
-    unknown = {name: lines for name, lines in found.items() if name not in KNOWN_OVER_BUDGET}
-    assert not unknown, f"over the line budget ({MODULE_LINES} a module, {FUNCTION_LINES} a function): {unknown}"
-    within = sorted(KNOWN_OVER_BUDGET - set(found))
-    assert not within, f"within the budget now: remove them from KNOWN_OVER_BUDGET: {within}"
+    assert not found, f"over the line budget ({MODULE_LINES} a module, {FUNCTION_LINES} a function): {found}"
 
 
 # -- types ----------------------------------------------------------------------------------------------------------
@@ -224,15 +212,15 @@ MYPY_KNOWN = {
     5, "ir/attributes/metadata.py": 1, "ir/attributes/syntax.py": 2, "ir/compiled_for.py": 3, "ir/fma.py": 7,
     "ir/literal.py": 15, "ir/module.py": 9, "ir/shape.py": 12, "ir/shape_inference.py": 6, "ir/shardy.py": 2,
     "jax.py": 12, "kernels/codegen.py": 2, "kernels/dot_algorithms.py": 3, "kernels/elementwise.py": 3,
-    "kernels/fusion.py": 5, "kernels/program.py": 2, "kernels/semantics.py": 4, "ops/contraction.py": 2,
-    "ops/custom_call/cudnn.py": 1, "ops/custom_call/lapack.py": 1, "ops/elementwise.py": 2, "ops/indexing.py": 3,
-    "ops/movement.py": 2, "ops/reduction.py": 1, "ops/tiles.py": 3, "parser/build.py": 14, "parser/scan.py": 1,
-    "spmd/memory.py": 3, "spmd/shardings.py": 4, "tools/bisect.py": 12, "tools/bounds.py": 2,
-    "tools/collectives.py": 2, "tools/commands/export.py": 1, "tools/commands/extract.py": 4,
-    "tools/commands/numerics.py": 1, "tools/commands/run.py": 2, "tools/common.py": 2, "tools/compare.py": 1,
-    "tools/costmodel.py": 1, "tools/diff.py": 18, "tools/dumpdir.py": 17, "tools/export.py": 12, "tools/extract.py":
-    6, "tools/graph.py": 3, "tools/hloproto.py": 11, "tools/match.py": 7, "tools/memory.py": 4, "tools/minimize.py":
-    6, "tools/nonfinite.py": 5, "tools/numerics.py": 5, "tools/plugins.py": 3, "tools/report.py": 1,
+    "kernels/mkl.py": 2, "kernels/semantics.py": 3, "ops/contraction.py": 2, "ops/custom_call/cudnn.py": 1,
+    "ops/custom_call/lapack.py": 1, "ops/elementwise.py": 2, "ops/indexing.py": 3, "ops/movement.py": 2,
+    "ops/reduction.py": 1, "ops/tiles.py": 3, "parser/build.py": 14, "parser/scan.py": 1, "spmd/memory.py": 3,
+    "spmd/shardings.py": 4, "tools/bisect.py": 12, "tools/bounds.py": 2, "tools/collectives.py": 2,
+    "tools/commands/export.py": 1, "tools/commands/extract.py": 4, "tools/commands/numerics.py": 1,
+    "tools/commands/run.py": 2, "tools/common.py": 2, "tools/compare.py": 1, "tools/costmodel.py": 1,
+    "tools/diff.py": 18, "tools/dumpdir.py": 17, "tools/export.py": 12, "tools/extract.py": 6, "tools/graph.py": 3,
+    "tools/hloproto.py": 11, "tools/match.py": 7, "tools/memory.py": 4, "tools/minimize.py": 6,
+    "tools/nonfinite.py": 5, "tools/numerics.py": 5, "tools/plugins.py": 3, "tools/report.py": 1,
     "tools/shadow_runs.py": 5, "tools/stats.py": 4, "tools/verdict.py": 4, "tools/xla_cpu.py": 1,
 }
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..ir.compiled_for import ynn_computations
 from ..ir.dtypes import element_type
-from . import semantics
+from . import approximations, semantics
 
 # Element types the kernels handle, and the numpy constructor of each one's compute type.
 COMPUTE = {
@@ -119,8 +119,8 @@ def store_src(name: str, expr: str) -> str:
 
 
 # XLA:CPU's f32 approximations (transcendentals = "xla-cpu"): the Numba helper of each (kernels/scalar.py makes
-# them from semantics.approximation_src at their first import; a kernel imports those it calls, codegen.py)
-XLA_CPU_HELPERS = {op: "xla_cpu_" + op.replace("-", "_") for op in semantics.XLA_CPU_APPROXIMATIONS}
+# them from approximations.approximation_src at their first import; a kernel imports those it calls, codegen.py)
+XLA_CPU_HELPERS = {op: "xla_cpu_" + op.replace("-", "_") for op in approximations.XLA_CPU_APPROXIMATIONS}
 
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
 HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32",
@@ -157,7 +157,7 @@ _NARROW = {"f32": "np.float32", "f16": "narrow_to_f16", "bf16": "narrow_to_bf16"
 def unary_src(opcode: str, name: str, x: str, transcendentals: str = "accurate") -> str | None:
     """Source of a unary elementwise op on a value of element type `name` (result in the same type), f32
     transcendentals by the `transcendentals` rule (hloexec.options.devices.TRANSCENDENTALS)."""
-    if semantics.approximated(opcode, name, transcendentals):
+    if approximations.approximated(opcode, name, transcendentals):
         return f"{XLA_CPU_HELPERS[opcode]}({x})"
     if name in _NARROW and opcode in _WIDE_UNARY:
         return f"{_NARROW[name]}({_WIDE_UNARY[opcode]}({x}))"
@@ -166,7 +166,7 @@ def unary_src(opcode: str, name: str, x: str, transcendentals: str = "accurate")
 
 def binary_src(opcode: str, name: str, a: str, b: str, transcendentals: str = "accurate") -> str | None:
     """Source of a binary elementwise op (not compare) with both operands and the result of type `name`."""
-    if semantics.approximated(opcode, name, transcendentals):
+    if approximations.approximated(opcode, name, transcendentals):
         return f"{XLA_CPU_HELPERS[opcode]}({a}, {b})"
     return _table_src(opcode, name, a, b)
 

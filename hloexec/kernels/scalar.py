@@ -14,7 +14,7 @@ from llvmlite import ir
 from numba import njit, types, vectorize
 from numba.extending import intrinsic
 
-from . import semantics
+from . import approximations, semantics
 
 from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32,  # noqa: F401
                    bitcast_f64_to_i64, bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64,
@@ -221,11 +221,11 @@ def numpy_ufunc(name: str, arity: int = 1):
 
 
 def _xla_cpu_approximation(opcode: str):
-    """The Numba function of XLA:CPU's f32 approximation of `opcode` (semantics.XLA_CPU_APPROXIMATIONS)."""
+    """The Numba function of XLA:CPU's f32 approximation of `opcode` (approximations.XLA_CPU_APPROXIMATIONS)."""
     from .elementwise import COMPUTE, literal_src
     namespace = {name: globals()[name] for name in ("np", "fma_f32", "bitcast_f32_to_i32", "bitcast_i32_to_f32",
                                                     "rsqrt_estimate", *semantics.LIBM_F32.values())}
-    exec(semantics.approximation_src(opcode, "approximation", compute=COMPUTE, literal=literal_src), namespace)
+    exec(approximations.approximation_src(opcode, "approximation", compute=COMPUTE, literal=literal_src), namespace)
     return njit(inline="always")(namespace["approximation"])
 
 

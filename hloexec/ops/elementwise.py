@@ -42,7 +42,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..kernels import semantics
+from ..kernels import approximations, semantics
 from .common import SUB_BYTE_CONTAINER, as_unsigned
 from .registry import ALL, FLOATS, op
 
@@ -215,7 +215,8 @@ def _device_approximation(inst, ctx):
     """The device's own approximation of f32 op `inst` (the `transcendentals` rule: XLA:CPU's), or None: its
     compiled tier's helper as a ufunc (the numpy form, tens of numpy passes with exact FMAs, is ~100x slower)
     unless Numba is off."""
-    if not semantics.approximated(inst.opcode, inst.shape.element_type.name, ctx.options.device.transcendentals):
+    if not approximations.approximated(inst.opcode, inst.shape.element_type.name,
+                                       ctx.options.device.transcendentals):
         return None
     if ctx.use_numba:
         from ..kernels.elementwise import XLA_CPU_HELPERS
@@ -223,7 +224,7 @@ def _device_approximation(inst, ctx):
         ufunc = numpy_ufunc(XLA_CPU_HELPERS[inst.opcode], semantics.arity(inst.opcode))
         return lambda *xs: np.asarray(ufunc(*xs))
     from ..kernels import scalar  # noqa: F401  (registers the machine's primitives with the semantics table)
-    return semantics.numpy_form(inst.opcode, "float", np.dtype(np.float32), 32, approximation=True)
+    return approximations.numpy_approximation(inst.opcode)
 
 
 # Ops whose float definition may return an operand's NaN as it is (see float_lifted).

@@ -51,7 +51,7 @@ REDUCTIONS = ("accumulate", "per-step", "xla-cpu")
 # How f32 transcendentals (exp, log, tanh, log1p, expm1, erf, logistic) compute. "accurate": to the nearest f32 but
 # where the exact value lies within about 2**-51 of a rounding boundary (numpy, the compiled tier's float64 helpers).
 # "xla-cpu": XLA:CPU's own approximations (its f32 polynomials as its LLVM IR spells them, each multiply-add one
-# FMA where LLVM contracts it: kernels/semantics.py, XLA_CPU_APPROXIMATIONS).
+# FMA where LLVM contracts it: kernels/approximations.py).
 TRANSCENDENTALS = ("accurate", "xla-cpu")
 
 
