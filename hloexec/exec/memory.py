@@ -45,7 +45,7 @@ class PlanMemory:
             live -= b.ends[k]
         return series
 
-    def buffer_lives(self) -> list["BufferLife"]:
+    def buffer_lives(self) -> list[BufferLife]:
         """The parameters (the caller holds them to the end), then every buffer the steps make, in the order they
         are made: its bytes, the steps that make and last hold it, the steps that read it (through views too),
         and what keeps it past its last reader (an output, a folded value, an output recycled from the last
@@ -79,7 +79,7 @@ class PlanMemory:
         """Bytes of the parameter-independent values this plan keeps after its first run."""
         return self._buffers().held
 
-    def _buffers(self) -> "_Buffers":
+    def _buffers(self) -> _Buffers:
         """Bytes of the buffers each step makes, bytes of those no value holds after it, and the bytes of the
         folded values (held from the start). A value's storage is a set of buffers (a tuple of such, for tuples):
         views share their operand's, tuple and get-tuple-element pick theirs out of their operands'."""

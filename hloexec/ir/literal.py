@@ -527,21 +527,21 @@ def _float_strings(arr: np.ndarray, etype) -> list[str]:
         d = flat.astype(np.float64)
     name = etype.name
     if name == "f32":
-        strs = ["%.6g" % v for v in d.tolist()]
+        strs = [f"{v:.6g}" for v in d.tolist()]
         with np.errstate(all="ignore"):
             back = np.array(strs, dtype=np.float64).astype(np.float32) if strs else np.zeros(0, np.float32)
         redo = np.nonzero((back != flat) & ~np.isnan(flat))[0]
         for i in redo.tolist():
-            strs[i] = "%.9g" % d[i]
+            strs[i] = f"{d[i]:.9g}"
     elif name == "f64":
-        strs = ["%.15g" % v for v in d.tolist()]
+        strs = [f"{v:.15g}" for v in d.tolist()]
         back = np.array(strs, dtype=np.float64) if strs else np.zeros(0)
         redo = np.nonzero((back != flat) & ~np.isnan(flat))[0]
         for i in redo.tolist():
-            strs[i] = "%.17g" % d[i]
+            strs[i] = f"{d[i]:.17g}"
     else:
-        fmt = "%%.%dg" % _max_digits10(etype)
-        strs = [fmt % v for v in d.tolist()]
+        digits = _max_digits10(etype)
+        strs = [f"{v:.{digits}g}" for v in d.tolist()]
     nan = np.nonzero(np.isnan(d))[0]
     if nan.size:
         ut = _UINT_OF_SIZE[flat.dtype.itemsize]

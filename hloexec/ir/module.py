@@ -81,7 +81,7 @@ class Instruction:
     __slots__ = ("name", "opcode", "shape", "operands", "_attrs", "_attr_rows", "_args", "computation", "users",
                  "line", "column", "is_root", "called", "_decoded", "__weakref__")
 
-    def __init__(self, name: str, opcode: str, shape: Shape, operands: list["Instruction"],
+    def __init__(self, name: str, opcode: str, shape: Shape, operands: list[Instruction],
                  attrs: dict[str, str] | None = None, args: str | TextSpan = "", line: int = 0, column: int = 0,
                  attr_rows: tuple[AttrTable, int, int] | None = None):
         self.name = name
@@ -142,7 +142,7 @@ class Instruction:
             raise self.attr_error(key, str(e)) from None
         return value
 
-    def with_operands(self, operands: list["Instruction"]) -> "Instruction":
+    def with_operands(self, operands: list[Instruction]) -> Instruction:
         """A copy (outside any computation) reading `operands`: same name, shape, attributes and source site."""
         copy = Instruction(self.name, self.opcode, self.shape, operands, self._attrs, self._args, self.line,
                            self.column, self._attr_rows)
@@ -152,7 +152,7 @@ class Instruction:
             o.users.append(copy)
         return copy
 
-    def wrapped_as(self, opcode: str, shape: Shape) -> "Instruction":
+    def wrapped_as(self, opcode: str, shape: Shape) -> Instruction:
         """This instruction seen as the op an async shorthand wraps (XLA reads `all-to-all-start(x), ...` as an
         async-start whose computation is one all-to-all): `opcode` with the wrapped result `shape`, the same
         operands, attributes, called computations and source site; no instruction's user."""
@@ -180,7 +180,7 @@ class Instruction:
         return key in self.attrs
 
     @property
-    def called_computations(self) -> list["Computation"]:
+    def called_computations(self) -> list[Computation]:
         out = []
         for value in self.called.values():
             out.extend(value if isinstance(value, list) else [value])
@@ -275,7 +275,7 @@ class Computation:
                 inst.computation = self
 
     @classmethod
-    def of_tables(cls, name: str, tables, row: int, is_entry: bool, attrs: dict[str, str], line: int) -> "Computation":
+    def of_tables(cls, name: str, tables, row: int, is_entry: bool, attrs: dict[str, str], line: int) -> Computation:
         """A parsed computation, not built yet (as `Computation(name, None, None, signature=None, ...)`, without
         keyword handling: a dump's ~10^4 computations are made in every parse)."""
         comp = cls.__new__(cls)

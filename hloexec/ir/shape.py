@@ -38,7 +38,7 @@ class Shape:
     dims: tuple[int, ...] = ()
     dynamic: tuple[bool, ...] = ()                  # True where written `<=N` (N is the bound)
     layout: Layout | None = None
-    tuple_shapes: tuple["Shape", ...] | None = None
+    tuple_shapes: tuple[Shape, ...] | None = None
     is_buffer: bool = False                         # written b(f32[8]): a buffer holding that array
 
     # -- structure --------------------------------------------------------------
@@ -83,7 +83,7 @@ class Shape:
             for index, leaf in s.leaves():
                 yield (i, *index), leaf
 
-    def at(self, index) -> "Shape":
+    def at(self, index) -> Shape:
         shape = self
         for i in index:
             shape = shape.tuple_shapes[i]
@@ -101,7 +101,7 @@ class Shape:
         return self.minor_to_major == tuple(range(self.rank - 1, -1, -1))
 
     # -- comparison and printing ----------------------------------------------
-    def same_dims_and_type(self, other: "Shape") -> bool:
+    def same_dims_and_type(self, other: Shape) -> bool:
         """Equal ignoring layouts (XLA's ShapeUtil::Compatible)."""
         if self.is_tuple or other.is_tuple:
             return (self.is_tuple and other.is_tuple and len(self.tuple_shapes) == len(other.tuple_shapes)

@@ -15,7 +15,7 @@ whose result type decides theirs (call, map, while, conditional, fusion, custom-
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .attributes import WindowDim
 from .opcodes import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY

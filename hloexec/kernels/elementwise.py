@@ -61,7 +61,7 @@ def ctype(name: str) -> str:
 
 
 def _unsigned(name: str) -> str:
-    return "np.uint%d" % BITS[name]
+    return f"np.uint{BITS[name]}"
 
 
 def _int_min(name: str) -> int:

@@ -176,21 +176,31 @@ def reshape_source(ar, in_dims, out_dims, index) -> list:
         gi, gj = [], []
         pi = pj = 1
         if i < len(in_dims):
-            gi.append(i); pi *= in_dims[i]; i += 1
+            gi.append(i)
+            pi *= in_dims[i]
+            i += 1
         if j < len(out_dims):
-            gj.append(j); pj *= out_dims[j]; j += 1
+            gj.append(j)
+            pj *= out_dims[j]
+            j += 1
         while pi != pj:
             if pi < pj:
                 need(i < len(in_dims), "reshape grouping")
-                gi.append(i); pi *= in_dims[i]; i += 1
+                gi.append(i)
+                pi *= in_dims[i]
+                i += 1
             else:
                 need(j < len(out_dims), "reshape grouping")
-                gj.append(j); pj *= out_dims[j]; j += 1
+                gj.append(j)
+                pj *= out_dims[j]
+                j += 1
         # trailing size-1 dims join the group
         while i < len(in_dims) and in_dims[i] == 1 and (j >= len(out_dims) or out_dims[j] != 1):
-            gi.append(i); i += 1
+            gi.append(i)
+            i += 1
         while j < len(out_dims) and out_dims[j] == 1 and (i >= len(in_dims) or in_dims[i] != 1):
-            gj.append(j); j += 1
+            gj.append(j)
+            j += 1
         gi = [d for d in gi if in_dims[d] != 1]
         gj = [d for d in gj if out_dims[d] != 1]
         if not gi:

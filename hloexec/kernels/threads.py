@@ -73,14 +73,14 @@ class _Pool:
         for i in range(workers):
             threading.Thread(target=self._serve, name=f"hloexec-{i}", daemon=True).start()
 
-    def post(self, queue: "_BlockQueue") -> None:
+    def post(self, queue: _BlockQueue) -> None:
         with self.wake:
             self.queue = queue
             self.generation[0] += 1
             if self.sleeping:
                 self.wake.notify_all()
 
-    def retire(self, queue: "_BlockQueue") -> None:
+    def retire(self, queue: _BlockQueue) -> None:
         """Drop a finished queue, and what its blocks reference, unless a newer one was posted."""
         with self.wake:
             if self.queue is queue:

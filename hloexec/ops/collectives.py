@@ -290,8 +290,8 @@ def collective_done(inst, ctx):
 # runs the same program, so each send is one exchange -- post to its targets, take from its source -- and
 # the recv-done of that channel hands over what came in.
 SEND_RECV_PAIRS = "_xla_send_recv_source_target_pairs"
-_CHANNELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # module -> {channel_id: {opcodes}}
-_RECEIVED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # ctx -> {(channel, device): deque}
+_CHANNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # module -> {channel_id: {opcodes}}
+_RECEIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # ctx -> {(channel, device): deque}
 
 
 def _send_recv_pairs(inst):

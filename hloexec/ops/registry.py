@@ -14,7 +14,8 @@ participant it runs as.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 from ..errors import UnsupportedError
 from ..ir import opcodes

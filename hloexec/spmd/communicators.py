@@ -44,7 +44,7 @@ class Mailboxes:
         self.finished: set[int] = set()
         self.failure: tuple[int, BaseException] | None = None
 
-    def endpoint(self, device_id: int) -> "ThreadCommunicator":
+    def endpoint(self, device_id: int) -> ThreadCommunicator:
         return ThreadCommunicator(self, device_id)
 
     def take_slot(self) -> None:

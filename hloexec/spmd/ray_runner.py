@@ -101,7 +101,7 @@ class RayMailboxes(Mailboxes):
         self.sent = self.delivered = 0                    # deliver calls made / served (the driver compares sums)
         self.moved = {"object_store": 0, "actor_calls": 0, "between_nodes": 0, "messages": 0}
 
-    def endpoint(self, device_id: int) -> "RayCommunicator":
+    def endpoint(self, device_id: int) -> RayCommunicator:
         return RayCommunicator(self, device_id)
 
     def post(self, source, seq, name, sends):

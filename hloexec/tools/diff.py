@@ -102,7 +102,7 @@ class Divergence:
     a_inst: Instruction                      # what is shown: the fusion when it ran compiled, else the value's own
     b_inst: Instruction
     how: str = ""                            # how the pair was matched
-    inside: "DiffReport | None" = None       # the two fused computations diffed op by op
+    inside: DiffReport | None = None       # the two fused computations diffed op by op
 
 
 @dataclass

@@ -86,7 +86,7 @@ _VARINT_TYPES = {"pred", "s32", "s64", "u32", "u64"}        # packed varints; th
 class Shape:
     element_type: str
     dims: tuple[int, ...] = ()
-    tuple_shapes: tuple["Shape", ...] = ()
+    tuple_shapes: tuple[Shape, ...] = ()
 
 
 def read_shape(data) -> Shape:

@@ -63,7 +63,7 @@ class Node:
     members: list[Instruction]      # every instruction holding it
     depth: int                      # of tap's computation below the entry (0: the entry)
     container: Instruction | None   # the entry instruction that runs the computation tap is in (None: depth 0)
-    operands: list["Node"] = field(default_factory=list)
+    operands: list[Node] = field(default_factory=list)
     order: int = 0                  # position in a topological order of the graph
 
     @property

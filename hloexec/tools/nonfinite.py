@@ -204,7 +204,7 @@ class NonfiniteTracker:
                                         for where, name in nan_sources)
         return origin
 
-    def report(self, outputs: list) -> "NonfiniteReport":
+    def report(self, outputs: list) -> NonfiniteReport:
         """The origins in execution order, with the outputs they reach (`outputs`: the run's flattened outputs),
         the intentional infinities that turned into NaN, and which outputs hold non-finite values."""
         bad_outputs = [i for i, o in enumerate(outputs)

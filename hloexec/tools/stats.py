@@ -146,7 +146,7 @@ class _Totals:
     while_loops: int = 0
     collectives: dict = field(default_factory=dict)
 
-    def add(self, other: "_Totals") -> None:
+    def add(self, other: _Totals) -> None:
         self.flops.update(other.flops)
         self.contractions.update(other.contractions)
         self.while_loops += other.while_loops

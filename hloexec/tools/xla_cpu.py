@@ -39,7 +39,8 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class XlaCpuError(RuntimeError):
     "parse", "convert", "compile", "execute", "inputs", "child", "timeout", "import" (no jax).
     """
 
-    def __init__(self, message: str, stage: str = "", returncode: Optional[int] = None):
+    def __init__(self, message: str, stage: str = "", returncode: int | None = None):
         super().__init__(message)
         self.message = message
         self.stage = stage
@@ -155,7 +156,7 @@ def _strip_layout(s: str) -> str:
 _ENTRY_RE = re.compile(r"^ENTRY\s+%?([^\s(]+)", re.M)
 
 
-def parse_with_xla(text: str) -> Dict[str, Any]:
+def parse_with_xla(text: str) -> dict[str, Any]:
     """Parse HLO text with XLA's own parser and summarize it.
 
     Note: ``hlo_module_from_text`` parses but does not run the HLO verifier (a
@@ -176,8 +177,8 @@ def parse_with_xla(text: str) -> Dict[str, Any]:
     """
     _, xc = _jax()
     mod = _parse_module(text)
-    comps: "OrderedDict[str, int]" = OrderedDict()
-    opcodes: Dict[str, List[str]] = {}
+    comps: OrderedDict[str, int] = OrderedDict()
+    opcodes: dict[str, list[str]] = {}
     for comp in mod.computations():
         instrs = comp.instructions()
         comps[comp.name] = len(instrs)
@@ -248,7 +249,7 @@ def _split_shape(rest: str) -> str:
     return rest
 
 
-def xla_instruction_shapes(text: str, with_layout: bool = False) -> Dict[str, str]:
+def xla_instruction_shapes(text: str, with_layout: bool = False) -> dict[str, str]:
     """{instruction name -> shape string} over all computations, via XLA's parser.
 
     Names are as XLA prints them (without '%').  Shapes have layouts stripped
@@ -256,7 +257,7 @@ def xla_instruction_shapes(text: str, with_layout: bool = False) -> Dict[str, st
     for well-formed input the names are the ones in the text.
     """
     mod = _parse_module(text)
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for comp in mod.computations():
         for ins in comp.instructions():
             line = ins.to_string().split("\n", 1)[0]
@@ -272,7 +273,7 @@ def xla_instruction_shapes(text: str, with_layout: bool = False) -> Dict[str, st
 # compile + run in process
 
 
-_CACHE: "OrderedDict[str, Tuple[Any, Any, Dict[str, float]]]" = OrderedDict()
+_CACHE: OrderedDict[str, tuple[Any, Any, dict[str, float]]] = OrderedDict()
 _CACHE_MAX = 16
 
 
@@ -316,7 +317,7 @@ def _leaf_shapes(shape) -> list:
     return [shape]
 
 
-def _check_inputs(pshape, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+def _check_inputs(pshape, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     params = []
     for p in pshape.parameter_shapes():
         params.extend(_leaf_shapes(p))  # tuple params: pass their leaves in order
@@ -339,7 +340,7 @@ def _check_inputs(pshape, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     return [np.asarray(a, order="C") for a in arrs]  # (ascontiguousarray makes 0-d 1-d)
 
 
-def _execute(exe, arrs: List[np.ndarray]) -> List[np.ndarray]:
+def _execute(exe, arrs: list[np.ndarray]) -> list[np.ndarray]:
     jax, _ = _jax()
     dev = jax.devices("cpu")[0]
     try:
@@ -352,7 +353,7 @@ def _execute(exe, arrs: List[np.ndarray]) -> List[np.ndarray]:
         raise XlaCpuError(_err_text(e), stage="execute") from e
 
 
-def run_on_xla_cpu(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+def run_on_xla_cpu(text: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Compile HLO text with XLA:CPU (in this process) and run it once.
 
     ``inputs`` are numpy arrays in entry-parameter order (dtype and shape must
@@ -366,7 +367,7 @@ def run_on_xla_cpu(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
 
 def run_on_xla_cpu_timed(
     text: str, inputs: Sequence[np.ndarray], warm_runs: int = 5
-) -> Tuple[List[np.ndarray], Dict[str, float]]:
+) -> tuple[list[np.ndarray], dict[str, float]]:
     """Like ``run_on_xla_cpu`` but never cached, returning (outputs, timings).
 
     timings (seconds): parse_s (XLA text parse), convert_s (HLO->StableHLO),
@@ -414,7 +415,7 @@ def _dtype_from_name(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def save_arrays(path: str, arrays: Dict[str, np.ndarray], compress: bool = False) -> None:
+def save_arrays(path: str, arrays: dict[str, np.ndarray], compress: bool = False) -> None:
     """np.savez that survives ml_dtypes (bf16, fp8, int4...).
 
     Plain numpy dtypes are stored as is.  Other dtypes are stored as the raw
@@ -422,8 +423,8 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], compress: bool = False
     names go into the extra key ``__dtypes__`` (a JSON string {key: name}).
     ``compress`` uses np.savez_compressed (np.load reads both).
     """
-    store: Dict[str, np.ndarray] = {}
-    names: Dict[str, str] = {}
+    store: dict[str, np.ndarray] = {}
+    names: dict[str, str] = {}
     for k, a in arrays.items():
         a = np.asarray(a, order="C")
         if _is_plain_numpy(a.dtype):
@@ -438,11 +439,11 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], compress: bool = False
     (np.savez_compressed if compress else np.savez)(path, **store)
 
 
-def load_arrays(path: str) -> "OrderedDict[str, np.ndarray]":
+def load_arrays(path: str) -> OrderedDict[str, np.ndarray]:
     """Inverse of ``save_arrays``: {key: array} in stored order (no ``__dtypes__``). A file numpy cannot read
     raises what np.load raises; an array that cannot be read, ValueError naming it (hloexec.tools.arrays says
     both to the user)."""
-    out: "OrderedDict[str, np.ndarray]" = OrderedDict()
+    out: OrderedDict[str, np.ndarray] = OrderedDict()
     with np.load(path, allow_pickle=False) as z:
         names = _stored_dtype_names(z)
         for k in z.files:
@@ -457,7 +458,7 @@ def load_arrays(path: str) -> "OrderedDict[str, np.ndarray]":
     return out
 
 
-def _stored_dtype_names(z) -> Dict[str, str]:
+def _stored_dtype_names(z) -> dict[str, str]:
     """``__dtypes__`` of an open npz: {key: ml_dtypes type name}."""
     if _DTYPES_KEY not in z.files:
         return {}
@@ -470,7 +471,7 @@ def _stored_dtype_names(z) -> Dict[str, str]:
     return {str(k): str(v) for k, v in names.items()}
 
 
-def _arg_key_order(keys) -> List[str]:
+def _arg_key_order(keys) -> list[str]:
     def idx(k):
         m = re.fullmatch(r"(?:arg|out)(\d+)", k)
         return int(m.group(1)) if m else 1 << 30
@@ -484,7 +485,7 @@ def _arg_key_order(keys) -> List[str]:
 
 def run_on_xla_cpu_isolated(
     text: str, inputs: Sequence[np.ndarray], timeout: float = 120
-) -> List[np.ndarray]:
+) -> list[np.ndarray]:
     """``run_on_xla_cpu`` in a fresh child process.
 
     XLA aborts the process (LOG(FATAL)/CHECK) on some inputs; here that

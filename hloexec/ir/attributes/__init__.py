@@ -126,7 +126,7 @@ def decode_word_list(raw: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def decode_bool_list(raw: str) -> "tuple[bool, ...] | bool":
+def decode_bool_list(raw: str) -> tuple[bool, ...] | bool:
     """parameter_replication / allow_spmd_* `{true,false}` or a single bool."""
     s = raw.strip()
     if s in ("true", "false"):

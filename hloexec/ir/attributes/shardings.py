@@ -10,7 +10,7 @@ from .syntax import _Bad, _Tokens
 from .values import ReplicaGroups, Sharding
 
 
-def _iota(dims, reshape, perm) -> "list[int]":
+def _iota(dims, reshape, perm) -> list[int]:
     """Device ids of an iota tile assignment: reshape(arange(N), reshape).transpose(perm).reshape(dims)."""
     import numpy as np
     n = math.prod(reshape)

@@ -66,7 +66,7 @@ _SIMPLE_ESCAPES = {"n": 10, "t": 9, "r": 13, "a": 7, "b": 8, "f": 12, "v": 11, "
 _ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|[xX]([0-9a-fA-F]+)|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))", re.S)
 
 
-def unescape(body: str) -> "str | bytes":
+def unescape(body: str) -> str | bytes:
     """absl::CUnescape of the text between the quotes. Byte escapes (\\377, \\xff) that do not form UTF-8
     with the rest give `bytes` (binary backend configs); otherwise `str`."""
     if "\\" not in body:
@@ -186,7 +186,7 @@ class _Tokens:
     def int(self) -> int:
         return _check_int64(int(self.expect("int")))
 
-    def int_list(self, open_="{", close="}", sep=",") -> "tuple[builtins.int, ...]":   # (int: the method above)
+    def int_list(self, open_="{", close="}", sep=",") -> tuple[builtins.int, ...]:   # (int: the method above)
         self.expect(open_)
         out = []
         if not self.eat(close):

@@ -90,7 +90,7 @@ class Sharding:
     last_tile_dim_replicate: bool = False
     last_tile_dims: tuple[str, ...] = ()          # subgroup types: manual, replicated, ...
     device: int | None = None                     # for maximal
-    elements: tuple["Sharding", ...] = ()         # for tuple
+    elements: tuple[Sharding, ...] = ()         # for tuple
     text: str = ""
 
 
