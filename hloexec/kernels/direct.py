@@ -1,0 +1,568 @@
+"""Generated kernels compiled straight to machine code with llvmlite, without Numba's typing and lowering.
+
+Numba takes ~10 ms per generated line, 60% of it in its own Python passes (bytecode analysis, typing, lowering,
+the CPython wrapper) and the rest in LLVM, which runs its O3 pipeline twice. Most generated kernels use a
+tiny part of Python: `for` over `range`, assignments, `if`, arithmetic on one float type, int64 index
+arithmetic, array loads and stores with `np.uint64` indices and a few numpy casts. `translate` turns such a
+source (given the kernel signature, kernels/cache.py) into LLVM IR directly, with Numba's meaning of each
+construct -- the same IEEE operations in the same order, no fast-math, so the same bits -- and `DirectKernel`
+compiles it with one O3 pipeline for this CPU, keeps the object code in the disk cache and calls it through
+cffi. A source using anything else raises `Untranslatable` and goes to Numba as before (kernels/cache.py).
+
+The rules this translator holds to where Python and Numba would allow more (each one declines):
+binary operations take operands of one type (f32, f64, or int64; bool for `&`, `|`); `//` and `%` take a
+positive integer literal (Python's floor semantics on int64); `np.float32`/`np.float64` convert from floats,
+int64, int32 and bool, `np.int32` and `np.uint64` from int64; indices are int64 (Numba's wraparound of a
+negative one kept) or `np.uint64` (none), one per dimension; calls: `range`, `min` of two int64,
+`np.sqrt`, `np.isfinite`, `f16_to_f32_simd`.
+
+Calling convention: `void kernel(i64 *args)`: per parameter in order, an array's data address then its dims,
+or a scalar's value. Arrays are C-contiguous (FusedKernel makes them so).
+"""
+from __future__ import annotations
+
+import ast
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+
+MAX_SCALARS = 2        # int64 parameters after the arrays (a parallel fusion's block bounds)
+
+
+class Untranslatable(Exception):
+    """The source uses something `translate` does not (it compiles through Numba instead)."""
+
+
+def _need(cond, why: str):
+    if not cond:
+        raise Untranslatable(why)
+
+
+# -- types ---------------------------------------------------------------------------------------------------
+# value types: the name of the numpy scalar type Numba gives the value
+_FLOATS = ("float32", "float64")
+_DTYPES = ("float32", "float64", "int64", "int32", "uint16", "bool")     # array element types translated
+
+
+def _ir_types():
+    from llvmlite import ir
+    return {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int64": ir.IntType(64),
+            "int32": ir.IntType(32), "uint64": ir.IntType(64), "uint16": ir.IntType(16), "bool": ir.IntType(1)}
+
+
+class _Array:
+    __slots__ = ("data", "dims", "dtype", "readonly")
+
+    def __init__(self, data, dims, dtype, readonly):
+        self.data, self.dims, self.dtype, self.readonly = data, dims, dtype, readonly
+
+
+class _Translator:
+    """One kernel's LLVM function, built statement by statement from the Python AST (single pass: the
+    generators define every name before its first use, in source order)."""
+
+    def __init__(self, fn_ast: ast.FunctionDef, signature, name: str, layout: dict):
+        from llvmlite import ir
+        self.ir = ir
+        self.T = _ir_types()
+        self.module = ir.Module(name=name)
+        i64, i32, i8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
+        ptr = i8.as_pointer()
+        self.fn = ir.Function(self.module, ir.FunctionType(i32, [ptr] + [i64] * MAX_SCALARS), name=name)
+        entry = self.fn.append_basic_block("entry")
+        self.alloca_builder = ab = ir.IRBuilder(entry)
+        mismatch = self.fn.append_basic_block("mismatch")
+        ir.IRBuilder(mismatch).ret(ir.Constant(i32, 1))
+        self.vars: dict[str, tuple] = {}        # name -> (alloca, type)
+        self.scalars: dict[str, object] = {}    # int64 parameters
+        self.arrays: dict[str, _Array] = {}
+        params = [a.arg for a in fn_ast.args.args]
+        _need(len(params) == len(signature), "parameter count")
+        n_arrays = sum(arg[0] == "array" for arg in signature)
+        _need(all(arg[0] == "array" for arg in signature[:n_arrays]), "a scalar parameter before an array")
+        _need(len(signature) - n_arrays <= MAX_SCALARS, "too many scalar parameters")
+
+        def field(base, offset, ty):
+            return ab.load(ab.bitcast(ab.gep(base, [ir.Constant(i64, offset)]), ty.as_pointer()))
+
+        def check(ok):     # the array is not what the signature says: return 1 (DirectKernel raises TypeError)
+            nxt = self.fn.append_basic_block("checked")
+            ab.cbranch(ok, nxt, mismatch)
+            ab.position_at_end(nxt)
+
+        for k, (pname, arg) in enumerate(zip(params, signature)):
+            if arg[0] != "array":
+                _need(arg == ("scalar", "int64"), f"scalar {arg}")
+                self.scalars[pname] = self.fn.args[1 + k - n_arrays]
+                continue
+            _, dtype, ndim, readonly = arg
+            _need(dtype in _DTYPES, f"array of {dtype}")
+            obj = field(self.fn.args[0], layout["tuple_items"] + 8 * k, ptr)
+            descr = field(obj, layout["descr"], ptr)
+            ok = ab.icmp_signed("==", field(obj, layout["nd"], i32), ir.Constant(i32, ndim))
+            nums = [ab.icmp_signed("==", field(descr, layout["type_num"], i32), ir.Constant(i32, n))
+                    for n in _type_nums(dtype)]
+            for n in nums[1:]:
+                nums[0] = ab.or_(nums[0], n)
+            ok = ab.and_(ok, nums[0])
+            ok = ab.and_(ok, ab.icmp_signed("!=", field(descr, layout["byteorder"], i8),
+                                            ir.Constant(i8, ord(layout["swapped"]))))
+            wanted = layout["c_contiguous"] | (0 if readonly else layout["writeable"])
+            flags = field(obj, layout["flags"], i32)
+            check(ab.and_(ok, ab.icmp_signed("==", ab.and_(flags, ir.Constant(i32, wanted)),
+                                              ir.Constant(i32, wanted))))
+            elt = i8 if dtype == "bool" else self.T[dtype]
+            data = ab.bitcast(field(obj, layout["data"], ptr), elt.as_pointer())
+            dims_ptr = ab.bitcast(field(obj, layout["dims"], ptr), i64.as_pointer())
+            dims = [ab.load(ab.gep(dims_ptr, [ir.Constant(i64, d)])) for d in range(ndim)]
+            self.arrays[pname] = _Array(data, dims, dtype, readonly)
+        body = self.fn.append_basic_block("body")
+        self.b = ir.IRBuilder(body)
+        self.statements(fn_ast.body)
+        self.b.ret(ir.Constant(i32, 0))
+        ab.branch(body)
+
+    # -- statements --------------------------------------------------------------------------------------
+    def statements(self, stmts):
+        for s in stmts:
+            self.statement(s)
+
+    def statement(self, s):
+        ir, b = self.ir, self.b
+        if isinstance(s, ast.Assign):
+            _need(len(s.targets) == 1, "multiple targets")
+            target = s.targets[0]
+            if isinstance(target, ast.Name):
+                value, ty = self.expr(s.value)
+                self.assign(target.id, value, ty)
+            elif isinstance(target, ast.Subscript):
+                arr, ptr = self.element(target)
+                _need(not arr.readonly, "store to a read-only array")
+                value, ty = self.expr(s.value)
+                value = self.convert(value, ty, arr.dtype)
+                b.store(b.zext(value, ir.IntType(8)) if arr.dtype == "bool" else value, ptr)
+            else:
+                raise Untranslatable("assignment target")
+        elif isinstance(s, ast.For):
+            self.for_range(s)
+        elif isinstance(s, ast.If):
+            cond = self.condition(s.test)
+            with b.if_else(cond) as (then, otherwise):
+                with then:
+                    self.statements(s.body)
+                with otherwise:
+                    self.statements(s.orelse)
+        elif isinstance(s, ast.Pass):
+            pass
+        else:
+            raise Untranslatable(type(s).__name__)
+
+    def assign(self, name, value, ty):
+        _need(name not in self.arrays and name not in self.scalars, "assignment to a parameter")
+        slot = self.vars.get(name)
+        if slot is None:
+            slot = (self.alloca_builder.alloca(self.T[ty], name=name), ty)
+            self.vars[name] = slot
+        _need(slot[1] == ty, f"{name} holds values of two types")
+        self.b.store(value, slot[0])
+
+    def for_range(self, s):
+        ir, b = self.ir, self.b
+        _need(isinstance(s.target, ast.Name) and not s.orelse, "for target")
+        call = s.iter
+        _need(isinstance(call, ast.Call) and _callee(call) == "range" and 1 <= len(call.args) <= 3
+              and not call.keywords, "for over something but range")
+        bounds = [self.int64(a) for a in call.args]
+        start, stop = (ir.Constant(self.T["int64"], 0), bounds[0]) if len(bounds) == 1 else bounds[:2]
+        step = 1
+        if len(call.args) == 3:
+            step = _int_literal(call.args[2])
+            _need(step is not None and step > 0, "range step not a positive literal")
+        header = self.fn.append_basic_block("for")
+        body = self.fn.append_basic_block("for.body")
+        end = self.fn.append_basic_block("for.end")
+        pre = b.block
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(self.T["int64"])
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, stop), body, end)
+        b.position_at_end(body)
+        self.assign(s.target.id, i, "int64")
+        self.statements(s.body)
+        i.add_incoming(b.add(i, ir.Constant(self.T["int64"], step)), b.block)
+        b.branch(header)
+        b.position_at_end(end)
+
+    # -- expressions: (llvm value, type name) -------------------------------------------------------------
+    def int64(self, e):
+        value, ty = self.expr(e)
+        _need(ty == "int64", f"an int64 expected, got {ty}")
+        return value
+
+    def condition(self, e):
+        value, ty = self.expr(e)
+        _need(ty == "bool", "condition not a bool")
+        return value
+
+    def expr(self, e):
+        ir, b, T = self.ir, self.b, self.T
+        if isinstance(e, ast.Name):
+            if e.id in self.scalars:
+                return self.scalars[e.id], "int64"
+            _need(e.id in self.vars, f"name {e.id}")
+            slot, ty = self.vars[e.id]
+            return b.load(slot), ty
+        if isinstance(e, ast.Constant):
+            v = e.value
+            if isinstance(v, bool):
+                return ir.Constant(T["bool"], int(v)), "bool"
+            if isinstance(v, int):
+                _need(-(1 << 63) <= v < (1 << 63), "int literal")
+                return ir.Constant(T["int64"], v), "int64"
+            if isinstance(v, float):
+                return ir.Constant(T["float64"], v), "float64"
+            raise Untranslatable("constant")
+        if isinstance(e, ast.Subscript):
+            arr, ptr = self.element(e)
+            value = b.load(ptr)
+            return (b.icmp_unsigned("!=", value, ir.Constant(ir.IntType(8), 0)), "bool") \
+                if arr.dtype == "bool" else (value, arr.dtype)
+        if isinstance(e, ast.BinOp):
+            return self.binop(e)
+        if isinstance(e, ast.UnaryOp):
+            value, ty = self.expr(e.operand)
+            if isinstance(e.op, ast.USub) and ty in _FLOATS:
+                return b.fneg(value), ty
+            if isinstance(e.op, ast.USub) and ty == "int64":
+                return b.neg(value), ty
+            if isinstance(e.op, ast.Not) and ty == "bool":
+                return b.not_(value), ty
+            raise Untranslatable(f"unary {type(e.op).__name__} on {ty}")
+        if isinstance(e, ast.Compare):
+            _need(len(e.ops) == 1, "chained comparison")
+            (x, tx), (y, ty) = self.expr(e.left), self.expr(e.comparators[0])
+            _need(tx == ty, f"comparison of {tx} and {ty}")
+            op = _COMPARE.get(type(e.ops[0]))
+            _need(op is not None, "comparison operator")
+            if tx in _FLOATS:      # Python: every comparison with NaN is False but !=
+                return (b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)), "bool"
+            if tx in ("int64", "int32"):
+                return b.icmp_signed(op, x, y), "bool"
+            _need(tx in ("uint64", "uint16", "bool"), f"comparison of {tx}")
+            return b.icmp_unsigned(op, x, y), "bool"
+        if isinstance(e, ast.BoolOp):       # of bools: both sides are pure, so no short circuit is needed
+            values = [self.condition(v) for v in e.values]
+            acc = values[0]
+            for v in values[1:]:
+                acc = b.and_(acc, v) if isinstance(e.op, ast.And) else b.or_(acc, v)
+            return acc, "bool"
+        if isinstance(e, ast.IfExp):        # branches: an arm may load where only its condition makes it valid
+            cond = self.condition(e.test)
+            then_bb, else_bb = self.fn.append_basic_block("if.then"), self.fn.append_basic_block("if.else")
+            end_bb = self.fn.append_basic_block("if.end")
+            b.cbranch(cond, then_bb, else_bb)
+            b.position_at_end(then_bb)
+            x, tx = self.expr(e.body)
+            then_end = b.block
+            b.branch(end_bb)
+            b.position_at_end(else_bb)
+            y, ty = self.expr(e.orelse)
+            else_end = b.block
+            b.branch(end_bb)
+            _need(tx == ty, f"conditional of {tx} and {ty}")
+            b.position_at_end(end_bb)
+            phi = b.phi(T[tx])
+            phi.add_incoming(x, then_end)
+            phi.add_incoming(y, else_end)
+            return phi, tx
+        if isinstance(e, ast.Call):
+            return self.call(e)
+        raise Untranslatable(type(e).__name__)
+
+    def binop(self, e):
+        b = self.b
+        op = type(e.op)
+        if op in (ast.FloorDiv, ast.Mod):
+            x = self.int64(e.left)
+            d = _int_literal(e.right)
+            _need(d is not None and d > 0, "// or % by anything but a positive literal")
+            c = self.ir.Constant(self.T["int64"], d)
+            q, r = b.sdiv(x, c), b.srem(x, c)
+            negative = b.icmp_signed("<", r, self.ir.Constant(self.T["int64"], 0))   # Python floors
+            if op is ast.FloorDiv:
+                return b.select(negative, b.sub(q, self.ir.Constant(self.T["int64"], 1)), q), "int64"
+            return b.select(negative, b.add(r, c), r), "int64"
+        (x, tx), (y, ty) = self.expr(e.left), self.expr(e.right)
+        _need(tx == ty, f"{op.__name__} of {tx} and {ty}")
+        if tx in _FLOATS:
+            f = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul, ast.Div: b.fdiv}.get(op)
+            _need(f is not None, f"{op.__name__} of floats")
+            return f(x, y), tx
+        if tx == "int64":
+            f = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul}.get(op)
+            _need(f is not None, f"{op.__name__} of int64")
+            return f(x, y), tx
+        if tx == "bool":
+            f = {ast.BitAnd: b.and_, ast.BitOr: b.or_}.get(op)
+            _need(f is not None, f"{op.__name__} of bools")
+            return f(x, y), tx
+        raise Untranslatable(f"{op.__name__} of {tx}")
+
+    def call(self, e):
+        ir, b = self.ir, self.b
+        name = _callee(e)
+        _need(not e.keywords, "keyword arguments")
+        args = e.args
+        if name in ("np.float32", "np.float64") and len(args) == 1:
+            to = name[3:]
+            literal = _float_literal(args[0])
+            if literal is not None:         # a literal: numpy's rounding of the Python float
+                return ir.Constant(self.T[to], float(np.dtype(to).type(literal))), to
+            value, ty = self.expr(args[0])
+            return self.convert(value, ty, to), to
+        if name in ("np.int32", "np.uint64") and len(args) == 1:
+            value = self.int64(args[0])
+            to = name[3:]
+            return (b.trunc(value, self.T["int32"]) if to == "int32" else value), to
+        if name == "min" and len(args) == 2:
+            x, y = self.int64(args[0]), self.int64(args[1])
+            return b.select(b.icmp_signed("<", y, x), y, x), "int64"     # Python: the first of equals
+        if name == "np.sqrt" and len(args) == 1:
+            value, ty = self.expr(args[0])
+            _need(ty in _FLOATS, f"sqrt of {ty}")
+            return b.call(self.module.declare_intrinsic("llvm.sqrt", [self.T[ty]]), [value]), ty
+        if name == "np.isfinite" and len(args) == 1:
+            value, ty = self.expr(args[0])
+            _need(ty in _FLOATS, f"isfinite of {ty}")
+            return b.fcmp_ordered("<", b.call(self.module.declare_intrinsic("llvm.fabs", [self.T[ty]]), [value]),
+                                  ir.Constant(self.T[ty], float("inf"))), "bool"
+        if name == "f16_to_f32_simd" and len(args) == 1:
+            value, ty = self.expr(args[0])
+            _need(ty == "uint16", "f16_to_f32_simd of a non-f16")
+            return b.fpext(b.bitcast(value, ir.HalfType()), self.T["float32"]), "float32"
+        raise Untranslatable(f"call of {name}")
+
+    def convert(self, value, ty, to):
+        """Numba's cast of a scalar from type `ty` to `to` (an array store or np.float32/np.float64)."""
+        b = self.b
+        if ty == to:
+            return value
+        if to in _FLOATS:
+            if ty in _FLOATS:
+                return b.fptrunc(value, self.T[to]) if to == "float32" else b.fpext(value, self.T[to])
+            if ty in ("int64", "int32"):
+                return b.sitofp(value, self.T[to])
+            if ty == "bool":
+                return b.uitofp(value, self.T[to])
+        raise Untranslatable(f"conversion of {ty} to {to}")
+
+    def element(self, sub: ast.Subscript):
+        """(array, pointer to the element) of `a[i, j, ...]`, one index per dimension (row-major)."""
+        ir, b = self.ir, self.b
+        _need(isinstance(sub.value, ast.Name) and sub.value.id in self.arrays, "subscript of a non-array")
+        arr = self.arrays[sub.value.id]
+        index = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+        _need(len(index) == len(arr.dims), "not one index per dimension")
+        offset = None
+        zero = ir.Constant(self.T["int64"], 0)
+        for ix, dim in zip(index, arr.dims):
+            value, ty = self.expr(ix)
+            if ty == "int64":       # Numba's wraparound of a negative index (none for uint64)
+                value = b.select(b.icmp_signed("<", value, zero), b.add(value, dim), value)
+            else:
+                _need(ty == "uint64", f"index of {ty}")
+            offset = value if offset is None else b.add(b.mul(offset, dim), value)
+        return arr, b.gep(arr.data, [offset])
+
+
+def _type_nums(dtype: str) -> list[int]:
+    """numpy's type numbers of `dtype` (int64 is two: C long and long long on LP64)."""
+    return sorted({np.dtype(c).num for c in np.typecodes["All"] if c not in "OMmVSUa" and np.dtype(c) == np.dtype(dtype)})
+
+
+_LAYOUT: list = []
+
+
+def object_layout() -> dict | None:
+    """Where a tuple's items and an ndarray's fields are in memory (CPython's and numpy's C structs: the public
+    ABI of numpy's PyArrayObject_fields and PyArray_Descr), probed on live objects once; None if any probe
+    fails (a free-threaded or unusual build): nothing is translated then."""
+    if not _LAYOUT:
+        import ctypes
+        import sys
+        head = object.__basicsize__
+        layout = {"tuple_items": tuple.__basicsize__, "data": head, "nd": head + 8, "dims": head + 16,
+                  "descr": head + 40, "flags": head + 48, "byteorder": head + 10, "type_num": head + 12,
+                  "c_contiguous": 0x1, "writeable": 0x400, "swapped": ">" if sys.byteorder == "little" else "<"}
+        a = np.zeros((2, 3), np.float32)
+        t = (a, a[:, ::2])
+
+        def word(address, ty=ctypes.c_void_p):
+            return ty.from_address(address).value
+        try:
+            ok = (word(id(t) + layout["tuple_items"]) == id(a) and word(id(t) + layout["tuple_items"] + 8) == id(t[1])
+                  and word(id(a) + layout["data"]) == a.ctypes.data and word(id(a) + layout["nd"], ctypes.c_int) == 2
+                  and [word(word(id(a) + layout["dims"]) + 8 * d, ctypes.c_int64) for d in range(2)] == [2, 3]
+                  and word(id(a) + layout["descr"]) == id(a.dtype)
+                  and word(id(a.dtype) + layout["type_num"], ctypes.c_int) == a.dtype.num
+                  and word(id(a.dtype) + layout["byteorder"], ctypes.c_char) == a.dtype.byteorder.encode()
+                  and word(id(a) + layout["flags"], ctypes.c_int) & 0x401 == 0x401
+                  and word(id(t[1]) + layout["flags"], ctypes.c_int) & 0x1 == 0)
+        except (OSError, ValueError):
+            ok = False
+        _LAYOUT.append(layout if ok else None)
+    return _LAYOUT[0]
+
+
+_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+
+def _callee(call: ast.Call) -> str:
+    f = call.func
+    if isinstance(f, ast.Name):
+        return f.id
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+        return f"{f.value.id}.{f.attr}"
+    return "?"
+
+
+def _int_literal(e):
+    return e.value if isinstance(e, ast.Constant) and type(e.value) is int else None
+
+
+def _float_literal(e):
+    """A float literal, negated or not (`np.float32(-0.5)`), else None."""
+    sign = 1.0
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        sign, e = -1.0, e.operand
+    if isinstance(e, ast.Constant) and type(e.value) is float:
+        return sign * e.value
+    return None
+
+
+def translate(source: str, signature, name: str) -> str:
+    """The LLVM IR of generated `source`'s `kernel` for `signature` (kernels/cache.py's plain tuples), as
+    function `name` (see the module's doc for how it is called); raises Untranslatable."""
+    layout = object_layout()
+    _need(layout is not None, "this Python's or numpy's object layout is not the one probed")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise Untranslatable(f"syntax: {e}") from None
+    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel"]
+    _need(len(fns) == 1, "no kernel function")
+    return str(_Translator(fns[0], signature, name, layout).module)
+
+
+# -- machine code ----------------------------------------------------------------------------------------------
+_LLVM_LOCK = threading.Lock()      # llvmlite's engine and target machine are not shared across threads
+_LLVM: dict = {}
+
+
+def _llvm():
+    """(llvmlite.binding, the host target machine, the execution engine), made once per process: for this
+    CPU (name and features, as Numba targets it), O3."""
+    if not _LLVM:
+        import llvmlite.binding as llvm
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                          opt=3, reloc="static", codemodel="jitdefault", jit=True)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        _LLVM.update(llvm=llvm, tm=tm, engine=engine)
+    return _LLVM["llvm"], _LLVM["tm"], _LLVM["engine"]
+
+
+def object_code(ir_text: str) -> bytes:
+    """Machine code (an object file) of LLVM IR `ir_text`, optimised by LLVM's O3 pipeline with the loop and
+    SLP vectorizers (no fast-math flags: the IEEE operations as written)."""
+    with _LLVM_LOCK:
+        llvm, tm, _ = _llvm()
+        module = llvm.parse_assembly(ir_text)
+        module.triple = tm.triple
+        module.data_layout = str(tm.target_data)
+        module.verify()
+        pto = llvm.create_pipeline_tuning_options()
+        pto.speed_level = 3
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+        return tm.emit_object(module)
+
+
+def load_object(code: bytes, name: str) -> int:
+    """The address of function `name` in object file `code`, loaded into this process's engine."""
+    with _LLVM_LOCK:
+        llvm, _, engine = _llvm()
+        engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+        engine.finalize_object()
+        return engine.get_function_address(name)
+
+
+# -- kernels -----------------------------------------------------------------------------------------------------
+class DirectKernel:
+    """A translated kernel, called like the Numba dispatcher it replaces: `kernel(*arrays, *int64s)`. Raises
+    TypeError if an array is not of the signature's dtype and rank, C-contiguous (and writable, for an output)."""
+
+    def __init__(self, address: int, signature):
+        import ctypes
+        self.n_arrays = sum(arg[0] == "array" for arg in signature)
+        self.n_params = len(signature)
+        self._pad = (0,) * (MAX_SCALARS - (self.n_params - self.n_arrays))
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object, *[ctypes.c_int64] * MAX_SCALARS)(address)
+        self.signature = signature
+
+    def __call__(self, *args):
+        n = self.n_arrays
+        if len(args) != self.n_params or self._fn(args[:n], *args[n:], *self._pad):
+            raise TypeError(f"kernel arguments do not match its signature {self.signature}")
+
+
+def _identity() -> str:
+    """What an object file depends on besides its source and signature: this translator, LLVM, the CPU."""
+    if not _IDENTITY:
+        import hashlib
+        import llvmlite.binding as llvm
+        _llvm()
+        h = hashlib.sha256(Path(__file__).read_bytes())
+        h.update(repr((llvm.llvm_version_info, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+                       object_layout())).encode())
+        _IDENTITY.append(h.hexdigest())
+    return _IDENTITY[0]
+
+
+_IDENTITY: list = []
+
+
+def object_name(key: str, signature) -> str:
+    """The function's (and its object file's) name for kernel `key` compiled for `signature`."""
+    import hashlib
+    return f"hx_{key}_" + hashlib.sha256(repr((signature, _identity())).encode()).hexdigest()[:12]
+
+
+def compile_kernel(source: str, key: str, signature, directory: Path) -> DirectKernel:
+    """Kernel `key` (generated `source`) for `signature`, from its object file in `directory` or translated and
+    compiled now and written there (atomically: renamed into place); raises Untranslatable."""
+    name = object_name(key, signature)
+    path = directory / f"{name}.o"
+    try:
+        code = path.read_bytes()
+    except OSError:
+        code = object_code(translate(source, signature, name))
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(code)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return DirectKernel(load_object(code, name), signature)
