@@ -186,7 +186,7 @@ def test_a_background_compile_ends_in_the_cache_dir_it_began_in(in_process, tmp_
     while not exe.wait_compiled(timeout=0):
         stepper.step(exe)
     fusions, (loop,) = tier_kernels(exe)
-    assert all((in_process / f"hx_{t.compiled.key}.py").exists() for t in fusions)
+    assert all(any(in_process.glob(f"hx_{t.compiled.key}*")) for t in fusions)    # a source or object file
     assert not (tmp_path / "elsewhere").exists()
 
 

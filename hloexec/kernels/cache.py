@@ -33,7 +33,7 @@ import numpy as np
 from . import workers
 
 _KERNELS: dict[str, object] = {}            # key -> Numba dispatcher
-_DIRECT: dict[tuple, object] = {}           # (key, signature) -> direct.DirectKernel
+_DIRECT: dict[tuple, object] = {}           # (key, signature) -> direct.compile_kernel's function
 _UNTRANSLATABLE: set[tuple] = set()         # (key, signature) the direct compiler declined
 _LOCK = threading.Lock()
 _COMPILE_LOCK = threading.Lock()    # Numba compiles one function at a time anyway (its global compiler lock)

@@ -5,9 +5,9 @@ the CPython wrapper) and the rest in LLVM, which runs its O3 pipeline twice. Mos
 tiny part of Python: `for` over `range`, assignments, `if`, arithmetic on one float type, int64 index
 arithmetic, array loads and stores with `np.uint64` indices and a few numpy casts. `translate` turns such a
 source (given the kernel signature, kernels/cache.py) into LLVM IR directly, with Numba's meaning of each
-construct -- the same IEEE operations in the same order, no fast-math, so the same bits -- and `DirectKernel`
-compiles it with one O3 pipeline for this CPU, keeps the object code in the disk cache and calls it through
-cffi. A source using anything else raises `Untranslatable` and goes to Numba as before (kernels/cache.py).
+construct -- the same IEEE operations in the same order, no fast-math, so the same bits -- and
+`compile_kernel` compiles it with one O3 pipeline for this CPU, keeps the object code in the disk cache and
+makes it a Python builtin function (METH_FASTCALL: called as directly as a Numba dispatcher). A source using anything else raises `Untranslatable` and goes to Numba as before (kernels/cache.py).
 
 The rules this translator holds to where Python and Numba would allow more (each one declines):
 binary operations take operands of one type (f32, f64, or int64; bool for `&`, `|`); `//` and `%` take a
@@ -16,12 +16,14 @@ int64, int32 and bool, `np.int32` and `np.uint64` from int64; indices are int64 
 negative one kept) or `np.uint64` (none), one per dimension; calls: `range`, `min` of two int64,
 `np.sqrt`, `np.isfinite`, `f16_to_f32_simd`.
 
-Calling convention: `void kernel(i64 *args)`: per parameter in order, an array's data address then its dims,
-or a scalar's value. Arrays are C-contiguous (FusedKernel makes them so).
+The function checks its arguments as Numba's dispatcher would (count; per array: an ndarray of the signature's
+dtype and rank, native byte order, C-contiguous, writable for an output; TypeError otherwise), reads each
+array's data pointer and dims from numpy's C struct (`object_layout`), then runs the loops without the GIL.
 """
 from __future__ import annotations
 
 import ast
+import ctypes
 import os
 import tempfile
 import threading
@@ -30,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 
-MAX_SCALARS = 2        # int64 parameters after the arrays (a parallel fusion's block bounds)
+MAX_LOCAL_ELEMENTS = 1 << 14      # a local array's elements at most (it lives in the stack frame)
 
 
 class Untranslatable(Exception):
@@ -69,39 +71,58 @@ class _Translator:
         from llvmlite import ir
         self.ir = ir
         self.T = _ir_types()
-        self.module = ir.Module(name=name)
+        self.module = m = ir.Module(name=name)
         i64, i32, i8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
         ptr = i8.as_pointer()
-        self.fn = ir.Function(self.module, ir.FunctionType(i32, [ptr] + [i64] * MAX_SCALARS), name=name)
+        # PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs): METH_FASTCALL
+        self.fn = ir.Function(m, ir.FunctionType(ptr, [ptr, ptr.as_pointer(), i64]), name=name)
+        api = {sym: ir.Function(m, ir.FunctionType(ret, args), name=sym) for sym, ret, args in (
+            ("PyErr_SetString", ir.VoidType(), [ptr, ptr]), ("PyType_IsSubtype", i32, [ptr, ptr]),
+            ("PyLong_AsLongLong", i64, [ptr]), ("PyErr_Occurred", ptr, []), ("Py_IncRef", ir.VoidType(), [ptr]),
+            ("PyEval_SaveThread", ptr, []), ("PyEval_RestoreThread", ir.VoidType(), [ptr]))}
+        type_error = ir.GlobalVariable(m, i8, "hloexec.TypeError")
+        none = ir.GlobalVariable(m, i8, "hloexec.None")
+        ndarray = ir.GlobalVariable(m, ptr, ndarray_slot(name))     # set when loaded (load_object)
+        ndarray.initializer = ir.Constant(ptr, None)
+        text = bytearray(f"kernel arguments do not match its signature {signature}".encode() + b"\0")
+        message = ir.GlobalVariable(m, ir.ArrayType(i8, len(text)), f"{name}.message")
+        message.initializer, message.global_constant = ir.Constant(ir.ArrayType(i8, len(text)), text), True
+
         entry = self.fn.append_basic_block("entry")
         self.alloca_builder = ab = ir.IRBuilder(entry)
-        mismatch = self.fn.append_basic_block("mismatch")
-        ir.IRBuilder(mismatch).ret(ir.Constant(i32, 1))
+        mismatch = ir.IRBuilder(self.fn.append_basic_block("mismatch"))
+        mismatch.call(api["PyErr_SetString"], [type_error, mismatch.bitcast(message, ptr)])
+        mismatch.ret(ir.Constant(ptr, None))
+        failed = ir.IRBuilder(self.fn.append_basic_block("failed"))        # an exception is set already
+        failed.ret(ir.Constant(ptr, None))
         self.vars: dict[str, tuple] = {}        # name -> (alloca, type)
         self.scalars: dict[str, object] = {}    # int64 parameters
         self.arrays: dict[str, _Array] = {}
         params = [a.arg for a in fn_ast.args.args]
         _need(len(params) == len(signature), "parameter count")
-        n_arrays = sum(arg[0] == "array" for arg in signature)
-        _need(all(arg[0] == "array" for arg in signature[:n_arrays]), "a scalar parameter before an array")
-        _need(len(signature) - n_arrays <= MAX_SCALARS, "too many scalar parameters")
 
         def field(base, offset, ty):
             return ab.load(ab.bitcast(ab.gep(base, [ir.Constant(i64, offset)]), ty.as_pointer()))
 
-        def check(ok):     # the array is not what the signature says: return 1 (DirectKernel raises TypeError)
+        def check(ok, otherwise=mismatch.block):
             nxt = self.fn.append_basic_block("checked")
-            ab.cbranch(ok, nxt, mismatch)
+            ab.cbranch(ok, nxt, otherwise)
             ab.position_at_end(nxt)
 
+        check(ab.icmp_signed("==", self.fn.args[2], ir.Constant(i64, len(signature))))
         for k, (pname, arg) in enumerate(zip(params, signature)):
+            obj = ab.load(ab.gep(self.fn.args[1], [ir.Constant(i64, k)]))
             if arg[0] != "array":
                 _need(arg == ("scalar", "int64"), f"scalar {arg}")
-                self.scalars[pname] = self.fn.args[1 + k - n_arrays]
+                value = ab.call(api["PyLong_AsLongLong"], [obj])
+                error = ab.icmp_signed("!=", ab.call(api["PyErr_Occurred"], []), ir.Constant(ptr, None))
+                check(ab.not_(ab.and_(ab.icmp_signed("==", value, ir.Constant(i64, -1)), error)), failed.block)
+                self.scalars[pname] = value
                 continue
             _, dtype, ndim, readonly = arg
             _need(dtype in _DTYPES, f"array of {dtype}")
-            obj = field(self.fn.args[0], layout["tuple_items"] + 8 * k, ptr)
+            check(ab.icmp_signed("!=", ab.call(api["PyType_IsSubtype"], [field(obj, layout["ob_type"], ptr),
+                                                                          ab.load(ndarray)]), ir.Constant(i32, 0)))
             descr = field(obj, layout["descr"], ptr)
             ok = ab.icmp_signed("==", field(obj, layout["nd"], i32), ir.Constant(i32, ndim))
             nums = [ab.icmp_signed("==", field(descr, layout["type_num"], i32), ir.Constant(i32, n))
@@ -120,10 +141,13 @@ class _Translator:
             dims_ptr = ab.bitcast(field(obj, layout["dims"], ptr), i64.as_pointer())
             dims = [ab.load(ab.gep(dims_ptr, [ir.Constant(i64, d)])) for d in range(ndim)]
             self.arrays[pname] = _Array(data, dims, dtype, readonly)
+        thread = ab.call(api["PyEval_SaveThread"], [])         # the loops run without the GIL (Numba's nogil)
         body = self.fn.append_basic_block("body")
         self.b = ir.IRBuilder(body)
         self.statements(fn_ast.body)
-        self.b.ret(ir.Constant(i32, 0))
+        self.b.call(api["PyEval_RestoreThread"], [thread])
+        self.b.call(api["Py_IncRef"], [none])
+        self.b.ret(self.b.bitcast(none, ptr))
         ab.branch(body)
 
     # -- statements --------------------------------------------------------------------------------------
@@ -136,9 +160,13 @@ class _Translator:
         if isinstance(s, ast.Assign):
             _need(len(s.targets) == 1, "multiple targets")
             target = s.targets[0]
-            if isinstance(target, ast.Name):
+            if isinstance(target, ast.Name) and _callee(s.value) in ("np.empty", "stack_array"):
+                self.local_array(target.id, s.value)
+            elif isinstance(target, ast.Name):
                 value, ty = self.expr(s.value)
                 self.assign(target.id, value, ty)
+            elif isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Slice):
+                self.fill(target, s.value)
             elif isinstance(target, ast.Subscript):
                 arr, ptr = self.element(target)
                 _need(not arr.readonly, "store to a read-only array")
@@ -156,10 +184,64 @@ class _Translator:
                     self.statements(s.body)
                 with otherwise:
                     self.statements(s.orelse)
+        elif isinstance(s, ast.Expr) and _callee(s.value) == "add_lanes":
+            self.add_lanes(s.value)
         elif isinstance(s, ast.Pass):
             pass
         else:
             raise Untranslatable(type(s).__name__)
+
+    def local_array(self, name, call):
+        """`name = np.empty(n, np.float32)` or `stack_array(n, np.float32)` (n a literal): a 1-d array of the
+        kernel's life, in the entry block's stack frame (np.empty's heap memory in Numba: the values are the
+        same), made once however often the statement runs."""
+        ir = self.ir
+        _need(len(call.args) == 2 and not call.keywords and name not in self.arrays and name not in self.vars,
+              "local array")
+        n, dtype = _int_literal(call.args[0]), _callee_name(call.args[1])
+        _need(n is not None and 0 < n <= MAX_LOCAL_ELEMENTS and dtype in ("np.float32", "np.float64"),
+              "local array of a literal size and float type")
+        dtype = dtype[3:]
+        data = self.alloca_builder.alloca(self.T[dtype], size=ir.Constant(self.T["int64"], n), name=name)
+        self.arrays[name] = _Array(data, [ir.Constant(self.T["int64"], n)], dtype, False)
+
+    def fill(self, target, value):
+        """`a[:] = value`: every element of a local 1-d array."""
+        ir, b = self.ir, self.b
+        sl = target.slice
+        _need(isinstance(target.value, ast.Name) and target.value.id in self.arrays
+              and sl.lower is None and sl.upper is None and sl.step is None, "slice assignment")
+        arr = self.arrays[target.value.id]
+        _need(len(arr.dims) == 1 and not arr.readonly and arr.dtype != "bool", "slice assignment")
+        value, ty = self.expr(value)
+        value = self.convert(value, ty, arr.dtype)
+        pre, header = b.block, self.fn.append_basic_block("fill")
+        body, end = self.fn.append_basic_block("fill.body"), self.fn.append_basic_block("fill.end")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(self.T["int64"])
+        i.add_incoming(ir.Constant(self.T["int64"], 0), pre)
+        b.cbranch(b.icmp_signed("<", i, arr.dims[0]), body, end)
+        b.position_at_end(body)
+        b.store(value, b.gep(arr.data, [i]))
+        i.add_incoming(b.add(i, ir.Constant(self.T["int64"], 1)), body)
+        b.branch(header)
+        b.position_at_end(end)
+
+    def add_lanes(self, call):
+        """scalar.add_lanes(lanes, values, start, count): lanes[k] += values[start + k] for k < count (a
+        literal), each lane its own add."""
+        ir, b = self.ir, self.b
+        _need(len(call.args) == 4 and all(isinstance(a, ast.Name) and a.id in self.arrays for a in call.args[:2]),
+              "add_lanes")
+        lanes, values = (self.arrays[a.id] for a in call.args[:2])
+        count = _int_literal(call.args[3])
+        _need(count is not None and lanes.dtype == values.dtype and lanes.dtype in _FLOATS, "add_lanes")
+        start = self.int64(call.args[2])
+        for k in range(count):
+            at = b.gep(lanes.data, [ir.Constant(self.T["int64"], k)])
+            x = b.load(b.gep(values.data, [b.add(start, ir.Constant(self.T["int64"], k))]))
+            b.store(b.fadd(b.load(at), x), at)
 
     def assign(self, name, value, ty):
         _need(name not in self.arrays and name not in self.scalars, "assignment to a parameter")
@@ -389,14 +471,13 @@ _LAYOUT: list = []
 
 
 def object_layout() -> dict | None:
-    """Where a tuple's items and an ndarray's fields are in memory (CPython's and numpy's C structs: the public
+    """Where an object's type and an ndarray's fields are in memory (CPython's and numpy's C structs: the public
     ABI of numpy's PyArrayObject_fields and PyArray_Descr), probed on live objects once; None if any probe
     fails (a free-threaded or unusual build): nothing is translated then."""
     if not _LAYOUT:
-        import ctypes
         import sys
         head = object.__basicsize__
-        layout = {"tuple_items": tuple.__basicsize__, "data": head, "nd": head + 8, "dims": head + 16,
+        layout = {"ob_type": head - 8, "data": head, "nd": head + 8, "dims": head + 16,
                   "descr": head + 40, "flags": head + 48, "byteorder": head + 10, "type_num": head + 12,
                   "c_contiguous": 0x1, "writeable": 0x400, "swapped": ">" if sys.byteorder == "little" else "<"}
         a = np.zeros((2, 3), np.float32)
@@ -405,7 +486,7 @@ def object_layout() -> dict | None:
         def word(address, ty=ctypes.c_void_p):
             return ty.from_address(address).value
         try:
-            ok = (word(id(t) + layout["tuple_items"]) == id(a) and word(id(t) + layout["tuple_items"] + 8) == id(t[1])
+            ok = (word(id(a) + layout["ob_type"]) == id(np.ndarray)
                   and word(id(a) + layout["data"]) == a.ctypes.data and word(id(a) + layout["nd"], ctypes.c_int) == 2
                   and [word(word(id(a) + layout["dims"]) + 8 * d, ctypes.c_int64) for d in range(2)] == [2, 3]
                   and word(id(a) + layout["descr"]) == id(a.dtype)
@@ -422,13 +503,20 @@ def object_layout() -> dict | None:
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 
-def _callee(call: ast.Call) -> str:
+def _callee(call) -> str:
+    if not isinstance(call, ast.Call):
+        return "?"
     f = call.func
     if isinstance(f, ast.Name):
         return f.id
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
         return f"{f.value.id}.{f.attr}"
     return "?"
+
+
+def _callee_name(e) -> str:
+    """`np.float32` of an attribute expression, else "?"."""
+    return f"{e.value.id}.{e.attr}" if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) else "?"
 
 
 def _int_literal(e):
@@ -460,6 +548,7 @@ def translate(source: str, signature, name: str) -> str:
 
 
 # -- machine code ----------------------------------------------------------------------------------------------
+_OBJECTS = {"hloexec.TypeError": TypeError, "hloexec.None": None}     # Python objects the kernels refer to
 _LLVM_LOCK = threading.Lock()      # llvmlite's engine and target machine are not shared across threads
 _LLVM: dict = {}
 
@@ -473,8 +562,16 @@ def _llvm():
         llvm.initialize_native_asmprinter()
         target = llvm.Target.from_default_triple()
         tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                          opt=3, reloc="static", codemodel="jitdefault", jit=True)
+                                          opt=3, reloc="pic", codemodel="default", jit=True)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        api = ctypes.pythonapi
+        for sym in ("PyErr_SetString", "PyType_IsSubtype", "PyLong_AsLongLong", "PyErr_Occurred", "Py_IncRef",
+                    "PyEval_SaveThread", "PyEval_RestoreThread"):
+            llvm.add_symbol(sym, ctypes.cast(getattr(api, sym), ctypes.c_void_p).value)
+        # objects by address under names of our own (LLVM's symbol table is the process's: Numba's meaning of
+        # "PyExc_TypeError" is the object itself, not the C variable pointing to it)
+        for sym, obj in _OBJECTS.items():
+            llvm.add_symbol(sym, id(obj))
         _LLVM.update(llvm=llvm, tm=tm, engine=engine)
     return _LLVM["llvm"], _LLVM["tm"], _LLVM["engine"]
 
@@ -497,34 +594,42 @@ def object_code(ir_text: str) -> bytes:
         return tm.emit_object(module)
 
 
-def load_object(code: bytes, name: str) -> int:
-    """The address of function `name` in object file `code`, loaded into this process's engine."""
+def ndarray_slot(name: str) -> str:
+    """The global variable of kernel `name` that holds numpy.ndarray's address (set by load_object)."""
+    return f"{name}.ndarray"
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p), ("ml_flags", ctypes.c_int),
+                ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_FASTCALL = 0x80
+_METHOD_DEFS: list = []         # the functions' definitions live as long as their machine code: the process
+_LOADED: dict = {}              # name -> the function, for every object file loaded into the engine
+
+
+def load_object(code: bytes, name: str):
+    """Kernel `name` of object file `code`, loaded into this process's engine, as a Python builtin function
+    (called like the Numba dispatcher it replaces: `kernel(*arrays, *int64s)`; TypeError if an argument is not
+    what the signature says)."""
     with _LLVM_LOCK:
+        if name in _LOADED:     # (the same name is the same code: an engine holds one definition of a symbol)
+            return _LOADED[name]
         llvm, _, engine = _llvm()
         engine.add_object_file(llvm.ObjectFileRef.from_data(code))
         engine.finalize_object()
-        return engine.get_function_address(name)
+        address = engine.get_function_address(name)
+        ctypes.c_void_p.from_address(engine.get_global_value_address(ndarray_slot(name))).value = id(np.ndarray)
+        method = _MethodDef(name.encode(), address, _METH_FASTCALL, None)
+        _METHOD_DEFS.append(method)
+        new = ctypes.pythonapi.PyCFunction_NewEx
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+        _LOADED[name] = new(ctypes.addressof(method), None, None)
+        return _LOADED[name]
 
 
 # -- kernels -----------------------------------------------------------------------------------------------------
-class DirectKernel:
-    """A translated kernel, called like the Numba dispatcher it replaces: `kernel(*arrays, *int64s)`. Raises
-    TypeError if an array is not of the signature's dtype and rank, C-contiguous (and writable, for an output)."""
-
-    def __init__(self, address: int, signature):
-        import ctypes
-        self.n_arrays = sum(arg[0] == "array" for arg in signature)
-        self.n_params = len(signature)
-        self._pad = (0,) * (MAX_SCALARS - (self.n_params - self.n_arrays))
-        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.py_object, *[ctypes.c_int64] * MAX_SCALARS)(address)
-        self.signature = signature
-
-    def __call__(self, *args):
-        n = self.n_arrays
-        if len(args) != self.n_params or self._fn(args[:n], *args[n:], *self._pad):
-            raise TypeError(f"kernel arguments do not match its signature {self.signature}")
-
-
 def _identity() -> str:
     """What an object file depends on besides its source and signature: this translator, LLVM, the CPU."""
     if not _IDENTITY:
@@ -547,10 +652,12 @@ def object_name(key: str, signature) -> str:
     return f"hx_{key}_" + hashlib.sha256(repr((signature, _identity())).encode()).hexdigest()[:12]
 
 
-def compile_kernel(source: str, key: str, signature, directory: Path) -> DirectKernel:
+def compile_kernel(source: str, key: str, signature, directory: Path):
     """Kernel `key` (generated `source`) for `signature`, from its object file in `directory` or translated and
     compiled now and written there (atomically: renamed into place); raises Untranslatable."""
     name = object_name(key, signature)
+    if name in _LOADED:
+        return _LOADED[name]
     path = directory / f"{name}.o"
     try:
         code = path.read_bytes()
@@ -565,4 +672,4 @@ def compile_kernel(source: str, key: str, signature, directory: Path) -> DirectK
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    return DirectKernel(load_object(code, name), signature)
+    return load_object(code, name)
