@@ -230,7 +230,8 @@ class _Translator:
 
     def add_lanes(self, call):
         """scalar.add_lanes(lanes, values, start, count): lanes[k] += values[start + k] for k < count (a
-        literal), each lane its own add."""
+        literal), each lane its own add, as whole 32-byte vectors (as scalar.add_lanes: LLVM's SLP vectorizer
+        often leaves the scalar form scalar)."""
         ir, b = self.ir, self.b
         _need(len(call.args) == 4 and all(isinstance(a, ast.Name) and a.id in self.arrays for a in call.args[:2]),
               "add_lanes")
@@ -238,10 +239,14 @@ class _Translator:
         count = _int_literal(call.args[3])
         _need(count is not None and lanes.dtype == values.dtype and lanes.dtype in _FLOATS, "add_lanes")
         start = self.int64(call.args[2])
-        for k in range(count):
-            at = b.gep(lanes.data, [ir.Constant(self.T["int64"], k)])
-            x = b.load(b.gep(values.data, [b.add(start, ir.Constant(self.T["int64"], k))]))
-            b.store(b.fadd(b.load(at), x), at)
+        size = 4 if lanes.dtype == "float32" else 8
+        width = 32 // size
+        _need(count % width == 0, "add_lanes of a part of a vector")
+        vector = ir.VectorType(self.T[lanes.dtype], width).as_pointer()
+        for k in range(0, count, width):
+            at = b.bitcast(b.gep(lanes.data, [ir.Constant(self.T["int64"], k)]), vector)
+            x = b.bitcast(b.gep(values.data, [b.add(start, ir.Constant(self.T["int64"], k))]), vector)
+            b.store(b.fadd(b.load(at, align=size), b.load(x, align=size)), at, align=size)
 
     def assign(self, name, value, ty):
         _need(name not in self.arrays and name not in self.scalars, "assignment to a parameter")
