@@ -34,7 +34,6 @@ from . import workers
 
 _KERNELS: dict[str, object] = {}            # key -> Numba dispatcher
 _DIRECT: dict[tuple, object] = {}           # (key, signature) -> direct.compile_kernel's function
-_UNTRANSLATABLE: set[tuple] = set()         # (key, signature) the direct compiler declined
 _LOCK = threading.Lock()
 _COMPILE_LOCK = threading.Lock()    # Numba compiles one function at a time anyway (its global compiler lock)
 _HELPERS_HASH: str | None = None
@@ -85,28 +84,33 @@ def direct_enabled() -> bool:
     return os.environ.get("HLOEXEC_DIRECT_KERNELS", "1") != "0"
 
 
+def compiles_directly(task) -> bool:
+    """Whether kernel `task` (key, source, signature) is compiled by the direct compiler (kernels/direct.py): in
+    ~0.05-0.1 s, most of it in LLVM, which runs without the GIL -- a thread of the process compiles it as well as a
+    worker would."""
+    if not direct_enabled():
+        return False
+    from . import direct
+    key, source, signature = task
+    return direct.translates(source, key, signature)
+
+
 def load_kernel(source: str, key: str, signature):
     """The `kernel` function of generated `source` for `signature`: compiled by the direct compiler
     (kernels/direct.py) if it translates the source, from its object file in the cache dir or compiled now;
     else a Numba dispatcher, from this process's dict, else written to the cache dir (unless the same text is
     there) and imported (compile_signature compiles it)."""
-    if direct_enabled() and (key, signature) not in _UNTRANSLATABLE:
-        fn = _DIRECT.get((key, signature))
-        if fn is not None:
-            return fn
+    fn = _DIRECT.get((key, signature))
+    if fn is not None:
+        return fn
+    if compiles_directly((key, source, signature)):
         from . import direct
         workers.claim(key)
         with _LOCK:
             fn = _DIRECT.get((key, signature))
-            if fn is not None:
-                return fn
-            try:
-                fn = direct.compile_kernel(source, key, signature, cache_dir())
-            except direct.Untranslatable:
-                _UNTRANSLATABLE.add((key, signature))
-            else:
-                _DIRECT[(key, signature)] = fn
-                return fn
+            if fn is None:
+                fn = _DIRECT[(key, signature)] = direct.compile_kernel(source, key, signature, cache_dir())
+            return fn
     fn = _KERNELS.get(key)
     if fn is not None:
         return fn
@@ -140,7 +144,7 @@ def load_kernel(source: str, key: str, signature):
 def compile_elsewhere(tasks, background: bool = False) -> None:
     """Have worker processes compile `tasks`, (key, source, signature) each, into the disk cache, but for the
     kernels this process has loaded already (kernels/workers.py; `background`: see workers.submit)."""
-    workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir(), background)
+    workers.submit([t for t in tasks if t[0] not in _KERNELS and (t[0], t[2]) not in _DIRECT], cache_dir(), background)
 
 
 def array_arg(dtype, ndim: int, readonly: bool) -> tuple:
@@ -188,7 +192,6 @@ def clear_cache(disk: bool = True):
     with _LOCK:
         _KERNELS.clear()
         _DIRECT.clear()
-        _UNTRANSLATABLE.clear()
         for name in [m for m in sys.modules if m.startswith(_MODULE_PREFIX)]:
             del sys.modules[name]
         if disk:

@@ -657,6 +657,34 @@ def object_name(key: str, signature) -> str:
     return f"hx_{key}_" + hashlib.sha256(repr((signature, _identity())).encode()).hexdigest()[:12]
 
 
+_TRANSLATIONS: dict = {}    # (key, signature) -> LLVM IR text (until compiled), or why it does not translate
+
+
+def translation(source: str, key: str, signature) -> str:
+    """translate's IR of kernel `key` for `signature`, made once (raises Untranslatable, every time)."""
+    got = _TRANSLATIONS.get((key, signature))
+    if got is None:
+        try:
+            got = translate(source, signature, object_name(key, signature))
+        except Untranslatable as e:
+            got = e
+        _TRANSLATIONS[(key, signature)] = got
+    if isinstance(got, Untranslatable):
+        raise Untranslatable(str(got))
+    return got
+
+
+def translates(source: str, key: str, signature) -> bool:
+    """Whether compile_kernel takes kernel `key` (compiled or not yet)."""
+    if object_name(key, signature) in _LOADED:
+        return True
+    try:
+        translation(source, key, signature)
+    except Untranslatable:
+        return False
+    return True
+
+
 def compile_kernel(source: str, key: str, signature, directory: Path):
     """Kernel `key` (generated `source`) for `signature`, from its object file in `directory` or translated and
     compiled now and written there (atomically: renamed into place); raises Untranslatable."""
@@ -667,7 +695,8 @@ def compile_kernel(source: str, key: str, signature, directory: Path):
     try:
         code = path.read_bytes()
     except OSError:
-        code = object_code(translate(source, signature, name))
+        code = object_code(translation(source, key, signature))
+        _TRANSLATIONS.pop((key, signature), None)
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
         try:
