@@ -100,7 +100,7 @@ def load_kernel(source: str, key: str, signature):
     (kernels/direct.py) if it translates the source, from its object file in the cache dir or compiled now;
     else a Numba dispatcher, from this process's dict, else written to the cache dir (unless the same text is
     there) and imported (compile_signature compiles it)."""
-    fn = _DIRECT.get((key, signature))
+    fn = _DIRECT.get((key, signature)) if direct_enabled() else None
     if fn is not None:
         return fn
     if compiles_directly((key, source, signature)):
