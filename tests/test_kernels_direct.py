@@ -27,13 +27,14 @@ def _fresh_dir(tmp_path, monkeypatch):
 
 
 def _special(shape, dtype, seed):
-    """Random values with NaN, +-inf, +-0 and subnormals among them."""
+    """Random values with NaN, +-inf, +-0 and subnormals among them (at random places; more zeros)."""
     r = np.random.default_rng(seed)
     x = (r.standard_normal(shape) * 4).astype(dtype)
     flat = x.reshape(-1)
     tiny = np.finfo(dtype).tiny
-    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, tiny / 4, -tiny / 8, 1.0], dtype)
-    flat[: min(len(specials), flat.size)] = specials[: flat.size]
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, tiny / 4, -tiny / 8, 1.0, 0.0, -0.0], dtype)
+    at = r.choice(flat.size, size=min(flat.size, 4 * len(specials)), replace=False)
+    flat[at] = np.resize(specials, len(at))
     return x
 
 
@@ -76,6 +77,22 @@ f { a = f16[256,512] parameter(0)
   c = f32[256,512] convert(a)
   b = f32[256,512] broadcast(k), dimensions={}
   ROOT m = f32[256,512] multiply(c, b) }""",
+    # row reductions by maximum / minimum (kernels/scalar.py's fmax_nan / fmin_nan, inlined), NaN included
+    "row_max_min": """
+max { x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT m = f32[] maximum(x, y) }
+min { x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT m = f32[] minimum(x, y) }
+f { a = f32[256,300] parameter(0)
+  b = f32[256,300] parameter(1)
+  z = f32[] constant(-inf)
+  r = f32[256] reduce(a, z), dimensions={1}, to_apply=max
+  c = f32[256,300] minimum(a, b)
+  w = f32[] constant(inf)
+  s = f32[256] reduce(c, w), dimensions={1}, to_apply=min
+  ROOT t = (f32[256], f32[256]) tuple(r, s) }""",
     # a column reduction (a bias gradient) and f64
     "column_sum": """
 add { x = f64[] parameter(0)

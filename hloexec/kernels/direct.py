@@ -23,6 +23,7 @@ array's data pointer and dims from numpy's C struct (`object_layout`), then runs
 from __future__ import annotations
 
 import ast
+import copy
 import ctypes
 import os
 import tempfile
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 
+MAX_INLINED = 64                 # helper calls inlined per kernel at most
 MAX_LOCAL_ELEMENTS = 1 << 14      # a local array's elements at most (it lives in the stack frame)
 
 
@@ -98,6 +100,7 @@ class _Translator:
         self.vars: dict[str, tuple] = {}        # name -> (alloca, type)
         self.scalars: dict[str, object] = {}    # int64 parameters
         self.arrays: dict[str, _Array] = {}
+        self.inlined = 0                        # helper calls inlined so far
         params = [a.arg for a in fn_ast.args.args]
         _need(len(params) == len(signature), "parameter count")
 
@@ -333,6 +336,10 @@ class _Translator:
         if isinstance(e, ast.Compare):
             _need(len(e.ops) == 1, "chained comparison")
             (x, tx), (y, ty) = self.expr(e.left), self.expr(e.comparators[0])
+            if tx != ty and {tx, ty} <= {*_FLOATS, "int64"} and {tx, ty} & set(_FLOATS):
+                # Numba's typing: a float and an int64 compare as float64
+                (x, y), tx = [self.convert(v, t, "float64") for v, t in ((x, tx), (y, ty))], "float64"
+                ty = tx
             _need(tx == ty, f"comparison of {tx} and {ty}")
             op = _COMPARE.get(type(e.ops[0]))
             _need(op is not None, "comparison operator")
@@ -428,11 +435,38 @@ class _Translator:
             _need(ty in _FLOATS, f"isfinite of {ty}")
             return b.fcmp_ordered("<", b.call(self.module.declare_intrinsic("llvm.fabs", [self.T[ty]]), [value]),
                                   ir.Constant(self.T[ty], float("inf"))), "bool"
+        helper = _helpers().get(name)
+        if helper is not None:
+            return self.inline(helper, [self.expr(a) for a in args])
         if name == "f16_to_f32_simd" and len(args) == 1:
             value, ty = self.expr(args[0])
             _need(ty == "uint16", "f16_to_f32_simd of a non-f16")
             return b.fpext(b.bitcast(value, ir.HalfType()), self.T["float32"]), "float32"
         raise Untranslatable(f"call of {name}")
+
+    def inline(self, helper: ast.FunctionDef, values):
+        """A call of a helper of kernels/scalar.py (njit(inline="always"), as Numba inlines it): its statements
+        translated here with its names made this call's own, typed by the arguments' types; one `return`, last."""
+        params = [a.arg for a in helper.args.args]
+        body = [st for st in helper.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+        _need(len(values) == len(params) and body and isinstance(body[-1], ast.Return) and body[-1].value is not None
+              and self.inlined < MAX_INLINED, f"call of {helper.name}")
+        self.inlined += 1
+        own = set(params) | {t.id for st in body for t in ast.walk(st) if isinstance(t, ast.Name)
+                             and isinstance(t.ctx, ast.Store)}
+        prefix = f"{helper.name}.{self.inlined}."
+
+        class Rename(ast.NodeTransformer):
+            def visit_Name(self, node):
+                return ast.copy_location(ast.Name(prefix + node.id, node.ctx), node) if node.id in own else node
+        body = [Rename().visit(copy.deepcopy(st)) for st in body]
+        try:
+            for name, (value, ty) in zip(params, values):
+                self.assign(prefix + name, value, ty)
+            self.statements(body[:-1])
+            return self.expr(body[-1].value)
+        except Untranslatable as e:
+            raise Untranslatable(f"call of {helper.name}: {e}") from None
 
     def convert(self, value, ty, to):
         """Numba's cast of a scalar from type `ty` to `to` (an array store or np.float32/np.float64)."""
@@ -519,6 +553,19 @@ def _callee(call) -> str:
     return "?"
 
 
+_HELPERS: dict = {}
+
+
+def _helpers() -> dict:
+    """The helpers generated kernels may call (kernels/scalar.py's njit functions; their own source is their
+    meaning here too), by name, as ASTs."""
+    if not _HELPERS:
+        tree = ast.parse((Path(__file__).parent / "scalar.py").read_text())
+        _HELPERS.update({f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)
+                         and any("njit" in ast.unparse(d) for d in f.decorator_list)})
+    return _HELPERS
+
+
 def _callee_name(e) -> str:
     """`np.float32` of an attribute expression, else "?"."""
     return f"{e.value.id}.{e.attr}" if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) else "?"
@@ -535,6 +582,8 @@ def _float_literal(e):
         sign, e = -1.0, e.operand
     if isinstance(e, ast.Constant) and type(e.value) is float:
         return sign * e.value
+    if _callee_name(e) in ("np.inf", "math.inf", "np.nan", "math.nan"):
+        return sign * float(e.attr)
     return None
 
 
