@@ -93,6 +93,19 @@ f { a = f32[256,300] parameter(0)
   w = f32[] constant(inf)
   s = f32[256] reduce(c, w), dimensions={1}, to_apply=min
   ROOT t = (f32[256], f32[256]) tuple(r, s) }""",
+    # transcendentals (kernels/scalar.py's exp_wide, tanh_wide, log_wide, ... inlined from their source)
+    "transcendental": """
+f { a = f32[64,300] parameter(0)
+  e = f32[64,300] exponential(a)
+  t = f32[64,300] tanh(a)
+  l = f32[64,300] log(a)
+  p = f32[64,300] log-plus-one(a)
+  m = f32[64,300] exponential-minus-one(a)
+  g = f32[64,300] logistic(a)
+  s1 = f32[64,300] add(e, t)
+  s2 = f32[64,300] add(l, p)
+  s3 = f32[64,300] add(m, g)
+  ROOT r = (f32[64,300], f32[64,300], f32[64,300]) tuple(s1, s2, s3) }""",
     # a column reduction (a bias gradient) and f64
     "column_sum": """
 add { x = f64[] parameter(0)
@@ -130,7 +143,18 @@ def test_direct_kernels_give_numbas_bits(name, fresh_dir, monkeypatch):
     assert hasattr(through_numba.fn, "py_func")
     want = through_numba(*inputs)
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
-    assert all(bits_equal(g, w) for g, w in zip(got, want))
+    assert all(_same_bits_but_nans(g, w) for g, w in zip(got, want))
+
+
+def _same_bits_but_nans(got, want) -> bool:
+    """Bit-identical, but where both are NaN: where two NaNs of different signs meet (NaN + NaN), which one
+    comes out depends on the operand order LLVM picks (IEEE leaves it open), and that is not the same in two
+    compiles of different IR."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype.kind != "f":
+        return bits_equal(got, want)
+    both = np.isnan(got) & np.isnan(want)
+    return np.array_equal(np.isnan(got), np.isnan(want)) and bits_equal(got[~both], want[~both])
 
 
 def test_adam_direct_bits_and_parallel_blocks(fresh_dir, monkeypatch):
@@ -200,9 +224,9 @@ def test_mismatched_arguments_raise_type_error(fresh_dir):
 def test_untranslatable_sources_compile_through_numba(fresh_dir):
     comp = _fusion("""
 f { a = f32[256,512] parameter(0)
-  ROOT t = f32[256,512] tanh(a) }""")
+  ROOT t = f32[256,512] cosine(a) }""")
     k = fusion.compile_fusion(comp)
-    with pytest.raises(direct.Untranslatable, match="tanh_wide"):
+    with pytest.raises(direct.Untranslatable, match="call of"):
         direct.translate(k.source, k.signature, "t")
     assert hasattr(k.fn, "py_func")     # a Numba dispatcher
     x = _special((256, 512), np.float32, 1)

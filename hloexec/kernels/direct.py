@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import copy
 import ctypes
+import operator
 import os
 import tempfile
 import threading
@@ -55,7 +56,8 @@ _DTYPES = ("float32", "float64", "int64", "int32", "uint16", "bool")     # array
 def _ir_types():
     from llvmlite import ir
     return {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int64": ir.IntType(64),
-            "int32": ir.IntType(32), "uint64": ir.IntType(64), "uint16": ir.IntType(16), "bool": ir.IntType(1)}
+            "int32": ir.IntType(32), "uint32": ir.IntType(32), "uint64": ir.IntType(64), "uint16": ir.IntType(16),
+            "bool": ir.IntType(1)}
 
 
 class _Array:
@@ -165,6 +167,13 @@ class _Translator:
             target = s.targets[0]
             if isinstance(target, ast.Name) and _callee(s.value) in ("np.empty", "stack_array"):
                 self.local_array(target.id, s.value)
+            elif isinstance(target, ast.Tuple):     # `a, b = helper(...)`: a helper returning a tuple
+                helper = _helpers().get(_callee(s.value))
+                _need(helper is not None and all(isinstance(t, ast.Name) for t in target.elts), "assignment target")
+                values = self.inline(helper, [self.expr(a) for a in s.value.args])
+                _need(isinstance(values, list) and len(values) == len(target.elts), "assignment target")
+                for t, (value, ty) in zip(target.elts, values):
+                    self.assign(t.id, value, ty)
             elif isinstance(target, ast.Name):
                 value, ty = self.expr(s.value)
                 self.assign(target.id, value, ty)
@@ -304,6 +313,10 @@ class _Translator:
         if isinstance(e, ast.Name):
             if e.id in self.scalars:
                 return self.scalars[e.id], "int64"
+            if e.id not in self.vars and e.id in _constants():     # kernels/scalar.py's module constants
+                value = _constants()[e.id]
+                return (ir.Constant(T["float64"], value), "float64") if isinstance(value, float) \
+                    else (ir.Constant(T["int64"], value), "int64")
             _need(e.id in self.vars, f"name {e.id}")
             slot, ty = self.vars[e.id]
             return b.load(slot), ty
@@ -317,6 +330,10 @@ class _Translator:
             if isinstance(v, float):
                 return ir.Constant(T["float64"], v), "float64"
             raise Untranslatable("constant")
+        if isinstance(e, ast.Attribute):
+            literal = _float_literal(e)
+            _need(literal is not None, f"attribute {ast.unparse(e)}")
+            return ir.Constant(T["float64"], literal), "float64"
         if isinstance(e, ast.Subscript):
             arr, ptr = self.element(e)
             value = b.load(ptr)
@@ -397,8 +414,12 @@ class _Translator:
             f = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul, ast.Div: b.fdiv}.get(op)
             _need(f is not None, f"{op.__name__} of floats")
             return f(x, y), tx
+        if tx == "int64" and op in (ast.LShift, ast.RShift):   # by a constant in [0, 64): Python's meaning
+            _need(isinstance(y, self.ir.Constant) and 0 <= y.constant < 64, "shift by a non-constant")
+            return (b.shl(x, y) if op is ast.LShift else b.ashr(x, y)), tx
         if tx == "int64":
-            f = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul}.get(op)
+            f = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul, ast.BitAnd: b.and_, ast.BitOr: b.or_,
+                 ast.BitXor: b.xor}.get(op)
             _need(f is not None, f"{op.__name__} of int64")
             return f(x, y), tx
         if tx == "bool":
@@ -437,7 +458,29 @@ class _Translator:
                                   ir.Constant(self.T[ty], float("inf"))), "bool"
         helper = _helpers().get(name)
         if helper is not None:
-            return self.inline(helper, [self.expr(a) for a in args])
+            value = self.inline(helper, [self.expr(a) for a in args])
+            _need(not isinstance(value, list), f"the tuple {name} returns used as a value")
+            return value
+        if name == "_muladd" and len(args) == 3:    # scalar._muladd: llvm.fmuladd on float64
+            values = [self.expr(a) for a in args]
+            _need(all(ty == "float64" for _, ty in values), "_muladd of non-float64")
+            f64 = self.T["float64"]
+            fn = self.module.declare_intrinsic("llvm.fmuladd", [f64], ir.FunctionType(f64, [f64, f64, f64]))
+            return b.call(fn, [v for v, _ in values]), "float64"
+        if name.startswith("bitcast_") and len(args) == 1:      # half.py's bitcast intrinsics
+            src, _, dst = name[len("bitcast_"):].partition("_to_")
+            src, dst = _BITCAST_TYPES.get(src), _BITCAST_TYPES.get(dst)
+            value, ty = self.expr(args[0])
+            _need(src is not None and dst is not None and ty == src, f"call of {name} on {ty}")
+            return b.bitcast(value, self.T[dst]), dst
+        if name == "abs" and len(args) == 1:
+            value, ty = self.expr(args[0])
+            _need(ty in _FLOATS, f"abs of {ty}")
+            return b.call(self.module.declare_intrinsic("llvm.fabs", [self.T[ty]]), [value]), ty
+        if name == "np.int64" and len(args) == 1:
+            value, ty = self.expr(args[0])
+            _need(ty in ("int64", "int32"), f"np.int64 of {ty}")
+            return (b.sext(value, self.T["int64"]) if ty == "int32" else value), "int64"
         if name == "f16_to_f32_simd" and len(args) == 1:
             value, ty = self.expr(args[0])
             _need(ty == "uint16", "f16_to_f32_simd of a non-f16")
@@ -464,7 +507,8 @@ class _Translator:
             for name, (value, ty) in zip(params, values):
                 self.assign(prefix + name, value, ty)
             self.statements(body[:-1])
-            return self.expr(body[-1].value)
+            ret = body[-1].value
+            return [self.expr(v) for v in ret.elts] if isinstance(ret, ast.Tuple) else self.expr(ret)
         except Untranslatable as e:
             raise Untranslatable(f"call of {helper.name}: {e}") from None
 
@@ -554,6 +598,44 @@ def _callee(call) -> str:
 
 
 _HELPERS: dict = {}
+_CONSTANTS: dict = {}
+_BITCAST_TYPES = {"f32": "float32", "i32": "int32", "u32": "uint32", "f64": "float64", "i64": "int64",
+                  "u64": "uint64"}
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+               ast.Pow: operator.pow}
+
+
+def _numeric_value(e):
+    """The value Python gives a constant expression of numbers (`2.0 ** -29`, a tuple of them); ValueError if
+    it is anything else."""
+    if isinstance(e, ast.Tuple):
+        return tuple(_numeric_value(x) for x in e.elts)
+    if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+        return e.value
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        return -_numeric_value(e.operand)
+    if isinstance(e, ast.BinOp) and type(e.op) in _ARITHMETIC:
+        return _ARITHMETIC[type(e.op)](_numeric_value(e.left), _numeric_value(e.right))
+    raise ValueError("not a constant expression of numbers")
+
+
+def _constants() -> dict:
+    """kernels/scalar.py's module constants with literal values (`_LOG2E = 1.44...`), by name."""
+    if not _CONSTANTS:
+        tree = ast.parse((Path(__file__).parent / "scalar.py").read_text())
+        for st in tree.body:
+            if isinstance(st, ast.Assign):
+                try:
+                    values = _numeric_value(st.value)
+                except ValueError:
+                    continue
+                targets = st.targets[0].elts if isinstance(st.targets[0], ast.Tuple) else [st.targets[0]]
+                values = values if isinstance(values, tuple) else (values,)
+                _CONSTANTS.update({t.id: v for t, v in zip(targets, values) if isinstance(t, ast.Name)
+                                   and type(v) in (int, float)})
+    return _CONSTANTS
 
 
 def _helpers() -> dict:
