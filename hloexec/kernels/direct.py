@@ -5,16 +5,22 @@ the CPython wrapper) and the rest in LLVM, which runs its O3 pipeline twice. Mos
 tiny part of Python: `for` over `range`, assignments, `if`, arithmetic on one float type, int64 index
 arithmetic, array loads and stores with `np.uint64` indices and a few numpy casts. `translate` turns such a
 source (given the kernel signature, kernels/cache.py) into LLVM IR directly, with Numba's meaning of each
-construct -- the same IEEE operations in the same order, no fast-math, so the same bits -- and
-`compile_kernel` compiles it with one O3 pipeline for this CPU, keeps the object code in the disk cache and
-makes it a Python builtin function (METH_FASTCALL: called as directly as a Numba dispatcher). A source using anything else raises `Untranslatable` and goes to Numba as before (kernels/cache.py).
+construct -- the same IEEE operations in the same order, no fast-math, so the same bits (but which NaN comes
+out where two meet: LLVM orders commutative operands as it likes) -- and `compile_kernel` compiles it with one
+O3 pipeline for this CPU, keeps the object code in the disk cache and makes it a Python builtin function
+(METH_FASTCALL: called as directly as a Numba dispatcher). A source using anything else raises
+`Untranslatable` and goes to Numba as before (kernels/cache.py).
 
 The rules this translator holds to where Python and Numba would allow more (each one declines):
-binary operations take operands of one type (f32, f64, or int64; bool for `&`, `|`); `//` and `%` take a
-positive integer literal (Python's floor semantics on int64); `np.float32`/`np.float64` convert from floats,
-int64, int32 and bool, `np.int32` and `np.uint64` from int64; indices are int64 (Numba's wraparound of a
-negative one kept) or `np.uint64` (none), one per dimension; calls: `range`, `min` of two int64,
-`np.sqrt`, `np.isfinite`, `f16_to_f32_simd`.
+binary operations take operands of one type (f32, f64, or int64; bool for `&`, `|`), but a comparison of a
+float with an int64 (in float64, as Numba types it); `//` and `%` take a positive integer literal (Python's
+floor semantics on int64), shifts a constant in [0, 64); `np.float32`/`np.float64` convert from floats, int64,
+int32 and bool, `np.int32`, `np.int64` and `np.uint64` from int64 (and int32); indices are int64 (Numba's
+wraparound of a negative one kept) or `np.uint64` (none), one per dimension; local arrays (`np.empty`,
+`stack_array`) have a literal size of at most MAX_LOCAL_ELEMENTS floats; calls: `range`, `min` of two int64,
+`abs`, `np.sqrt`, `np.isfinite`, `f16_to_f32_simd`, the bitcasts and `_muladd` (`llvm.fmuladd`, as
+kernels/scalar.py's intrinsic), `add_lanes`, and kernels/scalar.py's njit helpers, inlined from their source
+(with its module constants).
 
 The function checks its arguments as Numba's dispatcher would (count; per array: an ndarray of the signature's
 dtype and rank, native byte order, C-contiguous, writable for an output; TypeError otherwise), reads each
