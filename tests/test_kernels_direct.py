@@ -106,6 +106,14 @@ f { a = f32[64,300] parameter(0)
   s2 = f32[64,300] add(l, p)
   s3 = f32[64,300] add(m, g)
   ROOT r = (f32[64,300], f32[64,300], f32[64,300]) tuple(s1, s2, s3) }""",
+    # a column reduction whose accumulator row is too long for the stack (from the heap)
+    "wide_column_sum": """
+add { x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y) }
+f { a = f32[8,40000] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[40000] reduce(a, z), dimensions={0}, to_apply=add }""",
     # a column reduction (a bias gradient) and f64
     "column_sum": """
 add { x = f64[] parameter(0)

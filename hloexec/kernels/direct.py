@@ -17,7 +17,7 @@ float with an int64 (in float64, as Numba types it); `//` and `%` take a positiv
 floor semantics on int64), shifts a constant in [0, 64); `np.float32`/`np.float64` convert from floats, int64,
 int32 and bool, `np.int32`, `np.int64` and `np.uint64` from int64 (and int32); indices are int64 (Numba's
 wraparound of a negative one kept) or `np.uint64` (none), one per dimension; local arrays (`np.empty`,
-`stack_array`) have a literal size of at most MAX_LOCAL_ELEMENTS floats; calls: `range`, `min` of two int64,
+`stack_array`) have a literal size (np.empty's beyond MAX_LOCAL_ELEMENTS floats from the heap); calls: `range`, `min` of two int64,
 `abs`, `np.sqrt`, `np.isfinite`, `f16_to_f32_simd`, the bitcasts and `_muladd` (`llvm.fmuladd`, as
 kernels/scalar.py's intrinsic), `add_lanes`, and kernels/scalar.py's njit helpers, inlined from their source
 (with its module constants).
@@ -89,7 +89,8 @@ class _Translator:
         api = {sym: ir.Function(m, ir.FunctionType(ret, args), name=sym) for sym, ret, args in (
             ("PyErr_SetString", ir.VoidType(), [ptr, ptr]), ("PyType_IsSubtype", i32, [ptr, ptr]),
             ("PyLong_AsLongLong", i64, [ptr]), ("PyErr_Occurred", ptr, []), ("Py_IncRef", ir.VoidType(), [ptr]),
-            ("PyEval_SaveThread", ptr, []), ("PyEval_RestoreThread", ir.VoidType(), [ptr]))}
+            ("PyEval_SaveThread", ptr, []), ("PyEval_RestoreThread", ir.VoidType(), [ptr]),
+            ("PyErr_NoMemory", ptr, []), ("malloc", ptr, [i64]), ("free", ir.VoidType(), [ptr]))}
         type_error = ir.GlobalVariable(m, i8, "hloexec.TypeError")
         none = ir.GlobalVariable(m, i8, "hloexec.None")
         ndarray = ir.GlobalVariable(m, ptr, ndarray_slot(name))     # set when loaded (load_object)
@@ -99,7 +100,8 @@ class _Translator:
         message.initializer, message.global_constant = ir.Constant(ir.ArrayType(i8, len(text)), text), True
 
         entry = self.fn.append_basic_block("entry")
-        self.alloca_builder = ab = ir.IRBuilder(entry)
+        ab = ir.IRBuilder(entry)     # the argument checks, then the set-up before the body (its blocks)
+        self.entry = entry            # where the allocas go: at its start (promoted to registers)
         mismatch = ir.IRBuilder(self.fn.append_basic_block("mismatch"))
         mismatch.call(api["PyErr_SetString"], [type_error, mismatch.bitcast(message, ptr)])
         mismatch.ret(ir.Constant(ptr, None))
@@ -153,9 +155,16 @@ class _Translator:
             dims = [ab.load(ab.gep(dims_ptr, [ir.Constant(i64, d)])) for d in range(ndim)]
             self.arrays[pname] = _Array(data, dims, dtype, readonly)
         thread = ab.call(api["PyEval_SaveThread"], [])         # the loops run without the GIL (Numba's nogil)
+        no_memory = ir.IRBuilder(self.fn.append_basic_block("no_memory"))   # a local array not allocated
+        no_memory.call(api["PyEval_RestoreThread"], [thread])
+        no_memory.call(api["PyErr_NoMemory"], [])
+        no_memory.ret(ir.Constant(ptr, None))
+        self.api, self.setup, self.no_memory, self.heap = api, ab, no_memory.block, []
         body = self.fn.append_basic_block("body")
         self.b = ir.IRBuilder(body)
         self.statements(fn_ast.body)
+        for data in self.heap:
+            self.b.call(api["free"], [data])
         self.b.call(api["PyEval_RestoreThread"], [thread])
         self.b.call(api["Py_IncRef"], [none])
         self.b.ret(self.b.bitcast(none, ptr))
@@ -212,16 +221,32 @@ class _Translator:
     def local_array(self, name, call):
         """`name = np.empty(n, np.float32)` or `stack_array(n, np.float32)` (n a literal): a 1-d array of the
         kernel's life, in the entry block's stack frame (np.empty's heap memory in Numba: the values are the
-        same), made once however often the statement runs."""
+        same), or from the heap beyond MAX_LOCAL_ELEMENTS; made once however often the statement runs."""
         ir = self.ir
         _need(len(call.args) == 2 and not call.keywords and name not in self.arrays and name not in self.vars,
               "local array")
         n, dtype = _int_literal(call.args[0]), _callee_name(call.args[1])
-        _need(n is not None and 0 < n <= MAX_LOCAL_ELEMENTS and dtype in ("np.float32", "np.float64"),
-              "local array of a literal size and float type")
+        _need(n is not None and (0 < n <= MAX_LOCAL_ELEMENTS or _callee(call) == "np.empty")
+              and dtype in ("np.float32", "np.float64"), "local array of a literal size and float type")
         dtype = dtype[3:]
-        data = self.alloca_builder.alloca(self.T[dtype], size=ir.Constant(self.T["int64"], n), name=name)
+        if n <= MAX_LOCAL_ELEMENTS:
+            data = self.alloca(self.T[dtype], n, name)
+        else:       # too big for a thread's stack: from the heap, freed at the end (Numba's np.empty: MemoryError)
+            setup = self.setup
+            size = ir.Constant(self.T["int64"], n * (4 if dtype == "float32" else 8))
+            raw = setup.call(self.api["malloc"], [size])
+            allocated = self.fn.append_basic_block("allocated")
+            setup.cbranch(setup.icmp_unsigned("!=", raw, ir.Constant(raw.type, None)), allocated, self.no_memory)
+            setup.position_at_end(allocated)
+            self.heap.append(raw)
+            data = setup.bitcast(raw, self.T[dtype].as_pointer())
         self.arrays[name] = _Array(data, [ir.Constant(self.T["int64"], n)], dtype, False)
+
+    def alloca(self, ty, count, name):
+        """Stack space made at the start of the entry block (where LLVM promotes it to registers)."""
+        b = self.ir.IRBuilder(self.entry)
+        b.position_at_start(self.entry)
+        return b.alloca(ty, size=None if count is None else self.ir.Constant(self.T["int64"], count), name=name)
 
     def fill(self, target, value):
         """`a[:] = value`: every element of a local 1-d array."""
@@ -270,7 +295,7 @@ class _Translator:
         _need(name not in self.arrays and name not in self.scalars, "assignment to a parameter")
         slot = self.vars.get(name)
         if slot is None:
-            slot = (self.alloca_builder.alloca(self.T[ty], name=name), ty)
+            slot = (self.alloca(self.T[ty], None, name), ty)
             self.vars[name] = slot
         _need(slot[1] == ty, f"{name} holds values of two types")
         self.b.store(value, slot[0])
@@ -708,8 +733,8 @@ def _llvm():
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         api = ctypes.pythonapi
         for sym in ("PyErr_SetString", "PyType_IsSubtype", "PyLong_AsLongLong", "PyErr_Occurred", "Py_IncRef",
-                    "PyEval_SaveThread", "PyEval_RestoreThread"):
-            llvm.add_symbol(sym, ctypes.cast(getattr(api, sym), ctypes.c_void_p).value)
+                    "PyEval_SaveThread", "PyEval_RestoreThread", "PyErr_NoMemory", "malloc", "free"):
+            llvm.add_symbol(sym, ctypes.cast(getattr(api, sym), ctypes.c_void_p).value)   # (libc's through Python's)
         # objects by address under names of our own (LLVM's symbol table is the process's: Numba's meaning of
         # "PyExc_TypeError" is the object itself, not the C variable pointing to it)
         for sym, obj in _OBJECTS.items():
