@@ -616,7 +616,7 @@ class FusedKernel:
     def fn(self):
         """The Numba dispatcher, from the generated module (imported, and Numba with it, on first use)."""
         if self._fn is None:
-            self._fn = load_kernel(self.source, self.key, self.signature)
+            self._fn = load_kernel(self.source, self.key)
         return self._fn
 
     @property

@@ -24,7 +24,7 @@ class ProgramKernel:
     @property
     def fn(self):
         if self._fn is None:
-            self._fn = load_kernel(self.source, self.key, self.signature)
+            self._fn = load_kernel(self.source, self.key)
         return self._fn
 
     @property
