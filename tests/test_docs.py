@@ -40,7 +40,7 @@ SAVED_AS = re.compile(r"#\s*([\w.-]+\.py)\s*$")      # a python block's first li
 SLOW = {
     ("spmd.md", "hloexec run ../shared/seeds/tpu_seqparallel"): "the TPU seed of ../shared, 8 participants: ~20 s",
     ("spmd.md", "hloexec run spmd/sequence_parallel.hlo --spmd --ray"): "starts a local Ray instance: ~25 s",
-    ("spmd.md", "import hloexec\nfrom hloexec.exec import spmd\n\nexe = hloexec.load(\"spmd/sequence_parallel.hlo\")\n#"):
+    ("spmd.md", "import hloexec\nfrom hloexec import spmd\n\nexe = hloexec.load(\"spmd/sequence_parallel.hlo\")\n#"):
         "starts a local Ray instance: ~25 s",
 }
 # (page, how the block starts): why it does not run in the test suite at all

@@ -11,7 +11,7 @@ import pytest
 
 import hloexec
 from hloexec.exec import schedule_codegen
-from hloexec.kernels import fusion, program
+from hloexec.kernels import fusion, program_kernel
 from hloexec.tools.cli import main
 
 SENTINEL = "HOSTILE_PAYLOAD_RAN"
@@ -88,12 +88,12 @@ def generated(monkeypatch):
     sources = []
 
     def recording(load):
-        def load_kernel(source, key):
+        def load_kernel(source, key, *signature):
             sources.append(source)
-            return load(source, key)
+            return load(source, key, *signature)
         return load_kernel
     monkeypatch.setattr(fusion, "load_kernel", recording(fusion.load_kernel))
-    monkeypatch.setattr(program, "load_kernel", recording(program.load_kernel))
+    monkeypatch.setattr(program_kernel, "load_kernel", recording(program_kernel.load_kernel))
 
     def compile_recorded(source, filename, mode):
         sources.append(source)
