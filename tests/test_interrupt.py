@@ -48,11 +48,20 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def _as_a_terminal_starts_it():
+    """Ctrl-C and SIGTERM at their defaults in the child, as a shell starts a command: a pytest worker may run with
+    SIGINT ignored (a test before this one, a library), which a child would inherit, and Python then installs no
+    KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def hloexec(tmp_path, *argv, **env) -> subprocess.Popen:
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
     return subprocess.Popen([sys.executable, "-P", "-m", "hloexec", *map(str, argv)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(scratch), **env))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(scratch), **env),
+                            preexec_fn=_as_a_terminal_starts_it)
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
