@@ -156,6 +156,39 @@ def compile_signature(fn, signature, lines: int = 0) -> None:
                 fn.disable_compile()
 
 
+class GeneratedKernel:
+    """A kernel generated as Python source (fusion.py, program.py): its Numba dispatcher loaded from the cache on
+    first use and compiled for its one `signature` (which each kind of kernel says)."""
+
+    def __init__(self, source: str, key: str):
+        self._fn = None
+        self.source = source
+        self.key = key
+        self.lines = source.count("\n")
+
+    @property
+    def fn(self):
+        """The Numba dispatcher, from the generated module (imported, and Numba with it, on first use)."""
+        if self._fn is None:
+            self._fn = load_kernel(self.source, self.key)
+        return self._fn
+
+    @property
+    def signature(self) -> tuple:
+        """numba_signature's plain tuples of its arguments."""
+        raise NotImplementedError
+
+    @property
+    def compile_task(self) -> tuple:
+        """What a worker process compiles it from (compile_elsewhere): (key, source, signature)."""
+        return self.key, self.source, self.signature
+
+    def compile(self):
+        """Compile now (or load from the disk cache): one specialisation, for read-only or writable operands."""
+        compile_signature(self.fn, self.signature, self.lines)
+        return self
+
+
 def clear_cache(disk: bool = True):
     """Forget compiled kernels in this process; with `disk`, also delete the on-disk sources and caches."""
     with _LOCK:

@@ -37,7 +37,7 @@ from ..ir import opcodes
 from ..options import Options
 from . import elements
 from . import elementwise as ew
-from .cache import INT64_ARG, array_arg, compile_signature, load_kernel, source_key
+from .cache import INT64_ARG, GeneratedKernel, array_arg, source_key
 from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, names_in, need,
                       row_major_strides, scalar_literal)
 from .index_maps import SourceIndex, dilated_element, reduce_dims, window_position, window_span
@@ -595,13 +595,11 @@ class FusionGenerator:
 
 
 # -- compiled kernels ------------------------------------------------------------------------------------
-class FusedKernel:
+class FusedKernel(GeneratedKernel):
     """A compiled fusion: `kernel(*operands)` -> the root's value (an array, or a tuple for a tuple root)."""
 
     def __init__(self, source: str, key: str, outs, params, consts, blocks: list[slice], is_tuple: bool):
-        self._fn = None
-        self.source = source
-        self.key = key
+        super().__init__(source, key)
         self.blocks = [(b.start, b.stop) for b in blocks]   # outer-loop ranges run by the thread pool
         self.parallel = bool(blocks)
         self.is_tuple = is_tuple
@@ -613,29 +611,12 @@ class FusedKernel:
         self._spent_lock = threading.Lock()
 
     @property
-    def fn(self):
-        """The Numba dispatcher, from the generated module (imported, and Numba with it, on first use)."""
-        if self._fn is None:
-            self._fn = load_kernel(self.source, self.key)
-        return self._fn
-
-    @property
     def signature(self) -> tuple:
         """Outputs writable, operands and constants read-only (compile_signature), all C-contiguous."""
         outs = [array_arg(ew.STORAGE[et], len(dims), False) for dims, et in self._outs]
         ins = [array_arg(ew.STORAGE[et], len(dims), True) for dims, et in self._params]
         ins += [array_arg(c.dtype, c.ndim, True) for c in self._consts]
         return tuple(outs + ins) + ((INT64_ARG, INT64_ARG) if self.blocks else ())
-
-    @property
-    def compile_task(self) -> tuple:
-        """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
-        return self.key, self.source, self.signature
-
-    def compile(self):
-        """Compile now (or load from the disk cache): one specialisation, for read-only or writable operands."""
-        compile_signature(self.fn, self.signature)
-        return self
 
     def _arg(self, value, dims, et):
         a = np.asarray(value)

@@ -5,42 +5,24 @@ from __future__ import annotations
 import numpy as np
 
 from . import elementwise as ew
-from .cache import array_arg, compile_signature, load_kernel
+from .cache import GeneratedKernel, array_arg
 
 
-class ProgramKernel:
+class ProgramKernel(GeneratedKernel):
     """A compiled region: `kernel(*operands)` -> the value (arrays, tuples nested as the result shape)."""
 
     def __init__(self, source: str, key: str, operand_shapes, params: list, result_shape, consts):
-        self._fn = None
-        self.source = source
-        self.key = key
+        super().__init__(source, key)
         self._operands = operand_shapes
         self._params = params          # (dims, element type) of each operand's leaves, flattened
         self._result = result_shape
         self._consts = consts
-        self.lines = source.count("\n")
-
-    @property
-    def fn(self):
-        if self._fn is None:
-            self._fn = load_kernel(self.source, self.key)
-        return self._fn
 
     @property
     def signature(self) -> tuple:
         """Operands and constants are never written: read-only, one specialisation (cache.compile_signature)."""
         return tuple([array_arg(ew.STORAGE[et], 1, True) for _, et in self._params]
                      + [array_arg(c.dtype, 1, True) for c in self._consts])
-
-    @property
-    def compile_task(self) -> tuple:
-        """What a worker process compiles it from (cache.compile_elsewhere): (key, source, signature)."""
-        return self.key, self.source, self.signature
-
-    def compile(self):
-        compile_signature(self.fn, self.signature, self.lines)
-        return self
 
     def __call__(self, *operands):
         flat = [x for v, s in zip(operands, self._operands) for x in _flatten(v, s)]
