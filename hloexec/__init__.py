@@ -1,18 +1,28 @@
 """hloexec: a fast HLO text parser and CPU evaluator.
 
-    import hloexec
-    modules = hloexec.parse("dump.hlo")          # every module found in a file or text
-    exe = hloexec.load("dump.hlo")               # the (single or named) module, ready to run
-    outputs = exe.run(*exe.random_inputs(seed=0))
-    exe = hloexec.load("dump.hlo", device="tpu", compile="eager")   # as a TPU computes it; runs wait for kernels
+import hloexec
+modules = hloexec.parse("dump.hlo")          # every module found in a file or text
+exe = hloexec.load("dump.hlo")               # the (single or named) module, ready to run
+outputs = exe.run(*exe.random_inputs(seed=0))
+exe = hloexec.load("dump.hlo", device="tpu", compile="eager")   # as a TPU computes it; runs wait for kernels
 """
+
 from .errors import ExecutionError, HloParseError, UnsupportedError
 from .ir.module import Computation, Instruction, Module, pick_module
 from .parser import parse
 
 __version__ = "0.1.0"
-__all__ = ["parse", "load", "Module", "Computation", "Instruction", "HloParseError", "UnsupportedError",
-           "ExecutionError", "Executable"]
+__all__ = [
+    "parse",
+    "load",
+    "Module",
+    "Computation",
+    "Instruction",
+    "HloParseError",
+    "UnsupportedError",
+    "ExecutionError",
+    "Executable",
+]
 
 
 def load(source, module: str | None = None, **options):
@@ -35,6 +45,7 @@ def load(source, module: str | None = None, **options):
     from . import ops  # noqa: F401  (fills the op registry)
     import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: Executable.run_spmd; see hloexec/spmd/__init__.py)
     from .exec.executor import Executable
+
     return Executable(pick_module(parse(source), module), **options)
 
 
@@ -42,5 +53,6 @@ def __getattr__(name):
     if name == "Executable":
         import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: Executable.run_spmd)
         from .exec.executor import Executable
+
         return Executable
     raise AttributeError(name)

@@ -1,4 +1,5 @@
 """`python -m hloexec ...`: the `hloexec` command (hloexec.tools.cli)."""
+
 import sys
 
 from .tools.cli import main

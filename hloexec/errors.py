@@ -1,12 +1,12 @@
 """The errors hloexec raises: one type per kind of failure a user can act on."""
+
 from __future__ import annotations
 
 
 class HloParseError(ValueError):
     """Bad HLO text: names file:line:col, shows the line and a caret, says what was expected."""
 
-    def __init__(self, message: str, *, path: str | None = None, line: int = 0, column: int = 0,
-                 line_text: str = ""):
+    def __init__(self, message: str, *, path: str | None = None, line: int = 0, column: int = 0, line_text: str = ""):
         self.message, self.path, self.line, self.column, self.line_text = message, path, line, column, line_text
         where = f"{path or '<text>'}:{line}:{column}"
         shown = line_text if len(line_text) <= 200 else _window(line_text, column)
@@ -17,7 +17,7 @@ class HloParseError(ValueError):
 def _window(line_text: str, column: int) -> str:
     """Show 200 characters of a very long line around the column (dumps have MB-long lines)."""
     start = max(column - 101, 0)
-    return line_text[start:start + 200]
+    return line_text[start : start + 200]
 
 
 class UnsupportedError(NotImplementedError):
@@ -42,19 +42,30 @@ class MemoryLimitError(ExecutionError):
     """A run refused before it starts: what it needs (`peak`: its peak live bytes, or as `counted` says) exceeds
     what it may use (`limit`, from max_memory when `given`, else MemAvailable)."""
 
-    def __init__(self, module_name: str, peak: int, limit: int, given: bool, *,
-                 counted: str = "at its peak (live buffers, inputs included)",
-                 advice: str = "pass max_memory=BYTES to hloexec.load to override"):
+    def __init__(
+        self,
+        module_name: str,
+        peak: int,
+        limit: int,
+        given: bool,
+        *,
+        counted: str = "at its peak (live buffers, inputs included)",
+        advice: str = "pass max_memory=BYTES to hloexec.load to override",
+    ):
         self.peak, self.limit, self.given = peak, limit, given
         source = "max_memory" if given else "MemAvailable in /proc/meminfo"
-        super().__init__(f"{module_name} needs {peak / 2**30:.2f} GiB {counted} but {source} allows "
-                         f"{limit / 2**30:.2f} GiB; {advice}")
+        super().__init__(
+            f"{module_name} needs {peak / 2**30:.2f} GiB {counted} but {source} allows "
+            f"{limit / 2**30:.2f} GiB; {advice}"
+        )
 
 
 def describe_site(instruction) -> str:
     """' in %name (opcode) of computation %comp, from file:line' for error messages."""
     comp = instruction.computation.name if instruction.computation is not None else "?"
-    where = f"\n  in %{instruction.name} = {instruction.opcode}(...) of computation %{comp} (HLO line {instruction.line})"
+    where = (
+        f"\n  in %{instruction.name} = {instruction.opcode}(...) of computation %{comp} (HLO line {instruction.line})"
+    )
     loc = instruction.source_location
     return where + (f", from {loc}" if loc else "")
 
@@ -82,6 +93,8 @@ class ElidedConstantWarning(UserWarning):
 def elided_constants_note(module, constants) -> str:
     """What a run of `module` should say about its elided `constants` (Instructions)."""
     names = ", ".join(f"%{c.name}" for c in constants[:5]) + (", ..." if len(constants) > 5 else "")
-    return (f"module {module.name}: {len(constants)} constant{'s' if len(constants) != 1 else ''} ({names}) "
-            "written as {...}: the dump left out their values (take it with --xla_dump_large_constants=true); "
-            "hloexec runs them as zeros, so outputs that depend on them are not the program's")
+    return (
+        f"module {module.name}: {len(constants)} constant{'s' if len(constants) != 1 else ''} ({names}) "
+        "written as {...}: the dump left out their values (take it with --xla_dump_large_constants=true); "
+        "hloexec runs them as zeros, so outputs that depend on them are not the program's"
+    )

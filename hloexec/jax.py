@@ -15,6 +15,7 @@ runs (`Executable.run_spmd`), inputs split and outputs assembled by their shardi
 
 Needs the `jax` extra; importing this module does not import jax until a function is called.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,14 +33,16 @@ STAGES = ("pre", "opt")
 @dataclass
 class Lowered:
     """One jax function lowered for hloexec: its module text, its flat inputs, how to rebuild its outputs."""
+
     text: str
-    inputs: list                # the arguments' leaves that are parameters of the module, as numpy arrays
-    out_tree: object            # jax's PyTreeDef of the outputs
-    jax_lowered: object         # jax.stages.Lowered
-    compiled: object = None     # jax.stages.Compiled, for stage="opt"
+    inputs: list  # the arguments' leaves that are parameters of the module, as numpy arrays
+    out_tree: object  # jax's PyTreeDef of the outputs
+    jax_lowered: object  # jax.stages.Lowered
+    compiled: object = None  # jax.stages.Compiled, for stage="opt"
 
     def outputs(self, flat: list):
         import jax
+
         return jax.tree_util.tree_unflatten(self.out_tree, flat)
 
 
@@ -47,13 +50,14 @@ def lower(fn, *args, stage: str = "pre", **jit_kwargs) -> Lowered:
     """`fn` lowered by jax for `args`, at `stage` ("pre": before XLA's optimizations, "opt": XLA:CPU's
     optimized module)."""
     import jax
+
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, **{"keep_unused": True, **jit_kwargs})
     lowered = jitted.lower(*args)
     static = set(getattr(getattr(jitted, "_jit_info", None), "static_argnums", ()))
     leaves = jax.tree_util.tree_leaves(tuple(a for i, a in enumerate(args) if i not in static))
-    kept = lowered._lowering.compile_args.get("kept_var_idx")     # what keep_unused=False left out
+    kept = lowered._lowering.compile_args.get("kept_var_idx")  # what keep_unused=False left out
     if kept is not None and len(kept) != len(leaves):
         leaves = [leaf for i, leaf in enumerate(leaves) if i in kept]
     compiled = lowered.compile() if stage == "opt" else None
@@ -67,8 +71,16 @@ def run(fn, *args, stage: str = "pre", device=None, **jit_kwargs):
     return _run_lowered(lower(fn, *args, stage=stage, **jit_kwargs), device)
 
 
-def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | None = None,
-          rtol: float | None = None, device=None, **jit_kwargs):
+def check(
+    fn,
+    *args,
+    reference: str = "xla",
+    stage: str = "pre",
+    atol: float | None = None,
+    rtol: float | None = None,
+    device=None,
+    **jit_kwargs,
+):
     """Run `fn` on XLA:CPU (jax) and with hloexec; raise AssertionError when they disagree. Returns hloexec's
     outputs in `fn`'s pytree.
 
@@ -82,6 +94,7 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
     stage (its global program)."""
     import jax
     from .tools.compare import compare_outputs, format_report
+
     if reference not in ("xla", "shadow"):
         raise ValueError(f"reference must be 'xla' or 'shadow', got {reference!r}")
     if reference == "shadow" and (atol is not None or rtol is not None):
@@ -100,17 +113,27 @@ def check(fn, *args, reference: str = "xla", stage: str = "pre", atol: float | N
 def _judge_against_shadow(fn, lowered: Lowered, xla_outputs: list, stage: str, device=None):
     from .tools.numerics import judge_run, xla_cpu_arithmetic
     from .tools.verdict import format_verdict
+
     exe = _load(lowered.text, device)
     module = exe.module
     if module.num_partitions * module.replica_count > 1:
-        raise ValueError(f"reference='shadow' runs one participant; {_name(fn)} at stage {stage!r} is partitioned "
-                         f"over {module.num_partitions * module.replica_count} devices: check stage='pre'")
+        raise ValueError(
+            f"reference='shadow' runs one participant; {_name(fn)} at stage {stage!r} is partitioned "
+            f"over {module.num_partitions * module.replica_count} devices: check stage='pre'"
+        )
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
-    verdict, run = judge_run(exe, inputs, {"XLA:CPU": xla_outputs}, devices=None if device is None else [device],
-                             known={"XLA:CPU": xla_cpu_arithmetic()})
+    verdict, run = judge_run(
+        exe,
+        inputs,
+        {"XLA:CPU": xla_outputs},
+        devices=None if device is None else [device],
+        known={"XLA:CPU": xla_cpu_arithmetic()},
+    )
     if not verdict.consistent():
-        raise AssertionError(f"{_name(fn)} ({stage}): not every run is as close to the exact answer as the "
-                             f"program's precision allows:\n{format_verdict(verdict)}")
+        raise AssertionError(
+            f"{_name(fn)} ({stage}): not every run is as close to the exact answer as the "
+            f"program's precision allows:\n{format_verdict(verdict)}"
+        )
     return lowered.outputs([np.asarray(x) for x in run.outputs])
 
 
@@ -122,6 +145,7 @@ def dump(fn, *args, to, passes: bool = False, **jit_kwargs) -> dict:
     Returns the paths: {"before", "after", "inputs", "outputs", "passes"}."""
     import jax
     from .tools.xla_cpu import save_arrays
+
     to = Path(to)
     to.mkdir(parents=True, exist_ok=True)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, **{"keep_unused": True, **jit_kwargs})
@@ -134,13 +158,15 @@ def dump(fn, *args, to, passes: bool = False, **jit_kwargs) -> dict:
     made = sorted(set(to.glob("*.before_optimizations.txt")) - before, key=os.path.getmtime)
     if not made:
         raise ExecutionError(f"XLA wrote no module to {to} (was {_name(fn)} compiled with these options before?)")
-    prefix = str(made[-1])[:-len("before_optimizations.txt")]
+    prefix = str(made[-1])[: -len("before_optimizations.txt")]
     outputs = jax.tree_util.tree_leaves(jax.tree_util.tree_map(np.asarray, compiled(*args)))
-    paths = {"before": Path(prefix + "before_optimizations.txt"),
-             "after": next(iter(sorted(Path(prefix).parent.glob(Path(prefix).name + "*_after_optimizations.txt"))),
-                           None),
-             "inputs": Path(prefix + "inputs.npz"), "outputs": Path(prefix + "outputs.npz"),
-             "passes": sorted(Path(prefix).parent.glob(Path(prefix).name + "[0-9][0-9][0-9][0-9].*.txt"))}
+    paths = {
+        "before": Path(prefix + "before_optimizations.txt"),
+        "after": next(iter(sorted(Path(prefix).parent.glob(Path(prefix).name + "*_after_optimizations.txt"))), None),
+        "inputs": Path(prefix + "inputs.npz"),
+        "outputs": Path(prefix + "outputs.npz"),
+        "passes": sorted(Path(prefix).parent.glob(Path(prefix).name + "[0-9][0-9][0-9][0-9].*.txt")),
+    }
     save_arrays(paths["inputs"], {f"arg{i}": a for i, a in enumerate(lowered.inputs)})
     save_arrays(paths["outputs"], {f"out{i}": a for i, a in enumerate(outputs)})
     return paths
@@ -150,23 +176,28 @@ def dump(fn, *args, to, passes: bool = False, **jit_kwargs) -> dict:
 def _load(text: str, device=None):
     """One prepared module per text and device: a test calling a jitted function in a loop prepares it once."""
     import hloexec
+
     return hloexec.load(text, device=device)
 
 
 def _run_lowered(lowered: Lowered, device=None):
     from . import spmd
+
     exe = _load(lowered.text, device)
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
     module = exe.module
     n = module.num_partitions * module.replica_count
     result = exe.run(*inputs) if n == 1 else None
     flat = (list(result) if module.entry.root.shape.is_tuple else [result]) if n == 1 else None
-    if n > 1:       # XLA's partitioned module: every participant; outputs assembled by jax's output shardings
+    if n > 1:  # XLA's partitioned module: every participant; outputs assembled by jax's output shardings
         per_device = exe.run_spmd(spmd.split_inputs(module, inputs, n), report=lambda message: None)
-        per_output = ([list(out) for out in per_device] if module.entry.root.shape.is_tuple
-                      else [[out] for out in per_device])
-        flat = [spmd.assemble_global([out[i] for out in per_output], sharding, shape)
-                for i, (sharding, shape) in enumerate(_output_shardings(lowered))]
+        per_output = (
+            [list(out) for out in per_device] if module.entry.root.shape.is_tuple else [[out] for out in per_device]
+        )
+        flat = [
+            spmd.assemble_global([out[i] for out in per_output], sharding, shape)
+            for i, (sharding, shape) in enumerate(_output_shardings(lowered))
+        ]
     return lowered.outputs([np.asarray(x) for x in flat])
 
 
@@ -174,10 +205,12 @@ def _output_shardings(lowered: Lowered) -> list:
     """(hloexec Sharding, global shape) of each output leaf, from what jax compiled."""
     import jax
     from .ir.attributes import decode_sharding
+
     avals = jax.tree_util.tree_leaves(lowered.jax_lowered.out_info)
     shardings = jax.tree_util.tree_leaves(lowered.compiled.output_shardings)
-    return [(decode_sharding(str(s._to_xla_hlo_sharding(len(a.shape)))), tuple(a.shape))
-            for s, a in zip(shardings, avals)]
+    return [
+        (decode_sharding(str(s._to_xla_hlo_sharding(len(a.shape)))), tuple(a.shape)) for s, a in zip(shardings, avals)
+    ]
 
 
 def _as_parameter(x: np.ndarray, param):

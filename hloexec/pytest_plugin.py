@@ -25,6 +25,7 @@
 Nothing here imports jax or compiles anything until a test asks for it: the plugin costs nothing to projects
 that do not use it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,30 +35,56 @@ import pytest
 
 def pytest_addoption(parser):
     group = parser.getgroup("hloexec", "hloexec: HLO reference execution")
-    group.addoption("--hloexec-atol", type=float, default=None,
-                    help="absolute tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)")
-    group.addoption("--hloexec-rtol", type=float, default=None,
-                    help="relative tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)")
-    group.addoption("--hloexec-reference", choices=REFERENCES, default="xla",
-                    help="xla (default): compare with tolerances; shadow: judge every result against the "
-                         "program's exact answer by its own precision (hloexec compare --reference shadow)")
-    group.addoption("--hloexec-dumps", action="append", default=[], metavar="DIR",
-                    help="collect every module of an XLA dump directory as a test: run before and after "
-                         "optimizations on the same inputs and compare (repeatable)")
-    group.addoption("--hloexec-device", default=None, metavar="NAME|FILE",
-                    help="the device profile hloexec computes under (as hloexec run --device; default reference)")
+    group.addoption(
+        "--hloexec-atol",
+        type=float,
+        default=None,
+        help="absolute tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)",
+    )
+    group.addoption(
+        "--hloexec-rtol",
+        type=float,
+        default=None,
+        help="relative tolerance of hloexec comparisons (default: by output dtype, as hloexec compare)",
+    )
+    group.addoption(
+        "--hloexec-reference",
+        choices=REFERENCES,
+        default="xla",
+        help="xla (default): compare with tolerances; shadow: judge every result against the "
+        "program's exact answer by its own precision (hloexec compare --reference shadow)",
+    )
+    group.addoption(
+        "--hloexec-dumps",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="collect every module of an XLA dump directory as a test: run before and after "
+        "optimizations on the same inputs and compare (repeatable)",
+    )
+    group.addoption(
+        "--hloexec-device",
+        default=None,
+        metavar="NAME|FILE",
+        help="the device profile hloexec computes under (as hloexec run --device; default reference)",
+    )
 
 
 REFERENCES = ("xla", "shadow")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "hloexec(stage='pre', atol=None, rtol=None, reference='xla', device=None): also "
-                                       "run the functions the test jits through hloexec, comparing with jax's outputs")
-    if config.getoption("hloexec_reference") == "shadow" and (config.getoption("hloexec_atol") is not None
-                                                             or config.getoption("hloexec_rtol") is not None):
-        raise pytest.UsageError("--hloexec-reference shadow judges by the program's precision, not by "
-                                "--hloexec-atol / --hloexec-rtol")
+    config.addinivalue_line(
+        "markers",
+        "hloexec(stage='pre', atol=None, rtol=None, reference='xla', device=None): also "
+        "run the functions the test jits through hloexec, comparing with jax's outputs",
+    )
+    if config.getoption("hloexec_reference") == "shadow" and (
+        config.getoption("hloexec_atol") is not None or config.getoption("hloexec_rtol") is not None
+    ):
+        raise pytest.UsageError(
+            "--hloexec-reference shadow judges by the program's precision, not by --hloexec-atol / --hloexec-rtol"
+        )
     # Each dump directory is collected as an argument (DumpDirectory), unless an argument already names it or
     # one of its files: `DIR/<file>::module_NNNN` (the node id pytest printed) runs that module alone.
     here = config.invocation_params.dir
@@ -80,8 +107,18 @@ class HloReference:
     def __init__(self, atol: float | None = None, rtol: float | None = None, reference: str = "xla", device=None):
         self.atol, self.rtol, self.reference, self.device = atol, rtol, reference, device
 
-    def __call__(self, program, *args, expected=None, stage: str = "pre", atol: float | None = None,
-                 rtol: float | None = None, reference: str | None = None, device=None, **jit_kwargs):
+    def __call__(
+        self,
+        program,
+        *args,
+        expected=None,
+        stage: str = "pre",
+        atol: float | None = None,
+        rtol: float | None = None,
+        reference: str | None = None,
+        device=None,
+        **jit_kwargs,
+    ):
         """`atol` / `rtol` / `reference` / `device` replace the session's (--hloexec-atol / --hloexec-rtol /
         --hloexec-reference / --hloexec-device) for this call."""
         __tracebackhide__ = True
@@ -94,13 +131,24 @@ class HloReference:
         device = self.device if device is None else device
         if callable(program) and not isinstance(program, str):
             from . import jax as hloexec_jax
-            return hloexec_jax.check(program, *args, reference=reference, stage=stage, atol=atol, rtol=rtol,
-                                     device=device, **jit_kwargs)
-        return self.run_module(program, *args, expected=expected, atol=atol, rtol=rtol, reference=reference,
-                               device=device)
 
-    def run_module(self, program, *inputs, expected=None, atol: float | None = None, rtol: float | None = None,
-                   reference: str = "xla", device=None):
+            return hloexec_jax.check(
+                program, *args, reference=reference, stage=stage, atol=atol, rtol=rtol, device=device, **jit_kwargs
+            )
+        return self.run_module(
+            program, *args, expected=expected, atol=atol, rtol=rtol, reference=reference, device=device
+        )
+
+    def run_module(
+        self,
+        program,
+        *inputs,
+        expected=None,
+        atol: float | None = None,
+        rtol: float | None = None,
+        reference: str = "xla",
+        device=None,
+    ):
         """Run HLO text / a path / a Module with hloexec (under the device profile `device`, default the
         session's); compare with `expected` (a sequence of arrays, or one array), by default XLA:CPU's outputs of
         the same module. `reference="shadow"`: hloexec's outputs and `expected` are judged against the module's
@@ -112,6 +160,7 @@ class HloReference:
         from .exec.executor import Executable
         from .ir.printer import module_to_text
         from .tools.compare import compare_outputs, format_report
+
         device = self.device if device is None else device
         if isinstance(program, hloexec.Module):
             exe, text = Executable(program, device=device), None
@@ -122,23 +171,28 @@ class HloReference:
             raise ValueError("reference='shadow' judges by the program's precision, not by atol/rtol")
         if expected is None:
             from .tools.xla_cpu import run_on_xla_cpu
+
             expected = run_on_xla_cpu(text or module_to_text(exe.module), list(inputs))
         elif not isinstance(expected, (list, tuple)):
             expected = [expected]
         if reference == "shadow":
             from .tools.numerics import judge_run
             from .tools.verdict import format_verdict
+
             verdict, run = judge_run(exe, list(inputs), {"expected": list(expected)})
             if not verdict.consistent():
-                raise AssertionError(f"{exe.module.name}: not every result is as close to the exact answer as the "
-                                     f"program's precision allows:\n{format_verdict(verdict)}")
+                raise AssertionError(
+                    f"{exe.module.name}: not every result is as close to the exact answer as the "
+                    f"program's precision allows:\n{format_verdict(verdict)}"
+                )
             return tuple(run.outputs) if exe.module.entry.root.shape.is_tuple else run.outputs[0]
         outputs = exe.run(*inputs)
         flat = list(outputs) if isinstance(outputs, tuple) else [outputs]
         report = compare_outputs(flat, list(expected), atol, rtol)
         if not report.passed:
-            raise AssertionError(f"hloexec's outputs of {exe.module.name} differ from the reference:\n"
-                                 f"{format_report(report)}")
+            raise AssertionError(
+                f"hloexec's outputs of {exe.module.name} differ from the reference:\n{format_report(report)}"
+            )
         return outputs
 
 
@@ -146,8 +200,12 @@ class HloReference:
 def hlo_reference(request) -> HloReference:
     """Run a jax function or an HLO module with hloexec and assert its outputs match the reference."""
     config = request.config
-    return HloReference(config.getoption("hloexec_atol"), config.getoption("hloexec_rtol"),
-                        config.getoption("hloexec_reference"), config.getoption("hloexec_device"))
+    return HloReference(
+        config.getoption("hloexec_atol"),
+        config.getoption("hloexec_rtol"),
+        config.getoption("hloexec_reference"),
+        config.getoption("hloexec_device"),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -158,14 +216,21 @@ def _hloexec_marker(request, monkeypatch):
         yield
         return
     import jax
+
     config = request.config
-    options = {"stage": "pre", "atol": config.getoption("hloexec_atol"), "rtol": config.getoption("hloexec_rtol"),
-               "reference": config.getoption("hloexec_reference"), "device": config.getoption("hloexec_device"),
-               **marker.kwargs}
+    options = {
+        "stage": "pre",
+        "atol": config.getoption("hloexec_atol"),
+        "rtol": config.getoption("hloexec_rtol"),
+        "reference": config.getoption("hloexec_reference"),
+        "device": config.getoption("hloexec_device"),
+        **marker.kwargs,
+    }
     original = jax.jit
 
     def jit(fun, *args, **kwargs):
         return _Checked(original(fun, *args, **kwargs), options)
+
     monkeypatch.setattr(jax, "jit", jit)
     yield
 
@@ -179,22 +244,31 @@ class _Checked:
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True
         import jax
+
         out = self._jitted(*args, **kwargs)
         if kwargs or any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(args)):
             return out
         from . import jax as hloexec_jax
         from .tools.compare import compare_outputs, format_report
+
         if self._options["reference"] == "shadow":
-            hloexec_jax.check(self._jitted, *args, reference="shadow", stage=self._options["stage"],
-                              device=self._options["device"])
+            hloexec_jax.check(
+                self._jitted, *args, reference="shadow", stage=self._options["stage"], device=self._options["device"]
+            )
             return out
         ours = hloexec_jax.run(self._jitted, *args, stage=self._options["stage"], device=self._options["device"])
         theirs = [jax.numpy.asarray(o) for o in jax.tree_util.tree_leaves(out)]
-        report = compare_outputs(jax.tree_util.tree_leaves(ours), [jax.device_get(t) for t in theirs],
-                                 self._options["atol"], self._options["rtol"])
+        report = compare_outputs(
+            jax.tree_util.tree_leaves(ours),
+            [jax.device_get(t) for t in theirs],
+            self._options["atol"],
+            self._options["rtol"],
+        )
         if not report.passed:
-            raise AssertionError(f"hloexec differs from jax on {getattr(self._jitted, '__name__', 'a jitted function')}:"
-                                 f"\n{format_report(report)}")
+            raise AssertionError(
+                f"hloexec differs from jax on {getattr(self._jitted, '__name__', 'a jitted function')}:"
+                f"\n{format_report(report)}"
+            )
         return out
 
     def __getattr__(self, name):
@@ -212,13 +286,16 @@ class DumpDirectory(pytest.Directory):
     """One --hloexec-dumps directory: a DumpItem per dumped module."""
 
     def collect(self):
-        return [DumpFile.from_parent(self, path=(m.stages() or [None])[0].path if m.stages() else self.path,
-                                     module=m) for m in _scan(self.path)]
+        return [
+            DumpFile.from_parent(self, path=(m.stages() or [None])[0].path if m.stages() else self.path, module=m)
+            for m in _scan(self.path)
+        ]
 
 
 def _scan(directory) -> list:
     """The modules dumped in `directory`; pytest.UsageError when it is not a dump directory."""
     from .tools.dumpdir import DumpError, scan
+
     try:
         modules = scan(directory)
     except DumpError as e:
@@ -238,7 +315,7 @@ class DumpFile(pytest.File):
 
     def collect(self):
         m = self.module
-        return [DumpItem.from_parent(self, name=f"module_{m.number:04d}", module=m)]   # pytest splits names at "."
+        return [DumpItem.from_parent(self, name=f"module_{m.number:04d}", module=m)]  # pytest splits names at "."
 
 
 class DumpItem(pytest.Item):
@@ -250,6 +327,7 @@ class DumpItem(pytest.Item):
 
     def runtest(self):
         from .tools.compare import compare_outputs, format_report
+
         stages = [s for s in (self.module.before, *self.module.after[:1]) if s is not None] or self.module.stages()[-1:]
         runs = [_load_stage(stage) for stage in stages]
         dumped = _dumped_inputs(self.module, runs[0][0])
@@ -261,8 +339,9 @@ class DumpItem(pytest.Item):
             return
         outputs.insert(0, _global_outputs(runs[0][0], inputs, pre_partition=runs[0][0].module))
         if len(outputs) == 2:
-            report = compare_outputs(outputs[1], outputs[0], self.config.getoption("hloexec_atol"),
-                                     self.config.getoption("hloexec_rtol"))
+            report = compare_outputs(
+                outputs[1], outputs[0], self.config.getoption("hloexec_atol"), self.config.getoption("hloexec_rtol")
+            )
             if not report.passed:
                 raise DumpMismatch(f"{runs[1][1]} vs {runs[0][1]}:\n{format_report(report)}")
 
@@ -270,6 +349,7 @@ class DumpItem(pytest.Item):
         """The optimized program's outputs (and XLA's, `xla`) against the exact answer of the first stage."""
         from .tools.numerics import judge_run
         from .tools.verdict import format_verdict
+
         candidates = {name: out for (_, name), out in zip(runs[1:], outputs)}
         if xla is not None:
             candidates["XLA (outputs.npz)"] = xla
@@ -279,6 +359,7 @@ class DumpItem(pytest.Item):
 
     def repr_failure(self, excinfo):
         from .errors import ExecutionError, HloParseError, UnsupportedError
+
         if isinstance(excinfo.value, (DumpMismatch, HloParseError, UnsupportedError, ExecutionError)):
             return f"module_{self.module.number:04d}.{self.module.name}: {excinfo.value}"
         return super().repr_failure(excinfo)
@@ -293,6 +374,7 @@ class DumpMismatch(AssertionError):
 
 def _load_stage(stage):
     import hloexec
+
     return hloexec.load(stage.text()), stage.path.name
 
 
@@ -301,6 +383,7 @@ def _dumped_inputs(module, exe) -> list | None:
     dumpdir.dumped_inputs), as the parameters' types; None if none."""
     from .tools.arrays import read_values
     from .tools.dumpdir import dumped_inputs
+
     found = dumped_inputs(module)
     if found is None:
         return None
@@ -311,6 +394,7 @@ def _dumped_outputs(module, exe) -> list | None:
     """The outputs hloexec.jax.dump saved beside the module (XLA:CPU's, out0..), flat, as the leaves of `exe`'s
     result; None if none."""
     from .tools.arrays import read_values
+
     saved = [p for p in module.other if p.name == f"module_{module.number:04d}.{module.name}.outputs.npz"]
     leaves = [leaf for _, leaf in exe.result_shape.leaves()]
     return read_values(saved[0], "out", leaves, what="outputs") if saved else None
@@ -321,6 +405,7 @@ def _global_outputs(exe, inputs: list, pre_partition) -> list:
     shardings, its outputs assembled by the output shardings (`pre_partition` annotates where it has none)."""
     from . import spmd
     from .tools.arrays import flatten
+
     module = exe.module
     partitions, replicas, _ = spmd.device_counts(module)
     n = partitions * replicas

@@ -356,11 +356,12 @@ def test_numerics_names_the_instructions_beyond_their_error_bounds(capsys, tmp_p
     was miscompiled (2 -> 2.01, against the shadow of the module it should have been) has that constant and its
     broadcast named beyond their bounds, the rest not."""
     import hloexec.tools.numerics as numerics
+    import hloexec.tools.numerics_format as numerics_format
     r = np.random.default_rng(4)
     a = r.uniform(1, 2, 1024).astype(np.float32)
     b = (a + r.uniform(-1e-3, 1e-3, 1024)).astype(np.float32)
     report = attribute(hloexec.load(LOSSY), [a, b])
-    assert not numerics.beyond_bound(report)
+    assert not numerics_format.beyond_bound(report)
     ratios = {x.name: x.bound_ratio for x in report.instructions}
     assert 0 < ratios["d"] <= 1 and 0 < ratios["r"] <= 1
     exe = hloexec.load(LOSSY)
@@ -369,9 +370,9 @@ def test_numerics_names_the_instructions_beyond_their_error_bounds(capsys, tmp_p
     monkeypatch.setattr(numerics, "executable_like",
                         lambda e, module, **o: made(e, miscompiled if module is exe.module else module, **o))
     report = attribute(exe, [a, b])
-    assert [x.name for x in numerics.beyond_bound(report)][:1] == ["two"]
+    assert [x.name for x in numerics_format.beyond_bound(report)][:1] == ["two"]
     # (r = d * 2.01: the cancelling d's own error allows more than 0.5% there)
-    assert {x.name for x in numerics.beyond_bound(report)} == {"two", "tb"}
+    assert {x.name for x in numerics_format.beyond_bound(report)} == {"two", "tb"}
     path, inputs = tmp_path / "lossy.hlo", tmp_path / "in.npz"
     path.write_text(LOSSY)
     save_arrays(str(inputs), {"arg0": a, "arg1": b})

@@ -58,7 +58,8 @@ def test_no_generated_or_machine_specific_files_are_tracked():
 
 
 def test_the_package_passes_its_linter():
-    """ruff with the rules pyproject.toml selects (pyflakes: unused imports and variables, undefined names...)."""
+    """ruff with the rules pyproject.toml selects (pyflakes: unused imports and variables, undefined names...), and
+    ruff's formatter: the package is formatted."""
     import shutil
     import subprocess
     import sys
@@ -69,6 +70,10 @@ def test_the_package_passes_its_linter():
     done = subprocess.run([ruff, "check", "--no-cache", "hloexec"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    # the formatter's check: one layout for the package, so a diff shows what changed and not how it was typed
+    done = subprocess.run([ruff, "format", "--check", "--no-cache", "hloexec"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, "run `ruff format hloexec`:\n" + done.stdout + done.stderr
 
 
 # -- import cycles ----------------------------------------------------------------------------------------------
@@ -212,16 +217,17 @@ MYPY_KNOWN = {
     5, "ir/attributes/metadata.py": 1, "ir/attributes/syntax.py": 2, "ir/compiled_for.py": 3, "ir/fma.py": 7,
     "ir/literal.py": 15, "ir/module.py": 9, "ir/shape.py": 12, "ir/shape_inference.py": 6, "ir/shardy.py": 2,
     "jax.py": 12, "kernels/codegen.py": 2, "kernels/dot_algorithms.py": 3, "kernels/elementwise.py": 3,
-    "kernels/mkl.py": 2, "kernels/semantics.py": 3, "ops/contraction.py": 2, "ops/custom_call/cudnn.py": 1,
-    "ops/custom_call/lapack.py": 1, "ops/elementwise.py": 2, "ops/indexing.py": 3, "ops/movement.py": 2,
-    "ops/reduction.py": 1, "ops/tiles.py": 3, "parser/build.py": 14, "parser/scan.py": 1, "spmd/memory.py": 3,
-    "spmd/shardings.py": 4, "tools/bisect.py": 12, "tools/bounds.py": 2, "tools/collectives.py": 2,
-    "tools/commands/export.py": 1, "tools/commands/extract.py": 4, "tools/commands/numerics.py": 1,
-    "tools/commands/run.py": 2, "tools/common.py": 2, "tools/compare.py": 1, "tools/costmodel.py": 1,
-    "tools/diff.py": 18, "tools/dumpdir.py": 17, "tools/export.py": 12, "tools/extract.py": 6, "tools/graph.py": 3,
-    "tools/hloproto.py": 11, "tools/match.py": 7, "tools/memory.py": 4, "tools/minimize.py": 6,
-    "tools/nonfinite.py": 5, "tools/numerics.py": 5, "tools/plugins.py": 3, "tools/report.py": 1,
-    "tools/shadow_runs.py": 5, "tools/stats.py": 4, "tools/verdict.py": 4, "tools/xla_cpu.py": 1,
+    "kernels/mkl.py": 2, "kernels/numpy_form.py": 1, "kernels/semantics.py": 2, "ops/contraction.py": 2,
+    "ops/custom_call/cudnn.py": 1, "ops/custom_call/lapack.py": 1, "ops/elementwise.py": 2, "ops/indexing.py": 3,
+    "ops/movement.py": 2, "ops/reduction.py": 1, "ops/tiles.py": 3, "parser/build.py": 14, "parser/scan.py": 1,
+    "spmd/memory.py": 3, "spmd/shardings.py": 4, "tools/bisect.py": 12, "tools/bounds.py": 2,
+    "tools/collectives.py": 2, "tools/commands/export.py": 1, "tools/commands/extract.py": 4,
+    "tools/commands/numerics.py": 1, "tools/commands/run.py": 2, "tools/common.py": 2, "tools/compare.py": 1,
+    "tools/costmodel.py": 1, "tools/diff.py": 17, "tools/diff_format.py": 2, "tools/dumpdir.py": 17,
+    "tools/export.py": 12, "tools/extract.py": 6, "tools/graph.py": 3, "tools/hloproto.py": 11, "tools/match.py": 7,
+    "tools/memory.py": 4, "tools/minimize.py": 6, "tools/nonfinite.py": 5, "tools/numerics.py": 3,
+    "tools/numerics_format.py": 2, "tools/plugins.py": 3, "tools/report.py": 1, "tools/shadow_runs.py": 5,
+    "tools/stats.py": 4, "tools/verdict.py": 2, "tools/xla_cpu.py": 1,
 }
 
 

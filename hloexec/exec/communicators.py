@@ -10,6 +10,7 @@ threads of one process, hloexec.spmd.communicators), `RayCommunicator` (particip
 cluster, hloexec.spmd.ray_runner: the same mailboxes, with payloads for other actors posted to them). Only the
 first is exec/'s: a prepared module plays one participant; the SPMD layer above (hloexec.spmd) runs them all.
 """
+
 from __future__ import annotations
 
 
@@ -21,7 +22,8 @@ class MirrorCommunicator:
     all-reduce(sum) then gives N*x, all-gather N copies: consistent shapes and plausible numbers,
     not a multi-device run (that is hloexec.spmd).
     """
-    distinct_participants = False       # the others are this one: work cannot be split with them
+
+    distinct_participants = False  # the others are this one: work cannot be split with them
 
     def __init__(self, device):
         self.device = device

@@ -1,6 +1,7 @@
 """The ops' context: what `prepare(inst, ctx)` functions see (hloexec.ops.registry.Context) -- the runners of the
 computations an instruction calls, the compiled tiers (asked of exec/tiering.py's policy), the device a thread
 runs as, and the observer of an observed run."""
+
 from __future__ import annotations
 
 import threading
@@ -10,18 +11,28 @@ from functools import cached_property, partial
 from ..ir.module import Computation, Module
 from ..options import Options
 from .tier_report import TierReport
-from .tiering import (COMPILE_MODES, NEVER_COMPILED, NOT_COMPILED, BackgroundCompiler, CompilePolicy, TieredKernel,
-                      TieredLoop, fusion_work, loop_step_work)
+from .tiering import (
+    COMPILE_MODES,
+    NEVER_COMPILED,
+    NOT_COMPILED,
+    BackgroundCompiler,
+    CompilePolicy,
+    TieredKernel,
+    TieredLoop,
+    fusion_work,
+    loop_step_work,
+)
 
 
 @dataclass
 class Device:
     """The participant a run plays: its ids, and how its collectives reach the others."""
+
     replica_id: int = 0
     partition_id: int = 0
     num_replicas: int = 1
     num_partitions: int = 1
-    communicator: object = None       # see hloexec.exec.communicators
+    communicator: object = None  # see hloexec.exec.communicators
 
     @property
     def global_id(self) -> int:
@@ -33,20 +44,29 @@ class ExecContext:
     """What ops see while they are prepared (hloexec.ops.registry.Context), and what the runners and tiers built
     for them ask at run time (the calling thread's device and observer)."""
 
-    def __init__(self, module: Module, device: Device, plans, options: Options | None = None, *,
-                 use_numba: bool = True, compile_after: int = 1, compile: str = "background"):
+    def __init__(
+        self,
+        module: Module,
+        device: Device,
+        plans,
+        options: Options | None = None,
+        *,
+        use_numba: bool = True,
+        compile_after: int = 1,
+        compile: str = "background",
+    ):
         self.module = module
-        self.plans = plans          # the module's PlanCache (exec/executor.py): one plan per computation
+        self.plans = plans  # the module's PlanCache (exec/executor.py): one plan per computation
         self.default_device = device
-        self.options = options or Options()     # how the module computes: read where a rule is used
+        self.options = options or Options()  # how the module computes: read where a rule is used
         self.use_numba = use_numba
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}, got {compile!r}")
-        self.compile = compile      # who waits for the compiler (exec/tiering.py)
+        self.compile = compile  # who waits for the compiler (exec/tiering.py)
         # which fusions and loops compile, and when
         self.policy = CompilePolicy(compile_after, BackgroundCompiler() if compile == "background" else None)
         self._participant = threading.local()
-        self.tier_report = TierReport()     # which fusions and loops compiled, why the others run op by op
+        self.tier_report = TierReport()  # which fusions and loops compiled, why the others run op by op
 
     @property
     def compile_after(self) -> int:
@@ -108,14 +128,21 @@ class ExecContext:
             self.tier_report.record("fusion", comp.name, reason)
             return None
         from ..kernels.fusion import compile_fusion
-        kernel = self.tier_report.generate("fusion", comp.name, lambda: compile_fusion(
-            comp, self.options, eager=False))
+
+        kernel = self.tier_report.generate("fusion", comp.name, lambda: compile_fusion(comp, self.options, eager=False))
         if kernel is None:
             return None
         failed = partial(self.tier_report.record, "fusion", comp.name, NOT_COMPILED)
-        tiered = partial(TieredKernel, kernel=kernel, participant=self.participant,
-                         observer=partial(self.observer, comp), failed=failed, background=policy.background,
-                         name=comp.name, work=fusion_work(comp))
+        tiered = partial(
+            TieredKernel,
+            kernel=kernel,
+            participant=self.participant,
+            observer=partial(self.observer, comp),
+            failed=failed,
+            background=policy.background,
+            name=comp.name,
+            work=fusion_work(comp),
+        )
         if policy.compiles_at_once(kernel.key, comp):
             # compiled before its first call: in the entry, with the others once the module is prepared
             # (Executable, tiering.compile_due; in the background: all of them); op by op only in observed runs,
@@ -131,30 +158,48 @@ class ExecContext:
         The loops nested in a loop that compiles are compiled with it, never on their own: they run
         interpreted until it switches."""
         cond = self.computation(inst.called["condition"])
-        body = self.computation(inst.called["body"])      # prepares the nested loops first
+        body = self.computation(inst.called["body"])  # prepares the nested loops first
         if not self.use_numba:
             return None
         if self.compile == "never":
             self.tier_report.record("loop", inst.name, NEVER_COMPILED)
             return None
         from ..kernels.program import compile_program
-        kernel = self.tier_report.generate("loop", inst.name, lambda: compile_program(
-            inst, self.options))
+
+        kernel = self.tier_report.generate("loop", inst.name, lambda: compile_program(inst, self.options))
         if kernel is None:
             return None
-        loop = TieredLoop(cond, body, kernel, loop_step_work(inst), self.policy.loop_compile_threshold(kernel),
-                          self.participant, partial(self.observer, inst.called["body"]),
-                          partial(self.tier_report.record, "loop", inst.name, NOT_COMPILED),
-                          self.policy.background, inst.name)
+        loop = TieredLoop(
+            cond,
+            body,
+            kernel,
+            loop_step_work(inst),
+            self.policy.loop_compile_threshold(kernel),
+            self.participant,
+            partial(self.observer, inst.called["body"]),
+            partial(self.tier_report.record, "loop", inst.name, NOT_COMPILED),
+            self.policy.background,
+            inst.name,
+        )
         self.policy.planned_loop(inst, loop)
         return loop
 
 
 # (opcode, called-computation key) of the calls whose computation runs once per call, not per element
-_WHOLE_CALLS = frozenset({("call", "to_apply"), ("fusion", "calls"), ("while", "condition"), ("while", "body"),
-                          ("conditional", "branch_computations"), ("conditional", "true_computation"),
-                          ("conditional", "false_computation"), ("async-start", "calls"),
-                          ("async-start", "called_computations"), ("custom-call", "called_computations")})
+_WHOLE_CALLS = frozenset(
+    {
+        ("call", "to_apply"),
+        ("fusion", "calls"),
+        ("while", "condition"),
+        ("while", "body"),
+        ("conditional", "branch_computations"),
+        ("conditional", "true_computation"),
+        ("conditional", "false_computation"),
+        ("async-start", "calls"),
+        ("async-start", "called_computations"),
+        ("custom-call", "called_computations"),
+    }
+)
 
 
 def applied_computations(module: Module) -> frozenset[str]:
@@ -168,10 +213,11 @@ def applied_computations(module: Module) -> frozenset[str]:
             for inst in comp.instructions:
                 for c in inst.called_computations:
                     add(c)
+
     for comp in module.computations:
         for inst in comp.instructions:
             for key, called in inst.called.items():
                 if (inst.opcode, key) not in _WHOLE_CALLS:
-                    for c in (called if isinstance(called, list) else [called]):
+                    for c in called if isinstance(called, list) else [called]:
                         add(c)
     return frozenset(applied)

@@ -13,20 +13,21 @@ random inputs (inputs.py) that a real program would see.
 
 Each domain says why (`reason`), so that `run --seed N` can report which parameters it constrained.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..ir.module import Instruction, Module
 
-DEPTH = 64          # how far a value is followed; past it, no constraint
+DEPTH = 64  # how far a value is followed; past it, no constraint
 
 
 @dataclass(frozen=True)
 class Domain:
-    kind: str                   # "index", "positive", "boolean"
-    reason: str                 # "index of dynamic-slice %ds.3", "reaches sqrt %sqrt.7 through multiply, add"
-    bound: int | None = None    # index: the largest valid value
+    kind: str  # "index", "positive", "boolean"
+    reason: str  # "index of dynamic-slice %ds.3", "reaches sqrt %sqrt.7 through multiply, add"
+    bound: int | None = None  # index: the largest valid value
 
     def to_json(self) -> dict:
         return {"domain": self.kind, "reason": self.reason, **({"bound": self.bound} if self.kind == "index" else {})}
@@ -43,8 +44,7 @@ def input_domains(module: Module) -> dict[int, Domain]:
             found = _bound_of(param, 0)
             if found is not None:
                 bound, user = found
-                domains[param.parameter_number] = Domain("index", f"index of {user.opcode} %{user.name}",
-                                                         max(bound, 0))
+                domains[param.parameter_number] = Domain("index", f"index of {user.opcode} %{user.name}", max(bound, 0))
         if etype.kind != "pred" and param.parameter_number not in domains:
             mask = _converted_to_pred(param, 0)
             if mask is not None:
@@ -58,8 +58,22 @@ def input_domains(module: Module) -> dict[int, Domain]:
 
 
 # Ops that carry an integer value through unchanged (for following an index back to its parameter).
-_PASS_THROUGH = {"convert", "reshape", "bitcast", "broadcast", "copy", "slice", "transpose", "concatenate",
-                 "dynamic-slice", "clamp", "get-tuple-element", "tuple", "opt-barrier", "optimization-barrier"}
+_PASS_THROUGH = {
+    "convert",
+    "reshape",
+    "bitcast",
+    "broadcast",
+    "copy",
+    "slice",
+    "transpose",
+    "concatenate",
+    "dynamic-slice",
+    "clamp",
+    "get-tuple-element",
+    "tuple",
+    "opt-barrier",
+    "optimization-barrier",
+}
 
 
 def _bound_of(inst: Instruction, depth: int) -> tuple[int, Instruction] | None:
@@ -71,7 +85,7 @@ def _bound_of(inst: Instruction, depth: int) -> tuple[int, Instruction] | None:
         for k in [k for k, o in enumerate(user.operands) if o is inst]:
             try:
                 found.append(_use_bound(user, k, depth))
-            except (IndexError, TypeError):     # a malformed use bounds nothing: it is refused where prepared
+            except (IndexError, TypeError):  # a malformed use bounds nothing: it is refused where prepared
                 pass
     found = [f for f in found if f is not None]
     return min(found, key=lambda f: f[0]) if found else None
@@ -110,7 +124,9 @@ def _converted_to_pred(inst: Instruction, depth: int) -> Instruction | None:
             return user
         called = _called(user)
         if called is not None:
-            inner = [called.parameters[k] for k, o in enumerate(user.operands) if o is inst and k < len(called.parameters)]
+            inner = [
+                called.parameters[k] for k, o in enumerate(user.operands) if o is inst and k < len(called.parameters)
+            ]
             found = next((m for m in (_converted_to_pred(p, depth + 1) for p in inner) if m is not None), None)
         elif user.opcode in _PASS_THROUGH and user.opcode != "convert":
             found = _converted_to_pred(user, depth + 1)
@@ -124,11 +140,29 @@ def _converted_to_pred(inst: Instruction, depth: int) -> Instruction | None:
 # Where a value must be positive: opcode -> operand positions.
 _NEEDS_POSITIVE = {"sqrt": (0,), "rsqrt": (0,), "log": (0,), "log-plus-one": (0,), "divide": (1,)}
 # Ops whose result is positive when these operands are (which of them: None = every operand).
-_KEEPS_POSITIVE = {"convert": None, "reshape": None, "bitcast": None, "broadcast": None, "copy": None,
-                   "slice": None, "transpose": None, "concatenate": None, "add": None, "multiply": None,
-                   "divide": None, "maximum": None, "minimum": None, "dynamic-slice": (0,), "pad": (0,),
-                   "select": (1, 2), "clamp": (1,), "reduce": "half", "reduce-window": "half",
-                   "opt-barrier": None, "optimization-barrier": None}
+_KEEPS_POSITIVE = {
+    "convert": None,
+    "reshape": None,
+    "bitcast": None,
+    "broadcast": None,
+    "copy": None,
+    "slice": None,
+    "transpose": None,
+    "concatenate": None,
+    "add": None,
+    "multiply": None,
+    "divide": None,
+    "maximum": None,
+    "minimum": None,
+    "dynamic-slice": (0,),
+    "pad": (0,),
+    "select": (1, 2),
+    "clamp": (1,),
+    "reduce": "half",
+    "reduce-window": "half",
+    "opt-barrier": None,
+    "optimization-barrier": None,
+}
 
 
 class _PositiveWalk:
@@ -137,7 +171,7 @@ class _PositiveWalk:
 
     def __init__(self, module: Module, domains: dict[int, Domain]):
         self.entry, self.domains = module.entry, domains
-        self.callers: dict[int, list[Instruction]] = {}     # id(computation) -> the fusions / calls calling it
+        self.callers: dict[int, list[Instruction]] = {}  # id(computation) -> the fusions / calls calling it
         for inst in module.instructions():
             called = _called(inst)
             if called is not None:
@@ -166,19 +200,19 @@ class _PositiveWalk:
         if op == "get-tuple-element":
             producer = inst.operands[0]
             producer = _called(producer).root if _called(producer) is not None else producer
-            if producer.opcode == "tuple":      # a tuple, or a multi-output fusion's
+            if producer.opcode == "tuple":  # a tuple, or a multi-output fusion's
                 self.require(producer.operands[inst.attr("index")], sink, path, seen)
             return
         which = _KEEPS_POSITIVE.get(op, ())
         if which == ():
-            return      # no constraint through this op (or its value is non-negative whatever its operands)
+            return  # no constraint through this op (or its value is non-negative whatever its operands)
         if op == "multiply" and _is_square(inst):
-            return      # non-negative whatever its factors' signs
+            return  # non-negative whatever its factors' signs
         if op == "maximum" and any(_is_positive_constant(o) for o in inst.operands):
             return
         operands = list(enumerate(inst.operands))
         if which == "half":
-            operands = operands[:len(operands) // 2]
+            operands = operands[: len(operands) // 2]
         elif which is not None:
             operands = [(k, o) for k, o in operands if k in which]
         for _, operand in operands:

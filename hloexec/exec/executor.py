@@ -1,5 +1,6 @@
 """A module prepared and run: `Executable`, what `hloexec.load` returns -- its plans (one per computation, in a
 `PlanCache`), inputs and memory checked before a run, the entry's runner called."""
+
 from __future__ import annotations
 
 import warnings
@@ -27,6 +28,7 @@ from .tiering import CompileEvent, TieredKernel, compile_due
 class SpmdLayer(Protocol):
     """What exec/ asks of the SPMD layer above it (hloexec.spmd): running every participant of a module, as
     `run_spmd(exe, per_device_inputs, partitions=, replicas=, **options)` and `run_with_manual_regions(exe, args)`."""
+
     run_spmd: Callable[..., Any]
     run_with_manual_regions: Callable[..., Any]
 
@@ -45,8 +47,9 @@ def use_spmd_layer(layer: SpmdLayer) -> None:
 
 def _spmd() -> SpmdLayer:
     if spmd_layer is None:
-        raise ExecutionError("running every participant of a module needs the SPMD layer: import hloexec.spmd "
-                             "(hloexec.load does)")
+        raise ExecutionError(
+            "running every participant of a module needs the SPMD layer: import hloexec.spmd (hloexec.load does)"
+        )
     return spmd_layer
 
 
@@ -86,9 +89,19 @@ class Parameter:
 class Executable:
     """A module prepared for running on the CPU: `run(*arrays)` returns numpy arrays."""
 
-    def __init__(self, module: Module, *, options: Options | None = None, device=None, use_numba: bool = True,
-                 compile: str = "background", compile_after: int | None = None, participant: Device | None = None,
-                 compile_kernels: bool = True, **rules):
+    def __init__(
+        self,
+        module: Module,
+        *,
+        options: Options | None = None,
+        device=None,
+        use_numba: bool = True,
+        compile: str = "background",
+        compile_after: int | None = None,
+        participant: Device | None = None,
+        compile_kernels: bool = True,
+        **rules,
+    ):
         """`options` (hloexec.options.Options) or `device` (a profile, its name or file) and any of Options'
         rules by keyword (`reductions`, `excess_precision`, `max_memory`) override the options' or the device's
         own. `participant`: the SPMD participant this executable plays (default: device 0 of the module's).
@@ -97,7 +110,7 @@ class Executable:
         compile_after=0 the first run waits for every kernel) or "never" (op by op always); see
         exec/tiering.py. `compile_after`: calls of a fusion op by op before it is due to compile (default: 1 in
         the background, so that a one-shot run compiles nothing, 0 eager)."""
-        keep_freed_memory()         # warm runs reuse the last run's freed pages (kernels/heap.py)
+        keep_freed_memory()  # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
         elided = module.elided_constants()
         if elided:
@@ -106,14 +119,21 @@ class Executable:
             participant = Device(num_replicas=module.replica_count, num_partitions=module.num_partitions)
             participant.communicator = MirrorCommunicator(participant)
         self.participant = participant
-        if device == "auto":        # the profile of what the dump was compiled for (ir/compiled_for.py)
+        if device == "auto":  # the profile of what the dump was compiled for (ir/compiled_for.py)
             device = auto_device(module)[0]
         self.options = Options.of(options, device, **rules)
         self.plans = PlanCache()
         if compile_after is None:
             compile_after = 0 if compile == "eager" else 1
-        self.context = ExecContext(module, participant, self.plans, self.options, use_numba=use_numba,
-                                   compile_after=compile_after, compile=compile)
+        self.context = ExecContext(
+            module,
+            participant,
+            self.plans,
+            self.options,
+            use_numba=use_numba,
+            compile_after=compile_after,
+            compile=compile,
+        )
         self.runner = self.context.computation(module.entry)
         self.plan = self.runner.plan
         # the entry's fused tiers not compiled yet: those due compile together (side by side) before a run, not
@@ -124,9 +144,9 @@ class Executable:
         # model are the same; reports that never run the module do not wait for Numba)
         if compile_kernels:
             self._compile_due()
-        self.plan.memory.recycle_outputs()            # a run reuses the outputs of the last one that the caller dropped
-        self._parameters = self.parameters     # built once: run() checks every input against it
-        self.manual_regions = has_manual_regions(module)    # pre-partition: every device must run (spmd/manual.py)
+        self.plan.memory.recycle_outputs()  # a run reuses the outputs of the last one that the caller dropped
+        self._parameters = self.parameters  # built once: run() checks every input against it
+        self.manual_regions = has_manual_regions(module)  # pre-partition: every device must run (spmd/manual.py)
         self._peak_bytes: int | None = None
 
     @property
@@ -142,8 +162,9 @@ class Executable:
     def result_shape(self) -> Shape:
         return self.module.entry.root.shape
 
-    def run(self, *args, progress=None, profile=None, observe=None, observe_operands: bool = False,
-            observe_inside=None):
+    def run(
+        self, *args, progress=None, profile=None, observe=None, observe_operands: bool = False, observe_inside=None
+    ):
         """Run the entry computation; tuple results come back as (nested) tuples of arrays.
 
         `progress(done, total)` is called after each entry-computation instruction (None: no cost);
@@ -158,23 +179,33 @@ class Executable:
         `observe_inside(computation) -> bool` limits observing to the fused, called, loop and branch computations
         it accepts: the others run as in an unobserved run (a fusion or a loop compiled) and are seen as their
         caller's one value."""
-        if self.manual_regions and self.context.device is self.participant:   # every device must run; this thread plays none
+        if (
+            self.manual_regions and self.context.device is self.participant
+        ):  # every device must run; this thread plays none
             if progress is not None or profile is not None or observe is not None:
-                raise ExecutionError(f"{self.module.name} has manual regions, which run as one participant per "
-                                     "device: progress, profile and observe follow one participant only")
+                raise ExecutionError(
+                    f"{self.module.name} has manual regions, which run as one participant per "
+                    "device: progress, profile and observe follow one participant only"
+                )
             return _spmd().run_with_manual_regions(self, args)
         params = self._parameters
         if len(args) != len(params):
-            raise ExecutionError(f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  "
-                                 + "\n  ".join(map(str, params)))
+            raise ExecutionError(
+                f"{self.module.name} takes {len(params)} inputs, got {len(args)}:\n  " + "\n  ".join(map(str, params))
+            )
         self.check_memory()
         inputs = [_coerce(arg, p) for arg, p in zip(args, params)]
-        previous = None if observe is None else self.context.observe(
-            observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside)
-        if observe is None:       # (an observed run runs every fusion op by op)
+        previous = (
+            None
+            if observe is None
+            else self.context.observe(
+                observe if observe_operands else lambda inst, value, operands: observe(inst, value), observe_inside
+            )
+        )
+        if observe is None:  # (an observed run runs every fusion op by op)
             self._compile_due()
         try:
-            with np.errstate(all="ignore"):     # IEEE overflow / invalid are values in HLO, not warnings
+            with np.errstate(all="ignore"):  # IEEE overflow / invalid are values in HLO, not warnings
                 return self.runner(*inputs, progress=progress, profile=profile)
         finally:
             if previous is not None:
@@ -191,8 +222,10 @@ class Executable:
         policy = self.context.policy
         if policy.background is not None:
             self._uncompiled = [t for t in self._uncompiled if t.compiled is None]
-            policy.background.request([t for t in self._uncompiled if everything or t.due(who)]
-                                      + policy.loops_due(None if everything else who))
+            policy.background.request(
+                [t for t in self._uncompiled if everything or t.due(who)]
+                + policy.loops_due(None if everything else who)
+            )
             policy.background.say_failures()
         elif self._uncompiled:
             self._uncompiled = compile_due(self._uncompiled, who)
@@ -255,10 +288,14 @@ def _coerce(value, param: Parameter):
     shape = param.shape
     if shape.is_tuple:
         if not isinstance(value, (tuple, list)) or len(value) != len(shape.tuple_shapes):
-            raise ExecutionError(f"input {param.number} (%{param.name}) must be a {len(shape.tuple_shapes)}-tuple "
-                                 f"for {shape.to_text(layout=False)}")
-        return tuple(_coerce(v, Parameter(param.number, f"{param.name}{{{i}}}", s))
-                     for i, (v, s) in enumerate(zip(value, shape.tuple_shapes)))
+            raise ExecutionError(
+                f"input {param.number} (%{param.name}) must be a {len(shape.tuple_shapes)}-tuple "
+                f"for {shape.to_text(layout=False)}"
+            )
+        return tuple(
+            _coerce(v, Parameter(param.number, f"{param.name}{{{i}}}", s))
+            for i, (v, s) in enumerate(zip(value, shape.tuple_shapes))
+        )
     if shape.element_type.numpy is None:
         return value
     if not isinstance(value, np.ndarray):
@@ -268,9 +305,13 @@ def _coerce(value, param: Parameter):
             value = np.asarray(value)
     value = from_npz_void(value, shape.dtype)
     if value.dtype != shape.dtype:
-        raise ExecutionError(f"input {param.number} (%{param.name}) has dtype {value.dtype}, expected "
-                             f"{shape.dtype} for {shape.to_text(layout=False)}")
+        raise ExecutionError(
+            f"input {param.number} (%{param.name}) has dtype {value.dtype}, expected "
+            f"{shape.dtype} for {shape.to_text(layout=False)}"
+        )
     if value.shape != shape.dims:
-        raise ExecutionError(f"input {param.number} (%{param.name}) has shape {list(value.shape)}, expected "
-                             f"{list(shape.dims)} for {shape.to_text(layout=False)}")
+        raise ExecutionError(
+            f"input {param.number} (%{param.name}) has shape {list(value.shape)}, expected "
+            f"{list(shape.dims)} for {shape.to_text(layout=False)}"
+        )
     return value if value.flags.c_contiguous else value.copy(order="C")

@@ -34,6 +34,7 @@ Rules:
   converts through f32), or a reduce-window (op by op numpy reduces a strided window view), and enough
   bytes (see ExecContext.fused_kernel, which may still decline it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,8 +48,8 @@ from ..ops.registry import check_form
 
 # Members that do no work op by op worth saving (a broadcast does: numpy materialises it in full).
 _NO_COMPUTE = frozenset({"parameter", "constant", "reshape", "bitcast", "copy"})
-MAX_GROUP = 128      # instructions per group: bounds compile time and the generator's recursion depth
-MAX_OUTPUTS = 8      # outputs per group
+MAX_GROUP = 128  # instructions per group: bounds compile time and the generator's recursion depth
+MAX_OUTPUTS = 8  # outputs per group
 _REDUCTIONS = ("reduce", "reduce-window")
 MAX_RECOMPUTED = 24  # instructions (and sources) of a value redone in every group that reads it
 # Values from this size on are streamed from memory by every pass over them: redoing one in each group that
@@ -61,26 +62,34 @@ STREAMED_BYTES = 8 << 20
 @dataclass
 class FusedGroup:
     """Instructions that run as one compiled kernel; `outputs` are the members whose values leave it."""
-    root: Instruction                   # the last member; the kernel runs where it is scheduled
-    members: list[Instruction]          # schedule order, root last; copied cheap producers included
-    inputs: list[Instruction]           # values from outside, in the fused computation's parameter order
+
+    root: Instruction  # the last member; the kernel runs where it is scheduled
+    members: list[Instruction]  # schedule order, root last; copied cheap producers included
+    inputs: list[Instruction]  # values from outside, in the fused computation's parameter order
     computation: Computation
-    outputs: list[Instruction]          # [root], or the extra outputs in schedule order then the root
+    outputs: list[Instruction]  # [root], or the extra outputs in schedule order then the root
     kernel: object = None
 
 
 def _fusible(inst: Instruction) -> bool:
     op = inst.opcode
-    if inst.shape.is_tuple or op not in ew.ELEMENTWISE_OPS and op not in opcodes.MOVEMENT and op not in (
-            "reduce", "reduce-window", "iota", "constant"):
+    if (
+        inst.shape.is_tuple
+        or op not in ew.ELEMENTWISE_OPS
+        and op not in opcodes.MOVEMENT
+        and op not in ("reduce", "reduce-window", "iota", "constant")
+    ):
         return False
     if "control-predecessors" in inst.attrs or not ew.supported_type(inst.shape.element_type.name):
         return False
-    check_form(inst, op)            # malformed: refused here, before a kernel is made for its shapes
+    check_form(inst, op)  # malformed: refused here, before a kernel is made for its shapes
     if op == "reduce" and not all(0 <= d < inst.operands[0].shape.rank for d in inst.attr("dimensions", ())):
         return False
-    if op == "reduce" and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ()) and not (
-            column_reduction_applies(inst) and inst.operands[0].shape.nbytes >= STREAMED_BYTES):
+    if (
+        op == "reduce"
+        and inst.operands[0].shape.rank - 1 not in inst.attr("dimensions", ())
+        and not (column_reduction_applies(inst) and inst.operands[0].shape.nbytes >= STREAMED_BYTES)
+    ):
         # keeps the minor dim, not in the generator's column loop: the loop nest would read each column
         # with a row-sized stride (measured 7x slower than numpy, which adds whole rows)
         return False
@@ -111,8 +120,24 @@ def _cheap(inst: Instruction) -> bool:
 
 # Ops redone in every group that reads a value made of them, when that reads fewer bytes than the value
 # (no division or libm call: each group would pay for it again).
-_RECOMPUTABLE = _CHEAP_UNARY | {"add", "subtract", "multiply", "maximum", "minimum", "compare", "select", "and",
-                                "or", "xor", "broadcast", "reshape", "bitcast", "copy", "constant", "iota"}
+_RECOMPUTABLE = _CHEAP_UNARY | {
+    "add",
+    "subtract",
+    "multiply",
+    "maximum",
+    "minimum",
+    "compare",
+    "select",
+    "and",
+    "or",
+    "xor",
+    "broadcast",
+    "reshape",
+    "bitcast",
+    "copy",
+    "constant",
+    "iota",
+}
 
 
 def _recompute_pays(inst: Instruction) -> bool:
@@ -148,8 +173,12 @@ def _copied_in(inst: Instruction, users: list[Instruction], root: Instruction, c
         return _cheap(inst) or inst.opcode in _RECOMPUTABLE and _recompute_pays(inst)
     if _cheap(inst):
         return len(users) > 1 if inst.opcode in _CHEAP_UNARY else True
-    return (inst.opcode in _RECOMPUTABLE and len(users) > 1 and inst.shape.nbytes >= STREAMED_BYTES
-            and _recompute_pays(inst))
+    return (
+        inst.opcode in _RECOMPUTABLE
+        and len(users) > 1
+        and inst.shape.nbytes >= STREAMED_BYTES
+        and _recompute_pays(inst)
+    )
 
 
 def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list[FusedGroup]:
@@ -163,8 +192,8 @@ def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list
     users = {id(i): [u for u in i.users if id(u) in live] for i in order}
     group_of: dict[int, int] = {}
     members: list[list[Instruction]] = []
-    extra: list[list[Instruction]] = []         # per group: members read outside it besides the root
-    copied: set[int] = set()                    # redone in every group that reads them
+    extra: list[list[Instruction]] = []  # per group: members read outside it besides the root
+    copied: set[int] = set()  # redone in every group that reads them
     for inst in reversed(order):
         if not _fusible(inst):
             continue
@@ -178,11 +207,15 @@ def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list
         if gid is not None and not _reads_once(members[gid][0]):
             gid = None
         if joinable and gid is not None and len(members[gid]) < MAX_GROUP:
-            if None in gids:        # read outside too: one more output, if every such read comes later
+            if None in gids:  # read outside too: one more output, if every such read comes later
                 head = members[gid][0]
                 later = all(position[id(u)] > position[id(head)] for u in users[id(inst)] if id(u) not in group_of)
-                if (not later or inst.shape.dims != head.shape.dims or head.opcode in _REDUCTIONS
-                        or len(extra[gid]) + 1 >= MAX_OUTPUTS):
+                if (
+                    not later
+                    or inst.shape.dims != head.shape.dims
+                    or head.opcode in _REDUCTIONS
+                    or len(extra[gid]) + 1 >= MAX_OUTPUTS
+                ):
                     gid = None
                 else:
                     extra[gid].append(inst)
@@ -197,7 +230,7 @@ def find_groups(order: list[Instruction], root: Instruction, kernel_for) -> list
 
     merged = _merge_into_consumers(members, group_of, position, users, copied)
     groups = []
-    for insts in merged:      # each runs at its first member's step
+    for insts in merged:  # each runs at its first member's step
         insts = sorted(insts[1:], key=lambda i: position[id(i)]) + insts[:1]
         gid = group_of[id(insts[-1])]
         outs = [i for i in insts[:-1] if any(group_of.get(id(u)) != gid for u in users[id(i)])]
@@ -233,14 +266,20 @@ def _group_reads(insts: list[Instruction], copied: set[int]) -> list[Instruction
                 visit(o)
         else:
             reads.append(inst)
+
     for i in insts:
         for o in i.operands:
             visit(o)
     return reads
 
 
-def _merge_into_consumers(members: list[list[Instruction]], group_of: dict[int, int], position: dict[int, int],
-                          users: dict[int, list[Instruction]], copied: set[int]) -> list[list[Instruction]]:
+def _merge_into_consumers(
+    members: list[list[Instruction]],
+    group_of: dict[int, int],
+    position: dict[int, int],
+    users: dict[int, list[Instruction]],
+    copied: set[int],
+) -> list[list[Instruction]]:
     """Multi-output fusion across groups: a group absorbs an earlier group whose value it reads, so that one
     kernel, run at the later root, writes both groups' outputs and the value read is not re-read (when it
     has no other reader, not even stored). Pre-optimization Adam with a finiteness check reads each new
@@ -261,8 +300,9 @@ def _merge_into_consumers(members: list[list[Instruction]], group_of: dict[int, 
     absorbed: set[int] = set()
     for b in order:
         first = members[b][0]
-        if first.opcode == "reduce-window" or (first.opcode == "reduce"
-                                               and first.operands[0].shape.nbytes < STREAMED_BYTES):
+        if first.opcode == "reduce-window" or (
+            first.opcode == "reduce" and first.operands[0].shape.nbytes < STREAMED_BYTES
+        ):
             continue
         merged = True
         while merged:
@@ -272,10 +312,14 @@ def _merge_into_consumers(members: list[list[Instruction]], group_of: dict[int, 
             if root.opcode == "reduce":
                 size = root.operands[0].shape.size
                 shared = {id(x) for x in reads if x.shape.size >= size}
-                candidates = {a for a in order[:order.index(b)]
-                              if a not in absorbed and _siblings(members[a][0], root)
-                              and not any(group_of.get(id(x)) == a for x in reads)
-                              and any(id(x) in shared for x in _group_reads(members[a], copied))}
+                candidates = {
+                    a
+                    for a in order[: order.index(b)]
+                    if a not in absorbed
+                    and _siblings(members[a][0], root)
+                    and not any(group_of.get(id(x)) == a for x in reads)
+                    and any(id(x) in shared for x in _group_reads(members[a], copied))
+                }
             else:
                 candidates = {group_of[id(x)] for x in reads if id(x) in group_of}
             for a in sorted(candidates, key=lambda g: position[id(members[g][0])]):
@@ -292,12 +336,21 @@ def _merge_into_consumers(members: list[list[Instruction]], group_of: dict[int, 
 
 def _siblings(r: Instruction, s: Instruction) -> bool:
     """Reduces one loop nest computes together: the same reduced dimensions of operands of the same dims."""
-    return (r.opcode == s.opcode == "reduce" and r.operands[0].shape.dims == s.operands[0].shape.dims
-            and sorted(r.attr("dimensions", ())) == sorted(s.attr("dimensions", ())))
+    return (
+        r.opcode == s.opcode == "reduce"
+        and r.operands[0].shape.dims == s.operands[0].shape.dims
+        and sorted(r.attr("dimensions", ())) == sorted(s.attr("dimensions", ()))
+    )
 
 
-def _absorbs(b: list[Instruction], a: list[Instruction], group_of: dict[int, int], position: dict[int, int],
-             users: dict[int, list[Instruction]], copied: set[int]) -> Instruction | None:
+def _absorbs(
+    b: list[Instruction],
+    a: list[Instruction],
+    group_of: dict[int, int],
+    position: dict[int, int],
+    users: dict[int, list[Instruction]],
+    copied: set[int],
+) -> Instruction | None:
     """The step at which group `b` taking in group `a` runs, or None if it may not (see
     _merge_into_consumers): `b`'s (its first member), or for a sibling `a` whose outputs are read before it,
     `a`'s when everything `b` reads comes before that."""
@@ -307,7 +360,7 @@ def _absorbs(b: list[Instruction], a: list[Instruction], group_of: dict[int, int
         return None
     both = {id(i) for i in a} | {id(i) for i in b}
     outputs = 0
-    read_early = False      # an output of `a` read outside before b's step
+    read_early = False  # an output of `a` read outside before b's step
     for i in a + b:
         outside = [u for u in users[id(i)] if id(u) not in both]
         if i is b[0] or outside:
@@ -350,14 +403,17 @@ def _make_group(insts: list[Instruction], extra: list[Instruction], copied: set[
     body = [value_of(i) for i in insts]
     # the elementwise producers it redoes count: op by op each is a pass of its own (a convert before a reduce)
     computes = [i for i in insts if i.opcode not in _NO_COMPUTE] + [
-        c for k, c in copies.items() if k in copied and c.opcode in ew.ELEMENTWISE_OPS]
+        c for k, c in copies.items() if k in copied and c.opcode in ew.ELEMENTWISE_OPS
+    ]
     # one f16/bf16 arithmetic op pays too: op by op, numpy computes it in f32 copies (data movement does not)
-    half = any(i.shape.element_type.is_half_float and (i.opcode in ew.ELEMENTWISE_OPS or i.opcode in _REDUCTIONS)
-               for i in computes)
+    half = any(
+        i.shape.element_type.is_half_float and (i.opcode in ew.ELEMENTWISE_OPS or i.opcode in _REDUCTIONS)
+        for i in computes
+    )
     if len(computes) < 2 and not half and insts[-1].opcode != "reduce-window":
         return None
     outputs = extra + [insts[-1]]
-    instructions = list(copies.values())      # copies are made operands first: their order is a schedule
+    instructions = list(copies.values())  # copies are made operands first: their order is a schedule
     result = body[-1]
     if extra:
         outs = [copies[id(o)] for o in outputs]
@@ -366,5 +422,4 @@ def _make_group(insts: list[Instruction], extra: list[Instruction], copied: set[
             o.users.append(result)
         instructions.append(result)
     result.is_root = True
-    return FusedGroup(insts[-1], insts, inputs, Computation(f"fused.{insts[-1].name}", instructions, result),
-                      outputs)
+    return FusedGroup(insts[-1], insts, inputs, Computation(f"fused.{insts[-1].name}", instructions, result), outputs)

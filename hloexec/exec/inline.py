@@ -8,20 +8,27 @@ The inlined computation is made of copies: the module's own instructions (and th
 touched, so the module still prints, and other plans still see, what was parsed. A copy keeps its name,
 attributes and source line, and names the computation it came from in error messages.
 """
+
 from __future__ import annotations
 
 from ..ir.module import Computation, Instruction
 
-MAX_INLINED = 50_000     # instructions an inlined computation may grow to
+MAX_INLINED = 50_000  # instructions an inlined computation may grow to
 
 
 def inline_calls(comp: Computation, keep_call) -> Computation:
     """`comp` with its `call`s replaced by the called instructions (recursively), or `comp` itself when
     there is nothing to inline. `keep_call(inst)`: a call not to inline (one with side effects)."""
+
     def inlinable(inst) -> bool:
-        called = inst.called.get("to_apply")           # malformed calls: refused where they are prepared
-        return inst.opcode == "call" and called is not None and len(called.parameters) == len(inst.operands) \
-            and not keep_call(inst) and _ordered(called)
+        called = inst.called.get("to_apply")  # malformed calls: refused where they are prepared
+        return (
+            inst.opcode == "call"
+            and called is not None
+            and len(called.parameters) == len(inst.operands)
+            and not keep_call(inst)
+            and _ordered(called)
+        )
 
     if not any(inlinable(i) for i in comp.instructions) or not _ordered(comp) or _size(comp, inlinable) > MAX_INLINED:
         return comp
@@ -43,11 +50,18 @@ def inline_calls(comp: Computation, keep_call) -> Computation:
         return value[id(c.root)]
 
     root = expand(comp, None)
-    inlined = Computation(comp.name, [copy for copy, _ in copies], root, is_entry=comp.is_entry,
-                          signature=comp.signature, attrs=comp.attrs, line=comp.line)
+    inlined = Computation(
+        comp.name,
+        [copy for copy, _ in copies],
+        root,
+        is_entry=comp.is_entry,
+        signature=comp.signature,
+        attrs=comp.attrs,
+        line=comp.line,
+    )
     inlined.module = comp.module
     for copy, origin in copies:
-        copy.computation = origin       # error messages name the computation the text is in
+        copy.computation = origin  # error messages name the computation the text is in
     return inlined
 
 

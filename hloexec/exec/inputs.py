@@ -8,6 +8,7 @@ what it would in real life.
 `from_npz_void` is how every reader of saved arrays (run inputs, SPMD global inputs, compare's files) takes
 the ml_dtypes arrays that plain np.savez stores as raw void.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,9 @@ from ..ir.shape import Shape
 from .domains import Domain, input_domains
 
 
-def random_inputs(module: Module, seed: int = 0, domains: dict[int, Domain] | None = None,
-                  max_memory: int | None = None) -> list:
+def random_inputs(
+    module: Module, seed: int = 0, domains: dict[int, Domain] | None = None, max_memory: int | None = None
+) -> list:
     """One random value per entry parameter (`domains`: input_domains(module), when the caller has them);
     MemoryLimitError, before allocating, when they alone cannot fit."""
     check_inputs_fit(module.name, [p.shape for p in module.entry.parameters], max_memory)
@@ -39,8 +41,11 @@ def _check_representable(param: Instruction) -> None:
         for d in leaf.dims:
             extent *= max(d, 1)
         if extent >= 1 << 63:
-            raise UnsupportedError(f"parameter shape {leaf.to_text(layout=False)}: its dimensions multiply past what "
-                                   "a numpy array can index (even with a zero dimension)", param)
+            raise UnsupportedError(
+                f"parameter shape {leaf.to_text(layout=False)}: its dimensions multiply past what "
+                "a numpy array can index (even with a zero dimension)",
+                param,
+            )
 
 
 def check_inputs_fit(module_name: str, shapes: list[Shape], max_memory: int | None = None) -> None:
@@ -69,7 +74,7 @@ def random_value(shape: Shape, rng: np.random.Generator, domain: Domain | None =
         return (rng.standard_normal(shape.dims) + 1j * rng.standard_normal(shape.dims)).astype(etype.numpy)
     normal = rng.standard_normal(shape.dims, dtype=np.float32)
     if domain is not None and domain.kind == "positive":
-        return np.exp(0.5 * normal).astype(etype.numpy)     # log-normal: in [0.2, 5] but for 1 in 10^4
+        return np.exp(0.5 * normal).astype(etype.numpy)  # log-normal: in [0.2, 5] but for 1 in 10^4
     return normal.astype(etype.numpy)
 
 
@@ -78,8 +83,12 @@ def from_npz_void(value, dtype):
     with plain np.savez comes back from np.load as void of its item size (|V2, |V1). Everything else, and void
     of another size, is returned unchanged (the caller's dtype check then says what is wrong)."""
     dtype = np.dtype(dtype)
-    if isinstance(value, np.ndarray) and value.dtype.type is np.void and value.dtype.names is None \
-            and value.dtype.itemsize == dtype.itemsize and dtype.type is not np.void:
+    if (
+        isinstance(value, np.ndarray)
+        and value.dtype.type is np.void
+        and value.dtype.names is None
+        and value.dtype.itemsize == dtype.itemsize
+        and dtype.type is not np.void
+    ):
         return value.view(dtype)
     return value
-

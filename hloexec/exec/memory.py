@@ -1,6 +1,7 @@
 """A plan's memory model: the buffers its steps make, how long each lives (views share their operand's, tuples
 their elements'), the peak of live bytes a run reaches (what `hloexec run` and `max_memory` check), and the
 outputs a run may recycle from the last one."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -18,7 +19,7 @@ class PlanMemory:
         self.plan = plan
         self._peaks: dict[tuple[bool, bool], int] = {}
         self._table: _Buffers | None = None
-        self._recycled: dict[int, int] = {}        # step index -> output bytes kept from the last run
+        self._recycled: dict[int, int] = {}  # step index -> output bytes kept from the last run
 
     def peak_bytes(self, parameter_bytes: bool = True, scratch: bool = True) -> int:
         """Peak of live buffer bytes over the schedule, with what each step holds while it runs (`scratch`, see
@@ -58,8 +59,18 @@ class PlanMemory:
             for i in step.inputs:
                 for key in _leaves(b.storage.get(i, ())):
                     readers.setdefault(key, []).append(k)
-        lives = [BufferLife((s, ()), plan.order[s].shape.nbytes, -1, None, plan.order[s],
-                            tuple(readers.get((s, ()), ())), "parameter") for s in plan.parameter_slots]
+        lives = [
+            BufferLife(
+                (s, ()),
+                plan.order[s].shape.nbytes,
+                -1,
+                None,
+                plan.order[s],
+                tuple(readers.get((s, ()), ())),
+                "parameter",
+            )
+            for s in plan.parameter_slots
+        ]
         for key, k in b.made_at.items():
             if k < 0:
                 kind, made = "folded", -1
@@ -69,10 +80,19 @@ class PlanMemory:
                 kind, made = ("output" if key in b.root else "temporary"), k
             last = b.last_holder[key]
             if kind == "temporary" and last == float("inf"):
-                kind = "unread"         # no step reads it (a side effect's value): its slot is kept to the end
+                kind = "unread"  # no step reads it (a side effect's value): its slot is kept to the end
             producer = plan.order[key[0]]
-            lives.append(BufferLife(key, b.sizes[key], made, None if last == float("inf") else int(last),
-                                    producer, tuple(readers.get(key, ())), kind))
+            lives.append(
+                BufferLife(
+                    key,
+                    b.sizes[key],
+                    made,
+                    None if last == float("inf") else int(last),
+                    producer,
+                    tuple(readers.get(key, ())),
+                    kind,
+                )
+            )
         return lives
 
     def folded_bytes(self) -> int:
@@ -125,8 +145,9 @@ class PlanMemory:
             made[k] += sizes[b]
             if last_holder[b] != float("inf"):
                 ends[int(last_holder[b])] += sizes[b]
-        self._table = _Buffers(made, ends, held, sizes, made_at, _leaves(storage.get(plan.root_slot, ())),
-                               storage, last_holder)
+        self._table = _Buffers(
+            made, ends, held, sizes, made_at, _leaves(storage.get(plan.root_slot, ())), storage, last_holder
+        )
         return self._table
 
     def recycle_outputs(self) -> int:
@@ -135,6 +156,7 @@ class PlanMemory:
         memory-bound kernel's time (Adam). Only where holding those buffers from the start of a run does not
         raise the plan's peak. Returns how many kernels recycle."""
         from ..kernels.fusion import FusedKernel
+
         plan = self.plan
         b = self._buffers()
         made_by: dict[int, list] = {}
@@ -142,7 +164,7 @@ class PlanMemory:
             made_by.setdefault(k, []).append(key)
         candidates = {}
         for k, step in enumerate(plan.steps):
-            kernel = getattr(step.kernel, "kernel", step.kernel)      # a TieredKernel's compiled tier
+            kernel = getattr(step.kernel, "kernel", step.kernel)  # a TieredKernel's compiled tier
             mine = made_by.get(k, [])
             if step.fused and isinstance(kernel, FusedKernel) and mine and all(key in b.root for key in mine):
                 candidates[k] = (kernel, sum(b.sizes[key] for key in mine))
@@ -161,25 +183,26 @@ RECYCLE_PEAK_SLACK = 1.05
 
 
 class _Buffers(NamedTuple):
-    made: list[int]             # bytes of the buffers each step makes
-    ends: list[int]             # bytes of the buffers no value holds after each step
-    held: int                   # bytes of the folded values (held from the start)
-    sizes: dict                 # buffer -> bytes
-    made_at: dict               # buffer -> step index (-1: folded)
-    root: set                   # the buffers of the root's value
-    storage: dict               # slot -> its value's buffers (a tuple of such for tuples)
-    last_holder: dict           # buffer -> the last step at which a value holds it (inf: past the end)
+    made: list[int]  # bytes of the buffers each step makes
+    ends: list[int]  # bytes of the buffers no value holds after each step
+    held: int  # bytes of the folded values (held from the start)
+    sizes: dict  # buffer -> bytes
+    made_at: dict  # buffer -> step index (-1: folded)
+    root: set  # the buffers of the root's value
+    storage: dict  # slot -> its value's buffers (a tuple of such for tuples)
+    last_holder: dict  # buffer -> the last step at which a value holds it (inf: past the end)
 
 
 class BufferLife(NamedTuple):
     """One buffer of a plan (see PlanMemory.buffer_lives)."""
-    buffer: tuple               # (slot, tuple index path)
+
+    buffer: tuple  # (slot, tuple index path)
     bytes: int
-    made: int                   # the step that makes it; -1: live from the start (folded, recycled output)
-    last: int | None            # the last step at which a value holds it; None: past the end
-    producer: Instruction       # what makes it: a fused group's root, a multi-output fusion's output
-    readers: tuple              # the steps that read a value holding it, in order
-    kind: str                   # parameter | temporary | output | folded | recycled output | unread
+    made: int  # the step that makes it; -1: live from the start (folded, recycled output)
+    last: int | None  # the last step at which a value holds it; None: past the end
+    producer: Instruction  # what makes it: a fused group's root, a multi-output fusion's output
+    readers: tuple  # the steps that read a value holding it, in order
+    kind: str  # parameter | temporary | output | folded | recycled output | unread
 
     def live_at(self, k: int) -> bool:
         return self.made <= k and (self.last is None or k <= self.last)
@@ -193,28 +216,35 @@ def _leaves(storage) -> set:
 
 def _returns_view(inst: Instruction) -> bool:
     """Whether the op's kernel returns (part of) an operand's buffer rather than a new one (ops/movement.py)."""
-    if inst.opcode == "bitcast":        # a layout-changing bitcast makes a new array
+    if inst.opcode == "bitcast":  # a layout-changing bitcast makes a new array
         src, dst = inst.operands[0].shape, inst.shape
-        return src.is_tuple or all(s.has_default_layout and not (s.layout is not None and s.layout.tiles)
-                                   for s in (src, dst))
+        return src.is_tuple or all(
+            s.has_default_layout and not (s.layout is not None and s.layout.tiles) for s in (src, dst)
+        )
     return inst.opcode in opcodes.VIEW or transpose_is_view(inst)
 
 
 # Ops whose numpy kernels compute f16/bf16 values in f32 copies of their operands and result.
-_LIFTED_TO_F32 = ew.UNARY_OPS | ew.BINARY_OPS | {"compare", "select", "clamp", "convert", "reduce", "dot",
-                                               "convolution", "reduce-window"}
+_LIFTED_TO_F32 = (
+    ew.UNARY_OPS
+    | ew.BINARY_OPS
+    | {"compare", "select", "clamp", "convert", "reduce", "dot", "convolution", "reduce-window"}
+)
 
 
 def scratch_bytes(step) -> int:
     """Bytes a step holds while it runs beyond its result: the values of a computation it runs op by op
     (a call; a fusion's first, op-by-op run), or the f32 copies numpy computes f16/bf16 in."""
-    kernel = getattr(step.kernel, "interpret", step.kernel)     # a TieredKernel's first run
+    kernel = getattr(step.kernel, "interpret", step.kernel)  # a TieredKernel's first run
     inst = step.inst
     memory = getattr(getattr(kernel, "plan", None), "memory", None)
-    if isinstance(memory, PlanMemory):     # a Runner: a Plan run op by op
+    if isinstance(memory, PlanMemory):  # a Runner: a Plan run op by op
         return max(memory.peak_bytes(parameter_bytes=False) - inst.shape.nbytes, 0)
     if inst.opcode in _LIFTED_TO_F32 and not step.fused:
-        halves = [s for s in (inst.shape, *(o.shape for o in inst.operands))
-                  if not s.is_tuple and s.element_type.is_half_float]
+        halves = [
+            s
+            for s in (inst.shape, *(o.shape for o in inst.operands))
+            if not s.is_tuple and s.element_type.is_half_float
+        ]
         return 4 * sum(s.size for s in halves)
     return 0

@@ -6,6 +6,7 @@ lives exactly as long as the schedule needs it), and which values do not depend 
 by the first run only). The same liveness gives the peak memory estimate that `hloexec run` prints before
 running (exec/memory.py). Running a plan is exec/runner.py's job.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ def schedule(comp: Computation) -> list[Instruction]:
     instruction in text order, so dead instructions are scheduled too (`Plan` leaves out those without side effects).
     """
     position = {id(inst): i for i, inst in enumerate(comp.instructions)}
-    if all(position.get(id(o), -1) < position[id(inst)] for inst in comp.instructions for o in inst.operands) \
-            and not any("control-predecessors" in inst.attrs for inst in comp.instructions):
+    if all(
+        position.get(id(o), -1) < position[id(inst)] for inst in comp.instructions for o in inst.operands
+    ) and not any("control-predecessors" in inst.attrs for inst in comp.instructions):
         return list(comp.instructions)
     by_name = comp.by_name
     order, state = [], {}
@@ -61,9 +63,9 @@ class Step:
     inputs: tuple[int, ...]
     output: int
     frees: tuple[int, ...]
-    fused: bool = False         # runs a fused group's kernel (exec/fuse.py), not its instruction's op
-    extra_outputs: tuple[int, ...] = ()     # a multi-output group's other outputs: the kernel returns
-                                            # (their values..., inst's value)
+    fused: bool = False  # runs a fused group's kernel (exec/fuse.py), not its instruction's op
+    extra_outputs: tuple[int, ...] = ()  # a multi-output group's other outputs: the kernel returns
+    # (their values..., inst's value)
 
 
 class Plan:
@@ -76,7 +78,7 @@ class Plan:
 
     def __init__(self, comp: Computation, ctx, fuse: bool = False):
         self.computation = comp
-        if fuse:        # calls inlined first, so that fusion sees through them (exec/inline.py)
+        if fuse:  # calls inlined first, so that fusion sees through them (exec/inline.py)
             comp = inline_calls(comp, keep_call=has_side_effect)
         live = live_instructions(comp)
         order = [inst for inst in schedule(comp) if id(inst) in live]
@@ -117,16 +119,28 @@ class Plan:
                     raise UnsupportedError(e.what, inst) from None
                 raise
             extra = tuple(slot[id(o)] for o in group.outputs[:-1]) if group is not None else ()
-            self.steps.append(Step(inst, kernel, tuple(slot[id(o)] for o in inputs_of[id(inst)]), slot[id(inst)],
-                                   tuple(frees_at.get(step_index, ())), group is not None, extra))
+            self.steps.append(
+                Step(
+                    inst,
+                    kernel,
+                    tuple(slot[id(o)] for o in inputs_of[id(inst)]),
+                    slot[id(inst)],
+                    tuple(frees_at.get(step_index, ())),
+                    group is not None,
+                    extra,
+                )
+            )
         # Values that do not depend on the parameters are computed by the first run and reused after it,
         # except big broadcasts and iotas: one pass over their output recomputes them, while keeping them would
         # hold that memory as long as the plan (XLA's constant folding skips them for the same reason).
         invariant = set()
         for inst in order:
-            if (is_pure(inst) and inst.shape.nbytes <= MAX_FOLDED_BYTES
-                    and "control-predecessors" not in inst.attrs
-                    and all(id(o) in invariant for o in inputs_of[id(inst)])):
+            if (
+                is_pure(inst)
+                and inst.shape.nbytes <= MAX_FOLDED_BYTES
+                and "control-predecessors" not in inst.attrs
+                and all(id(o) in invariant for o in inputs_of[id(inst)])
+            ):
                 invariant.add(id(inst))
         runs_warm = {id(inst) for inst in order if id(inst) not in invariant}
         read_warm = {id(comp.root)}
@@ -135,15 +149,15 @@ class Plan:
                 runs_warm.add(id(inst))
             if id(inst) in runs_warm:
                 read_warm.update(id(o) for o in inputs_of[id(inst)])
-        self.invariant_slots = {slot[i] for i in invariant - runs_warm}     # computed by the first run only
+        self.invariant_slots = {slot[i] for i in invariant - runs_warm}  # computed by the first run only
         # slot -> value, kept: filled by the first (checked) run, read by the fast path
         self.folded = {slot[i]: None for i in (invariant - runs_warm) & read_warm}
         # Parameters that nothing uses are dropped at once.
         used = set(last_use)
         self.unused_parameters = [s for s in self.parameter_slots if s not in used and s != self.root_slot]
-        self.memory = PlanMemory(self)     # its buffers' lives, peak, recycled outputs (exec/memory.py)
+        self.memory = PlanMemory(self)  # its buffers' lives, peak, recycled outputs (exec/memory.py)
 
 
-MAX_FOLDED_BYTES = 16 << 20     # a folded value lives as long as its plan
+MAX_FOLDED_BYTES = 16 << 20  # a folded value lives as long as its plan
 _EXPANSIONS = frozenset({"broadcast", "iota"})
 MAX_KEPT_EXPANSION_BYTES = 64 << 10

@@ -2,6 +2,7 @@
 profile and observers), then the fast path (the schedule as one generated function, exec/schedule_codegen.py),
 back on the checked path when the fast one raises. Either frees each value after its last use (the plan's
 liveness)."""
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,8 @@ class Runner:
         self._observer = partial(ctx.observer, comp)
         # a reducer or comparator runs per element: observers see the instruction applying it, not each scalar
         self._unobserved = lambda: comp.name in ctx.applied_computations
-        self._run_fast = None       # the schedule as one generated function, after a checked first run (False: the
-                                    # generated one failed where the checked one did not; runs stay checked)
+        self._run_fast = None  # the schedule as one generated function, after a checked first run (False: the
+        # generated one failed where the checked one did not; runs stay checked)
 
     def __call__(self, *args, progress=None, profile=None):
         """`progress(done, total)`, if given, is called after each step; `profile`, a dict, gets each step's
@@ -50,11 +51,14 @@ class Runner:
         for s in plan.unused_parameters:
             slots[s] = None
         self._run_checked(slots, progress, profile, observe)
-        if fast_error is not None:      # the checked run passed where the fast one failed: a bug in the latter
-            self._run_fast = False      # (never again: this plan runs checked)
-            warnings.warn(f"the compiled schedule of %{plan.computation.name} failed ({type(fast_error).__name__}: "
-                          f"{fast_error}) where the checked run did not: a bug; this plan runs checked from now on",
-                          CompileWarning, stacklevel=2)
+        if fast_error is not None:  # the checked run passed where the fast one failed: a bug in the latter
+            self._run_fast = False  # (never again: this plan runs checked)
+            warnings.warn(
+                f"the compiled schedule of %{plan.computation.name} failed ({type(fast_error).__name__}: "
+                f"{fast_error}) where the checked run did not: a bug; this plan runs checked from now on",
+                CompileWarning,
+                stacklevel=2,
+            )
         if self._run_fast is None:
             self._run_fast = compile_schedule(plan)
         return slots[plan.root_slot]
@@ -102,12 +106,16 @@ def check_value(inst: Instruction, value) -> None:
     shape = inst.shape
     if shape.is_tuple:
         if not isinstance(value, tuple) or len(value) != len(shape.tuple_shapes):
-            raise ExecutionError(f"kernel returned {type(value).__name__}, expected a {len(shape.tuple_shapes)}-tuple"
-                                 f"{describe_site(inst)}")
+            raise ExecutionError(
+                f"kernel returned {type(value).__name__}, expected a {len(shape.tuple_shapes)}-tuple"
+                f"{describe_site(inst)}"
+            )
         return
-    if shape.element_type.numpy is None:     # token / opaque
+    if shape.element_type.numpy is None:  # token / opaque
         return
     dims = getattr(value, "shape", None)
     if dims != shape.dims or value.dtype != shape.dtype:
-        raise ExecutionError(f"kernel returned {getattr(value, 'dtype', type(value).__name__)}{list(dims or ())}, "
-                             f"expected {shape.to_text(layout=False)}{describe_site(inst)}")
+        raise ExecutionError(
+            f"kernel returned {getattr(value, 'dtype', type(value).__name__)}{list(dims or ())}, "
+            f"expected {shape.to_text(layout=False)}{describe_site(inst)}"
+        )

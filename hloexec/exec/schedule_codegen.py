@@ -1,4 +1,5 @@
 """The fast path of a plan: its schedule written as one generated Python function (exec/runner.py runs it)."""
+
 from __future__ import annotations
 
 from .plan import Plan
@@ -18,7 +19,7 @@ def compile_schedule(plan: Plan):
         lines.append(f"    {', '.join(f's{s}' for s in plan.parameter_slots)}, = args")
     if plan.unused_parameters:
         lines.append(f"    del {', '.join(f's{s}' for s in plan.unused_parameters)}")
-    for s, value in plan.folded.items():      # parameter-independent values: computed once, by the first run
+    for s, value in plan.folded.items():  # parameter-independent values: computed once, by the first run
         names[f"f{s}"] = value
         lines.append(f"    s{s} = f{s}")
     for k, step in enumerate(plan.steps):

@@ -27,6 +27,7 @@ Those instructions are `Shadow.discrete`: where their values differ between the 
 element near 0, a loss-scale overflow check), everything downstream compares two different paths, and the
 report says so (`discrete_divergence`) instead of diverging silently.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -45,8 +46,12 @@ F64, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["c128"]
 # registered kernel (_moves_values_only).
 COMPUTING_CUSTOM_CALLS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "TopK", "__gpu$TopK"})
 # Ops whose values depend on the bits or the random stream of their own types.
-_PINNED_OPCODES = {"rng": "draws random numbers of its own type", "rng-bit-generator": "random bits",
-                   "rng-get-and-update-state": "random state", "stochastic-convert": "random rounding"}
+_PINNED_OPCODES = {
+    "rng": "draws random numbers of its own type",
+    "rng-bit-generator": "random bits",
+    "rng-get-and-update-state": "random state",
+    "stochastic-convert": "random rounding",
+}
 # Quantizing converts: to float types this narrow the program means to lose precision.
 QUANTIZING_BITS = 8
 
@@ -97,6 +102,7 @@ class Shadow:
     """A module's shadow. `module`: the widened module (instructions keep their names: the shadow value of
     %x is the value of %x in `module`). `pinned`: name -> why it runs at the program's own precision.
     `discrete`: names of the instructions that compute integer/pred values from floats (see module doc)."""
+
     original: Module
     module: Module
     pinned: dict[str, str] = field(default_factory=dict)
@@ -111,8 +117,9 @@ class Shadow:
             if shape.is_tuple:
                 return tuple(one(x, s) for x, s in zip(v, shape.tuple_shapes))
             if id(v) not in widened:
-                widened[id(v)] = (v, widen(v, shape))      # v kept: its id stays its own
+                widened[id(v)] = (v, widen(v, shape))  # v kept: its id stays its own
             return widened[id(v)][1]
+
         return [one(v, p.shape) for v, p in zip(inputs, self.original.entry.parameters)]
 
 
@@ -135,7 +142,7 @@ def pin_reason(inst: Instruction) -> str | None:
         return None
     if opcode == "convert":
         src_type, dst_type = inst.operands[0].shape.element_type, inst.shape.element_type
-        assert src_type is not None and dst_type is not None      # convert takes and makes arrays
+        assert src_type is not None and dst_type is not None  # convert takes and makes arrays
         if src_type.kind == "float" and dst_type.kind == "float" and dst_type.bits <= QUANTIZING_BITS < src_type.bits:
             return f"quantizes to {dst_type.name}"
         if src_type.kind == "float" and src_type.bits <= QUANTIZING_BITS and dst_type.kind in ("sint", "uint"):
@@ -148,8 +155,11 @@ def pin_reason(inst: Instruction) -> str | None:
         return None
     if opcode == "custom-call":
         target = inst.attr("custom_call_target", "")
-        if target not in COMPUTING_CUSTOM_CALLS and not _moves_values_only(target) \
-                and (has_float(inst.shape) or any(has_float(o.shape) for o in inst.operands)):
+        if (
+            target not in COMPUTING_CUSTOM_CALLS
+            and not _moves_values_only(target)
+            and (has_float(inst.shape) or any(has_float(o.shape) for o in inst.operands))
+        ):
             return f"custom-call {target} computes in its own types"
     return None
 
@@ -159,19 +169,38 @@ def _moves_values_only(target: str) -> bool:
     from ..ops import manual
     from ..ops.custom_call import markers
     from ..ops.custom_call.registry import CUSTOM_CALLS
+
     return CUSTOM_CALLS.get(target) in (markers.identity, markers.slice_to_dynamic, manual.enter, manual.leave)
 
 
 # Ops that can compute integer/pred values from float ones (data movement only carries them).
-_DISCRETE_FROM_FLOAT = frozenset({"compare", "convert", "bitcast-convert", "bitcast", "is-finite", "sort", "reduce",
-                                  "reduce-window", "topk", "custom-call", "stochastic-convert", "map", "scan"})
+_DISCRETE_FROM_FLOAT = frozenset(
+    {
+        "compare",
+        "convert",
+        "bitcast-convert",
+        "bitcast",
+        "is-finite",
+        "sort",
+        "reduce",
+        "reduce-window",
+        "topk",
+        "custom-call",
+        "stochastic-convert",
+        "map",
+        "scan",
+    }
+)
 
 
 def _float_to_discrete(inst: Instruction) -> bool:
     """Whether `inst` makes integer/pred values out of float operands (where the two runs can part)."""
-    return inst.opcode in _DISCRETE_FROM_FLOAT and has_discrete(inst.shape) \
-        and any(has_float(o.shape) for o in inst.operands) \
+    return (
+        inst.opcode in _DISCRETE_FROM_FLOAT
+        and has_discrete(inst.shape)
+        and any(has_float(o.shape) for o in inst.operands)
         and not (inst.opcode == "bitcast" and inst.operands[0].shape.is_tuple)
+    )
 
 
 class _Transform:
@@ -184,9 +213,16 @@ class _Transform:
         entry = self.computation(self.module.entry)
         comps = [self.done[id(c)] for c in self.module.computations if id(c) in self.done]
         attrs = {k: v for k, v in self.module.attrs.items() if k != "entry_computation_layout"}
-        self.shadow.module = Module(self.module.name, comps, entry, attrs=attrs, has_header=self.module.has_header,
-                                    line=self.module.line, path=self.module.path,
-                                    stack_frames=self.module._stack_frames)
+        self.shadow.module = Module(
+            self.module.name,
+            comps,
+            entry,
+            attrs=attrs,
+            has_header=self.module.has_header,
+            line=self.module.line,
+            path=self.module.path,
+            stack_frames=self.module._stack_frames,
+        )
         return self.shadow
 
     def computation(self, comp: Computation) -> Computation:
@@ -197,12 +233,20 @@ class _Transform:
         made: list[Instruction] = []
         value: dict[int, Instruction] = {}
 
-        def add(name: str, opcode: str, shape: Shape, operands: list, like: Instruction | None = None,
-                attrs: dict | None = None, exact_name: bool = False) -> Instruction:
+        def add(
+            name: str,
+            opcode: str,
+            shape: Shape,
+            operands: list,
+            like: Instruction | None = None,
+            attrs: dict | None = None,
+            exact_name: bool = False,
+        ) -> Instruction:
             """A new instruction (`like`'s attributes, called computations and source site, if given)."""
             if like is not None:
-                inst = Instruction(name, opcode, shape, operands, like._attrs, like._args, like.line, like.column,
-                                   like._attr_rows)
+                inst = Instruction(
+                    name, opcode, shape, operands, like._attrs, like._args, like.line, like.column, like._attr_rows
+                )
                 inst.called = self._called(like)
             else:
                 inst = Instruction(name, opcode, shape, operands, attrs or {})
@@ -231,14 +275,17 @@ class _Transform:
                 o.users.append(inst)
         root = value[id(comp.root)]
         root.is_root = True
-        shadow = Computation(comp.name, made, root, is_entry=comp.is_entry, signature="", attrs=comp.attrs,
-                             line=comp.line)
+        shadow = Computation(
+            comp.name, made, root, is_entry=comp.is_entry, signature="", attrs=comp.attrs, line=comp.line
+        )
         self.done[id(comp)] = shadow
         return shadow
 
     def _called(self, inst: Instruction) -> dict:
-        return {key: [self.computation(c) for c in called] if isinstance(called, list) else self.computation(called)
-                for key, called in inst.called.items()}
+        return {
+            key: [self.computation(c) for c in called] if isinstance(called, list) else self.computation(called)
+            for key, called in inst.called.items()
+        }
 
 
 def _narrow(wide: Instruction, shape: Shape, add) -> Instruction:
@@ -246,9 +293,12 @@ def _narrow(wide: Instruction, shape: Shape, add) -> Instruction:
     if wide.shape == shape:
         return wide
     if shape.is_tuple:
-        leaves = [_narrow(add(f"{wide.name}.{i}", "get-tuple-element", shadow_shape(s), [wide],
-                              attrs={"index": str(i)}), s, add)
-                  for i, s in enumerate(shape.tuple_shapes)]
+        leaves = [
+            _narrow(
+                add(f"{wide.name}.{i}", "get-tuple-element", shadow_shape(s), [wide], attrs={"index": str(i)}), s, add
+            )
+            for i, s in enumerate(shape.tuple_shapes)
+        ]
         return add(f"{wide.name}.narrow", "tuple", shape, leaves)
     return add(f"{wide.name}.narrow", "convert", shape, [wide])
 
@@ -261,9 +311,16 @@ def _widen(own: Instruction, shape: Shape, name: str, add, exact: bool = True) -
             own.name = name
         return own
     if shape.is_tuple:
-        leaves = [_widen(add(f"{own.name}.{i}", "get-tuple-element", s, [own], attrs={"index": str(i)}), s,
-                         f"{name}.{i}.wide", add, exact=False)
-                  for i, s in enumerate(shape.tuple_shapes)]
+        leaves = [
+            _widen(
+                add(f"{own.name}.{i}", "get-tuple-element", s, [own], attrs={"index": str(i)}),
+                s,
+                f"{name}.{i}.wide",
+                add,
+                exact=False,
+            )
+            for i, s in enumerate(shape.tuple_shapes)
+        ]
         return add(name, "tuple", shadow_shape(shape), leaves, exact_name=exact)
     return add(name, "convert", shadow_shape(shape), [own], exact_name=exact)
 

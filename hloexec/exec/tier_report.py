@@ -6,6 +6,7 @@ compile policy found it too small to pay for compiling. Any other exception from
 reported with a `CompileWarning` (an error in the test suite) and counted apart, and the computation runs op
 by op so that the run still completes.
 """
+
 from __future__ import annotations
 
 import threading
@@ -37,11 +38,15 @@ class TierReport:
         except TierUnsupported as e:
             self.record(tier, name, e.reason)
             return None
-        except Exception as e:      # noqa: BLE001 - any other exception is a generator bug: say so, run op by op
+        except Exception as e:  # noqa: BLE001 - any other exception is a generator bug: say so, run op by op
             self.record(tier, name, f"generator error {type(e).__name__}")
             where = traceback.extract_tb(e.__traceback__)[-1]
-            warnings.warn(f"hloexec's {tier} generator failed on %{name} ({type(e).__name__}: {e}, at "
-                          f"{where.filename}:{where.lineno}): a bug; it runs op by op", CompileWarning, stacklevel=3)
+            warnings.warn(
+                f"hloexec's {tier} generator failed on %{name} ({type(e).__name__}: {e}, at "
+                f"{where.filename}:{where.lineno}): a bug; it runs op by op",
+                CompileWarning,
+                stacklevel=3,
+            )
             return None
         self.record(tier, name, COMPILED)
         return kernel
@@ -55,16 +60,21 @@ class TierReport:
                 if outcome != COMPILED:
                     reasons.setdefault(outcome, []).append(name)
             compiled = sum(o == COMPILED for o in outcomes.values())
-            out[tier] = {"compiled": compiled, "op_by_op": len(outcomes) - compiled,
-                         "reasons": dict(sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0])))}
+            out[tier] = {
+                "compiled": compiled,
+                "op_by_op": len(outcomes) - compiled,
+                "reasons": dict(sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0]))),
+            }
         return out
 
     def format(self, names_shown: int = 3) -> list[str]:
         """Lines for a terminal: per tier the counts, then each reason with how many and a few names."""
         lines = []
         for tier, summary in self.to_dict().items():
-            lines.append(f"{tier}s: {summary['compiled']} with a generated kernel (compiled once run enough), "
-                         f"{summary['op_by_op']} op by op")
+            lines.append(
+                f"{tier}s: {summary['compiled']} with a generated kernel (compiled once run enough), "
+                f"{summary['op_by_op']} op by op"
+            )
             for reason, names in summary["reasons"].items():
                 shown = ", ".join(f"%{n}" for n in names[:names_shown]) + (", ..." if len(names) > names_shown else "")
                 lines.append(f"  {len(names):5d} x {reason}: {shown}")

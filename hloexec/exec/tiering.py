@@ -13,6 +13,7 @@ A module's compile mode (COMPILE_MODES) says who waits for the compiler:
   compile: the k-th run of a module gives the same bits in every process. With compile_after=0, the first run
   waits for every kernel (for benchmarks).
 * "never": op by op and interpreted loops always, the computations grouped as for the compiled tiers."""
+
 from __future__ import annotations
 
 import sys
@@ -57,8 +58,8 @@ class CompilePolicy:
     with the loop around it)."""
 
     def __init__(self, compile_after: int, background: BackgroundCompiler | None = None):
-        self.compile_after = compile_after      # calls of a fused kernel op by op before it compiles (0: at once)
-        self.background = background            # None: a due call compiles (waits), see the module's doc
+        self.compile_after = compile_after  # calls of a fused kernel op by op before it compiles (0: at once)
+        self.background = background  # None: a due call compiles (waits), see the module's doc
         self.min_compiled_bytes = MIN_COMPILED_BYTES
         self.eager_compile_work = EAGER_COMPILE_WORK
         self.loop_compile_work = LOOP_COMPILE_WORK
@@ -74,8 +75,9 @@ class CompilePolicy:
         distinct fusion on a cold cache, while running a small fusion op by op costs microseconds: only fusions
         whose output or reduced operand has `min_compiled_bytes` pay."""
         # what it touches: its output, and what its reductions read (a dynamic-slice of a big operand reads little)
-        touched = [comp.root.shape] + [i.operands[0].shape for i in comp.instructions
-                                       if i.opcode in ("reduce", "reduce-window") and i.operands]
+        touched = [comp.root.shape] + [
+            i.operands[0].shape for i in comp.instructions if i.opcode in ("reduce", "reduce-window") and i.operands
+        ]
         if max(s.nbytes for s in touched) < self.min_compiled_bytes:
             return f"touches < {self.min_compiled_bytes >> 10} KiB: op by op costs less than compiling"
         return None
@@ -94,8 +96,12 @@ class CompilePolicy:
     def loops_due(self, who) -> list[TieredLoop]:
         """The loops' tiers that compile at participant `who`'s next call (None: all that may compile), not
         compiled yet."""
-        return [loop for loops in self._loops.values() for loop in loops
-                if loop.due(who) or who is None and loop.kernel is not None]
+        return [
+            loop
+            for loops in self._loops.values()
+            for loop in loops
+            if loop.due(who) or who is None and loop.kernel is not None
+        ]
 
     def planned_kernel(self, key: str, tier: TieredKernel) -> None:
         """Note a fusion's tier that waits for `compile_after` calls: a later equal fusion may hurry it."""
@@ -138,15 +144,39 @@ class TieredKernel:
     the first call past `after`, or before (compile_due). Calls are counted per participant. With a
     `background` compiler, the call past `after` hands it over and runs op by op until the kernel is there.
     """
-    __slots__ = ("interpret", "kernel", "compiled", "after", "calls", "participant", "observer", "failed", "lock",
-                 "background", "queued", "name", "work")
 
-    def __init__(self, interpret, kernel, after: int, participant, observer, failed=None, background=None,
-                 name: str = "", work: int = 0):
+    __slots__ = (
+        "interpret",
+        "kernel",
+        "compiled",
+        "after",
+        "calls",
+        "participant",
+        "observer",
+        "failed",
+        "lock",
+        "background",
+        "queued",
+        "name",
+        "work",
+    )
+
+    def __init__(
+        self,
+        interpret,
+        kernel,
+        after: int,
+        participant,
+        observer,
+        failed=None,
+        background=None,
+        name: str = "",
+        work: int = 0,
+    ):
         self.interpret, self.kernel, self.after, self.participant = interpret, kernel, after, participant
         self.observer, self.failed, self.background = observer, failed, background
-        self.name, self.work = name, work       # (for the background compiler: what to say, what first)
-        self.calls: dict = {}           # participant -> calls so far
+        self.name, self.work = name, work  # (for the background compiler: what to say, what first)
+        self.calls: dict = {}  # participant -> calls so far
         self.compiled, self.lock, self.queued = None, threading.Lock(), False
 
     def compile_now(self) -> None:
@@ -167,9 +197,9 @@ class TieredKernel:
         return self.compiled is None and self.calls.get(who, 0) >= self.after
 
     def __call__(self, *operands):
-        if self.observer() is not None:     # an observed run sees every value: op by op, not counted
+        if self.observer() is not None:  # an observed run sees every value: op by op, not counted
             return self.interpret(*operands)
-        if self.background is not None:     # whatever is ready: no call waits for the compiler
+        if self.background is not None:  # whatever is ready: no call waits for the compiler
             compiled = self.compiled
             if compiled is not None:
                 return compiled(*operands)
@@ -185,7 +215,7 @@ class TieredKernel:
         if n < self.after:
             self.calls[who] = n + 1
             return self.interpret(*operands)
-        if self.compiled is None:           # the first compiled call compiles (or falls back to op by op)
+        if self.compiled is None:  # the first compiled call compiles (or falls back to op by op)
             self.compile()
         return self.compiled(*operands)
 
@@ -197,13 +227,39 @@ class TieredLoop:
     a compiled loop is never called, so never compiled on its own). With a `background` compiler, the step that
     reaches `compile_work` hands it over, and the loop goes on interpreted until its compiled function is there
     (then at the next step, mid-loop)."""
-    __slots__ = ("cond", "body", "kernel", "compiled", "work", "step_work", "compile_work", "participant",
-                 "observer", "failed", "lock", "background", "queued", "name")
 
-    def __init__(self, cond, body, kernel, step_work: int, compile_work: int, participant, observer, failed=None,
-                 background=None, name: str = ""):
+    __slots__ = (
+        "cond",
+        "body",
+        "kernel",
+        "compiled",
+        "work",
+        "step_work",
+        "compile_work",
+        "participant",
+        "observer",
+        "failed",
+        "lock",
+        "background",
+        "queued",
+        "name",
+    )
+
+    def __init__(
+        self,
+        cond,
+        body,
+        kernel,
+        step_work: int,
+        compile_work: int,
+        participant,
+        observer,
+        failed=None,
+        background=None,
+        name: str = "",
+    ):
         self.cond, self.body, self.kernel, self.step_work = cond, body, kernel, step_work
-        self.work: dict = {}            # participant -> work done so far
+        self.work: dict = {}  # participant -> work done so far
         self.compiled, self.participant, self.lock = None, participant, threading.Lock()
         self.observer, self.failed, self.background, self.name = observer, failed, background, name
         self.compile_work, self.queued = compile_work, False
@@ -237,7 +293,7 @@ class TieredLoop:
         return self.compiled
 
     def __call__(self, state):
-        if self.observer() is not None:     # an observed run sees every step's values: interpreted, not counted
+        if self.observer() is not None:  # an observed run sees every step's values: interpreted, not counted
             while bool(self.cond(state)):
                 state = self.body(state)
             return state
@@ -264,6 +320,7 @@ class TieredLoop:
 class CompileEvent:
     """A kernel the background compiler made ready: its tier ("fusion", "loop"), computation or instruction
     name, when it was asked for and ready (seconds since the compiler started) and whether it compiled."""
+
     tier: str
     name: str
     requested: float
@@ -280,8 +337,8 @@ class BackgroundCompiler:
 
     def __init__(self):
         self.cond = threading.Condition()
-        self.queue: deque = deque()         # (tier, requested at, cache dir): not taken by the thread yet
-        self.pending = 0                    # requested, not ready yet
+        self.queue: deque = deque()  # (tier, requested at, cache dir): not taken by the thread yet
+        self.pending = 0  # requested, not ready yet
         self.thread: threading.Thread | None = None
         self.started = time.perf_counter()
         self.events: list[CompileEvent] = []
@@ -303,8 +360,9 @@ class BackgroundCompiler:
             self.queue.extend((t, now, directory) for t in tiers)
             self.pending += len(tiers)
             if self.thread is None:
-                self.thread = threading.Thread(target=self._compile_queued, name="hloexec-background-compile",
-                                               daemon=True)
+                self.thread = threading.Thread(
+                    target=self._compile_queued, name="hloexec-background-compile", daemon=True
+                )
                 self.thread.start()
 
     def _compile_queued(self) -> None:
@@ -321,12 +379,20 @@ class BackgroundCompiler:
                 with pinned_cache_dir(directory):
                     compiled = tier.compile(self.failures.append)
             except Exception as e:  # noqa: BLE001 - a bug here must cost that tier's speed, not hang wait()
-                self.failures.append(f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): "
-                                     "a bug; it runs op by op")
+                self.failures.append(
+                    f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): a bug; it runs op by op"
+                )
                 compiled = False
             with self.cond:
-                self.events.append(CompileEvent("fusion" if isinstance(tier, TieredKernel) else "loop", tier.name,
-                                                requested, time.perf_counter() - self.started, compiled))
+                self.events.append(
+                    CompileEvent(
+                        "fusion" if isinstance(tier, TieredKernel) else "loop",
+                        tier.name,
+                        requested,
+                        time.perf_counter() - self.started,
+                        compiled,
+                    )
+                )
                 self.pending -= 1
                 self.cond.notify_all()
 
@@ -353,19 +419,31 @@ def format_compile_report(report: dict, shown: int = 10) -> list[str]:
     """Lines for a terminal of Executable.compile_report(): what compiled when (the first and last `shown` // 2
     kernels when there are more)."""
     if report["mode"] != "background":
-        return [f"compile={report['mode']!r}: " + ("every kernel due compiled before the call that needed it"
-                                                  if report["mode"] == "eager" else "nothing compiles")]
+        return [
+            f"compile={report['mode']!r}: "
+            + (
+                "every kernel due compiled before the call that needed it"
+                if report["mode"] == "eager"
+                else "nothing compiles"
+            )
+        ]
     events = report["events"]
     failed = sum(not e["compiled"] for e in events)
-    lines = [f"compiled in the background: {len(events)} kernels ready"
-             + (f" ({failed} did not compile: op by op)" if failed else "")
-             + f", {report['pending']} still compiling"
-             + ("" if events or report["pending"] else " (a fusion is handed over at its second call)")]
-    picked = events if len(events) <= shown else events[:shown // 2] + [None] + events[-(shown // 2):]
+    lines = [
+        f"compiled in the background: {len(events)} kernels ready"
+        + (f" ({failed} did not compile: op by op)" if failed else "")
+        + f", {report['pending']} still compiling"
+        + ("" if events or report["pending"] else " (a fusion is handed over at its second call)")
+    ]
+    picked = events if len(events) <= shown else events[: shown // 2] + [None] + events[-(shown // 2) :]
     for e in picked:
-        lines.append("  ..." if e is None else
-                     f"  ready at {e['ready']:8.2f} s  {e['tier']} %{e['name']}  (asked for at {e['requested']:.2f} s"
-                     + ("" if e["compiled"] else ", did not compile") + ")")
+        lines.append(
+            "  ..."
+            if e is None
+            else f"  ready at {e['ready']:8.2f} s  {e['tier']} %{e['name']}  (asked for at {e['requested']:.2f} s"
+            + ("" if e["compiled"] else ", did not compile")
+            + ")"
+        )
     return lines
 
 
@@ -416,8 +494,10 @@ def compiled_or(kernel, fallback, failed=None, report=None):
     try:
         return kernel.compile()
     except Exception as e:  # Numba's errors have no common base worth naming
-        message = (f"generated kernel {kernel.key} did not compile, it runs op by op: {type(e).__name__}: "
-                   f"{str(e)[:500]}\n{kernel.source}")
+        message = (
+            f"generated kernel {kernel.key} did not compile, it runs op by op: {type(e).__name__}: "
+            f"{str(e)[:500]}\n{kernel.source}"
+        )
         if report is None:
             warnings.warn(message, CompileWarning, stacklevel=3)
         else:
@@ -431,7 +511,7 @@ def _nested_whiles(inst) -> list:
     """The while instructions inside the computations `inst` calls, at any depth."""
     found = []
     for c in inst.called.values():
-        for comp in (c if isinstance(c, list) else [c]):
+        for comp in c if isinstance(c, list) else [c]:
             for i in comp.instructions:
                 found += ([i] if i.opcode == "while" else []) + _nested_whiles(i)
     return found
@@ -440,5 +520,8 @@ def _nested_whiles(inst) -> list:
 def _dispatches(comp: Computation) -> int:
     """Instructions a run of `comp` interprets, those of the computations it calls included (a loop
     inside counted once)."""
-    return sum(1 + sum(_dispatches(c) for key, c in inst.called.items() if key in ("to_apply", "calls", "body"))
-               for inst in comp.instructions if inst.opcode != "parameter")
+    return sum(
+        1 + sum(_dispatches(c) for key, c in inst.called.items() if key in ("to_apply", "calls", "body"))
+        for inst in comp.instructions
+        if inst.opcode != "parameter"
+    )

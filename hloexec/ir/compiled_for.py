@@ -10,6 +10,7 @@ evidence is a habit: an optimized module whose fusions are kInput (XLA:GPU's red
 are all kLoop/kOutput with the dots left unfused (XLA:CPU). Weak evidence decides only when no strong evidence
 exists. A pre-optimization module has none of these: `unknown`.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,12 +33,19 @@ _TARGETS = (
     ("__ynn", "cpu", "YNNPACK call"),
     ("lapack_", "cpu", "LAPACK call (jaxlib's CPU kernels)"),
     ("xla_python_cpu_callback", "cpu", "CPU host callback"),
-    ("TopK", "cpu", "XLA:CPU's TopK runtime call"),     # XLA:GPU's is __gpu$TopK
+    ("TopK", "cpu", "XLA:CPU's TopK runtime call"),  # XLA:GPU's is __gpu$TopK
     ("AwsNeuron", "unknown", "AWS Neuron call (no profile for Neuron)"),
 )
 # fusion backend_config "kind" -> platform
-_FUSION_KINDS = {"__triton_gemm": "gpu", "__triton": "gpu", "__triton_nested_gemm_fusion": "gpu",
-                 "__cudnn$fusion": "gpu", "__custom_fusion": "gpu", "__ynn_fusion": "cpu", "__onednn_fusion": "cpu"}
+_FUSION_KINDS = {
+    "__triton_gemm": "gpu",
+    "__triton": "gpu",
+    "__triton_nested_gemm_fusion": "gpu",
+    "__cudnn$fusion": "gpu",
+    "__custom_fusion": "gpu",
+    "__ynn_fusion": "cpu",
+    "__onednn_fusion": "cpu",
+}
 # substrings of a backend_config -> (platform, what it is)
 _CONFIG_KEYS = (
     ("operation_queue_id", "gpu", "GpuBackendConfig operation queues"),
@@ -56,9 +64,10 @@ _HOPPER = re.compile(r'sm_(9\d|1\d\d)|"major":\s*"?(9|1\d)\b|"is_tma_allowed":\s
 @dataclass
 class CompiledFor:
     """The platform a module was compiled for and why: `evidence` lines, strongest first."""
+
     platform: str
     evidence: list[str] = field(default_factory=list)
-    hopper: bool = False            # GPU evidence of a Hopper-class part (fp8 GEMMs, sm_90, TMA): an h100
+    hopper: bool = False  # GPU evidence of a Hopper-class part (fp8 GEMMs, sm_90, TMA): an h100
 
     def to_dict(self) -> dict:
         return {"platform": self.platform, "evidence": list(self.evidence)}
@@ -70,8 +79,12 @@ def compiled_for(module: Module) -> CompiledFor:
     hopper: Counter = Counter()
     fusion_kinds: Counter = Counter()
     dots_outside_fusions, loop_reductions, fp8 = 0, 0, False
-    fused = {c.name: str(inst.attrs.get("kind", "")) for inst in module.instructions() if inst.opcode == "fusion"
-             for c in inst.called_computations}
+    fused = {
+        c.name: str(inst.attrs.get("kind", ""))
+        for inst in module.instructions()
+        if inst.opcode == "fusion"
+        for c in inst.called_computations
+    }
     for shape, n in module.shape_counts().items():
         for leaf in _leaves(shape):
             layout = leaf.layout
@@ -87,7 +100,7 @@ def compiled_for(module: Module) -> CompiledFor:
             if inst.opcode == "custom-call":
                 target = str(inst.attr("custom_call_target", "")).strip('"')
                 for prefix, platform, what in _TARGETS:
-                    if (target == prefix if prefix == "TopK" else target.startswith(prefix)):
+                    if target == prefix if prefix == "TopK" else target.startswith(prefix):
                         strong[platform][f"{what} ({target})"] += 1
                         if prefix == "__cublas$lt$matmul$f8":
                             hopper["fp8 cuBLASLt GEMM"] += 1
@@ -113,8 +126,9 @@ def compiled_for(module: Module) -> CompiledFor:
     scores = {p: sum(c.values()) for p, c in strong.items() if p != "unknown" and c}
     if fp8 and scores.get("gpu"):
         hopper["fp8 element types"] += 1
-    evidence = [f"{p}: {what} x{n}" for p in sorted(scores, key=scores.get, reverse=True)
-                for what, n in strong[p].most_common()]
+    evidence = [
+        f"{p}: {what} x{n}" for p in sorted(scores, key=scores.get, reverse=True) for what, n in strong[p].most_common()
+    ]
     evidence += [f"unknown: {what} x{n}" for what, n in strong["unknown"].most_common()]
     if len(scores) == 1:
         platform = next(iter(scores))
@@ -138,10 +152,18 @@ def _weak(fusion_kinds: Counter, dots_outside_fusions: int, loop_reductions: int
     if fusion_kinds.get("kInput"):
         return "gpu", [f"gpu (weak): kInput fusions x{fusion_kinds['kInput']} (XLA:GPU's reduction fusions)"]
     if fusion_kinds and set(fusion_kinds) <= {"kLoop", "kOutput"} and (dots_outside_fusions or loop_reductions):
-        habits = [f"{n} {what}" for n, what in ((dots_outside_fusions, "dot(s)/convolution(s) left unfused"),
-                                               (loop_reductions, "reduction(s) inside kLoop fusions")) if n]
-        return "cpu", [f"cpu (weak): only kLoop/kOutput fusions (x{sum(fusion_kinds.values())}), "
-                       f"{' and '.join(habits)} (XLA:CPU's habits)"]
+        habits = [
+            f"{n} {what}"
+            for n, what in (
+                (dots_outside_fusions, "dot(s)/convolution(s) left unfused"),
+                (loop_reductions, "reduction(s) inside kLoop fusions"),
+            )
+            if n
+        ]
+        return "cpu", [
+            f"cpu (weak): only kLoop/kOutput fusions (x{sum(fusion_kinds.values())}), "
+            f"{' and '.join(habits)} (XLA:CPU's habits)"
+        ]
     if fusion_kinds:
         return "unknown", [f"fusions ({', '.join(sorted(fusion_kinds))}) without a backend's marks"]
     return "unknown", []
@@ -177,6 +199,9 @@ def ynn_computations(module: Module) -> frozenset[str]:
     names = getattr(module, "_ynn_computations", None)
     if names is None:
         names = module._ynn_computations = frozenset(
-            c.name for inst in module.instructions() if inst.opcode == "fusion"
-            and "__ynn_fusion" in inst.attrs.get("backend_config", "") for c in inst.called_computations)
+            c.name
+            for inst in module.instructions()
+            if inst.opcode == "fusion" and "__ynn_fusion" in inst.attrs.get("backend_config", "")
+            for c in inst.called_computations
+        )
     return names

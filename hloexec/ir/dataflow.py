@@ -2,6 +2,7 @@
 which are live (the root or a side effect depends on them), which compute from their operands alone (pure).
 The plans (exec/plan.py: dead-code elimination, constant folding) and the loop generator (kernels/program.py:
 what a loop step emits, what it hoists) ask here."""
+
 from __future__ import annotations
 
 from . import opcodes
@@ -15,7 +16,7 @@ def has_side_effect(inst) -> bool:
     SPMD-partitioned modules; hloexec keeps them all), or a called computation holds such an instruction."""
     opcode = inst.opcode
     if opcode not in opcodes.SIDE_EFFECTING:
-        opcode = next((opcode[:-len(s)] for s in _ASYNC_SUFFIXES if opcode.endswith(s)), opcode)
+        opcode = next((opcode[: -len(s)] for s in _ASYNC_SUFFIXES if opcode.endswith(s)), opcode)
     if opcode in opcodes.SIDE_EFFECTING:
         return True
     if opcode == "custom-call" and inst.attr("custom_call_has_side_effect", False):

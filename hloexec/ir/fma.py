@@ -12,6 +12,7 @@ type -- twice, where XLA's FMA rounds once: the two differ only when the f32 sum
 in f64 for f32. Which operand contracts when both are multiplies: the first (LLVM's DAGCombiner tries the first
 operand first).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -41,19 +42,24 @@ def contract_fma(comp: Computation) -> Computation:
         out.append(inst)
         return inst
 
-    ynn = comp.module is not None and comp.name in ynn_computations(comp.module)   # YNNPACK rounds its products
+    ynn = comp.module is not None and comp.name in ynn_computations(comp.module)  # YNNPACK rounds its products
     for inst in comp.instructions:
         k = _product_operand(inst)
-        if k is None and not ynn and _product_sum(inst):    # reduce(a * b): every step acc + a*b, exact product, one rounding
+        if (
+            k is None and not ynn and _product_sum(inst)
+        ):  # reduce(a * b): every step acc + a*b, exact product, one rounding
             wide_type = _WIDER[inst.shape.element_type.name]
             product = inst.operands[0]
             wide_of = lambda v: replace(v.shape, element_type=element_type(wide_type), layout=None)  # noqa: E731
-            a, b = (new(f"{inst.name}.fma.{t}", "convert", wide_of(v), [copies[id(v)]])
-                    for t, v in zip("ab", product.operands))
+            a, b = (
+                new(f"{inst.name}.fma.{t}", "convert", wide_of(v), [copies[id(v)]])
+                for t, v in zip("ab", product.operands)
+            )
             exact = new(f"{inst.name}.fma.product", "multiply", wide_of(product), [a, b])
             init = new(f"{inst.name}.fma.init", "convert", wide_of(inst.operands[1]), [copies[id(inst.operands[1])]])
-            folded = new(f"{inst.name}.fma.sum", "reduce", wide_of(inst), [exact, init],
-                         {"dimensions": inst.attrs["dimensions"]})
+            folded = new(
+                f"{inst.name}.fma.sum", "reduce", wide_of(inst), [exact, init], {"dimensions": inst.attrs["dimensions"]}
+            )
             folded.called = {"to_apply": _rounded_add(inst.called["to_apply"], wide_of(init), init.operands[0].shape)}
             copy = Instruction(inst.name, "convert", inst.shape, [folded], {}, "", inst.line, inst.column)
             folded.users.append(copy)
@@ -61,14 +67,19 @@ def contract_fma(comp: Computation) -> Computation:
         elif k is None:
             copy = inst.with_operands([copies[id(o)] for o in inst.operands])
             out.append(copy)
-        else:                   # convert(wide(a) * wide(b) +- wide(c)): the product exact, one rounding of the sum
+        else:  # convert(wide(a) * wide(b) +- wide(c)): the product exact, one rounding of the sum
             wide_type = _WIDER[inst.shape.element_type.name]
             wide = replace(inst.shape, element_type=element_type(wide_type), layout=None)
             product = inst.operands[k]
 
             def widened(v: Instruction, tag: str) -> Instruction:
-                return new(f"{inst.name}.fma.{tag}", "convert", replace(v.shape, element_type=wide.element_type,
-                                                                        layout=None), [copies[id(v)]])
+                return new(
+                    f"{inst.name}.fma.{tag}",
+                    "convert",
+                    replace(v.shape, element_type=wide.element_type, layout=None),
+                    [copies[id(v)]],
+                )
+
             a, b = widened(product.operands[0], "a"), widened(product.operands[1], "b")
             exact = new(f"{inst.name}.fma.product", "multiply", wide, [a, b])
             other = widened(inst.operands[1 - k], "c")
@@ -79,8 +90,9 @@ def contract_fma(comp: Computation) -> Computation:
             out.append(copy)
         copy.is_root = inst.is_root
         copies[id(inst)] = copy
-    contracted = Computation(comp.name, out, copies[id(comp.root)], signature=comp.signature, attrs=comp.attrs,
-                             line=comp.line)
+    contracted = Computation(
+        comp.name, out, copies[id(comp.root)], signature=comp.signature, attrs=comp.attrs, line=comp.line
+    )
     contracted.module = comp.module
     comp.__dict__["_fma_contracted"] = contracted
     return contracted
@@ -92,10 +104,16 @@ def _product_sum(inst: Instruction) -> bool:
         return False
     name, product = inst.shape.element_type.name, inst.operands[0]
     reducer = inst.called.get("to_apply")
-    return (name in _WIDER and product.opcode == "multiply" and product.shape.element_type.name == name
-            and sum(1 for u in product.users if u.computation is inst.computation) == 1
-            and reducer is not None and not isinstance(reducer, list) and reducer.root.opcode == "add"
-            and {id(o) for o in reducer.root.operands} == {id(p) for p in reducer.parameters})
+    return (
+        name in _WIDER
+        and product.opcode == "multiply"
+        and product.shape.element_type.name == name
+        and sum(1 for u in product.users if u.computation is inst.computation) == 1
+        and reducer is not None
+        and not isinstance(reducer, list)
+        and reducer.root.opcode == "add"
+        and {id(o) for o in reducer.root.operands} == {id(p) for p in reducer.parameters}
+    )
 
 
 def _rounded_add(reducer: Computation, wide, narrow) -> Computation:
@@ -108,9 +126,12 @@ def _rounded_add(reducer: Computation, wide, narrow) -> Computation:
         for o in operands:
             o.users.append(user)
     back.is_root = True
-    comp = Computation(f"{reducer.name}.fma", [*params, total, rounded, back], back,
-                       signature=f"(p0: {wide.element_type.name}[], p1: {wide.element_type.name}[]) -> "
-                                 f"{wide.element_type.name}[]")
+    comp = Computation(
+        f"{reducer.name}.fma",
+        [*params, total, rounded, back],
+        back,
+        signature=f"(p0: {wide.element_type.name}[], p1: {wide.element_type.name}[]) -> {wide.element_type.name}[]",
+    )
     comp.module = reducer.module
     return comp
 
@@ -124,7 +145,10 @@ def _product_operand(inst: Instruction) -> int | None:
     if name not in _WIDER:
         return None
     for k, operand in enumerate(inst.operands):
-        if (operand.opcode == "multiply" and operand.shape.element_type.name == name
-                and sum(1 for u in operand.users if u.computation is inst.computation) == 1):
+        if (
+            operand.opcode == "multiply"
+            and operand.shape.element_type.name == name
+            and sum(1 for u in operand.users if u.computation is inst.computation) == 1
+        ):
             return k
     return None

@@ -24,6 +24,7 @@ does; longer ones are checked by brace and element counts only. A long plain (nu
 or integer array kept as a span of the parsed buffer is decoded chunk by chunk straight into the
 result, so its peak memory is the result plus a chunk; anything else takes the exact path.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,8 @@ _EXACT_CHECK_LIMIT = 1 << 20
 _TRANS = str.maketrans("{},", "   ")
 _TRANS_COMPLEX = str.maketrans("{},()", "     ")
 _PAYLOAD_PARENS = re.compile(r"nan\(0x([0-9a-fA-F]+)\)")
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>[ \t\r\n]+)
   | (?P<lb>\{) | (?P<rb>\}) | (?P<comma>,) | (?P<lp>\() | (?P<rp>\))
   | (?P<dots>\.\.\.)
@@ -60,7 +62,9 @@ _TOKEN = re.compile(r"""
   | (?P<nan>-?nan(?:\(0x[0-9a-fA-F]+\))?)
   | (?P<inf>-?inf)
   | (?P<kw>true|false)
-""", re.X)
+""",
+    re.X,
+)
 
 
 def literal_elided(text: str) -> bool:
@@ -87,7 +91,7 @@ def parse_literal(text, shape: Shape, inst=None):
         parts = _split_tuple(text, len(shape.tuple_shapes))
         return tuple(parse_literal(p, s) for p, s in zip(parts, shape.tuple_shapes))
     etype = shape.element_type
-    if etype.numpy is None:      # token[] / opaque
+    if etype.numpy is None:  # token[] / opaque
         return None
     if literal_elided(text):
         if text.strip() != "{...}" or shape.rank == 0:
@@ -146,7 +150,7 @@ def _check_structure(text: str, shape: Shape) -> None:
     while pos < n:
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise LiteralSyntaxError(f"unexpected text in literal: {text[pos:pos + 20]!r}", pos)
+            raise LiteralSyntaxError(f"unexpected text in literal: {text[pos : pos + 20]!r}", pos)
         kind = m.lastgroup
         pos = m.end()
         if kind == "ws" or kind == "comma":
@@ -168,12 +172,14 @@ def _check_structure(text: str, shape: Shape) -> None:
             level -= 1
             if seen[level] != dims[level]:
                 raise LiteralSyntaxError(
-                    f"expects {dims[level]} elements in dimension {level}, but sees {seen[level]}", m.start())
+                    f"expects {dims[level]} elements in dimension {level}, but sees {seen[level]}", m.start()
+                )
             seen[level] = 0
         elif kind == "lp":
             if not is_complex:
-                raise LiteralSyntaxError("unexpected '(' in literal. Parens are only valid for complex literals",
-                                         m.start())
+                raise LiteralSyntaxError(
+                    "unexpected '(' in literal. Parens are only valid for complex literals", m.start()
+                )
             _elem(seen, level, rank, dims, m.start())
             in_paren = 1
             cnt = 0
@@ -211,8 +217,9 @@ def _elem(seen, level, rank, dims, off):
             raise LiteralSyntaxError(f"expects nested array in rank {rank}, but sees {level}", off)
         seen[rank - 1] += 1
         if seen[rank - 1] > dims[rank - 1]:
-            raise LiteralSyntaxError(f"expects {dims[rank - 1]} elements on the minor-most dimension, but sees more",
-                                     off)
+            raise LiteralSyntaxError(
+                f"expects {dims[rank - 1]} elements on the minor-most dimension, but sees more", off
+            )
 
 
 def _parse_dense(text: str, shape: Shape):
@@ -265,8 +272,8 @@ def _parse_span_in_chunks(span, shape: Shape) -> np.ndarray | None:
     filled = opened = closed = 0
     buf, pos, end = span.buf, span.offset, span.offset + span.length
     while pos < end:
-        chunk = buf[pos:min(pos + _CHUNK_BYTES, end)]
-        if pos + len(chunk) < end:       # cut after the last separator: no number is split
+        chunk = buf[pos : min(pos + _CHUNK_BYTES, end)]
+        if pos + len(chunk) < end:  # cut after the last separator: no number is split
             cut = max(chunk.rfind(sep) for sep in (b",", b" ", b"{", b"}", b"\n", b"\t", b"\r")) + 1
             if cut == 0:
                 return None
@@ -286,12 +293,14 @@ def _parse_span_in_chunks(span, shape: Shape) -> np.ndarray | None:
         try:
             with np.errstate(all="ignore"):
                 parsed = np.fromstring(body, dtype=parsed_dtype, sep=" ")
-        except ValueError:          # a bad token
+        except ValueError:  # a bad token
             return None
         if parsed.size != count:
             return None
         try:
-            out[filled:filled + count] = _to_float_type(parsed, etype) if is_float else _range_check_ints(parsed, etype)
+            out[filled : filled + count] = (
+                _to_float_type(parsed, etype) if is_float else _range_check_ints(parsed, etype)
+            )
         except LiteralSyntaxError:
             return None
         filled += count
@@ -321,7 +330,7 @@ def _parse_ints(body: str, size: int, etype) -> np.ndarray:
         try:
             with np.errstate(all="ignore"):
                 vals = np.fromstring(body, dtype=np.int64, sep=" ") if size else np.zeros(0, np.int64)
-        except ValueError:          # a bad token such as `1-2`: the token loop below names it
+        except ValueError:  # a bad token such as `1-2`: the token loop below names it
             vals = None
         if vals is not None:
             if vals.size != size:
@@ -343,7 +352,7 @@ def _parse_ints(body: str, size: int, etype) -> np.ndarray:
         if v >= 1 << 64 or v < -(1 << 63):
             raise LiteralSyntaxError(f"integer {t} does not fit in 64 bits")
         if v >= 1 << 63:
-            v -= 1 << 64            # the lexer bit_casts uint64 to int64
+            v -= 1 << 64  # the lexer bit_casts uint64 to int64
         out.append(v)
     return _range_check_ints(np.array(out, dtype=np.int64), etype)
 
@@ -357,14 +366,17 @@ def _range_check_ints(vals: np.ndarray, etype) -> np.ndarray:
         u = vals.view(np.uint64)
         if u.size and int(u.max()) > hi:
             bad = int(u[u > hi][0])
-            raise LiteralSyntaxError(f"value {np.int64(np.uint64(bad))} is out of range for literal's primitive type "
-                                     f"{etype.name} namely [0, {hi}]")
+            raise LiteralSyntaxError(
+                f"value {np.int64(np.uint64(bad))} is out of range for literal's primitive type "
+                f"{etype.name} namely [0, {hi}]"
+            )
         return u.astype(dtype) if etype.bits >= 8 else u.astype(np.uint8).astype(dtype)
     lo, hi = -(1 << (etype.bits - 1)), (1 << (etype.bits - 1)) - 1
     if vals.size and (int(vals.max()) > hi or int(vals.min()) < lo):
         bad = int(vals[(vals > hi) | (vals < lo)][0])
-        raise LiteralSyntaxError(f"value {bad} is out of range for literal's primitive type {etype.name} "
-                                 f"namely [{lo}, {hi}]")
+        raise LiteralSyntaxError(
+            f"value {bad} is out of range for literal's primitive type {etype.name} namely [{lo}, {hi}]"
+        )
     return vals.astype(dtype) if etype.bits >= 8 else vals.astype(np.int8).astype(dtype)
 
 
@@ -379,7 +391,7 @@ def _parse_doubles(body: str, count: int) -> np.ndarray:
         try:
             with np.errstate(all="ignore"):
                 vals = np.fromstring(body, dtype=np.float64, sep=" ") if count else np.zeros(0)
-        except ValueError:          # a bad token such as `3..4`: the token loop below names it
+        except ValueError:  # a bad token such as `3..4`: the token loop below names it
             vals = None
         if vals is not None:
             if vals.size != count:
@@ -414,6 +426,7 @@ def _float_info(etype):
     if etype.name in ("f16", "f32", "f64"):
         return etype.numpy.itemsize * 8, {"f16": 10, "f32": 23, "f64": 52}[etype.name]
     import ml_dtypes
+
     return etype.bits, int(ml_dtypes.finfo(etype.numpy).nmant)
 
 
@@ -463,7 +476,7 @@ def _set_nans(out: np.ndarray, d: np.ndarray, nan: np.ndarray, etype) -> None:
     if name not in _PAYLOAD_TYPES:
         if (payload != np.uint64(_QUIET_F64)).any():
             raise LiteralSyntaxError(f"{name} does not support NaN payloads")
-        return                      # static_cast<T>(nan): what the cast above produced
+        return  # static_cast<T>(nan): what the cast above produced
     nbits, mant = _float_info(etype)
     quiet = np.uint64(1 << (mant - 1))
     mask = np.uint64((1 << mant) - 1)
@@ -480,6 +493,7 @@ def _to_complex(d: np.ndarray, etype) -> np.ndarray:
     re_, im = d[0::2], d[1::2]
     comp = "f32" if etype.name == "c64" else "f64"
     from .dtypes import element_type
+
     ct = element_type(comp)
     real = _to_float_type(re_, ct)
     # XLA handles the imaginary part's NaN with the *real* part's value (hlo_parser.cc quirk):
@@ -563,6 +577,7 @@ def _element_strings(arr: np.ndarray, etype) -> list[str]:
         return _float_strings(np.ascontiguousarray(arr), etype)
     if kind == "complex":
         from .dtypes import element_type
+
         ct = element_type("f32" if etype.name == "c64" else "f64")
         flat = np.ascontiguousarray(arr).reshape(-1)
         re_s = _float_strings(np.ascontiguousarray(flat.real), ct)

@@ -6,6 +6,7 @@ objects on first use (see Computation), so counting needs no objects (`Module.op
 (`inst.attrs`, in order); `inst.attr(key)` decodes one on first use through
 `hloexec.ir.attributes`, and an attribute hloexec does not know stays raw text.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -17,8 +18,19 @@ from .shape import Shape
 from .printer import module_to_text
 
 # Attribute keys whose value names computations (a list for branch_computations / called_computations).
-COMPUTATION_ATTRS = ("calls", "to_apply", "condition", "body", "branch_computations", "true_computation",
-                     "false_computation", "called_computations", "select", "scatter", "comparator")
+COMPUTATION_ATTRS = (
+    "calls",
+    "to_apply",
+    "condition",
+    "body",
+    "branch_computations",
+    "true_computation",
+    "false_computation",
+    "called_computations",
+    "select",
+    "scatter",
+    "comparator",
+)
 
 
 class AttrTable:
@@ -28,6 +40,7 @@ class AttrTable:
     not decoded their attributes are alive), the scanner's attribute table `rows` (a numpy structured
     array with key_off, key_len, value_off, value_len) and `error(message, offset) -> HloParseError`.
     """
+
     __slots__ = ("buf", "rows", "keys", "error")
 
     def __init__(self, buf, rows, error):
@@ -35,7 +48,7 @@ class AttrTable:
         self.keys: dict[bytes, str] = {}
 
     def _key(self, off: int, length: int) -> str:
-        raw = self.buf[off:off + length]
+        raw = self.buf[off : off + length]
         key = self.keys.get(raw)
         if key is None:
             key = self.keys[raw] = raw.decode("utf-8", "replace")
@@ -47,15 +60,17 @@ class AttrTable:
 
     def value(self, row: int) -> str:
         _, _, value_off, value_len = self.rows[row].item()
-        return self.buf[value_off:value_off + value_len].decode("utf-8", "replace")
+        return self.buf[value_off : value_off + value_len].decode("utf-8", "replace")
 
     def value_off(self, row: int) -> int:
         return int(self.rows["value_off"][row])
 
     def to_dict(self, begin: int, count: int) -> dict[str, str]:
         buf, key = self.buf, self._key
-        return {key(ko, kl): buf[vo:vo + vl].decode("utf-8", "replace")
-                for ko, kl, vo, vl in self.rows[begin:begin + count].tolist()}
+        return {
+            key(ko, kl): buf[vo : vo + vl].decode("utf-8", "replace")
+            for ko, kl, vo, vl in self.rows[begin : begin + count].tolist()
+        }
 
     def value_offset(self, begin: int, count: int, key: str) -> int | None:
         """Byte offset of the value of `key` among rows begin..begin+count (the last one written wins)."""
@@ -68,35 +83,60 @@ class AttrTable:
 class TextSpan:
     """Text kept as a span of the parsed buffer (a large constant's literal): decoded only when asked for,
     so a 10M-element constant is not held as bytes and str beside the mapped file."""
+
     __slots__ = ("buf", "offset", "length")
 
     def __init__(self, buf, offset: int, length: int):
         self.buf, self.offset, self.length = buf, offset, length
 
     def text(self) -> str:
-        return self.buf[self.offset:self.offset + self.length].decode("utf-8", "replace")
+        return self.buf[self.offset : self.offset + self.length].decode("utf-8", "replace")
 
 
 class Instruction:
-    __slots__ = ("name", "opcode", "shape", "operands", "_attrs", "_attr_rows", "_args", "computation", "users",
-                 "line", "column", "is_root", "called", "_decoded", "__weakref__")
+    __slots__ = (
+        "name",
+        "opcode",
+        "shape",
+        "operands",
+        "_attrs",
+        "_attr_rows",
+        "_args",
+        "computation",
+        "users",
+        "line",
+        "column",
+        "is_root",
+        "called",
+        "_decoded",
+        "__weakref__",
+    )
 
-    def __init__(self, name: str, opcode: str, shape: Shape, operands: list[Instruction],
-                 attrs: dict[str, str] | None = None, args: str | TextSpan = "", line: int = 0, column: int = 0,
-                 attr_rows: tuple[AttrTable, int, int] | None = None):
+    def __init__(
+        self,
+        name: str,
+        opcode: str,
+        shape: Shape,
+        operands: list[Instruction],
+        attrs: dict[str, str] | None = None,
+        args: str | TextSpan = "",
+        line: int = 0,
+        column: int = 0,
+        attr_rows: tuple[AttrTable, int, int] | None = None,
+    ):
         self.name = name
         self.opcode = opcode
         self.shape = shape
         self.operands = operands
         self._attrs = attrs if attrs is not None or attr_rows is not None else {}
-        self._attr_rows = attr_rows   # (table, first row, count): `attrs` is decoded from it on first access
-        self._args = args             # raw text between the parentheses (literal of a constant, parameter number)
+        self._attr_rows = attr_rows  # (table, first row, count): `attrs` is decoded from it on first access
+        self._args = args  # raw text between the parentheses (literal of a constant, parameter number)
         self.computation: Computation | None = None
         self.users: list[Instruction] = []
         self.line = line
         self.column = column
         self.is_root = False
-        self.called: dict[str, Computation | list[Computation]] = {}   # attr key -> computation(s)
+        self.called: dict[str, Computation | list[Computation]] = {}  # attr key -> computation(s)
         self._decoded: dict | None = None
 
     @property
@@ -136,6 +176,7 @@ class Instruction:
         elif key in decoded:
             return decoded[key]
         from .attributes import AttributeSyntaxError, decode_attribute
+
         try:
             value = decoded[key] = decode_attribute(key, raw, self)
         except AttributeSyntaxError as e:
@@ -144,8 +185,17 @@ class Instruction:
 
     def with_operands(self, operands: list[Instruction]) -> Instruction:
         """A copy (outside any computation) reading `operands`: same name, shape, attributes and source site."""
-        copy = Instruction(self.name, self.opcode, self.shape, operands, self._attrs, self._args, self.line,
-                           self.column, self._attr_rows)
+        copy = Instruction(
+            self.name,
+            self.opcode,
+            self.shape,
+            operands,
+            self._attrs,
+            self._args,
+            self.line,
+            self.column,
+            self._attr_rows,
+        )
         copy.called = self.called
         copy._decoded = self._decoded
         for o in operands:
@@ -156,8 +206,9 @@ class Instruction:
         """This instruction seen as the op an async shorthand wraps (XLA reads `all-to-all-start(x), ...` as an
         async-start whose computation is one all-to-all): `opcode` with the wrapped result `shape`, the same
         operands, attributes, called computations and source site; no instruction's user."""
-        view = Instruction(self.name, opcode, shape, self.operands, self._attrs, self._args, self.line, self.column,
-                           self._attr_rows)
+        view = Instruction(
+            self.name, opcode, shape, self.operands, self._attrs, self._args, self.line, self.column, self._attr_rows
+        )
         view.called, view._decoded, view.computation = self.called, self._decoded, self.computation
         return view
 
@@ -173,8 +224,12 @@ class Instruction:
     def parse_error(self, message: str) -> HloParseError:
         """HloParseError at this instruction's file:line:col (for text decoded lazily, after parsing)."""
         module = self.computation.module if self.computation is not None else None
-        return HloParseError(f"in %{self.name}: {message}", path=module.path if module is not None else None,
-                             line=self.line, column=self.column)
+        return HloParseError(
+            f"in %{self.name}: {message}",
+            path=module.path if module is not None else None,
+            line=self.line,
+            column=self.column,
+        )
 
     def has_attr(self, key: str) -> bool:
         return key in self.attrs
@@ -218,6 +273,7 @@ def _literal(self):
         decoded = self._decoded = {}
     if "__literal__" not in decoded:
         from .literal import LiteralSyntaxError, parse_literal
+
         try:
             decoded["__literal__"] = parse_literal(self._args, self.shape, self)
         except LiteralSyntaxError as e:
@@ -233,16 +289,20 @@ def _literal_elided(self) -> bool:
         return False
     args = self._args
     if not isinstance(args, str):
-        if args.length > 16:          # a long literal is a real one (spans are kept for those only)
+        if args.length > 16:  # a long literal is a real one (spans are kept for those only)
             return False
         args = args.text()
     from .literal import literal_elided
+
     return literal_elided(args)
 
 
-Instruction.literal_elided = property(_literal_elided, doc="Whether this is a constant whose values the text "
-                                      "does not hold: `constant({...})`, as XLA dumps large constants without "
-                                      "--xla_dump_large_constants=true.")
+Instruction.literal_elided = property(
+    _literal_elided,
+    doc="Whether this is a constant whose values the text "
+    "does not hold: `constant({...})`, as XLA dumps large constants without "
+    "--xla_dump_large_constants=true.",
+)
 
 
 class Computation:
@@ -254,18 +314,41 @@ class Computation:
     `instruction_count(row)`, `build(comp, row) -> (instructions, root)`, `signature(row)` and the
     column-wise counts `opcode_counts(rows)` / `shape_counts(rows)` that Module uses.
     """
-    # slots: a large dump has ~10^5 computations made at parse time ("__dict__" keeps other attributes possible)
-    __slots__ = ("name", "_instructions", "_root", "is_entry", "_signature", "attrs", "line", "module", "tables",
-                 "row", "__dict__", "__weakref__")
 
-    def __init__(self, name: str, instructions: list[Instruction] | None, root: Instruction | None, *,
-                 is_entry: bool = False, signature: str | None = "", attrs: dict[str, str] | None = None,
-                 line: int = 0, tables=None, row: int = -1):
+    # slots: a large dump has ~10^5 computations made at parse time ("__dict__" keeps other attributes possible)
+    __slots__ = (
+        "name",
+        "_instructions",
+        "_root",
+        "is_entry",
+        "_signature",
+        "attrs",
+        "line",
+        "module",
+        "tables",
+        "row",
+        "__dict__",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        instructions: list[Instruction] | None,
+        root: Instruction | None,
+        *,
+        is_entry: bool = False,
+        signature: str | None = "",
+        attrs: dict[str, str] | None = None,
+        line: int = 0,
+        tables=None,
+        row: int = -1,
+    ):
         self.name = name
-        self._instructions = instructions     # None until built from `tables`
+        self._instructions = instructions  # None until built from `tables`
         self._root = root
         self.is_entry = is_entry
-        self._signature = signature           # None: read from `tables` when asked
+        self._signature = signature  # None: read from `tables` when asked
         self.attrs = attrs if attrs is not None else {}
         self.line = line
         self.module: Module | None = None
@@ -355,20 +438,28 @@ class Module:
     parse it, run its entry or count its instructions by opcode). Until then `source.made[row]` holds the
     computations already made (else None) and `source.tables` counts the rest (see Computation)."""
 
-    def __init__(self, name: str, computations: list[Computation] | None, entry: Computation, *,
-                 attrs: dict[str, str] | None = None, has_header: bool = True, line: int = 0,
-                 path: str | None = None,
-                 stack_frames: dict[int, tuple[str, int]] | Callable[[], dict[int, tuple[str, int]]] | None = None,
-                 computation_rows: tuple | None = None):
+    def __init__(
+        self,
+        name: str,
+        computations: list[Computation] | None,
+        entry: Computation,
+        *,
+        attrs: dict[str, str] | None = None,
+        has_header: bool = True,
+        line: int = 0,
+        path: str | None = None,
+        stack_frames: dict[int, tuple[str, int]] | Callable[[], dict[int, tuple[str, int]]] | None = None,
+        computation_rows: tuple | None = None,
+    ):
         self.name = name
         self._computations = computations
         self._computation_rows = computation_rows
         self.entry = entry
-        self.attrs = attrs or {}             # header attributes, raw text
+        self.attrs = attrs or {}  # header attributes, raw text
         self.has_header = has_header
-        self.line = line                     # line of the header (or first computation) in the source
+        self.line = line  # line of the header (or first computation) in the source
         self.path = path
-        self._stack_frames = stack_frames or {}      # or a function making it, called on first use
+        self._stack_frames = stack_frames or {}  # or a function making it, called on first use
         for comp in computations or ():
             comp.module = self
 
@@ -389,6 +480,7 @@ class Module:
         if raw is None:
             return default
         from .attributes import decode_attribute
+
         return decode_attribute(key, raw, None)
 
     @property

@@ -4,17 +4,66 @@ HasSideEffectNoRecurse, ...). Every layer asks these groups rather than spelling
 What a tier *implements* is not here: the fusion and loop generators cover a subset of the elementwise ops
 (kernels/elementwise.py: UNARY_OPS, BINARY_OPS, ELEMENTWISE_OPS), the op registry all of them.
 """
+
 from __future__ import annotations
 
 # Elementwise: each result element is a function of the operands' elements at the same index.
-ELEMENTWISE_UNARY = frozenset({
-    "abs", "bitcast-convert", "cbrt", "ceil", "convert", "copy", "cosine", "count-leading-zeros", "erf",
-    "exponential", "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one", "logistic",
-    "negate", "not", "popcnt", "real", "reduce-precision", "round-nearest-afz", "round-nearest-even", "rsqrt",
-    "sign", "sine", "sqrt", "tan", "tanh"})
-ELEMENTWISE_BINARY = frozenset({
-    "add", "and", "atan2", "compare", "complex", "divide", "maximum", "minimum", "mulhi", "multiply", "or",
-    "power", "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract", "xor"})
+ELEMENTWISE_UNARY = frozenset(
+    {
+        "abs",
+        "bitcast-convert",
+        "cbrt",
+        "ceil",
+        "convert",
+        "copy",
+        "cosine",
+        "count-leading-zeros",
+        "erf",
+        "exponential",
+        "exponential-minus-one",
+        "floor",
+        "imag",
+        "is-finite",
+        "log",
+        "log-plus-one",
+        "logistic",
+        "negate",
+        "not",
+        "popcnt",
+        "real",
+        "reduce-precision",
+        "round-nearest-afz",
+        "round-nearest-even",
+        "rsqrt",
+        "sign",
+        "sine",
+        "sqrt",
+        "tan",
+        "tanh",
+    }
+)
+ELEMENTWISE_BINARY = frozenset(
+    {
+        "add",
+        "and",
+        "atan2",
+        "compare",
+        "complex",
+        "divide",
+        "maximum",
+        "minimum",
+        "mulhi",
+        "multiply",
+        "or",
+        "power",
+        "remainder",
+        "shift-left",
+        "shift-right-arithmetic",
+        "shift-right-logical",
+        "subtract",
+        "xor",
+    }
+)
 ELEMENTWISE_TERNARY = frozenset({"clamp", "select"})
 ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY
 
@@ -22,25 +71,86 @@ ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY
 # reduce and reduce-window pairs, scatter's odd count): (least, most or None, step). Opcodes not listed take any
 # number (tuple, call, fusion, custom-call, async-start, after-all, scan, ...).
 OPERAND_COUNTS: dict[str, tuple[int, int | None, int]] = {
-    **{o: (1, 1, 1) for o in ELEMENTWISE_UNARY}, **{o: (2, 2, 1) for o in ELEMENTWISE_BINARY},
+    **{o: (1, 1, 1) for o in ELEMENTWISE_UNARY},
+    **{o: (2, 2, 1) for o in ELEMENTWISE_BINARY},
     **{o: (3, 3, 1) for o in ELEMENTWISE_TERNARY},
     **{o: (0, 0, 1) for o in ("constant", "iota", "partition-id", "replica-id", "rng-get-and-update-state")},
-    **{o: (1, 1, 1) for o in (
-        "bitcast", "reshape", "transpose", "broadcast", "reverse", "slice", "get-dimension-size", "copy-start",
-        "copy-done", "fft", "cholesky", "get-tuple-element", "topk", "opt-barrier", "optimization-barrier", "domain",
-        "infeed", "recv", "send-done", "recv-done", "all-reduce-done", "all-gather-done", "collective-permute-done",
-        "async-update", "async-done", "while", "rng-bit-generator")},
-    **{o: (2, 2, 1) for o in ("pad", "gather", "triangular-solve", "add-dependency", "send", "set-dimension-size",
-                              "stochastic-convert", "outfeed", "convolution")},
+    **{
+        o: (1, 1, 1)
+        for o in (
+            "bitcast",
+            "reshape",
+            "transpose",
+            "broadcast",
+            "reverse",
+            "slice",
+            "get-dimension-size",
+            "copy-start",
+            "copy-done",
+            "fft",
+            "cholesky",
+            "get-tuple-element",
+            "topk",
+            "opt-barrier",
+            "optimization-barrier",
+            "domain",
+            "infeed",
+            "recv",
+            "send-done",
+            "recv-done",
+            "all-reduce-done",
+            "all-gather-done",
+            "collective-permute-done",
+            "async-update",
+            "async-done",
+            "while",
+            "rng-bit-generator",
+        )
+    },
+    **{
+        o: (2, 2, 1)
+        for o in (
+            "pad",
+            "gather",
+            "triangular-solve",
+            "add-dependency",
+            "send",
+            "set-dimension-size",
+            "stochastic-convert",
+            "outfeed",
+            "convolution",
+        )
+    },
     **{o: (3, 3, 1) for o in ("batch-norm-training", "select-and-scatter", "ragged-dot")},
-    "scaled-dot": (4, 4, 1), "batch-norm-inference": (5, 5, 1), "batch-norm-grad": (5, 5, 1),
-    "ragged-all-to-all": (6, 6, 1), "dot": (2, 4, 1),            # a sparse dot adds its metadata operands
-    "rng": (2, 3, 1),                                             # StableHLO's rng may add the result's dims
-    **{o: (1, None, 1) for o in ("dynamic-slice", "concatenate", "sort", "conditional", "map", "all-reduce",
-                                 "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
-                                 "all-to-all", "collective-broadcast", "collective-permute",
-                                 "collective-permute-start", "dynamic-reshape")},
-    "dynamic-update-slice": (2, None, 1), "reduce": (2, None, 2), "reduce-window": (2, None, 2),
+    "scaled-dot": (4, 4, 1),
+    "batch-norm-inference": (5, 5, 1),
+    "batch-norm-grad": (5, 5, 1),
+    "ragged-all-to-all": (6, 6, 1),
+    "dot": (2, 4, 1),  # a sparse dot adds its metadata operands
+    "rng": (2, 3, 1),  # StableHLO's rng may add the result's dims
+    **{
+        o: (1, None, 1)
+        for o in (
+            "dynamic-slice",
+            "concatenate",
+            "sort",
+            "conditional",
+            "map",
+            "all-reduce",
+            "all-reduce-start",
+            "all-gather",
+            "all-gather-start",
+            "reduce-scatter",
+            "all-to-all",
+            "collective-broadcast",
+            "collective-permute",
+            "collective-permute-start",
+            "dynamic-reshape",
+        )
+    },
+    "dynamic-update-slice": (2, None, 1),
+    "reduce": (2, None, 2),
+    "reduce-window": (2, None, 2),
     "scatter": (3, None, 2),
 }
 
@@ -51,29 +161,57 @@ def elementwise_arity(opcode: str) -> int:
 
 
 # Movement: each result element is one operand element (or a padding value); only the index changes.
-MOVEMENT = frozenset({"broadcast", "bitcast", "concatenate", "copy", "dynamic-slice", "pad", "reshape", "reverse",
-                      "slice", "transpose"})
+MOVEMENT = frozenset(
+    {"broadcast", "bitcast", "concatenate", "copy", "dynamic-slice", "pad", "reshape", "reverse", "slice", "transpose"}
+)
 
 # Pure: the value depends on the operands alone (no device id, randomness, side effect or called computation
 # that could hold one): parameter-independent operands give the same value on every run, so it may be computed
 # once (exec/plan.py folds it; kernels/program.py hoists it out of a loop).
-PURE = ELEMENTWISE | MOVEMENT | frozenset({"constant", "iota", "reduce", "dot", "gather", "tuple",
-                                           "get-tuple-element"})
+PURE = ELEMENTWISE | MOVEMENT | frozenset({"constant", "iota", "reduce", "dot", "gather", "tuple", "get-tuple-element"})
 
 # View: hloexec's kernel returns (part of) an operand's buffer rather than a new one (ops/movement.py; a
 # layout-changing bitcast is the exception, exec/memory.py:_returns_view).
-VIEW = frozenset({"tuple", "get-tuple-element", "bitcast", "reshape", "copy", "opt-barrier", "optimization-barrier",
-                  "add-dependency", "after-all", "parameter"})
+VIEW = frozenset(
+    {
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "reshape",
+        "copy",
+        "opt-barrier",
+        "optimization-barrier",
+        "add-dependency",
+        "after-all",
+        "parameter",
+    }
+)
 
 # Side-effecting: HloInstruction::HasSideEffectNoRecurse's opcodes, plus rng and rng-get-and-update-state, which
 # older XLA lists (the latter advances its state on every run, dead or not).
-SIDE_EFFECTING = frozenset({
-    "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng", "rng-get-and-update-state",
-    "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done", "collective-broadcast",
-    "collective-permute-start", "collective-permute-done"})
+SIDE_EFFECTING = frozenset(
+    {
+        "send",
+        "send-done",
+        "recv",
+        "recv-done",
+        "infeed",
+        "outfeed",
+        "rng",
+        "rng-get-and-update-state",
+        "all-reduce-start",
+        "all-reduce-done",
+        "all-gather-start",
+        "all-gather-done",
+        "collective-broadcast",
+        "collective-permute-start",
+        "collective-permute-done",
+    }
+)
 # Collectives that have a side effect when they carry a channel_id or constrain_layout.
-CHANNEL_COLLECTIVES = frozenset({"all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
-                                 "collective-permute"})
+CHANNEL_COLLECTIVES = frozenset(
+    {"all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-permute"}
+)
 
 # Reducers recognized by their root: a computation op(p0, p1) of one of these is that reduction.
 REDUCER_OPS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
@@ -83,7 +221,11 @@ def reducer_opcode(comp) -> str | None:
     """The opcode of computation `comp` if it is op(p0, p1) or op(p1, p0) of an op in REDUCER_OPS -- then a
     reduction by it is that op's fold -- else None (a general reducer, applied as a computation)."""
     params, root = comp.parameters, comp.root
-    if (len(params) == 2 and root.opcode in REDUCER_OPS and len(root.operands) == 2
-            and {id(o) for o in root.operands} == {id(p) for p in params}):
+    if (
+        len(params) == 2
+        and root.opcode in REDUCER_OPS
+        and len(root.operands) == 2
+        and {id(o) for o in root.operands} == {id(p) for p in params}
+    ):
         return root.opcode
     return None

@@ -17,11 +17,12 @@ before its first caller (XLA's post order), entry last. Nothing is dropped: ever
 was read is printed back, so a module that XLA's parser accepted prints to text that it accepts
 again (attributes are not re-validated here).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:        # annotations only: module.py imports this module to print itself
+if TYPE_CHECKING:  # annotations only: module.py imports this module to print itself
     from .module import Computation, Instruction, Module
 
 __all__ = ["module_to_text", "computation_to_text", "instruction_to_text"]
@@ -34,8 +35,9 @@ def instruction_to_text(inst: Instruction) -> str:
         args = ", ".join(f"{op.shape.to_text()} %{op.name}" for op in inst.operands)
     text = f"{'ROOT ' if inst.is_root else ''}%{inst.name} = {inst.shape.to_text()} {inst.opcode}({args})"
     if inst.attrs:
-        text += ", " + ", ".join(f"{k}={_called_names(inst.called[k]) if k in inst.called else v}"
-                                 for k, v in inst.attrs.items())
+        text += ", " + ", ".join(
+            f"{k}={_called_names(inst.called[k]) if k in inst.called else v}" for k, v in inst.attrs.items()
+        )
     return text
 
 

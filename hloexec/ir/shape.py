@@ -3,6 +3,7 @@
 `parse_shape` reads the text XLA prints (`f32[8,<=16]{1,0:T(8,128)(2,1)S(6)}`, `(f32[], token[])`)
 and interns the result, so the ~10k shape annotations of a dump cost one parse per distinct text.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,10 +19,10 @@ from .dtypes import ElementType, element_type
 @dataclass(frozen=True, slots=True)
 class Layout:
     minor_to_major: tuple[int, ...]
-    tiles: tuple[tuple[int, ...], ...] = ()   # T(8,128)(2,1); -1 stands for '*' (combined dims)
-    element_size_bits: int = 0                # E(4)
-    memory_space: int = 0                     # S(6)
-    text: str = ""                            # everything after ':' as written, for printing
+    tiles: tuple[tuple[int, ...], ...] = ()  # T(8,128)(2,1); -1 stands for '*' (combined dims)
+    element_size_bits: int = 0  # E(4)
+    memory_space: int = 0  # S(6)
+    text: str = ""  # everything after ':' as written, for printing
 
     def is_default_for(self, rank: int) -> bool:
         return self.minor_to_major == tuple(range(rank - 1, -1, -1))
@@ -34,12 +35,13 @@ class Layout:
 @dataclass(frozen=True, eq=False)
 class Shape:
     """An array shape (element_type + dims) or a tuple (tuple_shapes)."""
-    element_type: ElementType | None                # None for tuples
+
+    element_type: ElementType | None  # None for tuples
     dims: tuple[int, ...] = ()
-    dynamic: tuple[bool, ...] = ()                  # True where written `<=N` (N is the bound)
+    dynamic: tuple[bool, ...] = ()  # True where written `<=N` (N is the bound)
     layout: Layout | None = None
     tuple_shapes: tuple[Shape, ...] | None = None
-    is_buffer: bool = False                         # written b(f32[8]): a buffer holding that array
+    is_buffer: bool = False  # written b(f32[8]): a buffer holding that array
 
     # -- structure --------------------------------------------------------------
     @property
@@ -104,8 +106,12 @@ class Shape:
     def same_dims_and_type(self, other: Shape) -> bool:
         """Equal ignoring layouts (XLA's ShapeUtil::Compatible)."""
         if self.is_tuple or other.is_tuple:
-            return (self.is_tuple and other.is_tuple and len(self.tuple_shapes) == len(other.tuple_shapes)
-                    and all(a.same_dims_and_type(b) for a, b in zip(self.tuple_shapes, other.tuple_shapes)))
+            return (
+                self.is_tuple
+                and other.is_tuple
+                and len(self.tuple_shapes) == len(other.tuple_shapes)
+                and all(a.same_dims_and_type(b) for a, b in zip(self.tuple_shapes, other.tuple_shapes))
+            )
         return self.element_type is other.element_type and self.dims == other.dims
 
     def __eq__(self, other):
@@ -161,7 +167,7 @@ def parse_shape(text: str) -> Shape:
         clean = _COMMENT.sub("", text) if "/" in text else text
         shape, end = _parse(clean, 0)
         if clean[end:].strip():
-            raise ShapeSyntaxError(f"unexpected text after shape: {clean[end:end + 20]!r}", end)
+            raise ShapeSyntaxError(f"unexpected text after shape: {clean[end : end + 20]!r}", end)
         if len(_CACHE) < 1_000_000:
             _CACHE[text] = shape
     return shape
@@ -209,7 +215,7 @@ def _parse(text: str, pos: int, depth: int = 0) -> tuple[Shape, int]:
     if dims_text.strip():
         for d in dims_text.split(","):
             d = d.strip()
-            if d == "?":                     # unbounded dynamic dimension
+            if d == "?":  # unbounded dynamic dimension
                 dims.append(-1)
                 dynamic.append(True)
                 continue
@@ -218,7 +224,7 @@ def _parse(text: str, pos: int, depth: int = 0) -> tuple[Shape, int]:
                 size = int(d[2:] if dyn else d)
             except ValueError:
                 raise ShapeSyntaxError(f"bad dimension {d!r}", pos) from None
-            if not 0 <= size < 1 << 63:      # XLA reads dimensions as non-negative int64
+            if not 0 <= size < 1 << 63:  # XLA reads dimensions as non-negative int64
                 raise ShapeSyntaxError(f"dimension {d!r} out of range", pos)
             dims.append(size)
             dynamic.append(dyn)
@@ -237,8 +243,10 @@ def _parse_layout(text: str, pos: int) -> Layout:
     if rest:
         t = _TILE.search(rest)
         if t:
-            tiles = tuple(tuple(-1 if x.strip() == "*" else int(x) for x in g.split(",") if x.strip())
-                          for g in _INTS.findall(t.group(1)))
+            tiles = tuple(
+                tuple(-1 if x.strip() == "*" else int(x) for x in g.split(",") if x.strip())
+                for g in _INTS.findall(t.group(1))
+            )
         e = re.search(r"E\((\d+)\)", rest)
         s = re.search(r"S\((\d+)\)", rest)
         element_bits = int(e.group(1)) if e else 0

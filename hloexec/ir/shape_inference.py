@@ -13,6 +13,7 @@ cannot infer (a missing or out-of-range attribute, operands that do not fit toge
 cannot be inferred but can be checked (CHECKED_ONLY: broadcast, reshape, convert, iota). Ops calling a computation
 whose result type decides theirs (call, map, while, conditional, fusion, custom-call) have no rule here.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ class ShapeInferenceError(ValueError):
     """Why a result shape cannot be inferred from the operands and attributes given."""
 
 
-Attr = Callable[[str], object]      # key -> decoded attribute value, None when absent
+Attr = Callable[[str], object]  # key -> decoded attribute value, None when absent
 
 
 def _fail(message: str):
@@ -317,8 +318,10 @@ def _convolution(opcode, ops, attr):
     batch_groups = attr("batch_group_count") or 1
     feature_groups = attr("feature_group_count") or 1
     if lhs.dims[dn.input_feature] != rhs.dims[dn.kernel_input_feature] * feature_groups:
-        _fail(f"lhs feature dimension {lhs.dims[dn.input_feature]} is not the kernel's input features "
-              f"{rhs.dims[dn.kernel_input_feature]} times feature_group_count {feature_groups}")
+        _fail(
+            f"lhs feature dimension {lhs.dims[dn.input_feature]} is not the kernel's input features "
+            f"{rhs.dims[dn.kernel_input_feature]} times feature_group_count {feature_groups}"
+        )
     if lhs.dims[dn.input_batch] % batch_groups:
         _fail(f"lhs batch dimension {lhs.dims[dn.input_batch]} is not a multiple of batch_group_count {batch_groups}")
     dims = [0] * lhs.rank
@@ -421,18 +424,41 @@ def _scalar(type_name: str):
 
 RULES: dict[str, Callable] = {
     **{o: _unary for o in ELEMENTWISE_UNARY - {"convert", "bitcast-convert", "copy"}},
-    **{o: _binary for o in ELEMENTWISE_BINARY}, "copy": _same_as_first,
-    "select": _select, "clamp": _clamp,
-    "tuple": _tuple, "get-tuple-element": _get_tuple_element,
-    "optimization-barrier": _same_as_first, "opt-barrier": _same_as_first, "domain": _same_as_first,
-    "add-dependency": _same_as_first, "cholesky": _same_as_first,
-    "transpose": _transpose, "reverse": _reverse, "slice": _slice, "dynamic-slice": _dynamic_slice,
-    "dynamic-update-slice": _dynamic_update_slice, "pad": _pad, "concatenate": _concatenate,
-    "reduce": _reduce, "reduce-window": _reduce_window, "select-and-scatter": _select_and_scatter,
-    "dot": _dot, "convolution": _convolution, "gather": _gather, "scatter": _scatter, "sort": _sort,
-    "topk": _topk, "fft": _fft, "triangular-solve": _triangular_solve,
-    "batch-norm-training": _batch_norm, "batch-norm-inference": _batch_norm, "batch-norm-grad": _batch_norm,
-    "after-all": _scalar("token"), "partition-id": _scalar("u32"), "replica-id": _scalar("u32"),
+    **{o: _binary for o in ELEMENTWISE_BINARY},
+    "copy": _same_as_first,
+    "select": _select,
+    "clamp": _clamp,
+    "tuple": _tuple,
+    "get-tuple-element": _get_tuple_element,
+    "optimization-barrier": _same_as_first,
+    "opt-barrier": _same_as_first,
+    "domain": _same_as_first,
+    "add-dependency": _same_as_first,
+    "cholesky": _same_as_first,
+    "transpose": _transpose,
+    "reverse": _reverse,
+    "slice": _slice,
+    "dynamic-slice": _dynamic_slice,
+    "dynamic-update-slice": _dynamic_update_slice,
+    "pad": _pad,
+    "concatenate": _concatenate,
+    "reduce": _reduce,
+    "reduce-window": _reduce_window,
+    "select-and-scatter": _select_and_scatter,
+    "dot": _dot,
+    "convolution": _convolution,
+    "gather": _gather,
+    "scatter": _scatter,
+    "sort": _sort,
+    "topk": _topk,
+    "fft": _fft,
+    "triangular-solve": _triangular_solve,
+    "batch-norm-training": _batch_norm,
+    "batch-norm-inference": _batch_norm,
+    "batch-norm-grad": _batch_norm,
+    "after-all": _scalar("token"),
+    "partition-id": _scalar("u32"),
+    "replica-id": _scalar("u32"),
 }
 INFERABLE = frozenset(RULES)
 # Ops whose written result type may differ from the operands' (preferred_element_type, lost in text): their
@@ -480,14 +506,23 @@ def _check_iota(ops, attr, declared) -> str | None:
 def _compatible_ignoring_fp_precision(a: Shape, b: Shape) -> bool:
     """Equal up to layouts and float precisions (XLA's ShapeUtil::CompatibleIgnoringFpPrecision)."""
     if a.is_tuple or b.is_tuple:
-        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
-                and all(map(_compatible_ignoring_fp_precision, a.tuple_shapes, b.tuple_shapes)))
-    return a.dims == b.dims and (a.element_type is b.element_type
-                                 or a.element_type.kind == b.element_type.kind == "float")
+        return (
+            a.is_tuple
+            and b.is_tuple
+            and len(a.tuple_shapes) == len(b.tuple_shapes)
+            and all(map(_compatible_ignoring_fp_precision, a.tuple_shapes, b.tuple_shapes))
+        )
+    return a.dims == b.dims and (
+        a.element_type is b.element_type or a.element_type.kind == b.element_type.kind == "float"
+    )
 
 
-CHECKED_ONLY: dict[str, Callable] = {"broadcast": _check_broadcast, "reshape": _check_reshape,
-                                     "convert": _check_convert, "iota": _check_iota}
+CHECKED_ONLY: dict[str, Callable] = {
+    "broadcast": _check_broadcast,
+    "reshape": _check_reshape,
+    "convert": _check_convert,
+    "iota": _check_iota,
+}
 
 
 def check_shape(opcode: str, operands: Sequence[Shape], attr: Attr, declared: Shape) -> str | None:

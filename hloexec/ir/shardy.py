@@ -7,14 +7,17 @@ the manual-region custom-calls with `xla.sdy.in_shardings` / `xla.sdy.out_shardi
 `xla.sdy.manual_axes="#sdy<manual_axes{"x"}>"`. They decode to the same `Sharding` as XLA's own forms
 (`hloexec.ir.attributes.named_sharding`), so SPMD input splitting and output assembly use them alike.
 """
+
 from __future__ import annotations
 
 import re
 
 from .attributes import AxisRef, Sharding, named_sharding
 
-_TOKEN = re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<int>-?\d+)|(?P<word>[@#A-Za-z_][A-Za-z0-9_.$]*)'
-                    r'|(?P<p>[<>\[\]{}(),=:?]))')
+_TOKEN = re.compile(
+    r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<int>-?\d+)|(?P<word>[@#A-Za-z_][A-Za-z0-9_.$]*)'
+    r"|(?P<p>[<>\[\]{}(),=:?]))"
+)
 
 
 class ShardyError(ValueError):
@@ -27,7 +30,7 @@ class _Tokens:
         while pos < len(text.rstrip()):
             m = _TOKEN.match(text, pos)
             if m is None:
-                raise ShardyError(f"unexpected text {text[pos:pos + 20]!r}")
+                raise ShardyError(f"unexpected text {text[pos : pos + 20]!r}")
             kind = m.lastgroup
             self.toks.append((m.group(kind) if kind == "p" else kind, m.group(kind)))
             pos = m.end()
@@ -110,6 +113,7 @@ def decode_meshes(raw: str) -> dict[str, Mesh]:
         if t.expect("word") != "#sdy.mesh":
             raise ShardyError("expects #sdy.mesh")
         return name, _mesh(t)
+
     return dict(_items(t, "}", named_mesh))
 
 
@@ -152,8 +156,10 @@ def _tensor_sharding(t: _Tokens, meshes: dict[str, Mesh], text: str, only: list[
         raise ShardyError(f"expects @mesh_name or mesh<...>, sees {word!r}")
     t.expect(",")
     t.expect("[")
-    dims = [refs if only is None else [r for r in refs if mesh.names[r.axis] in only]
-            for refs in _items(t, "]", lambda t: _axis_refs(t, mesh, open_allowed=True))]
+    dims = [
+        refs if only is None else [r for r in refs if mesh.names[r.axis] in only]
+        for refs in _items(t, "]", lambda t: _axis_refs(t, mesh, open_allowed=True))
+    ]
     groups: dict[str, list] = {"replicated": [], "unreduced": []}
     while t.eat(","):
         key = t.expect("word")
@@ -161,7 +167,7 @@ def _tensor_sharding(t: _Tokens, meshes: dict[str, Mesh], text: str, only: list[
             raise ShardyError(f"unknown key {key!r} in a sharding")
         t.expect("=")
         groups[key] = _axis_refs(t, mesh, open_allowed=False)
-    if not mesh.sizes and mesh.device_ids and len(mesh.device_ids) == 1:      # a maximal mesh
+    if not mesh.sizes and mesh.device_ids and len(mesh.device_ids) == 1:  # a maximal mesh
         return Sharding("maximal", device=mesh.device_ids[0], text=text)
     return named_sharding(mesh.sizes, mesh.device_ids, dims, groups["replicated"], groups["unreduced"], (), text)
 
@@ -183,6 +189,7 @@ def decode_sharding_attr(raw: str, meshes: dict[str, Mesh], only: list[str] | No
             sharding = _tensor_sharding(t, meshes, "", only)
             t.expect(">")
             return sharding
+
         s = Sharding("tuple", elements=tuple(_items(t, "]", element)), text=raw)
     else:
         raise ShardyError(f"expects #sdy.sharding or #sdy.sharding_per_value, sees {head!r}")

@@ -3,12 +3,32 @@ profile): each a definition in the scalar-semantics table's vocabulary (kernels/
 table's two forms -- `numpy_approximation` for the op-by-op tier and `approximation_src`, the Numba helper
 kernels/scalar.py makes for the compiled ones.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from .semantics import (LIBM_F32, Expr, S, T, _fn, _render, abs_, arity, call, copysign, expression, floor, fma,
-                        isnan, numpy_form, to_float, to_int, where)
+from .numpy_form import numpy_form
+from .semantics import (
+    LIBM_F32,
+    Expr,
+    S,
+    T,
+    _fn,
+    _render,
+    abs_,
+    arity,
+    call,
+    copysign,
+    expression,
+    floor,
+    fma,
+    isnan,
+    to_float,
+    to_int,
+    where,
+)
+
 
 # -- XLA:CPU's own f32 approximations (the `transcendentals = "xla-cpu"` rule) -----------------------------------
 # Read off the LLVM IR and machine code XLA:CPU (jaxlib 0.10.2, x86-64 with AVX-512) emits for f32 exp, log,
@@ -48,7 +68,7 @@ def _xla_exp_parts(x: Expr) -> tuple[Expr, Expr]:
     r = fma(-n, n._other(_f32(0xB95E8083)), r)
     p = _horner(r, _f32(0x39506967), _f32(0x3AB743CE), _f32(0x3C088908), _f32(0x3D2AA9C1), _f32(0x3E2AAAAA), 0.5)
     y = fma(p, r * r, r) + 1
-    return y, T((to_int(n) << Expr("const", (23,), "S")) + _bits(127 << 23))   # 2**-127 comes out as 0
+    return y, T((to_int(n) << Expr("const", (23,), "S")) + _bits(127 << 23))  # 2**-127 comes out as 0
 
 
 def _xla_exp(t, x):
@@ -64,8 +84,16 @@ def _xla_tanh(t, x):
     c = where(x < -_TANH_LIMIT, -_TANH_LIMIT, x)
     c = where(c > _TANH_LIMIT, _TANH_LIMIT, c)
     c2 = c * c
-    p = _horner(c2, _f32(0xA59F25C0), _f32(0x2A61337E), _f32(0xAEBD37FF), _f32(0x335C0041), _f32(0x3779434A),
-                _f32(0x3A270DED), _f32(0x3BA059DC))
+    p = _horner(
+        c2,
+        _f32(0xA59F25C0),
+        _f32(0x2A61337E),
+        _f32(0xAEBD37FF),
+        _f32(0x335C0041),
+        _f32(0x3779434A),
+        _f32(0x3A270DED),
+        _f32(0x3BA059DC),
+    )
     q = _horner(c2, _f32(0x35A0D3D8), _f32(0x38F895D6), _f32(0x3B14AA05), _f32(0x3BA059DD))
     ax = abs_(x)
     r = where(ax < 0.0004, x, c * p / q)
@@ -100,11 +128,27 @@ def _xla_log(t, x):
 
 def _xla_log1p(t, x):
     """log(1 + x), but x + x**3 P(x) / Q(x) - x**2 / 2 for |x| < 0.4142 (XLA's EmitLog1p)."""
-    x0 = x * 0                                      # the IR's leading coefficient: 0 * x (NaN for inf)
-    q = _horner(x, x0 + 1, _f32(0x417101AD), _f32(0x42A6185B), _f32(0x435DC32D), _f32(0x439A8CA3),
-                _f32(0x43586D8A), _f32(0x42707982))
-    p = _horner(x, x0 + 4.527e-05, _f32(0x3EFF40C5), _f32(0x40D284FA), _f32(0x41EF4B9C), _f32(0x4273CC76),
-                _f32(0x426473AD), _f32(0x41A05101))
+    x0 = x * 0  # the IR's leading coefficient: 0 * x (NaN for inf)
+    q = _horner(
+        x,
+        x0 + 1,
+        _f32(0x417101AD),
+        _f32(0x42A6185B),
+        _f32(0x435DC32D),
+        _f32(0x439A8CA3),
+        _f32(0x43586D8A),
+        _f32(0x42707982),
+    )
+    p = _horner(
+        x,
+        x0 + 4.527e-05,
+        _f32(0x3EFF40C5),
+        _f32(0x40D284FA),
+        _f32(0x41EF4B9C),
+        _f32(0x4273CC76),
+        _f32(0x426473AD),
+        _f32(0x41A05101),
+    )
     x2 = x * x
     small = x + fma(x2._other(-0.5), x2, x * x2 * (p / q))
     return where(abs_(x) < _f32(0x3ED413CD), small, _xla_log_of(x + 1))
@@ -123,8 +167,16 @@ def _xla_erf(t, x):
     """x P(x**2) / Q(x**2), +-1 from |x| = 3.832 on."""
     x2 = x * x
     p = _horner(x2, _f32(0x39702D51), _f32(0x3B5F5DA2), _f32(0x3D50B6EB), _f32(0x3E3DA740), _f32(0x3F906EBA))
-    q = _horner(x2, _f32(0xB3FD3906), _f32(0x37C588DF), _f32(0x3A856D28), _f32(0x3C6687D4), _f32(0x3DE34C21),
-                _f32(0x3EFEB44A), 1.0)
+    q = _horner(
+        x2,
+        _f32(0xB3FD3906),
+        _f32(0x37C588DF),
+        _f32(0x3A856D28),
+        _f32(0x3C6687D4),
+        _f32(0x3DE34C21),
+        _f32(0x3EFEB44A),
+        1.0,
+    )
     return where(abs_(x) >= _f32(0x407547CB), copysign(x._other(1), x), x * p / q)
 
 
@@ -143,10 +195,17 @@ def _xla_logistic(t, x):
 
 
 # opcode -> its float definition under transcendentals = "xla-cpu" (f32 only)
-XLA_CPU_APPROXIMATIONS = {"exponential": _xla_exp, "log": _xla_log, "log-plus-one": _xla_log1p,
-                          "exponential-minus-one": _xla_expm1, "tanh": _xla_tanh, "erf": _xla_erf,
-                          "logistic": _xla_logistic, "rsqrt": _xla_rsqrt,
-                          **{op: _fn(function) for op, function in LIBM_F32.items()}}
+XLA_CPU_APPROXIMATIONS = {
+    "exponential": _xla_exp,
+    "log": _xla_log,
+    "log-plus-one": _xla_log1p,
+    "exponential-minus-one": _xla_expm1,
+    "tanh": _xla_tanh,
+    "erf": _xla_erf,
+    "logistic": _xla_logistic,
+    "rsqrt": _xla_rsqrt,
+    **{op: _fn(function) for op, function in LIBM_F32.items()},
+}
 
 
 def approximated(opcode: str, element_type_name: str, transcendentals: str) -> bool:
@@ -175,8 +234,13 @@ def approximation_src(opcode: str, function: str, *, compute: dict, literal) -> 
             else:
                 children = [a for a in e.args if isinstance(a, Expr)]
                 refs = [name_of(a) for a in children]
-                shallow = Expr(e.op, tuple(Expr("arg", (refs.index(names[id(a)]),), a.tag) if isinstance(a, Expr)
-                                           else a for a in e.args), e.tag)
+                shallow = Expr(
+                    e.op,
+                    tuple(
+                        Expr("arg", (refs.index(names[id(a)]),), a.tag) if isinstance(a, Expr) else a for a in e.args
+                    ),
+                    e.tag,
+                )
                 names[id(e)] = f"t{len(lines)}"
                 lines.append(f"    t{len(lines)} = {_render(shallow, refs, 'float', 'f32', 32, compute, literal)}")
         return names[id(e)]

@@ -23,6 +23,7 @@ available cores), so a process that limited BLAS to one thread gets one thread h
 an OpenBLAS built on OpenMP keeps its count per thread (numpy's wheels use pthreads), and a thread that
 changes the BLAS setting while a product here runs.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,11 +37,11 @@ from .threads import CORES, ranges, run_blocks
 
 # Measured on 2 cores (bench/README.md, "Dots"). Every block packs the whole other operand again, so
 # blocks are few and wide: a 2048^3 sgemm in 8 blocks of 256 rows ran 7% slower than in 4 of 512.
-_BLOCK_WORK = 1 << 23   # multiply-adds per block at least: ~0.15 ms of sgemm, vs ~10 us to hand it off
-_MAX_BLOCKS = 8         # blocks per product at most (balances up to 8 threads)
-_MIN_SIDE = 512         # rows (or columns) per block at least ...
-_MIN_HALF = 128         # ... but a product may be halved down to 128 (256^3: 1.3x one thread's speed)
-_GRANULE = 16           # block edges at multiples of 16 rows/columns: whole micro-kernel tiles
+_BLOCK_WORK = 1 << 23  # multiply-adds per block at least: ~0.15 ms of sgemm, vs ~10 us to hand it off
+_MAX_BLOCKS = 8  # blocks per product at most (balances up to 8 threads)
+_MIN_SIDE = 512  # rows (or columns) per block at least ...
+_MIN_HALF = 128  # ... but a product may be halved down to 128 (256^3: 1.3x one thread's speed)
+_GRANULE = 16  # block edges at multiples of 16 rows/columns: whole micro-kernel tiles
 _EVERY = slice(None)
 # MKL's call costs more than OpenBLAS's (a 64x32x64 sgemm: ~5 against ~2.5 us, plus ~8 us of ctypes and layout
 # checks here): smaller products stay with numpy
@@ -59,9 +60,9 @@ class _OneBlasThread:
     def __init__(self):
         self.lock = threading.Lock()
         self.inside = 0
-        self.libraries = None       # (threadpoolctl controller, its thread-count setter) per BLAS
-        self.stale = False          # a BLAS was loaded since `libraries` was found
-        self.restore = []           # (setter, thread count) to put back on the last exit
+        self.libraries = None  # (threadpoolctl controller, its thread-count setter) per BLAS
+        self.stale = False  # a BLAS was loaded since `libraries` was found
+        self.restore = []  # (setter, thread count) to put back on the last exit
         self.setting = 1
 
     def __enter__(self) -> int:
@@ -69,6 +70,7 @@ class _OneBlasThread:
             if self.inside == 0:
                 if self.libraries is None or self.stale:
                     from threadpoolctl import ThreadpoolController
+
                     self.stale = False
                     found = ThreadpoolController().select(user_api="blas").lib_controllers
                     self.libraries = [(lib, _setter(lib)) for lib in found]
@@ -129,10 +131,10 @@ def _blocks(B: int, M: int, N: int, K: int):
     wanted = min(_MAX_BLOCKS, B * M * N * K // _BLOCK_WORK)
     if wanted < 2:
         return None
-    wanted = 1 << (wanted.bit_length() - 1)     # a power of two: even shares for 2, 4, 8 threads
+    wanted = 1 << (wanted.bit_length() - 1)  # a power of two: even shares for 2, 4, 8 threads
     if B >= wanted:
         return [(s, _EVERY, _EVERY) for s in ranges(B, wanted, 1)]
-    side = max(M, N)    # cut the longer side: each block re-packs the other operand, K x (the shorter side)
+    side = max(M, N)  # cut the longer side: each block re-packs the other operand, K x (the shorter side)
     cuts = max(side // _MIN_SIDE, 2 if side >= 2 * _MIN_HALF else 1)
     per_item = max(1, min(-(-wanted // B), cuts))
     if M >= N:
@@ -142,8 +144,9 @@ def _blocks(B: int, M: int, N: int, K: int):
     return blocks if len(blocks) > 1 else None
 
 
-def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None, widen=None, narrow=None,
-           dtype=None) -> np.ndarray:
+def matmul(
+    a: np.ndarray, b: np.ndarray, *, threads: int | None = None, widen=None, narrow=None, dtype=None
+) -> np.ndarray:
     """np.matmul of [B, M, K] @ [B, K, N], bit-identical whatever the thread count.
 
     `threads`: how many threads compute the blocks (default: the BLAS's thread setting, at most the
@@ -157,18 +160,18 @@ def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None, widen=No
     B, M, K = a.shape
     N = b.shape[-1]
     dtype = np.result_type(a, b) if dtype is None else dtype
-    if widen is None and a.dtype.kind not in "fc":    # numpy's own loops (integers): exact, no BLAS
+    if widen is None and a.dtype.kind not in "fc":  # numpy's own loops (integers): exact, no BLAS
         return np.matmul(a, b)
     widen = widen or _unchanged
     if a.dtype == b.dtype == _F16 and widen(a[:0, :0, :0]).dtype == _F32 and _mkl_takes(a, b):
-        widen = _unchanged      # MKL reads f16 operands itself (kernels/mkl.py): no widening pass, the same bits
+        widen = _unchanged  # MKL reads f16 operands itself (kernels/mkl.py): no widening pass, the same bits
     blocks = _blocks(B, M, N, K)
     with _one_blas_thread as setting:
         if blocks is None:
             r = _product(widen(a), widen(b))
             return r if narrow is None else narrow(r)
         rows_cut, cols_cut = blocks[0][1] != _EVERY, blocks[0][2] != _EVERY
-        a = widen(a) if cols_cut else a         # read whole by every block of a column split
+        a = widen(a) if cols_cut else a  # read whole by every block of a column split
         b = widen(b) if rows_cut else b
         out = np.empty((B, M, N), dtype)
 
@@ -178,6 +181,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, threads: int | None = None, widen=No
                 _product(widen(a[bs, rs]), widen(b[bs, :, cs]), out[bs, rs, cs])
             else:
                 out[bs, rs, cs] = narrow(_product(widen(a[bs, rs]), widen(b[bs, :, cs])))
+
         run_blocks(len(blocks), run, threads or setting)
     return out
 
@@ -186,9 +190,14 @@ def _mkl_takes(x: np.ndarray, y: np.ndarray) -> bool:
     """Whether MKL computes x @ y: the `mkl` extra installed (kernels/mkl.py), f32 or f16 operands of one type,
     a product big enough for its call cost, and floating-point errors ignored (dot_general's case; MKL reports
     none, so a caller asking for warnings or errors gets numpy's matmul, which does)."""
-    return (mkl.AVAILABLE and x.dtype == y.dtype and x.dtype in (_F32, _F16) and x.shape[0] == y.shape[0]
-            and x.shape[0] * x.shape[1] * x.shape[2] * y.shape[2] >= _MKL_MIN_WORK
-            and all(v == "ignore" for v in np.geterr().values()))
+    return (
+        mkl.AVAILABLE
+        and x.dtype == y.dtype
+        and x.dtype in (_F32, _F16)
+        and x.shape[0] == y.shape[0]
+        and x.shape[0] * x.shape[1] * x.shape[2] * y.shape[2] >= _MKL_MIN_WORK
+        and all(v == "ignore" for v in np.geterr().values())
+    )
 
 
 def _product(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -199,7 +208,7 @@ def _product(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.
         if mkl.can_write(out):
             mkl.matmul_into(x, y, out)
             return out
-    if x.dtype == _F16:     # left unwidened for MKL, which did not take this block: widen here (exact)
+    if x.dtype == _F16:  # left unwidened for MKL, which did not take this block: widen here (exact)
         x, y = x.astype(_F32), y.astype(_F32)
     return np.matmul(x, y, out=out)
 

@@ -16,6 +16,7 @@ key. This module is the only one touching the dict, sys.path and the `hx_*` modu
 Kernels about to compile may be handed to worker processes first (`compile_elsewhere`, `kernels/workers.py`):
 `load_kernel` then waits for the worker compiling one, and finds it in the disk cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,7 @@ from . import workers
 
 _KERNELS: dict[str, object] = {}
 _LOCK = threading.Lock()
-_COMPILE_LOCK = threading.Lock()    # Numba compiles one function at a time anyway (its global compiler lock)
+_COMPILE_LOCK = threading.Lock()  # Numba compiles one function at a time anyway (its global compiler lock)
 _HELPERS_HASH: str | None = None
 _MODULE_PREFIX = "hx_"
 
@@ -54,10 +55,10 @@ def helpers_hash() -> str:
 
 def source_key(source: str, prefix: str = "") -> str:
     """The cache key of a generated source: `prefix` and a hash of the source, 24 characters in all."""
-    return prefix + hashlib.sha256(source.encode()).hexdigest()[:24 - len(prefix)]
+    return prefix + hashlib.sha256(source.encode()).hexdigest()[: 24 - len(prefix)]
 
 
-_PINNED = threading.local()     # the calling thread's cache dir, if pinned (pinned_cache_dir)
+_PINNED = threading.local()  # the calling thread's cache dir, if pinned (pinned_cache_dir)
 
 
 def cache_dir() -> Path:
@@ -101,8 +102,8 @@ def load_kernel(source: str, key: str):
             try:
                 with os.fdopen(fd, "w") as f:
                     f.write(source)
-                os.replace(tmp, path)   # atomic: another process importing it sees the old or the new text
-            except BaseException:       # interrupted (Ctrl-C, SIGTERM in the CLI) or failed: leave no part file
+                os.replace(tmp, path)  # atomic: another process importing it sees the old or the new text
+            except BaseException:  # interrupted (Ctrl-C, SIGTERM in the CLI) or failed: leave no part file
                 Path(tmp).unlink(missing_ok=True)
                 raise
             importlib.invalidate_caches()
@@ -131,8 +132,13 @@ def numba_signature(signature) -> tuple:
     importing Numba, so that handing kernels to workers does not import it in the process)."""
     from numba import types
     from numba.np.numpy_support import from_dtype
-    return tuple(types.Array(from_dtype(np.dtype(arg[1])), arg[2], "C", readonly=arg[3]) if arg[0] == "array"
-                 else from_dtype(np.dtype(arg[1])) for arg in signature)
+
+    return tuple(
+        types.Array(from_dtype(np.dtype(arg[1])), arg[2], "C", readonly=arg[3])
+        if arg[0] == "array"
+        else from_dtype(np.dtype(arg[1]))
+        for arg in signature
+    )
 
 
 def compile_signature(fn, signature, lines: int = 0) -> None:
@@ -144,7 +150,7 @@ def compile_signature(fn, signature, lines: int = 0) -> None:
     while it may compile, compiles a second specialisation for it at the call. Compiled for read-only operands
     with compiling disabled, a call with writable ones converts to that signature (a safe conversion) instead:
     one specialisation, whatever the operands' flags."""
-    with _COMPILE_LOCK:     # another kernel sharing `fn` (same source) may add its own signature
+    with _COMPILE_LOCK:  # another kernel sharing `fn` (same source) may add its own signature
         fn.disable_compile(False)
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 20 * lines))
@@ -152,7 +158,7 @@ def compile_signature(fn, signature, lines: int = 0) -> None:
             fn.compile(numba_signature(signature))
         finally:
             sys.setrecursionlimit(limit)
-            if fn.signatures:       # Numba asserts it has one (which would hide why the compile failed)
+            if fn.signatures:  # Numba asserts it has one (which would hide why the compile failed)
                 fn.disable_compile()
 
 

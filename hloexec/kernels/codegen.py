@@ -2,6 +2,7 @@
 a control-flow region as one function) share: declining, constants as a kernel sees them, row-major strides,
 the blocks the source is assembled from (`Block`), index expressions folded when they hold no name (`Ix`),
 and the module text around a generated `kernel` function (loaded through `kernels/cache.py`)."""
+
 from __future__ import annotations
 
 import operator
@@ -46,13 +47,15 @@ def kernel_module(kind: str, params: list[str], body: list[str]) -> str:
     """The source of a module defining `kernel(*params)` with `body` (lines indented one level), jitted with the
     disk cache on and the scalar helpers imported; its first line names the helpers' hash (see kernels/cache.py)."""
     approximations = [h for h in ew.XLA_CPU_HELPERS.values() if any(f"{h}(" in line for line in body)]
-    head = [f"# hloexec {kind} kernel (generated; helpers {helpers_hash()})",
-            "from numba import njit",
-            "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS + tuple(approximations)) + ")",
-            "",
-            "",
-            "@njit(cache=True, error_model='numpy', nogil=True)",
-            f"def kernel({', '.join(params)}):"]
+    head = [
+        f"# hloexec {kind} kernel (generated; helpers {helpers_hash()})",
+        "from numba import njit",
+        "from hloexec.kernels.scalar import (" + ", ".join(ew.HELPERS + tuple(approximations)) + ")",
+        "",
+        "",
+        "@njit(cache=True, error_model='numpy', nogil=True)",
+        f"def kernel({', '.join(params)}):",
+    ]
     return "\n".join(head + body) + "\n"
 
 
@@ -63,10 +66,12 @@ class Block:
     Statements go in at `insert_pos`: a child being built keeps it before itself, so what is placed in this
     block meanwhile (a value hoisted out of the child) precedes the child. `trips`: executions of the block
     per execution of its parent; `is_guard`: an `if` whose guarded loads may not be hoisted out of it."""
+
     __slots__ = ("parent", "header", "items", "insert_pos", "depth", "trips", "is_guard")
 
-    def __init__(self, parent: Block | None = None, header: tuple[str, ...] = (), trips: int = 1,
-                 is_guard: bool = False):
+    def __init__(
+        self, parent: Block | None = None, header: tuple[str, ...] = (), trips: int = 1, is_guard: bool = False
+    ):
         self.parent = parent
         self.header = header
         self.items: list = []
@@ -88,7 +93,7 @@ class Block:
 
     def close(self, child: Block):
         """Statements placed here from now on go after `child`."""
-        self.insert_pos = self.items.index(child, self.insert_pos) + 1     # (it is at insert_pos)
+        self.insert_pos = self.items.index(child, self.insert_pos) + 1  # (it is at insert_pos)
 
     def insert_before(self, child: Block, item):
         """Add `item` just before child block `child` (an allocation moved out of a loop)."""
@@ -158,8 +163,18 @@ def is_name(c) -> bool:
     return isinstance(c, str) and (c[0].isalpha() or c[0] == "_")
 
 
-_INDEX_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
-              ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+_INDEX_OPS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+}
 
 
 class Ix:
@@ -168,6 +183,7 @@ class Ix:
     precedence keeps the meaning: a product inside a sum, a sum left of a subtraction or comparison);
     `folded()` its value when it holds no name (Python's integer semantics, which are the generated code's on
     these non-overflowing int64 indices: floor division and modulo)."""
+
     __slots__ = ("op", "a", "b", "paren")
 
     def __init__(self, op: str, a, b, paren: bool = True):

@@ -1,5 +1,6 @@
 """A compile worker process (started by kernels/workers.py): reads the kernels handed to it on stdin, compiles each
 into Numba's disk cache (kernels/cache.py) and answers its key on stdout; exits with the process it compiles for."""
+
 from __future__ import annotations
 
 import os
@@ -23,13 +24,13 @@ def _watch_parent(parent: int) -> None:
 
 def serve() -> None:
     """A worker: compile each (key, source, signature, cache dir) read from stdin, answer its key on stdout."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops the process, which stops its workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the process, which stops its workers
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     niceness = os.environ.get("HLOEXEC_COMPILE_NICENESS", "")
     os.nice(int(niceness) if niceness.isdigit() else workers.WORKER_NICENESS)
     out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)       # what Numba prints goes to stderr, not into the answers
-    warnings.simplefilter("ignore")     # the process, compiling again on a failure, shows what matters
+    os.dup2(2, 1)  # what Numba prints goes to stderr, not into the answers
+    warnings.simplefilter("ignore")  # the process, compiling again on a failure, shows what matters
     stdin = sys.stdin.buffer
     while True:
         try:
@@ -39,9 +40,8 @@ def serve() -> None:
         os.environ["HLOEXEC_CACHE_DIR"] = cache
         try:
             compile_signature(load_kernel(source, key), signature, source.count("\n"))
-        except Exception:   # noqa: BLE001  the process compiles it again and reports the error
+        except Exception:  # noqa: BLE001  the process compiles it again and reports the error
             pass
-        clear_cache(disk=False)     # it is on disk: the worker keeps no kernel (0.2-0.3 GB resident)
+        clear_cache(disk=False)  # it is on disk: the worker keeps no kernel (0.2-0.3 GB resident)
         pickle.dump(key, out)
         out.flush()
-

@@ -17,6 +17,7 @@ computes a contraction under an algorithm from a `product(x, y, dtype)` of plain
 * fp8 fast accumulation (Hopper): products summed in f32 over blocks of 32 contracting elements, the running
   sum truncated to the profile's `fp8_accumulator_bits` significand bits after each block.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,17 +34,22 @@ F64 = np.dtype(np.float64)
 
 # Algorithms whose arithmetic is the plain dot's when the operands already have the algorithm's input type (and
 # the result accumulates in f32, or f64 for f64): they keep the plain path (BLAS, the compiled tiers).
-PLAIN_INPUT = {"dot_f32_f32_f32": "f32", "dot_f64_f64_f64": "f64", "dot_bf16_bf16_f32": "bf16",
-               "dot_f16_f16_f32": "f16", "dot_any_f8_any_f8_f32": "f8"}
+PLAIN_INPUT = {
+    "dot_f32_f32_f32": "f32",
+    "dot_f64_f64_f64": "f64",
+    "dot_bf16_bf16_f32": "bf16",
+    "dot_f16_f16_f32": "f16",
+    "dot_any_f8_any_f8_f32": "f8",
+}
 # The partial products of the multi-pass recipes, (lhs part, rhs part) with 0 the high part, summed in this order
 # before the NaN replacement; the high x high product is added last.
 PASSES = {
-    "dot_bf16_bf16_f32_x3": ((1, 0), (0, 1)),                                   # dot_algorithm_rewriter.cc X3
-    "dot_bf16_bf16_f32_x6": ((1, 1), (0, 2), (2, 0), (0, 1), (1, 0)),           # dot_algorithm_rewriter.cc X6
+    "dot_bf16_bf16_f32_x3": ((1, 0), (0, 1)),  # dot_algorithm_rewriter.cc X3
+    "dot_bf16_bf16_f32_x6": ((1, 1), (0, 2), (2, 0), (0, 1), (1, 0)),  # dot_algorithm_rewriter.cc X6
     "dot_bf16_bf16_f32_x9": ((2, 2), (1, 2), (2, 1), (1, 1), (2, 0), (0, 2), (1, 0), (0, 1)),  # Triton BF16x9
-    "dot_tf32_tf32_f32_x3": ((1, 0), (0, 1)),                                   # Triton F32DotTC (3xTF32)
+    "dot_tf32_tf32_f32_x3": ((1, 0), (0, 1)),  # Triton F32DotTC (3xTF32)
 }
-FP8_K_BLOCK = 32        # contracting elements an fp8 WGMMA step adds before the accumulator is touched
+FP8_K_BLOCK = 32  # contracting elements an fp8 WGMMA step adds before the accumulator is touched
 
 
 def algorithm_name(text: str | None) -> str:
@@ -54,8 +60,9 @@ def algorithm_name(text: str | None) -> str:
     return "" if name in ("", "unset") else name
 
 
-def device_algorithm(device, algorithm: str, precisions, lhs_type: str, rhs_type: str, out_type: str,
-                     matrix_vector: bool, inst=None) -> str:
+def device_algorithm(
+    device, algorithm: str, precisions, lhs_type: str, rhs_type: str, out_type: str, matrix_vector: bool, inst=None
+) -> str:
     """The algorithm `device` (a DeviceProfile) computes a dot with (element type names as HLO text spells them);
     "" when that is the dot as its types say (the plain path). An algorithm the device does not run is an
     UnsupportedError naming both."""
@@ -66,9 +73,11 @@ def device_algorithm(device, algorithm: str, precisions, lhs_type: str, rhs_type
     if not alg or ("f64" in (lhs_type, rhs_type) and alg != "dot_f64_f64_f64"):
         return ""
     if alg not in device.algorithms:
-        raise UnsupportedError(f"dot algorithm {alg} ({lhs_type} x {rhs_type} -> {out_type}): the device profile "
-                               f"{device.name!r} does not run it (it runs {', '.join(device.algorithms) or 'none'})",
-                               inst)
+        raise UnsupportedError(
+            f"dot algorithm {alg} ({lhs_type} x {rhs_type} -> {out_type}): the device profile "
+            f"{device.name!r} does not run it (it runs {', '.join(device.algorithms) or 'none'})",
+            inst,
+        )
     want = PLAIN_INPUT.get(alg)
     same = lhs_type == rhs_type == want or (want == "f8" and lhs_type.startswith("f8") and rhs_type.startswith("f8"))
     if same and (out_type == "f64") == (alg == "dot_f64_f64_f64"):
@@ -83,8 +92,13 @@ def fp8_fast_accumulation(device, algorithm: str | None, precisions, lhs_type: s
     name = algorithm_name(algorithm)
     if name == "dot_any_f8_any_f8_f32_fast_accum":
         return True
-    return (not name and device.fp8_fast_accumulation and lhs_type.startswith("f8") and rhs_type.startswith("f8")
-            and all(str(p).lower() == "default" for p in precisions or ()))
+    return (
+        not name
+        and device.fp8_fast_accumulation
+        and lhs_type.startswith("f8")
+        and rhs_type.startswith("f8")
+        and all(str(p).lower() == "default" for p in precisions or ())
+    )
 
 
 # -- operand rounding (f32 or f64 arrays in, arrays of the same type out) -------------------------------------
@@ -147,8 +161,9 @@ def split(x, parts: int, device, tf32: bool = False):
 
 
 # -- the contraction ------------------------------------------------------------------------------------------
-def contract(alg: str, a, b, product, device, k_axes: tuple[int, int] | None = None, fast_accumulation=False,
-             inst=None):
+def contract(
+    alg: str, a, b, product, device, k_axes: tuple[int, int] | None = None, fast_accumulation=False, inst=None
+):
     """The contraction `product(x, y, dtype)` (the plain dot or convolution of two arrays computed in dtype) of
     `a` and `b` under the algorithm `alg`, in f32 (f64 for dot_f64_f64_f64). `k_axes`: the one contracting axis
     of a and of b, for the recipes that accumulate a few contracting elements at a time (none: refused).
@@ -171,7 +186,7 @@ def contract(alg: str, a, b, product, device, k_axes: tuple[int, int] | None = N
         if alg in ("dot_f16_f16_f16", "dot_bf16_bf16_bf16"):
             low = to_f16 if alg == "dot_f16_f16_f16" else (lambda v: to_bf16(v).astype(F32))
             # the running sum (a value of the type) plus one exact product, exact in f64, rounded once to the type
-            step = lambda s, p: low(np.asarray(s, F64) + p)         # noqa: E731
+            step = lambda s, p: low(np.asarray(s, F64) + p)  # noqa: E731
             return _blocked(low(a), low(b), product, k_axes, 1, step, alg, inst)
         if alg in PASSES:
             parts = 3 if alg in ("dot_bf16_bf16_f32_x6", "dot_bf16_bf16_f32_x9") else 2
@@ -194,8 +209,11 @@ def _blocked(a, b, product, k_axes, block: int, step, alg: str, inst):
     ka, kb = k_axes
     total = None
     for k in range(0, a.shape[ka], block):
-        part = product(np.take(a, range(k, min(k + block, a.shape[ka])), axis=ka),
-                       np.take(b, range(k, min(k + block, b.shape[kb])), axis=kb), F32)
+        part = product(
+            np.take(a, range(k, min(k + block, a.shape[ka])), axis=ka),
+            np.take(b, range(k, min(k + block, b.shape[kb])), axis=kb),
+            F32,
+        )
         total = step(np.zeros_like(part), part) if total is None else step(total, part)
     if total is None:
         return product(a, b, F32)
@@ -211,16 +229,27 @@ def dot_algorithm_of(inst, device) -> str:
         d = dot_dims(inst)
         lf, rf = dot_free_dims(d, lhs.rank, rhs.rank)
         matrix_vector = math.prod(lhs.dims[k] for k in lf) == 1 or math.prod(rhs.dims[k] for k in rf) == 1
-    return device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs.element_type.name,
-                            rhs.element_type.name, inst.shape.element_type.name, matrix_vector, inst)
+    return device_algorithm(
+        device,
+        inst.attr("algorithm"),
+        inst.attr("operand_precision"),
+        lhs.element_type.name,
+        rhs.element_type.name,
+        inst.shape.element_type.name,
+        matrix_vector,
+        inst,
+    )
 
 
 def plain_dot(inst, device) -> bool:
     """Whether `device` computes the dot `inst` as its types say: no algorithm of its own, no split-K, no fp8
     fast accumulation (what the compiled tiers compute)."""
     lhs, rhs = (o.shape.element_type.name for o in inst.operands[:2])
-    return not (dot_algorithm_of(inst, device) or (device.split_k and triton_split_k(inst) > 1)
-                or fp8_fast_accumulation(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs, rhs))
+    return not (
+        dot_algorithm_of(inst, device)
+        or (device.split_k and triton_split_k(inst) > 1)
+        or fp8_fast_accumulation(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs, rhs)
+    )
 
 
 _SPLIT_K: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -239,8 +268,11 @@ def triton_split_k(inst) -> int:
         for c in comp.module.computations:
             for i in c.instructions:
                 cfg = i.attr("backend_config") if i.opcode == "fusion" else None
-                gemm = ((cfg.get("fusion_backend_config") or {}).get("triton_gemm_config") or {}) \
-                    if isinstance(cfg, dict) else {}
+                gemm = (
+                    ((cfg.get("fusion_backend_config") or {}).get("triton_gemm_config") or {})
+                    if isinstance(cfg, dict)
+                    else {}
+                )
                 split = int(gemm.get("split_k", 1) or 1)
                 if split > 1:
                     by_computation[i.called["calls"].name] = split

@@ -16,6 +16,7 @@ Movement ops and gather pass an operand's value through unchanged: a generator m
 domain (the loop generator copies the stored bits, f16 as uint16; start indices come in their compute type,
 `index_at`); every other op computes in the compute types.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -24,15 +25,27 @@ from ..errors import TierUnsupported
 from ..options import Options
 from . import elementwise as ew
 from .codegen import need
-from .index_maps import (Gather, SourceIndex, bitcast_source, broadcast_source, clamped_start, concatenate_parts,
-                         dilated_element, offset_source, reshape_source, reverse_source, slice_source,
-                         transpose_source)
+from .index_maps import (
+    Gather,
+    SourceIndex,
+    bitcast_source,
+    broadcast_source,
+    clamped_start,
+    concatenate_parts,
+    dilated_element,
+    offset_source,
+    reshape_source,
+    reverse_source,
+    slice_source,
+    transpose_source,
+)
 
 
 class Emitter(Protocol):
     """What a generator gives the element functions."""
-    options: Options            # the numerics rules
-    ar: SourceIndex             # the index arithmetic the formulas are evaluated with
+
+    options: Options  # the numerics rules
+    ar: SourceIndex  # the index arithmetic the formulas are evaluated with
 
     def operand(self, inst, k: int, index) -> str:
         """Operand k's value at `index` (index components: literals, names, Ix); a rank-0 operand's value
@@ -107,7 +120,7 @@ def _gather(e, inst, index):
     formulas: starts clamped so the slice fits)."""
     g = Gather.of(inst)
     need(len(g.offset_src) == len(g.offset_dims), "gather offset dims")
-    rank = inst.operands[1].shape.rank           # (an implied trailing vector dim is not the array's)
+    rank = inst.operands[1].shape.rank  # (an implied trailing vector dim is not the array's)
     starts = g.starts(e.ar, lambda position: e.index_at(inst, 1, position[:rank]), [index[d] for d in g.batch_dims])
     return e.operand(inst, 0, g.source_index(e.ar, starts, [index[d] for d in g.offset_dims]))
 
@@ -134,10 +147,12 @@ def _pad(e, inst, index):
 
 
 def _concatenate(e, inst, index):
-    parts = concatenate_parts(e.ar, [o.shape.dims[inst.attr("dimensions")[0]] for o in inst.operands],
-                              inst.attr("dimensions")[0], index)
-    return _choose(e, inst, index, [(conds, lambda k=k, src=src: e.operand(inst, k, src)) for k, conds, src in parts],
-                    None)
+    parts = concatenate_parts(
+        e.ar, [o.shape.dims[inst.attr("dimensions")[0]] for o in inst.operands], inst.attr("dimensions")[0], index
+    )
+    return _choose(
+        e, inst, index, [(conds, lambda k=k, src=src: e.operand(inst, k, src)) for k, conds, src in parts], None
+    )
 
 
 ELEMENTS = {
@@ -145,12 +160,15 @@ ELEMENTS = {
     "copy": _moved(lambda e, inst, index: index),
     "broadcast": _moved(lambda e, inst, index: broadcast_source(inst.attr("dimensions", ()), index)),
     "transpose": _moved(lambda e, inst, index: transpose_source(inst.attr("dimensions"), index)),
-    "reshape": _moved(lambda e, inst, index: reshape_source(e.ar, inst.operands[0].shape.dims, inst.shape.dims,
-                                                              index)),
-    "slice": _moved(lambda e, inst, index: slice_source(e.ar, [(s.start, s.stride) for s in inst.attr("slice")],
-                                                          index)),
-    "reverse": _moved(lambda e, inst, index: reverse_source(e.ar, inst.operands[0].shape.dims,
-                                                              set(inst.attr("dimensions", ())), index)),
+    "reshape": _moved(lambda e, inst, index: reshape_source(e.ar, inst.operands[0].shape.dims, inst.shape.dims, index)),
+    "slice": _moved(
+        lambda e, inst, index: slice_source(e.ar, [(s.start, s.stride) for s in inst.attr("slice")], index)
+    ),
+    "reverse": _moved(
+        lambda e, inst, index: reverse_source(
+            e.ar, inst.operands[0].shape.dims, set(inst.attr("dimensions", ())), index
+        )
+    ),
     "bitcast": _bitcast,
     "dynamic-slice": _dynamic_slice,
     "pad": _pad,

@@ -17,6 +17,7 @@ f32 / f64 -> float32 / float64, and f16 / bf16 -> float32 holding a value alread
 casts its result to the compute type explicitly, so Numba's integer promotion (int32 + int32 -> int64)
 and float32 -> float64 promotion never leak: wrap-around and f32 rounding match XLA.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,25 +31,75 @@ from . import approximations, semantics
 # Element types the kernels handle, and the numpy constructor of each one's compute type.
 COMPUTE = {
     "pred": "np.bool_",
-    "s8": "np.int8", "s16": "np.int16", "s32": "np.int32", "s64": "np.int64",
-    "u8": "np.uint8", "u16": "np.uint16", "u32": "np.uint32", "u64": "np.uint64",
-    "f16": "np.float32", "bf16": "np.float32", "f32": "np.float32", "f64": "np.float64",
+    "s8": "np.int8",
+    "s16": "np.int16",
+    "s32": "np.int32",
+    "s64": "np.int64",
+    "u8": "np.uint8",
+    "u16": "np.uint16",
+    "u32": "np.uint32",
+    "u64": "np.uint64",
+    "f16": "np.float32",
+    "bf16": "np.float32",
+    "f32": "np.float32",
+    "f64": "np.float64",
 }
 # The dtype a kernel sees for an array of each type (f16 / bf16 as uint16 bit patterns).
-STORAGE = {k: np.dtype(v) for k, v in {
-    "pred": np.bool_, "s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
-    "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
-    "f16": np.uint16, "bf16": np.uint16, "f32": np.float32, "f64": np.float64}.items()}
-BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
-        "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "pred": 8}
+STORAGE = {
+    k: np.dtype(v)
+    for k, v in {
+        "pred": np.bool_,
+        "s8": np.int8,
+        "s16": np.int16,
+        "s32": np.int32,
+        "s64": np.int64,
+        "u8": np.uint8,
+        "u16": np.uint16,
+        "u32": np.uint32,
+        "u64": np.uint64,
+        "f16": np.uint16,
+        "bf16": np.uint16,
+        "f32": np.float32,
+        "f64": np.float64,
+    }.items()
+}
+BITS = {
+    "s8": 8,
+    "s16": 16,
+    "s32": 32,
+    "s64": 64,
+    "u8": 8,
+    "u16": 16,
+    "u32": 32,
+    "u64": 64,
+    "f16": 16,
+    "bf16": 16,
+    "f32": 32,
+    "f64": 64,
+    "pred": 8,
+}
 FLOATS = ("f16", "bf16", "f32", "f64")
 SIGNED = ("s8", "s16", "s32", "s64")
 UNSIGNED = ("u8", "u16", "u32", "u64")
 INTS = SIGNED + UNSIGNED
 
 # Ops whose result on values already rounded to f16 / bf16 is exactly representable again: no rounding.
-EXACT_OPS = frozenset({"abs", "negate", "sign", "copy", "select", "clamp", "maximum", "minimum", "ceil",
-                       "floor", "round-nearest-afz", "round-nearest-even"})
+EXACT_OPS = frozenset(
+    {
+        "abs",
+        "negate",
+        "sign",
+        "copy",
+        "select",
+        "clamp",
+        "maximum",
+        "minimum",
+        "ceil",
+        "floor",
+        "round-nearest-afz",
+        "round-nearest-even",
+    }
+)
 COMPARE_OPS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
@@ -123,25 +174,59 @@ def store_src(name: str, expr: str) -> str:
 XLA_CPU_HELPERS = {op: "xla_cpu_" + op.replace("-", "_") for op in approximations.XLA_CPU_APPROXIMATIONS}
 
 # Names generated kernels import from hloexec.kernels.scalar (the Numba helpers the snippets call).
-HELPERS = ("np", "math", "fmax_nan", "fmin_nan", "trunc_div", "trunc_rem", "int_pow", "total_order_key32",
-           "total_order_key64", "popcount", "count_leading_zeros",
-           "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16", "round_f16",
-           "round_bf16", "bitcast_f32_to_i32", "bitcast_f32_to_u32", "bitcast_i32_to_f32", "bitcast_u32_to_f32",
-           "bitcast_f64_to_i64", "bitcast_f64_to_u64", "bitcast_i64_to_f64", "bitcast_u64_to_f64",
-           "exp_wide", "expm1_wide", "log_wide", "log1p_wide", "tanh_wide", "logistic_wide", "narrow_to_f16",
-           "narrow_to_bf16", "f16_to_f32_simd", "stack_array", "add_lanes")
+HELPERS = (
+    "np",
+    "math",
+    "fmax_nan",
+    "fmin_nan",
+    "trunc_div",
+    "trunc_rem",
+    "int_pow",
+    "total_order_key32",
+    "total_order_key64",
+    "popcount",
+    "count_leading_zeros",
+    "f16_to_f32",
+    "f32_to_f16",
+    "bf16_to_f32",
+    "f32_to_bf16",
+    "round_f16",
+    "round_bf16",
+    "bitcast_f32_to_i32",
+    "bitcast_f32_to_u32",
+    "bitcast_i32_to_f32",
+    "bitcast_u32_to_f32",
+    "bitcast_f64_to_i64",
+    "bitcast_f64_to_u64",
+    "bitcast_i64_to_f64",
+    "bitcast_u64_to_f64",
+    "exp_wide",
+    "expm1_wide",
+    "log_wide",
+    "log1p_wide",
+    "tanh_wide",
+    "logistic_wide",
+    "narrow_to_f16",
+    "narrow_to_bf16",
+    "f16_to_f32_simd",
+    "stack_array",
+    "add_lanes",
+)
 
 
 # -- the ops of the scalar-semantics table (kernels/semantics.py) ---------------------------------------------
-_CLASS = {**dict.fromkeys(FLOATS, "float"), **dict.fromkeys(SIGNED, "signed"), **dict.fromkeys(UNSIGNED, "unsigned"),
-          "pred": "pred"}
+_CLASS = {
+    **dict.fromkeys(FLOATS, "float"),
+    **dict.fromkeys(SIGNED, "signed"),
+    **dict.fromkeys(UNSIGNED, "unsigned"),
+    "pred": "pred",
+}
 
 
 def _table_src(opcode: str, name: str, *vals: str) -> str | None:
     if name not in COMPUTE or not semantics.defines(opcode, _CLASS[name]) or semantics.arity(opcode) != len(vals):
         return None
-    return semantics.numba_src(opcode, _CLASS[name], name, *vals, compute=COMPUTE, bits=BITS[name],
-                               literal=literal_src)
+    return semantics.numba_src(opcode, _CLASS[name], name, *vals, compute=COMPUTE, bits=BITS[name], literal=literal_src)
 
 
 # Transcendentals of f32 / f16 / bf16 values, an implementation choice of the compiled tier: straight-line
@@ -149,8 +234,14 @@ def _table_src(opcode: str, name: str, *vals: str) -> str | None:
 # and keeps the whole loop scalar), their result rounded once to the type -- no double rounding through f32 for
 # f16 / bf16, which therefore come out rounded with excess precision too. Correctly rounded; 1 ULP off only when
 # the exact value lies within 2**-51 of a rounding boundary. f64 takes the table's definition (libm calls).
-_WIDE_UNARY = {"exponential": "exp_wide", "exponential-minus-one": "expm1_wide", "log": "log_wide",
-               "log-plus-one": "log1p_wide", "tanh": "tanh_wide", "logistic": "logistic_wide"}
+_WIDE_UNARY = {
+    "exponential": "exp_wide",
+    "exponential-minus-one": "expm1_wide",
+    "log": "log_wide",
+    "log-plus-one": "log1p_wide",
+    "tanh": "tanh_wide",
+    "logistic": "logistic_wide",
+}
 _NARROW = {"f32": "np.float32", "f16": "narrow_to_f16", "bf16": "narrow_to_bf16"}
 
 
@@ -210,10 +301,12 @@ def _step_src(step, src: str, x: str, keep_f32: bool) -> str:
         return f"{T}(1 if {x} else 0)"
     if step.kind == "wrap":
         return f"{T}({x})"
-    if step.kind == "saturate":     # compared in f64, where the bounds of every compute type are exact
+    if step.kind == "saturate":  # compared in f64, where the bounds of every compute type are exact
         lo, hi = (literal_src("f64", b) for b in semantics.saturation_bounds(element_type(src), step.to))
-        return (f"({T}(0) if {x} != {x} else ({T}({_int_min(dst)}) if np.float64({x}) <= {lo} else "
-                f"({T}({_int_max(dst)}) if np.float64({x}) >= {hi} else {T}(np.float64({x})))))")
+        return (
+            f"({T}(0) if {x} != {x} else ({T}({_int_min(dst)}) if np.float64({x}) <= {lo} else "
+            f"({T}({_int_max(dst)}) if np.float64({x}) >= {hi} else {T}(np.float64({x})))))"
+        )
     # round: f16 / bf16 / f32 values are held as float32 already
     if dst in ("f16", "bf16"):
         return x if keep_f32 else round_src(dst, x)
@@ -259,8 +352,9 @@ def iota_src(name: str, index: str) -> str | None:
     return convert_src("s64", name, index)
 
 
-def instruction_src(inst, vals: list[str], excess_precision: bool = False,
-                    transcendentals: str = "accurate") -> str | None:
+def instruction_src(
+    inst, vals: list[str], excess_precision: bool = False, transcendentals: str = "accurate"
+) -> str | None:
     """Source of elementwise instruction `inst` on operand values `vals` (compute-type names or literals),
     rounded to its type after the op unless exact; None if unsupported. `excess_precision`, `transcendentals`:
     the rules of hloexec.options."""
@@ -275,7 +369,7 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False,
         return compare_src(inst.attr("direction"), src_et, vals[0], vals[1], total_order=total)
     if op == "select":
         return select_src(et, *vals)
-    if op == "is-finite":           # a float operand, a pred result: the operand's type picks the definition
+    if op == "is-finite":  # a float operand, a pred result: the operand's type picks the definition
         return unary_src(op, src_et, vals[0])
     if op == "clamp":
         return clamp_src(et, *vals)
@@ -291,8 +385,7 @@ def instruction_src(inst, vals: list[str], excess_precision: bool = False,
 
 
 UNARY_OPS = frozenset(op for op in semantics.DEFINITIONS if semantics.arity(op) == 1)
-BINARY_OPS = frozenset(op for op in semantics.DEFINITIONS
-                       if semantics.arity(op) == 2 and not op.startswith("compare "))
+BINARY_OPS = frozenset(op for op in semantics.DEFINITIONS if semantics.arity(op) == 2 and not op.startswith("compare "))
 # Every op computing each element from its operands' elements at the same index.
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {"select", "clamp", "convert", "compare", "bitcast-convert"}
 
@@ -315,15 +408,23 @@ def dot_accumulator(name: str) -> str:
 def accumulates_in_f32(reductions: str, opcode: str, element_type) -> bool:
     """Whether a reduction applying `opcode` to values of `element_type` (an ir.dtypes.ElementType) keeps an
     f32 accumulator and rounds once at the end; otherwise every application of the reducer rounds to the type."""
-    return (reductions == "accumulate" and opcode in ("add", "multiply") and element_type.is_float
-            and element_type.bits < 32)
+    return (
+        reductions == "accumulate"
+        and opcode in ("add", "multiply")
+        and element_type.is_float
+        and element_type.bits < 32
+    )
 
 
 def in_order(reductions: str, opcode: str, element_type) -> bool:
     """Whether a reduction must apply `opcode` to the elements in row-major order: float sums and products
     under "per-step" and "xla-cpu" (a fixed order gives every tier the same bits). Exact reducers (max, min, and,
     or, integer add / multiply) give the same bits in any order."""
-    return reductions in ("per-step", "xla-cpu") and opcode in ("add", "multiply") and element_type.kind in ("float", "complex")
+    return (
+        reductions in ("per-step", "xla-cpu")
+        and opcode in ("add", "multiply")
+        and element_type.kind in ("float", "complex")
+    )
 
 
 def sums_in_ynn_order(comp, reductions: str) -> bool:
@@ -331,8 +432,12 @@ def sums_in_ynn_order(comp, reductions: str) -> bool:
     order (hloexec/ops/reduction.py ynn_row_sum, kernels/ynn_dot.py) has no generated form, the computation runs op
     by op."""
     module = getattr(comp, "module", None)
-    return (reductions == "xla-cpu" and module is not None and comp.name in ynn_computations(module)
-            and any(inst.opcode in ("reduce", "dot") for inst in comp.instructions))
+    return (
+        reductions == "xla-cpu"
+        and module is not None
+        and comp.name in ynn_computations(module)
+        and any(inst.opcode in ("reduce", "dot") for inst in comp.instructions)
+    )
 
 
 YNN_DECLINED = "a YNNPACK fusion's sums and dots (reductions=xla-cpu) run op by op, in YNNPACK's order"

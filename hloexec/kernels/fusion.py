@@ -23,6 +23,7 @@ Structurally equal fusions produce the same source (names are canonical: p<k> pa
 constants, o<k> outputs, i<k> loop indices, v<k> values), so they share one compiled kernel, in-process
 and on disk (`kernels/cache.py`).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,20 +39,29 @@ from ..options import Options
 from . import elements
 from . import elementwise as ew
 from .cache import INT64_ARG, GeneratedKernel, array_arg, source_key
-from .codegen import (Block, Ix, constant_storage, innermost, is_name, kernel_module, names_in, need,
-                      row_major_strides, scalar_literal)
+from .codegen import (
+    Block,
+    Ix,
+    constant_storage,
+    innermost,
+    is_name,
+    kernel_module,
+    names_in,
+    need,
+    row_major_strides,
+    scalar_literal,
+)
 from .index_maps import SourceIndex, dilated_element, reduce_dims, window_position, window_span
 from .threads import ranges, run_blocks
 
-PARALLEL_THRESHOLD = 100_000     # output elements x reduced elements from which the outer loop is split
-BLOCK_WORK = 32_768              # output elements x reduced elements per block of the split at least
-MAX_BLOCKS = 1 << 20             # blocks at most (past any array that fits in memory: 2^35 elements of work)
-COLUMN_BLOCK = 2048              # output elements per block of a column reduction at least (the width of its rows)
-MAX_STATEMENTS = 4000            # give up on pathological DAGs (index-map blow-up)
-TILE = 16                        # tile edge of the loops over a transposing fusion's last two dims
-LANES = 16                       # partial sums of a float row sum (one AVX-512 vector of f32)
-CHUNK = 256                      # elements of a row sum computed per loop into a stack buffer (1-2 KB)
-
+PARALLEL_THRESHOLD = 100_000  # output elements x reduced elements from which the outer loop is split
+BLOCK_WORK = 32_768  # output elements x reduced elements per block of the split at least
+MAX_BLOCKS = 1 << 20  # blocks at most (past any array that fits in memory: 2^35 elements of work)
+COLUMN_BLOCK = 2048  # output elements per block of a column reduction at least (the width of its rows)
+MAX_STATEMENTS = 4000  # give up on pathological DAGs (index-map blow-up)
+TILE = 16  # tile edge of the loops over a transposing fusion's last two dims
+LANES = 16  # partial sums of a float row sum (one AVX-512 vector of f32)
+CHUNK = 256  # elements of a row sum computed per loop into a stack buffer (1-2 KB)
 
 
 def _transposes_minor_dim(comp) -> bool:
@@ -71,8 +81,12 @@ def column_reduction_applies(reduce) -> bool:
     src, rdims = reduce.operands[0].shape.dims, reduce.attr("dimensions", ())
     reduced = [d for d in rdims if src[d] != 1]
     kept = [d for d in range(len(src)) if d not in rdims and src[d] != 1]
-    return (len(reduce.operands) == 2 and bool(reduced and kept) and max(reduced) < min(kept)
-            and math.prod(src[d] for d in kept) >= 16)
+    return (
+        len(reduce.operands) == 2
+        and bool(reduced and kept)
+        and max(reduced) < min(kept)
+        and math.prod(src[d] for d in kept) >= 16
+    )
 
 
 def _column_reduces(comp, outs) -> list | None:
@@ -83,11 +97,13 @@ def _column_reduces(comp, outs) -> list | None:
     if not reduces or not column_reduction_applies(reduces[0]):
         return None
     src, rdims = reduces[0].operands[0].shape.dims, sorted(reduces[0].attr("dimensions", ()))
-    if any(len(r.operands) != 2 or r.operands[0].shape.dims != src or sorted(r.attr("dimensions", ())) != rdims
-           for r in reduces):
+    if any(
+        len(r.operands) != 2 or r.operands[0].shape.dims != src or sorted(r.attr("dimensions", ())) != rdims
+        for r in reduces
+    ):
         return None
     dims = outs[0].shape.dims
-    after = {id(r) for r in reduces}        # what depends on a reduce: elementwise, at the output's dims
+    after = {id(r) for r in reduces}  # what depends on a reduce: elementwise, at the output's dims
     for inst in comp.instructions:
         if inst.opcode != "reduce" and any(id(o) in after for o in inst.operands):
             if inst.opcode == "tuple" and inst is comp.root:
@@ -119,15 +135,15 @@ class FusionGenerator:
         self.options = options
         self.parallel_request = parallel
         self.n = 0
-        self.scope_of: dict[str, Block] = {}     # name -> the block defining it
+        self.scope_of: dict[str, Block] = {}  # name -> the block defining it
         self.memo: dict = {}
         self.index_memo: dict = {}
         self.consts: list[np.ndarray] = []
         self.const_names: dict[int, str] = {}
         self.statements = 0
-        self.reduce_execs: dict[int, list[int]] = {}    # reduce -> [accumulator executions, its size]
-        self.simd = False            # generating a loop LLVM vectorizes (see loads)
-        self.ar = SourceIndex(self.iexpr)     # index formulas name what they reuse once (iexpr)
+        self.reduce_execs: dict[int, list[int]] = {}  # reduce -> [accumulator executions, its size]
+        self.simd = False  # generating a loop LLVM vectorizes (see loads)
+        self.ar = SourceIndex(self.iexpr)  # index formulas name what they reuse once (iexpr)
 
     # -- names and placement ---------------------------------------------------------------------------
     def fresh(self, prefix="v"):
@@ -165,7 +181,7 @@ class FusionGenerator:
         self.chain_set.add(scope)
 
     def pop_to(self, saved):
-        for s in self.chain[len(saved):]:
+        for s in self.chain[len(saved) :]:
             self.chain_set.discard(s)
         self.chain = list(saved)
         self.chain_set = set(saved)
@@ -176,7 +192,7 @@ class FusionGenerator:
         scope = target.open(header, **kind)
         saved = list(self.chain)
         idx = self.chain.index(target)
-        self.pop_to(self.chain[:idx + 1])
+        self.pop_to(self.chain[: idx + 1])
         self.push(scope)
         return scope, saved
 
@@ -216,8 +232,9 @@ class FusionGenerator:
         # loop nest over the output's non-trivial dims
         loop_dims = [d for d, n in enumerate(dims) if n != 1]
         out_size = math.prod(dims)
-        reduce_extent = max([self.reduced_size(i) for i in comp.instructions
-                             if i.opcode in ("reduce", "reduce-window")] or [1])
+        reduce_extent = max(
+            [self.reduced_size(i) for i in comp.instructions if i.opcode in ("reduce", "reduce-window")] or [1]
+        )
         work = out_size * reduce_extent
         if self.parallel_request is None:
             parallel = work >= PARALLEL_THRESHOLD and loop_dims and dims[loop_dims[0]] >= 2
@@ -232,8 +249,12 @@ class FusionGenerator:
             self.column_reduction(column, outs, loop_dims)
         else:
             transposing = _transposes_minor_dim(comp)
-            tiled = (transposing and len(loop_dims) >= 2
-                     and min(dims[d] for d in loop_dims[-2:]) >= TILE and reduce_extent == 1)
+            tiled = (
+                transposing
+                and len(loop_dims) >= 2
+                and min(dims[d] for d in loop_dims[-2:]) >= TILE
+                and reduce_extent == 1
+            )
             inner, index = self.open_loops(self.root_scope, dims, loop_dims, "i", tiled=tiled)
             # an elementwise loop along contiguous rows is vectorized (LayerNorm backward's dx: 3 f16 loads)
             with self.loads(simd=reduce_extent == 1 and not transposing):
@@ -242,11 +263,15 @@ class FusionGenerator:
                 inner.insert(f"o{k}[{_subscript(index)}] = {ew.store_src(o.shape.element_type.name, v)}")
         self.check_reduce_cost()
 
-        args = [f"o{k}" for k in range(len(outs))] + [f"p{p.parameter_number}" for p in self.params] + \
-               [f"c{k}" for k in range(len(self.consts))] + (["lo", "hi"] if self.parallel else [])
+        args = (
+            [f"o{k}" for k in range(len(outs))]
+            + [f"p{p.parameter_number}" for p in self.params]
+            + [f"c{k}" for k in range(len(self.consts))]
+            + (["lo", "hi"] if self.parallel else [])
+        )
         # blocks of the outer loop for the thread pool: from the shapes only, so never the thread count
         count = min(max(2, work // BLOCK_WORK), MAX_BLOCKS)
-        if column:      # a block walks every reduced row: a narrow one reads a few bytes of each cache line
+        if column:  # a block walks every reduced row: a narrow one reads a few bytes of each cache line
             count = min(count, max(2, out_size // COLUMN_BLOCK))
         self.blocks = ranges(dims[loop_dims[0]], min(dims[loop_dims[0]], count)) if self.parallel else []
         source = kernel_module("fused", args, self.root_scope.render(1))
@@ -265,8 +290,11 @@ class FusionGenerator:
         def extent(d):
             return "lo, hi" if (self.parallel and split and d == first) else str(dims[d])
 
-        headers = [(d, f"{prefix}{k}", f"for {prefix}{k} in range({extent(d)}):", dims[d])
-                   for k, d in enumerate(loop_dims) if d not in tiles]
+        headers = [
+            (d, f"{prefix}{k}", f"for {prefix}{k} in range({extent(d)}):", dims[d])
+            for k, d in enumerate(loop_dims)
+            if d not in tiles
+        ]
         for d in tiles:
             var = f"{prefix}{loop_dims.index(d)}"
             bounds = extent(d) if "," in extent(d) else f"0, {dims[d]}"
@@ -276,7 +304,7 @@ class FusionGenerator:
             end = "hi" if "," in extent(d) else str(dims[d])
             headers.append((d, var, f"for {var} in range(t{var}, min(t{var} + {TILE}, {end})):", TILE))
         for d, var, header, trips in headers:
-            parent.insert_pos = len(parent.items)       # the loop goes last; what is placed in parent, before it
+            parent.insert_pos = len(parent.items)  # the loop goes last; what is placed in parent, before it
             scope = parent.open(header, trips=trips)
             self.push(scope)
             self.scope_of[var] = scope
@@ -300,8 +328,9 @@ class FusionGenerator:
         red = self.options.reductions
         inits = [self.value(r.operands[1], ()) for r in reduces]
         strides = row_major_strides(dims)
-        flat = _subscript([" + ".join(f"i{k}" + (f" * {strides[d]}" if strides[d] != 1 else "")
-                                     for k, d in enumerate(loop_dims))])
+        flat = _subscript(
+            [" + ".join(f"i{k}" + (f" * {strides[d]}" if strides[d] != 1 else "") for k, d in enumerate(loop_dims))]
+        )
         accs = [self.fresh("acc") for _ in reduces]
         for acc, (_, et) in zip(accs, kinds):
             root.items.append(f"{acc} = np.empty({math.prod(dims)}, {ew.COMPUTE[et]})")
@@ -315,7 +344,7 @@ class FusionGenerator:
         inner, index = self.open_loops(outer, dims, loop_dims, "i")
         kept = iter(index)
         comps = tuple(jcomps[d] if d in rdims else next(kept) for d in range(len(src)))
-        with self.loads(simd=not _transposes_minor_dim(self.comp)):     # the inner loop runs along rows
+        with self.loads(simd=not _transposes_minor_dim(self.comp)):  # the inner loop runs along rows
             values = [self.value(r.operands[0], comps) for r in reduces]
         for acc, (opcode, et), v in zip(accs, kinds, values):
             inner.insert(f"{acc}[{flat}] = {ew.reducer_step_src(red, opcode, et, f'{acc}[{flat}]', v)}")
@@ -344,8 +373,11 @@ class FusionGenerator:
         need(not any(inst.shape.dynamic), "dynamic shape")
         for o in inst.operands:
             need(not o.shape.is_tuple and ew.supported_type(o.shape.element_type.name), "operand type")
-        if op in ("parameter", "constant", "reduce", "reduce-window") or op in elements.ELEMENTS \
-                or op in ew.ELEMENTWISE_OPS:
+        if (
+            op in ("parameter", "constant", "reduce", "reduce-window")
+            or op in elements.ELEMENTS
+            or op in ew.ELEMENTWISE_OPS
+        ):
             return
         raise TierUnsupported(f"opcode {op}")
 
@@ -386,7 +418,7 @@ class FusionGenerator:
 
     def operand(self, inst, k, index) -> str:
         o = inst.operands[k]
-        if o.shape.rank == 0:           # (a scalar operand of clamp / select broadcasts)
+        if o.shape.rank == 0:  # (a scalar operand of clamp / select broadcasts)
             return self.value(o, ())
         return self.value(o, tuple(map(self.component, index)))
 
@@ -483,10 +515,10 @@ class FusionGenerator:
                 self.push(guard)
             parent = guard
         if comps is not None:
-            with self.loads(simd=False):        # one accumulator, in order: a scalar loop
+            with self.loads(simd=False):  # one accumulator, in order: a scalar loop
                 val = self.value(inst.operands[0], tuple(comps))
             parent.insert(f"{acc} = {ew.reducer_step_src(self.options.reductions, opcode, et, acc, val)}")
-        if first is not None:                # statements of target go after the loops now; restore the chain
+        if first is not None:  # statements of target go after the loops now; restore the chain
             self.close_construct(target, first, saved)
         result = ew.reduction_result_src(self.options.reductions, opcode, et, acc, self.options.excess_precision)
         return acc if result == acc else self.emit(result, [acc])
@@ -511,9 +543,16 @@ class FusionGenerator:
             else:
                 comps.append(next(it))
         minor = [d for d in range(src.shape.rank) if src.shape.dims[d] != 1][-1:]
-        if (loops and opcode == "add" and et in ew.FLOATS and len(loops) == 1 and loops[0][1] % LANES == 0
-                and loops[0][1] >= 4 * LANES and minor == [rdims[-1]]
-                and not ew.in_order(self.options.reductions, opcode, inst.shape.element_type)):
+        if (
+            loops
+            and opcode == "add"
+            and et in ew.FLOATS
+            and len(loops) == 1
+            and loops[0][1] % LANES == 0
+            and loops[0][1] >= 4 * LANES
+            and minor == [rdims[-1]]
+            and not ew.in_order(self.options.reductions, opcode, inst.shape.element_type)
+        ):
             return self.row_sum_in_lanes(inst, target, acc, comps, loops[0])
         return self.fold(inst, opcode, target, acc, loops, lambda: (comps, []))
 
@@ -545,11 +584,12 @@ class FusionGenerator:
                     continue
                 p = window_position(ar, w, out, var)
                 element, holds = dilated_element(ar, n, w.pad_low, w.base_dilation, p, window_span(w, out_n))
-                if False in holds:         # a size-1 window at a constant output index, on padding or a hole
+                if False in holds:  # a size-1 window at a constant output index, on padding or a hole
                     return None, []
                 conds += map(str, holds)
                 comps.append(str(element))
             return comps, conds
+
         return self.fold(inst, opcode, target, acc, loops, position)
 
     def row_sum_in_lanes(self, inst, target: Block, acc: str, comps: list, loop) -> str:
@@ -590,6 +630,7 @@ class FusionGenerator:
                 return f"{lanes}[{lo}]"
             mid = (lo + hi) // 2
             return ew.binary_src("add", et, pairwise(lo, mid), pairwise(mid, hi))
+
         target.insert(f"{acc} = {ew.binary_src('add', et, acc, pairwise(0, LANES))}")
         return self.emit(ew.round_src(et, acc, self.options.excess_precision), [acc])
 
@@ -600,13 +641,13 @@ class FusedKernel(GeneratedKernel):
 
     def __init__(self, source: str, key: str, outs, params, consts, blocks: list[slice], is_tuple: bool):
         super().__init__(source, key)
-        self.blocks = [(b.start, b.stop) for b in blocks]   # outer-loop ranges run by the thread pool
+        self.blocks = [(b.start, b.stop) for b in blocks]  # outer-loop ranges run by the thread pool
         self.parallel = bool(blocks)
         self.is_tuple = is_tuple
         self._outs = [(o.shape.dims, o.shape.element_type.name) for o in outs]
         self._params = [(p.shape.dims, p.shape.element_type.name) for p in params]
         self._consts = consts
-        self.recycle = False        # reuse the last call's outputs once no one else holds them (PlanMemory.recycle_outputs)
+        self.recycle = False  # reuse the last call's outputs once no one else holds them (PlanMemory.recycle_outputs)
         self._spent: list | None = None
         self._spent_lock = threading.Lock()
 
@@ -654,7 +695,6 @@ class FusedKernel(GeneratedKernel):
             results.append(o)
         return tuple(results) if self.is_tuple else results[0]
 
-
     def _recycled(self) -> list | None:
         """The last call's output buffers if nothing but this kernel references them any more (the caller
         dropped the results and every view of them), taken atomically: SPMD participants share kernels."""
@@ -665,11 +705,12 @@ class FusedKernel(GeneratedKernel):
         return spent
 
 
-_ONLY_THE_LIST = 3      # sys.getrefcount of an array referenced only by a list, inside a generator over it
+_ONLY_THE_LIST = 3  # sys.getrefcount of an array referenced only by a list, inside a generator over it
 
 
 def _bf16():
     import ml_dtypes
+
     return ml_dtypes.bfloat16
 
 
@@ -681,7 +722,7 @@ def generate_source(comp, options: Options = Options(), *, parallel=None):
     gen = FusionGenerator(comp, options, parallel)
     try:
         return gen.generate(), gen
-    except RecursionError:      # value() recurses once per operand edge of a chain
+    except RecursionError:  # value() recurses once per operand edge of a chain
         raise TierUnsupported("expression deeper than Python's recursion limit") from None
 
 

@@ -13,6 +13,7 @@ bit-reinterpretation intrinsics `bitcast_*` used by bitcast-convert and total-or
 convert. hloexec.ops calls them for arrays large enough to beat numpy's astype, and loads this module (and
 Numba, ~0.5 s) for very large ones only (see ops/elementwise.py).
 """
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -36,6 +37,7 @@ def _f16_bits_to_f32(typingctx, bits):
 
     def codegen(context, builder, sig, args):
         return builder.fpext(builder.bitcast(args[0], _HALF), _F32)
+
     return types.float32(bits), codegen
 
 
@@ -46,6 +48,7 @@ def _f32_to_f16_bits(typingctx, value):
 
     def codegen(context, builder, sig, args):
         return builder.bitcast(builder.fptrunc(args[0], _HALF), _I16)
+
     return types.uint16(value), codegen
 
 
@@ -57,7 +60,9 @@ def _bitcast_intrinsic(src_ty, src_ir, dst_ty, dst_ir):
 
         def codegen(context, builder, sig, args):
             return builder.bitcast(args[0], dst_ir)
+
         return dst_ty(value), codegen
+
     return _cast
 
 
@@ -71,7 +76,7 @@ bitcast_f64_to_i64 = _bitcast_intrinsic(types.float64, _F64, types.int64, _I64)
 bitcast_i64_to_f64 = _bitcast_intrinsic(types.int64, _I64, types.float64, _F64)
 
 
-_HALF_TO_F32_SCALE = np.float32(2.0 ** 112)     # f32 exponent bias 127 - f16 bias 15
+_HALF_TO_F32_SCALE = np.float32(2.0**112)  # f32 exponent bias 127 - f16 bias 15
 
 
 @njit(inline="always")
@@ -140,7 +145,7 @@ def bf16_to_f32(bits):
 def f32_to_bf16(x):
     """float32 -> uint16 bfloat16 bits: round to nearest even; NaN stays NaN (quieted), as ml_dtypes."""
     u = bitcast_f32_to_u32(np.float32(x))
-    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):          # NaN -> sign | canonical quiet NaN
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):  # NaN -> sign | canonical quiet NaN
         return np.uint16(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
     lsb = (u >> np.uint32(16)) & np.uint32(1)
     return np.uint16((u + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
@@ -219,8 +224,12 @@ _F32_DT = np.dtype(np.float32)
 _F64_DT = np.dtype(np.float64)
 _BF16_DT = np.dtype(ml_dtypes.bfloat16)
 _TO_F32 = {_F16_DT: f16_array_to_f32, _BF16_DT: bf16_array_to_f32}
-_FROM_WIDE = {(_F32_DT, _F16_DT): f32_array_to_f16, (_F32_DT, _BF16_DT): f32_array_to_bf16,
-              (_F64_DT, _F16_DT): f64_array_to_f16_through_f32, (_F64_DT, _BF16_DT): f64_array_to_bf16}
+_FROM_WIDE = {
+    (_F32_DT, _F16_DT): f32_array_to_f16,
+    (_F32_DT, _BF16_DT): f32_array_to_bf16,
+    (_F64_DT, _F16_DT): f64_array_to_f16_through_f32,
+    (_F64_DT, _BF16_DT): f64_array_to_bf16,
+}
 
 
 def _dense(x: np.ndarray):

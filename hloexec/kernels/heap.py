@@ -11,16 +11,17 @@ peak a little (measured: the GPT d256 steps' peak RSS unchanged, the mixed-preci
 Process-wide, so it is applied by the first `hloexec.load`, not at import, and only where nobody chose: not
 with glibc's own MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ set, and not with HLOEXEC_KEEP_FREED_MEMORY=0.
 """
+
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
 
-KEPT_BYTES = 1 << 30            # freed heap kept mapped at most
-MMAP_FROM_BYTES = 32 << 20      # allocations from here up are mapped on their own (glibc's largest threshold)
+KEPT_BYTES = 1 << 30  # freed heap kept mapped at most
+MMAP_FROM_BYTES = 32 << 20  # allocations from here up are mapped on their own (glibc's largest threshold)
 
-_M_TRIM_THRESHOLD = -1          # mallopt parameters, malloc.h
+_M_TRIM_THRESHOLD = -1  # mallopt parameters, malloc.h
 _M_MMAP_THRESHOLD = -3
 _applied: bool | None = None
 
@@ -42,7 +43,7 @@ def _tune() -> bool:
     try:
         libc = ctypes.CDLL(name)
         mallopt = libc.mallopt
-        libc.gnu_get_libc_version        # glibc only: other C libraries' mallopt parameters differ
+        libc.gnu_get_libc_version  # glibc only: other C libraries' mallopt parameters differ
     except (OSError, AttributeError, TypeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

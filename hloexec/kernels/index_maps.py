@@ -17,6 +17,7 @@ A formula's conditions (is a scatter window in bounds, does a window position ho
 each a bool array (numpy) or a comparison (source: True / False when it folds); a condition that cannot fail
 for the positions a formula is told about is left out.
 """
+
 from __future__ import annotations
 
 import operator
@@ -28,12 +29,13 @@ from ..ir.attributes import DotDims, WindowDim, gather_dims, scatter_dims
 from .codegen import Ix, index_operand, need
 
 # An unsigned 64-bit start index saturates here on its way to int64 (every larger one is out of bounds anyway).
-U64_INDEX_LIMIT = 2 ** 62
+U64_INDEX_LIMIT = 2**62
 
 
 # -- the two interpreters ---------------------------------------------------------------------------------
 class _NumpyIndex:
     """Index values are int64 numpy arrays (broadcasting) or ints."""
+
     add, sub, mul, floordiv, mod = operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod
     ge, le, lt, eq = operator.ge, operator.le, operator.lt, operator.eq
 
@@ -228,8 +230,9 @@ def bitcast_source(ar, src, dst, index) -> list:
     """A bitcast between layouts of the same element type: the output element at `index` is the one at the
     same physical position, a reshape between the two physical (major-to-minor) orders."""
     src_order, dst_order = physical_order(src), physical_order(dst)
-    physical = reshape_source(ar, [src.dims[d] for d in src_order], [dst.dims[d] for d in dst_order],
-                              [index[d] for d in dst_order])
+    physical = reshape_source(
+        ar, [src.dims[d] for d in src_order], [dst.dims[d] for d in dst_order], [index[d] for d in dst_order]
+    )
     return transpose_source(src_order, physical)
 
 
@@ -260,16 +263,21 @@ class IndexVectors:
     """Where a start-indices array holds its index vectors: along `vector_dim`, one per position of the other
     dims (`batch_axes`, in order). `dims` are the array's, with a trailing 1 when index_vector_dim is its rank
     (XLA: then every index is a vector of one component)."""
+
     dims: tuple[int, ...]
     vector_dim: int
     batch_axes: tuple[int, ...]
-    u64: bool                       # the indices are u64 (saturated before they become int64)
+    u64: bool  # the indices are u64 (saturated before they become int64)
 
     @classmethod
     def of(cls, shape, index_vector_dim: int) -> IndexVectors:
         dims = tuple(shape.dims) + ((1,) if index_vector_dim == shape.rank else ())
-        return cls(dims, index_vector_dim, tuple(d for d in range(len(dims)) if d != index_vector_dim),
-                   shape.element_type.name == "u64")
+        return cls(
+            dims,
+            index_vector_dim,
+            tuple(d for d in range(len(dims)) if d != index_vector_dim),
+            shape.element_type.name == "u64",
+        )
 
     def position(self, batch_index, k: int) -> list:
         """The position (in `dims`) of component k of the index vector at `batch_index`: the batch axes are
@@ -285,6 +293,7 @@ class StartIndices:
     (a window's) start in the operand -- component k at operand dim `index_map[k]`, the batch position's own
     coordinate at an operand batching dim (`batching`: pairs of an operand dim and the position of its
     indices batching dim among the batch axes), 0 elsewhere."""
+
     operand_dims: tuple[int, ...]
     vectors: IndexVectors
     index_map: tuple[int, ...]
@@ -298,8 +307,10 @@ class StartIndices:
     def components(self, ar, load, batch_index) -> list:
         """The index vector's components at `batch_index`, as int64 index values: `load(position)` reads the
         indices array; each component is bound (named) once."""
-        return [ar.bind(ar.as_index(load(self.vectors.position(batch_index, k)), self.vectors.u64))
-                for k in range(len(self.index_map))]
+        return [
+            ar.bind(ar.as_index(load(self.vectors.position(batch_index, k)), self.vectors.u64))
+            for k in range(len(self.index_map))
+        ]
 
     def placed(self, components, batch_index) -> list:
         """The operand start index of the index vector of these components at `batch_index`."""
@@ -316,6 +327,7 @@ class Gather(StartIndices):
     """A gather's geometry: output dim `offset_dims[j]` walks operand dim `offset_src[j]` within the slice, the
     other output dims (`batch_dims`, in order) are the batch position of an index vector (XLA's
     GatherDimensionNumbers, batching dims included)."""
+
     operand_dims: tuple[int, ...]
     vectors: IndexVectors
     index_map: tuple[int, ...]
@@ -331,11 +343,16 @@ class Gather(StartIndices):
         operand_dims = tuple(inst.operands[0].shape.dims)
         dropped = set(gd.collapsed_slice_dims) | set(gd.operand_batching_dims)
         vectors = IndexVectors.of(inst.operands[1].shape, gd.index_vector_dim)
-        return cls(operand_dims, vectors, tuple(gd.start_index_map),
-                   cls.pairs(vectors, gd.operand_batching_dims, gd.start_indices_batching_dims),
-                   tuple(gd.slice_sizes), tuple(gd.offset_dims),
-                   tuple(d for d in range(len(operand_dims)) if d not in dropped),
-                   tuple(d for d in range(inst.shape.rank) if d not in gd.offset_dims))
+        return cls(
+            operand_dims,
+            vectors,
+            tuple(gd.start_index_map),
+            cls.pairs(vectors, gd.operand_batching_dims, gd.start_indices_batching_dims),
+            tuple(gd.slice_sizes),
+            tuple(gd.offset_dims),
+            tuple(d for d in range(len(operand_dims)) if d not in dropped),
+            tuple(d for d in range(inst.shape.rank) if d not in gd.offset_dims),
+        )
 
     def starts(self, ar, load, batch_index) -> list:
         """The slice's start in the operand for the batch position `batch_index`: the index vector's start,
@@ -357,6 +374,7 @@ class Scatter(StartIndices):
     (whose full extent per operand dim is `window`, 1 where no update dim walks it), the other update dims
     (`scatter_dims`, in order) are the batch position of an index vector (XLA's ScatterDimensionNumbers,
     batching dims included)."""
+
     window_dims: tuple[int, ...]
     window_src: tuple[int, ...]
     scatter_dims: tuple[int, ...]
@@ -374,10 +392,16 @@ class Scatter(StartIndices):
         for d, ud in zip(window_src, sd.update_window_dims):
             window[d] = update_dims[ud]
         vectors = IndexVectors.of(inst.operands[n].shape, sd.index_vector_dim)
-        return cls(operand_dims, vectors, tuple(sd.scatter_dims_to_operand_dims),
-                   cls.pairs(vectors, sd.input_batching_dims, sd.scatter_indices_batching_dims),
-                   tuple(sd.update_window_dims), window_src,
-                   tuple(d for d in range(len(update_dims)) if d not in sd.update_window_dims), tuple(window))
+        return cls(
+            operand_dims,
+            vectors,
+            tuple(sd.scatter_dims_to_operand_dims),
+            cls.pairs(vectors, sd.input_batching_dims, sd.scatter_indices_batching_dims),
+            tuple(sd.update_window_dims),
+            window_src,
+            tuple(d for d in range(len(update_dims)) if d not in sd.update_window_dims),
+            tuple(window),
+        )
 
     def starts(self, ar, load, update_index) -> list:
         """The window's start in the operand for the update element at `update_index` (its scatter dims' part
@@ -437,8 +461,10 @@ def dilated_element(ar, n: int, low: int, base: int, p, p_last: int):
 def dot_free_dims(d: DotDims, lhs_rank: int, rhs_rank: int) -> tuple[list[int], list[int]]:
     """The lhs and rhs dims that are neither batch nor contracting. A dot's result dims are its batch dims,
     then the lhs free dims, then the rhs free dims, each in order (XLA's DotGeneral)."""
-    return ([k for k in range(lhs_rank) if k not in d.lhs_batch and k not in d.lhs_contracting],
-            [k for k in range(rhs_rank) if k not in d.rhs_batch and k not in d.rhs_contracting])
+    return (
+        [k for k in range(lhs_rank) if k not in d.lhs_batch and k not in d.lhs_contracting],
+        [k for k in range(rhs_rank) if k not in d.rhs_batch and k not in d.rhs_contracting],
+    )
 
 
 def reduce_dims(rank: int, dimensions) -> tuple[list[int], list[int]]:

@@ -3,6 +3,7 @@ the text parser: `b = Builder(); x = b.param(0, "f32[8]"); ...; comp = b.build(r
 
 Attributes are given as raw HLO text (`dimensions="{0}"`), exactly as the parser would store them.
 """
+
 from __future__ import annotations
 
 from ..ir.module import Computation, Instruction
@@ -18,8 +19,14 @@ class Builder:
     def _add(self, opcode, shape, operands=(), args="", called=None, **attrs) -> Instruction:
         self._n += 1
         shape = parse_shape(shape) if isinstance(shape, str) else shape
-        inst = Instruction(f"{opcode}.{self._n}", opcode, shape, list(operands),
-                           {k.replace("__", "-"): str(v) for k, v in attrs.items()}, args)
+        inst = Instruction(
+            f"{opcode}.{self._n}",
+            opcode,
+            shape,
+            list(operands),
+            {k.replace("__", "-"): str(v) for k, v in attrs.items()},
+            args,
+        )
         for o in operands:
             o.users.append(inst)
         if called:
@@ -41,8 +48,14 @@ class Builder:
         sub = Builder(f"{reducer}_{et}")
         a, b = sub.param(0, f"{et}[]"), sub.param(1, f"{et}[]")
         comp = sub.build(sub.op(reducer, f"{et}[]", a, b))
-        return self._add("reduce", shape, [operand, init], called={"to_apply": comp},
-                         dimensions="{" + ",".join(map(str, dims)) + "}", to_apply="%" + comp.name)
+        return self._add(
+            "reduce",
+            shape,
+            [operand, init],
+            called={"to_apply": comp},
+            dimensions="{" + ",".join(map(str, dims)) + "}",
+            to_apply="%" + comp.name,
+        )
 
     def build(self, root: Instruction) -> Computation:
         root.is_root = True

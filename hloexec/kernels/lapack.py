@@ -10,6 +10,7 @@ Arguments: a Python int becomes a 32-bit int passed by reference (LP64 LAPACK), 
 char by reference, a numpy array its data pointer (Fortran-ordered data is the caller's business), None a
 null pointer. Calls run with BLAS on one thread (kernels/blas.py): results do not depend on the thread count.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -24,7 +25,8 @@ from . import blas
 @functools.cache
 def _capsules():
     from scipy.linalg import cython_blas, cython_lapack
-    blas.find_new_libraries()      # scipy's OpenBLAS is held at one thread too from now on
+
+    blas.find_new_libraries()  # scipy's OpenBLAS is held at one thread too from now on
     get_name = ctypes.pythonapi.PyCapsule_GetName
     get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -69,6 +71,7 @@ def routine(name: str):
             pointers.append(a.ctypes.data)
         with blas.one_thread():
             fn(*pointers)
+
     return call
 
 

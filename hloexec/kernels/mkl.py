@@ -10,6 +10,7 @@ reproducibility mode AUTO (results independent of the operands' alignment), so a
 every thread and in every run, as blas.py requires. $HLOEXEC_BLAS=openblas keeps numpy's BLAS even where MKL
 is installed; so does a process that loaded MKL before (numpy built with MKL: its matmul is MKL's already).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -18,14 +19,15 @@ import os
 import numpy as np
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-_SEQUENTIAL = 1         # MKL_THREADING_SEQUENTIAL
-_CBWR_AUTO = 2          # MKL_CBWR_AUTO
+_SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
+_CBWR_AUTO = 2  # MKL_CBWR_AUTO
 _F32 = np.dtype(np.float32)
 
 
 def _library_path() -> str | None:
     """libmkl_rt of the installed `mkl` distribution (its wheel puts it in the environment's lib/)."""
     from importlib import metadata
+
     try:
         files = metadata.distribution("mkl").files or ()
     except metadata.PackageNotFoundError:
@@ -34,7 +36,7 @@ def _library_path() -> str | None:
     return str(found[0].locate()) if found else None
 
 
-_rejected: list[int] = []      # parameter numbers MKL rejected
+_rejected: list[int] = []  # parameter numbers MKL rejected
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int)
@@ -64,10 +66,10 @@ def _load():
         lib = ctypes.CDLL(path)
     except OSError:
         return None
-    lib.MKL_Set_Threading_Layer(ctypes.c_int(_SEQUENTIAL))     # before any other call: no OpenMP runtime
-    if lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO)) != 0:       # MKL_CBWR_SUCCESS
+    lib.MKL_Set_Threading_Layer(ctypes.c_int(_SEQUENTIAL))  # before any other call: no OpenMP runtime
+    if lib.MKL_CBWR_Set(ctypes.c_int(_CBWR_AUTO)) != 0:  # MKL_CBWR_SUCCESS
         return None
-    lib.mkl_set_xerbla(_on_bad_parameter)     # instead of printing and computing nothing
+    lib.mkl_set_xerbla(_on_bad_parameter)  # instead of printing and computing nothing
     i, p, f = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
     sgemm, f16 = lib.cblas_sgemm_batch_strided, lib.cblas_gemm_f16f16f32
     sgemm.argtypes = [i, i, i, i, i, i, f, p, i, i, p, i, i, f, p, i, i, i]
@@ -131,27 +133,58 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     transposes = _TRANS if la[0] else _NO_TRANS, _TRANS if lb[0] else _NO_TRANS
     if a.dtype == _F16:
         for i in range(B):
-            _gemm_f16f16f32(_ROW_MAJOR, *transposes, M, N, K, 1.0, a[i].ctypes.data, la[1], b[i].ctypes.data,
-                            lb[1], 0.0, out[i].ctypes.data, lc[1])
+            _gemm_f16f16f32(
+                _ROW_MAJOR,
+                *transposes,
+                M,
+                N,
+                K,
+                1.0,
+                a[i].ctypes.data,
+                la[1],
+                b[i].ctypes.data,
+                lb[1],
+                0.0,
+                out[i].ctypes.data,
+                lc[1],
+            )
         _raise_if_rejected("gemm_f16f16f32", M, N, K, la, lb, lc)
         return
     strides = [_batch_stride(x, layout[2]) for x, layout in ((a, la), (b, lb), (out, lc))]
-    if None in strides:     # one call per matrix, with strides MKL takes: it rejects (prints, computes nothing)
-        calls = [(i, 1) for i in range(B)]      # a stride below ld x the outer count
+    if None in strides:  # one call per matrix, with strides MKL takes: it rejects (prints, computes nothing)
+        calls = [(i, 1) for i in range(B)]  # a stride below ld x the outer count
         sa, sb, sc = la[2], lb[2], lc[2]
     else:
         calls = [(0, B)]
         sa, sb, sc = strides
     for first, count in calls:
-        _sgemm_batch_strided(_ROW_MAJOR, *transposes, M, N, K, 1.0, a[first:].ctypes.data, la[1], sa,
-                             b[first:].ctypes.data, lb[1], sb, 0.0, out[first:].ctypes.data, lc[1], sc, count)
+        _sgemm_batch_strided(
+            _ROW_MAJOR,
+            *transposes,
+            M,
+            N,
+            K,
+            1.0,
+            a[first:].ctypes.data,
+            la[1],
+            sa,
+            b[first:].ctypes.data,
+            lb[1],
+            sb,
+            0.0,
+            out[first:].ctypes.data,
+            lc[1],
+            sc,
+            count,
+        )
     _raise_if_rejected("sgemm_batch_strided", M, N, K, la, lb, lc)
 
 
 def _raise_if_rejected(function: str, M: int, N: int, K: int, *layouts):
     if _rejected:
-        raise RuntimeError(f"MKL rejected parameter {_rejected.pop()} of {function} (M={M} N={N} K={K}, "
-                           f"layouts {layouts})")
+        raise RuntimeError(
+            f"MKL rejected parameter {_rejected.pop()} of {function} (M={M} N={N} K={K}, layouts {layouts})"
+        )
 
 
 def can_write(out: np.ndarray) -> bool:

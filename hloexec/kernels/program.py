@@ -34,6 +34,7 @@ What each element of an instruction is comes from the element layer (kernels/ele
 movement and gather; `_ElementsOf` is this generator's Emitter); what is this generator's own: buffers and
 their ownership, loops, branches, reductions with any reducer, dot, scatter, dynamic-update-slice in place.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,18 @@ from ..ir.fma import contract_fma
 from . import elements
 from . import elementwise as ew
 from .cache import source_key
-from .codegen import (Block, Ix, constant_storage, index_src, innermost, kernel_module, names_in, need,
-                      row_major_strides, scalar_literal)
+from .codegen import (
+    Block,
+    Ix,
+    constant_storage,
+    index_src,
+    innermost,
+    kernel_module,
+    names_in,
+    need,
+    row_major_strides,
+    scalar_literal,
+)
 from .dot_algorithms import plain_dot
 from .index_maps import Scatter, SourceIndex, dilated_element, dot_free_dims, reduce_dims, window_position, window_span
 from .program_kernel import ProgramKernel
@@ -69,16 +80,16 @@ _SIMPLE = re.compile(r"^np\.\w+\(-?[\w.]+\)$")
 
 @dataclass(slots=True)
 class Scalar:
-    expr: str               # a local name or a literal, in the compute type
+    expr: str  # a local name or a literal, in the compute type
     et: str
 
 
 @dataclass(slots=True)
 class Array:
-    name: str               # a flat 1-D array of the storage type
+    name: str  # a flat 1-D array of the storage type
     dims: tuple
     et: str
-    buf: int                # identity of the buffer (shared by reshapes and copies of it)
+    buf: int  # identity of the buffer (shared by reshapes and copies of it)
 
 
 @dataclass(slots=True)
@@ -123,6 +134,7 @@ def _shape_leaves(shape) -> list:
 @dataclass(slots=True)
 class _Alloc:
     """An `np.empty` line: a loop moves it before itself when the buffer does not outlive a step."""
+
     name: str
     size: int
     et: str
@@ -139,19 +151,19 @@ class LoopGenerator:
 
     def __init__(self, options: Options):
         self.options = options
-        self.body = Block()                 # the function body: lines, _Allocs and blocks
-        self.current = self.body            # the block lines go to (at its end)
+        self.body = Block()  # the function body: lines, _Allocs and blocks
+        self.current = self.body  # the block lines go to (at its end)
         self.line_count = 0
         self.n = 0
         self.consts: list[np.ndarray] = []
         self.const_names: dict[int, Array] = {}
-        self.mutable: set[int] = set()      # buffers this code may write in place
-        self.hoisted: dict[int, object] = {}   # instruction id -> value computed before the enclosing loop
+        self.mutable: set[int] = set()  # buffers this code may write in place
+        self.hoisted: dict[int, object] = {}  # instruction id -> value computed before the enclosing loop
         # buffers allocated on every step of the loop they are in (a loop's next state, a branch's result):
         # never moved out of any loop
         self.pinned: set[int] = set()
-        self.aliases: dict[int, frozenset[int]] = {}   # a branch result's buffer -> the buffers it may be
-        self.loop_blocks: dict[str, Block] = {}        # a loop variable -> its loop's block
+        self.aliases: dict[int, frozenset[int]] = {}  # a branch result's buffer -> the buffers it may be
+        self.loop_blocks: dict[str, Block] = {}  # a loop variable -> its loop's block
 
     # -- emitting ---------------------------------------------------------------------------------------
     def fresh(self, prefix="v") -> str:
@@ -271,15 +283,17 @@ class LoopGenerator:
 
             def free_after(buf, k=k) -> bool:
                 """Whether step k may overwrite `buf`: this code owns it and no value holding it is used later."""
-                return buf in self.mutable and all(last_use.get(j, -1) <= k for j, x in vals.items()
-                                                   if buf in self.reach(x))
+                return buf in self.mutable and all(
+                    last_use.get(j, -1) <= k for j, x in vals.items() if buf in self.reach(x)
+                )
 
             def writable(v, operands=operands):
                 """`v` itself if step k may overwrite it (free after it, and no other operand of the step reads
                 it: `scatter(x, i, x)` reads the updates while it writes), else a copy of it."""
                 readers = sum(v.buf in self.reach(leaf) for arg in operands for leaf in _leaves(arg))
                 return v if free_after(v.buf) and readers == 1 else self.copy_of(v)
-            if inst.opcode in ("call", "fusion"):        # the callee may write what the caller is done with
+
+            if inst.opcode in ("call", "fusion"):  # the callee may write what the caller is done with
                 donated = frozenset(b for v in operands for b in _bufs(v) if free_after(b))
                 vals[id(inst)] = self.inline(self.callee(inst), operands, donated)
                 continue
@@ -347,7 +361,7 @@ class LoopGenerator:
             return operands[0].items[inst.attr("index")]
         if op in _IDENTITY_OPS:
             return operands[0]
-        if op in ("call", "fusion"):        # (hoisted: nothing to donate)
+        if op in ("call", "fusion"):  # (hoisted: nothing to donate)
             return self.inline(self.callee(inst), operands)
         if op == "while":
             return self.while_loop(inst, operands[0])
@@ -436,7 +450,7 @@ class LoopGenerator:
     def while_loop(self, inst, init):
         cond, body = inst.called["condition"], inst.called["body"]
         state = []
-        for leaf in _leaves(init):            # the carried state: locals, arrays copied once
+        for leaf in _leaves(init):  # the carried state: locals, arrays copied once
             if isinstance(leaf, Array):
                 state.append(self.copy_of(leaf))
             else:
@@ -444,7 +458,7 @@ class LoopGenerator:
                 self.line(f"{name} = {leaf.expr}")
                 state.append(Scalar(name, leaf.et))
         shape = _rebuild(init, iter(state))
-        outer_hoisted = dict(self.hoisted)      # hoisted values are defined from here on only
+        outer_hoisted = dict(self.hoisted)  # hoisted values are defined from here on only
         self.hoist_invariants(cond)
         self.hoist_invariants(body)
         loop_bufs = {s.buf for s in state if isinstance(s, Array)}
@@ -452,7 +466,7 @@ class LoopGenerator:
             pred = self.scalar_of(self.inline(cond, [shape]))
             with self.block(f"if not {pred.expr}:"):
                 self.line("break")
-            self.mutable |= loop_bufs     # the body owns the carried buffers
+            self.mutable |= loop_bufs  # the body owns the carried buffers
             new = _leaves(self.computation(body, [shape]))
             self.mutable -= loop_bufs
             targets, values, seen = [], [], set()
@@ -489,11 +503,11 @@ class LoopGenerator:
         leaves = _shape_leaves(inst.shape)
         names = [self.fresh("b") for _ in leaves]
         held = None
-        may_be = set().union(*map(self.reach, operands[1:]))    # a branch may return its argument
+        may_be = set().union(*map(self.reach, operands[1:]))  # a branch may return its argument
         for k, comp in enumerate(branches):
-            if k == len(branches) - 1:      # an index out of range selects the last branch
+            if k == len(branches) - 1:  # an index out of range selects the last branch
                 header = "else:" if k else "if True:"
-            elif selector.et == "pred":     # branches are (true, false)
+            elif selector.et == "pred":  # branches are (true, false)
                 header = f"if {selector.expr}:"
             else:
                 header = f"{'if' if k == 0 else 'elif'} {selector.expr} == {k}:"
@@ -511,7 +525,7 @@ class LoopGenerator:
         for name, (dims, et), v in zip(names, leaves, held):
             if isinstance(v, Array):
                 self.n += 1
-                out.append(Array(name, dims, et, self.n))     # not owned: a branch may return an argument
+                out.append(Array(name, dims, et, self.n))  # not owned: a branch may return an argument
                 self.aliases[self.n] = frozenset(may_be)
             else:
                 out.append(Scalar(name, et))
@@ -530,7 +544,7 @@ class LoopGenerator:
         outs = [self.new_array(d, et) for d, et in out_leaves] if out_dims else None
         with self.loops([src_dims[d] for d in kept]) as kidx:
             accs = self.accumulators(inits)
-            with self.loops([src_dims[d] for d in rdims]) as ridx:     # row-major, as ops/reduction.py folds
+            with self.loops([src_dims[d] for d in rdims]) as ridx:  # row-major, as ops/reduction.py folds
                 lin = _linear(src_dims, _placed(len(src_dims), (kept, kidx), (rdims, ridx)))
                 self.fold_step(reducer, simple, accs, out_leaves, [self.local(self.at(s, lin), s.et) for s in srcs])
             self.fold_result(simple, accs, out_leaves, outs, _linear(out_dims, kidx))
@@ -558,8 +572,9 @@ class LoopGenerator:
         """The accumulators' values (f16/bf16 sums accumulated in f32 rounded once, as op by op), stored at `lin`
         of the `outs` (None: rank-0 results stay scalars)."""
         if simple:
-            total = ew.reduction_result_src(self.options.reductions, simple, out_leaves[0][1], accs[0],
-                                            self.options.excess_precision)
+            total = ew.reduction_result_src(
+                self.options.reductions, simple, out_leaves[0][1], accs[0], self.options.excess_precision
+            )
             if total != accs[0]:
                 self.line(f"{accs[0]} = {total}")
         for o, a in zip(outs or (), accs):
@@ -588,11 +603,12 @@ class LoopGenerator:
                 conds, src = [], []
                 literal = [0 if i == "0" else i for i in oidx], [0 if k == "0" else k for k in kidx]  # (to fold)
                 for out, k, size, out_n, w in zip(*literal, src_dims, out_dims, window):
-                    element, holds = dilated_element(ar, size, w.pad_low, w.base_dilation,
-                                                     window_position(ar, w, out, k), window_span(w, out_n))
+                    element, holds = dilated_element(
+                        ar, size, w.pad_low, w.base_dilation, window_position(ar, w, out, k), window_span(w, out_n)
+                    )
                     conds += holds
                     src.append(element)
-                if False not in conds:      # (else every window element along a dim is padding: folds nothing)
+                if False not in conds:  # (else every window element along a dim is padding: folds nothing)
                     guard = self.open(f"if {' and '.join(map(index_src, conds))}:") if conds else None
                     lin = _linear(src_dims, src)
                     self.fold_step(reducer, simple, accs, out_leaves, [self.local(self.at(s, lin), s.et) for s in srcs])
@@ -613,7 +629,7 @@ class LoopGenerator:
         acc_et = ew.dot_accumulator(et)
         T = ew.ctype(acc_et)
         with self.loops([adims[k] for k in lb] + [adims[k] for k in lf] + [bdims[k] for k in rf]) as oidx:
-            bi, fi, gi = oidx[:len(lb)], oidx[len(lb):len(lb) + len(lf)], oidx[len(lb) + len(lf):]
+            bi, fi, gi = oidx[: len(lb)], oidx[len(lb) : len(lb) + len(lf)], oidx[len(lb) + len(lf) :]
             acc = self.fresh("r")
             self.line(f"{acc} = {T}(0)")
             with self.loops([adims[k] for k in lc]) as cidx:
@@ -643,7 +659,7 @@ class LoopGenerator:
         geometry = Scatter.of(inst)
         xdims = geometry.operand_dims
         need(xdims, "rank-0 scatter")
-        indices, updates = operands[n], operands[n + 1:]
+        indices, updates = operands[n], operands[n + 1 :]
         udims = _leaf_type(inst.operands[n + 1].shape)[0]
         need(len(geometry.window_src) == len(geometry.window_dims), "scatter window dims")
         outs = [writable(x) if isinstance(x, Array) else None for x in operands[:n]]
@@ -651,7 +667,7 @@ class LoopGenerator:
         ets = [o.et for o in outs]
         comp = inst.called["to_apply"]
         ar = self.index_arith()
-        with self.loops(udims) as uidx:      # row-major over the updates, as op by op
+        with self.loops(udims) as uidx:  # row-major over the updates, as op by op
             starts = geometry.starts(ar, self.index_loader(indices, geometry.vectors), uidx)
             inside = " and ".join(map(str, geometry.window_fits(ar, starts)))
             with self.block(f"if {inside or 'True'}:"):
@@ -673,12 +689,12 @@ class _ElementsOf:
     def __init__(self, g: LoopGenerator, operands: list, stored: bool, flat: bool = False):
         self.g, self.options, self.operands, self.stored, self.flat = g, g.options, operands, stored, flat
         self.ar = SourceIndex(lambda e: self.named(index_src(e) if isinstance(e, Ix) else str(e), names_in(e)))
-        self.before = g.current             # the block around the nest: its lines go before the nest
-        self.defined: dict[str, Block] = {}     # names of the nest (loop variables, values) -> their block
+        self.before = g.current  # the block around the nest: its lines go before the nest
+        self.defined: dict[str, Block] = {}  # names of the nest (loop variables, values) -> their block
 
     def operand(self, inst, k, index) -> str:
         v = self.operands[k]
-        if isinstance(v, Scalar):       # (broadcast: named before the nest)
+        if isinstance(v, Scalar):  # (broadcast: named before the nest)
             return self.named(ew.store_src(v.et, v.expr), names_in(v.expr)) if self.stored else v.expr
         lin = index[0] if self.flat else _linear(v.dims, index)
         if self.stored:
@@ -707,7 +723,9 @@ class _ElementsOf:
     def guarded(self, inst, index, cases, default) -> str:
         """res = default; if <conds of a case>: res = <its value>."""
         res = self.g.fresh()
-        self.g.line(f"{res} = {default() if default is not None else _storage_src(inst.shape.element_type.name) + '(0)'}")
+        self.g.line(
+            f"{res} = {default() if default is not None else _storage_src(inst.shape.element_type.name) + '(0)'}"
+        )
         for conds, case in cases:
             with self.g.block(f"if {' and '.join(map(index_src, conds))}:"):
                 self.g.line(f"{res} = {case()}")
@@ -737,7 +755,7 @@ def _generate(inst, options: Options):
     args = []
     for k, (dims, et) in enumerate(leaf for o in inst.operands for leaf in _shape_leaves(o.shape)):
         gen.n += 1
-        arr = Array(f"t{k}", dims, et, gen.n)     # the caller's: never written
+        arr = Array(f"t{k}", dims, et, gen.n)  # the caller's: never written
         args.append(gen.scalar_of(arr) if not dims else arr)
     leaves = iter(args)
     operands = [_rebuild_shape(o.shape, leaves) for o in inst.operands]
@@ -763,7 +781,7 @@ def compile_program(inst, options: Options = Options()):
     TierUnsupported(reason) where this generator declines anything in it. Compiles on `.compile()`."""
     try:
         source, gen = _generate(inst, options)
-    except RecursionError:      # computations nested deeper than Python's recursion limit
+    except RecursionError:  # computations nested deeper than Python's recursion limit
         raise TierUnsupported("computations nested deeper than Python's recursion limit") from None
     key = source_key(source, "p")
     params = [leaf for o in inst.operands for leaf in _shape_leaves(o.shape)]

@@ -1,5 +1,6 @@
 """The compiled function of a control-flow region (kernels/program.py generates it): its calling convention --
 operands' leaves in as flat read-only arrays, the result's leaves out, rebuilt into the result's tuples."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,22 +15,24 @@ class ProgramKernel(GeneratedKernel):
     def __init__(self, source: str, key: str, operand_shapes, params: list, result_shape, consts):
         super().__init__(source, key)
         self._operands = operand_shapes
-        self._params = params          # (dims, element type) of each operand's leaves, flattened
+        self._params = params  # (dims, element type) of each operand's leaves, flattened
         self._result = result_shape
         self._consts = consts
 
     @property
     def signature(self) -> tuple:
         """Operands and constants are never written: read-only, one specialisation (cache.compile_signature)."""
-        return tuple([array_arg(ew.STORAGE[et], 1, True) for _, et in self._params]
-                     + [array_arg(c.dtype, 1, True) for c in self._consts])
+        return tuple(
+            [array_arg(ew.STORAGE[et], 1, True) for _, et in self._params]
+            + [array_arg(c.dtype, 1, True) for c in self._consts]
+        )
 
     def __call__(self, *operands):
         flat = [x for v, s in zip(operands, self._operands) for x in _flatten(v, s)]
         args = []
         for a, (dims, et) in zip(flat, self._params):
             a = np.asarray(a)
-            a = a if a.flags.c_contiguous else a.copy()     # (np.ascontiguousarray makes 0-d arrays 1-d)
+            a = a if a.flags.c_contiguous else a.copy()  # (np.ascontiguousarray makes 0-d arrays 1-d)
             if et in ("f16", "bf16"):
                 a = a.view(np.uint16)
             if a.dtype != ew.STORAGE[et] or a.shape != dims:

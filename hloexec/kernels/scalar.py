@@ -3,9 +3,10 @@
 Kept apart from the scalar-semantics table (`semantics.py`) and the snippets (`elementwise.py`), which are plain
 Python: deciding what to fuse and generating a kernel's source must not import Numba; only compiling one does.
 """
+
 from __future__ import annotations
 
-import math  # noqa: F401  (used by generated code through HELPERS)
+import math  # used by generated code through HELPERS
 
 import functools
 
@@ -14,12 +15,28 @@ from llvmlite import ir
 from numba import njit, types, vectorize
 from numba.extending import intrinsic
 
-from . import approximations, semantics
+from . import approximations, numpy_form, semantics
 
-from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32_to_u32,  # noqa: F401
-                   bitcast_f64_to_i64, bitcast_f64_to_u64, bitcast_i32_to_f32, bitcast_i64_to_f64,
-                   bitcast_u32_to_f32, bitcast_u64_to_f64, f16_to_f32, f16_to_f32_simd, f32_to_bf16, f32_to_f16,
-                   f64_to_f16, round_bf16, round_f16)
+from .half import (
+    _f64_to_f32_odd,
+    bf16_to_f32,
+    bitcast_f32_to_i32,
+    bitcast_f32_to_u32,
+    bitcast_f64_to_i64,
+    bitcast_f64_to_u64,
+    bitcast_i32_to_f32,
+    bitcast_i64_to_f64,
+    bitcast_u32_to_f32,
+    bitcast_u64_to_f64,
+    f16_to_f32,
+    f16_to_f32_simd,
+    f32_to_bf16,
+    f32_to_f16,
+    f64_to_f16,
+    round_bf16,
+    round_f16,
+)
+
 
 # The machine of the scalar-semantics table (kernels/semantics.py) for its primitives that are not one Numba
 # expression: the table's definitions call them only where their preconditions hold.
@@ -28,7 +45,7 @@ from .half import (_f64_to_f32_odd, bf16_to_f32, bitcast_f32_to_i32, bitcast_f32
 def fmax_nan(a, b):
     """IEEE 754-2019 maximum: a NaN operand (the first) if either is one, and +0 > -0."""
     r = a if a > b else b
-    r = a + b if (a == 0) & (b == 0) else r        # +0 + -0 = +0
+    r = a + b if (a == 0) & (b == 0) else r  # +0 + -0 = +0
     r = b if b != b else r
     return a if a != a else r
 
@@ -37,7 +54,7 @@ def fmax_nan(a, b):
 def fmin_nan(a, b):
     """IEEE 754-2019 minimum: a NaN operand (the first) if either is one, and -0 < +0."""
     r = a if a < b else b
-    r = -((-a) + (-b)) if (a == 0) & (b == 0) else r        # -(-0 + -(+0)) = -0
+    r = -((-a) + (-b)) if (a == 0) & (b == 0) else r  # -(-0 + -(+0)) = -0
     r = b if b != b else r
     return a if a != a else r
 
@@ -47,7 +64,7 @@ def trunc_div(a, b):
     """Integer a / b rounded toward zero (b != 0, not INT_MIN / -1)."""
     q = a // b
     if q < 0 and q * b != a:
-        q += 1                     # floor -> trunc
+        q += 1  # floor -> trunc
     return q
 
 
@@ -56,7 +73,7 @@ def trunc_rem(a, b):
     """a - b * trunc_div(a, b): the sign of the dividend, as C's % (b != 0, not INT_MIN % -1)."""
     r = a % b
     if r != 0 and (r < 0) != (a < 0):
-        r -= b                     # Python's % takes the sign of the divisor
+        r -= b  # Python's % takes the sign of the divisor
     return r
 
 
@@ -65,7 +82,7 @@ def int_pow(a, e, one):
     """a ** e (e >= 0) by squaring, wrapping in a's type (`one`: 1 of that type)."""
     acc = one
     base = a
-    zero = one - one            # literals of the type: an int64 literal would turn uint64 values into float64
+    zero = one - one  # literals of the type: an int64 literal would turn uint64 values into float64
     while e > zero:
         if e & one:
             acc = acc * base
@@ -83,6 +100,7 @@ def _total_order_key(bitcast, signed):
     def key(x):
         i = bitcast(x)
         return signed(i ^ magnitude) if i < 0 else i
+
     return key
 
 
@@ -100,7 +118,9 @@ def _int_intrinsic(name):
             if name == "ctpop":
                 return builder.ctpop(args[0])
             return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+
         return x(x), codegen
+
     return _op
 
 
@@ -124,12 +144,20 @@ def stack_array(typingctx, count, dtype):
     def codegen(context, builder, sig, args):
         from numba.core import cgutils
         from numba.np.arrayobj import make_array, populate_array
+
         data = cgutils.alloca_once(builder, context.get_data_type(element), size=n)
         itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(element)))
         array = make_array(array_type)(context, builder)
-        populate_array(array, data=data, shape=[context.get_constant(types.intp, n)], strides=[itemsize],
-                       itemsize=itemsize, meminfo=None)
+        populate_array(
+            array,
+            data=data,
+            shape=[context.get_constant(types.intp, n)],
+            strides=[itemsize],
+            itemsize=itemsize,
+            meminfo=None,
+        )
         return array._getvalue()
+
     return array_type(count, dtype), codegen
 
 
@@ -139,14 +167,20 @@ def add_lanes(typingctx, lanes, values, start, count):
     vector add per 32 bytes, each lane's own add, so the same bits as the scalar loop. A row sum's lanes
     (stack_array) then stay vector registers whatever LLVM makes of the loop computing `values`: a loop over
     16 lanes it unrolls is left to the SLP vectorizer, which often keeps it scalar (bf16, f32 row sums)."""
-    if not (isinstance(count, types.IntegerLiteral) and isinstance(lanes, types.Array)
-            and isinstance(lanes.dtype, types.Float) and values == lanes and isinstance(start, types.Integer)
-            and count.literal_value * lanes.dtype.bitwidth % 256 == 0):
+    if not (
+        isinstance(count, types.IntegerLiteral)
+        and isinstance(lanes, types.Array)
+        and isinstance(lanes.dtype, types.Float)
+        and values == lanes
+        and isinstance(start, types.Integer)
+        and count.literal_value * lanes.dtype.bitwidth % 256 == 0
+    ):
         return None
     n = count.literal_value
 
     def codegen(context, builder, sig, args):
         from numba.np.arrayobj import make_array
+
         element = context.get_data_type(lanes.dtype)
         width = 32 // context.get_abi_sizeof(element)
         vector = ir.VectorType(element, width).as_pointer()
@@ -159,6 +193,7 @@ def add_lanes(typingctx, lanes, values, start, count):
             b = builder.bitcast(builder.gep(src, [builder.add(first, at)]), vector)
             builder.store(builder.fadd(builder.load(a, align=1), builder.load(b, align=1)), a, align=1)
         return context.get_dummy_value()
+
     return types.none(lanes, values, start, count), codegen
 
 
@@ -172,6 +207,7 @@ def add_lanes(typingctx, lanes, values, start, count):
 # every intermediate a normal float64; NaN passes the clamps and comes out as a quiet NaN.
 def _ternary_intrinsic(name: str, numba_type, llvm_type):
     """A Numba function calling LLVM intrinsic `name` on three values of one float type."""
+
     @intrinsic
     def call(typingctx, a, b, c):
         if not (a == b == c == numba_type):
@@ -180,7 +216,9 @@ def _ternary_intrinsic(name: str, numba_type, llvm_type):
         def codegen(context, builder, sig, args):
             fn = builder.module.declare_intrinsic(name, [llvm_type], ir.FunctionType(llvm_type, [llvm_type] * 3))
             return builder.call(fn, args)
+
         return numba_type(a, b, c), codegen
+
     return call
 
 
@@ -200,14 +238,20 @@ def rsqrt_estimate(typingctx, x):
         v4 = ir.VectorType(ir.FloatType(), 4)
         fn = builder.module.declare_intrinsic("llvm.x86.sse.rsqrt.ss", fnty=ir.FunctionType(v4, [v4]))
         first = ir.Constant(ir.IntType(32), 0)
-        return builder.extract_element(builder.call(fn, [builder.insert_element(ir.Constant(v4, None), args[0],
-                                                                                first)]), first)
+        return builder.extract_element(
+            builder.call(fn, [builder.insert_element(ir.Constant(v4, None), args[0], first)]), first
+        )
+
     return types.float32(x), codegen
 
 
 # The C library's f32 functions XLA:CPU calls (semantics.LIBM_F32): sinf, cosf, tanf, cbrtf, atan2f, powf
-globals().update({name: types.ExternalFunction(name, types.float32(*[types.float32] * semantics.arity(op)))
-                  for op, name in semantics.LIBM_F32.items()})
+globals().update(
+    {
+        name: types.ExternalFunction(name, types.float32(*[types.float32] * semantics.arity(op)))
+        for op, name in semantics.LIBM_F32.items()
+    }
+)
 
 
 @functools.cache
@@ -223,8 +267,18 @@ def numpy_ufunc(name: str, arity: int = 1):
 def _xla_cpu_approximation(opcode: str):
     """The Numba function of XLA:CPU's f32 approximation of `opcode` (approximations.XLA_CPU_APPROXIMATIONS)."""
     from .elementwise import COMPUTE, literal_src
-    namespace = {name: globals()[name] for name in ("np", "fma_f32", "bitcast_f32_to_i32", "bitcast_i32_to_f32",
-                                                    "rsqrt_estimate", *semantics.LIBM_F32.values())}
+
+    namespace = {
+        name: globals()[name]
+        for name in (
+            "np",
+            "fma_f32",
+            "bitcast_f32_to_i32",
+            "bitcast_i32_to_f32",
+            "rsqrt_estimate",
+            *semantics.LIBM_F32.values(),
+        )
+    }
     exec(approximations.approximation_src(opcode, "approximation", compute=COMPUTE, literal=literal_src), namespace)
     return njit(inline="always")(namespace["approximation"])
 
@@ -233,6 +287,7 @@ def __getattr__(name: str):
     """xla_cpu_exponential, xla_cpu_log, ... (elementwise.XLA_CPU_HELPERS), made at their first import: only the
     xla-cpu profile's kernels call them."""
     from .elementwise import XLA_CPU_HELPERS
+
     opcode = next((op for op, helper in XLA_CPU_HELPERS.items() if helper == name), None)
     if opcode is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -241,11 +296,11 @@ def __getattr__(name: str):
 
 
 _LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01         # ln 2 rounded to 32 bits: k * _LN2_HI is exact for |k| < 2**20
-_LN2_LO = 1.90821492927058770002e-10         # ln 2 - _LN2_HI
-_ROUNDER = 6755399441055744.0                # 1.5 * 2**52: t + _ROUNDER rounds t (|t| < 2**51) to an integer
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 rounded to 32 bits: k * _LN2_HI is exact for |k| < 2**20
+_LN2_LO = 1.90821492927058770002e-10  # ln 2 - _LN2_HI
+_ROUNDER = 6755399441055744.0  # 1.5 * 2**52: t + _ROUNDER rounds t (|t| < 2**51) to an integer
 _SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
-_LOG1P_TINY = 2.0 ** -29
+_LOG1P_TINY = 2.0**-29
 # expm1(r) = r + r**2 / 2 + r**3 * q(r) on |r| <= ln(2) / 2 (relative error 3e-17): q's coefficients,
 # least squares on Chebyshev nodes.
 _Q0, _Q1, _Q2 = 0.16666666666666544, 0.04166666666661841, 0.008333333333427463
@@ -272,8 +327,15 @@ def _exp_parts(y):
     r = _muladd(-k, _LN2_LO, _muladd(-k, _LN2_HI, y))
     # t's low bits hold k: the exponent field of 2**k is k + 1023
     scale = bitcast_i64_to_f64((bitcast_f64_to_i64(t) + np.int64(1023)) << np.int64(52))
-    q = _muladd(_muladd(_muladd(_muladd(_muladd(_muladd(_muladd(_muladd(
-        _Q8, r, _Q7), r, _Q6), r, _Q5), r, _Q4), r, _Q3), r, _Q2), r, _Q1), r, _Q0)
+    q = _muladd(
+        _muladd(
+            _muladd(_muladd(_muladd(_muladd(_muladd(_muladd(_Q8, r, _Q7), r, _Q6), r, _Q5), r, _Q4), r, _Q3), r, _Q2),
+            r,
+            _Q1,
+        ),
+        r,
+        _Q0,
+    )
     return scale, _muladd(r * r, _muladd(r, q, 0.5), r)
 
 
@@ -295,7 +357,7 @@ def exp_wide(x):
 def expm1_wide(x):
     xd = np.float64(x)
     r = _expm1_f64(_clamp(xd, -110.0, 110.0))
-    return xd if xd == 0.0 else r             # keeps -0
+    return xd if xd == 0.0 else r  # keeps -0
 
 
 @njit(inline="always")
@@ -304,7 +366,7 @@ def tanh_wide(x):
     xd = np.float64(x)
     e = _expm1_f64(_clamp(xd + xd, -40.0, 40.0))
     r = e / (e + 2.0)
-    return xd if xd == 0.0 else r             # keeps -0
+    return xd if xd == 0.0 else r  # keeps -0
 
 
 @njit(inline="always")
@@ -319,7 +381,7 @@ def _log_f64(u):
     """log(u) for a float64 u > 0 (normal), as e ln2 + log(m), u = 2**e m, m in [sqrt(1/2), sqrt(2))."""
     bits = bitcast_f64_to_i64(u)
     e = (bits - np.int64(_SQRT_HALF_BITS)) >> np.int64(52)
-    f = bitcast_i64_to_f64(bits - (e << np.int64(52))) - 1.0      # exact
+    f = bitcast_i64_to_f64(bits - (e << np.int64(52))) - 1.0  # exact
     s = f / (f + 2.0)
     z = s * s
     p = _muladd(_muladd(_muladd(_muladd(_muladd(_P5, z, _P4), z, _P3), z, _P2), z, _P1), z, _P0)
@@ -363,11 +425,11 @@ def narrow_to_bf16(x):
 
 
 def _register_machine_ufuncs() -> None:
-    """The numpy forms of the machine's primitives for the semantics table (semantics.MACHINE_UFUNCS), each made
+    """The numpy forms of the machine's primitives for the semantics table (numpy_form.MACHINE_UFUNCS), each made
     at its first call."""
     arities = {"rsqrt_estimate": 1, **{name: semantics.arity(op) for op, name in semantics.LIBM_F32.items()}}
     for name, n in arities.items():
-        semantics.MACHINE_UFUNCS[name] = lambda *xs, name=name, n=n: numpy_ufunc(name, n)(*xs)
+        numpy_form.MACHINE_UFUNCS[name] = lambda *xs, name=name, n=n: numpy_ufunc(name, n)(*xs)
 
 
 _register_machine_ufuncs()

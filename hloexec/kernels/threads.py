@@ -15,6 +15,7 @@ takes 50-100 us to run again once woken on this VM, and the GPT d256 step makes 
 of one core's waiting per step, 5-13% of the step's time won back by spinning (bench/README.md, "Waking the
 pool").
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -23,11 +24,11 @@ import os
 import threading
 
 from ..parser.clib import open_library
-from ._spin_ffi import ffi     # csrc/spin_wait.h's declarations, pre-parsed (parser/scan_cdef.py)
+from ._spin_ffi import ffi  # csrc/spin_wait.h's declarations, pre-parsed (parser/scan_cdef.py)
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-SPIN_SECONDS = float(os.environ.get("HLOEXEC_SPIN_US", 300)) * 1e-6    # 0: sleep at once
-GRACE_SECONDS = 10e-6     # spun on after the word changed: see csrc/spin_wait.c (5-20 us measured best)
+SPIN_SECONDS = float(os.environ.get("HLOEXEC_SPIN_US", 300)) * 1e-6  # 0: sleep at once
+GRACE_SECONDS = 10e-6  # spun on after the word changed: see csrc/spin_wait.c (5-20 us measured best)
 
 
 def default_threads() -> int:
@@ -66,7 +67,7 @@ class _Pool:
 
     def __init__(self, workers: int):
         self.workers = workers
-        self.generation = _word()    # bumped by each post: what spinning helpers watch
+        self.generation = _word()  # bumped by each post: what spinning helpers watch
         self.queue: _BlockQueue | None = None
         self.wake = threading.Condition()
         self.sleeping = 0
@@ -105,7 +106,7 @@ class _Pool:
         referenced while this thread waits)."""
         queue = self.queue
         if queue is not None and queue.seat() < queue.helpers:
-            queue.context.copy().run(queue.work)    # the caller's np.errstate
+            queue.context.copy().run(queue.work)  # the caller's np.errstate
 
 
 _pool: _Pool | None = None
@@ -124,7 +125,7 @@ os.register_at_fork(after_in_child=_forget_threads)
 def _helper_pool(workers: int) -> _Pool:
     global _pool
     with _pool_lock:
-        if _pool is None or _pool.workers < workers:    # a smaller old pool's threads keep serving: harmless
+        if _pool is None or _pool.workers < workers:  # a smaller old pool's threads keep serving: harmless
             _pool = _Pool(workers)
         return _pool
 
@@ -136,12 +137,12 @@ class _BlockQueue:
         self.count = count
         self.run = run
         self.helpers = helpers
-        self.seat = itertools.count().__next__      # a helper joins with a seat below `helpers`
-        self.take = itertools.count().__next__      # atomic under the GIL
+        self.seat = itertools.count().__next__  # a helper joins with a seat below `helpers`
+        self.take = itertools.count().__next__  # atomic under the GIL
         self.left = count
         self.lock = threading.Lock()
         self.finished = threading.Event()
-        self.done = _word()                         # 1 after the last block: what the spinning caller watches
+        self.done = _word()  # 1 after the last block: what the spinning caller watches
         self.context = contextvars.copy_context()
         self.error: BaseException | None = None
 
@@ -171,7 +172,7 @@ def run_blocks(count: int, run, threads: int | None = None) -> None:
     pool = _helper_pool(helpers)
     pool.post(queue)
     queue.work()
-    if not queue.finished.is_set():     # blocks still running on helpers
+    if not queue.finished.is_set():  # blocks still running on helpers
         _spin(queue.done, 0)
         queue.finished.wait()
     pool.retire(queue)

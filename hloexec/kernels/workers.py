@@ -26,6 +26,7 @@ process does: killed at its exit, or, if it was killed, within WATCH_PARENT_SECO
 temporary files renamed into place, Numba's cache files as the sources, so a killed worker leaves no
 half-written cache entry).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -41,9 +42,9 @@ from ..errors import ExecutionError
 
 MAX_WORKERS = 4
 WORKER_NICENESS = 5
-MAX_STARTS = 4 * MAX_WORKERS    # workers that died are replaced, up to this many started in all
+MAX_STARTS = 4 * MAX_WORKERS  # workers that died are replaced, up to this many started in all
 WATCH_PARENT_SECONDS = 0.2
-WORKER_MAIN = "from hloexec.kernels.compile_worker import serve; serve()"     # a worker process's program
+WORKER_MAIN = "from hloexec.kernels.compile_worker import serve; serve()"  # a worker process's program
 
 
 def worker_count(at_least: int = 0) -> int:
@@ -63,13 +64,13 @@ class _Pool:
     """The queue of submitted kernels and the worker processes draining it, one feeding thread each."""
 
     def __init__(self):
-        self.pid = os.getpid()          # a forked child starts its own pool: it has none of these threads
+        self.pid = os.getpid()  # a forked child starts its own pool: it has none of these threads
         self.cond = threading.Condition()
-        self.queue: deque = deque()     # keys no worker has started, in submission order
-        self.tasks: dict[str, tuple] = {}   # key -> (source, signature, cache dir), queued or compiling
+        self.queue: deque = deque()  # keys no worker has started, in submission order
+        self.tasks: dict[str, tuple] = {}  # key -> (source, signature, cache dir), queued or compiling
         self.compiling: set[str] = set()
-        self.workers: list[subprocess.Popen | None] = []     # None: one that did not start
-        self.alive = 0                  # workers started and not dead
+        self.workers: list[subprocess.Popen | None] = []  # None: one that did not start
+        self.alive = 0  # workers started and not dead
 
     def submit(self, tasks, cache, background: bool) -> None:
         with self.cond:
@@ -78,9 +79,9 @@ class _Pool:
                     self.tasks[key] = (source, signature, str(cache))
                     self.queue.append(key)
             self.cond.notify_all()
-            if background:      # nobody else compiles them: at least one worker, one per kernel at most
+            if background:  # nobody else compiles them: at least one worker, one per kernel at most
                 wanted = min(worker_count(at_least=1), len(self.queue) + len(self.compiling))
-            else:               # a lone kernel would only be raced for: the process compiles it at once
+            else:  # a lone kernel would only be raced for: the process compiles it at once
                 wanted = min(worker_count(), len(self.queue) - 1)
         while self.alive < wanted and len(self.workers) < MAX_STARTS and self.start_worker():
             pass
@@ -92,10 +93,11 @@ class _Pool:
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
         try:
-            proc = subprocess.Popen([sys.executable, "-P", "-c", WORKER_MAIN], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, "-P", "-c", WORKER_MAIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            )
         except OSError:
-            self.workers.append(None)   # counted: not tried again
+            self.workers.append(None)  # counted: not tried again
             return False
         self.workers.append(proc)
         with self.cond:
@@ -118,9 +120,9 @@ class _Pool:
                 pickle.dump((key, source, signature, cache), proc.stdin)
                 proc.stdin.flush()
                 alive = pickle.load(proc.stdout) == key
-            except (OSError, EOFError, pickle.PickleError):     # the worker died
+            except (OSError, EOFError, pickle.PickleError):  # the worker died
                 pass
-            finally:        # whatever happened, nobody waits for this kernel any more
+            finally:  # whatever happened, nobody waits for this kernel any more
                 with self.cond:
                     self.compiling.discard(key)
                     del self.tasks[key]
@@ -145,10 +147,10 @@ class _Pool:
         with self.cond:
             while key in self.tasks and self.alive > 0:
                 self.cond.wait()
-        self.claim(key)     # no worker left: it compiles in the process
+        self.claim(key)  # no worker left: it compiles in the process
 
     def stop(self) -> None:
-        if os.getpid() != self.pid:     # a forked child's exit: the workers are its parent's
+        if os.getpid() != self.pid:  # a forked child's exit: the workers are its parent's
             return
         for proc in self.workers:
             if proc is not None:
@@ -168,7 +170,7 @@ def submit(tasks, cache: Path, background: bool = False) -> None:
     tasks = list(tasks)
     if not tasks or worker_count(at_least=int(background)) == 0 or not background and len(tasks) < 2:
         return
-    with _POOL_LOCK:        # (one thread at a time starts workers)
+    with _POOL_LOCK:  # (one thread at a time starts workers)
         if _POOL is None or _POOL.pid != os.getpid():
             _POOL = _Pool()
             atexit.register(_POOL.stop)

@@ -17,6 +17,7 @@ at most 16 columns; from 64 rows on, `tile_k = 4` for 48, 80, 112 columns (16 mo
 k mod 2, lane 0 + lane 1, an odd last product added after) for 32, 96, 160 (32 mod 64); else `tile_k = 1`. Other
 column counts and the K blocking of the tile_k = 2 kernels beyond 512 were not probed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,9 +25,9 @@ from numba import njit, prange
 
 from .scalar import fma_f32
 
-BLOCK_K = 512      # contracting elements per block of the tile_k = 1 kernels
-NARROW_N = 16       # outputs this narrow take the tile_k = 4 kernels
-WIDE_M = 64         # from this many rows on, outputs of n = 16 mod 32 take them too, n = 32 mod 64 tile_k = 2
+BLOCK_K = 512  # contracting elements per block of the tile_k = 1 kernels
+NARROW_N = 16  # outputs this narrow take the tile_k = 4 kernels
+WIDE_M = 64  # from this many rows on, outputs of n = 16 mod 32 take them too, n = 32 mod 64 tile_k = 2
 
 
 @njit(inline="always")
@@ -62,7 +63,7 @@ def _block(a, b, i, start, stop, tile_k, out):
         if left == 0:
             out[j] = total
             continue
-        if left >= 2:                   # two lanes of one product each, then one more by FMA from zero
+        if left >= 2:  # two lanes of one product each, then one more by FMA from zero
             r = np.float32(np.float32(a[i, main] * b[main, j]) + np.float32(a[i, main + 1] * b[main + 1, j]))
             if left == 3:
                 r = np.float32(r + np.float32(a[i, stop - 1] * b[stop - 1, j]))
@@ -95,8 +96,13 @@ def ynn_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty((B, M, N), np.float32)
     for batch in range(B):
         tile_k = kernel_tile_k(M, N)
-        _matmul(np.ascontiguousarray(a[batch]), np.ascontiguousarray(b[batch]), out[batch], tile_k,
-                BLOCK_K if tile_k == 1 else max(K, 1))
+        _matmul(
+            np.ascontiguousarray(a[batch]),
+            np.ascontiguousarray(b[batch]),
+            out[batch],
+            tile_k,
+            BLOCK_K if tile_k == 1 else max(K, 1),
+        )
     return out
 
 

@@ -2,6 +2,19 @@
 
 One module per family; each opcode's prepare function, shape rule and notes sit in one place.
 """
-from . import (collectives, contraction, control, custom_call, elementwise, indexing,  # noqa: F401
-               manual, misc, movement, normalization, reduction, rng)      # manual: after custom_call
-from .registry import OPS, OpDef, lookup, op  # noqa: F401
+
+from . import (
+    collectives,
+    contraction,
+    control,
+    custom_call,
+    elementwise,
+    indexing,
+    manual,
+    misc,
+    movement,
+    normalization,
+    reduction,
+    rng,
+)  # manual: after custom_call
+from .registry import OPS, OpDef, lookup, op

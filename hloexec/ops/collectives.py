@@ -13,6 +13,7 @@ Async forms: all-reduce-start has all-reduce's shape; all-gather-start and colle
 return (operands, results[, u32 contexts]) and their -done takes element 1. Participants and group
 positions are read from ctx.device at run time (SPMD participants share one prepared plan).
 """
+
 from __future__ import annotations
 
 import weakref
@@ -27,15 +28,20 @@ from .registry import op
 
 
 # Collectives without a use_global_device_ids field: with a channel_id they are cross-partition.
-_CHANNEL_MEANS_PARTITIONS = ("all-to-all", "ragged-all-to-all", "collective-permute", "collective-broadcast",
-                             "send", "recv")
+_CHANNEL_MEANS_PARTITIONS = (
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "send",
+    "recv",
+)
 
 
 def group_mode(inst) -> str:
     if "channel_id" not in inst.attrs:
         if inst.attr("use_global_device_ids", False):
-            raise UnsupportedError("use_global_device_ids=true needs a channel_id (XLA rejects the combination)",
-                                   inst)
+            raise UnsupportedError("use_global_device_ids=true needs a channel_id (XLA rejects the combination)", inst)
         return "cross_replica"
     if inst.opcode.startswith(_CHANNEL_MEANS_PARTITIONS):
         return "cross_partition"
@@ -57,14 +63,16 @@ def participants(inst, device) -> list[int]:
     replicas = _find(inst, groups or [list(range(R))], me_r)
     if mode == "cross_replica":
         return [r * P + me_p for r in replicas]
-    return [r * P + p for r in replicas for p in range(P)]        # cross-replica-and-partition
+    return [r * P + p for r in replicas for p in range(P)]  # cross-replica-and-partition
 
 
 def _find(inst, groups, member) -> list[int]:
     found = [g for g in groups if member in g]
     if len(found) != 1:
-        raise ExecutionError(f"id {member} appears in {len(found)} replica groups of %{inst.name} "
-                             f"({inst.attrs.get('replica_groups')}); XLA needs exactly one")
+        raise ExecutionError(
+            f"id {member} appears in {len(found)} replica groups of %{inst.name} "
+            f"({inst.attrs.get('replica_groups')}); XLA needs exactly one"
+        )
     return found[0]
 
 
@@ -74,12 +82,14 @@ def elementwise_fold(inst, ctx):
     comp = inst.called["to_apply"]
     kind = binary_kind(comp)
     if kind not in (None, "replace"):
+
         def fold(values):
             uf = ufunc_for(kind, values[0].dtype)
-            acc = np.array(values[0], order="C")        # a copy: payloads are other participants' buffers
+            acc = np.array(values[0], order="C")  # a copy: payloads are other participants' buffers
             for v in values[1:]:
                 uf(acc, v, out=acc)
             return acc
+
         return fold
     scalar_reducer = ctx.computation(comp)
 
@@ -88,9 +98,10 @@ def elementwise_fold(inst, ctx):
         for i in np.ndindex(out.shape):
             acc = scalar(values[0][i])
             for v in values[1:]:
-                acc = as_tuple(scalar_reducer(acc, scalar(v[i])))[0]      # a reducer may return a 1-tuple
+                acc = as_tuple(scalar_reducer(acc, scalar(v[i])))[0]  # a reducer may return a 1-tuple
             out[i] = acc
         return out
+
     return per_element
 
 
@@ -98,9 +109,16 @@ def _start_form(inst, xs, outs):
     """A collective's value: its results, or for a -start with a tuple (operands, results, contexts...)."""
     shape = inst.shape
     operands = inst.operands[0].shape if len(xs) == 1 else None
-    is_start_tuple = (inst.opcode.endswith("-start") and shape.is_tuple and len(shape.tuple_shapes) >= 2
-                      and (shape.tuple_shapes[0].same_dims_and_type(operands) if operands is not None
-                           else shape.tuple_shapes[0].is_tuple))
+    is_start_tuple = (
+        inst.opcode.endswith("-start")
+        and shape.is_tuple
+        and len(shape.tuple_shapes) >= 2
+        and (
+            shape.tuple_shapes[0].same_dims_and_type(operands)
+            if operands is not None
+            else shape.tuple_shapes[0].is_tuple
+        )
+    )
     if not is_start_tuple:
         return outs if shape.is_tuple else outs[0]
     pack = (lambda vs: vs[0]) if len(xs) == 1 else tuple
@@ -126,10 +144,11 @@ def all_reduce(inst, ctx):
         pieces = []
         for i, x in enumerate(xs):
             bounds = np.linspace(0, x.size, n + 1).astype(np.int64)
-            pieces.append(fold([g[i].reshape(-1)[bounds[rank]:bounds[rank + 1]] for g in got]))
+            pieces.append(fold([g[i].reshape(-1)[bounds[rank] : bounds[rank + 1]] for g in got]))
         folded = communicator.exchange(inst, {d: tuple(pieces) for d in group}, group)
         outs = tuple(np.concatenate([f[i] for f in folded]).reshape(x.shape) for i, x in enumerate(xs))
         return _start_form(inst, xs, outs)
+
     return run
 
 
@@ -137,14 +156,21 @@ def _dimension(inst) -> int:
     """The one dimension of `dimensions={d}` (all-gather, reduce-scatter), which XLA's parser requires."""
     dims = inst.attr("dimensions")
     if not dims or len(dims) != 1 or dims[0] < 0:
-        raise inst.parse_error(f"{inst.opcode} needs dimensions={{d}} (one non-negative dimension), has "
-                               f"{inst.attrs.get('dimensions', 'none')}")
+        raise inst.parse_error(
+            f"{inst.opcode} needs dimensions={{d}} (one non-negative dimension), has "
+            f"{inst.attrs.get('dimensions', 'none')}"
+        )
     return dims[0]
 
 
-@op("all-gather", "all-gather-start", kernel="python", notes="operands concatenated along `dimensions` in "
+@op(
+    "all-gather",
+    "all-gather-start",
+    kernel="python",
+    notes="operands concatenated along `dimensions` in "
     "group order; an operand with no such dimension (pytorch/xla's scalar ordering token, which XLA's verifier "
-    "rejects) passes through")
+    "rejects) passes through",
+)
 def all_gather(inst, ctx):
     dim = _dimension(inst)
     gathered = [o.shape.rank > dim for o in inst.operands]
@@ -155,12 +181,17 @@ def all_gather(inst, ctx):
         got = iter(zip(*ctx.device.communicator.exchange(inst, {d: sends for d in group}, group)))
         outs = tuple(np.concatenate(next(got), axis=dim) if g else x for x, g in zip(xs, gathered))
         return _start_form(inst, xs, outs)
+
     return run
 
 
-@op("reduce-scatter", kernel="python", notes="participant k gets block k of the reduced operand; an operand "
+@op(
+    "reduce-scatter",
+    kernel="python",
+    notes="participant k gets block k of the reduced operand; an operand "
     "with no scatter dimension (the scalar ordering token pytorch/xla adds beside the data, which XLA's verifier "
-    "rejects) is reduced whole")
+    "rejects) is reduced whole",
+)
 def reduce_scatter(inst, ctx):
     dim = _dimension(inst)
     fold = elementwise_fold(inst, ctx)
@@ -170,18 +201,25 @@ def reduce_scatter(inst, ctx):
         group = participants(inst, ctx.device)
         n = len(group)
         if any(split and x.shape[dim] % n for split, x in zip(scattered, xs)):
-            raise ExecutionError(f"%{inst.name}: dimension {dim} of {[list(x.shape) for x in xs]} does not split "
-                                 f"into {n} blocks (the group's size)")
+            raise ExecutionError(
+                f"%{inst.name}: dimension {dim} of {[list(x.shape) for x in xs]} does not split "
+                f"into {n} blocks (the group's size)"
+            )
         blocks = [np.split(x, n, axis=dim) if split else [x] * n for split, x in zip(scattered, xs)]
         sends = {d: tuple(b[k] for b in blocks) for k, d in enumerate(group)}
         got = ctx.device.communicator.exchange(inst, sends, group)
         outs = tuple(fold([g[i] for g in got]) for i in range(len(xs)))
         return outs if inst.shape.is_tuple else outs[0]
+
     return run
 
 
-@op("all-to-all", kernel="python", notes="array form splits and concatenates along `dimensions`; tuple form "
-    "sends operand j to participant j and returns what participant i sent as element i")
+@op(
+    "all-to-all",
+    kernel="python",
+    notes="array form splits and concatenates along `dimensions`; tuple form "
+    "sends operand j to participant j and returns what participant i sent as element i",
+)
 def all_to_all(inst, ctx):
     dims = inst.attr("dimensions", ())
 
@@ -196,6 +234,7 @@ def all_to_all(inst, ctx):
             raise ExecutionError(f"tuple all-to-all %{inst.name} has {len(xs)} operands for a group of {n}")
         sends = {dest: xs[k] for k, dest in enumerate(group)}
         return tuple(contig(g) for g in ctx.device.communicator.exchange(inst, sends, group))
+
     return run
 
 
@@ -204,18 +243,24 @@ def pair_peers(inst, pairs, device) -> tuple[list[int], list[int]]:
     partitions (cross-partition) or replicas (cross-replica) of this device's other id."""
     me = device.global_id
     if group_mode(inst) == "cross_partition":
-        to_global = lambda p: device.replica_id * device.num_partitions + p     # noqa: E731
+        to_global = lambda p: device.replica_id * device.num_partitions + p  # noqa: E731
     else:
-        to_global = lambda r: r * device.num_partitions + device.partition_id   # noqa: E731
-    return ([to_global(t) for s, t in pairs if to_global(s) == me],
-            [to_global(s) for s, t in pairs if to_global(t) == me])
+        to_global = lambda r: r * device.num_partitions + device.partition_id  # noqa: E731
+    return (
+        [to_global(t) for s, t in pairs if to_global(s) == me],
+        [to_global(s) for s, t in pairs if to_global(t) == me],
+    )
 
 
-@op("ragged-all-to-all", kernel="python", notes="(input, output, input_offsets, send_sizes, output_offsets, "
+@op(
+    "ragged-all-to-all",
+    kernel="python",
+    notes="(input, output, input_offsets, send_sizes, output_offsets, "
     "recv_sizes), offsets/sizes rank 1 of length group size x k: update j*k+i sends input rows [input_offsets, "
     "+send_sizes) to participant j, which writes them at its rows [output_offsets, +send_sizes) (the sender's "
     "offsets and sizes: recv_sizes, which should agree, is not read, as in XLA-GPU's memcpy ragged-all-to-all); "
-    "the rest of the result is `output`; rows out of range are an error")
+    "the rest of the result is `output`; rows out of range are an error",
+)
 def ragged_all_to_all(inst, ctx):
     if len(inst.operands) != 6:
         raise UnsupportedError(f"ragged-all-to-all with {len(inst.operands)} operands (6 expected)", inst)
@@ -234,21 +279,28 @@ def ragged_all_to_all(inst, ctx):
             for u in range(j * k, (j + 1) * k):
                 start, size, at = int(input_offsets[u]), int(send_sizes[u]), int(output_offsets[u])
                 if size < 0 or start < 0 or start + size > operand.shape[0] or at < 0 or at + size > output.shape[0]:
-                    raise ExecutionError(f"%{inst.name} update {u}: rows [{start}, {start + size}) of the input "
-                                         f"({operand.shape[0]} rows) to rows [{at}, {at + size}) of the output "
-                                         f"({output.shape[0]} rows) are out of range")
-                updates.append((at, operand[start:start + size]))
+                    raise ExecutionError(
+                        f"%{inst.name} update {u}: rows [{start}, {start + size}) of the input "
+                        f"({operand.shape[0]} rows) to rows [{at}, {at + size}) of the output "
+                        f"({output.shape[0]} rows) are out of range"
+                    )
+                updates.append((at, operand[start : start + size]))
             sends[dest] = updates
         result = np.array(output, order="C")
         for updates in ctx.device.communicator.exchange(inst, sends, group):
             for at, rows in updates:
-                result[at:at + len(rows)] = rows
+                result[at : at + len(rows)] = rows
         return result
+
     return run
 
 
-@op("collective-permute", "collective-permute-start", kernel="python",
-    notes="a device that is no target receives zeros; several operands (combined form) permute together")
+@op(
+    "collective-permute",
+    "collective-permute-start",
+    kernel="python",
+    notes="a device that is no target receives zeros; several operands (combined form) permute together",
+)
 def collective_permute(inst, ctx):
     if "slice_sizes" in inst.attrs:
         raise UnsupportedError("in-place collective-permute (with slice_sizes) is not simulated", inst)
@@ -262,6 +314,7 @@ def collective_permute(inst, ctx):
         if inst.opcode == "collective-permute":
             return tuple(outs) if inst.shape.is_tuple else outs[0]
         return _start_form(inst, xs, tuple(outs))
+
     return run
 
 
@@ -272,11 +325,17 @@ def collective_broadcast(inst, ctx):
         sends = {d: xs for d in group} if ctx.device.global_id == group[0] else {}
         outs = ctx.device.communicator.exchange(inst, sends, [group[0]])[0]
         return tuple(outs) if inst.shape.is_tuple else outs[0]
+
     return run
 
 
-@op("all-reduce-done", "all-gather-done", "collective-permute-done", kernel="python",
-    notes="element 1 of a (operands, results, ...) start; identity otherwise")
+@op(
+    "all-reduce-done",
+    "all-gather-done",
+    "collective-permute-done",
+    kernel="python",
+    notes="element 1 of a (operands, results, ...) start; identity otherwise",
+)
 def collective_done(inst, ctx):
     start = inst.operands[0].shape
     if start.is_tuple and not start.same_dims_and_type(inst.shape):
@@ -290,18 +349,22 @@ def collective_done(inst, ctx):
 # runs the same program, so each send is one exchange -- post to its targets, take from its source -- and
 # the recv-done of that channel hands over what came in.
 SEND_RECV_PAIRS = "_xla_send_recv_source_target_pairs"
-_CHANNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # module -> {channel_id: {opcodes}}
-_RECEIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # ctx -> {(channel, device): deque}
+_CHANNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> {channel_id: {opcodes}}
+_RECEIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ctx -> {(channel, device): deque}
 
 
 def _send_recv_pairs(inst):
     if inst.attr("is_host_transfer", False):
-        raise UnsupportedError(f"{inst.opcode} with is_host_transfer=true talks to the host, which an offline run "
-                               "does not have", inst)
+        raise UnsupportedError(
+            f"{inst.opcode} with is_host_transfer=true talks to the host, which an offline run does not have", inst
+        )
     raw = (inst.attr("frontend_attributes") or {}).get(SEND_RECV_PAIRS)
     if raw is None:
-        raise UnsupportedError(f"{inst.opcode} without the frontend attribute {SEND_RECV_PAIRS}: the module does "
-                               "not say which device is its peer", inst)
+        raise UnsupportedError(
+            f"{inst.opcode} without the frontend attribute {SEND_RECV_PAIRS}: the module does "
+            "not say which device is its peer",
+            inst,
+        )
     try:
         return decode_pairs(raw)
     except ValueError as e:
@@ -320,15 +383,20 @@ def _channel_opcodes(inst, ctx) -> set:
     return channels.get(inst.attr("channel_id"), set())
 
 
-@op("send", kernel="python", notes="device to device by the _xla_send_recv_source_target_pairs frontend "
+@op(
+    "send",
+    kernel="python",
+    notes="device to device by the _xla_send_recv_source_target_pairs frontend "
     "attribute (ids as collective-permute's): the exchange happens at the send, the recv-done of the same "
-    "channel_id returns what arrived (zeros on a device no pair targets); is_host_transfer: unsupported")
+    "channel_id returns what arrived (zeros on a device no pair targets); is_host_transfer: unsupported",
+)
 def send(inst, ctx):
     pairs, channel = _send_recv_pairs(inst), inst.attr("channel_id")
     received = _RECEIVED.setdefault(ctx, {})
     has_recv = "recv" in _channel_opcodes(inst, ctx)
-    context = zeros_of(inst.shape.tuple_shapes[1]) if inst.shape.is_tuple and len(inst.shape.tuple_shapes) == 3 \
-        else None
+    context = (
+        zeros_of(inst.shape.tuple_shapes[1]) if inst.shape.is_tuple and len(inst.shape.tuple_shapes) == 3 else None
+    )
     if context is None:
         raise UnsupportedError(f"send of shape {inst.shape.to_text(False)}: expected (data, u32[], token[])", inst)
 
@@ -340,6 +408,7 @@ def send(inst, ctx):
             if got:
                 received.setdefault((channel, device.global_id), deque()).append(got[0])
         return (x, context, TOKEN)
+
     return run
 
 
@@ -352,9 +421,12 @@ def send_done(inst, ctx):
 def recv(inst, ctx):
     _send_recv_pairs(inst)
     if "send" not in _channel_opcodes(inst, ctx):
-        raise UnsupportedError(f"recv (channel_id={inst.attr('channel_id')}) has no send of that channel in this "
-                               "module: its sender is another program (an MPMD pipeline stage), which hloexec does "
-                               "not run beside it", inst)
+        raise UnsupportedError(
+            f"recv (channel_id={inst.attr('channel_id')}) has no send of that channel in this "
+            "module: its sender is another program (an MPMD pipeline stage), which hloexec does "
+            "not run beside it",
+            inst,
+        )
     placeholder = zeros_of(inst.shape)
     return lambda token: placeholder
 
@@ -377,7 +449,10 @@ def recv_done(inst, ctx):
             return (zeros_of(data_shape), TOKEN)
         queue = received.get((channel, device.global_id))
         if not queue:
-            raise ExecutionError(f"%{inst.name} (channel_id={channel}) on device {device.global_id} runs before "
-                                 "the send of its channel: hloexec exchanges a send/recv pair at the send")
+            raise ExecutionError(
+                f"%{inst.name} (channel_id={channel}) on device {device.global_id} runs before "
+                "the send of its channel: hloexec exchanges a send/recv pair at the send"
+            )
         return (queue.popleft(), TOKEN)
+
     return run

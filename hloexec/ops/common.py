@@ -1,4 +1,5 @@
 """Helpers the op modules share: attribute decoding, array normalization, reducer recognition."""
+
 from __future__ import annotations
 
 import functools
@@ -9,11 +10,15 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir import opcodes
 from ..kernels.index_maps import NUMPY, dilated_element
-from ..kernels.semantics import as_signed, as_unsigned, float_total_order_key  # noqa: F401 (the ops' helpers)
+from ..kernels.numpy_form import as_signed, as_unsigned, float_total_order_key  # noqa: F401 (the ops' helpers)
 
 # The byte type holding the value of each sub-byte integer type (ml_dtypes stores one element a byte).
-SUB_BYTE_CONTAINER = {np.dtype(ml_dtypes.int2): np.dtype(np.int8), np.dtype(ml_dtypes.int4): np.dtype(np.int8),
-                      np.dtype(ml_dtypes.uint2): np.dtype(np.uint8), np.dtype(ml_dtypes.uint4): np.dtype(np.uint8)}
+SUB_BYTE_CONTAINER = {
+    np.dtype(ml_dtypes.int2): np.dtype(np.int8),
+    np.dtype(ml_dtypes.int4): np.dtype(np.int8),
+    np.dtype(ml_dtypes.uint2): np.dtype(np.uint8),
+    np.dtype(ml_dtypes.uint4): np.dtype(np.uint8),
+}
 
 
 def contig(x, dtype=None):
@@ -55,7 +60,7 @@ def called(inst, *keys):
     """The computation `inst` calls under the first of `keys` it has."""
     for k in keys:
         c = inst.called.get(k)
-        if c:                                                   # an empty list (`called_computations={}`) is none
+        if c:  # an empty list (`called_computations={}`) is none
             return c[0] if isinstance(c, list) else c
     raise UnsupportedError(f"{inst.opcode} without a {'/'.join(keys)} computation", inst)
 
@@ -72,8 +77,11 @@ def binary_kind(comp, nparams: int = 2) -> str | None:
 def is_low_float(dtype) -> bool:
     """f16, bf16 and the fp8 types: the floats XLA computes in f32 and rounds back."""
     dtype = np.dtype(dtype)
-    return (dtype.kind == "f" and dtype.itemsize < 4) or (dtype.kind == "V") or (
-        dtype.type.__module__.startswith("ml_dtypes") and dtype.kind not in "iub")
+    return (
+        (dtype.kind == "f" and dtype.itemsize < 4)
+        or (dtype.kind == "V")
+        or (dtype.type.__module__.startswith("ml_dtypes") and dtype.kind not in "iub")
+    )
 
 
 def ufunc_for(kind: str, dtype):

@@ -14,6 +14,7 @@
   (input feature, window) against the kernel. Same compute types as dot.
 * fft: FFT/IFFT/RFFT/IRFFT via numpy.fft (computed in complex128, rounded to c64 for c64).
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,8 +28,7 @@ from ..ir.compiled_for import ynn_computations
 from ..ir.dtypes import element_type, element_type_of
 from ..kernels import blas
 from ..kernels import elementwise as ew
-from ..kernels.dot_algorithms import (contract, device_algorithm, dot_algorithm_of, fp8_fast_accumulation,
-                                      triton_split_k)
+from ..kernels.dot_algorithms import contract, device_algorithm, dot_algorithm_of, fp8_fast_accumulation, triton_split_k
 from ..kernels.index_maps import dot_free_dims
 from .common import contig, int_attr, ints, invalid, is_low_float, required, str_attr
 from .elementwise import convert_kernel, f32_to_low, float_lifted, low_to_f32
@@ -59,7 +59,7 @@ def to_compute(x, cdt):
     if x.dtype == np.bool_ or cdt.kind in "iu":
         return x.astype(cdt)  # ints wrap as XLA's convert does for in-range values
     if is_low_float(x.dtype):
-        return low_to_f32(x, quiet=False).astype(cdt, copy=False)     # exact; the arithmetic quiets NaNs
+        return low_to_f32(x, quiet=False).astype(cdt, copy=False)  # exact; the arithmetic quiets NaNs
     return x.astype(cdt)
 
 
@@ -84,8 +84,9 @@ def _dot_plan(lhs_shape, rhs_shape, lb, rb, lc, rc):
 def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     """XLA DotGeneral on numpy arrays; result dims = batch, lhs free, rhs free."""
     cdt = compute_dtype(out_dtype)
-    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
-                                                          tuple(rc))
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(
+        lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc), tuple(rc)
+    )
     a2 = lhs.transpose(lperm).reshape(a_shape)
     b2 = rhs.transpose(rperm).reshape(b_shape)
     if a_shape[2] == 0:
@@ -96,15 +97,17 @@ def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     return contig(r) if r.dtype == out_dtype else finish(r, out_dtype)
 
 
-def algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst=None, fast_accumulation=False,
-                  split_k: int = 1):
+def algorithm_dot(
+    alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst=None, fast_accumulation=False, split_k: int = 1
+):
     """DotGeneral under the dot algorithm `alg` as `device` computes it (kernels/dot_algorithms.py), the result
     rounded once to `out_dtype`; `fast_accumulation`: an fp8 GEMM without promoted partial sums; `split_k`: the
     contracting elements cut into that many consecutive slices (the last one shorter, as XLA pads K), each
     slice's dot apart, the partial results added in f32 in slice order (split_k_gemm_rewriter.cc, partial sums
     reduced in f32: xla_gpu_triton_gemm_disable_reduced_precision_reduction)."""
-    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
-                                                          tuple(rc))
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(
+        lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc), tuple(rc)
+    )
     wide = _F64 if alg == "dot_f64_f64_f64" else _F32
     a = to_compute(lhs.transpose(lperm).reshape(a_shape), wide)
     b = to_compute(rhs.transpose(rperm).reshape(b_shape), wide)
@@ -114,8 +117,16 @@ def algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst=None, f
     step = -(-K // split_k)
     r = None
     for k in range(0, K, step):
-        part = contract(alg, a[:, :, k:k + step], b[:, k:k + step], lambda x, y, dtype: blas.matmul(x, y), device,
-                        k_axes=(2, 1), fast_accumulation=fast_accumulation, inst=inst)
+        part = contract(
+            alg,
+            a[:, :, k : k + step],
+            b[:, k : k + step],
+            lambda x, y, dtype: blas.matmul(x, y),
+            device,
+            k_axes=(2, 1),
+            fast_accumulation=fast_accumulation,
+            inst=inst,
+        )
         r = part if r is None else r + part
     return finish(r.reshape(out_shape), out_dtype)
 
@@ -127,10 +138,12 @@ def _matmul_converting(a, b, cdt, out_dtype):
     shapes: the same bits every run), so that no f32 copy of it is made whole."""
     B, M, K = a.shape
     N = b.shape[2]
-    convert = dict(widen=(lambda x: to_compute(x, cdt)) if a.dtype != cdt or b.dtype != cdt else None,
-                   narrow=(lambda r: f32_to_low(r, out_dtype)) if is_low_float(out_dtype) else None,
-                   dtype=out_dtype if is_low_float(out_dtype) else cdt)
-    if cdt.kind in "iu":     # integer and pred products: numpy's exact loops in the result type
+    convert = dict(
+        widen=(lambda x: to_compute(x, cdt)) if a.dtype != cdt or b.dtype != cdt else None,
+        narrow=(lambda r: f32_to_low(r, out_dtype)) if is_low_float(out_dtype) else None,
+        dtype=out_dtype if is_low_float(out_dtype) else cdt,
+    )
+    if cdt.kind in "iu":  # integer and pred products: numpy's exact loops in the result type
         return blas.matmul(to_compute(a, cdt), to_compute(b, cdt))
     big_b = is_low_float(b.dtype) and b.size > CONVERT_CHUNK and N > M
     big_a = is_low_float(a.dtype) and a.size > CONVERT_CHUNK and M > N
@@ -141,11 +154,11 @@ def _matmul_converting(a, b, cdt, out_dtype):
     if big_b:
         a = to_compute(a, cdt)
         for n in range(0, N, step):
-            out[:, :, n:n + step] = blas.matmul(a, b[:, :, n:n + step], **convert)
+            out[:, :, n : n + step] = blas.matmul(a, b[:, :, n : n + step], **convert)
         return out
     b = to_compute(b, cdt)
     for m in range(0, M, step):
-        out[:, m:m + step] = blas.matmul(a[:, m:m + step], b, **convert)
+        out[:, m : m + step] = blas.matmul(a[:, m : m + step], b, **convert)
     return out
 
 
@@ -155,19 +168,30 @@ def _dot_dims(inst):
     d = dot_dims(inst)
     lb, rb, lc, rc = tuple(d.lhs_batch), tuple(d.rhs_batch), tuple(d.lhs_contracting), tuple(d.rhs_contracting)
     lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
-    if len(lb) != len(rb) or len(lc) != len(rc) or len(set(lb + lc)) != len(lb + lc) \
-            or len(set(rb + rc)) != len(rb + rc) or any(not 0 <= x < lhs.rank for x in lb + lc) \
-            or any(not 0 <= x < rhs.rank for x in rb + rc) \
-            or any(lhs.dims[a] != rhs.dims[b] for a, b in zip(lb + lc, rb + rc)):
-        raise invalid(inst, f"batch dims {list(lb)}/{list(rb)} and contracting dims {list(lc)}/{list(rc)} of "
-                            f"{lhs.to_text(False)} and {rhs.to_text(False)}")
+    if (
+        len(lb) != len(rb)
+        or len(lc) != len(rc)
+        or len(set(lb + lc)) != len(lb + lc)
+        or len(set(rb + rc)) != len(rb + rc)
+        or any(not 0 <= x < lhs.rank for x in lb + lc)
+        or any(not 0 <= x < rhs.rank for x in rb + rc)
+        or any(lhs.dims[a] != rhs.dims[b] for a, b in zip(lb + lc, rb + rc))
+    ):
+        raise invalid(
+            inst,
+            f"batch dims {list(lb)}/{list(rb)} and contracting dims {list(lc)}/{list(rc)} of "
+            f"{lhs.to_text(False)} and {rhs.to_text(False)}",
+        )
     return lb, rb, lc, rc
 
 
-@op("dot", kernel="blas",
+@op(
+    "dot",
+    kernel="blas",
     notes="DotGeneral: numpy matmul (BLAS for f32/f64/complex); f16/bf16/f8 accumulate in f32 and round "
-          "once; integers exact (wrap-around) in the result type; algorithm= and operand_precision as the "
-          "device profile computes them (--device; reference: algorithm= honoured, precision ignored).")
+    "once; integers exact (wrap-around) in the result type; algorithm= and operand_precision as the "
+    "device profile computes them (--device; reference: algorithm= honoured, precision ignored).",
+)
 def prepare_dot(inst, ctx):
     if len(inst.operands) != 2:
         raise UnsupportedError("dot with sparsity metadata operands", inst)
@@ -176,8 +200,12 @@ def prepare_dot(inst, ctx):
     device = ctx.options.device
     alg = dot_algorithm_of(inst, device)
     split = triton_split_k(inst) if device.split_k and compute_dtype(out_dtype) == _F32 else 1
-    fast = fp8_fast_accumulation(device, inst.attr("algorithm"), inst.attr("operand_precision"),
-                                 *(o.shape.element_type.name for o in inst.operands))
+    fast = fp8_fast_accumulation(
+        device,
+        inst.attr("algorithm"),
+        inst.attr("operand_precision"),
+        *(o.shape.element_type.name for o in inst.operands),
+    )
     if alg or split > 1 or fast:
         return lambda lhs, rhs: algorithm_dot(alg, lhs, rhs, lb, rb, lc, rc, out_dtype, device, inst, fast, split)
     if in_ynn_dot_order(inst, ctx):
@@ -185,6 +213,7 @@ def prepare_dot(inst, ctx):
 
     def kernel(lhs, rhs):
         return dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype)
+
     return kernel
 
 
@@ -192,19 +221,26 @@ def in_ynn_dot_order(inst, ctx) -> bool:
     """Whether dot `inst` sums in YNNPACK's order: under reductions="xla-cpu", an f32 x f32 -> f32 dot inside a
     computation XLA:CPU runs through YNNPACK."""
     comp = inst.computation
-    return (ctx.options.reductions == "xla-cpu" and comp is not None and comp.module is not None
-            and comp.name in ynn_computations(comp.module)
-            and all(t.shape.dtype == _F32 for t in (inst, *inst.operands)))
+    return (
+        ctx.options.reductions == "xla-cpu"
+        and comp is not None
+        and comp.module is not None
+        and comp.name in ynn_computations(comp.module)
+        and all(t.shape.dtype == _F32 for t in (inst, *inst.operands))
+    )
 
 
 def ynn_dot_general(lhs, rhs, lb, rb, lc, rc):
     """DotGeneral of f32 arrays in YNNPACK's order (kernels/ynn_dot.py)."""
     from ..kernels.ynn_dot import ynn_matmul
-    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc),
-                                                          tuple(rc))
+
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(
+        lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc), tuple(rc)
+    )
     with np.errstate(all="ignore"):
         return ynn_matmul(lhs.transpose(lperm).reshape(a_shape), rhs.transpose(rperm).reshape(b_shape)).reshape(
-            out_shape)
+            out_shape
+        )
 
 
 # -- ragged-dot, scaled-dot ------------------------------------------------------------------
@@ -215,45 +251,64 @@ def _ragged_layout(inst):
     lb, rb, lc, rc = _dot_dims(inst)
     ragged, group = ints(inst.attr("lhs_ragged_dims")), ints(inst.attr("rhs_group_dims"))
     if len(inst.operands) != 3 or len(ragged) != 1:
-        raise UnsupportedError(f"ragged-dot with {len(inst.operands)} operands and lhs_ragged_dims={list(ragged)} "
-                               "(3 operands and one ragged dim expected)", inst)
+        raise UnsupportedError(
+            f"ragged-dot with {len(inst.operands)} operands and lhs_ragged_dims={list(ragged)} "
+            "(3 operands and one ragged dim expected)",
+            inst,
+        )
     r = ragged[0]
     if not 0 <= r < inst.operands[0].shape.rank:
         raise invalid(inst, f"lhs_ragged_dims={{{r}}} of {inst.operands[0].shape.to_text(False)}")
     if r in lb:
-        mode, prefix = "batch", lb[:lb.index(r)]
+        mode, prefix = "batch", lb[: lb.index(r)]
     elif r in lc:
-        mode, prefix = "contracting", lb + lc[:lc.index(r)]
+        mode, prefix = "contracting", lb + lc[: lc.index(r)]
     else:
         mode, prefix = "non-contracting", lb + tuple(d for d in range(r) if d not in lb and d not in lc)
     lhs, rhs, sizes = inst.operands[0].shape, inst.operands[1].shape, inst.operands[2].shape
     free = [lhs.dims[d] for d in range(lhs.rank) if d not in lb and d not in lc]
     rhs_free = [rhs.dims[d] for d in range(rhs.rank) if d not in rb and d not in rc and d not in group]
-    result = (sizes.dims[-1:] if mode == "contracting" else ()) + tuple(lhs.dims[d] for d in lb) + tuple(free) \
+    result = (
+        (sizes.dims[-1:] if mode == "contracting" else ())
+        + tuple(lhs.dims[d] for d in lb)
+        + tuple(free)
         + tuple(rhs_free)
+    )
     if sizes.rank < 1 or inst.shape.dims != result or any(not 0 <= g < rhs.rank for g in group):
-        raise invalid(inst, f"a result {inst.shape.to_text(False)} for {lhs.to_text(False)}, {rhs.to_text(False)} "
-                            f"and group sizes {sizes.to_text(False)} ({list(result)} expected)")
-    if len(group) != (mode == "non-contracting") or (sizes.rank != 1 and (
-            sizes.rank != len(prefix) + 1 or sizes.dims[:-1] != tuple(lhs.dims[d] for d in prefix))):
-        raise UnsupportedError(f"ragged-dot ({mode} ragged dim) with rhs_group_dims={list(group)} and group_sizes "
-                               f"{sizes.to_text(False)}: XLA's shape rules reject it", inst)
+        raise invalid(
+            inst,
+            f"a result {inst.shape.to_text(False)} for {lhs.to_text(False)}, {rhs.to_text(False)} "
+            f"and group sizes {sizes.to_text(False)} ({list(result)} expected)",
+        )
+    if len(group) != (mode == "non-contracting") or (
+        sizes.rank != 1 and (sizes.rank != len(prefix) + 1 or sizes.dims[:-1] != tuple(lhs.dims[d] for d in prefix))
+    ):
+        raise UnsupportedError(
+            f"ragged-dot ({mode} ragged dim) with rhs_group_dims={list(group)} and group_sizes "
+            f"{sizes.to_text(False)}: XLA's shape rules reject it",
+            inst,
+        )
     return mode, prefix
 
 
-@op("ragged-dot", kernel="blas", notes="lhs_ragged_dims splits one lhs dim into consecutive groups of "
+@op(
+    "ragged-dot",
+    kernel="blas",
+    notes="lhs_ragged_dims splits one lhs dim into consecutive groups of "
     "group_sizes (per index of the lhs dims before it when group_sizes has more than one dim): a non-contracting "
     "ragged dim multiplies each group's rows with its rhs_group_dims slice of the rhs, rows past the groups are 0; "
     "a contracting one gives one dot per group (a leading group dim); a batch one is a plain dot. Compute types "
-    "and the device's dot algorithm as dot")
+    "and the device's dot algorithm as dot",
+)
 def prepare_ragged_dot(inst, ctx):
     lb, rb, lc, rc = _dot_dims(inst)
     mode, prefix = _ragged_layout(inst)
     r = ints(inst.attr("lhs_ragged_dims"))[0]
     out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
-    dot = device_dot(inst, ctx, inst.operands[0].shape.element_type, inst.operands[1].shape.element_type,
-                     inst.shape.element_type)
+    dot = device_dot(
+        inst, ctx, inst.operands[0].shape.element_type, inst.operands[1].shape.element_type, inst.shape.element_type
+    )
     if mode == "batch":
         return lambda lhs, rhs, group_sizes: dot(lhs, rhs, lb, rb, lc, rc, out_dtype)
     broadcast = inst.operands[2].shape.rank == 1
@@ -265,10 +320,11 @@ def prepare_ragged_dot(inst, ctx):
         ends = np.cumsum(sizes, axis=-1)
         rows = np.arange(lhs.shape[r])
         inside = np.moveaxis(((ends - sizes)[..., None] <= rows) & (rows < ends[..., None]), -2, 0)
-        dims = (*prefix, r)                       # the axes of `inside` after the group axis, as lhs dims
+        dims = (*prefix, r)  # the axes of `inside` after the group axis, as lhs dims
         order = sorted(range(len(dims)), key=lambda i: dims[i])
         return inside.transpose([0] + [1 + i for i in order]).reshape(
-            [sizes.shape[-1]] + [lhs.shape[d] if d in dims else 1 for d in range(rank)])
+            [sizes.shape[-1]] + [lhs.shape[d] if d in dims else 1 for d in range(rank)]
+        )
 
     def where(mask, x):
         return np.where(mask, x, np.zeros((), x.dtype))
@@ -277,31 +333,33 @@ def prepare_ragged_dot(inst, ctx):
         rr = rc[lc.index(r)]
 
         def kernel(lhs, rhs, group_sizes):
-            if broadcast:       # one slice of k per group on both sides
+            if broadcast:  # one slice of k per group on both sides
                 bounds = _group_bounds(group_sizes, lhs.shape[r])
-                parts = [dot(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt)
-                         for s, e in bounds]
+                parts = [dot(_take(lhs, r, s, e), _take(rhs, rr, s, e), lb, rb, lc, rc, cdt) for s, e in bounds]
             else:
                 parts = [dot(where(m, lhs), rhs, lb, rb, lc, rc, cdt) for m in masks(lhs, group_sizes)]
             return finish(np.stack(parts), out_dtype)
+
         return kernel
 
     g_dim = ints(inst.attr("rhs_group_dims"))[0]
     rb_, rc_ = tuple(d - (d > g_dim) for d in rb), tuple(d - (d > g_dim) for d in rc)
     free = [d for d in range(rank) if d not in lb and d not in lc]
-    out_axis = len(lb) + free.index(r)            # where the ragged rows land in the result
+    out_axis = len(lb) + free.index(r)  # where the ragged rows land in the result
 
     def kernel(lhs, rhs, group_sizes):
         out = np.zeros(inst.shape.dims, cdt)
-        if broadcast:           # each group's rows are one slice of the ragged dim
+        if broadcast:  # each group's rows are one slice of the ragged dim
             for g, (s, e) in enumerate(_group_bounds(group_sizes, lhs.shape[r])):
                 if e > s:
                     out[(slice(None),) * out_axis + (slice(s, e),)] = dot(
-                        _take(lhs, r, s, e), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
+                        _take(lhs, r, s, e), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt
+                    )
         else:
             for g, m in enumerate(masks(lhs, group_sizes)):
                 out += dot(where(m, lhs), np.take(rhs, g, axis=g_dim), lb, rb_, lc, rc_, cdt)
         return finish(out, out_dtype)
+
     return kernel
 
 
@@ -349,11 +407,17 @@ def dequantizer(inst, operand: int, scale: int, target=None, block: int | None =
         used, blocks = (*x.dims[:-1], -(-x.dims[-1] // block)), [1] * (x.rank - 1) + [block]
         tiles = block > 0 and sc.rank == x.rank and all(u <= d for u, d in zip(used, sc.dims))
     if not tiles:
-        raise UnsupportedError(f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}"
-                               + (f" in blocks of {block}" if block else ""), inst)
+        raise UnsupportedError(
+            f"scale {sc.to_text(False)} does not tile its operand {x.to_text(False)}"
+            + (f" in blocks of {block}" if block else ""),
+            inst,
+        )
     t = target or _upscaled(x.element_type, sc.element_type)
-    cx, cs, mul = converter(x.element_type, t, inst), converter(sc.element_type, t, inst), \
-        float_lifted(np.multiply, t.numpy)
+    cx, cs, mul = (
+        converter(x.element_type, t, inst),
+        converter(sc.element_type, t, inst),
+        float_lifted(np.multiply, t.numpy),
+    )
     covered = tuple(slice(0, u) for u in used)
     cut = tuple(slice(0, d) for d in x.dims)
 
@@ -363,6 +427,7 @@ def dequantizer(inst, operand: int, scale: int, target=None, block: int | None =
             if n > 1:
                 s = np.repeat(s, n, axis=axis)
         return mul(cx(v), s[cut])
+
     return kernel, t
 
 
@@ -371,17 +436,29 @@ def device_dot(inst, ctx, lhs_type, rhs_type, out_type):
     `dtype`, as the run's device computes a dot of those types with the dot-like instruction's algorithm= and
     operand_precision when its result is `out_type` (plain: dot_general)."""
     device = ctx.options.device
-    alg = device_algorithm(device, inst.attr("algorithm"), inst.attr("operand_precision"), lhs_type.name,
-                           rhs_type.name, out_type.name, False, inst)
+    alg = device_algorithm(
+        device,
+        inst.attr("algorithm"),
+        inst.attr("operand_precision"),
+        lhs_type.name,
+        rhs_type.name,
+        out_type.name,
+        False,
+        inst,
+    )
     if alg:
         return lambda a, b, lb, rb, lc, rc, dtype: algorithm_dot(alg, a, b, lb, rb, lc, rc, dtype, device, inst)
     return dot_general
 
 
-@op("scaled-dot", kernel="blas", notes="(lhs, rhs, lhs_scale, rhs_scale) as XLA's ScaledDotRewriter: each "
+@op(
+    "scaled-dot",
+    kernel="blas",
+    notes="(lhs, rhs, lhs_scale, rhs_scale) as XLA's ScaledDotRewriter: each "
     "operand times its scale broadcast over blocks (a scalar scale: none), in their common type (bf16 for two "
     "sub-16-bit types), then a dot in the common type of the operands and result (as the device computes "
-    "it), converted to the result type")
+    "it), converted to the result type",
+)
 def prepare_scaled_dot(inst, ctx):
     dims = _dot_dims(inst)
     if len(inst.operands) != 4:
@@ -394,6 +471,7 @@ def prepare_scaled_dot(inst, ctx):
 
     def kernel(a, b, a_scale, b_scale):
         return out(product(cl(lhs(a, a_scale)), cr(rhs(b, b_scale)), *dims, dot_t.numpy))
+
     return kernel
 
 
@@ -405,8 +483,9 @@ def _conv_dims(inst, rank):
     if cd is None:
         raise UnsupportedError("convolution without dim_labels", inst)
     if rank != 2 + len(cd.kernel_spatial):
-        raise UnsupportedError(f"dim_labels name {len(cd.kernel_spatial)} spatial dimensions; the kernel has rank "
-                               f"{rank}", inst)
+        raise UnsupportedError(
+            f"dim_labels name {len(cd.kernel_spatial)} spatial dimensions; the kernel has rank {rank}", inst
+        )
     return cd
 
 
@@ -436,48 +515,68 @@ def conv_core(lhs, rhs, win, out_dtype, fma_chain: bool = False):
     v = np.lib.stride_tricks.as_strided(p, shape=shape, strides=strd, writeable=False)
     if fma_chain:
         from ..kernels.ynn_dot import fma_chain_matmul
-        rows = np.moveaxis(v, 1, -1).reshape(N * math.prod(oshape), -1)        # (N out..., win... C)
+
+        rows = np.moveaxis(v, 1, -1).reshape(N * math.prod(oshape), -1)  # (N out..., win... C)
         with np.errstate(all="ignore"):
             r = fma_chain_matmul(rows, np.moveaxis(rhs, 1, -1).reshape(O, -1).T).reshape((N, *oshape, O))
         return np.moveaxis(r, -1, 1)
     axes_v = [1] + list(range(2 + ns, 2 + 2 * ns))
     axes_k = [1] + list(range(2, 2 + ns))
     with np.errstate(all="ignore"):
-        r = blas.tensordot(v, rhs, axes=(axes_v, axes_k))      # (N, out..., O)
+        r = blas.tensordot(v, rhs, axes=(axes_v, axes_k))  # (N, out..., O)
     return np.moveaxis(r, -1, 1)
 
 
-@op("convolution", kernel="blas",
+@op(
+    "convolution",
+    kernel="blas",
     notes="dim_labels, strides, padding (negative crops), lhs/base + rhs/window dilation, window "
-          "reversal, feature_group_count, batch_group_count; pad + strided window view + tensordot "
-          "(BLAS), like StableHLO's interpreter. Compute types and the device's dot algorithm as dot.")
+    "reversal, feature_group_count, batch_group_count; pad + strided window view + tensordot "
+    "(BLAS), like StableHLO's interpreter. Compute types and the device's dot algorithm as dot.",
+)
 def prepare_convolution(inst, ctx):
     lshape, rshape = inst.operands[0].shape, inst.operands[1].shape
     cd, _ = conv_window(inst, rshape)
     if not lshape.is_array or lshape.rank != rshape.rank or inst.shape.rank != rshape.rank:
-        raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} -> {inst.shape.to_text(False)}: "
-                            "input, kernel and result need one rank")
+        raise invalid(
+            inst,
+            f"{lshape.to_text(False)} by {rshape.to_text(False)} -> {inst.shape.to_text(False)}: "
+            "input, kernel and result need one rank",
+        )
     fgc, bgc = int_attr(inst, "feature_group_count", 1), int_attr(inst, "batch_group_count", 1)
-    if fgc < 1 or bgc < 1 or lshape.dims[cd.input_feature] != rshape.dims[cd.kernel_input_feature] * fgc \
-            or rshape.dims[cd.kernel_output_feature] % (fgc * bgc) or lshape.dims[cd.input_batch] % bgc:
-        raise invalid(inst, f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
-                            f"batch_group_count={bgc}")
+    if (
+        fgc < 1
+        or bgc < 1
+        or lshape.dims[cd.input_feature] != rshape.dims[cd.kernel_input_feature] * fgc
+        or rshape.dims[cd.kernel_output_feature] % (fgc * bgc)
+        or lshape.dims[cd.input_batch] % bgc
+    ):
+        raise invalid(
+            inst,
+            f"{lshape.to_text(False)} by {rshape.to_text(False)} with feature_group_count={fgc}, "
+            f"batch_group_count={bgc}",
+        )
     device = ctx.options.device
     alg = dot_algorithm_of(inst, device)
     if not alg:
         # XLA:CPU's order for f32 (reductions="xla-cpu": its sums' orders); one output feature takes another path
         # there (Eigen's matrix-vector kernels, not reproduced)
-        xla_cpu = (ctx.options.reductions == "xla-cpu" and rshape.dims[cd.kernel_output_feature] > 1
-                   and all(t.shape.dtype == _F32 for t in (inst, *inst.operands)))
+        xla_cpu = (
+            ctx.options.reductions == "xla-cpu"
+            and rshape.dims[cd.kernel_output_feature] > 1
+            and all(t.shape.dtype == _F32 for t in (inst, *inst.operands))
+        )
         return convolution(inst, rshape, inst.shape.dtype, fma_chain=xla_cpu)
     plain = {dtype: convolution(inst, rshape, dtype) for dtype in (_F32, _F64)}
     out_dtype = inst.shape.dtype
     wide = _F64 if alg == "dot_f64_f64_f64" else _F32
 
     def kernel(lhs, rhs):
-        r = contract(alg, to_compute(lhs, wide), to_compute(rhs, wide), lambda x, y, dtype: plain[dtype](x, y),
-                     device, inst=inst)
+        r = contract(
+            alg, to_compute(lhs, wide), to_compute(rhs, wide), lambda x, y, dtype: plain[dtype](x, y), device, inst=inst
+        )
         return finish(r, out_dtype)
+
     return kernel
 
 
@@ -487,6 +586,7 @@ def conv_window(inst, kernel_shape):
     win_attr = inst.attr("window")
     if win_attr is None:
         from ..ir.attributes import WindowDim
+
         win = tuple(WindowDim(kernel_shape.dims[d]) for d in cd.kernel_spatial)
     else:
         win = tuple(win_attr)
@@ -517,25 +617,34 @@ def convolution(inst, kernel_shape, out_dtype, fma_chain: bool = False):
         if bgc > 1:
             nb = a.shape[0] // bgc
             og = O // bgc
-            parts = [conv_core(a[g * nb:(g + 1) * nb], k[g * og:(g + 1) * og], win, out_dtype, fma_chain)
-                     for g in range(bgc)]
+            parts = [
+                conv_core(a[g * nb : (g + 1) * nb], k[g * og : (g + 1) * og], win, out_dtype, fma_chain)
+                for g in range(bgc)
+            ]
             r = np.concatenate(parts, axis=1)
         elif fgc > 1:
             cg = a.shape[1] // fgc
             og = O // fgc
-            parts = [conv_core(a[:, g * cg:(g + 1) * cg], k[g * og:(g + 1) * og], win, out_dtype, fma_chain)
-                     for g in range(fgc)]
+            parts = [
+                conv_core(a[:, g * cg : (g + 1) * cg], k[g * og : (g + 1) * og], win, out_dtype, fma_chain)
+                for g in range(fgc)
+            ]
             r = np.concatenate(parts, axis=1)
         else:
             r = conv_core(a, k, win, out_dtype, fma_chain)
         return finish(r.transpose(oinv), out_dtype)
+
     return kernel
 
 
 # -- fft -------------------------------------------------------------------------------------
-@op("fft", dtypes="f32, f64, c64, c128", kernel="numpy",
+@op(
+    "fft",
+    dtypes="f32, f64, c64, c128",
+    kernel="numpy",
     notes="FFT/IFFT/RFFT/IRFFT over the trailing len(fft_length) dims via numpy.fft (complex128 "
-          "internally, rounded to c64/f32).")
+    "internally, rounded to c64/f32).",
+)
 def prepare_fft(inst, ctx):
     kind = (str_attr(inst, "fft_type") or "FFT").upper()
     lengths = ints(required(inst, "fft_length"))
@@ -556,15 +665,20 @@ def prepare_fft(inst, ctx):
         else:
             raise UnsupportedError(f"fft_type {kind}", inst)
         return contig(r.astype(out_dtype))
+
     return kernel
 
 
 # -- cholesky ----------------------------------------------------------------------------------
-@op("cholesky", dtypes="f16, bf16, f32, f64, c64, c128", kernel="numpy",
+@op(
+    "cholesky",
+    dtypes="f16, bf16, f32, f64, c64, c128",
+    kernel="numpy",
     notes="XLA's CholeskyExpander semantics: reads the lower triangle (lower=true) or the upper one (as a "
-          "plain transpose, no conjugate), the other triangle of the result is 0, and a matrix where any "
-          "pivot's sqrt is NaN (not positive definite) comes out all NaN. Computed column by column "
-          "(XLA blocks by 128: rounding differs); f16/bf16 computed in f32.")
+    "plain transpose, no conjugate), the other triangle of the result is 0, and a matrix where any "
+    "pivot's sqrt is NaN (not positive definite) comes out all NaN. Computed column by column "
+    "(XLA blocks by 128: rounding differs); f16/bf16 computed in f32.",
+)
 def prepare_cholesky(inst, ctx):
     lower = bool(inst.attr("lower", False))
     out_dtype = inst.shape.dtype
@@ -583,21 +697,26 @@ def prepare_cholesky(inst, ctx):
                 ljj = np.sqrt(np.real(a[..., j, j] - np.sum(row * np.conj(row), axis=-1)))
                 failed |= np.isnan(ljj)
                 l[..., j, j] = ljj
-                below = a[..., j + 1:, j] - np.einsum("...ik,...k->...i", l[..., j + 1:, :j], np.conj(row))
-                l[..., j + 1:, j] = below / ljj[..., None]
+                below = a[..., j + 1 :, j] - np.einsum("...ik,...k->...i", l[..., j + 1 :, :j], np.conj(row))
+                l[..., j + 1 :, j] = below / ljj[..., None]
         l[failed] = np.nan
         if not lower:
             l = np.swapaxes(l, -1, -2)
         return finish(l, out_dtype)
+
     return kernel
 
 
 # -- triangular-solve --------------------------------------------------------------------------
-@op("triangular-solve", dtypes="f16, bf16, f32, f64, c64, c128", kernel="numpy",
+@op(
+    "triangular-solve",
+    dtypes="f16, bf16, f32, f64, c64, c128",
+    kernel="numpy",
     notes="op(a) x = b (left_side) or x op(a) = b, op per transpose_a (NO_TRANSPOSE/TRANSPOSE/ADJOINT); "
-          "only a's lower (lower=true) or upper triangle is read, its diagonal taken as 1 with unit_diagonal. "
-          "Solved by substitution row by row (f16/bf16 in f32); a zero pivot gives inf/NaN (XLA's blocked "
-          "expander makes them all NaN) instead of refusing.")
+    "only a's lower (lower=true) or upper triangle is read, its diagonal taken as 1 with unit_diagonal. "
+    "Solved by substitution row by row (f16/bf16 in f32); a zero pivot gives inf/NaN (XLA's blocked "
+    "expander makes them all NaN) instead of refusing.",
+)
 def prepare_triangular_solve(inst, ctx):
     transpose = (str_attr(inst, "transpose_a") or "NO_TRANSPOSE").upper()
     if transpose not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
@@ -606,10 +725,12 @@ def prepare_triangular_solve(inst, ctx):
     a_shape, b_shape = inst.operands[0].shape, inst.operands[1].shape
     m = b_shape.dims[-2 if left else -1] if b_shape.rank >= 2 else -1
     if a_shape.rank < 2 or a_shape.dims[-2:] != (m, m) or a_shape.dims[:-2] != b_shape.dims[:-2]:
-        raise invalid(inst, f"a {a_shape.to_text(False)} for b {b_shape.to_text(False)} "
-                            f"({'left' if left else 'right'} side)")
-    return triangular_solve(left, bool(inst.attr("lower", False)), bool(inst.attr("unit_diagonal", False)),
-                            transpose, inst.shape.dtype)
+        raise invalid(
+            inst, f"a {a_shape.to_text(False)} for b {b_shape.to_text(False)} ({'left' if left else 'right'} side)"
+        )
+    return triangular_solve(
+        left, bool(inst.attr("lower", False)), bool(inst.attr("unit_diagonal", False)), transpose, inst.shape.dtype
+    )
 
 
 def triangular_solve(left: bool, lower: bool, unit: bool, transpose: str, out_dtype):
@@ -634,6 +755,7 @@ def triangular_solve(left: bool, lower: bool, unit: bool, transpose: str, out_dt
             else:  # x a = b  <=>  a^T x^T = b^T
                 x = np.swapaxes(_substitute(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2), not a_lower), -1, -2)
         return finish(x, out_dtype)
+
     return kernel
 
 
@@ -642,6 +764,6 @@ def _substitute(a, b, lower: bool):
     a zero on the diagonal gives inf/NaN, as XLA's substitution does, where an LU solve would refuse."""
     m = a.shape[-1]
     x = np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:], np.result_type(a, b))
-    for i in (range(m) if lower else range(m - 1, -1, -1)):      # rows not solved yet are 0 in x
+    for i in range(m) if lower else range(m - 1, -1, -1):  # rows not solved yet are 0 in x
         x[..., i, :] = (b[..., i, :] - np.einsum("...j,...jn->...n", a[..., i, :], x)) / a[..., i, i, None]
     return x

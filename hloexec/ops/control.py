@@ -1,4 +1,5 @@
 """Structure and control flow: fusion, call, while, conditional, map, async wrappers, markers."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,12 @@ from .common import TOKEN, as_tuple, called, invalid, zeros_of
 from .registry import async_shorthand, lookup, op
 
 
-
-@op("fusion", kernel="numba", notes="one compiled loop nest when its ops allow (see kernels/fusion.py); "
-    "otherwise the fused computation runs op by op")
+@op(
+    "fusion",
+    kernel="numba",
+    notes="one compiled loop nest when its ops allow (see kernels/fusion.py); "
+    "otherwise the fused computation runs op by op",
+)
 def fusion(inst, ctx):
     comp = inst.called["calls"]
     if ctx.options.device.fma_contraction:
@@ -25,10 +29,14 @@ def call(inst, ctx):
     return ctx.computation(inst.called["to_apply"])
 
 
-@op("while", kernel="numba", notes="runs body while condition holds; the carried value is its single operand. "
+@op(
+    "while",
+    kernel="numba",
+    notes="runs body while condition holds; the carried value is its single operand. "
     "Interpreted step by step at first; once it has run 2^16 instructions (250 per generated line if more) "
     "it compiles whole, condition, body and what they call, into one function (kernels/program.py), where "
-    "its ops allow")
+    "its ops allow",
+)
 def while_(inst, ctx):
     compiled = ctx.compiled_loop(inst)
     if compiled is not None:
@@ -39,17 +47,20 @@ def while_(inst, ctx):
         while bool(cond(state)):
             state = body(state)
         return state
+
     return run
 
 
-@op("conditional", kernel="python", notes="pred selects true/false computation; s32 index selects a branch, "
-    "out of range -> last branch")
+@op(
+    "conditional",
+    kernel="python",
+    notes="pred selects true/false computation; s32 index selects a branch, out of range -> last branch",
+)
 def conditional(inst, ctx):
     if "branch_computations" in inst.called:
         branches = [ctx.computation(c) for c in inst.called["branch_computations"]]
     else:
-        branches = [ctx.computation(inst.called["true_computation"]),
-                    ctx.computation(inst.called["false_computation"])]
+        branches = [ctx.computation(inst.called["true_computation"]), ctx.computation(inst.called["false_computation"])]
     selector = inst.operands[0].shape
     if selector.is_tuple or selector.rank or selector.element_type.name not in ("pred", "s32"):
         raise invalid(inst, f"the selector {selector.to_text(False)} (a pred[] or s32[] is expected)")
@@ -64,6 +75,7 @@ def conditional(inst, ctx):
         if index < 0 or index >= len(branches):
             index = len(branches) - 1
         return branches[index](branch_args[index])
+
     return run
 
 
@@ -77,8 +89,9 @@ def map_(inst, ctx):
         flat = [a.reshape(-1) for a in arrays]
         result = out.reshape(-1)
         for i in range(result.size):
-            result[i] = as_tuple(fn(*[np.asarray(f[i]).reshape(()) for f in flat]))[0]   # maybe a 1-tuple
+            result[i] = as_tuple(fn(*[np.asarray(f[i]).reshape(()) for f in flat]))[0]  # maybe a 1-tuple
         return out
+
     return run
 
 
@@ -90,7 +103,12 @@ def _tuple_of_operands(*xs):
     return tuple(xs)
 
 
-@op("opt-barrier", "optimization-barrier", kernel="python", notes="identity (XLA prints kOptimizationBarrier as opt-barrier)")
+@op(
+    "opt-barrier",
+    "optimization-barrier",
+    kernel="python",
+    notes="identity (XLA prints kOptimizationBarrier as opt-barrier)",
+)
 def optimization_barrier(inst, ctx):
     return _identity
 
@@ -111,24 +129,30 @@ def domain(inst, ctx):
 
 
 # -- async wrappers: the value of an async-start is (operands, result, context...) ----------------------
-@op("async-start", kernel="python", notes="runs the wrapped computation at once; -update/-done pass it on. "
+@op(
+    "async-start",
+    kernel="python",
+    notes="runs the wrapped computation at once; -update/-done pass it on. "
     "`X-start`/`X-update`/`X-done` of any op X that has no async opcode of its own (all-to-all-start, "
     "reduce-scatter-start, collective-broadcast-start, ragged-all-to-all-start, ...) are these, wrapping X "
-    "(as XLA's parser reads them)")
+    "(as XLA's parser reads them)",
+)
 def async_start(inst, ctx):
     shape = inst.shape
     if not shape.is_tuple or len(shape.tuple_shapes) < 2:
-        raise UnsupportedError(f"{inst.opcode} of shape {shape.to_text(False)}: expected (operands, result, "
-                               "context...)", inst)
+        raise UnsupportedError(
+            f"{inst.opcode} of shape {shape.to_text(False)}: expected (operands, result, context...)", inst
+        )
     if inst.opcode == "async-start":
         wrapped = ctx.computation(called(inst, "calls"))
-    else:       # the shorthand: the wrapped op's attributes are this instruction's
+    else:  # the shorthand: the wrapped op's attributes are this instruction's
         view = inst.wrapped_as(async_shorthand(inst.opcode)[1], shape.tuple_shapes[1])
         wrapped = lookup(view).prepare(view, ctx)
     contexts = shape.tuple_shapes[2:]
 
     def run(*xs):
         return (tuple(xs), wrapped(*xs), *(zeros_of(s) for s in contexts))
+
     return run
 
 

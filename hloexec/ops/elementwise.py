@@ -33,6 +33,7 @@ f16 / bf16 / fp8 lifted to f32 and rounded back (`float_lifted`), sub-byte integ
 (`_int_kernel`), complex values (the float definitions whose primitives numpy extends to complex, plus
 complex-only functions), bitcasts of every type.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,7 +43,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..kernels import approximations, semantics
+from ..kernels import approximations, numpy_form, semantics
 from .common import SUB_BYTE_CONTAINER, as_unsigned
 from .registry import ALL, FLOATS, op
 
@@ -130,13 +131,13 @@ def f32_to_low(x, dtype: np.dtype, signaling_nans: bool = False):
     maximum/minimum and where keep them so), and skipping the quieting saves a pass on small arrays."""
     if x.size >= NUMBA_FROM_F32_MIN_SIZE.get(dtype, np.inf) and (half := _numba_converters(x.size, dtype)):
         return half.from_f32(x, dtype)
-    if x.dtype == _F64:                 # XLA:CPU goes through f32 (two roundings) ...
+    if x.dtype == _F64:  # XLA:CPU goes through f32 (two roundings) ...
         r = x.astype(_F32).astype(dtype)
-        if dtype == _F16 and np.isnan(x).any():       # ... but makes f64 NaNs canonical in f16
+        if dtype == _F16 and np.isnan(x).any():  # ... but makes f64 NaNs canonical in f16
             r = np.where(np.isnan(x), np.where(np.signbit(x), _F16_NEG_NAN, _F16_NAN), r)
         return r
     if signaling_nans and dtype == _F16:
-        x = x * _F32.type(1)            # quiets signaling NaNs, payload kept, as vcvtps2ph does (numpy doesn't)
+        x = x * _F32.type(1)  # quiets signaling NaNs, payload kept, as vcvtps2ph does (numpy doesn't)
     return _rounded(x, dtype)
 
 
@@ -170,6 +171,7 @@ def _int_kernel(inst, build, operand: int = 0):
     def widened(*xs):
         r = kernel(*(x.astype(SUB_BYTE_CONTAINER[x.dtype]) if x.dtype in SUB_BYTE_CONTAINER else x for x in xs))
         return r if out is None else r.astype(out)
+
     return widened
 
 
@@ -177,6 +179,7 @@ def float_lifted(fn, dtype: np.dtype, nan_passing: bool = False):
     """Wrap a float function so it computes in the compute dtype and rounds once to `dtype`. `nan_passing`: fn
     may return an operand's NaN as it is rather than computing with it (which would make it quiet)."""
     if _compute_dtype(dtype) == dtype:
+
         def kernel(*xs):
             with np.errstate(**_ERR):
                 return fn(*xs)
@@ -186,6 +189,7 @@ def float_lifted(fn, dtype: np.dtype, nan_passing: bool = False):
         def kernel(*xs):
             with np.errstate(**_ERR):
                 return f32_to_low(fn(*(low_to_f32(x, quiet) for x in xs)), dtype)
+
     return kernel
 
 
@@ -202,7 +206,7 @@ def _table(opcode: str, kind: str, dtype: np.dtype, bits: int | None = None):
     """The numpy form of `opcode` from the scalar-semantics table, on arrays of `dtype` (a compute dtype; a
     complex one for the float definitions numpy's functions extend to complex)."""
     cls = "float" if kind == "complex" else semantics.type_class(kind)
-    return semantics.numpy_form(opcode, cls, np.dtype(dtype), bits or np.dtype(dtype).itemsize * 8)
+    return numpy_form.numpy_form(opcode, cls, np.dtype(dtype), bits or np.dtype(dtype).itemsize * 8)
 
 
 def _int_table(inst, opcode: str, operand: int = 0):
@@ -215,15 +219,16 @@ def _device_approximation(inst, ctx):
     """The device's own approximation of f32 op `inst` (the `transcendentals` rule: XLA:CPU's), or None: its
     compiled tier's helper as a ufunc (the numpy form, tens of numpy passes with exact FMAs, is ~100x slower)
     unless Numba is off."""
-    if not approximations.approximated(inst.opcode, inst.shape.element_type.name,
-                                       ctx.options.device.transcendentals):
+    if not approximations.approximated(inst.opcode, inst.shape.element_type.name, ctx.options.device.transcendentals):
         return None
     if ctx.use_numba:
         from ..kernels.elementwise import XLA_CPU_HELPERS
         from ..kernels.scalar import numpy_ufunc
+
         ufunc = numpy_ufunc(XLA_CPU_HELPERS[inst.opcode], semantics.arity(inst.opcode))
         return lambda *xs: np.asarray(ufunc(*xs))
     from ..kernels import scalar  # noqa: F401  (registers the machine's primitives with the semantics table)
+
     return approximations.numpy_approximation(inst.opcode)
 
 
@@ -237,15 +242,46 @@ def _float_table(opcode: str, dtype: np.dtype):
 
 
 # -- unary ops ------------------------------------------------------------------------------
-_FLOAT_UNARY = ("floor", "ceil", "round-nearest-afz", "round-nearest-even", "sqrt", "rsqrt", "cbrt", "exponential",
-                "exponential-minus-one", "log", "log-plus-one", "logistic", "sine", "cosine", "tan", "tanh", "erf")
+_FLOAT_UNARY = (
+    "floor",
+    "ceil",
+    "round-nearest-afz",
+    "round-nearest-even",
+    "sqrt",
+    "rsqrt",
+    "cbrt",
+    "exponential",
+    "exponential-minus-one",
+    "log",
+    "log-plus-one",
+    "logistic",
+    "sine",
+    "cosine",
+    "tan",
+    "tanh",
+    "erf",
+)
 # The float definitions whose primitives numpy extends to complex values.
-_COMPLEX_UNARY = {"sqrt", "rsqrt", "exponential", "exponential-minus-one", "log", "log-plus-one",
-                  "logistic", "sine", "cosine", "tan", "tanh"}
+_COMPLEX_UNARY = {
+    "sqrt",
+    "rsqrt",
+    "exponential",
+    "exponential-minus-one",
+    "log",
+    "log-plus-one",
+    "logistic",
+    "sine",
+    "cosine",
+    "tan",
+    "tanh",
+}
 
 
-@op(*_FLOAT_UNARY, dtypes=FLOAT_C,
-    notes="f16/bf16/fp8 computed in f32, rounded once; logistic = 1/(1+exp(-x)); no denormal flushing")
+@op(
+    *_FLOAT_UNARY,
+    dtypes=FLOAT_C,
+    notes="f16/bf16/fp8 computed in f32, rounded once; logistic = 1/(1+exp(-x)); no denormal flushing",
+)
 def _prepare_float_unary(inst, ctx):
     dtype = inst.shape.dtype
     kind = _kind(inst)
@@ -263,12 +299,14 @@ def _prepare_abs(inst, ctx):
     if kind in ("sint", "uint"):
         return _int_table(inst, "abs")
     if kind == "complex":
-        def kernel(x):     # XLA: NaN if either part is NaN (even with an infinite other part)
+
+        def kernel(x):  # XLA: NaN if either part is NaN (even with an infinite other part)
             r = np.abs(x).astype(dtype, copy=False)
             return np.where(np.isnan(x.real) | np.isnan(x.imag), dtype.type(np.nan), r)
+
         return kernel
     _require(kind == "float", "abs of pred", inst)
-    return _table("abs", kind, dtype)      # a bit operation: exact on the stored type, no lifting
+    return _table("abs", kind, dtype)  # a bit operation: exact on the stored type, no lifting
 
 
 @op("negate", dtypes=NUMERIC, notes="wraps for integers")
@@ -277,7 +315,7 @@ def _prepare_negate(inst, ctx):
     _require(kind != "pred", "negate of pred", inst)
     if kind in ("sint", "uint"):
         return _int_table(inst, "negate")
-    return _table("negate", kind, inst.shape.dtype)      # a bit operation for floats: exact on the stored type
+    return _table("negate", kind, inst.shape.dtype)  # a bit operation for floats: exact on the stored type
 
 
 @op("sign", dtypes=NUMERIC, notes="sign(+-0) = +-0, sign(NaN) = NaN")
@@ -293,6 +331,7 @@ def _prepare_sign(inst, ctx):
             with np.errstate(**_ERR):
                 m = np.abs(x)
                 return np.where(m == 0, x, x / m).astype(dtype, copy=False)
+
         return kernel
     return _float_table("sign", inst.shape.dtype)
 
@@ -300,7 +339,7 @@ def _prepare_sign(inst, ctx):
 @op("is-finite", dtypes=FLOATS)
 def _prepare_is_finite(inst, ctx):
     _require(_kind(inst) == "float", "is-finite of a non-float operand", inst)
-    return _table("is-finite", "float", inst.operands[0].shape.dtype)     # exact on the stored type
+    return _table("is-finite", "float", inst.operands[0].shape.dtype)  # exact on the stored type
 
 
 @op("not", dtypes="pred, " + INTS)
@@ -312,9 +351,12 @@ def _prepare_not(inst, ctx):
     return _int_table(inst, "not")
 
 
-@op("popcnt", dtypes=INTS,
+@op(
+    "popcnt",
+    dtypes=INTS,
     notes="counts the bits of the value's own width: s4 popcnt(-3) = 3 as StableHLO's spec (XLA:CPU counts the "
-          "sign-extended byte: 7)")
+    "sign-extended byte: 7)",
+)
 def _prepare_popcnt(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "popcnt of a non-integer operand", inst)
     return _int_table(inst, "popcnt")
@@ -347,6 +389,7 @@ def _prepare_complex(inst, ctx):
         out.real = re
         out.imag = im
         return out
+
     return kernel
 
 
@@ -354,9 +397,12 @@ def _prepare_complex(inst, ctx):
 _BINARY = ("add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum", "atan2")
 
 
-@op(*_BINARY, dtypes=NUMERIC,
+@op(
+    *_BINARY,
+    dtypes=NUMERIC,
     notes="integer x/0 = -1, INT_MIN/-1 = INT_MIN, x%0 = x; max/min IEEE 754-2019 (NaN, -0 < +0); "
-          "f16/bf16/fp8 computed in f32, rounded once")
+    "f16/bf16/fp8 computed in f32, rounded once",
+)
 def _prepare_binary(inst, ctx):
     kind = _kind(inst)
     dtype = inst.shape.dtype
@@ -390,15 +436,15 @@ def _int_mulhi(dtype: np.dtype, bits: int):
         xl, xh, yl, yh = x & low, x >> half, y & low, y >> half
         ll, lh, hl = xl * yl, xl * yh, xh * yl
         cross = (lh & low) + (hl & low) + (ll >> half)
-        hi = xh * yh + (lh >> half) + (hl >> half) + (cross >> half)       # of the unsigned product
-        if signed:      # x * y = ux * uy - 2^64 (x < 0 ? uy : 0) - 2^64 (y < 0 ? ux : 0), mod 2^128
+        hi = xh * yh + (lh >> half) + (hl >> half) + (cross >> half)  # of the unsigned product
+        if signed:  # x * y = ux * uy - 2^64 (x < 0 ? uy : 0) - 2^64 (y < 0 ? ux : 0), mod 2^128
             hi = hi - np.where(a < 0, y, u64.type(0)) - np.where(b < 0, x, u64.type(0))
         return hi.view(dtype)
+
     return kernel
 
 
-@op("mulhi", dtypes=INTS,
-    notes="the high half of the double-width product (signed for signed types): jax's lax.mulhi")
+@op("mulhi", dtypes=INTS, notes="the high half of the double-width product (signed for signed types): jax's lax.mulhi")
 def _prepare_mulhi(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), "mulhi of non-integer operands", inst)
     return _int_kernel(inst, _int_mulhi)
@@ -419,16 +465,24 @@ def _prepare_bitwise(inst, ctx):
     return _int_table(inst, inst.opcode)
 
 
-@op("shift-left", "shift-right-arithmetic", "shift-right-logical", dtypes=INTS,
-    notes="amount read as unsigned; amount >= bit width: 0 (left, logical) or the sign fill (arithmetic)")
+@op(
+    "shift-left",
+    "shift-right-arithmetic",
+    "shift-right-logical",
+    dtypes=INTS,
+    notes="amount read as unsigned; amount >= bit width: 0 (left, logical) or the sign fill (arithmetic)",
+)
 def _prepare_shift(inst, ctx):
     _require(_kind(inst) in ("sint", "uint"), f"{inst.opcode} of non-integer operands", inst)
     return _int_table(inst, inst.opcode)
 
 
 # -- compare / select / clamp -------------------------------------------------------------------
-@op("compare", dtypes=ALL,
-    notes="direction EQ/NE/LT/LE/GT/GE; type FLOAT (IEEE, NaN unordered), TOTALORDER, SIGNED, UNSIGNED")
+@op(
+    "compare",
+    dtypes=ALL,
+    notes="direction EQ/NE/LT/LE/GT/GE; type FLOAT (IEEE, NaN unordered), TOTALORDER, SIGNED, UNSIGNED",
+)
 def _prepare_compare(inst, ctx):
     direction = inst.attr("direction")
     _require(direction in semantics.DIRECTIONS, f"compare direction {direction!r}", inst)
@@ -442,7 +496,7 @@ def _prepare_compare(inst, ctx):
         return _table(semantics.compare_opcode(direction, "FLOAT"), kind, dtype)
     if kind == "float":
         _require(ctype in ("FLOAT", "TOTALORDER"), f"compare type {ctype} of float operands", inst)
-        if ctype == "TOTALORDER":       # on the stored bits: no lifting
+        if ctype == "TOTALORDER":  # on the stored bits: no lifting
             return _table(semantics.compare_opcode(direction, ctype), kind, dtype)
         fn = _table(semantics.compare_opcode(direction, ctype), kind, _compute_dtype(dtype))
         if _compute_dtype(dtype) != dtype:
@@ -451,18 +505,17 @@ def _prepare_compare(inst, ctx):
     if kind in ("sint", "uint"):
         _require(ctype in ("SIGNED", "UNSIGNED"), f"compare type {ctype} of integer operands", inst)
         return _int_table(inst, semantics.compare_opcode(direction, ctype))
-    return _table(semantics.compare_opcode(direction, "UNSIGNED"), kind, dtype)       # pred: False < True
+    return _table(semantics.compare_opcode(direction, "UNSIGNED"), kind, dtype)  # pred: False < True
 
 
 @op("select", dtypes=ALL, notes="a scalar pred selects whole arrays")
 def _prepare_select(inst, ctx):
     if inst.operands[0].shape.rank == 0 and inst.shape.rank > 0:
         return lambda p, a, b: (a if p else b).copy()
-    return semantics.numpy_form("select", "any", inst.shape.dtype, inst.shape.element_type.bits)
+    return numpy_form.numpy_form("select", "any", inst.shape.dtype, inst.shape.element_type.bits)
 
 
-@op("clamp", dtypes=NUMERIC,
-    notes="clamp(lo, x, hi) = min(max(x, lo), hi), NaN-propagating; scalar bounds allowed")
+@op("clamp", dtypes=NUMERIC, notes="clamp(lo, x, hi) = min(max(x, lo), hi), NaN-propagating; scalar bounds allowed")
 def _prepare_clamp(inst, ctx):
     dtype = inst.shape.dtype
     kind = inst.shape.element_type.kind
@@ -471,7 +524,7 @@ def _prepare_clamp(inst, ctx):
         return _table("clamp", kind, dtype)
     if kind in ("sint", "uint"):
         return _int_table(inst, "clamp", operand=1)
-    fn = _table("clamp", kind, _compute_dtype(dtype))       # the result has x's shape (bounds may be scalars)
+    fn = _table("clamp", kind, _compute_dtype(dtype))  # the result has x's shape (bounds may be scalars)
     if _compute_dtype(dtype) == dtype:
         return fn
     return lambda lo, x, hi: f32_to_low(fn(low_to_f32(lo), low_to_f32(x), low_to_f32(hi)), dtype)
@@ -487,11 +540,12 @@ def _saturate(src: np.dtype, dst: np.dtype, bounds: tuple[float, float]):
     def kernel(x):
         xf = low_to_f32(x, quiet=False).astype(wdt) if src in _HALF else x.astype(wdt, copy=False)
         with np.errstate(**_ERR):
-            low, high = xf <= lo, xf >= hi          # a NaN bound: never
+            low, high = xf <= lo, xf >= hi  # a NaN bound: never
             r = np.where(low | high | np.isnan(xf), 0, xf).astype(dst)
         r = np.where(low, t(info.min), r)
         r = np.where(high, t(info.max), r)
         return r
+
     return kernel
 
 
@@ -511,7 +565,7 @@ def _round(src: np.dtype, dst: np.dtype, from_float: bool):
     if src in _HALF and dst == _F32:
         return low_to_f32
     if src in _HALF and dst == _F64:
-        return lambda x: low_to_f32(x).astype(_F64)      # f16 signaling NaNs quieted, as XLA:CPU
+        return lambda x: low_to_f32(x).astype(_F64)  # f16 signaling NaNs quieted, as XLA:CPU
     if _is_ml_float(dst) or (dst.kind == "f" and dst.itemsize < 4):
         if src == _F32:
             return lambda x: f32_to_low(x, dst, signaling_nans=from_float)
@@ -526,7 +580,7 @@ def _numpy_step(step, src: np.dtype, from_float: bool):
         return lambda x: x.copy()
     if step.kind == "nonzero":
         return lambda x: x != 0
-    if step.kind == "wrap":         # ml_dtypes casts between its own sub-byte types only through a wider one
+    if step.kind == "wrap":  # ml_dtypes casts between its own sub-byte types only through a wider one
         if src in SUB_BYTE_CONTAINER and dst in SUB_BYTE_CONTAINER:
             return lambda x: x.astype(np.int8).astype(dst)
         return lambda x: x.astype(dst)
@@ -552,7 +606,7 @@ def convert_kernel(src_t, dst_t, inst):
     if steps[0].kind == "saturate":
         return _saturate(src, dst, semantics.saturation_bounds(src_t, dst_t))
     if src == _F64 and dst in _HALF:
-        return lambda x: f32_to_low(x, dst, signaling_nans=True)      # both roundings, f64 NaNs made canonical
+        return lambda x: f32_to_low(x, dst, signaling_nans=True)  # both roundings, f64 NaNs made canonical
     if src in _HALF and dst == _F8E5M2:
         return _half_to_f8e5m2
     fns, at = [], src
@@ -572,42 +626,68 @@ def _prepare_convert(inst, ctx):
     def kernel(x):
         with np.errstate(**_ERR):
             return fn(x)
+
     return kernel
 
 
-@op("bitcast-convert", dtypes=ALL, kernel="numpy",
-    notes="view; a wider source adds a trailing dimension, a narrower one removes it (little-endian)")
+@op(
+    "bitcast-convert",
+    dtypes=ALL,
+    kernel="numpy",
+    notes="view; a wider source adds a trailing dimension, a narrower one removes it (little-endian)",
+)
 def _prepare_bitcast_convert(inst, ctx):
     src_t, dst_t = inst.operands[0].shape.element_type, inst.shape.element_type
     small, big = sorted((src_t.bits, dst_t.bits))
-    _require(small > 0 and big % small == 0 and src_t.numpy is not None and dst_t.numpy is not None
-             and src_t.kind != "pred" and dst_t.kind != "pred" or src_t is dst_t,
-             f"bitcast-convert {src_t.name} -> {dst_t.name}", inst)
+    _require(
+        small > 0
+        and big % small == 0
+        and src_t.numpy is not None
+        and dst_t.numpy is not None
+        and src_t.kind != "pred"
+        and dst_t.kind != "pred"
+        or src_t is dst_t,
+        f"bitcast-convert {src_t.name} -> {dst_t.name}",
+        inst,
+    )
     dst = dst_t.numpy
     dims, src_dims = tuple(inst.shape.dims), tuple(inst.operands[0].shape.dims)
     ratio = big // small
-    expected = (src_dims if src_t.bits == dst_t.bits else src_dims + (ratio,) if src_t.bits > dst_t.bits
-                else src_dims[:-1] if src_dims[-1:] == (ratio,) else None)
-    _require(expected == dims, f"bitcast-convert {inst.operands[0].shape.to_text(False)} -> "
-                               f"{inst.shape.to_text(False)} (XLA's shape rule: same dims, or a trailing dimension of "
-                               f"{ratio} added or removed)", inst)
+    expected = (
+        src_dims
+        if src_t.bits == dst_t.bits
+        else src_dims + (ratio,)
+        if src_t.bits > dst_t.bits
+        else src_dims[:-1]
+        if src_dims[-1:] == (ratio,)
+        else None
+    )
+    _require(
+        expected == dims,
+        f"bitcast-convert {inst.operands[0].shape.to_text(False)} -> "
+        f"{inst.shape.to_text(False)} (XLA's shape rule: same dims, or a trailing dimension of "
+        f"{ratio} added or removed)",
+        inst,
+    )
     if small % 8:
         return _bitcast_sub_byte(src_t, dst_t, dims)
     if src_t.bits == dst_t.bits:
         return lambda x: x.view(dst)
-    if src_t.bits > dst_t.bits:      # f32[N] -> u8[N,4]
+    if src_t.bits > dst_t.bits:  # f32[N] -> u8[N,4]
         return lambda x: x.reshape(x.shape + (1,)).view(dst).reshape(dims)
-    return lambda x: x.view(dst).reshape(dims)     # u8[N,4] -> f32[N]: the last axis is contiguous
+    return lambda x: x.view(dst).reshape(dims)  # u8[N,4] -> f32[N]: the last axis is contiguous
 
 
 def _bitcast_sub_byte(src_t, dst_t, dims):
     """bitcast-convert to or from a sub-byte type (s4[N,2] <-> s8[N], f16[N] -> u4[N,4], s4 <-> u4), on the
     bit patterns: a wider element holds the narrower ones lowest bits first (XLA's little-endian packing)."""
+
     def pattern(x, t):
         return as_unsigned(x.view(np.uint8) if t.bits < 8 else x, t.bits).astype(np.uint64)
 
     def from_pattern(p, t):
         return p.astype(np.dtype(f"u{max(t.bits // 8, 1)}")).view(t.numpy)
+
     ratio = max(src_t.bits, dst_t.bits) // min(src_t.bits, dst_t.bits)
     shifts = np.arange(ratio, dtype=np.uint64) * np.uint64(min(src_t.bits, dst_t.bits))
     if src_t.bits > dst_t.bits:
@@ -620,8 +700,10 @@ def _bitcast_sub_byte(src_t, dst_t, dims):
 
 # -- reduce-precision ------------------------------------------------------------------------------------
 _IEEE_LAYOUT = {  # numpy dtype -> (total bits, mantissa bits)
-    np.dtype(np.float16): (16, 10), np.dtype(ml_dtypes.bfloat16): (16, 7),
-    np.dtype(np.float32): (32, 23), np.dtype(np.float64): (64, 52),
+    np.dtype(np.float16): (16, 10),
+    np.dtype(ml_dtypes.bfloat16): (16, 7),
+    np.dtype(np.float32): (32, 23),
+    np.dtype(np.float64): (64, 52),
 }
 
 
@@ -659,21 +741,53 @@ def reduce_precision_bits(x: np.ndarray, exponent_bits: int, mantissa_bits: int)
     return np.where(is_nan, x, bits.view(x.dtype))
 
 
-@op("reduce-precision", dtypes="f16, bf16, f32, f64",
+@op(
+    "reduce-precision",
+    dtypes="f16, bf16, f32, f64",
     notes="XLA's bit algorithm: round mantissa to nearest even, exponent overflow -> inf, "
-          "underflow (incl. denormals) -> signed zero, NaN kept")
+    "underflow (incl. denormals) -> signed zero, NaN kept",
+)
 def _prepare_reduce_precision(inst, ctx):
     dtype = inst.shape.dtype
     _require(dtype in _IEEE_LAYOUT, f"reduce-precision of {inst.shape.element_type.name}", inst)
     e, m = inst.attr("exponent_bits"), inst.attr("mantissa_bits")
-    _require(e is not None and m is not None and e >= 1 and m >= 0,
-             "reduce-precision without exponent_bits/mantissa_bits", inst)
+    _require(
+        e is not None and m is not None and e >= 1 and m >= 0,
+        "reduce-precision without exponent_bits/mantissa_bits",
+        inst,
+    )
     return lambda x: reduce_precision_bits(x, int(e), int(m))
 
 
 # Opcodes this module registers, for tests and the op coverage table (docs/custom-calls.md).
-OPCODES = tuple(sorted({
-    *_FLOAT_UNARY, "abs", "negate", "sign", "is-finite", "not", "popcnt", "count-leading-zeros", "mulhi", "real",
-    "imag", "complex", *_BINARY, "and", "or", "xor", "shift-left", "shift-right-arithmetic",
-    "shift-right-logical", "compare", "select", "clamp", "convert", "bitcast-convert", "reduce-precision",
-}))
+OPCODES = tuple(
+    sorted(
+        {
+            *_FLOAT_UNARY,
+            "abs",
+            "negate",
+            "sign",
+            "is-finite",
+            "not",
+            "popcnt",
+            "count-leading-zeros",
+            "mulhi",
+            "real",
+            "imag",
+            "complex",
+            *_BINARY,
+            "and",
+            "or",
+            "xor",
+            "shift-left",
+            "shift-right-arithmetic",
+            "shift-right-logical",
+            "compare",
+            "select",
+            "clamp",
+            "convert",
+            "bitcast-convert",
+            "reduce-precision",
+        }
+    )
+)

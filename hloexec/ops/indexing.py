@@ -21,6 +21,7 @@
   keep their order, as here. Any other comparator: Python's stable sort with functools.cmp_to_key per row
   (slow). is_stable=false sorts stably too (a valid result).
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,21 +36,34 @@ from ..ir.module import Instruction
 from ..ir.dtypes import element_type_of
 from ..kernels import elementwise as ew
 from ..kernels.index_maps import NUMPY, Gather, Scatter
-from .common import (SUB_BYTE_CONTAINER, as_signed, as_tuple, as_unsigned, binary_kind, called, contig, ints, invalid,
-                     scalar, total_order_key, ufunc_for)
+from .common import (
+    SUB_BYTE_CONTAINER,
+    as_signed,
+    as_tuple,
+    as_unsigned,
+    binary_kind,
+    called,
+    contig,
+    ints,
+    invalid,
+    scalar,
+    total_order_key,
+    ufunc_for,
+)
 from .registry import lookup, op
 
 
 def _axis_aranges(dims) -> list[np.ndarray]:
     """One int64 arange per dim of `dims`, each along its own axis: the index of every element at once, as
     broadcasting arrays (the NUMPY interpreter's index values)."""
-    return [np.arange(n, dtype=np.int64).reshape([n if a == d else 1 for a in range(len(dims))])
-            for d, n in enumerate(dims)]
+    return [
+        np.arange(n, dtype=np.int64).reshape([n if a == d else 1 for a in range(len(dims))]) for d, n in enumerate(dims)
+    ]
 
 
 def _loader(indices, vectors):
     """`load(position)` for the index maps' formulas: the indices array read at broadcasting positions."""
-    held = indices.reshape(vectors.dims)       # a trailing 1 when index_vector_dim is the rank
+    held = indices.reshape(vectors.dims)  # a trailing 1 when index_vector_dim is the rank
     return lambda position: held[tuple(position)]
 
 
@@ -60,17 +74,26 @@ def _check_index_dims(inst, index_vector_dim: int, operand_batching, indices_bat
     n = (len(inst.operands) - 1) // 2 if inst.opcode == "scatter" else 1
     indices_rank = inst.operands[n].shape.rank
     update_rank = inst.operands[-1].shape.rank
-    if not 0 <= index_vector_dim <= indices_rank or len(operand_batching) != len(indices_batching) \
-            or any(not 0 <= d < indices_rank or d == index_vector_dim for d in indices_batching) \
-            or any(not 0 <= d < update_rank for d in windows):
-        raise invalid(inst, f"index_vector_dim={index_vector_dim}, batching dims {list(operand_batching)} / "
-                            f"{list(indices_batching)}, window dims {list(windows)} of indices "
-                            f"{inst.operands[n].shape.to_text(False)}")
+    if (
+        not 0 <= index_vector_dim <= indices_rank
+        or len(operand_batching) != len(indices_batching)
+        or any(not 0 <= d < indices_rank or d == index_vector_dim for d in indices_batching)
+        or any(not 0 <= d < update_rank for d in windows)
+    ):
+        raise invalid(
+            inst,
+            f"index_vector_dim={index_vector_dim}, batching dims {list(operand_batching)} / "
+            f"{list(indices_batching)}, window dims {list(windows)} of indices "
+            f"{inst.operands[n].shape.to_text(False)}",
+        )
 
 
-@op("gather", kernel="numpy",
+@op(
+    "gather",
+    kernel="numpy",
     notes="Full GatherDimensionNumbers incl. batching dims; start indices clamped per XLA; one numpy "
-          "advanced-indexing gather.")
+    "advanced-indexing gather.",
+)
 def prepare_gather(inst, ctx):
     gd = gather_dims(inst)
     _check_index_dims(inst, gd.index_vector_dim, gd.operand_batching_dims, gd.start_indices_batching_dims)
@@ -83,10 +106,18 @@ def prepare_gather(inst, ctx):
     idims = inst.operands[1].shape.dims
     vector = idims[gd.index_vector_dim] if gd.index_vector_dim < len(idims) else 1
     batch_rank = len(idims) - (gd.index_vector_dim < len(idims))
-    if len(gd.slice_sizes) != rank or gd.index_vector_dim > len(idims) or len(gd.start_index_map) != vector \
-            or out_rank != batch_rank + len(gd.offset_dims) or any(not 0 <= d < out_rank for d in gd.offset_dims):
-        raise invalid(inst, f"slice_sizes, offset_dims and start_index_map of {oshape.to_text(False)} indexed by "
-                            f"{inst.operands[1].shape.to_text(False)} into {inst.shape.to_text(False)}")
+    if (
+        len(gd.slice_sizes) != rank
+        or gd.index_vector_dim > len(idims)
+        or len(gd.start_index_map) != vector
+        or out_rank != batch_rank + len(gd.offset_dims)
+        or any(not 0 <= d < out_rank for d in gd.offset_dims)
+    ):
+        raise invalid(
+            inst,
+            f"slice_sizes, offset_dims and start_index_map of {oshape.to_text(False)} indexed by "
+            f"{inst.operands[1].shape.to_text(False)} into {inst.shape.to_text(False)}",
+        )
     out_dtype = inst.shape.dtype
     out_dims = tuple(inst.shape.dims)
     out_index = _axis_aranges(out_dims)
@@ -98,18 +129,23 @@ def prepare_gather(inst, ctx):
         got = operand[tuple(geometry.source_index(NUMPY, starts, offset_index))]
         # an output dim no index depends on (no index vector component, a size-1 operand) broadcasts
         return contig(got if got.shape == out_dims else np.broadcast_to(got, out_dims), dtype=out_dtype)
+
     return kernel
 
 
-@op("scatter", kernel="numpy",
+@op(
+    "scatter",
+    kernel="numpy",
     notes="Full ScatterDimensionNumbers incl. batching dims; variadic; out-of-bounds update windows "
-          "skipped (XLA). add/mul/max/min/and/or/xor/replace vectorized (ufunc.at); other update "
-          "computations per element (slow).")
+    "skipped (XLA). add/mul/max/min/and/or/xor/replace vectorized (ufunc.at); other update "
+    "computations per element (slow).",
+)
 def prepare_scatter(inst, ctx):
     n = (len(inst.operands) - 1) // 2
     sd = scatter_dims(inst)
-    _check_index_dims(inst, sd.index_vector_dim, sd.input_batching_dims, sd.scatter_indices_batching_dims,
-                      sd.update_window_dims)
+    _check_index_dims(
+        inst, sd.index_vector_dim, sd.input_batching_dims, sd.scatter_indices_batching_dims, sd.update_window_dims
+    )
     geometry = Scatter.of(inst)
     comp = called(inst, "to_apply")
     kind = binary_kind(comp) if n == 1 else None
@@ -120,16 +156,19 @@ def prepare_scatter(inst, ctx):
     # One index vector and a simple combiner (jax's x.at[i, j].set(v)): one window, written by numpy
     # slicing -- the general path's index arithmetic costs ~30 us even for one element.
     idims = inst.operands[n].shape.dims
-    if kind is not None and not sd.input_batching_dims and math.prod(idims) == geometry.vectors.dims[
-            geometry.vectors.vector_dim]:
+    if (
+        kind is not None
+        and not sd.input_batching_dims
+        and math.prod(idims) == geometry.vectors.dims[geometry.vectors.vector_dim]
+    ):
         return _one_window_scatter(kind, geometry)
     oshape = geometry.operand_dims
     upd_dims = tuple(inst.operands[n + 1].shape.dims)
     update_index = _axis_aranges(upd_dims)
-    strides = [int(np.prod(oshape[d + 1:], dtype=np.int64)) for d in range(len(oshape))]
+    strides = [int(np.prod(oshape[d + 1 :], dtype=np.int64)) for d in range(len(oshape))]
 
     def kernel(*vals):
-        operands, indices, updates = vals[:n], vals[n], vals[n + 1:]
+        operands, indices, updates = vals[:n], vals[n], vals[n + 1 :]
         # every update element's operand position and window test, in the updates' own row-major order
         # (XLA's order of application)
         starts = geometry.starts(NUMPY, _loader(indices, geometry.vectors), update_index)
@@ -157,6 +196,7 @@ def prepare_scatter(inst, ctx):
                     o[i] = scalar(v)
         outs = [o.reshape(oshape) for o in outs]
         return tuple(outs) if tuple_out else outs[0]
+
     return kernel
 
 
@@ -167,7 +207,7 @@ def _one_window_scatter(kind: str, geometry: Scatter):
         out = operand.copy()
         # the one index vector's components as Python ints (exact, u64 too: no saturation needed), no batching
         starts = geometry.placed(indices.reshape(-1).tolist(), ())
-        if all(geometry.window_fits(NUMPY, starts)):      # else skipped
+        if all(geometry.window_fits(NUMPY, starts)):  # else skipped
             region = out[tuple(slice(s, s + w) for s, w in zip(starts, window))]
             u = update.reshape(window)
             if kind == "replace":
@@ -175,6 +215,7 @@ def _one_window_scatter(kind: str, geometry: Scatter):
             else:
                 ufunc_for(kind, out.dtype)(region, u, out=region)
         return out
+
     return kernel
 
 
@@ -190,11 +231,12 @@ _KEY_OPCODES = ew.ELEMENTWISE_OPS - {"clamp", "bitcast-convert"}
 class _SortKey:
     """One key of a comparator: `root`, computed from parameter 2 * `operand` (`parameter`) and constants
     by the elementwise instructions `expression` (dependencies first)."""
+
     operand: int
     parameter: Instruction
     expression: tuple[Instruction, ...]
     root: Instruction
-    compare_type: str            # TOTALORDER | FLOAT | SIGNED | UNSIGNED, as the compare kernel reads it
+    compare_type: str  # TOTALORDER | FLOAT | SIGNED | UNSIGNED, as the compare kernel reads it
     descending: bool
 
 
@@ -211,9 +253,11 @@ def _expression(root):
             continue
         seen.add(id(inst))
         op_ = inst.opcode
-        if inst.shape.is_tuple or not (op_ in ("parameter", "constant") or op_ in _KEY_OPCODES or (
-                op_ == "bitcast-convert" and inst.operands[0].shape.element_type.bits
-                == inst.shape.element_type.bits)):
+        if inst.shape.is_tuple or not (
+            op_ in ("parameter", "constant")
+            or op_ in _KEY_OPCODES
+            or (op_ == "bitcast-convert" and inst.operands[0].shape.element_type.bits == inst.shape.element_type.bits)
+        ):
             return None
         stack.append((inst, True))
         stack.extend((o, False) for o in reversed(inst.operands))
@@ -223,7 +267,7 @@ def _expression(root):
 def _mirrors(a, b, pa, pb, memo: dict) -> bool:
     """Whether `b` computes from parameter `pb` what `a` computes from parameter `pa` (same opcodes,
     shapes, compare attributes and constant values)."""
-    pair = (id(a), id(b))     # memo: shared operands are walked once
+    pair = (id(a), id(b))  # memo: shared operands are walked once
     if pair not in memo:
         if a is pa or b is pb:
             same = a is pa and b is pb
@@ -237,7 +281,8 @@ def _mirrors(a, b, pa, pb, memo: dict) -> bool:
             same = np.asarray(a.literal).tobytes() == np.asarray(b.literal).tobytes()
         else:
             same = (a.attr("direction"), a.attr("type")) == (b.attr("direction"), b.attr("type")) and all(
-                _mirrors(x, y, pa, pb, memo) for x, y in zip(a.operands, b.operands))
+                _mirrors(x, y, pa, pb, memo) for x, y in zip(a.operands, b.operands)
+            )
         memo[pair] = same
     return memo[pair]
 
@@ -282,7 +327,8 @@ def _ties(eq, key: _SortKey) -> bool:
     if other is None:
         return False
     return (other.operand, other.compare_type) == (key.operand, key.compare_type) and _mirrors(
-        other.root, key.root, key.parameter, key.parameter, {})
+        other.root, key.root, key.parameter, key.parameter, {}
+    )
 
 
 def _sort_keys(less) -> list[_SortKey] | None:
@@ -324,7 +370,7 @@ def _ordering(key: np.ndarray, compare_type: str, descending: bool) -> np.ndarra
         k = key.astype(np.int8)
     else:
         bits = element_type_of(key.dtype).bits
-        key = key.astype(SUB_BYTE_CONTAINER.get(key.dtype, key.dtype), copy=False)   # s4 in its byte
+        key = key.astype(SUB_BYTE_CONTAINER.get(key.dtype, key.dtype), copy=False)  # s4 in its byte
         k = (as_signed if compare_type == "SIGNED" else as_unsigned)(key, bits)
     return ~k if descending else k
 
@@ -341,7 +387,7 @@ def _keys_permutation(keys, steps, xs, axis: int) -> np.ndarray:
         orderings.append(_ordering(value, key.compare_type, key.descending))
     if len(orderings) == 1:
         return np.argsort(orderings[0], axis=axis, kind="stable")
-    return np.lexsort(orderings[::-1], axis=axis)    # stable; its last key is the primary one
+    return np.lexsort(orderings[::-1], axis=axis)  # stable; its last key is the primary one
 
 
 def _comparator_permutation(less, xs, axis: int) -> np.ndarray:
@@ -366,6 +412,7 @@ def _comparator_permutation(less, xs, axis: int) -> np.ndarray:
             if lt(j, i):
                 return 1
             return 0
+
         perm_rows[r] = sorted(range(L), key=functools.cmp_to_key(cmp))
     return np.moveaxis(perm_rows.reshape(shp), -1, axis)
 
@@ -381,11 +428,14 @@ def sort_permutation(comparator, ctx):
     return lambda xs, axis: _comparator_permutation(less, xs, axis)
 
 
-@op("sort", kernel="numpy",
+@op(
+    "sort",
+    kernel="numpy",
     notes="Comparators ordering by elementwise functions of the operands (plain LT/GT compares, jax's "
-          "NaN/-0 canonicalizing TOTALORDER compare, lexicographic num_keys > 1): keys computed on whole "
-          "arrays, stable numpy argsort/lexsort. Other comparators: Python stable sort with cmp_to_key per "
-          "row (slow). Always stable.")
+    "NaN/-0 canonicalizing TOTALORDER compare, lexicographic num_keys > 1): keys computed on whole "
+    "arrays, stable numpy argsort/lexsort. Other comparators: Python stable sort with cmp_to_key per "
+    "row (slow). Always stable.",
+)
 def prepare_sort(inst, ctx):
     dims = ints(inst.attr("dimensions"))
     axis = dims[0] if dims else 0
@@ -393,10 +443,16 @@ def prepare_sort(inst, ctx):
     n = len(inst.operands)
     shapes = [o.shape for o in inst.operands]
     types = [p.shape.element_type for p in comp.parameters]
-    if any(s.is_tuple or s.dims != shapes[0].dims for s in shapes) or not 0 <= axis < max(shapes[0].rank, 1) \
-            or types != [s.element_type for s in shapes for _ in (0, 1)]:
-        raise invalid(inst, f"operands {[s.to_text(False) for s in shapes]} along dimension {axis} with a "
-                            f"comparator of {[t.name for t in types]}")
+    if (
+        any(s.is_tuple or s.dims != shapes[0].dims for s in shapes)
+        or not 0 <= axis < max(shapes[0].rank, 1)
+        or types != [s.element_type for s in shapes for _ in (0, 1)]
+    ):
+        raise invalid(
+            inst,
+            f"operands {[s.to_text(False) for s in shapes]} along dimension {axis} with a "
+            f"comparator of {[t.name for t in types]}",
+        )
     permutation = sort_permutation(comp, ctx)
     tuple_out = inst.shape.is_tuple
 
@@ -404,4 +460,5 @@ def prepare_sort(inst, ctx):
         perm = permutation(xs, axis)
         outs = [contig(np.take_along_axis(x, perm, axis=axis)) for x in xs]
         return tuple(outs) if tuple_out or n > 1 else outs[0]
+
     return kernel

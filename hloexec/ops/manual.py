@@ -12,6 +12,7 @@ program on the global inputs, enters a region with its own tile, runs the region
 participants) and leaves it by exchanging tiles with all participants and assembling the global value. Devices
 that share a tile (axes the region is not manual along) compute the same region values.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,11 +50,15 @@ def _region_shardings(inst, key: str | None, n: int) -> list:
     else:
         attrs = inst.attr("frontend_attributes") or {}
         if key not in attrs or "xla.sdy.manual_axes" not in attrs:
-            raise UnsupportedError(f"{target_of(inst)} without the frontend attributes {key} and "
-                                   "xla.sdy.manual_axes", inst)
+            raise UnsupportedError(
+                f"{target_of(inst)} without the frontend attributes {key} and xla.sdy.manual_axes", inst
+            )
         try:
-            s = decode_sharding_attr(attrs[key], module_meshes(inst.computation.module),
-                                     only=decode_manual_axes(attrs["xla.sdy.manual_axes"]))
+            s = decode_sharding_attr(
+                attrs[key],
+                module_meshes(inst.computation.module),
+                only=decode_manual_axes(attrs["xla.sdy.manual_axes"]),
+            )
         except ShardyError as e:
             raise inst.attr_error("frontend_attributes", f"bad {key}: {e}") from None
         shardings = list(s.elements) if s.kind == "tuple" else [s]
@@ -67,14 +72,17 @@ def _check_tiles(inst, sharding, local, full) -> None:
     if sharding.kind == "tiled":
         try:
             counts, _ = tile_layout(sharding, full.rank)
-        except ExecutionError as e:        # a sharding of another rank: said with the instruction
+        except ExecutionError as e:  # a sharding of another rank: said with the instruction
             raise UnsupportedError(f"{target_of(inst)}: {e}", inst) from None
         tile = tuple(-(-d // c) for d, c in zip(full.dims, counts))
     else:
         tile = full.dims
     if tile != local.dims:
-        raise UnsupportedError(f"{target_of(inst)}: {full.to_text(False)} in tiles of {sharding.text or sharding.kind}"
-                               f" is {list(tile)} per device, the region's value is {local.to_text(False)}", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)}: {full.to_text(False)} in tiles of {sharding.text or sharding.kind}"
+            f" is {list(tile)} per device, the region's value is {local.to_text(False)}",
+            inst,
+        )
 
 
 def _untiled(shardings) -> bool:
@@ -105,6 +113,7 @@ def enter(inst, ctx):
         d = ctx.device.global_id
         tiles = tuple(device_tile(x, s, local, d) for x, s, local in zip(xs, shardings, locals_))
         return tiles if inst.shape.is_tuple else tiles[0]
+
     return run
 
 
@@ -126,11 +135,14 @@ def leave(inst, ctx):
         everyone = list(range(device.num_replicas * device.num_partitions))
         got = device.communicator.exchange(inst, {d: xs for d in everyone}, everyone)
         try:
-            values = tuple(np.ascontiguousarray(assemble_global([g[i] for g in got], s, full.dims))
-                           for i, (s, full) in enumerate(zip(shardings, fulls)))
-        except ExecutionError as e:         # a sharding naming more devices than the run has
+            values = tuple(
+                np.ascontiguousarray(assemble_global([g[i] for g in got], s, full.dims))
+                for i, (s, full) in enumerate(zip(shardings, fulls))
+            )
+        except ExecutionError as e:  # a sharding naming more devices than the run has
             raise ExecutionError(f"%{inst.name} = custom-call {target_of(inst)!r}: {e}") from None
         return values if inst.shape.is_tuple else values[0]
+
     return run
 
 

@@ -6,6 +6,7 @@ physical element order (and refuses tiled layouts where tiling would change the 
 Ops marked notes="view" may return a view of an operand (values are immutable in the executor);
 every other op returns a fresh C-contiguous array.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,11 +43,15 @@ def _prepare_broadcast(inst, ctx):
     rank = inst.operands[0].shape.rank
     if len(dmap) != rank:
         raise UnsupportedError(f"broadcast dimensions {dmap} do not match operand rank {rank}", inst)
-    if len(set(dmap)) != rank or any(not 0 <= d < len(out_dims) or out_dims[d] != n
-                                     for d, n in zip(dmap, inst.operands[0].shape.dims)):
-        raise invalid(inst, f"dimensions={{{','.join(map(str, dmap))}}} map {inst.operands[0].shape.to_text(False)} "
-                            f"onto {inst.shape.to_text(False)}")
-    order = sorted(range(rank), key=lambda i: dmap[i])      # operand dims in output order
+    if len(set(dmap)) != rank or any(
+        not 0 <= d < len(out_dims) or out_dims[d] != n for d, n in zip(dmap, inst.operands[0].shape.dims)
+    ):
+        raise invalid(
+            inst,
+            f"dimensions={{{','.join(map(str, dmap))}}} map {inst.operands[0].shape.to_text(False)} "
+            f"onto {inst.shape.to_text(False)}",
+        )
+    order = sorted(range(rank), key=lambda i: dmap[i])  # operand dims in output order
     view_shape = [1] * len(out_dims)
     for i in range(rank):
         view_shape[dmap[i]] = inst.operands[0].shape.dims[i]
@@ -59,6 +64,7 @@ def _prepare_broadcast(inst, ctx):
         out = np.empty(out_dims, dtype)
         out[...] = x.reshape(view_shape)
         return out
+
     return kernel
 
 
@@ -70,15 +76,20 @@ def _prepare_reshape(inst, ctx):
     return lambda x: x.reshape(dims)
 
 
-
 def transpose_is_view(inst) -> bool:
     """Whether a transpose runs as a strided view of its operand, not a copy: a 2-D one read only by dots, which
     take any strides (BLAS's transposed flag; a low-precision operand is widened in slices of its own layout).
     XLA's layout assignment makes such transposes free (gemma3's [262144,1152] bf16 embedding read as
     {0,1} for the logits): copied, it was 60% of the module's warm run (bench/README.md, "gemma3 1B: the
     embedding read through a view")."""
-    return (inst.opcode == "transpose" and inst.shape.rank == 2 and _dims(inst) == (1, 0) and bool(inst.users)
-            and all(u.opcode == "dot" for u in inst.users) and inst is not inst.computation.root)
+    return (
+        inst.opcode == "transpose"
+        and inst.shape.rank == 2
+        and _dims(inst) == (1, 0)
+        and bool(inst.users)
+        and all(u.opcode == "dot" for u in inst.users)
+        and inst is not inst.computation.root
+    )
 
 
 @op("transpose", dtypes=ALL, notes="output dim i = operand dim dimensions[i]")
@@ -92,12 +103,12 @@ def _prepare_transpose(inst, ctx):
         return lambda x: x.T
     rank = len(perm)
     split = perm[0]
-    if perm == tuple(range(split, rank)) + tuple(range(split)):     # [A..., B...] -> [B..., A...]: a 2-D transpose
+    if perm == tuple(range(split, rank)) + tuple(range(split)):  # [A..., B...] -> [B..., A...]: a 2-D transpose
         return lambda x: _swap_halves(x, split)
     return lambda x: np.array(x.transpose(perm), order="C")
 
 
-PANEL_ROWS = 64     # rows of the source a 2-D transpose copies at a time: 8x numpy's whole-array strided copy
+PANEL_ROWS = 64  # rows of the source a 2-D transpose copies at a time: 8x numpy's whole-array strided copy
 
 
 def _swap_halves(x: np.ndarray, split: int) -> np.ndarray:
@@ -108,12 +119,11 @@ def _swap_halves(x: np.ndarray, split: int) -> np.ndarray:
     cols = int(np.prod(x.shape[split:], dtype=np.int64))
     flat = x.reshape(rows, cols)
     if x.dtype.itemsize in (1, 2, 4, 8) and x.dtype.kind not in "biufc":
-        flat = flat.view(f"u{x.dtype.itemsize}")     # ml_dtypes (bf16, fp8) copy through numpy's integer loops
+        flat = flat.view(f"u{x.dtype.itemsize}")  # ml_dtypes (bf16, fp8) copy through numpy's integer loops
     out = np.empty((cols, rows), flat.dtype)
     for r in range(0, rows, PANEL_ROWS):
-        out[:, r:r + PANEL_ROWS] = flat[r:r + PANEL_ROWS].T
+        out[:, r : r + PANEL_ROWS] = flat[r : r + PANEL_ROWS].T
     return out.view(x.dtype).reshape(x.shape[split:] + x.shape[:split])
-
 
 
 @op("copy", dtypes=ALL, notes="view; logical identity (only the layout may change)")
@@ -126,8 +136,11 @@ def _physical_order(shape: Shape, inst) -> tuple[int, ...]:
     shape's dimensions (XLA's verifier refuses it: {5,0} or {1,1} on a rank-2 shape)."""
     written = shape.layout.minor_to_major if shape.layout is not None else ()
     if written and sorted(written) != list(range(shape.rank)):
-        raise UnsupportedError(f"layout {{{','.join(map(str, written))}}} of {shape.to_text(layout=False)} is not an "
-                               f"order of its {shape.rank} dimensions", inst)
+        raise UnsupportedError(
+            f"layout {{{','.join(map(str, written))}}} of {shape.to_text(layout=False)} is not an "
+            f"order of its {shape.rank} dimensions",
+            inst,
+        )
     return tuple(reversed(shape.minor_to_major))
 
 
@@ -155,7 +168,7 @@ def _prepare_bitcast(inst, ctx):
     src_identity = src_major == tuple(range(src.rank))
     dst_identity = dst_major == tuple(range(dst.rank))
     phys_dims = tuple(dst.dims[d] for d in dst_major)
-    back = tuple(int(i) for i in np.argsort(dst_major))     # physical axes -> logical order
+    back = tuple(int(i) for i in np.argsort(dst_major))  # physical axes -> logical order
     dst_dtype = dst.dtype
     retype = src.element_type is not dst.element_type
 
@@ -165,6 +178,7 @@ def _prepare_bitcast(inst, ctx):
             p = p.reshape(-1).view(dst_dtype)
         p = p.reshape(phys_dims)
         return p if dst_identity else np.array(p.transpose(back), order="C")
+
     return kernel
 
 
@@ -208,8 +222,9 @@ def _tiled_bitcast(inst, src: Shape, dst: Shape):
     holder[src_offsets] = np.arange(src.size, dtype=np.int64)
     take = holder[dst_offsets]
     if (take < 0).any():
-        raise UnsupportedError("bitcast between tiled layouts that reads tile padding (the tiling changes "
-                               "the element order)", inst)
+        raise UnsupportedError(
+            "bitcast between tiled layouts that reads tile padding (the tiling changes the element order)", inst
+        )
     if np.array_equal(take, np.arange(dst.size)):
         return (lambda x: x) if src.dims == dst.dims else (lambda x: x.reshape(dst.dims))
     dims = dst.dims
@@ -233,8 +248,11 @@ def _prepare_get_dimension_size(inst, ctx):
     return lambda x: size.copy()
 
 
-@op("set-dimension-size", dtypes=ALL,
-    notes="view; the operand unchanged: values are static arrays of the bound shape (past the size: padding)")
+@op(
+    "set-dimension-size",
+    dtypes=ALL,
+    notes="view; the operand unchanged: values are static arrays of the bound shape (past the size: padding)",
+)
 def _prepare_set_dimension_size(inst, ctx):
     return lambda x, size: x
 
@@ -254,9 +272,11 @@ def _clamped_starts(starts, dims, sizes):
     return [clamped_start(NUMPY, int(s), False, d, n) for s, d, n in zip(starts, dims, sizes)]
 
 
-
-@op("dynamic-slice", dtypes=ALL,
-    notes="start indices (scalar operands, any integer type) are clamped to [0, dim - size]")
+@op(
+    "dynamic-slice",
+    dtypes=ALL,
+    notes="start indices (scalar operands, any integer type) are clamped to [0, dim - size]",
+)
 def _prepare_dynamic_slice(inst, ctx):
     sizes = _dims(inst, "dynamic_slice_sizes")
     dims = inst.operands[0].shape.dims
@@ -266,12 +286,11 @@ def _prepare_dynamic_slice(inst, ctx):
     def kernel(x, *starts):
         st = _clamped_starts(starts, dims, sizes)
         return np.array(x[tuple(slice(s, s + n) for s, n in zip(st, sizes))], order="C")
+
     return kernel
 
 
-
-@op("dynamic-update-slice", dtypes=ALL,
-    notes="start indices clamped to [0, dim - update dim]; returns a new array")
+@op("dynamic-update-slice", dtypes=ALL, notes="start indices clamped to [0, dim - update dim]; returns a new array")
 def _prepare_dynamic_update_slice(inst, ctx):
     dims = inst.operands[0].shape.dims
     upd = inst.operands[1].shape.dims
@@ -283,13 +302,13 @@ def _prepare_dynamic_update_slice(inst, ctx):
         out = x.copy()
         out[tuple(slice(s, s + n) for s, n in zip(st, upd))] = u
         return out
+
     return kernel
 
 
 # -- pad / concatenate / reverse -------------------------------------------------------------------------
 def _pad_out_dim(d, p):
     return p.low + p.high + d + max(d - 1, 0) * p.interior
-
 
 
 @op("pad", dtypes=ALL, notes="negative low/high crop; interior inserts between elements")
@@ -302,9 +321,12 @@ def _prepare_pad(inst, ctx):
     if any(d < 0 for d in out_dims) or any(p.interior < 0 for p in padding):
         raise UnsupportedError(f"pad to negative size {out_dims}", inst)
     if out_dims != tuple(inst.shape.dims) or inst.operands[1].shape.rank != 0:
-        raise invalid(inst, f"{inst.operands[0].shape.to_text(False)} padded by "
-                            f"{inst.operands[1].shape.to_text(False)} (a scalar is needed) makes {list(out_dims)}, "
-                            f"not {inst.shape.to_text(False)}")
+        raise invalid(
+            inst,
+            f"{inst.operands[0].shape.to_text(False)} padded by "
+            f"{inst.operands[1].shape.to_text(False)} (a scalar is needed) makes {list(out_dims)}, "
+            f"not {inst.shape.to_text(False)}",
+        )
     layout = [dilated_layout(d, p.low, p.high, p.interior + 1) for d, p in zip(in_dims, padding)]
     dst, src = tuple(at for _, at, _ in layout), tuple(element for _, _, element in layout)
     dtype = inst.shape.dtype
@@ -313,8 +335,8 @@ def _prepare_pad(inst, ctx):
         out = np.full(out_dims, pad_value, dtype)
         out[dst] = x[src]
         return out
-    return kernel
 
+    return kernel
 
 
 @op("concatenate", dtypes=ALL, notes="dimensions={d}")
@@ -354,6 +376,7 @@ def _prepare_iota(inst, ctx):
         out = np.empty(dims, dtype)
         out[...] = ramp
         return out
+
     return kernel
 
 
@@ -375,7 +398,6 @@ def _prepare_tuple(inst, ctx):
     return lambda *xs: tuple(xs)
 
 
-
 @op("get-tuple-element", dtypes=ALL, notes="view")
 def _prepare_gte(inst, ctx):
     index = inst.attr("index")
@@ -388,6 +410,20 @@ def _prepare_gte(inst, ctx):
     return lambda t: t[index]
 
 
-OPCODES = ("broadcast", "reshape", "transpose", "copy", "bitcast", "slice", "dynamic-slice",
-           "dynamic-update-slice", "pad", "concatenate", "reverse", "iota", "constant", "tuple",
-           "get-tuple-element")
+OPCODES = (
+    "broadcast",
+    "reshape",
+    "transpose",
+    "copy",
+    "bitcast",
+    "slice",
+    "dynamic-slice",
+    "dynamic-update-slice",
+    "pad",
+    "concatenate",
+    "reverse",
+    "iota",
+    "constant",
+    "tuple",
+    "get-tuple-element",
+)

@@ -5,6 +5,7 @@ BatchNormExpander lowers them: statistics over every dimension but `feature_inde
 variance E[(x - mean)^2], `epsilon` added to the variance. f16/bf16 are computed in f32 and rounded
 once per result.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,11 @@ def _setup(inst):
     operand = inst.operands[0].shape
     feature = required(inst, "feature_index")
     if not 0 <= feature < operand.rank or inst.operands[1].shape.dims != (operand.dims[feature],):
-        raise invalid(inst, f"feature_index={feature} of {operand.to_text(False)} with the scale "
-                            f"{inst.operands[1].shape.to_text(False)}")
+        raise invalid(
+            inst,
+            f"feature_index={feature} of {operand.to_text(False)} with the scale "
+            f"{inst.operands[1].shape.to_text(False)}",
+        )
     out_dtype = operand.dtype
     return feature, inst.attr("epsilon", 0.0), operand.rank, out_dtype, _work_dtype(out_dtype)
 
@@ -49,9 +53,11 @@ def batch_norm_training(feature: int, epsilon: float, rank: int, work):
         mean = x.mean(axis=axes, dtype=work)
         centered = x - per_feature(mean)
         var = np.square(centered).mean(axis=axes, dtype=work)
-        y = centered / np.sqrt(per_feature(var) + eps) * per_feature(scale.astype(work)) \
-            + per_feature(offset.astype(work))
+        y = centered / np.sqrt(per_feature(var) + eps) * per_feature(scale.astype(work)) + per_feature(
+            offset.astype(work)
+        )
         return y, mean, var
+
     return kernel
 
 
@@ -63,6 +69,7 @@ def batch_norm_inference(feature: int, epsilon: float, rank: int, work):
     def kernel(x, scale, offset, mean, var):
         f = [per_feature(v.astype(work)) for v in (scale, offset, mean, var)]
         return (x.astype(work) - f[2]) / np.sqrt(f[3] + eps) * f[0] + f[1]
+
     return kernel
 
 
@@ -79,19 +86,26 @@ def batch_norm_grad(feature: int, rank: int, work):
         sum_grad_centered = (grad_out * centered).sum(axis=axes, dtype=work)
         grad_scale = sum_grad_centered * inv_std
         grad_x = per_feature(scale.astype(work) * inv_std / count) * (
-            count * grad_out - per_feature(sum_grad) - centered * per_feature(sum_grad_centered / var_eps))
+            count * grad_out - per_feature(sum_grad) - centered * per_feature(sum_grad_centered / var_eps)
+        )
         return grad_x, grad_scale, sum_grad
+
     return kernel
 
 
-@op("batch-norm-training", dtypes=FLOATS, kernel="numpy",
-    notes="(y, batch mean, batch variance); variance biased; f16/bf16 in f32")
+@op(
+    "batch-norm-training",
+    dtypes=FLOATS,
+    kernel="numpy",
+    notes="(y, batch mean, batch variance); variance biased; f16/bf16 in f32",
+)
 def prepare_batch_norm_training(inst, ctx):
     feature, eps, rank, out_dtype, work = _setup(inst)
     train = batch_norm_training(feature, eps, rank, work)
 
     def kernel(x, scale, offset):
         return tuple(contig(v.astype(out_dtype)) for v in train(x, scale, offset))
+
     return kernel
 
 
@@ -102,11 +116,16 @@ def prepare_batch_norm_inference(inst, ctx):
 
     def kernel(x, scale, offset, mean, var):
         return contig(infer(x, scale, offset, mean, var).astype(out_dtype))
+
     return kernel
 
 
-@op("batch-norm-grad", dtypes=FLOATS, kernel="numpy",
-    notes="(grad operand, grad scale, grad offset) as in XLA's operation semantics; f16/bf16 in f32")
+@op(
+    "batch-norm-grad",
+    dtypes=FLOATS,
+    kernel="numpy",
+    notes="(grad operand, grad scale, grad offset) as in XLA's operation semantics; f16/bf16 in f32",
+)
 def prepare_batch_norm_grad(inst, ctx):
     feature, eps, rank, out_dtype, work = _setup(inst)
     grad = batch_norm_grad(feature, rank, work)
@@ -117,4 +136,5 @@ def prepare_batch_norm_grad(inst, ctx):
         with np.errstate(invalid="ignore", divide="ignore"):  # a negative variance input gives NaN, as XLA
             inv_std = 1 / np.sqrt(var_eps)
         return tuple(contig(v.astype(out_dtype)) for v in grad(x, scale, mean, var_eps, inv_std, grad_out))
+
     return kernel

@@ -23,6 +23,7 @@ Semantics follow XLA's operation_semantics and the HloEvaluator (hlo_evaluator.c
   combined into the chosen position with `scatter`, starting from init. Padding positions are never
   selected.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,18 @@ from ..ir.shape_inference import window_count
 from ..kernels import elementwise as ew
 from ..kernels.index_maps import NUMPY, reduce_dims, window_position
 from ..options.devices import machine_vector_width
-from .common import (SUB_BYTE_CONTAINER, as_tuple, binary_kind, called, contig, dilated_layout, ints, scalar, str_attr,
-                     ufunc_for)
+from .common import (
+    SUB_BYTE_CONTAINER,
+    as_tuple,
+    binary_kind,
+    called,
+    contig,
+    dilated_layout,
+    ints,
+    scalar,
+    str_attr,
+    ufunc_for,
+)
 from .elementwise import f32_to_low, low_to_f32
 from .registry import op
 
@@ -65,7 +76,7 @@ def identity_of(kind: str, dtype):
             return dtype.type(info.min if lo else info.max)
         if np.isinf(np.array(np.inf, _F32).astype(dtype)):
             return np.array(-np.inf if lo else np.inf, _F32).astype(dtype)[()]
-        biggest = ml_dtypes.finfo(dtype).max      # a type without infinities (f8e4m3fn, f4e2m1fn...)
+        biggest = ml_dtypes.finfo(dtype).max  # a type without infinities (f8e4m3fn, f4e2m1fn...)
         return np.array(-biggest if lo else biggest).astype(dtype)[()]
     raise KeyError(kind)
 
@@ -75,8 +86,7 @@ def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype, reductions: str = 
     integers, which have no numpy reduce loops, in their byte, wrapped back."""
     container = SUB_BYTE_CONTAINER.get(x.dtype)
     if container is not None:
-        r = vector_reduce(kind, x.astype(container), axes, np.asarray(init).astype(container), container,
-                          reductions)
+        r = vector_reduce(kind, x.astype(container), axes, np.asarray(init).astype(container), container, reductions)
         return contig(r.astype(out_dtype))
     uf = ufunc_for(kind, x.dtype)
     axes = tuple(axes)
@@ -84,9 +94,9 @@ def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype, reductions: str = 
     if axes and ew.in_order(reductions, kind, et):
         return contig(fold_in_order(uf, x, axes, init))
     if ew.accumulates_in_f32(reductions, kind, et):
-        xf = x if x.dtype == _F32 else low_to_f32(x, quiet=False)      # (reduce-window passes f32 windows)
+        xf = x if x.dtype == _F32 else low_to_f32(x, quiet=False)  # (reduce-window passes f32 windows)
         r = uf.reduce(xf, axis=axes, dtype=_F32) if axes else xf
-        r = uf(low_to_f32(np.asarray(init), quiet=False), r)          # adding quiets NaNs
+        r = uf(low_to_f32(np.asarray(init), quiet=False), r)  # adding quiets NaNs
         return contig(f32_to_low(np.asarray(r), out_dtype))
     if axes:
         extra = {"initial": identity_of(kind, x.dtype)} if kind in ("maximum", "minimum") else {}
@@ -105,7 +115,7 @@ def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
     pieces of 16 chunks when the row has 32 chunks or more (then the pieces add up in order), and the lanes
     are added by halving (lane i + lane i + lanes/2, ...). Rows of more than 64 chunks differ from XLA:CPU's in
     part (docs/device-numerics-xla-cpu.md)."""
-    rows = np.ascontiguousarray(x, dtype=_F32).reshape(-1, math.prod(x.shape[x.ndim - reduced:]))
+    rows = np.ascontiguousarray(x, dtype=_F32).reshape(-1, math.prod(x.shape[x.ndim - reduced :]))
     m, k = rows.shape
     chunks = -(-k // lanes)
     padded = np.zeros((m, chunks * lanes), _F32)
@@ -130,10 +140,10 @@ def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
     while acc.shape[1] > 1:
         half = acc.shape[1] // 2
         acc = acc[:, :half] + acc[:, half:]
-    return contig((np.asarray(init, _F32) + acc[:, 0]).reshape(x.shape[:x.ndim - reduced]))
+    return contig((np.asarray(init, _F32) + acc[:, 0]).reshape(x.shape[: x.ndim - reduced]))
 
 
-FOLD_SLICES_MIN = 256    # results from which fold_in_order steps through whole slices of them
+FOLD_SLICES_MIN = 256  # results from which fold_in_order steps through whole slices of them
 
 
 def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
@@ -147,10 +157,10 @@ def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
     if m >= FOLD_SLICES_MIN or k == 0:
         acc = np.full(shape, init, x.dtype)
         moved = x.transpose(list(axes) + kept)
-        for position in np.ndindex(moved.shape[:len(axes)]):
+        for position in np.ndindex(moved.shape[: len(axes)]):
             uf(acc, moved[position], out=acc)
         return acc
-    rows = np.array(x.transpose(kept + list(axes)), order="C").reshape(m, k)      # one copy, ours to write
+    rows = np.array(x.transpose(kept + list(axes)), order="C").reshape(m, k)  # one copy, ours to write
     rows[:, 0] = uf(np.asarray(init, x.dtype), rows[:, 0])
     uf.accumulate(rows, axis=1, out=rows)
     return rows[:, -1].reshape(shape)
@@ -161,16 +171,24 @@ def in_ynn_order(inst, ctx, dims) -> bool:
     minor dims inside a computation XLA:CPU runs through YNNPACK (other YNNPACK reductions: "per-step")."""
     rank = inst.operands[0].shape.rank
     comp = inst.computation
-    return (ctx.options.reductions == "xla-cpu" and tuple(sorted(dims)) == tuple(range(rank - len(dims), rank))
-            and comp is not None and comp.module is not None and comp.name in ynn_computations(comp.module))
+    return (
+        ctx.options.reductions == "xla-cpu"
+        and tuple(sorted(dims)) == tuple(range(rank - len(dims), rank))
+        and comp is not None
+        and comp.module is not None
+        and comp.name in ynn_computations(comp.module)
+    )
 
 
 # -- reduce ------------------------------------------------------------------------------------
-@op("reduce", kernel="numpy",
+@op(
+    "reduce",
+    kernel="numpy",
     notes="Reducers that are one add/mul/max/min/and/or/xor of their parameters run vectorized; any "
-          "other reducer (variadic, e.g. argmax) runs through the computation once per element "
-          "(slow). reductions=accumulate (default): f16/bf16 add/mul accumulate in f32, round once; "
-          "reductions=per-step: every add/mul rounds to the type, in row-major order (XLA:CPU's loops).")
+    "other reducer (variadic, e.g. argmax) runs through the computation once per element "
+    "(slow). reductions=accumulate (default): f16/bf16 add/mul accumulate in f32, round once; "
+    "reductions=per-step: every add/mul rounds to the type, in row-major order (XLA:CPU's loops).",
+)
 def prepare_reduce(inst, ctx):
     n = len(inst.operands) // 2
     keep, dims = reduce_dims(inst.operands[0].shape.rank, ints(inst.attr("dimensions")))
@@ -183,8 +201,10 @@ def prepare_reduce(inst, ctx):
         lanes = ctx.options.device.vector_width or machine_vector_width()
         return lambda x, init: ynn_row_sum(x, len(dims), scalar(init), lanes)
     if kind is not None:
+
         def kernel(x, init):
             return vector_reduce(kind, x, dims, scalar(init), out_dtype, ctx.options.reductions)
+
         return kernel
 
     fn = ctx.computation(comp)
@@ -208,6 +228,7 @@ def prepare_reduce(inst, ctx):
                 o[i] = a
         outs = [o.reshape(kept_shape) for o in outs]
         return tuple(outs) if tuple_out else outs[0]
+
     return kernel
 
 
@@ -216,6 +237,7 @@ def window_dims(inst, rank):
     w = inst.attr("window")
     if w is None:
         from ..ir.attributes import WindowDim
+
         return tuple(WindowDim(1) for _ in range(rank))
     if len(w) != rank:
         raise UnsupportedError(f"window has {len(w)} dims for a rank-{rank} operand", inst)
@@ -249,10 +271,13 @@ def window_out_shape(padded_shape, wins, strides, wdil):
     return tuple(map(window_count, padded_shape, wins, strides, wdil))
 
 
-@op("reduce-window", kernel="numpy",
+@op(
+    "reduce-window",
+    kernel="numpy",
     notes="window size/stride/padding/base+window dilation; variadic. Vectorized for single-op reducers "
-          "(strided view + ufunc.reduce); other reducers run per element through the computation "
-          "(slow). Padding and dilation holes are skipped. f16/bf16 add/mul as reduce (`reductions`).")
+    "(strided view + ufunc.reduce); other reducers run per element through the computation "
+    "(slow). Padding and dilation holes are skipped. f16/bf16 add/mul as reduce (`reductions`).",
+)
 def prepare_reduce_window(inst, ctx):
     n = len(inst.operands) // 2
     rank = inst.operands[0].shape.rank
@@ -279,12 +304,13 @@ def prepare_reduce_window(inst, ctx):
 
         def kernel(x, init):
             ident = identity_of(kind, x.dtype)
-            if lifted:      # to f32 once, not once per (overlapping) window
+            if lifted:  # to f32 once, not once per (overlapping) window
                 x = low_to_f32(x, quiet=False)
             p, _ = pad_dilate(x, lows, highs, inter, ident)
             oshape = window_out_shape(p.shape, sizes, strides, wdil)
             v = window_view(p, sizes, strides, wdil, oshape)
             return vector_reduce(kind, v, waxes, scalar(init), out_dtype, ctx.options.reductions)
+
         return kernel
 
     fn = ctx.computation(comp)
@@ -312,6 +338,7 @@ def prepare_reduce_window(inst, ctx):
                 o[i] = a
         outs = [o.reshape(oshape) for o in outs]
         return tuple(outs) if tuple_out else outs[0]
+
     return kernel
 
 
@@ -333,11 +360,14 @@ def _compare_kind(comp):
     return d if d in _CMP else None
 
 
-@op("select-and-scatter", kernel="numpy",
+@op(
+    "select-and-scatter",
+    kernel="numpy",
     notes="Vectorized over source positions (loop over window positions) when select is one "
-          "GE/GT/LE/LT compare and scatter one add/max/min/mul; otherwise per element through the "
-          "computations (slow). Scatter combines in source row-major order via ufunc.at (f16/bf16 round "
-          "per combine, as XLA).")
+    "GE/GT/LE/LT compare and scatter one add/max/min/mul; otherwise per element through the "
+    "computations (slow). Scatter combines in source row-major order via ufunc.at (f16/bf16 round "
+    "per combine, as XLA).",
+)
 def prepare_select_and_scatter(inst, ctx):
     operand_shape = inst.operands[0].shape
     rank = operand_shape.rank
@@ -410,4 +440,5 @@ def prepare_select_and_scatter(inst, ctx):
                 t = sel_idx[i]
                 out[t] = scalar(sc_fn(scalar(out[t]), scalar(src[i])))
         return out.reshape(operand.shape)
+
     return kernel

@@ -11,6 +11,7 @@ the instruction's exact dtype (bf16/fp8 via ml_dtypes, pred as bool), or tuples 
 tiers it may run instead, how it computes (its options: the device profile, reductions...), the module, the
 participant it runs as.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,9 +27,10 @@ from ..options import Options
 class Context(Protocol):
     """Everything an op may ask of its context, and nothing more (tests/test_layers.py checks both ways against
     the `ctx.` uses in hloexec/ops/). An op may also key per-module state on it (a weakref.WeakKeyDictionary)."""
-    options: Options            # how the module computes: the device profile, reductions, excess precision
-    module: object              # the module being prepared (hloexec.ir.module.Module)
-    use_numba: bool             # whether ops may run Numba-compiled helpers (False: the numpy kernels only)
+
+    options: Options  # how the module computes: the device profile, reductions, excess precision
+    module: object  # the module being prepared (hloexec.ir.module.Module)
+    use_numba: bool  # whether ops may run Numba-compiled helpers (False: the numpy kernels only)
 
     def computation(self, comp, fuse: bool = True) -> Callable:
         """A callable running `comp`: f(*parameter_values) -> value of its root (`fuse`: may compile
@@ -48,10 +50,10 @@ class Context(Protocol):
 @dataclass(frozen=True, slots=True)
 class OpDef:
     opcode: str
-    prepare: Callable            # (inst, ctx) -> kernel(*values) -> value
-    dtypes: str                  # element types it runs on, for the op coverage table
-    kernel: str                  # what does the work: numba | numpy | blas | python
-    notes: str                   # semantics worth knowing (XLA section, deviations)
+    prepare: Callable  # (inst, ctx) -> kernel(*values) -> value
+    dtypes: str  # element types it runs on, for the op coverage table
+    kernel: str  # what does the work: numba | numpy | blas | python
+    notes: str  # semantics worth knowing (XLA section, deviations)
 
 
 OPS: dict[str, OpDef] = {}
@@ -62,12 +64,14 @@ FLOATS = "f16, bf16, f32, f64, f8, f6, f4"
 
 def op(*opcodes: str, dtypes: str = ALL, kernel: str = "numpy", notes: str = ""):
     """Register `prepare` for each opcode (aliases share one implementation)."""
+
     def register(prepare):
         for opcode in opcodes:
             if opcode in OPS:
                 raise ValueError(f"opcode {opcode!r} registered twice")
             OPS[opcode] = OpDef(opcode, prepare, dtypes, kernel, notes)
         return prepare
+
     return register
 
 
@@ -81,38 +85,119 @@ def async_shorthand(opcode: str) -> tuple[str, str] | None:
     if opcode in OPS:
         return None
     for suffix, generic in _ASYNC_SUFFIXES:
-        if opcode.endswith(suffix) and opcode[:-len(suffix)] in OPS:
-            return generic, opcode[:-len(suffix)]
+        if opcode.endswith(suffix) and opcode[: -len(suffix)] in OPS:
+            return generic, opcode[: -len(suffix)]
     return None
 
 
 # Opcodes whose result may be a tuple; every other op makes an array (XLA's shape inference). A bitcast keeps
 # its operand's shape, tuples too: the GPT seed's partitioned module bitcasts its loop state tuple.
-TUPLE_RESULTS = frozenset({
-    "tuple", "bitcast", "get-tuple-element", "constant", "while", "conditional", "call", "fusion", "custom-call", "copy",
-    "async-start", "async-update", "async-done", "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather",
-    "all-gather-start", "all-gather-done", "reduce-scatter", "all-to-all", "collective-permute",
-    "collective-permute-start", "collective-permute-done", "collective-broadcast", "copy-start", "send", "recv",
-    "recv-done", "infeed", "batch-norm-training", "batch-norm-grad", "rng-bit-generator", "reduce",
-    "reduce-window", "scatter", "sort", "topk", "opt-barrier", "optimization-barrier", "domain", "scan",
-    "add-dependency"})
+TUPLE_RESULTS = frozenset(
+    {
+        "tuple",
+        "bitcast",
+        "get-tuple-element",
+        "constant",
+        "while",
+        "conditional",
+        "call",
+        "fusion",
+        "custom-call",
+        "copy",
+        "async-start",
+        "async-update",
+        "async-done",
+        "all-reduce",
+        "all-reduce-start",
+        "all-reduce-done",
+        "all-gather",
+        "all-gather-start",
+        "all-gather-done",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
+        "collective-broadcast",
+        "copy-start",
+        "send",
+        "recv",
+        "recv-done",
+        "infeed",
+        "batch-norm-training",
+        "batch-norm-grad",
+        "rng-bit-generator",
+        "reduce",
+        "reduce-window",
+        "scatter",
+        "sort",
+        "topk",
+        "opt-barrier",
+        "optimization-barrier",
+        "domain",
+        "scan",
+        "add-dependency",
+    }
+)
 # Opcodes whose operands are arrays (XLA's shape inference refuses tuples and tokens there): elementwise math,
 # movement, contractions, reductions, indexing. Their prepares may take every operand's dtype for granted.
-ARRAY_OPERANDS = (opcodes.ELEMENTWISE - {"copy"}) | frozenset((
-    "reshape", "transpose", "broadcast", "reverse", "slice", "fft", "cholesky", "topk", "pad", "gather",
-    "triangular-solve", "stochastic-convert", "convolution", "dot", "scaled-dot", "ragged-dot", "dynamic-slice",
-    "dynamic-update-slice", "concatenate", "sort", "map", "reduce", "reduce-window", "scatter", "select-and-scatter",
-    "batch-norm-training", "batch-norm-inference", "batch-norm-grad"))
+ARRAY_OPERANDS = (opcodes.ELEMENTWISE - {"copy"}) | frozenset(
+    (
+        "reshape",
+        "transpose",
+        "broadcast",
+        "reverse",
+        "slice",
+        "fft",
+        "cholesky",
+        "topk",
+        "pad",
+        "gather",
+        "triangular-solve",
+        "stochastic-convert",
+        "convolution",
+        "dot",
+        "scaled-dot",
+        "ragged-dot",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "concatenate",
+        "sort",
+        "map",
+        "reduce",
+        "reduce-window",
+        "scatter",
+        "select-and-scatter",
+        "batch-norm-training",
+        "batch-norm-inference",
+        "batch-norm-grad",
+    )
+)
 # ... and whose result is one array too (the rest of ARRAY_OPERANDS may make tuples: variadic reduce, sort, ...)
 ARRAY_RESULT = ARRAY_OPERANDS - TUPLE_RESULTS
 # The computations XLA's parser requires (one of the alternatives, each a tuple of attribute keys).
 CALLS: dict[str, tuple[tuple[str, ...], ...]] = {
-    **{o: (("to_apply",),) for o in ("call", "map", "reduce", "reduce-window", "scatter", "all-reduce",
-                                     "all-reduce-start", "reduce-scatter", "scan")},
+    **{
+        o: (("to_apply",),)
+        for o in (
+            "call",
+            "map",
+            "reduce",
+            "reduce-window",
+            "scatter",
+            "all-reduce",
+            "all-reduce-start",
+            "reduce-scatter",
+            "scan",
+        )
+    },
     "sort": (("to_apply",), ("comparator",)),
-    "fusion": (("calls",),), "async-start": (("calls",),), "while": (("condition", "body"),),
+    "fusion": (("calls",),),
+    "async-start": (("calls",),),
+    "while": (("condition", "body"),),
     "conditional": (("branch_computations",), ("true_computation", "false_computation")),
-    "select-and-scatter": (("select", "scatter"),)}
+    "select-and-scatter": (("select", "scatter"),),
+}
 
 
 def operand_count_ok(opcode: str, n: int) -> bool:
@@ -134,8 +219,10 @@ def check_form(inst, opcode: str) -> None:
         raise inst.parse_error(f"{opcode} expects {wanted} operands, has {n}")
     alternatives = CALLS.get(opcode if opcode != "async-start" or inst.opcode == "async-start" else "")
     if alternatives and not any(all(k in inst.called for k in keys) for keys in alternatives):
-        raise inst.parse_error(f"{opcode} needs the computation attribute "
-                               + " or ".join("/".join(f"{k}=" for k in keys) for keys in alternatives))
+        raise inst.parse_error(
+            f"{opcode} needs the computation attribute "
+            + " or ".join("/".join(f"{k}=" for k in keys) for keys in alternatives)
+        )
     if opcode in ARRAY_OPERANDS:
         for o in inst.operands:
             if not o.shape.is_array:
@@ -143,8 +230,9 @@ def check_form(inst, opcode: str) -> None:
     if opcode in ARRAY_RESULT and not inst.shape.is_tuple and not inst.shape.is_array:
         raise UnsupportedError(f"{opcode} makes an array, not {inst.shape.to_text(False)}", inst)
     if inst.shape.is_tuple and opcode not in TUPLE_RESULTS:
-        raise UnsupportedError(f"{opcode} with the tuple result {inst.shape.to_text(False)}: XLA's shape rules give "
-                               "it an array", inst)
+        raise UnsupportedError(
+            f"{opcode} with the tuple result {inst.shape.to_text(False)}: XLA's shape rules give it an array", inst
+        )
     why = check_shape(opcode, [o.shape for o in inst.operands], inst.attr, inst.shape)
     if why is not None:
         raise UnsupportedError(f"shape {inst.shape.to_text(False)} is not what the operands give: {why}", inst)
@@ -157,6 +245,6 @@ def lookup(inst) -> OpDef:
         shorthand = async_shorthand(inst.opcode)
         if shorthand is None:
             raise UnsupportedError(f"unsupported opcode {inst.opcode!r}", inst)
-        opdef = OPS[shorthand[0]]       # the wrapped op's form is checked when the async-start prepares it
+        opdef = OPS[shorthand[0]]  # the wrapped op's form is checked when the async-start prepares it
     check_form(inst, opdef.opcode)
     return opdef

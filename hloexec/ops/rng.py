@@ -12,6 +12,7 @@
   (one state per instruction, starting at [0, 0]); XLA keeps a process-global state, so values differ.
 (custom-call GetRngSeed, a fixed seed 0, is in custom_call/composite.py.)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +23,7 @@ from .registry import op
 
 _U32 = np.uint32
 _U64 = np.uint64
-DEFAULT_ALGORITHM = "rng_philox"   # XLA:CPU's RngBitGeneratorExpander default (checked in tests)
+DEFAULT_ALGORITHM = "rng_philox"  # XLA:CPU's RngBitGeneratorExpander default (checked in tests)
 
 
 def _rotl(v, d):
@@ -179,13 +180,20 @@ def rng_bit_generator(algorithm: str, state: np.ndarray, dims, out_dtype):
     return new_state, contig(out)
 
 
-@op("rng-bit-generator", dtypes="u8-u64, s8-s64, f16, bf16, f32, f64", kernel="numpy",
+@op(
+    "rng-bit-generator",
+    dtypes="u8-u64, s8-s64, f16, bf16, f32, f64",
+    kernel="numpy",
     notes="ThreeFry / Philox exactly as XLA's RngBitGeneratorExpander (bit-exact with XLA:CPU); "
-          "rng_default = Philox (XLA:CPU's choice).")
+    "rng_default = Philox (XLA:CPU's choice).",
+)
 def prepare_rng_bit_generator(inst, ctx):
     alg = str_attr(inst, "algorithm", "rng_default")
-    if not inst.shape.is_tuple or len(inst.shape.tuple_shapes) != 2 or \
-            not all(s.is_array for s in inst.shape.tuple_shapes):
+    if (
+        not inst.shape.is_tuple
+        or len(inst.shape.tuple_shapes) != 2
+        or not all(s.is_array for s in inst.shape.tuple_shapes)
+    ):
         raise UnsupportedError("rng-bit-generator must return (state, bits)", inst)
     sshape, dshape = inst.shape.tuple_shapes
     dims, dt = tuple(dshape.dims), dshape.dtype
@@ -194,18 +202,23 @@ def prepare_rng_bit_generator(inst, ctx):
 
     def kernel(state):
         return rng_bit_generator(alg, state, dims, dt)
+
     return kernel
 
 
-@op("rng", dtypes="f16, bf16, f32, f64, s32, s64, u32, u64", kernel="numpy",
+@op(
+    "rng",
+    dtypes="f16, bf16, f32, f64, s32, s64, u32, u64",
+    kernel="numpy",
     notes="rng_uniform in [a, b) / rng_normal(mu, sigma) from numpy's PCG64 (seeded per instruction); "
-          "bits differ from XLA:CPU's expansion.")
+    "bits differ from XLA:CPU's expansion.",
+)
 def prepare_rng(inst, ctx):
     dist = (str_attr(inst, "distribution") or "rng_uniform").lower()
     dims, dt = tuple(inst.shape.dims), inst.shape.dtype
     if any(o.shape.is_tuple or o.shape.rank for o in inst.operands[:2]):
         raise invalid(inst, f"bounds {[o.shape.to_text(False) for o in inst.operands[:2]]} that are not scalars")
-    gen = np.random.default_rng(abs(hash(inst.name)) % (2 ** 32))
+    gen = np.random.default_rng(abs(hash(inst.name)) % (2**32))
 
     def kernel(a, b, *_shape):  # a third operand, the result's dims (from StableHLO), adds nothing
         a, b = np.asarray(a), np.asarray(b)
@@ -224,18 +237,24 @@ def prepare_rng(inst, ctx):
         else:
             raise UnsupportedError(f"rng distribution {dist}", inst)
         return contig(np.asarray(r).astype(dt))
+
     return kernel
 
 
-@op("rng-get-and-update-state", dtypes="u64", kernel="numpy",
+@op(
+    "rng-get-and-update-state",
+    dtypes="u64",
+    kernel="numpy",
     notes="Per-instruction u64[2] state starting at [0, 0], advanced by `delta` on each call "
-          "(XLA keeps a process-global state; values differ).")
+    "(XLA keeps a process-global state; values differ).",
+)
 def prepare_rng_get_and_update_state(inst, ctx):
     delta = int_attr(inst, "delta", 0)
     state = [0]
 
     def kernel():
-        cur = np.array([state[0] & (2 ** 64 - 1), 0], _U64)
+        cur = np.array([state[0] & (2**64 - 1), 0], _U64)
         state[0] += delta
         return cur
+
     return kernel

@@ -3,6 +3,7 @@
 Used by SPMD runs (hloexec.spmd: inputs split, outputs assembled by the parameters' and ROOT's
 shardings) and by the manual regions of pre-partition modules (hloexec.ops.manual).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,10 +30,10 @@ def device_tile(value, sharding: Sharding | None, shape: Shape, device: int):
     where = np.argwhere(devices == device)
     if not len(where):
         raise ExecutionError(f"sharding {sharding.text} gives device {device} no tile")
-    tile = tuple(where[0][:shape.rank])
+    tile = tuple(where[0][: shape.rank])
     value = np.asarray(value)
     piece = value[tuple(slice(i * b, (i + 1) * b) for i, b in zip(tile, shape.dims))]
-    if piece.shape != shape.dims:       # past an uneven global dim: zero padding, as split_global's
+    if piece.shape != shape.dims:  # past an uneven global dim: zero padding, as split_global's
         piece = np.pad(piece, [(0, b - p) for p, b in zip(piece.shape, shape.dims)])
     return np.ascontiguousarray(piece)
 
@@ -47,16 +48,22 @@ def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: in
     made, the others are None (a Ray worker splits for the participants it holds).
     """
     if shape.is_tuple:
-        elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
+        elements = (
+            sharding.elements
+            if sharding is not None and sharding.kind == "tuple"
             else [sharding] * len(shape.tuple_shapes)
-        per_element = [split_global(v, s, sub, num_devices, devices)
-                       for v, s, sub in zip(value, elements, shape.tuple_shapes)]
-        return [None if devices is not None and d not in devices else tuple(pieces[d] for pieces in per_element)
-                for d in range(num_devices)]
+        )
+        per_element = [
+            split_global(v, s, sub, num_devices, devices) for v, s, sub in zip(value, elements, shape.tuple_shapes)
+        ]
+        return [
+            None if devices is not None and d not in devices else tuple(pieces[d] for pieces in per_element)
+            for d in range(num_devices)
+        ]
     if sharding is None or sharding.kind != "tiled":
         value = np.asarray(value)
         shared = (value if value.flags.c_contiguous else value.copy(order="C")).view()
-        shared.flags.writeable = False       # one buffer for every device: a write would reach them all
+        shared.flags.writeable = False  # one buffer for every device: a write would reach them all
         return [shared if devices is None or d in devices else None for d in range(num_devices)]
     counts, tile_devices = tile_layout(sharding, shape.rank)
     value = np.asarray(value)
@@ -67,18 +74,18 @@ def split_global(value, sharding: Sharding | None, shape: Shape, num_devices: in
     if value.shape != padded:
         value = np.pad(value, [(0, p - g) for g, p in zip(value.shape, padded)])
     pieces: list = [None] * num_devices
-    tiles: dict[tuple, np.ndarray] = {}      # devices holding the same tile (replicated subgroups) share it
+    tiles: dict[tuple, np.ndarray] = {}  # devices holding the same tile (replicated subgroups) share it
     for index in np.ndindex(tile_devices.shape):
         d = int(tile_devices[index])
         if d >= num_devices:
             raise ExecutionError(f"sharding {sharding.text} names device {d} of {num_devices}")
         if devices is not None and d not in devices:
             continue
-        tile = index[:shape.rank]
+        tile = index[: shape.rank]
         if tile not in tiles:
             piece = np.ascontiguousarray(value[tuple(slice(i * b, (i + 1) * b) for i, b in zip(tile, block))])
             if piece.base is not None:
-                piece = piece.copy()         # not a view of the caller's array, which it may change
+                piece = piece.copy()  # not a view of the caller's array, which it may change
             piece.flags.writeable = False
             tiles[tile] = piece
         pieces[d] = tiles[tile]
@@ -92,15 +99,17 @@ def assemble_global(per_device: list, sharding: Sharding | None, global_shape=No
     whose default is the tiles' full extent); replicated and absent: device 0's; maximal: its device's."""
     if sharding is not None and sharding.kind == "tuple":
         shapes = global_shape if global_shape is not None else [None] * len(sharding.elements)
-        return tuple(assemble_global([v[i] for v in per_device], s, g)
-                     for i, (s, g) in enumerate(zip(sharding.elements, shapes)))
+        return tuple(
+            assemble_global([v[i] for v in per_device], s, g) for i, (s, g) in enumerate(zip(sharding.elements, shapes))
+        )
     if sharding is None or sharding.kind != "tiled":
         return per_device[sharding.device if sharding is not None and sharding.kind == "maximal" else 0]
     first = per_device[0]
     counts, devices = tile_layout(sharding, first.ndim)
     if devices.size and devices.max() >= len(per_device):
-        raise ExecutionError(f"sharding {sharding.text} names device {int(devices.max())}; there are "
-                             f"{len(per_device)} values")
+        raise ExecutionError(
+            f"sharding {sharding.text} names device {int(devices.max())}; there are {len(per_device)} values"
+        )
     block = first.shape
     out = np.empty(tuple(c * b for c, b in zip(counts, block)), first.dtype)
     for index in np.ndindex(devices.shape):

@@ -5,6 +5,7 @@ rules they need from it where they use them, rather than taking each as a parame
 profile (devices.py: whose arithmetic the run reproduces), how f16/bf16 sums round (`reductions`) and whether
 fusions keep f16/bf16 intermediates in f32 (`excess_precision`); limits: the memory a run may use.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
@@ -17,6 +18,7 @@ class Options:
     """How a module is computed (`device`, `reductions`, `excess_precision`) and what a run may use
     (`max_memory`: bytes, None: MemAvailable at each run, `available_memory()`). Build it with `Options.make`, which takes the
     device's defaults for what is not given."""
+
     device: DeviceProfile = field(default=REFERENCE)
     reductions: str = "accumulate"
     excess_precision: bool = False
@@ -27,15 +29,23 @@ class Options:
             raise ValueError(f"reductions={self.reductions!r}: expected one of {', '.join(REDUCTIONS)}")
 
     @classmethod
-    def make(cls, device: DeviceProfile | str | None = None, *, reductions: str | None = None,
-             excess_precision: bool | None = None, max_memory: int | None = None) -> Options:
+    def make(
+        cls,
+        device: DeviceProfile | str | None = None,
+        *,
+        reductions: str | None = None,
+        excess_precision: bool | None = None,
+        max_memory: int | None = None,
+    ) -> Options:
         """Options for `device` (a profile, its name or a profile file; None: "reference"), each numerics rule
         the device's own unless given."""
         profile = device if isinstance(device, DeviceProfile) else device_profile(device or "reference")
-        return cls(device=profile,
-                   reductions=profile.reductions if reductions is None else reductions,
-                   excess_precision=profile.excess_precision if excess_precision is None else excess_precision,
-                   max_memory=max_memory)
+        return cls(
+            device=profile,
+            reductions=profile.reductions if reductions is None else reductions,
+            excess_precision=profile.excess_precision if excess_precision is None else excess_precision,
+            max_memory=max_memory,
+        )
 
     @classmethod
     def of(cls, options: Options | None = None, device: DeviceProfile | str | None = None, **rules) -> Options:
@@ -44,8 +54,10 @@ class Options:
         rules = {k: v for k, v in rules.items() if v is not None}
         unknown = set(rules) - {f.name for f in fields(cls)} - {"device"}
         if unknown:
-            raise TypeError(f"unknown option(s) {', '.join(sorted(unknown))}: expected options=, device= or "
-                            f"{', '.join(f.name for f in fields(cls) if f.name != 'device')}")
+            raise TypeError(
+                f"unknown option(s) {', '.join(sorted(unknown))}: expected options=, device= or "
+                f"{', '.join(f.name for f in fields(cls) if f.name != 'device')}"
+            )
         if options is None:
             return cls.make(device, **rules)
         if device is not None:
@@ -59,8 +71,11 @@ class Options:
     def numerics(self) -> dict:
         """The rules that change the numbers, as plain values (what a compiled kernel's source depends on, what a
         report prints)."""
-        return {f.name: getattr(self, f.name) if f.name != "device" else self.device.name
-                for f in fields(self) if f.name != "max_memory"}
+        return {
+            f.name: getattr(self, f.name) if f.name != "device" else self.device.name
+            for f in fields(self)
+            if f.name != "max_memory"
+        }
 
 
 def available_memory() -> int | None:

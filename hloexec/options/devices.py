@@ -5,6 +5,7 @@ module (profiles/NAME.toml), and a user's file copied from `hloexec devices --sh
 same way (`base = "NAME"` takes every rule not written from that profile). `reference` is the HLO text exactly as
 the operation semantics define it.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,16 +24,23 @@ PLATFORMS = ("reference", "cpu", "gpu", "tpu")
 # operand's own type --, the type products are accumulated in). xla/service/algorithm_util.cc and
 # dot_algorithm_rewriter.cc.
 ALGORITHM_ARITHMETIC = {
-    "dot_any_f8_any_f8_f32": (0, "f32"), "dot_any_f8_any_f8_f32_fast_accum": (0, "f32"),
-    "dot_f16_f16_f16": (11, "f16"), "dot_f16_f16_f32": (11, "f32"),
-    "dot_bf16_bf16_bf16": (8, "bf16"), "dot_bf16_bf16_f32": (8, "f32"), "dot_bf16_bf16_f32_x3": (16, "f32"),
-    "dot_bf16_bf16_f32_x6": (24, "f32"), "dot_bf16_bf16_f32_x9": (24, "f32"),
-    "dot_tf32_tf32_f32": (11, "f32"), "dot_tf32_tf32_f32_x3": (22, "f32"),
-    "dot_f32_f32_f32": (24, "f32"), "dot_f64_f64_f64": (53, "f64"),
+    "dot_any_f8_any_f8_f32": (0, "f32"),
+    "dot_any_f8_any_f8_f32_fast_accum": (0, "f32"),
+    "dot_f16_f16_f16": (11, "f16"),
+    "dot_f16_f16_f32": (11, "f32"),
+    "dot_bf16_bf16_bf16": (8, "bf16"),
+    "dot_bf16_bf16_f32": (8, "f32"),
+    "dot_bf16_bf16_f32_x3": (16, "f32"),
+    "dot_bf16_bf16_f32_x6": (24, "f32"),
+    "dot_bf16_bf16_f32_x9": (24, "f32"),
+    "dot_tf32_tf32_f32": (11, "f32"),
+    "dot_tf32_tf32_f32_x3": (22, "f32"),
+    "dot_f32_f32_f32": (24, "f32"),
+    "dot_f64_f64_f64": (53, "f64"),
 }
 # PrecisionConfig.Algorithm (xla/xla_data.proto), as HLO text spells it after `algorithm=`
 ALGORITHMS = tuple(ALGORITHM_ARITHMETIC)
-PRECISIONS = ("default", "high", "highest")       # operand_precision, as HLO text spells it
+PRECISIONS = ("default", "high", "highest")  # operand_precision, as HLO text spells it
 # How an f32 value becomes tf32 (10 stored significand bits): to nearest, ties to even; to nearest, ties away from
 # zero (PTX cvt.rna.tf32.f32); or by dropping the low 13 bits.
 TF32_ROUNDINGS = ("nearest", "nearest-away", "truncate")
@@ -59,30 +67,31 @@ TRANSCENDENTALS = ("accurate", "xla-cpu")
 class DeviceProfile:
     """The arithmetic rules of one device. Every field is a rule a profile file may set; `sources` says, per
     rule, where it comes from."""
+
     name: str
-    platform: str = "reference"         # one of PLATFORMS: what `--device auto` matches a dump's evidence with
+    platform: str = "reference"  # one of PLATFORMS: what `--device auto` matches a dump's evidence with
     description: str = ""
     # -- dots ---------------------------------------------------------------------------------------------------
-    honor_algorithm: bool = True        # an explicit algorithm= is computed as it says (XLA:CPU ignores it)
-    precision: dict = field(default_factory=dict)   # operand_precision -> the algorithm of an f32 x f32 dot
-    matrix_vector: str = ""             # the algorithm of an f32 matrix-vector dot whatever its precision ("": none)
-    tf32_rounding: str = "nearest"      # how an f32 operand becomes tf32: one of TF32_ROUNDINGS
-    bf16_split: str = "truncate"        # how the multi-pass bf16 recipes cut an f32 into parts: one of BF16_SPLITS
-    algorithms: tuple = ALGORITHMS      # the algorithms the device runs; any other is an error naming both
-    split_k: bool = False               # a Triton GEMM fusion's unsplit dot: triton_gemm_config split_k slices of K
-                                        # summed apart, then added in f32
+    honor_algorithm: bool = True  # an explicit algorithm= is computed as it says (XLA:CPU ignores it)
+    precision: dict = field(default_factory=dict)  # operand_precision -> the algorithm of an f32 x f32 dot
+    matrix_vector: str = ""  # the algorithm of an f32 matrix-vector dot whatever its precision ("": none)
+    tf32_rounding: str = "nearest"  # how an f32 operand becomes tf32: one of TF32_ROUNDINGS
+    bf16_split: str = "truncate"  # how the multi-pass bf16 recipes cut an f32 into parts: one of BF16_SPLITS
+    algorithms: tuple = ALGORITHMS  # the algorithms the device runs; any other is an error naming both
+    split_k: bool = False  # a Triton GEMM fusion's unsplit dot: triton_gemm_config split_k slices of K
+    # summed apart, then added in f32
     fp8_fast_accumulation: bool = False  # fp8 GEMMs never promote their partial sums to f32 (Hopper's fast accum)
-    fp8_accumulator_bits: int = 14      # with fast accumulation: significand bits the running sum keeps (truncated)
+    fp8_accumulator_bits: int = 14  # with fast accumulation: significand bits the running sum keeps (truncated)
     # -- elementwise and reductions ------------------------------------------------------------------------------
-    excess_precision: bool = False      # inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)
-    fma_contraction: bool = False       # inside a fusion, a multiply feeding an add / subtract rounds once with it
-                                        # (hloexec/ir/fma.py)
-    reductions: str = "accumulate"      # see hloexec.options.REDUCTIONS
-    transcendentals: str = "accurate"   # see TRANSCENDENTALS
-    vector_width: int = 0               # f32 lanes of the device's vectorized sums (reductions = "xla-cpu": 16 with
-                                        # AVX-512, 8 with AVX2); 0: this machine's (machine_vector_width)
-    sources: dict = field(default_factory=dict)     # rule name -> its source (a file of XLA or JAX, an issue)
-    path: str = ""                      # the file it was read from
+    excess_precision: bool = False  # inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)
+    fma_contraction: bool = False  # inside a fusion, a multiply feeding an add / subtract rounds once with it
+    # (hloexec/ir/fma.py)
+    reductions: str = "accumulate"  # see hloexec.options.REDUCTIONS
+    transcendentals: str = "accurate"  # see TRANSCENDENTALS
+    vector_width: int = 0  # f32 lanes of the device's vectorized sums (reductions = "xla-cpu": 16 with
+    # AVX-512, 8 with AVX2); 0: this machine's (machine_vector_width)
+    sources: dict = field(default_factory=dict)  # rule name -> its source (a file of XLA or JAX, an issue)
+    path: str = ""  # the file it was read from
 
     def __hash__(self):
         return hash((self.name, self.path))
@@ -90,11 +99,13 @@ class DeviceProfile:
     def rules(self) -> list[tuple[str, object, str]]:
         """(rule, value, source) for every rule, in the order of the fields."""
         skip = {"name", "description", "sources", "path"}
-        return [(f.name, getattr(self, f.name), self.sources.get(f.name, "")) for f in fields(self)
-                if f.name not in skip]
+        return [
+            (f.name, getattr(self, f.name), self.sources.get(f.name, "")) for f in fields(self) if f.name not in skip
+        ]
 
-    def dot_algorithm(self, algorithm: str, precisions: tuple[str, ...], f32_operands: bool,
-                      matrix_vector: bool) -> str:
+    def dot_algorithm(
+        self, algorithm: str, precisions: tuple[str, ...], f32_operands: bool, matrix_vector: bool
+    ) -> str:
         """The algorithm this device computes a dot with: its explicit `algorithm` ("" when the text has none)
         where the device honours it, else the one its operand precisions (lower case, as HLO text) select for
         f32 operands; "" means the dot as its operand and result types say."""
@@ -134,8 +145,14 @@ def machine_vector_width() -> int:
     """f32 lanes of this machine's widest vector unit XLA:CPU compiles for: 16 with AVX-512, 8 with AVX / AVX2 (x86
     flags in /proc/cpuinfo), else 4 (SSE, NEON)."""
     try:
-        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), [])
+        flags = next(
+            (
+                line.split(":", 1)[1].split()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("flags")
+            ),
+            [],
+        )
     except OSError:
         flags = []
     return 16 if "avx512f" in flags else 8 if "avx" in flags else 4
@@ -152,23 +169,27 @@ def device_profile(name_or_path: str) -> DeviceProfile:
     if not path.is_file():
         path = Path(name_or_path)
         if path.suffix not in (".toml", ".json") or not path.is_file():
-            raise ExecutionError(f"device {name_or_path!r}: not a built-in profile ({', '.join(builtin_names())}) "
-                                 "nor a .toml or .json profile file")
+            raise ExecutionError(
+                f"device {name_or_path!r}: not a built-in profile ({', '.join(builtin_names())}) "
+                "nor a .toml or .json profile file"
+            )
     return _read(path)
 
 
 def _read(path: Path) -> DeviceProfile:
     try:
         data = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:        # TOMLDecodeError and JSONDecodeError are ValueErrors
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # TOMLDecodeError and JSONDecodeError are ValueErrors
         raise ExecutionError(f"{path}: not a readable device profile ({e})") from None
     if not isinstance(data, dict):
         raise ExecutionError(f"{path}: a device profile is a table of rules, not {type(data).__name__}")
     base = data.pop("base", None)
     unknown = sorted(set(data) - {f.name for f in fields(DeviceProfile)} - {"path"})
     if unknown:
-        raise ExecutionError(f"{path}: unknown rule(s) {', '.join(unknown)}; a profile's rules are "
-                             f"{', '.join(r for r, _, _ in DeviceProfile('x').rules())}")
+        raise ExecutionError(
+            f"{path}: unknown rule(s) {', '.join(unknown)}; a profile's rules are "
+            f"{', '.join(r for r, _, _ in DeviceProfile('x').rules())}"
+        )
     values = {}
     if base is not None:
         parent = device_profile(str(base))
@@ -191,21 +212,34 @@ def _check(p: DeviceProfile, path: Path) -> None:
 
     need(p.platform in PLATFORMS, f"platform = {p.platform!r}: expected one of {', '.join(PLATFORMS)}")
     need(p.reductions in REDUCTIONS, f"reductions = {p.reductions!r}: expected one of {', '.join(REDUCTIONS)}")
-    need(p.transcendentals in TRANSCENDENTALS,
-         f"transcendentals = {p.transcendentals!r}: expected one of {', '.join(TRANSCENDENTALS)}")
-    need(p.tf32_rounding in TF32_ROUNDINGS,
-         f"tf32_rounding = {p.tf32_rounding!r}: expected one of {', '.join(TF32_ROUNDINGS)}")
+    need(
+        p.transcendentals in TRANSCENDENTALS,
+        f"transcendentals = {p.transcendentals!r}: expected one of {', '.join(TRANSCENDENTALS)}",
+    )
+    need(
+        p.tf32_rounding in TF32_ROUNDINGS,
+        f"tf32_rounding = {p.tf32_rounding!r}: expected one of {', '.join(TF32_ROUNDINGS)}",
+    )
     need(p.bf16_split in BF16_SPLITS, f"bf16_split = {p.bf16_split!r}: expected one of {', '.join(BF16_SPLITS)}")
-    need(isinstance(p.fp8_accumulator_bits, int) and 2 <= p.fp8_accumulator_bits <= 24,
-         f"fp8_accumulator_bits = {p.fp8_accumulator_bits!r}: expected an integer from 2 to 24")
-    need(isinstance(p.precision, dict) and set(p.precision) <= set(PRECISIONS),
-         f"precision = {p.precision!r}: expected a table with keys among {', '.join(PRECISIONS)}")
+    need(
+        isinstance(p.fp8_accumulator_bits, int) and 2 <= p.fp8_accumulator_bits <= 24,
+        f"fp8_accumulator_bits = {p.fp8_accumulator_bits!r}: expected an integer from 2 to 24",
+    )
+    need(
+        isinstance(p.precision, dict) and set(p.precision) <= set(PRECISIONS),
+        f"precision = {p.precision!r}: expected a table with keys among {', '.join(PRECISIONS)}",
+    )
     named = [*p.precision.values(), *([p.matrix_vector] if p.matrix_vector else []), *p.algorithms]
     bad = [a for a in named if a not in ALGORITHMS]
-    need(not bad, f"unknown dot algorithm(s) {', '.join(map(repr, bad))}: expected names of "
-                  f"PrecisionConfig.Algorithm as HLO text spells them ({', '.join(ALGORITHMS)})")
-    need(isinstance(p.vector_width, int) and p.vector_width >= 0 and p.vector_width & (p.vector_width - 1) == 0,
-         f"vector_width = {p.vector_width!r}: expected 0 (this machine's) or a power of two (f32 lanes)")
+    need(
+        not bad,
+        f"unknown dot algorithm(s) {', '.join(map(repr, bad))}: expected names of "
+        f"PrecisionConfig.Algorithm as HLO text spells them ({', '.join(ALGORITHMS)})",
+    )
+    need(
+        isinstance(p.vector_width, int) and p.vector_width >= 0 and p.vector_width & (p.vector_width - 1) == 0,
+        f"vector_width = {p.vector_width!r}: expected 0 (this machine's) or a power of two (f32 lanes)",
+    )
     for flag in ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 

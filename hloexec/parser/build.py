@@ -6,6 +6,7 @@ defined before use, parameter numbers, called computations, omitted shapes), so 
 `parse` with one HloParseError naming file:line:col. Instruction objects are made per computation on
 first use (`InstructionTables.build`) from the same tables, linked exactly as if made here.
 """
+
 from __future__ import annotations
 
 import gc
@@ -22,8 +23,20 @@ from ..ir.attributes import AttributeSyntaxError, decode_attribute
 from ..ir.module import COMPUTATION_ATTRS, AttrTable, Computation, Instruction, Module, TextSpan
 from ..ir.shape import Shape, ShapeSyntaxError, parse_shape, tuple_shape
 from ..ir.shape_inference import ShapeInferenceError, infer_shape
-from .scan import (CALL_BRACED, CALL_DTYPE, CALL_INLINE, CALL_UNKNOWN, COMP_ENTRY, INSTR_ANONYMOUS, INSTR_NO_SHAPE,
-                   INSTR_ROOT, MODULE_HEADER, ScanError, link, scan)
+from .scan import (
+    CALL_BRACED,
+    CALL_DTYPE,
+    CALL_INLINE,
+    CALL_UNKNOWN,
+    COMP_ENTRY,
+    INSTR_ANONYMOUS,
+    INSTR_NO_SHAPE,
+    INSTR_ROOT,
+    MODULE_HEADER,
+    ScanError,
+    link,
+    scan,
+)
 
 TOKEN = parse_shape("token[]")
 # A constant's literal longer than this stays a span of the buffer until decoded (see TextSpan).
@@ -39,8 +52,9 @@ class Source:
 
     def __init__(self, source, path: str | None = None):
         self._mmap = None
-        if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
-                                                 and len(source) < 4096 and os.path.isfile(source)):
+        if isinstance(source, os.PathLike) or (
+            isinstance(source, str) and "\n" not in source and len(source) < 4096 and os.path.isfile(source)
+        ):
             self.path = str(source)
             with open(self.path, "rb") as f:
                 if os.fstat(f.fileno()).st_size == 0:
@@ -54,7 +68,7 @@ class Source:
             self.buf = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else bytes(source)
 
     def text(self, off: int, length: int) -> str:
-        return self.buf[off:off + length].decode("utf-8", "replace")
+        return self.buf[off : off + length].decode("utf-8", "replace")
 
     def position(self, offset: int) -> tuple[int, int, str]:
         """(line, column, line text) of a byte offset, all 1-based."""
@@ -64,7 +78,7 @@ class Source:
         if line_end < 0:
             line_end = len(self.buf)
         line = self.buf[:line_start].count(b"\n") + 1
-        shown = self.buf[line_start:min(line_end, line_start + 100_000)]
+        shown = self.buf[line_start : min(line_end, line_start + 100_000)]
         return line, offset - line_start + 1, shown.decode("utf-8", "replace")
 
     def error(self, message: str, offset: int) -> HloParseError:
@@ -89,9 +103,9 @@ def parse(source, *, path: str | None = None) -> list[Module]:
             raise src.error(e.message, e.offset) from None
     if len(tables.modules) == 0:
         raise src.error("no HLO module or computation found", 0)
-    with _collections_paused():       # ~2 objects per computation
+    with _collections_paused():  # ~2 objects per computation
         builder = Builder(src, tables)
-        del tables          # the builder drops what it no longer needs
+        del tables  # the builder drops what it no longer needs
         return builder.modules()
 
 
@@ -125,8 +139,18 @@ class InstructionTables:
     targets, and per instruction an opcode id (into `opcodes`) and a shape id (into `shapes`); operand
     rows are in instruction order (the scanner appends an instruction's operands with it)."""
 
-    def __init__(self, buf, instrs: np.ndarray, comps: np.ndarray, targets: np.ndarray, opcode_ids: np.ndarray,
-                 opcodes: list[str], shape_ids: np.ndarray, shapes: list[Shape], attr_table: AttrTable):
+    def __init__(
+        self,
+        buf,
+        instrs: np.ndarray,
+        comps: np.ndarray,
+        targets: np.ndarray,
+        opcode_ids: np.ndarray,
+        opcodes: list[str],
+        shape_ids: np.ndarray,
+        shapes: list[Shape],
+        attr_table: AttrTable,
+    ):
         self.buf, self.instrs, self.comps, self.targets = buf, instrs, comps, targets
         self.opcode_ids, self.opcodes, self.shape_ids, self.shapes = opcode_ids, opcodes, shape_ids, shapes
         self.attr_table = attr_table
@@ -134,8 +158,8 @@ class InstructionTables:
         self._columns = (0, [[]], 0, [])
         # the attributes naming computations (see Builder.link_called): linked to instructions as they are built
         self.calls, self.call_targets = np.zeros(0, CALL_DTYPE), np.zeros(0, np.int32)
-        self.computations: ComputationTable | None = None    # the Computation of each row, made on first use
-        self.inline: dict[int, Computation] = {}             # call index -> the computation written inline
+        self.computations: ComputationTable | None = None  # the Computation of each row, made on first use
+        self.inline: dict[int, Computation] = {}  # call index -> the computation written inline
 
     @cached_property
     def anonymous(self) -> np.ndarray:
@@ -150,14 +174,14 @@ class InstructionTables:
 
     def signature(self, row: int) -> str:
         off, length = self.comps[["signature_off", "signature_len"]][row].item()
-        return self.buf[off:off + length].decode("utf-8", "replace")
+        return self.buf[off : off + length].decode("utf-8", "replace")
 
     def name(self, row: int) -> str:
         """The name of instruction `row` (`<opcode>.anonN` for the N-th nested one of the text)."""
         off, length, flags = self.instrs[["name_off", "name_len", "flags"]][row].item()
         if flags & INSTR_ANONYMOUS:
             return f"{self.opcode(row)}.anon{int(np.searchsorted(self.anonymous, row)) + 1}"
-        return self.buf[off:off + length].decode("utf-8", "replace")
+        return self.buf[off : off + length].decode("utf-8", "replace")
 
     def opcode(self, row: int) -> str:
         return self.opcodes[self.opcode_ids[row]]
@@ -166,7 +190,7 @@ class InstructionTables:
         counts = np.bincount(self.opcode_ids[instruction_rows(self.comps, comp_rows)], minlength=len(self.opcodes))
         out: dict[str, int] = {}
         for opcode, n in zip(self.opcodes, counts.tolist()):
-            if n:    # two byte strings may decode to one name
+            if n:  # two byte strings may decode to one name
                 out[opcode] = out.get(opcode, 0) + n
         return out
 
@@ -188,7 +212,9 @@ class InstructionTables:
             cols = [ins[field][lo:hi].tolist() for field in _BUILD_FIELDS]
             cols += [self.opcode_ids[lo:hi].tolist(), self.shape_ids[lo:hi].tolist()]
             first_operand = int(ins["operand_begin"][lo])
-            targets = self.targets[first_operand:int(ins["operand_begin"][hi - 1] + ins["operand_count"][hi - 1])].tolist()
+            targets = self.targets[
+                first_operand : int(ins["operand_begin"][hi - 1] + ins["operand_count"][hi - 1])
+            ].tolist()
             self._columns = lo, cols, first_operand, targets
         return self._columns
 
@@ -202,30 +228,46 @@ class InstructionTables:
         _, _, _, _, begin, count, _, _, _, _, root, _ = self.comps[row].item()
         end = begin + count
         lo, cols, first_operand, targets = self.columns(begin, end)
-        buf, opcodes, shapes, with_args, attr_table = self.buf, self.opcodes, self.shapes, self.with_args, self.attr_table
+        buf, opcodes, shapes, with_args, attr_table = (
+            self.buf,
+            self.opcodes,
+            self.shapes,
+            self.with_args,
+            self.attr_table,
+        )
         anonymous = int(np.searchsorted(self.anonymous, begin)) if len(self.anonymous) else 0
         insts: list[Instruction] = []
         append = insts.append
         for no, nl, ao, al, ob, oc, ab, ac, line, column, flags, op, sh in zip(
-                *(col[begin - lo:end - lo] for col in cols)):
+            *(col[begin - lo : end - lo] for col in cols)
+        ):
             if oc:
                 ob -= first_operand
-                operands = [insts[t - begin] for t in targets[ob:ob + oc]]
+                operands = [insts[t - begin] for t in targets[ob : ob + oc]]
             else:
                 operands = []
             if flags & INSTR_ANONYMOUS:
                 anonymous += 1
                 name = f"{opcodes[op]}.anon{anonymous}"
             else:
-                name = buf[no:no + nl].decode("utf-8", "replace")
+                name = buf[no : no + nl].decode("utf-8", "replace")
             if op not in with_args:
                 args = ""
             elif al > _SPAN_ARGS_OVER:
                 args = TextSpan(buf, ao, al)
             else:
-                args = buf[ao:ao + al].decode("utf-8", "replace")
-            inst = Instruction(name, opcodes[op], shapes[sh], operands, None if ac else {}, args,
-                               line, column, (attr_table, ab, ac) if ac else None)
+                args = buf[ao : ao + al].decode("utf-8", "replace")
+            inst = Instruction(
+                name,
+                opcodes[op],
+                shapes[sh],
+                operands,
+                None if ac else {},
+                args,
+                line,
+                column,
+                (attr_table, ab, ac) if ac else None,
+            )
             inst.computation = comp
             if flags & INSTR_ROOT:
                 inst.is_root = True
@@ -237,12 +279,13 @@ class InstructionTables:
         if first < last:
             targets, comp = self.call_targets, self.computations.get
             for i, (owner, key, flags, target_begin, target_count) in enumerate(
-                    calls[["owner", "key", "flags", "target_begin", "target_count"]][first:last].tolist(), first):
+                calls[["owner", "key", "flags", "target_begin", "target_count"]][first:last].tolist(), first
+            ):
                 key = COMPUTATION_ATTRS[key]
                 if flags & CALL_INLINE:
                     value = self.inline[i]
                 else:
-                    called = [comp(t) for t in targets[target_begin:target_begin + target_count].tolist()]
+                    called = [comp(t) for t in targets[target_begin : target_begin + target_count].tolist()]
                     value = called if flags & CALL_BRACED or key in _LIST_VALUED else called[0]
                 insts[owner - begin].called[key] = value
         root = insts[root - begin] if root >= 0 else insts[-1]
@@ -250,10 +293,21 @@ class InstructionTables:
         return insts, root
 
 
-_LIST_VALUED = ("branch_computations", "called_computations")   # a list even when one name is written without {}
-_BUILD_FIELDS = ("name_off", "name_len", "args_off", "args_len", "operand_begin", "operand_count", "attr_begin",
-                 "attr_count", "line", "column", "flags")
-_COLUMN_ROWS = 4096      # instruction rows turned into Python lists at once when building computations
+_LIST_VALUED = ("branch_computations", "called_computations")  # a list even when one name is written without {}
+_BUILD_FIELDS = (
+    "name_off",
+    "name_len",
+    "args_off",
+    "args_len",
+    "operand_begin",
+    "operand_count",
+    "attr_begin",
+    "attr_count",
+    "line",
+    "column",
+    "flags",
+)
+_COLUMN_ROWS = 4096  # instruction rows turned into Python lists at once when building computations
 
 
 class ComputationTable:
@@ -264,7 +318,7 @@ class ComputationTable:
     def __init__(self, buf, rows: np.ndarray, attr_table: AttrTable, tables: InstructionTables):
         self.buf, self.rows, self.attr_table, self.tables = buf, rows, attr_table, tables
         self.made: list[Computation | None] = [None] * len(rows)
-        self.modules: dict[int, Module] = {}          # module row -> Module (add_module)
+        self.modules: dict[int, Module] = {}  # module row -> Module (add_module)
 
     def add_module(self, row: int, module: Module, begin: int, end: int):
         """`module` holds computation rows begin..end: those made from now on, and those made already, are its."""
@@ -285,9 +339,14 @@ class ComputationTable:
         for row, (name_off, name_len, attr_begin, attr_count, line, flags, module) in enumerate(rows.tolist(), begin):
             comp = made[row]
             if comp is None:
-                comp = made[row] = make(buf[name_off:name_off + name_len].decode("utf-8", "replace"), tables, row,
-                                        bool(flags & COMP_ENTRY),
-                                        attrs.to_dict(attr_begin, attr_count) if attr_count else {}, line)
+                comp = made[row] = make(
+                    buf[name_off : name_off + name_len].decode("utf-8", "replace"),
+                    tables,
+                    row,
+                    bool(flags & COMP_ENTRY),
+                    attrs.to_dict(attr_begin, attr_count) if attr_count else {},
+                    line,
+                )
                 comp.module = self.modules.get(module)
             out.append(comp)
         return out
@@ -303,13 +362,13 @@ class Builder:
         # the scanner's tables, one by one: the operand table (~1/5 of the text's size) goes after the checks
         self.module_rows, self.comp_rows, self.instr_rows = tables.modules, tables.comps, tables.instrs
         self.operand_rows, self.attr_rows = tables.operands, tables.attrs
-        self.links = link(self.buf, tables, COMPUTATION_ATTRS)    # interned, checked and resolved in C
+        self.links = link(self.buf, tables, COMPUTATION_ATTRS)  # interned, checked and resolved in C
         self.shapes: dict[bytes, Shape] = {}
-        self.inline: list[tuple[Computation, Module]] = []      # (user, the module parsed from inline text)
+        self.inline: list[tuple[Computation, Module]] = []  # (user, the module parsed from inline text)
         self.attr_table = AttrTable(self.buf, tables.attrs, src.error)
 
     def shape(self, off: int, length: int) -> Shape:
-        raw = self.buf[off:off + length]
+        raw = self.buf[off : off + length]
         shape = self.shapes.get(raw)
         if shape is None:
             try:
@@ -326,19 +385,54 @@ class Builder:
         comps = self.computations(tables)
         self.link_called(tables, comps)
         modules = []
-        for row, (begin, count, entry_row, flags, name_off, name_len, attr_begin, attr_count, line, text_off,
-                  preamble_off, preamble_len) in enumerate(self.module_rows[[
-                    "comp_begin", "comp_count", "entry", "flags", "name_off", "name_len", "attr_begin", "attr_count",
-                    "line", "text_off", "preamble_off", "preamble_len"]].tolist()):
+        for row, (
+            begin,
+            count,
+            entry_row,
+            flags,
+            name_off,
+            name_len,
+            attr_begin,
+            attr_count,
+            line,
+            text_off,
+            preamble_off,
+            preamble_len,
+        ) in enumerate(
+            self.module_rows[
+                [
+                    "comp_begin",
+                    "comp_count",
+                    "entry",
+                    "flags",
+                    "name_off",
+                    "name_len",
+                    "attr_begin",
+                    "attr_count",
+                    "line",
+                    "text_off",
+                    "preamble_off",
+                    "preamble_len",
+                ]
+            ].tolist()
+        ):
             if not count:
                 raise self.src.error("module has no computations", text_off)
             entry = comps.get(entry_row if entry_row >= 0 else begin + count - 1)
             has_header = bool(flags & MODULE_HEADER)
             name = self.src.text(name_off, name_len) if has_header else entry.name
             frames = partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None
-            module = Module(name, None, entry, attrs=self.attrs(attr_begin, attr_count), has_header=has_header,
-                            line=line, path=self.src.path, stack_frames=frames,
-                            computation_rows=(comps, begin, begin + count))
+            module = Module(
+                name,
+                None,
+                entry,
+                attrs=self.attrs(attr_begin, attr_count),
+                has_header=has_header,
+                line=line,
+                path=self.src.path,
+                stack_frames=frames,
+                computation_rows=(comps, begin, begin + count),
+            )
             comps.add_module(row, module, begin, begin + count)
             entry.is_entry = True
             modules.append(module)
@@ -352,16 +446,17 @@ class Builder:
         Of several problems, the one met first reading the text is reported: the earliest instruction,
         and in one instruction its operands, then its shape, then its parameter number."""
         ins, links = self.instr_rows, self.links
-        problems: list[tuple[int, int, HloParseError]] = []      # (instruction row, rank in the row, error)
+        problems: list[tuple[int, int, HloParseError]] = []  # (instruction row, rank in the row, error)
         if links.bad_operand >= 0:
             problems.append((links.bad_operand_owner, 0, self.unknown_operand(links.bad_operand)))
         targets = self.operand_rows["target"].copy()
         self.operand_rows = None
 
         opcodes = [self.src.text(o, n) for o, n in ins[["opcode_off", "opcode_len"]][links.opcode_first].tolist()]
-        shapes = []        # each distinct written shape text parsed once
-        for row, (off, length) in zip(links.shape_first.tolist(),
-                                      ins[["shape_off", "shape_len"]][links.shape_first].tolist()):
+        shapes = []  # each distinct written shape text parsed once
+        for row, (off, length) in zip(
+            links.shape_first.tolist(), ins[["shape_off", "shape_len"]][links.shape_first].tolist()
+        ):
             try:
                 shapes.append(self.shape(off, length))
             except HloParseError as e:
@@ -369,11 +464,17 @@ class Builder:
                 problems.append((row, 1, e))
         if links.bad_parameter >= 0:
             offset = int(ins["args_off"][links.bad_parameter])
-            problems.append((links.bad_parameter, 2, self.src.error(
-                "expects a parameter number (a non-negative 64-bit integer)", offset)))
+            problems.append(
+                (
+                    links.bad_parameter,
+                    2,
+                    self.src.error("expects a parameter number (a non-negative 64-bit integer)", offset),
+                )
+            )
 
-        tables = InstructionTables(self.buf, ins, self.comp_rows, targets, links.opcode_ids, opcodes, links.shape_ids,
-                                   shapes, self.attr_table)
+        tables = InstructionTables(
+            self.buf, ins, self.comp_rows, targets, links.opcode_ids, opcodes, links.shape_ids, shapes, self.attr_table
+        )
         first_problem = min(problems, key=lambda p: p[:2]) if problems else None
         self.omitted_shapes(tables, np.flatnonzero(links.shape_ids < 0), first_problem)
         if first_problem is not None:
@@ -388,10 +489,20 @@ class Builder:
         for row in rows.tolist():
             if first_problem is not None and (row, 1) > first_problem[:2]:
                 break
-            so, sl, oo, ob, oc, ab, ac, flags = ins[["shape_off", "shape_len", "opcode_off", "operand_begin",
-                                                     "operand_count", "attr_begin", "attr_count", "flags"]][row].item()
+            so, sl, oo, ob, oc, ab, ac, flags = ins[
+                [
+                    "shape_off",
+                    "shape_len",
+                    "opcode_off",
+                    "operand_begin",
+                    "operand_count",
+                    "attr_begin",
+                    "attr_count",
+                    "flags",
+                ]
+            ][row].item()
             opcode = tables.opcode(row)
-            operands = [shapes[shape_ids[t]] for t in tables.targets[ob:ob + oc].tolist()]
+            operands = [shapes[shape_ids[t]] for t in tables.targets[ob : ob + oc].tolist()]
             if flags & INSTR_NO_SHAPE:
                 shape = self.infer_shape(opcode, operands, ab, ac, oo)
             elif operands and operands[0].is_tuple and operands[0].tuple_shapes:
@@ -407,8 +518,9 @@ class Builder:
         name = self.src.text(int(op["name_off"]), int(op["name_len"]))
         if op["target"] >= 0:
             return self.src.error(f"operand %{name} is used before it is defined", int(op["name_off"]))
-        return self.src.error(f"unknown operand %{name}: no instruction of that name in this computation",
-                              int(op["name_off"]))
+        return self.src.error(
+            f"unknown operand %{name}: no instruction of that name in this computation", int(op["name_off"])
+        )
 
     def infer_shape(self, opcode: str, operands: list[Shape], ab: int, ac: int, offset: int) -> Shape:
         """The shape of an instruction written without one, by ir/shape_inference.py (XLA's parser infers it
@@ -422,11 +534,13 @@ class Builder:
                 return decode_attribute(key, raw[key], None)
             except AttributeSyntaxError as e:
                 raise self.src.error(str(e), self.attr_table.value_offset(ab, ac, key)) from None
+
         try:
             return infer_shape(opcode, operands, attr)
         except ShapeInferenceError as e:
-            raise self.src.error(f"the shape of this {opcode} is omitted and cannot be inferred ({e}); write it",
-                                 offset) from None
+            raise self.src.error(
+                f"the shape of this {opcode} is omitted and cannot be inferred ({e}); write it", offset
+            ) from None
 
     def computations(self, tables: InstructionTables) -> ComputationTable:
         """The computations, made on first use, after checking that each has instructions."""
@@ -448,12 +562,15 @@ class Builder:
             if flags & CALL_INLINE:
                 tables.inline[i] = self.inline_computation(self.attr_table.value(attr), tables, comps, owner)
             else:
-                raise self.src.error(f"{key} names unknown computation %{self.src.text(name_off, name_len)}",
-                                     self.attr_table.value_off(attr))
+                raise self.src.error(
+                    f"{key} names unknown computation %{self.src.text(name_off, name_len)}",
+                    self.attr_table.value_off(attr),
+                )
         tables.calls, tables.call_targets = calls, self.links.call_targets
 
-    def inline_computation(self, raw: str, tables: InstructionTables, comps: ComputationTable,
-                           owner: int) -> Computation:
+    def inline_computation(
+        self, raw: str, tables: InstructionTables, comps: ComputationTable, owner: int
+    ) -> Computation:
         """`to_apply={ ... }`: a computation written inline, parsed as a bare computation."""
         name = f"{tables.name(owner)}.{tables.opcode(owner)}_computation"
         inner = parse(f"{name} {raw}\n", path=self.src.path)[0]

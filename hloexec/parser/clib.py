@@ -1,5 +1,6 @@
 """The package's C libraries (built by CMakeLists.txt into the package directory: the scanner `hlo_scan`, the
 thread pool's spin wait `hlo_spin`), found and opened with cffi in ABI mode: the one loader of C code."""
+
 from __future__ import annotations
 
 import os
@@ -11,9 +12,12 @@ def library_candidates(stem: str) -> list[Path]:
     """Where the built library `stem` (e.g. "hlo_scan") may be: next to the package (wheel install), in another
     entry of the package path (scikit-build-core editable), or in the installed distribution when the source tree
     shadows it (`import hloexec` from a checkout's root after `pip install .`: the sources have no built library)."""
-    hloexec = sys.modules[__name__.partition(".")[0]]       # the package, imported before any module of it
-    names = {"linux": [f"lib{stem}.so"], "darwin": [f"lib{stem}.dylib", f"lib{stem}.so"],
-             "win32": [f"{stem}.dll", f"lib{stem}.dll"]}.get(sys.platform, [f"lib{stem}.so"])
+    hloexec = sys.modules[__name__.partition(".")[0]]  # the package, imported before any module of it
+    names = {
+        "linux": [f"lib{stem}.so"],
+        "darwin": [f"lib{stem}.dylib", f"lib{stem}.so"],
+        "win32": [f"{stem}.dll", f"lib{stem}.dll"],
+    }.get(sys.platform, [f"lib{stem}.so"])
     dirs: list[Path] = []
     file = getattr(hloexec, "__file__", None)
     if file:
@@ -21,6 +25,7 @@ def library_candidates(stem: str) -> list[Path]:
     dirs += [Path(d) for d in getattr(hloexec, "__path__", [])]
     try:
         from importlib.metadata import PackageNotFoundError, distribution
+
         dirs.append(Path(str(distribution("hloexec").locate_file("hloexec"))))
     except (PackageNotFoundError, ValueError):
         pass
@@ -36,5 +41,7 @@ def open_library(stem: str, ffi, override_variable: str | None = None):
     for path in tried:
         if path.is_file():
             return ffi.dlopen(str(path)), path
-    raise ImportError(f"hloexec's C library {stem} not found (looked for {', '.join(map(str, tried))}); build it "
-                      "with `pip install --no-build-isolation -e .` or `pip install .`")
+    raise ImportError(
+        f"hloexec's C library {stem} not found (looked for {', '.join(map(str, tried))}); build it "
+        "with `pip install --no-build-isolation -e .` or `pip install .`"
+    )

@@ -39,6 +39,7 @@ and a static ``message`` saying what was expected.
 ``link(buf, tables, call_keys)`` runs the linking pass ``csrc/hlo_link.c``
 over those tables (see :class:`Links`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._scan_ffi import ffi     # the cdef of scan_cdef.py, pre-parsed by cffi (no pycparser at import)
+from ._scan_ffi import ffi  # the cdef of scan_cdef.py, pre-parsed by cffi (no pycparser at import)
 from .clib import open_library
 
 __all__ = [
@@ -65,14 +66,19 @@ __all__ = [
 ]
 
 
-_TABLES = [("modules", "hlo_module"), ("comps", "hlo_comp"), ("instrs", "hlo_instr"),
-           ("operands", "hlo_operand"), ("attrs", "hlo_attr")]
+_TABLES = [
+    ("modules", "hlo_module"),
+    ("comps", "hlo_comp"),
+    ("instrs", "hlo_instr"),
+    ("operands", "hlo_operand"),
+    ("attrs", "hlo_attr"),
+]
 
 # HLOEXEC_SCAN_LIBRARY: use another build of the scanner (.ci/sanitize.sh loads an ASan/UBSan one)
 lib, LIBRARY_PATH = open_library("hlo_scan", ffi, "HLOEXEC_SCAN_LIBRARY")
 try:
-    _free = lib.free      # the C runtime's free, reached through the library (what its tables were malloc'd with)
-except AttributeError:    # not reachable that way (Windows DLLs): scan() copies the tables instead
+    _free = lib.free  # the C runtime's free, reached through the library (what its tables were malloc'd with)
+except AttributeError:  # not reachable that way (Windows DLLs): scan() copies the tables instead
     _free = None
 
 # flags and error codes, as csrc/hlo_scan.h defines them
@@ -85,8 +91,10 @@ CALL_BRACED, CALL_INLINE, CALL_UNKNOWN = lib.HLO_CALL_BRACED, lib.HLO_CALL_INLIN
 for _name in ("span", "instr", "operand", "attr", "comp", "module", "tables", "call", "links"):
     _c, _py = lib.hlo_struct_size(getattr(lib, f"HLO_STRUCT_{_name.upper()}")), ffi.sizeof(f"hlo_{_name}")
     if _c != _py:
-        raise ImportError(f"{LIBRARY_PATH}: sizeof(hlo_{_name}) is {_c} in C but {_py} in hloexec/parser/_scan_ffi.py; "
-                          "rebuild the library, or regenerate the module (python hloexec/parser/scan_cdef.py)")
+        raise ImportError(
+            f"{LIBRARY_PATH}: sizeof(hlo_{_name}) is {_c} in C but {_py} in hloexec/parser/_scan_ffi.py; "
+            "rebuild the library, or regenerate the module (python hloexec/parser/scan_cdef.py)"
+        )
 
 
 def _dtype(cname: str) -> np.dtype:
@@ -156,7 +164,7 @@ def scan(buf, allow_junk: bool = False) -> ScanTables:
                 size = count * dt.itemsize
                 if _free is None:
                     out[tab] = np.frombuffer(ffi.buffer(getattr(t, tab), size), dtype=dt).copy()
-                else:     # the array takes the C table over: no copy (a 1 GB dump's tables are ~0.7 GB)
+                else:  # the array takes the C table over: no copy (a 1 GB dump's tables are ~0.7 GB)
                     owned = ffi.gc(getattr(t, tab), _free, size)
                     setattr(t, tab, ffi.NULL)
                     out[tab] = np.frombuffer(ffi.buffer(owned, size), dtype=dt)
@@ -169,7 +177,7 @@ def scan(buf, allow_junk: bool = False) -> ScanTables:
 def span_bytes(buf, off, length) -> bytes:
     """buf[off:off+len] as bytes (for spans from the tables)."""
     off = int(off)
-    return bytes(buf[off:off + int(length)])
+    return bytes(buf[off : off + int(length)])
 
 
 def span_str(buf, off, length) -> str:
@@ -219,21 +227,39 @@ def link(buf, tables: ScanTables, call_keys: tuple[str, ...]) -> Links:
     ct.attrs, ct.n_attrs = _rows(tables.attrs, "hlo_attr *")
     keys, _ = _c_strings(call_keys)
     n = len(tables.instrs)
-    ids, first = np.empty((2, n), np.int32), np.empty((2, n), np.int32)     # opcode's, shape's
+    ids, first = np.empty((2, n), np.int32), np.empty((2, n), np.int32)  # opcode's, shape's
     ids_out, first_out = (ffi.cast("int32_t *", ffi.from_buffer(a)) if n else ffi.NULL for a in (ids, first))
     links = lib.hlo_link(cbuf, len(cbuf), ct, keys, len(call_keys), ids_out, first_out, ids_out + n, first_out + n)
     if links == ffi.NULL:
         raise MemoryError("hlo_link: out of memory")
     try:
         if links.error:
-            raise MemoryError("hlo_link: out of memory") if links.error == ERR_NO_MEMORY else \
-                ScanError(int(links.error), 0, "a table would exceed 2^31 rows")
-        calls = np.frombuffer(ffi.buffer(links.calls, links.n_calls * CALL_DTYPE.itemsize), CALL_DTYPE).copy() \
-            if links.n_calls else np.zeros(0, CALL_DTYPE)
-        targets = np.frombuffer(ffi.buffer(links.call_targets, links.n_call_targets * 4), np.int32).copy() \
-            if links.n_call_targets else np.zeros(0, np.int32)
-        return Links(ids[0], first[0, :links.n_opcodes].copy(), ids[1], first[1, :links.n_shapes].copy(),
-                     int(links.bad_operand), int(links.bad_operand_owner), int(links.bad_parameter), calls, targets)
+            raise (
+                MemoryError("hlo_link: out of memory")
+                if links.error == ERR_NO_MEMORY
+                else ScanError(int(links.error), 0, "a table would exceed 2^31 rows")
+            )
+        calls = (
+            np.frombuffer(ffi.buffer(links.calls, links.n_calls * CALL_DTYPE.itemsize), CALL_DTYPE).copy()
+            if links.n_calls
+            else np.zeros(0, CALL_DTYPE)
+        )
+        targets = (
+            np.frombuffer(ffi.buffer(links.call_targets, links.n_call_targets * 4), np.int32).copy()
+            if links.n_call_targets
+            else np.zeros(0, np.int32)
+        )
+        return Links(
+            ids[0],
+            first[0, : links.n_opcodes].copy(),
+            ids[1],
+            first[1, : links.n_shapes].copy(),
+            int(links.bad_operand),
+            int(links.bad_operand_owner),
+            int(links.bad_parameter),
+            calls,
+            targets,
+        )
     finally:
         lib.hlo_links_free(links)
         del cbuf

@@ -7,6 +7,7 @@ the library at load; parser/clib.py opens the libraries.
 After changing a header:  python hloexec/parser/scan_cdef.py   (a file, not -m: the package imports
 the modules it writes; tests/test_scan.py checks they are in sync)
 """
+
 from __future__ import annotations
 
 import re
@@ -20,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class Binding:
     """A header of csrc/ and the cffi module generated from it (`extra`: declarations the header lacks)."""
+
     header: str
     module: str
     extra: str = ""
@@ -39,14 +41,18 @@ BINDINGS = (
 
 def cdef(binding: Binding, csrc: Path = CSRC) -> str:
     """The header as cffi declarations: preprocessor lines dropped except integer #defines, plus `extra`."""
-    lines = [line for line in (csrc / binding.header).read_text().splitlines()
-             if not line.startswith("#") or re.match(r"#define \w+ \d+\b", line)]
+    lines = [
+        line
+        for line in (csrc / binding.header).read_text().splitlines()
+        if not line.startswith("#") or re.match(r"#define \w+ \d+\b", line)
+    ]
     return "\n".join(lines) + "\n" + binding.extra + "\n"
 
 
 def generate(binding: Binding, path: Path | None = None, csrc: Path = CSRC) -> None:
     """Write the cffi module of `binding`'s header (in `csrc`) to `path` (default: the package's)."""
     from cffi import FFI
+
     builder = FFI()
     builder.cdef(cdef(binding, csrc))
     builder.set_source(binding.module, None)

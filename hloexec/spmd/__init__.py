@@ -14,6 +14,7 @@ does), whose import installed nothing in the executor module used now.
   the actors of a Ray cluster (`ray_runner.py`; `placement.py`: which participants share an actor);
 - a pre-partition module's manual regions, which need every participant (`manual.py`).
 """
+
 from __future__ import annotations
 
 from ..exec.executor import use_spmd_layer
@@ -22,19 +23,47 @@ from .devices import device_counts, device_ranges
 from .manual import PRE_PARTITION_HINT, run_with_manual_regions
 from .memory import memory_estimate, sharded_input_bytes
 from .run import run_spmd
-from .shardings import (GlobalInputs, agreeing_groups, assemble_outputs, check_replicated, output_shardings,
-                        parameter_shardings, random_global_inputs, random_inputs, split_inputs)
+from .shardings import (
+    GlobalInputs,
+    agreeing_groups,
+    assemble_outputs,
+    check_replicated,
+    output_shardings,
+    parameter_shardings,
+    random_global_inputs,
+    random_inputs,
+    split_inputs,
+)
 
 
 class _Layer:
     """What exec/'s Executable asks of this layer (hloexec.exec.executor.SpmdLayer)."""
+
     run_spmd = staticmethod(run_spmd)
     run_with_manual_regions = staticmethod(run_with_manual_regions)
 
 
 use_spmd_layer(_Layer())
 
-__all__ = ["run_spmd", "run_with_manual_regions", "PRE_PARTITION_HINT", "device_counts", "device_ranges",
-           "memory_estimate", "sharded_input_bytes", "GlobalInputs", "agreeing_groups", "assemble_outputs",
-           "check_replicated", "output_shardings", "parameter_shardings", "random_global_inputs", "random_inputs",
-           "split_inputs", "assemble_global", "global_shape", "split_global", "tile_layout"]
+__all__ = [
+    "run_spmd",
+    "run_with_manual_regions",
+    "PRE_PARTITION_HINT",
+    "device_counts",
+    "device_ranges",
+    "memory_estimate",
+    "sharded_input_bytes",
+    "GlobalInputs",
+    "agreeing_groups",
+    "assemble_outputs",
+    "check_replicated",
+    "output_shardings",
+    "parameter_shardings",
+    "random_global_inputs",
+    "random_inputs",
+    "split_inputs",
+    "assemble_global",
+    "global_shape",
+    "split_global",
+    "tile_layout",
+]

@@ -1,6 +1,7 @@
 """Participants as threads of one process, exchanging payloads through shared `Mailboxes` (the seam itself,
 `exchange(inst, sends, sources)`, and the one-participant `MirrorCommunicator` are hloexec.exec.communicators):
 `run_participants` runs them."""
+
 from __future__ import annotations
 
 import contextlib
@@ -36,11 +37,11 @@ class Mailboxes:
         self.device_ids = list(device_ids)
         self.timeout = timeout
         self.slots = threading.BoundedSemaphore(compute_slots) if compute_slots else None
-        self.progress = time.monotonic()      # when a participant last posted or took/gave up a slot
+        self.progress = time.monotonic()  # when a participant last posted or took/gave up a slot
         self.cond = threading.Condition()
         self.boxes: dict[tuple[int, int, int], tuple[str, object]] = {}
-        self.posted: dict[int, list[str]] = {d: [] for d in self.device_ids}   # instruction names by sequence
-        self.waiting: dict[int, tuple[int, str, list[int]]] = {}     # sequence, instruction, sources pending
+        self.posted: dict[int, list[str]] = {d: [] for d in self.device_ids}  # instruction names by sequence
+        self.waiting: dict[int, tuple[int, str, list[int]]] = {}  # sequence, instruction, sources pending
         self.finished: set[int] = set()
         self.failure: tuple[int, BaseException] | None = None
 
@@ -79,23 +80,27 @@ class Mailboxes:
 
     def undelivered(self) -> list[str]:
         """Payloads posted but never received (a group the receiver did not share), for the report."""
-        return [f"device {s} -> device {d}: %{name} (collective #{seq})"
-                for (s, d, seq), (name, _) in sorted(self.boxes.items())]
+        return [
+            f"device {s} -> device {d}: %{name} (collective #{seq})"
+            for (s, d, seq), (name, _) in sorted(self.boxes.items())
+        ]
 
     def _why_not(self, me: int, seq: int, name: str, src: int) -> str | None:
         """Why the post from `src` can never come, or None while it still may."""
         posted = self.posted[src]
         if len(posted) > seq:
             if posted[seq] != name:
-                return (f"collective mismatch: device {me}'s collective #{seq} is %{name}, device {src}'s is "
-                        f"%{posted[seq]}")
+                return (
+                    f"collective mismatch: device {me}'s collective #{seq} is %{name}, device {src}'s is %{posted[seq]}"
+                )
             return f"device {src} ran %{name} (collective #{seq}) without sending to device {me}: their groups disagree"
         if src in self.finished:
             return f"device {src} finished after {len(posted)} collectives; device {me} waits for its #{seq} (%{name})"
         live = [d for d in self.device_ids if d not in self.finished]
         if all(d in self.waiting for d in live) and not any(self._ready(d) for d in live):
-            where = "; ".join(f"device {d} at #{s} %{n} waiting for {srcs}"
-                              for d, (s, n, srcs) in sorted(self.waiting.items()))
+            where = "; ".join(
+                f"device {d} at #{s} %{n} waiting for {srcs}" for d, (s, n, srcs) in sorted(self.waiting.items())
+            )
             return f"deadlock: every participant waits ({where})"
         return None
 
@@ -106,7 +111,8 @@ class Mailboxes:
 
 class ThreadCommunicator:
     """One participant's end of the shared Mailboxes."""
-    distinct_participants = True        # collectives may split their work (all-reduce folds) between them
+
+    distinct_participants = True  # collectives may split their work (all-reduce folds) between them
 
     def __init__(self, mailboxes: Mailboxes, device_id: int):
         self.mailboxes = mailboxes
@@ -146,26 +152,32 @@ class ThreadCommunicator:
             if box.failure is not None:
                 raise ParticipantFailed(f"device {me} stopped: device {box.failure[0]} failed")
             if src not in box.device_ids:
-                raise ExecutionError(f"%{name}: device {me} expects a payload from device {src}, which is not a "
-                                     f"participant (devices {box.device_ids[0]}..{box.device_ids[-1]})")
+                raise ExecutionError(
+                    f"%{name}: device {me} expects a payload from device {src}, which is not a "
+                    f"participant (devices {box.device_ids[0]}..{box.device_ids[-1]})"
+                )
             why = box._why_not(me, seq, name, src)
             if why is not None:
                 raise ExecutionError(why)
             remaining = max(box.progress, started) + box.timeout - time.monotonic()
             if remaining <= 0:
-                raise ExecutionError(f"timeout: device {me} waited at %{name} (collective #{seq}) for device {src}, "
-                                     f"no participant progressing for {box.timeout:.0f} s")
+                raise ExecutionError(
+                    f"timeout: device {me} waited at %{name} (collective #{seq}) for device {src}, "
+                    f"no participant progressing for {box.timeout:.0f} s"
+                )
             box.cond.wait(min(remaining, 1.0))
         sender_name, payload = box.boxes.pop(key)
         box.waiting[me][2].remove(src)
         if sender_name != name:
-            raise ExecutionError(f"collective mismatch: device {me}'s collective #{seq} is %{name}, device {src}'s is "
-                                 f"%{sender_name}")
+            raise ExecutionError(
+                f"collective mismatch: device {me}'s collective #{seq} is %{name}, device {src}'s is %{sender_name}"
+            )
         return payload
 
 
-def run_participants(exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes, *, observe=None,
-                     observe_operands: bool = False) -> dict:
+def run_participants(
+    exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes, *, observe=None, observe_operands: bool = False
+) -> dict:
     """Run the participants `inputs` names (device id -> input list) as threads meeting in `mailboxes`;
     returns device id -> outputs (`observe`: as run_spmd's). Raises ExecutionError naming the device that
     failed first."""
@@ -173,8 +185,9 @@ def run_participants(exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes, *,
     errors: dict[int, BaseException] = {}
 
     def participant(d: int):
-        device = Device(replica_id=d // P, partition_id=d % P, num_replicas=R, num_partitions=P,
-                        communicator=mailboxes.endpoint(d))
+        device = Device(
+            replica_id=d // P, partition_id=d % P, num_replicas=R, num_partitions=P, communicator=mailboxes.endpoint(d)
+        )
         exe.context.play(device)
         mailboxes.take_slot()
         try:

@@ -1,5 +1,6 @@
 """How many participants a partitioned module has, and how they are named: global device ids are XLA's flattened
 ids, replica * num_partitions + partition."""
+
 from __future__ import annotations
 
 import re
@@ -11,11 +12,20 @@ from ..ops.collectives import SEND_RECV_PAIRS, group_mode
 from ..ops.registry import async_shorthand
 
 # The collectives whose replica groups (or pairs) name participants.
-GROUPED = ("all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter", "all-to-all",
-            "ragged-all-to-all", "collective-broadcast", "collective-permute", "collective-permute-start", "send",
-            "recv")
-
-
+GROUPED = (
+    "all-reduce",
+    "all-reduce-start",
+    "all-gather",
+    "all-gather-start",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-broadcast",
+    "collective-permute",
+    "collective-permute-start",
+    "send",
+    "recv",
+)
 
 
 def device_counts(module: Module, partitions: int | None = None, replicas: int | None = None):
@@ -29,12 +39,11 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
         return partitions, replicas, None
     most = {"partition": 0, "replica": 0, "device": 0}
     for inst in module.instructions():
-        shorthand = async_shorthand(inst.opcode)            # all-to-all-start: an async all-to-all
+        shorthand = async_shorthand(inst.opcode)  # all-to-all-start: an async all-to-all
         if (shorthand[1] if shorthand else inst.opcode) in GROUPED:
             mode = group_mode(inst)
             kind = {"flattened": "device", "cross_partition": "partition"}.get(mode, "replica")
-            ids = [i for g in (inst.attr("replica_groups").groups if "replica_groups" in inst.attrs else ())
-                   for i in g]
+            ids = [i for g in (inst.attr("replica_groups").groups if "replica_groups" in inst.attrs else ()) for i in g]
             ids += [i for pair in inst.attr("source_target_pairs", ()) for i in pair]
             pairs = (inst.attr("frontend_attributes") or {}).get(SEND_RECV_PAIRS)
             if pairs is not None:
@@ -42,13 +51,15 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
             most[kind] = max([most[kind], *(i + 1 for i in ids)])
         if "sharding" in inst.attrs:
             most["partition"] = max(most["partition"], *(d + 1 for d in _sharding_devices(inst.attr("sharding"))))
-    for mesh in module_meshes(module).values():        # Shardy's meshes (pre-partition modules)
+    for mesh in module_meshes(module).values():  # Shardy's meshes (pre-partition modules)
         most["partition"] = max(most["partition"], max(mesh.devices, default=0) + 1)
     inferred_r = max(most["replica"], 1)
     inferred_p = max(most["partition"], -(-most["device"] // inferred_r), 1)
-    note = (f"{module.name}: no num_partitions/replica_count in the header; running {inferred_p} partitions x "
-            f"{inferred_r} replicas, from the largest device ids in its replica groups, source_target_pairs "
-            f"and shardings (set partitions=/replicas= to override)")
+    note = (
+        f"{module.name}: no num_partitions/replica_count in the header; running {inferred_p} partitions x "
+        f"{inferred_r} replicas, from the largest device ids in its replica groups, source_target_pairs "
+        f"and shardings (set partitions=/replicas= to override)"
+    )
     return inferred_p, inferred_r, note
 
 

@@ -4,13 +4,16 @@
 SPMD participants (hloexec.spmd.run), each on the same global inputs, so each computes the global program,
 its own tiles inside the regions, and the same global outputs; device 0's are returned.
 """
+
 from __future__ import annotations
 
 from .run import device_counts, run_spmd
 
-PRE_PARTITION_HINT = ("it is the pre-partition form, whose manual regions (shard_map) `hloexec run FILE` / "
-                      "Executable.run execute per device inside the global program; for the per-device "
-                      "program use the SPMD-partitioned module (jax: jitted.lower(...).compile().as_text())")
+PRE_PARTITION_HINT = (
+    "it is the pre-partition form, whose manual regions (shard_map) `hloexec run FILE` / "
+    "Executable.run execute per device inside the global program; for the per-device "
+    "program use the SPMD-partitioned module (jax: jitted.lower(...).compile().as_text())"
+)
 
 
 def run_with_manual_regions(exe, args):

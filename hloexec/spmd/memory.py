@@ -1,5 +1,6 @@
 """What the participants of an SPMD run need: the memory estimate, checked against the run's limit before it
 starts."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,14 @@ def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> d
     stored_peak = exe.plan.memory.peak_bytes(scratch=False)
     running = min(n, concurrency or CORES)
     work = n * max(stored_peak - per_device_inputs_bytes, 0) + running * (per_device_peak - stored_peak)
-    return {"participants": n, "per_device_peak": per_device_peak, "inputs": input_bytes,
-            "inputs_unshared": n * per_device_inputs_bytes, "work": work, "total": work + input_bytes}
+    return {
+        "participants": n,
+        "per_device_peak": per_device_peak,
+        "inputs": input_bytes,
+        "inputs_unshared": n * per_device_inputs_bytes,
+        "work": work,
+        "total": work + input_bytes,
+    }
 
 
 def sharded_input_bytes(module: Module, num_devices: int, devices=None) -> int:
@@ -50,16 +57,22 @@ def sharded_input_bytes(module: Module, num_devices: int, devices=None) -> int:
 
     def distinct(shape: Shape, sharding: Sharding | None) -> int:
         if shape.is_tuple:
-            elements = sharding.elements if sharding is not None and sharding.kind == "tuple" \
+            elements = (
+                sharding.elements
+                if sharding is not None and sharding.kind == "tuple"
                 else [sharding] * len(shape.tuple_shapes)
+            )
             return sum(distinct(sub, s) for sub, s in zip(shape.tuple_shapes, elements))
         if sharding is None or sharding.kind != "tiled":
             return shape.nbytes
         counts, tile_devices = tile_layout(sharding, shape.rank)
         if wanted is None:
             return min(math.prod(counts), num_devices) * shape.nbytes
-        return len({index[:shape.rank] for index in np.ndindex(tile_devices.shape)
-                    if int(tile_devices[index]) in wanted}) * shape.nbytes
+        return (
+            len({index[: shape.rank] for index in np.ndindex(tile_devices.shape) if int(tile_devices[index]) in wanted})
+            * shape.nbytes
+        )
+
     return sum(distinct(p.shape, s) for p, s in zip(module.entry.parameters, parameter_shardings(module)))
 
 
@@ -82,9 +95,15 @@ def check_fits(module_name: str, memory: dict, max_memory: int | None, available
     already: MemAvailable of the machine the participants run on; None: not checked)."""
     subject = f"{module_name} on {memory['participants']} participants"
     if max_memory is not None and memory["total"] > max_memory:
-        raise MemoryLimitError(subject, memory["total"], max_memory, given=True,
-                               counted="in all (inputs and working memory, estimated)")
+        raise MemoryLimitError(
+            subject, memory["total"], max_memory, given=True, counted="in all (inputs and working memory, estimated)"
+        )
     if max_memory is None and available is not None and memory["work"] > available:
-        raise MemoryLimitError(subject, memory["work"], available, given=False,
-                               counted="of working memory beyond its inputs (estimated)",
-                               advice="run fewer participants per machine (docs/spmd.md)")
+        raise MemoryLimitError(
+            subject,
+            memory["work"],
+            available,
+            given=False,
+            counted="of working memory beyond its inputs (estimated)",
+            advice="run fewer participants per machine (docs/spmd.md)",
+        )

@@ -1,6 +1,7 @@
 """Which participants of a Ray run share a worker (`place`): the devices of the module's heaviest collective groups
 (by the bytes their operands carry: the tensor-parallel all-reduces before the data-parallel ones) are kept in one
 worker where they fit, then the groups are packed into workers of `participants_per_worker`."""
+
 from __future__ import annotations
 
 from ..errors import ExecutionError, UnsupportedError
@@ -29,7 +30,7 @@ def collective_groups(module, P: int, R: int) -> dict[frozenset, int]:
             for device in devices:
                 try:
                     groups.add(tuple(participants(inst, device)))
-                except (ExecutionError, UnsupportedError):    # the run says so; placement need not
+                except (ExecutionError, UnsupportedError):  # the run says so; placement need not
                     pass
         grouping = frozenset(g for g in groups if all(d < P * R for d in g))
         if grouping:
@@ -50,6 +51,7 @@ def place(module, P: int, R: int, per_worker: int) -> list[list[int]]:
             parent[d] = parent[parent[d]]
             d = parent[d]
         return d
+
     def merge(devices) -> None:
         roots = {root(d) for d in devices}
         if len(roots) > 1 and sum(size[r] for r in roots) <= per_worker:
@@ -57,12 +59,13 @@ def place(module, P: int, R: int, per_worker: int) -> list[list[int]]:
             for r in rest:
                 parent[r] = first
                 size[first] += size[r]
+
     heaviest = sorted(collective_groups(module, P, R).items(), key=lambda item: (-item[1], sorted(item[0])))
     for groups, _ in heaviest:
         for group in sorted(groups):
             merge(group)
-            for start in range(0, len(group), per_worker):      # a group larger than a worker: in pieces
-                merge(group[start:start + per_worker])
+            for start in range(0, len(group), per_worker):  # a group larger than a worker: in pieces
+                merge(group[start : start + per_worker])
     merged: dict[int, list[int]] = {}
     for d in range(n):
         merged.setdefault(root(d), []).append(d)

@@ -24,6 +24,7 @@ results are those of the thread runner, bit for bit.
 - Outputs stay on the workers (`RayOutputs`): `digests()` are made there (check_replicated compares them),
   `outputs[d]` fetches a device's values.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -96,9 +97,9 @@ class RayMailboxes(Mailboxes):
     def __init__(self, local, num_devices: int, timeout: float, compute_slots: int):
         super().__init__(range(num_devices), timeout=timeout, compute_slots=compute_slots)
         self.local = set(local)
-        self.peers: dict[int, tuple[object, int]] = {}    # device of another worker -> (its actor, its index)
-        self.same_node: set[int] = set()                  # the workers on this worker's node
-        self.sent = self.delivered = 0                    # deliver calls made / served (the driver compares sums)
+        self.peers: dict[int, tuple[object, int]] = {}  # device of another worker -> (its actor, its index)
+        self.same_node: set[int] = set()  # the workers on this worker's node
+        self.sent = self.delivered = 0  # deliver calls made / served (the driver compares sums)
         self.moved = {"object_store": 0, "actor_calls": 0, "between_nodes": 0, "messages": 0}
 
     def endpoint(self, device_id: int) -> RayCommunicator:
@@ -113,7 +114,7 @@ class RayMailboxes(Mailboxes):
 
     def _send(self, source, seq, name, sends):
         ray = import_ray()
-        travelling: dict = {}       # _identity(payload) -> (the payload or its object-store ref, bytes)
+        travelling: dict = {}  # _identity(payload) -> (the payload or its object-store ref, bytes)
         by_worker: dict[int, list] = {}
         for dest, payload in sends.items():
             by_worker.setdefault(self.peers[dest][1], []).append((dest, payload))
@@ -126,12 +127,12 @@ class RayMailboxes(Mailboxes):
                     travelling[key] = (ray.put(payload) if size >= INLINE_BYTES else payload, size)
                 item, size = travelling[key]
                 message.append((dest, item))
-                if key not in counted:      # a payload for several devices of one worker moves once
+                if key not in counted:  # a payload for several devices of one worker moves once
                     counted.add(key)
                     moved["object_store" if isinstance(item, ray.ObjectRef) else "actor_calls"] += size
                     moved["between_nodes"] += 0 if worker in self.same_node else size
             moved["messages"] = 1
-            with self.cond:         # participants send from their own threads
+            with self.cond:  # participants send from their own threads
                 self.sent += 1
                 for kind, amount in moved.items():
                     self.moved[kind] += amount
@@ -151,14 +152,19 @@ class RayMailboxes(Mailboxes):
         posted, which finished, which wait for what, how many payloads wait to be received (equal readings:
         nothing changed in between); with `detail`, what its devices posted and which payloads wait."""
         with self.cond:
-            status = {"sent": self.sent, "delivered": self.delivered,
-                      "posts": sum(len(self.posted[d]) for d in self.local),
-                      "finished": sorted(self.finished & self.local),
-                      "waiting": {d: (s, name, list(pending)) for d, (s, name, pending) in self.waiting.items()},
-                      "boxes": len(self.boxes)}
+            status = {
+                "sent": self.sent,
+                "delivered": self.delivered,
+                "posts": sum(len(self.posted[d]) for d in self.local),
+                "finished": sorted(self.finished & self.local),
+                "waiting": {d: (s, name, list(pending)) for d, (s, name, pending) in self.waiting.items()},
+                "boxes": len(self.boxes),
+            }
             if detail:
-                status["detail"] = {"posted": {d: list(self.posted[d]) for d in self.local},
-                                    "boxes": sorted(self.boxes)}
+                status["detail"] = {
+                    "posted": {d: list(self.posted[d]) for d in self.local},
+                    "boxes": sorted(self.boxes),
+                }
             return status
 
 
@@ -198,6 +204,7 @@ def disagreement(statuses: list[dict], num_devices: int) -> str | None:
 @dataclass(frozen=True)
 class Digest:
     """What a worker tells of an output array without moving it (not a tuple: outputs' tuples hold these)."""
+
     shape: tuple
     dtype: str
     sha256: str
@@ -225,6 +232,7 @@ def _resolve(structure, ray):
         elif isinstance(x, dict):
             for v in x.values():
                 collect(v)
+
     collect(structure)
     values = dict(zip(refs, ray.get(list(refs)))) if refs else {}
 
@@ -236,14 +244,24 @@ def _resolve(structure, ray):
         if isinstance(x, dict):
             return {k: build(v) for k, v in x.items()}
         return x
+
     return build(structure)
 
 
 class Worker:
     """A Ray actor holding some participants of a run (made with ray.remote by `run_on_ray`)."""
 
-    def __init__(self, source: bytes, module_name: str, options: dict, devices: list[int], P: int, R: int,
-                 timeout: float, slots: int):
+    def __init__(
+        self,
+        source: bytes,
+        module_name: str,
+        options: dict,
+        devices: list[int],
+        P: int,
+        R: int,
+        timeout: float,
+        slots: int,
+    ):
         # the thread pool of big products and fused loops uses the CPUs Ray reserved for this worker
         os.environ["HLOEXEC_NUM_THREADS"] = str(slots)
         self.exe = Executable(pick_module(parse(source), module_name), **options)
@@ -253,8 +271,11 @@ class Worker:
 
     def where(self) -> dict:
         ray = import_ray()
-        return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "pid": os.getpid()}
+        return {
+            "node": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+        }
 
     def connect(self, routes: list, me: int) -> None:
         """`routes`: per worker (actor, devices, node id)."""
@@ -280,9 +301,12 @@ class Worker:
             by_device = dict(zip(self.devices, global_inputs.split(self.exe.module, self.P * self.R, self.devices)))
         inputs_seconds = time.perf_counter() - start
         self.outputs = run_participants(self.exe, by_device, self.P, self.R, self.mailboxes)
-        return {"seconds": time.perf_counter() - start, "inputs_seconds": inputs_seconds,
-                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                "moved": dict(self.mailboxes.moved)}
+        return {
+            "seconds": time.perf_counter() - start,
+            "inputs_seconds": inputs_seconds,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "moved": dict(self.mailboxes.moved),
+        }
 
     def deliver(self, source: int, seq: int, name: str, message: list) -> None:
         self.mailboxes.deliver(source, seq, name, message)
@@ -301,8 +325,11 @@ class Worker:
 
     def apply(self, fn, requests: dict) -> dict:
         """{device: {leaf index: fn(leaf index, array)}} for the leaves (depth first) `requests` names per device."""
-        return {d: {i: fn(i, arrays[i]) for i in wanted}
-                for d, wanted in requests.items() for arrays in [list(leaves(self.outputs[d]))]}
+        return {
+            d: {i: fn(i, arrays[i]) for i in wanted}
+            for d, wanted in requests.items()
+            for arrays in [list(leaves(self.outputs[d]))]
+        }
 
 
 # -- outputs --------------------------------------------------------------------------------------------
@@ -317,6 +344,7 @@ class RayOutputs:
 
     def __init__(self, workers: list, groups: list[list[int]], report: dict):
         import weakref
+
         self._workers = workers
         self._worker_of = {d: w for w, group in enumerate(groups) for d in group}
         self.report = report
@@ -448,16 +476,28 @@ def _input_payloads(ray, inputs, groups: list[list[int]]) -> tuple[list, int]:
         nonlocal put
         if isinstance(value, (tuple, list)):
             return type(value)(store(v) for v in value)
-        if id(value) not in stored:           # a replicated input, the same array for every device: put once
+        if id(value) not in stored:  # a replicated input, the same array for every device: put once
             stored[id(value)] = ray.put(value)
             put += _nbytes(value)
         return stored[id(value)]
+
     return [("per_device", {d: [store(v) for v in inputs[d]] for d in group}) for group in groups], put
 
 
-def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
-               participants_per_worker: int | None = None, timeout: float = 900.0, check_memory: bool = True,
-               max_memory: int | None = None, concurrency: int | None = None, report=None) -> RayOutputs:
+def run_on_ray(
+    exe,
+    inputs,
+    P: int,
+    R: int,
+    *,
+    ray_address: str | None = None,
+    participants_per_worker: int | None = None,
+    timeout: float = 900.0,
+    check_memory: bool = True,
+    max_memory: int | None = None,
+    concurrency: int | None = None,
+    report=None,
+) -> RayOutputs:
     """hloexec.spmd.run_spmd with runner="ray" (see there and this module's docstring): `inputs` are one input
     list per device or GlobalInputs; `max_memory` bounds the run's total estimate.
 
@@ -481,6 +521,7 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
     workers_plan.check_fits(nodes)
 
     from ray.util.placement_group import placement_group, remove_placement_group
+
     started = time.perf_counter()
     # The placement group reserves the workers' CPUs and memory for the run and spreads them over the
     # nodes; the actors sit on its bundles' nodes without resources of their own, so that once the run is
@@ -489,18 +530,27 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
     workers: list = []
     try:
         where = _start_workers(ray, exe, source, workers_plan, placement, P, R, timeout, workers)
-        names = [f"worker {i} (devices {device_ranges(g)}, node {info['node'][:8]}, pid {info['pid']})"
-                 for i, (g, info) in enumerate(zip(workers_plan.groups, where))]
-        say("ray: " + "; ".join(f"devices {device_ranges(g)} on node {info['node'][:8]} ({info['ip']}, pid "
-                                f"{info['pid']})" for g, info in zip(workers_plan.groups, where)))
+        names = [
+            f"worker {i} (devices {device_ranges(g)}, node {info['node'][:8]}, pid {info['pid']})"
+            for i, (g, info) in enumerate(zip(workers_plan.groups, where))
+        ]
+        say(
+            "ray: "
+            + "; ".join(
+                f"devices {device_ranges(g)} on node {info['node'][:8]} ({info['ip']}, pid {info['pid']})"
+                for g, info in zip(workers_plan.groups, where)
+            )
+        )
         payloads, input_bytes = _input_payloads(ray, inputs, workers_plan.groups)
         start_seconds = time.perf_counter() - started
         results = _wait(ray, workers, names, [w.run.remote(p) for w, p in zip(workers, payloads)], P * R)
         run_seconds = time.perf_counter() - started - start_seconds
         leftover = _undelivered(ray, workers)
         if leftover:
-            raise ExecutionError("payloads sent but never received (replica groups disagree across devices):\n  "
-                                 + "\n  ".join(leftover[:10]))
+            raise ExecutionError(
+                "payloads sent but never received (replica groups disagree across devices):\n  "
+                + "\n  ".join(leftover[:10])
+            )
     except BaseException:
         _release(workers)
         raise
@@ -508,25 +558,46 @@ def run_on_ray(exe, inputs, P: int, R: int, *, ray_address: str | None = None,
         remove_placement_group(placement)
     moved = {key: sum(r["moved"][key] for r in results) for key in results[0]["moved"]}
     moved.update(inputs=input_bytes, outputs_fetched=0)
-    say(f"ray: ran in {run_seconds:.2f} s ({start_seconds:.2f} s to start the workers); between workers "
+    say(
+        f"ray: ran in {run_seconds:.2f} s ({start_seconds:.2f} s to start the workers); between workers "
         f"{gb(moved['object_store'])} through the object store and {gb(moved['actor_calls'])} in actor calls "
         f"({moved['messages']} messages), {gb(moved['between_nodes'])} of it between nodes; inputs put: "
-        f"{gb(input_bytes)}")
-    summary = {"address": ray_address, "nodes": len(nodes), "participants_per_worker": workers_plan.per_worker,
-               "workers": [{"devices": g, "node": info["node"], "ip": info["ip"], "pid": info["pid"], "cpus": c,
-                            "memory_estimate": int(m["total"]), "peak_rss_bytes": r["peak_rss_bytes"],
-                            "seconds": r["seconds"]}
-                           for g, info, c, m, r in zip(workers_plan.groups, where, workers_plan.cpus,
-                                                       workers_plan.memory, results)],
-               "memory": workers_plan.totals(), "bytes_moved": moved,
-               "seconds": {"start": start_seconds, "run": run_seconds}}
+        f"{gb(input_bytes)}"
+    )
+    summary = {
+        "address": ray_address,
+        "nodes": len(nodes),
+        "participants_per_worker": workers_plan.per_worker,
+        "workers": _worker_summaries(workers_plan, where, results),
+        "memory": workers_plan.totals(),
+        "bytes_moved": moved,
+        "seconds": {"start": start_seconds, "run": run_seconds},
+    }
     return RayOutputs(workers, workers_plan.groups, summary)
+
+
+def _worker_summaries(workers_plan, where: list, results: list) -> list[dict]:
+    """What each worker was and did, for the run's summary."""
+    return [
+        {
+            "devices": g,
+            "node": info["node"],
+            "ip": info["ip"],
+            "pid": info["pid"],
+            "cpus": c,
+            "memory_estimate": int(m["total"]),
+            "peak_rss_bytes": r["peak_rss_bytes"],
+            "seconds": r["seconds"],
+        }
+        for g, info, c, m, r in zip(workers_plan.groups, where, workers_plan.cpus, workers_plan.memory, results)
+    ]
 
 
 @dataclass
 class WorkersPlan:
     """The workers of a run: their devices, CPUs, compute slots and memory estimates (per worker), and the
     placement group bundles asking Ray for them."""
+
     per_worker: int
     groups: list[list[int]]
     cpus: list[int]
@@ -537,39 +608,55 @@ class WorkersPlan:
     most_memory: float
 
     def describe(self, num_nodes: int) -> str:
-        return (f"ray: {sum(map(len, self.groups))} participants in {len(self.groups)} workers of up to "
-                f"{self.per_worker} on {num_nodes} node(s); per participant {gb(self.memory[0]['per_device_peak'])} "
-                f"peak; per worker up to {gb(max(m['total'] for m in self.memory))} estimated; largest node: "
-                f"{self.most_cpus} CPUs, {gb(self.most_memory)} (Ray's 'memory' resource)")
+        return (
+            f"ray: {sum(map(len, self.groups))} participants in {len(self.groups)} workers of up to "
+            f"{self.per_worker} on {num_nodes} node(s); per participant {gb(self.memory[0]['per_device_peak'])} "
+            f"peak; per worker up to {gb(max(m['total'] for m in self.memory))} estimated; largest node: "
+            f"{self.most_cpus} CPUs, {gb(self.most_memory)} (Ray's 'memory' resource)"
+        )
 
     def totals(self) -> dict:
         """The run's memory estimate: the workers' summed."""
-        return {"participants": sum(map(len, self.groups)), "per_device_peak": self.memory[0]["per_device_peak"],
-                **{key: int(sum(m[key] for m in self.memory))
-                   for key in ("inputs", "inputs_unshared", "work", "total")}}
+        return {
+            "participants": sum(map(len, self.groups)),
+            "per_device_peak": self.memory[0]["per_device_peak"],
+            **{key: int(sum(m[key] for m in self.memory)) for key in ("inputs", "inputs_unshared", "work", "total")},
+        }
 
     def check_memory(self, module_name: str, max_memory: int | None) -> None:
         """Each worker against the largest node's memory, the run against `max_memory`."""
         for group, m in zip(self.groups, self.memory):
             if m["total"] > self.most_memory:
-                raise ExecutionError(f"a worker of {len(group)} participants (devices {device_ranges(group)}) "
-                                     f"needs about {gb(m['total'])}, more than the largest node's "
-                                     f"{gb(self.most_memory)}: put fewer participants in a worker "
-                                     f"(participants_per_worker, --participants-per-worker)")
+                raise ExecutionError(
+                    f"a worker of {len(group)} participants (devices {device_ranges(group)}) "
+                    f"needs about {gb(m['total'])}, more than the largest node's "
+                    f"{gb(self.most_memory)}: put fewer participants in a worker "
+                    f"(participants_per_worker, --participants-per-worker)"
+                )
         check_fits(module_name, self.totals(), max_memory, None)
 
     def check_fits(self, nodes: list[dict]) -> None:
         if not _fits(self.bundles, nodes):
-            wanted = sorted({f'{b["CPU"]} CPUs' + (f' and {gb(b["memory"])}' if "memory" in b else "")
-                             for b in self.bundles})
-            have = [f'{node["Resources"]["CPU"]:g} CPUs and {gb(node["Resources"].get("memory", 0))}'
-                    for node in nodes]
-            raise ExecutionError(f"the Ray cluster's nodes cannot hold {len(self.groups)} workers of "
-                                 f"{', '.join(wanted)}: its nodes have {', '.join(have)}")
+            wanted = sorted(
+                {f"{b['CPU']} CPUs" + (f" and {gb(b['memory'])}" if "memory" in b else "") for b in self.bundles}
+            )
+            have = [f"{node['Resources']['CPU']:g} CPUs and {gb(node['Resources'].get('memory', 0))}" for node in nodes]
+            raise ExecutionError(
+                f"the Ray cluster's nodes cannot hold {len(self.groups)} workers of "
+                f"{', '.join(wanted)}: its nodes have {', '.join(have)}"
+            )
 
 
-def _plan_workers(exe, inputs, P: int, R: int, nodes: list[dict], participants_per_worker: int | None,
-                  concurrency: int | None, check_memory: bool) -> WorkersPlan:
+def _plan_workers(
+    exe,
+    inputs,
+    P: int,
+    R: int,
+    nodes: list[dict],
+    participants_per_worker: int | None,
+    concurrency: int | None,
+    check_memory: bool,
+) -> WorkersPlan:
     """Workers of `participants_per_worker`, else of the participants spread evenly over the nodes, fewer while a
     worker's estimate exceeds the largest node's memory."""
     n = P * R
@@ -578,42 +665,58 @@ def _plan_workers(exe, inputs, P: int, R: int, nodes: list[dict], participants_p
 
     def plan(k: int) -> WorkersPlan:
         groups = place(exe.module, P, R, k)
-        share = most_cpus // -(-len(groups) // len(nodes))       # the CPUs of a node over the workers it may hold
+        share = most_cpus // -(-len(groups) // len(nodes))  # the CPUs of a node over the workers it may hold
         cpus = [max(1, min(len(g), share)) for g in groups]
         slots = [concurrency or c for c in cpus]
         memory = [_worker_memory(exe, inputs, g, s, n) for g, s in zip(groups, slots)]
         bundles = [{"CPU": c, **({"memory": int(m["total"])} if check_memory else {})} for c, m in zip(cpus, memory)]
         return WorkersPlan(k, groups, cpus, slots, memory, bundles, most_cpus, most_memory)
+
     k = min(participants_per_worker or -(-n // len(nodes)), n)
     workers_plan = plan(k)
-    while participants_per_worker is None and check_memory and k > 1 \
-            and max(m["total"] for m in workers_plan.memory) > most_memory:
+    while (
+        participants_per_worker is None
+        and check_memory
+        and k > 1
+        and max(m["total"] for m in workers_plan.memory) > most_memory
+    ):
         k -= 1
         workers_plan = plan(k)
     return workers_plan
 
 
-def _start_workers(ray, exe, source: bytes, workers_plan: WorkersPlan, placement, P: int, R: int, timeout: float,
-                   workers: list) -> list[dict]:
+def _start_workers(
+    ray, exe, source: bytes, workers_plan: WorkersPlan, placement, P: int, R: int, timeout: float, workers: list
+) -> list[dict]:
     """Start the workers (appended to `workers`, so that a failure can release those started) on the placement
     group's bundles, connected to each other; returns where each runs."""
     from ray.util.placement_group import placement_group_table
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     bundles = workers_plan.bundles
     if not placement.wait(PLACEMENT_TIMEOUT):
-        raise ExecutionError(f"Ray could not reserve {len(bundles)} workers ({bundles[0]['CPU']} CPUs"
-                             + (f", {gb(bundles[0]['memory'])}" if "memory" in bundles[0] else "")
-                             + f" each) within {PLACEMENT_TIMEOUT:.0f} s: the cluster's resources are in use")
+        raise ExecutionError(
+            f"Ray could not reserve {len(bundles)} workers ({bundles[0]['CPU']} CPUs"
+            + (f", {gb(bundles[0]['memory'])}" if "memory" in bundles[0] else "")
+            + f" each) within {PLACEMENT_TIMEOUT:.0f} s: the cluster's resources are in use"
+        )
     bundle_nodes = placement_group_table(placement)["bundles_to_node_id"]
     actor = ray.remote(Worker)
     text = ray.put(source)
-    options = {"options": exe.options, "use_numba": exe.context.use_numba,
-               "compile_after": exe.context.compile_after, "compile": exe.context.compile}
+    options = {
+        "options": exe.options,
+        "use_numba": exe.context.use_numba,
+        "compile_after": exe.context.compile_after,
+        "compile": exe.context.compile,
+    }
     for i, (group, s) in enumerate(zip(workers_plan.groups, workers_plan.slots)):
-        workers.append(actor.options(
-            num_cpus=0, max_concurrency=ACTOR_THREADS,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(bundle_nodes[i], soft=False),
-        ).remote(text, exe.module.name, options, group, P, R, timeout, s))
+        workers.append(
+            actor.options(
+                num_cpus=0,
+                max_concurrency=ACTOR_THREADS,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(bundle_nodes[i], soft=False),
+            ).remote(text, exe.module.name, options, group, P, R, timeout, s)
+        )
     names = [f"worker {i} (devices {device_ranges(g)})" for i, g in enumerate(workers_plan.groups)]
     where = [_result(ray, w.where.remote(), name) for w, name in zip(workers, names)]
     routes = [(w, g, info["node"]) for w, g, info in zip(workers, workers_plan.groups, where)]
@@ -651,6 +754,7 @@ def _wait(ray, workers: list, names: list[str], runs: list, num_devices: int) ->
 
     def read(detail: bool):
         return ray.get([w.status.remote(detail) for w in workers], timeout=10 * POLL_SECONDS)
+
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
         for ref in done:
@@ -668,7 +772,7 @@ def _wait(ray, workers: list, names: list[str], runs: list, num_devices: int) ->
                     if why is not None:
                         raise ExecutionError(why)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
-            statuses = None     # a busy or dead worker: its run's result will say which
+            statuses = None  # a busy or dead worker: its run's result will say which
         previous = statuses
     return results
 

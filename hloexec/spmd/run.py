@@ -1,5 +1,6 @@
 """SPMD runs: every participant (replica, partition) of a partitioned module, collectives between them: as threads
 of this process (hloexec.spmd.communicators) or in the actors of a Ray cluster (hloexec.spmd.ray_runner)."""
+
 from __future__ import annotations
 
 import sys
@@ -15,10 +16,23 @@ from .ray_runner import run_on_ray
 from .shardings import GlobalInputs
 
 
-def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: int | None = None, *,
-             runner: str = "threads", ray_address: str | None = None, participants_per_worker: int | None = None,
-             timeout: float = 900.0, check_memory: bool = True, memory_limit: int | None = None,
-             concurrency: int | None = None, report=None, observe=None, observe_operands: bool = False):
+def run_spmd(
+    exe,
+    per_device_inputs,
+    partitions: int | None = None,
+    replicas: int | None = None,
+    *,
+    runner: str = "threads",
+    ray_address: str | None = None,
+    participants_per_worker: int | None = None,
+    timeout: float = 900.0,
+    check_memory: bool = True,
+    memory_limit: int | None = None,
+    concurrency: int | None = None,
+    report=None,
+    observe=None,
+    observe_operands: bool = False,
+):
     """Run all participants; returns their outputs indexed by global device id.
 
     `per_device_inputs`: one input list per device (global id order), a dict {device id: inputs}, or
@@ -40,8 +54,11 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
     """
     say = report or (lambda message: print(message, file=sys.stderr))
     if memory_limit is not None:
-        warnings.warn("run_spmd(memory_limit=) is the options' max_memory now: hloexec.load(..., max_memory=BYTES)",
-                      DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "run_spmd(memory_limit=) is the options' max_memory now: hloexec.load(..., max_memory=BYTES)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     max_memory = exe.max_memory if memory_limit is None else memory_limit
     P, R, note = device_counts(exe.module, partitions, replicas)
     if note:
@@ -50,15 +67,25 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
     if isinstance(per_device_inputs, dict):
         per_device_inputs = [per_device_inputs[d] for d in range(n)]
     if not isinstance(per_device_inputs, GlobalInputs) and len(per_device_inputs) != n:
-        raise ExecutionError(f"{n} participants ({P} partitions x {R} replicas) need {n} input lists, "
-                             f"got {len(per_device_inputs)}")
+        raise ExecutionError(
+            f"{n} participants ({P} partitions x {R} replicas) need {n} input lists, got {len(per_device_inputs)}"
+        )
     if runner == "ray":
         if observe is not None:
             raise ExecutionError("observe runs in this process: it follows participants run as threads, not Ray actors")
-        return run_on_ray(exe, per_device_inputs, P, R, ray_address=ray_address,
-                          participants_per_worker=participants_per_worker, timeout=timeout,
-                          max_memory=max_memory, check_memory=check_memory,
-                          concurrency=concurrency, report=say)
+        return run_on_ray(
+            exe,
+            per_device_inputs,
+            P,
+            R,
+            ray_address=ray_address,
+            participants_per_worker=participants_per_worker,
+            timeout=timeout,
+            max_memory=max_memory,
+            check_memory=check_memory,
+            concurrency=concurrency,
+            report=say,
+        )
     if runner != "threads":
         raise ExecutionError(f"runner must be 'threads' or 'ray', not {runner!r}")
     if ray_address is not None or participants_per_worker is not None:
@@ -67,16 +94,21 @@ def run_spmd(exe, per_device_inputs, partitions: int | None = None, replicas: in
         per_device_inputs = per_device_inputs.split(exe.module, n)
     memory = memory_estimate(exe, per_device_inputs, concurrency)
     available = available_memory()
-    say(f"{n} participants: {gb(memory['per_device_peak'])} peak each; inputs {gb(memory['inputs'])} "
+    say(
+        f"{n} participants: {gb(memory['per_device_peak'])} peak each; inputs {gb(memory['inputs'])} "
         f"({gb(memory['inputs_unshared'])} unshared), {gb(memory['work'])} working memory; "
-        f"{gb(available) if available is not None else 'unknown'} available")
+        f"{gb(available) if available is not None else 'unknown'} available"
+    )
     if check_memory:
         check_fits(exe.module.name, memory, max_memory, available)
     mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or CORES)
-    outputs = run_participants(exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, observe=observe,
-                               observe_operands=observe_operands)
+    outputs = run_participants(
+        exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, observe=observe, observe_operands=observe_operands
+    )
     leftover = mailboxes.undelivered()
     if leftover:
-        raise ExecutionError("payloads sent but never received (replica groups disagree across devices):\n  "
-                             + "\n  ".join(leftover[:10]))
+        raise ExecutionError(
+            "payloads sent but never received (replica groups disagree across devices):\n  "
+            + "\n  ".join(leftover[:10])
+        )
     return [outputs[d] for d in range(n)]

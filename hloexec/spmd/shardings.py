@@ -5,6 +5,7 @@ Inputs are per-device lists, or global arrays split by the entry parameters' `sh
 ROOT's `sharding`, else, for an output aliased to a parameter (input_output_alias), that parameter's.
 `check_replicated` says where outputs that should agree across devices do not.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,9 +62,10 @@ def split_inputs(module: Module, global_inputs, num_devices: int, devices=None) 
     if len(global_inputs) != len(params):
         raise ExecutionError(f"{module.name} takes {len(params)} inputs, got {len(global_inputs)}")
     wanted = None if devices is None else set(devices)
-    pieces = [split_global(v if p.shape.is_tuple else from_npz_void(v, p.shape.dtype), s, p.shape, num_devices,
-                           wanted)
-              for v, s, p in zip(global_inputs, parameter_shardings(module), params)]
+    pieces = [
+        split_global(v if p.shape.is_tuple else from_npz_void(v, p.shape.dtype), s, p.shape, num_devices, wanted)
+        for v, s, p in zip(global_inputs, parameter_shardings(module), params)
+    ]
     return [[piece[d] for piece in pieces] for d in (range(num_devices) if devices is None else devices)]
 
 
@@ -72,6 +74,7 @@ class GlobalInputs:
     """Global entry arguments for `run_spmd`, split by the parameters' shardings where the participants
     run (a Ray worker splits them for its own devices): `values`, or random ones from `seed`
     (random_global_inputs: what `random_inputs` splits)."""
+
     values: list | None = None
     seed: int | None = None
 
@@ -80,16 +83,16 @@ class GlobalInputs:
         return split_inputs(module, values, num_devices, devices)
 
 
-def assemble_outputs(module: Module, per_device_outputs: list, global_shapes=None,
-                     pre_partition: Module | None = None):
+def assemble_outputs(module: Module, per_device_outputs: list, global_shapes=None, pre_partition: Module | None = None):
     """Global outputs (a tuple for a tuple ROOT) from per-device ones, by `output_shardings`;
     `global_shapes` (one per output) crops the padding of unevenly tiled outputs."""
     shardings = output_shardings(module, pre_partition)
     if not module.entry.root.shape.is_tuple:
         return assemble_global(per_device_outputs, shardings[0], global_shapes[0] if global_shapes else None)
     shapes = global_shapes or [None] * len(shardings)
-    return tuple(assemble_global([out[i] for out in per_device_outputs], s, g)
-                 for i, (s, g) in enumerate(zip(shardings, shapes)))
+    return tuple(
+        assemble_global([out[i] for out in per_device_outputs], s, g) for i, (s, g) in enumerate(zip(shardings, shapes))
+    )
 
 
 def random_global_inputs(module: Module, seed: int = 0) -> list:
@@ -97,8 +100,10 @@ def random_global_inputs(module: Module, seed: int = 0) -> list:
     rng = np.random.default_rng(seed)
     domains = input_domains(module)
     params = module.entry.parameters
-    shapes = [p.shape if p.shape.is_tuple else array_shape(p.shape.element_type.name, global_shape(p.shape, s))
-              for p, s in zip(params, parameter_shardings(module))]
+    shapes = [
+        p.shape if p.shape.is_tuple else array_shape(p.shape.element_type.name, global_shape(p.shape, s))
+        for p, s in zip(params, parameter_shardings(module))
+    ]
     check_inputs_fit(module.name, shapes)
     return [random_value(full, rng, domains.get(p.parameter_number)) for p, full in zip(params, shapes)]
 
@@ -116,8 +121,11 @@ def agreeing_groups(sharding: Sharding | None, num_devices: int, rank: int) -> l
         return []
     if sharding.kind == "replicated":
         return [list(range(num_devices))]
-    if sharding.kind != "tiled" or len(sharding.tile_dims) == rank \
-            or any(kind != "replicated" for kind in sharding.last_tile_dims):
+    if (
+        sharding.kind != "tiled"
+        or len(sharding.tile_dims) == rank
+        or any(kind != "replicated" for kind in sharding.last_tile_dims)
+    ):
         return []
     _, devices = tile_layout(sharding, rank)
     by_tile = devices.reshape(math.prod(sharding.tile_dims[:rank]), -1)
@@ -135,7 +143,7 @@ def check_replicated(module: Module, per_device_outputs: list, *, atol: float = 
     first = (digests or per_device_outputs)[0]
     problems = []
     for i, sharding in enumerate(output_shardings(module)):
-        pick = (lambda out: out[i]) if is_tuple else (lambda out: out)    # noqa: E731
+        pick = (lambda out: out[i]) if is_tuple else (lambda out: out)  # noqa: E731
         if isinstance(pick(first), tuple) or not hasattr(pick(first), "shape"):
             continue
         for group in agreeing_groups(sharding, n, len(pick(first).shape)):
@@ -144,8 +152,10 @@ def check_replicated(module: Module, per_device_outputs: list, *, atol: float = 
                     continue
                 diff = _max_diff(pick(per_device_outputs[group[0]]), pick(per_device_outputs[d]))
                 if diff > atol:
-                    problems.append(f"output {i} ({sharding.text or sharding.kind}): device {d} differs from "
-                                    f"device {group[0]} by up to {diff:g}")
+                    problems.append(
+                        f"output {i} ({sharding.text or sharding.kind}): device {d} differs from "
+                        f"device {group[0]} by up to {diff:g}"
+                    )
     return problems
 
 
@@ -154,5 +164,5 @@ def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
         return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
     x, y = a.astype(np.float64), b.astype(np.float64)
     same = (x == y) | (np.isnan(x) & np.isnan(y))
-    with np.errstate(invalid="ignore"):     # inf vs NaN: the difference is NaN, reported as such
+    with np.errstate(invalid="ignore"):  # inf vs NaN: the difference is NaN, reported as such
         return float(np.max(np.where(same, 0.0, np.abs(x - y)), initial=0.0))

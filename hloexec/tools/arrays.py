@@ -12,6 +12,7 @@ module says; from_npz_void).
 A result's arrays: `flatten` (out0..outM of a tuple result), `nested` (its inverse), `array_summary` (what `run`
 prints of each).
 """
+
 from __future__ import annotations
 
 import re
@@ -27,7 +28,7 @@ from .xla_cpu import load_arrays
 def read_arrays(path, prefix: str) -> dict[str, np.ndarray]:
     """Every array of the npz at `path` by key (an npy: its one array as prefix0), ml_dtypes types restored."""
     path = str(path)
-    with open(path, "rb") as f:                 # a missing or unreadable file: OSError, said as such
+    with open(path, "rb") as f:  # a missing or unreadable file: OSError, said as such
         magic = f.read(6)
     try:
         if magic == b"\x93NUMPY":
@@ -40,42 +41,56 @@ def read_arrays(path, prefix: str) -> dict[str, np.ndarray]:
 def _reason(e: Exception) -> str:
     text = str(e)
     if "Object arrays" in text:
-        return (text.split(" (")[0] + ": " if text.startswith("array ") else "") + \
-            "an object array; hloexec reads numeric arrays only, never pickles"
+        return (
+            text.split(" (")[0] + ": " if text.startswith("array ") else ""
+        ) + "an object array; hloexec reads numeric arrays only, never pickles"
     if isinstance(e, ValueError) and text.startswith(("array ", "__dtypes__")):
         return text
     return f"not an .npz or .npy array file numpy can read ({type(e).__name__}: {e})"
 
 
-def read_values(path, prefix: str, shapes: list, *, what: str, check_shapes: bool = True,
-                check_dtypes: bool = True) -> list:
+def read_values(
+    path, prefix: str, shapes: list, *, what: str, check_shapes: bool = True, check_dtypes: bool = True
+) -> list:
     """The values the file at `path` holds for `shapes` (HLO Shapes, tuples nested): one array per shape, or the
     leaves of tuple shapes in order. Raw void arrays become the leaf's type; ArrayFileError for a key missing or
     extra, and for a shape or dtype other than the leaf's where checked. `what` names the values in messages
     ("entry arguments", "outputs")."""
-    return values_of(read_arrays(path, prefix), path, prefix, shapes, what=what, check_shapes=check_shapes,
-                     check_dtypes=check_dtypes)
+    return values_of(
+        read_arrays(path, prefix), path, prefix, shapes, what=what, check_shapes=check_shapes, check_dtypes=check_dtypes
+    )
 
 
-def values_of(arrays: dict, path, prefix: str, shapes: list, *, what: str, check_shapes: bool = True,
-              check_dtypes: bool = True) -> list:
+def values_of(
+    arrays: dict, path, prefix: str, shapes: list, *, what: str, check_shapes: bool = True, check_dtypes: bool = True
+) -> list:
     """read_values of arrays already read from `path` (keys prefix0..: an SPMD file's dev{d}/arg{i})."""
     by_number = {}
     for key, value in arrays.items():
         m = re.fullmatch(re.escape(prefix) + r"(\d+)", key)
         if m is None:
-            raise ArrayFileError(f"{path}: unexpected array {key!r} (expected {prefix}0..{prefix}N, one per "
-                                 f"array of the module's {what})")
+            raise ArrayFileError(
+                f"{path}: unexpected array {key!r} (expected {prefix}0..{prefix}N, one per "
+                f"array of the module's {what})"
+            )
         by_number[int(m.group(1))] = value
     leaves = [leaf for shape in shapes for _, leaf in shape.leaves()]
     for n in range(max(len(by_number), len(leaves))):
         if n not in by_number:
-            raise ArrayFileError(f"{path}: array {prefix}{n} missing: the module's {what} are {_listing(leaves, prefix)}")
+            raise ArrayFileError(
+                f"{path}: array {prefix}{n} missing: the module's {what} are {_listing(leaves, prefix)}"
+            )
         if n >= len(leaves):
-            raise ArrayFileError(f"{path}: array {prefix}{n} is one too many: the module's {what} are "
-                                 f"{_listing(leaves, prefix)}")
-    return nested([_checked(path, f"{prefix}{n}", by_number[n], leaf, check_shapes, check_dtypes)
-                   for n, leaf in enumerate(leaves)], shapes)
+            raise ArrayFileError(
+                f"{path}: array {prefix}{n} is one too many: the module's {what} are {_listing(leaves, prefix)}"
+            )
+    return nested(
+        [
+            _checked(path, f"{prefix}{n}", by_number[n], leaf, check_shapes, check_dtypes)
+            for n, leaf in enumerate(leaves)
+        ],
+        shapes,
+    )
 
 
 def nested(leaves: list, shapes: list) -> list:
@@ -84,6 +99,7 @@ def nested(leaves: list, shapes: list) -> list:
 
     def build(shape):
         return tuple(build(s) for s in shape.tuple_shapes) if shape.is_tuple else next(it)
+
     return [build(s) for s in shapes]
 
 
@@ -97,8 +113,16 @@ def flatten(value) -> list:
 def array_summary(index: int, a) -> dict:
     """index, shape, dtype, min/max/mean (NaN ignored; complex: of |x|), NaN and Inf counts."""
     a = np.asarray(a)
-    summary = {"index": index, "shape": list(a.shape), "dtype": dtype_name(a.dtype),
-               "min": None, "max": None, "mean": None, "nan": 0, "inf": 0}
+    summary = {
+        "index": index,
+        "shape": list(a.shape),
+        "dtype": dtype_name(a.dtype),
+        "min": None,
+        "max": None,
+        "mean": None,
+        "nan": 0,
+        "inf": 0,
+    }
     if a.dtype.kind in "biu" or a.size == 0:
         values = a.astype(np.int64 if a.dtype.kind == "b" else a.dtype)
     elif a.dtype.kind == "c":
@@ -123,15 +147,16 @@ def array_summary(index: int, a) -> dict:
 
 def _checked(path, key: str, value: np.ndarray, leaf, check_shapes: bool, check_dtypes: bool) -> np.ndarray:
     expected = leaf.to_text(layout=False)
-    if leaf.element_type.numpy is None:       # token: nothing to read
+    if leaf.element_type.numpy is None:  # token: nothing to read
         return value
     value = from_npz_void(value, leaf.dtype)
     if value.dtype.kind == "V" and value.dtype.type is np.void:
-        raise ArrayFileError(f"{path}: array {key} holds raw {value.dtype.itemsize}-byte records (|V"
-                             f"{value.dtype.itemsize}), expected {expected} ({leaf.dtype.itemsize}-byte elements)")
+        raise ArrayFileError(
+            f"{path}: array {key} holds raw {value.dtype.itemsize}-byte records (|V"
+            f"{value.dtype.itemsize}), expected {expected} ({leaf.dtype.itemsize}-byte elements)"
+        )
     if check_dtypes and value.dtype != leaf.dtype:
-        raise ArrayFileError(f"{path}: array {key} has dtype {value.dtype}, expected {expected} "
-                             f"(numpy {leaf.dtype})")
+        raise ArrayFileError(f"{path}: array {key} has dtype {value.dtype}, expected {expected} (numpy {leaf.dtype})")
     if check_shapes and tuple(value.shape) != tuple(leaf.dims):
         raise ArrayFileError(f"{path}: array {key} has shape {list(value.shape)}, expected {expected}")
     return value

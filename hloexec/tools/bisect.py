@@ -16,6 +16,7 @@ normalization, a reduction's order) is not named; one that makes the result wron
 Then `hloexec.tools.diff` between the last good and the first bad stage names the instructions that pass
 changed (first divergences).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..parser import parse
 from .arrays import flatten
 from .compare import jsonable
-from .diff import DiffReport, Verdict, diff, format_report as format_diff, judge
+from .diff import DiffReport, Verdict, diff, judge
+from .diff_format import format_report as format_diff
 from .dumpdir import DumpModule, Stage, check_stage
 from .hloproto import ProtoError
 
@@ -35,9 +37,9 @@ class StageRun:
     index: int
     outputs: list | None = None
     verdicts: list[Verdict] = field(default_factory=list)
-    error: str = ""             # why it could not run (skipped)
+    error: str = ""  # why it could not run (skipped)
     module: object = None
-    shadow_verdict: object = None   # reference="shadow": tools.verdict.Verdict of this stage's outputs
+    shadow_verdict: object = None  # reference="shadow": tools.verdict.Verdict of this stage's outputs
 
     @property
     def changed(self) -> bool:
@@ -54,9 +56,9 @@ class BisectReport:
     reference: int | None
     last_good: int | None = None
     first_bad: int | None = None
-    after_first_bad: str = ""           # what the stage after the first bad one shows
+    after_first_bad: str = ""  # what the stage after the first bad one shows
     diff: DiffReport | None = None
-    by: str = "first-stage"             # what a stage is judged against: "first-stage" or "shadow"
+    by: str = "first-stage"  # what a stage is judged against: "first-stage" or "shadow"
 
     def duplicates(self) -> list[dict]:
         """The stage files left out as a second copy of a stage (dumpdir.scan), as skipped entries."""
@@ -69,44 +71,82 @@ class BisectReport:
     def to_dict(self) -> dict:
         def name(i):
             return None if i is None else self.stages[i].path.name
+
         first = self.runs.get(self.first_bad) if self.first_bad is not None else None
-        return jsonable({
-            "module": {"number": self.module.number, "name": self.module.name}, "stages": len(self.stages),
-            "reference": self.by, "reference_stage": name(self.reference), "first_bad_stage": name(self.first_bad),
-            "last_good_stage": name(self.last_good),
-            "pass": self.stages[self.first_bad].after_pass if first else None,
-            "pipeline": self.stages[self.first_bad].pipeline if first else None,
-            "after_first_bad": self.after_first_bad or None,
-            "outputs": [] if first is None else [_verdict_dict(i, v) for i, v in enumerate(first.verdicts)],
-            "shadow_verdict": None if first is None or first.shadow_verdict is None else
-            first.shadow_verdict.to_dict(),
-            "checked": [{"index": i, "stage": self.stages[i].label, "file": self.stages[i].path.name,
-                         "status": "skipped" if r.error else ("changed" if r.changed else "agrees"),
-                         "error": r.error or None} for i, r in sorted(self.runs.items())],
-            "skipped": [{"stage": self.stages[i].path.name, "error": r.error}
-                        for i, r in sorted(self.runs.items()) if r.error] + self.duplicates(),
-            "diff": None if self.diff is None else self.diff.to_dict()})
+        return jsonable(
+            {
+                "module": {"number": self.module.number, "name": self.module.name},
+                "stages": len(self.stages),
+                "reference": self.by,
+                "reference_stage": name(self.reference),
+                "first_bad_stage": name(self.first_bad),
+                "last_good_stage": name(self.last_good),
+                "pass": self.stages[self.first_bad].after_pass if first else None,
+                "pipeline": self.stages[self.first_bad].pipeline if first else None,
+                "after_first_bad": self.after_first_bad or None,
+                "outputs": [] if first is None else [_verdict_dict(i, v) for i, v in enumerate(first.verdicts)],
+                "shadow_verdict": None
+                if first is None or first.shadow_verdict is None
+                else first.shadow_verdict.to_dict(),
+                "checked": [
+                    {
+                        "index": i,
+                        "stage": self.stages[i].label,
+                        "file": self.stages[i].path.name,
+                        "status": "skipped" if r.error else ("changed" if r.changed else "agrees"),
+                        "error": r.error or None,
+                    }
+                    for i, r in sorted(self.runs.items())
+                ],
+                "skipped": [
+                    {"stage": self.stages[i].path.name, "error": r.error}
+                    for i, r in sorted(self.runs.items())
+                    if r.error
+                ]
+                + self.duplicates(),
+                "diff": None if self.diff is None else self.diff.to_dict(),
+            }
+        )
 
 
 def _verdict_dict(index: int, v: Verdict) -> dict:
-    return {"index": index, "changed": not v.agree, "identical": v.identical, "mismatches": v.mismatches,
-            "total": v.total, "max_abs_error": v.max_abs_error, "max_rel_error": v.max_rel_error,
-            "atol": v.atol, "rtol": v.rtol, "worst": v.worst, "problem": v.problem or None}
+    return {
+        "index": index,
+        "changed": not v.agree,
+        "identical": v.identical,
+        "mismatches": v.mismatches,
+        "total": v.total,
+        "max_abs_error": v.max_abs_error,
+        "max_rel_error": v.max_rel_error,
+        "atol": v.atol,
+        "rtol": v.rtol,
+        "worst": v.worst,
+        "problem": v.problem or None,
+    }
 
 
-def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = None, rtol: float | None = None,
-           with_diff: bool = True, report=None, reductions: str = "accumulate",
-           reference: str = "first-stage") -> BisectReport:
+def bisect(
+    module: DumpModule,
+    inputs=None,
+    seed: int = 0,
+    atol: float | None = None,
+    rtol: float | None = None,
+    with_diff: bool = True,
+    report=None,
+    reductions: str = "accumulate",
+    reference: str = "first-stage",
+) -> BisectReport:
     """Find the first stage of `module` whose outputs differ from the first runnable stage's (`reference=
     "shadow"`: are no longer consistent with its exact answer). `inputs`: the entry arguments (default: random
     ones from `seed`, of the reference's parameters); `report(message)` hears about each stage as it runs;
     `reductions`: how every stage rounds its sums."""
     from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
     from ..exec.executor import Executable
-    from .numerics import judge_run     # the executor: not at startup
+    from .numerics import judge_run  # the executor: not at startup
+
     stages = module.stages()
     runs: dict[int, StageRun] = {}
-    for i, stage in enumerate(stages):      # a stage that cannot be read is skipped, and said, wherever it is
+    for i, stage in enumerate(stages):  # a stage that cannot be read is skipped, and said, wherever it is
         problem = check_stage(stage)[1]
         if problem:
             runs[i] = StageRun(stage, i, error=problem)
@@ -139,13 +179,15 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
         return r
 
     result = BisectReport(module, stages, runs, None, by=reference)
-    for i in range(len(stages)):            # the reference: the first stage that runs
+    for i in range(len(stages)):  # the reference: the first stage that runs
         if not run(i).error:
             state["reference"] = result.reference = i
             runs[i].verdicts = [Verdict(True, True, total=getattr(x, "size", 0)) for x in runs[i].outputs]
-            if runs[i].changed:             # shadow: the program as given is not consistent with its exact answer
-                result.after_first_bad = f"the reference stage {stages[i].path.name} itself is not consistent " \
-                                         "with its exact answer: every stage is judged by a verdict it fails"
+            if runs[i].changed:  # shadow: the program as given is not consistent with its exact answer
+                result.after_first_bad = (
+                    f"the reference stage {stages[i].path.name} itself is not consistent "
+                    "with its exact answer: every stage is judged by a verdict it fails"
+                )
             break
     if result.reference is None:
         return result
@@ -167,8 +209,9 @@ def bisect(module: DumpModule, inputs=None, seed: int = 0, atol: float | None = 
     if following is not None and not runs[following].changed:
         result.after_first_bad = f"the outputs agree again at {stages[following].path.name}: the change comes and goes"
     if with_diff:
-        result.diff = diff(runs[good].module, runs[bad].module, state["inputs"], atol=atol, rtol=rtol,
-                           reductions=reductions)
+        result.diff = diff(
+            runs[good].module, runs[bad].module, state["inputs"], atol=atol, rtol=rtol, reductions=reductions
+        )
     return result
 
 
@@ -183,13 +226,18 @@ def _runnable_near(run, mid: int, low: int, high: int) -> int | None:
 
 def format_report(r: BisectReport) -> str:
     skipped = [x for x in r.runs.values() if x.error]
-    lines = [f"module_{r.module.number:04d}.{r.module.name}: {len(r.stages)} stages, "
-             f"{r.compared()} run, {len(skipped)} skipped"
-             + (f", {len(r.module.duplicates)} duplicate files left out" if r.module.duplicates else "")]
+    lines = [
+        f"module_{r.module.number:04d}.{r.module.name}: {len(r.stages)} stages, "
+        f"{r.compared()} run, {len(skipped)} skipped"
+        + (f", {len(r.module.duplicates)} duplicate files left out" if r.module.duplicates else "")
+    ]
     for i, x in sorted(r.runs.items()):
         bad_word, good_word = ("NOT CONSISTENT", "consistent") if r.by == "shadow" else ("CHANGED", "agrees")
-        status = f"skipped ({x.error})" if x.error else ("reference" if i == r.reference and r.by != "shadow" else
-                                                         bad_word if x.changed else good_word)
+        status = (
+            f"skipped ({x.error})"
+            if x.error
+            else ("reference" if i == r.reference and r.by != "shadow" else bad_word if x.changed else good_word)
+        )
         lines.append(f"  {i:>4}  {r.stages[i].label:<70} {status}")
     for d in r.duplicates():
         lines.append(f"  {'':>4}  {d['stage']:<70} skipped ({d['error']})")
@@ -197,19 +245,25 @@ def format_report(r: BisectReport) -> str:
         lines.append("no stage could run")
         return "\n".join(lines)
     if r.first_bad is None:
-        lines.append((f"every stage checked is consistent with the exact answer of {r.stages[r.reference].path.name}"
-                      if r.by == "shadow" else
-                      f"the outputs agree with {r.stages[r.reference].path.name} at every stage checked")
-                     + (f" ({r.compared()} of {len(r.stages)}; {len(skipped)} could not be run: see above)"
-                        if skipped else ""))
+        lines.append(
+            (
+                f"every stage checked is consistent with the exact answer of {r.stages[r.reference].path.name}"
+                if r.by == "shadow"
+                else f"the outputs agree with {r.stages[r.reference].path.name} at every stage checked"
+            )
+            + (f" ({r.compared()} of {len(r.stages)}; {len(skipped)} could not be run: see above)" if skipped else "")
+        )
         if r.compared() < 2:
             lines.append("no other stage could run: nothing was compared")
         if r.after_first_bad:
             lines.append(f"  note: {r.after_first_bad}")
         return "\n".join(lines)
     bad, good = r.stages[r.first_bad], r.stages[r.last_good]
-    lines.append(f"first stage whose outputs are not consistent with the exact answer: {bad.path.name}"
-                 if r.by == "shadow" else f"first stage whose outputs differ: {bad.path.name}")
+    lines.append(
+        f"first stage whose outputs are not consistent with the exact answer: {bad.path.name}"
+        if r.by == "shadow"
+        else f"first stage whose outputs differ: {bad.path.name}"
+    )
     lines.append(f"  after pass {bad.after_pass!r} ({bad.pipeline}); last good: {good.path.name}")
     verdict = r.runs[r.first_bad].shadow_verdict
     for output in verdict.outputs if verdict is not None else ():
@@ -218,7 +272,9 @@ def format_report(r: BisectReport) -> str:
                 lines.append(f"  output {output.index}: " + "; ".join(c.reasons))
     for i, v in enumerate(r.runs[r.first_bad].verdicts):
         if not v.agree:
-            lines.append(f"  output {i}: {v.problem or f'{v.mismatches}/{v.total} elements beyond atol {v.atol:g} rtol {v.rtol:g}, max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}'}")
+            lines.append(
+                f"  output {i}: {v.problem or f'{v.mismatches}/{v.total} elements beyond atol {v.atol:g} rtol {v.rtol:g}, max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}'}"
+            )
     if r.after_first_bad:
         lines.append(f"  note: {r.after_first_bad}")
     if r.diff is not None:

@@ -54,6 +54,7 @@ root-sum-squares assume errors that do not conspire: two operands carrying one s
 paths, a dot whose terms share one (a softmax row's scale), a sum sorted so its partial sums grow before they
 cancel can exceed them. Data-dependent control flow (a loop's trip count, a branch) follows the shadow's values.
 """
+
 from __future__ import annotations
 
 import threading
@@ -70,33 +71,107 @@ from .compare import ulp_at
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
-SIGMAS = 4.0                # probabilistic terms: this many standard deviations
-TRANSCENDENTAL_ULPS = 4.0   # f32 ulps of XLA's transcendental approximations, beyond the final rounding
-SAMPLES = 4                 # perturbed runs carried along (ErrorBounds._sample)
-CALIBRATED_FROM = 64        # a bound is calibrated by its samples where this many elements show them
-SAMPLE_MARGIN = 2.0         # ... to this multiple of the largest ratio its samples show
-CALIBRATION_BLOCK = 256     # ... per block of this many consecutive elements
-NOISE_POOL = 1 << 22        # standard normal draws the samples' own errors are taken from
+SIGMAS = 4.0  # probabilistic terms: this many standard deviations
+TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
+SAMPLES = 4  # perturbed runs carried along (ErrorBounds._sample)
+CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many elements show them
+SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
+CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
+NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
 # elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut)
-LINEAR_SAMPLES: dict[str, Callable] = {"add": np.add, "subtract": np.subtract, "negate": np.negative, "convert": lambda d: d}
+LINEAR_SAMPLES: dict[str, Callable] = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "negate": np.negative,
+    "convert": lambda d: d,
+}
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
-MOVES = frozenset({"reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "copy", "bitcast",
-                   "dynamic-slice", "dynamic-update-slice", "gather", "get-tuple-element", "tuple",
-                   "opt-barrier", "optimization-barrier", "copy-start", "copy-done", "domain", "add-dependency",
-                   "real", "imag", "complex"})
+MOVES = frozenset(
+    {
+        "reshape",
+        "transpose",
+        "broadcast",
+        "slice",
+        "concatenate",
+        "pad",
+        "reverse",
+        "copy",
+        "bitcast",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "gather",
+        "get-tuple-element",
+        "tuple",
+        "opt-barrier",
+        "optimization-barrier",
+        "copy-start",
+        "copy-done",
+        "domain",
+        "add-dependency",
+        "real",
+        "imag",
+        "complex",
+    }
+)
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
 # Elementwise ops with no rounding of their own (1-Lipschitz or exact)
-EXACT_ELEMENTWISE = frozenset({"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil",
-                               "round-nearest-afz", "round-nearest-even"})
-ROUNDING_ELEMENTWISE = frozenset({
-    "add", "subtract", "multiply", "divide", "power", "atan2", "remainder", "sqrt", "rsqrt", "cbrt", "exponential",
-    "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic", "sine", "cosine", "tan", "erf", "convert",
-    "reduce-precision"})
-TRANSCENDENTAL = frozenset({"power", "atan2", "cbrt", "exponential", "exponential-minus-one", "log", "log-plus-one",
-                            "tanh", "logistic", "sine", "cosine", "tan", "erf"})
+EXACT_ELEMENTWISE = frozenset(
+    {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
+)
+ROUNDING_ELEMENTWISE = frozenset(
+    {
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "power",
+        "atan2",
+        "remainder",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "exponential",
+        "exponential-minus-one",
+        "log",
+        "log-plus-one",
+        "tanh",
+        "logistic",
+        "sine",
+        "cosine",
+        "tan",
+        "erf",
+        "convert",
+        "reduce-precision",
+    }
+)
+TRANSCENDENTAL = frozenset(
+    {
+        "power",
+        "atan2",
+        "cbrt",
+        "exponential",
+        "exponential-minus-one",
+        "log",
+        "log-plus-one",
+        "tanh",
+        "logistic",
+        "sine",
+        "cosine",
+        "tan",
+        "erf",
+    }
+)
 # op -> operands at which an interval holding 0 is a discontinuity or a singularity
-SINGULAR_AT_ZERO = {"sign": (0,), "divide": (1,), "sqrt": (0,), "rsqrt": (0,), "log": (0,), "power": (0,),
-                    "atan2": (0, 1), "remainder": (1,)}
+SINGULAR_AT_ZERO = {
+    "sign": (0,),
+    "divide": (1,),
+    "sqrt": (0,),
+    "rsqrt": (0,),
+    "log": (0,),
+    "power": (0,),
+    "atan2": (0, 1),
+    "remainder": (1,),
+}
 # elementwise ops that move their value by at most what an operand moves (1-Lipschitz in each operand)
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
@@ -151,13 +226,13 @@ class ErrorBounds:
         self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.context = context
         self.device = device
-        self.store: dict[int, tuple] = {}   # id(value) -> (weakref, bound, decided, samples; each None or array)
+        self.store: dict[int, tuple] = {}  # id(value) -> (weakref, bound, decided, samples; each None or array)
         self.kernels: dict[int, object] = {}
-        self.unbounded: dict[str, str] = {}         # instruction -> why it has no bound
-        self.algorithms: set[str] = set()           # dot algorithms the device's rules chose (not the types' own)
+        self.unbounded: dict[str, str] = {}  # instruction -> why it has no bound
+        self.algorithms: set[str] = set()  # dot algorithms the device's rules chose (not the types' own)
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(0)
-        self.pool: np.ndarray | None = None         # standard normal draws (_noise)
+        self.pool: np.ndarray | None = None  # standard normal draws (_noise)
 
     # -- the store -------------------------------------------------------------------------------------------
     def _put(self, leaf, bound, decided=None, samples=None) -> None:
@@ -166,8 +241,11 @@ class ErrorBounds:
             decided = None
         # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
         # it is kept (a few bytes)
-        ref = weakref.ref(leaf, lambda _r, key=key: store.pop(key, None)) if isinstance(leaf, np.ndarray) \
+        ref = (
+            weakref.ref(leaf, lambda _r, key=key: store.pop(key, None))
+            if isinstance(leaf, np.ndarray)
             else (lambda: leaf)
+        )
         with self.lock:
             store[key] = (ref, bound, decided, samples)
 
@@ -217,12 +295,12 @@ class ErrorBounds:
         if not floats or opcode in EXACT:
             return
         if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
-            return          # tuples, get-tuple-element, fusion and loop results: their leaves are known
+            return  # tuples, get-tuple-element, fusion and loop results: their leaves are known
         comp = inst.computation.name if inst.computation is not None else ""
         orig = self.original.get((comp, inst.name))
-        local = None                # the instruction's own error (SIGMAS sigmas), where its rule has one
+        local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
         with np.errstate(all="ignore"):
-            if orig is None:                       # the shadow's own helpers around pinned instructions
+            if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
                 return
             elif opcode in MOVES:
@@ -263,8 +341,10 @@ class ErrorBounds:
         if local is None and all(p is None for p in perturbed):
             return
         kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
-        made = [np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype) if keep
-                else None for v, keep in zip(leaves, kept)]
+        made = [
+            np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype) if keep else None
+            for v, keep in zip(leaves, kept)
+        ]
         kernel = self._kernel(inst)
         if any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic))):
             for out in made:
@@ -273,8 +353,10 @@ class ErrorBounds:
         elif inst.opcode in MOVES or (inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands)):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
-                args = [p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
-                        for o, p in zip(operands, perturbed)]
+                args = [
+                    p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
+                    for o, p in zip(operands, perturbed)
+                ]
                 for moved, out in zip(_leaves(LINEAR_SAMPLES.get(inst.opcode, kernel)(*args)), made):
                     if out is not None:
                         out[k] = moved
@@ -284,8 +366,8 @@ class ErrorBounds:
                 for leaf, moved, out in zip(leaves, _leaves(kernel(*args)), made):
                     if out is None:
                         continue
-                    if _float(leaf):        # (float32: the deviations need a few digits, not the values')
-                        np.subtract(moved, leaf, out=out[k:k + 1], casting="unsafe")
+                    if _float(leaf):  # (float32: the deviations need a few digits, not the values')
+                        np.subtract(moved, leaf, out=out[k : k + 1], casting="unsafe")
                     else:
                         out[k] = moved
         for leaf, out in zip(leaves, made):
@@ -305,7 +387,7 @@ class ErrorBounds:
         if self.pool is None or need > self.pool.size // 2:
             self.pool = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
         start = int(self.rng.integers(0, self.pool.size - need + 1))
-        return self.pool[start:start + need].reshape(shape)
+        return self.pool[start : start + need].reshape(shape)
 
     @staticmethod
     def _calibrate(bound, deviations):
@@ -327,7 +409,7 @@ class ErrorBounds:
         counted = np.pad(seen.reshape(-1), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
         # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
         factor = np.where((counted >= CALIBRATED_FROM) & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
-        return bound * np.repeat(factor, CALIBRATION_BLOCK)[:ratio.size].reshape(np.shape(bound))
+        return bound * np.repeat(factor, CALIBRATION_BLOCK)[: ratio.size].reshape(np.shape(bound))
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
@@ -376,13 +458,13 @@ class ErrorBounds:
 
     def _elementwise(self, inst, orig, x, operands) -> np.ndarray | None:
         opcode = inst.opcode
-        variance = np.zeros(x.shape)        # bounds combine as SIGMAS standard deviations of independent errors
+        variance = np.zeros(x.shape)  # bounds combine as SIGMAS standard deviations of independent errors
         decided = np.zeros(x.shape, bool)
-        groups: dict[int, list[int]] = {}   # one value passed several times (x * x) moves in all its places at once
+        groups: dict[int, list[int]] = {}  # one value passed several times (x * x) moves in all its places at once
         for k, a in enumerate(operands):
             if _float(a):
                 groups.setdefault(id(a), []).append(k)
-        moved = []                          # (places, value, bound, what it moves x by) of the operands with errors
+        moved = []  # (places, value, bound, what it moves x by) of the operands with errors
         for places in groups.values():
             a = operands[places[0]]
             d = self._decided_or_none(a)
@@ -391,7 +473,7 @@ class ErrorBounds:
             e = self._bound_or_none(a)
             if e is None or not np.any(e):
                 continue
-            if opcode in LIPSCHITZ:         # |f(a + e) - f(a)| <= e in each place: no need to evaluate
+            if opcode in LIPSCHITZ:  # |f(a + e) - f(a)| <= e in each place: no need to evaluate
                 delta = len(places) * e
             elif opcode == "multiply":
                 other = np.abs(operands[1 - places[0]]) if len(places) == 1 else None
@@ -455,13 +537,14 @@ class ErrorBounds:
         etype = orig.shape.element_type
         if etype is None or etype.kind != "float":
             return np.zeros(x.shape)
-        magnitude = np.abs(x) + bound       # (ulp_at takes a non-finite magnitude's as 1's)
+        magnitude = np.abs(x) + bound  # (ulp_at takes a non-finite magnitude's as 1's)
         own = (0.5 * SIGMAS / np.sqrt(3)) * ulp_at(magnitude, etype.numpy)
         if opcode == "reduce-precision":
             own = np.maximum(own, SIGMAS / np.sqrt(3) * magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
         if opcode in TRANSCENDENTAL:
             return own + (TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) * ulp_at(
-                magnitude, np.float32 if etype.bits <= 32 else np.float64)
+                magnitude, np.float32 if etype.bits <= 32 else np.float64
+            )
         if opcode in ("reduce-precision", "reduce", "scatter", "dot") or etype.numpy is None:
             return own
         # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing rounds
@@ -477,8 +560,7 @@ class ErrorBounds:
         kind = reducer.root.opcode if reducer is not None else ""
         a, init = operands
         if kind in ("maximum", "minimum"):
-            self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64),
-                      None)
+            self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64), None)
             return None
         if kind != "add":
             self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
@@ -487,20 +569,22 @@ class ErrorBounds:
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
-        if inst.opcode == "reduce":     # independent terms' errors, plus a part they may all share
+        if inst.opcode == "reduce":  # independent terms' errors, plus a part they may all share
             independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
             shared = np.asarray(kernel(_least_along(terms, inst.attr("dimensions", ())), self.of(init)), np.float64)
             variance = np.square(independent + shared)
-        else:                           # a window's terms: their bounds added
+        else:  # a window's terms: their bounds added
             variance = np.square(np.asarray(kernel(terms, self.of(init)), np.float64))
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
         # the device's reductions rule: "accumulate" sums 16-bit types in f32; the others ("per-step", "xla-cpu")
         # round every step to the type
         etype = orig.shape.element_type
-        u = 2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")] \
-            if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND \
+        u = (
+            2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")]
+            if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
             else unit_roundoff(etype)
+        )
         accumulation = np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
         bound = np.sqrt(variance + accumulation)
         own = self._rounding(orig, x, bound, "reduce")
@@ -531,8 +615,8 @@ class ErrorBounds:
         a, b = operands
         kernel = self._kernel(inst)
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
-        variance = np.zeros(x.shape)        # the operands' errors, independent across the contraction
-        shared = np.zeros(x.shape)          # ... but for a part all terms may share (a bias's rounding)
+        variance = np.zeros(x.shape)  # the operands' errors, independent across the contraction
+        shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
         if eb is not None and np.any(eb):
             eb = np.broadcast_to(eb, b.shape)
             variance = variance + kernel(a * a, np.square(eb))
@@ -546,18 +630,22 @@ class ErrorBounds:
         contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
         types = [o.shape.element_type for o in orig.operands]
         matrix_vector = _free_dims(inst, "lhs", a.ndim) == 0 or _free_dims(inst, "rhs", b.ndim) == 0
-        algorithm = self.device.dot_algorithm(inst.attr("algorithm", "") or "",
-                                              tuple(inst.attr("operand_precision", ()) or ()),
-                                              all(t is not None and t.name == "f32" for t in types), matrix_vector)
+        algorithm = self.device.dot_algorithm(
+            inst.attr("algorithm", "") or "",
+            tuple(inst.attr("operand_precision", ()) or ()),
+            all(t is not None and t.name == "f32" for t in types),
+            matrix_vector,
+        )
         # without an algorithm, 16-bit dots accumulate in f32 on every XLA backend (CPU, cuBLAS, the MXU)
         bits, accumulator = ALGORITHM_ARITHMETIC.get(algorithm, (0, _widest(orig.shape.element_type.name, "f32")))
         if algorithm:
             self.algorithms.add(algorithm)
         own_bits = min(SIGNIFICAND.get(t.name, 53) for t in types)
-        arithmetic = np.zeros(x.shape)     # the dot's own: its operands' rounding, its accumulation
+        arithmetic = np.zeros(x.shape)  # the dot's own: its operands' rounding, its accumulation
         if bits and bits < own_bits:
-            u_op = 2.0 ** -bits * (2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding ==
-                                   "truncate" else 1)
+            u_op = 2.0**-bits * (
+                2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding == "truncate" else 1
+            )
             arithmetic = arithmetic + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
         arithmetic = arithmetic + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)

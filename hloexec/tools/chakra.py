@@ -7,6 +7,7 @@ chakra.schema.protobuf.et_def_pb2) reads the files. A file is a GlobalMetadata m
 each preceded by its length as a varint (protolib's encodeMessage). Needs `protobuf` (pip install
 'hloexec[chakra]'); mlc-chakra itself pulls in a trace-analysis stack (~500 MB) and is not needed.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -14,19 +15,30 @@ from functools import lru_cache
 # Chakra's enums (et_def.proto)
 METADATA_NODE, COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 1, 4, 5, 6, 7
 ALL_REDUCE, ALL_GATHER, BROADCAST, ALL_TO_ALL, REDUCE_SCATTER = 0, 2, 5, 6, 7
-COMM_TYPES = {"all-reduce": ALL_REDUCE, "all-gather": ALL_GATHER, "collective-broadcast": BROADCAST,
-              "all-to-all": ALL_TO_ALL, "reduce-scatter": REDUCE_SCATTER}
+COMM_TYPES = {
+    "all-reduce": ALL_REDUCE,
+    "all-gather": ALL_GATHER,
+    "collective-broadcast": BROADCAST,
+    "all-to-all": ALL_TO_ALL,
+    "reduce-scatter": REDUCE_SCATTER,
+}
 SCHEMA_VERSION = "0.0.4"
 
 # AttributeProto's value fields hloexec writes: (field name, number, protobuf type)
-_VALUE_FIELDS = (("double_val", 3, "TYPE_DOUBLE"), ("int64_val", 9, "TYPE_INT64"), ("uint64_val", 13, "TYPE_UINT64"),
-                 ("bool_val", 27, "TYPE_BOOL"), ("string_val", 29, "TYPE_STRING"))
+_VALUE_FIELDS = (
+    ("double_val", 3, "TYPE_DOUBLE"),
+    ("int64_val", 9, "TYPE_INT64"),
+    ("uint64_val", 13, "TYPE_UINT64"),
+    ("bool_val", 27, "TYPE_BOOL"),
+    ("string_val", 29, "TYPE_STRING"),
+)
 
 
 @lru_cache(maxsize=1)
 def schema():
     """(GlobalMetadata, Node, AttributeProto) message classes, in a descriptor pool of their own."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
     F = descriptor_pb2.FieldDescriptorProto
     f = descriptor_pb2.FileDescriptorProto(name="hloexec_chakra_et.proto", package="hloexec.chakra", syntax="proto3")
 
@@ -43,19 +55,42 @@ def schema():
                 field.oneof_index = 0
 
     enum = f.enum_type.add(name="NodeType")
-    for name, number in (("INVALID_NODE", 0), ("METADATA_NODE", 1), ("MEM_LOAD_NODE", 2), ("MEM_STORE_NODE", 3),
-                         ("COMP_NODE", 4), ("COMM_SEND_NODE", 5), ("COMM_RECV_NODE", 6), ("COMM_COLL_NODE", 7)):
+    for name, number in (
+        ("INVALID_NODE", 0),
+        ("METADATA_NODE", 1),
+        ("MEM_LOAD_NODE", 2),
+        ("MEM_STORE_NODE", 3),
+        ("COMP_NODE", 4),
+        ("COMM_SEND_NODE", 5),
+        ("COMM_RECV_NODE", 6),
+        ("COMM_COLL_NODE", 7),
+    ):
         enum.value.add(name=name, number=number)
-    message("AttributeProto", [("name", 1, "TYPE_STRING"), ("doc_string", 2, "TYPE_STRING")]
-            + [(n, num, t, "oneof") for n, num, t in _VALUE_FIELDS], oneof="value")
-    message("GlobalMetadata", [("version", 1, "TYPE_STRING"),
-                               ("attr", 2, "TYPE_MESSAGE", "AttributeProto", "repeated")])
+    message(
+        "AttributeProto",
+        [("name", 1, "TYPE_STRING"), ("doc_string", 2, "TYPE_STRING")]
+        + [(n, num, t, "oneof") for n, num, t in _VALUE_FIELDS],
+        oneof="value",
+    )
+    message(
+        "GlobalMetadata", [("version", 1, "TYPE_STRING"), ("attr", 2, "TYPE_MESSAGE", "AttributeProto", "repeated")]
+    )
     message("IOInfo", [("values", 1, "TYPE_STRING"), ("shapes", 2, "TYPE_STRING"), ("types", 3, "TYPE_STRING")])
-    message("Node", [("id", 1, "TYPE_UINT64"), ("name", 2, "TYPE_STRING"), ("type", 3, "TYPE_ENUM", "NodeType"),
-                     ("ctrl_deps", 4, "TYPE_UINT64", "repeated"), ("data_deps", 5, "TYPE_UINT64", "repeated"),
-                     ("start_time_micros", 6, "TYPE_UINT64"), ("duration_micros", 7, "TYPE_UINT64"),
-                     ("inputs", 8, "TYPE_MESSAGE", "IOInfo"), ("outputs", 9, "TYPE_MESSAGE", "IOInfo"),
-                     ("attr", 10, "TYPE_MESSAGE", "AttributeProto", "repeated")])
+    message(
+        "Node",
+        [
+            ("id", 1, "TYPE_UINT64"),
+            ("name", 2, "TYPE_STRING"),
+            ("type", 3, "TYPE_ENUM", "NodeType"),
+            ("ctrl_deps", 4, "TYPE_UINT64", "repeated"),
+            ("data_deps", 5, "TYPE_UINT64", "repeated"),
+            ("start_time_micros", 6, "TYPE_UINT64"),
+            ("duration_micros", 7, "TYPE_UINT64"),
+            ("inputs", 8, "TYPE_MESSAGE", "IOInfo"),
+            ("outputs", 9, "TYPE_MESSAGE", "IOInfo"),
+            ("attr", 10, "TYPE_MESSAGE", "AttributeProto", "repeated"),
+        ],
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(f)
     get = lambda name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"hloexec.chakra.{name}"))  # noqa: E731
@@ -69,7 +104,9 @@ def attr(name: str, value):
     if isinstance(value, bool):
         return Attribute(name=name, bool_val=value)
     if isinstance(value, int):
-        return Attribute(name=name, uint64_val=value) if name == "tensor_size" else Attribute(name=name, int64_val=value)
+        return (
+            Attribute(name=name, uint64_val=value) if name == "tensor_size" else Attribute(name=name, int64_val=value)
+        )
     if isinstance(value, float):
         return Attribute(name=name, double_val=value)
     return Attribute(name=name, string_val=str(value))
@@ -107,7 +144,7 @@ def read_stream(path) -> tuple:
             shift += 7
             if not byte & 0x80:
                 break
-        messages.append(data[pos:pos + n])
+        messages.append(data[pos : pos + n])
         pos += n
     if not messages:
         raise ValueError(f"{path}: empty Chakra trace")

@@ -6,6 +6,7 @@ Every command prints a readable report on stdout, or with `--json` one JSON docu
 strings "nan", "inf", "-inf"); diagnostics and errors go to stderr. Errors print their message only (it names
 file:line:col or the instruction); `--debug` or HLOEXEC_DEBUG=1 adds the Python traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,17 +17,49 @@ import threading
 import traceback
 
 from .. import __version__
-from .commands import (bisect, collectives, compare, devices, diff, dump, export, extract, graph, memory, minimize,
-                       numerics, ops, report, run, stats)
+from .commands import (
+    bisect,
+    collectives,
+    compare,
+    devices,
+    diff,
+    dump,
+    export,
+    extract,
+    graph,
+    memory,
+    minimize,
+    numerics,
+    ops,
+    report,
+    run,
+    stats,
+)
 from . import plugins
-from .arrays import flatten as flatten      # re-exported: scripts and tests import it from here
+from .arrays import flatten as flatten  # re-exported: scripts and tests import it from here
 from .common import EXIT_CODES, EXIT_ERROR, EXIT_OK, KNOWN_ERRORS, error_message, parent_parsers
-from .common import ProgressBar as ProgressBar      # re-exported, as flatten
+from .common import ProgressBar as ProgressBar  # re-exported, as flatten
 from .dumpdir import prepare_arguments
 
 # in `hloexec --help` order
-COMMANDS = (stats, run, compare, numerics, ops, memory, collectives, export, graph, report, devices, dump, diff, bisect,
-            extract, minimize)
+COMMANDS = (
+    stats,
+    run,
+    compare,
+    numerics,
+    ops,
+    memory,
+    collectives,
+    export,
+    graph,
+    report,
+    devices,
+    dump,
+    diff,
+    bisect,
+    extract,
+    minimize,
+)
 
 
 class Terminated(BaseException):
@@ -41,14 +74,16 @@ def _terminate(signum, frame):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hloexec", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="hloexec",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Parse, inspect, run and compare XLA HLO text on the CPU.",
         epilog="examples:\n"
-               "  hloexec stats dump.hlo\n"
-               "  hloexec run model.hlo --seed 0 --out out.npz\n"
-               "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
-               "  hloexec ops --markdown\n\n"
-               "run 'hloexec COMMAND --help' for a command's options and examples.\n\n" + EXIT_CODES)
+        "  hloexec stats dump.hlo\n"
+        "  hloexec run model.hlo --seed 0 --out out.npz\n"
+        "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
+        "  hloexec ops --markdown\n\n"
+        "run 'hloexec COMMAND --help' for a command's options and examples.\n\n" + EXIT_CODES,
+    )
     parser.add_argument("--version", action="version", version=f"hloexec {__version__}")
     parser.add_argument("--debug", action="store_true", help="print Python tracebacks (also HLOEXEC_DEBUG=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -62,19 +97,20 @@ def main(argv=None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:           # --help, --version, usage errors (argparse printed them)
+    except SystemExit as e:  # --help, --version, usage errors (argparse printed them)
         return e.code if isinstance(e.code, int) else EXIT_ERROR
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
     debug = args.debug or os.environ.get("HLOEXEC_DEBUG", "") not in ("", "0")
-    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() \
-        else None
+    previous = (
+        signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             plugins.apply(args.plugin, args.custom_call_identity)
-        args.command_line = sys.argv[1:] if argv is None else list(argv)      # `report` shows how to rerun it
-        for note in prepare_arguments(args, args.command_line):      # FILE as a dump directory, snapshot or proto
+        args.command_line = sys.argv[1:] if argv is None else list(argv)  # `report` shows how to rerun it
+        for note in prepare_arguments(args, args.command_line):  # FILE as a dump directory, snapshot or proto
             print(note, file=sys.stderr)
         return args.handler(args)
     except KeyboardInterrupt:
@@ -83,7 +119,7 @@ def main(argv=None) -> int:
     except Terminated:
         print("terminated", file=sys.stderr)
         return 143
-    except BrokenPipeError:           # `hloexec ops | head`
+    except BrokenPipeError:  # `hloexec ops | head`
         sys.stderr.close()
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - every failure becomes a message and exit code 2

@@ -5,6 +5,7 @@ with its progress bar, output summaries and error messages.
 The executor, the op registry and numerics are imported where a command runs: `hloexec --help` builds every
 command's parser and should not pay for them (about a second).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,15 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import (ArrayFileError, ElidedConstantWarning, ExecutionError, HloParseError, MemoryLimitError,
-                      UnsupportedError, elided_constants_note)
+from ..errors import (
+    ArrayFileError,
+    ElidedConstantWarning,
+    ExecutionError,
+    HloParseError,
+    MemoryLimitError,
+    UnsupportedError,
+    elided_constants_note,
+)
 from ..exec.domains import input_domains
 from ..exec.inputs import random_inputs
 from ..exec.tiering import COMPILE_MODES
@@ -56,8 +64,14 @@ class UsageError(Exception):
 def add_subparser(subparsers, name: str, summary: str, examples: str, parents, extra: str = ""):
     """A command's parser: its summary, then examples, `extra` and the exit codes under --help."""
     epilog = "examples:\n" + examples + ("\n\n" + extra if extra else "") + "\n\n" + EXIT_CODES
-    return subparsers.add_parser(name, help=summary, description=summary, epilog=epilog, parents=parents,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    return subparsers.add_parser(
+        name,
+        help=summary,
+        description=summary,
+        epilog=epilog,
+        parents=parents,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def positive_int(text: str) -> int:
@@ -81,6 +95,7 @@ class Parents:
     common (--debug, --json); stages (--stage of a dump directory); modules (+ --module); inputs (+ --inputs |
     --seed); execution (+ how the module runs: --device, --reductions, --compile, --max-memory, custom-call
     targets, SPMD)."""
+
     common: argparse.ArgumentParser
     stages: argparse.ArgumentParser
     modules: argparse.ArgumentParser
@@ -91,15 +106,22 @@ class Parents:
 def parent_parsers() -> Parents:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: `hloexec --debug run ...` must not be reset by the subcommand's default.
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="print Python tracebacks (also HLOEXEC_DEBUG=1)")
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="print Python tracebacks (also HLOEXEC_DEBUG=1)"
+    )
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    stages = argparse.ArgumentParser(add_help=False)        # FILE may be a dump directory (tools/dumpdir.py)
-    stages.add_argument("--stage", metavar="STAGE", help="of a dump directory: before, after, a pass name or "
-                                                         "step number, snapshot (default: after)")
+    stages = argparse.ArgumentParser(add_help=False)  # FILE may be a dump directory (tools/dumpdir.py)
+    stages.add_argument(
+        "--stage",
+        metavar="STAGE",
+        help="of a dump directory: before, after, a pass name or step number, snapshot (default: after)",
+    )
     modules = argparse.ArgumentParser(add_help=False, parents=[stages])
-    modules.add_argument("--module", metavar="NAME", help="the module to use when the file (or dump directory: "
-                                                          "name or number) holds several")
+    modules.add_argument(
+        "--module",
+        metavar="NAME",
+        help="the module to use when the file (or dump directory: name or number) holds several",
+    )
     inputs = argparse.ArgumentParser(add_help=False, parents=[modules])
     source = inputs.add_mutually_exclusive_group()
     source.add_argument("--inputs", metavar="NPZ", help="entry arguments: keys arg0..argN (as save_arrays writes)")
@@ -107,43 +129,86 @@ def parent_parsers() -> Parents:
     execution = argparse.ArgumentParser(add_help=False, parents=[inputs])
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     add_device_argument(execution)
-    execution.add_argument("--excess-precision", action="store_true",
-                           help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may")
+    execution.add_argument(
+        "--excess-precision",
+        action="store_true",
+        help="skip f16/bf16 rounding between ops inside fusions, as XLA:CPU may",
+    )
     # default None: accumulate for run and compare, per-step for numerics (parents share their actions, so
     # one subcommand's set_defaults would change every subcommand's default)
-    execution.add_argument("--reductions", choices=REDUCTIONS, default=None,
-                           help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
-                                "f32, rounded once) or per-step (every step rounded to the type, in row-major "
-                                "order, as XLA:CPU's optimized modules compute them; numerics' default)")
-    execution.add_argument("--compile", choices=COMPILE_MODES, default="background",
-                           help="background (default): kernels compile while runs go on op by op, each run uses "
-                                "those ready; eager: a run waits for the kernels due, the first for all; never: "
-                                "op by op")
-    execution.add_argument("--max-memory", metavar="SIZE", type=parse_size,
-                           help="refuse to run above this peak (e.g. 8G); default: MemAvailable")
-    calls = execution.add_argument_group("custom-call targets hloexec does not know "
-                                         "(see examples/custom_call_plugin.py)")
-    calls.add_argument("--plugin", metavar="FILE", action="append", default=[],
-                       help="a Python file registering custom-call targets with "
-                            "hloexec.ops.custom_call.register_custom_call (repeatable); installed packages register "
-                            "theirs through the entry-point group 'hloexec.custom_calls'")
-    calls.add_argument("--custom-call-identity", metavar="NAME", action="append", default=[],
-                       help="treat custom-call target NAME as the identity: its value is its operand (transfer and "
-                            "marker calls; repeatable)")
+    execution.add_argument(
+        "--reductions",
+        choices=REDUCTIONS,
+        default=None,
+        help="how add/multiply reduce and reduce-window round: accumulate (default: f16/bf16 in "
+        "f32, rounded once) or per-step (every step rounded to the type, in row-major "
+        "order, as XLA:CPU's optimized modules compute them; numerics' default)",
+    )
+    execution.add_argument(
+        "--compile",
+        choices=COMPILE_MODES,
+        default="background",
+        help="background (default): kernels compile while runs go on op by op, each run uses "
+        "those ready; eager: a run waits for the kernels due, the first for all; never: "
+        "op by op",
+    )
+    execution.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        type=parse_size,
+        help="refuse to run above this peak (e.g. 8G); default: MemAvailable",
+    )
+    _add_calls_and_spmd(execution)
+    return Parents(common, stages, modules, inputs, execution)
+
+
+def _add_calls_and_spmd(execution: argparse.ArgumentParser) -> None:
+    """The execution options' groups: custom-call targets hloexec does not know, and SPMD."""
+    calls = execution.add_argument_group(
+        "custom-call targets hloexec does not know (see examples/custom_call_plugin.py)"
+    )
+    calls.add_argument(
+        "--plugin",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="a Python file registering custom-call targets with "
+        "hloexec.ops.custom_call.register_custom_call (repeatable); installed packages register "
+        "theirs through the entry-point group 'hloexec.custom_calls'",
+    )
+    calls.add_argument(
+        "--custom-call-identity",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="treat custom-call target NAME as the identity: its value is its operand (transfer and "
+        "marker calls; repeatable)",
+    )
     spmd_options = execution.add_argument_group("SPMD (every participant of a partitioned module)")
-    spmd_options.add_argument("--spmd", action="store_true",
-                              help="run all participants: counts from the module header, or inferred from its "
-                                   "replica groups and shardings (a message says so)")
+    spmd_options.add_argument(
+        "--spmd",
+        action="store_true",
+        help="run all participants: counts from the module header, or inferred from its "
+        "replica groups and shardings (a message says so)",
+    )
     spmd_options.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (implies --spmd)")
     spmd_options.add_argument("--replicas", type=int, metavar="R", help="replicas (implies --spmd)")
-    spmd_options.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                              help="run the participants as Ray actors (implies --spmd; pip install 'hloexec[ray]'): "
-                                   "a new local Ray instance, or ADDRESS (auto, ray://HOST:PORT, HOST:PORT) joins a "
-                                   "cluster; put it after FILE")
-    spmd_options.add_argument("--participants-per-worker", type=positive_int, metavar="N",
-                              help="with --ray: participants per Ray actor (default: spread evenly over the nodes, "
-                                   "fewer where a worker would not fit a node's memory)")
-    return Parents(common, stages, modules, inputs, execution)
+    spmd_options.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run the participants as Ray actors (implies --spmd; pip install 'hloexec[ray]'): "
+        "a new local Ray instance, or ADDRESS (auto, ray://HOST:PORT, HOST:PORT) joins a "
+        "cluster; put it after FILE",
+    )
+    spmd_options.add_argument(
+        "--participants-per-worker",
+        type=positive_int,
+        metavar="N",
+        help="with --ray: participants per Ray actor (default: spread evenly over the nodes, "
+        "fewer where a worker would not fit a node's memory)",
+    )
 
 
 def require(package: str, extra: str, what: str) -> None:
@@ -156,7 +221,7 @@ def require(package: str, extra: str, what: str) -> None:
 def parse_module_file(path: str):
     """(modules, seconds) for an HLO file."""
     start = time.perf_counter()
-    modules = parse(Path(path))       # a Path: a missing file is an OSError, not HLO text
+    modules = parse(Path(path))  # a Path: a missing file is an OSError, not HLO text
     return modules, time.perf_counter() - start
 
 
@@ -183,16 +248,23 @@ def prepare(module, args):
     from .. import ops  # noqa: F401  (fills the op registry)
     import hloexec.spmd  # noqa: F401  (fills exec's spmd_layer: manual regions run every participant)
     from ..exec.executor import Executable
+
     start = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ElidedConstantWarning)      # said below, without a Python source line
+        warnings.simplefilter("ignore", ElidedConstantWarning)  # said below, without a Python source line
         # rules not given on the command line are the device profile's (hloexec.options)
         device = args.device
-        if device and getattr(args, "reference", None) == "shadow":     # a list: judged by each, run as the first
+        if device and getattr(args, "reference", None) == "shadow":  # a list: judged by each, run as the first
             device = device.split(",")[0]
-        exe = Executable(module, device=device_option(device, module), use_numba=not args.no_numba,
-                         excess_precision=args.excess_precision or None, reductions=args.reductions,
-                         max_memory=getattr(args, "max_memory", None), compile=args.compile)
+        exe = Executable(
+            module,
+            device=device_option(device, module),
+            use_numba=not args.no_numba,
+            excess_precision=args.excess_precision or None,
+            reductions=args.reductions,
+            max_memory=getattr(args, "max_memory", None),
+            compile=args.compile,
+        )
     seconds = time.perf_counter() - start
     elided = module.elided_constants()
     if elided:
@@ -204,24 +276,29 @@ def load_for_report(args):
     """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
+
     return Executable(load_module(args)[0], compile_kernels=False)
 
 
 def check_memory(exe, args, out) -> dict:
     """Executable.check_memory against --max-memory, else MemAvailable; the peak said on `out` first."""
     from ..exec.executor import available_memory
+
     peak = exe.peak_bytes()
     available = available_memory()
     if out is not None:
         where = f", {human_bytes(available)} available" if available is not None else ""
-        print(f"{exe.module.name}: memory needed {human_bytes(peak)} (peak of live buffers{where})",
-              file=out, flush=True)
+        print(
+            f"{exe.module.name}: memory needed {human_bytes(peak)} (peak of live buffers{where})", file=out, flush=True
+        )
     try:
         limit = exe.check_memory(args.max_memory, available)
     except MemoryLimitError as e:
         source = "--max-memory" if args.max_memory is not None else "MemAvailable in /proc/meminfo"
-        raise UsageError(f"{exe.module.name} needs {human_bytes(e.peak)} at its peak, more than the "
-                         f"{human_bytes(e.limit)} allowed ({source}); --max-memory SIZE overrides") from None
+        raise UsageError(
+            f"{exe.module.name} needs {human_bytes(e.peak)} at its peak, more than the "
+            f"{human_bytes(e.limit)} allowed ({source}); --max-memory SIZE overrides"
+        ) from None
     return {"peak_bytes": peak, "available_bytes": available, "limit_bytes": limit}
 
 
@@ -230,10 +307,13 @@ def module_inputs(module, args) -> tuple[list, dict]:
     """(entry arguments of `module`, description) from --inputs or --seed."""
     if args.inputs is None:
         domains = input_domains(module)
-        constrained = [{"parameter": k, "name": module.entry.parameters[k].name, **d.to_json()}
-                       for k, d in sorted(domains.items())]
-        return (random_inputs(module, args.seed, domains, getattr(args, "max_memory", None)),
-                {"from": "seed", "seed": args.seed, "constrained": constrained})
+        constrained = [
+            {"parameter": k, "name": module.entry.parameters[k].name, **d.to_json()} for k, d in sorted(domains.items())
+        ]
+        return (
+            random_inputs(module, args.seed, domains, getattr(args, "max_memory", None)),
+            {"from": "seed", "seed": args.seed, "constrained": constrained},
+        )
     shapes = [p.shape for p in module.entry.parameters]
     return read_values(args.inputs, "arg", shapes, what="entry arguments"), {"from": "npz", "path": args.inputs}
 
@@ -270,8 +350,9 @@ class ProgressBar:
             return
         self.last, self.shown = now, True
         filled = 30 * done // max(total, 1)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {self.what}  "
-                          f"{now - self.start:.1f} s")
+        self.stream.write(
+            f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {self.what}  {now - self.start:.1f} s"
+        )
         self.stream.flush()
 
     def close(self) -> None:
@@ -311,7 +392,8 @@ def judge_candidates(exe, module, args, inputs, candidates: dict, runner):
     """judge_run of `compare --reference shadow` and `report`: --device's profiles (A,B: judged by each), XLA:CPU's
     arithmetic known for its candidate."""
     from .numerics import judge_run, xla_cpu_arithmetic
-    devices = device_list(args.device, module, say=lambda message: None) if args.device else None   # said once
+
+    devices = device_list(args.device, module, say=lambda message: None) if args.device else None  # said once
     return judge_run(exe, inputs, candidates, runner, devices=devices, known={"XLA:CPU": xla_cpu_arithmetic()})
 
 
@@ -327,9 +409,11 @@ SUMMARY_HEADER = f"{'shape':<20} {'dtype':<6} {'min':>12} {'max':>12} {'mean':>1
 
 def summary_row(s: dict) -> str:
     """An output's array_summary as a row under SUMMARY_HEADER."""
-    shape = s["shape"] if isinstance(s["shape"], str) else "[" + ",".join(map(str, s["shape"])) + "]"     # "varies"
-    return (f"{shape:<20} {s['dtype']:<6} {_number(s['min']):>12} {_number(s['max']):>12} {_number(s['mean']):>12} "
-            f"{s['nan']:>8} {s['inf']:>8}")
+    shape = s["shape"] if isinstance(s["shape"], str) else "[" + ",".join(map(str, s["shape"])) + "]"  # "varies"
+    return (
+        f"{shape:<20} {s['dtype']:<6} {_number(s['min']):>12} {_number(s['max']):>12} {_number(s['mean']):>12} "
+        f"{s['nan']:>8} {s['inf']:>8}"
+    )
 
 
 def _number(x) -> str:
@@ -342,8 +426,17 @@ def _number(x) -> str:
 
 # -- errors -----------------------------------------------------------------------------------
 # errors whose message says all a user needs (no traceback, 'error:' prefix)
-KNOWN_ERRORS = (HloParseError, UnsupportedError, ExecutionError, UsageError, OSError, XlaCpuError, PluginError,
-                DumpError, ProtoError)
+KNOWN_ERRORS = (
+    HloParseError,
+    UnsupportedError,
+    ExecutionError,
+    UsageError,
+    OSError,
+    XlaCpuError,
+    PluginError,
+    DumpError,
+    ProtoError,
+)
 
 
 def error_message(e: BaseException, path: str | None = None) -> str:

@@ -15,6 +15,7 @@ A dump taken without --xla_dump_large_constants=true writes large constants as `
 are lost (hloexec reads zeros, XLA's parser arbitrary values). An output that depends on such a constant is
 reported with their names (`elided_constants`): a difference there may be theirs alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -28,11 +29,14 @@ from ..ir.dtypes import element_type_of
 # element type name -> (atol, rtol): about one unit in the last place at 1.0 for the 16-bit types,
 # room for reassociated sums (dots, reductions) for f32/f64.
 DEFAULT_TOLERANCES = {
-    "f64": (1e-12, 1e-12), "c128": (1e-12, 1e-12),
-    "f32": (1e-5, 1e-5), "c64": (1e-5, 1e-5),
-    "f16": (1e-3, 1e-3), "bf16": (1e-2, 1e-2),
+    "f64": (1e-12, 1e-12),
+    "c128": (1e-12, 1e-12),
+    "f32": (1e-5, 1e-5),
+    "c64": (1e-5, 1e-5),
+    "f16": (1e-3, 1e-3),
+    "bf16": (1e-2, 1e-2),
 }
-WORST_COUNT = 5     # as XLA's kTopRelativeErrorCount
+WORST_COUNT = 5  # as XLA's kTopRelativeErrorCount
 
 
 def default_tolerance(dtype) -> tuple[float, float]:
@@ -67,13 +71,13 @@ class OutputComparison:
     mismatches: int = 0
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
-    max_ulp: float = 0               # max error in ulps of the output's type at its scale (max |expected|);
-                                     # integers: the largest integer distance
-    nan_mismatches: int = 0          # NaN on one side only
-    inf_mismatches: int = 0          # an infinity on one side, or of the other sign
+    max_ulp: float = 0  # max error in ulps of the output's type at its scale (max |expected|);
+    # integers: the largest integer distance
+    nan_mismatches: int = 0  # NaN on one side only
+    inf_mismatches: int = 0  # an infinity on one side, or of the other sign
     worst: list[Element] = field(default_factory=list)
-    problem: str = ""                # dtype / shape difference: the output was not compared
-    elided_constants: list[str] = field(default_factory=list)   # constants it depends on whose values are lost
+    problem: str = ""  # dtype / shape difference: the output was not compared
+    elided_constants: list[str] = field(default_factory=list)  # constants it depends on whose values are lost
 
     @property
     def passed(self) -> bool:
@@ -83,7 +87,7 @@ class OutputComparison:
 @dataclass
 class CompareReport:
     outputs: list[OutputComparison]
-    problem: str = ""                # e.g. a different number of outputs
+    problem: str = ""  # e.g. a different number of outputs
 
     @property
     def passed(self) -> bool:
@@ -91,9 +95,13 @@ class CompareReport:
 
     def to_dict(self) -> dict:
         """Plain JSON data; infinite errors as the string 'inf' (JSON has no infinity)."""
-        return jsonable({"passed": self.passed, "problem": self.problem or None,
-                          "outputs": [dict(asdict(o), passed=o.passed, problem=o.problem or None)
-                                      for o in self.outputs]})
+        return jsonable(
+            {
+                "passed": self.passed,
+                "problem": self.problem or None,
+                "outputs": [dict(asdict(o), passed=o.passed, problem=o.problem or None) for o in self.outputs],
+            }
+        )
 
 
 def jsonable(value):
@@ -112,19 +120,26 @@ def jsonable(value):
 def compare_outputs(actual, expected, atol: float | None = None, rtol: float | None = None) -> CompareReport:
     """Compare two lists of arrays (flattened outputs) element by element; see the module docstring."""
     actual, expected = list(actual), list(expected)
-    problem = "" if len(actual) == len(expected) else \
-        f"{len(actual)} outputs, expected {len(expected)}"
-    return CompareReport([compare_array(i, np.asarray(a), np.asarray(e), atol, rtol)
-                          for i, (a, e) in enumerate(zip(actual, expected))], problem)
+    problem = "" if len(actual) == len(expected) else f"{len(actual)} outputs, expected {len(expected)}"
+    return CompareReport(
+        [compare_array(i, np.asarray(a), np.asarray(e), atol, rtol) for i, (a, e) in enumerate(zip(actual, expected))],
+        problem,
+    )
 
 
-def compare_array(index: int, actual: np.ndarray, expected: np.ndarray, atol: float | None = None,
-                  rtol: float | None = None) -> OutputComparison:
+def compare_array(
+    index: int, actual: np.ndarray, expected: np.ndarray, atol: float | None = None, rtol: float | None = None
+) -> OutputComparison:
     expected, actual = from_npz_void(expected, actual.dtype), from_npz_void(actual, expected.dtype)
     default_atol, default_rtol = default_tolerance(expected.dtype)
-    out = OutputComparison(index, tuple(expected.shape), dtype_name(expected.dtype),
-                           default_atol if atol is None else atol, default_rtol if rtol is None else rtol,
-                           total=expected.size)
+    out = OutputComparison(
+        index,
+        tuple(expected.shape),
+        dtype_name(expected.dtype),
+        default_atol if atol is None else atol,
+        default_rtol if rtol is None else rtol,
+        total=expected.size,
+    )
     if actual.dtype != expected.dtype:
         out.problem = f"dtype {dtype_name(actual.dtype)}, expected {dtype_name(expected.dtype)}"
     elif actual.shape != expected.shape:
@@ -147,8 +162,9 @@ def dtype_name(dtype) -> str:
 
 
 def is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or (dtype.kind == "V" and dtype.type.__module__.startswith("ml_dtypes")
-                                 and "float" in dtype.name)
+    return dtype.kind == "f" or (
+        dtype.kind == "V" and dtype.type.__module__.startswith("ml_dtypes") and "float" in dtype.name
+    )
 
 
 def _float_errors(actual: np.ndarray, expected: np.ndarray):
@@ -164,7 +180,7 @@ def _float_errors(actual: np.ndarray, expected: np.ndarray):
     infinite = nan_mismatch | inf_mismatch
     abs_err[infinite] = np.inf
     rel_err[infinite] = np.inf
-    equal = (a == e) | (a_nan & e_nan)     # also the same infinity
+    equal = (a == e) | (a_nan & e_nan)  # also the same infinity
     abs_err[equal] = 0.0
     rel_err[equal] = 0.0
     return abs_err, rel_err, nan_mismatch, inf_mismatch
@@ -176,7 +192,7 @@ def ulp_at(magnitude, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     info = np.finfo(dtype.char.lower()) if dtype.kind == "c" else ml_dtypes.finfo(dtype)
     magnitude = np.maximum(np.abs(np.asarray(magnitude, np.float64)), float(info.tiny))
-    mantissa, exponent = np.frexp(magnitude)        # magnitude = mantissa * 2^exponent, mantissa in [0.5, 1)
+    mantissa, exponent = np.frexp(magnitude)  # magnitude = mantissa * 2^exponent, mantissa in [0.5, 1)
     return np.ldexp(1.0, np.where(np.isfinite(mantissa), exponent - 1, 0) - info.nmant)
 
 
@@ -207,9 +223,15 @@ def _record(out: OutputComparison, abs_err, rel_err, mismatch, actual_flat, expe
     candidates = np.flatnonzero(mismatch) if out.mismatches else np.flatnonzero(abs_err > 0)
     if candidates.size:
         for flat in _worst_first(candidates, abs_err, rel_err):
-            out.worst.append(Element(tuple(int(i) for i in np.unravel_index(flat, out.shape)),
-                                     plain_scalar(actual_flat[flat]), plain_scalar(expected_flat[flat]),
-                                     float(abs_err[flat]), float(rel_err[flat])))
+            out.worst.append(
+                Element(
+                    tuple(int(i) for i in np.unravel_index(flat, out.shape)),
+                    plain_scalar(actual_flat[flat]),
+                    plain_scalar(expected_flat[flat]),
+                    float(abs_err[flat]),
+                    float(rel_err[flat]),
+                )
+            )
 
 
 def _worst_first(candidates, abs_err, rel_err, k: int = WORST_COUNT):
@@ -217,9 +239,9 @@ def _worst_first(candidates, abs_err, rel_err, k: int = WORST_COUNT):
     mismatches took 24 s on a 16M-element output; partitions keep it linear."""
     if candidates.size > 8 * k:
         rel = rel_err[candidates]
-        threshold = np.partition(rel, rel.size - k)[rel.size - k]      # the k-th largest relative error
+        threshold = np.partition(rel, rel.size - k)[rel.size - k]  # the k-th largest relative error
         tied = rel == threshold
-        if np.count_nonzero(tied) > 8 * k:      # many ties (infinite relative errors): the largest absolute
+        if np.count_nonzero(tied) > 8 * k:  # many ties (infinite relative errors): the largest absolute
             absolute = abs_err[candidates[tied]]
             floor = np.partition(absolute, absolute.size - k)[absolute.size - k]
             tied[tied] = absolute >= floor
@@ -261,7 +283,7 @@ def _exact_distance(a: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _compare_exact(out: OutputComparison, actual: np.ndarray, expected: np.ndarray) -> None:
     a, e = actual.ravel(), expected.ravel()
-    if np.array_equal(a, e):        # the usual verdict, in one pass: the defaults say no error
+    if np.array_equal(a, e):  # the usual verdict, in one pass: the defaults say no error
         return
     distance, e_abs = _exact_distance(a, e)
     abs_err = distance.astype(np.float64)
@@ -285,8 +307,9 @@ def plain_scalar(value):
 
 def format_report(report: CompareReport) -> str:
     """The text `hloexec compare` prints: one line per output, then the worst elements of failing ones."""
+
     def row(*cells):
-        widths = (4, -20, -6, 16, 9, 9, 10, -13)          # negative: left-aligned
+        widths = (4, -20, -6, 16, 9, 9, 10, -13)  # negative: left-aligned
         return "  ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, w in zip(cells, widths)) + "  " + cells[-1]
 
     lines = [f"MISMATCH: {report.problem}"] if report.problem else []
@@ -298,27 +321,46 @@ def format_report(report: CompareReport) -> str:
             continue
         patterns = [f"{n} {what} pattern" for n, what in ((o.nan_mismatches, "NaN"), (o.inf_mismatches, "Inf")) if n]
         if o.elided_constants:
-            patterns.append(f"depends on {len(o.elided_constants)} elided constant"
-                            f"{'s' if len(o.elided_constants) != 1 else ''}")
+            patterns.append(
+                f"depends on {len(o.elided_constants)} elided constant{'s' if len(o.elided_constants) != 1 else ''}"
+            )
         result = ("ok" if o.passed else "FAIL") + (f" ({', '.join(patterns)})" if patterns else "")
-        lines.append(row(str(o.index), shape, o.dtype, f"{o.mismatches}/{o.total}", _g(o.max_abs_error),
-                         _g(o.max_rel_error), _g(o.max_ulp), f"{_g(o.atol)}/{_g(o.rtol)}", result))
+        lines.append(
+            row(
+                str(o.index),
+                shape,
+                o.dtype,
+                f"{o.mismatches}/{o.total}",
+                _g(o.max_abs_error),
+                _g(o.max_rel_error),
+                _g(o.max_ulp),
+                f"{_g(o.atol)}/{_g(o.rtol)}",
+                result,
+            )
+        )
     for o in report.outputs:
         if o.passed or not o.worst:
             continue
         lines.append(f"output {o.index}: worst elements")
         for w in o.worst:
             index = "[" + ",".join(map(str, w.index)) + "]"
-            lines.append(f"  {index:<18} actual {_v(w.actual):>15}  expected {_v(w.expected):>15}  "
-                         f"abs {_g(w.abs_error):>9}  rel {_g(w.rel_error):>9}")
+            lines.append(
+                f"  {index:<18} actual {_v(w.actual):>15}  expected {_v(w.expected):>15}  "
+                f"abs {_g(w.abs_error):>9}  rel {_g(w.rel_error):>9}"
+            )
     failed = sum(not o.passed for o in report.outputs)
-    lines.append("PASS: all outputs match" if report.passed else
-                 f"FAIL: {failed} of {len(report.outputs)} outputs differ" +
-                 (f"; {report.problem}" if report.problem else ""))
+    lines.append(
+        "PASS: all outputs match"
+        if report.passed
+        else f"FAIL: {failed} of {len(report.outputs)} outputs differ"
+        + (f"; {report.problem}" if report.problem else "")
+    )
     unknown = sum(not o.passed and bool(o.elided_constants) for o in report.outputs)
     if unknown:
-        lines.append(f"note: {unknown} of the differing outputs depend on constants the dump elided ({{...}}: "
-                     "values not in the text): their differences may come from those values alone")
+        lines.append(
+            f"note: {unknown} of the differing outputs depend on constants the dump elided ({{...}}: "
+            "values not in the text): their differences may come from those values alone"
+        )
     return "\n".join(lines)
 
 
@@ -333,7 +375,8 @@ def _v(x) -> str:
 def elided_dependencies(module) -> list[list[str]]:
     """Per output (flattened, in order): the names of the elided constants (`constant({...})`) it depends on,
     through operands and the computations instructions call."""
-    from ..exec.plan import schedule      # the op registry: not at startup
+    from ..exec.plan import schedule  # the op registry: not at startup
+
     if not module.elided_constants():
         return [[] for _ in module.entry.root.shape.leaves()]
     in_comp: dict[int, set] = {}
@@ -345,17 +388,19 @@ def elided_dependencies(module) -> list[list[str]]:
             found = {inst.name} if inst.literal_elided else set()
             for c in inst.called_computations:
                 if id(c) not in in_comp:
-                    in_comp[id(c)] = set()          # (a cycle, invalid HLO, adds nothing)
+                    in_comp[id(c)] = set()  # (a cycle, invalid HLO, adds nothing)
                     in_comp[id(c)] = set().union(*depends(c).values())
                 found |= in_comp[id(c)]
             deps[id(inst)] = found.union(*(deps[id(o)] for o in inst.operands))
         return deps
+
     deps = depends(module.entry)
 
     def leaves(inst, shape) -> list[set]:
         if shape.is_tuple and inst.opcode == "tuple":
             return [d for o in inst.operands for d in leaves(o, o.shape)]
         return [deps[id(inst)]] * (len(list(shape.leaves())) if shape.is_tuple else 1)
+
     root = module.entry.root
     return [sorted(d) for d in leaves(root, root.shape)]
 

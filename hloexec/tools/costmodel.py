@@ -13,6 +13,7 @@ Collectives (ring algorithms, as NCCL's ring and nccl-tests' bus bandwidth count
 time = base latency + steps x per-step latency + bytes each device sends / link bandwidth (NCCL's own model:
 `latency + nBytes / algBw` in src/graph/tuning.cc, with per-step latencies from the same file).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -24,8 +25,8 @@ from .stats import Walk, collective_bytes, instruction_flops
 @dataclass(frozen=True)
 class Link:
     name: str
-    bandwidth: float        # bytes/s each way, per device
-    latency: float          # seconds per algorithm step
+    bandwidth: float  # bytes/s each way, per device
+    latency: float  # seconds per algorithm step
     source: str
 
     def to_dict(self) -> dict:
@@ -37,22 +38,50 @@ class Link:
 BASE_LATENCY = 8.4e-6
 _NCCL = "per-step latency: NCCL's ring/Simple hwLat (src/graph/tuning.cc)"
 LINKS = {
-    "nvlink3": Link("NVLink 3 (A100 SXM)", 300e9, 3.4e-6,
-                    "NVIDIA A100 datasheet: NVLink 600 GB/s per GPU, both directions -> 300 GB/s each way; " + _NCCL),
-    "nvlink4": Link("NVLink 4 (H100 SXM)", 450e9, 3.4e-6,
-                    "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions -> 450 GB/s each way; " + _NCCL),
-    "pcie4": Link("PCIe 4.0 x16", 31.5e9, 5.7e-6,
-                  "PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes, 128b/130b encoding -> 31.5 GB/s each way; " + _NCCL),
-    "pcie5": Link("PCIe 5.0 x16", 63e9, 5.7e-6,
-                  "PCI-SIG PCIe 5.0: 32 GT/s x 16 lanes, 128b/130b encoding -> 63 GB/s each way; " + _NCCL),
-    "ib-hdr": Link("InfiniBand HDR, one 200 Gb/s port per device", 25e9, 9.6e-6,
-                   "InfiniBand HDR: 200 Gb/s per port -> 25 GB/s each way; " + _NCCL),
-    "ib-ndr": Link("InfiniBand NDR, one 400 Gb/s port per device", 50e9, 9.6e-6,
-                   "InfiniBand NDR: 400 Gb/s per port -> 50 GB/s each way; " + _NCCL),
-    "ici-v5p": Link("TPU v5p ICI (3D torus, 6 links per chip)", 600e9, 1e-6,
-                    "Cloud TPU v5p documentation: 1200 GB/s bidirectional ICI per chip -> 600 GB/s each way over its "
-                    "6 links (a ring along one torus axis uses 2 of them: divide by 3); per-step latency 1 us "
-                    "assumed (not published)"),
+    "nvlink3": Link(
+        "NVLink 3 (A100 SXM)",
+        300e9,
+        3.4e-6,
+        "NVIDIA A100 datasheet: NVLink 600 GB/s per GPU, both directions -> 300 GB/s each way; " + _NCCL,
+    ),
+    "nvlink4": Link(
+        "NVLink 4 (H100 SXM)",
+        450e9,
+        3.4e-6,
+        "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions -> 450 GB/s each way; " + _NCCL,
+    ),
+    "pcie4": Link(
+        "PCIe 4.0 x16",
+        31.5e9,
+        5.7e-6,
+        "PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes, 128b/130b encoding -> 31.5 GB/s each way; " + _NCCL,
+    ),
+    "pcie5": Link(
+        "PCIe 5.0 x16",
+        63e9,
+        5.7e-6,
+        "PCI-SIG PCIe 5.0: 32 GT/s x 16 lanes, 128b/130b encoding -> 63 GB/s each way; " + _NCCL,
+    ),
+    "ib-hdr": Link(
+        "InfiniBand HDR, one 200 Gb/s port per device",
+        25e9,
+        9.6e-6,
+        "InfiniBand HDR: 200 Gb/s per port -> 25 GB/s each way; " + _NCCL,
+    ),
+    "ib-ndr": Link(
+        "InfiniBand NDR, one 400 Gb/s port per device",
+        50e9,
+        9.6e-6,
+        "InfiniBand NDR: 400 Gb/s per port -> 50 GB/s each way; " + _NCCL,
+    ),
+    "ici-v5p": Link(
+        "TPU v5p ICI (3D torus, 6 links per chip)",
+        600e9,
+        1e-6,
+        "Cloud TPU v5p documentation: 1200 GB/s bidirectional ICI per chip -> 600 GB/s each way over its "
+        "6 links (a ring along one torus axis uses 2 of them: divide by 3); per-step latency 1 us "
+        "assumed (not published)",
+    ),
 }
 DEFAULT_LINK = "nvlink3"
 
@@ -60,8 +89,8 @@ DEFAULT_LINK = "nvlink3"
 @dataclass(frozen=True)
 class Chip:
     name: str
-    flops: float            # peak FLOP/s of the dot units (16-bit inputs, dense)
-    bandwidth: float        # memory bytes/s
+    flops: float  # peak FLOP/s of the dot units (16-bit inputs, dense)
+    bandwidth: float  # memory bytes/s
     source: str
 
     def to_dict(self) -> dict:
@@ -69,10 +98,15 @@ class Chip:
 
 
 CHIPS = {
-    "a100": Chip("NVIDIA A100 SXM 80GB", 312e12, 2039e9,
-                 "NVIDIA A100 datasheet: 312 TFLOP/s BF16/FP16 tensor (dense), HBM2e 2,039 GB/s"),
-    "h100": Chip("NVIDIA H100 SXM", 989e12, 3350e9,
-                 "NVIDIA H100 datasheet: 989 TFLOP/s BF16/FP16 tensor (dense), HBM3 3.35 TB/s"),
+    "a100": Chip(
+        "NVIDIA A100 SXM 80GB",
+        312e12,
+        2039e9,
+        "NVIDIA A100 datasheet: 312 TFLOP/s BF16/FP16 tensor (dense), HBM2e 2,039 GB/s",
+    ),
+    "h100": Chip(
+        "NVIDIA H100 SXM", 989e12, 3350e9, "NVIDIA H100 datasheet: 989 TFLOP/s BF16/FP16 tensor (dense), HBM3 3.35 TB/s"
+    ),
     "v100": Chip("NVIDIA V100 SXM2", 125e12, 900e9, "NVIDIA V100 datasheet: 125 TFLOP/s tensor, HBM2 900 GB/s"),
     "tpu-v4": Chip("TPU v4", 275e12, 1200e9, "Cloud TPU v4 documentation: 275 TFLOP/s BF16, HBM 1,200 GB/s"),
     "tpu-v5p": Chip("TPU v5p", 459e12, 2765e9, "Cloud TPU v5p documentation: 459 TFLOP/s BF16, HBM 2,765 GB/s"),
@@ -90,8 +124,14 @@ def collective_kind(inst: Instruction) -> str | None:
     return kind if kind in COLLECTIVE_KINDS else None
 
 
-COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
-                    "collective-broadcast")
+COLLECTIVE_KINDS = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+)
 
 
 def buffer_bytes(inst: Instruction) -> int:
@@ -110,7 +150,7 @@ def ring_model(kind: str, size: int, n: int) -> tuple[int, float]:
         return n - 1, (n - 1) / n * size
     if kind == "collective-broadcast":
         return n - 1, float(size)
-    return 1, float(size)       # collective-permute: one send per source
+    return 1, float(size)  # collective-permute: one send per source
 
 
 def collective_time(kind: str, size: int, n: int, link: Link) -> float:
@@ -121,10 +161,28 @@ def collective_time(kind: str, size: int, n: int, link: Link) -> float:
 
 
 # Instructions that move no data of their own (views, markers, tuples).
-FREE_OPCODES = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
-                          "add-dependency", "opt-barrier", "optimization-barrier", "partition-id", "replica-id",
-                          "domain", "copy-done", "all-reduce-done", "all-gather-done", "collective-permute-done",
-                          "async-done", "async-update"})
+FREE_OPCODES = frozenset(
+    {
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "after-all",
+        "add-dependency",
+        "opt-barrier",
+        "optimization-barrier",
+        "partition-id",
+        "replica-id",
+        "domain",
+        "copy-done",
+        "all-reduce-done",
+        "all-gather-done",
+        "collective-permute-done",
+        "async-done",
+        "async-update",
+    }
+)
 
 
 def compute_cost(inst: Instruction, chip: Chip, walk: Walk | None = None) -> tuple[int, int, float]:

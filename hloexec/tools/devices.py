@@ -1,5 +1,6 @@
 """`--device NAME|FILE` (whose arithmetic a run reproduces) and `hloexec devices` (the profiles, their rules and
 the sources of each rule). The profiles themselves are hloexec/options/devices.py and its profiles/ files."""
+
 from __future__ import annotations
 
 import sys
@@ -8,11 +9,13 @@ from ..errors import ExecutionError
 from ..ir.compiled_for import auto_device
 from ..options import device_profile
 
-DEVICE_HELP = ("whose arithmetic to reproduce: a device profile (reference: the default, the HLO as its semantics "
-               "say; xla-cpu, tpu, a100, h100: `hloexec devices` lists their rules), a .toml/.json profile file "
-               "(`hloexec devices --show NAME` prints one to copy and edit), or auto: the profile of what the dump "
-               "was compiled for (`hloexec stats` shows the evidence); compare --reference shadow takes a list "
-               "A,B,...: judged by each device's arithmetic, the run computed as the first")
+DEVICE_HELP = (
+    "whose arithmetic to reproduce: a device profile (reference: the default, the HLO as its semantics "
+    "say; xla-cpu, tpu, a100, h100: `hloexec devices` lists their rules), a .toml/.json profile file "
+    "(`hloexec devices --show NAME` prints one to copy and edit), or auto: the profile of what the dump "
+    "was compiled for (`hloexec stats` shows the evidence); compare --reference shadow takes a list "
+    "A,B,...: judged by each device's arithmetic, the run computed as the first"
+)
 
 
 def add_device_argument(parser) -> None:
@@ -24,8 +27,10 @@ def device_option(text: str | None, module, say=None):
     read; `module` is the module it is for: `--device auto` picks the profile from what the dump was compiled for
     (ir/compiled_for.py) and says which and why through `say` (default: stderr)."""
     if text and "," in text:
-        raise ExecutionError(f"--device {text}: one device profile expected (a list is for compare --reference "
-                             "shadow, which judges by each)")
+        raise ExecutionError(
+            f"--device {text}: one device profile expected (a list is for compare --reference "
+            "shadow, which judges by each)"
+        )
     if text == "auto":
         text, reason = auto_device(module)
         (say or (lambda m: print(m, file=sys.stderr)))(f"--device auto: {text} ({reason})")
@@ -39,10 +44,16 @@ def device_list(text: str, module, say=None) -> list:
 
 def describe(profile) -> dict:
     """A profile as JSON: name, description, platform, file, and per rule its value and source."""
-    return {"name": profile.name, "description": profile.description, "platform": profile.platform,
-            "file": profile.path or None,
-            "rules": {rule: {"value": list(v) if isinstance(v, tuple) else v, "source": source}
-                      for rule, v, source in profile.rules()}}
+    return {
+        "name": profile.name,
+        "description": profile.description,
+        "platform": profile.platform,
+        "file": profile.path or None,
+        "rules": {
+            rule: {"value": list(v) if isinstance(v, tuple) else v, "source": source}
+            for rule, v, source in profile.rules()
+        },
+    }
 
 
 # What each rule does, for the listing (the values and their sources come from the profiles).
@@ -56,14 +67,14 @@ RULES = {
     "algorithms": "the algorithms the device runs; a dot asking for another is an error naming both",
     "split_k": "a Triton GEMM's triton_gemm_config split_k: K slices summed apart, then added",
     "fp8_fast_accumulation": "fp8 x fp8 GEMMs at DEFAULT precision (no algorithm) keep their partial sums in fewer "
-                             "bits (Hopper)",
+    "bits (Hopper)",
     "fp8_accumulator_bits": "with fast accumulation: significand bits the running sum keeps (truncated)",
     "excess_precision": "inside a fusion, f16/bf16 intermediates stay f32 (rounded where stored)",
     "fma_contraction": "inside a fusion, a multiply feeding an add / subtract (and a fused sum of products) rounds "
-                       "once with it, as LLVM's FMA contraction does",
+    "once with it, as LLVM's FMA contraction does",
     "reductions": "how f16/bf16 sums round: accumulate (in f32, rounded once), per-step (row-major, every step "
-                  "rounded) or xla-cpu (per-step, YNNPACK's lane order in __ynn_fusion sums)",
+    "rounded) or xla-cpu (per-step, YNNPACK's lane order in __ynn_fusion sums)",
     "transcendentals": "how f32 exp, log, log1p, expm1, tanh, erf, logistic compute: accurate (to the nearest f32) "
-                       "or xla-cpu (XLA:CPU's own polynomial approximations, bit for bit)",
+    "or xla-cpu (XLA:CPU's own polynomial approximations, bit for bit)",
     "vector_width": "f32 lanes of the device's vectorized sums (reductions = xla-cpu); 0: this machine's",
 }

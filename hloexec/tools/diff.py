@@ -15,6 +15,7 @@ unfused ones (before vs after optimization), loop bodies (each iteration pairs w
 SPMD modules run as one participant (device 0), collectives as `hloexec run` runs them (every other
 participant holding the same values): both versions see the same collective semantics.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,14 +32,15 @@ from .match import Matching, Node, ValueGraph, _outputs, instruction_key, match,
 
 # A side holding more than this in values whose partners have not arrived yet waits for the other side.
 PENDING_BUDGET = 1 << 30
-MAX_BETWEEN = 50        # instructions listed between a divergence and its inputs
-MAX_WALK = 5000         # nodes visited looking for a pair's nearest paired inputs
-MAX_ZOOM = 3            # first divergences of compiled fusions diffed op by op
+MAX_BETWEEN = 50  # instructions listed between a divergence and its inputs
+MAX_WALK = 5000  # nodes visited looking for a pair's nearest paired inputs
+MAX_ZOOM = 3  # first divergences of compiled fusions diffed op by op
 
 
 @dataclass
 class Verdict:
     """Whether two values of a pair agree, and by how much they differ."""
+
     agree: bool
     identical: bool
     total: int = 0
@@ -47,10 +49,10 @@ class Verdict:
     max_rel_error: float = 0.0
     atol: float = 0.0
     rtol: float = 0.0
-    worst: list = field(default_factory=list)       # [{index, a, b, abs_error, rel_error}]
+    worst: list = field(default_factory=list)  # [{index, a, b, abs_error, rel_error}]
     problem: str = ""
-    judged: bool = True     # False: computed from a differing value and not bit-identical; not compared further
-    retyped: str = ""       # paired across a float type change: "bf16 -> f32" (A's type -> B's)
+    judged: bool = True  # False: computed from a differing value and not bit-identical; not compared further
+    retyped: str = ""  # paired across a float type change: "bf16 -> f32" (A's type -> B's)
 
 
 def judge(a, b, atol: float | None = None, rtol: float | None = None) -> Verdict:
@@ -65,25 +67,46 @@ def judge(a, b, atol: float | None = None, rtol: float | None = None) -> Verdict
     if a.dtype == b.dtype and a.shape == b.shape and _bitwise_equal(a, b):
         return Verdict(True, True, total=a.size)
     retyped = a.dtype != b.dtype and is_float(a.dtype) and is_float(b.dtype) and a.shape == b.shape
-    if retyped:         # measured in f64 with A's type's tolerances; agrees only where nothing changed
+    if retyped:  # measured in f64 with A's type's tolerances; agrees only where nothing changed
         default_atol, default_rtol = default_tolerance(a.dtype)
-        out = compare_array(0, b.astype(np.float64), a.astype(np.float64),
-                            default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
+        out = compare_array(
+            0,
+            b.astype(np.float64),
+            a.astype(np.float64),
+            default_atol if atol is None else atol,
+            default_rtol if rtol is None else rtol,
+        )
     else:
         out = compare_array(0, b, a, atol, rtol)
-    worst = [{"index": list(w.index), "a": w.expected, "b": w.actual, "abs_error": w.abs_error,
-              "rel_error": w.rel_error} for w in out.worst]
+    worst = [
+        {"index": list(w.index), "a": w.expected, "b": w.actual, "abs_error": w.abs_error, "rel_error": w.rel_error}
+        for w in out.worst
+    ]
     agree = out.max_abs_error == 0 and not out.nan_mismatches if retyped else out.passed
-    return Verdict(agree, False, out.total, out.mismatches, out.max_abs_error, out.max_rel_error, out.atol,
-                   out.rtol, worst, out.problem,
-                   retyped=f"{dtype_name(a.dtype)} -> {dtype_name(b.dtype)}" if retyped else "")
+    return Verdict(
+        agree,
+        False,
+        out.total,
+        out.mismatches,
+        out.max_abs_error,
+        out.max_rel_error,
+        out.atol,
+        out.rtol,
+        worst,
+        out.problem,
+        retyped=f"{dtype_name(a.dtype)} -> {dtype_name(b.dtype)}" if retyped else "",
+    )
 
 
 def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
     if a.dtype.itemsize in (1, 2, 4, 8) and a.dtype.kind != "c":
         view = np.dtype(f"u{a.dtype.itemsize}")
-        return bool(np.array_equal(a.view(view) if a.flags.c_contiguous else np.ascontiguousarray(a).view(view),
-                                   b.view(view) if b.flags.c_contiguous else np.ascontiguousarray(b).view(view)))
+        return bool(
+            np.array_equal(
+                a.view(view) if a.flags.c_contiguous else np.ascontiguousarray(a).view(view),
+                b.view(view) if b.flags.c_contiguous else np.ascontiguousarray(b).view(view),
+            )
+        )
     return a.tobytes() == b.tobytes()
 
 
@@ -91,28 +114,29 @@ def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
 class Divergence:
     """A first divergence: the pair (a, b) differs at `occurrence` (the k-th time they run: loop iterations)
     while the pairs of its nearest paired inputs agree."""
+
     a: Node
     b: Node
     occurrence: int
     verdict: Verdict
     inputs: list[tuple[Node, Node]]
-    inputs_identical: bool                   # False: they agree within tolerance only
+    inputs_identical: bool  # False: they agree within tolerance only
     between_a: list[Node]
     between_b: list[Node]
-    a_inst: Instruction                      # what is shown: the fusion when it ran compiled, else the value's own
+    a_inst: Instruction  # what is shown: the fusion when it ran compiled, else the value's own
     b_inst: Instruction
-    how: str = ""                            # how the pair was matched
-    inside: DiffReport | None = None       # the two fused computations diffed op by op
+    how: str = ""  # how the pair was matched
+    inside: DiffReport | None = None  # the two fused computations diffed op by op
 
 
 @dataclass
 class DiffReport:
     matching: Matching
-    verdicts: dict                           # (a node index, b node index) -> [Verdict per occurrence]
+    verdicts: dict  # (a node index, b node index) -> [Verdict per occurrence]
     first_divergence: list[Divergence]
     outputs: list[tuple[Node, Node, Verdict | None]]
     not_observed: int
-    opened: tuple[int, int]                  # computations observed op by op in A, in B
+    opened: tuple[int, int]  # computations observed op by op in A, in B
     # pairs whose values are not bit-identical while their inputs are: where B first computes something else,
     # even within tolerance (an edited constant scaling a small gradient)
     first_change: list[Divergence] = field(default_factory=list)
@@ -123,27 +147,48 @@ class DiffReport:
 
     def counts(self) -> dict:
         flat = [v for vs in self.verdicts.values() for v in vs]
-        return {"pairs_compared": len(self.verdicts), "values_compared": len(flat),
-                "identical": sum(v.identical for v in flat), "within_tolerance": sum(v.agree and not v.identical
-                                                                                    for v in flat),
-                "differ": sum(v.judged and not v.agree for v in flat),
-                "differ_downstream": sum(not v.judged for v in flat), "pairs_not_observed": self.not_observed}
+        return {
+            "pairs_compared": len(self.verdicts),
+            "values_compared": len(flat),
+            "identical": sum(v.identical for v in flat),
+            "within_tolerance": sum(v.agree and not v.identical for v in flat),
+            "differ": sum(v.judged and not v.agree for v in flat),
+            "differ_downstream": sum(not v.judged for v in flat),
+            "pairs_not_observed": self.not_observed,
+        }
 
     def to_dict(self) -> dict:
-        return jsonable({
-            "matching": self.matching.counts(), "compared": self.counts(),
-            "opened_computations": {"a": self.opened[0], "b": self.opened[1]},
-            "outputs": [{"index": i, "a": x.inst.name, "b": y.inst.name, "agree": None if v is None else v.agree,
-                         "error": _error(v)} for i, (x, y, v) in enumerate(self.outputs)],
-            "first_divergence": [_divergence_dict(d) for d in self.first_divergence],
-            "first_change": [_divergence_dict(d) for d in self.first_change],
-            "unmatched": {side: [_node_ref(n) for n in self.matching.unmatched(side)[:MAX_BETWEEN]]
-                          for side in ("a", "b")}})
+        return jsonable(
+            {
+                "matching": self.matching.counts(),
+                "compared": self.counts(),
+                "opened_computations": {"a": self.opened[0], "b": self.opened[1]},
+                "outputs": [
+                    {
+                        "index": i,
+                        "a": x.inst.name,
+                        "b": y.inst.name,
+                        "agree": None if v is None else v.agree,
+                        "error": _error(v),
+                    }
+                    for i, (x, y, v) in enumerate(self.outputs)
+                ],
+                "first_divergence": [_divergence_dict(d) for d in self.first_divergence],
+                "first_change": [_divergence_dict(d) for d in self.first_change],
+                "unmatched": {
+                    side: [_node_ref(n) for n in self.matching.unmatched(side)[:MAX_BETWEEN]] for side in ("a", "b")
+                },
+            }
+        )
 
 
 def _node_ref(node: Node) -> dict:
-    return {"name": node.inst.name, "computation": node.inst.computation.name, "opcode": node.inst.opcode,
-            "shape": node.inst.shape.to_text(layout=False)}
+    return {
+        "name": node.inst.name,
+        "computation": node.inst.computation.name,
+        "opcode": node.inst.opcode,
+        "shape": node.inst.shape.to_text(layout=False),
+    }
 
 
 def _name(node: Node) -> str:
@@ -154,60 +199,103 @@ def _name(node: Node) -> str:
 def short_text(inst: Instruction) -> str:
     """`%name = shape opcode(%operand, ...), attributes`: what a report shows (metadata, backend config and
     operand shapes left out; the JSON has the full text)."""
-    args = inst.args if inst.opcode in ("constant", "parameter") or not inst.operands else \
-        ", ".join(f"%{o.name}" for o in inst.operands)
-    attrs = [f"{k}={v}" for k, v in inst.attrs.items() if k not in ("metadata", "backend_config",
-                                                                    "frontend_attributes")]
-    return f"%{inst.name} = {inst.shape.to_text(layout=False)} {inst.opcode}({args})" + \
-        (", " + ", ".join(attrs) if attrs else "")
+    args = (
+        inst.args
+        if inst.opcode in ("constant", "parameter") or not inst.operands
+        else ", ".join(f"%{o.name}" for o in inst.operands)
+    )
+    attrs = [
+        f"{k}={v}" for k, v in inst.attrs.items() if k not in ("metadata", "backend_config", "frontend_attributes")
+    ]
+    return f"%{inst.name} = {inst.shape.to_text(layout=False)} {inst.opcode}({args})" + (
+        ", " + ", ".join(attrs) if attrs else ""
+    )
 
 
 def _error(v: Verdict | None) -> dict | None:
     if v is None:
         return None
-    return {"identical": v.identical, "mismatches": v.mismatches, "total": v.total, "max_abs_error": v.max_abs_error,
-            "max_rel_error": v.max_rel_error, "atol": v.atol, "rtol": v.rtol, "worst": v.worst,
-            "problem": v.problem or None, "dtype_change": v.retyped or None}
+    return {
+        "identical": v.identical,
+        "mismatches": v.mismatches,
+        "total": v.total,
+        "max_abs_error": v.max_abs_error,
+        "max_rel_error": v.max_rel_error,
+        "atol": v.atol,
+        "rtol": v.rtol,
+        "worst": v.worst,
+        "problem": v.problem or None,
+        "dtype_change": v.retyped or None,
+    }
 
 
 def _divergence_dict(d: Divergence) -> dict:
     md = d.a.inst.metadata if isinstance(d.a.inst.metadata, dict) else {}
     mdb = d.b.inst.metadata if isinstance(d.b.inst.metadata, dict) else {}
-    return {"a": d.a_inst.name, "b": d.b_inst.name,
-            "a_computation": d.a_inst.computation.name, "b_computation": d.b_inst.computation.name,
-            "a_opcode": d.a_inst.opcode, "b_opcode": d.b_inst.opcode,
-            "a_text": instruction_to_text(d.a_inst), "b_text": instruction_to_text(d.b_inst),
-            "a_line": d.a_inst.line, "b_line": d.b_inst.line, "matched_by": d.how,
-            "op_name": md.get("op_name") or mdb.get("op_name"),
-            "source": d.a.inst.source_location or d.b.inst.source_location or None,
-            "occurrence": d.occurrence, "error": _error(d.verdict), "inputs_identical": d.inputs_identical,
-            "inputs": [{"a": _name(x), "b": _name(y)} for x, y in d.inputs],
-            "between": {"a": [_node_ref(n) for n in d.between_a], "b": [_node_ref(n) for n in d.between_b]},
-            "inside": None if d.inside is None else
-            {"first_divergence": [_divergence_dict(x) for x in d.inside.first_divergence],
-             "first_change": [_divergence_dict(x) for x in d.inside.first_change],
-             "compared": d.inside.counts(), "matching": d.inside.matching.counts()}}
+    return {
+        "a": d.a_inst.name,
+        "b": d.b_inst.name,
+        "a_computation": d.a_inst.computation.name,
+        "b_computation": d.b_inst.computation.name,
+        "a_opcode": d.a_inst.opcode,
+        "b_opcode": d.b_inst.opcode,
+        "a_text": instruction_to_text(d.a_inst),
+        "b_text": instruction_to_text(d.b_inst),
+        "a_line": d.a_inst.line,
+        "b_line": d.b_inst.line,
+        "matched_by": d.how,
+        "op_name": md.get("op_name") or mdb.get("op_name"),
+        "source": d.a.inst.source_location or d.b.inst.source_location or None,
+        "occurrence": d.occurrence,
+        "error": _error(d.verdict),
+        "inputs_identical": d.inputs_identical,
+        "inputs": [{"a": _name(x), "b": _name(y)} for x, y in d.inputs],
+        "between": {"a": [_node_ref(n) for n in d.between_a], "b": [_node_ref(n) for n in d.between_b]},
+        "inside": None
+        if d.inside is None
+        else {
+            "first_divergence": [_divergence_dict(x) for x in d.inside.first_divergence],
+            "first_change": [_divergence_dict(x) for x in d.inside.first_change],
+            "compared": d.inside.counts(),
+            "matching": d.inside.matching.counts(),
+        },
+    }
 
 
-def diff(a, b, inputs_a: list, inputs_b: list | None = None, *, atol: float | None = None,
-         rtol: float | None = None, zoom: bool = True, pending_budget: int = PENDING_BUDGET,
-         reductions: str = "accumulate", device=None) -> DiffReport:
+def diff(
+    a,
+    b,
+    inputs_a: list,
+    inputs_b: list | None = None,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    zoom: bool = True,
+    pending_budget: int = PENDING_BUDGET,
+    reductions: str = "accumulate",
+    device=None,
+) -> DiffReport:
     """Run modules `a` and `b` (Modules) on the same inputs (`inputs_b`: B's own, when they differ) with taps on
     their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
     are diffed op by op only where they change first (False: everything op by op). `reductions`: how both
     round their sums, `device`: the device profile both run under (Executable's options)."""
     from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
     from ..exec.executor import Executable
+
     if inputs_b is None:
         signatures = [[p.shape.to_text(layout=False) for p in m.entry.parameters] for m in (a, b)]
         if signatures[0] != signatures[1]:
-            raise ValueError(f"{a.name} and {b.name} take different parameters, so not the same inputs: "
-                             f"({', '.join(signatures[0])}) and ({', '.join(signatures[1])})")
+            raise ValueError(
+                f"{a.name} and {b.name} take different parameters, so not the same inputs: "
+                f"({', '.join(signatures[0])}) and ({', '.join(signatures[1])})"
+            )
     ga, gb = ValueGraph(a), ValueGraph(b)
     m = match(ga, gb)
     plan = _TapPlan(m, zoom)
-    exe_a, exe_b = (Executable(m, use_numba=bool(closed), reductions=reductions, device=device)
-                    for m, closed in ((a, plan.closed[0]), (b, plan.closed[1])))
+    exe_a, exe_b = (
+        Executable(m, use_numba=bool(closed), reductions=reductions, device=device)
+        for m, closed in ((a, plan.closed[0]), (b, plan.closed[1]))
+    )
     run = _Lockstep(m, plan, atol, rtol, pending_budget)
     run.run(exe_a, exe_b, inputs_a, inputs_b if inputs_b is not None else inputs_a)
     report = _report(m, plan, run)
@@ -229,8 +317,11 @@ class _TapPlan:
                 x, y = m.a.nodes[a_index], m.b.nodes[b_index]
                 if _paired_containers(m, x, y):
                     deferred.add((a_index, b_index))
-        tapped = [(a_index, b_index) for b_index, a_index in m.partner.items()
-                  if value_shape(m.b.nodes[b_index].shape) is not None]
+        tapped = [
+            (a_index, b_index)
+            for b_index, a_index in m.partner.items()
+            if value_shape(m.b.nodes[b_index].shape) is not None
+        ]
         opened: tuple[set, set] = (set(), set())
         for a_index, b_index in tapped:
             if (a_index, b_index) not in deferred:
@@ -247,8 +338,9 @@ class _TapPlan:
                         if n.tap.computation.name not in opened[side]:
                             opened[side].update(_enclosing(graphs[side], n.tap.computation))
                             changed = True
-        self.pairs = [(x, y) for x, y in tapped if (x, y) not in deferred or
-                      m.a.nodes[x].tap.computation.name in opened[0]]
+        self.pairs = [
+            (x, y) for x, y in tapped if (x, y) not in deferred or m.a.nodes[x].tap.computation.name in opened[0]
+        ]
         self.opened = opened
         self.taps: tuple[dict, dict] = ({}, {})
         for x, y in self.pairs:
@@ -261,18 +353,28 @@ class _TapPlan:
         for x, y in self.pairs:
             self.partners_of_a.setdefault(x, []).append(y)
         # entry fusions not opened run compiled and are seen as one value; paired ones holding deferred pairs zoom
-        self.closed = tuple({i.name for i in graphs[s].module.entry.instructions
-                             if i.opcode == "fusion" and i.called["calls"].name not in opened[s]} for s in (0, 1))
-        containers = {(m.a.node_of[id(m.a.nodes[x].container)].index, m.b.node_of[id(m.b.nodes[y].container)].index)
-                      for x, y in deferred}
-        self.zoomable = {(x, y) for x, y in containers & set(self.pairs)
-                         if m.a.nodes[x].tap.name in self.closed[0] and m.b.nodes[y].tap.name in self.closed[1]}
+        self.closed = tuple(
+            {
+                i.name
+                for i in graphs[s].module.entry.instructions
+                if i.opcode == "fusion" and i.called["calls"].name not in opened[s]
+            }
+            for s in (0, 1)
+        )
+        containers = {
+            (m.a.node_of[id(m.a.nodes[x].container)].index, m.b.node_of[id(m.b.nodes[y].container)].index)
+            for x, y in deferred
+        }
+        self.zoomable = {
+            (x, y)
+            for x, y in containers & set(self.pairs)
+            if m.a.nodes[x].tap.name in self.closed[0] and m.b.nodes[y].tap.name in self.closed[1]
+        }
         self.m = m
         self.tapped = ({x for x, _ in self.pairs}, {y for _, y in self.pairs})
         self._inputs: dict[tuple[int, int], tuple] = {}
 
-    def inputs(self, a_index: int, b_index: int) -> tuple[list[tuple[tuple[int, int], str]], list[Node],
-                                                         list[Node]]:
+    def inputs(self, a_index: int, b_index: int) -> tuple[list[tuple[tuple[int, int], str]], list[Node], list[Node]]:
         """The pairs of the nearest observed values a pair is computed from (on either side), each with the
         run of it that counts (see _MODES), and the nodes between them and the pair in A and in B."""
         key = (a_index, b_index)
@@ -282,8 +384,12 @@ class _TapPlan:
             inputs_b, between_b = self._frontier(m.b.nodes[b_index], 1)
             pairs = [((m.partner[n.index], n.index), mode) for n, mode in inputs_b if n.index in m.partner]
             via_b = {(p[0], mode) for p, mode in pairs}
-            pairs += [((n.index, y), mode) for n, mode in inputs_a if (n.index, mode) not in via_b
-                      for y in self.partners_of_a.get(n.index, ())]
+            pairs += [
+                ((n.index, y), mode)
+                for n, mode in inputs_a
+                if (n.index, mode) not in via_b
+                for y in self.partners_of_a.get(n.index, ())
+            ]
             self._inputs[key] = (pairs, between_a, between_b)
         return self._inputs[key]
 
@@ -297,15 +403,16 @@ class _TapPlan:
         if node.tap.opcode == "fusion" and node.tap.name in self.closed[side]:
             return [(n, mode) for n in nodes(node.tap.operands)]
         if inst.opcode == "while":
-            return [(n, mode) for n in nodes(inst.operands)] + [(n, "all") for n in
-                                                                nodes([inst.called["body"].root])]
+            return [(n, mode) for n in nodes(inst.operands)] + [(n, "all") for n in nodes([inst.called["body"].root])]
         if inst.opcode == "conditional":
-            return [(n, mode) for n in nodes(inst.operands)] + [(n, "all") for n in
-                                                                nodes(c.root for c in inst.called_computations)]
+            return [(n, mode) for n in nodes(inst.operands)] + [
+                (n, "all") for n in nodes(c.root for c in inst.called_computations)
+            ]
         caller = graph.caller.get(id(inst.computation)) if inst.opcode == "parameter" else None
         if caller is not None and caller.opcode == "while":
-            return [(n, "init" if mode == "same" else mode) for n in nodes(caller.operands)] + \
-                [(n, "prev" if mode == "same" else mode) for n in nodes([caller.called["body"].root])]
+            return [(n, "init" if mode == "same" else mode) for n in nodes(caller.operands)] + [
+                (n, "prev" if mode == "same" else mode) for n in nodes([caller.called["body"].root])
+            ]
         if caller is not None and caller.opcode == "conditional":
             return [(n, "all") for n in nodes(caller.operands[1:])]
         return [(n, mode) for n in node.operands]
@@ -323,7 +430,7 @@ class _TapPlan:
             else:
                 between[n.index] = n
                 stack += reversed(self._walk_operands(n, side, mode))
-        return inputs, sorted(between.values(), key=lambda n: -n.order)        # nearest the pair first
+        return inputs, sorted(between.values(), key=lambda n: -n.order)  # nearest the pair first
 
 
 # How an input's runs count for a pair's run k: "same" its run k (or every run, when it ran fewer times);
@@ -363,7 +470,7 @@ def _enclosing(graph: ValueGraph, comp) -> set[str]:
 class _Held:
     value: object
     operands: list | None
-    waiting_for: int = 1          # partners not arrived yet (an A value may pair with several B values)
+    waiting_for: int = 1  # partners not arrived yet (an A value may pair with several B values)
     nbytes: int = 0
 
 
@@ -377,12 +484,12 @@ class _Lockstep:
         self.bytes = [0, 0]
         self.running, self.waiting = [True, True], [False, False]
         self.counts: tuple[dict, dict] = ({}, {})
-        self.locked_key: tuple[dict, dict] = ({}, {})     # node -> the member key its observations come from
-        self.sequence: dict[int, int] = {}                 # A node -> when A first produced it
+        self.locked_key: tuple[dict, dict] = ({}, {})  # node -> the member key its observations come from
+        self.sequence: dict[int, int] = {}  # A node -> when A first produced it
         self.verdicts: dict[tuple[int, int], list] = {}
-        self.operands: dict[tuple[int, int], tuple] = {}   # zoomable pair -> (A operands, B operands)
+        self.operands: dict[tuple[int, int], tuple] = {}  # zoomable pair -> (A operands, B operands)
         self.errors: list = [None, None]
-        self.judging: dict[tuple[int, int], int] = {}       # pair -> verdicts of it being made
+        self.judging: dict[tuple[int, int], int] = {}  # pair -> verdicts of it being made
 
     def _settled(self, pair: tuple[int, int]) -> bool:
         """No verdict of `pair` is being made."""
@@ -390,8 +497,9 @@ class _Lockstep:
 
     def run(self, exe_a, exe_b, inputs_a, inputs_b) -> None:
         sides = [(exe_a, inputs_a), (exe_b, inputs_b)]
-        threads = [threading.Thread(target=self._side, args=(s, *sides[s]), name=f"hloexec-diff-{'ab'[s]}")
-                   for s in (0, 1)]
+        threads = [
+            threading.Thread(target=self._side, args=(s, *sides[s]), name=f"hloexec-diff-{'ab'[s]}") for s in (0, 1)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -412,11 +520,16 @@ class _Lockstep:
                 return
             k = counts[node] = counts.get(node, -1) + 1
             self._arrive(side, node, k, value, operands if node in zoomable else None)
+
         try:
-            for p in exe.module.entry.parameters:       # parameters are values, not steps: seen before the run
+            for p in exe.module.entry.parameters:  # parameters are values, not steps: seen before the run
                 observe(p, inputs[p.parameter_number])
-            exe.run(*inputs, observe=observe, observe_inside=lambda comp: comp.name in opened,
-                    observe_operands=bool(zoomable))
+            exe.run(
+                *inputs,
+                observe=observe,
+                observe_inside=lambda comp: comp.name in opened,
+                observe_operands=bool(zoomable),
+            )
         except BaseException as e:  # noqa: BLE001 - re-raised by run() in the caller's thread
             self.errors[side] = e
         finally:
@@ -425,7 +538,7 @@ class _Lockstep:
                 self.cond.notify_all()
 
     def _arrive(self, side: int, node: int, k: int, value, operands) -> None:
-        ready = []          # (a node, b node, a value, b value, a operands, b operands)
+        ready = []  # (a node, b node, a value, b value, a operands, b operands)
         nbytes = _nbytes(value)
         with self.cond:
             if side == 0:
@@ -456,12 +569,14 @@ class _Lockstep:
                     ready.append((a, node, held.value, value, held.operands, operands))
             self.cond.notify_all()
         for a, b, va, vb, oa, ob in ready:
-            with self.cond:     # the verdicts of its inputs are in (or being made: they arrived first)
+            with self.cond:  # the verdicts of its inputs are in (or being made: they arrived first)
                 inputs = self.plan.inputs(a, b)[0]
                 while not all(self._settled(pair) for pair, _ in inputs):
                     self.cond.wait()
-                runs = {pair: [v for _, v in sorted(self.verdicts.get(pair, ()), key=lambda kv: kv[0])]
-                        for pair, _ in inputs}
+                runs = {
+                    pair: [v for _, v in sorted(self.verdicts.get(pair, ()), key=lambda kv: kv[0])]
+                    for pair, _ in inputs
+                }
                 inherited = not all(_input_holds(runs[pair], mode, k, _agree) for pair, mode in inputs)
                 identical_inputs = all(_input_holds(runs[pair], mode, k, _identical) for pair, mode in inputs)
                 self.judging[(a, b)] = self.judging.get((a, b), 0) + 1
@@ -471,9 +586,14 @@ class _Lockstep:
                 if not self.judging[(a, b)]:
                     del self.judging[(a, b)]
                 self.verdicts.setdefault((a, b), []).append((k, verdict))
-                if not verdict.identical and identical_inputs and oa is not None and ob is not None \
-                        and (a, b) not in self.operands:
-                    self.operands[(a, b)] = (oa, ob)     # a first change: its fusions are diffed op by op
+                if (
+                    not verdict.identical
+                    and identical_inputs
+                    and oa is not None
+                    and ob is not None
+                    and (a, b) not in self.operands
+                ):
+                    self.operands[(a, b)] = (oa, ob)  # a first change: its fusions are diffed op by op
                 self.cond.notify_all()
         other = 1 - side
         with self.cond:
@@ -507,12 +627,24 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
 
     def divergence(a_index: int, b_index: int, k: int, inputs, between_a, between_b) -> Divergence:
         x, y = m.a.nodes[a_index], m.b.nodes[b_index]
-        shown = [n.tap if n.tap.opcode == "fusion" and n.tap.name in plan.closed[side] else n.inst
-                 for side, n in enumerate((x, y))]
+        shown = [
+            n.tap if n.tap.opcode == "fusion" and n.tap.name in plan.closed[side] else n.inst
+            for side, n in enumerate((x, y))
+        ]
         pairs = list(dict.fromkeys(pair for pair, _ in inputs))
-        return Divergence(x, y, k, verdicts[(a_index, b_index)][k], [(m.a.nodes[p], m.b.nodes[q]) for p, q in pairs],
-                          holds(inputs, k, _identical), between_a[:MAX_BETWEEN], between_b[:MAX_BETWEEN], shown[0],
-                          shown[1], m.how.get(b_index, ""))
+        return Divergence(
+            x,
+            y,
+            k,
+            verdicts[(a_index, b_index)][k],
+            [(m.a.nodes[p], m.b.nodes[q]) for p, q in pairs],
+            holds(inputs, k, _identical),
+            between_a[:MAX_BETWEEN],
+            between_b[:MAX_BETWEEN],
+            shown[0],
+            shown[1],
+            m.how.get(b_index, ""),
+        )
 
     first, changes = [], []
     order = sorted(verdicts, key=lambda p: (run.sequence.get(p[0], 1 << 60), m.b.nodes[p[1]].order))
@@ -524,15 +656,19 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
             first.append(divergence(a_index, b_index, k, inputs, between_a, between_b))
         k = next((k for k, v in enumerate(vs) if not v.identical and holds(inputs, k, _identical)), None)
         if k is not None:
-            changes.append(first[-1] if first and (first[-1].a.index, first[-1].b.index, first[-1].occurrence)
-                           == (a_index, b_index, k) else divergence(a_index, b_index, k, inputs, between_a, between_b))
+            changes.append(
+                first[-1]
+                if first and (first[-1].a.index, first[-1].b.index, first[-1].occurrence) == (a_index, b_index, k)
+                else divergence(a_index, b_index, k, inputs, between_a, between_b)
+            )
     outputs = []
     for x, y in zip(_outputs(m.a), _outputs(m.b)):
         vs = verdicts.get((x.index, y.index))
         outputs.append((x, y, None if not vs else next((v for v in vs if not v.agree), vs[-1])))
     not_observed = sum(1 for pair in plan.pairs if pair not in verdicts)
-    return DiffReport(m, verdicts, first, outputs, not_observed, (len(plan.opened[0]), len(plan.opened[1])),
-                      first_change=changes)
+    return DiffReport(
+        m, verdicts, first, outputs, not_observed, (len(plan.opened[0]), len(plan.opened[1])), first_change=changes
+    )
 
 
 def _agree(v: Verdict) -> bool:
@@ -551,93 +687,19 @@ def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str, device) -
         sub = submodule([node.tap], cone_cut(node.tap, 0))
         module = parse(sub.text)[0]
         original = {i.name: i.line for i in node.tap.computation.module.instructions()}
-        for inst in module.instructions():      # the report points at the original file's lines
+        for inst in module.instructions():  # the report points at the original file's lines
             inst.line = original.get(inst.name, inst.line)
         modules.append(module)
         position = {id(o): k for k, o in reversed(list(enumerate(node.tap.operands)))}
         inputs.append([operands[position[id(p)]] for p in sub.parameters])
-    return diff(modules[0], modules[1], inputs[0], inputs[1], atol=atol, rtol=rtol, zoom=False, reductions=reductions,
-                device=device)
-
-
-def format_report(report: DiffReport, *, limit: int = 10, indent: str = "") -> str:
-    """The text `hloexec diff` prints."""
-    c, mc = report.counts(), report.matching.counts()
-    lines = [f"matched {mc['pairs']} values (by anchor {mc['by']['anchor']}, name {mc['by']['name']}, "
-             f"metadata {mc['by']['metadata']}, structure {mc['by']['structure']}); not matched: "
-             f"{mc['a_unmatched']} of A's {mc['a_nodes']}, {mc['b_unmatched']} of B's {mc['b_nodes']}",
-             f"compared {c['values_compared']} values of {c['pairs_compared']} pairs: {c['identical']} identical, "
-             f"{c['within_tolerance']} within tolerance, {c['differ']} differ"
-             + (f", {c['differ_downstream']} differ downstream of those (not compared further)"
-                if c['differ_downstream'] else "")
-             + (f"; {c['pairs_not_observed']} pairs did not run" if c['pairs_not_observed'] else "")]
-    if report.outputs:
-        bad = [i for i, (_, _, v) in enumerate(report.outputs) if v is not None and not v.agree]
-        lines.append(f"outputs: {len(report.outputs)}, " + (f"{len(bad)} differ ({', '.join(map(str, bad))})"
-                                                            if bad else "all agree"))
-    first = report.first_divergence
-    if not first:
-        lines.append("no divergence: every compared value agrees" if not c["differ"] + c["differ_downstream"] else
-                     "no first divergence found (every differing value has a differing input)")
-    else:
-        lines.append(f"first divergence{'s' if len(first) > 1 else ''} ({len(first)}, in A's order):")
-    for d in first[:limit]:
-        lines += _format_divergence(d, limit)
-    if len(first) > limit:
-        lines.append(f"... {len(first) - limit} more (--json lists them all)")
-    quiet = [d for d in report.first_change if d.verdict.agree]
-    if quiet:
-        lines.append(f"first changes within tolerance ({len(quiet)}: not bit-identical while their inputs are):")
-        for d in quiet[:limit]:
-            lines += _format_divergence(d, limit)
-    for side in ("a", "b"):
-        unmatched = report.matching.unmatched(side)
-        if unmatched:
-            lines.append(f"not matched in {side.upper()}: " + ", ".join(f"%{n.inst.name} ({n.inst.opcode})"
-                                                                   for n in unmatched[:8])
-                         + (f" and {len(unmatched) - 8} more" if len(unmatched) > 8 else ""))
-    return "\n".join(indent + line for line in lines)
-
-
-def _clip(text: str, width: int = 160) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
-def _format_divergence(d: Divergence, limit: int) -> list[str]:
-    v = d.verdict
-    lines = [f"  A {_clip(short_text(d.a_inst))}  ({d.a_inst.computation.name}, line {d.a_inst.line})",
-             f"  B {_clip(short_text(d.b_inst))}  ({d.b_inst.computation.name}, line {d.b_inst.line})"
-             + (f"  [matched by {d.how}]" if d.how in ("metadata", "structure") else "")]
-    md = d.a.inst.metadata if isinstance(d.a.inst.metadata, dict) else {}
-    source = d.a.inst.source_location or d.b.inst.source_location
-    if md.get("op_name") or source:
-        lines.append(f"    op_name {md.get('op_name', '-')}" + (f"  at {source}" if source else ""))
-    iteration = f" (run {d.occurrence + 1} of the instruction)" if d.occurrence else ""
-    if v.retyped:
-        lines.append(f"    paired across a dtype change ({v.retyped}): "
-                     + ("values equal" if v.agree else "the values differ: the type change is where the computation "
-                        f"changed; max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}") + iteration)
-    elif v.problem:
-        lines.append(f"    error: {v.problem}{iteration}")
-    elif v.agree:
-        lines.append(f"    within tolerance (atol {v.atol:g} rtol {v.rtol:g}): max abs {v.max_abs_error:.4g}, "
-                     f"max rel {v.max_rel_error:.4g}{iteration}")
-    else:
-        lines.append(f"    error: {v.mismatches}/{v.total} elements beyond atol {v.atol:g} rtol {v.rtol:g}; "
-                     f"max abs {v.max_abs_error:.4g}, max rel {v.max_rel_error:.4g}{iteration}")
-        for w in v.worst[:3]:
-            lines.append(f"      [{','.join(map(str, w['index']))}] A {w['a']}  B {w['b']}")
-    if d.inputs:
-        names = ", ".join(f"%{_name(x)}" if _name(x) == _name(y) else f"%{_name(x)}~%{_name(y)}"
-                          for x, y in d.inputs[:8])
-        lines.append(f"    inputs ({'identical' if d.inputs_identical else 'agree within tolerance'}): {names}"
-                     + (" ..." if len(d.inputs) > 8 else ""))
-    for side, between in (("A", d.between_a), ("B", d.between_b)):
-        if between:
-            lines.append(f"    between, in {side}: " + ", ".join(f"%{n.inst.name} ({n.inst.opcode})"
-                                                            for n in between[:6])
-                         + (f" and {len(between) - 6} more" if len(between) > 6 else ""))
-    if d.inside is not None:
-        lines.append("    inside the fusions (their computations run op by op on the operands each run gave them):")
-        lines.append(format_report(d.inside, limit=limit, indent="      "))
-    return lines
+    return diff(
+        modules[0],
+        modules[1],
+        inputs[0],
+        inputs[1],
+        atol=atol,
+        rtol=rtol,
+        zoom=False,
+        reductions=reductions,
+        device=device,
+    )

@@ -21,6 +21,7 @@ pass name (the first stage after it: `tree_reduction_rewriter`), or a file name.
 for the command line: every FILE argument may be a dump directory (with --module/--stage), a snapshot or a
 proto; they become text files (temporary ones for protos) before the command runs.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -39,7 +40,9 @@ from .hloproto import ProtoError, module_text, read_module_proto, read_snapshot
 from .xla_cpu import save_arrays
 
 # after a pass: SSSS.<pipeline>.after_<pass>.before_<next>; during one (copy-insertion): SSSS.<pass>.<step>
-_STAGE = re.compile(r"(?P<step>\d{4})\.(?P<pipeline>[^.]+)\.(?:after_(?P<after>.+?)\.before_(?P<before>.+)|(?P<during>[^.]+))")
+_STAGE = re.compile(
+    r"(?P<step>\d{4})\.(?P<pipeline>[^.]+)\.(?:after_(?P<after>.+?)\.before_(?P<before>.+)|(?P<during>[^.]+))"
+)
 _FILE = re.compile(r"(?:\d+\.)?module_(?P<number>\d+)\.(?P<rest>.+)")
 _SUFFIXES = [
     ("before", re.compile(r"(?P<name>.+?)\.before_optimizations\.(?P<ext>txt|hlo\.pb)")),
@@ -55,14 +58,14 @@ class DumpError(ValueError):
 
 @dataclass
 class Stage:
-    kind: str                       # before | pass | after
-    path: Path                      # the text dump, else the .hlo.pb
-    step: int | None = None         # SSSS of a per-pass dump
+    kind: str  # before | pass | after
+    path: Path  # the text dump, else the .hlo.pb
+    step: int | None = None  # SSSS of a per-pass dump
     pipeline: str = ""
-    after_pass: str = ""             # the pass it follows (or the step of a pass that dumps during its run)
+    after_pass: str = ""  # the pass it follows (or the step of a pass that dumps during its run)
     before_pass: str = ""
     backend: str = ""
-    proto: Path | None = None       # the .hlo.pb twin
+    proto: Path | None = None  # the .hlo.pb twin
 
     @property
     def label(self) -> str:
@@ -81,7 +84,7 @@ class Stage:
             try:
                 return module_text(read_module_proto(self.proto))
             except ProtoError:
-                return text         # elided constants read as zeros (see the module docstring)
+                return text  # elided constants read as zeros (see the module docstring)
         return module_text(read_module_proto(self.path))
 
 
@@ -94,7 +97,7 @@ class DumpModule:
     passes: list[Stage] = field(default_factory=list)
     snapshots: list[Path] = field(default_factory=list)
     other: list[Path] = field(default_factory=list)
-    duplicates: list[tuple[Path, Path]] = field(default_factory=list)   # (file left out, the file kept instead)
+    duplicates: list[tuple[Path, Path]] = field(default_factory=list)  # (file left out, the file kept instead)
 
     def stages(self) -> list[Stage]:
         """Every dumped stage in pipeline order: before optimizations, the passes, after optimizations."""
@@ -103,12 +106,16 @@ class DumpModule:
     def stage(self, which: str | None) -> Stage:
         stages = self.stages()
         if not stages:
-            raise DumpError(f"module_{self.number:04d}.{self.name} has no HLO dump (only: "
-                            f"{', '.join(p.name for p in self.other[:5]) or 'nothing'})")
+            raise DumpError(
+                f"module_{self.number:04d}.{self.name} has no HLO dump (only: "
+                f"{', '.join(p.name for p in self.other[:5]) or 'nothing'})"
+            )
         if which is None:
             return self.after[0] if self.after else stages[-1]
         if which == "snapshot":
-            raise DumpError("--stage snapshot: the snapshot's module and inputs; run, compare, diff and extract take it")
+            raise DumpError(
+                "--stage snapshot: the snapshot's module and inputs; run, compare, diff and extract take it"
+            )
         if which == "before" and self.before:
             return self.before
         if which == "after" and self.after:
@@ -116,14 +123,16 @@ class DumpModule:
         if which.isdigit():
             found = [s for s in self.passes if s.step == int(which)]
         else:
-            found = [s for s in self.passes if s.after_pass == which] or \
-                [s for s in stages if s.path.name == which or (s.proto is not None and s.proto.name == which)]
+            found = [s for s in self.passes if s.after_pass == which] or [
+                s for s in stages if s.path.name == which or (s.proto is not None and s.proto.name == which)
+            ]
         if not found:
             passes = sorted({s.after_pass for s in self.passes})
-            raise DumpError(f"module_{self.number:04d}.{self.name}: no stage {which!r}; stages: "
-                            + ", ".join((["before"] if self.before else []) + (["after"] if self.after else []))
-                            + (f", steps 0-{max(s.step for s in self.passes)} or a pass: {', '.join(passes)}"
-                               if passes else ""))
+            raise DumpError(
+                f"module_{self.number:04d}.{self.name}: no stage {which!r}; stages: "
+                + ", ".join((["before"] if self.before else []) + (["after"] if self.after else []))
+                + (f", steps 0-{max(s.step for s in self.passes)} or a pass: {', '.join(passes)}" if passes else "")
+            )
         return found[0]
 
 
@@ -154,7 +163,7 @@ def scan(directory) -> list[DumpModule]:
         else:
             name = rest.split(".")[0]
             modules.setdefault(number, DumpModule(number, name)).other.append(path)
-    for path, (number, kind, g) in protos.items():        # twins of text dumps, or the only dump of a stage
+    for path, (number, kind, g) in protos.items():  # twins of text dumps, or the only dump of a stage
         module = modules[number]
         if kind == "before":
             stage = module.before = module.before or Stage("before", path)
@@ -186,8 +195,16 @@ def _add_stage(module: DumpModule, kind: str, path: Path, s: re.Match) -> None:
     else:
         kept = next((p for p in module.passes if p.step == int(s.group("step"))), None)
         if kept is None:
-            module.passes.append(Stage("pass", path, int(s.group("step")), s.group("pipeline"),
-                                       s.group("after") or s.group("during"), s.group("before") or ""))
+            module.passes.append(
+                Stage(
+                    "pass",
+                    path,
+                    int(s.group("step")),
+                    s.group("pipeline"),
+                    s.group("after") or s.group("during"),
+                    s.group("before") or "",
+                )
+            )
     if kept is not None:
         module.duplicates.append((path, kept.path))
 
@@ -235,8 +252,8 @@ def resolve(directory, module: str | None = None, stage: str | None = None) -> t
 class ProgramTexts(NamedTuple):
     number: int
     name: str
-    before: str | None              # the HLO text before optimizations (None: not dumped)
-    after: str | None               # after optimizations (the first backend's)
+    before: str | None  # the HLO text before optimizations (None: not dumped)
+    after: str | None  # after optimizations (the first backend's)
     before_path: Path | None
     after_path: Path | None
 
@@ -245,39 +262,71 @@ def program_texts(directory) -> list[ProgramTexts]:
     """The programs of a directory written by `XLA_FLAGS=--xla_dump_to=DIR --xla_dump_hlo_as_text`, by module
     number, with their texts before and after optimization (read from the .hlo.pb twin where the text elides
     large constants and jaxlib is there: Stage.text). Raises DumpError when DIR is not a directory."""
+
     def text(stage: Stage | None) -> str | None:
         return None if stage is None else stage.text()
-    return [ProgramTexts(m.number, m.name, text(m.before), text(m.after[0] if m.after else None),
-                         m.before.path if m.before else None, m.after[0].path if m.after else None)
-            for m in scan(directory)]
+
+    return [
+        ProgramTexts(
+            m.number,
+            m.name,
+            text(m.before),
+            text(m.after[0] if m.after else None),
+            m.before.path if m.before else None,
+            m.after[0].path if m.after else None,
+        )
+        for m in scan(directory)
+    ]
 
 
 def module_summary(module: DumpModule) -> dict:
     """What `hloexec dump` lists for one program."""
+
     def describe(stage: Stage | None) -> dict | None:
         if stage is None:
             return None
-        info = {"file": stage.path.name, "bytes": stage.path.stat().st_size, "instructions": None,
-                "proto": stage.proto.name if stage.proto else None}
+        info = {
+            "file": stage.path.name,
+            "bytes": stage.path.stat().st_size,
+            "instructions": None,
+            "proto": stage.proto.name if stage.proto else None,
+        }
         if stage.backend:
             info["backend"] = stage.backend
         info["instructions"], problem = check_stage(stage)
         if problem:
             info["error"] = problem
         return info
+
     passes = []
     for s in sorted(module.passes, key=lambda s: s.step):
-        passes.append({"step": s.step, "pipeline": s.pipeline, "after": s.after_pass, "before": s.before_pass,
-                       "file": s.path.name, "error": check_stage(s)[1] or None})
-    summary = {"number": module.number, "name": module.name, "before": describe(module.before),
-               "after": [describe(s) for s in module.after], "passes": passes,
-               "pass_count": len(module.passes), "snapshots": [p.name for p in module.snapshots],
-               "other_files": len(module.other)}
+        passes.append(
+            {
+                "step": s.step,
+                "pipeline": s.pipeline,
+                "after": s.after_pass,
+                "before": s.before_pass,
+                "file": s.path.name,
+                "error": check_stage(s)[1] or None,
+            }
+        )
+    summary = {
+        "number": module.number,
+        "name": module.name,
+        "before": describe(module.before),
+        "after": [describe(s) for s in module.after],
+        "passes": passes,
+        "pass_count": len(module.passes),
+        "snapshots": [p.name for p in module.snapshots],
+        "other_files": len(module.other),
+    }
     stages = [summary["before"], *summary["after"], *passes]
-    summary["problems"] = [{"file": info["file"], "error": info["error"]} for info in stages
-                           if info is not None and info.get("error")] + \
-        [{"file": left.name, "error": f"duplicate of {kept.name} (the same stage twice: left out)"}
-         for left, kept in module.duplicates]
+    summary["problems"] = [
+        {"file": info["file"], "error": info["error"]} for info in stages if info is not None and info.get("error")
+    ] + [
+        {"file": left.name, "error": f"duplicate of {kept.name} (the same stage twice: left out)"}
+        for left, kept in module.duplicates
+    ]
     return summary
 
 
@@ -306,8 +355,9 @@ def _save(name: str, arrays: dict) -> str:
 
 
 def is_snapshot(path) -> bool:
-    return any(p.fullmatch(Path(path).name) for kind, p in _SUFFIXES if kind == "snapshot") or \
-        str(path).endswith(".hlo_snapshot.pb")
+    return any(p.fullmatch(Path(path).name) for kind, p in _SUFFIXES if kind == "snapshot") or str(path).endswith(
+        ".hlo_snapshot.pb"
+    )
 
 
 def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
@@ -319,8 +369,9 @@ def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
         return str(saved[0]), f"inputs: {saved[0].name} beside the module"
     if dump.snapshots:
         snap = read_snapshot(dump.snapshots[0])
-        path = _save(dump.snapshots[0].name + ".inputs.npz",
-                     {f"arg{i}": a for i, a in enumerate(flatten(tuple(snap.arguments)))})
+        path = _save(
+            dump.snapshots[0].name + ".inputs.npz", {f"arg{i}": a for i, a in enumerate(flatten(tuple(snap.arguments)))}
+        )
         return path, f"inputs: the {len(snap.arguments)} arguments of the snapshot {dump.snapshots[0].name}"
     return None
 
@@ -341,8 +392,10 @@ def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str,
             elided = b"{...}" in chosen.path.read_bytes()
             if chosen.proto is None:
                 if elided:
-                    note += ("\nnote: its large constants are elided ({...}) and read as zeros; "
-                             "--xla_dump_hlo_as_proto dumps them")
+                    note += (
+                        "\nnote: its large constants are elided ({...}) and read as zeros; "
+                        "--xla_dump_hlo_as_proto dumps them"
+                    )
                 return str(chosen.path), None, note
             if not elided:
                 return str(chosen.path), None, note
@@ -350,8 +403,11 @@ def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str,
     if p.suffix == ".pb" and p.is_file():
         if is_snapshot(p):
             snap = read_snapshot(p)
-            return _write(p.name + ".hlo", module_text(snap.module_proto)), snap, \
-                f"{p}: snapshot of {snap.module_name} ({len(snap.arguments)} arguments and the result)"
+            return (
+                _write(p.name + ".hlo", module_text(snap.module_proto)),
+                snap,
+                f"{p}: snapshot of {snap.module_name} ({len(snap.arguments)} arguments and the result)",
+            )
         return _write(p.name + ".hlo", module_text(read_module_proto(p))), None, f"{p}: module proto"
     return path, None, ""
 
@@ -365,7 +421,7 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
     module, stage = getattr(args, "module", None), getattr(args, "stage", None)
     resolved_module = False
     if getattr(args, "b", "") is None and isinstance(getattr(args, "a", None), str) and Path(args.a).is_dir():
-        args.b = args.a             # `diff DIR --stage X --stage-b Y`: two stages of one dump
+        args.b = args.a  # `diff DIR --stage X --stage-b Y`: two stages of one dump
     for attr in ("file", "other", "a", "b"):
         value = getattr(args, attr, None)
         if not isinstance(value, str):
@@ -377,25 +433,37 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
         if note:
             notes.append(note)
         given = any(a == flag or a.startswith(flag + "=") for a in argv for flag in ("--inputs", "--seed"))
-        if snapshot is None and attr in ("file", "a") and Path(value).is_dir() and hasattr(args, "inputs") \
-                and not given:
+        if (
+            snapshot is None
+            and attr in ("file", "a")
+            and Path(value).is_dir()
+            and hasattr(args, "inputs")
+            and not given
+        ):
             real = dumped_inputs(find_module(scan(value), module, value))
             if real is not None:
                 args.inputs = real[0]
                 notes.append(real[1] + " (--seed N draws random ones)")
         if snapshot is not None and attr in ("file", "a"):
             if hasattr(args, "inputs") and not given:
-                args.inputs = _save(Path(value).name + ".inputs.npz",
-                                    {f"arg{i}": a for i, a in enumerate(flatten(tuple(snapshot.arguments)))})
+                args.inputs = _save(
+                    Path(value).name + ".inputs.npz",
+                    {f"arg{i}": a for i, a in enumerate(flatten(tuple(snapshot.arguments)))},
+                )
                 notes.append(f"inputs: the snapshot's {len(snapshot.arguments)} arguments")
-            if getattr(args, "command", None) == "compare" and args.other is None and args.expected is None \
-                    and getattr(args, "against", None) is None:
-                args.expected = _save(Path(value).name + ".expected.npz",
-                                      {f"out{i}": a for i, a in enumerate(flatten(snapshot.result))})
+            if (
+                getattr(args, "command", None) == "compare"
+                and args.other is None
+                and args.expected is None
+                and getattr(args, "against", None) is None
+            ):
+                args.expected = _save(
+                    Path(value).name + ".expected.npz", {f"out{i}": a for i, a in enumerate(flatten(snapshot.result))}
+                )
                 notes.append("expected: the snapshot's result (what the device returned)")
     if isinstance(getattr(args, "files", None), list):
         resolved_module |= any(Path(f).is_dir() for f in args.files)
         args.files = [as_text_file(f, module, stage)[0] for f in args.files]
     if resolved_module and hasattr(args, "module"):
-        args.module = None          # chosen: each resolved file holds that one module
+        args.module = None  # chosen: each resolved file holds that one module
     return notes

@@ -14,6 +14,7 @@ Compute times come from the roofline of hloexec.tools.costmodel (FLOPs as `hloex
 read and written, a named chip); collective groups, sizes and kinds from `hloexec collectives`. What the
 formats cannot say is listed with the assumptions the command prints first.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ from .stats import Walk
 @dataclass
 class Event:
     """One entry instruction in schedule order, as the simulators see it."""
+
     inst: Instruction
     flops: int = 0
     bytes: int = 0
@@ -46,7 +48,7 @@ class Event:
 @dataclass
 class Program:
     module: Module
-    report: object                  # CollectivesReport
+    report: object  # CollectivesReport
     events: list[Event]
     assumptions: list[str] = field(default_factory=list)
 
@@ -55,8 +57,13 @@ class Program:
         return self.report.devices
 
 
-def program(module: Module, partitions=None, replicas=None, chip: str = costmodel.DEFAULT_CHIP,
-            link: str = costmodel.DEFAULT_LINK) -> Program:
+def program(
+    module: Module,
+    partitions=None,
+    replicas=None,
+    chip: str = costmodel.DEFAULT_CHIP,
+    link: str = costmodel.DEFAULT_LINK,
+) -> Program:
     report = collectives_report(module, "", partitions, replicas, link, chip)
     by_inst = {id(c.inst): c for c in report.collectives if not c.context}
     walk = Walk()
@@ -82,8 +89,10 @@ def program(module: Module, partitions=None, replicas=None, chip: str = costmode
     ]
     nested = [c for c in report.collectives if c.context]
     if nested:
-        p.assumptions.append(f"{len(nested)} collectives inside called computations (while bodies, calls) are not "
-                             f"exported: their call site is one compute node (a while body counted once)")
+        p.assumptions.append(
+            f"{len(nested)} collectives inside called computations (while bodies, calls) are not "
+            f"exported: their call site is one compute node (a while body counted once)"
+        )
     return p
 
 
@@ -102,13 +111,15 @@ def write_chakra(p: Program, out_dir: str) -> dict:
     for e in p.events:
         if e.collective is not None and e.collective.kind != "collective-permute":
             for g in e.collective.groups:
-                group_ids.setdefault(tuple(g), len(group_ids) + 1)     # "0" is ASTRA-sim's "all devices"
-    (out / f"{prefix}.comm_group.json").write_text(json.dumps({str(i): list(g) for g, i in group_ids.items()},
-                                                              indent=1) + "\n")
-    metadata = Metadata(version=chakra.SCHEMA_VERSION,
-                        attr=[chakra.attr("producer", "hloexec export --chakra"),
-                              chakra.attr("module", p.module.name)]
-                        + [chakra.attr(f"assumption_{i}", a) for i, a in enumerate(p.assumptions)])
+                group_ids.setdefault(tuple(g), len(group_ids) + 1)  # "0" is ASTRA-sim's "all devices"
+    (out / f"{prefix}.comm_group.json").write_text(
+        json.dumps({str(i): list(g) for g, i in group_ids.items()}, indent=1) + "\n"
+    )
+    metadata = Metadata(
+        version=chakra.SCHEMA_VERSION,
+        attr=[chakra.attr("producer", "hloexec export --chakra"), chakra.attr("module", p.module.name)]
+        + [chakra.attr(f"assumption_{i}", a) for i, a in enumerate(p.assumptions)],
+    )
     files, counts = [], {}
     for d in range(p.devices):
         nodes = _device_nodes(p, d, group_ids, Node, chakra)
@@ -117,32 +128,43 @@ def write_chakra(p: Program, out_dir: str) -> dict:
         files.append(str(path))
         for n in nodes:
             counts[n.type] = counts.get(n.type, 0) + 1
-    names = {chakra.COMP_NODE: "compute", chakra.COMM_COLL_NODE: "collective", chakra.COMM_SEND_NODE: "send",
-             chakra.COMM_RECV_NODE: "recv"}
-    return {"files": files, "comm_group": str(out / f"{prefix}.comm_group.json"), "groups": len(group_ids),
-            "nodes": {names[t]: n for t, n in sorted(counts.items())},
-            "astra_sim": f"--workload-configuration={out / prefix} "
-                         f"--comm-group-configuration={out / (prefix + '.comm_group.json')}"}
+    names = {
+        chakra.COMP_NODE: "compute",
+        chakra.COMM_COLL_NODE: "collective",
+        chakra.COMM_SEND_NODE: "send",
+        chakra.COMM_RECV_NODE: "recv",
+    }
+    return {
+        "files": files,
+        "comm_group": str(out / f"{prefix}.comm_group.json"),
+        "groups": len(group_ids),
+        "nodes": {names[t]: n for t, n in sorted(counts.items())},
+        "astra_sim": f"--workload-configuration={out / prefix} "
+        f"--comm-group-configuration={out / (prefix + '.comm_group.json')}",
+    }
 
 
 def _device_nodes(p: Program, device: int, group_ids: dict, Node, chakra) -> list:
     nodes = []
-    made: dict[int, list[int]] = {}         # instruction -> the node ids its value depends on
-    stream: int | None = None               # the last node on the compute stream (compute, synchronous collective)
+    made: dict[int, list[int]] = {}  # instruction -> the node ids its value depends on
+    stream: int | None = None  # the last node on the compute stream (compute, synchronous collective)
     for e in p.events:
         inst = e.inst
         deps = sorted({n for o in inst.operands for n in made.get(id(o), ())})
         c = e.collective
         if e.free or (c is not None and not _takes_part(c, device)):
-            made[id(inst)] = deps           # no node: its readers depend on what it depends on
+            made[id(inst)] = deps  # no node: its readers depend on what it depends on
             continue
         new = []
         if c is None:
-            node = Node(id=len(nodes), name=inst.name, type=chakra.COMP_NODE,
-                        duration_micros=round(e.seconds * 1e6))
-            node.attr.extend([chakra.attr("is_cpu_op", False),
-                              chakra.attr("num_ops", max(e.flops, inst.shape.leaf_elements())),
-                              chakra.attr("tensor_size", e.bytes)])
+            node = Node(id=len(nodes), name=inst.name, type=chakra.COMP_NODE, duration_micros=round(e.seconds * 1e6))
+            node.attr.extend(
+                [
+                    chakra.attr("is_cpu_op", False),
+                    chakra.attr("num_ops", max(e.flops, inst.shape.leaf_elements())),
+                    chakra.attr("tensor_size", e.bytes),
+                ]
+            )
             new.append(node)
         elif c.kind == "collective-permute":
             tag = p.events.index(e)
@@ -150,17 +172,32 @@ def _device_nodes(p: Program, device: int, group_ids: dict, Node, chakra) -> lis
                 if s == t or device not in (s, t):
                     continue
                 send = s == device
-                node = Node(id=len(nodes) + len(new), name=f"{inst.name}:{'send' if send else 'recv'}",
-                            type=chakra.COMM_SEND_NODE if send else chakra.COMM_RECV_NODE)
-                node.attr.extend([chakra.attr("is_cpu_op", False), chakra.attr("comm_src", s),
-                                  chakra.attr("comm_dst", t), chakra.attr("comm_size", c.bytes),
-                                  chakra.attr("comm_tag", tag)])
+                node = Node(
+                    id=len(nodes) + len(new),
+                    name=f"{inst.name}:{'send' if send else 'recv'}",
+                    type=chakra.COMM_SEND_NODE if send else chakra.COMM_RECV_NODE,
+                )
+                node.attr.extend(
+                    [
+                        chakra.attr("is_cpu_op", False),
+                        chakra.attr("comm_src", s),
+                        chakra.attr("comm_dst", t),
+                        chakra.attr("comm_size", c.bytes),
+                        chakra.attr("comm_tag", tag),
+                    ]
+                )
                 new.append(node)
         else:
             group = next(g for g in c.groups if device in g)
             node = Node(id=len(nodes), name=inst.name, type=chakra.COMM_COLL_NODE)
-            node.attr.extend([chakra.attr("is_cpu_op", False), chakra.attr("comm_type", chakra.COMM_TYPES[c.kind]),
-                              chakra.attr("comm_size", c.bytes), chakra.attr("pg_name", str(group_ids[tuple(group)]))])
+            node.attr.extend(
+                [
+                    chakra.attr("is_cpu_op", False),
+                    chakra.attr("comm_type", chakra.COMM_TYPES[c.kind]),
+                    chakra.attr("comm_size", c.bytes),
+                    chakra.attr("pg_name", str(group_ids[tuple(group)])),
+                ]
+            )
             new.append(node)
         for node in new:
             node.data_deps.extend(deps)
@@ -169,7 +206,7 @@ def _device_nodes(p: Program, device: int, group_ids: dict, Node, chakra) -> lis
         nodes += new
         if new:
             made[id(inst)] = [n.id for n in new if n.type != chakra.COMM_SEND_NODE] or [n.id for n in new]
-            if c is None or c.done is None:     # an async start leaves the stream free until its done
+            if c is None or c.done is None:  # an async start leaves the stream free until its done
                 stream = new[-1].id
         else:
             made[id(inst)] = deps
@@ -179,21 +216,30 @@ def _device_nodes(p: Program, device: int, group_ids: dict, Node, chakra) -> lis
 def _takes_part(c: Collective, device: int) -> bool:
     if c.kind == "collective-permute":
         return any(device in (s, t) and s != t for s, t in c.groups)
-    return any(device in g for g in c.groups) and c.kind in ("all-reduce", "all-gather", "reduce-scatter",
-                                                             "all-to-all", "collective-broadcast")
+    return any(device in g for g in c.groups) and c.kind in (
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-broadcast",
+    )
 
 
 # -- ASTRA-sim 1.0 text ---------------------------------------------------------------------------------
-ASTRA_TYPES = {"all-reduce": "ALLREDUCE", "all-gather": "ALLGATHER", "reduce-scatter": "REDUCESCATTER",
-               "all-to-all": "ALLTOALL"}
+ASTRA_TYPES = {
+    "all-reduce": "ALLREDUCE",
+    "all-gather": "ALLGATHER",
+    "reduce-scatter": "REDUCESCATTER",
+    "all-to-all": "ALLTOALL",
+}
 _COLUMNS = ("fwd", "ig", "wg")
 
 
 @dataclass
 class Row:
     name: str
-    compute: dict = field(default_factory=lambda: {c: 0.0 for c in _COLUMNS})     # seconds
-    comms: dict = field(default_factory=lambda: {c: {} for c in _COLUMNS})        # column -> type -> bytes
+    compute: dict = field(default_factory=lambda: {c: 0.0 for c in _COLUMNS})  # seconds
+    comms: dict = field(default_factory=lambda: {c: {} for c in _COLUMNS})  # column -> type -> bytes
     update: float = 0.0
     flops: int = 0
 
@@ -212,8 +258,12 @@ def model_parallel_size(p: Program) -> int:
 
 
 def _contiguous(groups) -> bool:
-    return bool(groups) and len({len(g) for g in groups}) == 1 and len(groups[0]) > 1 and all(
-        sorted(g) == list(range(min(g), min(g) + len(g))) for g in groups)
+    return (
+        bool(groups)
+        and len({len(g) for g in groups}) == 1
+        and len(groups[0]) > 1
+        and all(sorted(g) == list(range(min(g), min(g) + len(g))) for g in groups)
+    )
 
 
 def astra_sim_rows(p: Program) -> tuple[list[Row], int, list[str]]:
@@ -237,6 +287,7 @@ def astra_sim_rows(p: Program) -> tuple[list[Row], int, list[str]]:
 
     def row(name: str) -> Row:
         return rows.setdefault(name, Row(name))
+
     for i, (e, name) in enumerate(placed):
         ph, index = phases[i], layer(name)
         if index is not None:
@@ -244,13 +295,16 @@ def astra_sim_rows(p: Program) -> tuple[list[Row], int, list[str]]:
         elif not ph:
             key = "optimizer"
         elif not layer_positions:
-            key = "module"          # no layer in any op_name: one row
+            key = "module"  # no layer in any op_name: one row
         else:
             first = first_layer[ph]
             before = first is not None and i < first
             # forward: embedding before the layers, head after; backward runs the other way round
-            key = ("pre_layers" if before else "post_layers") if ph == "forward" else \
-                ("post_layers" if before else "pre_layers")
+            key = (
+                ("pre_layers" if before else "post_layers")
+                if ph == "forward"
+                else ("post_layers" if before else "pre_layers")
+            )
         r = row(key)
         c = e.collective
         if c is None:
@@ -272,16 +326,26 @@ def astra_sim_rows(p: Program) -> tuple[list[Row], int, list[str]]:
     order = [k for k in ("module", "pre_layers") if k in rows]
     order += sorted((k for k in rows if k.startswith("layer_")), key=lambda k: int(k.split("_")[1]))
     order += [k for k in ("post_layers", "optimizer") if k in rows]
-    texts = [f"{n} {kind} collective{'s' if n > 1 else ''} left out (the format has no such type)"
-             for kind, n in notes.items()]
+    texts = [
+        f"{n} {kind} collective{'s' if n > 1 else ''} left out (the format has no such type)"
+        for kind, n in notes.items()
+    ]
     return [rows[k] for k in order], mp, texts
 
 
 def _weight_gradient(inst: Instruction, params: set) -> bool:
     """A backward contraction whose result has a parameter's shape: the gradient of a weight."""
-    return bool(inst.shape.dims in params and not inst.shape.is_tuple and (
-        inst.opcode in ("dot", "convolution", "custom-call") or (inst.opcode == "fusion" and any(
-            i.opcode in ("dot", "convolution") for i in inst.called["calls"].instructions))))
+    return bool(
+        inst.shape.dims in params
+        and not inst.shape.is_tuple
+        and (
+            inst.opcode in ("dot", "convolution", "custom-call")
+            or (
+                inst.opcode == "fusion"
+                and any(i.opcode in ("dot", "convolution") for i in inst.called["calls"].instructions)
+            )
+        )
+    )
 
 
 def astra_sim_text(p: Program) -> tuple[str, dict]:
@@ -289,7 +353,7 @@ def astra_sim_text(p: Program) -> tuple[str, dict]:
     rows, mp, notes = astra_sim_rows(p)
     lines = []
     for r in rows:
-        extra = []      # a column with several comm types: the others go to rows of their own
+        extra = []  # a column with several comm types: the others go to rows of their own
         cells = []
         for column in _COLUMNS:
             comms = list(r.comms[column].items()) or [("NONE", 0)]
@@ -299,19 +363,27 @@ def astra_sim_text(p: Program) -> tuple[str, dict]:
         for k, (column, kind, size) in enumerate(extra, 1):
             cells = [(0, kind, size) if c == column else (0, "NONE", 0) for c in _COLUMNS]
             lines.append(_row_line(f"{r.name}.{k}", cells, 0))
-    header = (f"HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: {mp} ep: 1 pp: 1 ga: 1 "
-              f"all_gpus: {p.devices} checkpoints: 0 checkpoint_initiates: 0")
+    header = (
+        f"HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: {mp} ep: 1 pp: 1 ga: 1 "
+        f"all_gpus: {p.devices} checkpoints: 0 checkpoint_initiates: 0"
+    )
     text = "\n".join([header, str(len(lines)), *lines]) + "\n"
     by_type: dict[str, int] = {}
     for r in rows:
         for column in _COLUMNS:
             for kind, size in r.comms[column].items():
                 by_type[kind] = by_type.get(kind, 0) + size
-    summary = {"rows": len(lines), "layers": sum(r.name.startswith("layer_") for r in rows),
-               "model_parallel_NPU_group": mp, "all_gpus": p.devices,
-               "compute_ns": {c: round(sum(r.compute[c] for r in rows) * 1e9) for c in _COLUMNS},
-               "update_ns": round(sum(r.update for r in rows) * 1e9), "flops": sum(r.flops for r in rows),
-               "comm_bytes": by_type, "left_out": notes}
+    summary = {
+        "rows": len(lines),
+        "layers": sum(r.name.startswith("layer_") for r in rows),
+        "model_parallel_NPU_group": mp,
+        "all_gpus": p.devices,
+        "compute_ns": {c: round(sum(r.compute[c] for r in rows) * 1e9) for c in _COLUMNS},
+        "update_ns": round(sum(r.update for r in rows) * 1e9),
+        "flops": sum(r.flops for r in rows),
+        "comm_bytes": by_type,
+        "left_out": notes,
+    }
     return text, summary
 
 

@@ -11,6 +11,7 @@ keeps the computations it calls (fused computations, reducers) and the header's 
 instructions (the first time each runs; a run stops as soon as it has them all): the parameters of a
 submodule take exactly the values they had in the original run.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,11 +31,12 @@ _FREE_OPCODES = frozenset({"constant", "iota"})
 class Submodule:
     """A standalone module computing `roots` of the original from `parameters` (original instructions, in
     parameter order: the values they had in the original run are the new module's inputs)."""
+
     text: str
     name: str
     roots: list[Instruction]
     parameters: list[Instruction]
-    instructions: list[Instruction]       # the original instructions it computes (parameters excluded)
+    instructions: list[Instruction]  # the original instructions it computes (parameters excluded)
 
     @property
     def instruction_count(self) -> int:
@@ -93,9 +95,11 @@ def submodule(roots: list[Instruction], cut=frozenset(), name: str | None = None
 
 def _resolve_stack_frames(text: str, module: Module | None) -> str:
     """`stack_frame_id=N` in metadata as `source_file=... source_line=...`: the extract has no StackFrames table."""
+
     def resolve(m) -> str:
         frame = module.stack_frame(int(m.group(1))) if module is not None else None
         return f'source_file="{frame[0]}" source_line={frame[1]}' if frame else ""
+
     return re.sub(r"stack_frame_id=(\d+)", resolve, text)
 
 
@@ -132,8 +136,13 @@ def boundary(module: Module, inst: Instruction) -> str | None:
 def find_instruction(module: Module, name: str) -> Instruction:
     """The instruction named `name` (a leading % is ignored; 'computation/name' where names repeat)."""
     comp_name, _, inst_name = name.lstrip("%").rpartition("/")
-    found = [i for c in module.computations if not comp_name or c.name == comp_name.lstrip("%")
-             for i in c.instructions if i.name == inst_name.lstrip("%")]
+    found = [
+        i
+        for c in module.computations
+        if not comp_name or c.name == comp_name.lstrip("%")
+        for i in c.instructions
+        if i.name == inst_name.lstrip("%")
+    ]
     if not found:
         raise KeyError(f"{module.name} has no instruction named {name!r}")
     if len(found) > 1:
@@ -172,9 +181,10 @@ def capture(exe, instructions: list[Instruction], inputs: list, graph: ValueGrap
                 found[k] = value
             if not wanted:
                 raise _Captured
+
         try:
             exe.run(*inputs, observe=observe, observe_inside=lambda comp: comp.name in opened)
-        except Exception as e:      # the stop arrives wrapped when it leaves a nested computation
+        except Exception as e:  # the stop arrives wrapped when it leaves a nested computation
             cause = e
             while cause is not None and not isinstance(cause, _Captured):
                 cause = cause.__cause__

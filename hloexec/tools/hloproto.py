@@ -17,6 +17,7 @@ The arrays come out as numpy arrays of the HLO element types (ml_dtypes for bf16
 (hundreds of instruction fields) is turned into HLO text by XLA's own printer through jaxlib when it is
 installed (`module_text`); without jaxlib, a text dump beside the proto serves (see hloexec.tools.dumpdir).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,12 +43,12 @@ def fields(data: bytes | memoryview) -> list[tuple[int, int, object]]:
         if wire == 0:
             value, i = _varint(data, i)
         elif wire == 1:
-            value, i = data[i:i + 8], i + 8
+            value, i = data[i : i + 8], i + 8
         elif wire == 2:
             length, i = _varint(data, i)
-            value, i = data[i:i + length], i + length
+            value, i = data[i : i + length], i + length
         elif wire == 5:
-            value, i = data[i:i + 4], i + 4
+            value, i = data[i : i + 4], i + 4
         else:
             raise ProtoError(f"unsupported wire type {wire} (field {number}) at byte {i}")
         if i > n:
@@ -70,16 +71,61 @@ def _varint(data: memoryview, i: int) -> tuple[int, int]:
 
 
 # PrimitiveType enum numbers (xla_data.proto) -> HLO element type names
-PRIMITIVE_TYPES = {1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",
-                   10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque", 15: "c64", 16: "bf16", 17: "token",
-                   18: "c128", 19: "f8e5m2", 20: "f8e4m3fn", 21: "s4", 22: "u4", 23: "f8e4m3b11fnuz",
-                   24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 28: "f8e4m3", 29: "f8e3m4"}
+PRIMITIVE_TYPES = {
+    1: "pred",
+    2: "s8",
+    3: "s16",
+    4: "s32",
+    5: "s64",
+    6: "u8",
+    7: "u16",
+    8: "u32",
+    9: "u64",
+    10: "f16",
+    11: "f32",
+    12: "f64",
+    13: "tuple",
+    14: "opaque",
+    15: "c64",
+    16: "bf16",
+    17: "token",
+    18: "c128",
+    19: "f8e5m2",
+    20: "f8e4m3fn",
+    21: "s4",
+    22: "u4",
+    23: "f8e4m3b11fnuz",
+    24: "f8e5m2fnuz",
+    25: "f8e4m3fnuz",
+    28: "f8e4m3",
+    29: "f8e3m4",
+}
 # LiteralProto field holding the values of each element type; packed repeated scalars or raw little-endian bytes
-_LITERAL_FIELDS = {"pred": 2, "u8": 3, "s32": 4, "s64": 5, "u32": 6, "u64": 7, "f32": 8, "f64": 9, "f16": 11,
-                   "c64": 12, "bf16": 13, "s8": 15, "u16": 16, "s16": 17, "c128": 18, "f8e5m2": 19,
-                   "f8e4m3fn": 20, "f8e4m3b11fnuz": 23, "f8e5m2fnuz": 24, "f8e4m3fnuz": 25, "f8e4m3": 28,
-                   "f8e3m4": 29}
-_VARINT_TYPES = {"pred", "s32", "s64", "u32", "u64"}        # packed varints; the others little-endian bytes
+_LITERAL_FIELDS = {
+    "pred": 2,
+    "u8": 3,
+    "s32": 4,
+    "s64": 5,
+    "u32": 6,
+    "u64": 7,
+    "f32": 8,
+    "f64": 9,
+    "f16": 11,
+    "c64": 12,
+    "bf16": 13,
+    "s8": 15,
+    "u16": 16,
+    "s16": 17,
+    "c128": 18,
+    "f8e5m2": 19,
+    "f8e4m3fn": 20,
+    "f8e4m3b11fnuz": 23,
+    "f8e5m2fnuz": 24,
+    "f8e4m3fnuz": 25,
+    "f8e4m3": 28,
+    "f8e3m4": 29,
+}
+_VARINT_TYPES = {"pred", "s32", "s64", "u32", "u64"}  # packed varints; the others little-endian bytes
 
 
 @dataclass
@@ -139,10 +185,11 @@ def read_literal(data):
 @dataclass
 class Snapshot:
     """An HloSnapshot: the module (serialized HloModuleProto), its arguments, its result, where it ran."""
+
     module_name: str
     module_proto: bytes
     arguments: list
-    result: object                  # an array, or a tuple of them
+    result: object  # an array, or a tuple of them
     platform: str
 
 
@@ -195,8 +242,10 @@ def module_text(module_proto: bytes) -> str:
         _, xc = _jax()
         hlo = xc.hlo
     except ImportError:
-        raise ProtoError("reading a module from a protobuf dump needs jax/jaxlib (pip install jax), or a text dump "
-                         "of it (--xla_dump_hlo_as_text) beside the proto") from None
+        raise ProtoError(
+            "reading a module from a protobuf dump needs jax/jaxlib (pip install jax), or a text dump "
+            "of it (--xla_dump_hlo_as_text) beside the proto"
+        ) from None
     try:
         module = hlo.HloModule.from_serialized_hlo_module_proto(module_proto)
     except Exception as e:  # XLA's errors have no common base

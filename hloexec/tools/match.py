@@ -16,6 +16,7 @@ source line + opcode + shape (float type likewise); then by structure (same opco
 until nothing changes. Several nodes of B may pair with one node of A (the copies XLA makes when it duplicates a
 producer into several fusions); each node of B pairs with at most one node of A.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -25,12 +26,28 @@ from ..ir.module import Computation, Instruction, Module
 
 # Computations whose instructions compute values of the program, once per run of their caller (reducers,
 # comparators and scatter combiners compute scalars the kernels never expose).
-_VALUE_CALLEES = {"fusion": ("calls",), "call": ("to_apply",), "while": ("condition", "body"),
-                  "conditional": ("branch_computations", "true_computation", "false_computation"),
-                  "async-start": ("calls",)}
+_VALUE_CALLEES = {
+    "fusion": ("calls",),
+    "call": ("to_apply",),
+    "while": ("condition", "body"),
+    "conditional": ("branch_computations", "true_computation", "false_computation"),
+    "async-start": ("calls",),
+}
 # Attributes that do not change what an instruction computes.
-_IGNORED_ATTRS = frozenset({"metadata", "sharding", "backend_config", "frontend_attributes", "control-predecessors",
-                            "statistics", "origin", "schedule_name", "operand_precision", "result_accuracy"})
+_IGNORED_ATTRS = frozenset(
+    {
+        "metadata",
+        "sharding",
+        "backend_config",
+        "frontend_attributes",
+        "control-predecessors",
+        "statistics",
+        "origin",
+        "schedule_name",
+        "operand_precision",
+        "result_accuracy",
+    }
+)
 
 
 def instruction_key(inst: Instruction) -> tuple[str, str]:
@@ -50,21 +67,28 @@ def value_shape(shape) -> tuple | None:
 def float_retyped(a, b) -> bool:
     """Whether two array shapes are one value's with its float type changed (bf16 -> f32): same dims but 1s."""
     va, vb = value_shape(a), value_shape(b)
-    return va is not None and vb is not None and va != vb and va[1] == vb[1] and \
-        a.element_type.is_float and b.element_type.is_float
+    return (
+        va is not None
+        and vb is not None
+        and va != vb
+        and va[1] == vb[1]
+        and a.element_type.is_float
+        and b.element_type.is_float
+    )
 
 
 @dataclass(eq=False)
 class Node:
     """One value of a module."""
+
     index: int
-    inst: Instruction               # the instruction that computes it
-    tap: Instruction                # the outermost instruction holding it: where a run observes it
-    members: list[Instruction]      # every instruction holding it
-    depth: int                      # of tap's computation below the entry (0: the entry)
-    container: Instruction | None   # the entry instruction that runs the computation tap is in (None: depth 0)
+    inst: Instruction  # the instruction that computes it
+    tap: Instruction  # the outermost instruction holding it: where a run observes it
+    members: list[Instruction]  # every instruction holding it
+    depth: int  # of tap's computation below the entry (0: the entry)
+    container: Instruction | None  # the entry instruction that runs the computation tap is in (None: depth 0)
     operands: list[Node] = field(default_factory=list)
-    order: int = 0                  # position in a topological order of the graph
+    order: int = 0  # position in a topological order of the graph
 
     @property
     def shape(self):
@@ -110,7 +134,7 @@ class ValueGraph:
                 for p in comp.parameters:
                     if p.parameter_number < len(inst.operands):
                         union(p, inst.operands[p.parameter_number])
-        changed = True         # get-tuple-element of a tuple is that tuple's operand (through aliases too)
+        changed = True  # get-tuple-element of a tuple is that tuple's operand (through aliases too)
         while changed:
             changed = False
             defining = self._defining(insts, find)
@@ -118,8 +142,11 @@ class ValueGraph:
                 if inst.opcode == "get-tuple-element" and inst.operands:
                     source = defining[find(index[id(inst.operands[0])])]
                     i = inst.attr("index")
-                    if source.opcode == "tuple" and i < len(source.operands) and \
-                            find(index[id(inst)]) != find(index[id(source.operands[i])]):
+                    if (
+                        source.opcode == "tuple"
+                        and i < len(source.operands)
+                        and find(index[id(inst)]) != find(index[id(source.operands[i])])
+                    ):
                         union(inst, source.operands[i])
                         changed = True
         defining = self._defining(insts, find)
@@ -127,11 +154,12 @@ class ValueGraph:
         for inst in insts:
             groups.setdefault(find(index[id(inst)]), []).append(inst)
         self.nodes: list[Node] = []
-        self.node_of: dict[int, Node] = {}          # id(instruction) -> node
+        self.node_of: dict[int, Node] = {}  # id(instruction) -> node
         for root, members in groups.items():
             tap = min(members, key=lambda m: (self.depth[id(m.computation)], index[id(m)]))
-            node = Node(len(self.nodes), defining[root], tap, members, self.depth[id(tap.computation)],
-                        self._container(tap))
+            node = Node(
+                len(self.nodes), defining[root], tap, members, self.depth[id(tap.computation)], self._container(tap)
+            )
             self.nodes.append(node)
             for m in members:
                 self.node_of[id(m)] = node
@@ -147,9 +175,11 @@ class ValueGraph:
         best: dict[int, tuple] = {}
         for k, inst in enumerate(insts):
             alias = inst.opcode in ("fusion", "call", "get-tuple-element") or (
-                inst.opcode == "parameter" and not inst.computation.is_entry and
-                self.caller.get(id(inst.computation)) is not None and
-                self.caller[id(inst.computation)].opcode in ("fusion", "call"))
+                inst.opcode == "parameter"
+                and not inst.computation.is_entry
+                and self.caller.get(id(inst.computation)) is not None
+                and self.caller[id(inst.computation)].opcode in ("fusion", "call")
+            )
             rank = (alias, self.depth[id(inst.computation)], k)
             root = find(k)
             if root not in best or rank < best[root][0]:
@@ -183,8 +213,12 @@ class ValueGraph:
     def node(self, name: str) -> Node:
         """The node of the instruction named `name` (module-wide; 'computation/name' when several share it)."""
         comp_name, _, inst_name = name.lstrip("%").rpartition("/")
-        found = [n for n in self.nodes for m in n.members
-                 if m.name == inst_name and (not comp_name or m.computation.name == comp_name)]
+        found = [
+            n
+            for n in self.nodes
+            for m in n.members
+            if m.name == inst_name and (not comp_name or m.computation.name == comp_name)
+        ]
         if not found:
             raise KeyError(f"no instruction named {name!r} in {self.module.name}")
         return found[0]
@@ -210,10 +244,11 @@ def _value_computations(module: Module) -> dict[Computation, tuple[int, Instruct
 @dataclass
 class Matching:
     """Pairs of nodes of `a` and `b`: `partner[b node index] = a node index`."""
+
     a: ValueGraph
     b: ValueGraph
     partner: dict[int, int] = field(default_factory=dict)
-    how: dict[int, str] = field(default_factory=dict)        # b node index -> anchor | name | metadata | structure
+    how: dict[int, str] = field(default_factory=dict)  # b node index -> anchor | name | metadata | structure
 
     def partners(self, a_node: Node) -> list[Node]:
         return [self.b.nodes[b] for b in self._partners_of_a.get(a_node.index, ())]
@@ -230,8 +265,10 @@ class Matching:
 
     def pairs(self) -> list[tuple[Node, Node]]:
         """(a node, b node) for every pair, in the order of the first module (then of the second)."""
-        return sorted(((self.a.nodes[a], self.b.nodes[b]) for b, a in self.partner.items()),
-                      key=lambda p: (p[0].order, p[1].order))
+        return sorted(
+            ((self.a.nodes[a], self.b.nodes[b]) for b, a in self.partner.items()),
+            key=lambda p: (p[0].order, p[1].order),
+        )
 
     def is_matched(self, node: Node, side: str) -> bool:
         return node.index in (self.partner if side == "b" else self._partners_of_a)
@@ -239,20 +276,27 @@ class Matching:
     def unmatched(self, side: str) -> list[Node]:
         """Nodes of one side without a partner, computing ones only (no tuples, parameters, constants)."""
         graph = self.b if side == "b" else self.a
-        return [n for n in sorted(graph.nodes, key=lambda n: n.order)
-                if not self.is_matched(n, side) and _computes(n)]
+        return [n for n in sorted(graph.nodes, key=lambda n: n.order) if not self.is_matched(n, side) and _computes(n)]
 
     def counts(self) -> dict:
-        return {"pairs": len(self.partner), "a_nodes": sum(map(_computes, self.a.nodes)),
-                "b_nodes": sum(map(_computes, self.b.nodes)), "a_unmatched": len(self.unmatched("a")),
-                "b_unmatched": len(self.unmatched("b")),
-                "by": {how: sum(1 for h in self.how.values() if h == how)
-                       for how in ("anchor", "name", "metadata", "structure")}}
+        return {
+            "pairs": len(self.partner),
+            "a_nodes": sum(map(_computes, self.a.nodes)),
+            "b_nodes": sum(map(_computes, self.b.nodes)),
+            "a_unmatched": len(self.unmatched("a")),
+            "b_unmatched": len(self.unmatched("b")),
+            "by": {
+                how: sum(1 for h in self.how.values() if h == how)
+                for how in ("anchor", "name", "metadata", "structure")
+            },
+        }
 
 
 def _computes(node: Node) -> bool:
-    return node.inst.opcode not in ("tuple", "parameter", "constant", "get-tuple-element", "after-all") \
+    return (
+        node.inst.opcode not in ("tuple", "parameter", "constant", "get-tuple-element", "after-all")
         and value_shape(node.shape) is not None
+    )
 
 
 def match(a: Module | ValueGraph, b: Module | ValueGraph) -> Matching:
@@ -262,8 +306,9 @@ def match(a: Module | ValueGraph, b: Module | ValueGraph) -> Matching:
     m = Matching(ga, gb)
 
     def pair(a_node: Node, b_node: Node, how: str) -> bool:
-        same = value_shape(a_node.shape) == value_shape(b_node.shape) or \
-            (how in ("name", "metadata") and float_retyped(a_node.shape, b_node.shape))
+        same = value_shape(a_node.shape) == value_shape(b_node.shape) or (
+            how in ("name", "metadata") and float_retyped(a_node.shape, b_node.shape)
+        )
         if b_node.index in m.partner or not same or (a_node.shape.is_tuple != b_node.shape.is_tuple):
             return False
         m.partner[b_node.index] = a_node.index
@@ -306,7 +351,7 @@ def _consistent(m: Matching, a_node: Node, b_node: Node) -> bool:
     is computed from: a name or an op_name says where an instruction came from, not that it still computes
     the same thing (a rewrite may keep both)."""
     wanted = {m.partner[n.index] for n in _nearest(b_node, lambda n: n.index in m.partner)}
-    queue, seen = deque(a_node.operands), set()         # nearest first: they are usually the operands
+    queue, seen = deque(a_node.operands), set()  # nearest first: they are usually the operands
     while queue and wanted and len(seen) < _MAX_WALK:
         n = queue.popleft()
         if n.index in seen:
@@ -332,15 +377,17 @@ def _nearest(node: Node, matched) -> list[Node]:
     return found
 
 
-_MAX_WALK = 10000       # nodes a consistency check visits (beyond: assumed consistent)
+_MAX_WALK = 10000  # nodes a consistency check visits (beyond: assumed consistent)
 
 
 def _outputs(graph: ValueGraph) -> list[Node]:
     """The entry's output values, tuples flattened."""
+
     def leaves(node: Node) -> list[Node]:
         if node.inst.opcode == "tuple":
             return [leaf for o in node.operands for leaf in leaves(o)]
         return [node]
+
     return leaves(graph.node_of[id(graph.module.entry.root)])
 
 
@@ -382,15 +429,23 @@ def _match_by_metadata(m: Matching, pair) -> bool:
         # group (a rewrite that kept the op_name computes from others), none when two are as large
         groups: dict[tuple, list[Node]] = {}
         for node in nodes:
-            groups.setdefault(tuple(sorted(map(repr, (m.partner.get(o.index, ("?", o.inst.opcode,
-                                                                             value_shape(o.shape)))
-                                                     for o in node.operands)))), []).append(node)
+            groups.setdefault(
+                tuple(
+                    sorted(
+                        map(
+                            repr,
+                            (m.partner.get(o.index, ("?", o.inst.opcode, value_shape(o.shape))) for o in node.operands),
+                        )
+                    )
+                ),
+                [],
+            ).append(node)
         sizes = sorted((len(g) for g in groups.values()), reverse=True)
         keep = max(groups.values(), key=len) if len(sizes) == 1 or sizes[0] > sizes[1] else []
         for node in nodes:
             if node in keep:
                 changed |= pair(m.a.nodes[a_index], node, "metadata")
-            elif m.how.get(node.index) == "metadata":       # proposed alone before its rivals were known
+            elif m.how.get(node.index) == "metadata":  # proposed alone before its rivals were known
                 del m.partner[node.index], m.how[node.index]
     return changed
 
@@ -401,7 +456,7 @@ def _metadata_key(node: Node) -> tuple | None:
     if not op_name or node.inst.opcode == "parameter":
         return None
     shape = value_shape(node.shape)
-    return op_name, node.inst.source_location, node.inst.opcode, shape and shape[1]     # dims: retyped pairs too
+    return op_name, node.inst.source_location, node.inst.opcode, shape and shape[1]  # dims: retyped pairs too
 
 
 def _match_by_structure(m: Matching, pair) -> bool:
@@ -412,8 +467,11 @@ def _match_by_structure(m: Matching, pair) -> bool:
             index.setdefault(_structure_key(node, [o.index for o in node.operands]), node)
     changed = False
     for node in sorted(m.b.nodes, key=lambda n: n.order):
-        if node.index in m.partner or node.inst.opcode == "parameter" or \
-                any(o.index not in m.partner for o in node.operands):
+        if (
+            node.index in m.partner
+            or node.inst.opcode == "parameter"
+            or any(o.index not in m.partner for o in node.operands)
+        ):
             continue
         found = index.get(_structure_key(node, [m.partner[o.index] for o in node.operands]))
         if found is not None:
@@ -423,8 +481,13 @@ def _match_by_structure(m: Matching, pair) -> bool:
 
 def _structure_key(node: Node, operands: list[int]) -> tuple:
     inst = node.inst
-    attrs = tuple(sorted((k, _computation_fingerprint(inst.called[k]) if k in inst.called else v)
-                         for k, v in inst.attrs.items() if k not in _IGNORED_ATTRS))
+    attrs = tuple(
+        sorted(
+            (k, _computation_fingerprint(inst.called[k]) if k in inst.called else v)
+            for k, v in inst.attrs.items()
+            if k not in _IGNORED_ATTRS
+        )
+    )
     literal = inst.args if inst.opcode in ("constant", "iota") else ""
     return inst.opcode, inst.shape.to_text(layout=False), attrs, literal, tuple(operands)
 
@@ -433,4 +496,3 @@ def _computation_fingerprint(called) -> tuple:
     """What a called computation (a reducer, comparator, ...) does: its instructions' opcodes and shapes."""
     comps = called if isinstance(called, list) else [called]
     return tuple(tuple((i.opcode, i.shape.to_text(layout=False)) for i in c.instructions) for c in comps)
-

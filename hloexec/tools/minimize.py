@@ -22,6 +22,7 @@ there is no `{}`) and its inputs' npz (keys arg0..) for `{inputs}`; exit 0 means
 that fails is retried (`retries`): a candidate that then passes marks the check flaky (and counts as
 interesting: it did reproduce), and the final module is checked again that many times.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -39,7 +40,7 @@ from .. import load
 from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..ir.module import Instruction, Module
 from ..parser import parse
-from . import xla_cpu      # xla_cpu.run_on_xla_cpu_isolated read when called: a test stands in for XLA
+from . import xla_cpu  # xla_cpu.run_on_xla_cpu_isolated read when called: a test stands in for XLA
 from .arrays import flatten
 from .compare import compare_outputs, is_float
 from .extract import Submodule, capture, submodule
@@ -52,8 +53,8 @@ BUILTIN_CHECKS = ("nan", "xla", "shadow")
 @dataclass
 class Candidate:
     roots: list[Instruction]
-    cut: frozenset = frozenset()              # ids of instructions replaced by parameters
-    constants: frozenset = frozenset()        # ids of cut instructions written as constants instead
+    cut: frozenset = frozenset()  # ids of instructions replaced by parameters
+    constants: frozenset = frozenset()  # ids of cut instructions written as constants instead
 
 
 @dataclass
@@ -68,18 +69,23 @@ class MinimizeResult:
     final_holds: str = ""
 
     def to_dict(self) -> dict:
-        return {"instructions": self.instructions, "original_instructions": self.original_instructions,
-                "steps": self.steps, "checks": self.checks, "flaky_checks": self.flaky,
-                "final_check": self.final_holds}
+        return {
+            "instructions": self.instructions,
+            "original_instructions": self.original_instructions,
+            "steps": self.steps,
+            "checks": self.checks,
+            "flaky_checks": self.flaky,
+            "final_check": self.final_holds,
+        }
 
 
 class Check:
     """Whether a candidate (HLO text, its inputs) is still interesting."""
 
     def __init__(self, spec: str, timeout: float = 600.0, device=None):
-        self.spec, self.timeout, self.device = spec, timeout, device     # device: the profile hloexec runs under
+        self.spec, self.timeout, self.device = spec, timeout, device  # device: the profile hloexec runs under
         self.scratch = None
-        self.original_inputs_infinite = None    # nan: whether the first candidate checked (the original) had Inf
+        self.original_inputs_infinite = None  # nan: whether the first candidate checked (the original) had Inf
 
     def _paths(self) -> tuple[str, str]:
         if self.scratch is None:
@@ -107,10 +113,15 @@ class Check:
         stops, proc = {signal.SIGINT, signal.SIGTERM}, None
         signal.pthread_sigmask(signal.SIG_BLOCK, stops)
         try:
-            proc = subprocess.Popen(command, shell=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True,
-                                    preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stops))
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)      # a pending one is raised here
+            proc = subprocess.Popen(
+                command,
+                shell=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stops),
+            )
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)  # a pending one is raised here
             return proc.wait(timeout=self.timeout) == 0
         except subprocess.TimeoutExpired:
             return False
@@ -154,7 +165,8 @@ def _disagrees_with_xla(text: str, inputs: list, device=None) -> bool:
 
 
 def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
-    from .numerics import judge_run     # the executor: not at startup
+    from .numerics import judge_run  # the executor: not at startup
+
     try:
         theirs = xla_cpu.run_on_xla_cpu_isolated(text, flatten(tuple(inputs)))
         verdict, _ = judge_run(load(text, device=device), inputs, {"XLA:CPU": theirs})
@@ -167,6 +179,7 @@ class _Minimizer:
     def __init__(self, module: Module, inputs: list, check, retries: int, report, device=None):
         from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
         from ..exec.executor import Executable
+
         self.module, self.inputs, self.check, self.retries, self.report = module, inputs, check, retries, report
         self.exe = Executable(module, device=device)
         self.graph = ValueGraph(module)
@@ -182,8 +195,9 @@ class _Minimizer:
             for p, v in zip(missing, capture(self.exe, missing, self.inputs, self.graph)):
                 self.values[id(p)] = v
         entry_inputs = {p.parameter_number: v for p, v in zip(self.module.entry.parameters, self.inputs)}
-        values = [entry_inputs[p.parameter_number] if p.opcode == "parameter" else self.values[id(p)]
-                  for p in sub.parameters]
+        values = [
+            entry_inputs[p.parameter_number] if p.opcode == "parameter" else self.values[id(p)] for p in sub.parameters
+        ]
         if c.constants:
             sub, values = _with_constants(sub, values, c.constants)
         return sub, values
@@ -228,8 +242,7 @@ def minimize(module: Module, inputs: list, check, retries: int = 1, report=None,
         say(f"{name}: {before} -> {after} instructions")
 
     if not mz.interesting(c):
-        raise ValueError(f"the check does not hold on {module.name} itself ({1 + retries} tries): nothing to "
-                         "minimize")
+        raise ValueError(f"the check does not hold on {module.name} itself ({1 + retries} tries): nothing to minimize")
     say(f"{module.name}: {original} instructions; the check holds")
     step("outputs", _trim_outputs(mz, c))
     step("root moved up", _move_root(mz, c))
@@ -303,7 +316,7 @@ def _prefix_cut(mz: _Minimizer, c: Candidate) -> Candidate | None:
     order = [i for i in _schedule(c) if _movable(i)]
     if len(order) < 2:
         return None
-    good, bad = 0, len(order)               # cutting before `good` keeps it interesting
+    good, bad = 0, len(order)  # cutting before `good` keeps it interesting
     while bad - good > 1:
         mid = (good + bad) // 2
         if mz.interesting(_cut_before(c, order, mid)):
@@ -319,7 +332,7 @@ def _single_cuts(mz: _Minimizer, c: Candidate) -> Candidate | None:
         if not _movable(inst) or any(inst is r for r in current.roots) or id(inst) in current.cut:
             continue
         if id(inst) not in {id(i) for i in _schedule(current)}:
-            continue                        # gone with an earlier cut
+            continue  # gone with an earlier cut
         new = Candidate(current.roots, current.cut | {id(inst)}, current.constants)
         if mz.size(new) < mz.size(current) and mz.interesting(new):
             current = new
@@ -328,8 +341,11 @@ def _single_cuts(mz: _Minimizer, c: Candidate) -> Candidate | None:
 
 def _constants(mz: _Minimizer, c: Candidate) -> Candidate | None:
     sub, _ = mz.build(c)
-    scalars = [p for p in sub.parameters if p.opcode != "parameter" and p.shape.is_array and p.shape.rank == 0
-               and id(p) not in c.constants]
+    scalars = [
+        p
+        for p in sub.parameters
+        if p.opcode != "parameter" and p.shape.is_array and p.shape.rank == 0 and id(p) not in c.constants
+    ]
     current = c
     for p in scalars:
         new = Candidate(current.roots, current.cut, current.constants | {id(p)})

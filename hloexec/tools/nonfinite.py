@@ -15,6 +15,7 @@ with their kind, operand ranges, op_name and source line, and the path to the ou
 Non-finite values are followed from value to value (a -inf constant through a broadcast and a select), so a
 NaN made from infinities says which origin (or intentional constant, or input) they came from.
 """
+
 from __future__ import annotations
 
 import threading
@@ -51,19 +52,19 @@ class Origin:
     computation: str
     shape: str
     device: int
-    run: int                     # the how-many-th time this instruction ran on that device (loop iterations)
-    step: int                    # the how-many-th instruction the device ran: execution order
+    run: int  # the how-many-th time this instruction ran on that device (loop iterations)
+    step: int  # the how-many-th instruction the device ran: execution order
     nan: int
     inf: int
     first_index: list[int]
     operands: list[OperandRange]
     op_name: str
     source: str
-    inside: list[str] = field(default_factory=list)      # the fusions/calls/loops that run its computation
-    infinities_from: list[str] = field(default_factory=list)   # for NaN from infinities: their origins
-    outputs: list[int] = field(default_factory=list)     # outputs it reaches that hold non-finite values
-    path: list[str] = field(default_factory=list)        # instructions from it to the first of those outputs
-    runs: int = 1                # times it made non-finite values (loop iterations, devices)
+    inside: list[str] = field(default_factory=list)  # the fusions/calls/loops that run its computation
+    infinities_from: list[str] = field(default_factory=list)  # for NaN from infinities: their origins
+    outputs: list[int] = field(default_factory=list)  # outputs it reaches that hold non-finite values
+    path: list[str] = field(default_factory=list)  # instructions from it to the first of those outputs
+    runs: int = 1  # times it made non-finite values (loop iterations, devices)
     devices: list[int] = field(default_factory=list)
 
 
@@ -84,9 +85,22 @@ def _counts(a: np.ndarray) -> tuple[int, int]:
     return nan, int(a.size - np.count_nonzero(finite)) - nan
 
 
-_COLLECTIVES = frozenset({"all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start",
-                          "all-gather-done", "reduce-scatter", "all-to-all", "collective-permute",
-                          "collective-permute-start", "collective-permute-done", "collective-broadcast"})
+_COLLECTIVES = frozenset(
+    {
+        "all-reduce",
+        "all-reduce-start",
+        "all-reduce-done",
+        "all-gather",
+        "all-gather-start",
+        "all-gather-done",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
+        "collective-broadcast",
+    }
+)
 # Instructions whose value is their called computation's: its instructions are the ones observed as origins.
 _CONTAINERS = frozenset({"fusion", "call", "while", "conditional", "async-start", "async-update", "async-done"})
 
@@ -105,8 +119,8 @@ class NonfiniteTracker:
         self.intentional: dict[tuple[str, str], Origin] = {}
         self.steps: dict[int, int] = {}
         self.runs: dict[tuple, int] = {}
-        self.facts: dict[tuple, list] = {}     # (device, computation, name) -> [(counts, provenance)] per float leaf
-        self.by_identity: dict[int, tuple] = {}    # id(array) -> (weakref, counts, provenance)
+        self.facts: dict[tuple, list] = {}  # (device, computation, name) -> [(counts, provenance)] per float leaf
+        self.by_identity: dict[int, tuple] = {}  # id(array) -> (weakref, counts, provenance)
         self.lock = threading.Lock()
 
     def _operand_facts(self, device, operand: Instruction, leaves: list) -> list:
@@ -152,21 +166,29 @@ class NonfiniteTracker:
         if not any(n or i for n, i in counts):
             self._remember(device, inst, leaves, [(c, frozenset()) for c in counts])
             return False
-        if inst.opcode in _CONTAINERS:      # its called computations' roots say where its values came from
-            inner = frozenset().union(*(p for c in inst.called_computations
-                                        for _, p in self.facts.get((device, c.name, c.root.name), ())))
+        if inst.opcode in _CONTAINERS:  # its called computations' roots say where its values came from
+            inner = frozenset().union(
+                *(p for c in inst.called_computations for _, p in self.facts.get((device, c.name, c.root.name), ()))
+            )
             self._remember(device, inst, leaves, [(c, inner if any(c) else frozenset()) for c in counts])
             return False
-        ops = [(o, leaf, facts) for o, v in zip(inst.operands, operands)
-               for leaf, facts in zip(_float_leaves(v), self._operand_facts(device, o, _float_leaves(v)))]
-        if inst.opcode in _COLLECTIVES:     # its values come from every participant's operands
-            ops += [(o, leaf, facts) for o, v in zip(inst.operands, operands)
-                    for d, *site in list(self.facts) if d != device and tuple(site) == (comp, o.name)
-                    for leaf, facts in zip(_float_leaves(v), self.facts[(d, comp, o.name)])]
+        ops = [
+            (o, leaf, facts)
+            for o, v in zip(inst.operands, operands)
+            for leaf, facts in zip(_float_leaves(v), self._operand_facts(device, o, _float_leaves(v)))
+        ]
+        if inst.opcode in _COLLECTIVES:  # its values come from every participant's operands
+            ops += [
+                (o, leaf, facts)
+                for o, v in zip(inst.operands, operands)
+                for d, *site in list(self.facts)
+                if d != device and tuple(site) == (comp, o.name)
+                for leaf, facts in zip(_float_leaves(v), self.facts[(d, comp, o.name)])
+            ]
         new_inf, new_nan, invalid, carried, nan_sources, first = _new_nonfinite(inst, leaves, ops)
         kind = None
         if not inst.operands and (new_nan or new_inf):
-            kind = "intentional"            # a constant written with NaN or an infinity
+            kind = "intentional"  # a constant written with NaN or an infinity
         elif new_nan:
             kind = "invalid" if invalid else "NaN from infinities"
         elif new_inf:
@@ -193,31 +215,61 @@ class NonfiniteTracker:
         for o, leaf, ((n, i), _) in ops:
             finite = leaf[np.isfinite(leaf)]
             finite = np.abs(finite) if finite.dtype.kind == "c" else finite
-            operands.append(OperandRange(o.name, float(finite.min()) if finite.size else None,
-                                         float(finite.max()) if finite.size else None, n, i))
+            operands.append(
+                OperandRange(
+                    o.name,
+                    float(finite.min()) if finite.size else None,
+                    float(finite.max()) if finite.size else None,
+                    n,
+                    i,
+                )
+            )
         nan = sum(_counts(v)[0] for v in leaves)
         inf = sum(_counts(v)[1] for v in leaves)
-        origin = Origin(inst.name, inst.opcode, kind, inst.computation.name if inst.computation else "",
-                        inst.shape.to_text(layout=False), device, run, step, nan, inf, index, operands,
-                        inst.metadata.get("op_name", ""), inst.source_location, devices=[device])
-        origin.infinities_from = sorted(f"%{name}" if where != "input" else f"input %{name}"
-                                        for where, name in nan_sources)
+        origin = Origin(
+            inst.name,
+            inst.opcode,
+            kind,
+            inst.computation.name if inst.computation else "",
+            inst.shape.to_text(layout=False),
+            device,
+            run,
+            step,
+            nan,
+            inf,
+            index,
+            operands,
+            inst.metadata.get("op_name", ""),
+            inst.source_location,
+            devices=[device],
+        )
+        origin.infinities_from = sorted(
+            f"%{name}" if where != "input" else f"input %{name}" for where, name in nan_sources
+        )
         return origin
 
     def report(self, outputs: list) -> NonfiniteReport:
         """The origins in execution order, with the outputs they reach (`outputs`: the run's flattened outputs),
         the intentional infinities that turned into NaN, and which outputs hold non-finite values."""
-        bad_outputs = [i for i, o in enumerate(outputs)
-                       if any(sum(_counts(leaf)) for leaf in _float_leaves(o))]
+        bad_outputs = [i for i, o in enumerate(outputs) if any(sum(_counts(leaf)) for leaf in _float_leaves(o))]
         paths = _Paths(self.module)
         origins = sorted(self.origins.values(), key=lambda o: (o.step, o.device))
         used = {name for o in origins if o.kind == "NaN from infinities" for name in o.infinities_from}
         root = self.module.entry.root
-        reaching = frozenset().union(*(p for (d, c, n), facts in self.facts.items()
-                                       if (c, n) == (self.module.entry.name, root.name) for _, p in facts))
+        reaching = frozenset().union(
+            *(
+                p
+                for (d, c, n), facts in self.facts.items()
+                if (c, n) == (self.module.entry.name, root.name)
+                for _, p in facts
+            )
+        )
         # an intentional infinity is listed when it turns into NaN; an intentional NaN when it reaches an output
-        intentional = [o for o in self.intentional.values()
-                       if f"%{o.name}" in used or (o.nan and (o.computation, o.name) in reaching)]
+        intentional = [
+            o
+            for o in self.intentional.values()
+            if f"%{o.name}" in used or (o.nan and (o.computation, o.name) in reaching)
+        ]
         for o in origins + intentional:
             o.inside = paths.callers(o.computation)
             o.outputs, o.path = paths.to_outputs(o.computation, o.name, set(bad_outputs))
@@ -227,10 +279,10 @@ class NonfiniteTracker:
 @dataclass
 class NonfiniteReport:
     origins: list[Origin]
-    intentional: list[Origin]            # intentional infinities that turned into NaN, NaNs that reach outputs
-    outputs: list[int]                   # outputs holding NaN or Inf
-    intentional_seen: int = 0            # instructions writing NaN or infinities (constants), reported or not
-    stopped: bool = False                # --stop-at-first ended the run
+    intentional: list[Origin]  # intentional infinities that turned into NaN, NaNs that reach outputs
+    outputs: list[int]  # outputs holding NaN or Inf
+    intentional_seen: int = 0  # instructions writing NaN or infinities (constants), reported or not
+    stopped: bool = False  # --stop-at-first ended the run
 
 
 def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
@@ -238,8 +290,11 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
     provenance of the infinities new NaNs came from, index of the first new element or None). Elementwise ops are judged element by element (an
     infinity made where the operands are finite is new even if they hold others elsewhere); other ops by
     whole values."""
-    if inst.opcode in ELEMENTWISE_OPS and len(leaves) == 1 and all(leaf.shape in (leaves[0].shape, ())
-                                                                    for _, leaf, _ in ops):
+    if (
+        inst.opcode in ELEMENTWISE_OPS
+        and len(leaves) == 1
+        and all(leaf.shape in (leaves[0].shape, ()) for _, leaf, _ in ops)
+    ):
         out = leaves[0]
         shape = out.shape
         op_nan = [np.broadcast_to(np.isnan(leaf), shape) for _, leaf, _ in ops]
@@ -249,13 +304,24 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
         out_nan, out_inf = np.isnan(out), np.isinf(out)
         made_nan = out_nan & ~any_nan
         made_inf = out_inf & ~any_inf & ~any_nan
-        carried = frozenset().union(*(p for (_, _, (_, p)), inf, nan in zip(ops, op_inf, op_nan)
-                                      if (inf & out_inf).any() or (nan & out_nan).any()))
+        carried = frozenset().union(
+            *(
+                p
+                for (_, _, (_, p)), inf, nan in zip(ops, op_inf, op_nan)
+                if (inf & out_inf).any() or (nan & out_nan).any()
+            )
+        )
         nan_sources = frozenset().union(*(p for (_, _, (_, p)), inf in zip(ops, op_inf) if (inf & made_nan).any()))
         new = made_nan | made_inf
         first = [int(i) for i in np.unravel_index(int(np.argmax(new)), shape)] if new.any() else None
-        return bool(made_inf.any()), bool(made_nan.any()), bool((made_nan & ~any_inf).any()), carried, nan_sources, \
-            first
+        return (
+            bool(made_inf.any()),
+            bool(made_nan.any()),
+            bool((made_nan & ~any_inf).any()),
+            carried,
+            nan_sources,
+            first,
+        )
     nan = any(_counts(v)[0] for v in leaves)
     inf = any(_counts(v)[1] for v in leaves)
     op_nan = any(c[0] for _, _, (c, _) in ops)
@@ -366,18 +432,31 @@ def find_nonfinite(exe, inputs, runner=None, stop_at_first: bool = False) -> Non
 def format_report(report: NonfiniteReport) -> str:
     lines = []
     if not report.origins:
-        lines.append("no NaN or Inf made" + (" (intentional infinities written in the program: "
-                                              f"{report.intentional_seen}, none turned into NaN)"
-                                              if report.intentional_seen else ""))
+        lines.append(
+            "no NaN or Inf made"
+            + (
+                f" (intentional infinities written in the program: {report.intentional_seen}, none turned into NaN)"
+                if report.intentional_seen
+                else ""
+            )
+        )
     for k, o in enumerate(report.origins + report.intentional, 1):
-        label = o.kind if o.kind != "intentional" else \
-            "NaN written in the program, reaching outputs" if o.nan else "intentional infinity that turns into NaN"
+        label = (
+            o.kind
+            if o.kind != "intentional"
+            else "NaN written in the program, reaching outputs"
+            if o.nan
+            else "intentional infinity that turns into NaN"
+        )
         where = f" in %{o.computation}" + (f" (run by {', '.join(o.inside)})" if o.inside else "")
         device = f"device {o.device}, " if len(o.devices) > 1 or o.device else ""
         lines.append(f"{k}. %{o.name} = {o.shape} {o.opcode}{where}: {label}")
-        lines.append(f"   {device}step {o.step}, run {o.run}: {o.nan} NaN, {o.inf} Inf, first at "
-                     f"[{','.join(map(str, o.first_index))}]" + (f"; made again {o.runs - 1} times" if o.runs > 1 else "")
-                     + (f" on devices {o.devices}" if len(o.devices) > 1 else ""))
+        lines.append(
+            f"   {device}step {o.step}, run {o.run}: {o.nan} NaN, {o.inf} Inf, first at "
+            f"[{','.join(map(str, o.first_index))}]"
+            + (f"; made again {o.runs - 1} times" if o.runs > 1 else "")
+            + (f" on devices {o.devices}" if len(o.devices) > 1 else "")
+        )
         for r in o.operands:
             rng = f"[{r.min:.6g}, {r.max:.6g}]" if r.min is not None else "no finite values"
             extra = ", ".join(f"{n} {w}" for n, w in ((r.nan, "NaN"), (r.inf, "Inf")) if n)
@@ -392,9 +471,11 @@ def format_report(report: NonfiniteReport) -> str:
             lines.append("   reaches no output with non-finite values")
     unused = report.intentional_seen - len(report.intentional)
     if unused and report.origins:
-        lines.append(f"{unused} constant{'s' if unused != 1 else ''} with NaN or infinities (a -inf mask, a max-reduce "
-                     "init): intentional, not origins" + ("" if report.stopped else "; none turns into NaN or reaches an "
-                                                          "output as NaN"))
+        lines.append(
+            f"{unused} constant{'s' if unused != 1 else ''} with NaN or infinities (a -inf mask, a max-reduce "
+            "init): intentional, not origins"
+            + ("" if report.stopped else "; none turns into NaN or reaches an output as NaN")
+        )
     if report.outputs:
         lines.append(f"outputs holding NaN or Inf: {report.outputs}")
     if report.stopped:

@@ -5,6 +5,7 @@ shadow's operands), total and inherited error, and its contribution to the outpu
 Everything here runs single-participant or SPMD (`Runner`), and streams: values are looked at while the
 plans hold them (Executable.run's `observe`), never kept beyond what the report needs.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,34 +21,129 @@ from ..ops.registry import lookup
 from ..spmd import memory_estimate
 from .bounds import ErrorBounds, _float, _leaves
 from .compare import dtype_name
-from .nonfinite import NonfiniteTracker, StopRun, format_report as format_nonfinite
+from .nonfinite import NonfiniteTracker, StopRun
 from .verdict import RULE, allowed_error, error_stats
-# the shadow runs' names, imported from here before they had a module of their own
-from .shadow_runs import (DISCRETE_BUDGET, Divergence, OutputBounds, Runner, ShadowRun, _Discrete, baseline_executable,
-                          executable_like, flatten, format_shadow_report, judge_run, shadow_report, shadow_run,
-                          xla_cpu_arithmetic)
 
-__all__ = ["attribute", "NumericsReport", "InstructionErrors", "numerics_dict", "format_numerics",
-           "evaluates_local_error", "DISCRETE_BUDGET", "Divergence", "OutputBounds", "Runner", "ShadowRun",
-           "baseline_executable", "executable_like", "flatten", "format_shadow_report", "judge_run", "shadow_report",
-           "shadow_run", "xla_cpu_arithmetic"]
+# the shadow runs' names, imported from here before they had a module of their own
+from .shadow_runs import (
+    DISCRETE_BUDGET,
+    Divergence,
+    OutputBounds,
+    Runner,
+    ShadowRun,
+    _Discrete,
+    baseline_executable,
+    executable_like,
+    flatten,
+    format_shadow_report,
+    judge_run,
+    shadow_report,
+    shadow_run,
+    xla_cpu_arithmetic,
+)
+
+__all__ = [
+    "attribute",
+    "NumericsReport",
+    "InstructionErrors",
+    "evaluates_local_error",
+    "DISCRETE_BUDGET",
+    "Divergence",
+    "OutputBounds",
+    "Runner",
+    "ShadowRun",
+    "baseline_executable",
+    "executable_like",
+    "flatten",
+    "format_shadow_report",
+    "judge_run",
+    "shadow_report",
+    "shadow_run",
+    "xla_cpu_arithmetic",
+]
 
 
 # -- attribution: which instruction lost the accuracy ------------------------------------------------------------
 # Ops that only move, select or compare values, and widening converts: given their typed operands they are exact,
 # so their "local error" would only re-measure the rounding of their operands (charged to the producers).
-EXACT_OPCODES = frozenset({
-    "parameter", "constant", "iota", "tuple", "get-tuple-element", "bitcast", "reshape", "copy", "transpose",
-    "broadcast", "slice", "concatenate", "pad", "reverse", "dynamic-slice", "dynamic-update-slice", "gather",
-    "select", "maximum", "minimum", "abs", "negate", "clamp", "sign", "compare", "is-finite", "opt-barrier",
-    "optimization-barrier", "copy-start", "copy-done", "domain", "add-dependency", "after-all", "real", "imag",
-    "get-dimension-size", "set-dimension-size", "sort", "topk", "bitcast-convert", "partition-id", "replica-id"})
+EXACT_OPCODES = frozenset(
+    {
+        "parameter",
+        "constant",
+        "iota",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "reshape",
+        "copy",
+        "transpose",
+        "broadcast",
+        "slice",
+        "concatenate",
+        "pad",
+        "reverse",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "gather",
+        "select",
+        "maximum",
+        "minimum",
+        "abs",
+        "negate",
+        "clamp",
+        "sign",
+        "compare",
+        "is-finite",
+        "opt-barrier",
+        "optimization-barrier",
+        "copy-start",
+        "copy-done",
+        "domain",
+        "add-dependency",
+        "after-all",
+        "real",
+        "imag",
+        "get-dimension-size",
+        "set-dimension-size",
+        "sort",
+        "topk",
+        "bitcast-convert",
+        "partition-id",
+        "replica-id",
+    }
+)
 # Ops evaluated elsewhere (their called computations' instructions are observed one by one) or not alone.
-NOT_EVALUATED = frozenset({
-    "fusion", "call", "while", "conditional", "async-start", "async-update", "async-done", "all-reduce",
-    "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done", "reduce-scatter",
-    "all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done",
-    "collective-broadcast", "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "map", "scan"})
+NOT_EVALUATED = frozenset(
+    {
+        "fusion",
+        "call",
+        "while",
+        "conditional",
+        "async-start",
+        "async-update",
+        "async-done",
+        "all-reduce",
+        "all-reduce-start",
+        "all-reduce-done",
+        "all-gather",
+        "all-gather-start",
+        "all-gather-done",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
+        "collective-broadcast",
+        "send",
+        "send-done",
+        "recv",
+        "recv-done",
+        "infeed",
+        "outfeed",
+        "map",
+        "scan",
+    }
+)
 
 
 def evaluates_local_error(inst) -> bool:
@@ -64,6 +160,7 @@ def evaluates_local_error(inst) -> bool:
 class InstructionErrors:
     """What one instruction did to the accuracy, over every time it ran (loop iterations, devices). Errors are
     relative to the instruction's scale (max |shadow value|); ulps are of its type at that scale."""
+
     name: str
     opcode: str
     computation: str
@@ -71,14 +168,14 @@ class InstructionErrors:
     op_name: str
     source: str
     runs: int = 0
-    local_error: float = 0.0        # max over runs: evaluated on exact operands rounded to its types, vs exact
+    local_error: float = 0.0  # max over runs: evaluated on exact operands rounded to its types, vs exact
     local_rms: float = 0.0
     local_ulps: float = 0.0
-    total_error: float | None = None        # the run's value against the shadow's (None: no shadow run)
-    inherited_error: float | None = None    # the largest error its float operands arrived with
+    total_error: float | None = None  # the run's value against the shadow's (None: no shadow run)
+    inherited_error: float | None = None  # the largest error its float operands arrived with
     worst_run: str = ""
-    first_seen: int = 0             # the order in which instructions first ran (ties of the ranking)
-    contribution: float | None = None   # how far rounding its value moves the outputs (see _contributions)
+    first_seen: int = 0  # the order in which instructions first ran (ties of the ranking)
+    contribution: float | None = None  # how far rounding its value moves the outputs (see _contributions)
     # paired: the largest error / what its error bound allows (verdict.allowed_error; above 1: beyond its bound)
     bound_ratio: float | None = None
 
@@ -171,7 +268,7 @@ class _Attribution:
     """Per-instruction error statistics, streamed: one record per instruction, updated each time it runs."""
 
     def __init__(self, local_context, shadow: Shadow):
-        self.context = local_context            # where the instructions evaluated alone are prepared
+        self.context = local_context  # where the instructions evaluated alone are prepared
         self.shadow = shadow
         self.kernels: dict[int, object] = {}
         self.records: dict[tuple[str, str], InstructionErrors] = {}
@@ -189,11 +286,22 @@ class _Attribution:
         with self.lock:
             r = self.records.get(key)
             if r is None:
-                r = self.records[key] = InstructionErrors(inst.name, inst.opcode, key[0], inst.shape.to_text(layout=False),
-                                                          inst.metadata.get("op_name", ""), inst.source_location,
-                                                          first_seen=len(self.records))
-            r.add(local, total, inherited, f"device {device}, run {run_index}" if device else f"run {run_index}",
-                  bound_ratio)
+                r = self.records[key] = InstructionErrors(
+                    inst.name,
+                    inst.opcode,
+                    key[0],
+                    inst.shape.to_text(layout=False),
+                    inst.metadata.get("op_name", ""),
+                    inst.source_location,
+                    first_seen=len(self.records),
+                )
+            r.add(
+                local,
+                total,
+                inherited,
+                f"device {device}, run {run_index}" if device else f"run {run_index}",
+                bound_ratio,
+            )
 
     def evaluate(self, inst, operands, exact, narrow_operands: bool):
         """verdict.Errors of `inst` evaluated alone on `operands` (rounded to its operand types when
@@ -248,8 +356,7 @@ class _Pairing:
     def take(self, device, inst, idle):
         """The program's item for the shadow's `inst`, or None when the runs no longer pair."""
         with idle(), self.cond:
-            while device not in self.posted and not self.program_done and device not in self.parted \
-                    and not self.failed:
+            while device not in self.posted and not self.program_done and device not in self.parted and not self.failed:
                 self.cond.wait()
             if self.failed:
                 raise StopRun("the program's run failed")
@@ -259,8 +366,9 @@ class _Pairing:
                 return None
             if item is None or (item[0].name, _comp(item[0])) != (inst.name, _comp(inst)):
                 there = f"%{item[0].name} in %{_comp(item[0])}" if item is not None else "its end"
-                self.parted[device] = (f"device {device}: the shadow ran %{inst.name} in %{_comp(inst)} where the "
-                                       f"program ran {there}")
+                self.parted[device] = (
+                    f"device {device}: the shadow ran %{inst.name} in %{_comp(inst)} where the program ran {there}"
+                )
                 self.cond.notify_all()
                 return None
             return item
@@ -280,17 +388,25 @@ def _comp(inst) -> str:
 class NumericsReport:
     """What `numerics` found: per instruction, its errors (sorted by local error); per output, the run's error
     against the shadow and the instructions on its path with the largest local errors."""
-    mode: str                                   # "paired": with the shadow's values; "local": at the run's own
+
+    mode: str  # "paired": with the shadow's values; "local": at the run's own
     instructions: list[InstructionErrors]
     outputs: list[dict]
     divergences: list[Divergence] = field(default_factory=list)
     parted: list[str] = field(default_factory=list)
     not_evaluated: list[str] = field(default_factory=list)
-    nonfinite: object = None                    # nonfinite.NonfiniteReport
+    nonfinite: object = None  # nonfinite.NonfiniteReport
 
 
-def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: str = "auto",
-              reductions: str | None = "per-step", say=None) -> NumericsReport:
+def attribute(
+    exe: Executable,
+    inputs,
+    runner: Runner | None = None,
+    *,
+    mode: str = "auto",
+    reductions: str | None = "per-step",
+    say=None,
+) -> NumericsReport:
     """Which instructions lose the accuracy (`hloexec numerics`), with the NaN/Inf origins of the run.
 
     "paired": the program (at its precision, `reductions`) and its shadow run side by side, instruction by
@@ -312,9 +428,11 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
         limit = exe.max_memory if exe.max_memory is not None else available_memory()
         mode = "paired" if limit is None or needed <= limit else "local"
         if mode == "local" and say is not None:
-            say(f"the run and its shadow side by side need {needed / 2**30:.2f} GiB, {limit / 2**30:.2f} GiB "
-                "available: local errors only, at the run's own operands (no shadow run)")
-    if mode == "paired" and runner.spmd is not None:     # checked together above: neither run alone refuses
+            say(
+                f"the run and its shadow side by side need {needed / 2**30:.2f} GiB, {limit / 2**30:.2f} GiB "
+                "available: local errors only, at the run's own operands (no shadow run)"
+            )
+    if mode == "paired" and runner.spmd is not None:  # checked together above: neither run alone refuses
         runner = Runner({**runner.spmd, "check_memory": False})
     seen = _Seen(exe.module, shadow)
     if mode == "local":
@@ -325,16 +443,24 @@ def attribute(exe: Executable, inputs, runner: Runner | None = None, *, mode: st
         attribution = _Attribution(program.context, shadow)
         pairing = _Pairing()
         # every value's error bound under the program's arithmetic: an instruction beyond it is named
-        bounds = ErrorBounds(shadow, shadow_exe.context, replace(program.options.device,
-                                                                 reductions=program.options.reductions))
-        outputs, shadow_outputs = _paired_runs(program, shadow_exe, shadow, inputs, runner, attribution, pairing,
-                                               seen, bounds)
+        bounds = ErrorBounds(
+            shadow, shadow_exe.context, replace(program.options.device, reductions=program.options.reductions)
+        )
+        outputs, shadow_outputs = _paired_runs(
+            program, shadow_exe, shadow, inputs, runner, attribution, pairing, seen, bounds
+        )
     records = sorted(attribution.records.values(), key=lambda r: (-r.local_error, r.first_seen))
     if shadow_outputs is not None and runner.spmd is None:
         records = _contributions(exe, inputs, records, shadow_outputs)
-    return NumericsReport(mode, records, _output_table(exe.module, outputs, shadow_outputs, records),
-                          seen.watch.divergences(), list(pairing.parted.values()) if pairing else [],
-                          attribution.errors, seen.tracker.report(outputs))
+    return NumericsReport(
+        mode,
+        records,
+        _output_table(exe.module, outputs, shadow_outputs, records),
+        seen.watch.divergences(),
+        list(pairing.parted.values()) if pairing else [],
+        attribution.errors,
+        seen.tracker.report(outputs),
+    )
 
 
 class _Seen:
@@ -353,8 +479,9 @@ class _Seen:
         return self.counts[k]
 
 
-def _local_run(program: Executable, shadow: Shadow, inputs, runner: Runner, attribution: _Attribution,
-               seen: _Seen) -> list:
+def _local_run(
+    program: Executable, shadow: Shadow, inputs, runner: Runner, attribution: _Attribution, seen: _Seen
+) -> list:
     """The program's run alone, each instruction's local error at its own operands; its outputs."""
     by_name = {(c.name, i.name): i for c in shadow.module.computations for i in c.instructions}
 
@@ -369,12 +496,21 @@ def _local_run(program: Executable, shadow: Shadow, inputs, runner: Runner, attr
         exact = attribution.evaluate_exact(twin, wide)
         local = _local_stats(value, exact) if exact is not None else None
         attribution.record(device, seen.run_index(device, inst), inst, local, None, None)
+
     return runner.run(program, inputs, observe, observe_operands=True)
 
 
-def _paired_runs(program: Executable, shadow_exe: Executable, shadow: Shadow, inputs, runner: Runner,
-                 attribution: _Attribution, pairing: _Pairing, seen: _Seen,
-                 bounds: ErrorBounds) -> tuple[list, list]:
+def _paired_runs(
+    program: Executable,
+    shadow_exe: Executable,
+    shadow: Shadow,
+    inputs,
+    runner: Runner,
+    attribution: _Attribution,
+    pairing: _Pairing,
+    seen: _Seen,
+    bounds: ErrorBounds,
+) -> tuple[list, list]:
     """The program's run (a thread of its own) and its shadow's side by side, each program value paired with the
     shadow's and its errors recorded, with how far past its error bound (`bounds`, fed by the shadow's values) it
     is; (the program's outputs, the shadow's)."""
@@ -402,11 +538,21 @@ def _paired_runs(program: Executable, shadow_exe: Executable, shadow: Shadow, in
             seen.watch.compare(device, low_inst, k, low_value, value)
         total = totals.of(low_value, value)
         # a pinned instruction's shadow twin widens its `.own` copy: its operands are not the program's
-        inherited = None if low_inst.name in shadow.pinned else \
-            max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
+        inherited = (
+            None
+            if low_inst.name in shadow.pinned
+            else max((totals.of(lo, s) for lo, s in zip(low_operands, operands)), default=0.0)
+        )
         local = attribution.evaluate(low_inst, operands, value, narrow_operands=True)
-        attribution.record(device, k, low_inst, local, total, inherited,
-                           _bound_ratio(bounds, low_value, value) if runner.spmd is None else None)
+        attribution.record(
+            device,
+            k,
+            low_inst,
+            local,
+            total,
+            inherited,
+            _bound_ratio(bounds, low_value, value) if runner.spmd is None else None,
+        )
 
     result: dict = {}
 
@@ -423,7 +569,7 @@ def _paired_runs(program: Executable, shadow_exe: Executable, shadow: Shadow, in
     try:
         shadow_outputs = runner.run(shadow_exe, runner.shadow_inputs(shadow, inputs), on_shadow, observe_operands=True)
     except BaseException:
-        pairing.finish(failed=True)     # the program's run stops at its next instruction
+        pairing.finish(failed=True)  # the program's run stops at its next instruction
         thread.join()
         if "error" in result and not _stopped(result["error"]):
             raise result["error"] from None
@@ -434,7 +580,7 @@ def _paired_runs(program: Executable, shadow_exe: Executable, shadow: Shadow, in
     return result["outputs"], shadow_outputs
 
 
-CONTRIBUTION_CANDIDATES = 16     # instructions (largest local errors first) whose contribution is measured
+CONTRIBUTION_CANDIDATES = 16  # instructions (largest local errors first) whose contribution is measured
 
 
 def _contributions(exe: Executable, inputs, records: list, shadow_outputs: list) -> list:
@@ -449,8 +595,13 @@ def _contributions(exe: Executable, inputs, records: list, shadow_outputs: list)
         if len(measured) == CONTRIBUTION_CANDIDATES:
             break
         inst = entry.by_name.get(r.name) if r.computation == entry.name else None
-        if inst is None or inst.opcode == "parameter" or inst.shape.is_tuple or not r.local_error \
-                or not inst.shape.element_type.is_float:
+        if (
+            inst is None
+            or inst.opcode == "parameter"
+            or inst.shape.is_tuple
+            or not r.local_error
+            or not inst.shape.element_type.is_float
+        ):
             continue
         shadow = shadow_module(exe.module)
         if r.name in shadow.pinned:
@@ -484,8 +635,10 @@ def _memory(exe: Executable, inputs, runner: Runner, widened: bool = False) -> i
     if not widened:
         return estimate["total"]
     distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
-    return estimate["work"] + sum(a.size * (16 if a.dtype.kind == "c" else 8) if a.dtype.kind in "fc" or
-                                  "float" in a.dtype.name else a.nbytes for a in distinct.values())
+    return estimate["work"] + sum(
+        a.size * (16 if a.dtype.kind == "c" else 8) if a.dtype.kind in "fc" or "float" in a.dtype.name else a.nbytes
+        for a in distinct.values()
+    )
 
 
 def _stopped(error: BaseException) -> bool:
@@ -495,6 +648,7 @@ def _stopped(error: BaseException) -> bool:
 
 def _no_wait():
     import contextlib
+
     return contextlib.nullcontext()
 
 
@@ -512,10 +666,16 @@ def _output_table(module, outputs, shadow_outputs, records, per_output: int = 3)
     for i, value in enumerate(outputs):
         on_path = ancestors.of(i)
         top = [r for r in records if (r.computation, r.name) in on_path and r.local_error > 0][:per_output]
-        row = {"index": i, "shape": list(np.shape(value)), "dtype": dtype_name(np.asarray(value).dtype),
-               "error": asdict(error_stats(value, shadow_outputs[i])) if shadow_outputs is not None else None,
-               "instructions": [{"name": r.name, "opcode": r.opcode, "local_error": r.local_error,
-                                 "contribution": r.contribution} for r in top]}
+        row = {
+            "index": i,
+            "shape": list(np.shape(value)),
+            "dtype": dtype_name(np.asarray(value).dtype),
+            "error": asdict(error_stats(value, shadow_outputs[i])) if shadow_outputs is not None else None,
+            "instructions": [
+                {"name": r.name, "opcode": r.opcode, "local_error": r.local_error, "contribution": r.contribution}
+                for r in top
+            ],
+        }
         table.append(row)
     return table
 
@@ -555,76 +715,3 @@ class _OutputAncestors:
                 out |= self._computation(c)
             stack += inst.operands
         return out
-
-
-def beyond_bound(report: NumericsReport) -> list:
-    """The instructions whose error exceeds what their error bound allows, the furthest first."""
-    return sorted((r for r in report.instructions if r.bound_ratio is not None and r.bound_ratio > 1),
-                  key=lambda r: -r.bound_ratio)
-
-
-def numerics_dict(report: NumericsReport, top: int) -> dict:
-    return {"mode": report.mode, "top": [asdict(r) for r in report.instructions[:top] if r.runs],
-            "instructions_evaluated": sum(1 for r in report.instructions if r.local_error or r.total_error),
-            "outputs": report.outputs, "divergences": [asdict(d) for d in report.divergences],
-            "beyond_bound": [r.name for r in beyond_bound(report)],
-            "parted": report.parted, "not_evaluated": report.not_evaluated,
-            "nonfinite": asdict(report.nonfinite) if report.nonfinite is not None else None}
-
-
-def format_numerics(report: NumericsReport, top: int) -> str:
-    paired = report.mode == "paired"
-    lines = ["outputs: " + ("the run's error against the shadow, relative to the output's scale, and " if paired else "")
-             + "the instructions on its path that contribute most to the outputs' error (c=: how far rounding its "
-             "value moves the outputs, relative to their scale), then by local error"]
-    lines.append(f"{'out':>4}  {'shape':<16} {'dtype':<5} " + (f"{'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}  "
-                                                                if paired else "") + "on its path")
-    for o in report.outputs:
-        shape = "[" + ",".join(map(str, o["shape"])) + "]"
-        e = o["error"]
-        errors = ""
-        if paired:
-            errors = (f"{e['mismatches']:>9} differ{'':>14}  " if e["mismatches"] else
-                      f"{e['max_rel']:9.3g} {e['rms_rel']:9.3g} {e['max_ulps']:9.3g}  ")
-            if e["nonfinite"]:
-                errors += f"({e['nonfinite']} non-finite where the shadow is finite) "
-        path = ", ".join(f"%{i['name']} ({i['opcode']}) " + (f"c={i['contribution']:.3g}" if i["contribution"] is not None
-                                                            else f"{i['local_error']:.3g}")
-                         for i in o["instructions"]) or "-"
-        lines.append(f"{o['index']:>4}  {shape:<16} {o['dtype']:<5} {errors}{path}")
-    shown = [r for r in report.instructions[:top] if r.runs]
-    lines.append(f"top {len(shown)} instructions: by contribution (how far rounding its value to its type moves the "
-                 f"outputs from the exact answer, relative to their scale; the {CONTRIBUTION_CANDIDATES} largest local "
-                 "errors of the entry measured), then by local error: the error an instruction adds given exact operands "
-                 + ("(its op on the shadow's operand values rounded to its operand types, against the shadow's value)"
-                    if paired else "(at the run's own operands: its op against the same op in f64)")
-                 + ", relative to its scale (max |exact value|)"
-                 + ("; total: its value against the shadow's; inherited: the largest error its operands arrived with"
-                    if paired else ""))
-    lines.append(f"{'contrib':>9} {'local':>9} {'ulp@scale':>9} " + (f"{'total':>9} {'inherited':>9} " if paired else "")
-                 + f"{'runs':>5}  instruction")
-    for r in shown:
-        nums = ("        -" if r.contribution is None else f"{r.contribution:9.3g}") + \
-            f" {r.local_error:9.3g} {r.local_ulps:9.3g} "
-        if paired:
-            nums += f"{r.total_error or 0:9.3g} {r.inherited_error or 0:9.3g} "
-        site = "  ".join(x for x in (r.op_name, r.source) if x)
-        where = "" if r.computation == "" else f" in %{r.computation}"
-        lines.append(f"{nums}{r.runs:>5}  %{r.name} = {r.shape} {r.opcode}{where}" + (f"  {site}" if site else ""))
-    beyond = beyond_bound(report)
-    if beyond:
-        lines.append(f"beyond their error bounds ({len(beyond)}: error / what the arithmetic allows, "
-                     "docs/verdicts.md): " + ", ".join(f"%{r.name} ({r.opcode}) {r.bound_ratio:.3g}"
-                                                       for r in beyond[:top]))
-    elif paired:
-        lines.append("every instruction within its error bound")
-    if report.divergences:
-        lines.append("integer/pred values computed from floats that differ between the run and the shadow (what "
-                     "follows them compares two different paths):")
-        lines += [f"  {d.describe()}" for d in report.divergences]
-    lines += [f"not paired from here on: {p}" for p in report.parted]
-    if report.not_evaluated:
-        lines.append(f"not evaluated alone ({len(report.not_evaluated)}): " + "; ".join(report.not_evaluated[:5]))
-    if report.nonfinite is not None:
-        lines.append("NaN and Inf: " + format_nonfinite(report.nonfinite).replace("\n", "\n  "))
-    return "\n".join(lines)

@@ -1,6 +1,7 @@
 """What an instruction's `op_name` metadata says about where it comes from: the framework's path (jax:
 `jit(train_step)/jit(main)/transpose(jvp(Model))/layers/3/mlp/dot_general`), the pass (forward, backward)
 and the layer. Shared by the reports (memory, collectives, exports) so that they name places alike."""
+
 from __future__ import annotations
 
 import re
@@ -38,15 +39,22 @@ def layer(name: str) -> int | None:
 def where(inst: Instruction) -> dict:
     """The instruction's name, opcode, HLO line, op_name, pass and source location, for reports."""
     name = op_name(inst)
-    return {"name": inst.name, "opcode": inst.opcode, "line": inst.line, "op_name": name, "phase": phase(name),
-            "layer": layer(name), "source": inst.source_location}
+    return {
+        "name": inst.name,
+        "opcode": inst.opcode,
+        "line": inst.line,
+        "op_name": name,
+        "phase": phase(name),
+        "layer": layer(name),
+        "source": inst.source_location,
+    }
 
 
 def short(name: str, width: int = 60) -> str:
     """An op_name cut to its last `width` characters (the specific end of the path), '…' in front."""
-    return name if len(name) <= width else "…" + name[-(width - 1):]
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
 
 
 def fit(text: str, width: int) -> str:
     """`text` cut to `width` characters, '…' at the end."""
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -4,6 +4,7 @@ value is its operand. Installed packages provide targets through the entry-point
 `hloexec.custom_calls` (loaded by the registry itself, on the first unknown target). See
 examples/custom_call_plugin.py.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,7 +41,8 @@ def load_plugin_file(path: str) -> None:
 
 def apply(plugins=(), identities=()) -> None:
     """Load the plugin files, then register the identity targets."""
-    from ..ops.custom_call import register_identity      # the op registry: not at startup
+    from ..ops.custom_call import register_identity  # the op registry: not at startup
+
     for path in plugins or ():
         load_plugin_file(path)
     for target in identities or ():

@@ -6,6 +6,7 @@ and collective traffic (`collectives`). Each part comes from the function its co
 collects them); this module renders. The page fetches nothing: CSS, script and pictures are inline (it opens from a mail
 attachment).
 """
+
 from __future__ import annotations
 
 import html
@@ -17,11 +18,11 @@ from .compare import is_float, output_scale, plain_scalar
 from .graph import neighbourhood, own_svg
 from .stats import ModuleStats, format_module, human_bytes
 
-TOP = 30                    # instructions listed in the attribution, live values at the peak
-SHOWN = 8                   # table rows shown before a "more" fold
-CHART_POINTS = 800          # the memory chart's resolution (schedules have 10k+ steps)
-OPEN_OUTPUTS = 8            # outputs whose verdict starts unfolded (failing ones always do)
-SMALL_COMPUTATION = 6       # instructions: a worst instruction in a smaller called computation is drawn at its call
+TOP = 30  # instructions listed in the attribution, live values at the peak
+SHOWN = 8  # table rows shown before a "more" fold
+CHART_POINTS = 800  # the memory chart's resolution (schedules have 10k+ steps)
+OPEN_OUTPUTS = 8  # outputs whose verdict starts unfolded (failing ones always do)
+SMALL_COMPUTATION = 6  # instructions: a worst instruction in a smaller called computation is drawn at its call
 
 
 def largest_errors(outputs: list, shadow: list) -> list[dict]:
@@ -34,12 +35,18 @@ def largest_errors(outputs: list, shadow: list) -> list[dict]:
             continue
         with np.errstate(all="ignore"):
             e = np.abs(o.astype(np.float64) - s)
-        e = np.where(np.isfinite(e), e, -1.0)         # non-finite elements are the NaN/Inf section's
+        e = np.where(np.isfinite(e), e, -1.0)  # non-finite elements are the NaN/Inf section's
         k = int(np.argmax(e))
         scale = output_scale(s) or 1.0
-        rows.append({"output": i, "index": [int(x) for x in np.unravel_index(k, o.shape)],
-                     "value": plain_scalar(o.ravel()[k]), "exact": plain_scalar(s.ravel()[k]),
-                     "error": max(float(e.ravel()[k]), 0.0) / scale})
+        rows.append(
+            {
+                "output": i,
+                "index": [int(x) for x in np.unravel_index(k, o.shape)],
+                "value": plain_scalar(o.ravel()[k]),
+                "exact": plain_scalar(s.ravel()[k]),
+                "error": max(float(e.ravel()[k]), 0.0) / scale,
+            }
+        )
     return sorted(rows, key=lambda r: -r["error"])
 
 
@@ -64,19 +71,28 @@ def worst_graph(module, instructions) -> tuple[dict | None, str | None]:
             ulps[(r.computation, r.name)] = max(ulps.get((r.computation, r.name), 0.0), r.local_ulps)
     inside: dict[str, float] = {}
 
-    def within(c) -> float:         # the largest local error in a computation and those it calls
+    def within(c) -> float:  # the largest local error in a computation and those it calls
         if c.name not in inside:
             inside[c.name] = 0.0
-            inside[c.name] = max([ulps.get((c.name, i.name), 0.0) for i in c.instructions]
-                                 + [within(k) for i in c.instructions for k in i.called_computations])
+            inside[c.name] = max(
+                [ulps.get((c.name, i.name), 0.0) for i in c.instructions]
+                + [within(k) for i in c.instructions for k in i.called_computations]
+            )
         return inside[c.name]
-    errors = {id(n): max([ulps.get((comp.name, n.name), 0.0)] + [within(k) for k in n.called_computations])
-              for n in g.nodes}
+
+    errors = {
+        id(n): max([ulps.get((comp.name, n.name), 0.0)] + [within(k) for k in n.called_computations]) for n in g.nodes
+    }
     top = max(errors.values(), default=0.0)
     fills = {k: _heat(math.log1p(v) / math.log1p(top)) for k, v in errors.items() if v > 0}
-    data = {"worst": worst.name, "worst_computation": worst.computation, "center": center,
-            "computation": comp.name, "colour": "local error in ulps, log scale",
-            "nodes": [{"name": n.name, "opcode": n.opcode, "local_ulps": errors[id(n)]} for n in g.nodes]}
+    data = {
+        "worst": worst.name,
+        "worst_computation": worst.computation,
+        "center": center,
+        "computation": comp.name,
+        "colour": "local error in ulps, log scale",
+        "nodes": [{"name": n.name, "opcode": n.opcode, "local_ulps": errors[id(n)]} for n in g.nodes],
+    }
     return data, own_svg(g, fills)
 
 
@@ -128,20 +144,32 @@ def to_html(data: dict, svg: str | None) -> str:
     verdict = data["verdict"]
     ok = verdict.get("consistent")
     state = {True: ("pass", "consistent"), False: ("fail", "not consistent"), None: ("meta", "none")}[ok]
-    head = (f"<h1>hloexec report: {e(data['module'])}</h1><p class='meta'>{e(data['file'])} &middot; device "
-            f"{e(str(data['device']))} &middot; inputs {e(_inputs_text(data['inputs']))} &middot; verdict "
-            f"<span class='{state[0]}'>{state[1]}</span></p>"
-            f"<p><input id='search' type='search' placeholder='filter instructions by name'></p>")
-    sections = [_module_section(data), _verdict_section(data), _attribution_section(data, svg),
-                _nonfinite_section(data), _memory_section(data), _collectives_section(data), _rerun_section(data)]
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>hloexec report: {e(data['module'])}</title><style>{_CSS}</style></head><body>"
-            + head + "".join(s for s in sections if s) + f"<script>{_SCRIPT}</script></body></html>\n")
+    head = (
+        f"<h1>hloexec report: {e(data['module'])}</h1><p class='meta'>{e(data['file'])} &middot; device "
+        f"{e(str(data['device']))} &middot; inputs {e(_inputs_text(data['inputs']))} &middot; verdict "
+        f"<span class='{state[0]}'>{state[1]}</span></p>"
+        f"<p><input id='search' type='search' placeholder='filter instructions by name'></p>"
+    )
+    sections = [
+        _module_section(data),
+        _verdict_section(data),
+        _attribution_section(data, svg),
+        _nonfinite_section(data),
+        _memory_section(data),
+        _collectives_section(data),
+        _rerun_section(data),
+    ]
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>hloexec report: {e(data['module'])}</title><style>{_CSS}</style></head><body>"
+        + head
+        + "".join(s for s in sections if s)
+        + f"<script>{_SCRIPT}</script></body></html>\n"
+    )
 
 
 def _section(key: str, title: str, body: str) -> str:
-    return (f"<details class='section' id='{key}' open><summary><h2>{html.escape(title)}</h2>"
-            f"</summary>{body}</details>")
+    return f"<details class='section' id='{key}' open><summary><h2>{html.escape(title)}</h2></summary>{body}</details>"
 
 
 def _inputs_text(info: dict | None) -> str:
@@ -152,32 +180,57 @@ def _inputs_text(info: dict | None) -> str:
 
 def _module_section(data: dict) -> str:
     s = data["stats"]
-    text = "\n".join(format_module(ModuleStats(**{k: v for k, v in s.items() if k in ModuleStats.__dataclass_fields__
-                                                  and k not in ("collectives", "ops")}, ops={}, collectives=[])))
+    text = "\n".join(
+        format_module(
+            ModuleStats(
+                **{
+                    k: v
+                    for k, v in s.items()
+                    if k in ModuleStats.__dataclass_fields__ and k not in ("collectives", "ops")
+                },
+                ops={},
+                collectives=[],
+            )
+        )
+    )
     ops = sorted(s["ops"].items(), key=lambda kv: -kv[1])
     most = max((n for _, n in ops), default=1)
-    rows = "".join(f"<tr><td>{html.escape(op)}</td><td class='num'>{n}</td><td><span class='bar' "
-                   f"style='width:{max(1, round(300 * n / most))}px'></span></td></tr>" for op, n in ops)
-    colls = "".join(f"<tr><td>{html.escape(c['kind'])}</td><td class='num'>{c['count']}</td><td class='num'>"
-                    f"{_bytes(c['bytes'])}</td><td>{html.escape('; '.join(c['replica_groups']))}</td></tr>"
-                    for c in s["collectives"])
-    body = (f"<div class='row'><pre>{html.escape(text)}</pre><div><h3>op histogram ({len(ops)} opcodes)</h3>"
-            f"<details{' open' if len(ops) <= 25 else ''}><summary>{s['instructions']} instructions</summary>"
-            f"<table><tr><th>opcode</th><th>count</th><th></th></tr>{rows}</table></details></div></div>")
+    rows = "".join(
+        f"<tr><td>{html.escape(op)}</td><td class='num'>{n}</td><td><span class='bar' "
+        f"style='width:{max(1, round(300 * n / most))}px'></span></td></tr>"
+        for op, n in ops
+    )
+    colls = "".join(
+        f"<tr><td>{html.escape(c['kind'])}</td><td class='num'>{c['count']}</td><td class='num'>"
+        f"{_bytes(c['bytes'])}</td><td>{html.escape('; '.join(c['replica_groups']))}</td></tr>"
+        for c in s["collectives"]
+    )
+    body = (
+        f"<div class='row'><pre>{html.escape(text)}</pre><div><h3>op histogram ({len(ops)} opcodes)</h3>"
+        f"<details{' open' if len(ops) <= 25 else ''}><summary>{s['instructions']} instructions</summary>"
+        f"<table><tr><th>opcode</th><th>count</th><th></th></tr>{rows}</table></details></div></div>"
+    )
     if colls:
-        body += ("<h3>collectives</h3><table><tr><th>kind</th><th>count</th><th>bytes</th><th>replica groups</th>"
-                 f"</tr>{colls}</table>")
+        body += (
+            "<h3>collectives</h3><table><tr><th>kind</th><th>count</th><th>bytes</th><th>replica groups</th>"
+            f"</tr>{colls}</table>"
+        )
     return _section("module", "module", body)
 
 
 def _verdict_section(data: dict) -> str:
     v = data["verdict"]
     outputs = v.get("outputs", [])
-    parts = ["<p>Each candidate's error against the shadow (the program with every float type in f64: the exact "
-             "answer), what the program's arithmetic allows (measured by the baseline) and the verdict.</p>"
-             "<p>candidates: " + ", ".join(f"{html.escape(n)} <span class='{'pass' if c else 'fail'}'>"
-                                            f"{'consistent' if c else 'not consistent'}</span>"
-                                            for n, c in v.get("candidates", {}).items()) + "</p>"]
+    parts = [
+        "<p>Each candidate's error against the shadow (the program with every float type in f64: the exact "
+        "answer), what the program's arithmetic allows (measured by the baseline) and the verdict.</p>"
+        "<p>candidates: "
+        + ", ".join(
+            f"{html.escape(n)} <span class='{'pass' if c else 'fail'}'>{'consistent' if c else 'not consistent'}</span>"
+            for n, c in v.get("candidates", {}).items()
+        )
+        + "</p>"
+    ]
     if v.get("problem"):
         parts.append(f"<p class='fail'>{html.escape(str(v['problem']))}</p>")
     worst = _worst_element(data)
@@ -185,11 +238,15 @@ def _verdict_section(data: dict) -> str:
         parts.append(f"<p class='worst' id='worst-element'>{worst}</p>")
     for k, o in enumerate(outputs):
         failing = any(not c.get("consistent", True) for c in o.get("candidates", []))
-        title = (f"output {o.get('index', k)}: {o.get('dtype', '')}{list(o.get('shape', []))} "
-                 + ("<span class='fail'>not consistent</span>" if failing or o.get("problem") else
-                    "<span class='pass'>consistent</span>"))
-        parts.append(f"<details class='output'{' open' if failing or k < OPEN_OUTPUTS else ''}><summary>{title}"
-                     f"</summary>{_output_verdict(o)}</details>")
+        title = f"output {o.get('index', k)}: {o.get('dtype', '')}{list(o.get('shape', []))} " + (
+            "<span class='fail'>not consistent</span>"
+            if failing or o.get("problem")
+            else "<span class='pass'>consistent</span>"
+        )
+        parts.append(
+            f"<details class='output'{' open' if failing or k < OPEN_OUTPUTS else ''}><summary>{title}"
+            f"</summary>{_output_verdict(o)}</details>"
+        )
     return _section("verdict", "verdict", "".join(parts))
 
 
@@ -199,10 +256,15 @@ def _output_verdict(o: dict) -> str:
     the verdict holds rendered below (generic: the verdict's keys grow as its rule does)."""
     scalars = {k: v for k, v in o.items() if k not in ("index", "shape", "dtype") and not isinstance(v, (dict, list))}
     rows = [{"candidate": "baseline (the program at its precision)", **_flat(o.get("baseline") or {})}]
-    rows += [{"candidate": c.get("name"), **_flat({k: v for k, v in c.items() if k != "name"})}
-             for c in o.get("candidates", [])]
-    rest = {k: v for k, v in o.items() if k not in scalars and k not in ("index", "shape", "dtype", "baseline",
-                                                                           "candidates")}
+    rows += [
+        {"candidate": c.get("name"), **_flat({k: v for k, v in c.items() if k != "name"})}
+        for c in o.get("candidates", [])
+    ]
+    rest = {
+        k: v
+        for k, v in o.items()
+        if k not in scalars and k not in ("index", "shape", "dtype", "baseline", "candidates")
+    }
     line = " &middot; ".join(f"{html.escape(k)} {_cell(v)}" for k, v in scalars.items() if v not in (None, ""))
     return f"<p class='meta'>{line}</p>" + render(rows) + (render(rest) if rest else "")
 
@@ -229,16 +291,20 @@ def _worst_element(data: dict) -> str:
                     worst = (ratio, o.get("index"), c.get("name"), el)
     if worst is not None:
         _, index, name, el = worst
-        return (f"worst element: output {index} {html.escape(str(el.get('index')))}, candidate "
-                f"{html.escape(str(name))}: " + ", ".join(f"{html.escape(k)} {_cell(v)}" for k, v in el.items()
-                                                          if k != "index"))
+        return (
+            f"worst element: output {index} {html.escape(str(el.get('index')))}, candidate "
+            f"{html.escape(str(name))}: "
+            + ", ".join(f"{html.escape(k)} {_cell(v)}" for k, v in el.items() if k != "index")
+        )
     rows = data.get("largest_errors") or []
     if not rows:
         return ""
     r = rows[0]
-    return (f"every element within what the arithmetic allows; hloexec's largest error: output {r['output']} "
-            f"{r['index']}, value {_cell(r['value'])}, exact {_cell(r['exact'])}, error {_cell(r['error'])} of the "
-            f"output's scale")
+    return (
+        f"every element within what the arithmetic allows; hloexec's largest error: output {r['output']} "
+        f"{r['index']}, value {_cell(r['value'])}, exact {_cell(r['exact'])}, error {_cell(r['error'])} of the "
+        f"output's scale"
+    )
 
 
 def _ratio(element: dict) -> float:
@@ -253,29 +319,43 @@ def _attribution_section(data: dict, svg: str | None) -> str:
     n = data["numerics"]
     rows = n.get("top", [])
     columns = ("contribution", "local_error", "local_ulps", "total_error", "inherited_error", "runs")
-    cells = [f"<tr data-name='{html.escape(r['name'])}'>" + "".join(f"<td class='num'>{_cell(r.get(c))}</td>"
-                                                                   for c in columns)
-             + f"<td>%{html.escape(r['name'])} = {html.escape(r['shape'])} {html.escape(r['opcode'])}"
-             + (f" in %{html.escape(r['computation'])}" if r.get("computation") else "")
-             + f"</td><td>{html.escape(r.get('op_name', ''))}</td><td>{_source(r.get('source', ''))}</td></tr>"
-             for r in rows]
-    header = ("<tr>" + "".join(f"<th>{c.replace('_', ' ')}</th>" for c in columns)
-              + "<th>instruction</th><th>op_name</th><th>source</th></tr>")
-    parts = [f"<p>mode {html.escape(n['mode'])}: instructions by contribution (how far rounding its value moves the "
-             "outputs), then by local error (the error it adds given exact operands), relative to its scale; "
-             f"the top {len(rows)} of {n['instructions_evaluated']} evaluated.</p>" + _folded(header, cells)]
+    cells = [
+        f"<tr data-name='{html.escape(r['name'])}'>"
+        + "".join(f"<td class='num'>{_cell(r.get(c))}</td>" for c in columns)
+        + f"<td>%{html.escape(r['name'])} = {html.escape(r['shape'])} {html.escape(r['opcode'])}"
+        + (f" in %{html.escape(r['computation'])}" if r.get("computation") else "")
+        + f"</td><td>{html.escape(r.get('op_name', ''))}</td><td>{_source(r.get('source', ''))}</td></tr>"
+        for r in rows
+    ]
+    header = (
+        "<tr>"
+        + "".join(f"<th>{c.replace('_', ' ')}</th>" for c in columns)
+        + "<th>instruction</th><th>op_name</th><th>source</th></tr>"
+    )
+    parts = [
+        f"<p>mode {html.escape(n['mode'])}: instructions by contribution (how far rounding its value moves the "
+        "outputs), then by local error (the error it adds given exact operands), relative to its scale; "
+        f"the top {len(rows)} of {n['instructions_evaluated']} evaluated.</p>" + _folded(header, cells)
+    ]
     g = data.get("graph")
     if g is not None and svg is not None:
-        inside = "" if g["center"] == g["worst"] else \
-            f" (it calls %{html.escape(g['worst_computation'])}, where %{html.escape(g['worst'])} loses the most)"
-        parts.insert(0, f"<h3>dataflow around %{html.escape(g['center'])} in %{html.escape(g['computation'])}{inside}; "
-                        f"fill: the largest {html.escape(g['colour'])} in each node (fused computations included), "
-                        f"white: none measured</h3><div class='graph'>{svg}</div>")
+        inside = (
+            ""
+            if g["center"] == g["worst"]
+            else f" (it calls %{html.escape(g['worst_computation'])}, where %{html.escape(g['worst'])} loses the most)"
+        )
+        parts.insert(
+            0,
+            f"<h3>dataflow around %{html.escape(g['center'])} in %{html.escape(g['computation'])}{inside}; "
+            f"fill: the largest {html.escape(g['colour'])} in each node (fused computations included), "
+            f"white: none measured</h3><div class='graph'>{svg}</div>",
+        )
     if n.get("outputs"):
         parts.append("<h3>per output: the instructions on its path that lose the most</h3>" + render(n["outputs"]))
     if n.get("divergences"):
-        parts.append("<h3>integer/pred values computed from floats that differ from the shadow's</h3>"
-                     + render(n["divergences"]))
+        parts.append(
+            "<h3>integer/pred values computed from floats that differ from the shadow's</h3>" + render(n["divergences"])
+        )
     return _section("attribution", "attribution", "".join(parts))
 
 
@@ -283,8 +363,10 @@ def _folded(header: str, rows: list[str]) -> str:
     """A table of its first SHOWN rows, the others folded below it (the search box filters both)."""
     table = f"<table>{header}{''.join(rows[:SHOWN])}</table>"
     if len(rows) > SHOWN:
-        table += (f"<details><summary>{len(rows) - SHOWN} more</summary><table>{header}{''.join(rows[SHOWN:])}"
-                  "</table></details>")
+        table += (
+            f"<details><summary>{len(rows) - SHOWN} more</summary><table>{header}{''.join(rows[SHOWN:])}"
+            "</table></details>"
+        )
     return table
 
 
@@ -303,16 +385,22 @@ def _memory_section(data: dict) -> str:
     m = data["memory"]
     at = m.get("peak_at") or {}
     live = m["live_at_peak"][:TOP]
-    rows = [f"<tr data-name='{html.escape(v['name'].lstrip('%'))}'><td>{html.escape(v['name'])}</td>"
-            f"<td>{html.escape(v['kind'])}</td><td class='num'>{_bytes(v['bytes'])}</td>"
-            f"<td>{html.escape(v['shape'])}</td><td>{html.escape(v['why'])}</td></tr>" for v in live]
+    rows = [
+        f"<tr data-name='{html.escape(v['name'].lstrip('%'))}'><td>{html.escape(v['name'])}</td>"
+        f"<td>{html.escape(v['kind'])}</td><td class='num'>{_bytes(v['bytes'])}</td>"
+        f"<td>{html.escape(v['shape'])}</td><td>{html.escape(v['why'])}</td></tr>"
+        for v in live
+    ]
     overhead = f" (of which hloexec's own {_bytes(m['overhead_bytes'])})" if m.get("overhead_bytes") else ""
-    body = (f"<p>peak {_bytes(m['peak_bytes'][0])} per device{overhead} while %{html.escape(str(at.get('name')))} "
-            f"runs (step {m['peak_step']} of {len(m['timeline']) - 1}"
-            + (f", {html.escape(at['op_name'])}" if at.get("op_name") else "") + ").</p>"
-            + memory_chart(m["timeline"], m["peak_step"])
-            + f"<h3>live at the peak: the {len(live)} largest of {len(m['live_at_peak'])}</h3>"
-            + _folded("<tr><th>value</th><th>kind</th><th>bytes</th><th>shape</th><th>why live</th></tr>", rows))
+    body = (
+        f"<p>peak {_bytes(m['peak_bytes'][0])} per device{overhead} while %{html.escape(str(at.get('name')))} "
+        f"runs (step {m['peak_step']} of {len(m['timeline']) - 1}"
+        + (f", {html.escape(at['op_name'])}" if at.get("op_name") else "")
+        + ").</p>"
+        + memory_chart(m["timeline"], m["peak_step"])
+        + f"<h3>live at the peak: the {len(live)} largest of {len(m['live_at_peak'])}</h3>"
+        + _folded("<tr><th>value</th><th>kind</th><th>bytes</th><th>shape</th><th>why live</th></tr>", rows)
+    )
     return _section("memory", "memory over the schedule", body)
 
 
@@ -320,65 +408,92 @@ def memory_chart(series: list[int], peak_step: int, width: int = 1000, height: i
     """Live bytes over the schedule as an inline SVG (each pixel column the maximum of its steps)."""
     n = len(series)
     buckets = min(n, CHART_POINTS)
-    tops = [max(series[b * n // buckets:max((b + 1) * n // buckets, b * n // buckets + 1)]) for b in range(buckets)]
+    tops = [max(series[b * n // buckets : max((b + 1) * n // buckets, b * n // buckets + 1)]) for b in range(buckets)]
     high = max(tops) or 1
     left, bottom = 70, height - 24
-    step = (width - left - 10) / buckets         # each bucket a flat stretch: live bytes change between steps
+    step = (width - left - 10) / buckets  # each bucket a flat stretch: live bytes change between steps
     ys = [bottom - (bottom - 10) * t / high for t in tops]
     line = " ".join(f"{left + b * step:.1f},{y:.1f} {left + (b + 1) * step:.1f},{y:.1f}" for b, y in enumerate(ys))
     px = left + (peak_step * buckets // n + 0.5) * step
     anchor = "end" if px > width / 2 else "start"
-    ticks = "".join(f"<text x='{left - 6}' y='{bottom - (bottom - 10) * f + 4:.1f}' text-anchor='end'>"
-                    f"{_bytes(high * f)}</text><line x1='{left}' x2='{width - 10}' y1='{bottom - (bottom - 10) * f:.1f}' "
-                    f"y2='{bottom - (bottom - 10) * f:.1f}' stroke='#eee'/>" for f in (0, 0.5, 1))
-    return (f"<svg class='memory-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"viewBox='0 0 {width} {height}' font-size='11' font-family='Helvetica, Arial, sans-serif'>{ticks}"
-            f"<polyline points='{left},{bottom} {line} {width - 10},{bottom}' fill='#cfe0f3' stroke='#2c6fb7'/>"
-            f"<line x1='{px:.1f}' x2='{px:.1f}' y1='10' y2='{bottom}' stroke='#b00020' stroke-dasharray='4 3'/>"
-            f"<text x='{px + (-4 if anchor == 'end' else 4):.1f}' y='20' fill='#b00020' text-anchor='{anchor}'>peak</text>"
-            f"<text x='{left}' y='{height - 6}'>step 0</text><text x='{width - 10}' y='{height - 6}' text-anchor='end'>"
-            f"step {n - 1}</text></svg>")
+    ticks = "".join(
+        f"<text x='{left - 6}' y='{bottom - (bottom - 10) * f + 4:.1f}' text-anchor='end'>"
+        f"{_bytes(high * f)}</text><line x1='{left}' x2='{width - 10}' y1='{bottom - (bottom - 10) * f:.1f}' "
+        f"y2='{bottom - (bottom - 10) * f:.1f}' stroke='#eee'/>"
+        for f in (0, 0.5, 1)
+    )
+    return (
+        f"<svg class='memory-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}' font-size='11' font-family='Helvetica, Arial, sans-serif'>{ticks}"
+        f"<polyline points='{left},{bottom} {line} {width - 10},{bottom}' fill='#cfe0f3' stroke='#2c6fb7'/>"
+        f"<line x1='{px:.1f}' x2='{px:.1f}' y1='10' y2='{bottom}' stroke='#b00020' stroke-dasharray='4 3'/>"
+        f"<text x='{px + (-4 if anchor == 'end' else 4):.1f}' y='20' fill='#b00020' text-anchor='{anchor}'>peak</text>"
+        f"<text x='{left}' y='{height - 6}'>step 0</text><text x='{width - 10}' y='{height - 6}' text-anchor='end'>"
+        f"step {n - 1}</text></svg>"
+    )
 
 
 def _collectives_section(data: dict) -> str:
     c = data.get("collectives")
     if c is None:
         return ""
-    by_kind = "".join(f"<tr><td>{html.escape(k)}</td><td class='num'>{t['count']}</td><td class='num'>"
-                      f"{_bytes(t['bytes'])}</td><td class='num'>{_bytes(t['sent_bytes'])}</td><td class='num'>"
-                      f"{t['seconds'] * 1e3:.3g}</td><td class='num'>{t['exposed_seconds'] * 1e3:.3g}</td></tr>"
-                      for k, t in c["by_kind"].items())
+    by_kind = "".join(
+        f"<tr><td>{html.escape(k)}</td><td class='num'>{t['count']}</td><td class='num'>"
+        f"{_bytes(t['bytes'])}</td><td class='num'>{_bytes(t['sent_bytes'])}</td><td class='num'>"
+        f"{t['seconds'] * 1e3:.3g}</td><td class='num'>{t['exposed_seconds'] * 1e3:.3g}</td></tr>"
+        for k, t in c["by_kind"].items()
+    )
     listed = sorted(c["collectives"], key=lambda x: -x["bytes"])[:TOP]
-    rows = [f"<tr data-name='{html.escape(x['name'])}'><td>%{html.escape(x['name'])}</td>"
-            f"<td>{html.escape(x['kind'])}</td><td class='num'>{x['group_size']}</td><td class='num'>"
-            f"{_bytes(x['bytes'])}</td><td class='num'>{x['seconds'] * 1e3:.3g}</td>"
-            f"<td>{html.escape(x.get('op_name') or '')}</td></tr>" for x in listed]
-    body = (f"<p>{c['devices']} devices ({c['partitions']} partitions x {c['replicas']} replicas); "
-            f"{len(c['collectives'])} collectives, {_bytes(c['total_bytes'])} per device; link "
-            f"{html.escape(c['link']['name'])}. Model: {html.escape(c['model'])}.</p>"
-            "<table><tr><th>kind</th><th>count</th><th>bytes</th><th>sent per device</th><th>ms</th><th>exposed ms"
-            f"</th></tr>{by_kind}</table><h3>the {len(listed)} largest</h3>"
-            + _folded("<tr><th>instruction</th><th>kind</th><th>group</th><th>bytes</th><th>ms</th><th>op_name</th></tr>",
-                      rows))
+    rows = [
+        f"<tr data-name='{html.escape(x['name'])}'><td>%{html.escape(x['name'])}</td>"
+        f"<td>{html.escape(x['kind'])}</td><td class='num'>{x['group_size']}</td><td class='num'>"
+        f"{_bytes(x['bytes'])}</td><td class='num'>{x['seconds'] * 1e3:.3g}</td>"
+        f"<td>{html.escape(x.get('op_name') or '')}</td></tr>"
+        for x in listed
+    ]
+    body = (
+        f"<p>{c['devices']} devices ({c['partitions']} partitions x {c['replicas']} replicas); "
+        f"{len(c['collectives'])} collectives, {_bytes(c['total_bytes'])} per device; link "
+        f"{html.escape(c['link']['name'])}. Model: {html.escape(c['model'])}.</p>"
+        "<table><tr><th>kind</th><th>count</th><th>bytes</th><th>sent per device</th><th>ms</th><th>exposed ms"
+        f"</th></tr>{by_kind}</table><h3>the {len(listed)} largest</h3>"
+        + _folded(
+            "<tr><th>instruction</th><th>kind</th><th>group</th><th>bytes</th><th>ms</th><th>op_name</th></tr>", rows
+        )
+    )
     return _section("collectives", "collective traffic", body)
 
 
 def _rerun_section(data: dict) -> str:
-    return _section("rerun", "how to rerun", f"<pre>{html.escape(data['command_line'])}</pre><p>hloexec "
-                    f"{html.escape(data['hloexec_version'])}</p>")
+    return _section(
+        "rerun",
+        "how to rerun",
+        f"<pre>{html.escape(data['command_line'])}</pre><p>hloexec {html.escape(data['hloexec_version'])}</p>",
+    )
 
 
 # -- generic rendering (the verdict's keys change as the verdict work lands: render whatever is there) -----
 def render(value) -> str:
     if isinstance(value, dict):
-        return "<table>" + "".join(f"<tr><th>{html.escape(str(k))}</th><td>{render(v)}</td></tr>"
-                                   for k, v in value.items() if v not in (None, [], {}, "")) + "</table>"
+        return (
+            "<table>"
+            + "".join(
+                f"<tr><th>{html.escape(str(k))}</th><td>{render(v)}</td></tr>"
+                for k, v in value.items()
+                if v not in (None, [], {}, "")
+            )
+            + "</table>"
+        )
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         keys = list(dict.fromkeys(k for v in value for k in v))
         keys = [k for k in keys if any(v.get(k) not in (None, [], {}, "") for v in value)]
-        return ("<table><tr>" + "".join(f"<th>{html.escape(str(k))}</th>" for k in keys) + "</tr>"
-                + "".join("<tr>" + "".join(f"<td>{render(v.get(k))}</td>" for k in keys) + "</tr>" for v in value)
-                + "</table>")
+        return (
+            "<table><tr>"
+            + "".join(f"<th>{html.escape(str(k))}</th>" for k in keys)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{render(v.get(k))}</td>" for k in keys) + "</tr>" for v in value)
+            + "</table>"
+        )
     return _cell(value)
 
 
@@ -390,8 +505,11 @@ def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):
-        return html.escape(", ".join(map(str, value))) if all(not isinstance(v, (dict, list)) for v in value) \
+        return (
+            html.escape(", ".join(map(str, value)))
+            if all(not isinstance(v, (dict, list)) for v in value)
             else render(value)
+        )
     if isinstance(value, str) and value in ("consistent", "pass", "ok"):
         return f"<span class='pass'>{html.escape(value)}</span>"
     if isinstance(value, str) and value in ("inconsistent", "not consistent", "fail"):

@@ -7,6 +7,7 @@ candidates (tools/verdict.py).
 Everything here runs single-participant or SPMD (`Runner`), and streams: values are looked at while the
 plans hold them (Executable.run's `observe`), never kept beyond what the report needs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,7 @@ def executable_like(exe: Executable, module, **options) -> Executable:
     """An Executable of `module` with `exe`'s options (`options` override them). Elided constants were said when
     `exe` was made: not again for each module derived from its own."""
     ctx = exe.context
-    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after,
-                    compile=ctx.compile)
+    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after, compile=ctx.compile)
     settings.update(options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)
@@ -69,17 +69,18 @@ class Runner:
 class Divergence:
     """A discrete instruction (integer/pred values computed from floats) whose values differ between the program's
     run and the shadow's: everything downstream of it compares two different paths."""
+
     name: str
     opcode: str
     computation: str
     op_name: str
     source: str
-    runs: int = 0                   # times it ran (devices x loop iterations), compared
+    runs: int = 0  # times it ran (devices x loop iterations), compared
     differing_runs: int = 0
-    elements: int = 0               # elements differing, over the runs whose values were kept
-    size: int = 0                   # elements per run
-    uncounted_runs: int = 0         # runs known to differ (by digest) whose elements were not kept
-    first: str = ""                 # "device d, run k" of the first difference
+    elements: int = 0  # elements differing, over the runs whose values were kept
+    size: int = 0  # elements per run
+    uncounted_runs: int = 0  # runs known to differ (by digest) whose elements were not kept
+    first: str = ""  # "device d, run k" of the first difference
 
     def describe(self) -> str:
         counted = f"{self.elements} of {self.size} elements" + (" per run" if self.runs > 1 else "")
@@ -144,12 +145,17 @@ class _Discrete:
         comp = inst.computation.name if inst.computation is not None else ""
         d = self.found.get((comp, inst.name))
         if d is None:
-            d = self.found[(comp, inst.name)] = Divergence(inst.name, inst.opcode, comp,
-                                                           inst.metadata.get("op_name", ""), inst.source_location,
-                                                           size=sum(v.size for v in leaves))
+            d = self.found[(comp, inst.name)] = Divergence(
+                inst.name,
+                inst.opcode,
+                comp,
+                inst.metadata.get("op_name", ""),
+                inst.source_location,
+                size=sum(v.size for v in leaves),
+            )
         d.runs += 1
         if mine is None:
-            return          # the program's run never got here (control flow parted earlier)
+            return  # the program's run never got here (control flow parted earlier)
         if isinstance(mine, bytes):
             differs = mine != _digest(leaves)
             d.uncounted_runs += differs
@@ -178,6 +184,7 @@ class ShadowRun:
     """The program's outputs at its precision and its shadow's (both flattened; SPMD: global), the instructions
     pinned to the program's precision in the shadow, and the discrete values that parted. `bounds`: device name ->
     OutputBounds, when error bounds were computed alongside (tools/bounds.py)."""
+
     outputs: list
     shadow: list
     shadow_info: Shadow
@@ -189,6 +196,7 @@ class ShadowRun:
 class OutputBounds:
     """Per output (flattened), the error bound of every element under one device's arithmetic (None for integer and
     pred outputs) and its rounding-decided elements; the instructions without a bound; the dot algorithms used."""
+
     device: str
     bounds: list
     decided: list
@@ -196,8 +204,9 @@ class OutputBounds:
     algorithms: list
 
 
-def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow: Shadow | None = None,
-               devices=None) -> ShadowRun:
+def shadow_run(
+    exe: Executable, inputs, runner: Runner | None = None, *, shadow: Shadow | None = None, devices=None
+) -> ShadowRun:
     """Run `exe`'s module and its shadow on `inputs` (per device when `runner` is SPMD).
 
     Where the shadow has discrete instructions, both runs are observed (op by op, numpy) and their values
@@ -218,7 +227,7 @@ def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow:
     watch = _Discrete(shadow.discrete)
     if shadow.discrete:
         outputs = runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
-        watch.counts.clear()            # the shadow's k-th run of an instruction meets the program's k-th
+        watch.counts.clear()  # the shadow's k-th run of an instruction meets the program's k-th
     else:
         outputs = runner.run(exe, inputs)
 
@@ -227,15 +236,19 @@ def shadow_run(exe: Executable, inputs, runner: Runner | None = None, *, shadow:
             watch.check(device, inst, value)
         for o in observers:
             o(inst, value, operands)
+
     shadow_exe = shadow_exe or executable_like(exe, shadow.module, use_numba=False)
     shadow_outputs = runner.run(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
     run = ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
     for o in observers:
         floats = [isinstance(s, (np.ndarray, np.generic)) and s.dtype.kind in "fc" for s in shadow_outputs]
         run.bounds[o.device.name] = OutputBounds(
-            o.device.name, [o.of(s) if f else None for s, f in zip(shadow_outputs, floats)],
-            [o.decided_of(s) if f else None for s, f in zip(shadow_outputs, floats)], dict(o.unbounded),
-            sorted(o.algorithms))
+            o.device.name,
+            [o.of(s) if f else None for s, f in zip(shadow_outputs, floats)],
+            [o.decided_of(s) if f else None for s, f in zip(shadow_outputs, floats)],
+            dict(o.unbounded),
+            sorted(o.algorithms),
+        )
     return run
 
 
@@ -250,8 +263,15 @@ def xla_cpu_arithmetic():
     return device_profile("xla-cpu")
 
 
-def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None, runner: Runner | None = None,
-              rule=None, devices=None, known: dict | None = None):
+def judge_run(
+    exe: Executable,
+    inputs,
+    candidates: dict[str, list] | None = None,
+    runner: Runner | None = None,
+    rule=None,
+    devices=None,
+    known: dict | None = None,
+):
     """(Verdict, ShadowRun): `exe`'s module run at its precision ("hloexec") and `candidates` (name -> flattened
     outputs: a device's, XLA:CPU's, another dump's) judged against the shadow, every element against its own
     error bound under the device's arithmetic (tools/bounds.py; `devices`: profiles or their names, None: `exe`'s;
@@ -262,10 +282,19 @@ def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None
     runner = runner or Runner()
     # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
     # step, as XLA:CPU's do)
-    profiles = [Options.make(d).device for d in devices] if devices else \
-        [exe.options.device if exe.options.reductions == exe.options.device.reductions else
-         replace(exe.options.device, name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
-                 reductions=exe.options.reductions)]
+    profiles = (
+        [Options.make(d).device for d in devices]
+        if devices
+        else [
+            exe.options.device
+            if exe.options.reductions == exe.options.device.reductions
+            else replace(
+                exe.options.device,
+                name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
+                reductions=exe.options.reductions,
+            )
+        ]
+    )
     known = {n: Options.make(d).device for n, d in (known or {}).items() if n in (candidates or {})}
     reference = Options.make("reference").device
     # the reference's bounds too when devices were asked for: how much of an error their rules explain
@@ -275,10 +304,18 @@ def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None
     baseline = runner.run(baseline_executable(exe), inputs)
     everyone = {"hloexec": run.outputs, **(candidates or {})}
     own = {n: run.bounds.get(d.name) for n, d in known.items()}
-    verdicts = {p.name: judge(run.shadow, baseline, everyone, rule or RULE, run.bounds.get(p.name),
-                              run.bounds.get(reference.name) if devices and p.name != reference.name else None,
-                              own)
-                for p in profiles}
+    verdicts = {
+        p.name: judge(
+            run.shadow,
+            baseline,
+            everyone,
+            rule or RULE,
+            run.bounds.get(p.name),
+            run.bounds.get(reference.name) if devices and p.name != reference.name else None,
+            own,
+        )
+        for p in profiles
+    }
     verdict = verdicts[profiles[0].name]
     if len(verdicts) > 1:
         verdict.by_device = verdicts
@@ -288,29 +325,46 @@ def judge_run(exe: Executable, inputs, candidates: dict[str, list] | None = None
 def shadow_report(run: ShadowRun) -> dict:
     """JSON data of a shadow run: per output the shadow's summary and the run's error against it, the
     divergences, the pinned instructions."""
-    return {"outputs": [dict(array_summary(i, s), dtype=dtype_name(o.dtype), error=asdict(error_stats(o, s)))
-                        for i, (o, s) in enumerate(zip(run.outputs, run.shadow))],
-            "discrete": len(run.shadow_info.discrete), "divergences": [asdict(d) for d in run.divergences],
-            "pinned": run.shadow_info.pinned}
+    return {
+        "outputs": [
+            dict(array_summary(i, s), dtype=dtype_name(o.dtype), error=asdict(error_stats(o, s)))
+            for i, (o, s) in enumerate(zip(run.outputs, run.shadow))
+        ],
+        "discrete": len(run.shadow_info.discrete),
+        "divergences": [asdict(d) for d in run.divergences],
+        "pinned": run.shadow_info.pinned,
+    }
 
 
 def format_shadow_report(report: dict) -> str:
-    lines = [f"{'out':>4}  {'shape':<16} {'dtype':<5} {'shadow min':>11} {'max':>11} {'mean':>11} {'NaN':>5} "
-             f"{'Inf':>5}   run's error: {'max abs':>9} {'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}"]
+    lines = [
+        f"{'out':>4}  {'shape':<16} {'dtype':<5} {'shadow min':>11} {'max':>11} {'mean':>11} {'NaN':>5} "
+        f"{'Inf':>5}   run's error: {'max abs':>9} {'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}"
+    ]
     for s in report["outputs"]:
         e = s["error"]
         shape = "[" + ",".join(map(str, s["shape"])) + "]"
-        error = f"{e['mismatches']} elements differ" if e["mismatches"] else \
-            f"{e['max_abs']:9.3g} {e['max_rel']:9.3g} {e['rms_rel']:9.3g} {e['max_ulps']:9.3g}" + \
-            (f"  ({e['nonfinite']} non-finite)" if e["nonfinite"] else "")
-        lines.append(f"{s['index']:>4}  {shape:<16} {s['dtype']:<5} {_fmt(s['min']):>11} {_fmt(s['max']):>11} "
-                     f"{_fmt(s['mean']):>11} {s['nan']:>5} {s['inf']:>5}                {error}")
+        error = (
+            f"{e['mismatches']} elements differ"
+            if e["mismatches"]
+            else f"{e['max_abs']:9.3g} {e['max_rel']:9.3g} {e['rms_rel']:9.3g} {e['max_ulps']:9.3g}"
+            + (f"  ({e['nonfinite']} non-finite)" if e["nonfinite"] else "")
+        )
+        lines.append(
+            f"{s['index']:>4}  {shape:<16} {s['dtype']:<5} {_fmt(s['min']):>11} {_fmt(s['max']):>11} "
+            f"{_fmt(s['mean']):>11} {s['nan']:>5} {s['inf']:>5}                {error}"
+        )
     n = report["discrete"]
     if n:
         parted = report["divergences"]
-        lines.append(f"integer/pred values computed from floats: {n} instruction{'s' if n != 1 else ''}, "
-                     + (f"{len(parted)} differ between the run and the shadow (what follows them compares two "
-                        "different paths):" if parted else "all equal in the run and the shadow"))
+        lines.append(
+            f"integer/pred values computed from floats: {n} instruction{'s' if n != 1 else ''}, "
+            + (
+                f"{len(parted)} differ between the run and the shadow (what follows them compares two different paths):"
+                if parted
+                else "all equal in the run and the shadow"
+            )
+        )
         lines += [f"  {Divergence(**d).describe()}" for d in parted]
     if report["pinned"]:
         lines.append("computed at the program's own precision in the shadow:")

@@ -9,6 +9,7 @@ computation called from two places counts twice. A while body counts once: the t
 the text. Collectives are counted the same way; their bytes are what one participant sends in
 (the operands; the gathered result for all-gather).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,15 @@ from ..ir.compiled_for import compiled_for
 from ..ir.module import Computation, Instruction, Module
 from ..parser import parse
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
-               "collective-permute", "collective-broadcast")
+COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+)
 GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul")
 # Ops whose called computation is the same one their -start op already called.
 _NOT_A_CALL_SITE = ("async-update", "async-done")
@@ -33,7 +41,7 @@ class Collective:
     kind: str
     count: int = 0
     bytes: int = 0
-    groups: Counter = field(default_factory=Counter)   # replica-group summary -> count
+    groups: Counter = field(default_factory=Counter)  # replica-group summary -> count
 
 
 @dataclass
@@ -50,14 +58,14 @@ class ModuleStats:
     entry_outputs: int
     output_bytes: int
     flops: int
-    flops_by_kind: dict            # dot | convolution | gemm -> FLOPs
-    contractions: dict             # dot | convolution | gemm -> instructions counted (with call multiplicity)
-    while_loops: int               # while instructions reached: their bodies are counted once
+    flops_by_kind: dict  # dot | convolution | gemm -> FLOPs
+    contractions: dict  # dot | convolution | gemm -> instructions counted (with call multiplicity)
+    while_loops: int  # while instructions reached: their bodies are counted once
     collectives: list
     custom_call_targets: dict
     fusion_kinds: dict
-    elided_constants: int          # constant({...}): values the dump left out (XLA dumps without large constants)
-    compiled_for: dict             # platform (gpu | tpu | cpu | unknown) and the evidence: hloexec.ir.compiled_for
+    elided_constants: int  # constant({...}): values the dump left out (XLA dumps without large constants)
+    compiled_for: dict  # platform (gpu | tpu | cpu | unknown) and the evidence: hloexec.ir.compiled_for
 
     @property
     def source_lines(self) -> int:
@@ -66,8 +74,9 @@ class ModuleStats:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["source_lines"] = self.source_lines
-        d["collectives"] = [dict(kind=c.kind, count=c.count, bytes=c.bytes, replica_groups=dict(c.groups))
-                            for c in self.collectives]
+        d["collectives"] = [
+            dict(kind=c.kind, count=c.count, bytes=c.bytes, replica_groups=dict(c.groups)) for c in self.collectives
+        ]
         return d
 
 
@@ -83,14 +92,19 @@ class FileStats:
         return self.bytes / 1e6 / self.parse_seconds if self.parse_seconds > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "bytes": self.bytes, "parse_seconds": self.parse_seconds,
-                "mb_per_second": self.mb_per_second, "modules": [m.to_dict() for m in self.modules]}
+        return {
+            "path": self.path,
+            "bytes": self.bytes,
+            "parse_seconds": self.parse_seconds,
+            "mb_per_second": self.mb_per_second,
+            "modules": [m.to_dict() for m in self.modules],
+        }
 
 
 def file_stats(path: str) -> FileStats:
     """Parse `path` (timed) and describe every module in it. Raises HloParseError for bad text."""
     start = time.perf_counter()
-    modules = parse(Path(path))       # a Path: a missing file is an OSError, not HLO text
+    modules = parse(Path(path))  # a Path: a missing file is an OSError, not HLO text
     seconds = time.perf_counter() - start
     return FileStats(str(path), os.path.getsize(path), seconds, [module_stats(m) for m in modules])
 
@@ -103,7 +117,7 @@ def module_lines(module: Module) -> tuple[int, int]:
 
 def module_stats(module: Module) -> ModuleStats:
     first, last = module_lines(module)
-    ops = module.opcode_counts()            # counts from the parser's tables
+    ops = module.opcode_counts()  # counts from the parser's tables
     types = Counter()
     for shape, n in module.shape_counts().items():
         types["tuple" if shape.is_tuple else shape.element_type.name] += n
@@ -120,15 +134,27 @@ def module_stats(module: Module) -> ModuleStats:
     entry = module.entry
     root_shape = entry.root.shape
     return ModuleStats(
-        name=module.name, first_line=first, last_line=last, computations=len(module.computations),
-        instructions=module.instruction_count, ops=_by_count(ops), element_types=_by_count(types),
-        entry_parameters=len(entry.parameters), parameter_bytes=sum(p.shape.nbytes for p in entry.parameters),
-        entry_outputs=sum(1 for _ in root_shape.leaves()), output_bytes=root_shape.nbytes,
-        flops=sum(totals.flops.values()), flops_by_kind=dict(totals.flops), contractions=dict(totals.contractions),
+        name=module.name,
+        first_line=first,
+        last_line=last,
+        computations=len(module.computations),
+        instructions=module.instruction_count,
+        ops=_by_count(ops),
+        element_types=_by_count(types),
+        entry_parameters=len(entry.parameters),
+        parameter_bytes=sum(p.shape.nbytes for p in entry.parameters),
+        entry_outputs=sum(1 for _ in root_shape.leaves()),
+        output_bytes=root_shape.nbytes,
+        flops=sum(totals.flops.values()),
+        flops_by_kind=dict(totals.flops),
+        contractions=dict(totals.contractions),
         while_loops=totals.while_loops,
         collectives=[totals.collectives[k] for k in sorted(totals.collectives, key=COLLECTIVES.index)],
-        custom_call_targets=_by_count(targets), fusion_kinds=_by_count(fusion_kinds), elided_constants=elided,
-        compiled_for=compiled_for(module).to_dict())
+        custom_call_targets=_by_count(targets),
+        fusion_kinds=_by_count(fusion_kinds),
+        elided_constants=elided,
+        compiled_for=compiled_for(module).to_dict(),
+    )
 
 
 def _by_count(counter: Counter) -> dict:
@@ -167,7 +193,7 @@ class Walk:
         key = id(comp)
         if key in self._done:
             return self._done[key]
-        self._done[key] = _Totals()          # a cycle (invalid HLO) counts as nothing, not forever
+        self._done[key] = _Totals()  # a cycle (invalid HLO) counts as nothing, not forever
         t = _Totals()
         for inst in comp.instructions:
             _count(inst, t)
@@ -204,7 +230,7 @@ def _count(inst: Instruction, t: _Totals) -> None:
     elif op == "while":
         t.while_loops += 1
     else:
-        kind = op[:-len("-start")] if op.endswith("-start") else op
+        kind = op[: -len("-start")] if op.endswith("-start") else op
         if kind in COLLECTIVES:
             c = t.collectives.setdefault(kind, Collective(kind))
             c.count += 1
@@ -249,7 +275,7 @@ def collective_bytes(inst: Instruction, kind: str) -> int:
     if kind != "all-gather":
         return sum(o.shape.nbytes for o in inst.operands)
     shape = inst.shape
-    if inst.opcode == "all-gather-start" and shape.is_tuple:   # (operands, gathered results)
+    if inst.opcode == "all-gather-start" and shape.is_tuple:  # (operands, gathered results)
         shape = shape.tuple_shapes[-1]
     return shape.nbytes
 
@@ -265,7 +291,7 @@ def _groups_summary(inst: Instruction) -> str:
         return "{}"
     try:
         groups = inst.attr("replica_groups").groups
-    except ValueError:                 # a form hloexec does not decode: show it as written
+    except ValueError:  # a form hloexec does not decode: show it as written
         return inst.attrs["replica_groups"]
     if not groups:
         return "{}"
@@ -284,8 +310,10 @@ def _ranges(group) -> str:
 
 # -- text -------------------------------------------------------------------------------------
 def format_file(fs: FileStats) -> str:
-    lines = [f"{fs.path}: {len(fs.modules)} module{'s' if len(fs.modules) != 1 else ''}, {human_bytes(fs.bytes)}, "
-             f"parsed in {fs.parse_seconds * 1e3:.1f} ms ({fs.mb_per_second:.1f} MB/s)"]
+    lines = [
+        f"{fs.path}: {len(fs.modules)} module{'s' if len(fs.modules) != 1 else ''}, {human_bytes(fs.bytes)}, "
+        f"parsed in {fs.parse_seconds * 1e3:.1f} ms ({fs.mb_per_second:.1f} MB/s)"
+    ]
     if len(fs.modules) > 1:
         lines += [f"  {m.name} (lines {m.first_line}-{m.last_line})" for m in fs.modules]
     for m in fs.modules:
@@ -304,16 +332,21 @@ def format_module(m: ModuleStats) -> list[str]:
         ("compiled for", m.compiled_for["platform"]),
     ]
     if m.elided_constants:
-        rows.append(("elided constants", f"{m.elided_constants} (constant({{...}}): values not in the dump; runs "
-                                         "read zeros)"))
+        rows.append(
+            ("elided constants", f"{m.elided_constants} (constant({{...}}): values not in the dump; runs read zeros)")
+        )
     for c in m.collectives:
         groups = "; ".join(f"{g}: {n}" for g, n in c.groups.most_common())
         rows.append((f"{c.kind}", f"{c.count} ({human_bytes(c.bytes)}); groups {groups}"))
     out = [f"module {m.name}"]
     out += [f"  {label:<18}{value}" for label, value in rows]
     out += [f"    {line}" for line in m.compiled_for["evidence"]]
-    for label, counts in (("custom-calls", m.custom_call_targets), ("fusion kinds", m.fusion_kinds),
-                          ("element types", m.element_types), ("ops", m.ops)):
+    for label, counts in (
+        ("custom-calls", m.custom_call_targets),
+        ("fusion kinds", m.fusion_kinds),
+        ("element types", m.element_types),
+        ("ops", m.ops),
+    ):
         if counts:
             out.append(f"  {label}")
             out += ["    " + line for line in columns(counts)]
@@ -323,8 +356,11 @@ def format_module(m: ModuleStats) -> list[str]:
 def _flops_text(m: ModuleStats) -> str:
     if not m.flops:
         return "0"
-    parts = ", ".join(f"{kind} {human_count(m.flops_by_kind[kind])} in {m.contractions[kind]}"
-                      for kind in ("dot", "convolution", "gemm") if kind in m.flops_by_kind)
+    parts = ", ".join(
+        f"{kind} {human_count(m.flops_by_kind[kind])} in {m.contractions[kind]}"
+        for kind in ("dot", "convolution", "gemm")
+        if kind in m.flops_by_kind
+    )
     text = f"{human_count(m.flops)} ({parts})"
     if m.while_loops:
         text += f"; {m.while_loops} while loop{'s' if m.while_loops > 1 else ''}, bodies counted once"

@@ -28,6 +28,7 @@ single-participant runs), rule 2 becomes: every element e_c[i] <= bound_factor *
 decided by rounding: counted, not failed) and elements without a bound (after an op bounds.py has no rule for);
 rule 1 then allows the larger of the baseline's and the bounds' RMS (over the judged elements). docs/verdicts.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -43,12 +44,13 @@ WORST_COUNT = 5
 @dataclass(frozen=True)
 class Rule:
     """The constants of the rule above (measured: docs/numerics.md, "Verdicts")."""
+
     rms_multiplier: float = 2.0
     rms_floor_ulps: float = 0.5
     element_multiplier: float = 1.0
     element_floor_rms: float = 3.0
     element_floor_ulps: float = 4.0
-    bound_factor: float = 1.5           # an element's error may reach this many times its bound (docs/verdicts.md)
+    bound_factor: float = 1.5  # an element's error may reach this many times its bound (docs/verdicts.md)
 
 
 RULE = Rule()
@@ -57,12 +59,13 @@ RULE = Rule()
 @dataclass
 class Errors:
     """One candidate's error on one output against the shadow. Relative errors are to the output's scale."""
+
     max_abs: float = 0.0
-    max_rel: float = 0.0             # max |x - shadow| / scale
-    rms_rel: float = 0.0             # rms(x - shadow) / scale
-    max_ulps: float = 0.0            # max |x - shadow| in ulps of the output type at the output's scale
-    nonfinite: int = 0               # non-finite where the shadow is finite, or of another kind than the shadow's
-    mismatches: int = 0              # integer/pred outputs: elements equal to neither the shadow nor the baseline
+    max_rel: float = 0.0  # max |x - shadow| / scale
+    rms_rel: float = 0.0  # rms(x - shadow) / scale
+    max_ulps: float = 0.0  # max |x - shadow| in ulps of the output type at the output's scale
+    nonfinite: int = 0  # non-finite where the shadow is finite, or of another kind than the shadow's
+    mismatches: int = 0  # integer/pred outputs: elements equal to neither the shadow nor the baseline
 
 
 @dataclass
@@ -73,9 +76,9 @@ class Element:
     baseline: float | int | bool | str
     error: float
     allowed: float
-    exact: float | int | bool | str | None = None    # the shadow's value (with bounds)
-    bound: float | None = None                        # the element's error bound (with bounds)
-    ratio: float | None = None                        # error / bound
+    exact: float | int | bool | str | None = None  # the shadow's value (with bounds)
+    bound: float | None = None  # the element's error bound (with bounds)
+    ratio: float | None = None  # error / bound
 
 
 @dataclass
@@ -85,11 +88,11 @@ class CandidateVerdict:
     consistent: bool
     reasons: list[str] = field(default_factory=list)
     worst: list[Element] = field(default_factory=list)
-    bound_violations: int = 0       # elements beyond bound_factor x their bound
-    rounding_decided: int = 0       # elements whose value rounding decides (not judged)
-    unbounded: int = 0              # elements without a bound (not judged by one)
+    bound_violations: int = 0  # elements beyond bound_factor x their bound
+    rounding_decided: int = 0  # elements whose value rounding decides (not judged)
+    unbounded: int = 0  # elements without a bound (not judged by one)
     explained: float | None = None  # the share of its error the device's rules allow beyond the reference's
-    device: str = ""                # the arithmetic its bounds are of ("": judged by the baseline's errors)
+    device: str = ""  # the arithmetic its bounds are of ("": judged by the baseline's errors)
 
 
 @dataclass
@@ -102,10 +105,10 @@ class OutputVerdict:
     baseline: Errors
     candidates: list[CandidateVerdict]
     problem: str = ""
-    bound_violations: int = 0       # over the candidates
-    worst: dict | None = None       # the worst element over the candidates (candidate, index, value, exact, bound,
-                                    # ratio)
-    device_rules: list[str] = field(default_factory=list)   # the device's dot algorithms on the output's path
+    bound_violations: int = 0  # over the candidates
+    worst: dict | None = None  # the worst element over the candidates (candidate, index, value, exact, bound,
+    # ratio)
+    device_rules: list[str] = field(default_factory=list)  # the device's dot algorithms on the output's path
 
 
 @dataclass
@@ -113,8 +116,8 @@ class Verdict:
     outputs: list[OutputVerdict]
     rule: Rule = RULE
     problem: str = ""
-    device: str = ""                # the profile the bounds are of ("": no bounds)
-    by_device: dict = field(default_factory=dict)   # several devices judged: name -> Verdict
+    device: str = ""  # the profile the bounds are of ("": no bounds)
+    by_device: dict = field(default_factory=dict)  # several devices judged: name -> Verdict
 
     @property
     def candidates(self) -> list[str]:
@@ -122,21 +125,28 @@ class Verdict:
 
     def consistent(self, name: str | None = None) -> bool:
         """Whether candidate `name` (None: every candidate) is consistent on every output."""
-        return not self.problem and all(c.consistent and not o.problem for o in self.outputs for c in o.candidates
-                                        if name is None or c.name == name)
+        return not self.problem and all(
+            c.consistent and not o.problem for o in self.outputs for c in o.candidates if name is None or c.name == name
+        )
 
     def explaining(self) -> dict[str, list[str]]:
         """Several devices judged: candidate -> the devices under whose arithmetic it is consistent."""
         return {n: [d for d, v in self.by_device.items() if v.consistent(n)] for n in self.candidates}
 
     def to_dict(self) -> dict:
-        data = {"consistent": self.consistent(), "problem": self.problem or None, "rule": asdict(self.rule),
-                "device": self.device or None, "candidates": {n: self.consistent(n) for n in self.candidates},
-                "outputs": [asdict(o) for o in self.outputs]}
+        data = {
+            "consistent": self.consistent(),
+            "problem": self.problem or None,
+            "rule": asdict(self.rule),
+            "device": self.device or None,
+            "candidates": {n: self.consistent(n) for n in self.candidates},
+            "outputs": [asdict(o) for o in self.outputs],
+        }
         if self.by_device:
-            data["devices"] = {d: {"consistent": v.consistent(), "candidates": {n: v.consistent(n)
-                                                                                for n in v.candidates}}
-                               for d, v in self.by_device.items()}
+            data["devices"] = {
+                d: {"consistent": v.consistent(), "candidates": {n: v.consistent(n) for n in v.candidates}}
+                for d, v in self.by_device.items()
+            }
             data["explained_by"] = self.explaining()
         return jsonable(data)
 
@@ -151,8 +161,15 @@ def error_stats(values, shadow) -> Errors:
     return _summary(e, bad, scale, ulp)
 
 
-def judge(shadow: list, baseline: list, candidates: dict[str, list], rule: Rule = RULE, bounds=None,
-          reference_bounds=None, candidate_bounds: dict | None = None) -> Verdict:
+def judge(
+    shadow: list,
+    baseline: list,
+    candidates: dict[str, list],
+    rule: Rule = RULE,
+    bounds=None,
+    reference_bounds=None,
+    candidate_bounds: dict | None = None,
+) -> Verdict:
     """Judge each candidate's outputs (name -> list of arrays, the program's output order) against the shadow's,
     with `baseline` (the program at its own precision, pessimistic order) as the measure of what the precision
     gives and, given `bounds` (numerics.OutputBounds: per output, every element's error bound under a device's
@@ -161,16 +178,30 @@ def judge(shadow: list, baseline: list, candidates: dict[str, list], rule: Rule 
     device is another): how much of each candidate's error the device's rules explain. Returns a Verdict (see
     the module docstring for the rule)."""
     counts = {len(shadow), len(baseline), *map(len, candidates.values())}
-    problem = "" if len(counts) == 1 else \
-        f"different numbers of outputs: shadow {len(shadow)}, baseline {len(baseline)}, " + \
-        ", ".join(f"{n} {len(v)}" for n, v in candidates.items())
+    problem = (
+        ""
+        if len(counts) == 1
+        else f"different numbers of outputs: shadow {len(shadow)}, baseline {len(baseline)}, "
+        + ", ".join(f"{n} {len(v)}" for n, v in candidates.items())
+    )
     own = {n: (candidate_bounds or {}).get(n, bounds) for n in candidates}
 
     def of(b, i):
         return None if b is None else (b.bounds[i], b.decided[i])
-    outputs = [_judge_output(i, np.asarray(s), np.asarray(b), {n: np.asarray(v[i]) for n, v in candidates.items()},
-                             rule, {n: of(ob, i) for n, ob in own.items()}, of(reference_bounds, i))
-               for i, (s, b) in enumerate(zip(shadow, baseline)) if i < min(counts)]
+
+    outputs = [
+        _judge_output(
+            i,
+            np.asarray(s),
+            np.asarray(b),
+            {n: np.asarray(v[i]) for n, v in candidates.items()},
+            rule,
+            {n: of(ob, i) for n, ob in own.items()},
+            of(reference_bounds, i),
+        )
+        for i, (s, b) in enumerate(zip(shadow, baseline))
+        if i < min(counts)
+    ]
     for o in outputs:
         for c in o.candidates:
             c.device = own[c.name].device if own.get(c.name) is not None else ""
@@ -179,8 +210,15 @@ def judge(shadow: list, baseline: list, candidates: dict[str, list], rule: Rule 
     return Verdict(outputs, rule, problem, bounds.device if bounds is not None else "")
 
 
-def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidates: dict, rule: Rule,
-                  bounds: dict | None = None, reference_bounds=None) -> OutputVerdict:
+def _judge_output(
+    index: int,
+    shadow: np.ndarray,
+    baseline: np.ndarray,
+    candidates: dict,
+    rule: Rule,
+    bounds: dict | None = None,
+    reference_bounds=None,
+) -> OutputVerdict:
     """`bounds`: candidate name -> (bound, decided) of this output (None: judged by the baseline's errors)."""
     dtype = baseline.dtype
     out = OutputVerdict(index, tuple(baseline.shape), dtype_name(dtype), 0.0, 0.0, Errors(), [])
@@ -188,24 +226,29 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
         out.problem = f"shadow shape {list(shadow.shape)}, program's {list(baseline.shape)}"
         return out
     if not (is_float(dtype) or dtype.kind == "c"):
-        for name, c in candidates.items():
-            out.candidates.append(_judge_discrete(name, c, shadow, baseline))
-        out.baseline = Errors(mismatches=int(np.count_nonzero(baseline != shadow)))
-        return out
+        return _judge_discrete_output(out, candidates, shadow, baseline)
     out.scale, out.ulp = _scale(shadow, dtype)
     e_b, bad_b = _element_errors(baseline, shadow)
     out.baseline = _summary(e_b, bad_b, out.scale, out.ulp)
     rms_b = out.baseline.rms_rel * out.scale
     magnitude = np.where(np.isfinite(shadow), np.abs(shadow), 0.0)
-    reference_allowed = allowed_error(reference_bounds[0], magnitude, dtype, rule) \
-        if reference_bounds is not None and reference_bounds[0] is not None else None
-    allowances: dict[int, tuple] = {}       # id(bound) -> (allowed, judged, the bounds' rms): one per arithmetic
+    reference_allowed = (
+        allowed_error(reference_bounds[0], magnitude, dtype, rule)
+        if reference_bounds is not None and reference_bounds[0] is not None
+        else None
+    )
+    allowances: dict[int, tuple] = {}  # id(bound) -> (allowed, judged, the bounds' rms): one per arithmetic
 
     def allowance(own):
         if own is None or own[0] is None or np.shape(own[0]) != shadow.shape:
             if None not in allowances:
-                allowances[None] = (rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms
-                                    * rms_b + rule.element_floor_ulps * ulp_at(magnitude, dtype), None, 0.0)
+                allowances[None] = (
+                    rule.element_multiplier * np.where(bad_b, 0.0, e_b)
+                    + rule.element_floor_rms * rms_b
+                    + rule.element_floor_ulps * ulp_at(magnitude, dtype),
+                    None,
+                    0.0,
+                )
             return allowances[None]
         if id(own[0]) not in allowances:
             allowed = allowed_error(own[0], magnitude, dtype, rule)
@@ -213,10 +256,11 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
             rms = float(np.sqrt(np.mean(np.square(allowed[judged])))) / rule.bound_factor if judged.any() else 0.0
             allowances[id(own[0])] = (allowed, judged, rms)
         return allowances[id(own[0])]
+
     for name, c in candidates.items():
         if c.shape != baseline.shape or c.dtype != dtype:
-            out.candidates.append(CandidateVerdict(name, Errors(), False, [
-                f"{dtype_name(c.dtype)}{list(c.shape)}, expected {dtype_name(dtype)}{list(baseline.shape)}"]))
+            wrong = f"{dtype_name(c.dtype)}{list(c.shape)}, expected {dtype_name(dtype)}{list(baseline.shape)}"
+            out.candidates.append(CandidateVerdict(name, Errors(), False, [wrong]))
             continue
         own = (bounds or {}).get(name)
         allowed, judged, bound_rms = allowance(own)
@@ -227,28 +271,35 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
         errors = _summary(e_c, bad_c, out.scale, out.ulp)
         reasons = []
         rms_c = errors.rms_rel * out.scale
-        if bounded:         # rounding-decided elements are not judged: nor counted in the RMS
+        if bounded:  # rounding-decided elements are not judged: nor counted in the RMS
             kept = e_c[judged & ~bad_c]
             rms_c = float(np.sqrt(np.mean(np.square(kept)))) if kept.size else 0.0
         limit = rule.rms_multiplier * out.baseline.rms_rel * out.scale + rule.rms_floor_ulps * out.ulp
         if rms_c > max(limit, bound_rms):
-            reasons.append(f"rms error {rms_c:.3g} > {rule.rms_multiplier:g} x baseline's "
-                           f"{out.baseline.rms_rel * out.scale:.3g} + {rule.rms_floor_ulps:g} ulp"
-                           + (f" and > the bounds' rms {bound_rms:.3g}" if bounded else ""))
+            reasons.append(
+                f"rms error {rms_c:.3g} > {rule.rms_multiplier:g} x baseline's "
+                f"{out.baseline.rms_rel * out.scale:.3g} + {rule.rms_floor_ulps:g} ulp"
+                + (f" and > the bounds' rms {bound_rms:.3g}" if bounded else "")
+            )
         unexplained = bad_c & ~bad_b
         over = ~bad_c & (e_c > allowed)
         if bounded:
             over &= judged
         if unexplained.any():
-            reasons.append(f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
-                           "are finite (or of another kind)")
+            reasons.append(
+                f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
+                "are finite (or of another kind)"
+            )
         if over.any():
-            reasons.append(f"{int(over.sum())} element(s) beyond {rule.bound_factor:g} x their error bound"
-                           if bounded else
-                           f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
-                           f"error + {rule.element_floor_rms:g} x its rms + {rule.element_floor_ulps:g} ulp")
-        worst = _worst(unexplained | over, e_c, allowed, c, shadow, baseline,
-                       bound if bounded else None) if reasons else []
+            reasons.append(
+                f"{int(over.sum())} element(s) beyond {rule.bound_factor:g} x their error bound"
+                if bounded
+                else f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
+                f"error + {rule.element_floor_rms:g} x its rms + {rule.element_floor_ulps:g} ulp"
+            )
+        worst = (
+            _worst(unexplained | over, e_c, allowed, c, shadow, baseline, bound if bounded else None) if reasons else []
+        )
         verdict = CandidateVerdict(name, errors, not reasons, reasons, worst, bound_violations=int(over.sum()))
         if bounded:
             verdict.rounding_decided = int(np.count_nonzero(decided))
@@ -257,12 +308,25 @@ def _judge_output(index: int, shadow: np.ndarray, baseline: np.ndarray, candidat
                 verdict.explained = _explained(np.where(bad_c, 0.0, e_c), allowed, reference_allowed)
         out.candidates.append(verdict)
     out.bound_violations = sum(c.bound_violations for c in out.candidates)
-    flagged = [(c.worst[0], c.name) for c in out.candidates if c.worst and c.worst[0].bound is not None]
-    if flagged:
-        w, name = max(flagged, key=lambda x: x[0].ratio if x[0].ratio == x[0].ratio else np.inf)
-        out.worst = {"candidate": name, "index": w.index, "value": w.value, "exact": w.exact, "bound": w.bound,
-                     "ratio": w.ratio}
+    out.worst = _worst_beyond_bound(out.candidates)
     return out
+
+
+def _judge_discrete_output(out: OutputVerdict, candidates: dict, shadow, baseline) -> OutputVerdict:
+    """Integers and predicates: judged by mismatches (an exact answer has no error to bound)."""
+    for name, c in candidates.items():
+        out.candidates.append(_judge_discrete(name, c, shadow, baseline))
+    out.baseline = Errors(mismatches=int(np.count_nonzero(baseline != shadow)))
+    return out
+
+
+def _worst_beyond_bound(candidates: list) -> dict | None:
+    """The output's worst element beyond its bound over every candidate (JSON `worst`), None if none is."""
+    flagged = [(c.worst[0], c.name) for c in candidates if c.worst and c.worst[0].bound is not None]
+    if not flagged:
+        return None
+    w, name = max(flagged, key=lambda x: x[0].ratio if x[0].ratio == x[0].ratio else np.inf)
+    return {"candidate": name, "index": w.index, "value": w.value, "exact": w.exact, "bound": w.bound, "ratio": w.ratio}
 
 
 def allowed_error(bound: np.ndarray, magnitude: np.ndarray, dtype, rule: Rule) -> np.ndarray:
@@ -275,24 +339,40 @@ def _explained(e: np.ndarray, allowed: np.ndarray, reference_allowed: np.ndarray
     total = float(e.sum())
     if total == 0:
         return 0.0
-    gained = np.minimum(e, np.where(np.isfinite(allowed), allowed, e)).sum() \
+    gained = (
+        np.minimum(e, np.where(np.isfinite(allowed), allowed, e)).sum()
         - np.minimum(e, np.where(np.isfinite(reference_allowed), reference_allowed, e)).sum()
+    )
     return max(0.0, float(gained) / total)
 
 
 def _judge_discrete(name: str, c: np.ndarray, shadow: np.ndarray, baseline: np.ndarray) -> CandidateVerdict:
     if c.shape != baseline.shape or c.dtype != baseline.dtype:
-        return CandidateVerdict(name, Errors(), False, [f"{dtype_name(c.dtype)}{list(c.shape)}, expected "
-                                                        f"{dtype_name(baseline.dtype)}{list(baseline.shape)}"])
+        return CandidateVerdict(
+            name,
+            Errors(),
+            False,
+            [f"{dtype_name(c.dtype)}{list(c.shape)}, expected {dtype_name(baseline.dtype)}{list(baseline.shape)}"],
+        )
     wrong = (c != shadow) & (c != baseline)
     errors = Errors(mismatches=int(np.count_nonzero(wrong)))
     if not errors.mismatches:
         return CandidateVerdict(name, errors, True)
     flat = np.flatnonzero(wrong)[:WORST_COUNT]
-    worst = [Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
-                     plain_scalar(shadow.ravel()[k]), plain_scalar(baseline.ravel()[k]), 1.0, 0.0) for k in flat]
-    return CandidateVerdict(name, errors, False, [f"{errors.mismatches} element(s) equal neither the shadow's "
-                                                  "nor the baseline's"], worst)
+    worst = [
+        Element(
+            tuple(int(i) for i in np.unravel_index(k, c.shape)),
+            plain_scalar(c.ravel()[k]),
+            plain_scalar(shadow.ravel()[k]),
+            plain_scalar(baseline.ravel()[k]),
+            1.0,
+            0.0,
+        )
+        for k in flat
+    ]
+    return CandidateVerdict(
+        name, errors, False, [f"{errors.mismatches} element(s) equal neither the shadow's nor the baseline's"], worst
+    )
 
 
 def _scale(shadow: np.ndarray, dtype) -> tuple[float, float]:
@@ -308,7 +388,7 @@ def _element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.n
     x = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
     with np.errstate(all="ignore"):
         e = np.abs(x - shadow)
-    if np.isfinite(e.max(initial=0.0)):     # no non-finite element anywhere (the usual case): one pass less
+    if np.isfinite(e.max(initial=0.0)):  # no non-finite element anywhere (the usual case): one pass less
         return e, np.zeros(e.shape, bool)
     x_fin, s_fin = np.isfinite(x), np.isfinite(shadow)
     same = (x == shadow) | (np.isnan(x) & np.isnan(shadow))
@@ -321,12 +401,18 @@ def _summary(e: np.ndarray, bad: np.ndarray, scale: float, ulp: float) -> Errors
     finite = e[~bad] if bad.any() else e.ravel()
     max_abs = float(finite.max()) if finite.size else 0.0
     rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
-    return Errors(max_abs=max_abs, max_rel=max_abs / scale, rms_rel=rms / scale, max_ulps=max_abs / ulp,
-                  nonfinite=int(np.count_nonzero(bad)))
+    return Errors(
+        max_abs=max_abs,
+        max_rel=max_abs / scale,
+        rms_rel=rms / scale,
+        max_ulps=max_abs / ulp,
+        nonfinite=int(np.count_nonzero(bad)),
+    )
 
 
-def _worst(failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, baseline,
-           bound: np.ndarray | None = None) -> list[Element]:
+def _worst(
+    failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, baseline, bound: np.ndarray | None = None
+) -> list[Element]:
     """The failing elements with the largest error / allowed ratio (with `bound`: their bounds and ratios)."""
     flat = np.flatnonzero(failing)
     with np.errstate(all="ignore"):
@@ -334,9 +420,14 @@ def _worst(failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, b
     order = flat[np.argsort(-ratio, kind="stable")[:WORST_COUNT]]
     worst = []
     for k in order:
-        w = Element(tuple(int(i) for i in np.unravel_index(k, c.shape)), plain_scalar(c.ravel()[k]),
-                    plain_scalar(shadow.ravel()[k]), plain_scalar(baseline.ravel()[k]), float(e.ravel()[k]),
-                    float(allowed.ravel()[k]))
+        w = Element(
+            tuple(int(i) for i in np.unravel_index(k, c.shape)),
+            plain_scalar(c.ravel()[k]),
+            plain_scalar(shadow.ravel()[k]),
+            plain_scalar(baseline.ravel()[k]),
+            float(e.ravel()[k]),
+            float(allowed.ravel()[k]),
+        )
         if bound is not None:
             b = float(bound.ravel()[k])
             with np.errstate(all="ignore"):
@@ -347,21 +438,22 @@ def _worst(failing: np.ndarray, e: np.ndarray, allowed: np.ndarray, c, shadow, b
 
 def format_verdict(verdict: Verdict) -> str:
     """The text `compare --reference shadow` prints: per output the baseline's and each candidate's errors."""
+
     def row(*cells):
         widths = (4, -16, -5, 9, -24, 10, 10, 10, 10, -0)
         return "  ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, w in zip(cells, widths)).rstrip()
 
     lines = [f"PROBLEM: {verdict.problem}"] if verdict.problem else []
-    lines.append(row("out", "shape", "dtype", "scale", "run", "max abs", "max rel", "rms rel", "ulp@scale",
-                     "verdict"))
+    lines.append(row("out", "shape", "dtype", "scale", "run", "max abs", "max rel", "rms rel", "ulp@scale", "verdict"))
     for o in verdict.outputs:
         shape = "[" + ",".join(map(str, o.shape)) + "]"
         if o.problem:
             lines.append(row(str(o.index), shape, o.dtype, "", "", "", "", "", "", f"PROBLEM: {o.problem}"))
             continue
         first = [str(o.index), shape, o.dtype, _g(o.scale)]
-        for name, errors, verdict_text in [("baseline (per-step)", o.baseline, "")] + \
-                [(c.name, c.errors, "consistent" if c.consistent else "NOT consistent") for c in o.candidates]:
+        for name, errors, verdict_text in [("baseline (per-step)", o.baseline, "")] + [
+            (c.name, c.errors, "consistent" if c.consistent else "NOT consistent") for c in o.candidates
+        ]:
             if errors.mismatches or not (o.scale or o.ulp):
                 cells = ["", "", "", f"{errors.mismatches} diff"]
             else:
@@ -377,7 +469,7 @@ def format_verdict(verdict: Verdict) -> str:
                 if c.unbounded:
                     notes.append(f"{c.unbounded} without a bound")
                 lines.append(f"output {o.index}: {', '.join(notes)} (not judged)")
-                break       # the same elements for every candidate
+                break  # the same elements for every candidate
     lines += _explanations(verdict)
     others = {c.name: c.device for o in verdict.outputs for c in o.candidates if c.device != verdict.device}
     lines += [f"{name}: judged by {device}'s arithmetic" for name, device in others.items() if device]
@@ -389,31 +481,44 @@ def format_verdict(verdict: Verdict) -> str:
             for w in c.worst:
                 index = "[" + ",".join(map(str, w.index)) + "]"
                 if w.bound is not None:
-                    lines.append(f"  {index:<16} value {_v(w.value):>13}  exact {_v(w.exact):>13}  error "
-                                 f"{_g(w.error):>9}  bound {_g(w.bound):>9}  ratio {_g(w.ratio):>7}")
+                    lines.append(
+                        f"  {index:<16} value {_v(w.value):>13}  exact {_v(w.exact):>13}  error "
+                        f"{_g(w.error):>9}  bound {_g(w.bound):>9}  ratio {_g(w.ratio):>7}"
+                    )
                 else:
-                    lines.append(f"  {index:<16} value {_v(w.value):>13}  shadow {_v(w.shadow):>13}  baseline "
-                                 f"{_v(w.baseline):>13}  error {_g(w.error):>9}  allowed {_g(w.allowed):>9}")
+                    lines.append(
+                        f"  {index:<16} value {_v(w.value):>13}  shadow {_v(w.shadow):>13}  baseline "
+                        f"{_v(w.baseline):>13}  error {_g(w.error):>9}  allowed {_g(w.allowed):>9}"
+                    )
     bad = [n for n in verdict.candidates if not verdict.consistent(n)]
     under = f" under {verdict.device}'s arithmetic" if verdict.device else ""
-    lines.append(f"CONSISTENT: every candidate is as close to the exact answer as the program's precision allows"
-                 f"{under}" if not bad and not verdict.problem else
-                 f"NOT CONSISTENT{under}: {', '.join(bad) or verdict.problem}")
+    lines.append(
+        f"CONSISTENT: every candidate is as close to the exact answer as the program's precision allows{under}"
+        if not bad and not verdict.problem
+        else f"NOT CONSISTENT{under}: {', '.join(bad) or verdict.problem}"
+    )
     if verdict.by_device:
         for other in verdict.by_device.values():
             if other is not verdict:
                 lines += _explanations(other)
         for name, devices in verdict.explaining().items():
-            lines.append(f"{name}: consistent under {', '.join(devices)}" if devices else
-                         f"{name}: consistent under none of {', '.join(verdict.by_device)}")
+            lines.append(
+                f"{name}: consistent under {', '.join(devices)}"
+                if devices
+                else f"{name}: consistent under none of {', '.join(verdict.by_device)}"
+            )
     return "\n".join(lines)
 
 
 def _explanations(verdict: Verdict) -> list[str]:
     """Which of the device's rules explain each candidate's error ("TF32 dots explain 97% of ...")."""
-    return [f"output {o.index}, {c.name}: {verdict.device}'s {', '.join(o.device_rules)} dots explain "
-            f"{c.explained:.0%} of its error" for o in verdict.outputs for c in o.candidates
-            if c.explained is not None and c.explained >= 0.01 and o.device_rules]
+    return [
+        f"output {o.index}, {c.name}: {verdict.device}'s {', '.join(o.device_rules)} dots explain "
+        f"{c.explained:.0%} of its error"
+        for o in verdict.outputs
+        for c in o.candidates
+        if c.explained is not None and c.explained >= 0.01 and o.device_rules
+    ]
 
 
 def _g(x: float) -> str:

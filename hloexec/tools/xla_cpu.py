@@ -26,6 +26,7 @@ Notes
   ``run_on_xla_cpu_isolated`` for untrusted/odd text: it runs in a child
   process and turns any death into ``XlaCpuError``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -79,8 +80,9 @@ class XlaCpuError(RuntimeError):
 _JAX = None
 
 
-NO_JAX = ("XLA:CPU is run through jax and jaxlib, which are not installed: pip install 'hloexec[jax]' (or "
-          "'hloexec[test]')")
+NO_JAX = (
+    "XLA:CPU is run through jax and jaxlib, which are not installed: pip install 'hloexec[jax]' (or 'hloexec[test]')"
+)
 
 
 def _jax():
@@ -323,9 +325,7 @@ def _check_inputs(pshape, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         params.extend(_leaf_shapes(p))  # tuple params: pass their leaves in order
     arrs = [np.asarray(x) for x in inputs]
     if len(arrs) != len(params):
-        raise XlaCpuError(
-            f"entry takes {len(params)} (leaf) parameters, got {len(arrs)} inputs", stage="inputs"
-        )
+        raise XlaCpuError(f"entry takes {len(params)} (leaf) parameters, got {len(arrs)} inputs", stage="inputs")
     for i, (a, p) in enumerate(zip(arrs, params)):
         if p.is_token():
             raise XlaCpuError(f"parameter {i} is a token: not supported", stage="inputs")
@@ -333,8 +333,7 @@ def _check_inputs(pshape, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         want_shape = tuple(p.dimensions())
         if a.dtype != want_dt or a.shape != want_shape:
             raise XlaCpuError(
-                f"input {i}: got {a.dtype}{list(a.shape)}, parameter is "
-                f"{_shape_str(p)} ({want_dt}{list(want_shape)})",
+                f"input {i}: got {a.dtype}{list(a.shape)}, parameter is {_shape_str(p)} ({want_dt}{list(want_shape)})",
                 stage="inputs",
             )
     return [np.asarray(a, order="C") for a in arrs]  # (ascontiguousarray makes 0-d 1-d)
@@ -429,7 +428,7 @@ def save_arrays(path: str, arrays: dict[str, np.ndarray], compress: bool = False
         a = np.asarray(a, order="C")
         if _is_plain_numpy(a.dtype):
             store[k] = a
-        elif a.dtype.type is np.void:       # no type to name: the reader could not restore it
+        elif a.dtype.type is np.void:  # no type to name: the reader could not restore it
             raise ValueError(f"array {k!r} is raw void ({a.dtype.str}): view it as its ml_dtypes type first")
         else:
             store[k] = a.view(np.dtype(f"u{a.dtype.itemsize}"))
@@ -483,9 +482,7 @@ def _arg_key_order(keys) -> list[str]:
 # isolated run (child process)
 
 
-def run_on_xla_cpu_isolated(
-    text: str, inputs: Sequence[np.ndarray], timeout: float = 120
-) -> list[np.ndarray]:
+def run_on_xla_cpu_isolated(text: str, inputs: Sequence[np.ndarray], timeout: float = 120) -> list[np.ndarray]:
     """``run_on_xla_cpu`` in a fresh child process.
 
     XLA aborts the process (LOG(FATAL)/CHECK) on some inputs; here that
@@ -493,7 +490,7 @@ def run_on_xla_cpu_isolated(
     Ordinary XLA errors become ``XlaCpuError`` carrying XLA's message and stage.
     Costs a Python+jax start-up (~1-2 s).
     """
-    if importlib.util.find_spec("jax") is None:       # said here, not as the child's traceback
+    if importlib.util.find_spec("jax") is None:  # said here, not as the child's traceback
         raise XlaCpuError(NO_JAX, stage="import")
     with tempfile.TemporaryDirectory(prefix="hloexec_xla_") as d:
         hlo_path = os.path.join(d, "module.hlo")
@@ -525,8 +522,7 @@ def run_on_xla_cpu_isolated(
                 what = f"XLA:CPU child killed by {sig}"
             else:
                 what = f"XLA:CPU child exited with status {rc}"
-            raise XlaCpuError(f"{what}\n{_stderr_summary(p.stderr or '')}".rstrip(),
-                              stage="child", returncode=rc)
+            raise XlaCpuError(f"{what}\n{_stderr_summary(p.stderr or '')}".rstrip(), stage="child", returncode=rc)
         outs = load_arrays(out_path)
         return [outs[k] for k in _arg_key_order(outs.keys())]
 

@@ -8,22 +8,64 @@ kind: windows.py (slices, paddings, windows, dim labels), shardings.py (replica 
 metadata.py (metadata, frontend attributes, backend config), and here the aliases, lists and the module's
 layout.
 """
+
 from __future__ import annotations
 
 from ..shape import parse_shape
 from .metadata import decode_backend_config, decode_frontend_attributes, decode_metadata
 from .shardings import AxisRef, decode_pairs, decode_replica_groups, decode_sharding, named_sharding
 from .syntax import AttributeSyntaxError, _Bad, _bool, _IDENT, _int, _int_list, _Tokens, _word, unescape
-from .values import (ConvDims, DotDims, GatherDims, InputOutputAlias, OutputOperandAlias, PadDim, ReplicaGroups,
-                     ScatterDims, Sharding, SliceDim, WindowDim)
+from .values import (
+    ConvDims,
+    DotDims,
+    GatherDims,
+    InputOutputAlias,
+    OutputOperandAlias,
+    PadDim,
+    ReplicaGroups,
+    ScatterDims,
+    Sharding,
+    SliceDim,
+    WindowDim,
+)
 from .windows import decode_dim_labels, decode_padding, decode_slice, decode_window
 
-__all__ = ["decode_attribute", "DECODERS", "AttributeSyntaxError", "unescape", "ConvDims", "DotDims", "GatherDims",
-           "InputOutputAlias", "OutputOperandAlias", "PadDim", "ReplicaGroups", "ScatterDims", "Sharding", "SliceDim",
-           "WindowDim", "AxisRef", "named_sharding", "decode_sharding", "decode_pairs", "decode_replica_groups",
-           "decode_slice", "decode_padding", "decode_window", "decode_dim_labels", "decode_metadata",
-           "decode_frontend_attributes", "decode_backend_config", "dot_dims", "gather_dims", "scatter_dims",
-           "INT_LIST_KEYS", "INT_KEYS", "BOOL_KEYS", "WORD_KEYS"]
+__all__ = [
+    "decode_attribute",
+    "DECODERS",
+    "AttributeSyntaxError",
+    "unescape",
+    "ConvDims",
+    "DotDims",
+    "GatherDims",
+    "InputOutputAlias",
+    "OutputOperandAlias",
+    "PadDim",
+    "ReplicaGroups",
+    "ScatterDims",
+    "Sharding",
+    "SliceDim",
+    "WindowDim",
+    "AxisRef",
+    "named_sharding",
+    "decode_sharding",
+    "decode_pairs",
+    "decode_replica_groups",
+    "decode_slice",
+    "decode_padding",
+    "decode_window",
+    "decode_dim_labels",
+    "decode_metadata",
+    "decode_frontend_attributes",
+    "decode_backend_config",
+    "dot_dims",
+    "gather_dims",
+    "scatter_dims",
+    "INT_LIST_KEYS",
+    "INT_KEYS",
+    "BOOL_KEYS",
+    "WORD_KEYS",
+]
 
 
 # -- the decoders ------------------------------------------------------------------
@@ -33,7 +75,7 @@ def decode_attribute(key: str, raw: str, inst):
     return raw if decoder is None else decoder(raw)
 
 
-DECODERS: dict = {}   # key -> function(raw text) -> decoded value; filled below
+DECODERS: dict = {}  # key -> function(raw text) -> decoded value; filled below
 
 
 def _shape_index(t: _Tokens) -> tuple[int, ...]:
@@ -157,7 +199,7 @@ def decode_computation_layout(raw: str):
                 break
     else:
         raise _Bad("unbalanced '(' in parameter shape list")
-    params, rest = body[:i + 1], body[i + 1:].strip()
+    params, rest = body[: i + 1], body[i + 1 :].strip()
     if not rest.startswith("->"):
         raise _Bad("expects -> before result shape")
     return parse_shape(params).tuple_shapes, parse_shape(rest[2:].strip())
@@ -166,8 +208,12 @@ def decode_computation_layout(raw: str):
 # -- op-level helpers --------------------------------------------------------------
 def dot_dims(inst) -> DotDims:
     """Dot dimension numbers from lhs/rhs_batch_dims and lhs/rhs_contracting_dims."""
-    return DotDims(inst.attr("lhs_batch_dims", ()), inst.attr("rhs_batch_dims", ()),
-                   inst.attr("lhs_contracting_dims", ()), inst.attr("rhs_contracting_dims", ()))
+    return DotDims(
+        inst.attr("lhs_batch_dims", ()),
+        inst.attr("rhs_batch_dims", ()),
+        inst.attr("lhs_contracting_dims", ()),
+        inst.attr("rhs_contracting_dims", ()),
+    )
 
 
 def _required(inst, key):
@@ -179,44 +225,120 @@ def _required(inst, key):
 
 
 def gather_dims(inst) -> GatherDims:
-    return GatherDims(_required(inst, "offset_dims"), _required(inst, "collapsed_slice_dims"),
-                      _required(inst, "start_index_map"), _required(inst, "index_vector_dim"),
-                      _required(inst, "slice_sizes"), inst.attr("operand_batching_dims", ()),
-                      inst.attr("start_indices_batching_dims", ()), inst.attr("indices_are_sorted", False))
+    return GatherDims(
+        _required(inst, "offset_dims"),
+        _required(inst, "collapsed_slice_dims"),
+        _required(inst, "start_index_map"),
+        _required(inst, "index_vector_dim"),
+        _required(inst, "slice_sizes"),
+        inst.attr("operand_batching_dims", ()),
+        inst.attr("start_indices_batching_dims", ()),
+        inst.attr("indices_are_sorted", False),
+    )
 
 
 def scatter_dims(inst) -> ScatterDims:
-    return ScatterDims(_required(inst, "update_window_dims"), _required(inst, "inserted_window_dims"),
-                       _required(inst, "scatter_dims_to_operand_dims"), _required(inst, "index_vector_dim"),
-                       inst.attr("input_batching_dims", ()), inst.attr("scatter_indices_batching_dims", ()),
-                       inst.attr("indices_are_sorted", False), inst.attr("unique_indices", False))
+    return ScatterDims(
+        _required(inst, "update_window_dims"),
+        _required(inst, "inserted_window_dims"),
+        _required(inst, "scatter_dims_to_operand_dims"),
+        _required(inst, "index_vector_dim"),
+        inst.attr("input_batching_dims", ()),
+        inst.attr("scatter_indices_batching_dims", ()),
+        inst.attr("indices_are_sorted", False),
+        inst.attr("unique_indices", False),
+    )
 
 
 # -- the table ------------------------------------------------------------------------
 INT_LIST_KEYS = (
-    "dimensions", "dynamic_slice_sizes", "slice_sizes", "lhs_batch_dims", "rhs_batch_dims",
-    "lhs_contracting_dims", "rhs_contracting_dims", "offset_dims", "collapsed_slice_dims", "start_index_map",
-    "operand_batching_dims", "start_indices_batching_dims", "update_window_dims", "inserted_window_dims",
-    "scatter_dims_to_operand_dims", "input_batching_dims", "scatter_indices_batching_dims", "fft_length",
-    "lhs_ragged_dims", "rhs_group_dims", "lhs_ragged_dimensions", "rhs_group_dimensions")
-INT_KEYS = ("index", "delta", "index_vector_dim", "iota_dimension", "channel_id", "feature_group_count",
-            "batch_group_count", "exponent_bits", "mantissa_bits", "split_dimension", "all_gather_dimension",
-            "k", "num_partitions", "replica_count", "split_count", "concat_dimension", "feature_index",
-            "cross_program_prefetch_index")
-BOOL_KEYS = ("is_stable", "indices_are_sorted", "unique_indices", "use_global_device_ids", "constrain_layout",
-             "custom_call_has_side_effect", "is_host_transfer", "largest", "is_scheduled",
-             "alias_passthrough_params", "is_cross_program_prefetch", "is_composite", "left_side", "lower",
-             "unit_diagonal")
-WORD_KEYS = ("direction", "type", "kind", "distribution", "algorithm", "fft_type", "custom_call_target",
-             "padding_type", "api_version", "custom_call_schedule", "execution_thread", "mode",
-             "async_execution_thread", "infeed_config", "outfeed_config", "conv_kind", "transpose_a")
+    "dimensions",
+    "dynamic_slice_sizes",
+    "slice_sizes",
+    "lhs_batch_dims",
+    "rhs_batch_dims",
+    "lhs_contracting_dims",
+    "rhs_contracting_dims",
+    "offset_dims",
+    "collapsed_slice_dims",
+    "start_index_map",
+    "operand_batching_dims",
+    "start_indices_batching_dims",
+    "update_window_dims",
+    "inserted_window_dims",
+    "scatter_dims_to_operand_dims",
+    "input_batching_dims",
+    "scatter_indices_batching_dims",
+    "fft_length",
+    "lhs_ragged_dims",
+    "rhs_group_dims",
+    "lhs_ragged_dimensions",
+    "rhs_group_dimensions",
+)
+INT_KEYS = (
+    "index",
+    "delta",
+    "index_vector_dim",
+    "iota_dimension",
+    "channel_id",
+    "feature_group_count",
+    "batch_group_count",
+    "exponent_bits",
+    "mantissa_bits",
+    "split_dimension",
+    "all_gather_dimension",
+    "k",
+    "num_partitions",
+    "replica_count",
+    "split_count",
+    "concat_dimension",
+    "feature_index",
+    "cross_program_prefetch_index",
+)
+BOOL_KEYS = (
+    "is_stable",
+    "indices_are_sorted",
+    "unique_indices",
+    "use_global_device_ids",
+    "constrain_layout",
+    "custom_call_has_side_effect",
+    "is_host_transfer",
+    "largest",
+    "is_scheduled",
+    "alias_passthrough_params",
+    "is_cross_program_prefetch",
+    "is_composite",
+    "left_side",
+    "lower",
+    "unit_diagonal",
+)
+WORD_KEYS = (
+    "direction",
+    "type",
+    "kind",
+    "distribution",
+    "algorithm",
+    "fft_type",
+    "custom_call_target",
+    "padding_type",
+    "api_version",
+    "custom_call_schedule",
+    "execution_thread",
+    "mode",
+    "async_execution_thread",
+    "infeed_config",
+    "outfeed_config",
+    "conv_kind",
+    "transpose_a",
+)
 
 
 def _float(raw: str) -> float:
-    v = float(raw.strip())          # XLA's ParseDouble; kFloat attrs must fit in a float
+    v = float(raw.strip())  # XLA's ParseDouble; kFloat attrs must fit in a float
     if abs(v) > 3.4028234663852886e38 and v == v and abs(v) != float("inf"):
         raise _Bad("value out of range for float")
     return v
+
 
 # Results are immutable except these dicts, so every other key caches decoded values by raw text.
 _UNCACHED = {"metadata", "frontend_attributes", "backend_config"}
@@ -234,7 +356,7 @@ def _register(key: str, fn) -> None:
             v = _fn(raw)
         except AttributeSyntaxError:
             raise
-        except (ValueError, IndexError, KeyError, RecursionError) as e:   # RecursionError: JSON nested too deeply
+        except (ValueError, IndexError, KeyError, RecursionError) as e:  # RecursionError: JSON nested too deeply
             raise AttributeSyntaxError(_key, raw, str(e)) from None
         if _cache is not None and len(_cache) < 100_000:
             _cache[raw] = v
@@ -254,17 +376,26 @@ for _k in BOOL_KEYS:
 for _k in WORD_KEYS:
     _register(_k, _word)
 _register("epsilon", _float)
-for _k, _f in (("slice", decode_slice), ("padding", decode_padding), ("window", decode_window),
-               ("dim_labels", decode_dim_labels), ("replica_groups", decode_replica_groups),
-               ("source_target_pairs", decode_pairs), ("sharding", decode_sharding),
-               ("metadata", decode_metadata), ("frontend_attributes", decode_frontend_attributes),
-               ("backend_config", decode_backend_config),
-               ("output_to_operand_aliasing", decode_output_to_operand_aliasing),
-               ("control-predecessors", decode_instruction_names), ("operand_precision", decode_word_list),
-               ("input_output_alias", decode_input_output_alias), ("buffer_donor", decode_buffer_donor),
-               ("entry_computation_layout", decode_computation_layout),
-               ("parameter_replication", decode_bool_list),
-               ("allow_spmd_sharding_propagation_to_parameters", decode_bool_list),
-               ("allow_spmd_sharding_propagation_to_output", decode_bool_list)):
+for _k, _f in (
+    ("slice", decode_slice),
+    ("padding", decode_padding),
+    ("window", decode_window),
+    ("dim_labels", decode_dim_labels),
+    ("replica_groups", decode_replica_groups),
+    ("source_target_pairs", decode_pairs),
+    ("sharding", decode_sharding),
+    ("metadata", decode_metadata),
+    ("frontend_attributes", decode_frontend_attributes),
+    ("backend_config", decode_backend_config),
+    ("output_to_operand_aliasing", decode_output_to_operand_aliasing),
+    ("control-predecessors", decode_instruction_names),
+    ("operand_precision", decode_word_list),
+    ("input_output_alias", decode_input_output_alias),
+    ("buffer_donor", decode_buffer_donor),
+    ("entry_computation_layout", decode_computation_layout),
+    ("parameter_replication", decode_bool_list),
+    ("allow_spmd_sharding_propagation_to_parameters", decode_bool_list),
+    ("allow_spmd_sharding_propagation_to_output", decode_bool_list),
+):
     _register(_k, _f)
 del _k, _f

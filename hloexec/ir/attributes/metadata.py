@@ -1,5 +1,6 @@
 """The free-form attributes: op metadata, frontend attributes and backend config (JSON, or MLIR-style
 dictionaries), decoded to dicts."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,9 @@ from .syntax import _Bad, _string, _text_or_bytes, unescape
 _STR_BODY = r'[^"\\]*(?:\\.[^"\\]*)*'
 _META_ITEM_RE = r'([A-Za-z_][A-Za-z0-9_]*)=(?:"(' + _STR_BODY + r')"|(-?\d+)|\{([^{}]*)\})'
 _META_FIND = re.compile(_META_ITEM_RE, re.S)
-_META_FULL = re.compile(r'\s*\{(?:[\s,]*' + _META_ITEM_RE.replace("(", "(?:").replace("(?:?:", "(?:") + r')*[\s,]*\}\s*$', re.S)
+_META_FULL = re.compile(
+    r"\s*\{(?:[\s,]*" + _META_ITEM_RE.replace("(", "(?:").replace("(?:?:", "(?:") + r")*[\s,]*\}\s*$", re.S
+)
 
 
 def decode_metadata(raw: str) -> dict:
@@ -56,9 +59,9 @@ def _braced_end(s: str, i: int) -> int:
     raise _Bad("unbalanced '{'")
 
 
-_FA_KEY = re.compile(r'[\s,]*([A-Za-z_][A-Za-z0-9_.\-]*)\s*=\s*')
+_FA_KEY = re.compile(r"[\s,]*([A-Za-z_][A-Za-z0-9_.\-]*)\s*=\s*")
 _FA_STR = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
-_FA_BARE = re.compile(r'[^,\s}]+')
+_FA_BARE = re.compile(r"[^,\s}]+")
 
 
 def decode_frontend_attributes(raw: str) -> dict:
@@ -71,7 +74,7 @@ def decode_frontend_attributes(raw: str) -> dict:
     while s[pos:end].strip(" \t\n,"):
         m = _FA_KEY.match(s, pos, end)
         if m is None:
-            raise _Bad(f"expects attribute name at {s[pos:pos + 30]!r}")
+            raise _Bad(f"expects attribute name at {s[pos : pos + 30]!r}")
         key, pos = m.group(1), m.end()
         if s.startswith('"', pos):
             m = _FA_STR.match(s, pos, end)
@@ -84,7 +87,7 @@ def decode_frontend_attributes(raw: str) -> dict:
             e = _braced_end(s, pos)
             out[key] = s[pos:e]
             pos = e
-        else:                                   # lenient: a bare word
+        else:  # lenient: a bare word
             m = _FA_BARE.match(s, pos, end)
             if m is None:
                 raise _Bad(f"expects a string value for {key}")
@@ -93,7 +96,7 @@ def decode_frontend_attributes(raw: str) -> dict:
     return out
 
 
-_UNQUOTED_KEY = re.compile(r'([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)\s*:')
+_UNQUOTED_KEY = re.compile(r"([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)\s*:")
 
 
 def _json_or_none(text: str):
@@ -132,9 +135,12 @@ def decode_backend_config(raw: str):
 
 
 # MLIR attribute dictionaries (the typed-FFI form of backend_config): name = value [: type], ...
-_MLIR_TOKEN = re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>[-+]?(?:0x[0-9A-Fa-f]+|\d+\.?\d*(?:[eE][-+]?\d+)?))'
-                          r'|(?P<word>[A-Za-z_][A-Za-z0-9_.$]*)|(?P<punct>[{}\[\]=,:<>]))', re.S)
-_MLIR_HEX_ESCAPE = re.compile(r'\\([0-9A-Fa-f]{2}|.)', re.S)
+_MLIR_TOKEN = re.compile(
+    r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>[-+]?(?:0x[0-9A-Fa-f]+|\d+\.?\d*(?:[eE][-+]?\d+)?))'
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_.$]*)|(?P<punct>[{}\[\]=,:<>]))",
+    re.S,
+)
+_MLIR_HEX_ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2}|.)", re.S)
 
 
 def _mlir_string(body: str):
@@ -144,7 +150,7 @@ def _mlir_string(body: str):
     simple = {"n": b"\n", "t": b"\t"}
     out, last = bytearray(), 0
     for m in _MLIR_HEX_ESCAPE.finditer(body):
-        out += body[last:m.start()].encode("utf-8")
+        out += body[last : m.start()].encode("utf-8")
         esc = m.group(1)
         out += bytes([int(esc, 16)]) if len(esc) == 2 else simple.get(esc, esc.encode("utf-8"))
         last = m.end()
@@ -181,20 +187,20 @@ def _mlir_dict_or_none(text: str):
             v = int(tok, 0) if re.fullmatch(r"[-+]?(0x[0-9A-Fa-f]+|\d+)", tok) else float(tok)
         elif tok in ("true", "false"):
             v = tok == "true"
-        else:                                   # array<i64: 1, 2>, dense<...>, #dialect<...>: as text
+        else:  # array<i64: 1, 2>, dense<...>, #dialect<...>: as text
             start = pos - 1
             depth = 0
             while pos < len(tokens) and (depth or tokens[pos][1] not in (",", "}", "]", ":")):
                 depth += {"<": 1, ">": -1}.get(tokens[pos][1], 0)
                 pos += 1
             return " ".join(t for _, t in tokens[start:pos])
-        if pos < len(tokens) and tokens[pos][1] == ":":     # the type: i64, ui8, f32 ...
+        if pos < len(tokens) and tokens[pos][1] == ":":  # the type: i64, ui8, f32 ...
             pos += 2
         return v
 
     def dictionary():
         nonlocal pos
-        pos += 1                                # "{"
+        pos += 1  # "{"
         out = {}
         while tokens[pos][1] != "}":
             kind, key = tokens[pos]

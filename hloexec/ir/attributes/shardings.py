@@ -1,5 +1,6 @@
 """Device groups and shardings: replica groups (lists or iota form), source-target pairs, shardings
 (`{devices=[2,1]0,1}`, iota tile assignments, tuples) and the mesh-axes (named) form of Shardy shardings."""
+
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ from .values import ReplicaGroups, Sharding
 def _iota(dims, reshape, perm) -> list[int]:
     """Device ids of an iota tile assignment: reshape(arange(N), reshape).transpose(perm).reshape(dims)."""
     import numpy as np
+
     n = math.prod(reshape)
     if math.prod(dims) != n:
         raise _Bad(f"iota tile assignment {list(dims)} has {math.prod(dims)} elements, the iota {n}")
@@ -74,7 +76,7 @@ def decode_replica_groups(raw: str) -> ReplicaGroups:
     if len(dims) != 2:
         raise _Bad("expected an iota replica group list [num_groups,group_size]<=[...]")
     g = dims[1]
-    return ReplicaGroups(tuple(tuple(devices[i * g:(i + 1) * g]) for i in range(dims[0])), raw)
+    return ReplicaGroups(tuple(tuple(devices[i * g : (i + 1) * g]) for i in range(dims[0])), raw)
 
 
 def _mesh_axes_replica_groups(s: str, raw: str) -> ReplicaGroups:
@@ -82,6 +84,7 @@ def _mesh_axes_replica_groups(s: str, raw: str) -> ReplicaGroups:
     devices laid out on the mesh (iota, or the given iota transpose); a group is the devices that differ
     only along the named axes, in their order; groups in row-major order of the other axes."""
     import numpy as np
+
     m = re.fullmatch(r"mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,\s]*)\](?:T\(([\d,\s]*)\))?\))?\s*\{([^}]*)\}", s)
     if m is None:
         raise _Bad("mesh-axes replica groups beyond mesh[...] [device_ids=(iota)] {axes} are not supported")
@@ -184,14 +187,16 @@ def _single_sharding(t: _Tokens, text: str) -> Sharding:
         raise _Bad(f"tile assignment {list(dims)} needs {math.prod(dims)} devices, sees {len(devices)}")
     if len(devices) <= 1 and "<=" not in text:
         raise _Bad("non-maximal shardings must have more than one device assigned")
-    return Sharding("tiled", tuple(dims), tuple(devices), "last_tile_dim_replicate" in flags,
-                    tuple(last_tile_dims), text=text)
+    return Sharding(
+        "tiled", tuple(dims), tuple(devices), "last_tile_dim_replicate" in flags, tuple(last_tile_dims), text=text
+    )
 
 
 # -- named (mesh-axes) shardings: XLA 0.10's HLO form of Shardy shardings ---------------------------------
 @dataclass(frozen=True, slots=True)
 class AxisRef:
     """A mesh axis (by index), or the sub-axis of it that `pre` sub-axis size precedes, of size `size`."""
+
     axis: int
     pre: int | None = None
     size: int | None = None
@@ -206,8 +211,9 @@ def named_sharding(sizes, device_ids, dims, replicated=(), unreduced=(), manual=
     (dimension axes..., replicated, unreduced, manual) and reshaped to one dim per tensor dimension plus one per
     kind that has devices."""
     import numpy as np
+
     refs = [r for d in dims for r in d] + list(replicated) + list(unreduced) + list(manual)
-    cuts = [{1, n} for n in sizes]                  # sub-axes split an axis at these sizes (major side first)
+    cuts = [{1, n} for n in sizes]  # sub-axes split an axis at these sizes (major side first)
     for r in refs:
         if not 0 <= r.axis < len(sizes):
             raise _Bad(f"axis index {r.axis} is out of range for a mesh of {len(sizes)} axes")
@@ -215,27 +221,32 @@ def named_sharding(sizes, device_ids, dims, replicated=(), unreduced=(), manual=
             if r.pre < 1 or r.size < 1 or sizes[r.axis] % (r.pre * r.size):
                 raise _Bad(f"sub-axis ({r.pre}){r.size} does not divide axis of size {sizes[r.axis]}")
             cuts[r.axis].update((r.pre, r.pre * r.size))
-    factors: list[int] = []                         # factor sizes over all axes
-    first: list[int] = []                           # each axis' first factor index
+    factors: list[int] = []  # factor sizes over all axes
+    first: list[int] = []  # each axis' first factor index
     for n, cut in zip(sizes, cuts):
         c = sorted(cut)
         if any(b % a for a, b in zip(c, c[1:])):
             raise _Bad(f"sub-axes of an axis of size {n} overlap")
         first.append(len(factors))
         factors += [b // a for a, b in zip(c, c[1:])]
+
     def spanned(r):
         c = sorted(cuts[r.axis])
         lo, hi = (0, len(c) - 1) if r.pre is None else (c.index(r.pre), c.index(r.pre * r.size))
         return list(range(first[r.axis] + lo, first[r.axis] + hi))
+
     data = [[f for r in d for f in spanned(r)] for d in dims]
     used = [f for d in data for f in d]
-    kinds = {f: kind for kind, group in (("unreduced", unreduced), ("manual", manual)) for r in group
-             for f in spanned(r)}
+    kinds = {
+        f: kind for kind, group in (("unreduced", unreduced), ("manual", manual)) for r in group for f in spanned(r)
+    }
     if len(set(used)) != len(used) or set(used) & set(kinds):
         raise _Bad("a mesh axis shards two dimensions (or is also unreduced/manual)")
     rest = [f for f in range(len(factors)) if f not in used]
-    groups = [(kind, [f for f in rest if kinds.get(f, "replicated") == kind])
-              for kind in ("replicated", "unreduced", "manual")]
+    groups = [
+        (kind, [f for f in rest if kinds.get(f, "replicated") == kind])
+        for kind in ("replicated", "unreduced", "manual")
+    ]
     n = math.prod(sizes)
     ids = np.arange(n) if device_ids is None else np.asarray(device_ids)
     if ids.size != n:
@@ -249,8 +260,14 @@ def named_sharding(sizes, device_ids, dims, replicated=(), unreduced=(), manual=
         return Sharding(subgroups[0][0] if subgroups else "replicated", text=text)
     if [kind for kind, _ in subgroups] == ["replicated"]:
         return Sharding("tiled", tuple(counts) + (subgroups[0][1],), tuple(int(d) for d in devices), True, text=text)
-    return Sharding("tiled", tuple(counts) + tuple(m for _, m in subgroups), tuple(int(d) for d in devices), False,
-                    tuple(kind for kind, _ in subgroups), text=text)
+    return Sharding(
+        "tiled",
+        tuple(counts) + tuple(m for _, m in subgroups),
+        tuple(int(d) for d in devices),
+        False,
+        tuple(kind for kind, _ in subgroups),
+        text=text,
+    )
 
 
 def _mesh(t: _Tokens):
@@ -332,8 +349,11 @@ def _named_single_sharding(t: _Tokens, text: str) -> Sharding:
     if t.peek() == "ident" and t.toks[t.i][1] in ("replicated", "unreduced", "manual"):
         whole = t.next()[1]
         _skip_named_metadata(t)
-        return Sharding(whole, text=text) if math.prod(sizes) > 1 or whole != "replicated" \
+        return (
+            Sharding(whole, text=text)
+            if math.prod(sizes) > 1 or whole != "replicated"
             else Sharding("replicated", text=text)
+        )
     t.expect("[")
     dims: list[list] = []
     while not t.eat("]"):
@@ -351,7 +371,7 @@ def _named_single_sharding(t: _Tokens, text: str) -> Sharding:
             groups[key] = _axis_refs(t, names)
         else:
             raise _Bad("unknown attribute in named sharding: expected replicated, unreduced, manual or metadata")
-    t.i -= 1                                         # the caller eats the closing '}'
+    t.i -= 1  # the caller eats the closing '}'
     return named_sharding(sizes, ids, dims, groups["replicated"], groups["unreduced"], groups["manual"], text)
 
 

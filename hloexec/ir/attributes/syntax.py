@@ -1,5 +1,6 @@
 """The lexical layer of attribute values, as XLA's lexer reads them: integers, booleans, words, C-escaped
 strings, and a small tokenizer for the bracketed grammars; the error an attribute value XLA would reject raises."""
+
 from __future__ import annotations
 
 import builtins
@@ -37,7 +38,7 @@ def _check_int64(v: int) -> int:
     if v >= 1 << 63:
         if v >= 1 << 64:
             raise _Bad("integer does not fit in 64 bits")
-        v -= 1 << 64          # the lexer bit_casts an unsigned token to int64
+        v -= 1 << 64  # the lexer bit_casts an unsigned token to int64
     elif v < -(1 << 63):
         raise _Bad("integer does not fit in 64 bits")
     return v
@@ -61,8 +62,7 @@ def _bool(raw: str) -> bool:
 
 
 # -- strings (absl::CUnescape, as XLA's lexer) ---------------------------------------
-_SIMPLE_ESCAPES = {"n": 10, "t": 9, "r": 13, "a": 7, "b": 8, "f": 12, "v": 11, "\\": 92, "'": 39, '"': 34,
-                   "?": 63}
+_SIMPLE_ESCAPES = {"n": 10, "t": 9, "r": 13, "a": 7, "b": 8, "f": 12, "v": 11, "\\": 92, "'": 39, '"': 34, "?": 63}
 _ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|[xX]([0-9a-fA-F]+)|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))", re.S)
 
 
@@ -74,7 +74,7 @@ def unescape(body: str) -> str | bytes:
     out = bytearray()
     pos = 0
     for m in _ESCAPE.finditer(body):
-        out += body[pos:m.start()].encode("utf-8")
+        out += body[pos : m.start()].encode("utf-8")
         octal, hexa, u4, u8, other = m.groups()
         if octal is not None:
             v = int(octal, 8)
@@ -131,7 +131,8 @@ def _word(raw: str) -> str:
 
 
 # -- a small tokenizer (XLA's token kinds that attribute grammars use) ----------------
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>\s+|/\*.*?\*/)
   | (?P<str>"(?:[^"\\]|\\.)*")
   | (?P<arrow>->) | (?P<leq><=)
@@ -140,7 +141,9 @@ _TOKEN = re.compile(r"""
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
   | (?P<quoted>'[^']*')
   | (?P<p>[{}\[\]():=,?])
-""", re.X | re.S)
+""",
+    re.X | re.S,
+)
 
 
 class _Tokens:
@@ -153,7 +156,7 @@ class _Tokens:
         while pos < n:
             m = match(raw, pos)
             if m is None:
-                raise _Bad(f"unexpected text {raw[pos:pos + 20]!r}")
+                raise _Bad(f"unexpected text {raw[pos : pos + 20]!r}")
             kind = m.lastgroup
             if kind != "ws":
                 text = m.group()
@@ -186,7 +189,7 @@ class _Tokens:
     def int(self) -> int:
         return _check_int64(int(self.expect("int")))
 
-    def int_list(self, open_="{", close="}", sep=",") -> tuple[builtins.int, ...]:   # (int: the method above)
+    def int_list(self, open_="{", close="}", sep=",") -> tuple[builtins.int, ...]:  # (int: the method above)
         self.expect(open_)
         out = []
         if not self.eat(close):

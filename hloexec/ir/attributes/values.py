@@ -1,5 +1,6 @@
 """The decoded values of HLO attributes: plain frozen dataclasses (slices, windows, dimension numbers, shardings,
 aliases, replica groups)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,14 +26,15 @@ class WindowDim:
     stride: int = 1
     pad_low: int = 0
     pad_high: int = 0
-    base_dilation: int = 1      # lhs_dilate
-    window_dilation: int = 1    # rhs_dilate
-    reversal: bool = False      # rhs_reversal
+    base_dilation: int = 1  # lhs_dilate
+    window_dilation: int = 1  # rhs_dilate
+    reversal: bool = False  # rhs_reversal
 
 
 @dataclass(frozen=True, slots=True)
 class ConvDims:
     """dim_labels such as b01f_01io->b01f, as dimension numbers."""
+
     input_batch: int
     input_feature: int
     input_spatial: tuple[int, ...]
@@ -84,13 +86,14 @@ class Sharding:
     `last_tile_dim_replicate`, or the dims named by `last_tile_dims`), `devices` the device ids in
     row-major order over `tile_dims` (iota forms expanded).
     """
+
     kind: str
     tile_dims: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
     last_tile_dim_replicate: bool = False
-    last_tile_dims: tuple[str, ...] = ()          # subgroup types: manual, replicated, ...
-    device: int | None = None                     # for maximal
-    elements: tuple[Sharding, ...] = ()         # for tuple
+    last_tile_dims: tuple[str, ...] = ()  # subgroup types: manual, replicated, ...
+    device: int | None = None  # for maximal
+    elements: tuple[Sharding, ...] = ()  # for tuple
     text: str = ""
 
 
@@ -112,5 +115,6 @@ class InputOutputAlias:
 @dataclass(frozen=True, slots=True)
 class ReplicaGroups:
     """Replica groups; the iota form `[4,2]<=[2,4]T(1,0)` is expanded into `groups`."""
+
     groups: tuple[tuple[int, ...], ...] = field(default=())
     text: str = ""

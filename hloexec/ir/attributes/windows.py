@@ -1,5 +1,6 @@
 """Slices, paddings, windows and convolution dim labels: the geometry attributes of structural ops
 (`slice={[0:4:2]}`, `padding=0_1_0x..`, `window={size=3 stride=2 ...}`, `dim_labels=b01f_01io->b01f`)."""
+
 from __future__ import annotations
 
 import re
@@ -80,9 +81,18 @@ def decode_window(raw: str) -> tuple[WindowDim, ...]:
             raise _Bad(f"expects '{key}=' has the same size as 'size='")
     stride, pad = fields.get("stride"), fields.get("pad")
     lhs, rhs, rev = fields.get("lhs_dilate"), fields.get("rhs_dilate"), fields.get("rhs_reversal")
-    return tuple(WindowDim(size[i], stride[i] if stride else 1, pad[i][0] if pad else 0, pad[i][1] if pad else 0,
-                           lhs[i] if lhs else 1, rhs[i] if rhs else 1, (rev[i] == 1) if rev else False)
-                 for i in range(len(size)))
+    return tuple(
+        WindowDim(
+            size[i],
+            stride[i] if stride else 1,
+            pad[i][0] if pad else 0,
+            pad[i][1] if pad else 0,
+            lhs[i] if lhs else 1,
+            rhs[i] if rhs else 1,
+            (rev[i] == 1) if rev else False,
+        )
+        for i in range(len(size))
+    )
 
 
 _DIM_LABELS = re.compile(r"([0-9bf?]{2,})_([0-9io?]{2,})->([0-9bf?]{2,})$")

@@ -1,5 +1,6 @@
 """XLA-GPU's block-scaling calls (MXFP8 / NVFP4): __op$quantize, __op$dequantize and __op$block_scaled_dot, as
 XLA's block_scaling_rewriter.cc expands them."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,23 @@ from .registry import custom_call, target_of
 def block_size(inst, data, scale) -> int:
     """Elements of `data`'s last dim per `scale` element, as the rewriter's GetBlockSize with its shape checks:
     float arrays of one rank >= 1, equal dims but the last, which the scale's divides."""
-    if (not data.is_array or not scale.is_array or not data.element_type.is_float
-            or not scale.element_type.is_float or data.rank < 1 or scale.rank != data.rank
-            or data.dims[:-1] != scale.dims[:-1] or scale.dims[-1] == 0 or data.dims[-1] % scale.dims[-1]):
-        raise UnsupportedError(f"{target_of(inst)}: scale {scale.to_text(False)} does not split the last dim of "
-                               f"{data.to_text(False)} into blocks (float arrays, same dims but the last, which "
-                               "the scale's divides)", inst)
+    if (
+        not data.is_array
+        or not scale.is_array
+        or not data.element_type.is_float
+        or not scale.element_type.is_float
+        or data.rank < 1
+        or scale.rank != data.rank
+        or data.dims[:-1] != scale.dims[:-1]
+        or scale.dims[-1] == 0
+        or data.dims[-1] % scale.dims[-1]
+    ):
+        raise UnsupportedError(
+            f"{target_of(inst)}: scale {scale.to_text(False)} does not split the last dim of "
+            f"{data.to_text(False)} into blocks (float arrays, same dims but the last, which "
+            "the scale's divides)",
+            inst,
+        )
     return data.dims[-1] // scale.dims[-1]
 
 
@@ -34,10 +46,16 @@ def quantize(inst, ctx):
     the scale converted back to x's type) to the values' type (round to nearest even; 0 / 0 is NaN, -0 in a
     type without NaN such as f4e2m1fn)."""
     x = inst.operands[0].shape
-    if len(inst.shape.tuple_shapes) != 2 or not all(s.is_array for s in inst.shape.tuple_shapes) \
-            or inst.shape.tuple_shapes[0].dims != x.dims:
-        raise UnsupportedError(f"{target_of(inst)} returns (values of the operand's dims, scales), the call says "
-                               f"{inst.shape.to_text(layout=False)}", inst)
+    if (
+        len(inst.shape.tuple_shapes) != 2
+        or not all(s.is_array for s in inst.shape.tuple_shapes)
+        or inst.shape.tuple_shapes[0].dims != x.dims
+    ):
+        raise UnsupportedError(
+            f"{target_of(inst)} returns (values of the operand's dims, scales), the call says "
+            f"{inst.shape.to_text(layout=False)}",
+            inst,
+        )
     values, scales = inst.shape.tuple_shapes
     block = block_size(inst, values, scales)
     t = x.element_type
@@ -52,6 +70,7 @@ def quantize(inst, ctx):
         amax = np.abs(a.reshape(*scales.dims, block)).max(axis=-1, initial=0)
         scale = to_scale(divide(amax, emax))
         return to_values(divide(a, np.repeat(from_scale(scale), block, axis=-1))), scale
+
     return kernel
 
 
@@ -62,8 +81,11 @@ def dequantize(inst, ctx):
     values, scales = (o.shape for o in inst.operands)
     block_size(inst, values, scales)
     if inst.shape.dims != values.dims or not inst.shape.element_type.is_float:
-        raise UnsupportedError(f"{target_of(inst)} returns a float array of its values' dims, the call says "
-                               f"{inst.shape.to_text(layout=False)}", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)} returns a float array of its values' dims, the call says "
+            f"{inst.shape.to_text(layout=False)}",
+            inst,
+        )
     return dequantizer(inst, 0, 1, inst.shape.element_type)[0]
 
 
@@ -81,10 +103,18 @@ def block_scaled_dot(inst, ctx):
     n = len(inst.operands)
     shapes = [o.shape for o in inst.operands]
     out = inst.shape.element_type
-    if inst.shape.is_tuple or not 3 <= n <= 5 or shapes[0].rank not in (2, 3) or shapes[1].rank != shapes[0].rank \
-            or (n == 5 and (shapes[4].rank != 0 or shapes[4].element_type != out)):
-        raise UnsupportedError(f"{target_of(inst)} takes (lhs, rhs, lhs_scale[, rhs_scale[, global_scale: a scalar "
-                               "of the result type]]) of rank 2 or 3 and returns one array", inst)
+    if (
+        inst.shape.is_tuple
+        or not 3 <= n <= 5
+        or shapes[0].rank not in (2, 3)
+        or shapes[1].rank != shapes[0].rank
+        or (n == 5 and (shapes[4].rank != 0 or shapes[4].element_type != out))
+    ):
+        raise UnsupportedError(
+            f"{target_of(inst)} takes (lhs, rhs, lhs_scale[, rhs_scale[, global_scale: a scalar "
+            "of the result type]]) of rank 2 or 3 and returns one array",
+            inst,
+        )
     rank = shapes[0].rank
     batch = (0,) if rank == 3 else ()
     block = _block_size(inst)
@@ -96,6 +126,7 @@ def block_scaled_dot(inst, ctx):
     def kernel(a, b, a_scale, b_scale=None, global_scale=None):
         r = product(lhs(a, a_scale), rhs(b, b_scale), batch, batch, (rank - 1,), (rank - 1,), out.numpy)
         return r if global_scale is None else scaled(r, global_scale)
+
     return kernel
 
 
@@ -112,5 +143,6 @@ def _block_size(inst) -> int | None:
         size = size.get("block_size") if isinstance(size, dict) else None
         return None if size is None else int(size)
     except (ValueError, TypeError, AttributeError):
-        raise UnsupportedError(f"{target_of(inst)}: backend_config's block_scaled_dot_backend_config block_size is "
-                               "not an integer", inst) from None
+        raise UnsupportedError(
+            f"{target_of(inst)}: backend_config's block_scaled_dot_backend_config block_size is not an integer", inst
+        ) from None

@@ -6,6 +6,7 @@ expands it into that function's HLO in a called computation. The rule here: a ca
 computation (`called_computations`) runs it -- the body is the meaning, bit for bit what XLA runs; a call
 without one runs the function by its name, as below.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,20 +33,24 @@ def run_body(inst, ctx):
     comp = _body(inst)
     root = comp.root.shape
     if root.to_text(False) != inst.shape.to_text(False):
-        raise UnsupportedError(f"{target_of(inst)}: its body returns {root.to_text(False)}, the call "
-                               f"{inst.shape.to_text(False)}", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)}: its body returns {root.to_text(False)}, the call {inst.shape.to_text(False)}", inst
+        )
     return ctx.computation(comp)
 
 
 def builder_call(name: str, **form):
     """Register the body-less meaning of xla_builder.<name>; a call carrying its body runs the body. `form`:
     the call's operands and result, as for custom_call."""
+
     def deco(prepare):
         def prepare_builder_call(inst, ctx):
             return run_body(inst, ctx) if _body(inst) is not None else prepare(inst, ctx)
+
         prepare_builder_call.__doc__ = prepare.__doc__
         custom_call(XLA_BUILDER + name, **form)(prepare_builder_call)
         return prepare
+
     return deco
 
 
@@ -53,7 +58,7 @@ def has_body(inst) -> bool:
     return _body(inst) is not None
 
 
-PREFIXED_CALLS[XLA_BUILDER] = (has_body, run_body)   # any other xla_builder.* call that carries its body
+PREFIXED_CALLS[XLA_BUILDER] = (has_body, run_body)  # any other xla_builder.* call that carries its body
 
 
 def _work(dtype):
@@ -73,35 +78,49 @@ def _elementwise(inst, fn, arity: int):
         with np.errstate(all="ignore"):
             r = fn(*(to_compute(np.asarray(x), work) for x in xs))
         return finish(np.broadcast_to(r, inst.shape.dims), out_dtype)
+
     return kernel
 
 
 def _special(name, via_f64=True):
     """A scipy.special function evaluated in f64 (complex128 for complex) and rounded to the type."""
+
     def fn(*xs):
         from scipy import special
+
         f = getattr(special, name)
         wide = [x.astype(np.complex128 if x.dtype.kind == "c" else _F64) for x in xs]
         return f(*wide).astype(xs[0].dtype) if via_f64 else f(*xs)
+
     return fn
 
 
-_UNARY = {"Acos": np.arccos, "Asin": np.arcsin, "Atan": np.arctan, "Cosh": np.cosh, "Asinh": np.arcsinh,
-          "Acosh": np.arccosh}
+_UNARY = {
+    "Acos": np.arccos,
+    "Asin": np.arcsin,
+    "Atan": np.arctan,
+    "Cosh": np.cosh,
+    "Asinh": np.arcsinh,
+    "Acosh": np.arccosh,
+}
 
 
 def _math_unary(name):
     def prepare(inst, ctx):
         return _elementwise(inst, _UNARY[name], 1)
-    prepare.__doc__ = (f"xla_builder.math.{name} without a body: numpy's {_UNARY[name].__name__} in the type "
-                       "(f32 for f16/bf16, complex for complex), rounded once; XLA's own formula differs in the "
-                       "last bits (run the body when the call carries it).")
+
+    prepare.__doc__ = (
+        f"xla_builder.math.{name} without a body: numpy's {_UNARY[name].__name__} in the type "
+        "(f32 for f16/bf16, complex for complex), rounded once; XLA's own formula differs in the "
+        "last bits (run the body when the call carries it)."
+    )
     return prepare
 
 
 def polygamma(n, x):
     """polygamma(n, x) for a non-negative integer n (digamma for 0), NaN for any other n, as XLA's Polygamma."""
     from scipy import special
+
     n64, x64 = n.astype(_F64), x.astype(_F64)
     ok = (n64 >= 0) & (n64 == np.floor(n64))
     r = special.polygamma(np.where(ok, n64, 0).astype(np.int64), x64)
@@ -112,11 +131,13 @@ def igamma_grad_a(a, x):
     """d/da of the regularized lower incomplete gamma P(a, x), in f64: Richardson-extrapolated central
     differences of scipy's gammainc (relative error ~1e-10: f32 results are exact to rounding)."""
     from scipy import special
+
     a64, x64 = np.broadcast_arrays(a.astype(_F64), x.astype(_F64))
     h = 1e-3 * np.maximum(np.minimum(a64, 1.0), 1e-6)
 
     def d(step):
         return (special.gammainc(a64 + step, x64) - special.gammainc(a64 - step, x64)) / (2 * step)
+
     return ((4 * d(h / 2) - d(h)) / 3).astype(a.dtype)
 
 
@@ -124,6 +145,7 @@ def random_gamma_grad(a, x):
     """The derivative of a Gamma(a) sample x with respect to a (implicit reparameterization):
     -(dP(a, x)/da) / (dP(a, x)/dx), dP/dx the Gamma(a) density at x."""
     from scipy import special
+
     a64, x64 = a.astype(_F64), x.astype(_F64)
     density = np.exp((a64 - 1) * np.log(x64) - x64 - special.gammaln(a64))
     return (-igamma_grad_a(a64, x64) / density).astype(a.dtype)
@@ -167,19 +189,33 @@ def xla_next_after(inst, ctx):
     def kernel(x, y):
         x, y = np.broadcast_arrays(np.asarray(x, out_dtype), np.asarray(y, out_dtype))
         return contig(next_after(x, y))
+
     return kernel
 
 
 _MATH2 = {
-    "Polygamma": (polygamma, 2, "polygamma(n, x) for a non-negative integer n (NaN otherwise), scipy in f64, "
-                                "rounded once"),
-    "IgammaGradA": (igamma_grad_a, 2, "d/da of the regularized lower incomplete gamma P(a, x): Richardson-"
-                                      "extrapolated central differences of scipy's gammainc in f64 (~1e-10 "
-                                      "relative), rounded once"),
-    "RandomGammaGrad": (random_gamma_grad, 2, "d(sample)/d(alpha) of a Gamma(alpha) sample x: -(dP/da) / "
-                                              "(dP/dx), in f64, rounded once"),
-    "RegularizedIncompleteBeta": (_special("betainc"), 3, "I_x(a, b) with operands (a, b, x): scipy's betainc "
-                                                          "in f64, rounded once"),
+    "Polygamma": (
+        polygamma,
+        2,
+        "polygamma(n, x) for a non-negative integer n (NaN otherwise), scipy in f64, rounded once",
+    ),
+    "IgammaGradA": (
+        igamma_grad_a,
+        2,
+        "d/da of the regularized lower incomplete gamma P(a, x): Richardson-"
+        "extrapolated central differences of scipy's gammainc in f64 (~1e-10 "
+        "relative), rounded once",
+    ),
+    "RandomGammaGrad": (
+        random_gamma_grad,
+        2,
+        "d(sample)/d(alpha) of a Gamma(alpha) sample x: -(dP/da) / (dP/dx), in f64, rounded once",
+    ),
+    "RegularizedIncompleteBeta": (
+        _special("betainc"),
+        3,
+        "I_x(a, b) with operands (a, b, x): scipy's betainc in f64, rounded once",
+    ),
 }
 
 
@@ -188,6 +224,7 @@ def _math_special(name):
 
     def prepare(inst, ctx):
         return _elementwise(inst, fn, arity)
+
     prepare.__doc__ = f"xla_builder.math.{name} without a body: {notes}."
     return prepare
 
@@ -200,7 +237,7 @@ def einsum(config: str, operands, out_dtype):
     unique = "".join(dict.fromkeys(out))
     work = _work(out_dtype) if np.dtype(out_dtype).kind != "c" else np.dtype(out_dtype)
     r = np.einsum(f"{inputs}->{unique}", *(to_compute(np.asarray(o), work) for o in operands))
-    if unique != out:                       # "i,ij->ii": embed along the repeated labels' diagonal
+    if unique != out:  # "i,ij->ii": embed along the repeated labels' diagonal
         full = np.zeros([r.shape[unique.index(c)] for c in out], r.dtype)
         grid = np.indices(r.shape)
         full[tuple(grid[unique.index(c)] for c in out)] = r
@@ -220,6 +257,7 @@ def xla_einsum(inst, ctx):
 
     def kernel(*xs):
         return einsum(config, xs, out_dtype)
+
     return kernel
 
 
@@ -232,12 +270,16 @@ def xla_matrix_diagonal(inst, ctx):
         raise UnsupportedError(f"GetMatrixDiagonalViaGather of {src.to_text(False)}: it takes matrices", inst)
     want = (*src.dims[:-2], min(src.dims[-2:]))
     if tuple(inst.shape.dims) != want:
-        raise UnsupportedError(f"GetMatrixDiagonalViaGather of {src.to_text(False)} returns "
-                               f"{src.element_type.name}[{','.join(map(str, want))}], the call says "
-                               f"{inst.shape.to_text(False)}", inst)
+        raise UnsupportedError(
+            f"GetMatrixDiagonalViaGather of {src.to_text(False)} returns "
+            f"{src.element_type.name}[{','.join(map(str, want))}], the call says "
+            f"{inst.shape.to_text(False)}",
+            inst,
+        )
 
     def kernel(x):
         return contig(np.diagonal(x, axis1=-2, axis2=-1))
+
     return kernel
 
 
@@ -279,6 +321,7 @@ def xla_tridiagonal_solver(inst, ctx):
             x = thomas(d[..., 2:3, :], d[..., 1:2, :], d[..., 0:1, :], np.swapaxes(rhs, -1, -2))
             return contig(np.swapaxes(x, -1, -2))
         return contig(thomas(*xs))
+
     return kernel
 
 
@@ -295,6 +338,7 @@ def xla_scramble_philox_key(inst, ctx):
         zero = np.zeros_like(lo)
         s0, s1, _, _ = philox4x32(lo, zero, hi, zero, 0x3EC8F720, 0x02461E29)
         return contig((s0.astype(np.uint64) | (s1.astype(np.uint64) << np.uint64(32))).astype(out_dtype))
+
     return kernel
 
 
@@ -327,6 +371,7 @@ def te_scaled_softmax_forward(inst, ctx):
 
     def kernel(x):
         return finish(_softmax(to_compute(x, _F32) * np.float32(scale)), out_dtype)
+
     return kernel
 
 
@@ -339,6 +384,7 @@ def te_scaled_softmax_backward(inst, ctx):
     def kernel(dy, y):
         dy32, y32 = to_compute(dy, _F32), to_compute(y, _F32)
         return finish(np.float32(scale) * y32 * (dy32 - np.sum(dy32 * y32, axis=-1, keepdims=True)), out_dtype)
+
     return kernel
 
 
@@ -352,6 +398,7 @@ def te_scaled_masked_softmax_forward(inst, ctx):
         z = to_compute(x, _F32) * np.float32(scale)
         z = np.where(np.asarray(mask) != 0, np.float32(-10000.0), z)
         return finish(_softmax(z), out_dtype)
+
     return kernel
 
 
@@ -366,12 +413,16 @@ def te_scaled_causal_softmax_forward(inst, ctx):
         q, k = z.shape[-2:]
         z = np.where(np.triu(np.ones((q, k), bool), 1), -np.inf, z)
         return finish(_softmax(z), out_dtype)
+
     return kernel
 
 
-custom_call("te_scaled_masked_softmax_backward_ffi", "te_scaled_upper_triang_masked_softmax_backward_ffi",
-            operands=2, returns="array")(
-    te_scaled_softmax_backward)
+custom_call(
+    "te_scaled_masked_softmax_backward_ffi",
+    "te_scaled_upper_triang_masked_softmax_backward_ffi",
+    operands=2,
+    returns="array",
+)(te_scaled_softmax_backward)
 
 
 @custom_call("GetRngSeed", operands=0, returns="array")
@@ -379,4 +430,4 @@ def _get_rng_seed(inst, ctx):
     """`GetRngSeed`: the seed XLA:CPU hands a module for its rng expansions (implementation-defined there);
     hloexec gives a fixed 0, so runs are reproducible."""
     dims, dtype = inst.shape.dims, inst.shape.dtype
-    return lambda: np.zeros(dims, dtype)        # made when it runs: after the run's memory check
+    return lambda: np.zeros(dims, dtype)  # made when it runs: after the run's memory check

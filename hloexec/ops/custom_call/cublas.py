@@ -6,6 +6,7 @@ algorithm: computed as the run's device profile says, as for the dot op); older 
 top level. Operand order follows XLA's thunk emitter: a, b, [c when beta != 0], then for fp8 a_scale, b_scale,
 [vector bias], [d_scale when the output is fp8].
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,18 @@ from ..contraction import algorithm_dot, compute_dtype, dot_general, finish, tri
 from .registry import backend_config, custom_call, enum_field, field, result_leaves, target_of
 
 _F32 = np.dtype(np.float32)
-EPILOGUES = ("DEFAULT", "BIAS", "RELU", "BIAS_RELU", "GELU", "GELU_AUX", "BIAS_GELU", "BIAS_GELU_AUX",
-             "SILU", "BIAS_SILU")
+EPILOGUES = (
+    "DEFAULT",
+    "BIAS",
+    "RELU",
+    "BIAS_RELU",
+    "GELU",
+    "GELU_AUX",
+    "BIAS_GELU",
+    "BIAS_GELU_AUX",
+    "SILU",
+    "BIAS_SILU",
+)
 
 
 def gelu_tanh(x):
@@ -39,7 +50,10 @@ class _Gemm:
     def __init__(self, inst, ctx):
         g = backend_config(inst, "gemm_backend_config")
         dd = field(g, "dot_dimension_numbers", {}) or {}
-        self.lc, self.rc = _dims(field(dd, "lhs_contracting_dimensions")), _dims(field(dd, "rhs_contracting_dimensions"))
+        self.lc, self.rc = (
+            _dims(field(dd, "lhs_contracting_dimensions")),
+            _dims(field(dd, "rhs_contracting_dimensions")),
+        )
         self.lb, self.rb = _dims(field(dd, "lhs_batch_dimensions")), _dims(field(dd, "rhs_batch_dimensions"))
         self.alpha = complex(float(field(g, "alpha_real", 1)), float(field(g, "alpha_imag", 0)))
         self.beta = float(field(g, "beta", 0))
@@ -50,26 +64,38 @@ class _Gemm:
         self.precisions = tuple(str(p).lower() for p in field(pc, "operand_precision", ()) or ())
         self.device = ctx.options.device
         if len(inst.operands) < 2 or any(o.shape.is_tuple for o in inst.operands[:2]):
-            raise UnsupportedError(f"cuBLAS gemm expects two array operands a, b first, got {len(inst.operands)} "
-                                   "operands", inst)
+            raise UnsupportedError(
+                f"cuBLAS gemm expects two array operands a, b first, got {len(inst.operands)} operands", inst
+            )
         lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
         for s, dims in ((lhs, self.lb + self.lc), (rhs, self.rb + self.rc)):
             if any(not 0 <= d < s.rank for d in dims):
-                raise UnsupportedError(f"cuBLAS gemm dot_dimension_numbers {list(dims)} out of range for operand "
-                                       f"{s.to_text(False)}", inst)
-        free = [math.prod(s.dims[d] for d in range(s.rank) if d not in batch + contracting)
-                for s, batch, contracting in ((lhs, self.lb, self.lc), (rhs, self.rb, self.rc))]
+                raise UnsupportedError(
+                    f"cuBLAS gemm dot_dimension_numbers {list(dims)} out of range for operand {s.to_text(False)}", inst
+                )
+        free = [
+            math.prod(s.dims[d] for d in range(s.rank) if d not in batch + contracting)
+            for s, batch, contracting in ((lhs, self.lb, self.lc), (rhs, self.rb, self.rc))
+        ]
         self.algorithm_text = field(pc, "algorithm", "")
-        self.algorithm = device_algorithm(self.device, self.algorithm_text, self.precisions,
-                                          lhs.element_type.name, rhs.element_type.name,
-                                          result_leaves(inst)[0].element_type.name, 1 in free, inst)
+        self.algorithm = device_algorithm(
+            self.device,
+            self.algorithm_text,
+            self.precisions,
+            lhs.element_type.name,
+            rhs.element_type.name,
+            result_leaves(inst)[0].element_type.name,
+            1 in free,
+            inst,
+        )
         self.inst = inst
 
     def product(self, a, b, cdt, fast_accumulation=False):
         """alpha * dot(a, b) in the compute type `cdt`."""
         if self.algorithm or fast_accumulation:
-            r = algorithm_dot(self.algorithm, a, b, self.lb, self.rb, self.lc, self.rc, cdt, self.device, self.inst,
-                              fast_accumulation)
+            r = algorithm_dot(
+                self.algorithm, a, b, self.lb, self.rb, self.lc, self.rc, cdt, self.device, self.inst, fast_accumulation
+            )
         else:
             r = dot_general(a, b, self.lb, self.rb, self.lc, self.rc, cdt)
         if self.alpha.imag != 0:
@@ -83,7 +109,7 @@ class _Gemm:
         if c is not None:
             r = r + np.asarray(self.beta, cdt) * c.astype(cdt)
         if bias is not None:
-            r = r + bias.astype(cdt)     # broadcast along the last (column) dims
+            r = r + bias.astype(cdt)  # broadcast along the last (column) dims
         pre = r
         if "RELU" in self.epilogue:
             r = np.maximum(r, 0)
@@ -122,8 +148,9 @@ def cublas_gemm(inst, ctx):
 
     def kernel(*xs):
         r = g.product(xs[0], xs[1], cdt)
-        r, pre = g.finish_epilogue(r, None if c_index is None else xs[c_index],
-                                   None if bias_index is None else xs[bias_index], cdt)
+        r, pre = g.finish_epilogue(
+            r, None if c_index is None else xs[c_index], None if bias_index is None else xs[bias_index], cdt
+        )
         out = contig(np.asarray(r).astype(out_dtype))
         if not inst.shape.is_tuple:
             return out
@@ -134,6 +161,7 @@ def cublas_gemm(inst, ctx):
             else:
                 res.append(np.zeros(s.dims, s.dtype))
         return tuple(res)
+
     return kernel
 
 
@@ -148,8 +176,9 @@ def cublas_lt_matmul_f8(inst, ctx):
     Fast accumulation (partial sums kept in fewer bits, kernels/dot_algorithms.py) with the algorithm
     dot_any_f8_any_f8_f32_fast_accum, or at DEFAULT precision on a device whose fp8 GEMMs use it (h100)."""
     g = _Gemm(inst, ctx)
-    fast = fp8_fast_accumulation(g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name
-                                                                              for o in inst.operands[:2]))
+    fast = fp8_fast_accumulation(
+        g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name for o in inst.operands[:2])
+    )
     leaves = result_leaves(inst)
     out_dtype = np.dtype(leaves[0].dtype)
     fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
@@ -163,17 +192,22 @@ def cublas_lt_matmul_f8(inst, ctx):
     elif n == old_form:
         d_index, bias_index = scale0 + 3, (scale0 + 4 if g.has_bias else None)
     else:
-        raise UnsupportedError(f"{target_of(inst)} with {n} operands (beta={g.beta}, epilogue={g.epilogue}, "
-                               f"{out_dtype} output): expected {new_form}", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)} with {n} operands (beta={g.beta}, epilogue={g.epilogue}, "
+            f"{out_dtype} output): expected {new_form}",
+            inst,
+        )
     if fp8_out:
         import ml_dtypes
+
         limit = float(ml_dtypes.finfo(out_dtype).max)
 
     def kernel(*xs):
         scale = np.float32(xs[scale0]) * np.float32(xs[scale0 + 1])
         r = g.product(xs[0], xs[1], _F32, fast) * scale
-        r, _ = g.finish_epilogue(r.astype(_F32), xs[2] if g.beta != 0 else None,
-                                 None if bias_index is None else xs[bias_index], _F32)
+        r, _ = g.finish_epilogue(
+            r.astype(_F32), xs[2] if g.beta != 0 else None, None if bias_index is None else xs[bias_index], _F32
+        )
         amax = np.float32(np.max(np.abs(r), initial=0))
         if d_index is not None:
             r = r * np.float32(xs[d_index])
@@ -184,6 +218,7 @@ def cublas_lt_matmul_f8(inst, ctx):
         for j, s in enumerate(leaves[1:], start=1):
             res.append(np.asarray(amax, s.dtype) if (j == 1 and g.damax) else np.zeros(s.dims, s.dtype))
         return tuple(res) if inst.shape.is_tuple else out
+
     return kernel
 
 
@@ -199,11 +234,17 @@ def cublas_triangular_solve(inst, ctx):
     transpose = enum_field(cfg, "transpose_a", TRANSPOSE_KINDS, inst, default=1)
     if transpose == "TRANSPOSE_INVALID":
         raise UnsupportedError(f"{target_of(inst)} with transpose_a={transpose}", inst)
-    solve = triangular_solve(bool(field(cfg, "left_side", False)), bool(field(cfg, "lower", False)),
-                             bool(field(cfg, "unit_diagonal", False)), transpose, x_shape.dtype)
+    solve = triangular_solve(
+        bool(field(cfg, "left_side", False)),
+        bool(field(cfg, "lower", False)),
+        bool(field(cfg, "unit_diagonal", False)),
+        transpose,
+        x_shape.dtype,
+    )
 
     def kernel(a, b):
         return (solve(a, b), *(np.zeros(s.dims, s.dtype) for s in rest))
+
     return kernel
 
 

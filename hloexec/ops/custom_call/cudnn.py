@@ -8,6 +8,7 @@ scratch); the scratch is zeros here. backend_config: CudnnConvBackendConfig (bac
 GpuBackendConfig as cudnn_conv_backend_config or at the top level in older dumps, with protobuf's JSON names
 (convResultScale) or the proto's (conv_result_scale).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,18 @@ from .registry import backend_config, custom_call, enum_field, field, result_lea
 _F32 = np.dtype(np.float32)
 
 # stream_executor.dnn.ActivationMode (xla/tsl/protobuf/dnn.proto)
-ACTIVATIONS = ("kNone", "kSigmoid", "kRelu", "kRelu6", "kReluX", "kTanh", "kBandPass", "kElu", "kLeakyRelu",
-               "kGeluExact")
+ACTIVATIONS = (
+    "kNone",
+    "kSigmoid",
+    "kRelu",
+    "kRelu6",
+    "kReluX",
+    "kTanh",
+    "kBandPass",
+    "kElu",
+    "kLeakyRelu",
+    "kGeluExact",
+)
 
 
 def _work_dtype(dtype):
@@ -65,6 +76,7 @@ def activation(mode: str, alpha: float, inst):
         return lambda x: np.where(x > 0, x, x * np.asarray(alpha, x.dtype))
     if mode == "kGeluExact":
         from scipy.special import erf
+
         return lambda x: (0.5 * x * (1 + erf(x / np.sqrt(np.asarray(2, x.dtype))))).astype(x.dtype)
     raise UnsupportedError(f"cuDNN activation {mode} (its bound is not in the HLO)", inst)
 
@@ -88,8 +100,11 @@ class _Conv:
         self.cd, self.win = conv_window(inst, self.filter)
         for what, shape in (("input", self.input), ("output", self.output)):
             if not shape.is_array or shape.rank != self.filter.rank:
-                raise UnsupportedError(f"{target_of(inst)}: the {what} {shape.to_text(False)} is not of the filter's "
-                                       f"rank {self.filter.rank}", inst)
+                raise UnsupportedError(
+                    f"{target_of(inst)}: the {what} {shape.to_text(False)} is not of the filter's "
+                    f"rank {self.filter.rank}",
+                    inst,
+                )
         self.groups = int(inst.attr("feature_group_count", 1))
         if int(inst.attr("batch_group_count", 1)) != 1 and kind != "forward":
             raise UnsupportedError(f"{target_of(inst)} with batch_group_count", inst)
@@ -119,13 +134,15 @@ class _Conv:
         dxp = np.zeros((n, c, *padded), dy.dtype)
         og, cg = dy.shape[1] // self.groups, w.shape[1]
         for g in range(self.groups):
-            dyg, wg = dy[:, g * og:(g + 1) * og], w[g * og:(g + 1) * og]
+            dyg, wg = dy[:, g * og : (g + 1) * og], w[g * og : (g + 1) * og]
             for tap in itertools.product(*(range(wd.size) for wd in self.win)):
                 contrib = np.tensordot(dyg, wg[(slice(None), slice(None), *tap)], axes=([1], [0]))
-                window = tuple(slice(t * wd.window_dilation, t * wd.window_dilation + (o - 1) * wd.stride + 1,
-                                     wd.stride) for t, wd, o in zip(tap, self.win, out_sizes))
+                window = tuple(
+                    slice(t * wd.window_dilation, t * wd.window_dilation + (o - 1) * wd.stride + 1, wd.stride)
+                    for t, wd, o in zip(tap, self.win, out_sizes)
+                )
                 dxp[(slice(None), slice(g * cg, (g + 1) * cg), *window)] += np.moveaxis(contrib, -1, 1)
-        dx = np.zeros((n, c, *in_sizes), dy.dtype)       # input positions the padding cropped get 0
+        dx = np.zeros((n, c, *in_sizes), dy.dtype)  # input positions the padding cropped get 0
         src, dst = [slice(None)] * 2, [slice(None)] * 2
         for size, lo, pad in zip(in_sizes, lows, padded):
             first, last = max(0, -lo), min(size, pad - lo)
@@ -138,6 +155,7 @@ class _Conv:
         """The gradient of sum(conv(x, w) * dy) with respect to w: (N, C, in...), (N, O, out...) ->
         (O, C/g, k...), one contraction over batch and output positions per kernel tap."""
         from ..reduction import pad_dilate
+
         lows = [0, 0] + [wd.pad_low for wd in self.win]
         highs = [0, 0] + [wd.pad_high for wd in self.win]
         xp, _ = pad_dilate(x, lows, highs, [0] * x.ndim, np.zeros((), x.dtype)[()])
@@ -147,12 +165,14 @@ class _Conv:
         dw = np.zeros((o, cg, *(wd.size for wd in self.win)), x.dtype)
         axes = [0, *range(2, x.ndim)]
         for g in range(self.groups):
-            xg, dyg = xp[:, g * cg:(g + 1) * cg], dy[:, g * og:(g + 1) * og]
+            xg, dyg = xp[:, g * cg : (g + 1) * cg], dy[:, g * og : (g + 1) * og]
             for tap in itertools.product(*(range(wd.size) for wd in self.win)):
-                window = tuple(slice(t * wd.window_dilation, t * wd.window_dilation + (n - 1) * wd.stride + 1,
-                                     wd.stride) for t, wd, n in zip(tap, self.win, out_sizes))
+                window = tuple(
+                    slice(t * wd.window_dilation, t * wd.window_dilation + (n - 1) * wd.stride + 1, wd.stride)
+                    for t, wd, n in zip(tap, self.win, out_sizes)
+                )
                 patch = xg[(slice(None), slice(None), *window)]
-                if patch.shape[2:] != out_sizes:      # the padded input ends before the last window
+                if patch.shape[2:] != out_sizes:  # the padded input ends before the last window
                     patch = np.pad(patch, [(0, 0), (0, 0)] + [(0, n - p) for n, p in zip(out_sizes, patch.shape[2:])])
                 dw[(slice(g * og, (g + 1) * og), slice(None), *tap)] = np.tensordot(dyg, patch, axes=(axes, axes))
         if self.reversed:
@@ -183,6 +203,7 @@ def cudnn_conv_forward(inst, ctx):
         if c.scale != 1:
             r = r * np.asarray(c.scale, c.work)
         return (_to_output(r, out_dtype), *c.scratch())
+
     return kernel
 
 
@@ -194,8 +215,9 @@ def cudnn_conv_bias_activation(inst, ctx):
     a bound the HLO does not carry: unsupported). Computed in f32 (f64 for f64), rounded once."""
     c = _Conv(inst, "forward")
     conv = convolution(inst, c.filter, c.work)
-    act = activation(enum_field(c.cfg, "activation_mode", ACTIVATIONS, inst),
-                     float(field(c.cfg, "leakyrelu_alpha", 0) or 0), inst)
+    act = activation(
+        enum_field(c.cfg, "activation_mode", ACTIVATIONS, inst), float(field(c.cfg, "leakyrelu_alpha", 0) or 0), inst
+    )
     side_scale = float(field(c.cfg, "side_input_scale", 0) or 0)
     out_dtype = c.result.dtype
     feature = c.cd.output_feature
@@ -212,6 +234,7 @@ def cudnn_conv_bias_activation(inst, ctx):
             r = r + np.asarray(side_scale, c.work) * to_compute(side[0], c.work)
         r = act(r + to_compute(bias, c.work).reshape(bias_shape))
         return (_to_output(r, out_dtype), *c.scratch())
+
     return kernel
 
 
@@ -219,9 +242,9 @@ def _conv_gradient(inst, kind: str):
     """kernel(first, second) of a backward convolution: both operands into the canonical layouts, the
     gradient, the scale, back to the result's layout and type."""
     c = _Conv(inst, kind)
-    if kind == "backward_input":    # (output gradient, filter) -> input gradient
+    if kind == "backward_input":  # (output gradient, filter) -> input gradient
         perms, out_perm, grad = (c.out_perm, c.k_perm), c.in_perm, c.backward_input
-    else:                           # (input, output gradient) -> filter gradient
+    else:  # (input, output gradient) -> filter gradient
         perms, out_perm, grad = (c.in_perm, c.out_perm), c.k_perm, c.backward_filter
     out_dtype = c.result.dtype
 
@@ -230,6 +253,7 @@ def _conv_gradient(inst, kind: str):
         if c.scale != 1:
             r = r * np.asarray(c.scale, c.work)
         return (_to_output(_unlayout(r, out_perm), out_dtype), *c.scratch())
+
     return kernel
 
 
@@ -250,8 +274,7 @@ def cudnn_conv_backward_filter(inst, ctx):
 
 # -- the graph form ------------------------------------------------------------------------------
 _GRAPH_OP = re.compile(r"(\d+):\[(\w+)\](\w+)\(([\d,]*)\);")
-_GRAPH_BINARY = {"add": np.add, "scale": np.multiply, "invscale": np.divide, "min": np.minimum,
-                 "max": np.maximum}
+_GRAPH_BINARY = {"add": np.add, "scale": np.multiply, "invscale": np.divide, "min": np.minimum, "max": np.maximum}
 _GRAPH_UNARY = {"relu": lambda x: np.maximum(x, 0), "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))}
 
 
@@ -259,8 +282,11 @@ def parse_conv_graph(text: str, inst):
     """cudnn_fused_conv_rewriter's serialized graph "UID:[type]op(in-graph operand UIDs);..." -> a list of
     (uid, type, op, operand uids); the convolution first."""
     ops = [(int(u), t, name, [int(a) for a in args.split(",") if a]) for u, t, name, args in _GRAPH_OP.findall(text)]
-    if "".join(f"{u}:[{t}]{n}({','.join(map(str, a))});" for u, t, n, a in ops) != text or not ops \
-            or ops[0][2] != "conv":
+    if (
+        "".join(f"{u}:[{t}]{n}({','.join(map(str, a))});" for u, t, n, a in ops) != text
+        or not ops
+        or ops[0][2] != "conv"
+    ):
         raise UnsupportedError(f"{target_of(inst)}: unreadable serialized_graph {text!r}", inst)
     for _, _, name, args in ops:
         if name not in _GRAPH_BINARY and name not in _GRAPH_UNARY and name not in ("conv", "amax"):
@@ -308,12 +334,19 @@ def cudnn_conv_forward_graph(inst, ctx):
             values[uid] = typed(np.asarray(v, c.work), type_name)
         out = _to_output(values[main[-1][0]], c.result.dtype)
         amaxes = [np.asarray(values[uid], s.dtype) for (uid, *_), s in zip(aux, c.rest)]
-        return (out, *amaxes, *(np.zeros(s.dims, s.dtype) for s in c.rest[len(aux):]))
+        return (out, *amaxes, *(np.zeros(s.dims, s.dtype) for s in c.rest[len(aux) :]))
+
     return kernel
 
 
-_ML_DTYPES = {"f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
-              "f8e5m2fnuz": "float8_e5m2fnuz", "f8e4m3": "float8_e4m3", "f8e3m4": "float8_e3m4"}
+_ML_DTYPES = {
+    "f8e4m3fn": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+    "f8e4m3fnuz": "float8_e4m3fnuz",
+    "f8e5m2fnuz": "float8_e5m2fnuz",
+    "f8e4m3": "float8_e4m3",
+    "f8e3m4": "float8_e3m4",
+}
 
 
 # -- batch norm ------------------------------------------------------------------------------------
@@ -341,6 +374,7 @@ def cudnn_batch_norm_training(inst, ctx):
         y, mean, var = train(x, scale, offset)
         inv_std = 1 / np.sqrt(var + np.float32(eps))
         return finish(y, y_t), finish(mean, mean_t), finish(inv_std, inv_t)
+
     return kernel
 
 
@@ -354,6 +388,7 @@ def cudnn_batch_norm_inference(inst, ctx):
 
     def kernel(x, scale, offset, mean, var, *_):
         return finish(infer(x, scale, offset, mean, var), out_dtype)
+
     return kernel
 
 
@@ -371,6 +406,7 @@ def cudnn_batch_norm_backward(inst, ctx):
         with np.errstate(divide="ignore"):
             var_eps = 1 / np.square(inv_std)
         return tuple(finish(v, t) for v, t in zip(grad(x, scale, mean, var_eps, inv_std, dy), out_types))
+
     return kernel
 
 
@@ -394,8 +430,11 @@ def cudnn_layer_norm(inst, ctx):
         raise UnsupportedError(f"__cudnn$norm {kind} takes {expect[0]} operands and returns {expect[1]} results", inst)
     x_shape = inst.operands[0].shape
     if not all(o.shape.is_array for o in inst.operands) or x_shape.rank < 1:
-        raise UnsupportedError("__cudnn$norm takes arrays, x of rank 1 or more ([N, d1, ...]), got "
-                               f"{', '.join(o.shape.to_text(False) for o in inst.operands)}", inst)
+        raise UnsupportedError(
+            "__cudnn$norm takes arrays, x of rank 1 or more ([N, d1, ...]), got "
+            f"{', '.join(o.shape.to_text(False) for o in inst.operands)}",
+            inst,
+        )
     work = _work_dtype(x_shape.dtype)
     rows = x_shape.dims[0]
     types = [s.dtype for s in leaves]
@@ -411,6 +450,7 @@ def cudnn_layer_norm(inst, ctx):
         return to_compute(v, work).reshape(1, -1)
 
     if kind == "LAYER_BWD":
+
         def kernel(x, scale, dy, mean, norm_factor):
             x2 = to_compute(x, work).reshape(rows, -1)
             nf = to_compute(norm_factor, work).reshape(rows, 1)
@@ -421,6 +461,7 @@ def cudnn_layer_norm(inst, ctx):
             dscale, dbias = (dy2 * xhat).sum(axis=0), dy2.sum(axis=0)
             outs = [_to_output(v.reshape(s), t) for v, s, t in zip((dx, dscale, dbias), shapes, types)]
             return (*outs, np.zeros(shapes[3], types[3]))
+
         return kernel
 
     def kernel(x, scale, bias):
@@ -428,8 +469,13 @@ def cudnn_layer_norm(inst, ctx):
         y = _to_output(((x2 - mean) * nf * flat(scale) + flat(bias)).reshape(shapes[0]), types[0])
         if kind == "LAYER_FWD_INFER":
             return y, np.zeros(shapes[1], types[1])
-        return (y, _to_output(mean.reshape(shapes[1]), types[1]), _to_output(nf.reshape(shapes[2]), types[2]),
-                np.zeros(shapes[3], types[3]))
+        return (
+            y,
+            _to_output(mean.reshape(shapes[1]), types[1]),
+            _to_output(nf.reshape(shapes[2]), types[2]),
+            np.zeros(shapes[3], types[3]),
+        )
+
     return kernel
 
 
@@ -451,16 +497,19 @@ class _Attention:
         if self.mask == "ALIBI":
             raise UnsupportedError(f"{target} with the ALIBI mask", inst)
         if "Dropout" in target and float(field(cfg, "dropout_rate", 0) or 0) > 0:
-            raise UnsupportedError(f"{target} with dropout_rate={field(cfg, 'dropout_rate')}: its mask comes from "
-                                   "cuDNN's own Philox stream (seed in backend_config), which hloexec does not "
-                                   "reproduce; a dump lowered with dropout_rate=0 runs", inst)
+            raise UnsupportedError(
+                f"{target} with dropout_rate={field(cfg, 'dropout_rate')}: its mask comes from "
+                "cuDNN's own Philox stream (seed in backend_config), which hloexec does not "
+                "reproduce; a dump lowered with dropout_rate=0 runs",
+                inst,
+            )
         if int(field(cfg, "max_seg_per_batch", 1) or 1) > 1 or field(cfg, "is_paged_attention", False):
             raise UnsupportedError(f"{target} with packed segments or paged attention", inst)
         self.window = int(field(cfg, "sliding_window_length", 0) or 0)
         key = "bmm1_grad_gemm1_dot_dimension_numbers" if backward else "bmm1_dot_dimension_numbers"
         dims = field(cfg, key, {}) or {}
         batch = [int(d) for d in field(dims, "rhs_batch_dimensions" if backward else "lhs_batch_dimensions", [0, 1])]
-        self.btnh = batch == [0, 2]          # BTNH (else BNTH)
+        self.btnh = batch == [0, 2]  # BTNH (else BNTH)
         self.has_bias = "Bias" in target
         self.padding = self.mask in ("PADDING", "PADDING_CAUSAL")
         self.causal = self.mask in ("CAUSAL", "PADDING_CAUSAL")
@@ -473,7 +522,7 @@ class _Attention:
     def masked_scores(self, q, k, bias, seqlens):
         """(scaled scores + bias with masked positions at -inf, the query rows padding removes) in f32;
         q (B, N, T, H), k (B, Nkv, S, H)."""
-        k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)            # grouped-query heads
+        k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)  # grouped-query heads
         s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(self.scale)
         if bias is not None:
             s = s + to_compute(bias, _F32)
@@ -503,8 +552,14 @@ def _softmax_rows(s):
     return p, lse
 
 
-@custom_call("__cudnn$fmhaSoftmax", "__cudnn$fmhaScaleBiasSoftmax", "__cudnn$fmhaSoftmaxDropout",
-             "__cudnn$fmhaScaleBiasSoftmaxDropout", operands=range(3, 7), returns="tuple")
+@custom_call(
+    "__cudnn$fmhaSoftmax",
+    "__cudnn$fmhaScaleBiasSoftmax",
+    "__cudnn$fmhaSoftmaxDropout",
+    "__cudnn$fmhaScaleBiasSoftmaxDropout",
+    operands=range(3, 7),
+    returns="tuple",
+)
 def cudnn_fmha_forward(inst, ctx):
     """cuDNN fused attention, forward: operands (Q, K, V, [bias], [q_seqlen, kv_seqlen with a PADDING mask]) in
     the layout the bmm1 dimension numbers give (BTNH or BNTH); O = softmax(fmha_scale * Q K^T + bias, masked)
@@ -530,12 +585,18 @@ def cudnn_fmha_forward(inst, ctx):
         if training:
             out.append(contig(lse.astype(leaves[1].dtype)))
         return (*out, np.zeros(leaves[-1].dims, leaves[-1].dtype))
+
     return kernel
 
 
-@custom_call("__cudnn$fmhaSoftmaxBackward", "__cudnn$fmhaScaleBiasSoftmaxBackward",
-             "__cudnn$fmhaSoftmaxDropoutBackward", "__cudnn$fmhaScaleBiasSoftmaxDropoutBackward", operands=range(6, 10),
-             returns="tuple")
+@custom_call(
+    "__cudnn$fmhaSoftmaxBackward",
+    "__cudnn$fmhaScaleBiasSoftmaxBackward",
+    "__cudnn$fmhaSoftmaxDropoutBackward",
+    "__cudnn$fmhaScaleBiasSoftmaxDropoutBackward",
+    operands=range(6, 10),
+    returns="tuple",
+)
 def cudnn_fmha_backward(inst, ctx):
     """cuDNN fused attention, backward: operands (Q, K, V, softmax statistics, dO, [bias], O, [q_seqlen,
     kv_seqlen]); the probabilities recomputed from the statistics, then dV = P^T dO, dP = dO V^T, dS = P (dP -
@@ -564,11 +625,16 @@ def cudnn_fmha_backward(inst, ctx):
 
         def per_kv_head(x):
             return x.reshape(x.shape[0], -1, group, *x.shape[2:]).sum(axis=2)
-        out = [_to_output(dq, leaves[0].dtype), _to_output(per_kv_head(dk), leaves[1].dtype),
-               _to_output(per_kv_head(dv), leaves[2].dtype)]
+
+        out = [
+            _to_output(dq, leaves[0].dtype),
+            _to_output(per_kv_head(dk), leaves[1].dtype),
+            _to_output(per_kv_head(dv), leaves[2].dtype),
+        ]
         if has_dbias:
             shape = leaves[3].dims
             axes = tuple(i for i, (n, m) in enumerate(zip(shape, ds.shape)) if n == 1 and m != 1)
             out.append(_to_output(ds.sum(axis=axes, keepdims=True).reshape(shape), leaves[3].dtype))
         return (*out, np.zeros(leaves[-1].dims, leaves[-1].dtype))
+
     return kernel

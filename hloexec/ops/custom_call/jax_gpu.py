@@ -1,4 +1,5 @@
 """jax's own GPU kernels that are not linear algebra (the solver calls are in lapack.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,4 +23,5 @@ def jax_threefry2x32(inst, ctx):
         k0, k1, x0, x1 = np.broadcast_arrays(*(np.asarray(v, np.uint32) for v in (k0, k1, x0, x1)))
         y0, y1 = threefry2x32(x0, x1, k0, k1)
         return contig(np.asarray(y0, np.uint32)), contig(np.asarray(y1, np.uint32))
+
     return kernel

@@ -1,5 +1,5 @@
-"""jax's LAPACK custom-calls: the CPU ones (`lapack_<t><routine>_ffi`, jaxlib/cpu/lapack_kernels.cc) and the
-GPU solver ones of jax and XLA (`cusolver_*_ffi`, `__cusolver$cholesky`, `cu_lu_pivots_to_permutation`).
+"""jax's LAPACK custom-calls on the CPU (`lapack_<t><routine>_ffi`, jaxlib/cpu/lapack_kernels.cc); the GPU solver
+calls of jax and XLA (gpu_solver.py) compute the same routines.
 
 The CPU calls run the LAPACK routine they name, from the library jaxlib itself uses (scipy's), with jaxlib's
 arguments and workspace sizes (kernels/lapack.py), so their results are XLA:CPU's bit for bit. Their ABI
@@ -7,9 +7,9 @@ arguments and workspace sizes (kernels/lapack.py), so their results are XLA:CPU'
 says: the logical matrix is what LAPACK sees), leading dims are batch; one-letter options (uplo, mode, side,
 ...) are ui8 attributes holding the character; results are a tuple in jaxlib's order, `info` an s32 per
 matrix. Outputs LAPACK leaves unspecified (a destroyed input, eigenvectors not asked for) hold what it left
-or zeros. The GPU calls have the same meaning computed with the same LAPACK routines: cuSOLVER's own results
-differ from these in rounding (and, for ties in pivoting, in the pivots).
+or zeros.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +20,12 @@ from ...kernels import lapack
 from ..common import contig
 from .registry import backend_config, custom_call, result_leaves, target_of
 
-TYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64), "c": np.dtype(np.complex64),
-         "z": np.dtype(np.complex128)}
+TYPES = {
+    "s": np.dtype(np.float32),
+    "d": np.dtype(np.float64),
+    "c": np.dtype(np.complex64),
+    "z": np.dtype(np.complex128),
+}
 REAL = {"s": "s", "d": "d", "c": "s", "z": "d"}
 
 
@@ -52,19 +56,28 @@ def _operands(inst, *core_ranks: int) -> tuple[tuple[int, ...], list[tuple[int, 
     dims each, checked: the operand count, arrays, ranks, one batch shape."""
     ops = inst.operands
     if len(ops) != len(core_ranks) or any(not o.shape.is_array for o in ops):
-        raise UnsupportedError(f"{target_of(inst)} takes {len(core_ranks)} array operand(s) (jaxlib's ABI), the "
-                               f"call has {_shapes_text(o.shape for o in ops)}", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)} takes {len(core_ranks)} array operand(s) (jaxlib's ABI), the "
+            f"call has {_shapes_text(o.shape for o in ops)}",
+            inst,
+        )
     batch, cores = None, []
     for o, core in zip(ops, core_ranks):
         dims = tuple(o.shape.dims)
         if len(dims) < core:
-            raise UnsupportedError(f"{target_of(inst)}: operand {o.shape.to_text(layout=False)} has fewer than "
-                                   f"its {core} core dims (jaxlib's ABI)", inst)
-        if batch is not None and dims[:len(dims) - core] != batch:
-            raise UnsupportedError(f"{target_of(inst)}: operands {_shapes_text(o.shape for o in ops)} do not "
-                                   f"share batch dims before {core_ranks} core dims (jaxlib's ABI)", inst)
-        batch = dims[:len(dims) - core]
-        cores.append(dims[len(dims) - core:])
+            raise UnsupportedError(
+                f"{target_of(inst)}: operand {o.shape.to_text(layout=False)} has fewer than "
+                f"its {core} core dims (jaxlib's ABI)",
+                inst,
+            )
+        if batch is not None and dims[: len(dims) - core] != batch:
+            raise UnsupportedError(
+                f"{target_of(inst)}: operands {_shapes_text(o.shape for o in ops)} do not "
+                f"share batch dims before {core_ranks} core dims (jaxlib's ABI)",
+                inst,
+            )
+        batch = dims[: len(dims) - core]
+        cores.append(dims[len(dims) - core :])
     return batch, cores
 
 
@@ -79,8 +92,11 @@ def _returns(inst, batch: tuple[int, ...], *results) -> None:
     want = [(tuple(batch) + tuple(core), np.dtype(dtype)) for core, dtype in results]
     if _results(inst) != want:
         text = ", ".join(f"{element_type_of(dt).name}[{','.join(map(str, dims))}]" for dims, dt in want)
-        raise UnsupportedError(f"{target_of(inst)} of {_shapes_text(o.shape for o in inst.operands)} returns "
-                               f"({text}) by jaxlib's ABI, the call says {inst.shape.to_text(layout=False)}", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)} of {_shapes_text(o.shape for o in inst.operands)} returns "
+            f"({text}) by jaxlib's ABI, the call says {inst.shape.to_text(layout=False)}",
+            inst,
+        )
 
 
 def _shapes_text(shapes) -> str:
@@ -89,8 +105,8 @@ def _shapes_text(shapes) -> str:
 
 def _batch(x: np.ndarray, core: int):
     """The operand as (batch of matrices / vectors, batch shape): `core` trailing dims per item."""
-    batch_shape = x.shape[:x.ndim - core]
-    return x.reshape((-1,) + x.shape[x.ndim - core:]), batch_shape
+    batch_shape = x.shape[: x.ndim - core]
+    return x.reshape((-1,) + x.shape[x.ndim - core :]), batch_shape
 
 
 def _fortran(m: np.ndarray) -> np.ndarray:
@@ -117,11 +133,13 @@ def _typed(inst, routine_letter_from_operand: int = 0):
 def _register(routine: str, letters="sdcz", names=None):
     """Register `lapack_<t><routine>_ffi` for each type letter (names: per-letter routine names when they differ,
     e.g. orgqr/ungqr)."""
+
     def deco(prepare):
         for t in letters:
             name = (names or {}).get(t, routine)
             custom_call(f"lapack_{t}{name}_ffi")(prepare)
         return prepare
+
     return deco
 
 
@@ -140,7 +158,7 @@ def lapack_trsm(inst, ctx):
         raise UnsupportedError(f"{target_of(inst)}: a is {a_dims}, b {b_dims} with side {side}", inst)
     _returns(inst, batch, (b_dims, dtype))
     fn = lapack.routine(f"{t}trsm")
-    (shape, out_dtype), = _results(inst)
+    ((shape, out_dtype),) = _results(inst)
 
     def kernel(a, b):
         aa, _ = _batch(a, 2)
@@ -150,10 +168,22 @@ def lapack_trsm(inst, ctx):
         outs = []
         for i in range(bb.shape[0]):
             y = _fortran(bb[i])
-            fn(side, uplo, trans, diag, m, n, np.ones(1, dtype), _fortran(aa[i if aa.shape[0] > 1 else 0]),
-               max(lda, 1), y, max(m, 1))
+            fn(
+                side,
+                uplo,
+                trans,
+                diag,
+                m,
+                n,
+                np.ones(1, dtype),
+                _fortran(aa[i if aa.shape[0] > 1 else 0]),
+                max(lda, 1),
+                y,
+                max(m, 1),
+            )
             outs.append(y)
         return _out(outs, shape, out_dtype)
+
     return kernel
 
 
@@ -176,6 +206,7 @@ def lapack_getrf(inst, ctx):
             fn(m, n, x, max(m, 1), ipiv, info)
             lus.append(x), pivs.append(ipiv), infos.append(info[0])
         return _out(lus, lu_shape, lu_t), _out(pivs, piv_shape, piv_t), _out(infos, info_shape, info_t)
+
     return kernel
 
 
@@ -200,6 +231,7 @@ def lapack_geqrf(inst, ctx):
             fn(m, n, x, max(m, 1), tau, work, work.size, np.zeros(1, np.int32))
             qrs.append(x), taus.append(tau)
         return _out(qrs, qr_shape, qr_t), _out(taus, tau_shape, tau_t)
+
     return kernel
 
 
@@ -230,6 +262,7 @@ def lapack_geqp3(inst, ctx):
             fn(m, n, x, max(m, 1), p, tau, work, work.size, *rwork, np.zeros(1, np.int32))
             qrs.append(x), perms.append(p), taus.append(tau)
         return _out(qrs, qr_shape, qr_t), _out(perms, p_shape, p_t), _out(taus, tau_shape, tau_t)
+
     return kernel
 
 
@@ -240,11 +273,13 @@ def lapack_orgqr(inst, ctx):
     batch, ((m, n), (k,)) = _operands(inst, 2, 1)
     t, dtype = _typed(inst)
     if not m >= n >= k:
-        raise UnsupportedError(f"{target_of(inst)} of a {m}x{n} matrix and {k} reflectors: LAPACK needs "
-                               "rows >= columns >= reflectors", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)} of a {m}x{n} matrix and {k} reflectors: LAPACK needs rows >= columns >= reflectors",
+            inst,
+        )
     _returns(inst, batch, ((m, n), dtype))
     fn = lapack.routine(f"{t}{'ungqr' if t in 'cz' else 'orgqr'}")
-    (q_shape, q_t), = _results(inst)
+    ((q_shape, q_t),) = _results(inst)
 
     def kernel(a, tau):
         aa, _ = _batch(a, 2)
@@ -260,6 +295,7 @@ def lapack_orgqr(inst, ctx):
             fn(m, n, k, x, max(m, 1), np.ascontiguousarray(tt[i]), work, work.size, np.zeros(1, np.int32))
             qs.append(x)
         return _out(qs, q_shape, q_t)
+
     return kernel
 
 
@@ -273,11 +309,14 @@ def lapack_ormqr(inst, ctx):
     cfg = backend_config(inst)
     side = "L" if cfg.get("left", True) else "R"
     if nq != (m if side == "L" else n) or not ka >= k or k > nq:
-        raise UnsupportedError(f"{target_of(inst)}: reflectors {nq}x{ka}, {k} of them, do not apply to a {m}x{n} "
-                               f"matrix from the {'left' if side == 'L' else 'right'}", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)}: reflectors {nq}x{ka}, {k} of them, do not apply to a {m}x{n} "
+            f"matrix from the {'left' if side == 'L' else 'right'}",
+            inst,
+        )
     _returns(inst, batch, ((m, n), dtype))
     trans = ("C" if t in "cz" else "T") if cfg.get("transpose", False) else "N"
-    (c_shape, c_t), = _results(inst)
+    ((c_shape, c_t),) = _results(inst)
 
     def kernel(a, tau, c):
         aa, _ = _batch(a, 2)
@@ -292,10 +331,24 @@ def lapack_ormqr(inst, ctx):
         outs = []
         for i in range(cc.shape[0]):
             y = _fortran(cc[i])
-            fn(side, trans, m, n, k, _fortran(aa[i]), lda, np.ascontiguousarray(tt[i]), y, max(m, 1), work,
-               work.size, np.zeros(1, np.int32))
+            fn(
+                side,
+                trans,
+                m,
+                n,
+                k,
+                _fortran(aa[i]),
+                lda,
+                np.ascontiguousarray(tt[i]),
+                y,
+                max(m, 1),
+                work,
+                work.size,
+                np.zeros(1, np.int32),
+            )
             outs.append(y)
         return _out(outs, c_shape, c_t)
+
     return kernel
 
 
@@ -313,7 +366,7 @@ def potrf(inst, uplo: str):
     t, dtype = _typed(inst)
     fn = lapack.routine(f"{t}potrf")
     results = _results(inst)
-    workspace = [(dims[len(batch):], dt) for dims, dt in results[1:-1]]    # __cusolver$cholesky's, any shape
+    workspace = [(dims[len(batch) :], dt) for dims, dt in results[1:-1]]  # __cusolver$cholesky's, any shape
     _returns(inst, batch, ((n, n), dtype), *workspace, ((), np.int32))
     (l_shape, l_t), (info_shape, info_t) = results[0], results[-1]
 
@@ -326,8 +379,9 @@ def potrf(inst, uplo: str):
             fn(uplo, n, x, max(n, 1), info)
             ls.append(x), infos.append(info[0])
         out = [_out(ls, l_shape, l_t)]
-        out += [np.zeros(s, dt) for s, dt in results[1:-1]]     # __cusolver$cholesky's workspace
+        out += [np.zeros(s, dt) for s, dt in results[1:-1]]  # __cusolver$cholesky's workspace
         return (*out, _out(infos, info_shape, info_t)) if len(results) > 1 else out[0]
+
     return kernel
 
 
@@ -353,8 +407,8 @@ def _svd(inst, routine):
     t, dtype = _typed(inst)
     k = min(m, n)
     res = _results(inst)
-    if mode == "N" and len(res) == 5:       # U and V^H are not computed: any matrix shape the call gives them
-        u_core, vt_core = (dims[len(batch):] for dims, _ in res[2:4])
+    if mode == "N" and len(res) == 5:  # U and V^H are not computed: any matrix shape the call gives them
+        u_core, vt_core = (dims[len(batch) :] for dims, _ in res[2:4])
     else:
         u_core, vt_core = {"A": ((m, m), (n, n)), "S": ((m, k), (k, n))}.get(mode, ((m, m), (n, n)))
     _returns(inst, batch, ((m, n), dtype), ((k,), TYPES[REAL[t]]), (u_core, dtype), (vt_core, dtype), ((), np.int32))
@@ -370,15 +424,31 @@ def _svd(inst, routine):
         ldu, ldvt = max(m, 1), max(vt_dims[0], 1)
         query_ldvt = max(n if mode == "A" else k, 1)
         if routine == "gesdd":
-            rwork = (max(5 * k * k + 5 * k, 2 * max(m, n) * k + 2 * k * k + k) if mode != "N" else 7 * k)
-            extra = ([np.zeros(max(rwork, 1), TYPES[REAL[t]])] if complex_ else []) + [np.zeros(max(8 * k, 1), np.int32)]
+            rwork = max(5 * k * k + 5 * k, 2 * max(m, n) * k + 2 * k * k + k) if mode != "N" else 7 * k
+            extra = ([np.zeros(max(rwork, 1), TYPES[REAL[t]])] if complex_ else []) + [
+                np.zeros(max(8 * k, 1), np.int32)
+            ]
             head = (mode,)
         else:
             extra = [np.zeros(max(5 * k, 1), TYPES[REAL[t]])] if complex_ else []
             head = (mode, mode)
         query = np.zeros(1, dtype)
-        fn(*head, m, n, None, max(m, 1), None, None, ldu, None, query_ldvt, query, -1,
-           *([None] * len(extra)), np.zeros(1, np.int32))
+        fn(
+            *head,
+            m,
+            n,
+            None,
+            max(m, 1),
+            None,
+            None,
+            ldu,
+            None,
+            query_ldvt,
+            query,
+            -1,
+            *([None] * len(extra)),
+            np.zeros(1, np.int32),
+        )
         work = np.zeros(lapack.workspace(query), dtype)
         outs = ([], [], [], [], [])
         for i in range(aa.shape[0]):
@@ -387,9 +457,10 @@ def _svd(inst, routine):
             vt = np.zeros(vt_dims if 0 not in vt_dims else (1, 1), dtype, order="F")
             info = np.zeros(1, np.int32)
             fn(*head, m, n, x, max(m, 1), s, u, ldu, vt, ldvt, work, work.size, *extra, info)
-            for lst, v in zip(outs, (x, s, u[:u_dims[0], :u_dims[1]], vt[:vt_dims[0], :vt_dims[1]], info[0])):
+            for lst, v in zip(outs, (x, s, u[: u_dims[0], : u_dims[1]], vt[: vt_dims[0], : vt_dims[1]], info[0])):
                 lst.append(v)
         return tuple(_out(v, sh, dt) for v, (sh, dt) in zip(outs, _results(inst)))
+
     return kernel
 
 
@@ -430,6 +501,7 @@ def syevd(inst, uplo: str, mode: str):
             fn(mode, uplo, n, x, max(n, 1), w, work, lwork, *rwork, iwork, liwork, info)
             vs.append(x), ws.append(w), infos.append(info[0])
         return _out(vs, v_shape, v_t), _out(ws, w_shape, w_t), _out(infos, info_shape, info_t)
+
     return kernel
 
 
@@ -473,11 +545,39 @@ def lapack_geev(inst, ctx):
         query = np.zeros(1, dtype)
         rwork = [np.zeros(max(2 * n, 1), TYPES[REAL[t]])] if complex_ else []
         if complex_:
-            fn(jobvl, jobvr, n, None, max(n, 1), None, None, max(n, 1), None, max(n, 1), query, -1, *rwork,
-               np.zeros(1, np.int32))
+            fn(
+                jobvl,
+                jobvr,
+                n,
+                None,
+                max(n, 1),
+                None,
+                None,
+                max(n, 1),
+                None,
+                max(n, 1),
+                query,
+                -1,
+                *rwork,
+                np.zeros(1, np.int32),
+            )
         else:
-            fn(jobvl, jobvr, n, None, max(n, 1), None, None, None, max(n, 1), None, max(n, 1), query, -1,
-               np.zeros(1, np.int32))
+            fn(
+                jobvl,
+                jobvr,
+                n,
+                None,
+                max(n, 1),
+                None,
+                None,
+                None,
+                max(n, 1),
+                None,
+                max(n, 1),
+                query,
+                -1,
+                np.zeros(1, np.int32),
+            )
         work = np.zeros(lapack.workspace(query), dtype)
         outs = [[] for _ in results]
         for i in range(aa.shape[0]):
@@ -500,6 +600,7 @@ def lapack_geev(inst, ctx):
             for lst, v in zip(outs, [*values, vl, vr, info[0]]):
                 lst.append(v)
         return tuple(_out(v, sh, dt) for v, (sh, dt) in zip(outs, results))
+
     return kernel
 
 
@@ -526,8 +627,23 @@ def lapack_gees(inst, ctx):
         rwork = [np.zeros(max(n, 1), TYPES[REAL[t]])] if complex_ else []
         nvalues = 1 if complex_ else 2
         query = np.zeros(1, dtype)
-        fn(mode, sort, None, n, None, max(n, 1), None, *([None] * nvalues), None, max(n, 1), query, -1,
-           *([None] * len(rwork)), None, np.zeros(1, np.int32))
+        fn(
+            mode,
+            sort,
+            None,
+            n,
+            None,
+            max(n, 1),
+            None,
+            *([None] * nvalues),
+            None,
+            max(n, 1),
+            query,
+            -1,
+            *([None] * len(rwork)),
+            None,
+            np.zeros(1, np.int32),
+        )
         work = np.zeros(lapack.workspace(query), dtype)
         outs = [[] for _ in results]
         for i in range(aa.shape[0]):
@@ -538,6 +654,7 @@ def lapack_gees(inst, ctx):
             for lst, v in zip(outs, [x, vs, *values, sdim[0], info[0]]):
                 lst.append(v)
         return tuple(_out(v, sh, dt) for v, (sh, dt) in zip(outs, results))
+
     return kernel
 
 
@@ -567,8 +684,9 @@ def lapack_gehrd(inst, ctx):
         for i in range(aa.shape[0]):
             x, tau, info = _fortran(aa[i]), np.zeros(max(n - 1, 1), dtype), np.zeros(1, np.int32)
             fn(n, low, ihi, x, max(m, 1), tau, work, work.size, info)
-            hs.append(x), taus.append(tau[:max(n - 1, 0)]), infos.append(info[0])
+            hs.append(x), taus.append(tau[: max(n - 1, 0)]), infos.append(info[0])
         return _out(hs, h_shape, h_t), _out(taus, tau_shape, tau_t), _out(infos, info_shape, info_t)
+
     return kernel
 
 
@@ -586,8 +704,9 @@ def sytrd(inst, uplo: str):
     n = _square(inst, a_dims)
     t, dtype = _typed(inst)
     real = TYPES[REAL[t]]
-    _returns(inst, batch, ((n, n), dtype), ((n,), real), ((max(n - 1, 0),), real), ((max(n - 1, 0),), dtype),
-             ((), np.int32))
+    _returns(
+        inst, batch, ((n, n), dtype), ((n,), real), ((max(n - 1, 0),), real), ((max(n - 1, 0),), dtype), ((), np.int32)
+    )
     fn = lapack.routine(f"{t}{'hetrd' if t in 'cz' else 'sytrd'}")
     results = _results(inst)
 
@@ -602,9 +721,10 @@ def sytrd(inst, uplo: str):
             x, d, e = _fortran(aa[i]), np.zeros(max(n, 1), real), np.zeros(max(n - 1, 1), real)
             tau, info = np.zeros(max(n - 1, 1), dtype), np.zeros(1, np.int32)
             fn(uplo, n, x, max(m, 1), d, e, tau, work, work.size, info)
-            for lst, v in zip(outs, [x, d[:n], e[:n - 1], tau[:n - 1], info[0]]):
+            for lst, v in zip(outs, [x, d[:n], e[: n - 1], tau[: n - 1], info[0]]):
                 lst.append(v)
         return tuple(_out(v, sh, dt) for v, (sh, dt) in zip(outs, results))
+
     return kernel
 
 
@@ -632,135 +752,5 @@ def lapack_gtsv(inst, ctx):
             for lst, v in zip(outs, [l, dd, u, x, info[0]]):
                 lst.append(v)
         return tuple(_out(v, sh, dt) for v, (sh, dt) in zip(outs, results))
-    return kernel
 
-
-# -- the GPU solver calls ----------------------------------------------------------------------------------
-def _gpu(*names):
-    """Register a GPU solver call under its CUDA and ROCm names (`cusolver_x` / `hipsolver_x`, ...)."""
-    def deco(prepare):
-        for name in names:
-            for vendor in ("cu", "hip"):
-                custom_call(name.format(vendor=vendor))(prepare)
-        return prepare
-    return deco
-
-
-def _flag(cfg, key, inst, default=None) -> bool:
-    v = cfg.get(key, default)
-    if v is None:
-        raise UnsupportedError(f"{target_of(inst)} without its {key!r} attribute", inst)
-    return bool(v)
-
-
-_gpu("{vendor}solver_getrf_ffi", "{vendor}blas_getrf_batched_ffi")(lapack_getrf)
-_gpu("{vendor}solver_geqrf_ffi", "{vendor}blas_geqrf_batched_ffi")(lapack_geqrf)
-_gpu("{vendor}solver_orgqr_ffi")(lapack_orgqr)
-_gpu("{vendor}solver_ormqr_ffi")(lapack_ormqr)
-
-
-@_gpu("{vendor}solver_potrf_ffi")
-def gpu_potrf(inst, ctx):
-    """jax's GPU Cholesky (cuSOLVER potrf), attribute lower: as lapack potrf on that triangle; (factor, info)."""
-    return potrf(inst, "L" if _flag(backend_config(inst), "lower", inst) else "U")
-
-
-@custom_call("__cusolver$cholesky", "__hipsolver$cholesky")
-def xla_gpu_cholesky(inst, ctx):
-    """XLA-GPU's Cholesky (GpusolverRewriter): backend_config CholeskyOptions (lower); a -> (the factor in that
-    triangle, the other triangle as it was, as cuSOLVER's potrf; the workspace (zeros); s32 info per matrix,
-    > 0 where the matrix is not positive definite: XLA then selects NaN)."""
-    return potrf(inst, "L" if backend_config(inst).get("lower", False) else "U")
-
-
-@_gpu("{vendor}solver_syevd_ffi")
-def gpu_syevd(inst, ctx):
-    """jax's GPU symmetric/Hermitian eigendecomposition (cuSOLVER syevd or syevj, attribute algorithm;
-    lower): eigenvectors, ascending eigenvalues and info, computed with LAPACK's syevd/heevd (cuSOLVER's
-    differ in rounding and in the eigenvectors' signs)."""
-    return syevd(inst, "L" if _flag(backend_config(inst), "lower", inst) else "U", "V")
-
-
-@_gpu("{vendor}solver_sytrd_ffi")
-def gpu_sytrd(inst, ctx):
-    """jax's GPU tridiagonal reduction (cuSOLVER sytrd, attribute lower): as lapack sytrd/hetrd."""
-    return sytrd(inst, "L" if _flag(backend_config(inst), "lower", inst) else "U")
-
-
-@_gpu("{vendor}solver_gesvd_ffi", "{vendor}solver_gesdd_ffi", "{vendor}solver_gesvdj_ffi",
-      "{vendor}solver_gesvdp_ffi")
-def gpu_svd(inst, ctx):
-    """jax's GPU SVDs (cuSOLVER gesvd, gesvdj (Jacobi), gesvdp (polar); hipSOLVER gesdd), attributes
-    full_matrices, compute_uv (and transposed for gesvd): a -> (a, singular values descending, U, V^H, info);
-    gesvdj/gesvdp return V itself (jax transposes it), and gesvd with transposed=true (m < n) returns V^H in
-    the third result and U in the fourth; without compute_uv those results are zeros. Computed with LAPACK's
-    gesvd: cuSOLVER's algorithms differ in rounding and in the singular vectors' signs (phases)."""
-    cfg = backend_config(inst)
-    full = _flag(cfg, "full_matrices", inst, True)
-    vectors = _flag(cfg, "compute_uv", inst, True)
-    returns_v = target_of(inst).endswith(("gesvdj_ffi", "gesvdp_ffi"))
-    swapped = bool(cfg.get("transposed", False))
-    batch, ((m, n),) = _operands(inst, 2)
-    t, dtype = _typed(inst)
-    fn = lapack.routine(f"{t}gesvd")
-    complex_ = t in "cz"
-    results = _results(inst)
-    k = min(m, n)
-    if vectors:
-        u_core, vt_core = (m, m if full else k), (n, n if full else k) if returns_v else (n if full else k, n)
-        pair = (vt_core, u_core) if swapped else (u_core, vt_core)
-    else:                   # zeros of whatever matrix shapes the call gives them
-        pair = tuple(dims[len(batch):] for dims, _ in results[2:4]) if len(results) == 5 else ((m, m), (n, n))
-    _returns(inst, batch, ((m, n), dtype), ((k,), TYPES[REAL[t]]), *((core, dtype) for core in pair),
-             ((), np.int32))
-
-    def kernel(a):
-        aa, _ = _batch(a, 2)
-        m, n = aa.shape[1:]
-        k = min(m, n)
-        job = ("A" if full else "S") if vectors else "N"
-        ldvt = n if full else k
-        extra = [np.zeros(max(5 * k, 1), TYPES[REAL[t]])] if complex_ else []
-        query = np.zeros(1, dtype)
-        fn(job, job, m, n, None, max(m, 1), None, None, max(m, 1), None, max(ldvt, 1), query, -1,
-           *([None] * len(extra)), np.zeros(1, np.int32))
-        work = np.zeros(lapack.workspace(query), dtype)
-        outs = ([], [], [], [], [])
-        for i in range(aa.shape[0]):
-            x, s = _fortran(aa[i]), np.zeros(k, TYPES[REAL[t]])
-            u = np.zeros((m, m if full else k), dtype, order="F")
-            vt = np.zeros((max(ldvt, 1), n), dtype, order="F")
-            info = np.zeros(1, np.int32)
-            fn(job, job, m, n, x, max(m, 1), s, u, max(m, 1), vt, max(ldvt, 1), work, work.size, *extra, info)
-            second = vt[:ldvt].conj().T if returns_v else vt[:ldvt]
-            pair = (second, u) if swapped else (u, second)
-            for lst, v in zip(outs, (x, s, *pair, info[0])):
-                lst.append(v)
-        if not vectors:
-            outs = (outs[0], outs[1], [], [], outs[4])
-        return tuple(_out(v, sh, dt) for v, (sh, dt) in zip(outs, results))
-    return kernel
-
-
-@_gpu("{vendor}_lu_pivots_to_permutation")
-def lu_pivots_to_permutation(inst, ctx):
-    """jax's GPU lu_pivots_to_permutation: 0-based row swaps [..., k] -> the permutation [..., n] they make
-    of 0..n-1 applied in order (swap i and pivots[i]; a pivot outside 0..n-1 is skipped)."""
-    batch, _ = _operands(inst, 1)
-    if inst.shape.is_tuple or inst.shape.rank != len(batch) + 1:
-        raise UnsupportedError(f"{target_of(inst)} returns s32[..., n] (jaxlib's ABI), the call says "
-                               f"{inst.shape.to_text(layout=False)}", inst)
-    (shape, dtype), = _results(inst)
-    n = shape[-1]
-    _returns(inst, batch, ((n,), np.int32))
-
-    def kernel(pivots):
-        pp, _ = _batch(pivots, 1)
-        out = np.tile(np.arange(n, dtype=np.int32), (pp.shape[0], 1))
-        for b in range(pp.shape[0]):
-            perm = out[b]
-            for i, j in enumerate(pp[b]):
-                if 0 <= j < n:
-                    perm[i], perm[j] = perm[j], perm[i]
-        return _out(list(out), shape, dtype)
     return kernel

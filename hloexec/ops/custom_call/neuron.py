@@ -2,6 +2,7 @@
 torch-neuronx gives them: the functions of torch.nn.functional they replace. AwsNeuronTransferWithStaticRing is
 a transfer whose value is its operand: run those dumps with `--custom-call-identity
 AwsNeuronTransferWithStaticRing`."""
+
 from __future__ import annotations
 
 import math
@@ -30,12 +31,14 @@ def _elementwise(inst, fn):
     def kernel(x):
         with np.errstate(over="ignore"):
             return finish(fn(to_compute(x, work)), out_dtype)
+
     return kernel
 
 
 def _phi(x):
     """The standard normal CDF, 0.5 (1 + erf(x / sqrt 2))."""
     from scipy.special import erf
+
     return (0.5 * (1 + erf(x / np.asarray(math.sqrt(2), x.dtype)))).astype(x.dtype)
 
 
@@ -55,9 +58,11 @@ def neuron_gelu_tanh(inst, ctx):
 def neuron_gelu_backward(inst, ctx):
     """The derivative of the exact GELU at x, Phi(x) + x phi(x) (the dumps multiply it by the incoming
     gradient); f32 (f64 for f64), rounded once."""
+
     def derivative(x):
         pdf = np.exp(-0.5 * x * x) / np.asarray(math.sqrt(2 * math.pi), x.dtype)
         return _phi(x) + x * pdf
+
     return _elementwise(inst, derivative)
 
 
@@ -70,9 +75,12 @@ def neuron_silu(inst, ctx):
 @custom_call("AwsNeuronErf")
 def neuron_erf(inst, ctx):
     """erf(x); f32 (f64 for f64), rounded once."""
+
     def erf(x):
         from scipy.special import erf as _erf
+
         return _erf(x).astype(x.dtype)
+
     return _elementwise(inst, erf)
 
 
@@ -99,4 +107,5 @@ def neuron_rms_norm(inst, ctx):
         ms = np.mean(np.square(x), axis=dim, keepdims=True, dtype=work)
         y = x / np.sqrt(ms + to_compute(np.asarray(eps), work)) * to_compute(weight, work).reshape(along)
         return finish(y, out_dtype)
+
     return kernel

@@ -1,4 +1,5 @@
 """XLA:CPU's own oneDNN rewrites."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,9 @@ def onednn_layernorm(inst, ctx):
     out_dtype = inst.shape.dtype
 
     def kernel(x, scale, shift):
-        x32, scale32, shift32 = (to_compute(v, _F32) for v in (x, scale, shift))   # f16/bf16 via low_to_f32
+        x32, scale32, shift32 = (to_compute(v, _F32) for v in (x, scale, shift))  # f16/bf16 via low_to_f32
         mean = x32.mean(axis=-1, keepdims=True, dtype=np.float32)
         var = np.square(x32 - mean).mean(axis=-1, keepdims=True, dtype=np.float32)
-        return finish((x32 - mean) / np.sqrt(var + eps) * scale32 + shift32, out_dtype)   # ... and f32_to_low
+        return finish((x32 - mean) / np.sqrt(var + eps) * scale32 + shift32, out_dtype)  # ... and f32_to_low
+
     return kernel

@@ -5,6 +5,7 @@ by plugins (`hloexec run --plugin FILE`) and by installed packages through the e
 A target's prepare has an op's contract: `prepare(inst, ctx) -> kernel(*operand_values) -> value` (see
 hloexec/ops/registry.py); its docstring is the target's row in the custom-call table (docs/custom-calls.md).
 """
+
 from __future__ import annotations
 
 import re
@@ -23,10 +24,12 @@ OPAQUE_KERNELS: dict[str, str] = {}
 ENTRY_POINT_GROUP = "hloexec.custom_calls"
 _entry_points_loaded = False
 
-PLUG_IN_HINT = ("supply an implementation: `hloexec run|compare --plugin my_calls.py` (a Python file calling "
-                "hloexec.ops.custom_call.register_custom_call), an installed package with an entry point in the "
-                f"group {ENTRY_POINT_GROUP!r}, or `--custom-call-identity NAME` for a target that passes its "
-                "operand through unchanged")
+PLUG_IN_HINT = (
+    "supply an implementation: `hloexec run|compare --plugin my_calls.py` (a Python file calling "
+    "hloexec.ops.custom_call.register_custom_call), an installed package with an entry point in the "
+    f"group {ENTRY_POINT_GROUP!r}, or `--custom-call-identity NAME` for a target that passes its "
+    "operand through unchanged"
+)
 
 
 # target -> (operand counts it takes, "array" / "tuple" result or None): checked before its prepare runs, so a
@@ -34,8 +37,9 @@ PLUG_IN_HINT = ("supply an implementation: `hloexec run|compare --plugin my_call
 CALL_FORMS: dict[str, tuple[range | None, str | None]] = {}
 
 
-def register_custom_call(target: str, prepare, *, replace: bool = False, operands: int | range | None = None,
-                         returns: str | None = None):
+def register_custom_call(
+    target: str, prepare, *, replace: bool = False, operands: int | range | None = None, returns: str | None = None
+):
     """Register `prepare(inst, ctx) -> kernel(*operands)` for custom-call target `target`; `operands` (a count
     or a range of counts, of array operands) and `returns` ("array" or "tuple"), where given, are checked
     before `prepare` sees an instruction."""
@@ -50,10 +54,12 @@ def register_custom_call(target: str, prepare, *, replace: bool = False, operand
 
 def custom_call(*targets: str, operands: int | range | None = None, returns: str | None = None):
     """Decorator form of register_custom_call (one prepare for several target names)."""
+
     def deco(prepare):
         for t in targets:
             register_custom_call(t, prepare, operands=operands, returns=returns)
         return prepare
+
     return deco
 
 
@@ -65,13 +71,21 @@ def check_call_form(inst, target: str) -> None:
     counts, returns = form
     ops = inst.operands
     if counts is not None and (len(ops) not in counts or any(not o.shape.is_array for o in ops)):
-        n = (f"{counts.start}" if len(counts) == 1 else
-             f"{counts.start} or more" if counts.stop > 1 << 20 else f"{counts.start} to {counts.stop - 1}")
+        n = (
+            f"{counts.start}"
+            if len(counts) == 1
+            else f"{counts.start} or more"
+            if counts.stop > 1 << 20
+            else f"{counts.start} to {counts.stop - 1}"
+        )
         given = ", ".join(o.shape.to_text(layout=False) for o in ops)
         raise UnsupportedError(f"custom-call {target!r} takes {n} array operand(s), the call has ({given})", inst)
     if returns is not None and ((returns == "tuple") != inst.shape.is_tuple or inst.shape.tuple_shapes == ()):
-        raise UnsupportedError(f"custom-call {target!r} returns {'a tuple' if returns == 'tuple' else 'an array'}, "
-                               f"the call says {inst.shape.to_text(layout=False)}", inst)
+        raise UnsupportedError(
+            f"custom-call {target!r} returns {'a tuple' if returns == 'tuple' else 'an array'}, "
+            f"the call says {inst.shape.to_text(layout=False)}",
+            inst,
+        )
 
 
 def result_leaves(inst) -> list:
@@ -81,8 +95,11 @@ def result_leaves(inst) -> list:
     shape = inst.shape
     leaves = list(shape.tuple_shapes) if shape.is_tuple else [shape]
     if not leaves or not all(s.is_array for s in leaves):
-        raise UnsupportedError(f"custom-call {target_of(inst)!r} computes a result: an array or a flat tuple of "
-                               f"arrays; the call says {shape.to_text(layout=False)}", inst)
+        raise UnsupportedError(
+            f"custom-call {target_of(inst)!r} computes a result: an array or a flat tuple of "
+            f"arrays; the call says {shape.to_text(layout=False)}",
+            inst,
+        )
     return leaves
 
 
@@ -98,6 +115,7 @@ def load_entry_points() -> list[str]:
         return []
     _entry_points_loaded = True
     from importlib.metadata import entry_points
+
     names = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
@@ -105,8 +123,10 @@ def load_entry_points() -> list[str]:
             if callable(obj):
                 obj()
         except Exception as e:  # noqa: BLE001 - a broken plugin must say which one it is
-            raise UnsupportedError(f"custom-call plugin {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} "
-                                   f"failed to load: {type(e).__name__}: {e}") from e
+            raise UnsupportedError(
+                f"custom-call plugin {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} "
+                f"failed to load: {type(e).__name__}: {e}"
+            ) from e
         names.append(ep.name)
     return names
 
@@ -122,12 +142,16 @@ def lookup(inst):
             if target.startswith(prefix) and applies(inst):
                 return family
     if prepare is None and target in OPAQUE_KERNELS:
-        raise UnsupportedError(f"custom-call target {target!r} is an opaque compiled kernel ({OPAQUE_KERNELS[target]}): "
-                               f"hloexec cannot run its code; to run this module, {PLUG_IN_HINT} (a plugin sees the "
-                               "instruction, its backend_config included, and supplies the kernel's numpy meaning)", inst)
+        raise UnsupportedError(
+            f"custom-call target {target!r} is an opaque compiled kernel ({OPAQUE_KERNELS[target]}): "
+            f"hloexec cannot run its code; to run this module, {PLUG_IN_HINT} (a plugin sees the "
+            "instruction, its backend_config included, and supplies the kernel's numpy meaning)",
+            inst,
+        )
     if prepare is None:
-        raise UnsupportedError(f"unsupported custom-call target {target!r}: hloexec has no implementation of "
-                               f"it; {PLUG_IN_HINT}", inst)
+        raise UnsupportedError(
+            f"unsupported custom-call target {target!r}: hloexec has no implementation of it; {PLUG_IN_HINT}", inst
+        )
     check_call_form(inst, target)
     return prepare
 
@@ -141,8 +165,9 @@ def backend_config(inst, nested: str | None = None) -> dict:
     if cfg is None or cfg == "":
         return {}
     if not isinstance(cfg, dict):
-        raise UnsupportedError(f"custom-call {target_of(inst)!r} with a backend_config that is not a JSON or "
-                               "attribute dictionary", inst)
+        raise UnsupportedError(
+            f"custom-call {target_of(inst)!r} with a backend_config that is not a JSON or attribute dictionary", inst
+        )
     if nested is not None and isinstance(cfg.get(nested), dict):
         return cfg[nested]
     return cfg
@@ -171,4 +196,3 @@ def enum_field(cfg: dict, name: str, names: tuple[str, ...], inst, default: int 
     elif v in names:
         return v
     raise UnsupportedError(f"custom-call {target_of(inst)!r}: {name}={v!r} is not one of {', '.join(names)}", inst)
-

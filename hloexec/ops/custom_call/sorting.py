@@ -1,4 +1,5 @@
 """Top-k and sorting calls: XLA's TopK (CPU and GPU), cub's radix sort, TPU's PartialReduce."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,10 +27,20 @@ def topk(inst, ctx):
         raise UnsupportedError(f"{inst.opcode} must return (values, indices)", inst)
     vshape, ishape = inst.shape.tuple_shapes
     x = inst.operands[0].shape
-    if vshape.is_tuple or ishape.is_tuple or x.is_tuple or vshape.rank == 0 or vshape.rank != x.rank \
-            or ishape.dims != vshape.dims or not ishape.element_type.is_integer:
-        raise UnsupportedError(f"{inst.opcode} of {x.to_text(False)} must return (values, integer indices) of one "
-                               f"shape and the operand's rank, got {inst.shape.to_text(False)}", inst)
+    if (
+        vshape.is_tuple
+        or ishape.is_tuple
+        or x.is_tuple
+        or vshape.rank == 0
+        or vshape.rank != x.rank
+        or ishape.dims != vshape.dims
+        or not ishape.element_type.is_integer
+    ):
+        raise UnsupportedError(
+            f"{inst.opcode} of {x.to_text(False)} must return (values, integer indices) of one "
+            f"shape and the operand's rank, got {inst.shape.to_text(False)}",
+            inst,
+        )
     k = vshape.dims[-1]
     idt = ishape.dtype
     largest = inst.attr("largest", True)
@@ -37,6 +48,7 @@ def topk(inst, ctx):
     def kernel(x):
         v, i = top_k(x, k, largest)
         return v.astype(vshape.dtype, copy=False), i.astype(idt, copy=False)
+
     return kernel
 
 
@@ -52,8 +64,9 @@ def cub_radix_sort(inst, ctx):
     leaves = inst.shape.tuple_shapes if inst.shape.is_tuple else ()
     n = len(inst.operands)
     if n not in (1, 2) or len(leaves) != n + 1:
-        raise UnsupportedError(f"{target_of(inst)} must take keys (and values) and return them with a scratch "
-                               "buffer", inst)
+        raise UnsupportedError(
+            f"{target_of(inst)} must take keys (and values) and return them with a scratch buffer", inst
+        )
     descending = bool(field(backend_config(inst), "descending", False))
     scratch = leaves[-1]
 
@@ -62,6 +75,7 @@ def cub_radix_sort(inst, ctx):
         order = np.argsort(~key if descending else key, axis=-1, kind="stable")
         out = [contig(np.take_along_axis(a, order, axis=-1)) for a in (keys, *values)]
         return (*out, np.zeros(scratch.dims, scratch.dtype))
+
     return kernel
 
 
@@ -93,8 +107,9 @@ def partial_reduce(inst, ctx):
 
     def kernel(*xs):
         # [..., N, ...] -> [..., 2^r, L, ...]: element i = (i // L, i % L) so a bin is a column over axis `dim`
-        split = [x.reshape(x.shape[:dim] + (size // bins, bins) + x.shape[dim + 1:]) for x in xs[:n]]
+        split = [x.reshape(x.shape[:dim] + (size // bins, bins) + x.shape[dim + 1 :]) for x in xs[:n]]
         perm = permutation(split, dim)
         first = np.take(perm, [0], axis=dim)
         return tuple(contig(np.take_along_axis(s, first, axis=dim).squeeze(dim)) for s in split)
+
     return kernel

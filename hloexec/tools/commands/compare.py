@@ -1,15 +1,33 @@
 """`hloexec compare`: a module's outputs against a reference (a second HLO file, --expected arrays, XLA:CPU) by
 XLA's tolerances (tools/compare.py), or with --reference shadow candidates judged against the program's exact
 answer (tools/verdict.py)."""
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 from ..arrays import flatten, read_values
-from ..common import (EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, actual_candidates, add_subparser,
-                      check_memory, execute, inputs_text, judge_candidates, load_module, module_inputs,
-                      parse_module_file, prepare, print_json, result_leaves, run_on_xla, select_module)
+from ..common import (
+    EXIT_MISMATCH,
+    EXIT_OK,
+    JSON_VERSION,
+    UsageError,
+    actual_candidates,
+    add_subparser,
+    check_memory,
+    execute,
+    inputs_text,
+    judge_candidates,
+    load_module,
+    module_inputs,
+    parse_module_file,
+    prepare,
+    print_json,
+    result_leaves,
+    run_on_xla,
+    select_module,
+)
 from ..compare import DEFAULT_TOLERANCES, compare_outputs, format_report, mark_elided
 from ..participants import global_arguments, is_spmd, numerics_runner, spmd_outputs
 from ..verdict import format_verdict
@@ -17,7 +35,9 @@ from ..verdict import format_verdict
 
 def add_parser(subparsers, parents) -> None:
     p = add_subparser(
-        subparsers, "compare", "Run a module and compare its outputs with a reference.",
+        subparsers,
+        "compare",
+        "Run a module and compare its outputs with a reference.",
         "  hloexec compare model.hlo --inputs in.npz --expected out.npz\n"
         "  hloexec compare model.opt.hlo model.pre.hlo --seed 1     # same inputs to both\n"
         "  hloexec compare model.hlo --against xla --atol 1e-4 --rtol 1e-4\n"
@@ -25,7 +45,8 @@ def add_parser(subparsers, parents) -> None:
         "      --reductions per-step                 # f16 sums rounded at every step, as XLA:CPU\n"
         "  hloexec compare sharded.hlo unsharded.hlo --spmd --seed 0   # global outputs\n"
         "  hloexec compare pre.hlo opt.hlo --against xla --actual gpu.npz --reference shadow",
-        [parents.common, parents.execution], _tolerances_help() + "\n\n"
+        [parents.common, parents.execution],
+        _tolerances_help() + "\n\n"
         "--reference shadow: FILE's shadow (the program with every float type in f64: its exact\n"
         "answer) is the reference; FILE run by hloexec, REFERENCE, --against xla and --actual files\n"
         "are candidates, judged against the baseline (FILE at its precision, f16/bf16 reductions\n"
@@ -34,17 +55,25 @@ def add_parser(subparsers, parents) -> None:
         "--spmd / --partitions N: FILE is a sharded module; the same global inputs (random ones of\n"
         "the reference module's shapes, or --inputs with arg{i} keys) are split by FILE's parameter\n"
         "shardings, all its participants run, and its outputs, assembled into global arrays by the\n"
-        "output shardings, are compared with the reference's.")
+        "output shardings, are compared with the reference's.",
+    )
     p.add_argument("file", metavar="FILE", help="the module under test")
     p.add_argument("other", metavar="REFERENCE", nargs="?", help="a second HLO file whose outputs are expected")
     p.add_argument("--expected", metavar="NPZ", help="expected outputs: keys out0..outM")
     p.add_argument("--against", choices=["xla"], help="run FILE on XLA:CPU (jaxlib, in a child process)")
-    p.add_argument("--reference", choices=["shadow"],
-                   help="judge candidates (FILE run by hloexec, REFERENCE, --against xla, --actual) by their distance "
-                        "from FILE's shadow (every float type in f64: the exact answer): consistent with the "
-                        "program's precision or not (exit 1 when one is not)")
-    p.add_argument("--actual", metavar="NPZ", action="append",
-                   help="with --reference shadow: a candidate's outputs (keys out0..outM, e.g. a device's); repeatable")
+    p.add_argument(
+        "--reference",
+        choices=["shadow"],
+        help="judge candidates (FILE run by hloexec, REFERENCE, --against xla, --actual) by their distance "
+        "from FILE's shadow (every float type in f64: the exact answer): consistent with the "
+        "program's precision or not (exit 1 when one is not)",
+    )
+    p.add_argument(
+        "--actual",
+        metavar="NPZ",
+        action="append",
+        help="with --reference shadow: a candidate's outputs (keys out0..outM, e.g. a device's); repeatable",
+    )
     p.add_argument("--atol", type=float, help="absolute error bound for every output")
     p.add_argument("--rtol", type=float, help="relative error bound for every output")
     p.set_defaults(handler=run)
@@ -56,12 +85,15 @@ def _tolerances_help() -> str:
     for name, bounds in DEFAULT_TOLERANCES.items():
         by_bounds.setdefault(bounds, []).append(name)
     rows = [f"  {', '.join(names):<12}atol {atol:<7g} rtol {rtol:g}" for (atol, rtol), names in by_bounds.items()]
-    return ("tolerances (XLA's literal_comparison: an element fails only when it exceeds BOTH bounds;\n"
-            "NaN matches NaN; an infinity matches only the same infinity; shapes and dtypes must be equal):\n"
-            + "\n".join(rows) + "\n"
-            "  fp8/fp6/fp4 atol = rtol = the type's epsilon\n"
-            "  ints, pred  exact\n"
-            "--atol / --rtol replace the bounds for every output.")
+    return (
+        "tolerances (XLA's literal_comparison: an element fails only when it exceeds BOTH bounds;\n"
+        "NaN matches NaN; an infinity matches only the same infinity; shapes and dtypes must be equal):\n"
+        + "\n".join(rows)
+        + "\n"
+        "  fp8/fp6/fp4 atol = rtol = the type's epsilon\n"
+        "  ints, pred  exact\n"
+        "--atol / --rtol replace the bounds for every output."
+    )
 
 
 def _compared_modules(args):
@@ -79,12 +111,13 @@ def run(args) -> int:
     if args.reference == "shadow":
         return run_shadow(args)
     if args.actual:
-        raise UsageError("--actual is a candidate for --reference shadow; to compare two sets of outputs for "
-                         "equality, give FILE and --expected")
+        raise UsageError(
+            "--actual is a candidate for --reference shadow; to compare two sets of outputs for "
+            "equality, give FILE and --expected"
+        )
     references = [r for r in (args.other, args.expected, args.against) if r is not None]
     if len(references) != 1:
-        raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz "
-                         "or --against xla")
+        raise UsageError("compare needs exactly one reference: a second HLO file, --expected out.npz or --against xla")
     text_out = None if args.json else sys.stdout
     module, exe, other, other_exe = _compared_modules(args)
     if other_exe is not None:
@@ -92,15 +125,17 @@ def run(args) -> int:
         reference = {"from": "hlo", "file": args.other, "module": other.name}
     if args.expected is not None:
         # shapes and dtypes that differ are the comparison's to report
-        expected = read_values(args.expected, "out", result_leaves(exe), what="outputs", check_shapes=False,
-                               check_dtypes=False)
+        expected = read_values(
+            args.expected, "out", result_leaves(exe), what="outputs", check_shapes=False, check_dtypes=False
+        )
         reference = {"from": "npz", "path": args.expected}
     if is_spmd(args):
         if args.against is not None:
             raise UsageError("compare --spmd takes a reference HLO file or --expected, not --against xla")
         inputs, inputs_info = global_arguments(exe, other_exe, args)
-        actual = flatten(spmd_outputs(exe, args, text_out, inputs,
-                                       other_exe.module if other_exe is not None else None)[2]())
+        actual = flatten(
+            spmd_outputs(exe, args, text_out, inputs, other_exe.module if other_exe is not None else None)[2]()
+        )
     else:
         check_memory(exe, args, text_out)
         inputs, inputs_info = module_inputs(exe.module, args)
@@ -110,15 +145,30 @@ def run(args) -> int:
     elif args.against is not None:
         expected = run_on_xla(module, args.file, inputs)
         reference = {"from": "xla"}
-    report = mark_elided(compare_outputs(actual, expected, atol=args.atol, rtol=args.rtol), module,
-                         *([other_exe.module] if other_exe is not None else []))
+    report = mark_elided(
+        compare_outputs(actual, expected, atol=args.atol, rtol=args.rtol),
+        module,
+        *([other_exe.module] if other_exe is not None else []),
+    )
     if args.json:
-        print_json({"command": "compare", "version": JSON_VERSION,
-                    "actual": {"file": args.file, "module": module.name}, "expected": reference,
-                    "inputs": inputs_info, "atol": args.atol, "rtol": args.rtol, **report.to_dict()})
+        print_json(
+            {
+                "command": "compare",
+                "version": JSON_VERSION,
+                "actual": {"file": args.file, "module": module.name},
+                "expected": reference,
+                "inputs": inputs_info,
+                "atol": args.atol,
+                "rtol": args.rtol,
+                **report.to_dict(),
+            }
+        )
     else:
-        what = {"npz": lambda r: r["path"], "hlo": lambda r: f"{r['file']} (module {r['module']})",
-                "xla": lambda r: "XLA:CPU (jaxlib)"}[reference["from"]](reference)
+        what = {
+            "npz": lambda r: r["path"],
+            "hlo": lambda r: f"{r['file']} (module {r['module']})",
+            "xla": lambda r: "XLA:CPU (jaxlib)",
+        }[reference["from"]](reference)
         spmd_text = " (SPMD: global outputs assembled by their shardings)" if is_spmd(args) else ""
         print(f"{args.file} (module {module.name}){spmd_text} vs {what}; inputs {inputs_text(args)}")
         print(format_report(report))
@@ -127,7 +177,8 @@ def run(args) -> int:
 
 def run_shadow(args) -> int:
     """`compare --reference shadow`: candidates judged by their distance from FILE's exact answer (verdict.py)."""
-    from ..numerics import shadow_report     # the executor: not at startup
+    from ..numerics import shadow_report  # the executor: not at startup
+
     if args.expected is not None:
         raise UsageError("with --reference shadow, outputs from elsewhere are candidates: give them with --actual")
     if args.atol is not None or args.rtol is not None:
@@ -143,7 +194,7 @@ def run_shadow(args) -> int:
         check_memory(exe, args, text_out)
         runner, inputs, inputs_info = numerics_runner(exe, args, text_out)
         global_inputs = inputs
-    candidates = {}      # by file name (a dump's directory is the same for every file in it)
+    candidates = {}  # by file name (a dump's directory is the same for every file in it)
     if other_exe is not None:
         candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
@@ -152,18 +203,34 @@ def run_shadow(args) -> int:
     verdict, paired = judge_candidates(exe, module, args, inputs, candidates, runner)
     if args.json:
         report = shadow_report(paired)
-        print_json({"command": "compare", "version": JSON_VERSION, "reference": "shadow",
-                    "file": args.file, "module": module.name, "inputs": inputs_info, **verdict.to_dict(),
-                    "divergences": report["divergences"], "pinned": report["pinned"]})
+        print_json(
+            {
+                "command": "compare",
+                "version": JSON_VERSION,
+                "reference": "shadow",
+                "file": args.file,
+                "module": module.name,
+                "inputs": inputs_info,
+                **verdict.to_dict(),
+                "divergences": report["divergences"],
+                "pinned": report["pinned"],
+            }
+        )
     else:
-        print(f"{args.file} (module {module.name}): candidates against its shadow (every float type in f64: the "
-              f"exact answer); inputs {inputs_text(args)}")
-        print("baseline: hloexec at the program's precision, f16/bf16 reductions rounding every step in index "
-              "order (the most pessimistic plausible order); errors relative to each output's scale")
+        print(
+            f"{args.file} (module {module.name}): candidates against its shadow (every float type in f64: the "
+            f"exact answer); inputs {inputs_text(args)}"
+        )
+        print(
+            "baseline: hloexec at the program's precision, f16/bf16 reductions rounding every step in index "
+            "order (the most pessimistic plausible order); errors relative to each output's scale"
+        )
         print(format_verdict(verdict))
         if paired.divergences:
-            print("integer/pred values computed from floats that differ between the run and the shadow (what "
-                  "follows them compares two different paths):")
+            print(
+                "integer/pred values computed from floats that differ between the run and the shadow (what "
+                "follows them compares two different paths):"
+            )
             for d in paired.divergences:
                 print(f"  {d.describe()}")
     return EXIT_OK if verdict.consistent() else EXIT_MISMATCH

@@ -1,34 +1,51 @@
 """`hloexec diff`: where two versions of a program part ways (tools/diff.py)."""
+
 from __future__ import annotations
 
 import sys
 import time
 
 from ...options import REDUCTIONS
-from ..common import (EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, add_subparser, inputs_text, module_inputs,
-                      parse_module_file, print_json, select_module)
+from ..common import (
+    EXIT_MISMATCH,
+    EXIT_OK,
+    JSON_VERSION,
+    UsageError,
+    add_subparser,
+    inputs_text,
+    module_inputs,
+    parse_module_file,
+    print_json,
+    select_module,
+)
 from ..devices import add_device_argument, device_option
-from ..diff import diff, format_report
+from ..diff import diff
+from ..diff_format import format_report
 
 
 def add_parser(subparsers, parents) -> None:
     p = add_subparser(
-        subparsers, "diff", "Where two versions of a program part ways: the first values that differ "
-        "while their inputs agree.",
+        subparsers,
+        "diff",
+        "Where two versions of a program part ways: the first values that differ while their inputs agree.",
         "  hloexec diff before.hlo after.hlo --seed 0\n"
         "  hloexec diff DIR --module jit_f --stage before --stage-b after\n"
         "  hloexec diff model.hlo edited.hlo --json | jq '.first_divergence[0]'",
         [parents.common, parents.inputs],
         "Instructions are paired by name, then op_name metadata + opcode + shape, then structure (fusions\n"
-        "opened up); both modules run on the same inputs with taps on the pairs. Exit 1 when values differ.")
+        "opened up); both modules run on the same inputs with taps on the pairs. Exit 1 when values differ.",
+    )
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B", nargs="?", help="default: A again (a dump directory with --stage-b)")
     p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
     tolerance_options(p)
     add_device_argument(p)
     p.add_argument("--limit", type=int, default=10, metavar="N", help="first divergences printed (10)")
-    p.add_argument("--no-zoom", action="store_true", help="observe every value op by op from the start (no "
-                   "compiled fusions diffed later)")
+    p.add_argument(
+        "--no-zoom",
+        action="store_true",
+        help="observe every value op by op from the start (no compiled fusions diffed later)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -43,18 +60,36 @@ def run(args) -> int:
     inputs, inputs_info = module_inputs(modules[0], args)
     start = time.perf_counter()
     try:
-        report = diff(modules[0], modules[1], inputs, atol=args.atol, rtol=args.rtol, zoom=not args.no_zoom,
-                      reductions=args.reductions, device=device_option(args.device, modules[0]))
+        report = diff(
+            modules[0],
+            modules[1],
+            inputs,
+            atol=args.atol,
+            rtol=args.rtol,
+            zoom=not args.no_zoom,
+            reductions=args.reductions,
+            device=device_option(args.device, modules[0]),
+        )
     except ValueError as e:
         raise UsageError(str(e)) from None
     seconds = time.perf_counter() - start
     described = [{"file": path, "module": m.name} for path, m in zip((args.a, args.b), modules)]
     if args.json:
-        print_json({"command": "diff", "version": JSON_VERSION, "a": described[0], "b": described[1],
-                     "inputs": inputs_info, "seconds": seconds, **report.to_dict()})
+        print_json(
+            {
+                "command": "diff",
+                "version": JSON_VERSION,
+                "a": described[0],
+                "b": described[1],
+                "inputs": inputs_info,
+                "seconds": seconds,
+                **report.to_dict(),
+            }
+        )
     else:
-        print(f"A {args.a} ({modules[0].name})\nB {args.b} ({modules[1].name})\n"
-              f"same inputs to both: {inputs_text(args)}")
+        print(
+            f"A {args.a} ({modules[0].name})\nB {args.b} ({modules[1].name})\nsame inputs to both: {inputs_text(args)}"
+        )
         print(format_report(report, limit=args.limit))
         print(f"time: {seconds:.1f} s", file=sys.stderr)
     return EXIT_MISMATCH if report.diverges else EXIT_OK
@@ -64,5 +99,9 @@ def tolerance_options(p) -> None:
     """--atol / --rtol: the bounds of every verdict (default: `hloexec compare`'s by type); --reductions."""
     p.add_argument("--atol", type=float, help="absolute error bound for every value (default: compare's by type)")
     p.add_argument("--rtol", type=float, help="relative error bound for every value (default: compare's by type)")
-    p.add_argument("--reductions", choices=REDUCTIONS, default="accumulate",
-                   help="how both round f16/bf16 sums (as `hloexec run`: accumulate, or per-step as XLA:CPU)")
+    p.add_argument(
+        "--reductions",
+        choices=REDUCTIONS,
+        default="accumulate",
+        help="how both round f16/bf16 sums (as `hloexec run`: accumulate, or per-step as XLA:CPU)",
+    )

@@ -1,4 +1,5 @@
 """`hloexec export`: a module for network simulators, Chakra traces and ASTRA-sim text (tools/export.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,9 @@ from .collectives import add_model_options
 
 def add_parser(subparsers, parents) -> None:
     p = add_subparser(
-        subparsers, "export", "Export a module to network simulators: Chakra traces, ASTRA-sim text.",
+        subparsers,
+        "export",
+        "Export a module to network simulators: Chakra traces, ASTRA-sim text.",
         "  hloexec export gpt_16dev.hlo --chakra traces/     # traces/<module>.<d>.et + .comm_group.json\n"
         "  hloexec export gpt_16dev.hlo --astra-sim workload.txt --chip h100\n"
         "  hloexec export tpu_8dev.hlo --astra-sim w.txt --chakra et/ --chip tpu-v5p --json",
@@ -19,7 +22,8 @@ def add_parser(subparsers, parents) -> None:
         "--chakra DIR: ASTRA-sim 2.0's input, one Chakra execution trace per device and the communicator\n"
         "groups (needs protobuf: pip install 'hloexec[chakra]'). --astra-sim OUT.txt: an ASTRA-sim 1.0 /\n"
         "SimAI text workload, a row per layer found in op_name paths. Compute times from a roofline on\n"
-        "--chip (" + ", ".join(costmodel.CHIPS) + "); the assumptions are printed first.")
+        "--chip (" + ", ".join(costmodel.CHIPS) + "); the assumptions are printed first.",
+    )
     p.add_argument("file", metavar="FILE")
     add_model_options(p)
     p.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces (.et per device) into DIR")
@@ -32,11 +36,19 @@ def run(args) -> int:
         raise UsageError("export needs --chakra DIR and/or --astra-sim OUT.txt")
     if args.chakra:
         require("google.protobuf", "chakra", "--chakra")
-    from ..export import ASTRA_ASSUMPTIONS, astra_sim_text, program, write_chakra     # the executor: not at startup
+    from ..export import ASTRA_ASSUMPTIONS, astra_sim_text, program, write_chakra  # the executor: not at startup
+
     module, _ = load_module(args)
     p = program(module, args.partitions, args.replicas, args.chip)
-    doc = {"command": "export", "version": JSON_VERSION, "file": args.file, "module": module.name,
-           "devices": p.devices, "chip": p.report.chip.to_dict(), "assumptions": list(p.assumptions)}
+    doc = {
+        "command": "export",
+        "version": JSON_VERSION,
+        "file": args.file,
+        "module": module.name,
+        "devices": p.devices,
+        "chip": p.report.chip.to_dict(),
+        "assumptions": list(p.assumptions),
+    }
     if args.astra_sim:
         text, summary = astra_sim_text(p)
         Path(args.astra_sim).write_text(text)
@@ -53,14 +65,19 @@ def run(args) -> int:
         print(f"  - {a}")
     if args.astra_sim:
         s = doc["astra_sim"]
-        print(f"ASTRA-sim text: {args.astra_sim}: {s['rows']} rows ({s['layers']} layers), model_parallel_NPU_group "
-              f"{s['model_parallel_NPU_group']}, compute (ns) fwd {s['compute_ns']['fwd']} ig {s['compute_ns']['ig']} "
-              f"wg {s['compute_ns']['wg']} update {s['update_ns']}; "
-              + ", ".join(f"{k} {human_bytes(v)}" for k, v in s["comm_bytes"].items()))
+        print(
+            f"ASTRA-sim text: {args.astra_sim}: {s['rows']} rows ({s['layers']} layers), model_parallel_NPU_group "
+            f"{s['model_parallel_NPU_group']}, compute (ns) fwd {s['compute_ns']['fwd']} ig {s['compute_ns']['ig']} "
+            f"wg {s['compute_ns']['wg']} update {s['update_ns']}; "
+            + ", ".join(f"{k} {human_bytes(v)}" for k, v in s["comm_bytes"].items())
+        )
     if args.chakra:
         c = doc["chakra"]
-        print(f"Chakra: {len(c['files'])} traces in {args.chakra} ("
-              + ", ".join(f"{n} {k}" for k, n in c["nodes"].items()) + f" nodes in all), {c['groups']} "
-              f"communicator groups in {c['comm_group']}")
+        print(
+            f"Chakra: {len(c['files'])} traces in {args.chakra} ("
+            + ", ".join(f"{n} {k}" for k, n in c["nodes"].items())
+            + f" nodes in all), {c['groups']} "
+            f"communicator groups in {c['comm_group']}"
+        )
         print(f"  ASTRA-sim 2.0: {c['astra_sim']}")
     return EXIT_OK

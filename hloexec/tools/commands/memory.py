@@ -1,4 +1,5 @@
 """`hloexec memory`: peak memory and what is live there (tools/memory.py)."""
+
 from __future__ import annotations
 
 from ..common import EXIT_OK, JSON_VERSION, add_subparser, load_for_report, print_json, require
@@ -6,7 +7,8 @@ from ..common import EXIT_OK, JSON_VERSION, add_subparser, load_for_report, prin
 
 def add_parser(subparsers, parents) -> None:
     p = add_subparser(
-        subparsers, "memory",
+        subparsers,
+        "memory",
         "Peak memory and what is live there, from the plan `run` checks memory with.",
         "  hloexec memory step.hlo\n"
         "  hloexec memory tpu_8dev.hlo --spmd --plot timeline.png\n"
@@ -20,7 +22,8 @@ def add_parser(subparsers, parents) -> None:
         "waiting for a later reader: which). An SPMD program is the same on every device; --spmd adds\n"
         "what `run --spmd` needs for all participants in one process. XLA's numbers are shown beside\n"
         "when its dumps (X-buffer-assignment.txt, X-memory-usage-report.txt, X-live-range.txt) sit next\n"
-        "to the module file X.txt. --plot needs matplotlib (pip install 'hloexec[reports]').")
+        "to the module file X.txt. --plot needs matplotlib (pip install 'hloexec[reports]').",
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument("--spmd", action="store_true", help="all participants: counts from the header or inferred")
@@ -32,7 +35,8 @@ def add_parser(subparsers, parents) -> None:
 
 
 def run(args) -> int:
-    from ..memory import format_report, memory_report, plot_timeline     # the executor: not at startup
+    from ..memory import format_report, memory_report, plot_timeline  # the executor: not at startup
+
     exe = load_for_report(args)
     r = memory_report(exe, args.file, args.spmd, args.partitions, args.replicas)
     if args.plot:

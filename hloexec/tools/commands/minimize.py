@@ -1,4 +1,5 @@
 """`hloexec minimize`: shrink a module while a check keeps saying it is interesting (tools/minimize.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -12,7 +13,9 @@ from ..xla_cpu import save_arrays
 
 def add_parser(subparsers, parents) -> None:
     p = add_subparser(
-        subparsers, "minimize", "Shrink a module while a check keeps saying it is interesting.",
+        subparsers,
+        "minimize",
+        "Shrink a module while a check keeps saying it is interesting.",
         "  hloexec minimize model.hlo --check nan -o small.hlo\n"
         "  hloexec minimize model.hlo --check xla -o small.hlo --seed 3\n"
         "  hloexec minimize model.hlo --check shadow -o small.hlo\n"
@@ -20,7 +23,8 @@ def add_parser(subparsers, parents) -> None:
         [parents.common, parents.inputs],
         "CHECK: nan (an output holds a NaN made from finite inputs), xla (hloexec and XLA:CPU disagree),\n"
         "shadow (XLA:CPU's or hloexec's outputs not consistent with the exact answer), or a shell\n"
-        "command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.")
+        "command: {} is the candidate's path, {inputs} its inputs (npz); exit 0 = interesting.",
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--check", required=True, metavar="CHECK")
     p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")
@@ -46,12 +50,25 @@ def run(args) -> int:
         f.write(result.text)
     save_arrays(inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(result.inputs)))})
     if args.json:
-        print_json({"command": "minimize", "version": JSON_VERSION, "file": args.file, "module": module.name,
-                     "check": args.check, "inputs": inputs_info, "out": args.out, "inputs_out": inputs_out,
-                     **result.to_dict()})
+        print_json(
+            {
+                "command": "minimize",
+                "version": JSON_VERSION,
+                "file": args.file,
+                "module": module.name,
+                "check": args.check,
+                "inputs": inputs_info,
+                "out": args.out,
+                "inputs_out": inputs_out,
+                **result.to_dict(),
+            }
+        )
     else:
-        print(f"{result.original_instructions} -> {result.instructions} instructions in {result.checks} checks"
-              + (f" ({result.flaky} flaky)" if result.flaky else "") + f"; the check holds on the result "
-              f"{result.final_holds} times")
+        print(
+            f"{result.original_instructions} -> {result.instructions} instructions in {result.checks} checks"
+            + (f" ({result.flaky} flaky)" if result.flaky else "")
+            + f"; the check holds on the result "
+            f"{result.final_holds} times"
+        )
         print(f"written: {args.out} (inputs: {inputs_out})")
     return EXIT_OK

@@ -1,4 +1,5 @@
 """`hloexec ops`: what hloexec executes, opcodes, dtypes, kernels, custom-call targets (tools/optable.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -9,8 +10,12 @@ from ..optable import custom_call_rows, markdown_table, op_rows
 
 def add_parser(subparsers, parents) -> None:
     p = add_subparser(
-        subparsers, "ops", "List what hloexec executes: opcodes, dtypes, kernels, custom-calls.",
-        "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json", [parents.common])
+        subparsers,
+        "ops",
+        "List what hloexec executes: opcodes, dtypes, kernels, custom-calls.",
+        "  hloexec ops\n  hloexec ops --markdown > ops.md\n  hloexec ops --json",
+        [parents.common],
+    )
     p.add_argument("--markdown", action="store_true", help="the markdown table of docs/custom-calls.md, with notes")
     p.set_defaults(handler=run)
 

@@ -1,5 +1,6 @@
 """`hloexec report`: one self-contained HTML page of a module's verdict, attribution, NaN/Inf and memory
 (tools/report.py renders it)."""
+
 from __future__ import annotations
 
 import shlex
@@ -8,8 +9,20 @@ from pathlib import Path
 
 from ... import __version__
 from ...errors import ExecutionError
-from ..common import (EXIT_MISMATCH, EXIT_OK, JSON_VERSION, UsageError, actual_candidates, add_subparser, check_memory,
-                      judge_candidates, load_module, prepare, print_json, run_on_xla)
+from ..common import (
+    EXIT_MISMATCH,
+    EXIT_OK,
+    JSON_VERSION,
+    UsageError,
+    actual_candidates,
+    add_subparser,
+    check_memory,
+    judge_candidates,
+    load_module,
+    prepare,
+    print_json,
+    run_on_xla,
+)
 from ..compare import jsonable
 from ..participants import is_spmd, numerics_runner
 from ..report import TOP, largest_errors, to_html, worst_graph
@@ -19,9 +32,11 @@ from ..stats import module_stats
 def collect(args) -> tuple[dict, str | None]:
     """(the report's data, the SVG of the dataflow around the worst instruction or None): every part from the
     library function its own command uses."""
-    from ..collectives import collectives_report      # the executor: not at startup
+    from ..collectives import collectives_report  # the executor: not at startup
     from ..memory import memory_report
-    from ..numerics import attribute, numerics_dict
+    from ..numerics import attribute
+    from ..numerics_format import numerics_dict
+
     module, _ = load_module(args)
     exe, _ = prepare(module, args)
     spmd = is_spmd(args)
@@ -38,28 +53,41 @@ def collect(args) -> tuple[dict, str | None]:
     try:
         verdict, paired = judge_candidates(exe, module, args, inputs, candidates, runner)
         verdict, largest = verdict.to_dict(), largest_errors(paired.outputs, paired.shadow)
-    except ExecutionError as e:     # the f64 shadow refused for memory (SPMD: a plain ExecutionError); a failure
-        say(f"no verdict: {e}")     # of the module itself comes back from the attribution's run below
+    except ExecutionError as e:  # the f64 shadow refused for memory (SPMD: a plain ExecutionError); a failure
+        say(f"no verdict: {e}")  # of the module itself comes back from the attribution's run below
         verdict, largest = {"consistent": None, "problem": f"no verdict: {e}", "candidates": {}, "outputs": []}, []
     say(f"{module.name}: the attribution (the run paired with its shadow, instruction by instruction)")
     numerics = attribute(exe, inputs, runner, reductions=args.reductions or "per-step", say=say)
     stats = module_stats(module)
     memory = memory_report(exe, args.file, spmd=spmd, partitions=args.partitions, replicas=args.replicas)
-    collectives = collectives_report(module, args.file, args.partitions, args.replicas) \
-        if spmd or stats.collectives else None
+    collectives = (
+        collectives_report(module, args.file, args.partitions, args.replicas) if spmd or stats.collectives else None
+    )
     graph, svg = worst_graph(module, numerics.instructions)
-    data = {"command": "report", "version": JSON_VERSION, "hloexec_version": __version__,
-            "command_line": "hloexec " + shlex.join(getattr(args, "command_line", None) or sys.argv[1:]),
-            "file": args.file, "module": module.name, "device": args.device or "reference", "inputs": inputs_info,
-            "stats": stats.to_dict(), "verdict": verdict, "largest_errors": largest,
-            "numerics": numerics_dict(numerics, args.top), "graph": graph,
-            "memory": memory.to_dict(), "collectives": collectives.to_dict() if collectives is not None else None}
+    data = {
+        "command": "report",
+        "version": JSON_VERSION,
+        "hloexec_version": __version__,
+        "command_line": "hloexec " + shlex.join(getattr(args, "command_line", None) or sys.argv[1:]),
+        "file": args.file,
+        "module": module.name,
+        "device": args.device or "reference",
+        "inputs": inputs_info,
+        "stats": stats.to_dict(),
+        "verdict": verdict,
+        "largest_errors": largest,
+        "numerics": numerics_dict(numerics, args.top),
+        "graph": graph,
+        "memory": memory.to_dict(),
+        "collectives": collectives.to_dict() if collectives is not None else None,
+    }
     return data, svg
 
 
 def add_parser(subparsers, parents) -> None:
     p = add_subparser(
-        subparsers, "report",
+        subparsers,
+        "report",
         "One self-contained HTML page: module, verdict, attribution, NaN/Inf, memory.",
         "  hloexec report examples/layernorm_bwd.opt.hlo --inputs examples/layernorm_bwd.inputs.npz "
         "-o ln.html\n"
@@ -74,14 +102,19 @@ def add_parser(subparsers, parents) -> None:
         "origins; memory over the schedule; collective traffic; the command line and hloexec's version.\n"
         "Nothing is fetched from the network (CSS, script, pictures inline); PAGE#search=NAME opens it\n"
         "filtered to the instructions whose name holds NAME. --json prints the same data\n"
-        "as one JSON document on stdout. Exit 1 when a candidate is not consistent.")
+        "as one JSON document on stdout. Exit 1 when a candidate is not consistent.",
+    )
     p.add_argument("file", metavar="FILE|DIR")
-    p.add_argument("--actual", metavar="NPZ", action="append",
-                   help="a candidate's outputs (keys out0..outM, e.g. a device's); repeatable")
+    p.add_argument(
+        "--actual",
+        metavar="NPZ",
+        action="append",
+        help="a candidate's outputs (keys out0..outM, e.g. a device's); repeatable",
+    )
     p.add_argument("--against", choices=["xla"], help="also judge XLA:CPU's outputs (jaxlib, in a child process)")
     p.add_argument("--top", type=int, default=TOP, metavar="N", help=f"instructions listed (default {TOP})")
     p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the page to write")
-    p.set_defaults(handler=run, reference="shadow")     # judged as compare --reference shadow: --device A,B
+    p.set_defaults(handler=run, reference="shadow")  # judged as compare --reference shadow: --device A,B
 
 
 def run(args) -> int:
@@ -92,7 +125,11 @@ def run(args) -> int:
         print_json(data)
     else:
         v = data["verdict"]
-        print(f"{args.output}: {data['module']}, verdict "
-              + (", ".join(f"{n} {'consistent' if c else 'not consistent'}" for n, c in v["candidates"].items())
-                 or "none"))
+        print(
+            f"{args.output}: {data['module']}, verdict "
+            + (
+                ", ".join(f"{n} {'consistent' if c else 'not consistent'}" for n, c in v["candidates"].items())
+                or "none"
+            )
+        )
     return EXIT_MISMATCH if data["verdict"]["consistent"] is False else EXIT_OK

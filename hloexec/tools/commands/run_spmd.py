@@ -1,6 +1,7 @@
 """`hloexec run --spmd / --partitions N / --replicas R / --ray`: every participant of a partitioned module, the
 collectives between them; per output, the devices that agree grouped (on Ray workers by digests: no array
 moves), and whether the outputs meant to be replicated agree."""
+
 from __future__ import annotations
 
 import sys
@@ -19,8 +20,9 @@ def output_groups(index: int, per_device: list) -> list[dict]:
     groups: list[dict] = []
     for d, value in enumerate(per_device):
         for g in groups:
-            same = g["value"].shape == value.shape and \
-                np.array_equal(g["value"], value, equal_nan=value.dtype.kind in "fc")
+            same = g["value"].shape == value.shape and np.array_equal(
+                g["value"], value, equal_nan=value.dtype.kind in "fc"
+            )
             if same:
                 g["devices"].append(d)
                 break
@@ -44,13 +46,16 @@ def remote_output_groups(outputs) -> list[list[dict]]:
         for devices in output:
             requests.setdefault(devices[0], []).append(i)
     summaries = outputs.apply(array_summary, requests)
-    return [[{"devices": devices, "summary": summaries[devices[0]][i]} for devices in output]
-            for i, output in enumerate(groups)]
+    return [
+        [{"devices": devices, "summary": summaries[devices[0]][i]} for devices in output]
+        for i, output in enumerate(groups)
+    ]
 
 
 def run_spmd(exe, args, text_out, seconds: dict) -> int:
     """`hloexec run --spmd / --partitions N / --replicas R`: every participant, collectives between them."""
-    from ... import spmd     # the executor: not at startup
+    from ... import spmd  # the executor: not at startup
+
     counts, outputs, assemble = spmd_outputs(exe, args, text_out)
     seconds["execute"] = counts.pop("execute_seconds")
     if isinstance(outputs, list):
@@ -59,28 +64,41 @@ def run_spmd(exe, args, text_out, seconds: dict) -> int:
     else:
         groups = remote_output_groups(outputs)
     problems = spmd.check_replicated(exe.module, outputs)
-    checked = sum(1 for s, output in zip(spmd.output_shardings(exe.module), groups)
-                  if spmd.agreeing_groups(s, counts["devices"], len(output[0]["summary"]["shape"])))
+    checked = sum(
+        1
+        for s, output in zip(spmd.output_shardings(exe.module), groups)
+        if spmd.agreeing_groups(s, counts["devices"], len(output[0]["summary"]["shape"]))
+    )
     nan_found = any(g["summary"]["nan"] for output in groups for g in output)
-    if args.out is not None:          # with --ray: gathers every device's outputs here
+    if args.out is not None:  # with --ray: gathers every device's outputs here
         arrays = {f"out{i}": a for i, a in enumerate(flatten(assemble()))}
         arrays.update({f"dev{d}/out{i}": a for d, out in enumerate(outputs) for i, a in enumerate(flatten(out))})
         save_arrays(args.out, arrays)
     replicated = {"outputs_checked": checked, "agree": not problems, "problems": problems}
     if args.json:
-        print_json({"command": "run", "version": JSON_VERSION, "file": args.file, "module": exe.module.name,
-                    "spmd": counts, "seconds": seconds, "replicated": replicated, "nan_found": nan_found,
-                    "outputs": [{"index": i, "devices_agree": len(g) == 1, "per_device": g}
-                                for i, g in enumerate(groups)],
-                    "out": args.out})
+        print_json(
+            {
+                "command": "run",
+                "version": JSON_VERSION,
+                "file": args.file,
+                "module": exe.module.name,
+                "spmd": counts,
+                "seconds": seconds,
+                "replicated": replicated,
+                "nan_found": nan_found,
+                "outputs": [{"index": i, "devices_agree": len(g) == 1, "per_device": g} for i, g in enumerate(groups)],
+                "out": args.out,
+            }
+        )
     else:
         n = counts["devices"]
-        print(f"module {exe.module.name}: {counts['partitions']} partitions x {counts['replicas']} replicas, "
-              f"{len(groups)} output{'s' if len(groups) != 1 else ''} per device, inputs "
-              + inputs_text(args))
+        print(
+            f"module {exe.module.name}: {counts['partitions']} partitions x {counts['replicas']} replicas, "
+            f"{len(groups)} output{'s' if len(groups) != 1 else ''} per device, inputs " + inputs_text(args)
+        )
         print(f"{'out':>4}  {'devices':<16} {SUMMARY_HEADER}")
         for i, output in enumerate(groups):
-            if len(output) > 1:       # devices differ: one line, min/max over all of them
+            if len(output) > 1:  # devices differ: one line, min/max over all of them
                 s = _across_devices(i, output)
                 devices = f"{spmd.device_ranges(list(range(n)))} ({len(output)} values)"
             else:
@@ -91,18 +109,24 @@ def run_spmd(exe, args, text_out, seconds: dict) -> int:
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"replicated outputs: {checked} output{'s' if checked != 1 else ''} meant to agree across devices "
-                  f"(by their shardings) agree exactly")
-        print(f"time: parse {seconds['parse'] * 1e3:.1f} ms, prepare {seconds['prepare'] * 1e3:.1f} ms, "
-              f"execute {seconds['execute']:.2f} s ({n} participants)")
+            print(
+                f"replicated outputs: {checked} output{'s' if checked != 1 else ''} meant to agree across devices "
+                f"(by their shardings) agree exactly"
+            )
+        print(
+            f"time: parse {seconds['parse'] * 1e3:.1f} ms, prepare {seconds['prepare'] * 1e3:.1f} ms, "
+            f"execute {seconds['execute']:.2f} s ({n} participants)"
+        )
         if "ray" in counts:
             moved, workers = counts["ray"]["bytes_moved"], counts["ray"]["workers"]
-            print(f"ray: {len(workers)} workers on {len({w['node'] for w in workers})} node(s); moved between "
-                  f"workers {human_bytes(moved['object_store'])} through the object store, "
-                  f"{human_bytes(moved['actor_calls'])} in actor calls ({human_bytes(moved['between_nodes'])} between "
-                  f"nodes); inputs put {human_bytes(moved['inputs'])}, outputs fetched "
-                  f"{human_bytes(moved['outputs_fetched'])}; peak RSS per worker "
-                  + ", ".join(human_bytes(w["peak_rss_bytes"]) for w in workers))
+            print(
+                f"ray: {len(workers)} workers on {len({w['node'] for w in workers})} node(s); moved between "
+                f"workers {human_bytes(moved['object_store'])} through the object store, "
+                f"{human_bytes(moved['actor_calls'])} in actor calls ({human_bytes(moved['between_nodes'])} between "
+                f"nodes); inputs put {human_bytes(moved['inputs'])}, outputs fetched "
+                f"{human_bytes(moved['outputs_fetched'])}; peak RSS per worker "
+                + ", ".join(human_bytes(w["peak_rss_bytes"]) for w in workers)
+            )
         if args.out is not None:
             print(f"outputs written to {args.out} (out{{i}} global, dev{{d}}/out{{i}} per device)")
     if problems:
@@ -122,8 +146,13 @@ def _across_devices(index: int, output: list[dict]) -> dict:
     first = summaries[0]
     same_shape = all(s["shape"] == first["shape"] for s in summaries)
     # float(): array_summary gives infinities as the strings "inf"/"-inf" (JSON has none)
-    return {"index": index, "shape": first["shape"] if same_shape else "varies",
-            "dtype": first["dtype"], "min": min((float(s["min"]) for s in present), default=None),
-            "max": max((float(s["max"]) for s in present), default=None),
-            "mean": sum(float(s["mean"]) for s in present) / len(present) if present else None,
-            "nan": sum(s["nan"] for s in summaries), "inf": sum(s["inf"] for s in summaries)}
+    return {
+        "index": index,
+        "shape": first["shape"] if same_shape else "varies",
+        "dtype": first["dtype"],
+        "min": min((float(s["min"]) for s in present), default=None),
+        "max": max((float(s["max"]) for s in present), default=None),
+        "mean": sum(float(s["mean"]) for s in present) / len(present) if present else None,
+        "nan": sum(s["nan"] for s in summaries),
+        "inf": sum(s["inf"] for s in summaries),
+    }
