@@ -92,7 +92,7 @@ def compiled_for(module: Module) -> CompiledFor:
                 strong["tpu"]["tiled layouts T(...)"] += n
             if layout is not None and layout.memory_space:
                 strong["tpu"][f"memory space S({layout.memory_space})"] += n
-            if leaf.element_type is not None and leaf.element_type.name in _FP8:
+            if leaf.element_type.name in _FP8:
                 fp8 = True
     for comp in module.computations:
         for inst in comp.instructions:

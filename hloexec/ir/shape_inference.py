@@ -39,7 +39,7 @@ def _text(shape: Shape) -> str:
 
 
 def _array(shape: Shape, what: str) -> Shape:
-    if shape.is_tuple or shape.element_type is None or shape.element_type.kind == "token":
+    if shape.is_tuple or shape.element_type.kind == "token":
         _fail(f"{what} must be an array, is {_text(shape)}")
     return shape
 
@@ -115,7 +115,7 @@ def _select(opcode, ops, attr):
         if not on_true.same_dims_and_type(on_false):
             _fail(f"the branches differ: {_text(on_true)} and {_text(on_false)}")
         return on_true
-    if pred.element_type is None or pred.element_type.name != "pred":
+    if pred.element_type.name != "pred":
         _fail(f"the selector must be pred, is {_text(pred)}")
     _same_dims([on_true, on_false], "the branches")
     _same_type([on_true, on_false], "the branches")

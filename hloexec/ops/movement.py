@@ -404,7 +404,7 @@ def _prepare_gte(inst, ctx):
     if index is None:
         raise UnsupportedError("get-tuple-element without index=", inst)
     index = int(index)
-    n = len(inst.operands[0].shape.tuple_shapes or ())
+    n = len(inst.operands[0].shape.tuple_shapes)
     if not 0 <= index < n:
         raise UnsupportedError(f"get-tuple-element index {index} out of range for {n} elements", inst)
     return lambda t: t[index]
