@@ -17,6 +17,7 @@ whose result type decides theirs (call, map, while, conditional, fusion, custom-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from .attributes import WindowDim
 from .opcodes import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
@@ -30,7 +31,7 @@ class ShapeInferenceError(ValueError):
 Attr = Callable[[str], object]  # key -> decoded attribute value, None when absent
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise ShapeInferenceError(message)
 
 
