@@ -133,7 +133,7 @@ class Expr:
     def __invert__(self):
         return Expr("~", (self,), self.tag)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # == builds an Expr: an Expr is no dict key
 
 
 def where(c: Expr, a, b) -> Expr:
@@ -586,4 +586,5 @@ def saturation_bounds(src: ElementType, dst: ElementType) -> tuple[float, float]
     the type cannot hold is NaN (no value reaches it)."""
     info = ml_dtypes.iinfo(dst.numpy)
     with np.errstate(over="ignore", invalid="ignore"):
-        return tuple(float(np.array(v, np.float64).astype(src.numpy)) for v in (info.min, info.max))
+        low, high = (float(np.array(v, np.float64).astype(src.numpy)) for v in (info.min, info.max))
+    return low, high

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 import numpy as np
 
@@ -115,9 +116,8 @@ def algorithm_dot(
     if K == 0:
         return finish(np.zeros(out_shape, wide), out_dtype)
     step = -(-K // split_k)
-    r = None
-    for k in range(0, K, step):
-        part = contract(
+    parts = (
+        contract(
             alg,
             a[:, :, k : k + step],
             b[:, k : k + step],
@@ -127,7 +127,9 @@ def algorithm_dot(
             fast_accumulation=fast_accumulation,
             inst=inst,
         )
-        r = part if r is None else r + part
+        for k in range(0, K, step)
+    )
+    r = functools.reduce(operator.add, parts)  # in slice order
     return finish(r.reshape(out_shape), out_dtype)
 
 
@@ -500,7 +502,7 @@ def conv_core(lhs, rhs, win, out_dtype, fma_chain: bool = False):
     p, _ = pad_dilate(lhs, lows, highs, inter, np.zeros((), lhs.dtype)[()])
     rev = [2 + i for i, w in enumerate(win) if w.reversal]
     if rev:
-        rhs = np.flip(rhs, axis=rev)
+        rhs = np.flip(rhs, axis=tuple(rev))
     sizes = [w.size for w in win]
     strides = [w.stride for w in win]
     wdil = [w.window_dilation for w in win]

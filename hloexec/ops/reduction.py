@@ -120,7 +120,7 @@ def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
     chunks = -(-k // lanes)
     padded = np.zeros((m, chunks * lanes), _F32)
     padded[:, :k] = rows
-    padded = padded.reshape(m, chunks, lanes)
+    chunked = padded.reshape(m, chunks, lanes)
     block, piece = 4, 16 if chunks >= 32 else max(chunks, 1)
 
     def lane_sums(c0: int, c1: int, step: int, part) -> np.ndarray:
@@ -133,7 +133,7 @@ def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
     def block_sum(b0: int, b1: int) -> np.ndarray:
         acc = np.zeros((m, lanes), _F32)
         for c in range(b0, b1):
-            acc += padded[:, c]
+            acc += chunked[:, c]
         return acc
 
     acc = lane_sums(0, chunks, piece, lambda p0, p1: lane_sums(p0, p1, block, block_sum))
