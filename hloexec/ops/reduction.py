@@ -117,9 +117,9 @@ def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
     into chunks of `lanes` (the last zero-padded) and tiles of 64 chunks; in a tile, each block of 4 chunks sums
     its chunks lane by lane from zero, blocks add up lane-wise in order, within pieces of 16 chunks when the row
     has 32 chunks or more (then the pieces add up in order); the tiles' lane sums add up by Kahan's compensated
-    summation (the compensation subtracted at the end); the lanes are added by halving (lane i + lane i +
-    lanes/2, ...). Rows whose length is not a multiple of `lanes` beyond 32 chunks differ from XLA:CPU's in part
-    (docs/device-numerics-xla-cpu.md)."""
+    summation (the compensation subtracted at the end, unless the last tile is shorter); the lanes are added by
+    halving (lane i + lane i + lanes/2, ...). Rows whose length is not a multiple of `lanes` beyond 32 chunks
+    differ from XLA:CPU's in part (docs/device-numerics-xla-cpu.md)."""
     rows = np.ascontiguousarray(x, dtype=_F32).reshape(-1, math.prod(x.shape[x.ndim - reduced :]))
     m, k = rows.shape
     chunks = -(-k // lanes)
@@ -151,7 +151,8 @@ def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
         total = acc + y
         compensation = (total - acc) - y
         acc = total
-    acc = acc - compensation
+    if chunks % TILE_CHUNKS == 0:  # (a last, shorter tile ends the sum uncompensated: measured)
+        acc = acc - compensation
     while acc.shape[1] > 1:
         half = acc.shape[1] // 2
         acc = acc[:, :half] + acc[:, half:]
