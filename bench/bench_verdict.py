@@ -141,13 +141,14 @@ def _away_to(element: np.ndarray, exact: float, error: float) -> None:
 
 
 def _bound_ulps(run, device: str, values: list) -> float:
-    """The median bound, in ulps of the output's type at the element, of the elements injected into (judged,
-    finite, at least a tenth of the output's scale): a change is caught beyond bound_factor x that."""
+    """The median bound of the 16-bit outputs, in ulps of their type at the element, over the elements injected
+    into (judged, finite, at least a tenth of the output's scale): a change is caught beyond bound_factor x
+    that. NaN without a 16-bit output."""
     from hloexec.tools.compare import ulp_at
     b, ratios = run.bounds[device], []
     for i, (s, c) in enumerate(zip(run.shadow, values)):
         exact, dtype = np.asarray(s), np.asarray(c).dtype
-        if b.bounds[i] is None or exact.size == 0 or dtype.kind not in "fV":
+        if b.bounds[i] is None or exact.size == 0 or dtype.kind not in "fV" or dtype.itemsize != 2:
             continue
         magnitude = np.abs(exact.astype(np.float64))
         kept = np.isfinite(magnitude) & ~b.decided[i] & (magnitude >= 0.1 * magnitude[np.isfinite(magnitude)].max())
@@ -223,7 +224,7 @@ def measure(name: str) -> list[dict]:
 def table(rows: list[dict]) -> str:
     changes = [f"{p:.1%} {w}" for w in ("largest", "moderate") for p in PCTS] + \
         [f"{m:g}x bound {w}" for w in ("largest", "moderate") for m in MULTIPLES]
-    lines = ["| program | candidate | false alarm (new / old) | median bound (ulps) | " + " | ".join(changes) + " |",
+    lines = ["| program | candidate | false alarm (new / old) | 16-bit outputs' median bound (ulps) | " + " | ".join(changes) + " |",
              "|---|---|---|---|" + "---|" * len(changes)]
     for r in rows:
         cells = []
@@ -231,7 +232,7 @@ def table(rows: list[dict]) -> str:
             new, old, n = r.get(c, (0, 0, 0))
             cells.append(f"{new}/{n} ({old})" if n else "-")
         alarm = f"{'yes' if r['false alarm'] else 'no'} / {'yes' if r['old false alarm'] else 'no'}"
-        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | {r['bound ulps']:g} | "
+        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | {r['bound ulps']:.3g} | "
                      + " | ".join(cells)
                      + " |")
     return "\n".join(lines)
