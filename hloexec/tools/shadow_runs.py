@@ -278,6 +278,18 @@ def xla_cpu_arithmetic():
     )
 
 
+def run_profile(exe: Executable):
+    """The device profile `exe` runs under, with its reductions rule (`--reductions per-step`: f16 sums rounding
+    every step, as XLA:CPU's do): what its results' bounds follow when no device is named."""
+    if exe.options.reductions == exe.options.device.reductions:
+        return exe.options.device
+    return replace(
+        exe.options.device,
+        name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
+        reductions=exe.options.reductions,
+    )
+
+
 def judge_run(
     exe: Executable,
     inputs,
@@ -295,21 +307,7 @@ def judge_run(
     the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
     SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
     runner = runner or Runner()
-    # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
-    # step, as XLA:CPU's do)
-    profiles = (
-        [Options.make(d).device for d in devices]
-        if devices
-        else [
-            exe.options.device
-            if exe.options.reductions == exe.options.device.reductions
-            else replace(
-                exe.options.device,
-                name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
-                reductions=exe.options.reductions,
-            )
-        ]
-    )
+    profiles = [Options.make(d).device for d in devices] if devices else [run_profile(exe)]
     known = {n: Options.make(d).device for n, d in (known or {}).items() if n in (candidates or {})}
     reference = Options.make("reference").device
     # the reference's bounds too when devices were asked for: how much of an error their rules explain
