@@ -54,6 +54,7 @@ def test_a_reordered_sum_differs_within_both_bounds_a_changed_constant_beyond():
 
 
 def test_diff_cli_reference_shadow_says_which_divergence_is_beyond_the_bounds(tmp_path, capsys):
+    """Exit 1 for the changed constant; 0 for the reordered sum, whose only divergence is a rounding change."""
     a, b = tmp_path / "a.hlo", tmp_path / "b.hlo"
     a.write_text(SCALED)
     b.write_text(SCALED.replace("constant(2)", "constant(2.0001)"))
@@ -62,6 +63,6 @@ def test_diff_cli_reference_shadow_says_which_divergence_is_beyond_the_bounds(tm
     assert first["a"] == "c" and first["beyond_bound"] is True and first["bound_ratio"] > 10
     a.write_text(INDEX_ORDER)
     b.write_text(TREE_ORDER)
-    main(["diff", str(a), str(b), "--seed", "0", "--reductions", "per-step", "--reference", "shadow"])
+    assert main(["diff", str(a), str(b), "--seed", "0", "--reductions", "per-step", "--reference", "shadow"]) == 0
     out = capsys.readouterr().out
     assert "within both sides' error bounds" in out and "a rounding change" in out

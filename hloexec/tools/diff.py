@@ -148,6 +148,14 @@ class DiffReport:
     def diverges(self) -> bool:
         return bool(self.first_divergence) or any(v is not None and not v.agree for _, _, v in self.outputs)
 
+    @property
+    def beyond_bounds(self) -> bool:
+        """Judged by the error bounds (reference="shadow"): a first divergence is past them or not judged (every
+        one within them: rounding changes, and what differs after them differs because of them)."""
+        if not self.first_divergence:
+            return self.diverges
+        return any(d.beyond_bound is not False for d in self.first_divergence)
+
     def counts(self) -> dict:
         flat = [v for vs in self.verdicts.values() for v in vs]
         return {
