@@ -224,7 +224,8 @@ def measure(name: str) -> list[dict]:
 def table(rows: list[dict]) -> str:
     changes = [f"{p:.1%} {w}" for w in ("largest", "moderate") for p in PCTS] + \
         [f"{m:g}x bound {w}" for w in ("largest", "moderate") for m in MULTIPLES]
-    lines = ["| program | candidate | false alarm (new / old) | 16-bit outputs' median bound (ulps) | " + " | ".join(changes) + " |",
+    lines = ["| program | candidate | false alarm (new / old) | 16-bit outputs' median bound (ulps) | "
+             + " | ".join(changes) + " |",
              "|---|---|---|---|" + "---|" * len(changes)]
     for r in rows:
         cells = []
@@ -232,7 +233,8 @@ def table(rows: list[dict]) -> str:
             new, old, n = r.get(c, (0, 0, 0))
             cells.append(f"{new}/{n} ({old})" if n else "-")
         alarm = f"{'yes' if r['false alarm'] else 'no'} / {'yes' if r['old false alarm'] else 'no'}"
-        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | {r['bound ulps']:.3g} | "
+        ulps = "-" if np.isnan(r["bound ulps"]) else f"{r['bound ulps']:.3g}"
+        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | {ulps} | "
                      + " | ".join(cells)
                      + " |")
     return "\n".join(lines)
