@@ -400,7 +400,11 @@ class ErrorBounds:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
         elif inst.opcode in BILINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
             made[0][...] = BILINEAR_SAMPLES[inst.opcode](value, *operands, *perturbed)
-        elif inst.opcode in MOVES or (inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands)):
+        elif inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
+            # linear and elementwise: the op on the operands' deviations, every sample at once
+            zero = np.zeros((), np.float32)
+            made[0][...] = LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed))
+        elif inst.opcode in MOVES:
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
                 args = [
