@@ -480,7 +480,7 @@ class ErrorBounds:
         src = [o for o in operands if _float(o) and np.shape(o) == np.shape(value)]
         if _float(value) and src:
             entry = self._entry(src[0])
-            self._put(value, *(entry[1:] if entry is not None else ()))
+            self._put(value, *(entry[1:] if entry is not None else (None,)))
 
     def _substituted(self, inst, operands, pick) -> object:
         """`inst`'s kernel on its operands with every float one replaced by `pick(operand)` (a bound)."""
