@@ -49,3 +49,34 @@ def test_a_long_chain_of_elementwise_ops_holds_a_few_values_of_bounds():
     short, long = _peak(6), _peak(48)
     assert long < short + 2 * value, (short / value, long / value)
     assert long - 4 * NOISE_POOL < 24 * value, long / value  # (the samples' pool of float32 draws: fixed)
+
+
+def _stored_dtypes(etype: str) -> set:
+    """The dtypes the bounds of a small `etype` chain's values are kept in (ErrorBounds' store, observed run)."""
+    from hloexec.exec.shadow import shadow_module
+    from hloexec.tools.bounds import ErrorBounds
+    from hloexec.tools.numerics import Runner, executable_like
+
+    text = _chain(3).replace("f32[", f"{etype}[")
+    exe = hloexec.load(text)
+    shadow = shadow_module(exe.module)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    bounds = ErrorBounds(shadow, shadow_exe.context, device_profile("reference"))
+    kept = set()
+
+    def observe(_device, inst, value, operands):
+        bounds(inst, value, operands)
+        entry = bounds._entry(value) if inst.opcode != "parameter" else None
+        if entry is not None and entry[1] is not None:
+            kept.add(entry[1].dtype)
+            assert bounds.of(value).dtype == np.float64  # the rules read float64
+
+    r = np.random.default_rng(1)
+    inputs = [r.uniform(1, 2, N).astype(etype.replace("f", "float")) for _ in range(2)]
+    Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
+    return kept
+
+
+def test_bounds_of_32_bit_values_are_kept_in_float32_and_of_f64_values_in_float64():
+    assert _stored_dtypes("f32") == {np.dtype(np.float32)}
+    assert _stored_dtypes("f64") == {np.dtype(np.float64)}
