@@ -241,8 +241,10 @@ def table(rows: list[dict]) -> str:
 
 
 def cost(workload: str = "gpt_step_d256_bf16_pre") -> dict:
-    """Seconds (best of 3 after a first run) and peak traced memory of the shadow run alone and with the bounds
-    (tools.numerics.shadow_run, `devices`), on a bench/workloads.py workload."""
+    """Seconds (best of 3 after a first run: wall, and the process's CPU time, which a loaded machine's other
+    processes change less) and peak traced memory of the shadow run alone and with the bounds
+    (tools.numerics.shadow_run, `devices`), on a bench/workloads.py workload; the ratios."""
+    import time
     import tracemalloc
     import hloexec
     import workloads as wl
@@ -257,10 +259,13 @@ def cost(workload: str = "gpt_step_d256_bf16_pre") -> dict:
     row = {"workload": workload}
     for what, devices in (("shadow run", None), ("with bounds", [exe.options.device])):
         row[what] = best_of(lambda: shadow_run(exe, inputs, devices=devices), 3)
+        row[f"{what} CPU s"] = best_of(lambda: shadow_run(exe, inputs, devices=devices), 3, time.process_time)
         tracemalloc.start()
         shadow_run(exe, inputs, devices=devices)
         row[f"{what} peak MB"] = round(tracemalloc.get_traced_memory()[1] / 2 ** 20, 1)
         tracemalloc.stop()
+    for what in ("", " CPU s", " peak MB"):
+        row[f"ratio{what}"] = round(row[f"with bounds{what}"] / row[f"shadow run{what}"], 2)
     return row
 
 

@@ -85,6 +85,32 @@ LINEAR_SAMPLES: dict[str, Callable] = {
     "negate": np.negative,
     "convert": lambda d: d,
 }
+
+
+def _multiply_deviations(x, a, b, da, db) -> np.ndarray:
+    """(a + da)(b + db) - ab, every sample at once in float32: da (b + db) + a db, deviations only (none of the
+    f64 products whose difference it is)."""
+    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    if da is None and db is None:
+        return np.zeros((), np.float32)
+    if da is None:
+        return a32 * db
+    return da * b32 if db is None else da * (b32 + db) + a32 * db
+
+
+def _divide_deviations(x, a, b, da, db) -> np.ndarray:
+    """(a + da) / (b + db) - a / b = (da - x db) / (b + db), every sample at once in float32."""
+    b32 = np.asarray(b, np.float32)
+    if db is None:
+        return np.zeros((), np.float32) if da is None else da / b32
+    moved = -np.asarray(x, np.float32) * db
+    if da is not None:
+        moved += da
+    return moved / (b32 + db)
+
+
+# elementwise ops whose samples' deviations follow from the operands' (see the functions' identities)
+BILINEAR_SAMPLES: dict[str, Callable] = {"multiply": _multiply_deviations, "divide": _divide_deviations}
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = frozenset(
     {
@@ -226,6 +252,14 @@ def _tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | No
     return np.sum(np.square(in_windows), axis=(-2, -1)) + np.sum(np.square(over_windows), axis=-1)
 
 
+def _per_block(flat: np.ndarray, reduce) -> np.ndarray:
+    """`reduce` (a method's name: "max", "sum") of `flat` per block of CALIBRATION_BLOCK consecutive elements (the
+    last one shorter when the size is not a multiple): the whole blocks as a view, no padded copy."""
+    whole = flat.size // CALIBRATION_BLOCK * CALIBRATION_BLOCK
+    blocks = getattr(flat[:whole].reshape(-1, CALIBRATION_BLOCK), reduce)(axis=1)
+    return np.append(blocks, getattr(flat[whole:], reduce)()) if whole < flat.size else blocks
+
+
 def _widest(a: str, b: str) -> str:
     return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
 
@@ -233,6 +267,14 @@ def _widest(a: str, b: str) -> str:
 def _free_dims(inst, side: str, rank: int) -> int:
     """How many free (neither batch nor contracting) dims the dot's `side` ("lhs" / "rhs") operand has."""
     return rank - len(inst.attr(f"{side}_contracting_dims", ())) - len(inst.attr(f"{side}_batch_dims", ()))
+
+
+def _narrow(shape) -> bool:
+    """Whether every float leaf of `shape` (a program's) is 32 bits or narrower (its bounds fit a float32)."""
+    if shape.is_tuple:
+        return all(map(_narrow, shape.tuple_shapes))
+    etype = shape.element_type
+    return etype is None or etype.kind != "float" or etype.bits <= 32
 
 
 def _float(leaf) -> bool:
@@ -262,12 +304,17 @@ class ErrorBounds:
         self.lock = threading.Lock()
         self.rng = np.random.default_rng(0)
         self.pool: np.ndarray | None = None  # standard normal draws (_noise)
+        self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
 
     # -- the store -------------------------------------------------------------------------------------------
     def _put(self, leaf, bound, decided=None, samples=None) -> None:
         key, store = id(leaf), self.store
         if decided is not None and not decided.any():
             decided = None
+        if bound is not None and getattr(self.current, "narrow", False):
+            # kept in float32 (half the memory; a bound needs a few digits): the values of 32-bit and narrower
+            # types have bounds in its range; read back as float64 (`of`), the rules compute as before
+            bound = np.asarray(bound, np.float32)
         # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
         # it is kept (a few bytes)
         ref = (
@@ -287,7 +334,7 @@ class ErrorBounds:
         entry = self._entry(leaf)
         if entry is None or entry[1] is None:
             return np.zeros(np.shape(leaf))
-        return np.broadcast_to(entry[1], np.shape(leaf))
+        return np.broadcast_to(np.asarray(entry[1], np.float64), np.shape(leaf))
 
     def decided_of(self, leaf) -> np.ndarray:
         entry = self._entry(leaf)
@@ -297,7 +344,7 @@ class ErrorBounds:
 
     def _bound_or_none(self, leaf):
         entry = self._entry(leaf)
-        return None if entry is None else entry[1]
+        return None if entry is None or entry[1] is None else np.asarray(entry[1], np.float64)
 
     def _decided_or_none(self, leaf):
         entry = self._entry(leaf)
@@ -327,6 +374,7 @@ class ErrorBounds:
             return  # tuples, get-tuple-element, fusion and loop results: their leaves are known
         comp = inst.computation.name if inst.computation is not None else ""
         orig = self.original.get((comp, inst.name))
+        self.current.narrow = orig is not None and _narrow(orig.shape)
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
@@ -379,7 +427,13 @@ class ErrorBounds:
             for out in made:
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
-        elif inst.opcode in MOVES or (inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands)):
+        elif inst.opcode in BILINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
+            made[0][...] = BILINEAR_SAMPLES[inst.opcode](value, *operands, *perturbed)
+        elif inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
+            # linear and elementwise: the op on the operands' deviations, every sample at once
+            zero = np.zeros((), np.float32)
+            made[0][...] = LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed))
+        elif inst.opcode in MOVES:
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
                 args = [
@@ -407,7 +461,7 @@ class ErrorBounds:
                 continue
             if local is not None:
                 out += self._noise(out.shape) * (local / SIGMAS).astype(np.float32)
-            self._put(leaf, self._calibrate(self._bound_or_none(leaf), out), self._decided_or_none(leaf), out)
+            self._put(leaf, self._calibrate(self._entry(leaf)[1], out), self._decided_or_none(leaf), out)
 
     def _noise(self, shape) -> np.ndarray:
         """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
@@ -427,24 +481,35 @@ class ErrorBounds:
         elements have a bound or no sample moved, and everywhere when a sample is not finite."""
         if bound is None:
             return None
-        spread = (SIGMAS / np.sqrt(len(deviations))) * np.sqrt(np.einsum("k...,k...->...", deviations, deviations))
-        seen = np.isfinite(spread) & np.isfinite(bound) & (bound > 0)
-        if np.count_nonzero(seen) < CALIBRATED_FROM or not np.all(np.isfinite(spread) | ~np.isfinite(bound)):
+        # compared squared (sum of the samples' squares / bound^2; one square root per block), blocks read as a
+        # (blocks, CALIBRATION_BLOCK) view of the whole ones plus the tail: no padded copies
+        squares = np.einsum("k...,k...->...", deviations, deviations).reshape(-1)
+        flat = np.reshape(bound, -1)
+        seen = (flat > 0) & (flat < np.inf)
+        finite = np.isfinite(squares)
+        if not finite.all():
+            if np.any(~finite & (flat < np.inf)):
+                return bound
+            seen &= finite
+        if np.count_nonzero(seen) < CALIBRATED_FROM:
             return bound
-        ratio = np.where(seen, spread / np.where(seen, bound, 1.0), 0.0).reshape(-1)
-        blocks = -(-ratio.size // CALIBRATION_BLOCK)
-        padding = blocks * CALIBRATION_BLOCK - ratio.size
-        largest = np.pad(ratio, (0, padding)).reshape(blocks, CALIBRATION_BLOCK).max(axis=1)
-        counted = np.pad(seen.reshape(-1), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
+        ratio = np.divide(squares, np.square(flat, dtype=np.float64), where=seen, out=np.zeros(flat.shape))
+        largest, counted = _per_block(ratio, "max"), _per_block(seen, "sum")
         # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
-        factor = np.where((counted >= CALIBRATED_FROM) & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
-        return bound * np.repeat(factor, CALIBRATION_BLOCK)[: ratio.size].reshape(np.shape(bound))
+        spread = SIGMAS / np.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
+        factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
+        factor = np.where((counted >= CALIBRATED_FROM) & (largest > 0), factor, 1.0).astype(flat.dtype)
+        if np.all(factor == 1):
+            return bound
+        out = flat * np.repeat(factor, CALIBRATION_BLOCK)[: flat.size]
+        return out.reshape(np.shape(bound))
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
         src = [o for o in operands if _float(o) and np.shape(o) == np.shape(value)]
         if _float(value) and src:
-            self._put(value, self._bound_or_none(src[0]), self._decided_or_none(src[0]), self._samples_or_none(src[0]))
+            entry = self._entry(src[0])
+            self._put(value, *(entry[1:] if entry is not None else (None,)))
 
     def _substituted(self, inst, operands, pick) -> object:
         """`inst`'s kernel on its operands with every float one replaced by `pick(operand)` (a bound)."""

@@ -191,7 +191,14 @@ def ulp_at(magnitude, dtype) -> np.ndarray:
     smallest normal."""
     dtype = np.dtype(dtype)
     info = np.finfo(dtype.char.lower()) if dtype.kind == "c" else ml_dtypes.finfo(dtype)
-    magnitude = np.maximum(np.abs(np.asarray(magnitude, np.float64)), float(info.tiny))
+    magnitude = np.asarray(np.maximum(np.abs(np.asarray(magnitude, np.float64)), float(info.tiny)))
+    if info.nmant < 52:
+        # the ulp is a power of two whose f64 exponent field is the magnitude's less nmant (never below 1: the
+        # magnitude is at least the type's smallest normal); a non-finite magnitude's (field 2047) is 1's
+        field = np.asarray(magnitude.view(np.int64) >> 52)
+        field[field == 2047] = 1023
+        field -= info.nmant
+        return (field << 52).view(np.float64)
     mantissa, exponent = np.frexp(magnitude)  # magnitude = mantissa * 2^exponent, mantissa in [0.5, 1)
     return np.ldexp(1.0, np.where(np.isfinite(mantissa), exponent - 1, 0) - info.nmant)
 
