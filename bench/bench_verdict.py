@@ -133,6 +133,30 @@ def _positions(shadow: np.ndarray, decided: np.ndarray, rng) -> list[int]:
     return [int(np.argmax(magnitude))] + [int(k) for k in picked]
 
 
+def _away_to(element: np.ndarray, exact: float, error: float) -> None:
+    """Step the one-element array `element` away from `exact` on its type's grid until its error is at least
+    `error` (a change rounded to the nearest value of a bf16 output could land short of k x the bound)."""
+    while abs(float(element[0]) - exact) < error:
+        element[:] = np.nextafter(element, np.full_like(element, np.inf if element[0] >= exact else -np.inf))
+
+
+def _bound_ulps(run, device: str, values: list) -> float:
+    """The median bound of the 16-bit outputs, in ulps of their type at the element, over the elements injected
+    into (judged, finite, at least a tenth of the output's scale): a change is caught beyond bound_factor x
+    that. NaN without a 16-bit output."""
+    from hloexec.tools.compare import ulp_at
+    b, ratios = run.bounds[device], []
+    for i, (s, c) in enumerate(zip(run.shadow, values)):
+        exact, dtype = np.asarray(s), np.asarray(c).dtype
+        if b.bounds[i] is None or exact.size == 0 or dtype.kind not in "fV" or dtype.itemsize != 2:
+            continue
+        magnitude = np.abs(exact.astype(np.float64))
+        kept = np.isfinite(magnitude) & ~b.decided[i] & (magnitude >= 0.1 * magnitude[np.isfinite(magnitude)].max())
+        kept &= np.isfinite(b.bounds[i])
+        ratios.append(b.bounds[i][kept] / ulp_at(magnitude[kept], dtype))
+    return float(np.median(np.concatenate(ratios))) if ratios else float("nan")
+
+
 def _caught(judge, shadow, baseline, candidate, bounds) -> bool:
     return not judge([shadow], [baseline], {"c": [candidate]}, bounds=bounds).consistent("c")
 
@@ -157,6 +181,8 @@ def _injections(judge, OutputBounds, run, baseline, candidate: list, device: str
             for name, new in changes.items():
                 bumped = np.array(c, copy=True)
                 bumped.reshape(-1)[k] = new
+                if "bound" in name:     # stored in a 16-bit type, k x the bound must not round to less
+                    _away_to(bumped.reshape(-1)[k:k + 1], exact.reshape(-1)[k], abs(new - exact.reshape(-1)[k]))
                 if float(bumped.reshape(-1)[k]) == value:
                     continue            # the change is below the type's resolution there
                 tally.setdefault(name, [[], []])
@@ -188,7 +214,7 @@ def measure(name: str) -> list[dict]:
         decided = sum(c.rounding_decided for o in verdict.outputs for c in o.candidates if c.name == candidate)
         row = {"program": name, "candidate": candidate, "device": device, "seconds": round(seconds, 2),
                "false alarm": not verdict.consistent(candidate), "old false alarm": not old.consistent(candidate),
-               "rounding-decided": decided}
+               "rounding-decided": decided, "bound ulps": round(_bound_ulps(run, device, values), 2)}
         for change, (new, before) in _injections(judge, OutputBounds, run, baseline, values, device, rng).items():
             row[change] = (sum(new), sum(before), len(new))
         rows.append(row)
@@ -198,15 +224,18 @@ def measure(name: str) -> list[dict]:
 def table(rows: list[dict]) -> str:
     changes = [f"{p:.1%} {w}" for w in ("largest", "moderate") for p in PCTS] + \
         [f"{m:g}x bound {w}" for w in ("largest", "moderate") for m in MULTIPLES]
-    lines = ["| program | candidate | false alarm (new / old) | " + " | ".join(changes) + " |",
-             "|---|---|---|" + "---|" * len(changes)]
+    lines = ["| program | candidate | false alarm (new / old) | 16-bit outputs' median bound (ulps) | "
+             + " | ".join(changes) + " |",
+             "|---|---|---|---|" + "---|" * len(changes)]
     for r in rows:
         cells = []
         for c in changes:
             new, old, n = r.get(c, (0, 0, 0))
             cells.append(f"{new}/{n} ({old})" if n else "-")
         alarm = f"{'yes' if r['false alarm'] else 'no'} / {'yes' if r['old false alarm'] else 'no'}"
-        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | " + " | ".join(cells)
+        ulps = "-" if np.isnan(r["bound ulps"]) else f"{r['bound ulps']:.3g}"
+        lines.append(f"| {r['program']} | {r['candidate']} ({r['device']}) | {alarm} | {ulps} | "
+                     + " | ".join(cells)
                      + " |")
     return "\n".join(lines)
 

@@ -164,6 +164,8 @@ def test_memory_shows_hloexecs_own_overhead_apart_and_nothing_above_the_total(ca
     kept = [v for v in report["live_at_peak"] if v["kind"] == "kept"]
     assert overhead == sum(v["bytes"] for v in kept) > 0
     assert report["program_peak_bytes"] + overhead == report["peak_bytes"][0]
+    # the fusions' plans no longer keep broadcasts of scalars (259 KB of a 542 KB peak): a few constants
+    assert overhead < 0.05 * report["peak_bytes"][0]
     import hloexec
     from hloexec.tools.memory import memory_report
     r = memory_report(hloexec.load(str(next(path.glob("*after_optimizations.txt"))), compile_kernels=False))

@@ -90,6 +90,9 @@ class DeviceProfile:
     transcendentals: str = "accurate"  # see TRANSCENDENTALS
     vector_width: int = 0  # f32 lanes of the device's vectorized sums (reductions = "xla-cpu": 16 with
     # AVX-512, 8 with AVX2); 0: this machine's (machine_vector_width)
+    tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
+    # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
+    # error bounds follow that order; hloexec runs a module as written. 0: no rewrite
     sources: dict = field(default_factory=dict)  # rule name -> its source (a file of XLA or JAX, an issue)
     path: str = ""  # the file it was read from
 
@@ -239,6 +242,10 @@ def _check(p: DeviceProfile, path: Path) -> None:
     need(
         isinstance(p.vector_width, int) and p.vector_width >= 0 and p.vector_width & (p.vector_width - 1) == 0,
         f"vector_width = {p.vector_width!r}: expected 0 (this machine's) or a power of two (f32 lanes)",
+    )
+    need(
+        isinstance(p.tree_reduction_window, int) and p.tree_reduction_window >= 0,
+        f"tree_reduction_window = {p.tree_reduction_window!r}: expected 0 (none) or a window's length",
     )
     for flag in ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")

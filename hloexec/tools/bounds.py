@@ -197,6 +197,35 @@ def _rounded(bound: np.ndarray, own: np.ndarray) -> np.ndarray:
     return np.minimum(np.sqrt(np.square(bound) + np.square(own)), bound + own * (np.sqrt(3) / SIGMAS))
 
 
+def _tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | None:
+    """sum_k s_k^2 over the partial sums s_k of `a`'s sum over `dims` in the order XLA's TreeReductionRewriter
+    gives it (xla/hlo/transforms/simplifiers/tree_reduction_rewriter.cc): a reduce-window of min(n, width) along
+    each reduced dim (stride the window, padding "same": the low side the smaller half), each window summed in
+    row-major order, then a reduce of the windows' sums in row-major order. The partial sums are the exact terms'
+    (`a`: the shadow's), so the sum's rounding error has exactly the variance u^2/3 of that (each step's rounding
+    independent). None where no reduced dim is longer than `width` (the rewrite leaves the reduce)."""
+    if all(a.shape[d] <= width for d in dims):
+        return None
+    pads, split, outer, inner = [], [], [], []
+    for d, n in enumerate(a.shape):
+        if d not in dims:
+            pads.append((0, 0))
+            split.append(n)
+            continue
+        w = min(n, width)
+        padding = -(-n // w) * w - n
+        pads.append((padding // 2, padding - padding // 2))
+        split += [-(-n // w), w]
+        outer.append(len(split) - 2)
+        inner.append(len(split) - 1)
+    kept = [k for k in range(len(split)) if k not in outer and k not in inner]
+    terms = np.transpose(np.pad(a, pads).reshape(split), kept + outer + inner)
+    terms = terms.reshape(*terms.shape[: len(kept)], -1, int(np.prod([split[k] for k in inner])))
+    in_windows = np.cumsum(terms, axis=-1)
+    over_windows = np.cumsum(in_windows[..., -1], axis=-1)
+    return np.sum(np.square(in_windows), axis=(-2, -1)) + np.sum(np.square(over_windows), axis=-1)
+
+
 def _widest(a: str, b: str) -> str:
     return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
 
@@ -586,7 +615,14 @@ class ErrorBounds:
             if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
             else unit_roundoff(etype)
         )
-        accumulation = np.square(SIGMAS * u / np.sqrt(3)) * count * (squares + x * x)
+        # sum_k s_k^2 over the partial sums s_k, estimated whatever the order as n (sum x^2 + S^2); where the device
+        # says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums of that order
+        steps = count * (squares + x * x)
+        window = self.device.tree_reduction_window
+        if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
+            tree = _tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
+            steps = steps if tree is None else tree
+        accumulation = np.square(SIGMAS * u / np.sqrt(3)) * steps
         bound = np.sqrt(variance + accumulation)
         own = self._rounding(orig, x, bound, "reduce")
         self._put(x, _rounded(bound, own))

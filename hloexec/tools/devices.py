@@ -77,4 +77,6 @@ RULES = {
     "transcendentals": "how f32 exp, log, log1p, expm1, tanh, erf, logistic compute: accurate (to the nearest f32) "
     "or xla-cpu (XLA:CPU's own polynomial approximations, bit for bit)",
     "vector_width": "f32 lanes of the device's vectorized sums (reductions = xla-cpu); 0: this machine's",
+    "tree_reduction_window": "16-bit sums over a dim longer than this are a reduce-window of this size and a reduce "
+    "(the compiler's rewrite; error bounds only); 0: none",
 }

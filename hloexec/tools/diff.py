@@ -127,6 +127,9 @@ class Divergence:
     b_inst: Instruction
     how: str = ""  # how the pair was matched
     inside: DiffReport | None = None  # the two fused computations diffed op by op
+    # judged by both sides' error bounds (diff_bounds.py; None: not judged): |a - b| over what they allow together
+    bound_ratio: float | None = None
+    beyond_bound: bool | None = None
 
 
 @dataclass
@@ -144,6 +147,14 @@ class DiffReport:
     @property
     def diverges(self) -> bool:
         return bool(self.first_divergence) or any(v is not None and not v.agree for _, _, v in self.outputs)
+
+    @property
+    def beyond_bounds(self) -> bool:
+        """Judged by the error bounds (reference="shadow"): a first divergence is past them or not judged (every
+        one within them: rounding changes, and what differs after them differs because of them)."""
+        if not self.first_divergence:
+            return self.diverges
+        return any(d.beyond_bound is not False for d in self.first_divergence)
 
     def counts(self) -> dict:
         flat = [v for vs in self.verdicts.values() for v in vs]
@@ -249,6 +260,8 @@ def _divergence_dict(d: Divergence) -> dict:
         "occurrence": d.occurrence,
         "error": _error(d.verdict),
         "inputs_identical": d.inputs_identical,
+        "bound_ratio": d.bound_ratio,
+        "beyond_bound": d.beyond_bound,
         "inputs": [{"a": _name(x), "b": _name(y)} for x, y in d.inputs],
         "between": {"a": [_node_ref(n) for n in d.between_a], "b": [_node_ref(n) for n in d.between_b]},
         "inside": None
@@ -274,11 +287,13 @@ def diff(
     pending_budget: int = PENDING_BUDGET,
     reductions: str = "accumulate",
     device=None,
+    reference: str | None = None,
 ) -> DiffReport:
     """Run modules `a` and `b` (Modules) on the same inputs (`inputs_b`: B's own, when they differ) with taps on
     their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
     are diffed op by op only where they change first (False: everything op by op). `reductions`: how both
-    round their sums, `device`: the device profile both run under (Executable's options)."""
+    round their sums, `device`: the device profile both run under (Executable's options). `reference="shadow"`:
+    each first divergence and change is also judged by both sides' error bounds (diff_bounds.py)."""
     from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
     from ..exec.executor import Executable
 
@@ -303,6 +318,10 @@ def diff(
         zoomed = [d for d in report.first_change if (d.a.index, d.b.index) in run.operands]
         for d in zoomed[:MAX_ZOOM]:
             d.inside = _zoom(d, run.operands[(d.a.index, d.b.index)], atol, rtol, reductions, device)
+    if reference == "shadow":
+        from .diff_bounds import judge_by_bounds
+
+        judge_by_bounds(report, (exe_a, exe_b), (inputs_a, inputs_b if inputs_b is not None else inputs_a))
     return report
 
 

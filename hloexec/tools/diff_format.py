@@ -97,6 +97,13 @@ def _format_divergence(d: Divergence, limit: int) -> list[str]:
         )
         for w in v.worst[:3]:
             lines.append(f"      [{','.join(map(str, w['index']))}] A {w['a']}  B {w['b']}")
+    if d.beyond_bound is not None:
+        lines.append(
+            f"    beyond both sides' error bounds: {d.bound_ratio:.3g}x what their arithmetic allows together"
+            if d.beyond_bound
+            else f"    within both sides' error bounds ({d.bound_ratio:.3g}x what they allow together): "
+            "a rounding change"
+        )
     if d.inputs:
         names = ", ".join(
             f"%{_name(x)}" if _name(x) == _name(y) else f"%{_name(x)}~%{_name(y)}" for x, y in d.inputs[:8]

@@ -260,9 +260,36 @@ def baseline_executable(exe: Executable) -> Executable:
     return executable_like(exe, exe.module, reductions="per-step")
 
 
+XLA_CPU_TREE_WINDOW = 32  # xla/service/cpu/cpu_compiler.cc: TreeReductionRewriter, its default window
+
+
 def xla_cpu_arithmetic():
-    """The device profile of XLA:CPU's arithmetic (its f16/bf16 sums round every step)."""
-    return device_profile("xla-cpu")
+    """The device profile of XLA:CPU's results of a module it compiled: the built-in xla-cpu's arithmetic (its
+    f16/bf16 sums round every step) in the order its compiler gives long sums (a reduce-window of 32 and a reduce
+    of the windows' sums), which the error bounds follow."""
+    xla_cpu = device_profile("xla-cpu")
+    return replace(
+        xla_cpu,
+        name="xla-cpu (compiled)",
+        tree_reduction_window=XLA_CPU_TREE_WINDOW,
+        sources={
+            **xla_cpu.sources,
+            "tree_reduction_window": "xla/service/cpu/cpu_compiler.cc runs "
+            "TreeReductionRewriter (xla/hlo/transforms/simplifiers/tree_reduction_rewriter.cc) on every compile",
+        },
+    )
+
+
+def run_profile(exe: Executable):
+    """The device profile `exe` runs under, with its reductions rule (`--reductions per-step`: f16 sums rounding
+    every step, as XLA:CPU's do): what its results' bounds follow when no device is named."""
+    if exe.options.reductions == exe.options.device.reductions:
+        return exe.options.device
+    return replace(
+        exe.options.device,
+        name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
+        reductions=exe.options.reductions,
+    )
 
 
 def judge_run(
@@ -282,21 +309,7 @@ def judge_run(
     the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
     SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
     runner = runner or Runner()
-    # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
-    # step, as XLA:CPU's do)
-    profiles = (
-        [Options.make(d).device for d in devices]
-        if devices
-        else [
-            exe.options.device
-            if exe.options.reductions == exe.options.device.reductions
-            else replace(
-                exe.options.device,
-                name=f"{exe.options.device.name} ({exe.options.reductions} reductions)",
-                reductions=exe.options.reductions,
-            )
-        ]
-    )
+    profiles = [Options.make(d).device for d in devices] if devices else [run_profile(exe)]
     known = {n: Options.make(d).device for n, d in (known or {}).items() if n in (candidates or {})}
     reference = Options.make("reference").device
     # the reference's bounds too when devices were asked for: how much of an error their rules explain

@@ -40,6 +40,14 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
     tolerance_options(p)
     add_device_argument(p)
+    p.add_argument(
+        "--reference",
+        choices=["shadow"],
+        default=None,
+        help="shadow: also judge each first divergence by both sides' error bounds (their distance from the "
+        "exact answer as compare --reference shadow allows it): beyond them, or a rounding change within them "
+        "(exit 1 only when one is beyond)",
+    )
     p.add_argument("--limit", type=int, default=10, metavar="N", help="first divergences printed (10)")
     p.add_argument(
         "--no-zoom",
@@ -69,6 +77,7 @@ def run(args) -> int:
             zoom=not args.no_zoom,
             reductions=args.reductions,
             device=device_option(args.device, modules[0]),
+            reference=args.reference,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -92,7 +101,8 @@ def run(args) -> int:
         )
         print(format_report(report, limit=args.limit))
         print(f"time: {seconds:.1f} s", file=sys.stderr)
-    return EXIT_MISMATCH if report.diverges else EXIT_OK
+    failed = report.beyond_bounds if args.reference == "shadow" else report.diverges
+    return EXIT_MISMATCH if failed else EXIT_OK
 
 
 def tolerance_options(p) -> None:
