@@ -138,3 +138,17 @@ def test_a_fused_sum_of_products_adds_each_exact_product_once_rounded():
     assert agreement(text, (x, y), want, device="xla-cpu")[0][0] == 1.0
     assert agreement(text, (x, y), want, device="xla-cpu", reductions="per-step")[0][0] == 1.0   # the order is XLA's
     assert agreement(text, (x, y), want, reductions="per-step")[0][0] < 0.9           # the rounding is not
+
+
+def test_denormals_compare_as_xla_cpu_keeps_or_flushes_them():
+    """XLA:CPU keeps the f32 denormals a bitcast makes (no arithmetic) and flushes those its arithmetic makes
+    (FTZ): bits_agreement flushes ours only where XLA:CPU's result is zero."""
+    ints = np.arange(1, 4097, dtype=np.int32)  # bit patterns of f32 denormals
+    text, want = xla_dump(lambda i: jax.lax.bitcast_convert_type(i, jnp.float32), ints)
+    assert np.all(want[0] != 0)
+    assert agreement(text, (ints,), want, device="xla-cpu")[0] == (1.0, 0.0)
+    x = np.full(64, 1e-20, np.float32)
+    text, want = xla_dump(lambda x: x * x, x)  # 1e-40: a denormal, flushed by XLA:CPU
+    assert np.all(want[0] == 0)
+    got = flatten(hloexec.load(text, device="xla-cpu")(x))[0]
+    assert np.all(got != 0) and bits_agreement(got, want[0]) == (1.0, 0.0)

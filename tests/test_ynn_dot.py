@@ -27,7 +27,8 @@ def xla(fn, *args):
 @avx512
 @pytest.mark.parametrize("m, k, n", [(64, 4, 3), (64, 7, 16), (8, 13, 3), (16, 30, 8), (8, 3, 3), (64, 5, 64),
                                      (128, 1024, 128), (64, 600, 16), (96, 300, 256), (64, 16, 48), (64, 7, 80),
-                                     (64, 13, 32), (128, 16, 96), (48, 16, 32)])
+                                     (64, 13, 32), (128, 16, 96), (48, 16, 32), (128, 784, 100), (64, 64, 24),
+                                     (64, 64, 50), (100, 100, 100), (64, 64, 224), (300, 64, 75), (64, 32, 2000)])
 def test_f32_dots_sum_in_ynnpacks_order(m, k, n):
     r = np.random.default_rng(m * k + n)
     a, b = r.standard_normal((m, k)).astype(np.float32), r.standard_normal((k, n)).astype(np.float32)

@@ -11,8 +11,9 @@ in row-major order, input features innermost) with the kernel:
   each vector is reduced by adding neighbours first (8 lanes: (0+1) + (4+5), (2+3) + (6+7), then the two; 4
   lanes: (0+1) + (2+3)), and the reductions are added in order; a last 2 or 3 products are rounded, a pair summed
   first, then added (a block of exactly 2 products is one FMA chain). Identical on every element of
-  1-D windows of 1 to 512 elements and of the 2-D, padded, dilated convolutions of tests/test_ynn_dot.py; with
-  fewer than 3 output elements XLA:CPU takes yet another path (not reproduced: the FMA chain).
+  1-D windows of 2 to 512 elements and of the 2-D, padded, dilated convolutions of tests/test_ynn_dot.py; with
+  fewer than 3 output elements XLA:CPU takes yet another path: the FMA chain, up to 32 products (one element) or
+  48 (two); longer ones not reproduced.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ Every output element is its own sum (the M / N tiling changes nothing); along K:
   likewise, of one by one FMA: block = lanes4 + (lanes2 + rest).
 
 Which kernel (`kernel_tile_k`): the cost model's choice as observed on this machine -- `tile_k = 4` for outputs of
-at most 16 columns; from 64 rows on, `tile_k = 4` for 48, 80, 112 columns (16 mod 32) and `tile_k = 2` (two lanes,
-k mod 2, lane 0 + lane 1, an odd last product added after) for 32, 96, 160 (32 mod 64); else `tile_k = 1`. Other
-column counts and the K blocking of the tile_k = 2 kernels beyond 512 were not probed.
+at most 16 columns; from 64 rows on, by the columns n mod 64: 0 or more than 48 -> `tile_k = 1`, 32 -> `tile_k = 2`
+(two lanes, k mod 2, lane 0 + lane 1, an odd last product added after), any other -> `tile_k = 4` (measured on n =
+17-2000); fewer rows: `tile_k = 1`. The K blocking of the tile_k = 2 kernels beyond 512 and wide outputs of fewer
+than 64 rows were not pinned down.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from .scalar import fma_f32
 
 BLOCK_K = 512  # contracting elements per block of the tile_k = 1 kernels
 NARROW_N = 16  # outputs this narrow take the tile_k = 4 kernels
-WIDE_M = 64  # from this many rows on, outputs of n = 16 mod 32 take them too, n = 32 mod 64 tile_k = 2
+WIDE_M = 64  # from this many rows on, the columns mod 64 pick the kernel (kernel_tile_k)
+WIDE_TILE_N = 64  # columns of the tile_k = 1 kernels' tile: a last partial tile of more than 48 columns keeps them
 
 
 @njit(inline="always")
@@ -108,11 +110,12 @@ def ynn_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def kernel_tile_k(m: int, n: int) -> int:
     """The tile_k of the kernel YNNPACK's cost model picks for an [m, K] x [K, n] f32 dot, as observed: 4 for
-    n <= 16; from m = 64 rows on, 4 for n = 16 mod 32 (48, 80, 112), 2 for n = 32 mod 64 (32, 96, 160); else 1."""
+    n <= 16; from m = 64 rows on, by n mod 64: 1 for 0 or more than 48, 2 for 32, else 4; fewer rows: 1."""
     if n <= NARROW_N:
         return 4
     if m >= WIDE_M:
-        return 4 if n % 32 == 16 else 2 if n % 64 == 32 else 1
+        rest = n % WIDE_TILE_N
+        return 1 if rest == 0 or rest > WIDE_TILE_N - NARROW_N else 2 if rest == WIDE_TILE_N // 2 else 4
     return 1
 
 
