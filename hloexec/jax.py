@@ -22,6 +22,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,9 +37,9 @@ class Lowered:
 
     text: str
     inputs: list  # the arguments' leaves that are parameters of the module, as numpy arrays
-    out_tree: object  # jax's PyTreeDef of the outputs
-    jax_lowered: object  # jax.stages.Lowered
-    compiled: object = None  # jax.stages.Compiled, for stage="opt"
+    out_tree: Any  # jax's PyTreeDef of the outputs
+    jax_lowered: Any  # jax.stages.Lowered
+    compiled: Any = None  # jax.stages.Compiled, for stage="opt"
 
     def outputs(self, flat: list):
         import jax
@@ -62,6 +63,8 @@ def lower(fn, *args, stage: str = "pre", **jit_kwargs) -> Lowered:
         leaves = [leaf for i, leaf in enumerate(leaves) if i in kept]
     compiled = lowered.compile() if stage == "opt" else None
     text = compiled.as_text() if compiled is not None else lowered.as_text(dialect="hlo")
+    if text is None:
+        raise ExecutionError(f"jax printed no HLO module for {_name(fn)}")
     return Lowered(text, [np.asarray(leaf) for leaf in leaves], lowered.out_tree, lowered, compiled)
 
 
@@ -160,16 +163,16 @@ def dump(fn, *args, to, passes: bool = False, **jit_kwargs) -> dict:
         raise ExecutionError(f"XLA wrote no module to {to} (was {_name(fn)} compiled with these options before?)")
     prefix = str(made[-1])[: -len("before_optimizations.txt")]
     outputs = jax.tree_util.tree_leaves(jax.tree_util.tree_map(np.asarray, compiled(*args)))
-    paths = {
+    inputs, outputs_path = Path(prefix + "inputs.npz"), Path(prefix + "outputs.npz")
+    save_arrays(inputs, {f"arg{i}": a for i, a in enumerate(lowered.inputs)})
+    save_arrays(outputs_path, {f"out{i}": a for i, a in enumerate(outputs)})
+    return {
         "before": Path(prefix + "before_optimizations.txt"),
         "after": next(iter(sorted(Path(prefix).parent.glob(Path(prefix).name + "*_after_optimizations.txt"))), None),
-        "inputs": Path(prefix + "inputs.npz"),
-        "outputs": Path(prefix + "outputs.npz"),
+        "inputs": inputs,
+        "outputs": outputs_path,
         "passes": sorted(Path(prefix).parent.glob(Path(prefix).name + "[0-9][0-9][0-9][0-9].*.txt")),
     }
-    save_arrays(paths["inputs"], {f"arg{i}": a for i, a in enumerate(lowered.inputs)})
-    save_arrays(paths["outputs"], {f"out{i}": a for i, a in enumerate(outputs)})
-    return paths
 
 
 @functools.lru_cache(maxsize=16)
@@ -187,9 +190,10 @@ def _run_lowered(lowered: Lowered, device=None):
     inputs = [_as_parameter(x, p) for x, p in zip(lowered.inputs, exe.parameters)]
     module = exe.module
     n = module.num_partitions * module.replica_count
-    result = exe.run(*inputs) if n == 1 else None
-    flat = (list(result) if module.entry.root.shape.is_tuple else [result]) if n == 1 else None
-    if n > 1:  # XLA's partitioned module: every participant; outputs assembled by jax's output shardings
+    if n == 1:
+        result = exe.run(*inputs)
+        flat = list(result) if module.entry.root.shape.is_tuple else [result]
+    else:  # XLA's partitioned module: every participant; outputs assembled by jax's output shardings
         per_device = exe.run_spmd(spmd.split_inputs(module, inputs, n), report=lambda message: None)
         per_output = (
             [list(out) for out in per_device] if module.entry.root.shape.is_tuple else [[out] for out in per_device]
@@ -221,4 +225,4 @@ def _as_parameter(x: np.ndarray, param):
 
 
 def _name(fn) -> str:
-    return getattr(fn, "__name__", None) or getattr(getattr(fn, "__wrapped__", None), "__name__", repr(fn))
+    return str(getattr(fn, "__name__", None) or getattr(getattr(fn, "__wrapped__", None), "__name__", repr(fn)))

@@ -141,6 +141,14 @@ class Instruction:
         self._decoded: dict | None = None
 
     @property
+    def parent(self) -> Computation:
+        """The computation holding this instruction (`computation`, for code that reads a module's instructions:
+        every one of those has it; an instruction not placed in a computation yet raises)."""
+        if self.computation is None:
+            raise ValueError(f"%{self.name} is in no computation")
+        return self.computation
+
+    @property
     def args(self) -> str:
         """The raw text between the parentheses (decoded here if the parser kept it as a TextSpan)."""
         args = self._args

@@ -144,7 +144,7 @@ def check_replicated(module: Module, per_device_outputs: list, *, atol: float = 
     problems = []
     for i, sharding in enumerate(output_shardings(module)):
         pick = (lambda out: out[i]) if is_tuple else (lambda out: out)  # noqa: E731
-        if isinstance(pick(first), tuple) or not hasattr(pick(first), "shape"):
+        if sharding is None or isinstance(pick(first), tuple) or not hasattr(pick(first), "shape"):
             continue
         for group in agreeing_groups(sharding, n, len(pick(first).shape)):
             for d in group[1:]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ExecutionError, HloParseError, UnsupportedError
+from ..ir.module import Module
 from ..parser import parse
 from .arrays import flatten
 from .compare import jsonable
@@ -29,17 +30,18 @@ from .diff import DiffReport, Verdict, diff, judge
 from .diff_format import format_report as format_diff
 from .dumpdir import DumpModule, Stage, check_stage
 from .hloproto import ProtoError
+from .verdict import Verdict as ShadowVerdict
 
 
 @dataclass
 class StageRun:
     stage: Stage
     index: int
-    outputs: list | None = None
+    outputs: list = field(default_factory=list)  # flat (none when it could not run)
     verdicts: list[Verdict] = field(default_factory=list)
     error: str = ""  # why it could not run (skipped)
-    module: object = None
-    shadow_verdict: object = None  # reference="shadow": tools.verdict.Verdict of this stage's outputs
+    module: Module | None = None
+    shadow_verdict: ShadowVerdict | None = None  # reference="shadow": the verdict on this stage's outputs
 
     @property
     def changed(self) -> bool:
@@ -73,6 +75,7 @@ class BisectReport:
             return None if i is None else self.stages[i].path.name
 
         first = self.runs.get(self.first_bad) if self.first_bad is not None else None
+        bad = self.stages[self.first_bad] if first is not None and self.first_bad is not None else None
         return jsonable(
             {
                 "module": {"number": self.module.number, "name": self.module.name},
@@ -81,8 +84,8 @@ class BisectReport:
                 "reference_stage": name(self.reference),
                 "first_bad_stage": name(self.first_bad),
                 "last_good_stage": name(self.last_good),
-                "pass": self.stages[self.first_bad].after_pass if first else None,
-                "pipeline": self.stages[self.first_bad].pipeline if first else None,
+                "pass": bad.after_pass if bad else None,
+                "pipeline": bad.pipeline if bad else None,
                 "after_first_bad": self.after_first_bad or None,
                 "outputs": [] if first is None else [_verdict_dict(i, v) for i, v in enumerate(first.verdicts)],
                 "shadow_verdict": None
@@ -258,13 +261,14 @@ def format_report(r: BisectReport) -> str:
         if r.after_first_bad:
             lines.append(f"  note: {r.after_first_bad}")
         return "\n".join(lines)
-    bad, good = r.stages[r.first_bad], r.stages[r.last_good]
+    bad = r.stages[r.first_bad]
+    good = r.stages[r.last_good].path.name if r.last_good is not None else "none"
     lines.append(
         f"first stage whose outputs are not consistent with the exact answer: {bad.path.name}"
         if r.by == "shadow"
         else f"first stage whose outputs differ: {bad.path.name}"
     )
-    lines.append(f"  after pass {bad.after_pass!r} ({bad.pipeline}); last good: {good.path.name}")
+    lines.append(f"  after pass {bad.after_pass!r} ({bad.pipeline}); last good: {good}")
     verdict = r.runs[r.first_bad].shadow_verdict
     for output in verdict.outputs if verdict is not None else ():
         for c in output.candidates:

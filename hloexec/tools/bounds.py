@@ -317,11 +317,11 @@ class ErrorBounds:
             bound = np.asarray(bound, np.float32)
         # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
         # it is kept (a few bytes)
-        ref = (
-            weakref.ref(leaf, lambda _r, key=key: store.pop(key, None))
-            if isinstance(leaf, np.ndarray)
-            else (lambda: leaf)
-        )
+        ref: Callable[[], object]  # the value while it lives
+        if isinstance(leaf, np.ndarray):
+            ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
+        else:
+            ref = lambda: leaf  # noqa: E731
         with self.lock:
             store[key] = (ref, bound, decided, samples)
 
@@ -457,7 +457,8 @@ class ErrorBounds:
             if out is None:
                 continue
             if not _float(leaf):
-                self._put(leaf, *self._entry(leaf)[1:3], out)
+                _, bound, decided = self._entry(leaf)[:3]
+                self._put(leaf, bound, decided, out)
                 continue
             if local is not None:
                 out += self._noise(out.shape) * (local / SIGMAS).astype(np.float32)

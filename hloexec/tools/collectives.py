@@ -173,7 +173,7 @@ def _walk(comp: Computation, context: str, report: CollectivesReport, devices, w
 def _wrapped(inst: Instruction) -> Instruction:
     """The collective an async-start wraps (its called computation's root), else the instruction itself."""
     if inst.opcode == "async-start" and "calls" in inst.called:
-        return inst.called["calls"].root
+        return inst.called_computation("calls").root
     return inst
 
 
@@ -306,7 +306,7 @@ def format_report(r: CollectivesReport, top: int = 40) -> str:
         lines.append(
             f"  %{c.inst.name} {c.kind} {human_bytes(c.bytes)} {_time(c.exposed_seconds)}"
             + (
-                f" (of {_time(c.seconds)}, overlapping {_time(c.overlap_seconds)} of compute)"
+                f" (of {_time(c.seconds)}, overlapping {_time(c.overlap_seconds or 0.0)} of compute)"
                 if c.done is not None
                 else " (synchronous)"
             )

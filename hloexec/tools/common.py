@@ -444,7 +444,7 @@ def error_message(e: BaseException, path: str | None = None) -> str:
     if isinstance(e, OSError) and e.filename is not None:
         return f"{e.filename}: {e.strerror or e}"
     if type(e).__name__ == "XlaCpuError":
-        return f"XLA:CPU ({e.stage}): {e.message}"
+        return f"XLA:CPU ({getattr(e, 'stage', '?')}): {getattr(e, 'message', e)}"  # not imported: jax at startup
     if isinstance(e, (UnsupportedError, ExecutionError)) and not isinstance(e, ArrayFileError) and path is not None:
         return f"{path}: {e}"
     if isinstance(e, KNOWN_ERRORS):

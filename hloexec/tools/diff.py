@@ -196,7 +196,7 @@ class DiffReport:
 def _node_ref(node: Node) -> dict:
     return {
         "name": node.inst.name,
-        "computation": node.inst.computation.name,
+        "computation": node.inst.parent.name,
         "opcode": node.inst.opcode,
         "shape": node.inst.shape.to_text(layout=False),
     }
@@ -246,8 +246,8 @@ def _divergence_dict(d: Divergence) -> dict:
     return {
         "a": d.a_inst.name,
         "b": d.b_inst.name,
-        "a_computation": d.a_inst.computation.name,
-        "b_computation": d.b_inst.computation.name,
+        "a_computation": d.a_inst.parent.name,
+        "b_computation": d.b_inst.parent.name,
         "a_opcode": d.a_inst.opcode,
         "b_opcode": d.b_inst.opcode,
         "a_text": instruction_to_text(d.a_inst),
@@ -333,8 +333,8 @@ class _TapPlan:
         deferred = set()
         if zoom:
             for b_index, a_index in m.partner.items():
-                x, y = m.a.nodes[a_index], m.b.nodes[b_index]
-                if _paired_containers(m, x, y):
+                a_node, b_node = m.a.nodes[a_index], m.b.nodes[b_index]
+                if _paired_containers(m, a_node, b_node):
                     deferred.add((a_index, b_index))
         tapped = [
             (a_index, b_index)
@@ -352,21 +352,19 @@ class _TapPlan:
             changed = False
             for x, y in deferred:
                 nodes = (m.a.nodes[x], m.b.nodes[y])
-                if any(n.tap.computation.name in opened[side] for side, n in enumerate(nodes)):
+                if any(n.tap.parent.name in opened[side] for side, n in enumerate(nodes)):
                     for side, n in enumerate(nodes):
-                        if n.tap.computation.name not in opened[side]:
+                        if n.tap.parent.name not in opened[side]:
                             opened[side].update(_enclosing(graphs[side], n.tap.computation))
                             changed = True
-        self.pairs = [
-            (x, y) for x, y in tapped if (x, y) not in deferred or m.a.nodes[x].tap.computation.name in opened[0]
-        ]
+        self.pairs = [(x, y) for x, y in tapped if (x, y) not in deferred or m.a.nodes[x].tap.parent.name in opened[0]]
         self.opened = opened
         self.taps: tuple[dict, dict] = ({}, {})
         for x, y in self.pairs:
             for side, index in ((0, x), (1, y)):
                 node = graphs[side].nodes[index]
                 for inst in node.members:
-                    if graphs[side].depth[id(inst.computation)] == 0 or inst.computation.name in opened[side]:
+                    if graphs[side].depth[id(inst.computation)] == 0 or inst.parent.name in opened[side]:
                         self.taps[side][instruction_key(inst)] = index
         self.partners_of_a: dict[int, list[int]] = {}
         for x, y in self.pairs:
@@ -376,7 +374,7 @@ class _TapPlan:
             {
                 i.name
                 for i in graphs[s].module.entry.instructions
-                if i.opcode == "fusion" and i.called["calls"].name not in opened[s]
+                if i.opcode == "fusion" and i.called_computation("calls").name not in opened[s]
             }
             for s in (0, 1)
         )
@@ -422,7 +420,9 @@ class _TapPlan:
         if node.tap.opcode == "fusion" and node.tap.name in self.closed[side]:
             return [(n, mode) for n in nodes(node.tap.operands)]
         if inst.opcode == "while":
-            return [(n, mode) for n in nodes(inst.operands)] + [(n, "all") for n in nodes([inst.called["body"].root])]
+            return [(n, mode) for n in nodes(inst.operands)] + [
+                (n, "all") for n in nodes([inst.called_computation("body").root])
+            ]
         if inst.opcode == "conditional":
             return [(n, mode) for n in nodes(inst.operands)] + [
                 (n, "all") for n in nodes(c.root for c in inst.called_computations)
@@ -430,7 +430,7 @@ class _TapPlan:
         caller = graph.caller.get(id(inst.computation)) if inst.opcode == "parameter" else None
         if caller is not None and caller.opcode == "while":
             return [(n, "init" if mode == "same" else mode) for n in nodes(caller.operands)] + [
-                (n, "prev" if mode == "same" else mode) for n in nodes([caller.called["body"].root])
+                (n, "prev" if mode == "same" else mode) for n in nodes([caller.called_computation("body").root])
             ]
         if caller is not None and caller.opcode == "conditional":
             return [(n, "all") for n in nodes(caller.operands[1:])]
@@ -682,8 +682,8 @@ def _report(m: Matching, plan: _TapPlan, run: _Lockstep) -> DiffReport:
             )
     outputs = []
     for x, y in zip(_outputs(m.a), _outputs(m.b)):
-        vs = verdicts.get((x.index, y.index))
-        outputs.append((x, y, None if not vs else next((v for v in vs if not v.agree), vs[-1])))
+        judged = verdicts.get((x.index, y.index))
+        outputs.append((x, y, None if not judged else next((v for v in judged if not v.agree), judged[-1])))
     not_observed = sum(1 for pair in plan.pairs if pair not in verdicts)
     return DiffReport(
         m, verdicts, first, outputs, not_observed, (len(plan.opened[0]), len(plan.opened[1])), first_change=changes
@@ -705,7 +705,8 @@ def _zoom(d: Divergence, captured: tuple, atol, rtol, reductions: str, device) -
     for node, operands in zip((d.a, d.b), captured):
         sub = submodule([node.tap], cone_cut(node.tap, 0))
         module = parse(sub.text)[0]
-        original = {i.name: i.line for i in node.tap.computation.module.instructions()}
+        source = node.tap.parent.module
+        original = {i.name: i.line for i in source.instructions()} if source is not None else {}
         for inst in module.instructions():  # the report points at the original file's lines
             inst.line = original.get(inst.name, inst.line)
         modules.append(module)

@@ -63,8 +63,8 @@ def _clip(text: str, width: int = 160) -> str:
 def _format_divergence(d: Divergence, limit: int) -> list[str]:
     v = d.verdict
     lines = [
-        f"  A {_clip(short_text(d.a_inst))}  ({d.a_inst.computation.name}, line {d.a_inst.line})",
-        f"  B {_clip(short_text(d.b_inst))}  ({d.b_inst.computation.name}, line {d.b_inst.line})"
+        f"  A {_clip(short_text(d.a_inst))}  ({d.a_inst.parent.name}, line {d.a_inst.line})",
+        f"  B {_clip(short_text(d.b_inst))}  ({d.b_inst.parent.name}, line {d.b_inst.line})"
         + (f"  [matched by {d.how}]" if d.how in ("metadata", "structure") else ""),
     ]
     md = d.a.inst.metadata if isinstance(d.a.inst.metadata, dict) else {}

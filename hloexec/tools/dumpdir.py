@@ -31,12 +31,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import HloParseError
 from ..parser import parse
 from .arrays import flatten
-from .hloproto import ProtoError, module_text, read_module_proto, read_snapshot
+from .hloproto import ProtoError, Snapshot, module_text, read_module_proto, read_snapshot
 from .xla_cpu import save_arrays
 
 # after a pass: SSSS.<pipeline>.after_<pass>.before_<next>; during one (copy-insertion): SSSS.<pass>.<step>
@@ -101,7 +101,7 @@ class DumpModule:
 
     def stages(self) -> list[Stage]:
         """Every dumped stage in pipeline order: before optimizations, the passes, after optimizations."""
-        return ([self.before] if self.before else []) + sorted(self.passes, key=lambda s: s.step) + self.after
+        return ([self.before] if self.before else []) + sorted(self.passes, key=lambda s: s.step or 0) + self.after
 
     def stage(self, which: str | None) -> Stage:
         stages = self.stages()
@@ -131,7 +131,11 @@ class DumpModule:
             raise DumpError(
                 f"module_{self.number:04d}.{self.name}: no stage {which!r}; stages: "
                 + ", ".join((["before"] if self.before else []) + (["after"] if self.after else []))
-                + (f", steps 0-{max(s.step for s in self.passes)} or a pass: {', '.join(passes)}" if passes else "")
+                + (
+                    f", steps 0-{max(s.step or 0 for s in self.passes)} or a pass: {', '.join(passes)}"
+                    if passes
+                    else ""
+                )
             )
         return found[0]
 
@@ -142,7 +146,7 @@ def scan(directory) -> list[DumpModule]:
     if not directory.is_dir():
         raise DumpError(f"{directory}: not a directory")
     modules: dict[int, DumpModule] = {}
-    protos: dict[tuple, Path] = {}
+    protos: dict[Path, tuple[int, str, dict[str, str]]] = {}  # path -> (module number, kind, its name's parts)
     for path in sorted(directory.iterdir()):
         m = _FILE.fullmatch(path.name)
         if m is None or not path.is_file():
@@ -163,6 +167,7 @@ def scan(directory) -> list[DumpModule]:
         else:
             name = rest.split(".")[0]
             modules.setdefault(number, DumpModule(number, name)).other.append(path)
+    stage: Stage | None
     for path, (number, kind, g) in protos.items():  # twins of text dumps, or the only dump of a stage
         module = modules[number]
         if kind == "before":
@@ -299,7 +304,7 @@ def module_summary(module: DumpModule) -> dict:
         return info
 
     passes = []
-    for s in sorted(module.passes, key=lambda s: s.step):
+    for s in sorted(module.passes, key=lambda s: s.step or 0):
         passes.append(
             {
                 "step": s.step,
@@ -310,7 +315,7 @@ def module_summary(module: DumpModule) -> dict:
                 "error": check_stage(s)[1] or None,
             }
         )
-    summary = {
+    summary: dict[str, Any] = {
         "number": module.number,
         "name": module.name,
         "before": describe(module.before),
@@ -376,7 +381,7 @@ def dumped_inputs(dump: DumpModule) -> tuple[str, str] | None:
     return None
 
 
-def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str, object | None, str]:
+def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str, Snapshot | None, str]:
     """(a text file hloexec parses, the snapshot if it is one, a note) for a FILE argument: a dump directory
     (its --module, --stage), a snapshot, an HloProto (.pb), else the path itself."""
     p = Path(path)

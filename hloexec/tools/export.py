@@ -25,7 +25,7 @@ from pathlib import Path
 from ..exec.plan import schedule
 from ..ir.module import Instruction, Module
 from . import chakra, costmodel
-from .collectives import Collective, collectives_report
+from .collectives import Collective, CollectivesReport, collectives_report
 from .opname import layer, op_name, phase
 from .stats import Walk
 
@@ -48,7 +48,7 @@ class Event:
 @dataclass
 class Program:
     module: Module
-    report: object  # CollectivesReport
+    report: CollectivesReport
     events: list[Event]
     assumptions: list[str] = field(default_factory=list)
 
@@ -76,12 +76,12 @@ def program(
             flops, moved, seconds = costmodel.compute_cost(inst, report.chip, walk)
             events.append(Event(inst, flops, moved, seconds))
     p = Program(module, report, events)
-    chip = report.chip
+    used = report.chip
     p.assumptions += [
         f"devices: {report.devices} ({report.partitions} partitions x {report.replicas} replicas)"
         + (f"; {report.note}" if report.note else ""),
-        f"compute: roofline on {chip.name}: max(FLOPs / {chip.flops / 1e12:g} TFLOP/s, bytes / "
-        f"{chip.bandwidth / 1e9:g} GB/s) per instruction of the entry computation ({chip.source}); FLOPs as "
+        f"compute: roofline on {used.name}: max(FLOPs / {used.flops / 1e12:g} TFLOP/s, bytes / "
+        f"{used.bandwidth / 1e9:g} GB/s) per instruction of the entry computation ({used.source}); FLOPs as "
         f"`hloexec stats` counts them (dots, convolutions, gemms, those inside fusions too), bytes = operands + "
         f"result; every dtype at the 16-bit peak",
         f"collectives: sizes as `hloexec collectives` gives them (the buffer per device; the gathered result for "
@@ -120,7 +120,8 @@ def write_chakra(p: Program, out_dir: str) -> dict:
         attr=[chakra.attr("producer", "hloexec export --chakra"), chakra.attr("module", p.module.name)]
         + [chakra.attr(f"assumption_{i}", a) for i, a in enumerate(p.assumptions)],
     )
-    files, counts = [], {}
+    files: list[str] = []
+    counts: dict[int, int] = {}  # chakra node type -> count
     for d in range(p.devices):
         nodes = _device_nodes(p, d, group_ids, Node, chakra)
         path = out / f"{prefix}.{d}.et"
@@ -145,7 +146,7 @@ def write_chakra(p: Program, out_dir: str) -> dict:
 
 
 def _device_nodes(p: Program, device: int, group_ids: dict, Node, chakra) -> list:
-    nodes = []
+    nodes: list = []  # chakra's Node messages
     made: dict[int, list[int]] = {}  # instruction -> the node ids its value depends on
     stream: int | None = None  # the last node on the compute stream (compute, synchronous collective)
     for e in p.events:
@@ -254,7 +255,7 @@ def model_parallel_size(p: Program) -> int:
         if c is not None and c.kind != "collective-permute" and _contiguous(c.groups):
             size = len(c.groups[0])
             by_size[size] = by_size.get(size, 0) + c.bytes
-    return max(by_size, key=by_size.get) if by_size else 1
+    return max(by_size, key=lambda size: by_size[size]) if by_size else 1
 
 
 def _contiguous(groups) -> bool:
@@ -323,7 +324,7 @@ def astra_sim_rows(p: Program) -> tuple[list[Row], int, list[str]]:
         data_parallel = not (_contiguous(c.groups) and len(c.groups[0]) == mp)
         column = "wg" if data_parallel and ph != "forward" else ("ig" if ph == "backward" else "fwd")
         r.comms[column][kind] = r.comms[column].get(kind, 0) + c.bytes
-    order = [k for k in ("module", "pre_layers") if k in rows]
+    order: list[str] = [k for k in ("module", "pre_layers") if k in rows]
     order += sorted((k for k in rows if k.startswith("layer_")), key=lambda k: int(k.split("_")[1]))
     order += [k for k in ("post_layers", "optimizer") if k in rows]
     texts = [
@@ -342,7 +343,7 @@ def _weight_gradient(inst: Instruction, params: set) -> bool:
             inst.opcode in ("dot", "convolution", "custom-call")
             or (
                 inst.opcode == "fusion"
-                and any(i.opcode in ("dot", "convolution") for i in inst.called["calls"].instructions)
+                and any(i.opcode in ("dot", "convolution") for i in inst.called_computation("calls").instructions)
             )
         )
     )

@@ -47,7 +47,7 @@ def submodule(roots: list[Instruction], cut=frozenset(), name: str | None = None
     """The instructions of the computation holding `roots` that the roots depend on, stopping at the
     instructions whose id is in `cut` and at the computation's parameters, which become parameters (in the
     order the computation first uses them). Several roots become a tuple root."""
-    comp = roots[0].computation
+    comp = roots[0].parent
     if any(r.computation is not comp for r in roots):
         raise ValueError("the roots of a submodule must be instructions of one computation")
     included: set[int] = set()
@@ -110,7 +110,9 @@ def cone_cut(root: Instruction, depth: int | None) -> set[int]:
         return set()
     inside, level = {id(root)}, [root]
     for _ in range(depth):
-        level = [o for i in level for o in i.operands if id(o) not in inside and not inside.add(id(o))]
+        step = [o for i in level for o in i.operands if id(o) not in inside]
+        level = list({id(o): o for o in step}.values())  # each once, in first-met order
+        inside.update(id(o) for o in level)
     return {id(o) for i in level for o in i.operands if id(o) not in inside}
 
 
@@ -146,7 +148,7 @@ def find_instruction(module: Module, name: str) -> Instruction:
     if not found:
         raise KeyError(f"{module.name} has no instruction named {name!r}")
     if len(found) > 1:
-        where = ", ".join(f"{i.computation.name}/{i.name}" for i in found)
+        where = ", ".join(f"{i.parent.name}/{i.name}" for i in found)
         raise KeyError(f"{module.name} has {len(found)} instructions named {name!r}: {where}; write COMPUTATION/NAME")
     return found[0]
 
@@ -185,7 +187,7 @@ def capture(exe, instructions: list[Instruction], inputs: list, graph: ValueGrap
         try:
             exe.run(*inputs, observe=observe, observe_inside=lambda comp: comp.name in opened)
         except Exception as e:  # the stop arrives wrapped when it leaves a nested computation
-            cause = e
+            cause: BaseException | None = e
             while cause is not None and not isinstance(cause, _Captured):
                 cause = cause.__cause__
             if cause is None:
@@ -205,7 +207,8 @@ def _enclosing(module: Module, names: set[str]) -> set[str]:
                 callers.setdefault(c.name, comp.name)
     out = set()
     for name in names:
-        while name is not None and name not in out:
-            out.add(name)
-            name = callers.get(name)
+        at: str | None = name
+        while at is not None and at not in out:
+            out.add(at)
+            at = callers.get(at)
     return out

@@ -131,7 +131,7 @@ def fusion_summary(inst: Instruction) -> str:
     """'3 multiply, 2 add, reduce' -- a fused computation's ops, most frequent first."""
     counts = Counter(
         i.opcode
-        for i in inst.called["calls"].instructions
+        for i in inst.called_computation("calls").instructions
         if i.opcode not in ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
     )
     return ", ".join(f"{n} {op}" if n > 1 else op for op, n in counts.most_common(4)) + (
@@ -205,8 +205,8 @@ def layout(g: Graph) -> dict[int, tuple[float, float]]:
     """Node centers: a layer per longest operand path within the graph, nodes ordered in their layers by
     the mean position of their neighbours (a few sweeps down and up), as Sugiyama-style layouts do."""
     index = {id(n): k for k, n in enumerate(g.nodes)}
-    preds = {id(n): [] for n in g.nodes}
-    succs = {id(n): [] for n in g.nodes}
+    preds: dict[int, list[int]] = {id(n): [] for n in g.nodes}
+    succs: dict[int, list[int]] = {id(n): [] for n in g.nodes}
     for a, b in g.edges:
         preds[id(b)].append(id(a))
         succs[id(a)].append(id(b))

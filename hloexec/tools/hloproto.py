@@ -32,14 +32,16 @@ class ProtoError(ValueError):
     """A file that is not the protobuf message it should be."""
 
 
-def fields(data: bytes | memoryview) -> list[tuple[int, int, object]]:
+def fields(data: bytes | memoryview) -> list[tuple[int, int, int | memoryview]]:
     """The (field number, wire type, value) of one message, in order: varints as ints, fixed64/fixed32 as
     their 8/4 bytes, length-delimited fields as memoryviews."""
     data = memoryview(data)
-    out, i, n = [], 0, len(data)
+    out: list[tuple[int, int, int | memoryview]] = []
+    i, n = 0, len(data)
     while i < n:
         key, i = _varint(data, i)
         number, wire = key >> 3, key & 7
+        value: int | memoryview
         if wire == 0:
             value, i = _varint(data, i)
         elif wire == 1:
@@ -135,15 +137,22 @@ class Shape:
     tuple_shapes: tuple[Shape, ...] = ()
 
 
+def _message(value: int | memoryview) -> memoryview:
+    """The bytes of a length-delimited field (a nested message, a string)."""
+    if isinstance(value, int):
+        raise ProtoError(f"a varint ({value}) where a message or string belongs")
+    return value
+
+
 def read_shape(data) -> Shape:
     etype, dims, tuples = "invalid", [], []
-    for number, wire, value in fields(data):
+    for number, _, value in fields(data):
         if number == 2:
-            etype = PRIMITIVE_TYPES.get(value, f"type {value}")
+            etype = PRIMITIVE_TYPES.get(value, f"type {value}") if isinstance(value, int) else "invalid"
         elif number == 3:
-            dims += _varints(value) if wire == 2 else [value]
+            dims += [value] if isinstance(value, int) else _varints(value)
         elif number == 4:
-            tuples.append(read_shape(value))
+            tuples.append(read_shape(_message(value)))
     return Shape(etype, tuple(dims), tuple(tuples))
 
 
@@ -200,7 +209,7 @@ def read_snapshot(path) -> Snapshot:
     try:
         for number, _, value in fields(data):
             if number == 1:
-                module = next((bytes(v) for n, _, v in fields(value) if n == 1), None)
+                module = next((bytes(v) for n, _, v in fields(_message(value)) if n == 1), None)
             elif number == 2:
                 arguments.append(read_literal(value))
             elif number == 3:

@@ -177,8 +177,8 @@ class ValueGraph:
             alias = inst.opcode in ("fusion", "call", "get-tuple-element") or (
                 inst.opcode == "parameter"
                 and not inst.computation.is_entry
-                and self.caller.get(id(inst.computation)) is not None
-                and self.caller[id(inst.computation)].opcode in ("fusion", "call")
+                and (caller := self.caller.get(id(inst.computation))) is not None
+                and caller.opcode in ("fusion", "call")
             )
             rank = (alias, self.depth[id(inst.computation)], k)
             root = find(k)
@@ -195,7 +195,8 @@ class ValueGraph:
         return container
 
     def _topological(self) -> list[Node]:
-        order, state = [], {}
+        order: list[Node] = []
+        state: dict[int, int] = {}  # node index -> 1 once visited
         for start in sorted(self.nodes, key=lambda n: (n.depth, n.index)):
             stack = [(start, False)]
             while stack:
@@ -217,7 +218,7 @@ class ValueGraph:
             n
             for n in self.nodes
             for m in n.members
-            if m.name == inst_name and (not comp_name or m.computation.name == comp_name)
+            if m.name == inst_name and (not comp_name or m.parent.name == comp_name)
         ]
         if not found:
             raise KeyError(f"no instruction named {name!r} in {self.module.name}")
@@ -226,7 +227,7 @@ class ValueGraph:
 
 def _value_computations(module: Module) -> dict[Computation, tuple[int, Instruction | None]]:
     """Computation -> (depth below the entry, the instruction that first runs it), in discovery order."""
-    found = {module.entry: (0, None)}
+    found: dict[Computation, tuple[int, Instruction | None]] = {module.entry: (0, None)}
     queue = [module.entry]
     while queue:
         comp = queue.pop(0)
@@ -351,7 +352,7 @@ def _consistent(m: Matching, a_node: Node, b_node: Node) -> bool:
     is computed from: a name or an op_name says where an instruction came from, not that it still computes
     the same thing (a rewrite may keep both)."""
     wanted = {m.partner[n.index] for n in _nearest(b_node, lambda n: n.index in m.partner)}
-    queue, seen = deque(a_node.operands), set()  # nearest first: they are usually the operands
+    queue, seen = deque(a_node.operands), set[int]()  # nearest first: they are usually the operands
     while queue and wanted and len(seen) < _MAX_WALK:
         n = queue.popleft()
         if n.index in seen:
@@ -364,7 +365,8 @@ def _consistent(m: Matching, a_node: Node, b_node: Node) -> bool:
 
 def _nearest(node: Node, matched) -> list[Node]:
     """The nodes `node` is computed from that are `matched`, nearest first, walking through the others."""
-    found, stack, seen = [], list(node.operands), set()
+    found: list[Node] = []
+    stack, seen = list(node.operands), set[int]()
     while stack and len(seen) < _MAX_WALK:
         n = stack.pop()
         if n.index in seen:

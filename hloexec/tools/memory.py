@@ -227,7 +227,7 @@ def _value(plan: Plan, life, k: int) -> LiveValue:
             nxt = plan.steps[later[0]].inst
             why = f"waiting for %{nxt.name} (step {later[0]})" + (
                 f", last read by %{plan.steps[last_reader].inst.name} (step {last_reader})"
-                if last_reader != later[0]
+                if last_reader is not None and last_reader != later[0]
                 else ""
             )
         else:
@@ -421,7 +421,9 @@ def _span(v: LiveValue) -> str:
     return f"{made} -> {last}"
 
 
-def _place(w: dict) -> str:
+def _place(w: dict | None) -> str:
+    if w is None:  # nothing made it
+        return "-"
     text = f"%{w['name']}"
     if w["layer"] is not None:
         text += f" layer {w['layer']}"
@@ -446,8 +448,10 @@ def plot_timeline(r: MemoryReport, path: str, contributors: int = 8) -> None:
     bands = _timeline_bands(r, total, contributors)
 
     fig, ax = plt.subplots(figsize=(11, 5.2), dpi=110)
-    palette = iter(plt.get_cmap("tab10").colors[:7] + plt.get_cmap("tab10").colors[8:])  # no gray: kept for these
-    layers = iter(plt.get_cmap("Pastel2").colors * 6)
+    # tab10 and Pastel2 are ListedColormaps (with .colors): get_cmap is typed as returning their base class
+    tab10 = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
+    palette = iter(tab10[:7] + tab10[8:])  # no gray: kept for these
+    layers = iter(plt.get_cmap("Pastel2").colors * 6)  # type: ignore[attr-defined]
     special = {"parameters": "#8c8c8c", "scratch": "#d0d0d0", "other values": "#e8e3c6", "hloexec's own": "#5b5b7a"}
     colors = [
         next((c for key, c in special.items() if label.startswith(key)), None)

@@ -84,14 +84,16 @@ class Check:
 
     def __init__(self, spec: str, timeout: float = 600.0, device=None):
         self.spec, self.timeout, self.device = spec, timeout, device  # device: the profile hloexec runs under
-        self.scratch = None
-        self.original_inputs_infinite = None  # nan: whether the first candidate checked (the original) had Inf
+        self.scratch: str | None = None
+        # nan: whether the first candidate checked (the original) had Inf
+        self.original_inputs_infinite: bool | None = None
 
     def _paths(self) -> tuple[str, str]:
-        if self.scratch is None:
-            self.scratch = tempfile.mkdtemp(prefix="hloexec-minimize-")
-            atexit.register(shutil.rmtree, self.scratch, True)
-        return os.path.join(self.scratch, "candidate.hlo"), os.path.join(self.scratch, "candidate.npz")
+        scratch = self.scratch
+        if scratch is None:
+            scratch = self.scratch = tempfile.mkdtemp(prefix="hloexec-minimize-")
+            atexit.register(shutil.rmtree, scratch, True)
+        return os.path.join(scratch, "candidate.hlo"), os.path.join(scratch, "candidate.npz")
 
     def __call__(self, text: str, inputs: list) -> bool:
         if self.spec == "nan":
@@ -301,7 +303,7 @@ def _schedule(c: Candidate) -> list[Instruction]:
             continue
         inside.add(id(inst))
         stack += inst.operands
-    return [i for i in c.roots[0].computation.instructions if id(i) in inside]
+    return [i for i in c.roots[0].parent.instructions if id(i) in inside]
 
 
 def _cut_before(c: Candidate, order: list[Instruction], t: int) -> Candidate:

@@ -145,8 +145,12 @@ class NonfiniteTracker:
             if not (counts[0] or counts[1]):
                 continue
             key = id(leaf)
+
+            def forget(_, key: int = key) -> None:
+                self.by_identity.pop(key, None)
+
             try:
-                ref = weakref.ref(leaf, lambda _, key=key: self.by_identity.pop(key, None))
+                ref = weakref.ref(leaf, forget)
             except TypeError:
                 continue
             self.by_identity[key] = (ref, counts, provenance)
@@ -324,12 +328,12 @@ def _new_nonfinite(inst: Instruction, leaves: list, ops: list):
         )
     nan = any(_counts(v)[0] for v in leaves)
     inf = any(_counts(v)[1] for v in leaves)
-    op_nan = any(c[0] for _, _, (c, _) in ops)
-    op_inf = any(c[1] for _, _, (c, _) in ops)
-    new_nan = nan and not op_nan
+    nan_in = any(c[0] for _, _, (c, _) in ops)
+    inf_in = any(c[1] for _, _, (c, _) in ops)
+    new_nan = nan and not nan_in
     carried = frozenset().union(*(p for _, _, (c, p) in ops if any(c))) if nan or inf else frozenset()
     nan_sources = frozenset().union(*(p for _, _, ((_, i), p) in ops if i)) if new_nan else frozenset()
-    return inf and not op_inf and not op_nan, new_nan, new_nan and not op_inf, carried, nan_sources, None
+    return inf and not inf_in and not nan_in, new_nan, new_nan and not inf_in, carried, nan_sources, None
 
 
 def _inf_kind(inst: Instruction) -> str:
@@ -375,7 +379,8 @@ class _Paths:
             return [], []
         start = comp.by_name[name]
         parent: dict[int, Instruction | None] = {id(start): None}
-        queue, reached, first_path = [start], [], []
+        queue, reached = [start], []
+        first_path: list[str] = []
         while queue:
             inst = queue.pop(0)
             nexts = list(inst.users)
@@ -386,7 +391,7 @@ class _Paths:
                     if hit and not first_path:
                         first_path = self._path(inst, parent)
                     reached += hit
-                nexts += self.callers_of.get(inst.computation.name, [])
+                nexts += self.callers_of.get(inst.parent.name, [])
             for user in nexts:
                 if user is self.module.entry.root and user.opcode == "tuple":
                     for k, o in enumerate(user.operands):

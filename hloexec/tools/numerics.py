@@ -21,7 +21,7 @@ from ..ops.registry import lookup
 from ..spmd import memory_estimate
 from .bounds import ErrorBounds, _float, _leaves
 from .compare import dtype_name
-from .nonfinite import NonfiniteTracker, StopRun
+from .nonfinite import NonfiniteReport, NonfiniteTracker, StopRun
 from .verdict import RULE, allowed_error, error_stats
 
 # the shadow runs' names, imported from here before they had a module of their own
@@ -395,7 +395,7 @@ class NumericsReport:
     divergences: list[Divergence] = field(default_factory=list)
     parted: list[str] = field(default_factory=list)
     not_evaluated: list[str] = field(default_factory=list)
-    nonfinite: object = None  # nonfinite.NonfiniteReport
+    nonfinite: NonfiniteReport | None = None
 
 
 def attribute(
@@ -427,7 +427,7 @@ def attribute(
         needed = _memory(program, inputs, runner) + _memory(shadow_exe, inputs, runner, widened=True)
         limit = exe.max_memory if exe.max_memory is not None else available_memory()
         mode = "paired" if limit is None or needed <= limit else "local"
-        if mode == "local" and say is not None:
+        if mode == "local" and say is not None and limit is not None:  # local: there is a limit
             say(
                 f"the run and its shadow side by side need {needed / 2**30:.2f} GiB, {limit / 2**30:.2f} GiB "
                 "available: local errors only, at the run's own operands (no shadow run)"
@@ -590,7 +590,7 @@ def _contributions(exe: Executable, inputs, records: list, shadow_outputs: list)
     exact answer is ~0 (a sum that cancels) has a huge one and may contribute nothing; a bf16 rounding a small
     one that makes the outputs' error. Measured ones first (largest contribution first), then the rest."""
     entry = exe.module.entry
-    measured = []
+    measured: list = []  # of records
     for r in records:
         if len(measured) == CONTRIBUTION_CANDIDATES:
             break

@@ -29,6 +29,8 @@ def load_plugin_file(path: str) -> None:
     if name in sys.modules:
         return
     spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"plugin {path}: Python cannot load a module from this file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:

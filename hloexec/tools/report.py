@@ -309,6 +309,8 @@ def _worst_element(data: dict) -> str:
 
 def _ratio(element: dict) -> float:
     error, allowed = element.get("error"), element.get("allowed")
+    if error is None:
+        return 0.0
     try:
         return float(error) / float(allowed) if allowed else float("inf")
     except (TypeError, ValueError):

@@ -36,7 +36,9 @@ def executable_like(exe: Executable, module, **options) -> Executable:
     """An Executable of `module` with `exe`'s options (`options` override them). Elided constants were said when
     `exe` was made: not again for each module derived from its own."""
     ctx = exe.context
-    settings = dict(options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after, compile=ctx.compile)
+    settings: dict = dict(
+        options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after, compile=ctx.compile
+    )
     settings.update(options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ElidedConstantWarning)

@@ -118,10 +118,12 @@ def module_lines(module: Module) -> tuple[int, int]:
 def module_stats(module: Module) -> ModuleStats:
     first, last = module_lines(module)
     ops = module.opcode_counts()  # counts from the parser's tables
-    types = Counter()
+    types: Counter[str] = Counter()
     for shape, n in module.shape_counts().items():
-        types["tuple" if shape.is_tuple else shape.element_type.name] += n
-    targets, fusion_kinds, elided = Counter(), Counter(), 0
+        types[shape.element_type.name] += n  # "tuple" for tuples
+    targets: Counter[str] = Counter()
+    fusion_kinds: Counter[str] = Counter()
+    elided = 0
     for inst in module.instructions():
         if inst.opcode == "custom-call":
             targets[_target(inst)] += 1
@@ -271,7 +273,7 @@ def _product(values) -> int:
     return n
 
 
-def collective_bytes(inst: Instruction, kind: str) -> int:
+def collective_bytes(inst: Instruction, kind: str | None) -> int:
     if kind != "all-gather":
         return sum(o.shape.nbytes for o in inst.operands)
     shape = inst.shape

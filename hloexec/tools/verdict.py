@@ -268,7 +268,7 @@ def _judge_output(
         own = (bounds or {}).get(name)
         allowed, judged, bound_rms = allowance(own)
         bounded = judged is not None
-        if bounded:
+        if bounded and own is not None:  # judged only where `own` holds a bound
             bound, decided = own
         e_c, bad_c = _element_errors(c, shadow)
         errors = _summary(e_c, bad_c, out.scale, out.ulp)
@@ -527,8 +527,8 @@ def _explanations(verdict: Verdict) -> list[str]:
     ]
 
 
-def _g(x: float) -> str:
-    return f"{x:.3g}"
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
 
 
 def _v(x) -> str:

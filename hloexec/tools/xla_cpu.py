@@ -414,7 +414,7 @@ def _dtype_from_name(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def save_arrays(path: str, arrays: dict[str, np.ndarray], compress: bool = False) -> None:
+def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress: bool = False) -> None:
     """np.savez that survives ml_dtypes (bf16, fp8, int4...).
 
     Plain numpy dtypes are stored as is.  Other dtypes are stored as the raw
@@ -422,7 +422,7 @@ def save_arrays(path: str, arrays: dict[str, np.ndarray], compress: bool = False
     names go into the extra key ``__dtypes__`` (a JSON string {key: name}).
     ``compress`` uses np.savez_compressed (np.load reads both).
     """
-    store: dict[str, np.ndarray] = {}
+    store: dict[str, Any] = {}  # arrays (Any: numpy's stub checks np.savez's **kwds against its allow_pickle)
     names: dict[str, str] = {}
     for k, a in arrays.items():
         a = np.asarray(a, order="C")

@@ -80,7 +80,8 @@ def check_call_form(inst, target: str) -> None:
         )
         given = ", ".join(o.shape.to_text(layout=False) for o in ops)
         raise UnsupportedError(f"custom-call {target!r} takes {n} array operand(s), the call has ({given})", inst)
-    if returns is not None and ((returns == "tuple") != inst.shape.is_tuple or inst.shape.tuple_shapes == ()):
+    empty_tuple = inst.shape.is_tuple and not inst.shape.tuple_shapes
+    if returns is not None and ((returns == "tuple") != inst.shape.is_tuple or empty_tuple):
         raise UnsupportedError(
             f"custom-call {target!r} returns {'a tuple' if returns == 'tuple' else 'an array'}, "
             f"the call says {inst.shape.to_text(layout=False)}",

@@ -88,7 +88,7 @@ def run(args) -> int:
             "number": k,
             "name": p.name,
             "shape": p.shape.to_text(layout=False),
-            "from": "entry parameter" if id(p) in entry_params else f"{p.opcode} in {p.computation.name}",
+            "from": "entry parameter" if id(p) in entry_params else f"{p.opcode} in {p.parent.name}",
             "stopped_at": boundary(module, p),
         }
         for k, p in enumerate(sub.parameters)
@@ -101,7 +101,7 @@ def run(args) -> int:
                 "file": args.file,
                 "module": module.name,
                 "instruction": inst.name,
-                "computation": inst.computation.name,
+                "computation": inst.parent.name,
                 "out": args.out,
                 "inputs_out": args.inputs_out,
                 "inputs": inputs_info,
@@ -114,14 +114,14 @@ def run(args) -> int:
         return EXIT_OK
     where = sys.stdout if args.out else sys.stderr
     print(
-        f"%{inst.name} ({inst.opcode}, {inst.computation.name}): {sub.instruction_count} instructions, "
+        f"%{inst.name} ({inst.opcode}, {inst.parent.name}): {sub.instruction_count} instructions, "
         f"{len(params)} parameter{'s' if len(params) != 1 else ''}" + (f", written to {args.out}" if args.out else ""),
         file=where,
     )
     for p in params:
         print(f"  parameter {p['number']}: %{p['name']} {p['shape']} ({p['from']})", file=where)
         if p["stopped_at"]:
-            print(f"    stopped at the edge of %{inst.computation.name}: {p['stopped_at']}", file=where)
+            print(f"    stopped at the edge of %{inst.parent.name}: {p['stopped_at']}", file=where)
     if args.inputs_out:
         print(f"their values in the run of {module.name} (inputs {inputs_text(args)}): {args.inputs_out}", file=where)
     if replay is not None:

@@ -147,7 +147,7 @@ def run(args) -> int:
     seconds = {"parse": parse_s, "prepare": prepare_s, "execute": execute_s}
     if args.repeat > 1:
         seconds["runs"] = runs
-    slowest = profile_rows(exe, profile, args.profile) if args.profile else None
+    slowest = profile_rows(exe, profile, args.profile) if profile is not None else None
     tiers = exe.context.tier_report if args.profile else None
     compiled = exe.compile_report() if args.profile else None
     if args.json:
@@ -194,7 +194,7 @@ def run(args) -> int:
                     + (f" (fused: {row['fused']} instructions)" if row["fused"] else "")
                     + f"  line {row['line']}"
                 )
-        if tiers is not None:
+        if tiers is not None and compiled is not None:
             print("compiled tiers (fused computations and while loops; op by op: how many, why):")
             for line in tiers.format():
                 print("  " + line)
