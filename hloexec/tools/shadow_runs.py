@@ -52,11 +52,26 @@ class Runner:
         self.spmd = spmd
 
     def run(self, exe: Executable, inputs, observe=None, observe_operands: bool = False) -> list:
+        return self.assemble(exe, self.run_devices(exe, inputs, observe, observe_operands))
+
+    def run_devices(self, exe: Executable, inputs, observe=None, observe_operands: bool = False) -> list:
+        """Each participant's outputs as its run returns them, by device id (one participant: device 0)."""
         if self.spmd is None:
             seen = None if observe is None else (lambda *a: observe(0, *a))
-            return flatten(exe.run(*inputs, observe=seen, observe_operands=observe_operands))
-        outputs = exe.run_spmd(inputs, observe=observe, observe_operands=observe_operands, **self.spmd)
-        return flatten(spmd.assemble_outputs(exe.module, outputs))
+            return [exe.run(*inputs, observe=seen, observe_operands=observe_operands)]
+        return exe.run_spmd(inputs, observe=observe, observe_operands=observe_operands, **self.spmd)
+
+    def assemble(self, exe: Executable, per_device: list) -> list:
+        """The flattened outputs (SPMD: global arrays, by the output shardings) of run_devices' outputs."""
+        if self.spmd is None:
+            return flatten(per_device[0])
+        return flatten(spmd.assemble_outputs(exe.module, per_device))
+
+    def holders(self, exe: Executable, output: int, index) -> list[int]:
+        """The devices whose output `output` (flattened) holds the global element `index`."""
+        if self.spmd is None:
+            return [0]
+        return spmd.holders(exe.module, self.spmd["partitions"] * self.spmd["replicas"], output, index)
 
     def shadow_inputs(self, shadow: Shadow, inputs) -> list:
         if self.spmd is None:
@@ -211,16 +226,19 @@ def shadow_run(
 
     Where the shadow has discrete instructions, both runs are observed (op by op, numpy) and their values
     compared (`divergences`); otherwise both run with `exe`'s options, the shadow in f64 in every tier.
-    `devices` (profiles; one participant only): the shadow's run is observed and every element of every output
-    gets an error bound under each (tools/bounds.py), in `ShadowRun.bounds`."""
+    `devices` (profiles): the shadow's run is observed and every element of every output gets an error bound under
+    each (tools/bounds.py), in `ShadowRun.bounds`; SPMD: each participant's by its own observers (their collectives
+    exchange the bounds), assembled as the outputs are."""
     runner = runner or Runner()
     shadow = shadow or shadow_module(exe.module)
     shadow_inputs = runner.shadow_inputs(shadow, inputs)
-    if devices and runner.spmd is None:
+    observers: dict[int, list[ErrorBounds]] = {}  # device id -> one per profile
+    if devices:
         shadow_exe = executable_like(exe, shadow.module, use_numba=False)
-        observers = [ErrorBounds(shadow, shadow_exe.context, d) for d in devices]
+        count = 1 if runner.spmd is None else runner.spmd["partitions"] * runner.spmd["replicas"]
+        observers = {d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d) for p in devices] for d in range(count)}
     else:
-        shadow_exe, observers = None, []
+        shadow_exe = None
     if not shadow.discrete and not observers:
         outputs = runner.run(exe, inputs)
         return ShadowRun(outputs, runner.run(executable_like(exe, shadow.module), shadow_inputs), shadow)
@@ -234,22 +252,38 @@ def shadow_run(
     def observe(device, inst, value, operands=None):
         if shadow.discrete:
             watch.check(device, inst, value)
-        for o in observers:
+        for o in observers.get(device, ()):
             o(inst, value, operands)
 
     shadow_exe = shadow_exe or executable_like(exe, shadow.module, use_numba=False)
-    shadow_outputs = runner.run(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
-    run = ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
-    for o in observers:
-        floats = [isinstance(s, (np.ndarray, np.generic)) and s.dtype.kind in "fc" for s in shadow_outputs]
-        run.bounds[o.device.name] = OutputBounds(
-            o.device.name,
-            [o.of(s) if f else None for s, f in zip(shadow_outputs, floats)],
-            [o.decided_of(s) if f else None for s, f in zip(shadow_outputs, floats)],
-            dict(o.unbounded),
-            sorted(o.algorithms),
+    per_device = runner.run_devices(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
+    run = ShadowRun(outputs, runner.assemble(shadow_exe, per_device), shadow, watch.divergences())
+    for k, profile in enumerate(devices if observers else ()):
+        mine = [observers[d][k] for d in range(len(per_device))]
+
+        def assembled(of):  # per global output: `of` each participant's float output, assembled (None: not float)
+            leaves = runner.assemble(shadow_exe, [_per_leaf(out, of(o)) for out, o in zip(per_device, mine)])
+            return [b if _is_float(s) else None for s, b in zip(run.shadow, leaves)]
+
+        run.bounds[profile.name] = OutputBounds(
+            profile.name,
+            assembled(lambda o: o.of),
+            assembled(lambda o: o.decided_of),
+            {name: why for o in mine for name, why in o.unbounded.items()},
+            sorted({a for o in mine for a in o.algorithms}),
         )
     return run
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "fc"
+
+
+def _per_leaf(value, of):
+    """`value` (an output: arrays, tuples of them) with each float array replaced by `of(array)` (its bound)."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_per_leaf(v, of) for v in value)
+    return of(value) if _is_float(value) else value
 
 
 def baseline_executable(exe: Executable) -> Executable:
@@ -278,7 +312,7 @@ def judge_run(
     several: one verdict each, `Verdict.by_device`, the first returned), with the baseline run
     (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). `known`: candidate name ->
     the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
-    SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
+    SPMD: global outputs, each worst element named with the devices that hold it (`Element.devices`)."""
     runner = runner or Runner()
     # no device given: `exe`'s profile with its reductions rule (`--reductions per-step`: f16 sums rounding every
     # step, as XLA:CPU's do)
@@ -316,6 +350,10 @@ def judge_run(
         )
         for p in profiles
     }
+    if runner.spmd is not None:
+        for o in (o for v in verdicts.values() for o in v.outputs):
+            for element in (w for c in o.candidates for w in c.worst):
+                element.devices = runner.holders(exe, o.index, element.index)
     verdict = verdicts[profiles[0].name]
     if len(verdicts) > 1:
         verdict.by_device = verdicts

@@ -1,0 +1,149 @@
+"""Per-element verdicts of SPMD runs: every participant's shadow carries error bounds, collectives included (an
+add all-reduce is a sum of one term per participant, rounding at every step in its type), and a planted change in
+one participant's output is caught and named with its device."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import hloexec
+import hloexec.spmd as spmd
+from hloexec.tools.xla_cpu import save_arrays
+from hloexec.tools.cli import main
+from hloexec.tools.numerics import Runner, judge_run, shadow_run
+from hloexec.tools.verdict import RULE
+from hloexec.options import Options
+
+# 4 partitions: a dot whose contraction is split (each device's f16 partial product, accumulated in f32 and rounded
+# to f16), summed by an f16 all-reduce (every device the whole sum) and by a reduce-scatter (each device a quarter
+# of the rows), an f16 square all-gathered, and a tanh after the all-reduce.
+SHARDED = """HloModule spmd_f16, num_partitions=4
+
+add16 {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT s = f16[] add(a, b)
+}
+
+ENTRY e {
+  x = f16[64,32] parameter(0), sharding={devices=[1,4]0,1,2,3}
+  w = f16[32,48] parameter(1), sharding={devices=[4,1]0,1,2,3}
+  d = f16[64,48] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  r = f16[64,48] all-reduce(d), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add16
+  rs = f16[16,48] reduce-scatter(d), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}, to_apply=add16
+  sq = f16[64,32] multiply(x, x)
+  g = f16[64,128] all-gather(sq), channel_id=3, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={1}
+  t = f16[64,48] tanh(r)
+  ROOT out = (f16[64,48], f16[16,48], f16[64,128], f16[64,48]) tuple(r, rs, g, t), sharding={{replicated}, {devices=[4,1]0,1,2,3}, {replicated}, {replicated}}
+}
+"""
+DEVICES = 4
+
+
+@pytest.fixture(scope="module")
+def judged():
+    """(executable, global inputs, per-device inputs, runner, verdict, shadow run) of SHARDED, seed 0."""
+    exe = hloexec.load(SHARDED)
+    inputs = spmd.random_global_inputs(exe.module, 0)
+    per_device = spmd.split_inputs(exe.module, inputs, DEVICES)
+    runner = Runner({"partitions": DEVICES, "replicas": 1, "report": lambda message: None})
+    verdict, run = judge_run(exe, per_device, {}, runner)
+    return exe, inputs, per_device, runner, verdict, run
+
+
+def test_every_element_of_every_participant_has_a_bound(judged):
+    """Collectives are no longer unbounded: each output element has a finite bound (0 where nothing rounds: an f16 square that fits), and hloexec's own
+    run is within it."""
+    *_, verdict, run = judged
+    [bounds] = run.bounds.values()
+    assert bounds.unbounded == {}
+    for out, exact, bound in zip(run.outputs, run.shadow, bounds.bounds):
+        assert bound.shape == exact.shape and np.all(np.isfinite(bound)) and np.all(bound >= 0) and np.any(bound > 0)
+        assert np.all(np.abs(out.astype(np.float64) - exact) <= RULE.bound_factor * bound)
+    assert verdict.consistent() and all(c.bound_violations == 0 for o in verdict.outputs for c in o.candidates)
+
+
+def _f16_partials(x, w):
+    """Each device's partial product as the program makes it: f16 operands, f32 accumulation, rounded to f16."""
+    k = x.shape[1] // DEVICES
+    return [
+        (x[:, i * k : (i + 1) * k].astype(np.float32) @ w[i * k : (i + 1) * k].astype(np.float32)).astype(np.float16)
+        for i in range(DEVICES)
+    ]
+
+
+def test_the_all_reduce_bound_holds_the_orders_a_device_may_sum_in(judged):
+    """An independent emulation: the f16 sum of the 4 partial products in every rotation of the group (a ring
+    starts each element's sum at another participant) and as a tree, every step rounding to f16. Each order's
+    error against the exact product stays within the all-reduce's bound (x the verdict's factor); the bound is not
+    vacuous either: the largest error of those orders is a sizeable part of it somewhere."""
+    _, (x, w), *_, run = judged
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    [bounds] = run.bounds.values()
+    bound = bounds.bounds[0]
+    partials = _f16_partials(x, w)
+    orders = [partials[i:] + partials[:i] for i in range(DEVICES)]
+    sums = []
+    for order in orders:
+        acc = order[0]
+        for p in order[1:]:
+            acc = (acc + p).astype(np.float16)
+        sums.append(acc)
+    sums.append(((partials[0] + partials[1]).astype(np.float16) + (partials[2] + partials[3]).astype(np.float16)))
+    worst = np.max([np.abs(s.astype(np.float64) - exact) / bound for s in sums], axis=0)
+    assert worst.max() <= RULE.bound_factor
+    assert worst.max() > 0.2
+
+
+@pytest.mark.parametrize("output, rows", [(1, slice(32, 48)), (0, slice(None))])
+def test_a_planted_change_in_one_participant_is_caught_and_named_with_its_device(judged, output, rows):
+    """1% of the largest element of device 2's rows of the reduce-scatter's result (rows 32..47), or of the
+    replicated all-reduce's: not consistent, the worst element is the planted one, named with the devices that
+    hold it; the unchanged outputs pass."""
+    exe, _, per_device, runner, _, run = judged
+    planted = [o.copy() for o in run.outputs]
+    start = rows.start or 0
+    row, col = np.unravel_index(np.argmax(np.abs(planted[output][rows])), planted[output][rows].shape)
+    index = (int(row) + start, int(col))
+    planted[output][index] = np.float16(planted[output][index] * 1.01)
+    verdict, _ = judge_run(exe, per_device, {"unchanged": list(run.outputs), "planted": planted}, runner)
+    assert verdict.consistent("unchanged") and not verdict.consistent("planted")
+    [candidate] = [c for c in verdict.outputs[output].candidates if c.name == "planted"]
+    assert candidate.bound_violations == 1
+    worst = candidate.worst[0]
+    assert worst.index == index and worst.ratio > RULE.bound_factor
+    assert worst.devices == ([2] if output == 1 else list(range(DEVICES)))
+
+
+def test_compare_spmd_against_the_shadow_names_the_device(tmp_path, capsys, judged):
+    """From the command line: global inputs split by sharding, global outputs as --actual; the JSON's worst
+    element has its devices, the text names it."""
+    _, inputs, _, _, _, run = judged
+    path, given, actual = tmp_path / "sharded.hlo", tmp_path / "in.npz", tmp_path / "planted.npz"
+    path.write_text(SHARDED)
+    save_arrays(str(given), {f"arg{i}": v for i, v in enumerate(inputs)})
+    planted = [o.copy() for o in run.outputs]
+    row, col = np.unravel_index(np.argmax(np.abs(planted[1][16:32])), (16, 48))  # device 1's rows
+    index = [int(row) + 16, int(col)]
+    planted[1][tuple(index)] = np.float16(planted[1][tuple(index)] * 1.01)
+    save_arrays(str(actual), {f"out{i}": v for i, v in enumerate(planted)})
+    argv = ["compare", str(path), "--spmd", "--inputs", str(given), "--reference", "shadow", "--actual", str(actual)]
+    assert main([*argv, "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    [candidate] = [c for c in document["outputs"][1]["candidates"] if c["name"] == "planted.npz"]
+    assert candidate["worst"][0]["index"] == index and candidate["worst"][0]["devices"] == [1]
+    assert document["outputs"][1]["worst"]["index"] == index
+    assert main(argv) == 1
+    text = capsys.readouterr().out
+    assert f"[{index[0]},{index[1]}]" in text and "device 1" in text and "NOT CONSISTENT" in text
+
+
+def test_bounds_of_a_one_participant_run_are_unchanged_by_the_spmd_path():
+    """The single-participant path still gives bounds (device 0's observers), same as before for a plain module."""
+    exe = hloexec.load("HloModule m\nENTRY e {\n  a = f16[8] parameter(0)\n  ROOT t = f16[8] tanh(a)\n}\n")
+    [a] = exe.random_inputs(1)
+    run = shadow_run(exe, [a], devices=[Options.make("reference").device])
+    [bounds] = run.bounds.values()
+    assert np.all(np.abs(run.outputs[0].astype(np.float64) - run.shadow[0]) <= bounds.bounds[0])
