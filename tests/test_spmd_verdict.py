@@ -12,7 +12,9 @@ import hloexec
 import hloexec.spmd as spmd
 from hloexec.tools.xla_cpu import save_arrays
 from hloexec.tools.cli import main
+from hloexec.exec.shadow import shadow_module
 from hloexec.tools.numerics import Runner, judge_run, shadow_run
+from hloexec.tools.shadow_runs import executable_like, fitting_shadow, run_memory
 from hloexec.tools.verdict import RULE
 from hloexec.options import Options
 
@@ -147,3 +149,38 @@ def test_bounds_of_a_one_participant_run_are_unchanged_by_the_spmd_path():
     run = shadow_run(exe, [a], devices=[Options.make("reference").device])
     [bounds] = run.bounds.values()
     assert np.all(np.abs(run.outputs[0].astype(np.float64) - run.shadow[0]) <= bounds.bounds[0])
+
+
+def test_a_shadow_with_16_bit_floats_in_f32_judges_as_the_f64_one(judged):
+    """half_in_f32: the f16 values are f32 in the shadow (13 more bits): the exact answers agree with the f64
+    shadow's to a hundredth of an f16 ulp at the output's scale, the bounds to 10% but near powers of 2."""
+    exe, _, per_device, runner, _, run = judged
+    half = shadow_module(exe.module, half_in_f32=True)
+    assert {p.shape.element_type.name for p in half.module.entry.parameters} == {"f32"}
+    narrow = shadow_run(exe, per_device, runner, shadow=half, devices=[Options.make("reference").device])
+    [bounds] = narrow.bounds.values()
+    [wide] = run.bounds.values()
+    for out, exact, exact64, bound, bound64 in zip(run.outputs, narrow.shadow, run.shadow, bounds.bounds, wide.bounds):
+        assert exact.dtype == np.float32
+        ulp = float(np.spacing(np.float16(np.max(np.abs(exact64)))))  # an f16 ulp at the output's scale
+        assert np.max(np.abs(exact - exact64)) <= ulp / 100  # (f32 sums and its tanh: a few f32 ulps)
+        close = np.isclose(bound, bound64, rtol=0.1, atol=float(np.max(bound64)) * 1e-3)
+        # (a value within an f32 rounding of a power of 2 may count the f16 ulp above it: 2x at most)
+        assert np.mean(close) > 0.7 and np.all((bound <= 2.01 * bound64) & (bound64 <= 2.01 * bound))
+
+
+def test_a_shadow_that_does_not_fit_in_f64_takes_16_bit_floats_in_f32(judged, capsys):
+    """With max_memory between the f32-for-16-bit shadow's estimate and the f64 one's, the run says so and the
+    shadow it makes is the narrower one; the verdict is still made (and consistent)."""
+    exe, _, per_device, runner, _, _ = judged
+    needs = {}
+    for half in (False, True):
+        shadow = shadow_module(exe.module, half_in_f32=half)
+        needs[half] = run_memory(executable_like(exe, shadow.module, use_numba=False), per_device, runner, shadow)
+    assert needs[True] < needs[False]
+    said = []
+    limited = hloexec.load(SHARDED, max_memory=(needs[True] + needs[False]) // 2)
+    spoken = Runner({"partitions": DEVICES, "replicas": 1, "report": said.append, "check_memory": False})
+    assert fitting_shadow(limited, per_device, spoken).half_in_f32
+    assert any("16-bit floats in f32" in s for s in said)
+    assert not fitting_shadow(exe, per_device, runner).half_in_f32

@@ -11,6 +11,7 @@ plans hold them (Executable.run's `observe`), never kept beyond what the report 
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -21,7 +22,8 @@ from .. import spmd
 from ..errors import ElidedConstantWarning
 from ..exec.executor import Executable
 from ..exec.shadow import Shadow, has_discrete, shadow_module
-from ..options import Options, device_profile
+from ..options import Options, available_memory, device_profile
+from ..spmd.memory import gb
 from .arrays import array_summary, flatten
 from .bounds import ErrorBounds
 from .compare import dtype_name
@@ -72,6 +74,17 @@ class Runner:
         if self.spmd is None:
             return [0]
         return spmd.holders(exe.module, self.spmd["partitions"] * self.spmd["replicas"], output, index)
+
+    def say(self, message: str) -> None:
+        """What the run says before it starts (SPMD: the report of run_spmd's keyword arguments; else stderr)."""
+        (self.spmd or {}).get("report", lambda m: print(m, file=sys.stderr, flush=True))(message)
+
+    def labelled(self, label: str) -> Runner:
+        """This runner, its SPMD run's messages (the memory estimate) starting with `label`."""
+        if self.spmd is None:
+            return self
+        say = self.say
+        return Runner({**self.spmd, "report": lambda message: say(f"{label}: {message}")})
 
     def shadow_inputs(self, shadow: Shadow, inputs) -> list:
         if self.spmd is None:
@@ -230,8 +243,12 @@ def shadow_run(
     each (tools/bounds.py), in `ShadowRun.bounds`; SPMD: each participant's by its own observers (their collectives
     exchange the bounds), assembled as the outputs are."""
     runner = runner or Runner()
-    shadow = shadow or shadow_module(exe.module)
+    shadow = shadow or fitting_shadow(exe, inputs, runner)
     shadow_inputs = runner.shadow_inputs(shadow, inputs)
+    program_runner = runner.labelled("the program")
+    runner = runner.labelled(
+        "its shadow (16-bit floats in f32, the rest in f64)" if shadow.half_in_f32 else "its shadow (f64)"
+    )
     observers: dict[int, list[ErrorBounds]] = {}  # device id -> one per profile
     if devices:
         shadow_exe = executable_like(exe, shadow.module, use_numba=False)
@@ -240,14 +257,14 @@ def shadow_run(
     else:
         shadow_exe = None
     if not shadow.discrete and not observers:
-        outputs = runner.run(exe, inputs)
+        outputs = program_runner.run(exe, inputs)
         return ShadowRun(outputs, runner.run(executable_like(exe, shadow.module), shadow_inputs), shadow)
     watch = _Discrete(shadow.discrete)
     if shadow.discrete:
-        outputs = runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
+        outputs = program_runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
         watch.counts.clear()  # the shadow's k-th run of an instruction meets the program's k-th
     else:
-        outputs = runner.run(exe, inputs)
+        outputs = program_runner.run(exe, inputs)
 
     def observe(device, inst, value, operands=None):
         if shadow.discrete:
@@ -284,6 +301,45 @@ def _per_leaf(value, of):
     if isinstance(value, (tuple, list)):
         return tuple(_per_leaf(v, of) for v in value)
     return of(value) if _is_float(value) else value
+
+
+def run_memory(exe: Executable, inputs, runner: Runner, shadow: Shadow | None = None) -> int:
+    """Bytes a run needs at its peak (SPMD: all participants, the distinct inputs once); `shadow`: `exe` is that
+    shadow's, which will take `inputs` widened (counted as such, not made)."""
+    if runner.spmd is None:
+        return exe.peak_bytes()
+    estimate = spmd.memory_estimate(exe, inputs)
+    if shadow is None:
+        return estimate["total"]
+    distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
+    return estimate["work"] + sum(
+        a.size * (16 if a.dtype.kind == "c" else 4 if shadow.half_in_f32 and a.dtype.itemsize <= 2 else 8)
+        if a.dtype.kind in "fc" or "float" in a.dtype.name
+        else a.nbytes
+        for a in distinct.values()
+    )
+
+
+def fitting_shadow(exe: Executable, inputs, runner: Runner) -> Shadow:
+    """`exe`'s shadow in f64, or with its 16-bit float types in f32 (exec/shadow.py HALF_BITS: 13 more bits than
+    f16, 16 more than bf16) when the f64 one does not fit in the memory available (the options' max_memory, else
+    MemAvailable) and the narrower one needs less: said (SPMD: through the runner's report, else on stderr)."""
+    shadow = shadow_module(exe.module)
+    limit = exe.max_memory if exe.max_memory is not None else available_memory()
+    if limit is None:
+        return shadow
+    needed = run_memory(executable_like(exe, shadow.module, use_numba=False), inputs, runner, shadow)
+    if needed <= limit:
+        return shadow
+    half = shadow_module(exe.module, half_in_f32=True)
+    half_needed = run_memory(executable_like(exe, half.module, use_numba=False), inputs, runner, half)
+    if half_needed >= needed:  # no 16-bit floats
+        return shadow
+    runner.say(
+        f"the shadow in f64 needs {gb(needed)}, {gb(limit)} available: its 16-bit floats in f32 "
+        f"({gb(half_needed)}; an f32 rounding is 2^-13 of an f16 one)"
+    )
+    return half
 
 
 def baseline_executable(exe: Executable) -> Executable:
@@ -335,7 +391,7 @@ def judge_run(
     wanted = profiles + ([reference] if devices and all(p.name != reference.name for p in profiles) else [])
     wanted += [d for d in {d.name: d for d in known.values()}.values() if d.name not in {p.name for p in wanted}]
     run = shadow_run(exe, inputs, runner, devices=wanted)
-    baseline = runner.run(baseline_executable(exe), inputs)
+    baseline = runner.labelled("the baseline").run(baseline_executable(exe), inputs)
     everyone = {"hloexec": run.outputs, **(candidates or {})}
     own = {n: run.bounds.get(d.name) for n, d in known.items()}
     verdicts = {
