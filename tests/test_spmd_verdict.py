@@ -16,6 +16,7 @@ from hloexec.exec.shadow import shadow_module
 from hloexec.tools.numerics import Runner, judge_run, shadow_run
 from hloexec.tools.shadow_runs import executable_like, fitting_shadow, run_memory
 from hloexec.tools.verdict import RULE
+from hloexec.errors import MemoryLimitError
 from hloexec.options import Options
 
 # 4 partitions: a dot whose contraction is split (each device's f16 partial product, accumulated in f32 and rounded
@@ -184,3 +185,15 @@ def test_a_shadow_that_does_not_fit_in_f64_takes_16_bit_floats_in_f32(judged, ca
     assert fitting_shadow(limited, per_device, spoken).half_in_f32
     assert any("16-bit floats in f32" in s for s in said)
     assert not fitting_shadow(exe, per_device, runner).half_in_f32
+
+
+def test_a_shadow_that_fits_in_neither_width_is_refused_before_anything_runs(judged):
+    """Below both estimates: a MemoryLimitError naming the narrower shadow, before the program's run (the GPT
+    seed's report used to run all 16 participants first, then find its shadow refused)."""
+    exe, _, per_device, _, _, _ = judged
+    ran = []
+    limited = hloexec.load(SHARDED, max_memory=4096)
+    runner = Runner({"partitions": DEVICES, "replicas": 1, "report": ran.append})
+    with pytest.raises(MemoryLimitError, match="16-bit floats in f32"):
+        shadow_run(limited, per_device, runner)
+    assert not any(message.startswith("the program:") for message in ran)

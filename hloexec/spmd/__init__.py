@@ -21,7 +21,7 @@ from ..exec.executor import use_spmd_layer
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout
 from .devices import device_counts, device_ranges
 from .manual import PRE_PARTITION_HINT, run_with_manual_regions
-from .memory import memory_estimate, sharded_input_bytes
+from .memory import check_fits, memory_estimate, sharded_input_bytes
 from .run import run_spmd
 from .shardings import (
     GlobalInputs,
@@ -52,6 +52,7 @@ __all__ = [
     "PRE_PARTITION_HINT",
     "device_counts",
     "device_ranges",
+    "check_fits",
     "memory_estimate",
     "sharded_input_bytes",
     "GlobalInputs",

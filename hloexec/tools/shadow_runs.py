@@ -323,7 +323,9 @@ def run_memory(exe: Executable, inputs, runner: Runner, shadow: Shadow | None = 
 def fitting_shadow(exe: Executable, inputs, runner: Runner) -> Shadow:
     """`exe`'s shadow in f64, or with its 16-bit float types in f32 (exec/shadow.py HALF_BITS: 13 more bits than
     f16, 16 more than bf16) when the f64 one does not fit in the memory available (the options' max_memory, else
-    MemAvailable) and the narrower one needs less: said (SPMD: through the runner's report, else on stderr)."""
+    MemAvailable) and the narrower one needs less: said (SPMD: through the runner's report, else on stderr).
+    SPMD: a MemoryLimitError, before anything runs, when neither fits (as run_spmd's check would refuse it after
+    the program's run)."""
     shadow = shadow_module(exe.module)
     limit = exe.max_memory if exe.max_memory is not None else available_memory()
     if limit is None:
@@ -332,13 +334,17 @@ def fitting_shadow(exe: Executable, inputs, runner: Runner) -> Shadow:
     if needed <= limit:
         return shadow
     half = shadow_module(exe.module, half_in_f32=True)
-    half_needed = run_memory(executable_like(exe, half.module, use_numba=False), inputs, runner, half)
+    half_exe = executable_like(exe, half.module, use_numba=False)
+    half_needed = run_memory(half_exe, inputs, runner, half)
     if half_needed >= needed:  # no 16-bit floats
         return shadow
     runner.say(
         f"the shadow in f64 needs {gb(needed)}, {gb(limit)} available: its 16-bit floats in f32 "
         f"({gb(half_needed)}; an f32 rounding is 2^-13 of an f16 one)"
     )
+    if runner.spmd is not None and runner.spmd.get("check_memory", True):
+        subject = f"the shadow of {exe.module.name} (16-bit floats in f32)"
+        spmd.check_fits(subject, spmd.memory_estimate(half_exe, inputs), exe.max_memory, available_memory())
     return half
 
 
