@@ -145,8 +145,11 @@ def test_report_names_a_failing_candidates_worst_element(small, tmp_path, capsys
 
 
 def test_report_without_room_for_the_shadow_still_has_the_rest(small, tmp_path, capsys):
-    """The run fits, its f64 shadow (4x the f16 bytes) does not: no verdict, local errors, the page still written."""
-    hlo, inputs, _ = small
+    """The run fits, its f64 shadow (2x the f32 bytes) does not: no verdict, local errors, the page still written.
+    (SMALL in f32: an f16 program's shadow would take its 16-bit floats in f32 instead, next test.)"""
+    hlo, inputs, (p0, p1) = small
+    hlo.write_text(SMALL.replace("f16", "f32"))
+    np.savez(inputs, arg0=p0.astype(np.float32), arg1=p1.astype(np.float32))
     peak = hloexec.load(str(hlo), compile_kernels=False).peak_bytes()
     out = tmp_path / "r.html"
     code, text, err = report(capsys, hlo, "--inputs", inputs, "--max-memory", int(peak * 1.1), "-o", out, "--json")
@@ -156,6 +159,18 @@ def test_report_without_room_for_the_shadow_still_has_the_rest(small, tmp_path, 
     assert data["numerics"]["mode"] == "local" and data["numerics"]["top"]
     page = out.read_text()
     assert "no verdict: small needs" in page and "id='memory'" in page
+
+
+def test_report_without_room_for_an_f64_shadow_takes_16_bit_floats_in_f32(small, tmp_path, capsys):
+    """The f16 run fits, its f64 shadow (4x the f16 bytes) does not, one with the f16 values in f32 does: the
+    verdict is made with that one, and the run says so."""
+    hlo, inputs, _ = small
+    peak = hloexec.load(str(hlo), compile_kernels=False).peak_bytes()
+    out = tmp_path / "r.html"
+    code, text, err = report(capsys, hlo, "--inputs", inputs, "--max-memory", int(peak * 1.1), "-o", out, "--json")
+    assert code == 0, err
+    data = json.loads(text)
+    assert data["verdict"]["consistent"] is True and "16-bit floats in f32" in err
 
 
 ALL_REDUCE = """HloModule ar, num_partitions=2

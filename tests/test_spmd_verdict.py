@@ -4,6 +4,7 @@ one participant's output is caught and named with its device."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -197,3 +198,21 @@ def test_a_shadow_that_fits_in_neither_width_is_refused_before_anything_runs(jud
     with pytest.raises(MemoryLimitError, match="16-bit floats in f32"):
         shadow_run(limited, per_device, runner)
     assert not any(message.startswith("the program:") for message in ran)
+
+
+def test_the_report_of_an_spmd_verdict_names_the_device(tmp_path, capsys, judged):
+    """`hloexec report --spmd --actual`: the page's worst element is the planted one, with its device."""
+    _, inputs, _, _, _, run = judged
+    path, given, actual = tmp_path / "sharded.hlo", tmp_path / "in.npz", tmp_path / "planted.npz"
+    path.write_text(SHARDED)
+    save_arrays(str(given), {f"arg{i}": v for i, v in enumerate(inputs)})
+    planted = [o.copy() for o in run.outputs]
+    row, col = np.unravel_index(np.argmax(np.abs(planted[1][48:])), (16, 48))  # device 3's rows
+    planted[1][48 + row, col] = np.float16(planted[1][48 + row, col] * 1.01)
+    save_arrays(str(actual), {f"out{i}": v for i, v in enumerate(planted)})
+    page = tmp_path / "r.html"
+    argv = ["report", str(path), "--spmd", "--inputs", str(given), "--actual", str(actual), "-o", str(page)]
+    assert main(argv) == 1
+    capsys.readouterr()
+    [worst] = re.findall(r"<p class='worst' id='worst-element'>(.*?)</p>", page.read_text())
+    assert f"output 1 [{48 + row}, {col}]" in worst and worst.endswith("devices 3")
