@@ -328,7 +328,8 @@ def fitting_shadow(exe: Executable, inputs, runner: Runner) -> Shadow:
     the program's run)."""
     shadow = shadow_module(exe.module)
     limit = exe.max_memory if exe.max_memory is not None else available_memory()
-    if limit is None:
+    # (no shadow needs more than 8x its program, an 8-bit float in f64: small modules skip the estimate)
+    if limit is None or 8 * run_memory(exe, inputs, runner) <= limit:
         return shadow
     needed = run_memory(executable_like(exe, shadow.module, use_numba=False), inputs, runner, shadow)
     if needed <= limit:
