@@ -25,7 +25,7 @@ from ..exec.shadow import Shadow, has_discrete, shadow_module
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
-from .bounds import ErrorBounds
+from .bounds import ErrorBounds, _float
 from .compare import dtype_name
 from .verdict import RULE, error_stats, judge
 
@@ -280,7 +280,7 @@ def shadow_run(
 
         def assembled(of):  # per global output: `of` each participant's float output, assembled (None: not float)
             leaves = runner.assemble(shadow_exe, [_per_leaf(out, of(o)) for out, o in zip(per_device, mine)])
-            return [b if _is_float(s) else None for s, b in zip(run.shadow, leaves)]
+            return [b if _float(s) else None for s, b in zip(run.shadow, leaves)]
 
         run.bounds[profile.name] = OutputBounds(
             profile.name,
@@ -292,15 +292,11 @@ def shadow_run(
     return run
 
 
-def _is_float(value) -> bool:
-    return isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "fc"
-
-
 def _per_leaf(value, of):
     """`value` (an output: arrays, tuples of them) with each float array replaced by `of(array)` (its bound)."""
     if isinstance(value, (tuple, list)):
         return tuple(_per_leaf(v, of) for v in value)
-    return of(value) if _is_float(value) else value
+    return of(value) if _float(value) else value
 
 
 def run_memory(exe: Executable, inputs, runner: Runner, shadow: Shadow | None = None) -> int:
