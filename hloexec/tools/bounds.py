@@ -330,6 +330,8 @@ class ErrorBounds:
                 local = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 local = self._dot(inst, orig, value, operands)
+            elif opcode == "convolution" and len(operands) == 2:
+                local = self._convolution(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
@@ -605,6 +607,26 @@ class ErrorBounds:
         own = self._rounding(orig, x, bound, "reduce")
         self._put(x, _rounded(bound, own))
         return np.sqrt(accumulation + np.square(own))
+
+    def _convolution(self, inst, orig, x, operands) -> np.ndarray:
+        """A convolution as a dot whose terms the convolution itself counts: its kernel on the operands' squared
+        values and bounds (errors independent across the terms), plus a part every term may share (at most the
+        smallest bound of each operand), plus the accumulation (the wider of the result type and f32, as a dot
+        without an algorithm) over the terms each output element sums (the kernel on ones), the final rounding."""
+        a, b = operands
+        kernel = self._kernel(inst)
+        ea, eb = self.of(a), self.of(b)
+        variance = kernel(a * a, np.square(eb)) + kernel(np.square(ea), b * b)
+        shared = np.abs(kernel(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
+            kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
+        )
+        count = kernel(np.ones(a.shape), np.ones(b.shape))
+        u_acc = 2.0 ** -SIGNIFICAND.get(_widest(orig.shape.element_type.name, "f32"), 53)
+        arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
+        bound = np.sqrt(np.square(np.sqrt(variance) + shared) + arithmetic)
+        own = self._rounding(orig, x, bound, "dot")
+        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        return np.sqrt(arithmetic + np.square(own))
 
     def _accumulation(self, etype, count, squares, x, per_step: bool = False) -> np.ndarray:
         """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
