@@ -5,7 +5,8 @@ hloexec's numerical validation measures every result against (tools/verdict.py, 
 It is an IR-to-IR transform, so it runs in every tier a module runs in (compiled fusions and loops, SPMD,
 the cuBLAS custom-calls) without any op knowing about it:
 
-- every f16/bf16/f32/fp8 element type becomes f64, c64 becomes c128; integer and pred types stay;
+- every f16/bf16/f32/fp8 element type becomes f64, c64 becomes c128; integer and pred types stay (with
+  `half_in_f32`, for a shadow that does not fit in f64: types of at most 16 bits become f32, HALF_BITS);
 - a float->float `convert` becomes the identity (f64 -> f64): the program's storage roundings are what the
   shadow removes. Except converts to 8-bit-or-narrower floats (fp8, fp6, fp4): those quantize on purpose
   (fp8 scaling recipes), so the shadow keeps them (`reduce-precision` is kept too: it is an f64 op, as long
@@ -39,7 +40,11 @@ from ..ir.dtypes import ELEMENT_TYPES, ElementType
 from ..ir.module import Computation, Instruction, Module
 from ..ir.shape import Shape
 
-F64, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["c128"]
+F64, F32, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["f32"], ELEMENT_TYPES["c128"]
+# `half_in_f32`: float types of at most this many bits are f32 in the shadow (f32 and f64 stay f64). f32 has 13
+# more significand bits than f16 (16 more than bf16): its roundings are 2^-13 of an f16 rounding, beyond what any
+# verdict on f16 values can see, and the shadow's 16-bit values take half the memory of f64 ones.
+HALF_BITS = 16
 
 # Custom-call targets whose kernels compute in their output type (f64 in the shadow); markers that move values
 # only (identity markers, --custom-call-identity ones, SliceToDynamic, manual-region edges) are found by their
@@ -56,22 +61,24 @@ _PINNED_OPCODES = {
 QUANTIZING_BITS = 8
 
 
-def shadow_type(etype: ElementType) -> ElementType:
-    """f64 for every float type, c128 for complex ones, the type itself otherwise."""
+def shadow_type(etype: ElementType, half_in_f32: bool = False) -> ElementType:
+    """f64 for every float type (`half_in_f32`: f32 for those of at most HALF_BITS bits), c128 for complex ones,
+    the type itself otherwise."""
     if etype.kind == "float":
-        return F64
+        return F32 if half_in_f32 and etype.bits <= HALF_BITS else F64
     if etype.kind == "complex":
         return C128
     return etype
 
 
-def shadow_shape(shape: Shape) -> Shape:
+def shadow_shape(shape: Shape, half_in_f32: bool = False) -> Shape:
     """`shape` with its float element types widened (tuples leaf by leaf; dims and layouts kept)."""
     if shape.is_tuple:
-        return replace(shape, tuple_shapes=tuple(map(shadow_shape, shape.tuple_shapes)))
-    if shadow_type(shape.element_type) is shape.element_type:
+        return replace(shape, tuple_shapes=tuple(shadow_shape(s, half_in_f32) for s in shape.tuple_shapes))
+    wide = shadow_type(shape.element_type, half_in_f32)
+    if wide is shape.element_type:
         return shape
-    return replace(shape, element_type=shadow_type(shape.element_type))
+    return replace(shape, element_type=wide)
 
 
 def has_float(shape: Shape) -> bool:
@@ -87,11 +94,11 @@ def has_discrete(shape: Shape) -> bool:
     return shape.element_type.kind in ("pred", "sint", "uint")
 
 
-def widen(value, shape: Shape):
+def widen(value, shape: Shape, half_in_f32: bool = False):
     """A value of `shape` (arrays, tuples of them) as the shadow holds it: floats in f64 / c128."""
     if shape.is_tuple:
-        return tuple(widen(v, s) for v, s in zip(value, shape.tuple_shapes))
-    wide = shadow_shape(shape)
+        return tuple(widen(v, s, half_in_f32) for v, s in zip(value, shape.tuple_shapes))
+    wide = shadow_shape(shape, half_in_f32)
     if wide is shape:
         return value
     return np.asarray(value).astype(wide.dtype)
@@ -107,6 +114,7 @@ class Shadow:
     module: Module
     pinned: dict[str, str] = field(default_factory=dict)
     discrete: list[str] = field(default_factory=list)
+    half_in_f32: bool = False  # 16-bit float types are f32 in the shadow (HALF_BITS)
 
     def inputs(self, inputs, widened: dict | None = None) -> list:
         """The program's entry arguments as the shadow takes them (floats widened exactly). `widened`, a dict
@@ -117,15 +125,16 @@ class Shadow:
             if shape.is_tuple:
                 return tuple(one(x, s) for x, s in zip(v, shape.tuple_shapes))
             if id(v) not in widened:
-                widened[id(v)] = (v, widen(v, shape))  # v kept: its id stays its own
+                widened[id(v)] = (v, widen(v, shape, self.half_in_f32))  # v kept: its id stays its own
             return widened[id(v)][1]
 
         return [one(v, p.shape) for v, p in zip(inputs, self.original.entry.parameters)]
 
 
-def shadow_module(module: Module) -> Shadow:
-    """The shadow of `module` (see the module docstring). The module itself is not touched."""
-    return _Transform(module).run()
+def shadow_module(module: Module, half_in_f32: bool = False) -> Shadow:
+    """The shadow of `module` (see the module docstring; `half_in_f32`: its 16-bit float types in f32, see
+    HALF_BITS). The module itself is not touched."""
+    return _Transform(module, half_in_f32).run()
 
 
 def pin_reason(inst: Instruction) -> str | None:
@@ -204,10 +213,11 @@ def _float_to_discrete(inst: Instruction) -> bool:
 
 
 class _Transform:
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, half_in_f32: bool = False):
         self.module = module
         self.done: dict[int, Computation] = {}
-        self.shadow = Shadow(module, module)
+        self.shadow = Shadow(module, module, half_in_f32=half_in_f32)
+        self.wide = lambda shape: shadow_shape(shape, half_in_f32)
 
     def run(self) -> Shadow:
         entry = self.computation(self.module.entry)
@@ -262,13 +272,13 @@ class _Transform:
             reason = pin_reason(inst)
             if reason is not None:
                 self.shadow.pinned[inst.name] = reason
-                narrow = [_narrow(w, o.shape, add) for o, w in zip(inst.operands, operands)]
+                narrow = [_narrow(w, o.shape, add, self.wide) for o, w in zip(inst.operands, operands)]
                 own = add(f"{inst.name}.own", inst.opcode, inst.shape, narrow, like=inst)
-                value[id(inst)] = _widen(own, inst.shape, inst.name, add)
+                value[id(inst)] = _widen(own, inst.shape, inst.name, add, self.wide)
                 continue
-            copy = add(inst.name, inst.opcode, shadow_shape(inst.shape), operands, like=inst, exact_name=True)
+            copy = add(inst.name, inst.opcode, self.wide(inst.shape), operands, like=inst, exact_name=True)
             if inst.opcode == "constant" and has_float(inst.shape):
-                copy._decoded = {"__literal__": widen(inst.literal, inst.shape)}
+                copy._decoded = {"__literal__": widen(inst.literal, inst.shape, self.shadow.half_in_f32)}
             value[id(inst)] = copy
         for inst in made:
             for o in inst.operands:
@@ -288,14 +298,18 @@ class _Transform:
         }
 
 
-def _narrow(wide: Instruction, shape: Shape, add) -> Instruction:
-    """The shadow value `wide` rounded to the program's `shape` (converts leaf by leaf)."""
+def _narrow(wide: Instruction, shape: Shape, add, widened=shadow_shape) -> Instruction:
+    """The shadow value `wide` rounded to the program's `shape` (converts leaf by leaf; `widened(shape)`: the
+    shadow's shape of a program's)."""
     if wide.shape == shape:
         return wide
     if shape.is_tuple:
         leaves = [
             _narrow(
-                add(f"{wide.name}.{i}", "get-tuple-element", shadow_shape(s), [wide], attrs={"index": str(i)}), s, add
+                add(f"{wide.name}.{i}", "get-tuple-element", widened(s), [wide], attrs={"index": str(i)}),
+                s,
+                add,
+                widened,
             )
             for i, s in enumerate(shape.tuple_shapes)
         ]
@@ -303,7 +317,7 @@ def _narrow(wide: Instruction, shape: Shape, add) -> Instruction:
     return add(f"{wide.name}.narrow", "convert", shape, [wide])
 
 
-def _widen(own: Instruction, shape: Shape, name: str, add, exact: bool = True) -> Instruction:
+def _widen(own: Instruction, shape: Shape, name: str, add, widened=shadow_shape, exact: bool = True) -> Instruction:
     """`own`, a value of the program's `shape`, as the shadow holds it, named `name` (`exact`: that name, the
     original instruction's; else a fresh one)."""
     if not has_float(shape):
@@ -317,12 +331,13 @@ def _widen(own: Instruction, shape: Shape, name: str, add, exact: bool = True) -
                 s,
                 f"{name}.{i}.wide",
                 add,
+                widened,
                 exact=False,
             )
             for i, s in enumerate(shape.tuple_shapes)
         ]
-        return add(name, "tuple", shadow_shape(shape), leaves, exact_name=exact)
-    return add(name, "convert", shadow_shape(shape), [own], exact_name=exact)
+        return add(name, "tuple", widened(shape), leaves, exact_name=exact)
+    return add(name, "convert", widened(shape), [own], exact_name=exact)
 
 
 def _fresh(name: str, names: set) -> str:

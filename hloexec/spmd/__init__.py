@@ -21,13 +21,14 @@ from ..exec.executor import use_spmd_layer
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout
 from .devices import device_counts, device_ranges
 from .manual import PRE_PARTITION_HINT, run_with_manual_regions
-from .memory import memory_estimate, sharded_input_bytes
+from .memory import check_fits, memory_estimate, sharded_input_bytes
 from .run import run_spmd
 from .shardings import (
     GlobalInputs,
     agreeing_groups,
     assemble_outputs,
     check_replicated,
+    holders,
     output_shardings,
     parameter_shardings,
     random_global_inputs,
@@ -51,12 +52,14 @@ __all__ = [
     "PRE_PARTITION_HINT",
     "device_counts",
     "device_ranges",
+    "check_fits",
     "memory_estimate",
     "sharded_input_bytes",
     "GlobalInputs",
     "agreeing_groups",
     "assemble_outputs",
     "check_replicated",
+    "holders",
     "output_shardings",
     "parameter_shardings",
     "random_global_inputs",

@@ -18,7 +18,7 @@ from ..exec.domains import input_domains
 from ..exec.inputs import check_inputs_fit, from_npz_void, random_value
 from ..ir.attributes import Sharding
 from ..ir.module import Module
-from ..ir.shape import array_shape
+from ..ir.shape import Shape, array_shape
 from ..ir.shardy import sharding_of
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout
 
@@ -53,6 +53,26 @@ def output_shardings(module: Module, pre_partition: Module | None = None) -> lis
         before = _root_shardings(pre_partition, n)
         shardings = [s if s is not None else b for s, b in zip(shardings, before)]
     return shardings
+
+
+def holders(module: Module, num_devices: int, output: int, index) -> list[int]:
+    """The devices whose output `output` (of the flattened outputs, as assemble_outputs gives them) holds the
+    global element `index`: its tile's devices (a replicated subgroup: all of them), a maximal sharding's device,
+    every device for a replicated or unsharded one."""
+    root = module.entry.root.shape
+    outputs = list(root.tuple_shapes or ()) if root.is_tuple else [root]
+    pairs: list[tuple[Sharding | None, Shape]] = []  # (sharding, per-device shape) per flattened output
+    for s, shape in zip(output_shardings(module), outputs):
+        elements = s.elements if s is not None and s.kind == "tuple" else [s] * len(list(shape.leaves()))
+        pairs += zip(elements, [leaf for _, leaf in shape.leaves()])
+    sharding, shape = pairs[output]
+    if sharding is None or sharding.kind == "replicated":
+        return list(range(num_devices))
+    if sharding.kind == "maximal" and sharding.device is not None:
+        return [sharding.device]
+    _, devices = tile_layout(sharding, shape.rank)
+    tile = tuple(int(i) // b for i, b in zip(index, shape.dims))
+    return sorted(int(d) for d in np.ravel(devices[tile]))
 
 
 def split_inputs(module: Module, global_inputs, num_devices: int, devices=None) -> list[list]:

@@ -47,7 +47,16 @@ near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / lo
 that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is rounding's choice). Elementwise
 and moving ops carry the mark; reductions and dots do not (one decided term among thousands is averaged).
 
-What it cannot see: ops it has no rule for (custom-calls computing their own way, collectives, fft, variadic
+Collectives (SPMD runs, one ErrorBounds per participant, each called from its participant's thread): the
+collective's own kernel run on the operands' bounds (and on each sample's deviations) exchanges them with the
+group as the values were, so every participant makes the same extra exchanges in the same order. Moving ones
+(all-gather, all-to-all, collective-permute, -broadcast, a max/min all-reduce) move the bounds; an add
+all-reduce or reduce-scatter is a reduction of n terms, one per participant: their bounds added (the
+samples calibrate that down where they are independent) plus the accumulation's rounding as a reduce's, every
+step rounding to the collective's type whatever the device's reductions rule (the partial sums travel between
+participants in it: a ring's, a tree's, hloexec's fold in group order).
+
+What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, fft, variadic
 reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
 root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
@@ -67,6 +76,7 @@ import numpy as np
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
+from ..spmd.devices import GROUPED
 from .compare import ulp_at
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
@@ -139,6 +149,9 @@ MOVES = frozenset(
         "complex",
     }
 )
+# Collectives whose kernel (one exchange with the group) is linear in its operands: run on the bounds and the
+# samples' deviations, it exchanges them as it exchanged the values (send/recv, ragged-all-to-all: no rule).
+COLLECTIVES = frozenset(GROUPED) - {"send", "recv", "ragged-all-to-all"}
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
 # Elementwise ops with no rounding of their own (1-Lipschitz or exact)
 EXACT_ELEMENTWISE = frozenset(
@@ -293,7 +306,7 @@ class ErrorBounds:
     a value (an output), `decided_of(value)` its rounding-decided elements. Values are known by identity while
     they live: bounds go when their values go (the run's memory, doubled at most)."""
 
-    def __init__(self, shadow, context, device: DeviceProfile):
+    def __init__(self, shadow, context, device: DeviceProfile, seed: int = 0):
         self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.context = context
         self.device = device
@@ -302,7 +315,7 @@ class ErrorBounds:
         self.unbounded: dict[str, str] = {}  # instruction -> why it has no bound
         self.algorithms: set[str] = set()  # dot algorithms the device's rules chose (not the types' own)
         self.lock = threading.Lock()
-        self.rng = np.random.default_rng(0)
+        self.rng = np.random.default_rng(seed)  # (SPMD: one per participant, each its own draws)
         self.pool: np.ndarray | None = None  # standard normal draws (_noise)
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
 
@@ -370,6 +383,10 @@ class ErrorBounds:
             return
         if not floats or opcode in EXACT:
             return
+        if opcode in COLLECTIVES:  # never skipped: every participant exchanges the bounds the same way
+            with np.errstate(all="ignore"):
+                self._sample(inst, value, operands, self._collective(inst, value, operands))
+            return
         if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
             return  # tuples, get-tuple-element, fusion and loop results: their leaves are known
         comp = inst.computation.name if inst.computation is not None else ""
@@ -390,6 +407,8 @@ class ErrorBounds:
                 local = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 local = self._dot(inst, orig, value, operands)
+            elif opcode == "convolution" and len(operands) == 2:
+                local = self._convolution(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
@@ -412,7 +431,8 @@ class ErrorBounds:
         one element, but over a block of elements they show how loose its bounds are: where all the block's
         bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, they are divided by it
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
-        whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated."""
+        whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
+        one array for every leaf, or a list of them (one per leaf of the value)."""
         perturbed = [self._samples_or_none(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
         if local is None and all(p is None for p in perturbed):
@@ -433,7 +453,7 @@ class ErrorBounds:
             # linear and elementwise: the op on the operands' deviations, every sample at once
             zero = np.zeros((), np.float32)
             made[0][...] = LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed))
-        elif inst.opcode in MOVES:
+        elif inst.opcode in MOVES or inst.opcode in COLLECTIVES:
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
                 args = [
@@ -453,15 +473,16 @@ class ErrorBounds:
                         np.subtract(moved, leaf, out=out[k : k + 1], casting="unsafe")
                     else:
                         out[k] = moved
-        for leaf, out in zip(leaves, made):
+        for k, (leaf, out) in enumerate(zip(leaves, made)):
             if out is None:
                 continue
             if not _float(leaf):
                 _, bound, decided = self._entry(leaf)[:3]
                 self._put(leaf, bound, decided, out)
                 continue
-            if local is not None:
-                out += self._noise(out.shape) * (local / SIGMAS).astype(np.float32)
+            own = local[k] if isinstance(local, list) else local
+            if own is not None and np.any(own):
+                out += self._noise(out.shape) * (own / SIGMAS).astype(np.float32)
             self._put(leaf, self._calibrate(self._entry(leaf)[1], out), self._decided_or_none(leaf), out)
 
     def _noise(self, shape) -> np.ndarray:
@@ -625,11 +646,11 @@ class ErrorBounds:
         excess = worst - da - db
         return np.where(np.isnan(excess), np.inf, np.maximum(excess, 0.0))
 
-    def _rounding(self, orig, x, bound, opcode) -> np.ndarray:
-        """The instruction's own rounding as a bound of SIGMAS standard deviations: half an ulp of its type at
-        the value (+ the transcendental's error), uniform, so sigma = that / sqrt(3) (SIGMAS > sqrt(3): never
-        below the rounding's largest error)."""
-        etype = orig.shape.element_type
+    def _rounding(self, orig, x, bound, opcode, etype=None) -> np.ndarray:
+        """The instruction's own rounding as a bound of SIGMAS standard deviations: half an ulp of its type (`etype`:
+        a tuple's leaf's; default the instruction's) at the value (+ the transcendental's error), uniform, so
+        sigma = that / sqrt(3) (SIGMAS > sqrt(3): never below the rounding's largest error)."""
+        etype = etype or orig.shape.element_type
         if etype is None or etype.kind != "float":
             return np.zeros(x.shape)
         magnitude = np.abs(x) + bound  # (ulp_at takes a non-finite magnitude's as 1's)
@@ -672,26 +693,80 @@ class ErrorBounds:
             variance = np.square(np.asarray(kernel(terms, self.of(init)), np.float64))
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
-        # the device's reductions rule: "accumulate" sums 16-bit types in f32; the others ("per-step", "xla-cpu")
-        # round every step to the type
+        # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
+        # of that order
         etype = orig.shape.element_type
-        u = (
-            2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")]
-            if accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
-            else unit_roundoff(etype)
-        )
-        # sum_k s_k^2 over the partial sums s_k, estimated whatever the order as n (sum x^2 + S^2); where the device
-        # says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums of that order
-        steps = count * (squares + x * x)
+        steps = None
         window = self.device.tree_reduction_window
         if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
-            tree = _tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
-            steps = steps if tree is None else tree
-        accumulation = np.square(SIGMAS * u / np.sqrt(3)) * steps
+            steps = _tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
+        accumulation = self._accumulation(etype, count, squares, x, steps=steps)
         bound = np.sqrt(variance + accumulation)
         own = self._rounding(orig, x, bound, "reduce")
         self._put(x, _rounded(bound, own))
         return np.sqrt(accumulation + np.square(own))
+
+    def _convolution(self, inst, orig, x, operands) -> np.ndarray:
+        """A convolution as a dot whose terms the convolution itself counts: its kernel on the operands' squared
+        values and bounds (errors independent across the terms), plus a part every term may share (at most the
+        smallest bound of each operand), plus the accumulation (the wider of the result type and f32, as a dot
+        without an algorithm) over the terms each output element sums (the kernel on ones), the final rounding."""
+        a, b = operands
+        kernel = self._kernel(inst)
+        ea, eb = self.of(a), self.of(b)
+        variance = kernel(a * a, np.square(eb)) + kernel(np.square(ea), b * b)
+        shared = np.abs(kernel(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
+            kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
+        )
+        count = kernel(np.ones(a.shape), np.ones(b.shape))
+        u_acc = 2.0 ** -SIGNIFICAND.get(_widest(orig.shape.element_type.name, "f32"), 53)
+        arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
+        bound = np.sqrt(np.square(np.sqrt(variance) + shared) + arithmetic)
+        own = self._rounding(orig, x, bound, "dot")
+        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        return np.sqrt(arithmetic + np.square(own))
+
+    def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
+        """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
+        summing to `x`, accumulated as the device's reductions rule says ("accumulate": 16-bit types in f32; the
+        others, "per-step" and "xla-cpu", round every step to the type), or rounding every step (`per_step`).
+        `steps`: sum_k s_k^2 over the partial sums s_k where the order is known; else estimated whatever the order
+        as count (squares + x^2)."""
+        u = (
+            2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")]
+            if not per_step and accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
+            else unit_roundoff(etype)
+        )
+        return np.square(SIGMAS * u / np.sqrt(3)) * (count * (squares + x * x) if steps is None else steps)
+
+    def _collective(self, inst, value, operands) -> list:
+        """A collective's bounds: its kernel on its operands' bounds (see the module docstring); an add all-reduce or
+        reduce-scatter also rounds as it accumulates, its kernel run on the operands' squares and on ones giving
+        the sums' terms. Returns the instruction's own error per leaf of its value (SIGMAS sigmas), for _sample."""
+        bounds = _leaves(self._substituted(inst, operands, self.of))
+        leaves = _leaves(value)
+        own_errors: list = [np.zeros(())] * len(leaves)
+        results = [(k, v) for k, v in enumerate(leaves) if _float(v) and not any(v is o for o in operands)]
+        reducer = inst.called.get("to_apply")
+        if inst.opcode not in ("all-reduce", "all-reduce-start", "reduce-scatter") or (
+            reducer is None or reducer.root.opcode != "add"
+        ):
+            for k, v in results:
+                self._put(v, np.asarray(bounds[k], np.float64))
+            return own_errors
+        comp = inst.computation.name if inst.computation is not None else ""
+        orig = self.original[(comp, inst.name)]
+        squares = _leaves(self._substituted(inst, operands, lambda o: np.square(o, dtype=np.float64)))
+        count = _leaves(self._substituted(inst, operands, lambda o: np.ones(np.shape(o))))
+        etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
+        for k, v in results:
+            # (the partial sums travel between participants in the collective's type: every step rounds to it)
+            accumulation = self._accumulation(etypes[k], count[k], squares[k], v, per_step=True)
+            bound = np.sqrt(np.square(bounds[k]) + accumulation)
+            own = self._rounding(orig, v, bound, "reduce", etypes[k])
+            self._put(v, np.asarray(_rounded(bound, own), np.float64))
+            own_errors[k] = np.sqrt(accumulation + np.square(own))
+        return own_errors
 
     def _scatter(self, inst, orig, x, operands) -> np.ndarray | None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates

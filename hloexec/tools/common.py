@@ -382,10 +382,12 @@ def run_on_xla(module, path: str, inputs) -> list:
     return run_on_xla_cpu_isolated(text, [leaf for x in inputs for leaf in flatten(x)], timeout=3600)
 
 
-def actual_candidates(exe, paths) -> dict[str, list]:
+def actual_candidates(exe, paths, spmd: bool = False) -> dict[str, list]:
     """Candidates from --actual files (keys out0..outM), by file name: a device's outputs, judged against the
-    program's, so read as of its types."""
-    return {Path(path).name: read_values(path, "out", result_leaves(exe), what="outputs") for path in paths}
+    program's, so read as of its types (`spmd`: global outputs, whose shapes are not the module's per-device
+    ones: the verdict checks them against the assembled run's)."""
+    leaves = result_leaves(exe)
+    return {Path(p).name: read_values(p, "out", leaves, what="outputs", check_shapes=not spmd) for p in paths}
 
 
 def judge_candidates(exe, module, args, inputs, candidates: dict, runner):

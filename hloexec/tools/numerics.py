@@ -18,7 +18,6 @@ from ..exec.executor import Executable, available_memory
 from ..exec.shadow import Shadow, has_float, shadow_module, widen
 from ..ir.module import Instruction
 from ..ops.registry import lookup
-from ..spmd import memory_estimate
 from .bounds import ErrorBounds, _float, _leaves
 from .compare import dtype_name
 from .nonfinite import NonfiniteReport, NonfiniteTracker, StopRun
@@ -26,6 +25,7 @@ from .verdict import RULE, allowed_error, error_stats
 
 # the shadow runs' names, imported from here before they had a module of their own
 from .shadow_runs import (
+    run_memory,
     DISCRETE_BUDGET,
     Divergence,
     OutputBounds,
@@ -424,7 +424,7 @@ def attribute(
     program = executable_like(exe, exe.module, **options)
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     if mode == "auto":
-        needed = _memory(program, inputs, runner) + _memory(shadow_exe, inputs, runner, widened=True)
+        needed = run_memory(program, inputs, runner) + run_memory(shadow_exe, inputs, runner, shadow)
         limit = exe.max_memory if exe.max_memory is not None else available_memory()
         mode = "paired" if limit is None or needed <= limit else "local"
         if mode == "local" and say is not None and limit is not None:  # local: there is a limit
@@ -624,21 +624,6 @@ def _contributions(exe: Executable, inputs, records: list, shadow_outputs: list)
         measured.append(r)
     rest = [r for r in records if r.contribution is None]
     return sorted(measured, key=lambda r: (-r.contribution, r.first_seen)) + rest
-
-
-def _memory(exe: Executable, inputs, runner: Runner, widened: bool = False) -> int:
-    """Bytes a run needs at its peak (SPMD: all participants, the distinct inputs once); `widened`: `exe` is a
-    shadow that will take `inputs` widened (counted as such, not made)."""
-    if runner.spmd is None:
-        return exe.peak_bytes()
-    estimate = memory_estimate(exe, inputs)
-    if not widened:
-        return estimate["total"]
-    distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
-    return estimate["work"] + sum(
-        a.size * (16 if a.dtype.kind == "c" else 8) if a.dtype.kind in "fc" or "float" in a.dtype.name else a.nbytes
-        for a in distinct.values()
-    )
 
 
 def _stopped(error: BaseException) -> bool:

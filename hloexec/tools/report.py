@@ -294,7 +294,9 @@ def _worst_element(data: dict) -> str:
         return (
             f"worst element: output {index} {html.escape(str(el.get('index')))}, candidate "
             f"{html.escape(str(name))}: "
-            + ", ".join(f"{html.escape(k)} {_cell(v)}" for k, v in el.items() if k != "index")
+            + ", ".join(
+                f"{html.escape(k)} {_cell(v)}" for k, v in el.items() if k != "index" and (k, v) != ("devices", None)
+            )
         )
     rows = data.get("largest_errors") or []
     if not rows:

@@ -11,6 +11,7 @@ plans hold them (Executable.run's `observe`), never kept beyond what the report 
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -21,9 +22,10 @@ from .. import spmd
 from ..errors import ElidedConstantWarning
 from ..exec.executor import Executable
 from ..exec.shadow import Shadow, has_discrete, shadow_module
-from ..options import Options, device_profile
+from ..options import Options, available_memory, device_profile
+from ..spmd.memory import gb
 from .arrays import array_summary, flatten
-from .bounds import ErrorBounds
+from .bounds import ErrorBounds, _float
 from .compare import dtype_name
 from .verdict import RULE, error_stats, judge
 
@@ -54,11 +56,37 @@ class Runner:
         self.spmd = spmd
 
     def run(self, exe: Executable, inputs, observe=None, observe_operands: bool = False) -> list:
+        return self.assemble(exe, self.run_devices(exe, inputs, observe, observe_operands))
+
+    def run_devices(self, exe: Executable, inputs, observe=None, observe_operands: bool = False) -> list:
+        """Each participant's outputs as its run returns them, by device id (one participant: device 0)."""
         if self.spmd is None:
             seen = None if observe is None else (lambda *a: observe(0, *a))
-            return flatten(exe.run(*inputs, observe=seen, observe_operands=observe_operands))
-        outputs = exe.run_spmd(inputs, observe=observe, observe_operands=observe_operands, **self.spmd)
-        return flatten(spmd.assemble_outputs(exe.module, outputs))
+            return [exe.run(*inputs, observe=seen, observe_operands=observe_operands)]
+        return exe.run_spmd(inputs, observe=observe, observe_operands=observe_operands, **self.spmd)
+
+    def assemble(self, exe: Executable, per_device: list) -> list:
+        """The flattened outputs (SPMD: global arrays, by the output shardings) of run_devices' outputs."""
+        if self.spmd is None:
+            return flatten(per_device[0])
+        return flatten(spmd.assemble_outputs(exe.module, per_device))
+
+    def holders(self, exe: Executable, output: int, index) -> list[int]:
+        """The devices whose output `output` (flattened) holds the global element `index`."""
+        if self.spmd is None:
+            return [0]
+        return spmd.holders(exe.module, self.spmd["partitions"] * self.spmd["replicas"], output, index)
+
+    def say(self, message: str) -> None:
+        """What the run says before it starts (SPMD: the report of run_spmd's keyword arguments; else stderr)."""
+        (self.spmd or {}).get("report", lambda m: print(m, file=sys.stderr, flush=True))(message)
+
+    def labelled(self, label: str) -> Runner:
+        """This runner, its SPMD run's messages (the memory estimate) starting with `label`."""
+        if self.spmd is None:
+            return self
+        say = self.say
+        return Runner({**self.spmd, "report": lambda message: say(f"{label}: {message}")})
 
     def shadow_inputs(self, shadow: Shadow, inputs) -> list:
         if self.spmd is None:
@@ -213,45 +241,110 @@ def shadow_run(
 
     Where the shadow has discrete instructions, both runs are observed (op by op, numpy) and their values
     compared (`divergences`); otherwise both run with `exe`'s options, the shadow in f64 in every tier.
-    `devices` (profiles; one participant only): the shadow's run is observed and every element of every output
-    gets an error bound under each (tools/bounds.py), in `ShadowRun.bounds`."""
+    `devices` (profiles): the shadow's run is observed and every element of every output gets an error bound under
+    each (tools/bounds.py), in `ShadowRun.bounds`; SPMD: each participant's by its own observers (their collectives
+    exchange the bounds), assembled as the outputs are."""
     runner = runner or Runner()
-    shadow = shadow or shadow_module(exe.module)
+    shadow = shadow or fitting_shadow(exe, inputs, runner)
     shadow_inputs = runner.shadow_inputs(shadow, inputs)
-    if devices and runner.spmd is None:
+    program_runner = runner.labelled("the program")
+    runner = runner.labelled(
+        "its shadow (16-bit floats in f32, the rest in f64)" if shadow.half_in_f32 else "its shadow (f64)"
+    )
+    observers: dict[int, list[ErrorBounds]] = {}  # device id -> one per profile
+    if devices:
         shadow_exe = executable_like(exe, shadow.module, use_numba=False)
-        observers = [ErrorBounds(shadow, shadow_exe.context, d) for d in devices]
+        count = 1 if runner.spmd is None else runner.spmd["partitions"] * runner.spmd["replicas"]
+        observers = {d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d) for p in devices] for d in range(count)}
     else:
-        shadow_exe, observers = None, []
+        shadow_exe = None
     if not shadow.discrete and not observers:
-        outputs = runner.run(exe, inputs)
+        outputs = program_runner.run(exe, inputs)
         return ShadowRun(outputs, runner.run(executable_like(exe, shadow.module), shadow_inputs), shadow)
     watch = _Discrete(shadow.discrete)
     if shadow.discrete:
-        outputs = runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
+        outputs = program_runner.run(executable_like(exe, exe.module, use_numba=False), inputs, watch.record)
         watch.counts.clear()  # the shadow's k-th run of an instruction meets the program's k-th
     else:
-        outputs = runner.run(exe, inputs)
+        outputs = program_runner.run(exe, inputs)
 
     def observe(device, inst, value, operands=None):
         if shadow.discrete:
             watch.check(device, inst, value)
-        for o in observers:
+        for o in observers.get(device, ()):
             o(inst, value, operands)
 
     shadow_exe = shadow_exe or executable_like(exe, shadow.module, use_numba=False)
-    shadow_outputs = runner.run(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
-    run = ShadowRun(outputs, shadow_outputs, shadow, watch.divergences())
-    for o in observers:
-        floats = [isinstance(s, (np.ndarray, np.generic)) and s.dtype.kind in "fc" for s in shadow_outputs]
-        run.bounds[o.device.name] = OutputBounds(
-            o.device.name,
-            [o.of(s) if f else None for s, f in zip(shadow_outputs, floats)],
-            [o.decided_of(s) if f else None for s, f in zip(shadow_outputs, floats)],
-            dict(o.unbounded),
-            sorted(o.algorithms),
+    per_device = runner.run_devices(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
+    run = ShadowRun(outputs, runner.assemble(shadow_exe, per_device), shadow, watch.divergences())
+    for k, profile in enumerate(devices if observers else ()):
+        mine = [observers[d][k] for d in range(len(per_device))]
+
+        def assembled(of):  # per global output: `of` each participant's float output, assembled (None: not float)
+            leaves = runner.assemble(shadow_exe, [_per_leaf(out, of(o)) for out, o in zip(per_device, mine)])
+            return [b if _float(s) else None for s, b in zip(run.shadow, leaves)]
+
+        run.bounds[profile.name] = OutputBounds(
+            profile.name,
+            assembled(lambda o: o.of),
+            assembled(lambda o: o.decided_of),
+            {name: why for o in mine for name, why in o.unbounded.items()},
+            sorted({a for o in mine for a in o.algorithms}),
         )
     return run
+
+
+def _per_leaf(value, of):
+    """`value` (an output: arrays, tuples of them) with each float array replaced by `of(array)` (its bound)."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_per_leaf(v, of) for v in value)
+    return of(value) if _float(value) else value
+
+
+def run_memory(exe: Executable, inputs, runner: Runner, shadow: Shadow | None = None) -> int:
+    """Bytes a run needs at its peak (SPMD: all participants, the distinct inputs once); `shadow`: `exe` is that
+    shadow's, which will take `inputs` widened (counted as such, not made)."""
+    if runner.spmd is None:
+        return exe.peak_bytes()
+    estimate = spmd.memory_estimate(exe, inputs)
+    if shadow is None:
+        return estimate["total"]
+    distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
+    return estimate["work"] + sum(
+        a.size * (16 if a.dtype.kind == "c" else 4 if shadow.half_in_f32 and a.dtype.itemsize <= 2 else 8)
+        if a.dtype.kind in "fc" or "float" in a.dtype.name
+        else a.nbytes
+        for a in distinct.values()
+    )
+
+
+def fitting_shadow(exe: Executable, inputs, runner: Runner) -> Shadow:
+    """`exe`'s shadow in f64, or with its 16-bit float types in f32 (exec/shadow.py HALF_BITS: 13 more bits than
+    f16, 16 more than bf16) when the f64 one does not fit in the memory available (the options' max_memory, else
+    MemAvailable) and the narrower one needs less: said (SPMD: through the runner's report, else on stderr).
+    SPMD: a MemoryLimitError, before anything runs, when neither fits (as run_spmd's check would refuse it after
+    the program's run)."""
+    shadow = shadow_module(exe.module)
+    limit = exe.max_memory if exe.max_memory is not None else available_memory()
+    # (no shadow needs more than 8x its program, an 8-bit float in f64: small modules skip the estimate)
+    if limit is None or 8 * run_memory(exe, inputs, runner) <= limit:
+        return shadow
+    needed = run_memory(executable_like(exe, shadow.module, use_numba=False), inputs, runner, shadow)
+    if needed <= limit:
+        return shadow
+    half = shadow_module(exe.module, half_in_f32=True)
+    half_exe = executable_like(exe, half.module, use_numba=False)
+    half_needed = run_memory(half_exe, inputs, runner, half)
+    if half_needed >= needed:  # no 16-bit floats
+        return shadow
+    runner.say(
+        f"the shadow in f64 needs {gb(needed)}, {gb(limit)} available: its 16-bit floats in f32 "
+        f"({gb(half_needed)}; an f32 rounding is 2^-13 of an f16 one)"
+    )
+    if runner.spmd is not None and runner.spmd.get("check_memory", True):
+        subject = f"the shadow of {exe.module.name} (16-bit floats in f32)"
+        spmd.check_fits(subject, spmd.memory_estimate(half_exe, inputs), exe.max_memory, available_memory())
+    return half
 
 
 def baseline_executable(exe: Executable) -> Executable:
@@ -307,7 +400,7 @@ def judge_run(
     several: one verdict each, `Verdict.by_device`, the first returned), with the baseline run
     (baseline_executable) as the measure of the outputs' RMS error (tools/verdict.py). `known`: candidate name ->
     the profile of the arithmetic known to have made it (XLA:CPU's: xla_cpu_arithmetic()), judged by that one.
-    SPMD runs have no per-element bounds: their elements are judged by the baseline's errors."""
+    SPMD: global outputs, each worst element named with the devices that hold it (`Element.devices`)."""
     runner = runner or Runner()
     profiles = [Options.make(d).device for d in devices] if devices else [run_profile(exe)]
     known = {n: Options.make(d).device for n, d in (known or {}).items() if n in (candidates or {})}
@@ -316,7 +409,7 @@ def judge_run(
     wanted = profiles + ([reference] if devices and all(p.name != reference.name for p in profiles) else [])
     wanted += [d for d in {d.name: d for d in known.values()}.values() if d.name not in {p.name for p in wanted}]
     run = shadow_run(exe, inputs, runner, devices=wanted)
-    baseline = runner.run(baseline_executable(exe), inputs)
+    baseline = runner.labelled("the baseline").run(baseline_executable(exe), inputs)
     everyone = {"hloexec": run.outputs, **(candidates or {})}
     own = {n: run.bounds.get(d.name) for n, d in known.items()}
     verdicts = {
@@ -331,6 +424,10 @@ def judge_run(
         )
         for p in profiles
     }
+    if runner.spmd is not None:
+        for o in (o for v in verdicts.values() for o in v.outputs):
+            for element in (w for c in o.candidates for w in c.worst):
+                element.devices = runner.holders(exe, o.index, element.index)
     verdict = verdicts[profiles[0].name]
     if len(verdicts) > 1:
         verdict.by_device = verdicts

@@ -82,6 +82,7 @@ class Element:
     exact: float | int | bool | str | None = None  # the shadow's value (with bounds)
     bound: float | None = None  # the element's error bound (with bounds)
     ratio: float | None = None  # error / bound
+    devices: list[int] | None = None  # SPMD: the participants that hold the element
 
 
 @dataclass
@@ -442,6 +443,16 @@ def _worst(
     return worst
 
 
+def _held_by(w: Element) -> str:
+    """SPMD: which participants hold the element."""
+    if w.devices is None:
+        return ""
+    ids = w.devices
+    if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"  devices {ids[0]}-{ids[-1]}"
+    return f"  device{'s' if len(ids) > 1 else ''} {','.join(map(str, ids))}"
+
+
 def format_verdict(verdict: Verdict) -> str:
     """The text `compare --reference shadow` prints: per output the baseline's and each candidate's errors."""
 
@@ -489,12 +500,12 @@ def format_verdict(verdict: Verdict) -> str:
                 if w.bound is not None:
                     lines.append(
                         f"  {index:<16} value {_v(w.value):>13}  exact {_v(w.exact):>13}  error "
-                        f"{_g(w.error):>9}  bound {_g(w.bound):>9}  ratio {_g(w.ratio):>7}"
+                        f"{_g(w.error):>9}  bound {_g(w.bound):>9}  ratio {_g(w.ratio):>7}{_held_by(w)}"
                     )
                 else:
                     lines.append(
                         f"  {index:<16} value {_v(w.value):>13}  shadow {_v(w.shadow):>13}  baseline "
-                        f"{_v(w.baseline):>13}  error {_g(w.error):>9}  allowed {_g(w.allowed):>9}"
+                        f"{_v(w.baseline):>13}  error {_g(w.error):>9}  allowed {_g(w.allowed):>9}{_held_by(w)}"
                     )
     bad = [n for n in verdict.candidates if not verdict.consistent(n)]
     under = f" under {verdict.device}'s arithmetic" if verdict.device else ""

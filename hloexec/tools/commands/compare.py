@@ -199,7 +199,7 @@ def run_shadow(args) -> int:
         candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
         candidates["XLA:CPU"] = run_on_xla(module, args.file, inputs)
-    candidates.update(actual_candidates(exe, args.actual or ()))
+    candidates.update(actual_candidates(exe, args.actual or (), spmd=is_spmd(args)))
     verdict, paired = judge_candidates(exe, module, args, inputs, candidates, runner)
     if args.json:
         report = shadow_report(paired)

@@ -46,7 +46,7 @@ def collect(args) -> tuple[dict, str | None]:
         check_memory(exe, args, None)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731  (stdout: --json)
     runner, inputs, inputs_info = numerics_runner(exe, args, None)
-    candidates = actual_candidates(exe, args.actual or ())
+    candidates = actual_candidates(exe, args.actual or (), spmd=spmd)
     if args.against is not None:
         candidates["XLA:CPU"] = run_on_xla(module, args.file, inputs)
     say(f"{module.name}: the verdict (the run, its baseline and its shadow)")
