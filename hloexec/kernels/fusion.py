@@ -59,6 +59,7 @@ BLOCK_WORK = 32_768  # output elements x reduced elements per block of the split
 MAX_BLOCKS = 1 << 20  # blocks at most (past any array that fits in memory: 2^35 elements of work)
 COLUMN_BLOCK = 2048  # output elements per block of a column reduction at least (the width of its rows)
 MAX_STATEMENTS = 4000  # give up on pathological DAGs (index-map blow-up)
+_NO_WORK = frozenset({"parameter", "constant"})
 TILE = 16  # tile edge of the loops over a transposing fusion's last two dims
 LANES = 16  # partial sums of a float row sum (one AVX-512 vector of f32)
 CHUNK = 256  # elements of a row sum computed per loop into a stack buffer (1-2 KB)
@@ -138,9 +139,7 @@ class FusionGenerator:
         self.rows_inside_tiles = rows_inside_tiles
         self.tiled_reads: list[tuple[str, str | None]] | None = None  # a tiled kernel's loads (inner_cost)
         # arithmetic to vectorize once a tile's loads are contiguous (tile_row; not in a transpose or copy)
-        self.computes = any(
-            i.opcode not in opcodes.MOVEMENT and i.opcode not in ("parameter", "constant") for i in comp.instructions
-        )
+        self.computes = any(i.opcode not in opcodes.MOVEMENT | _NO_WORK for i in comp.instructions)
         self.n = 0
         self.scope_of: dict[str, Block] = {}  # name -> the block defining it
         self.memo: dict = {}
@@ -392,11 +391,9 @@ class FusionGenerator:
         raise TierUnsupported(f"opcode {op}")
 
     def inner_cost(self) -> int:
-        """Memory accesses per element of a tiled kernel's inner loop: its loads, plus one per access that strides
-        by a row (a load whose minor index does not move with the loop; the stores, when the loop runs down the
-        output's columns). A fusion of transposed operands (LayerNorm backward's dx summed over layers, written
-        transposed) costs less with the loops in a tile swapped: its loads run contiguous, and loads of what
-        depends on the other dim only (per-row statistics) are hoisted out of the inner loop."""
+        """Memory accesses per element of a tiled kernel's inner loop: its loads, plus one per access striding by a
+        row (a load whose minor index does not move with the loop; the stores, in rows_inside_tiles: transposed
+        operands' loads then run contiguous, and loads of what depends on the other dim only leave the loop)."""
         inner = self.inner
         accesses = len(self.outs) if self.rows_inside_tiles else 0
         for name, minor in self.tiled_reads or ():
@@ -407,12 +404,11 @@ class FusionGenerator:
         return accesses
 
     def tile_row(self, element: str, inst, index) -> str | None:
-        """A tiled kernel's load that strides by a row in the inner loop (down a transposed operand's column), as
-        an element of a TILE-element stack buffer filled by a loop of its own just before the inner one: the
-        inner loop then reads contiguous memory only and LLVM vectorizes it (the Adam update of a transposed
-        gradient ran scalar: vdivss, vsqrtss). None where the load does not stride, its index uses a name made
-        inside the inner loop (the fill loop has none), a pad / concatenate guard holds it, or the kernel only
-        moves values (a transpose: the buffer would be one more copy)."""
+        """A tiled kernel's load striding by a row in the inner loop (down a transposed operand's column) as an
+        element of a TILE-element stack buffer that a loop of its own fills just before: the inner loop then reads
+        contiguous memory only and LLVM vectorizes it (Adam's update of a transposed gradient ran scalar). None
+        where the load does not stride, its index uses a name made in the inner loop, a pad / concatenate guard
+        holds it, or the kernel only moves values (a transpose: the buffer would be one more copy)."""
         if self.tiled_reads is None or not self.computes:
             return None
         inner, var = self.inner, self.inner_var
