@@ -4,9 +4,10 @@
     python bench/profile_warm.py adam_mixed_9.4M_opt --repeat 5
 
 Per workload (bench/workloads.py): `hloexec.load`, `--repeat` runs (the first op by op, the second compiles),
-then `--pairs` warm runs of hloexec (the fast path of `exec/runner.py`) and of XLA:CPU: by default in two blocks,
-every hloexec run then every XLA:CPU run (`--order blocks`: a run right after the other side's meets its thread
-pool still spinning, which interleaving measures as the other's time), or alternating run by run (`--order
+then `--pairs` warm runs of hloexec (the fast path of `exec/runner.py`) and of XLA:CPU: by default in blocks,
+a block of hloexec runs then one of XLA:CPU runs, `--rounds` times (`--order blocks`: a run right after the other
+side's meets its thread pool still spinning, which interleaving measures as the other's time; the blocks take
+turns so that a load changing over the minutes meets both sides), or alternating run by run (`--order
 alternate`: on a shared machine both sides then see the same load); the ratio is of the best of each side, and
 the median of the pairs' ratios is given too. Then the fastest of 3
 profiled runs
@@ -63,7 +64,7 @@ def _timed(f) -> float:
     return time.perf_counter() - t
 
 
-def measure(name: str, repeat: int, pairs: int, order: str = "blocks") -> dict:
+def measure(name: str, repeat: int, pairs: int, order: str = "blocks", rounds: int = 3) -> dict:
     import hloexec
     from hloexec.exec.tiering import MIN_COMPILED_BYTES
     from hloexec.tools.xla_cpu import load_arrays, run_on_xla_cpu, run_on_xla_cpu_timed
@@ -84,9 +85,12 @@ def measure(name: str, repeat: int, pairs: int, order: str = "blocks") -> dict:
             warm.append(_timed(lambda: exe.run(*inputs)))
             xla_warm.append(_timed(lambda: run_on_xla_cpu(xla_text, xla_inputs)))
     else:
-        warm = [_timed(lambda: exe.run(*inputs)) for _ in range(pairs)]
-        time.sleep(0.5)         # the pool's threads stop spinning
-        xla_warm = [_timed(lambda: run_on_xla_cpu(xla_text, xla_inputs)) for _ in range(pairs)]
+        for r in range(rounds):     # blocks taking turns: a load that changes over the minutes meets both sides
+            n = pairs // rounds + (r < pairs % rounds)
+            warm += [_timed(lambda: exe.run(*inputs)) for _ in range(n)]
+            time.sleep(0.5)         # the pool's threads stop spinning
+            xla_warm += [_timed(lambda: run_on_xla_cpu(xla_text, xla_inputs)) for _ in range(n)]
+            time.sleep(0.5)
     profiled_s, profile = float("inf"), {}
     for _ in range(3):      # the fastest of 3 profiled runs
         p: dict = {}
@@ -124,6 +128,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pairs", type=int, default=15, help="warm runs of each side (default 15)")
     ap.add_argument("--order", choices=("blocks", "alternate"), default="blocks",
                     help="each side's runs in one block (default) or alternating run by run")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="with --order blocks: the two sides' blocks take turns this many times (default 3)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     print(f"| workload | hloexec warm (best of {args.pairs}) | XLA:CPU warm (best of {args.pairs}, {args.order}) | ratio "
@@ -132,7 +138,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|")
     results = []
     for name in args.workloads:
-        r = measure(name, args.repeat, args.pairs, args.order)
+        r = measure(name, args.repeat, args.pairs, args.order, args.rounds)
         results.append(r)
         report(r)
         sys.stdout.flush()

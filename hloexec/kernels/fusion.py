@@ -59,6 +59,7 @@ BLOCK_WORK = 32_768  # output elements x reduced elements per block of the split
 MAX_BLOCKS = 1 << 20  # blocks at most (past any array that fits in memory: 2^35 elements of work)
 COLUMN_BLOCK = 2048  # output elements per block of a column reduction at least (the width of its rows)
 MAX_STATEMENTS = 4000  # give up on pathological DAGs (index-map blow-up)
+_NO_WORK = frozenset({"parameter", "constant"})
 TILE = 16  # tile edge of the loops over a transposing fusion's last two dims
 LANES = 16  # partial sums of a float row sum (one AVX-512 vector of f32)
 CHUNK = 256  # elements of a row sum computed per loop into a stack buffer (1-2 KB)
@@ -130,10 +131,15 @@ class FusionGenerator:
     it uses), reductions' accumulators; each element's value comes from the element layer (kernels/elements.py),
     for which this is the Emitter: operands evaluated at the rewritten index, memoised per (instruction, index)."""
 
-    def __init__(self, comp, options: Options, parallel):
+    def __init__(self, comp, options: Options, parallel, rows_inside_tiles: bool = False):
         self.comp = comp
         self.options = options
         self.parallel_request = parallel
+        # in a tile, the inner loop runs down the output's columns (along a transposed operand's rows): inner_cost
+        self.rows_inside_tiles = rows_inside_tiles
+        self.tiled_reads: list[tuple[str, str | None]] | None = None  # a tiled kernel's loads (inner_cost)
+        # arithmetic to vectorize once a tile's loads are contiguous (tile_row; not in a transpose or copy)
+        self.computes = any(i.opcode not in opcodes.MOVEMENT | _NO_WORK for i in comp.instructions)
         self.n = 0
         self.scope_of: dict[str, Block] = {}  # name -> the block defining it
         self.memo: dict = {}
@@ -256,6 +262,9 @@ class FusionGenerator:
                 and reduce_extent == 1
             )
             inner, index = self.open_loops(self.root_scope, dims, loop_dims, "i", tiled=tiled)
+            if tiled:
+                self.inner, self.inner_var = inner, index[loop_dims[-2 if self.rows_inside_tiles else -1]]
+                self.tiled_reads = []
             # an elementwise loop along contiguous rows is vectorized (LayerNorm backward's dx: 3 f16 loads)
             with self.loads(simd=reduce_extent == 1 and not transposing):
                 values = [self.value(o, index) for o in outs]
@@ -299,7 +308,7 @@ class FusionGenerator:
             var = f"{prefix}{loop_dims.index(d)}"
             bounds = extent(d) if "," in extent(d) else f"0, {dims[d]}"
             headers.append((None, f"t{var}", f"for t{var} in range({bounds}, {TILE}):", -(-dims[d] // TILE)))
-        for d in tiles:
+        for d in reversed(tiles) if self.rows_inside_tiles else tiles:
             var = f"{prefix}{loop_dims.index(d)}"
             end = "hi" if "," in extent(d) else str(dims[d])
             headers.append((d, var, f"for {var} in range(t{var}, min(t{var} + {TILE}, {end})):", TILE))
@@ -381,6 +390,41 @@ class FusionGenerator:
             return
         raise TierUnsupported(f"opcode {op}")
 
+    def inner_cost(self) -> int:
+        """Memory accesses per element of a tiled kernel's inner loop: its loads, plus one per access striding by a
+        row (a load whose minor index does not move with the loop; the stores, in rows_inside_tiles: transposed
+        operands' loads then run contiguous, and loads of what depends on the other dim only leave the loop)."""
+        inner = self.inner
+        accesses = len(self.outs) if self.rows_inside_tiles else 0
+        for name, minor in self.tiled_reads or ():
+            if self.scope_of.get(name) is inner:
+                accesses += 1
+                if minor is not None and minor != self.inner_var and self.scope_of.get(minor) is not inner:
+                    accesses += 1
+        return accesses
+
+    def tile_row(self, element: str, inst, index) -> str | None:
+        """A tiled kernel's load striding by a row in the inner loop (down a transposed operand's column) as an
+        element of a TILE-element stack buffer that a loop of its own fills just before: the inner loop then reads
+        contiguous memory only and LLVM vectorizes it (Adam's update of a transposed gradient ran scalar). None
+        where the load does not stride, its index uses a name made in the inner loop, a pad / concatenate guard
+        holds it, or the kernel only moves values (a transpose: the buffer would be one more copy)."""
+        if self.tiled_reads is None or not self.computes:
+            return None
+        inner, var = self.inner, self.inner_var
+        wide = [c for c, n in zip(index, inst.shape.dims) if n != 1]
+        if not wide or wide[-1] == var or var not in index or any(s.is_guard for s in self.chain):
+            return None
+        storage = ew.STORAGE[inst.shape.element_type.name]
+        if storage.kind not in "fiu" or any(c != var and is_name(c) and self.scope_of.get(c) is inner for c in index):
+            return None
+        buf = self.emit(f"stack_array({TILE}, np.{storage.name})", [], prefix="tile")
+        fill = Block(inner.parent, inner.header, trips=TILE)
+        at = f"{buf}[np.uint64({var} - t{var})]"
+        fill.insert(f"{at} = {element}")
+        inner.parent.insert_before(inner, fill)
+        return at
+
     def check_reduce_cost(self):
         for rid, (execs, size) in self.reduce_execs.items():
             need(execs <= 2 * size + 16, "reduce would be recomputed per broadcast element")
@@ -448,8 +492,13 @@ class FusionGenerator:
         et = inst.shape.element_type.name
         deps = [c for c in index if is_name(c)]
         if op == "parameter":
-            arr = f"p{inst.parameter_number}"
-            return self.emit(ew.load_src(et, f"{arr}[{_subscript(index)}]", self.simd_load()), deps, pin=True)
+            element = f"p{inst.parameter_number}[{_subscript(index)}]"
+            element = self.tile_row(element, inst, index) or element
+            load = self.emit(ew.load_src(et, element, self.simd_load()), deps, pin=True)
+            if self.tiled_reads is not None:  # (name, its minor index along a dim wider than 1)
+                wide = [c for c, n in zip(index, inst.shape.dims) if n != 1]
+                self.tiled_reads.append((load, wide[-1] if wide else None))
+            return load
         if op == "constant":
             if inst.shape.rank == 0:
                 return ew.literal_src(et, scalar_literal(inst))
@@ -719,9 +768,15 @@ def generate_source(comp, options: Options = Options(), *, parallel=None):
     TierUnsupported where the generator declines it."""
     if ew.sums_in_ynn_order(comp, options.reductions):
         raise TierUnsupported(ew.YNN_DECLINED)
-    gen = FusionGenerator(comp, options, parallel)
     try:
-        return gen.generate(), gen
+        gen = FusionGenerator(comp, options, parallel)
+        source = gen.generate()
+        if gen.tiled_reads is not None:  # a transposing fusion: the loops in a tile either way, the cheaper one
+            swapped = FusionGenerator(comp, options, parallel, rows_inside_tiles=True)
+            swapped_source = swapped.generate()
+            if swapped.inner_cost() < gen.inner_cost():
+                return swapped_source, swapped
+        return source, gen
     except RecursionError:  # value() recurses once per operand edge of a chain
         raise TierUnsupported("expression deeper than Python's recursion limit") from None
 
