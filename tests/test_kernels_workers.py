@@ -19,6 +19,7 @@ from test_kernels_fusion import adam, adam_args, bits_equal, layernorm_rows
 def _pool_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("HLOEXEC_CACHE_DIR", str(tmp_path / "pool"))
     monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", "1")
+    monkeypatch.setenv("HLOEXEC_DIRECT_KERNELS", "0")     # Numba's cache statistics (direct: test_kernels_direct)
     cache.clear_cache(disk=False)
     yield tmp_path
     cache.clear_cache(disk=False)       # this test's keys point into tmp_path
@@ -77,10 +78,10 @@ def test_a_worker_that_fails_leaves_the_error_to_the_process(pool_dir):
     cache.compile_elsewhere(tasks)
     bad_key = tasks[1][0]
     _started(bad_key)
-    fn = cache.load_kernel(bad, bad_key)        # waits until the worker gave up on it
+    fn = cache.load_kernel(bad, bad_key, tasks[1][2])        # waits until the worker gave up on it
     with pytest.raises(TypingError):
         cache.compile_signature(fn, (("scalar", "float64"),))
-    good_fn = cache.load_kernel(good, tasks[0][0])
+    good_fn = cache.load_kernel(good, tasks[0][0], tasks[0][2])
     cache.compile_signature(good_fn, (("scalar", "float64"),))
     assert good_fn(2.0) == 3.0 and workers._POOL.workers[0].poll() is None   # the worker lives on
 
