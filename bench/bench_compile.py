@@ -54,7 +54,7 @@ def child(compiler: str, tasks_file: str) -> dict:
         njit(lambda x: x + 1)(1.0)
     else:
         direct.object_layout()
-        direct._llvm()
+        direct.llvm_engine()
     times, declined = {}, collections.Counter()
     for key, source, signature in tasks:
         start = time.process_time()
