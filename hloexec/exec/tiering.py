@@ -379,14 +379,19 @@ class BackgroundCompiler:
                     try:
                         if tier.kernel is not None and compiles_directly(tier.kernel.compile_task):
                             direct.add(id(tier))
-                    except Exception:   # noqa: BLE001 - a generator bug: compiling it says so (below)
+                    except Exception:  # noqa: BLE001 - a generator bug: compiling it says so (below)
                         pass
             for directory in {d for *_, d in batch}:
-                with pinned_cache_dir(directory):   # workers take the last submitted first: the most work first
-                    compile_elsewhere([t.kernel.compile_task for t, _, d in reversed(batch)
-                                       if d == directory and t.kernel is not None and id(t) not in direct],
-                                      background=True)
-            for item in sorted(batch, key=lambda item: id(item[0]) not in direct):     # (stable: work order)
+                with pinned_cache_dir(directory):  # workers take the last submitted first: the most work first
+                    compile_elsewhere(
+                        [
+                            t.kernel.compile_task
+                            for t, _, d in reversed(batch)
+                            if d == directory and t.kernel is not None and id(t) not in direct
+                        ],
+                        background=True,
+                    )
+            for item in sorted(batch, key=lambda item: id(item[0]) not in direct):  # (stable: work order)
                 self._compile(*item)
 
     def _compile(self, tier, requested: float, directory) -> None:
@@ -397,12 +402,20 @@ class BackgroundCompiler:
             with pinned_cache_dir(directory):
                 compiled = tier.compile(self.failures.append)
         except Exception as e:  # noqa: BLE001 - a bug here must cost that tier's speed, not hang wait()
-            self.failures.append(f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): "
-                                 "a bug; it runs op by op")
+            self.failures.append(
+                f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): a bug; it runs op by op"
+            )
             compiled = False
         with self.cond:
-            self.events.append(CompileEvent("fusion" if isinstance(tier, TieredKernel) else "loop", tier.name,
-                                            requested, time.perf_counter() - self.started, compiled))
+            self.events.append(
+                CompileEvent(
+                    "fusion" if isinstance(tier, TieredKernel) else "loop",
+                    tier.name,
+                    requested,
+                    time.perf_counter() - self.started,
+                    compiled,
+                )
+            )
             self.pending -= 1
             self.cond.notify_all()
 

@@ -33,8 +33,8 @@ import numpy as np
 
 from . import workers
 
-_KERNELS: dict[str, object] = {}            # key -> Numba dispatcher
-_DIRECT: dict[tuple, object] = {}           # (key, signature) -> direct.compile_kernel's function
+_KERNELS: dict[str, object] = {}  # key -> Numba dispatcher
+_DIRECT: dict[tuple, object] = {}  # (key, signature) -> direct.compile_kernel's function
 _LOCK = threading.Lock()
 _COMPILE_LOCK = threading.Lock()  # Numba compiles one function at a time anyway (its global compiler lock)
 _HELPERS_HASH: str | None = None
@@ -93,6 +93,7 @@ def compiles_directly(task) -> bool:
     if not direct_enabled():
         return False
     from . import direct
+
     key, source, signature = task
     return direct.translates(source, key, signature)
 
@@ -107,6 +108,7 @@ def load_kernel(source: str, key: str, signature):
         return fn
     if compiles_directly((key, source, signature)):
         from . import direct
+
         workers.claim(key)
         with _LOCK:
             fn = _DIRECT.get((key, signature))

@@ -40,7 +40,7 @@ def serve() -> None:
         os.environ["HLOEXEC_CACHE_DIR"] = cache
         try:
             compile_signature(load_kernel(source, key, signature), signature, source.count("\n"))
-        except Exception:   # noqa: BLE001  the process compiles it again and reports the error
+        except Exception:  # noqa: BLE001  the process compiles it again and reports the error
             pass
         clear_cache(disk=False)  # it is on disk: the worker keeps no kernel (0.2-0.3 GB resident)
         pickle.dump(key, out)

@@ -26,6 +26,7 @@ The function checks its arguments as Numba's dispatcher would (count; per array:
 dtype and rank, native byte order, C-contiguous, writable for an output; TypeError otherwise), reads each
 array's data pointer and dims from numpy's C struct (`object_layout`), then runs the loops without the GIL.
 """
+
 from __future__ import annotations
 
 import ast
@@ -39,8 +40,8 @@ import numpy as np
 
 from .machine_code import llvm_engine, load_object, loaded, ndarray_slot, object_code, object_layout, type_nums
 
-MAX_INLINED = 64                 # helper calls inlined per kernel at most
-MAX_LOCAL_ELEMENTS = 1 << 14      # a local array's elements at most (it lives in the stack frame)
+MAX_INLINED = 64  # helper calls inlined per kernel at most
+MAX_LOCAL_ELEMENTS = 1 << 14  # a local array's elements at most (it lives in the stack frame)
 
 
 class Untranslatable(Exception):
@@ -55,14 +56,22 @@ def _need(cond, why: str):
 # -- types ---------------------------------------------------------------------------------------------------
 # value types: the name of the numpy scalar type Numba gives the value
 _FLOATS = ("float32", "float64")
-_DTYPES = ("float32", "float64", "int64", "int32", "uint16", "bool")     # array element types translated
+_DTYPES = ("float32", "float64", "int64", "int32", "uint16", "bool")  # array element types translated
 
 
 def _ir_types():
     from llvmlite import ir
-    return {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int64": ir.IntType(64),
-            "int32": ir.IntType(32), "uint32": ir.IntType(32), "uint64": ir.IntType(64), "uint16": ir.IntType(16),
-            "bool": ir.IntType(1)}
+
+    return {
+        "float32": ir.FloatType(),
+        "float64": ir.DoubleType(),
+        "int64": ir.IntType(64),
+        "int32": ir.IntType(32),
+        "uint32": ir.IntType(32),
+        "uint64": ir.IntType(64),
+        "uint16": ir.IntType(16),
+        "bool": ir.IntType(1),
+    }
 
 
 class _Array:
@@ -78,6 +87,7 @@ class _Translator:
 
     def __init__(self, fn_ast: ast.FunctionDef, signature, name: str, layout: dict):
         from llvmlite import ir
+
         self.ir = ir
         self.T = _ir_types()
         self.module = m = ir.Module(name=name)
@@ -85,31 +95,41 @@ class _Translator:
         ptr = i8.as_pointer()
         # PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs): METH_FASTCALL
         self.fn = ir.Function(m, ir.FunctionType(ptr, [ptr, ptr.as_pointer(), i64]), name=name)
-        api = {sym: ir.Function(m, ir.FunctionType(ret, args), name=sym) for sym, ret, args in (
-            ("PyErr_SetString", ir.VoidType(), [ptr, ptr]), ("PyType_IsSubtype", i32, [ptr, ptr]),
-            ("PyLong_AsLongLong", i64, [ptr]), ("PyErr_Occurred", ptr, []), ("Py_IncRef", ir.VoidType(), [ptr]),
-            ("PyEval_SaveThread", ptr, []), ("PyEval_RestoreThread", ir.VoidType(), [ptr]),
-            ("PyErr_NoMemory", ptr, []), ("malloc", ptr, [i64]), ("free", ir.VoidType(), [ptr]))}
+        api = {
+            sym: ir.Function(m, ir.FunctionType(ret, args), name=sym)
+            for sym, ret, args in (
+                ("PyErr_SetString", ir.VoidType(), [ptr, ptr]),
+                ("PyType_IsSubtype", i32, [ptr, ptr]),
+                ("PyLong_AsLongLong", i64, [ptr]),
+                ("PyErr_Occurred", ptr, []),
+                ("Py_IncRef", ir.VoidType(), [ptr]),
+                ("PyEval_SaveThread", ptr, []),
+                ("PyEval_RestoreThread", ir.VoidType(), [ptr]),
+                ("PyErr_NoMemory", ptr, []),
+                ("malloc", ptr, [i64]),
+                ("free", ir.VoidType(), [ptr]),
+            )
+        }
         type_error = ir.GlobalVariable(m, i8, "hloexec.TypeError")
         none = ir.GlobalVariable(m, i8, "hloexec.None")
-        ndarray = ir.GlobalVariable(m, ptr, ndarray_slot(name))     # set when loaded (load_object)
+        ndarray = ir.GlobalVariable(m, ptr, ndarray_slot(name))  # set when loaded (load_object)
         ndarray.initializer = ir.Constant(ptr, None)
         text = bytearray(f"kernel arguments do not match its signature {signature}".encode() + b"\0")
         message = ir.GlobalVariable(m, ir.ArrayType(i8, len(text)), f"{name}.message")
         message.initializer, message.global_constant = ir.Constant(ir.ArrayType(i8, len(text)), text), True
 
         entry = self.fn.append_basic_block("entry")
-        ab = ir.IRBuilder(entry)     # the argument checks, then the set-up before the body (its blocks)
-        self.entry = entry            # where the allocas go: at its start (promoted to registers)
+        ab = ir.IRBuilder(entry)  # the argument checks, then the set-up before the body (its blocks)
+        self.entry = entry  # where the allocas go: at its start (promoted to registers)
         mismatch = ir.IRBuilder(self.fn.append_basic_block("mismatch"))
         mismatch.call(api["PyErr_SetString"], [type_error, mismatch.bitcast(message, ptr)])
         mismatch.ret(ir.Constant(ptr, None))
-        failed = ir.IRBuilder(self.fn.append_basic_block("failed"))        # an exception is set already
+        failed = ir.IRBuilder(self.fn.append_basic_block("failed"))  # an exception is set already
         failed.ret(ir.Constant(ptr, None))
-        self.vars: dict[str, tuple] = {}        # name -> (alloca, type)
-        self.scalars: dict[str, object] = {}    # int64 parameters
+        self.vars: dict[str, tuple] = {}  # name -> (alloca, type)
+        self.scalars: dict[str, object] = {}  # int64 parameters
         self.arrays: dict[str, _Array] = {}
-        self.inlined = 0                        # helper calls inlined so far
+        self.inlined = 0  # helper calls inlined so far
         params = [a.arg for a in fn_ast.args.args]
         _need(len(params) == len(signature), "parameter count")
 
@@ -133,28 +153,35 @@ class _Translator:
                 continue
             _, dtype, ndim, readonly = arg
             _need(dtype in _DTYPES, f"array of {dtype}")
-            check(ab.icmp_signed("!=", ab.call(api["PyType_IsSubtype"], [field(obj, layout["ob_type"], ptr),
-                                                                          ab.load(ndarray)]), ir.Constant(i32, 0)))
+            check(
+                ab.icmp_signed(
+                    "!=",
+                    ab.call(api["PyType_IsSubtype"], [field(obj, layout["ob_type"], ptr), ab.load(ndarray)]),
+                    ir.Constant(i32, 0),
+                )
+            )
             descr = field(obj, layout["descr"], ptr)
             ok = ab.icmp_signed("==", field(obj, layout["nd"], i32), ir.Constant(i32, ndim))
-            nums = [ab.icmp_signed("==", field(descr, layout["type_num"], i32), ir.Constant(i32, n))
-                    for n in type_nums(dtype)]
+            nums = [
+                ab.icmp_signed("==", field(descr, layout["type_num"], i32), ir.Constant(i32, n))
+                for n in type_nums(dtype)
+            ]
             for n in nums[1:]:
                 nums[0] = ab.or_(nums[0], n)
             ok = ab.and_(ok, nums[0])
-            ok = ab.and_(ok, ab.icmp_signed("!=", field(descr, layout["byteorder"], i8),
-                                            ir.Constant(i8, ord(layout["swapped"]))))
+            ok = ab.and_(
+                ok, ab.icmp_signed("!=", field(descr, layout["byteorder"], i8), ir.Constant(i8, ord(layout["swapped"])))
+            )
             wanted = layout["c_contiguous"] | (0 if readonly else layout["writeable"])
             flags = field(obj, layout["flags"], i32)
-            check(ab.and_(ok, ab.icmp_signed("==", ab.and_(flags, ir.Constant(i32, wanted)),
-                                              ir.Constant(i32, wanted))))
+            check(ab.and_(ok, ab.icmp_signed("==", ab.and_(flags, ir.Constant(i32, wanted)), ir.Constant(i32, wanted))))
             elt = i8 if dtype == "bool" else self.T[dtype]
             data = ab.bitcast(field(obj, layout["data"], ptr), elt.as_pointer())
             dims_ptr = ab.bitcast(field(obj, layout["dims"], ptr), i64.as_pointer())
             dims = [ab.load(ab.gep(dims_ptr, [ir.Constant(i64, d)])) for d in range(ndim)]
             self.arrays[pname] = _Array(data, dims, dtype, readonly)
-        thread = ab.call(api["PyEval_SaveThread"], [])         # the loops run without the GIL (Numba's nogil)
-        no_memory = ir.IRBuilder(self.fn.append_basic_block("no_memory"))   # a local array not allocated
+        thread = ab.call(api["PyEval_SaveThread"], [])  # the loops run without the GIL (Numba's nogil)
+        no_memory = ir.IRBuilder(self.fn.append_basic_block("no_memory"))  # a local array not allocated
         no_memory.call(api["PyEval_RestoreThread"], [thread])
         no_memory.call(api["PyErr_NoMemory"], [])
         no_memory.ret(ir.Constant(ptr, None))
@@ -181,7 +208,7 @@ class _Translator:
             target = s.targets[0]
             if isinstance(target, ast.Name) and _callee(s.value) in ("np.empty", "stack_array"):
                 self.local_array(target.id, s.value)
-            elif isinstance(target, ast.Tuple):     # `a, b = helper(...)`: a helper returning a tuple
+            elif isinstance(target, ast.Tuple):  # `a, b = helper(...)`: a helper returning a tuple
                 helper = _helpers().get(_callee(s.value))
                 _need(helper is not None and all(isinstance(t, ast.Name) for t in target.elts), "assignment target")
                 values = self.inline(helper, [self.expr(a) for a in s.value.args])
@@ -222,15 +249,21 @@ class _Translator:
         kernel's life, in the entry block's stack frame (np.empty's heap memory in Numba: the values are the
         same), or from the heap beyond MAX_LOCAL_ELEMENTS; made once however often the statement runs."""
         ir = self.ir
-        _need(len(call.args) == 2 and not call.keywords and name not in self.arrays and name not in self.vars,
-              "local array")
+        _need(
+            len(call.args) == 2 and not call.keywords and name not in self.arrays and name not in self.vars,
+            "local array",
+        )
         n, dtype = _int_literal(call.args[0]), _callee_name(call.args[1])
-        _need(n is not None and (0 < n <= MAX_LOCAL_ELEMENTS or _callee(call) == "np.empty")
-              and dtype in ("np.float32", "np.float64"), "local array of a literal size and float type")
+        _need(
+            n is not None
+            and (0 < n <= MAX_LOCAL_ELEMENTS or _callee(call) == "np.empty")
+            and dtype in ("np.float32", "np.float64"),
+            "local array of a literal size and float type",
+        )
         dtype = dtype[3:]
         if n <= MAX_LOCAL_ELEMENTS:
             data = self.alloca(self.T[dtype], n, name)
-        else:       # too big for a thread's stack: from the heap, freed at the end (Numba's np.empty: MemoryError)
+        else:  # too big for a thread's stack: from the heap, freed at the end (Numba's np.empty: MemoryError)
             setup = self.setup
             size = ir.Constant(self.T["int64"], n * (4 if dtype == "float32" else 8))
             raw = setup.call(self.api["malloc"], [size])
@@ -251,8 +284,14 @@ class _Translator:
         """`a[:] = value`: every element of a local 1-d array."""
         ir, b = self.ir, self.b
         sl = target.slice
-        _need(isinstance(target.value, ast.Name) and target.value.id in self.arrays
-              and sl.lower is None and sl.upper is None and sl.step is None, "slice assignment")
+        _need(
+            isinstance(target.value, ast.Name)
+            and target.value.id in self.arrays
+            and sl.lower is None
+            and sl.upper is None
+            and sl.step is None,
+            "slice assignment",
+        )
         arr = self.arrays[target.value.id]
         _need(len(arr.dims) == 1 and not arr.readonly and arr.dtype != "bool", "slice assignment")
         value, ty = self.expr(value)
@@ -275,8 +314,10 @@ class _Translator:
         literal), each lane its own add, as whole 32-byte vectors (as scalar.add_lanes: LLVM's SLP vectorizer
         often leaves the scalar form scalar)."""
         ir, b = self.ir, self.b
-        _need(len(call.args) == 4 and all(isinstance(a, ast.Name) and a.id in self.arrays for a in call.args[:2]),
-              "add_lanes")
+        _need(
+            len(call.args) == 4 and all(isinstance(a, ast.Name) and a.id in self.arrays for a in call.args[:2]),
+            "add_lanes",
+        )
         lanes, values = (self.arrays[a.id] for a in call.args[:2])
         count = _int_literal(call.args[3])
         _need(count is not None and lanes.dtype == values.dtype and lanes.dtype in _FLOATS, "add_lanes")
@@ -303,8 +344,10 @@ class _Translator:
         ir, b = self.ir, self.b
         _need(isinstance(s.target, ast.Name) and not s.orelse, "for target")
         call = s.iter
-        _need(isinstance(call, ast.Call) and _callee(call) == "range" and 1 <= len(call.args) <= 3
-              and not call.keywords, "for over something but range")
+        _need(
+            isinstance(call, ast.Call) and _callee(call) == "range" and 1 <= len(call.args) <= 3 and not call.keywords,
+            "for over something but range",
+        )
         bounds = [self.int64(a) for a in call.args]
         start, stop = (ir.Constant(self.T["int64"], 0), bounds[0]) if len(bounds) == 1 else bounds[:2]
         step = 1
@@ -343,10 +386,13 @@ class _Translator:
         if isinstance(e, ast.Name):
             if e.id in self.scalars:
                 return self.scalars[e.id], "int64"
-            if e.id not in self.vars and e.id in _constants():     # kernels/scalar.py's module constants
+            if e.id not in self.vars and e.id in _constants():  # kernels/scalar.py's module constants
                 value = _constants()[e.id]
-                return (ir.Constant(T["float64"], value), "float64") if isinstance(value, float) \
+                return (
+                    (ir.Constant(T["float64"], value), "float64")
+                    if isinstance(value, float)
                     else (ir.Constant(T["int64"], value), "int64")
+                )
             _need(e.id in self.vars, f"name {e.id}")
             slot, ty = self.vars[e.id]
             return b.load(slot), ty
@@ -367,8 +413,11 @@ class _Translator:
         if isinstance(e, ast.Subscript):
             arr, ptr = self.element(e)
             value = b.load(ptr)
-            return (b.icmp_unsigned("!=", value, ir.Constant(ir.IntType(8), 0)), "bool") \
-                if arr.dtype == "bool" else (value, arr.dtype)
+            return (
+                (b.icmp_unsigned("!=", value, ir.Constant(ir.IntType(8), 0)), "bool")
+                if arr.dtype == "bool"
+                else (value, arr.dtype)
+            )
         if isinstance(e, ast.BinOp):
             return self.binop(e)
         if isinstance(e, ast.UnaryOp):
@@ -390,19 +439,19 @@ class _Translator:
             _need(tx == ty, f"comparison of {tx} and {ty}")
             op = _COMPARE.get(type(e.ops[0]))
             _need(op is not None, "comparison operator")
-            if tx in _FLOATS:      # Python: every comparison with NaN is False but !=
+            if tx in _FLOATS:  # Python: every comparison with NaN is False but !=
                 return (b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)), "bool"
             if tx in ("int64", "int32"):
                 return b.icmp_signed(op, x, y), "bool"
             _need(tx in ("uint64", "uint16", "bool"), f"comparison of {tx}")
             return b.icmp_unsigned(op, x, y), "bool"
-        if isinstance(e, ast.BoolOp):       # of bools: both sides are pure, so no short circuit is needed
+        if isinstance(e, ast.BoolOp):  # of bools: both sides are pure, so no short circuit is needed
             values = [self.condition(v) for v in e.values]
             acc = values[0]
             for v in values[1:]:
                 acc = b.and_(acc, v) if isinstance(e.op, ast.And) else b.or_(acc, v)
             return acc, "bool"
-        if isinstance(e, ast.IfExp):        # branches: an arm may load where only its condition makes it valid
+        if isinstance(e, ast.IfExp):  # branches: an arm may load where only its condition makes it valid
             cond = self.condition(e.test)
             then_bb, else_bb = self.fn.append_basic_block("if.then"), self.fn.append_basic_block("if.else")
             end_bb = self.fn.append_basic_block("if.end")
@@ -434,7 +483,7 @@ class _Translator:
             _need(d is not None and d > 0, "// or % by anything but a positive literal")
             c = self.ir.Constant(self.T["int64"], d)
             q, r = b.sdiv(x, c), b.srem(x, c)
-            negative = b.icmp_signed("<", r, self.ir.Constant(self.T["int64"], 0))   # Python floors
+            negative = b.icmp_signed("<", r, self.ir.Constant(self.T["int64"], 0))  # Python floors
             if op is ast.FloorDiv:
                 return b.select(negative, b.sub(q, self.ir.Constant(self.T["int64"], 1)), q), "int64"
             return b.select(negative, b.add(r, c), r), "int64"
@@ -444,12 +493,18 @@ class _Translator:
             f = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul, ast.Div: b.fdiv}.get(op)
             _need(f is not None, f"{op.__name__} of floats")
             return f(x, y), tx
-        if tx == "int64" and op in (ast.LShift, ast.RShift):   # by a constant in [0, 64): Python's meaning
+        if tx == "int64" and op in (ast.LShift, ast.RShift):  # by a constant in [0, 64): Python's meaning
             _need(isinstance(y, self.ir.Constant) and 0 <= y.constant < 64, "shift by a non-constant")
             return (b.shl(x, y) if op is ast.LShift else b.ashr(x, y)), tx
         if tx == "int64":
-            f = {ast.Add: b.add, ast.Sub: b.sub, ast.Mult: b.mul, ast.BitAnd: b.and_, ast.BitOr: b.or_,
-                 ast.BitXor: b.xor}.get(op)
+            f = {
+                ast.Add: b.add,
+                ast.Sub: b.sub,
+                ast.Mult: b.mul,
+                ast.BitAnd: b.and_,
+                ast.BitOr: b.or_,
+                ast.BitXor: b.xor,
+            }.get(op)
             _need(f is not None, f"{op.__name__} of int64")
             return f(x, y), tx
         if tx == "bool":
@@ -466,7 +521,7 @@ class _Translator:
         if name in ("np.float32", "np.float64") and len(args) == 1:
             to = name[3:]
             literal = _float_literal(args[0])
-            if literal is not None:         # a literal: numpy's rounding of the Python float
+            if literal is not None:  # a literal: numpy's rounding of the Python float
                 return ir.Constant(self.T[to], float(np.dtype(to).type(literal))), to
             value, ty = self.expr(args[0])
             return self.convert(value, ty, to), to
@@ -476,7 +531,7 @@ class _Translator:
             return (b.trunc(value, self.T["int32"]) if to == "int32" else value), to
         if name == "min" and len(args) == 2:
             x, y = self.int64(args[0]), self.int64(args[1])
-            return b.select(b.icmp_signed("<", y, x), y, x), "int64"     # Python: the first of equals
+            return b.select(b.icmp_signed("<", y, x), y, x), "int64"  # Python: the first of equals
         if name == "np.sqrt" and len(args) == 1:
             value, ty = self.expr(args[0])
             _need(ty in _FLOATS, f"sqrt of {ty}")
@@ -484,21 +539,24 @@ class _Translator:
         if name == "np.isfinite" and len(args) == 1:
             value, ty = self.expr(args[0])
             _need(ty in _FLOATS, f"isfinite of {ty}")
-            return b.fcmp_ordered("<", b.call(self.module.declare_intrinsic("llvm.fabs", [self.T[ty]]), [value]),
-                                  ir.Constant(self.T[ty], float("inf"))), "bool"
+            return b.fcmp_ordered(
+                "<",
+                b.call(self.module.declare_intrinsic("llvm.fabs", [self.T[ty]]), [value]),
+                ir.Constant(self.T[ty], float("inf")),
+            ), "bool"
         helper = _helpers().get(name)
         if helper is not None:
             value = self.inline(helper, [self.expr(a) for a in args])
             _need(not isinstance(value, list), f"the tuple {name} returns used as a value")
             return value
-        if name == "_muladd" and len(args) == 3:    # scalar._muladd: llvm.fmuladd on float64
+        if name == "_muladd" and len(args) == 3:  # scalar._muladd: llvm.fmuladd on float64
             values = [self.expr(a) for a in args]
             _need(all(ty == "float64" for _, ty in values), "_muladd of non-float64")
             f64 = self.T["float64"]
             fn = self.module.declare_intrinsic("llvm.fmuladd", [f64], ir.FunctionType(f64, [f64, f64, f64]))
             return b.call(fn, [v for v, _ in values]), "float64"
-        if name.startswith("bitcast_") and len(args) == 1:      # half.py's bitcast intrinsics
-            src, _, dst = name[len("bitcast_"):].partition("_to_")
+        if name.startswith("bitcast_") and len(args) == 1:  # half.py's bitcast intrinsics
+            src, _, dst = name[len("bitcast_") :].partition("_to_")
             src, dst = _BITCAST_TYPES.get(src), _BITCAST_TYPES.get(dst)
             value, ty = self.expr(args[0])
             _need(src is not None and dst is not None and ty == src, f"call of {name} on {ty}")
@@ -522,16 +580,24 @@ class _Translator:
         translated here with its names made this call's own, typed by the arguments' types; one `return`, last."""
         params = [a.arg for a in helper.args.args]
         body = [st for st in helper.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
-        _need(len(values) == len(params) and body and isinstance(body[-1], ast.Return) and body[-1].value is not None
-              and self.inlined < MAX_INLINED, f"call of {helper.name}")
+        _need(
+            len(values) == len(params)
+            and body
+            and isinstance(body[-1], ast.Return)
+            and body[-1].value is not None
+            and self.inlined < MAX_INLINED,
+            f"call of {helper.name}",
+        )
         self.inlined += 1
-        own = set(params) | {t.id for st in body for t in ast.walk(st) if isinstance(t, ast.Name)
-                             and isinstance(t.ctx, ast.Store)}
+        own = set(params) | {
+            t.id for st in body for t in ast.walk(st) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+        }
         prefix = f"{helper.name}.{self.inlined}."
 
         class Rename(ast.NodeTransformer):
             def visit_Name(self, node):
                 return ast.copy_location(ast.Name(prefix + node.id, node.ctx), node) if node.id in own else node
+
         body = [Rename().visit(copy.deepcopy(st)) for st in body]
         try:
             for name, (value, ty) in zip(params, values):
@@ -567,7 +633,7 @@ class _Translator:
         zero = ir.Constant(self.T["int64"], 0)
         for ix, dim in zip(index, arr.dims):
             value, ty = self.expr(ix)
-            if ty == "int64":       # Numba's wraparound of a negative index (none for uint64)
+            if ty == "int64":  # Numba's wraparound of a negative index (none for uint64)
                 value = b.select(b.icmp_signed("<", value, zero), b.add(value, dim), value)
             else:
                 _need(ty == "uint64", f"index of {ty}")
@@ -591,12 +657,16 @@ def _callee(call) -> str:
 
 _HELPERS: dict = {}
 _CONSTANTS: dict = {}
-_BITCAST_TYPES = {"f32": "float32", "i32": "int32", "u32": "uint32", "f64": "float64", "i64": "int64",
-                  "u64": "uint64"}
+_BITCAST_TYPES = {"f32": "float32", "i32": "int32", "u32": "uint32", "f64": "float64", "i64": "int64", "u64": "uint64"}
 
 
-_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-               ast.Pow: operator.pow}
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
 
 
 def _numeric_value(e):
@@ -625,8 +695,9 @@ def _constants() -> dict:
                     continue
                 targets = st.targets[0].elts if isinstance(st.targets[0], ast.Tuple) else [st.targets[0]]
                 values = values if isinstance(values, tuple) else (values,)
-                _CONSTANTS.update({t.id: v for t, v in zip(targets, values) if isinstance(t, ast.Name)
-                                   and type(v) in (int, float)})
+                _CONSTANTS.update(
+                    {t.id: v for t, v in zip(targets, values) if isinstance(t, ast.Name) and type(v) in (int, float)}
+                )
     return _CONSTANTS
 
 
@@ -635,8 +706,13 @@ def _helpers() -> dict:
     meaning here too), by name, as ASTs."""
     if not _HELPERS:
         tree = ast.parse((Path(__file__).parent / "scalar.py").read_text())
-        _HELPERS.update({f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)
-                         and any("njit" in ast.unparse(d) for d in f.decorator_list)})
+        _HELPERS.update(
+            {
+                f.name: f
+                for f in tree.body
+                if isinstance(f, ast.FunctionDef) and any("njit" in ast.unparse(d) for d in f.decorator_list)
+            }
+        )
     return _HELPERS
 
 
@@ -681,10 +757,19 @@ def _identity() -> str:
     if not _IDENTITY:
         import hashlib
         import llvmlite.binding as llvm
+
         llvm_engine()
         h = hashlib.sha256(Path(__file__).read_bytes())
-        h.update(repr((llvm.llvm_version_info, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-                       object_layout())).encode())
+        h.update(
+            repr(
+                (
+                    llvm.llvm_version_info,
+                    llvm.get_host_cpu_name(),
+                    llvm.get_host_cpu_features().flatten(),
+                    object_layout(),
+                )
+            ).encode()
+        )
         _IDENTITY.append(h.hexdigest())
     return _IDENTITY[0]
 
@@ -695,10 +780,11 @@ _IDENTITY: list = []
 def object_name(key: str, signature) -> str:
     """The function's (and its object file's) name for kernel `key` compiled for `signature`."""
     import hashlib
+
     return f"hx_{key}_" + hashlib.sha256(repr((signature, _identity())).encode()).hexdigest()[:12]
 
 
-_TRANSLATIONS: dict = {}    # (key, signature) -> LLVM IR text (until compiled), or why it does not translate
+_TRANSLATIONS: dict = {}  # (key, signature) -> LLVM IR text (until compiled), or why it does not translate
 
 
 def translation(source: str, key: str, signature) -> str:
