@@ -48,19 +48,19 @@ def kernels_of(name: str) -> list[tuple]:
 def child(compiler: str, tasks_file: str) -> dict:
     """Compile every task of `tasks_file` with `compiler` ("direct", "numba"): CPU seconds and lines of each."""
     tasks = pickle.loads(Path(tasks_file).read_bytes())
-    from hloexec.kernels import cache, direct
+    from hloexec.kernels import cache, direct, direct_kernels, machine_code
     if compiler == "numba":     # Numba's own start (its first compile) is not a kernel's
         from numba import njit
         njit(lambda x: x + 1)(1.0)
     else:
-        direct.object_layout()
-        direct.llvm_engine()
+        machine_code.object_layout()
+        machine_code.llvm_engine()
     times, declined = {}, collections.Counter()
     for key, source, signature in tasks:
         start = time.process_time()
         if compiler == "direct":
             try:
-                direct.compile_kernel(source, key, signature, cache.cache_dir())
+                direct_kernels.compile_kernel(source, key, signature, cache.cache_dir())
             except direct.Untranslatable as e:
                 declined[str(e)] += 1
                 continue

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hloexec
-from hloexec.kernels import cache, direct, fusion
+from hloexec.kernels import cache, direct, direct_kernels, fusion
 from test_kernels_fusion import adam, adam_args, bits_equal
 
 pytestmark = pytest.mark.skipif(direct.object_layout() is None, reason="this Python's object layout is not probed")
@@ -188,10 +188,10 @@ def test_object_files_are_keyed_by_signature(fresh_dir):
     """One source, compiled for two dtypes: two object files, each right for its dtype (a name that ignored
     the dtype would load the float32 code for float64 arrays: TypeError or wrong bits)."""
     key = cache.source_key(COPY)
-    names = {direct.object_name(key, sig) for sig in (_sig("float32"), _sig("float64"), _sig("float32", False),
+    names = {direct_kernels.object_name(key, sig) for sig in (_sig("float32"), _sig("float64"), _sig("float32", False),
                                                        _sig("float32", ndim=3))}
-    assert len(names) == 4 and direct.object_name(key, _sig("float32")) == direct.object_name(key, _sig("float32"))
-    assert direct.object_name(cache.source_key(COPY + "\n"), _sig("float32")) not in names
+    assert len(names) == 4 and direct_kernels.object_name(key, _sig("float32")) == direct_kernels.object_name(key, _sig("float32"))
+    assert direct_kernels.object_name(cache.source_key(COPY + "\n"), _sig("float32")) not in names
     for dtype in ("float32", "float64"):
         fn = cache.load_kernel(COPY, key, _sig(dtype))
         x = np.arange(6, dtype=dtype).reshape(2, 3) + np.array(0.1, dtype)
@@ -248,7 +248,7 @@ f { a = f32[256,512] parameter(0)
 def test_an_interrupted_object_write_leaves_no_part_file(fresh_dir, monkeypatch):
     def interrupted(src, dst):
         raise KeyboardInterrupt
-    monkeypatch.setattr(direct.os, "replace", interrupted)
+    monkeypatch.setattr(direct_kernels.os, "replace", interrupted)
     source = "# never compiled before in this process\n" + COPY
     with pytest.raises(KeyboardInterrupt):
         cache.load_kernel(source, cache.source_key(source), _sig("float32"))
@@ -259,11 +259,11 @@ def test_object_file_reused_by_a_fresh_process(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
-        from hloexec.kernels import direct, fusion
+        from hloexec.kernels import direct_kernels, fusion
         from test_kernels_fusion import adam, adam_args
         compiled = []
-        object_code = direct.object_code
-        direct.object_code = lambda ir: compiled.append(1) or object_code(ir)
+        object_code = direct_kernels.object_code
+        direct_kernels.object_code = lambda ir: compiled.append(1) or object_code(ir)
         k = fusion.compile_fusion(adam(777))
         out = k(*adam_args(777))
         print(len(compiled), type(k.fn).__name__, out[0].view("u4").sum())

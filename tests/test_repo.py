@@ -216,8 +216,9 @@ MYPY_KNOWN = {
     "exec/memory.py": 1, "exec/runner.py": 3, "exec/schedule_codegen.py": 2, "exec/shadow.py": 9, "exec/tiering.py":
     5, "ir/attributes/metadata.py": 1, "ir/attributes/syntax.py": 2, "ir/compiled_for.py": 3, "ir/fma.py": 7,
     "ir/literal.py": 15, "ir/module.py": 9, "ir/shape.py": 12, "ir/shape_inference.py": 6, "ir/shardy.py": 2,
-    "jax.py": 12, "kernels/codegen.py": 2, "kernels/direct.py": 4, "kernels/dot_algorithms.py": 3, "kernels/elementwise.py": 3,
-    "kernels/machine_code.py": 8, "kernels/mkl.py": 2, "kernels/numpy_form.py": 1, "kernels/semantics.py": 2, "ops/contraction.py": 2,
+    "jax.py": 12, "kernels/codegen.py": 2, "kernels/direct.py": 3, "kernels/dot_algorithms.py": 3,
+    "kernels/elementwise.py": 3, "kernels/mkl.py": 2, "kernels/numpy_form.py": 1, "kernels/semantics.py": 2,
+    "ops/contraction.py": 2,
     "ops/custom_call/cudnn.py": 1, "ops/custom_call/lapack.py": 1, "ops/elementwise.py": 2, "ops/indexing.py": 3,
     "ops/movement.py": 2, "ops/reduction.py": 1, "ops/tiles.py": 3, "parser/build.py": 14, "parser/scan.py": 1,
     "spmd/memory.py": 3, "spmd/shardings.py": 4, "tools/bisect.py": 12, "tools/bounds.py": 2,

@@ -26,15 +26,17 @@ import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import CompileWarning
 from . import workers
 
 _KERNELS: dict[str, object] = {}  # key -> Numba dispatcher
-_DIRECT: dict[tuple, object] = {}  # (key, signature) -> direct.compile_kernel's function
+_DIRECT: dict[tuple, object] = {}  # (key, signature) -> direct_kernels.compile_kernel's function
 _LOCK = threading.Lock()
 _COMPILE_LOCK = threading.Lock()  # Numba compiles one function at a time anyway (its global compiler lock)
 _HELPERS_HASH: str | None = None
@@ -92,29 +94,34 @@ def compiles_directly(task) -> bool:
     worker would."""
     if not direct_enabled():
         return False
-    from . import direct
+    from . import direct_kernels
 
     key, source, signature = task
-    return direct.translates(source, key, signature)
+    return direct_kernels.translates(source, key, signature)
 
 
 def load_kernel(source: str, key: str, signature):
     """The `kernel` function of generated `source` for `signature`: compiled by the direct compiler
     (kernels/direct.py) if it translates the source, from its object file in the cache dir or compiled now;
-    else a Numba dispatcher, from this process's dict, else written to the cache dir (unless the same text is
-    there) and imported (compile_signature compiles it)."""
+    else -- or if LLVM fails on it (a CompileWarning) -- a Numba dispatcher, from this process's dict, else
+    written to the cache dir (unless the same text is there) and imported (compile_signature compiles it)."""
     fn = _DIRECT.get((key, signature)) if direct_enabled() else None
     if fn is not None:
         return fn
     if compiles_directly((key, source, signature)):
-        from . import direct
+        from . import direct_kernels
+        from .machine_code import MachineCodeError
 
         workers.claim(key)
         with _LOCK:
             fn = _DIRECT.get((key, signature))
             if fn is None:
-                fn = _DIRECT[(key, signature)] = direct.compile_kernel(source, key, signature, cache_dir())
-            return fn
+                try:
+                    fn = _DIRECT[(key, signature)] = direct_kernels.compile_kernel(source, key, signature, cache_dir())
+                except MachineCodeError as e:
+                    warnings.warn(f"kernel {key}: {e}; it is compiled through Numba", CompileWarning, stacklevel=2)
+            if fn is not None:
+                return fn
     fn = _KERNELS.get(key)
     if fn is not None:
         return fn

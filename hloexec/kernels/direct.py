@@ -8,7 +8,7 @@ source (given the kernel signature, kernels/cache.py) into LLVM IR directly, wit
 construct -- the same IEEE operations in the same order, no fast-math, so the same bits (but which NaN comes
 out where two meet: LLVM orders commutative operands as it likes) -- and `compile_kernel` compiles it with one
 O3 pipeline for this CPU, keeps the object code in the disk cache and makes it a Python builtin function
-(METH_FASTCALL: called as directly as a Numba dispatcher). A source using anything else raises
+(METH_FASTCALL: called as directly as a Numba dispatcher; kernels/direct_kernels.py, kernels/machine_code.py). A source using anything else raises
 `Untranslatable` and goes to Numba as before (kernels/cache.py).
 
 The rules this translator holds to where Python and Numba would allow more (each one declines):
@@ -32,13 +32,11 @@ from __future__ import annotations
 import ast
 import copy
 import operator
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from .machine_code import llvm_engine, load_object, loaded, ndarray_slot, object_code, object_layout, type_nums
+from .machine_code import ndarray_slot, object_layout, type_nums
 
 MAX_INLINED = 64  # helper calls inlined per kernel at most
 MAX_LOCAL_ELEMENTS = 1 << 14  # a local array's elements at most (it lives in the stack frame)
@@ -81,6 +79,29 @@ class _Array:
         self.data, self.dims, self.dtype, self.readonly = data, dims, dtype, readonly
 
 
+def _c_api(module) -> dict:
+    """The C functions a kernel calls (CPython's and the C library's; machine_code.llvm_engine resolves them),
+    declared in LLVM `module`."""
+    from llvmlite import ir
+
+    i64, i32, ptr = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+    return {
+        sym: ir.Function(module, ir.FunctionType(ret, args), name=sym)
+        for sym, ret, args in (
+            ("PyErr_SetString", ir.VoidType(), [ptr, ptr]),
+            ("PyType_IsSubtype", i32, [ptr, ptr]),
+            ("PyLong_AsLongLong", i64, [ptr]),
+            ("PyErr_Occurred", ptr, []),
+            ("Py_IncRef", ir.VoidType(), [ptr]),
+            ("PyEval_SaveThread", ptr, []),
+            ("PyEval_RestoreThread", ir.VoidType(), [ptr]),
+            ("PyErr_NoMemory", ptr, []),
+            ("malloc", ptr, [i64]),
+            ("free", ir.VoidType(), [ptr]),
+        )
+    }
+
+
 class _Translator:
     """One kernel's LLVM function, built statement by statement from the Python AST (single pass: the
     generators define every name before its first use, in source order)."""
@@ -95,21 +116,7 @@ class _Translator:
         ptr = i8.as_pointer()
         # PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs): METH_FASTCALL
         self.fn = ir.Function(m, ir.FunctionType(ptr, [ptr, ptr.as_pointer(), i64]), name=name)
-        api = {
-            sym: ir.Function(m, ir.FunctionType(ret, args), name=sym)
-            for sym, ret, args in (
-                ("PyErr_SetString", ir.VoidType(), [ptr, ptr]),
-                ("PyType_IsSubtype", i32, [ptr, ptr]),
-                ("PyLong_AsLongLong", i64, [ptr]),
-                ("PyErr_Occurred", ptr, []),
-                ("Py_IncRef", ir.VoidType(), [ptr]),
-                ("PyEval_SaveThread", ptr, []),
-                ("PyEval_RestoreThread", ir.VoidType(), [ptr]),
-                ("PyErr_NoMemory", ptr, []),
-                ("malloc", ptr, [i64]),
-                ("free", ir.VoidType(), [ptr]),
-            )
-        }
+        api = _c_api(m)
         type_error = ir.GlobalVariable(m, i8, "hloexec.TypeError")
         none = ir.GlobalVariable(m, i8, "hloexec.None")
         ndarray = ir.GlobalVariable(m, ptr, ndarray_slot(name))  # set when loaded (load_object)
@@ -185,7 +192,8 @@ class _Translator:
         no_memory.call(api["PyEval_RestoreThread"], [thread])
         no_memory.call(api["PyErr_NoMemory"], [])
         no_memory.ret(ir.Constant(ptr, None))
-        self.api, self.setup, self.no_memory, self.heap = api, ab, no_memory.block, []
+        self.api, self.setup, self.no_memory = api, ab, no_memory.block
+        self.heap: list = []  # local arrays from the heap, freed at the end
         body = self.fn.append_basic_block("body")
         self.b = ir.IRBuilder(body)
         self.statements(fn_ast.body)
@@ -749,88 +757,3 @@ def translate(source: str, signature, name: str) -> str:
     fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel"]
     _need(len(fns) == 1, "no kernel function")
     return str(_Translator(fns[0], signature, name, layout).module)
-
-
-# -- kernels -----------------------------------------------------------------------------------------------------
-def _identity() -> str:
-    """What an object file depends on besides its source and signature: this translator, LLVM, the CPU."""
-    if not _IDENTITY:
-        import hashlib
-        import llvmlite.binding as llvm
-
-        llvm_engine()
-        h = hashlib.sha256(Path(__file__).read_bytes())
-        h.update(
-            repr(
-                (
-                    llvm.llvm_version_info,
-                    llvm.get_host_cpu_name(),
-                    llvm.get_host_cpu_features().flatten(),
-                    object_layout(),
-                )
-            ).encode()
-        )
-        _IDENTITY.append(h.hexdigest())
-    return _IDENTITY[0]
-
-
-_IDENTITY: list = []
-
-
-def object_name(key: str, signature) -> str:
-    """The function's (and its object file's) name for kernel `key` compiled for `signature`."""
-    import hashlib
-
-    return f"hx_{key}_" + hashlib.sha256(repr((signature, _identity())).encode()).hexdigest()[:12]
-
-
-_TRANSLATIONS: dict = {}  # (key, signature) -> LLVM IR text (until compiled), or why it does not translate
-
-
-def translation(source: str, key: str, signature) -> str:
-    """translate's IR of kernel `key` for `signature`, made once (raises Untranslatable, every time)."""
-    got = _TRANSLATIONS.get((key, signature))
-    if got is None:
-        try:
-            got = translate(source, signature, object_name(key, signature))
-        except Untranslatable as e:
-            got = e
-        _TRANSLATIONS[(key, signature)] = got
-    if isinstance(got, Untranslatable):
-        raise Untranslatable(str(got))
-    return got
-
-
-def translates(source: str, key: str, signature) -> bool:
-    """Whether compile_kernel takes kernel `key` (compiled or not yet)."""
-    if loaded(object_name(key, signature)) is not None:
-        return True
-    try:
-        translation(source, key, signature)
-    except Untranslatable:
-        return False
-    return True
-
-
-def compile_kernel(source: str, key: str, signature, directory: Path):
-    """Kernel `key` (generated `source`) for `signature`, from its object file in `directory` or translated and
-    compiled now and written there (atomically: renamed into place); raises Untranslatable."""
-    name = object_name(key, signature)
-    if loaded(name) is not None:
-        return loaded(name)
-    path = directory / f"{name}.o"
-    try:
-        code = path.read_bytes()
-    except OSError:
-        code = object_code(translation(source, key, signature))
-        _TRANSLATIONS.pop((key, signature), None)
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(code)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    return load_object(code, name)
