@@ -106,6 +106,7 @@ def _make_engine() -> dict:
         jit=True,
     )
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly("", llvm.create_context()), tm)
+    engine.finalize_object()  # its own (empty) module compiled now: later finalizes only link object files
     api = ctypes.pythonapi
     for sym in (
         "PyErr_SetString",
