@@ -1,5 +1,7 @@
 """The direct compiler never takes the process down: LLVM aborts (SIGABRT, not an exception) on an object file it
-cannot link, and once one failed to link, on the next one it is handed; it crashes on a damaged one. Each case
+cannot link, and once one failed to link, on the next one it is handed; it crashes on a damaged one; and its
+linker asserts (aborts) when a 32-bit PC-relative reference does not reach -- the whole suite's abort: code made
+for the small code model, its sections mapped more than 2 GB apart in a long-lived process. Each case
 runs in a fresh process, first unguarded (llvmlite as the direct compiler called it before: the abort shown),
 then through hloexec.kernels.machine_code / cache.load_kernel: a MachineCodeError, the kernel through Numba with
 a CompileWarning, the engine still good for the next kernel. Plus threads loading direct kernels while the main
@@ -167,3 +169,69 @@ def test_threads_load_direct_kernels_while_numba_compiles(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["ok", "36"]
+
+
+# The address space shaped as a long-lived process's can be: the next page mapped goes where one page is free,
+# everything else tens of TB lower (every free page above that is taken by a PROT_NONE mapping, which costs no
+# memory). A kernel's code, constants and data are mapped one by one: they land far apart.
+FAR_APART = """
+import ctypes, sys
+import numpy as np
+import llvmlite.binding as llvm
+from hloexec.kernels import cache, direct_kernels, machine_code as mc
+
+libc = ctypes.CDLL(None)
+libc.mmap.restype, libc.munmap.restype = ctypes.c_void_p, ctypes.c_int
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+PAGE, NONE, FLAGS = 4096, 0, 0x2 | 0x20 | 0x4000  # MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE
+FIXED_NOREPLACE = 0x100000
+SIG = (("array", "float32", 1, False), ("array", "float32", 1, True))
+SRC = "def kernel(o0, p0):\\n    for i0 in range(8):\\n        o0[i0] = p0[i0] * np.float32(1.25) + np.float32(0.5)\\n"
+key = cache.source_key(SRC)
+name = direct_kernels.object_name(key, SIG)
+ir = direct_kernels.translation(SRC, key, SIG)
+if sys.argv[1] == "small":  # the direct compiler's target before: small code model
+    tm = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, reloc="pic",
+        codemodel="default", jit=True)
+    module = llvm.parse_assembly(ir)
+    module.triple, module.data_layout = tm.triple, str(tm.target_data)
+    code = tm.emit_object(module)
+else:
+    code = mc.object_code(ir)
+
+
+def spans():
+    return sorted(tuple(int(x, 16) for x in line.split()[0].split("-")) for line in open("/proc/self/maps"))
+
+
+floor = max(b for a, b in spans() if a < 0x600000000000) + (64 << 30)  # 64 GB above the heap stay free
+probe = libc.mmap(None, PAGE, NONE, FLAGS, -1, 0)  # where the next page goes
+for (_, b0), (a1, _) in zip(spans(), spans()[1:]):
+    lo, hi = max(b0, floor), min(a1, 1 << 47)
+    if hi - lo >= PAGE:
+        libc.mmap(lo, hi - lo, NONE, FLAGS | FIXED_NOREPLACE, -1, 0)
+libc.munmap(probe, PAGE)
+fn = mc.load_object(code, name)
+x = np.arange(8, dtype=np.float32)
+out = np.zeros(8, np.float32)
+fn(out, x)
+print(out.tolist() == (x * np.float32(1.25) + np.float32(0.5)).tolist())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="shapes the address space through /proc/self/maps")
+def test_a_kernel_whose_sections_are_mapped_far_apart(tmp_path):
+    def run(target):
+        env = dict(os.environ, HLOEXEC_CACHE_DIR=str(tmp_path))
+        return subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-c", FAR_APART, target], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    small = run("small")
+    assert small.returncode == -signal.SIGABRT, (small.returncode, small.stderr[-2000:])
+    assert "isInt<32>(RealOffset)" in small.stderr and "finalize_object" in small.stderr
+    now = run("now")
+    assert now.returncode == 0, now.stderr[-3000:]
+    assert now.stdout.strip() == "True"

@@ -6,6 +6,11 @@ LLVM aborts the process, not raises, on an object file it cannot link (an extern
 damaged file): load_object checks every symbol the file needs resolves before handing it to LLVM, and raises
 MachineCodeError otherwise -- as for any other failure of LLVM here -- so that the kernel goes through Numba.
 Each kernel's IR is parsed into an LLVM context of its own, not the process's global one that Numba also uses.
+
+Code is made for the large code model, as Numba makes its own: LLVM's linker puts an object file's code, constants
+and data in separate mappings, which in a long-lived process (big arrays come and go, libraries, other JITs) can
+land more than 2 GB apart; the small model's 32-bit PC-relative references between them would not reach (LLVM
+asserts on that and aborts: "isInt<32>(RealOffset)" in RuntimeDyldELF).
 """
 
 from __future__ import annotations
@@ -101,8 +106,8 @@ def _make_engine() -> dict:
         cpu=llvm.get_host_cpu_name(),
         features=llvm.get_host_cpu_features().flatten(),
         opt=3,
-        reloc="pic",
-        codemodel="default",
+        reloc="default",
+        codemodel="jitdefault",  # large: 64-bit addresses (see the module's doc)
         jit=True,
     )
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly("", llvm.create_context()), tm)
