@@ -5,7 +5,8 @@ A developer tool, not a test: it needs dump directories made beforehand, and jax
 distinct module (texts equal but for names and metadata count once) runs on random inputs
 (`Executable.random_inputs`) three ways: XLA:CPU on its text before optimizations (the reference), hloexec on
 that text and on XLA's optimized text; outputs are compared by `hloexec compare`'s rules (XLA's
-literal_comparison, f32 1e-5 relative and absolute...), hloexec's f32 / f64 denormals flushed as XLA:CPU's are.
+literal_comparison, f32 1e-5 relative and absolute...), hloexec's f32 / f64 denormals flushed where XLA:CPU's
+arithmetic flushed them.
 An SPMD-partitioned module (num_partitions or replica_count > 1) is compared on its text before optimizations
 only: its optimized text is one device's program.
 
@@ -38,6 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from xla_compare import bits_agreement, flush_denormals  # noqa: E402
+
 _METADATA = re.compile(r",? metadata=\{[^{}]*\}")
 _HEADER = re.compile(r"^HloModule \S+")
 _NAME_DIGITS = re.compile(r"\.\d+\b")
@@ -63,12 +67,6 @@ def module_pairs(dirs, limit: int | None) -> list[tuple[str, str | None]]:
 
 
 # -- the worker: one module at a time, one JSON line per module ----------------------------------------------
-def _flushed(x: np.ndarray) -> np.ndarray:
-    if x.dtype not in (np.float32, np.float64):
-        return x
-    return np.where(np.abs(x) < np.finfo(x.dtype).tiny, np.copysign(np.zeros_like(x), x), x)
-
-
 def _leaves(value) -> list:
     return [leaf for v in value for leaf in _leaves(v)] if isinstance(value, tuple) else [np.asarray(value)]
 
@@ -116,7 +114,10 @@ def replay(before: str, after: str | None, options: dict) -> dict:
                     # results are shards, not the whole arrays the text before optimizations takes
                     result["partitioned"] = True
                     continue
-                got = [_flushed(g) for g in _leaves(runner.run(*inputs))]
+                got = _leaves(runner.run(*inputs))
+                # flushed where XLA:CPU's arithmetic flushed its denormals (FTZ / DAZ: its result is zero)
+                got = [flush_denormals(g, np.asarray(want[i]) == 0) if i < len(want) and np.shape(want[i]) == g.shape
+                       else g for i, g in enumerate(got)]
         except UnsupportedError as e:
             return result | {"verdict": "unsupported", "why": e.what, "text": kind}
         except Exception as e:  # noqa: BLE001
@@ -143,8 +144,6 @@ def replay(before: str, after: str | None, options: dict) -> dict:
 def _bits(got: list, want: list) -> list:
     """Per float output [fraction of elements bit-identical to XLA:CPU's, largest distance in ULPs of the output's
     scale] (tests/xla_compare.py bits_agreement): how far from XLA:CPU's own bits a device profile gets."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from xla_compare import bits_agreement
     return [list(bits_agreement(g, w)) for g, w in zip(got, want)
             if np.asarray(w).dtype.name in ("float16", "bfloat16", "float32", "float64")]
 

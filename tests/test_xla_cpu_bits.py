@@ -65,6 +65,19 @@ def test_ynn_row_sums_have_xla_cpus_bits(n):
 
 
 @measured_host
+@pytest.mark.parametrize("shape", [(16, 2048), (8, 4096), (4, 8192), (16, 1280), (16, 1536), (8, 2560), (8, 3200),
+                                   (8, 64, 64), (8, 16, 256), (8, 8, 512), (4, 128, 128)])
+def test_ynn_sums_of_tiles_and_of_several_dims_have_xla_cpus_bits(shape):
+    """Beyond 1024 elements YNNPACK's tiles of 64 chunks add up by compensated summation (a last, shorter tile
+    uncompensated); a sum over several minor dims is one row (a train step's loss)."""
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    text, want = xla_dump(lambda x: x.sum(tuple(range(1, x.ndim))), x)
+    assert "__ynn_fusion" in text
+    assert agreement(text, (x,), want, device="xla-cpu")[0][0] == 1.0
+    assert agreement(text, (x,), want, device="xla-cpu", reductions="per-step")[0][0] < 0.9
+
+
+@measured_host
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_multiply_add_inside_a_fusion_rounds_once_as_xla_cpus(dtype):
     r = np.random.default_rng(4)

@@ -56,3 +56,28 @@ def test_f32_convolutions_chain_fmas_as_xla_cpu(shape, window, stride):
         "NHWC", "HWIO", "NHWC")), x, w)
     assert bits_agreement(hloexec.load(text, device="xla-cpu")(x, w), want) == (1.0, 0.0)
     assert bits_agreement(hloexec.load(text)(x, w), want)[0] < 0.9
+
+
+def conv(x, w, stride=(1, 1), padding="SAME", lhs_dilation=None, rhs_dilation=None, groups=1):
+    return jax.lax.conv_general_dilated(x, w, stride, padding, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)
+
+
+@avx512
+@pytest.mark.parametrize("shape, window, how", [
+    *[((1, 1, 300 + k - 1, 1), (1, k, 1, 1), {"padding": "VALID"}) for k in (2, 3, 7, 9, 13, 24, 40, 60, 100, 200,
+                                                                              333, 512)],
+    ((1, 28, 28, 1), (3, 3, 1, 1), {"padding": "VALID"}),  # lax_test's testConvTransposePaddingList
+    ((3, 9, 10, 3), (4, 5, 3, 1), {"padding": ((3, 3), (4, 4)), "lhs_dilation": (2, 2), "rhs_dilation": (2, 2)}),
+    ((2, 10, 9, 3), (4, 5, 3, 1), {"stride": (2, 1)}),
+    ((2, 12, 12, 4), (3, 3, 1, 4), {"groups": 4}),  # depthwise: one output feature per group
+])
+def test_f32_convolutions_of_one_output_feature_as_xla_cpu(shape, window, how):
+    """XLA:CPU's matrix-vector order (hloexec/kernels/conv_order.py): lanes of 8, neighbours first, inner-dim
+    shards of K beyond 96; the FMA chain of wider convolutions is not it."""
+    r = np.random.default_rng(sum(shape) + sum(window))
+    x, w = r.standard_normal(shape).astype(np.float32), r.standard_normal(window).astype(np.float32)
+    text, want = xla(lambda x, w: conv(x, w, **how), x, w)
+    assert bits_agreement(hloexec.load(text, device="xla-cpu")(x, w), want) == (1.0, 0.0)
+    if window[0] * window[1] * window[2] > 3:
+        assert bits_agreement(hloexec.load(text)(x, w), want)[0] < 0.9

@@ -377,7 +377,7 @@ def shadow_case(case: Case) -> Case:
 def _narrow_floats(module) -> bool:
     """Whether any value of `module` has a float or complex type narrower than f64 / c128."""
     return any(shadow_type(leaf.element_type) is not leaf.element_type
-               for inst in module.instructions() for _, leaf in inst.shape.leaves() if leaf.element_type is not None)
+               for inst in module.instructions() for _, leaf in inst.shape.leaves())
 
 
 def shadow_op_case(inst, count: int) -> dict:

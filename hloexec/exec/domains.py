@@ -87,8 +87,8 @@ def _bound_of(inst: Instruction, depth: int) -> tuple[int, Instruction] | None:
                 found.append(_use_bound(user, k, depth))
             except (IndexError, TypeError):  # a malformed use bounds nothing: it is refused where prepared
                 pass
-    found = [f for f in found if f is not None]
-    return min(found, key=lambda f: f[0]) if found else None
+    bounded = [f for f in found if f is not None]
+    return min(bounded, key=lambda f: f[0]) if bounded else None
 
 
 def _use_bound(user: Instruction, k: int, depth: int) -> tuple[int, Instruction] | None:

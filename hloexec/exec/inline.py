@@ -42,7 +42,7 @@ def inline_calls(comp: Computation, keep_call) -> Computation:
                 continue
             operands = [value[id(o)] for o in inst.operands]
             if inlinable(inst):
-                value[id(inst)] = expand(inst.called["to_apply"], operands)
+                value[id(inst)] = expand(inst.called_computation("to_apply"), operands)
             else:
                 copy = inst.with_operands(operands)
                 copies.append((copy, c))
@@ -76,4 +76,4 @@ def _ordered(comp: Computation) -> bool:
 
 
 def _size(comp: Computation, inlinable) -> int:
-    return sum(_size(i.called["to_apply"], inlinable) if inlinable(i) else 1 for i in comp.instructions)
+    return sum(_size(i.called_computation("to_apply"), inlinable) if inlinable(i) else 1 for i in comp.instructions)

@@ -68,7 +68,7 @@ def random_value(shape: Shape, rng: np.random.Generator, domain: Domain | None =
     if domain is not None and domain.kind == "boolean":
         return rng.integers(0, 2, size=shape.dims).astype(etype.numpy)
     if etype.is_integer:
-        high = 4 if domain is None or domain.kind != "index" else domain.bound + 1
+        high = 4 if domain is None or domain.bound is None else domain.bound + 1  # an index's largest valid value
         return rng.integers(0, max(high, 1), size=shape.dims).astype(etype.numpy)
     if etype.kind == "complex":
         return (rng.standard_normal(shape.dims) + 1j * rng.standard_normal(shape.dims)).astype(etype.numpy)

@@ -115,7 +115,7 @@ class PlanMemory:
             return frozenset([(slot, path)])
 
         # the caller's buffers: tracked (what reads them, through views) but not counted here (live_bytes adds them)
-        storage = {s: frozenset([(s, ())]) for s in plan.parameter_slots}
+        storage: dict[int, frozenset | tuple] = {s: frozenset([(s, ())]) for s in plan.parameter_slots}
         made_at: dict[tuple, int] = {}
         freed_at = {f: k for k, step in enumerate(plan.steps) for f in step.frees}
         for k, step in enumerate(plan.steps):

@@ -13,7 +13,7 @@ def compile_schedule(plan: Plan):
     Steps computing parameter-independent values are left out: the first run's values are bound instead
     (XLA folds such constants at compile time; in a while body they would be recomputed every step).
     """
-    names: dict[str, str] = {}
+    names: dict[str, object] = {}  # the generated function's globals
     lines = ["def run(args):"]
     if plan.parameter_slots:
         lines.append(f"    {', '.join(f's{s}' for s in plan.parameter_slots)}, = args")

@@ -30,7 +30,7 @@ report says so (`discrete_divergence`) instead of diverging silently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ml_dtypes
 import numpy as np
@@ -68,23 +68,23 @@ def shadow_type(etype: ElementType) -> ElementType:
 def shadow_shape(shape: Shape) -> Shape:
     """`shape` with its float element types widened (tuples leaf by leaf; dims and layouts kept)."""
     if shape.is_tuple:
-        return Shape(None, tuple_shapes=tuple(map(shadow_shape, shape.tuple_shapes)), is_buffer=shape.is_buffer)
-    if shape.element_type is None or shadow_type(shape.element_type) is shape.element_type:
+        return replace(shape, tuple_shapes=tuple(map(shadow_shape, shape.tuple_shapes)))
+    if shadow_type(shape.element_type) is shape.element_type:
         return shape
-    return Shape(shadow_type(shape.element_type), shape.dims, shape.dynamic, shape.layout, None, shape.is_buffer)
+    return replace(shape, element_type=shadow_type(shape.element_type))
 
 
 def has_float(shape: Shape) -> bool:
     if shape.is_tuple:
         return any(map(has_float, shape.tuple_shapes))
-    return shape.element_type is not None and shape.element_type.kind in ("float", "complex")
+    return shape.element_type.kind in ("float", "complex")
 
 
 def has_discrete(shape: Shape) -> bool:
     """Whether the value has integer or pred leaves."""
     if shape.is_tuple:
         return any(map(has_discrete, shape.tuple_shapes))
-    return shape.element_type is not None and shape.element_type.kind in ("pred", "sint", "uint")
+    return shape.element_type.kind in ("pred", "sint", "uint")
 
 
 def widen(value, shape: Shape):

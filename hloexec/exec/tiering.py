@@ -251,7 +251,7 @@ class TieredLoop:
         body,
         kernel,
         step_work: int,
-        compile_work: int,
+        compile_work: float,
         participant,
         observer,
         failed=None,
@@ -544,7 +544,8 @@ def _dispatches(comp: Computation) -> int:
     """Instructions a run of `comp` interprets, those of the computations it calls included (a loop
     inside counted once)."""
     return sum(
-        1 + sum(_dispatches(c) for key, c in inst.called.items() if key in ("to_apply", "calls", "body"))
+        1
+        + sum(_dispatches(inst.called_computation(key)) for key in ("to_apply", "calls", "body") if key in inst.called)
         for inst in comp.instructions
         if inst.opcode != "parameter"
     )

@@ -14,6 +14,7 @@ exists. A pre-optimization module has none of these: `unknown`.
 from __future__ import annotations
 
 import re
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -92,7 +93,7 @@ def compiled_for(module: Module) -> CompiledFor:
                 strong["tpu"]["tiled layouts T(...)"] += n
             if layout is not None and layout.memory_space:
                 strong["tpu"][f"memory space S({layout.memory_space})"] += n
-            if leaf.element_type is not None and leaf.element_type.name in _FP8:
+            if leaf.element_type.name in _FP8:
                 fp8 = True
     for comp in module.computations:
         for inst in comp.instructions:
@@ -127,14 +128,16 @@ def compiled_for(module: Module) -> CompiledFor:
     if fp8 and scores.get("gpu"):
         hopper["fp8 element types"] += 1
     evidence = [
-        f"{p}: {what} x{n}" for p in sorted(scores, key=scores.get, reverse=True) for what, n in strong[p].most_common()
+        f"{p}: {what} x{n}"
+        for p in sorted(scores, key=lambda p: scores[p], reverse=True)
+        for what, n in strong[p].most_common()
     ]
     evidence += [f"unknown: {what} x{n}" for what, n in strong["unknown"].most_common()]
     if len(scores) == 1:
         platform = next(iter(scores))
     elif scores:
         ranked = sorted(scores.values(), reverse=True)
-        platform = max(scores, key=scores.get) if ranked[0] > 4 * ranked[1] else "unknown"
+        platform = max(scores, key=lambda p: scores[p]) if ranked[0] > 4 * ranked[1] else "unknown"
         if platform == "unknown":
             evidence.append("conflicting evidence: no platform dominates")
     else:
@@ -193,12 +196,15 @@ def auto_device(module: Module) -> tuple[str, str]:
     return name, reason
 
 
+_YNN_COMPUTATIONS: weakref.WeakKeyDictionary[Module, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
 def ynn_computations(module: Module) -> frozenset[str]:
     """Names of the computations XLA:CPU runs through YNNPACK (called by `__ynn_fusion` fusions): their sums
     have YNNPACK's order, not XLA's loop emitter's. Computed once per module."""
-    names = getattr(module, "_ynn_computations", None)
+    names = _YNN_COMPUTATIONS.get(module)
     if names is None:
-        names = module._ynn_computations = frozenset(
+        names = _YNN_COMPUTATIONS[module] = frozenset(
             c.name
             for inst in module.instructions()
             if inst.opcode == "fusion" and "__ynn_fusion" in inst.attrs.get("backend_config", "")

@@ -15,7 +15,7 @@ import numpy as np
 class ElementType:
     name: str  # as HLO writes it: f32, bf16, pred, ...
     bits: int  # storage bits of one element as XLA counts them (s4 = 4)
-    kind: str  # 'pred' | 'sint' | 'uint' | 'float' | 'complex' | 'token' | 'opaque'
+    kind: str  # 'pred' | 'sint' | 'uint' | 'float' | 'complex' | 'token' | 'opaque' | 'tuple'
     numpy: np.dtype | None
 
     @property
@@ -78,6 +78,9 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         _t("opaque", 0, "opaque", None),
     )
 }
+
+# A tuple shape's element type (XLA's PrimitiveType TUPLE). Not in ELEMENT_TYPES: no array is written `tuple[...]`.
+TUPLE = ElementType("tuple", 0, "tuple", None)
 
 _BY_NUMPY = {t.numpy: t for t in ELEMENT_TYPES.values() if t.numpy is not None}
 

@@ -60,7 +60,9 @@ def contract_fma(comp: Computation) -> Computation:
             folded = new(
                 f"{inst.name}.fma.sum", "reduce", wide_of(inst), [exact, init], {"dimensions": inst.attrs["dimensions"]}
             )
-            folded.called = {"to_apply": _rounded_add(inst.called["to_apply"], wide_of(init), init.operands[0].shape)}
+            folded.called = {
+                "to_apply": _rounded_add(inst.called_computation("to_apply"), wide_of(init), init.operands[0].shape)
+            }
             copy = Instruction(inst.name, "convert", inst.shape, [folded], {}, "", inst.line, inst.column)
             folded.users.append(copy)
             out.append(copy)

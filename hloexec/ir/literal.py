@@ -540,6 +540,7 @@ def _float_strings(arr: np.ndarray, etype) -> list[str]:
     with np.errstate(all="ignore"):
         d = flat.astype(np.float64)
     name = etype.name
+    back: np.ndarray  # the strings read back, in the array's type
     if name == "f32":
         strs = [f"{v:.6g}" for v in d.tolist()]
         with np.errstate(all="ignore"):

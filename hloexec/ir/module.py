@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 from functools import cached_property
 
 from ..errors import HloParseError
@@ -155,6 +156,7 @@ class Instruction:
         """key -> raw value text, in written order."""
         attrs = self._attrs
         if attrs is None:
+            assert self._attr_rows is not None  # __init__ keeps one of the two
             table, begin, count = self._attr_rows
             attrs = self._attrs = table.to_dict(begin, count)
         return attrs
@@ -234,6 +236,14 @@ class Instruction:
     def has_attr(self, key: str) -> bool:
         return key in self.attrs
 
+    def called_computation(self, key: str) -> Computation:
+        """The one computation attribute `key` names (to_apply, calls, condition, body, ...; `called` holds a list
+        for branch_computations and called_computations)."""
+        called = self.called[key]
+        if isinstance(called, list):
+            raise self.attr_error(key, f"{key} names {len(called)} computations where one was expected")
+        return called
+
     @property
     def called_computations(self) -> list[Computation]:
         out = []
@@ -254,55 +264,49 @@ class Instruction:
         """'file:line' of the framework code that produced this instruction, '' if unknown."""
         md = self.metadata
         file, line = md.get("source_file"), md.get("source_line")
-        if file is None and "stack_frame_id" in md and self.computation is not None:
-            frame = self.computation.module.stack_frame(int(md["stack_frame_id"]))
+        module = self.computation.module if self.computation is not None else None
+        if file is None and "stack_frame_id" in md and module is not None:
+            frame = module.stack_frame(int(md["stack_frame_id"]))
             if frame:
                 file, line = frame
         if not file:
             return ""
         return f"{file}:{line}" if line is not None else file
 
+    # -- constants -----------------------------------------------------------------
+    # Instructions keep __slots__ (no __dict__ for cached_property), so the decoded literal is cached in `_decoded`.
+    @property
+    def literal(self):
+        """The numpy value of a constant, decoded on first use."""
+        decoded = self._decoded
+        if decoded is None:
+            decoded = self._decoded = {}
+        if "__literal__" not in decoded:
+            from .literal import LiteralSyntaxError, parse_literal
+
+            try:
+                decoded["__literal__"] = parse_literal(self._args, self.shape, self)
+            except LiteralSyntaxError as e:
+                raise self.parse_error(f"bad literal: {e}") from None
+        return decoded["__literal__"]
+
+    @property
+    def literal_elided(self) -> bool:
+        """Whether this is a constant whose values the text does not hold: `constant({...})`, as XLA dumps large
+        constants without --xla_dump_large_constants=true."""
+        if self.opcode != "constant":
+            return False
+        args = self._args
+        if not isinstance(args, str):
+            if args.length > 16:  # a long literal is a real one (spans are kept for those only)
+                return False
+            args = args.text()
+        from .literal import literal_elided
+
+        return literal_elided(args)
+
     def __repr__(self):
         return f"<%{self.name} = {self.shape.to_text()} {self.opcode}>"
-
-
-# Instructions keep __slots__ (no __dict__ for cached_property), so the decoded literal is cached in `_decoded`.
-def _literal(self):
-    decoded = self._decoded
-    if decoded is None:
-        decoded = self._decoded = {}
-    if "__literal__" not in decoded:
-        from .literal import LiteralSyntaxError, parse_literal
-
-        try:
-            decoded["__literal__"] = parse_literal(self._args, self.shape, self)
-        except LiteralSyntaxError as e:
-            raise self.parse_error(f"bad literal: {e}") from None
-    return decoded["__literal__"]
-
-
-Instruction.literal = property(_literal, doc="The numpy value of a constant, decoded on first use.")
-
-
-def _literal_elided(self) -> bool:
-    if self.opcode != "constant":
-        return False
-    args = self._args
-    if not isinstance(args, str):
-        if args.length > 16:  # a long literal is a real one (spans are kept for those only)
-            return False
-        args = args.text()
-    from .literal import literal_elided
-
-    return literal_elided(args)
-
-
-Instruction.literal_elided = property(
-    _literal_elided,
-    doc="Whether this is a constant whose values the text "
-    "does not hold: `constant({...})`, as XLA dumps large constants without "
-    "--xla_dump_large_constants=true.",
-)
 
 
 class Computation:
@@ -371,15 +375,15 @@ class Computation:
         """Whether the Instruction objects exist (False: still only rows of the parser's tables)."""
         return self._instructions is not None
 
-    def _build(self):
-        self._instructions, self._root = self.tables.build(self, self.row)
+    def _build(self) -> tuple[list[Instruction], Instruction]:
+        self._instructions, self._root = built = self.tables.build(self, self.row)
+        return built
 
     @property
     def instructions(self) -> list[Instruction]:
         """In text order."""
-        if self._instructions is None:
-            self._build()
-        return self._instructions
+        instructions = self._instructions
+        return instructions if instructions is not None else self._build()[0]
 
     @instructions.setter
     def instructions(self, instructions: list[Instruction]):
@@ -387,9 +391,8 @@ class Computation:
 
     @property
     def root(self) -> Instruction:
-        if self._instructions is None:
-            self._build()
-        return self._root
+        root = self._root
+        return root if root is not None else self._build()[1]
 
     @root.setter
     def root(self, root: Instruction):
@@ -467,6 +470,7 @@ class Module:
     def computations(self) -> list[Computation]:
         """In text order; the entry is usually last."""
         if self._computations is None:
+            assert self._computation_rows is not None  # __init__ takes one of the two
             source, begin, end = self._computation_rows
             self._computations = source.make(begin, end)
         return self._computations
@@ -514,11 +518,12 @@ class Module:
         made, tables, rows = self._parts()
         return sum(len(c) for c in made) + (tables.instruction_total(rows) if rows else 0)
 
-    def _parts(self) -> tuple[list[Computation], object, list[int]]:
+    def _parts(self) -> tuple[list[Computation], Any, list[int]]:
         """(the computation objects, the tables and rows of those not made yet): counting a parsed module
         makes no objects (a 1 GB dump has ~270k computations)."""
         if self._computations is not None:
             return self._computations, None, []
+        assert self._computation_rows is not None  # __init__ takes one of the two
         source, begin, end = self._computation_rows
         made = source.made[begin:end]
         return [c for c in made if c is not None], source.tables, [begin + i for i, c in enumerate(made) if c is None]

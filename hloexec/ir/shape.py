@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .dtypes import ElementType, element_type
+from .dtypes import TUPLE, ElementType, element_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,23 +34,24 @@ class Layout:
 
 @dataclass(frozen=True, eq=False)
 class Shape:
-    """An array shape (element_type + dims) or a tuple (tuple_shapes)."""
+    """An array shape (element_type + dims) or a tuple (element type TUPLE, its elements in tuple_shapes), as XLA's
+    Shape: neither field is optional, so code that knows which kind it holds reads it without a check."""
 
-    element_type: ElementType | None  # None for tuples
+    element_type: ElementType
     dims: tuple[int, ...] = ()
     dynamic: tuple[bool, ...] = ()  # True where written `<=N` (N is the bound)
     layout: Layout | None = None
-    tuple_shapes: tuple[Shape, ...] | None = None
+    tuple_shapes: tuple[Shape, ...] = ()  # () for an array
     is_buffer: bool = False  # written b(f32[8]): a buffer holding that array
 
     # -- structure --------------------------------------------------------------
     @property
     def is_tuple(self) -> bool:
-        return self.tuple_shapes is not None
+        return self.element_type.kind == "tuple"
 
     @property
     def is_array(self) -> bool:
-        return self.tuple_shapes is None and self.element_type.numpy is not None
+        return self.element_type.numpy is not None
 
     @property
     def rank(self) -> int:
@@ -62,7 +63,7 @@ class Shape:
         return 0 if self.is_tuple else math.prod(self.dims)
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype | None:
         return self.element_type.numpy
 
     @cached_property
@@ -141,7 +142,7 @@ def array_shape(type_name: str, dims=(), layout: Layout | None = None) -> Shape:
 
 
 def tuple_shape(shapes) -> Shape:
-    return Shape(None, tuple_shapes=tuple(shapes))
+    return Shape(TUPLE, tuple_shapes=tuple(shapes))
 
 
 # -- parsing -------------------------------------------------------------------

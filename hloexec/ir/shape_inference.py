@@ -17,6 +17,7 @@ whose result type decides theirs (call, map, while, conditional, fusion, custom-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from .attributes import WindowDim
 from .opcodes import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
@@ -30,7 +31,7 @@ class ShapeInferenceError(ValueError):
 Attr = Callable[[str], object]  # key -> decoded attribute value, None when absent
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise ShapeInferenceError(message)
 
 
@@ -39,7 +40,7 @@ def _text(shape: Shape) -> str:
 
 
 def _array(shape: Shape, what: str) -> Shape:
-    if shape.is_tuple or shape.element_type is None or shape.element_type.kind == "token":
+    if shape.is_tuple or shape.element_type.kind == "token":
         _fail(f"{what} must be an array, is {_text(shape)}")
     return shape
 
@@ -115,7 +116,7 @@ def _select(opcode, ops, attr):
         if not on_true.same_dims_and_type(on_false):
             _fail(f"the branches differ: {_text(on_true)} and {_text(on_false)}")
         return on_true
-    if pred.element_type is None or pred.element_type.name != "pred":
+    if pred.element_type.name != "pred":
         _fail(f"the selector must be pred, is {_text(pred)}")
     _same_dims([on_true, on_false], "the branches")
     _same_type([on_true, on_false], "the branches")

@@ -32,6 +32,7 @@ class _Tokens:
             if m is None:
                 raise ShardyError(f"unexpected text {text[pos : pos + 20]!r}")
             kind = m.lastgroup
+            assert kind is not None  # every alternative of _TOKEN is a named group
             self.toks.append((m.group(kind) if kind == "p" else kind, m.group(kind)))
             pos = m.end()
         self.i = 0

@@ -76,7 +76,7 @@ class Block:
         self.header = header
         self.items: list = []
         self.insert_pos = 0
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.trips = trips
         self.is_guard = is_guard
 
@@ -122,7 +122,8 @@ class Block:
 
     def total_trips(self) -> int:
         """Executions of this block per call of the function."""
-        t, b = 1, self
+        t = 1
+        b: Block | None = self
         while b is not None:
             t *= b.trips
             b = b.parent

@@ -611,7 +611,9 @@ class _Translator:
             for name, (value, ty) in zip(params, values):
                 self.assign(prefix + name, value, ty)
             self.statements(body[:-1])
-            ret = body[-1].value
+            last = body[-1]
+            assert isinstance(last, ast.Return) and last.value is not None  # (checked above, on the helper's own)
+            ret = last.value
             return [self.expr(v) for v in ret.elts] if isinstance(ret, ast.Tuple) else self.expr(ret)
         except Untranslatable as e:
             raise Untranslatable(f"call of {helper.name}: {e}") from None
@@ -633,7 +635,8 @@ class _Translator:
     def element(self, sub: ast.Subscript):
         """(array, pointer to the element) of `a[i, j, ...]`, one index per dimension (row-major)."""
         ir, b = self.ir, self.b
-        _need(isinstance(sub.value, ast.Name) and sub.value.id in self.arrays, "subscript of a non-array")
+        if not (isinstance(sub.value, ast.Name) and sub.value.id in self.arrays):
+            raise Untranslatable("subscript of a non-array")
         arr = self.arrays[sub.value.id]
         index = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
         _need(len(index) == len(arr.dims), "not one index per dimension")
@@ -749,7 +752,8 @@ def translate(source: str, signature, name: str) -> str:
     """The LLVM IR of generated `source`'s `kernel` for `signature` (kernels/cache.py's plain tuples), as
     function `name` (see the module's doc for how it is called); raises Untranslatable."""
     layout = object_layout()
-    _need(layout is not None, "this Python's or numpy's object layout is not the one probed")
+    if layout is None:
+        raise Untranslatable("this Python's or numpy's object layout is not the one probed")
     try:
         tree = ast.parse(source)
     except SyntaxError as e:

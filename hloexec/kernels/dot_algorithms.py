@@ -20,7 +20,9 @@ computes a contraction under an algorithm from a `product(x, y, dtype)` of plain
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import weakref
 
 import numpy as np
@@ -102,7 +104,7 @@ def fp8_fast_accumulation(device, algorithm: str | None, precisions, lhs_type: s
 
 
 # -- operand rounding (f32 or f64 arrays in, arrays of the same type out) -------------------------------------
-_UINT = {4: np.uint32, 8: np.uint64}
+_UINT: dict[int, type[np.unsignedinteger]] = {4: np.uint32, 8: np.uint64}
 
 
 def _cut(x, stored: int, rounding: str):
@@ -192,10 +194,8 @@ def contract(
             parts = 3 if alg in ("dot_bf16_bf16_f32_x6", "dot_bf16_bf16_f32_x9") else 2
             tf32 = alg == "dot_tf32_tf32_f32_x3"
             pa, pb = split(a, parts, device, tf32), split(b, parts, device, tf32)
-            small = None
-            for i, j in PASSES[alg]:
-                term = product(pa[i], pb[j], F32)
-                small = term if small is None else small + term
+            # the small terms in the pass order
+            small = functools.reduce(operator.add, (product(pa[i], pb[j], F32) for i, j in PASSES[alg]))
             small = np.where(np.isnan(small), np.float32(0), small)
             return small + product(pa[0], pb[0], F32)
     raise UnsupportedError(f"dot algorithm {alg}: not one of PrecisionConfig.Algorithm's", inst)

@@ -283,8 +283,11 @@ def convert_src(src: str, dst: str, x: str, excess_precision: bool = False) -> s
     bf16."""
     if src not in COMPUTE or dst not in COMPUTE:
         return None
+    steps = semantics.conversion(element_type(src), element_type(dst))
+    if steps is None:  # complex -> real: no convert
+        return None
     at, keep_f32 = src, excess_precision and src in ("f16", "bf16", "f32")
-    for step in semantics.conversion(element_type(src), element_type(dst)):
+    for step in steps:
         x = _step_src(step, at, x, keep_f32)
         at = step.to.name
     return x
@@ -447,6 +450,8 @@ def reducer_step_src(reductions: str, opcode: str, name: str, acc: str, x: str) 
     """Source of one application of reducer `opcode` to accumulator `acc` and value `x` of element type `name`:
     rounded to the type unless the reduction accumulates in f32 (then `reduction_result_src` rounds once)."""
     expr = binary_src(opcode, name, acc, x)
+    if expr is None:  # the generators take only reducers they recognised
+        raise ValueError(f"no source for reducer {opcode} on {name}")
     if opcode in EXACT_OPS or accumulates_in_f32(reductions, opcode, element_type(name)):
         return expr
     return round_src(name, expr)

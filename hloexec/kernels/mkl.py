@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -54,7 +55,7 @@ def _loaded_already() -> bool:
         return False
 
 
-def _load():
+def _load() -> tuple[Callable[..., None], Callable[..., None]] | None:
     """MKL's (cblas_sgemm_batch_strided, cblas_gemm_f16f16f32) set up as the module docstring says, or None (not
     installed, not loadable, or $HLOEXEC_BLAS=openblas)."""
     if os.environ.get("HLOEXEC_BLAS", "").lower() == "openblas":
@@ -80,7 +81,6 @@ def _load():
 
 _functions = _load()
 AVAILABLE = _functions is not None
-_sgemm_batch_strided, _gemm_f16f16f32 = _functions or (None, None)
 _F16 = np.dtype(np.float16)
 
 
@@ -116,6 +116,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     view that `can_write`; operands BLAS cannot read in place are copied first. f16 operands are read as they
     are (cblas_gemm_f16f16f32: the same bits as sgemm of the operands widened to f32, measured, without the
     widening pass)."""
+    if _functions is None:
+        raise RuntimeError("MKL is not loaded (callers check AVAILABLE)")
+    sgemm_batch_strided, gemm_f16f16f32 = _functions
     B, M, K = a.shape
     N = b.shape[2]
     if out.size == 0:
@@ -133,7 +136,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     transposes = _TRANS if la[0] else _NO_TRANS, _TRANS if lb[0] else _NO_TRANS
     if a.dtype == _F16:
         for i in range(B):
-            _gemm_f16f16f32(
+            gemm_f16f16f32(
                 _ROW_MAJOR,
                 *transposes,
                 M,
@@ -158,7 +161,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         calls = [(0, B)]
         sa, sb, sc = strides
     for first, count in calls:
-        _sgemm_batch_strided(
+        sgemm_batch_strided(
             _ROW_MAJOR,
             *transposes,
             M,

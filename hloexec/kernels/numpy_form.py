@@ -6,6 +6,7 @@ primitives' numpy forms (`_numpy_calls`, and the machine's own that kernels/scal
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -307,7 +308,7 @@ def _numpy_function(e: Expr, n: int, dtype: np.dtype, bits: int, name: str):
     source.globals["as_result"] = _as_result
     text = "\n".join([f"def kernel({', '.join(xs)}):", *source.lines])
     exec(compile(text, f"<numpy form of {name}>", "exec"), source.globals)
-    kernel = source.globals["kernel"]
+    kernel: Any = source.globals["kernel"]  # the function just generated, carrying its text for error reports
     kernel.source = text
     return kernel
 

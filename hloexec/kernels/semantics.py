@@ -8,7 +8,7 @@ signed integer of the type's width; `T`: back to the compute type), typed consta
 `t.ALL_ONES`, `t.BITS`, and Python numbers taking the type of the other operand) and the calls of `PRIMITIVES`
 (`trunc_div`, `isnan`, `copysign`, `exp`...). It is written once and read twice:
 
-* `numpy_form(opcode, cls, dtype, bits)`: a callable on numpy arrays of the compute dtype (what the op-by-op
+* `numpy_form(opcode, cls, dtype, bits)` (kernels/numpy_form.py): a callable on numpy arrays of the compute dtype (what the op-by-op
   tier, ops/elementwise.py, runs); a definition that is one numpy function of its operands (add, exp, a
   compare) is that function, any other a generated Python function (its `.source`). Eager: both sides of a `where` may be computed (on large arrays only the one
   taken when its condition is all true or all false), so a definition must be safe on the values the
@@ -16,8 +16,8 @@ signed integer of the type's width; `T`: back to the compute type), typed consta
 * `numba_src(opcode, cls, name, *operand_sources, ...)`: the source of one element in a generated Numba kernel (what
   kernels/elementwise.py hands both generators); `where` becomes a lazy ternary.
 
-The primitives are the only thing with two implementations ("the machine": `_numpy_calls` and the numpy
-ufuncs of the operators; `_NUMBA_CALLS` and the Numba helpers in kernels/scalar.py); tests/test_semantics.py
+The primitives are the only thing with two implementations ("the machine": `_numpy_calls` in numpy_form.py and the
+numpy ufuncs of the operators; `_NUMBA_CALLS` and the Numba helpers in kernels/scalar.py); tests/test_semantics.py
 checks that the two forms of every definition agree bit for bit on edge values. Plain Python: no Numba
 import here.
 
@@ -133,7 +133,7 @@ class Expr:
     def __invert__(self):
         return Expr("~", (self,), self.tag)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # == builds an Expr: an Expr is no dict key
 
 
 def where(c: Expr, a, b) -> Expr:
@@ -586,4 +586,5 @@ def saturation_bounds(src: ElementType, dst: ElementType) -> tuple[float, float]
     the type cannot hold is NaN (no value reaches it)."""
     info = ml_dtypes.iinfo(dst.numpy)
     with np.errstate(over="ignore", invalid="ignore"):
-        return tuple(float(np.array(v, np.float64).astype(src.numpy)) for v in (info.min, info.max))
+        low, high = (float(np.array(v, np.float64).astype(src.numpy)) for v in (info.min, info.max))
+    return low, high

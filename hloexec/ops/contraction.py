@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 import numpy as np
 
@@ -115,9 +116,8 @@ def algorithm_dot(
     if K == 0:
         return finish(np.zeros(out_shape, wide), out_dtype)
     step = -(-K // split_k)
-    r = None
-    for k in range(0, K, step):
-        part = contract(
+    parts = (
+        contract(
             alg,
             a[:, :, k : k + step],
             b[:, k : k + step],
@@ -127,7 +127,9 @@ def algorithm_dot(
             fast_accumulation=fast_accumulation,
             inst=inst,
         )
-        r = part if r is None else r + part
+        for k in range(0, K, step)
+    )
+    r = functools.reduce(operator.add, parts)  # in slice order
     return finish(r.reshape(out_shape), out_dtype)
 
 
@@ -489,10 +491,10 @@ def _conv_dims(inst, rank):
     return cd
 
 
-def conv_core(lhs, rhs, win, out_dtype, fma_chain: bool = False):
-    """lhs (N, C, S...), rhs (O, C, W...) -> (N, O, out...), in the compute dtype. `fma_chain` (f32): each element
-    one FMA per product, window positions in row-major order, input features innermost -- XLA:CPU's order
-    (measured, jaxlib 0.10.2: f32 convolutions of 2-3 input and 3-4 output features, 1-D and 2-D, strided)."""
+def conv_core(lhs, rhs, win, out_dtype, xla_cpu_order: bool = False):
+    """lhs (N, C, S...), rhs (O, C, W...) -> (N, O, out...), in the compute dtype. `xla_cpu_order` (f32): the
+    products of each patch (window positions in row-major order, input features innermost) summed in XLA:CPU's
+    order (kernels/conv_order.py)."""
     ns = lhs.ndim - 2
     lows = [0, 0] + [w.pad_low for w in win]
     highs = [0, 0] + [w.pad_high for w in win]
@@ -500,7 +502,7 @@ def conv_core(lhs, rhs, win, out_dtype, fma_chain: bool = False):
     p, _ = pad_dilate(lhs, lows, highs, inter, np.zeros((), lhs.dtype)[()])
     rev = [2 + i for i, w in enumerate(win) if w.reversal]
     if rev:
-        rhs = np.flip(rhs, axis=rev)
+        rhs = np.flip(rhs, axis=tuple(rev))
     sizes = [w.size for w in win]
     strides = [w.stride for w in win]
     wdil = [w.window_dilation for w in win]
@@ -513,12 +515,12 @@ def conv_core(lhs, rhs, win, out_dtype, fma_chain: bool = False):
     if any(v == 0 for v in shape) or rhs.shape[1] == 0:
         return np.zeros((N, O) + tuple(oshape), lhs.dtype)
     v = np.lib.stride_tricks.as_strided(p, shape=shape, strides=strd, writeable=False)
-    if fma_chain:
-        from ..kernels.ynn_dot import fma_chain_matmul
+    if xla_cpu_order:
+        from ..kernels.conv_order import conv_matmul
 
         rows = np.moveaxis(v, 1, -1).reshape(N * math.prod(oshape), -1)  # (N out..., win... C)
         with np.errstate(all="ignore"):
-            r = fma_chain_matmul(rows, np.moveaxis(rhs, 1, -1).reshape(O, -1).T).reshape((N, *oshape, O))
+            r = conv_matmul(rows, np.moveaxis(rhs, 1, -1).reshape(O, -1).T).reshape((N, *oshape, O))
         return np.moveaxis(r, -1, 1)
     axes_v = [1] + list(range(2 + ns, 2 + 2 * ns))
     axes_k = [1] + list(range(2, 2 + ns))
@@ -559,14 +561,9 @@ def prepare_convolution(inst, ctx):
     device = ctx.options.device
     alg = dot_algorithm_of(inst, device)
     if not alg:
-        # XLA:CPU's order for f32 (reductions="xla-cpu": its sums' orders); one output feature takes another path
-        # there (Eigen's matrix-vector kernels, not reproduced)
-        xla_cpu = (
-            ctx.options.reductions == "xla-cpu"
-            and rshape.dims[cd.kernel_output_feature] > 1
-            and all(t.shape.dtype == _F32 for t in (inst, *inst.operands))
-        )
-        return convolution(inst, rshape, inst.shape.dtype, fma_chain=xla_cpu)
+        # XLA:CPU's orders for f32 (reductions="xla-cpu": its sums' orders)
+        xla_cpu = ctx.options.reductions == "xla-cpu" and all(t.shape.dtype == _F32 for t in (inst, *inst.operands))
+        return convolution(inst, rshape, inst.shape.dtype, xla_cpu_order=xla_cpu)
     plain = {dtype: convolution(inst, rshape, dtype) for dtype in (_F32, _F64)}
     out_dtype = inst.shape.dtype
     wide = _F64 if alg == "dot_f64_f64_f64" else _F32
@@ -595,9 +592,9 @@ def conv_window(inst, kernel_shape):
     return cd, win
 
 
-def convolution(inst, kernel_shape, out_dtype, fma_chain: bool = False):
+def convolution(inst, kernel_shape, out_dtype, xla_cpu_order: bool = False):
     """kernel(lhs, rhs) of the convolution `inst` describes (dim_labels, window, group counts): its result
-    in `out_dtype` (a convolution-like custom-call reads the same attributes); `fma_chain`: conv_core's."""
+    in `out_dtype` (a convolution-like custom-call reads the same attributes); `xla_cpu_order`: conv_core's."""
     cd, win = conv_window(inst, kernel_shape)
     rank = kernel_shape.rank
     fgc = int_attr(inst, "feature_group_count", 1)
@@ -618,7 +615,7 @@ def convolution(inst, kernel_shape, out_dtype, fma_chain: bool = False):
             nb = a.shape[0] // bgc
             og = O // bgc
             parts = [
-                conv_core(a[g * nb : (g + 1) * nb], k[g * og : (g + 1) * og], win, out_dtype, fma_chain)
+                conv_core(a[g * nb : (g + 1) * nb], k[g * og : (g + 1) * og], win, out_dtype, xla_cpu_order)
                 for g in range(bgc)
             ]
             r = np.concatenate(parts, axis=1)
@@ -626,12 +623,12 @@ def convolution(inst, kernel_shape, out_dtype, fma_chain: bool = False):
             cg = a.shape[1] // fgc
             og = O // fgc
             parts = [
-                conv_core(a[:, g * cg : (g + 1) * cg], k[g * og : (g + 1) * og], win, out_dtype, fma_chain)
+                conv_core(a[:, g * cg : (g + 1) * cg], k[g * og : (g + 1) * og], win, out_dtype, xla_cpu_order)
                 for g in range(fgc)
             ]
             r = np.concatenate(parts, axis=1)
         else:
-            r = conv_core(a, k, win, out_dtype, fma_chain)
+            r = conv_core(a, k, win, out_dtype, xla_cpu_order)
         return finish(r.transpose(oinv), out_dtype)
 
     return kernel

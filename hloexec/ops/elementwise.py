@@ -53,7 +53,6 @@ _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _HALF = (_F16, _BF16)
 _F16_NAN, _F16_NEG_NAN = np.array([0x7E00, 0xFE00], np.uint16).view(_F16)
-_ERR = dict(all="ignore")
 
 INTS = "s2-s64, u2-u64"
 NUMERIC = "s2-s64, u2-u64, f16, bf16, f32, f64, f8, f6, f4, c64, c128"
@@ -181,13 +180,13 @@ def float_lifted(fn, dtype: np.dtype, nan_passing: bool = False):
     if _compute_dtype(dtype) == dtype:
 
         def kernel(*xs):
-            with np.errstate(**_ERR):
+            with np.errstate(all="ignore"):
                 return fn(*xs)
     else:
         quiet = nan_passing
 
         def kernel(*xs):
-            with np.errstate(**_ERR):
+            with np.errstate(all="ignore"):
                 return f32_to_low(fn(*(low_to_f32(x, quiet) for x in xs)), dtype)
 
     return kernel
@@ -328,7 +327,7 @@ def _prepare_sign(inst, ctx):
         dtype = inst.shape.dtype
 
         def kernel(x):
-            with np.errstate(**_ERR):
+            with np.errstate(all="ignore"):
                 m = np.abs(x)
                 return np.where(m == 0, x, x / m).astype(dtype, copy=False)
 
@@ -539,7 +538,7 @@ def _saturate(src: np.dtype, dst: np.dtype, bounds: tuple[float, float]):
 
     def kernel(x):
         xf = low_to_f32(x, quiet=False).astype(wdt) if src in _HALF else x.astype(wdt, copy=False)
-        with np.errstate(**_ERR):
+        with np.errstate(all="ignore"):
             low, high = xf <= lo, xf >= hi  # a NaN bound: never
             r = np.where(low | high | np.isnan(xf), 0, xf).astype(dst)
         r = np.where(low, t(info.min), r)
@@ -624,7 +623,7 @@ def _prepare_convert(inst, ctx):
     fn = convert_kernel(inst.operands[0].shape.element_type, inst.shape.element_type, inst)
 
     def kernel(x):
-        with np.errstate(**_ERR):
+        with np.errstate(all="ignore"):
             return fn(x)
 
     return kernel
@@ -722,7 +721,7 @@ def reduce_precision_bits(x: np.ndarray, exponent_bits: int, mantissa_bits: int)
         last = 1 << shift
         base_bias = (last >> 1) - 1
         bias = ((bits & ut(last)) >> ut(shift)) + ut(base_bias)
-        with np.errstate(**_ERR):
+        with np.errstate(all="ignore"):
             bits = (bits + bias) & ut(~(last - 1) & ((1 << nbits) - 1))
     if exponent_bits < src_exp:
         sign_mask = 1 << (nbits - 1)

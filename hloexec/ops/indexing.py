@@ -339,8 +339,8 @@ def _sort_keys(less) -> list[_SortKey] | None:
     if key is not None:
         return [key]
     if less.opcode == "or" and len(less.operands) == 2:
-        candidates = [(x, y) for x, y in (less.operands, less.operands[::-1]) if y.opcode == "and"]
-        candidates = [(lt, *pair) for lt, tie in candidates for pair in (tie.operands, tie.operands[::-1])]
+        ors = [(x, y) for x, y in (less.operands, less.operands[::-1]) if y.opcode == "and"]
+        candidates = [(lt, *pair) for lt, tie in ors for pair in (tie.operands, tie.operands[::-1])]
     elif less.opcode == "select":
         candidates = [(less.operands[2], less.operands[0], less.operands[1])]
     else:
@@ -359,11 +359,11 @@ def _ordering(key: np.ndarray, compare_type: str, descending: bool) -> np.ndarra
     `compare_type` does. TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN via an integer key. FLOAT:
     -0 == +0, NaN last either way (the compare is then no strict weak order: XLA leaves it unspecified)."""
     if compare_type == "FLOAT":
-        k = key.astype(np.float64)
+        f = key.astype(np.float64)
         if descending:
             with np.errstate(invalid="ignore"):
-                k = -k
-        return np.where(k == 0, 0.0, k)
+                f = -f
+        return np.where(f == 0, 0.0, f)
     if compare_type == "TOTALORDER":
         k = total_order_key(key)
     elif key.dtype == np.bool_:

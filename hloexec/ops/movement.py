@@ -193,9 +193,9 @@ def _tiled_offsets(shape: Shape, inst) -> tuple[np.ndarray, int]:
     sizes = [shape.dims[d] for d in order]
     coords = [c.ravel() for c in np.indices(sizes, dtype=np.int64)] if sizes else []
     n = int(np.prod(sizes, dtype=np.int64))
-    for tile in shape.layout.tiles:
+    for tile in shape.layout.tiles if shape.layout is not None else ():
         if any(t <= 0 for t in tile):
-            raise UnsupportedError(f"bitcast with a combined-dimension tile {shape.layout.text}", inst)
+            raise UnsupportedError(f"bitcast with a combined-dimension tile in {shape.to_text()}", inst)
         k = len(tile)
         while len(sizes) < k:
             sizes.insert(0, 1)
@@ -404,7 +404,7 @@ def _prepare_gte(inst, ctx):
     if index is None:
         raise UnsupportedError("get-tuple-element without index=", inst)
     index = int(index)
-    n = len(inst.operands[0].shape.tuple_shapes or ())
+    n = len(inst.operands[0].shape.tuple_shapes)
     if not 0 <= index < n:
         raise UnsupportedError(f"get-tuple-element index {index} out of range for {n} elements", inst)
     return lambda t: t[index]

@@ -107,20 +107,25 @@ def vector_reduce(kind, x: np.ndarray, axes, init, out_dtype, reductions: str = 
     return contig(np.asarray(r, dtype=out_dtype))
 
 
+TILE_CHUNKS = 64  # chunks per tile of YNNPACK's row sums; the tiles' lane sums add up compensated (Kahan)
+
+
 def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
     """init + the sum of x's last `reduced` dims (f32), in the order YNNPACK's vectorized reduce adds them on
-    XLA:CPU (`__ynn_fusion`; measured on jaxlib 0.10.2 with AVX-512, lanes = 16, by placing 1 and two 2^-24 in a
-    row: which elements meet before the 1 does). The row is cut into chunks of `lanes` (the last zero-padded);
-    each block of 4 chunks sums its chunks lane by lane from zero; blocks add up lane-wise in order, within
-    pieces of 16 chunks when the row has 32 chunks or more (then the pieces add up in order), and the lanes
-    are added by halving (lane i + lane i + lanes/2, ...). Rows of more than 64 chunks differ from XLA:CPU's in
-    part (docs/device-numerics-xla-cpu.md)."""
+    XLA:CPU (`__ynn_fusion`; measured on jaxlib 0.10.2 with AVX-512, lanes = 16, by placing 1 and two 2^-24 -- or
+    1, 2^30 and -2^30 -- in a row: which elements meet before the 1 does). The reduced dims are one row, cut
+    into chunks of `lanes` (the last zero-padded) and tiles of 64 chunks; in a tile, each block of 4 chunks sums
+    its chunks lane by lane from zero, blocks add up lane-wise in order, within pieces of 16 chunks when the row
+    has 32 chunks or more (then the pieces add up in order); the tiles' lane sums add up by Kahan's compensated
+    summation (the compensation subtracted at the end, unless the last tile is shorter); the lanes are added by
+    halving (lane i + lane i + lanes/2, ...). Rows whose length is not a multiple of `lanes` beyond 32 chunks
+    differ from XLA:CPU's in part (docs/device-numerics-xla-cpu.md)."""
     rows = np.ascontiguousarray(x, dtype=_F32).reshape(-1, math.prod(x.shape[x.ndim - reduced :]))
     m, k = rows.shape
     chunks = -(-k // lanes)
     padded = np.zeros((m, chunks * lanes), _F32)
     padded[:, :k] = rows
-    padded = padded.reshape(m, chunks, lanes)
+    chunked = padded.reshape(m, chunks, lanes)
     block, piece = 4, 16 if chunks >= 32 else max(chunks, 1)
 
     def lane_sums(c0: int, c1: int, step: int, part) -> np.ndarray:
@@ -133,10 +138,21 @@ def ynn_row_sum(x: np.ndarray, reduced: int, init, lanes: int) -> np.ndarray:
     def block_sum(b0: int, b1: int) -> np.ndarray:
         acc = np.zeros((m, lanes), _F32)
         for c in range(b0, b1):
-            acc += padded[:, c]
+            acc += chunked[:, c]
         return acc
 
-    acc = lane_sums(0, chunks, piece, lambda p0, p1: lane_sums(p0, p1, block, block_sum))
+    def tile_sum(t0: int, t1: int) -> np.ndarray:
+        return lane_sums(t0, t1, piece, lambda p0, p1: lane_sums(p0, p1, block, block_sum))
+
+    acc = tile_sum(0, min(chunks, TILE_CHUNKS))
+    compensation = np.zeros_like(acc)
+    for t in range(TILE_CHUNKS, chunks, TILE_CHUNKS):
+        y = tile_sum(t, min(chunks, t + TILE_CHUNKS)) - compensation
+        total = acc + y
+        compensation = (total - acc) - y
+        acc = total
+    if chunks % TILE_CHUNKS == 0:  # (a last, shorter tile ends the sum uncompensated: measured)
+        acc = acc - compensation
     while acc.shape[1] > 1:
         half = acc.shape[1] // 2
         acc = acc[:, :half] + acc[:, half:]

@@ -103,7 +103,7 @@ def assemble_global(per_device: list, sharding: Sharding | None, global_shape=No
             assemble_global([v[i] for v in per_device], s, g) for i, (s, g) in enumerate(zip(sharding.elements, shapes))
         )
     if sharding is None or sharding.kind != "tiled":
-        return per_device[sharding.device if sharding is not None and sharding.kind == "maximal" else 0]
+        return per_device[(sharding.device or 0) if sharding is not None and sharding.kind == "maximal" else 0]
     first = per_device[0]
     counts, devices = tile_layout(sharding, first.ndim)
     if devices.size and devices.max() >= len(per_device):

@@ -15,6 +15,7 @@ import os
 import re
 from contextlib import contextmanager
 from functools import cached_property, partial
+from typing import cast
 
 import numpy as np
 
@@ -52,6 +53,8 @@ class Source:
 
     def __init__(self, source, path: str | None = None):
         self._mmap = None
+        self.path: str | None
+        self.buf: bytes | mmap.mmap
         if isinstance(source, os.PathLike) or (
             isinstance(source, str) and "\n" not in source and len(source) < 4096 and os.path.isfile(source)
         ):
@@ -155,7 +158,7 @@ class InstructionTables:
         self.opcode_ids, self.opcodes, self.shape_ids, self.shapes = opcode_ids, opcodes, shape_ids, shapes
         self.attr_table = attr_table
         self.with_args = {i for i, op in enumerate(opcodes) if op in ("constant", "parameter")}
-        self._columns = (0, [[]], 0, [])
+        self._columns: tuple[int, list[list], int, list[int]] = (0, [[]], 0, [])
         # the attributes naming computations (see Builder.link_called): linked to instructions as they are built
         self.calls, self.call_targets = np.zeros(0, CALL_DTYPE), np.zeros(0, np.int32)
         self.computations: ComputationTable | None = None  # the Computation of each row, made on first use
@@ -251,6 +254,7 @@ class InstructionTables:
                 name = f"{opcodes[op]}.anon{anonymous}"
             else:
                 name = buf[no : no + nl].decode("utf-8", "replace")
+            args: str | TextSpan
             if op not in with_args:
                 args = ""
             elif al > _SPAN_ARGS_OVER:
@@ -277,15 +281,18 @@ class InstructionTables:
         calls = self.calls
         first, last = np.searchsorted(calls["owner"], (begin, end)).tolist()
         if first < last:
-            targets, comp = self.call_targets, self.computations.get
+            assert self.computations is not None  # made before any computation is built
+            call_targets, computation_of_row = self.call_targets, self.computations.get
             for i, (owner, key, flags, target_begin, target_count) in enumerate(
                 calls[["owner", "key", "flags", "target_begin", "target_count"]][first:last].tolist(), first
             ):
                 key = COMPUTATION_ATTRS[key]
+                value: Computation | list[Computation]
                 if flags & CALL_INLINE:
                     value = self.inline[i]
                 else:
-                    called = [comp(t) for t in targets[target_begin : target_begin + target_count].tolist()]
+                    rows = call_targets[target_begin : target_begin + target_count].tolist()
+                    called = [computation_of_row(t) for t in rows]
                     value = called if flags & CALL_BRACED or key in _LIST_VALUED else called[0]
                 insts[owner - begin].called[key] = value
         root = insts[root - begin] if root >= 0 else insts[-1]
@@ -453,7 +460,7 @@ class Builder:
         self.operand_rows = None
 
         opcodes = [self.src.text(o, n) for o, n in ins[["opcode_off", "opcode_len"]][links.opcode_first].tolist()]
-        shapes = []  # each distinct written shape text parsed once
+        shapes: list[Shape | None] = []  # each distinct written shape text parsed once (None: a problem)
         for row, (off, length) in zip(
             links.shape_first.tolist(), ins[["shape_off", "shape_len"]][links.shape_first].tolist()
         ):
@@ -472,8 +479,10 @@ class Builder:
                 )
             )
 
+        # the None shapes are problems: the first is raised before the tables are returned
+        parsed = cast("list[Shape]", shapes)
         tables = InstructionTables(
-            self.buf, ins, self.comp_rows, targets, links.opcode_ids, opcodes, links.shape_ids, shapes, self.attr_table
+            self.buf, ins, self.comp_rows, targets, links.opcode_ids, opcodes, links.shape_ids, parsed, self.attr_table
         )
         first_problem = min(problems, key=lambda p: p[:2]) if problems else None
         self.omitted_shapes(tables, np.flatnonzero(links.shape_ids < 0), first_problem)
@@ -533,7 +542,8 @@ class Builder:
             try:
                 return decode_attribute(key, raw[key], None)
             except AttributeSyntaxError as e:
-                raise self.src.error(str(e), self.attr_table.value_offset(ab, ac, key)) from None
+                at = self.attr_table.value_offset(ab, ac, key)
+                raise self.src.error(str(e), offset if at is None else at) from None
 
         try:
             return infer_shape(opcode, operands, attr)
@@ -596,7 +606,9 @@ _FRAME_FIELD = re.compile(r"(\w+)=(\d+)")
 def stack_frames(src: Source, off: int, length: int) -> dict[int, tuple[str, int]]:
     """StackFrames id -> (file, line), through FileLocations and FileNames, from the preamble at src[off:off+length]
     (decoded when a module first asks: a dump's preamble can be a tenth of its text)."""
-    files, locations, frames = {}, {}, {}
+    files: dict[int, str] = {}
+    locations: dict[int, tuple[int, int]] = {}  # id -> (file id, line)
+    frames: dict[int, int] = {}  # id -> location id
     section = None
     for line in src.text(off, length).splitlines():
         line = line.strip()
@@ -617,6 +629,6 @@ def stack_frames(src: Source, off: int, length: int) -> dict[int, tuple[str, int
     out = {}
     for frame, loc in frames.items():
         if loc in locations:
-            file_id, line = locations[loc]
-            out[frame] = (files.get(file_id, "?"), line)
+            file_id, line_number = locations[loc]
+            out[frame] = (files.get(file_id, "?"), line_number)
     return out

@@ -99,7 +99,9 @@ for _name in ("span", "instr", "operand", "attr", "comp", "module", "tables", "c
 
 def _dtype(cname: str) -> np.dtype:
     """NumPy dtype with the C layout of struct `cname` (spans split in _off/_len)."""
-    names, formats, offsets = [], [], []
+    names: list[str] = []
+    formats: list[type[np.generic]] = []
+    offsets: list[int] = []
     span_off = ffi.offsetof("hlo_span", "off")
     span_len = ffi.offsetof("hlo_span", "len")
     for fname, f in ffi.typeof(cname).fields:
@@ -111,7 +113,8 @@ def _dtype(cname: str) -> np.dtype:
             offsets += [f.offset + span_off, f.offset + span_len]
         else:
             names.append(fname)
-            formats.append({"uint32_t": np.uint32, "int32_t": np.int32, "uint64_t": np.uint64}[t.cname])
+            integers: dict[str, type[np.generic]] = {"uint32_t": np.uint32, "int32_t": np.int32, "uint64_t": np.uint64}
+            formats.append(integers[t.cname])
             offsets.append(f.offset)
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": ffi.sizeof(cname)})
 

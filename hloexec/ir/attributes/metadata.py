@@ -161,7 +161,7 @@ def _mlir_string(body: str):
 def _mlir_dict_or_none(text: str):
     """`{a = 1 : i64, b = true, c = "x", d = 2.5e-01 : f32, e}` -> dict (unit attributes are True; values
     of other kinds, `array<...>` or `dense<...>`, kept as their text); None when the text is not one."""
-    tokens = [(m.lastgroup, m.group(m.lastgroup)) for m in _MLIR_TOKEN.finditer(text)]
+    tokens = [(kind, m.group(kind)) for m in _MLIR_TOKEN.finditer(text) if (kind := m.lastgroup) is not None]
     if "".join(v for _, v in tokens) != re.sub(r"\s+", "", text):
         return None
     pos = 0

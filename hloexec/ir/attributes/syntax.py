@@ -92,10 +92,10 @@ def unescape(body: str) -> str | bytes:
                 raise _Bad(f"bad unicode escape {m.group()}")
             out += chr(cp).encode("utf-8")
         else:
-            v = _SIMPLE_ESCAPES.get(other)
-            if v is None:
+            simple = _SIMPLE_ESCAPES.get(other)
+            if simple is None:
                 raise _Bad(f"unknown escape sequence \\{other}")
-            out.append(v)
+            out.append(simple)
         pos = m.end()
     if body.endswith("\\") and pos < len(body):
         raise _Bad("string cannot end with '\\'")
@@ -158,6 +158,7 @@ class _Tokens:
             if m is None:
                 raise _Bad(f"unexpected text {raw[pos : pos + 20]!r}")
             kind = m.lastgroup
+            assert kind is not None  # every alternative of _TOKEN is a named group
             if kind != "ws":
                 text = m.group()
                 toks.append((text if kind == "p" else kind, text))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -242,6 +243,7 @@ def _conv_gradient(inst, kind: str):
     """kernel(first, second) of a backward convolution: both operands into the canonical layouts, the
     gradient, the scale, back to the result's layout and type."""
     c = _Conv(inst, kind)
+    grad: Callable[[np.ndarray, np.ndarray], np.ndarray]  # the two operands in the canonical layouts
     if kind == "backward_input":  # (output gradient, filter) -> input gradient
         perms, out_perm, grad = (c.out_perm, c.k_perm), c.in_perm, c.backward_input
     else:  # (input, output gradient) -> filter gradient

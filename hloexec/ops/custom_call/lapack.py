@@ -78,7 +78,7 @@ def _operands(inst, *core_ranks: int) -> tuple[tuple[int, ...], list[tuple[int, 
             )
         batch = dims[: len(dims) - core]
         cores.append(dims[len(dims) - core :])
-    return batch, cores
+    return batch if batch is not None else (), cores
 
 
 def _square(inst, dims: tuple[int, ...]) -> int:
