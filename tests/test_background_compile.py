@@ -206,8 +206,9 @@ def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(in_process,
             raise RuntimeError("Numba says no")
         return compile_fused(kernel)
     monkeypatch.setattr(FusedKernel, "compile", compile_or_fail)
-    assert bits(exe.run(x)) == reference
+    # said by the run's own check or when waited for: a direct compile may be over before the run ends
     with pytest.warns(CompileWarning, match="did not compile.*Numba says no"):
+        assert bits(exe.run(x)) == reference
         assert exe.wait_compiled(timeout=120)
     assert broken.compiled is broken.interpret                 # op by op for good
     assert [e.name for e in exe.compile_events if not e.compiled] == [broken.name]

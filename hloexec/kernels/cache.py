@@ -155,7 +155,8 @@ def load_kernel(source: str, key: str, signature):
 def compile_elsewhere(tasks, background: bool = False) -> None:
     """Have worker processes compile `tasks`, (key, source, signature) each, into the disk cache, but for the
     kernels this process has loaded already (kernels/workers.py; `background`: see workers.submit)."""
-    workers.submit([t for t in tasks if t[0] not in _KERNELS and (t[0], t[2]) not in _DIRECT], cache_dir(), background)
+    tasks = [t for t in tasks if t[0] not in _KERNELS and (t[0], t[2]) not in _DIRECT]
+    workers.submit(tasks, cache_dir(), background, direct_enabled())
 
 
 def array_arg(dtype, ndim: int, readonly: bool) -> tuple:
