@@ -88,9 +88,9 @@ def generated(monkeypatch):
     sources = []
 
     def recording(load):
-        def load_kernel(source, key):
+        def load_kernel(source, key, signature):
             sources.append(source)
-            return load(source, key)
+            return load(source, key, signature)
         return load_kernel
     monkeypatch.setattr(cache, "load_kernel", recording(cache.load_kernel))   # every generated kernel loads here
 

@@ -87,7 +87,7 @@ def test_an_interrupted_cache_write_leaves_no_part_file(tmp_path, monkeypatch):
         raise KeyboardInterrupt
     monkeypatch.setattr(cache.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        cache.load_kernel("def kernel():\n    return 1\n", "interrupted_test_key")
+        cache.load_kernel("def kernel():\n    return 1\n", "interrupted_test_key", ())
     assert list(tmp_path.iterdir()) == []
 
 

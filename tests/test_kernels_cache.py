@@ -9,6 +9,9 @@ import pytest
 from hloexec.kernels import cache
 
 
+SIGNATURE = (("array", "int64", 1, True),)    # (these sources return a value: always through Numba)
+
+
 def _source(scale: int) -> str:
     return (f"# test kernel (helpers {cache.helpers_hash()})\n"
             "from numba import njit\n\n\n"
@@ -36,11 +39,11 @@ def test_keys_and_cache_dir(fresh_dir, monkeypatch):
 def test_kernel_loaded_twice_is_written_and_imported_once(fresh_dir):
     source = _source(7)
     key = cache.source_key(source, "t")
-    fn = cache.load_kernel(source, key)
+    fn = cache.load_kernel(source, key, SIGNATURE)
     path = fresh_dir / f"hx_{key}.py"
     assert path.read_text() == source and str(fresh_dir) in sys.path
     mtime, module = path.stat().st_mtime_ns, sys.modules[f"hx_{key}"]
-    assert cache.load_kernel(source, key) is fn
+    assert cache.load_kernel(source, key, SIGNATURE) is fn
     assert path.stat().st_mtime_ns == mtime and sys.modules[f"hx_{key}"] is module
     assert fn(np.arange(3)).tolist() == [0, 7, 14]
     assert sum(fn.stats.cache_misses.values()) == 1      # compiled, then saved to the disk cache
@@ -48,7 +51,7 @@ def test_kernel_loaded_twice_is_written_and_imported_once(fresh_dir):
     # forgotten in-process only: the module is imported again, its machine code comes from the disk cache
     cache.clear_cache(disk=False)
     assert f"hx_{key}" not in sys.modules and path.exists()
-    again = cache.load_kernel(source, key)
+    again = cache.load_kernel(source, key, SIGNATURE)
     assert again is not fn
     assert again(np.arange(3)).tolist() == [0, 7, 14]
     assert sum(again.stats.cache_hits.values()) == 1 and sum(again.stats.cache_misses.values()) == 0
@@ -56,7 +59,7 @@ def test_kernel_loaded_twice_is_written_and_imported_once(fresh_dir):
     # forgotten on disk too: written and compiled anew
     cache.clear_cache(disk=True)
     assert not path.exists() and not (fresh_dir / "__pycache__").exists()
-    fresh = cache.load_kernel(source, key)
+    fresh = cache.load_kernel(source, key, SIGNATURE)
     assert fresh(np.arange(3)).tolist() == [0, 7, 14]
     assert path.exists() and sum(fresh.stats.cache_misses.values()) == 1
 
@@ -66,7 +69,7 @@ def test_stale_source_under_a_key_is_rewritten(fresh_dir):
     source = _source(11)
     key = cache.source_key(source, "t")
     (fresh_dir / f"hx_{key}.py").write_text(_source(13))
-    fn = cache.load_kernel(source, key)
+    fn = cache.load_kernel(source, key, SIGNATURE)
     assert fn(np.arange(2)).tolist() == [0, 11]
     assert (fresh_dir / f"hx_{key}.py").read_text() == source
     assert not list(fresh_dir.glob(".hx_*.tmp"))

@@ -87,10 +87,11 @@ def test_adam_bit_exact(n, parallel):
         assert k.parallel
 
 
-def test_read_only_and_writable_operands_share_one_specialisation():
+def test_read_only_and_writable_operands_share_one_specialisation(monkeypatch):
     """Numba types a read-only array (a constant, a caller's read-only input) apart from a writable one: the
     kernel is compiled once for both, not a second time at the first read-only call (issue 17: seconds of
-    the compiling run), and its outputs stay writable."""
+    the compiling run), and its outputs stay writable. (Through Numba: a direct kernel has one signature.)"""
+    monkeypatch.setenv("HLOEXEC_DIRECT_KERNELS", "0")
     k = fusion.compile_fusion(adam(1000))
     args = adam_args(1000)
     frozen = [np.array(a) for a in args]
@@ -114,6 +115,7 @@ def test_structurally_equal_fusion_hits_in_process_cache():
 
 
 def test_disk_cache_in_a_fresh_process(tmp_path):
+    """Numba's disk cache (kernels/direct.py's object files: tests/test_kernels_direct.py)."""
     script = textwrap.dedent(f"""
         import sys, time, json
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
@@ -127,7 +129,7 @@ def test_disk_cache_in_a_fresh_process(tmp_path):
         print(json.dumps({{"key": k.key, "import": t1 - t0, "compile": t2 - t1, "hits": sum(k.fn.stats.cache_hits.values()),
                           "misses": sum(k.fn.stats.cache_misses.values())}}))
     """)
-    env = dict(os.environ, HLOEXEC_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, HLOEXEC_CACHE_DIR=str(tmp_path), HLOEXEC_DIRECT_KERNELS="0")
     import json
     runs = []
     for _ in range(2):
@@ -695,8 +697,10 @@ ENTRY e { m = f32[45,70] parameter(0)
 def test_thread_block_kernels_load_and_store_contiguously(tmp_path, monkeypatch):
     """A kernel split into thread blocks loops from an unknown `lo`; with signed indices Numba's negative-index
     wraparound made LLVM vectorize every load as a gather and every store as a scatter (Adam 100 M: 226 ->
-    116 ms once fixed). Compiled fresh here, so the machine code can be read."""
+    116 ms once fixed). Compiled fresh here through Numba, so the machine code can be read (the direct
+    compiler's: tests/test_kernels_direct.py)."""
     monkeypatch.setenv("HLOEXEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("HLOEXEC_DIRECT_KERNELS", "0")
     b = Builder()
     x, y = b.param(0, "f32[100000]"), b.param(1, "f32[100000]")
     scale = np.float32(1 + rng().random())

@@ -19,6 +19,7 @@ from test_kernels_fusion import adam, adam_args, bits_equal, layernorm_rows
 def _pool_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("HLOEXEC_CACHE_DIR", str(tmp_path / "pool"))
     monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", "1")
+    monkeypatch.setenv("HLOEXEC_DIRECT_KERNELS", "0")     # Numba's cache statistics (direct: test_kernels_direct)
     cache.clear_cache(disk=False)
     yield tmp_path
     cache.clear_cache(disk=False)       # this test's keys point into tmp_path
@@ -69,6 +70,24 @@ def test_a_kernel_compiled_by_a_worker_gives_the_in_process_bits(pool_dir):
     assert bits_equal(last(x), here(x))
 
 
+def test_a_worker_compiles_a_kernel_as_the_process_would_whatever_it_started_with(pool_dir, monkeypatch):
+    """Workers live as long as the process: one started while the direct compiler was on still compiles
+    through Numba for a process that has turned it off since (else the process finds no Numba cache entry)."""
+    monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", "2")
+    monkeypatch.setenv("HLOEXEC_DIRECT_KERNELS", "1")
+    on = fusion.compile_fusion(adam(1002), eager=False)
+    cache.compile_elsewhere([on.compile_task], background=True)     # starts the workers, direct compiler on
+    workers.await_compiled(on.key)
+    assert any(pool_dir.glob(f"pool/hx_{on.key}_*.o"))              # compiled by the direct compiler
+    monkeypatch.setenv("HLOEXEC_DIRECT_KERNELS", "0")
+    rows, cols = 64, 128
+    first, last = (fusion.compile_fusion(c, eager=False) for c in (adam(1003), layernorm_rows(rows, cols)))
+    cache.compile_elsewhere([first.compile_task, last.compile_task])
+    _started(last.key)
+    last.compile()
+    assert _hits_and_misses(last) == (1, 0)                           # Numba's, from the worker
+
+
 def test_a_worker_that_fails_leaves_the_error_to_the_process(pool_dir):
     bad = f"# test kernel (helpers {cache.helpers_hash()})\nfrom numba import njit\n\n\n" \
           "@njit(cache=True)\ndef kernel(x):\n    return x + 'a'\n"
@@ -77,10 +96,10 @@ def test_a_worker_that_fails_leaves_the_error_to_the_process(pool_dir):
     cache.compile_elsewhere(tasks)
     bad_key = tasks[1][0]
     _started(bad_key)
-    fn = cache.load_kernel(bad, bad_key)        # waits until the worker gave up on it
+    fn = cache.load_kernel(bad, bad_key, tasks[1][2])        # waits until the worker gave up on it
     with pytest.raises(TypingError):
         cache.compile_signature(fn, (("scalar", "float64"),))
-    good_fn = cache.load_kernel(good, tasks[0][0])
+    good_fn = cache.load_kernel(good, tasks[0][0], tasks[0][2])
     cache.compile_signature(good_fn, (("scalar", "float64"),))
     assert good_fn(2.0) == 3.0 and workers._POOL.workers[0].poll() is None   # the worker lives on
 

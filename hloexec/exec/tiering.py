@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..errors import CompileWarning
 from ..ir.module import Computation
-from ..kernels.cache import cache_dir, compile_elsewhere, pinned_cache_dir
+from ..kernels.cache import cache_dir, compile_elsewhere, compiles_directly, pinned_cache_dir
 from ..kernels.workers import await_compiled
 
 COMPILE_MODES = ("background", "eager", "never")
@@ -353,8 +353,6 @@ class BackgroundCompiler:
         if not tiers:
             return
         tiers.sort(key=lambda t: -_work(t))
-        # workers take the last submitted first: the most work first
-        compile_elsewhere((t.kernel.compile_task for t in reversed(tiers)), background=True)
         now, directory = time.perf_counter() - self.started, cache_dir()
         with self.cond:
             self.queue.extend((t, now, directory) for t in tiers)
@@ -366,35 +364,60 @@ class BackgroundCompiler:
                 self.thread.start()
 
     def _compile_queued(self) -> None:
+        """Take what is queued: the kernels the direct compiler takes (kernels/direct.py, ~0.1 s each) compile on
+        this thread first, the others in worker processes meanwhile; each in order of work; repeat."""
         while True:
             with self.cond:
                 if not self.queue:
                     self.thread = None
                     return
-                tier, requested, directory = self.queue.popleft()
-            kernel = tier.kernel
-            try:
-                if kernel is not None:
-                    await_compiled(kernel.key)
+                batch = list(self.queue)
+                self.queue.clear()
+            direct = set()
+            for tier, _, directory in batch:
                 with pinned_cache_dir(directory):
-                    compiled = tier.compile(self.failures.append)
-            except Exception as e:  # noqa: BLE001 - a bug here must cost that tier's speed, not hang wait()
-                self.failures.append(
-                    f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): a bug; it runs op by op"
-                )
-                compiled = False
-            with self.cond:
-                self.events.append(
-                    CompileEvent(
-                        "fusion" if isinstance(tier, TieredKernel) else "loop",
-                        tier.name,
-                        requested,
-                        time.perf_counter() - self.started,
-                        compiled,
+                    try:
+                        if tier.kernel is not None and compiles_directly(tier.kernel.compile_task):
+                            direct.add(id(tier))
+                    except Exception:  # noqa: BLE001 - a generator bug: compiling it says so (below)
+                        pass
+            for directory in {d for *_, d in batch}:
+                with pinned_cache_dir(directory):  # workers take the last submitted first: the most work first
+                    compile_elsewhere(
+                        [
+                            t.kernel.compile_task
+                            for t, _, d in reversed(batch)
+                            if d == directory and t.kernel is not None and id(t) not in direct
+                        ],
+                        background=True,
                     )
+            for item in sorted(batch, key=lambda item: id(item[0]) not in direct):  # (stable: work order)
+                self._compile(*item)
+
+    def _compile(self, tier, requested: float, directory) -> None:
+        kernel = tier.kernel
+        try:
+            if kernel is not None:
+                await_compiled(kernel.key)
+            with pinned_cache_dir(directory):
+                compiled = tier.compile(self.failures.append)
+        except Exception as e:  # noqa: BLE001 - a bug here must cost that tier's speed, not hang wait()
+            self.failures.append(
+                f"the background compile of %{tier.name} failed ({type(e).__name__}: {e}): a bug; it runs op by op"
+            )
+            compiled = False
+        with self.cond:
+            self.events.append(
+                CompileEvent(
+                    "fusion" if isinstance(tier, TieredKernel) else "loop",
+                    tier.name,
+                    requested,
+                    time.perf_counter() - self.started,
+                    compiled,
                 )
-                self.pending -= 1
-                self.cond.notify_all()
+            )
+            self.pending -= 1
+            self.cond.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every tier asked for is ready (compiled, or op by op for good); False if `timeout`

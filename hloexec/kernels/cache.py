@@ -26,14 +26,17 @@ import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import CompileWarning
 from . import workers
 
-_KERNELS: dict[str, object] = {}
+_KERNELS: dict[str, object] = {}  # key -> Numba dispatcher
+_DIRECT: dict[tuple, object] = {}  # (key, signature) -> direct_kernels.compile_kernel's function
 _LOCK = threading.Lock()
 _COMPILE_LOCK = threading.Lock()  # Numba compiles one function at a time anyway (its global compiler lock)
 _HELPERS_HASH: str | None = None
@@ -80,9 +83,45 @@ def pinned_cache_dir(directory: Path):
         _PINNED.dir = None
 
 
-def load_kernel(source: str, key: str):
-    """The `kernel` function of generated `source` (a Numba dispatcher): from this process's dict, else
-    written to the cache dir (unless the same text is there) and imported."""
+def direct_enabled() -> bool:
+    """Whether kernels the direct compiler translates skip Numba ($HLOEXEC_DIRECT_KERNELS=0: all through Numba)."""
+    return os.environ.get("HLOEXEC_DIRECT_KERNELS", "1") != "0"
+
+
+def compiles_directly(task) -> bool:
+    """Whether kernel `task` (key, source, signature) is compiled by the direct compiler (kernels/direct.py): in
+    ~0.05-0.1 s, most of it in LLVM, which runs without the GIL -- a thread of the process compiles it as well as a
+    worker would."""
+    if not direct_enabled():
+        return False
+    from . import direct_kernels
+
+    key, source, signature = task
+    return direct_kernels.translates(source, key, signature)
+
+
+def load_kernel(source: str, key: str, signature):
+    """The `kernel` function of generated `source` for `signature`: compiled by the direct compiler
+    (kernels/direct.py) if it translates the source, from its object file in the cache dir or compiled now;
+    else -- or if LLVM fails on it (a CompileWarning) -- a Numba dispatcher, from this process's dict, else
+    written to the cache dir (unless the same text is there) and imported (compile_signature compiles it)."""
+    fn = _DIRECT.get((key, signature)) if direct_enabled() else None
+    if fn is not None:
+        return fn
+    if compiles_directly((key, source, signature)):
+        from . import direct_kernels
+        from .machine_code import MachineCodeError
+
+        workers.claim(key)
+        with _LOCK:
+            fn = _DIRECT.get((key, signature))
+            if fn is None:
+                try:
+                    fn = _DIRECT[(key, signature)] = direct_kernels.compile_kernel(source, key, signature, cache_dir())
+                except MachineCodeError as e:
+                    warnings.warn(f"kernel {key}: {e}; it is compiled through Numba", CompileWarning, stacklevel=2)
+            if fn is not None:
+                return fn
     fn = _KERNELS.get(key)
     if fn is not None:
         return fn
@@ -116,7 +155,8 @@ def load_kernel(source: str, key: str):
 def compile_elsewhere(tasks, background: bool = False) -> None:
     """Have worker processes compile `tasks`, (key, source, signature) each, into the disk cache, but for the
     kernels this process has loaded already (kernels/workers.py; `background`: see workers.submit)."""
-    workers.submit([t for t in tasks if t[0] not in _KERNELS], cache_dir(), background)
+    tasks = [t for t in tasks if t[0] not in _KERNELS and (t[0], t[2]) not in _DIRECT]
+    workers.submit(tasks, cache_dir(), background, direct_enabled())
 
 
 def array_arg(dtype, ndim: int, readonly: bool) -> tuple:
@@ -149,7 +189,9 @@ def compile_signature(fn, signature, lines: int = 0) -> None:
     Numba types a read-only array (a constant, a caller's read-only input) apart from a writable one and,
     while it may compile, compiles a second specialisation for it at the call. Compiled for read-only operands
     with compiling disabled, a call with writable ones converts to that signature (a safe conversion) instead:
-    one specialisation, whatever the operands' flags."""
+    one specialisation, whatever the operands' flags. A direct kernel (load_kernel) is compiled already."""
+    if not hasattr(fn, "disable_compile"):
+        return
     with _COMPILE_LOCK:  # another kernel sharing `fn` (same source) may add its own signature
         fn.disable_compile(False)
         limit = sys.getrecursionlimit()
@@ -174,9 +216,10 @@ class GeneratedKernel:
 
     @property
     def fn(self):
-        """The Numba dispatcher, from the generated module (imported, and Numba with it, on first use)."""
+        """The compiled function: a direct kernel, or the Numba dispatcher from the generated module (imported,
+        and Numba with it, on first use)."""
         if self._fn is None:
-            self._fn = load_kernel(self.source, self.key)
+            self._fn = load_kernel(self.source, self.key, self.signature)
         return self._fn
 
     @property
@@ -199,12 +242,14 @@ def clear_cache(disk: bool = True):
     """Forget compiled kernels in this process; with `disk`, also delete the on-disk sources and caches."""
     with _LOCK:
         _KERNELS.clear()
+        _DIRECT.clear()
         for name in [m for m in sys.modules if m.startswith(_MODULE_PREFIX)]:
             del sys.modules[name]
         if disk:
             d = cache_dir()
             if d.is_dir():
-                for p in d.glob(f"{_MODULE_PREFIX}*.py"):
-                    p.unlink(missing_ok=True)
+                for pattern in (f"{_MODULE_PREFIX}*.py", f"{_MODULE_PREFIX}*.o"):
+                    for p in d.glob(pattern):
+                        p.unlink(missing_ok=True)
                 shutil.rmtree(d / "__pycache__", ignore_errors=True)
         importlib.invalidate_caches()

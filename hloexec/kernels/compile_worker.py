@@ -23,7 +23,8 @@ def _watch_parent(parent: int) -> None:
 
 
 def serve() -> None:
-    """A worker: compile each (key, source, signature, cache dir) read from stdin, answer its key on stdout."""
+    """A worker: compile each (key, source, signature, cache dir, direct) read from stdin, answer its key on
+    stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the process, which stops its workers
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     niceness = os.environ.get("HLOEXEC_COMPILE_NICENESS", "")
@@ -34,12 +35,13 @@ def serve() -> None:
     stdin = sys.stdin.buffer
     while True:
         try:
-            key, source, signature, cache = pickle.load(stdin)
+            key, source, signature, cache, direct = pickle.load(stdin)
         except EOFError:
             return
         os.environ["HLOEXEC_CACHE_DIR"] = cache
+        os.environ["HLOEXEC_DIRECT_KERNELS"] = "1" if direct else "0"  # as the process compiles it
         try:
-            compile_signature(load_kernel(source, key), signature, source.count("\n"))
+            compile_signature(load_kernel(source, key, signature), signature, source.count("\n"))
         except Exception:  # noqa: BLE001  the process compiles it again and reports the error
             pass
         clear_cache(disk=False)  # it is on disk: the worker keeps no kernel (0.2-0.3 GB resident)

@@ -67,16 +67,16 @@ class _Pool:
         self.pid = os.getpid()  # a forked child starts its own pool: it has none of these threads
         self.cond = threading.Condition()
         self.queue: deque = deque()  # keys no worker has started, in submission order
-        self.tasks: dict[str, tuple] = {}  # key -> (source, signature, cache dir), queued or compiling
+        self.tasks: dict[str, tuple] = {}  # key -> (source, signature, cache dir, direct), queued or compiling
         self.compiling: set[str] = set()
         self.workers: list[subprocess.Popen | None] = []  # None: one that did not start
         self.alive = 0  # workers started and not dead
 
-    def submit(self, tasks, cache, background: bool) -> None:
+    def submit(self, tasks, cache, background: bool, direct: bool) -> None:
         with self.cond:
             for key, source, signature in tasks:
                 if key not in self.tasks:
-                    self.tasks[key] = (source, signature, str(cache))
+                    self.tasks[key] = (source, signature, str(cache), direct)
                     self.queue.append(key)
             self.cond.notify_all()
             if background:  # nobody else compiles them: at least one worker, one per kernel at most
@@ -114,10 +114,10 @@ class _Pool:
                     self.cond.wait()
                 key = self.queue.pop()
                 self.compiling.add(key)
-                source, signature, cache = self.tasks[key]
+                source, signature, cache, direct = self.tasks[key]
             alive = False
             try:
-                pickle.dump((key, source, signature, cache), proc.stdin)
+                pickle.dump((key, source, signature, cache, direct), proc.stdin)
                 proc.stdin.flush()
                 alive = pickle.load(proc.stdout) == key
             except (OSError, EOFError, pickle.PickleError):  # the worker died
@@ -162,10 +162,11 @@ _POOL: _Pool | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def submit(tasks, cache: Path, background: bool = False) -> None:
+def submit(tasks, cache: Path, background: bool = False, direct: bool = True) -> None:
     """Compile `tasks`, (key, source, signature) each, in worker processes into cache dir `cache` (kernels that
     are queued or compiling already are not queued again). `background`: for a thread that waits for them
-    (await_compiled) while the process runs on; else the process compiles them itself too (claim)."""
+    (await_compiled) while the process runs on; else the process compiles them itself too (claim). `direct`:
+    whether the direct compiler may take them (the process's choice, whatever the workers started with)."""
     global _POOL
     tasks = list(tasks)
     if not tasks or worker_count(at_least=int(background)) == 0 or not background and len(tasks) < 2:
@@ -174,7 +175,7 @@ def submit(tasks, cache: Path, background: bool = False) -> None:
         if _POOL is None or _POOL.pid != os.getpid():
             _POOL = _Pool()
             atexit.register(_POOL.stop)
-        _POOL.submit(tasks, cache, background)
+        _POOL.submit(tasks, cache, background, direct)
 
 
 def claim(key: str) -> None:
