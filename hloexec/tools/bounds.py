@@ -16,10 +16,11 @@ root-sum-square, a single rounding counts as the largest error it can make.
   SIGMAS sigmas of a uniform error (0 where the operands are exact and x is a value of the type),
   transcendentals TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32
   keeps its bf16 bound (the convert is exact, the bound flows through);
-- add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
-  smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
-  -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
-  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its
+- add-reductions: the larger of the root-sum-square of the terms' bounds and a part they may all share, at most
+  the smallest of them, times their count plus the root-sum-square of the rest (an error shared by the terms --
+  a row's mean or scale, a bias's rounding -- adds up: measured on an f16 LayerNorm's gradient, the
+  root-sum-square alone was 2x short; a one-term sum keeps its term's bound; a reduce-window's terms' bounds are
+  added), plus the accumulation's rounding in the device's accumulation type (its
   `reductions` rule: "per-step", the HLO's own meaning, every reducer step rounding in the reduction's type;
   "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic bound: SIGMAS standard
   deviations of a sequential sum's rounding error, whose variance
@@ -40,7 +41,10 @@ Calibrated by sampled runs: the rules above cannot see errors cancel (x - mean(x
 a LayerNorm gradient's terms): through a transformer block their bounds grew to 20-800x the errors. So SAMPLES
 perturbed runs are carried along (each instruction's kernel on its operands moved by the samples' deviations,
 plus a draw of its own error), and per block of elements a bound is divided by how loose the samples show it is
-(`_sample`, `_calibrate`; never raised).
+(`_sample`, `_calibrate`). A sum's bound is also raised to SIGMAS x its samples' RMS over the block where the
+rules fall short of it: a term rounded once is bounded by its largest error, half an ulp, only 1.73 of its
+sigmas, so the root-sum-square of such terms is 1.73 sigmas of their sum, not SIGMAS (an f16 LayerNorm
+gradient's f32 row sum of f16-rounded terms reached 2.09x it on a correct run).
 
 Rounding-decided elements (`decided`): where an operand's interval reaches a discontinuity -- the sign of a
 near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / log / power of, an interval
@@ -328,6 +332,7 @@ class ErrorBounds:
         comp = inst.computation.name if inst.computation is not None else ""
         orig = self.original.get((comp, inst.name))
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
+        ceiling = None  # a sum's: the most the terms' errors can make it, what its calibration may raise it to
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
@@ -339,7 +344,7 @@ class ErrorBounds:
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                local = self._reduce(inst, orig, value, operands)
+                local, ceiling = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 local = self._dot(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
@@ -354,9 +359,9 @@ class ErrorBounds:
                         self.unbounded.setdefault(inst.name, opcode)
                         self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
                 return
-            self._sample(inst, value, operands, local)
+            self._sample(inst, value, operands, local, ceiling)
 
-    def _sample(self, inst, value, operands, local) -> None:
+    def _sample(self, inst, value, operands, local, ceiling=None) -> None:
         """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
         moved by each sample's deviations, plus a draw of its own error (`local`, SIGMAS sigmas: a Gaussian of
         that sigma). Unlike the bound's rules the samples keep their signs: errors that cancel (x - mean(x),
@@ -407,7 +412,7 @@ class ErrorBounds:
                 continue
             if local is not None:
                 out += self._noise(out.shape) * (local / SIGMAS).astype(np.float32)
-            self._put(leaf, self._calibrate(self._bound_or_none(leaf), out), self._decided_or_none(leaf), out)
+            self._put(leaf, self._calibrate(self._bound_or_none(leaf), out, ceiling), self._decided_or_none(leaf), out)
 
     def _noise(self, shape) -> np.ndarray:
         """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
@@ -419,12 +424,17 @@ class ErrorBounds:
         return self.pool[start : start + need].reshape(shape)
 
     @staticmethod
-    def _calibrate(bound, deviations):
+    def _calibrate(bound, deviations, ceiling=None):
         """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
         few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
         samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
-        cannot, unless few elements are tight); never raised, kept in blocks where fewer than CALIBRATED_FROM
-        elements have a bound or no sample moved, and everywhere when a sample is not finite."""
+        cannot, unless few elements are tight); kept in blocks where fewer than CALIBRATED_FROM elements have a
+        bound or no sample moved, and everywhere when a sample is not finite. With a `ceiling` (a sum's: the
+        terms' bounds added, its own error added): where the block's RMS ratio exceeds 1 the bound is multiplied
+        by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
+        CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
+        missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
+        sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound)."""
         if bound is None:
             return None
         spread = (SIGMAS / np.sqrt(len(deviations))) * np.sqrt(np.einsum("k...,k...->...", deviations, deviations))
@@ -437,8 +447,15 @@ class ErrorBounds:
         largest = np.pad(ratio, (0, padding)).reshape(blocks, CALIBRATION_BLOCK).max(axis=1)
         counted = np.pad(seen.reshape(-1), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
         # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
-        factor = np.where((counted >= CALIBRATED_FROM) & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
-        return bound * np.repeat(factor, CALIBRATION_BLOCK)[: ratio.size].reshape(np.shape(bound))
+        enough = counted >= CALIBRATED_FROM
+        factor = np.where(enough & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * largest), 1.0)
+        per_element = lambda f: np.repeat(f, CALIBRATION_BLOCK)[: ratio.size].reshape(np.shape(bound))  # noqa: E731
+        calibrated = bound * per_element(factor)
+        if ceiling is None:
+            return calibrated
+        squares = np.pad(np.square(ratio), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
+        short = np.where(enough, np.sqrt(squares / np.maximum(counted, 1)), 1.0)  # SIGMAS x the samples' RMS / bound
+        return np.maximum(calibrated, np.minimum(bound * per_element(short), ceiling))
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
@@ -584,26 +601,29 @@ class ErrorBounds:
         representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
         return np.where(exact & representable, 0.0, own)
 
-    def _reduce(self, inst, orig, x, operands) -> np.ndarray | None:
+    def _reduce(self, inst, orig, x, operands) -> tuple:
         reducer = inst.called.get("to_apply")
         kind = reducer.root.opcode if reducer is not None else ""
         a, init = operands
         if kind in ("maximum", "minimum"):
             self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64), None)
-            return None
+            return None, None
         if kind != "add":
             self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
             self._put(x, np.full(x.shape, np.inf))
-            return None
+            return None, None
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
-        if inst.opcode == "reduce":  # independent terms' errors, plus a part they may all share
+        linear = np.asarray(kernel(terms, self.of(init)), np.float64)  # the terms' bounds added: the most they make
+        if inst.opcode == "reduce":  # independent terms' errors, or a part they all share and the rest independent
+            least = _least_along(terms, inst.attr("dimensions", ()))
             independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
-            shared = np.asarray(kernel(_least_along(terms, inst.attr("dimensions", ())), self.of(init)), np.float64)
-            variance = np.square(independent + shared)
+            rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(self.of(init))), np.float64))
+            shared = np.asarray(kernel(least, self.of(init)), np.float64)
+            variance = np.square(np.maximum(independent, shared + rest))
         else:  # a window's terms: their bounds added
-            variance = np.square(np.asarray(kernel(terms, self.of(init)), np.float64))
+            variance = np.square(linear)
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
         # the device's reductions rule: "accumulate" sums 16-bit types in f32; the others ("per-step", "xla-cpu")
@@ -625,7 +645,8 @@ class ErrorBounds:
         bound = np.sqrt(variance + accumulation)
         own = self._rounding(orig, x, bound, "reduce")
         self._put(x, _rounded(bound, own))
-        return np.sqrt(accumulation + np.square(own))
+        local = np.sqrt(accumulation + np.square(own))
+        return local, linear + local
 
     def _scatter(self, inst, orig, x, operands) -> np.ndarray | None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
