@@ -41,8 +41,8 @@ Calibrated by sampled runs: the rules above cannot see errors cancel (x - mean(x
 a LayerNorm gradient's terms): through a transformer block their bounds grew to 20-800x the errors. So SAMPLES
 perturbed runs are carried along (each instruction's kernel on its operands moved by the samples' deviations,
 plus a draw of its own error), and per block of elements a bound is divided by how loose the samples show it is
-(`_sample`, `_calibrate`). A sum's bound is also raised to SIGMAS x its samples' RMS over the block where the
-rules fall short of it: a term rounded once is bounded by its largest error, half an ulp, only 1.73 of its
+(`_sample`, `_calibrate`; not a moved value's: its block holds copies). A sum's or dot's bound is also raised
+to SIGMAS x its samples' RMS over the block where the rules fall short of it (up to its terms' bounds added): a term rounded once is bounded by its largest error, half an ulp, only 1.73 of its
 sigmas, so the root-sum-square of such terms is 1.73 sigmas of their sum, not SIGMAS (an f16 LayerNorm
 gradient's f32 row sum of f16-rounded terms reached 2.09x it on a correct run).
 
@@ -332,7 +332,7 @@ class ErrorBounds:
         comp = inst.computation.name if inst.computation is not None else ""
         orig = self.original.get((comp, inst.name))
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
-        ceiling = None  # a sum's: the most the terms' errors can make it, what its calibration may raise it to
+        ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
@@ -346,7 +346,7 @@ class ErrorBounds:
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
                 local, ceiling = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
-                local = self._dot(inst, orig, value, operands)
+                local, ceiling = self._dot(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
@@ -412,7 +412,10 @@ class ErrorBounds:
                 continue
             if local is not None:
                 out += self._noise(out.shape) * (local / SIGMAS).astype(np.float32)
-            self._put(leaf, self._calibrate(self._bound_or_none(leaf), out, ceiling), self._decided_or_none(leaf), out)
+            bound = self._bound_or_none(leaf)
+            if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
+                bound = self._calibrate(bound, out, ceiling)
+            self._put(leaf, bound, self._decided_or_none(leaf), out)
 
     def _noise(self, shape) -> np.ndarray:
         """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
@@ -668,20 +671,23 @@ class ErrorBounds:
         self._put(x, bound)
         return None
 
-    def _dot(self, inst, orig, x, operands) -> np.ndarray | None:
+    def _dot(self, inst, orig, x, operands) -> tuple:
         a, b = operands
         kernel = self._kernel(inst)
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
         variance = np.zeros(x.shape)  # the operands' errors, independent across the contraction
         shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
+        linear = np.zeros(x.shape)  # ... and what they make all adding up (the ceiling the samples may raise it to)
         if eb is not None and np.any(eb):
             eb = np.broadcast_to(eb, b.shape)
             variance = variance + kernel(a * a, np.square(eb))
             shared = shared + np.abs(kernel(a, _least_along(eb, inst.attr("rhs_contracting_dims", ()))))
+            linear = linear + kernel(np.abs(a), eb)
         if ea is not None and np.any(ea):
             ea = np.broadcast_to(ea, a.shape)
             variance = variance + kernel(np.square(ea), b * b)
             shared = shared + np.abs(kernel(_least_along(ea, inst.attr("lhs_contracting_dims", ())), b))
+            linear = linear + kernel(ea, np.abs(b) + self.of(b))
         variance = np.square(np.sqrt(variance) + shared)
         squares = kernel(a * a, b * b)
         contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
@@ -709,4 +715,5 @@ class ErrorBounds:
         bound = np.sqrt(variance + arithmetic)
         own = self._rounding(orig, x, bound, "dot")
         self._put(x, np.asarray(_rounded(bound, own), np.float64))
-        return np.sqrt(arithmetic + np.square(own))
+        local = np.sqrt(arithmetic + np.square(own))
+        return local, linear + local
