@@ -230,9 +230,9 @@ def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a
     assert np.all(calibrate(bound, nan) == 1)
     # a sum's (a ceiling given): samples 3x past its rule's bound raise it to them, up to the ceiling
     short = np.full((SAMPLES, n), 3.0 / SIGMAS, np.float32)
-    assert np.allclose(calibrate(bound, short, np.full(n, 10.0)), 3.0)
-    assert np.allclose(calibrate(bound, short, np.full(n, 2.0)), 2.0)
-    assert np.all(calibrate(bound[:32], short[:, :32], np.full(32, 10.0)) == 1)  # too few elements to say
+    assert np.allclose(calibrate(bound, short, lambda: np.full(n, 10.0)), 3.0)
+    assert np.allclose(calibrate(bound, short, lambda: np.full(n, 2.0)), 2.0)
+    assert np.all(calibrate(bound[:32], short[:, :32], lambda: np.full(32, 10.0)) == 1)  # too few elements to say
 
 
 def test_sampled_calibration_catches_a_later_adam_update_the_rules_alone_pass(monkeypatch):

@@ -432,8 +432,8 @@ class ErrorBounds:
         few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
         samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
         cannot, unless few elements are tight); kept in blocks where fewer than CALIBRATED_FROM elements have a
-        bound or no sample moved, and everywhere when a sample is not finite. With a `ceiling` (a sum's: the
-        terms' bounds added, its own error added): where the block's RMS ratio exceeds 1 the bound is multiplied
+        bound or no sample moved, and everywhere when a sample is not finite. With a `ceiling` (a sum's: a
+        function giving the terms' bounds added, its own error added): where the block's RMS ratio exceeds 1 the bound is multiplied
         by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
         CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
         missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
@@ -458,7 +458,9 @@ class ErrorBounds:
             return calibrated
         squares = np.pad(np.square(ratio), (0, padding)).reshape(blocks, CALIBRATION_BLOCK).sum(axis=1)
         short = np.where(enough, np.sqrt(squares / np.maximum(counted, 1)), 1.0)  # SIGMAS x the samples' RMS / bound
-        return np.maximum(calibrated, np.minimum(bound * per_element(short), ceiling))
+        if not np.any(short > 1):
+            return calibrated
+        return np.maximum(calibrated, np.minimum(bound * per_element(short), ceiling()))
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
@@ -618,7 +620,7 @@ class ErrorBounds:
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
-        linear = np.asarray(kernel(terms, self.of(init)), np.float64)  # the terms' bounds added: the most they make
+        linear = lambda: np.asarray(kernel(terms, self.of(init)), np.float64)  # noqa: E731 (the most they make)
         if inst.opcode == "reduce":  # independent terms' errors, or a part they all share and the rest independent
             least = _least_along(terms, inst.attr("dimensions", ()))
             independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
@@ -626,7 +628,7 @@ class ErrorBounds:
             shared = np.asarray(kernel(least, self.of(init)), np.float64)
             variance = np.square(np.maximum(independent, shared + rest))
         else:  # a window's terms: their bounds added
-            variance = np.square(linear)
+            variance = np.square(linear())
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
         # the device's reductions rule: "accumulate" sums 16-bit types in f32; the others ("per-step", "xla-cpu")
@@ -649,7 +651,7 @@ class ErrorBounds:
         own = self._rounding(orig, x, bound, "reduce")
         self._put(x, _rounded(bound, own))
         local = np.sqrt(accumulation + np.square(own))
-        return local, linear + local
+        return local, lambda: linear() + local
 
     def _scatter(self, inst, orig, x, operands) -> np.ndarray | None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
@@ -677,17 +679,14 @@ class ErrorBounds:
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
         variance = np.zeros(x.shape)  # the operands' errors, independent across the contraction
         shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
-        linear = np.zeros(x.shape)  # ... and what they make all adding up (the ceiling the samples may raise it to)
         if eb is not None and np.any(eb):
             eb = np.broadcast_to(eb, b.shape)
             variance = variance + kernel(a * a, np.square(eb))
             shared = shared + np.abs(kernel(a, _least_along(eb, inst.attr("rhs_contracting_dims", ()))))
-            linear = linear + kernel(np.abs(a), eb)
         if ea is not None and np.any(ea):
             ea = np.broadcast_to(ea, a.shape)
             variance = variance + kernel(np.square(ea), b * b)
             shared = shared + np.abs(kernel(_least_along(ea, inst.attr("lhs_contracting_dims", ())), b))
-            linear = linear + kernel(ea, np.abs(b) + self.of(b))
         variance = np.square(np.sqrt(variance) + shared)
         squares = kernel(a * a, b * b)
         contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
@@ -716,4 +715,13 @@ class ErrorBounds:
         own = self._rounding(orig, x, bound, "dot")
         self._put(x, np.asarray(_rounded(bound, own), np.float64))
         local = np.sqrt(arithmetic + np.square(own))
-        return local, linear + local
+
+        def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
+            linear = local
+            if eb is not None and np.any(eb):
+                linear = linear + kernel(np.abs(a), eb)
+            if ea is not None and np.any(ea):
+                linear = linear + kernel(ea, np.abs(b) + self.of(b))
+            return linear
+
+        return local, ceiling
