@@ -16,10 +16,11 @@ root-sum-square, a single rounding counts as the largest error it can make.
   SIGMAS sigmas of a uniform error (0 where the operands are exact and x is a value of the type),
   transcendentals TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32
   keeps its bf16 bound (the convert is exact, the bound flows through);
-- add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
-  smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
-  -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
-  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its
+- add-reductions: the larger of the root-sum-square of the terms' bounds and a part they may all share, at most
+  the smallest of them, times their count plus the root-sum-square of the rest (an error shared by the terms --
+  a row's mean or scale, a bias's rounding -- adds up: measured on an f16 LayerNorm's gradient, the
+  root-sum-square alone was 2x short; a one-term sum keeps its term's bound; a reduce-window's terms' bounds are
+  added), plus the accumulation's rounding in the device's accumulation type (its
   `reductions` rule: "per-step", the HLO's own meaning, every reducer step rounding in the reduction's type;
   "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic bound: SIGMAS standard
   deviations of a sequential sum's rounding error, whose variance
@@ -40,7 +41,10 @@ Calibrated by sampled runs: the rules above cannot see errors cancel (x - mean(x
 a LayerNorm gradient's terms): through a transformer block their bounds grew to 20-800x the errors. So SAMPLES
 perturbed runs are carried along (each instruction's kernel on its operands moved by the samples' deviations,
 plus a draw of its own error), and per block of elements a bound is divided by how loose the samples show it is
-(`_sample`, `_calibrate`; never raised).
+(`_sample`, `_calibrate`; not a moved value's: its block holds copies). A sum's or dot's bound is also raised
+to SIGMAS x its samples' RMS over the block where the rules fall short of it (up to its terms' bounds added): a term rounded once is bounded by its largest error, half an ulp, only 1.73 of its
+sigmas, so the root-sum-square of such terms is 1.73 sigmas of their sum, not SIGMAS (an f16 LayerNorm
+gradient's f32 row sum of f16-rounded terms reached 2.09x it on a correct run).
 
 Rounding-decided elements (`decided`): where an operand's interval reaches a discontinuity -- the sign of a
 near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / log / power of, an interval
@@ -273,6 +277,11 @@ def _per_block(flat: np.ndarray, reduce) -> np.ndarray:
     return np.append(blocks, getattr(flat[whole:], reduce)()) if whole < flat.size else blocks
 
 
+def _per_element(per_block: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """A value per block of CALIBRATION_BLOCK consecutive elements, repeated to `like`'s shape."""
+    return np.repeat(per_block, CALIBRATION_BLOCK)[: np.size(like)].reshape(np.shape(like))
+
+
 def _widest(a: str, b: str) -> str:
     return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
 
@@ -393,6 +402,7 @@ class ErrorBounds:
         orig = self.original.get((comp, inst.name))
         self.current.narrow = orig is not None and _narrow(orig.shape)
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
+        ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
@@ -404,9 +414,9 @@ class ErrorBounds:
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                local = self._reduce(inst, orig, value, operands)
+                local, ceiling = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
-                local = self._dot(inst, orig, value, operands)
+                local, ceiling = self._dot(inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local = self._convolution(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
@@ -421,9 +431,9 @@ class ErrorBounds:
                         self.unbounded.setdefault(inst.name, opcode)
                         self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
                 return
-            self._sample(inst, value, operands, local)
+            self._sample(inst, value, operands, local, ceiling)
 
-    def _sample(self, inst, value, operands, local) -> None:
+    def _sample(self, inst, value, operands, local, ceiling=None) -> None:
         """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
         moved by each sample's deviations, plus a draw of its own error (`local`, SIGMAS sigmas: a Gaussian of
         that sigma). Unlike the bound's rules the samples keep their signs: errors that cancel (x - mean(x),
@@ -483,7 +493,10 @@ class ErrorBounds:
             own = local[k] if isinstance(local, list) else local
             if own is not None and np.any(own):
                 out += self._noise(out.shape) * (own / SIGMAS).astype(np.float32)
-            self._put(leaf, self._calibrate(self._entry(leaf)[1], out), self._decided_or_none(leaf), out)
+            bound = self._entry(leaf)[1]
+            if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
+                bound = self._calibrate(bound, out, ceiling)
+            self._put(leaf, bound, self._decided_or_none(leaf), out)
 
     def _noise(self, shape) -> np.ndarray:
         """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
@@ -495,12 +508,17 @@ class ErrorBounds:
         return self.pool[start : start + need].reshape(shape)
 
     @staticmethod
-    def _calibrate(bound, deviations):
+    def _calibrate(bound, deviations, ceiling=None):
         """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
         few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
         samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
-        cannot, unless few elements are tight); never raised, kept in blocks where fewer than CALIBRATED_FROM
-        elements have a bound or no sample moved, and everywhere when a sample is not finite."""
+        cannot, unless few elements are tight); kept in blocks where fewer than CALIBRATED_FROM elements have a
+        bound or no sample moved, and everywhere when a sample is not finite. With a `ceiling` (a sum's: a
+        function giving the terms' bounds added, its own error added): where the block's RMS ratio exceeds 1 the bound is multiplied
+        by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
+        CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
+        missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
+        sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound)."""
         if bound is None:
             return None
         # compared squared (sum of the samples' squares / bound^2; one square root per block), blocks read as a
@@ -519,12 +537,17 @@ class ErrorBounds:
         largest, counted = _per_block(ratio, "max"), _per_block(seen, "sum")
         # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
         spread = SIGMAS / np.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
+        enough = counted >= CALIBRATED_FROM
         factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
-        factor = np.where((counted >= CALIBRATED_FROM) & (largest > 0), factor, 1.0).astype(flat.dtype)
-        if np.all(factor == 1):
-            return bound
-        out = flat * np.repeat(factor, CALIBRATION_BLOCK)[: flat.size]
-        return out.reshape(np.shape(bound))
+        factor = np.where(enough & (largest > 0), factor, 1.0).astype(flat.dtype)
+        calibrated = bound if np.all(factor == 1) else _per_element(factor, bound) * bound
+        if ceiling is None:
+            return calibrated
+        # the block's root mean square of SIGMAS x the samples' RMS over the bound
+        short = np.where(enough, spread * np.sqrt(_per_block(ratio, "sum") / np.maximum(counted, 1)), 1.0)
+        if not np.any(short > 1):
+            return calibrated
+        return np.maximum(calibrated, np.minimum(bound * _per_element(short, bound), ceiling()))
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
@@ -671,26 +694,29 @@ class ErrorBounds:
         representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
         return np.where(exact & representable, 0.0, own)
 
-    def _reduce(self, inst, orig, x, operands) -> np.ndarray | None:
+    def _reduce(self, inst, orig, x, operands) -> tuple:
         reducer = inst.called.get("to_apply")
         kind = reducer.root.opcode if reducer is not None else ""
         a, init = operands
         if kind in ("maximum", "minimum"):
             self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64), None)
-            return None
+            return None, None
         if kind != "add":
             self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
             self._put(x, np.full(x.shape, np.inf))
-            return None
+            return None, None
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
-        if inst.opcode == "reduce":  # independent terms' errors, plus a part they may all share
+        linear = lambda: np.asarray(kernel(terms, self.of(init)), np.float64)  # noqa: E731 (the most they make)
+        if inst.opcode == "reduce":  # independent terms' errors, or a part they all share and the rest independent
+            least = _least_along(terms, inst.attr("dimensions", ()))
             independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
-            shared = np.asarray(kernel(_least_along(terms, inst.attr("dimensions", ())), self.of(init)), np.float64)
-            variance = np.square(independent + shared)
+            rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(self.of(init))), np.float64))
+            shared = np.asarray(kernel(least, self.of(init)), np.float64)
+            variance = np.square(np.maximum(independent, shared + rest))
         else:  # a window's terms: their bounds added
-            variance = np.square(np.asarray(kernel(terms, self.of(init)), np.float64))
+            variance = np.square(linear())
         squares = np.asarray(kernel(a * a, zero), np.float64)
         count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
         # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
@@ -704,7 +730,8 @@ class ErrorBounds:
         bound = np.sqrt(variance + accumulation)
         own = self._rounding(orig, x, bound, "reduce")
         self._put(x, _rounded(bound, own))
-        return np.sqrt(accumulation + np.square(own))
+        local = np.sqrt(accumulation + np.square(own))
+        return local, lambda: linear() + local
 
     def _convolution(self, inst, orig, x, operands) -> np.ndarray:
         """A convolution as a dot whose terms the convolution itself counts: its kernel on the operands' squared
@@ -788,7 +815,7 @@ class ErrorBounds:
         self._put(x, bound)
         return None
 
-    def _dot(self, inst, orig, x, operands) -> np.ndarray | None:
+    def _dot(self, inst, orig, x, operands) -> tuple:
         a, b = operands
         kernel = self._kernel(inst)
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
@@ -829,4 +856,14 @@ class ErrorBounds:
         bound = np.sqrt(variance + arithmetic)
         own = self._rounding(orig, x, bound, "dot")
         self._put(x, np.asarray(_rounded(bound, own), np.float64))
-        return np.sqrt(arithmetic + np.square(own))
+        local = np.sqrt(arithmetic + np.square(own))
+
+        def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
+            linear = local
+            if eb is not None and np.any(eb):
+                linear = linear + kernel(np.abs(a), eb)
+            if ea is not None and np.any(ea):
+                linear = linear + kernel(ea, np.abs(b) + self.of(b))
+            return linear
+
+        return local, ceiling
