@@ -43,7 +43,7 @@ def _peak(length: int) -> int:
 def test_a_long_chain_of_elementwise_ops_holds_a_few_values_of_bounds():
     """The peak of a 48-op chain is the 6-op chain's (each bound and sample freed at its value's last use), and a
     few values' worth either way: f64 value + bound + SAMPLES float32 samples, a handful of them at once."""
-    from hloexec.tools.bounds import NOISE_POOL
+    from hloexec.tools.bound_samples import NOISE_POOL
 
     value = N * 8
     short, long = _peak(6), _peak(48)

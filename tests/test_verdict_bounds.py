@@ -214,7 +214,8 @@ def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a
     loose is divided by 10 / SAMPLE_MARGIN; a block with one tight element is kept; bounds the samples exceed are
     not raised but a sum's (with a ceiling: its terms' bounds added), up to the ceiling; too few elements, samples
     that never moved, or a NaN sample: kept."""
-    from hloexec.tools.bounds import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, ErrorBounds
+    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS
+    from hloexec.tools.bounds import ErrorBounds
     calibrate = ErrorBounds._calibrate
     n = 2 * CALIBRATION_BLOCK
     bound = np.full(n, 1.0)
