@@ -121,6 +121,22 @@ def test_a_malformed_instruction_over_a_huge_array_is_refused_fast():
     assert time.monotonic() - start < 20
 
 
+def test_an_empty_batch_of_a_huge_permutation_allocates_within_max_memory():
+    """The short run's 16 GB peak: lu_pivots_to_permutation of an empty batch with n = 2^31 built an n-long row
+    (8 GB) for no output element; every allocation of a run stays under the executable's max_memory."""
+    import tracemalloc
+
+    text = (f"HloModule fuzz\n\n{S.COMPUTATIONS}\nENTRY %e {{\n  %p0 = s32[0,8,2147483648] parameter(0)\n"
+            "  ROOT %r = s32[0,8,2147483648] custom-call(%p0), custom_call_target=\"hip_lu_pivots_to_permutation\"\n}\n")
+    tracemalloc.start()
+    try:
+        _check(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < S.MAX_MEMORY
+
+
 @pytest.mark.parametrize("layouts", ["{1,0} -> {0,1,2}", "{5,0} -> {1,0}", "{0} -> {0}", "{1,1} -> {0}"])
 def test_a_bitcast_across_a_layout_that_orders_no_dimensions_is_refused_naming_it(layouts):
     """The last campaign's open finding: a bitcast reads its shapes' physical order from their layouts; one that is

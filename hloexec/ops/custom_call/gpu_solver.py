@@ -168,7 +168,9 @@ def lu_pivots_to_permutation(inst, ctx):
 
     def kernel(pivots):
         pp, _ = _batch(pivots, 1)
-        out = np.tile(np.arange(n, dtype=np.int32), (pp.shape[0], 1))
+        out = np.empty((pp.shape[0], n), np.int32)
+        if out.size:  # an empty batch of a huge n: no n-long row to build (it may be past max_memory)
+            out[:] = np.arange(n, dtype=np.int32)
         for b in range(pp.shape[0]):
             perm = out[b]
             for i, j in enumerate(pp[b]):
