@@ -208,6 +208,24 @@ SIDE_EFFECTING = frozenset(
         "collective-permute-done",
     }
 )
+# The collectives exchanging values between participants, in their sync and async forms (send / recv and
+# ragged-all-to-all apart).
+COLLECTIVES = frozenset(
+    {
+        "all-reduce",
+        "all-reduce-start",
+        "all-reduce-done",
+        "all-gather",
+        "all-gather-start",
+        "all-gather-done",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
+        "collective-broadcast",
+    }
+)
 # Collectives that have a side effect when they carry a channel_id or constrain_layout.
 CHANNEL_COLLECTIVES = frozenset(
     {"all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-permute"}

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import ExecutionError
 from ..ir.module import Instruction, Module
+from ..ir.opcodes import COLLECTIVES
 from ..kernels.elementwise import ELEMENTWISE_OPS
 from .shadow_runs import Runner, executable_like
 
@@ -85,22 +86,6 @@ def _counts(a: np.ndarray) -> tuple[int, int]:
     return nan, int(a.size - np.count_nonzero(finite)) - nan
 
 
-_COLLECTIVES = frozenset(
-    {
-        "all-reduce",
-        "all-reduce-start",
-        "all-reduce-done",
-        "all-gather",
-        "all-gather-start",
-        "all-gather-done",
-        "reduce-scatter",
-        "all-to-all",
-        "collective-permute",
-        "collective-permute-start",
-        "collective-permute-done",
-        "collective-broadcast",
-    }
-)
 # Instructions whose value is their called computation's: its instructions are the ones observed as origins.
 _CONTAINERS = frozenset({"fusion", "call", "while", "conditional", "async-start", "async-update", "async-done"})
 
@@ -181,7 +166,7 @@ class NonfiniteTracker:
             for o, v in zip(inst.operands, operands)
             for leaf, facts in zip(_float_leaves(v), self._operand_facts(device, o, _float_leaves(v)))
         ]
-        if inst.opcode in _COLLECTIVES:  # its values come from every participant's operands
+        if inst.opcode in COLLECTIVES:  # its values come from every participant's operands
             ops += [
                 (o, leaf, facts)
                 for o, v in zip(inst.operands, operands)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..exec.executor import Executable, available_memory
 from ..exec.shadow import Shadow, has_float, shadow_module, widen
+from ..ir import opcodes
 from ..ir.module import Instruction
 from ..ops.registry import lookup
 from .bounds import ErrorBounds, _float, _leaves
@@ -113,36 +114,27 @@ EXACT_OPCODES = frozenset(
     }
 )
 # Ops evaluated elsewhere (their called computations' instructions are observed one by one) or not alone.
-NOT_EVALUATED = frozenset(
-    {
-        "fusion",
-        "call",
-        "while",
-        "conditional",
-        "async-start",
-        "async-update",
-        "async-done",
-        "all-reduce",
-        "all-reduce-start",
-        "all-reduce-done",
-        "all-gather",
-        "all-gather-start",
-        "all-gather-done",
-        "reduce-scatter",
-        "all-to-all",
-        "collective-permute",
-        "collective-permute-start",
-        "collective-permute-done",
-        "collective-broadcast",
-        "send",
-        "send-done",
-        "recv",
-        "recv-done",
-        "infeed",
-        "outfeed",
-        "map",
-        "scan",
-    }
+NOT_EVALUATED = (
+    frozenset(
+        {
+            "fusion",
+            "call",
+            "while",
+            "conditional",
+            "async-start",
+            "async-update",
+            "async-done",
+            "send",
+            "send-done",
+            "recv",
+            "recv-done",
+            "infeed",
+            "outfeed",
+            "map",
+            "scan",
+        }
+    )
+    | opcodes.COLLECTIVES
 )
 
 
