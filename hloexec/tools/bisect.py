@@ -113,19 +113,7 @@ class BisectReport:
 
 
 def _verdict_dict(index: int, v: Verdict) -> dict:
-    return {
-        "index": index,
-        "changed": not v.agree,
-        "identical": v.identical,
-        "mismatches": v.mismatches,
-        "total": v.total,
-        "max_abs_error": v.max_abs_error,
-        "max_rel_error": v.max_rel_error,
-        "atol": v.atol,
-        "rtol": v.rtol,
-        "worst": v.worst,
-        "problem": v.problem or None,
-    }
+    return {"index": index, "changed": not v.agree, **v.to_dict()}
 
 
 def bisect(

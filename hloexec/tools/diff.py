@@ -54,6 +54,21 @@ class Verdict:
     judged: bool = True  # False: computed from a differing value and not bit-identical; not compared further
     retyped: str = ""  # paired across a float type change: "bf16 -> f32" (A's type -> B's)
 
+    def to_dict(self) -> dict:
+        """The JSON form (diff's and bisect's)."""
+        return {
+            "identical": self.identical,
+            "mismatches": self.mismatches,
+            "total": self.total,
+            "max_abs_error": self.max_abs_error,
+            "max_rel_error": self.max_rel_error,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "worst": self.worst,
+            "problem": self.problem or None,
+            "dtype_change": self.retyped or None,
+        }
+
 
 def judge(a, b, atol: float | None = None, rtol: float | None = None) -> Verdict:
     """The tolerance decision for one pair (A's value is the reference): bit-identical values agree; others
@@ -224,20 +239,7 @@ def short_text(inst: Instruction) -> str:
 
 
 def _error(v: Verdict | None) -> dict | None:
-    if v is None:
-        return None
-    return {
-        "identical": v.identical,
-        "mismatches": v.mismatches,
-        "total": v.total,
-        "max_abs_error": v.max_abs_error,
-        "max_rel_error": v.max_rel_error,
-        "atol": v.atol,
-        "rtol": v.rtol,
-        "worst": v.worst,
-        "problem": v.problem or None,
-        "dtype_change": v.retyped or None,
-    }
+    return None if v is None else v.to_dict()
 
 
 def _divergence_dict(d: Divergence) -> dict:
