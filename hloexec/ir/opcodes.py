@@ -165,6 +165,24 @@ MOVEMENT = frozenset(
     {"broadcast", "bitcast", "concatenate", "copy", "dynamic-slice", "pad", "reshape", "reverse", "slice", "transpose"}
 )
 
+# Transcendental: unary float functions computed by approximation (libm, numpy's SIMD, XLA's own polynomials):
+# their results may differ in the last bits between implementations.
+TRANSCENDENTAL_UNARY = frozenset(
+    {
+        "cbrt",
+        "exponential",
+        "exponential-minus-one",
+        "log",
+        "log-plus-one",
+        "logistic",
+        "sine",
+        "cosine",
+        "tan",
+        "tanh",
+        "erf",
+    }
+)
+
 # Pure: the value depends on the operands alone (no device id, randomness, side effect or called computation
 # that could hold one): parameter-independent operands give the same value on every run, so it may be computed
 # once (exec/plan.py folds it; kernels/program.py hoists it out of a loop).

@@ -43,6 +43,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir import opcodes
 from ..kernels import approximations, numpy_form, semantics
 from .common import SUB_BYTE_CONTAINER, as_unsigned
 from .registry import ALL, FLOATS, op
@@ -248,17 +249,7 @@ _FLOAT_UNARY = (
     "round-nearest-even",
     "sqrt",
     "rsqrt",
-    "cbrt",
-    "exponential",
-    "exponential-minus-one",
-    "log",
-    "log-plus-one",
-    "logistic",
-    "sine",
-    "cosine",
-    "tan",
-    "tanh",
-    "erf",
+    *sorted(opcodes.TRANSCENDENTAL_UNARY),
 )
 # The float definitions whose primitives numpy extends to complex values.
 _COMPLEX_UNARY = {

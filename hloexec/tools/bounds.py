@@ -76,6 +76,7 @@ import weakref
 import ml_dtypes
 import numpy as np
 
+from ..ir import opcodes
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
@@ -87,32 +88,25 @@ from .compare import ulp_at
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
-MOVES = frozenset(
-    {
-        "reshape",
-        "transpose",
-        "broadcast",
-        "slice",
-        "concatenate",
-        "pad",
-        "reverse",
-        "copy",
-        "bitcast",
-        "dynamic-slice",
-        "dynamic-update-slice",
-        "gather",
-        "get-tuple-element",
-        "tuple",
-        "opt-barrier",
-        "optimization-barrier",
-        "copy-start",
-        "copy-done",
-        "domain",
-        "add-dependency",
-        "real",
-        "imag",
-        "complex",
-    }
+MOVES = (
+    frozenset(
+        {
+            "dynamic-update-slice",
+            "gather",
+            "get-tuple-element",
+            "tuple",
+            "opt-barrier",
+            "optimization-barrier",
+            "copy-start",
+            "copy-done",
+            "domain",
+            "add-dependency",
+            "real",
+            "imag",
+            "complex",
+        }
+    )
+    | opcodes.MOVEMENT
 )
 # Collectives whose kernel (one exchange with the group) is linear in its operands: run on the bounds and the
 # samples' deviations, it exchanges them as it exchanged the values (send/recv, ragged-all-to-all: no rule).
@@ -122,48 +116,22 @@ EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", 
 EXACT_ELEMENTWISE = frozenset(
     {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
 )
-ROUNDING_ELEMENTWISE = frozenset(
-    {
-        "add",
-        "subtract",
-        "multiply",
-        "divide",
-        "power",
-        "atan2",
-        "remainder",
-        "sqrt",
-        "rsqrt",
-        "cbrt",
-        "exponential",
-        "exponential-minus-one",
-        "log",
-        "log-plus-one",
-        "tanh",
-        "logistic",
-        "sine",
-        "cosine",
-        "tan",
-        "erf",
-        "convert",
-        "reduce-precision",
-    }
-)
-TRANSCENDENTAL = frozenset(
-    {
-        "power",
-        "atan2",
-        "cbrt",
-        "exponential",
-        "exponential-minus-one",
-        "log",
-        "log-plus-one",
-        "tanh",
-        "logistic",
-        "sine",
-        "cosine",
-        "tan",
-        "erf",
-    }
+TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
+ROUNDING_ELEMENTWISE = (
+    frozenset(
+        {
+            "add",
+            "subtract",
+            "multiply",
+            "divide",
+            "remainder",
+            "sqrt",
+            "rsqrt",
+            "convert",
+            "reduce-precision",
+        }
+    )
+    | TRANSCENDENTAL
 )
 # op -> operands at which an interval holding 0 is a discontinuity or a singularity
 SINGULAR_AT_ZERO = {
