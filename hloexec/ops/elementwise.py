@@ -252,19 +252,7 @@ _FLOAT_UNARY = (
     *sorted(opcodes.TRANSCENDENTAL_UNARY),
 )
 # The float definitions whose primitives numpy extends to complex values.
-_COMPLEX_UNARY = {
-    "sqrt",
-    "rsqrt",
-    "exponential",
-    "exponential-minus-one",
-    "log",
-    "log-plus-one",
-    "logistic",
-    "sine",
-    "cosine",
-    "tan",
-    "tanh",
-}
+_COMPLEX_UNARY = {"sqrt", "rsqrt"} | (opcodes.TRANSCENDENTAL_UNARY - {"cbrt", "erf"})
 
 
 @op(
