@@ -109,7 +109,7 @@ STEP_CLASSES = ("GEMMs", "collectives", "fusions", "other")
 
 def step_classes(path: Path) -> dict[str, str]:
     """The class of every instruction of the module by name: a GEMM (a dot, a gemm custom-call, a fusion holding
-    a dot), a collective, another fusion, or other."""
+    a dot), a collective, a fusion, or other."""
     import hloexec
     from hloexec.ir.opcodes import COLLECTIVES
     from hloexec.tools.stats import GEMM_TARGETS, _target
@@ -125,13 +125,19 @@ def step_classes(path: Path) -> dict[str, str]:
             for comp in module.computations for inst in comp.instructions}
 
 
-def breakdown(rows: list[dict], classes: dict[str, str], execute_s: float) -> dict[str, float]:
-    """Seconds of the profiled run by class; "between steps": the run's time its steps do not account for."""
+def breakdown(rows: list[dict], classes: dict[str, str], execute_s: float) -> dict:
+    """Seconds of the profiled run by class (a group of hloexec's fusion pass counts as a fusion), "between
+    steps" (the run's time its steps do not account for), and the three slowest opcodes of "other"."""
     by_class = dict.fromkeys(STEP_CLASSES, 0.0)
+    other: Counter = Counter()
     for row in rows:
-        by_class[classes.get(row["name"], "other")] += row["ms"] / 1e3
+        c = classes.get(row["name"], "other")
+        c = "fusions" if c == "other" and row["fused"] else c
+        by_class[c] += row["ms"] / 1e3
+        if c == "other":
+            other[row["opcode"]] += row["ms"] / 1e3
     by_class["between steps"] = execute_s - sum(by_class.values())
-    return by_class
+    return {"seconds": by_class, "other_opcodes": dict(other.most_common(3))}
 
 
 def run_seed(path: Path, flags: list[str], profiled: bool = False) -> dict:
@@ -180,11 +186,15 @@ def row(r: dict) -> str:
 def where_time_goes(r: dict) -> str:
     """The profiled run's time by class, largest first, and its GEMMs' time against their roofline."""
     p = r["profiled"]
-    parts = sorted(p["breakdown"].items(), key=lambda kv: -kv[1])
+    seconds = p["breakdown"]["seconds"]
+    parts = []
+    for c, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        if s > 0:
+            ops = ", ".join(f"{op} {t:.1f} s" for op, t in p["breakdown"]["other_opcodes"].items())
+            parts.append(f"{c} {s:.1f} s ({s / p['execute_s']:.0%}{f': {ops}' if c == 'other' and ops else ''})")
     who = "one participant alone" if r["participants"] > 1 else "the run"
-    return (f"{who} {p['execute_s']:.1f} s: " + "; ".join(f"{c} {s:.1f} s ({s / p['execute_s']:.0%})"
-                                                       for c, s in parts if s > 0)
-            + f"; GEMMs at {p['breakdown']['GEMMs'] / p['roofline_s']:.2f}x their roofline")
+    return (f"{who} {p['execute_s']:.1f} s: " + "; ".join(parts)
+            + f"; GEMMs at {seconds['GEMMs'] / p['roofline_s']:.2f}x their roofline")
 
 
 def main(argv=None) -> int:
