@@ -205,9 +205,10 @@ def _compile_cause(r: dict, c: dict | None) -> str:
     if c is None:
         return last
     numba = f", {sum(c['declined'].values())} left to Numba" if c["declined"] else ""
+    share = f" ({c['direct_s'] / r['last_kernel_s']:.0%} of the time to the last kernel)" if r["last_kernel_s"] else ""
     return (f"{last}; compiling its {c['distinct']} distinct kernels ({c['lines']} generated lines) takes "
-            f"{c['direct_s']:.1f} s of CPU in the direct compiler ({c['direct_s'] / max(c['translated_lines'], 1) * 1e3:.1f}"
-            f" ms a line{numba})")
+            f"{c['direct_s']:.1f} s of CPU in the direct compiler{share}, "
+            f"{c['direct_s'] / max(c['translated_lines'], 1) * 1e3:.1f} ms a line{numba}")
 
 
 # -- goal 3: warm speed ----------------------------------------------------------------------------------------------
@@ -251,7 +252,7 @@ def blas_row(plan: Plan, blocks: Blocks) -> Row:
     share = rates[used] / rates[best]
     listed = ", ".join(f"{n} {v / 1e9:.0f}" for n, v in rates.items())
     return Row(
-        f"dots >= {BLAS_SHARE:.0%} of the best BLAS installed ({path.name}'s products, one thread)",
+        f"dots >= {BLAS_SHARE:.0%} of the best BLAS installed ({Path(plan.blas_module).name}'s products, one thread)",
         f"in use: {used}, {share:.0%} of the best ({listed} GFLOP/s)",
         f">= {BLAS_SHARE:.0%}",
         None if len(rates) == 1 else share >= BLAS_SHARE,
@@ -283,9 +284,12 @@ def parse_row(plan: Plan, blocks: Blocks) -> Row:
     cause = ""
     if under:
         sizes = sorted(m * 1024 for _, m, _ in under)
+        smallest = sorted(rows, key=lambda r: r[1])[: max(1, len(rows) // 10)]
         cause = (f"the {len(under)} dumps under {PARSE_RATIO:.0f}x are {sizes[0]:.0f}-{sizes[-1]:.0f} KB (median "
                  f"{statistics.median(sizes):.0f} KB) and parse at {sum(m for _, m, _ in under) / sum(s for *_, s in under):.0f}"
-                 f" MB/s (all dumps: {statistics.median(r[1] * 1024 for r in rows):.0f} KB median)")
+                 f" MB/s (all dumps: {statistics.median(r[1] * 1024 for r in rows):.0f} KB median); a parse's fixed "
+                 f"cost, the median time on the smallest tenth (up to {smallest[-1][1] * 1024:.1f} KB): hloexec "
+                 f"{statistics.median(r[2] for r in smallest) * 1e6:.0f} us, XLA {statistics.median(r[3] for r in smallest) * 1e6:.0f} us")
     return Row(f"parse >= {PARSE_RATIO:.0f}x XLA's parser on every dump", measured, f">= {PARSE_RATIO:.0f}x",
                not under, cause)
 
