@@ -299,7 +299,7 @@ def seed_rows(plan: Plan, blocks: Blocks) -> list[Row]:
     rows = []
     for name in plan.seeds:
         r = blocks.run(f"seed {name}: sgemm rate, then its run (fresh processes)", lambda: roofline.measure(name, 3))
-        goal = f"{name} within {ROOFLINE_LIMIT}x of its GEMM roofline"
+        goal = f"{roofline.RUNS[name][0]} within {ROOFLINE_LIMIT}x of its GEMM roofline"
         if r is None:
             rows.append(Row(goal, "seed not found", f"<= {ROOFLINE_LIMIT}x", None))
             continue
