@@ -99,13 +99,32 @@ def run_child(args: list[str], env: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------------- parent side
+def measure_xla(name: str) -> dict:
+    """XLA:CPU's parse + compile + first run and warm run of the module, in a fresh process."""
+    _, npz, xla_hlo = module_files(name)
+    return run_child(["xla", str(xla_hlo), str(npz or "")], dict(os.environ, JAX_PLATFORMS="cpu"))
+
+
+def measure_hloexec(name: str, mode: str, seconds: float, min_runs: int) -> dict:
+    """`summary` of a fresh process running the module for `seconds` (compile `mode`, an empty kernel cache)."""
+    hlo, npz, _ = module_files(name)
+    with tempfile.TemporaryDirectory(prefix="hloexec-warmup-") as cache:
+        res = run_child(["hloexec", str(hlo), str(npz or ""), mode, str(seconds), str(min_runs)],
+                        dict(os.environ, HLOEXEC_CACHE_DIR=cache))
+    return {"error": res["error"]} if "error" in res else summary(res)
+
+
 def summary(res: dict) -> dict:
     runs, ends = res["runs"], res["ends"]
     warm = sorted(runs[-WARM_RUNS:])[len(runs[-WARM_RUNS:]) // 2]
     warm_at = next(end for run, end in zip(runs, ends) if run <= WARM_WITHIN * warm)
-    first, later = runs[0], max(runs[1:]) if len(runs) > 1 else float("nan")
+    first = runs[0]
+    slowest = max(range(1, len(runs)), key=runs.__getitem__, default=None)
+    later = runs[slowest] if slowest else float("nan")
     return {"load_s": res["load_s"], "first_s": first, "slowest_later_s": later, "slowest_ratio": later / first,
-            "warm_s": warm, "warm_at_s": warm_at, "runs": len(runs),
+            "slowest_run": slowest and slowest + 1, "slowest_end_s": slowest and ends[slowest],
+            "kernels_ready_by_slowest": slowest and sum(r <= ends[slowest] for r in res["ready"]),
+            "kernels": len(res["ready"]) + res["pending"], "warm_s": warm, "warm_at_s": warm_at, "runs": len(runs),
             "last_kernel_s": max(res["ready"], default=None), "pending": res["pending"]}
 
 
@@ -119,14 +138,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rows = []
     for name in args.modules:
-        hlo, npz, xla_hlo = module_files(name)
-        xla = run_child(["xla", str(xla_hlo), str(npz or "")], dict(os.environ, JAX_PLATFORMS="cpu"))
+        xla = measure_xla(name)
         for mode in args.modes.split(","):
-            with tempfile.TemporaryDirectory(prefix="hloexec-warmup-") as cache:
-                res = run_child(["hloexec", str(hlo), str(npz or ""), mode, str(args.seconds), str(args.min_runs)],
-                                dict(os.environ, HLOEXEC_CACHE_DIR=cache))
-            row = {"module": name, "mode": mode, "xla": xla,
-                   **({"error": res["error"]} if "error" in res else summary(res))}
+            row = {"module": name, "mode": mode, "xla": xla, **measure_hloexec(name, mode, args.seconds, args.min_runs)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.markdown:

@@ -36,17 +36,10 @@ def best_time(run, min_runs: int, min_seconds: float, clock) -> float:
     return best_of(run, max(min_runs, int(min_seconds / (time.perf_counter() - start))), clock)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paths", nargs="*", type=Path)
-    ap.add_argument("--tsv", type=Path, help="also write the per-file table here")
-    ap.add_argument("--min-runs", type=int, default=3)
-    ap.add_argument("--min-seconds", type=float, default=0.05, help="per file and parser")
-    ap.add_argument("--wall", action="store_true", help="wall-clock times (default: the thread's CPU time)")
-    args = ap.parse_args()
-    clock = time.perf_counter if args.wall else time.thread_time
-    files = [f for p in args.paths for f in (sorted(p.glob("*.hlo")) if p.is_dir() else [p])] or default_files()
-
+def compare(files: list[Path], min_runs: int = 3, min_seconds: float = 0.05, clock=time.thread_time,
+            echo: bool = False) -> tuple[list[tuple[str, float, float, float]], list[tuple[str, str]]]:
+    """(name, MB, hloexec seconds, XLA seconds) of each file both parsers read, and (name, reason) of the others;
+    per file hloexec's runs, then XLA's (`echo`: a line per file as it is measured)."""
     from hloexec.tools import xla_cpu
     xla_parse = xla_cpu._jax()[1].hlo.hlo_module_from_text
     rows, skipped = [], []
@@ -62,12 +55,28 @@ def main() -> None:
         except HloParseError as e:
             skipped.append((path.name, f"hloexec: {e.message[:80]}"))
             continue
-        ours = best_time(lambda: hloexec.parse(path), args.min_runs, args.min_seconds, clock)
-        theirs = best_time(lambda: xla_parse(text), args.min_runs, args.min_seconds, clock)
+        ours = best_time(lambda: hloexec.parse(path), min_runs, min_seconds, clock)
+        theirs = best_time(lambda: xla_parse(text), min_runs, min_seconds, clock)
         mb = path.stat().st_size / 2**20
         rows.append((path.name, mb, ours, theirs))
-        print(f"{path.name[:72]:72s} {mb:7.3f} MB  hloexec {ours * 1e3:8.3f} ms {mb / ours:6.0f} MB/s  "
-              f"XLA {theirs * 1e3:8.3f} ms {mb / theirs:5.1f} MB/s  x{theirs / ours:6.1f}", flush=True)
+        if echo:
+            print(f"{path.name[:72]:72s} {mb:7.3f} MB  hloexec {ours * 1e3:8.3f} ms {mb / ours:6.0f} MB/s  "
+                  f"XLA {theirs * 1e3:8.3f} ms {mb / theirs:5.1f} MB/s  x{theirs / ours:6.1f}", flush=True)
+    return rows, skipped
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="*", type=Path)
+    ap.add_argument("--tsv", type=Path, help="also write the per-file table here")
+    ap.add_argument("--min-runs", type=int, default=3)
+    ap.add_argument("--min-seconds", type=float, default=0.05, help="per file and parser")
+    ap.add_argument("--wall", action="store_true", help="wall-clock times (default: the thread's CPU time)")
+    args = ap.parse_args()
+    clock = time.perf_counter if args.wall else time.thread_time
+    files = [f for p in args.paths for f in (sorted(p.glob("*.hlo")) if p.is_dir() else [p])] or default_files()
+
+    rows, skipped = compare(files, args.min_runs, args.min_seconds, clock, echo=True)
     if args.tsv:
         with open(args.tsv, "w") as f:
             f.write("file\tMB\thloexec_ms\txla_ms\tratio\n")

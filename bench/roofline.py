@@ -13,7 +13,10 @@ Per seed (../shared/seeds/ or $HLOEXEC_SHARED/seeds/; skipped with a message whe
   two-thread sgemm of a [4096,4096]x[4096,1024] product beside it for scale.
 - Roofline: FLOPs / that rate, the least time the GEMMs alone can take here.
 - Run: `hloexec run SEED [--spmd] --json` in a fresh process (random inputs, background compile); its
-  `execute` seconds (what the GEMMs are part of) and the process's wall time.
+  `execute` seconds (what the GEMMs are part of) and the process's wall time. A one-participant seed runs
+  with `--profile` (every step of the run timed): its time by class (`breakdown`: GEMMs, collectives, other
+  fusions, other steps, and the time between steps) says where the time beyond the GEMMs goes. `hloexec run
+  --spmd` has no per-step profile: an SPMD seed is profiled in a second run of one participant alone.
 Ratio = execute / roofline (goal: <= 1.5). The rate and the run are taken one after the other, so a load that
 changes between them moves the ratio: report `uptime` with the numbers.
 """
@@ -101,16 +104,54 @@ def numpy_sgemm_rate() -> float:
     return 2.0 * 4096 * 4096 * 1024 / _best(lambda: a @ b, 3)
 
 
-def run_seed(path: Path, flags: list[str]) -> dict:
+STEP_CLASSES = ("GEMMs", "collectives", "fusions", "other")
+
+
+def step_classes(path: Path) -> dict[str, str]:
+    """The class of every instruction of the module by name: a GEMM (a dot, a gemm custom-call, a fusion holding
+    a dot), a collective, a fusion, or other."""
+    import hloexec
+    from hloexec.ir.opcodes import COLLECTIVES
+    from hloexec.tools.stats import GEMM_TARGETS, _target
+
+    def is_gemm(inst) -> bool:
+        if inst.opcode == "fusion":
+            return any(is_gemm(i) for c in inst.called_computations for i in c.instructions)
+        return inst.opcode == "dot" or (inst.opcode == "custom-call" and _target(inst) in GEMM_TARGETS)
+
+    module = hloexec.parse(path.read_text())[0]
+    return {inst.name: "GEMMs" if is_gemm(inst) else "collectives" if inst.opcode in COLLECTIVES
+            else "fusions" if inst.opcode == "fusion" else "other"
+            for comp in module.computations for inst in comp.instructions}
+
+
+def breakdown(rows: list[dict], classes: dict[str, str], execute_s: float) -> dict:
+    """Seconds of the profiled run by class (a group of hloexec's fusion pass counts as a fusion), "between
+    steps" (the run's time its steps do not account for), and the three slowest opcodes of "other"."""
+    by_class = dict.fromkeys(STEP_CLASSES, 0.0)
+    other: Counter = Counter()
+    for row in rows:
+        c = classes.get(row["name"], "other")
+        c = "fusions" if c == "other" and row["fused"] else c
+        by_class[c] += row["ms"] / 1e3
+        if c == "other":
+            other[row["opcode"]] += row["ms"] / 1e3
+    by_class["between steps"] = execute_s - sum(by_class.values())
+    return {"seconds": by_class, "other_opcodes": dict(other.most_common(3))}
+
+
+def run_seed(path: Path, flags: list[str], profiled: bool = False) -> dict:
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "hloexec", "run", str(path), "--json", *flags],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "hloexec", "run", str(path), "--json", *flags,
+                           *(["--profile", str(1 << 30)] if profiled else [])], capture_output=True, text=True)
     wall = time.perf_counter() - t
     if done.returncode != 0:
         raise SystemExit(f"hloexec run {path.name} failed:\n{done.stderr[-3000:]}")
     report = json.loads(done.stdout)
     peak = (report.get("memory") or {}).get("peak_bytes")      # not in --spmd reports
-    return {"wall_s": wall, "execute_s": report["seconds"]["execute"], "peak_bytes": peak}
+    execute = report["seconds"]["execute"]
+    classes = breakdown(report["profile"], step_classes(path), execute) if profiled else None
+    return {"wall_s": wall, "execute_s": execute, "peak_bytes": peak, "breakdown": classes}
 
 
 def measure(name: str, reps: int) -> dict | None:
@@ -123,11 +164,15 @@ def measure(name: str, reps: int) -> dict | None:
     flops = participants * sum(2.0 * B * M * K * N * c for (B, M, K, N), c in shapes.items())
     load_before = os.getloadavg()[0]
     rate = sgemm_rate(shapes, reps)
-    run = run_seed(path, flags)
+    run = run_seed(path, flags, profiled=not flags)
+    # an SPMD seed's steps are timed on one participant run alone (its collectives mirrored: exec/communicators.py)
+    one = run_seed(path, [], profiled=True) if flags else run
     roofline = flops / rate
     return {"seed": name, "file": file, "participants": participants, "gemms": sum(shapes.values()),
             "gemm_flops": flops, "sgemm_rate": rate, "numpy_sgemm_rate": numpy_sgemm_rate(), "roofline_s": roofline,
-            **run, "ratio": run["execute_s"] / roofline, "load": [load_before, os.getloadavg()[0]]}
+            **run, "ratio": run["execute_s"] / roofline, "load": [load_before, os.getloadavg()[0]],
+            "profiled": {"execute_s": one["execute_s"], "breakdown": one["breakdown"],
+                         "roofline_s": roofline / participants}}
 
 
 def row(r: dict) -> str:
@@ -135,7 +180,21 @@ def row(r: dict) -> str:
     return (f"| {r['file']} | {r['participants']} x {r['gemms']} | {r['gemm_flops'] / 1e12:.2f} TFLOP | "
             f"{r['sgemm_rate'] / 1e9:.0f} GFLOP/s (numpy {r['numpy_sgemm_rate'] / 1e9:.0f}) | {r['roofline_s']:.1f} s | "
             f"{r['execute_s']:.1f} s (process {r['wall_s']:.1f} s{peak}) | "
-            f"**{r['ratio']:.2f}** | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
+            f"**{r['ratio']:.2f}** | {r['load'][0]:.1f} / {r['load'][1]:.1f} | {where_time_goes(r)} |")
+
+
+def where_time_goes(r: dict) -> str:
+    """The profiled run's time by class, largest first, and its GEMMs' time against their roofline."""
+    p = r["profiled"]
+    seconds = p["breakdown"]["seconds"]
+    parts = []
+    for c, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        if s > 0:
+            ops = ", ".join(f"{op} {t:.1f} s" for op, t in p["breakdown"]["other_opcodes"].items())
+            parts.append(f"{c} {s:.1f} s ({s / p['execute_s']:.0%}{f': {ops}' if c == 'other' and ops else ''})")
+    who = "one participant alone" if r["participants"] > 1 else "the run"
+    return (f"{who} {p['execute_s']:.1f} s: " + "; ".join(parts)
+            + f"; GEMMs at {seconds['GEMMs'] / p['roofline_s']:.2f}x their roofline")
 
 
 def main(argv=None) -> int:
@@ -147,8 +206,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.markdown:
         print("| seed | participants x GEMMs | GEMM FLOPs | sgemm rate (BLAS in use) | roofline | run: execute | "
-              "execute / roofline | load before / after |")
-        print("|---|---|---|---|---|---|---|---|")
+              "execute / roofline | load before / after | the run's time by class |")
+        print("|---|---|---|---|---|---|---|---|---|")
     results = []
     for name in args.seeds:         # each row as it is measured: a seed takes minutes
         r = measure(name, args.reps)

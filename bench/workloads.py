@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+SHARED = Path(os.environ.get("HLOEXEC_SHARED") or ROOT.parent / "shared")
 CORPUS = SHARED / "corpus" / "xla"
 SEEDS = SHARED / "seeds"
 

@@ -211,7 +211,11 @@ def products():
     for name, (B, M, K, N), dtype in [("gemm", (1, 512, 1024, 384), np.float32),
                                       ("batched", (4, 256, 512, 256), np.float32),
                                       ("f64", (1, 600, 700, 500), np.float64), ("dot", (1, 1, 20000, 1), np.float64),
-                                      ("gemv", (1, 1, 500, 300), np.complex64)]:
+                                      ("gemv", (1, 1, 500, 300), np.complex64),
+                                      # at blas._ONE_THREAD_ANYWAY: multiplied with the BLAS's own thread setting
+                                      ("small_gemm", (3, 16, 32, 16), np.float32),
+                                      ("small_gemv", (1, 64, 128, 1), np.complex64),
+                                      ("small_dot", (1, 1, 8192, 1), np.float64)]:
         out[name] = blas.matmul(rand((B, M, K), dtype), rand((B, K, N), dtype))
     x = rand((1, 64, 64), np.complex64)
     out["syrk"] = blas.matmul(x, x.transpose(0, 2, 1))
@@ -245,6 +249,31 @@ def test_thread_counts_never_change_the_bits():
     for run in runs:
         assert run["after"] == run["blas_threads"]
         assert run["main"] == run["other"] == runs[0]["main"]
+
+
+class _NoSwitch:
+    def __enter__(self):
+        raise AssertionError("the BLAS thread setting was switched")
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 16, 16), (4, 16, 32, 16), (1, 1, 8192, 1)])
+def test_small_products_leave_the_blas_thread_setting_alone(monkeypatch, shape):
+    """A product OpenBLAS runs on one thread anyway skips the switch (most of a small dot's time); the same
+    product of one buffer and its transpose (numpy calls SYRK, which splits at any size) still switches."""
+    B, M, K, N = shape
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((B, M, K)).astype(np.float32), rng.standard_normal((B, K, N)).astype(np.float32)
+    monkeypatch.setattr(blas, "_one_blas_thread", _NoSwitch())
+    assert blas.matmul(a, b).tobytes() == np.matmul(a, b).tobytes()
+    x = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    with pytest.raises(AssertionError, match="switched"):
+        blas.matmul(x, x.transpose(0, 2, 1))
+    big = rng.standard_normal((1, 32, 32)).astype(np.float32)
+    with pytest.raises(AssertionError, match="switched"):
+        blas.matmul(big, big.copy())
 
 
 def _views(rng, B, R, C):

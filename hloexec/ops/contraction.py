@@ -84,18 +84,31 @@ def _dot_plan(lhs_shape, rhs_shape, lb, rb, lc, rc):
 
 def dot_general(lhs, rhs, lb, rb, lc, rc, out_dtype):
     """XLA DotGeneral on numpy arrays; result dims = batch, lhs free, rhs free."""
+    return _planned_dot(lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc), tuple(rc), np.dtype(out_dtype))(lhs, rhs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned_dot(lhs_shape, rhs_shape, lb, rb, lc, rc, out_dtype):
+    """kernel(lhs, rhs): the DotGeneral of operands of these shapes with all but the product worked out once per
+    shapes (a small dot's ~10 us of dtype checks and planning per call was most of its time)."""
     cdt = compute_dtype(out_dtype)
-    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(
-        lhs.shape, rhs.shape, tuple(lb), tuple(rb), tuple(lc), tuple(rc)
-    )
-    a2 = lhs.transpose(lperm).reshape(a_shape)
-    b2 = rhs.transpose(rperm).reshape(b_shape)
+    lperm, rperm, a_shape, b_shape, out_shape = _dot_plan(lhs_shape, rhs_shape, lb, rb, lc, rc)
     if a_shape[2] == 0:
-        return finish(np.zeros(out_shape, cdt), out_dtype)
-    with np.errstate(all="ignore"):
-        r = _matmul_converting(a2, b2, cdt, out_dtype)
-    r = r.reshape(out_shape)
-    return contig(r) if r.dtype == out_dtype else finish(r, out_dtype)
+        return lambda lhs, rhs: finish(np.zeros(out_shape, cdt), out_dtype)
+    converts = is_low_float(out_dtype) or out_dtype != cdt
+
+    def kernel(lhs, rhs):
+        a = lhs.transpose(lperm).reshape(a_shape)
+        b = rhs.transpose(rperm).reshape(b_shape)
+        with np.errstate(all="ignore"):
+            if converts or a.dtype != cdt or b.dtype != cdt:
+                r = _matmul_converting(a, b, cdt, out_dtype)
+            else:  # operands and result in the compute type: nothing to widen or narrow
+                r = blas.matmul(a, b)
+        r = r.reshape(out_shape)
+        return contig(r) if r.dtype == out_dtype else finish(r, out_dtype)
+
+    return kernel
 
 
 def algorithm_dot(
