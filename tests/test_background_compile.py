@@ -128,10 +128,8 @@ def test_the_same_bits_whichever_kernels_are_ready(in_process, monkeypatch, orde
     x = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
     reference = bits(hloexec.load(exact(), compile="never").run(x))
     priority: dict = {}
-    # the thread's order: most "work" first (not the direct compiler's kernels first); the loop body's fusion
-    # (asked for at its first call) last
-    monkeypatch.setattr(tiering, "_work", lambda tier: priority.get(tier, -len(priority)))
-    monkeypatch.setattr(tiering, "compiles_directly", lambda task: False)
+    # the thread's order: the highest priority first; the loop body's fusion (asked for at its first call) last
+    monkeypatch.setattr(tiering, "_priority", lambda tier: priority.get(tier, -len(priority)))
     stepper = Stepper(monkeypatch)
     module = hloexec.parse(exact())[0]
     exe = hloexec.Executable(module, compile="background", compile_after=0, compile_kernels=False)
