@@ -22,25 +22,13 @@ def _watch_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _lower_priority(niceness: int) -> None:
-    """Run `niceness` lower than the process, and so does this worker's session, where Linux schedules sessions
-    as groups (autogroups): a niced process only yields to its own session, so a worker in the process's would
-    take its CPU from the process's runs, not from other programs."""
-    os.nice(niceness)
-    try:
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(niceness))
-    except OSError:  # no autogroups (or not Linux): the process's niceness is all there is
-        pass
-
-
 def serve() -> None:
     """A worker: compile each (key, source, signature, cache dir, direct) read from stdin, answer its key on
     stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the process, which stops its workers
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     niceness = os.environ.get("HLOEXEC_COMPILE_NICENESS", "")
-    _lower_priority(int(niceness) if niceness.isdigit() else workers.WORKER_NICENESS)
+    os.nice(int(niceness) if niceness.isdigit() else workers.WORKER_NICENESS)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # what Numba prints goes to stderr, not into the answers
     warnings.simplefilter("ignore")  # the process, compiling again on a failure, shows what matters
