@@ -23,7 +23,7 @@ import pytest
 import hloexec
 from hloexec.errors import CompileWarning
 from hloexec.exec import tiering
-from hloexec.kernels import cache
+from hloexec.kernels import cache, workers
 from tiers import tier_kernels
 
 # four fusions of exact ops (f32[256,64]: 64 KiB, worth compiling) and a while loop of exact ops; the loop's
@@ -128,10 +128,8 @@ def test_the_same_bits_whichever_kernels_are_ready(in_process, monkeypatch, orde
     x = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
     reference = bits(hloexec.load(exact(), compile="never").run(x))
     priority: dict = {}
-    # the thread's order: most "work" first (not the direct compiler's kernels first); the loop body's fusion
-    # (asked for at its first call) last
-    monkeypatch.setattr(tiering, "_work", lambda tier: priority.get(tier, -len(priority)))
-    monkeypatch.setattr(tiering, "compiles_directly", lambda task: False)
+    # the thread's order: the highest priority first; the loop body's fusion (asked for at its first call) last
+    monkeypatch.setattr(tiering, "_priority", lambda tier: priority.get(tier, -len(priority)))
     stepper = Stepper(monkeypatch)
     module = hloexec.parse(exact())[0]
     exe = hloexec.Executable(module, compile="background", compile_after=0, compile_kernels=False)
@@ -218,6 +216,92 @@ def test_a_kernel_that_does_not_compile_runs_op_by_op_with_a_warning(in_process,
     assert [e.name for e in exe.compile_events if not e.compiled] == [broken.name]
     assert exe.context.tier_report.to_dict()["fusion"]["reasons"] == {tiering.NOT_COMPILED: [broken.name]}
     assert bits(exe.run(x)) == reference
+
+
+# two fusions the direct compiler takes (no loop: program kernels go through Numba, ~5-15 s), of this test's
+# own (a kernel loaded once stays in the process, and in a worker, whatever the cache dir)
+TWO_FUSIONS = """HloModule two
+f1 { p = f32[256,64] parameter(0)
+  q = f32[256,64] multiply(p, p)
+  ROOT s = f32[256,64] add(q, p) }
+f2 { p = f32[256,64] parameter(0)
+  h = f32[] constant(0.8125)
+  hb = f32[256,64] broadcast(h), dimensions={}
+  ROOT m = f32[256,64] multiply(p, hb) }
+ENTRY e { x = f32[256,64] parameter(0)
+  a = f32[256,64] fusion(x), kind=kLoop, calls=f1
+  ROOT b = f32[256,64] fusion(a), kind=kLoop, calls=f2 }
+"""
+
+
+def test_direct_kernels_compile_in_a_niced_worker_session_not_in_the_process(tmp_path, monkeypatch):
+    """In the background the process translates nothing (the direct compiler's Python would hold the GIL its
+    runs need): a worker compiles, the process loads the object files. The worker runs niced, in a session of
+    its own (where Linux schedules sessions as groups: a group of its own, not a part of the process's)."""
+    from hloexec.kernels import direct_kernels, machine_code
+    monkeypatch.setenv("HLOEXEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("HLOEXEC_COMPILE_WORKERS", "1")
+    monkeypatch.delenv("HLOEXEC_DIRECT_KERNELS", raising=False)
+    monkeypatch.delenv("HLOEXEC_COMPILE_NICENESS", raising=False)
+    cache.clear_cache(disk=False)
+    translated = []
+    translate = direct_kernels.translate
+    monkeypatch.setattr(direct_kernels, "translate", lambda *a: translated.append(a[2]) or translate(*a))
+    x = np.random.default_rng(7).standard_normal((256, 64)).astype(np.float32)
+    reference = bits(hloexec.load(TWO_FUSIONS, compile="never").run(x))
+    exe = hloexec.load(TWO_FUSIONS, compile="background", compile_after=0, compile_kernels=False)
+    assert bits(exe.run(x)) == reference
+    assert exe.wait_compiled(timeout=120)
+    fusions, _ = tier_kernels(exe)
+    assert len(fusions) == 2 and all(e.compiled for e in exe.compile_events)
+    names = [direct_kernels.object_name(t.compiled.key, t.compiled.signature) for t in fusions]
+    assert all(machine_code.loaded(n) is not None and (tmp_path / f"{n}.o").exists() for n in names)
+    assert translated == []
+    assert bits(exe.run(x)) == reference
+    for proc in (p for p in workers._POOL.workers if p is not None and p.poll() is None):
+        assert os.getsid(proc.pid) != os.getsid(0)
+        niceness = os.getpriority(os.PRIO_PROCESS, proc.pid) - os.getpriority(os.PRIO_PROCESS, 0)
+        assert niceness == min(workers.WORKER_NICENESS, 19 - os.getpriority(os.PRIO_PROCESS, 0))
+        if os.path.exists("/proc/self/autogroup"):  # sessions scheduled as groups: a group of its own
+            with open("/proc/self/autogroup") as mine, open(f"/proc/{proc.pid}/autogroup") as its:
+                assert its.read().split()[0] != mine.read().split()[0]
+    cache.clear_cache(disk=False)
+
+
+class _FakeKernel:
+    def __init__(self, key: str, lines: int):
+        self.key, self.lines, self.compile_task = key, lines, (key, "", ())
+
+
+class _FakeTier:
+    """What BackgroundCompiler reads of a tier (a loop's step_work stands for the work)."""
+
+    def __init__(self, name: str, key: str, lines: int, work: int):
+        self.name, self.kernel, self.step_work, self.queued = name, _FakeKernel(key, lines), work, False
+
+
+def test_the_most_work_per_line_compiles_first_and_equal_kernels_count_together(monkeypatch):
+    """The workers take, and the thread swaps in, one order: op-by-op work per line of the kernel, the tiers
+    sharing a kernel summed (one compile serves them all) and swapped in together."""
+    submitted, swapped = [], []
+    monkeypatch.setattr(tiering, "compile_elsewhere", lambda tasks, background: submitted.extend(t[0] for t in tasks))
+    background = tiering.BackgroundCompiler()
+    monkeypatch.setattr(background, "_compile", lambda tier, requested, directory: swapped.append(tier.name))
+    tiers = [
+        _FakeTier("big", "K1", lines=100, work=1000),  # 10 a line
+        _FakeTier("short", "K2", lines=10, work=300),  # 30 a line
+        _FakeTier("shared.a", "K3", lines=20, work=250),  # 12.5 a line, but three of them: 37.5
+        _FakeTier("shared.b", "K3", lines=20, work=250),
+        _FakeTier("shared.c", "K3", lines=20, work=250),
+        _FakeTier("small", "K4", lines=10, work=10),  # 1 a line
+    ]
+    background.request(tiers)
+    deadline = time.monotonic() + 60
+    while len(swapped) < len(tiers):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert swapped == ["shared.a", "shared.b", "shared.c", "short", "big", "small"]
+    assert submitted == ["K4", "K1", "K2", "K3", "K3", "K3"]  # workers take the last submitted first
 
 
 def test_never_compiles_nothing_and_keeps_the_groups(in_process):

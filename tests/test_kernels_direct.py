@@ -122,6 +122,30 @@ add { x = f64[] parameter(0)
 f { a = f64[512,64] parameter(0)
   z = f64[] constant(0)
   ROOT r = f64[64] reduce(a, z), dimensions={0}, to_apply=add }""",
+    # s32 arithmetic (Numba computes it in int64, converted back: wraps) and an index from it (a gather's)
+    "int32": """
+f { a = s32[300,40] parameter(0)
+  b = s32[300,40] parameter(1)
+  s = s32[300,40] add(a, b)
+  d = s32[300,40] subtract(a, b)
+  m = s32[300,40] multiply(s, d)
+  z = s32[] constant(0)
+  zb = s32[300,40] broadcast(z), dimensions={}
+  lt = pred[300,40] compare(m, zb), direction=LT
+  ROOT r = s32[300,40] select(lt, s, m) }""",
+    # a gather of rows by s32 indices, negative ones from the end (an embedding lookup): clamped (min, max)
+    "int32_gather": """
+f { t = f32[512,256] parameter(0)
+  i = s32[64,128] parameter(1)
+  z = s32[] constant(0)
+  zb = s32[64,128] broadcast(z), dimensions={}
+  lt = pred[64,128] compare(i, zb), direction=LT
+  n = s32[] constant(512)
+  nb = s32[64,128] broadcast(n), dimensions={}
+  w = s32[64,128] add(i, nb)
+  s = s32[64,128] select(lt, w, i)
+  r = s32[64,128,1] reshape(s)
+  ROOT g = f32[64,128,256] gather(t, r), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,256} }""",
 }
 
 
@@ -135,6 +159,12 @@ def _inputs(comp, seed):
     out = []
     for k, p in enumerate(comp.parameters):
         dt = p.shape.dtype
+        if np.issubdtype(dt, np.integer):  # the whole range (sums and products wrap), every other one small (indices)
+            info, r = np.iinfo(dt), np.random.default_rng(seed + k)
+            x = r.integers(info.min, info.max, p.shape.dims, dt, endpoint=True)
+            x.reshape(-1)[::2] = r.integers(-600, 600, x.size // 2 + x.size % 2, dt)
+            out.append(x)
+            continue
         out.append(_special(p.shape.dims, dt, seed + k) if p.shape.dims else np.asarray(dt.type(1.5)))
     return out
 

@@ -20,12 +20,12 @@ import sys
 import threading
 import time
 import warnings
-from collections import deque
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from ..errors import CompileWarning
 from ..ir.module import Computation
-from ..kernels.cache import cache_dir, compile_elsewhere, compiles_directly, pinned_cache_dir
+from ..kernels.cache import cache_dir, compile_elsewhere, pinned_cache_dir
 from ..kernels.workers import await_compiled
 
 COMPILE_MODES = ("background", "eager", "never")
@@ -345,14 +345,13 @@ class BackgroundCompiler:
         self.failures: list[str] = []
 
     def request(self, tiers) -> None:
-        """Compile `tiers` (those not asked for already), most work first."""
+        """Compile `tiers` (those not asked for already), the most work per compile first (_compile_queued)."""
         with self.cond:
             tiers = [t for t in tiers if not t.queued]
             for t in tiers:
                 t.queued = True
         if not tiers:
             return
-        tiers.sort(key=lambda t: -_work(t))
         now, directory = time.perf_counter() - self.started, cache_dir()
         with self.cond:
             self.queue.extend((t, now, directory) for t in tiers)
@@ -364,8 +363,11 @@ class BackgroundCompiler:
                 self.thread.start()
 
     def _compile_queued(self) -> None:
-        """Take what is queued: the kernels the direct compiler takes (kernels/direct.py, ~0.1 s each) compile on
-        this thread first, the others in worker processes meanwhile; each in order of work; repeat."""
+        """Take what is queued: every kernel goes to the worker processes (the direct compiler's too: compiled here,
+        its Python translation would hold the GIL the runs need -- measured, op-by-op runs 4-5x slower), then this
+        thread swaps each in as its worker is done; repeat. Both in one order: the most op-by-op work per line
+        to compile first, tiers sharing a kernel (structurally equal fusions: one compile) weighed together and
+        swapped in together."""
         while True:
             with self.cond:
                 if not self.queue:
@@ -373,25 +375,21 @@ class BackgroundCompiler:
                     return
                 batch = list(self.queue)
                 self.queue.clear()
-            direct = set()
-            for tier, _, directory in batch:
-                with pinned_cache_dir(directory):
-                    try:
-                        if tier.kernel is not None and compiles_directly(tier.kernel.compile_task):
-                            direct.add(id(tier))
-                    except Exception:  # noqa: BLE001 - a generator bug: compiling it says so (below)
-                        pass
+            shared: dict = defaultdict(float)  # kernel key -> the priority of the tiers sharing it
+            for tier, *_ in batch:
+                shared[_kernel_key(tier)] += _priority(tier)
+            batch.sort(key=lambda item: -shared[_kernel_key(item[0])])
             for directory in {d for *_, d in batch}:
                 with pinned_cache_dir(directory):  # workers take the last submitted first: the most work first
                     compile_elsewhere(
                         [
                             t.kernel.compile_task
                             for t, _, d in reversed(batch)
-                            if d == directory and t.kernel is not None and id(t) not in direct
+                            if d == directory and t.kernel is not None
                         ],
                         background=True,
                     )
-            for item in sorted(batch, key=lambda item: id(item[0]) not in direct):  # (stable: work order)
+            for item in batch:
                 self._compile(*item)
 
     def _compile(self, tier, requested: float, directory) -> None:
@@ -472,6 +470,16 @@ def format_compile_report(report: dict, shown: int = 10) -> list[str]:
 
 def _work(tier) -> int:
     return tier.work if isinstance(tier, TieredKernel) else tier.step_work
+
+
+def _priority(tier) -> float:
+    """What compiling `tier` early is worth: its op-by-op work per line of its kernel (compile time goes by the
+    lines: kernels/direct.py's ~2.7 ms a line)."""
+    return _work(tier) / max(tier.kernel.lines if tier.kernel is not None else 1, 1)
+
+
+def _kernel_key(tier):
+    return tier.kernel.key if tier.kernel is not None else id(tier)
 
 
 def compile_due(tiers: list[TieredKernel], who) -> list[TieredKernel]:

@@ -88,44 +88,21 @@ def direct_enabled() -> bool:
     return os.environ.get("HLOEXEC_DIRECT_KERNELS", "1") != "0"
 
 
-def compiles_directly(task) -> bool:
-    """Whether kernel `task` (key, source, signature) is compiled by the direct compiler (kernels/direct.py): in
-    ~0.05-0.1 s, most of it in LLVM, which runs without the GIL -- a thread of the process compiles it as well as a
-    worker would."""
-    if not direct_enabled():
-        return False
-    from . import direct_kernels
-
-    key, source, signature = task
-    return direct_kernels.translates(source, key, signature)
-
-
 def load_kernel(source: str, key: str, signature):
     """The `kernel` function of generated `source` for `signature`: compiled by the direct compiler
-    (kernels/direct.py) if it translates the source, from its object file in the cache dir or compiled now;
-    else -- or if LLVM fails on it (a CompileWarning) -- a Numba dispatcher, from this process's dict, else
-    written to the cache dir (unless the same text is there) and imported (compile_signature compiles it)."""
-    fn = _DIRECT.get((key, signature)) if direct_enabled() else None
+    (kernels/direct.py) if it translates the source, from its object file in the cache dir (a worker's, not
+    translated again here) or compiled now; else -- or if LLVM fails on it (a CompileWarning) -- a Numba
+    dispatcher, from this process's dict, else written to the cache dir (unless the same text is there) and
+    imported (compile_signature compiles it)."""
+    direct = direct_enabled()
+    fn = _DIRECT.get((key, signature)) if direct else None
     if fn is not None:
         return fn
-    if compiles_directly((key, source, signature)):
-        from . import direct_kernels
-        from .machine_code import MachineCodeError
-
-        workers.claim(key)
-        with _LOCK:
-            fn = _DIRECT.get((key, signature))
-            if fn is None:
-                try:
-                    fn = _DIRECT[(key, signature)] = direct_kernels.compile_kernel(source, key, signature, cache_dir())
-                except MachineCodeError as e:
-                    warnings.warn(f"kernel {key}: {e}; it is compiled through Numba", CompileWarning, stacklevel=2)
-            if fn is not None:
-                return fn
-    fn = _KERNELS.get(key)
-    if fn is not None:
-        return fn
-    workers.claim(key)
+    workers.claim(key)  # a worker compiling it: its object file or Numba's cache entry is on disk after
+    if direct:
+        fn = _direct_kernel(source, key, signature)
+        if fn is not None:
+            return fn
     with _LOCK:
         fn = _KERNELS.get(key)
         if fn is not None:
@@ -150,6 +127,26 @@ def load_kernel(source: str, key: str, signature):
         fn = module.kernel
         _KERNELS[key] = fn
         return fn
+
+
+def _direct_kernel(source: str, key: str, signature):
+    """The direct compiler's function of kernel `key`, or None if it does not translate the source or LLVM fails
+    on it (a CompileWarning: it goes through Numba)."""
+    from . import direct_kernels
+    from .direct import Untranslatable
+    from .machine_code import MachineCodeError
+
+    with _LOCK:
+        fn = _DIRECT.get((key, signature))
+        if fn is None:
+            try:
+                fn = _DIRECT[(key, signature)] = direct_kernels.compile_kernel(source, key, signature, cache_dir())
+            except Untranslatable:
+                return None
+            except MachineCodeError as e:
+                warnings.warn(f"kernel {key}: {e}; it is compiled through Numba", CompileWarning, stacklevel=3)
+                return None
+    return fn
 
 
 def compile_elsewhere(tasks, background: bool = False) -> None:

@@ -12,12 +12,13 @@ O3 pipeline for this CPU, keeps the object code in the disk cache and makes it a
 `Untranslatable` and goes to Numba as before (kernels/cache.py).
 
 The rules this translator holds to where Python and Numba would allow more (each one declines):
-binary operations take operands of one type (f32, f64, or int64; bool for `&`, `|`), but a comparison of a
+binary operations take operands of one type (f32, f64, or int64 -- int32 operands widened to int64 first, as
+Numba types them; bool for `&`, `|`), but a comparison of a
 float with an int64 (in float64, as Numba types it); `//` and `%` take a positive integer literal (Python's
 floor semantics on int64), shifts a constant in [0, 64); `np.float32`/`np.float64` convert from floats, int64,
 int32 and bool, `np.int32`, `np.int64` and `np.uint64` from int64 (and int32); indices are int64 (Numba's
 wraparound of a negative one kept) or `np.uint64` (none), one per dimension; local arrays (`np.empty`,
-`stack_array`) have a literal size (np.empty's beyond MAX_LOCAL_ELEMENTS floats from the heap); calls: `range`, `min` of two int64,
+`stack_array`) have a literal size (np.empty's beyond MAX_LOCAL_ELEMENTS floats from the heap); calls: `range`, `min` and `max` of two int64,
 `abs`, `np.sqrt`, `np.isfinite`, `f16_to_f32_simd`, the bitcasts and `_muladd` (`llvm.fmuladd`, as
 kernels/scalar.py's intrinsic), `add_lanes`, and kernels/scalar.py's njit helpers, inlined from their source
 (with its module constants).
@@ -496,6 +497,8 @@ class _Translator:
                 return b.select(negative, b.sub(q, self.ir.Constant(self.T["int64"], 1)), q), "int64"
             return b.select(negative, b.add(r, c), r), "int64"
         (x, tx), (y, ty) = self.expr(e.left), self.expr(e.right)
+        if {tx, ty} <= {"int32", "int64"}:  # Numba computes integer arithmetic in int64 (int32 + int32 too)
+            (x, tx), (y, ty) = self.widened(x, tx), self.widened(y, ty)
         _need(tx == ty, f"{op.__name__} of {tx} and {ty}")
         if tx in _FLOATS:
             f = {ast.Add: b.fadd, ast.Sub: b.fsub, ast.Mult: b.fmul, ast.Div: b.fdiv}.get(op)
@@ -521,6 +524,14 @@ class _Translator:
             return f(x, y), tx
         raise Untranslatable(f"{op.__name__} of {tx}")
 
+    def widened(self, value, ty: str) -> tuple:
+        """An int32 `value` sign-extended to int64 (a constant stays one), any other as it is."""
+        if ty != "int32":
+            return value, ty
+        if isinstance(value, self.ir.Constant):
+            return self.ir.Constant(self.T["int64"], value.constant), "int64"
+        return self.b.sext(value, self.T["int64"]), "int64"
+
     def call(self, e):
         ir, b = self.ir, self.b
         name = _callee(e)
@@ -537,9 +548,9 @@ class _Translator:
             value = self.int64(args[0])
             to = name[3:]
             return (b.trunc(value, self.T["int32"]) if to == "int32" else value), to
-        if name == "min" and len(args) == 2:
+        if name in ("min", "max") and len(args) == 2:  # (of ints: which of equals comes out is the same value)
             x, y = self.int64(args[0]), self.int64(args[1])
-            return b.select(b.icmp_signed("<", y, x), y, x), "int64"  # Python: the first of equals
+            return b.select(b.icmp_signed("<" if name == "min" else ">", y, x), y, x), "int64"
         if name == "np.sqrt" and len(args) == 1:
             value, ty = self.expr(args[0])
             _need(ty in _FLOATS, f"sqrt of {ty}")

@@ -21,7 +21,13 @@ and the background thread waits for them (`await_compiled`) rather than taking t
 WORKER_NICENESS lower than the process (`nice`; HLOEXEC_COMPILE_NICENESS sets it): the process's runs come
 first. Measured at load 10 on 2 cores, the GPT d256 pre step's runs before any kernel was in, 30 s each
 (median): 0.55 s / 0.39 s with nothing compiling, 1.02 s with a worker at the same priority (15 kernels in),
-0.38 s niced by 5 (5 kernels in), 0.53 s niced by 10 (none in: on a busy machine it starves). They exit when the
+0.38 s niced by 5 (5 kernels in), 0.53 s niced by 10 (none in: on a busy machine it starves). Each worker runs
+in a session of its own: where Linux schedules sessions as groups of equal weight (autogroups: the default on
+desktops, and on the machine measured), a worker in the process's session shares that session's CPU with the
+process's runs -- a niced one still takes a quarter of it, and gets little -- while in a session of its own it
+takes a session's share from the whole machine. Measured on the GPT d256 opt step's warm-up at load 11-13 on 2
+cores (bench/bench_warmup.py): every kernel in at 32 s and the slowest later run 1.02x the first, against 119 of
+168 kernels still pending after a minute (slowest 1.67x) with the worker's session niced by 5 too. They exit when the
 process does: killed at its exit, or, if it was killed, within WATCH_PARENT_SECONDS (they compile into
 temporary files renamed into place, Numba's cache files as the sources, so a killed worker leaves no
 half-written cache entry).
@@ -93,8 +99,12 @@ class _Pool:
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-P", "-c", WORKER_MAIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            proc = subprocess.Popen(  # a session of its own: see the module's doc (autogroups)
+                [sys.executable, "-P", "-c", WORKER_MAIN],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
             )
         except OSError:
             self.workers.append(None)  # counted: not tried again
