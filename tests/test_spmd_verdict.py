@@ -178,14 +178,16 @@ def test_a_shadow_that_does_not_fit_in_f64_takes_16_bit_floats_in_f32(judged, ca
     needs = {}
     for half in (False, True):
         shadow = shadow_module(exe.module, half_in_f32=half)
-        needs[half] = run_memory(executable_like(exe, shadow.module, use_numba=False), per_device, runner, shadow)
+        needs[half] = run_memory(executable_like(exe, shadow.module, use_numba=False), per_device, runner, shadow)[
+            "total"
+        ]
     assert needs[True] < needs[False]
     said = []
     limited = hloexec.load(SHARDED, max_memory=(needs[True] + needs[False]) // 2)
     spoken = Runner({"partitions": DEVICES, "replicas": 1, "report": said.append, "check_memory": False})
-    assert fitting_shadow(limited, per_device, spoken).half_in_f32
+    assert fitting_shadow(limited, per_device, spoken)[0].half_in_f32
     assert any("16-bit floats in f32" in s for s in said)
-    assert not fitting_shadow(exe, per_device, runner).half_in_f32
+    assert not fitting_shadow(exe, per_device, runner)[0].half_in_f32
 
 
 def test_a_shadow_that_fits_in_neither_width_is_refused_before_anything_runs(judged):

@@ -25,6 +25,7 @@ from ..exec.shadow import Shadow, has_discrete, shadow_module
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
+from .bound_samples import SAMPLES
 from .bounds import ErrorBounds, _float
 from .compare import dtype_name
 from .verdict import RULE, error_stats, judge
@@ -87,6 +88,16 @@ class Runner:
             return self
         say = self.say
         return Runner({**self.spmd, "report": lambda message: say(f"{label}: {message}")})
+
+    def running_inputs(self, exe: Executable, inputs) -> list:
+        """The input lists of the participants that run (SPMD: device 0's alone when they compute the same and
+        this runner mirrors them, run_spmd's mirror_identical; one participant: `[inputs]`)."""
+        if self.spmd is None:
+            return [inputs]
+        P, R = self.spmd["partitions"], self.spmd["replicas"]
+        if self.spmd.get("mirror_identical") and spmd.why_not_identical(exe, inputs, P, R) is None:
+            return inputs[:1]
+        return inputs
 
     def shadow_inputs(self, shadow: Shadow, inputs) -> list:
         if self.spmd is None:
@@ -245,7 +256,8 @@ def shadow_run(
     each (tools/bounds.py), in `ShadowRun.bounds`; SPMD: each participant's by its own observers (their collectives
     exchange the bounds), assembled as the outputs are."""
     runner = runner or Runner()
-    shadow = shadow or fitting_shadow(exe, inputs, runner)
+    if shadow is None:
+        shadow, runner = fitting_shadow(exe, inputs, runner, len(devices or ()))
     shadow_inputs = runner.shadow_inputs(shadow, inputs)
     program_runner = runner.labelled("the program")
     runner = runner.labelled(
@@ -268,7 +280,10 @@ def shadow_run(
     else:
         outputs = program_runner.run(exe, inputs)
 
+    ran: set[int] = set()  # participants observed (the others mirrored device 0: run_spmd's mirror_identical)
+
     def observe(device, inst, value, operands=None):
+        ran.add(device)
         if shadow.discrete:
             watch.check(device, inst, value)
         for o in observers.get(device, ()):
@@ -278,7 +293,7 @@ def shadow_run(
     per_device = runner.run_devices(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
     run = ShadowRun(outputs, runner.assemble(shadow_exe, per_device), shadow, watch.divergences())
     for k, profile in enumerate(devices if observers else ()):
-        mine = [observers[d][k] for d in range(len(per_device))]
+        mine = [observers[d if d in ran else 0][k] for d in range(len(per_device))]
 
         def assembled(of):  # per global output: `of` each participant's float output, assembled (None: not float)
             leaves = runner.assemble(shadow_exe, [_per_leaf(out, of(o)) for out, o in zip(per_device, mine)])
@@ -301,50 +316,90 @@ def _per_leaf(value, of):
     return of(value) if _float(value) else value
 
 
-def run_memory(exe: Executable, inputs, runner: Runner, shadow: Shadow | None = None) -> int:
-    """Bytes a run needs at its peak (SPMD: all participants, the distinct inputs once); `shadow`: `exe` is that
-    shadow's, which will take `inputs` widened (counted as such, not made)."""
+def run_memory(
+    exe: Executable, inputs, runner: Runner, shadow: Shadow | None = None, observers: int = 0, groups=None
+) -> dict:
+    """What a run needs at its peak (SPMD: the participants that run, the distinct inputs once), a
+    memory_estimate's dict (`total`, `work`, `participants`, `bounds`); `shadow`: `exe` is that shadow's, which
+    will take `inputs` widened (counted as such, not made), with `observers` error bounds' observers beside it
+    (bounds_memory); `groups`: the participants taking turns (run_spmd's groups)."""
     if runner.spmd is None:
-        return exe.peak_bytes()
-    estimate = spmd.memory_estimate(exe, inputs)
-    if shadow is None:
-        return estimate["total"]
-    distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
-    return estimate["work"] + sum(
-        a.size * (16 if a.dtype.kind == "c" else 4 if shadow.half_in_f32 and a.dtype.itemsize <= 2 else 8)
-        if a.dtype.kind in "fc" or "float" in a.dtype.name
-        else a.nbytes
-        for a in distinct.values()
-    )
+        work = exe.peak_bytes()
+        estimate = {"participants": 1, "work": work, "total": work}
+    else:
+        inputs = runner.running_inputs(exe, inputs)
+        counts = (runner.spmd["partitions"], runner.spmd["replicas"])
+        estimate = spmd.memory_estimate(exe, inputs, None, groups if len(inputs) > 1 else None, counts)
+    if shadow is not None and runner.spmd is not None:
+        distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
+        estimate["total"] = estimate["work"] + sum(
+            a.size * (16 if a.dtype.kind == "c" else 4 if shadow.half_in_f32 and a.dtype.itemsize <= 2 else 8)
+            if a.dtype.kind in "fc" or "float" in a.dtype.name
+            else a.nbytes
+            for a in distinct.values()
+        )
+    bounds = observers * bounds_memory(estimate["work"], shadow) if shadow is not None else 0
+    return {**estimate, "bounds": bounds, "work": estimate["work"] + bounds, "total": estimate["total"] + bounds}
 
 
-def fitting_shadow(exe: Executable, inputs, runner: Runner) -> Shadow:
+def bounds_memory(work: int, shadow: Shadow) -> int:
+    """Bytes one error bounds' observer (tools/bounds.py) may hold beside a shadow run of `work` bytes of values:
+    per float element its bound (float32 for values of 32-bit types or narrower) and SAMPLES float32 deviations;
+    every value counted as float, of the shadow's narrowest float type (f32 with half_in_f32: 5x the values'
+    bytes, else f64, with a float64 bound: 3x)."""
+    element = 4 if shadow.half_in_f32 else 8
+    return work * (element + 4 * SAMPLES) // element
+
+
+def fitting_shadow(exe: Executable, inputs, runner: Runner, observers: int = 0) -> tuple[Shadow, Runner]:
     """`exe`'s shadow in f64, or with its 16-bit float types in f32 (exec/shadow.py HALF_BITS: 13 more bits than
-    f16, 16 more than bf16) when the f64 one does not fit in the memory available (the options' max_memory, else
-    MemAvailable) and the narrower one needs less: said (SPMD: through the runner's report, else on stderr).
-    SPMD: a MemoryLimitError, before anything runs, when neither fits (as run_spmd's check would refuse it after
-    the program's run)."""
+    f16, 16 more than bf16), with `observers` error bounds' observers beside it, and the runner to run it with:
+    the first that fits in the memory available (the options' max_memory, else MemAvailable) of the f64 one
+    with all participants together, then in turns by groups (SPMD: Mailboxes' groups, memory.run_groups), then
+    the narrower one together, then in groups. What it chose and needs is said first (SPMD: through the runner's
+    report; the narrower one also on stderr). SPMD: a MemoryLimitError, before anything runs, when none fits
+    (as run_spmd's check would refuse it after the program's run)."""
     shadow = shadow_module(exe.module)
     limit = exe.max_memory if exe.max_memory is not None else available_memory()
-    # (no shadow needs more than 8x its program, an 8-bit float in f64: small modules skip the estimate)
-    if limit is None or 8 * run_memory(exe, inputs, runner) <= limit:
-        return shadow
-    needed = run_memory(executable_like(exe, shadow.module, use_numba=False), inputs, runner, shadow)
-    if needed <= limit:
-        return shadow
-    half = shadow_module(exe.module, half_in_f32=True)
-    half_exe = executable_like(exe, half.module, use_numba=False)
-    half_needed = run_memory(half_exe, inputs, runner, half)
-    if half_needed >= needed:  # no 16-bit floats
-        return shadow
+    # (no shadow needs more than 8x its program, an 8-bit float in f64, its bounds 3x that each: small modules
+    # skip the estimate)
+    if limit is None or 8 * (1 + 3 * observers) * run_memory(exe, inputs, runner)["total"] <= limit:
+        return shadow, runner
+    P, R = (runner.spmd["partitions"], runner.spmd["replicas"]) if runner.spmd is not None else (1, 1)
+    turns = spmd.run_groups(exe, P, R) if runner.spmd is not None and runner.spmd.get("groups") == "auto" else None
+    tried: list[tuple[Shadow, list | None, dict]] = []
+    for narrow in (False, True):
+        candidate = shadow if not narrow else shadow_module(exe.module, half_in_f32=True)
+        candidate_exe = executable_like(exe, candidate.module, use_numba=False)
+        for groups in [None] + ([turns] if turns else []):
+            needs = run_memory(candidate_exe, inputs, runner, candidate, observers, groups)
+            if tried and needs["total"] >= tried[-1][2]["total"]:
+                continue  # no 16-bit floats, or no less in turns
+            tried.append((candidate, groups, needs))
+            if needs["total"] <= limit:
+                break
+        else:
+            continue
+        break
+    chosen, groups, needs = tried[-1]
+    if chosen.half_in_f32:
+        runner.say(
+            f"the shadow in f64 needs {gb(tried[0][2]['total'])}, {gb(limit)} available: its 16-bit floats in f32 "
+            "(an f32 rounding is 2^-13 of an f16 one)"
+        )
+    if runner.spmd is None:
+        return chosen, runner
+    kind = "16-bit floats in f32" if chosen.half_in_f32 else "f64"
+    turns_said = f" in turns by {len(groups)} groups" if groups else ""
     runner.say(
-        f"the shadow in f64 needs {gb(needed)}, {gb(limit)} available: its 16-bit floats in f32 "
-        f"({gb(half_needed)}; an f32 rounding is 2^-13 of an f16 one)"
+        f"the shadow ({kind}) with its error bounds{turns_said}: {gb(needs['total'])} on "
+        f"{needs['participants']} participant(s), of which the bounds' {gb(needs['bounds'])} ({observers} "
+        f"observer(s)); {gb(limit)} available"
     )
-    if runner.spmd is not None and runner.spmd.get("check_memory", True):
-        subject = f"the shadow of {exe.module.name} (16-bit floats in f32)"
-        spmd.check_fits(subject, spmd.memory_estimate(half_exe, inputs), exe.max_memory, available_memory())
-    return half
+    if runner.spmd.get("check_memory", True):
+        subject = f"the shadow of {exe.module.name} ({kind}{turns_said}, with its error bounds)"
+        spmd.check_fits(subject, needs, exe.max_memory, available_memory())
+    return chosen, Runner({**runner.spmd, "groups": groups})
 
 
 def baseline_executable(exe: Executable) -> Executable:
