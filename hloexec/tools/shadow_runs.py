@@ -25,7 +25,7 @@ from ..exec.shadow import Shadow, has_discrete, shadow_module
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
-from .bound_samples import SAMPLES
+from .bound_samples import NOISE_POOL
 from .bounds import ErrorBounds, _float
 from .compare import dtype_name
 from .verdict import RULE, error_stats, judge
@@ -338,17 +338,26 @@ def run_memory(
             else a.nbytes
             for a in distinct.values()
         )
-    bounds = observers * bounds_memory(estimate["work"], shadow) if shadow is not None else 0
+    bounds = observers * bounds_memory(estimate["work"], shadow, estimate["participants"]) if shadow is not None else 0
     return {**estimate, "bounds": bounds, "work": estimate["work"] + bounds, "total": estimate["total"] + bounds}
 
 
-def bounds_memory(work: int, shadow: Shadow) -> int:
-    """Bytes one error bounds' observer (tools/bounds.py) may hold beside a shadow run of `work` bytes of values:
-    per float element its bound (float32 for values of 32-bit types or narrower) and SAMPLES float32 deviations;
-    every value counted as float, of the shadow's narrowest float type (f32 with half_in_f32: 5x the values'
-    bytes, else f64, with a float64 bound: 3x)."""
-    element = 4 if shadow.half_in_f32 else 8
-    return work * (element + 4 * SAMPLES) // element
+# Bytes an error bounds' observer holds per byte of the shadow's f64 values at the run's peak: each float value's
+# bound and SAMPLES float32 deviations (2.5x an f64 value), and what its rules compute meanwhile (float64 terms,
+# products, calibration blocks). Measured, one participant's peak under tracemalloc beside the shadow's alone:
+# 5.0x on an f32 module (tests/test_spmd_turns.py's), 4.7x on an f16 one, 5.4x on the 8-device TPU seed.
+BOUNDS_PER_F64_BYTE = 6
+
+
+def bounds_memory(work: int, shadow: Shadow, participants: int = 1) -> int:
+    """Bytes one error bounds' observer per participant (tools/bounds.py) may need beside a shadow run of `work`
+    bytes of values: BOUNDS_PER_F64_BYTE per byte of f64 values, twice that per byte of f32 ones (16-bit floats in
+    f32: the bounds and the rules' terms stay as large; measured 9.4x on an f16 module), every value counted as of
+    the shadow's narrowest float type; and each participant's pool of normal draws (float32, NOISE_POOL or twice
+    the largest value's elements)."""
+    largest = max(i.shape.size for c in shadow.module.computations for i in c.instructions if not i.shape.is_tuple)
+    pool = 4 * max(NOISE_POOL, 2 * largest)
+    return work * BOUNDS_PER_F64_BYTE * (2 if shadow.half_in_f32 else 1) + participants * pool
 
 
 def fitting_shadow(exe: Executable, inputs, runner: Runner, observers: int = 0) -> tuple[Shadow, Runner]:
