@@ -370,27 +370,27 @@ def fitting_shadow(exe: Executable, inputs, runner: Runner, observers: int = 0) 
     (as run_spmd's check would refuse it after the program's run)."""
     shadow = shadow_module(exe.module)
     limit = exe.max_memory if exe.max_memory is not None else available_memory()
-    # (no shadow needs more than 8x its program, an 8-bit float in f64, its bounds 3x that each: small modules
-    # skip the estimate)
-    if limit is None or 8 * (1 + 3 * observers) * run_memory(exe, inputs, runner)["total"] <= limit:
+    # (no shadow needs more than 8x its program, an 8-bit float in f64, and its bounds BOUNDS_PER_F64_BYTE x that
+    # each, but for their pools of draws: small modules skip the estimate)
+    program = run_memory(exe, inputs, runner)
+    pools = observers * program["participants"] * (4 * NOISE_POOL + 8 * program["total"])
+    if limit is None or 8 * (1 + BOUNDS_PER_F64_BYTE * observers) * program["total"] + pools <= limit:
         return shadow, runner
     P, R = (runner.spmd["partitions"], runner.spmd["replicas"]) if runner.spmd is not None else (1, 1)
     turns = spmd.run_groups(exe, P, R) if runner.spmd is not None and runner.spmd.get("groups") == "auto" else None
-    tried: list[tuple[Shadow, list | None, dict]] = []
-    for narrow in (False, True):
-        candidate = shadow if not narrow else shadow_module(exe.module, half_in_f32=True)
+    tried: list[tuple[Shadow, list | None, dict]] = []  # in the order preferred
+    for candidate in (shadow, shadow_module(exe.module, half_in_f32=True)):
         candidate_exe = executable_like(exe, candidate.module, use_numba=False)
         for groups in [None] + ([turns] if turns else []):
-            needs = run_memory(candidate_exe, inputs, runner, candidate, observers, groups)
-            if tried and needs["total"] >= tried[-1][2]["total"]:
-                continue  # no 16-bit floats, or no less in turns
-            tried.append((candidate, groups, needs))
-            if needs["total"] <= limit:
-                break
-        else:
-            continue
-        break
-    chosen, groups, needs = tried[-1]
+            tried.append((candidate, groups, run_memory(candidate_exe, inputs, runner, candidate, observers, groups)))
+    fitting = [t for t in tried if t[2]["total"] <= limit]
+    chosen, groups, needs = fitting[0] if fitting else min(tried, key=lambda t: t[2]["total"])
+    if len(tried) > 2:
+        runner.say(
+            "the shadow with its error bounds needs: "
+            + "; ".join(f"{_shadow_kind(c, g)} {gb(n['total'])}" for c, g, n in tried)
+            + f"; {gb(limit)} available"
+        )
     if chosen.half_in_f32:
         runner.say(
             f"the shadow in f64 needs {gb(tried[0][2]['total'])}, {gb(limit)} available: its 16-bit floats in f32 "
@@ -398,17 +398,20 @@ def fitting_shadow(exe: Executable, inputs, runner: Runner, observers: int = 0) 
         )
     if runner.spmd is None:
         return chosen, runner
-    kind = "16-bit floats in f32" if chosen.half_in_f32 else "f64"
-    turns_said = f" in turns by {len(groups)} groups" if groups else ""
     runner.say(
-        f"the shadow ({kind}) with its error bounds{turns_said}: {gb(needs['total'])} on "
+        f"the shadow ({_shadow_kind(chosen, groups)}) with its error bounds: {gb(needs['total'])} on "
         f"{needs['participants']} participant(s), of which the bounds' {gb(needs['bounds'])} ({observers} "
         f"observer(s)); {gb(limit)} available"
     )
     if runner.spmd.get("check_memory", True):
-        subject = f"the shadow of {exe.module.name} ({kind}{turns_said}, with its error bounds)"
+        subject = f"the shadow of {exe.module.name} ({_shadow_kind(chosen, groups)}, with its error bounds)"
         spmd.check_fits(subject, needs, exe.max_memory, available_memory())
     return chosen, Runner({**runner.spmd, "groups": groups})
+
+
+def _shadow_kind(shadow: Shadow, groups) -> str:
+    kind = "16-bit floats in f32" if shadow.half_in_f32 else "f64"
+    return kind + (f" in turns by {len(groups)} groups" if groups else "")
 
 
 def baseline_executable(exe: Executable) -> Executable:
