@@ -1,6 +1,7 @@
 """Per-element verdicts of SPMD runs: every participant's shadow carries error bounds, collectives included (an
 add all-reduce is a sum of one term per participant, rounding at every step in its type), and a planted change in
 one participant's output is caught and named with its device."""
+
 from __future__ import annotations
 
 import json
@@ -264,3 +265,24 @@ def test_the_tpu_seed_is_judged_element_by_element(shared_path):
     worst = verdict.outputs[0].candidates[1].worst[0]
     assert not verdict.consistent("planted") and worst.index == k
     assert worst.devices == spmd.holders(exe.module, 8, 0, k)
+
+
+def test_a_mixed_precision_op_of_a_tpu_dump_runs_in_the_narrower_shadow():
+    """bf16 = multiply(f32, f32) (the TPU seed's %multiply.8) is f32 = multiply(f64, f64) in the shadow with 16-bit
+    floats in f32: its result rounded once to f32 (it returned f64 values, refused by the run's type check)."""
+    text = """HloModule m
+ENTRY e {
+  a = f32[3] parameter(0)
+  b = f32[3] parameter(1)
+  s = f32[] parameter(2)
+  m = bf16[3] multiply(a, b)
+  ms = bf16[] multiply(s, s)
+  ROOT t = (bf16[3], bf16[]) tuple(m, ms)
+}"""
+    exe = hloexec.load(text, use_numba=False)
+    args = [np.array([1.1, -2.3, 3.7], np.float32), np.array([0.7, 1.9, -4.1], np.float32), np.array(1.3, np.float32)]
+    half = shadow_module(exe.module, half_in_f32=True)
+    m, ms = executable_like(exe, half.module, use_numba=False).run(*half.inputs(args))
+    assert m.dtype == ms.dtype == np.float32
+    assert np.array_equal(m, (args[0].astype(np.float64) * args[1]).astype(np.float32))
+    assert ms == np.float32(np.float64(args[2]) ** 2)
