@@ -234,3 +234,17 @@ def test_the_estimate_with_bounds_covers_the_shadow_runs_peak(turns, groups):
     estimate = run_memory(shadow_exe, inputs, runner, shadow, 1, groups)
     _, peak = _peak(lambda: shadow_run(exe, inputs, runner, shadow=shadow, devices=[profile]))
     assert estimate["total"] - estimate["bounds"] < peak <= estimate["total"]
+
+
+def test_compare_against_the_shadow_runs_participants_that_compute_the_same_once(tmp_path, capsys):
+    """`compare --spmd --reference shadow` on a module whose participants compute the same: said, one participant
+    runs for the program, its shadow and the baseline, and the verdict is made (every element bounded)."""
+    path = tmp_path / "alike.hlo"
+    path.write_text(ALIKE.replace("TABLE", "{0, 0, 0, 0}"))
+    from hloexec.tools.cli import main
+
+    assert main(["compare", str(path), "--spmd", "--reference", "shadow", "--seed", "0"]) == 0
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert text.count("the 4 participants compute the same") == 3  # the program, its shadow, the baseline
+    assert "consistent" in text and "unbounded" not in text
