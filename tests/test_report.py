@@ -203,6 +203,40 @@ def test_report_of_an_spmd_module_has_its_collective_traffic(tmp_path, capsys):
     assert {"collectives", "memory", "verdict"} <= tags.ids and "%ar" in out.read_text()
 
 
+# f16 inputs, f32 arithmetic: the shadow with its 16-bit floats in f32 is still twice the program
+MIXED = ALL_REDUCE.replace("f32[64] parameter(0)", "f16[64] parameter(0)\n  c = f32[64] convert(p)").replace(
+    "multiply(p, p)", "multiply(c, c)")
+
+
+@pytest.mark.parametrize("module", [ALL_REDUCE, MIXED], ids=["f32", "f16-inputs"])
+def test_report_of_an_spmd_module_whose_shadow_is_refused_has_the_rest(tmp_path, capsys, module):
+    """The participants' run fits in --max-memory, their shadow does not (f32: refused when the shadow's run
+    starts; f16 inputs: not even with its 16-bit floats in f32, refused before anything runs, as the GPT seed's
+    is): the page is written, its verdict says why (the estimate against the memory allowed) and where it fits;
+    the attribution gives local errors; module, memory and collective traffic are complete."""
+    from hloexec import spmd
+
+    hlo, out = tmp_path / "ar.hlo", tmp_path / "ar.html"
+    hlo.write_text(module)
+    exe = hloexec.load(str(hlo), compile_kernels=False)
+    program = spmd.memory_estimate(exe, spmd.random_inputs(exe.module, 2, 0))["total"]
+    code, text, err = report(capsys, hlo, "--spmd", "--max-memory", int(program * 1.2), "-o", out, "--json")
+    assert code == 0, err
+    data = json.loads(text)
+    v = data["verdict"]
+    assert v["consistent"] is None and v["problem"].startswith("no verdict: ") and "needs" in v["problem"]
+    assert v["shadow_needs_bytes"] > v["memory_allowed_bytes"] == int(program * 1.2)
+    assert v["memory_allowed_from"] == "--max-memory" and f"report {hlo} --spmd" in v["where_it_fits"]
+    assert ("16-bit floats in f32" in v["problem"]) == (module is MIXED)  # the narrower shadow tried first
+    assert data["numerics"]["mode"] == "local" and data["numerics"]["top"][0]["name"] == "m"
+    assert data["collectives"]["by_kind"]["all-reduce"]["count"] == 1 and data["memory"]["devices"] == 2
+    page = out.read_text()
+    tags = Tags()
+    tags.feed(page)
+    assert {"no-verdict", "attribution", "memory", "collectives", "rerun"} <= tags.ids
+    assert "For the verdict, with --max-memory raised to" in page
+
+
 def test_report_of_a_module_hloexec_cannot_run_is_a_clear_error(tmp_path, capsys):
     hlo = tmp_path / "cc.hlo"
     hlo.write_text('HloModule cc\n\nENTRY e {\n  p = f32[4] parameter(0)\n'
