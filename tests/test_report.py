@@ -228,7 +228,9 @@ def test_report_of_an_spmd_module_whose_shadow_is_refused_has_the_rest(tmp_path,
     assert v["shadow_needs_bytes"] > v["memory_allowed_bytes"] == int(program * 1.2)
     assert v["memory_allowed_from"] == "--max-memory" and f"report {hlo} --spmd" in v["where_it_fits"]
     assert ("16-bit floats in f32" in v["problem"]) == (module is MIXED)  # the narrower shadow tried first
-    assert data["numerics"]["mode"] == "local" and data["numerics"]["top"][0]["name"] == "m"
+    n = data["numerics"]
+    assert n["mode"] == "local" and n["top"][0]["name"] == "m" and n["local_errors_of"] == "participant 0 of 2"
+    assert n["top"][0]["runs"] == 1  # measured on one participant only (each runs it once)
     assert data["collectives"]["by_kind"]["all-reduce"]["count"] == 1 and data["memory"]["devices"] == 2
     page = out.read_text()
     tags = Tags()

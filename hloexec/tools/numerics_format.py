@@ -20,6 +20,7 @@ def beyond_bound(report: NumericsReport) -> list:
 def numerics_dict(report: NumericsReport, top: int) -> dict:
     return {
         "mode": report.mode,
+        "local_errors_of": report.local_errors_of or None,
         "top": [asdict(r) for r in report.instructions[:top] if r.runs],
         "instructions_evaluated": sum(1 for r in report.instructions if r.local_error or r.total_error),
         "outputs": report.outputs,

@@ -344,7 +344,9 @@ def _attribution_section(data: dict, svg: str | None) -> str:
         + "<th>instruction</th><th>op_name</th><th>source</th></tr>"
     )
     parts = [
-        f"<p>mode {html.escape(n['mode'])}: instructions by contribution (how far rounding its value moves the "
+        f"<p>mode {html.escape(n['mode'])}"
+        + (f" (local errors of {html.escape(n['local_errors_of'])})" if n.get("local_errors_of") else "")
+        + ": instructions by contribution (how far rounding its value moves the "
         "outputs), then by local error (the error it adds given exact operands), relative to its scale; "
         f"the top {len(rows)} of {n['instructions_evaluated']} evaluated.</p>" + _folded(header, cells)
     ]
