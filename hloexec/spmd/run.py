@@ -32,6 +32,7 @@ def run_spmd(
     report=None,
     observe=None,
     observe_operands: bool = False,
+    observed=None,
 ):
     """Run all participants; returns their outputs indexed by global device id.
 
@@ -45,7 +46,8 @@ def run_spmd(
     At most `concurrency` participants compute at a time (default: the CPU count; the others wait at
     their start or in collectives), which bounds the op temporaries the estimate does not count.
     `observe(device id, inst, value[, operands])`: as Executable.run's `observe`, called from each participant's
-    thread with its global device id first (threads only).
+    thread with its global device id first (threads only); `observed` (device ids): only those participants are
+    observed, the others run as unobserved runs do (fusions compiled).
 
     `runner="ray"`: the participants run in the actors of a Ray cluster (`ray_address`: None starts a local
     instance, or joins the one this process is connected to; "auto", "ray://host:port" or "host:port" joins
@@ -102,9 +104,8 @@ def run_spmd(
     if check_memory:
         check_fits(exe.module.name, memory, max_memory, available)
     mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or CORES)
-    outputs = run_participants(
-        exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, observe=observe, observe_operands=observe_operands
-    )
+    watch = {"observe": observe, "observe_operands": observe_operands, "observed": observed}
+    outputs = run_participants(exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, **watch)
     leftover = mailboxes.undelivered()
     if leftover:
         raise ExecutionError(
