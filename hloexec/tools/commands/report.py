@@ -109,14 +109,18 @@ def _verdict(exe, module, args, inputs, candidates, runner, say, command_line: s
         return verdict.to_dict(), largest_errors(paired.outputs, paired.shadow)
     except MemoryLimitError as e:
         say(f"no verdict: {e}")
-        where = "--max-memory raised to" if e.given else "a machine with"
+        where = (
+            f"--max-memory {human_bytes(e.peak)} or more"
+            if e.given
+            else f"on a machine with {human_bytes(e.peak)} or more available"
+        )
         return {
             "consistent": None,
             "problem": f"no verdict: {e}",
             "shadow_needs_bytes": e.peak,
             "memory_allowed_bytes": e.limit,
             "memory_allowed_from": "--max-memory" if e.given else "MemAvailable",
-            "where_it_fits": f"with {where} {human_bytes(e.peak)} or more available, the same command: {command_line}",
+            "where_it_fits": f"{where}, the same command: {command_line}",
             "candidates": {},
             "outputs": [],
         }, []
