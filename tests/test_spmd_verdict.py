@@ -1,6 +1,7 @@
 """Per-element verdicts of SPMD runs: every participant's shadow carries error bounds, collectives included (an
 add all-reduce is a sum of one term per participant, rounding at every step in its type), and a planted change in
 one participant's output is caught and named with its device."""
+
 from __future__ import annotations
 
 import json
@@ -178,14 +179,16 @@ def test_a_shadow_that_does_not_fit_in_f64_takes_16_bit_floats_in_f32(judged, ca
     needs = {}
     for half in (False, True):
         shadow = shadow_module(exe.module, half_in_f32=half)
-        needs[half] = run_memory(executable_like(exe, shadow.module, use_numba=False), per_device, runner, shadow)
+        needs[half] = run_memory(executable_like(exe, shadow.module, use_numba=False), per_device, runner, shadow)[
+            "total"
+        ]
     assert needs[True] < needs[False]
     said = []
     limited = hloexec.load(SHARDED, max_memory=(needs[True] + needs[False]) // 2)
     spoken = Runner({"partitions": DEVICES, "replicas": 1, "report": said.append, "check_memory": False})
-    assert fitting_shadow(limited, per_device, spoken).half_in_f32
+    assert fitting_shadow(limited, per_device, spoken)[0].half_in_f32
     assert any("16-bit floats in f32" in s for s in said)
-    assert not fitting_shadow(exe, per_device, runner).half_in_f32
+    assert not fitting_shadow(exe, per_device, runner)[0].half_in_f32
 
 
 def test_a_shadow_that_fits_in_neither_width_is_refused_before_anything_runs(judged):
@@ -262,3 +265,24 @@ def test_the_tpu_seed_is_judged_element_by_element(shared_path):
     worst = verdict.outputs[0].candidates[1].worst[0]
     assert not verdict.consistent("planted") and worst.index == k
     assert worst.devices == spmd.holders(exe.module, 8, 0, k)
+
+
+def test_a_mixed_precision_op_of_a_tpu_dump_runs_in_the_narrower_shadow():
+    """bf16 = multiply(f32, f32) (the TPU seed's %multiply.8) is f32 = multiply(f64, f64) in the shadow with 16-bit
+    floats in f32: its result rounded once to f32 (it returned f64 values, refused by the run's type check)."""
+    text = """HloModule m
+ENTRY e {
+  a = f32[3] parameter(0)
+  b = f32[3] parameter(1)
+  s = f32[] parameter(2)
+  m = bf16[3] multiply(a, b)
+  ms = bf16[] multiply(s, s)
+  ROOT t = (bf16[3], bf16[]) tuple(m, ms)
+}"""
+    exe = hloexec.load(text, use_numba=False)
+    args = [np.array([1.1, -2.3, 3.7], np.float32), np.array([0.7, 1.9, -4.1], np.float32), np.array(1.3, np.float32)]
+    half = shadow_module(exe.module, half_in_f32=True)
+    m, ms = executable_like(exe, half.module, use_numba=False).run(*half.inputs(args))
+    assert m.dtype == ms.dtype == np.float32
+    assert np.array_equal(m, (args[0].astype(np.float64) * args[1]).astype(np.float32))
+    assert ms == np.float32(np.float64(args[2]) ** 2)

@@ -397,7 +397,14 @@ def _prepare_binary(inst, ctx):
         if opc == "atan2":
             return _complex_atan2
         return float_lifted(_table(opc, kind, dtype), dtype)
-    return _device_approximation(inst, ctx) or _float_table(opc, dtype)
+    kernel = _device_approximation(inst, ctx) or _float_table(opc, dtype)
+    if _compute_dtype(dtype) == dtype and any(
+        o.shape.element_type is not inst.shape.element_type for o in inst.operands
+    ):
+        # wider operands (a TPU dump's bf16 = multiply(f32, f32), in a shadow with 16-bit floats in f32: an f32
+        # result of f64 operands) are rounded once to the result's type
+        return lambda *xs: np.asarray(kernel(*xs)).astype(dtype, copy=False)
+    return kernel
 
 
 def _int_mulhi(dtype: np.dtype, bits: int):

@@ -9,6 +9,7 @@ does), whose import installed nothing in the executor module used now.
 
 - how many participants (`devices.py`: device_counts, from the header or the ids the module names);
 - per-device inputs from global ones and outputs back, by the shardings (`shardings.py`);
+- whether they compute the same (`identical.py`: then one runs, mirrored);
 - what they need (`memory.py`: the estimate, checked against the options' max_memory before a run);
 - the participants as threads meeting in shared mailboxes (`communicators.py`, `run.py`: run_spmd), or in
   the actors of a Ray cluster (`ray_runner.py`; `placement.py`: which participants share an actor);
@@ -20,8 +21,9 @@ from __future__ import annotations
 from ..exec.executor import use_spmd_layer
 from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout
 from .devices import device_counts, device_ranges
+from .identical import why_not_identical
 from .manual import PRE_PARTITION_HINT, run_with_manual_regions
-from .memory import check_fits, memory_estimate, sharded_input_bytes
+from .memory import check_fits, memory_estimate, run_groups, sharded_input_bytes
 from .run import run_spmd
 from .shardings import (
     GlobalInputs,
@@ -51,9 +53,11 @@ __all__ = [
     "run_with_manual_regions",
     "PRE_PARTITION_HINT",
     "device_counts",
+    "why_not_identical",
     "device_ranges",
     "check_fits",
     "memory_estimate",
+    "run_groups",
     "sharded_input_bytes",
     "GlobalInputs",
     "agreeing_groups",

@@ -10,6 +10,7 @@ import threading
 import time
 
 from ..errors import ExecutionError
+from ..exec.communicators import MirrorCommunicator
 from ..exec.context import Device
 
 
@@ -31,12 +32,23 @@ class Mailboxes:
     `compute_slots` bounds how many participants compute at once (None: all): a participant holds a slot
     while it runs and gives it up while it waits in an exchange, so the temporaries of at most that many
     are alive at a time and the machine's cores are not oversubscribed.
+
+    `groups` (lists of device ids, each device in one): the groups take turns, a participant computes only in
+    its group's turn; the turn passes to the next group when every participant of this one waits for a payload
+    from outside it (or has finished). So the participants of one group run while the others wait at their
+    start or at a collective that reaches across groups, holding only what is alive there (a data-parallel
+    all-reduce of gradients: not the activations). The payloads, and so the results, are the same.
     """
 
-    def __init__(self, device_ids, timeout: float = 900.0, compute_slots: int | None = None):
+    def __init__(
+        self, device_ids, timeout: float = 900.0, compute_slots: int | None = None, groups: list | None = None
+    ):
         self.device_ids = list(device_ids)
         self.timeout = timeout
         self.slots = threading.BoundedSemaphore(compute_slots) if compute_slots else None
+        self.groups = [list(g) for g in groups] if groups and len(groups) > 1 else None
+        self.group_of = {d: k for k, g in enumerate(self.groups or ()) for d in g}
+        self.turn = 0  # the group computing (with groups)
         self.progress = time.monotonic()  # when a participant last posted or took/gave up a slot
         self.cond = threading.Condition()
         self.boxes: dict[tuple[int, int, int], tuple[str, object]] = {}
@@ -48,7 +60,11 @@ class Mailboxes:
     def endpoint(self, device_id: int) -> ThreadCommunicator:
         return ThreadCommunicator(self, device_id)
 
-    def take_slot(self) -> None:
+    def take_slot(self, device_id: int) -> None:
+        if self.groups is not None:
+            with self.cond:
+                while self.group_of[device_id] != self.turn and self.failure is None:
+                    self.cond.wait(1.0)
         if self.slots is not None:
             self.slots.acquire()
             self.progress = time.monotonic()
@@ -70,7 +86,23 @@ class Mailboxes:
     def finish(self, device_id: int) -> None:
         with self.cond:
             self.finished.add(device_id)
+            self.pass_turn()
             self.cond.notify_all()
+
+    def pass_turn(self) -> None:
+        """(With groups, holding `cond`.) The next group with a live participant takes the turn when every
+        participant of this one has finished or waits for a payload not there yet."""
+        if self.groups is None:
+            return
+        group = self.groups[self.turn]
+        if not all(d in self.finished or (d in self.waiting and not self._ready(d)) for d in group):
+            return
+        for step in range(1, len(self.groups) + 1):
+            k = (self.turn + step) % len(self.groups)
+            if any(d not in self.finished for d in self.groups[k]):
+                self.turn = k
+                self.cond.notify_all()
+                return
 
     def fail(self, device_id: int, error: BaseException) -> None:
         with self.cond:
@@ -131,7 +163,7 @@ class ThreadCommunicator:
         try:
             yield
         finally:
-            self.mailboxes.take_slot()
+            self.mailboxes.take_slot(self.device_id)
 
     def _exchange(self, inst, sends, sources):
         box, me, seq = self.mailboxes, self.device_id, self.sequence
@@ -165,6 +197,7 @@ class ThreadCommunicator:
                     f"timeout: device {me} waited at %{name} (collective #{seq}) for device {src}, "
                     f"no participant progressing for {box.timeout:.0f} s"
                 )
+            box.pass_turn()
             box.cond.wait(min(remaining, 1.0))
         sender_name, payload = box.boxes.pop(key)
         box.waiting[me][2].remove(src)
@@ -197,7 +230,7 @@ def run_participants(
             replica_id=d // P, partition_id=d % P, num_replicas=R, num_partitions=P, communicator=mailboxes.endpoint(d)
         )
         exe.context.play(device)
-        mailboxes.take_slot()
+        mailboxes.take_slot(d)
         try:
             watched = observe is not None and (observed is None or d in observed)
             seen = functools.partial(observe, d) if watched else None
@@ -221,3 +254,26 @@ def run_participants(
         d, e = next(iter(errors.items()))
         raise ExecutionError(f"device {d} failed: {e}") from e
     return outputs
+
+
+def run_mirrored(exe, inputs: list, P: int, R: int, observe=None, observe_operands: bool = False):
+    """Device 0's outputs, run alone: its peers are taken to send what it sends (participants that compute the
+    same, hloexec.spmd.identical), in a thread of its own (the device it plays is that thread's)."""
+    result: dict = {}
+
+    def participant():
+        device = Device(replica_id=0, partition_id=0, num_replicas=R, num_partitions=P)
+        device.communicator = MirrorCommunicator(device)
+        exe.context.play(device)
+        seen = None if observe is None else functools.partial(observe, 0)
+        try:
+            result["outputs"] = exe.run(*inputs, observe=seen, observe_operands=observe_operands)
+        except BaseException as e:  # noqa: BLE001  (raised in the caller's thread)
+            result["error"] = e
+
+    thread = threading.Thread(target=participant, name="hloexec-device-0")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise ExecutionError(f"device 0 (its peers mirrored) failed: {result['error']}") from result["error"]
+    return result["outputs"]

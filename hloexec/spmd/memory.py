@@ -7,16 +7,21 @@ import math
 
 import numpy as np
 
-from ..errors import MemoryLimitError
+from ..errors import ExecutionError, MemoryLimitError
+from ..exec.context import Device
 from ..ir.attributes import Sharding
 from ..ir.module import Module
 from ..ir.shape import Shape
 from ..kernels.threads import CORES
+from ..ops.collectives import participants
 from ..ops.tiles import tile_layout
+from .devices import GROUPED
 from .shardings import parameter_shardings
 
 
-def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> dict:
+def memory_estimate(
+    exe, per_device_inputs, concurrency: int | None = None, groups: list | None = None, counts: tuple = ()
+) -> dict:
     """Bytes N participants need at peak: N x (per-device peak of stored values - inputs), what the steps
     hold while they run (scratch) for the `concurrency` participants that compute at a time (default: the
     cores), and the distinct inputs.
@@ -26,7 +31,11 @@ def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> d
 
     Scratch (f32 copies of f16 operands, a fusion's op-by-op first run) lives only while a kernel runs;
     counting it for all N participants at once refused the 16-device GPT seed (32 GB estimated, 11.6 GB
-    measured), counting it for the running ones matches the measurement."""
+    measured), counting it for the running ones matches the measurement.
+
+    `groups` (participants taking turns, Mailboxes; `counts`: the module's (partitions, replicas)): the
+    largest group's participants at their peak, the others at most what is alive at a collective reaching
+    across groups (`parked_bytes`)."""
     if isinstance(per_device_inputs, int):
         n, input_bytes = per_device_inputs, sharded_input_bytes(exe.module, per_device_inputs)
     else:
@@ -38,7 +47,13 @@ def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> d
     per_device_peak = exe.peak_bytes()
     stored_peak = exe.plan.memory.peak_bytes(scratch=False)
     running = min(n, concurrency or CORES)
-    work = n * max(stored_peak - per_device_inputs_bytes, 0) + running * (per_device_peak - stored_peak)
+    together = max(map(len, groups)) if groups and len(groups) > 1 else n
+    parked = parked_bytes(exe, groups, *counts) if groups and together < n else 0
+    work = (
+        together * max(stored_peak - per_device_inputs_bytes, 0)
+        + (n - together) * max(parked - per_device_inputs_bytes, 0)
+        + min(running, together) * (per_device_peak - stored_peak)
+    )
     return {
         "participants": n,
         "per_device_peak": per_device_peak,
@@ -47,6 +62,64 @@ def memory_estimate(exe, per_device_inputs, concurrency: int | None = None) -> d
         "work": work,
         "total": work + input_bytes,
     }
+
+
+def parked_bytes(exe, groups: list, P: int, R: int) -> int:
+    """Most one participant holds (its inputs included) while it waits for its group's turn: at its start, or at
+    a collective whose groups reach across `groups`; its peak when such a collective is inside a called
+    computation (a loop's: not followed here)."""
+    group_of = {d: k for k, g in enumerate(groups) for d in g}
+    devices = all_devices(P, R)
+    plan = exe.plan
+    series = plan.memory.live_bytes(scratch=False)
+    at = [series[0]]
+    for k, step in enumerate(plan.steps):
+        if crosses(step.inst, group_of, devices):
+            at.append(series[k + 1])
+    inside = any(
+        crosses(inst, group_of, devices)
+        for comp in exe.module.computations
+        if comp is not exe.module.entry
+        for inst in comp.instructions
+    )
+    return plan.memory.peak_bytes(scratch=False) if inside else max(at)
+
+
+def crosses(inst, group_of: dict, devices: list[Device]) -> bool:
+    """Whether collective `inst` exchanges between participants (`devices`) of different run groups (`group_of`:
+    device id -> group)."""
+    if inst.opcode not in GROUPED:
+        return False
+    return any(len({group_of[d] for d in participants(inst, device)}) > 1 for device in devices)
+
+
+def run_groups(exe, P: int, R: int) -> list[list[int]] | None:
+    """Groups of participants that may take turns: among the groups of the module's collectives, the partition of
+    the P x R participants into the smallest groups that the fewest collectives reach across (a model-parallel
+    axis's groups, when the data-parallel all-reduces are few); None when every collective spans everyone."""
+    candidates: dict[tuple, list[list[int]]] = {}
+    n, devices = P * R, all_devices(P, R)
+    collectives = [i for c in exe.module.computations for i in c.instructions if i.opcode in GROUPED]
+    for inst in collectives:
+        try:
+            groups = {tuple(participants(inst, device)) for device in devices}
+        except ExecutionError:
+            continue
+        if 1 < len(groups) and sum(map(len, groups)) == n:
+            candidates.setdefault(tuple(sorted(groups)), [list(g) for g in sorted(groups)])
+    if not candidates:
+        return None
+
+    def cost(groups):
+        group_of = {d: k for k, g in enumerate(groups) for d in g}
+        return (sum(crosses(i, group_of, devices) for i in collectives), max(map(len, groups)))
+
+    return min(candidates.values(), key=cost)
+
+
+def all_devices(P: int, R: int) -> list[Device]:
+    """The P x R participants' Devices (their ids), in global id order."""
+    return [Device(replica_id=d // P, partition_id=d % P, num_replicas=R, num_partitions=P) for d in range(P * R)]
 
 
 def sharded_input_bytes(module: Module, num_devices: int, devices=None) -> int:

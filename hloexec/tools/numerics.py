@@ -410,7 +410,7 @@ def attribute(
     program = executable_like(exe, exe.module, **options)
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     if mode == "auto":
-        needed = run_memory(program, inputs, runner) + run_memory(shadow_exe, inputs, runner, shadow)
+        needed = run_memory(program, inputs, runner)["total"] + run_memory(shadow_exe, inputs, runner, shadow)["total"]
         limit = exe.max_memory if exe.max_memory is not None else available_memory()
         mode = "paired" if limit is None or needed <= limit else "local"
         if mode == "local" and say is not None and limit is not None:  # local: there is a limit

@@ -29,7 +29,13 @@ def numerics_runner(exe, args, text_out, global_inputs=None):
             "run them as threads (--spmd), not with --ray"
         )
     partitions, replicas, note, say, inputs, info = spmd_setup(exe, args, text_out, global_inputs)
-    return Runner({"partitions": partitions, "replicas": replicas, "report": say}), inputs, info
+    return (
+        Runner(
+            {"partitions": partitions, "replicas": replicas, "report": say, "mirror_identical": True, "groups": "auto"}
+        ),
+        inputs,
+        info,
+    )
 
 
 def is_spmd(args) -> bool:

@@ -25,6 +25,7 @@ from ..exec.shadow import Shadow, has_discrete, shadow_module
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
+from .bound_samples import NOISE_POOL
 from .bounds import ErrorBounds, _float
 from .compare import dtype_name
 from .verdict import RULE, error_stats, judge
@@ -87,6 +88,16 @@ class Runner:
             return self
         say = self.say
         return Runner({**self.spmd, "report": lambda message: say(f"{label}: {message}")})
+
+    def running_inputs(self, exe: Executable, inputs) -> list:
+        """The input lists of the participants that run (SPMD: device 0's alone when they compute the same and
+        this runner mirrors them, run_spmd's mirror_identical; one participant: `[inputs]`)."""
+        if self.spmd is None:
+            return [inputs]
+        P, R = self.spmd["partitions"], self.spmd["replicas"]
+        if self.spmd.get("mirror_identical") and spmd.why_not_identical(exe, inputs, P, R) is None:
+            return inputs[:1]
+        return inputs
 
     def shadow_inputs(self, shadow: Shadow, inputs) -> list:
         if self.spmd is None:
@@ -245,7 +256,8 @@ def shadow_run(
     each (tools/bounds.py), in `ShadowRun.bounds`; SPMD: each participant's by its own observers (their collectives
     exchange the bounds), assembled as the outputs are."""
     runner = runner or Runner()
-    shadow = shadow or fitting_shadow(exe, inputs, runner)
+    if shadow is None:
+        shadow, runner = fitting_shadow(exe, inputs, runner, len(devices or ()))
     shadow_inputs = runner.shadow_inputs(shadow, inputs)
     program_runner = runner.labelled("the program")
     runner = runner.labelled(
@@ -268,7 +280,10 @@ def shadow_run(
     else:
         outputs = program_runner.run(exe, inputs)
 
+    ran: set[int] = set()  # participants observed (the others mirrored device 0: run_spmd's mirror_identical)
+
     def observe(device, inst, value, operands=None):
+        ran.add(device)
         if shadow.discrete:
             watch.check(device, inst, value)
         for o in observers.get(device, ()):
@@ -278,7 +293,7 @@ def shadow_run(
     per_device = runner.run_devices(shadow_exe, shadow_inputs, observe, observe_operands=bool(observers))
     run = ShadowRun(outputs, runner.assemble(shadow_exe, per_device), shadow, watch.divergences())
     for k, profile in enumerate(devices if observers else ()):
-        mine = [observers[d][k] for d in range(len(per_device))]
+        mine = [observers[d if d in ran else 0][k] for d in range(len(per_device))]
 
         def assembled(of):  # per global output: `of` each participant's float output, assembled (None: not float)
             leaves = runner.assemble(shadow_exe, [_per_leaf(out, of(o)) for out, o in zip(per_device, mine)])
@@ -301,50 +316,102 @@ def _per_leaf(value, of):
     return of(value) if _float(value) else value
 
 
-def run_memory(exe: Executable, inputs, runner: Runner, shadow: Shadow | None = None) -> int:
-    """Bytes a run needs at its peak (SPMD: all participants, the distinct inputs once); `shadow`: `exe` is that
-    shadow's, which will take `inputs` widened (counted as such, not made)."""
+def run_memory(
+    exe: Executable, inputs, runner: Runner, shadow: Shadow | None = None, observers: int = 0, groups=None
+) -> dict:
+    """What a run needs at its peak (SPMD: the participants that run, the distinct inputs once), a
+    memory_estimate's dict (`total`, `work`, `participants`, `bounds`); `shadow`: `exe` is that shadow's, which
+    will take `inputs` widened (counted as such, not made), with `observers` error bounds' observers beside it
+    (bounds_memory); `groups`: the participants taking turns (run_spmd's groups)."""
     if runner.spmd is None:
-        return exe.peak_bytes()
-    estimate = spmd.memory_estimate(exe, inputs)
-    if shadow is None:
-        return estimate["total"]
-    distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
-    return estimate["work"] + sum(
-        a.size * (16 if a.dtype.kind == "c" else 4 if shadow.half_in_f32 and a.dtype.itemsize <= 2 else 8)
-        if a.dtype.kind in "fc" or "float" in a.dtype.name
-        else a.nbytes
-        for a in distinct.values()
-    )
+        work = exe.peak_bytes()
+        estimate = {"participants": 1, "work": work, "total": work}
+    else:
+        inputs = runner.running_inputs(exe, inputs)
+        counts = (runner.spmd["partitions"], runner.spmd["replicas"])
+        estimate = spmd.memory_estimate(exe, inputs, None, groups if len(inputs) > 1 else None, counts)
+    if shadow is not None and runner.spmd is not None:
+        distinct = {id(a): a for device in inputs for a in flatten(tuple(device)) if isinstance(a, np.ndarray)}
+        estimate["total"] = estimate["work"] + sum(
+            a.size * (16 if a.dtype.kind == "c" else 4 if shadow.half_in_f32 and a.dtype.itemsize <= 2 else 8)
+            if a.dtype.kind in "fc" or "float" in a.dtype.name
+            else a.nbytes
+            for a in distinct.values()
+        )
+    bounds = observers * bounds_memory(estimate["work"], shadow, estimate["participants"]) if shadow is not None else 0
+    return {**estimate, "bounds": bounds, "work": estimate["work"] + bounds, "total": estimate["total"] + bounds}
 
 
-def fitting_shadow(exe: Executable, inputs, runner: Runner) -> Shadow:
+# Bytes an error bounds' observer holds per byte of the shadow's f64 values at the run's peak: each float value's
+# bound and SAMPLES float32 deviations (2.5x an f64 value), and what its rules compute meanwhile (float64 terms,
+# products, calibration blocks). Measured, one participant's peak under tracemalloc beside the shadow's alone:
+# 5.0x on an f32 module (tests/test_spmd_turns.py's), 4.7x on an f16 one, 5.4x on the 8-device TPU seed.
+BOUNDS_PER_F64_BYTE = 6
+
+
+def bounds_memory(work: int, shadow: Shadow, participants: int = 1) -> int:
+    """Bytes one error bounds' observer per participant (tools/bounds.py) may need beside a shadow run of `work`
+    bytes of values: BOUNDS_PER_F64_BYTE per byte of f64 values, twice that per byte of f32 ones (16-bit floats in
+    f32: the bounds and the rules' terms stay as large; measured 9.4x on an f16 module), every value counted as of
+    the shadow's narrowest float type; and each participant's pool of normal draws (float32, NOISE_POOL or twice
+    the largest value's elements)."""
+    largest = max(i.shape.size for c in shadow.module.computations for i in c.instructions if not i.shape.is_tuple)
+    pool = 4 * max(NOISE_POOL, 2 * largest)
+    return work * BOUNDS_PER_F64_BYTE * (2 if shadow.half_in_f32 else 1) + participants * pool
+
+
+def fitting_shadow(exe: Executable, inputs, runner: Runner, observers: int = 0) -> tuple[Shadow, Runner]:
     """`exe`'s shadow in f64, or with its 16-bit float types in f32 (exec/shadow.py HALF_BITS: 13 more bits than
-    f16, 16 more than bf16) when the f64 one does not fit in the memory available (the options' max_memory, else
-    MemAvailable) and the narrower one needs less: said (SPMD: through the runner's report, else on stderr).
-    SPMD: a MemoryLimitError, before anything runs, when neither fits (as run_spmd's check would refuse it after
-    the program's run)."""
+    f16, 16 more than bf16), with `observers` error bounds' observers beside it, and the runner to run it with:
+    the first that fits in the memory available (the options' max_memory, else MemAvailable) of the f64 one
+    with all participants together, then in turns by groups (SPMD: Mailboxes' groups, memory.run_groups), then
+    the narrower one together, then in groups. What it chose and needs is said first (SPMD: through the runner's
+    report; the narrower one also on stderr). SPMD: a MemoryLimitError, before anything runs, when none fits
+    (as run_spmd's check would refuse it after the program's run)."""
     shadow = shadow_module(exe.module)
     limit = exe.max_memory if exe.max_memory is not None else available_memory()
-    # (no shadow needs more than 8x its program, an 8-bit float in f64: small modules skip the estimate)
-    if limit is None or 8 * run_memory(exe, inputs, runner) <= limit:
-        return shadow
-    needed = run_memory(executable_like(exe, shadow.module, use_numba=False), inputs, runner, shadow)
-    if needed <= limit:
-        return shadow
-    half = shadow_module(exe.module, half_in_f32=True)
-    half_exe = executable_like(exe, half.module, use_numba=False)
-    half_needed = run_memory(half_exe, inputs, runner, half)
-    if half_needed >= needed:  # no 16-bit floats
-        return shadow
+    # (no shadow needs more than 8x its program, an 8-bit float in f64, and its bounds BOUNDS_PER_F64_BYTE x that
+    # each, but for their pools of draws: small modules skip the estimate)
+    program = run_memory(exe, inputs, runner)
+    pools = observers * program["participants"] * (4 * NOISE_POOL + 8 * program["total"])
+    if limit is None or 8 * (1 + BOUNDS_PER_F64_BYTE * observers) * program["total"] + pools <= limit:
+        return shadow, runner
+    P, R = (runner.spmd["partitions"], runner.spmd["replicas"]) if runner.spmd is not None else (1, 1)
+    turns = spmd.run_groups(exe, P, R) if runner.spmd is not None and runner.spmd.get("groups") == "auto" else None
+    tried: list[tuple[Shadow, list | None, dict]] = []  # in the order preferred
+    for candidate in (shadow, shadow_module(exe.module, half_in_f32=True)):
+        candidate_exe = executable_like(exe, candidate.module, use_numba=False)
+        for groups in [None] + ([turns] if turns else []):
+            tried.append((candidate, groups, run_memory(candidate_exe, inputs, runner, candidate, observers, groups)))
+    fitting = [t for t in tried if t[2]["total"] <= limit]
+    chosen, groups, needs = fitting[0] if fitting else min(tried, key=lambda t: t[2]["total"])
+    if len(tried) > 2:
+        runner.say(
+            "the shadow with its error bounds needs: "
+            + "; ".join(f"{_shadow_kind(c, g)} {gb(n['total'])}" for c, g, n in tried)
+            + f"; {gb(limit)} available"
+        )
+    if chosen.half_in_f32:
+        runner.say(
+            f"the shadow in f64 needs {gb(tried[0][2]['total'])}, {gb(limit)} available: its 16-bit floats in f32 "
+            "(an f32 rounding is 2^-13 of an f16 one)"
+        )
+    if runner.spmd is None:
+        return chosen, runner
     runner.say(
-        f"the shadow in f64 needs {gb(needed)}, {gb(limit)} available: its 16-bit floats in f32 "
-        f"({gb(half_needed)}; an f32 rounding is 2^-13 of an f16 one)"
+        f"the shadow ({_shadow_kind(chosen, groups)}) with its error bounds: {gb(needs['total'])} on "
+        f"{needs['participants']} participant(s), of which the bounds' {gb(needs['bounds'])} ({observers} "
+        f"observer(s)); {gb(limit)} available"
     )
-    if runner.spmd is not None and runner.spmd.get("check_memory", True):
-        subject = f"the shadow of {exe.module.name} (16-bit floats in f32)"
-        spmd.check_fits(subject, spmd.memory_estimate(half_exe, inputs), exe.max_memory, available_memory())
-    return half
+    if runner.spmd.get("check_memory", True):
+        subject = f"the shadow of {exe.module.name} ({_shadow_kind(chosen, groups)}, with its error bounds)"
+        spmd.check_fits(subject, needs, exe.max_memory, available_memory())
+    return chosen, Runner({**runner.spmd, "groups": groups})
+
+
+def _shadow_kind(shadow: Shadow, groups) -> str:
+    kind = "16-bit floats in f32" if shadow.half_in_f32 else "f64"
+    return kind + (f" in turns by {len(groups)} groups" if groups else "")
 
 
 def baseline_executable(exe: Executable) -> Executable:
