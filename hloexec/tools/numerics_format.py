@@ -40,6 +40,8 @@ def format_numerics(report: NumericsReport, top: int) -> str:
         + "the instructions on its path that contribute most to the outputs' error (c=: how far rounding its "
         "value moves the outputs, relative to their scale), then by local error"
     ]
+    if report.local_errors_of:
+        lines.insert(0, f"local errors of {report.local_errors_of} (the others run the same instructions, compiled)")
     lines.append(
         f"{'out':>4}  {'shape':<16} {'dtype':<5} "
         + (f"{'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}  " if paired else "")
