@@ -203,6 +203,40 @@ def test_report_of_an_spmd_module_has_its_collective_traffic(tmp_path, capsys):
     assert {"collectives", "memory", "verdict"} <= tags.ids and "%ar" in out.read_text()
 
 
+# f16 inputs, f32 arithmetic: the shadow with its 16-bit floats in f32 is still twice the program
+MIXED = ALL_REDUCE.replace("f32[64] parameter(0)", "f16[64] parameter(0)\n  c = f32[64] convert(p)").replace(
+    "multiply(p, p)", "multiply(c, c)")
+
+
+@pytest.mark.parametrize("module", [ALL_REDUCE, MIXED], ids=["f32", "f16-inputs"])
+def test_report_of_an_spmd_module_whose_shadow_is_refused_has_the_rest(tmp_path, capsys, module):
+    """The participants' run fits in --max-memory, their shadow does not (f32; f16 inputs: not even with its
+    16-bit floats in f32, as the GPT seed's): the page is written, its verdict says why (the estimate against the memory allowed) and where it fits;
+    the attribution gives local errors; module, memory and collective traffic are complete."""
+    from hloexec import spmd
+
+    hlo, out = tmp_path / "ar.hlo", tmp_path / "ar.html"
+    hlo.write_text(module)
+    exe = hloexec.load(str(hlo), compile_kernels=False)
+    program = spmd.memory_estimate(exe, spmd.random_inputs(exe.module, 2, 0))["total"]
+    code, text, err = report(capsys, hlo, "--spmd", "--max-memory", int(program * 1.2), "-o", out, "--json")
+    assert code == 0, err
+    data = json.loads(text)
+    v = data["verdict"]
+    assert v["consistent"] is None and v["problem"].startswith("no verdict: ") and "needs" in v["problem"]
+    assert v["shadow_needs_bytes"] > v["memory_allowed_bytes"] == int(program * 1.2)
+    assert v["memory_allowed_from"] == "--max-memory" and f"report {hlo} --spmd" in v["where_it_fits"]
+    n = data["numerics"]
+    assert n["mode"] == "local" and n["top"][0]["name"] == "m" and n["local_errors_of"] == "participant 0 of 2"
+    assert n["top"][0]["runs"] == 1  # measured on one participant only (each runs it once)
+    assert data["collectives"]["by_kind"]["all-reduce"]["count"] == 1 and data["memory"]["devices"] == 2
+    page = out.read_text()
+    tags = Tags()
+    tags.feed(page)
+    assert {"no-verdict", "attribution", "memory", "collectives", "rerun"} <= tags.ids
+    assert "For the verdict, --max-memory " in page
+
+
 def test_report_of_a_module_hloexec_cannot_run_is_a_clear_error(tmp_path, capsys):
     hlo = tmp_path / "cc.hlo"
     hlo.write_text('HloModule cc\n\nENTRY e {\n  p = f32[4] parameter(0)\n'
@@ -303,8 +337,9 @@ def test_report_of_the_f16_layernorm_gradient_against_xla_in_a_headless_browser(
 @pytest.mark.skipif(headless_browser() is None, reason="no headless Chromium (apt-get install chromium-headless-shell)")
 @pytest.mark.skipif(not os.environ.get("REPORT_SCREENSHOTS"), reason="the docs' screenshot: REPORT_SCREENSHOTS=DIR")
 def test_report_of_the_gpt_seed_in_a_headless_browser(tmp_path, capsys, shared_path, monkeypatch):
-    """16 participants, each run op by op (the shadow has discrete instructions). Run beside a link to the seed,
-    so that the page's command line is the one docs/reports.md shows; prints the time and peak memory taken."""
+    """16 participants; when the shadow does not fit, the verdict says why and the attribution measures participant
+    0 op by op, the others compiled. Run beside a link to the seed, so that the page's command line is the one
+    docs/reports.md shows; prints the time and peak memory taken."""
     folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path).resolve()
     seed = "gpt_train_step_shard_parallel_16dev.hlo"
     (tmp_path / seed).symlink_to(shared_path("seeds", seed))

@@ -351,3 +351,22 @@ def test_tiers_count_per_participant():
     for out in second[1:]:
         for got, want in zip(out, second[0]):
             assert got.tobytes() == want.tobytes()
+
+
+def test_only_the_observed_participants_are_observed():
+    """run_spmd(observed=...): those participants are observed, inside their fusions too (op by op); the others
+    run unobserved, the fusion compiled (the same bits among them, within an ulp of the op-by-op ones)."""
+    import hloexec
+    exe = hloexec.load(_TIERED, compile="eager", compile_after=1)
+    x = np.linspace(-3, 3, 32768, dtype=np.float32)
+    first = exe.run_spmd([[x]] * 4, report=lambda message: None)       # each participant's first run: op by op
+    seen = []
+    outputs = exe.run_spmd([[x]] * 4, report=lambda message: None, observed=(2,),
+                           observe=lambda device, inst, value: seen.append((device, inst.name)))
+    assert {d for d, _ in seen} == {2} and {"e", "r", "f", "y"} <= {name for _, name in seen}
+    for d in (0, 1, 3):
+        for got, want in zip(outputs[d], outputs[0]):
+            assert got.tobytes() == want.tobytes()
+    for got, want in zip(outputs[2], first[2]):                        # observed: op by op again
+        assert got.tobytes() == want.tobytes()
+    np.testing.assert_allclose(outputs[0][0], outputs[2][0], rtol=1e-6)

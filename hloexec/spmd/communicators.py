@@ -209,11 +209,19 @@ class ThreadCommunicator:
 
 
 def run_participants(
-    exe, inputs: dict, P: int, R: int, mailboxes: Mailboxes, *, observe=None, observe_operands: bool = False
+    exe,
+    inputs: dict,
+    P: int,
+    R: int,
+    mailboxes: Mailboxes,
+    *,
+    observe=None,
+    observe_operands: bool = False,
+    observed=None,
 ) -> dict:
     """Run the participants `inputs` names (device id -> input list) as threads meeting in `mailboxes`;
-    returns device id -> outputs (`observe`: as run_spmd's). Raises ExecutionError naming the device that
-    failed first."""
+    returns device id -> outputs (`observe`, `observed`: as run_spmd's). Raises ExecutionError naming the device
+    that failed first."""
     outputs: dict = {}
     errors: dict[int, BaseException] = {}
 
@@ -224,7 +232,8 @@ def run_participants(
         exe.context.play(device)
         mailboxes.take_slot(d)
         try:
-            seen = None if observe is None else functools.partial(observe, d)
+            watched = observe is not None and (observed is None or d in observed)
+            seen = functools.partial(observe, d) if watched else None
             outputs[d] = exe.run(*inputs[d], observe=seen, observe_operands=observe_operands)
             mailboxes.finish(d)
         except BaseException as e:  # noqa: BLE001  (reported below, with the device)

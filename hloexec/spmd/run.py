@@ -33,6 +33,7 @@ def run_spmd(
     report=None,
     observe=None,
     observe_operands: bool = False,
+    observed=None,
     mirror_identical: bool = False,
     groups=None,
 ):
@@ -48,7 +49,8 @@ def run_spmd(
     At most `concurrency` participants compute at a time (default: the CPU count; the others wait at
     their start or in collectives), which bounds the op temporaries the estimate does not count.
     `observe(device id, inst, value[, operands])`: as Executable.run's `observe`, called from each participant's
-    thread with its global device id first (threads only).
+    thread with its global device id first (threads only); `observed` (device ids): only those participants are
+    observed, the others run as unobserved runs do (fusions compiled).
     `mirror_identical`: participants that compute the same (hloexec.spmd.identical) run as device 0 alone, its
     outputs every participant's (observed as device 0; said). `groups`: lists of device ids that take turns
     (Mailboxes: one group computes while the others wait at their start or at a collective reaching across
@@ -102,11 +104,11 @@ def run_spmd(
         exe, per_device_inputs, P, R, mirror_identical, groups, concurrency, max_memory, check_memory, say
     )
     if len(per_device_inputs) < n:  # participants that compute the same: device 0's run is each one's
-        return [run_mirrored(exe, per_device_inputs[0], P, R, observe, observe_operands)] * n
+        seen = observe if observed is None or 0 in observed else None
+        return [run_mirrored(exe, per_device_inputs[0], P, R, seen, observe_operands)] * n
     mailboxes = Mailboxes(range(n), timeout=timeout, compute_slots=concurrency or CORES, groups=groups)
-    outputs = run_participants(
-        exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, observe=observe, observe_operands=observe_operands
-    )
+    watch = {"observe": observe, "observe_operands": observe_operands, "observed": observed}
+    outputs = run_participants(exe, dict(enumerate(per_device_inputs)), P, R, mailboxes, **watch)
     leftover = mailboxes.undelivered()
     if leftover:
         raise ExecutionError(

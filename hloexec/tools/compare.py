@@ -205,10 +205,13 @@ def ulp_at(magnitude, dtype) -> np.ndarray:
 
 def output_scale(expected: np.ndarray) -> float:
     """max |expected| over its finite elements (0 when there are none)."""
-    magnitude = np.abs(expected)
-    largest = float(magnitude.max(initial=0))
+    if expected.dtype.kind == "f":  # without an array of magnitudes (a NaN or infinity: below)
+        largest = max(float(expected.max(initial=0)), -float(expected.min(initial=0)))
+    else:
+        largest = float(np.abs(expected).max(initial=0))
     if largest == largest and largest != float("inf"):
         return largest
+    magnitude = np.abs(expected)
     finite = magnitude[np.isfinite(magnitude)]
     return float(finite.max()) if finite.size else 0.0
 

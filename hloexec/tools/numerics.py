@@ -381,6 +381,7 @@ class NumericsReport:
     parted: list[str] = field(default_factory=list)
     not_evaluated: list[str] = field(default_factory=list)
     nonfinite: NonfiniteReport | None = None
+    local_errors_of: str = ""  # SPMD, local mode: the one participant whose local errors were measured
 
 
 def attribute(
@@ -419,6 +420,9 @@ def attribute(
             )
     if mode == "paired" and runner.spmd is not None:  # checked together above: neither run alone refuses
         runner = Runner({**runner.spmd, "check_memory": False})
+    if mode == "local" and runner.spmd is not None:  # one participant observed, op by op; the others compiled
+        program = executable_like(exe, exe.module, **{k: v for k, v in options.items() if k != "use_numba"})
+        runner = Runner({**runner.spmd, "observed": (LOCAL_PARTICIPANT,)})
     seen = _Seen(exe.module, shadow)
     if mode == "local":
         attribution = _Attribution(shadow_exe.context, shadow)
@@ -427,9 +431,14 @@ def attribute(
     else:
         attribution = _Attribution(program.context, shadow)
         pairing = _Pairing()
-        # every value's error bound under the program's arithmetic: an instruction beyond it is named
-        bounds = ErrorBounds(
-            shadow, shadow_exe.context, replace(program.options.device, reductions=program.options.reductions)
+        # every value's error bound under the program's arithmetic: an instruction beyond it is named (one
+        # participant: an SPMD run's bounds need an observer per participant, whose collectives exchange them)
+        bounds = (
+            ErrorBounds(
+                shadow, shadow_exe.context, replace(program.options.device, reductions=program.options.reductions)
+            )
+            if runner.spmd is None
+            else None
         )
         outputs, shadow_outputs = _paired_runs(
             program, shadow_exe, shadow, inputs, runner, attribution, pairing, seen, bounds
@@ -445,6 +454,9 @@ def attribute(
         list(pairing.parted.values()) if pairing else [],
         attribution.errors,
         seen.tracker.report(outputs),
+        f"participant {LOCAL_PARTICIPANT} of {runner.spmd['partitions'] * runner.spmd['replicas']}"
+        if mode == "local" and runner.spmd is not None
+        else "",
     )
 
 
@@ -464,15 +476,38 @@ class _Seen:
         return self.counts[k]
 
 
+LOCAL_PARTICIPANT = 0  # the participant of an SPMD run whose local errors are measured (local mode)
+
+
+class _HloexecGroups:
+    """`inst in groups`: whether `inst` is an output of a group hloexec fused itself (exec/fuse.py) in `program`'s
+    plans: an observer sees such a group as its outputs, the group's inputs as their operands, so no local error of
+    the instruction's own. Plans are made as their computations first run: looked up again at a new computation."""
+
+    def __init__(self, program: Executable):
+        self.program = program
+        self.computations: set[str] = set()
+        self.outputs: set[int] = set()
+
+    def __contains__(self, inst) -> bool:
+        if _comp(inst) not in self.computations:
+            self.computations.add(_comp(inst))
+            self.outputs = {id(o) for plan in self.program.plans for g in plan.fused_groups for o in g.outputs}
+        return id(inst) in self.outputs
+
+
 def _local_run(
     program: Executable, shadow: Shadow, inputs, runner: Runner, attribution: _Attribution, seen: _Seen
 ) -> list:
-    """The program's run alone, each instruction's local error at its own operands; its outputs."""
+    """The program's run alone, each instruction's local error at its own operands; its outputs. SPMD: the runner
+    observes participant LOCAL_PARTICIPANT alone (every participant runs the same instructions on its shard: one
+    runs op by op with the f64 evaluations, the others compiled), its local errors and NaN/Inf origins."""
     by_name = {(c.name, i.name): i for c in shadow.module.computations for i in c.instructions}
+    grouped = _HloexecGroups(program)
 
     def observe(device, inst, value, operands):
         seen.tracker.observe(device, inst, value, operands)
-        if not evaluates_local_error(inst) or inst.name in shadow.pinned:
+        if not evaluates_local_error(inst) or inst.name in shadow.pinned or inst in grouped:
             return
         twin = by_name.get((_comp(inst), inst.name))
         if twin is None:
@@ -494,11 +529,11 @@ def _paired_runs(
     attribution: _Attribution,
     pairing: _Pairing,
     seen: _Seen,
-    bounds: ErrorBounds,
+    bounds: ErrorBounds | None,
 ) -> tuple[list, list]:
     """The program's run (a thread of its own) and its shadow's side by side, each program value paired with the
-    shadow's and its errors recorded, with how far past its error bound (`bounds`, fed by the shadow's values) it
-    is; (the program's outputs, the shadow's)."""
+    shadow's and its errors recorded, with how far past its error bound (`bounds`, fed by the shadow's values; None:
+    not measured) it is; (the program's outputs, the shadow's)."""
     helpers = _helper_names(shadow)
     totals = _Totals()
 
@@ -511,7 +546,8 @@ def _paired_runs(
         pairing.post(device, (inst, value, operands), idle(program))
 
     def on_shadow(device, inst, value, operands):
-        bounds(inst, value, operands)
+        if bounds is not None:
+            bounds(inst, value, operands)
         if (_comp(inst), inst.name) in helpers:
             return
         item = pairing.take(device, inst, idle(shadow_exe))
@@ -536,7 +572,7 @@ def _paired_runs(
             local,
             total,
             inherited,
-            _bound_ratio(bounds, low_value, value) if runner.spmd is None else None,
+            _bound_ratio(bounds, low_value, value) if bounds is not None else None,
         )
 
     result: dict = {}

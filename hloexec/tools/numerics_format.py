@@ -20,6 +20,7 @@ def beyond_bound(report: NumericsReport) -> list:
 def numerics_dict(report: NumericsReport, top: int) -> dict:
     return {
         "mode": report.mode,
+        "local_errors_of": report.local_errors_of or None,
         "top": [asdict(r) for r in report.instructions[:top] if r.runs],
         "instructions_evaluated": sum(1 for r in report.instructions if r.local_error or r.total_error),
         "outputs": report.outputs,
@@ -39,6 +40,8 @@ def format_numerics(report: NumericsReport, top: int) -> str:
         + "the instructions on its path that contribute most to the outputs' error (c=: how far rounding its "
         "value moves the outputs, relative to their scale), then by local error"
     ]
+    if report.local_errors_of:
+        lines.insert(0, f"local errors of {report.local_errors_of} (the others run the same instructions, compiled)")
     lines.append(
         f"{'out':>4}  {'shape':<16} {'dtype':<5} "
         + (f"{'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}  " if paired else "")

@@ -232,7 +232,14 @@ def _verdict_section(data: dict) -> str:
         + "</p>"
     ]
     if v.get("problem"):
-        parts.append(f"<p class='fail'>{html.escape(str(v['problem']))}</p>")
+        parts.append(f"<p class='fail' id='no-verdict'>{html.escape(str(v['problem']))}</p>")
+    if v.get("where_it_fits"):
+        parts.append(
+            f"<p>The shadow (the exact answer) needs {_bytes(v['shadow_needs_bytes'])}, "
+            f"{_bytes(v['memory_allowed_bytes'])} allowed ({html.escape(v['memory_allowed_from'])}): the other "
+            "sections are complete, the attribution gives local errors (each instruction against itself in f64 at "
+            f"the run's own operands). For the verdict, {html.escape(v['where_it_fits'])}</p>"
+        )
     worst = _worst_element(data)
     if worst:
         parts.append(f"<p class='worst' id='worst-element'>{worst}</p>")
@@ -337,7 +344,9 @@ def _attribution_section(data: dict, svg: str | None) -> str:
         + "<th>instruction</th><th>op_name</th><th>source</th></tr>"
     )
     parts = [
-        f"<p>mode {html.escape(n['mode'])}: instructions by contribution (how far rounding its value moves the "
+        f"<p>mode {html.escape(n['mode'])}"
+        + (f" (local errors of {html.escape(n['local_errors_of'])})" if n.get("local_errors_of") else "")
+        + ": instructions by contribution (how far rounding its value moves the "
         "outputs), then by local error (the error it adds given exact operands), relative to its scale; "
         f"the top {len(rows)} of {n['instructions_evaluated']} evaluated.</p>" + _folded(header, cells)
     ]
@@ -472,8 +481,17 @@ def _rerun_section(data: dict) -> str:
     return _section(
         "rerun",
         "how to rerun",
-        f"<pre>{html.escape(data['command_line'])}</pre><p>hloexec {html.escape(data['hloexec_version'])}</p>",
+        f"<pre>{html.escape(data['command_line'])}</pre><p>hloexec {html.escape(data['hloexec_version'])}</p>"
+        + _timings(data.get("seconds") or {}),
     )
+
+
+def _timings(seconds: dict) -> str:
+    """What each section took to make (the reader rerunning it knows what to expect)."""
+    if not seconds:
+        return ""
+    parts = ", ".join(f"{html.escape(k)} {v:.1f} s" for k, v in seconds.items())
+    return f"<p class='meta'>made in {sum(seconds.values()):.0f} s: {parts}</p>"
 
 
 # -- generic rendering (the verdict's keys change as the verdict work lands: render whatever is there) -----

@@ -392,11 +392,16 @@ def _scale(shadow: np.ndarray, dtype) -> tuple[float, float]:
 def _element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(|x - shadow| in f64, with 0 where both are the same non-finite value; where x is non-finite and the
     shadow is not, or they are different non-finite values)."""
-    x = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    wide = np.complex128 if x.dtype.kind == "c" else np.float64
+    e = x.astype(wide)  # a copy: the errors are made in it (no other temporary of its size: page faults)
     with np.errstate(all="ignore"):
-        e = np.abs(x - shadow)
+        if e.dtype.kind == "f" and shadow.dtype.kind != "c" and e.shape == shadow.shape:
+            np.abs(np.subtract(e, shadow, out=e), out=e)
+        else:
+            e = np.abs(e - shadow)
     if np.isfinite(e.max(initial=0.0)):  # no non-finite element anywhere (the usual case): one pass less
         return e, np.zeros(e.shape, bool)
+    x = x.astype(wide)
     x_fin, s_fin = np.isfinite(x), np.isfinite(shadow)
     same = (x == shadow) | (np.isnan(x) & np.isnan(shadow))
     bad = (~x_fin | ~s_fin) & ~same

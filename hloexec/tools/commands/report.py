@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from ... import __version__
-from ...errors import ExecutionError
+from ...errors import ExecutionError, MemoryLimitError
 from ..common import (
     EXIT_MISMATCH,
     EXIT_OK,
@@ -26,7 +27,7 @@ from ..common import (
 from ..compare import jsonable
 from ..participants import is_spmd, numerics_runner
 from ..report import TOP, largest_errors, to_html, worst_graph
-from ..stats import module_stats
+from ..stats import human_bytes, module_stats
 
 
 def collect(args) -> tuple[dict, str | None]:
@@ -37,38 +38,53 @@ def collect(args) -> tuple[dict, str | None]:
     from ..numerics import attribute
     from ..numerics_format import numerics_dict
 
-    module, _ = load_module(args)
-    exe, _ = prepare(module, args)
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731  (stdout: --json)
+    command_line = "hloexec " + shlex.join(getattr(args, "command_line", None) or sys.argv[1:])
+    seconds: dict[str, float] = {}
+
+    def timed(section: str, compute):
+        """`compute()`, its time kept under `section` and said (what each section costs: docs/reports.md)."""
+        start = time.perf_counter()
+        result = compute()
+        seconds[section] = time.perf_counter() - start
+        say(f"{section}: {seconds[section]:.1f} s")
+        return result
+
+    module, _ = timed("parse", lambda: load_module(args))
+    exe, _ = timed("prepare", lambda: prepare(module, args))
     spmd = is_spmd(args)
     if spmd and args.against is not None:
         raise UsageError("report --spmd takes candidates with --actual, not --against xla")
     if not spmd:
         check_memory(exe, args, None)
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731  (stdout: --json)
-    runner, inputs, inputs_info = numerics_runner(exe, args, None)
+    runner, inputs, inputs_info = timed("inputs", lambda: numerics_runner(exe, args, None))
     candidates = actual_candidates(exe, args.actual or (), spmd=spmd)
     if args.against is not None:
-        candidates["XLA:CPU"] = run_on_xla(module, args.file, inputs)
+        candidates["XLA:CPU"] = timed("XLA:CPU", lambda: run_on_xla(module, args.file, inputs))
     say(f"{module.name}: the verdict (the run, its baseline and its shadow)")
-    try:
-        verdict, paired = judge_candidates(exe, module, args, inputs, candidates, runner)
-        verdict, largest = verdict.to_dict(), largest_errors(paired.outputs, paired.shadow)
-    except ExecutionError as e:  # the f64 shadow refused for memory (SPMD: a plain ExecutionError); a failure
-        say(f"no verdict: {e}")  # of the module itself comes back from the attribution's run below
-        verdict, largest = {"consistent": None, "problem": f"no verdict: {e}", "candidates": {}, "outputs": []}, []
-    say(f"{module.name}: the attribution (the run paired with its shadow, instruction by instruction)")
-    numerics = attribute(exe, inputs, runner, reductions=args.reductions or "per-step", say=say)
-    stats = module_stats(module)
-    memory = memory_report(exe, args.file, spmd=spmd, partitions=args.partitions, replicas=args.replicas)
-    collectives = (
-        collectives_report(module, args.file, args.partitions, args.replicas) if spmd or stats.collectives else None
+    verdict, largest = timed(
+        "verdict", lambda: _verdict(exe, module, args, inputs, candidates, runner, say, command_line)
     )
-    graph, svg = worst_graph(module, numerics.instructions)
+    say(f"{module.name}: the attribution (the run paired with its shadow, instruction by instruction)")
+    numerics = timed(
+        "attribution", lambda: attribute(exe, inputs, runner, reductions=args.reductions or "per-step", say=say)
+    )
+    stats = timed("module", lambda: module_stats(module))
+    memory = timed(
+        "memory",
+        lambda: memory_report(exe, args.file, spmd=spmd, partitions=args.partitions, replicas=args.replicas),
+    )
+    collectives = (
+        timed("collectives", lambda: collectives_report(module, args.file, args.partitions, args.replicas))
+        if spmd or stats.collectives
+        else None
+    )
+    graph, svg = timed("graph", lambda: worst_graph(module, numerics.instructions))
     data = {
         "command": "report",
         "version": JSON_VERSION,
         "hloexec_version": __version__,
-        "command_line": "hloexec " + shlex.join(getattr(args, "command_line", None) or sys.argv[1:]),
+        "command_line": command_line,
         "file": args.file,
         "module": module.name,
         "device": args.device or "reference",
@@ -80,8 +96,37 @@ def collect(args) -> tuple[dict, str | None]:
         "graph": graph,
         "memory": memory.to_dict(),
         "collectives": collectives.to_dict() if collectives is not None else None,
+        "seconds": seconds,
     }
     return data, svg
+
+
+def _verdict(exe, module, args, inputs, candidates, runner, say, command_line: str) -> tuple[dict, list]:
+    """(the verdict's data, the run's largest errors); when the shadow is refused for memory, no verdict, with
+    the estimate against the memory allowed and what to run where it fits."""
+    try:
+        verdict, paired = judge_candidates(exe, module, args, inputs, candidates, runner)
+        return verdict.to_dict(), largest_errors(paired.outputs, paired.shadow)
+    except MemoryLimitError as e:
+        say(f"no verdict: {e}")
+        where = (
+            f"--max-memory {human_bytes(e.peak)} or more"
+            if e.given
+            else f"on a machine with {human_bytes(e.peak)} or more available"
+        )
+        return {
+            "consistent": None,
+            "problem": f"no verdict: {e}",
+            "shadow_needs_bytes": e.peak,
+            "memory_allowed_bytes": e.limit,
+            "memory_allowed_from": "--max-memory" if e.given else "MemAvailable",
+            "where_it_fits": f"{where}, the same command: {command_line}",
+            "candidates": {},
+            "outputs": [],
+        }, []
+    except ExecutionError as e:  # a failure of the module itself comes back from the attribution's run below
+        say(f"no verdict: {e}")
+        return {"consistent": None, "problem": f"no verdict: {e}", "candidates": {}, "outputs": []}, []
 
 
 def add_parser(subparsers, parents) -> None:
