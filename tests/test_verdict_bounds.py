@@ -409,6 +409,35 @@ def test_correct_layernorm_backward_numerics_names_nothing_beyond_its_bound():
         assert not judge(run.shadow, baseline, {"bumped": bumped}, bounds=bound).consistent("bumped")
 
 
+def test_a_one_term_sum_keeps_its_terms_bound():
+    """A reduce over size-1 dims (jax's keepdims mean) adds nothing but its own rounding: its bound is its one
+    term's (the rule counted that term's error once as independent and once as shared with itself: 2x)."""
+    text = """HloModule one_term
+add {
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT s = f32[] add(p, q)
+}
+ENTRY e {
+  a = f16[32,1,1] parameter(0)
+  b = f16[32,1,1] parameter(1)
+  m = f16[32,1,1] multiply(a, b)
+  t = f32[32,1,1] convert(m)
+  z = f32[] constant(0)
+  r = f32[32] reduce(t, z), dimensions={1,2}, to_apply=add
+  tr = f32[32] reshape(t)
+  ROOT out = (f32[32], f32[32]) tuple(tr, r)
+}
+"""
+    exe = hloexec.load(text)
+    r = np.random.default_rng(3)
+    inputs = [r.uniform(1, 2, (32, 1, 1)).astype(np.float16) for _ in range(2)]
+    verdict, run = judge_run(exe, inputs, {})
+    term, total = run.bounds[exe.options.device.name].bounds
+    assert np.all(term > 0)
+    assert np.allclose(total, term, rtol=1e-6, atol=1e-6 * np.abs(np.asarray(run.shadow[1])).max())
+
+
 BROADCAST_SUMS = {
     # a bias added to every row, summed over the rows (an f16 LayerNorm's db)
     "bias": ("add", "f16[256,256] broadcast(b), dimensions={1}", 0),

@@ -16,10 +16,11 @@ root-sum-square, a single rounding counts as the largest error it can make.
   SIGMAS sigmas of a uniform error (0 where the operands are exact and x is a value of the type),
   transcendentals TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32
   keeps its bf16 bound (the convert is exact, the bound flows through);
-- add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
-  smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
-  -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
-  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its
+- add-reductions: the larger of the root-sum-square of the terms' bounds and a part they may all share, at most
+  the smallest of them, times their count plus the root-sum-square of the rest (an error shared by the terms --
+  a row's mean or scale, a bias's rounding -- adds up: measured on an f16 LayerNorm's gradient, the
+  root-sum-square alone was 2x short; a one-term sum keeps its term's bound; a reduce-window's terms' bounds are
+  added), plus the accumulation's rounding in the device's accumulation type (its
   `reductions` rule: "per-step", the HLO's own meaning, every reducer step rounding in the reduction's type;
   "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic bound: SIGMAS standard
   deviations of a sequential sum's rounding error, whose variance
@@ -633,10 +634,12 @@ class ErrorBounds:
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
         linear = lambda: np.asarray(kernel(terms, self.of(init)), np.float64)  # noqa: E731 (the most they make)
-        if inst.opcode == "reduce":  # independent terms' errors, plus a part they may all share
+        if inst.opcode == "reduce":  # independent terms' errors, or a part they all share and the rest independent
+            least = _least_along(terms, inst.attr("dimensions", ()))
             independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
-            shared = np.asarray(kernel(_least_along(terms, inst.attr("dimensions", ())), self.of(init)), np.float64)
-            variance = np.square(independent + shared)
+            rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(self.of(init))), np.float64))
+            shared = np.asarray(kernel(least, self.of(init)), np.float64)
+            variance = np.square(np.maximum(independent, shared + rest))
         else:  # a window's terms: their bounds added
             variance = np.square(linear())
         squares = np.asarray(kernel(a * a, zero), np.float64)
