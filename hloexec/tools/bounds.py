@@ -40,8 +40,9 @@ root-sum-square, a single rounding counts as the largest error it can make.
 Calibrated by sampled runs: the rules above cannot see errors cancel (x - mean(x), a softmax's normalization,
 a LayerNorm gradient's terms): through a transformer block their bounds grew to 20-800x the errors. So SAMPLES
 perturbed runs are carried along (each instruction's kernel on its operands moved by the samples' deviations,
-plus a draw of its own error), and per block of elements a bound is divided by how loose the samples show it is
-(`_sample`, `_calibrate`; not a moved value's: its block holds copies). A sum's or dot's bound is also raised
+plus a draw of its own error: one per element, but one per group where the program makes one error, the
+rounding of an add of a broadcast value, `shared_rounding`), and per block of elements a bound is divided by
+how loose the samples show it is (`_sample`, `_calibrate`; not a moved value's: its block holds copies). A sum's or dot's bound is also raised
 to SIGMAS x its samples' RMS over the block where the rules fall short of it (up to its terms' bounds added): a term rounded once is bounded by its largest error, half an ulp, only 1.73 of its
 sigmas, so the root-sum-square of such terms is 1.73 sigmas of their sum, not SIGMAS (an f16 LayerNorm
 gradient's f32 row sum of f16-rounded terms reached 2.09x it on a correct run).
@@ -82,7 +83,7 @@ from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from ..spmd.devices import GROUPED
-from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate
+from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate, shared_rounding
 from .compare import ulp_at
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
@@ -426,51 +427,14 @@ class ErrorBounds:
 
     def _rounding_draws(self, inst, x, operands, shape) -> np.ndarray:
         """Standard normal draws of the instruction's own errors (`shape`: SAMPLES x the value's), one per element,
-        but one per group of elements where the program makes one error (`_shared_rounding`)."""
+        but one per group of elements where the program makes one error (`shared_rounding`)."""
         draws = self._noise(shape)
-        keys = self._shared_rounding(inst, x, operands)
+        comp = inst.computation.name if inst.computation is not None else ""
+        keys = shared_rounding(inst, self.original.get((comp, inst.name)), x, operands)
         if keys is None:
             return draws
         shared = self._noise((shape[0], int(keys.max()) + 1))[:, np.maximum(keys, 0)]
         return np.where(keys >= 0, shared, draws)
-
-    def _shared_rounding(self, inst, x, operands) -> np.ndarray | None:
-        """An add or subtract of a broadcast value b (a bias, a row's mean, an epsilon) rounds b's low bits away:
-        where the other operand v is on a grid at least as coarse as the result's (its ulp in its type at least
-        the result's ulp U), fl(v + b) - (v + b) = fl_U(b) - b, the same error for every element made from one
-        element of b in one binade of the result (measured: an f16 LayerNorm's bias add, 287 elements of a column
-        of 1,024 off by -0.488 ulp each; the column's sum, db, 2.1x its bound). Returns a group number per element
-        (-1: its rounding is its own), or None where no element shares one."""
-        if inst.opcode not in ("add", "subtract") or np.size(x) < 2 or len(operands) != 2:
-            return None
-        spread = [k for k, o in enumerate(inst.operands) if o.opcode == "broadcast"]
-        comp = inst.computation.name if inst.computation is not None else ""
-        orig = self.original.get((comp, inst.name))
-        if len(spread) != 1 or orig is None or orig.shape.element_type.numpy is None:
-            return None
-        k = spread[0]
-        other_type = orig.operands[1 - k].shape.element_type.numpy
-        if other_type is None:
-            return None
-        dims = tuple(inst.operands[k].attr("dimensions", ()))
-        kept = [x.shape[d] for d in dims]
-        count = int(np.prod(kept, dtype=np.int64))
-        if count == x.size:
-            return None  # (a broadcast that adds no dimension: nothing repeats)
-        # the broadcast operand's element behind each element of x
-        source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
-        source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
-        ulp = ulp_at(x, orig.shape.element_type.numpy)
-        binade = np.frexp(ulp)[1]
-        binade -= binade.min()
-        coarse = ulp_at(operands[1 - k], other_type) >= ulp
-        if not coarse.any():
-            return None
-        groups = np.where(coarse, binade * count + source, -1)
-        if (int(binade.max()) + 1) * count > x.size:  # numbered densely (never more draws than elements)
-            _, dense = np.unique(groups, return_inverse=True)
-            groups = np.where(coarse, dense.reshape(x.shape) - int(not coarse.all()), -1)
-        return groups
 
     _calibrate = staticmethod(calibrate)  # (a method: tests replace it)
 
