@@ -428,13 +428,16 @@ class ErrorBounds:
     def _rounding_draws(self, inst, x, operands, shape) -> np.ndarray:
         """Standard normal draws of the instruction's own errors (`shape`: SAMPLES x the value's), one per element,
         but one per group of elements where the program makes one error (`shared_rounding`)."""
-        draws = self._noise(shape)
         comp = inst.computation.name if inst.computation is not None else ""
         keys = shared_rounding(inst, self.original.get((comp, inst.name)), x, operands)
         if keys is None:
-            return draws
-        shared = self._noise((shape[0], int(keys.max()) + 1))[:, np.maximum(keys, 0)]
-        return np.where(keys >= 0, shared, draws)
+            return self._noise(shape)
+        own = keys < 0
+        mixed = bool(own.any())
+        shared = self._noise((shape[0], int(keys.max()) + 1))[:, np.maximum(keys, 0) if mixed else keys]
+        if mixed:
+            shared[:, own] = self._noise(shape)[:, own]
+        return shared
 
     _calibrate = staticmethod(calibrate)  # (a method: tests replace it)
 
