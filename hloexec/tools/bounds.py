@@ -16,10 +16,11 @@ root-sum-square, a single rounding counts as the largest error it can make.
   SIGMAS sigmas of a uniform error (0 where the operands are exact and x is a value of the type),
   transcendentals TRANSCENDENTAL_ULPS more ulps of f32 (XLA's f32 approximations); a bf16 value converted to f32
   keeps its bf16 bound (the convert is exact, the bound flows through);
-- add-reductions: the root-sum-square of the terms' bounds plus the part they may all share, at most the
-  smallest of them, times their count (an error shared by the terms -- a row's mean or scale, a bias's rounding
-  -- adds up: measured on an f16 LayerNorm's gradient, the root-sum-square alone was 2x short; a reduce-window's
-  terms' bounds are added), plus the accumulation's rounding in the device's accumulation type (its
+- add-reductions: the larger of the root-sum-square of the terms' bounds and a part they may all share, at most
+  the smallest of them, times their count plus the root-sum-square of the rest (an error shared by the terms --
+  a row's mean or scale, a bias's rounding -- adds up: measured on an f16 LayerNorm's gradient, the
+  root-sum-square alone was 2x short; a one-term sum keeps its term's bound; a reduce-window's terms' bounds are
+  added), plus the accumulation's rounding in the device's accumulation type (its
   `reductions` rule: "per-step", the HLO's own meaning, every reducer step rounding in the reduction's type;
   "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic bound: SIGMAS standard
   deviations of a sequential sum's rounding error, whose variance
@@ -39,8 +40,9 @@ root-sum-square, a single rounding counts as the largest error it can make.
 Calibrated by sampled runs: the rules above cannot see errors cancel (x - mean(x), a softmax's normalization,
 a LayerNorm gradient's terms): through a transformer block their bounds grew to 20-800x the errors. So SAMPLES
 perturbed runs are carried along (each instruction's kernel on its operands moved by the samples' deviations,
-plus a draw of its own error), and per block of elements a bound is divided by how loose the samples show it is
-(`_sample`, `_calibrate`; not a moved value's: its block holds copies). A sum's or dot's bound is also raised
+plus a draw of its own error: one per element, but one per group where the program makes one error, the
+rounding of an add of a broadcast value, `shared_rounding`), and per block of elements a bound is divided by
+how loose the samples show it is (`_sample`, `_calibrate`; not a moved value's: its block holds copies). A sum's or dot's bound is also raised
 to SIGMAS x its samples' RMS over the block where the rules fall short of it (up to its terms' bounds added): a term rounded once is bounded by its largest error, half an ulp, only 1.73 of its
 sigmas, so the root-sum-square of such terms is 1.73 sigmas of their sum, not SIGMAS (an f16 LayerNorm
 gradient's f32 row sum of f16-rounded terms reached 2.09x it on a correct run).
@@ -81,7 +83,7 @@ from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from ..spmd.devices import GROUPED
-from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate
+from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate, shared_rounding
 from .compare import ulp_at
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
@@ -408,7 +410,7 @@ class ErrorBounds:
                 continue
             own = local[k] if isinstance(local, list) else local
             if own is not None and np.any(own):
-                out += self._noise(out.shape) * (own / SIGMAS).astype(np.float32)
+                out += self._rounding_draws(inst, leaf, operands, out.shape) * (own / SIGMAS).astype(np.float32)
             bound = self._entry(leaf)[1]
             if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
                 bound = self._calibrate(bound, out, ceiling)
@@ -422,6 +424,20 @@ class ErrorBounds:
             self.pool = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
         start = int(self.rng.integers(0, self.pool.size - need + 1))
         return self.pool[start : start + need].reshape(shape)
+
+    def _rounding_draws(self, inst, x, operands, shape) -> np.ndarray:
+        """Standard normal draws of the instruction's own errors (`shape`: SAMPLES x the value's), one per element,
+        but one per group of elements where the program makes one error (`shared_rounding`)."""
+        comp = inst.computation.name if inst.computation is not None else ""
+        keys = shared_rounding(inst, self.original.get((comp, inst.name)), x, operands)
+        if keys is None:
+            return self._noise(shape)
+        own = keys < 0
+        mixed = bool(own.any())
+        shared = self._noise((shape[0], int(keys.max()) + 1))[:, np.maximum(keys, 0) if mixed else keys]
+        if mixed:
+            shared[:, own] = self._noise(shape)[:, own]
+        return shared
 
     _calibrate = staticmethod(calibrate)  # (a method: tests replace it)
 
@@ -585,10 +601,12 @@ class ErrorBounds:
         zero = np.zeros_like(init)
         terms = np.broadcast_to(self.of(a), a.shape)
         linear = lambda: np.asarray(kernel(terms, self.of(init)), np.float64)  # noqa: E731 (the most they make)
-        if inst.opcode == "reduce":  # independent terms' errors, plus a part they may all share
+        if inst.opcode == "reduce":  # independent terms' errors, or a part they all share and the rest independent
+            least = _least_along(terms, inst.attr("dimensions", ()))
             independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
-            shared = np.asarray(kernel(_least_along(terms, inst.attr("dimensions", ())), self.of(init)), np.float64)
-            variance = np.square(independent + shared)
+            rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(self.of(init))), np.float64))
+            shared = np.asarray(kernel(least, self.of(init)), np.float64)
+            variance = np.square(np.maximum(independent, shared + rest))
         else:  # a window's terms: their bounds added
             variance = np.square(linear())
         squares = np.asarray(kernel(a * a, zero), np.float64)
