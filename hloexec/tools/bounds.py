@@ -77,12 +77,12 @@ import ml_dtypes
 import numpy as np
 
 from ..ir import opcodes
+from ..kernels.bound_rules import add_noise, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate
-from .compare import ulp_at
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
@@ -148,6 +148,9 @@ SINGULAR_AT_ZERO = {
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
+# ops whose own rounding counts even where the bound before it is 0 and the value is one of its type (that
+# exemption is for elementwise ops on exact operands: a constant 1 converted to f16)
+ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 
 
@@ -159,14 +162,6 @@ def unit_roundoff(etype) -> float:
 def _least_along(bound: np.ndarray, dims) -> np.ndarray:
     """`bound`'s smallest value along `dims`, broadcast back: the most an error every term there shares can be."""
     return np.broadcast_to(np.min(bound, axis=tuple(dims), keepdims=True), bound.shape) if dims else bound
-
-
-def _rounded(bound: np.ndarray, own: np.ndarray) -> np.ndarray:
-    """A value's bound after its own rounding (`own`: SIGMAS sigmas of a uniform error, see `_rounding`): the
-    root-sum-square, but never more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a
-    single rounding of an exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or
-    re-rounded to bf16, was allowed 2.3x its largest error)."""
-    return np.minimum(np.sqrt(np.square(bound) + np.square(own)), bound + own * (np.sqrt(3) / SIGMAS))
 
 
 def _tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | None:
@@ -408,7 +403,12 @@ class ErrorBounds:
                 continue
             own = local[k] if isinstance(local, list) else local
             if own is not None and np.any(own):
-                out += self._noise(out.shape) * (own / SIGMAS).astype(np.float32)
+                add_noise(
+                    out.reshape(SAMPLES, -1),
+                    self._noise(out.shape).reshape(SAMPLES, -1),
+                    np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
+                    SIGMAS,
+                )
             bound = self._entry(leaf)[1]
             if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
                 bound = self._calibrate(bound, out, ceiling)
@@ -502,10 +502,10 @@ class ErrorBounds:
                 variance = variance + np.square(moved[0][2] * moved[1][2])
             else:
                 variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
-        bound, own = np.sqrt(variance), None
         if opcode in ROUNDING_ELEMENTWISE:
-            own = self._rounding(orig, x, bound, opcode)
-            bound = _rounded(bound, own)
+            bound, own = self._round(orig, x, variance, opcode)
+        else:
+            bound, own = np.sqrt(variance), None
         self._put(x, bound, decided)
         return own
 
@@ -545,30 +545,48 @@ class ErrorBounds:
         excess = worst - da - db
         return np.where(np.isnan(excess), np.inf, np.maximum(excess, 0.0))
 
-    def _rounding(self, orig, x, bound, opcode, etype=None) -> np.ndarray:
-        """The instruction's own rounding as a bound of SIGMAS standard deviations: half an ulp of its type (`etype`:
-        a tuple's leaf's; default the instruction's) at the value (+ the transcendental's error), uniform, so
-        sigma = that / sqrt(3) (SIGMAS > sqrt(3): never below the rounding's largest error)."""
+    def _round(self, orig, x, variance, opcode, etype=None, at=None) -> tuple:
+        """The value's bound after the instruction's own rounding, and that rounding as a bound of SIGMAS standard
+        deviations: half an ulp of its type (`etype`: a tuple's leaf's; default the instruction's) at the value
+        (+ the transcendental's error), uniform, so sigma = that / sqrt(3) (SIGMAS > sqrt(3): never below the
+        rounding's largest error). `variance`: the bound before the rounding, squared; the magnitude the ulp is
+        taken at is |x| plus that bound (or `at`, where given). The bound after it: the root-sum-square, but never
+        more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a single rounding of an
+        exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or re-rounded to bf16,
+        was allowed 2.3x its largest error). One pass per element (kernels/bound_rules.round_bounds)."""
         etype = etype or orig.shape.element_type
+        shape = np.shape(x)
         if etype is None or etype.kind != "float":
-            return np.zeros(x.shape)
-        magnitude = np.abs(x) + bound  # (ulp_at takes a non-finite magnitude's as 1's)
-        own = (0.5 * SIGMAS / np.sqrt(3)) * ulp_at(magnitude, etype.numpy)
+            return np.sqrt(variance), np.zeros(shape)
+        info = ml_dtypes.finfo(etype.numpy) if etype.numpy is not None else None
+        wide = np.finfo(np.float32 if etype.bits <= 32 else np.float64)
+        precision = 0.0
         if opcode == "reduce-precision":
-            own = np.maximum(own, SIGMAS / np.sqrt(3) * magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
-        if opcode in TRANSCENDENTAL:
-            return own + (TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) * ulp_at(
-                magnitude, np.float32 if etype.bits <= 32 else np.float64
-            )
-        if opcode in ("reduce-precision", "reduce", "scatter", "dot") or etype.numpy is None:
-            return own
-        # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing rounds
-        # (an error known to be nonzero keeps the statistical bound: sums of such add up as random ones do)
-        exact = bound == 0
-        if not np.any(exact):
-            return own
-        representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
-        return np.where(exact & representable, 0.0, own)
+            precision = SIGMAS / np.sqrt(3) * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1)
+        own = np.empty(shape)
+        bound = np.empty(shape, np.float32 if getattr(self.current, "narrow", False) else np.float64)
+        round_bounds(
+            np.ravel(x),
+            np.ravel(np.broadcast_to(variance, shape)),
+            np.empty(0) if at is None else np.ravel(np.broadcast_to(np.asarray(at, np.float64), shape)),
+            own.reshape(-1),
+            bound.reshape(-1),
+            int(info.nmant) if info is not None else 0,
+            float(info.tiny) if info is not None else 0.0,
+            float(0.5 * SIGMAS / np.sqrt(3)),
+            int(wide.nmant),
+            float(wide.tiny),
+            float(TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) if opcode in TRANSCENDENTAL else 0.0,
+            float(precision),
+            # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing
+            # rounds (an error known to be nonzero keeps the statistical bound: sums of such add up as random
+            # ones do)
+            info is not None and opcode not in TRANSCENDENTAL and opcode not in ROUNDED_ONCE,
+            float(info.max) if info is not None else 0.0,
+            bool(np.isinf(np.asarray(np.inf).astype(etype.numpy))) if info is not None else False,
+            float(np.sqrt(3) / SIGMAS),
+        )
+        return bound, own
 
     def _reduce(self, inst, orig, x, operands) -> tuple:
         reducer = inst.called.get("to_apply")
@@ -601,9 +619,8 @@ class ErrorBounds:
         if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
             steps = _tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
         accumulation = self._accumulation(etype, count, squares, x, steps=steps)
-        bound = np.sqrt(variance + accumulation)
-        own = self._rounding(orig, x, bound, "reduce")
-        self._put(x, _rounded(bound, own))
+        bound, own = self._round(orig, x, variance + accumulation, "reduce")
+        self._put(x, bound)
         local = np.sqrt(accumulation + np.square(own))
         return local, lambda: linear() + local
 
@@ -622,9 +639,8 @@ class ErrorBounds:
         count = kernel(np.ones(a.shape), np.ones(b.shape))
         u_acc = 2.0 ** -SIGNIFICAND.get(_widest(orig.shape.element_type.name, "f32"), 53)
         arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
-        bound = np.sqrt(np.square(np.sqrt(variance) + shared) + arithmetic)
-        own = self._rounding(orig, x, bound, "dot")
-        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        bound, own = self._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot")
+        self._put(x, bound)
         return np.sqrt(arithmetic + np.square(own))
 
     def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
@@ -663,9 +679,8 @@ class ErrorBounds:
         for k, v in results:
             # (the partial sums travel between participants in the collective's type: every step rounds to it)
             accumulation = self._accumulation(etypes[k], count[k], squares[k], v, per_step=True)
-            bound = np.sqrt(np.square(bounds[k]) + accumulation)
-            own = self._rounding(orig, v, bound, "reduce", etypes[k])
-            self._put(v, np.asarray(_rounded(bound, own), np.float64))
+            bound, own = self._round(orig, v, np.square(bounds[k]) + accumulation, "reduce", etypes[k])
+            self._put(v, bound)
             own_errors[k] = np.sqrt(accumulation + np.square(own))
         return own_errors
 
@@ -682,9 +697,10 @@ class ErrorBounds:
             squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
             u = unit_roundoff(orig.shape.element_type)
             spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
-            own = np.where(count > 0, self._rounding(orig, x, bound, "scatter"), 0.0)
-            bound = _rounded(np.sqrt(np.square(bound) + np.square(spread)), own)
-            self._put(x, bound)
+            variance = np.square(bound) + np.square(spread)
+            rounded, own = self._round(orig, x, variance, "scatter", at=bound)
+            own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)
+            self._put(x, np.where(count > 0, rounded, np.sqrt(variance)))
             return np.sqrt(np.square(spread) + np.square(own))
         self._put(x, bound)
         return None
@@ -727,9 +743,8 @@ class ErrorBounds:
             arithmetic = arithmetic + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
         arithmetic = arithmetic + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
-        bound = np.sqrt(variance + arithmetic)
-        own = self._rounding(orig, x, bound, "dot")
-        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        bound, own = self._round(orig, x, variance + arithmetic, "dot")
+        self._put(x, bound)
         local = np.sqrt(arithmetic + np.square(own))
 
         def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
