@@ -185,3 +185,102 @@ def test_add_noise_is_the_numpy_rule():
         add_noise(samples, noise, own, SIGMAS)
     np.testing.assert_array_equal(samples, want)
     assert math.isnan(samples[0, 1]) or math.isinf(samples[0, 1])
+
+
+class _Dot:
+    """A dot's dimension numbers, as an instruction's attributes."""
+
+    def __init__(self, **dims):
+        self.dims = dims
+
+    def attr(self, name, default=None):
+        return self.dims.get(name, default)
+
+
+@pytest.mark.parametrize("dims, lhs, rhs", [
+    (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (5, 7), (7, 3)),
+    (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(1,)), (7, 5), (3, 7)),
+    (dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)),
+     (2, 5, 7), (2, 7, 3)),
+    (dict(lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)),
+     (2, 4, 3, 6), (3, 6, 4, 2)),
+    (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (7,), (7, 4)),
+])
+def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
+    """_times_least (the sum along the contraction times the least bound) against the dot itself of the values
+    with the other side's bound at its smallest along the contraction, broadcast back (an einsum here)."""
+    from hloexec.tools.bounds import _times_least
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
+    ea, eb = np.abs(rng.standard_normal(lhs)), np.abs(rng.standard_normal(rhs))
+    inst = _Dot(**dims)
+    la, lb = list(range(len(lhs))), list(range(10, 10 + len(rhs)))
+    for k, (i, j) in enumerate(zip(dims.get("lhs_batch_dims", ()), dims.get("rhs_batch_dims", ()))):
+        lb[j] = la[i] = 20 + k
+    for i, j in zip(dims["lhs_contracting_dims"], dims["rhs_contracting_dims"]):
+        lb[j] = la[i]
+    batch = [la[i] for i in dims.get("lhs_batch_dims", ())]
+    out = batch + [la[i] for i in range(len(lhs)) if la[i] not in lb] + [lb[j] for j in range(len(rhs))
+                                                                        if lb[j] not in la]
+    least = lambda e, c: np.broadcast_to(np.min(e, axis=c, keepdims=True), e.shape)  # noqa: E731
+    want_b = np.abs(np.einsum(a, la, least(eb, dims["rhs_contracting_dims"]), lb, out))
+    want_a = np.abs(np.einsum(least(ea, dims["lhs_contracting_dims"]), la, b, lb, out))
+    np.testing.assert_allclose(_times_least(inst, a, eb, "lhs"), want_b, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(_times_least(inst, b, ea, "rhs"), want_a, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("opcode", ["multiply", "divide"])
+@pytest.mark.parametrize("which", ["both", "a", "b", "none"])
+def test_bilinear_samples_are_the_numpy_identities(opcode, which):
+    """A multiply's / divide's samples' deviations against the identities in numpy float32: (a + da)(b + db) - ab =
+    da (b + db) + a db and (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
+    from hloexec.tools.bound_samples import bilinear_samples
+    rng = np.random.default_rng(5)
+    shape = (30, 17)
+    a, b = _awkward(rng, 510, np.float32).reshape(shape), _awkward(rng, 510, np.float32).reshape(shape)
+    with np.errstate(all="ignore"):
+        x = a * b if opcode == "multiply" else a / b
+        da = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if which in ("both", "a") else None
+        db = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if which in ("both", "b") else None
+        a32, b32, x32 = (np.asarray(v, np.float32) for v in (a, b, x))
+        if opcode == "multiply":
+            want = (0 if da is None else da * (b32 + (0 if db is None else db))) + (0 if db is None else a32 * db)
+        elif db is None:
+            want = 0 if da is None else da / b32
+        else:
+            want = ((0 if da is None else da) - x32 * db) / (b32 + db)
+        got = np.full((4, *shape), 7.0, np.float32)
+        bilinear_samples(opcode, got, x, a, b, da, db)
+    np.testing.assert_array_equal(got, np.broadcast_to(np.asarray(want, np.float32), got.shape))
+
+
+@pytest.mark.parametrize("multiply", [False, True])
+@pytest.mark.parametrize("case", ["both", "a", "b", "same", "unary"])
+def test_first_order_variance_is_the_numpy_rule(multiply, case):
+    """Per operand with errors, what it moves the value by, squared and added in operand order (a multiply: the
+    other's magnitude times the bound, (2|a| + e) e for x * x, plus (e_a e_b)^2), against numpy."""
+    from hloexec.kernels.bound_rules import first_order_variance
+    rng = np.random.default_rng(9)
+    n = 5000
+    a, b = _awkward(rng, n, np.float32), _awkward(rng, n, np.float32)
+    ea = np.abs(_awkward(rng, n, np.float32)).astype(np.float32)
+    eb = np.abs(_awkward(rng, n, np.float64))
+    if case in ("same", "unary"):
+        b = a
+    with np.errstate(all="ignore"):
+        want = np.zeros(n)
+        if case in ("both", "a", "same", "unary"):
+            e = ea.astype(np.float64)
+            places = 2 if case == "same" else 1
+            if not multiply:
+                want = want + np.square(places * e)
+            else:
+                want = want + np.square((2 * np.abs(a) + e) * e if case == "same" else np.abs(b) * e)
+        if case in ("both", "b"):
+            want = want + np.square(np.abs(a) * eb if multiply else eb)
+        if multiply and case == "both":
+            want = want + np.square(ea.astype(np.float64) * eb)
+        got = np.empty(n)
+        first_order_variance(multiply, case == "same", a, b, ea if case != "b" else np.empty(0),
+                             eb if case in ("both", "b") else np.empty(0), got)
+    np.testing.assert_array_equal(got, want)

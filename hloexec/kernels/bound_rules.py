@@ -68,6 +68,36 @@ def round_bounds(x, variance, at, own_out, bound_out, nmant, tiny, half_ulps, wi
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def first_order_variance(multiply, same, a, b, ea, eb, out):
+    """A 1-Lipschitz elementwise op's or a multiply's bound before its rounding, squared (tools/bounds.py
+    `_elementwise`): per operand with errors (`ea` / `eb`: its bound, no elements where it has none), what it
+    moves the value by: its bound times its places (`same`: one value in both, x + x), for a multiply the other's
+    magnitude times it ((2 |a| + e_a) e_a for x * x); squares added in operand order, a multiply's e_a e_b last
+    (what both do together). `a`, `b`: the operands' values (b is a for a unary op)."""
+    with_a, with_b = ea.size > 0, eb.size > 0
+    places = 2.0 if same else 1.0
+    for i in range(out.size):
+        v = 0.0
+        if with_a:
+            e = np.float64(ea[i])
+            if not multiply:
+                d = places * e
+            elif same:
+                d = (2 * abs(np.float64(a[i])) + e) * e
+            else:
+                d = abs(np.float64(b[i])) * e
+            v += d * d
+        if with_b:
+            e = np.float64(eb[i])
+            d = abs(np.float64(a[i])) * e if multiply else e
+            v += d * d
+        if multiply and with_a and with_b:
+            both = np.float64(ea[i]) * np.float64(eb[i])
+            v += both * both
+        out[i] = v
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def block_ratios(deviations, bound, block):
     """Per block of `block` consecutive elements (the last one shorter), what calibration reads
     (tools/bound_samples.calibrate): the largest and the sum of r = (sum over the samples of a deviation's square,
@@ -108,8 +138,36 @@ def block_ratios(deviations, bound, block):
 @njit(cache=True, nogil=True, error_model="numpy")
 def scale_blocks(bound, factor, block, out):
     """out = bound x its block's factor (blocks of `block` consecutive elements)."""
-    for i in range(bound.size):
-        out[i] = bound[i] * factor[i // block]
+    for j in range(factor.size):
+        scale = factor[j]
+        for i in range(j * block, min(bound.size, (j + 1) * block)):
+            out[i] = bound[i] * scale
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def bilinear_deviations(divide, x, a, b, da, db, out):
+    """The samples' deviations of a multiply or a divide from its operands' (tools/bound_samples.py, every sample
+    in float32 as the samples are; `da` / `db` with no columns: that operand has none): multiply,
+    da (b + db) + a db; divide, (da - x db) / (b + db)."""
+    with_a, with_b = da.shape[1] > 0, db.shape[1] > 0
+    for k in range(out.shape[0]):
+        for i in range(out.shape[1]):
+            if not with_b:
+                if not with_a:
+                    out[k, i] = 0
+                elif divide:
+                    out[k, i] = da[k, i] / np.float32(b[i])
+                else:
+                    out[k, i] = da[k, i] * np.float32(b[i])
+            elif divide:
+                moved = -np.float32(x[i]) * db[k, i]
+                if with_a:
+                    moved += da[k, i]
+                out[k, i] = moved / (np.float32(b[i]) + db[k, i])
+            elif with_a:
+                out[k, i] = da[k, i] * (np.float32(b[i]) + db[k, i]) + np.float32(a[i]) * db[k, i]
+            else:
+                out[k, i] = np.float32(a[i]) * db[k, i]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

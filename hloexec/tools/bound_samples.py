@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..kernels.bound_rules import block_ratios, scale_blocks
+from ..kernels.bound_rules import bilinear_deviations, block_ratios, scale_blocks
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error
 SAMPLES = 4  # perturbed runs carried along (ErrorBounds._sample)
@@ -17,39 +17,27 @@ CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many ele
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
-# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut)
+# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut; each
+# writes into `out=` where given)
 LINEAR_SAMPLES: dict[str, Callable] = {
     "add": np.add,
     "subtract": np.subtract,
     "negate": np.negative,
-    "convert": lambda d: d,
+    "convert": np.positive,
 }
 
 
-def _multiply_deviations(x, a, b, da, db) -> np.ndarray:
-    """(a + da)(b + db) - ab, every sample at once in float32: da (b + db) + a db, deviations only (none of the
-    f64 products whose difference it is)."""
-    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    if da is None and db is None:
-        return np.zeros((), np.float32)
-    if da is None:
-        return a32 * db
-    return da * b32 if db is None else da * (b32 + db) + a32 * db
+def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
+    """A multiply's or a divide's samples' deviations into `out` (SAMPLES, *shape), float32, from its operands'
+    (`da`, `db`: None where an operand has none), deviations only (none of the f64 products whose difference they
+    are): (a + da)(b + db) - ab = da (b + db) + a db; (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
+    samples = len(out)
+    rows = [np.empty((samples, 0), np.float32) if d is None else np.reshape(d, (samples, -1)) for d in (da, db)]
+    bilinear_deviations(opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), *rows, out.reshape(samples, -1))
 
 
-def _divide_deviations(x, a, b, da, db) -> np.ndarray:
-    """(a + da) / (b + db) - a / b = (da - x db) / (b + db), every sample at once in float32."""
-    b32 = np.asarray(b, np.float32)
-    if db is None:
-        return np.zeros((), np.float32) if da is None else da / b32
-    moved = -np.asarray(x, np.float32) * db
-    if da is not None:
-        moved += da
-    return moved / (b32 + db)
-
-
-# elementwise ops whose samples' deviations follow from the operands' (see the functions' identities)
-BILINEAR_SAMPLES: dict[str, Callable] = {"multiply": _multiply_deviations, "divide": _divide_deviations}
+# elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)
+BILINEAR_SAMPLES = frozenset({"multiply", "divide"})
 
 
 def calibrate(bound, deviations, ceiling=None):

@@ -77,12 +77,12 @@ import ml_dtypes
 import numpy as np
 
 from ..ir import opcodes
-from ..kernels.bound_rules import add_noise, round_bounds
+from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from ..spmd.devices import GROUPED
-from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate
+from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, bilinear_samples, NOISE_POOL, SAMPLES, SIGMAS, calibrate
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
@@ -193,6 +193,25 @@ def _tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | No
     return np.sum(np.square(in_windows), axis=(-2, -1)) + np.sum(np.square(over_windows), axis=-1)
 
 
+def _times_least(inst, values: np.ndarray, bound: np.ndarray, side: str) -> np.ndarray:
+    """|dot(values, least)| (`values`: the dot's `side` ("lhs" / "rhs") operand; least: the other operand's
+    `bound` at its smallest along the contraction, broadcast back), without the dot: every term shares that
+    least, so the dot is `values` summed along the contraction times it, an outer product per batch (in the dot's
+    output order: batch, lhs free, rhs free)."""
+    other = "rhs" if side == "lhs" else "lhs"
+    labels: dict[str, list] = {}  # einsum's: the i-th batch dim of either side is i; free dims count on from there
+    free = iter(range(len(inst.attr("lhs_batch_dims", ())), 52))
+    for name, rank in ((side, values.ndim), (other, bound.ndim)):
+        batch, contracting = list(inst.attr(f"{name}_batch_dims", ())), inst.attr(f"{name}_contracting_dims", ())
+        labels[name] = [batch.index(d) if d in batch else next(free) for d in range(rank) if d not in contracting]
+    summed = np.sum(values, axis=tuple(inst.attr(f"{side}_contracting_dims", ())))
+    contracting = tuple(inst.attr(f"{other}_contracting_dims", ()))
+    least = np.min(bound, axis=contracting) if contracting else bound
+    batch = list(range(len(inst.attr("lhs_batch_dims", ()))))
+    out = batch + [k for k in labels["lhs"] if k not in batch] + [k for k in labels["rhs"] if k not in batch]
+    return np.abs(np.einsum(summed, labels[side], least, labels[other], out))
+
+
 def _widest(a: str, b: str) -> str:
     return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
 
@@ -278,6 +297,11 @@ class ErrorBounds:
     def _bound_or_none(self, leaf):
         entry = self._entry(leaf)
         return None if entry is None or entry[1] is None else np.asarray(entry[1], np.float64)
+
+    def _stored_bound(self, leaf):
+        """The bound as it is kept (float32 for values of 32 bits or fewer), None where there is none."""
+        entry = self._entry(leaf)
+        return None if entry is None else entry[1]
 
     def _decided_or_none(self, leaf):
         entry = self._entry(leaf)
@@ -369,11 +393,11 @@ class ErrorBounds:
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
         elif inst.opcode in BILINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
-            made[0][...] = BILINEAR_SAMPLES[inst.opcode](value, *operands, *perturbed)
+            bilinear_samples(inst.opcode, made[0], value, *operands, *perturbed)
         elif inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
             # linear and elementwise: the op on the operands' deviations, every sample at once
             zero = np.zeros((), np.float32)
-            made[0][...] = LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed))
+            LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed), out=made[0])
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES:
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
@@ -479,6 +503,14 @@ class ErrorBounds:
         for k, a in enumerate(operands):
             if _float(a):
                 groups.setdefault(id(a), []).append(k)
+        if (opcode in LIPSCHITZ or opcode == "multiply") and len(operands) == sum(map(len, groups.values())):
+            variance = self._first_order(opcode, x, operands, groups, decided)
+            if opcode in ROUNDING_ELEMENTWISE:
+                bound, own = self._round(orig, x, variance, opcode)
+            else:
+                bound, own = np.sqrt(variance), None
+            self._put(x, bound, decided)
+            return own
         moved = []  # (places, value, bound, what it moves x by) of the operands with errors
         for places in groups.values():
             a = operands[places[0]]
@@ -508,6 +540,29 @@ class ErrorBounds:
             bound, own = np.sqrt(variance), None
         self._put(x, bound, decided)
         return own
+
+    def _first_order(self, opcode, x, operands, groups, decided) -> np.ndarray:
+        """A 1-Lipschitz op's or a multiply's bound before its rounding, squared, in one pass
+        (kernels/bound_rules.first_order_variance); marks in `decided` what its operands have decided."""
+        bounds = []
+        for places in groups.values():
+            a = operands[places[0]]
+            d = self._decided_or_none(a)
+            if d is not None:
+                decided |= d
+            e = self._stored_bound(a)
+            bounds.append(np.ravel(np.broadcast_to(e, x.shape)) if e is not None and np.any(e) else np.empty(0))
+        variance = np.empty(x.shape)
+        first_order_variance(
+            opcode == "multiply",
+            len(groups) == 1 and len(operands) == 2,
+            np.ravel(operands[0]),
+            np.ravel(operands[-1]),
+            bounds[0],
+            bounds[1] if len(bounds) == 2 else np.empty(0),
+            variance.reshape(-1),
+        )
+        return variance
 
     def _moved_by(self, inst, x, operands, places, a, e, decided) -> np.ndarray:
         """max |f(.., a +- e, ..) - f(..)|: the op's own kernel at the ends of `a`'s interval (in all its `places`);
@@ -709,18 +764,20 @@ class ErrorBounds:
         a, b = operands
         kernel = self._kernel(inst)
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
+        a2, b2 = a * a, b * b
         variance = np.zeros(x.shape)  # the operands' errors, independent across the contraction
         shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
         if eb is not None and np.any(eb):
             eb = np.broadcast_to(eb, b.shape)
-            variance = variance + kernel(a * a, np.square(eb))
-            shared = shared + np.abs(kernel(a, _least_along(eb, inst.attr("rhs_contracting_dims", ()))))
+            variance = variance + kernel(a2, np.square(eb))
+            shared = shared + _times_least(inst, a, eb, "lhs")
         if ea is not None and np.any(ea):
             ea = np.broadcast_to(ea, a.shape)
-            variance = variance + kernel(np.square(ea), b * b)
-            shared = shared + np.abs(kernel(_least_along(ea, inst.attr("lhs_contracting_dims", ())), b))
+            variance = variance + kernel(np.square(ea), b2)
+            shared = shared + _times_least(inst, b, ea, "rhs")
         variance = np.square(np.sqrt(variance) + shared)
-        squares = kernel(a * a, b * b)
+        squares = kernel(a2, b2)
+        del a2, b2
         contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
         types = [o.shape.element_type for o in orig.operands]
         matrix_vector = _free_dims(inst, "lhs", a.ndim) == 0 or _free_dims(inst, "rhs", b.ndim) == 0
