@@ -497,43 +497,20 @@ class ErrorBounds:
 
     def _elementwise(self, inst, orig, x, operands) -> np.ndarray | None:
         opcode = inst.opcode
-        variance = np.zeros(x.shape)  # bounds combine as SIGMAS standard deviations of independent errors
         decided = np.zeros(x.shape, bool)
         groups: dict[int, list[int]] = {}  # one value passed several times (x * x) moves in all its places at once
         for k, a in enumerate(operands):
             if _float(a):
                 groups.setdefault(id(a), []).append(k)
-        if (opcode in LIPSCHITZ or opcode == "multiply") and len(operands) == sum(map(len, groups.values())):
-            variance = self._first_order(opcode, x, operands, groups, decided)
-            if opcode in ROUNDING_ELEMENTWISE:
-                bound, own = self._round(orig, x, variance, opcode)
-            else:
-                bound, own = np.sqrt(variance), None
-            self._put(x, bound, decided)
-            return own
-        moved = []  # (places, value, bound, what it moves x by) of the operands with errors
         for places in groups.values():
-            a = operands[places[0]]
-            d = self._decided_or_none(a)
-            if d is not None:
-                decided = decided | d
-            e = self._bound_or_none(a)
-            if e is None or not np.any(e):
-                continue
-            if opcode in LIPSCHITZ:  # |f(a + e) - f(a)| <= e in each place: no need to evaluate
-                delta = len(places) * e
-            elif opcode == "multiply":
-                other = np.abs(operands[1 - places[0]]) if len(places) == 1 else None
-                delta = other * e if other is not None else (2 * np.abs(a) + e) * e
-            else:
-                delta = self._moved_by(inst, x, operands, places, a, e, decided)
-            variance = variance + np.square(delta)
-            moved.append((places, a, e, delta))
-        if len(moved) == 2 and opcode in SECOND_ORDER:
-            if opcode == "multiply":
-                variance = variance + np.square(moved[0][2] * moved[1][2])
-            else:
-                variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
+            marks = self._decided_or_none(operands[places[0]])
+            if marks is not None:
+                decided |= marks
+        # bounds combine as SIGMAS standard deviations of independent errors
+        if opcode in LIPSCHITZ or opcode == "multiply":
+            variance = self._first_order(opcode, x, operands, groups)
+        else:
+            variance = self._evaluated(inst, x, operands, groups, decided)
         if opcode in ROUNDING_ELEMENTWISE:
             bound, own = self._round(orig, x, variance, opcode)
         else:
@@ -541,17 +518,32 @@ class ErrorBounds:
         self._put(x, bound, decided)
         return own
 
-    def _first_order(self, opcode, x, operands, groups, decided) -> np.ndarray:
-        """A 1-Lipschitz op's or a multiply's bound before its rounding, squared, in one pass
-        (kernels/bound_rules.first_order_variance); marks in `decided` what its operands have decided."""
-        bounds = []
+    def _evaluated(self, inst, x, operands, groups, decided) -> np.ndarray:
+        """The bound before the rounding, squared, of an op evaluated at the ends of its operands' intervals
+        (`_moved_by`), plus what two operands' errors do together (`_second_order`)."""
+        variance = np.zeros(x.shape)
+        moved = []  # (places, value, bound, what it moves x by) of the operands with errors
         for places in groups.values():
             a = operands[places[0]]
-            d = self._decided_or_none(a)
-            if d is not None:
-                decided |= d
-            e = self._stored_bound(a)
+            e = self._bound_or_none(a)
+            if e is None or not np.any(e):
+                continue
+            delta = self._moved_by(inst, x, operands, places, a, e, decided)
+            variance = variance + np.square(delta)
+            moved.append((places, a, e, delta))
+        if len(moved) == 2 and inst.opcode in SECOND_ORDER:
+            variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
+        return variance
+
+    def _first_order(self, opcode, x, operands, groups) -> np.ndarray:
+        """A 1-Lipschitz op's or a multiply's bound before its rounding, squared, in one pass
+        (kernels/bound_rules.first_order_variance)."""
+        bounds = []
+        for places in groups.values():
+            e = self._stored_bound(operands[places[0]])
             bounds.append(np.ravel(np.broadcast_to(e, x.shape)) if e is not None and np.any(e) else np.empty(0))
+        if not any(part.size for part in bounds):  # (exact operands, or a convert from an integer)
+            return np.zeros(x.shape)
         variance = np.empty(x.shape)
         first_order_variance(
             opcode == "multiply",
