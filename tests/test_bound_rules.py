@@ -207,9 +207,9 @@ class _Dot:
     (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (7,), (7, 4)),
 ])
 def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
-    """_times_least (the sum along the contraction times the least bound) against the dot itself of the values
+    """times_least (the sum along the contraction times the least bound) against the dot itself of the values
     with the other side's bound at its smallest along the contraction, broadcast back (an einsum here)."""
-    from hloexec.tools.bounds import _times_least
+    from hloexec.tools.bound_shared import times_least
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
     ea, eb = np.abs(rng.standard_normal(lhs)), np.abs(rng.standard_normal(rhs))
@@ -225,8 +225,8 @@ def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
     least = lambda e, c: np.broadcast_to(np.min(e, axis=c, keepdims=True), e.shape)  # noqa: E731
     want_b = np.abs(np.einsum(a, la, least(eb, dims["rhs_contracting_dims"]), lb, out))
     want_a = np.abs(np.einsum(least(ea, dims["lhs_contracting_dims"]), la, b, lb, out))
-    np.testing.assert_allclose(_times_least(inst, a, eb, "lhs"), want_b, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(_times_least(inst, b, ea, "rhs"), want_a, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(times_least(inst, a, eb, "lhs"), want_b, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(times_least(inst, b, ea, "rhs"), want_a, rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("opcode", ["multiply", "divide"])

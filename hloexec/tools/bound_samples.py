@@ -33,7 +33,9 @@ def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
     are): (a + da)(b + db) - ab = da (b + db) + a db; (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
     samples = len(out)
     rows = [np.empty((samples, 0), np.float32) if d is None else np.reshape(d, (samples, -1)) for d in (da, db)]
-    bilinear_deviations(opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), *rows, out.reshape(samples, -1))
+    bilinear_deviations(
+        opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), rows[0], rows[1], out.reshape(samples, -1)
+    )
 
 
 # elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)

@@ -82,6 +82,7 @@ from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from ..spmd.devices import GROUPED
+from .bound_shared import times_least
 from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, bilinear_samples, NOISE_POOL, SAMPLES, SIGMAS, calibrate
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
@@ -191,25 +192,6 @@ def _tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | No
     in_windows = np.cumsum(terms, axis=-1)
     over_windows = np.cumsum(in_windows[..., -1], axis=-1)
     return np.sum(np.square(in_windows), axis=(-2, -1)) + np.sum(np.square(over_windows), axis=-1)
-
-
-def _times_least(inst, values: np.ndarray, bound: np.ndarray, side: str) -> np.ndarray:
-    """|dot(values, least)| (`values`: the dot's `side` ("lhs" / "rhs") operand; least: the other operand's
-    `bound` at its smallest along the contraction, broadcast back), without the dot: every term shares that
-    least, so the dot is `values` summed along the contraction times it, an outer product per batch (in the dot's
-    output order: batch, lhs free, rhs free)."""
-    other = "rhs" if side == "lhs" else "lhs"
-    labels: dict[str, list] = {}  # einsum's: the i-th batch dim of either side is i; free dims count on from there
-    free = iter(range(len(inst.attr("lhs_batch_dims", ())), 52))
-    for name, rank in ((side, values.ndim), (other, bound.ndim)):
-        batch, contracting = list(inst.attr(f"{name}_batch_dims", ())), inst.attr(f"{name}_contracting_dims", ())
-        labels[name] = [batch.index(d) if d in batch else next(free) for d in range(rank) if d not in contracting]
-    summed = np.sum(values, axis=tuple(inst.attr(f"{side}_contracting_dims", ())))
-    contracting = tuple(inst.attr(f"{other}_contracting_dims", ()))
-    least = np.min(bound, axis=contracting) if contracting else bound
-    batch = list(range(len(inst.attr("lhs_batch_dims", ()))))
-    out = batch + [k for k in labels["lhs"] if k not in batch] + [k for k in labels["rhs"] if k not in batch]
-    return np.abs(np.einsum(summed, labels[side], least, labels[other], out))
 
 
 def _widest(a: str, b: str) -> str:
@@ -762,11 +744,11 @@ class ErrorBounds:
         if eb is not None and np.any(eb):
             eb = np.broadcast_to(eb, b.shape)
             variance = variance + kernel(a2, np.square(eb))
-            shared = shared + _times_least(inst, a, eb, "lhs")
+            shared = shared + times_least(inst, a, eb, "lhs")
         if ea is not None and np.any(ea):
             ea = np.broadcast_to(ea, a.shape)
             variance = variance + kernel(np.square(ea), b2)
-            shared = shared + _times_least(inst, b, ea, "rhs")
+            shared = shared + times_least(inst, b, ea, "rhs")
         variance = np.square(np.sqrt(variance) + shared)
         squares = kernel(a2, b2)
         del a2, b2
