@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..kernels.bound_rules import bilinear_deviations, block_ratios, scale_blocks
 from .compare import ulp_at
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error
@@ -17,52 +18,29 @@ CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many ele
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
-# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut)
+# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut; each
+# writes into `out=` where given)
 LINEAR_SAMPLES: dict[str, Callable] = {
     "add": np.add,
     "subtract": np.subtract,
     "negate": np.negative,
-    "convert": lambda d: d,
+    "convert": np.positive,
 }
 
 
-def _multiply_deviations(x, a, b, da, db) -> np.ndarray:
-    """(a + da)(b + db) - ab, every sample at once in float32: da (b + db) + a db, deviations only (none of the
-    f64 products whose difference it is)."""
-    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    if da is None and db is None:
-        return np.zeros((), np.float32)
-    if da is None:
-        return a32 * db
-    return da * b32 if db is None else da * (b32 + db) + a32 * db
+def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
+    """A multiply's or a divide's samples' deviations into `out` (SAMPLES, *shape), float32, from its operands'
+    (`da`, `db`: None where an operand has none), deviations only (none of the f64 products whose difference they
+    are): (a + da)(b + db) - ab = da (b + db) + a db; (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
+    samples = len(out)
+    rows = [np.empty((samples, 0), np.float32) if d is None else np.reshape(d, (samples, -1)) for d in (da, db)]
+    bilinear_deviations(
+        opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), rows[0], rows[1], out.reshape(samples, -1)
+    )
 
 
-def _divide_deviations(x, a, b, da, db) -> np.ndarray:
-    """(a + da) / (b + db) - a / b = (da - x db) / (b + db), every sample at once in float32."""
-    b32 = np.asarray(b, np.float32)
-    if db is None:
-        return np.zeros((), np.float32) if da is None else da / b32
-    moved = -np.asarray(x, np.float32) * db
-    if da is not None:
-        moved += da
-    return moved / (b32 + db)
-
-
-# elementwise ops whose samples' deviations follow from the operands' (see the functions' identities)
-BILINEAR_SAMPLES: dict[str, Callable] = {"multiply": _multiply_deviations, "divide": _divide_deviations}
-
-
-def _per_block(flat: np.ndarray, reduce) -> np.ndarray:
-    """`reduce` (a method's name: "max", "sum") of `flat` per block of CALIBRATION_BLOCK consecutive elements (the
-    last one shorter when the size is not a multiple): the whole blocks as a view, no padded copy."""
-    whole = flat.size // CALIBRATION_BLOCK * CALIBRATION_BLOCK
-    blocks = getattr(flat[:whole].reshape(-1, CALIBRATION_BLOCK), reduce)(axis=1)
-    return np.append(blocks, getattr(flat[whole:], reduce)()) if whole < flat.size else blocks
-
-
-def _per_element(per_block: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """A value per block of CALIBRATION_BLOCK consecutive elements, repeated to `like`'s shape."""
-    return np.repeat(per_block, CALIBRATION_BLOCK)[: np.size(like)].reshape(np.shape(like))
+# elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)
+BILINEAR_SAMPLES = frozenset({"multiply", "divide"})
 
 
 def calibrate(bound, deviations, ceiling=None):
@@ -78,33 +56,26 @@ def calibrate(bound, deviations, ceiling=None):
     sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound)."""
     if bound is None:
         return None
-    # compared squared (sum of the samples' squares / bound^2; one square root per block), blocks read as a
-    # (blocks, CALIBRATION_BLOCK) view of the whole ones plus the tail: no padded copies
-    squares = np.einsum("k...,k...->...", deviations, deviations).reshape(-1)
+    # the samples' squares against the bound's, per block, in one pass (kernels/bound_rules.block_ratios)
     flat = np.reshape(bound, -1)
-    seen = (flat > 0) & (flat < np.inf)
-    finite = np.isfinite(squares)
-    if not finite.all():
-        if np.any(~finite & (flat < np.inf)):
-            return bound
-        seen &= finite
-    if np.count_nonzero(seen) < CALIBRATED_FROM:
+    largest, total, counted, seen, unjudged = block_ratios(
+        np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK
+    )
+    if unjudged or seen < CALIBRATED_FROM:
         return bound
-    ratio = np.divide(squares, np.square(flat, dtype=np.float64), where=seen, out=np.zeros(flat.shape))
-    largest, counted = _per_block(ratio, "max"), _per_block(seen, "sum")
     # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
     spread = SIGMAS / np.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
     enough = counted >= CALIBRATED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
     factor = np.where(enough & (largest > 0), factor, 1.0).astype(flat.dtype)
-    calibrated = bound if np.all(factor == 1) else _per_element(factor, bound) * bound
+    calibrated = bound if np.all(factor == 1) else _scaled(bound, factor)
     if ceiling is None:
         return calibrated
     # the block's root mean square of SIGMAS x the samples' RMS over the bound
-    short = np.where(enough, spread * np.sqrt(_per_block(ratio, "sum") / np.maximum(counted, 1)), 1.0)
+    short = np.where(enough, spread * np.sqrt(total / np.maximum(counted, 1)), 1.0)
     if not np.any(short > 1):
         return calibrated
-    return np.maximum(calibrated, np.minimum(bound * _per_element(short, bound), ceiling()))
+    return np.maximum(calibrated, np.minimum(_scaled(bound, short), ceiling()))
 
 
 def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
@@ -142,3 +113,10 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
         _, dense = np.unique(groups, return_inverse=True)
         groups = np.where(coarse, dense.reshape(x.shape) - int(not coarse.all()), -1)
     return groups
+
+
+def _scaled(bound: np.ndarray, per_block: np.ndarray) -> np.ndarray:
+    """`bound` times a value per block of CALIBRATION_BLOCK consecutive elements (of the value's type)."""
+    out = np.empty(np.shape(bound), np.result_type(bound, per_block))
+    scale_blocks(np.reshape(bound, -1), per_block, CALIBRATION_BLOCK, out.reshape(-1))
+    return out

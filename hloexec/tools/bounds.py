@@ -79,12 +79,22 @@ import ml_dtypes
 import numpy as np
 
 from ..ir import opcodes
+from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from ..spmd.devices import GROUPED
-from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate, shared_rounding
-from .compare import ulp_at
+from .bound_shared import least_along, times_least, tree_order_steps
+from .bound_samples import (
+    BILINEAR_SAMPLES,
+    LINEAR_SAMPLES,
+    NOISE_POOL,
+    SAMPLES,
+    SIGMAS,
+    bilinear_samples,
+    calibrate,
+    shared_rounding,
+)
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
@@ -150,54 +160,15 @@ SINGULAR_AT_ZERO = {
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
+# ops whose own rounding counts even where the bound before it is 0 and the value is one of its type (that
+# exemption is for elementwise ops on exact operands: a constant 1 converted to f16)
+ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 
 
 def unit_roundoff(etype) -> float:
     """2^-p for a float type of p significand bits (the implicit one counted): half its epsilon."""
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
-
-
-def _least_along(bound: np.ndarray, dims) -> np.ndarray:
-    """`bound`'s smallest value along `dims`, broadcast back: the most an error every term there shares can be."""
-    return np.broadcast_to(np.min(bound, axis=tuple(dims), keepdims=True), bound.shape) if dims else bound
-
-
-def _rounded(bound: np.ndarray, own: np.ndarray) -> np.ndarray:
-    """A value's bound after its own rounding (`own`: SIGMAS sigmas of a uniform error, see `_rounding`): the
-    root-sum-square, but never more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a
-    single rounding of an exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or
-    re-rounded to bf16, was allowed 2.3x its largest error)."""
-    return np.minimum(np.sqrt(np.square(bound) + np.square(own)), bound + own * (np.sqrt(3) / SIGMAS))
-
-
-def _tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | None:
-    """sum_k s_k^2 over the partial sums s_k of `a`'s sum over `dims` in the order XLA's TreeReductionRewriter
-    gives it (xla/hlo/transforms/simplifiers/tree_reduction_rewriter.cc): a reduce-window of min(n, width) along
-    each reduced dim (stride the window, padding "same": the low side the smaller half), each window summed in
-    row-major order, then a reduce of the windows' sums in row-major order. The partial sums are the exact terms'
-    (`a`: the shadow's), so the sum's rounding error has exactly the variance u^2/3 of that (each step's rounding
-    independent). None where no reduced dim is longer than `width` (the rewrite leaves the reduce)."""
-    if all(a.shape[d] <= width for d in dims):
-        return None
-    pads, split, outer, inner = [], [], [], []
-    for d, n in enumerate(a.shape):
-        if d not in dims:
-            pads.append((0, 0))
-            split.append(n)
-            continue
-        w = min(n, width)
-        padding = -(-n // w) * w - n
-        pads.append((padding // 2, padding - padding // 2))
-        split += [-(-n // w), w]
-        outer.append(len(split) - 2)
-        inner.append(len(split) - 1)
-    kept = [k for k in range(len(split)) if k not in outer and k not in inner]
-    terms = np.transpose(np.pad(a, pads).reshape(split), kept + outer + inner)
-    terms = terms.reshape(*terms.shape[: len(kept)], -1, int(np.prod([split[k] for k in inner])))
-    in_windows = np.cumsum(terms, axis=-1)
-    over_windows = np.cumsum(in_windows[..., -1], axis=-1)
-    return np.sum(np.square(in_windows), axis=(-2, -1)) + np.sum(np.square(over_windows), axis=-1)
 
 
 def _widest(a: str, b: str) -> str:
@@ -285,6 +256,11 @@ class ErrorBounds:
     def _bound_or_none(self, leaf):
         entry = self._entry(leaf)
         return None if entry is None or entry[1] is None else np.asarray(entry[1], np.float64)
+
+    def _stored_bound(self, leaf):
+        """The bound as it is kept (float32 for values of 32 bits or fewer), None where there is none."""
+        entry = self._entry(leaf)
+        return None if entry is None else entry[1]
 
     def _decided_or_none(self, leaf):
         entry = self._entry(leaf)
@@ -376,11 +352,11 @@ class ErrorBounds:
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
         elif inst.opcode in BILINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
-            made[0][...] = BILINEAR_SAMPLES[inst.opcode](value, *operands, *perturbed)
+            bilinear_samples(inst.opcode, made[0], value, *operands, *perturbed)
         elif inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
             # linear and elementwise: the op on the operands' deviations, every sample at once
             zero = np.zeros((), np.float32)
-            made[0][...] = LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed))
+            LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed), out=made[0])
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES:
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
@@ -410,7 +386,12 @@ class ErrorBounds:
                 continue
             own = local[k] if isinstance(local, list) else local
             if own is not None and np.any(own):
-                out += self._rounding_draws(inst, leaf, operands, out.shape) * (own / SIGMAS).astype(np.float32)
+                add_noise(
+                    out.reshape(SAMPLES, -1),
+                    self._rounding_draws(inst, leaf, operands, out.shape).reshape(SAMPLES, -1),
+                    np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
+                    SIGMAS,
+                )
             bound = self._entry(leaf)[1]
             if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
                 bound = self._calibrate(bound, out, ceiling)
@@ -489,41 +470,64 @@ class ErrorBounds:
 
     def _elementwise(self, inst, orig, x, operands) -> np.ndarray | None:
         opcode = inst.opcode
-        variance = np.zeros(x.shape)  # bounds combine as SIGMAS standard deviations of independent errors
         decided = np.zeros(x.shape, bool)
         groups: dict[int, list[int]] = {}  # one value passed several times (x * x) moves in all its places at once
         for k, a in enumerate(operands):
             if _float(a):
                 groups.setdefault(id(a), []).append(k)
+        for places in groups.values():
+            marks = self._decided_or_none(operands[places[0]])
+            if marks is not None:
+                decided |= marks
+        # bounds combine as SIGMAS standard deviations of independent errors
+        if opcode in LIPSCHITZ or opcode == "multiply":
+            variance = self._first_order(opcode, x, operands, groups)
+        else:
+            variance = self._evaluated(inst, x, operands, groups, decided)
+        if opcode in ROUNDING_ELEMENTWISE:
+            bound, own = self._round(orig, x, variance, opcode)
+        else:
+            bound, own = np.sqrt(variance), None
+        self._put(x, bound, decided)
+        return own
+
+    def _evaluated(self, inst, x, operands, groups, decided) -> np.ndarray:
+        """The bound before the rounding, squared, of an op evaluated at the ends of its operands' intervals
+        (`_moved_by`), plus what two operands' errors do together (`_second_order`)."""
+        variance = np.zeros(x.shape)
         moved = []  # (places, value, bound, what it moves x by) of the operands with errors
         for places in groups.values():
             a = operands[places[0]]
-            d = self._decided_or_none(a)
-            if d is not None:
-                decided = decided | d
             e = self._bound_or_none(a)
             if e is None or not np.any(e):
                 continue
-            if opcode in LIPSCHITZ:  # |f(a + e) - f(a)| <= e in each place: no need to evaluate
-                delta = len(places) * e
-            elif opcode == "multiply":
-                other = np.abs(operands[1 - places[0]]) if len(places) == 1 else None
-                delta = other * e if other is not None else (2 * np.abs(a) + e) * e
-            else:
-                delta = self._moved_by(inst, x, operands, places, a, e, decided)
+            delta = self._moved_by(inst, x, operands, places, a, e, decided)
             variance = variance + np.square(delta)
             moved.append((places, a, e, delta))
-        if len(moved) == 2 and opcode in SECOND_ORDER:
-            if opcode == "multiply":
-                variance = variance + np.square(moved[0][2] * moved[1][2])
-            else:
-                variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
-        bound, own = np.sqrt(variance), None
-        if opcode in ROUNDING_ELEMENTWISE:
-            own = self._rounding(orig, x, bound, opcode)
-            bound = _rounded(bound, own)
-        self._put(x, bound, decided)
-        return own
+        if len(moved) == 2 and inst.opcode in SECOND_ORDER:
+            variance = variance + np.square(self._second_order(self._kernel(inst), x, operands, moved))
+        return variance
+
+    def _first_order(self, opcode, x, operands, groups) -> np.ndarray:
+        """A 1-Lipschitz op's or a multiply's bound before its rounding, squared, in one pass
+        (kernels/bound_rules.first_order_variance)."""
+        bounds = []
+        for places in groups.values():
+            e = self._stored_bound(operands[places[0]])
+            bounds.append(np.ravel(np.broadcast_to(e, x.shape)) if e is not None and np.any(e) else np.empty(0))
+        if not any(part.size for part in bounds):  # (exact operands, or a convert from an integer)
+            return np.zeros(x.shape)
+        variance = np.empty(x.shape)
+        first_order_variance(
+            opcode == "multiply",
+            len(groups) == 1 and len(operands) == 2,
+            np.ravel(operands[0]),
+            np.ravel(operands[-1]),
+            bounds[0],
+            bounds[1] if len(bounds) == 2 else np.empty(0),
+            variance.reshape(-1),
+        )
+        return variance
 
     def _moved_by(self, inst, x, operands, places, a, e, decided) -> np.ndarray:
         """max |f(.., a +- e, ..) - f(..)|: the op's own kernel at the ends of `a`'s interval (in all its `places`);
@@ -561,30 +565,48 @@ class ErrorBounds:
         excess = worst - da - db
         return np.where(np.isnan(excess), np.inf, np.maximum(excess, 0.0))
 
-    def _rounding(self, orig, x, bound, opcode, etype=None) -> np.ndarray:
-        """The instruction's own rounding as a bound of SIGMAS standard deviations: half an ulp of its type (`etype`:
-        a tuple's leaf's; default the instruction's) at the value (+ the transcendental's error), uniform, so
-        sigma = that / sqrt(3) (SIGMAS > sqrt(3): never below the rounding's largest error)."""
+    def _round(self, orig, x, variance, opcode, etype=None, at=None) -> tuple:
+        """The value's bound after the instruction's own rounding, and that rounding as a bound of SIGMAS standard
+        deviations: half an ulp of its type (`etype`: a tuple's leaf's; default the instruction's) at the value
+        (+ the transcendental's error), uniform, so sigma = that / sqrt(3) (SIGMAS > sqrt(3): never below the
+        rounding's largest error). `variance`: the bound before the rounding, squared; the magnitude the ulp is
+        taken at is |x| plus that bound (or `at`, where given). The bound after it: the root-sum-square, but never
+        more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a single rounding of an
+        exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or re-rounded to bf16,
+        was allowed 2.3x its largest error). One pass per element (kernels/bound_rules.round_bounds)."""
         etype = etype or orig.shape.element_type
+        shape = np.shape(x)
         if etype is None or etype.kind != "float":
-            return np.zeros(x.shape)
-        magnitude = np.abs(x) + bound  # (ulp_at takes a non-finite magnitude's as 1's)
-        own = (0.5 * SIGMAS / np.sqrt(3)) * ulp_at(magnitude, etype.numpy)
+            return np.sqrt(variance), np.zeros(shape)
+        info = ml_dtypes.finfo(etype.numpy) if etype.numpy is not None else None
+        wide = np.finfo(np.float32 if etype.bits <= 32 else np.float64)
+        precision = 0.0
         if opcode == "reduce-precision":
-            own = np.maximum(own, SIGMAS / np.sqrt(3) * magnitude * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1))
-        if opcode in TRANSCENDENTAL:
-            return own + (TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) * ulp_at(
-                magnitude, np.float32 if etype.bits <= 32 else np.float64
-            )
-        if opcode in ("reduce-precision", "reduce", "scatter", "dot") or etype.numpy is None:
-            return own
-        # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing rounds
-        # (an error known to be nonzero keeps the statistical bound: sums of such add up as random ones do)
-        exact = bound == 0
-        if not np.any(exact):
-            return own
-        representable = np.asarray(x).astype(etype.numpy).astype(np.float64) == x
-        return np.where(exact & representable, 0.0, own)
+            precision = SIGMAS / np.sqrt(3) * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1)
+        own = np.empty(shape)
+        bound = np.empty(shape, np.float32 if getattr(self.current, "narrow", False) else np.float64)
+        round_bounds(
+            np.ravel(x),
+            np.ravel(np.broadcast_to(variance, shape)),
+            np.empty(0) if at is None else np.ravel(np.broadcast_to(np.asarray(at, np.float64), shape)),
+            own.reshape(-1),
+            bound.reshape(-1),
+            int(info.nmant) if info is not None else 0,
+            float(info.tiny) if info is not None else 0.0,
+            float(0.5 * SIGMAS / np.sqrt(3)),
+            int(wide.nmant),
+            float(wide.tiny),
+            float(TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) if opcode in TRANSCENDENTAL else 0.0,
+            float(precision),
+            # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing
+            # rounds (an error known to be nonzero keeps the statistical bound: sums of such add up as random
+            # ones do)
+            info is not None and opcode not in TRANSCENDENTAL and opcode not in ROUNDED_ONCE,
+            float(info.max) if info is not None else 0.0,
+            bool(np.isinf(np.asarray(np.inf).astype(etype.numpy))) if info is not None else False,
+            float(np.sqrt(3) / SIGMAS),
+        )
+        return bound, own
 
     def _reduce(self, inst, orig, x, operands) -> tuple:
         reducer = inst.called.get("to_apply")
@@ -602,7 +624,7 @@ class ErrorBounds:
         terms = np.broadcast_to(self.of(a), a.shape)
         linear = lambda: np.asarray(kernel(terms, self.of(init)), np.float64)  # noqa: E731 (the most they make)
         if inst.opcode == "reduce":  # independent terms' errors, or a part they all share and the rest independent
-            least = _least_along(terms, inst.attr("dimensions", ()))
+            least = least_along(terms, inst.attr("dimensions", ()))
             independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
             rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(self.of(init))), np.float64))
             shared = np.asarray(kernel(least, self.of(init)), np.float64)
@@ -617,11 +639,10 @@ class ErrorBounds:
         steps = None
         window = self.device.tree_reduction_window
         if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
-            steps = _tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
+            steps = tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
         accumulation = self._accumulation(etype, count, squares, x, steps=steps)
-        bound = np.sqrt(variance + accumulation)
-        own = self._rounding(orig, x, bound, "reduce")
-        self._put(x, _rounded(bound, own))
+        bound, own = self._round(orig, x, variance + accumulation, "reduce")
+        self._put(x, bound)
         local = np.sqrt(accumulation + np.square(own))
         return local, lambda: linear() + local
 
@@ -640,9 +661,8 @@ class ErrorBounds:
         count = kernel(np.ones(a.shape), np.ones(b.shape))
         u_acc = 2.0 ** -SIGNIFICAND.get(_widest(orig.shape.element_type.name, "f32"), 53)
         arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
-        bound = np.sqrt(np.square(np.sqrt(variance) + shared) + arithmetic)
-        own = self._rounding(orig, x, bound, "dot")
-        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        bound, own = self._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot")
+        self._put(x, bound)
         return np.sqrt(arithmetic + np.square(own))
 
     def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
@@ -681,9 +701,8 @@ class ErrorBounds:
         for k, v in results:
             # (the partial sums travel between participants in the collective's type: every step rounds to it)
             accumulation = self._accumulation(etypes[k], count[k], squares[k], v, per_step=True)
-            bound = np.sqrt(np.square(bounds[k]) + accumulation)
-            own = self._rounding(orig, v, bound, "reduce", etypes[k])
-            self._put(v, np.asarray(_rounded(bound, own), np.float64))
+            bound, own = self._round(orig, v, np.square(bounds[k]) + accumulation, "reduce", etypes[k])
+            self._put(v, bound)
             own_errors[k] = np.sqrt(accumulation + np.square(own))
         return own_errors
 
@@ -700,9 +719,10 @@ class ErrorBounds:
             squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
             u = unit_roundoff(orig.shape.element_type)
             spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
-            own = np.where(count > 0, self._rounding(orig, x, bound, "scatter"), 0.0)
-            bound = _rounded(np.sqrt(np.square(bound) + np.square(spread)), own)
-            self._put(x, bound)
+            variance = np.square(bound) + np.square(spread)
+            rounded, own = self._round(orig, x, variance, "scatter", at=bound)
+            own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)
+            self._put(x, np.where(count > 0, rounded, np.sqrt(variance)))
             return np.sqrt(np.square(spread) + np.square(own))
         self._put(x, bound)
         return None
@@ -711,18 +731,20 @@ class ErrorBounds:
         a, b = operands
         kernel = self._kernel(inst)
         ea, eb = self._bound_or_none(a), self._bound_or_none(b)
+        a2, b2 = a * a, b * b
         variance = np.zeros(x.shape)  # the operands' errors, independent across the contraction
         shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
         if eb is not None and np.any(eb):
             eb = np.broadcast_to(eb, b.shape)
-            variance = variance + kernel(a * a, np.square(eb))
-            shared = shared + np.abs(kernel(a, _least_along(eb, inst.attr("rhs_contracting_dims", ()))))
+            variance = variance + kernel(a2, np.square(eb))
+            shared = shared + times_least(inst, a, eb, "lhs")
         if ea is not None and np.any(ea):
             ea = np.broadcast_to(ea, a.shape)
-            variance = variance + kernel(np.square(ea), b * b)
-            shared = shared + np.abs(kernel(_least_along(ea, inst.attr("lhs_contracting_dims", ())), b))
+            variance = variance + kernel(np.square(ea), b2)
+            shared = shared + times_least(inst, b, ea, "rhs")
         variance = np.square(np.sqrt(variance) + shared)
-        squares = kernel(a * a, b * b)
+        squares = kernel(a2, b2)
+        del a2, b2
         contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
         types = [o.shape.element_type for o in orig.operands]
         matrix_vector = _free_dims(inst, "lhs", a.ndim) == 0 or _free_dims(inst, "rhs", b.ndim) == 0
@@ -745,9 +767,8 @@ class ErrorBounds:
             arithmetic = arithmetic + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
         arithmetic = arithmetic + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
-        bound = np.sqrt(variance + arithmetic)
-        own = self._rounding(orig, x, bound, "dot")
-        self._put(x, np.asarray(_rounded(bound, own), np.float64))
+        bound, own = self._round(orig, x, variance + arithmetic, "dot")
+        self._put(x, bound)
         local = np.sqrt(arithmetic + np.square(own))
 
         def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)

@@ -1,0 +1,286 @@
+"""The bounds' compiled rules (hloexec/kernels/bound_rules.py) against numpy forms of the same formulas, written
+here from the rules' documentation (tools/bounds.py `_round`, tools/bound_samples.calibrate, ErrorBounds._sample):
+random data with infinities, NaN, zeros, subnormals and values of the types mixed in."""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hloexec.kernels.bound_rules import add_noise, block_ratios, round_bounds, scale_blocks
+from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, SAMPLE_MARGIN, SIGMAS, calibrate
+
+HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
+WIDE_ULPS = 4.0 * SIGMAS / np.sqrt(3)
+CAP = np.sqrt(3) / SIGMAS
+
+
+def _ulp(magnitude, dtype) -> np.ndarray:
+    """The ulp at |magnitude| (floored at the smallest normal's; a non-finite magnitude's is 1's), from frexp."""
+    info = ml_dtypes.finfo(dtype)
+    m = np.maximum(np.abs(np.asarray(magnitude, np.float64)), float(info.tiny))
+    mantissa, exponent = np.frexp(m)
+    return np.ldexp(1.0, np.where(np.isfinite(mantissa), exponent - 1, 0) - info.nmant)
+
+
+def _awkward(rng, n, dtype) -> np.ndarray:
+    """Values of every kind: normal, subnormal (of `dtype` and of f64), zeros, infinities, NaN, values of the type
+    (a float of `dtype` widened), huge ones beyond its range."""
+    info = ml_dtypes.finfo(dtype)
+    kinds = [
+        rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n),
+        rng.uniform(-1, 1, n) * float(info.tiny),
+        rng.uniform(-1, 1, n) * 1e-310,
+        np.zeros(n),
+        np.full(n, np.inf) * rng.choice([-1, 1], n),
+        np.full(n, np.nan),
+        rng.standard_normal(n).astype(dtype).astype(np.float64),
+        rng.standard_normal(n) * float(info.max) * 2,
+        np.full(n, float(info.max)),
+    ]
+    return np.stack(kinds)[rng.integers(0, len(kinds), n), np.arange(n)]
+
+
+def _numpy_round(x, variance, at, dtype, opcode_kind, precision_bits=None):
+    """The rule in numpy: own = half an ulp (as SIGMAS sigmas of a uniform error) at |x| + bound, reduce-precision's
+    floor, a transcendental's 4 more f32 ulps, 0 for an exact operand's representable value; then
+    min(root-sum-square, bound + largest error)."""
+    bound = np.sqrt(variance)
+    magnitude = np.abs(x) + (bound if at is None else at)
+    own = HALF_ULPS * _ulp(magnitude, dtype)
+    if precision_bits is not None:
+        # (the constant first: magnitude x SIGMAS / sqrt(3) overflows near the largest f64 where the result does not)
+        own = np.maximum(own, SIGMAS / np.sqrt(3) * 2.0 ** -(precision_bits + 1) * magnitude)
+    if opcode_kind == "transcendental":
+        own = own + WIDE_ULPS * _ulp(magnitude, np.float32)
+    elif opcode_kind == "elementwise":
+        representable = np.asarray(x).astype(dtype).astype(np.float64) == x
+        own = np.where((bound == 0) & representable, 0.0, own)
+    return np.minimum(np.sqrt(np.square(bound) + np.square(own)), bound + own * CAP), own
+
+
+def _compiled_round(x, variance, at, dtype, opcode_kind, precision_bits=None, out_dtype=np.float64):
+    info = ml_dtypes.finfo(dtype)
+    own, bound = np.empty(x.shape), np.empty(x.shape, out_dtype)
+    precision = 0.0 if precision_bits is None else SIGMAS / np.sqrt(3) * 2.0 ** -(precision_bits + 1)
+    round_bounds(x, variance, np.empty(0) if at is None else at, own, bound, int(info.nmant), float(info.tiny),
+                 float(HALF_ULPS), int(np.finfo(np.float32).nmant), float(np.finfo(np.float32).tiny),
+                 float(WIDE_ULPS) if opcode_kind == "transcendental" else 0.0, precision,
+                 opcode_kind == "elementwise", float(info.max),
+                 bool(np.isinf(np.asarray(np.inf).astype(dtype))), float(CAP))
+    return bound, own
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
+                                   ml_dtypes.float8_e4m3fn])
+@pytest.mark.parametrize("kind", ["elementwise", "transcendental", "sum", "reduce-precision", "at"])
+def test_round_bounds_is_the_numpy_rule(dtype, kind):
+    rng = np.random.default_rng(7)
+    n = 20000
+    x = _awkward(rng, n, dtype)
+    if dtype == np.float32:
+        x = x.astype(np.float32)                    # (a narrowed shadow's values)
+    variance = np.square(_awkward(rng, n, dtype))
+    variance[rng.random(n) < 0.3] = 0.0             # exact operands
+    at = np.abs(_awkward(rng, n, dtype)) if kind == "at" else None
+    bits = 5 if kind == "reduce-precision" else None
+    with np.errstate(all="ignore"):
+        want_bound, want_own = _numpy_round(x, variance, at, dtype, kind, bits)
+    bound, own = _compiled_round(x, variance, at, dtype, kind, bits)
+    np.testing.assert_array_equal(own, want_own)
+    np.testing.assert_array_equal(bound, want_bound)
+    narrow, _ = _compiled_round(x, variance, at, dtype, kind, bits, out_dtype=np.float32)
+    np.testing.assert_array_equal(narrow, want_bound.astype(np.float32))
+    if kind == "elementwise":                       # the exemption happened, and not everywhere
+        assert 0 < np.count_nonzero(own == 0) < n
+
+
+def _numpy_calibrate(bound, deviations, ceiling=None):
+    """calibrate's rule in numpy (per block of CALIBRATION_BLOCK: the largest and the mean ratio of the samples'
+    sum of squares to the bound squared over the elements with finite positive bounds and finite samples)."""
+    squares = np.einsum("k...,k...->...", deviations, deviations).reshape(-1)
+    flat = np.reshape(bound, -1)
+    seen = (flat > 0) & (flat < np.inf)
+    finite = np.isfinite(squares)
+    if np.any(~finite & (flat < np.inf)):
+        return bound
+    seen &= finite
+    if np.count_nonzero(seen) < CALIBRATED_FROM:
+        return bound
+    ratio = np.divide(squares, np.square(flat, dtype=np.float64), where=seen, out=np.zeros(flat.shape))
+    pad = -flat.size % CALIBRATION_BLOCK
+
+    def per_block(v, fill):
+        return np.pad(v, (0, pad), constant_values=fill).reshape(-1, CALIBRATION_BLOCK)
+
+    largest, counted = per_block(ratio, 0).max(axis=1), per_block(seen, False).sum(axis=1)
+    spread = SIGMAS / np.sqrt(len(deviations))
+    enough = counted >= CALIBRATED_FROM
+    factor = np.where(enough & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest)), 1.0)
+    repeat = lambda per: np.repeat(per, CALIBRATION_BLOCK)[: flat.size].reshape(np.shape(bound))  # noqa: E731
+    calibrated = repeat(factor.astype(flat.dtype)) * bound
+    if ceiling is None:
+        return calibrated
+    short = np.where(enough, spread * np.sqrt(per_block(ratio, 0).sum(axis=1) / np.maximum(counted, 1)), 1.0)
+    if not np.any(short > 1):
+        return calibrated
+    return np.maximum(calibrated, np.minimum(bound * repeat(short), ceiling()))
+
+
+@pytest.mark.parametrize("bound_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["loose", "short", "specials", "nonfinite-samples", "few"])
+def test_calibrate_is_the_numpy_rule(bound_dtype, case):
+    rng = np.random.default_rng(11)
+    shape = (37, 300)                               # blocks cross rows; a shorter last block
+    bound = np.abs(rng.standard_normal(shape)).astype(bound_dtype)
+    deviations = (rng.standard_normal((4, *shape)) * (0.01 if case == "loose" else 1.0)).astype(np.float32)
+    deviations[:, rng.random(shape) < 0.05] = 0.0
+    if case in ("specials", "nonfinite-samples"):
+        flat = bound.reshape(-1)
+        picks = rng.integers(0, flat.size, 400)
+        flat[picks[:100]] = np.inf
+        flat[picks[100:200]] = 0.0
+        flat[picks[200:300]] = np.nan
+        flat[picks[300:]] = 1e-30 if bound_dtype == np.float32 else 1e-300
+        deviations.reshape(4, -1)[:, picks[:100]] = np.inf     # (beyond an infinite bound: not judged)
+    if case == "nonfinite-samples":
+        deviations[1, 3, 4] = np.nan
+    if case == "few":
+        bound[:, 1:] = np.inf
+    ceiling = lambda: bound * 3.0  # noqa: E731
+    with np.errstate(all="ignore"):
+        for with_ceiling in (None, ceiling):
+            want = _numpy_calibrate(bound, deviations, with_ceiling)
+            got = calibrate(bound, deviations, with_ceiling)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            # (equal but for the last bits: the samples' float32 squares are summed in another order than einsum's)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+            assert np.array_equal(np.isnan(got), np.isnan(want))
+    if case in ("loose", "short"):                  # the rule acted (divided / raised somewhere)
+        assert not np.array_equal(calibrate(bound, deviations, ceiling), bound)
+
+
+def test_block_ratios_counts_and_tail():
+    bound = np.ones(2 * CALIBRATION_BLOCK + 3)
+    deviations = np.zeros((4, bound.size), np.float32)
+    deviations[:, -1] = 2.0                          # 4 x 4 / 1 in the last (3-element) block
+    largest, total, counted, seen, unjudged = block_ratios(deviations, bound, CALIBRATION_BLOCK)
+    assert list(counted) == [CALIBRATION_BLOCK, CALIBRATION_BLOCK, 3] and seen == bound.size and not unjudged
+    assert list(largest) == [0, 0, 16.0] and list(total) == [0, 0, 16.0]
+    out = np.empty(bound.size)
+    scale_blocks(bound, np.array([1.0, 2.0, 3.0]), CALIBRATION_BLOCK, out)
+    assert out[0] == 1 and out[CALIBRATION_BLOCK] == 2 and out[-1] == 3
+
+
+def test_add_noise_is_the_numpy_rule():
+    rng = np.random.default_rng(3)
+    samples = rng.standard_normal((4, 1000)).astype(np.float32)
+    noise = rng.standard_normal((4, 1000)).astype(np.float32)
+    own = np.abs(rng.standard_normal(1000)) * 10.0 ** rng.integers(-40, 5, 1000)
+    own[:10] = [0, np.inf, np.nan, 1e-320, 0, 0, 1, 2, 3, 4]
+    with np.errstate(all="ignore"):
+        want = samples + noise * (own / SIGMAS).astype(np.float32)
+        add_noise(samples, noise, own, SIGMAS)
+    np.testing.assert_array_equal(samples, want)
+    assert math.isnan(samples[0, 1]) or math.isinf(samples[0, 1])
+
+
+class _Dot:
+    """A dot's dimension numbers, as an instruction's attributes."""
+
+    def __init__(self, **dims):
+        self.dims = dims
+
+    def attr(self, name, default=None):
+        return self.dims.get(name, default)
+
+
+@pytest.mark.parametrize("dims, lhs, rhs", [
+    (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (5, 7), (7, 3)),
+    (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(1,)), (7, 5), (3, 7)),
+    (dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)),
+     (2, 5, 7), (2, 7, 3)),
+    (dict(lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)),
+     (2, 4, 3, 6), (3, 6, 4, 2)),
+    (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (7,), (7, 4)),
+])
+def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
+    """times_least (the sum along the contraction times the least bound) against the dot itself of the values
+    with the other side's bound at its smallest along the contraction, broadcast back (an einsum here)."""
+    from hloexec.tools.bound_shared import times_least
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
+    ea, eb = np.abs(rng.standard_normal(lhs)), np.abs(rng.standard_normal(rhs))
+    inst = _Dot(**dims)
+    la, lb = list(range(len(lhs))), list(range(10, 10 + len(rhs)))
+    for k, (i, j) in enumerate(zip(dims.get("lhs_batch_dims", ()), dims.get("rhs_batch_dims", ()))):
+        lb[j] = la[i] = 20 + k
+    for i, j in zip(dims["lhs_contracting_dims"], dims["rhs_contracting_dims"]):
+        lb[j] = la[i]
+    batch = [la[i] for i in dims.get("lhs_batch_dims", ())]
+    out = batch + [la[i] for i in range(len(lhs)) if la[i] not in lb] + [lb[j] for j in range(len(rhs))
+                                                                        if lb[j] not in la]
+    least = lambda e, c: np.broadcast_to(np.min(e, axis=c, keepdims=True), e.shape)  # noqa: E731
+    want_b = np.abs(np.einsum(a, la, least(eb, dims["rhs_contracting_dims"]), lb, out))
+    want_a = np.abs(np.einsum(least(ea, dims["lhs_contracting_dims"]), la, b, lb, out))
+    np.testing.assert_allclose(times_least(inst, a, eb, "lhs"), want_b, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(times_least(inst, b, ea, "rhs"), want_a, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("opcode", ["multiply", "divide"])
+@pytest.mark.parametrize("which", ["both", "a", "b", "none"])
+def test_bilinear_samples_are_the_numpy_identities(opcode, which):
+    """A multiply's / divide's samples' deviations against the identities in numpy float32: (a + da)(b + db) - ab =
+    da (b + db) + a db and (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
+    from hloexec.tools.bound_samples import bilinear_samples
+    rng = np.random.default_rng(5)
+    shape = (30, 17)
+    a, b = _awkward(rng, 510, np.float32).reshape(shape), _awkward(rng, 510, np.float32).reshape(shape)
+    with np.errstate(all="ignore"):
+        x = a * b if opcode == "multiply" else a / b
+        da = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if which in ("both", "a") else None
+        db = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if which in ("both", "b") else None
+        a32, b32, x32 = (np.asarray(v, np.float32) for v in (a, b, x))
+        if opcode == "multiply":
+            want = (0 if da is None else da * (b32 + (0 if db is None else db))) + (0 if db is None else a32 * db)
+        elif db is None:
+            want = 0 if da is None else da / b32
+        else:
+            want = ((0 if da is None else da) - x32 * db) / (b32 + db)
+        got = np.full((4, *shape), 7.0, np.float32)
+        bilinear_samples(opcode, got, x, a, b, da, db)
+    np.testing.assert_array_equal(got, np.broadcast_to(np.asarray(want, np.float32), got.shape))
+
+
+@pytest.mark.parametrize("multiply", [False, True])
+@pytest.mark.parametrize("case", ["both", "a", "b", "same", "unary"])
+def test_first_order_variance_is_the_numpy_rule(multiply, case):
+    """Per operand with errors, what it moves the value by, squared and added in operand order (a multiply: the
+    other's magnitude times the bound, (2|a| + e) e for x * x, plus (e_a e_b)^2), against numpy."""
+    from hloexec.kernels.bound_rules import first_order_variance
+    rng = np.random.default_rng(9)
+    n = 5000
+    a, b = _awkward(rng, n, np.float32), _awkward(rng, n, np.float32)
+    ea = np.abs(_awkward(rng, n, np.float32)).astype(np.float32)
+    eb = np.abs(_awkward(rng, n, np.float64))
+    if case in ("same", "unary"):
+        b = a
+    with np.errstate(all="ignore"):
+        want = np.zeros(n)
+        if case in ("both", "a", "same", "unary"):
+            e = ea.astype(np.float64)
+            places = 2 if case == "same" else 1
+            if not multiply:
+                want = want + np.square(places * e)
+            else:
+                want = want + np.square((2 * np.abs(a) + e) * e if case == "same" else np.abs(b) * e)
+        if case in ("both", "b"):
+            want = want + np.square(np.abs(a) * eb if multiply else eb)
+        if multiply and case == "both":
+            want = want + np.square(ea.astype(np.float64) * eb)
+        got = np.empty(n)
+        first_order_variance(multiply, case == "same", a, b, ea if case != "b" else np.empty(0),
+                             eb if case in ("both", "b") else np.empty(0), got)
+    np.testing.assert_array_equal(got, want)
