@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -214,7 +215,8 @@ def products():
                                       ("gemv", (1, 1, 500, 300), np.complex64),
                                       # at blas._ONE_THREAD_ANYWAY: multiplied with the BLAS's own thread setting
                                       ("small_gemm", (3, 16, 32, 16), np.float32),
-                                      ("small_gemv", (1, 64, 128, 1), np.complex64),
+                                      ("small_gemv", (1, 64, 128, 1), np.float64),
+                                      ("small_cgemv", (1, 64, 128, 1), np.complex64),
                                       ("small_dot", (1, 1, 8192, 1), np.float64)]:
         out[name] = blas.matmul(rand((B, M, K), dtype), rand((B, K, N), dtype))
     x = rand((1, 64, 64), np.complex64)
@@ -274,6 +276,44 @@ def test_small_products_leave_the_blas_thread_setting_alone(monkeypatch, shape):
     big = rng.standard_normal((1, 32, 32)).astype(np.float32)
     with pytest.raises(AssertionError, match="switched"):
         blas.matmul(big, big.copy())
+
+
+def _other_threads_cpu_ticks() -> int:
+    me = threading.get_native_id()
+    ticks = 0
+    for task in os.listdir("/proc/self/task"):
+        if int(task) != me:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks
+
+
+def _threads_busy_during(a, b, calls: int = 20000) -> int:
+    """CPU ticks the process' other threads (OpenBLAS's) spent while this thread multiplied a @ b `calls` times
+    with numpy at the BLAS's own thread setting."""
+    time.sleep(0.3)  # threads still spinning after earlier work go to sleep
+    before = _other_threads_cpu_ticks()
+    for _ in range(calls):
+        np.matmul(a, b)
+    return _other_threads_cpu_ticks() - before
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="per-thread CPU times from /proc (Linux)")
+def test_products_skipping_the_switch_run_on_the_calling_thread():
+    """What `_ONE_THREAD_ANYWAY` relies on, observed: with the BLAS free to use its threads, real products of that
+    many multiply-adds leave its other threads idle, while a complex GEMV of the same size keeps them busy (the
+    control: without it, nothing here shows whether the BLAS threads at all)."""
+    rng = np.random.default_rng(4)
+    control = _random((96, 96), np.complex64, rng), _random((96, 1), np.complex64, rng)
+    np.matmul(np.ones((300, 300), np.float32), np.ones((300, 300), np.float32))  # the BLAS's threads started
+    if _threads_busy_during(*control) < 10:
+        pytest.skip("the BLAS ran a complex GEMV on one thread here: its threading cannot be observed")
+    n = blas._ONE_THREAD_ANYWAY
+    for dtype in (np.float32, np.float64):
+        for M, K, N in [(64, 128, 1), (1, 128, 64), (16, 32, 16), (1, n, 1), (n // 64, 8, 8)]:
+            a, b = _random((M, K), dtype, rng), _random((K, N), dtype, rng)
+            assert _threads_busy_during(a, b) <= 5, (dtype, M, K, N)
 
 
 def _views(rng, B, R, C):

@@ -48,10 +48,11 @@ _EVERY = slice(None)
 _MKL_MIN_WORK = 1 << 22
 _F32 = np.dtype(np.float32)
 _F16 = np.dtype(np.float16)
-# OpenBLAS runs a call this small on the calling thread whatever its thread setting (interface/gemm.c: M*N*K up
-# to 65536 x GEMM_MULTITHREAD_THRESHOLD (4); gemv: M*N under 2304 x 4; kernel/x86_64 dot: up to 10,000 elements),
-# so the bits do not depend on the setting and switching it (~4-60 us, most of a small dot's time) is skipped.
-# Not SYRK (`x @ x.T` of one buffer), which splits at any size: operands that may share memory still switch.
+# OpenBLAS runs a real (f32, f64) call this small on the calling thread whatever its thread setting (interface/
+# gemm.c: M*N*K up to 65536 x GEMM_MULTITHREAD_THRESHOLD (4); gemv and dot: observed single-threaded here up to
+# 40,000 / 20,000 elements), so the bits do not depend on the setting and switching it (~4-60 us, most of a small
+# dot's time) is skipped. Complex GEMVs are threaded from a few thousand elements on, and SYRK (`x @ x.T` of one
+# buffer) splits at any size: those, and operands that may share memory, still switch.
 _ONE_THREAD_ANYWAY = 8192
 
 
@@ -170,7 +171,7 @@ def matmul(
     widen = widen or _unchanged
     if a.dtype == b.dtype == _F16 and widen(a[:0, :0, :0]).dtype == _F32 and _mkl_takes(a, b):
         widen = _unchanged  # MKL reads f16 operands itself (kernels/mkl.py): no widening pass, the same bits
-    if M * N * K <= _ONE_THREAD_ANYWAY and not np.may_share_memory(a, b):
+    if M * N * K <= _ONE_THREAD_ANYWAY and a.dtype.kind == b.dtype.kind == "f" and not np.may_share_memory(a, b):
         r = _product(widen(a), widen(b))
         return r if narrow is None else narrow(r)
     blocks = _blocks(B, M, N, K)
