@@ -83,7 +83,8 @@ from ..ops.registry import lookup
 from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_shared import times_least
-from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, bilinear_samples, NOISE_POOL, SAMPLES, SIGMAS, calibrate
+from .bound_samples import BILINEAR_SAMPLES, LINEAR_SAMPLES, NOISE_POOL, SAMPLES, SIGMAS, calibrate
+from .bound_samples import bilinear_samples, dot_samples
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
@@ -380,6 +381,13 @@ class ErrorBounds:
             # linear and elementwise: the op on the operands' deviations, every sample at once
             zero = np.zeros((), np.float32)
             LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed), out=made[0])
+        elif (
+            inst.opcode == "dot"
+            and all(_float(o) for o in operands)
+            and made[0] is not None
+            and sum(p is not None for p in perturbed) == 1
+        ):
+            dot_samples(inst, made[0], operands, perturbed)
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES:
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
