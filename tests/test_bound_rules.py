@@ -284,3 +284,31 @@ def test_first_order_variance_is_the_numpy_rule(multiply, case):
         first_order_variance(multiply, case == "same", a, b, ea if case != "b" else np.empty(0),
                              eb if case in ("both", "b") else np.empty(0), got)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("side", [0, 1])
+@pytest.mark.parametrize("dims, lhs, rhs", [
+    (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (5, 7), (7, 3)),
+    (dict(lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)),
+     (2, 4, 3, 6), (3, 6, 4, 2)),
+    (dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)),
+     (2, 5, 7), (2, 7, 3)),
+])
+def test_dot_samples_are_the_perturbed_dots(side, dims, lhs, rhs):
+    """A dot with one operand's samples: each sample's deviation against the perturbed run's
+    dot(a + da, b) - dot(a, b) in f64 (float32 deviations: equal to float32's precision)."""
+    from hloexec.ops.contraction import dot_general
+    from hloexec.tools.bound_samples import dot_samples
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
+    d = (rng.standard_normal((4, *(lhs if side == 0 else rhs))) * 1e-3).astype(np.float32)
+    inst = _Dot(**dims)
+    lb, rb, lc, rc = (list(dims.get(k, ())) for k in ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims",
+                                                      "rhs_contracting_dims"))
+    f64 = np.dtype(np.float64)
+    x = dot_general(a, b, lb, rb, lc, rc, f64)
+    want = np.stack([dot_general(a + d[k], b, lb, rb, lc, rc, f64) if side == 0 else
+                     dot_general(a, b + d[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
+    out = np.full((4, *x.shape), np.nan, np.float32)
+    dot_samples(inst, out, [a, b], [d, None] if side == 0 else [None, d])
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-9)

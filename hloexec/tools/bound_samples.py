@@ -11,6 +11,7 @@ import numpy as np
 
 from ..kernels.bound_rules import bilinear_deviations, block_ratios, scale_blocks
 from .compare import ulp_at
+from ..ops.contraction import dot_general
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error
 SAMPLES = 4  # perturbed runs carried along (ErrorBounds._sample)
@@ -37,6 +38,24 @@ def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
     bilinear_deviations(
         opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), rows[0], rows[1], out.reshape(samples, -1)
     )
+
+
+def dot_samples(inst, out: np.ndarray, operands, perturbed) -> None:
+    """A dot's samples' deviations into `out` (SAMPLES, *shape) where one operand has samples: the dot is linear in
+    it, so a sample's deviation is the dot of that operand's deviations with the other operand, in float32 as the
+    samples are (none of the f64 products whose difference it is), every sample in one product: the samples a
+    leading free dim of their operand (the result's dims: batch, lhs free, rhs free; moved to the front)."""
+    lb, rb = [list(inst.attr(f"{side}_batch_dims", ())) for side in ("lhs", "rhs")]
+    lc, rc = [list(inst.attr(f"{side}_contracting_dims", ())) for side in ("lhs", "rhs")]
+    after = lambda dims: [d + 1 for d in dims]  # noqa: E731 (the operand's dims past the samples' one)
+    f32 = np.dtype(np.float32)
+    if perturbed[0] is not None:
+        moved = dot_general(perturbed[0], np.asarray(operands[1], f32), after(lb), rb, after(lc), rc, f32)
+        at = len(lb)
+    else:
+        moved = dot_general(np.asarray(operands[0], f32), perturbed[1], lb, after(rb), lc, after(rc), f32)
+        at = np.ndim(operands[0]) - len(lc)  # batch and lhs free dims come first
+    out[...] = np.moveaxis(moved, at, 0)
 
 
 # elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)

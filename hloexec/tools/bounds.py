@@ -93,6 +93,7 @@ from .bound_samples import (
     SIGMAS,
     bilinear_samples,
     calibrate,
+    dot_samples,
     shared_rounding,
 )
 
@@ -357,6 +358,13 @@ class ErrorBounds:
             # linear and elementwise: the op on the operands' deviations, every sample at once
             zero = np.zeros((), np.float32)
             LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed), out=made[0])
+        elif (
+            inst.opcode == "dot"
+            and all(_float(o) for o in operands)
+            and made[0] is not None
+            and sum(p is not None for p in perturbed) == 1
+        ):
+            dot_samples(inst, made[0], operands, perturbed)
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES:
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
             for k in range(SAMPLES):
