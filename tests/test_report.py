@@ -338,7 +338,7 @@ def test_report_of_the_f16_layernorm_gradient_against_xla_in_a_headless_browser(
 @pytest.mark.skipif(not os.environ.get("REPORT_SCREENSHOTS"), reason="the docs' screenshot: REPORT_SCREENSHOTS=DIR")
 def test_report_of_the_gpt_seed_in_a_headless_browser(tmp_path, capsys, shared_path, monkeypatch):
     """16 participants; when the shadow does not fit, the verdict says why and the attribution measures participant
-    0 op by op, the others compiled. Run beside a link to the seed, so that the page's command line is the one
+    0 observed, the others not. Run beside a link to the seed, so that the page's command line is the one
     docs/reports.md shows; prints the time and peak memory taken."""
     folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path).resolve()
     seed = "gpt_train_step_shard_parallel_16dev.hlo"

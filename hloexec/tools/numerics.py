@@ -420,7 +420,7 @@ def attribute(
             )
     if mode == "paired" and runner.spmd is not None:  # checked together above: neither run alone refuses
         runner = Runner({**runner.spmd, "check_memory": False})
-    if mode == "local" and runner.spmd is not None:  # one participant observed, op by op; the others compiled
+    if mode == "local" and runner.spmd is not None:  # one participant observed; the others as a plain run
         program = executable_like(
             exe, exe.module, **{**options, "use_numba": exe.context.use_numba, "fuse_chains": False}
         )
@@ -486,7 +486,7 @@ def _local_run(
 ) -> list:
     """The program's run alone, each instruction's local error at its own operands; its outputs. SPMD: the runner
     observes participant LOCAL_PARTICIPANT alone (every participant runs the same instructions on its shard: one
-    runs op by op with the f64 evaluations, the others compiled), its local errors and NaN/Inf origins."""
+    runs op by op with the f64 evaluations, the others unobserved), its local errors and NaN/Inf origins."""
     by_name = {(c.name, i.name): i for c in shadow.module.computations for i in c.instructions}
 
     def observe(device, inst, value, operands):
