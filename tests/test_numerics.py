@@ -515,3 +515,41 @@ def test_observed_commands_refuse_ray(capsys, tmp_path):
     for argv in (["run", str(path), "--shadow"], ["run", str(path), "--find-nonfinite"], ["numerics", str(path)]):
         assert main(argv + ["--ray"]) == 2
         assert "not with --ray" in capsys.readouterr().err
+
+
+CHAIN = """HloModule chain, num_partitions=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  p = f32[1048576] parameter(0)
+  n = f32[1048576] negate(p)
+  x = f32[1048576] exponential(n)
+  m = f32[1048576] multiply(x, p)
+  t = f32[1048576] tanh(m)
+  ROOT ar = f32[1048576] all-reduce(t), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+}
+"""
+
+
+def test_spmd_local_errors_are_one_participants_and_see_every_instruction(tmp_path, capsys):
+    """--spmd --local: participant 0 runs op by op and is evaluated (its chain of elementwise ops one by one, which
+    a plain run groups into one kernel: exec/fuse.py), the other participant compiled; each instruction ran once.
+    exp's local error: at least a correctly rounded f32 exp's (from numpy's f64 one), within a few ulps."""
+    hlo = tmp_path / "chain.hlo"
+    hlo.write_text(CHAIN)
+    assert hloexec.load(str(hlo), compile_kernels=False).plan.fused_groups  # a plain run fuses the chain
+    x = np.random.default_rng(5).uniform(-2, 2, 1 << 20).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=x)
+    code = main(["numerics", str(hlo), "--spmd", "--local", "--inputs", str(tmp_path / "in.npz"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["local_errors_of"] == "participant 0 of 2"
+    top = {r["name"]: r for r in data["top"]}
+    assert {"x", "m", "t"} <= set(top) and all(r["runs"] == 1 for r in top.values())
+    e = np.exp(-x.astype(np.float64))
+    rounded = np.max(np.abs(e.astype(np.float32) - e)) / np.max(e)  # exp correctly rounded to f32: the least
+    assert rounded <= top["x"]["local_error"] and top["x"]["local_ulps"] < 4  # an f32 exp within a few ulps

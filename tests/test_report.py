@@ -237,6 +237,20 @@ def test_report_of_an_spmd_module_whose_shadow_is_refused_has_the_rest(tmp_path,
     assert "For the verdict, --max-memory " in page
 
 
+def test_report_with_an_infinite_local_error_draws_its_graph(tmp_path, capsys):
+    """An f16 product that overflows where the exact one is finite: an infinite local error (the GPT seed's random
+    inputs make some), drawn as the largest in the dataflow picture."""
+    hlo = tmp_path / "over.hlo"
+    hlo.write_text("HloModule over\n\nENTRY e {\n  p = f16[4] parameter(0)\n  q = f16[4] parameter(1)\n"
+                   "  m = f16[4] multiply(p, q)\n  ROOT s = f16[4] add(m, q)\n}\n")
+    np.savez(tmp_path / "in.npz", arg0=np.full(4, 300, np.float16), arg1=np.array([300, 1, 2, 3], np.float16))
+    code, text, err = report(capsys, hlo, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "r.html", "--json")
+    assert code in (0, 1), err
+    nodes = {n["name"]: n["local_ulps"] for n in json.loads(text)["graph"]["nodes"]}
+    assert nodes["m"] == float("inf") or nodes["m"] == "inf"
+    assert "<svg" in (tmp_path / "r.html").read_text()
+
+
 def test_report_of_a_module_hloexec_cannot_run_is_a_clear_error(tmp_path, capsys):
     hlo = tmp_path / "cc.hlo"
     hlo.write_text('HloModule cc\n\nENTRY e {\n  p = f32[4] parameter(0)\n'
@@ -338,7 +352,7 @@ def test_report_of_the_f16_layernorm_gradient_against_xla_in_a_headless_browser(
 @pytest.mark.skipif(not os.environ.get("REPORT_SCREENSHOTS"), reason="the docs' screenshot: REPORT_SCREENSHOTS=DIR")
 def test_report_of_the_gpt_seed_in_a_headless_browser(tmp_path, capsys, shared_path, monkeypatch):
     """16 participants; when the shadow does not fit, the verdict says why and the attribution measures participant
-    0 op by op, the others compiled. Run beside a link to the seed, so that the page's command line is the one
+    0 observed, the others not. Run beside a link to the seed, so that the page's command line is the one
     docs/reports.md shows; prints the time and peak memory taken."""
     folder = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path).resolve()
     seed = "gpt_train_step_shard_parallel_16dev.hlo"

@@ -54,12 +54,14 @@ class ExecContext:
         use_numba: bool = True,
         compile_after: int = 1,
         compile: str = "background",
+        fuse_chains: bool = True,
     ):
         self.module = module
         self.plans = plans  # the module's PlanCache (exec/executor.py): one plan per computation
         self.default_device = device
         self.options = options or Options()  # how the module computes: read where a rule is used
         self.use_numba = use_numba
+        self.fuse_chains = fuse_chains  # group unfused producer/consumer chains into kernels (exec/fuse.py)
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}, got {compile!r}")
         self.compile = compile  # who waits for the compiler (exec/tiering.py)
@@ -112,7 +114,7 @@ class ExecContext:
     def computation(self, comp: Computation, fuse: bool = True):
         """The Runner of `comp`'s plan (exec/runner.py), prepared once; `fuse`: group its unfused producer/consumer
         chains (exec/fuse.py)."""
-        return self.plans.runner(comp, fuse and self.use_numba, self)
+        return self.plans.runner(comp, fuse and self.use_numba and self.fuse_chains, self)
 
     def fused_kernel(self, comp: Computation):
         """A kernel running the fused computation `comp` as one compiled loop nest, or None to run it op by op:

@@ -100,6 +100,7 @@ class Executable:
         compile_after: int | None = None,
         participant: Device | None = None,
         compile_kernels: bool = True,
+        fuse_chains: bool = True,
         **rules,
     ):
         """`options` (hloexec.options.Options) or `device` (a profile, its name or file) and any of Options'
@@ -109,7 +110,8 @@ class Executable:
         their kernels, compiled meanwhile, are there), "eager" (a call that is due compiles, and waits: with
         compile_after=0 the first run waits for every kernel) or "never" (op by op always); see
         exec/tiering.py. `compile_after`: calls of a fusion op by op before it is due to compile (default: 1 in
-        the background, so that a one-shot run compiles nothing, 0 eager)."""
+        the background, so that a one-shot run compiles nothing, 0 eager). `fuse_chains=False`: the unfused
+        chains stay op by op (exec/fuse.py groups none), so an observed run sees each of their instructions."""
         keep_freed_memory()  # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
         elided = module.elided_constants()
@@ -133,6 +135,7 @@ class Executable:
             use_numba=use_numba,
             compile_after=compile_after,
             compile=compile,
+            fuse_chains=fuse_chains,
         )
         self.runner = self.context.computation(module.entry)
         self.plan = self.runner.plan

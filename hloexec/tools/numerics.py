@@ -420,8 +420,10 @@ def attribute(
             )
     if mode == "paired" and runner.spmd is not None:  # checked together above: neither run alone refuses
         runner = Runner({**runner.spmd, "check_memory": False})
-    if mode == "local" and runner.spmd is not None:  # one participant observed, op by op; the others compiled
-        program = executable_like(exe, exe.module, **{k: v for k, v in options.items() if k != "use_numba"})
+    if mode == "local" and runner.spmd is not None:  # one participant observed; the others as a plain run
+        program = executable_like(
+            exe, exe.module, **{**options, "use_numba": exe.context.use_numba, "fuse_chains": False}
+        )
         runner = Runner({**runner.spmd, "observed": (LOCAL_PARTICIPANT,)})
     seen = _Seen(exe.module, shadow)
     if mode == "local":
@@ -479,35 +481,17 @@ class _Seen:
 LOCAL_PARTICIPANT = 0  # the participant of an SPMD run whose local errors are measured (local mode)
 
 
-class _HloexecGroups:
-    """`inst in groups`: whether `inst` is an output of a group hloexec fused itself (exec/fuse.py) in `program`'s
-    plans: an observer sees such a group as its outputs, the group's inputs as their operands, so no local error of
-    the instruction's own. Plans are made as their computations first run: looked up again at a new computation."""
-
-    def __init__(self, program: Executable):
-        self.program = program
-        self.computations: set[str] = set()
-        self.outputs: set[int] = set()
-
-    def __contains__(self, inst) -> bool:
-        if _comp(inst) not in self.computations:
-            self.computations.add(_comp(inst))
-            self.outputs = {id(o) for plan in self.program.plans for g in plan.fused_groups for o in g.outputs}
-        return id(inst) in self.outputs
-
-
 def _local_run(
     program: Executable, shadow: Shadow, inputs, runner: Runner, attribution: _Attribution, seen: _Seen
 ) -> list:
     """The program's run alone, each instruction's local error at its own operands; its outputs. SPMD: the runner
     observes participant LOCAL_PARTICIPANT alone (every participant runs the same instructions on its shard: one
-    runs op by op with the f64 evaluations, the others compiled), its local errors and NaN/Inf origins."""
+    runs op by op with the f64 evaluations, the others unobserved), its local errors and NaN/Inf origins."""
     by_name = {(c.name, i.name): i for c in shadow.module.computations for i in c.instructions}
-    grouped = _HloexecGroups(program)
 
     def observe(device, inst, value, operands):
         seen.tracker.observe(device, inst, value, operands)
-        if not evaluates_local_error(inst) or inst.name in shadow.pinned or inst in grouped:
+        if not evaluates_local_error(inst) or inst.name in shadow.pinned:
             return
         twin = by_name.get((_comp(inst), inst.name))
         if twin is None:

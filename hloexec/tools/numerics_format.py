@@ -41,7 +41,7 @@ def format_numerics(report: NumericsReport, top: int) -> str:
         "value moves the outputs, relative to their scale), then by local error"
     ]
     if report.local_errors_of:
-        lines.insert(0, f"local errors of {report.local_errors_of} (the others run the same instructions, compiled)")
+        lines.insert(0, f"local errors of {report.local_errors_of} (the others run the same instructions unobserved)")
     lines.append(
         f"{'out':>4}  {'shape':<16} {'dtype':<5} "
         + (f"{'max rel':>9} {'rms rel':>9} {'ulp@scale':>9}  " if paired else "")

@@ -83,8 +83,13 @@ def worst_graph(module, instructions) -> tuple[dict | None, str | None]:
     errors = {
         id(n): max([ulps.get((comp.name, n.name), 0.0)] + [within(k) for k in n.called_computations]) for n in g.nodes
     }
-    top = max(errors.values(), default=0.0)
-    fills = {k: _heat(math.log1p(v) / math.log1p(top)) for k, v in errors.items() if v > 0}
+    top = max((v for v in errors.values() if math.isfinite(v)), default=0.0)
+    # an infinite local error (a value that overflowed where the exact one is finite) is drawn as the largest
+    fills = {
+        k: _heat(math.log1p(v) / math.log1p(top) if math.isfinite(v) and top > 0 else 1.0)
+        for k, v in errors.items()
+        if v > 0
+    }
     data = {
         "worst": worst.name,
         "worst_computation": worst.computation,

@@ -40,7 +40,11 @@ def executable_like(exe: Executable, module, **options) -> Executable:
     `exe` was made: not again for each module derived from its own."""
     ctx = exe.context
     settings: dict = dict(
-        options=exe.options, use_numba=ctx.use_numba, compile_after=ctx.compile_after, compile=ctx.compile
+        options=exe.options,
+        use_numba=ctx.use_numba,
+        compile_after=ctx.compile_after,
+        compile=ctx.compile,
+        fuse_chains=ctx.fuse_chains,
     )
     settings.update(options)
     with warnings.catch_warnings():
