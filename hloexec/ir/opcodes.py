@@ -188,6 +188,9 @@ TRANSCENDENTAL_UNARY = frozenset(
 # once (exec/plan.py folds it; kernels/program.py hoists it out of a loop).
 PURE = ELEMENTWISE | MOVEMENT | frozenset({"constant", "iota", "reduce", "dot", "gather", "tuple", "get-tuple-element"})
 
+# Pass-through: the result is the operand (or operands) unchanged; the op only orders or marks the schedule.
+PASS_THROUGH = frozenset({"opt-barrier", "optimization-barrier", "copy-start", "copy-done", "domain", "add-dependency"})
+
 # View: hloexec's kernel returns (part of) an operand's buffer rather than a new one (ops/movement.py; a
 # layout-changing bitcast is the exception, exec/memory.py:_returns_view).
 VIEW = frozenset(

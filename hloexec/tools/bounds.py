@@ -108,18 +108,13 @@ MOVES = (
             "gather",
             "get-tuple-element",
             "tuple",
-            "opt-barrier",
-            "optimization-barrier",
-            "copy-start",
-            "copy-done",
-            "domain",
-            "add-dependency",
             "real",
             "imag",
             "complex",
         }
     )
     | opcodes.MOVEMENT
+    | opcodes.PASS_THROUGH
 )
 # Collectives whose kernel (one exchange with the group) is linear in its operands: run on the bounds and the
 # samples' deviations, it exchanges them as it exchanged the values (send/recv, ragged-all-to-all: no rule).

@@ -86,12 +86,6 @@ EXACT_OPCODES = (
             "sign",
             "compare",
             "is-finite",
-            "opt-barrier",
-            "optimization-barrier",
-            "copy-start",
-            "copy-done",
-            "domain",
-            "add-dependency",
             "after-all",
             "real",
             "imag",
@@ -105,6 +99,7 @@ EXACT_OPCODES = (
         }
     )
     | opcodes.MOVEMENT
+    | opcodes.PASS_THROUGH
 )
 # Ops evaluated elsewhere (their called computations' instructions are observed one by one) or not alone.
 NOT_EVALUATED = (
