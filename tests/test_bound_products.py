@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from test_bound_rules import _awkward, _Dot
 
+import hloexec
 from hloexec.kernels.bound_products import dot_variance, perturbed_float32
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
@@ -214,3 +215,51 @@ def test_float32_samples_are_refused_where_float32_may_overflow():
     small = Terms(np.ones((2, 4)), True, 4)
     noise, floor = float32_noise(4, small, small)
     assert noise == SIGMAS**2 * 2.0**12 * 2.0**-48 * 4 and 0 < floor < 1e-25
+
+
+SUMS = """HloModule sums
+add { x = f32[] parameter(0)  y = f32[] parameter(1)  ROOT s = f32[] add(x, y) }
+ENTRY e {
+  a = f32[48,300] parameter(0)
+  b = f32[48,300] parameter(1)
+  c = f32[48,300] multiply(a, b)
+  zero = f32[] constant(0)
+  rows = f32[48] reduce(c, zero), dimensions={1}, to_apply=add
+  windows = f32[48,100] reduce-window(c, zero), window={size=1x5 stride=1x3 pad=0_0x1_1}, to_apply=add
+  ROOT t = (f32[48], f32[48,100]) tuple(rows, windows)
+}
+"""
+
+
+def test_a_sums_samples_are_its_kernel_on_the_terms_deviations():
+    """An add reduce's and reduce-window's samples' deviations (the sum of the terms' float32 deviations, no
+    perturbed float64 run) against the perturbed sums in float64 less the sums, plus the sum's own draw: within a
+    few float32 roundings of the deviations, the own draw apart (the same draws: the noise pool replayed)."""
+    from hloexec.exec.shadow import shadow_module
+    from hloexec.tools.bounds import ErrorBounds
+    from hloexec.tools.numerics import Runner, executable_like
+
+    exe = hloexec.load(SUMS)
+    shadow = shadow_module(exe.module)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    bounds = ErrorBounds(shadow, shadow_exe.context, device_profile("reference"))
+    checked = []
+
+    def observe(_device, inst, value, operands):
+        if inst.opcode not in ("reduce", "reduce-window"):
+            bounds(inst, value, operands)
+            return
+        terms = bounds._samples_or_none(operands[0])
+        kernel = bounds._kernel(inst)
+        want = np.stack([kernel(operands[0] + terms[k], operands[1]) - value for k in range(len(terms))])
+        bounds._noise = lambda shape: np.zeros(shape, np.float32)  # (no own draw: the deviations alone)
+        bounds(inst, value, operands)
+        del bounds._noise
+        got = bounds._samples_or_none(value)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.sqrt(np.mean(want**2)))
+        checked.append(inst.opcode)
+
+    r = np.random.default_rng(1)
+    inputs = [r.standard_normal((48, 300)).astype(np.float32) for _ in range(2)]
+    Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
+    assert sorted(checked) == ["reduce", "reduce-window"]
