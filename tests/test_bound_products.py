@@ -263,3 +263,17 @@ def test_a_sums_samples_are_its_kernel_on_the_terms_deviations():
     inputs = [r.standard_normal((48, 300)).astype(np.float32) for _ in range(2)]
     Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
     assert sorted(checked) == ["reduce", "reduce-window"]
+
+
+def test_a_complex_dot_is_bounded_from_its_magnitudes():
+    """A c64 dot: the rule's terms are |a|^2, |b|^2 and |x|^2 (float products of magnitudes), a finite bound."""
+    from hloexec.tools.numerics import shadow_run
+
+    exe = hloexec.load("HloModule c\nENTRY e {\n  a = c64[4,8] parameter(0)\n  b = c64[8,3] parameter(1)\n"
+                       "  ROOT d = c64[4,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n")
+    r = np.random.default_rng(0)
+    a, b = ((r.standard_normal(s) + 1j * r.standard_normal(s)).astype(np.complex64) for s in ((4, 8), (8, 3)))
+    with np.errstate(all="ignore"):
+        run = shadow_run(exe, [a, b], devices=[device_profile("reference")])
+    [bound] = run.bounds["reference"].bounds
+    assert bound.shape == (4, 3) and np.all(np.isfinite(bound)) and np.all(bound > 0)

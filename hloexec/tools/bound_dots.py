@@ -133,7 +133,7 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         errors.reshape(-1),
         shared.reshape(-1),
         squares.reshape(-1),
-        np.ravel(x),
+        np.ravel(np.abs(x) if np.iscomplexobj(x) else x),  # (the rule reads |x|^2)
         accumulation,
         operand_u,
         SIGMAS * np.sqrt(2 / 3),
