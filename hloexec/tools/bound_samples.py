@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..kernels.bound_products import perturbed_float32
 from ..kernels.bound_rules import bilinear_deviations, block_ratios, scale_blocks
 from .compare import ulp_at
 from ..ops.contraction import dot_general
@@ -19,6 +20,7 @@ CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many ele
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
+FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
 # elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut; each
 # writes into `out=` where given)
 LINEAR_SAMPLES: dict[str, Callable] = {
@@ -40,15 +42,22 @@ def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
     )
 
 
-def dot_samples(inst, out: np.ndarray, operands, perturbed) -> None:
-    """A dot's samples' deviations into `out` (SAMPLES, *shape) where one operand has samples: the dot is linear in
-    it, so a sample's deviation is the dot of that operand's deviations with the other operand, in float32 as the
-    samples are (none of the f64 products whose difference it is), every sample in one product: the samples a
-    leading free dim of their operand (the result's dims: batch, lhs free, rhs free; moved to the front)."""
+def dot_samples(inst, out: np.ndarray, x, operands, perturbed) -> None:
+    """A dot's samples' deviations into `out` (SAMPLES, *shape), in float32 as the samples are, every sample in
+    one product (the samples a leading dim of their operand; the result's dims: batch, lhs free, rhs free). Where
+    one operand has samples the dot is linear in it: a sample's deviation is the dot of that operand's deviations
+    with the other operand (none of the f64 products whose difference it is). Where both have (the caller decides
+    float32 suffices, tools/bound_dots.float32_samples_suffice): the float32 product (a + da)(b + db) less the dot
+    `x` (the shadow's), the samples a batch dim of both."""
     lb, rb = [list(inst.attr(f"{side}_batch_dims", ())) for side in ("lhs", "rhs")]
     lc, rc = [list(inst.attr(f"{side}_contracting_dims", ())) for side in ("lhs", "rhs")]
     after = lambda dims: [d + 1 for d in dims]  # noqa: E731 (the operand's dims past the samples' one)
     f32 = np.dtype(np.float32)
+    if perturbed[0] is not None and perturbed[1] is not None:
+        a, b = (_perturbed_float32(o, p) for o, p in zip(operands, perturbed))
+        moved = dot_general(a, b, [0, *after(lb)], [0, *after(rb)], after(lc), after(rc), f32)
+        np.subtract(moved, np.asarray(x, f32), out=out)  # (x rounded to float32: within the error allowed)
+        return
     if perturbed[0] is not None:
         moved = dot_general(perturbed[0], np.asarray(operands[1], f32), after(lb), rb, after(lc), rc, f32)
         at = len(lb)
@@ -56,6 +65,15 @@ def dot_samples(inst, out: np.ndarray, operands, perturbed) -> None:
         moved = dot_general(np.asarray(operands[0], f32), perturbed[1], lb, after(rb), lc, after(rc), f32)
         at = np.ndim(operands[0]) - len(lc)  # batch and lhs free dims come first
     out[...] = np.moveaxis(moved, at, 0)
+
+
+def _perturbed_float32(value, deviations) -> np.ndarray:
+    """(SAMPLES, *shape) float32: `value` moved by each sample's `deviations`, magnitudes below FLUSHED_BELOW 0."""
+    out = np.empty(deviations.shape, np.float32)
+    perturbed_float32(
+        np.ravel(value), deviations.reshape(len(deviations), -1), FLUSHED_BELOW, out.reshape(len(out), -1)
+    )
+    return out
 
 
 # elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)

@@ -82,9 +82,10 @@ from ..ir import opcodes
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
-from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
+from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
-from .bound_shared import least_along, times_least, tree_order_steps
+from .bound_dots import SIGNIFICAND, dot_bounds, widest
+from .bound_shared import least_along, tree_order_steps
 from .bound_samples import (
     BILINEAR_SAMPLES,
     LINEAR_SAMPLES,
@@ -97,8 +98,6 @@ from .bound_samples import (
     shared_rounding,
 )
 
-# significand bits (the implicit one counted) of the types dots operate and accumulate in
-SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = (
@@ -167,21 +166,23 @@ def unit_roundoff(etype) -> float:
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
 
 
-def _widest(a: str, b: str) -> str:
-    return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
-
-
-def _free_dims(inst, side: str, rank: int) -> int:
-    """How many free (neither batch nor contracting) dims the dot's `side` ("lhs" / "rhs") operand has."""
-    return rank - len(inst.attr(f"{side}_contracting_dims", ())) - len(inst.attr(f"{side}_batch_dims", ()))
-
-
 def _narrow(shape) -> bool:
     """Whether every float leaf of `shape` (a program's) is 32 bits or narrower (its bounds fit a float32)."""
     if shape.is_tuple:
         return all(map(_narrow, shape.tuple_shapes))
     etype = shape.element_type
     return etype is None or etype.kind != "float" or etype.bits <= 32
+
+
+def _sums(inst) -> bool:
+    """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds (linear in its operands)."""
+    reducer = inst.called.get("to_apply")
+    return (
+        inst.opcode in ("reduce", "reduce-window")
+        and len(inst.operands) == 2
+        and reducer is not None
+        and reducer.root.opcode == "add"
+    )
 
 
 def _float(leaf) -> bool:
@@ -306,7 +307,7 @@ class ErrorBounds:
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
                 local, ceiling = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
-                local, ceiling = self._dot(inst, orig, value, operands)
+                local, ceiling = dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local = self._convolution(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
@@ -357,11 +358,15 @@ class ErrorBounds:
             inst.opcode == "dot"
             and all(_float(o) for o in operands)
             and made[0] is not None
-            and sum(p is not None for p in perturbed) == 1
+            and (
+                sum(p is not None for p in perturbed) == 1
+                or (all(p is not None for p in perturbed) and getattr(self.current, "dot_samples_in_f32", False))
+            )
         ):
-            dot_samples(inst, made[0], operands, perturbed)
-        elif inst.opcode in MOVES or inst.opcode in COLLECTIVES:
-            # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
+            dot_samples(inst, made[0], value, operands, perturbed)
+        elif inst.opcode in MOVES or inst.opcode in COLLECTIVES or _sums(inst):
+            # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
+            # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
             for k in range(SAMPLES):
                 args = [
                     p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
@@ -662,7 +667,7 @@ class ErrorBounds:
             kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
         )
         count = kernel(np.ones(a.shape), np.ones(b.shape))
-        u_acc = 2.0 ** -SIGNIFICAND.get(_widest(orig.shape.element_type.name, "f32"), 53)
+        u_acc = 2.0 ** -SIGNIFICAND.get(widest(orig.shape.element_type.name, "f32"), 53)
         arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
         bound, own = self._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot")
         self._put(x, bound)
@@ -675,7 +680,7 @@ class ErrorBounds:
         `steps`: sum_k s_k^2 over the partial sums s_k where the order is known; else estimated whatever the order
         as count (squares + x^2)."""
         u = (
-            2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")]
+            2.0 ** -SIGNIFICAND[widest(etype.name, "f32")]
             if not per_step and accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
             else unit_roundoff(etype)
         )
@@ -729,57 +734,3 @@ class ErrorBounds:
             return np.sqrt(np.square(spread) + np.square(own))
         self._put(x, bound)
         return None
-
-    def _dot(self, inst, orig, x, operands) -> tuple:
-        a, b = operands
-        kernel = self._kernel(inst)
-        ea, eb = self._bound_or_none(a), self._bound_or_none(b)
-        a2, b2 = a * a, b * b
-        variance = np.zeros(x.shape)  # the operands' errors, independent across the contraction
-        shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
-        if eb is not None and np.any(eb):
-            eb = np.broadcast_to(eb, b.shape)
-            variance = variance + kernel(a2, np.square(eb))
-            shared = shared + times_least(inst, a, eb, "lhs")
-        if ea is not None and np.any(ea):
-            ea = np.broadcast_to(ea, a.shape)
-            variance = variance + kernel(np.square(ea), b2)
-            shared = shared + times_least(inst, b, ea, "rhs")
-        variance = np.square(np.sqrt(variance) + shared)
-        squares = kernel(a2, b2)
-        del a2, b2
-        contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
-        types = [o.shape.element_type for o in orig.operands]
-        matrix_vector = _free_dims(inst, "lhs", a.ndim) == 0 or _free_dims(inst, "rhs", b.ndim) == 0
-        algorithm = self.device.dot_algorithm(
-            inst.attr("algorithm", "") or "",
-            tuple(inst.attr("operand_precision", ()) or ()),
-            all(t is not None and t.name == "f32" for t in types),
-            matrix_vector,
-        )
-        # without an algorithm, 16-bit dots accumulate in f32 on every XLA backend (CPU, cuBLAS, the MXU)
-        bits, accumulator = ALGORITHM_ARITHMETIC.get(algorithm, (0, _widest(orig.shape.element_type.name, "f32")))
-        if algorithm:
-            self.algorithms.add(algorithm)
-        own_bits = min(SIGNIFICAND.get(t.name, 53) for t in types)
-        arithmetic = np.zeros(x.shape)  # the dot's own: its operands' rounding, its accumulation
-        if bits and bits < own_bits:
-            u_op = 2.0**-bits * (
-                2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding == "truncate" else 1
-            )
-            arithmetic = arithmetic + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
-        u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
-        arithmetic = arithmetic + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
-        bound, own = self._round(orig, x, variance + arithmetic, "dot")
-        self._put(x, bound)
-        local = np.sqrt(arithmetic + np.square(own))
-
-        def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
-            linear = local
-            if eb is not None and np.any(eb):
-                linear = linear + kernel(np.abs(a), eb)
-            if ea is not None and np.any(ea):
-                linear = linear + kernel(ea, np.abs(b) + self.of(b))
-            return linear
-
-        return local, ceiling
