@@ -331,6 +331,7 @@ class ErrorBounds(BoundStore):
                         np.subtract(moved, leaf, out=out[k : k + 1], casting="unsafe")
                     else:
                         out[k] = moved
+        del perturbed  # (decoded copies: not held through the draws and the calibration)
         for k, (leaf, out) in enumerate(zip(leaves, made)):
             if out is None:
                 continue
@@ -346,7 +347,7 @@ class ErrorBounds(BoundStore):
                     np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
                     SIGMAS,
                 )
-            bound = self._entry(leaf)[1]
+            bound = self._stored_bound(leaf)
             if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
                 bound = self._calibrate(bound, out, ceiling)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
