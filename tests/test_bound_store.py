@@ -97,34 +97,5 @@ def test_moves_keep_views_converts_share_and_exact_values_keep_nothing():
         kernel = bounds._kernel(inst)
         assert np.array_equal(bounds.of(value), kernel(bounds.of(operands[0])))
         assert np.shares_memory(entry[1], mul[1]) and np.shares_memory(entry[3], mul[3])
-    assert seen["broadcast"][2] is None
+    assert seen["broadcast"][2][1:] == (None, None, None)  # (known: exact)
 
-
-def _least_bfloat16_at_or_above(x: np.ndarray) -> np.ndarray:
-    """Independent form: every bfloat16 value, sorted, searched (NaN stays, above the largest finite: inf)."""
-    import ml_dtypes
-
-    every = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
-    grid = np.unique(every[~np.isnan(every)])  # (-inf ... inf; -0 and 0 one value)
-    at = np.searchsorted(grid, np.where(np.isnan(x), 0, x), side="left")
-    return np.where(np.isnan(x), np.nan, grid[np.minimum(at, grid.size - 1)])
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_bound_kept_in_bfloat16_is_the_least_bfloat16_at_or_above_it(dtype):
-    """The store's narrowing never lowers a bound: against every bfloat16 value searched, on random magnitudes
-    with zeros, subnormals, the largest finite values, inf, NaN and (never a bound, still up) negatives."""
-    from hloexec.tools.bound_store import bfloat16_up
-
-    r = np.random.default_rng(5)
-    info = np.finfo(dtype)
-    special = [0.0, -0.0, np.inf, -np.inf, np.nan, info.tiny, info.tiny / 8, np.finfo(np.float32).max, 1.0,
-               float(np.float32(1) + np.float32(2**-20)), 3.3895313892515355e38, 3.3895314e38, -1.5e-30]
-    if dtype is np.float64:
-        special += [1e-300, 1e300, 1 + 2**-40]
-    x = np.concatenate([np.array(special), 10.0 ** r.uniform(-45, 38, 20000), r.uniform(-1, 1, 2000)]).astype(dtype)
-    kept = bfloat16_up(x)
-    assert kept.dtype == np.dtype("bfloat16")
-    assert np.array_equal(kept.astype(np.float64), _least_bfloat16_at_or_above(x.astype(np.float64)), equal_nan=True)
-    finite = np.isfinite(x)
-    assert np.all(kept.astype(np.float64)[finite] >= x[finite])

@@ -1,11 +1,10 @@
 """What the per-element error bounds (tools/bounds.py) cost alongside the shadow run: a value's bound and its
 samples go when the value goes, so a long chain of elementwise ops holds O(1) values' worth of them, not one per
-instruction; bounds are stored in bfloat16 (rounded up) where the program's type is 32 bits or narrower (a quarter of f64's memory)."""
+instruction; bounds are stored in float32 where the program's type is no wider (half the memory of f64)."""
 from __future__ import annotations
 
 import tracemalloc
 
-import ml_dtypes
 import numpy as np
 
 import hloexec
@@ -78,6 +77,6 @@ def _stored_dtypes(etype: str) -> set:
     return kept
 
 
-def test_bounds_of_32_bit_values_are_kept_in_bfloat16_and_of_f64_values_in_float64():
-    assert _stored_dtypes("f32") == {np.dtype(ml_dtypes.bfloat16)}
+def test_bounds_of_32_bit_values_are_kept_in_float32_and_of_f64_values_in_float64():
+    assert _stored_dtypes("f32") == {np.dtype(np.float32)}
     assert _stored_dtypes("f64") == {np.dtype(np.float64)}

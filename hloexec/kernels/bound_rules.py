@@ -177,16 +177,3 @@ def add_noise(samples, noise, own, sigmas):
     for k in range(samples.shape[0]):
         for i in range(samples.shape[1]):
             samples[k, i] += noise[k, i] * np.float32(own[i] / sigmas)
-
-
-@njit(cache=True, nogil=True)
-def bfloat16_bits_up(x, out):
-    """out = the bits of the least bfloat16 >= x (float32, ErrorBounds' store: a bound kept narrower never
-    shrinks): x's 16 high bits, plus one where low bits are set and x is positive (toward zero where it is
-    negative); inf and NaN stay, the largest finite float32s go to inf."""
-    bits = x.view(np.uint32)
-    for i in range(bits.size):
-        high = bits[i] >> 16
-        if bits[i] & 0xFFFF and bits[i] >> 31 == 0:
-            high += 1
-        out[i] = high

@@ -4,14 +4,15 @@ identity while it lives; its entry goes with it.
 
 The store is the bounds' memory beside the shadow's values (the shadow holds 8 bytes per element), so it is kept
 narrow, encoded by `_put` and decoded by the accessors (the rules read float32 or float64 as before):
-- a bound of a value of a 32-bit or narrower type in bfloat16, rounded up (`bfloat16_up`: the least bfloat16 at
-  or above it, at most 2^-7 relative above; a bound kept narrower never shrinks), 2 bytes; f64 values' in float64;
+- a bound of a value of a 32-bit or narrower type in float32, 4 bytes; an f64 value's in float64 (kept in 16
+  bits rounded up, bfloat16's 2^-7 steps compounded along the program: one 1% change of an f16 LayerNorm
+  gradient's largest element, caught in float32, was missed);
 - the samples' deviations in bfloat16 (rounded to nearest: a deviation's relative error 2^-9, far below the
   spread of the draws it carries; the calibration compares their root-mean-squares over blocks), 4 x 2 bytes;
 and nothing twice: a moving op numpy can express as a view (broadcast, reshape, transpose, slice, copy) keeps
 views of its operand's arrays, an exact widening convert (bf16 -> f32) and a pinned instruction's helper share
 them, a value moved from exact operands keeps no bound. Stored arrays are read only: the rules that read them
-whole (Numba kernels) get decoded (contiguous) copies."""
+whole (Numba kernels) ravel them or get decoded (contiguous) copies."""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
-
-from ..kernels.bound_rules import bfloat16_bits_up
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 # moving ops whose bounds, marks and samples are views of their operand's (`moved_view`)
@@ -61,20 +60,6 @@ def moved_view(inst, array, shape: tuple, lead: tuple = ()):
     return np.broadcast_to(spread, (*lead, *out))
 
 
-def bfloat16_up(bound) -> np.ndarray:
-    """`bound` (float32 or float64) as the least bfloat16 >= it, elementwise (rounded twice: to float32 by
-    rounding up too, then to bfloat16)."""
-    bound = np.asarray(bound)
-    if bound.dtype != np.float32:
-        wide = np.asarray(bound, np.float64)
-        with np.errstate(over="ignore"):
-            bound = np.asarray(wide, np.float32)
-        bound = np.where(bound < wide, np.nextafter(bound, np.float32(np.inf)), bound)
-    out = np.empty(bound.shape, np.uint16)
-    bfloat16_bits_up(np.ravel(bound), out.reshape(-1))
-    return out.view(BFLOAT16)
-
-
 class BoundStore:
     """The store of ErrorBounds: id(value) -> (weakref, bound, decided, samples; each None or an array)."""
 
@@ -90,8 +75,10 @@ class BoundStore:
             decided = None
         if samples is not None and samples.dtype == np.float32:
             samples = samples.astype(BFLOAT16)
-        if bound is not None and getattr(self.current, "narrow", False) and np.asarray(bound).dtype != BFLOAT16:
-            bound = bfloat16_up(bound)
+        if bound is not None and getattr(self.current, "narrow", False):
+            # kept in float32 (half the memory; a bound needs a few digits): the values of 32-bit and narrower
+            # types have bounds in its range; read back as float64 (`of`), the rules compute as before
+            bound = np.asarray(bound, np.float32)
         # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
         # it is kept (a few bytes)
         ref: Callable[[], object]  # the value while it lives
@@ -124,13 +111,9 @@ class BoundStore:
         return None if entry is None or entry[1] is None else np.asarray(entry[1], np.float64)
 
     def _stored_bound(self, leaf):
-        """The bound in the narrowest type the rules read (float32 for values of 32 bits or fewer), None where
-        there is none."""
+        """The bound as it is kept (float32 for values of 32 bits or fewer), None where there is none."""
         entry = self._entry(leaf)
-        if entry is None or entry[1] is None:
-            return None
-        bound = np.asarray(entry[1])
-        return bound.astype(np.float32) if bound.dtype == BFLOAT16 else bound
+        return None if entry is None else entry[1]
 
     def _decided_or_none(self, leaf):
         entry = self._entry(leaf)
@@ -145,16 +128,14 @@ class BoundStore:
         return samples.astype(np.float32) if samples.dtype == BFLOAT16 else samples
 
     def _share(self, value, operand) -> None:
-        """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged."""
+        """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
+        even where they are exact: a value made by a rule is known, as a loop's or a tuple's leaves must be)."""
         entry = self._entry(operand)
-        if entry is not None:
-            self._put(value, *entry[1:])
+        self._put(value, *(entry[1:] if entry is not None else (None,)))
 
     def _view_move(self, inst, value, operand) -> None:
-        """`value`, `operand` moved by `inst` (one of VIEW_MOVES), keeps views of the operand's arrays (none: exact)."""
-        entry = self._entry(operand)
-        if entry is None:
-            return
+        """`value`, `operand` moved by `inst` (one of VIEW_MOVES), keeps views of the operand's arrays."""
+        entry = self._entry(operand) or (None, None, None, None)
         bound, decided, samples = (
             None if a is None else moved_view(inst, a, np.shape(operand), np.shape(a)[:1] if k == 2 else ())
             for k, a in enumerate(entry[1:])

@@ -397,9 +397,7 @@ class ErrorBounds(BoundStore):
         marks = None
         if any(self._decided_or_none(o) is not None for o in floats):
             marks = _leaves(self._substituted(inst, operands, lambda o: self.decided_of(o).astype(np.float64)))
-        if bounds is None and marks is None:
-            return
-        for i, v in enumerate(_leaves(value)):
+        for i, v in enumerate(_leaves(value)):  # (known even where exact: a loop's or a tuple's leaves are)
             if _float(v):
                 bound = None if bounds is None else np.asarray(bounds[i], np.float64)
                 self._put(v, bound, None if marks is None else np.asarray(marks[i]) > 0)
