@@ -99,3 +99,34 @@ def test_moves_keep_views_converts_share_and_exact_values_keep_nothing():
         assert np.shares_memory(entry[1], mul[1]) and np.shares_memory(entry[3], mul[3])
     assert seen["broadcast"][2][1:] == (None, None, None)  # (known: exact)
 
+
+
+def test_a_tuple_holding_a_moved_exact_value_keeps_its_other_leaves_samples():
+    """A transpose of a parameter is known (an entry with no bound): a tuple of it and a computed value is then
+    all known, not re-moved (which kept bounds only and dropped the computed leaf's samples: attention's bf16
+    bounds went 3x tighter, a false alarm)."""
+    text = """HloModule m
+ENTRY e {
+  a = f32[8,16] parameter(0)
+  b = f32[8,16] parameter(1)
+  m = f32[8,16] multiply(a, b)
+  t = f32[16,8] transpose(a), dimensions={1,0}
+  ROOT out = (f32[8,16], f32[16,8]) tuple(m, t)
+}
+"""
+    exe = hloexec.load(text)
+    shadow = shadow_module(exe.module)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    bounds = ErrorBounds(shadow, shadow_exe.context, device_profile("reference"))
+    kept = {}
+
+    def observe(_device, inst, value, operands):
+        bounds(inst, value, operands)
+        if inst.opcode in ("multiply", "tuple"):
+            leaf = value if inst.opcode == "multiply" else value[0]
+            kept[inst.opcode] = bounds._entry(leaf)[3]
+
+    r = np.random.default_rng(4)
+    inputs = [r.uniform(1, 2, (8, 16)).astype(np.float32) for _ in range(2)]
+    Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
+    assert kept["multiply"] is not None and kept["tuple"] is kept["multiply"]
