@@ -127,11 +127,18 @@ class BoundStore:
         samples = entry[3]
         return samples.astype(np.float32) if samples.dtype == BFLOAT16 else samples
 
-    def _share(self, value, operand) -> None:
+    def _share(self, value, operand, calibrate=None) -> None:
         """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
-        even where they are exact: a value made by a rule is known, as a loop's or a tuple's leaves must be)."""
+        even where they are exact: a value made by a rule is known, as a loop's or a tuple's leaves must be).
+        `calibrate(bound, samples)`: the bound calibrated again by the samples (as a rule's would be)."""
         entry = self._entry(operand)
-        self._put(value, *(entry[1:] if entry is not None else (None,)))
+        if entry is None:
+            self._put(value, None)
+            return
+        bound = entry[1]
+        if calibrate is not None and bound is not None and entry[3] is not None:
+            bound = calibrate(bound, self._samples_or_none(operand))
+        self._put(value, bound, *entry[2:])
 
     def _view_move(self, inst, value, operand) -> None:
         """`value`, `operand` moved by `inst` (one of VIEW_MOVES), keeps views of the operand's arrays."""

@@ -246,7 +246,7 @@ class ErrorBounds(BoundStore):
                 self._view_move(inst, value, operands[0])
                 return
             elif opcode == "convert" and widens_exactly(orig.operands[0].shape.element_type, orig.shape.element_type):
-                self._share(value, operands[0])
+                self._share(value, operands[0], self._calibrate)  # (a rounding's result is calibrated)
                 return
             elif opcode in MOVES:
                 self._move(inst, value, operands)
