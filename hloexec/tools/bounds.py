@@ -72,8 +72,6 @@ cancel can exceed them. Data-dependent control flow (a loop's trip count, a bran
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-import weakref
 
 import ml_dtypes
 import numpy as np
@@ -85,6 +83,7 @@ from ..ops.registry import lookup
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
+from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
 from .bound_shared import least_along, tree_order_steps
 from .bound_samples import (
     BILINEAR_SAMPLES,
@@ -195,77 +194,23 @@ def _leaves(value) -> list:
     return [value]
 
 
-class ErrorBounds:
+class ErrorBounds(BoundStore):
     """An observer of the shadow's run (`observe(inst, value, operands)`) that keeps, for every float value alive
     in it, a bound on its error under `device`'s arithmetic (see the module docstring). `of(value)` is the bound of
     a value (an output), `decided_of(value)` its rounding-decided elements. Values are known by identity while
     they live: bounds go when their values go (the run's memory, doubled at most)."""
 
     def __init__(self, shadow, context, device: DeviceProfile, seed: int = 0):
+        super().__init__()
         self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.context = context
         self.device = device
-        self.store: dict[int, tuple] = {}  # id(value) -> (weakref, bound, decided, samples; each None or array)
         self.kernels: dict[int, object] = {}
         self.unbounded: dict[str, str] = {}  # instruction -> why it has no bound
         self.algorithms: set[str] = set()  # dot algorithms the device's rules chose (not the types' own)
-        self.lock = threading.Lock()
         self.rng = np.random.default_rng(seed)  # (SPMD: one per participant, each its own draws)
         self.pool: np.ndarray | None = None  # standard normal draws (_noise)
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
-
-    # -- the store -------------------------------------------------------------------------------------------
-    def _put(self, leaf, bound, decided=None, samples=None) -> None:
-        key, store = id(leaf), self.store
-        if decided is not None and not decided.any():
-            decided = None
-        if bound is not None and getattr(self.current, "narrow", False):
-            # kept in float32 (half the memory; a bound needs a few digits): the values of 32-bit and narrower
-            # types have bounds in its range; read back as float64 (`of`), the rules compute as before
-            bound = np.asarray(bound, np.float32)
-        # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
-        # it is kept (a few bytes)
-        ref: Callable[[], object]  # the value while it lives
-        if isinstance(leaf, np.ndarray):
-            ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
-        else:
-            ref = lambda: leaf  # noqa: E731
-        with self.lock:
-            store[key] = (ref, bound, decided, samples)
-
-    def _entry(self, leaf):
-        entry = self.store.get(id(leaf))
-        return entry if entry is not None and entry[0]() is leaf else None
-
-    def of(self, leaf) -> np.ndarray:
-        """The bound of a float value of the shadow's run (zeros: exact, an input or a constant)."""
-        entry = self._entry(leaf)
-        if entry is None or entry[1] is None:
-            return np.zeros(np.shape(leaf))
-        return np.broadcast_to(np.asarray(entry[1], np.float64), np.shape(leaf))
-
-    def decided_of(self, leaf) -> np.ndarray:
-        entry = self._entry(leaf)
-        if entry is None or entry[2] is None:
-            return np.zeros(np.shape(leaf), bool)
-        return np.broadcast_to(entry[2], np.shape(leaf))
-
-    def _bound_or_none(self, leaf):
-        entry = self._entry(leaf)
-        return None if entry is None or entry[1] is None else np.asarray(entry[1], np.float64)
-
-    def _stored_bound(self, leaf):
-        """The bound as it is kept (float32 for values of 32 bits or fewer), None where there is none."""
-        entry = self._entry(leaf)
-        return None if entry is None else entry[1]
-
-    def _decided_or_none(self, leaf):
-        entry = self._entry(leaf)
-        return None if entry is None else entry[2]
-
-    def _samples_or_none(self, leaf):
-        entry = self._entry(leaf)
-        return None if entry is None else entry[3]
 
     def _kernel(self, inst):
         k = self.kernels.get(id(inst))
@@ -297,6 +242,12 @@ class ErrorBounds:
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
+                return
+            elif opcode in VIEW_MOVES and len(operands) == 1 and isinstance(value, np.ndarray):
+                self._view_move(inst, value, operands[0])
+                return
+            elif opcode == "convert" and widens_exactly(orig.operands[0].shape.element_type, orig.shape.element_type):
+                self._share(value, operands[0], self._calibrate)  # (a rounding's result is calibrated)
                 return
             elif opcode in MOVES:
                 self._move(inst, value, operands)
@@ -385,6 +336,7 @@ class ErrorBounds:
                         np.subtract(moved, leaf, out=out[k : k + 1], casting="unsafe")
                     else:
                         out[k] = moved
+        del perturbed  # (decoded copies: not held through the draws and the calibration)
         for k, (leaf, out) in enumerate(zip(leaves, made)):
             if out is None:
                 continue
@@ -400,7 +352,7 @@ class ErrorBounds:
                     np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
                     SIGMAS,
                 )
-            bound = self._entry(leaf)[1]
+            bound = self._stored_bound(leaf)
             if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
                 bound = self._calibrate(bound, out, ceiling)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
@@ -443,13 +395,17 @@ class ErrorBounds:
         return self._kernel(inst)(*args)
 
     def _move(self, inst, value, operands) -> None:
-        bounds = _leaves(self._substituted(inst, operands, self.of))
+        floats = [o for o in operands if _float(o)]
+        bounds = None  # (moved from exact operands: none kept)
+        if any(self._stored_bound(o) is not None for o in floats):
+            bounds = _leaves(self._substituted(inst, operands, self.of))
         marks = None
-        if any(self._decided_or_none(o) is not None for o in operands if _float(o)):
+        if any(self._decided_or_none(o) is not None for o in floats):
             marks = _leaves(self._substituted(inst, operands, lambda o: self.decided_of(o).astype(np.float64)))
-        for i, (v, b) in enumerate(zip(_leaves(value), bounds)):
+        for i, v in enumerate(_leaves(value)):  # (known even where exact: a loop's or a tuple's leaves are)
             if _float(v):
-                self._put(v, np.asarray(b, np.float64), None if marks is None else np.asarray(marks[i]) > 0)
+                bound = None if bounds is None else np.asarray(bounds[i], np.float64)
+                self._put(v, bound, None if marks is None else np.asarray(marks[i]) > 0)
 
     def _compare(self, inst, value, operands) -> None:
         a, b = operands[0], operands[1]

@@ -1,0 +1,150 @@
+"""What the error bounds (tools/bounds.py) keep per live value of the shadow's run, and how they read it back:
+a bound, the rounding-decided marks, the samples' deviations (SAMPLES x the value's shape). A value is known by
+identity while it lives; its entry goes with it.
+
+The store is the bounds' memory beside the shadow's values (the shadow holds 8 bytes per element), so it is kept
+narrow, encoded by `_put` and decoded by the accessors (the rules read float32 or float64 as before):
+- a bound of a value of a 32-bit or narrower type in float32, 4 bytes; an f64 value's in float64 (kept in 16
+  bits rounded up, bfloat16's 2^-7 steps compounded along the program: one 1% change of an f16 LayerNorm
+  gradient's largest element, caught in float32, was missed);
+- the samples' deviations in bfloat16 (rounded to nearest: a deviation's relative error 2^-9, far below the
+  spread of the draws it carries; the calibration compares their root-mean-squares over blocks), 4 x 2 bytes;
+and nothing twice: a moving op numpy can express as a view (broadcast, reshape, transpose, slice, copy) keeps
+views of its operand's arrays, an exact widening convert (bf16 -> f32) and a pinned instruction's helper share
+them, a value moved from exact operands keeps no bound. Stored arrays are read only: the rules that read them
+whole (Numba kernels) ravel them or get decoded (contiguous) copies."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+# moving ops whose bounds, marks and samples are views of their operand's (`moved_view`)
+VIEW_MOVES = frozenset({"broadcast", "reshape", "transpose", "slice", "copy"})
+
+
+def widens_exactly(source, target) -> bool:
+    """Whether every value of float type `source` is one of float type `target` (a convert between them is exact:
+    bf16 or f16 -> f32, f32 -> f64)."""
+    if source is None or target is None or source.kind != "float" or target.kind != "float":
+        return False
+    if source.numpy is None or target.numpy is None:
+        return False
+    s, t = ml_dtypes.finfo(source.numpy), ml_dtypes.finfo(target.numpy)
+    return bool(t.nmant >= s.nmant and t.maxexp >= s.maxexp and t.smallest_subnormal <= s.smallest_subnormal)
+
+
+def moved_view(inst, array, shape: tuple, lead: tuple = ()):
+    """`array` (an operand's bound or marks, or with `lead` leading dims its samples; anything that broadcasts to
+    the operand's `shape`) as `inst` (one of VIEW_MOVES) moves the operand's elements: a view where numpy has one
+    (a reshape of a strided view may copy)."""
+    array = np.broadcast_to(array, (*lead, *shape))
+    n = len(lead)
+    out = tuple(inst.shape.dims)
+    if inst.opcode == "copy":
+        return array
+    if inst.opcode == "reshape":
+        return np.reshape(array, (*lead, *out))
+    if inst.opcode == "transpose":
+        return np.transpose(array, (*range(n), *(n + int(d) for d in inst.attr("dimensions"))))
+    if inst.opcode == "slice":
+        return array[(slice(None),) * n + tuple(slice(d.start, d.limit, d.stride) for d in inst.attr("slice"))]
+    dims = [int(d) for d in inst.attr("dimensions")]  # broadcast: operand dim i is output dim dims[i]
+    ordered = np.transpose(array, (*range(n), *(n + i for i in sorted(range(len(dims)), key=dims.__getitem__))))
+    spread = np.expand_dims(ordered, tuple(n + d for d in range(len(out)) if d not in dims))
+    return np.broadcast_to(spread, (*lead, *out))
+
+
+class BoundStore:
+    """The store of ErrorBounds: id(value) -> (weakref, bound, decided, samples; each None or an array)."""
+
+    current: threading.local  # .narrow: the observed instruction's float types are 32 bits or fewer
+
+    def __init__(self) -> None:
+        self.store: dict[int, tuple] = {}
+        self.lock = threading.Lock()
+
+    def _put(self, leaf, bound, decided=None, samples=None) -> None:
+        key, store = id(leaf), self.store
+        if decided is not None and not decided.any():
+            decided = None
+        if samples is not None and samples.dtype == np.float32:
+            samples = samples.astype(BFLOAT16)
+        if bound is not None and getattr(self.current, "narrow", False):
+            # kept in float32 (half the memory; a bound needs a few digits): the values of 32-bit and narrower
+            # types have bounds in its range; read back as float64 (`of`), the rules compute as before
+            bound = np.asarray(bound, np.float32)
+        # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
+        # it is kept (a few bytes)
+        ref: Callable[[], object]  # the value while it lives
+        if isinstance(leaf, np.ndarray):
+            ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
+        else:
+            ref = lambda: leaf  # noqa: E731
+        with self.lock:
+            store[key] = (ref, bound, decided, samples)
+
+    def _entry(self, leaf):
+        entry = self.store.get(id(leaf))
+        return entry if entry is not None and entry[0]() is leaf else None
+
+    def of(self, leaf) -> np.ndarray:
+        """The bound of a float value of the shadow's run (zeros: exact, an input or a constant)."""
+        entry = self._entry(leaf)
+        if entry is None or entry[1] is None:
+            return np.zeros(np.shape(leaf))
+        return np.broadcast_to(np.asarray(entry[1], np.float64), np.shape(leaf))
+
+    def decided_of(self, leaf) -> np.ndarray:
+        entry = self._entry(leaf)
+        if entry is None or entry[2] is None:
+            return np.zeros(np.shape(leaf), bool)
+        return np.broadcast_to(entry[2], np.shape(leaf))
+
+    def _bound_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None or entry[1] is None else np.asarray(entry[1], np.float64)
+
+    def _stored_bound(self, leaf):
+        """The bound as it is kept (float32 for values of 32 bits or fewer), None where there is none."""
+        entry = self._entry(leaf)
+        return None if entry is None else entry[1]
+
+    def _decided_or_none(self, leaf):
+        entry = self._entry(leaf)
+        return None if entry is None else entry[2]
+
+    def _samples_or_none(self, leaf):
+        """The samples' deviations (float32; a pred value's perturbed decisions), None where there are none."""
+        entry = self._entry(leaf)
+        if entry is None or entry[3] is None:
+            return None
+        samples = entry[3]
+        return samples.astype(np.float32) if samples.dtype == BFLOAT16 else samples
+
+    def _share(self, value, operand, calibrate=None) -> None:
+        """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
+        even where they are exact: a value made by a rule is known, as a loop's or a tuple's leaves must be).
+        `calibrate(bound, samples)`: the bound calibrated again by the samples (as a rule's would be)."""
+        entry = self._entry(operand)
+        if entry is None:
+            self._put(value, None)
+            return
+        bound = entry[1]
+        if calibrate is not None and bound is not None and entry[3] is not None:
+            bound = calibrate(bound, self._samples_or_none(operand))
+        self._put(value, bound, *entry[2:])
+
+    def _view_move(self, inst, value, operand) -> None:
+        """`value`, `operand` moved by `inst` (one of VIEW_MOVES), keeps views of the operand's arrays."""
+        entry = self._entry(operand) or (None, None, None, None)
+        bound, decided, samples = (
+            None if a is None else moved_view(inst, a, np.shape(operand), np.shape(a)[:1] if k == 2 else ())
+            for k, a in enumerate(entry[1:])
+        )
+        self._put(value, bound, decided, samples)
