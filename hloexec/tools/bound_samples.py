@@ -1,15 +1,14 @@
 """The sampled runs that calibrate the error bounds (tools/bounds.py): SAMPLES perturbed runs carried along the
 shadow (each instruction's kernel on its operands moved by the samples' deviations, plus a draw of its own error),
-the shortcuts for ops whose deviations follow from their operands', the elements whose roundings are one error
+a dot's shortcut where its deviations follow from one operand's (the elementwise ops': tools/bound_elementwise.py),
+the elements whose roundings are one error
 (drawn once), and the calibration of a bound by its samples, per block of CALIBRATION_BLOCK consecutive elements."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from ..kernels.bound_rules import bilinear_deviations, block_ratios, scale_blocks
+from ..kernels.bound_rules import block_ratios, scale_blocks
 from .compare import ulp_at
 from ..ops.contraction import dot_general
 
@@ -19,25 +18,6 @@ CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many ele
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
-# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut; each
-# writes into `out=` where given)
-LINEAR_SAMPLES: dict[str, Callable] = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "negate": np.negative,
-    "convert": np.positive,
-}
-
-
-def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
-    """A multiply's or a divide's samples' deviations into `out` (SAMPLES, *shape), float32, from its operands'
-    (`da`, `db`: None where an operand has none), deviations only (none of the f64 products whose difference they
-    are): (a + da)(b + db) - ab = da (b + db) + a db; (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
-    samples = len(out)
-    rows = [np.empty((samples, 0), np.float32) if d is None else np.reshape(d, (samples, -1)) for d in (da, db)]
-    bilinear_deviations(
-        opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), rows[0], rows[1], out.reshape(samples, -1)
-    )
 
 
 def dot_samples(inst, out: np.ndarray, operands, perturbed) -> None:
@@ -58,11 +38,7 @@ def dot_samples(inst, out: np.ndarray, operands, perturbed) -> None:
     out[...] = np.moveaxis(moved, at, 0)
 
 
-# elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)
-BILINEAR_SAMPLES = frozenset({"multiply", "divide"})
-
-
-def calibrate(bound, deviations, ceiling=None):
+def calibrate(bound, deviations, ceiling=None, stats=None):
     """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
     few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
     samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
@@ -72,14 +48,15 @@ def calibrate(bound, deviations, ceiling=None):
     by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
-    sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound)."""
+    sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass)."""
     if bound is None:
         return None
     # the samples' squares against the bound's, per block, in one pass (kernels/bound_rules.block_ratios)
     flat = np.reshape(bound, -1)
-    largest, total, counted, seen, unjudged = block_ratios(
-        np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK
-    )
+    if stats is None:
+        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK)
+    largest, total, counted, seen, unjudged = stats
     if unjudged or seen < CALIBRATED_FROM:
         return bound
     # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
