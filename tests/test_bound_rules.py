@@ -405,3 +405,27 @@ def test_dot_samples_are_the_perturbed_dots(side, dims, lhs, rhs):
     out = np.full((4, *x.shape), np.nan, np.float32)
     dot_samples(inst, out, [a, b], [d, None] if side == 0 else [None, d])
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype, other", [(np.float16, np.float16), (ml_dtypes.bfloat16, np.float32),
+                                          (np.float64, np.float64)])
+def test_rounding_groups_are_the_numpy_rule(dtype, other):
+    """kernels/bound_rules.rounding_groups (tools/bound_samples.shared_rounding's groups) against numpy: where the
+    other operand's ulp in its type is at least x's, the group binade * count + source (binade: the exponent of
+    x's ulp counted from the smallest), else -1; on data with infinities, NaN, zeros and subnormals."""
+    from hloexec.kernels.bound_rules import rounding_groups
+    rng = np.random.default_rng(2)
+    n, count = 4000, 37
+    x, o = _awkward(rng, n, dtype), _awkward(rng, n, other)
+    source = rng.integers(0, count, n)
+    binade = np.frexp(_ulp(x, dtype))[1]
+    binade -= binade.min()
+    coarse = _ulp(o, other) >= _ulp(x, dtype)
+    want = np.where(coarse, binade * count + source, -1)
+    got = np.empty(n, np.int64)
+    info, other_info = ml_dtypes.finfo(dtype), ml_dtypes.finfo(other)
+    result = rounding_groups(x, o, source, count, int(info.nmant), float(info.tiny), int(other_info.nmant),
+                             float(other_info.tiny), got)
+    np.testing.assert_array_equal(got, want)
+    assert result == (bool(coarse.any()), bool(coarse.all()), int(binade.max()))
+    assert 0 < np.count_nonzero(coarse) < n

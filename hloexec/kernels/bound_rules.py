@@ -14,6 +14,7 @@ from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
 
 
 _TWO_TO_MINUS_64 = 2.0**-64
+_CHUNK_BLOCKS = 16  # calibration blocks per chunk of the passes that read samples (their temporaries: a chunk's)
 
 
 @njit(inline="always")
@@ -181,6 +182,21 @@ def _tally(q, e, largest, total, counted):
     return largest, total, counted, False
 
 
+@njit(inline="always")
+def _tally_blocks(squares, bound, lo, block, largest, total, counted):
+    """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`): `squares`, its
+    samples' sums of squares, `bound` its bounds (views from the chunk's start). Returns whether an element is
+    unjudged."""
+    unjudged = False
+    for j in range(lo // block, (lo + bound.size + block - 1) // block):
+        most, summed, seen = 0.0, 0.0, 0
+        for t in range(j * block - lo, min(bound.size, (j + 1) * block - lo)):
+            most, summed, seen, lost = _tally(squares[t], bound[t], most, summed, seen)
+            unjudged |= lost
+        largest[j], total[j], counted[j] = most, summed, seen
+    return unjudged
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def block_ratios(deviations, bound, block):
     """Per block of `block` consecutive elements (the last one shorter), what calibration reads
@@ -190,23 +206,18 @@ def block_ratios(deviations, bound, block):
     unjudged): unjudged, whether a finite bound has non-finite samples (then the bound is kept as it is)."""
     n = bound.size
     blocks = (n + block - 1) // block
-    largest = np.zeros(blocks)
-    total = np.zeros(blocks)
-    counted = np.zeros(blocks, np.int64)
-    squares = np.empty(block, np.float32)
+    largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
+    chunk = block * _CHUNK_BLOCKS
+    squares = np.empty(chunk, np.float32)
     unjudged = False
-    for j in range(blocks):
-        start, stop = j * block, min(n, (j + 1) * block)
-        squares[:] = 0  # (sample by sample along the block: loops the compiler vectorizes)
+    for lo in range(0, n, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
+        hi = min(n, lo + chunk)
+        squares[:] = 0
         for k in range(deviations.shape[0]):
-            for i in range(start, stop):
-                d = deviations[k, i]
-                squares[i - start] += d * d
-        most, summed, seen = 0.0, 0.0, 0
-        for i in range(start, stop):
-            most, summed, seen, lost = _tally(squares[i - start], bound[i], most, summed, seen)
-            unjudged |= lost
-        largest[j], total[j], counted[j] = most, summed, seen
+            row = deviations[k, lo:hi]
+            for t in range(hi - lo):
+                squares[t] += row[t] * row[t]
+        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted)
     return largest, total, counted, counted.sum(), unjudged
 
 
@@ -215,13 +226,13 @@ def scale_blocks(bound, factor, block, out):
     """out = bound x its block's factor (blocks of `block` consecutive elements)."""
     for j in range(factor.size):
         scale = factor[j]
-        for i in range(j * block, min(bound.size, (j + 1) * block)):
-            out[i] = bound[i] * scale
+        source, target = bound[j * block : (j + 1) * block], out[j * block : (j + 1) * block]
+        for t in range(source.size):  # (over views from 0: a loop that vectorizes)
+            target[t] = source[t] * scale
 
 
 # the ops elementwise_pass computes (tools/bound_elementwise.py)
 ADD, SUBTRACT, NEGATE, CONVERT, MULTIPLY, DIVIDE = range(6)
-_CHUNK_BLOCKS = 16  # elementwise_pass's blocks per chunk (its temporaries: a chunk's)
 
 
 @njit(inline="always")
@@ -328,13 +339,38 @@ def elementwise_pass(kind, same, x, a, b, ea, eb, da, db, rule, draws, bound_out
                     out[t] += own_draws[t] * scales[t]
             for t in range(hi - lo):
                 squares[t] += out[t] * out[t]
-        for j in range(lo // block, (hi + block - 1) // block):
-            most, summed, seen = 0.0, 0.0, 0
-            for t in range(j * block - lo, min(hi, (j + 1) * block) - lo):
-                most, summed, seen, lost = _tally(squares[t], bound[t], most, summed, seen)
-                unjudged |= lost
-            largest[j], total[j], counted[j] = most, summed, seen
+        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted)
     return any_own, largest, total, counted, counted.sum(), unjudged
+
+
+@njit(inline="always")
+def _exponent(power):
+    """np.frexp(power)[1] of a positive power of two (a normal one's from its exponent bits)."""
+    field = bitcast_f64_to_i64(power) >> 52
+    return field - 1022 if field > 0 else math.frexp(power)[1]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out):
+    """tools/bound_samples.shared_rounding's groups in two passes: element i's group is binade * count +
+    source[i] (binade: the exponent of x's ulp (`nmant`, `tiny`), counted from the smallest one's) where the other
+    operand's ulp in its type (`other_nmant`, `other_tiny`) is at least x's (both powers of two: the exponents
+    compared), else -1. Returns (whether any element has a group, whether all have, the largest binade)."""
+    lowest, coarse_seen, all_coarse = 1 << 30, False, True
+    coarse = np.empty(x.size, np.bool_)
+    for i in range(x.size):
+        binade = _exponent(_ulp(x[i], nmant, tiny))
+        lowest = min(lowest, binade)
+        groups_out[i] = binade
+        coarse[i] = _exponent(_ulp(other[i], other_nmant, other_tiny)) >= binade
+    top = 0
+    for i in range(x.size):
+        binade = groups_out[i] - lowest
+        top = max(top, binade)
+        groups_out[i] = binade * count + source[i] if coarse[i] else -1
+        coarse_seen |= coarse[i]
+        all_coarse &= coarse[i]
+    return coarse_seen, all_coarse, top
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

@@ -6,10 +6,10 @@ the elements whose roundings are one error
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
-from ..kernels.bound_rules import block_ratios, scale_blocks
-from .compare import ulp_at
+from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error
@@ -98,16 +98,25 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     # the broadcast operand's element behind each element of x
     source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
     source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
-    ulp = ulp_at(x, orig.shape.element_type.numpy)
-    binade = np.frexp(ulp)[1]
-    binade -= binade.min()
-    coarse = ulp_at(operands[1 - k], other_type) >= ulp
-    if not coarse.any():
+    # the binades of x's ulps, counted from the smallest; coarse: the other operand's ulp (in its type) at least x's
+    info, other_info = ml_dtypes.finfo(orig.shape.element_type.numpy), ml_dtypes.finfo(other_type)
+    groups = np.empty(x.shape, np.int64)
+    any_coarse, all_coarse, top = rounding_groups(
+        np.ravel(x),
+        np.ravel(operands[1 - k]),
+        np.ravel(np.broadcast_to(source, x.shape)),
+        count,
+        int(info.nmant),
+        float(info.tiny),
+        int(other_info.nmant),
+        float(other_info.tiny),
+        groups.reshape(-1),
+    )
+    if not any_coarse:
         return None
-    groups = np.where(coarse, binade * count + source, -1)
-    if (int(binade.max()) + 1) * count > x.size:  # numbered densely (never more draws than elements)
+    if (top + 1) * count > x.size:  # numbered densely (never more draws than elements)
         _, dense = np.unique(groups, return_inverse=True)
-        groups = np.where(coarse, dense.reshape(x.shape) - int(not coarse.all()), -1)
+        groups = np.where(groups >= 0, dense.reshape(x.shape) - int(not all_coarse), -1)
     return groups
 
 
