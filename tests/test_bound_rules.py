@@ -324,7 +324,7 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed):
         any_own, *stats = elementwise_pass(
             FUSED[opcode], which == "same" and not unary, x, a, b, none if ea is None else ea,
             none if eb is None else eb, rows(da), rows(None if unary else db), rule,
-            (pool, 123, pool, 7, keys, 40, float(SIGMAS)), bound, samples, decided, CALIBRATION_BLOCK)
+            (pool, 123, 7, keys, 40, float(SIGMAS)), bound, samples, decided, CALIBRATION_BLOCK)
         variance, want_decided = _numpy_variance(opcode, x, a, b, None if ea is None else ea.astype(np.float64),
                                                  None if eb is None else eb.astype(np.float64), which == "same")
         if rule:
@@ -429,3 +429,29 @@ def test_rounding_groups_are_the_numpy_rule(dtype, other):
     np.testing.assert_array_equal(got, want)
     assert result == (bool(coarse.any()), bool(coarse.all()), int(binade.max()))
     assert 0 < np.count_nonzero(coarse) < n
+
+
+@pytest.mark.parametrize("pool_size", [20, 1 << 20])
+def test_grouped_draws_are_read_where_the_separate_draws_were(monkeypatch, pool_size):
+    """tools/bound_elementwise._draws: element i of sample k reads the pool where drawing the groups' window and
+    then the own window (ErrorBounds._noise, in that order, as `_sample` did) put its draw, also when the pool is
+    drawn again between the two windows (a pool of 20: the groups' window fits, the elements' does not)."""
+    from hloexec.tools import bound_elementwise
+    from hloexec.tools.bounds import ErrorBounds
+
+    class Draws:
+        _window, _noise = ErrorBounds._window, ErrorBounds._noise
+
+        def __init__(self):
+            self.rng, self.pool = np.random.default_rng(0), np.arange(pool_size, dtype=np.float32) + 100
+
+    keys = np.array([0, -1, 1, -1, 0] * 200)
+    monkeypatch.setattr(bound_elementwise, "shared_rounding", lambda *_: keys)
+    fused, separate = Draws(), Draws()
+    pool, start, shared_start, _, groups = bound_elementwise._draws(fused, None, None, np.zeros(keys.size), None)
+    shared = separate._noise((4, groups))[:, np.maximum(keys, 0)]
+    want = np.where(keys >= 0, shared, separate._noise((4, keys.size)))
+    k, i = np.arange(4)[:, None], np.arange(keys.size)[None, :]
+    got = pool[np.where(keys >= 0, shared_start + k * groups + keys, start + k * keys.size + i)]
+    np.testing.assert_array_equal(got, want)
+    assert (fused.pool is separate.pool) is False and np.array_equal(fused.pool, separate.pool)

@@ -279,16 +279,16 @@ def elementwise_pass(kind, same, x, a, b, ea, eb, da, db, rule, draws, bound_out
     `_divide_variance`), its own rounding (round_bounds'; `rule` its scalars, or an empty tuple: none, a negate),
     the samples' deviations (`da`, `db`: the operands' (samples, n), no columns where an operand has none; into
     `samples_out`, or none when it has no columns) plus each sample's own error: a standard normal draw times
-    own / SIGMAS (`draws`: (pool, start, shared pool, shared start, keys, groups, sigmas); element i's draw of
-    sample k is pool[start + k n + i], or shared pool[shared start + k groups + keys[i]] where keys[i] >= 0: one
-    error for its group), and calibration's block statistics (block_ratios', from the samples and the bound as
+    own / SIGMAS (`draws`: (pool, start, shared start, keys, groups, sigmas); element i's draw of sample k is
+    pool[start + k n + i], or pool[shared start + k groups + keys[i]] where keys[i] >= 0: one error for its
+    group), and calibration's block statistics (block_ratios', from the samples and the bound as
     written). `decided_out`: a divide's rounding-decided elements. Returns (any own error nonzero, largest,
     total, counted, seen, unjudged). A chunk of blocks at a time, step by step along it: loops over views from
     0 (the compiler vectorizes them: no negative index to wrap), the chunk's temporaries in cache."""
     n, samples = x.size, samples_out.shape[0]
     sampled = samples_out.shape[1] > 0
     with_a, with_b, with_ea, with_eb = da.shape[1] > 0, db.shape[1] > 0, ea.size > 0, eb.size > 0
-    pool, start, shared_pool, shared_start, keys, groups, sigmas = draws
+    pool, start, shared_start, keys, groups, sigmas = draws
     keyed, rounds = keys.size > 0, len(rule) > 0
     blocks = (n + block - 1) // block
     largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
@@ -326,15 +326,12 @@ def elementwise_pass(kind, same, x, a, b, ea, eb, da, db, rule, draws, bound_out
         for k in range(samples):
             out = samples_out[k, lo:hi]
             _deviations(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], out, with_a, with_b)
-            own_draws = pool[start + k * n + lo : start + k * n + hi]
             if rounds and keyed:
-                kv = keys[lo:hi]
-                for t in range(hi - lo):
-                    if kv[t] >= 0:
-                        out[t] += shared_pool[shared_start + k * groups + kv[t]] * scales[t]
-                    else:
-                        out[t] += own_draws[t] * scales[t]
+                kv, shared, own_row = keys[lo:hi], shared_start + k * groups, start + k * n + lo
+                for t in range(hi - lo):  # (a select and a gather: no branch)
+                    out[t] += pool[shared + kv[t] if kv[t] >= 0 else own_row + t] * scales[t]
             elif rounds:
+                own_draws = pool[start + k * n + lo : start + k * n + hi]
                 for t in range(hi - lo):
                     out[t] += own_draws[t] * scales[t]
             for t in range(hi - lo):

@@ -80,7 +80,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     bound = np.empty(np.shape(x), np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(np.shape(x) if kind == DIVIDE else 0, bool)
     state, pool = bounds.rng.bit_generator.state, bounds.pool
-    draws = _draws(bounds, inst, orig, x, operands) if rule else (_NO_DRAWS, 0, _NO_DRAWS, 0, _NO_KEYS, 0)
+    draws = _draws(bounds, inst, orig, x, operands) if rule else (_NO_DRAWS, 0, 0, _NO_KEYS, 0)
     any_own, *stats = elementwise_pass(
         kind,
         same,
@@ -112,13 +112,18 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
 
 def _draws(bounds, inst, orig, x, operands) -> tuple:
     """Where the samples' own errors are read in the noise pool (elementwise_pass's `draws` but `sigmas`), each
-    window drawn as ErrorBounds._rounding_draws draws it: one per element, or one per group of elements where
+    window drawn as `_sample` draws it (ErrorBounds._noise): one per element, or one per group of elements where
     the program makes one error (`shared_rounding`), the groups' window first."""
     need = SAMPLES * np.size(x)
     keys = shared_rounding(inst, orig, x, operands)
     if keys is None:
-        return (*bounds._window(need), _NO_DRAWS, 0, _NO_KEYS, 0)
+        return (*bounds._window(need), 0, _NO_KEYS, 0)
     groups = int(keys.max()) + 1
-    shared_pool, shared_start = bounds._window(SAMPLES * groups)
-    pool, start = bounds._window(need) if bool((keys < 0).any()) else (_NO_DRAWS, 0)
-    return pool, start, shared_pool, shared_start, np.ravel(keys).astype(np.int64), groups
+    pool, shared_start = bounds._window(SAMPLES * groups)
+    if not bool((keys < 0).any()):
+        return pool, 0, shared_start, np.ravel(keys), groups
+    own_pool, start = bounds._window(need)
+    if own_pool is not pool:  # (the pool was drawn again for the larger window: the groups' draws put before it)
+        own_pool = np.concatenate([pool[shared_start : shared_start + SAMPLES * groups], own_pool])
+        shared_start, start = 0, start + SAMPLES * groups
+    return own_pool, start, shared_start, np.ravel(keys), groups
