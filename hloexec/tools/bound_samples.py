@@ -1,17 +1,16 @@
 """The sampled runs that calibrate the error bounds (tools/bounds.py): SAMPLES perturbed runs carried along the
 shadow (each instruction's kernel on its operands moved by the samples' deviations, plus a draw of its own error),
-the shortcuts for ops whose deviations follow from their operands', the elements whose roundings are one error
+a dot's shortcut where its deviations follow from one operand's (the elementwise ops': tools/bound_elementwise.py),
+the elements whose roundings are one error
 (drawn once), and the calibration of a bound by its samples, per block of CALIBRATION_BLOCK consecutive elements."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+import ml_dtypes
 import numpy as np
 
 from ..kernels.bound_products import perturbed_float32
-from ..kernels.bound_rules import bilinear_deviations, block_ratios, scale_blocks
-from .compare import ulp_at
+from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error
@@ -21,25 +20,6 @@ SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples sho
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
-# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut; each
-# writes into `out=` where given)
-LINEAR_SAMPLES: dict[str, Callable] = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "negate": np.negative,
-    "convert": np.positive,
-}
-
-
-def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
-    """A multiply's or a divide's samples' deviations into `out` (SAMPLES, *shape), float32, from its operands'
-    (`da`, `db`: None where an operand has none), deviations only (none of the f64 products whose difference they
-    are): (a + da)(b + db) - ab = da (b + db) + a db; (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
-    samples = len(out)
-    rows = [np.empty((samples, 0), np.float32) if d is None else np.reshape(d, (samples, -1)) for d in (da, db)]
-    bilinear_deviations(
-        opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), rows[0], rows[1], out.reshape(samples, -1)
-    )
 
 
 def dot_samples(inst, out: np.ndarray, x, operands, perturbed) -> None:
@@ -76,11 +56,7 @@ def _perturbed_float32(value, deviations) -> np.ndarray:
     return out
 
 
-# elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)
-BILINEAR_SAMPLES = frozenset({"multiply", "divide"})
-
-
-def calibrate(bound, deviations, ceiling=None):
+def calibrate(bound, deviations, ceiling=None, stats=None):
     """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
     few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
     samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
@@ -90,14 +66,15 @@ def calibrate(bound, deviations, ceiling=None):
     by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
-    sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound)."""
+    sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass)."""
     if bound is None:
         return None
     # the samples' squares against the bound's, per block, in one pass (kernels/bound_rules.block_ratios)
     flat = np.reshape(bound, -1)
-    largest, total, counted, seen, unjudged = block_ratios(
-        np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK
-    )
+    if stats is None:
+        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK)
+    largest, total, counted, seen, unjudged = stats
     if unjudged or seen < CALIBRATED_FROM:
         return bound
     # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
@@ -139,16 +116,25 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     # the broadcast operand's element behind each element of x
     source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
     source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
-    ulp = ulp_at(x, orig.shape.element_type.numpy)
-    binade = np.frexp(ulp)[1]
-    binade -= binade.min()
-    coarse = ulp_at(operands[1 - k], other_type) >= ulp
-    if not coarse.any():
+    # the binades of x's ulps, counted from the smallest; coarse: the other operand's ulp (in its type) at least x's
+    info, other_info = ml_dtypes.finfo(orig.shape.element_type.numpy), ml_dtypes.finfo(other_type)
+    groups = np.empty(x.shape, np.int64)
+    any_coarse, all_coarse, top = rounding_groups(
+        np.ravel(x),
+        np.ravel(operands[1 - k]),
+        np.ravel(np.broadcast_to(source, x.shape)),
+        count,
+        int(info.nmant),
+        float(info.tiny),
+        int(other_info.nmant),
+        float(other_info.tiny),
+        groups.reshape(-1),
+    )
+    if not any_coarse:
         return None
-    groups = np.where(coarse, binade * count + source, -1)
-    if (int(binade.max()) + 1) * count > x.size:  # numbered densely (never more draws than elements)
+    if (top + 1) * count > x.size:  # numbered densely (never more draws than elements)
         _, dense = np.unique(groups, return_inverse=True)
-        groups = np.where(coarse, dense.reshape(x.shape) - int(not coarse.all()), -1)
+        groups = np.where(groups >= 0, dense.reshape(x.shape) - int(not all_coarse), -1)
     return groups
 
 

@@ -83,21 +83,11 @@ from ..ops.registry import lookup
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
+from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
 from .bound_shared import least_along, tree_order_steps
-from .bound_samples import (
-    BILINEAR_SAMPLES,
-    LINEAR_SAMPLES,
-    NOISE_POOL,
-    SAMPLES,
-    SIGMAS,
-    bilinear_samples,
-    calibrate,
-    dot_samples,
-    shared_rounding,
-)
+from .bound_samples import NOISE_POOL, SAMPLES, SIGMAS, calibrate, dot_samples
 
-TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = (
     frozenset(
@@ -122,7 +112,6 @@ EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", 
 EXACT_ELEMENTWISE = frozenset(
     {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
 )
-TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
 ROUNDING_ELEMENTWISE = (
     frozenset(
         {
@@ -154,9 +143,6 @@ SINGULAR_AT_ZERO = {
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
-# ops whose own rounding counts even where the bound before it is 0 and the value is one of its type (that
-# exemption is for elementwise ops on exact operands: a constant 1 converted to f16)
-ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 
 
@@ -253,6 +239,8 @@ class ErrorBounds(BoundStore):
                 self._move(inst, value, operands)
             elif opcode == "select":
                 self._select(value, operands)
+            elif fused_elementwise(self, inst, orig, value, operands):
+                return
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
@@ -299,12 +287,6 @@ class ErrorBounds(BoundStore):
             for out in made:
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
-        elif inst.opcode in BILINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
-            bilinear_samples(inst.opcode, made[0], value, *operands, *perturbed)
-        elif inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
-            # linear and elementwise: the op on the operands' deviations, every sample at once
-            zero = np.zeros((), np.float32)
-            LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed), out=made[0])
         elif (
             inst.opcode == "dot"
             and all(_float(o) for o in operands)
@@ -323,7 +305,7 @@ class ErrorBounds(BoundStore):
                     p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
                     for o, p in zip(operands, perturbed)
                 ]
-                for moved, out in zip(_leaves(LINEAR_SAMPLES.get(inst.opcode, kernel)(*args)), made):
+                for moved, out in zip(_leaves(kernel(*args)), made):
                     if out is not None:
                         out[k] = moved
         else:
@@ -348,7 +330,7 @@ class ErrorBounds(BoundStore):
             if own is not None and np.any(own):
                 add_noise(
                     out.reshape(SAMPLES, -1),
-                    self._rounding_draws(inst, leaf, operands, out.shape).reshape(SAMPLES, -1),
+                    self._noise(out.shape).reshape(SAMPLES, -1),
                     np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
                     SIGMAS,
                 )
@@ -357,28 +339,19 @@ class ErrorBounds(BoundStore):
                 bound = self._calibrate(bound, out, ceiling)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
 
-    def _noise(self, shape) -> np.ndarray:
-        """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
-        afresh for every instruction cost more than its kernels)."""
-        need = int(np.prod(shape))
+    def _window(self, need: int) -> tuple:
+        """(pool, start): `need` standard normal draws (float32) at pool[start:], a window at a random place of one
+        pool drawn once (drawing afresh for every instruction cost more than its kernels)."""
         if self.pool is None or need > self.pool.size // 2:
             self.pool = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
-        start = int(self.rng.integers(0, self.pool.size - need + 1))
-        return self.pool[start : start + need].reshape(shape)
+        return self.pool, int(self.rng.integers(0, self.pool.size - need + 1))
 
-    def _rounding_draws(self, inst, x, operands, shape) -> np.ndarray:
-        """Standard normal draws of the instruction's own errors (`shape`: SAMPLES x the value's), one per element,
-        but one per group of elements where the program makes one error (`shared_rounding`)."""
-        comp = inst.computation.name if inst.computation is not None else ""
-        keys = shared_rounding(inst, self.original.get((comp, inst.name)), x, operands)
-        if keys is None:
-            return self._noise(shape)
-        own = keys < 0
-        mixed = bool(own.any())
-        shared = self._noise((shape[0], int(keys.max()) + 1))[:, np.maximum(keys, 0) if mixed else keys]
-        if mixed:
-            shared[:, own] = self._noise(shape)[:, own]
-        return shared
+    def _noise(self, shape) -> np.ndarray:
+        """Standard normal draws of `shape` (float32), one per element (an elementwise op's where one error is
+        shared by a group: tools/bound_elementwise.py)."""
+        need = int(np.prod(shape))
+        pool, start = self._window(need)
+        return pool[start : start + need].reshape(shape)
 
     _calibrate = staticmethod(calibrate)  # (a method: tests replace it)
 
@@ -538,15 +511,11 @@ class ErrorBounds(BoundStore):
         more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a single rounding of an
         exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or re-rounded to bf16,
         was allowed 2.3x its largest error). One pass per element (kernels/bound_rules.round_bounds)."""
-        etype = etype or orig.shape.element_type
         shape = np.shape(x)
-        if etype is None or etype.kind != "float":
+        bits = int(orig.attr("mantissa_bits")) if opcode == "reduce-precision" else 0
+        rule = rounding_rule(etype or orig.shape.element_type, opcode, bits)
+        if rule is None:
             return np.sqrt(variance), np.zeros(shape)
-        info = ml_dtypes.finfo(etype.numpy) if etype.numpy is not None else None
-        wide = np.finfo(np.float32 if etype.bits <= 32 else np.float64)
-        precision = 0.0
-        if opcode == "reduce-precision":
-            precision = SIGMAS / np.sqrt(3) * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1)
         own = np.empty(shape)
         bound = np.empty(shape, np.float32 if getattr(self.current, "narrow", False) else np.float64)
         round_bounds(
@@ -555,20 +524,7 @@ class ErrorBounds(BoundStore):
             np.empty(0) if at is None else np.ravel(np.broadcast_to(np.asarray(at, np.float64), shape)),
             own.reshape(-1),
             bound.reshape(-1),
-            int(info.nmant) if info is not None else 0,
-            float(info.tiny) if info is not None else 0.0,
-            float(0.5 * SIGMAS / np.sqrt(3)),
-            int(wide.nmant),
-            float(wide.tiny),
-            float(TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) if opcode in TRANSCENDENTAL else 0.0,
-            float(precision),
-            # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing
-            # rounds (an error known to be nonzero keeps the statistical bound: sums of such add up as random
-            # ones do)
-            info is not None and opcode not in TRANSCENDENTAL and opcode not in ROUNDED_ONCE,
-            float(info.max) if info is not None else 0.0,
-            bool(np.isinf(np.asarray(np.inf).astype(etype.numpy))) if info is not None else False,
-            float(np.sqrt(3) / SIGMAS),
+            *rule,
         )
         return bound, own
 
