@@ -275,6 +275,29 @@ f { a = f32[256,512] parameter(0)
             direct.translate(bad, (("array", "float32", 1, False),), "t")
 
 
+def test_an_untranslatable_source_is_marked_in_the_cache_and_not_parsed_again(fresh_dir, monkeypatch):
+    """The verdict is kept beside the object files (a compile worker's reaches the process: its background thread
+    then parses nothing, where CPython 3.11's ast.parse races another thread's); cleared with the cache."""
+    comp = _fusion("""
+f { a = f32[64,32] parameter(0)
+  ROOT t = f32[64,32] cosine(a) }""")
+    k = fusion.compile_fusion(comp)
+    k(np.ones((64, 32), np.float32))  # (compiled: through Numba, the direct compiler's verdict marked)
+    [marker] = fresh_dir.glob("*.untranslatable")
+    parsed = []
+    translate = direct_kernels.translate
+    monkeypatch.setattr(direct_kernels, "translate", lambda *a: parsed.append(1) or translate(*a))
+    for remembered in (True, False):
+        direct_kernels._TRANSLATIONS.clear()  # (as a fresh process: only the cache dir remembers)
+        if not remembered:
+            marker.unlink()
+        with pytest.raises(direct.Untranslatable, match="call of"):
+            direct_kernels.compile_kernel(k.source, k.key, k.signature, fresh_dir)
+        assert parsed == ([] if remembered else [1]) and marker.exists()
+    cache.clear_cache()
+    assert not any(fresh_dir.glob("*.untranslatable"))
+
+
 def test_an_interrupted_object_write_leaves_no_part_file(fresh_dir, monkeypatch):
     def interrupted(src, dst):
         raise KeyboardInterrupt

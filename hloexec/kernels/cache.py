@@ -133,17 +133,17 @@ def _direct_kernel(source: str, key: str, signature):
     """The direct compiler's function of kernel `key`, or None if it does not translate the source or LLVM fails
     on it (a CompileWarning: it goes through Numba)."""
     from . import direct_kernels
-    from .direct import Untranslatable
-    from .machine_code import MachineCodeError
 
     with _LOCK:
         fn = _DIRECT.get((key, signature))
         if fn is None:
             try:
                 fn = _DIRECT[(key, signature)] = direct_kernels.compile_kernel(source, key, signature, cache_dir())
-            except Untranslatable:
+            # (the classes direct_kernels raises: a module imported again -- pytester's in-process runs drop the
+            # modules a run imported -- makes new ones, which a fresh import here would name instead)
+            except direct_kernels.Untranslatable:
                 return None
-            except MachineCodeError as e:
+            except direct_kernels.MachineCodeError as e:
                 warnings.warn(f"kernel {key}: {e}; it is compiled through Numba", CompileWarning, stacklevel=3)
                 return None
     return fn
@@ -191,12 +191,13 @@ def compile_signature(fn, signature, lines: int = 0) -> None:
         return
     with _COMPILE_LOCK:  # another kernel sharing `fn` (same source) may add its own signature
         fn.disable_compile(False)
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 20 * lines))
+        # Raised only, never put back: the limit is the process's, and CPython 3.11's ast.parse in another thread
+        # fails ("AST constructor recursion depth mismatch") if it changes while that thread parses.
+        if 20 * lines > sys.getrecursionlimit():
+            sys.setrecursionlimit(20 * lines)
         try:
             fn.compile(numba_signature(signature))
         finally:
-            sys.setrecursionlimit(limit)
             if fn.signatures:  # Numba asserts it has one (which would hide why the compile failed)
                 fn.disable_compile()
 
@@ -245,7 +246,7 @@ def clear_cache(disk: bool = True):
         if disk:
             d = cache_dir()
             if d.is_dir():
-                for pattern in (f"{_MODULE_PREFIX}*.py", f"{_MODULE_PREFIX}*.o"):
+                for pattern in (f"{_MODULE_PREFIX}*.py", f"{_MODULE_PREFIX}*.o", f"{_MODULE_PREFIX}*.untranslatable"):
                     for p in d.glob(pattern):
                         p.unlink(missing_ok=True)
                 shutil.rmtree(d / "__pycache__", ignore_errors=True)

@@ -51,14 +51,25 @@ def object_name(key: str, signature) -> str:
 _TRANSLATIONS: dict = {}  # (key, signature) -> LLVM IR text (until compiled), or why it is not taken
 
 
-def translation(source: str, key: str, signature) -> str:
-    """translate's IR of kernel `key` for `signature`, made once (raises Untranslatable, every time)."""
+def translation(source: str, key: str, signature, directory: Path | None = None) -> str:
+    """translate's IR of kernel `key` for `signature`, made once (raises Untranslatable, every time). With a cache
+    `directory`, a source found untranslatable is marked there, and a marked one is not parsed again: a compile
+    worker's verdict reaches the process without an ast.parse in its background thread (CPython 3.11's ast.parse
+    fails, "AST constructor recursion depth mismatch", when two threads parse at once)."""
     got = _TRANSLATIONS.get((key, signature))
+    marker = None if directory is None else directory / f"{object_name(key, signature)}.untranslatable"
+    if got is None and marker is not None and marker.exists():
+        got = Untranslatable(marker.read_text(errors="replace"))
     if got is None:
         try:
             got = translate(source, signature, object_name(key, signature))
         except Untranslatable as e:
             got = e
+            if marker is not None:
+                try:
+                    _write_atomically(marker, str(e).encode())
+                except OSError:
+                    pass  # (a cache dir it cannot write: parsed again next time)
         except Exception as e:  # noqa: BLE001 - a translator bug costs the kernel Numba's compile time, said once
             got = Untranslatable(f"the direct compiler failed ({type(e).__name__}: {e})")
             warnings.warn(f"kernel {key}: {got}; it is compiled through Numba", CompileWarning, stacklevel=2)
@@ -95,7 +106,7 @@ def compile_kernel(source: str, key: str, signature, directory: Path):
             pass
         except MachineCodeError:
             path.unlink(missing_ok=True)  # damaged, or made by another build: made again
-        return load_object(_compile_into(path, translation(source, key, signature)), name)
+        return load_object(_compile_into(path, translation(source, key, signature, directory)), name)
     except MachineCodeError as e:
         _TRANSLATIONS[(key, signature)] = Untranslatable(str(e))
         raise
@@ -107,13 +118,18 @@ def compile_kernel(source: str, key: str, signature, directory: Path):
 def _compile_into(path: Path, ir_text: str) -> bytes:
     """The object file of `ir_text`, written to `path` too."""
     code = object_code(ir_text)
+    _write_atomically(path, code)
+    return code
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """`data` into `path`, renamed into place: another process reads the whole file or none."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(code)
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return code
