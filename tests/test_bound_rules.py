@@ -229,29 +229,122 @@ def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
     np.testing.assert_allclose(times_least(inst, b, ea, "rhs"), want_a, rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("opcode", ["multiply", "divide"])
-@pytest.mark.parametrize("which", ["both", "a", "b", "none"])
-def test_bilinear_samples_are_the_numpy_identities(opcode, which):
-    """A multiply's / divide's samples' deviations against the identities in numpy float32: (a + da)(b + db) - ab =
-    da (b + db) + a db and (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
-    from hloexec.tools.bound_samples import bilinear_samples
-    rng = np.random.default_rng(5)
-    shape = (30, 17)
-    a, b = _awkward(rng, 510, np.float32).reshape(shape), _awkward(rng, 510, np.float32).reshape(shape)
+def _numpy_variance(opcode, x, a, b, ea, eb, same):
+    """The bound before the rounding, squared, in numpy: first order (its bound times its places; a multiply's
+    other magnitude times it, (2|a| + e) e for x * x, plus (e_a e_b)^2); a divide's from the quotients at the ends
+    of each operand's interval (max |f(end) - x|, NaN -> inf) and at the four corners beyond them (tools/bounds.py
+    `_evaluated`), with the divisor's interval holding 0 deciding the element."""
+    decided = np.zeros(x.shape, bool)
+    if opcode != "divide":
+        multiply, want = opcode == "multiply", np.zeros(x.shape)
+        if ea is not None:
+            want = want + np.square((2 * np.abs(a) + ea) * ea if multiply and same else np.abs(b) * ea if multiply
+                                    else (2 if same else 1) * ea)
+        if eb is not None:
+            want = want + np.square(np.abs(a) * eb if multiply else eb)
+        if multiply and ea is not None and eb is not None:
+            want = want + np.square(ea * eb)
+        return want, decided
+    ends = lambda up, down: np.where(np.isnan(d := np.maximum(np.abs(up - x), np.abs(down - x))), np.inf, d)  # noqa
+    want, moved = np.zeros(x.shape), []
+    if ea is not None:
+        moved.append(ends((a + ea) / (a + ea), (a - ea) / (a - ea)) if same else ends((a + ea) / b, (a - ea) / b))
+        decided |= (np.abs(a) <= ea) & (ea > 0) if same else False
+    if eb is not None:
+        moved.append(ends(a / (b + eb), a / (b - eb)))
+        decided |= (np.abs(b) <= eb) & (eb > 0)
+    for m in moved:
+        want = want + np.square(m)
+    if len(moved) == 2:
+        worst = np.zeros(x.shape)
+        for sa in (1, -1):
+            for sb in (1, -1):
+                worst = np.maximum(worst, np.abs((a + sa * ea) / (b + sb * eb) - x))
+        excess = worst - moved[0] - moved[1]
+        want = want + np.square(np.where(np.isnan(excess), np.inf, np.maximum(excess, 0.0)))
+    return want, decided
+
+
+def _numpy_deviations(opcode, x, a, b, da, db):
+    """The samples' deviations in numpy float32: the linear ops on the operands' (0 for none), a multiply's
+    (a + da)(b + db) - ab = da (b + db) + a db, a divide's (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
+    zero = np.float32(0)
+    pa, pb = (zero if d is None else d for d in (da, db))
+    a32, b32, x32 = (np.asarray(v, np.float32) for v in (a, b, x))
+    if opcode == "add":
+        return pa + pb
+    if opcode == "subtract":
+        return pa - pb
+    if opcode in ("negate", "convert"):
+        return -pa if opcode == "negate" else +pa
+    if opcode == "multiply":
+        return (0 if da is None else da * (b32 + pb)) + (0 if db is None else a32 * db)
+    if db is None:
+        return zero if da is None else da / b32
+    return (pa - x32 * db) / (b32 + db)
+
+
+@pytest.mark.parametrize("opcode", ["add", "subtract", "negate", "convert", "multiply", "divide"])
+@pytest.mark.parametrize("which", ["both", "a", "b", "none", "same"])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed):
+    """kernels/bound_rules.elementwise_pass (an elementwise op's bound, rounding, samples with their own-error
+    draws, and calibration's statistics in one pass) against numpy forms of each rule on data with infinities,
+    NaN, zeros and subnormals: the bound before the rounding (`_numpy_variance`), the rounding (`_numpy_round`),
+    the deviations plus each draw times float32(own / SIGMAS) (a group's one draw where keyed), the calibration
+    it feeds (`_numpy_calibrate`), a divide's rounding-decided elements."""
+    from hloexec.kernels.bound_rules import elementwise_pass
+    from hloexec.tools.bound_elementwise import FUSED, rounding_rule
+    from hloexec.ir.dtypes import ELEMENT_TYPES
+    unary = opcode in ("negate", "convert")
+    if unary and which in ("b", "same"):
+        pytest.skip("one operand")
+    rng = np.random.default_rng(abs(hash((opcode, which, keyed))) % 2**32)
+    n = 3 * CALIBRATION_BLOCK + 17                                  # a shorter last block
+    a = _awkward(rng, n, ml_dtypes.bfloat16)
+    b = a if which == "same" or unary else _awkward(rng, n, ml_dtypes.bfloat16)
+    a[: n // 2] = rng.standard_normal(n // 2)                        # enough ordinary elements to calibrate
+    b[: n // 2] = a[: n // 2] if b is a else rng.standard_normal(n // 2)
     with np.errstate(all="ignore"):
-        x = a * b if opcode == "multiply" else a / b
-        da = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if which in ("both", "a") else None
-        db = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if which in ("both", "b") else None
-        a32, b32, x32 = (np.asarray(v, np.float32) for v in (a, b, x))
-        if opcode == "multiply":
-            want = (0 if da is None else da * (b32 + (0 if db is None else db))) + (0 if db is None else a32 * db)
-        elif db is None:
-            want = 0 if da is None else da / b32
+        x = {"add": a + b, "subtract": a - b, "negate": -a, "convert": a, "multiply": a * b, "divide": a / b}[opcode]
+        errs = [np.abs(_awkward(rng, n, np.float32)).astype(np.float32) * 1e-3 for _ in range(2)]
+        errs[0][rng.random(n) < 0.2] = 0.0
+        ea = errs[0] if which in ("both", "a", "same") else None
+        eb = errs[1] if which in ("both", "b") and not unary else None
+        devs = [(rng.standard_normal((4, n)) * 1e-3).astype(np.float32) for _ in range(2)]
+        da = devs[0] if which in ("both", "a", "same") else None
+        db = da if which == "same" else devs[1] if which in ("both", "b") and not unary else None
+        etype = ELEMENT_TYPES["bf16"]
+        rule = () if opcode == "negate" else rounding_rule(etype, opcode)
+        pool = rng.standard_normal(1 << 16).astype(np.float32)
+        keys = np.where(rng.random(n) < 0.3, -1, rng.integers(0, 40, n)) if keyed else np.empty(0, np.int64)
+        bound, samples, decided = np.empty(n, np.float32), np.empty((4, n), np.float32), np.zeros(n, bool)
+        none = np.empty(0, np.float32)
+        rows = lambda d: np.empty((4, 0), np.float32) if d is None else d  # noqa: E731
+        any_own, *stats = elementwise_pass(
+            FUSED[opcode], which == "same" and not unary, x, a, b, none if ea is None else ea,
+            none if eb is None else eb, rows(da), rows(None if unary else db), rule,
+            (pool, 123, 7, keys, 40, float(SIGMAS)), bound, samples, decided, CALIBRATION_BLOCK)
+        variance, want_decided = _numpy_variance(opcode, x, a, b, None if ea is None else ea.astype(np.float64),
+                                                 None if eb is None else eb.astype(np.float64), which == "same")
+        if rule:
+            want_bound, own = _numpy_round(x, variance, None, ml_dtypes.bfloat16, "elementwise")
         else:
-            want = ((0 if da is None else da) - x32 * db) / (b32 + db)
-        got = np.full((4, *shape), 7.0, np.float32)
-        bilinear_samples(opcode, got, x, a, b, da, db)
-    np.testing.assert_array_equal(got, np.broadcast_to(np.asarray(want, np.float32), got.shape))
+            want_bound, own = np.sqrt(variance), np.zeros(n)
+        draws = np.stack([pool[123 + k * n: 123 + (k + 1) * n] for k in range(4)])
+        if keyed:
+            shared = np.stack([pool[7 + k * 40: 7 + (k + 1) * 40] for k in range(4)])[:, np.maximum(keys, 0)]
+            draws = np.where(keys >= 0, shared, draws)
+        want_samples = _numpy_deviations(opcode, x, a, b, da, None if unary else db) + draws * (own / SIGMAS).astype(
+            np.float32)
+        want_samples = np.broadcast_to(np.asarray(want_samples, np.float32), (4, n))
+    np.testing.assert_array_equal(bound, want_bound.astype(np.float32))
+    np.testing.assert_array_equal(samples, want_samples)
+    assert any_own == bool(np.any(own))
+    if opcode == "divide":
+        np.testing.assert_array_equal(decided, want_decided)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(calibrate(bound, samples, stats=stats), _numpy_calibrate(bound, samples), rtol=1e-6)
 
 
 @pytest.mark.parametrize("multiply", [False, True])
@@ -310,5 +403,55 @@ def test_dot_samples_are_the_perturbed_dots(side, dims, lhs, rhs):
     want = np.stack([dot_general(a + d[k], b, lb, rb, lc, rc, f64) if side == 0 else
                      dot_general(a, b + d[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
     out = np.full((4, *x.shape), np.nan, np.float32)
-    dot_samples(inst, out, [a, b], [d, None] if side == 0 else [None, d])
+    dot_samples(inst, out, x, [a, b], [d, None] if side == 0 else [None, d])
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype, other", [(np.float16, np.float16), (ml_dtypes.bfloat16, np.float32),
+                                          (np.float64, np.float64)])
+def test_rounding_groups_are_the_numpy_rule(dtype, other):
+    """kernels/bound_rules.rounding_groups (tools/bound_samples.shared_rounding's groups) against numpy: where the
+    other operand's ulp in its type is at least x's, the group binade * count + source (binade: the exponent of
+    x's ulp counted from the smallest), else -1; on data with infinities, NaN, zeros and subnormals."""
+    from hloexec.kernels.bound_rules import rounding_groups
+    rng = np.random.default_rng(2)
+    n, count = 4000, 37
+    x, o = _awkward(rng, n, dtype), _awkward(rng, n, other)
+    source = rng.integers(0, count, n)
+    binade = np.frexp(_ulp(x, dtype))[1]
+    binade -= binade.min()
+    coarse = _ulp(o, other) >= _ulp(x, dtype)
+    want = np.where(coarse, binade * count + source, -1)
+    got = np.empty(n, np.int64)
+    info, other_info = ml_dtypes.finfo(dtype), ml_dtypes.finfo(other)
+    result = rounding_groups(x, o, source, count, int(info.nmant), float(info.tiny), int(other_info.nmant),
+                             float(other_info.tiny), got)
+    np.testing.assert_array_equal(got, want)
+    assert result == (bool(coarse.any()), bool(coarse.all()), int(binade.max()))
+    assert 0 < np.count_nonzero(coarse) < n
+
+
+@pytest.mark.parametrize("pool_size", [20, 1 << 20])
+def test_grouped_draws_are_read_where_the_separate_draws_were(monkeypatch, pool_size):
+    """tools/bound_elementwise._draws: element i of sample k reads the pool where drawing the groups' window and
+    then the own window (ErrorBounds._noise, in that order, as `_sample` did) put its draw, also when the pool is
+    drawn again between the two windows (a pool of 20: the groups' window fits, the elements' does not)."""
+    from hloexec.tools import bound_elementwise
+    from hloexec.tools.bounds import ErrorBounds
+
+    class Draws:
+        _window, _noise = ErrorBounds._window, ErrorBounds._noise
+
+        def __init__(self):
+            self.rng, self.pool = np.random.default_rng(0), np.arange(pool_size, dtype=np.float32) + 100
+
+    keys = np.array([0, -1, 1, -1, 0] * 200)
+    monkeypatch.setattr(bound_elementwise, "shared_rounding", lambda *_: keys)
+    fused, separate = Draws(), Draws()
+    pool, start, shared_start, _, groups = bound_elementwise._draws(fused, None, None, np.zeros(keys.size), None)
+    shared = separate._noise((4, groups))[:, np.maximum(keys, 0)]
+    want = np.where(keys >= 0, shared, separate._noise((4, keys.size)))
+    k, i = np.arange(4)[:, None], np.arange(keys.size)[None, :]
+    got = pool[np.where(keys >= 0, shared_start + k * groups + keys, start + k * keys.size + i)]
+    np.testing.assert_array_equal(got, want)
+    assert (fused.pool is separate.pool) is False and np.array_equal(fused.pool, separate.pool)

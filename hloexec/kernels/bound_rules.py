@@ -13,19 +13,22 @@ from numba import njit
 from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
 
 
+_TWO_TO_MINUS_64 = 2.0**-64
+_CHUNK_BLOCKS = 16  # calibration blocks per chunk of the passes that read samples (their temporaries: a chunk's)
+
+
 @njit(inline="always")
 def _ulp(magnitude, nmant, tiny):
     """tools/compare.ulp_at for one element: the ulp of a type of `nmant` stored significand bits at |magnitude|,
     floored at the ulp of its smallest normal `tiny`; a non-finite magnitude's is 1's."""
     m = abs(magnitude)
-    if not math.isfinite(m):
-        m = 1.0
-    elif m < tiny:
-        m = tiny
+    m = m if math.isfinite(m) else 1.0
+    m = m if m >= tiny else tiny
     field = (bitcast_f64_to_i64(m) >> 52) - nmant
-    if field >= 1:
-        return bitcast_i64_to_f64(field << 52)
-    return math.ldexp(1.0, int(field) - 1023)  # (below f64's normals: a subnormal power of two)
+    # (no branch, no call: the loops vectorize) below f64's normals a subnormal power of two, made from a normal
+    # one 2^64 larger, exactly (field >= -63: m is normal; 2^-1075 and below round to 0, as ldexp's)
+    subnormal = bitcast_i64_to_f64(max(field + 64, 1) << 52) * _TWO_TO_MINUS_64
+    return bitcast_i64_to_f64(field << 52) if field >= 1 else subnormal
 
 
 @njit(inline="always")
@@ -36,35 +39,74 @@ def _nan_min(a, b):
     return a if a < b else b
 
 
+@njit(inline="always")
+def _rounded(v, b, magnitude, rule):
+    """One element's own rounding and its bound after it (round_bounds' rule; `rule` its scalars, in its
+    argument order from `nmant` on): v the value, b the bound before the rounding, `magnitude` where the ulp is
+    taken. Returns (own, bound)."""
+    nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps, precision_scale, exact_rule, largest, has_inf, cap = rule
+    own = half_ulps * _ulp(magnitude, nmant, tiny)
+    if precision_scale > 0:
+        own = max(own, precision_scale * magnitude) if magnitude == magnitude else math.nan
+    if wide_ulps > 0:
+        own += wide_ulps * _ulp(magnitude, wide_nmant, wide_tiny)
+    if exact_rule and b == 0:
+        if math.isinf(v):
+            representable = has_inf
+        else:
+            steps = v / _ulp(v, nmant, tiny)  # (exact: the ulp is a power of two)
+            representable = abs(v) <= largest and steps == math.floor(steps)
+        if representable:
+            own = 0.0
+    return own, _nan_min(math.sqrt(b * b + own * own), b + own * cap)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def round_bounds(x, variance, at, own_out, bound_out, nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps,
                  precision_scale, exact_rule, largest, has_inf, largest_error):  # fmt: skip
-    """A value's own rounding and its bound after it, per element (tools/bounds.py `_rounding`, `_rounded`):
+    """A value's own rounding and its bound after it, per element (tools/bounds.py `_round`):
     b = sqrt(variance), the bound before the rounding; its magnitude |x| + a (a: `at`'s element, b where `at` has
     no elements); own = half_ulps x the ulp (`nmant`, `tiny`) there, at least precision_scale x the magnitude
     (reduce-precision; 0: none), plus wide_ulps x an ulp of the wider type (transcendentals; 0: none); 0 where
     `exact_rule` and b == 0 and x is a value of the type (a multiple of its ulp at |x|, at most `largest`, or an
     infinity where the type `has_inf`). bound = min(sqrt(b^2 + own^2), b + own x largest_error)."""
+    rule = (nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps, precision_scale, exact_rule, largest, has_inf,
+            largest_error)  # fmt: skip
     own_at = at.size > 0
     for i in range(x.size):
         v = np.float64(x[i])
         b = math.sqrt(variance[i])
-        magnitude = abs(v) + (at[i] if own_at else b)
-        own = half_ulps * _ulp(magnitude, nmant, tiny)
-        if precision_scale > 0:
-            own = max(own, precision_scale * magnitude) if magnitude == magnitude else math.nan
-        if wide_ulps > 0:
-            own += wide_ulps * _ulp(magnitude, wide_nmant, wide_tiny)
-        if exact_rule and b == 0:
-            if math.isinf(v):
-                representable = has_inf
-            else:
-                steps = v / _ulp(v, nmant, tiny)  # (exact: the ulp is a power of two)
-                representable = abs(v) <= largest and steps == math.floor(steps)
-            if representable:
-                own = 0.0
-        own_out[i] = own
-        bound_out[i] = _nan_min(math.sqrt(b * b + own * own), b + own * largest_error)
+        own_out[i], bound_out[i] = _rounded(v, b, abs(v) + (at[i] if own_at else b), rule)
+
+
+@njit(inline="always")
+def _nan_max(a, b):
+    """np.maximum's meaning: NaN if either is."""
+    if a != a or b != b:
+        return math.nan
+    return a if a > b else b
+
+
+@njit(inline="always")
+def _first_order_at(multiply, same, va, vb, ea, eb, with_a, with_b):
+    """first_order_variance of one element: values `va`, `vb`, bounds `ea`, `eb` (f64; used where `with_a`,
+    `with_b`)."""
+    v = 0.0
+    if with_a:
+        if not multiply:
+            d = (2.0 if same else 1.0) * ea
+        elif same:
+            d = (2 * abs(va) + ea) * ea
+        else:
+            d = abs(vb) * ea
+        v += d * d
+    if with_b:
+        d = abs(va) * eb if multiply else eb
+        v += d * d
+    if multiply and with_a and with_b:
+        both = ea * eb
+        v += both * both
+    return v
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -75,26 +117,84 @@ def first_order_variance(multiply, same, a, b, ea, eb, out):
     magnitude times it ((2 |a| + e_a) e_a for x * x); squares added in operand order, a multiply's e_a e_b last
     (what both do together). `a`, `b`: the operands' values (b is a for a unary op)."""
     with_a, with_b = ea.size > 0, eb.size > 0
-    places = 2.0 if same else 1.0
     for i in range(out.size):
-        v = 0.0
-        if with_a:
-            e = np.float64(ea[i])
-            if not multiply:
-                d = places * e
-            elif same:
-                d = (2 * abs(np.float64(a[i])) + e) * e
-            else:
-                d = abs(np.float64(b[i])) * e
-            v += d * d
-        if with_b:
-            e = np.float64(eb[i])
-            d = abs(np.float64(a[i])) * e if multiply else e
-            v += d * d
-        if multiply and with_a and with_b:
-            both = np.float64(ea[i]) * np.float64(eb[i])
-            v += both * both
-        out[i] = v
+        out[i] = _first_order_at(
+            multiply,
+            same,
+            np.float64(a[i]),
+            np.float64(b[i]),
+            np.float64(ea[i]) if with_a else 0.0,
+            np.float64(eb[i]) if with_b else 0.0,
+            with_a,
+            with_b,
+        )
+
+
+@njit(inline="always")
+def _moved_apart(up, down, x):
+    """max(|up - x|, |down - x|), NaN as np.maximum, then NaN -> inf (tools/bounds.py `_moved_by`)."""
+    d = _nan_max(abs(up - x), abs(down - x))
+    return math.inf if d != d else d
+
+
+@njit(inline="always")
+def _divide_variance(same, xi, va, vb, ea, eb, with_a, with_b):
+    """A divide's bound before its rounding, squared, and whether its element is rounding-decided (tools/bounds.py
+    `_evaluated` on a / b: the quotient at the ends of each operand's interval, then at the four corners of
+    both beyond what each did alone; a divisor's interval holding 0 decides it). Scalars: the value `xi`, the
+    operands' values and bounds (used where `with_a`, `with_b`)."""
+    v, moved_a, moved_b, decided = 0.0, 0.0, 0.0, False
+    if with_a:
+        if same:  # (x / x: both places move at once)
+            moved_a = _moved_apart((va + ea) / (va + ea), (va - ea) / (va - ea), xi)
+            decided = abs(va) <= ea and ea > 0
+        else:
+            moved_a = _moved_apart((va + ea) / vb, (va - ea) / vb, xi)
+        v += moved_a * moved_a
+    if with_b:
+        moved_b = _moved_apart(va / (vb + eb), va / (vb - eb), xi)
+        decided = abs(vb) <= eb and eb > 0
+        v += moved_b * moved_b
+    if with_a and with_b:
+        worst = 0.0
+        for sa in (1.0, -1.0):
+            for sb in (1.0, -1.0):
+                worst = _nan_max(worst, abs((va + sa * ea) / (vb + sb * eb) - xi))
+        excess = worst - moved_a - moved_b
+        excess = math.inf if excess != excess else max(excess, 0.0)
+        v += excess * excess
+    return v, decided
+
+
+@njit(inline="always")
+def _tally(q, e, largest, total, counted):
+    """A block's statistics (block_ratios: its largest ratio, their total, how many) with one more element: its
+    samples' sum of squares `q`, its bound `e`. Returns them and whether the element is unjudged (non-finite
+    samples under a finite bound)."""
+    if not math.isfinite(q):
+        return largest, total, counted, e < math.inf
+    if e > 0 and e < math.inf:
+        ratio = np.float64(q) / (np.float64(e) * np.float64(e))
+        if ratio > largest or ratio != ratio:  # (NaN, as np.max: 0 / 0 where e^2 underflows)
+            largest = ratio
+        total += ratio
+        counted += 1
+    return largest, total, counted, False
+
+
+@njit(inline="always")
+def _tally_blocks(squares, bound, lo, block, largest, total, counted):
+    """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`): `squares`, its
+    samples' sums of squares, `bound` its bounds (views from the chunk's start). Returns whether an element is
+    unjudged."""
+    unjudged = False
+    for j in range(lo // block, (lo + bound.size + block - 1) // block):
+        most, summed, seen = 0.0, 0.0, 0
+        for t in range(j * block - lo, min(bound.size, (j + 1) * block - lo)):
+            most, summed, seen, lost = _tally(squares[t], bound[t], most, summed, seen)
+            unjudged |= lost
+        largest[j], total[j], counted[j] = most, summed, seen
+    return unjudged
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -106,33 +206,19 @@ def block_ratios(deviations, bound, block):
     unjudged): unjudged, whether a finite bound has non-finite samples (then the bound is kept as it is)."""
     n = bound.size
     blocks = (n + block - 1) // block
-    largest = np.zeros(blocks)
-    total = np.zeros(blocks)
-    counted = np.zeros(blocks, np.int64)
-    squares = np.empty(block, np.float32)
-    seen_all = 0
+    largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
+    chunk = block * _CHUNK_BLOCKS
+    squares = np.empty(chunk, np.float32)
     unjudged = False
-    for j in range(blocks):
-        start, stop = j * block, min(n, (j + 1) * block)
-        squares[:] = 0  # (sample by sample along the block: loops the compiler vectorizes)
+    for lo in range(0, n, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
+        hi = min(n, lo + chunk)
+        squares[:] = 0
         for k in range(deviations.shape[0]):
-            for i in range(start, stop):
-                d = deviations[k, i]
-                squares[i - start] += d * d
-        for i in range(start, stop):
-            q, e = squares[i - start], bound[i]
-            if not math.isfinite(q):
-                unjudged |= e < math.inf
-                continue
-            if not (e > 0 and e < math.inf):
-                continue
-            ratio = np.float64(q) / (np.float64(e) * np.float64(e))
-            if ratio > largest[j] or ratio != ratio:  # (NaN, as np.max: 0 / 0 where e^2 underflows)
-                largest[j] = ratio
-            total[j] += ratio
-            counted[j] += 1
-        seen_all += counted[j]
-    return largest, total, counted, seen_all, unjudged
+            row = deviations[k, lo:hi]
+            for t in range(hi - lo):
+                squares[t] += row[t] * row[t]
+        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted)
+    return largest, total, counted, counted.sum(), unjudged
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -140,34 +226,148 @@ def scale_blocks(bound, factor, block, out):
     """out = bound x its block's factor (blocks of `block` consecutive elements)."""
     for j in range(factor.size):
         scale = factor[j]
-        for i in range(j * block, min(bound.size, (j + 1) * block)):
-            out[i] = bound[i] * scale
+        source, target = bound[j * block : (j + 1) * block], out[j * block : (j + 1) * block]
+        for t in range(source.size):  # (over views from 0: a loop that vectorizes)
+            target[t] = source[t] * scale
+
+
+# the ops elementwise_pass computes (tools/bound_elementwise.py)
+ADD, SUBTRACT, NEGATE, CONVERT, MULTIPLY, DIVIDE = range(6)
+
+
+@njit(inline="always")
+def _deviations(kind, x, a, b, da, db, out, with_a, with_b):
+    """One sample's deviations of an elementwise_pass op from its operands' (float32, as the samples are; `da` /
+    `db` unused where `with_a` / `with_b` is False: that operand has none, its deviations 0): np.add /
+    np.subtract / np.negative / np.positive on them; a multiply's da (b + db) + a db, a divide's
+    (da - x db) / (b + db). One loop per case, nothing decided inside it (loops the compiler vectorizes)."""
+    zero = np.float32(0)
+    if kind == MULTIPLY and with_a and with_b:
+        for t in range(out.size):
+            out[t] = da[t] * (np.float32(b[t]) + db[t]) + np.float32(a[t]) * db[t]
+    elif kind == MULTIPLY and with_a:
+        for t in range(out.size):
+            out[t] = da[t] * np.float32(b[t])
+    elif kind == MULTIPLY and with_b:
+        for t in range(out.size):
+            out[t] = np.float32(a[t]) * db[t]
+    elif kind == DIVIDE and with_a and with_b:
+        for t in range(out.size):
+            out[t] = (da[t] - np.float32(x[t]) * db[t]) / (np.float32(b[t]) + db[t])
+    elif kind == DIVIDE and with_a:
+        for t in range(out.size):
+            out[t] = da[t] / np.float32(b[t])
+    elif kind == DIVIDE and with_b:
+        for t in range(out.size):
+            out[t] = -np.float32(x[t]) * db[t] / (np.float32(b[t]) + db[t])
+    elif (kind == ADD or kind == SUBTRACT) and with_b:
+        sign = np.float32(-1 if kind == SUBTRACT else 1)
+        for t in range(out.size):
+            out[t] = (da[t] if with_a else zero) + sign * db[t]
+    elif with_a and kind != MULTIPLY and kind != DIVIDE:
+        sign = np.float32(-1 if kind == NEGATE else 1)
+        for t in range(out.size):
+            out[t] = sign * da[t]
+    else:
+        out[:] = -zero if kind == NEGATE else zero
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def bilinear_deviations(divide, x, a, b, da, db, out):
-    """The samples' deviations of a multiply or a divide from its operands' (tools/bound_samples.py, every sample
-    in float32 as the samples are; `da` / `db` with no columns: that operand has none): multiply,
-    da (b + db) + a db; divide, (da - x db) / (b + db)."""
-    with_a, with_b = da.shape[1] > 0, db.shape[1] > 0
-    for k in range(out.shape[0]):
-        for i in range(out.shape[1]):
-            if not with_b:
-                if not with_a:
-                    out[k, i] = 0
-                elif divide:
-                    out[k, i] = da[k, i] / np.float32(b[i])
-                else:
-                    out[k, i] = da[k, i] * np.float32(b[i])
-            elif divide:
-                moved = -np.float32(x[i]) * db[k, i]
-                if with_a:
-                    moved += da[k, i]
-                out[k, i] = moved / (np.float32(b[i]) + db[k, i])
-            elif with_a:
-                out[k, i] = da[k, i] * (np.float32(b[i]) + db[k, i]) + np.float32(a[i]) * db[k, i]
+def elementwise_pass(kind, same, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out, block):
+    """One elementwise op's whole bound in one pass over its elements (tools/bound_elementwise.py): the bound
+    before its rounding (first_order_variance's rule; a divide's at its operands' interval ends and corners,
+    `_divide_variance`), its own rounding (round_bounds'; `rule` its scalars, or an empty tuple: none, a negate),
+    the samples' deviations (`da`, `db`: the operands' (samples, n), no columns where an operand has none; into
+    `samples_out`, or none when it has no columns) plus each sample's own error: a standard normal draw times
+    own / SIGMAS (`draws`: (pool, start, shared start, keys, groups, sigmas); element i's draw of sample k is
+    pool[start + k n + i], or pool[shared start + k groups + keys[i]] where keys[i] >= 0: one error for its
+    group), and calibration's block statistics (block_ratios', from the samples and the bound as
+    written). `decided_out`: a divide's rounding-decided elements. Returns (any own error nonzero, largest,
+    total, counted, seen, unjudged). A chunk of blocks at a time, step by step along it: loops over views from
+    0 (the compiler vectorizes them: no negative index to wrap), the chunk's temporaries in cache."""
+    n, samples = x.size, samples_out.shape[0]
+    sampled = samples_out.shape[1] > 0
+    with_a, with_b, with_ea, with_eb = da.shape[1] > 0, db.shape[1] > 0, ea.size > 0, eb.size > 0
+    pool, start, shared_start, keys, groups, sigmas = draws
+    keyed, rounds = keys.size > 0, len(rule) > 0
+    blocks = (n + block - 1) // block
+    largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
+    chunk = block * _CHUNK_BLOCKS
+    variance, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
+    any_own, unjudged = False, False
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        xv, av, bv, eav, ebv, bound = x[lo:hi], a[lo:hi], b[lo:hi], ea[lo:hi], eb[lo:hi], bound_out[lo:hi]
+        if kind == DIVIDE:
+            decided = decided_out[lo:hi]
+            for t in range(hi - lo):
+                variance[t], decided[t] = _divide_variance(
+                    same, np.float64(xv[t]), np.float64(av[t]), np.float64(bv[t]),
+                    np.float64(eav[t]) if with_ea else 0.0, np.float64(ebv[t]) if with_eb else 0.0, with_ea, with_eb,
+                )  # fmt: skip
+        else:
+            for t in range(hi - lo):
+                variance[t] = _first_order_at(
+                    kind == MULTIPLY, same, np.float64(av[t]), np.float64(bv[t]),
+                    np.float64(eav[t]) if with_ea else 0.0, np.float64(ebv[t]) if with_eb else 0.0, with_ea, with_eb,
+                )  # fmt: skip
+        for t in range(hi - lo):
+            before = math.sqrt(variance[t])
+            if rounds:
+                v = np.float64(xv[t])
+                own, bound[t] = _rounded(v, before, abs(v) + before, rule)
+                scales[t] = np.float32(own / sigmas)  # (a standard normal draw times it: the own error's)
+                any_own |= own != 0
             else:
-                out[k, i] = np.float32(a[i]) * db[k, i]
+                bound[t] = before
+        if not sampled:
+            continue
+        squares[:] = 0
+        for k in range(samples):
+            out = samples_out[k, lo:hi]
+            _deviations(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], out, with_a, with_b)
+            if rounds and keyed:
+                kv, shared, own_row = keys[lo:hi], shared_start + k * groups, start + k * n + lo
+                for t in range(hi - lo):  # (a select and a gather: no branch)
+                    out[t] += pool[shared + kv[t] if kv[t] >= 0 else own_row + t] * scales[t]
+            elif rounds:
+                own_draws = pool[start + k * n + lo : start + k * n + hi]
+                for t in range(hi - lo):
+                    out[t] += own_draws[t] * scales[t]
+            for t in range(hi - lo):
+                squares[t] += out[t] * out[t]
+        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted)
+    return any_own, largest, total, counted, counted.sum(), unjudged
+
+
+@njit(inline="always")
+def _exponent(power):
+    """np.frexp(power)[1] of a positive power of two (a normal one's from its exponent bits)."""
+    field = bitcast_f64_to_i64(power) >> 52
+    return field - 1022 if field > 0 else math.frexp(power)[1]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out):
+    """tools/bound_samples.shared_rounding's groups in two passes: element i's group is binade * count +
+    source[i] (binade: the exponent of x's ulp (`nmant`, `tiny`), counted from the smallest one's) where the other
+    operand's ulp in its type (`other_nmant`, `other_tiny`) is at least x's (both powers of two: the exponents
+    compared), else -1. Returns (whether any element has a group, whether all have, the largest binade)."""
+    lowest, coarse_seen, all_coarse = 1 << 30, False, True
+    coarse = np.empty(x.size, np.bool_)
+    for i in range(x.size):
+        binade = _exponent(_ulp(x[i], nmant, tiny))
+        lowest = min(lowest, binade)
+        groups_out[i] = binade
+        coarse[i] = _exponent(_ulp(other[i], other_nmant, other_tiny)) >= binade
+    top = 0
+    for i in range(x.size):
+        binade = groups_out[i] - lowest
+        top = max(top, binade)
+        groups_out[i] = binade * count + source[i] if coarse[i] else -1
+        coarse_seen |= coarse[i]
+        all_coarse &= coarse[i]
+    return coarse_seen, all_coarse, top
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

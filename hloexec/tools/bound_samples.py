@@ -1,16 +1,16 @@
 """The sampled runs that calibrate the error bounds (tools/bounds.py): SAMPLES perturbed runs carried along the
 shadow (each instruction's kernel on its operands moved by the samples' deviations, plus a draw of its own error),
-the shortcuts for ops whose deviations follow from their operands', the elements whose roundings are one error
+a dot's shortcut where its deviations follow from one operand's (the elementwise ops': tools/bound_elementwise.py),
+the elements whose roundings are one error
 (drawn once), and the calibration of a bound by its samples, per block of CALIBRATION_BLOCK consecutive elements."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+import ml_dtypes
 import numpy as np
 
-from ..kernels.bound_rules import bilinear_deviations, block_ratios, scale_blocks
-from .compare import ulp_at
+from ..kernels.bound_products import perturbed_float32
+from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error
@@ -19,36 +19,25 @@ CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many ele
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
-# elementwise ops linear in their operands: what they do to the operands' deviations (the samples' shortcut; each
-# writes into `out=` where given)
-LINEAR_SAMPLES: dict[str, Callable] = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "negate": np.negative,
-    "convert": np.positive,
-}
+FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
 
 
-def bilinear_samples(opcode: str, out: np.ndarray, x, a, b, da, db) -> None:
-    """A multiply's or a divide's samples' deviations into `out` (SAMPLES, *shape), float32, from its operands'
-    (`da`, `db`: None where an operand has none), deviations only (none of the f64 products whose difference they
-    are): (a + da)(b + db) - ab = da (b + db) + a db; (a + da) / (b + db) - a / b = (da - x db) / (b + db)."""
-    samples = len(out)
-    rows = [np.empty((samples, 0), np.float32) if d is None else np.reshape(d, (samples, -1)) for d in (da, db)]
-    bilinear_deviations(
-        opcode == "divide", np.ravel(x), np.ravel(a), np.ravel(b), rows[0], rows[1], out.reshape(samples, -1)
-    )
-
-
-def dot_samples(inst, out: np.ndarray, operands, perturbed) -> None:
-    """A dot's samples' deviations into `out` (SAMPLES, *shape) where one operand has samples: the dot is linear in
-    it, so a sample's deviation is the dot of that operand's deviations with the other operand, in float32 as the
-    samples are (none of the f64 products whose difference it is), every sample in one product: the samples a
-    leading free dim of their operand (the result's dims: batch, lhs free, rhs free; moved to the front)."""
+def dot_samples(inst, out: np.ndarray, x, operands, perturbed) -> None:
+    """A dot's samples' deviations into `out` (SAMPLES, *shape), in float32 as the samples are, every sample in
+    one product (the samples a leading dim of their operand; the result's dims: batch, lhs free, rhs free). Where
+    one operand has samples the dot is linear in it: a sample's deviation is the dot of that operand's deviations
+    with the other operand (none of the f64 products whose difference it is). Where both have (the caller decides
+    float32 suffices, tools/bound_dots.float32_samples_suffice): the float32 product (a + da)(b + db) less the dot
+    `x` (the shadow's), the samples a batch dim of both."""
     lb, rb = [list(inst.attr(f"{side}_batch_dims", ())) for side in ("lhs", "rhs")]
     lc, rc = [list(inst.attr(f"{side}_contracting_dims", ())) for side in ("lhs", "rhs")]
     after = lambda dims: [d + 1 for d in dims]  # noqa: E731 (the operand's dims past the samples' one)
     f32 = np.dtype(np.float32)
+    if perturbed[0] is not None and perturbed[1] is not None:
+        a, b = (_perturbed_float32(o, p) for o, p in zip(operands, perturbed))
+        moved = dot_general(a, b, [0, *after(lb)], [0, *after(rb)], after(lc), after(rc), f32)
+        np.subtract(moved, np.asarray(x, f32), out=out)  # (x rounded to float32: within the error allowed)
+        return
     if perturbed[0] is not None:
         moved = dot_general(perturbed[0], np.asarray(operands[1], f32), after(lb), rb, after(lc), rc, f32)
         at = len(lb)
@@ -58,11 +47,16 @@ def dot_samples(inst, out: np.ndarray, operands, perturbed) -> None:
     out[...] = np.moveaxis(moved, at, 0)
 
 
-# elementwise ops whose samples' deviations follow from the operands' (bilinear_samples)
-BILINEAR_SAMPLES = frozenset({"multiply", "divide"})
+def _perturbed_float32(value, deviations) -> np.ndarray:
+    """(SAMPLES, *shape) float32: `value` moved by each sample's `deviations`, magnitudes below FLUSHED_BELOW 0."""
+    out = np.empty(deviations.shape, np.float32)
+    perturbed_float32(
+        np.ravel(value), deviations.reshape(len(deviations), -1), FLUSHED_BELOW, out.reshape(len(out), -1)
+    )
+    return out
 
 
-def calibrate(bound, deviations, ceiling=None):
+def calibrate(bound, deviations, ceiling=None, stats=None):
     """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
     few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
     samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
@@ -72,14 +66,15 @@ def calibrate(bound, deviations, ceiling=None):
     by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
-    sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound)."""
+    sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass)."""
     if bound is None:
         return None
     # the samples' squares against the bound's, per block, in one pass (kernels/bound_rules.block_ratios)
     flat = np.reshape(bound, -1)
-    largest, total, counted, seen, unjudged = block_ratios(
-        np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK
-    )
+    if stats is None:
+        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK)
+    largest, total, counted, seen, unjudged = stats
     if unjudged or seen < CALIBRATED_FROM:
         return bound
     # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
@@ -121,16 +116,25 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     # the broadcast operand's element behind each element of x
     source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
     source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
-    ulp = ulp_at(x, orig.shape.element_type.numpy)
-    binade = np.frexp(ulp)[1]
-    binade -= binade.min()
-    coarse = ulp_at(operands[1 - k], other_type) >= ulp
-    if not coarse.any():
+    # the binades of x's ulps, counted from the smallest; coarse: the other operand's ulp (in its type) at least x's
+    info, other_info = ml_dtypes.finfo(orig.shape.element_type.numpy), ml_dtypes.finfo(other_type)
+    groups = np.empty(x.shape, np.int64)
+    any_coarse, all_coarse, top = rounding_groups(
+        np.ravel(x),
+        np.ravel(operands[1 - k]),
+        np.ravel(np.broadcast_to(source, x.shape)),
+        count,
+        int(info.nmant),
+        float(info.tiny),
+        int(other_info.nmant),
+        float(other_info.tiny),
+        groups.reshape(-1),
+    )
+    if not any_coarse:
         return None
-    groups = np.where(coarse, binade * count + source, -1)
-    if (int(binade.max()) + 1) * count > x.size:  # numbered densely (never more draws than elements)
+    if (top + 1) * count > x.size:  # numbered densely (never more draws than elements)
         _, dense = np.unique(groups, return_inverse=True)
-        groups = np.where(coarse, dense.reshape(x.shape) - int(not coarse.all()), -1)
+        groups = np.where(groups >= 0, dense.reshape(x.shape) - int(not all_coarse), -1)
     return groups
 
 

@@ -80,25 +80,14 @@ from ..ir import opcodes
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.registry import lookup
-from ..options.devices import ALGORITHM_ARITHMETIC, DeviceProfile
+from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
+from .bound_dots import SIGNIFICAND, dot_bounds, widest
+from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
-from .bound_shared import least_along, times_least, tree_order_steps
-from .bound_samples import (
-    BILINEAR_SAMPLES,
-    LINEAR_SAMPLES,
-    NOISE_POOL,
-    SAMPLES,
-    SIGMAS,
-    bilinear_samples,
-    calibrate,
-    dot_samples,
-    shared_rounding,
-)
+from .bound_shared import least_along, tree_order_steps
+from .bound_samples import NOISE_POOL, SAMPLES, SIGMAS, calibrate, dot_samples
 
-# significand bits (the implicit one counted) of the types dots operate and accumulate in
-SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
-TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = (
     frozenset(
@@ -123,7 +112,6 @@ EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", 
 EXACT_ELEMENTWISE = frozenset(
     {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
 )
-TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
 ROUNDING_ELEMENTWISE = (
     frozenset(
         {
@@ -155,9 +143,6 @@ SINGULAR_AT_ZERO = {
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
-# ops whose own rounding counts even where the bound before it is 0 and the value is one of its type (that
-# exemption is for elementwise ops on exact operands: a constant 1 converted to f16)
-ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 
 
@@ -166,21 +151,23 @@ def unit_roundoff(etype) -> float:
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
 
 
-def _widest(a: str, b: str) -> str:
-    return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
-
-
-def _free_dims(inst, side: str, rank: int) -> int:
-    """How many free (neither batch nor contracting) dims the dot's `side` ("lhs" / "rhs") operand has."""
-    return rank - len(inst.attr(f"{side}_contracting_dims", ())) - len(inst.attr(f"{side}_batch_dims", ()))
-
-
 def _narrow(shape) -> bool:
     """Whether every float leaf of `shape` (a program's) is 32 bits or narrower (its bounds fit a float32)."""
     if shape.is_tuple:
         return all(map(_narrow, shape.tuple_shapes))
     etype = shape.element_type
     return etype is None or etype.kind != "float" or etype.bits <= 32
+
+
+def _sums(inst) -> bool:
+    """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds (linear in its operands)."""
+    reducer = inst.called.get("to_apply")
+    return (
+        inst.opcode in ("reduce", "reduce-window")
+        and len(inst.operands) == 2
+        and reducer is not None
+        and reducer.root.opcode == "add"
+    )
 
 
 def _float(leaf) -> bool:
@@ -252,12 +239,14 @@ class ErrorBounds(BoundStore):
                 self._move(inst, value, operands)
             elif opcode == "select":
                 self._select(value, operands)
+            elif fused_elementwise(self, inst, orig, value, operands):
+                return
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
                 local, ceiling = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
-                local, ceiling = self._dot(inst, orig, value, operands)
+                local, ceiling = dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local = self._convolution(inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
@@ -298,27 +287,25 @@ class ErrorBounds(BoundStore):
             for out in made:
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
-        elif inst.opcode in BILINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
-            bilinear_samples(inst.opcode, made[0], value, *operands, *perturbed)
-        elif inst.opcode in LINEAR_SAMPLES and all(_float(o) for o in operands) and made[0] is not None:
-            # linear and elementwise: the op on the operands' deviations, every sample at once
-            zero = np.zeros((), np.float32)
-            LINEAR_SAMPLES[inst.opcode](*(zero if p is None else p for p in perturbed), out=made[0])
         elif (
             inst.opcode == "dot"
             and all(_float(o) for o in operands)
             and made[0] is not None
-            and sum(p is not None for p in perturbed) == 1
+            and (
+                sum(p is not None for p in perturbed) == 1
+                or (all(p is not None for p in perturbed) and getattr(self.current, "dot_samples_in_f32", False))
+            )
         ):
-            dot_samples(inst, made[0], operands, perturbed)
-        elif inst.opcode in MOVES or inst.opcode in COLLECTIVES:
-            # linear in its float operands: the op on their deviations alone (no perturbed run to subtract)
+            dot_samples(inst, made[0], value, operands, perturbed)
+        elif inst.opcode in MOVES or inst.opcode in COLLECTIVES or _sums(inst):
+            # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
+            # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
             for k in range(SAMPLES):
                 args = [
                     p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
                     for o, p in zip(operands, perturbed)
                 ]
-                for moved, out in zip(_leaves(LINEAR_SAMPLES.get(inst.opcode, kernel)(*args)), made):
+                for moved, out in zip(_leaves(kernel(*args)), made):
                     if out is not None:
                         out[k] = moved
         else:
@@ -343,7 +330,7 @@ class ErrorBounds(BoundStore):
             if own is not None and np.any(own):
                 add_noise(
                     out.reshape(SAMPLES, -1),
-                    self._rounding_draws(inst, leaf, operands, out.shape).reshape(SAMPLES, -1),
+                    self._noise(out.shape).reshape(SAMPLES, -1),
                     np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
                     SIGMAS,
                 )
@@ -352,28 +339,19 @@ class ErrorBounds(BoundStore):
                 bound = self._calibrate(bound, out, ceiling)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
 
-    def _noise(self, shape) -> np.ndarray:
-        """Standard normal draws of `shape` (float32): a window at a random place of one pool drawn once (drawing
-        afresh for every instruction cost more than its kernels)."""
-        need = int(np.prod(shape))
+    def _window(self, need: int) -> tuple:
+        """(pool, start): `need` standard normal draws (float32) at pool[start:], a window at a random place of one
+        pool drawn once (drawing afresh for every instruction cost more than its kernels)."""
         if self.pool is None or need > self.pool.size // 2:
             self.pool = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
-        start = int(self.rng.integers(0, self.pool.size - need + 1))
-        return self.pool[start : start + need].reshape(shape)
+        return self.pool, int(self.rng.integers(0, self.pool.size - need + 1))
 
-    def _rounding_draws(self, inst, x, operands, shape) -> np.ndarray:
-        """Standard normal draws of the instruction's own errors (`shape`: SAMPLES x the value's), one per element,
-        but one per group of elements where the program makes one error (`shared_rounding`)."""
-        comp = inst.computation.name if inst.computation is not None else ""
-        keys = shared_rounding(inst, self.original.get((comp, inst.name)), x, operands)
-        if keys is None:
-            return self._noise(shape)
-        own = keys < 0
-        mixed = bool(own.any())
-        shared = self._noise((shape[0], int(keys.max()) + 1))[:, np.maximum(keys, 0) if mixed else keys]
-        if mixed:
-            shared[:, own] = self._noise(shape)[:, own]
-        return shared
+    def _noise(self, shape) -> np.ndarray:
+        """Standard normal draws of `shape` (float32), one per element (an elementwise op's where one error is
+        shared by a group: tools/bound_elementwise.py)."""
+        need = int(np.prod(shape))
+        pool, start = self._window(need)
+        return pool[start : start + need].reshape(shape)
 
     _calibrate = staticmethod(calibrate)  # (a method: tests replace it)
 
@@ -533,15 +511,11 @@ class ErrorBounds(BoundStore):
         more than the bound plus the rounding's largest error (own * sqrt(3) / SIGMAS): a single rounding of an
         exact value is at most half an ulp, not SIGMAS sigmas of one (a value rounded once, or re-rounded to bf16,
         was allowed 2.3x its largest error). One pass per element (kernels/bound_rules.round_bounds)."""
-        etype = etype or orig.shape.element_type
         shape = np.shape(x)
-        if etype is None or etype.kind != "float":
+        bits = int(orig.attr("mantissa_bits")) if opcode == "reduce-precision" else 0
+        rule = rounding_rule(etype or orig.shape.element_type, opcode, bits)
+        if rule is None:
             return np.sqrt(variance), np.zeros(shape)
-        info = ml_dtypes.finfo(etype.numpy) if etype.numpy is not None else None
-        wide = np.finfo(np.float32 if etype.bits <= 32 else np.float64)
-        precision = 0.0
-        if opcode == "reduce-precision":
-            precision = SIGMAS / np.sqrt(3) * 2.0 ** -(int(orig.attr("mantissa_bits")) + 1)
         own = np.empty(shape)
         bound = np.empty(shape, np.float32 if getattr(self.current, "narrow", False) else np.float64)
         round_bounds(
@@ -550,20 +524,7 @@ class ErrorBounds(BoundStore):
             np.empty(0) if at is None else np.ravel(np.broadcast_to(np.asarray(at, np.float64), shape)),
             own.reshape(-1),
             bound.reshape(-1),
-            int(info.nmant) if info is not None else 0,
-            float(info.tiny) if info is not None else 0.0,
-            float(0.5 * SIGMAS / np.sqrt(3)),
-            int(wide.nmant),
-            float(wide.tiny),
-            float(TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) if opcode in TRANSCENDENTAL else 0.0,
-            float(precision),
-            # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing
-            # rounds (an error known to be nonzero keeps the statistical bound: sums of such add up as random
-            # ones do)
-            info is not None and opcode not in TRANSCENDENTAL and opcode not in ROUNDED_ONCE,
-            float(info.max) if info is not None else 0.0,
-            bool(np.isinf(np.asarray(np.inf).astype(etype.numpy))) if info is not None else False,
-            float(np.sqrt(3) / SIGMAS),
+            *rule,
         )
         return bound, own
 
@@ -618,7 +579,7 @@ class ErrorBounds(BoundStore):
             kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
         )
         count = kernel(np.ones(a.shape), np.ones(b.shape))
-        u_acc = 2.0 ** -SIGNIFICAND.get(_widest(orig.shape.element_type.name, "f32"), 53)
+        u_acc = 2.0 ** -SIGNIFICAND.get(widest(orig.shape.element_type.name, "f32"), 53)
         arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
         bound, own = self._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot")
         self._put(x, bound)
@@ -631,7 +592,7 @@ class ErrorBounds(BoundStore):
         `steps`: sum_k s_k^2 over the partial sums s_k where the order is known; else estimated whatever the order
         as count (squares + x^2)."""
         u = (
-            2.0 ** -SIGNIFICAND[_widest(etype.name, "f32")]
+            2.0 ** -SIGNIFICAND[widest(etype.name, "f32")]
             if not per_step and accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
             else unit_roundoff(etype)
         )
@@ -685,57 +646,3 @@ class ErrorBounds(BoundStore):
             return np.sqrt(np.square(spread) + np.square(own))
         self._put(x, bound)
         return None
-
-    def _dot(self, inst, orig, x, operands) -> tuple:
-        a, b = operands
-        kernel = self._kernel(inst)
-        ea, eb = self._bound_or_none(a), self._bound_or_none(b)
-        a2, b2 = a * a, b * b
-        variance = np.zeros(x.shape)  # the operands' errors, independent across the contraction
-        shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
-        if eb is not None and np.any(eb):
-            eb = np.broadcast_to(eb, b.shape)
-            variance = variance + kernel(a2, np.square(eb))
-            shared = shared + times_least(inst, a, eb, "lhs")
-        if ea is not None and np.any(ea):
-            ea = np.broadcast_to(ea, a.shape)
-            variance = variance + kernel(np.square(ea), b2)
-            shared = shared + times_least(inst, b, ea, "rhs")
-        variance = np.square(np.sqrt(variance) + shared)
-        squares = kernel(a2, b2)
-        del a2, b2
-        contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
-        types = [o.shape.element_type for o in orig.operands]
-        matrix_vector = _free_dims(inst, "lhs", a.ndim) == 0 or _free_dims(inst, "rhs", b.ndim) == 0
-        algorithm = self.device.dot_algorithm(
-            inst.attr("algorithm", "") or "",
-            tuple(inst.attr("operand_precision", ()) or ()),
-            all(t is not None and t.name == "f32" for t in types),
-            matrix_vector,
-        )
-        # without an algorithm, 16-bit dots accumulate in f32 on every XLA backend (CPU, cuBLAS, the MXU)
-        bits, accumulator = ALGORITHM_ARITHMETIC.get(algorithm, (0, _widest(orig.shape.element_type.name, "f32")))
-        if algorithm:
-            self.algorithms.add(algorithm)
-        own_bits = min(SIGNIFICAND.get(t.name, 53) for t in types)
-        arithmetic = np.zeros(x.shape)  # the dot's own: its operands' rounding, its accumulation
-        if bits and bits < own_bits:
-            u_op = 2.0**-bits * (
-                2 if algorithm.startswith("dot_tf32") and self.device.tf32_rounding == "truncate" else 1
-            )
-            arithmetic = arithmetic + np.square(u_op * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
-        u_acc = 2.0 ** -SIGNIFICAND.get(accumulator, 53)
-        arithmetic = arithmetic + np.square(SIGMAS * u_acc / np.sqrt(3)) * contracted * (squares + x * x)
-        bound, own = self._round(orig, x, variance + arithmetic, "dot")
-        self._put(x, bound)
-        local = np.sqrt(arithmetic + np.square(own))
-
-        def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
-            linear = local
-            if eb is not None and np.any(eb):
-                linear = linear + kernel(np.abs(a), eb)
-            if ea is not None and np.any(ea):
-                linear = linear + kernel(ea, np.abs(b) + self.of(b))
-            return linear
-
-        return local, ceiling

@@ -1,0 +1,121 @@
+"""Upper bounds of dots of non-negative terms computed in float32 (the error bounds' dot rules,
+tools/bound_dots.py: sum_k a_k^2 e_k^2, sum_k a_k^2 b_k^2, ...; sgemm runs ~2x dgemm here), and never below the
+float64 form they replace.
+
+The two operands are scaled by powers of two, each to a largest finite term below 2^top, top =
+(126 - bit_length(K)) // 2, so no product and no sum of K of them can overflow float32; a positive term below
+2^FLOOR_EXPONENT after scaling is raised to it, so every product of positive terms is a float32 normal (no
+underflow anywhere: a term raised is only made larger). Then every rounding is relative: each term rounds once
+to float32 (a factor >= 1 - u, u = 2^-24) and the product's float32 sum of K non-negative terms, in any order,
+is at least (1 - gamma_K) of its exact sum (gamma_K = K u / (1 - K u), Higham's bound for inner products,
+with or without FMA). So the exact dot is at most the computed one times (1 - gamma_K)^-1 (1 - u)^-2 <=
+1 + 2 (K + 2) u = 1 + (K + 2) 2^-23 for K <= 2^20 (tools/bound_dots.py multiplies by that and undoes the
+scaling; longer contractions keep float64). Infinities and NaNs pass as they would in float64 (inf x 0 = NaN)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
+
+FLOOR_EXPONENT = -63  # a scaled positive term is at least 2^this: products of two are float32 normals
+MAX_SHIFT = 1000  # scaling exponents stay within +-this (2^s a float64 normal)
+
+
+def top_exponent(contracted: int) -> int:
+    """The largest scaled term's exponent bound for a dot of `contracted` terms: K products of two such terms
+    add up below float32's overflow."""
+    return (126 - int(contracted).bit_length()) // 2
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _largest_magnitude(x):
+    """The largest finite |x[i]| (0 if none): the largest of the magnitudes' bits, as integers (a loop the
+    compiler vectorizes, as it does not a float max)."""
+    largest = 0
+    for i in range(x.size):
+        bits = bitcast_f64_to_i64(np.float64(x[i])) & 0x7FFFFFFFFFFFFFFF
+        largest = max(largest, bits if bits < 0x7FF0000000000000 else 0)
+    return bitcast_i64_to_f64(largest)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def scaled_terms(x, square, top, out):
+    """out = float32(|x| (x^2 where `square`) x 2^s), s such that the largest finite one is below 2^top (s within
+    +-MAX_SHIFT); a positive one below 2^FLOOR_EXPONENT after scaling raised to it; infinities and NaNs kept.
+    Returns s. Two passes: the largest, then the scaled terms."""
+    largest = _largest_magnitude(x)
+    if square:
+        largest = largest * largest
+        if largest == math.inf:  # (a finite x whose square overflows: the largest finite square)
+            largest = 0.0
+            for i in range(x.size):
+                v = np.float64(x[i]) * np.float64(x[i])
+                if v < math.inf:
+                    largest = max(largest, v)
+    shift = 0
+    if largest > 0:
+        shift = min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)  # (largest < 2^frexp's exponent)
+    scale = math.ldexp(1.0, shift)
+    floor = np.float32(math.ldexp(1.0, FLOOR_EXPONENT))
+    for i in range(x.size):
+        v = abs(np.float64(x[i]))
+        if square:
+            v = v * v
+        t = np.float32(v * scale)
+        out[i] = floor if (v > 0) & (t < floor) else t
+    return shift
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def add_unscaled(product, factor, shift, out):
+    """out += float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
+    factor that makes it an upper bound)."""
+    if abs(shift) < MAX_SHIFT:
+        scale = factor * math.ldexp(1.0, shift)
+        for i in range(out.size):
+            out[i] += np.float64(product[i]) * scale
+    else:
+        for i in range(out.size):
+            out[i] += math.ldexp(np.float64(product[i]) * factor, shift)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def perturbed_float32(values, deviations, floor, out):
+    """out[k, i] = float32(values[i]) + deviations[k, i], magnitudes below `floor` (of the deviation, and of the
+    sum) 0: the operands of a float32 product of samples, where the deviations of exact zeros (a causal mask's
+    probabilities) are often float32 subnormals, which add and multiply ~100x slower (compared first: a compare
+    takes them at full speed)."""
+    zero = np.float32(0)
+    for k in range(out.shape[0]):
+        for i in range(out.shape[1]):
+            d = deviations[k, i]
+            v = np.float32(values[i]) + (zero if abs(d) < floor else d)
+            out[k, i] = zero if abs(v) < floor else v
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def dot_variance(errors, shared, squares, x, accumulation, operand_u, operand_spread, noise, noise_floor, total,
+                 arithmetic):  # fmt: skip
+    """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule):
+    arithmetic = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0:
+    none) + accumulation (squares + x^2); total = (sqrt(errors) + shared)^2 + arithmetic. Returns whether
+    noise (squares + x^2) + noise_floor <= errors on every element (bound_dots.float32_samples_suffice)."""
+    suffices = True
+    for i in range(x.size):
+        s, v = squares[i], np.float64(x[i])
+        spread = s + v * v
+        own = accumulation * spread
+        if operand_u > 0:
+            rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
+            own += rounded * rounded
+        e = errors[i]
+        moved = math.sqrt(e) + shared[i]
+        total[i] = moved * moved + own
+        arithmetic[i] = own
+        if not (noise * spread + noise_floor <= e):
+            suffices = False
+    return suffices

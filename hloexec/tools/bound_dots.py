@@ -1,0 +1,157 @@
+"""The dot's error bound (tools/bounds.py's module docstring says the rule) and the products of non-negative terms
+it is made of, computed in float32 as upper bounds of their float64 forms (kernels/bound_products.py says why
+they are)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.bound_products import add_unscaled, dot_variance, scaled_terms, top_exponent
+from ..ops.contraction import dot_general
+from ..options.devices import ALGORITHM_ARITHMETIC
+from .bound_samples import FLUSHED_BELOW, SIGMAS
+from .bound_shared import times_least
+
+SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}  # (the implicit one counted)
+FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up to this many terms (longer: f64)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def widest(a: str, b: str) -> str:
+    return a if SIGNIFICAND.get(a, 53) >= SIGNIFICAND.get(b, 53) else b
+
+
+class Terms:
+    """An operand's non-negative terms (|x| or x^2) for `UpperDot`: in float32 times 2^-shift, or float64 as they
+    are (contractions too long for float32's factor)."""
+
+    def __init__(self, x, square: bool, contracted: int):
+        x = np.abs(x) if np.iscomplexobj(x) else np.asarray(x)
+        if contracted > FLOAT32_TERMS:
+            self.values, self.shift = np.square(x, dtype=_F64) if square else np.abs(x, dtype=_F64), 0
+            self.below = 0  # (not read: float64 terms' samples are float64 dots)
+            return
+        self.values = np.empty(x.shape, _F32)
+        flat = np.ravel(x)  # (a copy where x is not contiguous or broadcast)
+        self.shift = int(scaled_terms(flat, square, top_exponent(contracted), self.values.reshape(-1)))
+        # every finite term is below 2^below (of x^2 where squared)
+        self.below = top_exponent(contracted) - self.shift
+
+
+class UpperDot:
+    """The dot `inst` of non-negative terms, added up into float64 results never below the exact dots: each a
+    float32 product of scaled terms times 1 + (K + 2) 2^-23 (K: the contraction's length; kernels/bound_products.py
+    proves the bound)."""
+
+    def __init__(self, inst, contracted: int):
+        self.dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
+        self.contracted = contracted
+        self.factor = 1.0 + (contracted + 2) * 2.0**-23
+
+    def add(self, out: np.ndarray, lhs: Terms, rhs: Terms) -> np.ndarray:
+        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound); returns out."""
+        lb, rb, lc, rc = self.dims
+        wide = lhs.values.dtype == _F64
+        product = dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F64 if wide else _F32)
+        if wide:
+            out += product
+        else:
+            add_unscaled(product.reshape(-1), self.factor, -(lhs.shift + rhs.shift), out.reshape(-1))
+        return out
+
+
+def _error(bounds, leaf):
+    """The stored bound of a dot's operand (float32 or float64, its shape), None where it has none or it is 0."""
+    e = bounds._stored_bound(leaf)
+    return None if e is None or not np.any(e) else np.broadcast_to(e, np.shape(leaf))
+
+
+def float32_noise(contracted: int, a2: Terms, b2: Terms) -> tuple[float, float]:
+    """(noise, floor): the samples' deviations of a dot whose operands both have samples may be a float32 product
+    less the dot, (a + da)(b + db) - x (one product per sample at float32's speed, bound_samples.dot_samples),
+    instead of float64 dots, where on every element noise (squares + x^2) + floor <= the operands' errors'
+    variance (SIGMAS sigmas squared; kernels/bound_products.dot_variance checks it): float32's rounding there,
+    u^2 K (squares + x^2) by the accumulation's model (u = 2^-24; the product's accumulation, the operands' and
+    x's rounding to float32), plus the flushing of the perturbed operands' magnitudes below F = FLUSHED_BELOW (at
+    most 3 K^2 F^2 (max a^2 + max b^2 + F^2)), at most 2^-12 of it: what float32 adds to the samples is 1/64 of
+    the rule's sigma (measured on the GPT step's dots: 1e-4 of the samples' RMS at most). Infinite (never) where
+    |a| |b| K may reach float32's overflow (a2, b2: the operands' squares, below 2^below) or the terms are float64."""
+    if not all(t.values.dtype == _F32 for t in (a2, b2)) or (a2.below + b2.below) // 2 + contracted.bit_length() > 120:
+        return np.inf, np.inf
+    u, flushed, margin = 2.0**-24, FLUSHED_BELOW**2, SIGMAS * SIGMAS * 2.0**12
+    floor = 3.0 * contracted * contracted * flushed * (2.0**a2.below + 2.0**b2.below + flushed)
+    return margin * u * u * contracted, margin * floor
+
+
+def _arithmetic(bounds, inst, orig, a, b) -> tuple[float, str]:
+    """The dot's arithmetic under the device (DeviceProfile.dot_algorithm, ALGORITHM_ARITHMETIC): the unit
+    roundoff its operands are rounded to (0: none), the type it accumulates in."""
+    types = [o.shape.element_type for o in orig.operands]
+    free = [  # each side's free dims (neither batch nor contracting)
+        o.ndim - len(inst.attr(f"{s}_contracting_dims", ())) - len(inst.attr(f"{s}_batch_dims", ()))
+        for o, s in ((a, "lhs"), (b, "rhs"))
+    ]
+    algorithm = bounds.device.dot_algorithm(
+        inst.attr("algorithm", "") or "",
+        tuple(inst.attr("operand_precision", ()) or ()),
+        all(t is not None and t.name == "f32" for t in types),
+        0 in free,
+    )
+    # without an algorithm, 16-bit dots accumulate in f32 on every XLA backend (CPU, cuBLAS, the MXU)
+    bits, accumulator = ALGORITHM_ARITHMETIC.get(algorithm, (0, widest(orig.shape.element_type.name, "f32")))
+    if algorithm:
+        bounds.algorithms.add(algorithm)
+    if not bits or bits >= min(SIGNIFICAND.get(t.name, 53) for t in types):
+        return 0.0, accumulator
+    truncated = algorithm.startswith("dot_tf32") and bounds.device.tf32_rounding == "truncate"
+    return 2.0**-bits * (2 if truncated else 1), accumulator
+
+
+def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
+    """A dot's bound (ErrorBounds' rule, stored) and (its own error, SIGMAS sigmas; a function giving its ceiling)
+    for the samples' calibration. Marks `bounds.current.dot_samples_in_f32` (float32_noise)."""
+    a, b = operands
+    contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+    upper = UpperDot(inst, contracted)
+    ea, eb = _error(bounds, a), _error(bounds, b)
+    a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
+    errors = np.zeros(x.shape)  # the operands' errors, independent across the contraction
+    shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
+    if eb is not None:
+        upper.add(errors, a2, Terms(eb, True, contracted))
+        shared += times_least(inst, a, eb, "lhs")
+    if ea is not None:
+        upper.add(errors, Terms(ea, True, contracted), b2)
+        shared += times_least(inst, b, ea, "rhs")
+    squares = upper.add(np.zeros(x.shape), a2, b2)
+    noise, floor = float32_noise(contracted, a2, b2)
+    del a2, b2
+    operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
+    accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
+    total, arithmetic = np.empty(x.shape), np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
+    bounds.current.dot_samples_in_f32 = dot_variance(
+        errors.reshape(-1),
+        shared.reshape(-1),
+        squares.reshape(-1),
+        np.ravel(np.abs(x) if np.iscomplexobj(x) else x),  # (the rule reads |x|^2)
+        accumulation,
+        operand_u,
+        SIGMAS * np.sqrt(2 / 3),
+        noise,
+        floor,
+        total.reshape(-1),
+        arithmetic.reshape(-1),
+    )
+    bound, own = bounds._round(orig, x, total, "dot")
+    bounds._put(x, bound)
+    local = np.sqrt(arithmetic + np.square(own))
+
+    def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
+        linear = np.array(local, np.float64)
+        if eb is not None:
+            upper.add(linear, Terms(a, False, contracted), Terms(eb, False, contracted))
+        if ea is not None:
+            upper.add(linear, Terms(ea, False, contracted), Terms(np.abs(b) + bounds.of(b), False, contracted))
+        return linear
+
+    return local, ceiling

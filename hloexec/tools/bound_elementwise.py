@@ -1,0 +1,129 @@
+"""The error bounds of the hot elementwise ops (tools/bounds.py) in one compiled pass per element: add, subtract,
+negate, convert, multiply and divide. Each element's bound before the rounding (the first-order rule; a divide's
+at its operands' interval ends and corners), its own rounding, its samples' deviations (the op on its operands'
+deviations, the bilinear identities) plus their own-error draws, and calibration's block statistics are computed
+in one loop (kernels/bound_rules.elementwise_pass): the same formulas, in the same order, as the separate rules
+of ErrorBounds (`_elementwise`, `_round`, `_sample`), which made ~8 passes with temporaries. The draws are the
+same too (each window of the noise pool drawn where `_sample` would draw it, and not drawn where the value has
+no own error), so the bounds are the same bit for bit."""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from ..ir import opcodes
+from ..kernels.bound_rules import ADD, CONVERT, DIVIDE, MULTIPLY, NEGATE, SUBTRACT, elementwise_pass
+from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, shared_rounding
+
+TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
+TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
+# ops whose own rounding counts even where the bound before it is 0 and the value is one of its type (that
+# exemption is for elementwise ops on exact operands: a constant 1 converted to f16)
+ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
+FUSED = {"add": ADD, "subtract": SUBTRACT, "negate": NEGATE, "convert": CONVERT, "multiply": MULTIPLY, "divide": DIVIDE}
+_NO_KEYS = np.empty(0, np.int64)
+_NO_DRAWS = np.empty(0, np.float32)
+
+
+@functools.cache
+def rounding_rule(etype, opcode: str, mantissa_bits: int = 0) -> tuple | None:
+    """kernels/bound_rules.round_bounds' scalars (from `nmant` on) for a value of `etype` rounded by `opcode`
+    (`mantissa_bits`: a reduce-precision's); None where nothing rounds (not a float type)."""
+    if etype is None or etype.kind != "float":
+        return None
+    info = ml_dtypes.finfo(etype.numpy) if etype.numpy is not None else None
+    wide = np.finfo(np.float32 if etype.bits <= 32 else np.float64)
+    precision = SIGMAS / np.sqrt(3) * 2.0 ** -(mantissa_bits + 1) if opcode == "reduce-precision" else 0.0
+    return (
+        int(info.nmant) if info is not None else 0,
+        float(info.tiny) if info is not None else 0.0,
+        float(0.5 * SIGMAS / np.sqrt(3)),
+        int(wide.nmant),
+        float(wide.tiny),
+        float(TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) if opcode in TRANSCENDENTAL else 0.0,
+        float(precision),
+        # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing
+        # rounds (an error known to be nonzero keeps the statistical bound: sums of such add up as random ones do)
+        info is not None and opcode not in TRANSCENDENTAL and opcode not in ROUNDED_ONCE,
+        float(info.max) if info is not None else 0.0,
+        bool(np.isinf(np.asarray(np.inf).astype(etype.numpy))) if info is not None else False,
+        float(np.sqrt(3) / SIGMAS),  # a single rounding's largest error, in its SIGMAS sigmas
+    )
+
+
+def _real_float(v) -> bool:
+    return isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "f"
+
+
+def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
+    """`x`'s bound, rounding-decided marks and samples (calibrated) into `bounds` (an ErrorBounds) in one pass,
+    where `inst` is one of FUSED on real floats; False (nothing done) otherwise."""
+    kind = FUSED.get(inst.opcode)
+    etype = orig.shape.element_type
+    if kind is None or not _real_float(x) or not all(_real_float(o) for o in operands):
+        return False
+    rule = () if kind == NEGATE else rounding_rule(etype, inst.opcode)
+    if rule is None:
+        return False
+    same = len(operands) == 2 and operands[0] is operands[1]
+    errors = []  # per distinct operand: its bound, none where it is exact
+    for o in operands[:1] if same else operands:
+        e = bounds._stored_bound(o)
+        errors.append(np.ravel(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_DRAWS)
+    perturbed = [bounds._samples_or_none(o) for o in operands]
+    deviations = [_NO_DRAWS.reshape(SAMPLES, 0) if p is None else p.reshape(SAMPLES, -1) for p in perturbed]
+    sampled = bool(rule) or any(p is not None for p in perturbed)
+    samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.float32)
+    bound = np.empty(np.shape(x), np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
+    decided = np.zeros(np.shape(x) if kind == DIVIDE else 0, bool)
+    state, pool = bounds.rng.bit_generator.state, bounds.pool
+    draws = _draws(bounds, inst, orig, x, operands) if rule else (_NO_DRAWS, 0, 0, _NO_KEYS, 0)
+    any_own, *stats = elementwise_pass(
+        kind,
+        same,
+        np.ravel(x),
+        np.ravel(operands[0]),
+        np.ravel(operands[-1]),
+        errors[0],
+        errors[1] if len(errors) == 2 else _NO_DRAWS,
+        deviations[0],
+        deviations[-1] if len(operands) == 2 else deviations[0][:, :0],
+        rule,
+        (*draws, float(SIGMAS)),
+        bound.reshape(-1),
+        samples.reshape(SAMPLES, -1),
+        decided.reshape(-1),
+        CALIBRATION_BLOCK,
+    )
+    if rule and not any_own:  # (`_sample` draws a value's own errors only where it has some)
+        bounds.rng.bit_generator.state, bounds.pool = state, pool
+    marked = decided if kind == DIVIDE else None  # the operands' marks carried
+    for m in map(bounds._decided_or_none, operands):
+        if m is not None:
+            marked = np.array(m, bool) if marked is None else marked | m
+    if sampled:
+        bound = bounds._calibrate(bound, samples, stats=stats)
+    bounds._put(x, bound, marked, samples if sampled else None)
+    return True
+
+
+def _draws(bounds, inst, orig, x, operands) -> tuple:
+    """Where the samples' own errors are read in the noise pool (elementwise_pass's `draws` but `sigmas`), each
+    window drawn as `_sample` draws it (ErrorBounds._noise): one per element, or one per group of elements where
+    the program makes one error (`shared_rounding`), the groups' window first."""
+    need = SAMPLES * np.size(x)
+    keys = shared_rounding(inst, orig, x, operands)
+    if keys is None:
+        return (*bounds._window(need), 0, _NO_KEYS, 0)
+    groups = int(keys.max()) + 1
+    pool, shared_start = bounds._window(SAMPLES * groups)
+    if not bool((keys < 0).any()):
+        return pool, 0, shared_start, np.ravel(keys), groups
+    own_pool, start = bounds._window(need)
+    if own_pool is not pool:  # (the pool was drawn again for the larger window: the groups' draws put before it)
+        own_pool = np.concatenate([pool[shared_start : shared_start + SAMPLES * groups], own_pool])
+        shared_start, start = 0, start + SAMPLES * groups
+    return own_pool, start, shared_start, np.ravel(keys), groups

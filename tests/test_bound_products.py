@@ -1,0 +1,280 @@
+"""The dot rule's float32 arithmetic (hloexec/kernels/bound_products.py, tools/bound_dots.py) against forms written
+here from the rules' documentation: its products of non-negative terms never below the exact dots (longdouble
+einsums) on data with infinities, NaN, zeros, subnormals and values beyond float32's range, and within their
+stated factor of them; the rule's per-element formula against numpy in float64; the samples' float32 products
+against the perturbed float64 dots."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from test_bound_rules import _awkward, _Dot
+
+import hloexec
+from hloexec.kernels.bound_products import dot_variance, perturbed_float32
+from hloexec.ops.contraction import dot_general
+from hloexec.options import device_profile
+from hloexec.tools.bound_dots import FLOAT32_TERMS, Terms, UpperDot, dot_bounds, float32_noise
+from hloexec.tools.bound_samples import FLUSHED_BELOW, SIGMAS, dot_samples
+
+DIMS = [
+    (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (6, 300), (300, 5)),
+    (dict(lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)),
+     (2, 9, 3, 20), (3, 20, 9, 2)),
+    (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (1000,), (1000, 4)),
+]
+
+
+def _dims(dims: dict) -> list[list[int]]:
+    return [list(dims.get(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
+
+
+def _exact(p, q, dims: dict) -> np.ndarray:
+    """The dot of |p| and |q| in longdouble (64 significand bits: within K 2^-64 of exact), by einsum."""
+    lb, rb, lc, rc = _dims(dims)
+    la, lq = list(range(p.ndim)), list(range(10, 10 + q.ndim))
+    for k, (i, j) in enumerate(zip(lb, rb)):
+        lq[j] = la[i] = 20 + k
+    for i, j in zip(lc, rc):
+        lq[j] = la[i]
+    out = [la[i] for i in lb] + [la[i] for i in range(p.ndim) if la[i] not in lq]
+    out += [lq[j] for j in range(q.ndim) if lq[j] not in la]
+    with np.errstate(all="ignore"):
+        return np.einsum(np.abs(p).astype(np.longdouble), la, np.abs(q).astype(np.longdouble), lq, out)
+
+
+@pytest.mark.parametrize("square", [True, False])
+@pytest.mark.parametrize("data", ["awkward", "wide", "normal"])
+@pytest.mark.parametrize("dims, lhs, rhs", DIMS)
+def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(dims, lhs, rhs, data, square):
+    """UpperDot of Terms (|x| or x^2, scaled into float32) against the exact dot of the float64 terms: never
+    below it (NaN where it is NaN: inf x 0), and on data in float32's range within 1 + 2 (K + 2) 2^-23 of it (the
+    factor 1 + (K + 2) 2^-23 times a float32 dot as far above the exact one as it may be below)."""
+    rng = np.random.default_rng(7)
+    if data == "awkward":  # infinities, NaN, zeros, subnormals of f32 and of f64, beyond f32's range
+        a, b = (_awkward(rng, int(np.prod(s)), np.float32).reshape(s) for s in (lhs, rhs))
+    elif data == "wide":  # magnitudes over 2^-300 .. 2^300: the scaled terms' floor raises the smallest
+        a, b = (rng.standard_normal(s) * 2.0 ** rng.integers(-300, 300, s) for s in (lhs, rhs))
+    else:
+        a, b = (rng.standard_normal(s) for s in (lhs, rhs))
+    inst = _Dot(**dims)
+    contracted = int(np.prod([a.shape[d] for d in dims["lhs_contracting_dims"]]))
+    with np.errstate(all="ignore"):
+        p, q = (np.square(x) if square else np.abs(x) for x in (a, b))
+        exact = _exact(p, q, dims)
+        got = UpperDot(inst, contracted).add(np.zeros(exact.shape), Terms(a, square, contracted),
+                                             Terms(b, square, contracted))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
+    finite = np.isfinite(exact)
+    assert np.all(got[~finite & ~np.isnan(exact)] == np.inf)
+    assert np.all(got[finite] >= exact[finite]), np.max((exact - got)[finite])
+    if data == "normal":
+        assert np.all(got <= exact * (1 + (contracted + 2) * 2.0 ** -22)), np.max(got / exact)
+        assert np.max(got / exact) > 1  # (the factor is applied)
+
+
+def test_longer_contractions_than_float32s_factor_covers_keep_float64():
+    a, b = np.full((1, FLOAT32_TERMS + 1), 3.0), np.full((FLOAT32_TERMS + 1, 1), 0.5)
+    inst = _Dot(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    terms = Terms(a, True, FLOAT32_TERMS + 1), Terms(b, True, FLOAT32_TERMS + 1)
+    assert terms[0].values.dtype == np.float64
+    got = UpperDot(inst, FLOAT32_TERMS + 1).add(np.zeros((1, 1)), *terms)
+    assert got[0, 0] == 9.0 * 0.25 * (FLOAT32_TERMS + 1)
+
+
+def test_the_dot_rules_formula_is_the_numpy_rule():
+    """dot_variance per element against numpy: arithmetic = (u_op (|x| + spread sqrt(squares)))^2 + accumulation
+    (squares + x^2), total = (sqrt(errors) + shared)^2 + arithmetic; and whether noise (squares + x^2) + floor <=
+    errors everywhere."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    errors, shared, squares = (np.abs(_awkward(rng, n, np.float64)) for _ in range(3))
+    x = _awkward(rng, n, np.float32)
+    for operand_u in (0.0, 2.0 ** -11):
+        total, arithmetic = np.empty(n), np.empty(n)
+        with np.errstate(all="ignore"):
+            suffices = dot_variance(errors, shared, squares, x, 1e-12, operand_u, 3.3, 1e-10, 1e-30, total,
+                                    arithmetic)
+            want = 1e-12 * (squares + x * x)
+            if operand_u:
+                want = want + np.square(operand_u * (np.abs(x) + 3.3 * np.sqrt(squares)))
+            np.testing.assert_array_equal(arithmetic, want)
+            np.testing.assert_array_equal(total, np.square(np.sqrt(errors) + shared) + want)
+        assert not suffices  # (NaN and large terms among them)
+    tame = np.abs(rng.standard_normal(n))
+    for floor, want in ((1e-30, True), (10.0, False)):
+        assert dot_variance(tame, tame, tame * 1e-6, tame * 1e-3, 1e-12, 0.0, 0.0, 1e-3, floor, np.empty(n),
+                            np.empty(n)) == want
+
+
+def test_perturbed_operands_flush_float32_subnormals():
+    rng = np.random.default_rng(2)
+    n = 3000
+    values = _awkward(rng, n, np.float32)
+    deviations = np.where(rng.random((4, n)) < 0.5, rng.standard_normal((4, n)) * 1e-40,
+                          rng.standard_normal((4, n)) * 1e-3).astype(np.float32)
+    out = np.empty((4, n), np.float32)
+    with np.errstate(all="ignore"):
+        perturbed_float32(values, deviations, FLUSHED_BELOW, out)
+        d = np.where(np.abs(deviations) < FLUSHED_BELOW, np.float32(0), deviations)
+        want = values.astype(np.float32) + d
+        want = np.where(np.abs(want) < FLUSHED_BELOW, np.float32(0), want)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("dims, lhs, rhs", DIMS)
+def test_float32_dot_samples_of_both_operands_are_the_perturbed_dots(dims, lhs, rhs):
+    """Both operands with samples: (a + da)(b + db) - x in float32 against the perturbed dots in float64, within
+    the rounding float32_noise allows for (bf16-sized deviations: far below them)."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
+    da, db = ((rng.standard_normal((4, *s)) * 2.0 ** -9).astype(np.float32) for s in (lhs, rhs))
+    da[:, ..., :3] = 1e-41  # (subnormal deviations: flushed)
+    inst = _Dot(**dims)
+    lb, rb, lc, rc = _dims(dims)
+    f64 = np.dtype(np.float64)
+    x = dot_general(a, b, lb, rb, lc, rc, f64)
+    want = np.stack([dot_general(a + da[k], b + db[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
+    out = np.full((4, *x.shape), np.nan, np.float32)
+    dot_samples(inst, out, x, [a, b], [da, db])
+    scale = np.sqrt(np.mean(want**2))
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-3 * scale)
+
+
+class _Bounds:
+    """What dot_bounds reads and writes of ErrorBounds: the operands' stored bounds; the variance it rounds."""
+
+    def __init__(self, device, stored: dict):
+        self.device, self.stored, self.algorithms, self.current = device, stored, set(), threading.local()
+
+    def _stored_bound(self, leaf):
+        return self.stored.get(id(leaf))
+
+    def of(self, leaf):
+        return np.broadcast_to(self.stored.get(id(leaf), 0.0), np.shape(leaf))
+
+    def _round(self, orig, x, variance, opcode):
+        self.variance = variance
+        return np.sqrt(variance), np.zeros(np.shape(x))
+
+    def _put(self, x, bound):
+        self.bound = bound
+
+
+def _typed(name):
+    return SimpleNamespace(shape=SimpleNamespace(element_type=SimpleNamespace(name=name)))
+
+
+@pytest.mark.parametrize("profile, operands, sampled", [
+    ("reference", "bf16", True),  # bf16 operands' errors: float32 samples
+    ("a100", "f32", False),  # TF32 rounding of f32 operands, f32-sized errors: float64 samples
+    ("reference", "exact", False),  # one exact operand, the other's errors f32-sized: float64 samples
+])
+def test_the_dot_rule_is_its_float64_form(profile, operands, sampled):
+    """dot_bounds' variance before the final rounding against the rule written in numpy float64 (a 2-D dot):
+    (sqrt(A^2 e_B^2 + e_A^2 B^2) + |sum_k a| min_k e_b + |sum_k b| min_k e_a)^2 + (SIGMAS u_acc)^2 / 3 K (A^2 B^2 +
+    x^2) (+ TF32's operand rounding): never below, within float32's factor above."""
+    rng = np.random.default_rng(11)
+    m, k, n = 40, 300, 30
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    relative = {"bf16": 2.0 ** -8, "f32": 2.0 ** -24, "exact": 2.0 ** -24}[operands]  # (a few roundings)
+    ea = np.abs(a) * relative * rng.uniform(0.5, 1, (m, k))
+    eb = np.zeros((k, n)) if operands == "exact" else np.abs(b) * relative * rng.uniform(0.5, 1, (k, n))
+    ea[3] = 0.0  # (an exact row)
+    bounds = _Bounds(device_profile(profile), {id(a): ea.astype(np.float32), id(b): eb})
+    inst = _Dot(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    kind = "f32" if operands != "bf16" else "bf16"
+    orig = SimpleNamespace(operands=[_typed(kind), _typed(kind)], shape=SimpleNamespace(
+        element_type=SimpleNamespace(name="f32")))
+    x = a @ b
+    local, ceiling = dot_bounds(bounds, inst, orig, x, [a, b])
+    ea64 = ea.astype(np.float32).astype(np.float64)
+    errors = (a * a) @ (eb * eb) + (ea64 * ea64) @ (b * b)
+    shared = np.abs(a.sum(1))[:, None] * eb.min(0)[None, :] + ea64.min(1)[:, None] * np.abs(b.sum(0))[None, :]
+    squares = (a * a) @ (b * b)
+    arithmetic = (SIGMAS * 2.0 ** -24) ** 2 / 3 * k * (squares + x * x)
+    if profile == "a100":  # TF32: operands rounded to 11 bits
+        arithmetic = arithmetic + np.square(2.0 ** -11 * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
+        assert bounds.algorithms
+    want = np.square(np.sqrt(errors) + shared) + arithmetic
+    assert np.all(bounds.variance >= want * (1 - 1e-14)), np.min(bounds.variance / want)
+    assert np.all(bounds.variance <= want * (1 + (k + 3) * 2.0 ** -22)), np.max(bounds.variance / want)
+    np.testing.assert_allclose(local, np.sqrt(arithmetic), rtol=(k + 3) * 2.0 ** -23)
+    assert bounds.current.dot_samples_in_f32 == sampled
+    linear = ceiling()
+    want_linear = np.sqrt(arithmetic) + np.abs(a) @ eb + ea64 @ (np.abs(b) + eb)
+    assert np.all(linear >= want_linear * (1 - 1e-14)) and np.all(linear <= want_linear * (1 + k * 2.0 ** -22))
+
+
+def test_float32_samples_are_refused_where_float32_may_overflow():
+    big = np.full((2, 4), 2.0 ** 70)
+    terms = Terms(big, True, 4)
+    assert float32_noise(4, terms, terms) == (np.inf, np.inf)
+    small = Terms(np.ones((2, 4)), True, 4)
+    noise, floor = float32_noise(4, small, small)
+    assert noise == SIGMAS**2 * 2.0**12 * 2.0**-48 * 4 and 0 < floor < 1e-25
+
+
+SUMS = """HloModule sums
+add { x = f32[] parameter(0)  y = f32[] parameter(1)  ROOT s = f32[] add(x, y) }
+ENTRY e {
+  a = f32[48,300] parameter(0)
+  b = f32[48,300] parameter(1)
+  c = f32[48,300] multiply(a, b)
+  zero = f32[] constant(0)
+  rows = f32[48] reduce(c, zero), dimensions={1}, to_apply=add
+  windows = f32[48,100] reduce-window(c, zero), window={size=1x5 stride=1x3 pad=0_0x1_1}, to_apply=add
+  ROOT t = (f32[48], f32[48,100]) tuple(rows, windows)
+}
+"""
+
+
+def test_a_sums_samples_are_its_kernel_on_the_terms_deviations():
+    """An add reduce's and reduce-window's samples' deviations (the sum of the terms' float32 deviations, no
+    perturbed float64 run) against the perturbed sums in float64 less the sums, plus the sum's own draw: within a
+    few float32 roundings of the deviations, the own draw apart (the same draws: the noise pool replayed)."""
+    from hloexec.exec.shadow import shadow_module
+    from hloexec.tools.bounds import ErrorBounds
+    from hloexec.tools.numerics import Runner, executable_like
+
+    exe = hloexec.load(SUMS)
+    shadow = shadow_module(exe.module)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    bounds = ErrorBounds(shadow, shadow_exe.context, device_profile("reference"))
+    checked = []
+
+    def observe(_device, inst, value, operands):
+        if inst.opcode not in ("reduce", "reduce-window"):
+            bounds(inst, value, operands)
+            return
+        terms = bounds._samples_or_none(operands[0])
+        kernel = bounds._kernel(inst)
+        want = np.stack([kernel(operands[0] + terms[k], operands[1]) - value for k in range(len(terms))])
+        bounds._noise = lambda shape: np.zeros(shape, np.float32)  # (no own draw: the deviations alone)
+        bounds(inst, value, operands)
+        del bounds._noise
+        got = bounds._samples_or_none(value)
+        # (the store keeps samples in bfloat16, rounded to nearest: 2^-9 of each, tools/bound_store.py)
+        np.testing.assert_allclose(got, want, rtol=2.0**-8, atol=1e-5 * np.sqrt(np.mean(want**2)))
+        checked.append(inst.opcode)
+
+    r = np.random.default_rng(1)
+    inputs = [r.standard_normal((48, 300)).astype(np.float32) for _ in range(2)]
+    Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
+    assert sorted(checked) == ["reduce", "reduce-window"]
+
+
+def test_a_complex_dot_is_bounded_from_its_magnitudes():
+    """A c64 dot: the rule's terms are |a|^2, |b|^2 and |x|^2 (float products of magnitudes), a finite bound."""
+    from hloexec.tools.numerics import shadow_run
+
+    exe = hloexec.load("HloModule c\nENTRY e {\n  a = c64[4,8] parameter(0)\n  b = c64[8,3] parameter(1)\n"
+                       "  ROOT d = c64[4,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n")
+    r = np.random.default_rng(0)
+    a, b = ((r.standard_normal(s) + 1j * r.standard_normal(s)).astype(np.complex64) for s in ((4, 8), (8, 3)))
+    with np.errstate(all="ignore"):
+        run = shadow_run(exe, [a, b], devices=[device_profile("reference")])
+    [bound] = run.bounds["reference"].bounds
+    assert bound.shape == (4, 3) and np.all(np.isfinite(bound)) and np.all(bound > 0)
