@@ -7,12 +7,13 @@ narrow, encoded by `_put` and decoded by the accessors (the rules read float32 o
 - a bound of a value of a 32-bit or narrower type in float32, 4 bytes; an f64 value's in float64 (kept in 16
   bits rounded up, bfloat16's 2^-7 steps compounded along the program: one 1% change of an f16 LayerNorm
   gradient's largest element, caught in float32, was missed);
-- the samples' deviations in bfloat16 (rounded to nearest: a deviation's relative error 2^-9, far below the
-  spread of the draws it carries; the calibration compares their root-mean-squares over blocks), 4 x 2 bytes;
+- the samples' deviations in SAMPLE_STORAGE, bfloat16 (rounded to nearest: 2^-9 of a deviation), 4 x 2 bytes
+  against float32's 4 x 4 (what it costs the verdict: SAMPLE_STORAGE);
 and nothing twice: a moving op numpy can express as a view (broadcast, reshape, transpose, slice, copy) keeps
-views of its operand's arrays, an exact widening convert (bf16 -> f32) and a pinned instruction's helper share
-them, a value moved from exact operands keeps no bound. Stored arrays are read only: the rules that read them
-whole (Numba kernels) ravel them or get decoded (contiguous) copies."""
+views of its operand's arrays, an exact widening convert (bf16 -> f32) shares its operand's samples and marks
+(its bound calibrated again), a pinned instruction's helper shares its operand's entry, a value moved from exact
+operands keeps an entry with no bound (not a full-size array of zeros). Stored arrays are read only: the rules
+that read them whole (Numba kernels) ravel them or get decoded (contiguous) copies."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+# what the samples' float32 deviations are kept in (float32 keeps every bench_verdict catch of main; bfloat16
+# halves the samples' memory and, on the GPT step with the same draws, caught 0-3 fewer 1% / 0.1% changes of 84
+# and 199 per row: its 2^-9 steps add to deviations that cancel further on)
+SAMPLE_STORAGE = np.dtype(ml_dtypes.bfloat16)
 # moving ops whose bounds, marks and samples are views of their operand's (`moved_view`)
 VIEW_MOVES = frozenset({"broadcast", "reshape", "transpose", "slice", "copy"})
 
@@ -74,7 +78,7 @@ class BoundStore:
         if decided is not None and not decided.any():
             decided = None
         if samples is not None and samples.dtype == np.float32:
-            samples = samples.astype(BFLOAT16)
+            samples = samples.astype(SAMPLE_STORAGE, copy=False)
         if bound is not None and getattr(self.current, "narrow", False):
             # kept in float32 (half the memory; a bound needs a few digits): the values of 32-bit and narrower
             # types have bounds in its range; read back as float64 (`of`), the rules compute as before
@@ -125,7 +129,7 @@ class BoundStore:
         if entry is None or entry[3] is None:
             return None
         samples = entry[3]
-        return samples.astype(np.float32) if samples.dtype == BFLOAT16 else samples
+        return samples.astype(np.float32, copy=False) if samples.dtype == SAMPLE_STORAGE else samples
 
     def _share(self, value, operand, calibrate=None) -> None:
         """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
