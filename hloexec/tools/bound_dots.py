@@ -12,7 +12,8 @@ from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import FLUSHED_BELOW, SIGMAS
 from .bound_shared import along_contraction
 
-SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}  # (the implicit one counted)
+# significand bits (the implicit one counted) of the types dots operate and accumulate in
+SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up to this many terms (longer: f64)
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -45,7 +46,6 @@ class UpperDot:
 
     def __init__(self, inst, contracted: int):
         self.dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
-        self.contracted = contracted
         self.factor = 1.0 + (contracted + 2) * 2.0**-23
 
     def add(self, out: np.ndarray, lhs: Terms, rhs: Terms) -> np.ndarray:
