@@ -84,29 +84,41 @@ def test_longer_contractions_than_float32s_factor_covers_keep_float64():
     assert got[0, 0] == 9.0 * 0.25 * (FLOAT32_TERMS + 1)
 
 
-def test_the_dot_rules_formula_is_the_numpy_rule():
-    """dot_variance per element against numpy: arithmetic = (u_op (|x| + spread sqrt(squares)))^2 + accumulation
-    (squares + x^2), total = (sqrt(errors) + shared)^2 + arithmetic; and whether noise (squares + x^2) + floor <=
-    errors everywhere."""
+@pytest.mark.parametrize("sides", ["both", "lhs", "rhs", "none"])
+def test_the_dot_rules_formula_is_the_numpy_rule(sides):
+    """dot_variance per element of a (B, M, N) output against numpy: shared = |sums_a[b, m]| least_b[b, n] +
+    |sums_b[b, n]| least_a[b, m] (the terms of the operands with errors), arithmetic = (u_op (|x| + spread
+    sqrt(squares)))^2 + accumulation (squares + x^2), total = (sqrt(errors) + shared)^2 + arithmetic; and whether
+    noise (squares + x^2) + floor <= errors everywhere."""
     rng = np.random.default_rng(3)
-    n = 4000
-    errors, shared, squares = (np.abs(_awkward(rng, n, np.float64)) for _ in range(3))
+    shape = (3, 40, 30)
+    n = int(np.prod(shape))
+    errors, squares = (np.abs(_awkward(rng, n, np.float64)) for _ in range(2))
     x = _awkward(rng, n, np.float32)
-    for operand_u in (0.0, 2.0 ** -11):
-        total, arithmetic = np.empty(n), np.empty(n)
-        with np.errstate(all="ignore"):
-            suffices = dot_variance(errors, shared, squares, x, 1e-12, operand_u, 3.3, 1e-10, 1e-30, total,
-                                    arithmetic)
+    sums_a, sums_b = _awkward(rng, 3 * 40, np.float64).reshape(3, 40), _awkward(rng, 3 * 30, np.float64).reshape(3, 30)
+    least_a = np.abs(_awkward(rng, 3 * 40, np.float64)).reshape(3, 40) if sides in ("both", "lhs") else np.empty((3, 0))
+    least_b = np.abs(_awkward(rng, 3 * 30, np.float64)).reshape(3, 30) if sides in ("both", "rhs") else np.empty((3, 0))
+    with np.errstate(all="ignore"):
+        shared = np.zeros(shape)
+        if least_b.size:
+            shared = shared + np.abs(sums_a)[:, :, None] * least_b[:, None, :]
+        if least_a.size:
+            shared = shared + np.abs(sums_b)[:, None, :] * least_a[:, :, None]
+        shared = shared.reshape(-1)
+        for operand_u in (0.0, 2.0 ** -11):
+            total, arithmetic = np.empty(n), np.empty(n)
+            suffices = dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, 1e-12, operand_u, 3.3,
+                                    1e-10, 1e-30, total, arithmetic)
             want = 1e-12 * (squares + x * x)
             if operand_u:
                 want = want + np.square(operand_u * (np.abs(x) + 3.3 * np.sqrt(squares)))
             np.testing.assert_array_equal(arithmetic, want)
             np.testing.assert_array_equal(total, np.square(np.sqrt(errors) + shared) + want)
-        assert not suffices  # (NaN and large terms among them)
+            assert not suffices  # (NaN and large terms among them)
     tame = np.abs(rng.standard_normal(n))
     for floor, want in ((1e-30, True), (10.0, False)):
-        assert dot_variance(tame, tame, tame * 1e-6, tame * 1e-3, 1e-12, 0.0, 0.0, 1e-3, floor, np.empty(n),
-                            np.empty(n)) == want
+        assert dot_variance(tame, tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 1e-12, 0.0, 0.0,
+                            1e-3, floor, np.empty(n), np.empty(n)) == want
 
 
 def test_perturbed_operands_flush_float32_subnormals():

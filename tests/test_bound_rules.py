@@ -207,9 +207,10 @@ class _Dot:
     (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (7,), (7, 4)),
 ])
 def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
-    """times_least (the sum along the contraction times the least bound) against the dot itself of the values
-    with the other side's bound at its smallest along the contraction, broadcast back (an einsum here)."""
-    from hloexec.tools.bound_shared import times_least
+    """along_contraction's sums and least bounds, as the dot rule combines them (|sums_a[b, m]| least_b[b, n] in the
+    output's (batch, lhs free, rhs free) order), against the dot itself of the values with the other side's bound
+    at its smallest along the contraction, broadcast back (an einsum here)."""
+    from hloexec.tools.bound_shared import along_contraction
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
     ea, eb = np.abs(rng.standard_normal(lhs)), np.abs(rng.standard_normal(rhs))
@@ -225,8 +226,12 @@ def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
     least = lambda e, c: np.broadcast_to(np.min(e, axis=c, keepdims=True), e.shape)  # noqa: E731
     want_b = np.abs(np.einsum(a, la, least(eb, dims["rhs_contracting_dims"]), lb, out))
     want_a = np.abs(np.einsum(least(ea, dims["lhs_contracting_dims"]), la, b, lb, out))
-    np.testing.assert_allclose(times_least(inst, a, eb, "lhs"), want_b, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(times_least(inst, b, ea, "rhs"), want_a, rtol=1e-12, atol=1e-13)
+    sums_a, sums_b = along_contraction(a, inst, "lhs", np.sum), along_contraction(b, inst, "rhs", np.sum)
+    least_a, least_b = along_contraction(ea, inst, "lhs", np.min), along_contraction(eb, inst, "rhs", np.min)
+    got_b = np.abs(sums_a)[:, :, None] * least_b[:, None, :]
+    got_a = least_a[:, :, None] * np.abs(sums_b)[:, None, :]
+    np.testing.assert_allclose(got_b.reshape(want_b.shape), want_b, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(got_a.reshape(want_a.shape), want_a, rtol=1e-12, atol=1e-13)
 
 
 def _numpy_variance(opcode, x, a, b, ea, eb, same):

@@ -98,24 +98,37 @@ def perturbed_float32(values, deviations, floor, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def dot_variance(errors, shared, squares, x, accumulation, operand_u, operand_spread, noise, noise_floor, total,
-                 arithmetic):  # fmt: skip
-    """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule):
-    arithmetic = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0:
-    none) + accumulation (squares + x^2); total = (sqrt(errors) + shared)^2 + arithmetic. Returns whether
-    noise (squares + x^2) + noise_floor <= errors on every element (bound_dots.float32_samples_suffice)."""
+def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, accumulation, operand_u, operand_spread,
+                 noise, noise_floor, total, arithmetic):  # fmt: skip
+    """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
+    output (B, M, N) (batch, lhs free, rhs free; flat): shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]|
+    least_a[b, m] (no columns: that operand has no errors); arithmetic = (operand_u (|x| + operand_spread
+    sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2); total =
+    (sqrt(errors) + shared)^2 + arithmetic. Returns whether noise (squares + x^2) + noise_floor <= errors on every
+    element (bound_dots.float32_noise)."""
+    with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
+    batches = max(sums_a.shape[0], sums_b.shape[0])
+    rows, columns = sums_a.shape[1], sums_b.shape[1]
     suffices = True
-    for i in range(x.size):
-        s, v = squares[i], np.float64(x[i])
-        spread = s + v * v
-        own = accumulation * spread
-        if operand_u > 0:
-            rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
-            own += rounded * rounded
-        e = errors[i]
-        moved = math.sqrt(e) + shared[i]
-        total[i] = moved * moved + own
-        arithmetic[i] = own
-        if not (noise * spread + noise_floor <= e):
-            suffices = False
+    for b in range(batches):
+        for m in range(rows):
+            for n in range(columns):
+                i = (b * rows + m) * columns + n
+                s, v = squares[i], np.float64(x[i])
+                spread = s + v * v
+                own = accumulation * spread
+                if operand_u > 0:
+                    rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
+                    own += rounded * rounded
+                shared = 0.0
+                if with_b:
+                    shared += abs(sums_a[b, m]) * least_b[b, n]
+                if with_a:
+                    shared += abs(sums_b[b, n]) * least_a[b, m]
+                e = errors[i]
+                moved = math.sqrt(e) + shared
+                total[i] = moved * moved + own
+                arithmetic[i] = own
+                if not (noise * spread + noise_floor <= e):
+                    suffices = False
     return suffices

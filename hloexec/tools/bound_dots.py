@@ -10,9 +10,10 @@ from ..kernels.bound_products import add_unscaled, dot_variance, scaled_terms, t
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import FLUSHED_BELOW, SIGMAS
-from .bound_shared import times_least
+from .bound_shared import along_contraction
 
-SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}  # (the implicit one counted)
+# significand bits (the implicit one counted) of the types dots operate and accumulate in
+SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up to this many terms (longer: f64)
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -45,7 +46,6 @@ class UpperDot:
 
     def __init__(self, inst, contracted: int):
         self.dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
-        self.contracted = contracted
         self.factor = 1.0 + (contracted + 2) * 2.0**-23
 
     def add(self, out: np.ndarray, lhs: Terms, rhs: Terms) -> np.ndarray:
@@ -116,13 +116,15 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     ea, eb = _error(bounds, a), _error(bounds, b)
     a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
     errors = np.zeros(x.shape)  # the operands' errors, independent across the contraction
-    shared = np.zeros(x.shape)  # ... but for a part all terms may share (a bias's rounding)
+    # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
+    sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
+    least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
     if eb is not None:
         upper.add(errors, a2, Terms(eb, True, contracted))
-        shared += times_least(inst, a, eb, "lhs")
+        least[1] = along_contraction(eb, inst, "rhs", np.min)
     if ea is not None:
         upper.add(errors, Terms(ea, True, contracted), b2)
-        shared += times_least(inst, b, ea, "rhs")
+        least[0] = along_contraction(ea, inst, "lhs", np.min)
     squares = upper.add(np.zeros(x.shape), a2, b2)
     noise, floor = float32_noise(contracted, a2, b2)
     del a2, b2
@@ -131,9 +133,12 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     total, arithmetic = np.empty(x.shape), np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
     bounds.current.dot_samples_in_f32 = dot_variance(
         errors.reshape(-1),
-        shared.reshape(-1),
         squares.reshape(-1),
         np.ravel(np.abs(x) if np.iscomplexobj(x) else x),  # (the rule reads |x|^2)
+        sums[0],
+        least[1],
+        sums[1],
+        least[0],
         accumulation,
         operand_u,
         SIGMAS * np.sqrt(2 / 3),

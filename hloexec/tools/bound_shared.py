@@ -1,28 +1,25 @@
 """What the sum and dot rules of tools/bounds.py share: the error all terms may share (a dot's computed from its
-operand's sums, without a dot) and the partial sums of XLA:CPU's tree order."""
+operands' sums and least bounds along the contraction, without a dot) and the partial sums of XLA:CPU's tree
+order."""
 
 from __future__ import annotations
 
 import numpy as np
 
 
-def times_least(inst, values: np.ndarray, bound: np.ndarray, side: str) -> np.ndarray:
-    """|dot(values, least)| (`values`: the dot's `side` ("lhs" / "rhs") operand; least: the other operand's
-    `bound` at its smallest along the contraction, broadcast back), without the dot: every term shares that
-    least, so the dot is `values` summed along the contraction times it, an outer product per batch (in the dot's
-    output order: batch, lhs free, rhs free)."""
-    other = "rhs" if side == "lhs" else "lhs"
-    labels: dict[str, list] = {}  # einsum's: the i-th batch dim of either side is i; free dims count on from there
-    free = iter(range(len(inst.attr("lhs_batch_dims", ())), 52))
-    for name, rank in ((side, values.ndim), (other, bound.ndim)):
-        batch, contracting = list(inst.attr(f"{name}_batch_dims", ())), inst.attr(f"{name}_contracting_dims", ())
-        labels[name] = [batch.index(d) if d in batch else next(free) for d in range(rank) if d not in contracting]
-    summed = np.sum(values, axis=tuple(inst.attr(f"{side}_contracting_dims", ())))
-    contracting = tuple(inst.attr(f"{other}_contracting_dims", ()))
-    least = np.min(bound, axis=contracting) if contracting else bound
-    batch = list(range(len(inst.attr("lhs_batch_dims", ()))))
-    out = batch + [k for k in labels["lhs"] if k not in batch] + [k for k in labels["rhs"] if k not in batch]
-    return np.abs(np.einsum(summed, labels[side], least, labels[other], out))
+def along_contraction(x: np.ndarray, inst, side: str, reduce) -> np.ndarray:
+    """`reduce` (np.sum, np.min) of the dot's `side` ("lhs" / "rhs") operand `x` along the contraction, laid out
+    (B, F): its batch dims in the dot's batch order, then its free dims in order -- the dot's output (batch, lhs
+    free, rhs free) element (b, m, n) reads row b of the lhs's and of the rhs's. The shared part of a dot's bound
+    (tools/bound_dots.py): every term shares the other operand's least bound along the contraction, so
+    |dot(values, least)| is |values summed along it| times that least, an outer product per batch."""
+    batch, contracting = list(inst.attr(f"{side}_batch_dims", ())), tuple(inst.attr(f"{side}_contracting_dims", ()))
+    reduced = reduce(x, axis=contracting) if contracting else np.asarray(x)
+    reduced = np.abs(reduced) if np.iscomplexobj(reduced) else reduced  # (read as magnitudes)
+    kept = [d for d in range(np.ndim(x)) if d not in contracting]
+    order = [kept.index(d) for d in batch] + [k for k, d in enumerate(kept) if d not in batch]
+    count = int(np.prod([np.shape(x)[d] for d in batch], dtype=np.int64))
+    return np.ascontiguousarray(np.transpose(reduced, order), np.float64).reshape(count, -1)
 
 
 def least_along(bound: np.ndarray, dims) -> np.ndarray:
