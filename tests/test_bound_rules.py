@@ -320,19 +320,19 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed):
         da = devs[0] if which in ("both", "a", "same") else None
         db = da if which == "same" else devs[1] if which in ("both", "b") and not unary else None
         etype = ELEMENT_TYPES["bf16"]
-        rule = () if opcode == "negate" else rounding_rule(etype, opcode)
+        rule, rounds = rounding_rule(etype, opcode), opcode != "negate"
         pool = rng.standard_normal(1 << 16).astype(np.float32)
         keys = np.where(rng.random(n) < 0.3, -1, rng.integers(0, 40, n)) if keyed else np.empty(0, np.int64)
         bound, samples, decided = np.empty(n, np.float32), np.empty((4, n), np.float32), np.zeros(n, bool)
         none = np.empty(0, np.float32)
         rows = lambda d: np.empty((4, 0), np.float32) if d is None else d  # noqa: E731
         any_own, *stats = elementwise_pass(
-            FUSED[opcode], which == "same" and not unary, x, a, b, none if ea is None else ea,
+            FUSED[opcode], which == "same" and not unary, rounds, x, a, b, none if ea is None else ea,
             none if eb is None else eb, rows(da), rows(None if unary else db), rule,
             (pool, 123, 7, keys, 40, float(SIGMAS)), bound, samples, decided, CALIBRATION_BLOCK)
         variance, want_decided = _numpy_variance(opcode, x, a, b, None if ea is None else ea.astype(np.float64),
                                                  None if eb is None else eb.astype(np.float64), which == "same")
-        if rule:
+        if rounds:
             want_bound, own = _numpy_round(x, variance, None, ml_dtypes.bfloat16, "elementwise")
         else:
             want_bound, own = np.sqrt(variance), np.zeros(n)

@@ -273,10 +273,11 @@ def _deviations(kind, x, a, b, da, db, out, with_a, with_b):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def elementwise_pass(kind, same, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out, block):
+def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
+                     block):  # fmt: skip
     """One elementwise op's whole bound in one pass over its elements (tools/bound_elementwise.py): the bound
     before its rounding (first_order_variance's rule; a divide's at its operands' interval ends and corners,
-    `_divide_variance`), its own rounding (round_bounds'; `rule` its scalars, or an empty tuple: none, a negate),
+    `_divide_variance`), its own rounding where it `rounds` (round_bounds'; `rule` its scalars; none: a negate),
     the samples' deviations (`da`, `db`: the operands' (samples, n), no columns where an operand has none; into
     `samples_out`, or none when it has no columns) plus each sample's own error: a standard normal draw times
     own / SIGMAS (`draws`: (pool, start, shared start, keys, groups, sigmas); element i's draw of sample k is
@@ -289,7 +290,7 @@ def elementwise_pass(kind, same, x, a, b, ea, eb, da, db, rule, draws, bound_out
     sampled = samples_out.shape[1] > 0
     with_a, with_b, with_ea, with_eb = da.shape[1] > 0, db.shape[1] > 0, ea.size > 0, eb.size > 0
     pool, start, shared_start, keys, groups, sigmas = draws
-    keyed, rounds = keys.size > 0, len(rule) > 0
+    keyed = keys.size > 0
     blocks = (n + block - 1) // block
     largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
     chunk = block * _CHUNK_BLOCKS

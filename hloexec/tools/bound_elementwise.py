@@ -26,6 +26,9 @@ ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
 FUSED = {"add": ADD, "subtract": SUBTRACT, "negate": NEGATE, "convert": CONVERT, "multiply": MULTIPLY, "divide": DIVIDE}
 _NO_KEYS = np.empty(0, np.int64)
 _NO_DRAWS = np.empty(0, np.float32)
+_NO_DEVIATIONS = np.empty((SAMPLES, 0), np.float32)
+for _none in (_NO_KEYS, _NO_DRAWS, _NO_DEVIATIONS):
+    _none.flags.writeable = False
 
 
 @functools.cache
@@ -54,6 +57,15 @@ def rounding_rule(etype, opcode: str, mantissa_bits: int = 0) -> tuple | None:
     )
 
 
+def _flat(array, rows: int = 1) -> np.ndarray:
+    """`array` as elementwise_pass reads it: C-ordered, 1-D (or `rows` rows), read-only (every input the same
+    Numba type whether or not it came writable: one compiled signature, not one per combination)."""
+    flat = np.reshape(array, -1 if rows == 1 else (rows, -1))
+    flat = np.ascontiguousarray(flat) if not flat.flags.c_contiguous else flat.view()
+    flat.flags.writeable = False
+    return flat
+
+
 def _real_float(v) -> bool:
     return isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "f"
 
@@ -65,32 +77,33 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     etype = orig.shape.element_type
     if kind is None or not _real_float(x) or not all(_real_float(o) for o in operands):
         return False
-    rule = () if kind == NEGATE else rounding_rule(etype, inst.opcode)
+    rule, rounds = rounding_rule(etype, inst.opcode), kind != NEGATE
     if rule is None:
         return False
     same = len(operands) == 2 and operands[0] is operands[1]
     errors = []  # per distinct operand: its bound, none where it is exact
     for o in operands[:1] if same else operands:
         e = bounds._stored_bound(o)
-        errors.append(np.ravel(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_DRAWS)
+        errors.append(_flat(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_DRAWS)
     perturbed = [bounds._samples_or_none(o) for o in operands]
-    deviations = [_NO_DRAWS.reshape(SAMPLES, 0) if p is None else p.reshape(SAMPLES, -1) for p in perturbed]
-    sampled = bool(rule) or any(p is not None for p in perturbed)
+    deviations = [_NO_DEVIATIONS if p is None else _flat(p, SAMPLES) for p in perturbed]
+    sampled = rounds or any(p is not None for p in perturbed)
     samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.float32)
     bound = np.empty(np.shape(x), np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(np.shape(x) if kind == DIVIDE else 0, bool)
     state, pool = bounds.rng.bit_generator.state, bounds.pool
-    draws = _draws(bounds, inst, orig, x, operands) if rule else (_NO_DRAWS, 0, 0, _NO_KEYS, 0)
+    draws = _draws(bounds, inst, orig, x, operands) if rounds else (_NO_DRAWS, 0, 0, _NO_KEYS, 0)
     any_own, *stats = elementwise_pass(
         kind,
         same,
-        np.ravel(x),
-        np.ravel(operands[0]),
-        np.ravel(operands[-1]),
+        rounds,
+        _flat(x),
+        _flat(operands[0]),
+        _flat(operands[-1]),
         errors[0],
         errors[1] if len(errors) == 2 else _NO_DRAWS,
         deviations[0],
-        deviations[-1] if len(operands) == 2 else deviations[0][:, :0],
+        deviations[-1] if len(operands) == 2 else _NO_DEVIATIONS,
         rule,
         (*draws, float(SIGMAS)),
         bound.reshape(-1),
@@ -98,7 +111,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
         decided.reshape(-1),
         CALIBRATION_BLOCK,
     )
-    if rule and not any_own:  # (`_sample` draws a value's own errors only where it has some)
+    if rounds and not any_own:  # (`_sample` draws a value's own errors only where it has some)
         bounds.rng.bit_generator.state, bounds.pool = state, pool
     marked = decided if kind == DIVIDE else None  # the operands' marks carried
     for m in map(bounds._decided_or_none, operands):
@@ -117,13 +130,14 @@ def _draws(bounds, inst, orig, x, operands) -> tuple:
     need = SAMPLES * np.size(x)
     keys = shared_rounding(inst, orig, x, operands)
     if keys is None:
-        return (*bounds._window(need), 0, _NO_KEYS, 0)
+        pool, start = bounds._window(need)
+        return _flat(pool), start, 0, _NO_KEYS, 0
     groups = int(keys.max()) + 1
     pool, shared_start = bounds._window(SAMPLES * groups)
     if not bool((keys < 0).any()):
-        return pool, 0, shared_start, np.ravel(keys), groups
+        return _flat(pool), 0, shared_start, _flat(keys), groups
     own_pool, start = bounds._window(need)
     if own_pool is not pool:  # (the pool was drawn again for the larger window: the groups' draws put before it)
         own_pool = np.concatenate([pool[shared_start : shared_start + SAMPLES * groups], own_pool])
         shared_start, start = 0, start + SAMPLES * groups
-    return own_pool, start, shared_start, np.ravel(keys), groups
+    return _flat(own_pool), start, shared_start, _flat(keys), groups
