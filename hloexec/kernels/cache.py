@@ -191,13 +191,12 @@ def compile_signature(fn, signature, lines: int = 0) -> None:
         return
     with _COMPILE_LOCK:  # another kernel sharing `fn` (same source) may add its own signature
         fn.disable_compile(False)
-        # Raised only, never put back: the limit is the process's, and CPython 3.11's ast.parse in another thread
-        # fails ("AST constructor recursion depth mismatch") if it changes while that thread parses.
-        if 20 * lines > sys.getrecursionlimit():
-            sys.setrecursionlimit(20 * lines)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20 * lines))
         try:
             fn.compile(numba_signature(signature))
         finally:
+            sys.setrecursionlimit(limit)
             if fn.signatures:  # Numba asserts it has one (which would hide why the compile failed)
                 fn.disable_compile()
 

@@ -67,7 +67,8 @@ def _flat(array, rows: int = 1) -> np.ndarray:
 
 
 def _real_float(v) -> bool:
-    return isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "f"
+    """An f32 or f64 array (the compiled pass's types; ml_dtypes' f8 types are kind "f" too)."""
+    return isinstance(v, (np.ndarray, np.generic)) and v.dtype.type in (np.float32, np.float64)
 
 
 def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
