@@ -174,6 +174,13 @@ def _float(leaf) -> bool:
     return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
 
 
+def _holds_its_operands(value, operands) -> bool:
+    """Whether every leaf of `value` is a leaf of `operands` (the same array): a leaf of a value made by a rule has
+    an entry, so one without is exact (a parameter, a constant)."""
+    held = {id(leaf) for o in operands for leaf in _leaves(o)}
+    return all(id(leaf) in held for leaf in _leaves(value))
+
+
 def _leaves(value) -> list:
     if isinstance(value, (tuple, list)):
         return [x for v in value for x in _leaves(v)]
@@ -220,6 +227,11 @@ class ErrorBounds(BoundStore):
             return
         if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
             return  # tuples, get-tuple-element, fusion and loop results: their leaves are known
+        if opcode == "tuple" and _holds_its_operands(value, operands):
+            for v in floats:  # the others' entries kept (re-moved, they lost their samples); these are inputs
+                if self._entry(v) is None:
+                    self._put(v, None)
+            return
         comp = inst.computation.name if inst.computation is not None else ""
         orig = self.original.get((comp, inst.name))
         self.current.narrow = orig is not None and _narrow(orig.shape)
