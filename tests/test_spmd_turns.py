@@ -15,7 +15,7 @@ from hloexec.exec.shadow import shadow_module
 from hloexec.options import Options
 from hloexec.spmd.communicators import Mailboxes, run_participants
 from hloexec.tools.bound_samples import NOISE_POOL
-from hloexec.tools.shadow_runs import Runner, bounds_memory, executable_like, fitting_shadow, run_memory, shadow_run
+from hloexec.tools.shadow_runs import RULE_ARRAYS, Runner, bounds_memory, executable_like, fitting_shadow, run_memory, shadow_run
 
 N = 8
 # Four model-parallel pairs ({0,1}, {2,3}...: two all-reduces each, on 1 MB values), joined by one data-parallel
@@ -129,17 +129,21 @@ def test_the_verdict_is_the_same_whatever_the_grouping(turns):
 
 
 def test_the_shadow_estimate_counts_the_bounds_and_takes_turns_when_together_does_not_fit(turns):
-    """run_memory adds each observer's bounds (6x the values in f64, measured 5.0x here); with memory
-    for one group's shadow and bounds but not all, fitting_shadow chooses the f64 shadow in turns, says so, and
-    its run still judges every element."""
+    """run_memory adds each observer's bounds (per f64 element of the values a float32 bound, four bfloat16
+    deviations and a mark; per participant its pool of draws and its rules' arrays); with memory for one group's
+    shadow and bounds but not all, fitting_shadow chooses the f64 shadow in turns, says so, and its run still
+    judges every element."""
     exe, inputs = turns
     runner = Runner({"partitions": N, "replicas": 1, "report": lambda m: None, "groups": "auto"})
     shadow = shadow_module(exe.module)
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     alone = run_memory(shadow_exe, inputs, runner, shadow)
     with_bounds = run_memory(shadow_exe, inputs, runner, shadow, observers=2)
-    pools = N * 4 * NOISE_POOL  # each participant's normal draws (its largest value is 1 MB)
-    assert with_bounds["bounds"] == 2 * bounds_memory(alone["work"], shadow, N) == 2 * (6 * alone["work"] + pools)
+    store = alone["work"] // 8 * (4 + 4 * 2 + 1)
+    largest = 512 * 512  # its largest value (1 MB in f32): 8 x 4 float32 draws per element are under NOISE_POOL
+    outputs = 2 * 512 * (8 + 1)  # its f32[512] output's bounds in float64 and marks, per participant and global
+    per_participant = 4 * NOISE_POOL + 4 * RULE_ARRAYS * largest + outputs
+    assert with_bounds["bounds"] == 2 * bounds_memory(alone["work"], shadow, N, True) == 2 * (store + N * per_participant)
     assert with_bounds["total"] == alone["total"] + with_bounds["bounds"]
     in_turns = run_memory(shadow_exe, inputs, runner, shadow, 1, PAIRS)
     together = run_memory(shadow_exe, inputs, runner, shadow, 1)
@@ -225,7 +229,10 @@ def test_values_made_from_the_replica_id_make_participants_differ():
 @pytest.mark.parametrize("groups", [None, PAIRS])
 def test_the_estimate_with_bounds_covers_the_shadow_runs_peak(turns, groups):
     """The peak of a shadow run with its bounds (tracemalloc; the program's run and the outputs included) stays
-    within run_memory's estimate of it, together or in turns, and above the estimate without the bounds."""
+    within run_memory's estimate of it, together or in turns, and above the estimate without the bounds; the
+    estimate is not above 1.5x the peak together (1.13x measured), 1.6x in turns (1.54x: a participant waiting
+    for its turn is counted with its rules' arrays at the largest value's size, as where the collective it waits
+    at is a large one; here it is a 512-element all-reduce)."""
     exe, inputs = turns
     profile = Options.make(None).device
     runner = Runner({"partitions": N, "replicas": 1, "report": lambda m: None, "groups": groups})
@@ -233,7 +240,7 @@ def test_the_estimate_with_bounds_covers_the_shadow_runs_peak(turns, groups):
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     estimate = run_memory(shadow_exe, inputs, runner, shadow, 1, groups)
     _, peak = _peak(lambda: shadow_run(exe, inputs, runner, shadow=shadow, devices=[profile]))
-    assert estimate["total"] - estimate["bounds"] < peak <= estimate["total"]
+    assert estimate["total"] - estimate["bounds"] < peak <= estimate["total"] <= (1.5 if groups is None else 1.6) * peak
 
 
 def test_compare_against_the_shadow_runs_participants_that_compute_the_same_once(tmp_path, capsys):

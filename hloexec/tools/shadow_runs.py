@@ -25,7 +25,8 @@ from ..exec.shadow import Shadow, has_discrete, shadow_module
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
-from .bound_samples import NOISE_POOL
+from .bound_samples import NOISE_POOL, SAMPLES
+from .bound_store import SAMPLE_STORAGE
 from .bounds import ErrorBounds, _float
 from .compare import dtype_name
 from .verdict import RULE, error_stats, judge
@@ -342,26 +343,50 @@ def run_memory(
             else a.nbytes
             for a in distinct.values()
         )
-    bounds = observers * bounds_memory(estimate["work"], shadow, estimate["participants"]) if shadow is not None else 0
+    bounds = 0
+    if shadow is not None:
+        per_observer = bounds_memory(estimate["work"], shadow, estimate["participants"], runner.spmd is not None)
+        bounds = observers * per_observer
     return {**estimate, "bounds": bounds, "work": estimate["work"] + bounds, "total": estimate["total"] + bounds}
 
 
-# Bytes an error bounds' observer holds per byte of the shadow's f64 values at the run's peak: each float value's
-# bound and SAMPLES float32 deviations (2.5x an f64 value), and what its rules compute meanwhile (float64 terms,
-# products, calibration blocks). Measured, one participant's peak under tracemalloc beside the shadow's alone:
-# 5.0x on an f32 module (tests/test_spmd_turns.py's), 4.7x on an f16 one, 5.4x on the 8-device TPU seed.
-BOUNDS_PER_F64_BYTE = 6
+# Float32 arrays of an instruction's size that an error bounds' observer holds while it observes that instruction
+# (its operands' samples decoded from SAMPLE_STORAGE, its own samples made, the rule's terms and products) beside
+# what its store keeps. Measured with tracemalloc (a run's peak with the bounds less its peak without, less the
+# store, the pools and the outputs' bounds, per participant, over the largest value's elements): 11 on an f32
+# module of 8 participants (tests/test_spmd_turns.py's), 7 on the 8-device TPU seed, where all eight hold them
+# at once in a collective (each participant's bounds exchange their own payloads: bounds, squares, counts).
+RULE_ARRAYS = 16
 
 
-def bounds_memory(work: int, shadow: Shadow, participants: int = 1) -> int:
+def bounds_memory(work: int, shadow: Shadow, participants: int = 1, assembled: bool = False) -> int:
     """Bytes one error bounds' observer per participant (tools/bounds.py) may need beside a shadow run of `work`
-    bytes of values: BOUNDS_PER_F64_BYTE per byte of f64 values, twice that per byte of f32 ones (16-bit floats in
-    f32: the bounds and the rules' terms stay as large; measured 9.4x on an f16 module), every value counted as of
-    the shadow's narrowest float type; and each participant's pool of normal draws (float32, NOISE_POOL or twice
-    the largest value's elements)."""
+    bytes of values: what its store keeps per live float element (store_bytes_per_element), every value counted
+    as of the shadow's narrowest float type; per participant its pool of normal draws (float32, NOISE_POOL or two
+    windows of SAMPLES draws per element of the largest value), its rules' arrays (RULE_ARRAYS float32 arrays of
+    the largest value's size) and its outputs' bounds as the run returns them (OutputBounds: float64 copies of
+    float32 bounds, the marks; `assembled`: again as global arrays)."""
+    floats = [t for t in _element_types(shadow.module) if t.kind == "float"]
+    narrowest = min((t.itemsize for t in floats), default=8)
     largest = max(i.shape.size for c in shadow.module.computations for i in c.instructions if not i.shape.is_tuple)
-    pool = 4 * max(NOISE_POOL, 2 * largest)
-    return work * BOUNDS_PER_F64_BYTE * (2 if shadow.half_in_f32 else 1) + participants * pool
+    leaves = [leaf for _, leaf in shadow.original.entry.root.shape.leaves() if leaf.element_type.kind == "float"]
+    outputs = sum(leaf.size * (1 + (8 if leaf.element_type.itemsize <= 4 else 0)) for leaf in leaves)
+    per_participant = (
+        4 * max(NOISE_POOL, 2 * SAMPLES * largest) + 4 * RULE_ARRAYS * largest + outputs * (2 if assembled else 1)
+    )
+    return work // narrowest * store_bytes_per_element(shadow) + participants * per_participant
+
+
+def store_bytes_per_element(shadow: Shadow) -> int:
+    """Bytes the bounds' store (tools/bound_store.py) keeps per float element: its bound (float32 where the
+    program's float types are 32 bits or fewer, else float64), SAMPLES deviations in SAMPLE_STORAGE, a
+    rounding-decided mark. Moved values (views) and parameters (exact) keep none: an upper bound."""
+    wide = any(t.kind == "float" and t.itemsize > 4 for t in _element_types(shadow.original))
+    return (8 if wide else 4) + SAMPLES * SAMPLE_STORAGE.itemsize + 1
+
+
+def _element_types(module) -> set:
+    return {leaf.element_type for c in module.computations for i in c.instructions for _, leaf in i.shape.leaves()}
 
 
 def fitting_shadow(exe: Executable, inputs, runner: Runner, observers: int = 0) -> tuple[Shadow, Runner]:
@@ -374,11 +399,11 @@ def fitting_shadow(exe: Executable, inputs, runner: Runner, observers: int = 0) 
     (as run_spmd's check would refuse it after the program's run)."""
     shadow = shadow_module(exe.module)
     limit = exe.max_memory if exe.max_memory is not None else available_memory()
-    # (no shadow needs more than 8x its program, an 8-bit float in f64, and its bounds BOUNDS_PER_F64_BYTE x that
-    # each, but for their pools of draws: small modules skip the estimate)
+    # (no shadow needs more than 8x its program, an 8-bit float in f64, nor its bounds more than they need beside
+    # that many bytes of values: small modules skip the estimate)
     program = run_memory(exe, inputs, runner)
-    pools = observers * program["participants"] * (4 * NOISE_POOL + 8 * program["total"])
-    if limit is None or 8 * (1 + BOUNDS_PER_F64_BYTE * observers) * program["total"] + pools <= limit:
+    most = 8 * program["total"]
+    if limit is None or most + observers * bounds_memory(most, shadow, program["participants"], True) <= limit:
         return shadow, runner
     P, R = (runner.spmd["partitions"], runner.spmd["replicas"]) if runner.spmd is not None else (1, 1)
     turns = spmd.run_groups(exe, P, R) if runner.spmd is not None and runner.spmd.get("groups") == "auto" else None
