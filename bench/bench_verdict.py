@@ -5,6 +5,7 @@ error + 3 x its rms + 4 ulps); false alarms on the unchanged results.
     python bench/bench_verdict.py                       # every program below
     python bench/bench_verdict.py adam_f16 rmsnorm_bwd_f16
     python bench/bench_verdict.py --cost                # bounds' time and memory on the GPT d256 step
+    python bench/bench_verdict.py --cost gpt tpu xmap   # ... and on the SPMD seeds that fit (COST_SEEDS)
     python bench/bench_verdict.py --slack train_step    # per instruction: RMS bound / RMS error (any program)
 
 Per program (jax-made, its pre-optimization HLO) two correct candidates, each judged by the arithmetic that made
@@ -297,28 +298,58 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def cost(workload: str = "gpt_step_d256_bf16_pre") -> dict:
-    """Seconds (best of 3 after a first run: wall, and the process's CPU time, which a loaded machine's other
-    processes change less) and peak traced memory of the shadow run alone and with the bounds
-    (tools.numerics.shadow_run, `devices`), on a bench/workloads.py workload; the ratios."""
-    import time
-    import tracemalloc
+# SPMD seeds (../shared/seeds) whose shadow with its bounds fits here: `--cost tpu xmap` (file, participants)
+COST_SEEDS = {"tpu": ("tpu_seqparallel_remat_8dev.hlo", 8), "xmap": ("xmap_train_step_4dev.hlo", 4)}
+
+
+def _cost_subject(name: str):
+    """(executable, inputs, runner, shadow, runs timed): the GPT d256 bf16 step's pre-optimization module (a
+    bench/workloads.py workload, best of 3) or an SPMD seed of COST_SEEDS (every participant, seeded random
+    inputs, the f64 shadow together, one timed run: minutes each)."""
     import hloexec
     import workloads as wl
-    from timing import best_of
+    from hloexec import spmd
+    from hloexec.exec.shadow import shadow_module
+    from hloexec.tools.shadow_runs import Runner
+    if name in COST_SEEDS:
+        file, participants = COST_SEEDS[name]
+        exe = hloexec.load((wl.SEEDS / file).read_text())
+        inputs = spmd.random_inputs(exe.module, participants, seed=0)
+        runner = Runner({"partitions": participants, "replicas": 1, "report": lambda m: None})
+        return exe, inputs, runner, shadow_module(exe.module), 1
     from hloexec.tools.arrays import nested
-    from hloexec.tools.numerics import shadow_run
     from hloexec.tools.xla_cpu import load_arrays
-    [w] = [w for w in wl.workloads() if w.name == workload]
+    [w] = [w for w in wl.workloads() if w.name == name]
     [path], [inputs_path] = w.files()
     exe = hloexec.load(Path(path).read_text())
     inputs = nested(list(load_arrays(str(inputs_path)).values()), [p.shape for p in exe.parameters])
-    row = {"workload": workload}
+    return exe, inputs, Runner(), shadow_module(exe.module), 3
+
+
+def _timed(run) -> tuple[float, float]:
+    """(wall, the process's CPU) seconds of one run."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def cost(workload: str = "gpt_step_d256_bf16_pre") -> dict:
+    """Seconds (best of 3 after a first run, an SPMD seed's one run after a first: wall, and the process's CPU
+    time of the same runs, which a loaded machine's other processes change less) and peak traced memory of the shadow run alone
+    and with the bounds (tools.numerics.shadow_run, `devices`), on a bench/workloads.py workload or an SPMD seed
+    of COST_SEEDS; the ratios."""
+    import tracemalloc
+    from hloexec.tools.numerics import shadow_run
+    exe, inputs, runner, shadow, repeat = _cost_subject(workload)
+    row: dict = {"workload": workload}
     for what, devices in (("shadow run", None), ("with bounds", [exe.options.device])):
-        row[what] = best_of(lambda: shadow_run(exe, inputs, devices=devices), 3)
-        row[f"{what} CPU s"] = best_of(lambda: shadow_run(exe, inputs, devices=devices), 3, time.process_time)
+        def run(devices=devices):
+            return shadow_run(exe, inputs, runner, shadow=shadow, devices=devices)
+        run()  # (plans prepared, kernels loaded)
+        times = [_timed(run) for _ in range(repeat)]
+        row[what], row[f"{what} CPU s"] = (min(t[k] for t in times) for k in (0, 1))
         tracemalloc.start()
-        shadow_run(exe, inputs, devices=devices)
+        run()
         row[f"{what} peak MB"] = round(tracemalloc.get_traced_memory()[1] / 2 ** 20, 1)
         tracemalloc.stop()
     for what in ("", " CPU s", " peak MB"):
@@ -380,7 +411,8 @@ def main(argv: list[str]) -> None:
                   f"bound/error {ratio:8.3g}")
         return
     if "--cost" in argv:
-        print(json.dumps(cost(), indent=1, default=str))
+        rows = [cost({"gpt": "gpt_step_d256_bf16_pre"}.get(a, a)) for a in argv if not a.startswith("--")]
+        print(json.dumps(rows if len(rows) > 1 else rows[0] if rows else cost(), indent=1, default=str))
         print(f"load: {os.getloadavg()}", file=sys.stderr)
         return
     names = [a for a in argv if not a.startswith("--")] or list(PROGRAMS)

@@ -22,11 +22,12 @@ from .. import spmd
 from ..errors import ElidedConstantWarning
 from ..exec.executor import Executable
 from ..exec.shadow import Shadow, has_discrete, shadow_module
+from ..ir import opcodes
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
 from .bound_samples import NOISE_POOL, SAMPLES
-from .bound_store import SAMPLE_STORAGE
+from .bound_store import SAMPLE_STORAGE, VIEW_MOVES
 from .bounds import ErrorBounds, _float
 from .compare import dtype_name
 from .verdict import RULE, error_stats, judge
@@ -368,7 +369,7 @@ def bounds_memory(work: int, shadow: Shadow, participants: int = 1, assembled: b
     float32 bounds, the marks; `assembled`: again as global arrays)."""
     floats = [t for t in _element_types(shadow.module) if t.kind == "float"]
     narrowest = min((t.itemsize for t in floats), default=8)
-    largest = max(i.shape.size for c in shadow.module.computations for i in c.instructions if not i.shape.is_tuple)
+    largest = _largest_computed(shadow.module)
     leaves = [leaf for _, leaf in shadow.original.entry.root.shape.leaves() if leaf.element_type.kind == "float"]
     outputs = sum(leaf.size * (1 + (8 if leaf.element_type.itemsize <= 4 else 0)) for leaf in leaves)
     per_participant = (
@@ -383,6 +384,23 @@ def store_bytes_per_element(shadow: Shadow) -> int:
     rounding-decided mark. Moved values (views) and parameters (exact) keep none: an upper bound."""
     wide = any(t.kind == "float" and t.itemsize > 4 for t in _element_types(shadow.original))
     return (8 if wide else 4) + SAMPLES * SAMPLE_STORAGE.itemsize + 1
+
+
+def _largest_computed(module) -> int:
+    """Elements of the largest float value an instruction computes from float operands (what the bounds' rules
+    and samples work on; a value made from integers alone, a one-hot, is exact, and a view moves its operand's)."""
+    return max(
+        (
+            i.shape.size
+            for c in module.computations
+            for i in c.instructions
+            if not i.shape.is_tuple
+            and i.shape.element_type.kind == "float"
+            and i.opcode not in opcodes.VIEW | VIEW_MOVES
+            and any(o.shape.element_type.kind == "float" for o in i.operands if not o.shape.is_tuple)
+        ),
+        default=1,
+    )
 
 
 def _element_types(module) -> set:
