@@ -313,6 +313,8 @@ def _cost_subject(name: str):
     from hloexec.tools.shadow_runs import Runner
     if name in COST_SEEDS:
         file, participants = COST_SEEDS[name]
+        if not (wl.SEEDS / file).exists():
+            raise SystemExit(f"{wl.SEEDS / file}: absent (the seeds are in ../shared/seeds, or set HLOEXEC_SHARED)")
         exe = hloexec.load((wl.SEEDS / file).read_text())
         inputs = spmd.random_inputs(exe.module, participants, seed=0)
         runner = Runner({"partitions": participants, "replicas": 1, "report": lambda m: None})
