@@ -364,8 +364,8 @@ def bounds_memory(work: int, shadow: Shadow, participants: int = 1, assembled: b
     """Bytes one error bounds' observer per participant (tools/bounds.py) may need beside a shadow run of `work`
     bytes of values: what its store keeps per live float element (store_bytes_per_element), every value counted
     as of the shadow's narrowest float type; per participant its pool of normal draws (float32, NOISE_POOL or two
-    windows of SAMPLES draws per element of the largest value), its rules' arrays (RULE_ARRAYS float32 arrays of
-    the largest value's size) and its outputs' bounds as the run returns them (OutputBounds: float64 copies of
+    windows of SAMPLES draws per element of the largest value computed from floats, _largest_computed), its
+    rules' arrays (RULE_ARRAYS float32 arrays of that value's size) and its outputs' bounds as the run returns them (OutputBounds: float64 copies of
     float32 bounds, the marks; `assembled`: again as global arrays)."""
     floats = [t for t in _element_types(shadow.module) if t.kind == "float"]
     narrowest = min((t.itemsize for t in floats), default=8)
