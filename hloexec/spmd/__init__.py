@@ -23,7 +23,7 @@ from ..ops.tiles import assemble_global, global_shape, split_global, tile_layout
 from .devices import device_counts, device_ranges
 from .identical import why_not_identical
 from .manual import PRE_PARTITION_HINT, run_with_manual_regions
-from .memory import check_fits, memory_estimate, run_groups, sharded_input_bytes
+from .memory import check_fits, largest_crossing, memory_estimate, run_groups, sharded_input_bytes
 from .run import run_spmd
 from .shardings import (
     GlobalInputs,
@@ -57,6 +57,7 @@ __all__ = [
     "device_ranges",
     "check_fits",
     "memory_estimate",
+    "largest_crossing",
     "run_groups",
     "sharded_input_bytes",
     "GlobalInputs",

@@ -93,6 +93,22 @@ def crosses(inst, group_of: dict, devices: list[Device]) -> bool:
     return any(len({group_of[d] for d in participants(inst, device)}) > 1 for device in devices)
 
 
+def largest_crossing(module: Module, groups: list[list[int]], P: int, R: int) -> int:
+    """Elements of the largest float array a collective reaching across `groups` (run_groups') makes: where a
+    participant waiting for its turn waits (0: none crosses)."""
+    group_of = {d: k for k, g in enumerate(groups) for d in g}
+    devices = all_devices(P, R)
+    return max(
+        (
+            i.shape.size
+            for c in module.computations
+            for i in c.instructions
+            if not i.shape.is_tuple and i.shape.element_type.kind == "float" and crosses(i, group_of, devices)
+        ),
+        default=0,
+    )
+
+
 def run_groups(exe, P: int, R: int) -> list[list[int]] | None:
     """Groups of participants that may take turns: among the groups of the module's collectives, the partition of
     the P x R participants into the smallest groups that the fewest collectives reach across (a model-parallel

@@ -6,6 +6,8 @@ the elements whose roundings are one error
 
 from __future__ import annotations
 
+import threading
+
 import ml_dtypes
 import numpy as np
 
@@ -20,6 +22,24 @@ SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples sho
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
+
+
+class NoisePool:
+    """Standard normal draws (float32) the samples' own errors are read from, drawn once from `rng` (drawing afresh
+    for every instruction cost more than its kernels) and again, twice as large as asked, when a window of more
+    than half of it is asked for. SPMD: the participants share one (each reads windows at its own random
+    places), one pool's memory, not one per participant."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng, self.draws = rng, np.empty(0, np.float32)
+        self.lock = threading.Lock()
+
+    def holding(self, need: int) -> np.ndarray:
+        """The pool, at least twice `need` long."""
+        with self.lock:
+            if need > self.draws.size // 2:
+                self.draws = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
+            return self.draws
 
 
 def dot_samples(inst, out: np.ndarray, x, operands, perturbed) -> None:

@@ -26,7 +26,7 @@ from ..ir import opcodes
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
-from .bound_samples import NOISE_POOL, SAMPLES
+from .bound_samples import NOISE_POOL, SAMPLES, NoisePool
 from .bound_store import SAMPLE_STORAGE, VIEW_MOVES
 from .bounds import ErrorBounds, _float
 from .compare import dtype_name
@@ -273,7 +273,12 @@ def shadow_run(
     if devices:
         shadow_exe = executable_like(exe, shadow.module, use_numba=False)
         count = 1 if runner.spmd is None else runner.spmd["partitions"] * runner.spmd["replicas"]
-        observers = {d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d) for p in devices] for d in range(count)}
+        # SPMD: one pool of draws per profile for all participants (one participant: its own, from its seed)
+        pools = [NoisePool(np.random.default_rng(count)) if count > 1 else None for _ in devices]
+        observers = {
+            d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d, pool=pool) for p, pool in zip(devices, pools)]
+            for d in range(count)
+        }
     else:
         shadow_exe = None
     if not shadow.discrete and not observers:
@@ -346,7 +351,11 @@ def run_memory(
         )
     bounds = 0
     if shadow is not None:
-        per_observer = bounds_memory(estimate["work"], shadow, estimate["participants"], runner.spmd is not None)
+        turns = None  # (participants running at once, elements of the largest value the others wait at)
+        if groups and runner.spmd is not None:
+            P, R = runner.spmd["partitions"], runner.spmd["replicas"]
+            turns = (max(map(len, groups)), spmd.largest_crossing(exe.module, groups, P, R))
+        per_observer = bounds_memory(estimate["work"], shadow, estimate["participants"], runner.spmd is not None, turns)
         bounds = observers * per_observer
     return {**estimate, "bounds": bounds, "work": estimate["work"] + bounds, "total": estimate["total"] + bounds}
 
@@ -360,22 +369,26 @@ def run_memory(
 RULE_ARRAYS = 16
 
 
-def bounds_memory(work: int, shadow: Shadow, participants: int = 1, assembled: bool = False) -> int:
+def bounds_memory(
+    work: int, shadow: Shadow, participants: int = 1, assembled: bool = False, turns: tuple | None = None
+) -> int:
     """Bytes one error bounds' observer per participant (tools/bounds.py) may need beside a shadow run of `work`
     bytes of values: what its store keeps per live float element (store_bytes_per_element), every value counted
-    as of the shadow's narrowest float type; per participant its pool of normal draws (float32, NOISE_POOL or two
-    windows of SAMPLES draws per element of the largest value computed from floats, _largest_computed), its
-    rules' arrays (RULE_ARRAYS float32 arrays of that value's size) and its outputs' bounds as the run returns them (OutputBounds: float64 copies of
-    float32 bounds, the marks; `assembled`: again as global arrays)."""
+    as of the shadow's narrowest float type; the pool of normal draws all participants share (float32, NOISE_POOL
+    or two windows of SAMPLES draws per element of the largest value computed from floats, _largest_computed); per
+    participant its rules' arrays (RULE_ARRAYS float32 arrays of that value's size; in turns, `turns` = (running,
+    waiting_at): `running` participants' so, the others' of the size they wait at) and its outputs' bounds as
+    the run returns them (OutputBounds: float64 copies of float32 bounds, the marks; `assembled`: again as global
+    arrays)."""
     floats = [t for t in _element_types(shadow.module) if t.kind == "float"]
     narrowest = min((t.itemsize for t in floats), default=8)
     largest = _largest_computed(shadow.module)
     leaves = [leaf for _, leaf in shadow.original.entry.root.shape.leaves() if leaf.element_type.kind == "float"]
     outputs = sum(leaf.size * (1 + (8 if leaf.element_type.itemsize <= 4 else 0)) for leaf in leaves)
-    per_participant = (
-        4 * max(NOISE_POOL, 2 * SAMPLES * largest) + 4 * RULE_ARRAYS * largest + outputs * (2 if assembled else 1)
-    )
-    return work // narrowest * store_bytes_per_element(shadow) + participants * per_participant
+    pool = 4 * max(NOISE_POOL, 2 * SAMPLES * largest)  # (the participants share one)
+    running, waiting_at = (participants, 0) if turns is None else (min(turns[0], participants), turns[1])
+    rules = 4 * RULE_ARRAYS * (running * largest + (participants - running) * waiting_at)
+    return work // narrowest * store_bytes_per_element(shadow) + pool + rules + participants * outputs * (1 + assembled)
 
 
 def store_bytes_per_element(shadow: Shadow) -> int:
