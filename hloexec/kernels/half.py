@@ -182,7 +182,7 @@ def f32_array_to_f16(x, out):
         out[i] = f32_to_f16(x[i])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bf16_array_to_f32(bits, out):
     for i in range(bits.size):
         out[i] = bf16_to_f32(bits[i])
@@ -192,6 +192,16 @@ def bf16_array_to_f32(bits, out):
 def f32_array_to_bf16(x, out):
     for i in range(x.size):
         out[i] = f32_to_bf16(x[i])
+
+
+@njit(cache=True, nogil=True)
+def f32_array_round_to_bf16(x, bits):
+    """x's float32 values rounded to bfloat16 in place (as f32_to_bf16 rounds) and their bits into `bits`: an
+    array's bfloat16 form and its float32 reading in one pass."""
+    for i in range(x.size):
+        b = f32_to_bf16(x[i])
+        bits[i] = b
+        x[i] = bf16_to_f32(b)
 
 
 @njit(cache=True)
