@@ -566,8 +566,9 @@ class ErrorBounds(BoundStore):
         else:  # a window's terms: their bounds added
             variance = np.square(linear())
         squares = np.asarray(kernel(a * a, zero), np.float64)
-        if inst.opcode == "reduce":  # (every element sums the same terms; a window's count varies at its edges)
-            count = np.float64(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
+        count: np.ndarray | float  # (a reduce's: every element sums the same terms; a window's varies at its edges)
+        if inst.opcode == "reduce":
+            count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
         else:
             count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
         # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
