@@ -197,6 +197,26 @@ def test_the_samples_encode_is_ml_dtypes_bit_for_bit_and_keeps_its_reading_for_t
     assert again is not reading and np.array_equal(again.view(np.uint32), want_reading)
 
 
+@pytest.mark.parametrize("layout", ["transposed", "strided", "read-only"])
+def test_samples_of_any_layout_encode_as_ml_dtypes(layout):
+    """A dense array in another memory order is rounded where it is (its reading is it); a strided or read-only
+    one is copied first (the caller's array left as it was)."""
+    x = _special_float32(np.random.default_rng(6))[: 4 * 96 * 100].reshape(4, 96, 100)
+    samples = {"transposed": x.transpose(0, 2, 1), "strided": x[:, ::2, 1:], "read-only": x.copy()}[layout]
+    if layout == "read-only":
+        samples.flags.writeable = False
+    before = samples.copy()
+    with np.errstate(invalid="ignore"):
+        want = samples.astype(BF16)
+    store, value = _store_of_samples(samples)
+    assert np.array_equal(store._entry(value)[3].view(np.uint16), want.view(np.uint16))
+    reading = store._samples_or_none(value)
+    assert np.array_equal(reading.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    assert np.shares_memory(reading, samples) == (layout == "transposed")
+    if layout != "transposed":
+        assert np.array_equal(samples.view(np.uint32), before.view(np.uint32))
+
+
 class _MlDtypesCodec(ErrorBounds):
     """ErrorBounds with the samples encoded and decoded by numpy's casts through ml_dtypes, every time (the form
     the compiled codec and its kept reading replace)."""

@@ -264,6 +264,20 @@ def to_f32(x: np.ndarray) -> np.ndarray:
     return out if back is None else out.transpose(back)
 
 
+def round_to_bf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bits, reading): an f32 array of any shape and strides as bfloat16 (nearest even, as from_f32) and as the
+    f32 values of those, one pass: the reading is x itself, rounded in place, where x is dense and writable (the
+    bits in its memory order), else a rounded copy in C order."""
+    dense, back = _dense(x)
+    if not (np.shares_memory(dense, x) and dense.flags.writeable):
+        dense, back = np.array(dense, _F32_DT, order="C"), None
+    bits = np.empty(dense.shape, np.uint16)
+    f32_array_round_to_bf16(dense.reshape(-1), bits.reshape(-1))
+    if back is None:
+        return bits.view(_BF16_DT), dense
+    return bits.view(_BF16_DT).transpose(back), dense.transpose(back)
+
+
 def from_f32(x: np.ndarray, dtype) -> np.ndarray:
     """An f32 or f64 array of any shape and strides rounded to f16 / bf16 (nearest even) as a new array (x's
     memory order if x is dense, else C order), as XLA:CPU converts. f32 -> f16: signaling NaNs come out
