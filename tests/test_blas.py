@@ -420,3 +420,22 @@ def test_mkl_reads_f16_operands_without_widening_with_the_bits_of_sgemm(small_bl
             got = blas.matmul(a, b, threads=threads, widen=widen, dtype=np.float32)
             assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
     assert set(widened) == {0}
+
+
+def test_the_hold_reads_and_sets_each_blas_thread_count_as_threadpoolctl_does():
+    """The getters and setters a hold calls (raw C calls keeping the GIL for OpenBLAS) read the count threadpoolctl
+    reports and set the one it then reads; inside the hold every BLAS is at one thread, after it at its own."""
+    from threadpoolctl import ThreadpoolController
+
+    found = ThreadpoolController().select(user_api="blas").lib_controllers
+    controls = [blas._controls(lib) for lib in found]
+    before = [lib.num_threads for lib in found]
+    assert [get() for get, _ in controls] == before
+    for (get, set_), lib, n in zip(controls, found, before):
+        set_(1)
+        assert lib.num_threads == get() == 1
+        set_(n)
+        assert lib.num_threads == get() == n
+    with blas.one_thread():
+        assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == [1] * len(found)
+    assert [lib.num_threads for lib in found] == before

@@ -442,13 +442,16 @@ def test_grouped_draws_are_read_where_the_separate_draws_were(monkeypatch, pool_
     then the own window (ErrorBounds._noise, in that order, as `_sample` did) put its draw, also when the pool is
     drawn again between the two windows (a pool of 20: the groups' window fits, the elements' does not)."""
     from hloexec.tools import bound_elementwise
+    from hloexec.tools.bound_samples import NoisePool
     from hloexec.tools.bounds import ErrorBounds
 
     class Draws:
         _window, _noise = ErrorBounds._window, ErrorBounds._noise
 
         def __init__(self):
-            self.rng, self.pool = np.random.default_rng(0), np.arange(pool_size, dtype=np.float32) + 100
+            self.rng = np.random.default_rng(0)
+            self.pool = NoisePool(self.rng)
+            self.pool.draws = np.arange(pool_size, dtype=np.float32) + 100
 
     keys = np.array([0, -1, 1, -1, 0] * 200)
     monkeypatch.setattr(bound_elementwise, "shared_rounding", lambda *_: keys)
@@ -459,4 +462,4 @@ def test_grouped_draws_are_read_where_the_separate_draws_were(monkeypatch, pool_
     k, i = np.arange(4)[:, None], np.arange(keys.size)[None, :]
     got = pool[np.where(keys >= 0, shared_start + k * groups + keys, start + k * keys.size + i)]
     np.testing.assert_array_equal(got, want)
-    assert (fused.pool is separate.pool) is False and np.array_equal(fused.pool, separate.pool)
+    assert (fused.pool.draws is separate.pool.draws) is False and np.array_equal(fused.pool.draws, separate.pool.draws)

@@ -134,3 +134,142 @@ ENTRY e {{
     inputs = [r.uniform(1, 2, (8, 16)).astype(np.float32) for _ in range(2)]
     Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
     assert kept["multiply"] is not None and kept["tuple"] is kept["multiply"]
+
+
+# -- the samples' bfloat16 codec -----------------------------------------------------------------------------------
+BF16 = np.dtype("bfloat16")
+
+
+def _special_float32(r) -> np.ndarray:
+    """Random float32 of every magnitude plus the cases rounding decides: NaNs with payloads (quiet, signaling,
+    negative), infinities, the largest finite value and what rounds past it, ties to even, subnormals, zeros."""
+    with np.errstate(over="ignore"):
+        wide = (r.standard_normal(40_000) * np.exp2(r.integers(-140, 128, 40_000))).astype(np.float32)
+    bits = r.integers(0, 1 << 32, 40_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    ties = (np.arange(0, 1 << 16, dtype=np.uint32) << 16 | 0x8000).view(np.float32)  # every bf16 value's midpoint
+    edges = np.array([0x7F800001, 0x7FC00001, 0xFF800123, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x7F7F8000,
+                      0x7F7F7FFF, 0x00000001, 0x80000001, 0x007FFFFF, 0x00008000, 0x00018000, 0, 0x80000000],
+                     np.uint32).view(np.float32)
+    return np.concatenate([wide, bits, ties, edges])
+
+
+def _store_of_samples(samples):
+    """A BoundStore holding `samples` for a value (the value returned too: the entry lives while it does)."""
+    from hloexec.tools.bound_store import BoundStore
+
+    store, value = BoundStore(), np.zeros(samples.shape[1:], np.float32)
+    store._put(value, None, None, samples)
+    return store, value
+
+
+def test_the_samples_decode_is_ml_dtypes_bit_for_bit_over_every_bfloat16_pattern():
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(BF16).reshape(4, -1)
+    store, value = _store_of_samples(every)
+    got = store._samples_or_none(value)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), every.astype(np.float32).view(np.uint32))
+    # a strided view (a transpose) and a broadcast one decode as ml_dtypes does too
+    for view in (every.reshape(4, 64, 256).transpose(0, 2, 1), np.broadcast_to(every[:, :1], (4, 300))):
+        store, value = _store_of_samples(view)
+        want = view.astype(np.float32).view(np.uint32)
+        assert np.array_equal(store._samples_or_none(value).view(np.uint32), want)
+
+
+def test_the_samples_encode_is_ml_dtypes_bit_for_bit_and_keeps_its_reading_for_the_next_reader():
+    x = _special_float32(np.random.default_rng(5))
+    x = x[: x.size // 4 * 4].reshape(4, -1)
+    with np.errstate(invalid="ignore"):
+        want_bits = x.astype(BF16).view(np.uint16)
+    want_reading = want_bits.view(BF16).astype(np.float32).view(np.uint32)
+    store, value = _store_of_samples(x.copy())
+    stored = store._entry(value)[3]
+    assert stored.dtype == BF16 and np.array_equal(stored.view(np.uint16), want_bits)
+    reading = store._samples_or_none(value)
+    assert reading is store.decoded[1] and not reading.flags.writeable  # (kept: no decode)
+    assert np.array_equal(reading.view(np.uint32), want_reading)
+    # the next instruction reads other samples: the reading is dropped, a fresh decode gives the same bits
+    other = np.zeros(3, np.float32)
+    store._put(other, None, None, store._entry(value)[3][:, :3])  # (bf16 already: not encoded, the reading stays)
+    store.keep_decoded_for([value])
+    assert store.decoded is not None
+    store.keep_decoded_for([other])
+    assert store.decoded is None
+    again = store._samples_or_none(value)
+    assert again is not reading and np.array_equal(again.view(np.uint32), want_reading)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "read-only"])
+def test_samples_of_any_layout_encode_as_ml_dtypes(layout):
+    """A dense array in another memory order is rounded where it is (its reading is it); a strided or read-only
+    one is copied first (the caller's array left as it was)."""
+    x = _special_float32(np.random.default_rng(6))[: 4 * 96 * 100].reshape(4, 96, 100)
+    samples = {"transposed": x.transpose(0, 2, 1), "strided": x[:, ::2, 1:], "read-only": x.copy()}[layout]
+    if layout == "read-only":
+        samples.flags.writeable = False
+    before = samples.copy()
+    with np.errstate(invalid="ignore"):
+        want = samples.astype(BF16)
+    store, value = _store_of_samples(samples)
+    assert np.array_equal(store._entry(value)[3].view(np.uint16), want.view(np.uint16))
+    reading = store._samples_or_none(value)
+    assert np.array_equal(reading.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    assert np.shares_memory(reading, samples) == (layout == "transposed")
+    if layout != "transposed":
+        assert np.array_equal(samples.view(np.uint32), before.view(np.uint32))
+
+
+class _MlDtypesCodec(ErrorBounds):
+    """ErrorBounds with the samples encoded and decoded by numpy's casts through ml_dtypes, every time (the form
+    the compiled codec and its kept reading replace)."""
+
+    def _encoded(self, samples):
+        return samples.astype(BF16)
+
+    def _samples_or_none(self, leaf):
+        entry = self._entry(leaf)
+        if entry is None or entry[3] is None:
+            return None
+        return entry[3].astype(np.float32) if entry[3].dtype == BF16 else entry[3]
+
+
+LAYER = """HloModule m
+add { x = f32[] parameter(0)  y = f32[] parameter(1)  ROOT s = f32[] add(x, y) }
+ENTRY e {
+  a = bf16[16,64] parameter(0)
+  w = bf16[64,32] parameter(1)
+  d = bf16[16,32] dot(a, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  f = f32[16,32] convert(d)
+  t = f32[32,16] transpose(f), dimensions={1,0}
+  z = f32[] constant(0)
+  s = f32[32] reduce(t, z), dimensions={1}, to_apply=add
+  b = f32[32,16] broadcast(s), dimensions={0}
+  c = f32[32,16] subtract(t, b)
+  m = f32[32,16] multiply(c, c)
+  q = f32[32,16] divide(m, t)
+  ROOT out = (f32[32,16], f32[32,16]) tuple(q, c)
+}
+"""
+
+
+def test_the_bounds_are_the_same_bit_for_bit_as_with_ml_dtypes_casts_every_time():
+    exe = hloexec.load(LAYER)
+    shadow = shadow_module(exe.module)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    r = np.random.default_rng(7)
+    inputs = [r.standard_normal((16, 64)).astype("bfloat16"), r.standard_normal((64, 32)).astype("bfloat16")]
+    runs = []
+    for kind in (ErrorBounds, _MlDtypesCodec):
+        bounds = kind(shadow, shadow_exe.context, device_profile("reference"))
+        kept: list = []
+
+        def observe(_device, inst, value, operands, bounds=bounds, kept=kept):
+            bounds(inst, value, operands)
+            for leaf in (value if isinstance(value, tuple) else (value,)):
+                entry = bounds._entry(leaf)
+                if entry is not None and entry[3] is not None:
+                    kept.append((inst.name, bounds.of(leaf).copy(), entry[3].view(np.uint16).copy()))
+
+        Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
+        runs.append(kept)
+    assert len(runs[0]) == len(runs[1]) > 8
+    for (name, bound, bits), (name2, bound2, bits2) in zip(*runs):
+        assert name == name2 and np.array_equal(bound, bound2) and np.array_equal(bits, bits2), name

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
+import pytest
 
 import hloexec
 from hloexec.options import device_profile
@@ -80,3 +81,42 @@ def _stored_dtypes(etype: str) -> set:
 def test_bounds_of_32_bit_values_are_kept_in_float32_and_of_f64_values_in_float64():
     assert _stored_dtypes("f32") == {np.dtype(np.float32)}
     assert _stored_dtypes("f64") == {np.dtype(np.float64)}
+
+
+@pytest.mark.parametrize("dims", ["{1}", "{0,2}", "{}"])
+def test_a_reduces_term_count_is_the_count_its_kernel_makes_of_ones(dims, monkeypatch):
+    """A reduce's count of terms per element is its reduced dims' product (not its kernel run on ones, a pass over
+    the operand): the same numbers, as the accumulation rule reads them."""
+    from hloexec.exec.shadow import shadow_module
+    from hloexec.tools.bounds import ErrorBounds
+    from hloexec.tools.numerics import Runner, executable_like
+
+    kept = [d for d in range(3) if str(d) not in dims]
+    out = ",".join(str((4, 6, 5)[d]) for d in kept)
+    text = f"""HloModule m
+add {{ x = f32[] parameter(0)  y = f32[] parameter(1)  ROOT s = f32[] add(x, y) }}
+ENTRY e {{
+  a = f32[4,6,5] parameter(0)
+  b = f32[4,6,5] multiply(a, a)
+  z = f32[] constant(0)
+  ROOT r = f32[{out}] reduce(b, z), dimensions={dims}, to_apply=add
+}}
+"""
+    exe = hloexec.load(text)
+    shadow = shadow_module(exe.module)
+    shadow_exe = executable_like(exe, shadow.module, use_numba=False)
+    bounds = ErrorBounds(shadow, shadow_exe.context, device_profile("reference"))
+    counts = []
+    accumulation = ErrorBounds._accumulation
+    monkeypatch.setattr(ErrorBounds, "_accumulation", lambda self, e, count, *a, **k: counts.append(count)
+                        or accumulation(self, e, count, *a, **k))
+
+    def observe(_device, inst, value, operands):
+        bounds(inst, value, operands)
+        if inst.opcode == "reduce":
+            ones = bounds._kernel(inst)(np.ones_like(operands[0]), np.zeros_like(operands[1]))
+            assert len(counts) == 1 and np.array_equal(np.broadcast_to(counts[0], np.shape(ones)), ones)
+
+    inputs = [np.random.default_rng(3).uniform(1, 2, (4, 6, 5)).astype(np.float32)]
+    Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
+    assert len(counts) == 1

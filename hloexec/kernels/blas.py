@@ -26,6 +26,7 @@ changes the BLAS setting while a product here runs.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import threading
@@ -66,7 +67,7 @@ class _OneBlasThread:
     def __init__(self):
         self.lock = threading.Lock()
         self.inside = 0
-        self.libraries = None  # (threadpoolctl controller, its thread-count setter) per BLAS
+        self.libraries = None  # (its thread-count getter, setter) per BLAS
         self.stale = False  # a BLAS was loaded since `libraries` was found
         self.restore = []  # (setter, thread count) to put back on the last exit
         self.setting = 1
@@ -79,11 +80,11 @@ class _OneBlasThread:
 
                     self.stale = False
                     found = ThreadpoolController().select(user_api="blas").lib_controllers
-                    self.libraries = [(lib, _setter(lib)) for lib in found]
+                    self.libraries = [_controls(lib) for lib in found]
                 self.setting = CORES
                 self.restore = []
-                for lib, set_num_threads in self.libraries:
-                    n = lib.num_threads
+                for get_num_threads, set_num_threads in self.libraries:
+                    n = get_num_threads()
                     self.setting = min(self.setting, n)
                     if n != 1:
                         set_num_threads(1)
@@ -111,12 +112,25 @@ def find_new_libraries():
         _one_blas_thread.stale = True
 
 
-def _setter(lib):
-    """The library's thread-count setter. threadpoolctl 3.8's OpenBLAS `set_num_threads` works only
-    in the first thread that called it and silently does nothing in any other (here: SPMD participants,
-    or every thread once the main thread has set it); `_OneBlasThread`'s count is the coordination that
-    rule stands in for, so it calls the setter underneath."""
-    return getattr(lib, "_real_set_num_threads", lib.set_num_threads)
+def _controls(lib) -> tuple:
+    """(get, set) the library's thread count, called on every hold. An OpenBLAS on its own threads: its C
+    functions called keeping the GIL (ctypes.PyDLL: each reads or writes a counter; released and taken back,
+    as threadpoolctl's calls do, the GIL cost ~8 us of CPU a call on the GPT step, other threads waiting for
+    it). Else threadpoolctl's: its OpenBLAS `set_num_threads` works only in the first thread that called it
+    and silently does nothing in any other (here: SPMD participants, or every thread once the main thread has
+    set it); `_OneBlasThread`'s count is the coordination that rule stands in for, so it calls the setter
+    underneath."""
+    affixes = getattr(lib, "_symbol_prefix", None), getattr(lib, "_symbol_suffix", None)
+    if lib.internal_api == "openblas" and getattr(lib, "threading_layer", None) == "pthreads" and None not in affixes:
+        try:
+            library = ctypes.PyDLL(lib.filepath)
+            get, set_ = (getattr(library, f"{affixes[0]}openblas_{f}_num_threads{affixes[1]}") for f in ("get", "set"))
+        except (OSError, AttributeError):
+            pass
+        else:
+            get.restype, get.argtypes, set_.restype, set_.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
+            return get, set_
+    return (lambda: lib.num_threads), getattr(lib, "_real_set_num_threads", lib.set_num_threads)
 
 
 _one_blas_thread = _OneBlasThread()

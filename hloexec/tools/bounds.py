@@ -213,6 +213,7 @@ class ErrorBounds(BoundStore):
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
+        self.keep_decoded_for(operands)
         leaves = _leaves(value)
         floats = [v for v in leaves if _float(v)]
         opcode = inst.opcode
@@ -331,6 +332,7 @@ class ErrorBounds(BoundStore):
                     else:
                         out[k] = moved
         del perturbed  # (decoded copies: not held through the draws and the calibration)
+        self.decoded = None
         for k, (leaf, out) in enumerate(zip(leaves, made)):
             if out is None:
                 continue
@@ -563,7 +565,11 @@ class ErrorBounds(BoundStore):
         else:  # a window's terms: their bounds added
             variance = np.square(linear())
         squares = np.asarray(kernel(a * a, zero), np.float64)
-        count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
+        count: np.ndarray | float  # (a reduce's: every element sums the same terms; a window's varies at its edges)
+        if inst.opcode == "reduce":
+            count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
+        else:
+            count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
         # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
         # of that order
         etype = orig.shape.element_type
