@@ -42,13 +42,15 @@ def _peak(length: int) -> int:
 
 
 def test_a_long_chain_of_elementwise_ops_holds_a_few_values_of_bounds():
-    """The peak of a 48-op chain is the 6-op chain's (each bound and sample freed at its value's last use), and a
+    """The peak of a 48-op chain is about the 6-op chain's (each bound and sample freed at its value's last use), and a
     few values' worth either way: f64 value + bound + SAMPLES float32 samples, a handful of them at once."""
     from hloexec.tools.bound_samples import NOISE_POOL
 
     value = N * 8
     short, long = _peak(6), _peak(48)
-    assert long < short + 2 * value, (short / value, long / value)
+    # (kept per op, 42 more ops would hold ~70 values more: 13 bytes per element each; the runs' temporaries vary
+    # by a few values, 2-6 seen)
+    assert long < short + 8 * value, (short / value, long / value)
     assert long - 4 * NOISE_POOL < 24 * value, long / value  # (the samples' pool of float32 draws: fixed)
 
 
