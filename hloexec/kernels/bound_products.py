@@ -98,23 +98,32 @@ def perturbed_float32(values, deviations, floor, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, accumulation, operand_u, operand_spread,
-                 noise, noise_floor, total, arithmetic):  # fmt: skip
+def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse_a, inverse_b, accumulation,
+                 operand_u, operand_spread, noise, noise_floor, total, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
     output (B, M, N) (batch, lhs free, rhs free; flat): shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]|
     least_a[b, m] (no columns: that operand has no errors); arithmetic = (operand_u (|x| + operand_spread
     sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2); total =
-    (sqrt(errors) + shared)^2 + arithmetic. Returns whether noise (squares + x^2) + noise_floor <= errors on every
-    element (bound_dots.float32_noise)."""
+    (sqrt(errors) + shared)^2 + arithmetic. Where `squares` is empty it is bounded by errors times the smaller of
+    inverse_a[b, m] and inverse_b[b, n] (tools/bound_dots.inverse_relative: 1 / r^2; 0: that operand's terms are
+    all 0, and so is the sum of squares). `total` and `arithmetic` may be `errors` and `squares` (each element
+    read before it is written). Returns whether noise (squares + x^2) + noise_floor <= errors on every element
+    (bound_dots.float32_noise)."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
+    estimated = squares.size == 0
     batches = max(sums_a.shape[0], sums_b.shape[0])
     rows, columns = sums_a.shape[1], sums_b.shape[1]
-    suffices = True
+    fails = 0
     for b in range(batches):
         for m in range(rows):
             for n in range(columns):
                 i = (b * rows + m) * columns + n
-                s, v = squares[i], np.float64(x[i])
+                e, v = errors[i], np.float64(x[i])
+                if estimated:
+                    inverse = min(inverse_a[b, m], inverse_b[b, n])
+                    s = e * inverse if inverse > 0 else 0.0
+                else:
+                    s = squares[i]
                 spread = s + v * v
                 own = accumulation * spread
                 if operand_u > 0:
@@ -125,10 +134,21 @@ def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, accumulat
                     shared += abs(sums_a[b, m]) * least_b[b, n]
                 if with_a:
                     shared += abs(sums_b[b, n]) * least_a[b, m]
-                e = errors[i]
                 moved = math.sqrt(e) + shared
                 total[i] = moved * moved + own
                 arithmetic[i] = own
-                if not (noise * spread + noise_floor <= e):
-                    suffices = False
-    return suffices
+                fails += not (noise * spread + noise_floor <= e)
+    return fails == 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def relative_errors(error, value, out):
+    """out = float32(error / |value|) rounded down (a lower bound of the exact quotient: at most float32's largest
+    finite value, 0 where it would be subnormal), inf where value is 0, 0 where either is not finite
+    (tools/bound_dots.inverse_relative's terms)."""
+    below = np.float32(1 - 2.0**-22)  # (three roundings of normal quotients, each at most 2^-24 of it)
+    largest, tiny = np.float32(3.4028234663852886e38), np.float32(1.1754943508222875e-38)
+    for i in range(out.size):
+        e, v = np.float64(error[i]), abs(np.float64(value[i]))
+        q = min(np.float32(e / v), largest) * below if v > 0 else np.float32(math.inf)
+        out[i] = q if (e < math.inf) & (v < math.inf) & (q >= tiny) else np.float32(0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.bound_products import add_unscaled, dot_variance, scaled_terms, top_exponent
+from ..kernels.bound_products import add_unscaled, dot_variance, relative_errors, scaled_terms, top_exponent
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import FLUSHED_BELOW, SIGMAS
@@ -15,6 +15,9 @@ from .bound_shared import along_contraction
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up to this many terms (longer: f64)
+# a dot's sum of squares is bounded from its operands' errors (dot_bounds) where its term is then at most this share
+# of them (the bound grows by at most half of it: 2^-13)
+ESTIMATED_SHARE = 2.0**-12
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
@@ -107,9 +110,25 @@ def _arithmetic(bounds, inst, orig, a, b) -> tuple[float, str]:
     return 2.0**-bits * (2 if truncated else 1), accumulator
 
 
+def inverse_relative(error, value, inst, side: str) -> tuple[np.ndarray, float]:
+    """(1 / r^2, r's least): r the smallest relative error error / |value| of a dot's `side` operand along the
+    contraction (a lower bound of it; 0 where a term is not finite; infinite, and 1 / r^2 0, where every value there
+    is 0), laid out as along_contraction lays it out. sum_k a_k^2 b_k^2 <= (sum_k a_k^2 e_k^2) / r^2 for the rhs's r
+    of each column, and the lhs's of each row (dot_variance)."""
+    magnitude = np.abs(value) if np.iscomplexobj(value) else value
+    ratios = np.empty(np.shape(value), _F32)
+    relative_errors(np.ravel(np.broadcast_to(error, np.shape(value))), np.ravel(magnitude), ratios.reshape(-1))
+    least = along_contraction(ratios, inst, side, np.min)
+    with np.errstate(divide="ignore"):  # (r = 0: no estimate, 1 / r^2 infinite)
+        inverse = np.divide(1.0 + 2.0**-50, np.square(least))  # (two roundings up: 2^-52 of it each at most)
+    return inverse, float(np.min(least, initial=np.inf))
+
+
 def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     """A dot's bound (ErrorBounds' rule, stored) and (its own error, SIGMAS sigmas; a function giving its ceiling)
-    for the samples' calibration. Marks `bounds.current.dot_samples_in_f32` (float32_noise)."""
+    for the samples' calibration. Marks `bounds.current.dot_samples_in_f32` (float32_noise). Where every operand
+    term's relative error is large enough that the sum of squares' share of the bound is at most ESTIMATED_SHARE of
+    the operands' errors, the sum of squares is bounded from those errors (dot_variance) instead of a product."""
     a, b = operands
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
     upper = UpperDot(inst, contracted)
@@ -119,18 +138,24 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
+    inverse = [np.full(s.shape, np.inf) for s in sums]  # (that operand has no errors: no estimate from it)
+    relative = [0.0, 0.0]  # each side's least relative error
     if eb is not None:
         upper.add(errors, a2, Terms(eb, True, contracted))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
+        inverse[1], relative[1] = inverse_relative(eb, b, inst, "rhs")
     if ea is not None:
         upper.add(errors, Terms(ea, True, contracted), b2)
         least[0] = along_contraction(ea, inst, "lhs", np.min)
-    squares = upper.add(np.zeros(x.shape), a2, b2)
-    noise, floor = float32_noise(contracted, a2, b2)
-    del a2, b2
+        inverse[0], relative[0] = inverse_relative(ea, a, inst, "lhs")
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
-    total, arithmetic = np.empty(x.shape), np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
+    worst = max(relative)  # the least r of any element
+    estimated = operand_u == 0 and accumulation <= ESTIMATED_SHARE * worst * worst
+    squares = np.empty(0) if estimated else upper.add(np.zeros(x.shape), a2, b2)
+    noise, floor = float32_noise(contracted, a2, b2)
+    del a2, b2
+    arithmetic = np.empty(x.shape) if estimated else squares  # the dot's own: operands' rounding, accumulation
     bounds.current.dot_samples_in_f32 = dot_variance(
         errors.reshape(-1),
         squares.reshape(-1),
@@ -139,17 +164,23 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         least[1],
         sums[1],
         least[0],
+        inverse[0],
+        inverse[1],
         accumulation,
         operand_u,
         SIGMAS * np.sqrt(2 / 3),
         noise,
         floor,
-        total.reshape(-1),
+        errors.reshape(-1),  # (the total, over the errors: read first)
         arithmetic.reshape(-1),
     )
-    bound, own = bounds._round(orig, x, total, "dot")
+    bound, own = bounds._round(orig, x, errors, "dot")
+    del errors, squares
     bounds._put(x, bound)
-    local = np.sqrt(arithmetic + np.square(own))
+    local = np.square(own, out=own)
+    local += arithmetic
+    np.sqrt(local, out=local)
+    del arithmetic
 
     def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
         linear = np.array(local, np.float64)
