@@ -74,6 +74,8 @@ def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(di
         exact = _exact(p, q, dims)
         got = UpperDot(inst, contracted).add(np.zeros(exact.shape), Terms(a, square, contracted),
                                              Terms(b, square, contracted))
+        made = UpperDot(inst, contracted).add(None, Terms(a, square, contracted), Terms(b, square, contracted))
+    np.testing.assert_array_equal(made, got)  # (a new array: the same bits as added to zeros)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
     finite = np.isfinite(exact)
     assert np.all(got[~finite & ~np.isnan(exact)] == np.inf)

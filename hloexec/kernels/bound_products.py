@@ -71,16 +71,18 @@ def scaled_terms(x, square, top, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def add_unscaled(product, factor, shift, out):
-    """out += float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
-    factor that makes it an upper bound)."""
+def add_unscaled(product, factor, shift, out, accumulate):
+    """out (+)= float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
+    factor that makes it an upper bound; added to out where `accumulate`, else written over it)."""
     if abs(shift) < MAX_SHIFT:
         scale = factor * math.ldexp(1.0, shift)
         for i in range(out.size):
-            out[i] += np.float64(product[i]) * scale
+            v = np.float64(product[i]) * scale
+            out[i] = out[i] + v if accumulate else v
     else:
         for i in range(out.size):
-            out[i] += math.ldexp(np.float64(product[i]) * factor, shift)
+            v = math.ldexp(np.float64(product[i]) * factor, shift)
+            out[i] = out[i] + v if accumulate else v
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

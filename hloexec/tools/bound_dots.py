@@ -51,16 +51,16 @@ class UpperDot:
         self.dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
         self.factor = 1.0 + (contracted + 2) * 2.0**-23
 
-    def add(self, out: np.ndarray, lhs: Terms, rhs: Terms) -> np.ndarray:
-        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound); returns out."""
+    def add(self, out: np.ndarray | None, lhs: Terms, rhs: Terms) -> np.ndarray:
+        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound); returns out (None: a new array of it)."""
         lb, rb, lc, rc = self.dims
         wide = lhs.values.dtype == _F64
         product = dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F64 if wide else _F32)
         if wide:
-            out += product
-        else:
-            add_unscaled(product.reshape(-1), self.factor, -(lhs.shift + rhs.shift), out.reshape(-1))
-        return out
+            return product if out is None else np.add(out, product, out=out)
+        made = np.empty(product.shape) if out is None else out
+        add_unscaled(product.reshape(-1), self.factor, -(lhs.shift + rhs.shift), made.reshape(-1), out is not None)
+        return made
 
 
 def _error(bounds, leaf):
@@ -134,25 +134,26 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     upper = UpperDot(inst, contracted)
     ea, eb = _error(bounds, a), _error(bounds, b)
     a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
-    errors = np.zeros(x.shape)  # the operands' errors, independent across the contraction
+    errors = None  # the operands' errors, independent across the contraction
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
     inverse = [np.full(s.shape, np.inf) for s in sums]  # (that operand has no errors: no estimate from it)
     relative = [0.0, 0.0]  # each side's least relative error
     if eb is not None:
-        upper.add(errors, a2, Terms(eb, True, contracted))
+        errors = upper.add(errors, a2, Terms(eb, True, contracted))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
         inverse[1], relative[1] = inverse_relative(eb, b, inst, "rhs")
     if ea is not None:
-        upper.add(errors, Terms(ea, True, contracted), b2)
+        errors = upper.add(errors, Terms(ea, True, contracted), b2)
         least[0] = along_contraction(ea, inst, "lhs", np.min)
         inverse[0], relative[0] = inverse_relative(ea, a, inst, "lhs")
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
     worst = max(relative)  # the least r of any element
     estimated = operand_u == 0 and accumulation <= ESTIMATED_SHARE * worst * worst
-    squares = np.empty(0) if estimated else upper.add(np.zeros(x.shape), a2, b2)
+    errors = np.zeros(x.shape) if errors is None else errors
+    squares = np.empty(0) if estimated else upper.add(None, a2, b2)
     noise, floor = float32_noise(contracted, a2, b2)
     del a2, b2
     arithmetic = np.empty(x.shape) if estimated else squares  # the dot's own: operands' rounding, accumulation
