@@ -117,9 +117,9 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides):
             shared = shared + np.abs(sums_b)[:, None, :] * least_a[:, :, None]
         shared = shared.reshape(-1)
         for operand_u in (0.0, 2.0 ** -11):
-            total, arithmetic = np.empty(n), np.empty(n)
-            suffices = dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, *unused, 1e-12, operand_u,
-                                    3.3, 1e-10, 1e-30, total, arithmetic)
+            total, arithmetic = errors.copy(), np.empty(n)  # (the total written over the errors)
+            suffices = dot_variance(total, squares, x, sums_a, least_b, sums_b, least_a, *unused, 1e-12, operand_u,
+                                    3.3, 1e-10, 1e-30, arithmetic)
             want = 1e-12 * (squares + x * x)
             if operand_u:
                 want = want + np.square(operand_u * (np.abs(x) + 3.3 * np.sqrt(squares)))
@@ -128,8 +128,8 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides):
             assert not suffices  # (NaN and large terms among them)
     tame = np.abs(rng.standard_normal(n))
     for floor, want in ((1e-30, True), (10.0, False)):
-        assert dot_variance(tame, tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, *unused, 1e-12, 0.0,
-                            0.0, 1e-3, floor, np.empty(n), np.empty(n)) == want
+        assert dot_variance(tame.copy(), tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, *unused, 1e-12,
+                            0.0, 0.0, 1e-3, floor, np.empty(n)) == want
 
 
 @pytest.mark.parametrize("data", ["awkward", "normal"])
@@ -161,8 +161,8 @@ def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, r
         sums = [np.zeros_like(r) for r in inverse]
         none = [np.empty((c, 0)) for c in counts]
         squares = np.empty(errors.size)  # (the arithmetic with accumulation 1 and x = 0: the sum of squares)
-        dot_variance(errors.reshape(-1), np.empty(0), np.zeros(errors.size), sums[0], none[1], sums[1], none[0],
-                     *inverse, 1.0, 0.0, 0.0, 0.0, 0.0, np.empty(errors.size), squares)
+        dot_variance(errors.copy().reshape(-1), np.empty(0), np.zeros(errors.size), sums[0], none[1], sums[1],
+                     none[0], *inverse, 1.0, 0.0, 0.0, 0.0, 0.0, squares)
     squares = squares.reshape(shape)
     judged = ~np.isnan(squares) & ~np.isnan(exact)
     assert np.all(squares[judged] >= exact[judged]), np.min(squares[judged] / exact[judged])

@@ -101,46 +101,69 @@ def perturbed_float32(values, deviations, floor, out):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse_a, inverse_b, accumulation,
-                 operand_u, operand_spread, noise, noise_floor, total, arithmetic):  # fmt: skip
+                 operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
-    output (B, M, N) (batch, lhs free, rhs free; flat): shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]|
-    least_a[b, m] (no columns: that operand has no errors); arithmetic = (operand_u (|x| + operand_spread
-    sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2); total =
-    (sqrt(errors) + shared)^2 + arithmetic. Where `squares` is empty it is bounded by errors times the smaller of
-    inverse_a[b, m] and inverse_b[b, n] (tools/bound_dots.inverse_relative: 1 / r^2; 0: that operand's terms are
-    all 0, and so is the sum of squares). `total` and `arithmetic` may be `errors` and `squares` (each element
-    read before it is written). Returns whether noise (squares + x^2) + noise_floor <= errors on every element
-    (bound_dots.float32_noise)."""
+    output (B, M, N) (batch, lhs free, rhs free; flat), written over `errors`: total = (sqrt(errors) + shared)^2 +
+    arithmetic, shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has
+    no errors); arithmetic (into `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands
+    rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2). Where `squares` is empty it is
+    bounded by errors times the smaller of inverse_a[b, m] and inverse_b[b, n] (tools/bound_dots.inverse_relative:
+    1 / r^2; 0: that operand's terms are all 0, and so is the sum of squares). Returns whether noise (squares +
+    x^2) + noise_floor <= errors on every element (bound_dots.float32_noise). A row at a time (_dot_variance_row:
+    a loop that vectorizes)."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
     estimated = squares.size == 0
     batches = max(sums_a.shape[0], sums_b.shape[0])
     rows, columns = sums_a.shape[1], sums_b.shape[1]
+    none = np.zeros(columns)  # (an operand without errors: no shared part from it)
     fails = 0
     for b in range(batches):
+        rhs_least, rhs_sums = least_b[b] if with_b else none, sums_b[b] if with_a else none
         for m in range(rows):
-            for n in range(columns):
-                i = (b * rows + m) * columns + n
-                e, v = errors[i], np.float64(x[i])
-                if estimated:
-                    inverse = min(inverse_a[b, m], inverse_b[b, n])
-                    s = e * inverse if inverse > 0 else 0.0
-                else:
-                    s = squares[i]
-                spread = s + v * v
-                own = accumulation * spread
-                if operand_u > 0:
-                    rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
-                    own += rounded * rounded
-                shared = 0.0
-                if with_b:
-                    shared += abs(sums_a[b, m]) * least_b[b, n]
-                if with_a:
-                    shared += abs(sums_b[b, n]) * least_a[b, m]
-                moved = math.sqrt(e) + shared
-                total[i] = moved * moved + own
-                arithmetic[i] = own
-                fails += not (noise * spread + noise_floor <= e)
+            i, j = (b * rows + m) * columns, (b * rows + m + 1) * columns
+            fails += _dot_variance_row(
+                errors[i:j],
+                squares if estimated else squares[i:j],
+                x[i:j],
+                abs(sums_a[b, m]) if with_b else 0.0,
+                rhs_least,
+                rhs_sums,
+                least_a[b, m] if with_a else 0.0,
+                inverse_a[b, m],
+                inverse_b[b],
+                accumulation,
+                operand_u,
+                operand_spread,
+                noise,
+                noise_floor,
+                arithmetic[i:j],
+            )
     return fails == 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_least, lhs_inverse, rhs_inverse,
+                      accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+    """dot_variance on one row of the output; returns how many elements fail its noise test."""
+    estimated = squares.size == 0
+    fails = 0
+    for n in range(errors.size):
+        e, v = errors[n], np.float64(x[n])
+        if estimated:
+            inverse = min(lhs_inverse, rhs_inverse[n])
+            s = e * inverse if inverse > 0 else 0.0
+        else:
+            s = squares[n]
+        spread = s + v * v
+        own = accumulation * spread
+        if operand_u > 0:
+            rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
+            own += rounded * rounded
+        moved = math.sqrt(e) + (lhs_sum * rhs_least[n] + abs(rhs_sums[n]) * lhs_least)
+        errors[n] = moved * moved + own
+        arithmetic[n] = own
+        fails += not (noise * spread + noise_floor <= e)
+    return fails
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

@@ -156,7 +156,7 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     squares = np.empty(0) if estimated else upper.add(None, a2, b2)
     noise, floor = float32_noise(contracted, a2, b2)
     del a2, b2
-    arithmetic = np.empty(x.shape) if estimated else squares  # the dot's own: operands' rounding, accumulation
+    arithmetic = np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
     bounds.current.dot_samples_in_f32 = dot_variance(
         errors.reshape(-1),
         squares.reshape(-1),
@@ -172,9 +172,8 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         SIGMAS * np.sqrt(2 / 3),
         noise,
         floor,
-        errors.reshape(-1),  # (the total, over the errors: read first)
         arithmetic.reshape(-1),
-    )
+    )  # (the total written over the errors)
     bound, own = bounds._round(orig, x, errors, "dot")
     del errors, squares
     bounds._put(x, bound)
