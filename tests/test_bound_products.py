@@ -13,7 +13,7 @@ import pytest
 from test_bound_rules import _awkward, _Dot
 
 import hloexec
-from hloexec.kernels.bound_products import dot_variance, perturbed_float32, relative_errors
+from hloexec.kernels.bound_products import dot_variance, least_relative, perturbed_float32
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
 from hloexec.tools.bound_dots import (
@@ -23,7 +23,6 @@ from hloexec.tools.bound_dots import (
     UpperDot,
     dot_bounds,
     float32_noise,
-    inverse_relative,
 )
 from hloexec.tools.bound_samples import FLUSHED_BELOW, SIGMAS, dot_samples
 
@@ -108,7 +107,6 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides):
     sums_a, sums_b = _awkward(rng, 3 * 40, np.float64).reshape(3, 40), _awkward(rng, 3 * 30, np.float64).reshape(3, 30)
     least_a = np.abs(_awkward(rng, 3 * 40, np.float64)).reshape(3, 40) if sides in ("both", "lhs") else np.empty((3, 0))
     least_b = np.abs(_awkward(rng, 3 * 30, np.float64)).reshape(3, 30) if sides in ("both", "rhs") else np.empty((3, 0))
-    unused = np.zeros((3, 40)), np.zeros((3, 30))  # (1 / r^2: read where no squares are given)
     with np.errstate(all="ignore"):
         shared = np.zeros(shape)
         if least_b.size:
@@ -118,7 +116,7 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides):
         shared = shared.reshape(-1)
         for operand_u in (0.0, 2.0 ** -11):
             total, arithmetic = errors.copy(), np.empty(n)  # (the total written over the errors)
-            suffices = dot_variance(total, squares, x, sums_a, least_b, sums_b, least_a, *unused, 1e-12, operand_u,
+            suffices = dot_variance(total, squares, x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, operand_u,
                                     3.3, 1e-10, 1e-30, arithmetic)
             want = 1e-12 * (squares + x * x)
             if operand_u:
@@ -128,26 +126,26 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides):
             assert not suffices  # (NaN and large terms among them)
     tame = np.abs(rng.standard_normal(n))
     for floor, want in ((1e-30, True), (10.0, False)):
-        assert dot_variance(tame.copy(), tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, *unused, 1e-12,
+        assert dot_variance(tame.copy(), tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 0.0, 1e-12,
                             0.0, 0.0, 1e-3, floor, np.empty(n)) == want
 
 
-@pytest.mark.parametrize("data", ["awkward", "normal"])
+@pytest.mark.parametrize("data", ["awkward", "wide", "normal"])
 @pytest.mark.parametrize("dims, lhs, rhs", DIMS)
 def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, rhs, data):
     """dot_variance with no squares given bounds sum_k a^2 b^2 by errors / r^2 (errors: UpperDot's a^2 e_b^2 +
-    e_a^2 b^2, 1 / r^2: inverse_relative of either side): never below the exact sum of squares (longdouble) on data
-    with infinities, NaN, zeros and subnormals, and relative errors that vary over 2^-160 .. 2^160 (beyond float32's
-    range both ways; some exact terms: r = 0, some zero values); near it where the relative errors are all
-    alike."""
+    e_a^2 b^2, r: least_relative of either side, the larger): never below the exact sum of squares (longdouble)
+    on data with infinities, NaN, zeros and subnormals (the lhs: its r is 0), magnitudes over 2^-300 .. 2^300 and
+    relative errors that vary; near it where the relative errors are all alike."""
     rng = np.random.default_rng(5)
-    if data == "awkward":
-        a, b = (_awkward(rng, int(np.prod(s)), np.float32).reshape(s).astype(np.float64) for s in (lhs, rhs))
-        ea, eb = (np.abs(x) * 2.0 ** rng.integers(-160, 160, x.shape) for x in (a, b))
-        ea.reshape(-1)[::7], b.reshape(-1)[::5] = 0.0, 0.0  # (exact terms; zero values)
-    else:
+    if data == "normal":
         a, b = (rng.standard_normal(s) for s in (lhs, rhs))
         ea, eb = np.abs(a) * 2.0**-9, np.abs(b) * 2.0**-6  # (r: the rhs's, the larger)
+    else:
+        a = _awkward(rng, int(np.prod(lhs)), np.float32).reshape(lhs).astype(np.float64)
+        b = rng.standard_normal(rhs) * (2.0 ** rng.integers(-300, 300, rhs) if data == "wide" else 1.0)
+        b.reshape(-1)[::5] = 0.0
+        ea, eb = (np.abs(x) * 2.0 ** rng.uniform(-30, -5, x.shape) for x in (a, b))
     inst = _Dot(**dims)
     contracted = int(np.prod([a.shape[d] for d in dims["lhs_contracting_dims"]]))
     upper = UpperDot(inst, contracted)
@@ -156,13 +154,14 @@ def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, r
         shape = exact.shape
         errors = upper.add(np.zeros(shape), Terms(a, True, contracted), Terms(eb, True, contracted))
         errors = upper.add(errors, Terms(ea, True, contracted), Terms(b, True, contracted))
-        inverse = [inverse_relative(e, x, inst, side)[0] for e, x, side in ((ea, a, "lhs"), (eb, b, "rhs"))]
-        counts = [len(r) for r in inverse]
-        sums = [np.zeros_like(r) for r in inverse]
-        none = [np.empty((c, 0)) for c in counts]
+        r = max(least_relative(ea.reshape(-1), a.reshape(-1)), least_relative(eb.reshape(-1), b.reshape(-1)))
+        batch = shape[0] if dims.get("lhs_batch_dims") else 1  # (the output as (B, M, N): batch, lhs free, rhs free)
+        sums_a, sums_b = np.zeros((batch, errors.size // batch // shape[-1])), np.zeros((batch, shape[-1]))
+        none = np.empty((batch, 0))
         squares = np.empty(errors.size)  # (the arithmetic with accumulation 1 and x = 0: the sum of squares)
-        dot_variance(errors.copy().reshape(-1), np.empty(0), np.zeros(errors.size), sums[0], none[1], sums[1],
-                     none[0], *inverse, 1.0, 0.0, 0.0, 0.0, 0.0, squares)
+        dot_variance(errors.copy().reshape(-1), np.empty(0), np.zeros(errors.size), sums_a, none, sums_b, none,
+                     (1 + 2.0**-50) / (r * r), 1.0, 0.0, 0.0, 0.0, 0.0, squares)
+    assert 0 < r < np.inf
     squares = squares.reshape(shape)
     judged = ~np.isnan(squares) & ~np.isnan(exact)
     assert np.all(squares[judged] >= exact[judged]), np.min(squares[judged] / exact[judged])
@@ -171,28 +170,31 @@ def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, r
         assert np.all(squares <= (1 + 2.0**-6) * exact * (1 + (contracted + 3) * 2.0**-22)), np.max(squares / exact)
 
 
-def test_relative_errors_are_lower_bounds_of_the_quotients():
-    """relative_errors against the quotients in longdouble: never above (inf only where the value is 0), within
-    2^-21 below where the quotient is a float32 normal, 0 where it is not finite or below float32's normals."""
+def test_the_least_relative_error_is_a_lower_bound():
+    """least_relative against the least quotient in longdouble: never above it, within 2^-49 below where it is a
+    float64 normal; 0 where an error or value is not finite or the least is below float64's normals; inf where
+    every value is 0."""
     rng = np.random.default_rng(8)
-    n = 20000
-    value = _awkward(rng, n, np.float32).astype(np.float64)
-    error = np.abs(value) * 2.0 ** rng.uniform(-170, 170, n)
-    error[::11] = _awkward(rng, len(error[::11]), np.float64)[:]
-    error = np.abs(error)
-    value[::13] = 0.0
-    out = np.empty(n, np.float32)
-    with np.errstate(all="ignore"):
-        relative_errors(error, value, out)
-        exact = error.astype(np.longdouble) / np.abs(value).astype(np.longdouble)
-    finite = np.isfinite(error) & np.isfinite(value)
-    assert np.all(out[~finite] == 0)
-    assert np.all(out[finite & (value == 0)] == np.inf)
-    judged = finite & (value != 0)
-    assert np.all(out[judged] <= exact[judged])
-    normal = judged & (exact >= np.finfo(np.float32).tiny) & (exact <= np.finfo(np.float32).max)
-    assert np.all(out[normal] >= exact[normal] * (1 - 2.0**-21)) and normal.sum() > n // 4
-    assert np.all(out[judged & (exact < np.finfo(np.float32).tiny)] == 0)
+    for trial in range(200):
+        n = int(rng.integers(1, 50))
+        value = rng.standard_normal(n) * 2.0 ** rng.integers(-1000, 1000, n)
+        error = np.abs(value) * 2.0 ** rng.uniform(-60, 60, n)
+        value[rng.random(n) < 0.2] = 0.0
+        if trial % 5 == 0:
+            (error if trial % 10 else value)[rng.integers(0, n)] = [np.inf, np.nan][trial % 3 == 0]
+        with np.errstate(all="ignore"):
+            got = least_relative(error, value)
+            nonzero = value != 0
+            quotients = error[nonzero].astype(np.longdouble) / np.abs(value[nonzero]).astype(np.longdouble)
+        if not (np.all(np.isfinite(error)) and np.all(np.isfinite(value))):
+            assert got == 0
+        elif not nonzero.any():
+            assert got == np.inf
+        elif quotients.min() < np.finfo(np.float64).tiny:
+            assert got == 0
+        else:
+            least = quotients.min()
+            assert least * (1 - 2.0**-49) <= got <= least, (got, least)
 
 
 def test_perturbed_operands_flush_float32_subnormals():

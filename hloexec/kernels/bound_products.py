@@ -100,15 +100,15 @@ def perturbed_float32(values, deviations, floor, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse_a, inverse_b, accumulation,
-                 operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
+                 operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
     output (B, M, N) (batch, lhs free, rhs free; flat), written over `errors`: total = (sqrt(errors) + shared)^2 +
     arithmetic, shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has
     no errors); arithmetic (into `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands
     rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2). Where `squares` is empty it is
-    bounded by errors times the smaller of inverse_a[b, m] and inverse_b[b, n] (tools/bound_dots.inverse_relative:
-    1 / r^2; 0: that operand's terms are all 0, and so is the sum of squares). Returns whether noise (squares +
+    bounded by errors x `inverse` (1 / r^2, r an operand's least relative error: tools/bound_dots.py; 0: that
+    operand's terms are all 0, and so is the sum of squares). Returns whether noise (squares +
     x^2) + noise_floor <= errors on every element (bound_dots.float32_noise). A row at a time (_dot_variance_row:
     a loop that vectorizes)."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
@@ -129,8 +129,7 @@ def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse_a
                 rhs_least,
                 rhs_sums,
                 least_a[b, m] if with_a else 0.0,
-                inverse_a[b, m],
-                inverse_b[b],
+                inverse,
                 accumulation,
                 operand_u,
                 operand_spread,
@@ -142,15 +141,14 @@ def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse_a
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_least, lhs_inverse, rhs_inverse,
-                      accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse, accumulation,
+                      operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """dot_variance on one row of the output; returns how many elements fail its noise test."""
     estimated = squares.size == 0
     fails = 0
     for n in range(errors.size):
         e, v = errors[n], np.float64(x[n])
         if estimated:
-            inverse = min(lhs_inverse, rhs_inverse[n])
             s = e * inverse if inverse > 0 else 0.0
         else:
             s = squares[n]
@@ -167,13 +165,17 @@ def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_leas
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def relative_errors(error, value, out):
-    """out = float32(error / |value|) rounded down (a lower bound of the exact quotient: at most float32's largest
-    finite value, 0 where it would be subnormal), inf where value is 0, 0 where either is not finite
-    (tools/bound_dots.inverse_relative's terms)."""
-    below = np.float32(1 - 2.0**-22)  # (three roundings of normal quotients, each at most 2^-24 of it)
-    largest, tiny = np.float32(3.4028234663852886e38), np.float32(1.1754943508222875e-38)
-    for i in range(out.size):
+def least_relative(error, value):
+    """A lower bound of the least relative error error[i] / |value[i]| over the elements with value[i] != 0: inf
+    where there are none, 0 where an error or value is not finite or a quotient is below float64's normals (each
+    quotient rounded to nearest, then the least lowered by 2^-50 of it; at most float64's largest finite value)."""
+    bits = 0x7FF0000000000000  # the least quotient's bits (non-negative floats order as their bits do: integer
+    infinite = 0  # compares, a loop that vectorizes)
+    for i in range(value.size):
         e, v = np.float64(error[i]), abs(np.float64(value[i]))
-        q = min(np.float32(e / v), largest) * below if v > 0 else np.float32(math.inf)
-        out[i] = q if (e < math.inf) & (v < math.inf) & (q >= tiny) else np.float32(0)
+        infinite += not ((e < math.inf) & (v < math.inf))
+        bits = min(bits, bitcast_f64_to_i64(e / v if v > 0 else math.inf))
+    least = bitcast_i64_to_f64(bits)
+    if infinite or least < 2.2250738585072014e-308:
+        return 0.0
+    return min(least, 1.7976931348623157e308) * (1 - 2.0**-50) if least < math.inf else math.inf

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.bound_products import add_unscaled, dot_variance, relative_errors, scaled_terms, top_exponent
+from ..kernels.bound_products import add_unscaled, dot_variance, least_relative, scaled_terms, top_exponent
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import FLUSHED_BELOW, SIGMAS
@@ -110,25 +110,18 @@ def _arithmetic(bounds, inst, orig, a, b) -> tuple[float, str]:
     return 2.0**-bits * (2 if truncated else 1), accumulator
 
 
-def inverse_relative(error, value, inst, side: str) -> tuple[np.ndarray, float]:
-    """(1 / r^2, r's least): r the smallest relative error error / |value| of a dot's `side` operand along the
-    contraction (a lower bound of it; 0 where a term is not finite; infinite, and 1 / r^2 0, where every value there
-    is 0), laid out as along_contraction lays it out. sum_k a_k^2 b_k^2 <= (sum_k a_k^2 e_k^2) / r^2 for the rhs's r
-    of each column, and the lhs's of each row (dot_variance)."""
+def _least_relative(error, value) -> float:
+    """A lower bound of a dot operand's least relative error (kernels/bound_products.least_relative)."""
     magnitude = np.abs(value) if np.iscomplexobj(value) else value
-    ratios = np.empty(np.shape(value), _F32)
-    relative_errors(np.ravel(np.broadcast_to(error, np.shape(value))), np.ravel(magnitude), ratios.reshape(-1))
-    least = along_contraction(ratios, inst, side, np.min)
-    with np.errstate(divide="ignore"):  # (r = 0: no estimate, 1 / r^2 infinite)
-        inverse = np.divide(1.0 + 2.0**-50, np.square(least))  # (two roundings up: 2^-52 of it each at most)
-    return inverse, float(np.min(least, initial=np.inf))
+    return least_relative(np.ravel(np.broadcast_to(error, np.shape(value))), np.ravel(magnitude))
 
 
 def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     """A dot's bound (ErrorBounds' rule, stored) and (its own error, SIGMAS sigmas; a function giving its ceiling)
     for the samples' calibration. Marks `bounds.current.dot_samples_in_f32` (float32_noise). Where every operand
     term's relative error is large enough that the sum of squares' share of the bound is at most ESTIMATED_SHARE of
-    the operands' errors, the sum of squares is bounded from those errors (dot_variance) instead of a product."""
+    the operands' errors, the sum of squares is bounded from those errors instead of a product: with r an operand's
+    least relative error e_k / |b_k|, sum_k a_k^2 b_k^2 <= (sum_k a_k^2 e_k^2) / r^2 <= errors / r^2."""
     a, b = operands
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
     upper = UpperDot(inst, contracted)
@@ -138,20 +131,19 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
-    inverse = [np.full(s.shape, np.inf) for s in sums]  # (that operand has no errors: no estimate from it)
-    relative = [0.0, 0.0]  # each side's least relative error
+    relative = [0.0, 0.0]  # each side's least relative error (0: none, that operand has no errors)
     if eb is not None:
         errors = upper.add(errors, a2, Terms(eb, True, contracted))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
-        inverse[1], relative[1] = inverse_relative(eb, b, inst, "rhs")
+        relative[1] = _least_relative(eb, b)
     if ea is not None:
         errors = upper.add(errors, Terms(ea, True, contracted), b2)
         least[0] = along_contraction(ea, inst, "lhs", np.min)
-        inverse[0], relative[0] = inverse_relative(ea, a, inst, "lhs")
+        relative[0] = _least_relative(ea, a)
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
-    worst = max(relative)  # the least r of any element
-    estimated = operand_u == 0 and accumulation <= ESTIMATED_SHARE * worst * worst
+    r = max(relative)
+    estimated = operand_u == 0 and accumulation <= ESTIMATED_SHARE * r * r
     errors = np.zeros(x.shape) if errors is None else errors
     squares = np.empty(0) if estimated else upper.add(None, a2, b2)
     noise, floor = float32_noise(contracted, a2, b2)
@@ -165,8 +157,7 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         least[1],
         sums[1],
         least[0],
-        inverse[0],
-        inverse[1],
+        (1 + 2.0**-50) / (r * r) if estimated else 0.0,  # (1 / r^2 rounded twice: raised by 2^-50)
         accumulation,
         operand_u,
         SIGMAS * np.sqrt(2 / 3),
