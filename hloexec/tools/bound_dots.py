@@ -143,7 +143,7 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
     r = max(relative)
-    estimated = operand_u == 0 and accumulation <= ESTIMATED_SHARE * r * r
+    estimated = operand_u == 0 and r > 0 and accumulation <= ESTIMATED_SHARE * r * r
     errors = np.zeros(x.shape) if errors is None else errors
     squares = np.empty(0) if estimated else upper.add(None, a2, b2)
     noise, floor = float32_noise(contracted, a2, b2)
