@@ -13,10 +13,17 @@ import pytest
 from test_bound_rules import _awkward, _Dot
 
 import hloexec
-from hloexec.kernels.bound_products import dot_variance, perturbed_float32
+from hloexec.kernels.bound_products import dot_variance, least_relative, perturbed_float32
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
-from hloexec.tools.bound_dots import FLOAT32_TERMS, Terms, UpperDot, dot_bounds, float32_noise
+from hloexec.tools.bound_dots import (
+    ESTIMATED_SHARE,
+    FLOAT32_TERMS,
+    Terms,
+    UpperDot,
+    dot_bounds,
+    float32_noise,
+)
 from hloexec.tools.bound_samples import FLUSHED_BELOW, SIGMAS, dot_samples
 
 DIMS = [
@@ -66,6 +73,8 @@ def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(di
         exact = _exact(p, q, dims)
         got = UpperDot(inst, contracted).add(np.zeros(exact.shape), Terms(a, square, contracted),
                                              Terms(b, square, contracted))
+        made = UpperDot(inst, contracted).add(None, Terms(a, square, contracted), Terms(b, square, contracted))
+    np.testing.assert_array_equal(made, got)  # (a new array: the same bits as added to zeros)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
     finite = np.isfinite(exact)
     assert np.all(got[~finite & ~np.isnan(exact)] == np.inf)
@@ -106,9 +115,9 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides):
             shared = shared + np.abs(sums_b)[:, None, :] * least_a[:, :, None]
         shared = shared.reshape(-1)
         for operand_u in (0.0, 2.0 ** -11):
-            total, arithmetic = np.empty(n), np.empty(n)
-            suffices = dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, 1e-12, operand_u, 3.3,
-                                    1e-10, 1e-30, total, arithmetic)
+            total, arithmetic = errors.copy(), np.empty(n)  # (the total written over the errors)
+            suffices = dot_variance(total, squares, x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, operand_u,
+                                    3.3, 1e-10, 1e-30, arithmetic)
             want = 1e-12 * (squares + x * x)
             if operand_u:
                 want = want + np.square(operand_u * (np.abs(x) + 3.3 * np.sqrt(squares)))
@@ -117,8 +126,75 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides):
             assert not suffices  # (NaN and large terms among them)
     tame = np.abs(rng.standard_normal(n))
     for floor, want in ((1e-30, True), (10.0, False)):
-        assert dot_variance(tame, tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 1e-12, 0.0, 0.0,
-                            1e-3, floor, np.empty(n), np.empty(n)) == want
+        assert dot_variance(tame.copy(), tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 0.0, 1e-12,
+                            0.0, 0.0, 1e-3, floor, np.empty(n)) == want
+
+
+@pytest.mark.parametrize("data", ["awkward", "wide", "normal"])
+@pytest.mark.parametrize("dims, lhs, rhs", DIMS)
+def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, rhs, data):
+    """dot_variance with no squares given bounds sum_k a^2 b^2 by errors / r^2 (errors: UpperDot's a^2 e_b^2 +
+    e_a^2 b^2, r: least_relative of either side, the larger): never below the exact sum of squares (longdouble)
+    on data with infinities, NaN, zeros and subnormals (the lhs: its r is 0), magnitudes over 2^-300 .. 2^300 and
+    relative errors that vary; near it where the relative errors are all alike."""
+    rng = np.random.default_rng(5)
+    if data == "normal":
+        a, b = (rng.standard_normal(s) for s in (lhs, rhs))
+        ea, eb = np.abs(a) * 2.0**-9, np.abs(b) * 2.0**-6  # (r: the rhs's, the larger)
+    else:
+        a = _awkward(rng, int(np.prod(lhs)), np.float32).reshape(lhs).astype(np.float64)
+        b = rng.standard_normal(rhs) * (2.0 ** rng.integers(-300, 300, rhs) if data == "wide" else 1.0)
+        b.reshape(-1)[::5] = 0.0
+        ea, eb = (np.abs(x) * 2.0 ** rng.uniform(-30, -5, x.shape) for x in (a, b))
+    inst = _Dot(**dims)
+    contracted = int(np.prod([a.shape[d] for d in dims["lhs_contracting_dims"]]))
+    upper = UpperDot(inst, contracted)
+    with np.errstate(all="ignore"):
+        exact = _exact(np.square(a), np.square(b), dims).astype(np.float64)
+        shape = exact.shape
+        errors = upper.add(np.zeros(shape), Terms(a, True, contracted), Terms(eb, True, contracted))
+        errors = upper.add(errors, Terms(ea, True, contracted), Terms(b, True, contracted))
+        r = max(least_relative(ea.reshape(-1), a.reshape(-1)), least_relative(eb.reshape(-1), b.reshape(-1)))
+        batch = shape[0] if dims.get("lhs_batch_dims") else 1  # (the output as (B, M, N): batch, lhs free, rhs free)
+        sums_a, sums_b = np.zeros((batch, errors.size // batch // shape[-1])), np.zeros((batch, shape[-1]))
+        none = np.empty((batch, 0))
+        squares = np.empty(errors.size)  # (the arithmetic with accumulation 1 and x = 0: the sum of squares)
+        dot_variance(errors.copy().reshape(-1), np.empty(0), np.zeros(errors.size), sums_a, none, sums_b, none,
+                     (1 + 2.0**-50) / (r * r), 1.0, 0.0, 0.0, 0.0, 0.0, squares)
+    assert 0 < r < np.inf
+    squares = squares.reshape(shape)
+    judged = ~np.isnan(squares) & ~np.isnan(exact)
+    assert np.all(squares[judged] >= exact[judged]), np.min(squares[judged] / exact[judged])
+    assert not np.any(np.isfinite(errors[np.isnan(exact)]))  # (inf x 0 there: the bound is not finite anyway)
+    if data == "normal":  # errors = (2^-12 + 2^-18) a^2 b^2, r^2 = 2^-12: (1 + 2^-6) the sum, within the factor
+        assert np.all(squares <= (1 + 2.0**-6) * exact * (1 + (contracted + 3) * 2.0**-22)), np.max(squares / exact)
+
+
+def test_the_least_relative_error_is_a_lower_bound():
+    """least_relative against the least quotient in longdouble: never above it, within 2^-49 below where it is a
+    float64 normal; 0 where an error or value is not finite or the least is below float64's normals; inf where
+    every value is 0."""
+    rng = np.random.default_rng(8)
+    for trial in range(200):
+        n = int(rng.integers(1, 50))
+        value = rng.standard_normal(n) * 2.0 ** rng.integers(-1000, 1000, n)
+        error = np.abs(value) * 2.0 ** rng.uniform(-60, 60, n)
+        value[rng.random(n) < 0.2] = 0.0
+        if trial % 5 == 0:
+            (error if trial % 10 else value)[rng.integers(0, n)] = [np.inf, np.nan][trial % 3 == 0]
+        with np.errstate(all="ignore"):
+            got = least_relative(error, value)
+            nonzero = value != 0
+            quotients = error[nonzero].astype(np.longdouble) / np.abs(value[nonzero]).astype(np.longdouble)
+        if not (np.all(np.isfinite(error)) and np.all(np.isfinite(value))):
+            assert got == 0
+        elif not nonzero.any():
+            assert got == np.inf
+        elif quotients.min() < np.finfo(np.float64).tiny:
+            assert got == 0
+        else:
+            least = quotients.min()
+            assert least * (1 - 2.0**-49) <= got <= least, (got, least)
 
 
 def test_perturbed_operands_flush_float32_subnormals():
@@ -149,8 +225,7 @@ def test_float32_dot_samples_of_both_operands_are_the_perturbed_dots(dims, lhs, 
     f64 = np.dtype(np.float64)
     x = dot_general(a, b, lb, rb, lc, rc, f64)
     want = np.stack([dot_general(a + da[k], b + db[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
-    out = np.full((4, *x.shape), np.nan, np.float32)
-    dot_samples(inst, out, x, [a, b], [da, db])
+    out = dot_samples(inst, x, [a, b], [da, db])
     scale = np.sqrt(np.mean(want**2))
     np.testing.assert_allclose(out, want, rtol=0, atol=1e-3 * scale)
 
@@ -211,13 +286,21 @@ def test_the_dot_rule_is_its_float64_form(profile, operands, sampled):
         arithmetic = arithmetic + np.square(2.0 ** -11 * (np.abs(x) + SIGMAS * np.sqrt(2 / 3) * np.sqrt(squares)))
         assert bounds.algorithms
     want = np.square(np.sqrt(errors) + shared) + arithmetic
+    # where the sum of squares is bounded from the errors (bf16's: ESTIMATED_SHARE), its term is at most that share
+    estimate = ESTIMATED_SHARE * errors if sampled else 0.0
     assert np.all(bounds.variance >= want * (1 - 1e-14)), np.min(bounds.variance / want)
-    assert np.all(bounds.variance <= want * (1 + (k + 3) * 2.0 ** -22)), np.max(bounds.variance / want)
-    np.testing.assert_allclose(local, np.sqrt(arithmetic), rtol=(k + 3) * 2.0 ** -23)
+    assert np.all(bounds.variance <= (want + estimate) * (1 + (k + 3) * 2.0 ** -22)), np.max(bounds.variance / want)
+    assert np.all(local**2 >= arithmetic * (1 - 1e-14))
+    assert np.all(local**2 <= (arithmetic + estimate) * (1 + (k + 3) * 2.0 ** -22))
+    if not sampled:
+        np.testing.assert_allclose(local, np.sqrt(arithmetic), rtol=(k + 3) * 2.0 ** -23)
+    else:  # (the estimate taken: above the sum of squares' term)
+        assert np.max(local**2 / arithmetic) > 1.01
     assert bounds.current.dot_samples_in_f32 == sampled
     linear = ceiling()
-    want_linear = np.sqrt(arithmetic) + np.abs(a) @ eb + ea64 @ (np.abs(b) + eb)
-    assert np.all(linear >= want_linear * (1 - 1e-14)) and np.all(linear <= want_linear * (1 + k * 2.0 ** -22))
+    terms = np.abs(a) @ eb + ea64 @ (np.abs(b) + eb)
+    assert np.all(linear >= (np.sqrt(arithmetic) + terms) * (1 - 1e-14))
+    assert np.all(linear <= (np.sqrt(arithmetic + estimate) + terms) * (1 + k * 2.0 ** -22))
 
 
 def test_float32_samples_are_refused_where_float32_may_overflow():

@@ -71,16 +71,18 @@ def scaled_terms(x, square, top, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def add_unscaled(product, factor, shift, out):
-    """out += float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
-    factor that makes it an upper bound)."""
+def add_unscaled(product, factor, shift, out, accumulate):
+    """out (+)= float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
+    factor that makes it an upper bound; added to out where `accumulate`, else written over it)."""
     if abs(shift) < MAX_SHIFT:
         scale = factor * math.ldexp(1.0, shift)
         for i in range(out.size):
-            out[i] += np.float64(product[i]) * scale
+            v = np.float64(product[i]) * scale
+            out[i] = out[i] + v if accumulate else v
     else:
         for i in range(out.size):
-            out[i] += math.ldexp(np.float64(product[i]) * factor, shift)
+            v = math.ldexp(np.float64(product[i]) * factor, shift)
+            out[i] = out[i] + v if accumulate else v
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -98,37 +100,82 @@ def perturbed_float32(values, deviations, floor, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, accumulation, operand_u, operand_spread,
-                 noise, noise_floor, total, arithmetic):  # fmt: skip
+def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
+                 operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
-    output (B, M, N) (batch, lhs free, rhs free; flat): shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]|
-    least_a[b, m] (no columns: that operand has no errors); arithmetic = (operand_u (|x| + operand_spread
-    sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2); total =
-    (sqrt(errors) + shared)^2 + arithmetic. Returns whether noise (squares + x^2) + noise_floor <= errors on every
-    element (bound_dots.float32_noise)."""
+    output (B, M, N) (batch, lhs free, rhs free; flat), written over `errors`: total = (sqrt(errors) + shared)^2 +
+    arithmetic, shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has
+    no errors); arithmetic (into `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands
+    rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2). Where `squares` is empty it is
+    bounded by errors x `inverse` (1 / r^2, r an operand's least relative error: tools/bound_dots.py; 0: that
+    operand's terms are all 0, and so is the sum of squares). Returns whether noise (squares +
+    x^2) + noise_floor <= errors on every element (bound_dots.float32_noise). A row at a time (_dot_variance_row:
+    a loop that vectorizes)."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
+    estimated = squares.size == 0
     batches = max(sums_a.shape[0], sums_b.shape[0])
     rows, columns = sums_a.shape[1], sums_b.shape[1]
-    suffices = True
+    none = np.zeros(columns)  # (an operand without errors: no shared part from it)
+    fails = 0
     for b in range(batches):
+        rhs_least, rhs_sums = least_b[b] if with_b else none, sums_b[b] if with_a else none
         for m in range(rows):
-            for n in range(columns):
-                i = (b * rows + m) * columns + n
-                s, v = squares[i], np.float64(x[i])
-                spread = s + v * v
-                own = accumulation * spread
-                if operand_u > 0:
-                    rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
-                    own += rounded * rounded
-                shared = 0.0
-                if with_b:
-                    shared += abs(sums_a[b, m]) * least_b[b, n]
-                if with_a:
-                    shared += abs(sums_b[b, n]) * least_a[b, m]
-                e = errors[i]
-                moved = math.sqrt(e) + shared
-                total[i] = moved * moved + own
-                arithmetic[i] = own
-                if not (noise * spread + noise_floor <= e):
-                    suffices = False
-    return suffices
+            i, j = (b * rows + m) * columns, (b * rows + m + 1) * columns
+            fails += _dot_variance_row(
+                errors[i:j],
+                squares if estimated else squares[i:j],
+                x[i:j],
+                abs(sums_a[b, m]) if with_b else 0.0,
+                rhs_least,
+                rhs_sums,
+                least_a[b, m] if with_a else 0.0,
+                inverse,
+                accumulation,
+                operand_u,
+                operand_spread,
+                noise,
+                noise_floor,
+                arithmetic[i:j],
+            )
+    return fails == 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse, accumulation,
+                      operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+    """dot_variance on one row of the output; returns how many elements fail its noise test."""
+    estimated = squares.size == 0
+    fails = 0
+    for n in range(errors.size):
+        e, v = errors[n], np.float64(x[n])
+        if estimated:
+            s = e * inverse if inverse > 0 else 0.0
+        else:
+            s = squares[n]
+        spread = s + v * v
+        own = accumulation * spread
+        if operand_u > 0:
+            rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
+            own += rounded * rounded
+        moved = math.sqrt(e) + (lhs_sum * rhs_least[n] + abs(rhs_sums[n]) * lhs_least)
+        errors[n] = moved * moved + own
+        arithmetic[n] = own
+        fails += not (noise * spread + noise_floor <= e)
+    return fails
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def least_relative(error, value):
+    """A lower bound of the least relative error error[i] / |value[i]| over the elements with value[i] != 0: inf
+    where there are none, 0 where an error or value is not finite or a quotient is below float64's normals (each
+    quotient rounded to nearest, then the least lowered by 2^-50 of it; at most float64's largest finite value)."""
+    bits = 0x7FF0000000000000  # the least quotient's bits (non-negative floats order as their bits do: integer
+    infinite = 0  # compares, a loop that vectorizes)
+    for i in range(value.size):
+        e, v = np.float64(error[i]), abs(np.float64(value[i]))
+        infinite += not ((e < math.inf) & (v < math.inf))
+        bits = min(bits, bitcast_f64_to_i64(e / v if v > 0 else math.inf))
+    least = bitcast_i64_to_f64(bits)
+    if infinite or least < 2.2250738585072014e-308:
+        return 0.0
+    return min(least, 1.7976931348623157e308) * (1 - 2.0**-50) if least < math.inf else math.inf

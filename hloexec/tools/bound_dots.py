@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.bound_products import add_unscaled, dot_variance, scaled_terms, top_exponent
+from ..kernels.bound_products import add_unscaled, dot_variance, least_relative, scaled_terms, top_exponent
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import FLUSHED_BELOW, SIGMAS
@@ -15,6 +15,9 @@ from .bound_shared import along_contraction
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
 SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up to this many terms (longer: f64)
+# a dot's sum of squares is bounded from its operands' errors (dot_bounds) where its term is then at most this share
+# of them (the bound grows by at most half of it: 2^-13)
+ESTIMATED_SHARE = 2.0**-12
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
@@ -48,16 +51,16 @@ class UpperDot:
         self.dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
         self.factor = 1.0 + (contracted + 2) * 2.0**-23
 
-    def add(self, out: np.ndarray, lhs: Terms, rhs: Terms) -> np.ndarray:
-        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound); returns out."""
+    def add(self, out: np.ndarray | None, lhs: Terms, rhs: Terms) -> np.ndarray:
+        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound); returns out (None: a new array of it)."""
         lb, rb, lc, rc = self.dims
         wide = lhs.values.dtype == _F64
         product = dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F64 if wide else _F32)
         if wide:
-            out += product
-        else:
-            add_unscaled(product.reshape(-1), self.factor, -(lhs.shift + rhs.shift), out.reshape(-1))
-        return out
+            return product if out is None else np.add(out, product, out=out)
+        made = np.empty(product.shape) if out is None else out
+        add_unscaled(product.reshape(-1), self.factor, -(lhs.shift + rhs.shift), made.reshape(-1), out is not None)
+        return made
 
 
 def _error(bounds, leaf):
@@ -107,30 +110,45 @@ def _arithmetic(bounds, inst, orig, a, b) -> tuple[float, str]:
     return 2.0**-bits * (2 if truncated else 1), accumulator
 
 
+def _least_relative(error, value) -> float:
+    """A lower bound of a dot operand's least relative error (kernels/bound_products.least_relative)."""
+    magnitude = np.abs(value) if np.iscomplexobj(value) else value
+    return least_relative(np.ravel(np.broadcast_to(error, np.shape(value))), np.ravel(magnitude))
+
+
 def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     """A dot's bound (ErrorBounds' rule, stored) and (its own error, SIGMAS sigmas; a function giving its ceiling)
-    for the samples' calibration. Marks `bounds.current.dot_samples_in_f32` (float32_noise)."""
+    for the samples' calibration. Marks `bounds.current.dot_samples_in_f32` (float32_noise). Where every operand
+    term's relative error is large enough that the sum of squares' share of the bound is at most ESTIMATED_SHARE of
+    the operands' errors, the sum of squares is bounded from those errors instead of a product: with r an operand's
+    least relative error e_k / |b_k|, sum_k a_k^2 b_k^2 <= (sum_k a_k^2 e_k^2) / r^2 <= errors / r^2."""
     a, b = operands
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
     upper = UpperDot(inst, contracted)
     ea, eb = _error(bounds, a), _error(bounds, b)
     a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
-    errors = np.zeros(x.shape)  # the operands' errors, independent across the contraction
+    errors = None  # the operands' errors, independent across the contraction
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
+    relative = [0.0, 0.0]  # each side's least relative error (0: none, that operand has no errors)
     if eb is not None:
-        upper.add(errors, a2, Terms(eb, True, contracted))
+        errors = upper.add(errors, a2, Terms(eb, True, contracted))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
+        relative[1] = _least_relative(eb, b)
     if ea is not None:
-        upper.add(errors, Terms(ea, True, contracted), b2)
+        errors = upper.add(errors, Terms(ea, True, contracted), b2)
         least[0] = along_contraction(ea, inst, "lhs", np.min)
-    squares = upper.add(np.zeros(x.shape), a2, b2)
-    noise, floor = float32_noise(contracted, a2, b2)
-    del a2, b2
+        relative[0] = _least_relative(ea, a)
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
-    total, arithmetic = np.empty(x.shape), np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
+    r = max(relative)
+    estimated = operand_u == 0 and r > 0 and accumulation <= ESTIMATED_SHARE * r * r
+    errors = np.zeros(x.shape) if errors is None else errors
+    squares = np.empty(0) if estimated else upper.add(None, a2, b2)
+    noise, floor = float32_noise(contracted, a2, b2)
+    del a2, b2
+    arithmetic = np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
     bounds.current.dot_samples_in_f32 = dot_variance(
         errors.reshape(-1),
         squares.reshape(-1),
@@ -139,17 +157,21 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         least[1],
         sums[1],
         least[0],
+        (1 + 2.0**-50) / (r * r) if estimated else 0.0,  # (1 / r^2 rounded twice: raised by 2^-50)
         accumulation,
         operand_u,
         SIGMAS * np.sqrt(2 / 3),
         noise,
         floor,
-        total.reshape(-1),
         arithmetic.reshape(-1),
-    )
-    bound, own = bounds._round(orig, x, total, "dot")
+    )  # (the total written over the errors)
+    bound, own = bounds._round(orig, x, errors, "dot")
+    del errors, squares
     bounds._put(x, bound)
-    local = np.sqrt(arithmetic + np.square(own))
+    local = np.square(own, out=own)
+    local += arithmetic
+    np.sqrt(local, out=local)
+    del arithmetic
 
     def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
         linear = np.array(local, np.float64)

@@ -42,12 +42,12 @@ class NoisePool:
             return self.draws
 
 
-def dot_samples(inst, out: np.ndarray, x, operands, perturbed) -> None:
-    """A dot's samples' deviations into `out` (SAMPLES, *shape), in float32 as the samples are, every sample in
-    one product (the samples a leading dim of their operand; the result's dims: batch, lhs free, rhs free). Where
-    one operand has samples the dot is linear in it: a sample's deviation is the dot of that operand's deviations
-    with the other operand (none of the f64 products whose difference it is). Where both have (the caller decides
-    float32 suffices, tools/bound_dots.float32_samples_suffice): the float32 product (a + da)(b + db) less the dot
+def dot_samples(inst, x, operands, perturbed) -> np.ndarray:
+    """A dot's samples' deviations (SAMPLES, *shape) (contiguous), in float32 as the samples are. Where one operand
+    has samples the dot is linear in it: a sample's deviation is the dot of that operand's deviations with the
+    other operand (none of the f64 products whose difference it is), every sample in one product (the samples a
+    leading dim of their operand; the result's dims: batch, lhs free, rhs free). Where both have (the caller
+    decides float32 suffices, tools/bound_dots.float32_noise): the float32 product (a + da)(b + db) less the dot
     `x` (the shadow's), the samples a batch dim of both."""
     lb, rb = [list(inst.attr(f"{side}_batch_dims", ())) for side in ("lhs", "rhs")]
     lc, rc = [list(inst.attr(f"{side}_contracting_dims", ())) for side in ("lhs", "rhs")]
@@ -56,15 +56,15 @@ def dot_samples(inst, out: np.ndarray, x, operands, perturbed) -> None:
     if perturbed[0] is not None and perturbed[1] is not None:
         a, b = (_perturbed_float32(o, p) for o, p in zip(operands, perturbed))
         moved = dot_general(a, b, [0, *after(lb)], [0, *after(rb)], after(lc), after(rc), f32)
-        np.subtract(moved, np.asarray(x, f32), out=out)  # (x rounded to float32: within the error allowed)
-        return
+        del a, b
+        return np.subtract(moved, np.asarray(x, f32), out=moved)  # (x rounded to float32: within the error allowed)
     if perturbed[0] is not None:
         moved = dot_general(perturbed[0], np.asarray(operands[1], f32), after(lb), rb, after(lc), rc, f32)
         at = len(lb)
     else:
         moved = dot_general(np.asarray(operands[0], f32), perturbed[1], lb, after(rb), lc, after(rc), f32)
         at = np.ndim(operands[0]) - len(lc)  # batch and lhs free dims come first
-    out[...] = np.moveaxis(moved, at, 0)
+    return np.ascontiguousarray(np.moveaxis(moved, at, 0))
 
 
 def _perturbed_float32(value, deviations) -> np.ndarray:

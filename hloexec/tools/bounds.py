@@ -291,25 +291,30 @@ class ErrorBounds(BoundStore):
         if local is None and all(p is None for p in perturbed):
             return
         kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
-        made = [
-            np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype) if keep else None
-            for v, keep in zip(leaves, kept)
-        ]
-        kernel = self._kernel(inst)
-        if any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic))):
-            for out in made:
-                if out is not None:
-                    out[...] = np.nan if out.dtype.kind == "f" else 0
-        elif (
+        complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
+        by_dot = (  # (dot_samples makes the samples' array)
             inst.opcode == "dot"
+            and not complex_
             and all(_float(o) for o in operands)
-            and made[0] is not None
+            and kept[0]
             and (
                 sum(p is not None for p in perturbed) == 1
                 or (all(p is not None for p in perturbed) and getattr(self.current, "dot_samples_in_f32", False))
             )
-        ):
-            dot_samples(inst, made[0], value, operands, perturbed)
+        )
+        made = [
+            np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype)
+            if keep and not by_dot
+            else None
+            for v, keep in zip(leaves, kept)
+        ]
+        kernel = self._kernel(inst)
+        if complex_:
+            for out in made:
+                if out is not None:
+                    out[...] = np.nan if out.dtype.kind == "f" else 0
+        elif by_dot:
+            made[0] = dot_samples(inst, value, operands, perturbed)
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES or _sums(inst):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
             # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
