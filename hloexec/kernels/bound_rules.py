@@ -11,10 +11,13 @@ import numpy as np
 from numba import njit
 
 from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
+from .threads import ranges, run_blocks
 
 
 _TWO_TO_MINUS_64 = 2.0**-64
 _CHUNK_BLOCKS = 16  # calibration blocks per chunk of the passes that read samples (their temporaries: a chunk's)
+SPLIT_FROM = 1 << 16  # elements of a pass from which it is split over the cores (`over_cores`)
+SPAN = 1 << 15  # elements per span of a split pass at least
 
 
 @njit(inline="always")
@@ -61,9 +64,20 @@ def _rounded(v, b, magnitude, rule):
     return own, _nan_min(math.sqrt(b * b + own * own), b + own * cap)
 
 
+def round_bounds(x, variance, at, own_out, bound_out, *rule, threads=None):
+    """`_round_span` over the elements, spans of them on the cores (`over_cores`)."""
+    whole = at.size == 0
+
+    def span(first, last):
+        part = slice(first, last)
+        _round_span(x[part], variance[part], at if whole else at[part], own_out[part], bound_out[part], *rule)
+
+    over_cores(x.size, 1, span, threads)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def round_bounds(x, variance, at, own_out, bound_out, nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps,
-                 precision_scale, exact_rule, largest, has_inf, largest_error):  # fmt: skip
+def _round_span(x, variance, at, own_out, bound_out, nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps,
+                precision_scale, exact_rule, largest, has_inf, largest_error):  # fmt: skip
     """A value's own rounding and its bound after it, per element (tools/bounds.py `_round`):
     b = sqrt(variance), the bound before the rounding; its magnitude |x| + a (a: `at`'s element, b where `at` has
     no elements); own = half_ulps x the ulp (`nmant`, `tiny`) there, at least precision_scale x the magnitude
@@ -197,34 +211,46 @@ def _tally_blocks(squares, bound, lo, block, largest, total, counted):
     return unjudged
 
 
+def block_ratios(deviations, bound, block, threads=None):
+    """`_block_ratios_span` over all blocks, spans of them on the cores (`over_cores`). Returns (largest, total,
+    counted, seen, unjudged)."""
+    stats = _block_statistics(bound.size, block)
+    spans = over_cores(bound.size, block, lambda first, last: _block_ratios_span(deviations, bound, block, first,
+                                                                                   last, *stats), threads)  # fmt: skip
+    return *stats, stats[2].sum(), any(spans)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def block_ratios(deviations, bound, block):
+def _block_ratios_span(deviations, bound, block, first, last, largest, total, counted):
     """Per block of `block` consecutive elements (the last one shorter), what calibration reads
     (tools/bound_samples.calibrate): the largest and the sum of r = (sum over the samples of a deviation's square,
     in float32 as the samples are) / bound^2 over the elements with a finite positive bound and finite samples
-    ("seen"), and how many were seen. `deviations`: (samples, n). Returns (largest, total, counted, seen,
-    unjudged): unjudged, whether a finite bound has non-finite samples (then the bound is kept as it is)."""
-    n = bound.size
-    blocks = (n + block - 1) // block
-    largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
+    ("seen"), and how many were seen, into `largest`, `total`, `counted` at their blocks' places. `deviations`:
+    (samples, n). Elements `first` (a multiple of `block`) to `last` only. Returns whether a finite bound has
+    non-finite samples (unjudged: then the bound is kept as it is)."""
     chunk = block * _CHUNK_BLOCKS
     squares = np.empty(chunk, np.float32)
     unjudged = False
-    for lo in range(0, n, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
-        hi = min(n, lo + chunk)
+    for lo in range(first, last, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
+        hi = min(last, lo + chunk)
         squares[:] = 0
         for k in range(deviations.shape[0]):
             row = deviations[k, lo:hi]
             for t in range(hi - lo):
                 squares[t] += row[t] * row[t]
         unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted)
-    return largest, total, counted, counted.sum(), unjudged
+    return unjudged
+
+
+def scale_blocks(bound, factor, block, out, threads=None):
+    """out = bound x its block's factor (blocks of `block` consecutive elements), spans of blocks on the cores."""
+    over_cores(bound.size, block, lambda first, last: _scale_span(bound, factor, block, out, first, last), threads)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def scale_blocks(bound, factor, block, out):
-    """out = bound x its block's factor (blocks of `block` consecutive elements)."""
-    for j in range(factor.size):
+def _scale_span(bound, factor, block, out, first, last):
+    """scale_blocks from element `first` (a multiple of `block`) to `last`."""
+    for j in range(first // block, (last + block - 1) // block):
         scale = factor[j]
         source, target = bound[j * block : (j + 1) * block], out[j * block : (j + 1) * block]
         for t in range(source.size):  # (over views from 0: a loop that vectorizes)
@@ -273,8 +299,8 @@ def _deviations(kind, x, a, b, da, db, out, with_a, with_b):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
-                     block):  # fmt: skip
+def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
+                      block, first, last, largest, total, counted):  # fmt: skip
     """One elementwise op's whole bound in one pass over its elements (tools/bound_elementwise.py): the bound
     before its rounding (first_order_variance's rule; a divide's at its operands' interval ends and corners,
     `_divide_variance`), its own rounding where it `rounds` (round_bounds'; `rule` its scalars; none: a negate),
@@ -282,22 +308,21 @@ def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, b
     `samples_out`, or none when it has no columns) plus each sample's own error: a standard normal draw times
     own / SIGMAS (`draws`: (pool, start, shared start, keys, groups, sigmas); element i's draw of sample k is
     pool[start + k n + i], or pool[shared start + k groups + keys[i]] where keys[i] >= 0: one error for its
-    group), and calibration's block statistics (block_ratios', from the samples and the bound as
-    written). `decided_out`: a divide's rounding-decided elements. Returns (any own error nonzero, largest,
-    total, counted, seen, unjudged). A chunk of blocks at a time, step by step along it: loops over views from
-    0 (the compiler vectorizes them: no negative index to wrap), the chunk's temporaries in cache."""
+    group), and calibration's block statistics (block_ratios', from the samples and the bound as written, into
+    `largest`, `total`, `counted` at their blocks' places). `decided_out`: a divide's rounding-decided elements.
+    Elements `first` (a multiple of `block`) to `last` only. Returns (any own error nonzero, unjudged). A chunk of
+    blocks at a time, step by step along it: loops over views from 0 (the compiler vectorizes them: no negative
+    index to wrap), the chunk's temporaries in cache."""
     n, samples = x.size, samples_out.shape[0]
     sampled = samples_out.shape[1] > 0
     with_a, with_b, with_ea, with_eb = da.shape[1] > 0, db.shape[1] > 0, ea.size > 0, eb.size > 0
     pool, start, shared_start, keys, groups, sigmas = draws
     keyed = keys.size > 0
-    blocks = (n + block - 1) // block
-    largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
     chunk = block * _CHUNK_BLOCKS
     variance, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
     any_own, unjudged = False, False
-    for lo in range(0, n, chunk):
-        hi = min(n, lo + chunk)
+    for lo in range(first, last, chunk):
+        hi = min(last, lo + chunk)
         xv, av, bv, eav, ebv, bound = x[lo:hi], a[lo:hi], b[lo:hi], ea[lo:hi], eb[lo:hi], bound_out[lo:hi]
         if kind == DIVIDE:
             decided = decided_out[lo:hi]
@@ -338,7 +363,17 @@ def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, b
             for t in range(hi - lo):
                 squares[t] += out[t] * out[t]
         unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted)
-    return any_own, largest, total, counted, counted.sum(), unjudged
+    return any_own, unjudged
+
+
+def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
+                     block, threads=None):  # fmt: skip
+    """`_elementwise_span` over all of `x`'s elements, spans of whole blocks on the cores (`over_cores`). Returns
+    (any own error nonzero, largest, total, counted, seen, unjudged): calibration's statistics per block."""
+    args = (kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out, block)
+    stats = _block_statistics(x.size, block)
+    spans = over_cores(x.size, block, lambda first, last: _elementwise_span(*args, first, last, *stats), threads)
+    return any(s[0] for s in spans), *stats, stats[2].sum(), any(s[1] for s in spans)
 
 
 @njit(inline="always")
@@ -348,33 +383,81 @@ def _exponent(power):
     return field - 1022 if field > 0 else math.frexp(power)[1]
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out):
-    """tools/bound_samples.shared_rounding's groups in two passes: element i's group is binade * count +
+def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out, threads=None):
+    """tools/bound_samples.shared_rounding's groups in two passes (`_binades`, then `_number_groups` from the
+    smallest binade), each over spans of the elements on the cores: element i's group is binade * count +
     source[i] (binade: the exponent of x's ulp (`nmant`, `tiny`), counted from the smallest one's) where the other
     operand's ulp in its type (`other_nmant`, `other_tiny`) is at least x's (both powers of two: the exponents
     compared), else -1. Returns (whether any element has a group, whether all have, the largest binade)."""
-    lowest, coarse_seen, all_coarse = 1 << 30, False, True
     coarse = np.empty(x.size, np.bool_)
-    for i in range(x.size):
+    types = (nmant, tiny, other_nmant, other_tiny)
+    lowest = min(over_cores(x.size, 1, lambda i, j: _binades(x, other, *types, groups_out, coarse, i, j), threads))
+    spans = over_cores(x.size, 1, lambda i, j: _number_groups(groups_out, coarse, source, count, lowest, i, j), threads)
+    return any(s[0] for s in spans), all(s[1] for s in spans), max(s[2] for s in spans)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _binades(x, other, nmant, tiny, other_nmant, other_tiny, groups_out, coarse_out, first, last):
+    """rounding_groups' first pass on elements `first` to `last`: each one's binade (not yet counted from the
+    smallest) into `groups_out`, whether the other operand's ulp is at least x's into `coarse_out`. Returns the
+    smallest binade (2^30 for no elements)."""
+    lowest = 1 << 30
+    for i in range(first, last):
         binade = _exponent(_ulp(x[i], nmant, tiny))
         lowest = min(lowest, binade)
         groups_out[i] = binade
-        coarse[i] = _exponent(_ulp(other[i], other_nmant, other_tiny)) >= binade
-    top = 0
-    for i in range(x.size):
-        binade = groups_out[i] - lowest
+        coarse_out[i] = _exponent(_ulp(other[i], other_nmant, other_tiny)) >= binade
+    return lowest
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _number_groups(groups, coarse, source, count, lowest, first, last):
+    """rounding_groups' second pass on elements `first` to `last`: each binade counted from `lowest`, the group
+    numbered. Returns (whether any has a group, whether all have, the largest binade)."""
+    coarse_seen, all_coarse, top = False, True, 0
+    for i in range(first, last):
+        binade = groups[i] - lowest
         top = max(top, binade)
-        groups_out[i] = binade * count + source[i] if coarse[i] else -1
+        groups[i] = binade * count + source[i] if coarse[i] else -1
         coarse_seen |= coarse[i]
         all_coarse &= coarse[i]
     return coarse_seen, all_coarse, top
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def add_noise(samples, noise, own, sigmas):
+def add_noise(samples, noise, own, sigmas, threads=None):
     """Each sample's own error (tools/bounds.py `_sample`): samples[k, i] += noise[k, i] x float32(own[i] / sigmas)
-    (float32 as the samples are)."""
+    (float32 as the samples are); spans of elements on the cores."""
+    over_cores(own.size, 1, lambda first, last: _add_noise_span(samples, noise, own, sigmas, first, last), threads)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _add_noise_span(samples, noise, own, sigmas, first, last):
+    """add_noise on elements `first` to `last`."""
+    part = own[first:last]
     for k in range(samples.shape[0]):
-        for i in range(samples.shape[1]):
-            samples[k, i] += noise[k, i] * np.float32(own[i] / sigmas)
+        row, draws = samples[k, first:last], noise[k, first:last]
+        for i in range(part.size):  # (over views from 0: a loop that vectorizes)
+            row[i] += draws[i] * np.float32(part[i] / sigmas)
+
+
+def over_cores(n: int, granule: int, run, threads: int | None = None) -> list:
+    """run(first, last) over spans covering elements 0..n-1, their edges multiples of `granule`, on the calling
+    thread and the pool's (kernels/threads.py; `threads` as run_blocks') where n reaches SPLIT_FROM; their results
+    in span order. The spans follow from n alone, and each element's results and each block's statistics are
+    computed by one span as a single pass computes them: the same bits whichever threads run them."""
+    if n < SPLIT_FROM:
+        return [run(0, n)]
+    spans = ranges(n, n // SPAN, granule)
+    results: list = [None] * len(spans)
+
+    def one(i):
+        results[i] = run(spans[i].start, spans[i].stop)
+
+    run_blocks(len(spans), one, threads)
+    return results
+
+
+def _block_statistics(n: int, block: int) -> tuple:
+    """Zeroed (largest, total, counted) per block of `block` consecutive elements of n."""
+    blocks = (n + block - 1) // block
+    return np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
