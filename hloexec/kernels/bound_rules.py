@@ -35,6 +35,12 @@ def _ulp(magnitude, nmant, tiny):
 
 
 @njit(inline="always")
+def _inverse_power(power):
+    """1 / `power`, a normal power of two, from its exponent bits (exact)."""
+    return bitcast_i64_to_f64((2046 - (bitcast_f64_to_i64(power) >> 52)) << 52)
+
+
+@njit(inline="always")
 def _nan_min(a, b):
     """np.minimum's meaning: NaN if either is."""
     if a != a or b != b:
@@ -57,7 +63,10 @@ def _rounded(v, b, magnitude, rule):
         if math.isinf(v):
             representable = has_inf
         else:
-            steps = v / _ulp(v, nmant, tiny)  # (exact: the ulp is a power of two)
+            # v / its ulp, as v times the ulp's inverse (both powers of two, the inverse a normal f64 where the
+            # ulp is: the same real number rounded, no division), a whole number where v is on the type's grid
+            # (every f64 is on f64's: its ulp may be subnormal, 0 steps then)
+            steps = 0.0 if nmant >= 52 else v * _inverse_power(_ulp(v, nmant, tiny))
             representable = abs(v) <= largest and steps == math.floor(steps)
         if representable:
             own = 0.0
@@ -181,33 +190,36 @@ def _divide_variance(same, xi, va, vb, ea, eb, with_a, with_b):
 
 
 @njit(inline="always")
-def _tally(q, e, largest, total, counted):
-    """A block's statistics (block_ratios: its largest ratio, their total, how many) with one more element: its
-    samples' sum of squares `q`, its bound `e`. Returns them and whether the element is unjudged (non-finite
-    samples under a finite bound)."""
-    if not math.isfinite(q):
-        return largest, total, counted, e < math.inf
-    if e > 0 and e < math.inf:
-        ratio = np.float64(q) / (np.float64(e) * np.float64(e))
-        if ratio > largest or ratio != ratio:  # (NaN, as np.max: 0 / 0 where e^2 underflows)
-            largest = ratio
-        total += ratio
-        counted += 1
-    return largest, total, counted, False
-
-
-@njit(inline="always")
-def _tally_blocks(squares, bound, lo, block, largest, total, counted):
-    """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`): `squares`, its
-    samples' sums of squares, `bound` its bounds (views from the chunk's start). Returns whether an element is
-    unjudged."""
-    unjudged = False
-    for j in range(lo // block, (lo + bound.size + block - 1) // block):
-        most, summed, seen = 0.0, 0.0, 0
-        for t in range(j * block - lo, min(bound.size, (j + 1) * block - lo)):
-            most, summed, seen, lost = _tally(squares[t], bound[t], most, summed, seen)
-            unjudged |= lost
-        largest[j], total[j], counted[j] = most, summed, seen
+def _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged):
+    """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`) (block_ratios: per
+    block its largest ratio, their total, how many): `squares`, its samples' sums of squares, `bound` its bounds
+    (views from the chunk's start); `ratios` (f64) and `judged` (bool), a chunk's temporaries. Returns whether an
+    element is unjudged (non-finite samples under a finite bound). Each element's ratio first, in a loop without
+    a branch (it vectorizes); per block then their sum in element order (the same bits as a sum along the
+    block), the largest as the largest bit pattern (of ratios >= 0: the order of their values) or NaN where one
+    is (0 / 0 where e^2 underflows), and the count."""
+    n, unjudged = bound.size, False
+    for t in range(n):
+        q, e = squares[t], bound[t]
+        ok = math.isfinite(q) and e > 0 and e < math.inf
+        ratios[t] = np.float64(q) / (np.float64(e) * np.float64(e)) if ok else 0.0
+        judged[t] = ok
+        unjudged |= not math.isfinite(q) and e < math.inf
+    for j in range(lo // block, (lo + n + block - 1) // block):
+        ratio, seen = (
+            ratios[j * block - lo : min(n, (j + 1) * block - lo)],
+            judged[j * block - lo : (j + 1) * block - lo],
+        )
+        summed = 0.0
+        for t in range(ratio.size):
+            summed += ratio[t]
+        top, nan, count = 0, False, 0
+        for t in range(ratio.size):
+            r = ratio[t]
+            nan |= r != r
+            top = max(top, bitcast_f64_to_i64(r) if r == r else 0)
+            count += seen[t]
+        largest[j], total[j], counted[j] = math.nan if nan else bitcast_i64_to_f64(top), summed, count
     return unjudged
 
 
@@ -229,7 +241,7 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
     (samples, n). Elements `first` (a multiple of `block`) to `last` only. Returns whether a finite bound has
     non-finite samples (unjudged: then the bound is kept as it is)."""
     chunk = block * _CHUNK_BLOCKS
-    squares = np.empty(chunk, np.float32)
+    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
     unjudged = False
     for lo in range(first, last, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
         hi = min(last, lo + chunk)
@@ -238,7 +250,7 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
             row = deviations[k, lo:hi]
             for t in range(hi - lo):
                 squares[t] += row[t] * row[t]
-        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted)
+        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted, ratios, judged)
     return unjudged
 
 
@@ -317,9 +329,11 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     sampled = samples_out.shape[1] > 0
     with_a, with_b, with_ea, with_eb = da.shape[1] > 0, db.shape[1] > 0, ea.size > 0, eb.size > 0
     pool, start, shared_start, keys, groups, sigmas = draws
+    per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     keyed = keys.size > 0
     chunk = block * _CHUNK_BLOCKS
     variance, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
+    ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
     any_own, unjudged = False, False
     for lo in range(first, last, chunk):
         hi = min(last, lo + chunk)
@@ -342,7 +356,7 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
             if rounds:
                 v = np.float64(xv[t])
                 own, bound[t] = _rounded(v, before, abs(v) + before, rule)
-                scales[t] = np.float32(own / sigmas)  # (a standard normal draw times it: the own error's)
+                scales[t] = np.float32(own * per_sigma)  # (a standard normal draw times it: the own error's)
                 any_own |= own != 0
             else:
                 bound[t] = before
@@ -362,7 +376,7 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
                     out[t] += own_draws[t] * scales[t]
             for t in range(hi - lo):
                 squares[t] += out[t] * out[t]
-        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted)
+        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
     return any_own, unjudged
 
 
@@ -433,11 +447,11 @@ def add_noise(samples, noise, own, sigmas, threads=None):
 @njit(cache=True, nogil=True, error_model="numpy")
 def _add_noise_span(samples, noise, own, sigmas, first, last):
     """add_noise on elements `first` to `last`."""
-    part = own[first:last]
+    part, per_sigma = own[first:last], 1.0 / sigmas  # (a multiply: exact, SIGMAS is a power of two)
     for k in range(samples.shape[0]):
         row, draws = samples[k, first:last], noise[k, first:last]
         for i in range(part.size):  # (over views from 0: a loop that vectorizes)
-            row[i] += draws[i] * np.float32(part[i] / sigmas)
+            row[i] += draws[i] * np.float32(part[i] * per_sigma)
 
 
 def over_cores(n: int, granule: int, run, threads: int | None = None) -> list:
