@@ -14,7 +14,7 @@ from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
 from .threads import ranges, run_blocks
 
 
-_TWO_TO_MINUS_64 = 2.0**-64
+_TWO_TO_MINUS_64, _TWO_TO_64 = 2.0**-64, 2.0**64
 _CHUNK_BLOCKS = 16  # calibration blocks per chunk of the passes that read samples (their temporaries: a chunk's)
 SPLIT_FROM = 1 << 16  # elements of a pass from which it is split over the cores (`over_cores`)
 SPAN = 1 << 15  # elements per span of a split pass at least
@@ -392,9 +392,11 @@ def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, b
 
 @njit(inline="always")
 def _exponent(power):
-    """np.frexp(power)[1] of a positive power of two (a normal one's from its exponent bits)."""
+    """np.frexp(power)[1] of a positive power of two, from its exponent bits (a subnormal one's from it made normal
+    by an exact 2^64: no call, the loops vectorize)."""
     field = bitcast_f64_to_i64(power) >> 52
-    return field - 1022 if field > 0 else math.frexp(power)[1]
+    scaled = (bitcast_f64_to_i64(power * _TWO_TO_64) >> 52) - 64
+    return (field if field > 0 else scaled) - 1022
 
 
 def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out, threads=None):
@@ -416,11 +418,12 @@ def _binades(x, other, nmant, tiny, other_nmant, other_tiny, groups_out, coarse_
     smallest) into `groups_out`, whether the other operand's ulp is at least x's into `coarse_out`. Returns the
     smallest binade (2^30 for no elements)."""
     lowest = 1 << 30
-    for i in range(first, last):
-        binade = _exponent(_ulp(x[i], nmant, tiny))
+    xs, others, groups, coarse = x[first:last], other[first:last], groups_out[first:last], coarse_out[first:last]
+    for i in range(xs.size):  # (over views from 0: a loop that vectorizes)
+        binade = _exponent(_ulp(xs[i], nmant, tiny))
         lowest = min(lowest, binade)
-        groups_out[i] = binade
-        coarse_out[i] = _exponent(_ulp(other[i], other_nmant, other_tiny)) >= binade
+        groups[i] = binade
+        coarse[i] = _exponent(_ulp(others[i], other_nmant, other_tiny)) >= binade
     return lowest
 
 
@@ -429,12 +432,13 @@ def _number_groups(groups, coarse, source, count, lowest, first, last):
     """rounding_groups' second pass on elements `first` to `last`: each binade counted from `lowest`, the group
     numbered. Returns (whether any has a group, whether all have, the largest binade)."""
     coarse_seen, all_coarse, top = False, True, 0
-    for i in range(first, last):
-        binade = groups[i] - lowest
+    numbers, sources, shared = groups[first:last], source[first:last], coarse[first:last]
+    for i in range(numbers.size):  # (over views from 0: a loop that vectorizes)
+        binade = numbers[i] - lowest
         top = max(top, binade)
-        groups[i] = binade * count + source[i] if coarse[i] else -1
-        coarse_seen |= coarse[i]
-        all_coarse &= coarse[i]
+        numbers[i] = binade * count + sources[i] if shared[i] else -1
+        coarse_seen |= shared[i]
+        all_coarse &= shared[i]
     return coarse_seen, all_coarse, top
 
 
