@@ -70,6 +70,22 @@ def test_errstate_of_the_caller_holds_in_the_helpers():
 
 
 @pytest.mark.skipif(threads._spin_while_equal is None, reason="the spin-wait library (hlo_spin) is not built")
+def test_a_call_that_does_not_linger_leaves_the_pool_asleep(monkeypatch):
+    """After run_blocks(..., linger=False) the pool threads sleep at once (no CPU while the caller sleeps); after
+    a lingering call they spin for the next one (SPIN_SECONDS, here 0.5 s)."""
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 0.5)
+
+    def cpu_while_asleep() -> float:
+        t = time.process_time()
+        time.sleep(0.2)
+        return time.process_time() - t
+    threads.run_blocks(4, lambda i: time.sleep(0.001), 2, linger=False)
+    assert cpu_while_asleep() < 0.05
+    threads.run_blocks(4, lambda i: time.sleep(0.001), 2)
+    assert cpu_while_asleep() > 0.01
+
+
+@pytest.mark.skipif(threads._spin_while_equal is None, reason="the spin-wait library (hlo_spin) is not built")
 def test_spin_while_equal_returns_on_a_change_or_at_its_deadline():
     spin = threads._spin_while_equal
     word = threads._word()
