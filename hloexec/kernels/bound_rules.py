@@ -16,7 +16,7 @@ from .threads import ranges, run_blocks
 
 _TWO_TO_MINUS_64, _TWO_TO_64 = 2.0**-64, 2.0**64
 _CHUNK_BLOCKS = 16  # calibration blocks per chunk of the passes that read samples (their temporaries: a chunk's)
-SPLIT_FROM = 1 << 16  # elements of a pass from which it is split over the cores (`over_cores`)
+SPLIT_FROM = 1 << 16  # elements of a pass from which it is split over the cores (`over_cores`; bench/README.md)
 SPAN = 1 << 15  # elements per span of a split pass at least
 
 
