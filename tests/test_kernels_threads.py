@@ -48,13 +48,12 @@ def test_the_pool_keeps_no_reference_to_a_finished_call():
     def run(i, payload=payload):
         time.sleep(0.0005)
     threads.run_blocks(4, run, 2)
+    queue = threads._BlockQueue(3, run, 0)  # a finished call's queue, as a pool thread's frame may still hold it
+    queue.work()
     del run, payload
-    for _ in range(100):      # a helper leaves its last block's frame a few microseconds after the caller returns
-        gc.collect()
-        if ref() is None:
-            break
-        time.sleep(0.01)
-    assert ref() is None
+    gc.collect()
+    assert ref() is None      # at once: not when a helper leaves its last block's frame, after the caller returned
+    assert queue.finished.is_set()
 
 
 def test_errstate_of_the_caller_holds_in_the_helpers():

@@ -159,6 +159,9 @@ class _BlockQueue:
                 with self.lock:
                     self.left -= 1
                     if self.left == 0:
+                        # what the blocks' function holds (the call's arrays) freed now, not when the last pool
+                        # thread to leave this frame (preempted, perhaps) drops the queue
+                        self.run = None
                         self.done[0] = 1
                         self.finished.set()
 
