@@ -9,12 +9,24 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from hloexec.kernels import bound_rules
 from hloexec.kernels.bound_rules import add_noise, block_ratios, round_bounds, scale_blocks
 from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, SAMPLE_MARGIN, SIGMAS, calibrate
 
 HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
 WIDE_ULPS = 4.0 * SIGMAS / np.sqrt(3)
 CAP = np.sqrt(3) / SIGMAS
+
+
+@pytest.fixture(params=["one pass", "split"])
+def passes(request, monkeypatch):
+    """The compiled passes whole, or split (kernels/bound_rules.over_cores) into spans of about 100 elements
+    (whole calibration blocks where they tally blocks) taken by two threads."""
+    if request.param == "split":
+        monkeypatch.setattr(bound_rules, "SPLIT_FROM", 0)
+        monkeypatch.setattr(bound_rules, "SPAN", 100)
+        monkeypatch.setenv("HLOEXEC_NUM_THREADS", "2")
+    return request.param
 
 
 def _ulp(magnitude, dtype) -> np.ndarray:
@@ -76,7 +88,7 @@ def _compiled_round(x, variance, at, dtype, opcode_kind, precision_bits=None, ou
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
                                    ml_dtypes.float8_e4m3fn])
 @pytest.mark.parametrize("kind", ["elementwise", "transcendental", "sum", "reduce-precision", "at"])
-def test_round_bounds_is_the_numpy_rule(dtype, kind):
+def test_round_bounds_is_the_numpy_rule(dtype, kind, passes):
     rng = np.random.default_rng(7)
     n = 20000
     x = _awkward(rng, n, dtype)
@@ -131,7 +143,7 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
 
 @pytest.mark.parametrize("bound_dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", ["loose", "short", "specials", "nonfinite-samples", "few"])
-def test_calibrate_is_the_numpy_rule(bound_dtype, case):
+def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
     rng = np.random.default_rng(11)
     shape = (37, 300)                               # blocks cross rows; a shorter last block
     bound = np.abs(rng.standard_normal(shape)).astype(bound_dtype)
@@ -162,7 +174,7 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case):
         assert not np.array_equal(calibrate(bound, deviations, ceiling), bound)
 
 
-def test_block_ratios_counts_and_tail():
+def test_block_ratios_counts_and_tail(passes):
     bound = np.ones(2 * CALIBRATION_BLOCK + 3)
     deviations = np.zeros((4, bound.size), np.float32)
     deviations[:, -1] = 2.0                          # 4 x 4 / 1 in the last (3-element) block
@@ -174,7 +186,7 @@ def test_block_ratios_counts_and_tail():
     assert out[0] == 1 and out[CALIBRATION_BLOCK] == 2 and out[-1] == 3
 
 
-def test_add_noise_is_the_numpy_rule():
+def test_add_noise_is_the_numpy_rule(passes):
     rng = np.random.default_rng(3)
     samples = rng.standard_normal((4, 1000)).astype(np.float32)
     noise = rng.standard_normal((4, 1000)).astype(np.float32)
@@ -289,23 +301,14 @@ def _numpy_deviations(opcode, x, a, b, da, db):
     return (pa - x32 * db) / (b32 + db)
 
 
-@pytest.mark.parametrize("opcode", ["add", "subtract", "negate", "convert", "multiply", "divide"])
-@pytest.mark.parametrize("which", ["both", "a", "b", "none", "same"])
-@pytest.mark.parametrize("keyed", [False, True])
-def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed):
-    """kernels/bound_rules.elementwise_pass (an elementwise op's bound, rounding, samples with their own-error
-    draws, and calibration's statistics in one pass) against numpy forms of each rule on data with infinities,
-    NaN, zeros and subnormals: the bound before the rounding (`_numpy_variance`), the rounding (`_numpy_round`),
-    the deviations plus each draw times float32(own / SIGMAS) (a group's one draw where keyed), the calibration
-    it feeds (`_numpy_calibrate`), a divide's rounding-decided elements."""
-    from hloexec.kernels.bound_rules import elementwise_pass
-    from hloexec.tools.bound_elementwise import FUSED, rounding_rule
+def _elementwise_case(opcode, which, keyed, n):
+    """elementwise_pass' inputs on random data with infinities, NaN, zeros and subnormals (half of it ordinary,
+    enough to calibrate), as a dict of its arguments by name, the operands' bounds and deviations None where
+    `which` says they have none, and empty outputs."""
+    from hloexec.tools.bound_elementwise import rounding_rule
     from hloexec.ir.dtypes import ELEMENT_TYPES
     unary = opcode in ("negate", "convert")
-    if unary and which in ("b", "same"):
-        pytest.skip("one operand")
-    rng = np.random.default_rng(abs(hash((opcode, which, keyed))) % 2**32)
-    n = 3 * CALIBRATION_BLOCK + 17                                  # a shorter last block
+    rng = np.random.default_rng(abs(hash((opcode, which, keyed, n))) % 2**32)
     a = _awkward(rng, n, ml_dtypes.bfloat16)
     b = a if which == "same" or unary else _awkward(rng, n, ml_dtypes.bfloat16)
     a[: n // 2] = rng.standard_normal(n // 2)                        # enough ordinary elements to calibrate
@@ -313,23 +316,52 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed):
     with np.errstate(all="ignore"):
         x = {"add": a + b, "subtract": a - b, "negate": -a, "convert": a, "multiply": a * b, "divide": a / b}[opcode]
         errs = [np.abs(_awkward(rng, n, np.float32)).astype(np.float32) * 1e-3 for _ in range(2)]
-        errs[0][rng.random(n) < 0.2] = 0.0
-        ea = errs[0] if which in ("both", "a", "same") else None
-        eb = errs[1] if which in ("both", "b") and not unary else None
-        devs = [(rng.standard_normal((4, n)) * 1e-3).astype(np.float32) for _ in range(2)]
-        da = devs[0] if which in ("both", "a", "same") else None
-        db = da if which == "same" else devs[1] if which in ("both", "b") and not unary else None
-        etype = ELEMENT_TYPES["bf16"]
-        rule, rounds = rounding_rule(etype, opcode), opcode != "negate"
-        pool = rng.standard_normal(1 << 16).astype(np.float32)
-        keys = np.where(rng.random(n) < 0.3, -1, rng.integers(0, 40, n)) if keyed else np.empty(0, np.int64)
-        bound, samples, decided = np.empty(n, np.float32), np.empty((4, n), np.float32), np.zeros(n, bool)
-        none = np.empty(0, np.float32)
-        rows = lambda d: np.empty((4, 0), np.float32) if d is None else d  # noqa: E731
-        any_own, *stats = elementwise_pass(
-            FUSED[opcode], which == "same" and not unary, rounds, x, a, b, none if ea is None else ea,
-            none if eb is None else eb, rows(da), rows(None if unary else db), rule,
-            (pool, 123, 7, keys, 40, float(SIGMAS)), bound, samples, decided, CALIBRATION_BLOCK)
+    errs[0][rng.random(n) < 0.2] = 0.0
+    devs = [(rng.standard_normal((4, n)) * 1e-3).astype(np.float32) for _ in range(2)]
+    da = devs[0] if which in ("both", "a", "same") else None
+    return dict(
+        x=x, a=a, b=b, ea=errs[0] if which in ("both", "a", "same") else None,
+        eb=errs[1] if which in ("both", "b") and not unary else None, da=da,
+        db=da if which == "same" else devs[1] if which in ("both", "b") and not unary else None,
+        rule=rounding_rule(ELEMENT_TYPES["bf16"], opcode), pool=rng.standard_normal(1 << 16).astype(np.float32),
+        keys=np.where(rng.random(n) < 0.3, -1, rng.integers(0, 40, n)) if keyed else np.empty(0, np.int64),
+        bound=np.empty(n, np.float32), samples=np.empty((4, n), np.float32), decided=np.zeros(n, bool))
+
+
+def _elementwise_pass(opcode, which, c):
+    """kernels/bound_rules.elementwise_pass on a `_elementwise_case` (draws at 123, a group's at 7 + 40 k)."""
+    from hloexec.kernels.bound_rules import elementwise_pass
+    from hloexec.tools.bound_elementwise import FUSED
+    unary = opcode in ("negate", "convert")
+    none = np.empty(0, np.float32)
+    rows = lambda d: np.empty((4, 0), np.float32) if d is None else d  # noqa: E731
+    with np.errstate(all="ignore"):
+        return elementwise_pass(
+            FUSED[opcode], which == "same" and not unary, opcode != "negate", c["x"], c["a"], c["b"],
+            none if c["ea"] is None else c["ea"], none if c["eb"] is None else c["eb"], rows(c["da"]),
+            rows(None if unary else c["db"]), c["rule"], (c["pool"], 123, 7, c["keys"], 40, float(SIGMAS)),
+            c["bound"], c["samples"], c["decided"], CALIBRATION_BLOCK)
+
+
+@pytest.mark.parametrize("opcode", ["add", "subtract", "negate", "convert", "multiply", "divide"])
+@pytest.mark.parametrize("which", ["both", "a", "b", "none", "same"])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
+    """kernels/bound_rules.elementwise_pass (an elementwise op's bound, rounding, samples with their own-error
+    draws, and calibration's statistics in one pass) against numpy forms of each rule on data with infinities,
+    NaN, zeros and subnormals: the bound before the rounding (`_numpy_variance`), the rounding (`_numpy_round`),
+    the deviations plus each draw times float32(own / SIGMAS) (a group's one draw where keyed), the calibration
+    it feeds (`_numpy_calibrate`), a divide's rounding-decided elements."""
+    unary = opcode in ("negate", "convert")
+    if unary and which in ("b", "same"):
+        pytest.skip("one operand")
+    n = 3 * CALIBRATION_BLOCK + 17                                  # a shorter last block
+    c = _elementwise_case(opcode, which, keyed, n)
+    x, a, b, ea, eb, da, db, pool, keys = (c[k] for k in ("x", "a", "b", "ea", "eb", "da", "db", "pool", "keys"))
+    bound, samples, decided = c["bound"], c["samples"], c["decided"]
+    any_own, *stats = _elementwise_pass(opcode, which, c)
+    rounds = opcode != "negate"
+    with np.errstate(all="ignore"):
         variance, want_decided = _numpy_variance(opcode, x, a, b, None if ea is None else ea.astype(np.float64),
                                                  None if eb is None else eb.astype(np.float64), which == "same")
         if rounds:
@@ -350,6 +382,27 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed):
         np.testing.assert_array_equal(decided, want_decided)
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(calibrate(bound, samples, stats=stats), _numpy_calibrate(bound, samples), rtol=1e-6)
+
+
+@pytest.mark.parametrize("opcode, which, keyed", [("add", "both", True), ("subtract", "b", True),
+                                                  ("multiply", "both", False), ("divide", "both", False),
+                                                  ("divide", "same", False), ("convert", "a", False)])
+def test_a_split_elementwise_pass_is_one_pass_bit_for_bit(monkeypatch, opcode, which, keyed):
+    """elementwise_pass split into spans taken by two threads (kernels/bound_rules.over_cores) against one pass
+    on one thread: every bound, sample, rounding-decided mark and block statistic the same bits (keyed draws,
+    divides' decided elements, spans of whole calibration blocks and a shorter last block)."""
+    n = 40 * CALIBRATION_BLOCK + 17
+    one = _elementwise_case(opcode, which, keyed, n)
+    whole = _elementwise_pass(opcode, which, one)
+    monkeypatch.setattr(bound_rules, "SPLIT_FROM", 0)
+    monkeypatch.setattr(bound_rules, "SPAN", 3 * CALIBRATION_BLOCK)
+    monkeypatch.setenv("HLOEXEC_NUM_THREADS", "2")
+    split = _elementwise_case(opcode, which, keyed, n)
+    spans = _elementwise_pass(opcode, which, split)
+    for k in ("bound", "samples", "decided"):
+        assert one[k].tobytes() == split[k].tobytes(), k
+    assert [np.asarray(v).tobytes() for v in whole] == [np.asarray(v).tobytes() for v in spans]
+    assert 0 < np.count_nonzero(np.isfinite(one["bound"])) < n and (opcode != "divide" or one["decided"].any())
 
 
 @pytest.mark.parametrize("multiply", [False, True])
@@ -414,7 +467,7 @@ def test_dot_samples_are_the_perturbed_dots(side, dims, lhs, rhs):
 
 @pytest.mark.parametrize("dtype, other", [(np.float16, np.float16), (ml_dtypes.bfloat16, np.float32),
                                           (np.float64, np.float64)])
-def test_rounding_groups_are_the_numpy_rule(dtype, other):
+def test_rounding_groups_are_the_numpy_rule(dtype, other, passes):
     """kernels/bound_rules.rounding_groups (tools/bound_samples.shared_rounding's groups) against numpy: where the
     other operand's ulp in its type is at least x's, the group binade * count + source (binade: the exponent of
     x's ulp counted from the smallest), else -1; on data with infinities, NaN, zeros and subnormals."""

@@ -48,13 +48,12 @@ def test_the_pool_keeps_no_reference_to_a_finished_call():
     def run(i, payload=payload):
         time.sleep(0.0005)
     threads.run_blocks(4, run, 2)
+    queue = threads._BlockQueue(3, run, 0)  # a finished call's queue, as a pool thread's frame may still hold it
+    queue.work()
     del run, payload
-    for _ in range(100):      # a helper leaves its last block's frame a few microseconds after the caller returns
-        gc.collect()
-        if ref() is None:
-            break
-        time.sleep(0.01)
-    assert ref() is None
+    gc.collect()
+    assert ref() is None      # at once: not when a helper leaves its last block's frame, after the caller returned
+    assert queue.finished.is_set()
 
 
 def test_errstate_of_the_caller_holds_in_the_helpers():
@@ -67,6 +66,22 @@ def test_errstate_of_the_caller_holds_in_the_helpers():
     with np.errstate(divide="raise"):
         threads.run_blocks(6, run, 2)
     assert flags == ["raise"] * 6
+
+
+@pytest.mark.skipif(threads._spin_while_equal is None, reason="the spin-wait library (hlo_spin) is not built")
+def test_a_call_that_does_not_linger_leaves_the_pool_asleep(monkeypatch):
+    """After run_blocks(..., linger=False) the pool threads sleep at once (no CPU while the caller sleeps); after
+    a lingering call they spin for the next one (SPIN_SECONDS, here 0.5 s)."""
+    monkeypatch.setattr(threads, "SPIN_SECONDS", 0.5)
+
+    def cpu_while_asleep(seconds: float) -> float:
+        t = time.process_time()
+        time.sleep(seconds)
+        return time.process_time() - t
+    threads.run_blocks(4, lambda i: time.sleep(0.001), 2, linger=False)
+    assert cpu_while_asleep(0.2) < 0.05
+    threads.run_blocks(4, lambda i: time.sleep(0.001), 2)
+    assert cpu_while_asleep(0.4) > 0.01  # (0.4 s of spinning: 0.01 s even with a tenth of a core, on a loaded CI)
 
 
 @pytest.mark.skipif(threads._spin_while_equal is None, reason="the spin-wait library (hlo_spin) is not built")

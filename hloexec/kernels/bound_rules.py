@@ -11,10 +11,13 @@ import numpy as np
 from numba import njit
 
 from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
+from .threads import ranges, run_blocks
 
 
-_TWO_TO_MINUS_64 = 2.0**-64
+_TWO_TO_MINUS_64, _TWO_TO_64 = 2.0**-64, 2.0**64
 _CHUNK_BLOCKS = 16  # calibration blocks per chunk of the passes that read samples (their temporaries: a chunk's)
+SPLIT_FROM = 1 << 16  # elements of a pass from which it is split over the cores (`over_cores`; bench/README.md)
+SPAN = 1 << 15  # elements per span of a split pass at least
 
 
 @njit(inline="always")
@@ -29,6 +32,12 @@ def _ulp(magnitude, nmant, tiny):
     # one 2^64 larger, exactly (field >= -63: m is normal; 2^-1075 and below round to 0, as ldexp's)
     subnormal = bitcast_i64_to_f64(max(field + 64, 1) << 52) * _TWO_TO_MINUS_64
     return bitcast_i64_to_f64(field << 52) if field >= 1 else subnormal
+
+
+@njit(inline="always")
+def _inverse_power(power):
+    """1 / `power`, a normal power of two, from its exponent bits (exact)."""
+    return bitcast_i64_to_f64((2046 - (bitcast_f64_to_i64(power) >> 52)) << 52)
 
 
 @njit(inline="always")
@@ -54,16 +63,30 @@ def _rounded(v, b, magnitude, rule):
         if math.isinf(v):
             representable = has_inf
         else:
-            steps = v / _ulp(v, nmant, tiny)  # (exact: the ulp is a power of two)
+            # v / its ulp, as v times the ulp's inverse (both powers of two, the inverse a normal f64 where the
+            # ulp is: the same real number rounded, no division), a whole number where v is on the type's grid
+            # (every f64 is on f64's: its ulp may be subnormal, 0 steps then)
+            steps = 0.0 if nmant >= 52 else v * _inverse_power(_ulp(v, nmant, tiny))
             representable = abs(v) <= largest and steps == math.floor(steps)
         if representable:
             own = 0.0
     return own, _nan_min(math.sqrt(b * b + own * own), b + own * cap)
 
 
+def round_bounds(x, variance, at, own_out, bound_out, *rule, threads=None):
+    """`_round_span` over the elements, spans of them on the cores (`over_cores`)."""
+    whole = at.size == 0
+
+    def span(first, last):
+        part = slice(first, last)
+        _round_span(x[part], variance[part], at if whole else at[part], own_out[part], bound_out[part], *rule)
+
+    over_cores(x.size, 1, span, threads)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def round_bounds(x, variance, at, own_out, bound_out, nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps,
-                 precision_scale, exact_rule, largest, has_inf, largest_error):  # fmt: skip
+def _round_span(x, variance, at, own_out, bound_out, nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps,
+                precision_scale, exact_rule, largest, has_inf, largest_error):  # fmt: skip
     """A value's own rounding and its bound after it, per element (tools/bounds.py `_round`):
     b = sqrt(variance), the bound before the rounding; its magnitude |x| + a (a: `at`'s element, b where `at` has
     no elements); own = half_ulps x the ulp (`nmant`, `tiny`) there, at least precision_scale x the magnitude
@@ -167,64 +190,79 @@ def _divide_variance(same, xi, va, vb, ea, eb, with_a, with_b):
 
 
 @njit(inline="always")
-def _tally(q, e, largest, total, counted):
-    """A block's statistics (block_ratios: its largest ratio, their total, how many) with one more element: its
-    samples' sum of squares `q`, its bound `e`. Returns them and whether the element is unjudged (non-finite
-    samples under a finite bound)."""
-    if not math.isfinite(q):
-        return largest, total, counted, e < math.inf
-    if e > 0 and e < math.inf:
-        ratio = np.float64(q) / (np.float64(e) * np.float64(e))
-        if ratio > largest or ratio != ratio:  # (NaN, as np.max: 0 / 0 where e^2 underflows)
-            largest = ratio
-        total += ratio
-        counted += 1
-    return largest, total, counted, False
-
-
-@njit(inline="always")
-def _tally_blocks(squares, bound, lo, block, largest, total, counted):
-    """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`): `squares`, its
-    samples' sums of squares, `bound` its bounds (views from the chunk's start). Returns whether an element is
-    unjudged."""
-    unjudged = False
-    for j in range(lo // block, (lo + bound.size + block - 1) // block):
-        most, summed, seen = 0.0, 0.0, 0
-        for t in range(j * block - lo, min(bound.size, (j + 1) * block - lo)):
-            most, summed, seen, lost = _tally(squares[t], bound[t], most, summed, seen)
-            unjudged |= lost
-        largest[j], total[j], counted[j] = most, summed, seen
+def _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged):
+    """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`) (block_ratios: per
+    block its largest ratio, their total, how many): `squares`, its samples' sums of squares, `bound` its bounds
+    (views from the chunk's start); `ratios` (f64) and `judged` (bool), a chunk's temporaries. Returns whether an
+    element is unjudged (non-finite samples under a finite bound). Each element's ratio first, in a loop without
+    a branch (it vectorizes); per block then their sum in element order (the same bits as a sum along the
+    block), the largest as the largest bit pattern (of ratios >= 0: the order of their values) or NaN where one
+    is (0 / 0 where e^2 underflows), and the count."""
+    n, unjudged = bound.size, False
+    for t in range(n):
+        q, e = squares[t], bound[t]
+        ok = math.isfinite(q) and e > 0 and e < math.inf
+        ratios[t] = np.float64(q) / (np.float64(e) * np.float64(e)) if ok else 0.0
+        judged[t] = ok
+        unjudged |= not math.isfinite(q) and e < math.inf
+    for j in range(lo // block, (lo + n + block - 1) // block):
+        ratio, seen = (
+            ratios[j * block - lo : min(n, (j + 1) * block - lo)],
+            judged[j * block - lo : (j + 1) * block - lo],
+        )
+        summed = 0.0
+        for t in range(ratio.size):
+            summed += ratio[t]
+        top, nan, count = 0, False, 0
+        for t in range(ratio.size):
+            r = ratio[t]
+            nan |= r != r
+            top = max(top, bitcast_f64_to_i64(r) if r == r else 0)
+            count += seen[t]
+        largest[j], total[j], counted[j] = math.nan if nan else bitcast_i64_to_f64(top), summed, count
     return unjudged
 
 
+def block_ratios(deviations, bound, block, threads=None):
+    """`_block_ratios_span` over all blocks, spans of them on the cores (`over_cores`). Returns (largest, total,
+    counted, seen, unjudged)."""
+    stats = _block_statistics(bound.size, block)
+    spans = over_cores(bound.size, block, lambda first, last: _block_ratios_span(deviations, bound, block, first,
+                                                                                   last, *stats), threads)  # fmt: skip
+    return *stats, stats[2].sum(), any(spans)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def block_ratios(deviations, bound, block):
+def _block_ratios_span(deviations, bound, block, first, last, largest, total, counted):
     """Per block of `block` consecutive elements (the last one shorter), what calibration reads
     (tools/bound_samples.calibrate): the largest and the sum of r = (sum over the samples of a deviation's square,
     in float32 as the samples are) / bound^2 over the elements with a finite positive bound and finite samples
-    ("seen"), and how many were seen. `deviations`: (samples, n). Returns (largest, total, counted, seen,
-    unjudged): unjudged, whether a finite bound has non-finite samples (then the bound is kept as it is)."""
-    n = bound.size
-    blocks = (n + block - 1) // block
-    largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
+    ("seen"), and how many were seen, into `largest`, `total`, `counted` at their blocks' places. `deviations`:
+    (samples, n). Elements `first` (a multiple of `block`) to `last` only. Returns whether a finite bound has
+    non-finite samples (unjudged: then the bound is kept as it is)."""
     chunk = block * _CHUNK_BLOCKS
-    squares = np.empty(chunk, np.float32)
+    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
     unjudged = False
-    for lo in range(0, n, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
-        hi = min(n, lo + chunk)
+    for lo in range(first, last, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
+        hi = min(last, lo + chunk)
         squares[:] = 0
         for k in range(deviations.shape[0]):
             row = deviations[k, lo:hi]
             for t in range(hi - lo):
                 squares[t] += row[t] * row[t]
-        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted)
-    return largest, total, counted, counted.sum(), unjudged
+        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted, ratios, judged)
+    return unjudged
+
+
+def scale_blocks(bound, factor, block, out, threads=None):
+    """out = bound x its block's factor (blocks of `block` consecutive elements), spans of blocks on the cores."""
+    over_cores(bound.size, block, lambda first, last: _scale_span(bound, factor, block, out, first, last), threads)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def scale_blocks(bound, factor, block, out):
-    """out = bound x its block's factor (blocks of `block` consecutive elements)."""
-    for j in range(factor.size):
+def _scale_span(bound, factor, block, out, first, last):
+    """scale_blocks from element `first` (a multiple of `block`) to `last`."""
+    for j in range(first // block, (last + block - 1) // block):
         scale = factor[j]
         source, target = bound[j * block : (j + 1) * block], out[j * block : (j + 1) * block]
         for t in range(source.size):  # (over views from 0: a loop that vectorizes)
@@ -273,8 +311,8 @@ def _deviations(kind, x, a, b, da, db, out, with_a, with_b):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
-                     block):  # fmt: skip
+def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
+                      block, first, last, largest, total, counted):  # fmt: skip
     """One elementwise op's whole bound in one pass over its elements (tools/bound_elementwise.py): the bound
     before its rounding (first_order_variance's rule; a divide's at its operands' interval ends and corners,
     `_divide_variance`), its own rounding where it `rounds` (round_bounds'; `rule` its scalars; none: a negate),
@@ -282,22 +320,23 @@ def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, b
     `samples_out`, or none when it has no columns) plus each sample's own error: a standard normal draw times
     own / SIGMAS (`draws`: (pool, start, shared start, keys, groups, sigmas); element i's draw of sample k is
     pool[start + k n + i], or pool[shared start + k groups + keys[i]] where keys[i] >= 0: one error for its
-    group), and calibration's block statistics (block_ratios', from the samples and the bound as
-    written). `decided_out`: a divide's rounding-decided elements. Returns (any own error nonzero, largest,
-    total, counted, seen, unjudged). A chunk of blocks at a time, step by step along it: loops over views from
-    0 (the compiler vectorizes them: no negative index to wrap), the chunk's temporaries in cache."""
+    group), and calibration's block statistics (block_ratios', from the samples and the bound as written, into
+    `largest`, `total`, `counted` at their blocks' places). `decided_out`: a divide's rounding-decided elements.
+    Elements `first` (a multiple of `block`) to `last` only. Returns (any own error nonzero, unjudged). A chunk of
+    blocks at a time, step by step along it: loops over views from 0 (the compiler vectorizes them: no negative
+    index to wrap), the chunk's temporaries in cache."""
     n, samples = x.size, samples_out.shape[0]
     sampled = samples_out.shape[1] > 0
     with_a, with_b, with_ea, with_eb = da.shape[1] > 0, db.shape[1] > 0, ea.size > 0, eb.size > 0
     pool, start, shared_start, keys, groups, sigmas = draws
+    per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     keyed = keys.size > 0
-    blocks = (n + block - 1) // block
-    largest, total, counted = np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)
     chunk = block * _CHUNK_BLOCKS
     variance, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
+    ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
     any_own, unjudged = False, False
-    for lo in range(0, n, chunk):
-        hi = min(n, lo + chunk)
+    for lo in range(first, last, chunk):
+        hi = min(last, lo + chunk)
         xv, av, bv, eav, ebv, bound = x[lo:hi], a[lo:hi], b[lo:hi], ea[lo:hi], eb[lo:hi], bound_out[lo:hi]
         if kind == DIVIDE:
             decided = decided_out[lo:hi]
@@ -317,7 +356,7 @@ def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, b
             if rounds:
                 v = np.float64(xv[t])
                 own, bound[t] = _rounded(v, before, abs(v) + before, rule)
-                scales[t] = np.float32(own / sigmas)  # (a standard normal draw times it: the own error's)
+                scales[t] = np.float32(own * per_sigma)  # (a standard normal draw times it: the own error's)
                 any_own |= own != 0
             else:
                 bound[t] = before
@@ -337,44 +376,108 @@ def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, b
                     out[t] += own_draws[t] * scales[t]
             for t in range(hi - lo):
                 squares[t] += out[t] * out[t]
-        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted)
-    return any_own, largest, total, counted, counted.sum(), unjudged
+        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
+    return any_own, unjudged
+
+
+def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
+                     block, threads=None):  # fmt: skip
+    """`_elementwise_span` over all of `x`'s elements, spans of whole blocks on the cores (`over_cores`). Returns
+    (any own error nonzero, largest, total, counted, seen, unjudged): calibration's statistics per block."""
+    args = (kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out, block)
+    stats = _block_statistics(x.size, block)
+    spans = over_cores(x.size, block, lambda first, last: _elementwise_span(*args, first, last, *stats), threads)
+    return any(s[0] for s in spans), *stats, stats[2].sum(), any(s[1] for s in spans)
 
 
 @njit(inline="always")
 def _exponent(power):
-    """np.frexp(power)[1] of a positive power of two (a normal one's from its exponent bits)."""
+    """np.frexp(power)[1] of a positive power of two, from its exponent bits (a subnormal one's from it made normal
+    by an exact 2^64: no call, the loops vectorize)."""
     field = bitcast_f64_to_i64(power) >> 52
-    return field - 1022 if field > 0 else math.frexp(power)[1]
+    scaled = (bitcast_f64_to_i64(power * _TWO_TO_64) >> 52) - 64
+    return (field if field > 0 else scaled) - 1022
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out):
-    """tools/bound_samples.shared_rounding's groups in two passes: element i's group is binade * count +
+def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out, threads=None):
+    """tools/bound_samples.shared_rounding's groups in two passes (`_binades`, then `_number_groups` from the
+    smallest binade), each over spans of the elements on the cores: element i's group is binade * count +
     source[i] (binade: the exponent of x's ulp (`nmant`, `tiny`), counted from the smallest one's) where the other
     operand's ulp in its type (`other_nmant`, `other_tiny`) is at least x's (both powers of two: the exponents
     compared), else -1. Returns (whether any element has a group, whether all have, the largest binade)."""
-    lowest, coarse_seen, all_coarse = 1 << 30, False, True
     coarse = np.empty(x.size, np.bool_)
-    for i in range(x.size):
-        binade = _exponent(_ulp(x[i], nmant, tiny))
-        lowest = min(lowest, binade)
-        groups_out[i] = binade
-        coarse[i] = _exponent(_ulp(other[i], other_nmant, other_tiny)) >= binade
-    top = 0
-    for i in range(x.size):
-        binade = groups_out[i] - lowest
-        top = max(top, binade)
-        groups_out[i] = binade * count + source[i] if coarse[i] else -1
-        coarse_seen |= coarse[i]
-        all_coarse &= coarse[i]
-    return coarse_seen, all_coarse, top
+    types = (nmant, tiny, other_nmant, other_tiny)
+    lowest = min(over_cores(x.size, 1, lambda i, j: _binades(x, other, *types, groups_out, coarse, i, j), threads))
+    spans = over_cores(x.size, 1, lambda i, j: _number_groups(groups_out, coarse, source, count, lowest, i, j), threads)
+    return any(s[0] for s in spans), all(s[1] for s in spans), max(s[2] for s in spans)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def add_noise(samples, noise, own, sigmas):
+def _binades(x, other, nmant, tiny, other_nmant, other_tiny, groups_out, coarse_out, first, last):
+    """rounding_groups' first pass on elements `first` to `last`: each one's binade (not yet counted from the
+    smallest) into `groups_out`, whether the other operand's ulp is at least x's into `coarse_out`. Returns the
+    smallest binade (2^30 for no elements)."""
+    lowest = 1 << 30
+    xs, others, groups, coarse = x[first:last], other[first:last], groups_out[first:last], coarse_out[first:last]
+    for i in range(xs.size):  # (over views from 0: a loop that vectorizes)
+        binade = _exponent(_ulp(xs[i], nmant, tiny))
+        lowest = min(lowest, binade)
+        groups[i] = binade
+        coarse[i] = _exponent(_ulp(others[i], other_nmant, other_tiny)) >= binade
+    return lowest
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _number_groups(groups, coarse, source, count, lowest, first, last):
+    """rounding_groups' second pass on elements `first` to `last`: each binade counted from `lowest`, the group
+    numbered. Returns (whether any has a group, whether all have, the largest binade)."""
+    coarse_seen, all_coarse, top = False, True, 0
+    numbers, sources, shared = groups[first:last], source[first:last], coarse[first:last]
+    for i in range(numbers.size):  # (over views from 0: a loop that vectorizes)
+        binade = numbers[i] - lowest
+        top = max(top, binade)
+        numbers[i] = binade * count + sources[i] if shared[i] else -1
+        coarse_seen |= shared[i]
+        all_coarse &= shared[i]
+    return coarse_seen, all_coarse, top
+
+
+def add_noise(samples, noise, own, sigmas, threads=None):
     """Each sample's own error (tools/bounds.py `_sample`): samples[k, i] += noise[k, i] x float32(own[i] / sigmas)
-    (float32 as the samples are)."""
+    (float32 as the samples are); spans of elements on the cores."""
+    over_cores(own.size, 1, lambda first, last: _add_noise_span(samples, noise, own, sigmas, first, last), threads)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _add_noise_span(samples, noise, own, sigmas, first, last):
+    """add_noise on elements `first` to `last`."""
+    part, per_sigma = own[first:last], 1.0 / sigmas  # (a multiply: exact, SIGMAS is a power of two)
     for k in range(samples.shape[0]):
-        for i in range(samples.shape[1]):
-            samples[k, i] += noise[k, i] * np.float32(own[i] / sigmas)
+        row, draws = samples[k, first:last], noise[k, first:last]
+        for i in range(part.size):  # (over views from 0: a loop that vectorizes)
+            row[i] += draws[i] * np.float32(part[i] * per_sigma)
+
+
+def over_cores(n: int, granule: int, run, threads: int | None = None) -> list:
+    """run(first, last) over spans covering elements 0..n-1, their edges multiples of `granule`, on the calling
+    thread and the pool's (kernels/threads.py; `threads` as run_blocks') where n reaches SPLIT_FROM; their results
+    in span order. The spans follow from n alone, and each element's results and each block's statistics are
+    computed by one span as a single pass computes them: the same bits whichever threads run them."""
+    if n < SPLIT_FROM:
+        return [run(0, n)]
+    spans = ranges(n, n // SPAN, granule)
+    results: list = [None] * len(spans)
+
+    def one(i):
+        results[i] = run(spans[i].start, spans[i].stop)
+
+    # (no lingering: a pool thread done with its spans sleeps at once rather than spin for a next call, which comes
+    # after the next instruction's other work, past the spin: on the GPT step spinning cost 0.2-0.5 s of CPU)
+    run_blocks(len(spans), one, threads, linger=False)
+    return results
+
+
+def _block_statistics(n: int, block: int) -> tuple:
+    """Zeroed (largest, total, counted) per block of `block` consecutive elements of n."""
+    blocks = (n + block - 1) // block
+    return np.zeros(blocks), np.zeros(blocks), np.zeros(blocks, np.int64)

@@ -13,7 +13,8 @@ Waiting spins before it sleeps: a pool thread that finished its blocks watches f
 last block in flight, both in C with the GIL released (csrc/spin_wait.c). A thread asleep in the kernel
 takes 50-100 us to run again once woken on this VM, and the GPT d256 step makes ~120 parallel calls: 20-25 ms
 of one core's waiting per step, 5-13% of the step's time won back by spinning (bench/README.md, "Waking the
-pool").
+pool"). A call may ask the pool not to linger after it (the error bounds' passes, kernels/bound_rules.py: their
+next call comes past the spin).
 """
 
 from __future__ import annotations
@@ -88,9 +89,9 @@ class _Pool:
                 self.queue = None
 
     def _serve(self) -> None:
-        seen = 0
+        seen, linger = 0, True
         while True:
-            generation = _spin(self.generation, seen)
+            generation = _spin(self.generation, seen) if linger else self.generation[0]
             if generation == seen:
                 with self.wake:
                     self.sleeping += 1
@@ -99,14 +100,15 @@ class _Pool:
                     self.sleeping -= 1
                     generation = self.generation[0]
             seen = generation
-            self._help()
+            linger = self._help()
 
-    def _help(self) -> None:
+    def _help(self) -> bool:
         """Take blocks of the newest queue, if it has a seat left (its own frame: nothing of it stays
-        referenced while this thread waits)."""
+        referenced while this thread waits). Returns whether to spin for the next one (the queue's `linger`)."""
         queue = self.queue
         if queue is not None and queue.seat() < queue.helpers:
             queue.context.copy().run(queue.work)  # the caller's np.errstate
+        return queue is None or queue.linger
 
 
 _pool: _Pool | None = None
@@ -133,10 +135,11 @@ def _helper_pool(workers: int) -> _Pool:
 class _BlockQueue:
     """Blocks 0..count-1 taken in turn by whichever thread is free; `finished` is set after the last."""
 
-    def __init__(self, count: int, run, helpers: int):
+    def __init__(self, count: int, run, helpers: int, linger: bool = True):
         self.count = count
         self.run = run
         self.helpers = helpers
+        self.linger = linger
         self.seat = itertools.count().__next__  # a helper joins with a seat below `helpers`
         self.take = itertools.count().__next__  # atomic under the GIL
         self.left = count
@@ -156,19 +159,24 @@ class _BlockQueue:
                 with self.lock:
                     self.left -= 1
                     if self.left == 0:
+                        # what the blocks' function holds (the call's arrays) freed now, not when the last pool
+                        # thread to leave this frame (preempted, perhaps) drops the queue
+                        self.run = None
                         self.done[0] = 1
                         self.finished.set()
 
 
-def run_blocks(count: int, run, threads: int | None = None) -> None:
+def run_blocks(count: int, run, threads: int | None = None, linger: bool = True) -> None:
     """run(i) for every block i, on the calling thread and up to threads - 1 pool threads (default
-    `default_threads()`). Returns when every block is done; the first error a block raised is re-raised."""
+    `default_threads()`). Returns when every block is done; the first error a block raised is re-raised.
+    `linger`: whether a pool thread done with these blocks spins for the next call (SPIN_SECONDS) before it
+    sleeps."""
     helpers = min(threads or default_threads(), count) - 1
     if helpers <= 0:
         for i in range(count):
             run(i)
         return
-    queue = _BlockQueue(count, run, helpers)
+    queue = _BlockQueue(count, run, helpers, linger)
     pool = _helper_pool(helpers)
     pool.post(queue)
     queue.work()

@@ -15,7 +15,8 @@ from ..kernels.bound_products import perturbed_float32
 from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 
-SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error
+SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error; a power of two (the
+# compiled passes multiply by its inverse, exactly)
 SAMPLES = 4  # perturbed runs carried along (ErrorBounds._sample)
 CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many elements show them
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
