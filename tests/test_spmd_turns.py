@@ -73,11 +73,13 @@ def test_run_groups_are_the_groups_the_fewest_collectives_reach_across(turns):
 
 
 def test_participants_in_turns_compute_the_same_within_about_one_groups_memory(turns):
-    """Bit for bit the same outputs; the peak of the run in turns near one pair's own (the module on two devices),
-    well below all together's (the parked pairs hold their inputs and a 2 KB row sum), and the estimate says so."""
+    """Bit for bit the same outputs; the peak of the run in turns near one pair's own (the module on two devices:
+    the parked pairs hold their inputs and a 2 KB row sum), and the estimate says it is well below all together's.
+    (All together's measured peak is not compared: it depends on how the eight threads interleave, 13.7-27 MB
+    seen, down to near one pair's where the scheduler runs them nearly one pair after another.)"""
     exe, inputs = turns
     say = lambda message: None  # noqa: E731
-    together, peak_together = _peak(lambda: exe.run_spmd(inputs, report=say, concurrency=N))
+    together = exe.run_spmd(inputs, report=say, concurrency=N)
     grouped, peak_grouped = _peak(lambda: exe.run_spmd(inputs, report=say, concurrency=N, groups=PAIRS))
     for a, b in zip(together, grouped):
         assert np.array_equal(a, b)
@@ -89,7 +91,7 @@ def test_participants_in_turns_compute_the_same_within_about_one_groups_memory(t
     )
     pair.run_spmd(inputs[:2], report=say)
     _, peak_pair = _peak(lambda: pair.run_spmd(inputs[:2], report=say))
-    assert peak_grouped < 1.3 * peak_pair and peak_grouped < 0.6 * peak_together
+    assert peak_grouped < 1.3 * peak_pair
     everyone = spmd.memory_estimate(exe, inputs, N)
     pairs = spmd.memory_estimate(exe, inputs, N, PAIRS, (N, 1))
     assert pairs["work"] < 0.4 * everyone["work"]
