@@ -11,7 +11,7 @@ import pytest
 
 from hloexec.kernels import bound_rules
 from hloexec.kernels.bound_rules import add_noise, block_ratios, round_bounds, scale_blocks
-from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, SAMPLE_MARGIN, SIGMAS, calibrate
+from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, calibrate
 
 HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
 WIDE_ULPS = 4.0 * SIGMAS / np.sqrt(3)
@@ -172,6 +172,26 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
             assert np.array_equal(np.isnan(got), np.isnan(want))
     if case in ("loose", "short"):                  # the rule acted (divided / raised somewhere)
         assert not np.array_equal(calibrate(bound, deviations, ceiling), bound)
+
+
+def test_calibration_cuts_a_lone_tight_element_below_sigmas_no_more_often_than_four_samples_did():
+    """docs/verdicts.md "Fewer samples": with d_s ~ N(0, sigma^2) the element's sum of squares over S samples is
+    sigma^2 chi2_S, and its bound (SIGMAS sigma) is cut below SIGMAS sigma when SAMPLE_MARGIN x the samples' RMS
+    falls below sigma. In a block where it is the one tight element (the others 1000x looser) that happened with
+    4 samples and margin 2 with probability P(chi2_4 < 1) = 1 - e^(-1/2) (1 + 1/2) = 9.0%: SAMPLES and
+    SAMPLE_MARGIN together must not do it more often (3 samples at margin 2 did: 14%; 2 at margin 2: 22%). A
+    block of equally tight elements is never cut below (9% to the 256th power)."""
+    rng = np.random.default_rng(5)
+    blocks = 4000
+    bound = np.full((blocks, CALIBRATION_BLOCK), 1000.0 * SIGMAS)
+    bound[:, 0] = SIGMAS
+    deviations = rng.standard_normal((SAMPLES, blocks, CALIBRATION_BLOCK)).astype(np.float32)
+    below = np.mean(calibrate(bound, deviations)[:, 0] < SIGMAS)
+    today = 1 - math.exp(-0.5) * 1.5
+    assert below <= today + 3 * math.sqrt(today * (1 - today) / blocks)
+    assert below > 0                                # (the statistic is one element's: it can be fooled)
+    tight = np.full((blocks, CALIBRATION_BLOCK), SIGMAS)
+    assert np.all(calibrate(tight, deviations) >= SIGMAS)
 
 
 def test_block_ratios_counts_and_tail(passes):

@@ -19,7 +19,9 @@ SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an
 # compiled passes multiply by its inverse, exactly)
 SAMPLES = 4  # perturbed runs carried along (ErrorBounds._sample)
 CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many elements show them
-SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show
+SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show: a lone tight element is cut below
+# SIGMAS sigma with probability P(chi2_SAMPLES < SAMPLES / SAMPLE_MARGIN^2), 9.0% here; the same for 3 samples at
+# 2.355, for 2 at 3.252 (docs/verdicts.md "Fewer samples": measured, four stay)
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
