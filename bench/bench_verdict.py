@@ -7,6 +7,7 @@ error + 3 x its rms + 4 ulps); false alarms on the unchanged results.
     python bench/bench_verdict.py --cost                # bounds' time and memory on the GPT d256 step
     python bench/bench_verdict.py --cost gpt tpu xmap   # ... and on the SPMD seeds that fit (COST_SEEDS)
     python bench/bench_verdict.py --slack train_step    # per instruction: RMS bound / RMS error (any program)
+    python bench/bench_verdict.py --blocks gpt_step_d256_bf16   # how uneven the calibrated blocks' looseness is
 
 Per program (jax-made, its pre-optimization HLO) two correct candidates, each judged by the arithmetic that made
 it, as `compare --against xla --reference shadow` does: hloexec's run under the reference profile (16-bit sums
@@ -405,7 +406,48 @@ def slack(name: str) -> list[tuple]:
     return rows
 
 
+def blocks(name: str) -> dict:
+    """Over the calibration blocks the samples cut (tools/bound_samples.calibrate; hloexec's shadow run, the
+    reference profile's bounds): how uneven a block's looseness is, its largest y over its RMS of y (y: an
+    element's samples' RMS over its bound; equally loose elements give ~2 with 4 samples, one element carrying the
+    block sqrt(256) = 16). The block's RMS could stand for its largest (a sharper calibration) only where this
+    is small (docs/verdicts.md "Fewer samples")."""
+    import hloexec
+    from hloexec.jax import lower
+    from hloexec.kernels.bound_rules import block_ratios
+    from hloexec.tools import bound_samples as bs
+    from hloexec.tools.bounds import ErrorBounds
+    from hloexec.tools.numerics import shadow_run
+    uneven: list = []
+
+    def calibrate(bound, deviations, ceiling=None, stats=None):
+        if bound is not None and stats is None:
+            stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), np.reshape(bound, -1),
+                                 bs.CALIBRATION_BLOCK)
+        if bound is not None and not stats[4] and stats[3] >= bs.CALIBRATED_FROM:
+            largest, total, counted = stats[:3]
+            spread = bs.SIGMAS / np.sqrt(len(deviations))
+            cut = (counted >= bs.CALIBRATED_FROM) & (largest > 0) & (bs.SAMPLE_MARGIN * spread * np.sqrt(largest) < 1)
+            uneven.extend(np.sqrt(largest[cut] * counted[cut] / total[cut]))
+        return bs.calibrate(bound, deviations, ceiling, stats)
+    fn, args = PROGRAMS[name]()
+    low = lower(fn, *args)
+    exe = hloexec.load(low.text)
+    ErrorBounds._calibrate = staticmethod(calibrate)
+    try:
+        shadow_run(exe, [np.asarray(x) for x in low.inputs], devices=[exe.options.device])
+    finally:
+        ErrorBounds._calibrate = staticmethod(bs.calibrate)
+    ratio = np.asarray(uneven)
+    return {"program": name, "samples": bs.SAMPLES, "blocks cut": int(ratio.size),
+            "largest / RMS quantiles 50 90 99 100%": [round(float(q), 2) for q in np.quantile(ratio, [.5, .9, .99, 1])]
+            if ratio.size else [], "above 5": int(np.count_nonzero(ratio > 5))}
+
+
 def main(argv: list[str]) -> None:
+    if "--blocks" in argv:
+        print(json.dumps([blocks(a) for a in argv if not a.startswith("--")], indent=1))
+        return
     if "--slack" in argv:
         for comp, inst, opcode, error, bound in slack(argv[argv.index("--slack") + 1]):
             ratio = bound / error if error else float("inf")
