@@ -11,9 +11,10 @@ from types import SimpleNamespace
 import ml_dtypes
 import numpy as np
 import pytest
-from test_bound_rules import _awkward, _Dot, passes  # noqa: F401 (passes: a fixture)
+from test_bound_rules import _awkward, _Dot, passes  # noqa: F401 (passes: a fixture, used by dot_passes)
 
 import hloexec
+from hloexec.kernels import bound_products
 from hloexec.kernels.bound_products import dot_variance, least_relative, perturbed_float32, subtract_rounded
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
@@ -33,6 +34,14 @@ DIMS = [
      (2, 9, 3, 20), (3, 20, 9, 2)),
     (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (1000,), (1000, 4)),
 ]
+
+
+@pytest.fixture
+def dot_passes(passes, monkeypatch):
+    """The dot rule's compiled passes whole, or split into spans of about 100 elements taken by two threads."""
+    if passes == "split":
+        monkeypatch.setattr(bound_products, "SPAN", 100)
+    return passes
 
 
 def _dims(dims: dict) -> list[list[int]]:
@@ -56,7 +65,7 @@ def _exact(p, q, dims: dict) -> np.ndarray:
 @pytest.mark.parametrize("square", [True, False])
 @pytest.mark.parametrize("data", ["awkward", "wide", "normal"])
 @pytest.mark.parametrize("dims, lhs, rhs", DIMS)
-def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(dims, lhs, rhs, data, square, passes):
+def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(dims, lhs, rhs, data, square, dot_passes):
     """UpperDot of Terms (|x| or x^2, scaled into float32) against the exact dot of the float64 terms: never
     below it (NaN where it is NaN: inf x 0), and on data in float32's range within 1 + 2 (K + 2) 2^-23 of it (the
     factor 1 + (K + 2) 2^-23 times a float32 dot as far above the exact one as it may be below)."""
@@ -95,7 +104,7 @@ def test_longer_contractions_than_float32s_factor_covers_keep_float64():
 
 
 @pytest.mark.parametrize("sides", ["both", "lhs", "rhs", "none"])
-def test_the_dot_rules_formula_is_the_numpy_rule(sides, passes):
+def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
     """dot_variance per element of a (B, M, N) output against numpy: shared = |sums_a[b, m]| least_b[b, n] +
     |sums_b[b, n]| least_a[b, m] (the terms of the operands with errors), arithmetic = (u_op (|x| + spread
     sqrt(squares)))^2 + accumulation (squares + x^2), total = (sqrt(errors) + shared)^2 + arithmetic; and whether
@@ -171,7 +180,7 @@ def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, r
         assert np.all(squares <= (1 + 2.0**-6) * exact * (1 + (contracted + 3) * 2.0**-22)), np.max(squares / exact)
 
 
-def test_the_least_relative_error_is_a_lower_bound(passes):
+def test_the_least_relative_error_is_a_lower_bound(dot_passes):
     """least_relative against the least quotient in longdouble: never above it, within 2^-49 below where it is a
     float64 normal; 0 where an error or value is not finite or the least is below float64's normals; inf where
     every value is 0."""
@@ -284,7 +293,7 @@ def _typed(name):
     ("a100", "f32", False),  # TF32 rounding of f32 operands, f32-sized errors: float64 samples
     ("reference", "exact", False),  # one exact operand, the other's errors f32-sized: float64 samples
 ])
-def test_the_dot_rule_is_its_float64_form(profile, operands, sampled, passes):
+def test_the_dot_rule_is_its_float64_form(profile, operands, sampled, dot_passes):
     """dot_bounds' variance before the final rounding against the rule written in numpy float64 (a 2-D dot):
     (sqrt(A^2 e_B^2 + e_A^2 B^2) + |sum_k a| min_k e_b + |sum_k b| min_k e_a)^2 + (SIGMAS u_acc)^2 / 3 K (A^2 B^2 +
     x^2) (+ TF32's operand rounding): never below, within float32's factor above."""

@@ -24,6 +24,8 @@ from .half import bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64
 
 FLOOR_EXPONENT = -63  # a scaled positive term is at least 2^this: products of two are float32 normals
 MAX_SHIFT = 1000  # scaling exponents stay within +-this (2^s a float64 normal)
+# elements per span of these passes split over the cores (over_cores) at least: each span's call costs a few us
+SPAN = 1 << 17
 
 
 def top_exponent(contracted: int) -> int:
@@ -33,11 +35,11 @@ def top_exponent(contracted: int) -> int:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _largest_magnitude(x, first, last):
-    """The largest finite |x[i]| of x[first:last] (0 if none): the largest of the magnitudes' bits, as integers (a
-    loop the compiler vectorizes, as it does not a float max)."""
+def _largest_magnitude(x):
+    """The largest finite |x[i]| (0 if none): the largest of the magnitudes' bits, as integers (a loop the compiler
+    vectorizes, as it does not a float max)."""
     largest = 0
-    for i in range(first, last):
+    for i in range(x.size):
         bits = bitcast_f64_to_i64(np.float64(x[i])) & 0x7FFFFFFFFFFFFFFF
         largest = max(largest, bits if bits < 0x7FF0000000000000 else 0)
     return bitcast_i64_to_f64(largest)
@@ -55,9 +57,9 @@ def _largest_finite_square(x):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _scaled_span(x, square, scale, out, first, last):
+def _scaled(x, square, scale, out):
     floor = np.float32(math.ldexp(1.0, FLOOR_EXPONENT))
-    for i in range(first, last):
+    for i in range(x.size):
         v = abs(np.float64(x[i]))
         if square:
             v = v * v
@@ -69,7 +71,7 @@ def scaled_terms(x: np.ndarray, square: bool, top: int, out: np.ndarray) -> int:
     """out = float32(|x| (x^2 where `square`) x 2^s), s such that the largest finite one is below 2^top (s within
     +-MAX_SHIFT); a positive one below 2^FLOOR_EXPONENT after scaling raised to it; infinities and NaNs kept.
     Returns s. Two passes over the cores (over_cores): the largest, then the scaled terms."""
-    largest = max(over_cores(x.size, 1, lambda first, last: _largest_magnitude(x, first, last)))
+    largest = max(over_cores(x.size, 1, lambda first, last: _largest_magnitude(x[first:last]), span=SPAN))
     if square:
         largest = largest * largest
         if largest == math.inf:  # (a finite x whose square overflows: the largest finite square)
@@ -78,19 +80,19 @@ def scaled_terms(x: np.ndarray, square: bool, top: int, out: np.ndarray) -> int:
     if largest > 0:
         shift = min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)  # (largest < 2^frexp's exponent)
     scale = math.ldexp(1.0, shift)
-    over_cores(x.size, 1, lambda first, last: _scaled_span(x, square, scale, out, first, last))
+    over_cores(x.size, 1, lambda first, last: _scaled(x[first:last], square, scale, out[first:last]), span=SPAN)
     return shift
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _unscaled_span(product, factor, shift, out, accumulate, first, last):
+def _unscaled(product, factor, shift, out, accumulate):
     if abs(shift) < MAX_SHIFT:
         scale = factor * math.ldexp(1.0, shift)
-        for i in range(first, last):
+        for i in range(out.size):
             v = np.float64(product[i]) * scale
             out[i] = out[i] + v if accumulate else v
     else:
-        for i in range(first, last):
+        for i in range(out.size):
             v = math.ldexp(np.float64(product[i]) * factor, shift)
             out[i] = out[i] + v if accumulate else v
 
@@ -98,7 +100,12 @@ def _unscaled_span(product, factor, shift, out, accumulate, first, last):
 def add_unscaled(product: np.ndarray, factor: float, shift: int, out: np.ndarray, accumulate: bool) -> None:
     """out (+)= float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
     factor that makes it an upper bound; added to out where `accumulate`, else written over it)."""
-    over_cores(out.size, 1, lambda first, last: _unscaled_span(product, factor, shift, out, accumulate, first, last))
+    over_cores(
+        out.size,
+        1,
+        lambda first, last: _unscaled(product[first:last], factor, shift, out[first:last], accumulate),
+        span=SPAN,
+    )
 
 
 @njit(inline="always")
@@ -138,14 +145,14 @@ def perturbed_float32(values: np.ndarray, deviations: np.ndarray, floor: float, 
     probabilities) are often float32 subnormals, which add and multiply ~100x slower (compared first: a compare
     takes them at full speed). `deviations`: float32, or bfloat16 bits (uint16: the stored samples read as they
     are, no float32 copy of them first). Over the cores (over_cores)."""
-    span = _perturbed_bits_span if deviations.dtype == np.uint16 else _perturbed_span
-    over_cores(values.size, 1, lambda first, last: span(values, deviations, floor, out, first, last))
+    kernel = _perturbed_bits_span if deviations.dtype == np.uint16 else _perturbed_span
+    over_cores(values.size, 1, lambda first, last: kernel(values, deviations, floor, out, first, last), span=SPAN // 4)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _less_span(moved, x, first, last):
-    for k in range(moved.shape[0]):
-        _less_row(moved[k, first:last], x[first:last])
+def _less(moved, x):
+    for k in range(moved.shape[0]):  # (a row at a time: one-dimensional loops vectorize)
+        _less_row(moved[k], x)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -156,7 +163,7 @@ def _less_row(moved, x):
 
 def subtract_rounded(moved: np.ndarray, x: np.ndarray) -> None:
     """moved[k, i] -= float32(x[i]) (in float32, as numpy subtracts x rounded to float32), over the cores."""
-    over_cores(x.size, 1, lambda first, last: _less_span(moved, x, first, last))
+    over_cores(x.size, 1, lambda first, last: _less(moved[:, first:last], x[first:last]), span=SPAN // 4)
 
 
 def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
@@ -177,6 +184,7 @@ def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, 
         errors.size,
         width,
         lambda first, last: _dot_variance_rows(*args, noise, noise_floor, arithmetic, first // width, last // width),
+        span=SPAN,
     )
     return sum(fails) == 0
 
@@ -238,12 +246,12 @@ def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_leas
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _least_quotient_bits(error, value, first, last):
-    """(the least quotient error[i] / |value[i]|'s bits, how many errors or values are not finite) over first..last
-    (non-negative floats order as their bits do: integer compares, a loop that vectorizes)."""
+def _least_quotient_bits(error, value):
+    """(the least quotient error[i] / |value[i]|'s bits, how many errors or values are not finite) (non-negative
+    floats order as their bits do: integer compares, a loop that vectorizes)."""
     bits = 0x7FF0000000000000
     infinite = 0
-    for i in range(first, last):
+    for i in range(value.size):
         e, v = np.float64(error[i]), abs(np.float64(value[i]))
         infinite += not ((e < math.inf) & (v < math.inf))
         bits = min(bits, bitcast_f64_to_i64(e / v if v > 0 else math.inf))
@@ -255,7 +263,9 @@ def least_relative(error: np.ndarray, value: np.ndarray) -> float:
     where there are none, 0 where an error or value is not finite or a quotient is below float64's normals (each
     quotient rounded to nearest, then the least lowered by 2^-50 of it; at most float64's largest finite value).
     Over the cores (over_cores)."""
-    spans = over_cores(value.size, 1, lambda first, last: _least_quotient_bits(error, value, first, last))
+    spans = over_cores(
+        value.size, 1, lambda first, last: _least_quotient_bits(error[first:last], value[first:last]), span=SPAN
+    )
     least = float(np.int64(min(bits for bits, _ in spans)).view(np.float64))
     if any(infinite for _, infinite in spans) or least < 2.2250738585072014e-308:
         return 0.0
