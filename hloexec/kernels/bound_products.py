@@ -246,6 +246,18 @@ def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_leas
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _with_arithmetic(own, arithmetic):
+    for i in range(own.size):
+        own[i] = math.sqrt(own[i] * own[i] + arithmetic[i])
+
+
+def add_arithmetic(own: np.ndarray, arithmetic: np.ndarray) -> None:
+    """own = sqrt(own^2 + arithmetic), in place (a dot's own error: its final rounding's and its arithmetic's, SIGMAS
+    sigmas; as numpy's square, add and sqrt round, in one pass over the cores)."""
+    over_cores(own.size, 1, lambda first, last: _with_arithmetic(own[first:last], arithmetic[first:last]), span=SPAN)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _least_quotient_bits(error, value):
     """(the least quotient error[i] / |value[i]|'s bits, how many errors or values are not finite) (non-negative
     floats order as their bits do: integer compares, a loop that vectorizes)."""
