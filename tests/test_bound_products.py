@@ -8,12 +8,14 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
+import ml_dtypes
 import numpy as np
 import pytest
-from test_bound_rules import _awkward, _Dot
+from test_bound_rules import _awkward, _Dot, passes  # noqa: F401 (passes: a fixture, used by dot_passes)
 
 import hloexec
-from hloexec.kernels.bound_products import dot_variance, least_relative, perturbed_float32
+from hloexec.kernels import bound_products
+from hloexec.kernels.bound_products import dot_variance, least_relative, perturbed_float32, subtract_rounded
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
 from hloexec.tools.bound_dots import (
@@ -32,6 +34,14 @@ DIMS = [
      (2, 9, 3, 20), (3, 20, 9, 2)),
     (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (1000,), (1000, 4)),
 ]
+
+
+@pytest.fixture
+def dot_passes(passes, monkeypatch):
+    """The dot rule's compiled passes whole, or split into spans of about 100 elements taken by two threads."""
+    if passes == "split":
+        monkeypatch.setattr(bound_products, "SPAN", 100)
+    return passes
 
 
 def _dims(dims: dict) -> list[list[int]]:
@@ -55,7 +65,7 @@ def _exact(p, q, dims: dict) -> np.ndarray:
 @pytest.mark.parametrize("square", [True, False])
 @pytest.mark.parametrize("data", ["awkward", "wide", "normal"])
 @pytest.mark.parametrize("dims, lhs, rhs", DIMS)
-def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(dims, lhs, rhs, data, square):
+def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(dims, lhs, rhs, data, square, dot_passes):
     """UpperDot of Terms (|x| or x^2, scaled into float32) against the exact dot of the float64 terms: never
     below it (NaN where it is NaN: inf x 0), and on data in float32's range within 1 + 2 (K + 2) 2^-23 of it (the
     factor 1 + (K + 2) 2^-23 times a float32 dot as far above the exact one as it may be below)."""
@@ -94,7 +104,7 @@ def test_longer_contractions_than_float32s_factor_covers_keep_float64():
 
 
 @pytest.mark.parametrize("sides", ["both", "lhs", "rhs", "none"])
-def test_the_dot_rules_formula_is_the_numpy_rule(sides):
+def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
     """dot_variance per element of a (B, M, N) output against numpy: shared = |sums_a[b, m]| least_b[b, n] +
     |sums_b[b, n]| least_a[b, m] (the terms of the operands with errors), arithmetic = (u_op (|x| + spread
     sqrt(squares)))^2 + accumulation (squares + x^2), total = (sqrt(errors) + shared)^2 + arithmetic; and whether
@@ -170,7 +180,7 @@ def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, r
         assert np.all(squares <= (1 + 2.0**-6) * exact * (1 + (contracted + 3) * 2.0**-22)), np.max(squares / exact)
 
 
-def test_the_least_relative_error_is_a_lower_bound():
+def test_the_least_relative_error_is_a_lower_bound(dot_passes):
     """least_relative against the least quotient in longdouble: never above it, within 2^-49 below where it is a
     float64 normal; 0 where an error or value is not finite or the least is below float64's normals; inf where
     every value is 0."""
@@ -212,6 +222,26 @@ def test_perturbed_operands_flush_float32_subnormals():
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("n", [3000, 300_001])  # (one span; spans over the cores)
+def test_perturbed_operands_read_bfloat16_samples_as_their_float32_values(n):
+    """The samples kept as bfloat16 bits give the operands their float32 reading gives (bit for bit), and the
+    float32 product less the dot is numpy's subtraction of x rounded to float32."""
+    rng = np.random.default_rng(3)
+    values = _awkward(rng, n, np.float32)
+    deviations = np.where(rng.random((4, n)) < 0.3, rng.standard_normal((4, n)) * 1e-40,
+                          rng.standard_normal((4, n)) * 1e-3).astype(ml_dtypes.bfloat16)
+    deviations[:, :8] = [np.inf, -np.inf, np.nan, 0, -0.0, 1e-39, -3e38, 2.0**-61]
+    got, want = np.empty((4, n), np.float32), np.empty((4, n), np.float32)
+    with np.errstate(all="ignore"):
+        perturbed_float32(values, deviations.view(np.uint16), FLUSHED_BELOW, got)
+        perturbed_float32(values, deviations.astype(np.float32), FLUSHED_BELOW, want)
+        np.testing.assert_array_equal(got, want)
+        x = _awkward(rng, n, np.float64)
+        less = got - x.astype(np.float32)
+        subtract_rounded(got, x)
+    np.testing.assert_array_equal(got, less)
+
+
 @pytest.mark.parametrize("dims, lhs, rhs", DIMS)
 def test_float32_dot_samples_of_both_operands_are_the_perturbed_dots(dims, lhs, rhs):
     """Both operands with samples: (a + da)(b + db) - x in float32 against the perturbed dots in float64, within
@@ -228,6 +258,10 @@ def test_float32_dot_samples_of_both_operands_are_the_perturbed_dots(dims, lhs, 
     out = dot_samples(inst, x, [a, b], [da, db])
     scale = np.sqrt(np.mean(want**2))
     np.testing.assert_allclose(out, want, rtol=0, atol=1e-3 * scale)
+    # samples kept as bfloat16: the same as their float32 reading
+    kept = [d.astype(ml_dtypes.bfloat16) for d in (da, db)]
+    read = [d.astype(np.float32) for d in kept]
+    np.testing.assert_array_equal(dot_samples(inst, x, [a, b], kept), dot_samples(inst, x, [a, b], read))
 
 
 class _Bounds:
@@ -259,7 +293,7 @@ def _typed(name):
     ("a100", "f32", False),  # TF32 rounding of f32 operands, f32-sized errors: float64 samples
     ("reference", "exact", False),  # one exact operand, the other's errors f32-sized: float64 samples
 ])
-def test_the_dot_rule_is_its_float64_form(profile, operands, sampled):
+def test_the_dot_rule_is_its_float64_form(profile, operands, sampled, dot_passes):
     """dot_bounds' variance before the final rounding against the rule written in numpy float64 (a 2-D dot):
     (sqrt(A^2 e_B^2 + e_A^2 B^2) + |sum_k a| min_k e_b + |sum_k b| min_k e_a)^2 + (SIGMAS u_acc)^2 / 3 K (A^2 B^2 +
     x^2) (+ TF32's operand rounding): never below, within float32's factor above."""

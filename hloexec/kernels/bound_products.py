@@ -19,10 +19,13 @@ import math
 import numpy as np
 from numba import njit
 
-from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
+from .bound_rules import over_cores
+from .half import bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64
 
 FLOOR_EXPONENT = -63  # a scaled positive term is at least 2^this: products of two are float32 normals
 MAX_SHIFT = 1000  # scaling exponents stay within +-this (2^s a float64 normal)
+# elements per span of these passes split over the cores (over_cores) at least: each span's call costs a few us
+SPAN = 1 << 17
 
 
 def top_exponent(contracted: int) -> int:
@@ -33,8 +36,8 @@ def top_exponent(contracted: int) -> int:
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _largest_magnitude(x):
-    """The largest finite |x[i]| (0 if none): the largest of the magnitudes' bits, as integers (a loop the
-    compiler vectorizes, as it does not a float max)."""
+    """The largest finite |x[i]| (0 if none): the largest of the magnitudes' bits, as integers (a loop the compiler
+    vectorizes, as it does not a float max)."""
     largest = 0
     for i in range(x.size):
         bits = bitcast_f64_to_i64(np.float64(x[i])) & 0x7FFFFFFFFFFFFFFF
@@ -43,23 +46,18 @@ def _largest_magnitude(x):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def scaled_terms(x, square, top, out):
-    """out = float32(|x| (x^2 where `square`) x 2^s), s such that the largest finite one is below 2^top (s within
-    +-MAX_SHIFT); a positive one below 2^FLOOR_EXPONENT after scaling raised to it; infinities and NaNs kept.
-    Returns s. Two passes: the largest, then the scaled terms."""
-    largest = _largest_magnitude(x)
-    if square:
-        largest = largest * largest
-        if largest == math.inf:  # (a finite x whose square overflows: the largest finite square)
-            largest = 0.0
-            for i in range(x.size):
-                v = np.float64(x[i]) * np.float64(x[i])
-                if v < math.inf:
-                    largest = max(largest, v)
-    shift = 0
-    if largest > 0:
-        shift = min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)  # (largest < 2^frexp's exponent)
-    scale = math.ldexp(1.0, shift)
+def _largest_finite_square(x):
+    """The largest finite x[i]^2 (0 if none)."""
+    largest = 0.0
+    for i in range(x.size):
+        v = np.float64(x[i]) * np.float64(x[i])
+        if v < math.inf:
+            largest = max(largest, v)
+    return largest
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _scaled(x, square, scale, out):
     floor = np.float32(math.ldexp(1.0, FLOOR_EXPONENT))
     for i in range(x.size):
         v = abs(np.float64(x[i]))
@@ -67,13 +65,27 @@ def scaled_terms(x, square, top, out):
             v = v * v
         t = np.float32(v * scale)
         out[i] = floor if (v > 0) & (t < floor) else t
+
+
+def scaled_terms(x: np.ndarray, square: bool, top: int, out: np.ndarray) -> int:
+    """out = float32(|x| (x^2 where `square`) x 2^s), s such that the largest finite one is below 2^top (s within
+    +-MAX_SHIFT); a positive one below 2^FLOOR_EXPONENT after scaling raised to it; infinities and NaNs kept.
+    Returns s. Two passes over the cores (over_cores): the largest, then the scaled terms."""
+    largest = max(over_cores(x.size, 1, lambda first, last: _largest_magnitude(x[first:last]), span=SPAN))
+    if square:
+        largest = largest * largest
+        if largest == math.inf:  # (a finite x whose square overflows: the largest finite square)
+            largest = _largest_finite_square(x)
+    shift = 0
+    if largest > 0:
+        shift = min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)  # (largest < 2^frexp's exponent)
+    scale = math.ldexp(1.0, shift)
+    over_cores(x.size, 1, lambda first, last: _scaled(x[first:last], square, scale, out[first:last]), span=SPAN)
     return shift
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def add_unscaled(product, factor, shift, out, accumulate):
-    """out (+)= float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
-    factor that makes it an upper bound; added to out where `accumulate`, else written over it)."""
+def _unscaled(product, factor, shift, out, accumulate):
     if abs(shift) < MAX_SHIFT:
         scale = factor * math.ldexp(1.0, shift)
         for i in range(out.size):
@@ -85,21 +97,75 @@ def add_unscaled(product, factor, shift, out, accumulate):
             out[i] = out[i] + v if accumulate else v
 
 
+def add_unscaled(product: np.ndarray, factor: float, shift: int, out: np.ndarray, accumulate: bool) -> None:
+    """out (+)= float64(product) x factor x 2^shift (a float32 product of scaled terms back to its scale, times the
+    factor that makes it an upper bound; added to out where `accumulate`, else written over it)."""
+    over_cores(
+        out.size,
+        1,
+        lambda first, last: _unscaled(product[first:last], factor, shift, out[first:last], accumulate),
+        span=SPAN,
+    )
+
+
+@njit(inline="always")
+def _perturbed(value, deviation, floor):
+    zero = np.float32(0)
+    v = np.float32(value) + (zero if abs(deviation) < floor else deviation)
+    return zero if abs(v) < floor else v
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def perturbed_float32(values, deviations, floor, out):
+def _perturbed_span(values, deviations, floor, out, first, last):
+    for k in range(out.shape[0]):  # (a row at a time: one-dimensional loops vectorize, 2-4x faster)
+        _perturbed_row(values[first:last], deviations[k, first:last], floor, out[k, first:last])
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _perturbed_row(values, deviations, floor, out):
+    for i in range(out.size):
+        out[i] = _perturbed(values[i], deviations[i], floor)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _perturbed_bits_span(values, bits, floor, out, first, last):
+    for k in range(out.shape[0]):
+        _perturbed_bits_row(values[first:last], bits[k, first:last], floor, out[k, first:last])
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _perturbed_bits_row(values, bits, floor, out):
+    for i in range(out.size):
+        out[i] = _perturbed(values[i], bf16_to_f32(bits[i]), floor)
+
+
+def perturbed_float32(values: np.ndarray, deviations: np.ndarray, floor: float, out: np.ndarray) -> None:
     """out[k, i] = float32(values[i]) + deviations[k, i], magnitudes below `floor` (of the deviation, and of the
     sum) 0: the operands of a float32 product of samples, where the deviations of exact zeros (a causal mask's
     probabilities) are often float32 subnormals, which add and multiply ~100x slower (compared first: a compare
-    takes them at full speed)."""
-    zero = np.float32(0)
-    for k in range(out.shape[0]):
-        for i in range(out.shape[1]):
-            d = deviations[k, i]
-            v = np.float32(values[i]) + (zero if abs(d) < floor else d)
-            out[k, i] = zero if abs(v) < floor else v
+    takes them at full speed). `deviations`: float32, or bfloat16 bits (uint16: the stored samples read as they
+    are, no float32 copy of them first). Over the cores (over_cores)."""
+    kernel = _perturbed_bits_span if deviations.dtype == np.uint16 else _perturbed_span
+    over_cores(values.size, 1, lambda first, last: kernel(values, deviations, floor, out, first, last), span=SPAN // 4)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _less(moved, x):
+    for k in range(moved.shape[0]):  # (a row at a time: one-dimensional loops vectorize)
+        _less_row(moved[k], x)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _less_row(moved, x):
+    for i in range(moved.size):
+        moved[i] -= np.float32(x[i])
+
+
+def subtract_rounded(moved: np.ndarray, x: np.ndarray) -> None:
+    """moved[k, i] -= float32(x[i]) (in float32, as numpy subtracts x rounded to float32), over the cores."""
+    over_cores(x.size, 1, lambda first, last: _less(moved[:, first:last], x[first:last]), span=SPAN // 4)
+
+
 def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
                  operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
@@ -109,35 +175,50 @@ def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, 
     rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2). Where `squares` is empty it is
     bounded by errors x `inverse` (1 / r^2, r an operand's least relative error: tools/bound_dots.py; 0: that
     operand's terms are all 0, and so is the sum of squares). Returns whether noise (squares +
-    x^2) + noise_floor <= errors on every element (bound_dots.float32_noise). A row at a time (_dot_variance_row:
-    a loop that vectorizes)."""
+    x^2) + noise_floor <= errors on every element (bound_dots.float32_noise). Spans of whole rows over the cores
+    (over_cores), a row at a time (_dot_variance_row: a loop that vectorizes)."""
+    columns = sums_b.shape[1]
+    args = (errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
+    width = max(columns, 1)
+    fails = over_cores(
+        errors.size,
+        width,
+        lambda first, last: _dot_variance_rows(*args, noise, noise_floor, arithmetic, first // width, last // width),
+        span=SPAN,
+    )
+    return sum(fails) == 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _dot_variance_rows(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
+                       operand_spread, noise, noise_floor, arithmetic, first, last):  # fmt: skip
+    """dot_variance on rows first..last-1 of the output's B x M rows; returns how many elements fail its test."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
     estimated = squares.size == 0
-    batches = max(sums_a.shape[0], sums_b.shape[0])
     rows, columns = sums_a.shape[1], sums_b.shape[1]
     none = np.zeros(columns)  # (an operand without errors: no shared part from it)
     fails = 0
-    for b in range(batches):
+    for row in range(first, last):
+        b, m = row // rows, row % rows
         rhs_least, rhs_sums = least_b[b] if with_b else none, sums_b[b] if with_a else none
-        for m in range(rows):
-            i, j = (b * rows + m) * columns, (b * rows + m + 1) * columns
-            fails += _dot_variance_row(
-                errors[i:j],
-                squares if estimated else squares[i:j],
-                x[i:j],
-                abs(sums_a[b, m]) if with_b else 0.0,
-                rhs_least,
-                rhs_sums,
-                least_a[b, m] if with_a else 0.0,
-                inverse,
-                accumulation,
-                operand_u,
-                operand_spread,
-                noise,
-                noise_floor,
-                arithmetic[i:j],
-            )
-    return fails == 0
+        i, j = row * columns, (row + 1) * columns
+        fails += _dot_variance_row(
+            errors[i:j],
+            squares if estimated else squares[i:j],
+            x[i:j],
+            abs(sums_a[b, m]) if with_b else 0.0,
+            rhs_least,
+            rhs_sums,
+            least_a[b, m] if with_a else 0.0,
+            inverse,
+            accumulation,
+            operand_u,
+            operand_spread,
+            noise,
+            noise_floor,
+            arithmetic[i:j],
+        )
+    return fails
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -165,17 +246,39 @@ def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_leas
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def least_relative(error, value):
-    """A lower bound of the least relative error error[i] / |value[i]| over the elements with value[i] != 0: inf
-    where there are none, 0 where an error or value is not finite or a quotient is below float64's normals (each
-    quotient rounded to nearest, then the least lowered by 2^-50 of it; at most float64's largest finite value)."""
-    bits = 0x7FF0000000000000  # the least quotient's bits (non-negative floats order as their bits do: integer
-    infinite = 0  # compares, a loop that vectorizes)
+def _with_arithmetic(own, arithmetic):
+    for i in range(own.size):
+        own[i] = math.sqrt(own[i] * own[i] + arithmetic[i])
+
+
+def add_arithmetic(own: np.ndarray, arithmetic: np.ndarray) -> None:
+    """own = sqrt(own^2 + arithmetic), in place (a dot's own error: its final rounding's and its arithmetic's, SIGMAS
+    sigmas; as numpy's square, add and sqrt round, in one pass over the cores)."""
+    over_cores(own.size, 1, lambda first, last: _with_arithmetic(own[first:last], arithmetic[first:last]), span=SPAN)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _least_quotient_bits(error, value):
+    """(the least quotient error[i] / |value[i]|'s bits, how many errors or values are not finite) (non-negative
+    floats order as their bits do: integer compares, a loop that vectorizes)."""
+    bits = 0x7FF0000000000000
+    infinite = 0
     for i in range(value.size):
         e, v = np.float64(error[i]), abs(np.float64(value[i]))
         infinite += not ((e < math.inf) & (v < math.inf))
         bits = min(bits, bitcast_f64_to_i64(e / v if v > 0 else math.inf))
-    least = bitcast_i64_to_f64(bits)
-    if infinite or least < 2.2250738585072014e-308:
+    return bits, infinite
+
+
+def least_relative(error: np.ndarray, value: np.ndarray) -> float:
+    """A lower bound of the least relative error error[i] / |value[i]| over the elements with value[i] != 0: inf
+    where there are none, 0 where an error or value is not finite or a quotient is below float64's normals (each
+    quotient rounded to nearest, then the least lowered by 2^-50 of it; at most float64's largest finite value).
+    Over the cores (over_cores)."""
+    spans = over_cores(
+        value.size, 1, lambda first, last: _least_quotient_bits(error[first:last], value[first:last]), span=SPAN
+    )
+    least = float(np.int64(min(bits for bits, _ in spans)).view(np.float64))
+    if any(infinite for _, infinite in spans) or least < 2.2250738585072014e-308:
         return 0.0
     return min(least, 1.7976931348623157e308) * (1 - 2.0**-50) if least < math.inf else math.inf

@@ -458,14 +458,15 @@ def _add_noise_span(samples, noise, own, sigmas, first, last):
             row[i] += draws[i] * np.float32(part[i] * per_sigma)
 
 
-def over_cores(n: int, granule: int, run, threads: int | None = None) -> list:
+def over_cores(n: int, granule: int, run, threads: int | None = None, span: int = 0) -> list:
     """run(first, last) over spans covering elements 0..n-1, their edges multiples of `granule`, on the calling
     thread and the pool's (kernels/threads.py; `threads` as run_blocks') where n reaches SPLIT_FROM; their results
     in span order. The spans follow from n alone, and each element's results and each block's statistics are
-    computed by one span as a single pass computes them: the same bits whichever threads run them."""
+    computed by one span as a single pass computes them: the same bits whichever threads run them. `span`:
+    elements per span at least (default SPAN; longer where a pass is light and each span's call costs)."""
     if n < SPLIT_FROM:
         return [run(0, n)]
-    spans = ranges(n, n // SPAN, granule)
+    spans = ranges(n, n // max(span, SPAN), granule)
     results: list = [None] * len(spans)
 
     def one(i):

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.bound_products import add_unscaled, dot_variance, least_relative, scaled_terms, top_exponent
+from ..kernels.bound_products import (
+    add_arithmetic,
+    add_unscaled,
+    dot_variance,
+    least_relative,
+    scaled_terms,
+    top_exponent,
+)
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import FLUSHED_BELOW, SIGMAS
@@ -168,9 +175,8 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     bound, own = bounds._round(orig, x, errors, "dot")
     del errors, squares
     bounds._put(x, bound)
-    local = np.square(own, out=own)
-    local += arithmetic
-    np.sqrt(local, out=local)
+    local = np.ascontiguousarray(own, np.float64)
+    add_arithmetic(local.reshape(-1), arithmetic.reshape(-1))
     del arithmetic
 
     def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)

@@ -11,7 +11,7 @@ import threading
 import ml_dtypes
 import numpy as np
 
-from ..kernels.bound_products import perturbed_float32
+from ..kernels.bound_products import perturbed_float32, subtract_rounded
 from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 
@@ -25,6 +25,7 @@ SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples sho
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 class NoisePool:
@@ -51,16 +52,19 @@ def dot_samples(inst, x, operands, perturbed) -> np.ndarray:
     other operand (none of the f64 products whose difference it is), every sample in one product (the samples a
     leading dim of their operand; the result's dims: batch, lhs free, rhs free). Where both have (the caller
     decides float32 suffices, tools/bound_dots.float32_noise): the float32 product (a + da)(b + db) less the dot
-    `x` (the shadow's), the samples a batch dim of both."""
+    `x` (the shadow's), the samples a batch dim of both; their deviations float32 or as kept (bfloat16: read by the
+    kernel that builds the perturbed operands, no float32 copy first)."""
     lb, rb = [list(inst.attr(f"{side}_batch_dims", ())) for side in ("lhs", "rhs")]
     lc, rc = [list(inst.attr(f"{side}_contracting_dims", ())) for side in ("lhs", "rhs")]
     after = lambda dims: [d + 1 for d in dims]  # noqa: E731 (the operand's dims past the samples' one)
     f32 = np.dtype(np.float32)
     if perturbed[0] is not None and perturbed[1] is not None:
         a, b = (_perturbed_float32(o, p) for o, p in zip(operands, perturbed))
-        moved = dot_general(a, b, [0, *after(lb)], [0, *after(rb)], after(lc), after(rc), f32)
+        moved = np.ascontiguousarray(dot_general(a, b, [0, *after(lb)], [0, *after(rb)], after(lc), after(rc), f32))
         del a, b
-        return np.subtract(moved, np.asarray(x, f32), out=moved)  # (x rounded to float32: within the error allowed)
+        # (x rounded to float32: within the error allowed)
+        subtract_rounded(moved.reshape(len(moved), -1), np.ravel(x))
+        return moved
     if perturbed[0] is not None:
         moved = dot_general(perturbed[0], np.asarray(operands[1], f32), after(lb), rb, after(lc), rc, f32)
         at = len(lb)
@@ -71,11 +75,15 @@ def dot_samples(inst, x, operands, perturbed) -> np.ndarray:
 
 
 def _perturbed_float32(value, deviations) -> np.ndarray:
-    """(SAMPLES, *shape) float32: `value` moved by each sample's `deviations`, magnitudes below FLUSHED_BELOW 0."""
+    """(SAMPLES, *shape) float32: `value` moved by each sample's `deviations` (float32 or bfloat16), magnitudes
+    below FLUSHED_BELOW 0."""
     out = np.empty(deviations.shape, np.float32)
-    perturbed_float32(
-        np.ravel(value), deviations.reshape(len(deviations), -1), FLUSHED_BELOW, out.reshape(len(out), -1)
-    )
+    flat = np.reshape(deviations, (len(deviations), -1))
+    if flat.dtype == _BF16:
+        flat = flat.view(np.uint16)  # (its bits: the kernel reads bfloat16 as float32 exactly)
+    elif flat.dtype != np.float32:
+        flat = flat.astype(np.float32)
+    perturbed_float32(np.ravel(value), flat, FLUSHED_BELOW, out.reshape(len(out), -1))
     return out
 
 

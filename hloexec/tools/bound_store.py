@@ -151,10 +151,18 @@ class BoundStore:
 
     def _samples_or_none(self, leaf):
         """The samples' deviations (float32; a pred value's perturbed decisions), None where there are none."""
+        return self._read_samples(self._samples_held(leaf))
+
+    def _samples_held(self, leaf):
+        """The samples as kept (in SAMPLE_STORAGE, float32, a pred value's decisions), None where there are none."""
         entry = self._entry(leaf)
-        if entry is None or entry[3] is None:
+        return None if entry is None else entry[3]
+
+    def _read_samples(self, samples):
+        """Kept samples (`_samples_held`) read as float32 (the last encoded ones' kept reading), None for None."""
+        if samples is None:
             return None
-        samples, kept = entry[3], self.decoded
+        kept = self.decoded
         if kept is not None and kept[0] is samples:
             return kept[1]
         return to_f32(samples) if samples.dtype == SAMPLE_STORAGE else samples

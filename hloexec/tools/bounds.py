@@ -286,9 +286,9 @@ class ErrorBounds(BoundStore):
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
         whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
         one array for every leaf, or a list of them (one per leaf of the value)."""
-        perturbed = [self._samples_or_none(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
+        held = [self._samples_held(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
-        if local is None and all(p is None for p in perturbed):
+        if local is None and all(p is None for p in held):
             return
         kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
@@ -298,10 +298,14 @@ class ErrorBounds(BoundStore):
             and all(_float(o) for o in operands)
             and kept[0]
             and (
-                sum(p is not None for p in perturbed) == 1
-                or (all(p is not None for p in perturbed) and getattr(self.current, "dot_samples_in_f32", False))
+                sum(p is not None for p in held) == 1
+                or (all(p is not None for p in held) and getattr(self.current, "dot_samples_in_f32", False))
             )
         )
+        # (a dot of two sampled operands reads their samples as kept: dot_samples builds its operands from them)
+        both = by_dot and all(p is not None for p in held)
+        perturbed = held if both else [self._read_samples(p) for p in held]
+        del held
         made = [
             np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype)
             if keep and not by_dot
