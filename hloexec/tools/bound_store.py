@@ -159,6 +159,12 @@ class BoundStore:
             return kept[1]
         return to_f32(samples) if samples.dtype == SAMPLE_STORAGE else samples
 
+    def _stored_samples(self, leaf):
+        """The samples as they are kept (SAMPLE_STORAGE for a float value's; a view where the value was moved),
+        None where there are none."""
+        entry = self._entry(leaf)
+        return None if entry is None else entry[3]
+
     def _share(self, value, operand, calibrate=None) -> None:
         """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
         even where they are exact: a value made by a rule is known, as a loop's or a tuple's leaves must be).
