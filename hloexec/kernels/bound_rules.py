@@ -334,6 +334,28 @@ def _first_order_loop(multiply, same, a, b, ea, eb, with_a, with_b, variance):
         )  # fmt: skip
 
 
+@njit(inline="always")
+def _first_order_cases(multiply, same, a, b, ea, eb, with_a, with_b, variance):
+    """`_first_order_loop` with its flags constant, for a multiply and for the others."""
+    if multiply:
+        _first_order_flags(True, same, a, b, ea, eb, with_a, with_b, variance)
+    else:
+        _first_order_flags(False, same, a, b, ea, eb, with_a, with_b, variance)
+
+
+@njit(inline="always")
+def _first_order_flags(multiply, same, a, b, ea, eb, with_a, with_b, variance):
+    """`_first_order_loop` with `with_a`, `with_b` constant (`multiply` as given)."""
+    if with_a and with_b:
+        _first_order_loop(multiply, same, a, b, ea, eb, True, True, variance)
+    elif with_a:
+        _first_order_loop(multiply, same, a, b, ea, eb, True, False, variance)
+    elif with_b:
+        _first_order_loop(multiply, same, a, b, ea, eb, False, True, variance)
+    else:
+        _first_order_loop(multiply, same, a, b, ea, eb, False, False, variance)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _variances(kind, same, x, a, b, ea, eb, variance, decided):
     """elementwise_pass' bounds before the rounding, squared, of a chunk (a divide's rounding-decided elements into
@@ -351,23 +373,8 @@ def _variances(kind, same, x, a, b, ea, eb, variance, decided):
             _divide_loop(same, x, a, b, ea, eb, False, True, variance, decided)
         else:
             _divide_loop(same, x, a, b, ea, eb, False, False, variance, decided)
-    elif kind == MULTIPLY:
-        if with_a and with_b:
-            _first_order_loop(True, same, a, b, ea, eb, True, True, variance)
-        elif with_a:
-            _first_order_loop(True, same, a, b, ea, eb, True, False, variance)
-        elif with_b:
-            _first_order_loop(True, same, a, b, ea, eb, False, True, variance)
-        else:
-            _first_order_loop(True, same, a, b, ea, eb, False, False, variance)
-    elif with_a and with_b:
-        _first_order_loop(False, same, a, b, ea, eb, True, True, variance)
-    elif with_a:
-        _first_order_loop(False, same, a, b, ea, eb, True, False, variance)
-    elif with_b:
-        _first_order_loop(False, same, a, b, ea, eb, False, True, variance)
     else:
-        _first_order_loop(False, same, a, b, ea, eb, False, False, variance)
+        _first_order_cases(kind == MULTIPLY, same, a, b, ea, eb, with_a, with_b, variance)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
