@@ -90,7 +90,6 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     stored = [bounds._stored_samples(o) for o in operands]
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False
-    bounds.decoded = None  # (no decoded samples read here: not held beside this pass's arrays)
     deviations = [_NO_DEVIATIONS if s is None else _flat(s.view(np.uint16), SAMPLES) for s in stored]
     sampled = rounds or any(s is not None for s in stored)
     samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)

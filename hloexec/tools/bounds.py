@@ -213,7 +213,6 @@ class ErrorBounds(BoundStore):
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
-        self.keep_decoded_for(operands)
         leaves = _leaves(value)
         floats = [v for v in leaves if _float(v)]
         opcode = inst.opcode
@@ -337,7 +336,6 @@ class ErrorBounds(BoundStore):
                     else:
                         out[k] = moved
         del perturbed  # (decoded copies: not held through the draws and the calibration)
-        self.decoded = None
         for k, (leaf, out) in enumerate(zip(leaves, made)):
             if out is None:
                 continue
