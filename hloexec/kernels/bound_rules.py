@@ -334,34 +334,13 @@ def _first_order_loop(multiply, same, a, b, ea, eb, with_a, with_b, variance):
         )  # fmt: skip
 
 
-@njit(inline="always")
-def _first_order_cases(multiply, same, a, b, ea, eb, with_a, with_b, variance):
-    """`_first_order_loop` with its flags constant, for a multiply and for the others."""
-    if multiply:
-        _first_order_flags(True, same, a, b, ea, eb, with_a, with_b, variance)
-    else:
-        _first_order_flags(False, same, a, b, ea, eb, with_a, with_b, variance)
-
-
-@njit(inline="always")
-def _first_order_flags(multiply, same, a, b, ea, eb, with_a, with_b, variance):
-    """`_first_order_loop` with `with_a`, `with_b` constant (`multiply` as given)."""
-    if with_a and with_b:
-        _first_order_loop(multiply, same, a, b, ea, eb, True, True, variance)
-    elif with_a:
-        _first_order_loop(multiply, same, a, b, ea, eb, True, False, variance)
-    elif with_b:
-        _first_order_loop(multiply, same, a, b, ea, eb, False, True, variance)
-    else:
-        _first_order_loop(multiply, same, a, b, ea, eb, False, False, variance)
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _variances(kind, same, x, a, b, ea, eb, variance, decided):
     """elementwise_pass' bounds before the rounding, squared, of a chunk (a divide's rounding-decided elements into
-    `decided`): one loop per case of which operands have errors (`ea`, `eb`: none where empty), for a divide, a
-    multiply and the others, each with its case's flags constant (inlined): loops the compiler vectorizes (with
-    the flags read inside, a divide's loop stayed scalar: 2.2x slower; an add's 10%). A function of its own: the
+    `decided`; `ea`, `eb`: none where empty): loops with their flags constant (inlined), which the compiler
+    vectorizes: a divide's one per case of which operands have errors (with the flags read inside it stayed
+    scalar: 2.2x slower), the others' one for a multiply and one for the rest (an add's, a convert's 10-15%
+    faster). Each further case compiles its loop again (cold: ~1 s each): only these. A function of its own: the
     span's other loops compile as before."""
     with_a, with_b = ea.size > 0, eb.size > 0
     if kind == DIVIDE:
@@ -373,8 +352,10 @@ def _variances(kind, same, x, a, b, ea, eb, variance, decided):
             _divide_loop(same, x, a, b, ea, eb, False, True, variance, decided)
         else:
             _divide_loop(same, x, a, b, ea, eb, False, False, variance, decided)
+    elif kind == MULTIPLY:
+        _first_order_loop(True, same, a, b, ea, eb, with_a, with_b, variance)
     else:
-        _first_order_cases(kind == MULTIPLY, same, a, b, ea, eb, with_a, with_b, variance)
+        _first_order_loop(False, same, a, b, ea, eb, with_a, with_b, variance)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
