@@ -337,15 +337,20 @@ def _elementwise_case(opcode, which, keyed, n):
         x = {"add": a + b, "subtract": a - b, "negate": -a, "convert": a, "multiply": a * b, "divide": a / b}[opcode]
         errs = [np.abs(_awkward(rng, n, np.float32)).astype(np.float32) * 1e-3 for _ in range(2)]
     errs[0][rng.random(n) < 0.2] = 0.0
-    devs = [(rng.standard_normal((4, n)) * 1e-3).astype(np.float32) for _ in range(2)]
+    with np.errstate(over="ignore"):
+        devs = [_awkward(rng, 4 * n, ml_dtypes.bfloat16).reshape(4, n).astype(ml_dtypes.bfloat16) for _ in range(2)]
+    for d in devs:  # (the first half ordinary: enough to calibrate)
+        d[:, : n // 2] = rng.standard_normal((4, n // 2)) * 1e-3
     da = devs[0] if which in ("both", "a", "same") else None
+    pool = rng.standard_normal(1 << 16).astype(np.float32)
+    pool[rng.random(pool.size) < 0.3] = 0.0  # (draws of 0: the deviations' own roundings kept, ties among them)
     return dict(
         x=x, a=a, b=b, ea=errs[0] if which in ("both", "a", "same") else None,
         eb=errs[1] if which in ("both", "b") and not unary else None, da=da,
         db=da if which == "same" else devs[1] if which in ("both", "b") and not unary else None,
-        rule=rounding_rule(ELEMENT_TYPES["bf16"], opcode), pool=rng.standard_normal(1 << 16).astype(np.float32),
+        rule=rounding_rule(ELEMENT_TYPES["bf16"], opcode), pool=pool,
         keys=np.where(rng.random(n) < 0.3, -1, rng.integers(0, 40, n)) if keyed else np.empty(0, np.int64),
-        bound=np.empty(n, np.float32), samples=np.empty((4, n), np.float32), decided=np.zeros(n, bool))
+        bound=np.empty(n, np.float32), samples=np.empty((4, n), np.uint16), decided=np.zeros(n, bool))
 
 
 def _elementwise_pass(opcode, which, c):
@@ -354,7 +359,7 @@ def _elementwise_pass(opcode, which, c):
     from hloexec.tools.bound_elementwise import FUSED
     unary = opcode in ("negate", "convert")
     none = np.empty(0, np.float32)
-    rows = lambda d: np.empty((4, 0), np.float32) if d is None else d  # noqa: E731
+    rows = lambda d: np.empty((4, 0), np.uint16) if d is None else d.view(np.uint16)  # noqa: E731
     with np.errstate(all="ignore"):
         return elementwise_pass(
             FUSED[opcode], which == "same" and not unary, opcode != "negate", c["x"], c["a"], c["b"],
@@ -392,16 +397,21 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
         if keyed:
             shared = np.stack([pool[7 + k * 40: 7 + (k + 1) * 40] for k in range(4)])[:, np.maximum(keys, 0)]
             draws = np.where(keys >= 0, shared, draws)
-        want_samples = _numpy_deviations(opcode, x, a, b, da, None if unary else db) + draws * (own / SIGMAS).astype(
-            np.float32)
+        da, db = (None if d is None else d.astype(np.float32) for d in (da, None if unary else db))
+        want_samples = _numpy_deviations(opcode, x, a, b, da, db) + draws * (own / SIGMAS).astype(np.float32)
         want_samples = np.broadcast_to(np.asarray(want_samples, np.float32), (4, n))
+        stored = want_samples.astype(ml_dtypes.bfloat16)  # (stored rounded to nearest even, as ml_dtypes casts)
+    if opcode in ("add", "subtract") and which == "both":  # (sums of bfloat16 values: halfway cases stored too)
+        assert np.count_nonzero(want_samples.view(np.uint32) & 0xFFFF == 0x8000) > 10
     np.testing.assert_array_equal(bound, want_bound.astype(np.float32))
-    np.testing.assert_array_equal(samples, want_samples)
+    np.testing.assert_array_equal(samples.view(ml_dtypes.bfloat16).astype(np.float32), stored.astype(np.float32))
     assert any_own == bool(np.any(own))
     if opcode == "divide":
         np.testing.assert_array_equal(decided, want_decided)
     with np.errstate(all="ignore"):
-        np.testing.assert_allclose(calibrate(bound, samples, stats=stats), _numpy_calibrate(bound, samples), rtol=1e-6)
+        # (calibration reads the float32 deviations, before their rounding to bfloat16)
+        np.testing.assert_allclose(calibrate(bound, samples, stats=stats), _numpy_calibrate(bound, want_samples),
+                                   rtol=1e-6)
 
 
 @pytest.mark.parametrize("opcode, which, keyed", [("add", "both", True), ("subtract", "b", True),

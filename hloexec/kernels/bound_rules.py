@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .half import bitcast_f64_to_i64, bitcast_i64_to_f64
+from .half import bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64, f32_to_bf16
 from .threads import ranges, run_blocks
 
 
@@ -275,39 +275,87 @@ ADD, SUBTRACT, NEGATE, CONVERT, MULTIPLY, DIVIDE = range(6)
 
 @njit(inline="always")
 def _deviations(kind, x, a, b, da, db, out, with_a, with_b):
-    """One sample's deviations of an elementwise_pass op from its operands' (float32, as the samples are; `da` /
-    `db` unused where `with_a` / `with_b` is False: that operand has none, its deviations 0): np.add /
-    np.subtract / np.negative / np.positive on them; a multiply's da (b + db) + a db, a divide's
-    (da - x db) / (b + db). One loop per case, nothing decided inside it (loops the compiler vectorizes)."""
+    """One sample's deviations of an elementwise_pass op from its operands' (computed in float32, as the samples
+    are; `da` / `db`: their bfloat16 bits, decoded here (a shift: exact), unused where `with_a` / `with_b` is
+    False: that operand has none, its deviations 0): np.add / np.subtract / np.negative / np.positive on them; a
+    multiply's da (b + db) + a db, a divide's (da - x db) / (b + db). One loop per case, nothing decided inside it
+    (loops the compiler vectorizes)."""
     zero = np.float32(0)
     if kind == MULTIPLY and with_a and with_b:
         for t in range(out.size):
-            out[t] = da[t] * (np.float32(b[t]) + db[t]) + np.float32(a[t]) * db[t]
+            ra, rb = bf16_to_f32(da[t]), bf16_to_f32(db[t])
+            out[t] = ra * (np.float32(b[t]) + rb) + np.float32(a[t]) * rb
     elif kind == MULTIPLY and with_a:
         for t in range(out.size):
-            out[t] = da[t] * np.float32(b[t])
+            out[t] = bf16_to_f32(da[t]) * np.float32(b[t])
     elif kind == MULTIPLY and with_b:
         for t in range(out.size):
-            out[t] = np.float32(a[t]) * db[t]
+            out[t] = np.float32(a[t]) * bf16_to_f32(db[t])
     elif kind == DIVIDE and with_a and with_b:
         for t in range(out.size):
-            out[t] = (da[t] - np.float32(x[t]) * db[t]) / (np.float32(b[t]) + db[t])
+            ra, rb = bf16_to_f32(da[t]), bf16_to_f32(db[t])
+            out[t] = (ra - np.float32(x[t]) * rb) / (np.float32(b[t]) + rb)
     elif kind == DIVIDE and with_a:
         for t in range(out.size):
-            out[t] = da[t] / np.float32(b[t])
+            out[t] = bf16_to_f32(da[t]) / np.float32(b[t])
     elif kind == DIVIDE and with_b:
         for t in range(out.size):
-            out[t] = -np.float32(x[t]) * db[t] / (np.float32(b[t]) + db[t])
+            rb = bf16_to_f32(db[t])
+            out[t] = -np.float32(x[t]) * rb / (np.float32(b[t]) + rb)
     elif (kind == ADD or kind == SUBTRACT) and with_b:
         sign = np.float32(-1 if kind == SUBTRACT else 1)
         for t in range(out.size):
-            out[t] = (da[t] if with_a else zero) + sign * db[t]
+            out[t] = (bf16_to_f32(da[t]) if with_a else zero) + sign * bf16_to_f32(db[t])
     elif with_a and kind != MULTIPLY and kind != DIVIDE:
         sign = np.float32(-1 if kind == NEGATE else 1)
         for t in range(out.size):
-            out[t] = sign * da[t]
+            out[t] = sign * bf16_to_f32(da[t])
     else:
         out[:] = -zero if kind == NEGATE else zero
+
+
+@njit(inline="always")
+def _divide_loop(same, x, a, b, ea, eb, with_a, with_b, variance, decided):
+    """`_divide_variance` of each element into `variance` and `decided`."""
+    for t in range(variance.size):
+        variance[t], decided[t] = _divide_variance(
+            same, np.float64(x[t]), np.float64(a[t]), np.float64(b[t]),
+            np.float64(ea[t]) if with_a else 0.0, np.float64(eb[t]) if with_b else 0.0, with_a, with_b,
+        )  # fmt: skip
+
+
+@njit(inline="always")
+def _first_order_loop(multiply, same, a, b, ea, eb, with_a, with_b, variance):
+    """`_first_order_at` of each element into `variance`."""
+    for t in range(variance.size):
+        variance[t] = _first_order_at(
+            multiply, same, np.float64(a[t]), np.float64(b[t]),
+            np.float64(ea[t]) if with_a else 0.0, np.float64(eb[t]) if with_b else 0.0, with_a, with_b,
+        )  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _variances(kind, same, x, a, b, ea, eb, variance, decided):
+    """elementwise_pass' bounds before the rounding, squared, of a chunk (a divide's rounding-decided elements into
+    `decided`; `ea`, `eb`: none where empty): loops with their flags constant (inlined), which the compiler
+    vectorizes: a divide's one per case of which operands have errors (with the flags read inside it stayed
+    scalar: 2.2x slower), the others' one for a multiply and one for the rest (an add's, a convert's 10-15%
+    faster). Each further case compiles its loop again (cold: ~1 s each): only these. A function of its own: the
+    span's other loops compile as before."""
+    with_a, with_b = ea.size > 0, eb.size > 0
+    if kind == DIVIDE:
+        if with_a and with_b:
+            _divide_loop(same, x, a, b, ea, eb, True, True, variance, decided)
+        elif with_a:
+            _divide_loop(same, x, a, b, ea, eb, True, False, variance, decided)
+        elif with_b:
+            _divide_loop(same, x, a, b, ea, eb, False, True, variance, decided)
+        else:
+            _divide_loop(same, x, a, b, ea, eb, False, False, variance, decided)
+    elif kind == MULTIPLY:
+        _first_order_loop(True, same, a, b, ea, eb, with_a, with_b, variance)
+    else:
+        _first_order_loop(False, same, a, b, ea, eb, with_a, with_b, variance)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -324,33 +372,25 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     `largest`, `total`, `counted` at their blocks' places). `decided_out`: a divide's rounding-decided elements.
     Elements `first` (a multiple of `block`) to `last` only. Returns (any own error nonzero, unjudged). A chunk of
     blocks at a time, step by step along it: loops over views from 0 (the compiler vectorizes them: no negative
-    index to wrap), the chunk's temporaries in cache."""
+    index to wrap), the chunk's temporaries in cache. The operands' samples are read and the result's written as
+    their bfloat16 bits (uint16; tools/bound_store.py's SAMPLE_STORAGE): a sample's deviations are computed in
+    float32 (a chunk's, in cache), the block statistics taken from them, and each rounded to bfloat16 as it is
+    stored (kernels/half.f32_to_bf16: nearest even, NaN kept NaN), so no float32 copy of either is made."""
     n, samples = x.size, samples_out.shape[0]
     sampled = samples_out.shape[1] > 0
-    with_a, with_b, with_ea, with_eb = da.shape[1] > 0, db.shape[1] > 0, ea.size > 0, eb.size > 0
+    with_a, with_b = da.shape[1] > 0, db.shape[1] > 0
     pool, start, shared_start, keys, groups, sigmas = draws
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     keyed = keys.size > 0
     chunk = block * _CHUNK_BLOCKS
     variance, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
     ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
+    deviation = np.empty(chunk, np.float32)  # (one sample's, before its bfloat16 rounding)
     any_own, unjudged = False, False
     for lo in range(first, last, chunk):
         hi = min(last, lo + chunk)
         xv, av, bv, eav, ebv, bound = x[lo:hi], a[lo:hi], b[lo:hi], ea[lo:hi], eb[lo:hi], bound_out[lo:hi]
-        if kind == DIVIDE:
-            decided = decided_out[lo:hi]
-            for t in range(hi - lo):
-                variance[t], decided[t] = _divide_variance(
-                    same, np.float64(xv[t]), np.float64(av[t]), np.float64(bv[t]),
-                    np.float64(eav[t]) if with_ea else 0.0, np.float64(ebv[t]) if with_eb else 0.0, with_ea, with_eb,
-                )  # fmt: skip
-        else:
-            for t in range(hi - lo):
-                variance[t] = _first_order_at(
-                    kind == MULTIPLY, same, np.float64(av[t]), np.float64(bv[t]),
-                    np.float64(eav[t]) if with_ea else 0.0, np.float64(ebv[t]) if with_eb else 0.0, with_ea, with_eb,
-                )  # fmt: skip
+        _variances(kind, same, xv, av, bv, eav, ebv, variance[: hi - lo], decided_out[lo:hi])
         for t in range(hi - lo):
             before = math.sqrt(variance[t])
             if rounds:
@@ -364,7 +404,7 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
             continue
         squares[:] = 0
         for k in range(samples):
-            out = samples_out[k, lo:hi]
+            out, bits = deviation[: hi - lo], samples_out[k, lo:hi]
             _deviations(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], out, with_a, with_b)
             if rounds and keyed:
                 kv, shared, own_row = keys[lo:hi], shared_start + k * groups, start + k * n + lo
@@ -376,6 +416,7 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
                     out[t] += own_draws[t] * scales[t]
             for t in range(hi - lo):
                 squares[t] += out[t] * out[t]
+                bits[t] = f32_to_bf16(out[t])
         unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
     return any_own, unjudged
 

@@ -194,16 +194,6 @@ def f32_array_to_bf16(x, out):
         out[i] = f32_to_bf16(x[i])
 
 
-@njit(cache=True, nogil=True)
-def f32_array_round_to_bf16(x, bits):
-    """x's float32 values rounded to bfloat16 in place (as f32_to_bf16 rounds) and their bits into `bits`: an
-    array's bfloat16 form and its float32 reading in one pass."""
-    for i in range(x.size):
-        b = f32_to_bf16(x[i])
-        bits[i] = b
-        x[i] = bf16_to_f32(b)
-
-
 @njit(cache=True)
 def f64_array_to_f16(x, out):
     for i in range(x.size):
@@ -262,20 +252,6 @@ def to_f32(x: np.ndarray) -> np.ndarray:
     out = np.empty(dense.shape, _F32_DT)
     _TO_F32[x.dtype](dense.reshape(-1).view(np.uint16), out.reshape(-1))
     return out if back is None else out.transpose(back)
-
-
-def round_to_bf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bits, reading): an f32 array of any shape and strides as bfloat16 (nearest even, as from_f32) and as the
-    f32 values of those, one pass: the reading is x itself, rounded in place, where x is dense and writable (the
-    bits in its memory order), else a rounded copy in C order."""
-    dense, back = _dense(x)
-    if not (np.shares_memory(dense, x) and dense.flags.writeable):
-        dense, back = np.array(dense, _F32_DT, order="C"), None
-    bits = np.empty(dense.shape, np.uint16)
-    f32_array_round_to_bf16(dense.reshape(-1), bits.reshape(-1))
-    if back is None:
-        return bits.view(_BF16_DT), dense
-    return bits.view(_BF16_DT).transpose(back), dense.transpose(back)
 
 
 def from_f32(x: np.ndarray, dtype) -> np.ndarray:

@@ -17,6 +17,7 @@ import numpy as np
 from ..ir import opcodes
 from ..kernels.bound_rules import ADD, CONVERT, DIVIDE, MULTIPLY, NEGATE, SUBTRACT, elementwise_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, shared_rounding
+from .bound_store import SAMPLE_STORAGE
 
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
@@ -26,7 +27,7 @@ ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
 FUSED = {"add": ADD, "subtract": SUBTRACT, "negate": NEGATE, "convert": CONVERT, "multiply": MULTIPLY, "divide": DIVIDE}
 _NO_KEYS = np.empty(0, np.int64)
 _NO_DRAWS = np.empty(0, np.float32)
-_NO_DEVIATIONS = np.empty((SAMPLES, 0), np.float32)
+_NO_DEVIATIONS = np.empty((SAMPLES, 0), np.uint16)
 for _none in (_NO_KEYS, _NO_DRAWS, _NO_DEVIATIONS):
     _none.flags.writeable = False
 
@@ -86,10 +87,12 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     for o in operands[:1] if same else operands:
         e = bounds._stored_bound(o)
         errors.append(_flat(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_DRAWS)
-    perturbed = [bounds._samples_or_none(o) for o in operands]
-    deviations = [_NO_DEVIATIONS if p is None else _flat(p, SAMPLES) for p in perturbed]
-    sampled = rounds or any(p is not None for p in perturbed)
-    samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.float32)
+    stored = [bounds._stored_samples(o) for o in operands]
+    if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
+        return False
+    deviations = [_NO_DEVIATIONS if s is None else _flat(s.view(np.uint16), SAMPLES) for s in stored]
+    sampled = rounds or any(s is not None for s in stored)
+    samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     bound = np.empty(np.shape(x), np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(np.shape(x) if kind == DIVIDE else 0, bool)
     state, pool = bounds.rng.bit_generator.state, bounds.pool
@@ -120,7 +123,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
             marked = np.array(m, bool) if marked is None else marked | m
     if sampled:
         bound = bounds._calibrate(bound, samples, stats=stats)
-    bounds._put(x, bound, marked, samples if sampled else None)
+    bounds._put(x, bound, marked, samples.view(SAMPLE_STORAGE) if sampled else None)
     return True
 
 

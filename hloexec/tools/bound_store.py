@@ -9,9 +9,9 @@ narrow, encoded by `_put` and decoded by the accessors (the rules read float32 o
   gradient's largest element, caught in float32, was missed);
 - the samples' deviations in SAMPLE_STORAGE, bfloat16 (rounded to nearest: 2^-9 of a deviation), 4 x 2 bytes
   against float32's 4 x 4 (what it costs the verdict: SAMPLE_STORAGE), encoded and decoded by compiled kernels
-  (kernels/half.py, bit for bit ml_dtypes' casts); the last encoded value's samples are kept decoded too (its
-  float32 array, rounded in place) while the next instruction reads them: most are read by the very next one
-  (an elementwise chain), which then skips the decode;
+  (kernels/half.py, bit for bit ml_dtypes' casts); the hot elementwise ops (tools/bound_elementwise.py) read and
+  write these bits themselves, no float32 copy (the last encoded samples' float32 reading was kept for the next
+  reader: with those ops reading bits it skipped 56 of 327 decodes on the GPT step, 17 MB, and was dropped);
 and nothing twice: a moving op numpy can express as a view (broadcast, reshape, transpose, slice, copy) keeps
 views of its operand's arrays, an exact widening convert (bf16 -> f32) shares its operand's samples and marks
 (its bound calibrated again), a pinned instruction's helper shares its operand's entry, a value moved from exact
@@ -27,7 +27,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from ..kernels.half import round_to_bf16, to_f32
+from ..kernels.half import from_f32, to_f32
 
 # what the samples' float32 deviations are kept in (float32 keeps every bench_verdict catch of main; bfloat16
 # halves the samples' memory and, on the GPT step with the same draws, caught 0-3 fewer 1% / 0.1% changes of 84
@@ -77,27 +77,10 @@ class BoundStore:
     def __init__(self) -> None:
         self.store: dict[int, tuple] = {}
         self.lock = threading.Lock()
-        self.decoded: tuple | None = None  # (stored samples, their float32 reading): the last encoded ones
 
     def _encoded(self, samples: np.ndarray) -> np.ndarray:
-        """float32 samples in SAMPLE_STORAGE; `samples` (the caller's, not read after) rounded in place to it and
-        kept as their decoded reading."""
-        self.decoded = None  # (the older reading not held beside the new arrays)
-        stored, reading = round_to_bf16(samples)
-        reading.flags.writeable = False
-        self.decoded = (stored, reading)
-        return stored
-
-    def keep_decoded_for(self, operands) -> None:
-        """Drop the decoded samples kept where `operands` (the next instruction's) have samples, none those (it
-        reads others: its own arrays come next); an instruction of no sampled operands (a constant, an iota's
-        convert) keeps them for the one after it."""
-        kept = self.decoded
-        if kept is None:
-            return
-        held = [entry[3] for entry in map(self._entry, operands) if entry is not None and entry[3] is not None]
-        if held and not any(samples is kept[0] for samples in held):
-            self.decoded = None
+        """float32 samples in SAMPLE_STORAGE."""
+        return from_f32(samples, SAMPLE_STORAGE)
 
     def _put(self, leaf, bound, decided=None, samples=None) -> None:
         key, store = id(leaf), self.store
@@ -151,20 +134,19 @@ class BoundStore:
 
     def _samples_or_none(self, leaf):
         """The samples' deviations (float32; a pred value's perturbed decisions), None where there are none."""
-        return self._read_samples(self._samples_held(leaf))
+        return self._read_samples(self._stored_samples(leaf))
 
-    def _samples_held(self, leaf):
-        """The samples as kept (in SAMPLE_STORAGE, float32, a pred value's decisions), None where there are none."""
+    def _stored_samples(self, leaf):
+        """The samples as they are kept (SAMPLE_STORAGE for a float value's; a view where the value was moved),
+        None where there are none."""
         entry = self._entry(leaf)
         return None if entry is None else entry[3]
 
-    def _read_samples(self, samples):
-        """Kept samples (`_samples_held`) read as float32 (the last encoded ones' kept reading), None for None."""
+    @staticmethod
+    def _read_samples(samples):
+        """Kept samples (`_stored_samples`) read as float32, None for None."""
         if samples is None:
             return None
-        kept = self.decoded
-        if kept is not None and kept[0] is samples:
-            return kept[1]
         return to_f32(samples) if samples.dtype == SAMPLE_STORAGE else samples
 
     def _share(self, value, operand, calibrate=None) -> None:
@@ -188,6 +170,3 @@ class BoundStore:
             for k, a in enumerate(entry[1:])
         )
         self._put(value, bound, decided, samples)
-        kept = self.decoded
-        if kept is not None and samples is not None and kept[0] is entry[3]:  # (the reading moved the same way)
-            self.decoded = (samples, moved_view(inst, kept[1], np.shape(operand), np.shape(kept[1])[:1]))

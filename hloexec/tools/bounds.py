@@ -213,7 +213,6 @@ class ErrorBounds(BoundStore):
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
-        self.keep_decoded_for(operands)
         leaves = _leaves(value)
         floats = [v for v in leaves if _float(v)]
         opcode = inst.opcode
@@ -286,7 +285,7 @@ class ErrorBounds(BoundStore):
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
         whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
         one array for every leaf, or a list of them (one per leaf of the value)."""
-        held = [self._samples_held(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
+        held = [self._stored_samples(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
         if local is None and all(p is None for p in held):
             return
@@ -341,7 +340,6 @@ class ErrorBounds(BoundStore):
                     else:
                         out[k] = moved
         del perturbed  # (decoded copies: not held through the draws and the calibration)
-        self.decoded = None
         for k, (leaf, out) in enumerate(zip(leaves, made)):
             if out is None:
                 continue

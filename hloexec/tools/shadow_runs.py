@@ -377,8 +377,7 @@ def bounds_memory(
     as of the shadow's narrowest float type; the pool of normal draws all participants share (float32, NOISE_POOL
     or two windows of SAMPLES draws per element of the largest value computed from floats, _largest_computed); per
     participant its rules' arrays (RULE_ARRAYS float32 arrays of that value's size; in turns, `turns` = (running,
-    waiting_at): `running` participants' so, the others' of the size they wait at and the float32 reading of their
-    last samples) and its outputs' bounds as
+    waiting_at): `running` participants' so, the others' of the size they wait at) and its outputs' bounds as
     the run returns them (OutputBounds: float64 copies of float32 bounds, the marks; `assembled`: again as global
     arrays)."""
     floats = [t for t in _element_types(shadow.module) if t.kind == "float"]
@@ -388,10 +387,8 @@ def bounds_memory(
     outputs = sum(leaf.size * (1 + (8 if leaf.element_type.itemsize <= 4 else 0)) for leaf in leaves)
     pool = 4 * max(NOISE_POOL, 2 * SAMPLES * largest)  # (the participants share one)
     running, waiting_at = (participants, 0) if turns is None else (min(turns[0], participants), turns[1])
-    # (a waiting participant: its rules' arrays where it waits, its last samples' float32 reading: BoundStore's)
-    rules = 4 * (
-        RULE_ARRAYS * running * largest + (participants - running) * (RULE_ARRAYS * waiting_at + SAMPLES * largest)
-    )
+    # (a waiting participant: its rules' arrays where it waits)
+    rules = 4 * RULE_ARRAYS * (running * largest + (participants - running) * waiting_at)
     return work // narrowest * store_bytes_per_element(shadow) + pool + rules + participants * outputs * (1 + assembled)
 
 
