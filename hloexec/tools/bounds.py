@@ -85,7 +85,7 @@ from ..spmd.devices import GROUPED
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
-from .bound_unary import unary_elementwise
+from .bound_generic import fused_select, unary_elementwise
 from .bound_shared import least_along, tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, NoisePool, calibrate, dot_samples
 
@@ -146,7 +146,7 @@ LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum",
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (singular at 0, a step, rounds):
-# the unary ones in one compiled pass (tools/bound_unary.py)
+# the unary ones in one compiled pass (tools/bound_generic.py)
 EVALUATED = {
     op: (op in SINGULAR_AT_ZERO, op in STEPS, op in ROUNDING_ELEMENTWISE)
     for op in (ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE) - LIPSCHITZ - {"multiply"}
@@ -257,6 +257,8 @@ class ErrorBounds(BoundStore):
                 return
             elif opcode in MOVES:
                 self._move(inst, value, operands)
+            elif opcode == "select" and fused_select(self, value, operands):
+                return
             elif opcode == "select":
                 self._select(value, operands)
             elif fused_elementwise(self, inst, orig, value, operands):

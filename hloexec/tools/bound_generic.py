@@ -1,6 +1,6 @@
 """The error bounds of the unary elementwise ops ErrorBounds evaluates at their operand's interval ends (sqrt,
 rsqrt, the transcendentals, floor...: tools/bounds.py `_moved_by`) in one compiled pass
-(kernels/bound_unary.unary_pass): the op evaluated by the shadow's own kernel on the interval's ends and the
+(kernels/bound_generic.unary_pass): the op evaluated by the shadow's own kernel on the interval's ends and the
 samples' perturbed operands at once, then the bound, the rounding, the samples' deviations with their own-error
 draws and calibration's block statistics in one loop: the separate rules' formulas (`_elementwise`,
 `_evaluated`, `_round`, `_sample`) in their order, the same noise windows, so the bounds and samples are theirs
@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.bound_unary import unary_pass
+from ..kernels.bound_generic import select_pass, unary_pass
 from .bound_elementwise import _NO_DEVIATIONS, _NO_DRAWS, _flat, rounding_rule
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 
 _NO_BOUND = np.empty(0)
-_NO_BOUND.flags.writeable = False
+_NO_MARKS = np.empty(0, bool)
+_NO_DECISIONS = np.empty((SAMPLES, 0), bool)
+for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS):
+    _none.flags.writeable = False
 
 
 def _f64(v) -> bool:
@@ -65,4 +68,41 @@ def unary_elementwise(bounds, inst, orig, x, operands, singular: bool, steps: bo
     if sampled:
         bound = bounds._calibrate(bound, samples, stats=stats)
     bounds._put(x, bound, marked if np.size(marked) else None, samples if sampled else None)
+    return True
+
+
+def fused_select(bounds, x, operands) -> bool:
+    """A select's bound, rounding-decided marks and samples (calibrated) into `bounds` in one pass
+    (kernels/bound_generic.select_pass: `_select`'s and `_sample`'s rules, the same bits), where its branches are
+    float64 (the shadow's values) and its predicate a bool array of their shape; False (nothing done) otherwise."""
+    p, t, f = operands
+    shape = np.shape(x)
+    if not (_f64(x) and _f64(t) and _f64(f) and isinstance(p, np.ndarray) and p.dtype == np.bool_):
+        return False
+    if not np.shape(p) == np.shape(t) == np.shape(f) == shape:
+        return False
+    bounds_of = [bounds._stored_bound(o) for o in (t, f)]
+    marks = [bounds._decided_or_none(o) for o in (t, f, p)]
+    perturbed = [bounds._samples_or_none(o) for o in operands]
+    sampled = any(q is not None for q in perturbed)
+    bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
+    decided = np.empty(shape, bool)
+    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
+    stats = select_pass(
+        _flat(p),
+        _flat(t),
+        _flat(f),
+        _flat(x),
+        *(_NO_BOUND if e is None else _flat(np.broadcast_to(e, shape)) for e in bounds_of),
+        tuple(_NO_MARKS if m is None else _flat(np.broadcast_to(m, shape)) for m in marks),
+        _NO_DECISIONS if perturbed[0] is None else _flat(perturbed[0], SAMPLES),
+        *(_NO_DEVIATIONS if q is None else _flat(q, SAMPLES) for q in perturbed[1:]),
+        bound.reshape(-1),
+        decided.reshape(-1),
+        samples.reshape(SAMPLES, -1),
+        CALIBRATION_BLOCK,
+    )
+    if sampled:
+        bound = bounds._calibrate(bound, samples, stats=stats)
+    bounds._put(x, bound, decided, samples if sampled else None)
     return True

@@ -1,5 +1,5 @@
 """The error bounds of the unary elementwise ops with no first-order form (sqrt, rsqrt, the transcendentals,
-floor...: tools/bound_unary.py) in one pass per chunk of elements. The op itself is the shadow's kernel (numpy),
+floor...: tools/bound_generic.py) in one pass per chunk of elements. The op itself is the shadow's kernel (numpy),
 called once per chunk on every argument it needs stacked as rows: the ends of the operand's interval and each
 sample's perturbed operand (`unary_arguments`); the rest -- the bound before the rounding, the rounding, the
 samples' deviations plus their own-error draws, calibration's block statistics -- is one compiled loop
@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .bound_rules import _CHUNK_BLOCKS, _block_statistics, _moved_apart, _rounded, _tally_blocks, over_cores
+from .bound_rules import _CHUNK_BLOCKS, _block_statistics, _moved_apart, _nan_max, _rounded, _tally_blocks, over_cores
 
 CHUNK_BLOCKS = 4 * _CHUNK_BLOCKS  # calibration blocks per chunk (one kernel call each: the arguments' rows in cache)
 
@@ -113,3 +113,56 @@ def unary_pass(kernel, flags, x, a, ea, da, rule, draws, bound_out, samples_out,
 
     spans = over_cores(x.size, block, span, threads)
     return any(s[0] for s in spans), *stats, stats[2].sum(), any(s[1] for s in spans)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _select_span(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, samples_out, block, first, last,
+                 largest, total, counted):  # fmt: skip
+    """select_pass on elements `first` (a multiple of `block`) to `last`."""
+    with_et, with_ef, with_pp, with_dt, with_df = (
+        et.size > 0,
+        ef.size > 0,
+        pp.shape[1] > 0,
+        dt.shape[1] > 0,
+        df.shape[1] > 0,
+    )
+    marks_t, marks_f, undecided = marks
+    with_mt, with_mf, with_undecided = marks_t.size > 0, marks_f.size > 0, undecided.size > 0
+    sampled = samples_out.shape[1] > 0
+    m = last - first
+    squares, ratios, judged = np.empty(m, np.float32), np.empty(m), np.empty(m, np.bool_)
+    for i in range(first, last):
+        a, b = np.float64(et[i]) if with_et else 0.0, np.float64(ef[i]) if with_ef else 0.0
+        bound = a if p[i] else b
+        decided = (with_mt and marks_t[i]) if p[i] else (with_mf and marks_f[i])
+        if with_undecided and undecided[i]:
+            bound = _nan_max(a, b) + abs(t[i] - f[i])
+            decided = True
+        bound_out[i], decided_out[i] = bound, decided
+    if not sampled:
+        return False
+    squares[:] = 0
+    for k in range(samples_out.shape[0]):
+        out = samples_out[k, first:last]
+        for j in range(m):
+            i = first + j
+            chosen = pp[k, i] if with_pp else p[i]
+            moved = (t[i] + np.float64(dt[k, i]) if with_dt else t[i]) if chosen else (
+                f[i] + np.float64(df[k, i]) if with_df else f[i])  # fmt: skip
+            out[j] = np.float32(moved - x[i])
+            squares[j] += out[j] * out[j]
+    return _tally_blocks(squares, bound_out[first:last], first, block, largest, total, counted, ratios, judged)
+
+
+def select_pass(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, samples_out, block, threads=None):
+    """A select's bound, rounding-decided marks and samples (tools/bounds.py `_select`, `_sample`) in one pass,
+    spans of whole blocks on the cores: the chosen branch's bound (`et`, `ef`; no elements: 0) and marks, and where
+    the predicate is rounding-decided (`marks`: (t's, f's, p's); no elements: none) the larger bound (NaN as
+    np.maximum) plus the branches' distance, decided; each sample's (`pp`: the predicate's perturbed decisions,
+    `dt`, `df`: the branches' deviations; no columns: none) chosen branch moved, less `x`, in float32 (none where
+    `samples_out` has no columns); calibration's block statistics. Returns (largest, total, counted, seen,
+    unjudged)."""
+    stats = _block_statistics(x.size, block)
+    args = (p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, samples_out, block)
+    spans = over_cores(x.size, block, lambda first, last: _select_span(*args, first, last, *stats), threads)
+    return *stats, stats[2].sum(), any(spans)
