@@ -52,19 +52,16 @@ def _awkward(rng, n, dtype) -> np.ndarray:
     return values.astype(dtype)
 
 
-def _records(text, inputs, compiled: bool, monkeypatch, fused: str = "unary_elementwise") -> tuple:
-    """Every instruction's (bound, marks, samples) as ErrorBounds keeps them, observing the shadow's run, with the
-    compiled pass `fused` (a function of tools/bounds.py's) or (`compiled` False) the separate rules; and the
-    instructions the compiled pass took."""
+def _records(text, inputs, monkeypatch, replace=()) -> dict:
+    """Every instruction's (bound, marks, samples) as ErrorBounds keeps them, observing the shadow's run, with
+    `replace`'s (module, name, function) patched in."""
     from hloexec.exec.shadow import shadow_module
     from hloexec.tools.bounds import ErrorBounds
     from hloexec.tools.numerics import Runner, executable_like
 
     with monkeypatch.context() as patch:
-        done = []  # the instructions the compiled pass took
-        compiled_pass = getattr(bounds_module, fused)
-        patch.setattr(bounds_module, fused,
-                      lambda b, *rest: compiled and compiled_pass(b, *rest) and not done.append(rest))
+        for module, name, function in replace:
+            patch.setattr(module, name, function)
         exe = hloexec.load(text)
         shadow = shadow_module(exe.module)
         shadow_exe = executable_like(exe, shadow.module, use_numba=False)
@@ -82,7 +79,20 @@ def _records(text, inputs, compiled: bool, monkeypatch, fused: str = "unary_elem
 
         with np.errstate(all="ignore"):
             Runner().run(shadow_exe, shadow.inputs(inputs), observe, observe_operands=True)
-    return records, done
+    return records
+
+
+def _counted(module, name: str, calls: list) -> tuple:
+    """(module, name, `module.name` appending to `calls` each time it does something (returns other than False /
+    None))."""
+    function = getattr(module, name)
+
+    def counting(*args):
+        result = function(*args)
+        if result is not False and result is not None:
+            calls.append(args)
+        return result
+    return module, name, counting
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
@@ -98,8 +108,9 @@ def test_the_unary_pass_is_the_separate_rules(dtype, split, monkeypatch):
     rng = np.random.default_rng(11)
     inputs = [_awkward(rng, n, numpy_type) for _ in range(2)]
     text = _program(dtype, n)
-    want, _ = _records(text, inputs, False, monkeypatch)
-    got, done = _records(text, inputs, True, monkeypatch)
+    done: list = []
+    want = _records(text, inputs, monkeypatch, [(bounds_module, "unary_elementwise", lambda *_: False)])
+    got = _records(text, inputs, monkeypatch, [_counted(bounds_module, "unary_elementwise", done)])
     assert len(done) == len(UNARY) + 5
     assert _same_records(want, got) > n * len(UNARY) // 4  # (the data made finite positive bounds to compare)
 
@@ -158,8 +169,104 @@ def test_the_select_pass_is_the_separate_rules(split, monkeypatch):
     inputs = [_awkward(rng, n, np.float32) for _ in range(2)]
     inputs[1][:n // 4] = inputs[0][:n // 4] * (1 + 1e-7 * rng.standard_normal(n // 4))  # (m and q near: decided)
     text = SELECTS.replace("[N]", f"[{n}]")
-    want, _ = _records(text, inputs, False, monkeypatch, "fused_select")
-    got, done = _records(text, inputs, True, monkeypatch, "fused_select")
+    done: list = []
+    want = _records(text, inputs, monkeypatch, [(bounds_module, "fused_select", lambda *_: False)])
+    got = _records(text, inputs, monkeypatch, [_counted(bounds_module, "fused_select", done)])
     assert len(done) == 5
     assert _same_records(want, got) > n
     assert want["s", 0][1] is not None and want["s", 0][1].any()  # (rounding-decided elements compared)
+
+
+@pytest.mark.parametrize("shape, dims", [((6, 37, 300), (2,)), ((300, 5, 7), (0,)), ((40, 50, 30), (0, 1)),
+                                         ((9, 300, 11), (1,)), ((20, 30, 40), (0, 2)), ((3000,), (0,))])
+@pytest.mark.parametrize("bounded, sampled", [(True, True), (True, False), (False, False)])
+def test_term_sums_are_the_numpy_sums(shape, dims, bounded, sampled):
+    """kernels/bound_generic.term_sums (one pass over each sum's terms, float64 in term order) against numpy's sums
+    of the rule's quantities (tools/bounds.py `_reduce`: bounds squared, least bound (NaN if one is), (bound -
+    least)^2, bounds, values squared; samples' deviations) on data with infinities, NaN, zeros and subnormals,
+    the reduced dims trailing, leading or between (laid out as tools/bound_generic.summed_terms lays them)."""
+    from hloexec.kernels.bound_generic import term_sums
+
+    rng = np.random.default_rng(len(shape) * 7 + sum(dims))
+    a = _awkward(rng, int(np.prod(shape)), np.float64).reshape(shape)
+    e = np.abs(_awkward(rng, a.size, np.float32)).reshape(shape) * np.float32(1e-3) if bounded else None
+    d = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if sampled else None
+    kept = [k for k in range(len(shape)) if k not in dims]
+    count, outputs = int(np.prod([shape[k] for k in dims])), int(np.prod([shape[k] for k in kept]))
+    columns = list(dims) == list(range(len(dims))) and len(kept) > 0
+    lay = lambda v, lead=(): np.ascontiguousarray(np.transpose(v, (*range(len(lead)), *(len(lead) + k for k in (  # noqa
+        dims + tuple(kept) if columns else tuple(kept) + dims)))).reshape(*lead, *((count, outputs) if columns else (outputs, count))))
+    sums, deviations = np.empty((5, outputs)), np.empty((4, outputs if sampled else 0), np.float32)
+    with np.errstate(all="ignore"):
+        term_sums(lay(a), np.empty((0, 0)) if e is None else lay(e), np.empty((4, 0, 0), np.float32) if d is None
+                  else lay(d, (4,)), columns, sums, deviations)
+        e64 = np.zeros(shape) if e is None else e.astype(np.float64)
+        least = np.min(e64, axis=dims, keepdims=True)
+        want = [np.sum(e64**2, axis=dims), np.sum((e64 - least) ** 2, axis=dims), least.reshape(-1),
+                np.sum(e64, axis=dims), np.sum(a**2, axis=dims)]
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(sums[k], np.reshape(w, -1), rtol=1e-12, atol=0, err_msg=str(k))
+    assert np.isnan(sums[0]).any() == (bounded and np.isnan(e).any())  # (NaN where a term's bound is)
+    if sampled:
+        np.testing.assert_allclose(deviations, np.sum(d.astype(np.float64), axis=tuple(k + 1 for k in dims))
+                                   .reshape(4, -1).astype(np.float32), rtol=0, atol=0)
+
+
+SUMS = """HloModule sums
+add { x = f32[] parameter(0)  y = f32[] parameter(1)  ROOT s = f32[] add(x, y) }
+add16 { x = bf16[] parameter(0)  y = bf16[] parameter(1)  ROOT s = bf16[] add(x, y) }
+ENTRY e {
+  a = f32[12,20,300] parameter(0)
+  b = f32[12,20,300] parameter(1)
+  m = f32[12,20,300] multiply(a, b)
+  zero = f32[] constant(0)
+  r0 = f32[12,20] reduce(m, zero), dimensions={2}, to_apply=add
+  r1 = f32[20,300] reduce(m, zero), dimensions={0}, to_apply=add
+  r2 = f32[300] reduce(m, zero), dimensions={0,1}, to_apply=add
+  r3 = f32[12,300] reduce(m, zero), dimensions={1}, to_apply=add
+  r4 = f32[20] reduce(m, zero), dimensions={2,0}, to_apply=add
+  r5 = f32[] reduce(m, zero), dimensions={0,1,2}, to_apply=add
+  r6 = f32[12,20] reduce(a, zero), dimensions={2}, to_apply=add
+  h = bf16[12,20,300] convert(m)
+  z16 = bf16[] constant(0)
+  r7 = bf16[12,300] reduce(h, z16), dimensions={1}, to_apply=add16
+  q = f32[12,20] multiply(r0, r0)
+  ROOT t = (f32[12,20], f32[20,300], f32[300], f32[12,300], f32[20], f32[], f32[12,20], bf16[12,300], f32[12,20])
+    tuple(r0, r1, r2, r3, r4, r5, r6, r7, q)
+}
+"""
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_sums_by_the_compiled_pass_are_the_numpy_rules(split, monkeypatch):
+    """Add reduces over trailing, leading, middle, mixed and all dims, of a bounded sampled value, of an exact one
+    (no bound, no samples), in f32 and bf16, one after another: the compiled term sums (tools/bound_generic.py
+    `summed_terms`) against the rule by the reduce kernel in numpy (the same rule, a float64 rounding apart in
+    the bounds, the samples' sums in float64 rounded once against float32 sums: within 2^-20 of their scale)."""
+    from hloexec.tools import bound_generic
+
+    if split:
+        monkeypatch.setattr(bound_rules, "SPLIT_FROM", 0)
+        monkeypatch.setattr(bound_rules, "SPAN", 1000)
+        monkeypatch.setenv("HLOEXEC_NUM_THREADS", "2")
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((12, 20, 300)).astype(np.float32) for _ in range(2)]
+    odd = rng.random(inputs[0].shape) < 0.003  # (a few zeros, subnormals, infinities, NaN: rows of them)
+    inputs[0][odd] = rng.choice(np.array([0.0, 1e-40, -1e-42, np.inf, -np.inf, np.nan], np.float32), odd.sum())
+    done: list = []
+    want = _records(SUMS, inputs, monkeypatch, [(bound_generic, "summed_terms", lambda *_: None)])
+    got = _records(SUMS, inputs, monkeypatch, [_counted(bound_generic, "summed_terms", done)])
+    assert len(done) == 8
+    assert want.keys() == got.keys()
+    compared = 0
+    for key, (bound, decided, samples) in want.items():
+        g_bound, g_decided, g_samples = got[key]
+        assert (bound is None) == (g_bound is None) and (samples is None) == (g_samples is None), key
+        assert (decided is None) == (g_decided is None), key
+        if bound is not None:
+            np.testing.assert_allclose(g_bound, bound, rtol=2.0**-20, atol=0, err_msg=str(key))
+            compared += int(np.count_nonzero(np.isfinite(bound) & (bound > 0)))
+        if samples is not None:
+            scale = np.nanmax(np.abs(np.where(np.isfinite(samples), samples, 0)), initial=0.0)
+            np.testing.assert_allclose(g_samples, samples, rtol=2.0**-20, atol=scale * 2.0**-20, err_msg=str(key))
+    assert compared > 3000

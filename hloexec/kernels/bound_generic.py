@@ -12,7 +12,15 @@ import math
 import numpy as np
 from numba import njit
 
-from .bound_rules import _CHUNK_BLOCKS, _block_statistics, _moved_apart, _nan_max, _rounded, _tally_blocks, over_cores
+from .bound_rules import (
+    _CHUNK_BLOCKS,
+    _block_statistics,
+    _moved_apart,
+    _nan_max,
+    _rounded,
+    _tally_blocks,
+    over_cores,
+)
 
 CHUNK_BLOCKS = 4 * _CHUNK_BLOCKS  # calibration blocks per chunk (one kernel call each: the arguments' rows in cache)
 
@@ -118,40 +126,48 @@ def unary_pass(kernel, flags, x, a, ea, da, rule, draws, bound_out, samples_out,
 @njit(cache=True, nogil=True, error_model="numpy")
 def _select_span(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, samples_out, block, first, last,
                  largest, total, counted):  # fmt: skip
-    """select_pass on elements `first` (a multiple of `block`) to `last`."""
-    with_et, with_ef, with_pp, with_dt, with_df = (
-        et.size > 0,
-        ef.size > 0,
-        pp.shape[1] > 0,
-        dt.shape[1] > 0,
-        df.shape[1] > 0,
-    )
+    """select_pass on elements `first` (a multiple of `block`) to `last`, a chunk of blocks at a time (loops over
+    views from 0, the chunk's temporaries in cache)."""
+    with_et, with_ef, with_dt, with_df = et.size > 0, ef.size > 0, dt.shape[1] > 0, df.shape[1] > 0
     marks_t, marks_f, undecided = marks
     with_mt, with_mf, with_undecided = marks_t.size > 0, marks_f.size > 0, undecided.size > 0
-    sampled = samples_out.shape[1] > 0
-    m = last - first
-    squares, ratios, judged = np.empty(m, np.float32), np.empty(m), np.empty(m, np.bool_)
-    for i in range(first, last):
-        a, b = np.float64(et[i]) if with_et else 0.0, np.float64(ef[i]) if with_ef else 0.0
-        bound = a if p[i] else b
-        decided = (with_mt and marks_t[i]) if p[i] else (with_mf and marks_f[i])
-        if with_undecided and undecided[i]:
-            bound = _nan_max(a, b) + abs(t[i] - f[i])
-            decided = True
-        bound_out[i], decided_out[i] = bound, decided
-    if not sampled:
-        return False
-    squares[:] = 0
-    for k in range(samples_out.shape[0]):
-        out = samples_out[k, first:last]
-        for j in range(m):
-            i = first + j
-            chosen = pp[k, i] if with_pp else p[i]
-            moved = (t[i] + np.float64(dt[k, i]) if with_dt else t[i]) if chosen else (
-                f[i] + np.float64(df[k, i]) if with_df else f[i])  # fmt: skip
-            out[j] = np.float32(moved - x[i])
-            squares[j] += out[j] * out[j]
-    return _tally_blocks(squares, bound_out[first:last], first, block, largest, total, counted, ratios, judged)
+    chunk = block * _CHUNK_BLOCKS
+    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
+    moved_t, moved_f = np.empty(chunk), np.empty(chunk)
+    unjudged = False
+    for lo in range(first, last, chunk):
+        hi = min(last, lo + chunk)
+        pv, tv, fv, xv, bound, decided = p[lo:hi], t[lo:hi], f[lo:hi], x[lo:hi], bound_out[lo:hi], decided_out[lo:hi]
+        for j in range(hi - lo):
+            i = lo + j
+            a, b = np.float64(et[i]) if with_et else 0.0, np.float64(ef[i]) if with_ef else 0.0
+            bound[j] = a if pv[j] else b
+            decided[j] = (with_mt and marks_t[i]) if pv[j] else (with_mf and marks_f[i])
+            if with_undecided and undecided[i]:
+                bound[j] = _nan_max(a, b) + abs(tv[j] - fv[j])
+                decided[j] = True
+        if samples_out.shape[1] == 0:
+            continue
+        squares[:] = 0
+        for k in range(samples_out.shape[0]):
+            out, chosen = samples_out[k, lo:hi], pp[k, lo:hi] if pp.shape[1] > 0 else pv
+            _moved(tv, dt[k, lo:hi], with_dt, moved_t)
+            _moved(fv, df[k, lo:hi], with_df, moved_f)
+            for j in range(hi - lo):
+                out[j] = np.float32((moved_t[j] if chosen[j] else moved_f[j]) - xv[j])
+                squares[j] += out[j] * out[j]
+        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
+    return unjudged
+
+
+@njit(inline="always")
+def _moved(value, deviations, with_deviations, out):
+    """out[:n] = value + deviations (float64), or value where there are none."""
+    if with_deviations:
+        for j in range(value.size):
+            out[j] = value[j] + np.float64(deviations[j])
+    else:
+        out[: value.size] = value
 
 
 def select_pass(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, samples_out, block, threads=None):
@@ -166,3 +182,116 @@ def select_pass(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, s
     args = (p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, samples_out, block)
     spans = over_cores(x.size, block, lambda first, last: _select_span(*args, first, last, *stats), threads)
     return *stats, stats[2].sum(), any(spans)
+
+
+# term_sums' rows: per output element of a sum, over its terms
+BOUNDS_SQUARED, REST_SQUARED, LEAST, BOUNDS, VALUES_SQUARED = range(5)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _term_sums_span(a, e, d, columns, sums, deviations, first, last):
+    """term_sums for output elements `first` to `last` (loops over views from 0: they vectorize)."""
+    with_e, with_d, m = e.size > 0, d.shape[1] > 0, last - first
+    b2, r2, least, b1, v2 = (sums[BOUNDS_SQUARED, first:last], sums[REST_SQUARED, first:last],
+                             sums[LEAST, first:last], sums[BOUNDS, first:last], sums[VALUES_SQUARED, first:last])  # fmt: skip
+    b2[:], r2[:], b1[:], v2[:] = 0.0, 0.0, 0.0, 0.0
+    least[:] = math.inf if with_e else 0.0
+    if not columns:
+        lanes, totals = np.zeros((4, _LANES)), np.zeros(_LANES)
+        for o in range(m):
+            least[o] = _least(e[first + o]) if with_e else 0.0
+            lanes[:] = 0.0
+            if with_e:
+                _bound_lanes(e[first + o], least[o], lanes)
+            _value_lanes(a[first + o], lanes)
+            b2[o], r2[o], b1[o], v2[o] = lanes[0].sum(), lanes[1].sum(), lanes[2].sum(), lanes[3].sum()
+            for k in range(deviations.shape[0] if with_d else 0):
+                deviations[k, first + o] = np.float32(_row_total(d[k, first + o], totals))
+        return
+    count = a.shape[0]  # (terms along rows: each a contiguous run of output elements)
+    for j in range(count if with_e else 0):
+        ev, nan = e[j, first:last], False
+        for o in range(m):
+            value = np.float64(ev[o])
+            least[o] = min(least[o], value)
+            nan |= value != value
+        if nan:  # (np.min's meaning: NaN if one is)
+            for o in range(m):
+                least[o] = math.nan if ev[o] != ev[o] else least[o]
+    for j in range(count if with_e else 0):
+        ev = e[j, first:last]
+        for o in range(m):
+            bound = np.float64(ev[o])
+            rest = bound - least[o]
+            b2[o] += bound * bound
+            r2[o] += rest * rest
+            b1[o] += bound
+    for j in range(count):
+        av = a[j, first:last]
+        for o in range(m):
+            v2[o] += np.float64(av[o]) * np.float64(av[o])
+    total = np.empty(m)
+    for k in range(deviations.shape[0] if with_d else 0):
+        total[:] = 0.0
+        for j in range(count):
+            dv = d[k, j, first:last]
+            for o in range(m):
+                total[o] += np.float64(dv[o])
+        for o in range(m):
+            deviations[k, first + o] = np.float32(total[o])
+
+
+_LANES = 8  # partial sums per quantity along a row (a vector's width of float64: the loop vectorizes)
+
+
+@njit(inline="always")
+def _least(bounds):
+    """np.min of a row of bounds (float64): NaN if one is."""
+    least, nan = math.inf, False
+    for j in range(bounds.size):
+        value = np.float64(bounds[j])
+        least = min(least, value)
+        nan |= value != value
+    return math.nan if nan else least
+
+
+@njit(inline="always")
+def _bound_lanes(bounds, least, lanes):
+    """Into `lanes` ((4, _LANES): partial sums, term j's in lane j % _LANES) one row of terms' bounds squared,
+    (bound - least)^2 and bounds, in rows 0, 1, 2."""
+    for j in range(bounds.size):
+        lane, bound = j % _LANES, np.float64(bounds[j])
+        rest = bound - least
+        lanes[0, lane] += bound * bound
+        lanes[1, lane] += rest * rest
+        lanes[2, lane] += bound
+
+
+@njit(inline="always")
+def _value_lanes(values, lanes):
+    """Into `lanes`' row 3 one row of terms' values squared (as _bound_lanes)."""
+    for j in range(values.size):
+        value = np.float64(values[j])
+        lanes[3, j % _LANES] += value * value
+
+
+@njit(inline="always")
+def _row_total(deviations, lanes):
+    """The sum of a row of float32 deviations in float64, in _LANES partial sums (`lanes`: their scratch)."""
+    lanes[:] = 0.0
+    for j in range(deviations.size):
+        lanes[j % _LANES] += np.float64(deviations[j])
+    return lanes.sum()
+
+
+def term_sums(a, e, d, columns, sums, deviations, threads=None):
+    """What an add reduce's bound rule reads of its terms (tools/bounds.py `_reduce`), per output element, in one
+    pass over them (float64, in term order): the sum of their bounds squared, the least bound, the sum of (bound -
+    least)^2, the sum of bounds, of values squared, into `sums`' rows (BOUNDS_SQUARED...; (5, outputs)); each
+    sample's sum of deviations (rounded once to float32) into `deviations` ((samples, outputs); `d`: (samples, *a's
+    shape), no elements where there are none). `a` (values), `e` (bounds; no elements: 0): (outputs, terms), or
+    (terms, outputs) where `columns`; C-ordered. Spans of output elements on the cores (`over_cores`)."""
+    outputs = a.shape[1] if columns else a.shape[0]
+    terms = a.size // max(outputs, 1)
+    over_cores(a.size, max(terms, 1), lambda first, last: _term_sums_span(
+        a, e, d, columns, sums, deviations, first // max(terms, 1), last // max(terms, 1)), threads)  # fmt: skip

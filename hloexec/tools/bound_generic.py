@@ -10,14 +10,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.bound_generic import select_pass, unary_pass
+from ..kernels.bound_generic import (
+    BOUNDS,
+    BOUNDS_SQUARED,
+    LEAST,
+    REST_SQUARED,
+    VALUES_SQUARED,
+    select_pass,
+    term_sums,
+    unary_pass,
+)
 from .bound_elementwise import _NO_DEVIATIONS, _NO_DRAWS, _flat, rounding_rule
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
+from .bound_shared import least_along
 
 _NO_BOUND = np.empty(0)
 _NO_MARKS = np.empty(0, bool)
 _NO_DECISIONS = np.empty((SAMPLES, 0), bool)
-for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS):
+_NO_TERM_BOUNDS = np.empty((0, 0))
+_NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.float32)
+for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES):
     _none.flags.writeable = False
 
 
@@ -106,3 +118,79 @@ def fused_select(bounds, x, operands) -> bool:
         bound = bounds._calibrate(bound, samples, stats=stats)
     bounds._put(x, bound, decided, samples if sampled else None)
     return True
+
+
+def summed_terms(bounds, inst, a, init) -> tuple | None:
+    """What an add reduce's bound rule reads of its terms, per element of its result (kernels/bound_generic.term_sums,
+    one pass over them in float64; their rows BOUNDS_SQUARED...: (5, *result's shape)), and the samples' deviations
+    summed ((SAMPLES, *result's shape), float32; zeros where the terms have none): the rule's sums in term order
+    rather than the shadow's reduce kernel's (a float64 rounding apart), the samples' in float64 rounded once
+    rather than in float32. None where the terms are not float32 / float64 or the init value has samples."""
+    dims = [int(d) for d in inst.attr("dimensions", ())]
+    if not (isinstance(a, np.ndarray) and a.dtype.type in (np.float32, np.float64)) or not dims or a.size == 0:
+        return None
+    if bounds._samples_or_none(init) is not None:
+        return None
+    kept = [d for d in range(a.ndim) if d not in dims]
+    trailing = sorted(dims) == list(range(len(kept), a.ndim))
+    columns = not trailing and sorted(dims) == list(range(len(dims)))  # (reduced dims leading: terms along rows)
+    count = int(np.prod([a.shape[d] for d in dims], dtype=np.int64))
+    result = tuple(a.shape[d] for d in kept)
+    laid = (count, a.size // count) if columns else (a.size // count, count)
+
+    def terms(v, lead=()):  # (*lead, outputs, terms) or (*lead, terms, outputs), C-ordered, read-only
+        n = len(lead)
+        if not (trailing or columns):
+            v = np.transpose(v, (*range(n), *(n + d for d in kept + dims)))
+        out = np.ascontiguousarray(np.reshape(v, (*lead, *laid))).view()
+        out.flags.writeable = False
+        return out
+
+    e, d = bounds._stored_bound(a), bounds._samples_or_none(a)
+    sums = np.empty((5, a.size // count))
+    deviations = np.empty((SAMPLES, a.size // count if d is not None else 0), np.float32)
+    term_sums(
+        terms(a),
+        _NO_TERM_BOUNDS if e is None else terms(np.broadcast_to(e, a.shape)),
+        _NO_SAMPLES if d is None else terms(d, (SAMPLES,)),
+        columns,
+        sums,
+        deviations,
+    )
+    if d is None:
+        deviations = np.zeros((SAMPLES, a.size // count), np.float32)
+    return sums.reshape(5, *result), deviations.reshape(SAMPLES, *result)
+
+
+def sum_terms(bounds, inst, a, init) -> tuple:
+    """An add reduce's or reduce-window's terms as its bound rule (tools/bounds.py `_reduce`) reads them: (the bound
+    before the accumulation, squared; the values squared, summed; a function giving the terms' bounds added, what
+    they make at most; the samples' deviations summed, None where `_sample` sums them). A reduce's terms' errors
+    are independent, or a part they all share (at most their least bound) plus the rest independent; a window's
+    terms' bounds are added. A real reduce's in one compiled pass (`summed_terms`), the others' by the
+    instruction's kernel on the bounds."""
+    init_bound = bounds.of(init)
+    summed = summed_terms(bounds, inst, a, init) if inst.opcode == "reduce" else None
+    if summed is not None:
+        sums, deviations = summed
+        count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
+        independent = np.sqrt(sums[BOUNDS_SQUARED] + np.square(init_bound))
+        rest = np.sqrt(sums[REST_SQUARED] + np.square(init_bound))
+        shared = sums[LEAST] * count + init_bound  # (the least bound in every term)
+        return (
+            np.square(np.maximum(independent, shared + rest)),
+            sums[VALUES_SQUARED],
+            lambda: sums[BOUNDS] + init_bound,
+            deviations,
+        )
+    kernel = bounds._kernel(inst)
+    terms = np.broadcast_to(bounds.of(a), a.shape)
+    linear = lambda: np.asarray(kernel(terms, init_bound), np.float64)  # noqa: E731
+    squares = np.asarray(kernel(a * a, np.zeros_like(init)), np.float64)
+    if inst.opcode != "reduce":
+        return np.square(linear()), squares, linear, None
+    least = least_along(terms, inst.attr("dimensions", ()))
+    independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(init_bound)), np.float64))
+    rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(init_bound)), np.float64))
+    shared = np.asarray(kernel(least, init_bound), np.float64)
+    return np.square(np.maximum(independent, shared + rest)), squares, linear, None
