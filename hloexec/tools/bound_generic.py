@@ -93,10 +93,11 @@ def fused_select(bounds, x, operands) -> bool:
         return False
     if not np.shape(p) == np.shape(t) == np.shape(f) == shape:
         return False
-    bounds_of = [bounds._stored_bound(o) for o in (t, f)]
+    et, ef = (_NO_BOUND if e is None else _flat(np.broadcast_to(e, shape)) for e in map(bounds._stored_bound, (t, f)))
     marks = [bounds._decided_or_none(o) for o in (t, f, p)]
     perturbed = [bounds._samples_or_none(o) for o in operands]
     sampled = any(q is not None for q in perturbed)
+    dt, df = (_NO_DEVIATIONS if q is None else _flat(q, SAMPLES) for q in perturbed[1:])
     bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.empty(shape, bool)
     samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
@@ -105,10 +106,12 @@ def fused_select(bounds, x, operands) -> bool:
         _flat(t),
         _flat(f),
         _flat(x),
-        *(_NO_BOUND if e is None else _flat(np.broadcast_to(e, shape)) for e in bounds_of),
+        et,
+        ef,
         tuple(_NO_MARKS if m is None else _flat(np.broadcast_to(m, shape)) for m in marks),
         _NO_DECISIONS if perturbed[0] is None else _flat(perturbed[0], SAMPLES),
-        *(_NO_DEVIATIONS if q is None else _flat(q, SAMPLES) for q in perturbed[1:]),
+        dt,
+        df,
         bound.reshape(-1),
         decided.reshape(-1),
         samples.reshape(SAMPLES, -1),
