@@ -270,3 +270,43 @@ def test_sums_by_the_compiled_pass_are_the_numpy_rules(split, monkeypatch):
             scale = np.nanmax(np.abs(np.where(np.isfinite(samples), samples, 0)), initial=0.0)
             np.testing.assert_allclose(g_samples, samples, rtol=2.0**-20, atol=scale * 2.0**-20, err_msg=str(key))
     assert compared > 3000
+
+
+SCATTER = """HloModule scatter
+add { x = f32[] parameter(0)  y = f32[] parameter(1)  ROOT s = f32[] add(x, y) }
+ENTRY e {
+  a = f32[64,32] parameter(0)
+  b = f32[64,32] parameter(1)
+  u = f32[300,32] parameter(2)
+  v = f32[300,32] parameter(3)
+  i = s32[300,1] parameter(4)
+  t = f32[64,32] multiply(a, b)
+  w = f32[300,32] multiply(u, v)
+  s = f32[64,32] scatter(t, i, w), update_window_dims={1}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  ROOT r = f32[64,32] multiply(s, s)
+}
+"""
+
+
+def test_a_scatter_adds_samples_are_its_kernel_on_the_deviations(monkeypatch):
+    """A scatter whose combiner adds is linear in its target and updates: its samples are its kernel on their
+    deviations alone (as an add reduce's), not the perturbed float64 scatters less the value: the same within a
+    few float32 roundings of the deviations (the same draws), and so are the bounds calibrated by them."""
+    def old_sums(inst):  # (the predicate before: reduces only)
+        reducer = inst.called.get("to_apply")
+        return inst.opcode in ("reduce", "reduce-window") and reducer is not None and reducer.root.opcode == "add"
+
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (64, 32), (300, 32), (300, 32))]
+    inputs.append(rng.integers(0, 64, (300, 1)).astype(np.int32))  # (rows hit several times, some never)
+    want = _records(SCATTER, inputs, monkeypatch, [(bounds_module, "_sums", old_sums)])
+    linear: list = []
+    got = _records(SCATTER, inputs, monkeypatch, [_counted(bounds_module, "_sums", linear)])
+    for key in (("s", 0), ("r", 0)):
+        (bound, _, samples), (g_bound, _, g_samples) = want[key], got[key]
+        scale = float(np.max(np.abs(samples)))
+        assert scale > 0 and np.all(np.isfinite(bound)) and np.any(bound > 0)
+        np.testing.assert_allclose(g_samples, samples, rtol=2.0**-16, atol=scale * 2.0**-16)
+        np.testing.assert_allclose(g_bound, bound, rtol=2.0**-12)
+    assert [args[0].opcode for args in linear] == ["scatter"]  # (its samples by the linear path)

@@ -167,14 +167,13 @@ def _narrow(shape) -> bool:
 
 
 def _sums(inst) -> bool:
-    """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds (linear in its operands)."""
+    """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds, or a scatter of one whose
+    combiner does (linear in its float operands)."""
     reducer = inst.called.get("to_apply")
     return (
-        inst.opcode in ("reduce", "reduce-window")
-        and len(inst.operands) == 2
-        and reducer is not None
-        and reducer.root.opcode == "add"
-    )
+        (inst.opcode in ("reduce", "reduce-window") and len(inst.operands) == 2)
+        or (inst.opcode == "scatter" and len(inst.operands) == 3)
+    ) and (reducer is not None and reducer.root.opcode == "add")
 
 
 def _float(leaf) -> bool:
