@@ -1,8 +1,10 @@
-"""The unary elementwise ops' error bounds in one compiled pass (tools/bound_generic.py, kernels/bound_generic.py)
-against ErrorBounds' separate rules (`_elementwise`, `_evaluated`, `_moved_by`, `_round`, `_sample`), on data
-with infinities, NaN, zeros, subnormals and negative values (sqrt and log of negatives, log of 0): every value's
-bound the same bits, its rounding-decided marks the same, its samples the same values (the same noise windows),
-in one span and split over the cores in chunks."""
+"""The generic path's compiled passes (tools/bound_generic.py, kernels/bound_generic.py) against ErrorBounds'
+separate rules: elementwise ops of one operand with errors (`_elementwise`, `_evaluated`, `_moved_by`, `_round`,
+`_sample`) and selects (`_select`), on data with infinities, NaN, zeros, subnormals and negative values (sqrt and
+log of negatives, log of 0): every value's bound the same bits, its rounding-decided marks the same, its samples
+the same values (the same noise windows), in one span and split over the cores in chunks; an add reduce's term
+sums against numpy's sums and the rule in numpy (a float64 rounding apart); a scatter-add's linear samples.
+"""
 
 from __future__ import annotations
 
@@ -16,13 +18,16 @@ from hloexec.options.devices import device_profile
 from hloexec.tools import bounds as bounds_module
 from hloexec.tools.bound_samples import CALIBRATION_BLOCK
 
+# binary ops with one operand with errors (in one place or both) or none: the same pass; w5 has two (not taken)
+BINARY = [("power", "m", "a"), ("power", "a", "m"), ("power", "a", "b"), ("power", "m", "m"), ("atan2", "b", "m"),
+          ("power", "m", "c"), ("remainder", "a", "m")]
 UNARY = ["sqrt", "rsqrt", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh",
          "sine", "cosine", "cbrt", "erf", "floor", "ceil", "sign", "round-nearest-even", "round-nearest-afz"]
 
 
 def _program(dtype: str, n: int) -> str:
     """Every unary op on a product (a value with a bound and samples), sqrt, floor and log also on a parameter
-    (exact: no bound, no samples), and sqrt of a product's square (a chain of evaluated ops)."""
+    (exact: no bound, no samples), sqrt of a product's square (a chain of evaluated ops), and BINARY's."""
     lines = [f"  a = {dtype}[{n}] parameter(0)", f"  b = {dtype}[{n}] parameter(1)",
              f"  m = {dtype}[{n}] multiply(a, b)"]
     names = []
@@ -35,6 +40,9 @@ def _program(dtype: str, n: int) -> str:
     lines += [f"  s = {dtype}[{n}] multiply(u0, m)", f"  c = {dtype}[{n}] sqrt(s)",
               f"  r = {dtype}[{n}] reduce-precision(m), exponent_bits=5, mantissa_bits=4"]
     names += ["c", "r"]
+    for k, (op, x, y) in enumerate(BINARY):
+        lines.append(f"  w{k} = {dtype}[{n}] {op}({x}, {y})")
+        names.append(f"w{k}")
     shapes = ", ".join(f"{dtype}[{n}]" for _ in names)
     lines.append(f"  ROOT t = ({shapes}) tuple({', '.join(names)})")
     return "HloModule unary\nENTRY e {\n" + "\n".join(lines) + "\n}\n"
@@ -97,7 +105,7 @@ def _counted(module, name: str, calls: list) -> tuple:
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
 @pytest.mark.parametrize("split", [False, True])
-def test_the_unary_pass_is_the_separate_rules(dtype, split, monkeypatch):
+def test_the_evaluated_pass_is_the_separate_rules(dtype, split, monkeypatch):
     n = 12 * CALIBRATION_BLOCK + 17  # (a shorter last block)
     if split:  # spans of 3 blocks on two threads, chunks of 2 blocks
         monkeypatch.setattr(bound_rules, "SPLIT_FROM", 0)
@@ -109,9 +117,9 @@ def test_the_unary_pass_is_the_separate_rules(dtype, split, monkeypatch):
     inputs = [_awkward(rng, n, numpy_type) for _ in range(2)]
     text = _program(dtype, n)
     done: list = []
-    want = _records(text, inputs, monkeypatch, [(bounds_module, "unary_elementwise", lambda *_: False)])
-    got = _records(text, inputs, monkeypatch, [_counted(bounds_module, "unary_elementwise", done)])
-    assert len(done) == len(UNARY) + 5
+    want = _records(text, inputs, monkeypatch, [(bounds_module, "evaluated_elementwise", lambda *_: False)])
+    got = _records(text, inputs, monkeypatch, [_counted(bounds_module, "evaluated_elementwise", done)])
+    assert len(done) == len(UNARY) + 5 + len(BINARY) - 1
     assert _same_records(want, got) > n * len(UNARY) // 4  # (the data made finite positive bounds to compare)
 
 

@@ -1,5 +1,6 @@
-"""The error bounds of the unary elementwise ops with no first-order form (sqrt, rsqrt, the transcendentals,
-floor...: tools/bound_generic.py) in one pass per chunk of elements. The op itself is the shadow's kernel (numpy),
+"""The error bounds of the elementwise ops with no first-order form (sqrt, rsqrt, the transcendentals, floor...,
+power of one moving operand: tools/bound_generic.py) in one pass per chunk of elements, an add reduce's sums over
+its terms in one pass, a select in one pass. The op itself is the shadow's kernel (numpy),
 called once per chunk on every argument it needs stacked as rows: the ends of the operand's interval and each
 sample's perturbed operand (`unary_arguments`); the rest -- the bound before the rounding, the rounding, the
 samples' deviations plus their own-error draws, calibration's block statistics -- is one compiled loop
@@ -99,10 +100,11 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
     return any_own, _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
 
 
-def unary_pass(kernel, flags, x, a, ea, da, rule, draws, bound_out, samples_out, decided_out, block, threads=None):
-    """One unary op's bound, rounding-decided marks, samples and calibration statistics (`_unary_chunk`) over all
-    of `x`'s elements: spans of whole blocks on the cores (`over_cores`; numpy's kernel releases the GIL), each a
-    chunk of CHUNK_BLOCKS blocks at a time, `kernel` (the op) called once per chunk on its unary_arguments' rows.
+def unary_pass(evaluate, flags, x, a, ea, da, rule, draws, bound_out, samples_out, decided_out, block, threads=None):
+    """One op's bound, rounding-decided marks, samples and calibration statistics (`_unary_chunk`) over all of
+    `x`'s elements, its one moving operand `a`: spans of whole blocks on the cores (`over_cores`; numpy's kernels
+    release the GIL), each a chunk of CHUNK_BLOCKS blocks at a time, evaluate(rows, lo, hi) (the op on
+    unary_arguments' rows for elements lo to hi, its other operands' elements fixed) called once per chunk.
     Returns (any own error nonzero, largest, total, counted, seen, unjudged)."""
     stats = _block_statistics(x.size, block)
     rows = (2 if ea.size > 0 else 0) + max(da.shape[0] if da.shape[1] > 0 else 1, 1)
@@ -113,7 +115,7 @@ def unary_pass(kernel, flags, x, a, ea, da, rule, draws, bound_out, samples_out,
         for lo in range(first, last, chunk):
             hi = min(last, lo + chunk)
             written = unary_arguments(a, ea, da, lo, hi, args)
-            values = np.asarray(kernel(args[:written, : hi - lo]), np.float64)
+            values = np.asarray(evaluate(args[:written, : hi - lo], lo, hi), np.float64)
             own, unjudged = _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, decided_out,
                                          block, lo, hi, *stats)  # fmt: skip
             found = [found[0] or own, found[1] or unjudged]

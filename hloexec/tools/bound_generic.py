@@ -37,31 +37,49 @@ def _f64(v) -> bool:
     return isinstance(v, (np.ndarray, np.generic)) and v.dtype == np.float64
 
 
-def unary_elementwise(bounds, inst, orig, x, operands, singular: bool, steps: bool, rounds: bool) -> bool:
+def _or_zero(bounds, value):
+    """`value`'s stored bound, 0 where it has none."""
+    e = bounds._stored_bound(value)
+    return 0.0 if e is None else e
+
+
+def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, steps: bool, rounds: bool) -> bool:
     """`x`'s bound, rounding-decided marks and samples (calibrated) into `bounds` (an ErrorBounds) in one pass,
-    where `inst` is a unary op on float64 (the shadow's values): `singular`, an operand's interval holding 0
-    decides the element; `steps`, its ends giving different values do; `rounds`, the op rounds to its type.
-    False (nothing done) otherwise."""
-    if len(operands) != 1 or not _f64(x) or not _f64(operands[0]) or np.shape(operands[0]) != np.shape(x):
+    where `inst` is an elementwise op on float64 (the shadow's values) of which at most one operand (in one or more
+    places) has a bound or samples, the others exact: `singular`, the places where an operand's interval holding
+    0 decides the element; `steps`, its ends giving different values do; `rounds`, the op rounds to its type.
+    False (nothing done) otherwise (two operands with errors: their corners, `_second_order`)."""
+    shape = np.shape(x)
+    if not _f64(x) or not all(_f64(o) and np.shape(o) == shape for o in operands):
         return False
+    with_errors = [o for o in operands if bounds._samples_or_none(o) is not None or np.any(_or_zero(bounds, o))]
+    if any(o is not with_errors[0] for o in with_errors):
+        return False
+    a = with_errors[0] if with_errors else operands[0]
+    places = [k for k, o in enumerate(operands) if o is a]
+    fixed = [None if o is a else _flat(o) for o in operands]
+    kernel = bounds._kernel(inst)
+
+    def evaluate(rows, lo, hi):  # (the fixed operands' elements broadcast along the rows)
+        return kernel(*(rows if f is None else f[lo:hi] for f in fixed))
+
     bits = int(orig.attr("mantissa_bits")) if inst.opcode == "reduce-precision" else 0
     rule = rounding_rule(orig.shape.element_type, inst.opcode, bits)
     if rule is None:  # (not a float type: the separate rules')
         return False
-    (a,) = operands
-    shape = np.shape(x)
     e = bounds._stored_bound(a)
     moving = e is not None and bool(np.any(e))
+    at_zero = bool(set(places) & set(singular))
     perturbed = bounds._samples_or_none(a)
     sampled = rounds or perturbed is not None
     samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
     bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
-    decided = np.zeros(shape if moving and (singular or steps) else 0, bool)
+    decided = np.zeros(shape if moving and (at_zero or steps) else 0, bool)
     state, pool = bounds.rng.bit_generator.state, bounds.pool
     draws = bounds._window(SAMPLES * np.size(x)) if rounds else (_NO_DRAWS, 0)
     any_own, *stats = unary_pass(
-        bounds._kernel(inst),
-        (singular, steps, rounds),
+        evaluate,
+        (at_zero, steps, rounds),
         _flat(x),
         _flat(a),
         _flat(np.broadcast_to(e, shape)) if moving else _NO_BOUND,
@@ -75,11 +93,13 @@ def unary_elementwise(bounds, inst, orig, x, operands, singular: bool, steps: bo
     )
     if rounds and not any_own:  # (`_sample` draws a value's own errors only where it has some)
         bounds.rng.bit_generator.state, bounds.pool = state, pool
-    marks = bounds._decided_or_none(a)  # the operand's marks carried
-    marked = decided if marks is None else decided | marks if decided.size else np.array(marks, bool)
+    marked = decided if decided.size else None
+    for marks in {id(o): bounds._decided_or_none(o) for o in operands}.values():  # the operands' marks carried
+        if marks is not None:
+            marked = np.array(marks, bool) if marked is None else marked | marks
     if sampled:
         bound = bounds._calibrate(bound, samples, stats=stats)
-    bounds._put(x, bound, marked if np.size(marked) else None, samples if sampled else None)
+    bounds._put(x, bound, marked, samples if sampled else None)
     return True
 
 

@@ -85,7 +85,7 @@ from ..spmd.devices import GROUPED
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
-from .bound_generic import fused_select, sum_terms, unary_elementwise
+from .bound_generic import fused_select, sum_terms, evaluated_elementwise
 from .bound_shared import tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, NoisePool, calibrate, dot_samples
 
@@ -145,10 +145,10 @@ LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum",
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
-# ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (singular at 0, a step, rounds):
-# the unary ones in one compiled pass (tools/bound_generic.py)
+# ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
+# rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
 EVALUATED = {
-    op: (op in SINGULAR_AT_ZERO, op in STEPS, op in ROUNDING_ELEMENTWISE)
+    op: (SINGULAR_AT_ZERO.get(op, ()), op in STEPS, op in ROUNDING_ELEMENTWISE)
     for op in (ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE) - LIPSCHITZ - {"multiply"}
 }
 
@@ -263,7 +263,7 @@ class ErrorBounds(BoundStore):
                 self._select(value, operands)
             elif fused_elementwise(self, inst, orig, value, operands):
                 return
-            elif opcode in EVALUATED and unary_elementwise(self, inst, orig, value, operands, *EVALUATED[opcode]):
+            elif opcode in EVALUATED and evaluated_elementwise(self, inst, orig, value, operands, *EVALUATED[opcode]):
                 return
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
