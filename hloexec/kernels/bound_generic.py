@@ -64,26 +64,33 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
     n, m, samples = x.size, hi - lo, samples_out.shape[0]
     moving, sampled, own_rows = ea.size > 0, samples_out.shape[1] > 0, values.shape[0] - (2 if ea.size > 0 else 0)
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
-    scales, squares = np.empty(m, np.float32), np.empty(m, np.float32)
+    scales, squares, before = np.empty(m, np.float32), np.empty(m, np.float32), np.zeros(m)
     ratios, judged = np.empty(m), np.empty(m, np.bool_)
     xv, av, bound = x[lo:hi], a[lo:hi], bound_out[lo:hi]
     any_own = False
-    for t in range(m):
-        v, before = xv[t], 0.0
-        if moving:
-            up, down, e = values[0, t], values[1, t], np.float64(ea[lo + t])
-            before = _moved_apart(up, down, v)
-            if singular and abs(av[t]) <= e and e > 0:
-                decided_out[lo + t] = True
-            if steps and up != down:
-                decided_out[lo + t] = True
-            before = math.sqrt(before * before)
-        if rounds:
-            own, bound[t] = _rounded(v, before, abs(v) + before, rule)
+    if moving:  # (each step a loop over views from 0: they vectorize)
+        up, down, ev = values[0], values[1], ea[lo:hi]
+        for t in range(m):
+            moved = _moved_apart(up[t], down[t], xv[t])
+            before[t] = math.sqrt(moved * moved)  # (the variance's root, as `_round` takes it)
+        if singular:
+            decided = decided_out[lo:hi]
+            for t in range(m):
+                e = np.float64(ev[t])
+                decided[t] |= abs(av[t]) <= e and e > 0
+        if steps:
+            decided = decided_out[lo:hi]
+            for t in range(m):
+                decided[t] |= up[t] != down[t]
+    if rounds:
+        for t in range(m):
+            v = xv[t]
+            own, bound[t] = _rounded(v, before[t], abs(v) + before[t], rule)
             scales[t] = np.float32(own * per_sigma)  # (a standard normal draw times it: the own error's)
             any_own |= own != 0
-        else:
-            bound[t] = before
+    else:
+        for t in range(m):
+            bound[t] = before[t]
     if not sampled:
         return any_own, False
     squares[:] = 0
