@@ -24,10 +24,10 @@ from .bound_elementwise import _NO_DEVIATIONS, _NO_DRAWS, _flat, rounding_rule
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
 
-_NO_BOUND = np.empty(0)
+_NO_BOUND = np.empty(0, np.float32)  # (float32 as the narrow types' bounds: one compiled signature fewer)
 _NO_MARKS = np.empty(0, bool)
 _NO_DECISIONS = np.empty((SAMPLES, 0), bool)
-_NO_TERM_BOUNDS = np.empty((0, 0))
+_NO_TERM_BOUNDS = np.empty((0, 0), np.float32)
 _NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.float32)
 for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES):
     _none.flags.writeable = False
