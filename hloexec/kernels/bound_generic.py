@@ -268,28 +268,46 @@ def _least(bounds):
 def _bound_lanes(bounds, least, lanes):
     """Into `lanes` ((4, _LANES): partial sums, term j's in lane j % _LANES) one row of terms' bounds squared,
     (bound - least)^2 and bounds, in rows 0, 1, 2."""
-    for j in range(bounds.size):
-        lane, bound = j % _LANES, np.float64(bounds[j])
+    full = bounds.size - bounds.size % _LANES
+    for j0 in range(0, full, _LANES):  # (whole groups of _LANES: a loop that vectorizes)
+        group = bounds[j0 : j0 + _LANES]
+        for lane in range(_LANES):
+            bound = np.float64(group[lane])
+            rest = bound - least
+            lanes[0, lane] += bound * bound
+            lanes[1, lane] += rest * rest
+            lanes[2, lane] += bound
+    for j in range(full, bounds.size):
+        bound = np.float64(bounds[j])
         rest = bound - least
-        lanes[0, lane] += bound * bound
-        lanes[1, lane] += rest * rest
-        lanes[2, lane] += bound
+        lanes[0, j - full] += bound * bound
+        lanes[1, j - full] += rest * rest
+        lanes[2, j - full] += bound
 
 
 @njit(inline="always")
 def _value_lanes(values, lanes):
     """Into `lanes`' row 3 one row of terms' values squared (as _bound_lanes)."""
-    for j in range(values.size):
-        value = np.float64(values[j])
-        lanes[3, j % _LANES] += value * value
+    full = values.size - values.size % _LANES
+    for j0 in range(0, full, _LANES):
+        group = values[j0 : j0 + _LANES]
+        for lane in range(_LANES):
+            lanes[3, lane] += np.float64(group[lane]) * np.float64(group[lane])
+    for j in range(full, values.size):
+        lanes[3, j - full] += np.float64(values[j]) * np.float64(values[j])
 
 
 @njit(inline="always")
 def _row_total(deviations, lanes):
     """The sum of a row of float32 deviations in float64, in _LANES partial sums (`lanes`: their scratch)."""
     lanes[:] = 0.0
-    for j in range(deviations.size):
-        lanes[j % _LANES] += np.float64(deviations[j])
+    full = deviations.size - deviations.size % _LANES
+    for j0 in range(0, full, _LANES):
+        group = deviations[j0 : j0 + _LANES]
+        for lane in range(_LANES):
+            lanes[lane] += np.float64(group[lane])
+    for j in range(full, deviations.size):
+        lanes[j - full] += np.float64(deviations[j])
     return lanes.sum()
 
 
