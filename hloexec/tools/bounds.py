@@ -85,7 +85,8 @@ from ..spmd.devices import GROUPED
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
-from .bound_shared import least_along, tree_order_steps
+from .bound_generic import fused_select, sum_terms, evaluated_elementwise
+from .bound_shared import tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, NoisePool, calibrate, dot_samples
 
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
@@ -144,6 +145,12 @@ LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum",
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
+# ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
+# rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
+EVALUATED = {
+    op: (SINGULAR_AT_ZERO.get(op, ()), op in STEPS, op in ROUNDING_ELEMENTWISE)
+    for op in (ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE) - LIPSCHITZ - {"multiply"}
+}
 
 
 def unit_roundoff(etype) -> float:
@@ -160,14 +167,13 @@ def _narrow(shape) -> bool:
 
 
 def _sums(inst) -> bool:
-    """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds (linear in its operands)."""
+    """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds, or a scatter of one whose
+    combiner does (linear in its float operands)."""
     reducer = inst.called.get("to_apply")
     return (
-        inst.opcode in ("reduce", "reduce-window")
-        and len(inst.operands) == 2
-        and reducer is not None
-        and reducer.root.opcode == "add"
-    )
+        (inst.opcode in ("reduce", "reduce-window") and len(inst.operands) == 2)
+        or (inst.opcode == "scatter" and len(inst.operands) == 3)
+    ) and (reducer is not None and reducer.root.opcode == "add")
 
 
 def _float(leaf) -> bool:
@@ -236,6 +242,7 @@ class ErrorBounds(BoundStore):
         orig = self.original.get((comp, inst.name))
         self.current.narrow = orig is not None and _narrow(orig.shape)
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
+        summed = None  # an add reduce's samples' deviations, summed already
         ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
@@ -249,14 +256,18 @@ class ErrorBounds(BoundStore):
                 return
             elif opcode in MOVES:
                 self._move(inst, value, operands)
+            elif opcode == "select" and fused_select(self, value, operands):
+                return
             elif opcode == "select":
                 self._select(value, operands)
             elif fused_elementwise(self, inst, orig, value, operands):
                 return
+            elif opcode in EVALUATED and evaluated_elementwise(self, inst, orig, value, operands, *EVALUATED[opcode]):
+                return
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                local, ceiling = self._reduce(inst, orig, value, operands)
+                local, ceiling, summed = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
@@ -273,9 +284,9 @@ class ErrorBounds(BoundStore):
                         self.unbounded.setdefault(inst.name, opcode)
                         self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
                 return
-            self._sample(inst, value, operands, local, ceiling)
+            self._sample(inst, value, operands, local, ceiling, summed)
 
-    def _sample(self, inst, value, operands, local, ceiling=None) -> None:
+    def _sample(self, inst, value, operands, local, ceiling=None, summed=None) -> None:
         """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
         moved by each sample's deviations, plus a draw of its own error (`local`, SIGMAS sigmas: a Gaussian of
         that sigma). Unlike the bound's rules the samples keep their signs: errors that cancel (x - mean(x),
@@ -284,7 +295,8 @@ class ErrorBounds(BoundStore):
         bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, they are divided by it
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
         whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
-        one array for every leaf, or a list of them (one per leaf of the value)."""
+        one array for every leaf, or a list of them (one per leaf of the value). `summed`: the samples'
+        deviations where the rule summed them already (an add reduce's, tools/bound_generic.sum_terms)."""
         held = [self._stored_samples(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
         if local is None and all(p is None for p in held):
@@ -303,7 +315,7 @@ class ErrorBounds(BoundStore):
         )
         # (a dot of two sampled operands reads their samples as kept: dot_samples builds its operands from them)
         both = by_dot and all(p is not None for p in held)
-        perturbed = held if both else [self._read_samples(p) for p in held]
+        perturbed = held if both or summed is not None else [self._read_samples(p) for p in held]
         del held
         made = [
             np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype)
@@ -316,6 +328,8 @@ class ErrorBounds(BoundStore):
             for out in made:
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
+        elif summed is not None:
+            made[0] = summed
         elif by_dot:
             made[0] = dot_samples(inst, value, operands, perturbed)
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES or _sums(inst):
@@ -554,24 +568,14 @@ class ErrorBounds(BoundStore):
         a, init = operands
         if kind in ("maximum", "minimum"):
             self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64), None)
-            return None, None
+            return None, None, None
         if kind != "add":
             self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
             self._put(x, np.full(x.shape, np.inf))
-            return None, None
+            return None, None, None
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
-        terms = np.broadcast_to(self.of(a), a.shape)
-        linear = lambda: np.asarray(kernel(terms, self.of(init)), np.float64)  # noqa: E731 (the most they make)
-        if inst.opcode == "reduce":  # independent terms' errors, or a part they all share and the rest independent
-            least = least_along(terms, inst.attr("dimensions", ()))
-            independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(self.of(init))), np.float64))
-            rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(self.of(init))), np.float64))
-            shared = np.asarray(kernel(least, self.of(init)), np.float64)
-            variance = np.square(np.maximum(independent, shared + rest))
-        else:  # a window's terms: their bounds added
-            variance = np.square(linear())
-        squares = np.asarray(kernel(a * a, zero), np.float64)
+        variance, squares, linear, deviations = sum_terms(self, inst, a, init)
         count: np.ndarray | float  # (a reduce's: every element sums the same terms; a window's varies at its edges)
         if inst.opcode == "reduce":
             count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
@@ -588,7 +592,7 @@ class ErrorBounds(BoundStore):
         bound, own = self._round(orig, x, variance + accumulation, "reduce")
         self._put(x, bound)
         local = np.sqrt(accumulation + np.square(own))
-        return local, lambda: linear() + local
+        return local, lambda: linear() + local, deviations
 
     def _convolution(self, inst, orig, x, operands) -> np.ndarray:
         """A convolution as a dot whose terms the convolution itself counts: its kernel on the operands' squared

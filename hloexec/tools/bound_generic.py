@@ -1,0 +1,219 @@
+"""The error bounds of the unary elementwise ops ErrorBounds evaluates at their operand's interval ends (sqrt,
+rsqrt, the transcendentals, floor...: tools/bounds.py `_moved_by`) in one compiled pass
+(kernels/bound_generic.unary_pass): the op evaluated by the shadow's own kernel on the interval's ends and the
+samples' perturbed operands at once, then the bound, the rounding, the samples' deviations with their own-error
+draws and calibration's block statistics in one loop: the separate rules' formulas (`_elementwise`,
+`_evaluated`, `_round`, `_sample`) in their order, the same noise windows, so the bounds and samples are theirs
+(a sample's deviation of -0 may come out +0)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.bound_generic import (
+    BOUNDS,
+    BOUNDS_SQUARED,
+    LEAST,
+    REST_SQUARED,
+    VALUES_SQUARED,
+    select_pass,
+    term_sums,
+    unary_pass,
+)
+from .bound_elementwise import _NO_DEVIATIONS, _NO_DRAWS, _flat, rounding_rule
+from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
+from .bound_shared import least_along
+
+_NO_BOUND = np.empty(0, np.float32)  # (float32 as the narrow types' bounds: one compiled signature fewer)
+_NO_MARKS = np.empty(0, bool)
+_NO_DECISIONS = np.empty((SAMPLES, 0), bool)
+_NO_TERM_BOUNDS = np.empty((0, 0), np.float32)
+_NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.float32)
+for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES):
+    _none.flags.writeable = False
+
+
+def _f64(v) -> bool:
+    return isinstance(v, (np.ndarray, np.generic)) and v.dtype == np.float64
+
+
+def _or_zero(bounds, value):
+    """`value`'s stored bound, 0 where it has none."""
+    e = bounds._stored_bound(value)
+    return 0.0 if e is None else e
+
+
+def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, steps: bool, rounds: bool) -> bool:
+    """`x`'s bound, rounding-decided marks and samples (calibrated) into `bounds` (an ErrorBounds) in one pass,
+    where `inst` is an elementwise op on float64 (the shadow's values) of which at most one operand (in one or more
+    places) has a bound or samples, the others exact: `singular`, the places where an operand's interval holding
+    0 decides the element; `steps`, its ends giving different values do; `rounds`, the op rounds to its type.
+    False (nothing done) otherwise (two operands with errors: their corners, `_second_order`)."""
+    shape = np.shape(x)
+    if not _f64(x) or not all(_f64(o) and np.shape(o) == shape for o in operands):
+        return False
+    with_errors = [o for o in operands if bounds._samples_or_none(o) is not None or np.any(_or_zero(bounds, o))]
+    if any(o is not with_errors[0] for o in with_errors):
+        return False
+    a = with_errors[0] if with_errors else operands[0]
+    places = [k for k, o in enumerate(operands) if o is a]
+    fixed = [None if o is a else _flat(o) for o in operands]
+    kernel = bounds._kernel(inst)
+
+    def evaluate(rows, lo, hi):  # (the fixed operands' elements broadcast along the rows)
+        return kernel(*(rows if f is None else f[lo:hi] for f in fixed))
+
+    bits = int(orig.attr("mantissa_bits")) if inst.opcode == "reduce-precision" else 0
+    rule = rounding_rule(orig.shape.element_type, inst.opcode, bits)
+    if rule is None:  # (not a float type: the separate rules')
+        return False
+    e = bounds._stored_bound(a)
+    moving = e is not None and bool(np.any(e))
+    at_zero = bool(set(places) & set(singular))
+    perturbed = bounds._samples_or_none(a)
+    sampled = rounds or perturbed is not None
+    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
+    bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
+    decided = np.zeros(shape if moving and (at_zero or steps) else 0, bool)
+    state, pool = bounds.rng.bit_generator.state, bounds.pool
+    draws = bounds._window(SAMPLES * np.size(x)) if rounds else (_NO_DRAWS, 0)
+    any_own, *stats = unary_pass(
+        evaluate,
+        (at_zero, steps, rounds),
+        _flat(x),
+        _flat(a),
+        _flat(np.broadcast_to(e, shape)) if moving else _NO_BOUND,
+        _NO_DEVIATIONS if perturbed is None else _flat(perturbed, SAMPLES),
+        rule,
+        (_flat(draws[0]), draws[1], float(SIGMAS)),
+        bound.reshape(-1),
+        samples.reshape(SAMPLES, -1),
+        decided.reshape(-1),
+        CALIBRATION_BLOCK,
+    )
+    if rounds and not any_own:  # (`_sample` draws a value's own errors only where it has some)
+        bounds.rng.bit_generator.state, bounds.pool = state, pool
+    marked = decided if decided.size else None
+    for marks in {id(o): bounds._decided_or_none(o) for o in operands}.values():  # the operands' marks carried
+        if marks is not None:
+            marked = np.array(marks, bool) if marked is None else marked | marks
+    if sampled:
+        bound = bounds._calibrate(bound, samples, stats=stats)
+    bounds._put(x, bound, marked, samples if sampled else None)
+    return True
+
+
+def fused_select(bounds, x, operands) -> bool:
+    """A select's bound, rounding-decided marks and samples (calibrated) into `bounds` in one pass
+    (kernels/bound_generic.select_pass: `_select`'s and `_sample`'s rules, the same bits), where its branches are
+    float64 (the shadow's values) and its predicate a bool array of their shape; False (nothing done) otherwise."""
+    p, t, f = operands
+    shape = np.shape(x)
+    if not (_f64(x) and _f64(t) and _f64(f) and isinstance(p, np.ndarray) and p.dtype == np.bool_):
+        return False
+    if not np.shape(p) == np.shape(t) == np.shape(f) == shape:
+        return False
+    et, ef = (_NO_BOUND if e is None else _flat(np.broadcast_to(e, shape)) for e in map(bounds._stored_bound, (t, f)))
+    marks = [bounds._decided_or_none(o) for o in (t, f, p)]
+    perturbed = [bounds._samples_or_none(o) for o in operands]
+    sampled = any(q is not None for q in perturbed)
+    dt, df = (_NO_DEVIATIONS if q is None else _flat(q, SAMPLES) for q in perturbed[1:])
+    bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
+    decided = np.empty(shape, bool)
+    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
+    stats = select_pass(
+        _flat(p),
+        _flat(t),
+        _flat(f),
+        _flat(x),
+        et,
+        ef,
+        tuple(_NO_MARKS if m is None else _flat(np.broadcast_to(m, shape)) for m in marks),
+        _NO_DECISIONS if perturbed[0] is None else _flat(perturbed[0], SAMPLES),
+        dt,
+        df,
+        bound.reshape(-1),
+        decided.reshape(-1),
+        samples.reshape(SAMPLES, -1),
+        CALIBRATION_BLOCK,
+    )
+    if sampled:
+        bound = bounds._calibrate(bound, samples, stats=stats)
+    bounds._put(x, bound, decided, samples if sampled else None)
+    return True
+
+
+def summed_terms(bounds, inst, a, init) -> tuple | None:
+    """What an add reduce's bound rule reads of its terms, per element of its result (kernels/bound_generic.term_sums,
+    one pass over them in float64; their rows BOUNDS_SQUARED...: (5, *result's shape)), and the samples' deviations
+    summed ((SAMPLES, *result's shape), float32; zeros where the terms have none): the rule's sums in term order
+    rather than the shadow's reduce kernel's (a float64 rounding apart), the samples' in float64 rounded once
+    rather than in float32. None where the terms are not float32 / float64 or the init value has samples."""
+    dims = [int(d) for d in inst.attr("dimensions", ())]
+    if not (isinstance(a, np.ndarray) and a.dtype.type in (np.float32, np.float64)) or not dims or a.size == 0:
+        return None
+    if bounds._samples_or_none(init) is not None:
+        return None
+    kept = [d for d in range(a.ndim) if d not in dims]
+    trailing = sorted(dims) == list(range(len(kept), a.ndim))
+    columns = not trailing and sorted(dims) == list(range(len(dims)))  # (reduced dims leading: terms along rows)
+    count = int(np.prod([a.shape[d] for d in dims], dtype=np.int64))
+    result = tuple(a.shape[d] for d in kept)
+    laid = (count, a.size // count) if columns else (a.size // count, count)
+
+    def terms(v, lead=()):  # (*lead, outputs, terms) or (*lead, terms, outputs), C-ordered, read-only
+        n = len(lead)
+        if not (trailing or columns):
+            v = np.transpose(v, (*range(n), *(n + d for d in kept + dims)))
+        out = np.ascontiguousarray(np.reshape(v, (*lead, *laid))).view()
+        out.flags.writeable = False
+        return out
+
+    e, d = bounds._stored_bound(a), bounds._samples_or_none(a)
+    sums = np.empty((5, a.size // count))
+    deviations = np.empty((SAMPLES, a.size // count if d is not None else 0), np.float32)
+    term_sums(
+        terms(a),
+        _NO_TERM_BOUNDS if e is None else terms(np.broadcast_to(e, a.shape)),
+        _NO_SAMPLES if d is None else terms(d, (SAMPLES,)),
+        columns,
+        sums,
+        deviations,
+    )
+    if d is None:
+        deviations = np.zeros((SAMPLES, a.size // count), np.float32)
+    return sums.reshape(5, *result), deviations.reshape(SAMPLES, *result)
+
+
+def sum_terms(bounds, inst, a, init) -> tuple:
+    """An add reduce's or reduce-window's terms as its bound rule (tools/bounds.py `_reduce`) reads them: (the bound
+    before the accumulation, squared; the values squared, summed; a function giving the terms' bounds added, what
+    they make at most; the samples' deviations summed, None where `_sample` sums them). A reduce's terms' errors
+    are independent, or a part they all share (at most their least bound) plus the rest independent; a window's
+    terms' bounds are added. A real reduce's in one compiled pass (`summed_terms`), the others' by the
+    instruction's kernel on the bounds."""
+    init_bound = bounds.of(init)
+    summed = summed_terms(bounds, inst, a, init) if inst.opcode == "reduce" else None
+    if summed is not None:
+        sums, deviations = summed
+        count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
+        independent = np.sqrt(sums[BOUNDS_SQUARED] + np.square(init_bound))
+        rest = np.sqrt(sums[REST_SQUARED] + np.square(init_bound))
+        shared = sums[LEAST] * count + init_bound  # (the least bound in every term)
+        return (
+            np.square(np.maximum(independent, shared + rest)),
+            sums[VALUES_SQUARED],
+            lambda: sums[BOUNDS] + init_bound,
+            deviations,
+        )
+    kernel = bounds._kernel(inst)
+    terms = np.broadcast_to(bounds.of(a), a.shape)
+    linear = lambda: np.asarray(kernel(terms, init_bound), np.float64)  # noqa: E731
+    squares = np.asarray(kernel(a * a, np.zeros_like(init)), np.float64)
+    if inst.opcode != "reduce":
+        return np.square(linear()), squares, linear, None
+    least = least_along(terms, inst.attr("dimensions", ()))
+    independent = np.sqrt(np.asarray(kernel(np.square(terms), np.square(init_bound)), np.float64))
+    rest = np.sqrt(np.asarray(kernel(np.square(terms - least), np.square(init_bound)), np.float64))
+    shared = np.asarray(kernel(least, init_bound), np.float64)
+    return np.square(np.maximum(independent, shared + rest)), squares, linear, None
