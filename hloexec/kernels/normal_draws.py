@@ -22,7 +22,7 @@ from numba import njit
 from .half import bitcast_f32_to_u32, bitcast_u32_to_f32
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # the Weyl sequence's step (2^64 / the golden ratio, odd)
-GROUP_COUNTER = np.uint64(1 << 63)  # groups' counters from here: never an element's (and 2^63 x GOLDEN = 2^63)
+GROUP_COUNTER = np.uint64(1 << 63)  # groups' counters from here: their Weyl terms the elements' + 2^63, never one
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 CELL_BITS = 8  # cells per binade of w: 2^this
 _FIRST_EXPONENT = 103  # float32's biased exponent of 2^-24, w's smallest
