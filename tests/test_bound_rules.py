@@ -11,6 +11,7 @@ import pytest
 
 from hloexec.kernels import bound_rules
 from hloexec.kernels.bound_rules import add_noise, block_ratios, round_bounds, scale_blocks
+from hloexec.kernels.normal_draws import standard_normals
 from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, calibrate
 
 HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
@@ -207,14 +208,18 @@ def test_block_ratios_counts_and_tail(passes):
 
 
 def test_add_noise_is_the_numpy_rule(passes):
+    """add_noise adds each sample's draw (kernels/normal_draws' under the key: the elementwise pass's for an
+    element) times float32(own / SIGMAS)."""
     rng = np.random.default_rng(3)
     samples = rng.standard_normal((4, 1000)).astype(np.float32)
-    noise = rng.standard_normal((4, 1000)).astype(np.float32)
+    key = np.uint64(0xDEADBEEF12345678)
+    noise = np.empty((4, 1000), np.float32)
+    standard_normals(key, 0, np.empty(0, np.int64), noise)
     own = np.abs(rng.standard_normal(1000)) * 10.0 ** rng.integers(-40, 5, 1000)
     own[:10] = [0, np.inf, np.nan, 1e-320, 0, 0, 1, 2, 3, 4]
     with np.errstate(all="ignore"):
         want = samples + noise * (own / SIGMAS).astype(np.float32)
-        add_noise(samples, noise, own, SIGMAS)
+        add_noise(samples, key, own, SIGMAS)
     np.testing.assert_array_equal(samples, want)
     assert math.isnan(samples[0, 1]) or math.isinf(samples[0, 1])
 
@@ -342,19 +347,22 @@ def _elementwise_case(opcode, which, keyed, n):
     for d in devs:  # (the first half ordinary: enough to calibrate)
         d[:, : n // 2] = rng.standard_normal((4, n // 2)) * 1e-3
     da = devs[0] if which in ("both", "a", "same") else None
-    pool = rng.standard_normal(1 << 16).astype(np.float32)
-    pool[rng.random(pool.size) < 0.3] = 0.0  # (draws of 0: the deviations' own roundings kept, ties among them)
+    # exact operands where both bounds are 0: no own error there (x is a bfloat16 value), the deviations' sums kept
+    # as they are, ties among them
+    exact = rng.random(n) < 0.3
+    errs[0][exact], errs[1][exact] = 0.0, 0.0
+    x = np.where(exact, np.asarray(x).astype(ml_dtypes.bfloat16).astype(np.float64), x)
     return dict(
         x=x, a=a, b=b, ea=errs[0] if which in ("both", "a", "same") else None,
         eb=errs[1] if which in ("both", "b") and not unary else None, da=da,
         db=da if which == "same" else devs[1] if which in ("both", "b") and not unary else None,
-        rule=rounding_rule(ELEMENT_TYPES["bf16"], opcode), pool=pool,
+        rule=rounding_rule(ELEMENT_TYPES["bf16"], opcode), key=rng.integers(0, 2**64, dtype=np.uint64),
         keys=np.where(rng.random(n) < 0.3, -1, rng.integers(0, 40, n)) if keyed else np.empty(0, np.int64),
         bound=np.empty(n, np.float32), samples=np.empty((4, n), np.uint16), decided=np.zeros(n, bool))
 
 
 def _elementwise_pass(opcode, which, c):
-    """kernels/bound_rules.elementwise_pass on a `_elementwise_case` (draws at 123, a group's at 7 + 40 k)."""
+    """kernels/bound_rules.elementwise_pass on a `_elementwise_case` (its draws under the case's key)."""
     from hloexec.kernels.bound_rules import elementwise_pass
     from hloexec.tools.bound_elementwise import FUSED
     unary = opcode in ("negate", "convert")
@@ -364,7 +372,7 @@ def _elementwise_pass(opcode, which, c):
         return elementwise_pass(
             FUSED[opcode], which == "same" and not unary, opcode != "negate", c["x"], c["a"], c["b"],
             none if c["ea"] is None else c["ea"], none if c["eb"] is None else c["eb"], rows(c["da"]),
-            rows(None if unary else c["db"]), c["rule"], (c["pool"], 123, 7, c["keys"], 40, float(SIGMAS)),
+            rows(None if unary else c["db"]), c["rule"], (c["key"], c["keys"], float(SIGMAS)),
             c["bound"], c["samples"], c["decided"], CALIBRATION_BLOCK)
 
 
@@ -375,14 +383,15 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
     """kernels/bound_rules.elementwise_pass (an elementwise op's bound, rounding, samples with their own-error
     draws, and calibration's statistics in one pass) against numpy forms of each rule on data with infinities,
     NaN, zeros and subnormals: the bound before the rounding (`_numpy_variance`), the rounding (`_numpy_round`),
-    the deviations plus each draw times float32(own / SIGMAS) (a group's one draw where keyed), the calibration
+    the deviations plus each draw (kernels/normal_draws', under the instruction's key) times float32(own /
+    SIGMAS) (a group's one draw where keyed), the calibration
     it feeds (`_numpy_calibrate`), a divide's rounding-decided elements."""
     unary = opcode in ("negate", "convert")
     if unary and which in ("b", "same"):
         pytest.skip("one operand")
     n = 3 * CALIBRATION_BLOCK + 17                                  # a shorter last block
     c = _elementwise_case(opcode, which, keyed, n)
-    x, a, b, ea, eb, da, db, pool, keys = (c[k] for k in ("x", "a", "b", "ea", "eb", "da", "db", "pool", "keys"))
+    x, a, b, ea, eb, da, db, key, keys = (c[k] for k in ("x", "a", "b", "ea", "eb", "da", "db", "key", "keys"))
     bound, samples, decided = c["bound"], c["samples"], c["decided"]
     any_own, *stats = _elementwise_pass(opcode, which, c)
     rounds = opcode != "negate"
@@ -393,10 +402,8 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
             want_bound, own = _numpy_round(x, variance, None, ml_dtypes.bfloat16, "elementwise")
         else:
             want_bound, own = np.sqrt(variance), np.zeros(n)
-        draws = np.stack([pool[123 + k * n: 123 + (k + 1) * n] for k in range(4)])
-        if keyed:
-            shared = np.stack([pool[7 + k * 40: 7 + (k + 1) * 40] for k in range(4)])[:, np.maximum(keys, 0)]
-            draws = np.where(keys >= 0, shared, draws)
+        draws = np.empty((4, n), np.float32)  # (the generator's: tests/test_normal_draws.py)
+        standard_normals(key, 0, keys, draws)
         da, db = (None if d is None else d.astype(np.float32) for d in (da, None if unary else db))
         want_samples = _numpy_deviations(opcode, x, a, b, da, db) + draws * (own / SIGMAS).astype(np.float32)
         want_samples = np.broadcast_to(np.asarray(want_samples, np.float32), (4, n))
@@ -499,50 +506,22 @@ def test_dot_samples_are_the_perturbed_dots(side, dims, lhs, rhs):
                                           (np.float64, np.float64)])
 def test_rounding_groups_are_the_numpy_rule(dtype, other, passes):
     """kernels/bound_rules.rounding_groups (tools/bound_samples.shared_rounding's groups) against numpy: where the
-    other operand's ulp in its type is at least x's, the group binade * count + source (binade: the exponent of
-    x's ulp counted from the smallest), else -1; on data with infinities, NaN, zeros and subnormals."""
-    from hloexec.kernels.bound_rules import rounding_groups
+    other operand's ulp in its type is at least x's, the group (BINADE_OFFSET + binade) * count + source (binade:
+    the exponent of x's ulp), else -1; on data with infinities, NaN, zeros and subnormals."""
+    from hloexec.kernels.bound_rules import BINADE_OFFSET, rounding_groups
     rng = np.random.default_rng(2)
     n, count = 4000, 37
     x, o = _awkward(rng, n, dtype), _awkward(rng, n, other)
     source = rng.integers(0, count, n)
     binade = np.frexp(_ulp(x, dtype))[1]
-    binade -= binade.min()
     coarse = _ulp(o, other) >= _ulp(x, dtype)
-    want = np.where(coarse, binade * count + source, -1)
+    want = np.where(coarse, (BINADE_OFFSET + binade) * count + source, -1)
+    assert want[coarse].min() >= 0
     got = np.empty(n, np.int64)
     info, other_info = ml_dtypes.finfo(dtype), ml_dtypes.finfo(other)
     result = rounding_groups(x, o, source, count, int(info.nmant), float(info.tiny), int(other_info.nmant),
                              float(other_info.tiny), got)
     np.testing.assert_array_equal(got, want)
-    assert result == (bool(coarse.any()), bool(coarse.all()), int(binade.max()))
+    assert result == bool(coarse.any())
     assert 0 < np.count_nonzero(coarse) < n
 
-
-@pytest.mark.parametrize("pool_size", [20, 1 << 20])
-def test_grouped_draws_are_read_where_the_separate_draws_were(monkeypatch, pool_size):
-    """tools/bound_elementwise._draws: element i of sample k reads the pool where drawing the groups' window and
-    then the own window (ErrorBounds._noise, in that order, as `_sample` did) put its draw, also when the pool is
-    drawn again between the two windows (a pool of 20: the groups' window fits, the elements' does not)."""
-    from hloexec.tools import bound_elementwise
-    from hloexec.tools.bound_samples import NoisePool
-    from hloexec.tools.bounds import ErrorBounds
-
-    class Draws:
-        _window, _noise = ErrorBounds._window, ErrorBounds._noise
-
-        def __init__(self):
-            self.rng = np.random.default_rng(0)
-            self.pool = NoisePool(self.rng)
-            self.pool.draws = np.arange(pool_size, dtype=np.float32) + 100
-
-    keys = np.array([0, -1, 1, -1, 0] * 200)
-    monkeypatch.setattr(bound_elementwise, "shared_rounding", lambda *_: keys)
-    fused, separate = Draws(), Draws()
-    pool, start, shared_start, _, groups = bound_elementwise._draws(fused, None, None, np.zeros(keys.size), None)
-    shared = separate._noise((4, groups))[:, np.maximum(keys, 0)]
-    want = np.where(keys >= 0, shared, separate._noise((4, keys.size)))
-    k, i = np.arange(4)[:, None], np.arange(keys.size)[None, :]
-    got = pool[np.where(keys >= 0, shared_start + k * groups + keys, start + k * keys.size + i)]
-    np.testing.assert_array_equal(got, want)
-    assert (fused.pool.draws is separate.pool.draws) is False and np.array_equal(fused.pool.draws, separate.pool.draws)

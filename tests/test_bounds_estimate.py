@@ -30,7 +30,7 @@ def _module(dtype: str) -> str:
 
 
 def _traced_peak(run) -> int:
-    run()  # (kernels prepared, the bounds' pools drawn: not what a run holds)
+    run()  # (kernels prepared: not what a run holds)
     tracemalloc.start()
     try:
         run()
@@ -42,7 +42,7 @@ def _traced_peak(run) -> int:
 @pytest.mark.parametrize(("dtype", "half_in_f32"), [("f16", False), ("f16", True), ("f32", False), ("f64", False)])
 def test_the_bounds_estimate_covers_what_the_bounds_take_and_not_much_more(dtype, half_in_f32):
     """Per element of an f64 value a float64 bound, of a narrower one a float32 bound, four bfloat16 deviations
-    each, the pool of draws and the outputs' bounds as the run returns them: within the estimate, which is not
+    each and the outputs' bounds as the run returns them: within the estimate, which is not
     above 1.6x what the bounds took. What they take is a difference of two runs' peaks, and the program's
     executable recycles its outputs from its last run: by the runs before, f16 1.27-1.37x, f32 1.26-1.50x (f16
     with 16-bit floats in f32 1.27x); f64 1.29-2.0x (the bounds' peak less by its outputs' 32 MB), so not

@@ -14,7 +14,6 @@ import hloexec.spmd as spmd
 from hloexec.exec.shadow import shadow_module
 from hloexec.options import Options
 from hloexec.spmd.communicators import Mailboxes, run_participants
-from hloexec.tools.bound_samples import NOISE_POOL
 from hloexec.tools.shadow_runs import RULE_ARRAYS, Runner, bounds_memory, executable_like, fitting_shadow, run_memory, shadow_run
 
 N = 8
@@ -132,7 +131,7 @@ def test_the_verdict_is_the_same_whatever_the_grouping(turns):
 
 def test_the_shadow_estimate_counts_the_bounds_and_takes_turns_when_together_does_not_fit(turns):
     """run_memory adds each observer's bounds (per f64 element of the values a float32 bound, four bfloat16
-    deviations and a mark; the participants' one pool of draws; per participant its rules' arrays); with memory for one group's
+    deviations and a mark; per participant its rules' arrays); with memory for one group's
     shadow and bounds but not all, fitting_shadow chooses the f64 shadow in turns, says so, and its run still
     judges every element."""
     exe, inputs = turns
@@ -142,11 +141,11 @@ def test_the_shadow_estimate_counts_the_bounds_and_takes_turns_when_together_doe
     alone = run_memory(shadow_exe, inputs, runner, shadow)
     with_bounds = run_memory(shadow_exe, inputs, runner, shadow, observers=2)
     store = alone["work"] // 8 * (4 + 4 * 2 + 1)
-    largest = 512 * 512  # its largest value (1 MB in f32): 8 x 4 float32 draws per element are under NOISE_POOL
+    largest = 512 * 512  # its largest value (1 MB in f32)
     outputs = 2 * 512 * (8 + 1)  # its f32[512] output's bounds in float64 and marks, per participant and global
     per_participant = 4 * RULE_ARRAYS * largest + outputs
     assert with_bounds["bounds"] == 2 * bounds_memory(alone["work"], shadow, N, True) == 2 * (
-        store + 4 * NOISE_POOL + N * per_participant
+        store + N * per_participant
     )
     assert with_bounds["total"] == alone["total"] + with_bounds["bounds"]
     in_turns = run_memory(shadow_exe, inputs, runner, shadow, 1, PAIRS)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
+from .normal_draws import fill_draws
 from .bound_rules import (
     _CHUNK_BLOCKS,
     _block_statistics,
@@ -57,11 +58,11 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
     in `decided_out` where the interval holds 0 (flags' `singular`) or its ends differ (`steps`); the bound after
     the op's own rounding where it `rounds` (round_bounds'; `rule` its scalars), else b; into `samples_out` (none:
     no columns) each sample's f(a + d_k) - x in float32 plus a standard normal draw times float32(own / SIGMAS)
-    (`draws`: (pool, start, sigmas); element i's of sample k is pool[start + k n + i]); calibration's block
+    (`draws`: (key, sigmas); element i's are kernels/normal_draws' under the instruction's `key`); calibration's block
     statistics (block_ratios') into `largest`, `total`, `counted`. Returns (any own error nonzero, unjudged)."""
     singular, steps, rounds = flags
-    pool, start, sigmas = draws
-    n, m, samples = x.size, hi - lo, samples_out.shape[0]
+    key, sigmas = draws
+    m, samples = hi - lo, samples_out.shape[0]
     moving, sampled, own_rows = ea.size > 0, samples_out.shape[1] > 0, values.shape[0] - (2 if ea.size > 0 else 0)
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     scales, squares, before = np.empty(m, np.float32), np.empty(m, np.float32), np.zeros(m)
@@ -94,12 +95,15 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
     if not sampled:
         return any_own, False
     squares[:] = 0
+    drawn = np.empty((samples + samples % 2, m), np.float32)  # (fill_draws' rows: whole pairs)
+    if rounds:
+        fill_draws(key, lo, m, np.empty(0, np.int64), drawn)
     for k in range(samples):
         out, moved = samples_out[k, lo:hi], values[values.shape[0] - own_rows + min(k, own_rows - 1)]
         for t in range(m):
             out[t] = np.float32(moved[t] - xv[t])
         if rounds:
-            own_draws = pool[start + k * n + lo : start + k * n + hi]
+            own_draws = drawn[k]
             for t in range(m):
                 out[t] += own_draws[t] * scales[t]
         for t in range(m):

@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 from .half import bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64, f32_to_bf16
+from .normal_draws import fill_draws
 from .threads import ranges, run_blocks
 
 
@@ -18,6 +19,7 @@ _TWO_TO_MINUS_64, _TWO_TO_64 = 2.0**-64, 2.0**64
 _CHUNK_BLOCKS = 16  # calibration blocks per chunk of the passes that read samples (their temporaries: a chunk's)
 SPLIT_FROM = 1 << 16  # elements of a pass from which it is split over the cores (`over_cores`; bench/README.md)
 SPAN = 1 << 15  # elements per span of a split pass at least
+_NO_KEYS = np.empty(0, np.int64)  # (add_noise's draws: no groups)
 
 
 @njit(inline="always")
@@ -366,9 +368,9 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     `_divide_variance`), its own rounding where it `rounds` (round_bounds'; `rule` its scalars; none: a negate),
     the samples' deviations (`da`, `db`: the operands' (samples, n), no columns where an operand has none; into
     `samples_out`, or none when it has no columns) plus each sample's own error: a standard normal draw times
-    own / SIGMAS (`draws`: (pool, start, shared start, keys, groups, sigmas); element i's draw of sample k is
-    pool[start + k n + i], or pool[shared start + k groups + keys[i]] where keys[i] >= 0: one error for its
-    group), and calibration's block statistics (block_ratios', from the samples and the bound as written, into
+    own / SIGMAS (`draws`: (key, keys, sigmas); element i's draws are kernels/normal_draws' under the
+    instruction's `key`, its group keys[i]'s where keys[i] >= 0: one error for its group), and calibration's block
+    statistics (block_ratios', from the samples and the bound as written, into
     `largest`, `total`, `counted` at their blocks' places). `decided_out`: a divide's rounding-decided elements.
     Elements `first` (a multiple of `block`) to `last` only. Returns (any own error nonzero, unjudged). A chunk of
     blocks at a time, step by step along it: loops over views from 0 (the compiler vectorizes them: no negative
@@ -376,14 +378,14 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     their bfloat16 bits (uint16; tools/bound_store.py's SAMPLE_STORAGE): a sample's deviations are computed in
     float32 (a chunk's, in cache), the block statistics taken from them, and each rounded to bfloat16 as it is
     stored (kernels/half.f32_to_bf16: nearest even, NaN kept NaN), so no float32 copy of either is made."""
-    n, samples = x.size, samples_out.shape[0]
+    samples = samples_out.shape[0]
     sampled = samples_out.shape[1] > 0
     with_a, with_b = da.shape[1] > 0, db.shape[1] > 0
-    pool, start, shared_start, keys, groups, sigmas = draws
+    key, keys, sigmas = draws
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
-    keyed = keys.size > 0
     chunk = block * _CHUNK_BLOCKS
     variance, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
+    drawn = np.empty((samples + samples % 2, chunk), np.float32)  # (fill_draws' rows: whole pairs)
     ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
     deviation = np.empty(chunk, np.float32)  # (one sample's, before its bfloat16 rounding)
     any_own, unjudged = False, False
@@ -403,15 +405,13 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
         if not sampled:
             continue
         squares[:] = 0
+        if rounds:
+            fill_draws(key, lo, hi - lo, keys[lo:hi] if keys.size > 0 else keys, drawn)
         for k in range(samples):
             out, bits = deviation[: hi - lo], samples_out[k, lo:hi]
             _deviations(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], out, with_a, with_b)
-            if rounds and keyed:
-                kv, shared, own_row = keys[lo:hi], shared_start + k * groups, start + k * n + lo
-                for t in range(hi - lo):  # (a select and a gather: no branch)
-                    out[t] += pool[shared + kv[t] if kv[t] >= 0 else own_row + t] * scales[t]
-            elif rounds:
-                own_draws = pool[start + k * n + lo : start + k * n + hi]
+            if rounds:
+                own_draws = drawn[k, : hi - lo]
                 for t in range(hi - lo):
                     out[t] += own_draws[t] * scales[t]
             for t in range(hi - lo):
@@ -441,62 +441,52 @@ def _exponent(power):
 
 
 def rounding_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out, threads=None):
-    """tools/bound_samples.shared_rounding's groups in two passes (`_binades`, then `_number_groups` from the
-    smallest binade), each over spans of the elements on the cores: element i's group is binade * count +
-    source[i] (binade: the exponent of x's ulp (`nmant`, `tiny`), counted from the smallest one's) where the other
-    operand's ulp in its type (`other_nmant`, `other_tiny`) is at least x's (both powers of two: the exponents
-    compared), else -1. Returns (whether any element has a group, whether all have, the largest binade)."""
-    coarse = np.empty(x.size, np.bool_)
+    """tools/bound_samples.shared_rounding's groups (`_number_groups` over spans of the elements on the cores):
+    element i's group is (BINADE_OFFSET + binade) * count + source[i] (binade: the exponent of x's ulp (`nmant`,
+    `tiny`)) where the other operand's ulp in its type (`other_nmant`, `other_tiny`) is at least x's (both powers
+    of two: the exponents compared), else -1. Returns whether any element has a group."""
     types = (nmant, tiny, other_nmant, other_tiny)
-    lowest = min(over_cores(x.size, 1, lambda i, j: _binades(x, other, *types, groups_out, coarse, i, j), threads))
-    spans = over_cores(x.size, 1, lambda i, j: _number_groups(groups_out, coarse, source, count, lowest, i, j), threads)
-    return any(s[0] for s in spans), all(s[1] for s in spans), max(s[2] for s in spans)
+    span = lambda i, j: _number_groups(x, other, source, count, *types, groups_out, i, j)  # noqa: E731
+    return any(over_cores(x.size, 1, span, threads))
+
+
+BINADE_OFFSET = 1100  # an ulp's exponent is at least float64's least subnormal's, -1073: groups from 0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _binades(x, other, nmant, tiny, other_nmant, other_tiny, groups_out, coarse_out, first, last):
-    """rounding_groups' first pass on elements `first` to `last`: each one's binade (not yet counted from the
-    smallest) into `groups_out`, whether the other operand's ulp is at least x's into `coarse_out`. Returns the
-    smallest binade (2^30 for no elements)."""
-    lowest = 1 << 30
-    xs, others, groups, coarse = x[first:last], other[first:last], groups_out[first:last], coarse_out[first:last]
+def _number_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny, groups_out, first, last):
+    """rounding_groups on elements `first` to `last`. Returns whether any has a group."""
+    coarse_seen = False
+    xs, others, sources, groups = x[first:last], other[first:last], source[first:last], groups_out[first:last]
     for i in range(xs.size):  # (over views from 0: a loop that vectorizes)
         binade = _exponent(_ulp(xs[i], nmant, tiny))
-        lowest = min(lowest, binade)
-        groups[i] = binade
-        coarse[i] = _exponent(_ulp(others[i], other_nmant, other_tiny)) >= binade
-    return lowest
+        coarse = _exponent(_ulp(others[i], other_nmant, other_tiny)) >= binade
+        groups[i] = (BINADE_OFFSET + binade) * count + sources[i] if coarse else -1
+        coarse_seen |= coarse
+    return coarse_seen
+
+
+def add_noise(samples, key, own, sigmas, threads=None):
+    """Each sample's own error (tools/bounds.py `_sample`): samples[k, i] += draw[k, i] x float32(own[i] / sigmas)
+    (float32 as the samples are; the draws kernels/normal_draws' under the instruction's `key`); spans of
+    elements on the cores."""
+    over_cores(own.size, 1, lambda first, last: _add_noise_span(samples, key, own, sigmas, first, last), threads)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _number_groups(groups, coarse, source, count, lowest, first, last):
-    """rounding_groups' second pass on elements `first` to `last`: each binade counted from `lowest`, the group
-    numbered. Returns (whether any has a group, whether all have, the largest binade)."""
-    coarse_seen, all_coarse, top = False, True, 0
-    numbers, sources, shared = groups[first:last], source[first:last], coarse[first:last]
-    for i in range(numbers.size):  # (over views from 0: a loop that vectorizes)
-        binade = numbers[i] - lowest
-        top = max(top, binade)
-        numbers[i] = binade * count + sources[i] if shared[i] else -1
-        coarse_seen |= shared[i]
-        all_coarse &= shared[i]
-    return coarse_seen, all_coarse, top
-
-
-def add_noise(samples, noise, own, sigmas, threads=None):
-    """Each sample's own error (tools/bounds.py `_sample`): samples[k, i] += noise[k, i] x float32(own[i] / sigmas)
-    (float32 as the samples are); spans of elements on the cores."""
-    over_cores(own.size, 1, lambda first, last: _add_noise_span(samples, noise, own, sigmas, first, last), threads)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _add_noise_span(samples, noise, own, sigmas, first, last):
-    """add_noise on elements `first` to `last`."""
-    part, per_sigma = own[first:last], 1.0 / sigmas  # (a multiply: exact, SIGMAS is a power of two)
-    for k in range(samples.shape[0]):
-        row, draws = samples[k, first:last], noise[k, first:last]
-        for i in range(part.size):  # (over views from 0: a loop that vectorizes)
-            row[i] += draws[i] * np.float32(part[i] * per_sigma)
+def _add_noise_span(samples, key, own, sigmas, first, last):
+    """add_noise on elements `first` to `last`, a chunk of draws at a time."""
+    per_sigma = 1.0 / sigmas  # (a multiply: exact, SIGMAS is a power of two)
+    chunk = 1 << 12  # (its draws in cache)
+    drawn = np.empty((samples.shape[0] + samples.shape[0] % 2, chunk), np.float32)  # (fill_draws' whole pairs)
+    for lo in range(first, last, chunk):
+        hi = min(last, lo + chunk)
+        fill_draws(key, lo, hi - lo, _NO_KEYS, drawn)
+        part = own[lo:hi]
+        for k in range(samples.shape[0]):
+            row, draws = samples[k, lo:hi], drawn[k, : hi - lo]
+            for i in range(part.size):  # (over views from 0: a loop that vectorizes)
+                row[i] += draws[i] * np.float32(part[i] * per_sigma)
 
 
 def over_cores(n: int, granule: int, run, threads: int | None = None, span: int = 0) -> list:

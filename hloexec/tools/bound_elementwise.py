@@ -4,8 +4,8 @@ at its operands' interval ends and corners), its own rounding, its samples' devi
 deviations, the bilinear identities) plus their own-error draws, and calibration's block statistics are computed
 in one loop (kernels/bound_rules.elementwise_pass): the same formulas, in the same order, as the separate rules
 of ErrorBounds (`_elementwise`, `_round`, `_sample`), which made ~8 passes with temporaries. The draws are the
-same too (each window of the noise pool drawn where `_sample` would draw it, and not drawn where the value has
-no own error), so the bounds are the same bit for bit."""
+same too (kernels/normal_draws' under a key drawn where `_sample` would draw it, and not drawn where the value
+has no own error), so the bounds are the same bit for bit."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
 ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})
 FUSED = {"add": ADD, "subtract": SUBTRACT, "negate": NEGATE, "convert": CONVERT, "multiply": MULTIPLY, "divide": DIVIDE}
 _NO_KEYS = np.empty(0, np.int64)
-_NO_DRAWS = np.empty(0, np.float32)
+_NO_ERRORS = np.empty(0, np.float32)
 _NO_DEVIATIONS = np.empty((SAMPLES, 0), np.uint16)
-for _none in (_NO_KEYS, _NO_DRAWS, _NO_DEVIATIONS):
+for _none in (_NO_KEYS, _NO_ERRORS, _NO_DEVIATIONS):
     _none.flags.writeable = False
 
 
@@ -86,7 +86,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     errors = []  # per distinct operand: its bound, none where it is exact
     for o in operands[:1] if same else operands:
         e = bounds._stored_bound(o)
-        errors.append(_flat(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_DRAWS)
+        errors.append(_flat(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_ERRORS)
     stored = [bounds._stored_samples(o) for o in operands]
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False
@@ -95,8 +95,8 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     bound = np.empty(np.shape(x), np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(np.shape(x) if kind == DIVIDE else 0, bool)
-    state, pool = bounds.rng.bit_generator.state, bounds.pool
-    draws = _draws(bounds, inst, orig, x, operands) if rounds else (_NO_DRAWS, 0, 0, _NO_KEYS, 0)
+    state = bounds.rng.bit_generator.state
+    draws = (bounds.draw_key(), _groups(inst, orig, x, operands)) if rounds else (np.uint64(0), _NO_KEYS)
     any_own, *stats = elementwise_pass(
         kind,
         same,
@@ -105,7 +105,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
         _flat(operands[0]),
         _flat(operands[-1]),
         errors[0],
-        errors[1] if len(errors) == 2 else _NO_DRAWS,
+        errors[1] if len(errors) == 2 else _NO_ERRORS,
         deviations[0],
         deviations[-1] if len(operands) == 2 else _NO_DEVIATIONS,
         rule,
@@ -115,8 +115,8 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
         decided.reshape(-1),
         CALIBRATION_BLOCK,
     )
-    if rounds and not any_own:  # (`_sample` draws a value's own errors only where it has some)
-        bounds.rng.bit_generator.state, bounds.pool = state, pool
+    if rounds and not any_own:  # (`_sample` draws a value's own errors' key only where it has some)
+        bounds.rng.bit_generator.state = state
     marked = decided if kind == DIVIDE else None  # the operands' marks carried
     for m in map(bounds._decided_or_none, operands):
         if m is not None:
@@ -127,21 +127,8 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     return True
 
 
-def _draws(bounds, inst, orig, x, operands) -> tuple:
-    """Where the samples' own errors are read in the noise pool (elementwise_pass's `draws` but `sigmas`), each
-    window drawn as `_sample` draws it (ErrorBounds._noise): one per element, or one per group of elements where
-    the program makes one error (`shared_rounding`), the groups' window first."""
-    need = SAMPLES * np.size(x)
+def _groups(inst, orig, x, operands) -> np.ndarray:
+    """elementwise_pass's `keys`: each element's group where the program makes one error for a group of elements
+    (`shared_rounding`; -1: its own), none where no element shares one."""
     keys = shared_rounding(inst, orig, x, operands)
-    if keys is None:
-        pool, start = bounds._window(need)
-        return _flat(pool), start, 0, _NO_KEYS, 0
-    groups = int(keys.max()) + 1
-    pool, shared_start = bounds._window(SAMPLES * groups)
-    if not bool((keys < 0).any()):
-        return _flat(pool), 0, shared_start, _flat(keys), groups
-    own_pool, start = bounds._window(need)
-    if own_pool is not pool:  # (the pool was drawn again for the larger window: the groups' draws put before it)
-        own_pool = np.concatenate([pool[shared_start : shared_start + SAMPLES * groups], own_pool])
-        shared_start, start = 0, start + SAMPLES * groups
-    return _flat(own_pool), start, shared_start, _flat(keys), groups
+    return _NO_KEYS if keys is None else _flat(keys)

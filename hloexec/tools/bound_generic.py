@@ -20,7 +20,7 @@ from ..kernels.bound_generic import (
     term_sums,
     unary_pass,
 )
-from .bound_elementwise import _NO_DEVIATIONS, _NO_DRAWS, _flat, rounding_rule
+from .bound_elementwise import _flat, rounding_rule
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
 
@@ -29,7 +29,8 @@ _NO_MARKS = np.empty(0, bool)
 _NO_DECISIONS = np.empty((SAMPLES, 0), bool)
 _NO_TERM_BOUNDS = np.empty((0, 0), np.float32)
 _NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.float32)
-for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES):
+_NO_DEVIATIONS = np.empty((SAMPLES, 0), np.float32)  # (decoded samples: float32)
+for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_DEVIATIONS):
     _none.flags.writeable = False
 
 
@@ -75,8 +76,8 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
     samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
     bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(shape if moving and (at_zero or steps) else 0, bool)
-    state, pool = bounds.rng.bit_generator.state, bounds.pool
-    draws = bounds._window(SAMPLES * np.size(x)) if rounds else (_NO_DRAWS, 0)
+    state = bounds.rng.bit_generator.state
+    key = bounds.draw_key() if rounds else np.uint64(0)
     any_own, *stats = unary_pass(
         evaluate,
         (at_zero, steps, rounds),
@@ -85,14 +86,14 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
         _flat(np.broadcast_to(e, shape)) if moving else _NO_BOUND,
         _NO_DEVIATIONS if perturbed is None else _flat(perturbed, SAMPLES),
         rule,
-        (_flat(draws[0]), draws[1], float(SIGMAS)),
+        (key, float(SIGMAS)),
         bound.reshape(-1),
         samples.reshape(SAMPLES, -1),
         decided.reshape(-1),
         CALIBRATION_BLOCK,
     )
-    if rounds and not any_own:  # (`_sample` draws a value's own errors only where it has some)
-        bounds.rng.bit_generator.state, bounds.pool = state, pool
+    if rounds and not any_own:  # (`_sample` draws a value's own errors' key only where it has some)
+        bounds.rng.bit_generator.state = state
     marked = decided if decided.size else None
     for marks in {id(o): bounds._decided_or_none(o) for o in operands}.values():  # the operands' marks carried
         if marks is not None:

@@ -6,8 +6,6 @@ the elements whose roundings are one error
 
 from __future__ import annotations
 
-import threading
-
 import ml_dtypes
 import numpy as np
 
@@ -23,27 +21,8 @@ SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples sho
 # SIGMAS sigma with probability P(chi2_SAMPLES < SAMPLES / SAMPLE_MARGIN^2), 9.0% here; the same for 3 samples at
 # 2.355, for 2 at 3.252 (docs/verdicts.md "Fewer samples": measured, four stay)
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
-NOISE_POOL = 1 << 22  # standard normal draws the samples' own errors are taken from
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-class NoisePool:
-    """Standard normal draws (float32) the samples' own errors are read from, drawn once from `rng` (drawing afresh
-    for every instruction cost more than its kernels) and again, twice as large as asked, when a window of more
-    than half of it is asked for. SPMD: the participants share one (each reads windows at its own random
-    places), one pool's memory, not one per participant."""
-
-    def __init__(self, rng: np.random.Generator):
-        self.rng, self.draws = rng, np.empty(0, np.float32)
-        self.lock = threading.Lock()
-
-    def holding(self, need: int) -> np.ndarray:
-        """The pool, at least twice `need` long."""
-        with self.lock:
-            if need > self.draws.size // 2:
-                self.draws = self.rng.standard_normal(max(NOISE_POOL, 2 * need), np.float32)
-            return self.draws
 
 
 def dot_samples(inst, x, operands, perturbed) -> np.ndarray:
@@ -147,10 +126,10 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     # the broadcast operand's element behind each element of x
     source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
     source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
-    # the binades of x's ulps, counted from the smallest; coarse: the other operand's ulp (in its type) at least x's
+    # the binades of x's ulps; coarse: the other operand's ulp (in its type) at least x's
     info, other_info = ml_dtypes.finfo(orig.shape.element_type.numpy), ml_dtypes.finfo(other_type)
     groups = np.empty(x.shape, np.int64)
-    any_coarse, all_coarse, top = rounding_groups(
+    any_coarse = rounding_groups(
         np.ravel(x),
         np.ravel(operands[1 - k]),
         np.ravel(np.broadcast_to(source, x.shape)),
@@ -161,12 +140,7 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
         float(other_info.tiny),
         groups.reshape(-1),
     )
-    if not any_coarse:
-        return None
-    if (top + 1) * count > x.size:  # numbered densely (never more draws than elements)
-        _, dense = np.unique(groups, return_inverse=True)
-        groups = np.where(groups >= 0, dense.reshape(x.shape) - int(not all_coarse), -1)
-    return groups
+    return groups if any_coarse else None
 
 
 def _scaled(bound: np.ndarray, per_block: np.ndarray) -> np.ndarray:

@@ -87,7 +87,7 @@ from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
 from .bound_generic import fused_select, sum_terms, evaluated_elementwise
 from .bound_shared import tree_order_steps
-from .bound_samples import SAMPLES, SIGMAS, NoisePool, calibrate, dot_samples
+from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = (
@@ -199,7 +199,7 @@ class ErrorBounds(BoundStore):
     a value (an output), `decided_of(value)` its rounding-decided elements. Values are known by identity while
     they live: bounds go when their values go (the run's memory, doubled at most)."""
 
-    def __init__(self, shadow, context, device: DeviceProfile, seed: int = 0, pool: NoisePool | None = None):
+    def __init__(self, shadow, context, device: DeviceProfile, seed: int = 0):
         super().__init__()
         self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.context = context
@@ -207,8 +207,7 @@ class ErrorBounds(BoundStore):
         self.kernels: dict[int, object] = {}
         self.unbounded: dict[str, str] = {}  # instruction -> why it has no bound
         self.algorithms: set[str] = set()  # dot algorithms the device's rules chose (not the types' own)
-        self.rng = np.random.default_rng(seed)  # (SPMD: one per participant, each its own windows of the pool)
-        self.pool = pool or NoisePool(self.rng)  # standard normal draws (_noise); SPMD: the participants share one
+        self.rng = np.random.default_rng(seed)  # the draws' keys (draw_key; SPMD: one seed per participant)
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
 
     def _kernel(self, inst):
@@ -365,7 +364,7 @@ class ErrorBounds(BoundStore):
             if own is not None and np.any(own):
                 add_noise(
                     out.reshape(SAMPLES, -1),
-                    self._noise(out.shape).reshape(SAMPLES, -1),
+                    self.draw_key(),
                     np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
                     SIGMAS,
                 )
@@ -374,18 +373,10 @@ class ErrorBounds(BoundStore):
                 bound = self._calibrate(bound, out, ceiling)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
 
-    def _window(self, need: int) -> tuple:
-        """(pool, start): `need` standard normal draws (float32) at pool[start:], a window at a random place of the
-        observer's NoisePool."""
-        pool = self.pool.holding(need)
-        return pool, int(self.rng.integers(0, pool.size - need + 1))
-
-    def _noise(self, shape) -> np.ndarray:
-        """Standard normal draws of `shape` (float32), one per element (an elementwise op's where one error is
-        shared by a group: tools/bound_elementwise.py)."""
-        need = int(np.prod(shape))
-        pool, start = self._window(need)
-        return pool[start : start + need].reshape(shape)
+    def draw_key(self) -> np.uint64:
+        """A key for an instruction's own-error draws (kernels/normal_draws.py), from the observer's rng: the run's
+        draws depend on its seed and the instructions' order only."""
+        return self.rng.integers(0, 2**64, dtype=np.uint64)
 
     _calibrate = staticmethod(calibrate)  # (a method: tests replace it)
 

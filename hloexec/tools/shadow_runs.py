@@ -26,7 +26,7 @@ from ..ir import opcodes
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
-from .bound_samples import NOISE_POOL, SAMPLES, NoisePool
+from .bound_samples import SAMPLES
 from .bound_store import SAMPLE_STORAGE, VIEW_MOVES
 from .bounds import ErrorBounds, _float
 from .compare import dtype_name
@@ -273,12 +273,7 @@ def shadow_run(
     if devices:
         shadow_exe = executable_like(exe, shadow.module, use_numba=False)
         count = 1 if runner.spmd is None else runner.spmd["partitions"] * runner.spmd["replicas"]
-        # SPMD: one pool of draws per profile for all participants (one participant: its own, from its seed)
-        pools = [NoisePool(np.random.default_rng(count)) if count > 1 else None for _ in devices]
-        observers = {
-            d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d, pool=pool) for p, pool in zip(devices, pools)]
-            for d in range(count)
-        }
+        observers = {d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d) for p in devices] for d in range(count)}
     else:
         shadow_exe = None
     if not shadow.discrete and not observers:
@@ -363,7 +358,7 @@ def run_memory(
 # Float32 arrays of an instruction's size that an error bounds' observer holds while it observes that instruction
 # (its operands' samples decoded from SAMPLE_STORAGE, its own samples made, the rule's terms and products) beside
 # what its store keeps. Measured with tracemalloc (a run's peak with the bounds less its peak without, less the
-# store, the pools and the outputs' bounds, per participant, over the largest value's elements): 11 on an f32
+# store and the outputs' bounds, per participant, over the largest value's elements): 11 on an f32
 # module of 8 participants (tests/test_spmd_turns.py's), 7 on the 8-device TPU seed, where all eight hold them
 # at once in a collective (each participant's bounds exchange their own payloads: bounds, squares, counts).
 RULE_ARRAYS = 16
@@ -374,9 +369,8 @@ def bounds_memory(
 ) -> int:
     """Bytes one error bounds' observer per participant (tools/bounds.py) may need beside a shadow run of `work`
     bytes of values: what its store keeps per live float element (store_bytes_per_element), every value counted
-    as of the shadow's narrowest float type; the pool of normal draws all participants share (float32, NOISE_POOL
-    or two windows of SAMPLES draws per element of the largest value computed from floats, _largest_computed); per
-    participant its rules' arrays (RULE_ARRAYS float32 arrays of that value's size; in turns, `turns` = (running,
+    as of the shadow's narrowest float type; per participant its rules' arrays (RULE_ARRAYS float32 arrays of the
+    size of the largest value computed from floats, _largest_computed; in turns, `turns` = (running,
     waiting_at): `running` participants' so, the others' of the size they wait at) and its outputs' bounds as
     the run returns them (OutputBounds: float64 copies of float32 bounds, the marks; `assembled`: again as global
     arrays)."""
@@ -385,11 +379,10 @@ def bounds_memory(
     largest = _largest_computed(shadow.module)
     leaves = [leaf for _, leaf in shadow.original.entry.root.shape.leaves() if leaf.element_type.kind == "float"]
     outputs = sum(leaf.size * (1 + (8 if leaf.element_type.itemsize <= 4 else 0)) for leaf in leaves)
-    pool = 4 * max(NOISE_POOL, 2 * SAMPLES * largest)  # (the participants share one)
     running, waiting_at = (participants, 0) if turns is None else (min(turns[0], participants), turns[1])
     # (a waiting participant: its rules' arrays where it waits)
     rules = 4 * RULE_ARRAYS * (running * largest + (participants - running) * waiting_at)
-    return work // narrowest * store_bytes_per_element(shadow) + pool + rules + participants * outputs * (1 + assembled)
+    return work // narrowest * store_bytes_per_element(shadow) + rules + participants * outputs * (1 + assembled)
 
 
 def store_bytes_per_element(shadow: Shadow) -> int:
