@@ -117,14 +117,20 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     )
     if rounds and not any_own:  # (`_sample` draws a value's own errors' key only where it has some)
         bounds.rng.bit_generator.state = state
-    marked = decided if kind == DIVIDE else None  # the operands' marks carried
-    for m in map(bounds._decided_or_none, operands):
-        if m is not None:
-            marked = np.array(m, bool) if marked is None else marked | m
+    marked = carried_marks(bounds, operands, decided if kind == DIVIDE else None)
     if sampled:
         bound = bounds._calibrate(bound, samples, stats=stats)
     bounds._put(x, bound, marked, samples.view(SAMPLE_STORAGE) if sampled else None)
     return True
+
+
+def carried_marks(bounds, operands, marks):
+    """`marks` (an op's own rounding-decided elements, None: none) with its operands' marks carried (each
+    distinct operand's once)."""
+    for m in {id(o): bounds._decided_or_none(o) for o in operands}.values():
+        if m is not None:
+            marks = np.array(m, bool) if marks is None else marks | m
+    return marks
 
 
 def _groups(inst, orig, x, operands) -> np.ndarray:

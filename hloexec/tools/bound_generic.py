@@ -20,7 +20,7 @@ from ..kernels.bound_generic import (
     term_sums,
     unary_pass,
 )
-from .bound_elementwise import _flat, rounding_rule
+from .bound_elementwise import _flat, carried_marks, rounding_rule
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
 
@@ -94,10 +94,7 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
     )
     if rounds and not any_own:  # (`_sample` draws a value's own errors' key only where it has some)
         bounds.rng.bit_generator.state = state
-    marked = decided if decided.size else None
-    for marks in {id(o): bounds._decided_or_none(o) for o in operands}.values():  # the operands' marks carried
-        if marks is not None:
-            marked = np.array(marks, bool) if marked is None else marked | marks
+    marked = carried_marks(bounds, operands, decided if decided.size else None)
     if sampled:
         bound = bounds._calibrate(bound, samples, stats=stats)
     bounds._put(x, bound, marked, samples if sampled else None)
