@@ -34,6 +34,8 @@ root-sum-square, a single rounding counts as the largest error it can make.
   operands rounded to the algorithm's significand bits (bf16 passes, TF32: u |x| + SIGMAS sigma of the K
   independent product errors), the accumulation in its type (as a reduction's; without an algorithm the wider
   of the result type and f32: what XLA's CPU, GPU and TPU dots do), the final rounding;
+- convolutions: one that is a dot (no spatial dims, one group: a TPU program's matmul) as that dot; the others
+  by the convolution itself on the operands' squares and bounds (tools/bound_convolution.py);
 - compare and select: a comparison whose operands' intervals overlap is *rounding-decided*; a select on it may
   take either branch, so its bound is the branches' distance plus their bounds.
 
@@ -79,11 +81,12 @@ import numpy as np
 from ..ir import opcodes
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
-from ..ops.registry import lookup
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
+from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
+from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
 from .bound_shared import least_along, tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, NoisePool, calibrate, dot_samples
@@ -151,14 +154,6 @@ def unit_roundoff(etype) -> float:
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
 
 
-def _narrow(shape) -> bool:
-    """Whether every float leaf of `shape` (a program's) is 32 bits or narrower (its bounds fit a float32)."""
-    if shape.is_tuple:
-        return all(map(_narrow, shape.tuple_shapes))
-    etype = shape.element_type
-    return etype is None or etype.kind != "float" or etype.bits <= 32
-
-
 def _sums(inst) -> bool:
     """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds (linear in its operands)."""
     reducer = inst.called.get("to_apply")
@@ -193,12 +188,19 @@ class ErrorBounds(BoundStore):
     a value (an output), `decided_of(value)` its rounding-decided elements. Values are known by identity while
     they live: bounds go when their values go (the run's memory, doubled at most)."""
 
-    def __init__(self, shadow, context, device: DeviceProfile, seed: int = 0, pool: NoisePool | None = None):
+    def __init__(
+        self,
+        shadow,
+        context,
+        device: DeviceProfile,
+        seed: int = 0,
+        pool: NoisePool | None = None,
+        plans: InstructionPlans | None = None,
+    ):
         super().__init__()
-        self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
-        self.context = context
+        # per-instruction decisions (SPMD: the participants' observers share them, as they share the pool)
+        self.plans = plans or InstructionPlans(shadow, context)
         self.device = device
-        self.kernels: dict[int, object] = {}
         self.unbounded: dict[str, str] = {}  # instruction -> why it has no bound
         self.algorithms: set[str] = set()  # dot algorithms the device's rules chose (not the types' own)
         self.rng = np.random.default_rng(seed)  # (SPMD: one per participant, each its own windows of the pool)
@@ -206,10 +208,7 @@ class ErrorBounds(BoundStore):
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
 
     def _kernel(self, inst):
-        k = self.kernels.get(id(inst))
-        if k is None:
-            k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
-        return k[1]
+        return self.plans.kernel(inst)
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
@@ -233,9 +232,10 @@ class ErrorBounds(BoundStore):
                 if self._entry(v) is None:
                     self._put(v, None)
             return
-        comp = inst.computation.name if inst.computation is not None else ""
-        orig = self.original.get((comp, inst.name))
-        self.current.narrow = orig is not None and _narrow(orig.shape)
+        orig = self.plans.original(inst)
+        self.current.narrow = self.plans.narrow(inst)
+        inst = self.plans.as_dot(inst) or inst  # (a convolution that is a dot: bounded and sampled as one)
+        opcode = inst.opcode
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
         ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
         with np.errstate(all="ignore"):
@@ -261,7 +261,7 @@ class ErrorBounds(BoundStore):
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
-                local = self._convolution(inst, orig, value, operands)
+                local, ceiling = convolution_bounds(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
@@ -588,25 +588,6 @@ class ErrorBounds(BoundStore):
         local = np.sqrt(accumulation + np.square(own))
         return local, lambda: linear() + local
 
-    def _convolution(self, inst, orig, x, operands) -> np.ndarray:
-        """A convolution as a dot whose terms the convolution itself counts: its kernel on the operands' squared
-        values and bounds (errors independent across the terms), plus a part every term may share (at most the
-        smallest bound of each operand), plus the accumulation (the wider of the result type and f32, as a dot
-        without an algorithm) over the terms each output element sums (the kernel on ones), the final rounding."""
-        a, b = operands
-        kernel = self._kernel(inst)
-        ea, eb = self.of(a), self.of(b)
-        variance = kernel(a * a, np.square(eb)) + kernel(np.square(ea), b * b)
-        shared = np.abs(kernel(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
-            kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
-        )
-        count = kernel(np.ones(a.shape), np.ones(b.shape))
-        u_acc = 2.0 ** -SIGNIFICAND.get(widest(orig.shape.element_type.name, "f32"), 53)
-        arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
-        bound, own = self._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot")
-        self._put(x, bound)
-        return np.sqrt(arithmetic + np.square(own))
-
     def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
         """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
         summing to `x`, accumulated as the device's reductions rule says ("accumulate": 16-bit types in f32; the
@@ -635,8 +616,7 @@ class ErrorBounds(BoundStore):
             for k, v in results:
                 self._put(v, np.asarray(bounds[k], np.float64))
             return own_errors
-        comp = inst.computation.name if inst.computation is not None else ""
-        orig = self.original[(comp, inst.name)]
+        orig = self.plans.original(inst)
         squares = _leaves(self._substituted(inst, operands, lambda o: np.square(o, dtype=np.float64)))
         count = _leaves(self._substituted(inst, operands, lambda o: np.ones(np.shape(o))))
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)

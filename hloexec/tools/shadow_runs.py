@@ -26,6 +26,7 @@ from ..ir import opcodes
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
+from .bound_plans import InstructionPlans
 from .bound_samples import NOISE_POOL, SAMPLES, NoisePool
 from .bound_store import SAMPLE_STORAGE, VIEW_MOVES
 from .bounds import ErrorBounds, _float
@@ -275,8 +276,12 @@ def shadow_run(
         count = 1 if runner.spmd is None else runner.spmd["partitions"] * runner.spmd["replicas"]
         # SPMD: one pool of draws per profile for all participants (one participant: its own, from its seed)
         pools = [NoisePool(np.random.default_rng(count)) if count > 1 else None for _ in devices]
+        plans = InstructionPlans(shadow, shadow_exe.context)  # (every observer's per-instruction decisions)
         observers = {
-            d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d, pool=pool) for p, pool in zip(devices, pools)]
+            d: [
+                ErrorBounds(shadow, shadow_exe.context, p, seed=d, pool=pool, plans=plans)
+                for p, pool in zip(devices, pools)
+            ]
             for d in range(count)
         }
     else:
