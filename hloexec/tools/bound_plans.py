@@ -45,6 +45,7 @@ class InstructionPlans:
     `kernel(inst)`, `as_dot(inst)`."""
 
     def __init__(self, shadow, context):
+        self.context = context  # (its `device`: the calling participant's)
         self.originals = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.kernel = KernelCache(context)
         self.decided: dict[int, tuple] = {}  # id(inst) -> (inst, original, narrow, dot or None)

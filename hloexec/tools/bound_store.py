@@ -151,13 +151,20 @@ class BoundStore:
 
     def _samples_or_none(self, leaf):
         """The samples' deviations (float32; a pred value's perturbed decisions), None where there are none."""
+        reading = self._samples_per_sample(leaf)
+        return reading.whole() if isinstance(reading, _Decoding) else reading
+
+    def _samples_per_sample(self, leaf):
+        """The samples' deviations as `_samples_or_none` gives them, but where they would be decoded, a reader
+        decoding one sample at a time (`reader[k]`: float32): one sample's memory, not SAMPLES' (an SPMD run's
+        participants all hold theirs at once in a collective)."""
         entry = self._entry(leaf)
         if entry is None or entry[3] is None:
             return None
         samples, kept = entry[3], self.decoded
         if kept is not None and kept[0] is samples:
             return kept[1]
-        return to_f32(samples) if samples.dtype == SAMPLE_STORAGE else samples
+        return _Decoding(samples) if samples.dtype == SAMPLE_STORAGE else samples
 
     def _share(self, value, operand, calibrate=None) -> None:
         """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
@@ -183,3 +190,16 @@ class BoundStore:
         kept = self.decoded
         if kept is not None and samples is not None and kept[0] is entry[3]:  # (the reading moved the same way)
             self.decoded = (samples, moved_view(inst, kept[1], np.shape(operand), np.shape(kept[1])[:1]))
+
+
+class _Decoding:
+    """Stored samples read one sample at a time: `[k]` decodes sample k to float32 (`BoundStore._samples_per_sample`)."""
+
+    def __init__(self, stored: np.ndarray):
+        self.stored = stored
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        return to_f32(self.stored[k])
+
+    def whole(self) -> np.ndarray:
+        return to_f32(self.stored)

@@ -81,6 +81,7 @@ import numpy as np
 from ..ir import opcodes
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
+from ..ops.collectives import participants
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_convolution import convolution_bounds
@@ -286,7 +287,9 @@ class ErrorBounds(BoundStore):
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
         whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
         one array for every leaf, or a list of them (one per leaf of the value)."""
-        perturbed = [self._samples_or_none(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
+        perturbed = [  # (read a sample at a time where decoded; a dot's whole: `by_dot`)
+            self._samples_per_sample(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands
+        ]
         leaves = _leaves(value)
         if local is None and all(p is None for p in perturbed):
             return
@@ -314,15 +317,16 @@ class ErrorBounds(BoundStore):
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
         elif by_dot:
+            perturbed = [None if p is None else self._samples_or_none(o) for o, p in zip(operands, perturbed)]
             made[0] = dot_samples(inst, value, operands, perturbed)
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES or _sums(inst):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
             # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
+            unmoved = [
+                np.zeros(np.shape(o), np.float32) if p is None and _float(o) else o for o, p in zip(operands, perturbed)
+            ]
             for k in range(SAMPLES):
-                args = [
-                    p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
-                    for o, p in zip(operands, perturbed)
-                ]
+                args = [u if p is None else p[k] for u, p in zip(unmoved, perturbed)]
                 for moved, out in zip(_leaves(kernel(*args)), made):
                     if out is not None:
                         out[k] = moved
@@ -603,8 +607,8 @@ class ErrorBounds(BoundStore):
 
     def _collective(self, inst, value, operands) -> list:
         """A collective's bounds: its kernel on its operands' bounds (see the module docstring); an add all-reduce or
-        reduce-scatter also rounds as it accumulates, its kernel run on the operands' squares and on ones giving
-        the sums' terms. Returns the instruction's own error per leaf of its value (SIGMAS sigmas), for _sample."""
+        reduce-scatter also rounds as it accumulates, its kernel run on the operands' squares giving the sums'
+        terms' (one per participant of the group). Returns the instruction's own error per leaf of its value (SIGMAS sigmas), for _sample."""
         bounds = _leaves(self._substituted(inst, operands, self.of))
         leaves = _leaves(value)
         own_errors: list = [np.zeros(())] * len(leaves)
@@ -618,11 +622,11 @@ class ErrorBounds(BoundStore):
             return own_errors
         orig = self.plans.original(inst)
         squares = _leaves(self._substituted(inst, operands, lambda o: np.square(o, dtype=np.float64)))
-        count = _leaves(self._substituted(inst, operands, lambda o: np.ones(np.shape(o))))
+        count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
             # (the partial sums travel between participants in the collective's type: every step rounds to it)
-            accumulation = self._accumulation(etypes[k], count[k], squares[k], v, per_step=True)
+            accumulation = self._accumulation(etypes[k], count, squares[k], v, per_step=True)
             bound, own = self._round(orig, v, np.square(bounds[k]) + accumulation, "reduce", etypes[k])
             self._put(v, bound)
             own_errors[k] = np.sqrt(accumulation + np.square(own))
