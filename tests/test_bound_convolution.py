@@ -96,7 +96,7 @@ ENTRY e {
     "labels, lhs, rhs, out, groups, is_dot",
     [
         ("bf_oi->bf", (5, 7), (3, 7), (5, 3), "", True),
-        ("fb_io->bf", (7, 5), (7, 3), (5, 3), "", True),
+        ("fb_io->bf", (7, 5), (7, 3), (5, 3), ", operand_precision={highest,highest}", True),
         ("bf_oi->fb", (5, 7), (3, 7), (3, 5), "", False),  # (the output transposed: not a dot's order)
         ("bf_oi->bf", (5, 14), (6, 7), (5, 6), ", feature_group_count=2", False),
     ],
@@ -115,6 +115,7 @@ ENTRY e {{
     conv = exe.module.entry.root
     dot = as_dot(conv)
     assert (dot is not None) == is_dot
+    assert dot is None or dot.attr("operand_precision") == conv.attr("operand_precision")
     if dot is not None:
         rng = np.random.default_rng(1)
         a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
