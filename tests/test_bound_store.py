@@ -260,3 +260,25 @@ def test_the_bounds_are_the_same_bit_for_bit_as_with_ml_dtypes_casts_every_time(
     assert len(runs[0]) == len(runs[1]) > 8
     for (name, bound, bits), (name2, bound2, bits2) in zip(*runs):
         assert name == name2 and np.array_equal(bound, bound2) and np.array_equal(bits, bits2), name
+
+
+@pytest.mark.parametrize("name", sorted(MOVES))
+def test_samples_read_one_at_a_time_are_the_whole_readings_samples(name):
+    """`_samples_per_sample` (a collective's and a move's samples, one sample decoded at a time) gives, sample by
+    sample, the bits `_samples_or_none` decodes at once, for stored samples moved as views (strided, broadcast)."""
+    import ml_dtypes
+
+    from hloexec.tools.bound_store import BoundStore
+
+    operand, op = MOVES[name]
+    inst = hloexec.load(_module(operand, op)).module.entry.root
+    shape = tuple(inst.operands[0].shape.dims)
+    stored = np.random.default_rng(1).standard_normal((4, *shape)).astype(ml_dtypes.bfloat16)
+    value = np.zeros(tuple(inst.shape.dims))
+    store = BoundStore()
+    store.store[id(value)] = (lambda: value, None, None, moved_view(inst, stored, shape, (4,)))
+    whole, one_at_a_time = store._samples_or_none(value), store._samples_per_sample(value)
+    assert whole.dtype == np.float32 and whole.shape == (4, *value.shape)
+    for k in range(4):
+        np.testing.assert_array_equal(one_at_a_time[k], whole[k])
+        np.testing.assert_array_equal(whole[k], moved_view(inst, stored, shape, (4,))[k].astype(np.float32))

@@ -249,9 +249,11 @@ def test_a_convolution_has_a_bound_that_holds_and_catches_a_1_percent_change():
 
 @pytest.mark.slow
 def test_the_tpu_seed_is_judged_element_by_element(shared_path):
-    """The 8-participant TPU seed (all-gathers with iota groups, a convolution as a dot, bf16): every element
-    has a bound; hloexec's run is within them; 1% of the largest element of the global output is caught and
-    named with the devices that hold it (7.5 min on 2 cores at load ~20)."""
+    """The 8-participant TPU seed (all-gathers with iota groups, a convolution that is a dot, bf16): every element
+    has a bound; hloexec's run is within them; 4x its bound at the largest element of the global output is caught
+    and named with the devices that hold it (3 min on 2 cores at load ~8). (1% of it is not: its bound is ~1% of
+    it, 4 sigmas of a sum of 1,024 bf16-rounded products, since the convolution is bounded as the dot it is; the
+    convolution's own rule left them 2.3x lower, below 4 sigmas.)"""
     exe = hloexec.load(str(shared_path("seeds", "tpu_seqparallel_remat_8dev.hlo")))
     per_device = spmd.random_inputs(exe.module, 8, 0)
     runner = Runner({"partitions": 8, "replicas": 1, "report": lambda message: None})
@@ -260,7 +262,7 @@ def test_the_tpu_seed_is_judged_element_by_element(shared_path):
     assert bounds.unbounded == {} and verdict.consistent()
     planted = [o.copy() for o in run.outputs]
     k = np.unravel_index(np.argmax(np.abs(planted[0])), planted[0].shape)
-    planted[0][k] *= 1.01
+    planted[0][k] += np.sign(planted[0][k]) * 4 * bounds.bounds[0][k]
     verdict, _ = judge_run(exe, per_device, {"planted": planted}, runner)
     worst = verdict.outputs[0].candidates[1].worst[0]
     assert not verdict.consistent("planted") and worst.index == k

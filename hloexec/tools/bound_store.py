@@ -136,6 +136,12 @@ class BoundStore:
         """The samples' deviations (float32; a pred value's perturbed decisions), None where there are none."""
         return self._read_samples(self._stored_samples(leaf))
 
+    def _samples_per_sample(self, leaf):
+        """The samples' deviations as `_samples_or_none` gives them, but where they would be decoded, a reader
+        decoding one sample at a time (`reader[k]`: float32): one sample's memory, not SAMPLES' (an SPMD run's
+        participants all hold theirs at once in a collective)."""
+        return self._read_per_sample(self._stored_samples(leaf))
+
     def _stored_samples(self, leaf):
         """The samples as they are kept (SAMPLE_STORAGE for a float value's; a view where the value was moved),
         None where there are none."""
@@ -148,6 +154,11 @@ class BoundStore:
         if samples is None:
             return None
         return to_f32(samples) if samples.dtype == SAMPLE_STORAGE else samples
+
+    @staticmethod
+    def _read_per_sample(samples):
+        """Kept samples read as `_samples_per_sample` gives them (a reader of one decoded sample at a time)."""
+        return _Decoding(samples) if samples is not None and samples.dtype == SAMPLE_STORAGE else samples
 
     def _share(self, value, operand, calibrate=None) -> None:
         """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
@@ -170,3 +181,13 @@ class BoundStore:
             for k, a in enumerate(entry[1:])
         )
         self._put(value, bound, decided, samples)
+
+
+class _Decoding:
+    """Stored samples read one sample at a time: `[k]` decodes sample k to float32 (`BoundStore._samples_per_sample`)."""
+
+    def __init__(self, stored: np.ndarray):
+        self.stored = stored
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        return to_f32(self.stored[k])

@@ -34,6 +34,8 @@ root-sum-square, a single rounding counts as the largest error it can make.
   operands rounded to the algorithm's significand bits (bf16 passes, TF32: u |x| + SIGMAS sigma of the K
   independent product errors), the accumulation in its type (as a reduction's; without an algorithm the wider
   of the result type and f32: what XLA's CPU, GPU and TPU dots do), the final rounding;
+- convolutions: one that is a dot (no spatial dims, one group: a TPU program's matmul) as that dot; the others
+  by the convolution itself on the operands' squares and bounds (tools/bound_convolution.py);
 - compare and select: a comparison whose operands' intervals overlap is *rounding-decided*; a select on it may
   take either branch, so its bound is the branches' distance plus their bounds.
 
@@ -79,11 +81,13 @@ import numpy as np
 from ..ir import opcodes
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
-from ..ops.registry import lookup
+from ..ops.collectives import participants
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
+from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
+from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
 from .bound_generic import fused_select, sum_terms, evaluated_elementwise
 from .bound_shared import tree_order_steps
@@ -158,14 +162,6 @@ def unit_roundoff(etype) -> float:
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
 
 
-def _narrow(shape) -> bool:
-    """Whether every float leaf of `shape` (a program's) is 32 bits or narrower (its bounds fit a float32)."""
-    if shape.is_tuple:
-        return all(map(_narrow, shape.tuple_shapes))
-    etype = shape.element_type
-    return etype is None or etype.kind != "float" or etype.bits <= 32
-
-
 def _sums(inst) -> bool:
     """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds, or a scatter of one whose
     combiner does (linear in its float operands)."""
@@ -199,22 +195,18 @@ class ErrorBounds(BoundStore):
     a value (an output), `decided_of(value)` its rounding-decided elements. Values are known by identity while
     they live: bounds go when their values go (the run's memory, doubled at most)."""
 
-    def __init__(self, shadow, context, device: DeviceProfile, seed: int = 0):
+    def __init__(self, shadow, context, device: DeviceProfile, seed: int = 0, plans: InstructionPlans | None = None):
         super().__init__()
-        self.original = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
-        self.context = context
+        # per-instruction decisions (SPMD: the participants' observers share them)
+        self.plans = plans or InstructionPlans(shadow, context)
         self.device = device
-        self.kernels: dict[int, object] = {}
         self.unbounded: dict[str, str] = {}  # instruction -> why it has no bound
         self.algorithms: set[str] = set()  # dot algorithms the device's rules chose (not the types' own)
         self.rng = np.random.default_rng(seed)  # the draws' keys (draw_key; SPMD: one seed per participant)
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
 
     def _kernel(self, inst):
-        k = self.kernels.get(id(inst))
-        if k is None:
-            k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
-        return k[1]
+        return self.plans.kernel(inst)
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
@@ -237,9 +229,10 @@ class ErrorBounds(BoundStore):
                 if self._entry(v) is None:
                     self._put(v, None)
             return
-        comp = inst.computation.name if inst.computation is not None else ""
-        orig = self.original.get((comp, inst.name))
-        self.current.narrow = orig is not None and _narrow(orig.shape)
+        orig = self.plans.original(inst)
+        self.current.narrow = self.plans.narrow(inst)
+        inst = self.plans.as_dot(inst) or inst  # (a convolution that is a dot: bounded and sampled as one)
+        opcode = inst.opcode
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
         summed = None  # an add reduce's samples' deviations, summed already
         ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
@@ -270,7 +263,7 @@ class ErrorBounds(BoundStore):
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
-                local = self._convolution(inst, orig, value, operands)
+                local, ceiling = convolution_bounds(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "sort":
@@ -312,9 +305,11 @@ class ErrorBounds(BoundStore):
                 or (all(p is not None for p in held) and getattr(self.current, "dot_samples_in_f32", False))
             )
         )
-        # (a dot of two sampled operands reads their samples as kept: dot_samples builds its operands from them)
+        # (a dot of two sampled operands reads their samples as kept: dot_samples builds its operands from them; a
+        # dot of one reads them whole; the others a sample at a time where decoded)
         both = by_dot and all(p is not None for p in held)
-        perturbed = held if both or summed is not None else [self._read_samples(p) for p in held]
+        read = self._read_samples if by_dot else self._read_per_sample
+        perturbed = held if both or summed is not None else [read(p) for p in held]
         del held
         made = [
             np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype)
@@ -334,11 +329,11 @@ class ErrorBounds(BoundStore):
         elif inst.opcode in MOVES or inst.opcode in COLLECTIVES or _sums(inst):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
             # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
+            unmoved = [
+                np.zeros(np.shape(o), np.float32) if p is None and _float(o) else o for o, p in zip(operands, perturbed)
+            ]
             for k in range(SAMPLES):
-                args = [
-                    p[k] if p is not None else np.zeros(np.shape(o), np.float32) if _float(o) else o
-                    for o, p in zip(operands, perturbed)
-                ]
+                args = [u if p is None else p[k] for u, p in zip(unmoved, perturbed)]
                 for moved, out in zip(_leaves(kernel(*args)), made):
                     if out is not None:
                         out[k] = moved
@@ -585,25 +580,6 @@ class ErrorBounds(BoundStore):
         local = np.sqrt(accumulation + np.square(own))
         return local, lambda: linear() + local, deviations
 
-    def _convolution(self, inst, orig, x, operands) -> np.ndarray:
-        """A convolution as a dot whose terms the convolution itself counts: its kernel on the operands' squared
-        values and bounds (errors independent across the terms), plus a part every term may share (at most the
-        smallest bound of each operand), plus the accumulation (the wider of the result type and f32, as a dot
-        without an algorithm) over the terms each output element sums (the kernel on ones), the final rounding."""
-        a, b = operands
-        kernel = self._kernel(inst)
-        ea, eb = self.of(a), self.of(b)
-        variance = kernel(a * a, np.square(eb)) + kernel(np.square(ea), b * b)
-        shared = np.abs(kernel(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
-            kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
-        )
-        count = kernel(np.ones(a.shape), np.ones(b.shape))
-        u_acc = 2.0 ** -SIGNIFICAND.get(widest(orig.shape.element_type.name, "f32"), 53)
-        arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
-        bound, own = self._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot")
-        self._put(x, bound)
-        return np.sqrt(arithmetic + np.square(own))
-
     def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
         """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
         summing to `x`, accumulated as the device's reductions rule says ("accumulate": 16-bit types in f32; the
@@ -619,8 +595,8 @@ class ErrorBounds(BoundStore):
 
     def _collective(self, inst, value, operands) -> list:
         """A collective's bounds: its kernel on its operands' bounds (see the module docstring); an add all-reduce or
-        reduce-scatter also rounds as it accumulates, its kernel run on the operands' squares and on ones giving
-        the sums' terms. Returns the instruction's own error per leaf of its value (SIGMAS sigmas), for _sample."""
+        reduce-scatter also rounds as it accumulates, its kernel run on the operands' squares giving the sums'
+        terms' (one per participant of the group). Returns the instruction's own error per leaf of its value (SIGMAS sigmas), for _sample."""
         bounds = _leaves(self._substituted(inst, operands, self.of))
         leaves = _leaves(value)
         own_errors: list = [np.zeros(())] * len(leaves)
@@ -632,14 +608,13 @@ class ErrorBounds(BoundStore):
             for k, v in results:
                 self._put(v, np.asarray(bounds[k], np.float64))
             return own_errors
-        comp = inst.computation.name if inst.computation is not None else ""
-        orig = self.original[(comp, inst.name)]
+        orig = self.plans.original(inst)
         squares = _leaves(self._substituted(inst, operands, lambda o: np.square(o, dtype=np.float64)))
-        count = _leaves(self._substituted(inst, operands, lambda o: np.ones(np.shape(o))))
+        count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
             # (the partial sums travel between participants in the collective's type: every step rounds to it)
-            accumulation = self._accumulation(etypes[k], count[k], squares[k], v, per_step=True)
+            accumulation = self._accumulation(etypes[k], count, squares[k], v, per_step=True)
             bound, own = self._round(orig, v, np.square(bounds[k]) + accumulation, "reduce", etypes[k])
             self._put(v, bound)
             own_errors[k] = np.sqrt(accumulation + np.square(own))

@@ -18,7 +18,7 @@ from ..exec.executor import Executable, available_memory
 from ..exec.shadow import Shadow, has_float, shadow_module, widen
 from ..ir import opcodes
 from ..ir.module import Instruction
-from ..ops.registry import lookup
+from .bound_plans import KernelCache
 from .bounds import ErrorBounds, _float, _leaves
 from .compare import dtype_name
 from .nonfinite import NonfiniteReport, NonfiniteTracker, StopRun
@@ -248,18 +248,11 @@ class _Attribution:
     """Per-instruction error statistics, streamed: one record per instruction, updated each time it runs."""
 
     def __init__(self, local_context, shadow: Shadow):
-        self.context = local_context  # where the instructions evaluated alone are prepared
+        self.kernel = KernelCache(local_context)  # where the instructions evaluated alone are prepared
         self.shadow = shadow
-        self.kernels: dict[int, object] = {}
         self.records: dict[tuple[str, str], InstructionErrors] = {}
         self.lock = threading.Lock()
         self.errors: list[str] = []
-
-    def kernel(self, inst):
-        k = self.kernels.get(id(inst))
-        if k is None:
-            k = self.kernels[id(inst)] = (inst, lookup(inst).prepare(inst, self.context))
-        return k[1]
 
     def record(self, device, run_index, inst, local, total, inherited, bound_ratio=None) -> None:
         key = (inst.computation.name if inst.computation is not None else "", inst.name)

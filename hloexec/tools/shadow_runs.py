@@ -26,6 +26,7 @@ from ..ir import opcodes
 from ..options import Options, available_memory, device_profile
 from ..spmd.memory import gb
 from .arrays import array_summary, flatten
+from .bound_plans import InstructionPlans
 from .bound_samples import SAMPLES
 from .bound_store import SAMPLE_STORAGE, VIEW_MOVES
 from .bounds import ErrorBounds, _float
@@ -273,7 +274,10 @@ def shadow_run(
     if devices:
         shadow_exe = executable_like(exe, shadow.module, use_numba=False)
         count = 1 if runner.spmd is None else runner.spmd["partitions"] * runner.spmd["replicas"]
-        observers = {d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d) for p in devices] for d in range(count)}
+        plans = InstructionPlans(shadow, shadow_exe.context)  # (every observer's per-instruction decisions)
+        observers = {
+            d: [ErrorBounds(shadow, shadow_exe.context, p, seed=d, plans=plans) for p in devices] for d in range(count)
+        }
     else:
         shadow_exe = None
     if not shadow.discrete and not observers:

@@ -1,0 +1,59 @@
+"""A convolution's error bound (tools/bounds.py). One that is a dot -- no spatial dimensions, one feature and one
+batch group, its output (batch, output feature): a TPU program's matmul, `dim_labels=bf_oi->bf` -- is bounded and
+sampled as that dot (tools/bound_dots.py: float32 products proven upper bounds, the device's dot algorithm; its
+samples one float32 product each), not by the float64 convolutions of the general rule below."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.module import Instruction
+from .bound_dots import SIGNIFICAND, widest
+from .bound_samples import SIGMAS
+
+# attributes a dot reads as a convolution writes them (the raw text carried over)
+_DOT_ATTRIBUTES = ("operand_precision", "algorithm")
+
+
+def as_dot(inst) -> Instruction | None:
+    """The dot the convolution `inst` computes (contracting the input feature with the kernel's input feature;
+    its result the lhs's free dim, the batch, then the rhs's, the output feature: a dot's order), or None where it
+    is not one (spatial dims, feature or batch groups, another output order)."""
+    cd = inst.attr("dim_labels")
+    if cd is None or cd.input_spatial or inst.attr("window") or len(inst.operands) != 2:
+        return None
+    groups = (inst.attrs.get("feature_group_count", "1"), inst.attrs.get("batch_group_count", "1"))
+    if groups != ("1", "1") or (cd.output_batch, cd.output_feature) != (0, 1):
+        return None
+    attrs = {
+        "lhs_contracting_dims": f"{{{cd.input_feature}}}",
+        "rhs_contracting_dims": f"{{{cd.kernel_input_feature}}}",
+        **{k: v for k, v in inst.attrs.items() if k in _DOT_ATTRIBUTES},
+    }
+    dot = Instruction(inst.name, "dot", inst.shape, inst.operands, attrs)
+    dot.computation = inst.computation
+    return dot
+
+
+def convolution_bounds(bounds, inst, orig, x, operands) -> tuple:
+    """A convolution (not a dot: `as_dot`) as a dot whose terms the convolution itself counts: its kernel on the
+    operands' squared values and bounds (errors independent across the terms), plus a part every term may share
+    (at most the smallest bound of each operand), plus the accumulation (the wider of the result type and f32, as
+    a dot without an algorithm) over the terms each output element sums (the kernel on ones), the final rounding.
+    Stores the bound; returns its own error (SIGMAS sigmas) and its ceiling, as a dot's, for the samples: the
+    operands' errors all adding up (a term rounded once is bounded by its largest error, 1.73 of its sigmas: a
+    bf16 convolution's errors reached 2x the root-sum-square's bound where the samples could not raise it)."""
+    a, b = operands
+    kernel = bounds._kernel(inst)
+    ea, eb = bounds.of(a), bounds.of(b)
+    variance = kernel(a * a, np.square(eb)) + kernel(np.square(ea), b * b)
+    shared = np.abs(kernel(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
+        kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
+    )
+    count = kernel(np.ones(a.shape), np.ones(b.shape))
+    u_acc = 2.0 ** -SIGNIFICAND.get(widest(orig.shape.element_type.name, "f32"), 53)
+    arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
+    bound, own = bounds._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot")
+    bounds._put(x, bound)
+    local = np.sqrt(arithmetic + np.square(own))
+    return local, lambda: kernel(np.abs(a), eb) + kernel(ea, np.abs(b) + eb) + local
