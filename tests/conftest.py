@@ -10,6 +10,11 @@
 * ``ray_cluster`` (session): a simulated Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head
   without CPUs and RAY_NODES nodes of 1 CPU and 12 GB each), joined by this process; skips without Ray
   (``pip install .[ray]``). One per test session: Ray takes seconds to start.
+* ``numba_registries`` (autouse, session): Numba's CPU target loads its further typing and lowering registries
+  (numba.np.polynomial...) before any test. Tests that run pytest in-process (``pytester.runpytest``) restore
+  ``sys.modules`` after it, dropping the modules Numba imported lazily during that run while its registries keep
+  what they registered: the next kernel load imports them again and fails ("duplicate registration for
+  PolynomialType"), and every kernel load after it in that process.
 * markers: ``xla`` (needs jax/jaxlib, the XLA:CPU reference; auto-skipped when
   jax is not importable) and ``slow``.
 """
@@ -27,6 +32,13 @@ SHARED = Path(os.environ.get("HLOEXEC_SHARED") or (REPO_ROOT.parent / "shared"))
 
 _SHARED_MISSING = "../shared not found (it sits beside the checkout in CI; set HLOEXEC_SHARED)"
 _JAX_MISSING = "jax not installed: pip install .[test]"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def numba_registries():
+    from numba.core.registry import cpu_target
+
+    cpu_target.target_context.refresh()
 
 
 def headless_browser() -> str | None:
