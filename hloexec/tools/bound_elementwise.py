@@ -115,22 +115,25 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
         decided.reshape(-1),
         CALIBRATION_BLOCK,
     )
-    if rounds and not any_own:  # (`_sample` draws a value's own errors' key only where it has some)
-        bounds.rng.bit_generator.state = state
-    marked = carried_marks(bounds, operands, decided if kind == DIVIDE else None)
-    if sampled:
-        bound = bounds._calibrate(bound, samples, stats=stats)
-    bounds._put(x, bound, marked, samples.view(SAMPLE_STORAGE) if sampled else None)
+    made = samples.view(SAMPLE_STORAGE) if sampled else None
+    drew = rounds and any_own
+    store_pass(bounds, x, operands, bound, decided if kind == DIVIDE else None, made, stats, None if drew else state)
     return True
 
 
-def carried_marks(bounds, operands, marks):
-    """`marks` (an op's own rounding-decided elements, None: none) with its operands' marks carried (each
-    distinct operand's once)."""
+def store_pass(bounds, x, operands, bound, marks, samples, stats, key_state=None) -> None:
+    """A compiled pass's result for `x` into `bounds`: the rng's state put back to `key_state` where given (the
+    pass drew a key for own errors it turned out not to have: `_sample` draws one only where a value has some),
+    the operands' rounding-decided marks carried onto the op's own `marks` (None: none; each distinct operand's
+    once), the bound calibrated by its `samples` (None: not sampled) with the pass's block statistics `stats`."""
+    if key_state is not None:
+        bounds.rng.bit_generator.state = key_state
     for m in {id(o): bounds._decided_or_none(o) for o in operands}.values():
         if m is not None:
             marks = np.array(m, bool) if marks is None else marks | m
-    return marks
+    if samples is not None:
+        bound = bounds._calibrate(bound, samples, stats=stats)
+    bounds._put(x, bound, marks, samples)
 
 
 def _groups(inst, orig, x, operands) -> np.ndarray:

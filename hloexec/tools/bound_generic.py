@@ -20,7 +20,7 @@ from ..kernels.bound_generic import (
     term_sums,
     unary_pass,
 )
-from .bound_elementwise import _flat, carried_marks, rounding_rule
+from .bound_elementwise import _flat, rounding_rule, store_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
 
@@ -92,12 +92,8 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
         decided.reshape(-1),
         CALIBRATION_BLOCK,
     )
-    if rounds and not any_own:  # (`_sample` draws a value's own errors' key only where it has some)
-        bounds.rng.bit_generator.state = state
-    marked = carried_marks(bounds, operands, decided if decided.size else None)
-    if sampled:
-        bound = bounds._calibrate(bound, samples, stats=stats)
-    bounds._put(x, bound, marked, samples if sampled else None)
+    own = decided if decided.size else None
+    store_pass(bounds, x, operands, bound, own, samples if sampled else None, stats, None if any_own else state)
     return True
 
 
