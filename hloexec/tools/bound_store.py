@@ -13,8 +13,8 @@ narrow, encoded by `_put` and decoded by the accessors (the rules read float32 o
   write these bits themselves, no float32 copy (the last encoded samples' float32 reading was kept for the next
   reader: with those ops reading bits it skipped 56 of 327 decodes on the GPT step, 17 MB, and was dropped);
 and nothing twice: a moving op numpy can express as a view (broadcast, reshape, transpose, slice, copy) keeps
-views of its operand's arrays, an exact widening convert (bf16 -> f32) shares its operand's samples and marks
-(its bound calibrated again), a pinned instruction's helper shares its operand's entry, a value moved from exact
+views of its operand's arrays, an exact widening convert (bf16 -> f32) shares its operand's bound, samples and
+marks, a pinned instruction's helper shares its operand's entry, a value moved from exact
 operands keeps an entry with no bound (not a full-size array of zeros). Stored arrays are read only: the rules
 that read them whole (Numba kernels) ravel them or get decoded (contiguous) copies."""
 
@@ -160,18 +160,14 @@ class BoundStore:
         """Kept samples read as `_samples_per_sample` gives them (a reader of one decoded sample at a time)."""
         return _Decoding(samples) if samples is not None and samples.dtype == SAMPLE_STORAGE else samples
 
-    def _share(self, value, operand, calibrate=None) -> None:
+    def _share(self, value, operand) -> None:
         """`value` keeps `operand`'s entry (the same arrays): its elements are the operand's, unchanged (an entry
-        even where they are exact: a value made by a rule is known, as a loop's or a tuple's leaves must be).
-        `calibrate(bound, samples)`: the bound calibrated again by the samples (as a rule's would be)."""
+        even where they are exact: a value made by a rule is known, as a loop's or a tuple's leaves must be)."""
         entry = self._entry(operand)
         if entry is None:
             self._put(value, None)
             return
-        bound = entry[1]
-        if calibrate is not None and bound is not None and entry[3] is not None:
-            bound = calibrate(bound, self._samples_or_none(operand))
-        self._put(value, bound, *entry[2:])
+        self._put(value, *entry[1:])
 
     def _view_move(self, inst, value, operand) -> None:
         """`value`, `operand` moved by `inst` (one of VIEW_MOVES), keeps views of the operand's arrays."""

@@ -244,7 +244,9 @@ class ErrorBounds(BoundStore):
                 self._view_move(inst, value, operands[0])
                 return
             elif opcode == "convert" and widens_exactly(orig.operands[0].shape.element_type, orig.shape.element_type):
-                self._share(value, operands[0], self._calibrate)  # (a rounding's result is calibrated)
+                # (its operand's entry as it is: no error of its own, so its samples show nothing new; the operand's
+                # bound was calibrated by them already, or, moved, is a block of copies a move leaves uncalibrated)
+                self._share(value, operands[0])
                 return
             elif opcode in MOVES:
                 self._move(inst, value, operands)
