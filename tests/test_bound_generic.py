@@ -191,14 +191,15 @@ def test_the_select_pass_is_the_separate_rules(split, monkeypatch):
 def test_term_sums_are_the_numpy_sums(shape, dims, bounded, sampled):
     """kernels/bound_generic.term_sums (one pass over each sum's terms, float64 in term order) against numpy's sums
     of the rule's quantities (tools/bounds.py `_reduce`: bounds squared, least bound (NaN if one is), (bound -
-    least)^2, bounds, values squared; samples' deviations) on data with infinities, NaN, zeros and subnormals,
+    least)^2, bounds, values squared; samples' deviations, read from their bfloat16 bits) on data with infinities,
+    NaN, zeros and subnormals,
     the reduced dims trailing, leading or between (laid out as tools/bound_generic.summed_terms lays them)."""
     from hloexec.kernels.bound_generic import term_sums
 
     rng = np.random.default_rng(len(shape) * 7 + sum(dims))
     a = _awkward(rng, int(np.prod(shape)), np.float64).reshape(shape)
     e = np.abs(_awkward(rng, a.size, np.float32)).reshape(shape) * np.float32(1e-3) if bounded else None
-    d = (rng.standard_normal((4, *shape)) * 1e-3).astype(np.float32) if sampled else None
+    d = (rng.standard_normal((4, *shape)) * 1e-3).astype(ml_dtypes.bfloat16) if sampled else None  # (read as bits)
     kept = [k for k in range(len(shape)) if k not in dims]
     count, outputs = int(np.prod([shape[k] for k in dims])), int(np.prod([shape[k] for k in kept]))
     columns = list(dims) == list(range(len(dims))) and len(kept) > 0
@@ -206,8 +207,8 @@ def test_term_sums_are_the_numpy_sums(shape, dims, bounded, sampled):
         dims + tuple(kept) if columns else tuple(kept) + dims)))).reshape(*lead, *((count, outputs) if columns else (outputs, count))))
     sums, deviations = np.empty((5, outputs)), np.empty((4, outputs if sampled else 0), np.float32)
     with np.errstate(all="ignore"):
-        term_sums(lay(a), np.empty((0, 0)) if e is None else lay(e), np.empty((4, 0, 0), np.float32) if d is None
-                  else lay(d, (4,)), columns, sums, deviations)
+        term_sums(lay(a), np.empty((0, 0)) if e is None else lay(e), np.empty((4, 0, 0), np.uint16) if d is None
+                  else lay(d.view(np.uint16), (4,)), columns, sums, deviations)
         e64 = np.zeros(shape) if e is None else e.astype(np.float64)
         least = np.min(e64, axis=dims, keepdims=True)
         want = [np.sum(e64**2, axis=dims), np.sum((e64 - least) ** 2, axis=dims), least.reshape(-1),

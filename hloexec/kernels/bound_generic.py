@@ -13,6 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
+from .half import bf16_to_f32
 from .normal_draws import fill_draws
 from .bound_rules import (
     _CHUNK_BLOCKS,
@@ -210,7 +211,7 @@ def _term_sums_span(a, e, d, columns, sums, deviations, first, last):
     b2[:], r2[:], b1[:], v2[:] = 0.0, 0.0, 0.0, 0.0
     least[:] = math.inf if with_e else 0.0
     if not columns:
-        lanes, totals = np.zeros((4, _LANES)), np.zeros(_LANES)
+        lanes = np.zeros((4 + (deviations.shape[0] if with_d else 0), _LANES))
         for o in range(m):
             least[o] = _least(e[first + o]) if with_e else 0.0
             lanes[:] = 0.0
@@ -219,7 +220,8 @@ def _term_sums_span(a, e, d, columns, sums, deviations, first, last):
             _value_lanes(a[first + o], lanes)
             b2[o], r2[o], b1[o], v2[o] = lanes[0].sum(), lanes[1].sum(), lanes[2].sum(), lanes[3].sum()
             for k in range(deviations.shape[0] if with_d else 0):
-                deviations[k, first + o] = np.float32(_row_total(d[k, first + o], totals))
+                _deviation_lanes(d[k, first + o], lanes[4 + k])
+                deviations[k, first + o] = np.float32(lanes[4 + k].sum())
         return
     count = a.shape[0]  # (terms along rows: each a contiguous run of output elements)
     for j in range(count if with_e else 0):
@@ -249,7 +251,7 @@ def _term_sums_span(a, e, d, columns, sums, deviations, first, last):
         for j in range(count):
             dv = d[k, j, first:last]
             for o in range(m):
-                total[o] += np.float64(dv[o])
+                total[o] += np.float64(bf16_to_f32(dv[o]))
         for o in range(m):
             deviations[k, first + o] = np.float32(total[o])
 
@@ -302,17 +304,16 @@ def _value_lanes(values, lanes):
 
 
 @njit(inline="always")
-def _row_total(deviations, lanes):
-    """The sum of a row of float32 deviations in float64, in _LANES partial sums (`lanes`: their scratch)."""
-    lanes[:] = 0.0
-    full = deviations.size - deviations.size % _LANES
+def _deviation_lanes(bits, lanes):
+    """Into `lanes` (_LANES partial sums, as _bound_lanes') a row of deviations given as their bfloat16 bits, in
+    float64 (each decoded exactly)."""
+    full = bits.size - bits.size % _LANES
     for j0 in range(0, full, _LANES):
-        group = deviations[j0 : j0 + _LANES]
+        group = bits[j0 : j0 + _LANES]
         for lane in range(_LANES):
-            lanes[lane] += np.float64(group[lane])
-    for j in range(full, deviations.size):
-        lanes[j - full] += np.float64(deviations[j])
-    return lanes.sum()
+            lanes[lane] += np.float64(bf16_to_f32(group[lane]))
+    for j in range(full, bits.size):
+        lanes[j - full] += np.float64(bf16_to_f32(bits[j]))
 
 
 def term_sums(a, e, d, columns, sums, deviations, threads=None):
@@ -320,7 +321,8 @@ def term_sums(a, e, d, columns, sums, deviations, threads=None):
     pass over them (float64, in term order): the sum of their bounds squared, the least bound, the sum of (bound -
     least)^2, the sum of bounds, of values squared, into `sums`' rows (BOUNDS_SQUARED...; (5, outputs)); each
     sample's sum of deviations (rounded once to float32) into `deviations` ((samples, outputs); `d`: (samples, *a's
-    shape), no elements where there are none). `a` (values), `e` (bounds; no elements: 0): (outputs, terms), or
+    shape), their bfloat16 bits (uint16: decoded as they are read, no float32 copy), no elements where there are
+    none). `a` (values), `e` (bounds; no elements: 0): (outputs, terms), or
     (terms, outputs) where `columns`; C-ordered. Spans of output elements on the cores (`over_cores`)."""
     outputs = a.shape[1] if columns else a.shape[0]
     terms = a.size // max(outputs, 1)

@@ -23,12 +23,13 @@ from ..kernels.bound_generic import (
 from .bound_elementwise import _flat, rounding_rule, store_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
+from .bound_store import SAMPLE_STORAGE
 
 _NO_BOUND = np.empty(0, np.float32)  # (float32 as the narrow types' bounds: one compiled signature fewer)
 _NO_MARKS = np.empty(0, bool)
 _NO_DECISIONS = np.empty((SAMPLES, 0), bool)
 _NO_TERM_BOUNDS = np.empty((0, 0), np.float32)
-_NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.float32)
+_NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.uint16)  # (bfloat16 bits)
 _NO_DEVIATIONS = np.empty((SAMPLES, 0), np.float32)  # (decoded samples: float32)
 for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_DEVIATIONS):
     _none.flags.writeable = False
@@ -142,7 +143,8 @@ def summed_terms(bounds, inst, a, init) -> tuple | None:
     one pass over them in float64; their rows BOUNDS_SQUARED...: (5, *result's shape)), and the samples' deviations
     summed ((SAMPLES, *result's shape), float32; zeros where the terms have none): the rule's sums in term order
     rather than the shadow's reduce kernel's (a float64 rounding apart), the samples' in float64 rounded once
-    rather than in float32. None where the terms are not float32 / float64 or the init value has samples."""
+    rather than in float32, read from their bfloat16 bits. None where the terms are not float32 / float64, their samples
+    not kept in bfloat16, or the init value has samples."""
     dims = [int(d) for d in inst.attr("dimensions", ())]
     if not (isinstance(a, np.ndarray) and a.dtype.type in (np.float32, np.float64)) or not dims or a.size == 0:
         return None
@@ -163,13 +165,15 @@ def summed_terms(bounds, inst, a, init) -> tuple | None:
         out.flags.writeable = False
         return out
 
-    e, d = bounds._stored_bound(a), bounds._samples_or_none(a)
+    e, d = bounds._stored_bound(a), bounds._stored_samples(a)
+    if d is not None and d.dtype != SAMPLE_STORAGE:
+        return None
     sums = np.empty((5, a.size // count))
     deviations = np.empty((SAMPLES, a.size // count if d is not None else 0), np.float32)
     term_sums(
         terms(a),
         _NO_TERM_BOUNDS if e is None else terms(np.broadcast_to(e, a.shape)),
-        _NO_SAMPLES if d is None else terms(d, (SAMPLES,)),
+        _NO_SAMPLES if d is None else terms(d.view(np.uint16), (SAMPLES,)),  # (their bfloat16 bits)
         columns,
         sums,
         deviations,
