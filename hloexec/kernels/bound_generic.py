@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .half import bf16_to_f32
+from .half import bf16_to_f32, f32_to_bf16
 from .normal_draws import fill_draws
 from .bound_rules import (
     _CHUNK_BLOCKS,
@@ -32,8 +32,8 @@ CHUNK_BLOCKS = 4 * _CHUNK_BLOCKS  # calibration blocks per chunk (one kernel cal
 def unary_arguments(a, ea, da, lo, hi, args):
     """The rows the op is evaluated on for elements `lo` to `hi` (into `args[:, :hi - lo]`, float64): where the
     operand has a bound (`ea`, no elements where it has none) a + e and a - e (`_moved_by`'s interval ends), then
-    per sample a + d_k (`da`: (samples, n), float32; `_sample`'s perturbed operand), or the one row a where it has
-    no samples (no columns). Returns the number of rows written."""
+    per sample a + d_k (`da`: (samples, n), their bfloat16 bits, decoded here: exact; `_sample`'s perturbed
+    operand), or the one row a where it has no samples (no columns). Returns the number of rows written."""
     av, row = a[lo:hi], 0
     if ea.size > 0:
         up, down, ev = args[0], args[1], ea[lo:hi]
@@ -47,7 +47,7 @@ def unary_arguments(a, ea, da, lo, hi, args):
     for k in range(da.shape[0]):
         out, dv = args[row + k], da[k, lo:hi]
         for t in range(av.size):  # (over views from 0: a loop that vectorizes)
-            out[t] = av[t] + np.float64(dv[t])
+            out[t] = av[t] + np.float64(bf16_to_f32(dv[t]))
     return row + da.shape[0]
 
 
@@ -58,7 +58,8 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
     rows): where the operand has a bound (`ea`), b^2 = max(|f(a + e) - x|, |f(a - e) - x|)^2 (NaN: inf), marking
     in `decided_out` where the interval holds 0 (flags' `singular`) or its ends differ (`steps`); the bound after
     the op's own rounding where it `rounds` (round_bounds'; `rule` its scalars), else b; into `samples_out` (none:
-    no columns) each sample's f(a + d_k) - x in float32 plus a standard normal draw times float32(own / SIGMAS)
+    no columns; bfloat16 bits, each rounded as it is stored: kernels/half.f32_to_bf16, no float32 copy) each
+    sample's f(a + d_k) - x in float32 plus a standard normal draw times float32(own / SIGMAS)
     (`draws`: (key, sigmas); element i's are kernels/normal_draws' under the instruction's `key`); calibration's block
     statistics (block_ratios') into `largest`, `total`, `counted`. Returns (any own error nonzero, unjudged)."""
     singular, steps, rounds = flags
@@ -97,10 +98,11 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
         return any_own, False
     squares[:] = 0
     drawn = np.empty((samples + samples % 2, m), np.float32)  # (fill_draws' rows: whole pairs)
+    out = np.empty(m, np.float32)  # (one sample's deviations, before their bfloat16 rounding)
     if rounds:
         fill_draws(key, lo, m, np.empty(0, np.int64), drawn)
     for k in range(samples):
-        out, moved = samples_out[k, lo:hi], values[values.shape[0] - own_rows + min(k, own_rows - 1)]
+        bits, moved = samples_out[k, lo:hi], values[values.shape[0] - own_rows + min(k, own_rows - 1)]
         for t in range(m):
             out[t] = np.float32(moved[t] - xv[t])
         if rounds:
@@ -109,6 +111,7 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
                 out[t] += own_draws[t] * scales[t]
         for t in range(m):
             squares[t] += out[t] * out[t]
+            bits[t] = f32_to_bf16(out[t])
     return any_own, _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
 
 

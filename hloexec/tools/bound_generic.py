@@ -31,7 +31,8 @@ _NO_DECISIONS = np.empty((SAMPLES, 0), bool)
 _NO_TERM_BOUNDS = np.empty((0, 0), np.float32)
 _NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.uint16)  # (bfloat16 bits)
 _NO_DEVIATIONS = np.empty((SAMPLES, 0), np.float32)  # (decoded samples: float32)
-for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_DEVIATIONS):
+_NO_BITS = np.empty((SAMPLES, 0), np.uint16)  # (samples kept: their bfloat16 bits)
+for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_DEVIATIONS, _NO_BITS):
     _none.flags.writeable = False
 
 
@@ -50,11 +51,12 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
     where `inst` is an elementwise op on float64 (the shadow's values) of which at most one operand (in one or more
     places) has a bound or samples, the others exact: `singular`, the places where an operand's interval holding
     0 decides the element; `steps`, its ends giving different values do; `rounds`, the op rounds to its type.
-    False (nothing done) otherwise (two operands with errors: their corners, `_second_order`)."""
+    False (nothing done) otherwise (two operands with errors: their corners, `_second_order`; samples not kept in
+    bfloat16). The samples are read and written as their bfloat16 bits (no float32 copies)."""
     shape = np.shape(x)
     if not _f64(x) or not all(_f64(o) and np.shape(o) == shape for o in operands):
         return False
-    with_errors = [o for o in operands if bounds._samples_or_none(o) is not None or np.any(_or_zero(bounds, o))]
+    with_errors = [o for o in operands if bounds._stored_samples(o) is not None or np.any(_or_zero(bounds, o))]
     if any(o is not with_errors[0] for o in with_errors):
         return False
     a = with_errors[0] if with_errors else operands[0]
@@ -72,9 +74,11 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
     e = bounds._stored_bound(a)
     moving = e is not None and bool(np.any(e))
     at_zero = bool(set(places) & set(singular))
-    perturbed = bounds._samples_or_none(a)
+    perturbed = bounds._stored_samples(a)
+    if perturbed is not None and perturbed.dtype != SAMPLE_STORAGE:
+        return False
     sampled = rounds or perturbed is not None
-    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
+    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(shape if moving and (at_zero or steps) else 0, bool)
     state = bounds.rng.bit_generator.state
@@ -85,7 +89,7 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
         _flat(x),
         _flat(a),
         _flat(np.broadcast_to(e, shape)) if moving else _NO_BOUND,
-        _NO_DEVIATIONS if perturbed is None else _flat(perturbed, SAMPLES),
+        _NO_BITS if perturbed is None else _flat(perturbed.view(np.uint16), SAMPLES),
         rule,
         (key, float(SIGMAS)),
         bound.reshape(-1),
@@ -94,7 +98,8 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
         CALIBRATION_BLOCK,
     )
     own = decided if decided.size else None
-    store_pass(bounds, x, operands, bound, own, samples if sampled else None, stats, None if any_own else state)
+    made = samples.view(SAMPLE_STORAGE) if sampled else None
+    store_pass(bounds, x, operands, bound, own, made, stats, None if any_own else state)
     return True
 
 
