@@ -288,3 +288,54 @@ ENTRY e {
     assert m.dtype == ms.dtype == np.float32
     assert np.array_equal(m, (args[0].astype(np.float64) * args[1]).astype(np.float32))
     assert ms == np.float32(np.float64(args[2]) ** 2)
+
+
+MAX_REDUCED = """HloModule spmd_max, num_partitions=4
+
+max32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+ENTRY e {
+  x = bf16[32,64] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  y = bf16[32,64] parameter(1), sharding={devices=[4,1]0,1,2,3}
+  p = bf16[32,64] multiply(x, y)
+  w = f32[32,64] convert(p)
+  ROOT r = f32[32,64] all-reduce(w), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=max32
+}
+"""
+
+
+def test_a_max_all_reduces_samples_are_the_max_of_the_perturbed_operands(monkeypatch):
+    """A max all-reduce is not linear: each sample's deviation is the max over the participants of their operands
+    moved by that sample's deviations, less the value (the max of the deviations alone, as an add all-reduce's
+    samples are made, would be another element's error)."""
+    from hloexec.tools import bounds as bounds_module
+
+    seen: dict = {}
+    call = bounds_module.ErrorBounds.__call__
+
+    def recording(self, inst, value, operands):
+        call(self, inst, value, operands)
+        if inst.opcode == "all-reduce":
+            o = operands[0]
+            seen[id(self)] = (np.asarray(o, np.float64), self._samples_or_none(o), value, self._samples_or_none(value))
+
+    monkeypatch.setattr(bounds_module.ErrorBounds, "__call__", recording)
+    exe = hloexec.load(MAX_REDUCED)
+    inputs = spmd.random_global_inputs(exe.module, 3)
+    per_device = spmd.split_inputs(exe.module, inputs, DEVICES)
+    runner = Runner({"partitions": DEVICES, "replicas": 1, "report": lambda message: None})
+    judge_run(exe, per_device, {}, runner)
+    assert len(seen) == DEVICES
+    operands = np.stack([v[0] for v in seen.values()])  # (participants, 32, 64)
+    deviations = np.stack([v[1] for v in seen.values()])  # (participants, samples, 32, 64)
+    assert np.any(deviations != 0)
+    want = np.max(operands[:, None] + deviations.astype(np.float64), axis=0) - np.max(operands, axis=0)
+    linear = np.max(deviations, axis=0)  # (the linear path's: wrong)
+    for _, _, value, samples in seen.values():
+        assert np.array_equal(value, np.max(operands, axis=0))
+        np.testing.assert_allclose(samples, want, rtol=2.0**-8, atol=0)
+        assert not np.allclose(samples, linear, rtol=2.0**-8, atol=0)

@@ -55,8 +55,9 @@ that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is
 and moving ops carry the mark; reductions and dots do not (one decided term among thousands is averaged).
 
 Collectives (SPMD runs, one ErrorBounds per participant, each called from its participant's thread): the
-collective's own kernel run on the operands' bounds (and on each sample's deviations) exchanges them with the
-group as the values were, so every participant makes the same extra exchanges in the same order. Moving ones
+collective's own kernel run on the operands' bounds (and on each sample's deviations; a max / min all-reduce's on
+its perturbed operands, less the value) exchanges them with the group as the values were, so every participant
+makes the same extra exchanges in the same order. Moving ones
 (all-gather, all-to-all, collective-permute, -broadcast, a max/min all-reduce) move the bounds; an add
 all-reduce or reduce-scatter is a reduction of n terms, one per participant: their bounds added (the
 samples calibrate that down where they are independent) plus the accumulation's rounding as a reduce's, every
@@ -170,6 +171,13 @@ def _sums(inst) -> bool:
         (inst.opcode in ("reduce", "reduce-window") and len(inst.operands) == 2)
         or (inst.opcode == "scatter" and len(inst.operands) == 3)
     ) and (reducer is not None and reducer.root.opcode == "add")
+
+
+def _exchanges_linearly(inst) -> bool:
+    """Whether collective `inst` is linear in its operands: it moves them, or its reducer adds (a max / min
+    all-reduce is not: its samples are its kernel on the perturbed operands, as an elementwise op's)."""
+    reducer = inst.called.get("to_apply")
+    return reducer is None or reducer.root.opcode == "add"
 
 
 def _float(leaf) -> bool:
@@ -328,7 +336,7 @@ class ErrorBounds(BoundStore):
             made[0] = summed
         elif by_dot:
             made[0] = dot_samples(inst, value, operands, perturbed)
-        elif inst.opcode in MOVES or inst.opcode in COLLECTIVES or _sums(inst):
+        elif inst.opcode in MOVES or _sums(inst) or (inst.opcode in COLLECTIVES and _exchanges_linearly(inst)):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
             # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
             unmoved = [
