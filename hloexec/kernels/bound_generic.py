@@ -214,7 +214,8 @@ def _term_sums_span(a, e, d, columns, sums, deviations, first, last):
     b2[:], r2[:], b1[:], v2[:] = 0.0, 0.0, 0.0, 0.0
     least[:] = math.inf if with_e else 0.0
     if not columns:
-        lanes = np.zeros((4 + (deviations.shape[0] if with_d else 0), _LANES))
+        lanes, totals = np.zeros((4, _LANES)), np.zeros(_LANES)
+        decoded = np.empty(a.shape[1] if with_d else 0, np.float32)  # (a row of one sample's deviations)
         for o in range(m):
             least[o] = _least(e[first + o]) if with_e else 0.0
             lanes[:] = 0.0
@@ -223,8 +224,10 @@ def _term_sums_span(a, e, d, columns, sums, deviations, first, last):
             _value_lanes(a[first + o], lanes)
             b2[o], r2[o], b1[o], v2[o] = lanes[0].sum(), lanes[1].sum(), lanes[2].sum(), lanes[3].sum()
             for k in range(deviations.shape[0] if with_d else 0):
-                _deviation_lanes(d[k, first + o], lanes[4 + k])
-                deviations[k, first + o] = np.float32(lanes[4 + k].sum())
+                bits = d[k, first + o]
+                for j in range(bits.size):  # (decoded first: a loop that vectorizes, as the sum's does)
+                    decoded[j] = bf16_to_f32(bits[j])
+                deviations[k, first + o] = np.float32(_row_total(decoded, totals))
         return
     count = a.shape[0]  # (terms along rows: each a contiguous run of output elements)
     for j in range(count if with_e else 0):
@@ -264,12 +267,21 @@ _LANES = 8  # partial sums per quantity along a row (a vector's width of float64
 
 @njit(inline="always")
 def _least(bounds):
-    """np.min of a row of bounds (float64): NaN if one is."""
-    least, nan = math.inf, False
-    for j in range(bounds.size):
+    """np.min of a row of bounds (float64): NaN if one is. In _LANES running minima (term j's in lane j % _LANES)
+    and a count of NaN: a loop that vectorizes (a bound's sign of 0 may differ: it adds nothing to the rule)."""
+    lowest, nan = np.full(_LANES, math.inf), 0
+    full = bounds.size - bounds.size % _LANES
+    for j0 in range(0, full, _LANES):
+        group = bounds[j0 : j0 + _LANES]
+        for lane in range(_LANES):
+            value = np.float64(group[lane])
+            lowest[lane] = value if value < lowest[lane] else lowest[lane]
+            nan += value != value
+    least = lowest.min()
+    for j in range(full, bounds.size):
         value = np.float64(bounds[j])
         least = min(least, value)
-        nan |= value != value
+        nan += value != value
     return math.nan if nan else least
 
 
@@ -307,16 +319,17 @@ def _value_lanes(values, lanes):
 
 
 @njit(inline="always")
-def _deviation_lanes(bits, lanes):
-    """Into `lanes` (_LANES partial sums, as _bound_lanes') a row of deviations given as their bfloat16 bits, in
-    float64 (each decoded exactly)."""
-    full = bits.size - bits.size % _LANES
+def _row_total(deviations, lanes):
+    """The sum of a row of float32 deviations in float64, in _LANES partial sums (`lanes`: their scratch)."""
+    lanes[:] = 0.0
+    full = deviations.size - deviations.size % _LANES
     for j0 in range(0, full, _LANES):
-        group = bits[j0 : j0 + _LANES]
+        group = deviations[j0 : j0 + _LANES]
         for lane in range(_LANES):
-            lanes[lane] += np.float64(bf16_to_f32(group[lane]))
-    for j in range(full, bits.size):
-        lanes[j - full] += np.float64(bf16_to_f32(bits[j]))
+            lanes[lane] += np.float64(group[lane])
+    for j in range(full, deviations.size):
+        lanes[j - full] += np.float64(deviations[j])
+    return lanes.sum()
 
 
 def term_sums(a, e, d, columns, sums, deviations, threads=None):
