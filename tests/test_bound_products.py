@@ -15,7 +15,13 @@ from test_bound_rules import _awkward, _Dot, passes  # noqa: F401 (passes: a fix
 
 import hloexec
 from hloexec.kernels import bound_products
-from hloexec.kernels.bound_products import dot_variance, least_relative, perturbed_float32, subtract_rounded
+from hloexec.kernels.bound_products import (
+    add_unscaled,
+    dot_variance,
+    least_relative,
+    perturbed_float32,
+    subtract_rounded,
+)
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
 from hloexec.tools.bound_dots import (
@@ -42,6 +48,15 @@ def dot_passes(passes, monkeypatch):
     if passes == "split":
         monkeypatch.setattr(bound_products, "SPAN", 100)
     return passes
+
+
+_UNIT = np.array([[1.0, 0.0]] * 3)  # (dot_variance's products taken as they are: factor 1, shift 0)
+
+
+def _variance(errors, squares, *rest):
+    """dot_variance of float64 errors (and squares) taken as they are: (the total, whether noise suffices)."""
+    total = np.empty(errors.size)
+    return total, dot_variance(total, errors, np.empty(0), squares, _UNIT, *rest)
 
 
 def _dims(dims: dict) -> list[list[int]]:
@@ -82,8 +97,9 @@ def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(di
         p, q = (np.square(x) if square else np.abs(x) for x in (a, b))
         exact = _exact(p, q, dims)
         got = UpperDot(inst, contracted).add(np.zeros(exact.shape), Terms(a, square, contracted),
-                                             Terms(b, square, contracted))
-        made = UpperDot(inst, contracted).add(None, Terms(a, square, contracted), Terms(b, square, contracted))
+                                             Terms(b, square, contracted), exact.shape)
+        made = UpperDot(inst, contracted).add(None, Terms(a, square, contracted), Terms(b, square, contracted),
+                                              exact.shape)
     np.testing.assert_array_equal(made, got)  # (a new array: the same bits as added to zeros)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
     finite = np.isfinite(exact)
@@ -99,7 +115,7 @@ def test_longer_contractions_than_float32s_factor_covers_keep_float64():
     inst = _Dot(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
     terms = Terms(a, True, FLOAT32_TERMS + 1), Terms(b, True, FLOAT32_TERMS + 1)
     assert terms[0].values.dtype == np.float64
-    got = UpperDot(inst, FLOAT32_TERMS + 1).add(np.zeros((1, 1)), *terms)
+    got = UpperDot(inst, FLOAT32_TERMS + 1).add(np.zeros((1, 1)), *terms, (1, 1))
     assert got[0, 0] == 9.0 * 0.25 * (FLOAT32_TERMS + 1)
 
 
@@ -125,9 +141,9 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
             shared = shared + np.abs(sums_b)[:, None, :] * least_a[:, :, None]
         shared = shared.reshape(-1)
         for operand_u in (0.0, 2.0 ** -11):
-            total, arithmetic = errors.copy(), np.empty(n)  # (the total written over the errors)
-            suffices = dot_variance(total, squares, x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, operand_u,
-                                    3.3, 1e-10, 1e-30, arithmetic)
+            arithmetic = np.empty(n)
+            total, suffices = _variance(errors, squares, x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, operand_u,
+                                        3.3, 1e-10, 1e-30, arithmetic)
             want = 1e-12 * (squares + x * x)
             if operand_u:
                 want = want + np.square(operand_u * (np.abs(x) + 3.3 * np.sqrt(squares)))
@@ -136,8 +152,40 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
             assert not suffices  # (NaN and large terms among them)
     tame = np.abs(rng.standard_normal(n))
     for floor, want in ((1e-30, True), (10.0, False)):
-        assert dot_variance(tame.copy(), tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 0.0, 1e-12,
-                            0.0, 0.0, 1e-3, floor, np.empty(n)) == want
+        assert _variance(tame, tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 0.0, 1e-12,
+                         0.0, 0.0, 1e-3, floor, np.empty(n))[1] == want
+
+
+@pytest.mark.parametrize("shifts", [(-40, 12, 3), (1500, -1200, 0)])  # (beyond MAX_SHIFT: ldexp after the factor)
+def test_the_rule_reads_its_float32_products_as_add_unscaled_makes_them(shifts, dot_passes):
+    """dot_variance on the float32 products with their factors and shifts: bit for bit what it gives on the float64
+    errors and squares add_unscaled makes of them (from_b's, then from_a's added), with either product absent."""
+    rng = np.random.default_rng(12)
+    shape = (2, 30, 20)
+    n = int(np.prod(shape))
+    from_b, from_a, squares = (np.abs(_awkward(rng, n, np.float32)) for _ in range(3))
+    x = _awkward(rng, n, np.float64)
+    sums_a, sums_b = rng.standard_normal((2, 30)), rng.standard_normal((2, 20))
+    least_a, least_b = np.abs(rng.standard_normal((2, 30))), np.abs(rng.standard_normal((2, 20)))
+    factor = 1 + 7 * 2.0**-23
+    unscale = np.array([[factor, s] for s in shifts])
+    rest = (x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, 2.0**-11, 3.3, 1e-10, 1e-30)
+    empty = np.empty(0, np.float32)
+    with np.errstate(all="ignore"):
+        for b_side, a_side, sq in ((from_b, from_a, squares), (empty, from_a, squares), (from_b, empty, empty)):
+            errors = np.zeros(n)
+            for k, p in enumerate((b_side, a_side)):
+                if p.size:
+                    add_unscaled(p, factor, shifts[k], errors, True)
+            wide_squares = np.empty(n) if sq.size else np.empty(0)
+            if sq.size:
+                add_unscaled(sq, factor, shifts[2], wide_squares, False)
+            want_arithmetic, got_arithmetic, got = np.empty(n), np.empty(n), np.empty(n)
+            want = _variance(errors, wide_squares, *rest, want_arithmetic)
+            fits = dot_variance(got, b_side, a_side, sq, unscale, *rest, got_arithmetic)
+            np.testing.assert_array_equal(got, want[0])
+            np.testing.assert_array_equal(got_arithmetic, want_arithmetic)
+            assert fits == want[1]
 
 
 @pytest.mark.parametrize("data", ["awkward", "wide", "normal"])
@@ -162,15 +210,15 @@ def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, r
     with np.errstate(all="ignore"):
         exact = _exact(np.square(a), np.square(b), dims).astype(np.float64)
         shape = exact.shape
-        errors = upper.add(np.zeros(shape), Terms(a, True, contracted), Terms(eb, True, contracted))
-        errors = upper.add(errors, Terms(ea, True, contracted), Terms(b, True, contracted))
+        errors = upper.add(np.zeros(shape), Terms(a, True, contracted), Terms(eb, True, contracted), shape)
+        errors = upper.add(errors, Terms(ea, True, contracted), Terms(b, True, contracted), shape)
         r = max(least_relative(ea.reshape(-1), a.reshape(-1)), least_relative(eb.reshape(-1), b.reshape(-1)))
         batch = shape[0] if dims.get("lhs_batch_dims") else 1  # (the output as (B, M, N): batch, lhs free, rhs free)
         sums_a, sums_b = np.zeros((batch, errors.size // batch // shape[-1])), np.zeros((batch, shape[-1]))
         none = np.empty((batch, 0))
         squares = np.empty(errors.size)  # (the arithmetic with accumulation 1 and x = 0: the sum of squares)
-        dot_variance(errors.copy().reshape(-1), np.empty(0), np.zeros(errors.size), sums_a, none, sums_b, none,
-                     (1 + 2.0**-50) / (r * r), 1.0, 0.0, 0.0, 0.0, 0.0, squares)
+        _variance(errors.reshape(-1), np.empty(0), np.zeros(errors.size), sums_a, none, sums_b, none,
+                  (1 + 2.0**-50) / (r * r), 1.0, 0.0, 0.0, 0.0, 0.0, squares)
     assert 0 < r < np.inf
     squares = squares.reshape(shape)
     judged = ~np.isnan(squares) & ~np.isnan(exact)

@@ -84,17 +84,19 @@ def scaled_terms(x: np.ndarray, square: bool, top: int, out: np.ndarray) -> int:
     return shift
 
 
+@njit(inline="always")
+def _unscaled_value(product, factor, shift):
+    """float64(product) x factor x 2^shift (as add_unscaled: the scale made first where it is a float64 normal)."""
+    if abs(shift) < MAX_SHIFT:
+        return np.float64(product) * (factor * math.ldexp(1.0, shift))
+    return math.ldexp(np.float64(product) * factor, shift)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _unscaled(product, factor, shift, out, accumulate):
-    if abs(shift) < MAX_SHIFT:
-        scale = factor * math.ldexp(1.0, shift)
-        for i in range(out.size):
-            v = np.float64(product[i]) * scale
-            out[i] = out[i] + v if accumulate else v
-    else:
-        for i in range(out.size):
-            v = math.ldexp(np.float64(product[i]) * factor, shift)
-            out[i] = out[i] + v if accumulate else v
+    for i in range(out.size):
+        v = _unscaled_value(product[i], factor, shift)
+        out[i] = out[i] + v if accumulate else v
 
 
 def add_unscaled(product: np.ndarray, factor: float, shift: int, out: np.ndarray, accumulate: bool) -> None:
@@ -166,35 +168,40 @@ def subtract_rounded(moved: np.ndarray, x: np.ndarray) -> None:
     over_cores(x.size, 1, lambda first, last: _less(moved[:, first:last], x[first:last]), span=SPAN // 4)
 
 
-def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
-                 operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+def dot_variance(total, from_b, from_a, squares, unscale, x, sums_a, least_b, sums_b, least_a, inverse, accumulation,
+                 operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
-    output (B, M, N) (batch, lhs free, rhs free; flat), written over `errors`: total = (sqrt(errors) + shared)^2 +
-    arithmetic, shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has
-    no errors); arithmetic (into `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands
-    rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2). Where `squares` is empty it is
-    bounded by errors x `inverse` (1 / r^2, r an operand's least relative error: tools/bound_dots.py; 0: that
-    operand's terms are all 0, and so is the sum of squares). Returns whether noise (squares +
-    x^2) + noise_floor <= errors on every element (bound_dots.float32_noise). Spans of whole rows over the cores
-    (over_cores), a row at a time (_dot_variance_row: a loop that vectorizes)."""
+    output (B, M, N) (batch, lhs free, rhs free; flat), written into `total`: (sqrt(errors) + shared)^2 +
+    arithmetic, errors = the products from_b (sum_k a^2 e_b^2) + from_a (sum_k e_a^2 b^2) read as add_unscaled
+    makes them (the float32 products, each unscaled by its row (factor, shift) of `unscale`: rows from_b, from_a,
+    squares; empty: that operand has no errors), no float64 copy of them first; shared = |sums_a[b, m]|
+    least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has no errors); arithmetic (into
+    `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0:
+    none) + accumulation (squares + x^2). Where `squares` is empty it is bounded by errors x `inverse` (1 / r^2, r
+    an operand's least relative error: tools/bound_dots.py; 0: that operand's terms are all 0, and so is the sum of
+    squares). Returns whether noise (squares + x^2) + noise_floor <= errors on every element
+    (bound_dots.float32_noise). Spans of whole rows over the cores (over_cores), a row at a time
+    (_dot_variance_row: a loop that vectorizes)."""
     columns = sums_b.shape[1]
-    args = (errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
+    products = (from_b, from_a, squares, unscale)
+    args = (x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
     width = max(columns, 1)
     fails = over_cores(
-        errors.size,
+        total.size,
         width,
-        lambda first, last: _dot_variance_rows(*args, noise, noise_floor, arithmetic, first // width, last // width),
+        lambda first, last: _dot_variance_rows(
+            total, *products, *args, noise, noise_floor, arithmetic, first // width, last // width
+        ),
         span=SPAN,
     )
     return sum(fails) == 0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _dot_variance_rows(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
-                       operand_spread, noise, noise_floor, arithmetic, first, last):  # fmt: skip
+def _dot_variance_rows(total, from_b, from_a, squares, unscale, x, sums_a, least_b, sums_b, least_a, inverse,
+                       accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, first, last):  # fmt: skip
     """dot_variance on rows first..last-1 of the output's B x M rows; returns how many elements fail its test."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
-    estimated = squares.size == 0
     rows, columns = sums_a.shape[1], sums_b.shape[1]
     none = np.zeros(columns)  # (an operand without errors: no shared part from it)
     fails = 0
@@ -203,8 +210,11 @@ def _dot_variance_rows(errors, squares, x, sums_a, least_b, sums_b, least_a, inv
         rhs_least, rhs_sums = least_b[b] if with_b else none, sums_b[b] if with_a else none
         i, j = row * columns, (row + 1) * columns
         fails += _dot_variance_row(
-            errors[i:j],
-            squares if estimated else squares[i:j],
+            total[i:j],
+            from_b[i:j] if from_b.size else from_b,
+            from_a[i:j] if from_a.size else from_a,
+            squares[i:j] if squares.size else squares,
+            unscale,
             x[i:j],
             abs(sums_a[b, m]) if with_b else 0.0,
             rhs_least,
@@ -222,24 +232,30 @@ def _dot_variance_rows(errors, squares, x, sums_a, least_b, sums_b, least_a, inv
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse, accumulation,
-                      operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+def _dot_variance_row(total, from_b, from_a, squares, unscale, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse,
+                      accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """dot_variance on one row of the output; returns how many elements fail its noise test."""
     estimated = squares.size == 0
+    with_b, with_a = from_b.size > 0, from_a.size > 0
     fails = 0
-    for n in range(errors.size):
-        e, v = errors[n], np.float64(x[n])
+    for n in range(total.size):
+        # (the errors as add_unscaled adds them: from_b's, then from_a's added; 0 where neither operand has errors)
+        e = _unscaled_value(from_b[n], unscale[0, 0], int(unscale[0, 1])) if with_b else 0.0
+        if with_a:
+            v = _unscaled_value(from_a[n], unscale[1, 0], int(unscale[1, 1]))
+            e = e + v if with_b else v
+        v = np.float64(x[n])
         if estimated:
             s = e * inverse if inverse > 0 else 0.0
         else:
-            s = squares[n]
+            s = _unscaled_value(squares[n], unscale[2, 0], int(unscale[2, 1]))
         spread = s + v * v
         own = accumulation * spread
         if operand_u > 0:
             rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
             own += rounded * rounded
         moved = math.sqrt(e) + (lhs_sum * rhs_least[n] + abs(rhs_sums[n]) * lhs_least)
-        errors[n] = moved * moved + own
+        total[n] = moved * moved + own
         arithmetic[n] = own
         fails += not (noise * spread + noise_floor <= e)
     return fails

@@ -58,15 +58,21 @@ class UpperDot:
         self.dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
         self.factor = 1.0 + (contracted + 2) * 2.0**-23
 
-    def add(self, out: np.ndarray | None, lhs: Terms, rhs: Terms) -> np.ndarray:
-        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound); returns out (None: a new array of it)."""
+    def product(self, lhs: Terms, rhs: Terms) -> tuple[np.ndarray, float, int]:
+        """(the dot of `lhs`'s and `rhs`'s terms as computed, flat; factor; shift): float64(product) x factor x
+        2^shift is the upper bound (kernels/bound_products.add_unscaled; float64 terms: the product itself)."""
         lb, rb, lc, rc = self.dims
-        wide = lhs.values.dtype == _F64
-        product = dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F64 if wide else _F32)
-        if wide:
-            return product if out is None else np.add(out, product, out=out)
-        made = np.empty(product.shape) if out is None else out
-        add_unscaled(product.reshape(-1), self.factor, -(lhs.shift + rhs.shift), made.reshape(-1), out is not None)
+        if lhs.values.dtype == _F64:
+            return dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F64).reshape(-1), 1.0, 0
+        product = dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F32)
+        return product.reshape(-1), self.factor, -(lhs.shift + rhs.shift)
+
+    def add(self, out: np.ndarray | None, lhs: Terms, rhs: Terms, shape: tuple) -> np.ndarray:
+        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound; `shape`: the dot's); returns out (None: a
+        new array of it)."""
+        product, factor, shift = self.product(lhs, rhs)
+        made = np.empty(shape) if out is None else out
+        add_unscaled(product, factor, shift, made.reshape(-1), out is not None)
         return made
 
 
@@ -134,31 +140,36 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     upper = UpperDot(inst, contracted)
     ea, eb = _error(bounds, a), _error(bounds, b)
     a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
-    errors = None  # the operands' errors, independent across the contraction
+    # the operands' errors, independent across the contraction: sum_k a^2 e_b^2, sum_k e_a^2 b^2 (empty: none)
+    none = np.empty(0, np.float32), 1.0, 0
+    from_b = from_a = none
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
     relative = [0.0, 0.0]  # each side's least relative error (0: none, that operand has no errors)
     if eb is not None:
-        errors = upper.add(errors, a2, Terms(eb, True, contracted))
+        from_b = upper.product(a2, Terms(eb, True, contracted))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
         relative[1] = _least_relative(eb, b)
     if ea is not None:
-        errors = upper.add(errors, Terms(ea, True, contracted), b2)
+        from_a = upper.product(Terms(ea, True, contracted), b2)
         least[0] = along_contraction(ea, inst, "lhs", np.min)
         relative[0] = _least_relative(ea, a)
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
     r = max(relative)
     estimated = operand_u == 0 and r > 0 and accumulation <= ESTIMATED_SHARE * r * r
-    errors = np.zeros(x.shape) if errors is None else errors
-    squares = np.empty(0) if estimated else upper.add(None, a2, b2)
+    squares = none if estimated else upper.product(a2, b2)
     noise, floor = float32_noise(contracted, a2, b2)
     del a2, b2
+    total = np.empty(x.shape)  # the squared bound before the final rounding
     arithmetic = np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
     bounds.current.dot_samples_in_f32 = dot_variance(
-        errors.reshape(-1),
-        squares.reshape(-1),
+        total.reshape(-1),
+        from_b[0],
+        from_a[0],
+        squares[0],
+        np.array([p[1:] for p in (from_b, from_a, squares)], np.float64),  # (each product's factor, shift)
         np.ravel(np.abs(x) if np.iscomplexobj(x) else x),  # (the rule reads |x|^2)
         sums[0],
         least[1],
@@ -171,9 +182,10 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         noise,
         floor,
         arithmetic.reshape(-1),
-    )  # (the total written over the errors)
-    bound, own = bounds._round(orig, x, errors, "dot")
-    del errors, squares
+    )
+    del from_b, from_a, squares
+    bound, own = bounds._round(orig, x, total, "dot")
+    del total
     bounds._put(x, bound)
     local = np.ascontiguousarray(own, np.float64)
     add_arithmetic(local.reshape(-1), arithmetic.reshape(-1))
@@ -182,9 +194,9 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
         linear = np.array(local, np.float64)
         if eb is not None:
-            upper.add(linear, Terms(a, False, contracted), Terms(eb, False, contracted))
+            upper.add(linear, Terms(a, False, contracted), Terms(eb, False, contracted), x.shape)
         if ea is not None:
-            upper.add(linear, Terms(ea, False, contracted), Terms(np.abs(b) + bounds.of(b), False, contracted))
+            upper.add(linear, Terms(ea, False, contracted), Terms(np.abs(b) + bounds.of(b), False, contracted), x.shape)
         return linear
 
     return local, ceiling
