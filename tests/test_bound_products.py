@@ -21,6 +21,7 @@ from hloexec.kernels.bound_products import (
     least_relative,
     perturbed_float32,
     subtract_rounded,
+    unscaling,
 )
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
@@ -50,7 +51,7 @@ def dot_passes(passes, monkeypatch):
     return passes
 
 
-_UNIT = np.array([[1.0, 0.0]] * 3)  # (dot_variance's products taken as they are: factor 1, shift 0)
+_UNIT = np.ones(3)  # (dot_variance's products taken as they are: scale 1)
 
 
 def _variance(errors, squares, *rest):
@@ -168,7 +169,6 @@ def test_the_rule_reads_its_float32_products_as_add_unscaled_makes_them(shifts, 
     sums_a, sums_b = rng.standard_normal((2, 30)), rng.standard_normal((2, 20))
     least_a, least_b = np.abs(rng.standard_normal((2, 30))), np.abs(rng.standard_normal((2, 20)))
     factor = 1 + 7 * 2.0**-23
-    unscale = np.array([[factor, s] for s in shifts])
     rest = (x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, 2.0**-11, 3.3, 1e-10, 1e-30)
     empty = np.empty(0, np.float32)
     with np.errstate(all="ignore"):
@@ -182,7 +182,8 @@ def test_the_rule_reads_its_float32_products_as_add_unscaled_makes_them(shifts, 
                 add_unscaled(sq, factor, shifts[2], wide_squares, False)
             want_arithmetic, got_arithmetic, got = np.empty(n), np.empty(n), np.empty(n)
             want = _variance(errors, wide_squares, *rest, want_arithmetic)
-            fits = dot_variance(got, b_side, a_side, sq, unscale, *rest, got_arithmetic)
+            read = [unscaling(p, factor, shift) if p.size else (p, 1.0) for p, shift in zip((b_side, a_side, sq), shifts)]
+            fits = dot_variance(got, *(p for p, _ in read), np.array([c for _, c in read]), *rest, got_arithmetic)
             np.testing.assert_array_equal(got, want[0])
             np.testing.assert_array_equal(got_arithmetic, want_arithmetic)
             assert fits == want[1]

@@ -84,19 +84,17 @@ def scaled_terms(x: np.ndarray, square: bool, top: int, out: np.ndarray) -> int:
     return shift
 
 
-@njit(inline="always")
-def _unscaled_value(product, factor, shift):
-    """float64(product) x factor x 2^shift (as add_unscaled: the scale made first where it is a float64 normal)."""
-    if abs(shift) < MAX_SHIFT:
-        return np.float64(product) * (factor * math.ldexp(1.0, shift))
-    return math.ldexp(np.float64(product) * factor, shift)
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _unscaled(product, factor, shift, out, accumulate):
-    for i in range(out.size):
-        v = _unscaled_value(product[i], factor, shift)
-        out[i] = out[i] + v if accumulate else v
+    if abs(shift) < MAX_SHIFT:
+        scale = factor * math.ldexp(1.0, shift)
+        for i in range(out.size):
+            v = np.float64(product[i]) * scale
+            out[i] = out[i] + v if accumulate else v
+    else:
+        for i in range(out.size):
+            v = math.ldexp(np.float64(product[i]) * factor, shift)
+            out[i] = out[i] + v if accumulate else v
 
 
 def add_unscaled(product: np.ndarray, factor: float, shift: int, out: np.ndarray, accumulate: bool) -> None:
@@ -168,13 +166,24 @@ def subtract_rounded(moved: np.ndarray, x: np.ndarray) -> None:
     over_cores(x.size, 1, lambda first, last: _less(moved[:, first:last], x[first:last]), span=SPAN // 4)
 
 
-def dot_variance(total, from_b, from_a, squares, unscale, x, sums_a, least_b, sums_b, least_a, inverse, accumulation,
+def unscaling(product: np.ndarray, factor: float, shift: int) -> tuple[np.ndarray, float]:
+    """(p, scale) with float64(p[i]) x scale what add_unscaled makes of product[i] x factor x 2^shift, bit for
+    bit: the product and its scale where that is a float64 normal (|shift| < MAX_SHIFT), else the product
+    unscaled into float64 by add_unscaled and 1 (rare: terms beyond float64's range once scaled)."""
+    if abs(shift) < MAX_SHIFT:
+        return product, factor * math.ldexp(1.0, shift)
+    unscaled = np.empty(product.size)
+    add_unscaled(product, factor, shift, unscaled, False)
+    return unscaled, 1.0
+
+
+def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse, accumulation,
                  operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
     output (B, M, N) (batch, lhs free, rhs free; flat), written into `total`: (sqrt(errors) + shared)^2 +
     arithmetic, errors = the products from_b (sum_k a^2 e_b^2) + from_a (sum_k e_a^2 b^2) read as add_unscaled
-    makes them (the float32 products, each unscaled by its row (factor, shift) of `unscale`: rows from_b, from_a,
-    squares; empty: that operand has no errors), no float64 copy of them first; shared = |sums_a[b, m]|
+    makes them (each float64(product) times its entry of `scales`, `unscaling`'s: from_b's, from_a's, squares';
+    empty: that operand has no errors), no float64 copy of them first; shared = |sums_a[b, m]|
     least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has no errors); arithmetic (into
     `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0:
     none) + accumulation (squares + x^2). Where `squares` is empty it is bounded by errors x `inverse` (1 / r^2, r
@@ -183,7 +192,7 @@ def dot_variance(total, from_b, from_a, squares, unscale, x, sums_a, least_b, su
     (bound_dots.float32_noise). Spans of whole rows over the cores (over_cores), a row at a time
     (_dot_variance_row: a loop that vectorizes)."""
     columns = sums_b.shape[1]
-    products = (from_b, from_a, squares, unscale)
+    products = (from_b, from_a, squares, scales)
     args = (x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
     width = max(columns, 1)
     fails = over_cores(
@@ -198,7 +207,7 @@ def dot_variance(total, from_b, from_a, squares, unscale, x, sums_a, least_b, su
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _dot_variance_rows(total, from_b, from_a, squares, unscale, x, sums_a, least_b, sums_b, least_a, inverse,
+def _dot_variance_rows(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse,
                        accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, first, last):  # fmt: skip
     """dot_variance on rows first..last-1 of the output's B x M rows; returns how many elements fail its test."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
@@ -214,7 +223,7 @@ def _dot_variance_rows(total, from_b, from_a, squares, unscale, x, sums_a, least
             from_b[i:j] if from_b.size else from_b,
             from_a[i:j] if from_a.size else from_a,
             squares[i:j] if squares.size else squares,
-            unscale,
+            scales,
             x[i:j],
             abs(sums_a[b, m]) if with_b else 0.0,
             rhs_least,
@@ -232,23 +241,24 @@ def _dot_variance_rows(total, from_b, from_a, squares, unscale, x, sums_a, least
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _dot_variance_row(total, from_b, from_a, squares, unscale, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse,
+def _dot_variance_row(total, from_b, from_a, squares, scales, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse,
                       accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """dot_variance on one row of the output; returns how many elements fail its noise test."""
     estimated = squares.size == 0
     with_b, with_a = from_b.size > 0, from_a.size > 0
+    cb, ca, cs = scales[0], scales[1], scales[2]
     fails = 0
     for n in range(total.size):
         # (the errors as add_unscaled adds them: from_b's, then from_a's added; 0 where neither operand has errors)
-        e = _unscaled_value(from_b[n], unscale[0, 0], int(unscale[0, 1])) if with_b else 0.0
+        e = np.float64(from_b[n]) * cb if with_b else 0.0
         if with_a:
-            v = _unscaled_value(from_a[n], unscale[1, 0], int(unscale[1, 1]))
+            v = np.float64(from_a[n]) * ca
             e = e + v if with_b else v
         v = np.float64(x[n])
         if estimated:
             s = e * inverse if inverse > 0 else 0.0
         else:
-            s = _unscaled_value(squares[n], unscale[2, 0], int(unscale[2, 1]))
+            s = np.float64(squares[n]) * cs
         spread = s + v * v
         own = accumulation * spread
         if operand_u > 0:

@@ -12,6 +12,7 @@ from ..kernels.bound_products import (
     dot_variance,
     least_relative,
     scaled_terms,
+    unscaling,
     top_exponent,
 )
 from ..ops.contraction import dot_general
@@ -141,25 +142,25 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     ea, eb = _error(bounds, a), _error(bounds, b)
     a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
     # the operands' errors, independent across the contraction: sum_k a^2 e_b^2, sum_k e_a^2 b^2 (empty: none)
-    none = np.empty(0, np.float32), 1.0, 0
+    none = np.empty(0, np.float32), 1.0  # (a product and its scale: kernels/bound_products.unscaling)
     from_b = from_a = none
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
     relative = [0.0, 0.0]  # each side's least relative error (0: none, that operand has no errors)
     if eb is not None:
-        from_b = upper.product(a2, Terms(eb, True, contracted))
+        from_b = unscaling(*upper.product(a2, Terms(eb, True, contracted)))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
         relative[1] = _least_relative(eb, b)
     if ea is not None:
-        from_a = upper.product(Terms(ea, True, contracted), b2)
+        from_a = unscaling(*upper.product(Terms(ea, True, contracted), b2))
         least[0] = along_contraction(ea, inst, "lhs", np.min)
         relative[0] = _least_relative(ea, a)
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
     r = max(relative)
     estimated = operand_u == 0 and r > 0 and accumulation <= ESTIMATED_SHARE * r * r
-    squares = none if estimated else upper.product(a2, b2)
+    squares = none if estimated else unscaling(*upper.product(a2, b2))
     noise, floor = float32_noise(contracted, a2, b2)
     del a2, b2
     total = np.empty(x.shape)  # the squared bound before the final rounding
@@ -169,7 +170,7 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         from_b[0],
         from_a[0],
         squares[0],
-        np.array([p[1:] for p in (from_b, from_a, squares)], np.float64),  # (each product's factor, shift)
+        np.array([from_b[1], from_a[1], squares[1]]),
         np.ravel(np.abs(x) if np.iscomplexobj(x) else x),  # (the rule reads |x|^2)
         sums[0],
         least[1],
