@@ -20,6 +20,8 @@ from hloexec.kernels.bound_products import (
     dot_variance,
     least_relative,
     perturbed_float32,
+    scaled_terms,
+    squared_terms,
     subtract_rounded,
     unscaling,
 )
@@ -254,6 +256,30 @@ def test_the_least_relative_error_is_a_lower_bound(dot_passes):
         else:
             least = quotients.min()
             assert least * (1 - 2.0**-49) <= got <= least, (got, least)
+
+
+@pytest.mark.parametrize("data", ["awkward", "wide", "squares overflow", "zeros"])
+def test_an_operands_squared_terms_and_least_relative_error_in_two_passes(data, dot_passes):
+    """squared_terms: bit for bit scaled_terms of x^2 and of its error^2 and least_relative (one pass for the
+    largests and the least quotient, one for both scalings), on data with infinities, NaN, zeros, subnormals,
+    magnitudes over 2^-300 .. 2^300 and finite values whose squares overflow."""
+    rng = np.random.default_rng(13)
+    n = 3001
+    x = {"awkward": lambda: _awkward(rng, n, np.float64), "wide": lambda: rng.standard_normal(n) * 2.0 **
+         rng.integers(-300, 300, n), "squares overflow": lambda: rng.standard_normal(n) * 1e200,
+         "zeros": lambda: np.zeros(n)}[data]()
+    error = np.abs(_awkward(rng, n, np.float32)) if data == "awkward" else np.abs(x) * 2.0**-9
+    for top in (55, 20):
+        with np.errstate(all="ignore"):
+            want_x, want_e = np.empty(n, np.float32), np.empty(n, np.float32)
+            shifts = scaled_terms(x, True, top, want_x), scaled_terms(error, True, top, want_e)
+            relative = least_relative(error, x)
+            got_x, got_e = np.empty(n, np.float32), np.empty(n, np.float32)
+            got = squared_terms(x, error, top, got_x, got_e)
+        assert got[:2] == shifts
+        np.testing.assert_array_equal(got_x, want_x)
+        np.testing.assert_array_equal(got_e, want_e)
+        assert got[2] == relative or (np.isnan(got[2]) and np.isnan(relative))
 
 
 def test_perturbed_operands_flush_float32_subnormals():

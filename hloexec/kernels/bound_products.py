@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 from .bound_rules import over_cores
-from .half import bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64
+from .half import bf16_to_f32, bitcast_f64_to_i64
 
 FLOOR_EXPONENT = -63  # a scaled positive term is at least 2^this: products of two are float32 normals
 MAX_SHIFT = 1000  # scaling exponents stay within +-this (2^s a float64 normal)
@@ -36,13 +36,13 @@ def top_exponent(contracted: int) -> int:
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _largest_magnitude(x):
-    """The largest finite |x[i]| (0 if none): the largest of the magnitudes' bits, as integers (a loop the compiler
-    vectorizes, as it does not a float max)."""
+    """The largest finite |x[i]|'s bits (0 if none): the largest of the magnitudes' bits, as integers (a loop the
+    compiler vectorizes, as it does not a float max)."""
     largest = 0
     for i in range(x.size):
         bits = bitcast_f64_to_i64(np.float64(x[i])) & 0x7FFFFFFFFFFFFFFF
         largest = max(largest, bits if bits < 0x7FF0000000000000 else 0)
-    return bitcast_i64_to_f64(largest)
+    return largest
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -72,16 +72,56 @@ def scaled_terms(x: np.ndarray, square: bool, top: int, out: np.ndarray) -> int:
     +-MAX_SHIFT); a positive one below 2^FLOOR_EXPONENT after scaling raised to it; infinities and NaNs kept.
     Returns s. Two passes over the cores (over_cores): the largest, then the scaled terms."""
     largest = max(over_cores(x.size, 1, lambda first, last: _largest_magnitude(x[first:last]), span=SPAN))
+    shift = _shift(x, largest, square, top)
+    scale = math.ldexp(1.0, shift)
+    over_cores(x.size, 1, lambda first, last: _scaled(x[first:last], square, scale, out[first:last]), span=SPAN)
+    return shift
+
+
+def _shift(x: np.ndarray, largest_bits: int, square: bool, top: int) -> int:
+    """scaled_terms' s from the largest finite |x|'s bits."""
+    largest = float(np.int64(largest_bits).view(np.float64))
     if square:
         largest = largest * largest
         if largest == math.inf:  # (a finite x whose square overflows: the largest finite square)
             largest = _largest_finite_square(x)
-    shift = 0
-    if largest > 0:
-        shift = min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)  # (largest < 2^frexp's exponent)
-    scale = math.ldexp(1.0, shift)
-    over_cores(x.size, 1, lambda first, last: _scaled(x[first:last], square, scale, out[first:last]), span=SPAN)
-    return shift
+    if largest > 0:  # (largest < 2^frexp's exponent)
+        return min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)
+    return 0
+
+
+def squared_terms(x: np.ndarray, error: np.ndarray, top: int, x_out: np.ndarray, error_out: np.ndarray) -> tuple:
+    """scaled_terms(x, True, top, x_out), scaled_terms(error, True, top, error_out) and least_relative(error, x),
+    bit for bit, in two passes over the cores instead of five: the largests and the least quotient, then both
+    operands' scaled squares. Returns (x's s, error's s, the least relative error's lower bound)."""
+    spans = over_cores(x.size, 1, lambda first, last: _extents(x[first:last], error[first:last]), span=SPAN)
+    shifts = [_shift(v, max(span[k] for span in spans), True, top) for k, v in enumerate((x, error))]
+    scales = [math.ldexp(1.0, shift) for shift in shifts]
+
+    def scaled(first, last):
+        _scaled(x[first:last], True, scales[0], x_out[first:last])
+        _scaled(error[first:last], True, scales[1], error_out[first:last])
+
+    over_cores(x.size, 1, scaled, span=SPAN)
+    return shifts[0], shifts[1], _least(spans)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _extents(x, error):
+    """(_largest_magnitude(x)'s bits, _largest_magnitude(error)'s bits, _least_quotient_bits(error, x)...) in one
+    loop."""
+    largest_x, largest_error = 0, 0
+    bits = 0x7FF0000000000000
+    infinite = 0
+    for i in range(x.size):
+        e, v = np.float64(error[i]), abs(np.float64(x[i]))
+        x_bits = bitcast_f64_to_i64(v)
+        e_bits = bitcast_f64_to_i64(e) & 0x7FFFFFFFFFFFFFFF
+        largest_x = max(largest_x, x_bits if x_bits < 0x7FF0000000000000 else 0)
+        largest_error = max(largest_error, e_bits if e_bits < 0x7FF0000000000000 else 0)
+        infinite += not ((e < math.inf) & (v < math.inf))
+        bits = min(bits, bitcast_f64_to_i64(e / v if v > 0 else math.inf))
+    return largest_x, largest_error, bits, infinite
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -304,7 +344,12 @@ def least_relative(error: np.ndarray, value: np.ndarray) -> float:
     spans = over_cores(
         value.size, 1, lambda first, last: _least_quotient_bits(error[first:last], value[first:last]), span=SPAN
     )
-    least = float(np.int64(min(bits for bits, _ in spans)).view(np.float64))
-    if any(infinite for _, infinite in spans) or least < 2.2250738585072014e-308:
+    return _least(spans)
+
+
+def _least(spans: list) -> float:
+    """least_relative's result from its spans' (..., least quotient's bits, non-finite count) (their last two)."""
+    least = float(np.int64(min(span[-2] for span in spans)).view(np.float64))
+    if any(span[-1] for span in spans) or least < 2.2250738585072014e-308:
         return 0.0
     return min(least, 1.7976931348623157e308) * (1 - 2.0**-50) if least < math.inf else math.inf

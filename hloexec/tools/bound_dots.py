@@ -13,6 +13,9 @@ from ..kernels.bound_products import (
     least_relative,
     scaled_terms,
     unscaling,
+)
+from ..kernels.bound_products import (
+    squared_terms as squared_terms_of,
     top_exponent,
 )
 from ..ops.contraction import dot_general
@@ -37,7 +40,12 @@ class Terms:
     """An operand's non-negative terms (|x| or x^2) for `UpperDot`: in float32 times 2^-shift, or float64 as they
     are (contractions too long for float32's factor)."""
 
-    def __init__(self, x, square: bool, contracted: int):
+    def __init__(self, x, square: bool, contracted: int, scaled: tuple | None = None):
+        """`scaled`: (the float32 terms, shift) made already (squared_terms); x: their shape."""
+        if scaled is not None:
+            self.values, self.shift = scaled[0].reshape(np.shape(x)), scaled[1]
+            self.below = top_exponent(contracted) - self.shift
+            return
         x = np.abs(x) if np.iscomplexobj(x) else np.asarray(x)
         if contracted > FLOAT32_TERMS:
             self.values, self.shift = np.square(x, dtype=_F64) if square else np.abs(x, dtype=_F64), 0
@@ -81,6 +89,24 @@ def _error(bounds, leaf):
     """The stored bound of a dot's operand (float32 or float64, its shape), None where it has none or it is 0."""
     e = bounds._stored_bound(leaf)
     return None if e is None or not np.any(e) else np.broadcast_to(e, np.shape(leaf))
+
+
+def squared_terms(x, error, contracted: int) -> tuple[Terms, Terms | None, float]:
+    """(Terms of x^2, Terms of error^2, _least_relative(error, x)) of a dot operand and its bound (None: (x^2's,
+    None, 0)): float32 terms of real operands in two passes (kernels/bound_products.squared_terms: the same
+    bits)."""
+    if error is None:
+        return Terms(x, True, contracted), None, 0.0
+    if contracted > FLOAT32_TERMS or np.iscomplexobj(x):
+        return Terms(x, True, contracted), Terms(error, True, contracted), _least_relative(error, x)
+    flat, error_flat = np.ravel(x), np.ravel(error)  # (copies where not contiguous or broadcast)
+    made = np.empty(flat.size, _F32), np.empty(flat.size, _F32)
+    x_shift, error_shift, relative = squared_terms_of(flat, error_flat, top_exponent(contracted), *made)
+    return (
+        Terms(x, True, contracted, (made[0], x_shift)),
+        Terms(x, True, contracted, (made[1], error_shift)),
+        relative,
+    )
 
 
 def float32_noise(contracted: int, a2: Terms, b2: Terms) -> tuple[float, float]:
@@ -140,25 +166,24 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
     upper = UpperDot(inst, contracted)
     ea, eb = _error(bounds, a), _error(bounds, b)
-    a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
+    # the operands' squares and bounds' squares as float32 terms, each operand's least relative error (0: none)
+    (a2, ea2, relative_a), (b2, eb2, relative_b) = squared_terms(a, ea, contracted), squared_terms(b, eb, contracted)
     # the operands' errors, independent across the contraction: sum_k a^2 e_b^2, sum_k e_a^2 b^2 (empty: none)
     none = np.empty(0, np.float32), 1.0  # (a product and its scale: kernels/bound_products.unscaling)
     from_b = from_a = none
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
-    relative = [0.0, 0.0]  # each side's least relative error (0: none, that operand has no errors)
-    if eb is not None:
-        from_b = unscaling(*upper.product(a2, Terms(eb, True, contracted)))
+    if eb is not None and eb2 is not None:
+        from_b = unscaling(*upper.product(a2, eb2))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
-        relative[1] = _least_relative(eb, b)
-    if ea is not None:
-        from_a = unscaling(*upper.product(Terms(ea, True, contracted), b2))
+    if ea is not None and ea2 is not None:
+        from_a = unscaling(*upper.product(ea2, b2))
         least[0] = along_contraction(ea, inst, "lhs", np.min)
-        relative[0] = _least_relative(ea, a)
+    del ea2, eb2
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
-    r = max(relative)
+    r = max(relative_a, relative_b)
     estimated = operand_u == 0 and r > 0 and accumulation <= ESTIMATED_SHARE * r * r
     squares = none if estimated else unscaling(*upper.product(a2, b2))
     noise, floor = float32_noise(contracted, a2, b2)
