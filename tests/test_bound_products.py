@@ -18,13 +18,15 @@ from hloexec.kernels import bound_products
 from hloexec.kernels.bound_products import (
     add_unscaled,
     dot_variance,
+    finish_samples,
     least_relative,
     perturbed_float32,
     scaled_terms,
     squared_terms,
-    subtract_rounded,
     unscaling,
 )
+from hloexec.kernels.bound_rules import add_noise, block_ratios
+from hloexec.kernels.half import from_f32
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
 from hloexec.tools.bound_dots import (
@@ -35,7 +37,7 @@ from hloexec.tools.bound_dots import (
     dot_bounds,
     float32_noise,
 )
-from hloexec.tools.bound_samples import FLUSHED_BELOW, SIGMAS, dot_samples
+from hloexec.tools.bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SIGMAS, perturbed_product
 
 DIMS = [
     (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (6, 300), (300, 5)),
@@ -299,8 +301,7 @@ def test_perturbed_operands_flush_float32_subnormals():
 
 @pytest.mark.parametrize("n", [3000, 300_001])  # (one span; spans over the cores)
 def test_perturbed_operands_read_bfloat16_samples_as_their_float32_values(n):
-    """The samples kept as bfloat16 bits give the operands their float32 reading gives (bit for bit), and the
-    float32 product less the dot is numpy's subtraction of x rounded to float32."""
+    """The samples kept as bfloat16 bits give the operands their float32 reading gives (bit for bit)."""
     rng = np.random.default_rng(3)
     values = _awkward(rng, n, np.float32)
     deviations = np.where(rng.random((4, n)) < 0.3, rng.standard_normal((4, n)) * 1e-40,
@@ -310,11 +311,35 @@ def test_perturbed_operands_read_bfloat16_samples_as_their_float32_values(n):
     with np.errstate(all="ignore"):
         perturbed_float32(values, deviations.view(np.uint16), FLUSHED_BELOW, got)
         perturbed_float32(values, deviations.astype(np.float32), FLUSHED_BELOW, want)
-        np.testing.assert_array_equal(got, want)
-        x = _awkward(rng, n, np.float64)
-        less = got - x.astype(np.float32)
-        subtract_rounded(got, x)
-    np.testing.assert_array_equal(got, less)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("noisy", [True, False])
+@pytest.mark.parametrize("n", [3000, 70_001])  # (a last block and chunk cut short)
+def test_the_samples_finishing_pass_is_the_separate_passes(n, noisy, passes):
+    """finish_samples bit for bit as the passes it replaces: numpy's float32 subtraction of x rounded to float32,
+    bound_rules.add_noise's draws (or none), block_ratios' statistics of the result against the bound, and the
+    result rounded to bfloat16 as ml_dtypes (from_f32), on data with infinities, NaN, zeros and subnormals."""
+    rng = np.random.default_rng(14)
+    moved = _awkward(rng, 4 * n, np.float32).reshape(4, n)
+    moved[:, 100:] = rng.standard_normal((4, n - 100))  # (most blocks finite: judged)
+    x = _awkward(rng, n, np.float64)
+    x[100:] = moved[0, 100:] + rng.standard_normal(n - 100) * 1e-3
+    own = np.abs(rng.standard_normal(n)) * 1e-3 if noisy else np.empty(0)
+    bound = np.abs(_awkward(rng, n, np.float32))
+    bound[100:] = 1e-2
+    key = np.uint64(0x1234_5678_9ABC_DEF0)
+    with np.errstate(all="ignore"):
+        want = moved - x.astype(np.float32)
+        if noisy:
+            add_noise(want, key, own, SIGMAS)
+        want_stats = block_ratios(want, bound, CALIBRATION_BLOCK)
+        got = np.empty((4, n), np.uint16)
+        got_stats = finish_samples(moved, x, own, key, SIGMAS, bound, CALIBRATION_BLOCK, got)
+    np.testing.assert_array_equal(got, from_f32(want, ml_dtypes.bfloat16).view(np.uint16))
+    for g, w in zip(got_stats, want_stats):
+        np.testing.assert_array_equal(g, w)
+    assert got_stats[3] > CALIBRATION_BLOCK and got_stats[4]  # (judged elements and unjudged ones among them)
 
 
 @pytest.mark.parametrize("dims, lhs, rhs", DIMS)
@@ -330,13 +355,14 @@ def test_float32_dot_samples_of_both_operands_are_the_perturbed_dots(dims, lhs, 
     f64 = np.dtype(np.float64)
     x = dot_general(a, b, lb, rb, lc, rc, f64)
     want = np.stack([dot_general(a + da[k], b + db[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
-    out = dot_samples(inst, x, [a, b], [da, db])
+    moved = perturbed_product(inst, [a, b], [da, db])
+    assert moved.flags.c_contiguous and moved.dtype == np.float32
     scale = np.sqrt(np.mean(want**2))
-    np.testing.assert_allclose(out, want, rtol=0, atol=1e-3 * scale)
+    np.testing.assert_allclose(moved - x.astype(np.float32), want, rtol=0, atol=1e-3 * scale)
     # samples kept as bfloat16: the same as their float32 reading
     kept = [d.astype(ml_dtypes.bfloat16) for d in (da, db)]
     read = [d.astype(np.float32) for d in kept]
-    np.testing.assert_array_equal(dot_samples(inst, x, [a, b], kept), dot_samples(inst, x, [a, b], read))
+    np.testing.assert_array_equal(perturbed_product(inst, [a, b], kept), perturbed_product(inst, [a, b], read))
 
 
 class _Bounds:

@@ -19,8 +19,9 @@ import math
 import numpy as np
 from numba import njit
 
-from .bound_rules import over_cores
-from .half import bf16_to_f32, bitcast_f64_to_i64
+from .bound_rules import _CHUNK_BLOCKS, _NO_KEYS, _block_statistics, _tally_blocks, over_cores
+from .half import bf16_to_f32, bitcast_f64_to_i64, f32_to_bf16
+from .normal_draws import fill_draws
 
 FLOOR_EXPONENT = -63  # a scaled positive term is at least 2^this: products of two are float32 normals
 MAX_SHIFT = 1000  # scaling exponents stay within +-this (2^s a float64 normal)
@@ -189,21 +190,53 @@ def perturbed_float32(values: np.ndarray, deviations: np.ndarray, floor: float, 
     over_cores(values.size, 1, lambda first, last: kernel(values, deviations, floor, out, first, last), span=SPAN // 4)
 
 
+def finish_samples(moved, x, own, key, sigmas, bound, block, out):
+    """A float32 product of samples (`moved`: (samples, n), (a + da)(b + db)) made the dot's samples as kept, in one
+    pass over the cores (the separate passes' bits): less float32(x) (as numpy subtracts x rounded to float32),
+    plus each sample's own-error draw (bound_rules.add_noise's: draw[k, i] x float32(own[i] / sigmas) under `key`;
+    `own` empty: none), their squares' block statistics against `bound` (bound_rules.block_ratios': what the
+    calibration reads), and the result rounded to bfloat16 bits into `out` (uint16, ml_dtypes' rounding). Returns
+    the statistics as block_ratios does."""
+    stats = _block_statistics(bound.size, block)
+    spans = over_cores(
+        bound.size, block, lambda first, last: _finish_span(moved, x, own, key, sigmas, bound, block, out, first, last,
+                                                             *stats)
+    )  # fmt: skip
+    return *stats, stats[2].sum(), any(spans)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def _less(moved, x):
-    for k in range(moved.shape[0]):  # (a row at a time: one-dimensional loops vectorize)
-        _less_row(moved[k], x)
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _less_row(moved, x):
-    for i in range(moved.size):
-        moved[i] -= np.float32(x[i])
-
-
-def subtract_rounded(moved: np.ndarray, x: np.ndarray) -> None:
-    """moved[k, i] -= float32(x[i]) (in float32, as numpy subtracts x rounded to float32), over the cores."""
-    over_cores(x.size, 1, lambda first, last: _less(moved[:, first:last], x[first:last]), span=SPAN // 4)
+def _finish_span(moved, x, own, key, sigmas, bound, block, out, first, last, largest, total, counted):
+    """finish_samples on elements `first` (a multiple of `block`) to `last`, a chunk of calibration blocks at a
+    time (its draws, squares and ratios in cache). Returns whether an element is unjudged (block_ratios')."""
+    samples, noisy = moved.shape[0], own.size > 0
+    per_sigma = 1.0 / sigmas  # (a multiply: exact, sigmas is a power of two)
+    chunk = block * _CHUNK_BLOCKS
+    drawn = np.empty((samples + samples % 2, chunk), np.float32)  # (fill_draws' whole pairs)
+    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
+    unjudged = False
+    for lo in range(first, last, chunk):  # (over views from 0: loops that vectorize)
+        hi = min(last, lo + chunk)
+        if noisy:
+            fill_draws(key, lo, hi - lo, _NO_KEYS, drawn)
+        squares[:] = 0
+        values = x[lo:hi]
+        for k in range(samples):
+            row, kept, draws = moved[k, lo:hi], out[k, lo:hi], drawn[k, : hi - lo]
+            if noisy:
+                part = own[lo:hi]
+                for t in range(hi - lo):
+                    v = row[t] - np.float32(values[t])
+                    v += draws[t] * np.float32(part[t] * per_sigma)
+                    squares[t] += v * v
+                    kept[t] = f32_to_bf16(v)
+            else:
+                for t in range(hi - lo):
+                    v = row[t] - np.float32(values[t])
+                    squares[t] += v * v
+                    kept[t] = f32_to_bf16(v)
+        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted, ratios, judged)
+    return unjudged
 
 
 def unscaling(product: np.ndarray, factor: float, shift: int) -> tuple[np.ndarray, float]:

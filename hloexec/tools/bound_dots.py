@@ -10,6 +10,7 @@ from ..kernels.bound_products import (
     add_arithmetic,
     add_unscaled,
     dot_variance,
+    finish_samples,
     least_relative,
     scaled_terms,
     unscaling,
@@ -20,7 +21,8 @@ from ..kernels.bound_products import (
 )
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
-from .bound_samples import FLUSHED_BELOW, SIGMAS
+from .bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SAMPLES, SIGMAS, perturbed_product
+from .bound_store import SAMPLE_STORAGE
 from .bound_shared import along_contraction
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
@@ -226,3 +228,29 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         return linear
 
     return local, ceiling
+
+
+def store_dot_samples(bounds, inst, x, operands, held, own, ceiling) -> None:
+    """The samples of a dot whose operands both have them (`held`: as kept), float32 suffices (float32_noise), into
+    `bounds` with its bound calibrated, as ErrorBounds._sample makes them (the same bits, the same draws' key):
+    their float32 product (bound_samples.perturbed_product), then one pass (kernels/bound_products.finish_samples)
+    taking x off, adding the own-error draws of `own` (SIGMAS sigmas), tallying the calibration's block statistics
+    and encoding the samples as kept; `ceiling`: dot_bounds'."""
+    moved = perturbed_product(inst, operands, held)
+    noisy = own is not None and bool(np.any(own))
+    key = bounds.draw_key() if noisy else np.uint64(0)  # (drawn where _sample draws one)
+    bound = bounds._stored_bound(x)
+    samples = np.empty(moved.shape, np.uint16)
+    stats = finish_samples(
+        moved.reshape(SAMPLES, -1),
+        np.ravel(x),
+        np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(x))) if noisy else np.empty(0),
+        key,
+        SIGMAS,
+        np.zeros(np.size(x), np.float32) if bound is None else np.ravel(bound),
+        CALIBRATION_BLOCK,
+        samples.reshape(SAMPLES, -1),
+    )
+    del moved
+    kept = samples.view(SAMPLE_STORAGE)
+    bounds._put(x, bounds._calibrate(bound, kept, ceiling, stats=stats), bounds._decided_or_none(x), kept)
