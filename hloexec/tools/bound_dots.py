@@ -113,7 +113,7 @@ def squared_terms(x, error, contracted: int) -> tuple[Terms, Terms | None, float
 
 def float32_noise(contracted: int, a2: Terms, b2: Terms) -> tuple[float, float]:
     """(noise, floor): the samples' deviations of a dot whose operands both have samples may be a float32 product
-    less the dot, (a + da)(b + db) - x (one product per sample at float32's speed, bound_samples.dot_samples),
+    less the dot, (a + da)(b + db) - x (one product per sample at float32's speed, bound_samples.perturbed_product),
     instead of float64 dots, where on every element noise (squares + x^2) + floor <= the operands' errors'
     variance (SIGMAS sigmas squared; kernels/bound_products.dot_variance checks it): float32's rounding there,
     u^2 K (squares + x^2) by the accumulation's model (u = 2^-24; the product's accumulation, the operands' and

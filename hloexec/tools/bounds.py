@@ -295,7 +295,7 @@ class ErrorBounds(BoundStore):
             return
         kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
-        by_dot = (  # (dot_samples makes the samples' array)
+        by_dot = (  # (dot_samples, or store_dot_samples, makes the samples' array)
             inst.opcode == "dot"
             and not complex_
             and all(_float(o) for o in operands)
