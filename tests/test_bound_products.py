@@ -15,7 +15,18 @@ from test_bound_rules import _awkward, _Dot, passes  # noqa: F401 (passes: a fix
 
 import hloexec
 from hloexec.kernels import bound_products
-from hloexec.kernels.bound_products import dot_variance, least_relative, perturbed_float32, subtract_rounded
+from hloexec.kernels.bound_products import (
+    add_unscaled,
+    dot_variance,
+    finish_samples,
+    least_relative,
+    perturbed_float32,
+    scaled_terms,
+    squared_terms,
+    unscaling,
+)
+from hloexec.kernels.bound_rules import add_noise, block_ratios
+from hloexec.kernels.half import from_f32
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
 from hloexec.tools.bound_dots import (
@@ -26,7 +37,7 @@ from hloexec.tools.bound_dots import (
     dot_bounds,
     float32_noise,
 )
-from hloexec.tools.bound_samples import FLUSHED_BELOW, SIGMAS, dot_samples
+from hloexec.tools.bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SIGMAS, perturbed_product
 
 DIMS = [
     (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (6, 300), (300, 5)),
@@ -42,6 +53,15 @@ def dot_passes(passes, monkeypatch):
     if passes == "split":
         monkeypatch.setattr(bound_products, "SPAN", 100)
     return passes
+
+
+_UNIT = np.ones(3)  # (dot_variance's products taken as they are: scale 1)
+
+
+def _variance(errors, squares, *rest):
+    """dot_variance of float64 errors (and squares) taken as they are: (the total, whether noise suffices)."""
+    total = np.empty(errors.size)
+    return total, dot_variance(total, errors, np.empty(0), squares, _UNIT, *rest)
 
 
 def _dims(dims: dict) -> list[list[int]]:
@@ -82,8 +102,9 @@ def test_float32_products_of_non_negative_terms_are_never_below_the_exact_dot(di
         p, q = (np.square(x) if square else np.abs(x) for x in (a, b))
         exact = _exact(p, q, dims)
         got = UpperDot(inst, contracted).add(np.zeros(exact.shape), Terms(a, square, contracted),
-                                             Terms(b, square, contracted))
-        made = UpperDot(inst, contracted).add(None, Terms(a, square, contracted), Terms(b, square, contracted))
+                                             Terms(b, square, contracted), exact.shape)
+        made = UpperDot(inst, contracted).add(None, Terms(a, square, contracted), Terms(b, square, contracted),
+                                              exact.shape)
     np.testing.assert_array_equal(made, got)  # (a new array: the same bits as added to zeros)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
     finite = np.isfinite(exact)
@@ -99,7 +120,7 @@ def test_longer_contractions_than_float32s_factor_covers_keep_float64():
     inst = _Dot(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
     terms = Terms(a, True, FLOAT32_TERMS + 1), Terms(b, True, FLOAT32_TERMS + 1)
     assert terms[0].values.dtype == np.float64
-    got = UpperDot(inst, FLOAT32_TERMS + 1).add(np.zeros((1, 1)), *terms)
+    got = UpperDot(inst, FLOAT32_TERMS + 1).add(np.zeros((1, 1)), *terms, (1, 1))
     assert got[0, 0] == 9.0 * 0.25 * (FLOAT32_TERMS + 1)
 
 
@@ -125,9 +146,9 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
             shared = shared + np.abs(sums_b)[:, None, :] * least_a[:, :, None]
         shared = shared.reshape(-1)
         for operand_u in (0.0, 2.0 ** -11):
-            total, arithmetic = errors.copy(), np.empty(n)  # (the total written over the errors)
-            suffices = dot_variance(total, squares, x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, operand_u,
-                                    3.3, 1e-10, 1e-30, arithmetic)
+            arithmetic = np.empty(n)
+            total, suffices = _variance(errors, squares, x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, operand_u,
+                                        3.3, 1e-10, 1e-30, arithmetic)
             want = 1e-12 * (squares + x * x)
             if operand_u:
                 want = want + np.square(operand_u * (np.abs(x) + 3.3 * np.sqrt(squares)))
@@ -136,8 +157,40 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
             assert not suffices  # (NaN and large terms among them)
     tame = np.abs(rng.standard_normal(n))
     for floor, want in ((1e-30, True), (10.0, False)):
-        assert dot_variance(tame.copy(), tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 0.0, 1e-12,
-                            0.0, 0.0, 1e-3, floor, np.empty(n)) == want
+        assert _variance(tame, tame * 1e-6, tame * 1e-3, sums_a, least_b, sums_b, least_a, 0.0, 1e-12,
+                         0.0, 0.0, 1e-3, floor, np.empty(n))[1] == want
+
+
+@pytest.mark.parametrize("shifts", [(-40, 12, 3), (1500, -1200, 0)])  # (beyond MAX_SHIFT: ldexp after the factor)
+def test_the_rule_reads_its_float32_products_as_add_unscaled_makes_them(shifts, dot_passes):
+    """dot_variance on the float32 products with their factors and shifts: bit for bit what it gives on the float64
+    errors and squares add_unscaled makes of them (from_b's, then from_a's added), with either product absent."""
+    rng = np.random.default_rng(12)
+    shape = (2, 30, 20)
+    n = int(np.prod(shape))
+    from_b, from_a, squares = (np.abs(_awkward(rng, n, np.float32)) for _ in range(3))
+    x = _awkward(rng, n, np.float64)
+    sums_a, sums_b = rng.standard_normal((2, 30)), rng.standard_normal((2, 20))
+    least_a, least_b = np.abs(rng.standard_normal((2, 30))), np.abs(rng.standard_normal((2, 20)))
+    factor = 1 + 7 * 2.0**-23
+    rest = (x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, 2.0**-11, 3.3, 1e-10, 1e-30)
+    empty = np.empty(0, np.float32)
+    with np.errstate(all="ignore"):
+        for b_side, a_side, sq in ((from_b, from_a, squares), (empty, from_a, squares), (from_b, empty, empty)):
+            errors = np.zeros(n)
+            for k, p in enumerate((b_side, a_side)):
+                if p.size:
+                    add_unscaled(p, factor, shifts[k], errors, True)
+            wide_squares = np.empty(n) if sq.size else np.empty(0)
+            if sq.size:
+                add_unscaled(sq, factor, shifts[2], wide_squares, False)
+            want_arithmetic, got_arithmetic, got = np.empty(n), np.empty(n), np.empty(n)
+            want = _variance(errors, wide_squares, *rest, want_arithmetic)
+            read = [unscaling(p, factor, shift) if p.size else (p, 1.0) for p, shift in zip((b_side, a_side, sq), shifts)]
+            fits = dot_variance(got, *(p for p, _ in read), np.array([c for _, c in read]), *rest, got_arithmetic)
+            np.testing.assert_array_equal(got, want[0])
+            np.testing.assert_array_equal(got_arithmetic, want_arithmetic)
+            assert fits == want[1]
 
 
 @pytest.mark.parametrize("data", ["awkward", "wide", "normal"])
@@ -162,15 +215,15 @@ def test_a_sum_of_squares_bounded_from_the_errors_is_never_below_it(dims, lhs, r
     with np.errstate(all="ignore"):
         exact = _exact(np.square(a), np.square(b), dims).astype(np.float64)
         shape = exact.shape
-        errors = upper.add(np.zeros(shape), Terms(a, True, contracted), Terms(eb, True, contracted))
-        errors = upper.add(errors, Terms(ea, True, contracted), Terms(b, True, contracted))
+        errors = upper.add(np.zeros(shape), Terms(a, True, contracted), Terms(eb, True, contracted), shape)
+        errors = upper.add(errors, Terms(ea, True, contracted), Terms(b, True, contracted), shape)
         r = max(least_relative(ea.reshape(-1), a.reshape(-1)), least_relative(eb.reshape(-1), b.reshape(-1)))
         batch = shape[0] if dims.get("lhs_batch_dims") else 1  # (the output as (B, M, N): batch, lhs free, rhs free)
         sums_a, sums_b = np.zeros((batch, errors.size // batch // shape[-1])), np.zeros((batch, shape[-1]))
         none = np.empty((batch, 0))
         squares = np.empty(errors.size)  # (the arithmetic with accumulation 1 and x = 0: the sum of squares)
-        dot_variance(errors.copy().reshape(-1), np.empty(0), np.zeros(errors.size), sums_a, none, sums_b, none,
-                     (1 + 2.0**-50) / (r * r), 1.0, 0.0, 0.0, 0.0, 0.0, squares)
+        _variance(errors.reshape(-1), np.empty(0), np.zeros(errors.size), sums_a, none, sums_b, none,
+                  (1 + 2.0**-50) / (r * r), 1.0, 0.0, 0.0, 0.0, 0.0, squares)
     assert 0 < r < np.inf
     squares = squares.reshape(shape)
     judged = ~np.isnan(squares) & ~np.isnan(exact)
@@ -207,6 +260,30 @@ def test_the_least_relative_error_is_a_lower_bound(dot_passes):
             assert least * (1 - 2.0**-49) <= got <= least, (got, least)
 
 
+@pytest.mark.parametrize("data", ["awkward", "wide", "squares overflow", "zeros"])
+def test_an_operands_squared_terms_and_least_relative_error_in_two_passes(data, dot_passes):
+    """squared_terms: bit for bit scaled_terms of x^2 and of its error^2 and least_relative (one pass for the
+    largests and the least quotient, one for both scalings), on data with infinities, NaN, zeros, subnormals,
+    magnitudes over 2^-300 .. 2^300 and finite values whose squares overflow."""
+    rng = np.random.default_rng(13)
+    n = 3001
+    x = {"awkward": lambda: _awkward(rng, n, np.float64), "wide": lambda: rng.standard_normal(n) * 2.0 **
+         rng.integers(-300, 300, n), "squares overflow": lambda: rng.standard_normal(n) * 1e200,
+         "zeros": lambda: np.zeros(n)}[data]()
+    error = np.abs(_awkward(rng, n, np.float32)) if data == "awkward" else np.abs(x) * 2.0**-9
+    for top in (55, 20):
+        with np.errstate(all="ignore"):
+            want_x, want_e = np.empty(n, np.float32), np.empty(n, np.float32)
+            shifts = scaled_terms(x, True, top, want_x), scaled_terms(error, True, top, want_e)
+            relative = least_relative(error, x)
+            got_x, got_e = np.empty(n, np.float32), np.empty(n, np.float32)
+            got = squared_terms(x, error, top, got_x, got_e)
+        assert got[:2] == shifts
+        np.testing.assert_array_equal(got_x, want_x)
+        np.testing.assert_array_equal(got_e, want_e)
+        assert got[2] == relative or (np.isnan(got[2]) and np.isnan(relative))
+
+
 def test_perturbed_operands_flush_float32_subnormals():
     rng = np.random.default_rng(2)
     n = 3000
@@ -224,8 +301,7 @@ def test_perturbed_operands_flush_float32_subnormals():
 
 @pytest.mark.parametrize("n", [3000, 300_001])  # (one span; spans over the cores)
 def test_perturbed_operands_read_bfloat16_samples_as_their_float32_values(n):
-    """The samples kept as bfloat16 bits give the operands their float32 reading gives (bit for bit), and the
-    float32 product less the dot is numpy's subtraction of x rounded to float32."""
+    """The samples kept as bfloat16 bits give the operands their float32 reading gives (bit for bit)."""
     rng = np.random.default_rng(3)
     values = _awkward(rng, n, np.float32)
     deviations = np.where(rng.random((4, n)) < 0.3, rng.standard_normal((4, n)) * 1e-40,
@@ -235,11 +311,35 @@ def test_perturbed_operands_read_bfloat16_samples_as_their_float32_values(n):
     with np.errstate(all="ignore"):
         perturbed_float32(values, deviations.view(np.uint16), FLUSHED_BELOW, got)
         perturbed_float32(values, deviations.astype(np.float32), FLUSHED_BELOW, want)
-        np.testing.assert_array_equal(got, want)
-        x = _awkward(rng, n, np.float64)
-        less = got - x.astype(np.float32)
-        subtract_rounded(got, x)
-    np.testing.assert_array_equal(got, less)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("noisy", [True, False])
+@pytest.mark.parametrize("n", [3000, 70_001])  # (a last block and chunk cut short)
+def test_the_samples_finishing_pass_is_the_separate_passes(n, noisy, passes):
+    """finish_samples bit for bit as the passes it replaces: numpy's float32 subtraction of x rounded to float32,
+    bound_rules.add_noise's draws (or none), block_ratios' statistics of the result against the bound, and the
+    result rounded to bfloat16 as ml_dtypes (from_f32), on data with infinities, NaN, zeros and subnormals."""
+    rng = np.random.default_rng(14)
+    moved = _awkward(rng, 4 * n, np.float32).reshape(4, n)
+    moved[:, 100:] = rng.standard_normal((4, n - 100))  # (most blocks finite: judged)
+    x = _awkward(rng, n, np.float64)
+    x[100:] = moved[0, 100:] + rng.standard_normal(n - 100) * 1e-3
+    own = np.abs(rng.standard_normal(n)) * 1e-3 if noisy else np.empty(0)
+    bound = np.abs(_awkward(rng, n, np.float32))
+    bound[100:] = 1e-2
+    key = np.uint64(0x1234_5678_9ABC_DEF0)
+    with np.errstate(all="ignore"):
+        want = moved - x.astype(np.float32)
+        if noisy:
+            add_noise(want, key, own, SIGMAS)
+        want_stats = block_ratios(want, bound, CALIBRATION_BLOCK)
+        got = np.empty((4, n), np.uint16)
+        got_stats = finish_samples(moved, x, own, key, SIGMAS, bound, CALIBRATION_BLOCK, got)
+    np.testing.assert_array_equal(got, from_f32(want, ml_dtypes.bfloat16).view(np.uint16))
+    for g, w in zip(got_stats, want_stats):
+        np.testing.assert_array_equal(g, w)
+    assert got_stats[3] > CALIBRATION_BLOCK and got_stats[4]  # (judged elements and unjudged ones among them)
 
 
 @pytest.mark.parametrize("dims, lhs, rhs", DIMS)
@@ -255,13 +355,14 @@ def test_float32_dot_samples_of_both_operands_are_the_perturbed_dots(dims, lhs, 
     f64 = np.dtype(np.float64)
     x = dot_general(a, b, lb, rb, lc, rc, f64)
     want = np.stack([dot_general(a + da[k], b + db[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
-    out = dot_samples(inst, x, [a, b], [da, db])
+    moved = perturbed_product(inst, [a, b], [da, db])
+    assert moved.flags.c_contiguous and moved.dtype == np.float32
     scale = np.sqrt(np.mean(want**2))
-    np.testing.assert_allclose(out, want, rtol=0, atol=1e-3 * scale)
+    np.testing.assert_allclose(moved - x.astype(np.float32), want, rtol=0, atol=1e-3 * scale)
     # samples kept as bfloat16: the same as their float32 reading
     kept = [d.astype(ml_dtypes.bfloat16) for d in (da, db)]
     read = [d.astype(np.float32) for d in kept]
-    np.testing.assert_array_equal(dot_samples(inst, x, [a, b], kept), dot_samples(inst, x, [a, b], read))
+    np.testing.assert_array_equal(perturbed_product(inst, [a, b], kept), perturbed_product(inst, [a, b], read))
 
 
 class _Bounds:

@@ -497,7 +497,7 @@ def test_dot_samples_are_the_perturbed_dots(side, dims, lhs, rhs):
     x = dot_general(a, b, lb, rb, lc, rc, f64)
     want = np.stack([dot_general(a + d[k], b, lb, rb, lc, rc, f64) if side == 0 else
                      dot_general(a, b + d[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
-    out = dot_samples(inst, x, [a, b], [d, None] if side == 0 else [None, d])
+    out = dot_samples(inst, [a, b], [d, None] if side == 0 else [None, d])
     assert out.flags.c_contiguous and out.dtype == np.float32
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-9)
 

@@ -19,8 +19,9 @@ import math
 import numpy as np
 from numba import njit
 
-from .bound_rules import over_cores
-from .half import bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64
+from .bound_rules import _CHUNK_BLOCKS, _NO_KEYS, _block_statistics, _tally_blocks, over_cores
+from .half import bf16_to_f32, bitcast_f64_to_i64, f32_to_bf16
+from .normal_draws import fill_draws
 
 FLOOR_EXPONENT = -63  # a scaled positive term is at least 2^this: products of two are float32 normals
 MAX_SHIFT = 1000  # scaling exponents stay within +-this (2^s a float64 normal)
@@ -36,13 +37,13 @@ def top_exponent(contracted: int) -> int:
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _largest_magnitude(x):
-    """The largest finite |x[i]| (0 if none): the largest of the magnitudes' bits, as integers (a loop the compiler
-    vectorizes, as it does not a float max)."""
+    """The largest finite |x[i]|'s bits (0 if none): the largest of the magnitudes' bits, as integers (a loop the
+    compiler vectorizes, as it does not a float max)."""
     largest = 0
     for i in range(x.size):
         bits = bitcast_f64_to_i64(np.float64(x[i])) & 0x7FFFFFFFFFFFFFFF
         largest = max(largest, bits if bits < 0x7FF0000000000000 else 0)
-    return bitcast_i64_to_f64(largest)
+    return largest
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -72,16 +73,56 @@ def scaled_terms(x: np.ndarray, square: bool, top: int, out: np.ndarray) -> int:
     +-MAX_SHIFT); a positive one below 2^FLOOR_EXPONENT after scaling raised to it; infinities and NaNs kept.
     Returns s. Two passes over the cores (over_cores): the largest, then the scaled terms."""
     largest = max(over_cores(x.size, 1, lambda first, last: _largest_magnitude(x[first:last]), span=SPAN))
+    shift = _shift(x, largest, square, top)
+    scale = math.ldexp(1.0, shift)
+    over_cores(x.size, 1, lambda first, last: _scaled(x[first:last], square, scale, out[first:last]), span=SPAN)
+    return shift
+
+
+def _shift(x: np.ndarray, largest_bits: int, square: bool, top: int) -> int:
+    """scaled_terms' s from the largest finite |x|'s bits."""
+    largest = float(np.int64(largest_bits).view(np.float64))
     if square:
         largest = largest * largest
         if largest == math.inf:  # (a finite x whose square overflows: the largest finite square)
             largest = _largest_finite_square(x)
-    shift = 0
-    if largest > 0:
-        shift = min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)  # (largest < 2^frexp's exponent)
-    scale = math.ldexp(1.0, shift)
-    over_cores(x.size, 1, lambda first, last: _scaled(x[first:last], square, scale, out[first:last]), span=SPAN)
-    return shift
+    if largest > 0:  # (largest < 2^frexp's exponent)
+        return min(max(top - math.frexp(largest)[1], -MAX_SHIFT), MAX_SHIFT)
+    return 0
+
+
+def squared_terms(x: np.ndarray, error: np.ndarray, top: int, x_out: np.ndarray, error_out: np.ndarray) -> tuple:
+    """scaled_terms(x, True, top, x_out), scaled_terms(error, True, top, error_out) and least_relative(error, x),
+    bit for bit, in two passes over the cores instead of five: the largests and the least quotient, then both
+    operands' scaled squares. Returns (x's s, error's s, the least relative error's lower bound)."""
+    spans = over_cores(x.size, 1, lambda first, last: _extents(x[first:last], error[first:last]), span=SPAN)
+    shifts = [_shift(v, max(span[k] for span in spans), True, top) for k, v in enumerate((x, error))]
+    scales = [math.ldexp(1.0, shift) for shift in shifts]
+
+    def scaled(first, last):
+        _scaled(x[first:last], True, scales[0], x_out[first:last])
+        _scaled(error[first:last], True, scales[1], error_out[first:last])
+
+    over_cores(x.size, 1, scaled, span=SPAN)
+    return shifts[0], shifts[1], _least(spans)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _extents(x, error):
+    """(_largest_magnitude(x)'s bits, _largest_magnitude(error)'s bits, _least_quotient_bits(error, x)...) in one
+    loop."""
+    largest_x, largest_error = 0, 0
+    bits = 0x7FF0000000000000
+    infinite = 0
+    for i in range(x.size):
+        e, v = np.float64(error[i]), abs(np.float64(x[i]))
+        x_bits = bitcast_f64_to_i64(v)
+        e_bits = bitcast_f64_to_i64(e) & 0x7FFFFFFFFFFFFFFF
+        largest_x = max(largest_x, x_bits if x_bits < 0x7FF0000000000000 else 0)
+        largest_error = max(largest_error, e_bits if e_bits < 0x7FF0000000000000 else 0)
+        infinite += not ((e < math.inf) & (v < math.inf))
+        bits = min(bits, bitcast_f64_to_i64(e / v if v > 0 else math.inf))
+    return largest_x, largest_error, bits, infinite
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -149,52 +190,100 @@ def perturbed_float32(values: np.ndarray, deviations: np.ndarray, floor: float, 
     over_cores(values.size, 1, lambda first, last: kernel(values, deviations, floor, out, first, last), span=SPAN // 4)
 
 
+def finish_samples(moved, x, own, key, sigmas, bound, block, out):
+    """A float32 product of samples (`moved`: (samples, n), (a + da)(b + db)) made the dot's samples as kept, in one
+    pass over the cores (the separate passes' bits): less float32(x) (as numpy subtracts x rounded to float32),
+    plus each sample's own-error draw (bound_rules.add_noise's: draw[k, i] x float32(own[i] / sigmas) under `key`;
+    `own` empty: none), their squares' block statistics against `bound` (bound_rules.block_ratios': what the
+    calibration reads), and the result rounded to bfloat16 bits into `out` (uint16, ml_dtypes' rounding). Returns
+    the statistics as block_ratios does."""
+    stats = _block_statistics(bound.size, block)
+    spans = over_cores(
+        bound.size, block, lambda first, last: _finish_span(moved, x, own, key, sigmas, bound, block, out, first, last,
+                                                             *stats)
+    )  # fmt: skip
+    return *stats, stats[2].sum(), any(spans)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def _less(moved, x):
-    for k in range(moved.shape[0]):  # (a row at a time: one-dimensional loops vectorize)
-        _less_row(moved[k], x)
+def _finish_span(moved, x, own, key, sigmas, bound, block, out, first, last, largest, total, counted):
+    """finish_samples on elements `first` (a multiple of `block`) to `last`, a chunk of calibration blocks at a
+    time (its draws, squares and ratios in cache). Returns whether an element is unjudged (block_ratios')."""
+    samples, noisy = moved.shape[0], own.size > 0
+    per_sigma = 1.0 / sigmas  # (a multiply: exact, sigmas is a power of two)
+    chunk = block * _CHUNK_BLOCKS
+    drawn = np.empty((samples + samples % 2, chunk), np.float32)  # (fill_draws' whole pairs)
+    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
+    unjudged = False
+    for lo in range(first, last, chunk):  # (over views from 0: loops that vectorize)
+        hi = min(last, lo + chunk)
+        if noisy:
+            fill_draws(key, lo, hi - lo, _NO_KEYS, drawn)
+        squares[:] = 0
+        values = x[lo:hi]
+        for k in range(samples):
+            row, kept, draws = moved[k, lo:hi], out[k, lo:hi], drawn[k, : hi - lo]
+            if noisy:
+                part = own[lo:hi]
+                for t in range(hi - lo):
+                    v = row[t] - np.float32(values[t])
+                    v += draws[t] * np.float32(part[t] * per_sigma)
+                    squares[t] += v * v
+                    kept[t] = f32_to_bf16(v)
+            else:
+                for t in range(hi - lo):
+                    v = row[t] - np.float32(values[t])
+                    squares[t] += v * v
+                    kept[t] = f32_to_bf16(v)
+        unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted, ratios, judged)
+    return unjudged
 
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _less_row(moved, x):
-    for i in range(moved.size):
-        moved[i] -= np.float32(x[i])
+def unscaling(product: np.ndarray, factor: float, shift: int) -> tuple[np.ndarray, float]:
+    """(p, scale) with float64(p[i]) x scale what add_unscaled makes of product[i] x factor x 2^shift, bit for
+    bit: the product and its scale where that is a float64 normal (|shift| < MAX_SHIFT), else the product
+    unscaled into float64 by add_unscaled and 1 (rare: terms beyond float64's range once scaled)."""
+    if abs(shift) < MAX_SHIFT:
+        return product, factor * math.ldexp(1.0, shift)
+    unscaled = np.empty(product.size)
+    add_unscaled(product, factor, shift, unscaled, False)
+    return unscaled, 1.0
 
 
-def subtract_rounded(moved: np.ndarray, x: np.ndarray) -> None:
-    """moved[k, i] -= float32(x[i]) (in float32, as numpy subtracts x rounded to float32), over the cores."""
-    over_cores(x.size, 1, lambda first, last: _less(moved[:, first:last], x[first:last]), span=SPAN // 4)
-
-
-def dot_variance(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
-                 operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse, accumulation,
+                 operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
-    output (B, M, N) (batch, lhs free, rhs free; flat), written over `errors`: total = (sqrt(errors) + shared)^2 +
-    arithmetic, shared = |sums_a[b, m]| least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has
-    no errors); arithmetic (into `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands
-    rounded to the algorithm's bits; 0: none) + accumulation (squares + x^2). Where `squares` is empty it is
-    bounded by errors x `inverse` (1 / r^2, r an operand's least relative error: tools/bound_dots.py; 0: that
-    operand's terms are all 0, and so is the sum of squares). Returns whether noise (squares +
-    x^2) + noise_floor <= errors on every element (bound_dots.float32_noise). Spans of whole rows over the cores
-    (over_cores), a row at a time (_dot_variance_row: a loop that vectorizes)."""
+    output (B, M, N) (batch, lhs free, rhs free; flat), written into `total`: (sqrt(errors) + shared)^2 +
+    arithmetic, errors = the products from_b (sum_k a^2 e_b^2) + from_a (sum_k e_a^2 b^2) read as add_unscaled
+    makes them (each float64(product) times its entry of `scales`, `unscaling`'s: from_b's, from_a's, squares';
+    empty: that operand has no errors), no float64 copy of them first; shared = |sums_a[b, m]|
+    least_b[b, n] + |sums_b[b, n]| least_a[b, m] (no columns: that operand has no errors); arithmetic (into
+    `arithmetic`) = (operand_u (|x| + operand_spread sqrt(squares)))^2 (operands rounded to the algorithm's bits; 0:
+    none) + accumulation (squares + x^2). Where `squares` is empty it is bounded by errors x `inverse` (1 / r^2, r
+    an operand's least relative error: tools/bound_dots.py; 0: that operand's terms are all 0, and so is the sum of
+    squares). Returns whether noise (squares + x^2) + noise_floor <= errors on every element
+    (bound_dots.float32_noise). Spans of whole rows over the cores (over_cores), a row at a time
+    (_dot_variance_row: a loop that vectorizes)."""
     columns = sums_b.shape[1]
-    args = (errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
+    products = (from_b, from_a, squares, scales)
+    args = (x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
     width = max(columns, 1)
     fails = over_cores(
-        errors.size,
+        total.size,
         width,
-        lambda first, last: _dot_variance_rows(*args, noise, noise_floor, arithmetic, first // width, last // width),
+        lambda first, last: _dot_variance_rows(
+            total, *products, *args, noise, noise_floor, arithmetic, first // width, last // width
+        ),
         span=SPAN,
     )
     return sum(fails) == 0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _dot_variance_rows(errors, squares, x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u,
-                       operand_spread, noise, noise_floor, arithmetic, first, last):  # fmt: skip
+def _dot_variance_rows(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse,
+                       accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, first, last):  # fmt: skip
     """dot_variance on rows first..last-1 of the output's B x M rows; returns how many elements fail its test."""
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
-    estimated = squares.size == 0
     rows, columns = sums_a.shape[1], sums_b.shape[1]
     none = np.zeros(columns)  # (an operand without errors: no shared part from it)
     fails = 0
@@ -203,8 +292,11 @@ def _dot_variance_rows(errors, squares, x, sums_a, least_b, sums_b, least_a, inv
         rhs_least, rhs_sums = least_b[b] if with_b else none, sums_b[b] if with_a else none
         i, j = row * columns, (row + 1) * columns
         fails += _dot_variance_row(
-            errors[i:j],
-            squares if estimated else squares[i:j],
+            total[i:j],
+            from_b[i:j] if from_b.size else from_b,
+            from_a[i:j] if from_a.size else from_a,
+            squares[i:j] if squares.size else squares,
+            scales,
             x[i:j],
             abs(sums_a[b, m]) if with_b else 0.0,
             rhs_least,
@@ -222,24 +314,31 @@ def _dot_variance_rows(errors, squares, x, sums_a, least_b, sums_b, least_a, inv
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _dot_variance_row(errors, squares, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse, accumulation,
-                      operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+def _dot_variance_row(total, from_b, from_a, squares, scales, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse,
+                      accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
     """dot_variance on one row of the output; returns how many elements fail its noise test."""
     estimated = squares.size == 0
+    with_b, with_a = from_b.size > 0, from_a.size > 0
+    cb, ca, cs = scales[0], scales[1], scales[2]
     fails = 0
-    for n in range(errors.size):
-        e, v = errors[n], np.float64(x[n])
+    for n in range(total.size):
+        # (the errors as add_unscaled adds them: from_b's, then from_a's added; 0 where neither operand has errors)
+        e = np.float64(from_b[n]) * cb if with_b else 0.0
+        if with_a:
+            v = np.float64(from_a[n]) * ca
+            e = e + v if with_b else v
+        v = np.float64(x[n])
         if estimated:
             s = e * inverse if inverse > 0 else 0.0
         else:
-            s = squares[n]
+            s = np.float64(squares[n]) * cs
         spread = s + v * v
         own = accumulation * spread
         if operand_u > 0:
             rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
             own += rounded * rounded
         moved = math.sqrt(e) + (lhs_sum * rhs_least[n] + abs(rhs_sums[n]) * lhs_least)
-        errors[n] = moved * moved + own
+        total[n] = moved * moved + own
         arithmetic[n] = own
         fails += not (noise * spread + noise_floor <= e)
     return fails
@@ -278,7 +377,12 @@ def least_relative(error: np.ndarray, value: np.ndarray) -> float:
     spans = over_cores(
         value.size, 1, lambda first, last: _least_quotient_bits(error[first:last], value[first:last]), span=SPAN
     )
-    least = float(np.int64(min(bits for bits, _ in spans)).view(np.float64))
-    if any(infinite for _, infinite in spans) or least < 2.2250738585072014e-308:
+    return _least(spans)
+
+
+def _least(spans: list) -> float:
+    """least_relative's result from its spans' (..., least quotient's bits, non-finite count) (their last two)."""
+    least = float(np.int64(min(span[-2] for span in spans)).view(np.float64))
+    if any(span[-1] for span in spans) or least < 2.2250738585072014e-308:
         return 0.0
     return min(least, 1.7976931348623157e308) * (1 - 2.0**-50) if least < math.inf else math.inf

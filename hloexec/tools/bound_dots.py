@@ -10,13 +10,19 @@ from ..kernels.bound_products import (
     add_arithmetic,
     add_unscaled,
     dot_variance,
+    finish_samples,
     least_relative,
     scaled_terms,
+    unscaling,
+)
+from ..kernels.bound_products import (
+    squared_terms as squared_terms_of,
     top_exponent,
 )
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
-from .bound_samples import FLUSHED_BELOW, SIGMAS
+from .bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SAMPLES, SIGMAS, perturbed_product
+from .bound_store import SAMPLE_STORAGE
 from .bound_shared import along_contraction
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
@@ -36,7 +42,12 @@ class Terms:
     """An operand's non-negative terms (|x| or x^2) for `UpperDot`: in float32 times 2^-shift, or float64 as they
     are (contractions too long for float32's factor)."""
 
-    def __init__(self, x, square: bool, contracted: int):
+    def __init__(self, x, square: bool, contracted: int, scaled: tuple | None = None):
+        """`scaled`: (the float32 terms, shift) made already (squared_terms); x: their shape."""
+        if scaled is not None:
+            self.values, self.shift = scaled[0].reshape(np.shape(x)), scaled[1]
+            self.below = top_exponent(contracted) - self.shift
+            return
         x = np.abs(x) if np.iscomplexobj(x) else np.asarray(x)
         if contracted > FLOAT32_TERMS:
             self.values, self.shift = np.square(x, dtype=_F64) if square else np.abs(x, dtype=_F64), 0
@@ -58,15 +69,21 @@ class UpperDot:
         self.dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
         self.factor = 1.0 + (contracted + 2) * 2.0**-23
 
-    def add(self, out: np.ndarray | None, lhs: Terms, rhs: Terms) -> np.ndarray:
-        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound); returns out (None: a new array of it)."""
+    def product(self, lhs: Terms, rhs: Terms) -> tuple[np.ndarray, float, int]:
+        """(the dot of `lhs`'s and `rhs`'s terms as computed, flat; factor; shift): float64(product) x factor x
+        2^shift is the upper bound (kernels/bound_products.add_unscaled; float64 terms: the product itself)."""
         lb, rb, lc, rc = self.dims
-        wide = lhs.values.dtype == _F64
-        product = dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F64 if wide else _F32)
-        if wide:
-            return product if out is None else np.add(out, product, out=out)
-        made = np.empty(product.shape) if out is None else out
-        add_unscaled(product.reshape(-1), self.factor, -(lhs.shift + rhs.shift), made.reshape(-1), out is not None)
+        if lhs.values.dtype == _F64:
+            return dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F64).reshape(-1), 1.0, 0
+        product = dot_general(lhs.values, rhs.values, lb, rb, lc, rc, _F32)
+        return product.reshape(-1), self.factor, -(lhs.shift + rhs.shift)
+
+    def add(self, out: np.ndarray | None, lhs: Terms, rhs: Terms, shape: tuple) -> np.ndarray:
+        """out += the dot of `lhs`'s and `rhs`'s terms (an upper bound; `shape`: the dot's); returns out (None: a
+        new array of it)."""
+        product, factor, shift = self.product(lhs, rhs)
+        made = np.empty(shape) if out is None else out
+        add_unscaled(product, factor, shift, made.reshape(-1), out is not None)
         return made
 
 
@@ -76,9 +93,27 @@ def _error(bounds, leaf):
     return None if e is None or not np.any(e) else np.broadcast_to(e, np.shape(leaf))
 
 
+def squared_terms(x, error, contracted: int) -> tuple[Terms, Terms | None, float]:
+    """(Terms of x^2, Terms of error^2, _least_relative(error, x)) of a dot operand and its bound (None: (x^2's,
+    None, 0)): float32 terms of real operands in two passes (kernels/bound_products.squared_terms: the same
+    bits)."""
+    if error is None:
+        return Terms(x, True, contracted), None, 0.0
+    if contracted > FLOAT32_TERMS or np.iscomplexobj(x):
+        return Terms(x, True, contracted), Terms(error, True, contracted), _least_relative(error, x)
+    flat, error_flat = np.ravel(x), np.ravel(error)  # (copies where not contiguous or broadcast)
+    made = np.empty(flat.size, _F32), np.empty(flat.size, _F32)
+    x_shift, error_shift, relative = squared_terms_of(flat, error_flat, top_exponent(contracted), *made)
+    return (
+        Terms(x, True, contracted, (made[0], x_shift)),
+        Terms(x, True, contracted, (made[1], error_shift)),
+        relative,
+    )
+
+
 def float32_noise(contracted: int, a2: Terms, b2: Terms) -> tuple[float, float]:
     """(noise, floor): the samples' deviations of a dot whose operands both have samples may be a float32 product
-    less the dot, (a + da)(b + db) - x (one product per sample at float32's speed, bound_samples.dot_samples),
+    less the dot, (a + da)(b + db) - x (one product per sample at float32's speed, bound_samples.perturbed_product),
     instead of float64 dots, where on every element noise (squares + x^2) + floor <= the operands' errors'
     variance (SIGMAS sigmas squared; kernels/bound_products.dot_variance checks it): float32's rounding there,
     u^2 K (squares + x^2) by the accumulation's model (u = 2^-24; the product's accumulation, the operands' and
@@ -133,32 +168,36 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
     upper = UpperDot(inst, contracted)
     ea, eb = _error(bounds, a), _error(bounds, b)
-    a2, b2 = Terms(a, True, contracted), Terms(b, True, contracted)
-    errors = None  # the operands' errors, independent across the contraction
+    # the operands' squares and bounds' squares as float32 terms, each operand's least relative error (0: none)
+    (a2, ea2, relative_a), (b2, eb2, relative_b) = squared_terms(a, ea, contracted), squared_terms(b, eb, contracted)
+    # the operands' errors, independent across the contraction: sum_k a^2 e_b^2, sum_k e_a^2 b^2 (empty: none)
+    none = np.empty(0, np.float32), 1.0  # (a product and its scale: kernels/bound_products.unscaling)
+    from_b = from_a = none
     # ... but for a part all terms may share (a bias's rounding): the operands' sums times the other's least bound
     sums = [along_contraction(o, inst, side, np.sum) for o, side in ((a, "lhs"), (b, "rhs"))]
     least = [np.empty((len(s), 0)) for s in sums]  # (none: that operand has no errors)
-    relative = [0.0, 0.0]  # each side's least relative error (0: none, that operand has no errors)
-    if eb is not None:
-        errors = upper.add(errors, a2, Terms(eb, True, contracted))
+    if eb is not None and eb2 is not None:
+        from_b = unscaling(*upper.product(a2, eb2))
         least[1] = along_contraction(eb, inst, "rhs", np.min)
-        relative[1] = _least_relative(eb, b)
-    if ea is not None:
-        errors = upper.add(errors, Terms(ea, True, contracted), b2)
+    if ea is not None and ea2 is not None:
+        from_a = unscaling(*upper.product(ea2, b2))
         least[0] = along_contraction(ea, inst, "lhs", np.min)
-        relative[0] = _least_relative(ea, a)
+    del ea2, eb2
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
     accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
-    r = max(relative)
+    r = max(relative_a, relative_b)
     estimated = operand_u == 0 and r > 0 and accumulation <= ESTIMATED_SHARE * r * r
-    errors = np.zeros(x.shape) if errors is None else errors
-    squares = np.empty(0) if estimated else upper.add(None, a2, b2)
+    squares = none if estimated else unscaling(*upper.product(a2, b2))
     noise, floor = float32_noise(contracted, a2, b2)
     del a2, b2
+    total = np.empty(x.shape)  # the squared bound before the final rounding
     arithmetic = np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
     bounds.current.dot_samples_in_f32 = dot_variance(
-        errors.reshape(-1),
-        squares.reshape(-1),
+        total.reshape(-1),
+        from_b[0],
+        from_a[0],
+        squares[0],
+        np.array([from_b[1], from_a[1], squares[1]]),
         np.ravel(np.abs(x) if np.iscomplexobj(x) else x),  # (the rule reads |x|^2)
         sums[0],
         least[1],
@@ -171,9 +210,10 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         noise,
         floor,
         arithmetic.reshape(-1),
-    )  # (the total written over the errors)
-    bound, own = bounds._round(orig, x, errors, "dot")
-    del errors, squares
+    )
+    del from_b, from_a, squares
+    bound, own = bounds._round(orig, x, total, "dot")
+    del total
     bounds._put(x, bound)
     local = np.ascontiguousarray(own, np.float64)
     add_arithmetic(local.reshape(-1), arithmetic.reshape(-1))
@@ -182,9 +222,35 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
         linear = np.array(local, np.float64)
         if eb is not None:
-            upper.add(linear, Terms(a, False, contracted), Terms(eb, False, contracted))
+            upper.add(linear, Terms(a, False, contracted), Terms(eb, False, contracted), x.shape)
         if ea is not None:
-            upper.add(linear, Terms(ea, False, contracted), Terms(np.abs(b) + bounds.of(b), False, contracted))
+            upper.add(linear, Terms(ea, False, contracted), Terms(np.abs(b) + bounds.of(b), False, contracted), x.shape)
         return linear
 
     return local, ceiling
+
+
+def store_dot_samples(bounds, inst, x, operands, held, own, ceiling) -> None:
+    """The samples of a dot whose operands both have them (`held`: as kept), float32 suffices (float32_noise), into
+    `bounds` with its bound calibrated, as ErrorBounds._sample makes them (the same bits, the same draws' key):
+    their float32 product (bound_samples.perturbed_product), then one pass (kernels/bound_products.finish_samples)
+    taking x off, adding the own-error draws of `own` (SIGMAS sigmas), tallying the calibration's block statistics
+    and encoding the samples as kept; `ceiling`: dot_bounds'."""
+    moved = perturbed_product(inst, operands, held)
+    noisy = own is not None and bool(np.any(own))
+    key = bounds.draw_key() if noisy else np.uint64(0)  # (drawn where _sample draws one)
+    bound = bounds._stored_bound(x)
+    samples = np.empty(moved.shape, np.uint16)
+    stats = finish_samples(
+        moved.reshape(SAMPLES, -1),
+        np.ravel(x),
+        np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(x))) if noisy else np.empty(0),
+        key,
+        SIGMAS,
+        np.zeros(np.size(x), np.float32) if bound is None else np.ravel(bound),
+        CALIBRATION_BLOCK,
+        samples.reshape(SAMPLES, -1),
+    )
+    del moved
+    kept = samples.view(SAMPLE_STORAGE)
+    bounds._put(x, bounds._calibrate(bound, kept, ceiling, stats=stats), bounds._decided_or_none(x), kept)

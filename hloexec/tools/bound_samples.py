@@ -9,7 +9,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..kernels.bound_products import perturbed_float32, subtract_rounded
+from ..kernels.bound_products import perturbed_float32
 from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 
@@ -25,32 +25,41 @@ FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: mag
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def dot_samples(inst, x, operands, perturbed) -> np.ndarray:
-    """A dot's samples' deviations (SAMPLES, *shape) (contiguous), in float32 as the samples are. Where one operand
-    has samples the dot is linear in it: a sample's deviation is the dot of that operand's deviations with the
-    other operand (none of the f64 products whose difference it is), every sample in one product (the samples a
-    leading dim of their operand; the result's dims: batch, lhs free, rhs free). Where both have (the caller
-    decides float32 suffices, tools/bound_dots.float32_noise): the float32 product (a + da)(b + db) less the dot
-    `x` (the shadow's), the samples a batch dim of both; their deviations float32 or as kept (bfloat16: read by the
-    kernel that builds the perturbed operands, no float32 copy first)."""
-    lb, rb = [list(inst.attr(f"{side}_batch_dims", ())) for side in ("lhs", "rhs")]
-    lc, rc = [list(inst.attr(f"{side}_contracting_dims", ())) for side in ("lhs", "rhs")]
-    after = lambda dims: [d + 1 for d in dims]  # noqa: E731 (the operand's dims past the samples' one)
+def dot_samples(inst, operands, perturbed) -> np.ndarray:
+    """A dot's samples' deviations (SAMPLES, *shape) (contiguous, float32) where one operand has samples: the dot is
+    linear in it, a sample's deviation is the dot of that operand's deviations with the other operand (none of
+    the f64 products whose difference it is), every sample in one product (the samples a leading dim of their
+    operand; the result's dims: batch, lhs free, rhs free)."""
+    lb, rb, lc, rc = _dims(inst)
     f32 = np.dtype(np.float32)
-    if perturbed[0] is not None and perturbed[1] is not None:
-        a, b = (_perturbed_float32(o, p) for o, p in zip(operands, perturbed))
-        moved = np.ascontiguousarray(dot_general(a, b, [0, *after(lb)], [0, *after(rb)], after(lc), after(rc), f32))
-        del a, b
-        # (x rounded to float32: within the error allowed)
-        subtract_rounded(moved.reshape(len(moved), -1), np.ravel(x))
-        return moved
     if perturbed[0] is not None:
-        moved = dot_general(perturbed[0], np.asarray(operands[1], f32), after(lb), rb, after(lc), rc, f32)
+        moved = dot_general(perturbed[0], np.asarray(operands[1], f32), _after(lb), rb, _after(lc), rc, f32)
         at = len(lb)
     else:
-        moved = dot_general(np.asarray(operands[0], f32), perturbed[1], lb, after(rb), lc, after(rc), f32)
+        moved = dot_general(np.asarray(operands[0], f32), perturbed[1], lb, _after(rb), lc, _after(rc), f32)
         at = np.ndim(operands[0]) - len(lc)  # batch and lhs free dims come first
     return np.ascontiguousarray(np.moveaxis(moved, at, 0))
+
+
+def perturbed_product(inst, operands, perturbed) -> np.ndarray:
+    """(SAMPLES, *shape) (contiguous, float32): the float32 product (a + da)(b + db) of a dot whose operands both
+    have samples (the caller decides float32 suffices, tools/bound_dots.float32_noise), the samples a batch dim
+    of both; their deviations float32 or as kept (bfloat16: read by the kernel that builds the perturbed
+    operands, no float32 copy first). Less the dot: kernels/bound_products.finish_samples."""
+    lb, rb, lc, rc = _dims(inst)
+    a, b = (_perturbed_float32(o, p) for o, p in zip(operands, perturbed))
+    moved = dot_general(a, b, [0, *_after(lb)], [0, *_after(rb)], _after(lc), _after(rc), np.dtype(np.float32))
+    return np.ascontiguousarray(moved)
+
+
+def _dims(inst) -> list[list[int]]:
+    """The dot's lhs and rhs batch dims, then its lhs and rhs contracting dims."""
+    return [list(inst.attr(f"{side}_{d}_dims", ())) for d in ("batch", "contracting") for side in ("lhs", "rhs")]
+
+
+def _after(dims) -> list[int]:
+    """An operand's `dims` past a leading samples' dim."""
+    return [d + 1 for d in dims]
 
 
 def _perturbed_float32(value, deviations) -> np.ndarray:

@@ -86,7 +86,7 @@ from ..ops.collectives import participants
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_convolution import convolution_bounds
-from .bound_dots import SIGNIFICAND, dot_bounds, widest
+from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
@@ -305,7 +305,7 @@ class ErrorBounds(BoundStore):
             return
         kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
-        by_dot = (  # (dot_samples makes the samples' array)
+        by_dot = (  # (dot_samples, or store_dot_samples, makes the samples' array)
             inst.opcode == "dot"
             and not complex_
             and all(_float(o) for o in operands)
@@ -315,11 +315,14 @@ class ErrorBounds(BoundStore):
                 or (all(p is not None for p in held) and getattr(self.current, "dot_samples_in_f32", False))
             )
         )
-        # (a dot of two sampled operands reads their samples as kept: dot_samples builds its operands from them; a
-        # dot of one reads them whole; the others a sample at a time where decoded)
-        both = by_dot and all(p is not None for p in held)
+        # (a dot of two sampled operands reads their samples as kept: its product's operands are built from them,
+        # then one pass takes x off, draws its own errors, tallies the calibration's statistics and encodes; a dot
+        # of one reads them whole; the others a sample at a time where decoded)
+        if by_dot and all(p is not None for p in held):
+            store_dot_samples(self, inst, value, operands, held, local, ceiling)
+            return
         read = self._read_samples if by_dot else self._read_per_sample
-        perturbed = held if both or summed is not None else [read(p) for p in held]
+        perturbed = held if summed is not None else [read(p) for p in held]
         del held
         made = [
             np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype)
@@ -335,7 +338,7 @@ class ErrorBounds(BoundStore):
         elif summed is not None:
             made[0] = summed
         elif by_dot:
-            made[0] = dot_samples(inst, value, operands, perturbed)
+            made[0] = dot_samples(inst, operands, perturbed)
         elif inst.opcode in MOVES or _sums(inst) or (inst.opcode in COLLECTIVES and _exchanges_linearly(inst)):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
             # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
