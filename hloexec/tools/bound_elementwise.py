@@ -17,7 +17,7 @@ import numpy as np
 from ..ir import opcodes
 from ..kernels.bound_rules import ADD, CONVERT, DIVIDE, MULTIPLY, NEGATE, SUBTRACT, elementwise_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, shared_rounding
-from .bound_store import SAMPLE_STORAGE
+from .bound_store import SAMPLE_STORAGE, has_error
 
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
@@ -86,7 +86,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     errors = []  # per distinct operand: its bound, none where it is exact
     for o in operands[:1] if same else operands:
         e = bounds._stored_bound(o)
-        errors.append(_flat(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_ERRORS)
+        errors.append(_flat(np.broadcast_to(e, np.shape(x))) if has_error(e) else _NO_ERRORS)
     stored = [bounds._stored_samples(o) for o in operands]
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False
@@ -125,14 +125,14 @@ def store_pass(bounds, x, operands, bound, marks, samples, stats, key_state=None
     """A compiled pass's result for `x` into `bounds`: the rng's state put back to `key_state` where given (the
     pass drew a key for own errors it turned out not to have: `_sample` draws one only where a value has some),
     the operands' rounding-decided marks carried onto the op's own `marks` (None: none; each distinct operand's
-    once), the bound calibrated by its `samples` (None: not sampled) with the pass's block statistics `stats`."""
+    once), the bound (the pass's new array: scaled in place) calibrated by its `samples` (None: not sampled) with the pass's block statistics `stats`."""
     if key_state is not None:
         bounds.rng.bit_generator.state = key_state
     for m in {id(o): bounds._decided_or_none(o) for o in operands}.values():
         if m is not None:
             marks = np.array(m, bool) if marks is None else marks | m
     if samples is not None:
-        bound = bounds._calibrate(bound, samples, stats=stats)
+        bound = bounds._calibrate(bound, samples, stats=stats, in_place=True)  # (the pass's own array)
     bounds._put(x, bound, marks, samples)
 
 

@@ -66,7 +66,7 @@ def _perturbed_float32(value, deviations) -> np.ndarray:
     return out
 
 
-def calibrate(bound, deviations, ceiling=None, stats=None):
+def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = False):
     """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
     few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
     samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
@@ -77,7 +77,8 @@ def calibrate(bound, deviations, ceiling=None, stats=None):
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
     sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
-    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass)."""
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). `in_place`: `bound`
+    is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
     # the samples' squares against the bound's, per block, in one pass (kernels/bound_rules.block_ratios)
@@ -92,7 +93,8 @@ def calibrate(bound, deviations, ceiling=None, stats=None):
     enough = counted >= CALIBRATED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
     factor = np.where(enough & (largest > 0), factor, 1.0).astype(flat.dtype)
-    calibrated = bound if np.all(factor == 1) else _scaled(bound, factor)
+    out = bound if in_place and ceiling is None else None
+    calibrated = bound if np.all(factor == 1) else _scaled(bound, factor, out)
     if ceiling is None:
         return calibrated
     # the block's root mean square of SIGMAS x the samples' RMS over the bound
@@ -143,8 +145,10 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     return groups if any_coarse else None
 
 
-def _scaled(bound: np.ndarray, per_block: np.ndarray) -> np.ndarray:
-    """`bound` times a value per block of CALIBRATION_BLOCK consecutive elements (of the value's type)."""
-    out = np.empty(np.shape(bound), np.result_type(bound, per_block))
+def _scaled(bound: np.ndarray, per_block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`bound` times a value per block of CALIBRATION_BLOCK consecutive elements (of the value's type), into `out`
+    (`bound` itself: its own elements in place; default a new array)."""
+    if out is None:
+        out = np.empty(np.shape(bound), np.result_type(bound, per_block))
     scale_blocks(np.reshape(bound, -1), per_block, CALIBRATION_BLOCK, out.reshape(-1))
     return out

@@ -35,6 +35,22 @@ from ..kernels.half import from_f32, to_f32
 SAMPLE_STORAGE = np.dtype(ml_dtypes.bfloat16)
 # moving ops whose bounds, marks and samples are views of their operand's (`moved_view`)
 VIEW_MOVES = frozenset({"broadcast", "reshape", "transpose", "slice", "copy"})
+_HEAD = 4096  # elements `has_error` reads before the whole: most bounds are nonzero in their first ones
+
+
+def has_error(bound) -> bool:
+    """Whether `bound` (an array, None for none) has a nonzero element: np.any's answer (NaN counts), read from a
+    broadcast's source (each repeated element once) and from a first few elements before the whole (np.any reads
+    every element even where the first is nonzero: 1.2 ms on 4M float32, on one core)."""
+    if bound is None:
+        return False
+    bound = np.asarray(bound)
+    if not bound.size:
+        return False
+    source = bound[tuple(0 if step == 0 else slice(None) for step in bound.strides)] if bound.ndim else bound
+    if source.size > _HEAD and source.flags.c_contiguous and source.reshape(-1)[:_HEAD].any():
+        return True
+    return bool(source.any())
 
 
 def widens_exactly(source, target) -> bool:

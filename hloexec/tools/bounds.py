@@ -88,7 +88,7 @@ from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
-from .bound_store import VIEW_MOVES, BoundStore, widens_exactly
+from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_generic import fused_select, sum_terms, evaluated_elementwise
 from .bound_shared import tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
@@ -356,7 +356,7 @@ class ErrorBounds(BoundStore):
                 self._put(leaf, bound, decided, out)
                 continue
             own = local[k] if isinstance(local, list) else local
-            if own is not None and np.any(own):
+            if has_error(own):
                 add_noise(
                     out.reshape(SAMPLES, -1),
                     self.draw_key(),
@@ -456,7 +456,7 @@ class ErrorBounds(BoundStore):
         for places in groups.values():
             a = operands[places[0]]
             e = self._bound_or_none(a)
-            if e is None or not np.any(e):
+            if not has_error(e):
                 continue
             delta = self._moved_by(inst, x, operands, places, a, e, decided)
             variance = variance + np.square(delta)
@@ -471,7 +471,7 @@ class ErrorBounds(BoundStore):
         bounds = []
         for places in groups.values():
             e = self._stored_bound(operands[places[0]])
-            bounds.append(np.ravel(np.broadcast_to(e, x.shape)) if e is not None and np.any(e) else np.empty(0))
+            bounds.append(np.ravel(np.broadcast_to(e, x.shape)) if has_error(e) else np.empty(0))
         if not any(part.size for part in bounds):  # (exact operands, or a convert from an integer)
             return np.zeros(x.shape)
         variance = np.empty(x.shape)
