@@ -61,8 +61,8 @@ def rounding_rule(etype, opcode: str, mantissa_bits: int = 0) -> tuple | None:
 def _flat(array, rows: int = 1) -> np.ndarray:
     """`array` as elementwise_pass reads it: C-ordered, 1-D (or `rows` rows), read-only (every input the same
     Numba type whether or not it came writable: one compiled signature, not one per combination)."""
-    flat = np.reshape(array, -1 if rows == 1 else (rows, -1))
-    flat = np.ascontiguousarray(flat) if not flat.flags.c_contiguous else flat.view()
+    flat = array.reshape(-1 if rows == 1 else (rows, -1))  # (the method: np.reshape's wrapper costs a call's time)
+    flat = flat.view() if flat.flags.c_contiguous else np.ascontiguousarray(flat)
     flat.flags.writeable = False
     return flat
 
@@ -86,7 +86,9 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     errors = []  # per distinct operand: its bound, none where it is exact
     for o in operands[:1] if same else operands:
         e = bounds._stored_bound(o)
-        errors.append(_flat(np.broadcast_to(e, np.shape(x))) if has_error(e) else _NO_ERRORS)
+        errors.append(
+            _flat(e if np.shape(e) == np.shape(x) else np.broadcast_to(e, np.shape(x))) if has_error(e) else _NO_ERRORS
+        )
     stored = [bounds._stored_samples(o) for o in operands]
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False

@@ -6,6 +6,8 @@ the elements whose roundings are one error
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -81,20 +83,18 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
-    # the samples' squares against the bound's, per block, in one pass (kernels/bound_rules.block_ratios)
-    flat = np.reshape(bound, -1)
-    if stats is None:
-        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK)
+    if stats is None:  # the samples' squares against the bound's, per block, in one pass (block_ratios)
+        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), np.reshape(bound, -1), CALIBRATION_BLOCK)
     largest, total, counted, seen, unjudged = stats
     if unjudged or seen < CALIBRATED_FROM:
         return bound
     # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
-    spread = SIGMAS / np.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
+    spread = SIGMAS / math.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
     enough = counted >= CALIBRATED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
-    factor = np.where(enough & (largest > 0), factor, 1.0).astype(flat.dtype)
+    factor = np.where(enough & (largest > 0), factor, 1.0).astype(bound.dtype)
     out = bound if in_place and ceiling is None else None
-    calibrated = bound if np.all(factor == 1) else _scaled(bound, factor, out)
+    calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
     if ceiling is None:
         return calibrated
     # the block's root mean square of SIGMAS x the samples' RMS over the bound

@@ -45,12 +45,12 @@ def has_error(bound) -> bool:
     if bound is None:
         return False
     bound = np.asarray(bound)
+    if bound.flags.c_contiguous:
+        flat = bound.reshape(-1)
+        return bool(flat[:_HEAD].any()) or (flat.size > _HEAD and bool(flat[_HEAD:].any()))
     if not bound.size:
         return False
-    source = bound[tuple(0 if step == 0 else slice(None) for step in bound.strides)] if bound.ndim else bound
-    if source.size > _HEAD and source.flags.c_contiguous and source.reshape(-1)[:_HEAD].any():
-        return True
-    return bool(source.any())
+    return bool(bound[tuple(0 if step == 0 else slice(None) for step in bound.strides)].any())
 
 
 def widens_exactly(source, target) -> bool:
@@ -68,7 +68,8 @@ def moved_view(inst, array, shape: tuple, lead: tuple = ()):
     """`array` (an operand's bound or marks, or with `lead` leading dims its samples; anything that broadcasts to
     the operand's `shape`) as `inst` (one of VIEW_MOVES) moves the operand's elements: a view where numpy has one
     (a reshape of a strided view may copy)."""
-    array = np.broadcast_to(array, (*lead, *shape))
+    if array.shape != (*lead, *shape):
+        array = np.broadcast_to(array, (*lead, *shape))
     n = len(lead)
     out = tuple(inst.shape.dims)
     if inst.opcode == "copy":

@@ -229,9 +229,8 @@ class ErrorBounds(BoundStore):
                 if self._entry(v) is None:
                     self._put(v, None)
             return
-        orig = self.plans.original(inst)
-        self.current.narrow = self.plans.narrow(inst)
-        inst = self.plans.as_dot(inst) or inst  # (a convolution that is a dot: bounded and sampled as one)
+        _, orig, self.current.narrow, dot = self.plans.plan(inst)
+        inst = dot or inst  # (a convolution that is a dot: bounded and sampled as one)
         opcode = inst.opcode
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
         summed = None  # an add reduce's samples' deviations, summed already
@@ -371,7 +370,7 @@ class ErrorBounds(BoundStore):
     def draw_key(self) -> np.uint64:
         """A key for an instruction's own-error draws (kernels/normal_draws.py), from the observer's rng: the run's
         draws depend on its seed and the instructions' order only."""
-        return self.rng.integers(0, 2**64, dtype=np.uint64)
+        return np.uint64(self.rng.bit_generator.random_raw())  # (rng.integers(0, 2**64, np.uint64)'s, 3x cheaper)
 
     _calibrate = staticmethod(calibrate)  # (a method: tests replace it)
 
