@@ -330,3 +330,16 @@ def test_calibrating_in_place_gives_the_new_arrays_bits(dtype):
     got = calibrate(scaled, deviations, in_place=True)
     assert got is scaled and got.dtype == want.dtype
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_the_draws_keys_are_rng_integers_over_the_full_range():
+    """ErrorBounds.draw_key reads the rng's raw 64-bit output: the keys and the rng's state rng.integers(0, 2**64,
+    np.uint64) gives (the draws of every run as before)."""
+    from types import SimpleNamespace
+
+    for seed in (0, 1, 12345):
+        ours, numpy_s = SimpleNamespace(rng=np.random.default_rng(seed)), np.random.default_rng(seed)
+        keys = [ErrorBounds.draw_key(ours) for _ in range(200)]
+        assert all(type(k) is np.uint64 for k in keys)
+        assert keys == [numpy_s.integers(0, 2**64, dtype=np.uint64) for _ in range(200)]
+        assert ours.rng.bit_generator.state == numpy_s.bit_generator.state
