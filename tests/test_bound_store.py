@@ -343,3 +343,26 @@ def test_the_draws_keys_are_rng_integers_over_the_full_range():
         assert all(type(k) is np.uint64 for k in keys)
         assert keys == [numpy_s.integers(0, 2**64, dtype=np.uint64) for _ in range(200)]
         assert ours.rng.bit_generator.state == numpy_s.bit_generator.state
+
+
+def test_operands_copied_for_a_pass_on_the_cores_hold_the_views_elements():
+    """bound_elementwise._flat copies a broadcast or transposed operand in spans on the cores: the same elements,
+    C-ordered, read-only, as one copy gives (small ones, and ones too short to split, copied at once)."""
+    from hloexec.kernels.bound_rules import SPLIT_FROM
+    from hloexec.tools.bound_elementwise import _flat
+
+    r = np.random.default_rng(2)
+    big = SPLIT_FROM * 3 // 2
+    views = [
+        np.broadcast_to(r.standard_normal((1, 300, 1)).astype(np.float32), (big // 300 + 1, 300, 7)),
+        r.standard_normal((big // 500 + 3, 500)).T,
+        np.broadcast_to(r.standard_normal(5).astype(np.float32).view(np.uint32).astype(np.uint16), (4, big // 5, 5)),
+        np.broadcast_to(r.standard_normal((1, 64)), (big // 64, 64))[:, ::-1],
+        np.broadcast_to(r.standard_normal(big), (1, big)),  # (one row: not split)
+        r.standard_normal((7, 9))[:, ::2],
+    ]
+    for view in views:
+        for rows in {1, len(view)}:
+            flat = _flat(view, rows)
+            assert flat.flags.c_contiguous and not flat.flags.writeable
+            np.testing.assert_array_equal(flat, np.ascontiguousarray(view).reshape(-1 if rows == 1 else (rows, -1)))
