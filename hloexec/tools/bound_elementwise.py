@@ -15,10 +15,9 @@ import ml_dtypes
 import numpy as np
 
 from ..ir import opcodes
-from ..kernels.bound_rules import ADD, CONVERT, DIVIDE, MULTIPLY, NEGATE, SPLIT_FROM, SUBTRACT, elementwise_pass
-from ..kernels.threads import CORES, ranges, run_blocks
+from ..kernels.bound_rules import ADD, CONVERT, DIVIDE, MULTIPLY, NEGATE, SUBTRACT, elementwise_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, shared_rounding
-from .bound_store import SAMPLE_STORAGE, has_error
+from .bound_store import SAMPLE_STORAGE, contiguous, has_error
 
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
@@ -63,23 +62,10 @@ def _flat(array, rows: int = 1) -> np.ndarray:
     """`array` as elementwise_pass reads it: C-ordered, 1-D (or `rows` rows), read-only (every input the same
     Numba type whether or not it came writable: one compiled signature, not one per combination)."""
     if not array.flags.c_contiguous:  # (a broadcast operand's or a transposed view's: copied on the cores)
-        array = _contiguous(array)
+        array = contiguous(array)
     flat = array.reshape(-1 if rows == 1 else (rows, -1)).view()  # (the method: np.reshape's wrapper costs a call)
     flat.flags.writeable = False
     return flat
-
-
-def _contiguous(array: np.ndarray) -> np.ndarray:
-    """`array`'s elements in a new C-ordered array, copied in spans of its first dimension on the cores (numpy's copy
-    releases the GIL): a broadcast operand's bound and samples are materialized for the pass at every use (~170 MB
-    per GPT d256 step), which one core did while the other waited."""
-    out = np.empty(array.shape, array.dtype)
-    if array.size < SPLIT_FROM or array.shape[0] < 2:
-        np.copyto(out, array)
-        return out
-    spans = ranges(array.shape[0], min(array.shape[0], 4 * CORES))
-    run_blocks(len(spans), lambda i: np.copyto(out[spans[i]], array[spans[i]]), linger=False)
-    return out
 
 
 def _real_float(v) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 from ..kernels.bound_products import perturbed_float32, subtract_rounded
 from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
+from .bound_store import contiguous
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error; a power of two (the
 # compiled passes multiply by its inverse, exactly)
@@ -134,7 +135,7 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     any_coarse = rounding_groups(
         np.ravel(x),
         np.ravel(operands[1 - k]),
-        np.ravel(np.broadcast_to(source, x.shape)),
+        contiguous(np.broadcast_to(source, x.shape)).reshape(-1),  # (x's size in int64: on the cores)
         count,
         int(info.nmant),
         float(info.tiny),
