@@ -10,7 +10,8 @@ import hloexec
 from hloexec.exec.shadow import shadow_module
 from hloexec.ir.dtypes import element_type
 from hloexec.options import device_profile
-from hloexec.tools.bound_store import moved_view, widens_exactly
+from hloexec.tools.bound_samples import CALIBRATION_BLOCK, calibrate
+from hloexec.tools.bound_store import has_error, moved_view, widens_exactly
 from hloexec.tools.bounds import ErrorBounds
 from hloexec.tools.numerics import Runner, executable_like
 
@@ -281,3 +282,86 @@ def test_samples_read_one_at_a_time_are_the_whole_readings_samples(name):
     for k in range(4):
         np.testing.assert_array_equal(one_at_a_time[k], whole[k])
         np.testing.assert_array_equal(whole[k], moved_view(inst, stored, shape, (4,))[k].astype(np.float32))
+
+
+def _bounds_with_few_nonzeros():
+    """Bounds whose nonzero elements (or NaN, infinities, subnormals) sit where a first-chunk or source-only reading
+    could miss them: past the first elements, in a broadcast's source, in non-contiguous views."""
+    last = np.zeros(9000)
+    last[-1] = 5e-324  # (the least subnormal, last)
+    nan_last = np.zeros(5000, np.float32)
+    nan_last[-1] = np.nan
+    inf_late = np.zeros((50, 300), np.float32)
+    inf_late[49, 299] = np.inf
+    strided = np.zeros((100, 100))
+    strided[99, 3] = 1e-300
+    yield from (last, nan_last, inf_late, inf_late.T, strided[:, ::3], strided[:, 1::3], strided[::-1])
+    yield from (np.zeros(10000, np.float32), np.zeros((0, 5)), np.zeros(()), np.float64(0.0), np.float32(np.nan))
+    for source in (np.zeros(7, np.float32), np.array([0, 0, 1e-45], np.float32), np.array([0.0, -0.0])):
+        yield np.broadcast_to(source, (3000, source.size))
+        yield np.broadcast_to(source[:, None], (source.size, 3000))
+    r = np.random.default_rng(0)
+    for _ in range(20):
+        sparse = np.where(r.random((64, 96)) < 0.0005, r.standard_normal((64, 96)), 0.0)
+        yield np.broadcast_to(sparse[:, None, :], (64, 5, 96))
+
+
+def test_has_error_is_np_any():
+    cases = list(_bounds_with_few_nonzeros())
+    assert any(has_error(c) for c in cases) and not all(has_error(c) for c in cases)  # (both answers tested)
+    for case in cases:
+        assert has_error(case) is bool(np.any(case))
+    assert has_error(None) is False
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_calibrating_in_place_gives_the_new_arrays_bits(dtype):
+    """store_pass scales a pass's own bound in place: the same bits as calibrate's new array."""
+    r = np.random.default_rng(1)
+    n = CALIBRATION_BLOCK * 40 + 17
+    bound = (np.abs(r.standard_normal(n)) * np.exp(r.uniform(-20, 5, n))).astype(dtype)
+    bound[r.random(n) < 0.01] = 0
+    loose = np.repeat(r.uniform(1e-4, 2.0, n // CALIBRATION_BLOCK + 1), CALIBRATION_BLOCK)[:n]  # (per block)
+    deviations = (r.standard_normal((4, n)) * bound * loose).astype(np.float32)
+    want = calibrate(bound.copy(), deviations)
+    assert not np.array_equal(want, bound)  # (some block scaled)
+    scaled = bound.copy()
+    got = calibrate(scaled, deviations, in_place=True)
+    assert got is scaled and got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_the_draws_keys_are_rng_integers_over_the_full_range():
+    """ErrorBounds.draw_key reads the rng's raw 64-bit output: the keys and the rng's state rng.integers(0, 2**64,
+    np.uint64) gives (the draws of every run as before)."""
+    from types import SimpleNamespace
+
+    for seed in (0, 1, 12345):
+        ours, numpy_s = SimpleNamespace(rng=np.random.default_rng(seed)), np.random.default_rng(seed)
+        keys = [ErrorBounds.draw_key(ours) for _ in range(200)]
+        assert all(type(k) is np.uint64 for k in keys)
+        assert keys == [numpy_s.integers(0, 2**64, dtype=np.uint64) for _ in range(200)]
+        assert ours.rng.bit_generator.state == numpy_s.bit_generator.state
+
+
+def test_operands_copied_for_a_pass_on_the_cores_hold_the_views_elements():
+    """bound_elementwise._flat copies a broadcast or transposed operand in spans on the cores: the same elements,
+    C-ordered, read-only, as one copy gives (small ones, and ones too short to split, copied at once)."""
+    from hloexec.kernels.bound_rules import SPLIT_FROM
+    from hloexec.tools.bound_elementwise import _flat
+
+    r = np.random.default_rng(2)
+    big = SPLIT_FROM * 3 // 2
+    views = [
+        np.broadcast_to(r.standard_normal((1, 300, 1)).astype(np.float32), (big // 300 + 1, 300, 7)),
+        r.standard_normal((big // 500 + 3, 500)).T,
+        np.broadcast_to(r.standard_normal(5).astype(np.float32).view(np.uint32).astype(np.uint16), (4, big // 5, 5)),
+        np.broadcast_to(r.standard_normal((1, 64)), (big // 64, 64))[:, ::-1],
+        np.broadcast_to(r.standard_normal(big), (1, big)),  # (one row: not split)
+        r.standard_normal((7, 9))[:, ::2],
+    ]
+    for view in views:
+        for rows in {1, len(view)}:
+            flat = _flat(view, rows)
+            assert flat.flags.c_contiguous and not flat.flags.writeable
+            np.testing.assert_array_equal(flat, np.ascontiguousarray(view).reshape(-1 if rows == 1 else (rows, -1)))

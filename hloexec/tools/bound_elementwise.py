@@ -17,7 +17,7 @@ import numpy as np
 from ..ir import opcodes
 from ..kernels.bound_rules import ADD, CONVERT, DIVIDE, MULTIPLY, NEGATE, SUBTRACT, elementwise_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, shared_rounding
-from .bound_store import SAMPLE_STORAGE
+from .bound_store import SAMPLE_STORAGE, contiguous, has_error
 
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
 TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
@@ -61,8 +61,9 @@ def rounding_rule(etype, opcode: str, mantissa_bits: int = 0) -> tuple | None:
 def _flat(array, rows: int = 1) -> np.ndarray:
     """`array` as elementwise_pass reads it: C-ordered, 1-D (or `rows` rows), read-only (every input the same
     Numba type whether or not it came writable: one compiled signature, not one per combination)."""
-    flat = np.reshape(array, -1 if rows == 1 else (rows, -1))
-    flat = np.ascontiguousarray(flat) if not flat.flags.c_contiguous else flat.view()
+    if not array.flags.c_contiguous:  # (a broadcast operand's or a transposed view's: copied on the cores)
+        array = contiguous(array)
+    flat = array.reshape(-1 if rows == 1 else (rows, -1)).view()  # (the method: np.reshape's wrapper costs a call)
     flat.flags.writeable = False
     return flat
 
@@ -86,7 +87,9 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     errors = []  # per distinct operand: its bound, none where it is exact
     for o in operands[:1] if same else operands:
         e = bounds._stored_bound(o)
-        errors.append(_flat(np.broadcast_to(e, np.shape(x))) if e is not None and np.any(e) else _NO_ERRORS)
+        errors.append(
+            _flat(e if np.shape(e) == np.shape(x) else np.broadcast_to(e, np.shape(x))) if has_error(e) else _NO_ERRORS
+        )
     stored = [bounds._stored_samples(o) for o in operands]
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False
@@ -125,14 +128,14 @@ def store_pass(bounds, x, operands, bound, marks, samples, stats, key_state=None
     """A compiled pass's result for `x` into `bounds`: the rng's state put back to `key_state` where given (the
     pass drew a key for own errors it turned out not to have: `_sample` draws one only where a value has some),
     the operands' rounding-decided marks carried onto the op's own `marks` (None: none; each distinct operand's
-    once), the bound calibrated by its `samples` (None: not sampled) with the pass's block statistics `stats`."""
+    once), the bound (the pass's new array: scaled in place) calibrated by its `samples` (None: not sampled) with the pass's block statistics `stats`."""
     if key_state is not None:
         bounds.rng.bit_generator.state = key_state
     for m in {id(o): bounds._decided_or_none(o) for o in operands}.values():
         if m is not None:
             marks = np.array(m, bool) if marks is None else marks | m
     if samples is not None:
-        bound = bounds._calibrate(bound, samples, stats=stats)
+        bound = bounds._calibrate(bound, samples, stats=stats, in_place=True)  # (the pass's own array)
     bounds._put(x, bound, marks, samples)
 
 

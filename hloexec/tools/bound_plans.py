@@ -50,7 +50,8 @@ class InstructionPlans:
         self.kernel = KernelCache(context)
         self.decided: dict[int, tuple] = {}  # id(inst) -> (inst, original, narrow, dot or None)
 
-    def _of(self, inst) -> tuple:
+    def plan(self, inst) -> tuple:
+        """(inst, `original(inst)`, `narrow(inst)`, `as_dot(inst)`) in one lookup (the observer's every call)."""
         plan = self.decided.get(id(inst))
         if plan is None:
             comp = inst.computation.name if inst.computation is not None else ""
@@ -62,12 +63,12 @@ class InstructionPlans:
 
     def original(self, inst):
         """The original program's instruction `inst` (the shadow's) stands for; None for the shadow's own helpers."""
-        return self._of(inst)[1]
+        return self.plan(inst)[1]
 
     def narrow(self, inst) -> bool:
         """Whether `inst`'s original's float types are all 32 bits or narrower."""
-        return self._of(inst)[2]
+        return self.plan(inst)[2]
 
     def as_dot(self, inst):
         """The dot a convolution `inst` is (tools/bound_convolution.as_dot), None where it is not one."""
-        return self._of(inst)[3]
+        return self.plan(inst)[3]

@@ -6,12 +6,15 @@ the elements whose roundings are one error
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
 from ..kernels.bound_products import perturbed_float32
 from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
+from .bound_store import contiguous
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error; a power of two (the
 # compiled passes multiply by its inverse, exactly)
@@ -75,7 +78,7 @@ def _perturbed_float32(value, deviations) -> np.ndarray:
     return out
 
 
-def calibrate(bound, deviations, ceiling=None, stats=None):
+def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = False):
     """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
     few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
     samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
@@ -86,22 +89,22 @@ def calibrate(bound, deviations, ceiling=None, stats=None):
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
     sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
-    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass)."""
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). `in_place`: `bound`
+    is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
-    # the samples' squares against the bound's, per block, in one pass (kernels/bound_rules.block_ratios)
-    flat = np.reshape(bound, -1)
-    if stats is None:
-        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), flat, CALIBRATION_BLOCK)
+    if stats is None:  # the samples' squares against the bound's, per block, in one pass (block_ratios)
+        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), np.reshape(bound, -1), CALIBRATION_BLOCK)
     largest, total, counted, seen, unjudged = stats
     if unjudged or seen < CALIBRATED_FROM:
         return bound
     # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
-    spread = SIGMAS / np.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
+    spread = SIGMAS / math.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
     enough = counted >= CALIBRATED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
-    factor = np.where(enough & (largest > 0), factor, 1.0).astype(flat.dtype)
-    calibrated = bound if np.all(factor == 1) else _scaled(bound, factor)
+    factor = np.where(enough & (largest > 0), factor, 1.0).astype(bound.dtype)
+    out = bound if in_place and ceiling is None else None
+    calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
     if ceiling is None:
         return calibrated
     # the block's root mean square of SIGMAS x the samples' RMS over the bound
@@ -141,7 +144,7 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     any_coarse = rounding_groups(
         np.ravel(x),
         np.ravel(operands[1 - k]),
-        np.ravel(np.broadcast_to(source, x.shape)),
+        contiguous(np.broadcast_to(source, x.shape)).reshape(-1),  # (x's size in int64: on the cores)
         count,
         int(info.nmant),
         float(info.tiny),
@@ -152,8 +155,10 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     return groups if any_coarse else None
 
 
-def _scaled(bound: np.ndarray, per_block: np.ndarray) -> np.ndarray:
-    """`bound` times a value per block of CALIBRATION_BLOCK consecutive elements (of the value's type)."""
-    out = np.empty(np.shape(bound), np.result_type(bound, per_block))
+def _scaled(bound: np.ndarray, per_block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`bound` times a value per block of CALIBRATION_BLOCK consecutive elements (of the value's type), into `out`
+    (`bound` itself: its own elements in place; default a new array)."""
+    if out is None:
+        out = np.empty(np.shape(bound), np.result_type(bound, per_block))
     scale_blocks(np.reshape(bound, -1), per_block, CALIBRATION_BLOCK, out.reshape(-1))
     return out

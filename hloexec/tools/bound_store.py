@@ -27,7 +27,9 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
+from ..kernels.bound_rules import SPLIT_FROM
 from ..kernels.half import from_f32, to_f32
+from ..kernels.threads import CORES, ranges, run_blocks
 
 # what the samples' float32 deviations are kept in (float32 keeps every bench_verdict catch of main; bfloat16
 # halves the samples' memory and, on the GPT step with the same draws, caught 0-3 fewer 1% / 0.1% changes of 84
@@ -35,6 +37,22 @@ from ..kernels.half import from_f32, to_f32
 SAMPLE_STORAGE = np.dtype(ml_dtypes.bfloat16)
 # moving ops whose bounds, marks and samples are views of their operand's (`moved_view`)
 VIEW_MOVES = frozenset({"broadcast", "reshape", "transpose", "slice", "copy"})
+_HEAD = 4096  # elements `has_error` reads before the whole: most bounds are nonzero in their first ones
+
+
+def has_error(bound) -> bool:
+    """Whether `bound` (an array, None for none) has a nonzero element: np.any's answer (NaN counts), read from a
+    broadcast's source (each repeated element once) and from a first few elements before the whole (np.any reads
+    every element even where the first is nonzero: 1.2 ms on 4M float32, on one core)."""
+    if bound is None:
+        return False
+    bound = np.asarray(bound)
+    if bound.flags.c_contiguous:
+        flat = bound.reshape(-1)
+        return bool(flat[:_HEAD].any()) or (flat.size > _HEAD and bool(flat[_HEAD:].any()))
+    if not bound.size:
+        return False
+    return bool(bound[tuple(0 if step == 0 else slice(None) for step in bound.strides)].any())
 
 
 def widens_exactly(source, target) -> bool:
@@ -48,11 +66,25 @@ def widens_exactly(source, target) -> bool:
     return bool(t.nmant >= s.nmant and t.maxexp >= s.maxexp and t.smallest_subnormal <= s.smallest_subnormal)
 
 
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """`array`'s elements in a new C-ordered array, copied in spans of its first dimension on the cores (numpy's copy
+    releases the GIL): a broadcast operand's bound and samples are materialized for a compiled pass at every use
+    (~170 MB per GPT d256 step), and shared_rounding's index map, which one core did while the other waited."""
+    out = np.empty(array.shape, array.dtype)
+    if array.size < SPLIT_FROM or array.shape[0] < 2:
+        np.copyto(out, array)
+        return out
+    spans = ranges(array.shape[0], min(array.shape[0], 4 * CORES))
+    run_blocks(len(spans), lambda i: np.copyto(out[spans[i]], array[spans[i]]), linger=False)
+    return out
+
+
 def moved_view(inst, array, shape: tuple, lead: tuple = ()):
     """`array` (an operand's bound or marks, or with `lead` leading dims its samples; anything that broadcasts to
     the operand's `shape`) as `inst` (one of VIEW_MOVES) moves the operand's elements: a view where numpy has one
     (a reshape of a strided view may copy)."""
-    array = np.broadcast_to(array, (*lead, *shape))
+    if array.shape != (*lead, *shape):
+        array = np.broadcast_to(array, (*lead, *shape))
     n = len(lead)
     out = tuple(inst.shape.dims)
     if inst.opcode == "copy":
