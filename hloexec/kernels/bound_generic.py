@@ -84,7 +84,7 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
             for t in range(m):
                 decided[t] |= up[t] != down[t]
     if rounds:
-        any_own = _round_chunk(xv, before, bound, scales, per_sigma, rule)
+        any_own = _round_chunk(xv, before, bound, scales, per_sigma, rule, False)
     else:
         for t in range(m):
             bound[t] = before[t]
