@@ -421,6 +421,40 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
                                    rtol=1e-6)
 
 
+def test_block_ratios_totals_are_the_exact_sums_rounded(passes):
+    """Each block's total (summed in eight lanes, kernels/bound_rules._lane_sum) is the exact sum of its ratios
+    (math.fsum of the float32 sums of squares over the bound squared) within a few float64 roundings, blocks of
+    every length mod 8 (a shorter last block, blocks of 1 to 9 elements)."""
+    rng = np.random.default_rng(5)
+    for block, n in ((CALIBRATION_BLOCK, 40 * CALIBRATION_BLOCK + 13), (9, 1000), (1, 50), (7, 31)):
+        deviations = rng.standard_normal((4, n)).astype(np.float32) * np.float32(10.0) ** rng.integers(-3, 4, n)
+        bound = np.abs(rng.standard_normal(n)).astype(np.float32) + np.float32(0.1)
+        _, total, counted, seen, _ = block_ratios(deviations, bound, block)
+        squares = np.zeros(n, np.float32)
+        for row in deviations:  # (in sample order, as the pass adds them)
+            squares += row * row
+        ratios = squares.astype(np.float64) / np.square(bound.astype(np.float64))
+        exact = [math.fsum(ratios[j : j + block]) for j in range(0, n, block)]
+        np.testing.assert_allclose(total, exact, rtol=8 * 2.0**-52, atol=0)
+        assert list(counted) == [min(block, n - j) for j in range(0, n, block)] and seen == n
+
+
+def test_elementwise_pass_refuses_a_rule_it_does_not_compute():
+    """The pass rounds by an arithmetic op's rule only (its loop leaves the wider type's ulps and the
+    reduce-precision floor out): a transcendental's rule is an error, not a smaller bound."""
+    from hloexec.ir.dtypes import ELEMENT_TYPES
+    from hloexec.tools.bound_elementwise import FUSED, rounding_rule
+
+    n = 8
+    x = np.ones(n, np.float32)
+    rows = np.empty((4, 0), np.uint16)
+    with pytest.raises(ValueError, match="arithmetic op"):
+        bound_rules.elementwise_pass(FUSED["multiply"], False, True, x, x, x, x, x, rows, rows,
+                                     rounding_rule(ELEMENT_TYPES["bf16"], "tanh"), (np.uint64(1), np.empty(0, np.int64),
+                                     float(SIGMAS)), np.empty(n, np.float32), np.empty((4, 0), np.uint16),
+                                     np.zeros(n, bool), CALIBRATION_BLOCK)  # fmt: skip
+
+
 @pytest.mark.parametrize("opcode, which, keyed", [("add", "both", True), ("subtract", "b", True),
                                                   ("multiply", "both", False), ("divide", "both", False),
                                                   ("divide", "same", False), ("convert", "a", False)])

@@ -20,7 +20,7 @@ from .bound_rules import (
     _block_statistics,
     _moved_apart,
     _nan_max,
-    _rounded,
+    _round_chunk,
     _tally_blocks,
     over_cores,
 )
@@ -86,11 +86,7 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
             for t in range(m):
                 decided[t] |= up[t] != down[t]
     if rounds:
-        for t in range(m):
-            v = xv[t]
-            own, bound[t] = _rounded(v, before[t], abs(v) + before[t], rule)
-            scales[t] = np.float32(own * per_sigma)  # (a standard normal draw times it: the own error's)
-            any_own |= own != 0
+        any_own = _round_chunk(xv, before, bound, scales, per_sigma, rule, False)
     else:
         for t in range(m):
             bound[t] = before[t]

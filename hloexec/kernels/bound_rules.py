@@ -51,28 +51,73 @@ def _nan_min(a, b):
 
 
 @njit(inline="always")
+def _own_rounding(magnitude, rule, ulps_only=False):
+    """An element's own rounding error bound at `magnitude` before the exact-value rule (`_rounded`); `ulps_only`
+    (a constant): the rule has no reduce-precision floor and no wider type's ulps (an arithmetic op's)."""
+    nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps, precision_scale = rule[:7]
+    own = half_ulps * _ulp(magnitude, nmant, tiny)
+    if not ulps_only and precision_scale > 0:
+        own = max(own, precision_scale * magnitude) if magnitude == magnitude else math.nan
+    if not ulps_only and wide_ulps > 0:
+        own += wide_ulps * _ulp(magnitude, wide_nmant, wide_tiny)
+    return own
+
+
+@njit(inline="always")
+def _a_value_of_the_type(v, rule):
+    """Whether `v` is a value of the rule's type (nothing rounds it): a multiple of its ulp at |v| of at most its
+    largest, or an infinity where the type has them."""
+    nmant, tiny, largest, has_inf = rule[0], rule[1], rule[8], rule[9]
+    if math.isinf(v):
+        return has_inf
+    # v / its ulp, as v times the ulp's inverse (both powers of two, the inverse a normal f64 where the ulp is:
+    # the same real number rounded, no division), a whole number where v is on the type's grid (every f64 is on
+    # f64's: its ulp may be subnormal, 0 steps then)
+    steps = 0.0 if nmant >= 52 else v * _inverse_power(_ulp(v, nmant, tiny))
+    return abs(v) <= largest and steps == math.floor(steps)
+
+
+@njit(inline="always")
+def _after_rounding(b, own, cap):
+    """The bound after a rounding of bound `own` of a value of bound `b`: min(sqrt(b^2 + own^2), b + own x cap)."""
+    return _nan_min(math.sqrt(b * b + own * own), b + own * cap)
+
+
+@njit(inline="always")
 def _rounded(v, b, magnitude, rule):
     """One element's own rounding and its bound after it (round_bounds' rule; `rule` its scalars, in its
     argument order from `nmant` on): v the value, b the bound before the rounding, `magnitude` where the ulp is
     taken. Returns (own, bound)."""
-    nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps, precision_scale, exact_rule, largest, has_inf, cap = rule
-    own = half_ulps * _ulp(magnitude, nmant, tiny)
-    if precision_scale > 0:
-        own = max(own, precision_scale * magnitude) if magnitude == magnitude else math.nan
-    if wide_ulps > 0:
-        own += wide_ulps * _ulp(magnitude, wide_nmant, wide_tiny)
-    if exact_rule and b == 0:
-        if math.isinf(v):
-            representable = has_inf
-        else:
-            # v / its ulp, as v times the ulp's inverse (both powers of two, the inverse a normal f64 where the
-            # ulp is: the same real number rounded, no division), a whole number where v is on the type's grid
-            # (every f64 is on f64's: its ulp may be subnormal, 0 steps then)
-            steps = 0.0 if nmant >= 52 else v * _inverse_power(_ulp(v, nmant, tiny))
-            representable = abs(v) <= largest and steps == math.floor(steps)
-        if representable:
-            own = 0.0
-    return own, _nan_min(math.sqrt(b * b + own * own), b + own * cap)
+    own = _own_rounding(magnitude, rule)
+    if rule[7] and b == 0 and _a_value_of_the_type(v, rule):  # (exact_rule: exact operands, x of the type)
+        own = 0.0
+    return own, _after_rounding(b, own, rule[10])
+
+
+@njit(inline="always")
+def _round_chunk(x, before, bound, scales, per_sigma, rule, ulps_only):
+    """`_rounded` of a chunk's elements (values `x`, bounds before the rounding `before`, each at |x| + before)
+    into `bound`, and own x `per_sigma` into `scales` (float32: a standard normal draw times it is the samples' own
+    error). Two loops: one with no branch on the data for every element (it vectorizes), then the exact-value rule
+    on the elements with a bound 0 only (few: the rule's test in the first loop made it ~30% slower). `ulps_only`
+    (a constant): the rule is an arithmetic op's (`_own_rounding`; the loop ~25% faster without the tests).
+    Returns whether any own error is nonzero."""
+    exact_rule, cap, any_own = rule[7], rule[10], False
+    for t in range(bound.size):
+        v, b = np.float64(x[t]), before[t]
+        own = _own_rounding(abs(v) + b, rule, ulps_only)
+        bound[t] = _after_rounding(b, own, cap)
+        scales[t] = np.float32(own * per_sigma)
+        any_own |= own != 0 and not (exact_rule and b == 0)
+    if exact_rule:
+        for t in range(bound.size):
+            if before[t] == 0:
+                v = np.float64(x[t])
+                if _a_value_of_the_type(v, rule):
+                    bound[t], scales[t] = _after_rounding(0.0, 0.0, cap), 0
+                else:
+                    any_own |= _own_rounding(abs(v), rule, ulps_only) != 0
+    return any_own
 
 
 def round_bounds(x, variance, at, own_out, bound_out, *rule, threads=None):
@@ -192,13 +237,27 @@ def _divide_variance(same, xi, va, vb, ea, eb, with_a, with_b):
 
 
 @njit(inline="always")
+def _lane_sum(r):
+    """The sum of `r` (float64) as eight sums of every eighth element, added pairwise at the end: eight chains of
+    adds at once where one sum in element order waits for each add (its ~4 cycles an element were a quarter of
+    the block statistics' time); as accurate or more."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    whole = r.size - r.size % 8
+    for t in range(0, whole, 8):
+        s0, s1, s2, s3 = s0 + r[t], s1 + r[t + 1], s2 + r[t + 2], s3 + r[t + 3]
+        s4, s5, s6, s7 = s4 + r[t + 4], s5 + r[t + 5], s6 + r[t + 6], s7 + r[t + 7]
+    for t in range(whole, r.size):
+        s0 += r[t]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@njit(inline="always")
 def _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged):
     """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`) (block_ratios: per
     block its largest ratio, their total, how many): `squares`, its samples' sums of squares, `bound` its bounds
     (views from the chunk's start); `ratios` (f64) and `judged` (bool), a chunk's temporaries. Returns whether an
     element is unjudged (non-finite samples under a finite bound). Each element's ratio first, in a loop without
-    a branch (it vectorizes); per block then their sum in element order (the same bits as a sum along the
-    block), the largest as the largest bit pattern (of ratios >= 0: the order of their values) or NaN where one
+    a branch (it vectorizes); per block then their sum (`_lane_sum`), the largest as the largest bit pattern (of ratios >= 0: the order of their values) or NaN where one
     is (0 / 0 where e^2 underflows), and the count."""
     n, unjudged = bound.size, False
     for t in range(n):
@@ -212,9 +271,7 @@ def _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, ju
             ratios[j * block - lo : min(n, (j + 1) * block - lo)],
             judged[j * block - lo : (j + 1) * block - lo],
         )
-        summed = 0.0
-        for t in range(ratio.size):
-            summed += ratio[t]
+        summed = _lane_sum(ratio)
         top, nan, count = 0, False, 0
         for t in range(ratio.size):
             r = ratio[t]
@@ -276,70 +333,85 @@ ADD, SUBTRACT, NEGATE, CONVERT, MULTIPLY, DIVIDE = range(6)
 
 
 @njit(inline="always")
-def _deviations(kind, x, a, b, da, db, out, with_a, with_b):
+def _stored(d, t, draws, scales, rounds, squares, bits):
+    """Sample deviation `d` of element t plus its own error (draws[t] x scales[t] where the op `rounds`) into
+    `bits` (its bfloat16 bits: kernels/half.f32_to_bf16), its square added to `squares` (float32, as the samples
+    are: calibration reads them before their rounding to bfloat16). A select, no branch: the loops vectorize."""
+    own = draws[t] * scales[t]  # (read whether or not used: a select, not a branch around loads)
+    d = d + own if rounds else d
+    squares[t] += d * d
+    bits[t] = f32_to_bf16(d)
+
+
+@njit(inline="always")
+def _sample_row(kind, x, a, b, da, db, with_a, with_b, draws, scales, rounds, squares, bits):
     """One sample's deviations of an elementwise_pass op from its operands' (computed in float32, as the samples
     are; `da` / `db`: their bfloat16 bits, decoded here (a shift: exact), unused where `with_a` / `with_b` is
     False: that operand has none, its deviations 0): np.add / np.subtract / np.negative / np.positive on them; a
-    multiply's da (b + db) + a db, a divide's (da - x db) / (b + db). One loop per case, nothing decided inside it
-    (loops the compiler vectorizes)."""
+    multiply's da (b + db) + a db, a divide's (da - x db) / (b + db); each `_stored` with its own error in the same
+    loop. One loop per case, nothing decided inside it (loops the compiler vectorizes)."""
     zero = np.float32(0)
     if kind == MULTIPLY and with_a and with_b:
-        for t in range(out.size):
+        for t in range(bits.size):
             ra, rb = bf16_to_f32(da[t]), bf16_to_f32(db[t])
-            out[t] = ra * (np.float32(b[t]) + rb) + np.float32(a[t]) * rb
+            _stored(ra * (np.float32(b[t]) + rb) + np.float32(a[t]) * rb, t, draws, scales, rounds, squares, bits)
     elif kind == MULTIPLY and with_a:
-        for t in range(out.size):
-            out[t] = bf16_to_f32(da[t]) * np.float32(b[t])
+        for t in range(bits.size):
+            _stored(bf16_to_f32(da[t]) * np.float32(b[t]), t, draws, scales, rounds, squares, bits)
     elif kind == MULTIPLY and with_b:
-        for t in range(out.size):
-            out[t] = np.float32(a[t]) * bf16_to_f32(db[t])
+        for t in range(bits.size):
+            _stored(np.float32(a[t]) * bf16_to_f32(db[t]), t, draws, scales, rounds, squares, bits)
     elif kind == DIVIDE and with_a and with_b:
-        for t in range(out.size):
+        for t in range(bits.size):
             ra, rb = bf16_to_f32(da[t]), bf16_to_f32(db[t])
-            out[t] = (ra - np.float32(x[t]) * rb) / (np.float32(b[t]) + rb)
+            _stored((ra - np.float32(x[t]) * rb) / (np.float32(b[t]) + rb), t, draws, scales, rounds, squares, bits)
     elif kind == DIVIDE and with_a:
-        for t in range(out.size):
-            out[t] = bf16_to_f32(da[t]) / np.float32(b[t])
+        for t in range(bits.size):
+            _stored(bf16_to_f32(da[t]) / np.float32(b[t]), t, draws, scales, rounds, squares, bits)
     elif kind == DIVIDE and with_b:
-        for t in range(out.size):
+        for t in range(bits.size):
             rb = bf16_to_f32(db[t])
-            out[t] = -np.float32(x[t]) * rb / (np.float32(b[t]) + rb)
+            _stored(-np.float32(x[t]) * rb / (np.float32(b[t]) + rb), t, draws, scales, rounds, squares, bits)
     elif (kind == ADD or kind == SUBTRACT) and with_b:
         sign = np.float32(-1 if kind == SUBTRACT else 1)
-        for t in range(out.size):
-            out[t] = (bf16_to_f32(da[t]) if with_a else zero) + sign * bf16_to_f32(db[t])
+        for t in range(bits.size):
+            d = (bf16_to_f32(da[t]) if with_a else zero) + sign * bf16_to_f32(db[t])
+            _stored(d, t, draws, scales, rounds, squares, bits)
     elif with_a and kind != MULTIPLY and kind != DIVIDE:
         sign = np.float32(-1 if kind == NEGATE else 1)
-        for t in range(out.size):
-            out[t] = sign * bf16_to_f32(da[t])
+        for t in range(bits.size):
+            _stored(sign * bf16_to_f32(da[t]), t, draws, scales, rounds, squares, bits)
     else:
-        out[:] = -zero if kind == NEGATE else zero
+        none = -zero if kind == NEGATE else zero
+        for t in range(bits.size):
+            _stored(none, t, draws, scales, rounds, squares, bits)
 
 
 @njit(inline="always")
-def _divide_loop(same, x, a, b, ea, eb, with_a, with_b, variance, decided):
-    """`_divide_variance` of each element into `variance` and `decided`."""
-    for t in range(variance.size):
-        variance[t], decided[t] = _divide_variance(
+def _divide_loop(same, x, a, b, ea, eb, with_a, with_b, before, decided):
+    """`_divide_variance` of each element, its root into `before`, into `decided`."""
+    for t in range(before.size):
+        variance, decided[t] = _divide_variance(
             same, np.float64(x[t]), np.float64(a[t]), np.float64(b[t]),
             np.float64(ea[t]) if with_a else 0.0, np.float64(eb[t]) if with_b else 0.0, with_a, with_b,
         )  # fmt: skip
+        before[t] = math.sqrt(variance)
 
 
 @njit(inline="always")
-def _first_order_loop(multiply, same, a, b, ea, eb, with_a, with_b, variance):
-    """`_first_order_at` of each element into `variance`."""
-    for t in range(variance.size):
-        variance[t] = _first_order_at(
+def _first_order_loop(multiply, same, a, b, ea, eb, with_a, with_b, before):
+    """`_first_order_at` of each element, its root into `before`."""
+    for t in range(before.size):
+        before[t] = math.sqrt(_first_order_at(
             multiply, same, np.float64(a[t]), np.float64(b[t]),
             np.float64(ea[t]) if with_a else 0.0, np.float64(eb[t]) if with_b else 0.0, with_a, with_b,
-        )  # fmt: skip
+        ))  # fmt: skip
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _variances(kind, same, x, a, b, ea, eb, variance, decided):
-    """elementwise_pass' bounds before the rounding, squared, of a chunk (a divide's rounding-decided elements into
-    `decided`; `ea`, `eb`: none where empty): loops with their flags constant (inlined), which the compiler
+def _bounds_before(kind, same, x, a, b, ea, eb, before, decided):
+    """elementwise_pass' bounds before the rounding (the variances' roots) of a chunk (a divide's
+    rounding-decided elements into `decided`; `ea`, `eb`: none where empty): loops with their flags constant (inlined), which the compiler
     vectorizes: a divide's one per case of which operands have errors (with the flags read inside it stayed
     scalar: 2.2x slower), the others' one for a multiply and one for the rest (an add's, a convert's 10-15%
     faster). Each further case compiles its loop again (cold: ~1 s each): only these. A function of its own: the
@@ -347,17 +419,17 @@ def _variances(kind, same, x, a, b, ea, eb, variance, decided):
     with_a, with_b = ea.size > 0, eb.size > 0
     if kind == DIVIDE:
         if with_a and with_b:
-            _divide_loop(same, x, a, b, ea, eb, True, True, variance, decided)
+            _divide_loop(same, x, a, b, ea, eb, True, True, before, decided)
         elif with_a:
-            _divide_loop(same, x, a, b, ea, eb, True, False, variance, decided)
+            _divide_loop(same, x, a, b, ea, eb, True, False, before, decided)
         elif with_b:
-            _divide_loop(same, x, a, b, ea, eb, False, True, variance, decided)
+            _divide_loop(same, x, a, b, ea, eb, False, True, before, decided)
         else:
-            _divide_loop(same, x, a, b, ea, eb, False, False, variance, decided)
+            _divide_loop(same, x, a, b, ea, eb, False, False, before, decided)
     elif kind == MULTIPLY:
-        _first_order_loop(True, same, a, b, ea, eb, with_a, with_b, variance)
+        _first_order_loop(True, same, a, b, ea, eb, with_a, with_b, before)
     else:
-        _first_order_loop(False, same, a, b, ea, eb, with_a, with_b, variance)
+        _first_order_loop(False, same, a, b, ea, eb, with_a, with_b, before)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -384,39 +456,27 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     key, keys, sigmas = draws
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     chunk = block * _CHUNK_BLOCKS
-    variance, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
+    bounds_before, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
     drawn = np.empty((samples + samples % 2, chunk), np.float32)  # (fill_draws' rows: whole pairs)
     ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
-    deviation = np.empty(chunk, np.float32)  # (one sample's, before its bfloat16 rounding)
     any_own, unjudged = False, False
     for lo in range(first, last, chunk):
         hi = min(last, lo + chunk)
         xv, av, bv, eav, ebv, bound = x[lo:hi], a[lo:hi], b[lo:hi], ea[lo:hi], eb[lo:hi], bound_out[lo:hi]
-        _variances(kind, same, xv, av, bv, eav, ebv, variance[: hi - lo], decided_out[lo:hi])
-        for t in range(hi - lo):
-            before = math.sqrt(variance[t])
-            if rounds:
-                v = np.float64(xv[t])
-                own, bound[t] = _rounded(v, before, abs(v) + before, rule)
-                scales[t] = np.float32(own * per_sigma)  # (a standard normal draw times it: the own error's)
-                any_own |= own != 0
-            else:
-                bound[t] = before
+        before = bounds_before[: hi - lo]
+        _bounds_before(kind, same, xv, av, bv, eav, ebv, before, decided_out[lo:hi])
+        if rounds:
+            any_own |= _round_chunk(xv, before, bound, scales[: hi - lo], per_sigma, rule, True)
+        else:
+            bound[:] = before
         if not sampled:
             continue
         squares[:] = 0
         if rounds:
             fill_draws(key, lo, hi - lo, keys[lo:hi] if keys.size > 0 else keys, drawn)
         for k in range(samples):
-            out, bits = deviation[: hi - lo], samples_out[k, lo:hi]
-            _deviations(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], out, with_a, with_b)
-            if rounds:
-                own_draws = drawn[k, : hi - lo]
-                for t in range(hi - lo):
-                    out[t] += own_draws[t] * scales[t]
-            for t in range(hi - lo):
-                squares[t] += out[t] * out[t]
-                bits[t] = f32_to_bf16(out[t])
+            _sample_row(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], with_a, with_b, drawn[k, : hi - lo], scales,
+                        rounds, squares, samples_out[k, lo:hi])  # fmt: skip
         unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
     return any_own, unjudged
 
@@ -425,6 +485,8 @@ def elementwise_pass(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, b
                      block, threads=None):  # fmt: skip
     """`_elementwise_span` over all of `x`'s elements, spans of whole blocks on the cores (`over_cores`). Returns
     (any own error nonzero, largest, total, counted, seen, unjudged): calibration's statistics per block."""
+    if rounds and (rule[5] or rule[6]):
+        raise ValueError("elementwise_pass rounds by an arithmetic op's rule (no wider type's ulps, no precision)")
     args = (kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out, block)
     stats = _block_statistics(x.size, block)
     spans = over_cores(x.size, block, lambda first, last: _elementwise_span(*args, first, last, *stats), threads)
