@@ -337,8 +337,11 @@ def test_the_samples_finishing_pass_is_the_separate_passes(n, noisy, passes):
         got = np.empty((4, n), np.uint16)
         got_stats = finish_samples(moved, x, own, key, SIGMAS, bound, CALIBRATION_BLOCK, got)
     np.testing.assert_array_equal(got, from_f32(want, ml_dtypes.bfloat16).view(np.uint16))
-    for g, w in zip(got_stats, want_stats):
-        np.testing.assert_array_equal(g, w)
+    # the block totals within a few roundings: summed in lanes, a float32 square's last bits (its noise's product
+    # made in another order) can survive where an element-order sum absorbed them
+    np.testing.assert_allclose(got_stats[1], want_stats[1], rtol=1e-12)
+    for i in (0, 2, 3, 4):
+        np.testing.assert_array_equal(got_stats[i], want_stats[i])
     assert got_stats[3] > CALIBRATION_BLOCK and got_stats[4]  # (judged elements and unjudged ones among them)
 
 
