@@ -153,6 +153,7 @@ ODD_FLAGS = {      # found by a hostile-input audit: each was an internal error 
     "--max-memory 1e400": (["run", "{f}", "--max-memory", "1e400"], "too large"),
     "--partitions 0": (["run", "{f}", "--partitions", "0"], "count >= 1"),
     "--replicas 0": (["compare", "{f}", "--reference", "shadow", "--replicas", "0"], "count >= 1"),
+    "--plot .xyz": (["memory", "{f}", "--plot", "{d}/timeline.xyz"], "ending in .png"),
     "a plugin calling sys.exit": (["run", "{f}", "--plugin", "{d}/exits.py"], "SystemExit"),
 }
 

@@ -61,3 +61,26 @@ def test_regression(text, message):
     error = info.value
     assert message in str(error)
     assert error.line >= 1 and error.column >= 1
+
+
+# The hostile-input audit of every command: modules that parse but break a command's own reading of them (each
+# was an internal error); the command must exit 2 with `error:` naming the file and what is wrong.
+DOT_DIM_OUT_OF_RANGE = _entry(
+    "a = f32[2,3] parameter(0)", "b = f32[3,4] parameter(1)",
+    "ROOT d = f32[2,4] dot(a, b), lhs_contracting_dims={5}, rhs_contracting_dims={0}").decode()
+COMMAND_CASES = {
+    "stats: dot contracting dim past the rank": (["stats", "{f}"], DOT_DIM_OUT_OF_RANGE, "lhs_contracting_dims [5]"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMMAND_CASES))
+def test_command_regression(capsys, tmp_path, case):
+    from hloexec.tools.cli import main
+
+    argv, text, message = COMMAND_CASES[case]
+    path = tmp_path / "m.hlo"
+    path.write_text(text)
+    code = main([a.format(f=path, d=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "internal error" not in err and "Traceback" not in err, err
+    assert f"error: {path}" in err and message in err, err
