@@ -84,3 +84,44 @@ def test_command_regression(capsys, tmp_path, case):
     err = capsys.readouterr().err
     assert code == 2 and "internal error" not in err and "Traceback" not in err, err
     assert f"error: {path}" in err and message in err, err
+
+
+SCATTER_ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+"""
+# Instructions XLA's verifier rejects that reached a kernel and failed there with numpy's IndexError / ValueError
+# (wrapped as "ExecutionError: IndexError: ..."): now refused as the instruction is prepared, saying what is wrong.
+INVALID_INSTRUCTIONS = {
+    "reduce-repeated-dimension": (
+        _entry("p = f32[4,3] parameter(0)", "z = f32[] constant(0)",
+               "ROOT r = f32[3] reduce(p, z), dimensions={0,0}, to_apply=add"), "dimension [0, 0] repeats"),
+    "reverse-repeated-dimension": (
+        _entry("p = f32[4,3] parameter(0)", "ROOT r = f32[4,3] reverse(p), dimensions={0,0}"), "repeats a dimension"),
+    "gather-start-index-map-out-of-range": (
+        _entry("p = f32[4,3] parameter(0)", "i = s32[2,1] parameter(1)",
+               "ROOT g = f32[2,3] gather(p, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={99}, "
+               "index_vector_dim=1, slice_sizes={1,3}"), "start_index_map dimension 99 is out of range"),
+    "scatter-dims-to-operand-dims-out-of-range": (
+        _entry("x = f32[4,3] parameter(0)", "i = s32[2,1] parameter(1)", "u = f32[2,3] parameter(2)",
+               "ROOT s = f32[4,3] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0}, "
+               "scatter_dims_to_operand_dims={7}, index_vector_dim=1, to_apply=add"),
+        "scatter_dims_to_operand_dims dimension 7 is out of range"),
+    "add-operands-of-different-dimensions": (
+        _entry("a = f32[10] parameter(0)", "b = f32[0] parameter(1)", "ROOT r = f32[10] add(a, b)"),
+        "different dimensions: f32[10] and f32[0]"),
+}
+
+
+@pytest.mark.parametrize("text,message", INVALID_INSTRUCTIONS.values(), ids=INVALID_INSTRUCTIONS.keys())
+def test_invalid_instruction_refused_before_its_kernel(text, message):
+    import hloexec
+    from hloexec.errors import UnsupportedError
+
+    module = SCATTER_ADD + text.decode()
+    with pytest.raises(UnsupportedError, match="not what the operands give") as info:
+        exe = hloexec.load(module, compile="never")
+        exe.run(*exe.random_inputs(seed=0))
+    assert message in str(info.value) and "HLO line" in str(info.value)
