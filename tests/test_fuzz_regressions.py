@@ -5,6 +5,7 @@ the cases below say what each one must give: the HloParseError XLA's parser woul
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -125,3 +126,38 @@ def test_invalid_instruction_refused_before_its_kernel(text, message):
         exe = hloexec.load(module, compile="never")
         exe.run(*exe.random_inputs(seed=0))
     assert message in str(info.value) and "HLO line" in str(info.value)
+
+
+# Library arguments of the wrong type: each failed inside (numpy's or os.path's TypeError, AttributeError 'but',
+# bytes(5) parsed as five NUL bytes); now a TypeError naming the argument.
+SMALL = "HloModule small\n\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] negate(p)\n}\n"
+WRONG_TYPES = {
+    "device=5": ({"device": 5}, "device=5: expected a DeviceProfile"),
+    "device=[tpu]": ({"device": ["tpu"]}, "device=['tpu']: expected a DeviceProfile"),
+    "max_memory='8G'": ({"max_memory": "8G"}, "max_memory='8G': expected a number of bytes"),
+    "options=5": ({"options": 5}, "options=5: expected an hloexec.options.Options"),
+}
+
+
+@pytest.mark.parametrize("kwargs,message", WRONG_TYPES.values(), ids=WRONG_TYPES.keys())
+def test_load_names_an_argument_of_the_wrong_type(kwargs, message):
+    import hloexec
+
+    with pytest.raises(TypeError, match=re.escape(message)):
+        hloexec.load(SMALL, **kwargs)
+
+
+@pytest.mark.parametrize("source", [None, 5])
+def test_parse_names_a_source_that_is_not_text(source):
+    import hloexec
+
+    with pytest.raises(TypeError, match=f"HLO text .* not {type(source).__name__}"):
+        hloexec.parse(source)
+
+
+def test_random_inputs_name_a_negative_seed():
+    import hloexec
+    from hloexec.errors import ExecutionError
+
+    with pytest.raises(ExecutionError, match="seed must be an integer >= 0, got -1"):
+        hloexec.load(SMALL).random_inputs(seed=-1)

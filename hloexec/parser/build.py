@@ -66,9 +66,11 @@ class Source:
                     self._mmap = self.buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         elif isinstance(source, str) and _LOOKS_LIKE_A_PATH.fullmatch(source):
             raise FileNotFoundError(f"no such file: {source}")
-        else:
+        elif isinstance(source, (str, bytes, bytearray, memoryview)):
             self.path = path
             self.buf = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else bytes(source)
+        else:  # bytes(5) would be five NUL bytes
+            raise TypeError(f"expected HLO text (str or bytes) or a path, not {type(source).__name__}")
 
     def text(self, off: int, length: int) -> str:
         return self.buf[off : off + length].decode("utf-8", "replace")
