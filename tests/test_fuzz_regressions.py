@@ -76,10 +76,18 @@ BAD_METADATA_IN_A_CALL = (
     '  ROOT n = f32[4] negate(a), metadata={op_name="x" stack_frame_id=1e9}\n}\n\n'
     "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=f\n}\n"
 )
+# an array all-to-all whose split dimension does not divide by its group's size: numpy's "array split does not
+# result in an equal division" (a ValueError) came out of the participant
+ALL_TO_ALL_UNEVEN = (
+    "HloModule a2a, num_partitions=3\n\nENTRY e {\n  p = f32[4,2] parameter(0)\n"
+    "  ROOT a = f32[4,2] all-to-all(p), channel_id=1, replica_groups={{0,1,2}}, dimensions={0}\n}\n"
+)
 COMMAND_CASES = {
     "stats: dot contracting dim past the rank": (["stats", "{f}"], DOT_DIM_OUT_OF_RANGE, "lhs_contracting_dims [5]"),
     "numerics: bad metadata in a called computation": (
         ["numerics", "{f}"], BAD_METADATA_IN_A_CALL, ":5:39: in %n: bad value for attribute metadata"),
+    "run --spmd: all-to-all of a dimension its group does not divide": (
+        ["run", "{f}", "--spmd"], ALL_TO_ALL_UNEVEN, "%a: dimension 0 of [[4, 2]] does not split into 3 blocks"),
 }
 
 
