@@ -48,6 +48,11 @@ CASES = {
     # parsed silently, XLA rejects dimensions outside int64
     "dimension-too-big": (_entry("ROOT p = f32[99999999999999999999999] parameter(0)"), "out of range"),
     "dimension-negative": (_entry("ROOT p = f32[-5] parameter(0)"), "out of range"),
+    # the hostile-input audit: an IndexError in every SPMD run (no participant); XLA takes a count
+    "num-partitions-zero": (b"HloModule m, num_partitions=0\n\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n",
+                            "num_partitions=0: expected a count >= 1"),
+    "replica-count-negative": (b"HloModule m, replica_count=-2\n\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n",
+                               "replica_count=-2: expected a count >= 1"),
     # AttributeSyntaxError / LiteralSyntaxError escaped from lazy decoding instead of HloParseError
     "bad-attribute": (_entry("p = f32[4] parameter(0)", "ROOT r = f32[4] reverse(p), dimensions={x}"),
                       "dimensions"),

@@ -431,11 +431,15 @@ class Builder:
             has_header = bool(flags & MODULE_HEADER)
             name = self.src.text(name_off, name_len) if has_header else entry.name
             frames = partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None
+            attrs = self.attrs(attr_begin, attr_count)
+            for key in ("num_partitions", "replica_count"):  # XLA's parser takes a count; 0 made no participant
+                if key in attrs and not (attrs[key].isdigit() and int(attrs[key]) >= 1):
+                    raise self.src.error(f"{key}={attrs[key]}: expected a count >= 1", text_off)
             module = Module(
                 name,
                 None,
                 entry,
-                attrs=self.attrs(attr_begin, attr_count),
+                attrs=attrs,
                 has_header=has_header,
                 line=line,
                 path=self.src.path,
