@@ -109,7 +109,7 @@ def test_command_regression(capsys, tmp_path, case):
     assert f"error: {path}" in err and message in err and "Error:" not in err, err
 
 
-SCATTER_ADD = """add {
+ADD = """add {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT r = f32[] add(a, b)
@@ -143,7 +143,7 @@ def test_invalid_instruction_refused_before_its_kernel(text, message):
     import hloexec
     from hloexec.errors import UnsupportedError
 
-    module = SCATTER_ADD + text.decode()
+    module = ADD + text.decode()
     with pytest.raises(UnsupportedError, match="not what the operands give") as info:
         exe = hloexec.load(module, compile="never")
         exe.run(*exe.random_inputs(seed=0))
@@ -183,3 +183,25 @@ def test_random_inputs_name_a_negative_seed():
 
     with pytest.raises(ExecutionError, match="seed must be an integer >= 0, got -1"):
         hloexec.load(SMALL).random_inputs(seed=-1)
+
+
+STRAY_DEVICE_ID = "HloModule stray\n\n" + ADD + _entry(
+    "p = f32[4] parameter(0)", "ROOT ar = f32[4] all-reduce(p), replica_groups={{99999999999,0}}, to_apply=add").decode()
+
+
+def test_a_stray_device_id_is_not_inferred_as_a_machine(capsys, tmp_path):
+    """A headerless module whose replica groups name device 99999999999: `run --spmd`, `collectives`, `export`
+    and `memory --spmd` set out to make 1e11 participants (hung); the counts are not inferred past 65536."""
+    import hloexec
+    from hloexec import spmd
+    from hloexec.errors import ExecutionError
+    from hloexec.tools.cli import main
+
+    with pytest.raises(ExecutionError, match="100000000000 replicas: more than 65536 participants are not inferred"):
+        spmd.device_counts(hloexec.parse(STRAY_DEVICE_ID)[0])
+    assert spmd.device_counts(hloexec.parse(STRAY_DEVICE_ID)[0], 1, 2)[:2] == (1, 2)   # counts given: as given
+    path = tmp_path / "m.hlo"
+    path.write_text(STRAY_DEVICE_ID)
+    assert main(["collectives", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "--partitions/--replicas" in err and "internal error" not in err, err
