@@ -132,6 +132,9 @@ INVALID_INSTRUCTIONS = {
                "ROOT s = f32[4,3] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0}, "
                "scatter_dims_to_operand_dims={7}, index_vector_dim=1, to_apply=add"),
         "scatter_dims_to_operand_dims dimension 7 is out of range"),
+    "concatenate-operands-of-different-ranks": (
+        _entry("a = pred[1] parameter(0)", "b = pred[] parameter(1)", "ROOT c = pred[2] concatenate(a, b), dimensions={0}"),
+        "operands pred[1] and pred[] differ outside dimension 0"),
     "add-operands-of-different-dimensions": (
         _entry("a = f32[10] parameter(0)", "b = f32[0] parameter(1)", "ROOT r = f32[10] add(a, b)"),
         "different dimensions: f32[10] and f32[0]"),

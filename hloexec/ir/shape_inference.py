@@ -232,7 +232,7 @@ def _concatenate(opcode, ops, attr):
     _same_type(ops, "the operands")
     for s in ops[1:]:
         if s.rank != first.rank or any(a != b for k, (a, b) in enumerate(zip(s.dims, first.dims)) if k != axis):
-            _fail(f"operands {_text(first)} and {_text(s)} differ outside dimension {axis}")
+            raise DimensionsError(f"operands {_text(first)} and {_text(s)} differ outside dimension {axis}")
     out = list(first.dims)
     out[axis] = sum(s.dims[axis] for s in ops)
     return _like(first, out)
