@@ -87,10 +87,18 @@ ALL_TO_ALL_UNEVEN = (
     "HloModule a2a, num_partitions=3\n\nENTRY e {\n  p = f32[4,2] parameter(0)\n"
     "  ROOT a = f32[4,2] all-to-all(p), channel_id=1, replica_groups={{0,1,2}}, dimensions={0}\n}\n"
 )
+# entry parameters numbered 4294967296 and 1: `diff` looked its inputs up by number (IndexError); `run` took
+# them in sorted order. XLA numbers a computation's parameters 0..N-1, once each.
+PARAMETER_NUMBER_GAP = _entry(
+    "a = f32[] parameter(4294967296)", "b = f32[] parameter(1)", "ROOT r = f32[] multiply(a, b)").decode()
 COMMAND_CASES = {
     "stats: dot contracting dim past the rank": (["stats", "{f}"], DOT_DIM_OUT_OF_RANGE, "lhs_contracting_dims [5]"),
     "numerics: bad metadata in a called computation": (
         ["numerics", "{f}"], BAD_METADATA_IN_A_CALL, ":5:39: in %n: bad value for attribute metadata"),
+    "diff: parameter numbers with a gap": (
+        ["diff", "{f}", "{f}"], PARAMETER_NUMBER_GAP, ":2:3: in %a: parameter number 4294967296: computation %e has 2"),
+    "run: parameter numbers with a gap": (
+        ["run", "{f}"], PARAMETER_NUMBER_GAP, ":2:3: in %a: parameter number 4294967296: computation %e has 2"),
     "run --spmd: all-to-all of a dimension its group does not divide": (
         ["run", "{f}", "--spmd"], ALL_TO_ALL_UNEVEN, "%a: dimension 0 of [[4, 2]] does not split into 3 blocks"),
 }
@@ -135,6 +143,9 @@ INVALID_INSTRUCTIONS = {
     "concatenate-operands-of-different-ranks": (
         _entry("a = pred[1] parameter(0)", "b = pred[] parameter(1)", "ROOT c = pred[2] concatenate(a, b), dimensions={0}"),
         "operands pred[1] and pred[] differ outside dimension 0"),
+    "multiply-of-pred-and-f32": (
+        _entry("a = pred[] parameter(0)", "b = f32[] parameter(1)", "ROOT r = f32[] multiply(a, b)"),
+        "different element types: pred[] and f32[]"),
     "add-operands-of-different-dimensions": (
         _entry("a = f32[10] parameter(0)", "b = f32[0] parameter(1)", "ROOT r = f32[10] add(a, b)"),
         "different dimensions: f32[10] and f32[0]"),

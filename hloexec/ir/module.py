@@ -417,9 +417,18 @@ class Computation:
 
     @cached_property
     def parameters(self) -> list[Instruction]:
-        """Parameter instructions ordered by parameter number."""
+        """Parameter instructions ordered by parameter number (XLA's: 0..N-1, each once; HloParseError else)."""
         params = [i for i in self.instructions if i.opcode == "parameter"]
         params.sort(key=lambda i: i.parameter_number)
+        n = len(params)
+        out_of_range = [p for p in params if not 0 <= p.parameter_number < n]
+        repeated = [p for k, p in enumerate(params) if p.parameter_number != k]
+        if out_of_range or repeated:
+            p = (out_of_range or repeated)[0]
+            raise p.parse_error(
+                f"parameter number {p.parameter_number}: computation %{self.name} has {n} parameter(s), "
+                f"numbered 0..{n - 1} once each"
+            )
         return params
 
     @cached_property
