@@ -30,8 +30,8 @@ class ShapeInferenceError(ValueError):
 
 class DimensionsError(ShapeInferenceError):
     """An attribute naming a dimension the operand does not have, or one twice, or operands whose dimensions
-    must match and do not: no shape is right (XLA's verifier rejects the instruction), so check_shape says so
-    rather than leaving it to the op."""
+    (or kinds of element type: pred and f32) must match and do not: no shape is right (XLA's verifier rejects
+    the instruction), so check_shape says so rather than leaving it to the op."""
 
 
 Attr = Callable[[str], object]  # key -> decoded attribute value, None when absent
@@ -74,7 +74,10 @@ def _same_type(shapes: Sequence[Shape], what: str) -> None:
     first = shapes[0]
     for s in shapes[1:]:
         if s.element_type is not first.element_type:
-            _fail(f"{what} have different element types: {_text(first)} and {_text(s)}")
+            message = f"{what} have different element types: {_text(first)} and {_text(s)}"
+            if s.element_type.kind == first.element_type.kind == "float":  # mixed precision: left to the op
+                _fail(message)
+            raise DimensionsError(message)
 
 
 def _dims_in_range(dims, rank: int, what: str) -> None:
