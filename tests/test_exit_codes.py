@@ -146,3 +146,23 @@ def test_spmd_and_ray_runs_refuse_what_cannot_fit_before_allocating(capsys, tmp_
     code, out, err = cli(capsys, [argv[0], path, *[a.format(f=path) for a in argv[1:]]])
     assert code == 2 and "\nerror: " in "\n" + err and "internal error" not in err, (out, err)   # (Ray logs first)
     assert "needs" in err and ("GiB" in err or "GB" in err), err
+
+
+ODD_FLAGS = {      # found by a hostile-input audit: each was an internal error or another exit code
+    "--seed -1": (["run", "{f}", "--seed", "-1"], "seed >= 0"),
+    "--max-memory 1e400": (["run", "{f}", "--max-memory", "1e400"], "too large"),
+    "--partitions 0": (["run", "{f}", "--partitions", "0"], "count >= 1"),
+    "--replicas 0": (["compare", "{f}", "--reference", "shadow", "--replicas", "0"], "count >= 1"),
+    "--plot .xyz": (["memory", "{f}", "--plot", "{d}/timeline.xyz"], "ending in .png"),
+    "a plugin calling sys.exit": (["run", "{f}", "--plugin", "{d}/exits.py"], "SystemExit"),
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_FLAGS))
+def test_odd_flag_values_exit_2_with_a_message(capsys, tmp_path, name):
+    (tmp_path / "m.hlo").write_text(GOOD)
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    argv, says = ODD_FLAGS[name]
+    code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo", d=tmp_path) for a in argv])
+    assert code == 2 and "error:" in err and "internal error" not in err and "Traceback" not in err, (code, err)
+    assert says in err, err

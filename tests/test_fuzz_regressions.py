@@ -5,6 +5,7 @@ the cases below say what each one must give: the HloParseError XLA's parser woul
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -47,6 +48,11 @@ CASES = {
     # parsed silently, XLA rejects dimensions outside int64
     "dimension-too-big": (_entry("ROOT p = f32[99999999999999999999999] parameter(0)"), "out of range"),
     "dimension-negative": (_entry("ROOT p = f32[-5] parameter(0)"), "out of range"),
+    # the hostile-input audit: an IndexError in every SPMD run (no participant); XLA takes a count
+    "num-partitions-zero": (b"HloModule m, num_partitions=0\n\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n",
+                            "num_partitions=0: expected a count >= 1"),
+    "replica-count-negative": (b"HloModule m, replica_count=-2\n\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n",
+                               "replica_count=-2: expected a count >= 1"),
     # AttributeSyntaxError / LiteralSyntaxError escaped from lazy decoding instead of HloParseError
     "bad-attribute": (_entry("p = f32[4] parameter(0)", "ROOT r = f32[4] reverse(p), dimensions={x}"),
                       "dimensions"),
@@ -61,3 +67,155 @@ def test_regression(text, message):
     error = info.value
     assert message in str(error)
     assert error.line >= 1 and error.column >= 1
+
+
+# The hostile-input audit of every command: modules that parse but break a command's own reading of them (each
+# was an internal error); the command must exit 2 with `error:` naming the file and what is wrong.
+DOT_DIM_OUT_OF_RANGE = _entry(
+    "a = f32[2,3] parameter(0)", "b = f32[3,4] parameter(1)",
+    "ROOT d = f32[2,4] dot(a, b), lhs_contracting_dims={5}, rhs_contracting_dims={0}").decode()
+# metadata decoded lazily, first by numerics in a called computation: its HloParseError came wrapped by the runner
+# as "ExecutionError: HloParseError: ..."
+BAD_METADATA_IN_A_CALL = (
+    "HloModule m\n\nf {\n  a = f32[4] parameter(0)\n"
+    '  ROOT n = f32[4] negate(a), metadata={op_name="x" stack_frame_id=1e9}\n}\n\n'
+    "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] call(p), to_apply=f\n}\n"
+)
+# an array all-to-all whose split dimension does not divide by its group's size: numpy's "array split does not
+# result in an equal division" (a ValueError) came out of the participant
+ALL_TO_ALL_UNEVEN = (
+    "HloModule a2a, num_partitions=3\n\nENTRY e {\n  p = f32[4,2] parameter(0)\n"
+    "  ROOT a = f32[4,2] all-to-all(p), channel_id=1, replica_groups={{0,1,2}}, dimensions={0}\n}\n"
+)
+# entry parameters numbered 4294967296 and 1: `diff` looked its inputs up by number (IndexError); `run` took
+# them in sorted order. XLA numbers a computation's parameters 0..N-1, once each.
+PARAMETER_NUMBER_GAP = _entry(
+    "a = f32[] parameter(4294967296)", "b = f32[] parameter(1)", "ROOT r = f32[] multiply(a, b)").decode()
+COMMAND_CASES = {
+    "stats: dot contracting dim past the rank": (["stats", "{f}"], DOT_DIM_OUT_OF_RANGE, "lhs_contracting_dims [5]"),
+    "numerics: bad metadata in a called computation": (
+        ["numerics", "{f}"], BAD_METADATA_IN_A_CALL, ":5:39: in %n: bad value for attribute metadata"),
+    "diff: parameter numbers with a gap": (
+        ["diff", "{f}", "{f}"], PARAMETER_NUMBER_GAP, ":2:3: in %a: parameter number 4294967296: computation %e has 2"),
+    "run: parameter numbers with a gap": (
+        ["run", "{f}"], PARAMETER_NUMBER_GAP, ":2:3: in %a: parameter number 4294967296: computation %e has 2"),
+    "run --spmd: all-to-all of a dimension its group does not divide": (
+        ["run", "{f}", "--spmd"], ALL_TO_ALL_UNEVEN, "%a: dimension 0 of [[4, 2]] does not split into 3 blocks"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMMAND_CASES))
+def test_command_regression(capsys, tmp_path, case):
+    from hloexec.tools.cli import main
+
+    argv, text, message = COMMAND_CASES[case]
+    path = tmp_path / "m.hlo"
+    path.write_text(text)
+    code = main([a.format(f=path, d=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "internal error" not in err and "Traceback" not in err, err
+    assert f"error: {path}" in err and message in err and "Error:" not in err, err
+
+
+ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+"""
+# Instructions XLA's verifier rejects that reached a kernel and failed there with numpy's IndexError / ValueError
+# (wrapped as "ExecutionError: IndexError: ..."): now refused as the instruction is prepared, saying what is wrong.
+INVALID_INSTRUCTIONS = {
+    "reduce-repeated-dimension": (
+        _entry("p = f32[4,3] parameter(0)", "z = f32[] constant(0)",
+               "ROOT r = f32[3] reduce(p, z), dimensions={0,0}, to_apply=add"), "dimension [0, 0] repeats"),
+    "reverse-repeated-dimension": (
+        _entry("p = f32[4,3] parameter(0)", "ROOT r = f32[4,3] reverse(p), dimensions={0,0}"), "repeats a dimension"),
+    "gather-start-index-map-out-of-range": (
+        _entry("p = f32[4,3] parameter(0)", "i = s32[2,1] parameter(1)",
+               "ROOT g = f32[2,3] gather(p, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={99}, "
+               "index_vector_dim=1, slice_sizes={1,3}"), "start_index_map dimension 99 is out of range"),
+    "scatter-dims-to-operand-dims-out-of-range": (
+        _entry("x = f32[4,3] parameter(0)", "i = s32[2,1] parameter(1)", "u = f32[2,3] parameter(2)",
+               "ROOT s = f32[4,3] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0}, "
+               "scatter_dims_to_operand_dims={7}, index_vector_dim=1, to_apply=add"),
+        "scatter_dims_to_operand_dims dimension 7 is out of range"),
+    "concatenate-operands-of-different-ranks": (
+        _entry("a = pred[1] parameter(0)", "b = pred[] parameter(1)", "ROOT c = pred[2] concatenate(a, b), dimensions={0}"),
+        "operands pred[1] and pred[] differ outside dimension 0"),
+    "multiply-of-pred-and-f32": (
+        _entry("a = pred[] parameter(0)", "b = f32[] parameter(1)", "ROOT r = f32[] multiply(a, b)"),
+        "different element types: pred[] and f32[]"),
+    "add-operands-of-different-dimensions": (
+        _entry("a = f32[10] parameter(0)", "b = f32[0] parameter(1)", "ROOT r = f32[10] add(a, b)"),
+        "different dimensions: f32[10] and f32[0]"),
+}
+
+
+@pytest.mark.parametrize("text,message", INVALID_INSTRUCTIONS.values(), ids=INVALID_INSTRUCTIONS.keys())
+def test_invalid_instruction_refused_before_its_kernel(text, message):
+    import hloexec
+    from hloexec.errors import UnsupportedError
+
+    module = ADD + text.decode()
+    with pytest.raises(UnsupportedError, match="not what the operands give") as info:
+        exe = hloexec.load(module, compile="never")
+        exe.run(*exe.random_inputs(seed=0))
+    assert message in str(info.value) and "HLO line" in str(info.value)
+
+
+# Library arguments of the wrong type: each failed inside (numpy's or os.path's TypeError, AttributeError 'but',
+# bytes(5) parsed as five NUL bytes); now a TypeError naming the argument.
+SMALL = "HloModule small\n\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] negate(p)\n}\n"
+WRONG_TYPES = {
+    "device=5": ({"device": 5}, "device=5: expected a DeviceProfile"),
+    "device=[tpu]": ({"device": ["tpu"]}, "device=['tpu']: expected a DeviceProfile"),
+    "max_memory='8G'": ({"max_memory": "8G"}, "max_memory='8G': expected a number of bytes"),
+    "options=5": ({"options": 5}, "options=5: expected an hloexec.options.Options"),
+}
+
+
+@pytest.mark.parametrize("kwargs,message", WRONG_TYPES.values(), ids=WRONG_TYPES.keys())
+def test_load_names_an_argument_of_the_wrong_type(kwargs, message):
+    import hloexec
+
+    with pytest.raises(TypeError, match=re.escape(message)):
+        hloexec.load(SMALL, **kwargs)
+
+
+@pytest.mark.parametrize("source", [None, 5])
+def test_parse_names_a_source_that_is_not_text(source):
+    import hloexec
+
+    with pytest.raises(TypeError, match=f"HLO text .* not {type(source).__name__}"):
+        hloexec.parse(source)
+
+
+def test_random_inputs_name_a_negative_seed():
+    import hloexec
+    from hloexec.errors import ExecutionError
+
+    with pytest.raises(ExecutionError, match="seed must be an integer >= 0, got -1"):
+        hloexec.load(SMALL).random_inputs(seed=-1)
+
+
+STRAY_DEVICE_ID = "HloModule stray\n\n" + ADD + _entry(
+    "p = f32[4] parameter(0)", "ROOT ar = f32[4] all-reduce(p), replica_groups={{99999999999,0}}, to_apply=add").decode()
+
+
+def test_a_stray_device_id_is_not_inferred_as_a_machine(capsys, tmp_path):
+    """A headerless module whose replica groups name device 99999999999: `run --spmd`, `collectives`, `export`
+    and `memory --spmd` set out to make 1e11 participants (hung); the counts are not inferred past 65536."""
+    import hloexec
+    from hloexec import spmd
+    from hloexec.errors import ExecutionError
+    from hloexec.tools.cli import main
+
+    with pytest.raises(ExecutionError, match="100000000000 replicas: more than 65536 participants are not inferred"):
+        spmd.device_counts(hloexec.parse(STRAY_DEVICE_ID)[0])
+    assert spmd.device_counts(hloexec.parse(STRAY_DEVICE_ID)[0], 1, 2)[:2] == (1, 2)   # counts given: as given
+    path = tmp_path / "m.hlo"
+    path.write_text(STRAY_DEVICE_ID)
+    assert main(["collectives", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "--partitions/--replicas" in err and "internal error" not in err, err

@@ -203,3 +203,18 @@ def test_the_jax_bridge_dump_of_a_bf16_program_reads_back_through_every_path(cap
     for inputs, expected in ((paths["inputs"], paths["outputs"]), (tmp_path / "plain_in.npz", tmp_path / "plain_out.npz")):
         code, _, err = cli(capsys, "compare", paths["before"], "--inputs", inputs, "--expected", expected)
         assert code == 0, err
+
+
+def test_plain_savez_float8_e5m2_is_read(capsys, tmp_path):
+    """np.save writes ml_dtypes' float8_e5m2 with the descr '<f1' (the other 1-byte types as raw |V1), which
+    np.load cannot read back: the file was 'cannot be read' (found by the hostile-input audit)."""
+    x = np.array([1.5, -0.25, 57344, 2**-16], ml_dtypes.float8_e5m2)
+    (tmp_path / "m.hlo").write_text("HloModule e5m2\n\nENTRY e {\n  p = f8e5m2[4] parameter(0)\n"
+                                    "  ROOT c = f32[4] convert(p)\n}\n")
+    np.savez(tmp_path / "in.npz", arg0=x)
+    with pytest.raises(ValueError, match="<f1"):                 # the case at issue: numpy's own reader
+        np.load(tmp_path / "in.npz")["arg0"]
+    np.savez(tmp_path / "out.npz", out0=x.astype(np.float32))
+    code, _, err = cli(capsys, "compare", tmp_path / "m.hlo", "--inputs", tmp_path / "in.npz",
+                       "--expected", tmp_path / "out.npz", "--atol", "0", "--rtol", "0")
+    assert code == 0, err

@@ -129,6 +129,16 @@ def test_dump_directory_becomes_test_items(pytester, tmp_path):
     result.assert_outcomes(passed=2)
 
 
+def test_a_dumped_module_without_an_hlo_stage_fails_naming_its_files(pytester, tmp_path):
+    """module_0009..txt (no stage hloexec reads): its item failed with an IndexError inside the plugin (found by
+    the hostile-input audit); now with the DumpError `hloexec run DIR --module 9` gives."""
+    (tmp_path / "module_0009..txt").write_text("x")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(tmp_path))
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "has no HLO dump (only: module_0009..txt)" in out and "IndexError" not in out, out
+
+
 def test_dump_option_names_a_directory_without_dumps(pytester, tmp_path):
     result = pytester.runpytest("-p", "no:cacheprovider", "--hloexec-dumps", str(tmp_path))
     assert result.ret == pytest.ExitCode.USAGE_ERROR

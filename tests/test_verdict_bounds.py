@@ -491,3 +491,42 @@ ENTRY e {{
     bound = run.bounds[exe.options.device.name].bounds[0]
     assert np.all(error <= bound), float(np.max(error / bound))
     assert np.max(error / bound) > 0.2
+
+
+TOPK = """HloModule topk_values
+
+greater {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}
+
+ENTRY e {
+  x = f32[8] parameter(0)
+  t = (f32[3], s32[3]) custom-call(x), custom_call_target="TopK", called_computations={greater}
+  ROOT v = f32[3] get-tuple-element(t), index=0
+}
+"""
+
+
+def test_elements_without_a_bound_are_judged_by_the_baseline_not_passed(tmp_path, capsys):
+    """A TopK custom-call has no bound rule: its outputs were 'not judged', so a candidate twice the exact top-k
+    (or all 3.4e38) was CONSISTENT, exit 0 (found by the hostile-input audit). They keep the rule without bounds."""
+    from hloexec.tools.cli import main
+
+    x = np.array([0.5, -1, 3, 2.25, 7, -4, 1, 0.125], np.float32)
+    top = np.sort(x)[::-1][:3]                                   # the exact answer, numpy's own sort
+    (tmp_path / "m.hlo").write_text(TOPK)
+    np.savez(tmp_path / "in.npz", arg0=x)
+    np.savez(tmp_path / "good.npz", out0=top)
+    argv = ["compare", str(tmp_path / "m.hlo"), "--inputs", str(tmp_path / "in.npz"), "--reference", "shadow",
+            "--actual", str(tmp_path / "good.npz")]
+    assert main(argv) == 0, capsys.readouterr()
+    assert "3 without a bound" in capsys.readouterr().out
+    for name, wrong in [("twice", top * 2), ("max", np.full(3, np.finfo(np.float32).max, np.float32))]:
+        np.savez(tmp_path / f"{name}.npz", out0=wrong)
+        assert main(argv[:-1] + [str(tmp_path / f"{name}.npz")]) == 1
+        out = capsys.readouterr().out
+        assert "3 element(s) without a bound beyond" in out and "NOT CONSISTENT" in out, out

@@ -114,6 +114,8 @@ class Executable:
         chains stay op by op (exec/fuse.py groups none), so an observed run sees each of their instructions."""
         keep_freed_memory()  # warm runs reuse the last run's freed pages (kernels/heap.py)
         self.module = module
+        for computation in module.computations:
+            computation.check_parameter_numbers()
         elided = module.elided_constants()
         if elided:
             warnings.warn(elided_constants_note(module, elided), ElidedConstantWarning, stacklevel=3)

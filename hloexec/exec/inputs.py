@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import MemoryLimitError, UnsupportedError
+from ..errors import ExecutionError, MemoryLimitError, UnsupportedError
 from ..ir.module import Instruction, Module
 from ..options import available_memory
 from ..ir.shape import Shape
@@ -25,6 +25,8 @@ def random_inputs(
 ) -> list:
     """One random value per entry parameter (`domains`: input_domains(module), when the caller has them);
     MemoryLimitError, before allocating, when they alone cannot fit."""
+    if not isinstance(seed, (int, np.integer)) or seed < 0:  # numpy's own error would not say which argument
+        raise ExecutionError(f"random inputs of {module.name}: the seed must be an integer >= 0, got {seed!r}")
     check_inputs_fit(module.name, [p.shape for p in module.entry.parameters], max_memory)
     for p in module.entry.parameters:
         _check_representable(p)

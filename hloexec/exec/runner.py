@@ -9,7 +9,7 @@ import time
 import warnings
 from functools import partial
 
-from ..errors import CompileWarning, ExecutionError, UnsupportedError, describe_site
+from ..errors import CompileWarning, ExecutionError, HloParseError, UnsupportedError, describe_site
 from ..ir.module import Instruction
 from .plan import Plan
 from .schedule_codegen import compile_schedule
@@ -40,7 +40,7 @@ class Runner:
         if self._run_fast and progress is None and profile is None and observe is None:
             try:
                 return self._run_fast(args)
-            except (UnsupportedError, ExecutionError):
+            except (UnsupportedError, ExecutionError, HloParseError):  # they name the instruction
                 raise
             except Exception as e:  # values are immutable: rerun checked, which names the failing instruction
                 fast_error = e
@@ -77,7 +77,7 @@ class Runner:
                     start = time.perf_counter()
                     value = step.kernel(*operands)
                     profile[step.inst] = profile.get(step.inst, 0.0) + time.perf_counter() - start
-            except (UnsupportedError, ExecutionError):
+            except (UnsupportedError, ExecutionError, HloParseError):  # they name the instruction
                 raise
             except Exception as e:  # a kernel failing is a bug or bad input: say where
                 raise ExecutionError(f"{type(e).__name__}: {e}{describe_site(step.inst)}") from e

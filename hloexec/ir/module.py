@@ -422,6 +422,20 @@ class Computation:
         params.sort(key=lambda i: i.parameter_number)
         return params
 
+    def check_parameter_numbers(self) -> None:
+        """HloParseError at a parameter unless they are numbered 0..N-1, once each (XLA's rule; a run binds its
+        arguments by number). Not at parse: the text of such a computation still prints."""
+        params = self.parameters
+        n = len(params)
+        out_of_range = [p for p in params if not 0 <= p.parameter_number < n]
+        repeated = [p for k, p in enumerate(params) if p.parameter_number != k]
+        if out_of_range or repeated:
+            p = (out_of_range or repeated)[0]
+            raise p.parse_error(
+                f"parameter number {p.parameter_number}: computation %{self.name} has {n} parameter(s), "
+                f"numbered 0..{n - 1} once each"
+            )
+
     @cached_property
     def by_name(self) -> dict[str, Instruction]:
         return {i.name: i for i in self.instructions}

@@ -28,6 +28,12 @@ class ShapeInferenceError(ValueError):
     """Why a result shape cannot be inferred from the operands and attributes given."""
 
 
+class DimensionsError(ShapeInferenceError):
+    """An attribute naming a dimension the operand does not have, or one twice, or operands whose dimensions
+    (or kinds of element type: pred and f32) must match and do not: no shape is right (XLA's verifier rejects
+    the instruction), so check_shape says so rather than leaving it to the op."""
+
+
 Attr = Callable[[str], object]  # key -> decoded attribute value, None when absent
 
 
@@ -61,22 +67,25 @@ def _same_dims(shapes: Sequence[Shape], what: str) -> None:
     first = shapes[0]
     for s in shapes[1:]:
         if s.dims != first.dims:
-            _fail(f"{what} have different dimensions: {_text(first)} and {_text(s)}")
+            raise DimensionsError(f"{what} have different dimensions: {_text(first)} and {_text(s)}")
 
 
 def _same_type(shapes: Sequence[Shape], what: str) -> None:
     first = shapes[0]
     for s in shapes[1:]:
         if s.element_type is not first.element_type:
-            _fail(f"{what} have different element types: {_text(first)} and {_text(s)}")
+            message = f"{what} have different element types: {_text(first)} and {_text(s)}"
+            if s.element_type.kind == first.element_type.kind == "float":  # mixed precision: left to the op
+                _fail(message)
+            raise DimensionsError(message)
 
 
 def _dims_in_range(dims, rank: int, what: str) -> None:
     for d in dims:
         if not 0 <= d < rank:
-            _fail(f"{what} {d} is out of range for rank {rank}")
+            raise DimensionsError(f"{what} {d} is out of range for rank {rank}")
     if len(set(dims)) != len(dims):
-        _fail(f"{what} {list(dims)} repeats a dimension")
+        raise DimensionsError(f"{what} {list(dims)} repeats a dimension")
 
 
 _COMPONENT = {"c64": "f32", "c128": "f64"}
@@ -226,7 +235,7 @@ def _concatenate(opcode, ops, attr):
     _same_type(ops, "the operands")
     for s in ops[1:]:
         if s.rank != first.rank or any(a != b for k, (a, b) in enumerate(zip(s.dims, first.dims)) if k != axis):
-            _fail(f"operands {_text(first)} and {_text(s)} differ outside dimension {axis}")
+            raise DimensionsError(f"operands {_text(first)} and {_text(s)} differ outside dimension {axis}")
     out = list(first.dims)
     out[axis] = sum(s.dims[axis] for s in ops)
     return _like(first, out)
@@ -344,6 +353,7 @@ def _gather(opcode, ops, attr):
     if len(sizes) != x.rank or any(not 0 <= s <= n for s, n in zip(sizes, x.dims)):
         _fail(f"slice_sizes {list(sizes)} do not fit the operand {_text(x)}")
     _dims_in_range(collapsed + operand_batching, x.rank, "collapsed or batching dimension")
+    _dims_in_range(attr("start_index_map") or (), x.rank, "start_index_map dimension")
     if not 0 <= index_vector_dim <= indices.rank:
         _fail(f"index_vector_dim {index_vector_dim} is out of range for indices {_text(indices)}")
     batch = [n for d, n in enumerate(indices.dims) if d != index_vector_dim]
@@ -363,6 +373,12 @@ def _scatter(opcode, ops, attr):
     n = (len(ops) - 1) // 2
     inputs = [_array(s, "an input") for s in ops[:n]]
     _same_dims(inputs, "the inputs")
+    _dims_in_range(attr("scatter_dims_to_operand_dims") or (), inputs[0].rank, "scatter_dims_to_operand_dims dimension")
+    _dims_in_range(
+        (attr("inserted_window_dims") or ()) + (attr("input_batching_dims") or ()),
+        inputs[0].rank,
+        "inserted window or batching dimension",
+    )
     return inputs[0] if n == 1 else tuple_shape(inputs)
 
 
@@ -529,7 +545,7 @@ CHECKED_ONLY: dict[str, Callable] = {
 def check_shape(opcode: str, operands: Sequence[Shape], attr: Attr, declared: Shape) -> str | None:
     """Why `declared` is not the shape `opcode` gives on `operands` with `attr`, or None when it is (or when
     there is no rule to say: an opcode without one, or operands and attributes it cannot infer from, which the
-    op itself rejects). Layouts are not compared, nor float precisions (XLA's verifier with mixed precision
+    op itself rejects; but dimensions out of range or repeated are said). Layouts are not compared, nor float precisions (XLA's verifier with mixed precision
     allowed, as TPU dumps need it: bf16[] multiply(f32[], f32[])); dot and convolution results by dimensions only."""
     check = CHECKED_ONLY.get(opcode)
     if check is not None:
@@ -540,6 +556,8 @@ def check_shape(opcode: str, operands: Sequence[Shape], attr: Attr, declared: Sh
         return None
     try:
         inferred = infer_shape(opcode, operands, attr)
+    except DimensionsError as e:
+        return str(e)
     except ShapeInferenceError:
         return None
     if opcode in RESULT_TYPE_FREE and not declared.is_tuple:

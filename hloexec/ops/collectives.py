@@ -185,6 +185,16 @@ def all_gather(inst, ctx):
     return run
 
 
+def _check_split(inst, xs, dim: int, n: int) -> None:
+    """ExecutionError when dimension `dim` of the arrays `xs` does not split into the group's `n` blocks (XLA's
+    shape rules would reject the instruction for its replica groups)."""
+    if any(x.shape[dim] % n for x in xs):
+        raise ExecutionError(
+            f"%{inst.name}: dimension {dim} of {[list(x.shape) for x in xs]} does not split "
+            f"into {n} blocks (the group's size)"
+        )
+
+
 @op(
     "reduce-scatter",
     kernel="python",
@@ -200,11 +210,7 @@ def reduce_scatter(inst, ctx):
     def run(*xs):
         group = participants(inst, ctx.device)
         n = len(group)
-        if any(split and x.shape[dim] % n for split, x in zip(scattered, xs)):
-            raise ExecutionError(
-                f"%{inst.name}: dimension {dim} of {[list(x.shape) for x in xs]} does not split "
-                f"into {n} blocks (the group's size)"
-            )
+        _check_split(inst, [x for split, x in zip(scattered, xs) if split], dim, n)
         blocks = [np.split(x, n, axis=dim) if split else [x] * n for split, x in zip(scattered, xs)]
         sends = {d: tuple(b[k] for b in blocks) for k, d in enumerate(group)}
         got = ctx.device.communicator.exchange(inst, sends, group)
@@ -228,6 +234,7 @@ def all_to_all(inst, ctx):
         n = len(group)
         if dims:
             d = dims[0]
+            _check_split(inst, xs[:1], d, n)
             sends = {dest: block for dest, block in zip(group, np.split(xs[0], n, axis=d))}
             return np.concatenate(ctx.device.communicator.exchange(inst, sends, group), axis=d)
         if len(xs) != n:

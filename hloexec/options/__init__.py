@@ -8,6 +8,8 @@ fusions keep f16/bf16 intermediates in f32 (`excess_precision`); limits: the mem
 
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass, field, fields, replace
 
 from .devices import REDUCTIONS, REFERENCE, DeviceProfile, device_profile
@@ -27,6 +29,8 @@ class Options:
     def __post_init__(self):
         if self.reductions not in REDUCTIONS:
             raise ValueError(f"reductions={self.reductions!r}: expected one of {', '.join(REDUCTIONS)}")
+        if self.max_memory is not None and not isinstance(self.max_memory, numbers.Real):  # '8G' is the CLI's
+            raise TypeError(f"max_memory={self.max_memory!r}: expected a number of bytes or None")
 
     @classmethod
     def make(
@@ -39,7 +43,9 @@ class Options:
     ) -> Options:
         """Options for `device` (a profile, its name or a profile file; None: "reference"), each numerics rule
         the device's own unless given."""
-        profile = device if isinstance(device, DeviceProfile) else device_profile(device or "reference")
+        if device is not None and not isinstance(device, (DeviceProfile, str, os.PathLike)):
+            raise TypeError(f"device={device!r}: expected a DeviceProfile, a profile's name or its file")
+        profile = device if isinstance(device, DeviceProfile) else device_profile(os.fspath(device or "reference"))
         return cls(
             device=profile,
             reductions=profile.reductions if reductions is None else reductions,
@@ -60,6 +66,8 @@ class Options:
             )
         if options is None:
             return cls.make(device, **rules)
+        if not isinstance(options, Options):
+            raise TypeError(f"options={options!r}: expected an hloexec.options.Options")
         if device is not None:
             options = options.but(device=cls.make(device).device)
         return options.but(**rules)

@@ -66,9 +66,11 @@ class Source:
                     self._mmap = self.buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         elif isinstance(source, str) and _LOOKS_LIKE_A_PATH.fullmatch(source):
             raise FileNotFoundError(f"no such file: {source}")
-        else:
+        elif isinstance(source, (str, bytes, bytearray, memoryview)):
             self.path = path
             self.buf = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else bytes(source)
+        else:  # bytes(5) would be five NUL bytes
+            raise TypeError(f"expected HLO text (str or bytes) or a path, not {type(source).__name__}")
 
     def text(self, off: int, length: int) -> str:
         return self.buf[off : off + length].decode("utf-8", "replace")
@@ -429,11 +431,15 @@ class Builder:
             has_header = bool(flags & MODULE_HEADER)
             name = self.src.text(name_off, name_len) if has_header else entry.name
             frames = partial(stack_frames, self.src, preamble_off, preamble_len) if preamble_len else None
+            attrs = self.attrs(attr_begin, attr_count)
+            for key in ("num_partitions", "replica_count"):  # XLA's parser takes a count; 0 made no participant
+                if key in attrs and not (attrs[key].isdigit() and int(attrs[key]) >= 1):
+                    raise self.src.error(f"{key}={attrs[key]}: expected a count >= 1", text_off)
             module = Module(
                 name,
                 None,
                 entry,
-                attrs=self.attrs(attr_begin, attr_count),
+                attrs=attrs,
                 has_header=has_header,
                 line=line,
                 path=self.src.path,

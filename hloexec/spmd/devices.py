@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import re
 
+from ..errors import ExecutionError
 from ..ir.attributes import Sharding
 from ..ir.module import Module
 from ..ir.shardy import module_meshes
 from ..ops.collectives import SEND_RECV_PAIRS, group_mode
 from ..ops.registry import async_shorthand
+
+# Participants inferred from device ids at most (a header or the caller's counts give more): XLA's dumps carry
+# their counts in the header; ids beyond this in a headerless module are a typo, not a machine.
+MOST_INFERRED = 1 << 16
 
 # The collectives whose replica groups (or pairs) name participants.
 GROUPED = (
@@ -55,6 +60,12 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
         most["partition"] = max(most["partition"], max(mesh.devices, default=0) + 1)
     inferred_r = max(most["replica"], 1)
     inferred_p = max(most["partition"], -(-most["device"] // inferred_r), 1)
+    if inferred_p * inferred_r > MOST_INFERRED:  # a stray id (replica_groups={{99999999999,0}}) is not a machine
+        raise ExecutionError(
+            f"{module.name}: no num_partitions/replica_count in the header, and its device ids reach "
+            f"{inferred_p} partitions x {inferred_r} replicas: more than {MOST_INFERRED} participants are not "
+            "inferred; set partitions=/replicas= (--partitions/--replicas) to run that many"
+        )
     note = (
         f"{module.name}: no num_partitions/replica_count in the header; running {inferred_p} partitions x "
         f"{inferred_r} replicas, from the largest device ids in its replica groups, source_target_pairs "

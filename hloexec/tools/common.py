@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import re
 import sys
 import time
@@ -81,12 +82,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {text}")
+    return value
+
+
 def parse_size(text: str) -> int:
     """'8G', '512M', '1.5e9', '4096' -> bytes (K, M, G, T are powers of 1024)."""
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?)i?B?\s*", text, re.I)
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8G, 512M, 1e9)")
-    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+    size = float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ")
+    if not math.isfinite(size):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (too large)")
+    return int(size)
 
 
 @dataclass(frozen=True)
@@ -125,7 +136,7 @@ def parent_parsers() -> Parents:
     inputs = argparse.ArgumentParser(add_help=False, parents=[modules])
     source = inputs.add_mutually_exclusive_group()
     source.add_argument("--inputs", metavar="NPZ", help="entry arguments: keys arg0..argN (as save_arrays writes)")
-    source.add_argument("--seed", type=int, default=0, help="random entry arguments from this seed (default 0)")
+    source.add_argument("--seed", type=seed, default=0, help="random entry arguments from this seed (default 0)")
     execution = argparse.ArgumentParser(add_help=False, parents=[inputs])
     execution.add_argument("--no-numba", action="store_true", help="numpy kernels only (no fusion compilation)")
     add_device_argument(execution)
@@ -191,8 +202,10 @@ def _add_calls_and_spmd(execution: argparse.ArgumentParser) -> None:
         help="run all participants: counts from the module header, or inferred from its "
         "replica groups and shardings (a message says so)",
     )
-    spmd_options.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (implies --spmd)")
-    spmd_options.add_argument("--replicas", type=int, metavar="R", help="replicas (implies --spmd)")
+    spmd_options.add_argument(
+        "--partitions", type=positive_int, metavar="N", help="partitions per replica (implies --spmd)"
+    )
+    spmd_options.add_argument("--replicas", type=positive_int, metavar="R", help="replicas (implies --spmd)")
     spmd_options.add_argument(
         "--ray",
         nargs="?",

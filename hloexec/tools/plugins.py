@@ -35,7 +35,7 @@ def load_plugin_file(path: str) -> None:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - a broken plugin is reported with its own traceback line
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a broken plugin (or one calling sys.exit) is reported
         del sys.modules[name]
         where = traceback.extract_tb(e.__traceback__)[-1]
         raise PluginError(f"plugin {path} failed at line {where.lineno}: {type(e).__name__}: {e}") from e

@@ -18,6 +18,7 @@ from pathlib import Path
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from ..errors import UnsupportedError
 from ..ir.compiled_for import compiled_for
 from ..ir.module import Computation, Instruction, Module
 from ..parser import parse
@@ -243,7 +244,7 @@ def _count(inst: Instruction, t: _Totals) -> None:
 def dot_flops(inst: Instruction) -> int:
     lhs = inst.operands[0].shape
     contracting = inst.attr("lhs_contracting_dims", ())
-    return 2 * inst.shape.size * _product(lhs.dims[d] for d in contracting)
+    return 2 * inst.shape.size * _product(_extents(inst, lhs, contracting, "lhs_contracting_dims"))
 
 
 def convolution_flops(inst: Instruction) -> int:
@@ -251,7 +252,7 @@ def convolution_flops(inst: Instruction) -> int:
     kernel = inst.operands[1].shape
     if labels is None or isinstance(labels, str):
         return 0
-    per_output = kernel.dims[labels.kernel_input_feature] * _product(kernel.dims[d] for d in labels.kernel_spatial)
+    per_output = _product(_extents(inst, kernel, (labels.kernel_input_feature, *labels.kernel_spatial), "dim_labels"))
     return 2 * inst.shape.size * per_output
 
 
@@ -263,7 +264,18 @@ def gemm_flops(inst: Instruction) -> int:
     contracting = (config.get("dot_dimension_numbers") or {}).get("lhs_contracting_dimensions") or ()
     lhs = inst.operands[0].shape
     result = next(leaf for _, leaf in inst.shape.leaves())
-    return 2 * result.size * _product(lhs.dims[int(d)] for d in contracting)
+    return 2 * result.size * _product(_extents(inst, lhs, [int(d) for d in contracting], "lhs_contracting_dimensions"))
+
+
+def _extents(inst: Instruction, shape, dims, attribute: str) -> list[int]:
+    """The extents of `shape` at `dims`; dims an attribute names outside the operand are its error (the text is not
+    verified before it is counted)."""
+    if any(not 0 <= d < len(shape.dims) for d in dims):
+        raise UnsupportedError(
+            f"{inst.opcode}: {attribute} {list(dims)} of an operand of rank {len(shape.dims)}, which XLA's shape rules reject",
+            inst,
+        )
+    return [shape.dims[d] for d in dims]
 
 
 def _product(values) -> int:

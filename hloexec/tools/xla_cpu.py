@@ -29,6 +29,7 @@ Notes
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import json
@@ -449,12 +450,29 @@ def load_arrays(path: str) -> OrderedDict[str, np.ndarray]:
             if k == _DTYPES_KEY:
                 continue
             try:
-                a = z[k]
+                a = _read_member(z, k)
                 name = names.get(k)
                 out[k] = a if name is None else a.view(_dtype_from_name(name))
             except Exception as e:  # noqa: BLE001 - a truncated member, an object array, a bad type name
                 raise ValueError(f"array {k!r} cannot be read ({type(e).__name__}: {e})") from e
     return out
+
+
+def _read_member(z, key: str) -> np.ndarray:
+    """z[key]; but an array np.save wrote from ml_dtypes' float8_e5m2 (the one ml_dtypes type it describes as
+    '<f1', a descr numpy does not read back; the others are raw void) is read as its bytes in that type."""
+    try:
+        return z[key]
+    except ValueError as e:
+        if "'<f1'" not in str(e) and "'|f1'" not in str(e):
+            raise
+    with z.zip.open(f"{key}.npy") as f:
+        version = np.lib.format.read_magic(f)
+        size = int.from_bytes(f.read(2 if version == (1, 0) else 4), "little")
+        header = ast.literal_eval(f.read(size).decode("latin1"))
+        raw = np.frombuffer(f.read(), np.uint8)
+    shape = tuple(header["shape"])
+    return raw.reshape(shape, order="F" if header["fortran_order"] else "C").view(_dtype_from_name("float8_e5m2"))
 
 
 def _stored_dtype_names(z) -> dict[str, str]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 from ..common import EXIT_OK, JSON_VERSION, add_subparser, load_for_report, print_json, require
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def add_parser(subparsers, parents) -> None:
@@ -29,9 +34,21 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("--spmd", action="store_true", help="all participants: counts from the header or inferred")
     p.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (implies --spmd)")
     p.add_argument("--replicas", type=int, metavar="R", help="replicas (implies --spmd)")
-    p.add_argument("--plot", metavar="FILE", help="write the timeline of live bytes (PNG, SVG or PDF by the suffix)")
+    p.add_argument(
+        "--plot",
+        type=plot_file,
+        metavar="FILE",
+        help="write the timeline of live bytes (PNG, SVG or PDF by the suffix)",
+    )
     p.add_argument("--top", type=int, default=15, metavar="N", help="values listed per table (default 15)")
     p.set_defaults(handler=run)
+
+
+def plot_file(text: str) -> str:
+    """--plot's file: matplotlib picks the format by the suffix (and adds .png to a name without one)."""
+    if Path(text).suffix.lower() not in PLOT_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{text}: expected a file name ending in {', '.join(PLOT_SUFFIXES)}")
+    return text
 
 
 def run(args) -> int:

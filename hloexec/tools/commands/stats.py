@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ...errors import HloParseError
+from ...errors import HloParseError, UnsupportedError
 from ..common import EXIT_ERROR, EXIT_OK, JSON_VERSION, add_subparser, error_message, print_json
 from ..stats import file_stats, format_file
 
@@ -28,9 +28,9 @@ def run(args) -> int:
     for path in args.files:
         try:
             files.append(file_stats(path))
-        except (HloParseError, OSError) as e:
-            errors.append({"path": path, "error": error_message(e)})
-            print(f"error: {error_message(e)}", file=sys.stderr)
+        except (HloParseError, UnsupportedError, OSError) as e:  # the others are still counted
+            errors.append({"path": path, "error": error_message(e, path)})
+            print(f"error: {error_message(e, path)}", file=sys.stderr)
             continue
         if not args.json:
             print(("\n" if len(files) > 1 else "") + format_file(files[-1]))
