@@ -25,10 +25,9 @@ so tiny elements of opposite signs do not count billions of ULPs.
 With per-element error bounds (tools/bounds.py, computed alongside the shadow run under a device profile: the
 single-participant runs), rule 2 becomes: every element e_c[i] <= bound_factor * max(bound[i], ulp(shadow[i]) / 2)
 -- its own bound (which holds its final rounding), not a sample of one order -- except rounding-decided elements
-(a sign, a comparison, a division decided by rounding: counted, not failed); elements without a bound (after an
-op bounds.py has no rule for) keep rule 2 without bounds (the baseline's errors: an output of such an op is not
-left unjudged); rule 1 then allows the larger of the baseline's and the bounds' RMS (over the elements with a
-bound). docs/verdicts.md.
+(a sign, a comparison, a division decided by rounding: counted, not failed) and elements without a bound (after
+an op bounds.py has no rule for); rule 1 then allows the larger of the baseline's and the bounds' RMS (over the
+judged elements). docs/verdicts.md.
 """
 
 from __future__ import annotations
@@ -95,7 +94,7 @@ class CandidateVerdict:
     worst: list[Element] = field(default_factory=list)
     bound_violations: int = 0  # elements beyond bound_factor x their bound
     rounding_decided: int = 0  # elements whose value rounding decides (not judged)
-    unbounded: int = 0  # elements without a bound (judged by the baseline's errors, as without bounds)
+    unbounded: int = 0  # elements without a bound (not judged by one)
     explained: float | None = None  # the share of its error the device's rules allow beyond the reference's
     device: str = ""  # the arithmetic its bounds are of ("": judged by the baseline's errors)
 
@@ -242,25 +241,24 @@ def _judge_output(
         if reference_bounds is not None and reference_bounds[0] is not None
         else None
     )
-    allowances: dict[int | None, tuple] = {}  # id(bound) -> (allowed, judged, the bounds' rms, unbounded)
+    allowances: dict[int, tuple] = {}  # id(bound) -> (allowed, judged, the bounds' rms): one per arithmetic
 
     def allowance(own):
         if own is None or own[0] is None or np.shape(own[0]) != shadow.shape:
             if None not in allowances:
-                allowed = rule.element_multiplier * np.where(bad_b, 0.0, e_b) + rule.element_floor_rms * rms_b
-                allowances[None] = (allowed + rule.element_floor_ulps * ulp_at(magnitude, dtype), None, 0.0, None)
+                allowances[None] = (
+                    rule.element_multiplier * np.where(bad_b, 0.0, e_b)
+                    + rule.element_floor_rms * rms_b
+                    + rule.element_floor_ulps * ulp_at(magnitude, dtype),
+                    None,
+                    0.0,
+                )
             return allowances[None]
         if id(own[0]) not in allowances:
             allowed = allowed_error(own[0], magnitude, dtype, rule)
-            unbounded = ~np.isfinite(allowed)
-            judged = ~own[1]
-            with_bound = judged & ~unbounded
-            rms = (
-                float(np.sqrt(np.mean(np.square(allowed[with_bound])))) / rule.bound_factor if with_bound.any() else 0.0
-            )
-            if unbounded.any():  # elements without a bound are judged as without bounds: by the baseline's error
-                allowed = np.where(unbounded, allowance(None)[0], allowed)
-            allowances[id(own[0])] = (allowed, judged, rms, unbounded)
+            judged = ~own[1] & np.isfinite(allowed)
+            rms = float(np.sqrt(np.mean(np.square(allowed[judged])))) / rule.bound_factor if judged.any() else 0.0
+            allowances[id(own[0])] = (allowed, judged, rms)
         return allowances[id(own[0])]
 
     for name, c in candidates.items():
@@ -269,7 +267,7 @@ def _judge_output(
             out.candidates.append(CandidateVerdict(name, Errors(), False, [wrong]))
             continue
         own = (bounds or {}).get(name)
-        allowed, judged, bound_rms, unbounded = allowance(own)
+        allowed, judged, bound_rms = allowance(own)
         bounded = judged is not None
         if bounded and own is not None:  # judged only where `own` holds a bound
             bound, decided = own
@@ -296,38 +294,26 @@ def _judge_output(
                 f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
                 "are finite (or of another kind)"
             )
-        reasons += _beyond(over, unbounded if bounded else None, rule)
+        if over.any():
+            reasons.append(
+                f"{int(over.sum())} element(s) beyond {rule.bound_factor:g} x their error bound"
+                if bounded
+                else f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
+                f"error + {rule.element_floor_rms:g} x its rms + {rule.element_floor_ulps:g} ulp"
+            )
         worst = (
             _worst(unexplained | over, e_c, allowed, c, shadow, baseline, bound if bounded else None) if reasons else []
         )
         verdict = CandidateVerdict(name, errors, not reasons, reasons, worst, bound_violations=int(over.sum()))
         if bounded:
             verdict.rounding_decided = int(np.count_nonzero(decided))
-            verdict.unbounded = int(np.count_nonzero(unbounded))
+            verdict.unbounded = int(np.count_nonzero(~np.isfinite(allowed)))
             if reference_allowed is not None:
-                by_bounds = np.where(unbounded, np.inf, allowed)
-                verdict.explained = _explained(np.where(bad_c, 0.0, e_c), by_bounds, reference_allowed)
+                verdict.explained = _explained(np.where(bad_c, 0.0, e_c), allowed, reference_allowed)
         out.candidates.append(verdict)
     out.bound_violations = sum(c.bound_violations for c in out.candidates)
     out.worst = _worst_beyond_bound(out.candidates)
     return out
-
-
-def _beyond(over: np.ndarray, unbounded: np.ndarray | None, rule: Rule) -> list[str]:
-    """Rule 2's reasons: elements beyond their bound (`unbounded`: the elements without one, None: no bounds), and
-    the others beyond the baseline's allowance."""
-    by_bound = np.zeros_like(over) if unbounded is None else over & ~unbounded
-    rest = over & ~by_bound
-    reasons = (
-        [f"{int(by_bound.sum())} element(s) beyond {rule.bound_factor:g} x their error bound"] if by_bound.any() else []
-    )
-    if rest.any():
-        reasons.append(
-            f"{int(rest.sum())} element(s){'' if unbounded is None else ' without a bound'} beyond "
-            f"{rule.element_multiplier:g} x the baseline's error + {rule.element_floor_rms:g} x its rms + "
-            f"{rule.element_floor_ulps:g} ulp"
-        )
-    return reasons
 
 
 def _judge_discrete_output(out: OutputVerdict, candidates: dict, shadow, baseline) -> OutputVerdict:
@@ -501,13 +487,10 @@ def format_verdict(verdict: Verdict) -> str:
     for o in verdict.outputs:
         for c in o.candidates:
             if c.rounding_decided or c.unbounded:
-                notes = [
-                    f"rounding-decided: {c.rounding_decided} element{'s' if c.rounding_decided != 1 else ''} "
-                    "(not judged)"
-                ]
+                notes = [f"rounding-decided: {c.rounding_decided} element{'s' if c.rounding_decided != 1 else ''}"]
                 if c.unbounded:
-                    notes.append(f"{c.unbounded} without a bound (judged by the baseline's errors)")
-                lines.append(f"output {o.index}: {', '.join(notes)}")
+                    notes.append(f"{c.unbounded} without a bound")
+                lines.append(f"output {o.index}: {', '.join(notes)} (not judged)")
                 break  # the same elements for every candidate
     lines += _explanations(verdict)
     others = {c.name: c.device for o in verdict.outputs for c in o.candidates if c.device != verdict.device}
