@@ -491,3 +491,30 @@ ENTRY e {{
     bound = run.bounds[exe.options.device.name].bounds[0]
     assert np.all(error <= bound), float(np.max(error / bound))
     assert np.max(error / bound) > 0.2
+
+
+TOP_K = """HloModule topk
+cmp { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT gt = pred[] compare(a, b), direction=GT }
+ENTRY e { x = f32[8,64] parameter(0)  y = f32[8,64] parameter(1)  m = f32[8,64] multiply(x, y)
+          s = f32[8,64] exponential(m)
+          ROOT t = (f32[8,4], s32[8,4]) custom-call(s), custom_call_target="TopK", to_apply=cmp }"""
+
+
+def test_a_top_k_is_bounded_as_a_sort_and_a_changed_value_is_caught():
+    """XLA's TopK custom-call has a bound (a sort's: its operand's largest), so its values are judged: numpy's own
+    f32 top-k (exp of the f32 product, sorted) is consistent, the same with one value 1% off is not (unjudged
+    before: any value passed, 3.4e38 included)."""
+    r = np.random.default_rng(5)
+    x, y = (r.standard_normal((8, 64)).astype(np.float32) for _ in range(2))
+    exe = hloexec.load(TOP_K)
+    s = np.exp(x * y)  # (float32, as the program computes it)
+    order = np.argsort(-s, axis=1, kind="stable")[:, :4]
+    numpy_top = [np.take_along_axis(s, order, axis=1), order.astype(np.int32)]
+    bumped = [numpy_top[0].copy(), numpy_top[1]]
+    bumped[0][2, 0] *= 1.01
+    verdict, _ = judge_run(exe, [x, y], {"numpy": numpy_top, "bumped": bumped})
+    assert verdict.consistent("numpy"), verdict.to_dict()
+    assert not verdict.consistent("bumped")
+    out = verdict.outputs[0]
+    [bumped_verdict] = [c for c in out.candidates if c.name == "bumped"]
+    assert bumped_verdict.unbounded == 0 and bumped_verdict.bound_violations == 1

@@ -95,6 +95,7 @@ from .bound_shared import tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
+TOP_K_TARGETS = frozenset({"TopK", "__gpu$TopK"})
 MOVES = (
     frozenset(
         {
@@ -178,6 +179,12 @@ def _exchanges_linearly(inst) -> bool:
     all-reduce is not: its samples are its kernel on the perturbed operands, as an elementwise op's)."""
     reducer = inst.called.get("to_apply")
     return reducer is None or reducer.root.opcode == "add"
+
+
+def _selects_top(inst) -> bool:
+    """A top-k custom-call (XLA's TopK, CPU and GPU): a sort and a slice, so bounded as a sort (each value within
+    the operand's largest bound: sorting is 1-Lipschitz in the largest error)."""
+    return inst.opcode == "custom-call" and str(inst.attr("custom_call_target", "")).strip('"') in TOP_K_TARGETS
 
 
 def _float(leaf) -> bool:
@@ -275,7 +282,7 @@ class ErrorBounds(BoundStore):
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
-            elif opcode == "sort":
+            elif opcode == "sort" or _selects_top(inst):
                 worst = max((float(np.max(self.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
                 for v in floats:
                     self._put(v, np.full(v.shape, worst))
