@@ -25,8 +25,9 @@ from hloexec.kernels.bound_products import (
     squared_terms,
     unscaling,
 )
-from hloexec.kernels.bound_rules import add_noise, block_ratios
+from hloexec.kernels.bound_rules import add_noise, block_ratios, round_bounds
 from hloexec.kernels.half import from_f32
+from hloexec.ir.dtypes import element_type
 from hloexec.ops.contraction import dot_general
 from hloexec.options import device_profile
 from hloexec.tools.bound_dots import (
@@ -37,6 +38,7 @@ from hloexec.tools.bound_dots import (
     dot_bounds,
     float32_noise,
 )
+from hloexec.tools.bound_elementwise import rounding_rule
 from hloexec.tools.bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SIGMAS, perturbed_product
 
 DIMS = [
@@ -191,6 +193,42 @@ def test_the_rule_reads_its_float32_products_as_add_unscaled_makes_them(shifts, 
             np.testing.assert_array_equal(got, want[0])
             np.testing.assert_array_equal(got_arithmetic, want_arithmetic)
             assert fits == want[1]
+
+
+@pytest.mark.parametrize("etype", ["bf16", "f16", "f32", "f64", "c64"])
+def test_the_final_rounding_in_the_rules_pass_is_the_separate_passes(etype, dot_passes):
+    """dot_variance with `rounding`: bit for bit the separate passes it replaces -- the total and arithmetic
+    written, the value's rounding by kernels/bound_rules.round_bounds at |x| + sqrt(total) (a float32 bound where
+    the store keeps them narrow; no rule, a complex dot: sqrt(total) and no rounding of its own), then its own
+    error sqrt(own^2 + arithmetic) as numpy computes it -- on data with infinities, NaN, zeros and subnormals."""
+    rng = np.random.default_rng(21)
+    shape = (2, 30, 40)
+    n = int(np.prod(shape))
+    from_b, from_a, squares = (np.abs(_awkward(rng, n, np.float32)) for _ in range(3))
+    x = _awkward(rng, n, np.float64)
+    x[::7] = 0.0  # (bound 0 where the errors are: exact values)
+    from_b[::7] = from_a[::7] = 0.0
+    sums_a, sums_b = rng.standard_normal((2, 30)), rng.standard_normal((2, 40))
+    least_a, least_b = np.abs(rng.standard_normal((2, 30))), np.abs(rng.standard_normal((2, 40)))
+    args = (from_b, from_a, squares, np.array([2.0**-30, 2.0**-20, 2.0**-40]), x, sums_a, least_b, sums_b, least_a,
+            0.0, 1e-12, 2.0**-9, 3.3, 1e-10, 1e-30)  # fmt: skip
+    rule = rounding_rule(element_type(etype), "dot")
+    assert (rule is None) == (etype == "c64")
+    with np.errstate(all="ignore"):
+        total, arithmetic = np.empty(n), np.empty(n)
+        fits = dot_variance(total, *args, arithmetic)
+        for narrow in (False, True):
+            kind = np.float32 if rule and narrow else np.float64
+            want_bound, want_own = np.sqrt(total).astype(kind), np.zeros(n)
+            if rule is not None:
+                round_bounds(x, total, np.empty(0), want_own, want_bound, *rule)
+            want_own = np.sqrt(np.square(want_own) + arithmetic)
+            bound, own = np.empty(n, kind), np.empty(n)
+            assert dot_variance(np.empty(0), *args, np.empty(0), (bound, own, rule)) == fits
+            np.testing.assert_array_equal(bound.view(np.uint32 if kind == np.float32 else np.uint64),
+                                          want_bound.view(np.uint32 if kind == np.float32 else np.uint64))
+            np.testing.assert_array_equal(own.view(np.uint64), want_own.view(np.uint64))
+            assert np.isnan(bound).any() and np.isinf(bound).any() and (own > 0).any()
 
 
 @pytest.mark.parametrize("data", ["awkward", "wide", "normal"])

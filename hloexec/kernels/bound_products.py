@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .bound_rules import _CHUNK_BLOCKS, _NO_KEYS, _block_statistics, _tally_blocks, over_cores
+from .bound_rules import _CHUNK_BLOCKS, _NO_KEYS, _block_statistics, _rounded, _tally_blocks, over_cores
 from .half import bf16_to_f32, bitcast_f64_to_i64, f32_to_bf16
 from .normal_draws import fill_draws
 
@@ -251,7 +251,7 @@ def unscaling(product: np.ndarray, factor: float, shift: int) -> tuple[np.ndarra
 
 
 def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse, accumulation,
-                 operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+                 operand_u, operand_spread, noise, noise_floor, arithmetic, rounding=None):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
     output (B, M, N) (batch, lhs free, rhs free; flat), written into `total`: (sqrt(errors) + shared)^2 +
     arithmetic, errors = the products from_b (sum_k a^2 e_b^2) + from_a (sum_k e_a^2 b^2) read as add_unscaled
@@ -263,36 +263,53 @@ def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sum
     an operand's least relative error: tools/bound_dots.py; 0: that operand's terms are all 0, and so is the sum of
     squares). Returns whether noise (squares + x^2) + noise_floor <= errors on every element
     (bound_dots.float32_noise). Spans of whole rows over the cores (over_cores), a row at a time
-    (_dot_variance_row: a loop that vectorizes)."""
+    (_dot_variance_row: a loop that vectorizes).
+
+    `rounding`: (bound, own, rule) -- the dot's final rounding in the same pass (a row's total and arithmetic
+    kept in cache, `total` and `arithmetic` not read: empty): `bound` (float32 or float64) its bound after it,
+    ErrorBounds._round's (kernels/bound_rules.round_bounds at |x| + sqrt(total), `rule` its scalars; None: no
+    rounding, sqrt(total)), `own` its own error sqrt(rounding's^2 + arithmetic), SIGMAS sigmas: the same bits
+    as those passes one after another."""
     columns = sums_b.shape[1]
     products = (from_b, from_a, squares, scales)
     args = (x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
+    bound, own, rule = rounding if rounding is not None else (np.empty(0), np.empty(0), None)
+    rounds = (rounding is not None, rule is not None, *(rule or _NO_RULE))
     width = max(columns, 1)
     fails = over_cores(
-        total.size,
+        x.size,
         width,
         lambda first, last: _dot_variance_rows(
-            total, *products, *args, noise, noise_floor, arithmetic, first // width, last // width
+            total, *products, *args, noise, noise_floor, arithmetic, bound, own, *rounds, first // width, last // width
         ),
         span=SPAN,
     )
     return sum(fails) == 0
 
 
+_NO_RULE = (0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, False, 0.0, False, 0.0)  # (round_bounds' scalars: not read)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _dot_variance_rows(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse,
-                       accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, first, last):  # fmt: skip
-    """dot_variance on rows first..last-1 of the output's B x M rows; returns how many elements fail its test."""
+                       accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, bound, own, fused,
+                       rounds, nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps, precision_scale, exact_rule,
+                       largest, has_inf, largest_error, first, last):  # fmt: skip
+    """dot_variance on rows first..last-1 of the output's B x M rows (`fused`: its rounding too, `rounds`: with a
+    rule); returns how many elements fail its test."""
+    rule = (nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps, precision_scale, exact_rule, largest, has_inf,
+            largest_error)  # fmt: skip
     with_b, with_a = least_b.shape[1] > 0, least_a.shape[1] > 0
     rows, columns = sums_a.shape[1], sums_b.shape[1]
     none = np.zeros(columns)  # (an operand without errors: no shared part from it)
+    row_total, row_arithmetic = np.empty(columns if fused else 0), np.empty(columns if fused else 0)
     fails = 0
     for row in range(first, last):
         b, m = row // rows, row % rows
         rhs_least, rhs_sums = least_b[b] if with_b else none, sums_b[b] if with_a else none
         i, j = row * columns, (row + 1) * columns
         fails += _dot_variance_row(
-            total[i:j],
+            row_total if fused else total[i:j],
             from_b[i:j] if from_b.size else from_b,
             from_a[i:j] if from_a.size else from_a,
             squares[i:j] if squares.size else squares,
@@ -308,9 +325,22 @@ def _dot_variance_rows(total, from_b, from_a, squares, scales, x, sums_a, least_
             operand_spread,
             noise,
             noise_floor,
-            arithmetic[i:j],
+            row_arithmetic if fused else arithmetic[i:j],
         )
+        if fused:
+            _round_row(x[i:j], row_total, row_arithmetic, bound[i:j], own[i:j], rounds, rule)
     return fails
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _round_row(x, total, arithmetic, bound, own, rounds, rule):
+    """A row's final rounding (dot_variance's `rounding`): round_bounds' bound and own error (`rounds`: a rule),
+    then own = sqrt(own^2 + arithmetic), each as numpy rounds it."""
+    for n in range(x.size):
+        v, b = np.float64(x[n]), math.sqrt(total[n])
+        rounding, after = _rounded(v, b, abs(v) + b, rule) if rounds else (0.0, b)
+        bound[n] = after
+        own[n] = math.sqrt(rounding * rounding + arithmetic[n])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -342,18 +372,6 @@ def _dot_variance_row(total, from_b, from_a, squares, scales, x, lhs_sum, rhs_le
         arithmetic[n] = own
         fails += not (noise * spread + noise_floor <= e)
     return fails
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _with_arithmetic(own, arithmetic):
-    for i in range(own.size):
-        own[i] = math.sqrt(own[i] * own[i] + arithmetic[i])
-
-
-def add_arithmetic(own: np.ndarray, arithmetic: np.ndarray) -> None:
-    """own = sqrt(own^2 + arithmetic), in place (a dot's own error: its final rounding's and its arithmetic's, SIGMAS
-    sigmas; as numpy's square, add and sqrt round, in one pass over the cores)."""
-    over_cores(own.size, 1, lambda first, last: _with_arithmetic(own[first:last], arithmetic[first:last]), span=SPAN)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

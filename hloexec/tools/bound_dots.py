@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.bound_products import (
-    add_arithmetic,
     add_unscaled,
     dot_variance,
     finish_samples,
@@ -22,7 +21,8 @@ from ..kernels.bound_products import (
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SAMPLES, SIGMAS, perturbed_product
-from .bound_store import SAMPLE_STORAGE
+from .bound_elementwise import rounding_rule
+from .bound_store import SAMPLE_STORAGE, has_error
 from .bound_shared import along_contraction
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in
@@ -88,9 +88,10 @@ class UpperDot:
 
 
 def _error(bounds, leaf):
-    """The stored bound of a dot's operand (float32 or float64, its shape), None where it has none or it is 0."""
+    """The stored bound of a dot's operand (float32 or float64, its shape), None where it has none or it is 0
+    (has_error: stops at a first nonzero, where np.any reads every element)."""
     e = bounds._stored_bound(leaf)
-    return None if e is None or not np.any(e) else np.broadcast_to(e, np.shape(leaf))
+    return np.broadcast_to(e, np.shape(leaf)) if has_error(e) else None
 
 
 def squared_terms(x, error, contracted: int) -> tuple[Terms, Terms | None, float]:
@@ -190,10 +191,12 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     squares = none if estimated else unscaling(*upper.product(a2, b2))
     noise, floor = float32_noise(contracted, a2, b2)
     del a2, b2
-    total = np.empty(x.shape)  # the squared bound before the final rounding
-    arithmetic = np.empty(x.shape)  # the dot's own: operands' rounding, accumulation
+    # its bound after the final rounding (ErrorBounds._round's) and its own error, in the same pass
+    rule = rounding_rule(orig.shape.element_type, "dot")
+    bound = np.empty(x.shape, np.float32 if rule and getattr(bounds.current, "narrow", False) else np.float64)
+    local = np.empty(x.shape)
     bounds.current.dot_samples_in_f32 = dot_variance(
-        total.reshape(-1),
+        np.empty(0),
         from_b[0],
         from_a[0],
         squares[0],
@@ -209,15 +212,11 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         SIGMAS * np.sqrt(2 / 3),
         noise,
         floor,
-        arithmetic.reshape(-1),
+        np.empty(0),
+        (bound.reshape(-1), local.reshape(-1), rule),
     )
     del from_b, from_a, squares
-    bound, own = bounds._round(orig, x, total, "dot")
-    del total
     bounds._put(x, bound)
-    local = np.ascontiguousarray(own, np.float64)
-    add_arithmetic(local.reshape(-1), arithmetic.reshape(-1))
-    del arithmetic
 
     def ceiling():  # the operands' errors all adding up, and its own (computed only if the samples raise it)
         linear = np.array(local, np.float64)
