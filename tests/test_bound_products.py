@@ -15,6 +15,7 @@ from test_bound_rules import _awkward, _Dot, passes  # noqa: F401 (passes: a fix
 
 import hloexec
 from hloexec.kernels import bound_products
+from hloexec.tools import bound_dots
 from hloexec.kernels.bound_products import (
     add_unscaled,
     dot_variance,
@@ -407,7 +408,7 @@ def test_float32_dot_samples_of_both_operands_are_the_perturbed_dots(dims, lhs, 
 
 
 class _Bounds:
-    """What dot_bounds reads and writes of ErrorBounds: the operands' stored bounds; the variance it rounds."""
+    """What dot_bounds reads and writes of ErrorBounds: the operands' stored bounds; the bound it stores."""
 
     def __init__(self, device, stored: dict):
         self.device, self.stored, self.algorithms, self.current = device, stored, set(), threading.local()
@@ -417,10 +418,6 @@ class _Bounds:
 
     def of(self, leaf):
         return np.broadcast_to(self.stored.get(id(leaf), 0.0), np.shape(leaf))
-
-    def _round(self, orig, x, variance, opcode):
-        self.variance = variance
-        return np.sqrt(variance), np.zeros(np.shape(x))
 
     def _put(self, x, bound):
         self.bound = bound
@@ -435,8 +432,9 @@ def _typed(name):
     ("a100", "f32", False),  # TF32 rounding of f32 operands, f32-sized errors: float64 samples
     ("reference", "exact", False),  # one exact operand, the other's errors f32-sized: float64 samples
 ])
-def test_the_dot_rule_is_its_float64_form(profile, operands, sampled, dot_passes):
-    """dot_bounds' variance before the final rounding against the rule written in numpy float64 (a 2-D dot):
+def test_the_dot_rule_is_its_float64_form(profile, operands, sampled, dot_passes, monkeypatch):
+    """dot_bounds' variance before the final rounding (its result type given no rounding rule: the stored bound is
+    its root) against the rule written in numpy float64 (a 2-D dot):
     (sqrt(A^2 e_B^2 + e_A^2 B^2) + |sum_k a| min_k e_b + |sum_k b| min_k e_a)^2 + (SIGMAS u_acc)^2 / 3 K (A^2 B^2 +
     x^2) (+ TF32's operand rounding): never below, within float32's factor above."""
     rng = np.random.default_rng(11)
@@ -452,7 +450,9 @@ def test_the_dot_rule_is_its_float64_form(profile, operands, sampled, dot_passes
     orig = SimpleNamespace(operands=[_typed(kind), _typed(kind)], shape=SimpleNamespace(
         element_type=SimpleNamespace(name="f32")))
     x = a @ b
+    monkeypatch.setattr(bound_dots, "rounding_rule", lambda *_: None)
     local, ceiling = dot_bounds(bounds, inst, orig, x, [a, b])
+    variance = np.square(bounds.bound)
     ea64 = ea.astype(np.float32).astype(np.float64)
     errors = (a * a) @ (eb * eb) + (ea64 * ea64) @ (b * b)
     shared = np.abs(a.sum(1))[:, None] * eb.min(0)[None, :] + ea64.min(1)[:, None] * np.abs(b.sum(0))[None, :]
@@ -464,8 +464,8 @@ def test_the_dot_rule_is_its_float64_form(profile, operands, sampled, dot_passes
     want = np.square(np.sqrt(errors) + shared) + arithmetic
     # where the sum of squares is bounded from the errors (bf16's: ESTIMATED_SHARE), its term is at most that share
     estimate = ESTIMATED_SHARE * errors if sampled else 0.0
-    assert np.all(bounds.variance >= want * (1 - 1e-14)), np.min(bounds.variance / want)
-    assert np.all(bounds.variance <= (want + estimate) * (1 + (k + 3) * 2.0 ** -22)), np.max(bounds.variance / want)
+    assert np.all(variance >= want * (1 - 1e-14)), np.min(variance / want)
+    assert np.all(variance <= (want + estimate) * (1 + (k + 3) * 2.0 ** -22)), np.max(variance / want)
     assert np.all(local**2 >= arithmetic * (1 - 1e-14))
     assert np.all(local**2 <= (arithmetic + estimate) * (1 + (k + 3) * 2.0 ** -22))
     if not sampled:

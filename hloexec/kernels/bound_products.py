@@ -19,7 +19,15 @@ import math
 import numpy as np
 from numba import njit
 
-from .bound_rules import _CHUNK_BLOCKS, _NO_KEYS, _block_statistics, _rounded, _tally_blocks, over_cores
+from .bound_rules import (
+    _CHUNK_BLOCKS,
+    _NO_KEYS,
+    _after_rounding,
+    _block_statistics,
+    _own_rounding,
+    _tally_blocks,
+    over_cores,
+)
 from .half import bf16_to_f32, bitcast_f64_to_i64, f32_to_bf16
 from .normal_draws import fill_draws
 
@@ -269,7 +277,10 @@ def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sum
     kept in cache, `total` and `arithmetic` not read: empty): `bound` (float32 or float64) its bound after it,
     ErrorBounds._round's (kernels/bound_rules.round_bounds at |x| + sqrt(total), `rule` its scalars; None: no
     rounding, sqrt(total)), `own` its own error sqrt(rounding's^2 + arithmetic), SIGMAS sigmas: the same bits
-    as those passes one after another."""
+    as those passes one after another. A dot's rule (tools/bound_elementwise.rounding_rule): rounded once (no
+    exact-value rule), no reduce-precision floor, no wider type's ulps, so the rounding loop has no branch."""
+    if rounding is not None and rounding[2] is not None and any(rounding[2][5:8]):
+        raise ValueError(f"not a dot's rounding rule: {rounding[2]}")
     columns = sums_b.shape[1]
     products = (from_b, from_a, squares, scales)
     args = (x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
@@ -334,12 +345,12 @@ def _dot_variance_rows(total, from_b, from_a, squares, scales, x, sums_a, least_
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _round_row(x, total, arithmetic, bound, own, rounds, rule):
-    """A row's final rounding (dot_variance's `rounding`): round_bounds' bound and own error (`rounds`: a rule),
-    then own = sqrt(own^2 + arithmetic), each as numpy rounds it."""
+    """A row's final rounding (dot_variance's `rounding`): round_bounds' bound and own error (`rounds`: a rule; a
+    dot's: arithmetic ulps only), then own = sqrt(own^2 + arithmetic), each as numpy rounds it."""
     for n in range(x.size):
-        v, b = np.float64(x[n]), math.sqrt(total[n])
-        rounding, after = _rounded(v, b, abs(v) + b, rule) if rounds else (0.0, b)
-        bound[n] = after
+        b = math.sqrt(total[n])
+        rounding = _own_rounding(abs(np.float64(x[n])) + b, rule, True) if rounds else 0.0
+        bound[n] = _after_rounding(b, rounding, rule[10]) if rounds else b
         own[n] = math.sqrt(rounding * rounding + arithmetic[n])
 
 
