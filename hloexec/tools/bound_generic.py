@@ -37,6 +37,11 @@ for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES,
     _none.flags.writeable = False
 
 
+# moves whose kernel (numpy indexing: any dtype) moves the samples' bfloat16 bits as they are kept (`moved_samples`)
+BIT_MOVES = frozenset({"concatenate", "dynamic-slice", "dynamic-update-slice", "reverse"})
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # (an exact float operand: zeros as its samples' bits)
+
+
 def _f64(v) -> bool:
     return isinstance(v, (np.ndarray, np.generic)) and v.dtype == np.float64
 
@@ -187,6 +192,28 @@ def summed_terms(bounds, inst, a, init) -> tuple | None:
     if d is None:
         deviations = np.zeros((SAMPLES, a.size // count), np.float32)
     return sums.reshape(5, *result), deviations.reshape(SAMPLES, *result)
+
+
+def moved_samples(bounds, inst, value, operands, held) -> bool:
+    """A move's samples (one of BIT_MOVES; `held`: its operands' stored samples, None where none) into `bounds`: its
+    kernel on their bfloat16 bits, a sample at a time (zeros where a float operand has none), the bits `_sample`'s
+    decode, float32 move and encode give (both casts exact; a NaN is stored canonical, and stays so) with neither
+    pass (a move is not calibrated: its bound and marks are kept). False (nothing done) where the value is not
+    one float array with an entry or a stored sample is not bfloat16."""
+    if inst.opcode not in BIT_MOVES or not isinstance(value, np.ndarray) or value.dtype not in _FLOATS:
+        return False
+    if bounds._entry(value) is None or any(h is not None and h.dtype != SAMPLE_STORAGE for h in held):
+        return False
+    exact = [
+        np.zeros(np.shape(o), np.uint16) if h is None and getattr(o, "dtype", None) in _FLOATS else o
+        for o, h in zip(operands, held)
+    ]
+    kernel = bounds._kernel(inst)
+    out = np.empty((SAMPLES, *value.shape), np.uint16)
+    for k in range(SAMPLES):
+        out[k] = kernel(*(e if h is None else h[k].view(np.uint16) for e, h in zip(exact, held)))
+    bounds._put(value, bounds._stored_bound(value), bounds._decided_or_none(value), out.view(SAMPLE_STORAGE))
+    return True
 
 
 def store_summed(bounds, x, own, ceiling, deviations) -> None:

@@ -90,7 +90,7 @@ from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
-from .bound_generic import fused_select, store_summed, sum_terms, evaluated_elementwise
+from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms
 from .bound_shared import tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
@@ -311,6 +311,8 @@ class ErrorBounds(BoundStore):
         held = [self._stored_samples(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
         if local is None and all(p is None for p in held):
+            return
+        if moved_samples(self, inst, value, operands, held):
             return
         kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
