@@ -31,9 +31,8 @@ _NO_MARKS = np.empty(0, bool)
 _NO_DECISIONS = np.empty((SAMPLES, 0), bool)
 _NO_TERM_BOUNDS = np.empty((0, 0), np.float32)
 _NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.uint16)  # (bfloat16 bits)
-_NO_DEVIATIONS = np.empty((SAMPLES, 0), np.float32)  # (decoded samples: float32)
 _NO_BITS = np.empty((SAMPLES, 0), np.uint16)  # (samples kept: their bfloat16 bits)
-for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_DEVIATIONS, _NO_BITS):
+for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_BITS):
     _none.flags.writeable = False
 
 
@@ -112,21 +111,25 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
 def fused_select(bounds, x, operands) -> bool:
     """A select's bound, rounding-decided marks and samples (calibrated) into `bounds` in one pass
     (kernels/bound_generic.select_pass: `_select`'s and `_sample`'s rules, the same bits), where its branches are
-    float64 (the shadow's values) and its predicate a bool array of their shape; False (nothing done) otherwise."""
+    float64 (the shadow's values) and its predicate a bool array of their shape; False (nothing done) otherwise.
+    The branches' samples are read and written as their bfloat16 bits (no float32 copies)."""
     p, t, f = operands
     shape = np.shape(x)
     if not (_f64(x) and _f64(t) and _f64(f) and isinstance(p, np.ndarray) and p.dtype == np.bool_):
         return False
     if not np.shape(p) == np.shape(t) == np.shape(f) == shape:
         return False
+    stored = [bounds._stored_samples(o) for o in (t, f)]
+    if any(q is not None and q.dtype != SAMPLE_STORAGE for q in stored):
+        return False
     et, ef = (_NO_BOUND if e is None else _flat(np.broadcast_to(e, shape)) for e in map(bounds._stored_bound, (t, f)))
     marks = [bounds._decided_or_none(o) for o in (t, f, p)]
-    perturbed = [bounds._samples_or_none(o) for o in operands]
-    sampled = any(q is not None for q in perturbed)
-    dt, df = (_NO_DEVIATIONS if q is None else _flat(q, SAMPLES) for q in perturbed[1:])
+    decisions = bounds._samples_or_none(p)  # (the predicate's perturbed decisions: bool)
+    sampled = decisions is not None or any(q is not None for q in stored)
+    dt, df = (_NO_BITS if q is None else _flat(q.view(np.uint16), SAMPLES) for q in stored)
     bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.empty(shape, bool)
-    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
+    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     stats = select_pass(
         _flat(p),
         _flat(t),
@@ -135,7 +138,7 @@ def fused_select(bounds, x, operands) -> bool:
         et,
         ef,
         tuple(_NO_MARKS if m is None else _flat(np.broadcast_to(m, shape)) for m in marks),
-        _NO_DECISIONS if perturbed[0] is None else _flat(perturbed[0], SAMPLES),
+        _NO_DECISIONS if decisions is None else _flat(decisions, SAMPLES),
         dt,
         df,
         bound.reshape(-1),
@@ -143,9 +146,10 @@ def fused_select(bounds, x, operands) -> bool:
         samples.reshape(SAMPLES, -1),
         CALIBRATION_BLOCK,
     )
-    if sampled:
-        bound = bounds._calibrate(bound, samples, stats=stats)
-    bounds._put(x, bound, decided, samples if sampled else None)
+    made = samples.view(SAMPLE_STORAGE) if sampled else None
+    if made is not None:
+        bound = bounds._calibrate(bound, made, stats=stats, in_place=True)  # (the pass's own array)
+    bounds._put(x, bound, decided, made)
     return True
 
 
