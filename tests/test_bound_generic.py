@@ -319,3 +319,42 @@ def test_a_scatter_adds_samples_are_its_kernel_on_the_deviations(monkeypatch):
         np.testing.assert_allclose(g_samples, samples, rtol=2.0**-16, atol=scale * 2.0**-16)
         np.testing.assert_allclose(g_bound, bound, rtol=2.0**-12)
     assert [args[0].opcode for args in linear] == ["scatter"]  # (its samples by the linear path)
+
+
+MOVES = """HloModule moves
+ENTRY e {
+  a = f32[N] parameter(0)
+  b = f32[N] parameter(1)
+  i = s32[] parameter(2)
+  m = f32[N] multiply(a, b)
+  q = f32[N] multiply(b, b)
+  c = f32[M] concatenate(m, a, q), dimensions={0}
+  d = f32[K] dynamic-slice(c, i), dynamic_slice_sizes={K}
+  u = f32[M] dynamic-update-slice(c, a, i)
+  v = f32[M] dynamic-update-slice(c, q, i)
+  r = f32[N] reverse(m), dimensions={0}
+  h = f16[N] convert(q)
+  w = f16[N] reverse(h), dimensions={0}
+  ROOT t = (f32[M], f32[K], f32[M], f32[M], f32[N], f16[N]) tuple(c, d, u, v, r, w)
+}
+"""
+
+
+def test_moves_carry_the_samples_bits(monkeypatch):
+    """A concatenate, dynamic-slice, dynamic-update-slice and reverse of sampled and exact values (data with
+    infinities, NaN, zeros and subnormals), whose samples tools/bound_generic.moved_samples moves as their
+    bfloat16 bits: every bound, mark and sample as `_sample`'s decode, float32 move and encode make them."""
+    n = 4 * CALIBRATION_BLOCK + 9
+    rng = np.random.default_rng(8)
+    inputs = [_awkward(rng, n, np.float32) for _ in range(2)] + [np.int32(n // 3)]
+    text = MOVES.replace("[N]", f"[{n}]").replace("[M]", f"[{3 * n}]").replace("{K}", f"{{{n + 5}}}")
+    text = text.replace("[K]", f"[{n + 5}]")
+    moved: list = []
+    want = _records(text, inputs, monkeypatch, [(bounds_module, "moved_samples", lambda *_: False)])
+    got = _records(text, inputs, monkeypatch, [_counted(bounds_module, "moved_samples", moved)])
+    assert sorted(args[1].name for args in moved) == ["c", "d", "r", "u", "v", "w"]
+    assert _same_records(want, got) > n
+    for key, (_, _, samples) in want.items():  # (the bits too: NaN's and zeros' signs)
+        if samples is not None:
+            assert samples.tobytes() == got[key][2].tobytes(), key
+    assert np.isinf(want["c", 0][2]).any() and np.count_nonzero(np.isfinite(want["c", 0][2]) & (want["c", 0][2] != 0)) > n

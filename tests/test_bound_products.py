@@ -507,6 +507,7 @@ def test_a_sums_samples_are_its_kernel_on_the_terms_deviations():
     perturbed float64 run) against the perturbed sums in float64 less the sums, plus the sum's own draw: within a
     few float32 roundings of the deviations, the own draw apart (add_noise skipped for the sums)."""
     from hloexec.exec.shadow import shadow_module
+    from hloexec.tools import bound_generic
     from hloexec.tools import bounds as bounds_module
     from hloexec.tools.bounds import ErrorBounds
     from hloexec.tools.numerics import Runner, executable_like
@@ -526,6 +527,7 @@ def test_a_sums_samples_are_its_kernel_on_the_terms_deviations():
         want = np.stack([kernel(operands[0] + terms[k], operands[1]) - value for k in range(len(terms))])
         with pytest.MonkeyPatch.context() as patch:  # (no own draw: the deviations alone)
             patch.setattr(bounds_module, "add_noise", lambda *_: None)
+            patch.setattr(bound_generic, "add_noise", lambda *_: None)  # (an add reduce's: store_summed draws)
             bounds(inst, value, operands)
         got = bounds._samples_or_none(value)
         # (the store keeps samples in bfloat16, rounded to nearest: 2^-9 of each, tools/bound_store.py)

@@ -559,3 +559,51 @@ def test_rounding_groups_are_the_numpy_rule(dtype, other, passes):
     assert result == bool(coarse.any())
     assert 0 < np.count_nonzero(coarse) < n
 
+
+
+def _all_magnitudes(rng, n: int) -> np.ndarray:
+    """float64 values from far below float32's subnormals to beyond its range, both signs, with exact ties of the
+    subnormal grid, float32's edges, zeros, infinities and NaN."""
+    spread = rng.standard_normal(n) * 2.0 ** rng.integers(-160, 140, n).astype(np.float64)
+    ties = (rng.integers(0, 2**23, n // 10) + 0.5) * 2.0**-149
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, 2.0**-126, 2.0**-126 * (1 - 2**-30), 2.0**-149, 2.0**-150,
+             2.0**-150 * (1 + 2**-40), 3 * 2.0**-151, float(np.finfo(np.float32).max) * (1 + 2**-30)]  # fmt: skip
+    return np.concatenate([spread, ties, -ties, edges])
+
+
+def test_f64_to_f32_is_numpys_cast():
+    """kernels/half.f64_to_f32 (the subnormal results made from their bits) is numpy's float64 -> float32 cast bit
+    for bit, on every magnitude."""
+    from numba import njit
+
+    from hloexec.kernels.half import f64_to_f32
+
+    @njit
+    def cast(x, out):
+        for i in range(x.size):
+            out[i] = f64_to_f32(x[i])
+
+    x = _all_magnitudes(np.random.default_rng(11), 200_000)
+    out = np.empty(x.size, np.float32)
+    cast(x, out)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(out.view(np.uint32), x.astype(np.float32).view(np.uint32))
+
+
+def test_scale_blocks_float32_is_numpys_product(passes):
+    """A float32 bound scaled per block (blocks with products below float32's normals made by f64_to_f32) is numpy's
+    float32 product bit for bit, with infinities, NaN, zeros and subnormals among the bounds and factors."""
+    rng = np.random.default_rng(12)
+    blocks = 64
+    bound = _all_magnitudes(rng, blocks * CALIBRATION_BLOCK)[: blocks * CALIBRATION_BLOCK]
+    bound = np.abs(rng.permutation(bound)).astype(np.float32)
+    bound[: 8 * CALIBRATION_BLOCK] *= np.float32(2.0**-120)  # (whole blocks of tiny bounds)
+    factor = rng.random(blocks).astype(np.float32)
+    factor[:3] = [0.0, 1.0, 2.0**-20]
+    factor[-1] = np.nan
+    out = np.empty_like(bound)
+    scale_blocks(bound, factor, CALIBRATION_BLOCK, out)
+    with np.errstate(invalid="ignore"):
+        expected = (bound.reshape(blocks, -1) * factor[:, None]).reshape(-1)
+    assert np.array_equal(out.view(np.uint32), expected.view(np.uint32))
+    assert np.count_nonzero((expected > 0) & (expected < 2.0**-126)) > 1000  # (the subnormal path taken)

@@ -163,22 +163,23 @@ def _select_span(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, 
             continue
         squares[:] = 0
         for k in range(samples_out.shape[0]):
-            out, chosen = samples_out[k, lo:hi], pp[k, lo:hi] if pp.shape[1] > 0 else pv
+            bits, chosen = samples_out[k, lo:hi], pp[k, lo:hi] if pp.shape[1] > 0 else pv
             _moved(tv, dt[k, lo:hi], with_dt, moved_t)
             _moved(fv, df[k, lo:hi], with_df, moved_f)
             for j in range(hi - lo):
-                out[j] = np.float32((moved_t[j] if chosen[j] else moved_f[j]) - xv[j])
-                squares[j] += out[j] * out[j]
+                deviation = np.float32((moved_t[j] if chosen[j] else moved_f[j]) - xv[j])
+                squares[j] += deviation * deviation
+                bits[j] = f32_to_bf16(deviation)
         unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
     return unjudged
 
 
 @njit(inline="always")
 def _moved(value, deviations, with_deviations, out):
-    """out[:n] = value + deviations (float64), or value where there are none."""
+    """out[:n] = value + deviations (their bfloat16 bits, decoded: exact; float64), or value where there are none."""
     if with_deviations:
         for j in range(value.size):
-            out[j] = value[j] + np.float64(deviations[j])
+            out[j] = value[j] + np.float64(bf16_to_f32(deviations[j]))
     else:
         out[: value.size] = value
 
@@ -188,8 +189,9 @@ def select_pass(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, s
     spans of whole blocks on the cores: the chosen branch's bound (`et`, `ef`; no elements: 0) and marks, and where
     the predicate is rounding-decided (`marks`: (t's, f's, p's); no elements: none) the larger bound (NaN as
     np.maximum) plus the branches' distance, decided; each sample's (`pp`: the predicate's perturbed decisions,
-    `dt`, `df`: the branches' deviations; no columns: none) chosen branch moved, less `x`, in float32 (none where
-    `samples_out` has no columns); calibration's block statistics. Returns (largest, total, counted, seen,
+    `dt`, `df`: the branches' deviations as their bfloat16 bits; no columns: none) chosen branch moved, less `x`, in
+    float32, into `samples_out` as its bfloat16 bits (none where it has no columns); calibration's block
+    statistics (of the float32 deviations, as `_sample`'s before they are stored). Returns (largest, total, counted, seen,
     unjudged)."""
     stats = _block_statistics(x.size, block)
     args = (p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, samples_out, block)

@@ -20,20 +20,25 @@ from ..kernels.bound_generic import (
     term_sums,
     unary_pass,
 )
+from ..kernels.bound_rules import add_noise
 from .bound_elementwise import _flat, rounding_rule, store_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
-from .bound_store import SAMPLE_STORAGE
+from .bound_store import SAMPLE_STORAGE, has_error
 
 _NO_BOUND = np.empty(0, np.float32)  # (float32 as the narrow types' bounds: one compiled signature fewer)
 _NO_MARKS = np.empty(0, bool)
 _NO_DECISIONS = np.empty((SAMPLES, 0), bool)
 _NO_TERM_BOUNDS = np.empty((0, 0), np.float32)
 _NO_SAMPLES = np.empty((SAMPLES, 0, 0), np.uint16)  # (bfloat16 bits)
-_NO_DEVIATIONS = np.empty((SAMPLES, 0), np.float32)  # (decoded samples: float32)
 _NO_BITS = np.empty((SAMPLES, 0), np.uint16)  # (samples kept: their bfloat16 bits)
-for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_DEVIATIONS, _NO_BITS):
+for _none in (_NO_BOUND, _NO_MARKS, _NO_DECISIONS, _NO_TERM_BOUNDS, _NO_SAMPLES, _NO_BITS):
     _none.flags.writeable = False
+
+
+# moves whose kernel (numpy indexing: any dtype) moves the samples' bfloat16 bits as they are kept (`moved_samples`)
+BIT_MOVES = frozenset({"concatenate", "dynamic-slice", "dynamic-update-slice", "reverse"})
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # (an exact float operand: zeros as its samples' bits)
 
 
 def _f64(v) -> bool:
@@ -106,21 +111,25 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
 def fused_select(bounds, x, operands) -> bool:
     """A select's bound, rounding-decided marks and samples (calibrated) into `bounds` in one pass
     (kernels/bound_generic.select_pass: `_select`'s and `_sample`'s rules, the same bits), where its branches are
-    float64 (the shadow's values) and its predicate a bool array of their shape; False (nothing done) otherwise."""
+    float64 (the shadow's values) and its predicate a bool array of their shape; False (nothing done) otherwise.
+    The branches' samples are read and written as their bfloat16 bits (no float32 copies)."""
     p, t, f = operands
     shape = np.shape(x)
     if not (_f64(x) and _f64(t) and _f64(f) and isinstance(p, np.ndarray) and p.dtype == np.bool_):
         return False
     if not np.shape(p) == np.shape(t) == np.shape(f) == shape:
         return False
+    stored = [bounds._stored_samples(o) for o in (t, f)]
+    if any(q is not None and q.dtype != SAMPLE_STORAGE for q in stored):
+        return False
     et, ef = (_NO_BOUND if e is None else _flat(np.broadcast_to(e, shape)) for e in map(bounds._stored_bound, (t, f)))
     marks = [bounds._decided_or_none(o) for o in (t, f, p)]
-    perturbed = [bounds._samples_or_none(o) for o in operands]
-    sampled = any(q is not None for q in perturbed)
-    dt, df = (_NO_DEVIATIONS if q is None else _flat(q, SAMPLES) for q in perturbed[1:])
+    decisions = bounds._samples_or_none(p)  # (the predicate's perturbed decisions: bool)
+    sampled = decisions is not None or any(q is not None for q in stored)
+    dt, df = (_NO_BITS if q is None else _flat(q.view(np.uint16), SAMPLES) for q in stored)
     bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.empty(shape, bool)
-    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.float32)
+    samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     stats = select_pass(
         _flat(p),
         _flat(t),
@@ -129,7 +138,7 @@ def fused_select(bounds, x, operands) -> bool:
         et,
         ef,
         tuple(_NO_MARKS if m is None else _flat(np.broadcast_to(m, shape)) for m in marks),
-        _NO_DECISIONS if perturbed[0] is None else _flat(perturbed[0], SAMPLES),
+        _NO_DECISIONS if decisions is None else _flat(decisions, SAMPLES),
         dt,
         df,
         bound.reshape(-1),
@@ -137,9 +146,10 @@ def fused_select(bounds, x, operands) -> bool:
         samples.reshape(SAMPLES, -1),
         CALIBRATION_BLOCK,
     )
-    if sampled:
-        bound = bounds._calibrate(bound, samples, stats=stats)
-    bounds._put(x, bound, decided, samples if sampled else None)
+    made = samples.view(SAMPLE_STORAGE) if sampled else None
+    if made is not None:
+        bound = bounds._calibrate(bound, made, stats=stats, in_place=True)  # (the pass's own array)
+    bounds._put(x, bound, decided, made)
     return True
 
 
@@ -186,6 +196,41 @@ def summed_terms(bounds, inst, a, init) -> tuple | None:
     if d is None:
         deviations = np.zeros((SAMPLES, a.size // count), np.float32)
     return sums.reshape(5, *result), deviations.reshape(SAMPLES, *result)
+
+
+def moved_samples(bounds, inst, value, operands, held) -> bool:
+    """A move's samples (one of BIT_MOVES; `held`: its operands' stored samples, None where none) into `bounds`: its
+    kernel on their bfloat16 bits, a sample at a time (zeros where a float operand has none), the bits `_sample`'s
+    decode, float32 move and encode give (both casts exact; a NaN is stored canonical, and stays so) with neither
+    pass (a move is not calibrated: its bound and marks are kept). False (nothing done) where the value is not
+    one float array with an entry or a stored sample is not bfloat16."""
+    if inst.opcode not in BIT_MOVES or not isinstance(value, np.ndarray) or value.dtype not in _FLOATS:
+        return False
+    if bounds._entry(value) is None or any(h is not None and h.dtype != SAMPLE_STORAGE for h in held):
+        return False
+    exact = [
+        np.zeros(np.shape(o), np.uint16) if h is None and getattr(o, "dtype", None) in _FLOATS else o
+        for o, h in zip(operands, held)
+    ]
+    kernel = bounds._kernel(inst)
+    out = np.empty((SAMPLES, *value.shape), np.uint16)
+    for k in range(SAMPLES):
+        out[k] = kernel(*(e if h is None else h[k].view(np.uint16) for e, h in zip(exact, held)))
+    bounds._put(value, bounds._stored_bound(value), bounds._decided_or_none(value), out.view(SAMPLE_STORAGE))
+    return True
+
+
+def store_summed(bounds, x, own, ceiling, deviations) -> None:
+    """An add reduce's samples (`deviations`, its terms' summed by `summed_terms`: (SAMPLES, *x's shape), float32)
+    into `bounds` as `_sample` finishes any value's: each plus a draw of the reduce's own error `own` (SIGMAS sigmas),
+    then x's bound calibrated by them up to `ceiling` (the same draws, the same bits); with none of `_sample`'s
+    dispatch (a reduce's samples are made: no kernel to run, 87 calls on the GPT step)."""
+    if has_error(own):
+        spread = np.asarray(own, np.float64)
+        flat = spread.reshape(-1) if spread.shape == np.shape(x) else np.ravel(np.broadcast_to(spread, np.shape(x)))
+        add_noise(deviations.reshape(SAMPLES, -1), bounds.draw_key(), flat, SIGMAS)
+    bound = bounds._calibrate(bounds._stored_bound(x), deviations, ceiling)
+    bounds._put(x, bound, bounds._decided_or_none(x), deviations)
 
 
 def sum_terms(bounds, inst, a, init) -> tuple:

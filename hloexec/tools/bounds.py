@@ -90,7 +90,7 @@ from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
-from .bound_generic import fused_select, sum_terms, evaluated_elementwise
+from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms
 from .bound_shared import tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
@@ -305,9 +305,14 @@ class ErrorBounds(BoundStore):
         whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
         one array for every leaf, or a list of them (one per leaf of the value). `summed`: the samples'
         deviations where the rule summed them already (an add reduce's, tools/bound_generic.sum_terms)."""
+        if summed is not None:  # (an add reduce's: its rule summed them, no kernel to run)
+            store_summed(self, value, local, ceiling, summed)
+            return
         held = [self._stored_samples(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
         if local is None and all(p is None for p in held):
+            return
+        if moved_samples(self, inst, value, operands, held):
             return
         kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
@@ -328,7 +333,7 @@ class ErrorBounds(BoundStore):
             store_dot_samples(self, inst, value, operands, held, local, ceiling)
             return
         read = self._read_samples if by_dot else self._read_per_sample
-        perturbed = held if summed is not None else [read(p) for p in held]
+        perturbed = [read(p) for p in held]
         del held
         made = [
             np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype)
@@ -341,8 +346,6 @@ class ErrorBounds(BoundStore):
             for out in made:
                 if out is not None:
                     out[...] = np.nan if out.dtype.kind == "f" else 0
-        elif summed is not None:
-            made[0] = summed
         elif by_dot:
             made[0] = dot_samples(inst, operands, perturbed)
         elif inst.opcode in MOVES or _sums(inst) or (inst.opcode in COLLECTIVES and _exchanges_linearly(inst)):
