@@ -93,6 +93,17 @@ def values_of(
     )
 
 
+def check_global_shapes(path, prefix: str, values: list, outputs: list) -> None:
+    """An SPMD run's file of global arrays (`values`, leaves in order) against the assembled `outputs`: an
+    ArrayFileError for the first shape that differs."""
+    for n, (value, output) in enumerate(zip(values, outputs)):
+        if np.shape(value) != np.shape(output):
+            raise ArrayFileError(
+                f"{path}: array {prefix}{n} has shape {list(np.shape(value))}, expected {list(np.shape(output))} "
+                "(the global output, assembled by its sharding)"
+            )
+
+
 def nested(leaves: list, shapes: list) -> list:
     """Values for `shapes` from their array leaves in depth-first order (tuple shapes become tuples)."""
     it = iter(leaves)
