@@ -114,7 +114,8 @@ def test_command_regression(capsys, tmp_path, case):
     code = main([a.format(f=path, d=tmp_path) for a in argv])
     err = capsys.readouterr().err
     assert code == 2 and "internal error" not in err and "Traceback" not in err, err
-    assert f"error: {path}" in err and message in err and "Error:" not in err, err
+    said = f"error: A ({path}): " if argv[0] == "diff" else f"error: {path}"  # diff: the side too
+    assert said in err and message in err and "Error:" not in err, err
 
 
 ADD = """add {
@@ -219,3 +220,23 @@ def test_a_stray_device_id_is_not_inferred_as_a_machine(capsys, tmp_path):
     assert main(["collectives", str(path)]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "--partitions/--replicas" in err and "internal error" not in err, err
+
+
+
+@pytest.mark.parametrize("bad", ["A", "B"])
+@pytest.mark.parametrize("edit, message", [
+    ("f32[4] frobnicate(p)", "unsupported opcode 'frobnicate'"),
+    ("f32[5] negate(p)", "shape f32[5] is not what the operands give"),
+    ("f32[4] add(p)", "add expects 2 operands, has 1"),
+], ids=["unsupported", "shape", "parse"])
+def test_diff_names_the_side_and_file_of_a_bad_module(capsys, tmp_path, bad, edit, message):
+    """diff A B: an error about one module says which (A or B) and its file (unsupported op and shape: neither)."""
+    from hloexec.tools.cli import main
+
+    good, wrong = tmp_path / "good.hlo", tmp_path / "wrong.hlo"
+    good.write_text(SMALL)
+    wrong.write_text(SMALL.replace("f32[4] negate(p)", edit))
+    a, b = (wrong, good) if bad == "A" else (good, wrong)
+    code = main(["diff", str(a), str(b)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {bad} ({wrong}): ") and message in err, err
