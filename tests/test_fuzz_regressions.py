@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hloexec.errors import HloParseError
@@ -240,3 +241,34 @@ def test_diff_names_the_side_and_file_of_a_bad_module(capsys, tmp_path, bad, edi
     code = main(["diff", str(a), str(b)])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: {bad} ({wrong}): ") and message in err, err
+
+
+NEGATE_CALLED = "HloModule m\n\nf {\n  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a)\n}\n\n"
+
+
+@pytest.mark.parametrize("root, message", [
+    ("ROOT r = f32[5] fusion(p), kind=kLoop, calls=f", "fusion f32[5] does not fit computation %f: its root is f32[4]"),
+    ("ROOT r = bf16[4] fusion(p), kind=kLoop, calls=f", "fusion bf16[4] does not fit computation %f: its root is f32[4]"),
+    ("ROOT r = (f32[4]) fusion(p), kind=kLoop, calls=f", "fusion (f32[4]) does not fit computation %f: its root is"),
+    ("ROOT r = f32[4] fusion(p, p), kind=kLoop, calls=f", "2 operands for a computation of 1 parameters"),
+    ("ROOT r = f32[4] fusion(i), kind=kLoop, calls=f", "operand 0 is s32[4], parameter 0 f32[4]"),
+    ("ROOT r = f32[4] call(i), to_apply=f", "call f32[4] does not fit computation %f: operand 0 is s32[4]"),
+    ("ROOT r = s32[4] call(p), to_apply=f", "call s32[4] does not fit computation %f: its root is f32[4]"),
+], ids=["fusion-dims", "fusion-type", "fusion-tuple", "fusion-operands", "fusion-operand-type", "call-operand-type",
+        "call-result"])
+def test_a_fusion_or_call_that_does_not_fit_its_computation_is_refused_as_the_module_is_prepared(root, message):
+    """Its declared type against the called computation's root, its operands against the parameters: refused
+    by hloexec.load (was a run-time 'kernel returned float32[4], expected f32[5]'; a call's or fusion's operand of
+    another type than its parameter ran silently, one operand too many was a TypeError inside)."""
+    import hloexec
+    from hloexec.errors import UnsupportedError
+
+    text = NEGATE_CALLED + _entry("p = f32[4] parameter(0)", "i = s32[4] parameter(1)", root).decode()
+    with pytest.raises(UnsupportedError) as info:
+        hloexec.load(text, compile="never")
+    assert message in str(info.value) and "in %r = " in str(info.value) and "HLO line 11" in str(info.value)
+    ok = root.replace("f32[5]", "f32[4]").replace("bf16[4]", "f32[4]").replace("(f32[4])", "f32[4]")
+    ok = ok.replace("(p, p)", "(p)").replace("(i)", "(p)").replace("s32[4] call", "f32[4] call")
+    exe = hloexec.load(NEGATE_CALLED + _entry("p = f32[4] parameter(0)", "i = s32[4] parameter(1)", ok).decode())
+    x = np.arange(4, dtype=np.float32)
+    assert exe.run(x, np.zeros(4, np.int32)).tolist() == (-x).tolist()      # the fitting form runs
