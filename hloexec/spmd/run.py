@@ -135,7 +135,7 @@ def _fitting_threads(exe, per_device_inputs, P, R, mirror_identical, groups, con
     if why_not is None:
         say(f"the {n} participants compute the same (equal inputs, equal values made from their ids): device 0 runs")
         per_device_inputs = per_device_inputs[:1]
-    memory = memory_estimate(exe, per_device_inputs, concurrency)
+    memory = memory_estimate(exe, per_device_inputs, concurrency, counts=(P, R))
     available = available_memory()
     if groups == "auto":
         limit = max_memory if max_memory is not None else available
