@@ -272,3 +272,15 @@ def test_a_fusion_or_call_that_does_not_fit_its_computation_is_refused_as_the_mo
     exe = hloexec.load(NEGATE_CALLED + _entry("p = f32[4] parameter(0)", "i = s32[4] parameter(1)", ok).decode())
     x = np.arange(4, dtype=np.float32)
     assert exe.run(x, np.zeros(4, np.int32)).tolist() == (-x).tolist()      # the fitting form runs
+
+
+def test_an_error_found_after_parsing_shows_its_line_under_the_message():
+    """An instruction's error raised as the module is prepared (its operand count) showed an empty line over
+    its caret: it shows the instruction's line, as the parser's own errors do."""
+    import hloexec
+
+    text = SMALL.replace("negate(p)", "add(p)")
+    with pytest.raises(HloParseError) as info:
+        hloexec.load(text)
+    assert info.value.line == 5 and info.value.line_text == "  ROOT r = f32[4] add(p)", info.value.line_text
+    assert str(info.value).endswith("\n    ROOT r = f32[4] add(p)\n    ^")
