@@ -115,7 +115,7 @@ def test_command_regression(capsys, tmp_path, case):
     code = main([a.format(f=path, d=tmp_path) for a in argv])
     err = capsys.readouterr().err
     assert code == 2 and "internal error" not in err and "Traceback" not in err, err
-    said = f"error: A ({path}): " if argv[0] == "diff" else f"error: {path}"  # diff: the side too
+    said = f"error: A: {path}" if argv[0] == "diff" else f"error: {path}"  # diff: the side too
     assert said in err and message in err and "Error:" not in err, err
 
 
@@ -240,7 +240,8 @@ def test_diff_names_the_side_and_file_of_a_bad_module(capsys, tmp_path, bad, edi
     a, b = (wrong, good) if bad == "A" else (good, wrong)
     code = main(["diff", str(a), str(b)])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith(f"error: {bad} ({wrong}): ") and message in err, err
+    said = f"error: {bad}: {wrong}:5:3: " if edit == "f32[4] add(p)" else f"error: {bad} ({wrong}): "  # parse: file:line
+    assert code == 2 and err.startswith(said) and message in err, err
 
 
 NEGATE_CALLED = "HloModule m\n\nf {\n  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a)\n}\n\n"
@@ -284,3 +285,14 @@ def test_an_error_found_after_parsing_shows_its_line_under_the_message():
         hloexec.load(text)
     assert info.value.line == 5 and info.value.line_text == "  ROOT r = f32[4] add(p)", info.value.line_text
     assert str(info.value).endswith("\n    ROOT r = f32[4] add(p)\n    ^")
+
+
+def test_diff_of_modules_taking_different_parameters_names_both_files(capsys, tmp_path):
+    from hloexec.tools.cli import main
+
+    a, b = tmp_path / "a.hlo", tmp_path / "b.hlo"
+    a.write_text(SMALL)
+    b.write_text(SMALL.replace("f32[4]", "f32[5]"))
+    code = main(["diff", str(a), str(b)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"A ({a}) and B ({b}) take different parameters" in err, err

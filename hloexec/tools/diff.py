@@ -305,7 +305,7 @@ def diff(
         signatures = [[p.shape.to_text(layout=False) for p in m.entry.parameters] for m in (a, b)]
         if signatures[0] != signatures[1]:
             raise ValueError(
-                f"{a.name} and {b.name} take different parameters, so not the same inputs: "
+                f"A ({a.path or a.name}) and B ({b.path or b.name}) take different parameters, so not the same inputs: "
                 f"({', '.join(signatures[0])}) and ({', '.join(signatures[1])})"
             )
     ga, gb = ValueGraph(a), ValueGraph(b)
@@ -332,13 +332,15 @@ def diff(
 
 @contextlib.contextmanager
 def side_errors(side: str, source: str):
-    """A bad input found in one of diff's modules names its side and file: 'B (after.hlo): ...' (the same
-    exception, so callers catching its type still do)."""
+    """A bad input found in one of diff's modules names its side and file: 'B (after.hlo): ...', or 'B: ' before
+    a message starting with the file already (the same exception, so callers catching its type still do)."""
     try:
         yield
     except (HloParseError, UnsupportedError, ExecutionError) as e:
-        if e.args and isinstance(e.args[0], str) and not e.args[0].startswith(("A (", "B (")):
-            e.args = (f"{side} ({source}): {e.args[0]}", *e.args[1:])
+        message = e.args[0] if e.args and isinstance(e.args[0], str) else None
+        if message is not None and not message.startswith(("A (", "B (", "A: ", "B: ")):
+            said = f"{side}: " if message.startswith(source) else f"{side} ({source}): "  # file:line: said once
+            e.args = (said + message, *e.args[1:])
         raise
 
 
