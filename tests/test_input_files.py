@@ -225,3 +225,12 @@ def test_plain_savez_float8_e5m2_is_read(capsys, tmp_path):
     code, _, err = cli(capsys, "compare", tmp_path / "m.hlo", "--inputs", tmp_path / "in.npz",
                        "--expected", tmp_path / "out.npz", "--atol", "0", "--rtol", "0")
     assert code == 0, err
+
+
+def test_a_pickle_given_as_an_array_file_is_said_to_be_one(capsys, files):
+    """numpy's own message advised loading it with allow_pickle=True: a pickle is refused as such."""
+    import pickle
+
+    (files / "p.npz").write_bytes(pickle.dumps({"arg0": A}))
+    code, _, err = cli(capsys, "run", files / "m.hlo", "--inputs", files / "p.npz")
+    assert code == 2 and "p.npz: a pickle, not an .npz or .npy array file" in err and "allow_pickle" not in err, err

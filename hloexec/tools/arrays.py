@@ -46,6 +46,8 @@ def _reason(e: Exception) -> str:
         ) + "an object array; hloexec reads numeric arrays only, never pickles"
     if isinstance(e, ValueError) and text.startswith(("array ", "__dtypes__")):
         return text
+    if "pickled" in text:  # numpy's advice (allow_pickle=True) is not one to follow on a file one was handed
+        return "a pickle, not an .npz or .npy array file; hloexec reads numeric arrays only, never pickles"
     return f"not an .npz or .npy array file numpy can read ({type(e).__name__}: {e})"
 
 
