@@ -13,7 +13,7 @@ from ..ir.attributes import Sharding
 from ..ir.module import Module
 from ..ir.shape import Shape
 from ..kernels.threads import CORES
-from ..ops.collectives import participants
+from ..ops.collectives import groups_of, participants
 from ..ops.tiles import tile_layout
 from .devices import GROUPED
 from .shardings import parameter_shardings
@@ -151,10 +151,7 @@ def run_groups(exe, P: int, R: int) -> list[list[int]] | None:
     n, devices = P * R, all_devices(P, R)
     collectives = [i for c in exe.module.computations for i in c.instructions if i.opcode in GROUPED]
     for inst in collectives:
-        try:
-            groups = _groups(inst, devices)
-        except ExecutionError:
-            continue
+        groups = {tuple(g) for g in groups_of(inst, devices)}
         if 1 < len(groups) and sum(map(len, groups)) == n:
             candidates.setdefault(tuple(sorted(groups)), [list(g) for g in sorted(groups)])
     if not candidates:
@@ -165,19 +162,6 @@ def run_groups(exe, P: int, R: int) -> list[list[int]] | None:
         return (sum(crosses(i, group_of, devices) for i in collectives), max(map(len, groups)))
 
     return min(candidates.values(), key=cost)
-
-
-def _groups(inst, devices: list[Device]) -> set[tuple[int, ...]]:
-    """The groups of collective `inst` among `devices`: each asked of its first member only (asking every device
-    made an all-reduce of N participants in one group cost N^2)."""
-    groups: set[tuple[int, ...]] = set()
-    seen: set[int] = set()
-    for device in devices:
-        if device.global_id not in seen:
-            group = tuple(participants(inst, device))
-            groups.add(group)
-            seen.update(group)
-    return groups
 
 
 def all_devices(P: int, R: int) -> list[Device]:
