@@ -20,6 +20,16 @@ def _window(line_text: str, column: int) -> str:
     return line_text[start : start + 200]
 
 
+class OptionError(ValueError):
+    """A library option given a value it does not take (hloexec.load's reductions= or compile=, run_spmd's runner=,
+    hloexec.jax's stage= or reference=...): names the option, the value and the values it takes. A ValueError, as
+    these were before they had a type of their own."""
+
+    def __init__(self, option: str, value, choices):
+        self.option, self.value, self.choices = option, value, tuple(choices)
+        super().__init__(f"{option}={value!r}: expected one of {', '.join(map(repr, self.choices))}")
+
+
 class UnsupportedError(NotImplementedError):
     """An opcode, attribute, dtype or layout that hloexec does not execute; names where it is."""
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ExecutionError
+from .errors import ExecutionError, OptionError
 
 STAGES = ("pre", "opt")
 
@@ -53,7 +53,7 @@ def lower(fn, *args, stage: str = "pre", **jit_kwargs) -> Lowered:
     import jax
 
     if stage not in STAGES:
-        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        raise OptionError("stage", stage, STAGES)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn, **{"keep_unused": True, **jit_kwargs})
     lowered = jitted.lower(*args)
     static = set(getattr(getattr(jitted, "_jit_info", None), "static_argnums", ()))
@@ -99,7 +99,7 @@ def check(
     from .tools.compare import compare_outputs, format_report
 
     if reference not in ("xla", "shadow"):
-        raise ValueError(f"reference must be 'xla' or 'shadow', got {reference!r}")
+        raise OptionError("reference", reference, ("xla", "shadow"))
     if reference == "shadow" and (atol is not None or rtol is not None):
         raise ValueError("reference='shadow' judges by the program's precision, not by atol/rtol")
     lowered = lower(fn, *args, stage=stage, **jit_kwargs)

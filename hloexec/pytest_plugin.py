@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import OptionError
+
 import pytest
 
 
@@ -124,7 +126,7 @@ class HloReference:
         __tracebackhide__ = True
         reference = reference or self.reference
         if reference not in REFERENCES:
-            raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+            raise OptionError("reference", reference, REFERENCES)
         if reference == "xla":
             atol = self.atol if atol is None else atol
             rtol = self.rtol if rtol is None else rtol

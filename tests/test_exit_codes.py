@@ -75,8 +75,9 @@ def test_every_command_on_every_kind_of_bad_file(capsys, tmp_path, command, kind
     assert code == want == 2, (code, out, err)
     assert err.startswith("error: ") and "internal error" not in err and "Traceback" not in err, err
     assert SAYS[kind] in err, err
-    # the file, else (diff: A and B; memory: by the module's name) what in it
-    assert path.name in err or (command == "diff" and "HLO line" in err) or kind == "too big", err
+    # the file (diff: and its role, A or B), else (memory: by the module's name) what in it
+    assert path.name in err or kind == "too big", err
+    assert command != "diff" or kind == "missing" or f"A ({path}): " in err or f"A: {path}:" in err, err
 
 
 def test_usage_errors_exit_2_for_every_command(capsys):

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hloexec.errors import HloParseError
@@ -114,7 +115,8 @@ def test_command_regression(capsys, tmp_path, case):
     code = main([a.format(f=path, d=tmp_path) for a in argv])
     err = capsys.readouterr().err
     assert code == 2 and "internal error" not in err and "Traceback" not in err, err
-    assert f"error: {path}" in err and message in err and "Error:" not in err, err
+    said = f"error: A: {path}" if argv[0] == "diff" else f"error: {path}"  # diff: the side too
+    assert said in err and message in err and "Error:" not in err, err
 
 
 ADD = """add {
@@ -219,3 +221,78 @@ def test_a_stray_device_id_is_not_inferred_as_a_machine(capsys, tmp_path):
     assert main(["collectives", str(path)]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "--partitions/--replicas" in err and "internal error" not in err, err
+
+
+
+@pytest.mark.parametrize("bad", ["A", "B"])
+@pytest.mark.parametrize("edit, message", [
+    ("f32[4] frobnicate(p)", "unsupported opcode 'frobnicate'"),
+    ("f32[5] negate(p)", "shape f32[5] is not what the operands give"),
+    ("f32[4] add(p)", "add expects 2 operands, has 1"),
+], ids=["unsupported", "shape", "parse"])
+def test_diff_names_the_side_and_file_of_a_bad_module(capsys, tmp_path, bad, edit, message):
+    """diff A B: an error about one module says which (A or B) and its file (unsupported op and shape: neither)."""
+    from hloexec.tools.cli import main
+
+    good, wrong = tmp_path / "good.hlo", tmp_path / "wrong.hlo"
+    good.write_text(SMALL)
+    wrong.write_text(SMALL.replace("f32[4] negate(p)", edit))
+    a, b = (wrong, good) if bad == "A" else (good, wrong)
+    code = main(["diff", str(a), str(b)])
+    err = capsys.readouterr().err
+    said = f"error: {bad}: {wrong}:5:3: " if edit == "f32[4] add(p)" else f"error: {bad} ({wrong}): "  # parse: file:line
+    assert code == 2 and err.startswith(said) and message in err, err
+
+
+NEGATE_CALLED = "HloModule m\n\nf {\n  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a)\n}\n\n"
+
+
+@pytest.mark.parametrize("root, message", [
+    ("ROOT r = f32[5] fusion(p), kind=kLoop, calls=f", "fusion f32[5] does not fit computation %f: its root is f32[4]"),
+    ("ROOT r = bf16[4] fusion(p), kind=kLoop, calls=f", "fusion bf16[4] does not fit computation %f: its root is f32[4]"),
+    ("ROOT r = (f32[4]) fusion(p), kind=kLoop, calls=f", "fusion (f32[4]) does not fit computation %f: its root is"),
+    ("ROOT r = f32[4] fusion(p, p), kind=kLoop, calls=f", "2 operands for a computation of 1 parameters"),
+    ("ROOT r = f32[4] fusion(i), kind=kLoop, calls=f", "operand 0 is s32[4], parameter 0 f32[4]"),
+    ("ROOT r = f32[4] call(i), to_apply=f", "call f32[4] does not fit computation %f: operand 0 is s32[4]"),
+    ("ROOT r = s32[4] call(p), to_apply=f", "call s32[4] does not fit computation %f: its root is f32[4]"),
+], ids=["fusion-dims", "fusion-type", "fusion-tuple", "fusion-operands", "fusion-operand-type", "call-operand-type",
+        "call-result"])
+def test_a_fusion_or_call_that_does_not_fit_its_computation_is_refused_as_the_module_is_prepared(root, message):
+    """Its declared type against the called computation's root, its operands against the parameters: refused
+    by hloexec.load (was a run-time 'kernel returned float32[4], expected f32[5]'; a call's or fusion's operand of
+    another type than its parameter ran silently, one operand too many was a TypeError inside)."""
+    import hloexec
+    from hloexec.errors import UnsupportedError
+
+    text = NEGATE_CALLED + _entry("p = f32[4] parameter(0)", "i = s32[4] parameter(1)", root).decode()
+    with pytest.raises(UnsupportedError) as info:
+        hloexec.load(text, compile="never")
+    assert message in str(info.value) and "in %r = " in str(info.value) and "HLO line 11" in str(info.value)
+    ok = root.replace("f32[5]", "f32[4]").replace("bf16[4]", "f32[4]").replace("(f32[4])", "f32[4]")
+    ok = ok.replace("(p, p)", "(p)").replace("(i)", "(p)").replace("s32[4] call", "f32[4] call")
+    exe = hloexec.load(NEGATE_CALLED + _entry("p = f32[4] parameter(0)", "i = s32[4] parameter(1)", ok).decode())
+    x = np.arange(4, dtype=np.float32)
+    assert exe.run(x, np.zeros(4, np.int32)).tolist() == (-x).tolist()      # the fitting form runs
+
+
+def test_an_error_found_after_parsing_shows_its_line_under_the_message():
+    """An instruction's error raised as the module is prepared (its operand count) showed an empty line over
+    its caret: it shows the instruction's line, as the parser's own errors do."""
+    import hloexec
+
+    text = SMALL.replace("negate(p)", "add(p)")
+    with pytest.raises(HloParseError) as info:
+        hloexec.load(text)
+    assert info.value.line == 5 and info.value.line_text == "  ROOT r = f32[4] add(p)", info.value.line_text
+    assert str(info.value).endswith("\n    ROOT r = f32[4] add(p)\n    ^")
+
+
+def test_diff_of_modules_taking_different_parameters_names_both_files(capsys, tmp_path):
+    from hloexec.tools.cli import main
+
+    a, b = tmp_path / "a.hlo", tmp_path / "b.hlo"
+    a.write_text(SMALL)
+    b.write_text(SMALL.replace("f32[4]", "f32[5]"))
+    code = main(["diff", str(a), str(b)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"A ({a}) and B ({b}) take different parameters" in err, err

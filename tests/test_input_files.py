@@ -170,10 +170,17 @@ def test_a_bad_outputs_file_is_an_error_naming_it(capsys, files, flag):
     assert code == 2 and err.startswith("error: ") and "bad.npz" in err and "object array" in err, err
 
 
-def test_an_actual_file_of_the_wrong_shape_names_the_output(capsys, files):
-    np.savez(files / "short.npz", out0=SUM[:3])
-    code, _, err = cli(capsys, "compare", files / "m.hlo", "--reference", "shadow", "--actual", files / "short.npz")
-    assert code == 2 and "short.npz: array out0 has shape [3], expected bf16[4]" in err, err
+@pytest.mark.parametrize("flag", ["--expected", "--actual"])
+@pytest.mark.parametrize("kind", ["shape", "dtype"])
+def test_an_outputs_file_of_the_wrong_shape_or_dtype_is_a_bad_input_naming_the_output(capsys, files, flag, kind):
+    """--expected and --actual alike: exit 2, not a mismatch (--expected exited 1, a FAIL)."""
+    wrong = SUM[:3] if kind == "shape" else SUM.astype(np.float32)
+    np.savez(files / "wrong.npz", out0=wrong)
+    judged = ["--reference", "shadow"] if flag == "--actual" else []
+    code, _, err = cli(capsys, "compare", files / "m.hlo", "--inputs", files / "in.npz", flag, files / "wrong.npz",
+                       *judged)
+    says = "has shape [3], expected bf16[4]" if kind == "shape" else "has dtype float32, expected bf16[4]"
+    assert code == 2 and f"wrong.npz: array out0 {says}" in err, err
 
 
 def test_a_missing_inputs_file_is_said_as_such(capsys, files):
@@ -218,3 +225,12 @@ def test_plain_savez_float8_e5m2_is_read(capsys, tmp_path):
     code, _, err = cli(capsys, "compare", tmp_path / "m.hlo", "--inputs", tmp_path / "in.npz",
                        "--expected", tmp_path / "out.npz", "--atol", "0", "--rtol", "0")
     assert code == 0, err
+
+
+def test_a_pickle_given_as_an_array_file_is_said_to_be_one(capsys, files):
+    """numpy's own message advised loading it with allow_pickle=True: a pickle is refused as such."""
+    import pickle
+
+    (files / "p.npz").write_bytes(pickle.dumps({"arg0": A}))
+    code, _, err = cli(capsys, "run", files / "m.hlo", "--inputs", files / "p.npz")
+    assert code == 2 and "p.npz: a pickle, not an .npz or .npy array file" in err and "allow_pickle" not in err, err

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hloexec
-from hloexec.errors import ExecutionError
+from hloexec.errors import ExecutionError, OptionError
 from hloexec.options import Options, device_profile
 
 SUM = """HloModule s
@@ -51,3 +51,36 @@ def test_a_profile_prints_as_a_file_it_reads_back(tmp_path):
     f.write_text(ref.to_toml())
     back = device_profile(str(f))
     assert [r[:2] for r in back.rules()] == [r[:2] for r in ref.rules()]
+
+
+SMALL = "HloModule small\n\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] negate(p)\n}\n"
+
+
+@pytest.mark.parametrize("option, choices", [
+    ("reductions", "'accumulate', 'per-step', 'xla-cpu'"),
+    ("compile", "'background', 'eager', 'never'"),
+    ("excess_precision", "False, True"),            # "junk" was taken as True
+])
+def test_a_load_option_of_a_value_it_does_not_take_is_an_option_error_listing_them(option, choices):
+    with pytest.raises(OptionError) as info:
+        hloexec.load(SMALL, **{option: "junk"})
+    assert isinstance(info.value, ValueError)       # what callers caught before
+    assert str(info.value) == f"{option}='junk': expected one of {choices}"
+    assert (info.value.option, info.value.value) == (option, "junk")
+
+
+@pytest.mark.parametrize("option, choices", [("runner", "'threads', 'ray'"), ("groups", "'auto'")])
+def test_a_run_spmd_option_of_a_value_it_does_not_take_is_an_option_error(option, choices):
+    exe = hloexec.load(SMALL)
+    with pytest.raises(OptionError, match=f"{option}='junk': expected one of {choices}"):
+        exe.run_spmd([exe.random_inputs(0)], 1, 1, **{option: "junk"})
+
+
+def test_hloexec_jax_options_of_a_value_they_do_not_take_are_option_errors():
+    jax = pytest.importorskip("jax")
+    import hloexec.jax
+
+    with pytest.raises(OptionError, match="stage='late': expected one of 'pre', 'opt'"):
+        hloexec.jax.lower(jax.numpy.negative, np.ones(2, np.float32), stage="late")
+    with pytest.raises(OptionError, match="reference='gpu': expected one of 'xla', 'shadow'"):
+        hloexec.jax.check(jax.numpy.negative, np.ones(2, np.float32), reference="gpu")

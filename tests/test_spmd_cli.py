@@ -144,3 +144,18 @@ def test_compare_refuses_outputs_it_cannot_assemble(tmp_path, capsys):
                          "  ROOT out = (f32[2,3], f32[8,3], f32[2,3]) tuple(s, x, s)\n}\n")
     code, _, err = run_cli(capsys, "compare", sharded, reference, "--spmd")
     assert code == 2 and "output 1 has no sharding" in err and "cannot assemble" in err
+
+
+def test_compare_expected_of_other_global_shapes_is_a_bad_input(tmp_path, capsys, tiled_sum):
+    """--expected holds global arrays: one of a device's shape ([2,3] for the global [8,3]) is an input error
+    (exit 2) naming it, not a mismatch."""
+    path, x = tiled_sum
+    total = x.reshape(4, 2, 3).sum(axis=0)
+    scaled = x * np.repeat(np.arange(1, 5, dtype=np.float32), 2)[:, None]
+    args = ["compare", path, "--spmd", "--inputs", tmp_path / "global.npz", "--expected", tmp_path / "e.npz"]
+    save_arrays(tmp_path / "e.npz", {"out0": total, "out1": scaled[:2], "out2": x[:2]})
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and "e.npz: array out1 has shape [2, 3], expected [8, 3]" in err, err
+    save_arrays(tmp_path / "e.npz", {"out0": total, "out1": scaled, "out2": x[:2]})
+    code, out, err = run_cli(capsys, *args)
+    assert code in (0, 1) and "has shape" not in err, err

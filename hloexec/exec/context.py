@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass
 from functools import cached_property, partial
 
+from ..errors import OptionError
 from ..ir.module import Computation, Module
 from ..options import Options
 from .tier_report import TierReport
@@ -63,7 +64,7 @@ class ExecContext:
         self.use_numba = use_numba
         self.fuse_chains = fuse_chains  # group unfused producer/consumer chains into kernels (exec/fuse.py)
         if compile not in COMPILE_MODES:
-            raise ValueError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}, got {compile!r}")
+            raise OptionError("compile", compile, COMPILE_MODES)
         self.compile = compile  # who waits for the compiler (exec/tiering.py)
         # which fusions and loops compile, and when
         self.policy = CompilePolicy(compile_after, BackgroundCompiler() if compile == "background" else None)

@@ -12,6 +12,7 @@ attributes and source line, and names the computation it came from in error mess
 from __future__ import annotations
 
 from ..ir.module import Computation, Instruction
+from ..ir.shape_inference import check_call
 
 MAX_INLINED = 50_000  # instructions an inlined computation may grow to
 
@@ -25,7 +26,7 @@ def inline_calls(comp: Computation, keep_call) -> Computation:
         return (
             inst.opcode == "call"
             and called is not None
-            and len(called.parameters) == len(inst.operands)
+            and check_call(inst, called) is None
             and not keep_call(inst)
             and _ordered(called)
         )

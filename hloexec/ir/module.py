@@ -94,6 +94,17 @@ class TextSpan:
         return self.buf[self.offset : self.offset + self.length].decode("utf-8", "replace")
 
 
+def _line_text(buf, line: int) -> str:
+    """Line `line` (1-based) of the parsed text `buf`, for an error's caret line (its first 100,000 bytes)."""
+    start = 0
+    for _ in range(line - 1):
+        start = buf.find(b"\n", start) + 1
+        if start == 0:
+            return ""
+    end = buf.find(b"\n", start)
+    return bytes(buf[start : min(end if end >= 0 else len(buf), start + 100_000)]).decode("utf-8", "replace")
+
+
 class Instruction:
     __slots__ = (
         "name",
@@ -234,11 +245,13 @@ class Instruction:
     def parse_error(self, message: str) -> HloParseError:
         """HloParseError at this instruction's file:line:col (for text decoded lazily, after parsing)."""
         module = self.computation.module if self.computation is not None else None
+        tables = self.computation.tables if self.computation is not None else None
         return HloParseError(
             f"in %{self.name}: {message}",
             path=module.path if module is not None else None,
             line=self.line,
             column=self.column,
+            line_text=_line_text(tables.buf, self.line) if tables is not None and self.line > 0 else "",
         )
 
     def has_attr(self, key: str) -> bool:

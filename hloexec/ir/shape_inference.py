@@ -534,6 +534,21 @@ def _compatible_ignoring_fp_precision(a: Shape, b: Shape) -> bool:
     )
 
 
+def check_call(inst, called) -> str | None:
+    """Why a fusion or call `inst`, whose result is that of the computation it calls (`called`; no rule of its
+    own), does not fit it: its operands against the parameters, its shape against the root (element types and
+    dimensions, not layouts: XLA's verifier's ShapeUtil::Compatible), or None."""
+    operands, parameters = inst.operands, called.parameters
+    if len(operands) != len(parameters):
+        return f"{len(operands)} operands for a computation of {len(parameters)} parameters"
+    for k, (operand, parameter) in enumerate(zip(operands, parameters)):
+        if not operand.shape.same_dims_and_type(parameter.shape):
+            return f"operand {k} is {_text(operand.shape)}, parameter {k} {_text(parameter.shape)}"
+    if not inst.shape.same_dims_and_type(called.root.shape):
+        return f"its root is {_text(called.root.shape)}"
+    return None
+
+
 CHECKED_ONLY: dict[str, Callable] = {
     "broadcast": _check_broadcast,
     "reshape": _check_reshape,

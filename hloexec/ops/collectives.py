@@ -66,6 +66,23 @@ def participants(inst, device) -> list[int]:
     return [r * P + p for r in replicas for p in range(P)]  # cross-replica-and-partition
 
 
+def groups_of(inst, devices) -> list[list[int]]:
+    """The groups of collective `inst` among `devices` (Devices), sorted; each asked of its first member only
+    (asking every device made one group of N participants cost N^2). A device in no group takes no part."""
+    groups: list[list[int]] = []
+    seen: set[int] = set()
+    for device in devices:
+        if device.global_id in seen:
+            continue
+        try:
+            group = participants(inst, device)
+        except ExecutionError:
+            continue
+        groups.append(group)
+        seen.update(group)
+    return sorted(groups)
+
+
 def _find(inst, groups, member) -> list[int]:
     found = [g for g in groups if member in g]
     if len(found) != 1:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ..errors import UnsupportedError
 from ..ir import opcodes
-from ..ir.shape_inference import check_shape
+from ..ir.shape_inference import check_call, check_shape
 from ..options import Options
 
 
@@ -227,6 +227,13 @@ def check_form(inst, opcode: str) -> None:
     why = check_shape(opcode, [o.shape for o in inst.operands], inst.attr, inst.shape)
     if why is not None:
         raise UnsupportedError(f"shape {inst.shape.to_text(False)} is not what the operands give: {why}", inst)
+    if opcode in ("fusion", "call") and inst.opcode == opcode:  # the result is the called computation's
+        called = inst.called_computation("calls" if opcode == "fusion" else "to_apply")
+        why = check_call(inst, called)
+        if why is not None:
+            raise UnsupportedError(
+                f"{opcode} {inst.shape.to_text(False)} does not fit computation %{called.name}: {why}", inst
+            )
 
 
 def lookup(inst) -> OpDef:

@@ -12,6 +12,7 @@ import numbers
 import os
 from dataclasses import dataclass, field, fields, replace
 
+from ..errors import OptionError
 from .devices import REDUCTIONS, REFERENCE, DeviceProfile, device_profile
 
 
@@ -28,7 +29,9 @@ class Options:
 
     def __post_init__(self):
         if self.reductions not in REDUCTIONS:
-            raise ValueError(f"reductions={self.reductions!r}: expected one of {', '.join(REDUCTIONS)}")
+            raise OptionError("reductions", self.reductions, REDUCTIONS)
+        if self.excess_precision not in (False, True):  # "junk" is truthy: not taken as True
+            raise OptionError("excess_precision", self.excess_precision, (False, True))
         if self.max_memory is not None and not isinstance(self.max_memory, numbers.Real):  # '8G' is the CLI's
             raise TypeError(f"max_memory={self.max_memory!r}: expected a number of bytes or None")
 

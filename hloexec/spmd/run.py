@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import warnings
 
-from ..errors import ExecutionError
+from ..errors import ExecutionError, OptionError
 from ..options import available_memory
 from ..kernels.threads import CORES
 from .communicators import Mailboxes, run_mirrored, run_participants
@@ -95,7 +95,7 @@ def run_spmd(
             report=say,
         )
     if runner != "threads":
-        raise ExecutionError(f"runner must be 'threads' or 'ray', not {runner!r}")
+        raise OptionError("runner", runner, ("threads", "ray"))
     if ray_address is not None or participants_per_worker is not None:
         raise ExecutionError("ray_address and participants_per_worker are options of runner='ray'")
     if isinstance(per_device_inputs, GlobalInputs):
@@ -128,12 +128,14 @@ def _spans(group: list[int]) -> str:
 def _fitting_threads(exe, per_device_inputs, P, R, mirror_identical, groups, concurrency, max_memory, check, say):
     """(the input lists of the participants that run: device 0's alone when they compute the same and
     `mirror_identical`, the groups they take turns in or None): the memory estimate said, and checked (`check`)."""
+    if isinstance(groups, str) and groups != "auto":
+        raise OptionError("groups", groups, ("auto",))  # or lists of device ids
     n = P * R
     why_not = why_not_identical(exe, per_device_inputs, P, R) if mirror_identical else "not asked"
     if why_not is None:
         say(f"the {n} participants compute the same (equal inputs, equal values made from their ids): device 0 runs")
         per_device_inputs = per_device_inputs[:1]
-    memory = memory_estimate(exe, per_device_inputs, concurrency)
+    memory = memory_estimate(exe, per_device_inputs, concurrency, counts=(P, R))
     available = available_memory()
     if groups == "auto":
         limit = max_memory if max_memory is not None else available

@@ -46,6 +46,8 @@ def _reason(e: Exception) -> str:
         ) + "an object array; hloexec reads numeric arrays only, never pickles"
     if isinstance(e, ValueError) and text.startswith(("array ", "__dtypes__")):
         return text
+    if "pickled" in text:  # numpy's advice (allow_pickle=True) is not one to follow on a file one was handed
+        return "a pickle, not an .npz or .npy array file; hloexec reads numeric arrays only, never pickles"
     return f"not an .npz or .npy array file numpy can read ({type(e).__name__}: {e})"
 
 
@@ -91,6 +93,17 @@ def values_of(
         ],
         shapes,
     )
+
+
+def check_global_shapes(path, prefix: str, values: list, outputs: list) -> None:
+    """An SPMD run's file of global arrays (`values`, leaves in order) against the assembled `outputs`: an
+    ArrayFileError for the first shape that differs."""
+    for n, (value, output) in enumerate(zip(values, outputs)):
+        if np.shape(value) != np.shape(output):
+            raise ArrayFileError(
+                f"{path}: array {prefix}{n} has shape {list(np.shape(value))}, expected {list(np.shape(output))} "
+                "(the global output, assembled by its sharding)"
+            )
 
 
 def nested(leaves: list, shapes: list) -> list:

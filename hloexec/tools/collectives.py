@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import ExecutionError
 from ..exec.context import Device
 from ..exec.plan import schedule
 from ..spmd import device_counts
 from ..ir.module import Computation, Instruction, Module
-from ..ops.collectives import group_mode, participants
+from ..ops.collectives import group_mode, groups_of
 from . import costmodel
 from .opname import short, where
 from .stats import Walk, _ranges, human_bytes
@@ -197,15 +196,7 @@ def _collective(inst: Instruction, kind: str, report: CollectivesReport, devices
         steps, _ = costmodel.ring_model(kind, size, 2)
         seconds = costmodel.collective_time(kind, size, 2, report.link) if any(sent) else 0.0
         return Collective(inst, kind, pairs, size, sent, received, steps if any(sent) else 0, seconds, context)
-    groups: list[list[int]] = []
-    for d in devices:
-        try:
-            group = participants(inst, d)
-        except ExecutionError:  # this device is in no group: it takes no part
-            continue
-        if group not in groups:
-            groups.append(group)
-    groups.sort()
+    groups = groups_of(inst, devices)
     biggest = max((len(g) for g in groups), default=1)
     for group in groups:
         n = len(group)

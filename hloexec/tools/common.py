@@ -25,6 +25,7 @@ from ..errors import (
     ExecutionError,
     HloParseError,
     MemoryLimitError,
+    OptionError,
     UnsupportedError,
     elided_constants_note,
 )
@@ -445,6 +446,7 @@ KNOWN_ERRORS = (
     HloParseError,
     UnsupportedError,
     ExecutionError,
+    OptionError,
     UsageError,
     OSError,
     XlaCpuError,

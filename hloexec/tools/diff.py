@@ -18,11 +18,13 @@ participant holding the same values): both versions see the same collective sema
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ExecutionError, HloParseError, UnsupportedError
 from ..ir.module import Instruction
 from ..ir.printer import instruction_to_text
 from ..parser import parse
@@ -303,16 +305,17 @@ def diff(
         signatures = [[p.shape.to_text(layout=False) for p in m.entry.parameters] for m in (a, b)]
         if signatures[0] != signatures[1]:
             raise ValueError(
-                f"{a.name} and {b.name} take different parameters, so not the same inputs: "
+                f"A ({a.path or a.name}) and B ({b.path or b.name}) take different parameters, so not the same inputs: "
                 f"({', '.join(signatures[0])}) and ({', '.join(signatures[1])})"
             )
     ga, gb = ValueGraph(a), ValueGraph(b)
     m = match(ga, gb)
     plan = _TapPlan(m, zoom)
-    exe_a, exe_b = (
-        Executable(m, use_numba=bool(closed), reductions=reductions, device=device)
-        for m, closed in ((a, plan.closed[0]), (b, plan.closed[1]))
-    )
+    executables = []
+    for side, module, closed in (("A", a, plan.closed[0]), ("B", b, plan.closed[1])):
+        with side_errors(side, module.path or f"module {module.name}"):
+            executables.append(Executable(module, use_numba=bool(closed), reductions=reductions, device=device))
+    exe_a, exe_b = executables
     run = _Lockstep(m, plan, atol, rtol, pending_budget)
     run.run(exe_a, exe_b, inputs_a, inputs_b if inputs_b is not None else inputs_a)
     report = _report(m, plan, run)
@@ -325,6 +328,20 @@ def diff(
 
         judge_by_bounds(report, (exe_a, exe_b), (inputs_a, inputs_b if inputs_b is not None else inputs_a))
     return report
+
+
+@contextlib.contextmanager
+def side_errors(side: str, source: str):
+    """A bad input found in one of diff's modules names its side and file: 'B (after.hlo): ...', or 'B: ' before
+    a message starting with the file already (the same exception, so callers catching its type still do)."""
+    try:
+        yield
+    except (HloParseError, UnsupportedError, ExecutionError) as e:
+        message = e.args[0] if e.args and isinstance(e.args[0], str) else None
+        if message is not None and not message.startswith(("A (", "B (", "A: ", "B: ")):
+            said = f"{side}: " if message.startswith(source) else f"{side} ({source}): "  # file:line: said once
+            e.args = (said + message, *e.args[1:])
+        raise
 
 
 class _TapPlan:
@@ -525,9 +542,10 @@ class _Lockstep:
             t.start()
         for t in threads:
             t.join()
-        for e in self.errors:
+        for side, exe, e in zip("AB", (exe_a, exe_b), self.errors):
             if e is not None:
-                raise e
+                with side_errors(side, exe.module.path or f"module {exe.module.name}"):
+                    raise e
 
     def _side(self, side: int, exe, inputs) -> None:
         opened = self.plan.opened[side]

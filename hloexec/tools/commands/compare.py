@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..arrays import flatten, read_values
+from ..arrays import check_global_shapes, flatten, read_values
 from ..common import (
     EXIT_MISMATCH,
     EXIT_OK,
@@ -59,7 +59,11 @@ def add_parser(subparsers, parents) -> None:
     )
     p.add_argument("file", metavar="FILE", help="the module under test")
     p.add_argument("other", metavar="REFERENCE", nargs="?", help="a second HLO file whose outputs are expected")
-    p.add_argument("--expected", metavar="NPZ", help="expected outputs: keys out0..outM")
+    p.add_argument(
+        "--expected",
+        metavar="NPZ",
+        help="expected outputs: keys out0..outM, of the outputs' shapes and dtypes (else exit 2, a bad input)",
+    )
     p.add_argument("--against", choices=["xla"], help="run FILE on XLA:CPU (jaxlib, in a child process)")
     p.add_argument(
         "--reference",
@@ -124,10 +128,9 @@ def run(args) -> int:
         check_memory(other_exe, args, text_out)
         reference = {"from": "hlo", "file": args.other, "module": other.name}
     if args.expected is not None:
-        # shapes and dtypes that differ are the comparison's to report
-        expected = read_values(
-            args.expected, "out", result_leaves(exe), what="outputs", check_shapes=False, check_dtypes=False
-        )
+        # a file of other shapes or dtypes is a bad input (exit 2), as an --actual file is; SPMD: the per-device
+        # shapes are not the global outputs', checked once they are assembled
+        expected = read_values(args.expected, "out", result_leaves(exe), what="outputs", check_shapes=not is_spmd(args))
         reference = {"from": "npz", "path": args.expected}
     if is_spmd(args):
         if args.against is not None:
@@ -136,6 +139,8 @@ def run(args) -> int:
         actual = flatten(
             spmd_outputs(exe, args, text_out, inputs, other_exe.module if other_exe is not None else None)[2]()
         )
+        if args.expected is not None:
+            check_global_shapes(args.expected, "out", flatten(tuple(expected)), actual)
     else:
         check_memory(exe, args, text_out)
         inputs, inputs_info = module_inputs(exe.module, args)

@@ -19,7 +19,7 @@ from ..common import (
     select_module,
 )
 from ..devices import add_device_argument, device_option
-from ..diff import diff
+from ..diff import diff, side_errors
 from ..diff_format import format_report
 
 
@@ -62,10 +62,12 @@ def run(args) -> int:
     if args.b is None:
         raise UsageError("diff needs two modules: A B, or a dump directory with --stage and --stage-b")
     modules = []
-    for path in (args.a, args.b):
-        parsed, _ = parse_module_file(path)
-        modules.append(select_module(parsed, args.module, path))
-    inputs, inputs_info = module_inputs(modules[0], args)
+    for side, path in (("A", args.a), ("B", args.b)):
+        with side_errors(side, path):
+            parsed, _ = parse_module_file(path)
+            modules.append(select_module(parsed, args.module, path))
+    with side_errors("A", args.a):  # the inputs are made for A's parameters (B's are the same)
+        inputs, inputs_info = module_inputs(modules[0], args)
     start = time.perf_counter()
     try:
         report = diff(
