@@ -178,3 +178,46 @@ def test_a_cublas_gemm_that_is_a_dot_is_bounded_as_one():
     relu = hloexec.load(GEMM.format(epilogue="RELU"))
     _, run = judge_run(relu, [x, y], {})
     assert run.bounds[relu.options.device.name].unbounded == {"g": "custom-call __cublas$gemm"}
+
+
+ARGMAX = """HloModule argmax
+pick {
+  a = f32[] parameter(0)  i = s32[] parameter(1)  b = f32[] parameter(2)  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  nan = pred[] compare(a, a), direction=NE
+  first = pred[] or(gt, nan)
+  eq = pred[] compare(a, b), direction=EQ
+  lt = pred[] compare(i, j), direction=LT
+  tie = pred[] and(eq, lt)
+  keep = pred[] or(first, tie)
+  v = f32[] select(first, a, b)
+  k = s32[] select(keep, i, j)
+  ROOT t = (f32[], s32[]) tuple(v, k)
+}
+ENTRY e {
+  x = f32[16,64] parameter(0)  y = f32[16,64] parameter(1)
+  m = f32[16,64] multiply(x, y)
+  s = f32[16,64] tanh(m)
+  idx = s32[16,64] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[16], s32[16]) reduce(s, idx, ninf, zero), dimensions={1}, to_apply=pick
+}"""
+
+
+def test_an_argmax_reduce_bounds_its_value_as_a_max():
+    """A variadic reduce whose reducer keeps one of its two values by comparing them (jax's argmax, its reducer
+    as jax writes it) bounds its value result as the row's max (the reduce at its operand's interval ends); the
+    index is an integer. numpy's max of the f32 tanh is consistent, one value 1% off is caught (unbounded before:
+    passed)."""
+    r = np.random.default_rng(2)
+    x, y = (r.standard_normal((16, 64)).astype(np.float32) for _ in range(2))
+    s = np.tanh(x * y)
+    correct = [s.max(axis=1), s.argmax(axis=1).astype(np.int32)]
+    bumped = [correct[0].copy(), correct[1]]
+    bumped[0][3] *= np.float32(1.01)
+    exe = hloexec.load(ARGMAX)
+    verdict, run = judge_run(exe, [x, y], {"correct": correct, "bumped": bumped})
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got

@@ -10,7 +10,11 @@ custom-call, cub's radix sort (XLA-GPU's sort) and the payloads sorted with thei
   their errors): the exact permutation keeps each cluster's elements within it. A key alone in its cluster has its
   rank decided, so its payload's bound is the payload's own (moved); in a larger cluster the payload may be any
   of the cluster's: its bound reaches the farthest of their intervals;
-- an HLO sort: its operands' largest bound, for every float result (its comparator may order by anything).
+- an HLO sort: its operands' largest bound, for every float result (its comparator may order by anything);
+- a variadic reduce that selects (an argmax / argmin: the reducer keeps, for each float result, one of its two
+  values, chosen by comparisons of those two values alone, the exact ones such as indices aside): the row's max
+  or min as its reducer orders, by the reduce at its operand's interval ends; where the value does not lie
+  between them (a selection that is not monotone), no rule.
 Their samples are the op's kernel on the perturbed operands (the samples re-sort); the custom-calls' bounds are
 not calibrated by them (their rules are tight already; a payload's: the samples rarely swap what rounding may
 swap)."""
@@ -36,6 +40,65 @@ def bounded_exactly(inst) -> bool:
 def selects(inst) -> bool:
     """Whether `inst` selects and orders its operands' elements: a sort, a top-k or radix sort custom-call."""
     return inst.opcode == "sort" or bounded_exactly(inst)
+
+
+# the ops a selecting reducer's predicate may combine comparisons with
+_LOGIC = frozenset({"and", "or", "not", "xor", "compare", "parameter", "constant"})
+
+
+def _chooses(reducer, k: int, n: int) -> bool:
+    """Whether `reducer` (of a reduce of n inputs) makes its k-th result by keeping its k-th accumulator or its k-th
+    value, chosen by comparisons among those two and the integer (exact) parameters only."""
+    root = reducer.root
+    if root.opcode != "tuple" or len(root.operands) != n:
+        return False
+    out = root.operands[k]
+    mine = {k, k + n}
+    branches = out.operands[1:] if out.opcode == "select" else out.operands
+    if out.opcode not in ("select", "maximum", "minimum") or {_param(b) for b in branches} != mine:
+        return False
+    seen, todo = set(), list(out.operands[:1]) if out.opcode == "select" else []
+    while todo:
+        inst = todo.pop()
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        if inst.opcode not in _LOGIC or (inst.opcode == "compare" and any(_param(o) is None for o in inst.operands)):
+            return False
+        if inst.opcode == "parameter" and inst.shape.element_type.kind == "float" and _param(inst) not in mine:
+            return False
+        todo.extend(inst.operands)
+    return True
+
+
+def _param(inst) -> int | None:
+    return inst.parameter_number if inst.opcode == "parameter" else None
+
+
+def selecting_reduce(bounds, inst, value, operands) -> bool:
+    """Puts the bounds of a selecting variadic reduce's float results (module docstring) into `bounds`; False
+    (nothing done) where it is not one or a selection is not monotone."""
+    n = len(operands) // 2
+    reducer = inst.called.get("to_apply")
+    leaves = list(value) if isinstance(value, tuple) else [value]
+    floats = [k for k in range(n) if _float(leaves[k])]
+    if reducer is None or n < 2 or not all(_chooses(reducer, k, n) for k in floats):
+        return False
+    kernel = bounds._kernel(inst)
+    moved = {}
+    for k in floats:
+        ends = []
+        for sign in (1, -1):
+            args = list(operands)
+            args[k], args[k + n] = (operands[j] + sign * bounds.of(operands[j]) for j in (k, k + n))
+            ends.append(kernel(*args)[k])
+        high, low = ends  # (a max or min is nondecreasing in every value: checked)
+        if not np.all((low <= leaves[k]) & (leaves[k] <= high) | np.isnan(leaves[k])):
+            return False
+        moved[k] = np.maximum(high - leaves[k], leaves[k] - low)
+    for k, bound in moved.items():
+        bounds._put(leaves[k], np.where(np.isnan(bound), np.inf, bound))
+    return True
 
 
 def sorted_bounds(bounds, inst, value, operands) -> None:
@@ -64,7 +127,7 @@ def sorted_bounds(bounds, inst, value, operands) -> None:
 def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool) -> np.ndarray:
     """The bound of a payload sorted by `keys` along the last dim (all four in the output's order): its own bound
     where its key's rank is decided, else the farthest of its cluster's payload intervals (module docstring)."""
-    if not key_bounds.any():  # (exact keys: the order is the exact one, ties kept by index as they were)
+    if not key_bounds.any() or keys.size == 0:  # (exact keys: the order is the exact one, ties kept by index)
         return payload_bounds
     lo, hi = keys - key_bounds, keys + key_bounds
     if descending:  # (mirrored: ascending)

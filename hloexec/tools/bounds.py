@@ -93,7 +93,7 @@ from ..spmd.devices import GROUPED
 from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
-from .bound_sorts import bounded_exactly, selects, sorted_bounds
+from .bound_sorts import bounded_exactly, selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
@@ -292,6 +292,8 @@ class ErrorBounds(BoundStore):
                 local = fft_bounds(self, inst, orig, value, operands)
             elif selects(inst):
                 sorted_bounds(self, inst, value, operands)
+            elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
+                pass  # (sampled below)
             else:
                 self._no_rule(inst, floats)
                 return
