@@ -138,16 +138,18 @@ def test_an_async_all_to_all_moves_its_bounds():
     assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
 
 
-def test_a_custom_call_computing_its_own_way_is_unbounded_and_named():
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_custom_call_computing_its_own_way_is_unbounded_and_named(dtype):
     """A custom-call the shadow pins (it computes at its own types: here Neuron's gelu) has no rule: its elements
     are not judged and its target is named (`unbounded`), as the docs say. It was given its operand's bound, as if
     it were the identity (one whose operands have other shapes, a cuDNN convolution's: none, as if exact), and was
-    never counted as unbounded."""
-    text = """HloModule g
-ENTRY e { x = f32[8,64] parameter(0)  y = f32[8,64] parameter(1)  m = f32[8,64] multiply(x, y)
-          ROOT g = f32[8,64] custom-call(m), custom_call_target="AwsNeuronGelu" }"""
+    never counted as unbounded; a bf16 one's as if exact)."""
+    text = f"""HloModule g
+ENTRY e {{ x = {dtype}[8,64] parameter(0)  y = {dtype}[8,64] parameter(1)  m = {dtype}[8,64] multiply(x, y)
+          ROOT g = {dtype}[8,64] custom-call(m), custom_call_target="AwsNeuronGelu" }}"""
     r = np.random.default_rng(1)
-    x, y = (r.standard_normal((8, 64)).astype(np.float32) for _ in range(2))
+    numpy_type = np.float32 if dtype == "f32" else ml_dtypes.bfloat16
+    x, y = (r.standard_normal((8, 64)).astype(numpy_type) for _ in range(2))
     exe = hloexec.load(text)
     verdict, run = judge_run(exe, [x, y], {})
     assert run.bounds[exe.options.device.name].unbounded == {"g": "custom-call AwsNeuronGelu"}

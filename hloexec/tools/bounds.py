@@ -234,6 +234,10 @@ class ErrorBounds(BoundStore):
         if opcode == "compare":
             self._compare(inst, value, operands)
             return
+        if opcode == "custom-call" and self.plans.original(inst) is None:  # pinned: its own way, at its own types
+            kinds = [leaf.element_type.kind for _, leaf in inst.shape.leaves()]  # (bf16's numpy kind is not "f")
+            self._no_rule(inst, [v for v, kind in zip(leaves, kinds) if kind in ("float", "complex")])
+            return
         if not floats or opcode in EXACT:
             return
         if _started(opcode) in COLLECTIVES:  # never skipped: every participant exchanges the bounds the same way
@@ -254,9 +258,6 @@ class ErrorBounds(BoundStore):
         summed = None  # an add reduce's samples' deviations, summed already
         ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
         with np.errstate(all="ignore"):
-            if orig is None and opcode == "custom-call":  # a pinned one: computes its own way, at its own types
-                self._no_rule(inst, floats)
-                return
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
                 return
