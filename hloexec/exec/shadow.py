@@ -46,10 +46,19 @@ F64, F32, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["f32"], ELEMENT_TYPES["c128
 # verdict on f16 values can see, and the shadow's 16-bit values take half the memory of f64 ones.
 HALF_BITS = 16
 
-# Custom-call targets whose kernels compute in their output type (f64 in the shadow); markers that move values
-# only (identity markers, --custom-call-identity ones, SliceToDynamic, manual-region edges) are found by their
+# Custom-call targets whose kernels compute in their output type (f64 in the shadow: a radix sort of the exact
+# keys is the exact sort); markers that move values only (identity markers, --custom-call-identity ones, SliceToDynamic, manual-region edges) are found by their
 # registered kernel (_moves_values_only).
-COMPUTING_CUSTOM_CALLS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "TopK", "__gpu$TopK"})
+COMPUTING_CUSTOM_CALLS = frozenset(
+    {
+        "__cublas$gemm",
+        "__cublas$lt$matmul",
+        "TopK",
+        "__gpu$TopK",
+        "__cub$DeviceRadixSort",
+        "__cub$DeviceRadixSortUnassignedScratchSize",
+    }
+)
 # Ops whose values depend on the bits or the random stream of their own types.
 _PINNED_OPCODES = {
     "rng": "draws random numbers of its own type",
@@ -57,6 +66,8 @@ _PINNED_OPCODES = {
     "rng-get-and-update-state": "random state",
     "stochastic-convert": "random rounding",
 }
+# the name of a pinned instruction's copy at the program's types (the shadow's value widens it)
+PINNED_SUFFIX = ".own"
 # Quantizing converts: to float types this narrow the program means to lose precision.
 QUANTIZING_BITS = 8
 
@@ -273,7 +284,7 @@ class _Transform:
             if reason is not None:
                 self.shadow.pinned[inst.name] = reason
                 narrow = [_narrow(w, o.shape, add, self.wide) for o, w in zip(inst.operands, operands)]
-                own = add(f"{inst.name}.own", inst.opcode, inst.shape, narrow, like=inst)
+                own = add(f"{inst.name}{PINNED_SUFFIX}", inst.opcode, inst.shape, narrow, like=inst)
                 value[id(inst)] = _widen(own, inst.shape, inst.name, add, self.wide)
                 continue
             copy = add(inst.name, inst.opcode, self.wide(inst.shape), operands, like=inst, exact_name=True)

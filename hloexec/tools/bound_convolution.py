@@ -1,13 +1,17 @@
 """A convolution's error bound (tools/bounds.py). One that is a dot -- no spatial dimensions, one feature and one
 batch group, its output (batch, output feature): a TPU program's matmul, `dim_labels=bf_oi->bf` -- is bounded and
 sampled as that dot (tools/bound_dots.py: float32 products proven upper bounds, the device's dot algorithm; its
-samples one float32 product each), not by the float64 convolutions of the general rule below."""
+samples one float32 product each), not by the float64 convolutions of the general rule below. So is a cuBLAS
+gemm custom-call that is a plain dot (alpha 1, no beta, no epilogue: `gemm_as_dot`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir.module import Instruction
+from ..kernels.dot_algorithms import algorithm_name
+from ..ops.custom_call.cublas import EPILOGUES
+from ..ops.custom_call.registry import backend_config, enum_field, field, target_of
 from .bound_dots import SIGNIFICAND, widest
 from .bound_samples import SIGMAS
 
@@ -30,6 +34,31 @@ def as_dot(inst) -> Instruction | None:
         "rhs_contracting_dims": f"{{{cd.kernel_input_feature}}}",
         **{k: v for k, v in inst.attrs.items() if k in _DOT_ATTRIBUTES},
     }
+    dot = Instruction(inst.name, "dot", inst.shape, inst.operands, attrs)
+    dot.computation = inst.computation
+    return dot
+
+
+def gemm_as_dot(inst) -> Instruction | None:
+    """The dot a cuBLAS gemm custom-call `inst` computes where it is one (an array result of its two operands,
+    alpha 1, beta 0, no epilogue; its dimension numbers and precision config the dot's), else None."""
+    if target_of(inst) not in ("__cublas$gemm", "__cublas$lt$matmul") or inst.shape.is_tuple or len(inst.operands) != 2:
+        return None
+    g = backend_config(inst, "gemm_backend_config")
+    plain = tuple(float(field(g, k, d)) for k, d in (("alpha_real", 1), ("alpha_imag", 0), ("beta", 0))) == (1, 0, 0)
+    if not plain or enum_field(g, "epilogue", EPILOGUES, inst) != "DEFAULT":
+        return None
+    dims = field(g, "dot_dimension_numbers", {}) or {}
+    attrs = {
+        f"{side}_{kind}_dims": "{" + ",".join(str(int(d)) for d in field(dims, f"{side}_{kind}_dimensions") or ()) + "}"
+        for side in ("lhs", "rhs")
+        for kind in ("contracting", "batch")
+    }
+    precision = field(g, "precision_config", {}) or {}
+    if field(precision, "operand_precision"):
+        attrs["operand_precision"] = "{" + ",".join(str(p).lower() for p in field(precision, "operand_precision")) + "}"
+    if algorithm_name(field(precision, "algorithm")):
+        attrs["algorithm"] = algorithm_name(field(precision, "algorithm"))
     dot = Instruction(inst.name, "dot", inst.shape, inst.operands, attrs)
     dot.computation = inst.computation
     return dot

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 from ..ops.registry import lookup
-from .bound_convolution import as_dot
+from .bound_convolution import as_dot, gemm_as_dot
 
 
 def _narrow(shape) -> bool:
@@ -56,7 +56,13 @@ class InstructionPlans:
         if plan is None:
             comp = inst.computation.name if inst.computation is not None else ""
             orig = self.originals.get((comp, inst.name))
-            dot = as_dot(inst) if inst.opcode == "convolution" else None
+            dot = (
+                as_dot(inst)
+                if inst.opcode == "convolution"
+                else gemm_as_dot(inst)
+                if inst.opcode == "custom-call"
+                else None
+            )
             # (threads deciding at once: the first one's is kept)
             plan = self.decided.setdefault(id(inst), (inst, orig, orig is not None and _narrow(orig.shape), dot))
         return plan

@@ -55,6 +55,11 @@ def has_error(bound) -> bool:
     return bool(bound[tuple(0 if step == 0 else slice(None) for step in bound.strides)].any())
 
 
+def float_leaf(leaf) -> bool:
+    """Whether `leaf` (of a value: an array, a scalar, a token...) is a float or complex array or scalar."""
+    return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
+
+
 def widens_exactly(source, target) -> bool:
     """Whether every value of float type `source` is one of float type `target` (a convert between them is exact:
     bf16 or f16 -> f32, f32 -> f64)."""

@@ -64,7 +64,9 @@ samples calibrate that down where they are independent) plus the accumulation's 
 step rounding to the collective's type whatever the device's reductions rule (the partial sums travel between
 participants in it: a ring's, a tree's, hloexec's fold in group order).
 
-What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, fft, variadic
+Sorts, top-k, radix sorts (their payloads too) and fft: tools/bound_sorts.py, tools/bound_fft.py.
+
+What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, variadic
 reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
 root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
@@ -83,19 +85,24 @@ from ..ir import opcodes
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.collectives import participants
+from ..ops.custom_call.registry import target_of
+from ..ops.registry import async_shorthand
+from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
+from .bound_fft import fft_bounds
+from .bound_sorts import bounded_exactly, selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
+from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms
 from .bound_shared import tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
-TOP_K_TARGETS = frozenset({"TopK", "__gpu$TopK"})
 MOVES = (
     frozenset(
         {
@@ -174,21 +181,17 @@ def _sums(inst) -> bool:
     ) and (reducer is not None and reducer.root.opcode == "add")
 
 
+def _started(opcode: str) -> str:
+    """The collective `opcode` starts where it is an async shorthand (all-to-all-start: an all-to-all), else itself."""
+    shorthand = async_shorthand(opcode)
+    return shorthand[1] if shorthand is not None and shorthand[0] == "async-start" else opcode
+
+
 def _exchanges_linearly(inst) -> bool:
     """Whether collective `inst` is linear in its operands: it moves them, or its reducer adds (a max / min
     all-reduce is not: its samples are its kernel on the perturbed operands, as an elementwise op's)."""
     reducer = inst.called.get("to_apply")
     return reducer is None or reducer.root.opcode == "add"
-
-
-def _selects_top(inst) -> bool:
-    """A top-k custom-call (XLA's TopK, CPU and GPU): a sort and a slice, so bounded as a sort (each value within
-    the operand's largest bound: sorting is 1-Lipschitz in the largest error)."""
-    return inst.opcode == "custom-call" and str(inst.attr("custom_call_target", "")).strip('"') in TOP_K_TARGETS
-
-
-def _float(leaf) -> bool:
-    return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
 
 
 def _holds_its_operands(value, operands) -> bool:
@@ -231,9 +234,13 @@ class ErrorBounds(BoundStore):
         if opcode == "compare":
             self._compare(inst, value, operands)
             return
+        if opcode == "custom-call" and self.plans.original(inst) is None:  # pinned: its own way, at its own types
+            kinds = [leaf.element_type.kind for _, leaf in inst.shape.leaves()]  # (bf16's numpy kind is not "f")
+            self._no_rule(inst, [v for v, kind in zip(leaves, kinds) if kind in ("float", "complex")])
+            return
         if not floats or opcode in EXACT:
             return
-        if opcode in COLLECTIVES:  # never skipped: every participant exchanges the bounds the same way
+        if _started(opcode) in COLLECTIVES:  # never skipped: every participant exchanges the bounds the same way
             with np.errstate(all="ignore"):
                 self._sample(inst, value, operands, self._collective(inst, value, operands))
             return
@@ -282,15 +289,14 @@ class ErrorBounds(BoundStore):
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
-            elif opcode == "sort" or _selects_top(inst):
-                worst = max((float(np.max(self.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
-                for v in floats:
-                    self._put(v, np.full(v.shape, worst))
+            elif opcode == "fft":
+                local = fft_bounds(self, inst, orig, value, operands)
+            elif selects(inst):
+                sorted_bounds(self, inst, value, operands)
+            elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
+                pass  # (sampled below)
             else:
-                for v in floats:
-                    if self._entry(v) is None:
-                        self.unbounded.setdefault(inst.name, opcode)
-                        self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
+                self._no_rule(inst, floats)
                 return
             self._sample(inst, value, operands, local, ceiling, summed)
 
@@ -348,7 +354,9 @@ class ErrorBounds(BoundStore):
                     out[...] = np.nan if out.dtype.kind == "f" else 0
         elif by_dot:
             made[0] = dot_samples(inst, operands, perturbed)
-        elif inst.opcode in MOVES or _sums(inst) or (inst.opcode in COLLECTIVES and _exchanges_linearly(inst)):
+        elif (
+            inst.opcode in MOVES or _sums(inst) or (_started(inst.opcode) in COLLECTIVES and _exchanges_linearly(inst))
+        ):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
             # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
             unmoved = [
@@ -386,9 +394,18 @@ class ErrorBounds(BoundStore):
                     SIGMAS,
                 )
             bound = self._stored_bound(leaf)
-            if inst.opcode not in MOVES:  # (a moved value's block holds its operand's elements again: copies)
+            if inst.opcode not in MOVES and not bounded_exactly(inst):  # (a moved value's block holds copies)
                 bound = self._calibrate(bound, out, ceiling)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
+
+    def _no_rule(self, inst, floats) -> None:
+        """`inst` has no rule: its float results get an infinite bound and NaN samples (not judged, nor is anything
+        made from them; calibration stops there), and it is named in `unbounded` (a custom-call with its target)."""
+        why = f"custom-call {target_of(inst)}" if inst.opcode == "custom-call" else inst.opcode
+        for v in floats:
+            if self._entry(v) is None:
+                self.unbounded.setdefault(inst.name.removesuffix(PINNED_SUFFIX), why)
+                self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
 
     def draw_key(self) -> np.uint64:
         """A key for an instruction's own-error draws (kernels/normal_draws.py), from the observer's rng: the run's
@@ -399,8 +416,10 @@ class ErrorBounds(BoundStore):
 
     def _pass_through(self, inst, value, operands) -> None:
         """A helper of a pinned instruction: its one float operand's bound (same shape), else exact."""
+        if not _float(value):  # (a tuple: its leaves, taken out by helpers, are exact)
+            return
         src = [o for o in operands if _float(o) and np.shape(o) == np.shape(value)]
-        if _float(value) and src:
+        if src:
             entry = self._entry(src[0])
             self._put(value, *(entry[1:] if entry is not None else (None,)))
 
@@ -624,7 +643,7 @@ class ErrorBounds(BoundStore):
         own_errors: list = [np.zeros(())] * len(leaves)
         results = [(k, v) for k, v in enumerate(leaves) if _float(v) and not any(v is o for o in operands)]
         reducer = inst.called.get("to_apply")
-        if inst.opcode not in ("all-reduce", "all-reduce-start", "reduce-scatter") or (
+        if _started(inst.opcode) not in ("all-reduce", "all-reduce-start", "reduce-scatter") or (
             reducer is None or reducer.root.opcode != "add"
         ):
             for k, v in results:

@@ -1,0 +1,225 @@
+"""Bound rules for ops that had none (their elements were unbounded: not judged, so any value passed): fft,
+cub's radix sort (keys and the payload sorted with them), XLA's TopK by its interval ends, async all-to-all.
+Each: a correct result made independently (XLA:CPU's, numpy's) is consistent, one element changed by 1% or set to
+3.4e38 is caught, and no element is left unbounded."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hloexec
+import hloexec.spmd as spmd
+from hloexec.tools.numerics import Runner, judge_run
+
+FFTS = {
+    "rfft": ("f32[8,64]", "c64[8,33]", "RFFT", "{64}"),
+    "ifft2": ("c64[4,16,8]", "c64[4,16,8]", "IFFT", "{16,8}"),
+}
+
+
+def _verdicts(verdict, index=0) -> dict:
+    """candidate name -> (consistent, bound violations, unbounded elements) for output `index`."""
+    return {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[index].candidates}
+
+
+@pytest.mark.parametrize("case", sorted(FFTS))
+def test_an_fft_is_bounded_and_a_changed_element_is_caught(case):
+    """An fft of a computed operand (tanh of a product: rounded in the program's type) has a bound (a linear map's
+    propagation plus the transform's own rounding): XLA:CPU's result (rfft) or numpy's in single precision
+    (ifft2) is consistent, a 1% change of one element and a 3.4e38 are caught (unbounded before: both passed)."""
+    operand, result, kind, lengths = FFTS[case]
+    text = f"""HloModule fft
+ENTRY e {{ x = {operand} parameter(0)  y = {operand} parameter(1)  m = {operand} multiply(x, y)
+          s = {operand} tanh(m)
+          ROOT t = {result} fft(s), fft_type={kind}, fft_length={lengths} }}"""
+    r = np.random.default_rng(5)
+    shape = tuple(int(n) for n in operand[operand.index("[") + 1 : -1].split(","))
+    dtype = np.complex64 if operand.startswith("c") else np.float32
+    x, y = (r.standard_normal(shape).astype(dtype) + (1j * r.standard_normal(shape) if dtype == np.complex64 else 0)
+            for _ in range(2))
+    x, y = x.astype(dtype), y.astype(dtype)
+    if case == "rfft":
+        from hloexec.tools.xla_cpu import run_on_xla_cpu
+        [correct] = run_on_xla_cpu(text, [x, y])
+    else:  # (numpy's fft in complex64 on the complex64 tanh of the complex64 product)
+        correct = np.fft.ifftn(np.tanh(x * y), axes=(-2, -1)).astype(np.complex64)
+    big = np.unravel_index(np.argmax(np.abs(correct)), correct.shape)
+    bumped, huge = correct.copy(), correct.copy()
+    bumped[big] *= 1.01
+    huge[1, 2] = 3.4e38
+    verdict, _ = judge_run(hloexec.load(text), [x, y], {"correct": [correct], "bumped": [bumped], "huge": [huge]})
+    got = _verdicts(verdict)
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0) and not got["huge"][0] and got["huge"][2] == 0, got
+
+
+RADIX_SORT = """HloModule cub
+ENTRY e {{ x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)
+          m = bf16[4,64] multiply(x, y)
+          k = f32[4,64] convert(m)
+          v = f32[4,64] exponential(y)
+          ROOT s = (f32[4,64], f32[4,64], u8[128]) custom-call(k, v), custom_call_target="__cub$DeviceRadixSort",
+                   backend_config={{"descending":{descending}}} }}"""
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_a_radix_sort_bounds_its_keys_and_the_payload_sorted_with_them(descending):
+    """cub's radix sort of bf16-rounded keys with an f32 payload: the keys bounded by their interval ends, the
+    payload by its own bound where its key's rank is decided and by its cluster's spread where keys may swap.
+    numpy's sort of the same keys is consistent, and so is a device's that orders the bf16 ties by the exact
+    products (the payload permuted otherwise within the ties); a payload element 1% off where its key is far from
+    the others, a key 1% off, and a 3.4e38 are caught (the shadow's observer failed on the call before)."""
+    r = np.random.default_rng(3)
+    x = r.standard_normal((4, 64)).astype(np.float32)
+    x[:, :16] = 0.75  # (ties: 16 keys a row near 0.75, which bf16 rounding may order either way)
+    y = (1 + 1e-3 * r.standard_normal((4, 64))).astype(np.float32)
+    exe = hloexec.load(RADIX_SORT.format(descending="true" if descending else "false"))
+    keys = (x.astype(np.float64) * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    payload = np.exp(y)
+
+    def sorted_by(key):
+        order = np.argsort(-key if descending else key, axis=1, kind="stable")
+        return [np.take_along_axis(keys, order, 1), np.take_along_axis(payload, order, 1), np.zeros(128, np.uint8)]
+
+    correct, reordered = sorted_by(keys), sorted_by(x.astype(np.float64) * y)
+    assert not np.array_equal(correct[1], reordered[1])  # (the premise: the ties' payloads land elsewhere)
+    tied = correct[0][0] == 0.75  # (bf16 ties)
+    gaps = np.abs(np.diff(correct[0][0]))
+    alone = np.r_[True, gaps > 0.05] & np.r_[gaps > 0.05, True]  # (keys farther from their neighbours than 2 bounds)
+    far = int(np.flatnonzero(alone)[5])
+    bumped_payload, bumped_key, huge = ([a.copy() for a in correct] for _ in range(3))
+    bumped_payload[1][0, far] *= 1.01
+    bumped_key[0][0, far] *= 1.01
+    huge[1][2, 3] = 3.4e38
+    candidates = {"correct": correct, "reordered": reordered, "payload": bumped_payload, "key": bumped_key,
+                  "huge": huge}
+    verdict, run = judge_run(exe, [x, y], candidates)
+    keys_verdict, payload_verdict = _verdicts(verdict, 0), _verdicts(verdict, 1)
+    for name in ("hloexec", "correct", "reordered"):
+        assert keys_verdict[name] == payload_verdict[name] == (True, 0, 0), (name, keys_verdict, payload_verdict)
+    assert keys_verdict["key"] == (False, 1, 0) and payload_verdict["payload"] == (False, 1, 0)
+    assert payload_verdict["huge"] == (False, 1, 0)
+    # the payload's bound: its own (below 1e-6 of it) where the key is alone, the ties' spread where they are not
+    bound = run.bounds[exe.options.device.name].bounds[1][0]
+    assert np.all(bound[alone] < 1e-6 * payload.max()) and np.all(bound[tied] > 1e-4)
+
+
+A2A = """HloModule a2a, num_partitions=4
+ENTRY e {
+  x = f16[16,16] parameter(0), sharding={devices=[1,4]0,1,2,3}
+  sq = f16[16,16] multiply(x, x)
+  s = ((f16[16,16]), f16[16,16]) all-to-all-start(sq), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  d = f16[16,16] all-to-all-done(s)
+  ROOT t = f16[16,16] tanh(d), sharding={devices=[4,1]0,1,2,3}
+}
+"""
+
+
+def test_an_async_all_to_all_moves_its_bounds():
+    """all-to-all-start/-done (an async all-to-all, as XLA-GPU dumps print it) moves its operands' bounds as the
+    all-to-all does: numpy's result (f16 square, moved, f16 tanh) is consistent, one element 1% off is caught
+    (the start was unbounded: the tanh's elements were not judged)."""
+    exe = hloexec.load(A2A)
+    inputs = spmd.random_global_inputs(exe.module, 0)
+    runner = Runner({"partitions": 4, "replicas": 1, "report": lambda message: None})
+    x = inputs[0]
+    square = (x.astype(np.float32) ** 2).astype(np.float16)
+    # device j's result: row block i (4 rows) is device i's square's rows 4j..4j+4 (its columns 16i..16i+16)
+    moved = np.concatenate([np.concatenate([square[4 * j:4 * j + 4, 16 * i:16 * i + 16] for i in range(4)])
+                            for j in range(4)])
+    correct = np.tanh(moved.astype(np.float32)).astype(np.float16)
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
+    per_device = spmd.split_inputs(exe.module, inputs, 4)
+    verdict, run = judge_run(exe, per_device, {"correct": [correct], "bumped": [bumped]}, runner)
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_custom_call_computing_its_own_way_is_unbounded_and_named(dtype):
+    """A custom-call the shadow pins (it computes at its own types: here Neuron's gelu) has no rule: its elements
+    are not judged and its target is named (`unbounded`), as the docs say. It was given its operand's bound, as if
+    it were the identity (one whose operands have other shapes, a cuDNN convolution's: none, as if exact), and was
+    never counted as unbounded; a bf16 one's as if exact)."""
+    text = f"""HloModule g
+ENTRY e {{ x = {dtype}[8,64] parameter(0)  y = {dtype}[8,64] parameter(1)  m = {dtype}[8,64] multiply(x, y)
+          ROOT g = {dtype}[8,64] custom-call(m), custom_call_target="AwsNeuronGelu" }}"""
+    r = np.random.default_rng(1)
+    numpy_type = np.float32 if dtype == "f32" else ml_dtypes.bfloat16
+    x, y = (r.standard_normal((8, 64)).astype(numpy_type) for _ in range(2))
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y], {})
+    assert run.bounds[exe.options.device.name].unbounded == {"g": "custom-call AwsNeuronGelu"}
+    assert np.all(np.isinf(run.bounds[exe.options.device.name].bounds[0]))
+    assert _verdicts(verdict)["hloexec"] == (True, 0, 512)
+
+
+GEMM = r"""HloModule g
+ENTRY e {{ x = f16[64,32] parameter(0)  y = f16[32,48] parameter(1)  m = f16[64,32] multiply(x, x)
+          ROOT g = f16[64,48] custom-call(m, y), custom_call_target="__cublas$gemm", backend_config="{{\"alpha_real\":1,\"alpha_imag\":0,\"beta\":0,\"dot_dimension_numbers\":{{\"lhs_contracting_dimensions\":[\"1\"],\"rhs_contracting_dimensions\":[\"0\"],\"lhs_batch_dimensions\":[],\"rhs_batch_dimensions\":[]}},\"epilogue\":\"{epilogue}\"}}" }}"""
+
+
+def test_a_cublas_gemm_that_is_a_dot_is_bounded_as_one():
+    """A cuBLAS gemm custom-call with alpha 1, beta 0 and no epilogue (what TF's GPU clusters are full of) is that
+    dot: numpy's f16 product accumulated in f32 is consistent, its largest element 1% off is caught (unbounded
+    before: passed). With an epilogue (RELU) it stays unbounded and named."""
+    r = np.random.default_rng(1)
+    x, y = r.standard_normal((64, 32)).astype(np.float16), r.standard_normal((32, 48)).astype(np.float16)
+    square = (x.astype(np.float32) ** 2).astype(np.float16)
+    correct = (square.astype(np.float32) @ y.astype(np.float32)).astype(np.float16)
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
+    exe = hloexec.load(GEMM.format(epilogue="DEFAULT"))
+    verdict, run = judge_run(exe, [x, y], {"correct": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+    relu = hloexec.load(GEMM.format(epilogue="RELU"))
+    _, run = judge_run(relu, [x, y], {})
+    assert run.bounds[relu.options.device.name].unbounded == {"g": "custom-call __cublas$gemm"}
+
+
+ARGMAX = """HloModule argmax
+pick {
+  a = f32[] parameter(0)  i = s32[] parameter(1)  b = f32[] parameter(2)  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  nan = pred[] compare(a, a), direction=NE
+  first = pred[] or(gt, nan)
+  eq = pred[] compare(a, b), direction=EQ
+  lt = pred[] compare(i, j), direction=LT
+  tie = pred[] and(eq, lt)
+  keep = pred[] or(first, tie)
+  v = f32[] select(first, a, b)
+  k = s32[] select(keep, i, j)
+  ROOT t = (f32[], s32[]) tuple(v, k)
+}
+ENTRY e {
+  x = f32[16,64] parameter(0)  y = f32[16,64] parameter(1)
+  m = f32[16,64] multiply(x, y)
+  s = f32[16,64] tanh(m)
+  idx = s32[16,64] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[16], s32[16]) reduce(s, idx, ninf, zero), dimensions={1}, to_apply=pick
+}"""
+
+
+def test_an_argmax_reduce_bounds_its_value_as_a_max():
+    """A variadic reduce whose reducer keeps one of its two values by comparing them (jax's argmax, its reducer
+    as jax writes it) bounds its value result as the row's max (the reduce at its operand's interval ends); the
+    index is an integer. numpy's max of the f32 tanh is consistent, one value 1% off is caught (unbounded before:
+    passed)."""
+    r = np.random.default_rng(2)
+    x, y = (r.standard_normal((16, 64)).astype(np.float32) for _ in range(2))
+    s = np.tanh(x * y)
+    correct = [s.max(axis=1), s.argmax(axis=1).astype(np.int32)]
+    bumped = [correct[0].copy(), correct[1]]
+    bumped[0][3] *= np.float32(1.01)
+    exe = hloexec.load(ARGMAX)
+    verdict, run = judge_run(exe, [x, y], {"correct": correct, "bumped": bumped})
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
