@@ -233,8 +233,9 @@ def test_values_made_from_the_replica_id_make_participants_differ():
 def test_the_estimate_with_bounds_covers_the_shadow_runs_peak(turns, groups):
     """The peak of a shadow run with its bounds (tracemalloc; the program's run and the outputs included) stays
     within run_memory's estimate of it, together or in turns, and above the estimate without the bounds; the
-    estimate is not above 1.5x the peak together (1.13x measured), 1.6x in turns (1.54x: a participant waiting
-    for its turn is counted with its rules' arrays at the largest value's size, as where the collective it waits
+    estimate is not above 1.7x the largest of three peaks together (1.27-1.58x measured per run: eight
+    participants' threads interleave as the machine lets them, so what is alive at once varies), 1.6x in turns
+    (1.26-1.40x: a participant waiting for its turn is counted with its rules' arrays at the largest value's size, as where the collective it waits
     at is a large one; here it is a 512-element all-reduce)."""
     exe, inputs = turns
     profile = Options.make(None).device
@@ -242,8 +243,8 @@ def test_the_estimate_with_bounds_covers_the_shadow_runs_peak(turns, groups):
     shadow = shadow_module(exe.module)
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     estimate = run_memory(shadow_exe, inputs, runner, shadow, 1, groups)
-    _, peak = _peak(lambda: shadow_run(exe, inputs, runner, shadow=shadow, devices=[profile]))
-    assert estimate["total"] - estimate["bounds"] < peak <= estimate["total"] <= (1.5 if groups is None else 1.6) * peak
+    peak = max(_peak(lambda: shadow_run(exe, inputs, runner, shadow=shadow, devices=[profile]))[1] for _ in range(3))
+    assert estimate["total"] - estimate["bounds"] < peak <= estimate["total"] <= (1.7 if groups is None else 1.6) * peak
 
 
 def test_compare_against_the_shadow_runs_participants_that_compute_the_same_once(tmp_path, capsys):
