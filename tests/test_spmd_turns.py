@@ -235,8 +235,8 @@ def test_the_estimate_with_bounds_covers_the_shadow_runs_peak(turns, groups):
     within run_memory's estimate of it, together or in turns, and above the estimate without the bounds; the
     estimate is not above 1.7x the largest of three peaks together (1.27-1.58x measured per run: eight
     participants' threads interleave as the machine lets them, so what is alive at once varies), 1.6x in turns
-    (1.26-1.40x: a participant waiting for its turn is counted with its rules' arrays at the largest value's size, as where the collective it waits
-    at is a large one; here it is a 512-element all-reduce)."""
+    (1.26-1.40x: a participant waiting for its turn is counted with its rules' arrays at the largest value's
+    size, as where the collective it waits at is a large one; here it is a 512-element all-reduce)."""
     exe, inputs = turns
     profile = Options.make(None).device
     runner = Runner({"partitions": N, "replicas": 1, "report": lambda m: None, "groups": groups})
