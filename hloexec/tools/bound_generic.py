@@ -220,17 +220,31 @@ def moved_samples(bounds, inst, value, operands, held) -> bool:
     return True
 
 
-def store_summed(bounds, x, own, ceiling, deviations) -> None:
+def store_summed(bounds, x, own, ceiling, deviations, floor=None) -> None:
     """An add reduce's samples (`deviations`, its terms' summed by `summed_terms`: (SAMPLES, *x's shape), float32)
     into `bounds` as `_sample` finishes any value's: each plus a draw of the reduce's own error `own` (SIGMAS sigmas),
     then x's bound calibrated by them up to `ceiling` (the same draws, the same bits); with none of `_sample`'s
-    dispatch (a reduce's samples are made: no kernel to run, 87 calls on the GPT step)."""
+    dispatch (a reduce's samples are made: no kernel to run, 87 calls on the GPT step). `floor`: see with_floor."""
     if has_error(own):
         spread = np.asarray(own, np.float64)
         flat = spread.reshape(-1) if spread.shape == np.shape(x) else np.ravel(np.broadcast_to(spread, np.shape(x)))
         add_noise(deviations.reshape(SAMPLES, -1), bounds.draw_key(), flat, SIGMAS)
     bound = bounds._calibrate(bounds._stored_bound(x), deviations, ceiling)
+    bound = with_floor(bound, deviations, floor)
     bounds._put(x, bound, bounds._decided_or_none(x), deviations)
+
+
+def with_floor(bound, deviations, floor):
+    """A sum's calibrated `bound` where its own error in its known order is `floor` (tools/bound_shared.
+    repeated_rounding): at least |floor| (a candidate whose terms differ a little from the exact ones repeats the
+    same roundings, or nearly: a stagnating sum stagnates, equal residues stay equal; the verdict's factor covers the
+    rest; where the residues are random |floor| is about one sigma, under the bound's SIGMAS: no change), and
+    `floor` added to every sample (`deviations`, in place, after the calibration, which reads the random part): a
+    deviation all of them share, which what follows the sum carries. None: `bound` as it is."""
+    if floor is None:
+        return bound
+    deviations += np.asarray(floor, np.float32).reshape(deviations.shape[1:])
+    return np.maximum(bound, np.abs(floor)).astype(np.asarray(bound).dtype, copy=False)
 
 
 def sum_terms(bounds, inst, a, init) -> tuple:

@@ -98,8 +98,8 @@ from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import float_leaf as _float
-from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms
-from .bound_shared import tree_order_steps
+from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
+from .bound_shared import repeated_rounding, tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
@@ -242,7 +242,7 @@ class ErrorBounds(BoundStore):
             return
         if _started(opcode) in COLLECTIVES:  # never skipped: every participant exchanges the bounds the same way
             with np.errstate(all="ignore"):
-                self._sample(inst, value, operands, self._collective(inst, value, operands))
+                self._sample(inst, value, operands, *self._collective(inst, value, operands))
             return
         if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
             return  # tuples, get-tuple-element, fusion and loop results: their leaves are known
@@ -257,6 +257,7 @@ class ErrorBounds(BoundStore):
         local = None  # the instruction's own error (SIGMAS sigmas), where its rule has one
         summed = None  # an add reduce's samples' deviations, summed already
         ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
+        floor = None  # a sum's own error in its known order, where its roundings may repeat (_reduce)
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
@@ -282,7 +283,7 @@ class ErrorBounds(BoundStore):
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                local, ceiling, summed = self._reduce(inst, orig, value, operands)
+                local, ceiling, summed, floor = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
@@ -298,9 +299,9 @@ class ErrorBounds(BoundStore):
             else:
                 self._no_rule(inst, floats)
                 return
-            self._sample(inst, value, operands, local, ceiling, summed)
+            self._sample(inst, value, operands, local, ceiling, summed, floor)
 
-    def _sample(self, inst, value, operands, local, ceiling=None, summed=None) -> None:
+    def _sample(self, inst, value, operands, local, ceiling=None, summed=None, floor=None) -> None:
         """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
         moved by each sample's deviations, plus a draw of its own error (`local`, SIGMAS sigmas: a Gaussian of
         that sigma). Unlike the bound's rules the samples keep their signs: errors that cancel (x - mean(x),
@@ -310,9 +311,10 @@ class ErrorBounds(BoundStore):
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
         whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
         one array for every leaf, or a list of them (one per leaf of the value). `summed`: the samples'
-        deviations where the rule summed them already (an add reduce's, tools/bound_generic.sum_terms)."""
+        deviations where the rule summed them already (an add reduce's, tools/bound_generic.sum_terms). `floor`: a
+        sum's error in its known order (one array, or a list per leaf): see bound_generic.with_floor."""
         if summed is not None:  # (an add reduce's: its rule summed them, no kernel to run)
-            store_summed(self, value, local, ceiling, summed)
+            store_summed(self, value, local, ceiling, summed, floor)
             return
         held = [self._stored_samples(o) if isinstance(o, (np.ndarray, np.generic)) else None for o in operands]
         leaves = _leaves(value)
@@ -396,6 +398,7 @@ class ErrorBounds(BoundStore):
             bound = self._stored_bound(leaf)
             if inst.opcode not in MOVES and not bounded_exactly(inst):  # (a moved value's block holds copies)
                 bound = self._calibrate(bound, out, ceiling)
+            bound = with_floor(bound, out, floor[k] if isinstance(floor, list) else floor)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
 
     def _no_rule(self, inst, floats) -> None:
@@ -595,11 +598,11 @@ class ErrorBounds(BoundStore):
         a, init = operands
         if kind in ("maximum", "minimum"):
             self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64), None)
-            return None, None, None
+            return None, None, None, None
         if kind != "add":
             self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
             self._put(x, np.full(x.shape, np.inf))
-            return None, None, None
+            return None, None, None, None
         kernel = self._kernel(inst)
         zero = np.zeros_like(init)
         variance, squares, linear, deviations = sum_terms(self, inst, a, init)
@@ -619,7 +622,10 @@ class ErrorBounds(BoundStore):
         bound, own = self._round(orig, x, variance + accumulation, "reduce")
         self._put(x, bound)
         local = np.sqrt(accumulation + np.square(own))
-        return local, lambda: linear() + local, deviations
+        floor = None  # (per-step: row-major, every step rounded to the type, so its own error is known)
+        if self.device.reductions == "per-step" and steps is None and inst.opcode == "reduce" and etype.kind == "float":
+            floor = repeated_rounding(a, tuple(int(d) for d in inst.attr("dimensions", ())), init, etype.numpy, x)
+        return local, lambda: linear() + local, deviations, floor
 
     def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
         """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
@@ -634,10 +640,13 @@ class ErrorBounds(BoundStore):
         )
         return np.square(SIGMAS * u / np.sqrt(3)) * (count * (squares + x * x) if steps is None else steps)
 
-    def _collective(self, inst, value, operands) -> list:
+    def _collective(self, inst, value, operands) -> tuple:
         """A collective's bounds: its kernel on its operands' bounds (see the module docstring); an add all-reduce or
         reduce-scatter also rounds as it accumulates, its kernel run on the operands' squares giving the sums'
-        terms' (one per participant of the group). Returns the instruction's own error per leaf of its value (SIGMAS sigmas), for _sample."""
+        terms' (one per participant of the group), and its partial sums' own error, known (the participants' values
+        as the program holds them, folded in group order in the type: repeated_rounding's, exchanged). Returns
+        _sample's arguments: the instruction's own error per leaf of its value (SIGMAS sigmas), no ceiling or
+        summed deviations, and the floors (with_floor) per leaf, None where it sums nothing."""
         bounds = _leaves(self._substituted(inst, operands, self.of))
         leaves = _leaves(value)
         own_errors: list = [np.zeros(())] * len(leaves)
@@ -648,8 +657,12 @@ class ErrorBounds(BoundStore):
         ):
             for k, v in results:
                 self._put(v, np.asarray(bounds[k], np.float64))
-            return own_errors
+            return own_errors, None, None, None
         orig = self.plans.original(inst)
+        types = [o.shape.element_type.numpy for o in orig.operands]
+        held = [np.asarray(o).astype(t) if _float(o) else o for o, t in zip(operands, types)]
+        folded = _leaves(self._kernel(inst)(*held))  # (the collective's fold: group order, every step in the type)
+        floors: list = [None] * len(leaves)
         squares = _leaves(self._substituted(inst, operands, lambda o: np.square(o, dtype=np.float64)))
         count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
@@ -659,7 +672,9 @@ class ErrorBounds(BoundStore):
             bound, own = self._round(orig, v, np.square(bounds[k]) + accumulation, "reduce", etypes[k])
             self._put(v, bound)
             own_errors[k] = np.sqrt(accumulation + np.square(own))
-        return own_errors
+            if etypes[k].kind == "float":  # (real: a complex sum's parts are not judged by it)
+                floors[k] = np.asarray(folded[k], np.float64) - np.asarray(v, np.float64)
+        return own_errors, None, None, floors
 
     def _scatter(self, inst, orig, x, operands) -> np.ndarray | None:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates

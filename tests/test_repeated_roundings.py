@@ -1,0 +1,108 @@
+"""Sums whose roundings repeat (tools/bound_shared.repeated_rounding): a per-step sum of one value over many terms
+adds the same residue at every step of a binade, or stagnates once each term is under half the partial sum's ulp.
+The rules draw each step's rounding as its own; hloexec's own correct per-step result of such a sum was NOT
+CONSISTENT (f16 x 4,096 copies of 0.1: 256, not 409.5, 5.2x its bound). Those results are consistent, and results
+off by more than the repeated roundings make still are caught."""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hloexec
+from hloexec.tools.cli import main
+from hloexec.tools.numerics import flatten, judge_run
+from hloexec.tools.xla_cpu import save_arrays
+
+TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
+
+
+def _identical_sum(dtype: str, n: int):
+    text = f"""HloModule identical_sum
+add {{ a = {dtype}[] parameter(0)  b = {dtype}[] parameter(1)  ROOT s = {dtype}[] add(a, b) }}
+ENTRY e {{ x = {dtype}[] parameter(0)  b = {dtype}[{n}] broadcast(x), dimensions={{}}  z = {dtype}[] constant(0)
+          ROOT r = {dtype}[] reduce(b, z), dimensions={{0}}, to_apply=add }}"""
+    return hloexec.load(text, reductions="per-step"), np.array(0.1, TYPES[dtype])
+
+
+def _sequential(x, n: int, dtype):
+    """n copies of x summed in index order, every step rounded to `dtype` (numpy, written from the rule: one step
+    at a time, the exact sum of two values of the type rounded to it)."""
+    acc = np.zeros((), dtype)
+    for _ in range(n):
+        acc = np.asarray(float(acc) + float(x)).astype(dtype)
+    return acc
+
+
+@pytest.mark.parametrize(
+    "dtype,n,far",
+    [
+        ("f16", 4096, [2.0, 0.0]),  # stagnates at 256 (exact 409.5): 2x the exact value and 0 are far off
+        ("bf16", 1024, [3.0, -1.0]),  # stagnates at 32 (exact 102.4): 2x is within 1.75 x its floor, 70.4
+        ("f32", 4096, [1.01, 0.99]),  # random-like residues: no floor to speak of, 1% of the scale caught
+    ],
+)
+def test_a_sum_of_one_repeated_value_is_consistent_and_a_far_value_caught(dtype, n, far):
+    exe, x = _identical_sum(dtype, n)
+    mine = flatten(exe.run(x))
+    emulated = _sequential(x, n, TYPES[dtype])
+    assert float(mine[0]) == float(emulated)  # (hloexec's per-step sum is the rule's)
+    exact = n * float(x)
+    changed = {f"x{f}": [np.asarray(exact * f).astype(TYPES[dtype])] for f in far}
+    verdict, _ = judge_run(exe, [x], {"hloexec": mine, **changed})
+    assert verdict.consistent("hloexec"), verdict.to_dict()
+    for name in changed:
+        assert not verdict.consistent(name), (name, verdict.to_dict())
+
+
+def test_a_million_f32_copies_summed_per_step_are_consistent_and_a_one_percent_change_caught():
+    """f32 x 1,048,576 copies of 0.1 in index order: 1% off the exact sum (equal residues within each binade),
+    70x its bound before; hloexec's result moved a further 1% of the scale away is caught."""
+    n = 1 << 20
+    exe, x = _identical_sum("f32", n)
+    mine = flatten(exe.run(x))
+    emulated = np.cumsum(np.full(n, x, np.float32), dtype=np.float32)[-1]  # (numpy's cumsum: every step rounded)
+    assert float(mine[0]) == float(emulated)
+    exact = n * float(x)
+    error = float(mine[0]) - exact
+    assert abs(error) > 0.005 * exact  # the premise: far beyond independent roundings
+    away = np.float32(float(mine[0]) + np.sign(error) * 0.01 * exact)
+    verdict, _ = judge_run(exe, [x], {"hloexec": mine, "moved": [np.asarray(away)]})
+    assert verdict.consistent("hloexec"), verdict.to_dict()
+    assert not verdict.consistent("moved"), verdict.to_dict()
+
+
+ALL_REDUCE = """HloModule all_reduce, num_partitions=4096
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e { x = f32[4] parameter(0)
+          ROOT r = f32[4] all-reduce(x), replica_groups={}, to_apply=add, channel_id=1 }"""
+
+
+def test_an_all_reduce_of_one_value_over_4096_participants_is_consistent_and_a_change_caught(tmp_path, capsys):
+    """An add all-reduce's partial sums round every step in its type, in group order: 4,096 participants' f32 0.1
+    summed so are 409.6 off by 0.0158 (equal residues; 4.4x its bound before). That result (numpy: group order,
+    every step rounded) is consistent; moved three times that error further away, or by 1% of the scale, caught."""
+    x = np.full(4, 0.1, np.float32)
+    folded = np.cumsum(np.full((4096, 4), x, np.float32), axis=0, dtype=np.float32)[-1]
+    exact = 4096 * x.astype(np.float64)
+    error = folded.astype(np.float64) - exact
+    assert np.all(np.abs(error) > 1e-2)  # the premise: far past 4,096 independent roundings' (sigma ~5e-4)
+    path, given = tmp_path / "all_reduce.hlo", tmp_path / "in.npz"
+    path.write_text(ALL_REDUCE)
+    save_arrays(str(given), {"arg0": x})
+    candidates = {
+        "folded": folded,
+        "moved": (folded + 3 * error).astype(np.float32),
+        "percent": (folded + 0.01 * np.sign(error) * exact).astype(np.float32),
+    }
+    argv = ["compare", str(path), "--spmd", "--inputs", str(given), "--reference", "shadow", "--json"]
+    for name, value in candidates.items():
+        save_arrays(str(tmp_path / f"{name}.npz"), {"out0": value})
+        argv += ["--actual", str(tmp_path / f"{name}.npz")]
+    main(argv)
+    document = json.loads(capsys.readouterr().out)
+    judged = {c["name"]: c["consistent"] for c in document["outputs"][0]["candidates"]}
+    assert judged == {"hloexec": True, "folded.npz": True, "moved.npz": False, "percent.npz": False}, judged
