@@ -106,3 +106,37 @@ def test_an_all_reduce_of_one_value_over_4096_participants_is_consistent_and_a_c
     document = json.loads(capsys.readouterr().out)
     judged = {c["name"]: c["consistent"] for c in document["outputs"][0]["candidates"]}
     assert judged == {"hloexec": True, "folded.npz": True, "moved.npz": False, "percent.npz": False}, judged
+
+
+def test_a_stagnating_sum_of_computed_terms_is_consistent_in_index_and_reversed_order():
+    """The terms made by the program (an f16 multiply: each rounded, its own error in the bound) and only nearly
+    equal (two neighbouring f16 values): the per-step sum still stagnates, in index order and reversed (numpy,
+    written from the rule: each product rounded to f16, each step's exact sum rounded to f16); both consistent,
+    2x the exact sum caught."""
+    text = """HloModule computed_terms
+add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
+ENTRY e { x = f16[4096] parameter(0)  c = f16[] parameter(1)  cc = f16[4096] broadcast(c), dimensions={}
+          y = f16[4096] multiply(x, cc)  z = f16[] constant(0)
+          ROOT r = f16[] reduce(y, z), dimensions={0}, to_apply=add }"""
+    exe = hloexec.load(text, reductions="per-step")
+    tenth = np.float16(0.1)
+    x = np.where(np.random.default_rng(5).random(4096) < 0.5, tenth, np.nextafter(tenth, np.float16(1)))
+    c = np.array(0.9, np.float16)
+    products = (x.astype(np.float64) * float(c)).astype(np.float16)
+
+    def per_step(terms):
+        acc = np.float16(0)
+        for t in terms:
+            acc = np.float16(float(acc) + float(t))
+        return np.asarray(acc)
+
+    exact = float(np.sum(x.astype(np.float64) * float(c)))
+    candidates = {
+        "index": [per_step(products)],
+        "reversed": [per_step(products[::-1])],
+        "far": [np.asarray(np.float16(2 * exact))],
+    }
+    assert abs(float(candidates["index"][0]) - exact) > 0.2 * exact  # the premise: it stagnates
+    verdict, _ = judge_run(exe, [x, c], candidates)
+    assert verdict.consistent("index") and verdict.consistent("reversed"), verdict.to_dict()
+    assert not verdict.consistent("far"), verdict.to_dict()

@@ -236,15 +236,16 @@ def store_summed(bounds, x, own, ceiling, deviations, floor=None) -> None:
 
 def with_floor(bound, deviations, floor):
     """A sum's calibrated `bound` where its own error in its known order is `floor` (tools/bound_shared.
-    repeated_rounding): at least |floor| (a candidate whose terms differ a little from the exact ones repeats the
-    same roundings, or nearly: a stagnating sum stagnates, equal residues stay equal; the verdict's factor covers the
-    rest; where the residues are random |floor| is about one sigma, under the bound's SIGMAS: no change), and
-    `floor` added to every sample (`deviations`, in place, after the calibration, which reads the random part): a
-    deviation all of them share, which what follows the sum carries. None: `bound` as it is."""
+    repeated_rounding): its root-sum-square with |floor| (a candidate whose terms differ a little from the exact
+    ones repeats the same roundings, or nearly: a stagnating sum stagnates, equal residues stay equal; its terms'
+    own errors add to that, as the bound has them; where the residues are random |floor| is about one sigma, a
+    bound of SIGMAS of them grows 3%), and `floor` added to every sample (`deviations`, in place, after the
+    calibration, which reads the random part): a deviation all of them share, which what follows the sum carries.
+    None: `bound` as it is."""
     if floor is None:
         return bound
     deviations += np.asarray(floor, np.float32).reshape(deviations.shape[1:])
-    return np.maximum(bound, np.abs(floor)).astype(np.asarray(bound).dtype, copy=False)
+    return np.hypot(bound, floor).astype(np.asarray(bound).dtype, copy=False)
 
 
 def sum_terms(bounds, inst, a, init) -> tuple:
