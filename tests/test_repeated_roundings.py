@@ -140,3 +140,24 @@ ENTRY e { x = f16[4096] parameter(0)  c = f16[] parameter(1)  cc = f16[4096] bro
     verdict, _ = judge_run(exe, [x, c], candidates)
     assert verdict.consistent("index") and verdict.consistent("reversed"), verdict.to_dict()
     assert not verdict.consistent("far"), verdict.to_dict()
+
+
+@pytest.mark.parametrize("dtype", list(TYPES))
+def test_the_floor_is_the_per_step_sums_error_in_row_major_order(dtype):
+    """repeated_rounding (a compiled pass for these types) against a Python loop: each exact term rounded to the
+    type once, the reduced dims walked in row-major order from init, each step's exact sum rounded to the type."""
+    from hloexec.tools.bound_shared import repeated_rounding
+
+    t = TYPES[dtype]
+    a = np.random.default_rng(3).standard_normal((6, 3, 50)) * 40
+    exact = a.sum((0, 2)) + 0.3
+    want = []
+    for j in range(3):
+        acc = np.asarray(0.3).astype(t)
+        for i in range(6):
+            for k in range(50):
+                acc = np.asarray(float(acc) + float(np.asarray(a[i, j, k]).astype(t))).astype(t)
+        want.append(float(acc) - exact[j])
+    got = repeated_rounding(a, (0, 2), np.float64(0.3), t, exact)
+    assert np.array_equal(got, np.array(want)), (got, want)
+    assert np.any(got != 0)

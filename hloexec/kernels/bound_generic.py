@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .half import bf16_to_f32, f32_to_bf16
+from .half import bf16_to_f32, f32_to_bf16, round_bf16, round_f16
 from .normal_draws import fill_draws
 from .bound_rules import (
     _CHUNK_BLOCKS,
@@ -342,3 +342,21 @@ def term_sums(a, e, d, columns, sums, deviations, threads=None):
     terms = a.size // max(outputs, 1)
     over_cores(a.size, max(terms, 1), lambda first, last: _term_sums_span(
         a, e, d, columns, sums, deviations, first // max(terms, 1), last // max(terms, 1)), threads)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def per_step_sums(terms, init, rounding, out):
+    """Each row of `terms` (rows, n; values of the sum's type, held in float32) summed from `init` (rows,) in
+    order, every step rounded to the type (`rounding`: 0 f16, 1 bf16, 2 f32) -> `out` (float64). A step's exact
+    sum of two values of a 16-bit type is rounded to float32 first: with 24 bits, at least twice the type's
+    plus two, that double rounding is the single one (the accumulation's known-order error, tools/bound_shared)."""
+    for r in range(terms.shape[0]):
+        acc = np.float32(init[r])
+        for k in range(terms.shape[1]):
+            step = np.float32(acc + terms[r, k])
+            if rounding == 0:
+                step = round_f16(step)
+            elif rounding == 1:
+                step = round_bf16(step)
+            acc = step
+        out[r] = acc

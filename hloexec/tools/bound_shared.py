@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.bound_generic import per_step_sums
+
+PER_STEP_ROUNDINGS = {"float16": 0, "bfloat16": 1, "float32": 2}  # (per_step_sums' `rounding`: the type's)
+
 
 def along_contraction(x: np.ndarray, inst, side: str, reduce) -> np.ndarray:
     """`reduce` (np.sum, np.min) of the dot's `side` ("lhs" / "rhs") operand `x` along the contraction, laid out
@@ -61,9 +65,17 @@ def repeated_rounding(a: np.ndarray, dims: tuple, init, dtype, exact) -> np.ndar
     exact terms, rounded to `dtype`) summed in row-major order, every step rounded to `dtype`, less the exact sum
     `exact`: deterministic, and where the steps' roundings repeat (one residue added in one binade, or a partial sum
     stagnating as every term rounds away) far past what independent roundings allow (4,096 f16 copies of 0.1: 256,
-    not 409.5). One pass over the terms (numpy's accumulate rounds every step to the array's type)."""
+    not 409.5). One compiled pass over the terms (kernels/bound_generic.per_step_sums) for f16, bf16 and f32; numpy's
+    accumulate (every step rounded to the array's type) for the others."""
     kept = [d for d in range(a.ndim) if d not in dims]
-    terms = np.transpose(a, kept + sorted(dims)).astype(dtype, order="C").reshape(*[a.shape[d] for d in kept], -1)
-    terms[..., 0] += np.asarray(init).astype(dtype)  # (the first step: init + the first term, rounded)
-    np.add.accumulate(terms, axis=-1, out=terms)
-    return np.asarray(terms[..., -1], np.float64) - np.asarray(exact, np.float64)
+    rows = [a.shape[d] for d in kept]
+    start = np.asarray(init).astype(dtype)
+    rounding = PER_STEP_ROUNDINGS.get(np.dtype(dtype).name)
+    terms = np.transpose(a, kept + sorted(dims)).astype(dtype, order="C").reshape(int(np.prod(rows)), -1)
+    if rounding is None:
+        terms[:, 0] += start  # (the first step: init + the first term, rounded)
+        summed = np.add.accumulate(terms, axis=-1, out=terms)[:, -1]
+    else:
+        summed = np.empty(len(terms))
+        per_step_sums(terms.astype(np.float32), np.full(len(terms), start, np.float32), rounding, summed)
+    return np.asarray(summed, np.float64).reshape(rows) - np.asarray(exact, np.float64)
