@@ -223,3 +223,97 @@ def test_an_argmax_reduce_bounds_its_value_as_a_max():
     got = _verdicts(verdict)
     assert run.bounds[exe.options.device.name].unbounded == {}
     assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
+# jax's lax.sort comparator (NaN and -0 canonicalized, a TOTALORDER LT) and a top-k's value-then-index (descending)
+SORT_COMPARATORS = {
+    "ascending": """less {
+  a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
+  p = f32[] parameter(4)  q = f32[] parameter(5)
+  nan = f32[] constant(nan)  zero = f32[] constant(0)
+  na = pred[] compare(a, a), direction=NE  za = pred[] compare(a, zero), direction=EQ
+  ca0 = f32[] select(za, zero, a)  ca = f32[] select(na, nan, ca0)
+  nb = pred[] compare(b, b), direction=NE  zb = pred[] compare(b, zero), direction=EQ
+  cb0 = f32[] select(zb, zero, b)  cb = f32[] select(nb, nan, cb0)
+  ROOT lt = pred[] compare(ca, cb), direction=LT, type=TOTALORDER
+}""",
+    "descending": """less {
+  a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
+  p = f32[] parameter(4)  q = f32[] parameter(5)
+  eq = pred[] compare(a, b), direction=EQ, type=TOTALORDER
+  lt = pred[] compare(i, j), direction=LT
+  gt = pred[] compare(a, b), direction=GT, type=TOTALORDER
+  ROOT r = pred[] select(eq, lt, gt)
+}""",
+    "floor": """less {
+  a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
+  p = f32[] parameter(4)  q = f32[] parameter(5)
+  fa = f32[] floor(a)  fb = f32[] floor(b)
+  ROOT lt = pred[] compare(fa, fb), direction=LT
+}""",
+}
+HLO_SORT = """HloModule sort
+{comparator}
+ENTRY e {{ x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  z = f32[4,64] parameter(2)
+          m = bf16[4,64] multiply(x, y)
+          k = f32[4,64] convert(m)
+          v = f32[4,64] exponential(z)
+          i = s32[4,64] iota(), iota_dimension=1
+          ROOT s = (f32[4,64], s32[4,64], f32[4,64]) sort(k, i, v), dimensions={{1}}, is_stable=true, to_apply=less }}"""
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending"])
+def test_an_hlo_sort_bounds_its_keys_and_the_payload_sorted_with_them(order):
+    """An HLO sort (jax's comparators) of bf16-rounded keys with their index and an f32 payload: the keys bounded by
+    their interval ends, the payload by its own bound where its key's rank is decided and by its cluster's spread
+    where keys may swap. numpy's stable sort of the device's keys is consistent, and so is a device's that orders
+    the bf16 ties by the exact products; a payload element 1% off where its key is far from the others and a key 1%
+    off are caught. Before, every element was allowed the operands' largest bound: hloexec's own result and numpy's
+    were flagged (~60 payload elements: the shadow orders the ties by the exact products, their payloads ~1 apart,
+    the largest bound ~0.01) and the key 1% off passed."""
+    descending = order == "descending"
+    r = np.random.default_rng(3)
+    x = r.standard_normal((4, 64)).astype(np.float32)
+    x[:, :16] = 0.75  # (ties: 16 keys a row near 0.75, which bf16 rounding may order either way)
+    y = (1 + 1e-3 * r.standard_normal((4, 64))).astype(np.float32)
+    z = (r.standard_normal((4, 64)) - np.where(np.arange(64) < 16, 0, 7)).astype(np.float32)  # (small but the ties)
+    exe = hloexec.load(HLO_SORT.format(comparator=SORT_COMPARATORS[order]))
+    keys = (x.astype(np.float64) * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    payload = np.exp(z)
+    index = np.broadcast_to(np.arange(64, dtype=np.int32), (4, 64))
+
+    def sorted_by(key):
+        permutation = np.argsort(-key if descending else key, axis=1, kind="stable")
+        return [np.take_along_axis(a, permutation, 1) for a in (keys, index, payload)]
+
+    correct, reordered = sorted_by(keys), sorted_by(x.astype(np.float64) * y)
+    assert not np.array_equal(correct[2], reordered[2])  # (the premise: the ties' payloads land elsewhere)
+    gaps = np.abs(np.diff(correct[0][0]))
+    alone = np.r_[True, gaps > 0.05] & np.r_[gaps > 0.05, True]  # (keys farther from their neighbours than 2 bounds)
+    far = int(np.flatnonzero(alone)[5])
+    bumped_payload, bumped_key = ([a.copy() for a in correct] for _ in range(2))
+    bumped_payload[2][0, far] *= 1.01
+    bumped_key[0][0, far] *= 1.01
+    candidates = {"correct": correct, "reordered": reordered, "payload": bumped_payload, "key": bumped_key}
+    verdict, run = judge_run(exe, [x, y, z], candidates)
+    keys_verdict, payload_verdict = _verdicts(verdict, 0), _verdicts(verdict, 2)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    for name in ("hloexec", "correct", "reordered"):
+        assert keys_verdict[name] == payload_verdict[name] == (True, 0, 0), (name, keys_verdict, payload_verdict)
+    assert keys_verdict["key"] == (False, 1, 0) and payload_verdict["payload"] == (False, 1, 0)
+    # the payload's bound: its own (below 1e-6 of it) where the key is alone, the ties' spread where they are not
+    bound = run.bounds[exe.options.device.name].bounds[2][0]
+    tied = correct[0][0] == 0.75
+    assert np.all(bound[alone] < 1e-6 * np.abs(correct[2][0][alone])) and np.all(bound[tied] > 0.1)
+
+
+def test_an_hlo_sort_its_rule_does_not_know_is_unbounded_and_named():
+    """A comparator whose key is not ordered strictly by the values (floor: values within an integer tie, kept in
+    their given order, so a key's rank is not its value's) has no rule: the sort is named unbounded (before, its
+    elements were allowed the operands' largest bound)."""
+    r = np.random.default_rng(4)
+    x, y, z = (r.standard_normal((4, 64)).astype(np.float32) for _ in range(3))
+    exe = hloexec.load(HLO_SORT.format(comparator=SORT_COMPARATORS["floor"]))
+    verdict, run = judge_run(exe, [x, y, z], {})
+    assert set(run.bounds[exe.options.device.name].unbounded.values()) == {"sort"}
+    assert _verdicts(verdict, 2)["hloexec"][2] == 4 * 64

@@ -331,7 +331,7 @@ def _ties(eq, key: _SortKey) -> bool:
     )
 
 
-def _sort_keys(less) -> list[_SortKey] | None:
+def sort_keys(less) -> list[_SortKey] | None:
     """The keys, most significant first, when the comparator root `less` is one LT/GT compare of a key
     (`_compared_key`) or compares lexicographically: or(lt0, and(eq0, rest)) (jax's form for
     num_keys > 1, either operand order) or select(eq0, rest, lt0); else None."""
@@ -348,7 +348,7 @@ def _sort_keys(less) -> list[_SortKey] | None:
     for lt, eq, rest in candidates:
         first = _compared_key(lt, ("LT", "GT"))
         if first is not None and _ties(eq, first):
-            rest_keys = _sort_keys(rest)
+            rest_keys = sort_keys(rest)
             if rest_keys is not None:
                 return [first, *rest_keys]
     return None
@@ -420,7 +420,7 @@ def _comparator_permutation(less, xs, axis: int) -> np.ndarray:
 def sort_permutation(comparator, ctx):
     """`permutation(xs, axis)`: the stable permutation sorting the operands `xs` along `axis` by the comparator
     computation (keys on whole arrays when it orders by elementwise functions, else one call per comparison)."""
-    keys = _sort_keys(comparator.root)
+    keys = sort_keys(comparator.root)
     if keys is not None:
         steps = [[(i, lookup(i).prepare(i, ctx)) for i in key.expression] for key in keys]
         return lambda xs, axis: _keys_permutation(keys, steps, xs, axis)

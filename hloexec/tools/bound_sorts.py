@@ -10,7 +10,15 @@ custom-call, cub's radix sort (XLA-GPU's sort) and the payloads sorted with thei
   their errors): the exact permutation keeps each cluster's elements within it. A key alone in its cluster has its
   rank decided, so its payload's bound is the payload's own (moved); in a larger cluster the payload may be any
   of the cluster's: its bound reaches the farthest of their intervals;
-- an HLO sort: its operands' largest bound, for every float result (its comparator may order by anything);
+- an HLO sort whose comparator orders by keys (ops/indexing.sort_keys: a LT/GT compare of an elementwise function
+  of one operand, jax's NaN/-0 canonicalizing TOTALORDER compare among them, or such compares combined
+  lexicographically, jax's argsort's value-then-index): its first key as a radix sort's keys, by its interval
+  ends, and every other float result (payloads, later keys) as a payload by the first key's clusters (keys
+  within rounding of each other may swap, exact ties too where the sort need not be stable). Both need the first
+  key's function to order the values strictly (checked on its values and interval ends: NaN/-0 canonicalizing,
+  negation pass; floor(x) fails). Exact keys in a stable sort make the exact order: every result keeps its
+  operand's bound, moved. Any other comparator: no rule (the old one, the operands' largest bound, passed a
+  payload's swap beyond it and flagged a correct one where keys within rounding swapped);
 - a variadic reduce that selects (an argmax / argmin: the reducer keeps, for each float result, one of its two
   values, chosen by comparisons of those two values alone, the exact ones such as indices aside): the row's max
   or min as its reducer orders, by the reduce at its operand's interval ends; where the value does not lie
@@ -23,7 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.common import ints
 from ..ops.custom_call.registry import backend_config, field, target_of
+from ..ops.indexing import sort_keys, sort_permutation
 from .bound_store import float_leaf as _float
 
 TOP_K_TARGETS = frozenset({"TopK", "__gpu$TopK"})
@@ -32,14 +42,10 @@ RADIX_SORT_TARGETS = frozenset({"__cub$DeviceRadixSort", "__cub$DeviceRadixSortU
 EXACTLY_BOUNDED = TOP_K_TARGETS | RADIX_SORT_TARGETS
 
 
-def bounded_exactly(inst) -> bool:
-    """Whether `inst` is a top-k or radix sort custom-call (its bounds are not calibrated: module docstring)."""
-    return inst.opcode == "custom-call" and target_of(inst) in EXACTLY_BOUNDED
-
-
 def selects(inst) -> bool:
-    """Whether `inst` selects and orders its operands' elements: a sort, a top-k or radix sort custom-call."""
-    return inst.opcode == "sort" or bounded_exactly(inst)
+    """Whether `inst` selects and orders its operands' elements: a sort, a top-k or radix sort custom-call (their
+    bounds are not calibrated: module docstring)."""
+    return inst.opcode == "sort" or (inst.opcode == "custom-call" and target_of(inst) in EXACTLY_BOUNDED)
 
 
 # the ops a selecting reducer's predicate may combine comparisons with
@@ -101,33 +107,102 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
     return True
 
 
-def sorted_bounds(bounds, inst, value, operands) -> None:
-    """Puts the bounds of `value`'s float leaves (`inst` one that `selects`) into `bounds` (an ErrorBounds)."""
+def sorted_bounds(bounds, inst, value, operands) -> bool:
+    """Puts the bounds of `value`'s float leaves (`inst` one that `selects`) into `bounds` (an ErrorBounds); False
+    (nothing done) where an HLO sort's comparator is not one its rule knows (module docstring)."""
     leaves = list(value) if isinstance(value, tuple) else [value]
     if inst.opcode == "sort":
-        worst = max((float(np.max(bounds.of(o), initial=0.0)) for o in operands if _float(o)), default=0.0)
-        for v in leaves:
-            if _float(v):
-                bounds._put(v, np.full(v.shape, worst))
-        return
+        return _hlo_sort(bounds, inst, leaves, operands)
     kernel = bounds._kernel(inst)
     keys, payloads = operands[0], operands[1:]
     e = bounds.of(keys)
-    ends = [kernel(keys + e, *payloads)[0], kernel(keys - e, *payloads)[0]] if _float(keys) else []
-    if ends:
-        moved = np.maximum(np.abs(ends[0] - leaves[0]), np.abs(leaves[0] - ends[1]))
-        bounds._put(leaves[0], np.where(np.isnan(moved), np.inf, moved))
+    if _float(keys):
+        ends = [kernel(keys + e, *payloads)[0], kernel(keys - e, *payloads)[0]]
+        bounds._put(leaves[0], _between(leaves[0], *ends))
+    descending = bool(field(backend_config(inst), "descending", False))
     for k, payload in enumerate(payloads, start=1):
         if _float(payload):
             rode = kernel(keys, e, bounds.of(payload))  # (the keys' and the payload's bounds, moved as it was)
-            descending = bool(field(backend_config(inst), "descending", False))
-            bounds._put(leaves[k], _payload_bound(leaves[0], rode[1], leaves[k], rode[2], descending))
+            exact = not rode[1].any()  # (exact keys: the order is the exact one, ties kept by index: cub is stable)
+            bound = rode[2] if exact else _payload_bound(leaves[0], rode[1], leaves[k], rode[2], descending)
+            bounds._put(leaves[k], bound)
+    return True
+
+
+def _hlo_sort(bounds, inst, leaves, operands) -> bool:
+    """An HLO sort's bounds (module docstring): False where its comparator is not a lexicographic LT/GT of keys
+    (`sort_keys`) or its first key does not order the operand's values (nor exact keys a stable sort's)."""
+    comparator = inst.called.get("to_apply")
+    keys = sort_keys(comparator.root) if comparator is not None else None
+    if keys is None:
+        return False
+    dims = ints(inst.attr("dimensions"))
+    axis = dims[0] if dims else 0
+    permutation = sort_permutation(comparator, bounds.plans.context)
+    order = permutation(operands, axis)
+    errors = [bounds.of(o) if _float(o) else np.zeros(np.shape(o)) for o in operands]
+    moved = [np.take_along_axis(np.asarray(e), order, axis) for e in errors]
+    if inst.attr("is_stable", False) and not any(errors[key.operand].any() for key in keys):
+        for leaf, bound in zip(leaves, moved):  # (exact keys: the exact order, ties kept by index)
+            if _float(leaf):
+                bounds._put(leaf, bound)
+        return True
+    first = keys[0].operand
+    descending = _direction(permutation, operands, first, errors[first], axis)
+    if descending is None:
+        return False
+    if _float(operands[first]):
+        ends = []
+        for sign in (1, -1):
+            args = list(operands)
+            args[first] = operands[first] + sign * errors[first]
+            ends.append(np.take_along_axis(args[first], permutation(args, axis), axis))
+        bounds._put(leaves[first], _between(leaves[first], *ends))
+    key, key_bounds = (np.moveaxis(np.asarray(x, np.float64), axis, -1) for x in (leaves[first], moved[first]))
+    for k, (leaf, bound) in enumerate(zip(leaves, moved)):
+        if k != first and _float(leaf):
+            bound = _payload_bound(
+                key, key_bounds, np.moveaxis(leaf, axis, -1), np.moveaxis(bound, axis, -1), descending
+            )
+            bounds._put(leaf, np.moveaxis(bound, -1, axis))
+    return True
+
+
+def _direction(permutation, operands, first, error, axis: int) -> bool | None:
+    """Whether a sort (its `permutation`) orders operand `first`'s values descending (True) or ascending (False),
+    strictly, where the other keys tie: checked on every distinct value of its elements and their interval ends, in
+    both orders (a tie in the key's expression keeps the given order: floor(x) fails); None where it does not."""
+    key = np.asarray(operands[first])
+    if key.ndim == 0:
+        return None
+    points = key.ravel()
+    if key.dtype.kind == "f":
+        points = np.concatenate([points, (key - error).ravel(), (key + error).ravel()])
+        points = points[~np.isnan(points)]
+    points = np.unique(points)
+    shape = [1] * key.ndim
+    shape[axis] = points.size
+    seen = []
+    for given in (points, points[::-1]):
+        args = [np.zeros(shape, np.asarray(o).dtype) for o in operands]
+        args[first] = given.reshape(shape)
+        seen.append(given[permutation(args, axis).ravel()])
+    for descending, expected in ((False, points), (True, points[::-1])):
+        if all(np.array_equal(s, expected) for s in seen):
+            return descending
+    return None
+
+
+def _between(value, high, low) -> np.ndarray:
+    """The bound of sorted keys `value` whose exact values lie between the same sort of their interval ends."""
+    bound = np.maximum(np.abs(high - value), np.abs(value - low))
+    return np.where(np.isnan(bound), np.inf, bound)
 
 
 def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool) -> np.ndarray:
     """The bound of a payload sorted by `keys` along the last dim (all four in the output's order): its own bound
     where its key's rank is decided, else the farthest of its cluster's payload intervals (module docstring)."""
-    if not key_bounds.any() or keys.size == 0:  # (exact keys: the order is the exact one, ties kept by index)
+    if keys.size == 0:
         return payload_bounds
     lo, hi = keys - key_bounds, keys + key_bounds
     if descending:  # (mirrored: ascending)

@@ -93,7 +93,7 @@ from ..spmd.devices import GROUPED
 from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
-from .bound_sorts import bounded_exactly, selecting_reduce, selects, sorted_bounds
+from .bound_sorts import selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
@@ -292,8 +292,8 @@ class ErrorBounds(BoundStore):
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "fft":
                 local = fft_bounds(self, inst, orig, value, operands)
-            elif selects(inst):
-                sorted_bounds(self, inst, value, operands)
+            elif selects(inst) and sorted_bounds(self, inst, value, operands):
+                pass  # (sampled below)
             elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
                 pass  # (sampled below)
             else:
@@ -396,7 +396,7 @@ class ErrorBounds(BoundStore):
                     SIGMAS,
                 )
             bound = self._stored_bound(leaf)
-            if inst.opcode not in MOVES and not bounded_exactly(inst):  # (a moved value's block holds copies)
+            if inst.opcode not in MOVES and not selects(inst):  # (a moved value's block holds copies)
                 bound = self._calibrate(bound, out, ceiling)
             bound = with_floor(bound, out, floor[k] if isinstance(floor, list) else floor)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
