@@ -317,3 +317,33 @@ def test_an_hlo_sort_its_rule_does_not_know_is_unbounded_and_named():
     verdict, run = judge_run(exe, [x, y, z], {})
     assert set(run.bounds[exe.options.device.name].unbounded.values()) == {"sort"}
     assert _verdicts(verdict, 2)["hloexec"][2] == 4 * 64
+
+
+MAP = """HloModule map
+f { a = f16[] parameter(0)  b = f16[] parameter(1)  m = f16[] multiply(a, b)  t = f16[] tanh(m)
+    one = f16[] constant(1)  ROOT s = f16[] add(t, one) }
+ENTRY e { x = f16[16,64] parameter(0)  y = f16[16,64] parameter(1)
+          ROOT r = f16[16,64] map(x, y), dimensions={0,1}, to_apply=f }"""
+MAPPED_OPS = """HloModule plain
+ENTRY e { x = f16[16,64] parameter(0)  y = f16[16,64] parameter(1)  m = f16[16,64] multiply(x, y)
+          t = f16[16,64] tanh(m)  one = f16[] constant(1)  o = f16[16,64] broadcast(one), dimensions={}
+          ROOT s = f16[16,64] add(t, o) }"""
+
+
+def test_a_map_is_bounded_as_the_elementwise_ops_of_its_computation():
+    """A map of an f16 computation (multiply, tanh, add a constant) gets the bounds the same ops over the arrays get
+    (equal, element for element: its steps are observed on whole arrays, as a fusion's); numpy's f16 emulation (each
+    op rounded to f16, tanh in f32) is consistent, its largest element 1% off is caught (unbounded before: passed)."""
+    r = np.random.default_rng(1)
+    x, y = (r.standard_normal((16, 64)).astype(np.float16) for _ in range(2))
+    f16, f32 = np.float16, np.float32
+    correct = (np.tanh((x.astype(f32) * y).astype(f16).astype(f32)).astype(f16).astype(f32) + 1).astype(f16)
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= f16(1.01)
+    exe, plain = hloexec.load(MAP), hloexec.load(MAPPED_OPS)
+    verdict, run = judge_run(exe, [x, y], {"correct": [correct], "bumped": [bumped]})
+    _, plain_run = judge_run(plain, [x, y], {})
+    got = _verdicts(verdict)
+    bounds = run.bounds[exe.options.device.name]
+    assert bounds.unbounded == {} and got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+    np.testing.assert_array_equal(bounds.bounds[0], plain_run.bounds[plain.options.device.name].bounds[0])

@@ -224,7 +224,7 @@ def _one_window_scatter(kind: str, geometry: Scatter):
 # operands (0-d constants broadcast) they compute what a comparator computes element by element. Not clamp
 # (its kernel does not broadcast a 0-d bound against an array); bitcast-convert only between types of one
 # width (checked in _expression).
-_KEY_OPCODES = ew.ELEMENTWISE_OPS - {"clamp", "bitcast-convert"}
+ANY_SHAPE_ELEMENTWISE = ew.ELEMENTWISE_OPS - {"clamp", "bitcast-convert"}
 
 
 @dataclass(frozen=True)
@@ -242,7 +242,7 @@ class _SortKey:
 
 def _expression(root):
     """The instructions `root` is computed from, dependencies first, when they are constants, parameters
-    and _KEY_OPCODES (same-width bitcast-convert too) on arrays; else None."""
+    and ANY_SHAPE_ELEMENTWISE (same-width bitcast-convert too) on arrays; else None."""
     order, seen, stack = [], set(), [(root, False)]
     while stack:
         inst, expanded = stack.pop()
@@ -255,7 +255,7 @@ def _expression(root):
         op_ = inst.opcode
         if inst.shape.is_tuple or not (
             op_ in ("parameter", "constant")
-            or op_ in _KEY_OPCODES
+            or op_ in ANY_SHAPE_ELEMENTWISE
             or (op_ == "bitcast-convert" and inst.operands[0].shape.element_type.bits == inst.shape.element_type.bits)
         ):
             return None

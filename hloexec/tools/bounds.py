@@ -85,8 +85,10 @@ from ..ir import opcodes
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.collectives import participants
+from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from ..ops.custom_call.registry import target_of
 from ..ops.registry import async_shorthand
+from ..exec.plan import schedule
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
@@ -296,6 +298,8 @@ class ErrorBounds(BoundStore):
                 pass  # (sampled below)
             elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
                 pass  # (sampled below)
+            elif opcode == "map" and self._map(inst, value, operands):
+                return
             else:
                 self._no_rule(inst, floats)
                 return
@@ -409,6 +413,31 @@ class ErrorBounds(BoundStore):
             if self._entry(v) is None:
                 self.unbounded.setdefault(inst.name.removesuffix(PINNED_SUFFIX), why)
                 self._put(v, np.full(v.shape, np.inf), None, np.full((SAMPLES, *v.shape), np.nan, np.float32))
+
+    def _map(self, inst, value, operands) -> bool:
+        """A map's bound: its computation's steps observed on whole arrays, as a fusion's are (every element is made
+        by the ops an elementwise op over the arrays makes); its value keeps its root's entry. False (nothing done)
+        where a step is not elementwise."""
+        comp = inst.called.get("to_apply")
+        steps = schedule(comp) if comp is not None else []
+        if not steps or any(
+            s.opcode not in ("parameter", "constant") and s.opcode not in ANY_SHAPE_ELEMENTWISE for s in steps
+        ):
+            return False
+        values = {}
+        for step in steps:
+            if step.opcode == "parameter":
+                values[id(step)] = operands[step.parameter_number]
+                continue
+            args = [values[id(o)] for o in step.operands]
+            made = self._kernel(step)(*args)
+            if step.opcode == "constant":  # (as the op broadcasts it: an exact array of the map's shape)
+                made = np.broadcast_to(made, np.shape(value))
+            else:
+                self(step, made, args)
+            values[id(step)] = made
+        self._share(value, values[id(comp.root)])
+        return True
 
     def draw_key(self) -> np.uint64:
         """A key for an instruction's own-error draws (kernels/normal_draws.py), from the observer's rng: the run's
