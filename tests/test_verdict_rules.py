@@ -347,3 +347,35 @@ def test_a_map_is_bounded_as_the_elementwise_ops_of_its_computation():
     bounds = run.bounds[exe.options.device.name]
     assert bounds.unbounded == {} and got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
     np.testing.assert_array_equal(bounds.bounds[0], plain_run.bounds[plain.options.device.name].bounds[0])
+
+
+CHOLESKY = """HloModule chol
+ENTRY e {{ x = f32[3,16,16] parameter(0)  d = f32[3,16,16] parameter(1)
+  g = f32[3,16,16] dot(x, x), lhs_batch_dims={{0}}, rhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_contracting_dims={{2}}
+  a = f32[3,16,16] add(g, d)
+  ROOT l = f32[3,16,16] cholesky(a), lower={lower} }}"""
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_a_cholesky_is_bounded_by_its_backward_error(lower):
+    """A cholesky of an f32 Gram matrix (condition ~2,000) gets the bound of its backward error (Higham Thm 10.3)
+    and its operand's, through the factorization's first-order perturbation: LAPACK's f32 factor of numpy's f32
+    Gram matrix is within it (element for element, no factor) and consistent; its largest element 1% off is
+    caught (unbounded before: passed)."""
+    r = np.random.default_rng(0)
+    x = (r.standard_normal((3, 16, 16)) / 4).astype(np.float32)
+    d = np.broadcast_to(1e-3 * np.eye(16), (3, 16, 16)).astype(np.float32)
+    a = np.einsum("bik,bjk->bij", x, x) + d  # (f32)
+    correct = np.linalg.cholesky(a)
+    exact = np.linalg.cholesky(np.einsum("bik,bjk->bij", x.astype(np.float64), x.astype(np.float64)) + d)
+    if not lower:  # (the upper factor of a symmetric matrix: the lower one's transpose)
+        correct, exact = (np.swapaxes(m, -1, -2).copy() for m in (correct, exact))
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float32(1.01)
+    exe = hloexec.load(CHOLESKY.format(lower=str(lower).lower()))
+    verdict, run = judge_run(exe, [x, d], {"correct": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    bounds = run.bounds[exe.options.device.name]
+    assert bounds.unbounded == {} and got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+    assert np.all(np.abs(correct - exact) <= bounds.bounds[0])
+    assert np.linalg.cond(a[0].astype(np.float64)) > 1000  # (the premise: not the identity's factor)

@@ -64,7 +64,8 @@ samples calibrate that down where they are independent) plus the accumulation's 
 step rounding to the collective's type whatever the device's reductions rule (the partial sums travel between
 participants in it: a ring's, a tree's, hloexec's fold in group order).
 
-Sorts, top-k, radix sorts (their payloads too) and fft: tools/bound_sorts.py, tools/bound_fft.py.
+Sorts, top-k, radix sorts (their payloads too), fft and cholesky: tools/bound_sorts.py, tools/bound_fft.py,
+tools/bound_cholesky.py. A map: its computation's steps observed on whole arrays (`_map`).
 
 What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, variadic
 reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
@@ -92,6 +93,7 @@ from ..exec.plan import schedule
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
+from .bound_cholesky import cholesky_bounds
 from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
@@ -294,6 +296,8 @@ class ErrorBounds(BoundStore):
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "fft":
                 local = fft_bounds(self, inst, orig, value, operands)
+            elif opcode == "cholesky" and (local := cholesky_bounds(self, inst, orig, value, operands)) is not None:
+                pass  # (sampled below)
             elif selects(inst) and sorted_bounds(self, inst, value, operands):
                 pass  # (sampled below)
             elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
