@@ -373,4 +373,4 @@ NOT_KEYS = {  # comparator bodies (see _sort_module) that compare no keys: they 
 def test_sort_comparators_that_are_not_keys(name):
     module = hloexec.parse(_sort_module(NOT_KEYS[name]))[0]
     comparator = next(c for c in module.computations if c.name == "cmp")
-    assert IX._sort_keys(comparator.root) is None
+    assert IX.sort_keys(comparator.root) is None
