@@ -374,3 +374,28 @@ def test_sort_comparators_that_are_not_keys(name):
     module = hloexec.parse(_sort_module(NOT_KEYS[name]))[0]
     comparator = next(c for c in module.computations if c.name == "cmp")
     assert IX.sort_keys(comparator.root) is None
+
+
+TOPK_DECOMPOSITION = """
+  eq = pred[] compare(a, b), direction=EQ, type=TOTALORDER
+  lt1 = pred[] compare(c, d), direction=LT
+  gt = pred[] compare(a, b), direction=GT
+  ROOT r = pred[] select(eq, lt1, gt)"""
+
+
+def test_sort_topk_decomposition_runs_vectorized(monkeypatch):
+    """XLA's TopK decomposition's comparator (compare-value-and-index: a TOTALORDER EQ as the tie of a plain GT,
+    then the index) runs as keys, and matches XLA:CPU on values with ties (without NaN or zeros: there its
+    TOTALORDER tie and FLOAT order part, the comparator is no strict weak order, the order unspecified)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = _sort_module(TOPK_DECOMPOSITION)
+    rs = np.random.RandomState(5)
+    x = (np.round(rs.randn(3, 12), 0) + 0.5).astype(np.float32)  # (ties, no zeros)
+    y = rs.randint(-6, 6, x.shape).astype(np.int32)
+    want = run_on_xla_cpu(text, [x, y])
+    slow_calls = []
+    slow = IX._comparator_permutation
+    monkeypatch.setattr(IX, "_comparator_permutation", lambda *a: slow_calls.append(1) or slow(*a))
+    _bit_equal(hloexec.load(text).run(x, y), want)
+    assert not slow_calls

@@ -225,7 +225,8 @@ def test_an_argmax_reduce_bounds_its_value_as_a_max():
     assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
 
 
-# jax's lax.sort comparator (NaN and -0 canonicalized, a TOTALORDER LT) and a top-k's value-then-index (descending)
+# jax's lax.sort comparator (NaN and -0 canonicalized, a TOTALORDER LT), a top-k's value-then-index (descending) and
+# XLA's TopK decomposition's (its tie a TOTALORDER EQ, its order a plain GT)
 SORT_COMPARATORS = {
     "ascending": """less {
   a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
@@ -245,6 +246,14 @@ SORT_COMPARATORS = {
   gt = pred[] compare(a, b), direction=GT, type=TOTALORDER
   ROOT r = pred[] select(eq, lt, gt)
 }""",
+    "topk": """less {
+  a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
+  p = f32[] parameter(4)  q = f32[] parameter(5)
+  eq = pred[] compare(a, b), direction=EQ, type=TOTALORDER
+  lt = pred[] compare(i, j), direction=LT
+  gt = pred[] compare(a, b), direction=GT
+  ROOT r = pred[] select(eq, lt, gt)
+}""",
     "floor": """less {
   a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
   p = f32[] parameter(4)  q = f32[] parameter(5)
@@ -262,7 +271,7 @@ ENTRY e {{ x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  z = f32[4,64]
           ROOT s = (f32[4,64], s32[4,64], f32[4,64]) sort(k, i, v), dimensions={{1}}, is_stable=true, to_apply=less }}"""
 
 
-@pytest.mark.parametrize("order", ["ascending", "descending"])
+@pytest.mark.parametrize("order", ["ascending", "descending", "topk"])
 def test_an_hlo_sort_bounds_its_keys_and_the_payload_sorted_with_them(order):
     """An HLO sort (jax's comparators) of bf16-rounded keys with their index and an f32 payload: the keys bounded by
     their interval ends, the payload by its own bound where its key's rank is decided and by its cluster's spread
@@ -271,7 +280,7 @@ def test_an_hlo_sort_bounds_its_keys_and_the_payload_sorted_with_them(order):
     off are caught. Before, every element was allowed the operands' largest bound: hloexec's own result and numpy's
     were flagged (~60 payload elements: the shadow orders the ties by the exact products, their payloads ~1 apart,
     the largest bound ~0.01) and the key 1% off passed."""
-    descending = order == "descending"
+    descending = order != "ascending"
     r = np.random.default_rng(3)
     x = r.standard_normal((4, 64)).astype(np.float32)
     x[:, :16] = 0.75  # (ties: 16 keys a row near 0.75, which bf16 rounding may order either way)

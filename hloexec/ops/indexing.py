@@ -13,7 +13,9 @@
   orders by keys: its root is compare(f(p2k), f(p2k+1)), direction LT/GT (either operand order), f one
   elementwise expression of parameter 2k and constants (plain compares of the operands, and jax's, which
   canonicalize NaN and -0 before a TOTALORDER compare), or combines several such compares
-  lexicographically (or(lt0, and(eq0, rest)) as jax emits for num_keys > 1, or select(eq0, rest, lt0)).
+  lexicographically (or(lt0, and(eq0, rest)) as jax emits for num_keys > 1, or select(eq0, rest, lt0); eq0 of
+  lt0's type, or TOTALORDER beside a FLOAT lt0 as XLA's TopK decomposition writes it: they part on -0/+0 and NaN
+  only, where that comparator is no strict weak order and XLA leaves the order unspecified).
   Each key's f runs once on the whole operand through the registered kernels, then a stable numpy
   argsort/lexsort of an ordering array (TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN via an
   integer key; default FLOAT compare: -0 == +0, NaN sorts last ascending and descending -- XLA leaves NaN
@@ -326,8 +328,13 @@ def _ties(eq, key: _SortKey) -> bool:
     other = _compared_key(eq, ("EQ",))
     if other is None:
         return False
-    return (other.operand, other.compare_type) == (key.operand, key.compare_type) and _mirrors(
-        other.root, key.root, key.parameter, key.parameter, {}
+    # (a TOTALORDER EQ beside a FLOAT key, XLA's TopK decomposition's: they part on -0/+0 and NaN only, where the
+    # comparator is no strict weak order and XLA leaves the order unspecified)
+    kinds = (other.compare_type, key.compare_type)
+    return (
+        other.operand == key.operand
+        and (kinds[0] == kinds[1] or kinds == ("TOTALORDER", "FLOAT"))
+        and _mirrors(other.root, key.root, key.parameter, key.parameter, {})
     )
 
 
