@@ -330,19 +330,25 @@ SORT_COMPARATORS = {  # name -> (runs vectorized, comparator body): valid orders
 @pytest.mark.parametrize("name", sorted(SORT_COMPARATORS))
 def test_sort_comparator_forms(monkeypatch, name):
     """Hand-written comparators vs XLA:CPU; the ones not recognized as keys run per comparison."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
     vectorized, body = SORT_COMPARATORS[name]
     text = _sort_module(body)
     rs = np.random.RandomState(4)
     x = np.round(rs.randn(3, 12), 0).astype(np.float32)
     x[0, :4] = [np.nan, -0.0, 0.0, -np.inf]
     y = rs.randint(-6, 6, x.shape).astype(np.int32)
+    assert _runs_per_comparison(monkeypatch, text, x, y) != vectorized
+
+
+def _runs_per_comparison(monkeypatch, text: str, x, y) -> bool:
+    """Whether hloexec's sort `text` called its comparator per comparison (its result checked against XLA:CPU's)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
     want = run_on_xla_cpu(text, [x, y])
     slow_calls = []
     slow = IX._comparator_permutation
     monkeypatch.setattr(IX, "_comparator_permutation", lambda *a: slow_calls.append(1) or slow(*a))
     _bit_equal(hloexec.load(text).run(x, y), want)
-    assert bool(slow_calls) != vectorized
+    return bool(slow_calls)
 
 
 _TIE_BREAK = """
@@ -387,15 +393,7 @@ def test_sort_topk_decomposition_runs_vectorized(monkeypatch):
     """XLA's TopK decomposition's comparator (compare-value-and-index: a TOTALORDER EQ as the tie of a plain GT,
     then the index) runs as keys, and matches XLA:CPU on values with ties (without NaN or zeros: there its
     TOTALORDER tie and FLOAT order part, the comparator is no strict weak order, the order unspecified)."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
-    text = _sort_module(TOPK_DECOMPOSITION)
     rs = np.random.RandomState(5)
     x = (np.round(rs.randn(3, 12), 0) + 0.5).astype(np.float32)  # (ties, no zeros)
     y = rs.randint(-6, 6, x.shape).astype(np.int32)
-    want = run_on_xla_cpu(text, [x, y])
-    slow_calls = []
-    slow = IX._comparator_permutation
-    monkeypatch.setattr(IX, "_comparator_permutation", lambda *a: slow_calls.append(1) or slow(*a))
-    _bit_equal(hloexec.load(text).run(x, y), want)
-    assert not slow_calls
+    assert not _runs_per_comparison(monkeypatch, _sort_module(TOPK_DECOMPOSITION), x, y)

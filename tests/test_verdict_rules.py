@@ -227,39 +227,30 @@ def test_an_argmax_reduce_bounds_its_value_as_a_max():
 
 # jax's lax.sort comparator (NaN and -0 canonicalized, a TOTALORDER LT), a top-k's value-then-index (descending) and
 # XLA's TopK decomposition's (its tie a TOTALORDER EQ, its order a plain GT)
-SORT_COMPARATORS = {
-    "ascending": """less {
+_SORT_PARAMETERS = """
   a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
-  p = f32[] parameter(4)  q = f32[] parameter(5)
+  p = f32[] parameter(4)  q = f32[] parameter(5)"""
+_VALUE_THEN_INDEX = """
+  eq = pred[] compare(a, b), direction=EQ, type=TOTALORDER
+  lt = pred[] compare(i, j), direction=LT
+  gt = pred[] compare(a, b), direction=GT{type}
+  ROOT r = pred[] select(eq, lt, gt)"""
+SORT_COMPARATORS = {
+    name: "less {" + _SORT_PARAMETERS + body + "\n}"
+    for name, body in {
+        "ascending": """
   nan = f32[] constant(nan)  zero = f32[] constant(0)
   na = pred[] compare(a, a), direction=NE  za = pred[] compare(a, zero), direction=EQ
   ca0 = f32[] select(za, zero, a)  ca = f32[] select(na, nan, ca0)
   nb = pred[] compare(b, b), direction=NE  zb = pred[] compare(b, zero), direction=EQ
   cb0 = f32[] select(zb, zero, b)  cb = f32[] select(nb, nan, cb0)
-  ROOT lt = pred[] compare(ca, cb), direction=LT, type=TOTALORDER
-}""",
-    "descending": """less {
-  a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
-  p = f32[] parameter(4)  q = f32[] parameter(5)
-  eq = pred[] compare(a, b), direction=EQ, type=TOTALORDER
-  lt = pred[] compare(i, j), direction=LT
-  gt = pred[] compare(a, b), direction=GT, type=TOTALORDER
-  ROOT r = pred[] select(eq, lt, gt)
-}""",
-    "topk": """less {
-  a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
-  p = f32[] parameter(4)  q = f32[] parameter(5)
-  eq = pred[] compare(a, b), direction=EQ, type=TOTALORDER
-  lt = pred[] compare(i, j), direction=LT
-  gt = pred[] compare(a, b), direction=GT
-  ROOT r = pred[] select(eq, lt, gt)
-}""",
-    "floor": """less {
-  a = f32[] parameter(0)  b = f32[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
-  p = f32[] parameter(4)  q = f32[] parameter(5)
+  ROOT lt = pred[] compare(ca, cb), direction=LT, type=TOTALORDER""",
+        "descending": _VALUE_THEN_INDEX.format(type=", type=TOTALORDER"),
+        "topk": _VALUE_THEN_INDEX.format(type=""),
+        "floor": """
   fa = f32[] floor(a)  fb = f32[] floor(b)
-  ROOT lt = pred[] compare(fa, fb), direction=LT
-}""",
+  ROOT lt = pred[] compare(fa, fb), direction=LT""",
+    }.items()
 }
 HLO_SORT = """HloModule sort
 {comparator}
