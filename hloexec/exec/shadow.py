@@ -53,6 +53,10 @@ COMPUTING_CUSTOM_CALLS = frozenset(
     {
         "__cublas$gemm",
         "__cublas$lt$matmul",
+        "__cudnn$convForward",
+        "__cudnn$convBackwardInput",
+        "__cudnn$convBackwardFilter",
+        "__cudnn$convBiasActivationForward",
         "TopK",
         "__gpu$TopK",
         "__cub$DeviceRadixSort",

@@ -91,6 +91,7 @@ from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_convolution import convolution_bounds
+from .bound_epilogues import epilogue_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
 from .bound_sorts import bounded_exactly, selecting_reduce, selects, sorted_bounds
@@ -292,6 +293,8 @@ class ErrorBounds(BoundStore):
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "fft":
                 local = fft_bounds(self, inst, orig, value, operands)
+            elif opcode == "custom-call" and (epilogue := self.plans.epilogue(inst)) is not None:
+                local, ceiling = epilogue_bounds(self, inst, orig, value, operands, epilogue)
             elif selects(inst):
                 sorted_bounds(self, inst, value, operands)
             elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
