@@ -180,23 +180,26 @@ def test_a_cublas_gemm_that_is_a_dot_is_bounded_as_one():
 
 
 GEMM_CALL = r"""HloModule g
-ENTRY e {{ x = f16[64,32] parameter(0)  y = f16[32,48] parameter(1)  c = f16[64,48] parameter(2)
-          bias = f16[48] parameter(3)  m = f16[64,32] multiply(x, x)  cc = f16[64,48] multiply(c, c)
+ENTRY e {{ x = {t}[64,32] parameter(0)  y = {t}[32,48] parameter(1)  c = {t}[64,48] parameter(2)
+          bias = {t}[48] parameter(3)  m = {t}[64,32] multiply(x, x)  cc = {t}[64,48] multiply(c, c)
           ROOT g = {result} custom-call(m, y{operands}), custom_call_target="{target}", backend_config="{{\"gemm_backend_config\":{{\"alpha_real\":{alpha},\"alpha_imag\":0,\"beta\":{beta},\"dot_dimension_numbers\":{{\"lhs_contracting_dimensions\":[\"1\"],\"rhs_contracting_dimensions\":[\"0\"],\"lhs_batch_dimensions\":[],\"rhs_batch_dimensions\":[]}},\"epilogue\":\"{epilogue}\"}}}}" }}"""
-# variant -> (target, alpha, beta, epilogue): alpha 0.01 (the xmap seed's) and 0.5 (a power of two: no rounding of
-# its own), beta 1 (C accumulated), a bias with RELU, GELU with its pre-activation aux output
+# variant -> (target, alpha, beta, epilogue, type, result): alpha 0.01 (the xmap seed's, f16 and f32) and 0.5 (a
+# power of two: no rounding of its own), beta 1 (C accumulated), a bias with RELU, GELU with its pre-activation aux
+# output, a plain product with a workspace (a tuple: not the dot gemm_as_dot takes)
 GEMM_VARIANTS = {
-    "alpha": ("__cublas$gemm", 0.01, 0, "DEFAULT"),
-    "beta": ("__cublas$gemm", 1, 1, "DEFAULT"),
-    "bias_relu": ("__cublas$lt$matmul", 1, 0, "BIAS_RELU"),
-    "gelu_aux": ("__cublas$lt$matmul", 0.5, 0, "BIAS_GELU_AUX"),
+    "alpha": ("__cublas$gemm", 0.01, 0, "DEFAULT", "f16", "f16[64,48]"),
+    "alpha_f32": ("__cublas$gemm", 0.01, 0, "DEFAULT", "f32", "f32[64,48]"),
+    "beta": ("__cublas$gemm", 1, 1, "DEFAULT", "f16", "f16[64,48]"),
+    "bias_relu": ("__cublas$lt$matmul", 1, 0, "BIAS_RELU", "f16", "f16[64,48]"),
+    "gelu_aux": ("__cublas$lt$matmul", 0.5, 0, "BIAS_GELU_AUX", "f16", "(f16[64,48], f16[64,48], s8[0])"),
+    "workspace": ("__cublas$lt$matmul", 1, 0, "DEFAULT", "f16", "(f16[64,48], s8[0])"),
 }
 
 
 def _cublas_gemm(m, y, alpha, beta, c, bias, epilogue):
-    """cuBLASLt's documented arithmetic, emulated: f16 operands, f32 accumulation, the epilogue in f32
-    (D = act(alpha * A.B + beta * C + bias), GELU its tanh approximation), one final rounding to f16; returns (D,
-    the pre-activation value)."""
+    """cuBLASLt's documented arithmetic, emulated: f16 (or f32) operands, f32 accumulation, the epilogue in f32
+    (D = act(alpha * A.B + beta * C + bias), GELU its tanh approximation), one final rounding to the operands'
+    type; returns (D, the pre-activation value)."""
     f32 = np.float32
     r = (m.astype(f32) @ y.astype(f32)) * f32(alpha)
     if beta:
@@ -208,7 +211,7 @@ def _cublas_gemm(m, y, alpha, beta, c, bias, epilogue):
         r = np.maximum(r, f32(0))
     elif "GELU" in epilogue:
         r = f32(0.5) * r * (f32(1) + np.tanh(f32(np.sqrt(2 / np.pi)) * (r + f32(0.044715) * r * r * r)))
-    return r.astype(np.float16), pre.astype(np.float16)
+    return r.astype(m.dtype), pre.astype(m.dtype)
 
 
 @pytest.mark.parametrize("variant", sorted(GEMM_VARIANTS))
@@ -217,19 +220,22 @@ def test_a_cublas_gemm_with_alpha_beta_or_an_epilogue_is_bounded(variant):
     output): the dot's bound, then the scaling, the C and bias adds and the activation in f32, one final rounding.
     cuBLASLt's arithmetic emulated in numpy is consistent, and so is hloexec's run; the largest element 1% off is
     caught (unbounded on main: not judged, passed)."""
-    target, alpha, beta, epilogue = GEMM_VARIANTS[variant]
+    target, alpha, beta, epilogue, t, result = GEMM_VARIANTS[variant]
     aux = epilogue.endswith("AUX")
-    result = "(f16[64,48], f16[64,48], s8[0])" if aux else "f16[64,48]"
     operands = (", cc" if beta else "") + (", bias" if epilogue.startswith("BIAS") else "")
-    text = GEMM_CALL.format(result=result, operands=operands, target=target, alpha=alpha, beta=beta, epilogue=epilogue)
+    text = GEMM_CALL.format(
+        result=result, operands=operands, target=target, alpha=alpha, beta=beta, epilogue=epilogue, t=t
+    )
+    dtype = np.dtype(t.replace("f", "float"))
     r = np.random.default_rng(2)
-    x, y, c = (r.standard_normal(s).astype(np.float16) for s in ((64, 32), (32, 48), (64, 48)))
-    bias = r.standard_normal(48).astype(np.float16)
-    square = lambda v: (v.astype(np.float32) ** 2).astype(np.float16)  # noqa: E731 (the program's f16 multiply)
+    x, y, c = (r.standard_normal(s).astype(dtype) for s in ((64, 32), (32, 48), (64, 48)))
+    bias = r.standard_normal(48).astype(dtype)
+    square = lambda v: (v.astype(np.float64) ** 2).astype(dtype)  # noqa: E731 (the program's multiply, rounded once)
     correct, pre = _cublas_gemm(square(x), y, alpha, beta, square(c), bias, epilogue)
     bumped = correct.copy()
-    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
-    outputs = lambda d: [d, pre, np.zeros(0, np.int8)] if aux else [d]  # noqa: E731
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= dtype.type(1.01)
+    rest = [pre] if aux else []
+    outputs = lambda d: [d, *rest, np.zeros(0, np.int8)] if "(" in result else [d]  # noqa: E731
     exe = hloexec.load(text)
     verdict, run = judge_run(exe, [x, y, c, bias], {"correct": outputs(correct), "bumped": outputs(bumped)})
     assert run.bounds[exe.options.device.name].unbounded == {}
