@@ -185,13 +185,14 @@ ENTRY e {{ x = {t}[64,32] parameter(0)  y = {t}[32,48] parameter(1)  c = {t}[64,
           ROOT g = {result} custom-call(m, y{operands}), custom_call_target="{target}", backend_config="{{\"gemm_backend_config\":{{\"alpha_real\":{alpha},\"alpha_imag\":0,\"beta\":{beta},\"dot_dimension_numbers\":{{\"lhs_contracting_dimensions\":[\"1\"],\"rhs_contracting_dimensions\":[\"0\"],\"lhs_batch_dimensions\":[],\"rhs_batch_dimensions\":[]}},\"epilogue\":\"{epilogue}\"}}}}" }}"""
 # variant -> (target, alpha, beta, epilogue, type, result): alpha 0.01 (the xmap seed's, f16 and f32) and 0.5 (a
 # power of two: no rounding of its own), beta 1 (C accumulated), a bias with RELU, GELU with its pre-activation aux
-# output, a plain product with a workspace (a tuple: not the dot gemm_as_dot takes)
+# output, SILU, a plain product with a workspace (a tuple: not the dot gemm_as_dot takes)
 GEMM_VARIANTS = {
     "alpha": ("__cublas$gemm", 0.01, 0, "DEFAULT", "f16", "f16[64,48]"),
     "alpha_f32": ("__cublas$gemm", 0.01, 0, "DEFAULT", "f32", "f32[64,48]"),
     "beta": ("__cublas$gemm", 1, 1, "DEFAULT", "f16", "f16[64,48]"),
     "bias_relu": ("__cublas$lt$matmul", 1, 0, "BIAS_RELU", "f16", "f16[64,48]"),
     "gelu_aux": ("__cublas$lt$matmul", 0.5, 0, "BIAS_GELU_AUX", "f16", "(f16[64,48], f16[64,48], s8[0])"),
+    "bias_silu": ("__cublas$lt$matmul", 1, 0, "BIAS_SILU", "f16", "f16[64,48]"),
     "workspace": ("__cublas$lt$matmul", 1, 0, "DEFAULT", "f16", "(f16[64,48], s8[0])"),
 }
 
@@ -211,6 +212,8 @@ def _cublas_gemm(m, y, alpha, beta, c, bias, epilogue):
         r = np.maximum(r, f32(0))
     elif "GELU" in epilogue:
         r = f32(0.5) * r * (f32(1) + np.tanh(f32(np.sqrt(2 / np.pi)) * (r + f32(0.044715) * r * r * r)))
+    elif "SILU" in epilogue:
+        r = r / (f32(1) + np.exp(-r))
     return r.astype(m.dtype), pre.astype(m.dtype)
 
 
@@ -251,30 +254,33 @@ ENTRY e {{ x = f16[2,6,6,4] parameter(0)  w = f16[3,3,4,8] parameter(1)  dy = f1
           bias = f16[8] parameter(3)  side = f16[2,6,6,8] parameter(4)
           xx = f16[2,6,6,4] multiply(x, x)  ww = f16[3,3,4,8] multiply(w, w)  dd = f16[2,6,6,8] multiply(dy, dy)
           call = ({result}, u8[0]) custom-call({operands}), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f,
-                 custom_call_target="{target}", backend_config="{{\"cudnn_conv_backend_config\":{{\"conv_result_scale\":{scale},\"side_input_scale\":0.5,\"activation_mode\":\"kRelu\"}}}}"
+                 custom_call_target="{target}", backend_config="{{\"cudnn_conv_backend_config\":{{\"conv_result_scale\":{scale},\"side_input_scale\":0.5,\"activation_mode\":\"{mode}\"}}}}"
           ROOT r = {result} get-tuple-element(call), index=0 }}"""
-# target -> (result, operands)
+# case -> (target, result, operands, activation mode)
 CUDNN_CALLS = {
-    "__cudnn$convForward": ("f16[2,6,6,8]", "xx, ww"),
-    "__cudnn$convBiasActivationForward": ("f16[2,6,6,8]", "xx, ww, bias, side"),
-    "__cudnn$convBackwardInput": ("f16[2,6,6,4]", "dd, ww"),
-    "__cudnn$convBackwardFilter": ("f16[3,3,4,8]", "xx, dd"),
+    "forward": ("__cudnn$convForward", "f16[2,6,6,8]", "xx, ww", "kNone"),
+    "bias_relu": ("__cudnn$convBiasActivationForward", "f16[2,6,6,8]", "xx, ww, bias, side", "kRelu"),
+    "bias_gelu": ("__cudnn$convBiasActivationForward", "f16[2,6,6,8]", "xx, ww, bias, side", "kGeluExact"),
+    "bias_elu": ("__cudnn$convBiasActivationForward", "f16[2,6,6,8]", "xx, ww, bias, side", "kElu"),
+    "backward_input": ("__cudnn$convBackwardInput", "f16[2,6,6,4]", "dd, ww", "kNone"),
+    "backward_filter": ("__cudnn$convBackwardFilter", "f16[3,3,4,8]", "xx, dd", "kNone"),
 }
 
 
-@pytest.mark.parametrize("target", sorted(CUDNN_CALLS))
-def test_a_cudnn_convolution_is_computed_by_the_shadow_and_bounded(target):
+@pytest.mark.parametrize("case", sorted(CUDNN_CALLS))
+def test_a_cudnn_convolution_is_computed_by_the_shadow_and_bounded(case):
     """cuDNN convolutions (f16 NHWC, a 3x3 window, padding 1) were pinned in the shadow (computed at their own
     types: no exact value, unbounded); now the shadow computes them in f64 and the convolution's rule bounds them
-    (the bias-activation call: conv_result_scale x conv + side_input_scale x side + bias, then relu). cuDNN's
+    (the bias-activation call: conv_result_scale x conv + side_input_scale x side + bias, then relu, erf's gelu or
+    elu). cuDNN's
     arithmetic emulated (f16 values, f32 accumulation: jax's f32 convolution and its vjp on XLA:CPU, the epilogue in
     f32, one rounding to f16) is consistent, and so is hloexec's run; the largest element 1% off is caught."""
     import jax
     from jax import lax
 
-    result, operands = CUDNN_CALLS[target]
+    target, result, operands, mode = CUDNN_CALLS[case]
     scale = 0.25 if target == "__cudnn$convForward" else 1
-    text = CUDNN_CONV.format(result=result, operands=operands, target=target, scale=scale)
+    text = CUDNN_CONV.format(result=result, operands=operands, target=target, scale=scale, mode=mode)
     r = np.random.default_rng(4)
     x, w, dy, side = (r.standard_normal(s).astype(np.float16) for s in ((2, 6, 6, 4), (3, 3, 4, 8), (2, 6, 6, 8),
                                                                          (2, 6, 6, 8)))
@@ -292,7 +298,8 @@ def test_a_cudnn_convolution_is_computed_by_the_shadow_and_bounded(target):
     else:
         want = np.asarray(conv(xx, ww)) * f32(scale)
         if target == "__cudnn$convBiasActivationForward":
-            want = np.maximum(want + f32(0.5) * side.astype(f32) + bias.astype(f32), f32(0))
+            activate = {"kRelu": jax.nn.relu, "kElu": jax.nn.elu, "kGeluExact": lambda v: jax.nn.gelu(v, False)}[mode]
+            want = activate(want + f32(0.5) * side.astype(f32) + bias.astype(f32))
     correct = np.asarray(want, f32).astype(np.float16)
     bumped = correct.copy()
     bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
