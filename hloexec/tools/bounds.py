@@ -90,6 +90,7 @@ from ..ops.registry import async_shorthand
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
+from .bound_complex import complex_elementwise, involves_complex
 from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
@@ -157,6 +158,8 @@ SINGULAR_AT_ZERO = {
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
+# elementwise ops whose complex operands or results ErrorBounds gives to tools/bound_complex.py
+COMPLEX_ELEMENTWISE = ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE | {"real", "imag", "complex"}
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
 # rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
@@ -270,6 +273,8 @@ class ErrorBounds(BoundStore):
                 # bound was calibrated by them already, or, moved, is a block of copies a move leaves uncalibrated)
                 self._share(value, operands[0])
                 return
+            elif opcode in COMPLEX_ELEMENTWISE and involves_complex(value, operands):
+                local = complex_elementwise(self, inst, orig, value, operands, SINGULAR_AT_ZERO.get(opcode, ()))
             elif opcode in MOVES:
                 self._move(inst, value, operands)
             elif opcode == "select" and fused_select(self, value, operands):
@@ -638,7 +643,10 @@ class ErrorBounds(BoundStore):
             if not per_step and accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
             else unit_roundoff(etype)
         )
-        return np.square(SIGMAS * u / np.sqrt(3)) * (count * (squares + x * x) if steps is None else steps)
+        magnitude = np.abs(x) if np.iscomplexobj(x) else x  # (a complex sum: its parts' roundings, root-sum-square)
+        return np.square(SIGMAS * u / np.sqrt(3)) * (
+            count * (squares + magnitude * magnitude) if steps is None else steps
+        )
 
     def _collective(self, inst, value, operands) -> tuple:
         """A collective's bounds: its kernel on its operands' bounds (see the module docstring); an add all-reduce or

@@ -1,0 +1,88 @@
+"""Error bounds of complex programs (tools/bound_complex.py): a complex element's bound is on the modulus of its
+error. A c64 and a c128 program shaped like a conjugate-gradient step (dots, a conjugate as jax writes it:
+complex(real(z), -imag(z)), a divide by a dot, a multiply, add, abs and a max of it, exp, sqrt, a sum) had no rule
+(the bounds' compiled rules failed on complex operands: an internal error); now XLA:CPU's result and numpy's in the
+program's type are consistent, and one element changed by 1% of the output's scale, or by 4x its bound, is
+caught in every output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hloexec
+from hloexec.tools.compare import ulp_at
+from hloexec.tools.shadow_runs import judge_run
+from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+CG_STEP = """HloModule cg
+max_{r} {{ x = {r}[] parameter(0)  y = {r}[] parameter(1)  ROOT m = {r}[] maximum(x, y) }}
+add_{c} {{ x = {c}[] parameter(0)  y = {c}[] parameter(1)  ROOT s = {c}[] add(x, y) }}
+ENTRY e {{
+  a = {c}[16,16] parameter(0)  b = {c}[16] parameter(1)
+  ax = {c}[16] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  r = {c}[16] subtract(b, ax)
+  re = {r}[16] real(r)  im = {r}[16] imag(r)  nim = {r}[16] negate(im)
+  cj = {c}[16] complex(re, nim)
+  rr = {c}[] dot(cj, r), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  rb = {c}[16] broadcast(rr), dimensions={{}}
+  q = {c}[16] divide(r, rb)
+  m = {c}[16] multiply(q, ax)
+  s = {c}[16] add(m, b)
+  ab = {r}[16] abs(s)  zero = {r}[] constant(0)
+  mx = {r}[] reduce(ab, zero), dimensions={{0}}, to_apply=max_{r}
+  ex = {c}[16] exponential(q)
+  sq = {c}[16] sqrt(s)
+  czero = {c}[] constant((0, 0))
+  sm = {c}[] reduce(s, czero), dimensions={{0}}, to_apply=add_{c}
+  ROOT t = ({c}[16], {r}[], {c}[16], {c}[16], {c}[]) tuple(s, mx, ex, sq, sm)
+}}
+"""
+TYPES = {"c64": (np.complex64, "f32"), "c128": (np.complex128, "f64")}
+
+
+def _cg_step(a, b) -> list:
+    """The module's outputs in numpy, every op in the inputs' complex type (a device computing in it)."""
+    ax = a @ b
+    r = b - ax
+    q = r / np.dot(np.conj(r), r)
+    s = q * ax + b
+    return [s, np.max(np.abs(s)), np.exp(q), np.sqrt(s), np.sum(s)]
+
+
+@pytest.mark.parametrize("ctype", sorted(TYPES))
+def test_a_complex_program_is_bounded_and_a_changed_element_is_caught(ctype):
+    dtype, rtype = TYPES[ctype]
+    text = CG_STEP.format(c=ctype, r=rtype)
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((16, 16)) + 1j * rng.standard_normal((16, 16))).astype(dtype)
+    b = (rng.standard_normal(16) + 1j * rng.standard_normal(16)).astype(dtype)
+    xla = run_on_xla_cpu(text, [a, b])
+    emulated = [np.asarray(v, o.dtype) for v, o in zip(_cg_step(a, b), xla)]
+    exe = hloexec.load(text)
+    candidates = {"xla": xla, "numpy": emulated}
+    _, run = judge_run(exe, [a, b], {})
+    bounds = run.bounds[exe.options.device.name].bounds
+    for k, out in enumerate(xla):
+        flat = np.abs(np.ravel(out))
+        big = int(np.argmax(flat))
+        scale = float(flat.max())
+        bumped = [o.copy() for o in xla]
+        bumped[k].reshape(-1)[big] += np.asarray(0.01 * scale, out.dtype)  # (1% of the output's scale)
+        candidates[f"1% of output {k}"] = bumped
+        some = min(3, out.size - 1)  # (an element of moderate size)
+        bound = max(float(np.ravel(bounds[k])[some]), 0.5 * float(ulp_at(flat[some], out.dtype)))
+        assert np.isfinite(bound) and bound < 1e-4 * scale, (k, bound)
+        far = [o.copy() for o in xla]
+        far[k].reshape(-1)[some] += np.asarray(4 * bound, out.dtype)
+        candidates[f"4x bound of output {k}"] = far
+    verdict, run = judge_run(exe, [a, b], candidates)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    for k, output in enumerate(verdict.outputs):
+        got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in output.candidates}
+        for name in ("hloexec", "xla", "numpy"):
+            assert got[name] == (True, 0, 0), (k, name, got)
+        for j in range(len(xla)):
+            for change in ("1%", "4x bound"):
+                expected = (False, 1, 0) if j == k else (True, 0, 0)
+                assert got[f"{change} of output {j}"] == expected, (k, j, change, got)
