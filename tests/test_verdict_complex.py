@@ -7,10 +7,13 @@ caught in every output."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 import hloexec
+import hloexec.spmd as spmd
 from hloexec.tools.compare import ulp_at
 from hloexec.tools.shadow_runs import judge_run
 from hloexec.tools.xla_cpu import run_on_xla_cpu
@@ -86,3 +89,41 @@ def test_a_complex_program_is_bounded_and_a_changed_element_is_caught(ctype):
             for change in ("1%", "4x bound"):
                 expected = (False, 1, 0) if j == k else (True, 0, 0)
                 assert got[f"{change} of output {j}"] == expected, (k, j, change, got)
+
+
+def test_a_c64_dot_accumulates_in_f32():
+    """A c64 dot's parts are f32 sums (of 2K products each): numpy's complex64 matrix-vector product of 512 terms
+    is consistent (its accumulation was taken for f64's, c64's significand unknown: its bound 2^-29 of that, and
+    a correct result failed), and a change 4x an element's bound is caught."""
+    text = """HloModule d
+ENTRY e { a = c64[8,512] parameter(0)  b = c64[512] parameter(1)
+          ROOT d = c64[8] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0} }"""
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal((8, 512)) + 1j * rng.standard_normal((8, 512))).astype(np.complex64)
+    b = (rng.standard_normal(512) + 1j * rng.standard_normal(512)).astype(np.complex64)
+    correct = a @ b
+    exe = hloexec.load(text)
+    _, run = judge_run(exe, [a, b], {})
+    bound = float(run.bounds[exe.options.device.name].bounds[0][5])
+    far = correct.copy()
+    far[5] += np.complex64(4 * bound)
+    verdict, _ = judge_run(exe, [a, b], {"numpy": [correct], "far": [far]})
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["numpy"] == (True, 0, 0) and got["far"] == (False, 1, 0), got
+
+
+CG_FILE = "corpus/external/files/jax_cpu_lineax_cg_c128_opt.hlo"
+
+
+@pytest.mark.skipif(not os.environ.get("HLOEXEC_SHARED"), reason="needs HLOEXEC_SHARED (the corpus)")
+def test_the_lineax_conjugate_gradient_file_runs_to_a_verdict():
+    """lineax's c128 conjugate-gradient solve (two while loops of complex dots, divides, conjugates) runs to a
+    verdict with every instruction bounded (it failed inside the bounds: an internal error) and its own result
+    consistent; the first solve's bounds are finite (the second's grow past use through the loop's first-order
+    propagation: uncalibrated, complex values have no samples)."""
+    exe = hloexec.load(open(os.path.join(os.environ["HLOEXEC_SHARED"], CG_FILE)).read())
+    inputs = spmd.random_global_inputs(exe.module, 0)
+    verdict, run = judge_run(exe, inputs, {})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert np.all(np.isfinite(run.bounds[exe.options.device.name].bounds[0]))
+    assert all(c.consistent for o in verdict.outputs for c in o.candidates)
