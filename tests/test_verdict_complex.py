@@ -127,3 +127,39 @@ def test_the_lineax_conjugate_gradient_file_runs_to_a_verdict():
     assert run.bounds[exe.options.device.name].unbounded == {}
     assert np.all(np.isfinite(run.bounds[exe.options.device.name].bounds[0]))
     assert all(c.consistent for o in verdict.outputs for c in o.candidates)
+
+
+ELEMENTWISE = ["multiply", "divide", "add", "subtract", "exponential", "sqrt", "log", "tanh", "abs", "rsqrt", "power"]
+
+
+@pytest.mark.parametrize("op", ELEMENTWISE)
+def test_xla_cpus_complex_elementwise_results_are_within_their_bounds(op):
+    """Each complex op's rule on a rounded operand (a product of c64 inputs over six orders of magnitude; the
+    transcendentals' near the unit circle): XLA:CPU's c64 result is consistent on 1024 elements, so is numpy's
+    (complex64 arithmetic), and one element changed by 1% of its own modulus is caught."""
+    binary = op in ("multiply", "divide", "add", "subtract", "power")
+    result = "f32" if op == "abs" else "c64"
+    text = f"""HloModule o
+ENTRY e {{ x = c64[1024] parameter(0)  y = c64[1024] parameter(1)  w = c64[1024] parameter(2)
+          a = c64[1024] multiply(x, w)
+          ROOT t = {result}[1024] {op}(a{", y" if binary else ""}) }}"""
+    rng = np.random.default_rng(1)
+    x, y, w = (
+        (rng.standard_normal(1024) + 1j * rng.standard_normal(1024)) * np.exp(rng.uniform(-3, 3, 1024))
+        for _ in range(3)
+    )
+    if op in ("exponential", "tanh", "power"):  # (moduli near 1: exp's and tanh's values stay finite)
+        x, y, w = 1.5 * x / np.abs(x), y / np.abs(y), w / np.abs(w)
+    x, y, w = (v.astype(np.complex64) for v in (x, y, w))
+    a = x * w
+    numpy_ops = {"multiply": np.multiply, "divide": np.divide, "add": np.add, "subtract": np.subtract,
+                 "exponential": np.exp, "sqrt": np.sqrt, "log": np.log, "tanh": np.tanh, "abs": np.abs,
+                 "rsqrt": lambda v: 1 / np.sqrt(v), "power": np.power}  # fmt: skip
+    emulated = numpy_ops[op](a, y) if binary else numpy_ops[op](a)
+    [xla] = run_on_xla_cpu(text, [x, y, w])
+    bumped = xla.copy()
+    bumped[100] += np.abs(xla[100]) * 0.01
+    verdict, run = judge_run(hloexec.load(text), [x, y, w], {"xla": [xla], "numpy": [emulated], "bumped": [bumped]})
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
