@@ -66,6 +66,11 @@ participants in it: a ring's, a tree's, hloexec's fold in group order).
 
 Sorts, top-k, radix sorts (their payloads too) and fft: tools/bound_sorts.py, tools/bound_fft.py.
 
+Complex values (c64, c128): a bound on the modulus of the error, |computed - exact| (the verdict's measure).
+Their elementwise ops (real, imag and complex too): tools/bound_complex.py. Dots and add-reductions: the real
+rules on the moduli (|a|^2 |b|^2 is the sum of the four real products' squares; a complex dot's part sums 2K real
+products: tools/bound_dots.py). No samples: a complex value's are NaN (not calibrated, nor what is made from it).
+
 What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, variadic
 reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
