@@ -276,7 +276,7 @@ def sum_terms(bounds, inst, a, init) -> tuple:
 
     linear = lambda: np.asarray(kernel(terms, init_bound), np.float64)  # noqa: E731
     # (a complex sum's: its parts' squares, |a|^2; its accumulation is the parts' as the real rule has them)
-    squares = np.asarray(kernel(np.square(np.abs(a)), np.zeros(np.shape(init))), np.float64)
+    squares = np.asarray(kernel(np.square(np.abs(a)), np.zeros_like(np.real(init))), np.float64)
     if inst.opcode != "reduce":
         return np.square(linear()), squares, linear, None
     least = least_along(terms, inst.attr("dimensions", ()))
