@@ -97,7 +97,7 @@ def complex_elementwise(bounds, inst, orig, x, operands, singular: tuple = ()) -
     else:
         variance = sum((np.square(m[3]) for m in moved), np.zeros(np.shape(x)))
     if len(moved) == 2 and inst.opcode not in LIPSCHITZ:
-        variance = variance + np.square(_second_order(bounds, inst, x, operands, moved))
+        variance = variance + np.square(bounds._second_order(bounds._kernel(inst), x, operands, moved))
     before = np.sqrt(variance)
     largest = _own_rounding(inst.opcode, orig, x, variance)  # L: the rounding's largest error
     own = SIGMAS / math.sqrt(3) * largest
@@ -140,22 +140,10 @@ def _moved_by(bounds, inst, x, operands, places, a, e) -> np.ndarray:
     return worst / (math.cos(math.pi / 8) if np.iscomplexobj(a) else 1.0)
 
 
-def _second_order(bounds, inst, x, operands, moved) -> np.ndarray:
-    """What both operands' errors do together beyond what each does alone, at the corners of their disks' axis
-    points (a real operand's: its interval's ends)."""
-    kernel = bounds._kernel(inst)
-    (pa, a, ea, da), (pb, b, eb, db) = moved
-    worst = np.zeros(np.shape(x))
-    for sa in _AXES if np.iscomplexobj(a) else (1, -1):
-        for sb in _AXES if np.iscomplexobj(b) else (1, -1):
-            args = list(operands)
-            for k in pa:
-                args[k] = a + sa * ea
-            for k in pb:
-                args[k] = b + sb * eb
-            worst = np.maximum(worst, np.abs(kernel(*args) - x))
-    excess = worst - da - db
-    return np.where(np.isnan(excess), np.inf, np.maximum(excess, 0.0))
+def corners(a) -> tuple:
+    """Where an operand's error region's corners are (ErrorBounds._second_order): a real operand's interval ends,
+    a complex one's disk's axis points."""
+    return _AXES if np.iscomplexobj(a) else (1, -1)
 
 
 def _own_rounding(opcode, orig, x, variance) -> np.ndarray:

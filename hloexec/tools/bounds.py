@@ -95,7 +95,7 @@ from ..ops.registry import async_shorthand
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
-from .bound_complex import complex_elementwise, involves_complex
+from .bound_complex import complex_elementwise, corners, involves_complex
 from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
@@ -562,11 +562,11 @@ class ErrorBounds(BoundStore):
     def _second_order(kernel, x, operands, moved) -> np.ndarray:
         """What both operands' errors do together beyond the sum of what each does alone (a * b: e_a * e_b), at
         the four corners of their intervals: first order misses it where relative errors reach 1 (a gradient
-        squared whose sign rounding decides)."""
+        squared whose sign rounding decides; a complex operand's: its disk's axis points, `corners`)."""
         worst = np.zeros(x.shape)
         (pa, a, ea, da), (pb, b, eb, db) = moved
-        for sa in (1, -1):
-            for sb in (1, -1):
+        for sa in corners(a):
+            for sb in corners(b):
                 args = list(operands)
                 for k in pa:
                     args[k] = a + sa * ea
