@@ -14,6 +14,7 @@ import pytest
 
 import hloexec
 import hloexec.spmd as spmd
+from hloexec.tools.numerics import Runner
 from hloexec.tools.compare import ulp_at
 from hloexec.tools.shadow_runs import judge_run
 from hloexec.tools.xla_cpu import run_on_xla_cpu
@@ -163,3 +164,34 @@ ENTRY e {{ x = c64[1024] parameter(0)  y = c64[1024] parameter(1)  w = c64[1024]
     got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
     assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
     assert got["bumped"] == (False, 1, 0), got
+
+
+ALL_REDUCE = """HloModule ar, num_partitions=4
+add { x = c64[] parameter(0)  y = c64[] parameter(1)  ROOT s = c64[] add(x, y) }
+ENTRY e {
+  x = c64[16,16] parameter(0), sharding={devices=[1,4]0,1,2,3}
+  sq = c64[16,16] multiply(x, x)
+  ar = c64[16,16] all-reduce(sq), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT t = c64[16,16] sqrt(ar), sharding={devices=[1,4]0,1,2,3}
+}
+"""
+
+
+def test_a_complex_add_all_reduce_is_bounded():
+    """An add all-reduce of c64 values sums one term per participant (its squares: the moduli's; it failed squaring
+    complex values into float64, an internal error): numpy's result (c64 squares, summed in group order in c64,
+    c64 sqrt) is consistent, one element 1% off is caught."""
+    exe = hloexec.load(ALL_REDUCE)
+    inputs = spmd.random_global_inputs(exe.module, 0)
+    per_device = spmd.split_inputs(exe.module, inputs, 4)
+    total = np.zeros((16, 16), np.complex64)
+    for shard in per_device:
+        total = total + shard[0] * shard[0]
+    correct = np.tile(np.sqrt(total), (1, 4))
+    bumped = correct.copy()
+    bumped[3, 5] *= np.complex64(1.01)
+    runner = Runner({"partitions": 4, "replicas": 1, "report": lambda message: None})
+    verdict, run = judge_run(exe, per_device, {"numpy": [correct], "bumped": [bumped]}, runner)
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["numpy"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got

@@ -209,6 +209,11 @@ def _holds_its_operands(value, operands) -> bool:
     return all(id(leaf) in held for leaf in _leaves(value))
 
 
+def _squared_magnitude(x) -> np.ndarray:
+    """|x|^2 in float64 (a complex sum's terms' squares: the parts' squares added)."""
+    return np.square(np.abs(x) if np.iscomplexobj(x) else x, dtype=np.float64)
+
+
 def _leaves(value) -> list:
     if isinstance(value, (tuple, list)):
         return [x for v in value for x in _leaves(v)]
@@ -676,7 +681,7 @@ class ErrorBounds(BoundStore):
         held = [np.asarray(o).astype(t) if _float(o) else o for o, t in zip(operands, types)]
         folded = _leaves(self._kernel(inst)(*held))  # (the collective's fold: group order, every step in the type)
         floors: list = [None] * len(leaves)
-        squares = _leaves(self._substituted(inst, operands, lambda o: np.square(o, dtype=np.float64)))
+        squares = _leaves(self._substituted(inst, operands, _squared_magnitude))
         count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
