@@ -456,8 +456,8 @@ class ErrorBounds(BoundStore):
             marks = _leaves(self._substituted(inst, operands, lambda o: self.decided_of(o).astype(np.float64)))
         for i, v in enumerate(_leaves(value)):  # (known even where exact: a loop's or a tuple's leaves are)
             if _float(v):
-                bound = None if bounds is None else np.asarray(bounds[i], np.float64)
-                self._put(v, bound, None if marks is None else np.asarray(marks[i]) > 0)
+                bound = None if bounds is None else np.asarray(np.real(bounds[i]), np.float64)
+                self._put(v, bound, None if marks is None else np.real(marks[i]) > 0)
 
     def _compare(self, inst, value, operands) -> None:
         a, b = operands[0], operands[1]
@@ -625,7 +625,7 @@ class ErrorBounds(BoundStore):
         if inst.opcode == "reduce":
             count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
         else:
-            count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
+            count = np.asarray(np.real(kernel(np.ones_like(a), zero)), np.float64)
         # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
         # of that order
         etype = orig.shape.element_type
@@ -674,7 +674,7 @@ class ErrorBounds(BoundStore):
             reducer is None or reducer.root.opcode != "add"
         ):
             for k, v in results:
-                self._put(v, np.asarray(bounds[k], np.float64))
+                self._put(v, np.asarray(np.real(bounds[k]), np.float64))
             return own_errors, None, None, None
         orig = self.plans.original(inst)
         types = [o.shape.element_type.numpy for o in orig.operands]
@@ -699,14 +699,14 @@ class ErrorBounds(BoundStore):
         landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step)."""
         kernel = self._kernel(inst)
         target, indices, updates = operands
-        bound = np.asarray(kernel(self.of(target), indices, self.of(updates)), np.float64)
+        bound = np.asarray(np.real(kernel(self.of(target), indices, self.of(updates))), np.float64)
         combiner = inst.called.get("to_apply")
         if combiner is not None and combiner.root.opcode == "add":
             zero = np.zeros_like(target)
-            count = np.asarray(kernel(zero, indices, np.ones_like(updates)), np.float64)
-            squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
+            count = np.asarray(np.real(kernel(zero, indices, np.ones_like(updates))), np.float64)
+            squares = np.real(kernel(_squared_magnitude(target), indices, _squared_magnitude(updates)))
             u = unit_roundoff(orig.shape.element_type)
-            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
+            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + _squared_magnitude(x)))
             variance = np.square(bound) + np.square(spread)
             rounded, own = self._round(orig, x, variance, "scatter", at=bound)
             own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)
