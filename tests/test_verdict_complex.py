@@ -249,3 +249,29 @@ def test_complex_moves_sums_and_selects_are_bounded():
         assert got["xla"] == got["hloexec"] == (True, 0, 0), (k, got)
         for j in range(len(xla)):
             assert got[f"bumped {j}"] == ((False, 1, 0) if j == k else (True, 0, 0)), (k, j, got)
+
+
+CONVOLUTION = """HloModule cv
+ENTRY e { x = c64[2,3,32] parameter(0)  w = c64[4,3,3] parameter(1)  y = c64[2,3,32] parameter(2)
+          m = c64[2,3,32] multiply(x, y)
+          ROOT c = c64[2,4,30] convolution(m, w), window={size=3}, dim_labels=bf0_oi0->bf0 }"""
+
+
+@pytest.mark.filterwarnings("error::numpy.exceptions.ComplexWarning")
+def test_a_complex_convolution_is_bounded():
+    """A c64 convolution with a window is bounded as a dot of the terms it counts, on their moduli (its squares
+    were complex, cast to real with a warning; its accumulation taken for f64's): XLA:CPU's result is consistent,
+    one element 1% off is caught."""
+    rng = np.random.default_rng(4)
+    inputs = [
+        (rng.standard_normal(s) + 1j * rng.standard_normal(s)).astype(np.complex64)
+        for s in ((2, 3, 32), (4, 3, 3), (2, 3, 32))
+    ]
+    [xla] = run_on_xla_cpu(CONVOLUTION, inputs)
+    bumped = xla.copy()
+    bumped[1, 2, 7] *= 1.01
+    exe = hloexec.load(CONVOLUTION)
+    verdict, run = judge_run(exe, inputs, {"xla": [xla], "bumped": [bumped]})
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["xla"] == got["hloexec"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got

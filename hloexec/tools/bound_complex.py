@@ -69,6 +69,11 @@ def involves_complex(value, operands) -> bool:
     return any(float_leaf(v) and np.iscomplexobj(v) for v in (value, *operands))
 
 
+def squared_magnitude(x) -> np.ndarray:
+    """|x|^2 in float64 (a complex sum's terms' squares: its parts' squares added, as the real rules read them)."""
+    return np.square(np.abs(x) if np.iscomplexobj(x) else x, dtype=np.float64)
+
+
 def complex_elementwise(bounds, inst, orig, x, operands, singular: tuple = ()) -> np.ndarray:
     """Puts `x`'s bound (and rounding-decided marks) into `bounds` (an ErrorBounds), `inst` an elementwise op with
     a complex operand or result; returns its own rounding (SIGMAS sigmas) for the samples' draws. `singular`: the

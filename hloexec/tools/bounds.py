@@ -95,7 +95,7 @@ from ..ops.registry import async_shorthand
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
-from .bound_complex import complex_elementwise, corners, involves_complex
+from .bound_complex import complex_elementwise, corners, involves_complex, squared_magnitude
 from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
@@ -207,11 +207,6 @@ def _holds_its_operands(value, operands) -> bool:
     an entry, so one without is exact (a parameter, a constant)."""
     held = {id(leaf) for o in operands for leaf in _leaves(o)}
     return all(id(leaf) in held for leaf in _leaves(value))
-
-
-def _squared_magnitude(x) -> np.ndarray:
-    """|x|^2 in float64 (a complex sum's terms' squares: the parts' squares added)."""
-    return np.square(np.abs(x) if np.iscomplexobj(x) else x, dtype=np.float64)
 
 
 def _leaves(value) -> list:
@@ -681,7 +676,7 @@ class ErrorBounds(BoundStore):
         held = [np.asarray(o).astype(t) if _float(o) else o for o, t in zip(operands, types)]
         folded = _leaves(self._kernel(inst)(*held))  # (the collective's fold: group order, every step in the type)
         floors: list = [None] * len(leaves)
-        squares = _leaves(self._substituted(inst, operands, _squared_magnitude))
+        squares = _leaves(self._substituted(inst, operands, squared_magnitude))
         count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
@@ -704,9 +699,9 @@ class ErrorBounds(BoundStore):
         if combiner is not None and combiner.root.opcode == "add":
             zero = np.zeros_like(target)
             count = np.asarray(np.real(kernel(zero, indices, np.ones_like(updates))), np.float64)
-            squares = np.real(kernel(_squared_magnitude(target), indices, _squared_magnitude(updates)))
+            squares = np.real(kernel(squared_magnitude(target), indices, squared_magnitude(updates)))
             u = unit_roundoff(orig.shape.element_type)
-            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + _squared_magnitude(x)))
+            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + squared_magnitude(x)))
             variance = np.square(bound) + np.square(spread)
             rounded, own = self._round(orig, x, variance, "scatter", at=bound)
             own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)
