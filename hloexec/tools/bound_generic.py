@@ -21,6 +21,7 @@ from ..kernels.bound_generic import (
     unary_pass,
 )
 from ..kernels.bound_rules import add_noise
+from .bound_complex import squared_magnitude
 from .bound_elementwise import _flat, rounding_rule, store_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
@@ -276,7 +277,7 @@ def sum_terms(bounds, inst, a, init) -> tuple:
 
     linear = lambda: np.asarray(kernel(terms, init_bound), np.float64)  # noqa: E731
     # (a complex sum's: its parts' squares, |a|^2; its accumulation is the parts' as the real rule has them)
-    squares = np.asarray(kernel(np.square(np.abs(a)), np.zeros_like(np.real(init))), np.float64)
+    squares = np.asarray(kernel(squared_magnitude(a), np.zeros_like(np.real(init))), np.float64)
     if inst.opcode != "reduce":
         return np.square(linear()), squares, linear, None
     least = least_along(terms, inst.attr("dimensions", ()))

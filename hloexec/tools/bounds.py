@@ -648,9 +648,9 @@ class ErrorBounds(BoundStore):
             if not per_step and accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
             else unit_roundoff(etype)
         )
-        magnitude = np.abs(x) if np.iscomplexobj(x) else x  # (a complex sum: its parts' roundings, root-sum-square)
+        # (a complex sum's: |x|^2, its parts' roundings' root-sum-square)
         return np.square(SIGMAS * u / np.sqrt(3)) * (
-            count * (squares + magnitude * magnitude) if steps is None else steps
+            count * (squares + squared_magnitude(x)) if steps is None else steps
         )
 
     def _collective(self, inst, value, operands) -> tuple:
