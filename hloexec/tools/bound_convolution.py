@@ -12,6 +12,7 @@ from ..ir.module import Instruction
 from ..kernels.dot_algorithms import algorithm_name
 from ..ops.custom_call.cublas import EPILOGUES
 from ..ops.custom_call.registry import backend_config, enum_field, field, target_of
+from .bound_complex import squared_magnitude
 from .bound_dots import SIGNIFICAND, widest
 from .bound_samples import SIGMAS
 
@@ -86,16 +87,22 @@ def convolution_bounds(bounds, inst, orig, x, operands, kernel=None, etype=None)
     `kernel`: the convolution (bilinear) where it is not `inst`'s own (a cuDNN call's product); `etype`: the type it
     rounds to where it is not `orig`'s (a library call's compute type, tools/bound_epilogues.py)."""
     a, b = operands
-    kernel = kernel or bounds._kernel(inst)
+    product = kernel or bounds._kernel(inst)
+
+    def kernel(*args):  # (a complex convolution's on real terms: complex values, their imaginary parts 0)
+        return np.real(product(*args))
+
     etype = etype or orig.shape.element_type
     ea, eb = bounds.of(a), bounds.of(b)
-    variance = kernel(a * a, np.square(eb)) + kernel(np.square(ea), b * b)
-    shared = np.abs(kernel(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
-        kernel(np.full(a.shape, np.min(ea, initial=0.0)), b)
+    a2, b2 = squared_magnitude(a), squared_magnitude(b)  # (a complex one's: its parts' squares, |a|^2)
+    variance = kernel(a2, np.square(eb)) + kernel(np.square(ea), b2)
+    shared = np.abs(product(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
+        product(np.full(a.shape, np.min(ea, initial=0.0)), b)
     )
-    count = kernel(np.ones(a.shape), np.ones(b.shape))
+    # (a complex one's parts sum 2K real products each, as a complex dot's: tools/bound_dots.py)
+    count = kernel(np.ones(a.shape), np.ones(b.shape)) * (2 if np.iscomplexobj(x) else 1)
     u_acc = 2.0 ** -SIGNIFICAND.get(widest(etype.name, "f32"), 53)
-    arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a * a, b * b) + x * x)
+    arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a2, b2) + squared_magnitude(x))
     bound, own = bounds._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot", etype=etype)
     bounds._put(x, bound)
     local = np.sqrt(arithmetic + np.square(own))
