@@ -44,7 +44,7 @@ BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divi
 DEVICES = ("reference", "tpu", "a100", "xla-cpu")
 ORDERS = ("sequential", "reversed", "pairwise", "lanes")
 ALGORITHMS = ("dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_tf32_tf32_f32", "dot_f32_f32_f32")
-RUNS = {"tpu": {"dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_f32_f32_f32"}}  # algorithms_util.cc: no TF32
+RUNS = {"tpu": {"dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_f32_f32_f32"}}  # algorithm_util.cc: the TPU runs no TF32
 
 
 @dataclass
