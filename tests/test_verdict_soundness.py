@@ -16,7 +16,15 @@ from sound_programs import BF16, PLANTED, Op, Program, bf16_high, emulate, gener
 pytestmark = pytest.mark.xla
 
 CI_SEEDS = range(0, 24)
-SLOW_SEEDS = range(24, 200)
+# seeds whose findings are left to the lead (the xfail tests below show each in its smallest program)
+KNOWN = {
+    37: "XLA:CPU's f32 max reduce over a long row drops a NaN",
+    101: "XLA:CPU's algebraic simplifier makes (a/b)/(a/b) (a*b)/(a*b): an f16 underflow, 0/0",
+    117: "an f16 sum overflowing both ways in XLA:CPU's tree order is NaN where the baseline is finite",
+}
+SLOW_SEEDS = [
+    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s])) if s in KNOWN else s for s in range(24, 200)
+]
 
 
 def _describe(findings) -> str:
