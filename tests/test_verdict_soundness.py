@@ -236,3 +236,24 @@ ENTRY e { a = f16[4] parameter(0)  b = f16[4] parameter(1)  d = f16[4] divide(a,
     assert np.isnan(xla[0][:2]).all()
     verdict, _ = judge_run(hloexec.load(text), [a, b], {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
     assert verdict.consistent("XLA:CPU")
+
+
+def test_a_sum_whose_exact_value_overflows_its_type_may_be_infinite():
+    """Found at seed 191: an f16 sum of 100,000 ones is 100,000, beyond f16's 65,504: every correct result
+    accumulating in f32 is inf (the exact value rounded to f16), but index order's per-step baseline stagnates at
+    2,048, finite, and an infinity was accepted only where the baseline's was. Now an infinity is no error where
+    the exact value rounds to it; the other sign's still is."""
+    text = """HloModule s
+add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
+ENTRY e { x = f16[2,100000] parameter(0)  z = f16[] constant(0)
+  ROOT r = f16[2] reduce(x, z), dimensions={1}, to_apply=add }"""
+    x = np.ones((2, 100000), np.float16)
+    x[1] = 0.25  # 25,000: finite
+    exact = x.astype(np.float64).sum(1)
+    accumulated = exact.astype(np.float32).astype(np.float16)  # f32 accumulation is exact here; one rounding
+    assert np.isinf(accumulated[0]) and np.isfinite(accumulated[1])
+    wrong = accumulated.copy()
+    wrong[0] = -np.inf
+    verdict, _ = judge_run(hloexec.load(text), [x], {"accumulated": [accumulated], "wrong sign": [wrong]})
+    assert verdict.consistent("hloexec") and verdict.consistent("accumulated")
+    assert not verdict.consistent("wrong sign")
