@@ -257,3 +257,28 @@ ENTRY e { x = f16[2,100000] parameter(0)  z = f16[] constant(0)
     verdict, _ = judge_run(hloexec.load(text), [x], {"accumulated": [accumulated], "wrong sign": [wrong]})
     assert verdict.consistent("hloexec") and verdict.consistent("accumulated")
     assert not verdict.consistent("wrong sign")
+
+
+def test_a_divide_by_a_broadcast_allows_a_multiply_by_its_reciprocal():
+    """Found at seed 220: XLA's algebraic simplifier computes x / broadcast(m) as x * broadcast(1 / m) (XLA:CPU's
+    optimized module shows the multiply), two roundings: a quarter of the quotients 1 ulp off the correctly
+    rounded one, bounded by half an ulp before. Emulated here from that rule (numpy: the f32 reciprocal, then
+    the f32 product), and XLA:CPU's own: consistent; 4 ulps off: not."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = """HloModule m
+ENTRY e { x = f32[4,256] parameter(0)  m = f32[256] parameter(1)
+  b = f32[4,256] broadcast(m), dimensions={1}
+  ROOT d = f32[4,256] divide(x, b) }"""
+    r = np.random.default_rng(0)
+    x = r.standard_normal((4, 256)).astype(np.float32)
+    m = (r.standard_normal(256) + 3).astype(np.float32)
+    reciprocal = (np.float32(1) / m).astype(np.float32)
+    multiplied = (x * reciprocal).astype(np.float32)
+    assert np.count_nonzero(multiplied != (x.astype(np.float64) / m).astype(np.float32)) > 100
+    far = multiplied.copy()
+    far[2, 7] += 4 * np.spacing(np.abs(far[2, 7]))
+    candidates = {"multiplied": [multiplied], "XLA:CPU": run_on_xla_cpu(text, [x, m]), "4 ulps": [far]}
+    verdict, _ = judge_run(hloexec.load(text), [x, m], candidates, known={"XLA:CPU": xla_cpu_arithmetic()})
+    assert verdict.consistent("multiplied") and verdict.consistent("XLA:CPU")
+    assert not verdict.consistent("4 ulps")
