@@ -44,7 +44,9 @@ BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divi
 DEVICES = ("reference", "tpu", "a100", "xla-cpu")
 ORDERS = ("sequential", "reversed", "pairwise", "lanes")
 ALGORITHMS = ("dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_tf32_tf32_f32", "dot_f32_f32_f32")
-RUNS = {"tpu": {"dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_f32_f32_f32"}}  # algorithm_util.cc: the TPU runs no TF32
+RUNS = {
+    "tpu": {"dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_f32_f32_f32"}
+}  # algorithm_util.cc: the TPU runs no TF32
 
 
 @dataclass
@@ -254,10 +256,9 @@ def generate(seed: int) -> Program:
 
 def rounded(x, dtype: str) -> np.ndarray:
     """`x` (f32 or f64) rounded to nearest even in `dtype` (16-bit types from f32, as a device's convert)."""
-    x = np.asarray(x)
-    if dtype == "f32":
-        return x.astype(np.float32)
-    return x.astype(np.float32).astype(DTYPES[dtype])
+    with np.errstate(over="ignore"):  # (past the type's largest value: its infinity, as a device's)
+        x = np.asarray(x).astype(np.float32)
+        return x if dtype == "f32" else x.astype(DTYPES[dtype])
 
 
 def bf16_high(x: np.ndarray) -> np.ndarray:
