@@ -259,11 +259,17 @@ ENTRY e { x = f16[2,100000] parameter(0)  z = f16[] constant(0)
     assert not verdict.consistent("wrong sign")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="XLA's algebraic simplifier computes x / broadcast(m) as x * broadcast(1 / m), "
+    "two roundings; the bound allows a divide one. The rule for it (f32 divides by a broadcast: 1.5 "
+    "ulps) cost 4 of 237 moderate 1% catches on bench_verdict's GPT step: the lead's call",
+)
 def test_a_divide_by_a_broadcast_allows_a_multiply_by_its_reciprocal():
     """Found at seed 220: XLA's algebraic simplifier computes x / broadcast(m) as x * broadcast(1 / m) (XLA:CPU's
     optimized module shows the multiply), two roundings: a quarter of the quotients 1 ulp off the correctly
-    rounded one, bounded by half an ulp before. Emulated here from that rule (numpy: the f32 reciprocal, then
-    the f32 product), and XLA:CPU's own: consistent; 4 ulps off: not."""
+    rounded one, bounded by half an ulp. Emulated here from that rule (numpy: the f32 reciprocal, then the f32
+    product), and XLA:CPU's own: should be consistent; 4 ulps off: not."""
     from hloexec.tools.xla_cpu import run_on_xla_cpu
 
     text = """HloModule m

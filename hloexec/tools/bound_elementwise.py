@@ -33,19 +33,10 @@ for _none in (_NO_KEYS, _NO_ERRORS, _NO_DEVIATIONS):
     _none.flags.writeable = False
 
 
-def divides_by_broadcast(orig) -> bool:
-    """Whether `orig` divides f32 (or f64) values by a broadcast value: XLA's algebraic simplifier (every backend)
-    computes it as a multiply by the broadcast reciprocal, two roundings in the type (measured on XLA:CPU: 255 of
-    1,024 f32 quotients 1 ulp off). 16-bit divides compute in f32, whose reciprocal's error is ~2^-16 of their ulp."""
-    return orig.opcode == "divide" and orig.operands[1].opcode == "broadcast" and orig.shape.element_type.bits >= 32
-
-
 @functools.cache
-def rounding_rule(etype, opcode: str, mantissa_bits: int = 0, reciprocal: bool = False) -> tuple | None:
+def rounding_rule(etype, opcode: str, mantissa_bits: int = 0) -> tuple | None:
     """kernels/bound_rules.round_bounds' scalars (from `nmant` on) for a value of `etype` rounded by `opcode`
-    (`mantissa_bits`: a reduce-precision's; `reciprocal`: a divide computed as a multiply by the divisor's rounded
-    reciprocal, divides_by_broadcast: its relative error 2^-p more, below 1.5 ulps, and never exact); None where
-    nothing rounds (not a float type)."""
+    (`mantissa_bits`: a reduce-precision's); None where nothing rounds (not a float type)."""
     if etype is None or etype.kind != "float":
         return None
     info = ml_dtypes.finfo(etype.numpy) if etype.numpy is not None else None
@@ -54,14 +45,14 @@ def rounding_rule(etype, opcode: str, mantissa_bits: int = 0, reciprocal: bool =
     return (
         int(info.nmant) if info is not None else 0,
         float(info.tiny) if info is not None else 0.0,
-        float((1.5 if reciprocal else 0.5) * SIGMAS / np.sqrt(3)),
+        float(0.5 * SIGMAS / np.sqrt(3)),
         int(wide.nmant),
         float(wide.tiny),
         float(TRANSCENDENTAL_ULPS * SIGMAS / np.sqrt(3)) if opcode in TRANSCENDENTAL else 0.0,
         float(precision),
         # where the operands are exact and x is a value of the type (a constant 1 converted to f16) nothing
         # rounds (an error known to be nonzero keeps the statistical bound: sums of such add up as random ones do)
-        info is not None and opcode not in TRANSCENDENTAL and opcode not in ROUNDED_ONCE and not reciprocal,
+        info is not None and opcode not in TRANSCENDENTAL and opcode not in ROUNDED_ONCE,
         float(info.max) if info is not None else 0.0,
         bool(np.isinf(np.asarray(np.inf).astype(etype.numpy))) if info is not None else False,
         float(np.sqrt(3) / SIGMAS),  # a single rounding's largest error, in its SIGMAS sigmas
@@ -90,7 +81,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     etype = orig.shape.element_type
     if kind is None or not _real_float(x) or not all(_real_float(o) for o in operands):
         return False
-    rule, rounds = rounding_rule(etype, inst.opcode, reciprocal=divides_by_broadcast(orig)), kind != NEGATE
+    rule, rounds = rounding_rule(etype, inst.opcode), kind != NEGATE
     if rule is None:
         return False
     same = len(operands) == 2 and operands[0] is operands[1]

@@ -94,7 +94,7 @@ from .bound_convolution import convolution_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
 from .bound_sorts import bounded_exactly, selecting_reduce, selects, sorted_bounds
-from .bound_elementwise import TRANSCENDENTAL, divides_by_broadcast, fused_elementwise, rounding_rule
+from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import float_leaf as _float
@@ -577,7 +577,7 @@ class ErrorBounds(BoundStore):
         was allowed 2.3x its largest error). One pass per element (kernels/bound_rules.round_bounds)."""
         shape = np.shape(x)
         bits = int(orig.attr("mantissa_bits")) if opcode == "reduce-precision" else 0
-        rule = rounding_rule(etype or orig.shape.element_type, opcode, bits, divides_by_broadcast(orig))
+        rule = rounding_rule(etype or orig.shape.element_type, opcode, bits)
         if rule is None:
             return np.sqrt(variance), np.zeros(shape)
         own = np.empty(shape)
