@@ -27,6 +27,15 @@ SLOW_SEEDS = [
 ]
 
 
+def _judged_xla_cpu(text: str, inputs: list):
+    """XLA:CPU's outputs of `text` and the verdict on them under its own arithmetic (xla_cpu_arithmetic)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    xla = run_on_xla_cpu(text, inputs)
+    verdict, _ = judge_run(hloexec.load(text), inputs, {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    return xla, verdict
+
+
 def _describe(findings) -> str:
     return "\n".join(f"{f}\n{generate(f.seed).text()}" for f in findings)
 
@@ -101,14 +110,11 @@ def test_a_device_result_under_another_devices_arithmetic_is_flagged():
 def test_xla_cpu_flushed_subnormals_are_consistent():
     """Found by the search (seeds 7, 8, 17, 43, 56, 64 of the first campaign): f32 `add(x, x)` of subnormal x is
     exact (2x a subnormal is representable), bound 0; XLA:CPU returns 0."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     text = """HloModule ftz
 ENTRY e { x = f32[4] parameter(0)  ROOT s = f32[4] add(x, x) }"""
     x = np.array([1e-39, -3e-39, 5e-40, 1e-45], np.float32)
-    xla = run_on_xla_cpu(text, [x])
+    xla, verdict = _judged_xla_cpu(text, [x])
     assert np.all(xla[0] == 0)  # flushed
-    verdict, _ = judge_run(hloexec.load(text), [x], {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
     assert verdict.consistent("XLA:CPU"), verdict.to_dict()["outputs"][0]["worst"]
 
 
@@ -183,17 +189,14 @@ ENTRY e { x = f32[256] parameter(0)  d = f32[256] divide(x, x)  ROOT r = f32[256
 def test_an_f16_sum_overflowing_both_ways_in_xla_cpus_order_is_consistent():
     """Found at seed 117 (f16[1,30000] near-overflow inputs): XLA:CPU's windows of 32 sum to +inf and -inf,
     their sum is NaN."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     text = """HloModule m
 add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
 ENTRY e { x = f16[64] parameter(0)  z = f16[] constant(0)
   s = f16[] reduce(x, z), dimensions={0}, to_apply=add
   ROOT t = f16[] tanh(s) }"""
     x = np.concatenate([np.full(32, 3000.0), np.full(32, -3000.0)]).astype(np.float16)
-    xla = run_on_xla_cpu(text, [x])
+    xla, verdict = _judged_xla_cpu(text, [x])
     assert np.isnan(xla[0])
-    verdict, _ = judge_run(hloexec.load(text), [x], {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
     assert verdict.consistent("XLA:CPU")
 
 
@@ -204,17 +207,14 @@ ENTRY e { x = f16[64] parameter(0)  z = f16[] constant(0)
 )
 def test_xla_cpus_max_reduce_over_a_nan_is_consistent():
     """Found at seed 37 (f16 x / x with zeros in x: 0 / 0, its max over rows of 4,096)."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     text = """HloModule m
 mx { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] maximum(a, b) }
 ENTRY e { x = f32[2,4096] parameter(0)  z = f32[] constant(-inf)
   ROOT r = f32[2] reduce(x, z), dimensions={1}, to_apply=mx }"""
     x = np.random.default_rng(0).standard_normal((2, 4096)).astype(np.float32)
     x[:, 5] = np.nan
-    xla = run_on_xla_cpu(text, [x])
+    xla, verdict = _judged_xla_cpu(text, [x])
     assert not np.isnan(xla[0]).any()
-    verdict, _ = judge_run(hloexec.load(text), [x], {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
     assert verdict.consistent("XLA:CPU")
 
 
@@ -225,16 +225,13 @@ ENTRY e { x = f32[2,4096] parameter(0)  z = f32[] constant(-inf)
 )
 def test_xla_cpus_rewritten_f16_divisions_are_consistent():
     """Found at seed 101 (f16 [2,100000], subnormal denominators)."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     text = """HloModule m
 ENTRY e { a = f16[4] parameter(0)  b = f16[4] parameter(1)  d = f16[4] divide(a, b)
   ROOT e = f16[4] divide(d, d) }"""
     a = np.array([-0.005592, 0.00887, 1, 2], np.float16)
     b = np.array([-3.6e-07, 1.2e-6, 3, 0.5], np.float16)
-    xla = run_on_xla_cpu(text, [a, b])
+    xla, verdict = _judged_xla_cpu(text, [a, b])
     assert np.isnan(xla[0][:2]).all()
-    verdict, _ = judge_run(hloexec.load(text), [a, b], {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
     assert verdict.consistent("XLA:CPU")
 
 
