@@ -668,8 +668,12 @@ class ErrorBounds(BoundStore):
         bound, own = self._round(orig, x, variance + accumulation, "reduce")
         self._put(x, bound)
         local = np.sqrt(accumulation + np.square(own))
-        floor = None  # (per-step: row-major, every step rounded to the type, so its own error is known)
-        if self.device.reductions == "per-step" and steps is None and inst.opcode == "reduce" and etype.kind == "float":
+        # the sum's own error in row-major order, every step rounded to the type: per-step's known order; an f32 sum
+        # in an order the device does not say (accumulate), the most pessimistic plausible order's, a loop's: its
+        # roundings may repeat as no independent draw does (1,000 f32 copies of 0.1 in a loop: 2.2x the bound)
+        floor = None
+        floored = self.device.reductions == "per-step" or (self.device.reductions == "accumulate" and etype.bits == 32)
+        if floored and steps is None and inst.opcode == "reduce" and etype.kind == "float":
             floor = repeated_rounding(a, tuple(int(d) for d in inst.attr("dimensions", ())), init, etype.numpy, x)
         return local, lambda: linear() + local, deviations, floor
 
