@@ -183,13 +183,18 @@ def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
 
 
 def in_ynn_order(inst, ctx, dims) -> bool:
-    """Whether reduce `inst` (over `dims`) sums in YNNPACK's order: under reductions="xla-cpu", a reduce of the
-    minor dims inside a computation XLA:CPU runs through YNNPACK (other YNNPACK reductions: "per-step")."""
+    """Whether reduce `inst` (over `dims`) sums in YNNPACK's order: under reductions="xla-cpu", a reduce
+    XLA:CPU sums in YNNPACK's order (sums_in_ynn_order)."""
+    return ctx.options.reductions == "xla-cpu" and sums_in_ynn_order(inst, dims)
+
+
+def sums_in_ynn_order(inst, dims) -> bool:
+    """Whether XLA:CPU sums reduce `inst` (over `dims`) in YNNPACK's order: a reduce of the minor dims inside a
+    computation it runs through YNNPACK (its other reductions: its loop emitter's, "per-step")."""
     rank = inst.operands[0].shape.rank
     comp = inst.computation
     return (
-        ctx.options.reductions == "xla-cpu"
-        and tuple(sorted(dims)) == tuple(range(rank - len(dims), rank))
+        tuple(sorted(dims)) == tuple(range(rank - len(dims), rank))
         and comp is not None
         and comp.module is not None
         and comp.name in ynn_computations(comp.module)
