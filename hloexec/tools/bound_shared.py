@@ -69,30 +69,32 @@ def tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | Non
     return np.sum(np.square(in_windows), axis=(-2, -1)) + np.sum(np.square(over_windows), axis=-1)
 
 
-def _chained(terms: np.ndarray, init, dtype, lanes: int = 1) -> np.ndarray:
-    """Each row of `terms` (rows, n: values of `dtype`) summed from `init` in `lanes` chains added pairwise, every
-    step rounded to `dtype` (kernels/bound_generic.chained_sums; numpy's accumulate, one chain, for other types):
-    (rows,) float64."""
+def _chained(terms: np.ndarray, init, dtype, lanes=(1,)) -> np.ndarray:
+    """Each row of `terms` (rows, n: values of `dtype`, held in float32 where the kernel sums them) summed from
+    `init` in each order of `lanes` (chains added pairwise), every step rounded to `dtype`
+    (kernels/bound_generic.chained_sums; numpy's accumulate, one chain, for the other types): (rows, len(lanes))
+    float64."""
     start = np.asarray(init).astype(dtype)
     rounding = PER_STEP_ROUNDINGS.get(np.dtype(dtype).name)
     if rounding is None:
         terms = np.array(terms, dtype)
         terms[:, 0] += start  # (the first step: init + the first term, rounded)
-        return np.asarray(np.add.accumulate(terms, axis=-1, out=terms)[:, -1], np.float64)
-    summed = np.empty(len(terms))
-    chained_sums(
-        np.ascontiguousarray(terms, np.float32), np.full(len(terms), start, np.float32), rounding, lanes, summed
-    )
+        return np.asarray(np.add.accumulate(terms, axis=-1, out=terms)[:, -1:], np.float64)
+    summed = np.empty((len(terms), len(lanes)))
+    held = np.ascontiguousarray(terms, np.float32)
+    chained_sums(held, np.full(len(terms), start, np.float32), rounding, np.array(lanes, np.int64), summed)
     return summed
 
 
 def _rows(a: np.ndarray, dims: tuple, dtype) -> tuple:
-    """`a`'s terms of its sum over `dims` as the program holds them (rounded to `dtype`), one row per element of
-    the sum in row-major order, and the sum's shape."""
+    """`a`'s terms of its sum over `dims` as the program holds them (rounded to `dtype`; float32 where the kernel
+    sums them), one row per element of the sum in row-major order, and the sum's shape."""
     kept = [d for d in range(a.ndim) if d not in dims]
     rows = [a.shape[d] for d in kept]
-    terms = np.transpose(a, kept + sorted(dims)).astype(dtype, order="C").reshape(int(np.prod(rows)), -1)
-    return terms, rows
+    terms = np.transpose(a, kept + sorted(dims)).astype(dtype, order="C")
+    if np.dtype(dtype).name in PER_STEP_ROUNDINGS:
+        terms = terms.astype(np.float32, copy=False)
+    return np.ascontiguousarray(terms).reshape(int(np.prod(rows)), -1), rows
 
 
 def repeated_rounding(a: np.ndarray, dims: tuple, init, dtype, exact) -> np.ndarray:
@@ -103,7 +105,7 @@ def repeated_rounding(a: np.ndarray, dims: tuple, init, dtype, exact) -> np.ndar
     not 409.5). One compiled pass over the terms (kernels/bound_generic.chained_sums) for f16, bf16 and f32; numpy's
     accumulate (every step rounded to the array's type) for the others."""
     terms, rows = _rows(a, dims, dtype)
-    return _chained(terms, init, dtype).reshape(rows) - np.asarray(exact, np.float64)
+    return _chained(terms, init, dtype)[:, 0].reshape(rows) - np.asarray(exact, np.float64)
 
 
 def tree_order_rounding(a: np.ndarray, dims: tuple, init, dtype, exact, width: int) -> np.ndarray:
@@ -116,29 +118,35 @@ def tree_order_rounding(a: np.ndarray, dims: tuple, init, dtype, exact, width: i
     while any(held.shape[d] > width for d in dims):
         windows, kept = _tree_windows(held, dims, width)
         grid = windows.shape[:-1]
-        held = _chained(windows.reshape(-1, windows.shape[-1]), init, dtype).astype(dtype).reshape(grid)
+        held = _chained(windows.reshape(-1, windows.shape[-1]), init, dtype)[:, 0].astype(dtype).reshape(grid)
         dims = tuple(range(kept, len(grid)))
     return repeated_rounding(held, dims, init, dtype, exact)
 
 
 # Representatives of the orders a device may sum in where its profile says no order (reductions = "accumulate":
-# "any order"; XLA:CPU's f32 sums, in its loop emitter's order or YNNPACK's lanes): the terms in this many chains
-# (every lanes-th term in order, the chains added pairwise) -- 1: row-major (a loop, numpy along an outer axis); 16:
-# vector lanes (hloexec's compiled sums, YNNPACK with AVX-512); 256: threads' chains and a tree across them (a GPU
-# block's, a TPU vector register's lanes).
+# "any order"): the terms in this many chains (every lanes-th term in order, the chains added pairwise) -- 1:
+# row-major (a loop, numpy along an outer axis); 16: vector lanes (hloexec's compiled sums, YNNPACK with
+# AVX-512); 256: threads' chains and a tree across them (a GPU block's, a TPU vector register's lanes).
 REPRESENTATIVE_LANES = (1, 16, 256)
 
 
-def any_order_rounding(a: np.ndarray, dims: tuple, init, dtype, accumulation, exact) -> np.ndarray:
-    """The largest (by magnitude, per element) of the errors of `a`'s sum over `dims` in the REPRESENTATIVE_LANES
-    orders, its terms as the program holds them (rounded to `dtype`), every step rounded to `accumulation` (the
-    accumulator's type: f32 for a 16-bit sum the device accumulates in f32), less `exact`. A floor where the
-    device's order is not known: where the roundings repeat, the longest chains make the most of them."""
+def any_order_rounding(a: np.ndarray, dims: tuple, init, dtype, accumulation, exact, allowed) -> np.ndarray | None:
+    """A floor where the device's order is not known: the largest (by magnitude, per element) of the errors of
+    `a`'s sum over `dims` in the REPRESENTATIVE_LANES orders, its terms as the program holds them (rounded to
+    `dtype`), every step rounded to `accumulation` (the accumulator's type: f32 for a 16-bit sum the device
+    accumulates in f32), less `exact`; kept where it exceeds `allowed` (what the rule allows the accumulation),
+    0 elsewhere, None where it is nowhere. Repeated roundings show first in the longest chain (row-major order:
+    the most steps in each binade); the other orders are summed only where its error reaches half of `allowed`
+    (the check: one pass, ~1 ns a term)."""
     terms, rows = _rows(a, dims, dtype)
-    worst = np.zeros(len(terms))
-    for lanes in REPRESENTATIVE_LANES:
-        error = _chained(terms, init, accumulation, lanes) - np.ravel(
-            np.broadcast_to(np.asarray(exact, np.float64), rows)
-        )
-        worst = np.where(np.abs(error) > np.abs(worst), error, worst)
-    return worst.reshape(rows)
+    exact = np.ravel(np.broadcast_to(np.asarray(exact, np.float64), rows))
+    allowed = np.ravel(np.broadcast_to(np.asarray(allowed, np.float64), rows))
+    worst = _chained(terms, init, accumulation)[:, 0] - exact
+    repeats = np.flatnonzero(np.abs(worst) > allowed / 2)
+    if repeats.size == 0:
+        return None
+    others = _chained(terms[repeats], init, accumulation, REPRESENTATIVE_LANES[1:]) - exact[repeats, None]
+    others = np.take_along_axis(others, np.argmax(np.abs(others), axis=1)[:, None], axis=1)[:, 0]
+    worst[repeats] = np.where(np.abs(others) > np.abs(worst[repeats]), others, worst[repeats])
+    worst = np.where(np.abs(worst) > allowed, worst, 0.0)
+    return worst.reshape(rows) if np.any(worst) else None

@@ -651,7 +651,7 @@ class ErrorBounds(BoundStore):
         elif reductions == "xla-cpu":  # (its loop emitter's order)
             floor = repeated_rounding(a, dims, init, dtype, x)
         elif etype.bits <= 32:  # (f64: the shadow's own type, its sums as exact as the shadow's)
-            floor = any_order_rounding(a, dims, init, dtype, np.float32, x)  # (f32: the accumulator either way)
+            return any_order_rounding(a, dims, init, dtype, np.float32, x, np.sqrt(accumulation))  # (f32: either way)
         else:
             return None
         floor = np.where(np.abs(floor) > np.sqrt(accumulation), floor, 0.0)
