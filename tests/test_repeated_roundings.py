@@ -287,3 +287,25 @@ def test_the_representative_orders_are_chains_added_pairwise(dtype):
             while len(chains) > 1:
                 chains = [np.asarray(float(a) + float(b)).astype(t) for a, b in zip(chains[0::2], chains[1::2])]
             assert got[r, m] == float(chains[0]), (r, count)
+
+
+def test_xla_cpus_ynnpack_f32_row_sums_take_no_floor_and_a_percent_is_caught():
+    """XLA:CPU's own optimized module: an f32 row sum of 2^20 copies of 0.1 in a `__ynn_fusion` (YNNPACK's lanes,
+    tiles added compensated) is exact; its order is known and repeats nothing, so its bound keeps the rule's
+    (row-major order's floor would be 1% of the sum) and a 1% change is caught."""
+    import jax
+    import jax.numpy as jnp
+
+    from hloexec.tools.numerics import xla_cpu_arithmetic
+
+    x = np.full((2, 1 << 20), 0.1, np.float32)
+    f = jax.jit(lambda x: jnp.sum(x, 1))
+    xla = np.asarray(f(x))
+    exact = (1 << 20) * float(x[0, 0])
+    assert np.all(np.abs(xla - exact) < 1e-6 * exact)  # the premise: YNNPACK's order repeats nothing here
+    device = xla_cpu_arithmetic()
+    exe = hloexec.load(f.lower(x).compile().as_text(), device="xla-cpu")
+    moved = (xla + 0.01 * exact).astype(np.float32)
+    verdict, run = judge_run(exe, [x], {"XLA:CPU": [xla], "moved": [moved]}, known={"XLA:CPU": device, "moved": device})
+    assert np.all(run.bounds[device.name].bounds[0] < 1e-3 * exact)
+    assert verdict.consistent("XLA:CPU") and not verdict.consistent("moved"), verdict.to_dict()

@@ -86,7 +86,7 @@ from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.collectives import participants
 from ..ops.custom_call.registry import target_of
-from ..ops.reduction import sums_in_ynn_order
+from ..ops.reduction import in_ynn_order
 from ..ops.registry import async_shorthand
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
@@ -646,7 +646,7 @@ class ErrorBounds(BoundStore):
             return repeated_rounding(a, dims, init, dtype, x)
         if steps is not None:
             floor = tree_order_rounding(a, dims, init, dtype, x, self.device.tree_reduction_window)
-        elif reductions == "xla-cpu" and sums_in_ynn_order(self.plans.original(inst), dims):
+        elif in_ynn_order(self.plans.original(inst), reductions, dims):
             return None  # (YNNPACK's f32 row sums: 16 lanes of short chains, tiles added compensated)
         elif reductions == "xla-cpu":  # (its loop emitter's order)
             floor = repeated_rounding(a, dims, init, dtype, x)
