@@ -109,7 +109,14 @@ def test_conv_f16_computes_in_f32_and_rounds_once():
     sx, sw = shape_text(np.float16, x.shape), shape_text(np.float16, w.shape)
     y = c["lay"]["y"](c["y"])
     got = _run(_call_module(shape_text(np.float16, y.shape), [sx, sw], "__cudnn$convForward", c["attrs"], {}), x, w)[0]
-    np.testing.assert_array_equal(got, y.astype(np.float16))   # f32 XLA conv of the f16 values, rounded once
+    want = y.astype(np.float16)  # f32 XLA conv of the f16 values, rounded once
+    # hloexec's f32 sums add in another order than XLA:CPU's (its order differs by CPU): where the f32 value lies
+    # within that reordering's error of an f16 midpoint, the neighbour across it is the same single rounding
+    off = got != want
+    neighbours = (got[off] == np.nextafter(want[off], np.float16(np.inf))) | (
+        got[off] == np.nextafter(want[off], np.float16(-np.inf)))
+    midpoint = (got[off].astype(np.float64) + want[off]) / 2
+    assert neighbours.all() and (np.abs(y[off] - midpoint) <= 1e-5 * np.abs(y).max()).all(), (got[off], y[off])
 
 
 ACTIVATIONS = {"kNone": lambda v: v, "kRelu": jax.nn.relu, "kRelu6": jax.nn.relu6, "kSigmoid": jax.nn.sigmoid,

@@ -165,7 +165,7 @@ ENTRY e {{ x = f16[64,32] parameter(0)  y = f16[32,48] parameter(1)  m = f16[64,
 def test_a_cublas_gemm_that_is_a_dot_is_bounded_as_one():
     """A cuBLAS gemm custom-call with alpha 1, beta 0 and no epilogue (what TF's GPU clusters are full of) is that
     dot: numpy's f16 product accumulated in f32 is consistent, its largest element 1% off is caught (unbounded
-    before: passed). With an epilogue (RELU) it stays unbounded and named."""
+    before: passed)."""
     r = np.random.default_rng(1)
     x, y = r.standard_normal((64, 32)).astype(np.float16), r.standard_normal((32, 48)).astype(np.float16)
     square = (x.astype(np.float32) ** 2).astype(np.float16)
@@ -177,9 +177,138 @@ def test_a_cublas_gemm_that_is_a_dot_is_bounded_as_one():
     got = _verdicts(verdict)
     assert run.bounds[exe.options.device.name].unbounded == {}
     assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
-    relu = hloexec.load(GEMM.format(epilogue="RELU"))
-    _, run = judge_run(relu, [x, y], {})
-    assert run.bounds[relu.options.device.name].unbounded == {"g": "custom-call __cublas$gemm"}
+
+
+GEMM_CALL = r"""HloModule g
+ENTRY e {{ x = {t}[64,32] parameter(0)  y = {t}[32,48] parameter(1)  c = {t}[64,48] parameter(2)
+          bias = {t}[48] parameter(3)  m = {t}[64,32] multiply(x, x)  cc = {t}[64,48] multiply(c, c)
+          ROOT g = {result} custom-call(m, y{operands}), custom_call_target="{target}", backend_config="{{\"gemm_backend_config\":{{\"alpha_real\":{alpha},\"alpha_imag\":0,\"beta\":{beta},\"dot_dimension_numbers\":{{\"lhs_contracting_dimensions\":[\"1\"],\"rhs_contracting_dimensions\":[\"0\"],\"lhs_batch_dimensions\":[],\"rhs_batch_dimensions\":[]}},\"epilogue\":\"{epilogue}\"}}}}" }}"""
+# variant -> (target, alpha, beta, epilogue, type, result): alpha 0.01 (the xmap seed's, f16 and f32) and 0.5 (a
+# power of two: no rounding of its own), beta 1 (C accumulated), a bias with RELU, GELU with its pre-activation aux
+# output, SILU, a plain product with a workspace (a tuple: not the dot gemm_as_dot takes)
+GEMM_VARIANTS = {
+    "alpha": ("__cublas$gemm", 0.01, 0, "DEFAULT", "f16", "f16[64,48]"),
+    "alpha_f32": ("__cublas$gemm", 0.01, 0, "DEFAULT", "f32", "f32[64,48]"),
+    "beta": ("__cublas$gemm", 1, 1, "DEFAULT", "f16", "f16[64,48]"),
+    "bias_relu": ("__cublas$lt$matmul", 1, 0, "BIAS_RELU", "f16", "f16[64,48]"),
+    "gelu_aux": ("__cublas$lt$matmul", 0.5, 0, "BIAS_GELU_AUX", "f16", "(f16[64,48], f16[64,48], s8[0])"),
+    "bias_silu": ("__cublas$lt$matmul", 1, 0, "BIAS_SILU", "f16", "f16[64,48]"),
+    "workspace": ("__cublas$lt$matmul", 1, 0, "DEFAULT", "f16", "(f16[64,48], s8[0])"),
+}
+
+
+def _cublas_gemm(m, y, alpha, beta, c, bias, epilogue):
+    """cuBLASLt's documented arithmetic, emulated: f16 (or f32) operands, f32 accumulation, the epilogue in f32
+    (D = act(alpha * A.B + beta * C + bias), GELU its tanh approximation), one final rounding to the operands'
+    type; returns (D, the pre-activation value)."""
+    f32 = np.float32
+    r = (m.astype(f32) @ y.astype(f32)) * f32(alpha)
+    if beta:
+        r = r + f32(beta) * c.astype(f32)
+    if epilogue.startswith("BIAS"):
+        r = r + bias.astype(f32)
+    pre = r
+    if "RELU" in epilogue:
+        r = np.maximum(r, f32(0))
+    elif "GELU" in epilogue:
+        r = f32(0.5) * r * (f32(1) + np.tanh(f32(np.sqrt(2 / np.pi)) * (r + f32(0.044715) * r * r * r)))
+    elif "SILU" in epilogue:
+        r = r / (f32(1) + np.exp(-r))
+    return r.astype(m.dtype), pre.astype(m.dtype)
+
+
+@pytest.mark.parametrize("variant", sorted(GEMM_VARIANTS))
+def test_a_cublas_gemm_with_alpha_beta_or_an_epilogue_is_bounded(variant):
+    """A cuBLAS gemm with alpha != 1, beta != 0 (C accumulated) or an epilogue (bias, RELU, GELU with its aux
+    output): the dot's bound, then the scaling, the C and bias adds and the activation in f32, one final rounding.
+    cuBLASLt's arithmetic emulated in numpy is consistent, and so is hloexec's run; the largest element 1% off is
+    caught (unbounded on main: not judged, passed)."""
+    target, alpha, beta, epilogue, t, result = GEMM_VARIANTS[variant]
+    aux = epilogue.endswith("AUX")
+    operands = (", cc" if beta else "") + (", bias" if epilogue.startswith("BIAS") else "")
+    text = GEMM_CALL.format(
+        result=result, operands=operands, target=target, alpha=alpha, beta=beta, epilogue=epilogue, t=t
+    )
+    dtype = np.dtype(t.replace("f", "float"))
+    r = np.random.default_rng(2)
+    x, y, c = (r.standard_normal(s).astype(dtype) for s in ((64, 32), (32, 48), (64, 48)))
+    bias = r.standard_normal(48).astype(dtype)
+    square = lambda v: (v.astype(np.float64) ** 2).astype(dtype)  # noqa: E731 (the program's multiply, rounded once)
+    correct, pre = _cublas_gemm(square(x), y, alpha, beta, square(c), bias, epilogue)
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= dtype.type(1.01)
+    rest = [pre] if aux else []
+    outputs = lambda d: [d, *rest, np.zeros(0, np.int8)] if "(" in result else [d]  # noqa: E731
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y, c, bias], {"correct": outputs(correct), "bumped": outputs(bumped)})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    got = _verdicts(verdict)
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+    if aux:
+        assert _verdicts(verdict, 1)["correct"] == (True, 0, 0)
+
+
+CUDNN_CONV = r"""HloModule conv
+ENTRY e {{ x = f16[2,6,6,4] parameter(0)  w = f16[3,3,4,8] parameter(1)  dy = f16[2,6,6,8] parameter(2)
+          bias = f16[8] parameter(3)  side = f16[2,6,6,8] parameter(4)
+          xx = f16[2,6,6,4] multiply(x, x)  ww = f16[3,3,4,8] multiply(w, w)  dd = f16[2,6,6,8] multiply(dy, dy)
+          call = ({result}, u8[0]) custom-call({operands}), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f,
+                 custom_call_target="{target}", backend_config="{{\"cudnn_conv_backend_config\":{{\"conv_result_scale\":{scale},\"side_input_scale\":0.5,\"activation_mode\":\"{mode}\"}}}}"
+          ROOT r = {result} get-tuple-element(call), index=0 }}"""
+# case -> (target, result, operands, activation mode)
+CUDNN_CALLS = {
+    "forward": ("__cudnn$convForward", "f16[2,6,6,8]", "xx, ww", "kNone"),
+    "bias_relu": ("__cudnn$convBiasActivationForward", "f16[2,6,6,8]", "xx, ww, bias, side", "kRelu"),
+    "bias_gelu": ("__cudnn$convBiasActivationForward", "f16[2,6,6,8]", "xx, ww, bias, side", "kGeluExact"),
+    "bias_elu": ("__cudnn$convBiasActivationForward", "f16[2,6,6,8]", "xx, ww, bias, side", "kElu"),
+    "backward_input": ("__cudnn$convBackwardInput", "f16[2,6,6,4]", "dd, ww", "kNone"),
+    "backward_filter": ("__cudnn$convBackwardFilter", "f16[3,3,4,8]", "xx, dd", "kNone"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CUDNN_CALLS))
+def test_a_cudnn_convolution_is_computed_by_the_shadow_and_bounded(case):
+    """cuDNN convolutions (f16 NHWC, a 3x3 window, padding 1) were pinned in the shadow (computed at their own
+    types: no exact value, unbounded); now the shadow computes them in f64 and the convolution's rule bounds them
+    (the bias-activation call: conv_result_scale x conv + side_input_scale x side + bias, then relu, erf's gelu or
+    elu). cuDNN's
+    arithmetic emulated (f16 values, f32 accumulation: jax's f32 convolution and its vjp on XLA:CPU, the epilogue in
+    f32, one rounding to f16) is consistent, and so is hloexec's run; the largest element 1% off is caught."""
+    import jax
+    from jax import lax
+
+    target, result, operands, mode = CUDNN_CALLS[case]
+    scale = 0.25 if target == "__cudnn$convForward" else 1
+    text = CUDNN_CONV.format(result=result, operands=operands, target=target, scale=scale, mode=mode)
+    r = np.random.default_rng(4)
+    x, w, dy, side = (r.standard_normal(s).astype(np.float16) for s in ((2, 6, 6, 4), (3, 3, 4, 8), (2, 6, 6, 8),
+                                                                         (2, 6, 6, 8)))
+    bias = r.standard_normal(8).astype(np.float16)
+    f32 = np.float32
+    xx, ww, dd = ((v.astype(f32) ** 2).astype(np.float16).astype(f32) for v in (x, w, dy))
+
+    def conv(a, b):
+        return lax.conv_general_dilated(a, b, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    if target == "__cudnn$convBackwardInput":
+        want = jax.vjp(lambda a: conv(a, ww), xx)[1](dd)[0]
+    elif target == "__cudnn$convBackwardFilter":
+        want = jax.vjp(lambda b: conv(xx, b), ww)[1](dd)[0]
+    else:
+        want = np.asarray(conv(xx, ww)) * f32(scale)
+        if target == "__cudnn$convBiasActivationForward":
+            activate = {"kRelu": jax.nn.relu, "kElu": jax.nn.elu, "kGeluExact": lambda v: jax.nn.gelu(v, False)}[mode]
+            want = activate(want + f32(0.5) * side.astype(f32) + bias.astype(f32))
+    correct = np.asarray(want, f32).astype(np.float16)
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, w, dy, bias, side], {"correct": [correct], "bumped": [bumped]})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    got = _verdicts(verdict)
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
 
 
 ARGMAX = """HloModule argmax

@@ -19,7 +19,7 @@ the cuBLAS custom-calls) without any op knowing about it:
   bounds rounded to the source type: f4e2m1fn 6.0 -> s4 is 7, as 7 rounds to 6 in f4e2m1fn), a
   reduce-precision keeping its type's exponent width (it then keeps that type's subnormals, rounding them
   on their bit pattern, where the f64 op would flush them), and custom-calls other than those that compute
-  in their output type (cuBLAS gemm, TopK) or move values only (the identity markers). `Shadow.pinned`
+  in their output type (cuBLAS gemm, cuDNN convolutions, TopK) or move values only (the identity markers). `Shadow.pinned`
   lists them with the reason.
 
 Integer and pred values are the same as in the program's run except where they are computed from floats:
@@ -53,6 +53,10 @@ COMPUTING_CUSTOM_CALLS = frozenset(
     {
         "__cublas$gemm",
         "__cublas$lt$matmul",
+        "__cudnn$convForward",
+        "__cudnn$convBackwardInput",
+        "__cudnn$convBackwardFilter",
+        "__cudnn$convBiasActivationForward",
         "TopK",
         "__gpu$TopK",
         "__cub$DeviceRadixSort",

@@ -25,8 +25,9 @@ from .bound_elementwise import rounding_rule
 from .bound_store import SAMPLE_STORAGE, has_error
 from .bound_shared import along_contraction
 
-# significand bits (the implicit one counted) of the types dots operate and accumulate in
-SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+# significand bits (the implicit one counted) of the types dots operate and accumulate in (a complex type's: its
+# parts'; c64's dots were taken for f64's)
+SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53, "c64": 24, "c128": 53}
 FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up to this many terms (longer: f64)
 # a dot's sum of squares is bounded from its operands' errors (dot_bounds) where its term is then at most this share
 # of them (the bound grows by at most half of it: 2^-13)
@@ -185,7 +186,10 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         least[0] = along_contraction(ea, inst, "lhs", np.min)
     del ea2, eb2
     operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
-    accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * contracted
+    # (a complex dot's parts are real sums of 2K products, ar br - ai bi: the rule on moduli with 2K terms is the
+    # root-sum-square of the parts' real rules, as the moduli's squares, |a|^2 |b|^2, are the four products')
+    terms = contracted * (2 if np.iscomplexobj(x) else 1)
+    accumulation = (SIGMAS * 2.0 ** -SIGNIFICAND.get(accumulator, 53)) ** 2 / 3 * terms
     r = max(relative_a, relative_b)
     estimated = operand_u == 0 and r > 0 and accumulation <= ESTIMATED_SHARE * r * r
     squares = none if estimated else unscaling(*upper.product(a2, b2))

@@ -20,7 +20,8 @@ from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, shared_rounding
 from .bound_store import SAMPLE_STORAGE, contiguous, has_error
 
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
-TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2"}
+# (rsqrt too: XLA:CPU's is rsqrtss and two Newton steps, CUDA's rsqrtf 2 ulps; rsqrt(1) is not 1 on every device)
+TRANSCENDENTAL = opcodes.TRANSCENDENTAL_UNARY | {"power", "atan2", "rsqrt"}
 # ops whose own rounding counts even where the bound before it is 0 and the value is one of its type (that
 # exemption is for elementwise ops on exact operands: a constant 1 converted to f16)
 ROUNDED_ONCE = frozenset({"reduce-precision", "reduce", "scatter", "dot"})

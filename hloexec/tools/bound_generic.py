@@ -21,6 +21,7 @@ from ..kernels.bound_generic import (
     unary_pass,
 )
 from ..kernels.bound_rules import add_noise
+from .bound_complex import squared_magnitude
 from .bound_elementwise import _flat, rounding_rule, store_pass
 from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS
 from .bound_shared import least_along
@@ -269,10 +270,14 @@ def sum_terms(bounds, inst, a, init) -> tuple:
             lambda: sums[BOUNDS] + init_bound,
             deviations,
         )
-    kernel = bounds._kernel(inst)
     terms = np.broadcast_to(bounds.of(a), a.shape)
+
+    def kernel(*args):  # (a complex reduce's makes complex values of real terms: their real parts, the sums)
+        return np.real(bounds._kernel(inst)(*args))
+
     linear = lambda: np.asarray(kernel(terms, init_bound), np.float64)  # noqa: E731
-    squares = np.asarray(kernel(a * a, np.zeros_like(init)), np.float64)
+    # (a complex sum's: its parts' squares, |a|^2; its accumulation is the parts' as the real rule has them)
+    squares = np.asarray(kernel(squared_magnitude(a), np.zeros_like(np.real(init))), np.float64)
     if inst.opcode != "reduce":
         return np.square(linear()), squares, linear, None
     least = least_along(terms, inst.attr("dimensions", ()))

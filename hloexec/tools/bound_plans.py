@@ -11,6 +11,7 @@ import threading
 
 from ..ops.registry import lookup
 from .bound_convolution import as_dot, gemm_as_dot
+from .bound_epilogues import library_epilogue
 
 
 def _narrow(shape) -> bool:
@@ -49,6 +50,7 @@ class InstructionPlans:
         self.originals = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
         self.kernel = KernelCache(context)
         self.decided: dict[int, tuple] = {}  # id(inst) -> (inst, original, narrow, dot or None)
+        self.epilogues: dict[int, tuple] = {}  # id(inst) -> (inst, bound_epilogues.Epilogue or None)
 
     def plan(self, inst) -> tuple:
         """(inst, `original(inst)`, `narrow(inst)`, `as_dot(inst)`) in one lookup (the observer's every call)."""
@@ -78,3 +80,11 @@ class InstructionPlans:
     def as_dot(self, inst):
         """The dot a convolution `inst` is (tools/bound_convolution.as_dot), None where it is not one."""
         return self.plan(inst)[3]
+
+    def epilogue(self, inst):
+        """A library custom-call's contraction and epilogue (tools/bound_epilogues.library_epilogue), None where the
+        rules have none."""
+        made = self.epilogues.get(id(inst))
+        if made is None:  # (threads deciding at once: the first one's is kept)
+            made = self.epilogues.setdefault(id(inst), (inst, library_epilogue(inst, self.context)))
+        return made[1]

@@ -66,6 +66,11 @@ participants in it: a ring's, a tree's, hloexec's fold in group order).
 
 Sorts, top-k, radix sorts (their payloads too) and fft: tools/bound_sorts.py, tools/bound_fft.py.
 
+Complex values (c64, c128): a bound on the modulus of the error, |computed - exact| (the verdict's measure).
+Their elementwise ops (real, imag and complex too): tools/bound_complex.py. Dots and add-reductions: the real
+rules on the moduli (|a|^2 |b|^2 is the sum of the four real products' squares; a complex dot's part sums 2K real
+products: tools/bound_dots.py). No samples: a complex value's are NaN (not calibrated, nor what is made from it).
+
 What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, variadic
 reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
@@ -91,7 +96,9 @@ from ..ops.registry import async_shorthand
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
+from .bound_complex import complex_elementwise, corners, involves_complex, squared_magnitude
 from .bound_convolution import convolution_bounds
+from .bound_epilogues import epilogue_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
 from .bound_sorts import bounded_exactly, selecting_reduce, selects, sorted_bounds
@@ -158,6 +165,8 @@ SINGULAR_AT_ZERO = {
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
+# elementwise ops whose complex operands or results ErrorBounds gives to tools/bound_complex.py
+COMPLEX_ELEMENTWISE = ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE | {"real", "imag", "complex"}
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
 # rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
@@ -271,6 +280,8 @@ class ErrorBounds(BoundStore):
                 # bound was calibrated by them already, or, moved, is a block of copies a move leaves uncalibrated)
                 self._share(value, operands[0])
                 return
+            elif opcode in COMPLEX_ELEMENTWISE and involves_complex(value, operands):
+                local = complex_elementwise(self, inst, orig, value, operands, SINGULAR_AT_ZERO.get(opcode, ()))
             elif opcode in MOVES:
                 self._move(inst, value, operands)
             elif opcode == "select" and fused_select(self, value, operands):
@@ -293,6 +304,8 @@ class ErrorBounds(BoundStore):
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "fft":
                 local = fft_bounds(self, inst, orig, value, operands)
+            elif opcode == "custom-call" and (epilogue := self.plans.epilogue(inst)) is not None:
+                local, ceiling = epilogue_bounds(self, inst, orig, value, operands, epilogue)
             elif selects(inst):
                 sorted_bounds(self, inst, value, operands)
             elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
@@ -442,8 +455,8 @@ class ErrorBounds(BoundStore):
             marks = _leaves(self._substituted(inst, operands, lambda o: self.decided_of(o).astype(np.float64)))
         for i, v in enumerate(_leaves(value)):  # (known even where exact: a loop's or a tuple's leaves are)
             if _float(v):
-                bound = None if bounds is None else np.asarray(bounds[i], np.float64)
-                self._put(v, bound, None if marks is None else np.asarray(marks[i]) > 0)
+                bound = None if bounds is None else np.asarray(np.real(bounds[i]), np.float64)
+                self._put(v, bound, None if marks is None else np.real(marks[i]) > 0)
 
     def _compare(self, inst, value, operands) -> None:
         a, b = operands[0], operands[1]
@@ -553,11 +566,11 @@ class ErrorBounds(BoundStore):
     def _second_order(kernel, x, operands, moved) -> np.ndarray:
         """What both operands' errors do together beyond the sum of what each does alone (a * b: e_a * e_b), at
         the four corners of their intervals: first order misses it where relative errors reach 1 (a gradient
-        squared whose sign rounding decides)."""
+        squared whose sign rounding decides; a complex operand's: its disk's axis points, `corners`)."""
         worst = np.zeros(x.shape)
         (pa, a, ea, da), (pb, b, eb, db) = moved
-        for sa in (1, -1):
-            for sb in (1, -1):
+        for sa in corners(a):
+            for sb in corners(b):
                 args = list(operands)
                 for k in pa:
                     args[k] = a + sa * ea
@@ -611,7 +624,7 @@ class ErrorBounds(BoundStore):
         if inst.opcode == "reduce":
             count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
         else:
-            count = np.asarray(kernel(np.ones_like(a), zero), np.float64)
+            count = np.asarray(np.real(kernel(np.ones_like(a), zero)), np.float64)
         # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
         # of that order
         etype = orig.shape.element_type
@@ -668,7 +681,10 @@ class ErrorBounds(BoundStore):
             if not per_step and accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
             else unit_roundoff(etype)
         )
-        return np.square(SIGMAS * u / np.sqrt(3)) * (count * (squares + x * x) if steps is None else steps)
+        # (a complex sum's: |x|^2, its parts' roundings' root-sum-square)
+        return np.square(SIGMAS * u / np.sqrt(3)) * (
+            count * (squares + squared_magnitude(x)) if steps is None else steps
+        )
 
     def _collective(self, inst, value, operands) -> tuple:
         """A collective's bounds: its kernel on its operands' bounds (see the module docstring); an add all-reduce or
@@ -686,14 +702,14 @@ class ErrorBounds(BoundStore):
             reducer is None or reducer.root.opcode != "add"
         ):
             for k, v in results:
-                self._put(v, np.asarray(bounds[k], np.float64))
+                self._put(v, np.asarray(np.real(bounds[k]), np.float64))
             return own_errors, None, None, None
         orig = self.plans.original(inst)
         types = [o.shape.element_type.numpy for o in orig.operands]
         held = [np.asarray(o).astype(t) if _float(o) else o for o, t in zip(operands, types)]
         folded = _leaves(self._kernel(inst)(*held))  # (the collective's fold: group order, every step in the type)
         floors: list = [None] * len(leaves)
-        squares = _leaves(self._substituted(inst, operands, lambda o: np.square(o, dtype=np.float64)))
+        squares = _leaves(self._substituted(inst, operands, squared_magnitude))
         count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
@@ -711,14 +727,14 @@ class ErrorBounds(BoundStore):
         landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step)."""
         kernel = self._kernel(inst)
         target, indices, updates = operands
-        bound = np.asarray(kernel(self.of(target), indices, self.of(updates)), np.float64)
+        bound = np.asarray(np.real(kernel(self.of(target), indices, self.of(updates))), np.float64)
         combiner = inst.called.get("to_apply")
         if combiner is not None and combiner.root.opcode == "add":
             zero = np.zeros_like(target)
-            count = np.asarray(kernel(zero, indices, np.ones_like(updates)), np.float64)
-            squares = np.asarray(kernel(target * target, indices, updates * updates), np.float64)
+            count = np.asarray(np.real(kernel(zero, indices, np.ones_like(updates))), np.float64)
+            squares = np.real(kernel(squared_magnitude(target), indices, squared_magnitude(updates)))
             u = unit_roundoff(orig.shape.element_type)
-            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + x * x))
+            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + squared_magnitude(x)))
             variance = np.square(bound) + np.square(spread)
             rounded, own = self._round(orig, x, variance, "scatter", at=bound)
             own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)

@@ -390,8 +390,10 @@ def _scale(shadow: np.ndarray, dtype) -> tuple[float, float]:
 
 
 def _element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(|x - shadow| in f64, with 0 where both are the same non-finite value; where x is non-finite and the
-    shadow is not, or they are different non-finite values)."""
+    """(|x - shadow| in f64, with 0 where both are the same non-finite value or x is the infinity the exact value
+    rounds to in x's type (beyond its largest value: every correct result overflows there); where x is
+    non-finite and the shadow is not, or they are different non-finite values)."""
+    dtype = x.dtype
     wide = np.complex128 if x.dtype.kind == "c" else np.float64
     e = x.astype(wide)  # a copy: the errors are made in it (no other temporary of its size: page faults)
     with np.errstate(all="ignore"):
@@ -404,6 +406,9 @@ def _element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.n
     x = x.astype(wide)
     x_fin, s_fin = np.isfinite(x), np.isfinite(shadow)
     same = (x == shadow) | (np.isnan(x) & np.isnan(shadow))
+    if dtype.kind != "c":
+        with np.errstate(over="ignore"):
+            same |= np.isinf(x) & (np.asarray(shadow).astype(dtype).astype(wide) == x)
     bad = (~x_fin | ~s_fin) & ~same
     e = np.where(x_fin & s_fin, e, np.where(same, 0.0, np.inf))
     return e, bad

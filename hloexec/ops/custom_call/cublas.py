@@ -43,7 +43,7 @@ def _dims(v):
     return tuple(int(t) for t in (v or ()))
 
 
-class _Gemm:
+class Gemm:
     """A GemmBackendConfig decoded: dimension numbers, alpha, beta, epilogue, and the algorithm the run's device
     computes the product with (precision_config: "" for the plain product)."""
 
@@ -110,14 +110,18 @@ class _Gemm:
             r = r + np.asarray(self.beta, cdt) * c.astype(cdt)
         if bias is not None:
             r = r + bias.astype(cdt)  # broadcast along the last (column) dims
-        pre = r
+        activate = self.activation()
+        return (r if activate is None else activate(r)), r
+
+    def activation(self):
+        """The epilogue's activation (None: DEFAULT and BIAS), as cuBLASLt computes it."""
         if "RELU" in self.epilogue:
-            r = np.maximum(r, 0)
-        elif "GELU" in self.epilogue:
-            r = gelu_tanh(r)
-        elif "SILU" in self.epilogue:
-            r = r / (1 + np.exp(-r))
-        return r, pre
+            return lambda r: np.maximum(r, 0)
+        if "GELU" in self.epilogue:
+            return gelu_tanh
+        if "SILU" in self.epilogue:
+            return lambda r: r / (1 + np.exp(-r))
+        return None
 
 
 def _work_dtype(out_dtype):
@@ -136,7 +140,7 @@ def cublas_gemm(inst, ctx):
     (BIAS_)GELU_AUX (the pre-activation value as the 2nd result); f16/bf16 computed in f32, rounded once; the
     backend_config's precision_config (operand_precision, algorithm) computed as the run's device computes a dot
     (--device). A tuple result's remaining leaves (the s8 workspace) are zeros."""
-    g = _Gemm(inst, ctx)
+    g = Gemm(inst, ctx)
     leaves = result_leaves(inst)
     out_dtype = leaves[0].dtype
     cdt = _work_dtype(out_dtype)
@@ -175,7 +179,7 @@ def cublas_lt_matmul_f8(inst, ctx):
     Dumps before d_scale moved last carried c_scale and d_scale after b_scale, then the bias: both are read.
     Fast accumulation (partial sums kept in fewer bits, kernels/dot_algorithms.py) with the algorithm
     dot_any_f8_any_f8_f32_fast_accum, or at DEFAULT precision on a device whose fp8 GEMMs use it (h100)."""
-    g = _Gemm(inst, ctx)
+    g = Gemm(inst, ctx)
     fast = fp8_fast_accumulation(
         g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name for o in inst.operands[:2])
     )

@@ -82,10 +82,20 @@ def activation(mode: str, alpha: float, inst):
     raise UnsupportedError(f"cuDNN activation {mode} (its bound is not in the HLO)", inst)
 
 
-class _Conv:
+# the convolution custom-calls: target -> which convolution its two first operands make (ConvCall's kind)
+CONV_KINDS = {
+    "__cudnn$convForward": "forward",
+    "__cudnn$convBiasActivationForward": "forward",
+    "__cudnn$convBackwardInput": "backward_input",
+    "__cudnn$convBackwardFilter": "backward_filter",
+}
+
+
+class ConvCall:
     """A cuDNN convolution custom-call decoded: which operand is which, its layouts, window and config."""
 
     def __init__(self, inst, kind: str):
+        self.kind = kind  # forward, backward_input, backward_filter
         self.cfg = backend_config(inst, "cudnn_conv_backend_config")
         leaves = result_leaves(inst)
         self.result, self.rest = leaves[0], leaves[1:]
@@ -195,8 +205,8 @@ def cudnn_conv_forward(inst, ctx):
     """output = conv_result_scale * convolution(input, filter) (the window, dim_labels and group counts on the
     call), computed in f32 (f64 for f64; integer inputs exactly) and rounded once; integer outputs round to
     nearest and saturate."""
-    c = _Conv(inst, "forward")
-    conv = convolution(inst, c.filter, c.work)
+    c = ConvCall(inst, "forward")
+    conv = conv_product(inst, c)
     out_dtype = c.result.dtype
 
     def kernel(x, w, *_):
@@ -214,18 +224,10 @@ def cudnn_conv_bias_activation(inst, ctx):
     bias): operands (input, filter, bias along the output feature dim, [side_input]); activation_mode kNone,
     kRelu, kRelu6, kSigmoid, kTanh, kElu, kLeakyRelu (leakyrelu_alpha), kGeluExact (kReluX and kBandPass need
     a bound the HLO does not carry: unsupported). Computed in f32 (f64 for f64), rounded once."""
-    c = _Conv(inst, "forward")
-    conv = convolution(inst, c.filter, c.work)
-    act = activation(
-        enum_field(c.cfg, "activation_mode", ACTIVATIONS, inst), float(field(c.cfg, "leakyrelu_alpha", 0) or 0), inst
-    )
-    side_scale = float(field(c.cfg, "side_input_scale", 0) or 0)
+    c = ConvCall(inst, "forward")
+    conv = conv_product(inst, c)
+    _, act, side_scale, bias_shape = bias_activation(inst, c)
     out_dtype = c.result.dtype
-    feature = c.cd.output_feature
-    bias_shape = [1] * c.result.rank
-    bias_shape[feature] = -1
-    if len(inst.operands) < 3:
-        raise UnsupportedError(f"{target_of(inst)} needs (input, filter, bias[, side_input])", inst)
 
     def kernel(x, w, bias, *side):
         r = conv(x, w)
@@ -239,22 +241,49 @@ def cudnn_conv_bias_activation(inst, ctx):
     return kernel
 
 
-def _conv_gradient(inst, kind: str):
-    """kernel(first, second) of a backward convolution: both operands into the canonical layouts, the
-    gradient, the scale, back to the result's layout and type."""
-    c = _Conv(inst, kind)
+def bias_activation(inst, c: ConvCall) -> tuple:
+    """(activation mode, its function, side_input_scale, the bias's shape along the output feature dim) of a
+    __cudnn$convBiasActivationForward call `inst` (decoded: `c`)."""
+    if len(inst.operands) < 3:
+        raise UnsupportedError(f"{target_of(inst)} needs (input, filter, bias[, side_input])", inst)
+    mode = enum_field(c.cfg, "activation_mode", ACTIVATIONS, inst)
+    act = activation(mode, float(field(c.cfg, "leakyrelu_alpha", 0) or 0), inst)
+    bias_shape = [1] * c.result.rank
+    bias_shape[c.cd.output_feature] = -1
+    return mode, act, float(field(c.cfg, "side_input_scale", 0) or 0), bias_shape
+
+
+def conv_product(inst, c: ConvCall) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """product(first, second) of the cuDNN convolution call `inst` (decoded: `c`): its convolution of its two
+    first operands in its compute type and the result's layout, before conv_result_scale and what follows
+    (bilinear: tools/bound_epilogues bounds it as a convolution). Forward: the convolution the call describes;
+    backward: both operands into the canonical layouts, the gradient, back."""
+    if c.kind == "forward":
+        return convolution(inst, c.filter, c.work)
     grad: Callable[[np.ndarray, np.ndarray], np.ndarray]  # the two operands in the canonical layouts
-    if kind == "backward_input":  # (output gradient, filter) -> input gradient
+    if c.kind == "backward_input":  # (output gradient, filter) -> input gradient
         perms, out_perm, grad = (c.out_perm, c.k_perm), c.in_perm, c.backward_input
     else:  # (input, output gradient) -> filter gradient
         perms, out_perm, grad = (c.in_perm, c.out_perm), c.k_perm, c.backward_filter
+
+    def product(first, second):
+        return _unlayout(grad(*(_layout(to_compute(v, c.work), p) for v, p in zip((first, second), perms))), out_perm)
+
+    return product
+
+
+def _conv_gradient(inst, kind: str):
+    """kernel(first, second) of a backward convolution: its product (conv_product), the scale, the result's
+    type."""
+    c = ConvCall(inst, kind)
+    product = conv_product(inst, c)
     out_dtype = c.result.dtype
 
     def kernel(first, second, *_):
-        r = grad(*(_layout(to_compute(v, c.work), p) for v, p in zip((first, second), perms)))
+        r = product(first, second)
         if c.scale != 1:
             r = r * np.asarray(c.scale, c.work)
-        return (_to_output(_unlayout(r, out_perm), out_dtype), *c.scratch())
+        return (_to_output(r, out_dtype), *c.scratch())
 
     return kernel
 
@@ -304,7 +333,7 @@ def cudnn_conv_forward_graph(inst, ctx):
     custom-call operand after (input, filter). Values are f32 throughout (f64 for f64); an op typed fp8
     saturates to its type's range, the output op rounds to the output type. Results: (output, the amax
     values in graph order, scratch)."""
-    c = _Conv(inst, "forward")
+    c = ConvCall(inst, "forward")
     ops = parse_conv_graph(str(field(c.cfg, "serialized_graph", "")), inst)
     conv = convolution(inst, c.filter, c.work)
     aux = [op for op in ops if op[2] == "amax"]
