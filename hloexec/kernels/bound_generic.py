@@ -345,18 +345,42 @@ def term_sums(a, e, d, columns, sums, deviations, threads=None):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def per_step_sums(terms, init, rounding, out):
-    """Each row of `terms` (rows, n; values of the sum's type, held in float32) summed from `init` (rows,) in
-    order, every step rounded to the type (`rounding`: 0 f16, 1 bf16, 2 f32) -> `out` (float64). A step's exact
-    sum of two values of a 16-bit type is rounded to float32 first: with 24 bits, at least twice the type's
-    plus two, that double rounding is the single one (the accumulation's known-order error, tools/bound_shared)."""
+def _rounded_to(value, rounding):
+    """A float32 `value` rounded to the sum's type (`rounding`: 0 f16, 1 bf16, 2 f32: itself)."""
+    if rounding == 0:
+        return round_f16(value)
+    if rounding == 1:
+        return round_bf16(value)
+    return value
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def chained_sums(terms, init, rounding, lanes, out):
+    """Each row of `terms` (rows, n; values of the sum's type, held in float32) summed in each order `lanes[m]`
+    (-> `out[:, m]`, float64): that many chains, chain j the terms j, j + lanes, ... in order (chain 0 from `init`
+    (rows,), the others from 0), then the chains added pairwise (neighbours first; a power of two of them), every
+    step rounded to the type (`rounding`: 0 f16, 1 bf16, 2 f32). One chain is row-major order. A step's exact
+    sum of two values of a 16-bit type is rounded to float32 first: with 24 bits, at least twice the type's plus
+    two, that double rounding is the single one (the accumulation's error in a known or a representative order,
+    tools/bound_shared)."""
+    chains = np.empty(np.max(lanes), np.float32)
+    n = terms.shape[1]
     for r in range(terms.shape[0]):
-        acc = np.float32(init[r])
-        for k in range(terms.shape[1]):
-            step = np.float32(acc + terms[r, k])
-            if rounding == 0:
-                step = round_f16(step)
-            elif rounding == 1:
-                step = round_bf16(step)
-            acc = step
-        out[r] = acc
+        for m in range(lanes.size):
+            width = lanes[m]
+            if width == 1:  # (one chain: in a register, not through memory)
+                acc = np.float32(init[r])
+                for k in range(n):
+                    acc = _rounded_to(np.float32(acc + terms[r, k]), rounding)
+                out[r, m] = acc
+                continue
+            chains[:width] = 0
+            chains[0] = init[r]
+            for start in range(0, n, width):
+                for j in range(min(width, n - start)):
+                    chains[j] = _rounded_to(np.float32(chains[j] + terms[r, start + j]), rounding)
+            while width > 1:
+                width //= 2
+                for j in range(width):
+                    chains[j] = _rounded_to(np.float32(chains[2 * j] + chains[2 * j + 1]), rounding)
+            out[r, m] = chains[0]

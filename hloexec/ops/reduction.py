@@ -182,13 +182,13 @@ def fold_in_order(uf, x: np.ndarray, axes, init) -> np.ndarray:
     return rows[:, -1].reshape(shape)
 
 
-def in_ynn_order(inst, ctx, dims) -> bool:
+def in_ynn_order(inst, reductions: str, dims) -> bool:
     """Whether reduce `inst` (over `dims`) sums in YNNPACK's order: under reductions="xla-cpu", a reduce of the
     minor dims inside a computation XLA:CPU runs through YNNPACK (other YNNPACK reductions: "per-step")."""
     rank = inst.operands[0].shape.rank
     comp = inst.computation
     return (
-        ctx.options.reductions == "xla-cpu"
+        reductions == "xla-cpu"
         and tuple(sorted(dims)) == tuple(range(rank - len(dims), rank))
         and comp is not None
         and comp.module is not None
@@ -213,7 +213,7 @@ def prepare_reduce(inst, ctx):
     out_shapes = [s for _, s in inst.shape.leaves()] if inst.shape.is_tuple else [inst.shape]
     kind = binary_kind(comp) if n == 1 else None
     out_dtype = out_shapes[0].dtype
-    if kind == "add" and out_dtype == _F32 and in_ynn_order(inst, ctx, dims):
+    if kind == "add" and out_dtype == _F32 and in_ynn_order(inst, ctx.options.reductions, dims):
         lanes = ctx.options.device.vector_width or machine_vector_width()
         return lambda x, init: ynn_row_sum(x, len(dims), scalar(init), lanes)
     if kind is not None:

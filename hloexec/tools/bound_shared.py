@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.bound_generic import per_step_sums
+from ..kernels.bound_generic import chained_sums
 
 PER_STEP_ROUNDINGS = {"float16": 0, "bfloat16": 1, "float32": 2}  # (per_step_sums' `rounding`: the type's)
 
@@ -31,15 +31,11 @@ def least_along(bound: np.ndarray, dims) -> np.ndarray:
     return np.broadcast_to(np.min(bound, axis=tuple(dims), keepdims=True), bound.shape) if dims else bound
 
 
-def tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | None:
-    """sum_k s_k^2 over the partial sums s_k of `a`'s sum over `dims` in the order XLA's TreeReductionRewriter
-    gives it (xla/hlo/transforms/simplifiers/tree_reduction_rewriter.cc): a reduce-window of min(n, width) along
-    each reduced dim (stride the window, padding "same": the low side the smaller half), each window summed in
-    row-major order, then a reduce of the windows' sums in row-major order. The partial sums are the exact terms'
-    (`a`: the shadow's), so the sum's rounding error has exactly the variance u^2/3 of that (each step's rounding
-    independent). None where no reduced dim is longer than `width` (the rewrite leaves the reduce)."""
-    if all(a.shape[d] <= width for d in dims):
-        return None
+def _tree_windows(a: np.ndarray, dims: tuple, width: int) -> tuple:
+    """`a`'s reduce over `dims` as XLA's TreeReductionRewriter splits it (xla/hlo/transforms/simplifiers/
+    tree_reduction_rewriter.cc): a reduce-window of min(n, width) along each reduced dim (stride the window, padding
+    "same": the low side the smaller half). Returns the windows' terms, laid out (kept dims..., windows' grid...,
+    each window's terms in row-major order), and the number of kept dims."""
     pads, split, outer, inner = [], [], [], []
     for d, n in enumerate(a.shape):
         if d not in dims:
@@ -54,10 +50,51 @@ def tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | Non
         inner.append(len(split) - 1)
     kept = [k for k in range(len(split)) if k not in outer and k not in inner]
     terms = np.transpose(np.pad(a, pads).reshape(split), kept + outer + inner)
-    terms = terms.reshape(*terms.shape[: len(kept)], -1, int(np.prod([split[k] for k in inner])))
+    grid = terms.shape[: len(kept) + len(outer)]
+    return terms.reshape(*grid, int(np.prod([split[k] for k in inner]))), len(kept)
+
+
+def tree_order_steps(a: np.ndarray, dims: tuple, width: int) -> np.ndarray | None:
+    """sum_k s_k^2 over the partial sums s_k of `a`'s sum over `dims` in the order XLA's TreeReductionRewriter
+    gives it (_tree_windows: each window summed in row-major order, then a reduce of the windows' sums in row-major
+    order). The partial sums are the exact terms' (`a`: the shadow's), so the sum's rounding error has exactly the
+    variance u^2/3 of that (each step's rounding independent). None where no reduced dim is longer than `width`
+    (the rewrite leaves the reduce)."""
+    if all(a.shape[d] <= width for d in dims):
+        return None
+    windows, kept = _tree_windows(a, dims, width)
+    terms = windows.reshape(*windows.shape[:kept], -1, windows.shape[-1])
     in_windows = np.cumsum(terms, axis=-1)
     over_windows = np.cumsum(in_windows[..., -1], axis=-1)
     return np.sum(np.square(in_windows), axis=(-2, -1)) + np.sum(np.square(over_windows), axis=-1)
+
+
+def _chained(terms: np.ndarray, init, dtype, lanes=(1,)) -> np.ndarray:
+    """Each row of `terms` (rows, n: values of `dtype`, held in float32 where the kernel sums them) summed from
+    `init` in each order of `lanes` (chains added pairwise), every step rounded to `dtype`
+    (kernels/bound_generic.chained_sums; numpy's accumulate, one chain, for the other types): (rows, len(lanes))
+    float64."""
+    start = np.asarray(init).astype(dtype)
+    rounding = PER_STEP_ROUNDINGS.get(np.dtype(dtype).name)
+    if rounding is None:
+        terms = np.array(terms, dtype)
+        terms[:, 0] += start  # (the first step: init + the first term, rounded)
+        return np.asarray(np.add.accumulate(terms, axis=-1, out=terms)[:, -1:], np.float64)
+    summed = np.empty((len(terms), len(lanes)))
+    held = np.ascontiguousarray(terms, np.float32)
+    chained_sums(held, np.full(len(terms), start, np.float32), rounding, np.array(lanes, np.int64), summed)
+    return summed
+
+
+def _rows(a: np.ndarray, dims: tuple, dtype) -> tuple:
+    """`a`'s terms of its sum over `dims` as the program holds them (rounded to `dtype`; float32 where the kernel
+    sums them), one row per element of the sum in row-major order, and the sum's shape."""
+    kept = [d for d in range(a.ndim) if d not in dims]
+    rows = [a.shape[d] for d in kept]
+    terms = np.transpose(a, kept + sorted(dims)).astype(dtype, order="C")
+    if np.dtype(dtype).name in PER_STEP_ROUNDINGS:
+        terms = terms.astype(np.float32, copy=False)
+    return np.ascontiguousarray(terms).reshape(int(np.prod(rows)), -1), rows
 
 
 def repeated_rounding(a: np.ndarray, dims: tuple, init, dtype, exact) -> np.ndarray:
@@ -65,17 +102,51 @@ def repeated_rounding(a: np.ndarray, dims: tuple, init, dtype, exact) -> np.ndar
     exact terms, rounded to `dtype`) summed in row-major order, every step rounded to `dtype`, less the exact sum
     `exact`: deterministic, and where the steps' roundings repeat (one residue added in one binade, or a partial sum
     stagnating as every term rounds away) far past what independent roundings allow (4,096 f16 copies of 0.1: 256,
-    not 409.5). One compiled pass over the terms (kernels/bound_generic.per_step_sums) for f16, bf16 and f32; numpy's
+    not 409.5). One compiled pass over the terms (kernels/bound_generic.chained_sums) for f16, bf16 and f32; numpy's
     accumulate (every step rounded to the array's type) for the others."""
-    kept = [d for d in range(a.ndim) if d not in dims]
-    rows = [a.shape[d] for d in kept]
-    start = np.asarray(init).astype(dtype)
-    rounding = PER_STEP_ROUNDINGS.get(np.dtype(dtype).name)
-    terms = np.transpose(a, kept + sorted(dims)).astype(dtype, order="C").reshape(int(np.prod(rows)), -1)
-    if rounding is None:
-        terms[:, 0] += start  # (the first step: init + the first term, rounded)
-        summed = np.add.accumulate(terms, axis=-1, out=terms)[:, -1]
-    else:
-        summed = np.empty(len(terms))
-        per_step_sums(terms.astype(np.float32), np.full(len(terms), start, np.float32), rounding, summed)
-    return np.asarray(summed, np.float64).reshape(rows) - np.asarray(exact, np.float64)
+    terms, rows = _rows(a, dims, dtype)
+    return _chained(terms, init, dtype)[:, 0].reshape(rows) - np.asarray(exact, np.float64)
+
+
+def tree_order_rounding(a: np.ndarray, dims: tuple, init, dtype, exact, width: int) -> np.ndarray:
+    """repeated_rounding in XLA:CPU's order of a long 16-bit sum: TreeReductionRewriter run to its fixpoint (the
+    reduce of the windows' sums rewritten again while a reduced dim is longer than `width`: 65,536 terms are
+    windows of 32, of 32 again, then a reduce of 64), every window and the last reduce summed from `init` in
+    row-major order, every step rounded to `dtype`. XLA:CPU's f16 and bf16 sums are that order emulated, bit for
+    bit (tests/test_repeated_roundings.py)."""
+    held = np.asarray(a).astype(dtype)
+    while any(held.shape[d] > width for d in dims):
+        windows, kept = _tree_windows(held, dims, width)
+        grid = windows.shape[:-1]
+        held = _chained(windows.reshape(-1, windows.shape[-1]), init, dtype)[:, 0].astype(dtype).reshape(grid)
+        dims = tuple(range(kept, len(grid)))
+    return repeated_rounding(held, dims, init, dtype, exact)
+
+
+# Representatives of the orders a device may sum in where its profile says no order (reductions = "accumulate":
+# "any order"): the terms in this many chains (every lanes-th term in order, the chains added pairwise) -- 1:
+# row-major (a loop, numpy along an outer axis); 16: vector lanes (hloexec's compiled sums, YNNPACK with
+# AVX-512); 256: threads' chains and a tree across them (a GPU block's, a TPU vector register's lanes).
+REPRESENTATIVE_LANES = (1, 16, 256)
+
+
+def any_order_rounding(a: np.ndarray, dims: tuple, init, dtype, accumulation, exact, allowed) -> np.ndarray | None:
+    """A floor where the device's order is not known: the largest (by magnitude, per element) of the errors of
+    `a`'s sum over `dims` in the REPRESENTATIVE_LANES orders, its terms as the program holds them (rounded to
+    `dtype`), every step rounded to `accumulation` (the accumulator's type: f32 for a 16-bit sum the device
+    accumulates in f32), less `exact`; kept where it exceeds `allowed` (what the rule allows the accumulation),
+    0 elsewhere, None where it is nowhere. Repeated roundings show first in the longest chain (row-major order:
+    the most steps in each binade); the other orders are summed only where its error reaches half of `allowed`
+    (the check: one pass, ~1 ns a term)."""
+    terms, rows = _rows(a, dims, dtype)
+    exact = np.ravel(np.broadcast_to(np.asarray(exact, np.float64), rows))
+    allowed = np.ravel(np.broadcast_to(np.asarray(allowed, np.float64), rows))
+    worst = _chained(terms, init, accumulation)[:, 0] - exact
+    repeats = np.flatnonzero(np.abs(worst) > allowed / 2)
+    if repeats.size == 0:
+        return None
+    others = _chained(terms[repeats], init, accumulation, REPRESENTATIVE_LANES[1:]) - exact[repeats, None]
+    others = np.take_along_axis(others, np.argmax(np.abs(others), axis=1)[:, None], axis=1)[:, 0]
+    worst[repeats] = np.where(np.abs(others) > np.abs(worst[repeats]), others, worst[repeats])
+    worst = np.where(np.abs(worst) > allowed, worst, 0.0)
+    return worst.reshape(rows) if np.any(worst) else None

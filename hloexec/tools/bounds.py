@@ -93,6 +93,7 @@ from ..kernels.elementwise import accumulates_in_f32
 from ..ops.collectives import participants
 from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from ..ops.custom_call.registry import target_of
+from ..ops.reduction import in_ynn_order
 from ..ops.registry import async_shorthand
 from ..exec.plan import schedule
 from ..exec.shadow import PINNED_SUFFIX
@@ -110,7 +111,7 @@ from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
-from .bound_shared import repeated_rounding, tree_order_steps
+from .bound_shared import any_order_rounding, repeated_rounding, tree_order_rounding, tree_order_steps
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
@@ -668,14 +669,39 @@ class ErrorBounds(BoundStore):
         bound, own = self._round(orig, x, variance + accumulation, "reduce")
         self._put(x, bound)
         local = np.sqrt(accumulation + np.square(own))
-        # the sum's own error in row-major order, every step rounded to the type: per-step's known order; an f32 sum
-        # in an order the device does not say (accumulate), the most pessimistic plausible order's, a loop's: its
-        # roundings may repeat as no independent draw does (1,000 f32 copies of 0.1 in a loop: 2.2x the bound)
-        floor = None
-        floored = self.device.reductions == "per-step" or (self.device.reductions == "accumulate" and etype.bits == 32)
-        if floored and steps is None and inst.opcode == "reduce" and etype.kind == "float":
-            floor = repeated_rounding(a, tuple(int(d) for d in inst.attr("dimensions", ())), init, etype.numpy, x)
+        floor = (
+            self._repeated_rounding(inst, etype, a, init, x, steps, accumulation) if inst.opcode == "reduce" else None
+        )
         return local, lambda: linear() + local, deviations, floor
+
+    def _repeated_rounding(self, inst, etype, a, init, x, steps, accumulation) -> np.ndarray | None:
+        """A reduce's own error in its order (with_floor's `floor`). Where the order is the HLO's (per-step:
+        row-major, every step rounded to the type), all of it. Else only where it exceeds the accumulation's own
+        bound (elsewhere the rule allows it already: random residues leave the bound as it was), in XLA:CPU's
+        known orders -- its compiler's tree of windows (`steps`), its loop emitter's row-major order (YNNPACK's f32
+        row sums: none) -- or the largest over representative orders where the device's order is not known
+        (reductions = "accumulate": f32 sums, 16-bit sums accumulated in f32; bound_shared.any_order_rounding)."""
+        if etype.kind != "float":
+            return None
+        dims, dtype, reductions = (
+            tuple(int(d) for d in inst.attr("dimensions", ())),
+            etype.numpy,
+            self.device.reductions,
+        )
+        if reductions == "per-step":
+            return repeated_rounding(a, dims, init, dtype, x)
+        if steps is not None:
+            floor = tree_order_rounding(a, dims, init, dtype, x, self.device.tree_reduction_window)
+        elif in_ynn_order(self.plans.original(inst), reductions, dims):
+            return None  # (YNNPACK's f32 row sums: 16 lanes of short chains, tiles added compensated)
+        elif reductions == "xla-cpu":  # (its loop emitter's order)
+            floor = repeated_rounding(a, dims, init, dtype, x)
+        elif etype.bits <= 32:  # (f64: the shadow's own type, its sums as exact as the shadow's)
+            return any_order_rounding(a, dims, init, dtype, np.float32, x, np.sqrt(accumulation))  # (f32: either way)
+        else:
+            return None
+        floor = np.where(np.abs(floor) > np.sqrt(accumulation), floor, 0.0)
+        return floor if np.any(floor) else None
 
     def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
         """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
