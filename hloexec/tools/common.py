@@ -164,14 +164,19 @@ def parent_parsers() -> Parents:
         "those ready; eager: a run waits for the kernels due, the first for all; never: "
         "op by op",
     )
-    execution.add_argument(
+    add_max_memory_argument(execution)
+    _add_calls_and_spmd(execution)
+    return Parents(common, stages, modules, inputs, execution)
+
+
+def add_max_memory_argument(p: argparse.ArgumentParser) -> None:
+    """--max-memory SIZE: the limit a run's peak (and random inputs) are checked against before anything runs."""
+    p.add_argument(
         "--max-memory",
         metavar="SIZE",
         type=parse_size,
         help="refuse to run above this peak (e.g. 8G); default: MemAvailable",
     )
-    _add_calls_and_spmd(execution)
-    return Parents(common, stages, modules, inputs, execution)
 
 
 def _add_calls_and_spmd(execution: argparse.ArgumentParser) -> None:
