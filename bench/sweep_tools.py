@@ -42,7 +42,7 @@ _WRAPPED = re.compile(
     r"NotImplementedError|OverflowError|RecursionError|StopIteration|LoweringError|TypingError|"
     r"NumbaError)\b"
 )
-_BUG = re.compile(r"a bug|did not compile|not evaluated alone|internal error")
+_BUG = re.compile(r"a bug|did not compile|not evaluated alone|internal error|kernel returned")
 
 
 def default_files() -> list[Path]:
