@@ -52,27 +52,42 @@ def default_files() -> list[Path]:
     return sorted(xla + external + seeds, key=lambda p: p.stat().st_size)
 
 
+def modules_of(path: Path) -> list[str | None]:
+    """The names to pass as --module: [None] for a file of one module (or one that does not parse: the run says
+    why), else each distinct module name."""
+    import hloexec
+
+    try:
+        names = [m.name for m in hloexec.parse(path.read_text(encoding="utf-8", errors="surrogateescape"))]
+    except Exception:  # noqa: BLE001 - the sweep's own runs report it
+        return [None]
+    return [None] if len(names) < 2 else list(dict.fromkeys(names))
+
+
 def jobs(files: list[Path], commands: set[str], device_every: int, limit: str):
     memory = ["--max-memory", limit]
     for i, f in enumerate(files):
         s = str(f)
-        if "compare" in commands:
-            yield s, "compare", ["compare", s, "--reference", "shadow", "--seed", "0", *memory]
-            if device_every and i % device_every == 0:
-                for device in ("tpu", "a100"):
-                    yield (
-                        s,
-                        f"compare-{device}",
-                        ["compare", s, "--reference", "shadow", "--seed", "0", "--device", device, *memory],
-                    )
-        if "numerics" in commands:
-            yield s, "numerics", ["numerics", s, "--seed", "0", *memory]
-        if "diff" in commands:
-            yield s, "diff-self", ["diff", s, s, "--reference", "shadow", "--seed", "0"]
+        for module in modules_of(f):
+            key, pick = (s, []) if module is None else (f"{s}::{module}", ["--module", module])
+            shadow = ["--reference", "shadow", "--seed", "0", *pick, *memory]
+            if "compare" in commands:
+                yield key, "compare", ["compare", s, *shadow]
+                if device_every and i % device_every == 0:
+                    for device in ("tpu", "a100"):
+                        yield key, f"compare-{device}", ["compare", s, *shadow, "--device", device]
+            if "numerics" in commands:
+                yield key, "numerics", ["numerics", s, "--seed", "0", *pick, *memory]
+            if "diff" in commands:
+                yield key, "diff-self", ["diff", s, s, *shadow]
     if "diff" in commands:
         for a, b in PAIRS:
             if (SHARED / a).exists() and (SHARED / b).exists():
-                yield f"{a} {b}", "diff-pair", ["diff", str(SHARED / a), str(SHARED / b), "--reference", "shadow"]
+                yield (
+                    f"{a} {b}",
+                    "diff-pair",
+                    ["diff", str(SHARED / a), str(SHARED / b), "--reference", "shadow", *memory],
+                )
 
 
 def classify(rc: int | None, error_type: str | None, output: str) -> str:
