@@ -251,6 +251,9 @@ def sweep(files, commands, out, seconds, device_every, limit, restart_mb):
 def summary(path: Path) -> None:
     with open(path) as f:
         rows = [dict(zip(FIELDS, ln.split("\t"))) for ln in f.read().splitlines()[1:]]
+    files = {r["file"].split("::")[0] for r in rows if r["command"] != "diff-pair"}
+    modules = {r["file"] for r in rows if r["command"] != "diff-pair"}
+    print(f"{len(files)} files, {len(modules)} modules, {len(rows)} runs")
     counts = Counter((r["command"], r["class"]) for r in rows)
     classes = ["ok", "refused", "unsupported", "timeout", "INTERNAL"]
     print("| command | " + " | ".join(classes) + " | total |")
