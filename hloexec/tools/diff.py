@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -282,7 +283,7 @@ def _divergence_dict(d: Divergence) -> dict:
 def diff(
     a,
     b,
-    inputs_a: list,
+    inputs_a: list | Callable[[], list],
     inputs_b: list | None = None,
     *,
     atol: float | None = None,
