@@ -48,6 +48,9 @@ class ArrayFileError(ExecutionError):
     fit the module: names the file, the array and what was expected."""
 
 
+LIBRARY_MEMORY_ADVICE = "pass max_memory=BYTES to hloexec.load to override"  # (the command line: --max-memory)
+
+
 class MemoryLimitError(ExecutionError):
     """A run refused before it starts: what it needs (`peak`: its peak live bytes, or as `counted` says) exceeds
     what it may use (`limit`, from max_memory when `given`, else MemAvailable)."""
@@ -60,9 +63,9 @@ class MemoryLimitError(ExecutionError):
         given: bool,
         *,
         counted: str = "at its peak (live buffers, inputs included)",
-        advice: str = "pass max_memory=BYTES to hloexec.load to override",
+        advice: str = LIBRARY_MEMORY_ADVICE,
     ):
-        self.peak, self.limit, self.given = peak, limit, given
+        self.peak, self.limit, self.given, self.advice = peak, limit, given, advice
         source = "max_memory" if given else "MemAvailable in /proc/meminfo"
         super().__init__(
             f"{module_name} needs {peak / 2**30:.2f} GiB {counted} but {source} allows "

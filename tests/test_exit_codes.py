@@ -75,6 +75,7 @@ def test_every_command_on_every_kind_of_bad_file(capsys, tmp_path, command, kind
     assert code == want == 2, (code, out, err)
     assert err.startswith("error: ") and "internal error" not in err and "Traceback" not in err, err
     assert SAYS[kind] in err, err
+    assert "hloexec.load" not in err, err  # the command line's --max-memory, not the library's max_memory=
     # the file (diff: and its role, A or B), else (memory: by the module's name) what in it
     assert path.name in err or kind == "too big", err
     assert command != "diff" or kind == "missing" or f"A ({path}): " in err or f"A: {path}:" in err, err
@@ -167,3 +168,39 @@ def test_odd_flag_values_exit_2_with_a_message(capsys, tmp_path, name):
     code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo", d=tmp_path) for a in argv])
     assert code == 2 and "error:" in err and "internal error" not in err and "Traceback" not in err, (code, err)
     assert says in err, err
+
+
+HUGE_AND_INVALID = """HloModule huge_invalid
+
+ENTRY e {
+  p = f32[2147483648] parameter(0)
+  ROOT r = f32[2147483648] frobnicate(p)
+}
+"""
+PEAK_TOO_BIG = """HloModule peak_big
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT r = f32[4,1000000000] broadcast(p), dimensions={0}
+}
+"""
+
+
+@pytest.mark.parametrize("command", ["diff", "minimize"])
+@pytest.mark.parametrize("module, options, says", [
+    (HUGE_AND_INVALID, [], "frobnicate"), (PEAK_TOO_BIG, ["--max-memory", "1G"], "peak_big needs")],
+    ids=["invalid instruction", "peak past --max-memory"])
+def test_diff_and_minimize_prepare_before_drawing_inputs(capsys, tmp_path, monkeypatch, command, module, options,
+                                                         says):
+    """An 8.6 GB parameter took minutes to draw before the module was refused: the modules are prepared and
+    their peaks checked first, and a refused module draws nothing."""
+    import hloexec.tools.common as common
+
+    drawn = []
+    monkeypatch.setattr(common, "random_inputs", lambda module, *a, **k: drawn.append(module.name) or 1 / 0)
+    path = tmp_path / "m.hlo"
+    path.write_text(module)
+    argv = COMMANDS[command] + options
+    code, out, err = cli(capsys, [a.format(f=path, d=tmp_path) for a in argv])
+    assert code == 2 and err.startswith("error: ") and says in err and "hloexec.load" not in err, (out, err)
+    assert drawn == []

@@ -88,6 +88,16 @@ ALL_TO_ALL_UNEVEN = (
     "HloModule a2a, num_partitions=3\n\nENTRY e {\n  p = f32[4,2] parameter(0)\n"
     "  ROOT a = f32[4,2] all-to-all(p), channel_id=1, replica_groups={{0,1,2}}, dimensions={0}\n}\n"
 )
+# the corpus's u4_all_gather_1x8 (no header, no replica groups): a result gathered from 8 participants run as one
+# came out as the runner's "kernel returned u4[4,2], expected u4[4,16]", not saying the group is too small
+ALL_GATHER_OF_EIGHT = _entry("p = u4[4,2] parameter(0)", "ROOT g = u4[4,16] all-gather(p), dimensions={1}").decode()
+# the corpus's hlo_extractor_test: rng-bit-generator of an f32 state (XLA:CPU cannot compile it; it runs the file
+# because its simplifier drops the generator): the kernel returned a u64 state ("kernel returned uint64[4], expected
+# f32[4]" in checked runs: numerics, compare --reference shadow); a u64[1] state was an IndexError
+RNG_OF_F32_STATE = _entry(
+    "s = f32[4] parameter(0)", "ROOT r = (f32[4], u32[8]) rng-bit-generator(s), algorithm=rng_default").decode()
+RNG_OF_ONE_WORD = _entry(
+    "s = u64[1] parameter(0)", "ROOT r = (u64[1], u32[8]) rng-bit-generator(s), algorithm=rng_three_fry").decode()
 # entry parameters numbered 4294967296 and 1: `diff` looked its inputs up by number (IndexError); `run` took
 # them in sorted order. XLA numbers a computation's parameters 0..N-1, once each.
 PARAMETER_NUMBER_GAP = _entry(
@@ -102,6 +112,13 @@ COMMAND_CASES = {
         ["run", "{f}"], PARAMETER_NUMBER_GAP, ":2:3: in %a: parameter number 4294967296: computation %e has 2"),
     "run --spmd: all-to-all of a dimension its group does not divide": (
         ["run", "{f}", "--spmd"], ALL_TO_ALL_UNEVEN, "%a: dimension 0 of [[4, 2]] does not split into 3 blocks"),
+    "compare --reference shadow: all-gather of a group larger than the run's": (
+        ["compare", "{f}", "--reference", "shadow"], ALL_GATHER_OF_EIGHT,
+        "gathers from a group of 8 participants, this run's group has 1"),
+    "numerics: rng-bit-generator of an f32 state": (
+        ["numerics", "{f}"], RNG_OF_F32_STATE, "rng-bit-generator of a state f32[4]: XLA's algorithms take u64"),
+    "compare --reference shadow: rng-bit-generator of one state word": (
+        ["compare", "{f}", "--reference", "shadow"], RNG_OF_ONE_WORD, "rng-bit-generator of a state u64[1]"),
 }
 
 

@@ -518,3 +518,35 @@ def test_a_top_k_is_bounded_as_a_sort_and_a_changed_value_is_caught():
     out = verdict.outputs[0]
     [bumped_verdict] = [c for c in out.candidates if c.name == "bumped"]
     assert bumped_verdict.unbounded == 0 and bumped_verdict.bound_violations == 1
+
+
+def test_a_dot_of_bf16_by_s4_weights_is_bounded_and_a_change_is_caught():
+    """A dot of bf16 activations by s4 weights (the corpus's hlo_to_mhlo auto_layout modules): its bound's compiled
+    passes were handed ml_dtypes' int4 array, a Numba TypingError (an internal error in compare --reference shadow
+    and numerics). Integer operands are read as float64, exactly: the exact product rounded once to bf16 is
+    consistent, the same with one element moved 3x its bound from the exact value is not."""
+    import ml_dtypes
+    text = """HloModule int4_weights
+ENTRY e {
+  a = bf16[16,64] parameter(0)
+  w = s4[64,8] parameter(1)
+  ROOT d = bf16[16,8] dot(a, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    r = np.random.default_rng(3)
+    a = r.standard_normal((16, 64)).astype(ml_dtypes.bfloat16)
+    w = r.integers(-8, 8, (64, 8)).astype(ml_dtypes.int4)
+    exact = a.astype(np.float64) @ w.astype(np.float64)
+    right = [exact.astype(ml_dtypes.bfloat16)]
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [a, w], {"right": right})
+    bound = np.asarray(run.bounds[verdict.device].bounds[0], np.float64).reshape(exact.shape)
+    assert verdict.consistent("right") and np.all(bound > 0)
+    k = (5, 3)
+    off = [right[0].copy()]
+    off[0][k] = ml_dtypes.bfloat16(exact[k] + 3 * bound[k] * np.sign(exact[k]))
+    assert abs(float(off[0][k]) - exact[k]) > 2 * bound[k]
+    verdict, _ = judge_run(exe, [a, w], {"right": right, "off": off})
+    assert verdict.consistent("right") and not verdict.consistent("off")
+    [w_] = [w_ for o in verdict.outputs for c in o.candidates if c.name == "off" for w_ in c.worst]
+    assert w_.index == k

@@ -191,15 +191,38 @@ def _dimension(inst) -> int:
 def all_gather(inst, ctx):
     dim = _dimension(inst)
     gathered = [o.shape.rank > dim for o in inst.operands]
+    needs = _gathered_group_sizes(inst, dim, gathered)
 
     def run(*xs):
         group = participants(inst, ctx.device)
+        if needs and needs != {len(group)}:
+            raise ExecutionError(
+                f"%{inst.name}: its shape {inst.shape.to_text(layout=False)} gathers from a group of "
+                f"{' or '.join(map(str, sorted(needs)))} participants, this run's group has {len(group)}: run every "
+                f"participant (--spmd, with --replicas / --partitions if the module's header does not say them)"
+            )
         sends = tuple(x for x, g in zip(xs, gathered) if g)
         got = iter(zip(*ctx.device.communicator.exchange(inst, {d: sends for d in group}, group)))
         outs = tuple(np.concatenate(next(got), axis=dim) if g else x for x, g in zip(xs, gathered))
         return _start_form(inst, xs, outs)
 
     return run
+
+
+def _gathered_group_sizes(inst, dim: int, gathered: list[bool]) -> set[int]:
+    """The group sizes the written result implies: each gathered result's dimension `dim` over its operand's
+    (XLA's shape rule makes them equal to the group's size); empty where the shapes do not line up."""
+    shape = inst.shape
+    if inst.opcode == "all-gather-start" and shape.is_tuple and len(shape.tuple_shapes) >= 2:
+        shape = shape.tuple_shapes[1]
+    results = list(shape.tuple_shapes) if shape.is_tuple else [shape]
+    if len(results) != len(inst.operands):
+        return set()
+    return {
+        r.dims[dim] // o.shape.dims[dim]
+        for o, r, g in zip(inst.operands, results, gathered)
+        if g and not r.is_tuple and r.rank > dim and o.shape.dims[dim] and r.dims[dim] % o.shape.dims[dim] == 0
+    }
 
 
 def _check_split(inst, xs, dim: int, n: int) -> None:

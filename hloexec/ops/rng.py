@@ -199,6 +199,20 @@ def prepare_rng_bit_generator(inst, ctx):
     dims, dt = tuple(dshape.dims), dshape.dtype
     if dt.itemsize * 8 not in (8, 16, 32, 64):
         raise UnsupportedError(f"rng-bit-generator of {dshape.element_type.name}", inst)
+    state = inst.operands[0].shape if len(inst.operands) == 1 else None
+    if state is None or not state.is_array or state.dtype != _U64 or state.rank != 1 or state.dims[0] < 2:
+        # Refused when it runs, not here: XLA:CPU runs a module whose generator is dead (its compile drops it).
+        written = state.to_text(layout=False) if state is not None else f"{len(inst.operands)} operands"
+        refusal = UnsupportedError(
+            f"rng-bit-generator of a state {written}: XLA's algorithms take u64[n >= 2] (XLA:CPU does not compile "
+            "another)",
+            inst,
+        )
+
+        def refuse(*operands):
+            raise refusal
+
+        return refuse
 
     def kernel(state):
         return rng_bit_generator(alg, state, dims, dt)

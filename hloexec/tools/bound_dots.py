@@ -170,6 +170,8 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
     upper = UpperDot(inst, contracted)
     ea, eb = _error(bounds, a), _error(bounds, b)
+    # an integer operand (bf16 x s4 weights) as float64, exactly: the compiled passes type no ml_dtypes int4
+    a, b = (o if o.dtype.kind in "fc" else o.astype(np.float64) for o in (a, b))
     # the operands' squares and bounds' squares as float32 terms, each operand's least relative error (0: none)
     (a2, ea2, relative_a), (b2, eb2, relative_b) = squared_terms(a, ea, contracted), squared_terms(b, eb, contracted)
     # the operands' errors, independent across the contraction: sum_k a^2 e_b^2, sum_k e_a^2 b^2 (empty: none)

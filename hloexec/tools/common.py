@@ -24,6 +24,7 @@ from ..errors import (
     ElidedConstantWarning,
     ExecutionError,
     HloParseError,
+    LIBRARY_MEMORY_ADVICE,
     MemoryLimitError,
     OptionError,
     UnsupportedError,
@@ -164,14 +165,19 @@ def parent_parsers() -> Parents:
         "those ready; eager: a run waits for the kernels due, the first for all; never: "
         "op by op",
     )
-    execution.add_argument(
+    add_max_memory_argument(execution)
+    _add_calls_and_spmd(execution)
+    return Parents(common, stages, modules, inputs, execution)
+
+
+def add_max_memory_argument(p: argparse.ArgumentParser) -> None:
+    """--max-memory SIZE: the limit a run's peak (and random inputs) are checked against before anything runs."""
+    p.add_argument(
         "--max-memory",
         metavar="SIZE",
         type=parse_size,
         help="refuse to run above this peak (e.g. 8G); default: MemAvailable",
     )
-    _add_calls_and_spmd(execution)
-    return Parents(common, stages, modules, inputs, execution)
 
 
 def _add_calls_and_spmd(execution: argparse.ArgumentParser) -> None:
@@ -462,8 +468,11 @@ def error_message(e: BaseException, path: str | None = None) -> str:
         return f"{e.filename}: {e.strerror or e}"
     if type(e).__name__ == "XlaCpuError":
         return f"XLA:CPU ({getattr(e, 'stage', '?')}): {getattr(e, 'message', e)}"  # not imported: jax at startup
+    message = str(e)
+    if isinstance(e, MemoryLimitError) and e.advice == LIBRARY_MEMORY_ADVICE:  # said as the command line's option
+        message = message.replace(LIBRARY_MEMORY_ADVICE, "--max-memory SIZE overrides")
     if isinstance(e, (UnsupportedError, ExecutionError)) and not isinstance(e, ArrayFileError) and path is not None:
-        return f"{path}: {e}"
+        return f"{path}: {message}"
     if isinstance(e, KNOWN_ERRORS):
-        return str(e)
+        return message
     return f"{type(e).__name__}: {e}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -282,7 +283,7 @@ def _divergence_dict(d: Divergence) -> dict:
 def diff(
     a,
     b,
-    inputs_a: list,
+    inputs_a: list | Callable[[], list],
     inputs_b: list | None = None,
     *,
     atol: float | None = None,
@@ -292,9 +293,12 @@ def diff(
     reductions: str = "accumulate",
     device=None,
     reference: str | None = None,
+    max_memory: int | None = None,
 ) -> DiffReport:
     """Run modules `a` and `b` (Modules) on the same inputs (`inputs_b`: B's own, when they differ) with taps on
-    their paired values and find the first divergences. `zoom`: fusions paired with fusions run compiled and
+    their paired values and find the first divergences. `inputs_a` may be a function making the inputs: it is
+    called once both modules are prepared and their peaks fit `max_memory` (None: MemAvailable), so a module
+    refused draws nothing. `zoom`: fusions paired with fusions run compiled and
     are diffed op by op only where they change first (False: everything op by op). `reductions`: how both
     round their sums, `device`: the device profile both run under (Executable's options). `reference="shadow"`:
     each first divergence and change is also judged by both sides' error bounds (diff_bounds.py)."""
@@ -314,8 +318,14 @@ def diff(
     executables = []
     for side, module, closed in (("A", a, plan.closed[0]), ("B", b, plan.closed[1])):
         with side_errors(side, module.path or f"module {module.name}"):
-            executables.append(Executable(module, use_numba=bool(closed), reductions=reductions, device=device))
+            exe = Executable(
+                module, use_numba=bool(closed), reductions=reductions, device=device, max_memory=max_memory
+            )
+            exe.check_memory()
+            executables.append(exe)
     exe_a, exe_b = executables
+    if callable(inputs_a):
+        inputs_a = inputs_a()
     run = _Lockstep(m, plan, atol, rtol, pending_budget)
     run.run(exe_a, exe_b, inputs_a, inputs_b if inputs_b is not None else inputs_a)
     report = _report(m, plan, run)

@@ -178,12 +178,14 @@ def _inconsistent_with_shadow(text: str, inputs: list, device=None) -> bool:
 
 
 class _Minimizer:
-    def __init__(self, module: Module, inputs: list, check, retries: int, report, device=None):
+    def __init__(self, module: Module, inputs, check, retries: int, report, device=None, max_memory=None):
         from .. import ops  # noqa: F401  (fills the op registry; the executor: not at startup)
         from ..exec.executor import Executable
 
-        self.module, self.inputs, self.check, self.retries, self.report = module, inputs, check, retries, report
-        self.exe = Executable(module, device=device)
+        self.module, self.check, self.retries, self.report = module, check, retries, report
+        self.exe = Executable(module, device=device, max_memory=max_memory)
+        self.exe.check_memory()
+        self.inputs = inputs() if callable(inputs) else inputs
         self.graph = ValueGraph(module)
         self.values: dict[int, object] = {}
         self.by_id = {id(i): i for i in module.entry.instructions}
@@ -224,11 +226,15 @@ class _Minimizer:
         return self.build(c)[0].instruction_count
 
 
-def minimize(module: Module, inputs: list, check, retries: int = 1, report=None, device=None) -> MinimizeResult:
+def minimize(
+    module: Module, inputs, check, retries: int = 1, report=None, device=None, max_memory: int | None = None
+) -> MinimizeResult:
     """Shrink `module` (its entry computation) while `check(text, inputs)` holds; see the module docstring.
-    `device`: the device profile the module's values are computed under (None: reference)."""
+    `device`: the device profile the module's values are computed under (None: reference). `inputs` may be a
+    function making them: called once the module is prepared and its peak fits `max_memory` (None:
+    MemAvailable), so a module refused draws nothing."""
     say = report or (lambda message: None)
-    mz = _Minimizer(module, inputs, check, retries, say, device)
+    mz = _Minimizer(module, inputs, check, retries, say, device, max_memory)
     root = module.entry.root
     c = Candidate(list(root.operands) if root.opcode == "tuple" else [root])
     original = mz.size(c)

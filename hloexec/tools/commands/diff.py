@@ -11,6 +11,7 @@ from ..common import (
     EXIT_OK,
     JSON_VERSION,
     UsageError,
+    add_max_memory_argument,
     add_subparser,
     inputs_text,
     module_inputs,
@@ -40,6 +41,7 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("--stage-b", metavar="STAGE", help="B's stage when B is a dump directory (default: --stage)")
     tolerance_options(p)
     add_device_argument(p)
+    add_max_memory_argument(p)
     p.add_argument(
         "--reference",
         choices=["shadow"],
@@ -66,20 +68,26 @@ def run(args) -> int:
         with side_errors(side, path):
             parsed, _ = parse_module_file(path)
             modules.append(select_module(parsed, args.module, path))
-    with side_errors("A", args.a):  # the inputs are made for A's parameters (B's are the same)
-        inputs, inputs_info = module_inputs(modules[0], args)
+    drawn = {}
+
+    def draw() -> list:  # once both modules are prepared: an invalid or too big module draws nothing
+        with side_errors("A", args.a):  # the inputs are made for A's parameters (B's are the same)
+            inputs, drawn["info"] = module_inputs(modules[0], args)
+        return inputs
+
     start = time.perf_counter()
     try:
         report = diff(
             modules[0],
             modules[1],
-            inputs,
+            draw,
             atol=args.atol,
             rtol=args.rtol,
             zoom=not args.no_zoom,
             reductions=args.reductions,
             device=device_option(args.device, modules[0]),
             reference=args.reference,
+            max_memory=args.max_memory,
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -92,7 +100,7 @@ def run(args) -> int:
                 "version": JSON_VERSION,
                 "a": described[0],
                 "b": described[1],
-                "inputs": inputs_info,
+                "inputs": drawn["info"],
                 "seconds": seconds,
                 **report.to_dict(),
             }

@@ -5,7 +5,16 @@ from __future__ import annotations
 import sys
 
 from ..arrays import flatten
-from ..common import EXIT_OK, JSON_VERSION, UsageError, add_subparser, load_module, module_inputs, print_json
+from ..common import (
+    EXIT_OK,
+    JSON_VERSION,
+    UsageError,
+    add_max_memory_argument,
+    add_subparser,
+    load_module,
+    module_inputs,
+    print_json,
+)
 from ..devices import add_device_argument, device_option
 from ..minimize import Check, minimize
 from ..xla_cpu import save_arrays
@@ -32,17 +41,24 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
     add_device_argument(p)
+    add_max_memory_argument(p)
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     """`hloexec minimize FILE --check CHECK -o OUT.hlo`."""
     module, _ = load_module(args)
-    inputs, inputs_info = module_inputs(module, args)
+    drawn = {}
+
+    def draw() -> list:  # once the module is prepared: an invalid or too big module draws nothing
+        inputs, drawn["info"] = module_inputs(module, args)
+        return inputs
+
     say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
     device = device_option(args.device, module)
+    check = Check(args.check, args.timeout, device)
     try:
-        result = minimize(module, inputs, Check(args.check, args.timeout, device), args.retries, say, device)
+        result = minimize(module, draw, check, args.retries, say, device, args.max_memory)
     except ValueError as e:
         raise UsageError(str(e)) from None
     inputs_out = args.inputs_out or (args.out[:-4] if args.out.endswith(".hlo") else args.out) + ".npz"
@@ -57,7 +73,7 @@ def run(args) -> int:
                 "file": args.file,
                 "module": module.name,
                 "check": args.check,
-                "inputs": inputs_info,
+                "inputs": drawn["info"],
                 "out": args.out,
                 "inputs_out": inputs_out,
                 **result.to_dict(),
