@@ -173,12 +173,14 @@ def _part_rounding(part, variance, opcode, etype) -> np.ndarray:
     |part| plus the bound before it, none where that bound is 0 and the part is of the type): its largest error."""
     shape = np.shape(part)
     own = np.empty(shape)
+    rule = rounding_rule(etype, opcode)
+    assert rule is not None  # (a complex value's parts are f32 or f64)
     round_bounds(
         np.ravel(np.ascontiguousarray(part, np.float64)),
         np.ravel(np.broadcast_to(variance, shape)).astype(np.float64),
         np.empty(0),
         own.reshape(-1),
         np.empty(np.size(part)),
-        *rounding_rule(etype, opcode),
+        *rule,
     )
     return own * (math.sqrt(3) / SIGMAS)  # (round_bounds' own error is SIGMAS sigmas of a uniform one)

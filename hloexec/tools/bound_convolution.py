@@ -89,21 +89,21 @@ def convolution_bounds(bounds, inst, orig, x, operands, kernel=None, etype=None)
     a, b = operands
     product = kernel or bounds._kernel(inst)
 
-    def kernel(*args):  # (a complex convolution's on real terms: complex values, their imaginary parts 0)
+    def real_kernel(*args):  # (a complex convolution's on real terms: complex values, their imaginary parts 0)
         return np.real(product(*args))
 
     etype = etype or orig.shape.element_type
     ea, eb = bounds.of(a), bounds.of(b)
     a2, b2 = squared_magnitude(a), squared_magnitude(b)  # (a complex one's: its parts' squares, |a|^2)
-    variance = kernel(a2, np.square(eb)) + kernel(np.square(ea), b2)
+    variance = real_kernel(a2, np.square(eb)) + real_kernel(np.square(ea), b2)
     shared = np.abs(product(a, np.full(b.shape, np.min(eb, initial=0.0)))) + np.abs(
         product(np.full(a.shape, np.min(ea, initial=0.0)), b)
     )
     # (a complex one's parts sum 2K real products each, as a complex dot's: tools/bound_dots.py)
-    count = kernel(np.ones(a.shape), np.ones(b.shape)) * (2 if np.iscomplexobj(x) else 1)
+    count = real_kernel(np.ones(a.shape), np.ones(b.shape)) * (2 if np.iscomplexobj(x) else 1)
     u_acc = 2.0 ** -SIGNIFICAND.get(widest(etype.name, "f32"), 53)
-    arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (kernel(a2, b2) + squared_magnitude(x))
+    arithmetic = np.square(SIGMAS * u_acc / np.sqrt(3)) * count * (real_kernel(a2, b2) + squared_magnitude(x))
     bound, own = bounds._round(orig, x, np.square(np.sqrt(variance) + shared) + arithmetic, "dot", etype=etype)
     bounds._put(x, bound)
     local = np.sqrt(arithmetic + np.square(own))
-    return local, lambda: kernel(np.abs(a), eb) + kernel(ea, np.abs(b) + eb) + local
+    return local, lambda: real_kernel(np.abs(a), eb) + real_kernel(ea, np.abs(b) + eb) + local
