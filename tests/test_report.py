@@ -241,16 +241,32 @@ def test_report_of_an_spmd_module_whose_shadow_is_refused_has_the_rest(tmp_path,
 
 def test_report_with_an_infinite_local_error_draws_its_graph(tmp_path, capsys):
     """An f16 product that overflows where the exact one is finite: an infinite local error (the GPT seed's random
-    inputs make some), drawn as the largest in the dataflow picture."""
+    inputs make some), drawn as the largest in the dataflow picture. Here 255.875 + 0.0625 rounds (a tie, to even)
+    to 256, whose square overflows f16, while the exact 255.9375^2 = 65504.0 - 0.004 rounds to f16's largest."""
     hlo = tmp_path / "over.hlo"
     hlo.write_text("HloModule over\n\nENTRY e {\n  p = f16[4] parameter(0)\n  q = f16[4] parameter(1)\n"
-                   "  m = f16[4] multiply(p, q)\n  ROOT s = f16[4] add(m, q)\n}\n")
-    np.savez(tmp_path / "in.npz", arg0=np.full(4, 300, np.float16), arg1=np.array([300, 1, 2, 3], np.float16))
+                   "  a = f16[4] add(p, q)\n  m = f16[4] multiply(a, a)\n  ROOT s = f16[4] add(m, q)\n}\n")
+    np.savez(tmp_path / "in.npz", arg0=np.array([255.875, 1, 2, 3], np.float16),
+             arg1=np.array([0.0625, 1, 2, 3], np.float16))
     code, text, err = report(capsys, hlo, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "r.html", "--json")
     assert code in (0, 1), err
     nodes = {n["name"]: n["local_ulps"] for n in json.loads(text)["graph"]["nodes"]}
     assert nodes["m"] == float("inf") or nodes["m"] == "inf"
     assert "<svg" in (tmp_path / "r.html").read_text()
+
+
+def test_an_overflow_the_exact_value_makes_too_is_no_error_in_the_verdict_nor_in_numerics(tmp_path, capsys):
+    """300 x 300 = 90,000 is past f16's range: inf is every correct f16 result's (the verdict's element errors),
+    and numerics, following the verdict, names no instruction beyond its bound for it."""
+    hlo = tmp_path / "over.hlo"
+    hlo.write_text("HloModule over\n\nENTRY e {\n  p = f16[4] parameter(0)\n  q = f16[4] parameter(1)\n"
+                   "  m = f16[4] multiply(p, q)\n  ROOT s = f16[4] add(m, q)\n}\n")
+    np.savez(tmp_path / "in.npz", arg0=np.full(4, 300, np.float16), arg1=np.array([300, 1, 2, 3], np.float16))
+    code, text, err = report(capsys, hlo, "--inputs", tmp_path / "in.npz", "-o", tmp_path / "r.html", "--json")
+    data = json.loads(text)
+    assert code == 0, err
+    assert data["verdict"]["consistent"] and data["numerics"]["beyond_bound"] == []
+    assert data["numerics"]["nonfinite"]["origins"][0]["name"] == "m"  # (still where the infinity was made)
 
 
 def test_report_of_a_module_hloexec_cannot_run_is_a_clear_error(tmp_path, capsys):

@@ -22,7 +22,7 @@ from .bound_plans import KernelCache
 from .bounds import ErrorBounds, _float, _leaves
 from .compare import dtype_name
 from .nonfinite import NonfiniteReport, NonfiniteTracker, StopRun
-from .verdict import RULE, allowed_error, error_stats
+from .verdict import RULE, allowed_error, element_errors, error_stats
 
 # the shadow runs' names, imported from here before they had a module of their own
 from .shadow_runs import (
@@ -234,9 +234,9 @@ def _bound_ratio(bounds, program_value, shadow_value) -> float | None:
     for low, high in zip(_leaves(program_value), _leaves(shadow_value)):
         if not _float(high) or not isinstance(low, (np.ndarray, np.generic)) or np.shape(low) != np.shape(high):
             continue
-        exact = np.asarray(high, np.float64)
-        with np.errstate(all="ignore"):
-            error = np.abs(np.asarray(low, np.float64) - exact)
+        exact = np.asarray(high)
+        with np.errstate(all="ignore"):  # (the verdict's errors: an infinity the exact value rounds to is none)
+            error, _ = element_errors(np.asarray(low), exact)
             ratio = error / allowed_error(bounds.of(high), np.abs(exact), np.asarray(low).dtype, RULE)
         judged = np.isfinite(exact) & ~bounds.decided_of(high) & ~np.isnan(ratio)
         if judged.any():

@@ -161,7 +161,7 @@ def error_stats(values, shadow) -> Errors:
     if not is_float(values.dtype) and values.dtype.kind != "c":
         return Errors(mismatches=int(np.count_nonzero(values != shadow)))
     scale, ulp = _scale(shadow, values.dtype)
-    e, bad = _element_errors(values, shadow)
+    e, bad = element_errors(values, shadow)
     return _summary(e, bad, scale, ulp)
 
 
@@ -232,7 +232,7 @@ def _judge_output(
     if not (is_float(dtype) or dtype.kind == "c"):
         return _judge_discrete_output(out, candidates, shadow, baseline)
     out.scale, out.ulp = _scale(shadow, dtype)
-    e_b, bad_b = _element_errors(baseline, shadow)
+    e_b, bad_b = element_errors(baseline, shadow)
     out.baseline = _summary(e_b, bad_b, out.scale, out.ulp)
     rms_b = out.baseline.rms_rel * out.scale
     magnitude = np.where(np.isfinite(shadow), np.abs(shadow), 0.0)
@@ -271,7 +271,7 @@ def _judge_output(
         bounded = judged is not None
         if bounded and own is not None:  # judged only where `own` holds a bound
             bound, decided = own
-        e_c, bad_c = _element_errors(c, shadow)
+        e_c, bad_c = element_errors(c, shadow)
         errors = _summary(e_c, bad_c, out.scale, out.ulp)
         reasons = []
         rms_c = errors.rms_rel * out.scale
@@ -389,7 +389,7 @@ def _scale(shadow: np.ndarray, dtype) -> tuple[float, float]:
     return max(scale, float(info.tiny)), float(ulp_at(scale, dtype))
 
 
-def _element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def element_errors(x: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(|x - shadow| in f64, with 0 where both are the same non-finite value or x is the infinity the exact value
     rounds to in x's type (beyond its largest value: every correct result overflows there); where x is
     non-finite and the shadow is not, or they are different non-finite values)."""
