@@ -1,7 +1,6 @@
 """The bounds' compiled rules (hloexec/kernels/bound_rules.py) against numpy forms of the same formulas, written
 here from the rules' documentation (tools/bounds.py `_round`, tools/bound_samples.calibrate, ErrorBounds._sample):
 random data with infinities, NaN, zeros, subnormals and values of the types mixed in."""
-
 from __future__ import annotations
 
 import math
@@ -79,37 +78,25 @@ def _compiled_round(x, variance, at, dtype, opcode_kind, precision_bits=None, ou
     info = ml_dtypes.finfo(dtype)
     own, bound = np.empty(x.shape), np.empty(x.shape, out_dtype)
     precision = 0.0 if precision_bits is None else SIGMAS / np.sqrt(3) * 2.0 ** -(precision_bits + 1)
-    round_bounds(
-        x,
-        variance,
-        np.empty(0) if at is None else at,
-        own,
-        bound,
-        int(info.nmant),
-        float(info.tiny),
-        float(HALF_ULPS),
-        int(np.finfo(np.float32).nmant),
-        float(np.finfo(np.float32).tiny),
-        float(WIDE_ULPS) if opcode_kind == "transcendental" else 0.0,
-        precision,
-        opcode_kind == "elementwise",
-        float(info.max),
-        bool(np.isinf(np.asarray(np.inf).astype(dtype))),
-        float(CAP),
-    )
+    round_bounds(x, variance, np.empty(0) if at is None else at, own, bound, int(info.nmant), float(info.tiny),
+                 float(HALF_ULPS), int(np.finfo(np.float32).nmant), float(np.finfo(np.float32).tiny),
+                 float(WIDE_ULPS) if opcode_kind == "transcendental" else 0.0, precision,
+                 opcode_kind == "elementwise", float(info.max),
+                 bool(np.isinf(np.asarray(np.inf).astype(dtype))), float(CAP))
     return bound, own
 
 
-@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, ml_dtypes.float8_e4m3fn])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
+                                   ml_dtypes.float8_e4m3fn])
 @pytest.mark.parametrize("kind", ["elementwise", "transcendental", "sum", "reduce-precision", "at"])
 def test_round_bounds_is_the_numpy_rule(dtype, kind, passes):
     rng = np.random.default_rng(7)
     n = 20000
     x = _awkward(rng, n, dtype)
     if dtype == np.float32:
-        x = x.astype(np.float32)  # (a narrowed shadow's values)
+        x = x.astype(np.float32)                    # (a narrowed shadow's values)
     variance = np.square(_awkward(rng, n, dtype))
-    variance[rng.random(n) < 0.3] = 0.0  # exact operands
+    variance[rng.random(n) < 0.3] = 0.0             # exact operands
     at = np.abs(_awkward(rng, n, dtype)) if kind == "at" else None
     bits = 5 if kind == "reduce-precision" else None
     with np.errstate(all="ignore"):
@@ -119,7 +106,7 @@ def test_round_bounds_is_the_numpy_rule(dtype, kind, passes):
     np.testing.assert_array_equal(bound, want_bound)
     narrow, _ = _compiled_round(x, variance, at, dtype, kind, bits, out_dtype=np.float32)
     np.testing.assert_array_equal(narrow, want_bound.astype(np.float32))
-    if kind == "elementwise":  # the exemption happened, and not everywhere
+    if kind == "elementwise":                       # the exemption happened, and not everywhere
         assert 0 < np.count_nonzero(own == 0) < n
 
 
@@ -159,7 +146,7 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
 @pytest.mark.parametrize("case", ["loose", "short", "specials", "nonfinite-samples", "few"])
 def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
     rng = np.random.default_rng(11)
-    shape = (37, 300)  # blocks cross rows; a shorter last block
+    shape = (37, 300)                               # blocks cross rows; a shorter last block
     bound = np.abs(rng.standard_normal(shape)).astype(bound_dtype)
     deviations = (rng.standard_normal((4, *shape)) * (0.01 if case == "loose" else 1.0)).astype(np.float32)
     deviations[:, rng.random(shape) < 0.05] = 0.0
@@ -170,7 +157,7 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
         flat[picks[100:200]] = 0.0
         flat[picks[200:300]] = np.nan
         flat[picks[300:]] = 1e-30 if bound_dtype == np.float32 else 1e-300
-        deviations.reshape(4, -1)[:, picks[:100]] = np.inf  # (beyond an infinite bound: not judged)
+        deviations.reshape(4, -1)[:, picks[:100]] = np.inf     # (beyond an infinite bound: not judged)
     if case == "nonfinite-samples":
         deviations[1, 3, 4] = np.nan
     if case == "few":
@@ -184,7 +171,7 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
             # (equal but for the last bits: the samples' float32 squares are summed in another order than einsum's)
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
             assert np.array_equal(np.isnan(got), np.isnan(want))
-    if case in ("loose", "short"):  # the rule acted (divided / raised somewhere)
+    if case in ("loose", "short"):                  # the rule acted (divided / raised somewhere)
         assert not np.array_equal(calibrate(bound, deviations, ceiling), bound)
 
 
@@ -203,7 +190,7 @@ def test_calibration_cuts_a_lone_tight_element_below_sigmas_no_more_often_than_f
     below = np.mean(calibrate(bound, deviations)[:, 0] < SIGMAS)
     today = 1 - math.exp(-0.5) * 1.5
     assert below <= today + 3 * math.sqrt(today * (1 - today) / blocks)
-    assert below > 0  # (the statistic is one element's: it can be fooled)
+    assert below > 0                                # (the statistic is one element's: it can be fooled)
     tight = np.full((blocks, CALIBRATION_BLOCK), SIGMAS)
     assert np.all(calibrate(tight, deviations) >= SIGMAS)
 
@@ -211,7 +198,7 @@ def test_calibration_cuts_a_lone_tight_element_below_sigmas_no_more_often_than_f
 def test_block_ratios_counts_and_tail(passes):
     bound = np.ones(2 * CALIBRATION_BLOCK + 3)
     deviations = np.zeros((4, bound.size), np.float32)
-    deviations[:, -1] = 2.0  # 4 x 4 / 1 in the last (3-element) block
+    deviations[:, -1] = 2.0                          # 4 x 4 / 1 in the last (3-element) block
     largest, total, counted, seen, unjudged = block_ratios(deviations, bound, CALIBRATION_BLOCK)
     assert list(counted) == [CALIBRATION_BLOCK, CALIBRATION_BLOCK, 3] and seen == bound.size and not unjudged
     assert list(largest) == [0, 0, 16.0] and list(total) == [0, 0, 16.0]
@@ -247,32 +234,20 @@ class _Dot:
         return self.dims.get(name, default)
 
 
-@pytest.mark.parametrize(
-    "dims, lhs, rhs",
-    [
-        (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (5, 7), (7, 3)),
-        (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(1,)), (7, 5), (3, 7)),
-        (
-            dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)),
-            (2, 5, 7),
-            (2, 7, 3),
-        ),
-        (
-            dict(
-                lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)
-            ),
-            (2, 4, 3, 6),
-            (3, 6, 4, 2),
-        ),
-        (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (7,), (7, 4)),
-    ],
-)
+@pytest.mark.parametrize("dims, lhs, rhs", [
+    (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (5, 7), (7, 3)),
+    (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(1,)), (7, 5), (3, 7)),
+    (dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)),
+     (2, 5, 7), (2, 7, 3)),
+    (dict(lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)),
+     (2, 4, 3, 6), (3, 6, 4, 2)),
+    (dict(lhs_contracting_dims=(0,), rhs_contracting_dims=(0,)), (7,), (7, 4)),
+])
 def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
     """along_contraction's sums and least bounds, as the dot rule combines them (|sums_a[b, m]| least_b[b, n] in the
     output's (batch, lhs free, rhs free) order), against the dot itself of the values with the other side's bound
     at its smallest along the contraction, broadcast back (an einsum here)."""
     from hloexec.tools.bound_shared import along_contraction
-
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
     ea, eb = np.abs(rng.standard_normal(lhs)), np.abs(rng.standard_normal(rhs))
@@ -283,11 +258,8 @@ def test_a_dots_shared_part_is_the_dot_with_the_least_bound(dims, lhs, rhs):
     for i, j in zip(dims["lhs_contracting_dims"], dims["rhs_contracting_dims"]):
         lb[j] = la[i]
     batch = [la[i] for i in dims.get("lhs_batch_dims", ())]
-    out = (
-        batch
-        + [la[i] for i in range(len(lhs)) if la[i] not in lb]
-        + [lb[j] for j in range(len(rhs)) if lb[j] not in la]
-    )
+    out = batch + [la[i] for i in range(len(lhs)) if la[i] not in lb] + [lb[j] for j in range(len(rhs))
+                                                                        if lb[j] not in la]
     least = lambda e, c: np.broadcast_to(np.min(e, axis=c, keepdims=True), e.shape)  # noqa: E731
     want_b = np.abs(np.einsum(a, la, least(eb, dims["rhs_contracting_dims"]), lb, out))
     want_a = np.abs(np.einsum(least(ea, dims["lhs_contracting_dims"]), la, b, lb, out))
@@ -308,13 +280,8 @@ def _numpy_variance(opcode, x, a, b, ea, eb, same):
     if opcode != "divide":
         multiply, want = opcode == "multiply", np.zeros(x.shape)
         if ea is not None:
-            want = want + np.square(
-                (2 * np.abs(a) + ea) * ea
-                if multiply and same
-                else np.abs(b) * ea
-                if multiply
-                else (2 if same else 1) * ea
-            )
+            want = want + np.square((2 * np.abs(a) + ea) * ea if multiply and same else np.abs(b) * ea if multiply
+                                    else (2 if same else 1) * ea)
         if eb is not None:
             want = want + np.square(np.abs(a) * eb if multiply else eb)
         if multiply and ea is not None and eb is not None:
@@ -365,12 +332,11 @@ def _elementwise_case(opcode, which, keyed, n):
     `which` says they have none, and empty outputs."""
     from hloexec.tools.bound_elementwise import rounding_rule
     from hloexec.ir.dtypes import ELEMENT_TYPES
-
     unary = opcode in ("negate", "convert")
     rng = np.random.default_rng(abs(hash((opcode, which, keyed, n))) % 2**32)
     a = _awkward(rng, n, ml_dtypes.bfloat16)
     b = a if which == "same" or unary else _awkward(rng, n, ml_dtypes.bfloat16)
-    a[: n // 2] = rng.standard_normal(n // 2)  # enough ordinary elements to calibrate
+    a[: n // 2] = rng.standard_normal(n // 2)                        # enough ordinary elements to calibrate
     b[: n // 2] = a[: n // 2] if b is a else rng.standard_normal(n // 2)
     with np.errstate(all="ignore"):
         x = {"add": a + b, "subtract": a - b, "negate": -a, "convert": a, "multiply": a * b, "divide": a / b}[opcode]
@@ -387,49 +353,27 @@ def _elementwise_case(opcode, which, keyed, n):
     errs[0][exact], errs[1][exact] = 0.0, 0.0
     x = np.where(exact, np.asarray(x).astype(ml_dtypes.bfloat16).astype(np.float64), x)
     return dict(
-        x=x,
-        a=a,
-        b=b,
-        ea=errs[0] if which in ("both", "a", "same") else None,
-        eb=errs[1] if which in ("both", "b") and not unary else None,
-        da=da,
+        x=x, a=a, b=b, ea=errs[0] if which in ("both", "a", "same") else None,
+        eb=errs[1] if which in ("both", "b") and not unary else None, da=da,
         db=da if which == "same" else devs[1] if which in ("both", "b") and not unary else None,
-        rule=rounding_rule(ELEMENT_TYPES["bf16"], opcode),
-        key=rng.integers(0, 2**64, dtype=np.uint64),
+        rule=rounding_rule(ELEMENT_TYPES["bf16"], opcode), key=rng.integers(0, 2**64, dtype=np.uint64),
         keys=np.where(rng.random(n) < 0.3, -1, rng.integers(0, 40, n)) if keyed else np.empty(0, np.int64),
-        bound=np.empty(n, np.float32),
-        samples=np.empty((4, n), np.uint16),
-        decided=np.zeros(n, bool),
-    )
+        bound=np.empty(n, np.float32), samples=np.empty((4, n), np.uint16), decided=np.zeros(n, bool))
 
 
 def _elementwise_pass(opcode, which, c):
     """kernels/bound_rules.elementwise_pass on a `_elementwise_case` (its draws under the case's key)."""
     from hloexec.kernels.bound_rules import elementwise_pass
     from hloexec.tools.bound_elementwise import FUSED
-
     unary = opcode in ("negate", "convert")
     none = np.empty(0, np.float32)
     rows = lambda d: np.empty((4, 0), np.uint16) if d is None else d.view(np.uint16)  # noqa: E731
     with np.errstate(all="ignore"):
         return elementwise_pass(
-            FUSED[opcode],
-            which == "same" and not unary,
-            opcode != "negate",
-            c["x"],
-            c["a"],
-            c["b"],
-            none if c["ea"] is None else c["ea"],
-            none if c["eb"] is None else c["eb"],
-            rows(c["da"]),
-            rows(None if unary else c["db"]),
-            c["rule"],
-            (c["key"], c["keys"], float(SIGMAS)),
-            c["bound"],
-            c["samples"],
-            c["decided"],
-            CALIBRATION_BLOCK,
-        )
+            FUSED[opcode], which == "same" and not unary, opcode != "negate", c["x"], c["a"], c["b"],
+            none if c["ea"] is None else c["ea"], none if c["eb"] is None else c["eb"], rows(c["da"]),
+            rows(None if unary else c["db"]), c["rule"], (c["key"], c["keys"], float(SIGMAS)),
+            c["bound"], c["samples"], c["decided"], CALIBRATION_BLOCK)
 
 
 @pytest.mark.parametrize("opcode", ["add", "subtract", "negate", "convert", "multiply", "divide"])
@@ -439,28 +383,21 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
     """kernels/bound_rules.elementwise_pass (an elementwise op's bound, rounding, samples with their own-error
     draws, and calibration's statistics in one pass) against numpy forms of each rule on data with infinities,
     NaN, zeros and subnormals: the bound before the rounding (`_numpy_variance`), the rounding (`_numpy_round`),
-    the deviations plus each draw (kernels/normal_draws' rounding draws, under the instruction's key) times float32(own /
-    SIGMAS) (a group's one draw where keyed), the calibration
+    the deviations plus each draw (kernels/normal_draws' rounding draws, under the instruction's key) times
+    float32(own / SIGMAS) (a group's one draw where keyed), the calibration
     it feeds (`_numpy_calibrate`), a divide's rounding-decided elements."""
     unary = opcode in ("negate", "convert")
     if unary and which in ("b", "same"):
         pytest.skip("one operand")
-    n = 3 * CALIBRATION_BLOCK + 17  # a shorter last block
+    n = 3 * CALIBRATION_BLOCK + 17                                  # a shorter last block
     c = _elementwise_case(opcode, which, keyed, n)
     x, a, b, ea, eb, da, db, key, keys = (c[k] for k in ("x", "a", "b", "ea", "eb", "da", "db", "key", "keys"))
     bound, samples, decided = c["bound"], c["samples"], c["decided"]
     any_own, *stats = _elementwise_pass(opcode, which, c)
     rounds = opcode != "negate"
     with np.errstate(all="ignore"):
-        variance, want_decided = _numpy_variance(
-            opcode,
-            x,
-            a,
-            b,
-            None if ea is None else ea.astype(np.float64),
-            None if eb is None else eb.astype(np.float64),
-            which == "same",
-        )
+        variance, want_decided = _numpy_variance(opcode, x, a, b, None if ea is None else ea.astype(np.float64),
+                                                 None if eb is None else eb.astype(np.float64), which == "same")
         if rounds:
             want_bound, own = _numpy_round(x, variance, None, ml_dtypes.bfloat16, "elementwise")
         else:
@@ -480,9 +417,8 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
         np.testing.assert_array_equal(decided, want_decided)
     with np.errstate(all="ignore"):
         # (calibration reads the float32 deviations, before their rounding to bfloat16)
-        np.testing.assert_allclose(
-            calibrate(bound, samples, stats=stats), _numpy_calibrate(bound, want_samples), rtol=1e-6
-        )
+        np.testing.assert_allclose(calibrate(bound, samples, stats=stats), _numpy_calibrate(bound, want_samples),
+                                   rtol=1e-6)
 
 
 def test_block_ratios_totals_are_the_exact_sums_rounded(passes):
@@ -519,17 +455,9 @@ def test_elementwise_pass_refuses_a_rule_it_does_not_compute():
                                      np.zeros(n, bool), CALIBRATION_BLOCK)  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "opcode, which, keyed",
-    [
-        ("add", "both", True),
-        ("subtract", "b", True),
-        ("multiply", "both", False),
-        ("divide", "both", False),
-        ("divide", "same", False),
-        ("convert", "a", False),
-    ],
-)
+@pytest.mark.parametrize("opcode, which, keyed", [("add", "both", True), ("subtract", "b", True),
+                                                  ("multiply", "both", False), ("divide", "both", False),
+                                                  ("divide", "same", False), ("convert", "a", False)])
 def test_a_split_elementwise_pass_is_one_pass_bit_for_bit(monkeypatch, opcode, which, keyed):
     """elementwise_pass split into spans taken by two threads (kernels/bound_rules.over_cores) against one pass
     on one thread: every bound, sample, rounding-decided mark and block statistic the same bits (keyed draws,
@@ -554,7 +482,6 @@ def test_first_order_variance_is_the_numpy_rule(multiply, case):
     """Per operand with errors, what it moves the value by, squared and added in operand order (a multiply: the
     other's magnitude times the bound, (2|a| + e) e for x * x, plus (e_a e_b)^2), against numpy."""
     from hloexec.kernels.bound_rules import first_order_variance
-
     rng = np.random.default_rng(9)
     n = 5000
     a, b = _awkward(rng, n, np.float32), _awkward(rng, n, np.float32)
@@ -576,78 +503,46 @@ def test_first_order_variance_is_the_numpy_rule(multiply, case):
         if multiply and case == "both":
             want = want + np.square(ea.astype(np.float64) * eb)
         got = np.empty(n)
-        first_order_variance(
-            multiply,
-            case == "same",
-            a,
-            b,
-            ea if case != "b" else np.empty(0),
-            eb if case in ("both", "b") else np.empty(0),
-            got,
-        )
+        first_order_variance(multiply, case == "same", a, b, ea if case != "b" else np.empty(0),
+                             eb if case in ("both", "b") else np.empty(0), got)
     np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("side", [0, 1])
-@pytest.mark.parametrize(
-    "dims, lhs, rhs",
-    [
-        (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (5, 7), (7, 3)),
-        (
-            dict(
-                lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)
-            ),
-            (2, 4, 3, 6),
-            (3, 6, 4, 2),
-        ),
-        (
-            dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)),
-            (2, 5, 7),
-            (2, 7, 3),
-        ),
-    ],
-)
+@pytest.mark.parametrize("dims, lhs, rhs", [
+    (dict(lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)), (5, 7), (7, 3)),
+    (dict(lhs_batch_dims=(2, 0), rhs_batch_dims=(0, 3), lhs_contracting_dims=(1, 3), rhs_contracting_dims=(2, 1)),
+     (2, 4, 3, 6), (3, 6, 4, 2)),
+    (dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,), lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)),
+     (2, 5, 7), (2, 7, 3)),
+])
 def test_dot_samples_are_the_perturbed_dots(side, dims, lhs, rhs):
     """A dot with one operand's samples: each sample's deviation against the perturbed run's
     dot(a + da, b) - dot(a, b) in f64 (float32 deviations: equal to float32's precision)."""
     from hloexec.ops.contraction import dot_general
     from hloexec.tools.bound_samples import dot_samples
-
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal(lhs), rng.standard_normal(rhs)
     d = (rng.standard_normal((4, *(lhs if side == 0 else rhs))) * 1e-3).astype(np.float32)
     inst = _Dot(**dims)
-    lb, rb, lc, rc = (
-        list(dims.get(k, ()))
-        for k in ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims")
-    )
+    lb, rb, lc, rc = (list(dims.get(k, ())) for k in ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims",
+                                                      "rhs_contracting_dims"))
     f64 = np.dtype(np.float64)
     x = dot_general(a, b, lb, rb, lc, rc, f64)
-    want = (
-        np.stack(
-            [
-                dot_general(a + d[k], b, lb, rb, lc, rc, f64)
-                if side == 0
-                else dot_general(a, b + d[k], lb, rb, lc, rc, f64)
-                for k in range(4)
-            ]
-        )
-        - x
-    )
+    want = np.stack([dot_general(a + d[k], b, lb, rb, lc, rc, f64) if side == 0 else
+                     dot_general(a, b + d[k], lb, rb, lc, rc, f64) for k in range(4)]) - x
     out = dot_samples(inst, [a, b], [d, None] if side == 0 else [None, d])
     assert out.flags.c_contiguous and out.dtype == np.float32
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-9)
 
 
-@pytest.mark.parametrize(
-    "dtype, other", [(np.float16, np.float16), (ml_dtypes.bfloat16, np.float32), (np.float64, np.float64)]
-)
+@pytest.mark.parametrize("dtype, other", [(np.float16, np.float16), (ml_dtypes.bfloat16, np.float32),
+                                          (np.float64, np.float64)])
 def test_rounding_groups_are_the_numpy_rule(dtype, other, passes):
     """kernels/bound_rules.rounding_groups (tools/bound_samples.shared_rounding's groups) against numpy: where the
     other operand's ulp in its type is at least x's, the group (BINADE_OFFSET + binade) * count + source (binade:
     the exponent of x's ulp), else -1; on data with infinities, NaN, zeros and subnormals."""
     from hloexec.kernels.bound_rules import BINADE_OFFSET, rounding_groups
-
     rng = np.random.default_rng(2)
     n, count = 4000, 37
     x, o = _awkward(rng, n, dtype), _awkward(rng, n, other)
@@ -658,12 +553,12 @@ def test_rounding_groups_are_the_numpy_rule(dtype, other, passes):
     assert want[coarse].min() >= 0
     got = np.empty(n, np.int64)
     info, other_info = ml_dtypes.finfo(dtype), ml_dtypes.finfo(other)
-    result = rounding_groups(
-        x, o, source, count, int(info.nmant), float(info.tiny), int(other_info.nmant), float(other_info.tiny), got
-    )
+    result = rounding_groups(x, o, source, count, int(info.nmant), float(info.tiny), int(other_info.nmant),
+                             float(other_info.tiny), got)
     np.testing.assert_array_equal(got, want)
     assert result == bool(coarse.any())
     assert 0 < np.count_nonzero(coarse) < n
+
 
 
 def _all_magnitudes(rng, n: int) -> np.ndarray:

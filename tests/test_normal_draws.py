@@ -36,7 +36,8 @@ KERNELS = pytest.mark.parametrize("kernel", [standard_normals, rounding_draws])
 def test_the_hash_is_splitmix64():
     """SplitMix64 (Steele, Lea, Flood 2014; Vigna's splitmix64.c) seeded 1234567: its first five outputs, the
     Weyl terms seed + j x GOLDEN, j = 1..5."""
-    want = [6457827717110365317, 3203168211198807973, 9817491932198370423, 4593380528125082431, 16408922859458223821]
+    want = [6457827717110365317, 3203168211198807973, 9817491932198370423, 4593380528125082431,
+            16408922859458223821]
     assert [int(_hash(np.uint64(1234567), np.uint64(j))) for j in range(1, 6)] == want
 
 
