@@ -207,19 +207,20 @@ def test_block_ratios_counts_and_tail(passes):
     assert out[0] == 1 and out[CALIBRATION_BLOCK] == 2 and out[-1] == 3
 
 
-def test_add_noise_is_the_numpy_rule(passes):
-    """add_noise adds each sample's draw (kernels/normal_draws' under the key: the elementwise pass's for an
-    element) times float32(own / SIGMAS)."""
+@pytest.mark.parametrize("rounding", [False, True])
+def test_add_noise_is_the_numpy_rule(rounding, passes):
+    """add_noise adds each sample's draw (kernels/normal_draws' under the key: normal, or where the own error is
+    one `rounding`, uniform: the elementwise pass's for an element) times float32(own / SIGMAS)."""
     rng = np.random.default_rng(3)
     samples = rng.standard_normal((4, 1000)).astype(np.float32)
     key = np.uint64(0xDEADBEEF12345678)
     noise = np.empty((4, 1000), np.float32)
-    standard_normals(key, 0, np.empty(0, np.int64), noise)
+    (rounding_draws if rounding else standard_normals)(key, 0, np.empty(0, np.int64), noise)
     own = np.abs(rng.standard_normal(1000)) * 10.0 ** rng.integers(-40, 5, 1000)
     own[:10] = [0, np.inf, np.nan, 1e-320, 0, 0, 1, 2, 3, 4]
     with np.errstate(all="ignore"):
         want = samples + noise * (own / SIGMAS).astype(np.float32)
-        add_noise(samples, key, own, SIGMAS)
+        add_noise(samples, key, own, SIGMAS, rounding)
     np.testing.assert_array_equal(samples, want)
     assert math.isnan(samples[0, 1]) or math.isinf(samples[0, 1])
 

@@ -541,22 +541,29 @@ def _number_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny
     return coarse_seen
 
 
-def add_noise(samples, key, own, sigmas, threads=None):
+def add_noise(samples, key, own, sigmas, rounding=False, threads=None):
     """Each sample's own error (tools/bounds.py `_sample`): samples[k, i] += draw[k, i] x float32(own[i] / sigmas)
-    (float32 as the samples are; the draws kernels/normal_draws' under the instruction's `key`); spans of
-    elements on the cores."""
-    over_cores(own.size, 1, lambda first, last: _add_noise_span(samples, key, own, sigmas, first, last), threads)
+    (float32 as the samples are; the draws kernels/normal_draws' under the instruction's `key`: normal, or where
+    the own error is a single `rounding`, uniform as the elementwise pass draws them); spans of elements on the
+    cores."""
+    span = lambda first, last: _add_noise_span(samples, key, own, sigmas, rounding, first, last)  # noqa: E731
+    over_cores(own.size, 1, span, threads)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _add_noise_span(samples, key, own, sigmas, first, last):
+def _add_noise_span(samples, key, own, sigmas, rounding, first, last):
     """add_noise on elements `first` to `last`, a chunk of draws at a time."""
     per_sigma = 1.0 / sigmas  # (a multiply: exact, SIGMAS is a power of two)
     chunk = 1 << 12  # (its draws in cache)
-    drawn = np.empty((samples.shape[0] + samples.shape[0] % 2, chunk), np.float32)  # (fill_draws' whole pairs)
+    count = samples.shape[0]
+    rows = 4 * ((count + 3) // 4) if rounding else count + count % 2  # (whole fours, or fill_draws' whole pairs)
+    drawn = np.empty((rows, chunk), np.float32)
     for lo in range(first, last, chunk):
         hi = min(last, lo + chunk)
-        fill_draws(key, lo, hi - lo, _NO_KEYS, drawn)
+        if rounding:
+            fill_rounding_draws(key, lo, hi - lo, _NO_KEYS, drawn)
+        else:
+            fill_draws(key, lo, hi - lo, _NO_KEYS, drawn)
         part = own[lo:hi]
         for k in range(samples.shape[0]):
             row, draws = samples[k, lo:hi], drawn[k, : hi - lo]
