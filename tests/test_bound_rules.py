@@ -11,7 +11,7 @@ import pytest
 
 from hloexec.kernels import bound_rules
 from hloexec.kernels.bound_rules import add_noise, block_ratios, round_bounds, scale_blocks
-from hloexec.kernels.normal_draws import standard_normals
+from hloexec.kernels.normal_draws import rounding_draws, standard_normals
 from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, calibrate
 
 HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
@@ -207,19 +207,20 @@ def test_block_ratios_counts_and_tail(passes):
     assert out[0] == 1 and out[CALIBRATION_BLOCK] == 2 and out[-1] == 3
 
 
-def test_add_noise_is_the_numpy_rule(passes):
-    """add_noise adds each sample's draw (kernels/normal_draws' under the key: the elementwise pass's for an
-    element) times float32(own / SIGMAS)."""
+@pytest.mark.parametrize("rounding", [False, True])
+def test_add_noise_is_the_numpy_rule(rounding, passes):
+    """add_noise adds each sample's draw (kernels/normal_draws' under the key: normal, or where the own error is
+    one `rounding`, uniform: the elementwise pass's for an element) times float32(own / SIGMAS)."""
     rng = np.random.default_rng(3)
     samples = rng.standard_normal((4, 1000)).astype(np.float32)
     key = np.uint64(0xDEADBEEF12345678)
     noise = np.empty((4, 1000), np.float32)
-    standard_normals(key, 0, np.empty(0, np.int64), noise)
+    (rounding_draws if rounding else standard_normals)(key, 0, np.empty(0, np.int64), noise)
     own = np.abs(rng.standard_normal(1000)) * 10.0 ** rng.integers(-40, 5, 1000)
     own[:10] = [0, np.inf, np.nan, 1e-320, 0, 0, 1, 2, 3, 4]
     with np.errstate(all="ignore"):
         want = samples + noise * (own / SIGMAS).astype(np.float32)
-        add_noise(samples, key, own, SIGMAS)
+        add_noise(samples, key, own, SIGMAS, rounding)
     np.testing.assert_array_equal(samples, want)
     assert math.isnan(samples[0, 1]) or math.isinf(samples[0, 1])
 
@@ -383,8 +384,8 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
     """kernels/bound_rules.elementwise_pass (an elementwise op's bound, rounding, samples with their own-error
     draws, and calibration's statistics in one pass) against numpy forms of each rule on data with infinities,
     NaN, zeros and subnormals: the bound before the rounding (`_numpy_variance`), the rounding (`_numpy_round`),
-    the deviations plus each draw (kernels/normal_draws', under the instruction's key) times float32(own /
-    SIGMAS) (a group's one draw where keyed), the calibration
+    the deviations plus each draw (kernels/normal_draws' rounding draws, under the instruction's key) times
+    float32(own / SIGMAS) (a group's one draw where keyed), the calibration
     it feeds (`_numpy_calibrate`), a divide's rounding-decided elements."""
     unary = opcode in ("negate", "convert")
     if unary and which in ("b", "same"):
@@ -402,8 +403,8 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
             want_bound, own = _numpy_round(x, variance, None, ml_dtypes.bfloat16, "elementwise")
         else:
             want_bound, own = np.sqrt(variance), np.zeros(n)
-        draws = np.empty((4, n), np.float32)  # (the generator's: tests/test_normal_draws.py)
-        standard_normals(key, 0, keys, draws)
+        draws = np.empty((4, n), np.float32)  # (one rounding's uniform draws: tests/test_normal_draws.py)
+        rounding_draws(key, 0, keys, draws)
         da, db = (None if d is None else d.astype(np.float32) for d in (da, None if unary else db))
         want_samples = _numpy_deviations(opcode, x, a, b, da, db) + draws * (own / SIGMAS).astype(np.float32)
         want_samples = np.broadcast_to(np.asarray(want_samples, np.float32), (4, n))
