@@ -313,6 +313,38 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
     return unjudged
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def independent_elements(deviations, bound, block, out):
+    """Per block of `block` consecutive elements, how many independent elements its samples are worth, into `out`:
+    from the Gram matrix G of the samples' ratios to the bound (G[k, l] = the sum over the block's elements with a
+    finite positive bound and finite samples of d_k d_l / bound^2; `deviations`: (S, n) float32) its participation
+    ratio P = trace(G)^2 / |G|^2, which is S / (1 + (S + 1) / m) for m independent elements of equal weight (inf
+    where P reaches S), so m = (S + 1) / (S / P - 1): ~ the block's size where its elements' deviations are
+    independent, ~ 1 where they all carry one (a broadcast value's times a factor) or one element outweighs the rest."""
+    samples, n = deviations.shape[0], bound.size
+    gram, v = np.empty((samples, samples)), np.empty(samples)
+    for j in range(out.size):
+        gram[:] = 0.0
+        for t in range(j * block, min(n, (j + 1) * block)):
+            e = np.float64(bound[t])
+            ok = e > 0 and e < math.inf
+            for k in range(samples):
+                v[k] = np.float64(deviations[k, t]) / e if ok else 0.0
+                ok &= math.isfinite(v[k])
+            if not ok:
+                continue
+            for k in range(samples):
+                for m in range(samples):
+                    gram[k, m] += v[k] * v[m]
+        trace = squares = 0.0
+        for k in range(samples):
+            trace += gram[k, k]
+            for m in range(samples):
+                squares += gram[k, m] * gram[k, m]
+        ratio = trace * trace / squares if squares > 0 else 0.0
+        out[j] = math.inf if ratio >= samples else (samples + 1) / (samples / ratio - 1) if ratio > 0 else 0.0
+
+
 def scale_blocks(bound, factor, block, out, threads=None):
     """out = bound x its block's factor (blocks of `block` consecutive elements), spans of blocks on the cores."""
     over_cores(bound.size, block, lambda first, last: _scale_span(bound, factor, block, out, first, last), threads)

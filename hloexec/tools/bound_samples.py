@@ -12,9 +12,9 @@ import ml_dtypes
 import numpy as np
 
 from ..kernels.bound_products import perturbed_float32
-from ..kernels.bound_rules import block_ratios, rounding_groups, scale_blocks
+from ..kernels.bound_rules import block_ratios, independent_elements, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
-from .bound_store import contiguous
+from .bound_store import BoundStore, contiguous
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error; a power of two (the
 # compiled passes multiply by its inverse, exactly)
@@ -89,7 +89,10 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
     sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
-    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). `in_place`: `bound`
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). A block is cut only
+    where its samples are worth CALIBRATED_FROM independent elements (`independent`): where its elements share a
+    few draws (a broadcast row value's deviation times a factor, the same after any op) its largest ratio is four
+    draws' measure, below SIGMAS sigma in ~9% of blocks. `in_place`: `bound`
     is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
@@ -103,6 +106,8 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     enough = counted >= CALIBRATED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
     factor = np.where(enough & (largest > 0), factor, 1.0).astype(bound.dtype)
+    if (factor < 1).any():  # (only blocks whose samples are CALIBRATED_FROM independent elements' are cut)
+        factor[independent(bound, deviations) < CALIBRATED_FROM] = 1
     out = bound if in_place and ceiling is None else None
     calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
     if ceiling is None:
@@ -112,6 +117,17 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     if not np.any(short > 1):
         return calibrated
     return np.maximum(calibrated, np.minimum(_scaled(bound, short), ceiling()))
+
+
+def independent(bound, deviations) -> np.ndarray:
+    """Per block of CALIBRATION_BLOCK, how many independent elements its samples are worth
+    (kernels/bound_rules.independent_elements)."""
+    samples = np.ascontiguousarray(BoundStore._read_samples(deviations))
+    out = np.empty(-(-np.size(bound) // CALIBRATION_BLOCK))
+    independent_elements(
+        samples.reshape(len(samples), -1), np.ascontiguousarray(bound).reshape(-1), CALIBRATION_BLOCK, out
+    )
+    return out
 
 
 def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
