@@ -313,36 +313,42 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
     return unjudged
 
 
+NEAR = 16.0  # independent_elements counts the elements within this factor of the block's largest ratio (4x in sigma)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def independent_elements(deviations, bound, block, out):
-    """Per block of `block` consecutive elements, how many independent elements its samples are worth, into `out`:
-    from the Gram matrix G of the samples' ratios to the bound (G[k, l] = the sum over the block's elements with a
-    finite positive bound and finite samples of d_k d_l / bound^2; `deviations`: (S, n) float32) its participation
-    ratio P = trace(G)^2 / |G|^2, which is S / (1 + (S + 1) / m) for m independent elements of equal weight (inf
-    where P reaches S), so m = (S + 1) / (S / P - 1): ~ the block's size where its elements' deviations are
-    independent, ~ 1 where they all carry one (a broadcast value's times a factor) or one element outweighs the rest."""
+def independent_elements(deviations, bound, block, largest, out):
+    """Per block of `block` consecutive elements, how many independent elements the samples of its tight ones are
+    worth, into `out`: over the elements whose ratio r = (sum over the samples of d_k^2) / bound^2 is at least
+    `largest` (the block's largest r) / NEAR, with a finite positive bound and finite samples, the Gram matrix G
+    of their samples' directions (G[k, l] = the sum of d_k d_l / (r bound^2); `deviations`: (S, n)) and its
+    participation ratio P = trace(G)^2 / |G|^2: m directions drawn independently give E|G|^2 = m + m (m - 1) / S,
+    so P = S m / (S + m - 1) and m = P (S - 1) / (S - P) (inf where P reaches S): ~ the number of such elements
+    where their deviations are independent, 1 where they all carry one (a broadcast value's draws times a factor)
+    or one is tight alone."""
     samples, n = deviations.shape[0], bound.size
     gram, v = np.empty((samples, samples)), np.empty(samples)
     for j in range(out.size):
         gram[:] = 0.0
+        floor = largest[j] / NEAR
         for t in range(j * block, min(n, (j + 1) * block)):
             e = np.float64(bound[t])
-            ok = e > 0 and e < math.inf
+            r = 0.0
             for k in range(samples):
-                v[k] = np.float64(deviations[k, t]) / e if ok else 0.0
-                ok &= math.isfinite(v[k])
-            if not ok:
+                v[k] = np.float64(deviations[k, t]) / e if e > 0 and e < math.inf else 0.0
+                r += v[k] * v[k]
+            if not (r >= floor and r > 0 and r < math.inf):
                 continue
             for k in range(samples):
                 for m in range(samples):
-                    gram[k, m] += v[k] * v[m]
+                    gram[k, m] += v[k] * v[m] / r
         trace = squares = 0.0
         for k in range(samples):
             trace += gram[k, k]
             for m in range(samples):
                 squares += gram[k, m] * gram[k, m]
         ratio = trace * trace / squares if squares > 0 else 0.0
-        out[j] = math.inf if ratio >= samples else (samples + 1) / (samples / ratio - 1) if ratio > 0 else 0.0
+        out[j] = math.inf if ratio >= samples else ratio * (samples - 1) / (samples - ratio)
 
 
 def scale_blocks(bound, factor, block, out, threads=None):

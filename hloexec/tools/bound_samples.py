@@ -90,9 +90,10 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
     sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
     block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). A block is cut only
-    where its samples are worth CALIBRATED_FROM independent elements (`independent`): where its elements share a
-    few draws (a broadcast row value's deviation times a factor, the same after any op) its largest ratio is four
-    draws' measure, below SIGMAS sigma in ~9% of blocks. `in_place`: `bound`
+    where the samples of its elements near the largest ratio are worth CALIBRATED_FROM independent elements
+    (`independent`): where they share a few draws (a broadcast row value's deviation times a factor, the same
+    after any op) or one is tight alone, the largest ratio is four draws' measure, below SIGMAS sigma in ~9% of
+    blocks. `in_place`: `bound`
     is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
@@ -107,7 +108,7 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
     factor = np.where(enough & (largest > 0), factor, 1.0).astype(bound.dtype)
     if (factor < 1).any():  # (only blocks whose samples are CALIBRATED_FROM independent elements' are cut)
-        factor[independent(bound, deviations) < CALIBRATED_FROM] = 1
+        factor[independent(bound, deviations, largest) < CALIBRATED_FROM] = 1
     out = bound if in_place and ceiling is None else None
     calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
     if ceiling is None:
@@ -119,14 +120,13 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     return np.maximum(calibrated, np.minimum(_scaled(bound, short), ceiling()))
 
 
-def independent(bound, deviations) -> np.ndarray:
-    """Per block of CALIBRATION_BLOCK, how many independent elements its samples are worth
-    (kernels/bound_rules.independent_elements)."""
+def independent(bound, deviations, largest) -> np.ndarray:
+    """Per block of CALIBRATION_BLOCK, how many independent elements its tight elements' samples are worth
+    (kernels/bound_rules.independent_elements; `largest`: the blocks' largest ratios, block_ratios')."""
     samples = np.ascontiguousarray(BoundStore._read_samples(deviations))
-    out = np.empty(-(-np.size(bound) // CALIBRATION_BLOCK))
-    independent_elements(
-        samples.reshape(len(samples), -1), np.ascontiguousarray(bound).reshape(-1), CALIBRATION_BLOCK, out
-    )
+    out = np.empty(np.size(largest))
+    flat = np.ascontiguousarray(bound).reshape(-1)
+    independent_elements(samples.reshape(len(samples), -1), flat, CALIBRATION_BLOCK, largest, out)
     return out
 
 
