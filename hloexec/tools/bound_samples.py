@@ -23,6 +23,9 @@ CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many ele
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show: a lone tight element is cut below
 # SIGMAS sigma with probability P(chi2_SAMPLES < SAMPLES / SAMPLE_MARGIN^2), 9.0% here; the same for 3 samples at
 # 2.355, for 2 at 3.252 (docs/verdicts.md "Fewer samples": measured, four stay)
+FEW_MARGIN = 6.6  # ... where the samples of a block's tight elements are worth fewer than CALIBRATED_FROM
+# independent elements (one broadcast value's draws, a lone tight element): four draws' margin, P(chi2_4 < 4 / 6.6^2)
+# = 0.1% (uniform draws: less)
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -89,11 +92,11 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
     sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
-    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). A block is cut only
-    where the samples of its elements near the largest ratio are worth CALIBRATED_FROM independent elements
-    (`independent`): where they share a few draws (a broadcast row value's deviation times a factor, the same
-    after any op) or one is tight alone, the largest ratio is four draws' measure, below SIGMAS sigma in ~9% of
-    blocks. `in_place`: `bound`
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). The margin is
+    FEW_MARGIN where the samples of a block's elements near its largest ratio are worth fewer than CALIBRATED_FROM
+    independent elements (`independent`): where they share a few draws (a broadcast row value's deviation times a
+    factor, the same after any op) or one is tight alone, the largest ratio is four draws' measure, below SIGMAS
+    sigma in ~9% of blocks at SAMPLE_MARGIN. `in_place`: `bound`
     is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
@@ -106,9 +109,10 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     spread = SIGMAS / math.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
     enough = counted >= CALIBRATED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
+    if (factor < 1).any():  # (blocks whose tight elements share their draws: cut by a margin made for four)
+        few = independent(bound, deviations, largest) < CALIBRATED_FROM
+        factor[few] = np.minimum(1.0, FEW_MARGIN * spread * np.sqrt(largest[few]))
     factor = np.where(enough & (largest > 0), factor, 1.0).astype(bound.dtype)
-    if (factor < 1).any():  # (only blocks whose samples are CALIBRATED_FROM independent elements' are cut)
-        factor[independent(bound, deviations, largest) < CALIBRATED_FROM] = 1
     out = bound if in_place and ceiling is None else None
     calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
     if ceiling is None:
