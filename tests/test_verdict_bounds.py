@@ -217,18 +217,22 @@ ENTRY e {
 
 def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a_sums():
     """ErrorBounds._calibrate per block of CALIBRATION_BLOCK elements: a block whose samples show its bounds 10x
-    loose is divided by 10 / SAMPLE_MARGIN; a block with one tight element is kept; bounds the samples exceed are
+    loose is divided by 10 / SAMPLE_MARGIN (by 10 / FEW_MARGIN where every element carries the same deviation:
+    four draws); a block with one tight element is kept; bounds the samples exceed are
     not raised but a sum's (with a ceiling: its terms' bounds added), up to the ceiling; too few elements, samples
     that never moved, or a NaN sample: kept."""
-    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS
+    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, FEW_MARGIN, SAMPLE_MARGIN, SAMPLES, SIGMAS
     from hloexec.tools.bounds import ErrorBounds
     calibrate = ErrorBounds._calibrate
     n = 2 * CALIBRATION_BLOCK
     bound = np.full(n, 1.0)
-    deviations = np.full((SAMPLES, n), 0.1 / SIGMAS, np.float32)     # SIGMAS x RMS: a tenth of the bound
+    signs = np.random.default_rng(1).choice([-1.0, 1.0], (SAMPLES, n))  # (independent directions)
+    deviations = (0.1 / SIGMAS * signs).astype(np.float32)          # SIGMAS x RMS: a tenth of the bound
     deviations[:, CALIBRATION_BLOCK] = 1.0 / SIGMAS                  # the second block: one element tight
     got = calibrate(bound, deviations)
     assert np.allclose(got[:CALIBRATION_BLOCK], 0.1 * SAMPLE_MARGIN) and np.all(got[CALIBRATION_BLOCK:] == 1)
+    shared = np.full((SAMPLES, n), 0.1 / SIGMAS, np.float32)          # one deviation in every element
+    assert np.allclose(calibrate(bound, shared), 0.1 * FEW_MARGIN)
     assert np.all(calibrate(bound, 10 * deviations) == bound)                    # never raised
     assert np.all(calibrate(bound[:32], deviations[:, :32]) == 1)                 # too few elements
     assert np.all(calibrate(bound, np.zeros_like(deviations)) == 1)               # no sample moved
