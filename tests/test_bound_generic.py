@@ -358,3 +358,31 @@ def test_moves_carry_the_samples_bits(monkeypatch):
         if samples is not None:
             assert samples.tobytes() == got[key][2].tobytes(), key
     assert np.isinf(want["c", 0][2]).any() and np.count_nonzero(np.isfinite(want["c", 0][2]) & (want["c", 0][2] != 0)) > n
+
+
+def test_a_single_roundings_samples_are_uniform_within_half_an_ulp_fused_or_not(monkeypatch):
+    """A product of exact f32 operands is rounded once: its samples are its own-error draws alone, uniform
+    (kernels/normal_draws.fill_rounding_draws) of sigma ulp / sqrt(12), so never beyond half an ulp (the rounding's
+    own range; normal draws pass it in 8% of samples), with that sigma; the separate rules (`_sample`'s add_noise)
+    draw the same as the fused pass, bit for bit."""
+    n = 8 * CALIBRATION_BLOCK
+    text = f"""HloModule product
+ENTRY e {{
+  a = f32[{n}] parameter(0)
+  b = f32[{n}] parameter(1)
+  ROOT r = f32[{n}] multiply(a, b)
+}}
+"""
+    rng = np.random.default_rng(12)
+    inputs = [rng.uniform(1, 2, n).astype(np.float32), rng.uniform(-4, 4, n).astype(np.float32)]
+    fused = _records(text, inputs, monkeypatch)
+    separate = _records(text, inputs, monkeypatch, [(bounds_module, "fused_elementwise", lambda *_: False)])
+    [key] = [k for k in fused if k[0] == "r"]
+    samples = fused[key][2].astype(np.float64)
+    np.testing.assert_array_equal(samples, separate[key][2].astype(np.float64))
+    product = inputs[0].astype(np.float64) * inputs[1].astype(np.float64)
+    _, exponent = np.frexp(np.abs(product))
+    ulp = np.ldexp(1.0, exponent - 24)  # (float32's ulp at |product|: 24 significant bits)
+    assert np.all(np.abs(samples) <= 0.5 * ulp * (1 + 2.0**-8))  # (stored in bfloat16: rounded to 8 bits)
+    ratio = samples / (ulp / np.sqrt(12))
+    assert abs(np.mean(ratio**2) - 1) < 5 * np.sqrt(0.8 / ratio.size) + 0.01

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from .half import F32_TINY, bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64, f32_to_bf16, f64_to_f32
-from .normal_draws import fill_draws
+from .normal_draws import fill_draws, fill_rounding_draws
 from .threads import ranges, run_blocks
 
 
@@ -97,7 +97,7 @@ def _rounded(v, b, magnitude, rule):
 @njit(inline="always")
 def _round_chunk(x, before, bound, scales, per_sigma, rule, ulps_only):
     """`_rounded` of a chunk's elements (values `x`, bounds before the rounding `before`, each at |x| + before)
-    into `bound`, and own x `per_sigma` into `scales` (float32: a standard normal draw times it is the samples' own
+    into `bound`, and own x `per_sigma` into `scales` (float32: a draw of variance 1 times it is the samples' own
     error). Two loops: one with no branch on the data for every element (it vectorizes), then the exact-value rule
     on the elements with a bound 0 only (few: the rule's test in the first loop made it ~30% slower). `ulps_only`
     (a constant): the rule is an arithmetic op's (`_own_rounding`; the loop ~25% faster without the tests).
@@ -313,6 +313,42 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
     return unjudged
 
 
+NEAR = 16.0  # independent_elements counts the elements within this factor of the block's largest ratio (4x in sigma)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def independent_elements(deviations, bound, block, largest, out):
+    """Per block of `block` consecutive elements, how many independent elements the samples of its tight ones are
+    worth, into `out`: over the elements whose ratio r = (sum over the samples of d_k^2) / bound^2 is at least
+    `largest` (the block's largest r) / NEAR, with a finite positive bound and finite samples, the Gram matrix G
+    of their samples' directions (G[k, l] = the sum of d_k d_l / sum_k d_k^2; `deviations`: (4, n), SAMPLES = 4)
+    and its participation ratio P = trace(G)^2 / |G|^2: m directions drawn independently give
+    E|G|^2 = m + m (m - 1) / S, so P = S m / (S + m - 1) and m = P (S - 1) / (S - P) (inf where P reaches S): ~ the
+    number of such elements where their deviations are independent, 1 where they all carry one (a broadcast
+    value's draws times a factor) or one is tight alone. Ten sums in registers, no branch in the loop, reassociated
+    (a statistic: the loop vectorizes)."""
+    n = bound.size
+    d0, d1, d2, d3 = deviations[0], deviations[1], deviations[2], deviations[3]
+    for j in range(out.size):
+        floor = largest[j] / NEAR
+        g00 = g11 = g22 = g33 = g01 = g02 = g03 = g12 = g13 = g23 = 0.0
+        for t in range(j * block, min(n, (j + 1) * block)):
+            e = np.float64(bound[t])
+            a, b, c, d = np.float64(d0[t]), np.float64(d1[t]), np.float64(d2[t]), np.float64(d3[t])
+            q = a * a + b * b + c * c + d * d
+            keep = (e > 0) & (e < math.inf) & (q >= floor * (e * e)) & (q > 0) & (q < math.inf)
+            w = 1.0 / q if keep else 0.0  # (selects: a non-finite sample is not multiplied by 0)
+            a, b, c, d = a if keep else 0.0, b if keep else 0.0, c if keep else 0.0, d if keep else 0.0
+            g00, g11, g22, g33 = g00 + a * a * w, g11 + b * b * w, g22 + c * c * w, g33 + d * d * w
+            g01, g02, g03 = g01 + a * b * w, g02 + a * c * w, g03 + a * d * w
+            g12, g13, g23 = g12 + b * c * w, g13 + b * d * w, g23 + c * d * w
+        trace = g00 + g11 + g22 + g33
+        squares = g00 * g00 + g11 * g11 + g22 * g22 + g33 * g33
+        squares += 2 * (g01 * g01 + g02 * g02 + g03 * g03 + g12 * g12 + g13 * g13 + g23 * g23)
+        ratio = trace * trace / squares if squares > 0 else 0.0
+        out[j] = math.inf if ratio >= 4 else ratio * 3 / (4 - ratio)
+
+
 def scale_blocks(bound, factor, block, out, threads=None):
     """out = bound x its block's factor (blocks of `block` consecutive elements), spans of blocks on the cores."""
     over_cores(bound.size, block, lambda first, last: _scale_span(bound, factor, block, out, first, last), threads)
@@ -451,9 +487,10 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     before its rounding (first_order_variance's rule; a divide's at its operands' interval ends and corners,
     `_divide_variance`), its own rounding where it `rounds` (round_bounds'; `rule` its scalars; none: a negate),
     the samples' deviations (`da`, `db`: the operands' (samples, n), no columns where an operand has none; into
-    `samples_out`, or none when it has no columns) plus each sample's own error: a standard normal draw times
-    own / SIGMAS (`draws`: (key, keys, sigmas); element i's draws are kernels/normal_draws' under the
-    instruction's `key`, its group keys[i]'s where keys[i] >= 0: one error for its group), and calibration's block
+    `samples_out`, or none when it has no columns) plus each sample's own error: a draw of variance 1 times
+    own / SIGMAS (`draws`: (key, keys, sigmas); element i's draws are kernels/normal_draws.fill_rounding_draws'
+    (uniform: one rounding's error) under the instruction's `key`, its group keys[i]'s where keys[i] >= 0: one
+    error for its group), and calibration's block
     statistics (block_ratios', from the samples and the bound as written, into
     `largest`, `total`, `counted` at their blocks' places). `decided_out`: a divide's rounding-decided elements.
     Elements `first` (a multiple of `block`) to `last` only. Returns (any own error nonzero, unjudged). A chunk of
@@ -469,7 +506,7 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     chunk = block * _CHUNK_BLOCKS
     bounds_before, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
-    drawn = np.empty((samples + samples % 2, chunk), np.float32)  # (fill_draws' rows: whole pairs)
+    drawn = np.empty((4 * ((samples + 3) // 4), chunk), np.float32)  # (fill_rounding_draws' rows: whole fours)
     ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
     any_own, unjudged = False, False
     for lo in range(first, last, chunk):
@@ -485,7 +522,7 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
             continue
         squares[:] = 0
         if rounds:
-            fill_draws(key, lo, hi - lo, keys[lo:hi] if keys.size > 0 else keys, drawn)
+            fill_rounding_draws(key, lo, hi - lo, keys[lo:hi] if keys.size > 0 else keys, drawn)
         for k in range(samples):
             _sample_row(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], with_a, with_b, drawn[k, : hi - lo], scales,
                         rounds, squares, samples_out[k, lo:hi])  # fmt: skip
@@ -540,22 +577,29 @@ def _number_groups(x, other, source, count, nmant, tiny, other_nmant, other_tiny
     return coarse_seen
 
 
-def add_noise(samples, key, own, sigmas, threads=None):
+def add_noise(samples, key, own, sigmas, rounding=False, threads=None):
     """Each sample's own error (tools/bounds.py `_sample`): samples[k, i] += draw[k, i] x float32(own[i] / sigmas)
-    (float32 as the samples are; the draws kernels/normal_draws' under the instruction's `key`); spans of
-    elements on the cores."""
-    over_cores(own.size, 1, lambda first, last: _add_noise_span(samples, key, own, sigmas, first, last), threads)
+    (float32 as the samples are; the draws kernels/normal_draws' under the instruction's `key`: normal, or where
+    the own error is a single `rounding`, uniform as the elementwise pass draws them); spans of elements on the
+    cores."""
+    span = lambda first, last: _add_noise_span(samples, key, own, sigmas, rounding, first, last)  # noqa: E731
+    over_cores(own.size, 1, span, threads)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _add_noise_span(samples, key, own, sigmas, first, last):
+def _add_noise_span(samples, key, own, sigmas, rounding, first, last):
     """add_noise on elements `first` to `last`, a chunk of draws at a time."""
     per_sigma = 1.0 / sigmas  # (a multiply: exact, SIGMAS is a power of two)
     chunk = 1 << 12  # (its draws in cache)
-    drawn = np.empty((samples.shape[0] + samples.shape[0] % 2, chunk), np.float32)  # (fill_draws' whole pairs)
+    count = samples.shape[0]
+    rows = 4 * ((count + 3) // 4) if rounding else count + count % 2  # (whole fours, or fill_draws' whole pairs)
+    drawn = np.empty((rows, chunk), np.float32)
     for lo in range(first, last, chunk):
         hi = min(last, lo + chunk)
-        fill_draws(key, lo, hi - lo, _NO_KEYS, drawn)
+        if rounding:
+            fill_rounding_draws(key, lo, hi - lo, _NO_KEYS, drawn)
+        else:
+            fill_draws(key, lo, hi - lo, _NO_KEYS, drawn)
         part = own[lo:hi]
         for k in range(samples.shape[0]):
             row, draws = samples[k, lo:hi], drawn[k, : hi - lo]

@@ -10,7 +10,13 @@ inverse normal CDF, tabulated: its top bit is the sign, its low 23 bits m a tail
 |Z| over the part of the tail that w's table cell stands for (TAIL_MEANS, indexed by w's float32 exponent and
 top CELL_BITS mantissa bits: 1/256 of a binade, 24 binades, 24 KB). So P(|draw| > t) is the normal's at every
 cell edge and tails reach 5.47 sigma (the last 2^-24 of probability); mean 0, variance 1 - 4e-7, fourth moment
-3 - 2e-6 (12,288 values). No branch: the loops vectorize (the table read by gathers from L1)."""
+3 - 2e-6 (12,288 values). No branch, but the table's read keeps the loop scalar (~7 ns an element for four
+draws: AVX2 has no 64-bit multiply, and LLVM does not gather from the table).
+
+A single rounding's error is uniform, not normal: the elementwise ops' own errors (kernels/bound_rules'
+elementwise pass: one rounding each) draw from `fill_rounding_draws`, uniform of the same variance, four per
+hash (its 16-bit quarters) and no table: its loop vectorizes (~1 ns an element for four draws, 2026-11-30).
+Sums, dots and the transcendentals keep the normal draws (an error of many roundings, or of an approximation)."""
 
 from __future__ import annotations
 
@@ -98,6 +104,41 @@ def fill_draws(key, first, count, keys, out):
                 own += step
 
 
+ROUNDING_SCALE = np.float32(np.sqrt(3) * 2.0**-16)  # (an odd multiple of 2^-16 in (-1, 1) times it: variance 1)
+
+
+@njit(inline="always")
+def uniform_of(z, j):
+    """Rounding draw j (0-3) of hash `z` (uint64): its 16-bit quarter j, f, as (2f - 65535) 2^-16 (the 65,536 odd
+    multiples of 2^-16 in (-1, 1), equally likely: mean 0, variance (1 - 2^-32) / 3) times sqrt(3): a uniform of
+    variance 1 - 2^-32 within +-sqrt(3), symmetric about 0 (float32's rounding of the product is too)."""
+    f = np.int32((z >> np.uint64(16 * j)) & np.uint64(0xFFFF))
+    return np.float32(2 * f - 65535) * ROUNDING_SCALE
+
+
+@njit(inline="always")
+def fill_rounding_draws(key, first, count, keys, out):
+    """fill_draws' rows for a single rounding's error: uniform draws of variance 1 (`uniform_of`). Samples 4q to
+    4q + 3 of element i (or group g) take the four quarters of one hash, counter i x quads + q (GROUP_COUNTER + g x
+    quads + q; quads: the samples / 4 rounded up); `out` has a multiple of 4 rows, C-ordered. No branch and no
+    table: the loops vectorize (a group's hash a select)."""
+    quads = out.shape[0] // 4
+    step = np.uint64(quads) * GOLDEN
+    for q in range(quads):
+        own = key + (np.uint64(first) * np.uint64(quads) + np.uint64(q)) * GOLDEN
+        shared = key + (GROUP_COUNTER + np.uint64(q)) * GOLDEN
+        r0, r1, r2, r3 = out[4 * q, :count], out[4 * q + 1, :count], out[4 * q + 2, :count], out[4 * q + 3, :count]
+        if keys.size == 0:
+            for t in range(count):
+                z = mix64(own + np.uint64(t) * step)
+                r0[t], r1[t], r2[t], r3[t] = uniform_of(z, 0), uniform_of(z, 1), uniform_of(z, 2), uniform_of(z, 3)
+        else:
+            for t in range(count):
+                g = keys[t]
+                z = mix64(shared + np.uint64(g) * step if g >= 0 else own + np.uint64(t) * step)
+                r0[t], r1[t], r2[t], r3[t] = uniform_of(z, 0), uniform_of(z, 1), uniform_of(z, 2), uniform_of(z, 3)
+
+
 @njit(inline="always")
 def _split(z, low, high, t):
     """The two draws of hash `z` into low[t] (its low half's) and high[t]."""
@@ -109,3 +150,9 @@ def _split(z, low, high, t):
 def standard_normals(key, first, keys, out):
     """fill_draws of all of `out`'s columns as a kernel of its own (tests)."""
     fill_draws(key, first, out.shape[1], keys, out)
+
+
+@njit(cache=True, nogil=True)
+def rounding_draws(key, first, keys, out):
+    """fill_rounding_draws of all of `out`'s columns as a kernel of its own (tests)."""
+    fill_rounding_draws(key, first, out.shape[1], keys, out)

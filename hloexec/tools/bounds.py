@@ -106,7 +106,7 @@ from .bound_epilogues import epilogue_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
 from .bound_sorts import selecting_reduce, selects, sorted_bounds
-from .bound_elementwise import TRANSCENDENTAL, fused_elementwise, rounding_rule
+from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import float_leaf as _float
@@ -416,6 +416,7 @@ class ErrorBounds(BoundStore):
                     self.draw_key(),
                     np.ravel(np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf))),
                     SIGMAS,
+                    rounding=inst.opcode in FUSED,  # (one rounding: drawn as the elementwise pass draws it)
                 )
             bound = self._stored_bound(leaf)
             if inst.opcode not in MOVES and not selects(inst):  # (a moved value's block holds copies)
