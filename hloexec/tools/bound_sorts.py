@@ -34,6 +34,7 @@ import numpy as np
 from ..ops.common import ints
 from ..ops.custom_call.registry import backend_config, field, target_of
 from ..ops.indexing import sort_keys, sort_permutation
+from .bound_indices import from_clusters, from_selection
 from .bound_store import float_leaf as _float
 
 TOP_K_TARGETS = frozenset({"TopK", "__gpu$TopK"})
@@ -91,7 +92,7 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
     if reducer is None or n < 2 or not all(_chooses(reducer, k, n) for k in floats):
         return False
     kernel = bounds._kernel(inst)
-    moved = {}
+    moved, ends_of = {}, {}
     for k in floats:
         ends = []
         for sign in (1, -1):
@@ -102,8 +103,17 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
         if not np.all((low <= leaves[k]) & (leaves[k] <= high) | np.isnan(leaves[k])):
             return False
         moved[k] = np.maximum(high - leaves[k], leaves[k] - low)
+        ends_of[k] = (low, high)
     for k, bound in moved.items():
         bounds._put(leaves[k], np.where(np.isnan(bound), np.inf, bound))
+    if len(floats) == 1:  # (an argmax's, argmin's index: rounding decides it where keys near the extreme may swap)
+        key = floats[0]
+        dims = tuple(int(d) for d in inst.attr("dimensions", ()))
+        for k in range(n):
+            if k != key and isinstance(leaves[k], np.ndarray):
+                from_selection(
+                    bounds.choices, leaves[k], operands[k], operands[key], bounds.of(operands[key]), *ends_of[key], dims
+                )
     return True
 
 
@@ -159,6 +169,11 @@ def _hlo_sort(bounds, inst, leaves, operands) -> bool:
             ends.append(np.take_along_axis(args[first], permutation(args, axis), axis))
         bounds._put(leaves[first], _between(leaves[first], *ends))
     key, key_bounds = (np.moveaxis(np.asarray(x, np.float64), axis, -1) for x in (leaves[first], moved[first]))
+    if key.size and not all(_float(leaf) for leaf in leaves):  # (integer results: argsort's indices)
+        starts, lengths = clusters(key, key_bounds, descending)
+        for leaf in leaves:
+            if not _float(leaf) and isinstance(leaf, np.ndarray):
+                from_clusters(bounds.choices, leaf, axis, starts, lengths)
     for k, (leaf, bound) in enumerate(zip(leaves, moved)):
         if k != first and _float(leaf):
             bound = _payload_bound(
@@ -204,6 +219,16 @@ def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool) 
     where its key's rank is decided, else the farthest of its cluster's payload intervals (module docstring)."""
     if keys.size == 0:
         return payload_bounds
+    starts, lengths = clusters(keys, key_bounds, descending)
+    top = np.repeat(np.maximum.reduceat((payload + payload_bounds).reshape(-1), starts), lengths)
+    bottom = np.repeat(np.minimum.reduceat((payload - payload_bounds).reshape(-1), starts), lengths)
+    bound = np.maximum(top.reshape(keys.shape) - payload, payload - bottom.reshape(keys.shape))
+    return np.where(np.isnan(bound), np.inf, np.maximum(bound, payload_bounds))
+
+
+def clusters(keys, key_bounds, descending: bool) -> tuple:
+    """The clusters of sorted `keys` (along the last dim, in the output's order) no key's interval reaches past:
+    their starts and lengths over the flattened elements (module docstring)."""
     lo, hi = keys - key_bounds, keys + key_bounds
     if descending:  # (mirrored: ascending)
         lo, hi = -hi, -lo
@@ -212,8 +237,4 @@ def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool) 
     edge = np.ones(keys.shape, bool)  # a cluster starts here (every row's first element)
     edge[..., 1:] = below < above
     starts = np.flatnonzero(edge.reshape(-1))
-    lengths = np.diff(np.append(starts, edge.size))
-    top = np.repeat(np.maximum.reduceat((payload + payload_bounds).reshape(-1), starts), lengths)
-    bottom = np.repeat(np.minimum.reduceat((payload - payload_bounds).reshape(-1), starts), lengths)
-    bound = np.maximum(top.reshape(keys.shape) - payload, payload - bottom.reshape(keys.shape))
-    return np.where(np.isnan(bound), np.inf, np.maximum(bound, payload_bounds))
+    return starts, np.diff(np.append(starts, edge.size))

@@ -105,10 +105,12 @@ from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
 from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
 from .bound_fft import fft_bounds
+from .bound_indices import Choices, follow
 from .bound_sorts import selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
+from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
 from .bound_shared import any_order_rounding, repeated_rounding, tree_order_rounding, tree_order_steps
@@ -215,12 +217,6 @@ def _holds_its_operands(value, operands) -> bool:
     return all(id(leaf) in held for leaf in _leaves(value))
 
 
-def _leaves(value) -> list:
-    if isinstance(value, (tuple, list)):
-        return [x for v in value for x in _leaves(v)]
-    return [value]
-
-
 class ErrorBounds(BoundStore):
     """An observer of the shadow's run (`observe(inst, value, operands)`) that keeps, for every float value alive
     in it, a bound on its error under `device`'s arithmetic (see the module docstring). `of(value)` is the bound of
@@ -236,12 +232,19 @@ class ErrorBounds(BoundStore):
         self.algorithms: set[str] = set()  # dot algorithms the device's rules chose (not the types' own)
         self.rng = np.random.default_rng(seed)  # the draws' keys (draw_key; SPMD: one seed per participant)
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
+        self.choices = Choices()  # the integers rounding decides (tools/bound_indices.py)
 
     def _kernel(self, inst):
         return self.plans.kernel(inst)
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
+        self._observe(inst, value, operands)
+        if self.choices.marked(operands):  # (integers rounding decides: what the op makes of them)
+            with np.errstate(all="ignore"):
+                follow(self, inst, value, operands)
+
+    def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)
         floats = [v for v in leaves if _float(v)]
         opcode = inst.opcode
