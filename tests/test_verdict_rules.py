@@ -611,6 +611,32 @@ _TAKE = (
     "offset_dims={}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, "
     "start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1}"
 )
+# jax's take_along_axis: a negative index wrapped (compare, add, select), reshaped, gathered; then doubled
+TAKE_ALONG = f"""zero = s32[] constant(0)  zeros = s32[4,64] broadcast(zero), dimensions={{}}
+  neg = pred[4,64] compare(idx, zeros), direction=LT  n = s32[] constant(64)  ns = s32[4,64] broadcast(n), dimensions={{}}
+  wrapped = s32[4,64] add(idx, ns)  fixed = s32[4,64] select(neg, wrapped, idx)  at = s32[4,64,1] reshape(fixed)
+  e = f32[4,64] exponential(v)  g = f32[4,64] gather(e, at), {_TAKE}
+  two = f32[] constant(2)  twos = f32[4,64] broadcast(two), dimensions={{}}
+  ROOT h = f32[4,64] multiply(g, twos)"""
+
+
+def test_a_gather_by_indices_every_one_of_which_rounding_decides_is_not_calibrated_away():
+    """Every key of a row within rounding of the others (bf16 ties): every gathered element may be any of its
+    row's, and its samples swap too (the farthest alternative among them). Before they did (the moved samples,
+    which see no swap), the calibration of the doubling after the gather cut its bounds to them: numpy's result
+    (a stable argsort of the device's keys) was 1e5x past them."""
+    r = np.random.default_rng(7)
+    x = np.full((4, 64), 0.75, np.float32)
+    y = (1 + 1e-3 * r.standard_normal((4, 64))).astype(np.float32)
+    v = r.standard_normal((4, 64)).astype(np.float32)
+    keys = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    correct = 2 * np.take_along_axis(np.exp(v), np.argsort(keys, axis=1, kind="stable"), 1)
+    exe = hloexec.load(ARGSORT_THEN.format(rest=TAKE_ALONG))
+    verdict, run = judge_run(exe, [x, y, v], {"numpy": [correct]})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert _verdicts(verdict)["numpy"] == _verdicts(verdict)["hloexec"] == (True, 0, 0), _verdicts(verdict)
+
+
 NOT_FOLLOWED = {
     # two choices at once: the smaller of an index and the one its row holds reversed
     "select": f"""r = s32[4,64] reverse(idx), dimensions={{1}}  lt = pred[4,64] compare(idx, r), direction=LT

@@ -31,6 +31,7 @@ import weakref
 import numpy as np
 
 from ..ir import opcodes
+from .bound_samples import SAMPLES
 from .bound_store import float_leaf, leaves as _leaves
 
 CHOICES = 64  # the most alternatives an element keeps: an element of a larger cluster is lost
@@ -216,11 +217,18 @@ def _gathered(bounds, inst, x, operands, indexed) -> None:
         return
     kernel = bounds._kernel(inst)
     data = operands[0]
-    picked = _per_alternative(kernel, operands, entries)
-    spread = _per_alternative(kernel, [bounds.of(data), *operands[1:]], entries)
-    widest = np.max(np.abs(picked - np.asarray(x, np.float64)) + spread, axis=0)
+    swaps = _per_alternative(kernel, operands, entries) - np.asarray(x, np.float64)
+    reach = np.abs(swaps) + _per_alternative(kernel, [bounds.of(data), *operands[1:]], entries)
+    widest = np.max(reach, axis=0)
     bound = np.maximum(bounds.of(x), np.where(np.isnan(widest), np.inf, widest))
-    bounds._put(x, bound, bounds._decided_or_none(x), bounds._stored_samples(x))
+    # the samples swap too (else the calibration of what is made from x cuts its bound to the moved samples', which
+    # see no swap: 1e5x short where every element may swap): each a random alternative, the first the farthest
+    pick = bounds.rng.integers(0, len(swaps), (SAMPLES, *np.shape(x)))
+    pick[0] = np.argmax(reach, axis=0)
+    samples = np.take_along_axis(swaps, pick, 0).astype(np.float32)
+    if (moved := bounds._samples_or_none(x)) is not None:
+        samples += moved
+    bounds._put(x, bound, bounds._decided_or_none(x), samples)
 
 
 def _one_choice(inst, entries) -> bool:
