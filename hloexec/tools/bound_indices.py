@@ -38,8 +38,9 @@ CHOICES = 64  # the most alternatives an element keeps: an element of a larger c
 CHOICE_ELEMENTS = 1 << 24  # the most elements of a value's alternatives (m x its size) kept
 # ops whose leaves are their called computations' (observed there) or their operands' own arrays
 _OBSERVED_INSIDE = frozenset({"call", "fusion", "while", "conditional", "tuple", "get-tuple-element", "async-done"})
-_INDEXED = {"gather": slice(1, 2), "dynamic-slice": slice(1, None)}  # a gathering op's index operands
-MOVING = (opcodes.MOVEMENT | opcodes.PASS_THROUGH | {"gather"}) - {"dynamic-update-slice"}
+GATHERS = {"gather": slice(1, 2), "dynamic-slice": slice(1, None)}  # a gathering op's index operands
+_INDEXED = {**GATHERS, "dynamic-update-slice": slice(2, None)}  # a moving op's index operands
+MOVING = opcodes.MOVEMENT | opcodes.PASS_THROUGH | {"gather", "dynamic-update-slice"}
 
 
 class Choices:
@@ -56,13 +57,16 @@ class Choices:
         if not varying.any() and not lost.any():
             return
         key, store = id(leaf), self.store
-        ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
+        if isinstance(leaf, np.ndarray):
+            ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
+        else:  # (a numpy scalar, a kernel's 0-d result, cannot be referred to weakly: kept, as BoundStore keeps it)
+            ref = lambda: leaf  # noqa: E731
         with self.lock:
             store[key] = (ref, alternatives, origin, lost, varying)
 
     def of(self, leaf):
         """(alternatives, origin, lost, varying) of a marked value, else None."""
-        entry = self.store.get(id(leaf)) if isinstance(leaf, np.ndarray) else None
+        entry = self.store.get(id(leaf)) if isinstance(leaf, (np.ndarray, np.generic)) else None
         return entry[1:] if entry is not None and entry[0]() is leaf else None
 
     def fresh(self, shape) -> np.ndarray:
@@ -112,30 +116,29 @@ def from_selection(choices: Choices, leaf, values, keys, key_bounds, low, high, 
     picked = np.moveaxis(np.take_along_axis(values, first, -1), -1, 0).reshape(m, *leaf.shape)
     beyond = np.arange(m).reshape(m, *[1] * leaf.ndim) >= count.reshape(leaf.shape)
     alternatives = np.where(beyond, leaf, picked)
-    lost = (count.reshape(leaf.shape) > m) | ~(alternatives == leaf).any(
-        0
-    )  # (its own value not among them: a tie, the init)
+    # (lost too where its own value is not among them: the init's, a NaN's)
+    lost = (count.reshape(leaf.shape) > m) | ~(alternatives == leaf).any(0)
     choices.put(leaf, alternatives, choices.fresh(leaf.shape), lost)
 
 
 def follow(bounds, inst, value, operands) -> None:
     """What `inst` makes of its marked operands (module docstring): marks on its integer results, bounds widened or
     made infinite on its float results. `bounds`: the ErrorBounds observing the run."""
-    if inst.opcode in _OBSERVED_INSIDE:
-        return
     choices = bounds.choices
+    if inst.opcode in _OBSERVED_INSIDE:  # (a branch or trip count rounding decides: followed as the shadow's)
+        return
     leaves = _leaves(value)
     indexed = _INDEXED.get(inst.opcode)
     marked_indices = indexed is not None and any(choices.of(o) is not None for o in operands[indexed])
     data = range(len(operands)) if indexed is None else set(range(len(operands))) - set(range(len(operands))[indexed])
     marked_data = any(choices.of(operands[k]) is not None for k in data)
     for leaf in leaves:
-        if not isinstance(leaf, np.ndarray) or choices.of(leaf) is not None:
+        if not isinstance(leaf, (np.ndarray, np.generic)) or choices.of(leaf) is not None:
             continue
         if float_leaf(leaf):
             if inst.opcode == "select" and not any(choices.of(o) is not None for o in operands[1:]):
                 continue  # (its pred's varying elements are rounding-decided: the select rule took either branch)
-            if marked_indices and not marked_data and len(leaves) == 1:
+            if inst.opcode in GATHERS and marked_indices and not marked_data:
                 _gathered(bounds, inst, leaf, operands, indexed)
             else:
                 _unfollowed(bounds, inst, leaf, operands)

@@ -110,7 +110,7 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
         key = floats[0]
         dims = tuple(int(d) for d in inst.attr("dimensions", ()))
         for k in range(n):
-            if k != key and isinstance(leaves[k], np.ndarray):
+            if k != key and isinstance(leaves[k], (np.ndarray, np.generic)):
                 from_selection(
                     bounds.choices, leaves[k], operands[k], operands[key], bounds.of(operands[key]), *ends_of[key], dims
                 )
