@@ -164,12 +164,22 @@ def follow(bounds, inst, value, operands) -> None:
 
 def _per_alternative(kernel, operands, entries) -> np.ndarray:
     """The kernel on alternative k of the marked operands (the others as they are), stacked over k."""
-    m = max(len(e[0]) for e in entries if e is not None)
-    made = []
-    for k in range(m):
-        args = [o if e is None else e[0][min(k, len(e[0]) - 1)] for o, e in zip(operands, entries)]
-        made.append(np.asarray(kernel(*args)))
-    return np.stack(made)
+    made = None
+    for k, value in enumerate(_alternatives(kernel, operands, entries)):
+        if made is None:
+            made = np.empty((_count(entries), *np.shape(value)), np.asarray(value).dtype)
+        made[k] = value
+    return made
+
+
+def _alternatives(kernel, operands, entries):
+    """The kernel on alternative k of the marked operands (the others as they are), for each k in turn."""
+    for k in range(_count(entries)):
+        yield kernel(*[o if e is None else e[0][min(k, len(e[0]) - 1)] for o, e in zip(operands, entries)])
+
+
+def _count(entries) -> int:
+    return max(len(e[0]) for e in entries if e is not None)
 
 
 def _elementwise(bounds, inst, leaf, operands) -> tuple:
@@ -218,17 +228,20 @@ def _gathered(bounds, inst, x, operands, indexed) -> None:
     if any(e is not None and e[2].any() for e in entries) or not _one_choice(inst, entries):
         _unfollowed(bounds, inst, x, operands)
         return
-    kernel = bounds._kernel(inst)
-    data = operands[0]
-    swaps = _per_alternative(kernel, operands, entries) - np.asarray(x, np.float64)
-    reach = np.abs(swaps) + _per_alternative(kernel, [bounds.of(data), *operands[1:]], entries)
-    widest = np.max(reach, axis=0)
-    bound = np.maximum(bounds.of(x), np.where(np.isnan(widest), np.inf, widest))
+    kernel, x64 = bounds._kernel(inst), np.asarray(x, np.float64)
     # the samples swap too (else the calibration of what is made from x cuts its bound to the moved samples', which
     # see no swap: 1e5x short where every element may swap): each a random alternative, the first the farthest
-    pick = bounds.rng.integers(0, len(swaps), (SAMPLES, *np.shape(x)))
-    pick[0] = np.argmax(reach, axis=0)
-    samples = np.take_along_axis(swaps, pick, 0).astype(np.float32)
+    pick = bounds.rng.integers(0, _count(entries), (SAMPLES, *np.shape(x)))
+    widest, samples = np.zeros(np.shape(x)), np.zeros((SAMPLES, *np.shape(x)), np.float32)
+    spreads = _alternatives(kernel, [bounds.of(operands[0]), *operands[1:]], entries)
+    for k, (picked, spread) in enumerate(zip(_alternatives(kernel, operands, entries), spreads)):
+        swap = picked - x64
+        reach = np.abs(swap) + spread
+        farther = ~(reach <= widest)  # (NaN: farther)
+        widest = np.where(farther, reach, widest)
+        samples[0] = np.where(farther, swap, samples[0])
+        samples[1:] = np.where(pick[1:] == k, swap, samples[1:])
+    bound = np.maximum(bounds.of(x), np.where(np.isnan(widest), np.inf, widest))
     if (moved := bounds._samples_or_none(x)) is not None:
         samples += moved
     bounds._put(x, bound, bounds._decided_or_none(x), samples)
