@@ -1,7 +1,8 @@
 """Integers that rounding decides (tools/bounds.py): a sort's integer results (argsort's indices) where its keys
 may swap within their bounds, and what integer ops make of them, up to the gather or dynamic-slice they index.
 
-A marked integer (or pred) value keeps, per element, the values it may take in the exact run (its own among them):
+A marked integer (or pred) value keeps, per element, the values it may take where the keys lie anywhere within their
+bounds (the exact run's, the shadow's own, and any device's whose keys are within them):
 `alternatives` (m, *shape); `origin` (int64, shape), the choice an element's alternatives follow: alternative k of
 two elements of one origin is one choice (jax's `select(i < 0, i + n, i)` takes `i + n` and `i` from the same
 `i`, not any pair of them); `lost`, the elements whose values were not followed. A sort makes them from its
