@@ -637,6 +637,31 @@ def test_a_gather_by_indices_every_one_of_which_rounding_decides_is_not_calibrat
     assert _verdicts(verdict)["numpy"] == _verdicts(verdict)["hloexec"] == (True, 0, 0), _verdicts(verdict)
 
 
+RADIX_ARGSORT = """HloModule cub_argsort
+ENTRY e {
+  x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  v = f32[4,64] parameter(2)
+  m = bf16[4,64] multiply(x, y)  k = f32[4,64] convert(m)  idx0 = s32[4,64] iota(), iota_dimension=1
+  s = (f32[4,64], s32[4,64], u8[128]) custom-call(k, idx0), custom_call_target="__cub$DeviceRadixSort",
+    backend_config={"descending":false}
+  idx = s32[4,64] get-tuple-element(s), index=1
+  %s }""" % TAKE_ALONG.replace("{{", "{").replace("}}", "}")
+
+
+def test_a_gather_by_a_radix_sorts_indices_is_bounded_by_the_values_they_may_pick():
+    """XLA-GPU's argsort (cub's radix sort of bf16-rounded keys with their indices) and a gather by the indices:
+    marked as an HLO sort's are (its keys' clusters); numpy's stable argsort of the device's keys, gathered, is
+    consistent (on main: flagged, the gather moved the payload's bounds only)."""
+    x, y, _ = _keyed_rows()
+    x, y = x[:4, :64], y[:4, :64]
+    v = np.random.default_rng(8).standard_normal((4, 64)).astype(np.float32)
+    keys = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    correct = 2 * np.take_along_axis(np.exp(v), np.argsort(keys, axis=1, kind="stable"), 1)
+    exe = hloexec.load(RADIX_ARGSORT)
+    verdict, run = judge_run(exe, [x, y, v], {"numpy": [correct]})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert _verdicts(verdict)["numpy"] == _verdicts(verdict)["hloexec"] == (True, 0, 0), _verdicts(verdict)
+
+
 NOT_FOLLOWED = {
     # two choices at once: the smaller of an index and the one its row holds reversed
     "select": f"""r = s32[4,64] reverse(idx), dimensions={{1}}  lt = pred[4,64] compare(idx, r), direction=LT

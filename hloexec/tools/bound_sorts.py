@@ -136,6 +136,11 @@ def sorted_bounds(bounds, inst, value, operands) -> bool:
             exact = not rode[1].any()  # (exact keys: the order is the exact one, ties kept by index: cub is stable)
             bound = rode[2] if exact else _payload_bound(leaves[0], rode[1], leaves[k], rode[2], descending)
             bounds._put(leaves[k], bound)
+        elif isinstance(leaves[k], np.ndarray) and _float(keys) and leaves[k].ndim:  # (indices: argsort on XLA-GPU)
+            moved = np.asarray(kernel(keys, e)[1], np.float64)  # (the keys' bounds, moved as they were)
+            if moved.any():  # (exact keys: the exact order, cub is stable)
+                sorted_keys = np.asarray(leaves[0], np.float64)
+                from_clusters(bounds.choices, leaves[k], leaves[k].ndim - 1, *clusters(sorted_keys, moved, descending))
     return True
 
 
