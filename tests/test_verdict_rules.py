@@ -662,6 +662,37 @@ def test_a_gather_by_a_radix_sorts_indices_is_bounded_by_the_values_they_may_pic
     assert _verdicts(verdict)["numpy"] == _verdicts(verdict)["hloexec"] == (True, 0, 0), _verdicts(verdict)
 
 
+TOP_K_TAKE = """HloModule topk_take
+cmp { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT gt = pred[] compare(a, b), direction=GT }
+ENTRY e {
+  x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  v = f32[4,64] parameter(2)
+  m = bf16[4,64] multiply(x, y)  k = f32[4,64] convert(m)
+  t = (f32[4,8], s32[4,8]) custom-call(k), custom_call_target="TopK", to_apply=cmp
+  idx = s32[4,8] get-tuple-element(t), index=1  at = s32[4,8,1] reshape(idx)
+  ROOT g = f32[4,8] gather(v, at), offset_dims={}, collapsed_slice_dims={1}, start_index_map={1},
+    operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1} }"""
+
+
+def test_a_gather_by_a_top_ks_indices_is_bounded_by_the_values_they_may_pick():
+    """XLA's TopK custom-call of bf16-rounded keys (rows 0-3 hold six keys within rounding of 3 at their top) and a
+    gather by its indices: the j-th index may be any position whose key's interval reaches the j-th value's
+    (positions outside the top 8 too). numpy's top 8 of the device's keys (a stable argsort, descending), gathered,
+    is consistent; a gathered element 1% off whose index is decided is caught (on main: the ties flagged)."""
+    x, y, _ = _keyed_rows()
+    x, y = x[:4, :64], y[:4, :64]
+    x[3, 40] = 9.0  # (row 3's top key alone)
+    v = np.random.default_rng(9).standard_normal((4, 64)).astype(np.float32)
+    keys = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    correct = np.take_along_axis(v, np.argsort(-keys, axis=1, kind="stable")[:, :8], 1)
+    bumped = correct.copy()
+    bumped[3, 0] *= np.float32(1.01)
+    exe = hloexec.load(TOP_K_TAKE)
+    verdict, run = judge_run(exe, [x, y, v], {"numpy": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["numpy"] == got["hloexec"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
 NOT_FOLLOWED = {
     # two choices at once: the smaller of an index and the one its row holds reversed
     "select": f"""r = s32[4,64] reverse(idx), dimensions={{1}}  lt = pred[4,64] compare(idx, r), direction=LT

@@ -100,7 +100,7 @@ def from_clusters(choices: Choices, leaf, axis: int, starts, lengths) -> None:
 def from_selection(choices: Choices, leaf, values, keys, key_bounds, low, high, dims: tuple) -> None:
     """Marks `leaf`, the integer result of a reduce over `dims` that selects `values` where `keys` are extreme (an
     argmax's, argmin's index; the extreme lies in [`low`, `high`]): an element may hold the value at any position
-    whose key's interval reaches that range (the exact extreme's key is one of them)."""
+    whose key's interval reaches that range (the exact extreme's key is one of them, and a device's)."""
     kept = [d for d in range(np.ndim(keys)) if d not in dims]
     shape = (*(np.shape(keys)[d] for d in kept), -1)
     keys, key_bounds, values = (
@@ -108,12 +108,18 @@ def from_selection(choices: Choices, leaf, values, keys, key_bounds, low, high, 
         for a in (keys, key_bounds, values)
     )
     low, high = (np.asarray(a, np.float64)[..., None] for a in (low, high))
-    reach = (keys - key_bounds <= high) & (keys + key_bounds >= low)
+    from_reach(choices, leaf, values, (keys - key_bounds <= high) & (keys + key_bounds >= low))
+
+
+def from_reach(choices: Choices, leaf, values, reach) -> None:
+    """Marks `leaf`: its element may hold `values[..., i]` where `reach[..., i]` (both `leaf`'s shape plus the
+    candidates' axis)."""
     count = reach.sum(-1)
     if count.max(initial=0) < 2:
         return
     m = int(min(CHOICES, count.max(), max(2, CHOICE_ELEMENTS // max(leaf.size, 1))))
     first = np.argsort(~reach, axis=-1, kind="stable")[..., :m]  # (the positions that reach it, in order)
+    values = np.broadcast_to(values, reach.shape)
     picked = np.moveaxis(np.take_along_axis(values, first, -1), -1, 0).reshape(m, *leaf.shape)
     beyond = np.arange(m).reshape(m, *[1] * leaf.ndim) >= count.reshape(leaf.shape)
     alternatives = np.where(beyond, leaf, picked)

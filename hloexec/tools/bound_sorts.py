@@ -34,7 +34,7 @@ import numpy as np
 from ..ops.common import ints
 from ..ops.custom_call.registry import backend_config, field, target_of
 from ..ops.indexing import sort_keys, sort_permutation
-from .bound_indices import from_clusters, from_selection
+from .bound_indices import CHOICE_ELEMENTS, from_clusters, from_reach, from_selection
 from .bound_store import float_leaf as _float
 
 TOP_K_TARGETS = frozenset({"TopK", "__gpu$TopK"})
@@ -129,6 +129,8 @@ def sorted_bounds(bounds, inst, value, operands) -> bool:
     if _float(keys):
         ends = [kernel(keys + e, *payloads)[0], kernel(keys - e, *payloads)[0]]
         bounds._put(leaves[0], _between(leaves[0], *ends))
+        if target_of(inst) in TOP_K_TARGETS and len(leaves) == 2 and isinstance(leaves[1], np.ndarray):
+            _top_k_indices(bounds, leaves[1], keys, e, *ends)
     descending = bool(field(backend_config(inst), "descending", False))
     for k, payload in enumerate(payloads, start=1):
         if _float(payload):
@@ -142,6 +144,19 @@ def sorted_bounds(bounds, inst, value, operands) -> bool:
                 sorted_keys = np.asarray(leaves[0], np.float64)
                 from_clusters(bounds.choices, leaves[k], leaves[k].ndim - 1, *clusters(sorted_keys, moved, descending))
     return True
+
+
+def _top_k_indices(bounds, indices, keys, e, high, low) -> None:
+    """Marks a top-k's `indices` (along the last dim): the j-th may be any position whose key's interval reaches
+    the j-th value's (between the j-th of the keys' interval ends, `high` and `low`): a device's j-th key is its
+    j-th value and within its own interval. At most CHOICE_ELEMENTS (positions x outputs) a call; else lost."""
+    if indices.size * np.shape(keys)[-1] > CHOICE_ELEMENTS:
+        bounds.choices.put(indices, indices[None], np.full(indices.shape, -1, np.int64), np.ones(indices.shape, bool))
+        return
+    a, e = (np.asarray(x, np.float64)[..., None, :] for x in (keys, e))
+    reach = (a - e <= np.asarray(high, np.float64)[..., None]) & (a + e >= np.asarray(low, np.float64)[..., None])
+    positions = np.arange(np.shape(keys)[-1], dtype=indices.dtype)
+    from_reach(bounds.choices, indices, positions, reach)
 
 
 def _hlo_sort(bounds, inst, leaves, operands) -> bool:
