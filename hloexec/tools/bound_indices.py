@@ -1,5 +1,7 @@
 """Integers that rounding decides (tools/bounds.py): a sort's integer results (argsort's indices) where its keys
-may swap within their bounds, and what integer ops make of them, up to the gather or dynamic-slice they index.
+may swap within their bounds, an argmax's or a top-k's indices where keys within rounding of the extreme compete
+(tools/bound_sorts.py makes the marks), and what integer ops make of them, up to the gather or dynamic-slice they
+index.
 
 A marked integer (or pred) value keeps, per element, the values it may take where the keys lie anywhere within their
 bounds (the exact run's, the shadow's own, and any device's whose keys are within them):

@@ -23,6 +23,9 @@ custom-call, cub's radix sort (XLA-GPU's sort) and the payloads sorted with thei
   values, chosen by comparisons of those two values alone, the exact ones such as indices aside): the row's max
   or min as its reducer orders, by the reduce at its operand's interval ends; where the value does not lie
   between them (a selection that is not monotone), no rule.
+Their integer results that rounding decides (an HLO or radix sort's indices where its keys' clusters hold several
+keys, an argmax's where other keys reach the extreme's interval, a top-k's where other keys reach the j-th
+value's) are marked with the values they may take (tools/bound_indices.py: what a gather by them picks).
 Their samples are the op's kernel on the perturbed operands (the samples re-sort); the custom-calls' bounds are
 not calibrated by them (their rules are tight already; a payload's: the samples rarely swap what rounding may
 swap)."""
