@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,6 +61,7 @@ class Choices:
         if not varying.any() and not lost.any():
             return
         key, store = id(leaf), self.store
+        ref: Callable[[], object]  # the value while it lives
         if isinstance(leaf, np.ndarray):
             ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
         else:  # (a numpy scalar, a kernel's 0-d result, cannot be referred to weakly: kept, as BoundStore keeps it)
@@ -163,7 +165,7 @@ def follow(bounds, inst, value, operands) -> None:
         else:
             alternatives, origin, lost = None, None, np.ones(leaf.shape, bool)
         if alternatives is None:  # (nothing followed: the value itself, lost where marked)
-            alternatives, origin = leaf[None], np.full(leaf.shape, -1, np.int64)
+            alternatives, origin = np.asarray(leaf)[None], np.full(leaf.shape, -1, np.int64)
         choices.put(leaf, alternatives, origin, lost)
         if leaf.dtype == bool and (entry := choices.of(leaf)) is not None:  # (a select on it may take either branch)
             decided = entry[2] | entry[3]
@@ -173,10 +175,11 @@ def follow(bounds, inst, value, operands) -> None:
 
 def _per_alternative(kernel, operands, entries) -> np.ndarray:
     """The kernel on alternative k of the marked operands (the others as they are), stacked over k."""
-    made = None
-    for k, value in enumerate(_alternatives(kernel, operands, entries)):
-        if made is None:
-            made = np.empty((_count(entries), *np.shape(value)), np.asarray(value).dtype)
+    each = _alternatives(kernel, operands, entries)
+    first = np.asarray(next(each))
+    made = np.empty((_count(entries), *first.shape), first.dtype)
+    made[0] = first
+    for k, value in enumerate(each, start=1):
         made[k] = value
     return made
 
