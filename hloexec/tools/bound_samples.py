@@ -134,15 +134,18 @@ def participation(bound, deviations, largest) -> np.ndarray:
     return out
 
 
-def margin(draws) -> np.ndarray:
-    """The margin of blocks whose tight elements' samples are at least `draws` independent draws (participation):
-    the tightest element is cut below SIGMAS sigma only where every draw's RMS is below 1 / margin of its sigma,
-    P(chi2_S < S / margin^2) each (docs/verdicts.md "Fewer samples"), so the margin where that to the power
-    `draws` is CUT_BELOW: 6.64 for one draw (a broadcast value's, a lone tight element's), 2.69 for two, and
-    SAMPLE_MARGIN from 2.9 on (P(chi2_4 < 1)^3 = 0.07% already)."""
+def margin(participation) -> np.ndarray:
+    """The margin of blocks whose tight elements' samples have this participation ratio P (`participation`): k
+    independent draws give P <= k (P is at most the Gram matrix's rank), and the tightest element is cut below
+    SIGMAS sigma only where every draw's RMS is below 1 / margin of its sigma, P(chi2_S < S / margin^2) each
+    (docs/verdicts.md "Fewer samples"), so the margin where that to the power P - 1/2 is CUT_BELOW. The half draw:
+    where one shared draw carries most of the variance and the rest is each element's own, the blocks whose shared
+    draw happened to be small (the ones the margin guards) show their own parts' directions, P 2-3: 0.18% of such
+    blocks at P, 0.1% at P - 1/2 (bench/bench_calibration.py). 6.64 up to P = 1.5 (one draw: a broadcast value's, a
+    lone tight element's), 3.67 at 2, 2.22 at 3, SAMPLE_MARGIN from 3.4 (independent elements: P 3.85-3.99)."""
     from scipy.special import gammaincinv  # (chi2_S's quantile q is 2 gammaincinv(S / 2, q))
 
-    below = CUT_BELOW ** (1 / np.clip(draws, 1, SAMPLES))
+    below = CUT_BELOW ** (1 / np.clip(participation - 0.5, 1, SAMPLES))
     return np.maximum(SAMPLE_MARGIN, np.sqrt(SAMPLES / (2 * gammaincinv(SAMPLES / 2, below))))
 
 
