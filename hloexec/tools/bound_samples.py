@@ -143,10 +143,19 @@ def margin(participation) -> np.ndarray:
     draw happened to be small (the ones the margin guards) show their own parts' directions, P 2-3: 0.18% of such
     blocks at P, 0.1% at P - 1/2 (bench/bench_calibration.py). 6.64 up to P = 1.5 (one draw: a broadcast value's, a
     lone tight element's), 3.67 at 2, 2.22 at 3, SAMPLE_MARGIN from 3.4 (independent elements: P 3.85-3.99)."""
-    from scipy.special import gammaincinv  # (chi2_S's quantile q is 2 gammaincinv(S / 2, q))
-
     below = CUT_BELOW ** (1 / np.clip(participation - 0.5, 1, SAMPLES))
-    return np.maximum(SAMPLE_MARGIN, np.sqrt(SAMPLES / (2 * gammaincinv(SAMPLES / 2, below))))
+    return np.maximum(SAMPLE_MARGIN, np.sqrt(SAMPLES / _chi2_4_quantile(below)))
+
+
+def _chi2_4_quantile(q) -> np.ndarray:
+    """chi2_4's q quantile 2y (SAMPLES = 4: P(chi2_4 < 2y) = 1 - (1 + y) e^-y): Newton's steps on
+    log(1 + y) - y = log(1 - q) from y = sqrt(-2 log(1 - q)) (its leading term), within 1e-11 after three for q
+    from 1e-9 to 0.999 (scipy's chi2.ppf; not imported here: 0.5 s)."""
+    target = np.log1p(-q)
+    y = np.sqrt(-2 * target)
+    for _ in range(4):
+        y = y + (np.log1p(y) - y - target) * (1 + y) / y
+    return 2 * y
 
 
 def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
