@@ -74,7 +74,7 @@ def _chained(terms: np.ndarray, init, dtype, lanes=(1,)) -> np.ndarray:
     `init` in each order of `lanes` (chains added pairwise), every step rounded to `dtype`
     (kernels/bound_generic.chained_sums; numpy's accumulate, one chain, for the other types): (rows, len(lanes))
     float64."""
-    start = np.asarray(init).astype(dtype)
+    start = np.broadcast_to(np.asarray(init).astype(dtype), len(terms))  # (one init, or one a row)
     rounding = PER_STEP_ROUNDINGS.get(np.dtype(dtype).name)
     if rounding is None:
         terms = np.array(terms, dtype)
@@ -82,7 +82,7 @@ def _chained(terms: np.ndarray, init, dtype, lanes=(1,)) -> np.ndarray:
         return np.asarray(np.add.accumulate(terms, axis=-1, out=terms)[:, -1:], np.float64)
     summed = np.empty((len(terms), len(lanes)))
     held = np.ascontiguousarray(terms, np.float32)
-    chained_sums(held, np.full(len(terms), start, np.float32), rounding, np.array(lanes, np.int64), summed)
+    chained_sums(held, np.ascontiguousarray(start, np.float32), rounding, np.array(lanes, np.int64), summed)
     return summed
 
 
@@ -139,14 +139,97 @@ def any_order_rounding(a: np.ndarray, dims: tuple, init, dtype, accumulation, ex
     the most steps in each binade); the other orders are summed only where its error reaches half of `allowed`
     (the check: one pass, ~1 ns a term)."""
     terms, rows = _rows(a, dims, dtype)
-    exact = np.ravel(np.broadcast_to(np.asarray(exact, np.float64), rows))
-    allowed = np.ravel(np.broadcast_to(np.asarray(allowed, np.float64), rows))
+    worst = _any_order(terms, init, accumulation, np.ravel(np.broadcast_to(np.asarray(exact, np.float64), rows)),
+                       np.ravel(np.broadcast_to(np.asarray(allowed, np.float64), rows)))  # fmt: skip
+    return worst.reshape(rows) if np.any(worst) else None
+
+
+def _any_order(terms, init, accumulation, exact, allowed) -> np.ndarray:
+    """any_order_rounding of the rows of `terms` (rows, n; `init`: one, or one a row; `exact`, `allowed`: (rows,)):
+    (rows,), 0 where the largest error is within `allowed`."""
     worst = _chained(terms, init, accumulation)[:, 0] - exact
     repeats = np.flatnonzero(np.abs(worst) > allowed / 2)
-    if repeats.size == 0:
+    if repeats.size:
+        start = np.broadcast_to(init, len(terms))[repeats]
+        others = _chained(terms[repeats], start, accumulation, REPRESENTATIVE_LANES[1:]) - exact[repeats, None]
+        others = np.take_along_axis(others, np.argmax(np.abs(others), axis=1)[:, None], axis=1)[:, 0]
+        worst[repeats] = np.where(np.abs(others) > np.abs(worst[repeats]), others, worst[repeats])
+    return np.where(np.abs(worst) > allowed, worst, 0.0)
+
+
+def scattered_rounding(target, positions, updates, dtype, exact, allowed, known: bool) -> np.ndarray | None:
+    """A scatter-add's floor: each element of `target` with two or more updates (`updates`, at flat `positions`,
+    in their order of application), both as the program holds them (the shadow's, rounded to `dtype`), summed
+    from the target's value in that order (`known`: a loop's) or the largest of REPRESENTATIVE_LANES' orders,
+    every step rounded to `dtype`, less `exact`; kept where it exceeds `allowed` (target-shaped), 0 elsewhere,
+    None where it is nowhere. The rows, of unequal lengths, are summed in buckets of lengths within 2x of each
+    other, padded with zeros (an exact step)."""
+    counts = np.bincount(positions, minlength=np.size(target))
+    many = np.flatnonzero(counts >= 2)
+    if many.size == 0:
         return None
-    others = _chained(terms[repeats], init, accumulation, REPRESENTATIVE_LANES[1:]) - exact[repeats, None]
-    others = np.take_along_axis(others, np.argmax(np.abs(others), axis=1)[:, None], axis=1)[:, 0]
-    worst[repeats] = np.where(np.abs(others) > np.abs(worst[repeats]), others, worst[repeats])
-    worst = np.where(np.abs(worst) > allowed, worst, 0.0)
-    return worst.reshape(rows) if np.any(worst) else None
+    order = np.argsort(positions, kind="stable")  # (each element's updates, in their order)
+    values = np.ravel(updates)[order]
+    first = np.cumsum(counts) - counts
+    exact, allowed, start = (np.ravel(np.broadcast_to(v, np.shape(target))) for v in (exact, allowed, target))
+    floor = np.zeros(np.size(target))
+    width = 2
+    while many.size:
+        rows, many = many[counts[many] <= width], many[counts[many] > width]
+        at = np.arange(width)
+        taken = first[rows, None] + at
+        terms = np.where(at < counts[rows, None], values[np.minimum(taken, values.size - 1)], 0.0)
+        terms = terms.astype(dtype).astype(np.float32 if np.dtype(dtype).name in PER_STEP_ROUNDINGS else dtype)
+        if known:
+            floor[rows] = _chained(terms, start[rows], dtype)[:, 0] - exact[rows]
+            floor[rows] = np.where(np.abs(floor[rows]) > allowed[rows], floor[rows], 0.0)
+        else:
+            floor[rows] = _any_order(terms, start[rows], dtype, exact[rows], allowed[rows])
+        width *= 2
+    return floor.reshape(np.shape(target)) if np.any(floor) else None
+
+
+def _constant_lines(x: np.ndarray, inst, side: str) -> np.ndarray | None:
+    """The dot's `side` operand's lines along the contraction (along_contraction's layout, (B, F)): each one's
+    value where it is constant, NaN elsewhere; None where none is (looked for first at each line's two ends: one
+    look a line, no pass over the operand, where no line's ends are equal)."""
+    contracting = tuple(inst.attr(f"{side}_contracting_dims", ()))
+    ends = [x, x]
+    for d in contracting:
+        ends = [np.take(ends[0], [0], axis=d), np.take(ends[1], [-1], axis=d)]
+    if not contracting or not np.any(ends[0] == ends[1]):
+        return None
+    least, most = along_contraction(x, inst, side, np.min), along_contraction(x, inst, side, np.max)
+    return np.where(least == most, least, np.nan)
+
+
+def dot_rounding(inst, a, b, types, accumulation, exact, coefficient, budget: int) -> np.ndarray | None:
+    """A dot's floor where an output element's products are all one value p (its lhs line and its rhs line along
+    the contraction each constant: a matrix of ones, a broadcast, a mean's weights): K copies of p (the operands as
+    the program holds them, rounded to `types`, their product to `accumulation`: a loop's terms without an FMA)
+    summed in REPRESENTATIVE_LANES' orders, every step rounded to `accumulation`, less `exact` (the shadow's dot),
+    the largest by magnitude; kept where it exceeds the accumulation's own bound, `coefficient` (K p^2 + x^2)
+    squared (the dot rule's). One sum per distinct p in each order, none where one order's would take more than
+    `budget` steps; None
+    where no element keeps one (no constant line: one look at each line's ends, no pass over the operands)."""
+    lhs = _constant_lines(a, inst, "lhs")
+    rhs = None if lhs is None else _constant_lines(b, inst, "rhs")
+    if rhs is None:
+        return None
+    count = int(np.prod([np.shape(a)[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+    with np.errstate(invalid="ignore"):
+        held = [np.asarray(v.astype(t), np.float64) for v, t in ((lhs, types[0]), (rhs, types[1]))]
+        products = held[0][:, :, None] * held[1][:, None, :]  # (the output's layout: batch, lhs free, rhs free)
+    both = ~np.isnan(products)
+    p = np.asarray(products[both].astype(accumulation), np.float64)
+    values, which = np.unique(p, return_inverse=True)
+    if not values.size or values.size * count > budget:
+        return None
+    sums = _chained(np.repeat(values[:, None], count, axis=1), 0.0, accumulation, REPRESENTATIVE_LANES)
+    x = np.asarray(exact, np.float64).reshape(products.shape)[both]
+    errors = sums[which] - x[:, None]
+    worst = np.take_along_axis(errors, np.argmax(np.abs(errors), axis=1)[:, None], axis=1)[:, 0]
+    allowed = np.sqrt(coefficient * (count * np.square(p) + np.square(x)))
+    floor = np.zeros(products.shape)
+    floor[both] = np.where(np.abs(worst) > allowed, worst, 0.0)
+    return floor.reshape(np.shape(exact)) if np.any(floor) else None
