@@ -400,3 +400,40 @@ ENTRY e {{ t = {dtype}[3] parameter(0)  i = s32[{2 * n},1] parameter(1)  u = {dt
     judged = _judged(hloexec.load(text), [target, indices, updates], emulated, exact, [*ACCUMULATING, "xla-cpu"], t)
     for device, (consistent, planted, document) in judged.items():
         assert consistent and not planted, (device, document)
+
+
+@pytest.mark.parametrize("side", ["lhs", "rhs"])
+def test_a_dot_of_a_constant_row_and_a_mask_in_a_loops_order_is_consistent_and_4x_caught(side):
+    """One side constant along the contraction (0.1: a mean's weights), the other a 0/1 mask (a one-hot's
+    counts): the products are 0.1 or 0 (an exact step), 2^18 of them summed in a loop's order repeat the same
+    rounding (0.1-0.23% off, ~100 sigmas of independent roundings; past its bound on main). The floor sums the constant times each
+    mask line (bound_shared._one_constant); the loop's result is consistent under every profile, the error planted
+    4x caught, on either side of the dot."""
+    k = 1 << 18
+    mask = (np.random.default_rng(7).random((k, 3)) < [0.5, 0.7, 0.9]).astype(np.float32)
+    weights = np.full((2, k), 0.1, np.float32)
+    if side == "lhs":
+        shapes, inputs, dims = (
+            ("f32[2,{k}]", "f32[{k},3]"),
+            [weights, mask],
+            "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        )
+    else:
+        shapes, inputs, dims = (
+            ("f32[3,{k}]", "f32[{k},2]"),
+            [mask.T.copy(), weights.T.copy()],
+            "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        )
+    a_shape, b_shape = (s.format(k=k) for s in shapes)
+    out = "f32[2,3]" if side == "lhs" else "f32[3,2]"
+    text = f"""HloModule d
+ENTRY e {{ a = {a_shape} parameter(0)  b = {b_shape} parameter(1)
+  ROOT d = {out} dot(a, b), {dims}, operand_precision={{highest,highest}} }}"""
+    sums = np.array([_loop(mask[:, j] * np.float32(0.1), np.float32, np.float32) for j in range(3)])
+    exact = mask.astype(np.float64).sum(0) * float(np.float32(0.1))
+    assert np.all(np.abs(sums - exact) > 5e-4 * exact)  # the premise: its roundings repeat
+    emulated = np.stack([sums, sums]) if side == "lhs" else np.stack([sums, sums]).T.copy()
+    exact = np.stack([exact, exact]) if side == "lhs" else np.stack([exact, exact]).T
+    judged = _judged(hloexec.load(text), inputs, emulated, exact, [*ACCUMULATING, "xla-cpu"], np.float32)
+    for device, (consistent, planted, document) in judged.items():
+        assert consistent and not planted, (device, document)

@@ -128,6 +128,7 @@ def tree_order_rounding(a: np.ndarray, dims: tuple, init, dtype, exact, width: i
 # row-major (a loop, numpy along an outer axis); 16: vector lanes (hloexec's compiled sums, YNNPACK with
 # AVX-512); 256: threads' chains and a tree across them (a GPU block's, a TPU vector register's lanes).
 REPRESENTATIVE_LANES = (1, 16, 256)
+MAX_CONSTANTS = 1024  # a dot's floor where one side's lines are constant: at most this many (batch, value) pairs
 
 
 def any_order_rounding(a: np.ndarray, dims: tuple, init, dtype, accumulation, exact, allowed) -> np.ndarray | None:
@@ -203,33 +204,99 @@ def _constant_lines(x: np.ndarray, inst, side: str) -> np.ndarray | None:
     return np.where(least == most, least, np.nan)
 
 
-def dot_rounding(inst, a, b, types, accumulation, exact, coefficient, budget: int) -> np.ndarray | None:
-    """A dot's floor where an output element's products are all one value p (its lhs line and its rhs line along
-    the contraction each constant: a matrix of ones, a broadcast, a mean's weights): K copies of p (the operands as
-    the program holds them, rounded to `types`, their product to `accumulation`: a loop's terms without an FMA)
-    summed in REPRESENTATIVE_LANES' orders, every step rounded to `accumulation`, less `exact` (the shadow's dot),
-    the largest by magnitude; kept where it exceeds the accumulation's own bound, `coefficient` (K p^2 + x^2)
-    squared (the dot rule's). One sum per distinct p in each order, none where one order's would take more than
-    `budget` steps; None
-    where no element keeps one (no constant line: one look at each line's ends, no pass over the operands)."""
-    lhs = _constant_lines(a, inst, "lhs")
-    rhs = None if lhs is None else _constant_lines(b, inst, "rhs")
-    if rhs is None:
-        return None
-    count = int(np.prod([np.shape(a)[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+def _line_dims(shape: tuple, inst, side: str) -> tuple[list, list, list]:
+    """The dot's `side` operand's (batch, free, contracting) dims, in along_contraction's order."""
+    batch, contracting = list(inst.attr(f"{side}_batch_dims", ())), list(inst.attr(f"{side}_contracting_dims", ()))
+    return batch, [d for d in range(len(shape)) if d not in batch and d not in contracting], contracting
+
+
+def _lines_shape(shape: tuple, inst, side: str) -> tuple[int, int, int]:
+    """_lines' shape (B, F, K) for an operand of `shape`."""
+    return tuple(int(np.prod([shape[d] for d in dims], dtype=np.int64)) for dims in _line_dims(shape, inst, side))
+
+
+def _lines(x: np.ndarray, inst, side: str) -> np.ndarray:
+    """The dot's `side` operand's lines along the contraction, (B, F, K): along_contraction's layout, each line its
+    terms in row-major order of the contracting dims."""
+    batch, free, contracting = _line_dims(np.shape(x), inst, side)
+    return np.transpose(x, batch + free + contracting).reshape(_lines_shape(np.shape(x), inst, side))
+
+
+def _both_constant(lines, types, accumulation, exact, count: int, coefficient, budget: int) -> np.ndarray:
+    """dot_rounding's floor (B, M, N) where both lines are constant (`lines`: each side's values, NaN where not):
+    K copies of each distinct product summed in every order; 0 elsewhere (or where the sums would pass `budget`)."""
     with np.errstate(invalid="ignore"):
-        held = [np.asarray(v.astype(t), np.float64) for v, t in ((lhs, types[0]), (rhs, types[1]))]
+        held = [np.asarray(v.astype(t), np.float64) for v, t in zip(lines, types)]
         products = held[0][:, :, None] * held[1][:, None, :]  # (the output's layout: batch, lhs free, rhs free)
+    floor = np.zeros(products.shape)
     both = ~np.isnan(products)
     p = np.asarray(products[both].astype(accumulation), np.float64)
     values, which = np.unique(p, return_inverse=True)
     if not values.size or values.size * count > budget:
-        return None
+        return floor
     sums = _chained(np.repeat(values[:, None], count, axis=1), 0.0, accumulation, REPRESENTATIVE_LANES)
-    x = np.asarray(exact, np.float64).reshape(products.shape)[both]
+    x = exact[both]
     errors = sums[which] - x[:, None]
     worst = np.take_along_axis(errors, np.argmax(np.abs(errors), axis=1)[:, None], axis=1)[:, 0]
     allowed = np.sqrt(coefficient * (count * np.square(p) + np.square(x)))
-    floor = np.zeros(products.shape)
     floor[both] = np.where(np.abs(worst) > allowed, worst, 0.0)
+    return floor
+
+
+def _one_constant(constant, other, other_constant, types, accumulation, exact, coefficient, budget) -> np.ndarray:
+    """dot_rounding's floor (B, P, Q) where one side's line is constant (`constant`, (B, P): c, NaN where not) and
+    the other's (`other`, (B, Q, K)) is not (`other_constant`, (B, Q): NaN): per batch and distinct c, the products
+    c x each other line summed (_any_order: row-major first, the other orders where it reaches half the
+    allowance); 0 elsewhere, or everywhere where there are more than MAX_CONSTANTS groups or their rows would pass
+    `budget` steps. `exact`: (B, P, Q)."""
+    floor = np.zeros(exact.shape)
+    at = np.flatnonzero(~np.isnan(constant))
+    batch, place = np.divmod(at, constant.shape[1])
+    keys = np.column_stack([batch, constant.ravel()[at]])
+    groups, first, which = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    if len(groups) > MAX_CONSTANTS:
+        return floor
+    varied = [np.flatnonzero(np.isnan(other_constant[int(b)])) for b in groups[:, 0]]
+    if not sum(v.size for v in varied) or sum(v.size for v in varied) * other.shape[2] > budget:
+        return floor
+    terms, exacts = [], []  # (a group's first element's exact values stand for the group's: equal lines' dots)
+    for (b, c), q, p in zip(groups, varied, place[first]):
+        c = np.asarray(np.asarray(c).astype(types[0]), np.float64)
+        terms.append((c * np.asarray(other[int(b), q].astype(types[1]), np.float64)).astype(accumulation))
+        exacts.append(exact[int(b), p, q])
+    terms, exacts = np.concatenate(terms), np.concatenate(exacts)
+    squares = np.sum(np.square(terms, dtype=np.float64), axis=1)
+    found = _any_order(terms, 0.0, accumulation, exacts, np.sqrt(coefficient * (squares + np.square(exacts))))
+    rows = np.cumsum([0] + [v.size for v in varied])
+    for g, q in enumerate(varied):
+        members = place[np.ravel(which) == g]
+        floor[int(groups[g, 0]), members[:, None], q[None, :]] = found[rows[g] : rows[g + 1]]
+    return floor
+
+
+def dot_rounding(inst, a, b, types, accumulation, exact, coefficient, budget: int) -> np.ndarray | None:
+    """A dot's floor where an output element's products repeat: one side's line along the contraction constant (a
+    matrix of ones, a mean's weights, a broadcast), its products that constant times the other line's terms -- all
+    one value where that line is constant too. Its products (the operands as the program holds them, rounded to
+    `types`, their product to `accumulation`: a loop's terms without an FMA) summed in REPRESENTATIVE_LANES'
+    orders, every step rounded to `accumulation`, less `exact` (the shadow's dot), the largest by magnitude; kept
+    where it exceeds the accumulation's own bound, `coefficient` (the products' squares + x^2) squared (the dot
+    rule's). One sum per distinct product where both lines are constant, one per distinct constant and other line
+    where one is; none where they would take more than `budget` steps an order. None where no element keeps one
+    (no constant line: one look at each line's ends, no pass over the operands)."""
+    lhs, rhs = _constant_lines(a, inst, "lhs"), _constant_lines(b, inst, "rhs")
+    if lhs is None and rhs is None:
+        return None
+    count = int(np.prod([np.shape(a)[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+    lines = [np.full(_lines_shape(np.shape(o), inst, s)[:2], np.nan) if c is None else c
+             for o, s, c in ((a, "lhs", lhs), (b, "rhs", rhs))]  # fmt: skip
+    x = np.asarray(exact, np.float64).reshape(lines[0].shape[0], lines[0].shape[1], lines[1].shape[1])
+    floor = _both_constant(lines, types, accumulation, x, count, coefficient, budget)
+    if lhs is not None:
+        floor += _one_constant(lhs, _lines(b, inst, "rhs"), lines[1], types, accumulation, x, coefficient, budget)
+    if rhs is not None:
+        swapped = np.swapaxes(x, 1, 2)
+        found = _one_constant(rhs, _lines(a, inst, "lhs"), lines[0], types[::-1], accumulation, swapped,
+                              coefficient, budget)  # fmt: skip
+        floor += np.swapaxes(found, 1, 2)
     return floor.reshape(np.shape(exact)) if np.any(floor) else None
