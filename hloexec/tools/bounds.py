@@ -180,8 +180,8 @@ SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 COMPLEX_ELEMENTWISE = ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE | {"real", "imag", "complex"}
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 # a reduce-window of fewer terms a window takes no floor: its row-major repeats stay within the accumulation's bound
-# (the largest found over 3,000 adversarial term vectors a length, f16 and f32: 0.75 of it at 8 terms, 0.95 at 12,
-# 1.10 at 16; docs/verdicts.md)
+# (the largest found over 3,000 adversarial term vectors a length, f16 and f32: 0.72 of it at 8 terms, 0.88 at 12,
+# 1.06 at 16; bench/bench_window_repeats.py)
 WINDOW_FLOOR_TERMS = 12
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
 # rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
