@@ -453,3 +453,40 @@ ENTRY e { a = f32[2,4096] parameter(0)  b = f32[4096,3] parameter(1)
     assert abs(float(xla[0][0, 0]) - 4096 * 0.2 * float(np.float32(0.1)) / 0.1) > 0.03  # the premise: it repeats
     verdict, _ = judge_run(hloexec.load(text), [a, b], {"XLA:CPU": xla}, known={"XLA:CPU": xla_cpu_arithmetic()})
     assert verdict.consistent("XLA:CPU"), verdict.to_dict()
+
+
+def test_a_batched_dots_floor_covers_each_loops_error_where_a_line_is_constant_and_nothing_elsewhere():
+    """bound_shared.dot_rounding on a batched dot (batch dim first on the lhs, last on the rhs: the layouts
+    along_contraction reads) whose lines are constant in some places (0.1, 0.3, 0.2 rows; a column of 2s), 0/1 masks
+    or random in others, against numpy's f32 loop per element (each product rounded to f32, then added one at a
+    time): where a line is constant and the loop's error exceeds the rule's accumulation term the floor is at
+    least it (the largest of the representative orders', row-major among them); where no line is, 0."""
+    from hloexec.tools.bound_shared import dot_rounding
+
+    k = 1 << 16
+    text = f"""HloModule d
+ENTRY e {{ a = f32[2,3,{k}] parameter(0)  b = f32[{k},4,2] parameter(1)
+  ROOT d = f32[2,3,4] dot(a, b), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{2}},
+    rhs_contracting_dims={{0}} }}"""
+    inst = hloexec.load(text).module.entry.root
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((2, 3, k)).astype(np.float32)
+    a[0, 0], a[0, 2], a[1, 0], a[1, 1] = 0.1, 0.3, 0.1, 0.2
+    b = rng.standard_normal((k, 4, 2)).astype(np.float32)
+    b[:, 0, :] = rng.random((k, 2)) < 0.6  # masks
+    b[:, 1, 0] = 2  # a constant column (batch 0)
+    exact = np.einsum("bmk,knb->bmn", a.astype(np.float64), b.astype(np.float64))
+    coefficient = (4 * 2.0**-24) ** 2 / 3 * k
+    floor = dot_rounding(inst, a, b, (np.float32, np.float32), np.float32, exact, coefficient, 1 << 24)
+    constant_lhs = {(0, 0), (0, 2), (1, 0), (1, 1)}
+    checked = 0
+    for i, m, n in np.ndindex(exact.shape):
+        terms = (a[i, m].astype(np.float64) * b[:, n, i]).astype(np.float32)
+        error = float(np.cumsum(terms, dtype=np.float32)[-1]) - exact[i, m, n]
+        allowed = np.sqrt(coefficient * (np.sum(terms.astype(np.float64) ** 2) + exact[i, m, n] ** 2))
+        if (i, m) not in constant_lhs and (i, n) != (0, 1):
+            assert floor is None or floor[i, m, n] == 0, (i, m, n)
+        elif abs(error) > allowed:
+            assert floor is not None and abs(floor[i, m, n]) >= abs(error), (i, m, n, error, floor[i, m, n])
+            checked += 1
+    assert checked >= 4  # the premise: repeats past the rule's term on several elements
