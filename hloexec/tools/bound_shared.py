@@ -192,8 +192,8 @@ def scattered_rounding(target, positions, updates, dtype, exact, allowed, known:
 
 def _constant_lines(x: np.ndarray, inst, side: str) -> np.ndarray | None:
     """The dot's `side` operand's lines along the contraction (along_contraction's layout, (B, F)): each one's
-    value where it is constant and not 0, NaN elsewhere; None where none is (looked for first at each line's two ends: one
-    look a line, no pass over the operand, where no line's ends are equal)."""
+    value where it is constant and not 0, NaN elsewhere; None where none is (looked for first at each line's two
+    ends: one look a line, no pass over the operand, where no line's ends are equal)."""
     contracting = tuple(inst.attr(f"{side}_contracting_dims", ()))
     ends = [x, x]
     for d in contracting:
@@ -201,7 +201,8 @@ def _constant_lines(x: np.ndarray, inst, side: str) -> np.ndarray | None:
     if not contracting or not np.any(ends[0] == ends[1]):
         return None
     least, most = along_contraction(x, inst, side, np.min), along_contraction(x, inst, side, np.max)
-    return np.where((least == most) & (least != 0), least, np.nan)  # (zeros: exact products, an exact sum)
+    constant = (least == most) & (least != 0)  # (zeros: exact products, an exact sum)
+    return np.where(constant, least, np.nan) if np.any(constant) else None
 
 
 def _line_dims(shape: tuple, inst, side: str) -> tuple[list, list, list]:
