@@ -511,11 +511,16 @@ def xla_cpu_judgeable(p: Program) -> bool:
 def search(seed: int, with_xla: bool = True) -> list[Finding]:
     """Judge every emulation of program `seed` (and XLA:CPU's result) under its device's arithmetic: each must
     be consistent, and each with one element moved PLANTED x its bound must not be."""
+    return judge_program(generate(seed), with_xla)
+
+
+def judge_program(p: Program, with_xla: bool = True) -> list[Finding]:
+    """search's judgement of a program `p` (its seed: the emulations' and planted changes' draws)."""
     import hloexec
     from hloexec.tools.numerics import baseline_executable, flatten, judge_run, xla_cpu_arithmetic
     from hloexec.tools.verdict import judge
 
-    p = generate(seed)
+    seed = p.seed
     rng = np.random.default_rng(seed + 1)
     made = candidates(p, rng)
     if with_xla and xla_cpu_judgeable(p):
