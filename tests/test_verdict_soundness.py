@@ -13,6 +13,7 @@ from hloexec.tools.numerics import judge_run, xla_cpu_arithmetic
 
 from sound_programs import (
     BF16,
+    DTYPES,
     PLANTED,
     RUNS,
     Op,
@@ -115,20 +116,52 @@ def test_a_device_result_under_another_devices_arithmetic_is_flagged():
     assert verdict.by_device["tpu"].consistent("tpu")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="XLA:CPU flushes f32 subnormals to zero (FTZ/DAZ); no device profile has "
-    "that rule, so its result of f32 arithmetic on subnormals is judged NOT consistent",
-)
 def test_xla_cpu_flushed_subnormals_are_consistent():
     """Found by the search (seeds 7, 8, 17, 43, 56, 64 of the first campaign): f32 `add(x, x)` of subnormal x is
-    exact (2x a subnormal is representable), bound 0; XLA:CPU returns 0."""
+    exact (2x a subnormal is representable), bound 0; XLA:CPU returns 0 (FTZ). The xla-cpu profile flushes
+    (`flush_subnormals`): a value below f32's smallest normal may be read or made as 0. XLA:CPU's result is
+    consistent, a 4x planted change is not."""
     text = """HloModule ftz
 ENTRY e { x = f32[4] parameter(0)  ROOT s = f32[4] add(x, x) }"""
     x = np.array([1e-39, -3e-39, 5e-40, 1e-45], np.float32)
     xla, verdict = _judged_xla_cpu(text, [x])
     assert np.all(xla[0] == 0)  # flushed
     assert verdict.consistent("XLA:CPU"), verdict.to_dict()["outputs"][0]["worst"]
+    moved = np.float32(2 * x.astype(np.float64) + PLANTED * 2 * np.abs(x.astype(np.float64)))
+    verdict, _ = judge_run(hloexec.load(text), [x], {"moved": [moved]}, known={"moved": xla_cpu_arithmetic()})
+    assert not verdict.consistent("moved")
+
+
+def test_xla_cpu_flushes_f32_and_bf16_subnormals_as_emulated():
+    """FTZ and DAZ on this machine's XLA:CPU (jaxlib; tsl::port::ScopedFlushDenormal around every run), against
+    the emulation's rule (sound_programs.ftz: f32 and bf16 arithmetic reads and makes magnitudes below f32's
+    smallest normal as 0; negate, abs, converts keep them; f16 never): XLA:CPU's result of programs mixing
+    subnormal and normal operands equals the emulation's bit for bit, and judge_program finds nothing (XLA:CPU's
+    result and the emulation's consistent under xla-cpu's arithmetic, 4x planted changes caught)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    r = np.random.default_rng(11)
+    tiny = (r.standard_normal((2, 64)) * 1e-39).astype(np.float32)
+    big = (r.standard_normal((2, 64)) * 1e20).astype(np.float32)
+    for t in ("f32", "bf16", "f16"):
+        a, b = tiny.astype(DTYPES[t]), (big if t != "f16" else big * 1e-16).astype(DTYPES[t])
+        ops = [
+            Op("a", "param", t, a.shape, attr={"index": 0}),
+            Op("b", "param", t, b.shape, attr={"index": 1}),
+            Op("s", "binary", t, a.shape, ("a", "a"), {"op": "add"}),  # FTZ
+            Op("m", "binary", t, a.shape, ("a", "b"), {"op": "multiply"}),  # DAZ: a normal product
+            Op("n", "unary", t, a.shape, ("a",), {"op": "negate"}),  # kept
+            Op("c", "select", t, a.shape, ("a", "s", "b", "a"), {"direction": "GT"}),  # a compare's DAZ
+            Op("r", "reduce", t, (2,), ("a",), {"dim": 1, "reducer": "add"}),
+        ]
+        p = Program(ops, ["s", "m", "n", "c", "r"], [a, b], seed=3)
+        xla = run_on_xla_cpu(p.text(), p.inputs)
+        for got, want in zip(xla, emulate(p, "xla-cpu", "lanes")):
+            np.testing.assert_array_equal(np.asarray(got).astype(np.float32), np.asarray(want).astype(np.float32))
+        if t != "f16":
+            assert not np.any(xla[0]) and np.any(xla[2])  # flushed, kept
+        findings = judge_program(p)
+        assert not findings, _describe_program(findings, p)
 
 
 def test_planted_changes_are_the_stated_size():

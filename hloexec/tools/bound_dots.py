@@ -169,9 +169,12 @@ def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator
     - Operands rounded to the algorithm's part type (f32 operands of a tf32, bf16 or f16 algorithm, every pass
       of X3 / X6 / X9 too: the parts all lie on that type's grid): an operand below the part type's smallest
       normal keeps only its subnormal bits, an error up to half their spacing h (TF32 truncated: h whole), not
-      u |a| (f32's subnormal 2^-140 -> TF32's 2^-136 grid: all of it): h (|b| (1 + u) + h) per such term.
+      u |a| (f32's subnormal 2^-140 -> TF32's 2^-136 grid: all of it): h (|b| (1 + u) + h) per such term. On a
+      device that flushes (DAZ), an f32 or bf16 operand below f32's smallest normal is read as 0: |a| |b| more,
+      added linearly (the terms' errors are their values: they add up as the dot does, not as independent ones).
     - Products (and FMA steps) rounded in the accumulator below its smallest normal: an error up to half its
-      smallest subnormal e, each pass's product of each term. Only a term with |a b| < e 2^(2p) can have one
+      smallest subnormal e (a device that flushes: up to its smallest normal), each pass's product of each term.
+      Only a term with |a b| < e 2^(2p) can have one
       (p: the operand type's significand bits: every part's last bit is at least 2^-p of its operand, so the
       exact product's is at least |a b| 2^-2p, on e's grid above that): counted per element as the terms with
       |a| < t or |b| < e 2^(2p) / t (t its square root, about), at most K."""
@@ -184,28 +187,28 @@ def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator
     least = least_magnitude(a), least_magnitude(b)
     part = algorithm.split("_")[1] if algorithm.startswith(("dot_tf32", "dot_bf16", "dot_f16")) else ""
     rounded = operand == "f32" and part in SMALLEST
-    tiny = SMALLEST[part] * 2.0 ** (SIGNIFICAND[part] - 1) if rounded else 0.0
+    flushing = bounds.device.flush_subnormals and operand in ("f32", "bf16")
+    # operands below twice this may lose their subnormal bits (the shadow's are the device's within their errors)
+    tiny = max(
+        SMALLEST[part] * 2.0 ** (SIGNIFICAND[part] - 1) if rounded else 0.0,
+        SMALLEST["f32"] * 2.0 ** (SIGNIFICAND["f32"] - 1) if flushing else 0.0,
+    )
     e = SMALLEST[accumulator]
     below = e * 2.0 ** (2 * SIGNIFICAND[operand])  # a term's product can round below the normals under it
     if min(least) >= 2 * tiny and least[0] * least[1] >= below:
         return None
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
-    lb, rb, lc, rc = (list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs"))
+    dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
     allowance = np.zeros(np.size(x))
-    if rounded and min(least) < 2 * tiny:
-        h = SMALLEST[part] * (1.0 if _truncates(bounds, algorithm) else 0.5)
-        grow = 1 + 2.0 ** -SIGNIFICAND[part]
-        # (below twice the smallest normal: the shadow's operands are the device's within their errors)
-        mask_a = ((np.abs(a) < 2 * tiny) & (a != 0)).astype(np.float64)
-        mask_b = ((np.abs(b) < 2 * tiny) & (b != 0)).astype(np.float64)
-        if least[0] < 2 * tiny:
-            allowance += (
-                h * grow * np.ravel(dot_general(mask_a, np.abs(b, dtype=np.float64), lb, rb, lc, rc, np.float64))
-            )
-        if least[1] < 2 * tiny:
-            allowance += (
-                h * grow * np.ravel(dot_general(np.abs(a, dtype=np.float64), mask_b, lb, rb, lc, rc, np.float64))
-            )
+    if min(least) < 2 * tiny:
+        h = SMALLEST[part] * (1.0 if _truncates(bounds, algorithm) else 0.5) if rounded else 0.0
+        grow = 1 + 2.0 ** -SIGNIFICAND[part] if rounded else 1.0
+        for k, (o, other) in enumerate(((a, b), (b, a))):
+            if least[k] < 2 * tiny:
+                below_tiny = (np.abs(o) < 2 * tiny) & (o != 0)
+                lost = np.where(below_tiny, h + (np.abs(o) if flushing else 0.0), 0.0)  # (flushed: read as 0)
+                pair = (lost, np.abs(other, dtype=np.float64))[:: 1 - 2 * k]
+                allowance += grow * np.ravel(dot_general(*pair, *dims, np.float64))
         allowance += h * h * contracted
     if least[0] * least[1] < below:
         passes = int(algorithm.rsplit("_x", 1)[1]) if "_x" in algorithm else 1
@@ -215,7 +218,9 @@ def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator
             for o, side, t in ((a, "lhs", t_a), (b, "rhs", below / t_a))
         ]
         terms = np.minimum(counts[0][:, :, None] + counts[1][:, None, :], contracted)
-        allowance += e / 2 * passes * np.ravel(terms)
+        # (a device that flushes makes such a product or step 0: an error up to the smallest normal)
+        step = e * 2.0 ** (SIGNIFICAND[accumulator] - 1) if bounds.device.flush_subnormals else e / 2
+        allowance += step * passes * np.ravel(terms)
     return allowance
 
 
