@@ -224,10 +224,10 @@ def has_subnormals(leaf) -> bool:
 
 def flushed(leaf, bound, samples) -> tuple:
     """(bound, samples) of `leaf` on a device that flushes f32 subnormals (DeviceProfile.flush_subnormals): an
-    element below FLUSHED_FROM may be read or made as 0, an error of its magnitude: its bound at least that, its
-    samples' deviations all -x (each sample flushed as the device does, so what is made from it carries the flush
-    and its calibration keeps it). Where the exact value is at least FLUSHED_FROM, its device value is not
-    subnormal unless its error is over half of it."""
+    element below FLUSHED_FROM may be read or made as 0, an error of its magnitude: its bound at least that; each
+    sample whose value (the element plus its deviation) is below f32's smallest normal flushed as the device does
+    (its deviation -x), so what is made from it carries the flush and its calibration keeps it. Where the exact
+    value is at least FLUSHED_FROM, its device value is not subnormal unless its error is over half of it."""
     x = np.asarray(leaf)
     at = (np.abs(x) < FLUSHED_FROM) & (x != 0)
     raised = np.zeros(x.shape) if bound is None else np.array(np.broadcast_to(bound, x.shape), np.float64)
@@ -236,7 +236,9 @@ def flushed(leaf, bound, samples) -> tuple:
         made = np.zeros((SAMPLES, *x.shape), np.float32)
     else:
         made = np.array(np.broadcast_to(samples, (len(samples), *x.shape)))
-    made[:, at] = (-x[at]).astype(made.dtype)
+    deviations = made[:, at].astype(np.float64)
+    below = np.abs(x[at] + deviations) < FLUSHED_FROM / 2  # (f32's smallest normal)
+    made[:, at] = np.where(below, -x[at], deviations).astype(made.dtype)
     return raised, made
 
 
