@@ -207,7 +207,8 @@ def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator
             if least[k] < 2 * tiny:
                 below_tiny = (np.abs(o) < 2 * tiny) & (o != 0)
                 lost = np.where(below_tiny, h + (np.abs(o) if flushing else 0.0), 0.0)  # (flushed: read as 0)
-                pair = (lost, np.abs(other, dtype=np.float64))[:: 1 - 2 * k]
+                magnitudes = np.abs(other, dtype=np.float64)
+                pair = (lost, magnitudes) if k == 0 else (magnitudes, lost)  # (lhs, rhs)
                 allowance += grow * np.ravel(dot_general(*pair, *dims, np.float64))
         allowance += h * h * contracted
     if least[0] * least[1] < below:
