@@ -113,6 +113,9 @@ class BoundStore:
 
     def __init__(self) -> None:
         self.store: dict[int, tuple] = {}
+        # id(value) -> (weakref, its may-be-non-finite marks: tools/bound_overflow.py), apart from `store`: the rules'
+        # `_put`s replace entries, the marks are set after them; empty in ordinary programs
+        self.overflows: dict[int, tuple] = {}
         self.lock = threading.Lock()
 
     def _encoded(self, samples: np.ndarray) -> np.ndarray:
@@ -138,6 +141,33 @@ class BoundStore:
             ref = lambda: leaf  # noqa: E731
         with self.lock:
             store[key] = (ref, bound, decided, samples)
+
+    def _mark(self, leaf, marks) -> None:
+        """Keep `marks` (uint8, bound_overflow's bits; None or all zero: none) as `leaf`'s may-be-non-finite marks."""
+        key, overflows = id(leaf), self.overflows
+        if marks is None or not marks.any():
+            with self.lock:
+                overflows.pop(key, None)
+            return
+        ref: Callable[[], object]
+        if isinstance(leaf, np.ndarray):
+            ref = weakref.ref(leaf, lambda _r: overflows.pop(key, None))
+        else:
+            ref = lambda: leaf  # noqa: E731
+        with self.lock:
+            overflows[key] = (ref, marks)
+
+    def marks_of(self, leaf):
+        """`leaf`'s may-be-non-finite marks (uint8, broadcast to its shape), None where it has none."""
+        entry = self.overflows.get(id(leaf))
+        if entry is None or entry[0]() is not leaf:
+            return None
+        return np.broadcast_to(entry[1], np.shape(leaf))
+
+    def nonfinite_of(self, leaf) -> np.ndarray:
+        """`leaf`'s may-be-non-finite marks as an output's: zeros where it has none."""
+        marks = self.marks_of(leaf)
+        return np.zeros(np.shape(leaf), np.uint8) if marks is None else np.array(marks)
 
     def _entry(self, leaf):
         entry = self.store.get(id(leaf))

@@ -108,6 +108,7 @@ from .bound_fft import fft_bounds
 from .bound_sorts import selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
+from .bound_overflow import dot_marks, mark_overflows, rounding_limit, sum_marks
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
@@ -242,6 +243,12 @@ class ErrorBounds(BoundStore):
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
+        self._observe(inst, value, operands)
+        if inst.opcode not in EXACT:
+            with np.errstate(all="ignore"):
+                mark_overflows(self, inst, value, operands, SINGULAR_AT_ZERO.get(inst.opcode, ()))
+
+    def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)
         floats = [v for v in leaves if _float(v)]
         opcode = inst.opcode
@@ -302,8 +309,10 @@ class ErrorBounds(BoundStore):
                 local, ceiling, summed, floor = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
+                dot_marks(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
+                dot_marks(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local = self._scatter(inst, orig, value, operands)
             elif opcode == "fft":
@@ -669,6 +678,12 @@ class ErrorBounds(BoundStore):
         accumulation = self._accumulation(etype, count, squares, x, steps=steps)
         bound, own = self._round(orig, x, variance + accumulation, "reduce")
         self._put(x, bound)
+        if etype.kind == "float" and etype.bits < 64:
+            # (partial sums past the accumulation type's range in some order: gated by Cauchy-Schwarz on the rule's sums)
+            wide = accumulates_in_f32(self.device.reductions, "add", etype)
+            limit = rounding_limit(np.float32 if wide else etype.numpy)[0]
+            if np.any(np.sqrt(count * squares) + linear() + np.sqrt(accumulation) >= limit):
+                self._mark(x, sum_marks(kernel, a, self.of(a), zero, limit))
         local = np.sqrt(accumulation + np.square(own))
         floor = (
             self._repeated_rounding(inst, etype, a, init, x, steps, accumulation) if inst.opcode == "reduce" else None
