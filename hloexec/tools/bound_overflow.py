@@ -172,8 +172,10 @@ def _carried(bounds, inst, x, operands, held, singular) -> np.ndarray:
     kernel = bounds._kernel(inst)
     reducer = inst.called.get("to_apply")
     kind = reducer.root.opcode if reducer is not None else ""
-    if opcode in VIEW_MOVES or opcode in ("concatenate", "pad", "reverse", "dynamic-slice", "gather", "bitcast") or (
-        opcode in _SUMS and kind in ("add", "maximum", "minimum")
+    if (
+        opcode in VIEW_MOVES
+        or opcode in ("concatenate", "pad", "reverse", "dynamic-slice", "gather", "bitcast")
+        or (opcode in _SUMS and kind in ("add", "maximum", "minimum"))
     ):
         # (the op on each kind's indicator: moved, or any term's reaching the result)
         out = np.zeros(shape, np.uint8)
