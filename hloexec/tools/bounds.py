@@ -54,6 +54,11 @@ near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / lo
 that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is rounding's choice). Elementwise
 and moving ops carry the mark; reductions and dots do not (one decided term among thousands is averaged).
 
+May-be-non-finite marks (tools/bound_overflow.py, after each instruction's rule): where an order or a rounding
+the device allows can make an element +inf, -inf or NaN though its exact value is finite (a sum whose partial sums
+may pass the type's range, a value whose interval reaches an infinity, a division by an interval holding 0), carried
+through later ops; the verdict accepts a non-finite element of the kinds its mark allows.
+
 Collectives (SPMD runs, one ErrorBounds per participant, each called from its participant's thread): the
 collective's own kernel run on the operands' bounds (and on each sample's deviations; a max / min all-reduce's on
 its perturbed operands, less the value) exchanges them with the group as the values were, so every participant
@@ -512,6 +517,9 @@ class ErrorBounds(BoundStore):
             d = self._decided_or_none(o)
             if d is not None:
                 undecided = undecided | d
+            may_be = self.marks_of(o)  # (an operand that may be non-finite: any answer, tools/bound_overflow.py)
+            if may_be is not None:
+                undecided = undecided | (may_be > 0)
         self._put(value, None, undecided)
         self._sample(inst, value, operands, None)
 
