@@ -135,6 +135,16 @@ def largest_reach(x, e):
     return reach
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def holds_zero(d, e):
+    """Whether some interval d_i +- e_i (0 < e_i < inf: an element with no bound says nothing) holds 0
+    (tools/bound_overflow.py: a divisor that may be 0)."""
+    for i in range(d.size):
+        if abs(np.float64(d[i])) <= np.float64(e[i]) and 0 < np.float64(e[i]) < math.inf:
+            return True
+    return False
+
+
 def round_bounds(x, variance, at, own_out, bound_out, *rule, threads=None):
     """`_round_span` over the elements, spans of them on the cores (`over_cores`)."""
     whole = at.size == 0

@@ -27,12 +27,13 @@ element.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import ml_dtypes
 import numpy as np
 
-from ..kernels.bound_rules import largest_reach
+from ..kernels.bound_rules import holds_zero, largest_reach
 from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from .bound_store import VIEW_MOVES, float_leaf
 
@@ -71,6 +72,7 @@ _NO_ROUNDING = frozenset(
 _SUMS = frozenset({"reduce", "reduce-window", "scatter"})
 
 
+@functools.cache
 def rounding_limit(dtype) -> tuple[float, np.uint8, np.uint8]:
     """(the least magnitude that rounds to an infinity in float `dtype`: its largest value plus half its ulp there;
     the marks above and below it: its infinities, NaN for a type without them)."""
@@ -100,21 +102,17 @@ def dot_marks(bounds, inst, orig, x, operands) -> None:
     if orig.shape.element_type.bits > 32 or not (float_leaf(a) and float_leaf(b)) or np.iscomplexobj(x):
         return
     limit = rounding_limit(np.float32)[0]
-    count = max(a.size * b.size // max(x.size, 1), 1)  # (at least the terms of an output element)
-    if not _reach(a, bounds._stored_bound(a)) * _reach(b, bounds._stored_bound(b)) * count >= limit:
+    if not _estimated_reach(bounds, inst, operands, 1.0) >= limit:
         return
     with np.errstate(all="ignore"):
         reach = np.real(bounds._kernel(inst)(np.abs(a) + bounds.of(a), np.abs(b) + bounds.of(b)))
     bounds._mark(x, (reach >= limit) * EVERY)
 
 
-def range_marks(x, bound, dtype) -> np.ndarray | None:
+def range_marks(x, bound, dtype) -> np.ndarray:
     """Where `x`'s interval (`bound` around the exact value) reaches a magnitude that rounds to an infinity in
-    `dtype`: that side's mark (one compiled pass; None where nothing does: the usual case). A bound that is not
-    finite (no rule) marks nothing."""
+    `dtype`: that side's mark. A bound that is not finite (no rule) marks nothing."""
     limit, up, down = rounding_limit(dtype)
-    if not _reach(x, bound) >= limit:
-        return None
     e = np.broadcast_to(np.asarray(bound if bound is not None else 0.0, np.float64), np.shape(x))
     x = np.real(x)
     finite = np.isfinite(e)
@@ -127,34 +125,110 @@ def _reach(x, bound) -> float:
     return largest_reach(flat, np.empty(0) if bound is None else np.ravel(np.broadcast_to(bound, np.shape(x))))
 
 
+# ops whose |x| + e is at most their float operands' largest (times a rounding), or their sum (add, subtract,
+# select: either branch, their distance added where rounding decides), or product (multiply): a value's reach
+# (max |x| + e) estimated from its operands' skips the pass over it where that stays below the type's limit
+_REACH_MAX = (
+    frozenset({"convert", "negate", "abs", "maximum", "minimum", "clamp", "copy"})
+    | VIEW_MOVES
+    | {
+        "concatenate",
+        "pad",
+        "reverse",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "gather",
+        "bitcast",
+    }
+)
+_REACH_SUM = frozenset({"add", "subtract", "select"})
+
+
 def mark_overflows(bounds, inst, value, operands, singular: tuple = ()) -> None:
     """After `bounds` (an ErrorBounds) bounded `inst`'s `value`: its float leaves' marks (module docstring), with
     those its rule set already (a sum's, a dot's), kept; bounds widened where an elementwise op's marked operands
     can make a finite value far from its own. `singular`: the operands at which the op is singular at 0 (a
-    divisor). Cheap where nothing is marked: a look-up per operand, a pass over the values a rounding makes."""
+    divisor). Cheap where nothing is marked: a look-up per operand, and a pass over the values a rounding makes
+    only where their reach estimated from their operands' (`_estimated_reach`) may pass the type's limit."""
     held = [bounds.marks_of(o) if float_leaf(o) else None for o in operands]
     opcode = inst.opcode
+    leaves = value if isinstance(value, (tuple, list)) else [value]
+    single = len(leaves) == 1 and float_leaf(leaves[0]) and not any(leaves[0] is o for o in operands)
     if all(h is None for h in held) and opcode in _NO_ROUNDING | VIEW_MOVES:
+        if single and opcode in _REACH_MAX | _REACH_SUM:  # (its reach, for the ops after it)
+            bounds._keep_reach(leaves[0], _estimated_reach(bounds, inst, operands, 1.0))
         return
     orig = bounds.plans.original(inst)
-    if orig is None:  # (the shadow's own helpers)
+    if orig is None or not single:  # (the shadow's own helpers; tuples' leaves were marked where made)
         return
-    leaves = value if isinstance(value, (tuple, list)) else [value]
-    if len(leaves) != 1 or not float_leaf(leaves[0]) or any(leaves[0] is o for o in operands):
-        return  # (tuples' leaves were marked where made)
     x = leaves[0]
     marks = bounds.marks_of(x)
     marks = np.zeros(np.shape(x), np.uint8) if marks is None else np.array(marks)
     if any(h is not None for h in held):
         marks |= _carried(bounds, inst, x, operands, held, singular)
-    elif singular and opcode in ANY_SHAPE_ELEMENTWISE and bounds._decided_or_none(x) is not None:
-        marks |= _evaluated(bounds, inst, x, operands, held, singular)  # (an interval holding 0 where it is singular)
+    elif singular and bounds._decided_or_none(x) is not None and _may_be_zero(bounds, operands, singular):
+        marks |= _evaluated(bounds, inst, x, operands, held, singular)  # (a divisor's interval holding 0)
     etype = orig.shape.element_type
+    reach = None
     if opcode not in _NO_ROUNDING | VIEW_MOVES and etype.kind == "float" and etype.bits < 64:
-        found = range_marks(x, bounds._stored_bound(x), etype.numpy)
-        if found is not None:
-            marks |= found
+        limit = rounding_limit(etype.numpy)[0]
+        if not marks.any():
+            reach = _estimated_reach(bounds, inst, operands, 1 + 2.0 ** -ml_dtypes.finfo(etype.numpy).nmant)
+        if reach is None or not reach < limit:
+            reach = _reach(x, bounds._stored_bound(x))
+            if reach >= limit:
+                marks |= range_marks(x, bounds._stored_bound(x), etype.numpy)
     bounds._mark(x, marks)
+    bounds._keep_reach(x, None if marks.any() else reach)
+
+
+def _estimated_reach(bounds, inst, operands, rounding: float) -> float | None:
+    """An upper bound of max |x| + e of `inst`'s value from its float operands' (kept, or a pass over an operand
+    where none is: a parameter, a constant), None where the op has no such rule (or an operand is complex). A dot
+    or convolution: K products of the operands' reaches (its bound, calibrated, at most its terms' errors added,
+    and its accumulation's; K a dot's contraction, a convolution's every pair of elements: an overestimate)."""
+    opcode = inst.opcode
+    if opcode not in _REACH_MAX and opcode not in _REACH_SUM and opcode not in ("multiply", "dot", "convolution"):
+        return None
+    reaches = []
+    for o in operands:
+        if not float_leaf(o):
+            continue
+        if np.iscomplexobj(o):
+            return None
+        r = bounds.reach_of(o)
+        if r is None:
+            r = _reach(o, bounds._stored_bound(o))
+            bounds._keep_reach(o, r)
+        reaches.append(r)
+    if not reaches:
+        return None
+    if opcode == "multiply":
+        return float(np.prod(reaches)) * rounding
+    if opcode in ("dot", "convolution"):
+        if len(reaches) != 2:
+            return None
+        a, b = operands
+        terms = (
+            np.prod([np.shape(a)[int(d)] for d in inst.attr("lhs_contracting_dims", ())])
+            if opcode == "dot"
+            else np.size(a) * np.size(b)
+        )
+        return float(terms) * reaches[0] * reaches[1] * (1 + 2.0**-7) * rounding  # (f32 accumulation's, bf16's)
+    return (sum(reaches) if opcode in _REACH_SUM else max(reaches)) * rounding
+
+
+def _may_be_zero(bounds, operands, places) -> bool:
+    """Whether an interval of the operands at `places` holds 0 (one compiled pass each)."""
+    for k in places:
+        d, e = operands[k], bounds._stored_bound(operands[k]) if float_leaf(operands[k]) else None
+        if e is not None and not np.iscomplexobj(d):
+            d, e = np.asarray(d), np.broadcast_to(e, np.shape(d))
+            # (a broadcast divisor, a row's sum: its source's elements, each once)
+            at = tuple(0 if a == 0 and b == 0 else slice(None) for a, b in zip(d.strides, e.strides))
+            if holds_zero(np.ravel(d[at]), np.ravel(e[at])):
+                return True
+    return False
 
 
 def _carried(bounds, inst, x, operands, held, singular) -> np.ndarray:
@@ -212,7 +286,7 @@ def _evaluated(bounds, inst, x, operands, held, singular) -> np.ndarray:
     for k in singular:
         e = bounds._bound_or_none(operands[k]) if float_leaf(operands[k]) else None
         if e is not None:
-            where |= np.broadcast_to((np.abs(operands[k]) <= e) & (e > 0), shape)
+            where |= np.broadcast_to((np.abs(operands[k]) <= e) & (e > 0) & (e < np.inf), shape)
     at = np.flatnonzero(where)
     marks = np.zeros(shape, np.uint8)
     if not at.size:

@@ -116,6 +116,8 @@ class BoundStore:
         # id(value) -> (weakref, its may-be-non-finite marks: tools/bound_overflow.py), apart from `store`: the rules'
         # `_put`s replace entries, the marks are set after them; empty in ordinary programs
         self.overflows: dict[int, tuple] = {}
+        # id(value) -> (weakref, an upper bound of max |x| + e over its elements: bound_overflow's reach)
+        self.reaches: dict[int, tuple] = {}
         self.lock = threading.Lock()
 
     def _encoded(self, samples: np.ndarray) -> np.ndarray:
@@ -156,6 +158,26 @@ class BoundStore:
             ref = lambda: leaf  # noqa: E731
         with self.lock:
             overflows[key] = (ref, marks)
+
+    def _keep_reach(self, leaf, reach) -> None:
+        """Keep `reach` (None: forget) as an upper bound of max |leaf| + its bound (bound_overflow.py)."""
+        key, reaches = id(leaf), self.reaches
+        if reach is None:
+            with self.lock:
+                reaches.pop(key, None)
+            return
+        ref: Callable[[], object]
+        if isinstance(leaf, np.ndarray):
+            ref = weakref.ref(leaf, lambda _r: reaches.pop(key, None))
+        else:
+            ref = lambda: leaf  # noqa: E731
+        with self.lock:
+            reaches[key] = (ref, float(reach))
+
+    def reach_of(self, leaf) -> float | None:
+        """`leaf`'s kept reach (`_keep_reach`), None where none is."""
+        entry = self.reaches.get(id(leaf))
+        return None if entry is None or entry[0]() is not leaf else entry[1]
 
     def marks_of(self, leaf):
         """`leaf`'s may-be-non-finite marks (uint8, broadcast to its shape), None where it has none."""

@@ -171,6 +171,11 @@ SINGULAR_AT_ZERO = {
     "atan2": (0, 1),
     "remainder": (1,),
 }
+# op -> its divisor: an interval holding 0 there may make the value infinite (x / +-0) or NaN (0 / 0) in the
+# device's arithmetic (tools/bound_overflow.py; sqrt, log... of such an interval are not marked: their operand is
+# mostly a square or a norm, never negative however it rounds, and Adam's first step's sqrt(v) marked 328,304
+# updates of the GPT step NaN)
+DIVIDES_BY = {"divide": (1,), "remainder": (1,)}
 # elementwise ops that move their value by at most what an operand moves (1-Lipschitz in each operand)
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
@@ -251,7 +256,7 @@ class ErrorBounds(BoundStore):
         self._observe(inst, value, operands)
         if inst.opcode not in EXACT:
             with np.errstate(all="ignore"):
-                mark_overflows(self, inst, value, operands, SINGULAR_AT_ZERO.get(inst.opcode, ()))
+                mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()))
 
     def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)
