@@ -13,11 +13,16 @@ Where marks start:
   (its products' signs mixed); checked where K max|A| max|B| does;
 - a value a rounding makes (elementwise ops, sums, dots...) whose interval |x| + e reaches the least magnitude that
   rounds to an infinity in its type: the infinity of that side (a type without infinities: NaN);
-- an op singular at 0 whose operand's interval holds 0 (rounding-decided: x / 0, log(0), rsqrt(0), sqrt of the
-  interval's negative end), and the marked elements of an elementwise op's operands: the op's kernel on every
-  combination of the operands' possible values there (the value, its interval's ends, +-0 where the interval
+- a division whose divisor's interval holds 0 (rounding-decided: x / +-0, 0 / 0; not sqrt, log, rsqrt of such an
+  interval: their operand is mostly a square or a norm, never negative however it rounds), and the marked
+  elements of an elementwise op's operands: the op's kernel on every combination of the operands' possible values
+  there (the value, its interval's ends, +-0 where the interval
   holds 0, the kinds its marks allow): non-finite results mark, finite ones far from the value widen its bound to
   reach them (tanh(+inf) = 1).
+The range check is a pass over the value (`largest_reach`) only where an upper bound of max |x| + e estimated from
+the operands' (kept per value: moves and max / min / converts their largest, add / subtract / select their sum,
+multiply their product, dots K products; `_estimated_reach`) may reach the limit: on the GPT d256 step the values
+of divides, transcendentals, sums and a few products.
 Carried: moves move the marks; a sum's (add reduce, reduce-window, scatter) gets its terms' kinds, +inf with -inf
 NaN; a max / min reduce its terms'; a dot's or convolution's output every kind where a marked term reaches it
 (inf * 0, inf - inf); any other op with a marked operand (a collective too: its kernel exchanges with the group,
@@ -35,39 +40,27 @@ import numpy as np
 
 from ..kernels.bound_rules import holds_zero, largest_reach
 from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
-from .bound_store import VIEW_MOVES, float_leaf
+from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, float_leaf
 
 POS_INF, NEG_INF, NAN = np.uint8(1), np.uint8(2), np.uint8(4)
 EVERY = np.uint8(7)
 _KINDS = ((POS_INF, np.inf), (NEG_INF, -np.inf), (NAN, np.nan))
 # ops that round nothing beyond their operands: no new mark from the range (their operands' were checked)
-_NO_ROUNDING = frozenset(
-    {
-        "maximum",
-        "minimum",
-        "abs",
-        "negate",
-        "clamp",
-        "sign",
-        "floor",
-        "ceil",
-        "round-nearest-afz",
-        "round-nearest-even",
-        "select",
-        "compare",
-        "tuple",
-        "get-tuple-element",
-        "fusion",
-        "call",
-        "while",
-        "conditional",
-        "dynamic-update-slice",
-        "gather",
-        "real",
-        "imag",
-        "complex",
-    }
-)
+_NO_ROUNDING = EXACT_ELEMENTWISE | {
+    "select",
+    "compare",
+    "tuple",
+    "get-tuple-element",
+    "fusion",
+    "call",
+    "while",
+    "conditional",
+    "dynamic-update-slice",
+    "gather",
+    "real",
+    "imag",
+    "complex",
+}
 # (a collective's kernel exchanges with the group: not run for marks one participant alone has; every kind)
 _SUMS = frozenset({"reduce", "reduce-window", "scatter"})
 
@@ -159,7 +152,13 @@ def mark_overflows(bounds, inst, value, operands, singular: tuple = ()) -> None:
             bounds._keep_reach(leaves[0], _estimated_reach(bounds, inst, operands, 1.0))
         return
     orig = bounds.plans.original(inst)
-    if orig is None or not single:  # (the shadow's own helpers; tuples' leaves were marked where made)
+    if orig is None:  # (the shadow's own helpers)
+        return
+    if not single:  # (a tuple's leaves made by the op itself, a sort's, from a marked operand: every kind)
+        if any(h is not None for h in held) and opcode not in _NO_ROUNDING:
+            for leaf in leaves:
+                if float_leaf(leaf) and not any(leaf is o for o in operands):
+                    bounds._mark(leaf, np.full(np.shape(leaf), EVERY))
         return
     x = leaves[0]
     marks = bounds.marks_of(x)

@@ -35,6 +35,10 @@ from ..kernels.threads import CORES, ranges, run_blocks
 # halves the samples' memory and, on the GPT step with the same draws, caught 0-3 fewer 1% / 0.1% changes of 84
 # and 199 per row: its 2^-9 steps add to deviations that cancel further on)
 SAMPLE_STORAGE = np.dtype(ml_dtypes.bfloat16)
+# Elementwise ops with no rounding of their own (1-Lipschitz or exact)
+EXACT_ELEMENTWISE = frozenset(
+    {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
+)
 # moving ops whose bounds, marks and samples are views of their operand's (`moved_view`)
 VIEW_MOVES = frozenset({"broadcast", "reshape", "transpose", "slice", "copy"})
 _HEAD = 4096  # elements `has_error` reads before the whole: most bounds are nonzero in their first ones
@@ -125,7 +129,7 @@ class BoundStore:
         return from_f32(samples, SAMPLE_STORAGE)
 
     def _put(self, leaf, bound, decided=None, samples=None) -> None:
-        key, store = id(leaf), self.store
+        store = self.store
         if decided is not None and not decided.any():
             decided = None
         if samples is not None and samples.dtype == np.float32:
@@ -134,45 +138,32 @@ class BoundStore:
             # kept in float32 (half the memory; a bound needs a few digits): the values of 32-bit and narrower
             # types have bounds in its range; read back as float64 (`of`), the rules compute as before
             bound = np.asarray(bound, np.float32)
+        self._keep(store, leaf, (bound, decided, samples))
+
+    def _keep(self, table: dict, leaf, items: tuple | None) -> None:
+        """`table`[id(leaf)] = (a reference to `leaf` while it lives, *items); None: the entry goes."""
+        key = id(leaf)
+        if items is None:
+            with self.lock:
+                table.pop(key, None)
+            return
         # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
         # it is kept (a few bytes)
         ref: Callable[[], object]  # the value while it lives
         if isinstance(leaf, np.ndarray):
-            ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
+            ref = weakref.ref(leaf, lambda _r: table.pop(key, None))
         else:
             ref = lambda: leaf  # noqa: E731
         with self.lock:
-            store[key] = (ref, bound, decided, samples)
+            table[key] = (ref, *items)
 
     def _mark(self, leaf, marks) -> None:
         """Keep `marks` (uint8, bound_overflow's bits; None or all zero: none) as `leaf`'s may-be-non-finite marks."""
-        key, overflows = id(leaf), self.overflows
-        if marks is None or not marks.any():
-            with self.lock:
-                overflows.pop(key, None)
-            return
-        ref: Callable[[], object]
-        if isinstance(leaf, np.ndarray):
-            ref = weakref.ref(leaf, lambda _r: overflows.pop(key, None))
-        else:
-            ref = lambda: leaf  # noqa: E731
-        with self.lock:
-            overflows[key] = (ref, marks)
+        self._keep(self.overflows, leaf, None if marks is None or not marks.any() else (marks,))
 
     def _keep_reach(self, leaf, reach) -> None:
         """Keep `reach` (None: forget) as an upper bound of max |leaf| + its bound (bound_overflow.py)."""
-        key, reaches = id(leaf), self.reaches
-        if reach is None:
-            with self.lock:
-                reaches.pop(key, None)
-            return
-        ref: Callable[[], object]
-        if isinstance(leaf, np.ndarray):
-            ref = weakref.ref(leaf, lambda _r: reaches.pop(key, None))
-        else:
-            ref = lambda: leaf  # noqa: E731
-        with self.lock:
-            reaches[key] = (ref, float(reach))
+        self._keep(self.reaches, leaf, None if reach is None else (float(reach),))
 
     def reach_of(self, leaf) -> float | None:
         """`leaf`'s kept reach (`_keep_reach`), None where none is."""

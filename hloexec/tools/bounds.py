@@ -114,7 +114,7 @@ from .bound_sorts import selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_overflow import dot_marks, mark_overflows, rounding_limit, sum_marks
-from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
+from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
 from .bound_shared import any_order_rounding, repeated_rounding, tree_order_rounding, tree_order_steps
@@ -140,10 +140,6 @@ MOVES = (
 # samples' deviations, it exchanges them as it exchanged the values (send/recv, ragged-all-to-all: no rule).
 COLLECTIVES = frozenset(GROUPED) - {"send", "recv", "ragged-all-to-all"}
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
-# Elementwise ops with no rounding of their own (1-Lipschitz or exact)
-EXACT_ELEMENTWISE = frozenset(
-    {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
-)
 ROUNDING_ELEMENTWISE = (
     frozenset(
         {
