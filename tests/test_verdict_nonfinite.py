@@ -104,3 +104,25 @@ ENTRY e { x = f16[8,256] parameter(0)  e = f16[8,256] exponential(x)  w = f32[8,
     assert not run.bounds[verdict.device].nonfinite[0].any()
     assert verdict.consistent("hloexec")
     assert not verdict.consistent("NaN") and not verdict.consistent("inf")
+
+
+def test_marks_are_carried_through_a_broadcast_a_dot_and_an_elementwise_op():
+    """A sum that may be +inf, -inf or NaN (XLA:CPU's arithmetic), broadcast, contracted with finite weights (inf * w,
+    inf - inf: every kind), then exp: exp(+inf) = inf and exp(NaN) = NaN may be, -inf's exp(-inf) = 0 is finite,
+    1 from the exact exp(0): the bound reaches it."""
+    text = """HloModule m
+add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
+ENTRY e { x = f16[64] parameter(0)  w = f16[8,2] parameter(1)  z = f16[] constant(0)
+  s = f16[] reduce(x, z), dimensions={0}, to_apply=add
+  b = f16[4,8] broadcast(s), dimensions={}
+  d = f16[4,2] dot(b, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT e = f16[4,2] exponential(d) }"""
+    x = np.concatenate([np.full(32, 3000.0), np.full(32, -3000.0)]).astype(np.float16)
+    w = np.full((8, 2), 0.5, np.float16)
+    verdict, run = judge_run(
+        hloexec.load(text), [x, w], {"NaN": [np.full((4, 2), np.nan, np.float16)]}, devices=["xla-cpu"]
+    )
+    bounds = run.bounds["xla-cpu"]
+    assert (bounds.nonfinite[0] == POS_INF | NAN).all()
+    assert (bounds.bounds[0] >= 1.0).all()
+    assert verdict.consistent("NaN")
