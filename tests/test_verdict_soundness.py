@@ -18,6 +18,7 @@ from sound_programs import (
     RUNS,
     Op,
     Program,
+    _sum_per_step,
     bf16_high,
     emulate,
     generate,
@@ -34,10 +35,6 @@ CI_SEEDS = range(0, 24)
 KNOWN = {
     37: "XLA:CPU's f32 max reduce over a long row drops a NaN",
     101: "XLA:CPU's algebraic simplifier makes (a/b)/(a/b) (a*b)/(a*b): an f16 underflow, 0/0",
-    117: "an f16 sum overflowing both ways in XLA:CPU's tree order is NaN where the baseline is finite",
-    **dict.fromkeys(
-        (146, 162, 167, 187), "XLA:CPU reads a subnormal divisor as 0 (DAZ): x / x is NaN where the baseline is finite"
-    ),
 }
 SLOW_SEEDS = [
     pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s])) if s in KNOWN else s for s in range(24, 200)
@@ -229,15 +226,12 @@ ENTRY e { x = f32[256] parameter(0)  d = f32[256] divide(x, x)  ROOT r = f32[256
 # ---- what the search found: left as it is (the lead's to decide) ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 16-bit sum whose partial sums overflow both ways in XLA:CPU's tree "
-    "order is NaN; the verdict accepts a non-finite element only where the baseline's (index "
-    "order: inf, then tanh -> 1) is non-finite too, and no bound says a value may overflow",
-)
 def test_an_f16_sum_overflowing_both_ways_in_xla_cpus_order_is_consistent():
     """Found at seed 117 (f16[1,30000] near-overflow inputs): XLA:CPU's windows of 32 sum to +inf and -inf,
-    their sum is NaN."""
+    their sum is NaN, tanh NaN; index order's baseline is +inf, tanh 1: finite. The sum's terms' positive parts
+    (and negative parts) add past f16's range, so some order the device allows overflows both ways: NaN may be
+    (docs/verdicts.md "Values an order may make non-finite"). XLA:CPU's own result and its windows emulated in
+    numpy f16 are consistent; +inf (no order makes tanh infinite) is not."""
     text = """HloModule m
 add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
 ENTRY e { x = f16[64] parameter(0)  z = f16[] constant(0)
@@ -247,6 +241,14 @@ ENTRY e { x = f16[64] parameter(0)  z = f16[] constant(0)
     xla, verdict = _judged_xla_cpu(text, [x])
     assert np.isnan(xla[0])
     assert verdict.consistent("XLA:CPU")
+    with np.errstate(all="ignore"):
+        windows = np.tanh(_sum_per_step(x, 0, "f16").astype(np.float32)).astype(np.float16)
+    assert np.isnan(windows)
+    candidates = {"windows": [windows], "+inf": [np.array(np.inf, np.float16)]}
+    known = {n: xla_cpu_arithmetic() for n in candidates}
+    verdict, _ = judge_run(hloexec.load(text), [x], candidates, known=known)
+    assert verdict.consistent("windows")
+    assert not verdict.consistent("+inf")
 
 
 @pytest.mark.xfail(
@@ -284,15 +286,10 @@ ENTRY e { a = f16[4] parameter(0)  b = f16[4] parameter(1)  d = f16[4] divide(a,
     assert verdict.consistent("XLA:CPU")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="XLA:CPU reads a subnormal divisor as 0 (DAZ): x / x is 0 / 0, NaN; the bound there "
-    "is infinite (the divisor's interval holds 0), but a non-finite element is accepted only where the "
-    "baseline's is",
-)
 def test_xla_cpus_division_by_a_flushed_subnormal_is_consistent():
     """Found at seeds 146, 162, 167, 187 once XLA:CPU's results of subnormal inputs were judged (its flush rule):
-    f32 and bf16 x / x of subnormal x."""
+    f32 and bf16 x / x of subnormal x. The divisor's interval holds 0 under the flush rule, so the division's
+    may-be-non-finite mark allows the NaN."""
     text = """HloModule m
 ENTRY e { x = f32[4] parameter(0)  ROOT d = f32[4] divide(x, x) }"""
     x = np.array([1e-39, -3e-39, 0.5, 2], np.float32)

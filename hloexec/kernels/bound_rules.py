@@ -120,6 +120,31 @@ def _round_chunk(x, before, bound, scales, per_sigma, rule, ulps_only):
     return any_own
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def largest_reach(x, e):
+    """max |x_i| + e_i over the elements whose e_i is finite (e empty: max |x_i|; one pass: tools/bound_overflow.py,
+    a value's interval reaching a magnitude that rounds to an infinity, the usual answer far below)."""
+    reach = 0.0
+    if e.size:
+        for i in range(x.size):
+            t = abs(np.float64(x[i])) + (np.float64(e[i]) if np.float64(e[i]) < math.inf else 0.0)
+            reach = max(reach, t)
+    else:
+        for i in range(x.size):
+            reach = max(reach, abs(np.float64(x[i])))
+    return reach
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def holds_zero(d, e):
+    """Whether some interval d_i +- e_i (0 < e_i < inf: an element with no bound says nothing) holds 0
+    (tools/bound_overflow.py: a divisor that may be 0)."""
+    for i in range(d.size):
+        if abs(np.float64(d[i])) <= np.float64(e[i]) and 0 < np.float64(e[i]) < math.inf:
+            return True
+    return False
+
+
 def round_bounds(x, variance, at, own_out, bound_out, *rule, threads=None):
     """`_round_span` over the elements, spans of them on the cores (`over_cores`)."""
     whole = at.size == 0

@@ -317,7 +317,7 @@ def dot_floor(bounds, inst, orig, x, operands) -> np.ndarray | None:
     a, b = operands
     if not all(np.asarray(o).dtype.kind == "f" for o in (a, b, x)):
         return None
-    _, accumulator = _arithmetic(bounds, inst, orig, a, b)
+    _, accumulator, _ = _arithmetic(bounds, inst, orig, a, b)
     if SIGNIFICAND.get(accumulator, 53) > 24 or any(o.shape.element_type.bits <= 8 for o in orig.operands):
         return None
     count = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))

@@ -35,6 +35,10 @@ from ..kernels.threads import CORES, ranges, run_blocks
 # halves the samples' memory and, on the GPT step with the same draws, caught 0-3 fewer 1% / 0.1% changes of 84
 # and 199 per row: its 2^-9 steps add to deviations that cancel further on)
 SAMPLE_STORAGE = np.dtype(ml_dtypes.bfloat16)
+# Elementwise ops with no rounding of their own (1-Lipschitz or exact)
+EXACT_ELEMENTWISE = frozenset(
+    {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
+)
 # moving ops whose bounds, marks and samples are views of their operand's (`moved_view`)
 VIEW_MOVES = frozenset({"broadcast", "reshape", "transpose", "slice", "copy"})
 _HEAD = 4096  # elements `has_error` reads before the whole: most bounds are nonzero in their first ones
@@ -120,6 +124,11 @@ class BoundStore:
 
     def __init__(self) -> None:
         self.store: dict[int, tuple] = {}
+        # id(value) -> (weakref, its may-be-non-finite marks: tools/bound_overflow.py), apart from `store`: the rules'
+        # `_put`s replace entries, the marks are set after them; empty in ordinary programs
+        self.overflows: dict[int, tuple] = {}
+        # id(value) -> (weakref, an upper bound of max |x| + e over its elements: bound_overflow's reach)
+        self.reaches: dict[int, tuple] = {}
         self.lock = threading.Lock()
 
     def _encoded(self, samples: np.ndarray) -> np.ndarray:
@@ -127,7 +136,7 @@ class BoundStore:
         return from_f32(samples, SAMPLE_STORAGE)
 
     def _put(self, leaf, bound, decided=None, samples=None) -> None:
-        key, store = id(leaf), self.store
+        store = self.store
         if decided is not None and not decided.any():
             decided = None
         if samples is not None and samples.dtype == np.float32:
@@ -136,15 +145,49 @@ class BoundStore:
             # kept in float32 (half the memory; a bound needs a few digits): the values of 32-bit and narrower
             # types have bounds in its range; read back as float64 (`of`), the rules compute as before
             bound = np.asarray(bound, np.float32)
+        self._keep(store, leaf, (bound, decided, samples))
+
+    def _keep(self, table: dict, leaf, items: tuple | None) -> None:
+        """`table`[id(leaf)] = (a reference to `leaf` while it lives, *items); None: the entry goes."""
+        key = id(leaf)
+        if items is None:
+            with self.lock:
+                table.pop(key, None)
+            return
         # an array is known while it lives; a numpy scalar (a kernel's 0-d result) cannot be referred to weakly:
         # it is kept (a few bytes)
         ref: Callable[[], object]  # the value while it lives
         if isinstance(leaf, np.ndarray):
-            ref = weakref.ref(leaf, lambda _r: store.pop(key, None))
+            ref = weakref.ref(leaf, lambda _r: table.pop(key, None))
         else:
             ref = lambda: leaf  # noqa: E731
         with self.lock:
-            store[key] = (ref, bound, decided, samples)
+            table[key] = (ref, *items)
+
+    def _mark(self, leaf, marks) -> None:
+        """Keep `marks` (uint8, bound_overflow's bits; None or all zero: none) as `leaf`'s may-be-non-finite marks."""
+        self._keep(self.overflows, leaf, None if marks is None or not marks.any() else (marks,))
+
+    def _keep_reach(self, leaf, reach) -> None:
+        """Keep `reach` (None: forget) as an upper bound of max |leaf| + its bound (bound_overflow.py)."""
+        self._keep(self.reaches, leaf, None if reach is None else (float(reach),))
+
+    def reach_of(self, leaf) -> float | None:
+        """`leaf`'s kept reach (`_keep_reach`), None where none is."""
+        entry = self.reaches.get(id(leaf))
+        return None if entry is None or entry[0]() is not leaf else entry[1]
+
+    def marks_of(self, leaf):
+        """`leaf`'s may-be-non-finite marks (uint8, broadcast to its shape), None where it has none."""
+        entry = self.overflows.get(id(leaf))
+        if entry is None or entry[0]() is not leaf:
+            return None
+        return np.broadcast_to(entry[1], np.shape(leaf))
+
+    def nonfinite_of(self, leaf) -> np.ndarray:
+        """`leaf`'s may-be-non-finite marks as an output's: zeros where it has none."""
+        marks = self.marks_of(leaf)
+        return np.zeros(np.shape(leaf), np.uint8) if marks is None else np.array(marks)
 
     def _entry(self, leaf):
         entry = self.store.get(id(leaf))

@@ -54,6 +54,11 @@ near-zero value (sign, floor, a comparison), a division by, or sqrt / rsqrt / lo
 that holds 0 (Adam's m / sqrt(v) at its first step, where the gradient's sign is rounding's choice). Elementwise
 and moving ops carry the mark; reductions and dots do not (one decided term among thousands is averaged).
 
+May-be-non-finite marks (tools/bound_overflow.py, after each instruction's rule): where an order or a rounding
+the device allows can make an element +inf, -inf or NaN though its exact value is finite (a sum whose partial sums
+may pass the type's range, a value whose interval reaches an infinity, a division by an interval holding 0), carried
+through later ops; the verdict accepts a non-finite element of the kinds its mark allows.
+
 Collectives (SPMD runs, one ErrorBounds per participant, each called from its participant's thread): the
 collective's own kernel run on the operands' bounds (and on each sample's deviations; a max / min all-reduce's on
 its perturbed operands, less the value) exchanges them with the group as the values were, so every participant
@@ -111,7 +116,8 @@ from .bound_indices import Choices, follow
 from .bound_sorts import selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
-from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
+from .bound_overflow import dot_marks, mark_overflows, rounding_limit, sum_marks
+from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
@@ -147,10 +153,6 @@ MOVES = (
 # samples' deviations, it exchanges them as it exchanged the values (send/recv, ragged-all-to-all: no rule).
 COLLECTIVES = frozenset(GROUPED) - {"send", "recv", "ragged-all-to-all"}
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
-# Elementwise ops with no rounding of their own (1-Lipschitz or exact)
-EXACT_ELEMENTWISE = frozenset(
-    {"maximum", "minimum", "abs", "negate", "clamp", "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"}
-)
 ROUNDING_ELEMENTWISE = (
     frozenset(
         {
@@ -178,6 +180,11 @@ SINGULAR_AT_ZERO = {
     "atan2": (0, 1),
     "remainder": (1,),
 }
+# op -> its divisor: an interval holding 0 there may make the value infinite (x / +-0) or NaN (0 / 0) in the
+# device's arithmetic (tools/bound_overflow.py; sqrt, log... of such an interval are not marked: their operand is
+# mostly a square or a norm, never negative however it rounds, and Adam's first step's sqrt(v) marked 328,304
+# updates of the GPT step NaN)
+DIVIDES_BY = {"divide": (1,), "remainder": (1,)}
 # elementwise ops that move their value by at most what an operand moves (1-Lipschitz in each operand)
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum", "minimum"})
 # nonlinear binary ops: their operands' errors also act together (second order)
@@ -288,6 +295,9 @@ class ErrorBounds(BoundStore):
         if self.choices.marked(operands):  # (integers rounding decides: what the op makes of them)
             with np.errstate(all="ignore"):
                 follow(self, inst, value, operands)
+        if inst.opcode not in EXACT:
+            with np.errstate(all="ignore"):
+                mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()))
 
     def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)
@@ -355,8 +365,10 @@ class ErrorBounds(BoundStore):
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
                 floor = dot_floor(self, inst, orig, value, operands)
+                dot_marks(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
+                dot_marks(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
                 local, floor = self._scatter(inst, orig, value, operands)
             elif opcode == "fft":
@@ -561,6 +573,9 @@ class ErrorBounds(BoundStore):
             d = self._decided_or_none(o)
             if d is not None:
                 undecided = undecided | d
+            may_be = self.marks_of(o)  # (an operand that may be non-finite: any answer, tools/bound_overflow.py)
+            if may_be is not None:
+                undecided = undecided | (may_be > 0)
         self._put(value, None, undecided)
         self._sample(inst, value, operands, None)
 
@@ -727,6 +742,12 @@ class ErrorBounds(BoundStore):
         accumulation = self._accumulation(etype, count, squares, x, steps=steps)
         bound, own = self._round(orig, x, variance + accumulation, "reduce")
         self._put(x, bound)
+        if etype.kind == "float" and etype.bits < 64:
+            # (partial sums past the accumulation type's range in some order: gated by Cauchy-Schwarz on the rule's sums)
+            wide = accumulates_in_f32(self.device.reductions, "add", etype)
+            limit = rounding_limit(np.float32 if wide else etype.numpy)[0]
+            if np.any(np.sqrt(count * squares) + linear() + np.sqrt(accumulation) >= limit):
+                self._mark(x, sum_marks(kernel, a, self.of(a), zero, limit))
         local = np.sqrt(accumulation + np.square(own))
         floor = self._repeated_rounding(inst, etype, a, init, x, steps, accumulation)
         return local, lambda: linear() + local, deviations, floor

@@ -250,6 +250,9 @@ class OutputBounds:
     decided: list
     unbounded: dict
     algorithms: list
+    # per output, where an order or a rounding the arithmetic allows may make it +inf, -inf or NaN (uint8 bits,
+    # tools/bound_overflow.py; None: none kept)
+    nonfinite: list | None = None
 
 
 def shadow_run(
@@ -315,6 +318,7 @@ def shadow_run(
             assembled(lambda o: o.decided_of),
             {name: why for o in mine for name, why in o.unbounded.items()},
             sorted({a for o in mine for a in o.algorithms}),
+            assembled(lambda o: o.nonfinite_of),
         )
     return run
 

@@ -17,6 +17,8 @@ elements; at least the type's smallest normal) and `ulp` = the output type's ulp
    (ulp(shadow[i]): the type's ulp at the element's own magnitude, its final rounding).
 3. Non-finite elements: a NaN or infinity where the shadow is finite is consistent only where the
    baseline has one too (an overflow the precision causes), and an infinity must match the shadow's sign.
+   With bounds: only where the bounds' may-be-non-finite mark allows its kind (tools/bound_overflow.py: an
+   order or a rounding the device allows can make it), or the baseline's is the same (NaN, the same infinity).
 4. Integer and pred outputs: every element equals the shadow's or the baseline's.
 
 ULPs are always "at the output's scale": an error in units of the ulp of the output's largest magnitude,
@@ -37,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 import ml_dtypes
 import numpy as np
 
+from .bound_overflow import NAN, NEG_INF, POS_INF
 from .compare import dtype_name, is_float, jsonable, output_scale, plain_scalar, ulp_at
 
 WORST_COUNT = 5
@@ -95,6 +98,7 @@ class CandidateVerdict:
     bound_violations: int = 0  # elements beyond bound_factor x their bound
     rounding_decided: int = 0  # elements whose value rounding decides (not judged)
     unbounded: int = 0  # elements without a bound (not judged by one)
+    nonfinite_allowed: int = 0  # elements an order or a rounding the arithmetic allows may make non-finite
     explained: float | None = None  # the share of its error the device's rules allow beyond the reference's
     device: str = ""  # the arithmetic its bounds are of ("": judged by the baseline's errors)
 
@@ -191,7 +195,7 @@ def judge(
     own = {n: (candidate_bounds or {}).get(n, bounds) for n in candidates}
 
     def of(b, i):
-        return None if b is None else (b.bounds[i], b.decided[i])
+        return None if b is None else (b.bounds[i], b.decided[i], b.nonfinite[i] if b.nonfinite else None)
 
     outputs = [
         _judge_output(
@@ -223,7 +227,8 @@ def _judge_output(
     bounds: dict | None = None,
     reference_bounds=None,
 ) -> OutputVerdict:
-    """`bounds`: candidate name -> (bound, decided) of this output (None: judged by the baseline's errors)."""
+    """`bounds`: candidate name -> (bound, decided, may-be-non-finite marks or None) of this output (None: judged by
+    the baseline's errors)."""
     dtype = baseline.dtype
     out = OutputVerdict(index, tuple(baseline.shape), dtype_name(dtype), 0.0, 0.0, Errors(), [])
     if shadow.shape != baseline.shape:
@@ -270,7 +275,7 @@ def _judge_output(
         allowed, judged, bound_rms = allowance(own)
         bounded = judged is not None
         if bounded and own is not None:  # judged only where `own` holds a bound
-            bound, decided = own
+            bound, decided, marks = own
         e_c, bad_c = element_errors(c, shadow)
         errors = _summary(e_c, bad_c, out.scale, out.ulp)
         reasons = []
@@ -286,12 +291,17 @@ def _judge_output(
                 + (f" and > the bounds' rms {bound_rms:.3g}" if bounded else "")
             )
         unexplained = bad_c & ~bad_b
+        if bounded:
+            unexplained = bad_c & ~(_may_be(c, marks) | _same_nonfinite(c, baseline))
         over = ~bad_c & (e_c > allowed)
         if bounded:
             over &= judged
         if unexplained.any():
             reasons.append(
-                f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
+                f"{int(unexplained.sum())} non-finite element(s) where the shadow is finite and no order or "
+                "rounding the arithmetic allows makes one (or of another kind)"
+                if bounded
+                else f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
                 "are finite (or of another kind)"
             )
         if over.any():
@@ -308,12 +318,33 @@ def _judge_output(
         if bounded:
             verdict.rounding_decided = int(np.count_nonzero(decided))
             verdict.unbounded = int(np.count_nonzero(~np.isfinite(allowed)))
+            verdict.nonfinite_allowed = 0 if marks is None else int(np.count_nonzero(marks))
             if reference_allowed is not None:
                 verdict.explained = _explained(np.where(bad_c, 0.0, e_c), allowed, reference_allowed)
         out.candidates.append(verdict)
     out.bound_violations = sum(c.bound_violations for c in out.candidates)
     out.worst = _worst_beyond_bound(out.candidates)
     return out
+
+
+def _may_be(c: np.ndarray, marks) -> np.ndarray:
+    """Where `c`'s non-finite element is of a kind the marks (tools/bound_overflow.py) allow."""
+    if marks is None or c.dtype.kind == "c":
+        return np.zeros(c.shape, bool)
+    with np.errstate(invalid="ignore"):
+        return (
+            ((c == np.inf) & (marks & POS_INF > 0))
+            | ((c == -np.inf) & (marks & NEG_INF > 0))
+            | (np.isnan(c) & (marks & NAN > 0))
+        )
+
+
+def _same_nonfinite(c: np.ndarray, baseline: np.ndarray) -> np.ndarray:
+    """Where `c` is the baseline's own non-finite value (NaN, or the same infinity): one run of the program's
+    arithmetic made it, whatever the bounds say (their rules can miss one: an f32 product below the smallest
+    subnormal bounded 0, x^3 / max(x^3) 0 / 0, the soundness search's seed 2)."""
+    with np.errstate(invalid="ignore"):
+        return (np.isnan(c) & np.isnan(baseline)) | (np.isinf(c) & (c == baseline))
 
 
 def _judge_discrete_output(out: OutputVerdict, candidates: dict, shadow, baseline) -> OutputVerdict:
@@ -496,6 +527,12 @@ def format_verdict(verdict: Verdict) -> str:
                 if c.unbounded:
                     notes.append(f"{c.unbounded} without a bound")
                 lines.append(f"output {o.index}: {', '.join(notes)} (not judged)")
+            if c.nonfinite_allowed:
+                lines.append(
+                    f"output {o.index}: {c.nonfinite_allowed} element(s) may be non-finite (an overflow or a "
+                    "division by an interval holding 0 the arithmetic allows)"
+                )
+            if c.rounding_decided or c.unbounded or c.nonfinite_allowed:
                 break  # the same elements for every candidate
     lines += _explanations(verdict)
     others = {c.name: c.device for o in verdict.outputs for c in o.candidates if c.device != verdict.device}
