@@ -133,18 +133,7 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     spread = SIGMAS / np.sqrt(len(deviations))
     enough = counted >= CALIBRATED_FROM
     factor = np.where(enough & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest)), 1.0)
-    # the margin FEW_MARGIN where the samples of the elements within NEAR of the block's largest ratio are worth CALIBRATED_FROM
-    # independent elements (else SAMPLE_MARGIN): the participation ratio P of the Gram matrix of their directions is S m / (S + m - 1)
-    # for m independent ones
-    s = len(deviations)
-    near = seen & (ratio >= np.repeat(largest / NEAR, CALIBRATION_BLOCK)[: flat.size]) & (ratio > 0)
-    scale = np.sqrt(np.where(near, ratio, 1.0)) * np.where(seen, flat, 1.0)
-    u = np.where(near, deviations.reshape(s, -1) / scale, 0.0)
-    blocks = np.pad(u, ((0, 0), (0, pad))).reshape(s, -1, CALIBRATION_BLOCK)
-    gram = np.einsum("kbt,lbt->bkl", blocks, blocks)
-    squares = np.sum(gram**2, axis=(1, 2))
-    p = np.divide(np.trace(gram, axis1=1, axis2=2) ** 2, squares, where=squares > 0, out=np.zeros(len(gram)))
-    worth = np.divide(p * (s - 1), s - p, where=p < s, out=np.full(len(gram), np.inf))
+    worth = _numpy_worth(flat, deviations, ratio, seen, largest)
     few = np.where(enough & (largest > 0), np.minimum(1.0, FEW_MARGIN * spread * np.sqrt(largest)), 1.0)
     factor = np.where(worth >= CALIBRATED_FROM, factor, few)
     repeat = lambda per: np.repeat(per, CALIBRATION_BLOCK)[: flat.size].reshape(np.shape(bound))  # noqa: E731
@@ -155,6 +144,54 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     if not np.any(short > 1):
         return calibrated
     return np.maximum(calibrated, np.minimum(bound * repeat(short), ceiling()))
+
+
+def _numpy_worth(flat, deviations, ratio, seen, largest):
+    """Per block, how many independent elements the samples of its elements within NEAR of its largest ratio are
+    worth: the participation ratio P of the Gram matrix of their directions is S m / (S + m - 1) for m independent
+    ones (`ratio`: the samples' sum of squares over the bound squared where `seen`)."""
+    s = len(deviations)
+    pad = -flat.size % CALIBRATION_BLOCK
+    near = seen & (ratio >= np.repeat(largest / NEAR, CALIBRATION_BLOCK)[: flat.size]) & (ratio > 0)
+    scale = np.sqrt(np.where(near, ratio, 1.0)) * np.where(seen, flat, 1.0)
+    u = np.where(near, np.asarray(deviations, np.float64).reshape(s, -1) / scale, 0.0)
+    blocks = np.pad(u, ((0, 0), (0, pad))).reshape(s, -1, CALIBRATION_BLOCK)
+    gram = np.einsum("kbt,lbt->bkl", blocks, blocks)
+    squares = np.sum(gram**2, axis=(1, 2))
+    p = np.divide(np.trace(gram, axis1=1, axis2=2) ** 2, squares, where=squares > 0, out=np.zeros(len(gram)))
+    return np.divide(p * (s - 1), s - p, where=p < s, out=np.full(len(gram), np.inf))
+
+
+@pytest.mark.parametrize("kept", [np.float32, ml_dtypes.bfloat16])
+def test_independent_elements_counts_only_the_blocks_being_cut(kept, passes):
+    """independent_elements computes a block's worth (the numpy participation rule) only where `cut` says, leaving
+    the other blocks' `out` as it was; the samples read as kept: float32, or bfloat16 as their bits (uint16, no
+    float32 copy), the same values as decoded by ml_dtypes. Blocks of independent deviations (worth ~256), of one
+    shared deviation times a factor per element (1), one tight element among loose ones (1), a shorter last one."""
+    rng = np.random.default_rng(13)
+    blocks, n = 12, 12 * CALIBRATION_BLOCK - 40
+    bound = np.abs(rng.standard_normal(n)) + 0.5
+    deviations = rng.standard_normal((SAMPLES, n))
+    shared = slice(3 * CALIBRATION_BLOCK, 5 * CALIBRATION_BLOCK)   # blocks 3, 4: one deviation per sample
+    deviations[:, shared] = rng.standard_normal((SAMPLES, 1)) * rng.uniform(0.5, 2, shared.stop - shared.start)
+    bound[6 * CALIBRATION_BLOCK + 1 : 7 * CALIBRATION_BLOCK] *= 1000   # block 6: element 0 tight alone
+    bound[9 * CALIBRATION_BLOCK + 5] = np.inf                          # (not seen)
+    stored = deviations.astype(kept)
+    decoded = stored.astype(np.float64)
+    squares = np.sum(stored.astype(np.float32) ** 2, axis=0, dtype=np.float32)
+    ratio = squares / bound**2
+    seen = np.isfinite(bound)
+    ratio[~seen] = 0
+    largest = np.pad(ratio, (0, -n % CALIBRATION_BLOCK)).reshape(blocks, -1).max(axis=1)
+    want = _numpy_worth(bound, decoded, ratio, seen, largest)
+    assert want[0] > 100 and want[3] < 1.01 and want[4] < 1.01 and want[6] < 1.01   # (the premise: both kinds)
+    cut = np.zeros(blocks, bool)
+    cut[[0, 3, 6, 9, 11]] = True
+    out = np.full(blocks, -1.0)
+    samples = stored.view(np.uint16) if kept == ml_dtypes.bfloat16 else stored
+    bound_rules.independent_elements(samples, bound, CALIBRATION_BLOCK, largest, cut, out)
+    np.testing.assert_allclose(out[cut], want[cut], rtol=1e-6)  # (float64 there, float32 squares here)
+    assert np.all(out[~cut] == -1)
 
 
 @pytest.mark.parametrize("bound_dtype", [np.float32, np.float64])
@@ -188,6 +225,22 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
             assert np.array_equal(np.isnan(got), np.isnan(want))
     if case in ("loose", "short"):                  # the rule acted (divided / raised somewhere)
         assert not np.array_equal(calibrate(bound, deviations, ceiling), bound)
+
+
+def test_calibrate_reads_bfloat16_samples_as_their_float32_values():
+    """Samples as kept (bfloat16, with the statistics their pass tallied) calibrate a bound as the same values in
+    float32 do, bit for bit (the independence statistic reads their bits): loose blocks of independent deviations and of one shared deviation, both cut."""
+    rng = np.random.default_rng(17)
+    bound = np.full((64, CALIBRATION_BLOCK), 20.0 * SIGMAS, np.float32)
+    deviations = rng.standard_normal((SAMPLES, 64, CALIBRATION_BLOCK))
+    deviations[:, ::2] = rng.standard_normal((SAMPLES, 32, 1))     # even blocks: one deviation each
+    kept = deviations.astype(ml_dtypes.bfloat16)
+    decoded = kept.astype(np.float32)
+    stats = block_ratios(decoded.reshape(SAMPLES, -1), bound.reshape(-1), CALIBRATION_BLOCK)  # (a pass's)
+    got = calibrate(bound, kept, stats=stats)
+    np.testing.assert_array_equal(got, calibrate(bound, decoded, stats=stats))
+    cut = got[:, 0] / bound[:, 0]
+    assert np.all(cut < 1) and np.median(cut[::2]) > np.median(cut[1::2])  # (both margins: FEW_MARGIN cuts less)
 
 
 def _chi2_4_below(x: float) -> float:
