@@ -8,12 +8,13 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from scipy import stats
 
 from hloexec.kernels import bound_rules
 from hloexec.kernels.bound_rules import NEAR, add_noise, block_ratios, round_bounds, scale_blocks
 from hloexec.kernels.normal_draws import rounding_draws, standard_normals
-from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, FEW_MARGIN, SAMPLE_MARGIN
-from hloexec.tools.bound_samples import SAMPLES, SIGMAS, calibrate
+from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, CUT_BELOW, SAMPLE_MARGIN
+from hloexec.tools.bound_samples import SAMPLES, SIGMAS, calibrate, margin
 
 HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
 WIDE_ULPS = 4.0 * SIGMAS / np.sqrt(3)
@@ -133,9 +134,15 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     spread = SIGMAS / np.sqrt(len(deviations))
     enough = counted >= CALIBRATED_FROM
     factor = np.where(enough & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest)), 1.0)
-    worth = _numpy_worth(flat, deviations, ratio, seen, largest)
-    few = np.where(enough & (largest > 0), np.minimum(1.0, FEW_MARGIN * spread * np.sqrt(largest)), 1.0)
-    factor = np.where(worth >= CALIBRATED_FROM, factor, few)
+    # the margin where the samples of the elements within NEAR of the block's largest ratio are few independent
+    # draws: P, the participation ratio of the Gram matrix of their directions (at most its rank), draws each below
+    # 1 / M of their sigma with probability P(chi2_S < S / M^2): M with that to the power P - 1/2 at CUT_BELOW, at
+    # least SAMPLE_MARGIN
+    s = len(deviations)
+    p = _numpy_participation(flat, deviations, ratio, seen, largest)
+    draws = np.clip(p - 0.5, 1, s)
+    worth = np.maximum(SAMPLE_MARGIN, np.sqrt(s / stats.chi2.ppf(CUT_BELOW ** (1 / draws), s)))
+    factor = np.where(enough & (largest > 0), np.minimum(1.0, worth * spread * np.sqrt(largest)), 1.0)
     repeat = lambda per: np.repeat(per, CALIBRATION_BLOCK)[: flat.size].reshape(np.shape(bound))  # noqa: E731
     calibrated = repeat(factor.astype(flat.dtype)) * bound
     if ceiling is None:
@@ -146,10 +153,10 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     return np.maximum(calibrated, np.minimum(bound * repeat(short), ceiling()))
 
 
-def _numpy_worth(flat, deviations, ratio, seen, largest):
-    """Per block, how many independent elements the samples of its elements within NEAR of its largest ratio are
-    worth: the participation ratio P of the Gram matrix of their directions is S m / (S + m - 1) for m independent
-    ones (`ratio`: the samples' sum of squares over the bound squared where `seen`)."""
+def _numpy_participation(flat, deviations, ratio, seen, largest):
+    """Per block, the participation ratio P = trace(G)^2 / |G|^2 of the Gram matrix G of the directions of the
+    samples of its elements within NEAR of its largest ratio (`ratio`: the samples' sum of squares over the bound
+    squared where `seen`); 0 where none counts."""
     s = len(deviations)
     pad = -flat.size % CALIBRATION_BLOCK
     near = seen & (ratio >= np.repeat(largest / NEAR, CALIBRATION_BLOCK)[: flat.size]) & (ratio > 0)
@@ -158,40 +165,54 @@ def _numpy_worth(flat, deviations, ratio, seen, largest):
     blocks = np.pad(u, ((0, 0), (0, pad))).reshape(s, -1, CALIBRATION_BLOCK)
     gram = np.einsum("kbt,lbt->bkl", blocks, blocks)
     squares = np.sum(gram**2, axis=(1, 2))
-    p = np.divide(np.trace(gram, axis1=1, axis2=2) ** 2, squares, where=squares > 0, out=np.zeros(len(gram)))
-    return np.divide(p * (s - 1), s - p, where=p < s, out=np.full(len(gram), np.inf))
+    return np.divide(np.trace(gram, axis1=1, axis2=2) ** 2, squares, where=squares > 0, out=np.zeros(len(gram)))
 
 
 @pytest.mark.parametrize("kept", [np.float32, ml_dtypes.bfloat16])
-def test_independent_elements_counts_only_the_blocks_being_cut(kept, passes):
-    """independent_elements computes a block's worth (the numpy participation rule) only where `cut` says, leaving
-    the other blocks' `out` as it was; the samples read as kept: float32, or bfloat16 as their bits (uint16, no
-    float32 copy), the same values as decoded by ml_dtypes. Blocks of independent deviations (worth ~256), of one
-    shared deviation times a factor per element (1), one tight element among loose ones (1), a shorter last one."""
+def test_participation_ratios_only_in_the_blocks_being_cut(kept, passes):
+    """participation_ratios computes a block's P (the numpy rule) only where `cut` says, leaving the other blocks'
+    `out` as it was; the samples read as kept: float32, or bfloat16 as their bits (uint16, no float32 copy), the
+    same values as decoded by ml_dtypes. Blocks of independent deviations (P ~4), of one shared deviation times a
+    factor per element (1), one tight element among loose ones (1), a shorter last one."""
     rng = np.random.default_rng(13)
     blocks, n = 12, 12 * CALIBRATION_BLOCK - 40
     bound = np.abs(rng.standard_normal(n)) + 0.5
     deviations = rng.standard_normal((SAMPLES, n))
-    shared = slice(3 * CALIBRATION_BLOCK, 5 * CALIBRATION_BLOCK)   # blocks 3, 4: one deviation per sample
+    shared = slice(3 * CALIBRATION_BLOCK, 5 * CALIBRATION_BLOCK)  # blocks 3, 4: one deviation per sample
     deviations[:, shared] = rng.standard_normal((SAMPLES, 1)) * rng.uniform(0.5, 2, shared.stop - shared.start)
-    bound[6 * CALIBRATION_BLOCK + 1 : 7 * CALIBRATION_BLOCK] *= 1000   # block 6: element 0 tight alone
-    bound[9 * CALIBRATION_BLOCK + 5] = np.inf                          # (not seen)
+    bound[6 * CALIBRATION_BLOCK + 1 : 7 * CALIBRATION_BLOCK] *= 1000  # block 6: element 0 tight alone
+    bound[9 * CALIBRATION_BLOCK + 5] = np.inf  # (not seen)
     stored = deviations.astype(kept)
-    decoded = stored.astype(np.float64)
     squares = np.sum(stored.astype(np.float32) ** 2, axis=0, dtype=np.float32)
-    ratio = squares / bound**2
     seen = np.isfinite(bound)
-    ratio[~seen] = 0
+    ratio = np.where(seen, squares / bound**2, 0)
     largest = np.pad(ratio, (0, -n % CALIBRATION_BLOCK)).reshape(blocks, -1).max(axis=1)
-    want = _numpy_worth(bound, decoded, ratio, seen, largest)
-    assert want[0] > 100 and want[3] < 1.01 and want[4] < 1.01 and want[6] < 1.01   # (the premise: both kinds)
+    want = _numpy_participation(bound, stored.astype(np.float64), ratio, seen, largest)
+    assert want[0] > 3.5 and max(want[3], want[4], want[6]) < 1.01  # (the premise: both kinds)
     cut = np.zeros(blocks, bool)
     cut[[0, 3, 6, 9, 11]] = True
     out = np.full(blocks, -1.0)
     samples = stored.view(np.uint16) if kept == ml_dtypes.bfloat16 else stored
-    bound_rules.independent_elements(samples, bound, CALIBRATION_BLOCK, largest, cut, out)
-    np.testing.assert_allclose(out[cut], want[cut], rtol=1e-6)  # (float64 there, float32 squares here)
+    bound_rules.participation_ratios(samples, bound, CALIBRATION_BLOCK, largest, cut, out)
+    np.testing.assert_allclose(out[cut], want[cut], rtol=1e-9)
     assert np.all(out[~cut] == -1)
+
+
+def test_calibrate_reads_bfloat16_samples_as_their_float32_values():
+    """Samples as kept (bfloat16, with the statistics their pass tallied) calibrate a bound as the same values in
+    float32 do, bit for bit (the participation ratio reads their bits): loose blocks of independent deviations and
+    of one shared deviation, both cut."""
+    rng = np.random.default_rng(17)
+    bound = np.full((64, CALIBRATION_BLOCK), 20.0 * SIGMAS, np.float32)
+    deviations = rng.standard_normal((SAMPLES, 64, CALIBRATION_BLOCK))
+    deviations[:, ::2] = rng.standard_normal((SAMPLES, 32, 1))  # even blocks: one deviation each
+    kept = deviations.astype(ml_dtypes.bfloat16)
+    decoded = kept.astype(np.float32)
+    stats = block_ratios(decoded.reshape(SAMPLES, -1), bound.reshape(-1), CALIBRATION_BLOCK)  # (a pass's)
+    got = calibrate(bound, kept, stats=stats)
+    np.testing.assert_array_equal(got, calibrate(bound, decoded, stats=stats))
+    cut = got[:, 0] / bound[:, 0]
+    assert np.all(cut < 1) and np.median(cut[::2]) > np.median(cut[1::2])  # (a wider margin where one draw)
 
 
 @pytest.mark.parametrize("bound_dtype", [np.float32, np.float64])
@@ -227,22 +248,6 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
         assert not np.array_equal(calibrate(bound, deviations, ceiling), bound)
 
 
-def test_calibrate_reads_bfloat16_samples_as_their_float32_values():
-    """Samples as kept (bfloat16, with the statistics their pass tallied) calibrate a bound as the same values in
-    float32 do, bit for bit (the independence statistic reads their bits): loose blocks of independent deviations and of one shared deviation, both cut."""
-    rng = np.random.default_rng(17)
-    bound = np.full((64, CALIBRATION_BLOCK), 20.0 * SIGMAS, np.float32)
-    deviations = rng.standard_normal((SAMPLES, 64, CALIBRATION_BLOCK))
-    deviations[:, ::2] = rng.standard_normal((SAMPLES, 32, 1))     # even blocks: one deviation each
-    kept = deviations.astype(ml_dtypes.bfloat16)
-    decoded = kept.astype(np.float32)
-    stats = block_ratios(decoded.reshape(SAMPLES, -1), bound.reshape(-1), CALIBRATION_BLOCK)  # (a pass's)
-    got = calibrate(bound, kept, stats=stats)
-    np.testing.assert_array_equal(got, calibrate(bound, decoded, stats=stats))
-    cut = got[:, 0] / bound[:, 0]
-    assert np.all(cut < 1) and np.median(cut[::2]) > np.median(cut[1::2])  # (both margins: FEW_MARGIN cuts less)
-
-
 def _chi2_4_below(x: float) -> float:
     """P(chi2_4 < x)."""
     return 1 - math.exp(-x / 2) * (1 + x / 2)
@@ -252,16 +257,16 @@ def test_calibration_cuts_a_lone_tight_element_by_four_draws_margin():
     """docs/verdicts.md "Sampled calibration": with d_s ~ N(0, sigma^2) an element's sum of squares over S samples is
     sigma^2 chi2_S, and its bound (SIGMAS sigma) is cut below SIGMAS sigma when the margin x the samples' RMS
     falls below sigma. In a block where it is the one tight element (the others 1000x looser) its four draws are
-    all the block shows: FEW_MARGIN, P(chi2_4 < 4 / FEW_MARGIN^2) = 0.1% (SAMPLE_MARGIN's was P(chi2_4 < 1) = 9.0%).
-    A block of equally tight elements (bounds 10x loose) is cut at SAMPLE_MARGIN (but where its 256 elements'
-    samples happen to look worth fewer than CALIBRATED_FROM: ~1 in 2,000), never below SIGMAS."""
+    all the block shows: the margin for one draw M, P(chi2_4 < 4 / M^2) = 0.1% (SAMPLE_MARGIN's was
+    P(chi2_4 < 1) = 9.0%). A block of equally tight elements (bounds 10x loose) is cut at SAMPLE_MARGIN, never below
+    SIGMAS."""
     rng = np.random.default_rng(5)
     blocks = 4000
     bound = np.full((blocks, CALIBRATION_BLOCK), 1000.0 * SIGMAS)
     bound[:, 0] = SIGMAS
     deviations = rng.standard_normal((SAMPLES, blocks, CALIBRATION_BLOCK)).astype(np.float32)
     below = np.mean(calibrate(bound, deviations)[:, 0] < SIGMAS)
-    few = _chi2_4_below(SAMPLES / FEW_MARGIN**2)
+    few = _chi2_4_below(SAMPLES / margin(1.0) ** 2)
     assert few < 0.0011 and below <= few + 3 * math.sqrt(few / blocks)
     loose = np.full((blocks, CALIBRATION_BLOCK), 10 * SIGMAS)
     calibrated = calibrate(loose, deviations)
@@ -271,7 +276,7 @@ def test_calibration_cuts_a_lone_tight_element_by_four_draws_margin():
 def test_calibration_cuts_a_block_whose_elements_carry_one_deviation_by_four_draws_margin():
     """A block whose elements' samples are one draw per sample times a factor per element (a broadcast row
     value's deviation c_s times x_t: the f16 LayerNorm backward's mul.41) shows four draws, not 1,024: its bound
-    is cut at FEW_MARGIN, below SIGMAS sigma in ~0.1% of blocks (at SAMPLE_MARGIN: 9%); the same bounds with
+    is cut at the margin for one draw, below SIGMAS sigma in ~0.1% of blocks (at SAMPLE_MARGIN: 9%); the same bounds with
     independent deviations of the same sigma are cut at SAMPLE_MARGIN, never below."""
     rng = np.random.default_rng(7)
     blocks = 4000
@@ -279,12 +284,45 @@ def test_calibration_cuts_a_block_whose_elements_carry_one_deviation_by_four_dra
     bound = 10 * SIGMAS * x                         # 10x SIGMAS sigma: loose enough to be cut
     common = rng.standard_normal((SAMPLES, blocks, 1)) * x
     calibrated = calibrate(bound, common.astype(np.float32))
-    few = _chi2_4_below(SAMPLES / FEW_MARGIN**2)
+    few = _chi2_4_below(SAMPLES / margin(1.0) ** 2)
     assert np.mean(calibrated[:, 0] < SIGMAS * x[:, 0]) <= few + 3 * math.sqrt(few / blocks)
     assert np.mean(calibrated[:, 0] < bound[:, 0]) > 0.5      # (cut: a wider margin, not none)
     own = rng.standard_normal((SAMPLES, blocks, CALIBRATION_BLOCK)) * x
     calibrated = calibrate(bound, own.astype(np.float32))
     assert np.mean(calibrated[:, 0] < bound[:, 0]) > 0.99 and np.all(calibrated >= SIGMAS * x)
+
+
+@pytest.mark.parametrize("draws", [1, 2, 3, 4, "shared and own"])
+def test_the_margin_for_few_draws_cuts_below_sigmas_at_most_at_its_probability(draws):
+    """Blocks whose elements carry `draws` independent draws (a row value's deviation shared by ~256 / draws
+    elements, times a factor; or one shared draw with 97% of the variance, the rest each element's own), equally
+    loose. The tightest element is cut below SIGMAS sigma only where every draw's RMS is below 1 / M of its sigma:
+    numpy's chi-square draws (not the calibration's) put that at most at CUT_BELOW for M = margin(draws) (k draws
+    show a participation ratio of at most k), exactly there for one draw. calibrate cuts such blocks below SIGMAS
+    sigma no more often, and blocks of two or more draws by less than one draw's margin (it cut them all at four
+    draws' 6.6: a two-draw block's bound stayed ~7.3x SIGMAS sigma, ~5.5x now)."""
+    rng = np.random.default_rng(3)
+    one_draw = math.sqrt(SAMPLES / stats.chi2.ppf(CUT_BELOW, SAMPLES))     # (6.64)
+    if draws != "shared and own":
+        trials = 10**6
+        m = margin(float(draws))
+        all_small = np.all(rng.chisquare(SAMPLES, (draws, trials)) < SAMPLES / m**2, axis=0).mean()
+        assert all_small <= CUT_BELOW + 4 * math.sqrt(CUT_BELOW / trials)
+        assert draws > 1 or all_small > CUT_BELOW - 4 * math.sqrt(CUT_BELOW / trials)
+        assert draws == 1 or m < one_draw
+    blocks = 8000
+    x = rng.uniform(0.5, 2, (blocks, CALIBRATION_BLOCK))
+    if draws == "shared and own":
+        own = rng.standard_normal((SAMPLES, blocks, CALIBRATION_BLOCK))
+        deviations = math.sqrt(0.97) * rng.standard_normal((SAMPLES, blocks, 1)) + math.sqrt(0.03) * own
+    else:
+        shared = rng.standard_normal((SAMPLES, blocks, draws))
+        deviations = shared[..., np.arange(CALIBRATION_BLOCK) * draws // CALIBRATION_BLOCK]
+    bound = 10 * SIGMAS * x                                     # 10x SIGMAS sigma: loose enough to be cut
+    looseness = calibrate(bound, (deviations * x).astype(np.float32)) / (SIGMAS * x)
+    below = np.mean(looseness.min(axis=1) < 1)
+    assert below <= CUT_BELOW + 4 * math.sqrt(CUT_BELOW / blocks)
+    assert np.median(looseness) < (one_draw if draws not in (1, "shared and own") else 10)
 
 
 def test_block_ratios_counts_and_tail(passes):

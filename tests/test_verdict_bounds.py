@@ -217,11 +217,11 @@ ENTRY e {
 
 def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a_sums():
     """ErrorBounds._calibrate per block of CALIBRATION_BLOCK elements: a block whose samples show its bounds 10x
-    loose is divided by 10 / SAMPLE_MARGIN (by 10 / FEW_MARGIN where every element carries the same deviation:
-    four draws); a block with one tight element is kept; bounds the samples exceed are
+    loose is divided by 10 / SAMPLE_MARGIN (by 10 / the margin for one draw where every element carries the same
+    deviation: four draws); a block with one tight element is kept; bounds the samples exceed are
     not raised but a sum's (with a ceiling: its terms' bounds added), up to the ceiling; too few elements, samples
     that never moved, or a NaN sample: kept."""
-    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, FEW_MARGIN, SAMPLE_MARGIN, SAMPLES, SIGMAS
+    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, margin
     from hloexec.tools.bounds import ErrorBounds
     calibrate = ErrorBounds._calibrate
     n = 2 * CALIBRATION_BLOCK
@@ -232,7 +232,7 @@ def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a
     got = calibrate(bound, deviations)
     assert np.allclose(got[:CALIBRATION_BLOCK], 0.1 * SAMPLE_MARGIN) and np.all(got[CALIBRATION_BLOCK:] == 1)
     shared = np.full((SAMPLES, n), 0.1 / SIGMAS, np.float32)          # one deviation in every element
-    assert np.allclose(calibrate(bound, shared), 0.1 * FEW_MARGIN)
+    assert np.allclose(calibrate(bound, shared), 0.1 * margin(1.0))
     assert np.all(calibrate(bound, 10 * deviations) == bound)                    # never raised
     assert np.all(calibrate(bound[:32], deviations[:, :32]) == 1)                 # too few elements
     assert np.all(calibrate(bound, np.zeros_like(deviations)) == 1)               # no sample moved
@@ -400,7 +400,7 @@ def test_a_broadcast_row_values_one_deviation_cuts_its_rows_at_four_draws_margin
     """y = x * broadcast(f16(v)) and its row sums: every element of a row (one CALIBRATION_BLOCK) carries its row
     value's one f16 rounding (0.49 ulp here, near its largest), so the row's samples are its four draws times x,
     and calibration cut a row whose four draws were small (below SIGMAS sigma in ~9% of rows; below the actual
-    error in a few of 2,048): the correct result was inconsistent. Cut at FEW_MARGIN, over observer seeds 0-3
+    error in a few of 2,048): the correct result was inconsistent. Cut at one draw's margin, over observer seeds 0-3
     nothing is cut below the error; a 1% change of a row sum is still caught."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((2048, 256)).astype(np.float32)

@@ -2,6 +2,7 @@
 cub's radix sort (keys and the payload sorted with them), XLA's TopK by its interval ends, async all-to-all.
 Each: a correct result made independently (XLA:CPU's, numpy's) is consistent, one element changed by 1% or set to
 3.4e38 is caught, and no element is left unbounded."""
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -36,11 +37,14 @@ ENTRY e {{ x = {operand} parameter(0)  y = {operand} parameter(1)  m = {operand}
     r = np.random.default_rng(5)
     shape = tuple(int(n) for n in operand[operand.index("[") + 1 : -1].split(","))
     dtype = np.complex64 if operand.startswith("c") else np.float32
-    x, y = (r.standard_normal(shape).astype(dtype) + (1j * r.standard_normal(shape) if dtype == np.complex64 else 0)
-            for _ in range(2))
+    x, y = (
+        r.standard_normal(shape).astype(dtype) + (1j * r.standard_normal(shape) if dtype == np.complex64 else 0)
+        for _ in range(2)
+    )
     x, y = x.astype(dtype), y.astype(dtype)
     if case == "rfft":
         from hloexec.tools.xla_cpu import run_on_xla_cpu
+
         [correct] = run_on_xla_cpu(text, [x, y])
     else:  # (numpy's fft in complex64 on the complex64 tanh of the complex64 product)
         correct = np.fft.ifftn(np.tanh(x * y), axes=(-2, -1)).astype(np.complex64)
@@ -92,8 +96,13 @@ def test_a_radix_sort_bounds_its_keys_and_the_payload_sorted_with_them(descendin
     bumped_payload[1][0, far] *= 1.01
     bumped_key[0][0, far] *= 1.01
     huge[1][2, 3] = 3.4e38
-    candidates = {"correct": correct, "reordered": reordered, "payload": bumped_payload, "key": bumped_key,
-                  "huge": huge}
+    candidates = {
+        "correct": correct,
+        "reordered": reordered,
+        "payload": bumped_payload,
+        "key": bumped_key,
+        "huge": huge,
+    }
     verdict, run = judge_run(exe, [x, y], candidates)
     keys_verdict, payload_verdict = _verdicts(verdict, 0), _verdicts(verdict, 1)
     for name in ("hloexec", "correct", "reordered"):
@@ -126,8 +135,9 @@ def test_an_async_all_to_all_moves_its_bounds():
     x = inputs[0]
     square = (x.astype(np.float32) ** 2).astype(np.float16)
     # device j's result: row block i (4 rows) is device i's square's rows 4j..4j+4 (its columns 16i..16i+16)
-    moved = np.concatenate([np.concatenate([square[4 * j:4 * j + 4, 16 * i:16 * i + 16] for i in range(4)])
-                            for j in range(4)])
+    moved = np.concatenate(
+        [np.concatenate([square[4 * j : 4 * j + 4, 16 * i : 16 * i + 16] for i in range(4)]) for j in range(4)]
+    )
     correct = np.tanh(moved.astype(np.float32)).astype(np.float16)
     bumped = correct.copy()
     bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
@@ -282,8 +292,9 @@ def test_a_cudnn_convolution_is_computed_by_the_shadow_and_bounded(case):
     scale = 0.25 if target == "__cudnn$convForward" else 1
     text = CUDNN_CONV.format(result=result, operands=operands, target=target, scale=scale, mode=mode)
     r = np.random.default_rng(4)
-    x, w, dy, side = (r.standard_normal(s).astype(np.float16) for s in ((2, 6, 6, 4), (3, 3, 4, 8), (2, 6, 6, 8),
-                                                                         (2, 6, 6, 8)))
+    x, w, dy, side = (
+        r.standard_normal(s).astype(np.float16) for s in ((2, 6, 6, 4), (3, 3, 4, 8), (2, 6, 6, 8), (2, 6, 6, 8))
+    )
     bias = r.standard_normal(8).astype(np.float16)
     f32 = np.float32
     xx, ww, dd = ((v.astype(f32) ** 2).astype(np.float16).astype(f32) for v in (x, w, dy))
@@ -508,3 +519,205 @@ def test_a_cholesky_is_bounded_by_its_backward_error(lower):
     assert bounds.unbounded == {} and got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
     assert np.all(np.abs(correct - exact) <= bounds.bounds[0])
     assert np.linalg.cond(a[0].astype(np.float64)) > 1000  # (the premise: not the identity's factor)
+
+
+def _keyed_rows() -> tuple:
+    """Inputs of a program that sorts or takes the argmax of bf16 keys `x * y` and picks `exp(z)` by them: rows 0-3
+    have ties and near-ties at their top (six keys within bf16 rounding of 3) and all rows 24 near 0.75 (which
+    bf16 rounding may order either way); rows 4-7 a top key alone (5)."""
+    r = np.random.default_rng(5)
+    x = r.standard_normal((8, 128)).astype(np.float32)
+    x[:, :24] = 0.75
+    x[:4, 24:30] = 3.0
+    x[4:, 30] = 5.0
+    y = (1 + 1e-3 * r.standard_normal((8, 128))).astype(np.float32)
+    z = r.standard_normal((8, 128)).astype(np.float32)
+    return x, y, z
+
+
+def _picked_by(keys, v, how: str) -> list:
+    """numpy's result of what `how` picks from `v` by `keys` (jax's argsort: stable ascending; argmax: the first
+    of the largest)."""
+    if how == "argsort":
+        return [np.take_along_axis(v, np.argsort(keys, axis=1, kind="stable"), 1)]
+    top = np.argmax(keys, axis=1)
+    if how == "argmax":
+        return [np.take_along_axis(v, top[:, None], 1)]
+    return [v[0, top[0]], v[5, top[5]]]  # (v[argmax]: a dynamic-slice, of a tied row and of a decided one)
+
+
+@pytest.mark.parametrize("how", ["argsort", "argmax", "argmax_index"])
+def test_a_gather_by_indices_rounding_decides_is_bounded_by_the_values_they_may_pick(how):
+    """jax's `take_along_axis(v, argsort(bf16 keys))`, `take_along_axis(v, argmax(keys)[:, None])` (gathers) and
+    `v[argmax(keys)]` (a dynamic-slice), keys with ties and near-ties: the indices of keys within rounding of
+    each other are marked with the values they may take, through the integer ops jax makes the gather's indices
+    with (compare, add, select, reshape, and a reduce of the range checks), and the gathered element's bound
+    reaches the farthest of the values they pick. XLA:CPU's result and numpy's (a stable argsort, an argmax of
+    the device-rounded keys) are consistent; an element 1% off whose index is decided is caught. On main the
+    gather moved `v`'s bounds only: every result was flagged (the shadow orders the ties by the exact keys)."""
+    import jax
+    import jax.numpy as jnp
+    from hloexec.jax import lower
+    from hloexec.tools.numerics import xla_cpu_arithmetic
+
+    def program(x, y, z):
+        keys, v = (x * y).astype(jnp.bfloat16), jnp.exp(z)
+        if how == "argsort":
+            return jnp.take_along_axis(v, jnp.argsort(keys, axis=1), axis=1)
+        if how == "argmax":
+            return jnp.take_along_axis(v, jnp.argmax(keys, axis=1)[:, None], axis=1)
+        return v[0][jnp.argmax(keys[0])], v[5][jnp.argmax(keys[5])]
+
+    x, y, z = _keyed_rows()
+    keys, v = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32), np.exp(z)
+    correct = _picked_by(keys, v, how)
+    exact = _picked_by(x.astype(np.float64) * y, v, how)
+    assert not np.array_equal(correct[0], exact[0])  # (the premise: the exact keys pick others)
+    low = lower(program, x, y, z)
+    xla = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(program)(x, y, z))]
+    bumped = [np.array(o, copy=True) for o in correct]
+    if how == "argsort":  # (an element whose key is farther from its neighbours than their bounds)
+        row = np.sort(keys[0])
+        gaps = np.diff(row)
+        alone = np.flatnonzero(np.r_[True, gaps > 0.05] & np.r_[gaps > 0.05, True])
+        bumped[0][0, alone[5]] *= np.float32(1.01)
+        index, element = 0, (0, alone[5])
+    else:  # (row 5's top key is alone)
+        index, element = (0, (5, 0)) if how == "argmax" else (1, ())
+        bumped[index][element] *= np.float32(1.01)
+    exe = hloexec.load(low.text)
+    verdict, run = judge_run(
+        exe, [x, y, z], {"XLA:CPU": xla, "numpy": correct, "bumped": bumped}, known={"XLA:CPU": xla_cpu_arithmetic()}
+    )
+    got = {name: _verdicts(verdict, k) for k, name in [(0, "tied"), (index, "bumped")]}
+    assert all(b.unbounded == {} for b in run.bounds.values())
+    for name in ("hloexec", "XLA:CPU", "numpy"):
+        assert got["tied"][name] == got["bumped"][name] == (True, 0, 0), (name, got)
+    assert got["bumped"]["bumped"] == (False, 1, 0), got
+    bound = run.bounds[exe.options.device.name].bounds[index]
+    assert np.isfinite(bound).all() and bound[element] < 1e-3 * abs(float(correct[index][element]))
+
+
+ARGSORT_THEN = """HloModule argsort_then
+less {{ a = bf16[] parameter(0)  b = bf16[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
+        ROOT lt = pred[] compare(a, b), direction=LT }}
+assign {{ p = f32[] parameter(0)  ROOT q = f32[] parameter(1) }}
+ENTRY e {{ x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  v = f32[4,64] parameter(2)
+  m = f32[4,64] multiply(x, y)  k = bf16[4,64] convert(m)  i = s32[4,64] iota(), iota_dimension=1
+  s = (bf16[4,64], s32[4,64]) sort(k, i), dimensions={{1}}, is_stable=true, to_apply=less
+  idx = s32[4,64] get-tuple-element(s), index=1
+  {rest} }}"""
+_TAKE = (
+    "offset_dims={}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, "
+    "start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1}"
+)
+# jax's take_along_axis: a negative index wrapped (compare, add, select), reshaped, gathered; then doubled
+TAKE_ALONG = f"""zero = s32[] constant(0)  zeros = s32[4,64] broadcast(zero), dimensions={{}}
+  neg = pred[4,64] compare(idx, zeros), direction=LT  n = s32[] constant(64)  ns = s32[4,64] broadcast(n), dimensions={{}}
+  wrapped = s32[4,64] add(idx, ns)  fixed = s32[4,64] select(neg, wrapped, idx)  at = s32[4,64,1] reshape(fixed)
+  e = f32[4,64] exponential(v)  g = f32[4,64] gather(e, at), {_TAKE}
+  two = f32[] constant(2)  twos = f32[4,64] broadcast(two), dimensions={{}}
+  ROOT h = f32[4,64] multiply(g, twos)"""
+
+
+def test_a_gather_by_indices_every_one_of_which_rounding_decides_is_not_calibrated_away():
+    """Every key of a row within rounding of the others (bf16 ties): every gathered element may be any of its
+    row's, and its samples swap too (the farthest alternative among them). Before they did (the moved samples,
+    which see no swap), the calibration of the doubling after the gather cut its bounds to them: numpy's result
+    (a stable argsort of the device's keys) was 1e5x past them."""
+    r = np.random.default_rng(7)
+    x = np.full((4, 64), 0.75, np.float32)
+    y = (1 + 1e-3 * r.standard_normal((4, 64))).astype(np.float32)
+    v = r.standard_normal((4, 64)).astype(np.float32)
+    keys = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    correct = 2 * np.take_along_axis(np.exp(v), np.argsort(keys, axis=1, kind="stable"), 1)
+    exe = hloexec.load(ARGSORT_THEN.format(rest=TAKE_ALONG))
+    verdict, run = judge_run(exe, [x, y, v], {"numpy": [correct]})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert _verdicts(verdict)["numpy"] == _verdicts(verdict)["hloexec"] == (True, 0, 0), _verdicts(verdict)
+
+
+RADIX_ARGSORT = """HloModule cub_argsort
+ENTRY e {
+  x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  v = f32[4,64] parameter(2)
+  m = bf16[4,64] multiply(x, y)  k = f32[4,64] convert(m)  idx0 = s32[4,64] iota(), iota_dimension=1
+  s = (f32[4,64], s32[4,64], u8[128]) custom-call(k, idx0), custom_call_target="__cub$DeviceRadixSort",
+    backend_config={"descending":false}
+  idx = s32[4,64] get-tuple-element(s), index=1
+  %s }""" % TAKE_ALONG.replace("{{", "{").replace("}}", "}")
+
+
+def test_a_gather_by_a_radix_sorts_indices_is_bounded_by_the_values_they_may_pick():
+    """XLA-GPU's argsort (cub's radix sort of bf16-rounded keys with their indices) and a gather by the indices:
+    marked as an HLO sort's are (its keys' clusters); numpy's stable argsort of the device's keys, gathered, is
+    consistent (on main: flagged, the gather moved the payload's bounds only)."""
+    x, y, _ = _keyed_rows()
+    x, y = x[:4, :64], y[:4, :64]
+    v = np.random.default_rng(8).standard_normal((4, 64)).astype(np.float32)
+    keys = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    correct = 2 * np.take_along_axis(np.exp(v), np.argsort(keys, axis=1, kind="stable"), 1)
+    exe = hloexec.load(RADIX_ARGSORT)
+    verdict, run = judge_run(exe, [x, y, v], {"numpy": [correct]})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert _verdicts(verdict)["numpy"] == _verdicts(verdict)["hloexec"] == (True, 0, 0), _verdicts(verdict)
+
+
+TOP_K_TAKE = """HloModule topk_take
+cmp { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT gt = pred[] compare(a, b), direction=GT }
+ENTRY e {
+  x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  v = f32[4,64] parameter(2)
+  m = bf16[4,64] multiply(x, y)  k = f32[4,64] convert(m)
+  t = (f32[4,8], s32[4,8]) custom-call(k), custom_call_target="TopK", to_apply=cmp
+  idx = s32[4,8] get-tuple-element(t), index=1  at = s32[4,8,1] reshape(idx)
+  ROOT g = f32[4,8] gather(v, at), offset_dims={}, collapsed_slice_dims={1}, start_index_map={1},
+    operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1} }"""
+
+
+def test_a_gather_by_a_top_ks_indices_is_bounded_by_the_values_they_may_pick():
+    """XLA's TopK custom-call of bf16-rounded keys (rows 0-3 hold six keys within rounding of 3 at their top) and a
+    gather by its indices: the j-th index may be any position whose key's interval reaches the j-th value's
+    (positions outside the top 8 too). numpy's top 8 of the device's keys (a stable argsort, descending), gathered,
+    is consistent; a gathered element 1% off whose index is decided is caught (on main: the ties flagged)."""
+    x, y, _ = _keyed_rows()
+    x, y = x[:4, :64], y[:4, :64]
+    x[3, 40] = 9.0  # (row 3's top key alone)
+    v = np.random.default_rng(9).standard_normal((4, 64)).astype(np.float32)
+    keys = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32)
+    correct = np.take_along_axis(v, np.argsort(-keys, axis=1, kind="stable")[:, :8], 1)
+    bumped = correct.copy()
+    bumped[3, 0] *= np.float32(1.01)
+    exe = hloexec.load(TOP_K_TAKE)
+    verdict, run = judge_run(exe, [x, y, v], {"numpy": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["numpy"] == got["hloexec"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
+NOT_FOLLOWED = {
+    # two choices at once: the smaller of an index and the one its row holds reversed
+    "select": f"""r = s32[4,64] reverse(idx), dimensions={{1}}  lt = pred[4,64] compare(idx, r), direction=LT
+  least = s32[4,64] select(lt, idx, r)  at = s32[4,64,1] reshape(least)
+  ROOT g = f32[4,64] gather(v, at), {_TAKE}""",
+    "convert": "ROOT f = f32[4,64] convert(idx)",
+    "scatter": """at = s32[4,64,1] reshape(idx)  zero = f32[] constant(0)  zeros = f32[4,64] broadcast(zero), dimensions={}
+  ROOT sc = f32[4,64] scatter(zeros, at, v), update_window_dims={}, inserted_window_dims={1},
+    scatter_dims_to_operand_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0}, index_vector_dim=2,
+    to_apply=assign""",
+}
+
+
+@pytest.mark.parametrize("variant", sorted(NOT_FOLLOWED))
+def test_what_an_integer_rounding_decides_makes_unfollowed_is_unbounded_and_named(variant):
+    """An argsort's indices (bf16 keys, ties) through what the marks do not follow -- a select of two indices of
+    different elements (two choices at once), a convert to float, a scatter by them -- leave the float result's
+    affected elements unbounded and the instruction named (on main: bounded as if the indices were exact, 0)."""
+    x, y, _ = _keyed_rows()
+    x, y = x[:4, :64], y[:4, :64]
+    v = np.random.default_rng(6).standard_normal((4, 64)).astype(np.float32)
+    exe = hloexec.load(ARGSORT_THEN.format(rest=NOT_FOLLOWED[variant]))
+    _, run = judge_run(exe, [x, y, v], {})
+    bounds = run.bounds[exe.options.device.name]
+    name = exe.module.entry.root.name
+    assert set(bounds.unbounded) == {name} and "not followed" in bounds.unbounded[name]
+    infinite = np.isinf(bounds.bounds[0])
+    assert infinite.any() and (variant != "convert" or not infinite.all())  # (a convert: the varying ones only)

@@ -321,26 +321,26 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
     return unjudged
 
 
-NEAR = 16.0  # independent_elements counts the elements within this factor of the block's largest ratio (4x in sigma)
+NEAR = 16.0  # participation_ratios counts the elements within this factor of the block's largest ratio (4x in sigma)
 
 
-def independent_elements(deviations, bound, block, largest, cut, out, threads=None):
-    """Per block of `block` consecutive elements where `cut` is True, how many independent elements the samples of
-    its tight ones are worth, into `out` (the other blocks' left as they are): over the elements whose ratio
+def participation_ratios(deviations, bound, block, largest, cut, out, threads=None):
+    """Per block of `block` consecutive elements where `cut` is True, how many independent draws the samples of its
+    tight ones are at least worth, into `out` (the other blocks' left as they are): over the elements whose ratio
     r = (sum over the samples of d_k^2) / bound^2 is at least `largest` (the block's largest r) / NEAR, with a
     finite positive bound and finite samples, the Gram matrix G of their samples' directions (G[k, l] = the sum of
     d_k d_l / sum_k d_k^2; `deviations`: (4, n), SAMPLES = 4, float or bfloat16 bits as kept) and its
-    participation ratio P = trace(G)^2 / |G|^2: m directions drawn independently give E|G|^2 = m + m (m - 1) / S,
-    so P = S m / (S + m - 1) and m = P (S - 1) / (S - P) (inf where P reaches S): ~ the number of such elements
-    where their deviations are independent, 1 where they all carry one (a broadcast value's draws times a factor)
-    or one is tight alone. Spans of blocks on the cores (over_cores)."""
-    over_cores(bound.size, block, lambda first, last: _independent_span(deviations, bound, block, largest, cut, out,
-                                                                         first, last), threads)  # fmt: skip
+    participation ratio P = trace(G)^2 / |G|^2 (1 to 4; 0 where no element counts): at most G's rank, so at most
+    the number of independent draws the directions are made of; 1 where they all carry one (a broadcast value's
+    draws times a factor) or one is tight alone; m directions drawn independently give E|G|^2 = m + m (m - 1) / 4
+    (P ~ 4 m / (m + 3): 3.95 for 256). Spans of blocks on the cores (over_cores)."""
+    over_cores(bound.size, block, lambda first, last: _participation_span(deviations, bound, block, largest, cut, out,
+                                                                           first, last), threads)  # fmt: skip
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
-def _independent_span(deviations, bound, block, largest, cut, out, first, last):
-    """independent_elements from element `first` (a multiple of `block`) to `last`. Ten sums in registers, no
+def _participation_span(deviations, bound, block, largest, cut, out, first, last):
+    """participation_ratios from element `first` (a multiple of `block`) to `last`. Ten sums in registers, no
     branch in the loop, reassociated (a statistic: the loop vectorizes)."""
     n = bound.size
     d0, d1, d2, d3 = deviations[0], deviations[1], deviations[2], deviations[3]
@@ -363,8 +363,7 @@ def _independent_span(deviations, bound, block, largest, cut, out, first, last):
         trace = g00 + g11 + g22 + g33
         squares = g00 * g00 + g11 * g11 + g22 * g22 + g33 * g33
         squares += 2 * (g01 * g01 + g02 * g02 + g03 * g03 + g12 * g12 + g13 * g13 + g23 * g23)
-        ratio = trace * trace / squares if squares > 0 else 0.0
-        out[j] = math.inf if ratio >= 4 else ratio * 3 / (4 - ratio)
+        out[j] = trace * trace / squares if squares > 0 else 0.0
 
 
 def scale_blocks(bound, factor, block, out, threads=None):

@@ -165,24 +165,11 @@ def prepare_scatter(inst, ctx):
     ):
         return _one_window_scatter(kind, geometry)
     oshape = geometry.operand_dims
-    upd_dims = tuple(inst.operands[n + 1].shape.dims)
-    update_index = _axis_aranges(upd_dims)
-    strides = [int(np.prod(oshape[d + 1 :], dtype=np.int64)) for d in range(len(oshape))]
+    targets = scatter_targets(inst)
 
     def kernel(*vals):
         operands, indices, updates = vals[:n], vals[n], vals[n + 1 :]
-        # every update element's operand position and window test, in the updates' own row-major order
-        # (XLA's order of application)
-        starts = geometry.starts(NUMPY, _loader(indices, geometry.vectors), update_index)
-        dst = geometry.operand_index(NUMPY, starts, update_index)
-        flat = np.zeros((), np.int64)
-        for c, stride in zip(dst, strides):
-            flat = flat + c * stride
-        keep = np.ones((), bool)
-        for c in geometry.window_fits(NUMPY, starts):
-            keep = keep & c
-        keep = np.broadcast_to(keep, upd_dims).reshape(-1)
-        fi = np.broadcast_to(flat, upd_dims).reshape(-1)[keep]
+        fi, keep = targets(indices)
         uvals = [u.reshape(-1)[keep] for u in updates]
         outs = [np.array(o, copy=True).reshape(-1) for o in operands]
         if kind is not None:
@@ -200,6 +187,31 @@ def prepare_scatter(inst, ctx):
         return tuple(outs) if tuple_out else outs[0]
 
     return kernel
+
+
+def scatter_targets(inst):
+    """A function of a scatter's indices: (every applied update element's flat position in the operand, in the
+    updates' own row-major order -- XLA's order of application --; whether each update element is applied, flat:
+    an update window out of bounds is skipped)."""
+    geometry = Scatter.of(inst)
+    oshape = geometry.operand_dims
+    upd_dims = tuple(inst.operands[-1].shape.dims)
+    update_index = _axis_aranges(upd_dims)
+    strides = [int(np.prod(oshape[d + 1 :], dtype=np.int64)) for d in range(len(oshape))]
+
+    def targets(indices):
+        starts = geometry.starts(NUMPY, _loader(indices, geometry.vectors), update_index)
+        dst = geometry.operand_index(NUMPY, starts, update_index)
+        flat = np.zeros((), np.int64)
+        for c, stride in zip(dst, strides):
+            flat = flat + c * stride
+        keep = np.ones((), bool)
+        for c in geometry.window_fits(NUMPY, starts):
+            keep = keep & c
+        keep = np.broadcast_to(keep, upd_dims).reshape(-1)
+        return np.broadcast_to(flat, upd_dims).reshape(-1)[keep], keep
+
+    return targets
 
 
 def _one_window_scatter(kind: str, geometry: Scatter):

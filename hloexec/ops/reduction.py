@@ -287,6 +287,36 @@ def window_out_shape(padded_shape, wins, strides, wdil):
     return tuple(map(window_count, padded_shape, wins, strides, wdil))
 
 
+def _window_walk(inst) -> tuple:
+    """A reduce-window's (sizes, strides, window dilations, low and high paddings, interior paddings) per dim:
+    the window walk (index_maps.window_position) is affine in (output index, window index), its coefficients the
+    steps of a strided view of the padded, base-dilated operand."""
+    win = window_dims(inst, inst.operands[0].shape.rank)
+    if any(w.reversal for w in win):
+        raise UnsupportedError("reduce-window with window reversal", inst)
+    return (
+        [w.size for w in win],
+        [window_position(NUMPY, w, 1, 0) for w in win],
+        [window_position(NUMPY, w, 0, 1) for w in win],
+        [w.pad_low for w in win],
+        [w.pad_high for w in win],
+        [w.base_dilation - 1 for w in win],
+    )
+
+
+def window_terms(inst):
+    """A function of a reduce-window's operand `x` and a `fill` value: every window's terms, (output dims...,
+    window dims...), a strided view of `x` padded and dilated with `fill` (the order a window's elements are
+    folded in: row-major over the window dims)."""
+    sizes, strides, wdil, lows, highs, inter = _window_walk(inst)
+
+    def terms(x, fill):
+        p, _ = pad_dilate(x, lows, highs, inter, fill)
+        return window_view(p, sizes, strides, wdil, window_out_shape(p.shape, sizes, strides, wdil))
+
+    return terms
+
+
 @op(
     "reduce-window",
     kernel="numpy",
@@ -296,18 +326,8 @@ def window_out_shape(padded_shape, wins, strides, wdil):
 )
 def prepare_reduce_window(inst, ctx):
     n = len(inst.operands) // 2
-    rank = inst.operands[0].shape.rank
-    win = window_dims(inst, rank)
-    if any(w.reversal for w in win):
-        raise UnsupportedError("reduce-window with window reversal", inst)
-    sizes = [w.size for w in win]
-    # the window walk (index_maps.window_position) is affine in (output index, window index): its coefficients
-    # are the steps of a strided view of the padded, base-dilated operand
-    strides = [window_position(NUMPY, w, 1, 0) for w in win]
-    wdil = [window_position(NUMPY, w, 0, 1) for w in win]
-    lows = [w.pad_low for w in win]
-    highs = [w.pad_high for w in win]
-    inter = [w.base_dilation - 1 for w in win]
+    sizes, strides, wdil, lows, highs, inter = _window_walk(inst)
+    rank = len(sizes)
     comp = called(inst, "to_apply")
     tuple_out = inst.shape.is_tuple
     out_shapes = [s for _, s in inst.shape.leaves()] if tuple_out else [inst.shape]
@@ -317,14 +337,13 @@ def prepare_reduce_window(inst, ctx):
     if kind is not None:
         out_dtype = out_shapes[0].dtype
         lifted = ew.accumulates_in_f32(ctx.options.reductions, kind, out_shapes[0].element_type)
+        windows = window_terms(inst)
 
         def kernel(x, init):
             ident = identity_of(kind, x.dtype)
             if lifted:  # to f32 once, not once per (overlapping) window
                 x = low_to_f32(x, quiet=False)
-            p, _ = pad_dilate(x, lows, highs, inter, ident)
-            oshape = window_out_shape(p.shape, sizes, strides, wdil)
-            v = window_view(p, sizes, strides, wdil, oshape)
+            v = windows(x, ident)
             return vector_reduce(kind, v, waxes, scalar(init), out_dtype, ctx.options.reductions)
 
         return kernel

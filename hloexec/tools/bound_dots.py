@@ -18,12 +18,14 @@ from ..kernels.bound_products import (
     squared_terms as squared_terms_of,
     top_exponent,
 )
+from ..ir.dtypes import element_type
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SAMPLES, SIGMAS, perturbed_product
 from .bound_elementwise import rounding_rule
+from .bound_generic import with_floor
 from .bound_store import SAMPLE_STORAGE, has_error
-from .bound_shared import along_contraction
+from .bound_shared import along_contraction, dot_rounding
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in (a complex type's: its
 # parts'; c64's dots were taken for f64's)
@@ -32,6 +34,7 @@ FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up
 # a dot's sum of squares is bounded from its operands' errors (dot_bounds) where its term is then at most this share
 # of them (the bound grows by at most half of it: 2^-13)
 ESTIMATED_SHARE = 2.0**-12
+FLOOR_STEPS = 1 << 20  # the steps a dot's floor may always take, an order (dot_floor)
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
@@ -235,12 +238,29 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
     return local, ceiling
 
 
-def store_dot_samples(bounds, inst, x, operands, held, own, ceiling) -> None:
+def dot_floor(bounds, inst, orig, x, operands) -> np.ndarray | None:
+    """A real dot's floor (bound_generic.with_floor's) where its products repeat (bound_shared.dot_rounding), in
+    its accumulation type (f16, bf16, f32: f64 is the shadow's own; fp8 operands' GEMMs keep other bits), in at
+    most its operands' size of steps an order, or FLOOR_STEPS (~1 ms)."""
+    a, b = operands
+    if not all(np.asarray(o).dtype.kind == "f" for o in (a, b, x)):
+        return None
+    _, accumulator = _arithmetic(bounds, inst, orig, a, b)
+    if SIGNIFICAND.get(accumulator, 53) > 24 or any(o.shape.element_type.bits <= 8 for o in orig.operands):
+        return None
+    count = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+    coefficient = (SIGMAS * 2.0 ** -SIGNIFICAND[accumulator]) ** 2 / 3 * count
+    types = [o.shape.element_type.numpy for o in orig.operands]
+    accumulation = element_type(accumulator).numpy
+    return dot_rounding(inst, a, b, types, accumulation, x, coefficient, max(a.size + b.size, FLOOR_STEPS))
+
+
+def store_dot_samples(bounds, inst, x, operands, held, own, ceiling, floor=None) -> None:
     """The samples of a dot whose operands both have them (`held`: as kept), float32 suffices (float32_noise), into
     `bounds` with its bound calibrated, as ErrorBounds._sample makes them (the same bits, the same draws' key):
     their float32 product (bound_samples.perturbed_product), then one pass (kernels/bound_products.finish_samples)
     taking x off, adding the own-error draws of `own` (SIGMAS sigmas), tallying the calibration's block statistics
-    and encoding the samples as kept; `ceiling`: dot_bounds'."""
+    and encoding the samples as kept; `ceiling`: dot_bounds'; `floor`: dot_floor's (bound_generic.with_floor)."""
     moved = perturbed_product(inst, operands, held)
     noisy = own is not None and bool(np.any(own))
     key = bounds.draw_key() if noisy else np.uint64(0)  # (drawn where _sample draws one)
@@ -258,4 +278,5 @@ def store_dot_samples(bounds, inst, x, operands, held, own, ceiling) -> None:
     )
     del moved
     kept = samples.view(SAMPLE_STORAGE)
-    bounds._put(x, bounds._calibrate(bound, kept, ceiling, stats=stats), bounds._decided_or_none(x), kept)
+    bound = bounds._calibrate(bound, kept, ceiling, stats=stats)
+    bounds._put(x, with_floor(bound, kept, floor), bounds._decided_or_none(x), kept)

@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from ..kernels.bound_products import perturbed_float32
-from ..kernels.bound_rules import block_ratios, independent_elements, rounding_groups, scale_blocks
+from ..kernels.bound_rules import block_ratios, participation_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 from .bound_store import contiguous
 
@@ -23,9 +23,8 @@ CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many ele
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show: a lone tight element is cut below
 # SIGMAS sigma with probability P(chi2_SAMPLES < SAMPLES / SAMPLE_MARGIN^2), 9.0% here; the same for 3 samples at
 # 2.355, for 2 at 3.252 (docs/verdicts.md "Fewer samples": measured, four stay)
-FEW_MARGIN = 6.6  # ... where the samples of a block's tight elements are worth fewer than CALIBRATED_FROM
-# independent elements (one broadcast value's draws, a lone tight element): four draws' margin, P(chi2_4 < 4 / 6.6^2)
-# = 0.1% (uniform draws: less)
+CUT_BELOW = 1e-3  # ... or more (margin): where a block's tight elements' samples are few independent draws, it cuts
+# their bounds below SIGMAS sigma with at most this probability
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -92,11 +91,11 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
     missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
     sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
-    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). The margin is
-    FEW_MARGIN where the samples of a block's elements near its largest ratio are worth fewer than CALIBRATED_FROM
-    independent elements (`independent`): where they share a few draws (a broadcast row value's deviation times a
-    factor, the same after any op) or one is tight alone, the largest ratio is four draws' measure, below SIGMAS
-    sigma in ~9% of blocks at SAMPLE_MARGIN. `in_place`: `bound`
+    block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). The margin grows
+    where the samples of a block's elements near its largest ratio are few independent draws (`participation`,
+    `margin`): where they share one (a broadcast row value's deviation times a factor, the same after any op) or
+    one is tight alone, the largest ratio is four draws' measure, below SIGMAS sigma in ~9% of blocks at
+    SAMPLE_MARGIN. `in_place`: `bound`
     is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
@@ -111,9 +110,9 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
     factor = np.where(enough & (largest > 0), factor, 1.0)
     cut = factor < 1
-    if cut.any():  # (blocks whose tight elements share their draws: cut by a margin made for four)
-        few = independent(bound, deviations, largest, cut) < CALIBRATED_FROM
-        factor[few] = np.minimum(1.0, FEW_MARGIN * spread * np.sqrt(largest[few]))
+    if cut.any():  # (blocks whose tight elements share their draws: cut by a margin made for their count)
+        worth = margin(participation(bound, deviations, largest, cut)[cut])
+        factor[cut] = np.minimum(1.0, worth * spread * np.sqrt(largest[cut]))
     factor = factor.astype(bound.dtype)
     out = bound if in_place and ceiling is None else None
     calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
@@ -126,18 +125,42 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     return np.maximum(calibrated, np.minimum(_scaled(bound, short), ceiling()))
 
 
-def independent(bound, deviations, largest, cut) -> np.ndarray:
-    """Per block of CALIBRATION_BLOCK, how many independent elements its tight elements' samples are worth
-    (kernels/bound_rules.independent_elements; `largest`: the blocks' largest ratios, block_ratios'), computed
-    only in the blocks being `cut` (inf in the others: the margin matters only where a block is cut); the samples
-    read as kept (bfloat16: their bits, no float32 copy)."""
+def participation(bound, deviations, largest, cut) -> np.ndarray:
+    """Per block of CALIBRATION_BLOCK, how many independent draws its tight elements' samples are at least worth
+    (kernels/bound_rules.participation_ratios; `largest`: the blocks' largest ratios, block_ratios'), computed only
+    in the blocks being `cut` (4 in the others: the margin matters only where a block is cut); the samples read as
+    kept (bfloat16: their bits, no float32 copy)."""
     samples = np.reshape(deviations, (len(deviations), -1))
     if samples.dtype == _BF16:
         samples = samples.view(np.uint16)
-    out = np.full(np.size(largest), np.inf)
-    independent_elements(np.ascontiguousarray(samples), np.ascontiguousarray(bound).reshape(-1), CALIBRATION_BLOCK,
+    out = np.full(np.size(largest), float(SAMPLES))
+    participation_ratios(np.ascontiguousarray(samples), np.ascontiguousarray(bound).reshape(-1), CALIBRATION_BLOCK,
                          largest, cut, out)  # fmt: skip
     return out
+
+
+def margin(participation) -> np.ndarray:
+    """The margin of blocks whose tight elements' samples have this participation ratio P (`participation`): k
+    independent draws give P <= k (P is at most the Gram matrix's rank), and the tightest element is cut below
+    SIGMAS sigma only where every draw's RMS is below 1 / margin of its sigma, P(chi2_S < S / margin^2) each
+    (docs/verdicts.md "Fewer samples"), so the margin where that to the power P - 1/2 is CUT_BELOW. The half draw:
+    where one shared draw carries most of the variance and the rest is each element's own, the blocks whose shared
+    draw happened to be small (the ones the margin guards) show their own parts' directions, P 2-3: 0.18% of such
+    blocks at P, 0.1% at P - 1/2 (bench/bench_calibration.py). 6.64 up to P = 1.5 (one draw: a broadcast value's, a
+    lone tight element's), 3.67 at 2, 2.22 at 3, SAMPLE_MARGIN from 3.4 (independent elements: P 3.85-3.99)."""
+    below = CUT_BELOW ** (1 / np.clip(participation - 0.5, 1, SAMPLES))
+    return np.maximum(SAMPLE_MARGIN, np.sqrt(SAMPLES / _chi2_4_quantile(below)))
+
+
+def _chi2_4_quantile(q) -> np.ndarray:
+    """chi2_4's q quantile 2y (SAMPLES = 4: P(chi2_4 < 2y) = 1 - (1 + y) e^-y): Newton's steps on
+    log(1 + y) - y = log(1 - q) from y = sqrt(-2 log(1 - q)) (its leading term), within 1e-11 after three for q
+    from 1e-9 to 0.999 (scipy's chi2.ppf; not imported here: 0.5 s)."""
+    target = np.log1p(-q)
+    y = np.sqrt(-2 * target)
+    for _ in range(4):
+        y = y + (np.log1p(y) - y - target) * (1 + y) / y
+    return 2 * y
 
 
 def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:

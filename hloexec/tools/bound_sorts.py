@@ -23,6 +23,9 @@ custom-call, cub's radix sort (XLA-GPU's sort) and the payloads sorted with thei
   values, chosen by comparisons of those two values alone, the exact ones such as indices aside): the row's max
   or min as its reducer orders, by the reduce at its operand's interval ends; where the value does not lie
   between them (a selection that is not monotone), no rule.
+Their integer results that rounding decides (an HLO or radix sort's indices where its keys' clusters hold several
+keys, an argmax's where other keys reach the extreme's interval, a top-k's where other keys reach the j-th
+value's) are marked with the values they may take (tools/bound_indices.py: what a gather by them picks).
 Their samples are the op's kernel on the perturbed operands (the samples re-sort); the custom-calls' bounds are
 not calibrated by them (their rules are tight already; a payload's: the samples rarely swap what rounding may
 swap)."""
@@ -34,6 +37,7 @@ import numpy as np
 from ..ops.common import ints
 from ..ops.custom_call.registry import backend_config, field, target_of
 from ..ops.indexing import sort_keys, sort_permutation
+from .bound_indices import CHOICE_ELEMENTS, from_clusters, from_reach, from_selection
 from .bound_store import float_leaf as _float
 
 TOP_K_TARGETS = frozenset({"TopK", "__gpu$TopK"})
@@ -91,7 +95,7 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
     if reducer is None or n < 2 or not all(_chooses(reducer, k, n) for k in floats):
         return False
     kernel = bounds._kernel(inst)
-    moved = {}
+    moved, ends_of = {}, {}
     for k in floats:
         ends = []
         for sign in (1, -1):
@@ -102,8 +106,17 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
         if not np.all((low <= leaves[k]) & (leaves[k] <= high) | np.isnan(leaves[k])):
             return False
         moved[k] = np.maximum(high - leaves[k], leaves[k] - low)
+        ends_of[k] = (low, high)
     for k, bound in moved.items():
         bounds._put(leaves[k], np.where(np.isnan(bound), np.inf, bound))
+    if len(floats) == 1:  # (an argmax's, argmin's index: rounding decides it where keys near the extreme may swap)
+        key = floats[0]
+        dims = tuple(int(d) for d in inst.attr("dimensions", ()))
+        for k in range(n):
+            if k != key and isinstance(leaves[k], (np.ndarray, np.generic)):
+                from_selection(
+                    bounds.choices, leaves[k], operands[k], operands[key], bounds.of(operands[key]), *ends_of[key], dims
+                )
     return True
 
 
@@ -119,6 +132,8 @@ def sorted_bounds(bounds, inst, value, operands) -> bool:
     if _float(keys):
         ends = [kernel(keys + e, *payloads)[0], kernel(keys - e, *payloads)[0]]
         bounds._put(leaves[0], _between(leaves[0], *ends))
+        if target_of(inst) in TOP_K_TARGETS and len(leaves) == 2 and isinstance(leaves[1], np.ndarray):
+            _top_k_indices(bounds, leaves[1], keys, e, *ends)
     descending = bool(field(backend_config(inst), "descending", False))
     for k, payload in enumerate(payloads, start=1):
         if _float(payload):
@@ -126,7 +141,25 @@ def sorted_bounds(bounds, inst, value, operands) -> bool:
             exact = not rode[1].any()  # (exact keys: the order is the exact one, ties kept by index: cub is stable)
             bound = rode[2] if exact else _payload_bound(leaves[0], rode[1], leaves[k], rode[2], descending)
             bounds._put(leaves[k], bound)
+        elif isinstance(leaves[k], np.ndarray) and _float(keys) and leaves[k].ndim:  # (indices: argsort on XLA-GPU)
+            moved = np.asarray(kernel(keys, e)[1], np.float64)  # (the keys' bounds, moved as they were)
+            if moved.any():  # (exact keys: the exact order, cub is stable)
+                sorted_keys = np.asarray(leaves[0], np.float64)
+                from_clusters(bounds.choices, leaves[k], leaves[k].ndim - 1, *clusters(sorted_keys, moved, descending))
     return True
+
+
+def _top_k_indices(bounds, indices, keys, e, high, low) -> None:
+    """Marks a top-k's `indices` (along the last dim): the j-th may be any position whose key's interval reaches
+    the j-th value's (between the j-th of the keys' interval ends, `high` and `low`): a device's j-th key is its
+    j-th value and within its own interval. At most CHOICE_ELEMENTS (positions x outputs) a call; else lost."""
+    if indices.size * np.shape(keys)[-1] > CHOICE_ELEMENTS:
+        bounds.choices.put(indices, indices[None], np.full(indices.shape, -1, np.int64), np.ones(indices.shape, bool))
+        return
+    a, e = (np.asarray(x, np.float64)[..., None, :] for x in (keys, e))
+    reach = (a - e <= np.asarray(high, np.float64)[..., None]) & (a + e >= np.asarray(low, np.float64)[..., None])
+    positions = np.arange(np.shape(keys)[-1], dtype=indices.dtype)
+    from_reach(bounds.choices, indices, positions, reach)
 
 
 def _hlo_sort(bounds, inst, leaves, operands) -> bool:
@@ -159,6 +192,11 @@ def _hlo_sort(bounds, inst, leaves, operands) -> bool:
             ends.append(np.take_along_axis(args[first], permutation(args, axis), axis))
         bounds._put(leaves[first], _between(leaves[first], *ends))
     key, key_bounds = (np.moveaxis(np.asarray(x, np.float64), axis, -1) for x in (leaves[first], moved[first]))
+    if key.size and not all(_float(leaf) for leaf in leaves):  # (integer results: argsort's indices)
+        starts, lengths = clusters(key, key_bounds, descending)
+        for leaf in leaves:
+            if not _float(leaf) and isinstance(leaf, np.ndarray):
+                from_clusters(bounds.choices, leaf, axis, starts, lengths)
     for k, (leaf, bound) in enumerate(zip(leaves, moved)):
         if k != first and _float(leaf):
             bound = _payload_bound(
@@ -204,6 +242,16 @@ def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool) 
     where its key's rank is decided, else the farthest of its cluster's payload intervals (module docstring)."""
     if keys.size == 0:
         return payload_bounds
+    starts, lengths = clusters(keys, key_bounds, descending)
+    top = np.repeat(np.maximum.reduceat((payload + payload_bounds).reshape(-1), starts), lengths)
+    bottom = np.repeat(np.minimum.reduceat((payload - payload_bounds).reshape(-1), starts), lengths)
+    bound = np.maximum(top.reshape(keys.shape) - payload, payload - bottom.reshape(keys.shape))
+    return np.where(np.isnan(bound), np.inf, np.maximum(bound, payload_bounds))
+
+
+def clusters(keys, key_bounds, descending: bool) -> tuple:
+    """The clusters of sorted `keys` (along the last dim, in the output's order) no key's interval reaches past:
+    their starts and lengths over the flattened elements (module docstring)."""
     lo, hi = keys - key_bounds, keys + key_bounds
     if descending:  # (mirrored: ascending)
         lo, hi = -hi, -lo
@@ -212,8 +260,4 @@ def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool) 
     edge = np.ones(keys.shape, bool)  # a cluster starts here (every row's first element)
     edge[..., 1:] = below < above
     starts = np.flatnonzero(edge.reshape(-1))
-    lengths = np.diff(np.append(starts, edge.size))
-    top = np.repeat(np.maximum.reduceat((payload + payload_bounds).reshape(-1), starts), lengths)
-    bottom = np.repeat(np.minimum.reduceat((payload - payload_bounds).reshape(-1), starts), lengths)
-    bound = np.maximum(top.reshape(keys.shape) - payload, payload - bottom.reshape(keys.shape))
-    return np.where(np.isnan(bound), np.inf, np.maximum(bound, payload_bounds))
+    return starts, np.diff(np.append(starts, edge.size))

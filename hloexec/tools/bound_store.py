@@ -60,6 +60,13 @@ def float_leaf(leaf) -> bool:
     return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
 
 
+def leaves(value) -> list:
+    """The arrays (or scalars, tokens) of `value`, a leaf or nested tuples of them, in order."""
+    if isinstance(value, (tuple, list)):
+        return [x for v in value for x in leaves(v)]
+    return [value]
+
+
 def widens_exactly(source, target) -> bool:
     """Whether every value of float type `source` is one of float type `target` (a convert between them is exact:
     bf16 or f16 -> f32, f32 -> f64)."""

@@ -93,7 +93,8 @@ from ..kernels.elementwise import accumulates_in_f32
 from ..ops.collectives import participants
 from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from ..ops.custom_call.registry import target_of
-from ..ops.reduction import in_ynn_order
+from ..ops.indexing import scatter_targets
+from ..ops.reduction import in_ynn_order, window_dims, window_terms
 from ..ops.registry import async_shorthand
 from ..exec.plan import schedule
 from ..exec.shadow import PINNED_SUFFIX
@@ -103,15 +104,23 @@ from .bound_cholesky import cholesky_bounds
 from .bound_complex import complex_elementwise, corners, involves_complex, squared_magnitude
 from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
-from .bound_dots import SIGNIFICAND, dot_bounds, store_dot_samples, widest
+from .bound_dots import SIGNIFICAND, dot_bounds, dot_floor, store_dot_samples, widest
 from .bound_fft import fft_bounds
+from .bound_indices import Choices, follow
 from .bound_sorts import selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_store import VIEW_MOVES, BoundStore, has_error, widens_exactly
+from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
-from .bound_shared import any_order_rounding, repeated_rounding, tree_order_rounding, tree_order_steps
+from .bound_shared import (
+    any_order_rounding,
+    repeated_rounding,
+    scattered_rounding,
+    tree_order_rounding,
+    tree_order_steps,
+)
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
@@ -172,6 +181,10 @@ SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 # elementwise ops whose complex operands or results ErrorBounds gives to tools/bound_complex.py
 COMPLEX_ELEMENTWISE = ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE | {"real", "imag", "complex"}
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
+# a reduce-window of fewer terms a window takes no floor: its row-major repeats stay within the accumulation's bound
+# (the largest found over 3,000 adversarial term vectors a length, f16 and f32: 0.72 of it at 8 terms, 0.88 at 12,
+# 1.06 at 16; bench/bench_window_repeats.py)
+WINDOW_FLOOR_TERMS = 12
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
 # rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
 EVALUATED = {
@@ -215,12 +228,6 @@ def _holds_its_operands(value, operands) -> bool:
     return all(id(leaf) in held for leaf in _leaves(value))
 
 
-def _leaves(value) -> list:
-    if isinstance(value, (tuple, list)):
-        return [x for v in value for x in _leaves(v)]
-    return [value]
-
-
 class ErrorBounds(BoundStore):
     """An observer of the shadow's run (`observe(inst, value, operands)`) that keeps, for every float value alive
     in it, a bound on its error under `device`'s arithmetic (see the module docstring). `of(value)` is the bound of
@@ -237,12 +244,19 @@ class ErrorBounds(BoundStore):
         self.rng = np.random.default_rng(seed)  # the draws' keys (draw_key; SPMD: one seed per participant)
         self.unused_key: np.uint64 | None = None  # a key drawn and given back (give_back_key): the next one drawn
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
+        self.choices = Choices()  # the integers rounding decides (tools/bound_indices.py)
 
     def _kernel(self, inst):
         return self.plans.kernel(inst)
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
+        self._observe(inst, value, operands)
+        if self.choices.marked(operands):  # (integers rounding decides: what the op makes of them)
+            with np.errstate(all="ignore"):
+                follow(self, inst, value, operands)
+
+    def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)
         floats = [v for v in leaves if _float(v)]
         opcode = inst.opcode
@@ -303,10 +317,11 @@ class ErrorBounds(BoundStore):
                 local, ceiling, summed, floor = self._reduce(inst, orig, value, operands)
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
+                floor = dot_floor(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
-                local = self._scatter(inst, orig, value, operands)
+                local, floor = self._scatter(inst, orig, value, operands)
             elif opcode == "fft":
                 local = fft_bounds(self, inst, orig, value, operands)
             elif opcode == "cholesky" and (local := cholesky_bounds(self, inst, orig, value, operands)) is not None:
@@ -361,7 +376,7 @@ class ErrorBounds(BoundStore):
         # then one pass takes x off, draws its own errors, tallies the calibration's statistics and encodes; a dot
         # of one reads them whole; the others a sample at a time where decoded)
         if by_dot and all(p is not None for p in held):
-            store_dot_samples(self, inst, value, operands, held, local, ceiling)
+            store_dot_samples(self, inst, value, operands, held, local, ceiling, floor)
             return
         read = self._read_samples if by_dot else self._read_per_sample
         perturbed = [read(p) for p in held]
@@ -680,18 +695,19 @@ class ErrorBounds(BoundStore):
         bound, own = self._round(orig, x, variance + accumulation, "reduce")
         self._put(x, bound)
         local = np.sqrt(accumulation + np.square(own))
-        floor = (
-            self._repeated_rounding(inst, etype, a, init, x, steps, accumulation) if inst.opcode == "reduce" else None
-        )
+        floor = self._repeated_rounding(inst, etype, a, init, x, steps, accumulation)
         return local, lambda: linear() + local, deviations, floor
 
     def _repeated_rounding(self, inst, etype, a, init, x, steps, accumulation) -> np.ndarray | None:
-        """A reduce's own error in its order (with_floor's `floor`). Where the order is the HLO's (per-step:
-        row-major, every step rounded to the type), all of it. Else only where it exceeds the accumulation's own
+        """A reduce's or reduce-window's own error in its order (with_floor's `floor`). Where the order is the
+        HLO's (per-step: row-major, every step rounded to the type), all of a reduce's. Else, and a window's
+        (short sums: its repeats rarely reach the rule's bound), only where it exceeds the accumulation's own
         bound (elsewhere the rule allows it already: random residues leave the bound as it was), in XLA:CPU's
         known orders -- its compiler's tree of windows (`steps`), its loop emitter's row-major order (YNNPACK's f32
         row sums: none) -- or the largest over representative orders where the device's order is not known
-        (reductions = "accumulate": f32 sums, 16-bit sums accumulated in f32; bound_shared.any_order_rounding)."""
+        (reductions = "accumulate": f32 sums, 16-bit sums accumulated in f32; bound_shared.any_order_rounding).
+        A window's terms: each window's, padding included (the add's identity, as the kernel pads); none for
+        windows shorter than WINDOW_FLOOR_TERMS."""
         if etype.kind != "float":
             return None
         dims, dtype, reductions = (
@@ -699,13 +715,19 @@ class ErrorBounds(BoundStore):
             etype.numpy,
             self.device.reductions,
         )
-        if reductions == "per-step":
+        windowed = inst.opcode == "reduce-window"
+        if windowed:
+            if np.prod([w.size for w in window_dims(inst, np.ndim(a))]) < WINDOW_FLOOR_TERMS:
+                return None
+            a = np.reshape(window_terms(inst)(np.asarray(a), 0.0), (*np.shape(x), -1))
+            dims = (a.ndim - 1,)
+        if reductions == "per-step" and not windowed:
             return repeated_rounding(a, dims, init, dtype, x)
         if steps is not None:
             floor = tree_order_rounding(a, dims, init, dtype, x, self.device.tree_reduction_window)
-        elif in_ynn_order(self.plans.original(inst), reductions, dims):
+        elif not windowed and in_ynn_order(self.plans.original(inst), reductions, dims):
             return None  # (YNNPACK's f32 row sums: 16 lanes of short chains, tiles added compensated)
-        elif reductions == "xla-cpu":  # (its loop emitter's order)
+        elif reductions in ("xla-cpu", "per-step"):  # (its loop emitter's order; the HLO's)
             floor = repeated_rounding(a, dims, init, dtype, x)
         elif etype.bits <= 32:  # (f64: the shadow's own type, its sums as exact as the shadow's)
             return any_order_rounding(a, dims, init, dtype, np.float32, x, np.sqrt(accumulation))  # (f32: either way)
@@ -766,9 +788,13 @@ class ErrorBounds(BoundStore):
                 floors[k] = np.asarray(folded[k], np.float64) - np.asarray(v, np.float64)
         return own_errors, None, None, floors
 
-    def _scatter(self, inst, orig, x, operands) -> np.ndarray | None:
+    def _scatter(self, inst, orig, x, operands) -> tuple:
         """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
-        landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step)."""
+        landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step). Returns
+        its own error (SIGMAS sigmas, None: none) and its floor (with_floor's: an add's updates to one element
+        summed in the order of application -- XLA:CPU's loop, the HLO's -- or, where the device's order is not
+        known (reductions = "accumulate": a GPU's atomics), the largest of representative orders'; kept where it
+        exceeds the accumulation's bound: bound_shared.scattered_rounding)."""
         kernel = self._kernel(inst)
         target, indices, updates = operands
         bound = np.asarray(np.real(kernel(self.of(target), indices, self.of(updates))), np.float64)
@@ -783,6 +809,18 @@ class ErrorBounds(BoundStore):
             rounded, own = self._round(orig, x, variance, "scatter", at=bound)
             own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)
             self._put(x, np.where(count > 0, rounded, np.sqrt(variance)))
-            return np.sqrt(np.square(spread) + np.square(own))
+            floor = None
+            if orig.shape.element_type.kind == "float":
+                positions, applied = scatter_targets(inst)(indices)
+                floor = scattered_rounding(
+                    target,
+                    positions,
+                    np.ravel(updates)[applied],
+                    orig.shape.element_type.numpy,
+                    x,
+                    spread,
+                    known=self.device.reductions != "accumulate",
+                )
+            return np.sqrt(np.square(spread) + np.square(own)), floor
         self._put(x, bound)
-        return None
+        return None, None
