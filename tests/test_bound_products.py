@@ -61,10 +61,10 @@ def dot_passes(passes, monkeypatch):
 _UNIT = np.ones(3)  # (dot_variance's products taken as they are: scale 1)
 
 
-def _variance(errors, squares, *rest):
+def _variance(errors, squares, *rest, **keywords):
     """dot_variance of float64 errors (and squares) taken as they are: (the total, whether noise suffices)."""
     total = np.empty(errors.size)
-    return total, dot_variance(total, errors, np.empty(0), squares, _UNIT, *rest)
+    return total, dot_variance(total, errors, np.empty(0), squares, _UNIT, *rest, **keywords)
 
 
 def _dims(dims: dict) -> list[list[int]]:
@@ -131,8 +131,8 @@ def test_longer_contractions_than_float32s_factor_covers_keep_float64():
 def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
     """dot_variance per element of a (B, M, N) output against numpy: shared = |sums_a[b, m]| least_b[b, n] +
     |sums_b[b, n]| least_a[b, m] (the terms of the operands with errors), arithmetic = (u_op (|x| + spread
-    sqrt(squares)))^2 + accumulation (squares + x^2), total = (sqrt(errors) + shared)^2 + arithmetic; and whether
-    noise (squares + x^2) + floor <= errors everywhere."""
+    sqrt(squares)))^2 + accumulation (squares + x^2) (+ absolute^2), total = (sqrt(errors) + shared)^2 + arithmetic;
+    and whether noise (squares + x^2) + floor <= errors everywhere."""
     rng = np.random.default_rng(3)
     shape = (3, 40, 30)
     n = int(np.prod(shape))
@@ -148,13 +148,16 @@ def test_the_dot_rules_formula_is_the_numpy_rule(sides, dot_passes):
         if least_a.size:
             shared = shared + np.abs(sums_b)[:, None, :] * least_a[:, :, None]
         shared = shared.reshape(-1)
-        for operand_u in (0.0, 2.0 ** -11):
+        subnormal = np.abs(_awkward(rng, n, np.float64))  # (the absolute allowance below the normals)
+        for operand_u, absolute in ((0.0, None), (2.0 ** -11, None), (2.0 ** -11, subnormal)):
             arithmetic = np.empty(n)
             total, suffices = _variance(errors, squares, x, sums_a, least_b, sums_b, least_a, 0.0, 1e-12, operand_u,
-                                        3.3, 1e-10, 1e-30, arithmetic)
+                                        3.3, 1e-10, 1e-30, arithmetic, absolute=absolute)
             want = 1e-12 * (squares + x * x)
             if operand_u:
                 want = want + np.square(operand_u * (np.abs(x) + 3.3 * np.sqrt(squares)))
+            if absolute is not None:
+                want = want + absolute * absolute
             np.testing.assert_array_equal(arithmetic, want)
             np.testing.assert_array_equal(total, np.square(np.sqrt(errors) + shared) + want)
             assert not suffices  # (NaN and large terms among them)

@@ -55,6 +55,23 @@ def _largest_magnitude(x):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _least_magnitude(x):
+    """The least nonzero |x[i]|'s bits (float64's infinity's if none; integer compares, as _largest_magnitude)."""
+    least = 0x7FF0000000000000
+    for i in range(x.size):
+        bits = bitcast_f64_to_i64(np.float64(x[i])) & 0x7FFFFFFFFFFFFFFF
+        least = min(least, bits if bits > 0 else 0x7FF0000000000000)
+    return least
+
+
+def least_magnitude(x: np.ndarray) -> float:
+    """The least nonzero |x| of a real array (inf if none; NaN counts as none). Over the cores (over_cores)."""
+    flat = np.ravel(x)
+    least = min(over_cores(flat.size, 1, lambda first, last: _least_magnitude(flat[first:last]), span=SPAN))
+    return float(np.int64(least).view(np.float64))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _largest_finite_square(x):
     """The largest finite x[i]^2 (0 if none)."""
     largest = 0.0
@@ -259,7 +276,7 @@ def unscaling(product: np.ndarray, factor: float, shift: int) -> tuple[np.ndarra
 
 
 def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse, accumulation,
-                 operand_u, operand_spread, noise, noise_floor, arithmetic, rounding=None):  # fmt: skip
+                 operand_u, operand_spread, noise, noise_floor, arithmetic, rounding=None, absolute=None):  # fmt: skip
     """A dot's bound before its final rounding, squared, per element (tools/bound_dots.py says the rule) of its
     output (B, M, N) (batch, lhs free, rhs free; flat), written into `total`: (sqrt(errors) + shared)^2 +
     arithmetic, errors = the products from_b (sum_k a^2 e_b^2) + from_a (sum_k e_a^2 b^2) read as add_unscaled
@@ -284,6 +301,7 @@ def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sum
     columns = sums_b.shape[1]
     products = (from_b, from_a, squares, scales)
     args = (x, sums_a, least_b, sums_b, least_a, inverse, accumulation, operand_u, operand_spread)
+    absolute = np.empty(0) if absolute is None else absolute
     bound, own, rule = rounding if rounding is not None else (np.empty(0), np.empty(0), None)
     rounds = (rounding is not None, rule is not None, *(rule or _NO_RULE))
     width = max(columns, 1)
@@ -291,7 +309,18 @@ def dot_variance(total, from_b, from_a, squares, scales, x, sums_a, least_b, sum
         x.size,
         width,
         lambda first, last: _dot_variance_rows(
-            total, *products, *args, noise, noise_floor, arithmetic, bound, own, *rounds, first // width, last // width
+            total,
+            *products,
+            *args,
+            noise,
+            noise_floor,
+            arithmetic,
+            absolute,
+            bound,
+            own,
+            *rounds,
+            first // width,
+            last // width,
         ),
         span=SPAN,
     )
@@ -303,7 +332,7 @@ _NO_RULE = (0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, False, 0.0, False, 0.0)  # (round_bou
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _dot_variance_rows(total, from_b, from_a, squares, scales, x, sums_a, least_b, sums_b, least_a, inverse,
-                       accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, bound, own, fused,
+                       accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, absolute, bound, own, fused,
                        rounds, nmant, tiny, half_ulps, wide_nmant, wide_tiny, wide_ulps, precision_scale, exact_rule,
                        largest, has_inf, largest_error, first, last):  # fmt: skip
     """dot_variance on rows first..last-1 of the output's B x M rows (`fused`: its rounding too, `rounds`: with a
@@ -337,6 +366,7 @@ def _dot_variance_rows(total, from_b, from_a, squares, scales, x, sums_a, least_
             noise,
             noise_floor,
             row_arithmetic if fused else arithmetic[i:j],
+            absolute[i:j] if absolute.size else absolute,
         )
         if fused:
             _round_row(x[i:j], row_total, row_arithmetic, bound[i:j], own[i:j], rounds, rule)
@@ -356,9 +386,9 @@ def _round_row(x, total, arithmetic, bound, own, rounds, rule):
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _dot_variance_row(total, from_b, from_a, squares, scales, x, lhs_sum, rhs_least, rhs_sums, lhs_least, inverse,
-                      accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic):  # fmt: skip
+                      accumulation, operand_u, operand_spread, noise, noise_floor, arithmetic, absolute):  # fmt: skip
     """dot_variance on one row of the output; returns how many elements fail its noise test."""
-    estimated = squares.size == 0
+    estimated, subnormal = squares.size == 0, absolute.size > 0
     with_b, with_a = from_b.size > 0, from_a.size > 0
     cb, ca, cs = scales[0], scales[1], scales[2]
     fails = 0
@@ -378,6 +408,8 @@ def _dot_variance_row(total, from_b, from_a, squares, scales, x, lhs_sum, rhs_le
         if operand_u > 0:
             rounded = operand_u * (abs(v) + operand_spread * math.sqrt(s))
             own += rounded * rounded
+        if subnormal:
+            own += absolute[n] * absolute[n]
         moved = math.sqrt(e) + (lhs_sum * rhs_least[n] + abs(rhs_sums[n]) * lhs_least)
         total[n] = moved * moved + own
         arithmetic[n] = own

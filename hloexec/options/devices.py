@@ -90,6 +90,8 @@ class DeviceProfile:
     transcendentals: str = "accurate"  # see TRANSCENDENTALS
     vector_width: int = 0  # f32 lanes of the device's vectorized sums (reductions = "xla-cpu": 16 with
     # AVX-512, 8 with AVX2); 0: this machine's (machine_vector_width)
+    flush_subnormals: bool = False  # f32 (and bf16, computed in f32) arithmetic reads operands below f32's smallest
+    # normal as 0 (DAZ) and makes results below it 0 (FTZ); moves, negate, abs and converts keep them
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
     # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
     # error bounds follow that order; hloexec runs a module as written. 0: no rewrite

@@ -9,6 +9,7 @@ import numpy as np
 from ..kernels.bound_products import (
     add_unscaled,
     dot_variance,
+    least_magnitude,
     finish_samples,
     least_relative,
     scaled_terms,
@@ -28,8 +29,11 @@ from .bound_store import SAMPLE_STORAGE, has_error
 from .bound_shared import along_contraction, dot_rounding
 
 # significand bits (the implicit one counted) of the types dots operate and accumulate in (a complex type's: its
-# parts'; c64's dots were taken for f64's)
-SIGNIFICAND = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53, "c64": 24, "c128": 53}
+# parts'; c64's dots were taken for f64's; tf32: the part type of the tf32 algorithms)
+SIGNIFICAND = {"f16": 11, "bf16": 8, "tf32": 11, "f32": 24, "f64": 53, "c64": 24, "c128": 53}
+# their smallest subnormals (tf32: f32's exponent range, 10 stored bits); a type's smallest normal is it times
+# 2^(SIGNIFICAND - 1)
+SMALLEST = {"f16": 2.0**-24, "bf16": 2.0**-133, "tf32": 2.0**-136, "f32": 2.0**-149, "f64": 2.0**-1074}
 FLOAT32_TERMS = 1 << 20  # the float32 products' factor bounds their rounding up to this many terms (longer: f64)
 # a dot's sum of squares is bounded from its operands' errors (dot_bounds) where its term is then at most this share
 # of them (the bound grows by at most half of it: 2^-13)
@@ -133,9 +137,9 @@ def float32_noise(contracted: int, a2: Terms, b2: Terms) -> tuple[float, float]:
     return margin * u * u * contracted, margin * floor
 
 
-def _arithmetic(bounds, inst, orig, a, b) -> tuple[float, str]:
+def _arithmetic(bounds, inst, orig, a, b) -> tuple[float, str, str]:
     """The dot's arithmetic under the device (DeviceProfile.dot_algorithm, ALGORITHM_ARITHMETIC): the unit
-    roundoff its operands are rounded to (0: none), the type it accumulates in."""
+    roundoff its operands are rounded to (0: none), the type it accumulates in, the algorithm ("": none)."""
     types = [o.shape.element_type for o in orig.operands]
     free = [  # each side's free dims (neither batch nor contracting)
         o.ndim - len(inst.attr(f"{s}_contracting_dims", ())) - len(inst.attr(f"{s}_batch_dims", ()))
@@ -152,9 +156,76 @@ def _arithmetic(bounds, inst, orig, a, b) -> tuple[float, str]:
     if algorithm:
         bounds.algorithms.add(algorithm)
     if not bits or bits >= min(SIGNIFICAND.get(t.name, 53) for t in types):
-        return 0.0, accumulator
-    truncated = algorithm.startswith("dot_tf32") and bounds.device.tf32_rounding == "truncate"
-    return 2.0**-bits * (2 if truncated else 1), accumulator
+        return 0.0, accumulator, algorithm
+    return 2.0**-bits * (2 if _truncates(bounds, algorithm) else 1), accumulator, algorithm
+
+
+def _truncates(bounds, algorithm: str) -> bool:
+    return algorithm.startswith("dot_tf32") and bounds.device.tf32_rounding == "truncate"
+
+
+def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator: str) -> np.ndarray | None:
+    """The most a dot's roundings below the types' normals can add to each element (flat, float64), beyond the
+    rule's relative terms (u |x|); None where no operand is small enough for any (a pass over each operand for
+    its least nonzero magnitude decides: a normal dot's bound is not touched).
+
+    - Operands rounded to the algorithm's part type (f32 operands of a tf32, bf16 or f16 algorithm, every pass
+      of X3 / X6 / X9 too: the parts all lie on that type's grid): an operand below the part type's smallest
+      normal keeps only its subnormal bits, an error up to half their spacing h (TF32 truncated: h whole), not
+      u |a| (f32's subnormal 2^-140 -> TF32's 2^-136 grid: all of it): h (|b| (1 + u) + h) per such term. On a
+      device that flushes (DAZ), an f32 or bf16 operand below f32's smallest normal is read as 0: |a| |b| more,
+      added linearly (the terms' errors are their values: they add up as the dot does, not as independent ones).
+    - Products (and FMA steps) rounded in the accumulator below its smallest normal: an error up to half its
+      smallest subnormal e (a device that flushes: up to its smallest normal), each pass's product of each term.
+      Only a term with |a b| < e 2^(2p) can have one
+      (p: the operand type's significand bits: every part's last bit is at least 2^-p of its operand, so the
+      exact product's is at least |a b| 2^-2p, on e's grid above that): counted per element as the terms with
+      |a| < t or |b| < e 2^(2p) / t (t its square root, about), at most K."""
+    types = {o.shape.element_type.name for o in orig.operands}
+    if len(types) != 1 or np.iscomplexobj(a) or np.iscomplexobj(b) or a.dtype.kind != "f" or b.dtype.kind != "f":
+        return None
+    operand = types.pop()
+    if operand not in SMALLEST or accumulator not in SMALLEST:
+        return None
+    least = least_magnitude(a), least_magnitude(b)
+    part = algorithm.split("_")[1] if algorithm.startswith(("dot_tf32", "dot_bf16", "dot_f16")) else ""
+    rounded = operand == "f32" and part in SMALLEST
+    flushing = bounds.device.flush_subnormals and operand in ("f32", "bf16")
+    # operands below twice this may lose their subnormal bits (the shadow's are the device's within their errors)
+    tiny = max(
+        SMALLEST[part] * 2.0 ** (SIGNIFICAND[part] - 1) if rounded else 0.0,
+        SMALLEST["f32"] * 2.0 ** (SIGNIFICAND["f32"] - 1) if flushing else 0.0,
+    )
+    e = SMALLEST[accumulator]
+    below = e * 2.0 ** (2 * SIGNIFICAND[operand])  # a term's product can round below the normals under it
+    if min(least) >= 2 * tiny and least[0] * least[1] >= below:
+        return None
+    contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
+    dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
+    allowance = np.zeros(np.size(x))
+    if min(least) < 2 * tiny:
+        h = SMALLEST[part] * (1.0 if _truncates(bounds, algorithm) else 0.5) if rounded else 0.0
+        grow = 1 + 2.0 ** -SIGNIFICAND[part] if rounded else 1.0
+        for k, (o, other) in enumerate(((a, b), (b, a))):
+            if least[k] < 2 * tiny:
+                below_tiny = (np.abs(o) < 2 * tiny) & (o != 0)
+                lost = np.where(below_tiny, h + (np.abs(o) if flushing else 0.0), 0.0)  # (flushed: read as 0)
+                magnitudes = np.abs(other, dtype=np.float64)
+                pair = (lost, magnitudes) if k == 0 else (magnitudes, lost)  # (lhs, rhs)
+                allowance += grow * np.ravel(dot_general(*pair, *dims, np.float64))
+        allowance += h * h * contracted
+    if least[0] * least[1] < below:
+        passes = int(algorithm.rsplit("_x", 1)[1]) if "_x" in algorithm else 1
+        t_a = 2.0 ** (int(np.log2(below)) // 2)
+        counts = [
+            along_contraction(((np.abs(o) < t) & (o != 0)).astype(np.float64), inst, side, np.sum)
+            for o, side, t in ((a, "lhs", t_a), (b, "rhs", below / t_a))
+        ]
+        terms = np.minimum(counts[0][:, :, None] + counts[1][:, None, :], contracted)
+        # (a device that flushes makes such a product or step 0: an error up to the smallest normal)
+        step = e * 2.0 ** (SIGNIFICAND[accumulator] - 1) if bounds.device.flush_subnormals else e / 2
+        allowance += step * passes * np.ravel(terms)
+    return allowance
 
 
 def _least_relative(error, value) -> float:
@@ -190,7 +261,7 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         from_a = unscaling(*upper.product(ea2, b2))
         least[0] = along_contraction(ea, inst, "lhs", np.min)
     del ea2, eb2
-    operand_u, accumulator = _arithmetic(bounds, inst, orig, a, b)
+    operand_u, accumulator, algorithm = _arithmetic(bounds, inst, orig, a, b)
     # (a complex dot's parts are real sums of 2K products, ar br - ai bi: the rule on moduli with 2K terms is the
     # root-sum-square of the parts' real rules, as the moduli's squares, |a|^2 |b|^2, are the four products')
     terms = contracted * (2 if np.iscomplexobj(x) else 1)
@@ -223,6 +294,7 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         floor,
         np.empty(0),
         (bound.reshape(-1), local.reshape(-1), rule),
+        subnormal_allowance(bounds, inst, orig, x, a, b, algorithm, accumulator),
     )
     del from_b, from_a, squares
     bounds._put(x, bound)

@@ -88,6 +88,7 @@ import ml_dtypes
 import numpy as np
 
 from ..ir import opcodes
+from ..kernels.bound_products import least_magnitude
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.collectives import participants
@@ -123,6 +124,9 @@ from .bound_shared import (
 )
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
 
+# twice f32's (and bf16's) smallest normal: a flushing device's subnormals (DAZ, FTZ) lie below it, and the values whose
+# device values may be there (within half their magnitude)
+FLUSHED_FROM = 2.0**-125
 # Ops whose bound is their operands' bounds moved by the op itself (linear in the values, exact).
 MOVES = (
     frozenset(
@@ -221,6 +225,36 @@ def _exchanges_linearly(inst) -> bool:
     return reducer is None or reducer.root.opcode == "add"
 
 
+def has_subnormals(leaf) -> bool:
+    """Whether a real float value has an element a device that flushes may read or make as 0 (flushed)."""
+    return (
+        isinstance(leaf, np.ndarray)
+        and leaf.dtype.kind == "f"
+        and leaf.size > 0
+        and least_magnitude(leaf) < FLUSHED_FROM
+    )
+
+
+def flushed(leaf, bound, samples) -> tuple:
+    """(bound, samples) of `leaf` on a device that flushes f32 subnormals (DeviceProfile.flush_subnormals): an
+    element below FLUSHED_FROM may be read or made as 0, an error of its magnitude: its bound at least that; each
+    sample whose value (the element plus its deviation) is below f32's smallest normal flushed as the device does
+    (its deviation -x), so what is made from it carries the flush and its calibration keeps it. Where the exact
+    value is at least FLUSHED_FROM, its device value is not subnormal unless its error is over half of it."""
+    x = np.asarray(leaf)
+    at = (np.abs(x) < FLUSHED_FROM) & (x != 0)
+    raised = np.zeros(x.shape) if bound is None else np.array(np.broadcast_to(bound, x.shape), np.float64)
+    raised[at] = np.maximum(raised[at], np.abs(x[at]))
+    if samples is None:
+        made = np.zeros((SAMPLES, *x.shape), np.float32)
+    else:
+        made = np.array(np.broadcast_to(samples, (len(samples), *x.shape)))
+    deviations = made[:, at].astype(np.float64)
+    below = np.abs(x[at] + deviations) < FLUSHED_FROM / 2  # (f32's smallest normal)
+    made[:, at] = np.where(below, -x[at], deviations).astype(made.dtype)
+    return raised, made
+
+
 def _holds_its_operands(value, operands) -> bool:
     """Whether every leaf of `value` is a leaf of `operands` (the same array): a leaf of a value made by a rule has
     an entry, so one without is exact (a parameter, a constant)."""
@@ -260,6 +294,10 @@ class ErrorBounds(BoundStore):
         leaves = _leaves(value)
         floats = [v for v in leaves if _float(v)]
         opcode = inst.opcode
+        if self.device.flush_subnormals:  # (inputs and constants it may read as 0: known, with that error, by _put)
+            for o in operands:
+                if _float(o) and self._entry(o) is None:
+                    self._put(o, None)
         if opcode == "compare":
             self._compare(inst, value, operands)
             return
@@ -439,6 +477,11 @@ class ErrorBounds(BoundStore):
                 bound = self._calibrate(bound, out, ceiling)
             bound = with_floor(bound, out, floor[k] if isinstance(floor, list) else floor)
             self._put(leaf, bound, self._decided_or_none(leaf), out)
+
+    def _put(self, leaf, bound, decided=None, samples=None) -> None:
+        if self.device.flush_subnormals and has_subnormals(leaf):
+            bound, samples = flushed(leaf, bound, samples)
+        super()._put(leaf, bound, decided, samples)
 
     def _no_rule(self, inst, floats) -> None:
         """`inst` has no rule: its float results get an infinite bound and NaN samples (not judged, nor is anything
