@@ -73,7 +73,7 @@ def measure(blocks: int, seed: int = 1) -> list[tuple]:
         bound = bs.SIGMAS * looseness
         deviations = deviations.astype(np.float32)
         stats = block_ratios(deviations.reshape(bs.SAMPLES, -1), bound.reshape(-1), bs.CALIBRATION_BLOCK)
-        p = bs.participation(bound, deviations, stats[0])
+        p = bs.participation(bound, deviations, stats[0], np.ones(stats[0].size, bool))  # (every block's)
         left = bs.calibrate(bound, deviations, stats=stats) / bs.SIGMAS  # per sigma
         tightest = left[np.arange(blocks), looseness.argmin(axis=1)]
         rows.append((name, *np.quantile(p, [0.001, 0.5, 0.999]), np.mean(tightest < 1), np.median(tightest)))
@@ -90,8 +90,8 @@ def main() -> None:
         bs.margin = _step_margin
     if args.near != NEAR:  # (the kernel counts the elements within largest / NEAR: scale what it is given)
         participation = bs.participation
-        bs.participation = lambda bound, deviations, largest: participation(
-            bound, deviations, largest * NEAR / args.near
+        bs.participation = lambda bound, deviations, largest, cut: participation(
+            bound, deviations, largest * NEAR / args.near, cut
         )
     print(f"{args.blocks:,} blocks per profile, margin {args.rule}, NEAR {args.near:g}\n")
     print("| blocks | P: 0.1% / 50% / 99.9% | tightest below SIGMAS sigma | its bound's median / SIGMAS sigma |")

@@ -139,13 +139,7 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     # 1 / M of their sigma with probability P(chi2_S < S / M^2): M with that to the power P - 1/2 at CUT_BELOW, at
     # least SAMPLE_MARGIN
     s = len(deviations)
-    near = seen & (ratio >= np.repeat(largest / NEAR, CALIBRATION_BLOCK)[: flat.size]) & (ratio > 0)
-    scale = np.sqrt(np.where(near, ratio, 1.0)) * np.where(seen, flat, 1.0)
-    u = np.where(near, deviations.reshape(s, -1) / scale, 0.0)
-    blocks = np.pad(u, ((0, 0), (0, pad))).reshape(s, -1, CALIBRATION_BLOCK)
-    gram = np.einsum("kbt,lbt->bkl", blocks, blocks)
-    squares = np.sum(gram**2, axis=(1, 2))
-    p = np.divide(np.trace(gram, axis1=1, axis2=2) ** 2, squares, where=squares > 0, out=np.zeros(len(gram)))
+    p = _numpy_participation(flat, deviations, ratio, seen, largest)
     draws = np.clip(p - 0.5, 1, s)
     worth = np.maximum(SAMPLE_MARGIN, np.sqrt(s / stats.chi2.ppf(CUT_BELOW ** (1 / draws), s)))
     factor = np.where(enough & (largest > 0), np.minimum(1.0, worth * spread * np.sqrt(largest)), 1.0)
@@ -157,6 +151,68 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     if not np.any(short > 1):
         return calibrated
     return np.maximum(calibrated, np.minimum(bound * repeat(short), ceiling()))
+
+
+def _numpy_participation(flat, deviations, ratio, seen, largest):
+    """Per block, the participation ratio P = trace(G)^2 / |G|^2 of the Gram matrix G of the directions of the
+    samples of its elements within NEAR of its largest ratio (`ratio`: the samples' sum of squares over the bound
+    squared where `seen`); 0 where none counts."""
+    s = len(deviations)
+    pad = -flat.size % CALIBRATION_BLOCK
+    near = seen & (ratio >= np.repeat(largest / NEAR, CALIBRATION_BLOCK)[: flat.size]) & (ratio > 0)
+    scale = np.sqrt(np.where(near, ratio, 1.0)) * np.where(seen, flat, 1.0)
+    u = np.where(near, np.asarray(deviations, np.float64).reshape(s, -1) / scale, 0.0)
+    blocks = np.pad(u, ((0, 0), (0, pad))).reshape(s, -1, CALIBRATION_BLOCK)
+    gram = np.einsum("kbt,lbt->bkl", blocks, blocks)
+    squares = np.sum(gram**2, axis=(1, 2))
+    return np.divide(np.trace(gram, axis1=1, axis2=2) ** 2, squares, where=squares > 0, out=np.zeros(len(gram)))
+
+
+@pytest.mark.parametrize("kept", [np.float32, ml_dtypes.bfloat16])
+def test_participation_ratios_only_in_the_blocks_being_cut(kept, passes):
+    """participation_ratios computes a block's P (the numpy rule) only where `cut` says, leaving the other blocks'
+    `out` as it was; the samples read as kept: float32, or bfloat16 as their bits (uint16, no float32 copy), the
+    same values as decoded by ml_dtypes. Blocks of independent deviations (P ~4), of one shared deviation times a
+    factor per element (1), one tight element among loose ones (1), a shorter last one."""
+    rng = np.random.default_rng(13)
+    blocks, n = 12, 12 * CALIBRATION_BLOCK - 40
+    bound = np.abs(rng.standard_normal(n)) + 0.5
+    deviations = rng.standard_normal((SAMPLES, n))
+    shared = slice(3 * CALIBRATION_BLOCK, 5 * CALIBRATION_BLOCK)  # blocks 3, 4: one deviation per sample
+    deviations[:, shared] = rng.standard_normal((SAMPLES, 1)) * rng.uniform(0.5, 2, shared.stop - shared.start)
+    bound[6 * CALIBRATION_BLOCK + 1 : 7 * CALIBRATION_BLOCK] *= 1000  # block 6: element 0 tight alone
+    bound[9 * CALIBRATION_BLOCK + 5] = np.inf  # (not seen)
+    stored = deviations.astype(kept)
+    squares = np.sum(stored.astype(np.float32) ** 2, axis=0, dtype=np.float32)
+    seen = np.isfinite(bound)
+    ratio = np.where(seen, squares / bound**2, 0)
+    largest = np.pad(ratio, (0, -n % CALIBRATION_BLOCK)).reshape(blocks, -1).max(axis=1)
+    want = _numpy_participation(bound, stored.astype(np.float64), ratio, seen, largest)
+    assert want[0] > 3.5 and max(want[3], want[4], want[6]) < 1.01  # (the premise: both kinds)
+    cut = np.zeros(blocks, bool)
+    cut[[0, 3, 6, 9, 11]] = True
+    out = np.full(blocks, -1.0)
+    samples = stored.view(np.uint16) if kept == ml_dtypes.bfloat16 else stored
+    bound_rules.participation_ratios(samples, bound, CALIBRATION_BLOCK, largest, cut, out)
+    np.testing.assert_allclose(out[cut], want[cut], rtol=1e-9)
+    assert np.all(out[~cut] == -1)
+
+
+def test_calibrate_reads_bfloat16_samples_as_their_float32_values():
+    """Samples as kept (bfloat16, with the statistics their pass tallied) calibrate a bound as the same values in
+    float32 do, bit for bit (the participation ratio reads their bits): loose blocks of independent deviations and
+    of one shared deviation, both cut."""
+    rng = np.random.default_rng(17)
+    bound = np.full((64, CALIBRATION_BLOCK), 20.0 * SIGMAS, np.float32)
+    deviations = rng.standard_normal((SAMPLES, 64, CALIBRATION_BLOCK))
+    deviations[:, ::2] = rng.standard_normal((SAMPLES, 32, 1))  # even blocks: one deviation each
+    kept = deviations.astype(ml_dtypes.bfloat16)
+    decoded = kept.astype(np.float32)
+    stats = block_ratios(decoded.reshape(SAMPLES, -1), bound.reshape(-1), CALIBRATION_BLOCK)  # (a pass's)
+    got = calibrate(bound, kept, stats=stats)
+    np.testing.assert_array_equal(got, calibrate(bound, decoded, stats=stats))
+    cut = got[:, 0] / bound[:, 0]
+    assert np.all(cut < 1) and np.median(cut[::2]) > np.median(cut[1::2])  # (a wider margin where one draw)
 
 
 @pytest.mark.parametrize("bound_dtype", [np.float32, np.float64])

@@ -337,11 +337,30 @@ def test_the_draws_keys_are_rng_integers_over_the_full_range():
     from types import SimpleNamespace
 
     for seed in (0, 1, 12345):
-        ours, numpy_s = SimpleNamespace(rng=np.random.default_rng(seed)), np.random.default_rng(seed)
+        ours = SimpleNamespace(rng=np.random.default_rng(seed), unused_key=None)
+        numpy_s = np.random.default_rng(seed)
         keys = [ErrorBounds.draw_key(ours) for _ in range(200)]
         assert all(type(k) is np.uint64 for k in keys)
         assert keys == [numpy_s.integers(0, 2**64, dtype=np.uint64) for _ in range(200)]
         assert ours.rng.bit_generator.state == numpy_s.bit_generator.state
+
+
+def test_a_key_given_back_is_the_next_one_drawn():
+    """A compiled pass that drew a key for own errors its value turned out not to have gives it back
+    (ErrorBounds.give_back_key): the keys drawn are those of an rng whose state was put back before that draw (the
+    order `_sample` draws in, which draws no key there: the draws of every run as before)."""
+    from types import SimpleNamespace
+
+    pattern = np.random.default_rng(3).random(300) < 0.4  # which draws' keys are given back
+    ours, numpy_s = SimpleNamespace(rng=np.random.default_rng(7), unused_key=None), np.random.default_rng(7)
+    for unused in pattern:
+        state = numpy_s.bit_generator.state
+        key = ErrorBounds.draw_key(ours)
+        assert type(key) is np.uint64 and key == numpy_s.integers(0, 2**64, dtype=np.uint64)
+        if unused:
+            ErrorBounds.give_back_key(ours, key)
+            numpy_s.bit_generator.state = state
+    assert pattern.sum() > 100
 
 
 def test_operands_copied_for_a_pass_on_the_cores_hold_the_views_elements():

@@ -10,7 +10,15 @@ import math
 import numpy as np
 from numba import njit
 
-from .half import F32_TINY, bf16_to_f32, bitcast_f64_to_i64, bitcast_i64_to_f64, f32_to_bf16, f64_to_f32
+from .half import (
+    F32_TINY,
+    bf16_to_f32,
+    bitcast_f64_to_i64,
+    bitcast_i64_to_f64,
+    f32_to_bf16,
+    f64_to_f32,
+    sample_value,
+)
 from .normal_draws import fill_draws, fill_rounding_draws
 from .threads import ranges, run_blocks
 
@@ -341,25 +349,35 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
 NEAR = 16.0  # participation_ratios counts the elements within this factor of the block's largest ratio (4x in sigma)
 
 
+def participation_ratios(deviations, bound, block, largest, cut, out, threads=None):
+    """Per block of `block` consecutive elements where `cut` is True, how many independent draws the samples of its
+    tight ones are at least worth, into `out` (the other blocks' left as they are): over the elements whose ratio
+    r = (sum over the samples of d_k^2) / bound^2 is at least `largest` (the block's largest r) / NEAR, with a
+    finite positive bound and finite samples, the Gram matrix G of their samples' directions (G[k, l] = the sum of
+    d_k d_l / sum_k d_k^2; `deviations`: (4, n), SAMPLES = 4, float or bfloat16 bits as kept) and its
+    participation ratio P = trace(G)^2 / |G|^2 (1 to 4; 0 where no element counts): at most G's rank, so at most
+    the number of independent draws the directions are made of; 1 where they all carry one (a broadcast value's
+    draws times a factor) or one is tight alone; m directions drawn independently give E|G|^2 = m + m (m - 1) / 4
+    (P ~ 4 m / (m + 3): 3.95 for 256). Spans of blocks on the cores (over_cores)."""
+    over_cores(bound.size, block, lambda first, last: _participation_span(deviations, bound, block, largest, cut, out,
+                                                                           first, last), threads)  # fmt: skip
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
-def participation_ratios(deviations, bound, block, largest, out):
-    """Per block of `block` consecutive elements, how many independent draws the samples of its tight ones are at
-    least worth, into `out`: over the elements whose ratio r = (sum over the samples of d_k^2) / bound^2 is at least
-    `largest` (the block's largest r) / NEAR, with a finite positive bound and finite samples, the Gram matrix G
-    of their samples' directions (G[k, l] = the sum of d_k d_l / sum_k d_k^2; `deviations`: (4, n), SAMPLES = 4)
-    and its participation ratio P = trace(G)^2 / |G|^2 (1 to 4; 0 where no element counts): at most G's rank, so
-    at most the number of independent draws the directions are made of; 1 where they all carry one (a broadcast
-    value's draws times a factor) or one is tight alone; m directions drawn independently give E|G|^2 =
-    m + m (m - 1) / 4 (P ~ 4 m / (m + 3): 3.95 for 256). Ten sums in registers, no branch in the loop, reassociated
-    (a statistic: the loop vectorizes)."""
+def _participation_span(deviations, bound, block, largest, cut, out, first, last):
+    """participation_ratios from element `first` (a multiple of `block`) to `last`. Ten sums in registers, no
+    branch in the loop, reassociated (a statistic: the loop vectorizes)."""
     n = bound.size
     d0, d1, d2, d3 = deviations[0], deviations[1], deviations[2], deviations[3]
-    for j in range(out.size):
+    for j in range(first // block, (last + block - 1) // block):
+        if not cut[j]:
+            continue
         floor = largest[j] / NEAR
         g00 = g11 = g22 = g33 = g01 = g02 = g03 = g12 = g13 = g23 = 0.0
         for t in range(j * block, min(n, (j + 1) * block)):
             e = np.float64(bound[t])
-            a, b, c, d = np.float64(d0[t]), np.float64(d1[t]), np.float64(d2[t]), np.float64(d3[t])
+            a, b = np.float64(sample_value(d0[t])), np.float64(sample_value(d1[t]))
+            c, d = np.float64(sample_value(d2[t])), np.float64(sample_value(d3[t]))
             q = a * a + b * b + c * c + d * d
             keep = (e > 0) & (e < math.inf) & (q >= floor * (e * e)) & (q > 0) & (q < math.inf)
             w = 1.0 / q if keep else 0.0  # (selects: a non-finite sample is not multiplied by 0)

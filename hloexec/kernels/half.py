@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 _HALF = ir.HalfType()
 _F32 = ir.FloatType()
@@ -157,6 +157,19 @@ def f64_to_f16(x):
 def bf16_to_f32(bits):
     """uint16 bit pattern of a bfloat16 -> float32 (exact)."""
     return bitcast_u32_to_f32(np.uint32(np.uint32(bits) << np.uint32(16)))
+
+
+def sample_value(x):
+    """An element of samples read where they are kept either way: bfloat16 bits (uint16) decoded to float32
+    (exact), a float as it is. For compiled code: one kernel reads both, no float32 copy of the bits first."""
+    return bf16_to_f32(x) if isinstance(x, np.uint16) else x
+
+
+@overload(sample_value, inline="always")
+def _sample_value(x):
+    if isinstance(x, types.Integer):
+        return lambda x: bf16_to_f32(x)
+    return lambda x: x
 
 
 @njit(inline="always")

@@ -99,7 +99,6 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     bound = np.empty(np.shape(x), np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(np.shape(x) if kind == DIVIDE else 0, bool)
-    state = bounds.rng.bit_generator.state
     draws = (bounds.draw_key(), _groups(inst, orig, x, operands)) if rounds else (np.uint64(0), _NO_KEYS)
     any_own, *stats = elementwise_pass(
         kind,
@@ -120,18 +119,19 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
         CALIBRATION_BLOCK,
     )
     made = samples.view(SAMPLE_STORAGE) if sampled else None
-    drew = rounds and any_own
-    store_pass(bounds, x, operands, bound, decided if kind == DIVIDE else None, made, stats, None if drew else state)
+    unused = draws[0] if rounds and not any_own else None
+    store_pass(bounds, x, operands, bound, decided if kind == DIVIDE else None, made, stats, unused)
     return True
 
 
-def store_pass(bounds, x, operands, bound, marks, samples, stats, key_state=None) -> None:
-    """A compiled pass's result for `x` into `bounds`: the rng's state put back to `key_state` where given (the
-    pass drew a key for own errors it turned out not to have: `_sample` draws one only where a value has some),
-    the operands' rounding-decided marks carried onto the op's own `marks` (None: none; each distinct operand's
-    once), the bound (the pass's new array: scaled in place) calibrated by its `samples` (None: not sampled) with the pass's block statistics `stats`."""
-    if key_state is not None:
-        bounds.rng.bit_generator.state = key_state
+def store_pass(bounds, x, operands, bound, marks, samples, stats, unused_key=None) -> None:
+    """A compiled pass's result for `x` into `bounds`: `unused_key` given back where given (the pass drew a key
+    for own errors it turned out not to have: `_sample` draws one only where a value has some), the operands'
+    rounding-decided marks carried onto the op's own `marks` (None: none; each distinct operand's once), the bound
+    (the pass's new array: scaled in place) calibrated by its `samples` (None: not sampled) with the pass's block
+    statistics `stats`."""
+    if unused_key is not None:
+        bounds.give_back_key(unused_key)
     for m in {id(o): bounds._decided_or_none(o) for o in operands}.values():
         if m is not None:
             marks = np.array(m, bool) if marks is None else marks | m

@@ -87,7 +87,6 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
     samples = np.empty((SAMPLES, *shape) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     bound = np.empty(shape, np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
     decided = np.zeros(shape if moving and (at_zero or steps) else 0, bool)
-    state = bounds.rng.bit_generator.state
     key = bounds.draw_key() if rounds else np.uint64(0)
     any_own, *stats = unary_pass(
         evaluate,
@@ -105,7 +104,7 @@ def evaluated_elementwise(bounds, inst, orig, x, operands, singular: tuple, step
     )
     own = decided if decided.size else None
     made = samples.view(SAMPLE_STORAGE) if sampled else None
-    store_pass(bounds, x, operands, bound, own, made, stats, None if any_own else state)
+    store_pass(bounds, x, operands, bound, own, made, stats, key if rounds and not any_own else None)
     return True
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..kernels.bound_products import perturbed_float32
 from ..kernels.bound_rules import block_ratios, participation_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
-from .bound_store import BoundStore, contiguous
+from .bound_store import contiguous
 
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error; a power of two (the
 # compiled passes multiply by its inverse, exactly)
@@ -108,11 +108,12 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     spread = SIGMAS / math.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
     enough = counted >= CALIBRATED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
+    factor = np.where(enough & (largest > 0), factor, 1.0)
     cut = factor < 1
     if cut.any():  # (blocks whose tight elements share their draws: cut by a margin made for their count)
-        worth = margin(participation(bound, deviations, largest)[cut])
+        worth = margin(participation(bound, deviations, largest, cut)[cut])
         factor[cut] = np.minimum(1.0, worth * spread * np.sqrt(largest[cut]))
-    factor = np.where(enough & (largest > 0), factor, 1.0).astype(bound.dtype)
+    factor = factor.astype(bound.dtype)
     out = bound if in_place and ceiling is None else None
     calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
     if ceiling is None:
@@ -124,13 +125,17 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     return np.maximum(calibrated, np.minimum(_scaled(bound, short), ceiling()))
 
 
-def participation(bound, deviations, largest) -> np.ndarray:
+def participation(bound, deviations, largest, cut) -> np.ndarray:
     """Per block of CALIBRATION_BLOCK, how many independent draws its tight elements' samples are at least worth
-    (kernels/bound_rules.participation_ratios; `largest`: the blocks' largest ratios, block_ratios')."""
-    samples = np.ascontiguousarray(BoundStore._read_samples(deviations))
-    out = np.empty(np.size(largest))
-    flat = np.ascontiguousarray(bound).reshape(-1)
-    participation_ratios(samples.reshape(len(samples), -1), flat, CALIBRATION_BLOCK, largest, out)
+    (kernels/bound_rules.participation_ratios; `largest`: the blocks' largest ratios, block_ratios'), computed only
+    in the blocks being `cut` (4 in the others: the margin matters only where a block is cut); the samples read as
+    kept (bfloat16: their bits, no float32 copy)."""
+    samples = np.reshape(deviations, (len(deviations), -1))
+    if samples.dtype == _BF16:
+        samples = samples.view(np.uint16)
+    out = np.full(np.size(largest), float(SAMPLES))
+    participation_ratios(np.ascontiguousarray(samples), np.ascontiguousarray(bound).reshape(-1), CALIBRATION_BLOCK,
+                         largest, cut, out)  # fmt: skip
     return out
 
 
