@@ -28,8 +28,9 @@ internal error (IndexError, KeyError, TypeError, AttributeError) of hloexec's, h
 
 Budget (CI: 2 cores, ``pytest -n 2``): XLA:CPU's compile dominates. hloexec runs with
 ``use_numba=False`` except for modules with two or more fusions (``use_numba=True``: Numba compiles
-each fused kernel, ~0.3 s cold). Modules that take more than ~5 s on either side are marked ``slow``;
-pyproject's addopts leave them out of the default run (``-m slow`` runs them).
+each fused kernel, ~0.3 s cold). Modules that take more than ~5 s on either side are marked ``slow``, and so
+are the copies of a module another file holds too (the first runs by default); pyproject's addopts leave them
+out of the default run (``-m slow`` runs them).
 """
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ def _cases(runs: bool):
     """(id, file, index) of the modules of files XLA runs (`runs`) or refuses outright (not `runs`)."""
     if not CORPUS.is_dir():
         return [pytest.param(None, None, None, marks=pytest.mark.skip(reason="shared corpus absent"))]
-    cases = []
+    cases, in_ci = [], set()
     for name, status in sorted(_status().items()):
         xla_runs = status == "yes" or status.startswith("partial")
         if xla_runs != runs or status == "n/a":
@@ -134,9 +135,21 @@ def _cases(runs: bool):
         for index, text in enumerate(modules):
             if "HloModule" not in text:
                 continue
-            marks = [pytest.mark.slow] if name in _SLOW or f"{name}[{index}]" in _SLOW else []
+            # a module another file copies (XLA's tests share modules: four hlo_opt tests run the same 120 MB
+            # one) runs once in the default run, its copies under -m slow
+            lines = _module_lines(text)
+            slow = name in _SLOW or f"{name}[{index}]" in _SLOW or lines in in_ci
+            if not slow:
+                in_ci.add(lines)
+            marks = [pytest.mark.slow] if slow else []
             cases.append(pytest.param(f"{name}[{index}]", name, index, marks=marks, id=f"{name}[{index}]"))
     return cases
+
+
+def _module_lines(text: str) -> tuple[str, ...]:
+    """A module's lines without comment lines, blank lines and indentation: what two copies of it share."""
+    lines = (line.strip() for line in text.split("\n"))
+    return tuple(line for line in lines if line and not line.startswith("//"))
 
 
 @lru_cache(maxsize=8)
@@ -367,6 +380,16 @@ def test_refused_module_runs(case_id, name, index):
     note = _status_notes()[name]
     _check_runs_or_unsupported(text, random_inputs(module, SEED), f"XLA refuses the file: {note[:200]}",
                                invalid=bool(_XLA_SAYS_INVALID.search(note)))
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_the_default_run_runs_each_module_once(runs):
+    """Copies of a module (in other files) stay out of the default run: CI's time goes to distinct modules."""
+    if not CORPUS.is_dir():
+        pytest.skip("shared corpus absent")
+    texts = [_module_text(name, index) for _, name, index in
+             (p.values for p in _cases(runs) if not any(m.name == "slow" for m in p.marks))]
+    assert len({_module_lines(t) for t in texts}) == len(texts) > 100
 
 
 def test_split_matches_status():
