@@ -93,6 +93,20 @@ _SLOW = {
     "xla__tools__multihost_hlo_runner__data__fp8_gemm_loop.hlo",  # a dot per loop iteration
     "xla__tools__multihost_hlo_runner__data__sharded_computation.hlo",  # 52 s
     "xla__tools__data__benchmarking__mobilenet_v2.hlo",  # 51 s alone at load average 4 (2 cores)
+    # 37-128 s each in `pytest -n 2` at load average 12-16 (2 cores; 2026-11-30); frag_0100.module_0019 (22 s) and
+    # frag_0428.module_0002 (2 s), from the same jax issue, run by default
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0100.module_0005.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0100.module_0009.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0428.module_0004.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0428.module_0009.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0100.module_0007.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0100.module_0013.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0428.module_0003.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0428.module_0006.hlo",
+    "xla__backends__cpu__benchmarks__hlo__in_place_dynamic_update_slice_fusion.hlo",  # 62 s there
+    "xla__backends__cpu__benchmarks__hlo__diffrax.b380012920.hlo",  # 52 s there
+    "xla__hlo__translate__hlo_to_mhlo__tests__layouts_and_names.hlo[1]",  # f16[524,524,524] (288 MB) returned
+    "xla__service__gpu__tests__prefetch.hlo",  # a cuBLAS gemm of an f16[1024,100000] input (XLA:CPU refuses): 60 s
 }
 
 # Opcodes after which results are only close, not a few ULP apart.
@@ -414,6 +428,7 @@ _INTERNAL = (IndexError, KeyError, TypeError, AttributeError, NameError, Asserti
 # Longer than ~5 s here: parsed and prepared (every op's form checked) in the default run, run under -m slow.
 _FIELD_SLOW = {"jaxdecomp_jaxfft_fft_f32_8dev_gpu_opt.hlo",      # 1 GB arrays: 65 s for one participant
                "tf2_gpu_bert_fp16_train_cluster.hlo",             # 24 s
+               "tf1_gpu_maskrcnn_infer_cluster_convbias.hlo",     # 270 s in `pytest -n 2` at load average 15
                "xmap_train_step_4dev.hlo", "xmap_train_step_log.txt", "tpu_seqparallel_remat_8dev.hlo"}  # and
 # their SPMD runs (the seeds run in tests/test_seeds_run.py and test_spmd_seeds.py too)
 _FIELD_SLOW_SPMD = {"jaxdecomp_jaxfft_ifft_f64_16dev_gpu_opt.hlo", "torchxla_neuron_llama2_tp4_pp2.hlo"}
