@@ -191,28 +191,37 @@ _INSTR = re.compile(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*")
 _ATTR_KEY = re.compile(r"[ ,\t]*([A-Za-z_][A-Za-z0-9_.\-]*)=")
 
 
+# the next character that opens or closes a group; the end of a string (escapes skipped), its opening quote read
+_GROUP_CHAR = re.compile(r'["()\[\]{}]')
+_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+_SHAPE_STOP = re.compile(r"[ (\[{]")
+_VALUE_STOP = re.compile(r'[ ,\t\n(\[{"]')
+
+
 def _skip_group(s, i):
-    """Index after the bracket group / string starting at s[i]; values nest (), [], {} and strings."""
+    """Index after the bracket group / string starting at s[i]; values nest (), [], {} and strings. Jumps between
+    group characters by regex (a loop over every character took 1.5x the time of the whole test below)."""
     depth, n = 0, len(s)
     while i < n:
         c = s[i]
         if c == '"':
-            j = i + 1
-            while j < n and s[j] != '"':
-                j += 2 if s[j] == "\\" else 1
-            i = j + 1
+            m = _STRING_REST.match(s, i + 1)
+            i = m.end() if m else n
             if depth == 0:
                 return i
-            continue
-        if c in "([{":
+        elif c in "([{":
             depth += 1
+            i += 1
         elif c in ")]}":
             depth -= 1
+            i += 1
             if depth == 0:
-                return i + 1
+                return i
         elif depth == 0:
             return i + 1
-        i += 1
+        else:
+            m = _GROUP_CHAR.search(s, i)
+            i = m.start() if m else n
     return i
 
 
@@ -223,7 +232,11 @@ def _values(line):
         return []
     i, n = m.end(), len(line)
     while i < n and line[i] != " ":            # the shape
-        i = _skip_group(line, i) if line[i] in "([{" else i + 1
+        if line[i] in "([{":
+            i = _skip_group(line, i)
+        else:
+            stop = _SHAPE_STOP.search(line, i)
+            i = stop.start() if stop else n
     j = line.find("(", i)
     if j < 0:
         return []
@@ -235,7 +248,11 @@ def _values(line):
             return out
         i = start = k.end()
         while i < n and line[i] not in " ,\t\n":
-            i = _skip_group(line, i) if line[i] in '([{"' else i + 1
+            if line[i] in '([{"':
+                i = _skip_group(line, i)
+            else:
+                stop = _VALUE_STOP.search(line, i)
+                i = stop.start() if stop else n
         out.append((k.group(1), line[start:i]))
 
 

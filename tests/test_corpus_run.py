@@ -28,8 +28,9 @@ internal error (IndexError, KeyError, TypeError, AttributeError) of hloexec's, h
 
 Budget (CI: 2 cores, ``pytest -n 2``): XLA:CPU's compile dominates. hloexec runs with
 ``use_numba=False`` except for modules with two or more fusions (``use_numba=True``: Numba compiles
-each fused kernel, ~0.3 s cold). Modules that take more than ~5 s on either side are marked ``slow``;
-pyproject's addopts leave them out of the default run (``-m slow`` runs them).
+each fused kernel, ~0.3 s cold). Modules that take more than ~5 s on either side are marked ``slow``, and so
+are the copies of a module another file holds too (the first runs by default); pyproject's addopts leave them
+out of the default run (``-m slow`` runs them).
 """
 from __future__ import annotations
 
@@ -92,6 +93,20 @@ _SLOW = {
     "xla__tools__multihost_hlo_runner__data__fp8_gemm_loop.hlo",  # a dot per loop iteration
     "xla__tools__multihost_hlo_runner__data__sharded_computation.hlo",  # 52 s
     "xla__tools__data__benchmarking__mobilenet_v2.hlo",  # 51 s alone at load average 4 (2 cores)
+    # 37-128 s each in `pytest -n 2` at load average 12-16 (2 cores; 2026-11-30); frag_0100.module_0019 (22 s) and
+    # frag_0428.module_0002 (2 s), from the same jax issue, run by default
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0100.module_0005.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0100.module_0009.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0428.module_0004.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.frag_0428.module_0009.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0100.module_0007.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0100.module_0013.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0428.module_0003.hlo",
+    "xla__backends__cpu__benchmarks__hlo__jax.issue.33666.linx.slow_0428.module_0006.hlo",
+    "xla__backends__cpu__benchmarks__hlo__in_place_dynamic_update_slice_fusion.hlo",  # 62 s there
+    "xla__backends__cpu__benchmarks__hlo__diffrax.b380012920.hlo",  # 52 s there
+    "xla__hlo__translate__hlo_to_mhlo__tests__layouts_and_names.hlo[1]",  # f16[524,524,524] (288 MB) returned
+    "xla__service__gpu__tests__prefetch.hlo",  # a cuBLAS gemm of an f16[1024,100000] input (XLA:CPU refuses): 60 s
 }
 
 # Opcodes after which results are only close, not a few ULP apart.
@@ -125,7 +140,7 @@ def _cases(runs: bool):
     """(id, file, index) of the modules of files XLA runs (`runs`) or refuses outright (not `runs`)."""
     if not CORPUS.is_dir():
         return [pytest.param(None, None, None, marks=pytest.mark.skip(reason="shared corpus absent"))]
-    cases = []
+    cases, in_ci = [], set()
     for name, status in sorted(_status().items()):
         xla_runs = status == "yes" or status.startswith("partial")
         if xla_runs != runs or status == "n/a":
@@ -134,9 +149,21 @@ def _cases(runs: bool):
         for index, text in enumerate(modules):
             if "HloModule" not in text:
                 continue
-            marks = [pytest.mark.slow] if name in _SLOW or f"{name}[{index}]" in _SLOW else []
+            # a module another file copies (XLA's tests share modules: four hlo_opt tests run the same 120 MB
+            # one) runs once in the default run, its copies under -m slow
+            lines = _module_lines(text)
+            slow = name in _SLOW or f"{name}[{index}]" in _SLOW or lines in in_ci
+            if not slow:
+                in_ci.add(lines)
+            marks = [pytest.mark.slow] if slow else []
             cases.append(pytest.param(f"{name}[{index}]", name, index, marks=marks, id=f"{name}[{index}]"))
     return cases
+
+
+def _module_lines(text: str) -> tuple[str, ...]:
+    """A module's lines without comment lines, blank lines and indentation: what two copies of it share."""
+    lines = (line.strip() for line in text.split("\n"))
+    return tuple(line for line in lines if line and not line.startswith("//"))
 
 
 @lru_cache(maxsize=8)
@@ -369,6 +396,16 @@ def test_refused_module_runs(case_id, name, index):
                                invalid=bool(_XLA_SAYS_INVALID.search(note)))
 
 
+@pytest.mark.parametrize("runs", [True, False])
+def test_the_default_run_runs_each_module_once(runs):
+    """Copies of a module (in other files) stay out of the default run: CI's time goes to distinct modules."""
+    if not CORPUS.is_dir():
+        pytest.skip("shared corpus absent")
+    texts = [_module_text(name, index) for _, name, index in
+             (p.values for p in _cases(runs) if not any(m.name == "slow" for m in p.marks))]
+    assert len({_module_lines(t) for t in texts}) == len(texts) > 100
+
+
 def test_split_matches_status():
     """The module split agrees with STATUS.tsv's module counts (so the case list is the one XLA saw)."""
     if not CORPUS.is_dir():
@@ -391,6 +428,7 @@ _INTERNAL = (IndexError, KeyError, TypeError, AttributeError, NameError, Asserti
 # Longer than ~5 s here: parsed and prepared (every op's form checked) in the default run, run under -m slow.
 _FIELD_SLOW = {"jaxdecomp_jaxfft_fft_f32_8dev_gpu_opt.hlo",      # 1 GB arrays: 65 s for one participant
                "tf2_gpu_bert_fp16_train_cluster.hlo",             # 24 s
+               "tf1_gpu_maskrcnn_infer_cluster_convbias.hlo",     # 270 s in `pytest -n 2` at load average 15
                "xmap_train_step_4dev.hlo", "xmap_train_step_log.txt", "tpu_seqparallel_remat_8dev.hlo"}  # and
 # their SPMD runs (the seeds run in tests/test_seeds_run.py and test_spmd_seeds.py too)
 _FIELD_SLOW_SPMD = {"jaxdecomp_jaxfft_ifft_f64_16dev_gpu_opt.hlo", "torchxla_neuron_llama2_tp4_pp2.hlo"}

@@ -5,7 +5,10 @@ crash. The LAPACK calls write into buffers sized from the operands' dims, so a s
 would corrupt memory instead of raising: the sweep runs in a child process with glibc's heap checks on
 (MALLOC_CHECK_=3), where such a write aborts the child.
 
-    python tests/test_custom_call_malformed.py [TARGET ...]     # the sweep alone; prints the failures
+    python tests/test_custom_call_malformed.py [--every-config] [TARGET ...]   # the sweep alone; prints the failures
+
+By default each operand list and result meets one of the configs (a third of the calls, CI's size); `-m slow` and
+--every-config make every call.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import os
 import subprocess
 import sys
 import warnings
+
+import pytest
 
 OPERANDS = [(), ("f32[]",), ("(f32[4], s32[])",), ("f32[4,8]",), ("f32[8,8]",), ("f32[2,8,8]", "s32[8]"),
             ("f32[8,8]", "f32[3]"), ("f32[8,8]", "f32[8]", "f32[4,8]"), ("f32[8]",) * 3 + ("f32[8,2]",),
@@ -36,7 +41,16 @@ def module_text(target: str, operands, result: str, config: str) -> str:
             f'custom_call_target="{target}"{config}\n}}\n')
 
 
-def sweep(targets) -> list[dict]:
+def calls(every_config: bool):
+    """(operands, result, config) of the sweep: every config with every operand list and result, or (CI's size)
+    one config each, in turn, so that each config still meets every result and every operand list."""
+    pairs = list(itertools.product(OPERANDS, RESULTS))
+    if every_config:
+        return [(o, r, c) for o, r in pairs for c in CONFIGS]
+    return [(o, r, CONFIGS[k % len(CONFIGS)]) for k, (o, r) in enumerate(pairs)]
+
+
+def sweep(targets, every_config: bool = True) -> list[dict]:
     """The calls of `targets` that raised something other than an hloexec error: target, exception, text."""
     import hloexec
     from hloexec import errors
@@ -45,7 +59,7 @@ def sweep(targets) -> list[dict]:
     failures = []
     warnings.simplefilter("ignore")
     for target in targets:
-        for operands, result, config in itertools.product(OPERANDS, RESULTS, CONFIGS):
+        for operands, result, config in calls(every_config):
             text = module_text(target, operands, result, config)
             try:
                 executable = hloexec.load(text)
@@ -63,11 +77,20 @@ def distinct_targets(targets) -> list[str]:
     return sorted(t for t in targets if not t.startswith(("lapack_d", "lapack_c", "lapack_z", "hip", "__hip")))
 
 
-def test_every_target_refuses_malformed_calls_clearly():
+def test_the_ci_sized_sweep_pairs_every_config_with_every_operand_list_and_result():
+    few, every = calls(every_config=False), calls(every_config=True)
+    assert len(every) == len(OPERANDS) * len(RESULTS) * len(CONFIGS) == 3 * len(few)
+    assert {(o, c) for o, _, c in few} == set(itertools.product(OPERANDS, CONFIGS))
+    assert {(r, c) for _, r, c in few} == set(itertools.product(RESULTS, CONFIGS))
+
+
+@pytest.mark.parametrize("every_config", [pytest.param(True, marks=pytest.mark.slow), False])
+def test_every_target_refuses_malformed_calls_clearly(every_config):
     from hloexec.ops.custom_call import CUSTOM_CALLS
     env = dict(os.environ, MALLOC_CHECK_="3", MALLOC_PERTURB_="165")
-    child = subprocess.run([sys.executable, __file__, *distinct_targets(CUSTOM_CALLS)], env=env, capture_output=True,
-                           text=True, timeout=1200)
+    flag = ["--every-config"] if every_config else []
+    child = subprocess.run([sys.executable, __file__, *flag, *distinct_targets(CUSTOM_CALLS)], env=env,
+                           capture_output=True, text=True, timeout=1200)
     assert child.returncode == 0, f"the sweep's process died ({child.returncode}): {child.stderr[-2000:]}"
     failures = json.loads(child.stdout.splitlines()[-1])
     by_target = {f["target"]: f for f in failures}
@@ -76,4 +99,5 @@ def test_every_target_refuses_malformed_calls_clearly():
 
 
 if __name__ == "__main__":
-    print(json.dumps(sweep(sys.argv[1:])))
+    args = sys.argv[1:]
+    print(json.dumps(sweep([a for a in args if a != "--every-config"], every_config="--every-config" in args)))
