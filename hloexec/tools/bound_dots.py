@@ -201,7 +201,7 @@ def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator
     if min(least) >= 2 * tiny and least[0] * least[1] >= below:
         return None
     contracted = int(np.prod([a.shape[d] for d in inst.attr("lhs_contracting_dims", ())], dtype=np.int64))
-    dims = [list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs")]
+    lb, rb, lc, rc = (list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs"))
     allowance = np.zeros(np.size(x))
     if min(least) < 2 * tiny:
         h = SMALLEST[part] * (1.0 if _truncates(bounds, algorithm) else 0.5) if rounded else 0.0
@@ -211,8 +211,8 @@ def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator
                 below_tiny = (np.abs(o) < 2 * tiny) & (o != 0)
                 lost = np.where(below_tiny, h + (np.abs(o) if flushing else 0.0), 0.0)  # (flushed: read as 0)
                 magnitudes = np.abs(other, dtype=np.float64)
-                pair = (lost, magnitudes) if k == 0 else (magnitudes, lost)  # (lhs, rhs)
-                allowance += grow * np.ravel(dot_general(*pair, *dims, np.float64))
+                lhs, rhs = (lost, magnitudes) if k == 0 else (magnitudes, lost)
+                allowance += grow * np.ravel(dot_general(lhs, rhs, lb, rb, lc, rc, np.float64))
         allowance += h * h * contracted
     if least[0] * least[1] < below:
         passes = int(algorithm.rsplit("_x", 1)[1]) if "_x" in algorithm else 1

@@ -95,7 +95,8 @@ def dot_marks(bounds, inst, orig, x, operands) -> None:
     if orig.shape.element_type.bits > 32 or not (float_leaf(a) and float_leaf(b)) or np.iscomplexobj(x):
         return
     limit = rounding_limit(np.float32)[0]
-    if not _estimated_reach(bounds, inst, operands, 1.0) >= limit:
+    reach = _estimated_reach(bounds, inst, operands, 1.0)
+    if reach is None or not reach >= limit:
         return
     with np.errstate(all="ignore"):
         reach = np.real(bounds._kernel(inst)(np.abs(a) + bounds.of(a), np.abs(b) + bounds.of(b)))

@@ -213,7 +213,10 @@ def _line_dims(shape: tuple, inst, side: str) -> tuple[list, list, list]:
 
 def _lines_shape(shape: tuple, inst, side: str) -> tuple[int, int, int]:
     """_lines' shape (B, F, K) for an operand of `shape`."""
-    return tuple(int(np.prod([shape[d] for d in dims], dtype=np.int64)) for dims in _line_dims(shape, inst, side))
+    batch, free, contracting = (
+        int(np.prod([shape[d] for d in dims], dtype=np.int64)) for dims in _line_dims(shape, inst, side)
+    )
+    return batch, free, contracting
 
 
 def _lines(x: np.ndarray, inst, side: str) -> np.ndarray:
@@ -265,9 +268,9 @@ def _one_constant(constant, other, other_constant, types, accumulation, exact, c
         c = np.asarray(np.asarray(c).astype(types[0]), np.float64)
         terms.append((c * np.asarray(other[int(b), q].astype(types[1]), np.float64)).astype(accumulation))
         exacts.append(exact[int(b), p, q])
-    terms, exacts = np.concatenate(terms), np.concatenate(exacts)
-    squares = np.sum(np.square(terms, dtype=np.float64), axis=1)
-    found = _any_order(terms, 0.0, accumulation, exacts, np.sqrt(coefficient * (squares + np.square(exacts))))
+    summed, exact_sums = np.concatenate(terms), np.concatenate(exacts)
+    squares = np.sum(np.square(summed, dtype=np.float64), axis=1)
+    found = _any_order(summed, 0.0, accumulation, exact_sums, np.sqrt(coefficient * (squares + np.square(exact_sums))))
     rows = np.cumsum([0] + [v.size for v in varied])
     for g, q in enumerate(varied):
         members = place[np.ravel(which) == g]
