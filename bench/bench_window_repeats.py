@@ -2,7 +2,7 @@
 every step rounded to the type, less the exact sum| / 4 sigma of the rule (4 u / sqrt(3) sqrt(n (sum x^2 + S^2)))
 over adversarial term vectors of each length n (equal terms, one large then equal ones, two alternating values,
 near-equal, signed powers of two), f16 and f32. Below 1 a reduce-window of that many terms a window needs no floor
-(tools/bounds.py WINDOW_FLOOR_TERMS; docs/verdicts.md "Dots, reduce-windows and add scatters").
+(tools/bound_sums.py WINDOW_FLOOR_TERMS; docs/verdicts.md "Dots, reduce-windows and add scatters").
 
     python bench/bench_window_repeats.py [trials]
 """

@@ -89,18 +89,14 @@ from __future__ import annotations
 
 import threading
 
-import ml_dtypes
 import numpy as np
 
 from ..ir import opcodes
 from ..kernels.bound_products import least_magnitude
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
-from ..kernels.elementwise import accumulates_in_f32
 from ..ops.collectives import participants
 from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from ..ops.custom_call.registry import target_of
-from ..ops.indexing import scatter_targets
-from ..ops.reduction import in_ynn_order, window_dims, window_terms
 from ..ops.registry import async_shorthand
 from ..exec.plan import schedule
 from ..exec.shadow import PINNED_SUFFIX
@@ -110,25 +106,19 @@ from .bound_cholesky import cholesky_bounds
 from .bound_complex import complex_elementwise, corners, involves_complex, squared_magnitude
 from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
-from .bound_dots import SIGNIFICAND, dot_bounds, dot_floor, store_dot_samples, widest
+from .bound_dots import dot_bounds, dot_floor, store_dot_samples
 from .bound_fft import fft_bounds
 from .bound_indices import Choices, follow
 from .bound_sorts import selecting_reduce, selects, sorted_bounds
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
-from .bound_overflow import dot_marks, mark_overflows, rounding_limit, sum_marks
+from .bound_overflow import dot_marks, mark_overflows
 from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, widens_exactly
 from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
-from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, sum_terms, with_floor
-from .bound_shared import (
-    any_order_rounding,
-    repeated_rounding,
-    scattered_rounding,
-    tree_order_rounding,
-    tree_order_steps,
-)
+from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, with_floor
 from .bound_samples import SAMPLES, SIGMAS, calibrate, dot_samples
+from .bound_sums import accumulation_variance, reduce_bounds, scatter_bounds
 
 # twice f32's (and bf16's) smallest normal: a flushing device's subnormals (DAZ, FTZ) lie below it, and the values whose
 # device values may be there (within half their magnitude)
@@ -192,21 +182,12 @@ SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 # elementwise ops whose complex operands or results ErrorBounds gives to tools/bound_complex.py
 COMPLEX_ELEMENTWISE = ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE | {"real", "imag", "complex"}
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
-# a reduce-window of fewer terms a window takes no floor: its row-major repeats stay within the accumulation's bound
-# (the largest found over 3,000 adversarial term vectors a length, f16 and f32: 0.72 of it at 8 terms, 0.88 at 12,
-# 1.06 at 16; bench/bench_window_repeats.py)
-WINDOW_FLOOR_TERMS = 12
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
 # rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
 EVALUATED = {
     op: (SINGULAR_AT_ZERO.get(op, ()), op in STEPS, op in ROUNDING_ELEMENTWISE)
     for op in (ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE) - LIPSCHITZ - {"multiply"}
 }
-
-
-def unit_roundoff(etype) -> float:
-    """2^-p for a float type of p significand bits (the implicit one counted): half its epsilon."""
-    return float(ml_dtypes.finfo(etype.numpy).eps) / 2
 
 
 def _sums(inst) -> bool:
@@ -362,7 +343,7 @@ class ErrorBounds(BoundStore):
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                local, ceiling, summed, floor = self._reduce(inst, orig, value, operands)
+                local, ceiling, summed, floor = reduce_bounds(self, inst, orig, value, operands)
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
                 floor = dot_floor(self, inst, orig, value, operands)
@@ -371,7 +352,7 @@ class ErrorBounds(BoundStore):
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
                 dot_marks(self, inst, orig, value, operands)
             elif opcode == "scatter" and len(operands) == 3:
-                local, floor = self._scatter(inst, orig, value, operands)
+                local, floor = scatter_bounds(self, inst, orig, value, operands)
             elif opcode == "fft":
                 local = fft_bounds(self, inst, orig, value, operands)
             elif opcode == "cholesky" and (local := cholesky_bounds(self, inst, orig, value, operands)) is not None:
@@ -723,99 +704,6 @@ class ErrorBounds(BoundStore):
         )
         return bound, own
 
-    def _reduce(self, inst, orig, x, operands) -> tuple:
-        reducer = inst.called.get("to_apply")
-        kind = reducer.root.opcode if reducer is not None else ""
-        a, init = operands
-        if kind in ("maximum", "minimum"):
-            self._put(x, np.asarray(self._kernel(inst)(self.of(a), self.of(init)), np.float64), None)
-            return None, None, None, None
-        if kind != "add":
-            self.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
-            self._put(x, np.full(x.shape, np.inf))
-            return None, None, None, None
-        kernel = self._kernel(inst)
-        zero = np.zeros_like(init)
-        variance, squares, linear, deviations = sum_terms(self, inst, a, init)
-        count: np.ndarray | float  # (a reduce's: every element sums the same terms; a window's varies at its edges)
-        if inst.opcode == "reduce":
-            count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
-        else:
-            count = np.asarray(np.real(kernel(np.ones_like(a), zero)), np.float64)
-        # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
-        # of that order
-        etype = orig.shape.element_type
-        steps = None
-        window = self.device.tree_reduction_window
-        if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
-            steps = tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
-        accumulation = self._accumulation(etype, count, squares, x, steps=steps)
-        bound, own = self._round(orig, x, variance + accumulation, "reduce")
-        self._put(x, bound)
-        if etype.kind == "float" and etype.bits < 64:
-            # (partial sums past the accumulation type's range in some order: gated by Cauchy-Schwarz on the rule's sums)
-            wide = accumulates_in_f32(self.device.reductions, "add", etype)
-            limit = rounding_limit(np.float32 if wide else etype.numpy)[0]
-            if np.any(np.sqrt(count * squares) + linear() + np.sqrt(accumulation) >= limit):
-                self._mark(x, sum_marks(kernel, a, self.of(a), zero, limit))
-        local = np.sqrt(accumulation + np.square(own))
-        floor = self._repeated_rounding(inst, etype, a, init, x, steps, accumulation)
-        return local, lambda: linear() + local, deviations, floor
-
-    def _repeated_rounding(self, inst, etype, a, init, x, steps, accumulation) -> np.ndarray | None:
-        """A reduce's or reduce-window's own error in its order (with_floor's `floor`). Where the order is the
-        HLO's (per-step: row-major, every step rounded to the type), all of a reduce's. Else, and a window's
-        (short sums: its repeats rarely reach the rule's bound), only where it exceeds the accumulation's own
-        bound (elsewhere the rule allows it already: random residues leave the bound as it was), in XLA:CPU's
-        known orders -- its compiler's tree of windows (`steps`), its loop emitter's row-major order (YNNPACK's f32
-        row sums: none) -- or the largest over representative orders where the device's order is not known
-        (reductions = "accumulate": f32 sums, 16-bit sums accumulated in f32; bound_shared.any_order_rounding).
-        A window's terms: each window's, padding included (the add's identity, as the kernel pads); none for
-        windows shorter than WINDOW_FLOOR_TERMS."""
-        if etype.kind != "float":
-            return None
-        dims, dtype, reductions = (
-            tuple(int(d) for d in inst.attr("dimensions", ())),
-            etype.numpy,
-            self.device.reductions,
-        )
-        windowed = inst.opcode == "reduce-window"
-        if windowed:
-            if np.prod([w.size for w in window_dims(inst, np.ndim(a))]) < WINDOW_FLOOR_TERMS:
-                return None
-            a = np.reshape(window_terms(inst)(np.asarray(a), 0.0), (*np.shape(x), -1))
-            dims = (a.ndim - 1,)
-        if reductions == "per-step" and not windowed:
-            return repeated_rounding(a, dims, init, dtype, x)
-        if steps is not None:
-            floor = tree_order_rounding(a, dims, init, dtype, x, self.device.tree_reduction_window)
-        elif not windowed and in_ynn_order(self.plans.original(inst), reductions, dims):
-            return None  # (YNNPACK's f32 row sums: 16 lanes of short chains, tiles added compensated)
-        elif reductions in ("xla-cpu", "per-step"):  # (its loop emitter's order; the HLO's)
-            floor = repeated_rounding(a, dims, init, dtype, x)
-        elif etype.bits <= 32:  # (f64: the shadow's own type, its sums as exact as the shadow's)
-            return any_order_rounding(a, dims, init, dtype, np.float32, x, np.sqrt(accumulation))  # (f32: either way)
-        else:
-            return None
-        floor = np.where(np.abs(floor) > np.sqrt(accumulation), floor, 0.0)
-        return floor if np.any(floor) else None
-
-    def _accumulation(self, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
-        """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
-        summing to `x`, accumulated as the device's reductions rule says ("accumulate": 16-bit types in f32; the
-        others, "per-step" and "xla-cpu", round every step to the type), or rounding every step (`per_step`).
-        `steps`: sum_k s_k^2 over the partial sums s_k where the order is known; else estimated whatever the order
-        as count (squares + x^2)."""
-        u = (
-            2.0 ** -SIGNIFICAND[widest(etype.name, "f32")]
-            if not per_step and accumulates_in_f32(self.device.reductions, "add", etype) and etype.name in SIGNIFICAND
-            else unit_roundoff(etype)
-        )
-        # (a complex sum's: |x|^2, its parts' roundings' root-sum-square)
-        return np.square(SIGMAS * u / np.sqrt(3)) * (
-            count * (squares + squared_magnitude(x)) if steps is None else steps
-        )
-
     def _collective(self, inst, value, operands) -> tuple:
         """A collective's bounds: its kernel on its operands' bounds (see the module docstring); an add all-reduce or
         reduce-scatter also rounds as it accumulates, its kernel run on the operands' squares giving the sums'
@@ -844,47 +732,10 @@ class ErrorBounds(BoundStore):
         etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
             # (the partial sums travel between participants in the collective's type: every step rounds to it)
-            accumulation = self._accumulation(etypes[k], count, squares[k], v, per_step=True)
+            accumulation = accumulation_variance(self, etypes[k], count, squares[k], v, per_step=True)
             bound, own = self._round(orig, v, np.square(bounds[k]) + accumulation, "reduce", etypes[k])
             self._put(v, bound)
             own_errors[k] = np.sqrt(accumulation + np.square(own))
             if etypes[k].kind == "float":  # (real: a complex sum's parts are not judged by it)
                 floors[k] = np.asarray(folded[k], np.float64) - np.asarray(v, np.float64)
         return own_errors, None, None, floors
-
-    def _scatter(self, inst, orig, x, operands) -> tuple:
-        """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
-        landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step). Returns
-        its own error (SIGMAS sigmas, None: none) and its floor (with_floor's: an add's updates to one element
-        summed in the order of application -- XLA:CPU's loop, the HLO's -- or, where the device's order is not
-        known (reductions = "accumulate": a GPU's atomics), the largest of representative orders'; kept where it
-        exceeds the accumulation's bound: bound_shared.scattered_rounding)."""
-        kernel = self._kernel(inst)
-        target, indices, updates = operands
-        bound = np.asarray(np.real(kernel(self.of(target), indices, self.of(updates))), np.float64)
-        combiner = inst.called.get("to_apply")
-        if combiner is not None and combiner.root.opcode == "add":
-            zero = np.zeros_like(target)
-            count = np.asarray(np.real(kernel(zero, indices, np.ones_like(updates))), np.float64)
-            squares = np.real(kernel(squared_magnitude(target), indices, squared_magnitude(updates)))
-            u = unit_roundoff(orig.shape.element_type)
-            spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + squared_magnitude(x)))
-            variance = np.square(bound) + np.square(spread)
-            rounded, own = self._round(orig, x, variance, "scatter", at=bound)
-            own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)
-            self._put(x, np.where(count > 0, rounded, np.sqrt(variance)))
-            floor = None
-            if orig.shape.element_type.kind == "float":
-                positions, applied = scatter_targets(inst)(indices)
-                floor = scattered_rounding(
-                    target,
-                    positions,
-                    np.ravel(updates)[applied],
-                    orig.shape.element_type.numpy,
-                    x,
-                    spread,
-                    known=self.device.reductions != "accumulate",
-                )
-            return np.sqrt(np.square(spread) + np.square(own)), floor
-        self._put(x, bound)
-        return None, None

@@ -290,27 +290,9 @@ def _judge_output(
                 f"{out.baseline.rms_rel * out.scale:.3g} + {rule.rms_floor_ulps:g} ulp"
                 + (f" and > the bounds' rms {bound_rms:.3g}" if bounded else "")
             )
-        unexplained = bad_c & ~bad_b
-        if bounded:
-            unexplained = bad_c & ~(_may_be(c, marks) | _same_nonfinite(c, baseline))
-        over = ~bad_c & (e_c > allowed)
-        if bounded:
-            over &= judged
-        if unexplained.any():
-            reasons.append(
-                f"{int(unexplained.sum())} non-finite element(s) where the shadow is finite and no order or "
-                "rounding the arithmetic allows makes one (or of another kind)"
-                if bounded
-                else f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
-                "are finite (or of another kind)"
-            )
-        if over.any():
-            reasons.append(
-                f"{int(over.sum())} element(s) beyond {rule.bound_factor:g} x their error bound"
-                if bounded
-                else f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
-                f"error + {rule.element_floor_rms:g} x its rms + {rule.element_floor_ulps:g} ulp"
-            )
+        unexplained, over = _beyond(
+            c, baseline, e_c, bad_c, bad_b, allowed, judged, marks if bounded else None, rule, reasons
+        )
         worst = (
             _worst(unexplained | over, e_c, allowed, c, shadow, baseline, bound if bounded else None) if reasons else []
         )
@@ -325,6 +307,34 @@ def _judge_output(
     out.bound_violations = sum(c.bound_violations for c in out.candidates)
     out.worst = _worst_beyond_bound(out.candidates)
     return out
+
+
+def _beyond(c, baseline, e_c, bad_c, bad_b, allowed, judged, marks, rule: Rule, reasons: list) -> tuple:
+    """(non-finite elements nothing explains, finite ones beyond their allowance) of candidate `c`, their reasons
+    appended to `reasons`; judged by the bounds where `judged` is not None (`marks`: the may-be-non-finite ones)."""
+    bounded = judged is not None
+    unexplained = bad_c & ~bad_b
+    if bounded:
+        unexplained = bad_c & ~(_may_be(c, marks) | _same_nonfinite(c, baseline))
+    over = ~bad_c & (e_c > allowed)
+    if bounded:
+        over &= judged
+    if unexplained.any():
+        reasons.append(
+            f"{int(unexplained.sum())} non-finite element(s) where the shadow is finite and no order or "
+            "rounding the arithmetic allows makes one (or of another kind)"
+            if bounded
+            else f"{int(unexplained.sum())} non-finite element(s) where the shadow and the baseline "
+            "are finite (or of another kind)"
+        )
+    if over.any():
+        reasons.append(
+            f"{int(over.sum())} element(s) beyond {rule.bound_factor:g} x their error bound"
+            if bounded
+            else f"{int(over.sum())} element(s) beyond {rule.element_multiplier:g} x the baseline's "
+            f"error + {rule.element_floor_rms:g} x its rms + {rule.element_floor_ulps:g} ulp"
+        )
+    return unexplained, over
 
 
 def _may_be(c: np.ndarray, marks) -> np.ndarray:

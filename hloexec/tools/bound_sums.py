@@ -1,0 +1,167 @@
+"""Sums' bounds (tools/bounds.py's rules for add-reductions, reduce-windows and add scatters): the terms' bounds,
+the accumulation's rounding in the device's accumulation type and order (a probabilistic bound, SIGMAS sigmas of a
+sequential sum's rounding error), its floor where the roundings repeat in a known order, and its may-be-non-finite
+marks where partial sums may pass the type's range."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..kernels.elementwise import accumulates_in_f32
+from ..ops.indexing import scatter_targets
+from ..ops.reduction import in_ynn_order, window_dims, window_terms
+from .bound_complex import squared_magnitude
+from .bound_dots import SIGNIFICAND, widest
+from .bound_generic import sum_terms
+from .bound_overflow import rounding_limit, sum_marks
+from .bound_samples import SIGMAS
+from .bound_shared import (
+    any_order_rounding,
+    repeated_rounding,
+    scattered_rounding,
+    tree_order_rounding,
+    tree_order_steps,
+)
+
+# a reduce-window of fewer terms a window takes no floor: its row-major repeats stay within the accumulation's bound
+# (the largest found over 3,000 adversarial term vectors a length, f16 and f32: 0.72 of it at 8 terms, 0.88 at 12,
+# 1.06 at 16; bench/bench_window_repeats.py)
+WINDOW_FLOOR_TERMS = 12
+
+
+def unit_roundoff(etype) -> float:
+    """2^-p for a float type of p significand bits (the implicit one counted): half its epsilon."""
+    return float(ml_dtypes.finfo(etype.numpy).eps) / 2
+
+
+def reduce_bounds(bounds, inst, orig, x, operands) -> tuple:
+    reducer = inst.called.get("to_apply")
+    kind = reducer.root.opcode if reducer is not None else ""
+    a, init = operands
+    if kind in ("maximum", "minimum"):
+        bounds._put(x, np.asarray(bounds._kernel(inst)(bounds.of(a), bounds.of(init)), np.float64), None)
+        return None, None, None, None
+    if kind != "add":
+        bounds.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
+        bounds._put(x, np.full(x.shape, np.inf))
+        return None, None, None, None
+    kernel = bounds._kernel(inst)
+    zero = np.zeros_like(init)
+    variance, squares, linear, deviations = sum_terms(bounds, inst, a, init)
+    count: np.ndarray | float  # (a reduce's: every element sums the same terms; a window's varies at its edges)
+    if inst.opcode == "reduce":
+        count = float(np.prod([a.shape[int(d)] for d in inst.attr("dimensions", ())]))
+    else:
+        count = np.asarray(np.real(kernel(np.ones_like(a), zero)), np.float64)
+    # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
+    # of that order
+    etype = orig.shape.element_type
+    steps = None
+    window = bounds.device.tree_reduction_window
+    if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
+        steps = tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
+    accumulation = accumulation_variance(bounds, etype, count, squares, x, steps=steps)
+    bound, own = bounds._round(orig, x, variance + accumulation, "reduce")
+    bounds._put(x, bound)
+    if etype.kind == "float" and etype.bits < 64:
+        # (partial sums past the accumulation type's range in some order: gated by Cauchy-Schwarz on the rule's sums)
+        wide = accumulates_in_f32(bounds.device.reductions, "add", etype)
+        limit = rounding_limit(np.float32 if wide else etype.numpy)[0]
+        if np.any(np.sqrt(count * squares) + linear() + np.sqrt(accumulation) >= limit):
+            bounds._mark(x, sum_marks(kernel, a, bounds.of(a), zero, limit))
+    local = np.sqrt(accumulation + np.square(own))
+    floor = _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation)
+    return local, lambda: linear() + local, deviations, floor
+
+
+def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation) -> np.ndarray | None:
+    """A reduce's or reduce-window's own error in its order (with_floor's `floor`). Where the order is the
+    HLO's (per-step: row-major, every step rounded to the type), all of a reduce's. Else, and a window's
+    (short sums: its repeats rarely reach the rule's bound), only where it exceeds the accumulation's own
+    bound (elsewhere the rule allows it already: random residues leave the bound as it was), in XLA:CPU's
+    known orders -- its compiler's tree of windows (`steps`), its loop emitter's row-major order (YNNPACK's f32
+    row sums: none) -- or the largest over representative orders where the device's order is not known
+    (reductions = "accumulate": f32 sums, 16-bit sums accumulated in f32; bound_shared.any_order_rounding).
+    A window's terms: each window's, padding included (the add's identity, as the kernel pads); none for
+    windows shorter than WINDOW_FLOOR_TERMS."""
+    if etype.kind != "float":
+        return None
+    dims, dtype, reductions = (
+        tuple(int(d) for d in inst.attr("dimensions", ())),
+        etype.numpy,
+        bounds.device.reductions,
+    )
+    windowed = inst.opcode == "reduce-window"
+    if windowed:
+        if np.prod([w.size for w in window_dims(inst, np.ndim(a))]) < WINDOW_FLOOR_TERMS:
+            return None
+        a = np.reshape(window_terms(inst)(np.asarray(a), 0.0), (*np.shape(x), -1))
+        dims = (a.ndim - 1,)
+    if reductions == "per-step" and not windowed:
+        return repeated_rounding(a, dims, init, dtype, x)
+    if steps is not None:
+        floor = tree_order_rounding(a, dims, init, dtype, x, bounds.device.tree_reduction_window)
+    elif not windowed and in_ynn_order(bounds.plans.original(inst), reductions, dims):
+        return None  # (YNNPACK's f32 row sums: 16 lanes of short chains, tiles added compensated)
+    elif reductions in ("xla-cpu", "per-step"):  # (its loop emitter's order; the HLO's)
+        floor = repeated_rounding(a, dims, init, dtype, x)
+    elif etype.bits <= 32:  # (f64: the shadow's own type, its sums as exact as the shadow's)
+        return any_order_rounding(a, dims, init, dtype, np.float32, x, np.sqrt(accumulation))  # (f32: either way)
+    else:
+        return None
+    floor = np.where(np.abs(floor) > np.sqrt(accumulation), floor, 0.0)
+    return floor if np.any(floor) else None
+
+
+def accumulation_variance(bounds, etype, count, squares, x, per_step: bool = False, steps=None) -> np.ndarray:
+    """The variance (in SIGMAS sigmas squared) of a sum's rounding: `count` terms whose squares add to `squares`,
+    summing to `x`, accumulated as the device's reductions rule says ("accumulate": 16-bit types in f32; the
+    others, "per-step" and "xla-cpu", round every step to the type), or rounding every step (`per_step`).
+    `steps`: sum_k s_k^2 over the partial sums s_k where the order is known; else estimated whatever the order
+    as count (squares + x^2)."""
+    u = (
+        2.0 ** -SIGNIFICAND[widest(etype.name, "f32")]
+        if not per_step and accumulates_in_f32(bounds.device.reductions, "add", etype) and etype.name in SIGNIFICAND
+        else unit_roundoff(etype)
+    )
+    # (a complex sum's: |x|^2, its parts' roundings' root-sum-square)
+    return np.square(SIGMAS * u / np.sqrt(3)) * (count * (squares + squared_magnitude(x)) if steps is None else steps)
+
+
+def scatter_bounds(bounds, inst, orig, x, operands) -> tuple:
+    """Scatter moves its operands' bounds; with an add combiner it also sums: as a reduction's, the updates
+    landing on one element accumulate in the scatter's type (the HLO's meaning, every combiner step). Returns
+    its own error (SIGMAS sigmas, None: none) and its floor (with_floor's: an add's updates to one element
+    summed in the order of application -- XLA:CPU's loop, the HLO's -- or, where the device's order is not
+    known (reductions = "accumulate": a GPU's atomics), the largest of representative orders'; kept where it
+    exceeds the accumulation's bound: bound_shared.scattered_rounding)."""
+    kernel = bounds._kernel(inst)
+    target, indices, updates = operands
+    bound = np.asarray(np.real(kernel(bounds.of(target), indices, bounds.of(updates))), np.float64)
+    combiner = inst.called.get("to_apply")
+    if combiner is not None and combiner.root.opcode == "add":
+        zero = np.zeros_like(target)
+        count = np.asarray(np.real(kernel(zero, indices, np.ones_like(updates))), np.float64)
+        squares = np.real(kernel(squared_magnitude(target), indices, squared_magnitude(updates)))
+        u = unit_roundoff(orig.shape.element_type)
+        spread = SIGMAS * u / np.sqrt(3) * np.sqrt(count * (squares + squared_magnitude(x)))
+        variance = np.square(bound) + np.square(spread)
+        rounded, own = bounds._round(orig, x, variance, "scatter", at=bound)
+        own = np.where(count > 0, own, 0.0)  # (no update lands there: nothing rounds)
+        bounds._put(x, np.where(count > 0, rounded, np.sqrt(variance)))
+        floor = None
+        if orig.shape.element_type.kind == "float":
+            positions, applied = scatter_targets(inst)(indices)
+            floor = scattered_rounding(
+                target,
+                positions,
+                np.ravel(updates)[applied],
+                orig.shape.element_type.numpy,
+                x,
+                spread,
+                known=bounds.device.reductions != "accumulate",
+            )
+        return np.sqrt(np.square(spread) + np.square(own)), floor
+    bounds._put(x, bound)
+    return None, None
