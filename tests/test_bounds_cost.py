@@ -107,9 +107,11 @@ ENTRY e {{
     shadow_exe = executable_like(exe, shadow.module, use_numba=False)
     bounds = ErrorBounds(shadow, shadow_exe.context, device_profile("reference"))
     counts = []
-    accumulation = ErrorBounds._accumulation
-    monkeypatch.setattr(ErrorBounds, "_accumulation", lambda self, e, count, *a, **k: counts.append(count)
-                        or accumulation(self, e, count, *a, **k))
+    from hloexec.tools import bound_sums
+
+    accumulation = bound_sums.accumulation_variance
+    monkeypatch.setattr(bound_sums, "accumulation_variance", lambda b, e, count, *a, **k: counts.append(count)
+                        or accumulation(b, e, count, *a, **k))
 
     def observe(_device, inst, value, operands):
         bounds(inst, value, operands)

@@ -116,6 +116,8 @@ def range_marks(x, bound, dtype) -> np.ndarray:
 def _reach(x, bound) -> float:
     """max |x| + bound over `x`'s elements (a bound that is not finite counted 0; None: none)."""
     flat = np.ravel(np.real(x))
+    if flat.dtype not in (np.float32, np.float64):  # (a pinned op's own 16- or 8-bit values: the kernels take these)
+        flat = flat.astype(np.float64)
     return largest_reach(flat, np.empty(0) if bound is None else np.ravel(np.broadcast_to(bound, np.shape(x))))
 
 

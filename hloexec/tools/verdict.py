@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, field
 import ml_dtypes
 import numpy as np
 
-from .bound_overflow import NAN, NEG_INF, POS_INF
 from .compare import dtype_name, is_float, jsonable, output_scale, plain_scalar, ulp_at
 
 WORST_COUNT = 5
@@ -341,6 +340,8 @@ def _may_be(c: np.ndarray, marks) -> np.ndarray:
     """Where `c`'s non-finite element is of a kind the marks (tools/bound_overflow.py) allow."""
     if marks is None or c.dtype.kind == "c":
         return np.zeros(c.shape, bool)
+    from .bound_overflow import NAN, NEG_INF, POS_INF  # (here: the CLI's parser imports this module, not Numba)
+
     with np.errstate(invalid="ignore"):
         return (
             ((c == np.inf) & (marks & POS_INF > 0))
