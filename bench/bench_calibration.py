@@ -73,7 +73,7 @@ def measure(blocks: int, seed: int = 1) -> list[tuple]:
         bound = bs.SIGMAS * looseness
         deviations = deviations.astype(np.float32)
         stats = block_ratios(deviations.reshape(bs.SAMPLES, -1), bound.reshape(-1), bs.CALIBRATION_BLOCK)
-        p = bs.participation(bound, deviations, stats[0], np.ones(stats[0].size, bool))  # (every block's)
+        p = bs.participation(bound, deviations, stats[0], np.ones(stats[0].size, bool))[0]  # (every block's)
         left = bs.calibrate(bound, deviations, stats=stats) / bs.SIGMAS  # per sigma
         tightest = left[np.arange(blocks), looseness.argmin(axis=1)]
         rows.append((name, *np.quantile(p, [0.001, 0.5, 0.999]), np.mean(tightest < 1), np.median(tightest)))

@@ -145,12 +145,41 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     factor = np.where(enough & (largest > 0), np.minimum(1.0, worth * spread * np.sqrt(largest)), 1.0)
     repeat = lambda per: np.repeat(per, CALIBRATION_BLOCK)[: flat.size].reshape(np.shape(bound))  # noqa: E731
     calibrated = repeat(factor.astype(flat.dtype)) * bound
+    # a cut block's one or two elements whose bound is below half its third smallest (finite positive bounds,
+    # samples finite and not all 0): cut by their own samples alone, no further (their largest ratio, their P's margin)
+    cut = factor < 1
+    for j, members in enumerate(_numpy_lone(flat, deviations, squares)):
+        if cut[j] and members.size:
+            gram = _numpy_gram(np.asarray(deviations, np.float64).reshape(s, -1)[:, members])
+            p = np.trace(gram) ** 2 / np.sum(gram**2)
+            own = np.sqrt(s / stats.chi2.ppf(CUT_BELOW ** (1 / np.clip(p - 0.5, 1, s)), s))
+            floor = np.minimum(1.0, max(own, SAMPLE_MARGIN) * spread * np.sqrt(ratio[members].max()))
+            calibrated.reshape(-1)[members] = np.maximum(calibrated.reshape(-1)[members], floor * flat[members])
     if ceiling is None:
         return calibrated
     short = np.where(enough, spread * np.sqrt(per_block(ratio, 0).sum(axis=1) / np.maximum(counted, 1)), 1.0)
     if not np.any(short > 1):
         return calibrated
     return np.maximum(calibrated, np.minimum(bound * repeat(short), ceiling()))
+
+
+def _numpy_lone(flat, deviations, squares):
+    """Per block, the indices of its elements whose bound is below half the third smallest bound among its elements
+    with finite positive bounds and finite samples not all 0 (all of them where fewer than three are)."""
+    squares = np.asarray(squares, np.float64)
+    judged = (flat > 0) & (flat < np.inf) & (squares > 0) & np.isfinite(squares)
+    out = []
+    for lo in range(0, flat.size, CALIBRATION_BLOCK):
+        at = lo + np.flatnonzero(judged[lo:lo + CALIBRATION_BLOCK])
+        third = np.sort(flat[at])[2] if at.size > 2 else np.inf
+        out.append(at[2 * flat[at] < third])
+    return out
+
+
+def _numpy_gram(u):
+    """The Gram matrix of the directions of the columns of `u` (samples, elements)."""
+    u = u / np.sqrt(np.sum(u**2, axis=0))
+    return u @ u.T
 
 
 def _numpy_participation(flat, deviations, ratio, seen, largest):
@@ -193,9 +222,19 @@ def test_participation_ratios_only_in_the_blocks_being_cut(kept, passes):
     cut[[0, 3, 6, 9, 11]] = True
     out = np.full(blocks, -1.0)
     samples = stored.view(np.uint16) if kept == ml_dtypes.bfloat16 else stored
-    bound_rules.participation_ratios(samples, bound, CALIBRATION_BLOCK, largest, cut, out)
+    lone = np.full((blocks, 2), -1, np.int64), np.zeros(blocks), np.zeros(blocks)
+    bound_rules.participation_ratios(samples, bound, CALIBRATION_BLOCK, largest, cut, out, lone)
     np.testing.assert_allclose(out[cut], want[cut], rtol=1e-9)
     assert np.all(out[~cut] == -1)
+    members = _numpy_lone(bound, stored.astype(np.float64), squares)
+    assert list(members[6]) == [6 * CALIBRATION_BLOCK]            # (the lone element; the others none, or two)
+    for j in range(blocks):
+        want_members = list(members[j]) if cut[j] else []
+        assert sorted(lone[0][j][lone[0][j] >= 0]) == want_members, j
+        if want_members:
+            gram = _numpy_gram(stored.astype(np.float64)[:, want_members])
+            np.testing.assert_allclose(lone[2][j], np.trace(gram) ** 2 / np.sum(gram**2), rtol=1e-9)
+            np.testing.assert_allclose(lone[1][j], ratio[want_members].max(), rtol=1e-6)
 
 
 def test_calibrate_reads_bfloat16_samples_as_their_float32_values():
@@ -323,6 +362,27 @@ def test_the_margin_for_few_draws_cuts_below_sigmas_at_most_at_its_probability(d
     below = np.mean(looseness.min(axis=1) < 1)
     assert below <= CUT_BELOW + 4 * math.sqrt(CUT_BELOW / blocks)
     assert np.median(looseness) < (one_draw if draws not in (1, "shared and own") else 10)
+
+
+@pytest.mark.parametrize("looser", [4.0, 6.0, 10.0])
+def test_a_lone_tight_element_is_cut_below_sigmas_at_most_at_its_probability(looser):
+    """Blocks of independent Gaussian deviations (numpy's) whose first element's bound is SIGMAS x 10 sigma and the
+    others' `looser` times that. Where the tight element's four draws happen small it falls out of the elements
+    near the block's largest ratio (or is one of many there): the block is cut at the margin of many independent
+    draws (2), below SIGMAS sigma for the tight one in 4-9% of blocks. Its bound is below half the block's third
+    smallest (lone): it is cut by its own samples alone no further, below SIGMAS sigma at most at CUT_BELOW; the
+    others' bounds are the block's cut, as before (one factor per block)."""
+    rng = np.random.default_rng(5)
+    blocks = 8000
+    looseness = np.full((blocks, CALIBRATION_BLOCK), 10.0 * looser)
+    looseness[:, 0] = 10.0
+    deviations = rng.standard_normal((SAMPLES, blocks, CALIBRATION_BLOCK)).astype(np.float32)
+    left = calibrate(SIGMAS * looseness, deviations) / SIGMAS          # per sigma
+    below = np.mean(left[:, 0] < 1)
+    assert below <= CUT_BELOW + 4 * math.sqrt(CUT_BELOW / blocks), below
+    factor = left[:, 1:] / looseness[:, 1:]                          # (the others: one factor per block)
+    np.testing.assert_allclose(factor, factor[:, :1] * np.ones_like(factor), rtol=1e-6)
+    assert np.mean(factor[:, 0] < 1) > 0.9 and np.median(left[:, 0]) < 7   # (cut; the tight one ~6 sigma)
 
 
 def test_block_ratios_counts_and_tail(passes):

@@ -347,9 +347,10 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
 
 
 NEAR = 16.0  # participation_ratios counts the elements within this factor of the block's largest ratio (4x in sigma)
+LONE = 2.0  # ... and takes as tight alone the elements whose bound is below the block's third smallest / LONE
 
 
-def participation_ratios(deviations, bound, block, largest, cut, out, threads=None):
+def participation_ratios(deviations, bound, block, largest, cut, out, lone, threads=None):
     """Per block of `block` consecutive elements where `cut` is True, how many independent draws the samples of its
     tight ones are at least worth, into `out` (the other blocks' left as they are): over the elements whose ratio
     r = (sum over the samples of d_k^2) / bound^2 is at least `largest` (the block's largest r) / NEAR, with a
@@ -358,13 +359,59 @@ def participation_ratios(deviations, bound, block, largest, cut, out, threads=No
     participation ratio P = trace(G)^2 / |G|^2 (1 to 4; 0 where no element counts): at most G's rank, so at most
     the number of independent draws the directions are made of; 1 where they all carry one (a broadcast value's
     draws times a factor) or one is tight alone; m directions drawn independently give E|G|^2 = m + m (m - 1) / 4
-    (P ~ 4 m / (m + 3): 3.95 for 256). Spans of blocks on the cores (over_cores)."""
+    (P ~ 4 m / (m + 3): 3.95 for 256). And the block's lone elements, into `lone` = (members (blocks, 2) int64,
+    their largest r, their P) (-1, 0, 0 where none): the elements (finite positive bound, samples finite, not all 0)
+    whose bound is below the third smallest such bound / LONE (the block's tightest by their rule, one or two). Spans of blocks on the cores (over_cores)."""
+    members, ratio, draws = lone
     over_cores(bound.size, block, lambda first, last: _participation_span(deviations, bound, block, largest, cut, out,
-                                                                           first, last), threads)  # fmt: skip
+                                                                           members, ratio, draws, first, last),
+               threads)  # fmt: skip
+
+
+@njit(inline="always")
+def _sums_of_squares(d0, d1, d2, d3, t):
+    """An element's four samples (as kept: sample_value) in float64 and their sum of squares."""
+    a, b = np.float64(sample_value(d0[t])), np.float64(sample_value(d1[t]))
+    c, d = np.float64(sample_value(d2[t])), np.float64(sample_value(d3[t]))
+    return a, b, c, d, a * a + b * b + c * c + d * d
+
+
+@njit(inline="always")
+def _lone_members(d0, d1, d2, d3, bound, lo, hi, members, ratio, draws, j):
+    """participation_ratios' lone elements of the block from `lo` to `hi` (block `j`): the three smallest
+    judged bounds (branch-free insertion), then the elements below the last of them / LONE, their largest ratio
+    and their directions' participation ratio (P = 1 for one)."""
+    s1 = s2 = s3 = math.inf
+    for t in range(lo, hi):
+        e = np.float64(bound[t])
+        q = _sums_of_squares(d0, d1, d2, d3, t)[4]
+        m = e if (e > 0) & (e < math.inf) & (q > 0) & (q < math.inf) else math.inf
+        s1, m = min(s1, m), max(s1, m)
+        s2, m = min(s2, m), max(s2, m)
+        s3 = min(s3, m)
+    found, top = 0, 0.0
+    g00 = g11 = g22 = g33 = g01 = g02 = g03 = g12 = g13 = g23 = 0.0
+    for t in range(lo, hi):
+        e = np.float64(bound[t])
+        if not e * LONE < s3:  # (at most two below the third smallest; all of at most two judged)
+            continue
+        a, b, c, d, q = _sums_of_squares(d0, d1, d2, d3, t)
+        if not ((e > 0) & (q > 0) & (q < math.inf)):
+            continue
+        members[j, found] = t
+        found += 1
+        top = max(top, q / (e * e))
+        g00, g11, g22, g33 = g00 + a * a / q, g11 + b * b / q, g22 + c * c / q, g33 + d * d / q
+        g01, g02, g03 = g01 + a * b / q, g02 + a * c / q, g03 + a * d / q
+        g12, g13, g23 = g12 + b * c / q, g13 + b * d / q, g23 + c * d / q
+    trace = g00 + g11 + g22 + g33
+    squares = g00 * g00 + g11 * g11 + g22 * g22 + g33 * g33
+    squares += 2 * (g01 * g01 + g02 * g02 + g03 * g03 + g12 * g12 + g13 * g13 + g23 * g23)
+    ratio[j], draws[j] = top, trace * trace / squares if squares > 0 else 0.0
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
-def _participation_span(deviations, bound, block, largest, cut, out, first, last):
+def _participation_span(deviations, bound, block, largest, cut, out, members, ratio, draws, first, last):
     """participation_ratios from element `first` (a multiple of `block`) to `last`. Ten sums in registers, no
     branch in the loop, reassociated (a statistic: the loop vectorizes)."""
     n = bound.size
@@ -376,9 +423,7 @@ def _participation_span(deviations, bound, block, largest, cut, out, first, last
         g00 = g11 = g22 = g33 = g01 = g02 = g03 = g12 = g13 = g23 = 0.0
         for t in range(j * block, min(n, (j + 1) * block)):
             e = np.float64(bound[t])
-            a, b = np.float64(sample_value(d0[t])), np.float64(sample_value(d1[t]))
-            c, d = np.float64(sample_value(d2[t])), np.float64(sample_value(d3[t]))
-            q = a * a + b * b + c * c + d * d
+            a, b, c, d, q = _sums_of_squares(d0, d1, d2, d3, t)
             keep = (e > 0) & (e < math.inf) & (q >= floor * (e * e)) & (q > 0) & (q < math.inf)
             w = 1.0 / q if keep else 0.0  # (selects: a non-finite sample is not multiplied by 0)
             a, b, c, d = a if keep else 0.0, b if keep else 0.0, c if keep else 0.0, d if keep else 0.0
@@ -389,6 +434,7 @@ def _participation_span(deviations, bound, block, largest, cut, out, first, last
         squares = g00 * g00 + g11 * g11 + g22 * g22 + g33 * g33
         squares += 2 * (g01 * g01 + g02 * g02 + g03 * g03 + g12 * g12 + g13 * g13 + g23 * g23)
         out[j] = trace * trace / squares if squares > 0 else 0.0
+        _lone_members(d0, d1, d2, d3, bound, j * block, min(n, (j + 1) * block), members, ratio, draws, j)
 
 
 def scale_blocks(bound, factor, block, out, threads=None):

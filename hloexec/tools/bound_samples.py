@@ -95,7 +95,8 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     where the samples of a block's elements near its largest ratio are few independent draws (`participation`,
     `margin`): where they share one (a broadcast row value's deviation times a factor, the same after any op) or
     one is tight alone, the largest ratio is four draws' measure, below SIGMAS sigma in ~9% of blocks at
-    SAMPLE_MARGIN. `in_place`: `bound`
+    SAMPLE_MARGIN. A block's one or two elements far tighter by their rule than the rest (`_lone_floors`) are never
+    cut below what their own samples allow. `in_place`: `bound`
     is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
     if bound is None:
         return None
@@ -110,12 +111,19 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
     factor = np.where(enough & (largest > 0), factor, 1.0)
     cut = factor < 1
+    lone = None
     if cut.any():  # (blocks whose tight elements share their draws: cut by a margin made for their count)
-        worth = margin(participation(bound, deviations, largest, cut)[cut])
-        factor[cut] = np.minimum(1.0, worth * spread * np.sqrt(largest[cut]))
+        draws, lone = participation(bound, deviations, largest, cut)
+        factor[cut] = np.minimum(1.0, margin(draws[cut]) * spread * np.sqrt(largest[cut]))
+        lone = _lone_floors(bound, lone, spread)
     factor = factor.astype(bound.dtype)
     out = bound if in_place and ceiling is None else None
-    calibrated = bound if (factor == 1).all() else _scaled(bound, factor, out)
+    whole = (factor == 1).all()
+    calibrated = bound if whole else _scaled(bound, factor, out)
+    if lone is not None and not whole:  # (a lone element never below its own samples' cut)
+        at, floors = lone
+        flat = calibrated.reshape(-1)
+        flat[at] = np.maximum(flat[at], floors)
     if ceiling is None:
         return calibrated
     # the block's root mean square of SIGMAS x the samples' RMS over the bound
@@ -125,18 +133,36 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     return np.maximum(calibrated, np.minimum(_scaled(bound, short), ceiling()))
 
 
-def participation(bound, deviations, largest, cut) -> np.ndarray:
+def participation(bound, deviations, largest, cut) -> tuple[np.ndarray, tuple]:
     """Per block of CALIBRATION_BLOCK, how many independent draws its tight elements' samples are at least worth
     (kernels/bound_rules.participation_ratios; `largest`: the blocks' largest ratios, block_ratios'), computed only
-    in the blocks being `cut` (4 in the others: the margin matters only where a block is cut); the samples read as
-    kept (bfloat16: their bits, no float32 copy)."""
+    in the blocks being `cut` (4 in the others: the margin matters only where a block is cut), and its lone
+    elements (members, their largest ratio, their P: participation_ratios'); the samples read as kept (bfloat16:
+    their bits, no float32 copy)."""
     samples = np.reshape(deviations, (len(deviations), -1))
     if samples.dtype == _BF16:
         samples = samples.view(np.uint16)
     out = np.full(np.size(largest), float(SAMPLES))
+    lone = np.full((np.size(largest), 2), -1, np.int64), np.zeros(np.size(largest)), np.zeros(np.size(largest))
     participation_ratios(np.ascontiguousarray(samples), np.ascontiguousarray(bound).reshape(-1), CALIBRATION_BLOCK,
-                         largest, cut, out)  # fmt: skip
-    return out
+                         largest, cut, out, lone)  # fmt: skip
+    return out, lone
+
+
+def _lone_floors(bound, lone, spread) -> tuple[np.ndarray, np.ndarray] | None:
+    """(flat indices, floors) of the cut blocks' lone elements (participation's: the one or two whose rule bound is
+    below half the block's third smallest): their bounds cut by their own samples alone, as a block of their own
+    (the largest of their ratios, the margin of their P: one element's 6.64), read before `bound` is scaled. The
+    block's factor comes from its other elements, looser by the rule: where the lone one's four draws happened
+    small, it falls out of those near the largest ratio, which are then many independent ones (margin 2), and was
+    cut below SIGMAS sigma in 4-9% of such blocks (bench/bench_calibration.py)."""
+    members, ratio, draws = lone
+    has = members >= 0
+    if not has.any():
+        return None
+    own = np.minimum(1.0, margin(draws) * spread * np.sqrt(ratio))
+    at = members[has]
+    return at, np.asarray(np.reshape(bound, -1)[at] * np.broadcast_to(own[:, None], has.shape)[has], bound.dtype)
 
 
 def margin(participation) -> np.ndarray:
