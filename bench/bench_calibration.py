@@ -4,12 +4,13 @@ model says (Gaussian deviations of sigma 1; an element's bound SIGMAS x its loos
 among looser ones, k tight ones, elements sharing few draws (a broadcast row value's), a shared draw plus each
 element's own, ramps of looseness (docs/verdicts.md "Sampled calibration").
 
-    python bench/bench_calibration.py [--blocks N] [--rule step] [--near X]
+    python bench/bench_calibration.py [--blocks N] [--rule step] [--near X] [--lone off]
 
 `--rule step`: the margin as it was before the margin continuous in P (four draws' 6.6 where m = 3P / (4 - P) < 64,
 else SAMPLE_MARGIN); `--near X`: the participation ratio over the elements within X (not NEAR) of the block's
-largest ratio. Prints a markdown table: per profile the participation ratio's 0.1% / 50% / 99.9% quantiles, the
-share of blocks whose tightest element is cut below SIGMAS sigma, and its calibrated bound's median / SIGMAS sigma."""
+largest ratio; `--lone off`: as before the lone elements' floor (bound_samples._lone_floors: none). Prints a
+markdown table: per profile the participation ratio's 0.1% / 50% / 99.9% quantiles, the share of blocks whose
+tightest element is cut below SIGMAS sigma, and its calibrated bound's median / SIGMAS sigma."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from hloexec.kernels.bound_rules import NEAR, block_ratios
 from hloexec.tools import bound_samples as bs
 
 PROFILES = [
-    ("lone", 1000.0), ("lone", 10.0), ("lone", 6.0), ("lone", 4.0), ("lone", 2.0),
-    ("tight", 2, 1000.0), ("tight", 3, 1000.0), ("tight", 4, 1000.0), ("tight", 8, 1000.0), ("tight", 64, 1000.0),
+    ("lone", 1000.0), ("lone", 10.0), ("lone", 6.0), ("lone", 4.0), ("lone", 3.0), ("lone", 2.0),
+    ("tight", 2, 10.0), ("tight", 2, 4.0), ("tight", 3, 4.0), ("tight", 2, 1000.0), ("tight", 3, 1000.0), ("tight", 4, 1000.0), ("tight", 8, 1000.0), ("tight", 64, 1000.0),
     ("tight", 4, 3.0), ("draws", 1), ("draws", 2), ("draws", 3), ("draws", 4), ("draws", 16),
     ("shared", 0.5), ("shared", 0.9), ("shared", 0.97), ("shared", 0.99),
     ("ramp", 16.0), ("log-ramp", 100.0), ("equal",),
@@ -85,7 +86,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=20_000)
     parser.add_argument("--rule", choices=["continuous", "step"], default="continuous")
     parser.add_argument("--near", type=float, default=NEAR)
+    parser.add_argument("--lone", choices=["on", "off"], default="on")
     args = parser.parse_args()
+    if args.lone == "off":
+        bs._lone_floors = lambda bound, lone, spread: None
     if args.rule == "step":
         bs.margin = _step_margin
     if args.near != NEAR:  # (the kernel counts the elements within largest / NEAR: scale what it is given)
@@ -93,7 +97,7 @@ def main() -> None:
         bs.participation = lambda bound, deviations, largest, cut: participation(
             bound, deviations, largest * NEAR / args.near, cut
         )
-    print(f"{args.blocks:,} blocks per profile, margin {args.rule}, NEAR {args.near:g}\n")
+    print(f"{args.blocks:,} blocks per profile, margin {args.rule}, NEAR {args.near:g}, lone {args.lone}\n")
     print("| blocks | P: 0.1% / 50% / 99.9% | tightest below SIGMAS sigma | its bound's median / SIGMAS sigma |")
     print("|---|---|---|---|")
     for name, low, mid, high, below, median in measure(args.blocks):

@@ -145,7 +145,7 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     factor = np.where(enough & (largest > 0), np.minimum(1.0, worth * spread * np.sqrt(largest)), 1.0)
     repeat = lambda per: np.repeat(per, CALIBRATION_BLOCK)[: flat.size].reshape(np.shape(bound))  # noqa: E731
     calibrated = repeat(factor.astype(flat.dtype)) * bound
-    # a cut block's one or two elements whose bound is below half its third smallest (finite positive bounds,
+    # a cut block's one or two elements whose bound is below a third of its third smallest (finite positive bounds,
     # samples finite and not all 0): cut by their own samples alone, no further (their largest ratio, their P's margin)
     cut = factor < 1
     for j, members in enumerate(_numpy_lone(flat, deviations, squares)):
@@ -164,15 +164,15 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
 
 
 def _numpy_lone(flat, deviations, squares):
-    """Per block, the indices of its elements whose bound is below half the third smallest bound among its elements
-    with finite positive bounds and finite samples not all 0 (all of them where fewer than three are)."""
+    """Per block, the indices of its elements whose bound is below a third of the third smallest bound among its
+    elements with finite positive bounds and finite samples not all 0 (all of them where fewer than three are)."""
     squares = np.asarray(squares, np.float64)
     judged = (flat > 0) & (flat < np.inf) & (squares > 0) & np.isfinite(squares)
     out = []
     for lo in range(0, flat.size, CALIBRATION_BLOCK):
         at = lo + np.flatnonzero(judged[lo:lo + CALIBRATION_BLOCK])
         third = np.sort(flat[at])[2] if at.size > 2 else np.inf
-        out.append(at[2 * flat[at] < third])
+        out.append(at[3 * flat[at] < third])
     return out
 
 
@@ -369,8 +369,8 @@ def test_a_lone_tight_element_is_cut_below_sigmas_at_most_at_its_probability(loo
     """Blocks of independent Gaussian deviations (numpy's) whose first element's bound is SIGMAS x 10 sigma and the
     others' `looser` times that. Where the tight element's four draws happen small it falls out of the elements
     near the block's largest ratio (or is one of many there): the block is cut at the margin of many independent
-    draws (2), below SIGMAS sigma for the tight one in 4-9% of blocks. Its bound is below half the block's third
-    smallest (lone): it is cut by its own samples alone no further, below SIGMAS sigma at most at CUT_BELOW; the
+    draws (2), below SIGMAS sigma for the tight one in 4-9% of blocks. Its bound is below a third of the block's
+    third smallest (lone): it is cut by its own samples alone no further, below SIGMAS sigma at most at CUT_BELOW; the
     others' bounds are the block's cut, as before (one factor per block)."""
     rng = np.random.default_rng(5)
     blocks = 8000

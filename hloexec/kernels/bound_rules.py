@@ -347,7 +347,7 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
 
 
 NEAR = 16.0  # participation_ratios counts the elements within this factor of the block's largest ratio (4x in sigma)
-LONE = 2.0  # ... and takes as tight alone the elements whose bound is below the block's third smallest / LONE
+LONE = 3.0  # ... and takes as tight alone the elements whose bound is below the block's third smallest / LONE
 
 
 def participation_ratios(deviations, bound, block, largest, cut, out, lone, threads=None):
@@ -361,7 +361,8 @@ def participation_ratios(deviations, bound, block, largest, cut, out, lone, thre
     draws times a factor) or one is tight alone; m directions drawn independently give E|G|^2 = m + m (m - 1) / 4
     (P ~ 4 m / (m + 3): 3.95 for 256). And the block's lone elements, into `lone` = (members (blocks, 2) int64,
     their largest r, their P) (-1, 0, 0 where none): the elements (finite positive bound, samples finite, not all 0)
-    whose bound is below the third smallest such bound / LONE (the block's tightest by their rule, one or two). Spans of blocks on the cores (over_cores)."""
+    whose bound is below the third smallest such bound / LONE (the block's tightest by their rule, one or two).
+    Spans of blocks on the cores (over_cores)."""
     members, ratio, draws = lone
     over_cores(bound.size, block, lambda first, last: _participation_span(deviations, bound, block, largest, cut, out,
                                                                            members, ratio, draws, first, last),

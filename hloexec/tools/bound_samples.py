@@ -151,11 +151,12 @@ def participation(bound, deviations, largest, cut) -> tuple[np.ndarray, tuple]:
 
 def _lone_floors(bound, lone, spread) -> tuple[np.ndarray, np.ndarray] | None:
     """(flat indices, floors) of the cut blocks' lone elements (participation's: the one or two whose rule bound is
-    below half the block's third smallest): their bounds cut by their own samples alone, as a block of their own
+    below a third of the block's third smallest): their bounds cut by their own samples alone, as a block of their own
     (the largest of their ratios, the margin of their P: one element's 6.64), read before `bound` is scaled. The
     block's factor comes from its other elements, looser by the rule: where the lone one's four draws happened
     small, it falls out of those near the largest ratio, which are then many independent ones (margin 2), and was
-    cut below SIGMAS sigma in 4-9% of such blocks (bench/bench_calibration.py)."""
+    cut below SIGMAS sigma in 4-9% of such blocks 4-10x tighter (bench/bench_calibration.py; 0.16% at 3.5x, 0 at
+    3x: a third, kernels/bound_rules.LONE)."""
     members, ratio, draws = lone
     has = members >= 0
     if not has.any():
