@@ -8,6 +8,7 @@ error + 3 x its rms + 4 ulps); false alarms on the unchanged results.
     python bench/bench_verdict.py --cost gpt tpu xmap   # ... and on the SPMD seeds that fit (COST_SEEDS)
     python bench/bench_verdict.py --slack train_step    # per instruction: RMS bound / RMS error (any program)
     python bench/bench_verdict.py --blocks gpt_step_d256_bf16   # how uneven the calibrated blocks' looseness is
+    python bench/bench_verdict.py --census gpt_step_d256_bf16 5 # elements cut below 4 sigma, over observer seeds
 
 Per program (jax-made, its pre-optimization HLO) two correct candidates, each judged by the arithmetic that made
 it, as `compare --against xla --reference shadow` does: hloexec's run under the reference profile (16-bit sums
@@ -444,7 +445,78 @@ def blocks(name: str) -> dict:
             if ratio.size else [], "above 5": int(np.count_nonzero(ratio > 5))}
 
 
+def census(name: str, seeds: int = 5) -> dict:
+    """Over observer seeds 0..seeds-1 (hloexec's shadow run, the reference profile's bounds): per element of every
+    block the calibration cut (tools/bound_samples.calibrate), its calibrated bound against 4 sigma-hat, sigma-hat its
+    samples' RMS over the other seeds' draws (4 (seeds - 1) of them): how many are cut below 4 sigma-hat, in how many
+    blocks, whether each is its block's tightest (bound / 4 sigma-hat the least: L) and in how many "lone" blocks
+    (their tightest L below a quarter of their tenth tightest: docs/verdicts.md "Sampled calibration"); the worst as
+    (calibrated / 4 sigma-hat, call, seed, the block's least L, its tenth least)."""
+    import hloexec
+    import hloexec.tools.shadow_runs as shadow_runs
+    from hloexec.jax import lower
+    from hloexec.tools import bound_samples as bs
+    from hloexec.tools.bounds import ErrorBounds
+    from hloexec.tools.numerics import shadow_run
+    calls: list = []  # per seed, per calibrate call: (bound, calibrated) where it cut (else None), sums of squares
+
+    def calibrate(bound, deviations, ceiling=None, stats=None, in_place=False):
+        before = None if bound is None else np.array(bound, np.float32).reshape(-1)
+        out = bs.calibrate(bound, deviations, ceiling, stats, in_place)
+        if before is not None and before.size >= bs.CALIBRATED_FROM:
+            d = np.reshape(np.asarray(deviations, np.float32), (len(deviations), -1)).astype(np.float64)
+            after = np.array(out, np.float32).reshape(-1)
+            squares = np.sum(d * d, axis=0, dtype=np.float32)
+            calls[-1].append(((before, after) if np.any(after < before) else None, squares))
+        return out
+    fn, args = PROGRAMS[name]()
+    low = lower(fn, *args)
+    exe = hloexec.load(low.text)
+    made = shadow_runs.ErrorBounds
+    ErrorBounds._calibrate = staticmethod(calibrate)
+    try:
+        for seed in range(seeds):
+            calls.append([])
+            shadow_runs.ErrorBounds = lambda *a, seed=seed, **k: made(*a, **{**k, "seed": seed})
+            shadow_run(exe, [np.asarray(x) for x in low.inputs], devices=[exe.options.device])
+    finally:
+        ErrorBounds._calibrate, shadow_runs.ErrorBounds = staticmethod(bs.calibrate), made
+    block, tally, worst = bs.CALIBRATION_BLOCK, dict.fromkeys(("blocks cut", "below", "blocks below",
+                                                              "tightest below", "lone blocks", "lone below"), 0), []
+    for k in range(len(calls[0])):
+        squares = np.stack([c[k][1] for c in calls]).astype(np.float64)
+        for s in range(seeds):
+            if calls[s][k][0] is None:
+                continue
+            before, after = calls[s][k][0]
+            n = before.size // block * block
+            sigma = np.sqrt((squares.sum(axis=0) - squares[s]) / (bs.SAMPLES * (seeds - 1)))[:n]
+            ok = (before[:n] > 0) & np.isfinite(before[:n]) & (sigma > 0) & np.isfinite(sigma)
+            cut = (np.where(ok, after[:n], 0) < np.where(ok, before[:n], 0)).reshape(-1, block).any(axis=1)
+            safe = np.where(ok, 4 * sigma, 1)
+            left = np.where(ok, after[:n] / safe, np.inf).reshape(-1, block)[cut]
+            unsorted = np.where(ok, before[:n] / safe, np.inf).reshape(-1, block)[cut]  # L: bound / 4 sigma-hat
+            loose = np.sort(unsorted, axis=1)
+            lone = loose[:, 0] * 4 < loose[:, 9]
+            below = left < 1
+            tally["blocks cut"] += int(cut.sum())
+            tally["below"] += int(below.sum())
+            tally["blocks below"] += int(below.any(axis=1).sum())
+            tally["tightest below"] += int(below[np.arange(len(left)), np.argmin(unsorted, axis=1)].sum())
+            tally["lone blocks"] += int(lone.sum())
+            tally["lone below"] += int((lone & below.any(axis=1)).sum())
+            if below.any():
+                j = np.unravel_index(np.argmin(left), left.shape)
+                worst.append((round(float(left[j]), 3), k, s, round(float(loose[j[0], 0]), 3),
+                              round(float(loose[j[0], 9]), 3)))
+    return {"program": name, "seeds": seeds, **tally, "worst": sorted(worst)[:6]}
+
+
 def main(argv: list[str]) -> None:
+    if "--census" in argv:  # python bench/bench_verdict.py --census NAME [SEEDS]
+        rest = argv[argv.index("--census") + 1:]
+        print(json.dumps(census(rest[0], *map(int, rest[1:2])), indent=1))
+        return
     if "--blocks" in argv:
         print(json.dumps([blocks(a) for a in argv if not a.startswith("--")], indent=1))
         return
