@@ -122,8 +122,7 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     calibrated = bound if whole else _scaled(bound, factor, out)
     if lone is not None and not whole:  # (a lone element never below its own samples' cut)
         at, floors = lone
-        flat = calibrated.reshape(-1)
-        flat[at] = np.maximum(flat[at], floors)
+        calibrated.flat[at] = np.maximum(calibrated.flat[at], floors)  # (.flat: in place in any layout)
     if ceiling is None:
         return calibrated
     # the block's root mean square of SIGMAS x the samples' RMS over the bound
