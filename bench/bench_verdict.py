@@ -477,7 +477,7 @@ def census(name: str, seeds: int = 5) -> dict:
     try:
         for seed in range(seeds):
             calls.append([])
-            shadow_runs.ErrorBounds = lambda *a, seed=seed, **k: made(*a, **{**k, "seed": seed})
+            shadow_runs.ErrorBounds = lambda *a, chosen=seed, **k: made(*a, **{**k, "seed": chosen})
             shadow_run(exe, [np.asarray(x) for x in low.inputs], devices=[exe.options.device])
     finally:
         ErrorBounds._calibrate, shadow_runs.ErrorBounds = staticmethod(bs.calibrate), made

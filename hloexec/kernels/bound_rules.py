@@ -378,27 +378,24 @@ def _sums_of_squares(d0, d1, d2, d3, t):
 
 
 @njit(inline="always")
-def _lone_members(d0, d1, d2, d3, bound, lo, hi, members, ratio, draws, j):
-    """participation_ratios' lone elements of the block from `lo` to `hi` (block `j`): the three smallest
-    judged bounds (branch-free insertion), then the elements below the last of them / LONE, their largest ratio
-    and their directions' participation ratio (P = 1 for one)."""
+def _lone_members(d0, d1, d2, d3, judged, lo, members, ratio, draws, j):
+    """participation_ratios' lone elements of the block from `lo` (block `j`; `judged`: its elements' bounds where
+    judged, else infinite): the three smallest (branch-free insertion), then the elements below the last of them /
+    LONE, their largest ratio and their directions' participation ratio (P = 1 for one)."""
     s1 = s2 = s3 = math.inf
-    for t in range(lo, hi):
-        e = np.float64(bound[t])
-        q = _sums_of_squares(d0, d1, d2, d3, t)[4]
-        m = e if (e > 0) & (e < math.inf) & (q > 0) & (q < math.inf) else math.inf
+    for t in range(judged.size):
+        m = judged[t]
         s1, m = min(s1, m), max(s1, m)
         s2, m = min(s2, m), max(s2, m)
         s3 = min(s3, m)
     found, top = 0, 0.0
     g00 = g11 = g22 = g33 = g01 = g02 = g03 = g12 = g13 = g23 = 0.0
-    for t in range(lo, hi):
-        e = np.float64(bound[t])
+    for i in range(judged.size):
+        e = judged[i]
         if not e * LONE < s3:  # (at most two below the third smallest; all of at most two judged)
             continue
+        t = lo + i
         a, b, c, d, q = _sums_of_squares(d0, d1, d2, d3, t)
-        if not ((e > 0) & (q > 0) & (q < math.inf)):
-            continue
         members[j, found] = t
         found += 1
         top = max(top, q / (e * e))
@@ -417,15 +414,19 @@ def _participation_span(deviations, bound, block, largest, cut, out, members, ra
     branch in the loop, reassociated (a statistic: the loop vectorizes)."""
     n = bound.size
     d0, d1, d2, d3 = deviations[0], deviations[1], deviations[2], deviations[3]
+    judged = np.empty(block)  # (the block's bounds where judged, else infinite: its lone elements')
     for j in range(first // block, (last + block - 1) // block):
         if not cut[j]:
             continue
         floor = largest[j] / NEAR
         g00 = g11 = g22 = g33 = g01 = g02 = g03 = g12 = g13 = g23 = 0.0
-        for t in range(j * block, min(n, (j + 1) * block)):
+        lo = j * block
+        for t in range(lo, min(n, lo + block)):
             e = np.float64(bound[t])
             a, b, c, d, q = _sums_of_squares(d0, d1, d2, d3, t)
-            keep = (e > 0) & (e < math.inf) & (q >= floor * (e * e)) & (q > 0) & (q < math.inf)
+            seen = (e > 0) & (e < math.inf) & (q > 0) & (q < math.inf)
+            judged[t - lo] = e if seen else math.inf
+            keep = seen & (q >= floor * (e * e))
             w = 1.0 / q if keep else 0.0  # (selects: a non-finite sample is not multiplied by 0)
             a, b, c, d = a if keep else 0.0, b if keep else 0.0, c if keep else 0.0, d if keep else 0.0
             g00, g11, g22, g33 = g00 + a * a * w, g11 + b * b * w, g22 + c * c * w, g33 + d * d * w
@@ -435,7 +436,7 @@ def _participation_span(deviations, bound, block, largest, cut, out, members, ra
         squares = g00 * g00 + g11 * g11 + g22 * g22 + g33 * g33
         squares += 2 * (g01 * g01 + g02 * g02 + g03 * g03 + g12 * g12 + g13 * g13 + g23 * g23)
         out[j] = trace * trace / squares if squares > 0 else 0.0
-        _lone_members(d0, d1, d2, d3, bound, j * block, min(n, (j + 1) * block), members, ratio, draws, j)
+        _lone_members(d0, d1, d2, d3, judged[: min(n, lo + block) - lo], lo, members, ratio, draws, j)
 
 
 def scale_blocks(bound, factor, block, out, threads=None):
