@@ -721,3 +721,57 @@ def test_what_an_integer_rounding_decides_makes_unfollowed_is_unbounded_and_name
     assert set(bounds.unbounded) == {name} and "not followed" in bounds.unbounded[name]
     infinite = np.isinf(bounds.bounds[0])
     assert infinite.any() and (variant != "convert" or not infinite.all())  # (a convert: the varying ones only)
+
+
+VARIADIC_SUMS = """HloModule v
+sums {{ a = {t}[] parameter(0)  b = {t}[] parameter(1)  c = {t}[] parameter(2)  d = {t}[] parameter(3)
+       s = {t}[] {first}(a, c)  q = {t}[] add(d, b)  ROOT r = ({t}[], {t}[]) tuple(s, q) }}
+ENTRY e {{ x = {t}[16,{n}] parameter(0)  y = {t}[16,{n}] parameter(1)  m = {t}[16,{n}] multiply(x, y)
+          sq = {t}[16,{n}] multiply(m, m)  z = {t}[] constant(0)
+          ROOT r = ({t}[16], {t}[16]) reduce(m, sq, z, z), dimensions={{1}}, to_apply=sums }}"""
+
+
+@pytest.mark.parametrize("dtype,first,n", [("f16", "add", 8), ("f32", "add", 256), ("f16", "maximum", 8)])
+def test_a_variadic_reduce_of_separate_reducers_is_bounded_as_its_reduces(dtype, first, n):
+    """A variadic reduce whose reducer makes each result from that result's two values alone -- (sum, sum of
+    squares), (max, sum) -- is bounded as one reduce per result, its sums rounding every step in their type (as
+    XLA:CPU's loop and hloexec run a variadic reducer). XLA:CPU's result (jaxlib) is consistent; its largest
+    element of either result 1% off is caught, in that result only (unbounded before: not judged, both passed)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = VARIADIC_SUMS.format(t=dtype, first=first, n=n)
+    numpy_type = np.float16 if dtype == "f16" else np.float32
+    r = np.random.default_rng(4)
+    x, y = (r.standard_normal((16, n)).astype(numpy_type) for _ in range(2))
+    correct = run_on_xla_cpu(text, [x, y])
+    candidates = {"xla": list(correct)}
+    for k in (0, 1):
+        bumped = [c.copy() for c in correct]
+        big = np.argmax(np.abs(bumped[k]))
+        bumped[k][big] *= numpy_type(1.01)
+        candidates[f"bumped{k}"] = bumped
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y], candidates)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    for k in (0, 1):
+        got = _verdicts(verdict, k)
+        assert got["xla"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+        assert got[f"bumped{k}"] == (False, 1, 0) and got[f"bumped{1 - k}"] == (True, 0, 0), got
+
+
+def test_a_variadic_reduce_whose_reducer_mixes_its_results_is_unbounded_and_named():
+    """A compensated (Kahan) sum as a variadic reduce -- its compensation made from both results -- has no rule:
+    its results are not judged and the reduce is named."""
+    text = """HloModule k
+kahan { s = f32[] parameter(0)  c = f32[] parameter(1)  x = f32[] parameter(2)  unused = f32[] parameter(3)
+        y = f32[] subtract(x, c)  t = f32[] add(s, y)  ts = f32[] subtract(t, s)  nc = f32[] subtract(ts, y)
+        ROOT r = (f32[], f32[]) tuple(t, nc) }
+ENTRY e { x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  m = f32[4,64] multiply(x, y)
+          z = f32[] constant(0)
+          ROOT r = (f32[4], f32[4]) reduce(m, m, z, z), dimensions={1}, to_apply=kahan }"""
+    r = np.random.default_rng(5)
+    x, y = (r.standard_normal((4, 64)).astype(np.float32) for _ in range(2))
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y], {})
+    assert run.bounds[exe.options.device.name].unbounded == {"r": "reduce"}
+    assert _verdicts(verdict, 0)["hloexec"] == (True, 0, 4)

@@ -35,7 +35,10 @@ def unit_roundoff(etype) -> float:
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
 
 
-def reduce_bounds(bounds, inst, orig, x, operands) -> tuple:
+def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tuple:
+    """An add, max or min reduce's or reduce-window's bound into `bounds` (tools/bounds.py's rules); returns
+    _sample's (own error, ceiling, summed deviations, floor). `per_step`: its sums round every step in its type,
+    in the HLO's order, whatever the device's reductions rule (a variadic reduce's part, InstructionPlans.parts)."""
     reducer = inst.called.get("to_apply")
     kind = reducer.root.opcode if reducer is not None else ""
     a, init = operands
@@ -59,23 +62,25 @@ def reduce_bounds(bounds, inst, orig, x, operands) -> tuple:
     etype = orig.shape.element_type
     steps = None
     window = bounds.device.tree_reduction_window
-    if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
+    tree = window and not per_step and inst.opcode == "reduce" and etype.bits < 32
+    if tree and orig.operands[0].opcode != "reduce-window":
         steps = tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
-    accumulation = accumulation_variance(bounds, etype, count, squares, x, steps=steps)
+    accumulation = accumulation_variance(bounds, etype, count, squares, x, per_step, steps)
     bound, own = bounds._round(orig, x, variance + accumulation, "reduce")
     bounds._put(x, bound)
     if etype.kind == "float" and etype.bits < 64:
         # (partial sums past the accumulation type's range in some order: gated by Cauchy-Schwarz on the rule's sums)
-        wide = accumulates_in_f32(bounds.device.reductions, "add", etype)
+        wide = not per_step and accumulates_in_f32(bounds.device.reductions, "add", etype)
         limit = rounding_limit(np.float32 if wide else etype.numpy)[0]
         if np.any(np.sqrt(count * squares) + linear() + np.sqrt(accumulation) >= limit):
             bounds._mark(x, sum_marks(kernel, a, bounds.of(a), zero, limit))
     local = np.sqrt(accumulation + np.square(own))
-    floor = _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation)
+    reductions = "per-step" if per_step else bounds.device.reductions
+    floor = _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions)
     return local, lambda: linear() + local, deviations, floor
 
 
-def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation) -> np.ndarray | None:
+def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions) -> np.ndarray | None:
     """A reduce's or reduce-window's own error in its order (with_floor's `floor`). Where the order is the
     HLO's (per-step: row-major, every step rounded to the type), all of a reduce's. Else, and a window's
     (short sums: its repeats rarely reach the rule's bound), only where it exceeds the accumulation's own
@@ -84,14 +89,10 @@ def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation) -> 
     row sums: none) -- or the largest over representative orders where the device's order is not known
     (reductions = "accumulate": f32 sums, 16-bit sums accumulated in f32; bound_shared.any_order_rounding).
     A window's terms: each window's, padding included (the add's identity, as the kernel pads); none for
-    windows shorter than WINDOW_FLOOR_TERMS."""
+    windows shorter than WINDOW_FLOOR_TERMS. `reductions`: the rule its order follows (the device's, or "per-step")."""
     if etype.kind != "float":
         return None
-    dims, dtype, reductions = (
-        tuple(int(d) for d in inst.attr("dimensions", ())),
-        etype.numpy,
-        bounds.device.reductions,
-    )
+    dims, dtype = tuple(int(d) for d in inst.attr("dimensions", ())), etype.numpy
     windowed = inst.opcode == "reduce-window"
     if windowed:
         if np.prod([w.size for w in window_dims(inst, np.ndim(a))]) < WINDOW_FLOOR_TERMS:

@@ -273,6 +273,11 @@ class ErrorBounds(BoundStore):
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
+        parts = self.plans.parts(inst)
+        if parts is not None:  # (a variadic reduce of separate reducers: its results' reduces, each observed)
+            for k, part in enumerate(parts):
+                self(part, value[k], [operands[k], operands[len(parts) + k]])
+            return
         self._observe(inst, value, operands)
         if self.choices.marked(operands):  # (integers rounding decides: what the op makes of them)
             with np.errstate(all="ignore"):
@@ -343,7 +348,9 @@ class ErrorBounds(BoundStore):
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                local, ceiling, summed, floor = reduce_bounds(self, inst, orig, value, operands)
+                local, ceiling, summed, floor = reduce_bounds(
+                    self, inst, orig, value, operands, self.plans.is_part(inst)
+                )
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
                 floor = dot_floor(self, inst, orig, value, operands)
