@@ -148,6 +148,39 @@ def test_an_async_all_to_all_moves_its_bounds():
     assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
 
 
+_PAIRS = "frontend_attributes={_xla_send_recv_source_target_pairs={{0,1},{1,0}}}"
+SEND_RECV = f"""HloModule m, num_partitions=2
+ENTRY e {{
+  x = f16[8,64] parameter(0)  y = f16[8,64] parameter(1)  m = f16[8,64] multiply(x, y)  t = token[] after-all()
+  s = (f16[8,64], u32[], token[]) send(m, t), channel_id=1, {_PAIRS}
+  sd = token[] send-done(s), channel_id=1, {_PAIRS}
+  r = (f16[8,64], u32[], token[]) recv(sd), channel_id=1, {_PAIRS}
+  rd = (f16[8,64], token[]) recv-done(r), channel_id=1, {_PAIRS}
+  d = f16[8,64] get-tuple-element(rd), index=0
+  ROOT o = f16[8,64] add(d, x) }}"""
+
+
+def test_send_and_recv_move_their_bounds():
+    """A send and the recv-done of its channel (two devices swapping an f16 product) move the data's bound and
+    samples as the data: numpy's result (the other device's f16 product plus its own x, each op rounded to f16) is
+    consistent, its largest element 1% off is caught, and so is the other device's result (the recv and recv-done
+    were unbounded: the received product's elements were not judged, nor the sums made from them)."""
+    exe = hloexec.load(SEND_RECV)
+    r = np.random.default_rng(0)
+    per_device = [[r.standard_normal((8, 64)).astype(np.float16) for _ in range(2)] for _ in range(2)]
+    (x0, y0), (x1, y1) = per_device
+    correct = x1 * y1 + x0  # device 0's
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
+    runner = Runner({"partitions": 2, "replicas": 1, "report": lambda message: None})
+    candidates = {"correct": [correct], "bumped": [bumped], "other": [x0 * y0 + x1]}
+    verdict, run = judge_run(exe, per_device, candidates, runner)
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0) and not got["other"][0], got
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_a_custom_call_computing_its_own_way_is_unbounded_and_named(dtype):
     """A custom-call the shadow pins (it computes at its own types: here Neuron's gelu) has no rule: its elements

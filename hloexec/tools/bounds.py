@@ -140,9 +140,11 @@ MOVES = (
     | opcodes.PASS_THROUGH
 )
 # Collectives whose kernel (one exchange with the group) is linear in its operands: run on the bounds and the
-# samples' deviations, it exchanges them as it exchanged the values (send/recv, ragged-all-to-all: no rule).
-COLLECTIVES = frozenset(GROUPED) - {"send", "recv", "ragged-all-to-all"}
-EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
+# samples' deviations, it exchanges them as it exchanged the values (ragged-all-to-all: no rule). A send's exchange
+# queues what arrives for the recv-done of its channel, which takes it off: the two together move the data, its
+# bound and its samples' deviations, in that order (a recv's own value is a placeholder: EXACT).
+COLLECTIVES = frozenset(GROUPED) - {"recv", "ragged-all-to-all"} | {"recv-done"}
+EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id", "recv"})
 ROUNDING_ELEMENTWISE = (
     frozenset(
         {
@@ -398,7 +400,10 @@ class ErrorBounds(BoundStore):
             return
         if moved_samples(self, inst, value, operands, held):
             return
-        kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
+        kept = [  # (a leaf that is an operand, a send's data: its entry is that operand's, kept as it is)
+            isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None and not any(v is o for o in operands)
+            for v in leaves
+        ]
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
         by_dot = (  # (dot_samples, or store_dot_samples, makes the samples' array)
             inst.opcode == "dot"
