@@ -77,8 +77,12 @@ Their elementwise ops (real, imag and complex too): tools/bound_complex.py. Dots
 rules on the moduli (|a|^2 |b|^2 is the sum of the four real products' squares; a complex dot's part sums 2K real
 products: tools/bound_dots.py). No samples: a complex value's are NaN (not calibrated, nor what is made from it).
 
-What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, variadic
-reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
+Variadic reduces: one whose reducer selects (argmax) by its interval ends (tools/bound_sorts.py); one whose reducer
+makes each result from its own two values (sums, a (max, sum) pair) as one reduce per result (InstructionPlans.parts),
+its sums rounding every step in their type. A send and the recv-done of its channel: a collective that moves.
+
+What it cannot see: ops it has no rule for (custom-calls computing their own way, variadic reductions whose reducer
+mixes its results...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
 root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
 paths, a dot whose terms share one (a softmax row's scale), a sum sorted so its partial sums grow before they
@@ -400,10 +404,7 @@ class ErrorBounds(BoundStore):
             return
         if moved_samples(self, inst, value, operands, held):
             return
-        kept = [  # (a leaf that is an operand, a send's data: its entry is that operand's, kept as it is)
-            isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None and not any(v is o for o in operands)
-            for v in leaves
-        ]
+        kept = [self._entry(v) is not None and all(v is not o for o in operands) for v in leaves]  # (not a send's data)
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
         by_dot = (  # (dot_samples, or store_dot_samples, makes the samples' array)
             inst.opcode == "dot"
