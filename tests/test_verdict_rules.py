@@ -181,6 +181,30 @@ def test_send_and_recv_move_their_bounds():
     assert got["bumped"] == (False, 1, 0) and not got["other"][0], got
 
 
+ASYNC_CALL = """HloModule a
+square { a = f16[8,64] parameter(0)  ROOT m = f16[8,64] multiply(a, a) }
+ENTRY e { x = f16[8,64] parameter(0)
+          s = ((f16[8,64]), f16[8,64]) async-start(x), calls=square
+          d = f16[8,64] async-done(s)
+          ROOT o = f16[8,64] add(d, x) }"""
+
+
+def test_an_async_call_keeps_its_operands_and_its_computations_bounds():
+    """async-start / async-done of a called computation (`calls=`): the value holds its operands and what the
+    computation made (observed inside it), so it has no rule of its own. numpy's result (f16 x*x + x, each op
+    rounded) is consistent and its largest element 1% off is caught (the start was unbounded, and so was its
+    operand x: a parameter given an infinite bound, nothing made from it judged)."""
+    x = np.random.default_rng(6).standard_normal((8, 64)).astype(np.float16)
+    correct = x * x + x
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
+    exe = hloexec.load(ASYNC_CALL)
+    verdict, run = judge_run(exe, [x], {"correct": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_a_custom_call_computing_its_own_way_is_unbounded_and_named(dtype):
     """A custom-call the shadow pins (it computes at its own types: here Neuron's gelu) has no rule: its elements

@@ -148,6 +148,7 @@ MOVES = (
 # queues what arrives for the recv-done of its channel, which takes it off: the two together move the data, its
 # bound and its samples' deviations, in that order (a recv's own value is a placeholder: EXACT).
 COLLECTIVES = frozenset(GROUPED) - {"recv", "ragged-all-to-all"} | {"recv-done"}
+ASYNC_WRAPPERS = frozenset({"async-start", "async-update", "async-done"})  # (of a called computation: `calls=`)
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id", "recv"})
 ROUNDING_ELEMENTWISE = (
     frozenset(
@@ -315,8 +316,9 @@ class ErrorBounds(BoundStore):
             return
         if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
             return  # tuples, get-tuple-element, fusion and loop results: their leaves are known
-        if opcode == "tuple" and _holds_its_operands(value, operands):
-            for v in floats:  # the others' entries kept (re-moved, they lost their samples); these are inputs
+        # (an async wrapper's leaves are its operands' and those its computation made, observed inside it)
+        if opcode in ASYNC_WRAPPERS or (opcode == "tuple" and _holds_its_operands(value, operands)):
+            for v in floats:  # the others' entries kept (re-moved, they lost their samples); these are exact
                 if self._entry(v) is None:
                     self._put(v, None)
             return
