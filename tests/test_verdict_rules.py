@@ -784,19 +784,22 @@ VARIADIC_SUMS = """HloModule v
 sums {{ a = {t}[] parameter(0)  b = {t}[] parameter(1)  c = {t}[] parameter(2)  d = {t}[] parameter(3)
        s = {t}[] {first}(a, c)  q = {t}[] add(d, b)  ROOT r = ({t}[], {t}[]) tuple(s, q) }}
 ENTRY e {{ x = {t}[16,{n}] parameter(0)  y = {t}[16,{n}] parameter(1)  m = {t}[16,{n}] multiply(x, y)
-          sq = {t}[16,{n}] multiply(m, m)  z = {t}[] constant(0)
-          ROOT r = ({t}[16], {t}[16]) reduce(m, sq, z, z), dimensions={{1}}, to_apply=sums }}"""
+          sq = {t}[16,{n}] multiply(m, m)  z = {t}[] constant(0)  i = {t}[] constant({init})
+          ROOT r = ({t}[16], {t}[16]) reduce(m, sq, i, z), dimensions={{1}}, to_apply=sums }}"""
 
 
-@pytest.mark.parametrize("dtype,first,n", [("f16", "add", 8), ("f32", "add", 256), ("f16", "maximum", 8)])
+@pytest.mark.parametrize(
+    "dtype,first,n", [("f16", "add", 8), ("f32", "add", 256), ("f16", "maximum", 8), ("f16", "multiply", 8)]
+)
 def test_a_variadic_reduce_of_separate_reducers_is_bounded_as_its_reduces(dtype, first, n):
     """A variadic reduce whose reducer makes each result from that result's two values alone -- (sum, sum of
-    squares), (max, sum) -- is bounded as one reduce per result, its sums rounding every step in their type (as
-    XLA:CPU's loop and hloexec run a variadic reducer). XLA:CPU's result (jaxlib) is consistent; its largest
-    element of either result 1% off is caught, in that result only (unbounded before: not judged, both passed)."""
+    squares), (max, sum), (product, sum) -- is bounded as one reduce per result, its sums and products rounding
+    every step in their type (as XLA:CPU's loop and hloexec run a variadic reducer). XLA:CPU's result (jaxlib) is
+    consistent; its largest element of either result 1% off is caught, in that result only (unbounded before: not
+    judged, both passed; a product reduce had no rule)."""
     from hloexec.tools.xla_cpu import run_on_xla_cpu
 
-    text = VARIADIC_SUMS.format(t=dtype, first=first, n=n)
+    text = VARIADIC_SUMS.format(t=dtype, first=first, n=n, init=int(first == "multiply"))
     numpy_type = np.float16 if dtype == "f16" else np.float32
     r = np.random.default_rng(4)
     x, y = (r.standard_normal((16, n)).astype(numpy_type) for _ in range(2))

@@ -45,6 +45,8 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
     if kind in ("maximum", "minimum"):
         bounds._put(x, np.asarray(bounds._kernel(inst)(bounds.of(a), bounds.of(init)), np.float64), None)
         return None, None, None, None
+    if kind == "multiply" and inst.opcode == "reduce" and orig.shape.element_type.kind == "float":
+        return _product_bounds(bounds, inst, orig, x, a, init, per_step), None, None, None
     if kind != "add":
         bounds.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
         bounds._put(x, np.full(x.shape, np.inf))
@@ -78,6 +80,29 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
     reductions = "per-step" if per_step else bounds.device.reductions
     floor = _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions)
     return local, lambda: linear() + local, deviations, floor
+
+
+def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarray:
+    """A product reduce's bound into `bounds`; returns its own error (SIGMAS sigmas). First order: each term's bound
+    times the other terms' product (the init value's too), added (errors the terms share add up; the samples
+    calibrate it down where they do not), and its roundings: one a step, of relative size u, independent (n
+    steps: SIGMAS sigmas of their sum), in the device's accumulation type ("accumulate": 16-bit products in f32)
+    unless `per_step`, then the final rounding."""
+    dims = [int(d) for d in inst.attr("dimensions", ())]
+    order = [d for d in range(a.ndim) if d not in dims] + dims
+    terms = np.abs(np.transpose(a, order)).reshape(*np.shape(x), -1)
+    errors = np.transpose(np.broadcast_to(bounds.of(a), a.shape), order).reshape(terms.shape)
+    ones = np.ones((*np.shape(x), 1))
+    before = np.cumprod(np.concatenate([ones, terms[..., :-1]], -1), -1)  # (the terms before each)
+    after = np.flip(np.cumprod(np.concatenate([ones, np.flip(terms[..., 1:], -1)], -1), -1), -1)
+    propagated = np.sum(errors * before * after, -1) * np.abs(init) + bounds.of(init) * np.prod(terms, -1)
+    etype = orig.shape.element_type
+    wide = not per_step and accumulates_in_f32(bounds.device.reductions, "multiply", etype)
+    u = 2.0 ** -SIGNIFICAND["f32"] if wide else unit_roundoff(etype)
+    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(terms.shape[-1]) * np.abs(x)
+    bound, own = bounds._round(orig, x, np.square(propagated) + np.square(steps), "reduce")
+    bounds._put(x, bound)
+    return np.sqrt(np.square(steps) + np.square(own))
 
 
 def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions) -> np.ndarray | None:
