@@ -835,3 +835,27 @@ ENTRY e { x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  m = f32[4,64] 
     verdict, run = judge_run(exe, [x, y], {})
     assert run.bounds[exe.options.device.name].unbounded == {"r": "reduce"}
     assert _verdicts(verdict, 0)["hloexec"] == (True, 0, 4)
+
+
+def test_a_product_whose_partial_products_underflow_is_bounded_by_their_spacing():
+    """An f16 product reduce whose partial products pass below f16's subnormals (four factors near 0.01) before
+    four near 60 bring it back: XLA:CPU rounds every step in f16, its partials become 0, and so does its result
+    (the exact one ~0.15). Under the xla-cpu profile (its per-step rule) XLA:CPU's result and hloexec's are
+    consistent: a step below the normals may err by half their spacing, times what the later factors make of it
+    (drawn in the samples: the calibration keeps it)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = """HloModule p
+mul { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT m = f16[] multiply(a, b) }
+ENTRY e { x = f16[64,8] parameter(0)  y = f16[64,8] parameter(1)  m = f16[64,8] multiply(x, y)
+          one = f16[] constant(1)
+          ROOT r = f16[64] reduce(m, one), dimensions={1}, to_apply=mul }"""
+    r = np.random.default_rng(1)
+    x = np.concatenate([np.full((64, 4), 0.01), np.full((64, 4), 60.0)], 1) * (1 + 0.3 * r.standard_normal((64, 8)))
+    x, y = x.astype(np.float16), (1 + 0.01 * r.standard_normal((64, 8))).astype(np.float16)
+    [correct] = run_on_xla_cpu(text, [x, y])
+    assert not correct.any()  # (the partials' underflow, as the test means it)
+    exe = hloexec.load(text, device="xla-cpu")
+    verdict, run = judge_run(exe, [x, y], {"xla": [correct]})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert _verdicts(verdict)["xla"] == (True, 0, 0) and _verdicts(verdict)["hloexec"] == (True, 0, 0)

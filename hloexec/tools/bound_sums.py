@@ -12,7 +12,7 @@ from ..kernels.elementwise import accumulates_in_f32
 from ..ops.indexing import scatter_targets
 from ..ops.reduction import in_ynn_order, window_dims, window_terms
 from .bound_complex import squared_magnitude
-from .bound_dots import SIGNIFICAND, widest
+from .bound_dots import SIGNIFICAND, SMALLEST, widest
 from .bound_generic import sum_terms
 from .bound_overflow import rounding_limit, sum_marks
 from .bound_samples import SIGMAS
@@ -87,7 +87,8 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarra
     times the other terms' product (the init value's too), added (errors the terms share add up; the samples
     calibrate it down where they do not), and its roundings: one a step, of relative size u, independent (n
     steps: SIGMAS sigmas of their sum), in the device's accumulation type ("accumulate": 16-bit products in f32)
-    unless `per_step`, then the final rounding."""
+    unless `per_step`, then the final rounding; a step below the normals errs by half their spacing (flushed: by
+    f32's smallest normal), whatever its size."""
     dims = [int(d) for d in inst.attr("dimensions", ())]
     order = [d for d in range(a.ndim) if d not in dims] + dims
     terms = np.abs(np.transpose(a, order)).reshape(*np.shape(x), -1)
@@ -100,6 +101,9 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarra
     wide = not per_step and accumulates_in_f32(bounds.device.reductions, "multiply", etype)
     u = 2.0 ** -SIGNIFICAND["f32"] if wide else unit_roundoff(etype)
     steps = SIGMAS * u / np.sqrt(3) * np.sqrt(terms.shape[-1]) * np.abs(x)
+    # (a partial product below the normals rounds by half the subnormals' spacing, or is flushed, whatever its size)
+    least = max(SMALLEST["f32" if wide else etype.name] / 2, 2.0**-126 if bounds.device.flush_subnormals else 0.0)
+    steps = steps + least * np.sum(after, -1)  # (its own error: the samples draw it, so calibration keeps it)
     bound, own = bounds._round(orig, x, np.square(propagated) + np.square(steps), "reduce")
     bounds._put(x, bound)
     return np.sqrt(np.square(steps) + np.square(own))
