@@ -14,6 +14,7 @@ import pytest
 
 import hloexec
 import hloexec.spmd as spmd
+from hloexec.tools.bounds import ErrorBounds
 from hloexec.tools.numerics import Runner
 from hloexec.tools.compare import ulp_at
 from hloexec.tools.shadow_runs import judge_run
@@ -275,3 +276,74 @@ def test_a_complex_convolution_is_bounded():
     got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
     assert run.bounds[exe.options.device.name].unbounded == {}
     assert got["xla"] == got["hloexec"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
+CANCELS = """HloModule cancels
+ENTRY e { x = c64[1024] parameter(0)  c = c64[1024] parameter(1)
+  p = c64[1024] exponential(x)
+  s = c64[1024] add(p, c)
+  ROOT t = c64[1024] subtract(s, p) }"""
+
+
+def _cancelling_inputs(seed: int) -> list:
+    """Unit-modulus exp(x) (x imaginary) and c of modulus 1e-4: t = (p + c) - p is c plus the add's rounding at
+    |p|'s ulp, p's own error (XLA's exp: ulps of f32) cancelling."""
+    rng = np.random.default_rng(seed)
+    x = 1j * rng.uniform(-3, 3, 1024)
+    c = 1e-4 * np.exp(1j * rng.uniform(-3, 3, 1024))
+    return [x.astype(np.complex64), c.astype(np.complex64)]
+
+
+def _rules_only(monkeypatch) -> None:
+    """The bounds as the rules make them, not calibrated by the samples (main's for complex values: they had none)."""
+    monkeypatch.setattr(ErrorBounds, "_calibrate", staticmethod(lambda bound, *args, **kwargs: bound))
+
+
+def test_complex_samples_see_errors_cancel_and_a_1pct_change_the_rules_pass_is_caught(monkeypatch):
+    """Complex values' samples are complex deviations carried through the ops, so an error that cancels in the
+    program cancels in them: (exp(x) + c) - exp(x) keeps exp's error out of its samples, and the bound calibrated by
+    them is >= 4x tighter than the rules' (which add exp's error twice). XLA:CPU's and numpy's complex64 results are
+    consistent; one element changed by 1% of the output's scale is caught, where the rules alone (main: complex
+    values had no samples) pass it."""
+    inputs = _cancelling_inputs(3)
+    exe = hloexec.load(CANCELS)
+    [xla] = run_on_xla_cpu(CANCELS, inputs)
+    x, c = inputs
+    p = np.exp(x)
+    emulated = (p + c) - p
+    bumped = xla.copy()
+    bumped[100] += np.complex64(0.01 * np.abs(xla).max())
+    candidates = {"xla": [xla], "numpy": [emulated], "bumped": [bumped]}
+    verdict, run = judge_run(exe, inputs, candidates)
+    sampled = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+    _rules_only(monkeypatch)
+    verdict, run = judge_run(exe, inputs, candidates)
+    rules = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    assert np.median(rules / sampled) >= 4, np.median(rules / sampled)
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["bumped"] == (True, 0, 0), got
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_correct_complex_results_are_consistent_with_calibrated_bounds(seed):
+    """No correct result is flagged where complex bounds are calibrated by their samples: over input seeds, the
+    cancelling program's and the CG-shaped step's (dots, a conjugate, a divide by a dot, multiply, abs, exp, sqrt,
+    a sum: its samples bilinear, linear and evaluated; 256 elements, so calibrated) XLA:CPU's and numpy's complex64
+    results are consistent."""
+    rng = np.random.default_rng(100 + seed)
+    a = (rng.standard_normal((256, 256)) + 1j * rng.standard_normal((256, 256))).astype(np.complex64)
+    b = (rng.standard_normal(256) + 1j * rng.standard_normal(256)).astype(np.complex64)
+    text = CG_STEP.format(c="c64", r="f32").replace("16", "256")  # (vectors of a calibration block)
+    for program, inputs, emulate in (
+        (CANCELS, _cancelling_inputs(seed), lambda x, c: [(np.exp(x) + c) - np.exp(x)]),
+        (text, [a, b], _cg_step),
+    ):
+        xla = run_on_xla_cpu(program, inputs)
+        emulated = [np.asarray(v, o.dtype) for v, o in zip(emulate(*inputs), xla)]
+        verdict, _ = judge_run(hloexec.load(program), inputs, {"xla": xla, "numpy": emulated})
+        for k, output in enumerate(verdict.outputs):
+            got = {c.name: (c.consistent, c.bound_violations) for c in output.candidates}
+            assert all(v == (True, 0) for v in got.values()), (k, got)

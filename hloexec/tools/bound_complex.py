@@ -34,8 +34,15 @@ error's, as the real rule counts a rounding), the bound after it at most the bou
 - the transcendentals (exp, log, sqrt, tanh, power...: XLA builds them from its real ones, exp(a) (cos b, sin b)):
   each part within 2 TRANSCENDENTAL_ULPS + 1 ulps of the modulus, sqrt(2) times that; a log's real part
   log |z| also within them of 1 (near |z| = 1 its error is absolute).
-Samples: none (NaN: a complex value's deviations are not kept), so a complex value's bound, and everything made
-from it, is not calibrated: the rules' bounds stand as they are (sound, and looser where errors cancel)."""
+Samples (tools/bounds.py `_sample`): each a complex deviation (complex64), so errors that cancel (z conj(z) less
+|z|^2, a difference of near-equal dots) cancel in them as in real values. Ops linear in their operands (moves,
+real, imag, complex, add, subtract, negate, convert, fft, sums, collectives) on the deviations alone; bilinear ones
+(multiply, dot, convolution) as K(da, b) + K(a, db) + K(da, db) (exact: no perturbed run less the value); the others
+(divide, abs, exp, sqrt, select...) the kernel on the perturbed operands less the value, in the shadow's types,
+which resolves a c64 program's deviations (2^-24 of a value, in c128) but not a c128 program's (2^-53 of it: lost
+to the difference's own rounding): there they are unknown (NaN: not calibrated, nor what is made from them). An
+op's own error is drawn as two independent parts, each half its variance (`add_complex_noise`). A bound is
+calibrated on the deviations' moduli, |d|^2 = Re^2 + Im^2 (bound_samples.calibrate)."""
 
 from __future__ import annotations
 
@@ -44,9 +51,9 @@ import math
 import numpy as np
 
 from ..ir.dtypes import element_type
-from ..kernels.bound_rules import round_bounds
+from ..kernels.bound_rules import add_noise, round_bounds
 from .bound_elementwise import TRANSCENDENTAL_ULPS, rounding_rule
-from .bound_samples import SIGMAS
+from .bound_samples import SAMPLES, SIGMAS
 from .bound_store import float_leaf
 
 # ops 1-Lipschitz in each operand (the value moves by at most what an operand moves)
@@ -59,6 +66,11 @@ EXACT = frozenset({"negate", "real", "imag", "complex"})
 NORMWISE = {"multiply": math.sqrt(5), "divide": 3 * math.sqrt(2) + 4, "abs": 4.0}
 TRANSCENDENTAL_ROUNDING = math.sqrt(2) * (2 * TRANSCENDENTAL_ULPS + 1) * 2  # (an ulp: 2 u)
 ABSOLUTE_AT_ONE = frozenset({"log", "log-plus-one"})  # their rounding is also an ulp of 1's
+# ops linear in their operands, whose samples are the op on the deviations alone (beside tools/bounds.py's moves,
+# sums and collectives)
+COMPLEX_LINEAR = frozenset({"add", "subtract", "negate", "convert", "fft"})
+# ops bilinear in their two operands (`bilinear_samples`)
+BILINEAR = frozenset({"multiply", "dot", "convolution"})
 _DIRECTIONS = np.exp(2j * np.pi * np.arange(8) / 8)
 _AXES = (1, -1, 1j, -1j)
 _PART = {"c64": "f32", "c128": "f64"}
@@ -184,3 +196,40 @@ def _part_rounding(part, variance, opcode, etype) -> np.ndarray:
         *rule,
     )
     return own * (math.sqrt(3) / SIGMAS)  # (round_bounds' own error is SIGMAS sigmas of a uniform one)
+
+
+def bilinear_samples(kernel, operands, perturbed, out) -> None:
+    """The deviations of K(a, b), bilinear (multiply, dot, convolution), into `out` ((SAMPLES, *shape), complex64):
+    K(da, b) + K(a, db) + K(da, db) per sample (`perturbed`: each operand's deviations, None where it has none;
+    computed in the operands' type, the deviations exact to their own precision however small against the value)."""
+    a, b = operands
+    da, db = perturbed
+    for k in range(SAMPLES):
+        moved = 0
+        if da is not None:
+            moved = moved + kernel(np.asarray(da[k], a.dtype), b)
+        if db is not None:
+            moved = moved + kernel(a, np.asarray(db[k], b.dtype))
+        if da is not None and db is not None:
+            moved = moved + kernel(np.asarray(da[k], a.dtype), np.asarray(db[k], b.dtype))
+        out[k] = moved
+
+
+def resolves_deviations(orig) -> bool:
+    """Whether a complex op's kernel on perturbed operands less its value (in the shadow's f64 parts) resolves the
+    deviations of `orig` (the program's instruction): not where its value or an operand is of a 64-bit part type
+    (c128, f64: its roundings' deviations, ~2^-53 of the value, are lost to the difference's own rounding)."""
+    if orig is None:
+        return False
+    shapes = [leaf for _, leaf in orig.shape.leaves()] + [leaf for o in orig.operands for _, leaf in o.shape.leaves()]
+    return all(s.element_type is None or s.element_type.name not in ("c128", "f64") for s in shapes)
+
+
+def add_complex_noise(out, key, own) -> None:
+    """Each sample's own error into complex deviations `out` ((SAMPLES, *shape), complex64): `own` (SIGMAS sigmas of
+    the error's modulus, E|d|^2 = (own / SIGMAS)^2) drawn as two independent normal parts of half that variance
+    each (kernels/normal_draws' under `key`: the real and imaginary parts' draws are neighbouring elements)."""
+    parts = np.zeros((SAMPLES, out[0].size, 2), np.float32)
+    spread = np.repeat(np.ravel(own) / math.sqrt(2), 2)
+    add_noise(parts.reshape(SAMPLES, -1), key, spread, SIGMAS)
+    out += parts.view(np.complex64).reshape(out.shape)

@@ -64,6 +64,12 @@ def float_leaf(leaf) -> bool:
     return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
 
 
+def sample_dtype(leaf) -> np.dtype:
+    """What the samples' deviations of a float or complex value are made in: float32 (kept in SAMPLE_STORAGE), a
+    complex value's complex64 (kept as it is: float32 parts; complex programs are small)."""
+    return np.dtype(np.complex64 if np.iscomplexobj(leaf) else np.float32)
+
+
 def leaves(value) -> list:
     """The arrays (or scalars, tokens) of `value`, a leaf or nested tuples of them, in order."""
     if isinstance(value, (tuple, list)):
