@@ -132,8 +132,10 @@ def participation(bound, deviations, largest, cut) -> np.ndarray:
     (kernels/bound_rules.participation_ratios; `largest`: the blocks' largest ratios, block_ratios'), computed only
     in the blocks being `cut` (4 in the others: the margin matters only where a block is cut); the samples read as
     kept (bfloat16: their bits, no float32 copy)."""
-    if np.iscomplexobj(deviations):  # (the parts' ratios: each at most the count of real draws its samples are made of)
-        return np.minimum(*(participation(bound, part, largest, cut) for part in (deviations.real, deviations.imag)))
+    if np.iscomplexobj(deviations):  # (the parts' ratios: each at most the count of real draws its samples are made
+        # of; 0, a part no element near the largest ratio shows, says nothing)
+        real, imag = (participation(bound, part, largest, cut) for part in (deviations.real, deviations.imag))
+        return np.where(real == 0, imag, np.where(imag == 0, real, np.minimum(real, imag)))
     samples = np.reshape(deviations, (len(deviations), -1))
     if samples.dtype == _BF16:
         samples = samples.view(np.uint16)
