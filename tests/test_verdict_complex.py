@@ -327,18 +327,21 @@ def test_complex_samples_see_errors_cancel_and_a_1pct_change_the_rules_pass_is_c
     assert got["bumped"] == (True, 0, 0), got
 
 
+@pytest.mark.parametrize("ctype", sorted(TYPES))
 @pytest.mark.parametrize("seed", range(4))
-def test_correct_complex_results_are_consistent_with_calibrated_bounds(seed):
+def test_correct_complex_results_are_consistent_with_calibrated_bounds(seed, ctype):
     """No correct result is flagged where complex bounds are calibrated by their samples: over input seeds, the
     cancelling program's and the CG-shaped step's (dots, a conjugate, a divide by a dot, multiply, abs, exp, sqrt,
-    a sum: its samples bilinear, linear and evaluated; 256 elements, so calibrated) XLA:CPU's and numpy's complex64
-    results are consistent."""
+    a sum: its samples bilinear, linear and evaluated, or scaled in c128; 256 elements, so calibrated) XLA:CPU's
+    and numpy's results in the program's type are consistent."""
+    dtype, rtype = TYPES[ctype]
     rng = np.random.default_rng(100 + seed)
-    a = (rng.standard_normal((256, 256)) + 1j * rng.standard_normal((256, 256))).astype(np.complex64)
-    b = (rng.standard_normal(256) + 1j * rng.standard_normal(256)).astype(np.complex64)
-    text = CG_STEP.format(c="c64", r="f32").replace("16", "256")  # (vectors of a calibration block)
+    a = (rng.standard_normal((256, 256)) + 1j * rng.standard_normal((256, 256))).astype(dtype)
+    b = (rng.standard_normal(256) + 1j * rng.standard_normal(256)).astype(dtype)
+    text = CG_STEP.format(c=ctype, r=rtype).replace("16", "256")  # (vectors of a calibration block)
+    cancelling = [v.astype(dtype) for v in _cancelling_inputs(seed)]
     for program, inputs, emulate in (
-        (CANCELS, _cancelling_inputs(seed), lambda x, c: [(np.exp(x) + c) - np.exp(x)]),
+        (CANCELS.replace("c64", ctype), cancelling, lambda x, c: [(np.exp(x) + c) - np.exp(x)]),
         (text, [a, b], _cg_step),
     ):
         xla = run_on_xla_cpu(program, inputs)
@@ -347,3 +350,31 @@ def test_correct_complex_results_are_consistent_with_calibrated_bounds(seed):
         for k, output in enumerate(verdict.outputs):
             got = {c.name: (c.consistent, c.bound_violations) for c in output.candidates}
             assert all(v == (True, 0) for v in got.values()), (k, got)
+
+
+def test_a_c128_programs_smooth_ops_have_samples_that_see_errors_cancel(monkeypatch):
+    """A c128 program's deviations (~2^-53 of a value) are below what its f64 shadow resolves as a kernel on
+    perturbed operands less the value: exp's samples are a scaled difference (bound_complex.scaled_samples: the
+    deviation scaled by a power of two, the move divided by it). (exp(x) + c) - exp(x) in c128: the bound calibrated
+    by them is >= 4x below the rules' (exp's samples were unknown: NaN, not calibrated), XLA:CPU's and numpy's
+    complex128 results are consistent, and one element changed by 3x its calibrated bound is caught (the rules'
+    allow it)."""
+    text = CANCELS.replace("c64", "c128")
+    x, c = (v.astype(np.complex128) for v in _cancelling_inputs(5))
+    exe = hloexec.load(text)
+    [xla] = run_on_xla_cpu(text, [x, c])
+    _, run = judge_run(exe, [x, c], {})
+    sampled = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    bumped = xla.copy()
+    bumped[100] += 3 * sampled[100]
+    candidates = {"xla": [xla], "numpy": [(np.exp(x) + c) - np.exp(x)], "bumped": [bumped]}
+    verdict, _ = judge_run(exe, [x, c], candidates)
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+    _rules_only(monkeypatch)
+    verdict, run = judge_run(exe, [x, c], candidates)
+    rules = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    assert np.median(rules / sampled) >= 4, np.median(rules / sampled)
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["bumped"] == (True, 0, 0), got

@@ -54,7 +54,7 @@ from ..ir.dtypes import element_type
 from ..kernels.bound_rules import add_noise, round_bounds
 from .bound_elementwise import TRANSCENDENTAL_ULPS, rounding_rule
 from .bound_samples import SAMPLES, SIGMAS
-from .bound_store import float_leaf
+from .bound_store import float_leaf, leaves as _leaves
 
 # ops 1-Lipschitz in each operand (the value moves by at most what an operand moves)
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "real", "imag", "complex", "abs"})
@@ -71,6 +71,12 @@ ABSOLUTE_AT_ONE = frozenset({"log", "log-plus-one"})  # their rounding is also a
 COMPLEX_LINEAR = frozenset({"add", "subtract", "negate", "convert", "fft"})
 # ops bilinear in their two operands (`bilinear_samples`)
 BILINEAR = frozenset({"multiply", "dot", "convolution"})
+# smooth elementwise ops (no step, no choice of operand) whose c128 samples are scaled differences (`scaled_samples`)
+SMOOTH = frozenset(
+    {"divide", "power", "atan2", "exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt",
+     "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "abs", "sign"}
+)  # fmt: skip
+RESOLVED_AT = 2.0**-26  # ... a deviation scaled up to this fraction of its operand's modulus (half f64's digits)
 _DIRECTIONS = np.exp(2j * np.pi * np.arange(8) / 8)
 _AXES = (1, -1, 1j, -1j)
 _PART = {"c64": "f32", "c128": "f64"}
@@ -223,6 +229,30 @@ def resolves_deviations(orig) -> bool:
         return False
     shapes = [leaf for _, leaf in orig.shape.leaves()] + [leaf for o in orig.operands for _, leaf in o.shape.leaves()]
     return all(s.element_type is None or s.element_type.name not in ("c128", "f64") for s in shapes)
+
+
+def scaled_samples(inst, kernel, operands, perturbed, leaves, made) -> bool:
+    """The samples of a smooth elementwise op (SMOOTH) of a c128 program, whose deviations (~2^-53 of a value) the
+    shadow's f64 does not resolve as its kernel on perturbed operands less the value: per element, every operand's
+    deviation scaled by one power of two s >= 1 (up to RESOLVED_AT of the operands' moduli), the kernel on the
+    operands moved by those less the value, over s: the move f'(a) d to first order (the second-order part s |d|
+    |f''| / 2 against |f'| |d|: 2^-27 relative where f'' / f' is of 1 / |a|; the difference's own rounding
+    2^-53 |f| / s, 2^-27 of a deviation against a value of its operand's size), into `made` (one per leaf of the
+    value). False (nothing done) for other ops or operands not of the value's shape."""
+    shape = np.shape(leaves[0])
+    if inst.opcode not in SMOOTH or not all(float_leaf(v) and np.shape(v) == shape for v in [*leaves, *operands]):
+        return False
+    for k in range(SAMPLES):
+        reach = np.full(shape, np.inf)
+        for o, p in zip(operands, perturbed):
+            if p is not None:
+                reach = np.fmin(reach, RESOLVED_AT * np.abs(o) / np.abs(p[k]).astype(np.float64))
+        scale = np.exp2(np.floor(np.log2(np.clip(reach, 1.0, 2.0**60))))  # (NaN where a deviation is: unknown)
+        moved = kernel(*(o if p is None else o + scale * p[k] for o, p in zip(operands, perturbed)))
+        for leaf, value, out in zip(leaves, _leaves(moved), made):
+            if out is not None:
+                out[k] = (value - leaf) / scale
+    return True
 
 
 def add_complex_noise(out, key, own) -> None:
