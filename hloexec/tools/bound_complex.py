@@ -40,7 +40,8 @@ real, imag, complex, add, subtract, negate, convert, fft, sums, collectives) on 
 (multiply, dot, convolution) as K(da, b) + K(a, db) + K(da, db) (exact: no perturbed run less the value); the others
 (divide, abs, exp, sqrt, select...) the kernel on the perturbed operands less the value, in the shadow's types,
 which resolves a c64 program's deviations (2^-24 of a value, in c128) but not a c128 program's (2^-53 of it: lost
-to the difference's own rounding): there they are unknown (NaN: not calibrated, nor what is made from them). An
+to the difference's own rounding): there a smooth op's are a scaled difference (`scaled_samples`), the others'
+unknown (NaN: not calibrated, nor what is made from them). An
 op's own error is drawn as two independent parts, each half its variance (`add_complex_noise`). A bound is
 calibrated on the deviations' moduli, |d|^2 = Re^2 + Im^2 (bound_samples.calibrate)."""
 

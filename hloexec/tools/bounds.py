@@ -381,8 +381,7 @@ class ErrorBounds(BoundStore):
         bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, they are divided by it
         (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a complex
         value's are complex deviations (tools/bound_complex.py); a value whose samples are unknown (no rule; a
-        complex op of a c128 program evaluated on perturbed operands) has NaN samples, and nothing after it is
-        calibrated. `local`:
+        c128 program's complex op that is not smooth) has NaN samples, and nothing after it is calibrated. `local`:
         one array for every leaf, or a list of them (one per leaf of the value). `summed`: the samples'
         deviations where the rule summed them already (an add reduce's, tools/bound_generic.sum_terms). `floor`: a
         sum's error in its known order (one array, or a list per leaf): see bound_generic.with_floor."""
