@@ -378,3 +378,35 @@ def test_a_c128_programs_smooth_ops_have_samples_that_see_errors_cancel(monkeypa
     assert np.median(rules / sampled) >= 4, np.median(rules / sampled)
     got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
     assert got["bumped"] == (True, 0, 0), got
+
+
+SELECTS = """HloModule selects
+ENTRY e { x = c128[1024] parameter(0)  c = c128[1024] parameter(1)  y = c128[1024] parameter(2)
+  p = c128[1024] exponential(x)
+  q = c128[1024] multiply(y, y)
+  cmp = pred[1024] compare(p, q), direction=NE
+  sel = c128[1024] select(cmp, p, q)
+  s = c128[1024] add(sel, c)
+  ROOT t = c128[1024] subtract(s, sel) }"""
+
+
+def test_a_c128_select_carries_its_branchs_deviations(monkeypatch):
+    """A select of c128 values after a c128 comparison: its samples are the chosen branch's deviations (exact; its
+    perturbed value less the value lost them: NaN, and nothing after it calibrated), and the comparison's perturbed
+    decisions its kernel's on the perturbed operands (they were all False). (sel + c) - sel is then calibrated >= 4x
+    below the rules, and XLA:CPU's and numpy's complex128 results stay consistent."""
+    rng = np.random.default_rng(1)
+    x, c = (v.astype(np.complex128) for v in _cancelling_inputs(1))
+    y = np.exp(1j * rng.uniform(-3, 3, 1024))
+    exe = hloexec.load(SELECTS)
+    [xla] = run_on_xla_cpu(SELECTS, [x, c, y])
+    p, q = np.exp(x), y * y
+    chosen = np.where(p != q, p, q)
+    verdict, run = judge_run(exe, [x, c, y], {"xla": [xla], "numpy": [(chosen + c) - chosen]})
+    sampled = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
+    _rules_only(monkeypatch)
+    _, run = judge_run(exe, [x, c, y], {})
+    rules = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    assert np.median(rules / sampled) >= 4, np.median(rules / sampled)

@@ -40,8 +40,9 @@ real, imag, complex, add, subtract, negate, convert, fft, sums, collectives) on 
 (multiply, dot, convolution) as K(da, b) + K(a, db) + K(da, db) (exact: no perturbed run less the value); the others
 (divide, abs, exp, sqrt, select...) the kernel on the perturbed operands less the value, in the shadow's types,
 which resolves a c64 program's deviations (2^-24 of a value, in c128) but not a c128 program's (2^-53 of it: lost
-to the difference's own rounding): there a smooth op's are a scaled difference (`scaled_samples`), the others'
-unknown (NaN: not calibrated, nor what is made from them). An
+to the difference's own rounding): there a smooth op's are a scaled difference (`scaled_samples`), a select's its
+branches' deviations (`select_samples`, any type), the others' unknown (NaN: not calibrated, nor what is made from
+them); a comparison's perturbed decisions are its kernel's on the perturbed operands (nothing subtracted). An
 op's own error is drawn as two independent parts, each half its variance (`add_complex_noise`). A bound is
 calibrated on the deviations' moduli, |d|^2 = Re^2 + Im^2 (bound_samples.calibrate)."""
 
@@ -254,6 +255,19 @@ def scaled_samples(inst, kernel, operands, perturbed, leaves, made) -> bool:
             if out is not None:
                 out[k] = (value - leaf) / scale
     return True
+
+
+def select_samples(operands, perturbed, x, out) -> None:
+    """A select's deviations (complex branches) into `out` ((SAMPLES, *shape), complex64): where a sample's decision
+    is the run's, the chosen branch's own deviation (exact: no perturbed value less the value, in which a c128
+    program's deviations would be lost); where it flips, the other branch's perturbed value less x (a jump)."""
+    p, t, f = operands
+    decided, dt, df = perturbed
+    for k in range(SAMPLES):
+        decision = p if decided is None else decided[k]
+        moved_t, moved_f = (0 if d is None else np.asarray(d[k], np.complex128) for d in (dt, df))
+        flipped = np.where(decision, t + moved_t, f + moved_f) - x
+        out[k] = np.where(decision == p, np.where(p, moved_t, moved_f), flipped)
 
 
 def add_complex_noise(out, key, own) -> None:

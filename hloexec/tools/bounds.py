@@ -105,7 +105,7 @@ from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_cholesky import cholesky_bounds
 from .bound_complex import BILINEAR, COMPLEX_LINEAR, add_complex_noise, bilinear_samples, complex_elementwise, corners
-from .bound_complex import involves_complex, resolves_deviations, scaled_samples, squared_magnitude
+from .bound_complex import involves_complex, resolves_deviations, scaled_samples, select_samples, squared_magnitude
 from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
 from .bound_dots import dot_bounds, dot_floor, store_dot_samples
@@ -443,11 +443,14 @@ class ErrorBounds(BoundStore):
                 for moved, out in zip(_leaves(kernel(*args)), made):
                     if out is not None:
                         out[k] = moved
-        elif complex_ and not resolves_deviations(self.plans.original(inst)):
+        elif complex_ and inst.opcode == "select" and made[0] is not None:
+            select_samples(operands, perturbed, value, made[0])
+        elif complex_ and all(map(_float, leaves)) and not resolves_deviations(self.plans.original(inst)):
+            # (a comparison's perturbed decisions are its kernel's on the perturbed operands: nothing subtracted)
             if not scaled_samples(inst, kernel, operands, perturbed, leaves, made):
                 for out in made:
                     if out is not None:
-                        out[...] = np.nan if out.dtype.kind in "fc" else 0
+                        out[...] = np.nan
         else:
             for k in range(SAMPLES):
                 args = [o if p is None else (o + p[k] if _float(o) else p[k]) for o, p in zip(operands, perturbed)]
