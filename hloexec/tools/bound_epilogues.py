@@ -1,6 +1,7 @@
 """Error bounds of XLA-GPU's library calls that finish a contraction in their compute type before one final
 rounding (tools/bounds.py): cuBLAS gemms with alpha, beta (a C operand accumulated) or an epilogue (bias,
-RELU, GELU, SILU, the pre-activation aux output), and cuDNN convolutions (forward, backward input, backward
+RELU, GELU, SILU, the pre-activation aux output), cuBLASLt's fp8 matmul (its scales, saturation and amax too:
+`_f8_matmul_epilogue`), and cuDNN convolutions (forward, backward input, backward
 filter, bias-activation). The shadow computes them in f64 (exec/shadow.py COMPUTING_CUSTOM_CALLS), so their exact
 values are known; the bound is the contraction's rule (a dot's, a convolution's: their accumulation in the
 compute type, f32 for 16-bit and f32 calls, f64 for f64 ones), then the epilogue as the elementwise rules would
