@@ -359,23 +359,30 @@ def test_a_cublaslt_fp8_matmul_is_bounded(variant):
         assert _verdicts(verdict, 1)["amax_bumped"] == (False, 1, 0), _verdicts(verdict, 1)
 
 
-def test_an_fp8_dot_on_an_h100_is_bounded_with_its_fast_accumulation():
+@pytest.mark.parametrize(
+    "device,algorithm", [("h100", ""), ("reference", ", algorithm=dot_any_f8_any_f8_f32_fast_accum")]
+)
+def test_an_fp8_dot_with_fast_accumulation_is_bounded(device, algorithm):
     """A plain fp8 dot at DEFAULT precision becomes a cuBLASLt fp8 GEMM on an H100, with fast accumulation (the
-    h100 profile): its bound allows the running sum's truncations (tools/bound_dots.fast_accumulation_allowance).
-    The emulated device result is consistent, and so is hloexec's run; the largest element 1% off is caught. On
-    main the dot's bound took f32 accumulation: both were flagged (errors ~200x their bounds)."""
-    text = """HloModule d
-ENTRY e { a = f8e4m3fn[64,512] parameter(0)  b = f8e4m3fn[48,512] parameter(1)
-          ROOT d = f32[64,48] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={1} }"""
+    h100 profile), and so does one whose algorithm asks for it on any device: its bound allows the running sum's
+    truncations (tools/bound_dots.fast_accumulation_allowance), and its shadow is the exact dot. The emulated device
+    result is consistent, and so is hloexec's run; the largest element 1% off is caught. On main the dot's bound
+    took f32 accumulation (hloexec's run and the emulation flagged, errors ~200x their bounds), and the explicit
+    algorithm's shadow truncated its own sums too."""
+    text = f"""HloModule d
+ENTRY e {{ a = f8e4m3fn[64,512] parameter(0)  b = f8e4m3fn[48,512] parameter(1)
+          ROOT d = f32[64,48] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}{algorithm} }}"""
     r = np.random.default_rng(6)
     a, b = ((r.standard_normal((n, 512)) * 64).astype(ml_dtypes.float8_e4m3fn) for n in (64, 48))
     correct, _ = _cublaslt_f8(a, b, (1, 1), None, "DEFAULT", True, np.float32)
     bumped = correct.copy()
     bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float32(1.01)
-    exe = hloexec.load(text, device="h100")
+    exe = hloexec.load(text, device=device)
     verdict, run = judge_run(exe, [a, b], {"correct": [correct], "bumped": [bumped]})
     got = _verdicts(verdict)
     assert not np.array_equal(correct, _cublaslt_f8(a, b, (1, 1), None, "DEFAULT", False, np.float32)[0])
+    # (fp8 products' sums of 512 terms span < 53 bits: exact in f64 in any order)
+    np.testing.assert_array_equal(run.shadow[0], a.astype(np.float64) @ b.astype(np.float64).T)
     assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
     assert got["bumped"] == (False, 1, 0), got
 
