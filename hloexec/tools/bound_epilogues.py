@@ -67,11 +67,10 @@ class Epilogue:
     rounds_at_input: bool = False
     aux: bool = False
     # an fp8 matmul's (cuBLASLt): scalar operands multiplying the product after `scale` (a_scale, b_scale), one
-    # multiplying the result after the activation (d_scale), the largest magnitude it saturates to, whether its
-    # second leaf is max |result| before d_scale (amax)
+    # multiplying the result after the activation (d_scale), whether its second leaf is max |result| before d_scale
+    # (amax)
     factors: tuple = ()
     out_factor: int | None = None
-    saturate: float | None = None
     amax: bool = False
 
 
@@ -114,12 +113,13 @@ def _gemm_epilogue(inst, g: Gemm) -> Epilogue | None:
 def _f8_matmul_epilogue(inst, g: Gemm) -> Epilogue | None:
     """cuBLASLt's fp8 matmul (ops/custom_call/cublas.cublas_lt_matmul_f8): a gemm's steps, the product (of the fp8
     values, exact; its fast accumulation: bound_dots.fast_accumulation_allowance) also scaled by a_scale * b_scale,
-    d_scale after the activation, an fp8 result saturated, amax."""
+    d_scale after the activation, amax. An fp8 result's saturation keeps its bound (a clamp moves no value farther
+    from the exact value's clamp, which the shadow's is)."""
     epilogue = _gemm_epilogue(inst, g)
     if epilogue is None:
         return None
     where = F8Operands(inst, g)
-    epilogue.factors, epilogue.out_factor, epilogue.saturate = where.scales, where.d_scale, where.limit
+    epilogue.factors, epilogue.out_factor = where.scales, where.d_scale
     epilogue.bias = None if where.bias is None else (where.bias, np.broadcast_to)
     epilogue.amax = g.damax
     return epilogue
@@ -172,8 +172,6 @@ def epilogue_bounds(bounds, inst, orig, value, operands, epilogue: Epilogue) -> 
         local[1] = _amax_bounds(bounds, values[1], steps)
     if epilogue.out_factor is not None:
         steps.scale_by([(operands[epilogue.out_factor], bounds.of(operands[epilogue.out_factor]))])
-    if epilogue.saturate is not None:  # (clamping moves no value farther from the exact one's clamp)
-        steps.y = np.clip(steps.y, -epilogue.saturate, epilogue.saturate)
     bound, final = bounds._round(orig, values[0], np.square(steps.bound), "dot", etype=leaves[0].element_type)
     bounds._put(values[0], bound)
     local[0] = np.sqrt(np.square(steps.own) + np.square(final))
@@ -268,7 +266,7 @@ def _amax_bounds(bounds, amax, steps) -> np.ndarray:
     exact = float(np.max(y, initial=0.0))
     highest, lowest = np.max(y + e, initial=0.0), np.max(np.maximum(y - e, 0.0), initial=0.0)
     bounds._put(amax, np.asarray(max(highest - exact, exact - lowest), np.float64))
-    return np.asarray(steps.own.flat[np.argmax(y)] if y.size else 0.0, np.float64)
+    return np.asarray(np.broadcast_to(steps.own, y.shape).flat[np.argmax(y)] if y.size else 0.0, np.float64)
 
 
 def _scalar_error(factor: float, etype) -> float:
