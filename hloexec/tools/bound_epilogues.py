@@ -167,7 +167,7 @@ def epilogue_bounds(bounds, inst, orig, value, operands, epilogue: Epilogue) -> 
     if epilogue.activate is not None:
         steps.activate(epilogue.activate, epilogue.activation_rounds, epilogue.rounds_at_input)
     values = value if isinstance(value, tuple) else (value,)
-    local = [None] * len(values)
+    local: list = [None] * len(values)
     if epilogue.amax:
         local[1] = _amax_bounds(bounds, values[1], steps)
     if epilogue.out_factor is not None:
