@@ -309,13 +309,52 @@ def _compare_type(cmp) -> str | None:
     return ctype if kind != "complex" and ctype in valid else None
 
 
+def _is_constant(inst, value: int) -> bool:
+    return inst.opcode == "constant" and bool(np.all(np.asarray(inst.literal) == value))
+
+
+def total_order_of(inst) -> Instruction | None:
+    """The float `x` when `inst` is its total order by hand, as XLA:CPU's optimized comparators of jax's sorts
+    have it: `select(b < 0, b xor MAX, b)`, `b` the bits of `x` (a bitcast to the signed integer of its width,
+    MAX that integer's largest value, SIGNED compares): negative floats' magnitude bits flipped, the integer
+    `total_order_key` makes, so its signed order is x's TOTALORDER (-NaN < -inf < ... < -0 < +0 < ... < NaN);
+    else None."""
+    if inst.opcode != "select" or len(inst.operands) != 3 or inst.shape.is_tuple:
+        return None
+    negative, flipped, bits = inst.operands
+    if bits.opcode not in ("bitcast", "bitcast-convert") or bits.operands[0].shape.is_tuple:
+        return None
+    x = bits.operands[0]
+    itype, ftype = bits.shape.element_type, x.shape.element_type
+    if itype.kind != "sint" or ftype.kind != "float" or itype.bits != ftype.bits or itype.bits % 8:
+        return None
+    largest = (1 << (itype.bits - 1)) - 1
+    if negative.opcode != "compare" or _compare_type(negative) != "SIGNED":
+        return None
+    direction = negative.attr("direction")
+    if direction not in ("LT", "GT"):
+        return None
+    left, right = negative.operands if direction == "LT" else negative.operands[::-1]  # (b < 0 or 0 > b)
+    if left is not bits or not _is_constant(right, 0):
+        return None
+    if flipped.opcode != "xor" or not any(
+        p is bits and _is_constant(q, largest) for p, q in (flipped.operands, flipped.operands[::-1])
+    ):
+        return None
+    return x
+
+
 def _compared_key(cmp, directions) -> _SortKey | None:
     """The key f(p2k) when `cmp` is compare(f(p2k), f(p2k+1)) or compare(f(p2k+1), f(p2k)), f elementwise
-    over constants, with a direction in `directions` (read with p2k on the left); else None."""
+    over constants, with a direction in `directions` (read with p2k on the left); else None. A SIGNED compare
+    of two floats' total orders by hand (`total_order_of`) is read as their TOTALORDER compare."""
     if cmp.opcode != "compare" or len(cmp.operands) != 2 or cmp.attr("direction") not in directions:
         return None
     ctype = _compare_type(cmp)
     a, b = cmp.operands
+    floats = total_order_of(a), total_order_of(b)
+    if ctype == "SIGNED" and floats[0] is not None and floats[1] is not None:
+        (a, b), ctype = floats, "TOTALORDER"
     ea, eb = _expression(a), _expression(b)
     if ctype is None or ea is None or eb is None:
         return None
