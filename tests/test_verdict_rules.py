@@ -598,6 +598,45 @@ def test_a_gather_by_indices_rounding_decides_is_bounded_by_the_values_they_may_
     assert np.isfinite(bound).all() and bound[element] < 1e-3 * abs(float(correct[index][element]))
 
 
+@pytest.mark.parametrize("how", ["sort", "argsort"])
+def test_xla_cpus_optimized_sort_is_bounded_as_jaxs_own(how):
+    """XLA:CPU's optimized module (`compile().as_text()`) of jax's `lax.sort((bf16 keys, exp(z)))` and
+    `take_along_axis(exp(z), argsort(bf16 keys))`, keys with ties and near-ties: its comparators compare the keys'
+    total order by hand (a bitcast to s16, an xor of the negative ones), read as the keys' TOTALORDER, so the sort
+    rule and the indices rounding decides apply. XLA:CPU's result and numpy's (a stable sort of the device-rounded
+    keys) are consistent, an element 1% off whose key is alone is caught. On main: every sorted element unbounded
+    (the sort named), the 1% change passed."""
+    import jax
+    import jax.numpy as jnp
+    from hloexec.tools.numerics import xla_cpu_arithmetic
+
+    def program(x, y, z):
+        keys, v = (x * y).astype(jnp.bfloat16), jnp.exp(z)
+        if how == "sort":
+            return jax.lax.sort((keys, v), dimension=1, num_keys=1)[1]
+        return jnp.take_along_axis(v, jnp.argsort(keys, axis=1), axis=1)
+
+    x, y, z = _keyed_rows()
+    keys, v = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32), np.exp(z)
+    correct = _picked_by(keys, v, "argsort")
+    assert not np.array_equal(correct[0], _picked_by(x.astype(np.float64) * y, v, "argsort")[0])  # (ties swap)
+    text = jax.jit(program).lower(x, y, z).compile().as_text()
+    assert " bitcast(" in text and " xor(" in text  # (the premise: the total order by hand)
+    xla = [np.asarray(jax.jit(program)(x, y, z))]
+    row = np.sort(keys[0])
+    gaps = np.diff(row)
+    alone = np.flatnonzero(np.r_[True, gaps > 0.05] & np.r_[gaps > 0.05, True])[5]  # (farther than 2 bounds)
+    bumped = [correct[0].copy()]
+    bumped[0][0, alone] *= np.float32(1.01)
+    exe = hloexec.load(text)
+    verdict, run = judge_run(
+        exe, [x, y, z], {"XLA:CPU": xla, "numpy": correct, "bumped": bumped}, known={"XLA:CPU": xla_cpu_arithmetic()}
+    )
+    got = _verdicts(verdict)
+    assert all(b.unbounded == {} for b in run.bounds.values())
+    assert got["hloexec"] == got["XLA:CPU"] == got["numpy"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
 ARGSORT_THEN = """HloModule argsort_then
 less {{ a = bf16[] parameter(0)  b = bf16[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
         ROOT lt = pred[] compare(a, b), direction=LT }}
