@@ -15,7 +15,9 @@
   canonicalize NaN and -0 before a TOTALORDER compare), or combines several such compares
   lexicographically (or(lt0, and(eq0, rest)) as jax emits for num_keys > 1, or select(eq0, rest, lt0); eq0 of
   lt0's type, or TOTALORDER beside a FLOAT lt0 as XLA's TopK decomposition writes it: they part on -0/+0 and NaN
-  only, where that comparator is no strict weak order and XLA leaves the order unspecified).
+  only, where that comparator is no strict weak order and XLA leaves the order unspecified). XLA:CPU's optimized
+  modules of jax's sorts compare each key's total order by hand, `select(b < 0, b xor MAX, b)` of its bits b
+  (`total_order_of`): read as that float's TOTALORDER compare (the same integer `total_order_key` makes).
   Each key's f runs once on the whole operand through the registered kernels, then a stable numpy
   argsort/lexsort of an ordering array (TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN via an
   integer key; default FLOAT compare: -0 == +0, NaN sorts last ascending and descending -- XLA leaves NaN
@@ -490,7 +492,8 @@ def sort_permutation(comparator, ctx):
     "sort",
     kernel="numpy",
     notes="Comparators ordering by elementwise functions of the operands (plain LT/GT compares, jax's "
-    "NaN/-0 canonicalizing TOTALORDER compare, lexicographic num_keys > 1): keys computed on whole "
+    "NaN/-0 canonicalizing TOTALORDER compare, XLA:CPU's total order by hand of its bits, lexicographic "
+    "num_keys > 1): keys computed on whole "
     "arrays, stable numpy argsort/lexsort. Other comparators: Python stable sort with cmp_to_key per "
     "row (slow). Always stable.",
 )

@@ -26,9 +26,10 @@ custom-call, cub's radix sort (XLA-GPU's sort) and the payloads sorted with thei
 Their integer results that rounding decides (an HLO or radix sort's indices where its keys' clusters hold several
 keys, an argmax's where other keys reach the extreme's interval, a top-k's where other keys reach the j-th
 value's) are marked with the values they may take (tools/bound_indices.py: what a gather by them picks).
-Their samples are the op's kernel on the perturbed operands (the samples re-sort); the custom-calls' bounds are
-not calibrated by them (their rules are tight already; a payload's: the samples rarely swap what rounding may
-swap)."""
+Their samples are the op's kernel on the perturbed operands (the samples re-sort), a payload's plus a swap within
+its cluster (`_swaps`: the re-sort rarely swaps what rounding may swap, and the calibration of what is made from
+the payload cut its bounds to samples that saw none); their own bounds are not calibrated by them (their rules
+are tight already)."""
 
 from __future__ import annotations
 
