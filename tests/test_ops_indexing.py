@@ -281,6 +281,23 @@ def test_sort_xla_cpus_optimized_comparators_run_vectorized(monkeypatch, dt, nam
     _bit_equal(hloexec.load(text).run(*args), jax.tree_util.tree_leaves(want))
 
 
+def test_sort_a_total_order_by_hand_compared_gt_sorts_descending(monkeypatch):
+    """The total order by hand under a GT root (jax sorts descending by reversing, so an edit of its text): read as
+    a descending TOTALORDER key, run as keys, bit for bit XLA:CPU's (its bitcasts as bitcast-converts: XLA does not
+    compile an optimized module's scalar bitcast again)."""
+    f, args = _jax_sort_case(np.float32, "sort-payload")
+    text, count = re.subn(r"(ROOT %\S+ = pred\[\] compare\(%select, %select.1\)), direction=LT", r"\1, direction=GT",
+                          jax.jit(f).lower(*args).compile().as_text())
+    assert count == 1
+    exe = hloexec.load(text)
+    [sort] = [i for c in exe.module.computations for i in c.instructions if i.opcode == "sort"]
+    [key] = IX.sort_keys(sort.called["to_apply"].root)
+    assert key.compare_type == "TOTALORDER" and key.descending and key.root.shape.element_type.kind == "float"
+    want = run_on_xla_cpu(text.replace(" bitcast(", " bitcast-convert("), args)
+    monkeypatch.setattr(IX, "_comparator_permutation", _no_slow_sort)
+    _bit_equal(exe.run(*args), want)
+
+
 NEAR_TOTAL_ORDERS = {  # what breaks the total order by hand (XLA:CPU's form of an f32 key): a pattern, its edit
     "xor-constant": (r"constant\(2147483647\)", "constant(2147483646)"),
     "sign-test": (r"(compare\(%bitcast[.\d]*, %constant\)), direction=LT", r"\1, direction=GT"),
