@@ -726,6 +726,98 @@ def test_a_gather_by_indices_rounding_decides_is_bounded_by_the_values_they_may_
     assert np.isfinite(bound).all() and bound[element] < 1e-3 * abs(float(correct[index][element]))
 
 
+@pytest.mark.parametrize("how", ["sort", "argsort"])
+def test_xla_cpus_optimized_sort_is_bounded_as_jaxs_own(how):
+    """XLA:CPU's optimized module (`compile().as_text()`) of jax's `lax.sort((bf16 keys, exp(z)))` and
+    `take_along_axis(exp(z), argsort(bf16 keys))`, keys with ties and near-ties: its comparators compare the keys'
+    total order by hand (a bitcast to s16, an xor of the negative ones), read as the keys' TOTALORDER, so the sort
+    rule and the indices rounding decides apply. XLA:CPU's result and numpy's (a stable sort of the device-rounded
+    keys) are consistent, an element 1% off whose key is alone is caught. On main: every sorted element unbounded
+    (the sort named), the 1% change passed."""
+    import jax
+    import jax.numpy as jnp
+    from hloexec.tools.numerics import xla_cpu_arithmetic
+
+    def program(x, y, z):
+        keys, v = (x * y).astype(jnp.bfloat16), jnp.exp(z)
+        if how == "sort":
+            return jax.lax.sort((keys, v), dimension=1, num_keys=1)[1]
+        return jnp.take_along_axis(v, jnp.argsort(keys, axis=1), axis=1)
+
+    x, y, z = _keyed_rows()
+    keys, v = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32), np.exp(z)
+    correct = _picked_by(keys, v, "argsort")
+    assert not np.array_equal(correct[0], _picked_by(x.astype(np.float64) * y, v, "argsort")[0])  # (ties swap)
+    text = jax.jit(program).lower(x, y, z).compile().as_text()
+    assert " bitcast(" in text and " xor(" in text  # (the premise: the total order by hand)
+    xla = [np.asarray(jax.jit(program)(x, y, z))]
+    row = np.sort(keys[0])
+    gaps = np.diff(row)
+    alone = np.flatnonzero(np.r_[True, gaps > 0.05] & np.r_[gaps > 0.05, True])[5]  # (farther than 2 bounds)
+    bumped = [correct[0].copy()]
+    bumped[0][0, alone] *= np.float32(1.01)
+    exe = hloexec.load(text)
+    verdict, run = judge_run(
+        exe, [x, y, z], {"XLA:CPU": xla, "numpy": correct, "bumped": bumped}, known={"XLA:CPU": xla_cpu_arithmetic()}
+    )
+    got = _verdicts(verdict)
+    assert all(b.unbounded == {} for b in run.bounds.values())
+    assert got["hloexec"] == got["XLA:CPU"] == got["numpy"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
+def _near_tied_rows(rows: int, seed: int) -> tuple:
+    """Keys, payload of `rows` rows of 128: bf16 keys 8 ulps apart in [1, 256) but for 4 pairs a row, g -+ d (d 0.7 to
+    0.98 of half an ulp, either order): bf16 ties whose exact values are within rounding of each other, which the
+    sort of the perturbed keys rarely swaps; the payload exp(z)."""
+    r = np.random.default_rng(seed)
+    grid = (np.float32(1).astype(ml_dtypes.bfloat16).view(np.uint16) + np.arange(1024, dtype=np.uint16)).view(
+        ml_dtypes.bfloat16
+    )
+    grid = grid.astype(np.float64)  # (bf16's 1,024 values in [1, 256))
+    x = np.empty((rows, 128), np.float32)
+    for i in range(rows):
+        slots = r.permutation(128)
+        x[i] = grid[slots * 8 + 4]
+        for j in range(4):
+            g, ulp = grid[slots[2 * j] * 8], grid[slots[2 * j] * 8 + 1] - grid[slots[2 * j] * 8]
+            d = r.uniform(0.7, 0.98) * ulp / 2
+            x[i, 2 * j : 2 * j + 2] = (g + d, g - d) if r.random() < 0.5 else (g - d, g + d)
+    return x, r.standard_normal((rows, 128)).astype(np.float32)
+
+
+def test_a_sorts_payloads_samples_swap_within_their_keys_clusters():
+    """jax's `lax.sort` of bf16 keys with near-ties and an f32 payload, then a LayerNorm and a softmax of the sorted
+    payload along the sorted axis: the payload's bound reaches its cluster's farthest payload, and its samples swap
+    within the cluster (the first the farthest), so the calibration after it does not cut the bounds to samples that
+    see no swap. XLA:CPU's result and numpy's (a stable sort of the device's keys, f32 ops) are consistent; on main
+    all three were flagged (26 of the LayerNorm's elements: swapped payloads past bounds cut to unswapped samples)."""
+    import jax
+    import jax.numpy as jnp
+    from hloexec.jax import lower
+    from hloexec.tools.numerics import xla_cpu_arithmetic
+
+    def program(x, z):
+        _, p = jax.lax.sort((x.astype(jnp.bfloat16), jnp.exp(z)), dimension=1, num_keys=1)
+        c = p - jnp.mean(p, axis=1, keepdims=True)
+        return c * jax.lax.rsqrt(jnp.mean(c * c, axis=1, keepdims=True) + 1e-5), jax.nn.softmax(p, axis=1)
+
+    x, z = _near_tied_rows(64, 3)
+    f32 = np.float32
+    p = np.take_along_axis(np.exp(z), np.argsort(x.astype(ml_dtypes.bfloat16), axis=1, kind="stable"), 1)
+    c = p - (p.sum(1, keepdims=True, dtype=f32) / f32(128)).astype(f32)
+    v = ((c * c).sum(1, keepdims=True, dtype=f32) / f32(128)).astype(f32)
+    e = np.exp(p - p.max(1, keepdims=True))
+    numpy = [c * (f32(1) / np.sqrt(v + f32(1e-5))), e / e.sum(1, keepdims=True, dtype=f32)]
+    exact = np.take_along_axis(np.exp(z.astype(np.float64)), np.argsort(x, axis=1, kind="stable"), 1)
+    assert np.abs(p - exact).max() > 0.1  # (the premise: the device's order swaps payloads)
+    xla = [np.asarray(o) for o in jax.jit(program)(x, z)]
+    exe = hloexec.load(lower(program, x, z).text)
+    verdict, run = judge_run(exe, [x, z], {"XLA:CPU": xla, "numpy": numpy}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    for k in (0, 1):
+        got = _verdicts(verdict, k)
+        assert all(got[name][:2] == (True, 0) for name in ("hloexec", "XLA:CPU", "numpy")), (k, got)
+
+
 ARGSORT_THEN = """HloModule argsort_then
 less {{ a = bf16[] parameter(0)  b = bf16[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
         ROOT lt = pred[] compare(a, b), direction=LT }}
