@@ -111,7 +111,7 @@ from .bound_epilogues import epilogue_bounds
 from .bound_dots import dot_bounds, dot_floor, store_dot_samples
 from .bound_fft import fft_bounds
 from .bound_indices import Choices, follow
-from .bound_sorts import selecting_reduce, selects, sorted_bounds
+from .bound_sorts import selecting_reduce, selects, sorted_bounds, swapped_samples
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_overflow import dot_marks, mark_overflows
@@ -318,6 +318,7 @@ class ErrorBounds(BoundStore):
         summed = None  # an add reduce's samples' deviations, summed already
         ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
         floor = None  # a sum's own error in its known order, where its roundings may repeat (_reduce)
+        swaps = None  # a sort's payloads' samples' swaps within their keys' clusters (bound_sorts)
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
@@ -361,7 +362,7 @@ class ErrorBounds(BoundStore):
                 pass  # (sampled below)
             elif opcode == "custom-call" and (epilogue := self.plans.epilogue(inst)) is not None:
                 local, ceiling = epilogue_bounds(self, inst, orig, value, operands, epilogue)
-            elif selects(inst) and sorted_bounds(self, inst, value, operands):
+            elif selects(inst) and (swaps := sorted_bounds(self, inst, value, operands)) is not None:
                 pass  # (sampled below)
             elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
                 pass  # (sampled below)
@@ -371,6 +372,7 @@ class ErrorBounds(BoundStore):
                 self._no_rule(inst, floats)
                 return
             self._sample(inst, value, operands, local, ceiling, summed, floor)
+            swapped_samples(self, swaps)
 
     def _sample(self, inst, value, operands, local, ceiling=None, summed=None, floor=None) -> None:
         """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
