@@ -96,11 +96,13 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     `margin`): where they share one (a broadcast row value's deviation times a factor, the same after any op) or
     one is tight alone, the largest ratio is four draws' measure, below SIGMAS sigma in ~9% of blocks at
     SAMPLE_MARGIN. `in_place`: `bound`
-    is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
+    is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it).
+    Complex `deviations` (a complex value's: its bound is on the error's modulus) are read as their moduli, the
+    sums of their parts' squares."""
     if bound is None:
         return None
     if stats is None:  # the samples' squares against the bound's, per block, in one pass (block_ratios)
-        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), np.reshape(bound, -1), CALIBRATION_BLOCK)
+        stats = block_ratios(_squared_parts(deviations), np.reshape(bound, -1), CALIBRATION_BLOCK)
     largest, total, counted, seen, unjudged = stats
     if unjudged or seen < CALIBRATED_FROM:
         return bound
@@ -130,6 +132,10 @@ def participation(bound, deviations, largest, cut) -> np.ndarray:
     (kernels/bound_rules.participation_ratios; `largest`: the blocks' largest ratios, block_ratios'), computed only
     in the blocks being `cut` (4 in the others: the margin matters only where a block is cut); the samples read as
     kept (bfloat16: their bits, no float32 copy)."""
+    if np.iscomplexobj(deviations):  # (the parts' ratios: each at most the count of real draws its samples are made
+        # of; 0, a part no element near the largest ratio shows, says nothing)
+        real, imag = (participation(bound, part, largest, cut) for part in (deviations.real, deviations.imag))
+        return np.where(real == 0, imag, np.where(imag == 0, real, np.minimum(real, imag)))
     samples = np.reshape(deviations, (len(deviations), -1))
     if samples.dtype == _BF16:
         samples = samples.view(np.uint16)
@@ -137,6 +143,16 @@ def participation(bound, deviations, largest, cut) -> np.ndarray:
     participation_ratios(np.ascontiguousarray(samples), np.ascontiguousarray(bound).reshape(-1), CALIBRATION_BLOCK,
                          largest, cut, out)  # fmt: skip
     return out
+
+
+def _squared_parts(deviations) -> np.ndarray:
+    """`deviations` ((SAMPLES, *shape)) as rows whose squares, summed over the rows, are each element's samples' sum
+    of squares (block_ratios' reading): the samples themselves, or a complex value's parts (2 x SAMPLES rows of
+    float32: |d|^2 = Re^2 + Im^2)."""
+    rows = np.reshape(deviations, (len(deviations), -1))
+    if not np.iscomplexobj(rows):
+        return rows
+    return np.ascontiguousarray(np.concatenate([rows.real, rows.imag]), np.float32)
 
 
 def margin(participation) -> np.ndarray:
@@ -179,14 +195,9 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     other_type = orig.operands[1 - k].shape.element_type.numpy
     if other_type is None:
         return None
-    dims = tuple(inst.operands[k].attr("dimensions", ()))
-    kept = [x.shape[d] for d in dims]
-    count = int(np.prod(kept, dtype=np.int64))
+    source, count = broadcast_sources(inst.operands[k], x.shape)
     if count == x.size:
         return None  # (a broadcast that adds no dimension: nothing repeats)
-    # the broadcast operand's element behind each element of x
-    source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
-    source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
     # the binades of x's ulps; coarse: the other operand's ulp (in its type) at least x's
     info, other_info = ml_dtypes.finfo(orig.shape.element_type.numpy), ml_dtypes.finfo(other_type)
     groups = np.empty(x.shape, np.int64)
@@ -202,6 +213,16 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
         groups.reshape(-1),
     )
     return groups if any_coarse else None
+
+
+def broadcast_sources(broadcast, shape: tuple) -> tuple[np.ndarray, int]:
+    """(index, count): the element of `broadcast`'s operand (count elements, row-major) behind each element of its
+    result of `shape`, as an int64 array broadcastable to `shape`."""
+    dims = tuple(broadcast.attr("dimensions", ()))
+    kept = [shape[d] for d in dims]
+    count = int(np.prod(kept, dtype=np.int64))
+    source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
+    return source.reshape([shape[d] if d in dims else 1 for d in range(len(shape))]), count
 
 
 def _scaled(bound: np.ndarray, per_block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
