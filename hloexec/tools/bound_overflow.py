@@ -23,6 +23,9 @@ The range check is a pass over the value (`largest_reach`) only where an upper b
 the operands' (kept per value: moves and max / min / converts their largest, add / subtract / select their sum,
 multiply their product, dots K products; `_estimated_reach`) may reach the limit: on the GPT d256 step the values
 of divides, transcendentals, sums and a few products.
+A reduce that may ignore NaN terms on the device (DeviceProfile.nan_ignoring_reductions: XLA:CPU's max and min
+reduces of 4,096 elements or more, YNNPACK's: f32 and f64 always, f16 and bf16 by the NaN's sign) marks DROPPED_NAN where the shadow's value is NaN: the device's
+is the other terms' max; an op with such an operand marks it where its own value is NaN.
 Carried: moves move the marks; a sum's (add reduce, reduce-window, scatter) gets its terms' kinds, +inf with -inf
 NaN; a max / min reduce its terms'; a dot's or convolution's output every kind where a marked term reaches it
 (inf * 0, inf - inf); a collective's (`collective_marks`) as its bounds travel: its kernel exchanges every
@@ -44,6 +47,9 @@ from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, float_leaf, leaves
 
 POS_INF, NEG_INF, NAN = np.uint8(1), np.uint8(2), np.uint8(4)
 EVERY = np.uint8(7)
+# where the shadow is NaN, the device may make any value: a reduce that ignores NaN terms (DeviceProfile.
+# nan_ignoring_reductions) dropped it, here or in an operand
+DROPPED_NAN = np.uint8(8)
 _KINDS = ((POS_INF, np.inf), (NEG_INF, -np.inf), (NAN, np.nan))
 # ops that round nothing beyond their operands: no new mark from the range (their operands' were checked)
 _NO_ROUNDING = EXACT_ELEMENTWISE | {
@@ -132,7 +138,7 @@ def collective_marks(bounds, inst, value, operands, etypes) -> None:
             bounds._mark(v, (up * POS_INF) | (down * NEG_INF) | ((up & down) * NAN))
         return
     marks = {k: np.zeros(np.shape(v), np.uint8) for k, v in results}
-    for bit, _ in _KINDS:
+    for bit in (*(bit for bit, _ in _KINDS), DROPPED_NAN):
         reached = leaves(kernel(*[(held(o) & bit) if float_leaf(o) else o for o in operands]))
         for k, _v in results:
             marks[k] |= (np.asarray(reached[k]) > 0) * bit
@@ -212,15 +218,19 @@ def mark_overflows(bounds, inst, value, operands, singular: tuple = (), carries:
     orig = bounds.plans.original(inst)
     if orig is None:  # (the shadow's own helpers)
         return
+    dropped = any(h is not None and (h & DROPPED_NAN).any() for h in held)
     if not single:  # (a tuple's leaves made by the op itself, a sort's, from a marked operand: every kind)
         if any(h is not None for h in held) and opcode not in _NO_ROUNDING:
             for leaf in made:
                 if float_leaf(leaf) and not any(leaf is o for o in operands):
-                    bounds._mark(leaf, np.full(np.shape(leaf), EVERY))
+                    marks = np.full(np.shape(leaf), EVERY)
+                    bounds._mark(leaf, marks | _nan(leaf) * DROPPED_NAN if dropped else marks)
         return
     x = made[0]
     marks = bounds.marks_of(x)
     marks = np.zeros(np.shape(x), np.uint8) if marks is None else np.array(marks)
+    if dropped or _ignores_nan(bounds.device, inst, orig, x, operands):
+        marks |= _nan(x) * DROPPED_NAN
     if any(h is not None for h in held):
         marks |= _carried(bounds, inst, x, operands, held, singular)
     elif singular and bounds._decided_or_none(x) is not None and _may_be_zero(bounds, operands, singular):
@@ -237,6 +247,36 @@ def mark_overflows(bounds, inst, value, operands, singular: tuple = (), carries:
                 marks |= range_marks(x, bounds._stored_bound(x), etype.numpy)
     bounds._mark(x, marks)
     bounds._keep_reach(x, None if marks.any() else reach)
+
+
+def _nan(x) -> np.ndarray:
+    """Where the real value `x` (or its real part) is NaN, with its shape (a 0-d value's too)."""
+    return np.broadcast_to(np.isnan(np.real(x)), np.shape(x))
+
+
+# the types whose max / min reduces a device with nan_ignoring_reductions may compute ignoring NaN terms (XLA:CPU's
+# YNNPACK: f32 and f64 always; f16 and bf16 by the NaN's sign bit, which the shadow does not follow)
+_NAN_IGNORING = frozenset({"f16", "bf16", "f32", "f64"})
+
+
+def _ignores_nan(device, inst, orig, x, operands) -> bool:
+    """Whether `inst` is a max or min reduce (or reduce-window whose strides are its sizes) that `device` may compute
+    ignoring NaN terms (DeviceProfile.nan_ignoring_reductions: at least that many elements in its result or an
+    operand; _NAN_IGNORING's types), with a NaN in its value."""
+    least = device.nan_ignoring_reductions
+    reducer = inst.called.get("to_apply")
+    if not least or inst.opcode not in ("reduce", "reduce-window") or len(operands) != 2 or reducer is None:
+        return False
+    if reducer.root.opcode not in ("maximum", "minimum") or orig.shape.element_type.name not in _NAN_IGNORING:
+        return False
+    if inst.opcode == "reduce-window":
+        window = inst.attr("window") or ()
+        if not any(w.size > 1 or w.stride > 1 for w in window) or any(
+            w.size > 1 and (w.stride != w.size or w.base_dilation != 1 or w.window_dilation != 1 or w.reversal)
+            for w in window
+        ):
+            return False
+    return max(np.size(x), np.size(operands[0])) >= least and bool(np.isnan(np.real(x)).any())
 
 
 def _estimated_reach(bounds, inst, operands, rounding: float) -> float | None:
