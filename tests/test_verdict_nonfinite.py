@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 import hloexec
-from hloexec.tools.bound_overflow import NAN, NEG_INF, POS_INF, range_marks, rounding_limit
+from hloexec.tools.bound_overflow import DROPPED_NAN, NAN, NEG_INF, POS_INF, range_marks, rounding_limit
 from hloexec.tools.numerics import judge_run
 
 SUM = """HloModule m
@@ -156,14 +156,14 @@ ROWS = np.array(
 Y = TERMS  # (one per device: the all-reduce's exact sum 0; 80,000 past f16's range in some orders, either way)
 
 
-def _spmd_verdict(candidates):
+def _spmd_verdict(candidates, text=SPMD, inputs=(ROWS, Y), devices=("xla-cpu",)):
     import hloexec.spmd as spmd
     from hloexec.tools.numerics import Runner
 
-    exe = hloexec.load(SPMD)
-    per_device = spmd.split_inputs(exe.module, [ROWS, Y], 4)
+    exe = hloexec.load(text)
+    per_device = spmd.split_inputs(exe.module, list(inputs), 4)
     runner = Runner({"partitions": 4, "replicas": 1, "report": lambda message: None})
-    return judge_run(exe, per_device, candidates, runner, devices=["xla-cpu"])
+    return judge_run(exe, per_device, candidates, runner, devices=list(devices))
 
 
 def _xla_cpus_outputs(ring_start: int = 0) -> list:
@@ -208,3 +208,38 @@ def test_marks_travel_with_the_participant_each_element_comes_from():
     marks = run.bounds["xla-cpu"].nonfinite
     assert marks[0].tolist() == [0, POS_INF, 0, 0] and marks[1] == POS_INF and marks[2] == POS_INF
     assert marks[3] == POS_INF | NEG_INF | NAN
+
+
+# each device's f32 rows' max (4,096 elements: XLA:CPU gives it to YNNPACK, which ignores NaN terms), all-gathered
+# and add all-reduced
+DROPPING = """HloModule spmd_dropped, num_partitions=4
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+max { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT m = f32[] maximum(a, b) }
+ENTRY e {
+  x = f32[2,2048] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  z = f32[] constant(-inf)
+  m = f32[2] reduce(x, z), dimensions={1}, to_apply=max
+  g = f32[8] all-gather(m), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}
+  r = f32[2] all-reduce(m), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT out = (f32[8], f32[2]) tuple(g, r), sharding={{replicated}, {replicated}}
+}"""
+
+
+def test_a_nan_a_participants_max_reduce_drops_may_be_any_value_on_every_participant():
+    """Device 1's first row holds a NaN: XLA:CPU's max over its 4,096 elements ignores it (the xla-cpu profile's
+    nan_ignoring_reductions; emulated as numpy's fmax, IEEE's maxNum), so every device's all-gathered element 2
+    and add all-reduced element 0 are finite where the shadow's are NaN: consistent under XLA:CPU's arithmetic,
+    not under the reference's (HLO's maximum propagates NaN); a NaN planted where the shadow is finite is caught."""
+    x = np.random.default_rng(0).standard_normal((8, 2048)).astype(np.float32)
+    x[2, 100] = np.nan
+    maxima = np.fmax.reduce(x, axis=1, initial=-np.inf).astype(np.float32)
+    summed = maxima.reshape(4, 2).sum(axis=0, dtype=np.float32)  # (f32 sums in group order: within the bound)
+    device = [maxima, summed]
+    planted = [maxima.copy(), summed]
+    planted[0][3] = np.nan
+    verdict, run = _spmd_verdict({"XLA:CPU's": device, "planted": planted}, DROPPING, (x,), ("xla-cpu", "reference"))
+    assert verdict.by_device["xla-cpu"].consistent("XLA:CPU's")
+    assert not verdict.by_device["reference"].consistent("XLA:CPU's")
+    assert not verdict.by_device["xla-cpu"].consistent("planted")
+    marks = run.bounds["xla-cpu"].nonfinite
+    assert (marks[0] & DROPPED_NAN).tolist() == [0, 0, DROPPED_NAN, 0, 0, 0, 0, 0] and marks[1][0] & DROPPED_NAN

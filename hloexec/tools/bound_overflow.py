@@ -100,7 +100,7 @@ def collective_marks(bounds, inst, value, operands, etypes) -> None:
     the collective's type (`etypes`: its value's leaves' element types; its partial sums travel in it): the
     intervals' positive parts and negative parts summed in one exchange (the real and imaginary parts of one
     complex payload; a term marked +inf adds +inf to the positive parts, -inf to the negative, NaN to both:
-    every kind; a term without a bound its value); a max / min all-reduce (or another reducer) its terms' kinds, one exchange per kind."""
+    every kind; a term without a bound its value; one whose NaN may have been dropped NaN: DROPPED_NAN); a max / min all-reduce (or another reducer) its terms' kinds, one exchange per kind."""
     kernel = bounds._kernel(inst)
     results = [(k, v) for k, v in enumerate(leaves(value)) if float_leaf(v) and not any(v is o for o in operands)]
     reducer = inst.called.get("to_apply")
@@ -125,17 +125,19 @@ def collective_marks(bounds, inst, value, operands, etypes) -> None:
             a, e, marks = np.real(o), bounds.of(o), bounds.marks_of(o)
             e = np.where(np.isfinite(e), e, 0.0)  # (an element without a bound says nothing; its marks do)
             lane = np.empty(np.shape(o), np.complex128)
-            np.maximum(a + e, 0.0, out=lane.real)
-            np.maximum(e - a, 0.0, out=lane.imag)
+            np.fmax(a + e, 0.0, out=lane.real)  # (fmax: a NaN of the shadow's is 0 here, NaN only if dropped)
+            np.fmax(e - a, 0.0, out=lane.imag)
             if marks is not None:
                 lane.real[(marks & (POS_INF | NAN)) > 0] = np.inf
                 lane.imag[(marks & (NEG_INF | NAN)) > 0] = np.inf
+                lane.real[(marks & DROPPED_NAN) > 0] = np.nan
             lanes.append(lane)
         summed = leaves(kernel(*lanes))
         for k, v in results:
             limit = rounding_limit(etypes[k].numpy)[0] if etypes[k].kind == "float" else np.inf
             up, down = np.real(summed[k]) >= limit, np.imag(summed[k]) >= limit
-            bounds._mark(v, (up * POS_INF) | (down * NEG_INF) | ((up & down) * NAN))
+            dropped = np.isnan(np.real(summed[k])) * DROPPED_NAN
+            bounds._mark(v, (up * POS_INF) | (down * NEG_INF) | ((up & down) * NAN) | dropped)
         return
     marks = {k: np.zeros(np.shape(v), np.uint8) for k, v in results}
     for bit in (*(bit for bit, _ in _KINDS), DROPPED_NAN):
