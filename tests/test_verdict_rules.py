@@ -259,6 +259,134 @@ def test_a_cublas_gemm_with_alpha_beta_or_an_epilogue_is_bounded(variant):
         assert _verdicts(verdict, 1)["correct"] == (True, 0, 0)
 
 
+F8_MATMUL = r"""HloModule g
+ENTRY e {{ x = f32[64,512] parameter(0)  w = f32[48,512] parameter(1)  xs = f32[] parameter(2)  ws = f32[] parameter(3)
+          ds = f32[] parameter(4)  bias = bf16[48] parameter(5)  one = f32[] constant(1)
+          xb = f32[64,512] broadcast(xs), dimensions={{}}  wb = f32[48,512] broadcast(ws), dimensions={{}}
+          xd = f32[64,512] divide(x, xb)  wd = f32[48,512] divide(w, wb)
+          a = f8e4m3fn[64,512] convert(xd)  b = f8e4m3fn[48,512] convert(wd)
+          ROOT g = {result} custom-call(a, b, xs, ws{operands}), custom_call_target="__cublas$lt$matmul$f8", backend_config={{"gemm_backend_config":{{"alpha_real":1,"alpha_imag":0,"beta":0,"dot_dimension_numbers":{{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}},"precision_config":{{"operand_precision":["DEFAULT","DEFAULT"],"algorithm":"ALG_UNSET"}},"epilogue":"{epilogue}","damax_output":{damax}}}}} }}"""
+# variant -> (result, operands after b_scale, epilogue, device): f32 accumulation (reference) and Hopper's fast
+# accumulation (h100: DEFAULT precision), a bf16 result with a bias and RELU, an fp8 result with d_scale and amax
+# (the form GemmRewriter makes), the same in the older form (c_scale, d_scale after b_scale)
+F8_VARIANTS = {
+    "f32": ("(f32[64,48], s8[0])", "", "DEFAULT", "reference"),
+    "f32_fast_accumulation": ("(f32[64,48], s8[0])", "", "DEFAULT", "h100"),
+    "bf16_bias_relu": ("(bf16[64,48], s8[0])", ", bias", "BIAS_RELU", "h100"),
+    "f8_d_scale_amax": ("(f8e4m3fn[64,48], f32[], s8[0])", ", ds", "DEFAULT", "h100"),
+    "f8_e5m2_older_form": ("(f8e5m2[64,48], f32[], s8[0])", ", one, ds", "DEFAULT", "reference"),
+}
+
+
+def _truncated(x, bits):
+    """f32 values cut to `bits` significand bits (the implicit one counted), towards zero."""
+    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(~((1 << (24 - bits)) - 1) & 0xFFFFFFFF)).view(
+        np.float32
+    )
+
+
+def _cublaslt_f8(a, b, scales, bias, epilogue, fast, out_type):
+    """cuBLASLt's fp8 matmul as its documentation states it (cublasLtMatmul: D = scale_d * epilogue(scale_a *
+    scale_b * A.B + bias), amax_D = max |D| before scale_d, fp8 outputs saturated), emulated: the fp8 values exact
+    in f32, accumulated in f32, or under Hopper's fast accumulation as the DeepSeek-V3 report (3.3.2) describes it
+    (32 products at a time, the running sum kept to 14 significand bits, truncated); returns (D, amax)."""
+    f32 = np.float32
+    a, b = a.astype(f32), b.astype(f32)
+    if fast:
+        acc = np.zeros((a.shape[0], b.shape[0]), f32)
+        for k in range(0, a.shape[1], 32):
+            acc = _truncated(acc + a[:, k : k + 32] @ b[:, k : k + 32].T, 14)
+    else:
+        acc = a @ b.T
+    r = acc * (f32(scales[0]) * f32(scales[1]))
+    if epilogue.startswith("BIAS"):
+        r = r + bias.astype(f32)
+    if "RELU" in epilogue:
+        r = np.maximum(r, f32(0))
+    amax = np.max(np.abs(r))
+    if len(scales) > 2:
+        r = r * f32(scales[2])
+    if np.dtype(out_type).itemsize == 1:
+        limit = f32(ml_dtypes.finfo(out_type).max)
+        r = np.clip(r, -limit, limit)
+    return r.astype(out_type), f32(amax)
+
+
+@pytest.mark.parametrize("variant", sorted(F8_VARIANTS))
+def test_a_cublaslt_fp8_matmul_is_bounded(variant):
+    """cuBLASLt's fp8 matmul (`__cublas$lt$matmul$f8`: f32 operands scaled and quantized to e4m3 in the program,
+    their scales as operands): the product of the fp8 values (exact) accumulated in f32 or, on an H100 at DEFAULT
+    precision, with fast accumulation (its truncations bounded, tools/bound_dots.fast_accumulation_allowance),
+    scaled by a_scale * b_scale, the epilogue, d_scale, the saturation and the final rounding. The documented
+    arithmetic emulated in numpy is consistent, and so is hloexec's run; the largest element 1% off is caught
+    where 1% exceeds the bound (f32 and bf16 results), an fp8 result's (an ulp of 6-12%) two values up; amax 1%
+    off is caught. d_scale 8 saturates ~1% of the e4m3 result's elements at 448 (the shadow's exact value too). On main it was pinned: an f32 result unbounded, others judged as if exact (its own run only)."""
+    result, operands, epilogue, device = F8_VARIANTS[variant]
+    text = F8_MATMUL.format(
+        result=result, operands=operands, epilogue=epilogue, damax="true" if "f32[]" in result else "false"
+    )
+    r = np.random.default_rng(4)
+    x, w = r.standard_normal((64, 512)).astype(np.float32), r.standard_normal((48, 512)).astype(np.float32)
+    xs, ws = np.float32(np.abs(x).max() / 448), np.float32(np.abs(w).max() / 448)
+    ds, bias = np.float32(8), r.standard_normal(48).astype(ml_dtypes.bfloat16)  # (~1% of e4m3's saturate)
+    a = (x / xs).astype(ml_dtypes.float8_e4m3fn)  # (the program's divide and convert: f32, to nearest)
+    b = (w / ws).astype(ml_dtypes.float8_e4m3fn)
+    out_type = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f8e4m3fn": ml_dtypes.float8_e4m3fn}.get(
+        result[1 : result.index("[")], ml_dtypes.float8_e5m2
+    )
+    scales = (xs, ws, ds) if "ds" in operands else (xs, ws)
+    correct, amax = _cublaslt_f8(a, b, scales, bias, epilogue, device == "h100", out_type)
+    magnitude = np.abs(correct.astype(np.float32))
+    big = np.unravel_index(np.argmax(np.where(magnitude < 200, magnitude, 0)), correct.shape)  # (not saturated)
+    bumped = correct.copy()
+    if np.dtype(out_type).itemsize == 1:  # (two fp8 values up: 1% is within an ulp)
+        bumped.view(np.uint8)[big] += 2
+    else:
+        bumped[big] = (correct[big].astype(np.float32) * 1.01).astype(out_type)
+    has_amax = "f32[]" in result
+    outputs = lambda d, m: [d, m, np.zeros(0, np.int8)] if has_amax else [d, np.zeros(0, np.int8)]  # noqa: E731
+    candidates = {"correct": outputs(correct, amax), "bumped": outputs(bumped, amax)}
+    if has_amax:
+        candidates["amax_bumped"] = outputs(correct, np.float32(amax * 1.01))
+    exe = hloexec.load(text, device=device)
+    verdict, run = judge_run(exe, [x, w, xs, ws, ds, bias], candidates)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    got = _verdicts(verdict)
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+    if has_amax:
+        assert _verdicts(verdict, 1)["correct"] == (True, 0, 0) and _verdicts(verdict, 1)["hloexec"] == (True, 0, 0)
+        assert _verdicts(verdict, 1)["amax_bumped"] == (False, 1, 0), _verdicts(verdict, 1)
+
+
+@pytest.mark.parametrize(
+    "device,algorithm", [("h100", ""), ("reference", ", algorithm=dot_any_f8_any_f8_f32_fast_accum")]
+)
+def test_an_fp8_dot_with_fast_accumulation_is_bounded(device, algorithm):
+    """A plain fp8 dot at DEFAULT precision becomes a cuBLASLt fp8 GEMM on an H100, with fast accumulation (the
+    h100 profile), and so does one whose algorithm asks for it on any device: its bound allows the running sum's
+    truncations (tools/bound_dots.fast_accumulation_allowance), and its shadow is the exact dot. The emulated device
+    result is consistent, and so is hloexec's run; the largest element 1% off is caught. On main the dot's bound
+    took f32 accumulation (hloexec's run and the emulation flagged, errors ~200x their bounds), and the explicit
+    algorithm's shadow truncated its own sums too."""
+    text = f"""HloModule d
+ENTRY e {{ a = f8e4m3fn[64,512] parameter(0)  b = f8e4m3fn[48,512] parameter(1)
+          ROOT d = f32[64,48] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}{algorithm} }}"""
+    r = np.random.default_rng(6)
+    a, b = ((r.standard_normal((n, 512)) * 64).astype(ml_dtypes.float8_e4m3fn) for n in (64, 48))
+    correct, _ = _cublaslt_f8(a, b, (1, 1), None, "DEFAULT", True, np.float32)
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float32(1.01)
+    exe = hloexec.load(text, device=device)
+    verdict, run = judge_run(exe, [a, b], {"correct": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    assert not np.array_equal(correct, _cublaslt_f8(a, b, (1, 1), None, "DEFAULT", False, np.float32)[0])
+    # (fp8 products' sums of 512 terms span < 53 bits: exact in f64 in any order)
+    np.testing.assert_array_equal(run.shadow[0], a.astype(np.float64) @ b.astype(np.float64).T)
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+
+
 CUDNN_CONV = r"""HloModule conv
 ENTRY e {{ x = f16[2,6,6,4] parameter(0)  w = f16[3,3,4,8] parameter(1)  dy = f16[2,6,6,8] parameter(2)
           bias = f16[8] parameter(3)  side = f16[2,6,6,8] parameter(4)

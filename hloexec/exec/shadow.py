@@ -39,6 +39,8 @@ import numpy as np
 from ..ir.dtypes import ELEMENT_TYPES, ElementType
 from ..ir.module import Computation, Instruction, Module
 from ..ir.shape import Shape
+from ..ops.custom_call.cublas import F8_MATMUL, PROGRAM_RESULT_TYPE
+from ..ops.custom_call.registry import result_leaves
 
 F64, F32, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["f32"], ELEMENT_TYPES["c128"]
 # `half_in_f32`: float types of at most this many bits are f32 in the shadow (f32 and f64 stay f64). f32 has 13
@@ -53,6 +55,7 @@ COMPUTING_CUSTOM_CALLS = frozenset(
     {
         "__cublas$gemm",
         "__cublas$lt$matmul",
+        "__cublas$lt$matmul$f8",
         "__cudnn$convForward",
         "__cudnn$convBackwardInput",
         "__cudnn$convBackwardFilter",
@@ -292,6 +295,9 @@ class _Transform:
                 value[id(inst)] = _widen(own, inst.shape, inst.name, add, self.wide)
                 continue
             copy = add(inst.name, inst.opcode, self.wide(inst.shape), operands, like=inst, exact_name=True)
+            if inst.opcode == "custom-call" and inst.attr("custom_call_target") == F8_MATMUL:
+                # (its result saturates to the program's fp8 type's range: f64 has another)
+                copy.attrs = {**inst.attrs, PROGRAM_RESULT_TYPE: result_leaves(inst)[0].element_type.name}
             if inst.opcode == "constant" and has_float(inst.shape):
                 copy._decoded = {"__literal__": widen(inst.literal, inst.shape, self.shadow.half_in_f32)}
             value[id(inst)] = copy

@@ -96,6 +96,8 @@ class DeviceProfile:
     # at least this many elements (operand or result) may ignore NaN terms: the others' max, the init where all are
     # NaN (XLA:CPU's YNNPACK offload: 4096; f32 / f64 always, f16 / bf16 by the NaN's sign bit); 0: none, NaN
     # propagates as HLO's maximum says
+    divide_by_reciprocal: bool = False  # x / broadcast(m) is computed as x * broadcast(1 / m): the reciprocal
+    # rounds once more (XLA's algebraic simplifier on XLA:CPU)
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
     # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
     # error bounds follow that order; hloexec runs a module as written. 0: no rewrite
@@ -257,7 +259,8 @@ def _check(p: DeviceProfile, path: Path) -> None:
         isinstance(p.tree_reduction_window, int) and p.tree_reduction_window >= 0,
         f"tree_reduction_window = {p.tree_reduction_window!r}: expected 0 (none) or a window's length",
     )
-    for flag in ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction"):
+    flags = ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction")
+    for flag in (*flags, "flush_subnormals", "divide_by_reciprocal"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 
 

@@ -179,14 +179,9 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     other_type = orig.operands[1 - k].shape.element_type.numpy
     if other_type is None:
         return None
-    dims = tuple(inst.operands[k].attr("dimensions", ()))
-    kept = [x.shape[d] for d in dims]
-    count = int(np.prod(kept, dtype=np.int64))
+    source, count = broadcast_sources(inst.operands[k], x.shape)
     if count == x.size:
         return None  # (a broadcast that adds no dimension: nothing repeats)
-    # the broadcast operand's element behind each element of x
-    source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
-    source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
     # the binades of x's ulps; coarse: the other operand's ulp (in its type) at least x's
     info, other_info = ml_dtypes.finfo(orig.shape.element_type.numpy), ml_dtypes.finfo(other_type)
     groups = np.empty(x.shape, np.int64)
@@ -202,6 +197,16 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
         groups.reshape(-1),
     )
     return groups if any_coarse else None
+
+
+def broadcast_sources(broadcast, shape: tuple) -> tuple[np.ndarray, int]:
+    """(index, count): the element of `broadcast`'s operand (count elements, row-major) behind each element of its
+    result of `shape`, as an int64 array broadcastable to `shape`."""
+    dims = tuple(broadcast.attr("dimensions", ()))
+    kept = [shape[d] for d in dims]
+    count = int(np.prod(kept, dtype=np.int64))
+    source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
+    return source.reshape([shape[d] if d in dims else 1 for d in range(len(shape))]), count
 
 
 def _scaled(bound: np.ndarray, per_block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
