@@ -118,7 +118,7 @@ from .bound_indices import Choices, follow
 from .bound_sorts import selecting_reduce, selects, sorted_bounds, swapped_samples
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
-from .bound_overflow import dot_marks, mark_overflows
+from .bound_overflow import collective_marks, dot_marks, mark_overflows
 from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, sample_dtype, widens_exactly
 from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
@@ -293,7 +293,8 @@ class ErrorBounds(BoundStore):
                 follow(self, inst, value, operands)
         if inst.opcode not in EXACT:
             with np.errstate(all="ignore"):
-                mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()))
+                collective = _started(inst.opcode) in COLLECTIVES  # (its rule exchanged the marks)
+                mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()), not collective)
 
     def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)
@@ -747,6 +748,9 @@ class ErrorBounds(BoundStore):
         leaves = _leaves(value)
         own_errors: list = [np.zeros(())] * len(leaves)
         results = [(k, v) for k, v in enumerate(leaves) if _float(v) and not any(v is o for o in operands)]
+        orig = self.plans.original(inst)
+        etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
+        collective_marks(self, inst, value, operands, etypes)
         reducer = inst.called.get("to_apply")
         if _started(inst.opcode) not in ("all-reduce", "all-reduce-start", "reduce-scatter") or (
             reducer is None or reducer.root.opcode != "add"
@@ -754,14 +758,12 @@ class ErrorBounds(BoundStore):
             for k, v in results:
                 self._put(v, np.asarray(np.real(bounds[k]), np.float64))
             return own_errors, None, None, None
-        orig = self.plans.original(inst)
         types = [o.shape.element_type.numpy for o in orig.operands]
         held = [np.asarray(o).astype(t) if _float(o) else o for o, t in zip(operands, types)]
         folded = _leaves(self._kernel(inst)(*held))  # (the collective's fold: group order, every step in the type)
         floors: list = [None] * len(leaves)
         squares = _leaves(self._substituted(inst, operands, squared_magnitude))
         count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
-        etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
             # (the partial sums travel between participants in the collective's type: every step rounds to it)
             accumulation = accumulation_variance(self, etypes[k], count, squares[k], v, per_step=True)
