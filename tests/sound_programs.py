@@ -17,7 +17,8 @@ rules:
   windows' sums (TreeReductionRewriter, window 32), f32 sums in 8 lanes; `fma` (xla-cpu): a multiply feeding an
   add rounds once; `flush` (xla-cpu: FTZ and DAZ, tsl::port::ScopedFlushDenormal around every XLA:CPU run): f32 and
   bf16 arithmetic (elementwise ops, compares, max, sums, dots: every step) reads operands below f32's smallest
-  normal as 0 and makes results below it 0; negate, abs, selects and converts keep them.
+  normal as 0 and makes results below it 0; negate, abs, selects and converts keep them; a divide by a broadcast
+  (xla-cpu: XLA's algebraic simplifier) is a multiply by the reciprocal, computed in f32 (rounded to f16 for f16).
 - dots: products of the algorithm's operands (exact in f32) accumulated in f32 in `order`; f32 operands cut per
   the algorithm: tpu DEFAULT / HIGH / HIGHEST one / three / six bf16 passes (hi = the f32's top 16 bits, lo =
   bf16(x - hi)), f32 for a matrix-vector dot; a100 DEFAULT / HIGH TF32 (10 stored bits, to nearest), HIGHEST
@@ -422,7 +423,12 @@ def emulate(p: Program, device: str, order: str, seed: int = 0) -> list[np.ndarr
                 if device == "xla-cpu" and o.dtype == "f32" and o.attr["op"] in ("add", "subtract"):
                     a = fused_product.get(o.operands[0], a)  # FMA: the product unrounded
                     b = fused_product.get(o.operands[1], b)
-                exact = BINARY[o.attr["op"]](a, b)
+                if device == "xla-cpu" and o.attr["op"] == "divide" and ops[o.operands[1]].kind == "broadcast":
+                    # XLA's algebraic simplifier: x * broadcast(1 / m), the reciprocal in f32 (rounded to f16 for f16)
+                    reciprocal = ftz(np.float32(1) / b.astype(np.float32), flush)
+                    exact = a * (reciprocal.astype(np.float16) if o.dtype == "f16" else reciprocal).astype(np.float64)
+                else:
+                    exact = BINARY[o.attr["op"]](a, b)
                 if o.attr["op"] == "multiply" and o.dtype == "f32":
                     fused_product[o.name] = exact
                 if flush:  # (f32 arithmetic: its result flushed before a 16-bit type's rounding)

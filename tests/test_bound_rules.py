@@ -254,6 +254,24 @@ def test_calibrate_reads_bfloat16_samples_as_their_float32_values():
     assert np.all(cut < 1) and np.median(cut[::2]) > np.median(cut[1::2])  # (a wider margin where one draw)
 
 
+def test_calibrate_reads_complex_samples_as_their_moduli():
+    """A complex value's bound is on its error's modulus: calibrate reads complex deviations d as |d| (Re^2 + Im^2
+    summed over the samples), and its margin from the real draws they are made of. Loose blocks of independent
+    deviations and of one real deviation shared by the block: deviations real, imaginary, or times unit complex
+    factors of any phase (the shared draw stays one draw: its parts together span two directions, each part one)
+    calibrate as their moduli's real deviations do, the shared blocks at the one-draw margin (a wider cut)."""
+    rng = np.random.default_rng(23)
+    bound = np.full((64, CALIBRATION_BLOCK), 20.0 * SIGMAS)
+    real = rng.standard_normal((SAMPLES, 64, CALIBRATION_BLOCK))
+    real[:, ::2] = rng.standard_normal((SAMPLES, 32, 1)) * rng.uniform(0.5, 1, (1, 32, CALIBRATION_BLOCK))
+    phase = np.exp(1j * rng.uniform(0, 2 * np.pi, (1, 64, CALIBRATION_BLOCK)))
+    want = calibrate(bound, real.astype(np.float32))
+    assert np.all(want < bound) and np.median(want[::2, 0]) > np.median(want[1::2, 0])
+    for factor in (1, 1j, phase):
+        got = calibrate(bound, (real * factor).astype(np.complex64))
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("bound_dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", ["loose", "short", "specials", "nonfinite-samples", "few"])
 def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):

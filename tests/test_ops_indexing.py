@@ -1,4 +1,6 @@
 """gather / scatter / sort against XLA:CPU through jax.lax."""
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -11,7 +13,7 @@ import hloexec.ops.indexing as IX
 from hloexec.errors import HloParseError
 from hloexec.ir.attributes import GatherDims, ScatterDims
 from hloexec.ir.module import Computation
-from hloexec.tools.xla_cpu import XlaCpuError, parse_with_xla
+from hloexec.tools.xla_cpu import XlaCpuError, parse_with_xla, run_on_xla_cpu
 from op_helpers import make_inst, run, python_computation, scalar_computation, shape_text, type_name
 
 pytestmark = pytest.mark.xla
@@ -242,23 +244,80 @@ def _no_slow_sort(*args):
     raise AssertionError("sort ran its comparator per comparison")
 
 
+def _jax_sort_case(dt, name):
+    """The inputs of JAX_SORTS' `name` for keys of type `dt` (ties, -0, NaNs of both signs, infinities) and it."""
+    rs = np.random.RandomState(3)
+    with np.errstate(invalid="ignore"):  # NaN payloads cast to f16/bf16
+        row = np.concatenate([SORT_SPECIAL, np.round(rs.randn(17), 1).astype(np.float32)]).astype(dt)
+    x = np.stack([row, row[::-1], rs.permutation(row), np.zeros_like(row), -row])
+    y = rs.randint(-4, 5, x.shape).astype(np.int32)
+    nargs, f = JAX_SORTS[name]
+    return f, [x, y][:nargs]
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.float16, BF], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name", sorted(JAX_SORTS))
 def test_sort_jax_comparators_run_vectorized(monkeypatch, dt, name):
     """jax's sorts (NaN/-0 canonicalizing TOTALORDER comparators, lexicographic keys) vs XLA:CPU, bit for bit,
     without calling the comparator per comparison."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-    rs = np.random.RandomState(3)
-    with np.errstate(invalid="ignore"):     # NaN payloads cast to f16/bf16
-        row = np.concatenate([SORT_SPECIAL, np.round(rs.randn(17), 1).astype(np.float32)]).astype(dt)
-    x = np.stack([row, row[::-1], rs.permutation(row), np.zeros_like(row), -row])
-    y = rs.randint(-4, 5, x.shape).astype(np.int32)
-    nargs, f = JAX_SORTS[name]
-    args = [x, y][:nargs]
+    f, args = _jax_sort_case(dt, name)
     text = jax.jit(f).lower(*args).as_text(dialect="hlo")
     want = run_on_xla_cpu(text, args)
     monkeypatch.setattr(IX, "_comparator_permutation", _no_slow_sort)
     _bit_equal(hloexec.load(text).run(*args), want)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.float16, BF], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", ["argsort", "argsort-descending", "sort-payload", "sort-2keys", "lexsort"])
+def test_sort_xla_cpus_optimized_comparators_run_vectorized(monkeypatch, dt, name):
+    """XLA:CPU's optimized modules of jax's sorts compare a key's total order by hand (`select(b < 0, b xor MAX,
+    b)`, b the bits of the canonicalized key): read as the float's TOTALORDER key, they run as keys, bit for bit
+    XLA:CPU's result (before: one comparator call per comparison)."""
+    f, args = _jax_sort_case(dt, name)
+    text = jax.jit(f).lower(*args).compile().as_text()
+    assert " bitcast(" in text and " xor(" in text  # (the premise: the form by hand)
+    want = jax.jit(f)(*args)
+    monkeypatch.setattr(IX, "_comparator_permutation", _no_slow_sort)
+    _bit_equal(hloexec.load(text).run(*args), jax.tree_util.tree_leaves(want))
+
+
+def test_sort_a_total_order_by_hand_compared_gt_sorts_descending(monkeypatch):
+    """The total order by hand under a GT root (jax sorts descending by reversing, so an edit of its text): read as
+    a descending TOTALORDER key, run as keys, bit for bit XLA:CPU's (its bitcasts as bitcast-converts: XLA does not
+    compile an optimized module's scalar bitcast again)."""
+    f, args = _jax_sort_case(np.float32, "sort-payload")
+    text, count = re.subn(r"(ROOT %\S+ = pred\[\] compare\(%select, %select.1\)), direction=LT", r"\1, direction=GT",
+                          jax.jit(f).lower(*args).compile().as_text())
+    assert count == 1
+    exe = hloexec.load(text)
+    [sort] = [i for c in exe.module.computations for i in c.instructions if i.opcode == "sort"]
+    [key] = IX.sort_keys(sort.called["to_apply"].root)
+    assert key.compare_type == "TOTALORDER" and key.descending and key.root.shape.element_type.kind == "float"
+    want = run_on_xla_cpu(text.replace(" bitcast(", " bitcast-convert("), args)
+    monkeypatch.setattr(IX, "_comparator_permutation", _no_slow_sort)
+    _bit_equal(exe.run(*args), want)
+
+
+NEAR_TOTAL_ORDERS = {  # what breaks the total order by hand (XLA:CPU's form of an f32 key): a pattern, its edit
+    "xor-constant": (r"constant\(2147483647\)", "constant(2147483646)"),
+    "sign-test": (r"(compare\(%bitcast[.\d]*, %constant\)), direction=LT", r"\1, direction=GT"),
+    "branches": (r"select\((%compare[.\d]*), (%xor[.\d]*), (%bitcast[.\d]*)\)", r"select(\1, \3, \2)"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(NEAR_TOTAL_ORDERS))
+def test_sort_comparators_almost_a_total_order_by_hand_are_not_read(edit):
+    """A comparator one edit away from the total order by hand (another xor constant, the sign tested the other
+    way, the select's branches swapped) orders otherwise: not read as keys; it runs by comparisons, as XLA:CPU does
+    (its bitcasts as bitcast-converts: XLA does not compile an optimized module's scalar bitcast again)."""
+    f, args = _jax_sort_case(np.float32, "sort-payload")
+    pattern, edit = NEAR_TOTAL_ORDERS[edit]
+    text, count = re.subn(pattern, edit, jax.jit(f).lower(*args).compile().as_text())
+    assert count >= 1
+    exe = hloexec.load(text)
+    [sort] = [i for c in exe.module.computations for i in c.instructions if i.opcode == "sort"]
+    assert IX.sort_keys(sort.called["to_apply"].root) is None
+    _bit_equal(exe.run(*args), run_on_xla_cpu(text.replace(" bitcast(", " bitcast-convert("), args))
 
 
 def _sort_module(comparator_body: str) -> str:

@@ -14,6 +14,7 @@ import pytest
 
 import hloexec
 import hloexec.spmd as spmd
+from hloexec.tools.bounds import ErrorBounds
 from hloexec.tools.numerics import Runner
 from hloexec.tools.compare import ulp_at
 from hloexec.tools.shadow_runs import judge_run
@@ -275,3 +276,137 @@ def test_a_complex_convolution_is_bounded():
     got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
     assert run.bounds[exe.options.device.name].unbounded == {}
     assert got["xla"] == got["hloexec"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
+CANCELS = """HloModule cancels
+ENTRY e { x = c64[1024] parameter(0)  c = c64[1024] parameter(1)
+  p = c64[1024] exponential(x)
+  s = c64[1024] add(p, c)
+  ROOT t = c64[1024] subtract(s, p) }"""
+
+
+def _cancelling_inputs(seed: int) -> list:
+    """Unit-modulus exp(x) (x imaginary) and c of modulus 1e-4: t = (p + c) - p is c plus the add's rounding at
+    |p|'s ulp, p's own error (XLA's exp: ulps of f32) cancelling."""
+    rng = np.random.default_rng(seed)
+    x = 1j * rng.uniform(-3, 3, 1024)
+    c = 1e-4 * np.exp(1j * rng.uniform(-3, 3, 1024))
+    return [x.astype(np.complex64), c.astype(np.complex64)]
+
+
+def _rules_only(monkeypatch) -> None:
+    """The bounds as the rules make them, not calibrated by the samples (main's for complex values: they had none)."""
+    monkeypatch.setattr(ErrorBounds, "_calibrate", staticmethod(lambda bound, *args, **kwargs: bound))
+
+
+def test_complex_samples_see_errors_cancel_and_a_1pct_change_the_rules_pass_is_caught(monkeypatch):
+    """Complex values' samples are complex deviations carried through the ops, so an error that cancels in the
+    program cancels in them: (exp(x) + c) - exp(x) keeps exp's error out of its samples, and the bound calibrated by
+    them is >= 4x tighter than the rules' (which add exp's error twice). XLA:CPU's and numpy's complex64 results are
+    consistent; one element changed by 1% of the output's scale is caught, where the rules alone (main: complex
+    values had no samples) pass it."""
+    inputs = _cancelling_inputs(3)
+    exe = hloexec.load(CANCELS)
+    [xla] = run_on_xla_cpu(CANCELS, inputs)
+    x, c = inputs
+    p = np.exp(x)
+    emulated = (p + c) - p
+    bumped = xla.copy()
+    bumped[100] += np.complex64(0.01 * np.abs(xla).max())
+    candidates = {"xla": [xla], "numpy": [emulated], "bumped": [bumped]}
+    verdict, run = judge_run(exe, inputs, candidates)
+    sampled = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+    _rules_only(monkeypatch)
+    verdict, run = judge_run(exe, inputs, candidates)
+    rules = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    assert np.median(rules / sampled) >= 4, np.median(rules / sampled)
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["bumped"] == (True, 0, 0), got
+
+
+@pytest.mark.parametrize("ctype", sorted(TYPES))
+@pytest.mark.parametrize("seed", range(4))
+def test_correct_complex_results_are_consistent_with_calibrated_bounds(seed, ctype):
+    """No correct result is flagged where complex bounds are calibrated by their samples: over input seeds, the
+    cancelling program's and the CG-shaped step's (dots, a conjugate, a divide by a dot, multiply, abs, exp, sqrt,
+    a sum: its samples bilinear, linear and evaluated, or scaled in c128; 256 elements, so calibrated) XLA:CPU's
+    and numpy's results in the program's type are consistent."""
+    dtype, rtype = TYPES[ctype]
+    rng = np.random.default_rng(100 + seed)
+    a = (rng.standard_normal((256, 256)) + 1j * rng.standard_normal((256, 256))).astype(dtype)
+    b = (rng.standard_normal(256) + 1j * rng.standard_normal(256)).astype(dtype)
+    text = CG_STEP.format(c=ctype, r=rtype).replace("16", "256")  # (vectors of a calibration block)
+    cancelling = [v.astype(dtype) for v in _cancelling_inputs(seed)]
+    for program, inputs, emulate in (
+        (CANCELS.replace("c64", ctype), cancelling, lambda x, c: [(np.exp(x) + c) - np.exp(x)]),
+        (text, [a, b], _cg_step),
+    ):
+        xla = run_on_xla_cpu(program, inputs)
+        emulated = [np.asarray(v, o.dtype) for v, o in zip(emulate(*inputs), xla)]
+        verdict, _ = judge_run(hloexec.load(program), inputs, {"xla": xla, "numpy": emulated})
+        for k, output in enumerate(verdict.outputs):
+            got = {c.name: (c.consistent, c.bound_violations) for c in output.candidates}
+            assert all(v == (True, 0) for v in got.values()), (k, got)
+
+
+def test_a_c128_programs_smooth_ops_have_samples_that_see_errors_cancel(monkeypatch):
+    """A c128 program's deviations (~2^-53 of a value) are below what its f64 shadow resolves as a kernel on
+    perturbed operands less the value: exp's samples are a scaled difference (bound_complex.scaled_samples: the
+    deviation scaled by a power of two, the move divided by it). (exp(x) + c) - exp(x) in c128: the bound calibrated
+    by them is >= 4x below the rules' (exp's samples were unknown: NaN, not calibrated), XLA:CPU's and numpy's
+    complex128 results are consistent, and one element changed by 3x its calibrated bound is caught (the rules'
+    allow it)."""
+    text = CANCELS.replace("c64", "c128")
+    x, c = (v.astype(np.complex128) for v in _cancelling_inputs(5))
+    exe = hloexec.load(text)
+    [xla] = run_on_xla_cpu(text, [x, c])
+    _, run = judge_run(exe, [x, c], {})
+    sampled = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    bumped = xla.copy()
+    bumped[100] += 3 * sampled[100]
+    candidates = {"xla": [xla], "numpy": [(np.exp(x) + c) - np.exp(x)], "bumped": [bumped]}
+    verdict, _ = judge_run(exe, [x, c], candidates)
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+    _rules_only(monkeypatch)
+    verdict, run = judge_run(exe, [x, c], candidates)
+    rules = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    assert np.median(rules / sampled) >= 4, np.median(rules / sampled)
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["bumped"] == (True, 0, 0), got
+
+
+SELECTS = """HloModule selects
+ENTRY e { x = c128[1024] parameter(0)  c = c128[1024] parameter(1)  y = c128[1024] parameter(2)
+  p = c128[1024] exponential(x)
+  q = c128[1024] multiply(y, y)
+  cmp = pred[1024] compare(p, q), direction=NE
+  sel = c128[1024] select(cmp, p, q)
+  s = c128[1024] add(sel, c)
+  ROOT t = c128[1024] subtract(s, sel) }"""
+
+
+def test_a_c128_select_carries_its_branchs_deviations(monkeypatch):
+    """A select of c128 values after a c128 comparison: its samples are the chosen branch's deviations (exact; its
+    perturbed value less the value lost them: NaN, and nothing after it calibrated), and the comparison's perturbed
+    decisions its kernel's on the perturbed operands (they were all False). (sel + c) - sel is then calibrated >= 4x
+    below the rules, and XLA:CPU's and numpy's complex128 results stay consistent."""
+    rng = np.random.default_rng(1)
+    x, c = (v.astype(np.complex128) for v in _cancelling_inputs(1))
+    y = np.exp(1j * rng.uniform(-3, 3, 1024))
+    exe = hloexec.load(SELECTS)
+    [xla] = run_on_xla_cpu(SELECTS, [x, c, y])
+    p, q = np.exp(x), y * y
+    chosen = np.where(p != q, p, q)
+    verdict, run = judge_run(exe, [x, c, y], {"xla": [xla], "numpy": [(chosen + c) - chosen]})
+    sampled = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    got = {c.name: (c.consistent, c.bound_violations, c.unbounded) for c in verdict.outputs[0].candidates}
+    assert got["xla"] == got["numpy"] == got["hloexec"] == (True, 0, 0), got
+    _rules_only(monkeypatch)
+    _, run = judge_run(exe, [x, c, y], {})
+    rules = np.asarray(run.bounds[exe.options.device.name].bounds[0])
+    assert np.median(rules / sampled) >= 4, np.median(rules / sampled)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 import hloexec
-from hloexec.tools.bound_overflow import NAN, NEG_INF, POS_INF, range_marks, rounding_limit
+from hloexec.tools.bound_overflow import DROPPED_NAN, NAN, NEG_INF, POS_INF, range_marks, rounding_limit
 from hloexec.tools.numerics import judge_run
 
 SUM = """HloModule m
@@ -126,3 +126,120 @@ ENTRY e { x = f16[64] parameter(0)  w = f16[8,2] parameter(1)  z = f16[] constan
     assert (bounds.nonfinite[0] == POS_INF | NAN).all()
     assert (bounds.bounds[0] >= 1.0).all()
     assert verdict.consistent("NaN")
+
+
+# 4 partitions, each a row of x: its f16 sum (XLA:CPU's: every step rounded to f16), all-gathered, add and max
+# all-reduced; and y's one element per device, add all-reduced (f16: its partial sums travel in f16).
+SPMD = """HloModule spmd_marks, num_partitions=4
+add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
+max { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT m = f16[] maximum(a, b) }
+ENTRY e {
+  x = f16[1,8] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  y = f16[1] parameter(1), sharding={devices=[4]0,1,2,3}
+  z = f16[] constant(0)
+  s = f16[1] reduce(x, z), dimensions={1}, to_apply=add
+  g = f16[4] all-gather(s), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}
+  r = f16[1] all-reduce(s), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  m = f16[1] all-reduce(s), channel_id=3, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=max
+  u = f16[1] all-reduce(y), channel_id=4, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT out = (f16[4], f16[1], f16[1], f16[1]) tuple(g, r, m, u), sharding={{replicated}, {replicated}, {replicated}, {replicated}}
+}"""
+ROWS = np.array(
+    [
+        [1, 2, 3, 4, 5, 6, 7, 8],
+        [40000, 40000, -20000, -20000, 0, 0, 0, 0],  # (exact 40,000; index order: 80,000 is +inf in f16)
+        [-1, 2, -3, 4, -5, 6, -7, 8],
+        [0.5, 0.25, 1, 2, 4, 8, 16, 32],
+    ],
+    np.float16,
+)
+Y = TERMS  # (one per device: the all-reduce's exact sum 0; 80,000 past f16's range in some orders, either way)
+
+
+def _spmd_verdict(candidates, text=SPMD, inputs=(ROWS, Y), devices=("xla-cpu",)):
+    import hloexec.spmd as spmd
+    from hloexec.tools.numerics import Runner
+
+    exe = hloexec.load(text)
+    per_device = spmd.split_inputs(exe.module, list(inputs), 4)
+    runner = Runner({"partitions": 4, "replicas": 1, "report": lambda message: None})
+    return judge_run(exe, per_device, candidates, runner, devices=list(devices))
+
+
+def _xla_cpus_outputs(ring_start: int = 0) -> list:
+    """Every device's outputs as XLA:CPU's arithmetic makes them (f16 steps; an all-reduce's sum in group order
+    from device `ring_start`): one participant's +inf reaches every participant's all-gather and all-reduces."""
+    sums = np.array([_f16_sum(row, range(8)) for row in ROWS])
+    order = [(ring_start + k) % 4 for k in range(4)]
+    return [sums, np.array([_f16_sum(sums, order)]), np.array([sums.max()]), np.array([_f16_sum(Y, order)])]
+
+
+def test_marks_travel_with_the_participant_each_element_comes_from():
+    """Device 1's f16 row sum may be +inf (its positive parts, 80,000, pass f16's range; its negative ones do not):
+    the all-gather carries that mark to element 1 on every device, and the add and max all-reduces carry it to
+    their results; the all-reduce of y (40,000 twice, -40,000 twice: exact 0) may overflow either way in the
+    group's orders (from device 0 +inf, from device 2 -inf, a tree NaN). XLA:CPU's results emulated in numpy f16:
+    consistent (before: the marks stayed on device 1, and an all-reduce's own sums were never marked: every one
+    flagged). Where nothing may overflow a non-finite element is still caught: a NaN in device 0's sum, -inf or
+    NaN where only +inf may come, a NaN in the max all-reduce."""
+    device = _xla_cpus_outputs()
+    assert np.isposinf(device[0][1]) and np.isposinf(device[1][0]) and np.isposinf(device[2][0])
+    assert np.isposinf(device[3][0]) and np.isneginf(_xla_cpus_outputs(2)[3][0])
+    with np.errstate(invalid="ignore"):
+        tree = np.float16(_f16_sum(Y, [0, 1]) + _f16_sum(Y, [2, 3]))
+    assert np.isnan(tree)
+    planted = {}
+    for name, (out, at, value) in {
+        "NaN in device 0's sum": (0, 0, np.nan),
+        "-inf in device 1's": (0, 1, -np.inf),
+        "NaN in device 1's": (0, 1, np.nan),
+        "NaN in the add all-reduce": (1, 0, np.nan),
+        "NaN in the max all-reduce": (2, 0, np.nan),
+    }.items():
+        planted[name] = [o.copy() for o in device]
+        planted[name][out][at] = value
+    rings = {"from device 0": device, "from device 2": _xla_cpus_outputs(2)}
+    rings["a tree"] = [*device[:3], np.array([tree])]
+    verdict, run = _spmd_verdict({**rings, **planted})
+    for name in rings:
+        assert verdict.consistent(name), name
+    for name in planted:
+        assert not verdict.consistent(name), name
+    marks = run.bounds["xla-cpu"].nonfinite
+    assert marks[0].tolist() == [0, POS_INF, 0, 0] and marks[1] == POS_INF and marks[2] == POS_INF
+    assert marks[3] == POS_INF | NEG_INF | NAN
+
+
+# each device's f32 rows' max (4,096 elements: XLA:CPU gives it to YNNPACK, which ignores NaN terms), all-gathered
+# and add all-reduced
+DROPPING = """HloModule spmd_dropped, num_partitions=4
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+max { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT m = f32[] maximum(a, b) }
+ENTRY e {
+  x = f32[2,2048] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  z = f32[] constant(-inf)
+  m = f32[2] reduce(x, z), dimensions={1}, to_apply=max
+  g = f32[8] all-gather(m), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}
+  r = f32[2] all-reduce(m), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT out = (f32[8], f32[2]) tuple(g, r), sharding={{replicated}, {replicated}}
+}"""
+
+
+def test_a_nan_a_participants_max_reduce_drops_may_be_any_value_on_every_participant():
+    """Device 1's first row holds a NaN: XLA:CPU's max over its 4,096 elements ignores it (the xla-cpu profile's
+    nan_ignoring_reductions; emulated as numpy's fmax, IEEE's maxNum), so every device's all-gathered element 2
+    and add all-reduced element 0 are finite where the shadow's are NaN: consistent under XLA:CPU's arithmetic,
+    not under the reference's (HLO's maximum propagates NaN); a NaN planted where the shadow is finite is caught."""
+    x = np.random.default_rng(0).standard_normal((8, 2048)).astype(np.float32)
+    x[2, 100] = np.nan
+    maxima = np.fmax.reduce(x, axis=1, initial=-np.inf).astype(np.float32)
+    summed = maxima.reshape(4, 2).sum(axis=0, dtype=np.float32)  # (f32 sums in group order: within the bound)
+    device = [maxima, summed]
+    planted = [maxima.copy(), summed]
+    planted[0][3] = np.nan
+    verdict, run = _spmd_verdict({"XLA:CPU's": device, "planted": planted}, DROPPING, (x,), ("xla-cpu", "reference"))
+    assert verdict.by_device["xla-cpu"].consistent("XLA:CPU's")
+    assert not verdict.by_device["reference"].consistent("XLA:CPU's")
+    assert not verdict.by_device["xla-cpu"].consistent("planted")
+    marks = run.bounds["xla-cpu"].nonfinite
+    assert (marks[0] & DROPPED_NAN).tolist() == [0, 0, DROPPED_NAN, 0, 0, 0, 0, 0] and marks[1][0] & DROPPED_NAN

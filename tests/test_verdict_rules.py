@@ -148,6 +148,63 @@ def test_an_async_all_to_all_moves_its_bounds():
     assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
 
 
+_PAIRS = "frontend_attributes={_xla_send_recv_source_target_pairs={{0,1},{1,0}}}"
+SEND_RECV = f"""HloModule m, num_partitions=2
+ENTRY e {{
+  x = f16[8,64] parameter(0)  y = f16[8,64] parameter(1)  m = f16[8,64] multiply(x, y)  t = token[] after-all()
+  s = (f16[8,64], u32[], token[]) send(m, t), channel_id=1, {_PAIRS}
+  sd = token[] send-done(s), channel_id=1, {_PAIRS}
+  r = (f16[8,64], u32[], token[]) recv(sd), channel_id=1, {_PAIRS}
+  rd = (f16[8,64], token[]) recv-done(r), channel_id=1, {_PAIRS}
+  d = f16[8,64] get-tuple-element(rd), index=0
+  ROOT o = f16[8,64] add(d, x) }}"""
+
+
+def test_send_and_recv_move_their_bounds():
+    """A send and the recv-done of its channel (two devices swapping an f16 product) move the data's bound and
+    samples as the data: numpy's result (the other device's f16 product plus its own x, each op rounded to f16) is
+    consistent, its largest element 1% off is caught, and so is the other device's result (the recv and recv-done
+    were unbounded: the received product's elements were not judged, nor the sums made from them)."""
+    exe = hloexec.load(SEND_RECV)
+    r = np.random.default_rng(0)
+    per_device = [[r.standard_normal((8, 64)).astype(np.float16) for _ in range(2)] for _ in range(2)]
+    (x0, y0), (x1, y1) = per_device
+    correct = x1 * y1 + x0  # device 0's
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
+    runner = Runner({"partitions": 2, "replicas": 1, "report": lambda message: None})
+    candidates = {"correct": [correct], "bumped": [bumped], "other": [x0 * y0 + x1]}
+    verdict, run = judge_run(exe, per_device, candidates, runner)
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0) and not got["other"][0], got
+
+
+ASYNC_CALL = """HloModule a
+square { a = f16[8,64] parameter(0)  ROOT m = f16[8,64] multiply(a, a) }
+ENTRY e { x = f16[8,64] parameter(0)
+          s = ((f16[8,64]), f16[8,64]) async-start(x), calls=square
+          d = f16[8,64] async-done(s)
+          ROOT o = f16[8,64] add(d, x) }"""
+
+
+def test_an_async_call_keeps_its_operands_and_its_computations_bounds():
+    """async-start / async-done of a called computation (`calls=`): the value holds its operands and what the
+    computation made (observed inside it), so it has no rule of its own. numpy's result (f16 x*x + x, each op
+    rounded) is consistent and its largest element 1% off is caught (the start was unbounded, and so was its
+    operand x: a parameter given an infinite bound, nothing made from it judged)."""
+    x = np.random.default_rng(6).standard_normal((8, 64)).astype(np.float16)
+    correct = x * x + x
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float16(1.01)
+    exe = hloexec.load(ASYNC_CALL)
+    verdict, run = judge_run(exe, [x], {"correct": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert got["correct"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_a_custom_call_computing_its_own_way_is_unbounded_and_named(dtype):
     """A custom-call the shadow pins (it computes at its own types: here Neuron's gelu) has no rule: its elements
@@ -257,6 +314,134 @@ def test_a_cublas_gemm_with_alpha_beta_or_an_epilogue_is_bounded(variant):
     assert got["bumped"] == (False, 1, 0), got
     if aux:
         assert _verdicts(verdict, 1)["correct"] == (True, 0, 0)
+
+
+F8_MATMUL = r"""HloModule g
+ENTRY e {{ x = f32[64,512] parameter(0)  w = f32[48,512] parameter(1)  xs = f32[] parameter(2)  ws = f32[] parameter(3)
+          ds = f32[] parameter(4)  bias = bf16[48] parameter(5)  one = f32[] constant(1)
+          xb = f32[64,512] broadcast(xs), dimensions={{}}  wb = f32[48,512] broadcast(ws), dimensions={{}}
+          xd = f32[64,512] divide(x, xb)  wd = f32[48,512] divide(w, wb)
+          a = f8e4m3fn[64,512] convert(xd)  b = f8e4m3fn[48,512] convert(wd)
+          ROOT g = {result} custom-call(a, b, xs, ws{operands}), custom_call_target="__cublas$lt$matmul$f8", backend_config={{"gemm_backend_config":{{"alpha_real":1,"alpha_imag":0,"beta":0,"dot_dimension_numbers":{{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}},"precision_config":{{"operand_precision":["DEFAULT","DEFAULT"],"algorithm":"ALG_UNSET"}},"epilogue":"{epilogue}","damax_output":{damax}}}}} }}"""
+# variant -> (result, operands after b_scale, epilogue, device): f32 accumulation (reference) and Hopper's fast
+# accumulation (h100: DEFAULT precision), a bf16 result with a bias and RELU, an fp8 result with d_scale and amax
+# (the form GemmRewriter makes), the same in the older form (c_scale, d_scale after b_scale)
+F8_VARIANTS = {
+    "f32": ("(f32[64,48], s8[0])", "", "DEFAULT", "reference"),
+    "f32_fast_accumulation": ("(f32[64,48], s8[0])", "", "DEFAULT", "h100"),
+    "bf16_bias_relu": ("(bf16[64,48], s8[0])", ", bias", "BIAS_RELU", "h100"),
+    "f8_d_scale_amax": ("(f8e4m3fn[64,48], f32[], s8[0])", ", ds", "DEFAULT", "h100"),
+    "f8_e5m2_older_form": ("(f8e5m2[64,48], f32[], s8[0])", ", one, ds", "DEFAULT", "reference"),
+}
+
+
+def _truncated(x, bits):
+    """f32 values cut to `bits` significand bits (the implicit one counted), towards zero."""
+    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(~((1 << (24 - bits)) - 1) & 0xFFFFFFFF)).view(
+        np.float32
+    )
+
+
+def _cublaslt_f8(a, b, scales, bias, epilogue, fast, out_type):
+    """cuBLASLt's fp8 matmul as its documentation states it (cublasLtMatmul: D = scale_d * epilogue(scale_a *
+    scale_b * A.B + bias), amax_D = max |D| before scale_d, fp8 outputs saturated), emulated: the fp8 values exact
+    in f32, accumulated in f32, or under Hopper's fast accumulation as the DeepSeek-V3 report (3.3.2) describes it
+    (32 products at a time, the running sum kept to 14 significand bits, truncated); returns (D, amax)."""
+    f32 = np.float32
+    a, b = a.astype(f32), b.astype(f32)
+    if fast:
+        acc = np.zeros((a.shape[0], b.shape[0]), f32)
+        for k in range(0, a.shape[1], 32):
+            acc = _truncated(acc + a[:, k : k + 32] @ b[:, k : k + 32].T, 14)
+    else:
+        acc = a @ b.T
+    r = acc * (f32(scales[0]) * f32(scales[1]))
+    if epilogue.startswith("BIAS"):
+        r = r + bias.astype(f32)
+    if "RELU" in epilogue:
+        r = np.maximum(r, f32(0))
+    amax = np.max(np.abs(r))
+    if len(scales) > 2:
+        r = r * f32(scales[2])
+    if np.dtype(out_type).itemsize == 1:
+        limit = f32(ml_dtypes.finfo(out_type).max)
+        r = np.clip(r, -limit, limit)
+    return r.astype(out_type), f32(amax)
+
+
+@pytest.mark.parametrize("variant", sorted(F8_VARIANTS))
+def test_a_cublaslt_fp8_matmul_is_bounded(variant):
+    """cuBLASLt's fp8 matmul (`__cublas$lt$matmul$f8`: f32 operands scaled and quantized to e4m3 in the program,
+    their scales as operands): the product of the fp8 values (exact) accumulated in f32 or, on an H100 at DEFAULT
+    precision, with fast accumulation (its truncations bounded, tools/bound_dots.fast_accumulation_allowance),
+    scaled by a_scale * b_scale, the epilogue, d_scale, the saturation and the final rounding. The documented
+    arithmetic emulated in numpy is consistent, and so is hloexec's run; the largest element 1% off is caught
+    where 1% exceeds the bound (f32 and bf16 results), an fp8 result's (an ulp of 6-12%) two values up; amax 1%
+    off is caught. d_scale 8 saturates ~1% of the e4m3 result's elements at 448 (the shadow's exact value too). On main it was pinned: an f32 result unbounded, others judged as if exact (its own run only)."""
+    result, operands, epilogue, device = F8_VARIANTS[variant]
+    text = F8_MATMUL.format(
+        result=result, operands=operands, epilogue=epilogue, damax="true" if "f32[]" in result else "false"
+    )
+    r = np.random.default_rng(4)
+    x, w = r.standard_normal((64, 512)).astype(np.float32), r.standard_normal((48, 512)).astype(np.float32)
+    xs, ws = np.float32(np.abs(x).max() / 448), np.float32(np.abs(w).max() / 448)
+    ds, bias = np.float32(8), r.standard_normal(48).astype(ml_dtypes.bfloat16)  # (~1% of e4m3's saturate)
+    a = (x / xs).astype(ml_dtypes.float8_e4m3fn)  # (the program's divide and convert: f32, to nearest)
+    b = (w / ws).astype(ml_dtypes.float8_e4m3fn)
+    out_type = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f8e4m3fn": ml_dtypes.float8_e4m3fn}.get(
+        result[1 : result.index("[")], ml_dtypes.float8_e5m2
+    )
+    scales = (xs, ws, ds) if "ds" in operands else (xs, ws)
+    correct, amax = _cublaslt_f8(a, b, scales, bias, epilogue, device == "h100", out_type)
+    magnitude = np.abs(correct.astype(np.float32))
+    big = np.unravel_index(np.argmax(np.where(magnitude < 200, magnitude, 0)), correct.shape)  # (not saturated)
+    bumped = correct.copy()
+    if np.dtype(out_type).itemsize == 1:  # (two fp8 values up: 1% is within an ulp)
+        bumped.view(np.uint8)[big] += 2
+    else:
+        bumped[big] = (correct[big].astype(np.float32) * 1.01).astype(out_type)
+    has_amax = "f32[]" in result
+    outputs = lambda d, m: [d, m, np.zeros(0, np.int8)] if has_amax else [d, np.zeros(0, np.int8)]  # noqa: E731
+    candidates = {"correct": outputs(correct, amax), "bumped": outputs(bumped, amax)}
+    if has_amax:
+        candidates["amax_bumped"] = outputs(correct, np.float32(amax * 1.01))
+    exe = hloexec.load(text, device=device)
+    verdict, run = judge_run(exe, [x, w, xs, ws, ds, bias], candidates)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    got = _verdicts(verdict)
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
+    if has_amax:
+        assert _verdicts(verdict, 1)["correct"] == (True, 0, 0) and _verdicts(verdict, 1)["hloexec"] == (True, 0, 0)
+        assert _verdicts(verdict, 1)["amax_bumped"] == (False, 1, 0), _verdicts(verdict, 1)
+
+
+@pytest.mark.parametrize(
+    "device,algorithm", [("h100", ""), ("reference", ", algorithm=dot_any_f8_any_f8_f32_fast_accum")]
+)
+def test_an_fp8_dot_with_fast_accumulation_is_bounded(device, algorithm):
+    """A plain fp8 dot at DEFAULT precision becomes a cuBLASLt fp8 GEMM on an H100, with fast accumulation (the
+    h100 profile), and so does one whose algorithm asks for it on any device: its bound allows the running sum's
+    truncations (tools/bound_dots.fast_accumulation_allowance), and its shadow is the exact dot. The emulated device
+    result is consistent, and so is hloexec's run; the largest element 1% off is caught. On main the dot's bound
+    took f32 accumulation (hloexec's run and the emulation flagged, errors ~200x their bounds), and the explicit
+    algorithm's shadow truncated its own sums too."""
+    text = f"""HloModule d
+ENTRY e {{ a = f8e4m3fn[64,512] parameter(0)  b = f8e4m3fn[48,512] parameter(1)
+          ROOT d = f32[64,48] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}{algorithm} }}"""
+    r = np.random.default_rng(6)
+    a, b = ((r.standard_normal((n, 512)) * 64).astype(ml_dtypes.float8_e4m3fn) for n in (64, 48))
+    correct, _ = _cublaslt_f8(a, b, (1, 1), None, "DEFAULT", True, np.float32)
+    bumped = correct.copy()
+    bumped[np.unravel_index(np.argmax(np.abs(correct)), correct.shape)] *= np.float32(1.01)
+    exe = hloexec.load(text, device=device)
+    verdict, run = judge_run(exe, [a, b], {"correct": [correct], "bumped": [bumped]})
+    got = _verdicts(verdict)
+    assert not np.array_equal(correct, _cublaslt_f8(a, b, (1, 1), None, "DEFAULT", False, np.float32)[0])
+    # (fp8 products' sums of 512 terms span < 53 bits: exact in f64 in any order)
+    np.testing.assert_array_equal(run.shadow[0], a.astype(np.float64) @ b.astype(np.float64).T)
+    assert got["correct"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+    assert got["bumped"] == (False, 1, 0), got
 
 
 CUDNN_CONV = r"""HloModule conv
@@ -598,6 +783,98 @@ def test_a_gather_by_indices_rounding_decides_is_bounded_by_the_values_they_may_
     assert np.isfinite(bound).all() and bound[element] < 1e-3 * abs(float(correct[index][element]))
 
 
+@pytest.mark.parametrize("how", ["sort", "argsort"])
+def test_xla_cpus_optimized_sort_is_bounded_as_jaxs_own(how):
+    """XLA:CPU's optimized module (`compile().as_text()`) of jax's `lax.sort((bf16 keys, exp(z)))` and
+    `take_along_axis(exp(z), argsort(bf16 keys))`, keys with ties and near-ties: its comparators compare the keys'
+    total order by hand (a bitcast to s16, an xor of the negative ones), read as the keys' TOTALORDER, so the sort
+    rule and the indices rounding decides apply. XLA:CPU's result and numpy's (a stable sort of the device-rounded
+    keys) are consistent, an element 1% off whose key is alone is caught. On main: every sorted element unbounded
+    (the sort named), the 1% change passed."""
+    import jax
+    import jax.numpy as jnp
+    from hloexec.tools.numerics import xla_cpu_arithmetic
+
+    def program(x, y, z):
+        keys, v = (x * y).astype(jnp.bfloat16), jnp.exp(z)
+        if how == "sort":
+            return jax.lax.sort((keys, v), dimension=1, num_keys=1)[1]
+        return jnp.take_along_axis(v, jnp.argsort(keys, axis=1), axis=1)
+
+    x, y, z = _keyed_rows()
+    keys, v = (x * y).astype(ml_dtypes.bfloat16).astype(np.float32), np.exp(z)
+    correct = _picked_by(keys, v, "argsort")
+    assert not np.array_equal(correct[0], _picked_by(x.astype(np.float64) * y, v, "argsort")[0])  # (ties swap)
+    text = jax.jit(program).lower(x, y, z).compile().as_text()
+    assert " bitcast(" in text and " xor(" in text  # (the premise: the total order by hand)
+    xla = [np.asarray(jax.jit(program)(x, y, z))]
+    row = np.sort(keys[0])
+    gaps = np.diff(row)
+    alone = np.flatnonzero(np.r_[True, gaps > 0.05] & np.r_[gaps > 0.05, True])[5]  # (farther than 2 bounds)
+    bumped = [correct[0].copy()]
+    bumped[0][0, alone] *= np.float32(1.01)
+    exe = hloexec.load(text)
+    verdict, run = judge_run(
+        exe, [x, y, z], {"XLA:CPU": xla, "numpy": correct, "bumped": bumped}, known={"XLA:CPU": xla_cpu_arithmetic()}
+    )
+    got = _verdicts(verdict)
+    assert all(b.unbounded == {} for b in run.bounds.values())
+    assert got["hloexec"] == got["XLA:CPU"] == got["numpy"] == (True, 0, 0) and got["bumped"] == (False, 1, 0), got
+
+
+def _near_tied_rows(rows: int, seed: int) -> tuple:
+    """Keys, payload of `rows` rows of 128: bf16 keys 8 ulps apart in [1, 256) but for 4 pairs a row, g -+ d (d 0.7 to
+    0.98 of half an ulp, either order): bf16 ties whose exact values are within rounding of each other, which the
+    sort of the perturbed keys rarely swaps; the payload exp(z)."""
+    r = np.random.default_rng(seed)
+    grid = (np.float32(1).astype(ml_dtypes.bfloat16).view(np.uint16) + np.arange(1024, dtype=np.uint16)).view(
+        ml_dtypes.bfloat16
+    )
+    grid = grid.astype(np.float64)  # (bf16's 1,024 values in [1, 256))
+    x = np.empty((rows, 128), np.float32)
+    for i in range(rows):
+        slots = r.permutation(128)
+        x[i] = grid[slots * 8 + 4]
+        for j in range(4):
+            g, ulp = grid[slots[2 * j] * 8], grid[slots[2 * j] * 8 + 1] - grid[slots[2 * j] * 8]
+            d = r.uniform(0.7, 0.98) * ulp / 2
+            x[i, 2 * j : 2 * j + 2] = (g + d, g - d) if r.random() < 0.5 else (g - d, g + d)
+    return x, r.standard_normal((rows, 128)).astype(np.float32)
+
+
+def test_a_sorts_payloads_samples_swap_within_their_keys_clusters():
+    """jax's `lax.sort` of bf16 keys with near-ties and an f32 payload, then a LayerNorm and a softmax of the sorted
+    payload along the sorted axis: the payload's bound reaches its cluster's farthest payload, and its samples swap
+    within the cluster (the first the farthest), so the calibration after it does not cut the bounds to samples that
+    see no swap. XLA:CPU's result and numpy's (a stable sort of the device's keys, f32 ops) are consistent; on main
+    all three were flagged (26 of the LayerNorm's elements: swapped payloads past bounds cut to unswapped samples)."""
+    import jax
+    import jax.numpy as jnp
+    from hloexec.jax import lower
+    from hloexec.tools.numerics import xla_cpu_arithmetic
+
+    def program(x, z):
+        _, p = jax.lax.sort((x.astype(jnp.bfloat16), jnp.exp(z)), dimension=1, num_keys=1)
+        c = p - jnp.mean(p, axis=1, keepdims=True)
+        return c * jax.lax.rsqrt(jnp.mean(c * c, axis=1, keepdims=True) + 1e-5), jax.nn.softmax(p, axis=1)
+
+    x, z = _near_tied_rows(64, 3)
+    f32 = np.float32
+    p = np.take_along_axis(np.exp(z), np.argsort(x.astype(ml_dtypes.bfloat16), axis=1, kind="stable"), 1)
+    c = p - (p.sum(1, keepdims=True, dtype=f32) / f32(128)).astype(f32)
+    v = ((c * c).sum(1, keepdims=True, dtype=f32) / f32(128)).astype(f32)
+    e = np.exp(p - p.max(1, keepdims=True))
+    numpy = [c * (f32(1) / np.sqrt(v + f32(1e-5))), e / e.sum(1, keepdims=True, dtype=f32)]
+    exact = np.take_along_axis(np.exp(z.astype(np.float64)), np.argsort(x, axis=1, kind="stable"), 1)
+    assert np.abs(p - exact).max() > 0.1  # (the premise: the device's order swaps payloads)
+    xla = [np.asarray(o) for o in jax.jit(program)(x, z)]
+    exe = hloexec.load(lower(program, x, z).text)
+    verdict, run = judge_run(exe, [x, z], {"XLA:CPU": xla, "numpy": numpy}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    for k in (0, 1):
+        got = _verdicts(verdict, k)
+        assert all(got[name][:2] == (True, 0) for name in ("hloexec", "XLA:CPU", "numpy")), (k, got)
+
+
 ARGSORT_THEN = """HloModule argsort_then
 less {{ a = bf16[] parameter(0)  b = bf16[] parameter(1)  i = s32[] parameter(2)  j = s32[] parameter(3)
         ROOT lt = pred[] compare(a, b), direction=LT }}
@@ -721,3 +998,84 @@ def test_what_an_integer_rounding_decides_makes_unfollowed_is_unbounded_and_name
     assert set(bounds.unbounded) == {name} and "not followed" in bounds.unbounded[name]
     infinite = np.isinf(bounds.bounds[0])
     assert infinite.any() and (variant != "convert" or not infinite.all())  # (a convert: the varying ones only)
+
+
+VARIADIC_SUMS = """HloModule v
+sums {{ a = {t}[] parameter(0)  b = {t}[] parameter(1)  c = {t}[] parameter(2)  d = {t}[] parameter(3)
+       s = {t}[] {first}(a, c)  q = {t}[] add(d, b)  ROOT r = ({t}[], {t}[]) tuple(s, q) }}
+ENTRY e {{ x = {t}[16,{n}] parameter(0)  y = {t}[16,{n}] parameter(1)  m = {t}[16,{n}] multiply(x, y)
+          sq = {t}[16,{n}] multiply(m, m)  z = {t}[] constant(0)  i = {t}[] constant({init})
+          ROOT r = ({t}[16], {t}[16]) reduce(m, sq, i, z), dimensions={{1}}, to_apply=sums }}"""
+
+
+@pytest.mark.parametrize(
+    "dtype,first,n", [("f16", "add", 8), ("f32", "add", 256), ("f16", "maximum", 8), ("f16", "multiply", 8)]
+)
+def test_a_variadic_reduce_of_separate_reducers_is_bounded_as_its_reduces(dtype, first, n):
+    """A variadic reduce whose reducer makes each result from that result's two values alone -- (sum, sum of
+    squares), (max, sum), (product, sum) -- is bounded as one reduce per result, its sums and products rounding
+    every step in their type (as XLA:CPU's loop and hloexec run a variadic reducer). XLA:CPU's result (jaxlib) is
+    consistent; its largest element of either result 1% off is caught, in that result only (unbounded before: not
+    judged, both passed; a product reduce had no rule)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = VARIADIC_SUMS.format(t=dtype, first=first, n=n, init=int(first == "multiply"))
+    numpy_type = np.float16 if dtype == "f16" else np.float32
+    r = np.random.default_rng(4)
+    x, y = (r.standard_normal((16, n)).astype(numpy_type) for _ in range(2))
+    correct = run_on_xla_cpu(text, [x, y])
+    candidates = {"xla": list(correct)}
+    for k in (0, 1):
+        bumped = [c.copy() for c in correct]
+        big = np.argmax(np.abs(bumped[k]))
+        bumped[k][big] *= numpy_type(1.01)
+        candidates[f"bumped{k}"] = bumped
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y], candidates)
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    for k in (0, 1):
+        got = _verdicts(verdict, k)
+        assert got["xla"] == (True, 0, 0) and got["hloexec"] == (True, 0, 0), got
+        assert got[f"bumped{k}"] == (False, 1, 0) and got[f"bumped{1 - k}"] == (True, 0, 0), got
+
+
+def test_a_variadic_reduce_whose_reducer_mixes_its_results_is_unbounded_and_named():
+    """A compensated (Kahan) sum as a variadic reduce -- its compensation made from both results -- has no rule:
+    its results are not judged and the reduce is named."""
+    text = """HloModule k
+kahan { s = f32[] parameter(0)  c = f32[] parameter(1)  x = f32[] parameter(2)  unused = f32[] parameter(3)
+        y = f32[] subtract(x, c)  t = f32[] add(s, y)  ts = f32[] subtract(t, s)  nc = f32[] subtract(ts, y)
+        ROOT r = (f32[], f32[]) tuple(t, nc) }
+ENTRY e { x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  m = f32[4,64] multiply(x, y)
+          z = f32[] constant(0)
+          ROOT r = (f32[4], f32[4]) reduce(m, m, z, z), dimensions={1}, to_apply=kahan }"""
+    r = np.random.default_rng(5)
+    x, y = (r.standard_normal((4, 64)).astype(np.float32) for _ in range(2))
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y], {})
+    assert run.bounds[exe.options.device.name].unbounded == {"r": "reduce"}
+    assert _verdicts(verdict, 0)["hloexec"] == (True, 0, 4)
+
+
+def test_a_product_whose_partial_products_underflow_is_bounded_by_their_spacing():
+    """An f16 product reduce whose partial products pass below f16's subnormals (four factors near 0.01) before
+    four near 60 bring it back: XLA:CPU rounds every step in f16, its partials become 0, and so does its result
+    (the exact one ~0.15). Under the xla-cpu profile (its per-step rule) XLA:CPU's result and hloexec's are
+    consistent: a step below the normals may err by half their spacing, times what the later factors make of it
+    (drawn in the samples: the calibration keeps it)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = """HloModule p
+mul { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT m = f16[] multiply(a, b) }
+ENTRY e { x = f16[64,8] parameter(0)  y = f16[64,8] parameter(1)  m = f16[64,8] multiply(x, y)
+          one = f16[] constant(1)
+          ROOT r = f16[64] reduce(m, one), dimensions={1}, to_apply=mul }"""
+    r = np.random.default_rng(1)
+    x = np.concatenate([np.full((64, 4), 0.01), np.full((64, 4), 60.0)], 1) * (1 + 0.3 * r.standard_normal((64, 8)))
+    x, y = x.astype(np.float16), (1 + 0.01 * r.standard_normal((64, 8))).astype(np.float16)
+    [correct] = run_on_xla_cpu(text, [x, y])
+    assert not correct.any()  # (the partials' underflow, as the test means it)
+    exe = hloexec.load(text, device="xla-cpu")
+    verdict, run = judge_run(exe, [x, y], {"xla": [correct]})
+    assert run.bounds[exe.options.device.name].unbounded == {}
+    assert _verdicts(verdict)["xla"] == (True, 0, 0) and _verdicts(verdict)["hloexec"] == (True, 0, 0)

@@ -14,7 +14,9 @@ the cuBLAS custom-calls) without any op knowing about it:
 - constants keep the value the program has (the f16 constant, exactly, in f64), not their decimal text;
 - instructions whose meaning depends on the bits of their type are *pinned*: they run at the program's
   own types on the shadow's values rounded to them, and their float results are widened: bitcast-convert
-  to or from a float type (jax's random-float bit trick), rng, rng-bit-generator, stochastic-convert,
+  to or from a float type (jax's random-float bit trick; not a float's total order by hand compared with another,
+  `select(b < 0, b xor MAX, b)` of its bits b, as XLA:CPU's optimized sort comparators have it: the shadow takes
+  its own floats' bits, so its sort orders the exact values, not their roundings), rng, rng-bit-generator, stochastic-convert,
   quantizing converts, converts from 8-bit-or-narrower floats to integers (XLA saturates at the integer
   bounds rounded to the source type: f4e2m1fn 6.0 -> s4 is 7, as 7 rounds to 6 in f4e2m1fn), a
   reduce-precision keeping its type's exponent width (it then keeps that type's subnormals, rounding them
@@ -39,6 +41,8 @@ import numpy as np
 from ..ir.dtypes import ELEMENT_TYPES, ElementType
 from ..ir.module import Computation, Instruction, Module
 from ..ir.shape import Shape
+from ..ops.custom_call.cublas import F8_MATMUL, PROGRAM_RESULT_TYPE
+from ..ops.custom_call.registry import result_leaves
 
 F64, F32, C128 = ELEMENT_TYPES["f64"], ELEMENT_TYPES["f32"], ELEMENT_TYPES["c128"]
 # `half_in_f32`: float types of at most this many bits are f32 in the shadow (f32 and f64 stay f64). f32 has 13
@@ -53,6 +57,7 @@ COMPUTING_CUSTOM_CALLS = frozenset(
     {
         "__cublas$gemm",
         "__cublas$lt$matmul",
+        "__cublas$lt$matmul$f8",
         "__cudnn$convForward",
         "__cudnn$convBackwardInput",
         "__cudnn$convBackwardFilter",
@@ -280,7 +285,13 @@ class _Transform:
             made.append(inst)
             return inst
 
+        orders, parts = _total_orders(comp)
         for inst in comp.instructions:
+            if id(inst) in parts:
+                continue
+            if id(inst) in orders:
+                value[id(inst)] = self._total_order(inst, value[id(orders[id(inst)])], add)
+                continue
             operands = [value[id(o)] for o in inst.operands]
             if _float_to_discrete(inst):
                 self.shadow.discrete.append(inst.name)
@@ -292,6 +303,9 @@ class _Transform:
                 value[id(inst)] = _widen(own, inst.shape, inst.name, add, self.wide)
                 continue
             copy = add(inst.name, inst.opcode, self.wide(inst.shape), operands, like=inst, exact_name=True)
+            if inst.opcode == "custom-call" and inst.attr("custom_call_target") == F8_MATMUL:
+                # (its result saturates to the program's fp8 type's range: f64 has another)
+                copy.attrs = {**inst.attrs, PROGRAM_RESULT_TYPE: result_leaves(inst)[0].element_type.name}
             if inst.opcode == "constant" and has_float(inst.shape):
                 copy._decoded = {"__literal__": widen(inst.literal, inst.shape, self.shadow.half_in_f32)}
             value[id(inst)] = copy
@@ -306,11 +320,67 @@ class _Transform:
         self.done[id(comp)] = shadow
         return shadow
 
+    def _total_order(self, inst: Instruction, wide: Instruction, add) -> Instruction:
+        """The total order by hand `inst` (`total_order_of`) of the shadow's float `wide`: the same instructions on
+        the bits of its own width (the exact values' order, not their roundings' to the program's type, as a pinned
+        bitcast's would be)."""
+        negative, flipped, bits = inst.operands
+        etype = ELEMENT_TYPES[f"s{wide.shape.element_type.bits}"]
+        shape = replace(inst.shape, element_type=etype)
+        own_bits = add(bits.name, bits.opcode, shape, [wide], like=bits)
+
+        def operand(o, constant: int) -> Instruction:  # the bits, or the constant at the new width
+            if o is bits:
+                return own_bits
+            made = add(o.name, "constant", shape, [], like=o)
+            made._decoded = {"__literal__": np.asarray(constant, etype.numpy)}
+            return made
+
+        is_negative = add(
+            negative.name, "compare", negative.shape, [operand(o, 0) for o in negative.operands], like=negative
+        )
+        largest = int(np.iinfo(etype.numpy).max)
+        flip = add(flipped.name, "xor", shape, [operand(o, largest) for o in flipped.operands], like=flipped)
+        return add(inst.name, "select", shape, [is_negative, flip, own_bits], like=inst, exact_name=True)
+
     def _called(self, inst: Instruction) -> dict:
         return {
             key: [self.computation(c) for c in called] if isinstance(called, list) else self.computation(called)
             for key, called in inst.called.items()
         }
+
+
+def _total_orders(comp: Computation) -> tuple[dict[int, Instruction], set[int]]:
+    """The total orders by hand (`ops.indexing.total_order_of`) in `comp` that only compares of two of them use (a
+    sort's comparator): the shadow computes them at its own floats' width. Their selects (id -> the float) and the
+    ids of their other instructions no other instruction uses (replaced)."""
+    from ..ops.indexing import total_order_of
+
+    orders = {id(i): x for i in comp.instructions if (x := total_order_of(i)) is not None}
+    kept = False
+    while not kept:  # (an order compared with one that is not rewritten keeps the program's width)
+        kept = True
+        for inst in comp.instructions:
+            if id(inst) in orders and not all(
+                u.opcode == "compare" and all(id(o) in orders for o in u.operands) for u in inst.users
+            ):
+                del orders[id(inst)]
+                kept = False
+    parts = {
+        id(p): p
+        for i in comp.instructions
+        if id(i) in orders
+        for p in (i.operands[0], i.operands[1], i.operands[2])
+        if p.opcode != "constant"
+    }
+    kept = False
+    while not kept:  # (a part another instruction uses stays)
+        kept = True
+        for k, p in list(parts.items()):
+            if not all(id(u) in parts or id(u) in orders for u in p.users):
+                del parts[k]
+                kept = False
+    return orders, set(parts)
 
 
 def _narrow(wide: Instruction, shape: Shape, add, widened=shadow_shape) -> Instruction:

@@ -268,3 +268,18 @@ def reducer_opcode(comp) -> str | None:
     ):
         return root.opcode
     return None
+
+
+def separate_reducer_opcodes(comp, n: int) -> list[str] | None:
+    """The opcodes of a variadic reducer `comp` (of n inputs) whose k-th result is op_k(p_k, p_{n+k}) or
+    op_k(p_{n+k}, p_k) of an op in REDUCER_OPS, for every k -- its results computed apart, a reduction by it n
+    reductions, one by each op -- else None."""
+    params, root = comp.parameters, comp.root
+    if n < 2 or len(params) != 2 * n or root.opcode != "tuple" or len(root.operands) != n:
+        return None
+    ops = []
+    for k, out in enumerate(root.operands):
+        if out.opcode not in REDUCER_OPS or {id(o) for o in out.operands} != {id(params[k]), id(params[n + k])}:
+            return None
+        ops.append(out.opcode)
+    return ops

@@ -90,17 +90,14 @@ def device_algorithm(
 def fp8_fast_accumulation(device, algorithm: str | None, precisions, lhs_type: str, rhs_type: str) -> bool:
     """Whether an fp8 x fp8 GEMM keeps its partial sums unpromoted: its algorithm says so, or it has none and runs
     at DEFAULT precision on a device whose fp8 GEMMs then use fast accumulation (stream_executor/cuda/
-    cuda_blas_lt.cc: CUBLASLT_MATMUL_DESC_FAST_ACCUM at the default compute precision)."""
+    cuda_blas_lt.cc: CUBLASLT_MATMUL_DESC_FAST_ACCUM at the default compute precision). Never for other operand
+    types (algorithm_util.cc: the algorithm takes fp8 storage only; the shadow's f64 dots stay exact)."""
     name = algorithm_name(algorithm)
+    if not (lhs_type.startswith("f8") and rhs_type.startswith("f8")):  # (the shadow's f64 operands: exact)
+        return False
     if name == "dot_any_f8_any_f8_f32_fast_accum":
         return True
-    return (
-        not name
-        and device.fp8_fast_accumulation
-        and lhs_type.startswith("f8")
-        and rhs_type.startswith("f8")
-        and all(str(p).lower() == "default" for p in precisions or ())
-    )
+    return not name and device.fp8_fast_accumulation and all(str(p).lower() == "default" for p in precisions or ())
 
 
 # -- operand rounding (f32 or f64 arrays in, arrays of the same type out) -------------------------------------

@@ -15,7 +15,9 @@
   canonicalize NaN and -0 before a TOTALORDER compare), or combines several such compares
   lexicographically (or(lt0, and(eq0, rest)) as jax emits for num_keys > 1, or select(eq0, rest, lt0); eq0 of
   lt0's type, or TOTALORDER beside a FLOAT lt0 as XLA's TopK decomposition writes it: they part on -0/+0 and NaN
-  only, where that comparator is no strict weak order and XLA leaves the order unspecified).
+  only, where that comparator is no strict weak order and XLA leaves the order unspecified). XLA:CPU's optimized
+  modules of jax's sorts compare each key's total order by hand, `select(b < 0, b xor MAX, b)` of its bits b
+  (`total_order_of`): read as that float's TOTALORDER compare (the same integer `total_order_key` makes).
   Each key's f runs once on the whole operand through the registered kernels, then a stable numpy
   argsort/lexsort of an ordering array (TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN via an
   integer key; default FLOAT compare: -0 == +0, NaN sorts last ascending and descending -- XLA leaves NaN
@@ -309,13 +311,52 @@ def _compare_type(cmp) -> str | None:
     return ctype if kind != "complex" and ctype in valid else None
 
 
+def _is_constant(inst, value: int) -> bool:
+    return inst.opcode == "constant" and bool(np.all(np.asarray(inst.literal) == value))
+
+
+def total_order_of(inst) -> Instruction | None:
+    """The float `x` when `inst` is its total order by hand, as XLA:CPU's optimized comparators of jax's sorts
+    have it: `select(b < 0, b xor MAX, b)`, `b` the bits of `x` (a bitcast to the signed integer of its width,
+    MAX that integer's largest value, SIGNED compares): negative floats' magnitude bits flipped, the integer
+    `total_order_key` makes, so its signed order is x's TOTALORDER (-NaN < -inf < ... < -0 < +0 < ... < NaN);
+    else None."""
+    if inst.opcode != "select" or len(inst.operands) != 3 or inst.shape.is_tuple:
+        return None
+    negative, flipped, bits = inst.operands
+    if bits.opcode not in ("bitcast", "bitcast-convert") or bits.operands[0].shape.is_tuple:
+        return None
+    x = bits.operands[0]
+    itype, ftype = bits.shape.element_type, x.shape.element_type
+    if itype.kind != "sint" or ftype.kind != "float" or itype.bits != ftype.bits or itype.bits % 8:
+        return None
+    largest = (1 << (itype.bits - 1)) - 1
+    if negative.opcode != "compare" or _compare_type(negative) != "SIGNED":
+        return None
+    direction = negative.attr("direction")
+    if direction not in ("LT", "GT"):
+        return None
+    left, right = negative.operands if direction == "LT" else negative.operands[::-1]  # (b < 0 or 0 > b)
+    if left is not bits or not _is_constant(right, 0):
+        return None
+    if flipped.opcode != "xor" or not any(
+        p is bits and _is_constant(q, largest) for p, q in (flipped.operands, flipped.operands[::-1])
+    ):
+        return None
+    return x
+
+
 def _compared_key(cmp, directions) -> _SortKey | None:
     """The key f(p2k) when `cmp` is compare(f(p2k), f(p2k+1)) or compare(f(p2k+1), f(p2k)), f elementwise
-    over constants, with a direction in `directions` (read with p2k on the left); else None."""
+    over constants, with a direction in `directions` (read with p2k on the left); else None. A SIGNED compare
+    of two floats' total orders by hand (`total_order_of`) is read as their TOTALORDER compare."""
     if cmp.opcode != "compare" or len(cmp.operands) != 2 or cmp.attr("direction") not in directions:
         return None
     ctype = _compare_type(cmp)
     a, b = cmp.operands
+    floats = total_order_of(a), total_order_of(b)
+    if ctype == "SIGNED" and floats[0] is not None and floats[1] is not None:
+        (a, b), ctype = floats, "TOTALORDER"
     ea, eb = _expression(a), _expression(b)
     if ctype is None or ea is None or eb is None:
         return None
@@ -451,7 +492,8 @@ def sort_permutation(comparator, ctx):
     "sort",
     kernel="numpy",
     notes="Comparators ordering by elementwise functions of the operands (plain LT/GT compares, jax's "
-    "NaN/-0 canonicalizing TOTALORDER compare, lexicographic num_keys > 1): keys computed on whole "
+    "NaN/-0 canonicalizing TOTALORDER compare, XLA:CPU's total order by hand of its bits, lexicographic "
+    "num_keys > 1): keys computed on whole "
     "arrays, stable numpy argsort/lexsort. Other comparators: Python stable sort with cmp_to_key per "
     "row (slow). Always stable.",
 )

@@ -92,6 +92,12 @@ class DeviceProfile:
     # AVX-512, 8 with AVX2); 0: this machine's (machine_vector_width)
     flush_subnormals: bool = False  # f32 (and bf16, computed in f32) arithmetic reads operands below f32's smallest
     # normal as 0 (DAZ) and makes results below it 0 (FTZ); moves, negate, abs and converts keep them
+    nan_ignoring_reductions: int = 0  # max and min reduces (and reduce-windows whose strides are their sizes) of
+    # at least this many elements (operand or result) may ignore NaN terms: the others' max, the init where all are
+    # NaN (XLA:CPU's YNNPACK offload: 4096; f32 / f64 always, f16 / bf16 by the NaN's sign bit); 0: none, NaN
+    # propagates as HLO's maximum says
+    divide_by_reciprocal: bool = False  # x / broadcast(m) is computed as x * broadcast(1 / m): the reciprocal
+    # rounds once more (XLA's algebraic simplifier on XLA:CPU)
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
     # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
     # error bounds follow that order; hloexec runs a module as written. 0: no rewrite
@@ -246,10 +252,15 @@ def _check(p: DeviceProfile, path: Path) -> None:
         f"vector_width = {p.vector_width!r}: expected 0 (this machine's) or a power of two (f32 lanes)",
     )
     need(
+        isinstance(p.nan_ignoring_reductions, int) and p.nan_ignoring_reductions >= 0,
+        f"nan_ignoring_reductions = {p.nan_ignoring_reductions!r}: expected 0 (none) or a number of elements",
+    )
+    need(
         isinstance(p.tree_reduction_window, int) and p.tree_reduction_window >= 0,
         f"tree_reduction_window = {p.tree_reduction_window!r}: expected 0 (none) or a window's length",
     )
-    for flag in ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction"):
+    flags = ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction")
+    for flag in (*flags, "flush_subnormals", "divide_by_reciprocal"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 
 

@@ -34,8 +34,17 @@ error's, as the real rule counts a rounding), the bound after it at most the bou
 - the transcendentals (exp, log, sqrt, tanh, power...: XLA builds them from its real ones, exp(a) (cos b, sin b)):
   each part within 2 TRANSCENDENTAL_ULPS + 1 ulps of the modulus, sqrt(2) times that; a log's real part
   log |z| also within them of 1 (near |z| = 1 its error is absolute).
-Samples: none (NaN: a complex value's deviations are not kept), so a complex value's bound, and everything made
-from it, is not calibrated: the rules' bounds stand as they are (sound, and looser where errors cancel)."""
+Samples (tools/bounds.py `_sample`): each a complex deviation (complex64), so errors that cancel (z conj(z) less
+|z|^2, a difference of near-equal dots) cancel in them as in real values. Ops linear in their operands (moves,
+real, imag, complex, add, subtract, negate, convert, fft, sums, collectives) on the deviations alone; bilinear ones
+(multiply, dot, convolution) as K(da, b) + K(a, db) + K(da, db) (exact: no perturbed run less the value); the others
+(divide, abs, exp, sqrt, select...) the kernel on the perturbed operands less the value, in the shadow's types,
+which resolves a c64 program's deviations (2^-24 of a value, in c128) but not a c128 program's (2^-53 of it: lost
+to the difference's own rounding): there a smooth op's are a scaled difference (`scaled_samples`), a select's its
+branches' deviations (`select_samples`, any type), the others' unknown (NaN: not calibrated, nor what is made from
+them); a comparison's perturbed decisions are its kernel's on the perturbed operands (nothing subtracted). An
+op's own error is drawn as two independent parts, each half its variance (`add_complex_noise`). A bound is
+calibrated on the deviations' moduli, |d|^2 = Re^2 + Im^2 (bound_samples.calibrate)."""
 
 from __future__ import annotations
 
@@ -44,10 +53,10 @@ import math
 import numpy as np
 
 from ..ir.dtypes import element_type
-from ..kernels.bound_rules import round_bounds
+from ..kernels.bound_rules import add_noise, round_bounds
 from .bound_elementwise import TRANSCENDENTAL_ULPS, rounding_rule
-from .bound_samples import SIGMAS
-from .bound_store import float_leaf
+from .bound_samples import SAMPLES, SIGMAS
+from .bound_store import float_leaf, leaves as _leaves
 
 # ops 1-Lipschitz in each operand (the value moves by at most what an operand moves)
 LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "real", "imag", "complex", "abs"})
@@ -59,6 +68,17 @@ EXACT = frozenset({"negate", "real", "imag", "complex"})
 NORMWISE = {"multiply": math.sqrt(5), "divide": 3 * math.sqrt(2) + 4, "abs": 4.0}
 TRANSCENDENTAL_ROUNDING = math.sqrt(2) * (2 * TRANSCENDENTAL_ULPS + 1) * 2  # (an ulp: 2 u)
 ABSOLUTE_AT_ONE = frozenset({"log", "log-plus-one"})  # their rounding is also an ulp of 1's
+# ops linear in their operands, whose samples are the op on the deviations alone (beside tools/bounds.py's moves,
+# sums and collectives)
+COMPLEX_LINEAR = frozenset({"add", "subtract", "negate", "convert", "fft"})
+# ops bilinear in their two operands (`bilinear_samples`)
+BILINEAR = frozenset({"multiply", "dot", "convolution"})
+# smooth elementwise ops (no step, no choice of operand) whose c128 samples are scaled differences (`scaled_samples`)
+SMOOTH = frozenset(
+    {"divide", "power", "atan2", "exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt",
+     "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "abs", "sign"}
+)  # fmt: skip
+RESOLVED_AT = 2.0**-26  # ... a deviation scaled up to this fraction of its operand's modulus (half f64's digits)
 _DIRECTIONS = np.exp(2j * np.pi * np.arange(8) / 8)
 _AXES = (1, -1, 1j, -1j)
 _PART = {"c64": "f32", "c128": "f64"}
@@ -184,3 +204,77 @@ def _part_rounding(part, variance, opcode, etype) -> np.ndarray:
         *rule,
     )
     return own * (math.sqrt(3) / SIGMAS)  # (round_bounds' own error is SIGMAS sigmas of a uniform one)
+
+
+def bilinear_samples(kernel, operands, perturbed, out) -> None:
+    """The deviations of K(a, b), bilinear (multiply, dot, convolution), into `out` ((SAMPLES, *shape), complex64):
+    K(da, b) + K(a, db) + K(da, db) per sample (`perturbed`: each operand's deviations, None where it has none;
+    computed in the operands' type, the deviations exact to their own precision however small against the value)."""
+    a, b = operands
+    da, db = perturbed
+    for k in range(SAMPLES):
+        moved = 0
+        if da is not None:
+            moved = moved + kernel(np.asarray(da[k], a.dtype), b)
+        if db is not None:
+            moved = moved + kernel(a, np.asarray(db[k], b.dtype))
+        if da is not None and db is not None:
+            moved = moved + kernel(np.asarray(da[k], a.dtype), np.asarray(db[k], b.dtype))
+        out[k] = moved
+
+
+def resolves_deviations(orig) -> bool:
+    """Whether a complex op's kernel on perturbed operands less its value (in the shadow's f64 parts) resolves the
+    deviations of `orig` (the program's instruction): not where its value or an operand is of a 64-bit part type
+    (c128, f64: its roundings' deviations, ~2^-53 of the value, are lost to the difference's own rounding)."""
+    if orig is None:
+        return False
+    shapes = [leaf for _, leaf in orig.shape.leaves()] + [leaf for o in orig.operands for _, leaf in o.shape.leaves()]
+    return all(s.element_type is None or s.element_type.name not in ("c128", "f64") for s in shapes)
+
+
+def scaled_samples(inst, kernel, operands, perturbed, leaves, made) -> bool:
+    """The samples of a smooth elementwise op (SMOOTH) of a c128 program, whose deviations (~2^-53 of a value) the
+    shadow's f64 does not resolve as its kernel on perturbed operands less the value: per element, every operand's
+    deviation scaled by one power of two s >= 1 (up to RESOLVED_AT of the operands' moduli), the kernel on the
+    operands moved by those less the value, over s: the move f'(a) d to first order (the second-order part s |d|
+    |f''| / 2 against |f'| |d|: 2^-27 relative where f'' / f' is of 1 / |a|; the difference's own rounding
+    2^-53 |f| / s, 2^-27 of a deviation against a value of its operand's size), into `made` (one per leaf of the
+    value). False (nothing done) for other ops or operands not of the value's shape."""
+    shape = np.shape(leaves[0])
+    if inst.opcode not in SMOOTH or not all(float_leaf(v) and np.shape(v) == shape for v in [*leaves, *operands]):
+        return False
+    for k in range(SAMPLES):
+        reach = np.full(shape, np.inf)
+        for o, p in zip(operands, perturbed):
+            if p is not None:
+                reach = np.fmin(reach, RESOLVED_AT * np.abs(o) / np.abs(p[k]).astype(np.float64))
+        scale = np.exp2(np.floor(np.log2(np.clip(reach, 1.0, 2.0**60))))  # (NaN where a deviation is: unknown)
+        moved = kernel(*(o if p is None else o + scale * p[k] for o, p in zip(operands, perturbed)))
+        for leaf, value, out in zip(leaves, _leaves(moved), made):
+            if out is not None:
+                out[k] = (value - leaf) / scale
+    return True
+
+
+def select_samples(operands, perturbed, x, out) -> None:
+    """A select's deviations (complex branches) into `out` ((SAMPLES, *shape), complex64): where a sample's decision
+    is the run's, the chosen branch's own deviation (exact: no perturbed value less the value, in which a c128
+    program's deviations would be lost); where it flips, the other branch's perturbed value less x (a jump)."""
+    p, t, f = operands
+    decided, dt, df = perturbed
+    for k in range(SAMPLES):
+        decision = p if decided is None else decided[k]
+        moved_t, moved_f = (0 if d is None else np.asarray(d[k], np.complex128) for d in (dt, df))
+        flipped = np.where(decision, t + moved_t, f + moved_f) - x
+        out[k] = np.where(decision == p, np.where(p, moved_t, moved_f), flipped)
+
+
+def add_complex_noise(out, key, own) -> None:
+    """Each sample's own error into complex deviations `out` ((SAMPLES, *shape), complex64): `own` (SIGMAS sigmas of
+    the error's modulus, E|d|^2 = (own / SIGMAS)^2) drawn as two independent normal parts of half that variance
+    each (kernels/normal_draws' under `key`: the real and imaginary parts' draws are neighbouring elements)."""
+    parts = np.zeros((SAMPLES, out[0].size, 2), np.float32)
+    spread = np.repeat(np.ravel(own) / math.sqrt(2), 2)
+    add_noise(parts.reshape(SAMPLES, -1), key, spread, SIGMAS)
+    out += parts.view(np.complex64).reshape(out.shape)

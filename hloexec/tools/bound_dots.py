@@ -20,6 +20,7 @@ from ..kernels.bound_products import (
     top_exponent,
 )
 from ..ir.dtypes import element_type
+from ..kernels.dot_algorithms import FP8_K_BLOCK, fp8_fast_accumulation
 from ..ops.contraction import dot_general
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SAMPLES, SIGMAS, perturbed_product
@@ -228,6 +229,47 @@ def subnormal_allowance(bounds, inst, orig, x, a, b, algorithm: str, accumulator
     return allowance
 
 
+def fast_accumulation_allowance(bounds, inst, orig, a, b) -> np.ndarray | None:
+    """The most an fp8 GEMM's fast accumulation (kernels/dot_algorithms.fp8_fast_accumulation: Hopper's partial
+    sums never promoted to f32) can add to each element (flat, float64), beyond the f32 accumulation's rule; None
+    where the dot has none. The device profile's model: the products summed in f32 FP8_K_BLOCK contracting elements
+    at a time, the running sum truncated to `fp8_accumulator_bits` = p significand bits after each block (DeepSeek-V3
+    report, 3.3.2: about 14 bits). A truncation loses less than 2^(1-p) of the sum it cuts, always towards zero, so
+    the errors do not average out: after block j of n the running sum s_j loses at most 2^(1-p) |s_j|, each sum
+    carrying the errors before it: at most 2^(1-p) (1 + 2^(1-p))^n sum_j |s_j|, the s_j the exact prefix sums (of
+    the shadow's operands: the fp8 values the device reads)."""
+    types = [o.shape.element_type.name for o in orig.operands[:2]]
+    if not fp8_fast_accumulation(bounds.device, inst.attr("algorithm"), inst.attr("operand_precision"), *types):
+        return None
+    ka, kb = (tuple(inst.attr(f"{side}_contracting_dims", ())) for side in ("lhs", "rhs"))
+    if len(ka) != 1:  # (the kernel refuses it: kernels/dot_algorithms._blocked)
+        return None
+    lb, rb = (list(inst.attr(f"{side}_batch_dims", ())) for side in ("lhs", "rhs"))
+    lost = 2.0 ** (1 - bounds.device.fp8_accumulator_bits)
+    total, prefix, blocks = None, None, range(0, a.shape[ka[0]], FP8_K_BLOCK)
+    for k in blocks:
+        part = dot_general(
+            np.take(a, range(k, min(k + FP8_K_BLOCK, a.shape[ka[0]])), axis=ka[0]),
+            np.take(b, range(k, min(k + FP8_K_BLOCK, b.shape[kb[0]])), axis=kb[0]),
+            lb,
+            rb,
+            list(ka),
+            list(kb),
+            _F64,
+        )
+        prefix = part if prefix is None else prefix + part
+        total = np.abs(prefix) if total is None else total + np.abs(prefix)
+    if total is None:
+        return None
+    return np.ravel(total) * (lost * (1 + lost) ** len(blocks))
+
+
+def _added(*allowances) -> np.ndarray | None:
+    """Allowances (flat float64 arrays, None: none) added up; None where every one is None."""
+    present = [x for x in allowances if x is not None]
+    return None if not present else present[0] if len(present) == 1 else sum(present)
+
+
 def _least_relative(error, value) -> float:
     """A lower bound of a dot operand's least relative error (kernels/bound_products.least_relative)."""
     magnitude = np.abs(value) if np.iscomplexobj(value) else value
@@ -294,7 +336,10 @@ def dot_bounds(bounds, inst, orig, x, operands) -> tuple:
         floor,
         np.empty(0),
         (bound.reshape(-1), local.reshape(-1), rule),
-        subnormal_allowance(bounds, inst, orig, x, a, b, algorithm, accumulator),
+        _added(
+            subnormal_allowance(bounds, inst, orig, x, a, b, algorithm, accumulator),
+            fast_accumulation_allowance(bounds, inst, orig, a, b),
+        ),
     )
     del from_b, from_a, squares
     bounds._put(x, bound)

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..ir import opcodes
 from ..kernels.bound_rules import ADD, CONVERT, DIVIDE, MULTIPLY, NEGATE, SUBTRACT, elementwise_pass
-from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, shared_rounding
+from ..kernels.normal_draws import rounding_draws
+from .bound_samples import CALIBRATION_BLOCK, SAMPLES, SIGMAS, broadcast_sources, shared_rounding
 from .bound_store import SAMPLE_STORAGE, contiguous, has_error
 
 TRANSCENDENTAL_ULPS = 4.0  # f32 ulps of XLA's transcendental approximations, beyond the final rounding
@@ -95,6 +96,8 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False
     deviations = [_NO_DEVIATIONS if s is None else _flat(s.view(np.uint16), SAMPLES) for s in stored]
+    if kind == DIVIDE and not same and bounds.device.divide_by_reciprocal and inst.operands[1].opcode == "broadcast":
+        errors[1], deviations[1] = reciprocal_divisor(bounds, inst, orig, x, operands[1], errors[1], deviations[1])
     sampled = rounds or any(s is not None for s in stored)
     samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
     bound = np.empty(np.shape(x), np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
@@ -122,6 +125,43 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     unused = draws[0] if rounds and not any_own else None
     store_pass(bounds, x, operands, bound, decided if kind == DIVIDE else None, made, stats, unused)
     return True
+
+
+def reciprocal_divisor(bounds, inst, orig, x, divisor, error, deviations) -> tuple[np.ndarray, np.ndarray]:
+    """The divisor's bound and deviations (flat, as fused_elementwise passes them) where the device computes
+    x / broadcast(m) as x * broadcast(1 / m) (DeviceProfile.divide_by_reciprocal): fl(1 / m) = (1 / m)(1 + d) is
+    x divided by m / (1 + d), so m carries |m| |d| / (1 - |d|) more error, one rounding draw per element of m
+    (every quotient made from it shares it). |d|: the reciprocal type's relative rounding (f64's, f16's after
+    f32's; f32, and the narrower types computed in f32, f32's -- twice for those: the product rounds to f32
+    before their own rounding), or where 1 / m lies below the normals its subnormal step's, or all of it where f32
+    flushes them."""
+    dtype = orig.shape.element_type.numpy
+    if dtype == np.float64:
+        unit, step, flushes = 2.0**-53, 2.0**-1075, False
+    elif dtype == np.float16:  # (1 / m in f32, then rounded to f16)
+        unit, step, flushes = 2.0**-11 + 2.0**-24, 2.0**-25 + 2.0**-150, False
+    else:
+        unit = 2.0**-24 if dtype == np.float32 else 2.0**-23 * (1 + 2.0**-24)
+        step, flushes = 2.0**-150, bounds.device.flush_subnormals
+    m = np.abs(_flat(divisor), dtype=np.float64)
+    d = np.maximum(unit, step * m)
+    if flushes:
+        d[m > 2.0**126] = 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        extra = np.where(d < 1, m * d / (1 - d), np.inf)
+    extra[(m == 0) | ~np.isfinite(m)] = 0.0  # (1 / 0 and 1 / inf are exact)
+    own = extra * (SIGMAS / np.sqrt(3))  # (a rounding's largest error, as SIGMAS sigmas of a uniform one)
+    e = error.astype(np.float64) if error.size else 0.0
+    bound = np.minimum(np.sqrt(e * e + own * own), e + extra) * (1 + 2.0**-23)  # (kept up through float32)
+    narrow = error.dtype if error.size else (np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
+    source, _ = broadcast_sources(inst.operands[1], np.shape(x))
+    keys = contiguous(np.broadcast_to(source, np.shape(x))).reshape(-1)
+    draws = np.empty((4 * ((SAMPLES + 3) // 4), keys.size), np.float32)
+    rounding_draws(bounds.draw_key(), 0, keys, draws)
+    moved = deviations.view(SAMPLE_STORAGE).astype(np.float32) if deviations.size else 0.0
+    scale = np.where(np.isfinite(extra), extra / np.sqrt(3), 0.0).astype(np.float32)
+    moved = (moved + draws[:SAMPLES] * scale).astype(SAMPLE_STORAGE)
+    return bound.astype(narrow), np.ascontiguousarray(moved.view(np.uint16))
 
 
 def store_pass(bounds, x, operands, bound, marks, samples, stats, unused_key=None) -> None:

@@ -1,6 +1,7 @@
 """Error bounds of XLA-GPU's library calls that finish a contraction in their compute type before one final
 rounding (tools/bounds.py): cuBLAS gemms with alpha, beta (a C operand accumulated) or an epilogue (bias,
-RELU, GELU, SILU, the pre-activation aux output), and cuDNN convolutions (forward, backward input, backward
+RELU, GELU, SILU, the pre-activation aux output), cuBLASLt's fp8 matmul (its scales, saturation and amax too:
+`_f8_matmul_epilogue`), and cuDNN convolutions (forward, backward input, backward
 filter, bias-activation). The shadow computes them in f64 (exec/shadow.py COMPUTING_CUSTOM_CALLS), so their exact
 values are known; the bound is the contraction's rule (a dot's, a convolution's: their accumulation in the
 compute type, f32 for 16-bit and f32 calls, f64 for f64 ones), then the epilogue as the elementwise rules would
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..ir.dtypes import ELEMENT_TYPES
 from ..ir.module import Instruction
-from ..ops.custom_call.cublas import Gemm
+from ..ops.custom_call.cublas import F8_MATMUL, F8Operands, Gemm
 from ..ops.custom_call.cudnn import CONV_KINDS, ConvCall, bias_activation, conv_product
 from ..ops.custom_call.registry import result_leaves, target_of
 from .bound_convolution import GEMM_TARGETS, convolution_bounds, gemm_dot
@@ -65,6 +66,12 @@ class Epilogue:
     activation_rounds: str | None = None
     rounds_at_input: bool = False
     aux: bool = False
+    # an fp8 matmul's (cuBLASLt): scalar operands multiplying the product after `scale` (a_scale, b_scale), one
+    # multiplying the result after the activation (d_scale), whether its second leaf is max |result| before d_scale
+    # (amax)
+    factors: tuple = ()
+    out_factor: int | None = None
+    amax: bool = False
 
 
 def library_epilogue(inst, context) -> Epilogue | None:
@@ -72,14 +79,15 @@ def library_epilogue(inst, context) -> Epilogue | None:
     is bounded as the dot, bound_convolution.gemm_as_dot --, a cuDNN convolution), else None (a complex alpha)."""
     target = target_of(inst)
     if target in GEMM_TARGETS:
-        return _gemm_epilogue(inst, context)
+        return _gemm_epilogue(inst, Gemm(inst, context))
+    if target == F8_MATMUL:
+        return _f8_matmul_epilogue(inst, Gemm(inst, context))
     if target in CONV_KINDS:
         return _conv_epilogue(inst, target)
     return None
 
 
-def _gemm_epilogue(inst, context) -> Epilogue | None:
-    g = Gemm(inst, context)
+def _gemm_epilogue(inst, g: Gemm) -> Epilogue | None:
     if g.alpha.imag != 0:
         return None
     dot = gemm_dot(inst, result_leaves(inst)[0])
@@ -100,6 +108,21 @@ def _gemm_epilogue(inst, context) -> Epilogue | None:
         rounds_at_input="GELU" in g.epilogue,
         aux=g.epilogue.endswith("AUX"),
     )
+
+
+def _f8_matmul_epilogue(inst, g: Gemm) -> Epilogue | None:
+    """cuBLASLt's fp8 matmul (ops/custom_call/cublas.cublas_lt_matmul_f8): a gemm's steps, the product (of the fp8
+    values, exact; its fast accumulation: bound_dots.fast_accumulation_allowance) also scaled by a_scale * b_scale,
+    d_scale after the activation, amax. An fp8 result's saturation keeps its bound (a clamp moves no value farther
+    from the exact value's clamp, which the shadow's is)."""
+    epilogue = _gemm_epilogue(inst, g)
+    if epilogue is None:
+        return None
+    where = F8Operands(inst, g)
+    epilogue.factors, epilogue.out_factor = where.scales, where.d_scale
+    epilogue.bias = None if where.bias is None else (where.bias, np.broadcast_to)
+    epilogue.amax = g.damax
+    return epilogue
 
 
 def _conv_epilogue(inst, target) -> Epilogue:
@@ -132,6 +155,8 @@ def epilogue_bounds(bounds, inst, orig, value, operands, epilogue: Epilogue) -> 
     steps = _Steps(bounds, orig, etype, p, bounds.of(p), own)
     del p
     steps.scale(epilogue.scale)
+    if epilogue.factors:
+        steps.scale_by([(operands[k], bounds.of(operands[k])) for k in epilogue.factors])
     for index, factor in epilogue.addends:
         steps.add(factor * np.asarray(operands[index], wide), abs(factor) * bounds.of(operands[index]), factor)
     if epilogue.bias is not None:
@@ -142,16 +167,22 @@ def epilogue_bounds(bounds, inst, orig, value, operands, epilogue: Epilogue) -> 
     if epilogue.activate is not None:
         steps.activate(epilogue.activate, epilogue.activation_rounds, epilogue.rounds_at_input)
     values = value if isinstance(value, tuple) else (value,)
+    local: list = [None] * len(values)
+    if epilogue.amax:
+        local[1] = _amax_bounds(bounds, values[1], steps)
+    if epilogue.out_factor is not None:
+        steps.scale_by([(operands[epilogue.out_factor], bounds.of(operands[epilogue.out_factor]))])
     bound, final = bounds._round(orig, values[0], np.square(steps.bound), "dot", etype=leaves[0].element_type)
     bounds._put(values[0], bound)
-    local = [np.sqrt(np.square(steps.own) + np.square(final))] + [None] * (len(values) - 1)
+    local[0] = np.sqrt(np.square(steps.own) + np.square(final))
     if pre is not None:
         bound, rounding = bounds._round(orig, values[1], np.square(pre[1]), "dot", etype=leaves[1].element_type)
         bounds._put(values[1], bound)
         local[1] = rounding
 
     def ceiling():  # the product's ceiling carried through the steps, its own bound added
-        return steps.spread(np.abs(epilogue.scale) * product_ceiling() + steps.before_activation) + bounds.of(values[0])
+        carried = steps.spread(steps.gain * product_ceiling() + steps.before_activation)
+        return steps.out_gain * carried + bounds.of(values[0])
 
     return (local if isinstance(value, tuple) else local[0]), ceiling
 
@@ -165,6 +196,8 @@ class _Steps:
         self.y, self.bound, self.own = y, np.asarray(bound, np.float64), np.asarray(own, np.float64)
         self.spread = lambda e: e  # the activation's spread (identity before one)
         self.before_activation = self.bound
+        self.activated = False
+        self.gain, self.out_gain = 1.0, 1.0  # the most the scales multiply an error by, before / after activating
 
     def _rounded(self, opcode, at=None):
         bound, rounding = self.bounds._round(self.orig, self.y, np.square(self.bound), opcode, self.etype, at)
@@ -175,10 +208,28 @@ class _Steps:
         plus the product's rounding unless the factor is a power of two."""
         if factor == 1:
             return
-        self.bound = abs(factor) * self.bound + _scalar_error(factor, self.etype) * np.abs(self.y)
+        self._multiplied(factor, _scalar_error(factor, self.etype), math.frexp(abs(factor))[0] != 0.5)
+
+    def scale_by(self, factors: list) -> None:
+        """y times the product of scalar operands (value, bound) the library multiplies together in the compute
+        type first (cuBLASLt's a_scale * b_scale): each one's bound and each product's rounding, at the corners of
+        their intervals, then the product's rounding."""
+        exact = math.prod(float(v) for v, _ in factors)
+        reach = math.prod(abs(float(v)) + float(e) for v, e in factors)
+        u = 2.0 ** -(np.finfo(self.etype.numpy).nmant + 1)
+        self._multiplied(exact, reach - abs(exact) + (len(factors) - 1) * u * reach, True)
+
+    def _multiplied(self, factor: float, error: float, rounds: bool) -> None:
+        """y * factor (exact), the factor `error` away from the device's: the bound scaled, plus the error times
+        |y| and the bound, then the product's rounding where `rounds`."""
+        self.bound = abs(factor) * self.bound + error * (np.abs(self.y) + self.bound)
         self.own = abs(factor) * self.own
+        if self.activated:
+            self.out_gain *= abs(factor) + error
+        else:
+            self.gain *= abs(factor) + error
         self.y = self.y * factor
-        if math.frexp(abs(factor))[0] != 0.5:
+        if rounds:
             self._rounded("multiply")
 
     def add(self, term, term_bound, factor: float = 1.0) -> None:
@@ -203,8 +254,19 @@ class _Steps:
 
         self.before_activation = self.bound
         self.bound, self.own, self.y, self.spread = spread(self.bound), spread(self.own), fy, spread
+        self.activated = True
         if rounds is not None:
             self._rounded(rounds, at)
+
+
+def _amax_bounds(bounds, amax, steps) -> np.ndarray:
+    """max |y| (an fp8 matmul's amax, before d_scale; `steps`' y and its bound) bounded at its interval's ends: the
+    device's lies between the max of |y| - e and of |y| + e. Stored; returns its own error (its element's)."""
+    y, e = np.abs(steps.y), steps.bound
+    exact = float(np.max(y, initial=0.0))
+    highest, lowest = np.max(y + e, initial=0.0), np.max(np.maximum(y - e, 0.0), initial=0.0)
+    bounds._put(amax, np.asarray(max(highest - exact, exact - lowest), np.float64))
+    return np.asarray(np.broadcast_to(steps.own, y.shape).flat[np.argmax(y)] if y.size else 0.0, np.float64)
 
 
 def _scalar_error(factor: float, etype) -> float:

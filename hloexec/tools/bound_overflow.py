@@ -23,11 +23,14 @@ The range check is a pass over the value (`largest_reach`) only where an upper b
 the operands' (kept per value: moves and max / min / converts their largest, add / subtract / select their sum,
 multiply their product, dots K products; `_estimated_reach`) may reach the limit: on the GPT d256 step the values
 of divides, transcendentals, sums and a few products.
+A reduce that may ignore NaN terms on the device (DeviceProfile.nan_ignoring_reductions: XLA:CPU's max and min
+reduces of 4,096 elements or more, YNNPACK's: f32 and f64 always, f16 and bf16 by the NaN's sign) marks DROPPED_NAN where the shadow's value is NaN: the device's
+is the other terms' max; an op with such an operand marks it where its own value is NaN.
 Carried: moves move the marks; a sum's (add reduce, reduce-window, scatter) gets its terms' kinds, +inf with -inf
 NaN; a max / min reduce its terms'; a dot's or convolution's output every kind where a marked term reaches it
-(inf * 0, inf - inf); any other op with a marked operand (a collective too: its kernel exchanges with the group,
-so it is not run for one participant's marks; the others' marks do not reach this one): every kind on every
-element.
+(inf * 0, inf - inf); a collective's (`collective_marks`) as its bounds travel: its kernel exchanges every
+participant's marks, marked or not (every participant makes the same exchanges); any other op with a marked
+operand: every kind on every element.
 """
 
 from __future__ import annotations
@@ -40,10 +43,13 @@ import numpy as np
 
 from ..kernels.bound_rules import holds_zero, largest_reach
 from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
-from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, float_leaf
+from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, float_leaf, leaves
 
 POS_INF, NEG_INF, NAN = np.uint8(1), np.uint8(2), np.uint8(4)
 EVERY = np.uint8(7)
+# where the shadow is NaN, the device may make any value: a reduce that ignores NaN terms (DeviceProfile.
+# nan_ignoring_reductions) dropped it, here or in an operand
+DROPPED_NAN = np.uint8(8)
 _KINDS = ((POS_INF, np.inf), (NEG_INF, -np.inf), (NAN, np.nan))
 # ops that round nothing beyond their operands: no new mark from the range (their operands' were checked)
 _NO_ROUNDING = EXACT_ELEMENTWISE | {
@@ -61,7 +67,6 @@ _NO_ROUNDING = EXACT_ELEMENTWISE | {
     "imag",
     "complex",
 }
-# (a collective's kernel exchanges with the group: not run for marks one participant alone has; every kind)
 _SUMS = frozenset({"reduce", "reduce-window", "scatter"})
 
 
@@ -84,6 +89,63 @@ def sum_marks(kernel, a, e, zero, limit: float) -> np.ndarray:
         up = np.real(kernel(np.maximum(a + e, 0.0), zero)) >= limit
         down = np.real(kernel(np.maximum(e - a, 0.0), zero)) >= limit
     return (up * POS_INF) | (down * NEG_INF) | ((up & down) * NAN)
+
+
+def collective_marks(bounds, inst, value, operands, etypes) -> None:
+    """A collective's marks (SPMD runs), exchanged with its group as its bounds are: its kernel on every
+    participant's marks, marked or not (the exchanges must be the same on every participant, so this one exchange
+    is made at every collective whatever the marks). A moving collective (all-gather, all-to-all, permute,
+    broadcast) moves them, each element's from the participant it comes from; an add all-reduce or reduce-scatter
+    is a sum of one term per participant, its marks a sum's (`sum_marks`) over the participants' intervals in
+    the collective's type (`etypes`: its value's leaves' element types; its partial sums travel in it): the
+    intervals' positive parts and negative parts summed in one exchange (the real and imaginary parts of one
+    complex payload; a term marked +inf adds +inf to the positive parts, -inf to the negative, NaN to both:
+    every kind; a term without a bound its value; one whose NaN may have been dropped NaN: DROPPED_NAN); a max / min all-reduce (or another reducer) its terms' kinds, one exchange per kind."""
+    kernel = bounds._kernel(inst)
+    results = [(k, v) for k, v in enumerate(leaves(value)) if float_leaf(v) and not any(v is o for o in operands)]
+    reducer = inst.called.get("to_apply")
+    kind = reducer.root.opcode if reducer is not None else None
+    none = np.uint8(0)
+
+    def held(o):  # (an operand's marks; unmarked: zeros as a view, nothing allocated)
+        marks = bounds.marks_of(o)
+        return np.broadcast_to(none, np.shape(o)) if marks is None else marks
+
+    if kind is None:  # (moves the elements: their marks as they are)
+        moved = leaves(kernel(*[held(o) if float_leaf(o) else o for o in operands]))
+        for k, v in results:
+            bounds._mark(v, np.asarray(moved[k], np.uint8))
+        return
+    if kind == "add":
+        lanes = []
+        for o in operands:
+            if not float_leaf(o):
+                lanes.append(o)
+                continue
+            a, e, marks = np.real(o), bounds.of(o), bounds.marks_of(o)
+            e = np.where(np.isfinite(e), e, 0.0)  # (an element without a bound says nothing; its marks do)
+            lane = np.empty(np.shape(o), np.complex128)
+            np.fmax(a + e, 0.0, out=lane.real)  # (fmax: a NaN of the shadow's is 0 here, NaN only if dropped)
+            np.fmax(e - a, 0.0, out=lane.imag)
+            if marks is not None:
+                lane.real[(marks & (POS_INF | NAN)) > 0] = np.inf
+                lane.imag[(marks & (NEG_INF | NAN)) > 0] = np.inf
+                lane.real[(marks & DROPPED_NAN) > 0] = np.nan
+            lanes.append(lane)
+        summed = leaves(kernel(*lanes))
+        for k, v in results:
+            limit = rounding_limit(etypes[k].numpy)[0] if etypes[k].kind == "float" else np.inf
+            up, down = np.real(summed[k]) >= limit, np.imag(summed[k]) >= limit
+            dropped = np.isnan(np.real(summed[k])) * DROPPED_NAN
+            bounds._mark(v, (up * POS_INF) | (down * NEG_INF) | ((up & down) * NAN) | dropped)
+        return
+    marks = {k: np.zeros(np.shape(v), np.uint8) for k, v in results}
+    for bit in (*(bit for bit, _ in _KINDS), DROPPED_NAN):
+        reached = leaves(kernel(*[(held(o) & bit) if float_leaf(o) else o for o in operands]))
+        for k, _v in results:
+            marks[k] |= (np.asarray(reached[k]) > 0) * bit
+    for k, v in results:
+        bounds._mark(v, marks[k])
 
 
 def dot_marks(bounds, inst, orig, x, operands) -> None:
@@ -140,32 +202,37 @@ _REACH_MAX = (
 _REACH_SUM = frozenset({"add", "subtract", "select"})
 
 
-def mark_overflows(bounds, inst, value, operands, singular: tuple = ()) -> None:
+def mark_overflows(bounds, inst, value, operands, singular: tuple = (), carries: bool = True) -> None:
     """After `bounds` (an ErrorBounds) bounded `inst`'s `value`: its float leaves' marks (module docstring), with
     those its rule set already (a sum's, a dot's), kept; bounds widened where an elementwise op's marked operands
     can make a finite value far from its own. `singular`: the operands at which the op is singular at 0 (a
-    divisor). Cheap where nothing is marked: a look-up per operand, and a pass over the values a rounding makes
+    divisor). `carries`: False where the rule set the marks the operands' give (a collective's: collective_marks).
+    Cheap where nothing is marked: a look-up per operand, and a pass over the values a rounding makes
     only where their reach estimated from their operands' (`_estimated_reach`) may pass the type's limit."""
-    held = [bounds.marks_of(o) if float_leaf(o) else None for o in operands]
+    held = [bounds.marks_of(o) if carries and float_leaf(o) else None for o in operands]
     opcode = inst.opcode
-    leaves = value if isinstance(value, (tuple, list)) else [value]
-    single = len(leaves) == 1 and float_leaf(leaves[0]) and not any(leaves[0] is o for o in operands)
+    made = value if isinstance(value, (tuple, list)) else [value]
+    single = len(made) == 1 and float_leaf(made[0]) and not any(made[0] is o for o in operands)
     if all(h is None for h in held) and opcode in _NO_ROUNDING | VIEW_MOVES:
         if single and opcode in _REACH_MAX | _REACH_SUM:  # (its reach, for the ops after it)
-            bounds._keep_reach(leaves[0], _estimated_reach(bounds, inst, operands, 1.0))
+            bounds._keep_reach(made[0], _estimated_reach(bounds, inst, operands, 1.0))
         return
     orig = bounds.plans.original(inst)
     if orig is None:  # (the shadow's own helpers)
         return
+    dropped = any(h is not None and (h & DROPPED_NAN).any() for h in held)
     if not single:  # (a tuple's leaves made by the op itself, a sort's, from a marked operand: every kind)
         if any(h is not None for h in held) and opcode not in _NO_ROUNDING:
-            for leaf in leaves:
+            for leaf in made:
                 if float_leaf(leaf) and not any(leaf is o for o in operands):
-                    bounds._mark(leaf, np.full(np.shape(leaf), EVERY))
+                    marks = np.full(np.shape(leaf), EVERY)
+                    bounds._mark(leaf, marks | _nan(leaf) * DROPPED_NAN if dropped else marks)
         return
-    x = leaves[0]
+    x = made[0]
     marks = bounds.marks_of(x)
     marks = np.zeros(np.shape(x), np.uint8) if marks is None else np.array(marks)
+    if dropped or _ignores_nan(bounds.device, inst, orig, x, operands):
+        marks |= _nan(x) * DROPPED_NAN
     if any(h is not None for h in held):
         marks |= _carried(bounds, inst, x, operands, held, singular)
     elif singular and bounds._decided_or_none(x) is not None and _may_be_zero(bounds, operands, singular):
@@ -182,6 +249,36 @@ def mark_overflows(bounds, inst, value, operands, singular: tuple = ()) -> None:
                 marks |= range_marks(x, bounds._stored_bound(x), etype.numpy)
     bounds._mark(x, marks)
     bounds._keep_reach(x, None if marks.any() else reach)
+
+
+def _nan(x) -> np.ndarray:
+    """Where the real value `x` (or its real part) is NaN, with its shape (a 0-d value's too)."""
+    return np.broadcast_to(np.isnan(np.real(x)), np.shape(x))
+
+
+# the types whose max / min reduces a device with nan_ignoring_reductions may compute ignoring NaN terms (XLA:CPU's
+# YNNPACK: f32 and f64 always; f16 and bf16 by the NaN's sign bit, which the shadow does not follow)
+_NAN_IGNORING = frozenset({"f16", "bf16", "f32", "f64"})
+
+
+def _ignores_nan(device, inst, orig, x, operands) -> bool:
+    """Whether `inst` is a max or min reduce (or reduce-window whose strides are its sizes) that `device` may compute
+    ignoring NaN terms (DeviceProfile.nan_ignoring_reductions: at least that many elements in its result or an
+    operand; _NAN_IGNORING's types), with a NaN in its value."""
+    least = device.nan_ignoring_reductions
+    reducer = inst.called.get("to_apply")
+    if not least or inst.opcode not in ("reduce", "reduce-window") or len(operands) != 2 or reducer is None:
+        return False
+    if reducer.root.opcode not in ("maximum", "minimum") or orig.shape.element_type.name not in _NAN_IGNORING:
+        return False
+    if inst.opcode == "reduce-window":
+        window = inst.attr("window") or ()
+        if not any(w.size > 1 or w.stride > 1 for w in window) or any(
+            w.size > 1 and (w.stride != w.size or w.base_dilation != 1 or w.window_dilation != 1 or w.reversal)
+            for w in window
+        ):
+            return False
+    return max(np.size(x), np.size(operands[0])) >= least and bool(np.isnan(np.real(x)).any())
 
 
 def _estimated_reach(bounds, inst, operands, rounding: float) -> float | None:

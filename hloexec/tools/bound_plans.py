@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 
+from ..ir.module import Computation, Instruction
+from ..ir.opcodes import separate_reducer_opcodes
 from ..ops.registry import lookup
 from .bound_convolution import as_dot, gemm_as_dot
 from .bound_epilogues import library_epilogue
@@ -20,6 +22,21 @@ def _narrow(shape) -> bool:
         return all(map(_narrow, shape.tuple_shapes))
     etype = shape.element_type
     return etype is None or etype.kind != "float" or etype.bits <= 32
+
+
+def _part(inst, k: int, opcode: str) -> Instruction:
+    """Variadic reduce `inst`'s k-th result as a reduce of its own: its k-th input and init value, reduced by
+    `opcode` (its reducer's k-th result's op, separate_reducer_opcodes), at the same place in the program."""
+    n = len(inst.operands) // 2
+    params = inst.called["to_apply"].parameters
+    scalars = [Instruction(f"p{j}", "parameter", params[k + j * n].shape, [], args=str(j)) for j in (0, 1)]
+    root = Instruction(opcode, opcode, params[k].shape, scalars)
+    part = Instruction(
+        inst.name, "reduce", inst.shape.tuple_shapes[k], [inst.operands[k], inst.operands[n + k]], inst.attrs
+    )
+    part.called = {"to_apply": Computation(f"{inst.name}.{k}", [*scalars, root], root)}
+    part.computation = inst.computation
+    return part
 
 
 class KernelCache:
@@ -51,6 +68,8 @@ class InstructionPlans:
         self.kernel = KernelCache(context)
         self.decided: dict[int, tuple] = {}  # id(inst) -> (inst, original, narrow, dot or None)
         self.epilogues: dict[int, tuple] = {}  # id(inst) -> (inst, bound_epilogues.Epilogue or None)
+        self.separated: dict[int, tuple] = {}  # id(inst) -> (inst, its parts or None: `parts`)
+        self.part_ids: set[int] = set()  # the parts' (their sums round every step: `is_part`)
 
     def plan(self, inst) -> tuple:
         """(inst, `original(inst)`, `narrow(inst)`, `as_dot(inst)`) in one lookup (the observer's every call)."""
@@ -80,6 +99,39 @@ class InstructionPlans:
     def as_dot(self, inst):
         """The dot a convolution `inst` is (tools/bound_convolution.as_dot), None where it is not one."""
         return self.plan(inst)[3]
+
+    def parts(self, inst) -> list | None:
+        """A variadic reduce of separate reducers (ir/opcodes.separate_reducer_opcodes), not one the selecting rule
+        bounds (every float result a max or min: tools/bound_sorts.selecting_reduce), as its results' reduces
+        (`_part`: each planned with the original's part), None otherwise. Cheap for any other instruction."""
+        if inst.opcode != "reduce" or len(inst.operands) < 4:
+            return None
+        made = self.separated.get(id(inst))
+        if made is None:
+            made = self.separated.setdefault(id(inst), (inst, self._separate(inst)))
+        return made[1]
+
+    def _separate(self, inst) -> list | None:
+        orig = self.original(inst)
+        ops = separate_reducer_opcodes(inst.called["to_apply"], len(inst.operands) // 2)
+        if orig is None or ops is None:
+            return None
+        floats = [op for op, (_, leaf) in zip(ops, orig.shape.leaves()) if leaf.element_type.kind == "float"]
+        if all(op in ("maximum", "minimum") for op in floats):
+            return None
+        parts = []
+        for k, op in enumerate(ops):
+            part, orig_part = _part(inst, k, op), _part(orig, k, op)
+            self.decided[id(part)] = (part, orig_part, _narrow(orig_part.shape), None)
+            self.part_ids.add(id(part))
+            parts.append(part)
+        return parts
+
+    def is_part(self, inst) -> bool:
+        """Whether `inst` is a variadic reduce's part (`parts`): its sums round every step in its type, in the
+        HLO's order, whatever the device's reductions rule (hloexec's and XLA:CPU's loops run its reducer as it
+        is, one rounding a step; XLA's tree rewriter leaves variadic reduces as they are)."""
+        return id(inst) in self.part_ids
 
     def epilogue(self, inst):
         """A library custom-call's contraction and epilogue (tools/bound_epilogues.library_epilogue), None where the

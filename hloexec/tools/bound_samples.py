@@ -97,11 +97,13 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     one is tight alone, the largest ratio is four draws' measure, below SIGMAS sigma in ~9% of blocks at
     SAMPLE_MARGIN. A block's one or two elements far tighter by their rule than the rest (`_lone_floors`) are never
     cut below what their own samples allow. `in_place`: `bound`
-    is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it)."""
+    is the caller's own (a pass's new array): scaled where it is, no new array (without a ceiling, which reads it).
+    Complex `deviations` (a complex value's: its bound is on the error's modulus) are read as their moduli, the
+    sums of their parts' squares."""
     if bound is None:
         return None
     if stats is None:  # the samples' squares against the bound's, per block, in one pass (block_ratios)
-        stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), np.reshape(bound, -1), CALIBRATION_BLOCK)
+        stats = block_ratios(_squared_parts(deviations), np.reshape(bound, -1), CALIBRATION_BLOCK)
     largest, total, counted, seen, unjudged = stats
     if unjudged or seen < CALIBRATED_FROM:
         return bound
@@ -132,12 +134,16 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     return np.maximum(calibrated, np.minimum(_scaled(bound, short), ceiling()))
 
 
-def participation(bound, deviations, largest, cut) -> tuple[np.ndarray, tuple]:
+def participation(bound, deviations, largest, cut) -> tuple[np.ndarray, tuple | None]:
     """Per block of CALIBRATION_BLOCK, how many independent draws its tight elements' samples are at least worth
     (kernels/bound_rules.participation_ratios; `largest`: the blocks' largest ratios, block_ratios'), computed only
     in the blocks being `cut` (4 in the others: the margin matters only where a block is cut), and its lone
-    elements (members, their largest ratio, their P: participation_ratios'); the samples read as kept (bfloat16:
-    their bits, no float32 copy)."""
+    elements (members, their largest ratio, their P: participation_ratios'; None for complex samples: no floor);
+    the samples read as kept (bfloat16: their bits, no float32 copy)."""
+    if np.iscomplexobj(deviations):  # (the parts' ratios: each at most the count of real draws its samples are made
+        # of; 0, a part no element near the largest ratio shows, says nothing)
+        real, imag = (participation(bound, part, largest, cut)[0] for part in (deviations.real, deviations.imag))
+        return np.where(real == 0, imag, np.where(imag == 0, real, np.minimum(real, imag))), None
     samples = np.reshape(deviations, (len(deviations), -1))
     if samples.dtype == _BF16:
         samples = samples.view(np.uint16)
@@ -156,6 +162,8 @@ def _lone_floors(bound, lone, spread) -> tuple[np.ndarray, np.ndarray] | None:
     small, it falls out of those near the largest ratio, which are then many independent ones (margin 2), and was
     cut below SIGMAS sigma in 4-9% of such blocks 4-10x tighter (bench/bench_calibration.py; 0.16% at 3.5x, 0 at
     3x: a third, kernels/bound_rules.LONE)."""
+    if lone is None:
+        return None
     members, ratio, draws = lone
     has = members >= 0
     if not has.any():
@@ -163,6 +171,16 @@ def _lone_floors(bound, lone, spread) -> tuple[np.ndarray, np.ndarray] | None:
     own = np.minimum(1.0, margin(draws) * spread * np.sqrt(ratio))
     at = members[has]
     return at, np.asarray(np.reshape(bound, -1)[at] * np.broadcast_to(own[:, None], has.shape)[has], bound.dtype)
+
+
+def _squared_parts(deviations) -> np.ndarray:
+    """`deviations` ((SAMPLES, *shape)) as rows whose squares, summed over the rows, are each element's samples' sum
+    of squares (block_ratios' reading): the samples themselves, or a complex value's parts (2 x SAMPLES rows of
+    float32: |d|^2 = Re^2 + Im^2)."""
+    rows = np.reshape(deviations, (len(deviations), -1))
+    if not np.iscomplexobj(rows):
+        return rows
+    return np.ascontiguousarray(np.concatenate([rows.real, rows.imag]), np.float32)
 
 
 def margin(participation) -> np.ndarray:
@@ -205,14 +223,9 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
     other_type = orig.operands[1 - k].shape.element_type.numpy
     if other_type is None:
         return None
-    dims = tuple(inst.operands[k].attr("dimensions", ()))
-    kept = [x.shape[d] for d in dims]
-    count = int(np.prod(kept, dtype=np.int64))
+    source, count = broadcast_sources(inst.operands[k], x.shape)
     if count == x.size:
         return None  # (a broadcast that adds no dimension: nothing repeats)
-    # the broadcast operand's element behind each element of x
-    source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
-    source = source.reshape([x.shape[d] if d in dims else 1 for d in range(x.ndim)])
     # the binades of x's ulps; coarse: the other operand's ulp (in its type) at least x's
     info, other_info = ml_dtypes.finfo(orig.shape.element_type.numpy), ml_dtypes.finfo(other_type)
     groups = np.empty(x.shape, np.int64)
@@ -228,6 +241,16 @@ def shared_rounding(inst, orig, x, operands) -> np.ndarray | None:
         groups.reshape(-1),
     )
     return groups if any_coarse else None
+
+
+def broadcast_sources(broadcast, shape: tuple) -> tuple[np.ndarray, int]:
+    """(index, count): the element of `broadcast`'s operand (count elements, row-major) behind each element of its
+    result of `shape`, as an int64 array broadcastable to `shape`."""
+    dims = tuple(broadcast.attr("dimensions", ()))
+    kept = [shape[d] for d in dims]
+    count = int(np.prod(kept, dtype=np.int64))
+    source = np.arange(count).reshape(kept).transpose(np.argsort(dims))
+    return source.reshape([shape[d] if d in dims else 1 for d in range(len(shape))]), count
 
 
 def _scaled(bound: np.ndarray, per_block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -26,9 +26,10 @@ custom-call, cub's radix sort (XLA-GPU's sort) and the payloads sorted with thei
 Their integer results that rounding decides (an HLO or radix sort's indices where its keys' clusters hold several
 keys, an argmax's where other keys reach the extreme's interval, a top-k's where other keys reach the j-th
 value's) are marked with the values they may take (tools/bound_indices.py: what a gather by them picks).
-Their samples are the op's kernel on the perturbed operands (the samples re-sort); the custom-calls' bounds are
-not calibrated by them (their rules are tight already; a payload's: the samples rarely swap what rounding may
-swap)."""
+Their samples are the op's kernel on the perturbed operands (the samples re-sort), a payload's plus a swap within
+its cluster (`_swaps`: the re-sort rarely swaps what rounding may swap, and the calibration of what is made from
+the payload cut its bounds to samples that saw none); their own bounds are not calibrated by them (their rules
+are tight already)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from ..ops.common import ints
 from ..ops.custom_call.registry import backend_config, field, target_of
 from ..ops.indexing import sort_keys, sort_permutation
 from .bound_indices import CHOICE_ELEMENTS, from_clusters, from_reach, from_selection
+from .bound_samples import SAMPLES
 from .bound_store import float_leaf as _float
 
 TOP_K_TARGETS = frozenset({"TopK", "__gpu$TopK"})
@@ -120,9 +122,10 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
     return True
 
 
-def sorted_bounds(bounds, inst, value, operands) -> bool:
-    """Puts the bounds of `value`'s float leaves (`inst` one that `selects`) into `bounds` (an ErrorBounds); False
-    (nothing done) where an HLO sort's comparator is not one its rule knows (module docstring)."""
+def sorted_bounds(bounds, inst, value, operands) -> list | None:
+    """Puts the bounds of `value`'s float leaves (`inst` one that `selects`) into `bounds` (an ErrorBounds); None
+    (nothing done) where an HLO sort's comparator is not one its rule knows (module docstring). Returns the payloads'
+    swaps (leaf, `_swaps`' samples) for `swapped_samples`, once `bounds` sampled the op."""
     leaves = list(value) if isinstance(value, tuple) else [value]
     if inst.opcode == "sort":
         return _hlo_sort(bounds, inst, leaves, operands)
@@ -135,18 +138,31 @@ def sorted_bounds(bounds, inst, value, operands) -> bool:
         if target_of(inst) in TOP_K_TARGETS and len(leaves) == 2 and isinstance(leaves[1], np.ndarray):
             _top_k_indices(bounds, leaves[1], keys, e, *ends)
     descending = bool(field(backend_config(inst), "descending", False))
+    swaps = []
     for k, payload in enumerate(payloads, start=1):
         if _float(payload):
             rode = kernel(keys, e, bounds.of(payload))  # (the keys' and the payload's bounds, moved as it was)
-            exact = not rode[1].any()  # (exact keys: the order is the exact one, ties kept by index: cub is stable)
-            bound = rode[2] if exact else _payload_bound(leaves[0], rode[1], leaves[k], rode[2], descending)
+            if not rode[1].any():  # (exact keys: the order is the exact one, ties kept by index: cub is stable)
+                bounds._put(leaves[k], rode[2])
+                continue
+            bound, swap = _payload_bound(leaves[0], rode[1], leaves[k], rode[2], descending, bounds.rng)
             bounds._put(leaves[k], bound)
+            swaps += [] if swap is None else [(leaves[k], swap)]
         elif isinstance(leaves[k], np.ndarray) and _float(keys) and leaves[k].ndim:  # (indices: argsort on XLA-GPU)
             moved = np.asarray(kernel(keys, e)[1], np.float64)  # (the keys' bounds, moved as they were)
             if moved.any():  # (exact keys: the exact order, cub is stable)
                 sorted_keys = np.asarray(leaves[0], np.float64)
                 from_clusters(bounds.choices, leaves[k], leaves[k].ndim - 1, *clusters(sorted_keys, moved, descending))
-    return True
+    return swaps
+
+
+def swapped_samples(bounds, swaps) -> None:
+    """Adds a sort's payloads' `swaps` (sorted_bounds') to the samples bounds gave them (the sort of the perturbed
+    operands, which rarely swaps what rounding may swap)."""
+    for leaf, swap in swaps or ():
+        if (moved := bounds._samples_or_none(leaf)) is not None:
+            swap += moved
+        bounds._put(leaf, bounds.of(leaf), bounds._decided_or_none(leaf), swap)
 
 
 def _top_k_indices(bounds, indices, keys, e, high, low) -> None:
@@ -162,13 +178,14 @@ def _top_k_indices(bounds, indices, keys, e, high, low) -> None:
     from_reach(bounds.choices, indices, positions, reach)
 
 
-def _hlo_sort(bounds, inst, leaves, operands) -> bool:
-    """An HLO sort's bounds (module docstring): False where its comparator is not a lexicographic LT/GT of keys
-    (`sort_keys`) or its first key does not order the operand's values (nor exact keys a stable sort's)."""
+def _hlo_sort(bounds, inst, leaves, operands) -> list | None:
+    """An HLO sort's bounds (module docstring) and its payloads' swaps (`sorted_bounds`): None where its comparator
+    is not a lexicographic LT/GT of keys (`sort_keys`) or its first key does not order the operand's values (nor
+    exact keys a stable sort's)."""
     comparator = inst.called.get("to_apply")
     keys = sort_keys(comparator.root) if comparator is not None else None
     if keys is None:
-        return False
+        return None
     dims = ints(inst.attr("dimensions"))
     axis = dims[0] if dims else 0
     permutation = sort_permutation(comparator, bounds.plans.context)
@@ -179,11 +196,11 @@ def _hlo_sort(bounds, inst, leaves, operands) -> bool:
         for leaf, bound in zip(leaves, moved):  # (exact keys: the exact order, ties kept by index)
             if _float(leaf):
                 bounds._put(leaf, bound)
-        return True
+        return []
     first = keys[0].operand
     descending = _direction(permutation, operands, first, errors[first], axis)
     if descending is None:
-        return False
+        return None
     if _float(operands[first]):
         ends = []
         for sign in (1, -1):
@@ -197,13 +214,15 @@ def _hlo_sort(bounds, inst, leaves, operands) -> bool:
         for leaf in leaves:
             if not _float(leaf) and isinstance(leaf, np.ndarray):
                 from_clusters(bounds.choices, leaf, axis, starts, lengths)
+    swaps = []
     for k, (leaf, bound) in enumerate(zip(leaves, moved)):
         if k != first and _float(leaf):
-            bound = _payload_bound(
-                key, key_bounds, np.moveaxis(leaf, axis, -1), np.moveaxis(bound, axis, -1), descending
+            bound, swap = _payload_bound(
+                key, key_bounds, np.moveaxis(leaf, axis, -1), np.moveaxis(bound, axis, -1), descending, bounds.rng
             )
             bounds._put(leaf, np.moveaxis(bound, -1, axis))
-    return True
+            swaps += [] if swap is None else [(leaf, np.moveaxis(swap, -1, axis + 1))]
+    return swaps
 
 
 def _direction(permutation, operands, first, error, axis: int) -> bool | None:
@@ -237,16 +256,39 @@ def _between(value, high, low) -> np.ndarray:
     return np.where(np.isnan(bound), np.inf, bound)
 
 
-def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool) -> np.ndarray:
+def _payload_bound(keys, key_bounds, payload, payload_bounds, descending: bool, rng) -> tuple:
     """The bound of a payload sorted by `keys` along the last dim (all four in the output's order): its own bound
-    where its key's rank is decided, else the farthest of its cluster's payload intervals (module docstring)."""
+    where its key's rank is decided, else the farthest of its cluster's payload intervals (module docstring); and
+    its samples' swaps within the clusters (`_swaps`; None where every key's rank is decided)."""
     if keys.size == 0:
-        return payload_bounds
+        return payload_bounds, None
     starts, lengths = clusters(keys, key_bounds, descending)
     top = np.repeat(np.maximum.reduceat((payload + payload_bounds).reshape(-1), starts), lengths)
     bottom = np.repeat(np.minimum.reduceat((payload - payload_bounds).reshape(-1), starts), lengths)
     bound = np.maximum(top.reshape(keys.shape) - payload, payload - bottom.reshape(keys.shape))
-    return np.where(np.isnan(bound), np.inf, np.maximum(bound, payload_bounds))
+    bound = np.where(np.isnan(bound), np.inf, np.maximum(bound, payload_bounds))
+    return bound, _swaps(rng, starts, lengths, payload, payload_bounds)
+
+
+def _swaps(rng, starts, lengths, payload, payload_bounds) -> np.ndarray | None:
+    """SAMPLES deviations of a payload whose keys' `clusters` may swap (along the last dim, in the output's order):
+    each element takes another payload of its cluster, the first sample the one its bound reaches (the farthest
+    interval), the others a random one. The sort of the perturbed keys rarely swaps them, so the calibration of
+    what is made from the payload cut its bounds to samples that see no swap: a LayerNorm of a payload sorted by
+    bf16 keys with near-ties flagged XLA:CPU's result ~10x past its bound, a softmax's 4e7x."""
+    if lengths.max() < 2:
+        return None
+    p, e = np.reshape(payload, -1).astype(np.float64), np.reshape(payload_bounds, -1)
+    cluster = np.repeat(np.arange(len(starts)), lengths)
+    last = starts + lengths - 1
+    highest = np.repeat(np.lexsort((p + e, cluster))[last], lengths)  # (the cluster's highest reach: NaN last)
+    lowest = np.repeat(np.lexsort((e - p, cluster))[last], lengths)
+    up = p[highest] + e[highest] - p >= p - (p[lowest] - e[lowest])
+    swap = np.empty((SAMPLES, p.size), np.float32)
+    swap[0] = np.where(up, p[highest], p[lowest]) - p
+    picks = np.repeat(starts, lengths) + (rng.random((SAMPLES - 1, p.size)) * np.repeat(lengths, lengths)).astype(int)
+    swap[1:] = p[picks] - p
+    return swap.reshape(SAMPLES, *np.shape(payload))
 
 
 def clusters(keys, key_bounds, descending: bool) -> tuple:

@@ -7,7 +7,8 @@ narrow, encoded by `_put` and decoded by the accessors (the rules read float32 o
 - a bound of a value of a 32-bit or narrower type in float32, 4 bytes; an f64 value's in float64 (kept in 16
   bits rounded up, bfloat16's 2^-7 steps compounded along the program: one 1% change of an f16 LayerNorm
   gradient's largest element, caught in float32, was missed);
-- the samples' deviations in SAMPLE_STORAGE, bfloat16 (rounded to nearest: 2^-9 of a deviation), 4 x 2 bytes
+- a complex value's samples in complex64 (float32 parts, `sample_dtype`; complex programs are small), a real
+  value's deviations in SAMPLE_STORAGE, bfloat16 (rounded to nearest: 2^-9 of a deviation), 4 x 2 bytes
   against float32's 4 x 4 (what it costs the verdict: SAMPLE_STORAGE), encoded and decoded by compiled kernels
   (kernels/half.py, bit for bit ml_dtypes' casts); the hot elementwise ops (tools/bound_elementwise.py) read and
   write these bits themselves, no float32 copy (the last encoded samples' float32 reading was kept for the next
@@ -62,6 +63,12 @@ def has_error(bound) -> bool:
 def float_leaf(leaf) -> bool:
     """Whether `leaf` (of a value: an array, a scalar, a token...) is a float or complex array or scalar."""
     return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "fc"
+
+
+def sample_dtype(leaf) -> np.dtype:
+    """What the samples' deviations of a float or complex value are made in: float32 (kept in SAMPLE_STORAGE), a
+    complex value's complex64 (kept as it is: float32 parts; complex programs are small)."""
+    return np.dtype(np.complex64 if np.iscomplexobj(leaf) else np.float32)
 
 
 def leaves(value) -> list:

@@ -12,7 +12,7 @@ from ..kernels.elementwise import accumulates_in_f32
 from ..ops.indexing import scatter_targets
 from ..ops.reduction import in_ynn_order, window_dims, window_terms
 from .bound_complex import squared_magnitude
-from .bound_dots import SIGNIFICAND, widest
+from .bound_dots import SIGNIFICAND, SMALLEST, widest
 from .bound_generic import sum_terms
 from .bound_overflow import rounding_limit, sum_marks
 from .bound_samples import SIGMAS
@@ -35,13 +35,18 @@ def unit_roundoff(etype) -> float:
     return float(ml_dtypes.finfo(etype.numpy).eps) / 2
 
 
-def reduce_bounds(bounds, inst, orig, x, operands) -> tuple:
+def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tuple:
+    """An add, max or min reduce's or reduce-window's bound into `bounds` (tools/bounds.py's rules); returns
+    _sample's (own error, ceiling, summed deviations, floor). `per_step`: its sums round every step in its type,
+    in the HLO's order, whatever the device's reductions rule (a variadic reduce's part, InstructionPlans.parts)."""
     reducer = inst.called.get("to_apply")
     kind = reducer.root.opcode if reducer is not None else ""
     a, init = operands
     if kind in ("maximum", "minimum"):
         bounds._put(x, np.asarray(bounds._kernel(inst)(bounds.of(a), bounds.of(init)), np.float64), None)
         return None, None, None, None
+    if kind == "multiply" and inst.opcode == "reduce" and orig.shape.element_type.kind == "float":
+        return _product_bounds(bounds, inst, orig, x, a, init, per_step), None, None, None
     if kind != "add":
         bounds.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
         bounds._put(x, np.full(x.shape, np.inf))
@@ -59,23 +64,52 @@ def reduce_bounds(bounds, inst, orig, x, operands) -> tuple:
     etype = orig.shape.element_type
     steps = None
     window = bounds.device.tree_reduction_window
-    if window and inst.opcode == "reduce" and etype.bits < 32 and orig.operands[0].opcode != "reduce-window":
+    tree = window and not per_step and inst.opcode == "reduce" and etype.bits < 32
+    if tree and orig.operands[0].opcode != "reduce-window":
         steps = tree_order_steps(a, tuple(inst.attr("dimensions", ())), window)
-    accumulation = accumulation_variance(bounds, etype, count, squares, x, steps=steps)
+    accumulation = accumulation_variance(bounds, etype, count, squares, x, per_step, steps)
     bound, own = bounds._round(orig, x, variance + accumulation, "reduce")
     bounds._put(x, bound)
     if etype.kind == "float" and etype.bits < 64:
         # (partial sums past the accumulation type's range in some order: gated by Cauchy-Schwarz on the rule's sums)
-        wide = accumulates_in_f32(bounds.device.reductions, "add", etype)
+        wide = not per_step and accumulates_in_f32(bounds.device.reductions, "add", etype)
         limit = rounding_limit(np.float32 if wide else etype.numpy)[0]
         if np.any(np.sqrt(count * squares) + linear() + np.sqrt(accumulation) >= limit):
             bounds._mark(x, sum_marks(kernel, a, bounds.of(a), zero, limit))
     local = np.sqrt(accumulation + np.square(own))
-    floor = _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation)
+    reductions = "per-step" if per_step else bounds.device.reductions
+    floor = _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions)
     return local, lambda: linear() + local, deviations, floor
 
 
-def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation) -> np.ndarray | None:
+def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarray:
+    """A product reduce's bound into `bounds`; returns its own error (SIGMAS sigmas). First order: each term's bound
+    times the other terms' product (the init value's too), added (errors the terms share add up; the samples
+    calibrate it down where they do not), and its roundings: one a step, of relative size u, independent (n
+    steps: SIGMAS sigmas of their sum), in the device's accumulation type ("accumulate": 16-bit products in f32)
+    unless `per_step`, then the final rounding; a step below the normals errs by half their spacing (flushed: by
+    f32's smallest normal), whatever its size."""
+    dims = [int(d) for d in inst.attr("dimensions", ())]
+    order = [d for d in range(a.ndim) if d not in dims] + dims
+    terms = np.abs(np.transpose(a, order)).reshape(*np.shape(x), -1)
+    errors = np.transpose(np.broadcast_to(bounds.of(a), a.shape), order).reshape(terms.shape)
+    ones = np.ones((*np.shape(x), 1))
+    before = np.cumprod(np.concatenate([ones, terms[..., :-1]], -1), -1)  # (the terms before each)
+    after = np.flip(np.cumprod(np.concatenate([ones, np.flip(terms[..., 1:], -1)], -1), -1), -1)
+    propagated = np.sum(errors * before * after, -1) * np.abs(init) + bounds.of(init) * np.prod(terms, -1)
+    etype = orig.shape.element_type
+    wide = not per_step and accumulates_in_f32(bounds.device.reductions, "multiply", etype)
+    u = 2.0 ** -SIGNIFICAND["f32"] if wide else unit_roundoff(etype)
+    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(terms.shape[-1]) * np.abs(x)
+    # (a partial product below the normals rounds by half the subnormals' spacing, or is flushed, whatever its size)
+    least = max(SMALLEST["f32" if wide else etype.name] / 2, 2.0**-126 if bounds.device.flush_subnormals else 0.0)
+    steps = steps + least * np.sum(after, -1)  # (its own error: the samples draw it, so calibration keeps it)
+    bound, own = bounds._round(orig, x, np.square(propagated) + np.square(steps), "reduce")
+    bounds._put(x, bound)
+    return np.sqrt(np.square(steps) + np.square(own))
+
+
+def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions) -> np.ndarray | None:
     """A reduce's or reduce-window's own error in its order (with_floor's `floor`). Where the order is the
     HLO's (per-step: row-major, every step rounded to the type), all of a reduce's. Else, and a window's
     (short sums: its repeats rarely reach the rule's bound), only where it exceeds the accumulation's own
@@ -84,14 +118,10 @@ def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation) -> 
     row sums: none) -- or the largest over representative orders where the device's order is not known
     (reductions = "accumulate": f32 sums, 16-bit sums accumulated in f32; bound_shared.any_order_rounding).
     A window's terms: each window's, padding included (the add's identity, as the kernel pads); none for
-    windows shorter than WINDOW_FLOOR_TERMS."""
+    windows shorter than WINDOW_FLOOR_TERMS. `reductions`: the rule its order follows (the device's, or "per-step")."""
     if etype.kind != "float":
         return None
-    dims, dtype, reductions = (
-        tuple(int(d) for d in inst.attr("dimensions", ())),
-        etype.numpy,
-        bounds.device.reductions,
-    )
+    dims, dtype = tuple(int(d) for d in inst.attr("dimensions", ())), etype.numpy
     windowed = inst.opcode == "reduce-window"
     if windowed:
         if np.prod([w.size for w in window_dims(inst, np.ndim(a))]) < WINDOW_FLOOR_TERMS:

@@ -75,10 +75,15 @@ tools/bound_cholesky.py. A map: its computation's steps observed on whole arrays
 Complex values (c64, c128): a bound on the modulus of the error, |computed - exact| (the verdict's measure).
 Their elementwise ops (real, imag and complex too): tools/bound_complex.py. Dots and add-reductions: the real
 rules on the moduli (|a|^2 |b|^2 is the sum of the four real products' squares; a complex dot's part sums 2K real
-products: tools/bound_dots.py). No samples: a complex value's are NaN (not calibrated, nor what is made from it).
+products: tools/bound_dots.py). Samples: complex deviations (complex64), calibrated on their moduli
+(tools/bound_complex.py, bound_samples.calibrate).
 
-What it cannot see: ops it has no rule for (custom-calls computing their own way, send/recv, variadic
-reductions...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
+Variadic reduces: one whose reducer selects (argmax) by its interval ends (tools/bound_sorts.py); one whose reducer
+makes each result from its own two values (sums, a (max, sum) pair) as one reduce per result (InstructionPlans.parts),
+its sums rounding every step in their type. A send and the recv-done of its channel: a collective that moves.
+
+What it cannot see: ops it has no rule for (custom-calls computing their own way, variadic reductions whose reducer
+mixes its results...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
 root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
 paths, a dot whose terms share one (a softmax row's scale), a sum sorted so its partial sums grow before they
@@ -103,17 +108,18 @@ from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
 from .bound_cholesky import cholesky_bounds
-from .bound_complex import complex_elementwise, corners, involves_complex, squared_magnitude
+from .bound_complex import BILINEAR, COMPLEX_LINEAR, add_complex_noise, bilinear_samples, complex_elementwise, corners
+from .bound_complex import involves_complex, resolves_deviations, scaled_samples, select_samples, squared_magnitude
 from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
 from .bound_dots import dot_bounds, dot_floor, store_dot_samples
 from .bound_fft import fft_bounds
 from .bound_indices import Choices, follow
-from .bound_sorts import selecting_reduce, selects, sorted_bounds
+from .bound_sorts import selecting_reduce, selects, sorted_bounds, swapped_samples
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
-from .bound_overflow import dot_marks, mark_overflows
-from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, widens_exactly
+from .bound_overflow import collective_marks, dot_marks, mark_overflows
+from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, sample_dtype, widens_exactly
 from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
 from .bound_generic import evaluated_elementwise, fused_select, moved_samples, store_summed, with_floor
@@ -140,9 +146,12 @@ MOVES = (
     | opcodes.PASS_THROUGH
 )
 # Collectives whose kernel (one exchange with the group) is linear in its operands: run on the bounds and the
-# samples' deviations, it exchanges them as it exchanged the values (send/recv, ragged-all-to-all: no rule).
-COLLECTIVES = frozenset(GROUPED) - {"send", "recv", "ragged-all-to-all"}
-EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id"})
+# samples' deviations, it exchanges them as it exchanged the values (ragged-all-to-all: no rule). A send's exchange
+# queues what arrives for the recv-done of its channel, which takes it off: the two together move the data, its
+# bound and its samples' deviations, in that order (a recv's own value is a placeholder: EXACT).
+COLLECTIVES = frozenset(GROUPED) - {"recv", "ragged-all-to-all"} | {"recv-done"}
+ASYNC_WRAPPERS = frozenset({"async-start", "async-update", "async-done"})  # (of a called computation: `calls=`)
+EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id", "recv"})
 ROUNDING_ELEMENTWISE = (
     frozenset(
         {
@@ -273,13 +282,19 @@ class ErrorBounds(BoundStore):
 
     # -- the observer ------------------------------------------------------------------------------------------
     def __call__(self, inst, value, operands) -> None:
+        parts = self.plans.parts(inst)
+        if parts is not None:  # (a variadic reduce of separate reducers: its results' reduces, each observed)
+            for k, part in enumerate(parts):
+                self(part, value[k], [operands[k], operands[len(parts) + k]])
+            return
         self._observe(inst, value, operands)
         if self.choices.marked(operands):  # (integers rounding decides: what the op makes of them)
             with np.errstate(all="ignore"):
                 follow(self, inst, value, operands)
         if inst.opcode not in EXACT:
             with np.errstate(all="ignore"):
-                mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()))
+                collective = _started(inst.opcode) in COLLECTIVES  # (its rule exchanged the marks)
+                mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()), not collective)
 
     def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)
@@ -304,8 +319,9 @@ class ErrorBounds(BoundStore):
             return
         if opcode not in ROUNDING_ELEMENTWISE and all(self._entry(v) is not None for v in floats):
             return  # tuples, get-tuple-element, fusion and loop results: their leaves are known
-        if opcode == "tuple" and _holds_its_operands(value, operands):
-            for v in floats:  # the others' entries kept (re-moved, they lost their samples); these are inputs
+        # (an async wrapper's leaves are its operands' and those its computation made, observed inside it)
+        if opcode in ASYNC_WRAPPERS or (opcode == "tuple" and _holds_its_operands(value, operands)):
+            for v in floats:  # the others' entries kept (re-moved, they lost their samples); these are exact
                 if self._entry(v) is None:
                     self._put(v, None)
             return
@@ -316,6 +332,7 @@ class ErrorBounds(BoundStore):
         summed = None  # an add reduce's samples' deviations, summed already
         ceiling = None  # a sum's or dot's: the most its terms' errors make it, what its calibration may raise it to
         floor = None  # a sum's own error in its known order, where its roundings may repeat (_reduce)
+        swaps = None  # a sort's payloads' samples' swaps within their keys' clusters (bound_sorts)
         with np.errstate(all="ignore"):
             if orig is None:  # the shadow's own helpers around pinned instructions
                 self._pass_through(inst, value, operands)
@@ -343,7 +360,9 @@ class ErrorBounds(BoundStore):
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
-                local, ceiling, summed, floor = reduce_bounds(self, inst, orig, value, operands)
+                local, ceiling, summed, floor = reduce_bounds(
+                    self, inst, orig, value, operands, self.plans.is_part(inst)
+                )
             elif opcode == "dot":
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
                 floor = dot_floor(self, inst, orig, value, operands)
@@ -359,7 +378,7 @@ class ErrorBounds(BoundStore):
                 pass  # (sampled below)
             elif opcode == "custom-call" and (epilogue := self.plans.epilogue(inst)) is not None:
                 local, ceiling = epilogue_bounds(self, inst, orig, value, operands, epilogue)
-            elif selects(inst) and sorted_bounds(self, inst, value, operands):
+            elif selects(inst) and (swaps := sorted_bounds(self, inst, value, operands)) is not None:
                 pass  # (sampled below)
             elif opcode == "reduce" and selecting_reduce(self, inst, value, operands):
                 pass  # (sampled below)
@@ -369,6 +388,7 @@ class ErrorBounds(BoundStore):
                 self._no_rule(inst, floats)
                 return
             self._sample(inst, value, operands, local, ceiling, summed, floor)
+            swapped_samples(self, swaps)
 
     def _sample(self, inst, value, operands, local, ceiling=None, summed=None, floor=None) -> None:
         """Carry SAMPLES perturbed runs along (Monte Carlo arithmetic): the instruction's kernel on its operands
@@ -377,8 +397,9 @@ class ErrorBounds(BoundStore):
         a softmax's normalization, a LayerNorm gradient's three terms) cancel in them. Few samples cannot bound
         one element, but over a block of elements they show how loose its bounds are: where all the block's
         bounds exceed SAMPLE_MARGIN x SIGMAS x their samples' RMS by a common factor, they are divided by it
-        (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a value
-        whose samples are unknown (complex, no rule) has NaN samples, and nothing after it is calibrated. `local`:
+        (`_calibrate`). A pred value's samples are the perturbed decisions (a select follows them); a complex
+        value's are complex deviations (tools/bound_complex.py); a value whose samples are unknown (no rule; a
+        c128 program's complex op that is not smooth) has NaN samples, and nothing after it is calibrated. `local`:
         one array for every leaf, or a list of them (one per leaf of the value). `summed`: the samples'
         deviations where the rule summed them already (an add reduce's, tools/bound_generic.sum_terms). `floor`: a
         sum's error in its known order (one array, or a list per leaf): see bound_generic.with_floor."""
@@ -391,7 +412,7 @@ class ErrorBounds(BoundStore):
             return
         if moved_samples(self, inst, value, operands, held):
             return
-        kept = [isinstance(v, (np.ndarray, np.generic)) and self._entry(v) is not None for v in leaves]
+        kept = [self._entry(v) is not None and all(v is not o for o in operands) for v in leaves]  # (not a send's data)
         complex_ = any(np.iscomplexobj(v) for v in [*leaves, *operands] if isinstance(v, (np.ndarray, np.generic)))
         by_dot = (  # (dot_samples, or store_dot_samples, makes the samples' array)
             inst.opcode == "dot"
@@ -413,31 +434,41 @@ class ErrorBounds(BoundStore):
         perturbed = [read(p) for p in held]
         del held
         made = [
-            np.empty((SAMPLES, *np.shape(v)), np.float32 if _float(v) else np.asarray(v).dtype)
+            np.empty((SAMPLES, *np.shape(v)), sample_dtype(v) if _float(v) else np.asarray(v).dtype)
             if keep and not by_dot
             else None
             for v, keep in zip(leaves, kept)
         ]
         kernel = self._kernel(inst)
-        if complex_:
-            for out in made:
-                if out is not None:
-                    out[...] = np.nan if out.dtype.kind == "f" else 0
-        elif by_dot:
+        if by_dot:
             made[0] = dot_samples(inst, operands, perturbed)
+        elif complex_ and inst.opcode in BILINEAR and len(operands) == 2:
+            bilinear_samples(kernel, operands, perturbed, made[0])
         elif (
-            inst.opcode in MOVES or _sums(inst) or (_started(inst.opcode) in COLLECTIVES and _exchanges_linearly(inst))
+            inst.opcode in MOVES
+            or _sums(inst)
+            or (_started(inst.opcode) in COLLECTIVES and _exchanges_linearly(inst))
+            or (complex_ and inst.opcode in COMPLEX_LINEAR)
         ):
             # linear in its float operands: the op on their deviations alone (no perturbed run to subtract; a sum of
             # float32 deviations in float32 is off by ~2^-24 of them, far below the sum's own rounding draw)
             unmoved = [
-                np.zeros(np.shape(o), np.float32) if p is None and _float(o) else o for o, p in zip(operands, perturbed)
+                np.zeros(np.shape(o), sample_dtype(o)) if p is None and _float(o) else o
+                for o, p in zip(operands, perturbed)
             ]
             for k in range(SAMPLES):
                 args = [u if p is None else p[k] for u, p in zip(unmoved, perturbed)]
                 for moved, out in zip(_leaves(kernel(*args)), made):
                     if out is not None:
                         out[k] = moved
+        elif complex_ and inst.opcode == "select" and made[0] is not None:
+            select_samples(operands, perturbed, value, made[0])
+        elif complex_ and all(map(_float, leaves)) and not resolves_deviations(self.plans.original(inst)):
+            # (a comparison's perturbed decisions are its kernel's on the perturbed operands: nothing subtracted)
+            if not scaled_samples(inst, kernel, operands, perturbed, leaves, made):
+                for out in made:
+                    if out is not None:
+                        out[...] = np.nan
         else:
             for k in range(SAMPLES):
                 args = [o if p is None else (o + p[k] if _float(o) else p[k]) for o, p in zip(operands, perturbed)]
@@ -457,7 +488,9 @@ class ErrorBounds(BoundStore):
                 self._put(leaf, bound, decided, out)
                 continue
             own = local[k] if isinstance(local, list) else local
-            if has_error(own):
+            if has_error(own) and np.iscomplexobj(out):
+                add_complex_noise(out, self.draw_key(), np.broadcast_to(np.asarray(own, np.float64), np.shape(leaf)))
+            elif has_error(own):
                 add_noise(
                     out.reshape(SAMPLES, -1),
                     self.draw_key(),
@@ -715,6 +748,9 @@ class ErrorBounds(BoundStore):
         leaves = _leaves(value)
         own_errors: list = [np.zeros(())] * len(leaves)
         results = [(k, v) for k, v in enumerate(leaves) if _float(v) and not any(v is o for o in operands)]
+        orig = self.plans.original(inst)
+        etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
+        collective_marks(self, inst, value, operands, etypes)
         reducer = inst.called.get("to_apply")
         if _started(inst.opcode) not in ("all-reduce", "all-reduce-start", "reduce-scatter") or (
             reducer is None or reducer.root.opcode != "add"
@@ -722,14 +758,12 @@ class ErrorBounds(BoundStore):
             for k, v in results:
                 self._put(v, np.asarray(np.real(bounds[k]), np.float64))
             return own_errors, None, None, None
-        orig = self.plans.original(inst)
         types = [o.shape.element_type.numpy for o in orig.operands]
         held = [np.asarray(o).astype(t) if _float(o) else o for o, t in zip(operands, types)]
         folded = _leaves(self._kernel(inst)(*held))  # (the collective's fold: group order, every step in the type)
         floors: list = [None] * len(leaves)
         squares = _leaves(self._substituted(inst, operands, squared_magnitude))
         count = len(participants(inst, self.plans.context.device))  # (every element sums one term per participant)
-        etypes = [leaf.element_type for _, leaf in orig.shape.leaves()]  # (the value's leaves, in order)
         for k, v in results:
             # (the partial sums travel between participants in the collective's type: every step rounds to it)
             accumulation = accumulation_variance(self, etypes[k], count, squares[k], v, per_step=True)

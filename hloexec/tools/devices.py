@@ -77,6 +77,8 @@ RULES = {
     "transcendentals": "how f32 exp, log, log1p, expm1, tanh, erf, logistic compute: accurate (to the nearest f32) "
     "or xla-cpu (XLA:CPU's own polynomial approximations, bit for bit)",
     "vector_width": "f32 lanes of the device's vectorized sums (reductions = xla-cpu); 0: this machine's",
+    "nan_ignoring_reductions": "max and min reduces of at least this many elements may ignore NaN terms "
+    "(YNNPACK's); 0: none",
     "tree_reduction_window": "16-bit sums over a dim longer than this are a reduce-window of this size and a reduce "
     "(the compiler's rewrite; error bounds only); 0: none",
 }

@@ -290,7 +290,7 @@ def _judge_output(
                 + (f" and > the bounds' rms {bound_rms:.3g}" if bounded else "")
             )
         unexplained, over = _beyond(
-            c, baseline, e_c, bad_c, bad_b, allowed, judged, marks if bounded else None, rule, reasons
+            c, shadow, baseline, e_c, bad_c, bad_b, allowed, judged, marks if bounded else None, rule, reasons
         )
         worst = (
             _worst(unexplained | over, e_c, allowed, c, shadow, baseline, bound if bounded else None) if reasons else []
@@ -308,13 +308,13 @@ def _judge_output(
     return out
 
 
-def _beyond(c, baseline, e_c, bad_c, bad_b, allowed, judged, marks, rule: Rule, reasons: list) -> tuple:
+def _beyond(c, shadow, baseline, e_c, bad_c, bad_b, allowed, judged, marks, rule: Rule, reasons: list) -> tuple:
     """(non-finite elements nothing explains, finite ones beyond their allowance) of candidate `c`, their reasons
     appended to `reasons`; judged by the bounds where `judged` is not None (`marks`: the may-be-non-finite ones)."""
     bounded = judged is not None
     unexplained = bad_c & ~bad_b
     if bounded:
-        unexplained = bad_c & ~(_may_be(c, marks) | _same_nonfinite(c, baseline))
+        unexplained = bad_c & ~(_may_be(c, shadow, marks) | _same_nonfinite(c, baseline))
     over = ~bad_c & (e_c > allowed)
     if bounded:
         over &= judged
@@ -336,17 +336,20 @@ def _beyond(c, baseline, e_c, bad_c, bad_b, allowed, judged, marks, rule: Rule, 
     return unexplained, over
 
 
-def _may_be(c: np.ndarray, marks) -> np.ndarray:
-    """Where `c`'s non-finite element is of a kind the marks (tools/bound_overflow.py) allow."""
+def _may_be(c: np.ndarray, shadow: np.ndarray, marks) -> np.ndarray:
+    """Where `c`'s non-finite element is of a kind the marks (tools/bound_overflow.py) allow, or the shadow's NaN
+    is one the device's arithmetic may have dropped (any value of `c`)."""
     if marks is None or c.dtype.kind == "c":
         return np.zeros(c.shape, bool)
-    from .bound_overflow import NAN, NEG_INF, POS_INF  # (here: the CLI's parser imports this module, not Numba)
+    # (here: the CLI's parser imports this module, not Numba)
+    from .bound_overflow import DROPPED_NAN, NAN, NEG_INF, POS_INF
 
     with np.errstate(invalid="ignore"):
         return (
             ((c == np.inf) & (marks & POS_INF > 0))
             | ((c == -np.inf) & (marks & NEG_INF > 0))
             | (np.isnan(c) & (marks & NAN > 0))
+            | (np.isnan(shadow) & (marks & DROPPED_NAN > 0))
         )
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ...errors import UnsupportedError
+from ...ir.dtypes import ELEMENT_TYPES
 from ..common import contig, is_low_float
 from ...kernels.dot_algorithms import device_algorithm, fp8_fast_accumulation
 from ..contraction import algorithm_dot, compute_dtype, dot_general, finish, triangular_solve
@@ -169,55 +171,72 @@ def cublas_gemm(inst, ctx):
     return kernel
 
 
-@custom_call("__cublas$lt$matmul$f8")
+# The shadow's copy of an fp8 matmul (exec/shadow.py) computes in f64: this attribute names its program's result
+# type, whose finite range the result saturates to.
+PROGRAM_RESULT_TYPE = "program_result_type"
+F8_MATMUL = "__cublas$lt$matmul$f8"
+
+
+class F8Operands:
+    """Where an fp8 matmul's operands are (XLA's thunk emitter): a, b, [c when beta != 0], a_scale, b_scale (f32
+    scalars), [bias with a BIAS epilogue], [d_scale, last, when the output is fp8]; dumps before d_scale moved last
+    carried c_scale and d_scale after b_scale, then the bias: both are read. `limit`: the fp8 result's largest
+    finite value, which the result saturates to (the clamp GemmRewriter's F8ConvertD folded in: it fuses only
+    `clamp(lowest, x, max)` of the fp8 type), None for other results."""
+
+    def __init__(self, inst, g: Gemm):
+        program = inst.attr(PROGRAM_RESULT_TYPE)
+        out_dtype = np.dtype(ELEMENT_TYPES[program].numpy if program else result_leaves(inst)[0].dtype)
+        fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
+        n = len(inst.operands)
+        self.scales = (3, 4) if g.beta != 0 else (2, 3)
+        new_form = self.scales[0] + 2 + g.has_bias + fp8_out
+        old_form = self.scales[0] + 4 + g.has_bias
+        if n == new_form:
+            self.bias = self.scales[0] + 2 if g.has_bias else None
+            self.d_scale = n - 1 if fp8_out else None
+        elif n == old_form:
+            self.d_scale, self.bias = self.scales[0] + 3, (self.scales[0] + 4 if g.has_bias else None)
+        else:
+            raise UnsupportedError(
+                f"{target_of(inst)} with {n} operands (beta={g.beta}, epilogue={g.epilogue}, "
+                f"{out_dtype} output): expected {new_form}",
+                inst,
+            )
+        self.limit = float(ml_dtypes.finfo(out_dtype).max) if fp8_out else None
+
+
+@custom_call(F8_MATMUL)
 def cublas_lt_matmul_f8(inst, ctx):
     """cuBLASLt's scaled fp8 matmul: D = d_scale * epilogue(alpha * a_scale * b_scale * dot(a, b) + beta * c
-    + bias), accumulated in f32 from the exact fp8 values. Operands (XLA's thunk emitter): a, b, [c when beta
-    != 0], a_scale, b_scale (f32 scalars), [bias with a BIAS epilogue], [d_scale, last, when the output is
-    fp8]; an fp8 output saturates to its finite range (the clamp the rewriter folded in), other outputs round
-    once. With damax_output the 2nd result is max|D| before d_scale (f32). Remaining leaves (workspace): zeros.
-    Dumps before d_scale moved last carried c_scale and d_scale after b_scale, then the bias: both are read.
-    Fast accumulation (partial sums kept in fewer bits, kernels/dot_algorithms.py) with the algorithm
-    dot_any_f8_any_f8_f32_fast_accum, or at DEFAULT precision on a device whose fp8 GEMMs use it (h100)."""
+    + bias), accumulated in f32 from the exact fp8 values (F8Operands: where each operand is); an fp8 output
+    saturates to its finite range, other outputs round once. With damax_output the 2nd result is max|D| before
+    d_scale (f32: cuBLASLt's amax of D before its scale, what GemmRewriter's F8AddDAmax fuses). Remaining leaves
+    (workspace): zeros. Fast accumulation (partial sums kept in fewer bits, kernels/dot_algorithms.py) with the
+    algorithm dot_any_f8_any_f8_f32_fast_accum, or at DEFAULT precision on a device whose fp8 GEMMs use it (h100).
+    An f64 result (the shadow's) computes every step in f64, exactly from the fp8 values."""
     g = Gemm(inst, ctx)
-    fast = fp8_fast_accumulation(
-        g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name for o in inst.operands[:2])
-    )
     leaves = result_leaves(inst)
     out_dtype = np.dtype(leaves[0].dtype)
-    fp8_out = is_low_float(out_dtype) and out_dtype.itemsize == 1
-    n = len(inst.operands)
-    scale0 = 3 if g.beta != 0 else 2
-    new_form = scale0 + 2 + g.has_bias + fp8_out
-    old_form = scale0 + 4 + g.has_bias
-    if n == new_form:
-        bias_index = scale0 + 2 if g.has_bias else None
-        d_index = n - 1 if fp8_out else None
-    elif n == old_form:
-        d_index, bias_index = scale0 + 3, (scale0 + 4 if g.has_bias else None)
-    else:
-        raise UnsupportedError(
-            f"{target_of(inst)} with {n} operands (beta={g.beta}, epilogue={g.epilogue}, "
-            f"{out_dtype} output): expected {new_form}",
-            inst,
-        )
-    if fp8_out:
-        import ml_dtypes
-
-        limit = float(ml_dtypes.finfo(out_dtype).max)
+    cdt = _work_dtype(out_dtype)
+    fast = cdt == _F32 and fp8_fast_accumulation(
+        g.device, g.algorithm_text, g.precisions, *(o.shape.element_type.name for o in inst.operands[:2])
+    )
+    where = F8Operands(inst, g)
+    a_scale, b_scale = where.scales
 
     def kernel(*xs):
-        scale = np.float32(xs[scale0]) * np.float32(xs[scale0 + 1])
-        r = g.product(xs[0], xs[1], _F32, fast) * scale
+        scale = cdt.type(xs[a_scale]) * cdt.type(xs[b_scale])
+        r = g.product(xs[0], xs[1], cdt, fast) * scale
         r, _ = g.finish_epilogue(
-            r.astype(_F32), xs[2] if g.beta != 0 else None, None if bias_index is None else xs[bias_index], _F32
+            r.astype(cdt), xs[2] if g.beta != 0 else None, None if where.bias is None else xs[where.bias], cdt
         )
-        amax = np.float32(np.max(np.abs(r), initial=0))
-        if d_index is not None:
-            r = r * np.float32(xs[d_index])
-        if fp8_out:
-            r = np.clip(r, -limit, limit)
-        out = finish(r.astype(_F32), out_dtype)
+        amax = np.max(np.abs(r), initial=0)
+        if where.d_scale is not None:
+            r = r * cdt.type(xs[where.d_scale])
+        if where.limit is not None:
+            r = np.clip(r, -where.limit, where.limit)
+        out = finish(r.astype(cdt), out_dtype)
         res = [out]
         for j, s in enumerate(leaves[1:], start=1):
             res.append(np.asarray(amax, s.dtype) if (j == 1 and g.damax) else np.zeros(s.dims, s.dtype))
