@@ -480,6 +480,11 @@ class ErrorBounds(BoundStore):
                     else:
                         out[k] = moved
         del perturbed  # (decoded copies: not held through the draws and the calibration)
+        self._finish_samples(inst, leaves, made, local, ceiling, floor)
+
+    def _finish_samples(self, inst, leaves, made, local, ceiling, floor) -> None:
+        """_sample's last step: each leaf's samples `made` (None: not kept) get their own-error draws, then
+        calibrate its bound (not a move's or a select's), which is put with them."""
         for k, (leaf, out) in enumerate(zip(leaves, made)):
             if out is None:
                 continue
