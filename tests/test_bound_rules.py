@@ -632,15 +632,15 @@ def test_elementwise_pass_is_the_numpy_rules(opcode, which, keyed, passes):
 
 def test_block_ratios_totals_are_the_exact_sums_rounded(passes):
     """Each block's total (summed in eight lanes, kernels/bound_rules._lane_sum) is the exact sum of its ratios
-    (math.fsum of the float32 sums of squares over the bound squared) within a few float64 roundings, blocks of
+    (math.fsum of the float64 sums of squares over the bound squared) within a few float64 roundings, blocks of
     every length mod 8 (a shorter last block, blocks of 1 to 9 elements)."""
     rng = np.random.default_rng(5)
     for block, n in ((CALIBRATION_BLOCK, 40 * CALIBRATION_BLOCK + 13), (9, 1000), (1, 50), (7, 31)):
         deviations = rng.standard_normal((4, n)).astype(np.float32) * np.float32(10.0) ** rng.integers(-3, 4, n)
         bound = np.abs(rng.standard_normal(n)).astype(np.float32) + np.float32(0.1)
         _, total, counted, seen, _ = block_ratios(deviations, bound, block)
-        squares = np.zeros(n, np.float32)
-        for row in deviations:  # (in sample order, as the pass adds them)
+        squares = np.zeros(n)
+        for row in deviations.astype(np.float64):  # (in sample order, as the pass adds them)
             squares += row * row
         ratios = squares.astype(np.float64) / np.square(bound.astype(np.float64))
         exact = [math.fsum(ratios[j : j + block]) for j in range(0, n, block)]
@@ -816,3 +816,95 @@ def test_scale_blocks_float32_is_numpys_product(passes):
         expected = (bound.reshape(blocks, -1) * factor[:, None]).reshape(-1)
     assert np.array_equal(out.view(np.uint32), expected.view(np.uint32))
     assert np.count_nonzero((expected > 0) & (expected < 2.0**-126)) > 1000  # (the subnormal path taken)
+
+
+def _tiny_beside_ordinary(rng, n):
+    """(deviations (4, n) bfloat16, bounds float32): ordinary elements (bound 1, samples ~1e-3: loose) and, in the
+    first block, elements whose samples and bounds are tiny (1e-25 to 1e-38: a softmax's tiny probabilities) and
+    tight, ratio ~1 to 100."""
+    deviations = (rng.standard_normal((4, n)) * 1e-3).astype(ml_dtypes.bfloat16)
+    bound = np.ones(n, np.float32)
+    tiny = rng.choice(CALIBRATION_BLOCK, 24, replace=False)
+    scale = 10.0 ** rng.uniform(-38, -25, tiny.size)
+    deviations[:, tiny] = (rng.standard_normal((4, tiny.size)) * scale).astype(ml_dtypes.bfloat16)
+    bound[tiny] = (scale * rng.uniform(0.1, 1, tiny.size)).astype(np.float32)
+    return deviations, bound, tiny
+
+
+def _select(d, e):
+    """select_pass choosing its true branch everywhere, values 0, the branch's bound `e`, deviations `d`."""
+    from hloexec.kernels.bound_generic import select_pass
+
+    n, none = e.size, np.empty(0)
+    zeros, bits = np.zeros(n), np.empty((4, n), np.uint16)
+    return select_pass(np.ones(n, bool), zeros, zeros, zeros, e, none, (none, none, none), np.empty((4, 0), bool),
+                       d.view(np.uint16), np.empty((4, 0), np.uint16), np.empty(n, np.float32), np.empty(n, bool),
+                       bits, CALIBRATION_BLOCK)  # fmt: skip
+
+
+def _unary(d, e):
+    """unary_pass of the identity on 0, its operand's bound `e` and deviations `d`, no rounding of its own."""
+    from hloexec.kernels.bound_generic import unary_pass
+    from hloexec.tools.bound_elementwise import rounding_rule
+    from hloexec.ir.dtypes import ELEMENT_TYPES
+
+    n = e.size
+    return unary_pass(lambda rows, lo, hi: rows, (False, False, False), np.zeros(n), np.zeros(n), e,
+                      d.view(np.uint16), rounding_rule(ELEMENT_TYPES["f32"], "negate"), (np.uint64(1), float(SIGMAS)),
+                      np.empty(n, np.float32), np.empty((4, n), np.uint16), np.empty(n, bool), CALIBRATION_BLOCK)[1:]  # fmt: skip
+
+
+def _negate(d, e):
+    """elementwise_pass of a negate of 0, its operand's bound `e` and deviations `d` (no rounding of its own)."""
+    from hloexec.ir.dtypes import ELEMENT_TYPES
+    from hloexec.kernels.bound_rules import elementwise_pass
+    from hloexec.tools.bound_elementwise import FUSED, rounding_rule
+
+    n, none = e.size, np.empty(0, np.float32)
+    return elementwise_pass(FUSED["negate"], False, False, np.zeros(n), np.zeros(n), np.zeros(n), e, none,
+                            d.view(np.uint16), np.empty((4, 0), np.uint16), rounding_rule(ELEMENT_TYPES["f32"], "negate"),
+                            (np.uint64(1), np.empty(0, np.int64), float(SIGMAS)), np.empty(n, np.float32),
+                            np.empty((4, n), np.uint16), np.empty(n, bool), CALIBRATION_BLOCK)[1:]  # fmt: skip
+
+
+def _finish(d, e):
+    """bound_products.finish_samples of products `d` (float32) less 0, no own error."""
+    from hloexec.kernels.bound_products import finish_samples
+
+    n = e.size
+    moved = d.astype(np.float32)
+    return finish_samples(moved, np.zeros(n), np.empty(0), np.uint64(1), SIGMAS, e, CALIBRATION_BLOCK,
+                          np.empty((4, n), np.uint16))  # fmt: skip
+
+
+TALLIES = {
+    "block_ratios": lambda d, e: block_ratios(d.astype(np.float32), e, CALIBRATION_BLOCK),
+    "elementwise_pass": _negate,
+    "unary_pass": _unary,
+    "select_pass": _select,
+    "finish_samples": _finish,
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(TALLIES))
+def test_tiny_elements_ratios_are_their_samples_squares_over_their_bounds(kernel, passes):
+    """Every pass that tallies calibration's block statistics: a tiny element's ratio (sum of its samples' squares
+    over its bound squared) is the exact one (float64 squares of the float32 deviations, as written), its block's
+    largest, and calibration keeps its bound (its samples reach it) where it cuts the loose ordinary elements' of
+    the other blocks. On main the squares were float32: deviations below ~1e-19 squared to 0 (or subnormals), the
+    tiny elements showed ratio 0 and were cut by the ordinary elements' factor, ~100x below their samples."""
+    rng = np.random.default_rng(3)
+    n = 3 * CALIBRATION_BLOCK + 5
+    deviations, bound, tiny = _tiny_beside_ordinary(rng, n)
+    with np.errstate(all="ignore"):
+        largest, total, counted, seen, unjudged = TALLIES[kernel](deviations, bound)
+    d = deviations.astype(np.float64)
+    ratio = (d * d).sum(axis=0) / np.square(bound.astype(np.float64))
+    assert ratio[tiny].max() > 1 and ratio[tiny].max() == ratio[:CALIBRATION_BLOCK].max()  # (the premise)
+    want = [ratio[j : j + CALIBRATION_BLOCK] for j in range(0, n, CALIBRATION_BLOCK)]
+    np.testing.assert_allclose(largest, [r.max() for r in want], rtol=1e-15)
+    np.testing.assert_allclose(total, [math.fsum(r) for r in want], rtol=1e-13)
+    assert list(counted) == [r.size for r in want] and seen == n and not unjudged
+    calibrated = calibrate(bound, deviations.astype(np.float32), stats=(largest, total, counted, seen, unjudged))
+    assert np.array_equal(calibrated[:CALIBRATION_BLOCK], bound[:CALIBRATION_BLOCK])
+    assert np.all(calibrated[CALIBRATION_BLOCK : 3 * CALIBRATION_BLOCK] < 0.1)  # (the last 5: too few to cut)

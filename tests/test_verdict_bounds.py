@@ -621,3 +621,42 @@ ENTRY e {
     assert verdict.consistent("right") and not verdict.consistent("off")
     [w_] = [w_ for o in verdict.outputs for c in o.candidates if c.name == "off" for w_ in c.worst]
     assert w_.index == k
+
+
+TINY_BESIDE_LOOSE = """HloModule tiny_beside_loose
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e { x = f32[8,128] parameter(0)  y = f32[8,128] parameter(1)  w = f32[8,128] parameter(2)
+  k = f32[] constant(60)  ks = f32[8,128] broadcast(k), dimensions={}
+  m = f32[8,128] multiply(x, y)  mk = f32[8,128] multiply(m, ks)  c = f32[8,128] subtract(mk, ks)
+  e1 = f32[8,128] exponential(c)  e2 = f32[8,128] multiply(e1, e1)  e4 = f32[8,128] multiply(e2, e2)
+  e8 = f32[8,128] multiply(e4, e4)  e16 = f32[8,128] multiply(e8, e8)  p = f32[8,128] multiply(e16, e16)
+  zero = f32[] constant(0)  r1 = f32[8] reduce(p, zero), dimensions={1}, to_apply=add
+  r2 = f32[8] reduce(p, zero), dimensions={1}, to_apply=add
+  s = f32[8] subtract(r1, r2)  b = f32[8,128] broadcast(s), dimensions={0}
+  t = f32[8,128] multiply(y, w)  tiny = f32[] constant(1e-20)  tinies = f32[8,128] broadcast(tiny), dimensions={}
+  mask = pred[8,128] compare(w, tinies), direction=LT
+  ROOT z = f32[8,128] select(mask, t, b) }"""
+
+
+def test_tiny_elements_beside_loose_ones_keep_their_rounding_bound():
+    """A select of tiny products y * w (w 1e-34 to 1e-26: one rounding, their samples its draws, ratio ~1/4) beside
+    a broadcast difference of two sums of one operand (p's large errors cancel in the samples, not in the rules'
+    bound: loose, ratio ~1e-4), one calibration block: the tiny elements' bounds stay at least their product's
+    rounding error (numpy's float32 product against the exact one: IEEE's rounding), and a change of 4x its bound
+    at a tiny element is caught. On main the samples' squares were float32: the tiny ones' were 0, and the
+    ordinary elements' factor cut their bounds ~10x below their rounding errors."""
+    r = np.random.default_rng(0)
+    x, y = (r.uniform(0.99, 1, (8, 128)).astype(np.float32) for _ in range(2))
+    w = np.ones((8, 128), np.float32)
+    w[:, ::8] = (10.0 ** r.uniform(-34, -26, (8, 16))).astype(np.float32)
+    exe = hloexec.load(TINY_BESIDE_LOOSE)
+    verdict, run = judge_run(exe, [x, y, w])
+    bound = run.bounds[verdict.device].bounds[0][:, ::8]
+    product = (y * w)[:, ::8]
+    error = np.abs(product.astype(np.float64) - y[:, ::8].astype(np.float64) * w[:, ::8].astype(np.float64))
+    assert np.all(error <= bound) and np.count_nonzero(error > 0.5 * bound) > 10, np.max(error / bound)
+    planted = np.asarray(run.shadow[0], np.float32).copy()
+    planted[3, 16] += np.float32(4 * run.bounds[verdict.device].bounds[0][3, 16])
+    verdict, _ = judge_run(exe, [x, y, w], {"planted": [planted]})
+    [got] = [c for c in verdict.outputs[0].candidates if c.name == "planted"]
+    assert not got.consistent and got.bound_violations == 1, (got.consistent, got.bound_violations)

@@ -20,6 +20,7 @@ from .bound_rules import (
     _block_statistics,
     _moved_apart,
     _nan_max,
+    _add_square,
     _round_chunk,
     _tally_blocks,
     over_cores,
@@ -67,7 +68,7 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
     m, samples = hi - lo, samples_out.shape[0]
     moving, sampled, own_rows = ea.size > 0, samples_out.shape[1] > 0, values.shape[0] - (2 if ea.size > 0 else 0)
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
-    scales, squares, before = np.empty(m, np.float32), np.empty(m, np.float32), np.zeros(m)
+    scales, squares, before = np.empty(m, np.float32), np.empty(m), np.zeros(m)
     ratios, judged = np.empty(m), np.empty(m, np.bool_)
     xv, av, bound = x[lo:hi], a[lo:hi], bound_out[lo:hi]
     any_own = False
@@ -106,7 +107,7 @@ def _unary_chunk(flags, x, a, ea, values, rule, draws, bound_out, samples_out, d
             for t in range(m):
                 out[t] += own_draws[t] * scales[t]
         for t in range(m):
-            squares[t] += out[t] * out[t]
+            _add_square(squares, t, out[t])
             bits[t] = f32_to_bf16(out[t])
     return any_own, _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
 
@@ -145,7 +146,7 @@ def _select_span(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, 
     marks_t, marks_f, undecided = marks
     with_mt, with_mf, with_undecided = marks_t.size > 0, marks_f.size > 0, undecided.size > 0
     chunk = block * _CHUNK_BLOCKS
-    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
+    squares, ratios, judged = np.empty(chunk), np.empty(chunk), np.empty(chunk, np.bool_)
     moved_t, moved_f = np.empty(chunk), np.empty(chunk)
     unjudged = False
     for lo in range(first, last, chunk):
@@ -168,7 +169,7 @@ def _select_span(p, t, f, x, et, ef, marks, pp, dt, df, bound_out, decided_out, 
             _moved(fv, df[k, lo:hi], with_df, moved_f)
             for j in range(hi - lo):
                 deviation = np.float32((moved_t[j] if chosen[j] else moved_f[j]) - xv[j])
-                squares[j] += deviation * deviation
+                _add_square(squares, j, deviation)
                 bits[j] = f32_to_bf16(deviation)
         unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
     return unjudged

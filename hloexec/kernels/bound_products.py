@@ -22,6 +22,7 @@ from numba import njit
 from .bound_rules import (
     _CHUNK_BLOCKS,
     _NO_KEYS,
+    _add_square,
     _after_rounding,
     _block_statistics,
     _own_rounding,
@@ -238,7 +239,7 @@ def _finish_span(moved, x, own, key, sigmas, bound, block, out, first, last, lar
     per_sigma = 1.0 / sigmas  # (a multiply: exact, sigmas is a power of two)
     chunk = block * _CHUNK_BLOCKS
     drawn = np.empty((samples + samples % 2, chunk), np.float32)  # (fill_draws' whole pairs)
-    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
+    squares, ratios, judged = np.empty(chunk), np.empty(chunk), np.empty(chunk, np.bool_)
     unjudged = False
     for lo in range(first, last, chunk):  # (over views from 0: loops that vectorize)
         hi = min(last, lo + chunk)
@@ -253,12 +254,12 @@ def _finish_span(moved, x, own, key, sigmas, bound, block, out, first, last, lar
                 for t in range(hi - lo):
                     v = row[t] - np.float32(values[t])
                     v += draws[t] * np.float32(part[t] * per_sigma)
-                    squares[t] += v * v
+                    _add_square(squares, t, v)
                     kept[t] = f32_to_bf16(v)
             else:
                 for t in range(hi - lo):
                     v = row[t] - np.float32(values[t])
-                    squares[t] += v * v
+                    _add_square(squares, t, v)
                     kept[t] = f32_to_bf16(v)
         unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted, ratios, judged)
     return unjudged

@@ -285,9 +285,18 @@ def _lane_sum(r):
 
 
 @njit(inline="always")
+def _add_square(squares, t, d):
+    """Element t's sample deviation `d` (float32) squared into its tally `squares` (float64): exact, and no
+    deviation a float32 can hold underflows (float32 squares of those below ~1e-19 were 0 or subnormal: a softmax's
+    1e-32 probabilities, bounds ~1e-34, showed ratio 0 and were cut by their block's larger elements' factor) or
+    overflows (those past ~1.8e19 made their op unjudged); the sum of four of them rounded as float64."""
+    squares[t] += np.float64(d) * np.float64(d)
+
+
+@njit(inline="always")
 def _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged):
     """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`) (block_ratios: per
-    block its largest ratio, their total, how many): `squares`, its samples' sums of squares, `bound` its bounds
+    block its largest ratio, their total, how many): `squares`, its samples' sums of squares (`_add_square`), `bound` its bounds
     (views from the chunk's start); `ratios` (f64) and `judged` (bool), a chunk's temporaries. Returns whether an
     element is unjudged (non-finite samples under a finite bound). Each element's ratio first, in a loop without
     a branch (it vectorizes); per block then their sum (`_lane_sum`), the largest as the largest bit pattern (of ratios >= 0: the order of their values) or NaN where one
@@ -296,7 +305,7 @@ def _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, ju
     for t in range(n):
         q, e = squares[t], bound[t]
         ok = math.isfinite(q) and e > 0 and e < math.inf
-        ratios[t] = np.float64(q) / (np.float64(e) * np.float64(e)) if ok else 0.0
+        ratios[t] = q / (np.float64(e) * np.float64(e)) if ok else 0.0
         judged[t] = ok
         unjudged |= not math.isfinite(q) and e < math.inf
     for j in range(lo // block, (lo + n + block - 1) // block):
@@ -328,12 +337,12 @@ def block_ratios(deviations, bound, block, threads=None):
 def _block_ratios_span(deviations, bound, block, first, last, largest, total, counted):
     """Per block of `block` consecutive elements (the last one shorter), what calibration reads
     (tools/bound_samples.calibrate): the largest and the sum of r = (sum over the samples of a deviation's square,
-    in float32 as the samples are) / bound^2 over the elements with a finite positive bound and finite samples
+    in float64: `_add_square`) / bound^2 over the elements with a finite positive bound and finite samples
     ("seen"), and how many were seen, into `largest`, `total`, `counted` at their blocks' places. `deviations`:
     (samples, n). Elements `first` (a multiple of `block`) to `last` only. Returns whether a finite bound has
     non-finite samples (unjudged: then the bound is kept as it is)."""
     chunk = block * _CHUNK_BLOCKS
-    squares, ratios, judged = np.empty(chunk, np.float32), np.empty(chunk), np.empty(chunk, np.bool_)
+    squares, ratios, judged = np.empty(chunk), np.empty(chunk), np.empty(chunk, np.bool_)
     unjudged = False
     for lo in range(first, last, chunk):  # (sample by sample along a chunk, over views from 0: loops that vectorize)
         hi = min(last, lo + chunk)
@@ -341,7 +350,7 @@ def _block_ratios_span(deviations, bound, block, first, last, largest, total, co
         for k in range(deviations.shape[0]):
             row = deviations[k, lo:hi]
             for t in range(hi - lo):
-                squares[t] += row[t] * row[t]
+                _add_square(squares, t, row[t])
         unjudged |= _tally_blocks(squares, bound[lo:hi], lo, block, largest, total, counted, ratios, judged)
     return unjudged
 
@@ -473,11 +482,11 @@ ADD, SUBTRACT, NEGATE, CONVERT, MULTIPLY, DIVIDE = range(6)
 @njit(inline="always")
 def _stored(d, t, draws, scales, rounds, squares, bits):
     """Sample deviation `d` of element t plus its own error (draws[t] x scales[t] where the op `rounds`) into
-    `bits` (its bfloat16 bits: kernels/half.f32_to_bf16), its square added to `squares` (float32, as the samples
-    are: calibration reads them before their rounding to bfloat16). A select, no branch: the loops vectorize."""
+    `bits` (its bfloat16 bits: kernels/half.f32_to_bf16), its square added to `squares` (`_add_square`:
+    calibration reads them before their rounding to bfloat16). A select, no branch: the loops vectorize."""
     own = draws[t] * scales[t]  # (read whether or not used: a select, not a branch around loads)
     d = d + own if rounds else d
-    squares[t] += d * d
+    _add_square(squares, t, d)
     bits[t] = f32_to_bf16(d)
 
 
@@ -595,7 +604,7 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     key, keys, sigmas = draws
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     chunk = block * _CHUNK_BLOCKS
-    bounds_before, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk, np.float32)
+    bounds_before, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk)
     drawn = np.empty((4 * ((samples + 3) // 4), chunk), np.float32)  # (fill_rounding_draws' rows: whole fours)
     ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
     any_own, unjudged = False, False
