@@ -174,7 +174,8 @@ def contract(
         if fast_accumulation:
             bits = device.fp8_accumulator_bits
             return _blocked(a, b, product, k_axes, FP8_K_BLOCK, lambda s, p: keep_bits(s + p, bits), alg, inst)
-        if alg in ("", "dot_f32_f32_f32", "dot_any_f8_any_f8_f32"):
+        # (the fast-accum algorithm on operands other than fp8 -- the shadow's, a test's f32 -- accumulates in f32)
+        if alg in ("", "dot_f32_f32_f32", "dot_any_f8_any_f8_f32", "dot_any_f8_any_f8_f32_fast_accum"):
             return product(a, b, F32)
         if alg == "dot_bf16_bf16_f32":
             return product(to_bf16(a), to_bf16(b), F32)
