@@ -451,14 +451,18 @@ def census(name: str, seeds: int = 5) -> dict:
     samples' RMS over the other seeds' draws (4 (seeds - 1) of them): how many are cut below 4 sigma-hat, in how many
     blocks, whether each is its block's tightest (bound / 4 sigma-hat the least: L) and in how many "lone" blocks
     (their tightest L below a quarter of their tenth tightest: docs/verdicts.md "Sampled calibration"); the worst as
-    (calibrated / 4 sigma-hat, call, seed, the block's least L, its tenth least)."""
+    (calibrated / 4 sigma-hat, instruction, seed, the block's least L, its tenth least). Only what the verdict judges:
+    rounding-decided elements (a divide whose divisor's interval holds 0, what is made from it) are counted apart
+    ("below, rounding-decided"): their samples may jump (a sign the rounding decides) and they are not judged."""
     import hloexec
     import hloexec.tools.shadow_runs as shadow_runs
     from hloexec.jax import lower
     from hloexec.tools import bound_samples as bs
     from hloexec.tools.bounds import ErrorBounds
     from hloexec.tools.numerics import shadow_run
-    calls: list = []  # per seed, per calibrate call: (bound, calibrated) where it cut (else None), sums of squares
+    calls: list = []  # per seed, per calibrate call: [(bound, calibrated) where it cut (else None), sums of squares,
+    # the instruction observed, its value's rounding-decided marks (None: none read)]
+    observe = ErrorBounds.__call__
 
     def calibrate(bound, deviations, ceiling=None, stats=None, in_place=False):
         before = None if bound is None else np.array(bound, np.float32).reshape(-1)
@@ -467,13 +471,21 @@ def census(name: str, seeds: int = 5) -> dict:
             d = np.reshape(np.asarray(deviations, np.float32), (len(deviations), -1)).astype(np.float64)
             after = np.array(out, np.float32).reshape(-1)
             squares = np.sum(d * d, axis=0, dtype=np.float32)
-            calls[-1].append(((before, after) if np.any(after < before) else None, squares))
+            calls[-1].append([(before, after) if np.any(after < before) else None, squares, "", None])
         return out
+
+    def observed(self, inst, value, operands):  # the calls an instruction made get its name and its value's marks
+        first = len(calls[-1])
+        observe(self, inst, value, operands)
+        for call in calls[-1][first:]:
+            call[2] = call[2] or inst.name
+            if call[3] is None and isinstance(value, np.ndarray) and value.size == call[1].size:
+                call[3] = np.asarray(self.decided_of(value)).reshape(-1)
     fn, args = PROGRAMS[name]()
     low = lower(fn, *args)
     exe = hloexec.load(low.text)
     made = shadow_runs.ErrorBounds
-    ErrorBounds._calibrate = staticmethod(calibrate)
+    ErrorBounds._calibrate, ErrorBounds.__call__ = staticmethod(calibrate), observed
     try:
         for seed in range(seeds):
             calls.append([])
@@ -481,17 +493,23 @@ def census(name: str, seeds: int = 5) -> dict:
             shadow_run(exe, [np.asarray(x) for x in low.inputs], devices=[exe.options.device])
     finally:
         ErrorBounds._calibrate, shadow_runs.ErrorBounds = staticmethod(bs.calibrate), made
-    block, tally, worst = bs.CALIBRATION_BLOCK, dict.fromkeys(("blocks cut", "below", "blocks below",
-                                                              "tightest below", "lone blocks", "lone below"), 0), []
+        ErrorBounds.__call__ = observe
+    block, worst = bs.CALIBRATION_BLOCK, []
+    tally = dict.fromkeys(("blocks cut", "below", "blocks below", "tightest below", "lone blocks", "lone below",
+                           "below, rounding-decided"), 0)
     for k in range(len(calls[0])):
         squares = np.stack([c[k][1] for c in calls]).astype(np.float64)
         for s in range(seeds):
             if calls[s][k][0] is None:
                 continue
-            before, after = calls[s][k][0]
+            (before, after), _, inst, decided = calls[s][k]
             n = before.size // block * block
             sigma = np.sqrt((squares.sum(axis=0) - squares[s]) / (bs.SAMPLES * (seeds - 1)))[:n]
             ok = (before[:n] > 0) & np.isfinite(before[:n]) & (sigma > 0) & np.isfinite(sigma)
+            if decided is not None:  # (not judged: counted apart)
+                under = (after[:n] < before[:n]) & (after[:n] < 4 * sigma)
+                tally["below, rounding-decided"] += int(np.count_nonzero(ok & decided[:n] & under))
+                ok &= ~decided[:n]
             cut = (np.where(ok, after[:n], 0) < np.where(ok, before[:n], 0)).reshape(-1, block).any(axis=1)
             safe = np.where(ok, 4 * sigma, 1)
             left = np.where(ok, after[:n] / safe, np.inf).reshape(-1, block)[cut]
@@ -507,7 +525,7 @@ def census(name: str, seeds: int = 5) -> dict:
             tally["lone below"] += int((lone & below.any(axis=1)).sum())
             if below.any():
                 j = np.unravel_index(np.argmin(left), left.shape)
-                worst.append((round(float(left[j]), 3), k, s, round(float(loose[j[0], 0]), 3),
+                worst.append((round(float(left[j]), 3), inst, s, round(float(loose[j[0], 0]), 3),
                               round(float(loose[j[0], 9]), 3)))
     return {"program": name, "seeds": seeds, **tally, "worst": sorted(worst)[:6]}
 
