@@ -21,6 +21,7 @@ from sound_programs import (
     _sum_per_step,
     bf16_high,
     emulate,
+    ftz,
     generate,
     judge_program,
     planted,
@@ -32,9 +33,7 @@ pytestmark = pytest.mark.xla
 
 CI_SEEDS = range(0, 24)
 # seeds whose findings are left to the lead (the xfail tests below show each in its smallest program)
-KNOWN = {
-    101: "XLA:CPU's algebraic simplifier makes (a/b)/(a/b) (a*b)/(a*b): an f16 underflow, 0/0",
-}
+KNOWN: dict[int, str] = {}
 SLOW_SEEDS = [
     pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s])) if s in KNOWN else s for s in range(24, 200)
 ]
@@ -291,21 +290,70 @@ def test_xla_cpus_max_reduce_over_a_nan_is_consistent():
     assert not verdict.consistent("dropped")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="XLA:CPU's algebraic simplifier rewrites (a/b)/(a/b) as (a*b)/(a*b), "
-    "whose f16 product underflows to 0: 0/0; the verdict judges the module as written",
-)
-def test_xla_cpus_rewritten_f16_divisions_are_consistent():
-    """Found at seed 101 (f16 [2,100000], subnormal denominators)."""
-    text = """HloModule m
-ENTRY e { a = f16[4] parameter(0)  b = f16[4] parameter(1)  d = f16[4] divide(a, b)
-  ROOT e = f16[4] divide(d, d) }"""
-    a = np.array([-0.005592, 0.00887, 1, 2], np.float16)
-    b = np.array([-3.6e-07, 1.2e-6, 3, 0.5], np.float16)
-    xla, verdict = _judged_xla_cpu(text, [a, b])
-    assert np.isnan(xla[0][:2]).all()
-    assert verdict.consistent("XLA:CPU")
+# XLA's HandleDivide (algebraic_simplifier.cc), as XLA:CPU computes each form: the products in the type
+DIVIDES_OF_DIVIDES = {
+    "(a/b)/(a/b)": (
+        "p = T divide(a, b)  ROOT r = T divide(p, p)",
+        lambda a, b, c, d, mul, div: div(mul(a, b), mul(a, b)),
+    ),
+    "(a/b)/(c/d)": (
+        "p = T divide(a, b)  q = T divide(c, d)  ROOT r = T divide(p, q)",
+        lambda a, b, c, d, mul, div: div(mul(a, d), mul(b, c)),
+    ),
+    "(a/b)/c": ("p = T divide(a, b)  ROOT r = T divide(p, c)", lambda a, b, c, d, mul, div: div(a, mul(b, c))),
+    "a/(b/c)": ("q = T divide(b, c)  ROOT r = T divide(a, q)", lambda a, b, c, d, mul, div: div(mul(a, c), b)),
+}
+
+
+def _range_edges(dtype) -> list[np.ndarray]:
+    """a, b, c, d [2, 64] of magnitude 1-5, but tiny in row 0's first 16 columns (their products below the type's
+    least value, their quotients not) and huge in row 1's (their products past its largest)."""
+    r = np.random.default_rng(3)
+    a, b, c, d = (r.standard_normal((2, 64)) + 3 * r.choice([-1, 1], (2, 64)) for _ in range(4))
+    tiny, huge = (3e-5, 300.0) if dtype == np.float16 else (1e-25, 1e25)
+    for x in (a, b, c, d):
+        x[0, :16] *= tiny
+        x[1, :16] *= huge
+    return [x.astype(dtype) for x in (a, b, c, d)]
+
+
+@pytest.mark.parametrize("form", list(DIVIDES_OF_DIVIDES))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["f16", "f32"])
+def test_xla_cpus_rewritten_divisions_are_consistent(form, dtype):
+    """Found at seed 101 (f16 (a/b)/(a/b), b subnormal: NaN where the quotients are 1). XLA's algebraic simplifier
+    rewrites a divide of divides on XLA:CPU (f16, f32): (a/b)/(c/d) as (a*d)/(b*c), (a/b)/c as a/(b*c), a/(b/c) as
+    (a*c)/b; a product below the type's least value is 0 (f32's flushed below its normals: FTZ, DAZ), one past its
+    largest inf: 0/0, x/0, inf/inf where the module's quotients are finite, 0 where they are not. Emulated from
+    those rules (numpy; x86's flushed zeros keep their sign), XLA:CPU's result equals it bit for bit, and both are
+    consistent under its arithmetic (DeviceProfile.divide_of_divides: the products' range); 4 ulps off a normal
+    element is caught."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    t = "f16" if dtype == np.float16 else "f32"
+    body, rewritten = DIVIDES_OF_DIVIDES[form]
+    params = "  ".join(f"{n} = {t}[2,64] parameter({i})" for i, n in enumerate("abcd"))
+    text = f"HloModule m\nENTRY e {{ {params}  {body.replace('= T ', f'= {t}[2,64] ')} }}"
+    inputs = _range_edges(dtype)
+    if dtype == np.float16:
+        mul = lambda u, v: (u.astype(np.float32) * v.astype(np.float32)).astype(np.float16)  # noqa: E731
+        div = lambda u, v: (u.astype(np.float32) / v.astype(np.float32)).astype(np.float16)  # noqa: E731
+    else:
+        mul = lambda u, v: ftz(ftz(u) * ftz(v))  # noqa: E731
+        div = lambda u, v: ftz(ftz(u) / ftz(v))  # noqa: E731
+    with np.errstate(all="ignore"):
+        emulated = rewritten(*inputs, mul, div)
+    assert not np.isfinite(emulated).all()  # (the products' range reached)
+    xla = run_on_xla_cpu(text, inputs)[0]
+    np.testing.assert_array_equal(xla, emulated)  # (NaN where NaN)
+    assert np.array_equal(np.signbit(xla), np.signbit(emulated)) or np.isnan(xla).any()  # (zeros' signs too)
+    far = emulated.copy()
+    far[1, 40] += 4 * np.spacing(np.abs(far[1, 40]))
+    candidates = {"emulated": [emulated], "4 ulps": [far]}
+    verdict, _ = judge_run(
+        hloexec.load(text), inputs, candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic())
+    )
+    assert verdict.consistent("emulated"), verdict.to_dict()["outputs"][0]["candidates"][1]["worst"]
+    assert not verdict.consistent("4 ulps")
 
 
 def test_xla_cpus_division_by_a_flushed_subnormal_is_consistent():
