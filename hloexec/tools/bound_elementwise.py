@@ -96,7 +96,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False
     deviations = [_NO_DEVIATIONS if s is None else _flat(s.view(np.uint16), SAMPLES) for s in stored]
-    if kind == DIVIDE and not same and bounds.device.divide_by_reciprocal and inst.operands[1].opcode == "broadcast":
+    if kind == DIVIDE and not same and bounds.device.divide_by_reciprocal and inst.operands[1].opcode in RECIPROCATED:
         errors[1], deviations[1] = reciprocal_divisor(bounds, inst, orig, x, operands[1], errors[1], deviations[1])
     sampled = rounds or any(s is not None for s in stored)
     samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
@@ -127,9 +127,14 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     return True
 
 
+# divisors XLA's HandleDivide makes a multiply by their reciprocal: A / broadcast(B) (on CPU), A / constant (1 / c
+# folded in the type: the same rounding)
+RECIPROCATED = frozenset({"broadcast", "constant"})
+
+
 def reciprocal_divisor(bounds, inst, orig, x, divisor, error, deviations) -> tuple[np.ndarray, np.ndarray]:
     """The divisor's bound and deviations (flat, as fused_elementwise passes them) where the device computes
-    x / broadcast(m) as x * broadcast(1 / m) (DeviceProfile.divide_by_reciprocal): fl(1 / m) = (1 / m)(1 + d) is
+    x / broadcast(m) as x * broadcast(1 / m), x / c as x * (1 / c) (DeviceProfile.divide_by_reciprocal): fl(1 / m) = (1 / m)(1 + d) is
     x divided by m / (1 + d), so m carries |m| |d| / (1 - |d|) more error, one rounding draw per element of m
     (every quotient made from it shares it). |d|: the reciprocal type's relative rounding (f64's, f16's after
     f32's; f32, and the narrower types computed in f32, f32's -- twice for those: the product rounds to f32
@@ -154,7 +159,10 @@ def reciprocal_divisor(bounds, inst, orig, x, divisor, error, deviations) -> tup
     e = error.astype(np.float64) if error.size else 0.0
     bound = np.minimum(np.sqrt(e * e + own * own), e + extra) * (1 + 2.0**-23)  # (kept up through float32)
     narrow = error.dtype if error.size else (np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
-    source, _ = broadcast_sources(inst.operands[1], np.shape(x))
+    if inst.operands[1].opcode == "broadcast":
+        source, _ = broadcast_sources(inst.operands[1], np.shape(x))
+    else:  # (a constant: every element its own)
+        source = np.arange(np.size(x)).reshape(np.shape(x))
     keys = contiguous(np.broadcast_to(source, np.shape(x))).reshape(-1)
     draws = np.empty((4 * ((SAMPLES + 3) // 4), keys.size), np.float32)
     rounding_draws(bounds.draw_key(), 0, keys, draws)
