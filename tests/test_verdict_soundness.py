@@ -356,6 +356,37 @@ def test_xla_cpus_rewritten_divisions_are_consistent(form, dtype):
     assert not verdict.consistent("4 ulps")
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["f16", "f32"])
+def test_a_rewritten_divisions_bound_holds_after_it(dtype):
+    """XLA:CPU's a / (b / c) is (a*c) / b: where a whole row's a*c is below the type's least value its quotients are
+    0, and so are 3q + q's after them. The quotient's samples move with its widened bound (bound_rewrites.
+    _moved_samples), so the op after it keeps the reach (calibrated by samples that saw only the module's
+    roundings, its bounds shrank back: 1,024 elements past them); 4 ulps off a normal element is still caught."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    t = "f16" if dtype == np.float16 else "f32"
+    s = f"{t}[4,1024]"
+    text = f"""HloModule m
+ENTRY e {{ a = {s} parameter(0)  b = {s} parameter(1)  c = {s} parameter(2)  q = {s} divide(b, c)
+  r = {s} divide(a, q)  k = {t}[] constant(3)  kb = {s} broadcast(k), dimensions={{}}  m = {s} multiply(r, kb)
+  ROOT o = {s} add(m, r) }}"""
+    r = np.random.default_rng(5)
+    inputs = [r.standard_normal((4, 1024)) * 0.5 + 2 * r.choice([-1, 1], (4, 1024)) for _ in range(3)]
+    for x in inputs:
+        x[0] *= 3e-5 if dtype == np.float16 else 1e-25
+    inputs = [x.astype(dtype) for x in inputs]
+    xla = run_on_xla_cpu(text, inputs)
+    assert not xla[0][0].any() and xla[0][1:].all()  # (row 0's products 0)
+    far = xla[0].copy()
+    far[3, 100] += 4 * np.spacing(np.abs(far[3, 100]))
+    candidates = {"XLA:CPU": xla, "4 ulps": [far]}
+    verdict, _ = judge_run(
+        hloexec.load(text), inputs, candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic())
+    )
+    assert verdict.consistent("XLA:CPU")
+    assert not verdict.consistent("4 ulps")
+
+
 def test_xla_cpus_division_by_a_flushed_subnormal_is_consistent():
     """Found at seeds 146, 162, 167, 187 once XLA:CPU's results of subnormal inputs were judged (its flush rule):
     f32 and bf16 x / x of subnormal x. The divisor's interval holds 0 under the flush rule, so the division's

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bound_overflow import NAN, NEG_INF, POS_INF, range_marks, rounding_limit
+from .bound_samples import SAMPLES
 
 # divisors HandleDivide makes a multiply before it looks for a divide of divides: A / constant, A / broadcast(B)
 # (on CPU), A / sqrt(B), A / rsqrt(B), A / pow(B, C), A / exp(B)
@@ -138,6 +139,19 @@ def _widen(bounds, orig, x, operands, inner, factors) -> None:
     bound = np.array(np.broadcast_to(bounds.of(x), np.shape(x)), np.float64)
     bound[where] = np.maximum(bound[where], reach[where])
     keep = stored.dtype if stored is not None else np.float64
-    bounds._put(x, bound.astype(keep), bounds._decided_or_none(x), bounds._stored_samples(x))
+    bounds._put(x, bound.astype(keep), bounds._decided_or_none(x), _moved_samples(bounds, x, where, reach))
     bounds._mark(x, marks | range_marks(x, np.where(where, bound, 0.0), orig.shape.element_type.numpy))
     bounds._keep_reach(x, None)
+
+
+def _moved_samples(bounds, x, where, reach) -> np.ndarray:
+    """`x`'s samples with its elements at `where` moved by +-`reach` (alternating by sample and element): a later
+    op's calibration sees the rewritten form's reach there, not the module's few roundings."""
+    samples = bounds._read_samples(bounds._stored_samples(x))
+    samples = np.zeros((SAMPLES, *np.shape(x)), np.float32) if samples is None else np.array(samples, np.float32)
+    signs = 1.0 - 2.0 * ((np.arange(SAMPLES)[:, None] + np.arange(np.size(x))) % 2)
+    moved = signs * np.where(np.isfinite(reach), np.minimum(reach, 1e38), 0.0).reshape(-1)  # (in bf16's range)
+    flat = samples.reshape(SAMPLES, -1)
+    at = np.flatnonzero(where)
+    flat[:, at] = moved[:, at]
+    return samples
