@@ -2,17 +2,18 @@
 
 xla/hlo/transforms/simplifiers/algebraic_simplifier.cc, HandleDivide, with no fast-math condition:
 (A / B) / (C / D) => (A * D) / (B * C), (A / B) / C => A / (B * C), A / (B / C) => (A * C) / B (tried in that order,
-after the rules that make a divide by a constant, a broadcast, sqrt, rsqrt, pow or exp a multiply). Measured
-(jaxlib 0.10.2): every one fires for f16 and f32 (each product rounded to the type; f32's flushed below its
-normals); not for bf16, which XLA:CPU converts to f32 around each op before the simplifier runs.
+after the rules that make a divide by a constant, a broadcast, sqrt, rsqrt, pow or exp a multiply; their one-use
+conditions are not read). Measured (jaxlib 0.10.2): every one fires for f16 and f32 (each product rounded to the
+type; f32's flushed below its normals); not for bf16, which XLA:CPU converts to f32 around each op first.
 
 The roundings are as many as the module's, so the bound of the module as written holds while the new products stay
-normal. Where they do not, their range decides: a product below the normals keeps only its absolute subnormal
-step (f16's 2^-25; none under FTZ: it may be 0), one past the type's largest value is infinite. There the
-quotient's bound is widened to the rewritten form's interval (the products' magnitudes over their factors'
-intervals, each rounded, then the quotient's rounding), and its may-be-non-finite marks get the kinds the
-rewritten form can make: x / 0 and inf / x infinities, 0 / 0 and inf / inf NaN ((a/b) / (a/b), b tiny: the two
-products are the same rounding, 1 or NaN).
+normal. Where they do not (or a factor's interval holds 0, or an inner quotient XLA:CPU does not make is out of
+the normals), the range decides: a product below the normals keeps only its absolute subnormal step (f16's
+2^-25; none under FTZ: it may be 0), one past the type's largest value is infinite. There the quotient's bound is
+widened to the rewritten form's interval (the products' magnitudes over their factors' intervals, each rounded,
+then the quotient's rounding) and its samples moved as far (a later op's calibration keeps it), and its
+may-be-non-finite marks get the kinds the rewritten form can make: x / 0 and inf / x infinities, 0 / 0 and
+inf / inf NaN ((a/b) / (a/b), b tiny: the two products are the same rounding, 1 or NaN).
 
 The factors A, B (and C, D) are the inner divides' operands: kept (`pending`) when an inner divide is observed
 until its rewritten user is. One level: an inner divide XLA rewrote itself (((a/b)/c)/d is a / ((b*c)*d)) is read
