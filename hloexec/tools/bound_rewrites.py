@@ -138,9 +138,10 @@ def _widen(bounds, orig, x, operands, inner, factors) -> None:
     reach = np.where(flips, r + r_hi, np.maximum(r - r_lo, r_hi - r)) + unit * r_hi
     stored = bounds._stored_bound(x)
     bound = np.array(np.broadcast_to(bounds.of(x), np.shape(x)), np.float64)
-    bound[where] = np.maximum(bound[where], reach[where])
+    widened = where & (reach > bound)
+    bound[widened] = reach[widened]
     keep = stored.dtype if stored is not None else np.float64
-    bounds._put(x, bound.astype(keep), bounds._decided_or_none(x), _moved_samples(bounds, x, where, reach))
+    bounds._put(x, bound.astype(keep), bounds._decided_or_none(x), _moved_samples(bounds, x, widened, reach))
     bounds._mark(x, marks | range_marks(x, np.where(where, bound, 0.0), orig.shape.element_type.numpy))
     bounds._keep_reach(x, None)
 
