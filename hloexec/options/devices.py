@@ -97,7 +97,7 @@ class DeviceProfile:
     # NaN (XLA:CPU's YNNPACK offload: 4096; f32 / f64 always, f16 / bf16 by the NaN's sign bit); 0: none, NaN
     # propagates as HLO's maximum says
     divide_by_reciprocal: bool = False  # x / broadcast(m) is computed as x * broadcast(1 / m), x / constant as
-    # x * (1 / constant): the reciprocal rounds once more (XLA's algebraic simplifier on XLA:CPU)
+    # x * (1 / constant), x / sqrt(m) as x * rsqrt(m): the reciprocal rounds once more (XLA's algebraic simplifier)
     divide_of_divides: bool = False  # (a / b) / (c / d), (a / b) / c and a / (b / c) are computed as (a*d) / (b*c),
     # a / (b*c) and (a*c) / b, f16 and f32: the products' range decides (XLA's algebraic simplifier on XLA:CPU)
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
