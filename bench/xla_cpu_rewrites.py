@@ -50,6 +50,8 @@ FORMS = {  # algebraic_simplifier.cc's rules (HandleDivide, HandleAdd, HandleMul
     "pow(|a|,0.5)": "k=T[] constant(0.5) kb=T[N] broadcast(k), dimensions={} x=T[N] abs(a) ROOT r=T[N] power(x,kb)",
     "sqrt(|a|)^2": "x=T[N] abs(a) s=T[N] sqrt(x) ROOT r=T[N] multiply(s,s)",
     "sqrt(a*a)": "x=T[N] multiply(a,a) ROOT r=T[N] sqrt(x)",
+    "rsqrt(1/a)": "k=T[] constant(1) kb=T[N] broadcast(k), dimensions={} x=T[N] divide(kb,a) ROOT r=T[N] rsqrt(x)",
+    "sqrt(1/a)": "k=T[] constant(1) kb=T[N] broadcast(k), dimensions={} x=T[N] divide(kb,a) ROOT r=T[N] sqrt(x)",
     "1/sqrt(a)": "k=T[] constant(1) kb=T[N] broadcast(k), dimensions={} x=T[N] sqrt(a) ROOT r=T[N] divide(kb,x)",
 }
 TYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
