@@ -18,7 +18,8 @@ rules:
   add rounds once; `flush` (xla-cpu: FTZ and DAZ, tsl::port::ScopedFlushDenormal around every XLA:CPU run): f32 and
   bf16 arithmetic (elementwise ops, compares, max, sums, dots: every step) reads operands below f32's smallest
   normal as 0 and makes results below it 0; negate, abs, selects and converts keep them; a divide by a broadcast
-  (xla-cpu: XLA's algebraic simplifier) is a multiply by the reciprocal, computed in f32 (rounded to f16 for f16).
+  (xla-cpu: XLA's algebraic simplifier) is a multiply by the reciprocal, computed in f32 (rounded to f16 for f16);
+  an f16 / f32 divide of divides is its HandleDivide rewrite ((A / B) / C => A / (B * C)...: `divide_of_divides`).
 - dots: products of the algorithm's operands (exact in f32) accumulated in f32 in `order`; f32 operands cut per
   the algorithm: tpu DEFAULT / HIGH / HIGHEST one / three / six bf16 passes (hi = the f32's top 16 bits, lo =
   bf16(x - hi)), f32 for a matrix-vector dot; a100 DEFAULT / HIGH TF32 (10 stored bits, to nearest), HIGHEST
@@ -300,11 +301,46 @@ def _matmul(a: np.ndarray, b: np.ndarray, order: str, flush: bool = False) -> np
 
 def ftz(x: np.ndarray, flush: bool = True) -> np.ndarray:
     """An f32 or bf16 value as a device that flushes subnormals (FTZ, DAZ: MXCSR's, XLA:CPU's) reads or makes it:
-    magnitudes below f32's smallest normal 0 (others, or `flush` false: as it is)."""
+    magnitudes below f32's smallest normal 0 of their sign (others, or `flush` false: as it is)."""
     x = np.asarray(x)
     if not flush or x.dtype not in (np.dtype(np.float32), np.dtype(BF16)):
         return x
-    return np.where(np.abs(x.astype(np.float32)) < np.finfo(np.float32).tiny, np.zeros((), x.dtype), x)
+    return np.where(np.abs(x.astype(np.float32)) < np.finfo(np.float32).tiny, np.copysign(np.zeros((), x.dtype), x), x)
+
+
+def stays_divide(ops: dict, name: str) -> bool:
+    """Whether `name` is a divide XLA's HandleDivide (algebraic_simplifier.cc) still sees as one when it tries its
+    divide-of-divides rules: before them, A / broadcast(B) (on CPU), A / exp(B) and A / rsqrt(B) become multiplies."""
+    o = ops[name]
+    if o.kind != "binary" or o.attr["op"] != "divide":
+        return False
+    d = ops[o.operands[1]]
+    return d.kind != "broadcast" and not (d.kind == "unary" and d.attr["op"] in ("exponential", "rsqrt"))
+
+
+def divide_of_divides(ops: dict, values: dict, o: Op, flush: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The (numerator, denominator) XLA:CPU divides for divide `o` (HandleDivide: (A / B) / (C / D) => (A * D) /
+    (B * C), else (A / B) / C => A / (B * C), else A / (B / C) => (A * C) / B), each product rounded to `o`'s type
+    (f16: the exact f32 product rounded; f32: flushed, FTZ and DAZ); the operands as they are where none applies."""
+    p, q = o.operands
+    inner = {n: ops[n].operands for n in (p, q) if stays_divide(ops, n)}
+    if p in inner and q in inner:
+        sides = ((inner[p][0], inner[q][1]), (inner[p][1], inner[q][0]))
+    elif p in inner:
+        sides = ((inner[p][0],), (inner[p][1], q))
+    elif q in inner:
+        sides = ((p, inner[q][1]), (inner[q][0],))
+    else:
+        sides = ((p,), (q,))
+
+    def product(names):
+        x = ftz(values[names[0]], flush)
+        if len(names) == 1:
+            return x.astype(np.float64)
+        y = x.astype(np.float32) * ftz(values[names[1]], flush).astype(np.float32)  # (f16 x f16: exact in f32)
+        return (ftz(y, flush) if o.dtype == "f32" else rounded(y, o.dtype)).astype(np.float64)
+
+    return product(sides[0]), product(sides[1])
 
 
 def _sum_f32(x: np.ndarray, axis: int, order: str, flush: bool = False) -> np.ndarray:
@@ -423,6 +459,8 @@ def emulate(p: Program, device: str, order: str, seed: int = 0) -> list[np.ndarr
                 if device == "xla-cpu" and o.dtype == "f32" and o.attr["op"] in ("add", "subtract"):
                     a = fused_product.get(o.operands[0], a)  # FMA: the product unrounded
                     b = fused_product.get(o.operands[1], b)
+                if device == "xla-cpu" and o.dtype != "bf16" and stays_divide(ops, o.name):
+                    a, b = divide_of_divides(ops, values, o, flush)  # XLA's rewrite: the products in the type
                 if device == "xla-cpu" and o.attr["op"] == "divide" and ops[o.operands[1]].kind == "broadcast":
                     # XLA's algebraic simplifier: x * broadcast(1 / m), the reciprocal in f32 (rounded to f16 for f16)
                     reciprocal = ftz(np.float32(1) / b.astype(np.float32), flush)

@@ -21,6 +21,7 @@ from sound_programs import (
     _sum_per_step,
     bf16_high,
     emulate,
+    ftz,
     generate,
     judge_program,
     planted,
@@ -32,9 +33,7 @@ pytestmark = pytest.mark.xla
 
 CI_SEEDS = range(0, 24)
 # seeds whose findings are left to the lead (the xfail tests below show each in its smallest program)
-KNOWN = {
-    101: "XLA:CPU's algebraic simplifier makes (a/b)/(a/b) (a*b)/(a*b): an f16 underflow, 0/0",
-}
+KNOWN: dict[int, str] = {}
 SLOW_SEEDS = [
     pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s])) if s in KNOWN else s for s in range(24, 200)
 ]
@@ -291,21 +290,101 @@ def test_xla_cpus_max_reduce_over_a_nan_is_consistent():
     assert not verdict.consistent("dropped")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="XLA:CPU's algebraic simplifier rewrites (a/b)/(a/b) as (a*b)/(a*b), "
-    "whose f16 product underflows to 0: 0/0; the verdict judges the module as written",
-)
-def test_xla_cpus_rewritten_f16_divisions_are_consistent():
-    """Found at seed 101 (f16 [2,100000], subnormal denominators)."""
-    text = """HloModule m
-ENTRY e { a = f16[4] parameter(0)  b = f16[4] parameter(1)  d = f16[4] divide(a, b)
-  ROOT e = f16[4] divide(d, d) }"""
-    a = np.array([-0.005592, 0.00887, 1, 2], np.float16)
-    b = np.array([-3.6e-07, 1.2e-6, 3, 0.5], np.float16)
-    xla, verdict = _judged_xla_cpu(text, [a, b])
-    assert np.isnan(xla[0][:2]).all()
+# XLA's HandleDivide (algebraic_simplifier.cc), as XLA:CPU computes each form: the products in the type
+DIVIDES_OF_DIVIDES = {
+    "(a/b)/(a/b)": (
+        "p = T divide(a, b)  ROOT r = T divide(p, p)",
+        lambda a, b, c, d, mul, div: div(mul(a, b), mul(a, b)),
+    ),
+    "(a/b)/(c/d)": (
+        "p = T divide(a, b)  q = T divide(c, d)  ROOT r = T divide(p, q)",
+        lambda a, b, c, d, mul, div: div(mul(a, d), mul(b, c)),
+    ),
+    "(a/b)/c": ("p = T divide(a, b)  ROOT r = T divide(p, c)", lambda a, b, c, d, mul, div: div(a, mul(b, c))),
+    "a/(b/c)": ("q = T divide(b, c)  ROOT r = T divide(a, q)", lambda a, b, c, d, mul, div: div(mul(a, c), b)),
+}
+
+
+def _range_edges(dtype) -> list[np.ndarray]:
+    """a, b, c, d [2, 64] of magnitude 1-5, but tiny in row 0's first 16 columns (their products below the type's
+    least value, their quotients not) and huge in row 1's (their products past its largest)."""
+    r = np.random.default_rng(3)
+    a, b, c, d = (r.standard_normal((2, 64)) + 3 * r.choice([-1, 1], (2, 64)) for _ in range(4))
+    tiny, huge = (3e-5, 300.0) if dtype == np.float16 else (1e-25, 1e25)
+    for x in (a, b, c, d):
+        x[0, :16] *= tiny
+        x[1, :16] *= huge
+    return [x.astype(dtype) for x in (a, b, c, d)]
+
+
+@pytest.mark.parametrize("form", list(DIVIDES_OF_DIVIDES))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["f16", "f32"])
+def test_xla_cpus_rewritten_divisions_are_consistent(form, dtype):
+    """Found at seed 101 (f16 (a/b)/(a/b), b subnormal: NaN where the quotients are 1). XLA's algebraic simplifier
+    rewrites a divide of divides on XLA:CPU (f16, f32): (a/b)/(c/d) as (a*d)/(b*c), (a/b)/c as a/(b*c), a/(b/c) as
+    (a*c)/b; a product below the type's least value is 0 (f32's flushed below its normals: FTZ, DAZ), one past its
+    largest inf: 0/0, x/0, inf/inf where the module's quotients are finite, 0 where they are not. Emulated from
+    those rules (numpy; x86's flushed zeros keep their sign), XLA:CPU's result equals it bit for bit, and both are
+    consistent under its arithmetic (DeviceProfile.divide_of_divides: the products' range); 4 ulps off a normal
+    element is caught."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    t = "f16" if dtype == np.float16 else "f32"
+    body, rewritten = DIVIDES_OF_DIVIDES[form]
+    params = "  ".join(f"{n} = {t}[2,64] parameter({i})" for i, n in enumerate("abcd"))
+    text = f"HloModule m\nENTRY e {{ {params}  {body.replace('= T ', f'= {t}[2,64] ')} }}"
+    inputs = _range_edges(dtype)
+    if dtype == np.float16:
+        mul = lambda u, v: (u.astype(np.float32) * v.astype(np.float32)).astype(np.float16)  # noqa: E731
+        div = lambda u, v: (u.astype(np.float32) / v.astype(np.float32)).astype(np.float16)  # noqa: E731
+    else:
+        mul = lambda u, v: ftz(ftz(u) * ftz(v))  # noqa: E731
+        div = lambda u, v: ftz(ftz(u) / ftz(v))  # noqa: E731
+    with np.errstate(all="ignore"):
+        emulated = rewritten(*inputs, mul, div)
+    assert not np.isfinite(emulated).all()  # (the products' range reached)
+    xla = run_on_xla_cpu(text, inputs)[0]
+    np.testing.assert_array_equal(xla, emulated)  # (NaN where NaN)
+    assert np.array_equal(np.signbit(xla), np.signbit(emulated)) or np.isnan(xla).any()  # (zeros' signs too)
+    far = emulated.copy()
+    far[1, 40] += 4 * np.spacing(np.abs(far[1, 40]))
+    candidates = {"emulated": [emulated], "4 ulps": [far]}
+    verdict, _ = judge_run(
+        hloexec.load(text), inputs, candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic())
+    )
+    assert verdict.consistent("emulated"), verdict.to_dict()["outputs"][0]["candidates"][1]["worst"]
+    assert not verdict.consistent("4 ulps")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["f16", "f32"])
+def test_a_rewritten_divisions_bound_holds_after_it(dtype):
+    """XLA:CPU's a / (b / c) is (a*c) / b: where a whole row's a*c is below the type's least value its quotients are
+    0, and so are 3q + q's after them. The quotient's samples move with its widened bound (bound_rewrites.
+    _moved_samples), so the op after it keeps the reach (calibrated by samples that saw only the module's
+    roundings, its bounds shrank back: 1,024 elements past them); 4 ulps off a normal element is still caught."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    t = "f16" if dtype == np.float16 else "f32"
+    s = f"{t}[4,1024]"
+    text = f"""HloModule m
+ENTRY e {{ a = {s} parameter(0)  b = {s} parameter(1)  c = {s} parameter(2)  q = {s} divide(b, c)
+  r = {s} divide(a, q)  k = {t}[] constant(3)  kb = {s} broadcast(k), dimensions={{}}  m = {s} multiply(r, kb)
+  ROOT o = {s} add(m, r) }}"""
+    r = np.random.default_rng(5)
+    inputs = [r.standard_normal((4, 1024)) * 0.5 + 2 * r.choice([-1, 1], (4, 1024)) for _ in range(3)]
+    for x in inputs:
+        x[0] *= 3e-5 if dtype == np.float16 else 1e-25
+    inputs = [x.astype(dtype) for x in inputs]
+    xla = run_on_xla_cpu(text, inputs)
+    assert not xla[0][0].any() and xla[0][1:].all()  # (row 0's products 0)
+    far = xla[0].copy()
+    far[3, 100] += 4 * np.spacing(np.abs(far[3, 100]))
+    candidates = {"XLA:CPU": xla, "4 ulps": [far]}
+    verdict, _ = judge_run(
+        hloexec.load(text), inputs, candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic())
+    )
     assert verdict.consistent("XLA:CPU")
+    assert not verdict.consistent("4 ulps")
 
 
 def test_xla_cpus_division_by_a_flushed_subnormal_is_consistent():
@@ -376,6 +455,67 @@ ENTRY e {{ x = {t}[4,256] parameter(0)  m = {t}[256] parameter(1)
     if dtype == np.float32:
         reference, _ = judge_run(hloexec.load(text), [x, m], {"multiplied": [multiplied]}, devices=["reference"])
         assert not reference.consistent("multiplied")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+def test_a_divide_by_a_constant_allows_a_multiply_by_its_reciprocal_on_xla_cpu(dtype):
+    """XLA's HandleDivide folds A / constant into A * (1 / constant) (algebraic_simplifier.cc: "A / Const => A * (1 /
+    Const)", every backend; the reciprocal rounded in the type, f16's computed in f32 first; bf16 is converted to
+    f32 around the divide before it, so its reciprocal and product are f32's). Emulated from that rule and
+    XLA:CPU's own (equal bit for bit): consistent under its arithmetic (DeviceProfile.divide_by_reciprocal), 4 ulps
+    off not; before, 190 of 4,096 f32 quotients of such a module were past their bounds (2.7x)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    t = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(BF16): "bf16"}[np.dtype(dtype)]
+    c = (3 + np.arange(128) % 13).reshape(4, 32).astype(dtype)
+    values = ", ".join("{" + ", ".join(str(float(v)) for v in row) + "}" for row in c)
+    text = f"""HloModule m
+ENTRY e {{ x = {t}[4,32] parameter(0)  c = {t}[4,32] constant({{{values}}})
+  ROOT d = {t}[4,32] divide(x, c) }}"""
+    x = np.random.default_rng(4).standard_normal((4, 32)).astype(dtype)
+    reciprocal = np.float32(1) / c.astype(np.float32)
+    if dtype == np.float16:
+        reciprocal = reciprocal.astype(np.float16).astype(np.float32)
+    multiplied = (x.astype(np.float32) * reciprocal).astype(dtype)
+    correctly_rounded = (x.astype(np.float64) / c.astype(np.float64)).astype(dtype)
+    if dtype != BF16:
+        assert np.count_nonzero(multiplied != correctly_rounded) > 3
+    xla = run_on_xla_cpu(text, [x])
+    np.testing.assert_array_equal(xla[0], multiplied)
+    far = multiplied.copy()
+    far[2, 7] += 4 * np.spacing(np.abs(far[2, 7]))
+    candidates = {"multiplied": [multiplied], "XLA:CPU": xla, "4 ulps": [far]}
+    verdict, _ = judge_run(hloexec.load(text), [x], candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic()))
+    assert verdict.consistent("multiplied") and verdict.consistent("XLA:CPU")
+    assert not verdict.consistent("4 ulps")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_a_divide_by_a_sqrt_allows_a_multiply_by_its_rsqrt_on_xla_cpu(dtype):
+    """XLA's HandleDivide makes A / sqrt(B) A * rsqrt(B) (f16, f32; measured: XLA:CPU's optimized module multiplies by
+    an rsqrt), and XLA:CPU's f32 rsqrt is not correctly rounded (at most 1.66 ulps from 1 / sqrt(x) over 2^20
+    values: RSQRT_ULPS). XLA:CPU's result is consistent under its arithmetic (before: 10 of 8,192 f32 quotients,
+    1 f16, past their bounds); 4 ulps off where an ulp is largest relative to the value (a mantissa near 1) is
+    caught."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    t = "f16" if dtype == np.float16 else "f32"
+    s = f"{t}[8,1024]"
+    text = f"HloModule m\nENTRY e {{ x = {s} parameter(0)  m = {s} parameter(1)  r = {s} sqrt(m)  ROOT d = {s} divide(x, r) }}"
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 1024)).astype(dtype)
+    m = (np.abs(rng.standard_normal((8, 1024))) * 4 + 0.01).astype(dtype)
+    xla = run_on_xla_cpu(text, [x, m])
+    far = xla[0].copy()
+    mantissa, _ = np.frexp(np.abs(far.astype(np.float64)))
+    at = np.unravel_index(np.argmin(np.where(far != 0, mantissa, 1)), far.shape)
+    far[at] += 4 * np.spacing(np.abs(far[at]))
+    candidates = {"XLA:CPU": xla, "4 ulps": [far]}
+    verdict, _ = judge_run(
+        hloexec.load(text), [x, m], candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic())
+    )
+    assert verdict.consistent("XLA:CPU"), verdict.to_dict()["outputs"][0]["candidates"][1]["worst"]
+    assert not verdict.consistent("4 ulps")
 
 
 def _dot_program(a, b, seed, **attr) -> Program:

@@ -96,8 +96,10 @@ class DeviceProfile:
     # at least this many elements (operand or result) may ignore NaN terms: the others' max, the init where all are
     # NaN (XLA:CPU's YNNPACK offload: 4096; f32 / f64 always, f16 / bf16 by the NaN's sign bit); 0: none, NaN
     # propagates as HLO's maximum says
-    divide_by_reciprocal: bool = False  # x / broadcast(m) is computed as x * broadcast(1 / m): the reciprocal
-    # rounds once more (XLA's algebraic simplifier on XLA:CPU)
+    divide_by_reciprocal: bool = False  # x / broadcast(m) is computed as x * broadcast(1 / m), x / constant as
+    # x * (1 / constant), x / sqrt(m) as x * rsqrt(m): the reciprocal rounds once more (XLA's algebraic simplifier)
+    divide_of_divides: bool = False  # (a / b) / (c / d), (a / b) / c and a / (b / c) are computed as (a*d) / (b*c),
+    # a / (b*c) and (a*c) / b, f16 and f32: the products' range decides (XLA's algebraic simplifier on XLA:CPU)
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
     # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
     # error bounds follow that order; hloexec runs a module as written. 0: no rewrite
@@ -260,7 +262,7 @@ def _check(p: DeviceProfile, path: Path) -> None:
         f"tree_reduction_window = {p.tree_reduction_window!r}: expected 0 (none) or a window's length",
     )
     flags = ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction")
-    for flag in (*flags, "flush_subnormals", "divide_by_reciprocal"):
+    for flag in (*flags, "flush_subnormals", "divide_by_reciprocal", "divide_of_divides"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 
 

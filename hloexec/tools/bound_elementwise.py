@@ -96,7 +96,7 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     if any(s is not None and s.dtype != SAMPLE_STORAGE for s in stored):
         return False
     deviations = [_NO_DEVIATIONS if s is None else _flat(s.view(np.uint16), SAMPLES) for s in stored]
-    if kind == DIVIDE and not same and bounds.device.divide_by_reciprocal and inst.operands[1].opcode == "broadcast":
+    if kind == DIVIDE and not same and bounds.device.divide_by_reciprocal and reciprocated(inst.operands[1], etype):
         errors[1], deviations[1] = reciprocal_divisor(bounds, inst, orig, x, operands[1], errors[1], deviations[1])
     sampled = rounds or any(s is not None for s in stored)
     samples = np.empty((SAMPLES, *np.shape(x)) if sampled else (SAMPLES, 0), np.uint16)  # (bfloat16 bits)
@@ -127,21 +127,35 @@ def fused_elementwise(bounds, inst, orig, x, operands) -> bool:
     return True
 
 
+# XLA:CPU's f32 rsqrt (rsqrtss and a Newton step) beyond the correctly rounded 1 / sqrt(x), in f32 ulps: measured at
+# most 1.66 ulps from 1 / sqrt(x) over 2^20 values log-uniform in 2^-120..2^120 (jaxlib 0.10.2)
+RSQRT_ULPS = 1.25
+
+
+def reciprocated(divisor, etype) -> bool:
+    """Whether XLA's HandleDivide makes a divide by `divisor` a multiply by its reciprocal: A / broadcast(B) (on
+    CPU), A / constant (1 / c folded in the type: the same rounding), A / sqrt(B) as A * rsqrt(B) (f16, f32: bf16 is
+    converted to f32 around the sqrt first, and the rule does not see it)."""
+    return divisor.opcode in ("broadcast", "constant") or (divisor.opcode == "sqrt" and etype.name in ("f16", "f32"))
+
+
 def reciprocal_divisor(bounds, inst, orig, x, divisor, error, deviations) -> tuple[np.ndarray, np.ndarray]:
     """The divisor's bound and deviations (flat, as fused_elementwise passes them) where the device computes
-    x / broadcast(m) as x * broadcast(1 / m) (DeviceProfile.divide_by_reciprocal): fl(1 / m) = (1 / m)(1 + d) is
+    x / broadcast(m) as x * broadcast(1 / m), x / c as x * (1 / c), x / sqrt(m) as x * rsqrt(m)
+    (DeviceProfile.divide_by_reciprocal): fl(1 / m) = (1 / m)(1 + d) is
     x divided by m / (1 + d), so m carries |m| |d| / (1 - |d|) more error, one rounding draw per element of m
     (every quotient made from it shares it). |d|: the reciprocal type's relative rounding (f64's, f16's after
     f32's; f32, and the narrower types computed in f32, f32's -- twice for those: the product rounds to f32
-    before their own rounding), or where 1 / m lies below the normals its subnormal step's, or all of it where f32
-    flushes them."""
+    before their own rounding; an f32 rsqrt's RSQRT_ULPS, its largest: m is the sqrt, whose rounding its bound
+    holds), or where 1 / m lies below the normals its subnormal step's, or all of it where f32 flushes them."""
     dtype = orig.shape.element_type.numpy
+    rsqrt = RSQRT_ULPS * 2.0**-23 if inst.operands[1].opcode == "sqrt" else 0.0
     if dtype == np.float64:
         unit, step, flushes = 2.0**-53, 2.0**-1075, False
     elif dtype == np.float16:  # (1 / m in f32, then rounded to f16)
-        unit, step, flushes = 2.0**-11 + 2.0**-24, 2.0**-25 + 2.0**-150, False
+        unit, step, flushes = 2.0**-11 + 2.0**-24 + rsqrt, 2.0**-25 + 2.0**-150, False
     else:
-        unit = 2.0**-24 if dtype == np.float32 else 2.0**-23 * (1 + 2.0**-24)
+        unit = rsqrt or (2.0**-24 if dtype == np.float32 else 2.0**-23 * (1 + 2.0**-24))
         step, flushes = 2.0**-150, bounds.device.flush_subnormals
     m = np.abs(_flat(divisor), dtype=np.float64)
     d = np.maximum(unit, step * m)
@@ -150,11 +164,15 @@ def reciprocal_divisor(bounds, inst, orig, x, divisor, error, deviations) -> tup
     with np.errstate(divide="ignore", invalid="ignore"):
         extra = np.where(d < 1, m * d / (1 - d), np.inf)
     extra[(m == 0) | ~np.isfinite(m)] = 0.0  # (1 / 0 and 1 / inf are exact)
-    own = extra * (SIGMAS / np.sqrt(3))  # (a rounding's largest error, as SIGMAS sigmas of a uniform one)
+    # (a rounding's largest error, as SIGMAS sigmas of a uniform one; an f32 rsqrt's measured largest as it is)
+    own = extra if rsqrt and dtype == np.float32 else extra * (SIGMAS / np.sqrt(3))
     e = error.astype(np.float64) if error.size else 0.0
     bound = np.minimum(np.sqrt(e * e + own * own), e + extra) * (1 + 2.0**-23)  # (kept up through float32)
     narrow = error.dtype if error.size else (np.float32 if getattr(bounds.current, "narrow", False) else np.float64)
-    source, _ = broadcast_sources(inst.operands[1], np.shape(x))
+    if inst.operands[1].opcode == "broadcast":
+        source, _ = broadcast_sources(inst.operands[1], np.shape(x))
+    else:  # (a constant, a sqrt: every element its own)
+        source = np.arange(np.size(x)).reshape(np.shape(x))
     keys = contiguous(np.broadcast_to(source, np.shape(x))).reshape(-1)
     draws = np.empty((4 * ((SAMPLES + 3) // 4), keys.size), np.float32)
     rounding_draws(bounds.draw_key(), 0, keys, draws)

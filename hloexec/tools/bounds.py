@@ -119,6 +119,7 @@ from .bound_sorts import selecting_reduce, selects, sorted_bounds, swapped_sampl
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_overflow import collective_marks, dot_marks, mark_overflows
+from .bound_rewrites import divide_of_divides
 from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, sample_dtype, widens_exactly
 from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
@@ -276,6 +277,8 @@ class ErrorBounds(BoundStore):
         self.unused_key: np.uint64 | None = None  # a key drawn and given back (give_back_key): the next one drawn
         self.current = threading.local()  # .narrow: the observed instruction's float types are 32 bits or fewer
         self.choices = Choices()  # the integers rounding decides (tools/bound_indices.py)
+        self.pending: dict[int, list] = {}  # an inner divide -> its operands and bounds, until its rewritten user
+        # reads them (bound_rewrites.py; devices with divide_of_divides)
 
     def _kernel(self, inst):
         return self.plans.kernel(inst)
@@ -295,6 +298,8 @@ class ErrorBounds(BoundStore):
             with np.errstate(all="ignore"):
                 collective = _started(inst.opcode) in COLLECTIVES  # (its rule exchanged the marks)
                 mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()), not collective)
+                if inst.opcode == "divide" and self.device.divide_of_divides:
+                    divide_of_divides(self, inst, value, operands)
 
     def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)

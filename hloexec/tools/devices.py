@@ -79,6 +79,8 @@ RULES = {
     "vector_width": "f32 lanes of the device's vectorized sums (reductions = xla-cpu); 0: this machine's",
     "nan_ignoring_reductions": "max and min reduces of at least this many elements may ignore NaN terms "
     "(YNNPACK's); 0: none",
+    "divide_of_divides": "(a / b) / (c / d), (a / b) / c and a / (b / c) are computed as (a*d) / (b*c), a / (b*c) "
+    "and (a*c) / b (f16, f32): the products may leave the type's range (the compiler's rewrite; error bounds only)",
     "tree_reduction_window": "16-bit sums over a dim longer than this are a reduce-window of this size and a reduce "
     "(the compiler's rewrite; error bounds only); 0: none",
 }
