@@ -1079,3 +1079,57 @@ ENTRY e { x = f16[64,8] parameter(0)  y = f16[64,8] parameter(1)  m = f16[64,8] 
     verdict, run = judge_run(exe, [x, y], {"xla": [correct]})
     assert run.bounds[exe.options.device.name].unbounded == {}
     assert _verdicts(verdict)["xla"] == (True, 0, 0) and _verdicts(verdict)["hloexec"] == (True, 0, 0)
+
+
+CUMPROD = """HloModule cp
+mul {{ a = {t}[] parameter(0)  b = {t}[] parameter(1)  ROOT m = {t}[] multiply(a, b) }}
+ENTRY e {{ x = {t}[16,64] parameter(0)  y = {t}[16,64] parameter(1)  m = {t}[16,64] multiply(x, y)
+          one = {t}[] constant(1)
+          ROOT c = {t}[16,64] reduce-window(m, one), window={{size=1x64 pad=0_0x63_0}}, to_apply=mul }}"""
+_NUMPY_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
+
+
+def _cumprod(m, accumulator, out_type) -> np.ndarray:
+    """numpy's product along the rows in index order (jnp.cumprod's reduce-window: each window folded from the
+    init value 1), every step rounded to `accumulator`, the running products rounded to `out_type`."""
+    running = np.ones(m.shape[0], accumulator)
+    out = np.empty(m.shape, out_type)
+    for k in range(m.shape[1]):
+        running = (running.astype(np.float64) * m[:, k].astype(np.float64)).astype(accumulator)
+        out[:, k] = running.astype(out_type)
+    return out
+
+
+@pytest.mark.parametrize("dtype", sorted(_NUMPY_TYPES))
+def test_a_product_reduce_window_is_bounded_as_a_product(dtype):
+    """A product reduce-window (jnp.cumprod's: each window's terms multiplied in order) is bounded as a product
+    reduce: each term's bound times the others' product, a rounding a step. numpy's emulations (every step
+    rounded to the type: xla-cpu's `per-step` order; 16-bit products accumulated in f32: the reference's rule)
+    and XLA:CPU's result are consistent under their profiles, and an element 4x its bound off is caught (on main
+    every element was unbounded: not judged, any value passed)."""
+    from hloexec.tools.shadow_runs import xla_cpu_arithmetic
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text, t = CUMPROD.format(t=dtype), _NUMPY_TYPES[dtype]
+    r = np.random.default_rng(7)
+    x, y = ((1 + 0.05 * r.standard_normal((16, 64))).astype(t) for _ in range(2))
+    m = x * y  # (ml_dtypes' and numpy's multiply: one rounding to the type)
+    [xla] = run_on_xla_cpu(text, [x, y])
+    per_step, wide = _cumprod(m, t, t), _cumprod(m, np.float32, t)
+    exe = hloexec.load(text)
+    candidates = {"xla": [xla], "per-step": [per_step], "accumulate": [wide]}
+    known = {"xla": xla_cpu_arithmetic(), "per-step": "xla-cpu"}
+    verdict, run = judge_run(exe, [x, y], candidates, known=known)
+    assert run.bounds[verdict.device].unbounded == {}
+    bound = run.bounds[verdict.device].bounds[0]
+    u = float(ml_dtypes.finfo(t).eps) / 2  # (the terms' roundings added: at most ~64 half-ulps of the value)
+    assert np.all(np.isfinite(bound)) and np.max(bound / np.abs(run.shadow[0])) < 96 * u, np.max(bound)
+    got = _verdicts(verdict)
+    assert all(got[n] == (True, 0, 0) for n in ("hloexec", *candidates)), got
+    for at in ((3, 63), (11, 20)):
+        far = np.asarray(run.shadow[0]).copy()
+        far[at] += 4 * bound[at]
+        far = far.astype(t)
+        assert abs(float(far[at]) - run.shadow[0][at]) > 3 * bound[at]  # (the change survives the type's rounding)
+        verdict, _ = judge_run(exe, [x, y], {"far": [far]})
+        assert _verdicts(verdict)["far"][:2] == (False, 1), (at, _verdicts(verdict))

@@ -8,13 +8,14 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..ir.dtypes import element_type
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.indexing import scatter_targets
 from ..ops.reduction import in_ynn_order, window_dims, window_terms
-from .bound_complex import squared_magnitude
+from .bound_complex import NORMWISE, PART, squared_magnitude
 from .bound_dots import SIGNIFICAND, SMALLEST, widest
 from .bound_generic import sum_terms
-from .bound_overflow import rounding_limit, sum_marks
+from .bound_overflow import EVERY, rounding_limit, sum_marks
 from .bound_samples import SIGMAS
 from .bound_shared import (
     any_order_rounding,
@@ -45,7 +46,7 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
     if kind in ("maximum", "minimum"):
         bounds._put(x, np.asarray(bounds._kernel(inst)(bounds.of(a), bounds.of(init)), np.float64), None)
         return None, None, None, None
-    if kind == "multiply" and inst.opcode == "reduce" and orig.shape.element_type.kind == "float":
+    if kind == "multiply" and orig.shape.element_type.kind in ("float", "complex"):
         return _product_bounds(bounds, inst, orig, x, a, init, per_step), None, None, None
     if kind != "add":
         bounds.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
@@ -83,29 +84,48 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
 
 
 def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarray:
-    """A product reduce's bound into `bounds`; returns its own error (SIGMAS sigmas). First order: each term's bound
-    times the other terms' product (the init value's too), added (errors the terms share add up; the samples
-    calibrate it down where they do not), and its roundings: one a step, of relative size u, independent (n
-    steps: SIGMAS sigmas of their sum), in the device's accumulation type ("accumulate": 16-bit products in f32)
-    unless `per_step`, then the final rounding; a step below the normals errs by half their spacing (flushed: by
-    f32's smallest normal), whatever its size."""
-    dims = [int(d) for d in inst.attr("dimensions", ())]
-    order = [d for d in range(a.ndim) if d not in dims] + dims
-    terms = np.abs(np.transpose(a, order)).reshape(*np.shape(x), -1)
-    errors = np.transpose(np.broadcast_to(bounds.of(a), a.shape), order).reshape(terms.shape)
+    """A product reduce's or reduce-window's bound into `bounds`; returns its own error (SIGMAS sigmas). First
+    order: each term's bound times the other terms' product (the init value's too), added (errors the terms share
+    add up; the samples calibrate it down where they do not), and its roundings: one a step, of relative size u,
+    independent (n steps: SIGMAS sigmas of their sum), in the device's accumulation type ("accumulate": 16-bit
+    products in f32) unless `per_step`, then the final rounding; a step below the normals errs by half their
+    spacing (flushed: by f32's smallest normal), whatever its size. A window's terms in its order (row-major), its
+    padding the product's identity (no step). Complex terms: on the moduli (|d prod| <= sum_k |d_k| prod_j!=k
+    |t_j| to first order), a step's rounding sqrt(5) u of the partial product (bound_complex.NORMWISE), a step
+    below the normals errs in both parts. Marks every kind where a partial product's interval may pass the
+    accumulation type's range in some order (the terms' magnitudes above 1 multiplied)."""
+    if inst.opcode == "reduce":
+        dims = [int(d) for d in inst.attr("dimensions", ())]
+        order = [d for d in range(a.ndim) if d not in dims] + dims
+        terms = np.abs(np.transpose(a, order)).reshape(*np.shape(x), -1)
+        errors = np.transpose(np.broadcast_to(bounds.of(a), a.shape), order).reshape(terms.shape)
+        present = np.ones(terms.shape[-1])  # (every step multiplies a term)
+    else:
+        window = window_terms(inst)
+        terms = np.abs(window(np.asarray(a), 1.0)).reshape(*np.shape(x), -1)  # (padding: the identity, exact)
+        errors = np.reshape(window(np.asarray(np.broadcast_to(bounds.of(a), a.shape), np.float64), 0.0), terms.shape)
+        present = np.reshape(window(np.ones(np.shape(a)), 0.0), terms.shape)  # (a padded step multiplies by 1)
     ones = np.ones((*np.shape(x), 1))
     before = np.cumprod(np.concatenate([ones, terms[..., :-1]], -1), -1)  # (the terms before each)
     after = np.flip(np.cumprod(np.concatenate([ones, np.flip(terms[..., 1:], -1)], -1), -1), -1)
     propagated = np.sum(errors * before * after, -1) * np.abs(init) + bounds.of(init) * np.prod(terms, -1)
     etype = orig.shape.element_type
+    complex_ = etype.kind == "complex"
     wide = not per_step and accumulates_in_f32(bounds.device.reductions, "multiply", etype)
-    u = 2.0 ** -SIGNIFICAND["f32"] if wide else unit_roundoff(etype)
-    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(terms.shape[-1]) * np.abs(x)
+    part = "f32" if wide else PART.get(etype.name, etype.name)
+    u = unit_roundoff(element_type(part)) * (NORMWISE["multiply"] if complex_ else 1.0)
+    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(np.sum(present, -1)) * np.abs(x)
     # (a partial product below the normals rounds by half the subnormals' spacing, or is flushed, whatever its size)
-    least = max(SMALLEST["f32" if wide else etype.name] / 2, 2.0**-126 if bounds.device.flush_subnormals else 0.0)
-    steps = steps + least * np.sum(after, -1)  # (its own error: the samples draw it, so calibration keeps it)
+    least = max(SMALLEST[part] / 2, 2.0**-126 if bounds.device.flush_subnormals else 0.0) * (1 + complex_)
+    steps = steps + least * np.sum(after * present, -1)  # (its own error: the samples draw it, so calibration keeps it)
     bound, own = bounds._round(orig, x, np.square(propagated) + np.square(steps), "reduce")
     bounds._put(x, bound)
+    if part != "f64":  # (f64: the shadow's own type)
+        limit = rounding_limit(element_type(part).numpy)[0]
+        with np.errstate(all="ignore"):
+            reach = np.prod(np.maximum(terms + errors, 1.0), -1) * np.maximum(np.abs(init) + bounds.of(init), 1.0)
+        if np.any(reach >= limit):
+            bounds._mark(x, (reach >= limit) * EVERY)
     return np.sqrt(np.square(steps) + np.square(own))
 
 
