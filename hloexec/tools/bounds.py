@@ -63,7 +63,7 @@ Collectives (SPMD runs, one ErrorBounds per participant, each called from its pa
 collective's own kernel run on the operands' bounds (and on each sample's deviations; a max / min all-reduce's on
 its perturbed operands, less the value) exchanges them with the group as the values were, so every participant
 makes the same extra exchanges in the same order. Moving ones
-(all-gather, all-to-all, collective-permute, -broadcast, a max/min all-reduce) move the bounds; an add
+(all-gather, all-to-all, ragged-all-to-all, collective-permute, -broadcast, a max/min all-reduce) move the bounds; an add
 all-reduce or reduce-scatter is a reduction of n terms, one per participant: their bounds added (the
 samples calibrate that down where they are independent) plus the accumulation's rounding as a reduce's, every
 step rounding to the collective's type whatever the device's reductions rule (the partial sums travel between
@@ -146,10 +146,11 @@ MOVES = (
     | opcodes.PASS_THROUGH
 )
 # Collectives whose kernel (one exchange with the group) is linear in its operands: run on the bounds and the
-# samples' deviations, it exchanges them as it exchanged the values (ragged-all-to-all: no rule). A send's exchange
-# queues what arrives for the recv-done of its channel, which takes it off: the two together move the data, its
-# bound and its samples' deviations, in that order (a recv's own value is a placeholder: EXACT).
-COLLECTIVES = frozenset(GROUPED) - {"recv", "ragged-all-to-all"} | {"recv-done"}
+# samples' deviations, it exchanges them as it exchanged the values (ragged-all-to-all's rows too: its offsets and
+# sizes, exact integers, are the same in every exchange). A send's exchange queues what arrives for the recv-done
+# of its channel, which takes it off: the two together move the data, its bound and its samples' deviations, in
+# that order (a recv's own value is a placeholder: EXACT).
+COLLECTIVES = frozenset(GROUPED) - {"recv"} | {"recv-done"}
 ASYNC_WRAPPERS = frozenset({"async-start", "async-update", "async-done"})  # (of a called computation: `calls=`)
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id", "recv"})
 ROUNDING_ELEMENTWISE = (
