@@ -1188,3 +1188,71 @@ def test_a_ragged_all_to_all_moves_its_bounds():
     np.testing.assert_array_equal(bounds.bounds[0], expected)
     assert _verdicts(verdict, 0)["correct"] == (True, 0, 0) and _verdicts(verdict, 1)["correct"] == (True, 0, 0)
     assert _verdicts(verdict, 1)["bumped"] == (False, 1, 0), _verdicts(verdict, 1)
+
+
+COMPLEX_PRODUCTS = """HloModule cp
+mul {{ a = {t}[] parameter(0)  b = {t}[] parameter(1)  ROOT m = {t}[] multiply(a, b) }}
+ENTRY e {{ x = {t}[16,64] parameter(0)  y = {t}[16,64] parameter(1)  m = {t}[16,64] multiply(x, y)
+          one = {t}[] constant((1,0))
+          c = {t}[16,64] reduce-window(m, one), window={{size=1x64 pad=0_0x63_0}}, to_apply=mul
+          p = {t}[16] reduce(m, one), dimensions={{1}}, to_apply=mul
+          ROOT o = ({t}[16,64], {t}[16]) tuple(c, p) }}"""
+
+
+@pytest.mark.parametrize("dtype", ["c64", "c128"])
+def test_a_complex_product_is_bounded_on_its_moduli(dtype):
+    """A complex product reduce and reduce-window (jnp.prod, jnp.cumprod of complex values) are bounded on the
+    moduli: each term's bound times the others' moduli, a step's rounding sqrt(5) u of the partial product (XLA's
+    complex multiply). numpy's products in the type (every step rounded, index order) and XLA:CPU's are consistent,
+    an element 4x its bound off is caught in either output (on main both were unbounded)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text, t = COMPLEX_PRODUCTS.format(t=dtype), {"c64": np.complex64, "c128": np.complex128}[dtype]
+    r = np.random.default_rng(8)
+    x, y = (np.exp(0.05 * r.standard_normal((16, 64)) + 1j * r.uniform(-3, 3, (16, 64))).astype(t) for _ in range(2))
+    m = x * y
+    steps = np.empty_like(m)
+    running = np.ones(16, t)
+    for k in range(64):
+        running = running * m[:, k]
+        steps[:, k] = running
+    xla = run_on_xla_cpu(text, [x, y])
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y], {"xla": list(xla), "numpy": [steps, steps[:, -1].copy()]})
+    assert run.bounds[verdict.device].unbounded == {}
+    for k, at in ((0, (5, 40)), (1, (9,))):
+        got = _verdicts(verdict, k)
+        assert all(got[n] == (True, 0, 0) for n in ("hloexec", "xla", "numpy")), (k, got)
+        bound = run.bounds[verdict.device].bounds[k]
+        assert np.all(np.isfinite(bound)) and np.max(bound / np.abs(run.shadow[k])) < 1e-3, np.max(bound)
+        far = [np.asarray(s).astype(t) for s in run.shadow]
+        far[k][at] += t(4 * bound[at])
+        verdict_far, _ = judge_run(exe, [x, y], {"far": far})
+        assert _verdicts(verdict_far, k)["far"][:2] == (False, 1), (k, _verdicts(verdict_far, k))
+
+
+def test_a_partial_product_past_the_range_is_marked():
+    """f16 products rounded every step (xla-cpu's order): 300 * 300 passes f16's range though the exact product
+    with the later 0.001 is 90: XLA:CPU's is +inf, in the reduce and in the reduce-window (jnp.cumprod) after it.
+    The bounds mark +inf possible there (an order the arithmetic allows passes the range), so XLA:CPU's result is
+    consistent; on main the reduce-window was unbounded and the reduce's mark missing."""
+    from hloexec.tools.shadow_runs import xla_cpu_arithmetic
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = """HloModule p
+mul { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT m = f16[] multiply(a, b) }
+ENTRY e { x = f16[4,8] parameter(0)  one = f16[] constant(1)
+          c = f16[4,8] reduce-window(x, one), window={size=1x8 pad=0_0x7_0}, to_apply=mul
+          p = f16[4] reduce(x, one), dimensions={1}, to_apply=mul
+          ROOT o = (f16[4,8], f16[4]) tuple(c, p) }"""
+    x = np.ones((4, 8), np.float16)
+    x[0, :3] = [300, 300, 0.001]
+    xla = run_on_xla_cpu(text, [x])
+    assert np.isinf(xla[0][0, 2:]).all() and np.isinf(xla[1][0])  # (the case as the test means it)
+    exe = hloexec.load(text, device="xla-cpu")
+    verdict, run = judge_run(exe, [x], {"xla": list(xla)}, known={"xla": xla_cpu_arithmetic()})
+    bounds = run.bounds[verdict.device]
+    assert bounds.nonfinite[1][0] & 1 and not bounds.nonfinite[1][1:].any()  # (the reduce's: none on main)
+    assert bounds.unbounded == {}
+    assert (bounds.nonfinite[0][0, 1:] & 1).all() and not bounds.nonfinite[0][1:].any()
+    assert _verdicts(verdict, 0)["xla"] == (True, 0, 0) and _verdicts(verdict, 1)["xla"] == (True, 0, 0)
