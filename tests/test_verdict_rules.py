@@ -1256,3 +1256,21 @@ ENTRY e { x = f16[4,8] parameter(0)  one = f16[] constant(1)
     assert bounds.unbounded == {}
     assert (bounds.nonfinite[0][0, 1:] & 1).all() and not bounds.nonfinite[0][1:].any()
     assert _verdicts(verdict, 0)["xla"] == (True, 0, 0) and _verdicts(verdict, 1)["xla"] == (True, 0, 0)
+
+
+def test_a_product_reduce_windows_terms_in_chunks_give_its_bounds(monkeypatch):
+    """A product reduce-window's terms gathered a few outputs at a time (a cumprod's windows overlap: n^2 terms)
+    give the bounds and marks of one gathering, bit for bit."""
+    import hloexec.tools.bound_sums as bound_sums
+
+    text = CUMPROD.format(t="f16")
+    r = np.random.default_rng(2)
+    x, y = ((1 + 0.3 * r.standard_normal((16, 64))).astype(np.float16) for _ in range(2))
+    x[3, :3] = [300, 300, 0.001]  # (a partial product past f16's range: marked)
+    exe = hloexec.load(text, device="xla-cpu")
+    whole = judge_run(exe, [x, y])[1].bounds["xla-cpu"]
+    monkeypatch.setattr(bound_sums, "PRODUCT_CHUNK", 64 * 5)  # (5 outputs a chunk: the last one short)
+    chunked = judge_run(exe, [x, y])[1].bounds["xla-cpu"]
+    np.testing.assert_array_equal(whole.bounds[0], chunked.bounds[0])
+    np.testing.assert_array_equal(whole.nonfinite[0], chunked.nonfinite[0])
+    assert whole.nonfinite[0][3, -1] and not whole.nonfinite[0][4:].any()

@@ -29,6 +29,8 @@ from .bound_shared import (
 # (the largest found over 3,000 adversarial term vectors a length, f16 and f32: 0.72 of it at 8 terms, 0.88 at 12,
 # 1.06 at 16; bench/bench_window_repeats.py)
 WINDOW_FLOOR_TERMS = 12
+# a product reduce-window's terms gathered at most about this many at a time (_product_terms)
+PRODUCT_CHUNK = 1 << 22
 
 
 def unit_roundoff(etype) -> float:
@@ -94,39 +96,56 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarra
     |t_j| to first order), a step's rounding sqrt(5) u of the partial product (bound_complex.NORMWISE), a step
     below the normals errs in both parts. Marks every kind where a partial product's interval may pass the
     accumulation type's range in some order (the terms' magnitudes above 1 multiplied)."""
-    if inst.opcode == "reduce":
-        dims = [int(d) for d in inst.attr("dimensions", ())]
-        order = [d for d in range(a.ndim) if d not in dims] + dims
-        terms = np.abs(np.transpose(a, order)).reshape(*np.shape(x), -1)
-        errors = np.transpose(np.broadcast_to(bounds.of(a), a.shape), order).reshape(terms.shape)
-        present = np.ones(terms.shape[-1])  # (every step multiplies a term)
-    else:
-        window = window_terms(inst)
-        terms = np.abs(window(np.asarray(a), 1.0)).reshape(*np.shape(x), -1)  # (padding: the identity, exact)
-        errors = np.reshape(window(np.asarray(np.broadcast_to(bounds.of(a), a.shape), np.float64), 0.0), terms.shape)
-        present = np.reshape(window(np.ones(np.shape(a)), 0.0), terms.shape)  # (a padded step multiplies by 1)
-    ones = np.ones((*np.shape(x), 1))
-    before = np.cumprod(np.concatenate([ones, terms[..., :-1]], -1), -1)  # (the terms before each)
-    after = np.flip(np.cumprod(np.concatenate([ones, np.flip(terms[..., 1:], -1)], -1), -1), -1)
-    propagated = np.sum(errors * before * after, -1) * np.abs(init) + bounds.of(init) * np.prod(terms, -1)
+    propagated, counts, later, reach = (np.empty(np.size(x)) for _ in range(4))
+    init_value, init_bound = np.abs(init), bounds.of(init)
+    for at, terms, errors, present in _product_terms(bounds, inst, a, np.shape(x)):
+        ones = np.ones((len(terms), 1))
+        before = np.cumprod(np.concatenate([ones, terms[:, :-1]], -1), -1)  # (the terms before each)
+        after = np.flip(np.cumprod(np.concatenate([ones, np.flip(terms[:, 1:], -1)], -1), -1), -1)
+        propagated[at] = np.sum(errors * before * after, -1) * init_value + init_bound * np.prod(terms, -1)
+        counts[at] = np.sum(present, -1)
+        later[at] = np.sum(after * present, -1)
+        with np.errstate(all="ignore"):
+            reach[at] = np.prod(np.maximum(terms + errors, 1.0), -1) * np.maximum(init_value + init_bound, 1.0)
+    propagated, counts, later, reach = (np.reshape(v, np.shape(x)) for v in (propagated, counts, later, reach))
     etype = orig.shape.element_type
     complex_ = etype.kind == "complex"
     wide = not per_step and accumulates_in_f32(bounds.device.reductions, "multiply", etype)
     part = "f32" if wide else PART.get(etype.name, etype.name)
     u = unit_roundoff(element_type(part)) * (NORMWISE["multiply"] if complex_ else 1.0)
-    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(np.sum(present, -1)) * np.abs(x)
+    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(counts) * np.abs(x)
     # (a partial product below the normals rounds by half the subnormals' spacing, or is flushed, whatever its size)
     least = max(SMALLEST[part] / 2, 2.0**-126 if bounds.device.flush_subnormals else 0.0) * (1 + complex_)
-    steps = steps + least * np.sum(after * present, -1)  # (its own error: the samples draw it, so calibration keeps it)
+    steps = steps + least * later  # (its own error: the samples draw it, so calibration keeps it)
     bound, own = bounds._round(orig, x, np.square(propagated) + np.square(steps), "reduce")
     bounds._put(x, bound)
-    if part != "f64":  # (f64: the shadow's own type)
-        limit = rounding_limit(element_type(part).numpy)[0]
-        with np.errstate(all="ignore"):
-            reach = np.prod(np.maximum(terms + errors, 1.0), -1) * np.maximum(np.abs(init) + bounds.of(init), 1.0)
-        if np.any(reach >= limit):
-            bounds._mark(x, (reach >= limit) * EVERY)
+    over = reach >= (rounding_limit(element_type(part).numpy)[0] if part != "f64" else np.inf)  # (f64: the shadow's)
+    if over.any():
+        bounds._mark(x, over * EVERY)
     return np.sqrt(np.square(steps) + np.square(own))
+
+
+def _product_terms(bounds, inst, a, shape):
+    """A product reduce's or reduce-window's outputs' terms, in chunks: (the chunk's flat output positions, the
+    terms' magnitudes, their bounds, 1 where a step multiplies a term (0: a window's padding, the product's
+    identity)), each (outputs, terms), in the order they are multiplied. A window's terms are gathered
+    PRODUCT_CHUNK at a time (a cumprod's windows overlap: n^2 terms in all)."""
+    e = np.broadcast_to(np.asarray(bounds.of(a), np.float64), np.shape(a))
+    if inst.opcode == "reduce":
+        dims = [int(d) for d in inst.attr("dimensions", ())]
+        order = [d for d in range(a.ndim) if d not in dims] + dims
+        terms = np.abs(np.transpose(a, order)).reshape(int(np.prod(shape)), -1)
+        yield slice(None), terms, np.transpose(e, order).reshape(terms.shape), np.ones(terms.shape[-1])
+        return
+    window = window_terms(inst)
+    views = window(np.asarray(a), 1.0), window(e, 0.0), window(np.ones(np.shape(a)), 0.0)
+    size, n = int(np.prod(shape)), int(np.prod(views[0].shape[len(shape) :]))
+    chunk = max(1, PRODUCT_CHUNK // max(n, 1))
+    for start in range(0, size, chunk):
+        stop = min(start + chunk, size)
+        at = np.unravel_index(np.arange(start, stop), shape) if shape else ()
+        t, err, present = (np.reshape(v[at], (stop - start, n)) for v in views)
+        yield slice(start, stop), np.abs(t), err, present
 
 
 def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions) -> np.ndarray | None:
