@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 
 from ..ir.dtypes import element_type
+from ..kernels.bound_products import window_products
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.indexing import scatter_targets
 from ..ops.reduction import in_ynn_order, window_dims, window_terms
@@ -99,14 +100,10 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarra
     propagated, counts, later, reach = (np.empty(np.size(x)) for _ in range(4))
     init_value, init_bound = np.abs(init), bounds.of(init)
     for at, terms, errors, present in _product_terms(bounds, inst, a, np.shape(x)):
-        ones = np.ones((len(terms), 1))
-        before = np.cumprod(np.concatenate([ones, terms[:, :-1]], -1), -1)  # (the terms before each)
-        after = np.flip(np.cumprod(np.concatenate([ones, np.flip(terms[:, 1:], -1)], -1), -1), -1)
-        propagated[at] = np.sum(errors * before * after, -1) * init_value + init_bound * np.prod(terms, -1)
+        spread, later[at], whole, most = window_products(terms, errors, present)
+        propagated[at] = spread * init_value + init_bound * whole
         counts[at] = np.sum(present, -1)
-        later[at] = np.sum(after * present, -1)
-        with np.errstate(all="ignore"):
-            reach[at] = np.prod(np.maximum(terms + errors, 1.0), -1) * np.maximum(init_value + init_bound, 1.0)
+        reach[at] = most * np.maximum(init_value + init_bound, 1.0)
     propagated, counts, later, reach = (np.reshape(v, np.shape(x)) for v in (propagated, counts, later, reach))
     etype = orig.shape.element_type
     complex_ = etype.kind == "complex"
@@ -134,8 +131,9 @@ def _product_terms(bounds, inst, a, shape):
     if inst.opcode == "reduce":
         dims = [int(d) for d in inst.attr("dimensions", ())]
         order = [d for d in range(a.ndim) if d not in dims] + dims
-        terms = np.abs(np.transpose(a, order)).reshape(int(np.prod(shape)), -1)
-        yield slice(None), terms, np.transpose(e, order).reshape(terms.shape), np.ones(terms.shape[-1])
+        terms = np.abs(np.transpose(a, order)).reshape(int(np.prod(shape)), -1).astype(np.float64, copy=False)
+        errors = np.ascontiguousarray(np.transpose(e, order)).reshape(terms.shape)
+        yield slice(None), terms, errors, np.ones(terms.shape[-1])
         return
     window = window_terms(inst)
     views = window(np.asarray(a), 1.0), window(e, 0.0), window(np.ones(np.shape(a)), 0.0)
@@ -145,7 +143,7 @@ def _product_terms(bounds, inst, a, shape):
         stop = min(start + chunk, size)
         at = np.unravel_index(np.arange(start, stop), shape) if shape else ()
         t, err, present = (np.reshape(v[at], (stop - start, n)) for v in views)
-        yield slice(start, stop), np.abs(t), err, present
+        yield slice(start, stop), np.abs(t).astype(np.float64, copy=False), err, present
 
 
 def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions) -> np.ndarray | None:
