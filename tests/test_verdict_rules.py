@@ -1274,3 +1274,41 @@ def test_a_product_reduce_windows_terms_in_chunks_give_its_bounds(monkeypatch):
     np.testing.assert_array_equal(whole.bounds[0], chunked.bounds[0])
     np.testing.assert_array_equal(whole.nonfinite[0], chunked.nonfinite[0])
     assert whole.nonfinite[0][3, -1] and not whole.nonfinite[0][4:].any()
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod", "cummax"])
+def test_xla_cpus_bf16_reduce_windows_are_bounded_as_their_op_rounded_every_step(op):
+    """XLA:CPU's optimized module of a bf16 jnp.cumsum / cumprod / lax.cummax computes in f32 with a reducer
+    `convert(convert(op(a, b)) to bf16)` back to f32 (its float normalization: every step rounded to bf16), over a
+    two-level scan (windows of 16, then the blocks). Bounded as that op rounding every step to bf16: XLA:CPU's
+    result and numpy's emulation of the op (a running value rounded to bf16 each step, index order) are
+    consistent, an element 4x its bound off is caught (on main the reducer had no rule: every element unbounded)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    import hloexec.jax as hj
+    from hloexec.tools.shadow_runs import xla_cpu_arithmetic
+
+    fn = {"cumsum": jnp.cumsum, "cumprod": jnp.cumprod, "cummax": lax.cummax}[op]
+    ufunc = {"cumsum": np.add, "cumprod": np.multiply, "cummax": np.maximum}[op]
+    r = np.random.default_rng(9)
+    x = 1 + 0.05 * r.standard_normal((8, 64)) if op == "cumprod" else r.standard_normal((8, 64))
+    x = x.astype(ml_dtypes.bfloat16)
+    lowered = hj.lower(lambda v: fn(v, axis=1), x, stage="opt")
+    xla = np.asarray(lowered.compiled(x))
+    running, emulated = x[:, 0].astype(np.float32), np.empty_like(x)
+    emulated[:, 0] = x[:, 0]
+    for k in range(1, 64):
+        running = ufunc(running, x[:, k].astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32)
+        emulated[:, k] = running.astype(ml_dtypes.bfloat16)
+    exe = hloexec.load(lowered.text)
+    verdict, run = judge_run(exe, [x], {"xla": [xla], "numpy": [emulated]}, known={"xla": xla_cpu_arithmetic()})
+    assert run.bounds[verdict.device].unbounded == {}
+    got = _verdicts(verdict)
+    assert all(got[n] == (True, 0, 0) for n in ("hloexec", "xla", "numpy")), got
+    bound = run.bounds[verdict.device].bounds[0]
+    at = (5, 50)
+    far = np.asarray(run.shadow[0]).copy()
+    far[at] += 4 * bound[at] if bound[at] > 0 else 0.02 * abs(far[at])  # (a max's exact element: 2% off)
+    verdict, _ = judge_run(exe, [x], {"far": [far.astype(ml_dtypes.bfloat16)]})
+    assert _verdicts(verdict)["far"][:2] == (False, 1), _verdicts(verdict)

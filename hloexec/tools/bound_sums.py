@@ -46,11 +46,14 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
     reducer = inst.called.get("to_apply")
     kind = reducer.root.opcode if reducer is not None else ""
     a, init = operands
-    if kind in ("maximum", "minimum"):
+    etype = orig.shape.element_type
+    if kind == "convert" and (stepwise := rounded_steps(orig)) is not None:
+        (kind, etype), per_step = stepwise, True  # (every step rounds to the narrow type, in the HLO's order)
+    if kind in ("maximum", "minimum"):  # (a narrow type's round trip: exact on its values, which its operand holds)
         bounds._put(x, np.asarray(bounds._kernel(inst)(bounds.of(a), bounds.of(init)), np.float64), None)
         return None, None, None, None
-    if kind == "multiply" and orig.shape.element_type.kind in ("float", "complex"):
-        return _product_bounds(bounds, inst, orig, x, a, init, per_step), None, None, None
+    if kind == "multiply" and etype.kind in ("float", "complex"):
+        return _product_bounds(bounds, inst, orig, x, a, init, per_step, etype), None, None, None
     if kind != "add":
         bounds.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
         bounds._put(x, np.full(x.shape, np.inf))
@@ -65,7 +68,6 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
         count = np.asarray(np.real(kernel(np.ones_like(a), zero)), np.float64)
     # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
     # of that order
-    etype = orig.shape.element_type
     steps = None
     window = bounds.device.tree_reduction_window
     tree = window and not per_step and inst.opcode == "reduce" and etype.bits < 32
@@ -86,7 +88,7 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
     return local, lambda: linear() + local, deviations, floor
 
 
-def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarray:
+def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool, etype) -> np.ndarray:
     """A product reduce's or reduce-window's bound into `bounds`; returns its own error (SIGMAS sigmas). First
     order: each term's bound times the other terms' product (the init value's too), added (errors the terms share
     add up; the samples calibrate it down where they do not), and its roundings: one a step, of relative size u,
@@ -96,7 +98,8 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarra
     padding the product's identity (no step). Complex terms: on the moduli (|d prod| <= sum_k |d_k| prod_j!=k
     |t_j| to first order), a step's rounding sqrt(5) u of the partial product (bound_complex.NORMWISE), a step
     below the normals errs in both parts. Marks every kind where a partial product's interval may pass the
-    accumulation type's range in some order (the terms' magnitudes above 1 multiplied)."""
+    accumulation type's range in some order (the terms' magnitudes above 1 multiplied). `etype`: the type its
+    steps round to (the result's, or a narrower one: `rounded_steps`)."""
     propagated, counts, later, reach = (np.empty(np.size(x)) for _ in range(4))
     init_value, init_bound = np.abs(init), bounds.of(init)
     for at, terms, errors, present in _product_terms(bounds, inst, a, np.shape(x)):
@@ -105,7 +108,6 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarra
         counts[at] = np.sum(present, -1)
         reach[at] = most * np.maximum(init_value + init_bound, 1.0)
     propagated, counts, later, reach = (np.reshape(v, np.shape(x)) for v in (propagated, counts, later, reach))
-    etype = orig.shape.element_type
     complex_ = etype.kind == "complex"
     wide = not per_step and accumulates_in_f32(bounds.device.reductions, "multiply", etype)
     part = "f32" if wide else PART.get(etype.name, etype.name)
@@ -120,6 +122,23 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarra
     if over.any():
         bounds._mark(x, over * EVERY)
     return np.sqrt(np.square(steps) + np.square(own))
+
+
+def rounded_steps(orig):
+    """(op, narrow type) where `orig`'s reducer is `convert(convert(op(p0, p1)) to narrow)` back to its own type
+    (XLA:CPU's float normalization of a bf16 reduce-window: the op in f32, every step rounded to bf16); else
+    None."""
+    reducer = orig.called.get("to_apply")
+    root = reducer.root if reducer is not None else None
+    if root is None or root.opcode != "convert" or root.operands[0].opcode != "convert":
+        return None
+    narrow, op = root.operands[0].shape.element_type, root.operands[0].operands[0]
+    if {id(o) for o in op.operands} != {id(p) for p in reducer.parameters} or len(op.operands) != 2:
+        return None
+    wide = root.shape.element_type
+    if narrow.kind != "float" or wide.kind != "float" or narrow.bits >= wide.bits or op.shape.element_type != wide:
+        return None
+    return op.opcode, narrow
 
 
 def _product_terms(bounds, inst, a, shape):
