@@ -1079,3 +1079,236 @@ ENTRY e { x = f16[64,8] parameter(0)  y = f16[64,8] parameter(1)  m = f16[64,8] 
     verdict, run = judge_run(exe, [x, y], {"xla": [correct]})
     assert run.bounds[exe.options.device.name].unbounded == {}
     assert _verdicts(verdict)["xla"] == (True, 0, 0) and _verdicts(verdict)["hloexec"] == (True, 0, 0)
+
+
+CUMPROD = """HloModule cp
+mul {{ a = {t}[] parameter(0)  b = {t}[] parameter(1)  ROOT m = {t}[] multiply(a, b) }}
+ENTRY e {{ x = {t}[16,64] parameter(0)  y = {t}[16,64] parameter(1)  m = {t}[16,64] multiply(x, y)
+          one = {t}[] constant(1)
+          ROOT c = {t}[16,64] reduce-window(m, one), window={{size=1x64 pad=0_0x63_0}}, to_apply=mul }}"""
+_NUMPY_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
+
+
+def _cumprod(m, accumulator, out_type) -> np.ndarray:
+    """numpy's product along the rows in index order (jnp.cumprod's reduce-window: each window folded from the
+    init value 1), every step rounded to `accumulator`, the running products rounded to `out_type`."""
+    running = np.ones(m.shape[0], accumulator)
+    out = np.empty(m.shape, out_type)
+    for k in range(m.shape[1]):
+        running = (running.astype(np.float64) * m[:, k].astype(np.float64)).astype(accumulator)
+        out[:, k] = running.astype(out_type)
+    return out
+
+
+@pytest.mark.parametrize("dtype", sorted(_NUMPY_TYPES))
+def test_a_product_reduce_window_is_bounded_as_a_product(dtype):
+    """A product reduce-window (jnp.cumprod's: each window's terms multiplied in order) is bounded as a product
+    reduce: each term's bound times the others' product, a rounding a step. numpy's emulations (every step
+    rounded to the type: xla-cpu's `per-step` order; 16-bit products accumulated in f32: the reference's rule)
+    and XLA:CPU's result are consistent under their profiles, and an element 4x its bound off is caught (on main
+    every element was unbounded: not judged, any value passed)."""
+    from hloexec.tools.shadow_runs import xla_cpu_arithmetic
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text, t = CUMPROD.format(t=dtype), _NUMPY_TYPES[dtype]
+    r = np.random.default_rng(7)
+    x, y = ((1 + 0.05 * r.standard_normal((16, 64))).astype(t) for _ in range(2))
+    m = x * y  # (ml_dtypes' and numpy's multiply: one rounding to the type)
+    [xla] = run_on_xla_cpu(text, [x, y])
+    per_step, wide = _cumprod(m, t, t), _cumprod(m, np.float32, t)
+    exe = hloexec.load(text)
+    candidates = {"xla": [xla], "per-step": [per_step], "accumulate": [wide]}
+    known = {"xla": xla_cpu_arithmetic(), "per-step": "xla-cpu"}
+    verdict, run = judge_run(exe, [x, y], candidates, known=known)
+    assert run.bounds[verdict.device].unbounded == {}
+    bound = run.bounds[verdict.device].bounds[0]
+    u = float(ml_dtypes.finfo(t).eps) / 2  # (the terms' roundings added: at most ~64 half-ulps of the value)
+    assert np.all(np.isfinite(bound)) and np.max(bound / np.abs(run.shadow[0])) < 96 * u, np.max(bound)
+    got = _verdicts(verdict)
+    assert all(got[n] == (True, 0, 0) for n in ("hloexec", *candidates)), got
+    for at in ((3, 63), (11, 20)):
+        far = np.asarray(run.shadow[0]).copy()
+        far[at] += 4 * bound[at]
+        far = far.astype(t)
+        assert abs(float(far[at]) - run.shadow[0][at]) > 3 * bound[at]  # (the change survives the type's rounding)
+        verdict, _ = judge_run(exe, [x, y], {"far": [far]})
+        assert _verdicts(verdict)["far"][:2] == (False, 1), (at, _verdicts(verdict))
+
+
+RAGGED = """HloModule r, num_partitions=4
+ENTRY e {
+  x = f16[8,16] parameter(0)  y = f16[8,16] parameter(1)  m = f16[8,16] multiply(x, y)
+  io = s32[4] parameter(2)  ss = s32[4] parameter(3)  oo = s32[4] parameter(4)  rs = s32[4] parameter(5)
+  z = f16[] constant(0)  out = f16[8,16] broadcast(z), dimensions={}
+  r = f16[8,16] ragged-all-to-all(m, out, io, ss, oo, rs), channel_id=1, replica_groups={{0,1,2,3}}
+  t = f16[8,16] tanh(r)
+  ROOT o = (f16[8,16], f16[8,16]) tuple(r, t), sharding={{devices=[4,1]0,1,2,3}, {devices=[4,1]0,1,2,3}}
+}"""
+
+
+def _ragged_rows(sent, offsets, sizes, targets) -> list:
+    """ragged-all-to-all by its definition: sender i's rows [offsets[i][j], + sizes[i][j]) of `sent[i]` land at
+    receiver j's rows [targets[i][j], + sizes[i][j]) (the sender's offsets and sizes), the rest 0."""
+    out = [np.zeros_like(s) for s in sent]
+    for i, rows in enumerate(sent):
+        for j in range(len(sent)):
+            n = sizes[i][j]
+            out[j][targets[i][j] : targets[i][j] + n] = rows[offsets[i][j] : offsets[i][j] + n]
+    return out
+
+
+def test_a_ragged_all_to_all_moves_its_bounds():
+    """ragged-all-to-all (MoE dispatch: each participant sends row ranges of its own sizes to each other one) moves
+    its operand's bounds, marks and samples as its rows: the result's bounds are each device's product's bounds
+    (from a one-device run of that product) moved by the op's definition, 0 where no row lands; numpy's result
+    (f16 products moved, f16 tanh) is consistent and its largest element 1% off is caught (XLA:CPU does not run
+    the op; on main the ragged-all-to-all was unbounded: nothing after it judged)."""
+    exe = hloexec.load(RAGGED)
+    r = np.random.default_rng(3)
+    sizes = [[(i + j) % 3 for j in range(4)] for i in range(4)]
+    offsets = [[2 * j for j in range(4)] for _ in range(4)]
+    targets = [[2 * i for _ in range(4)] for i in range(4)]
+    xy = [[r.standard_normal((8, 16)).astype(np.float16) for _ in range(2)] for _ in range(4)]
+    per_device = [
+        [x, y, *(np.asarray(v[i], np.int32) for v in (offsets, sizes, targets, sizes))] for i, (x, y) in enumerate(xy)
+    ]
+    moved = np.concatenate(_ragged_rows([x * y for x, y in xy], offsets, sizes, targets))
+    correct = [moved, np.tanh(moved.astype(np.float32)).astype(np.float16)]
+    bumped = [correct[0], correct[1].copy()]
+    bumped[1][np.unravel_index(np.argmax(np.abs(correct[1])), moved.shape)] *= np.float16(1.01)
+    runner = Runner({"partitions": 4, "replicas": 1, "report": lambda message: None})
+    verdict, run = judge_run(exe, per_device, {"correct": correct, "bumped": bumped}, runner)
+    bounds = run.bounds[exe.options.device.name]
+    assert bounds.unbounded == {}
+    product = hloexec.load("HloModule p\nENTRY e { x = f16[8,16] parameter(0)  y = f16[8,16] parameter(1)\n"
+                           "  ROOT m = f16[8,16] multiply(x, y) }")  # fmt: skip
+    own = [judge_run(product, [x, y])[1].bounds[product.options.device.name].bounds[0] for x, y in xy]
+    expected = np.concatenate(_ragged_rows(own, offsets, sizes, targets))
+    assert np.count_nonzero(expected) > 100 and np.count_nonzero(expected == 0) > 100
+    np.testing.assert_array_equal(bounds.bounds[0], expected)
+    assert _verdicts(verdict, 0)["correct"] == (True, 0, 0) and _verdicts(verdict, 1)["correct"] == (True, 0, 0)
+    assert _verdicts(verdict, 1)["bumped"] == (False, 1, 0), _verdicts(verdict, 1)
+
+
+COMPLEX_PRODUCTS = """HloModule cp
+mul {{ a = {t}[] parameter(0)  b = {t}[] parameter(1)  ROOT m = {t}[] multiply(a, b) }}
+ENTRY e {{ x = {t}[16,64] parameter(0)  y = {t}[16,64] parameter(1)  m = {t}[16,64] multiply(x, y)
+          one = {t}[] constant((1,0))
+          c = {t}[16,64] reduce-window(m, one), window={{size=1x64 pad=0_0x63_0}}, to_apply=mul
+          p = {t}[16] reduce(m, one), dimensions={{1}}, to_apply=mul
+          ROOT o = ({t}[16,64], {t}[16]) tuple(c, p) }}"""
+
+
+@pytest.mark.parametrize("dtype", ["c64", "c128"])
+def test_a_complex_product_is_bounded_on_its_moduli(dtype):
+    """A complex product reduce and reduce-window (jnp.prod, jnp.cumprod of complex values) are bounded on the
+    moduli: each term's bound times the others' moduli, a step's rounding sqrt(5) u of the partial product (XLA's
+    complex multiply). numpy's products in the type (every step rounded, index order) and XLA:CPU's are consistent,
+    an element 4x its bound off is caught in either output (on main both were unbounded)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text, t = COMPLEX_PRODUCTS.format(t=dtype), {"c64": np.complex64, "c128": np.complex128}[dtype]
+    r = np.random.default_rng(8)
+    x, y = (np.exp(0.05 * r.standard_normal((16, 64)) + 1j * r.uniform(-3, 3, (16, 64))).astype(t) for _ in range(2))
+    m = x * y
+    steps = np.empty_like(m)
+    running = np.ones(16, t)
+    for k in range(64):
+        running = running * m[:, k]
+        steps[:, k] = running
+    xla = run_on_xla_cpu(text, [x, y])
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [x, y], {"xla": list(xla), "numpy": [steps, steps[:, -1].copy()]})
+    assert run.bounds[verdict.device].unbounded == {}
+    for k, at in ((0, (5, 40)), (1, (9,))):
+        got = _verdicts(verdict, k)
+        assert all(got[n] == (True, 0, 0) for n in ("hloexec", "xla", "numpy")), (k, got)
+        bound = run.bounds[verdict.device].bounds[k]
+        assert np.all(np.isfinite(bound)) and np.max(bound / np.abs(run.shadow[k])) < 1e-3, np.max(bound)
+        far = [np.asarray(s).astype(t) for s in run.shadow]
+        far[k][at] += t(4 * bound[at])
+        verdict_far, _ = judge_run(exe, [x, y], {"far": far})
+        assert _verdicts(verdict_far, k)["far"][:2] == (False, 1), (k, _verdicts(verdict_far, k))
+
+
+def test_a_partial_product_past_the_range_is_marked():
+    """f16 products rounded every step (xla-cpu's order): 300 * 300 passes f16's range though the exact product
+    with the later 0.001 is 90: XLA:CPU's is +inf, in the reduce and in the reduce-window (jnp.cumprod) after it.
+    The bounds mark +inf possible there (an order the arithmetic allows passes the range), so XLA:CPU's result is
+    consistent; on main the reduce-window was unbounded and the reduce's mark missing."""
+    from hloexec.tools.shadow_runs import xla_cpu_arithmetic
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    text = """HloModule p
+mul { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT m = f16[] multiply(a, b) }
+ENTRY e { x = f16[4,8] parameter(0)  one = f16[] constant(1)
+          c = f16[4,8] reduce-window(x, one), window={size=1x8 pad=0_0x7_0}, to_apply=mul
+          p = f16[4] reduce(x, one), dimensions={1}, to_apply=mul
+          ROOT o = (f16[4,8], f16[4]) tuple(c, p) }"""
+    x = np.ones((4, 8), np.float16)
+    x[0, :3] = [300, 300, 0.001]
+    xla = run_on_xla_cpu(text, [x])
+    assert np.isinf(xla[0][0, 2:]).all() and np.isinf(xla[1][0])  # (the case as the test means it)
+    exe = hloexec.load(text, device="xla-cpu")
+    verdict, run = judge_run(exe, [x], {"xla": list(xla)}, known={"xla": xla_cpu_arithmetic()})
+    bounds = run.bounds[verdict.device]
+    assert bounds.nonfinite[1][0] & 1 and not bounds.nonfinite[1][1:].any()  # (the reduce's: none on main)
+    assert bounds.unbounded == {}
+    assert (bounds.nonfinite[0][0, 1:] & 1).all() and not bounds.nonfinite[0][1:].any()
+    assert _verdicts(verdict, 0)["xla"] == (True, 0, 0) and _verdicts(verdict, 1)["xla"] == (True, 0, 0)
+
+
+def test_a_product_reduce_windows_terms_in_chunks_give_its_bounds(monkeypatch):
+    """A product reduce-window's terms gathered a few outputs at a time (a cumprod's windows overlap: n^2 terms)
+    give the bounds and marks of one gathering, bit for bit."""
+    import hloexec.tools.bound_sums as bound_sums
+
+    text = CUMPROD.format(t="f16")
+    r = np.random.default_rng(2)
+    x, y = ((1 + 0.3 * r.standard_normal((16, 64))).astype(np.float16) for _ in range(2))
+    x[3, :3] = [300, 300, 0.001]  # (a partial product past f16's range: marked)
+    exe = hloexec.load(text, device="xla-cpu")
+    whole = judge_run(exe, [x, y])[1].bounds["xla-cpu"]
+    monkeypatch.setattr(bound_sums, "PRODUCT_CHUNK", 64 * 5)  # (5 outputs a chunk: the last one short)
+    chunked = judge_run(exe, [x, y])[1].bounds["xla-cpu"]
+    np.testing.assert_array_equal(whole.bounds[0], chunked.bounds[0])
+    np.testing.assert_array_equal(whole.nonfinite[0], chunked.nonfinite[0])
+    assert whole.nonfinite[0][3, -1] and not whole.nonfinite[0][4:].any()
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod", "cummax"])
+def test_xla_cpus_bf16_reduce_windows_are_bounded_as_their_op_rounded_every_step(op):
+    """XLA:CPU's optimized module of a bf16 jnp.cumsum / cumprod / lax.cummax computes in f32 with a reducer
+    `convert(convert(op(a, b)) to bf16)` back to f32 (its float normalization: every step rounded to bf16), over a
+    two-level scan (windows of 16, then the blocks). Bounded as that op rounding every step to bf16: XLA:CPU's
+    result and numpy's emulation of the op (a running value rounded to bf16 each step, index order) are
+    consistent, an element 4x its bound off is caught (on main the reducer had no rule: every element unbounded)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    import hloexec.jax as hj
+    from hloexec.tools.shadow_runs import xla_cpu_arithmetic
+
+    fn = {"cumsum": jnp.cumsum, "cumprod": jnp.cumprod, "cummax": lax.cummax}[op]
+    ufunc = {"cumsum": np.add, "cumprod": np.multiply, "cummax": np.maximum}[op]
+    r = np.random.default_rng(9)
+    x = 1 + 0.05 * r.standard_normal((8, 64)) if op == "cumprod" else r.standard_normal((8, 64))
+    x = x.astype(ml_dtypes.bfloat16)
+    lowered = hj.lower(lambda v: fn(v, axis=1), x, stage="opt")
+    xla = np.asarray(lowered.compiled(x))
+    running, emulated = x[:, 0].astype(np.float32), np.empty_like(x)
+    emulated[:, 0] = x[:, 0]
+    for k in range(1, 64):
+        running = ufunc(running, x[:, k].astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32)
+        emulated[:, k] = running.astype(ml_dtypes.bfloat16)
+    exe = hloexec.load(lowered.text)
+    verdict, run = judge_run(exe, [x], {"xla": [xla], "numpy": [emulated]}, known={"xla": xla_cpu_arithmetic()})
+    assert run.bounds[verdict.device].unbounded == {}
+    got = _verdicts(verdict)
+    assert all(got[n] == (True, 0, 0) for n in ("hloexec", "xla", "numpy")), got
+    bound = run.bounds[verdict.device].bounds[0]
+    at = (5, 50)
+    far = np.asarray(run.shadow[0]).copy()
+    far[at] += 4 * bound[at] if bound[at] > 0 else 0.02 * abs(far[at])  # (a max's exact element: 2% off)
+    verdict, _ = judge_run(exe, [x], {"far": [far.astype(ml_dtypes.bfloat16)]})
+    assert _verdicts(verdict)["far"][:2] == (False, 1), _verdicts(verdict)

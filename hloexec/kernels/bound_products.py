@@ -448,3 +448,33 @@ def _least(spans: list) -> float:
     if any(span[-1] for span in spans) or least < 2.2250738585072014e-308:
         return 0.0
     return min(least, 1.7976931348623157e308) * (1 - 2.0**-50) if least < math.inf else math.inf
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _window_products(terms, errors, present, propagated, later, whole, reach):
+    n, w = terms.shape
+    before = np.empty(w)
+    for i in range(n):
+        running = 1.0
+        for k in range(w):
+            before[k] = running
+            running *= terms[i, k]
+        after, spread, steps, most = 1.0, 0.0, 0.0, 1.0
+        for k in range(w - 1, -1, -1):
+            spread += errors[i, k] * before[k] * after
+            steps += present[i, k] * after
+            v = terms[i, k] + errors[i, k]
+            most *= v if not v <= 1.0 else 1.0  # (NaN kept)
+            after *= terms[i, k]
+        propagated[i], later[i], whole[i], reach[i] = spread, steps, running, most
+
+
+def window_products(terms, errors, present) -> tuple:
+    """Per row of `terms` (products' terms' magnitudes, in the order they are multiplied; float64 (rows, n)), with
+    their bounds `errors` and `present` (1 where a step multiplies a term): (sum_k e_k prod_{j != k} t_j, the first
+    order error; sum_k present_k prod_{j > k} t_j, what the later factors make of step k's error; prod_k t_k;
+    prod_k max(t_k + e_k, 1), the most a partial product's interval reaches) in one pass, no temporaries."""
+    rows = len(terms)
+    out = tuple(np.empty(rows) for _ in range(4))
+    _window_products(terms, errors, np.broadcast_to(present, terms.shape), *out)
+    return out

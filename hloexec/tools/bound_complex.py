@@ -81,7 +81,8 @@ SMOOTH = frozenset(
 RESOLVED_AT = 2.0**-26  # ... a deviation scaled up to this fraction of its operand's modulus (half f64's digits)
 _DIRECTIONS = np.exp(2j * np.pi * np.arange(8) / 8)
 _AXES = (1, -1, 1j, -1j)
-_PART = {"c64": "f32", "c128": "f64"}
+# a complex type -> its parts' type
+PART = {"c64": "f32", "c128": "f64"}
 
 
 def involves_complex(value, operands) -> bool:
@@ -174,7 +175,7 @@ def corners(a) -> tuple:
 def _own_rounding(opcode, orig, x, variance) -> np.ndarray:
     """L, the largest modulus of the op's own error (the module docstring's rule per op), at |x| plus the bound
     before it (`variance`: its square), as the real rule takes the ulp."""
-    part = element_type(_PART.get(orig.shape.element_type.name, orig.shape.element_type.name))
+    part = element_type(PART.get(orig.shape.element_type.name, orig.shape.element_type.name))
     if opcode in EXACT or part.kind != "float":
         return np.zeros(np.shape(x))
     if opcode in COMPONENTWISE:

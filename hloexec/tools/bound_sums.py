@@ -8,13 +8,15 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..ir.dtypes import element_type
+from ..kernels.bound_products import window_products
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.indexing import scatter_targets
 from ..ops.reduction import in_ynn_order, window_dims, window_terms
-from .bound_complex import squared_magnitude
+from .bound_complex import NORMWISE, PART, squared_magnitude
 from .bound_dots import SIGNIFICAND, SMALLEST, widest
 from .bound_generic import sum_terms
-from .bound_overflow import rounding_limit, sum_marks
+from .bound_overflow import EVERY, rounding_limit, sum_marks
 from .bound_samples import SIGMAS
 from .bound_shared import (
     any_order_rounding,
@@ -28,6 +30,8 @@ from .bound_shared import (
 # (the largest found over 3,000 adversarial term vectors a length, f16 and f32: 0.72 of it at 8 terms, 0.88 at 12,
 # 1.06 at 16; bench/bench_window_repeats.py)
 WINDOW_FLOOR_TERMS = 12
+# a product reduce-window's terms gathered at most about this many at a time (_product_terms)
+PRODUCT_CHUNK = 1 << 22
 
 
 def unit_roundoff(etype) -> float:
@@ -42,11 +46,14 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
     reducer = inst.called.get("to_apply")
     kind = reducer.root.opcode if reducer is not None else ""
     a, init = operands
-    if kind in ("maximum", "minimum"):
+    etype = orig.shape.element_type
+    if kind == "convert" and (stepwise := rounded_steps(orig)) is not None:
+        (kind, etype), per_step = stepwise, True  # (every step rounds to the narrow type, in the HLO's order)
+    if kind in ("maximum", "minimum"):  # (a narrow type's round trip: exact on its values, which its operand holds)
         bounds._put(x, np.asarray(bounds._kernel(inst)(bounds.of(a), bounds.of(init)), np.float64), None)
         return None, None, None, None
-    if kind == "multiply" and inst.opcode == "reduce" and orig.shape.element_type.kind == "float":
-        return _product_bounds(bounds, inst, orig, x, a, init, per_step), None, None, None
+    if kind == "multiply" and etype.kind in ("float", "complex"):
+        return _product_bounds(bounds, inst, orig, x, a, init, per_step, etype), None, None, None
     if kind != "add":
         bounds.unbounded.setdefault(inst.name, f"{inst.opcode} with a {kind} reducer")
         bounds._put(x, np.full(x.shape, np.inf))
@@ -61,7 +68,6 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
         count = np.asarray(np.real(kernel(np.ones_like(a), zero)), np.float64)
     # where the device says its compiler sums long 16-bit sums in a tree of windows (XLA:CPU), the partial sums
     # of that order
-    etype = orig.shape.element_type
     steps = None
     window = bounds.device.tree_reduction_window
     tree = window and not per_step and inst.opcode == "reduce" and etype.bits < 32
@@ -82,31 +88,81 @@ def reduce_bounds(bounds, inst, orig, x, operands, per_step: bool = False) -> tu
     return local, lambda: linear() + local, deviations, floor
 
 
-def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool) -> np.ndarray:
-    """A product reduce's bound into `bounds`; returns its own error (SIGMAS sigmas). First order: each term's bound
-    times the other terms' product (the init value's too), added (errors the terms share add up; the samples
-    calibrate it down where they do not), and its roundings: one a step, of relative size u, independent (n
-    steps: SIGMAS sigmas of their sum), in the device's accumulation type ("accumulate": 16-bit products in f32)
-    unless `per_step`, then the final rounding; a step below the normals errs by half their spacing (flushed: by
-    f32's smallest normal), whatever its size."""
-    dims = [int(d) for d in inst.attr("dimensions", ())]
-    order = [d for d in range(a.ndim) if d not in dims] + dims
-    terms = np.abs(np.transpose(a, order)).reshape(*np.shape(x), -1)
-    errors = np.transpose(np.broadcast_to(bounds.of(a), a.shape), order).reshape(terms.shape)
-    ones = np.ones((*np.shape(x), 1))
-    before = np.cumprod(np.concatenate([ones, terms[..., :-1]], -1), -1)  # (the terms before each)
-    after = np.flip(np.cumprod(np.concatenate([ones, np.flip(terms[..., 1:], -1)], -1), -1), -1)
-    propagated = np.sum(errors * before * after, -1) * np.abs(init) + bounds.of(init) * np.prod(terms, -1)
-    etype = orig.shape.element_type
+def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool, etype) -> np.ndarray:
+    """A product reduce's or reduce-window's bound into `bounds`; returns its own error (SIGMAS sigmas). First
+    order: each term's bound times the other terms' product (the init value's too), added (errors the terms share
+    add up; the samples calibrate it down where they do not), and its roundings: one a step, of relative size u,
+    independent (n steps: SIGMAS sigmas of their sum), in the device's accumulation type ("accumulate": 16-bit
+    products in f32) unless `per_step`, then the final rounding; a step below the normals errs by half their
+    spacing (flushed: by f32's smallest normal), whatever its size. A window's terms in its order (row-major), its
+    padding the product's identity (no step). Complex terms: on the moduli (|d prod| <= sum_k |d_k| prod_j!=k
+    |t_j| to first order), a step's rounding sqrt(5) u of the partial product (bound_complex.NORMWISE), a step
+    below the normals errs in both parts. Marks every kind where a partial product's interval may pass the
+    accumulation type's range in some order (the terms' magnitudes above 1 multiplied). `etype`: the type its
+    steps round to (the result's, or a narrower one: `rounded_steps`)."""
+    propagated, counts, later, reach = (np.empty(np.size(x)) for _ in range(4))
+    init_value, init_bound = np.abs(init), bounds.of(init)
+    for at, terms, errors, present in _product_terms(bounds, inst, a, np.shape(x)):
+        spread, later[at], whole, most = window_products(terms, errors, present)
+        propagated[at] = spread * init_value + init_bound * whole
+        counts[at] = np.sum(present, -1)
+        reach[at] = most * np.maximum(init_value + init_bound, 1.0)
+    propagated, counts, later, reach = (np.reshape(v, np.shape(x)) for v in (propagated, counts, later, reach))
+    complex_ = etype.kind == "complex"
     wide = not per_step and accumulates_in_f32(bounds.device.reductions, "multiply", etype)
-    u = 2.0 ** -SIGNIFICAND["f32"] if wide else unit_roundoff(etype)
-    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(terms.shape[-1]) * np.abs(x)
+    part = "f32" if wide else PART.get(etype.name, etype.name)
+    u = unit_roundoff(element_type(part)) * (NORMWISE["multiply"] if complex_ else 1.0)
+    steps = SIGMAS * u / np.sqrt(3) * np.sqrt(counts) * np.abs(x)
     # (a partial product below the normals rounds by half the subnormals' spacing, or is flushed, whatever its size)
-    least = max(SMALLEST["f32" if wide else etype.name] / 2, 2.0**-126 if bounds.device.flush_subnormals else 0.0)
-    steps = steps + least * np.sum(after, -1)  # (its own error: the samples draw it, so calibration keeps it)
+    least = max(SMALLEST[part] / 2, 2.0**-126 if bounds.device.flush_subnormals else 0.0) * (1 + complex_)
+    steps = steps + least * later  # (its own error: the samples draw it, so calibration keeps it)
     bound, own = bounds._round(orig, x, np.square(propagated) + np.square(steps), "reduce")
     bounds._put(x, bound)
+    over = reach >= (rounding_limit(element_type(part).numpy)[0] if part != "f64" else np.inf)  # (f64: the shadow's)
+    if over.any():
+        bounds._mark(x, over * EVERY)
     return np.sqrt(np.square(steps) + np.square(own))
+
+
+def rounded_steps(orig):
+    """(op, narrow type) where `orig`'s reducer is `convert(convert(op(p0, p1)) to narrow)` back to its own type
+    (XLA:CPU's float normalization of a bf16 reduce-window: the op in f32, every step rounded to bf16); else
+    None."""
+    reducer = orig.called.get("to_apply")
+    root = reducer.root if reducer is not None else None
+    if root is None or root.opcode != "convert" or root.operands[0].opcode != "convert":
+        return None
+    narrow, op = root.operands[0].shape.element_type, root.operands[0].operands[0]
+    if {id(o) for o in op.operands} != {id(p) for p in reducer.parameters} or len(op.operands) != 2:
+        return None
+    wide = root.shape.element_type
+    if narrow.kind != "float" or wide.kind != "float" or narrow.bits >= wide.bits or op.shape.element_type != wide:
+        return None
+    return op.opcode, narrow
+
+
+def _product_terms(bounds, inst, a, shape):
+    """A product reduce's or reduce-window's outputs' terms, in chunks: (the chunk's flat output positions, the
+    terms' magnitudes, their bounds, 1 where a step multiplies a term (0: a window's padding, the product's
+    identity)), each (outputs, terms), in the order they are multiplied. A window's terms are gathered
+    PRODUCT_CHUNK at a time (a cumprod's windows overlap: n^2 terms in all)."""
+    e = np.broadcast_to(np.asarray(bounds.of(a), np.float64), np.shape(a))
+    if inst.opcode == "reduce":
+        dims = [int(d) for d in inst.attr("dimensions", ())]
+        order = [d for d in range(a.ndim) if d not in dims] + dims
+        terms = np.abs(np.transpose(a, order)).reshape(int(np.prod(shape)), -1).astype(np.float64, copy=False)
+        errors = np.ascontiguousarray(np.transpose(e, order)).reshape(terms.shape)
+        yield slice(None), terms, errors, np.ones(terms.shape[-1])
+        return
+    window = window_terms(inst)
+    views = window(np.asarray(a), 1.0), window(e, 0.0), window(np.ones(np.shape(a)), 0.0)
+    size, n = int(np.prod(shape)), int(np.prod(views[0].shape[len(shape) :]))
+    chunk = max(1, PRODUCT_CHUNK // max(n, 1))
+    for start in range(0, size, chunk):
+        stop = min(start + chunk, size)
+        at = np.unravel_index(np.arange(start, stop), shape) if shape else ()
+        t, err, present = (np.reshape(v[at], (stop - start, n)) for v in views)
+        yield slice(start, stop), np.abs(t).astype(np.float64, copy=False), err, present
 
 
 def _repeated_rounding(bounds, inst, etype, a, init, x, steps, accumulation, reductions) -> np.ndarray | None:

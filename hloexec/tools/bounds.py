@@ -25,7 +25,8 @@ root-sum-square, a single rounding counts as the largest error it can make.
   "accumulate", 16-bit sums in f32 and one final rounding) as a probabilistic bound: SIGMAS standard
   deviations of a sequential sum's rounding error, whose variance
   (u^2/3) * sum_k s_k^2 over its partial sums s_k is estimated as n * (sum x_i^2 + S^2) (a random walk plus a
-  drift to the total S), whatever the order; max/min reductions move bounds;
+  drift to the total S), whatever the order; max/min reductions move bounds; product reductions (reduces and
+  reduce-windows, real and complex) and reducers rounding each step to a narrower type: tools/bound_sums.py;
 - dots: sqrt(A^2 e_B^2 + e_A^2 B^2) (the operands' errors taken as independent along the contraction: measured,
   the linear |A| e_B + e_A |B| through a transformer block's dots grows past any use) plus |A . min_k e_B| +
   |min_k e_A . B| (an error every term may share, at most the smallest bound along the contraction: a bias's
@@ -62,10 +63,10 @@ through later ops; the verdict accepts a non-finite element of the kinds its mar
 Collectives (SPMD runs, one ErrorBounds per participant, each called from its participant's thread): the
 collective's own kernel run on the operands' bounds (and on each sample's deviations; a max / min all-reduce's on
 its perturbed operands, less the value) exchanges them with the group as the values were, so every participant
-makes the same extra exchanges in the same order. Moving ones
-(all-gather, all-to-all, collective-permute, -broadcast, a max/min all-reduce) move the bounds; an add
-all-reduce or reduce-scatter is a reduction of n terms, one per participant: their bounds added (the
-samples calibrate that down where they are independent) plus the accumulation's rounding as a reduce's, every
+makes the same extra exchanges in the same order. Moving ones (all-gather, all-to-all, ragged-all-to-all,
+collective-permute, -broadcast, a max/min all-reduce) move the bounds; an add all-reduce or reduce-scatter is a
+reduction of n terms, one per participant: their bounds added (the samples calibrate that down where they are
+independent) plus the accumulation's rounding as a reduce's, every
 step rounding to the collective's type whatever the device's reductions rule (the partial sums travel between
 participants in it: a ring's, a tree's, hloexec's fold in group order).
 
@@ -147,10 +148,11 @@ MOVES = (
     | opcodes.PASS_THROUGH
 )
 # Collectives whose kernel (one exchange with the group) is linear in its operands: run on the bounds and the
-# samples' deviations, it exchanges them as it exchanged the values (ragged-all-to-all: no rule). A send's exchange
-# queues what arrives for the recv-done of its channel, which takes it off: the two together move the data, its
-# bound and its samples' deviations, in that order (a recv's own value is a placeholder: EXACT).
-COLLECTIVES = frozenset(GROUPED) - {"recv", "ragged-all-to-all"} | {"recv-done"}
+# samples' deviations, it exchanges them as it exchanged the values (ragged-all-to-all's rows too: its offsets and
+# sizes, exact integers, are the same in every exchange). A send's exchange queues what arrives for the recv-done
+# of its channel, which takes it off: the two together move the data, its bound and its samples' deviations, in
+# that order (a recv's own value is a placeholder: EXACT).
+COLLECTIVES = frozenset(GROUPED) - {"recv"} | {"recv-done"}
 ASYNC_WRAPPERS = frozenset({"async-start", "async-update", "async-done"})  # (of a called computation: `calls=`)
 EXACT = frozenset({"parameter", "constant", "iota", "rng", "rng-bit-generator", "partition-id", "replica-id", "recv"})
 ROUNDING_ELEMENTWISE = (
