@@ -169,9 +169,11 @@ def _lone_floors(bound, lone, spread) -> tuple[np.ndarray, np.ndarray] | None:
     has = members >= 0
     if not has.any():
         return None
-    own = np.minimum(1.0, margin(draws) * spread * np.sqrt(ratio))
+    blocks = has.any(axis=1)  # (the margin only where a block has one: most blocks have none)
+    own = np.minimum(1.0, margin(draws[blocks]) * spread * np.sqrt(ratio[blocks]))
     at = members[has]
-    return at, np.asarray(np.reshape(bound, -1)[at] * np.broadcast_to(own[:, None], has.shape)[has], bound.dtype)
+    return at, np.asarray(np.reshape(bound, -1)[at] * np.broadcast_to(own[:, None], has[blocks].shape)[has[blocks]],
+                          bound.dtype)  # fmt: skip
 
 
 def _squared_parts(deviations) -> np.ndarray:
