@@ -349,6 +349,29 @@ def test_calibration_cuts_a_block_whose_elements_carry_one_deviation_by_four_dra
     assert np.mean(calibrated[:, 0] < bound[:, 0]) > 0.99 and np.all(calibrated >= SIGMAS * x)
 
 
+def test_the_margin_is_chi_squares_quantiles_computed_only_below_independent_draws(monkeypatch):
+    """margin(P) = max(SAMPLE_MARGIN, sqrt(SAMPLES / chi2_4's quantile at CUT_BELOW^(1 / (P - 1/2)))) (scipy's
+    quantile, P clipped to 1.5-4.5 as the formula clips P - 1/2 to 1-4; NaN: NaN), the quantile computed only for
+    the participation ratios below INDEPENDENT: from there up the formula is below SAMPLE_MARGIN."""
+    from hloexec.tools import bound_samples
+
+    def formula(p):
+        below = CUT_BELOW ** (1 / np.clip(p - 0.5, 1, SAMPLES))
+        return np.maximum(SAMPLE_MARGIN, np.sqrt(SAMPLES / stats.chi2.ppf(below, SAMPLES)))
+
+    p = np.concatenate([np.linspace(0.5, 4.5, 4001), [np.nan, np.inf]])
+    got = margin(p)
+    assert np.allclose(got, formula(p), rtol=1e-9, equal_nan=True) and np.isnan(got[-2])
+    assert formula(np.linspace(bound_samples.INDEPENDENT, SAMPLES, 1001)).max() == SAMPLE_MARGIN
+    assert math.isclose(float(margin(1.0)), formula(1.0), rel_tol=1e-9)  # (a scalar)
+    quantiles = []
+    quantile = bound_samples._chi2_4_quantile
+    monkeypatch.setattr(bound_samples, "_chi2_4_quantile", lambda q: quantiles.append(np.size(q)) or quantile(q))
+    mostly_independent = np.concatenate([np.full(1000, 3.9), [1.0, 2.0, 3.0]])
+    assert np.allclose(margin(mostly_independent), formula(mostly_independent), rtol=1e-9)
+    assert quantiles == [3]
+
+
 @pytest.mark.parametrize("draws", [1, 2, 3, 4, "shared and own"])
 def test_the_margin_for_few_draws_cuts_below_sigmas_at_most_at_its_probability(draws):
     """Blocks whose elements carry `draws` independent draws (a row value's deviation shared by ~256 / draws

@@ -10,6 +10,7 @@ import numpy as np
 import hloexec
 from hloexec.tools.bound_overflow import DROPPED_NAN, NAN, NEG_INF, POS_INF, range_marks, rounding_limit
 from hloexec.tools.numerics import judge_run
+from hloexec.tools.shadow_runs import shadow_run
 
 SUM = """HloModule m
 add { a = f16[] parameter(0)  b = f16[] parameter(1)  ROOT s = f16[] add(a, b) }
@@ -243,3 +244,53 @@ def test_a_nan_a_participants_max_reduce_drops_may_be_any_value_on_every_partici
     assert not verdict.by_device["xla-cpu"].consistent("planted")
     marks = run.bounds["xla-cpu"].nonfinite
     assert (marks[0] & DROPPED_NAN).tolist() == [0, 0, DROPPED_NAN, 0, 0, 0, 0, 0] and marks[1][0] & DROPPED_NAN
+
+
+DOT_OF_A_PRODUCT = """HloModule m
+ENTRY e { a = f32[4,8] parameter(0)  c = f32[4,8] parameter(1)  b = f32[8,3] parameter(2)
+  p = f32[4,8] multiply(a, c)
+  ROOT d = f32[4,3] dot(p, b), lhs_contracting_dims={1}, rhs_contracting_dims={0} }"""
+
+
+def _dot_of_a_product(b, monkeypatch) -> tuple[np.ndarray, int]:
+    """DOT_OF_A_PRODUCT's marks (the reference's) and how many kernels dot_marks evaluated: a's and c's largest
+    elements (1e19) at different places, so p's reach estimated from its operands' (their product, 1e38) is
+    far past its own (1e19), and 8 of them past f32's range."""
+    from hloexec.tools import bounds as bounds_module
+
+    a, c = np.ones((4, 8), np.float32), np.ones((4, 8), np.float32)
+    a[0, 0], c[0, 1] = 1e19, 1e19
+    inside, evaluated = [False], [0]
+    marks, kernel = bounds_module.dot_marks, bounds_module.ErrorBounds._kernel
+
+    def counted_marks(*args):
+        inside[0] = True
+        try:
+            marks(*args)
+        finally:
+            inside[0] = False
+
+    def counted_kernel(self, inst):
+        evaluated[0] += inside[0]
+        return kernel(self, inst)
+
+    monkeypatch.setattr(bounds_module, "dot_marks", counted_marks)
+    monkeypatch.setattr(bounds_module.ErrorBounds, "_kernel", counted_kernel)
+    exe = hloexec.load(DOT_OF_A_PRODUCT)
+    run = shadow_run(exe, [a, c, b], devices=[exe.options.device])
+    return run.bounds[exe.options.device.name].nonfinite[0], evaluated[0]
+
+
+def test_a_dot_whose_estimated_reach_passes_f32s_range_reads_its_operands_own_first(monkeypatch):
+    """Kept reaches are estimates (a product's: its operands' multiplied): where K of them pass f32's range but the
+    operands' own do not, no float64 dot of |A| + e and |B| + e is evaluated and nothing is marked; where the
+    operands' own do reach it, the dot is evaluated and marks every kind where |A| |B| does (numpy's float64)."""
+    b = np.ones((8, 3), np.float32)
+    marks, evaluated = _dot_of_a_product(b, monkeypatch)
+    assert evaluated == 0 and not marks.any()
+    b[0, 2] = 1e20  # (p[0, 0] = 1e19 times it: 1e39, past f32's 3.4e38 in column 2 of row 0 only)
+    marks, evaluated = _dot_of_a_product(b, monkeypatch)
+    p = np.ones((4, 8)) * np.array([[1e19, 1e19, 1, 1, 1, 1, 1, 1]] + [[1] * 8] * 3)
+    expected = (p @ b.astype(np.float64)) >= rounding_limit(np.float32)[0]
+    assert evaluated == 1 and expected.sum() == 1
+    assert ((marks == NAN | POS_INF | NEG_INF) == expected).all()

@@ -160,6 +160,10 @@ def dot_marks(bounds, inst, orig, x, operands) -> None:
     reach = _estimated_reach(bounds, inst, operands, 1.0)
     if reach is None or not reach >= limit:
         return
+    # (the kept reaches are estimates, a chain's products of them far past the values: the operands' own first,
+    # a pass each, before a float64 dot of them)
+    if _estimated_reach(bounds, inst, operands, 1.0, [_whole_reach(bounds, o) for o in operands]) < limit:
+        return
     with np.errstate(all="ignore"):
         reach = np.real(bounds._kernel(inst)(np.abs(a) + bounds.of(a), np.abs(b) + bounds.of(b)))
     bounds._mark(x, (reach >= limit) * EVERY)
@@ -173,6 +177,13 @@ def range_marks(x, bound, dtype) -> np.ndarray:
     x = np.real(x)
     finite = np.isfinite(e)
     return ((finite & (x + e >= limit)) * up) | ((finite & (x - e <= -limit)) * down)
+
+
+def _whole_reach(bounds, x) -> float:
+    """max |x| + its bound over `x`'s elements, inf where a bound is not finite (an op on |x| + bound reaches it
+    there; `_reach` counts it 0)."""
+    bound = bounds._stored_bound(x)
+    return np.inf if bound is not None and not np.isfinite(bound).all() else _reach(x, bound)
 
 
 def _reach(x, bound) -> float:
@@ -229,26 +240,36 @@ def mark_overflows(bounds, inst, value, operands, singular: tuple = (), carries:
                     bounds._mark(leaf, marks | _nan(leaf) * DROPPED_NAN if dropped else marks)
         return
     x = made[0]
-    marks = bounds.marks_of(x)
-    marks = np.zeros(np.shape(x), np.uint8) if marks is None else np.array(marks)
+    kept = bounds.marks_of(x)
+    # (made only where a mark may be: most values have none, and neither a full-size array of zeros nor passes over it)
+    marks = None if kept is None else np.array(kept)
+
+    def add(more):
+        nonlocal marks
+        if marks is None:
+            marks = np.zeros(np.shape(x), np.uint8)
+        marks |= more
+
     if dropped or _ignores_nan(bounds.device, inst, orig, x, operands):
-        marks |= _nan(x) * DROPPED_NAN
+        add(_nan(x) * DROPPED_NAN)
     if any(h is not None for h in held):
-        marks |= _carried(bounds, inst, x, operands, held, singular)
+        add(_carried(bounds, inst, x, operands, held, singular))
     elif singular and bounds._decided_or_none(x) is not None and _may_be_zero(bounds, operands, singular):
-        marks |= _evaluated(bounds, inst, x, operands, held, singular)  # (a divisor's interval holding 0)
+        add(_evaluated(bounds, inst, x, operands, held, singular))  # (a divisor's interval holding 0)
     etype = orig.shape.element_type
     reach = None
+    marked = marks is not None and marks.any()
     if opcode not in _NO_ROUNDING | VIEW_MOVES and etype.kind == "float" and etype.bits < 64:
         limit = rounding_limit(etype.numpy)[0]
-        if not marks.any():
+        if not marked:
             reach = _estimated_reach(bounds, inst, operands, 1 + 2.0 ** -ml_dtypes.finfo(etype.numpy).nmant)
         if reach is None or not reach < limit:
             reach = _reach(x, bounds._stored_bound(x))
             if reach >= limit:
-                marks |= range_marks(x, bounds._stored_bound(x), etype.numpy)
+                add(range_marks(x, bounds._stored_bound(x), etype.numpy))
+                marked = marks.any()
     bounds._mark(x, marks)
-    bounds._keep_reach(x, None if marks.any() else reach)
+    bounds._keep_reach(x, None if marked else reach)
 
 
 def _nan(x) -> np.ndarray:
@@ -281,21 +302,22 @@ def _ignores_nan(device, inst, orig, x, operands) -> bool:
     return max(np.size(x), np.size(operands[0])) >= least and bool(np.isnan(np.real(x)).any())
 
 
-def _estimated_reach(bounds, inst, operands, rounding: float) -> float | None:
+def _estimated_reach(bounds, inst, operands, rounding: float, known: list | None = None) -> float | None:
     """An upper bound of max |x| + e of `inst`'s value from its float operands' (kept, or a pass over an operand
-    where none is: a parameter, a constant), None where the op has no such rule (or an operand is complex). A dot
-    or convolution: K products of the operands' reaches (its bound, calibrated, at most its terms' errors added,
-    and its accumulation's; K a dot's contraction, a convolution's every pair of elements: an overestimate)."""
+    where none is: a parameter, a constant; `known`: each operand's given), None where the op has no such rule (or
+    an operand is complex). A dot or convolution: K products of the operands' reaches (its bound, calibrated, at
+    most its terms' errors added, and its accumulation's; K a dot's contraction, a convolution's every pair of
+    elements: an overestimate)."""
     opcode = inst.opcode
     if opcode not in _REACH_MAX and opcode not in _REACH_SUM and opcode not in ("multiply", "dot", "convolution"):
         return None
     reaches = []
-    for o in operands:
+    for k, o in enumerate(operands):
         if not float_leaf(o):
             continue
         if np.iscomplexobj(o):
             return None
-        r = bounds.reach_of(o)
+        r = bounds.reach_of(o) if known is None else known[k]
         if r is None:
             r = _reach(o, bounds._stored_bound(o))
             bounds._keep_reach(o, r)

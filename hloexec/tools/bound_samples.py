@@ -25,6 +25,7 @@ SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples sho
 # 2.355, for 2 at 3.252 (docs/verdicts.md "Fewer samples": measured, four stay)
 CUT_BELOW = 1e-3  # ... or more (margin): where a block's tight elements' samples are few independent draws, it cuts
 # their bounds below SIGMAS sigma with at most this probability
+INDEPENDENT = 3.5  # participation ratios from this up get SAMPLE_MARGIN (margin's formula: at most 1.94 there)
 CALIBRATION_BLOCK = 256  # ... per block of this many consecutive elements
 FLUSHED_BELOW = 2.0**-60  # a perturbed operand of a float32 dot of samples: magnitudes below this are 0
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -168,9 +169,11 @@ def _lone_floors(bound, lone, spread) -> tuple[np.ndarray, np.ndarray] | None:
     has = members >= 0
     if not has.any():
         return None
-    own = np.minimum(1.0, margin(draws) * spread * np.sqrt(ratio))
+    blocks = has.any(axis=1)  # (the margin only where a block has one: most blocks have none)
+    own = np.minimum(1.0, margin(draws[blocks]) * spread * np.sqrt(ratio[blocks]))
     at = members[has]
-    return at, np.asarray(np.reshape(bound, -1)[at] * np.broadcast_to(own[:, None], has.shape)[has], bound.dtype)
+    return at, np.asarray(np.reshape(bound, -1)[at] * np.broadcast_to(own[:, None], has[blocks].shape)[has[blocks]],
+                          bound.dtype)  # fmt: skip
 
 
 def _squared_parts(deviations) -> np.ndarray:
@@ -191,9 +194,15 @@ def margin(participation) -> np.ndarray:
     where one shared draw carries most of the variance and the rest is each element's own, the blocks whose shared
     draw happened to be small (the ones the margin guards) show their own parts' directions, P 2-3: 0.18% of such
     blocks at P, 0.1% at P - 1/2 (bench/bench_calibration.py). 6.64 up to P = 1.5 (one draw: a broadcast value's, a
-    lone tight element's), 3.67 at 2, 2.22 at 3, SAMPLE_MARGIN from 3.4 (independent elements: P 3.85-3.99)."""
-    below = CUT_BELOW ** (1 / np.clip(participation - 0.5, 1, SAMPLES))
-    return np.maximum(SAMPLE_MARGIN, np.sqrt(SAMPLES / _chi2_4_quantile(below)))
+    lone tight element's), 3.67 at 2, 2.22 at 3, SAMPLE_MARGIN from 3.4 (independent elements: P 3.85-3.99): the
+    quantile is computed only below INDEPENDENT (most cut blocks are above it)."""
+    participation = np.asarray(participation, np.float64)
+    out = np.full(participation.shape, SAMPLE_MARGIN)
+    few = ~(participation >= INDEPENDENT)  # (NaN too: as the formula makes it)
+    if few.any():
+        below = CUT_BELOW ** (1 / np.clip(participation[few] - 0.5, 1, SAMPLES))
+        out[few] = np.maximum(SAMPLE_MARGIN, np.sqrt(SAMPLES / _chi2_4_quantile(below)))
+    return out
 
 
 def _chi2_4_quantile(q) -> np.ndarray:
