@@ -13,7 +13,7 @@ from scipy import stats
 from hloexec.kernels import bound_rules
 from hloexec.kernels.bound_rules import NEAR, add_noise, block_ratios, round_bounds, scale_blocks
 from hloexec.kernels.normal_draws import rounding_draws, standard_normals
-from hloexec.tools.bound_samples import CALIBRATED_FROM, CALIBRATION_BLOCK, CUT_BELOW, SAMPLE_MARGIN
+from hloexec.tools.bound_samples import CALIBRATION_BLOCK, MEASURED_FROM, CUT_BELOW, SAMPLE_MARGIN
 from hloexec.tools.bound_samples import SAMPLES, SIGMAS, calibrate, margin
 
 HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
@@ -122,7 +122,7 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     if np.any(~finite & (flat < np.inf)):
         return bound
     seen &= finite
-    if np.count_nonzero(seen) < CALIBRATED_FROM:
+    if not seen.any():
         return bound
     ratio = np.divide(squares, np.square(flat, dtype=np.float64), where=seen, out=np.zeros(flat.shape))
     pad = -flat.size % CALIBRATION_BLOCK
@@ -132,24 +132,23 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
 
     largest, counted = per_block(ratio, 0).max(axis=1), per_block(seen, False).sum(axis=1)
     spread = SIGMAS / np.sqrt(len(deviations))
-    enough = counted >= CALIBRATED_FROM
-    factor = np.where(enough & (largest > 0), np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest)), 1.0)
+    enough = counted >= MEASURED_FROM
     # the margin where the samples of the elements within NEAR of the block's largest ratio are few independent
     # draws: P, the participation ratio of the Gram matrix of their directions (at most its rank), draws each below
     # 1 / M of their sigma with probability P(chi2_S < S / M^2): M with that to the power P - 1/2 at CUT_BELOW, at
-    # least SAMPLE_MARGIN
+    # least SAMPLE_MARGIN; in a block of fewer than MEASURED_FROM elements one draw's (P = 1)
     s = len(deviations)
-    p = _numpy_participation(flat, deviations, ratio, seen, largest)
+    p = np.where(enough, _numpy_participation(flat, deviations, ratio, seen, largest), 1.0)
     draws = np.clip(p - 0.5, 1, s)
     worth = np.maximum(SAMPLE_MARGIN, np.sqrt(s / stats.chi2.ppf(CUT_BELOW ** (1 / draws), s)))
-    factor = np.where(enough & (largest > 0), np.minimum(1.0, worth * spread * np.sqrt(largest)), 1.0)
+    factor = np.where(largest > 0, np.minimum(1.0, worth * spread * np.sqrt(largest)), 1.0)
     repeat = lambda per: np.repeat(per, CALIBRATION_BLOCK)[: flat.size].reshape(np.shape(bound))  # noqa: E731
     calibrated = repeat(factor.astype(flat.dtype)) * bound
     # a cut block's one or two elements whose bound is below a third of its third smallest (finite positive bounds,
     # samples finite and not all 0): cut by their own samples alone, no further (their largest ratio, their P's margin)
     cut = factor < 1
     for j, members in enumerate(_numpy_lone(flat, deviations, squares)):
-        if cut[j] and members.size:
+        if cut[j] and enough[j] and members.size:
             gram = _numpy_gram(np.asarray(deviations, np.float64).reshape(s, -1)[:, members])
             p = np.trace(gram) ** 2 / np.sum(gram**2)
             own = np.sqrt(s / stats.chi2.ppf(CUT_BELOW ** (1 / np.clip(p - 0.5, 1, s)), s))
