@@ -2,7 +2,9 @@
 how loose it leaves the bounds, on blocks of CALIBRATION_BLOCK elements whose samples are made as the bounds'
 model says (Gaussian deviations of sigma 1; an element's bound SIGMAS x its looseness L): a lone tight element
 among looser ones, k tight ones, elements sharing few draws (a broadcast row value's), a shared draw plus each
-element's own, ramps of looseness (docs/verdicts.md "Sampled calibration").
+element's own, ramps of looseness; and values of fewer elements (1, 3, 8, 32: a block of their own), equally
+loose (Gaussian or uniform samples: one rounding's), a log-ramp, one tight, a shared draw (docs/verdicts.md
+"Sampled calibration").
 
     python bench/bench_calibration.py [--blocks N] [--rule step] [--near X] [--lone off]
 
@@ -28,15 +30,18 @@ PROFILES = [
     ("tight", 4, 3.0), ("draws", 1), ("draws", 2), ("draws", 3), ("draws", 4), ("draws", 16),
     ("shared", 0.5), ("shared", 0.9), ("shared", 0.97), ("shared", 0.99),
     ("ramp", 16.0), ("log-ramp", 100.0), ("equal",),
+    ("small", 1, "equal"), ("small", 1, "uniform"),
+    *(("small", n, shape) for n in (3, 8, 32) for shape in ("equal", "uniform", "log-ramp", "lone 4", "lone 10", "shared")),
 ]  # fmt: skip
 LOOSE = 10.0  # the tightest elements' looseness: loose enough to be cut
 
 
-def _profile(kind, args, n, rng) -> tuple[np.ndarray, np.ndarray, str]:
-    """(looseness (n, CALIBRATION_BLOCK), deviations (SAMPLES, n, CALIBRATION_BLOCK), the profile's name)."""
+def _profile(kind, args, blocks, rng) -> tuple[np.ndarray, np.ndarray, str]:
+    """(looseness (blocks, CALIBRATION_BLOCK), deviations (SAMPLES, blocks, CALIBRATION_BLOCK), the profile's
+    name)."""
     block, samples = bs.CALIBRATION_BLOCK, bs.SAMPLES
-    looseness = np.full((n, block), LOOSE)
-    own = rng.standard_normal((samples, n, block), dtype=np.float32)
+    looseness = np.full((blocks, block), LOOSE)
+    own = rng.standard_normal((samples, blocks, block), dtype=np.float32)
     if kind == "lone":  # one tight element, the others args[0] x looser
         looseness[:, 1:] *= args[0]
         return looseness, own, f"lone tight element, others {args[0]:g}x looser"
@@ -46,12 +51,24 @@ def _profile(kind, args, n, rng) -> tuple[np.ndarray, np.ndarray, str]:
         return looseness, own, f"{k} tight, others {c:g}x looser"
     if kind == "draws":  # the elements carry k draws (a row value's deviation each, ~block / k elements)
         k = args[0]
-        draws = rng.standard_normal((samples, n, k), dtype=np.float32)
+        draws = rng.standard_normal((samples, blocks, k), dtype=np.float32)
         return looseness, draws[..., np.arange(block) * k // block], f"{k} draw(s) shared by all"
     if kind == "shared":  # one shared draw with this share of the variance, the rest each element's own
         f = args[0]
-        shared = rng.standard_normal((samples, n, 1), dtype=np.float32)
+        shared = rng.standard_normal((samples, blocks, 1), dtype=np.float32)
         return looseness, math.sqrt(f) * shared + math.sqrt(1 - f) * own, f"one draw {f:.0%} of the variance"
+    if kind == "small":  # a value of n elements (a block of its own: the rest of the block not judged)
+        n, shape = args
+        if shape == "uniform":  # (one rounding's error: uniform of sigma 1)
+            own = rng.uniform(-math.sqrt(3), math.sqrt(3), own.shape).astype(np.float32)
+        elif shape == "log-ramp":
+            looseness[:, :n] *= np.geomspace(1, 100, n)
+        elif shape.startswith("lone"):
+            looseness[:, 1:n] *= float(shape.split()[1])
+        elif shape == "shared":
+            own = math.sqrt(0.97) * rng.standard_normal((samples, blocks, 1), dtype=np.float32) + math.sqrt(0.03) * own
+        looseness[:, n:], own[..., n:] = np.inf, 0
+        return looseness, own, f"a value of {n}: {_SMALL[shape]}"
     if kind == "ramp":
         looseness *= np.linspace(1, args[0], block)
         return looseness, own, f"looseness ramp 1-{args[0]:g}x"
@@ -59,6 +76,16 @@ def _profile(kind, args, n, rng) -> tuple[np.ndarray, np.ndarray, str]:
         looseness *= np.geomspace(1, args[0], block)
         return looseness, own, f"looseness log-ramp 1-{args[0]:g}x"
     return looseness, own, "equally loose, independent"
+
+
+_SMALL = {  # the small values' profiles (a value of n elements), by name
+    "equal": "equally loose, independent",
+    "uniform": "equally loose, uniform samples",
+    "log-ramp": "looseness log-ramp 1-100x",
+    "lone 4": "one tight, the others 4x looser",
+    "lone 10": "one tight, the others 10x looser",
+    "shared": "one draw 97% of the variance",
+}
 
 
 def _step_margin(draws):

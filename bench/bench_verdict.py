@@ -425,10 +425,10 @@ def blocks(name: str) -> dict:
         if bound is not None and stats is None:
             stats = block_ratios(np.reshape(deviations, (len(deviations), -1)), np.reshape(bound, -1),
                                  bs.CALIBRATION_BLOCK)
-        if bound is not None and not stats[4] and stats[3] >= bs.CALIBRATED_FROM:
+        if bound is not None and not stats[4] and stats[3] >= bs.MEASURED_FROM:
             largest, total, counted = stats[:3]
             spread = bs.SIGMAS / np.sqrt(len(deviations))
-            cut = (counted >= bs.CALIBRATED_FROM) & (largest > 0) & (bs.SAMPLE_MARGIN * spread * np.sqrt(largest) < 1)
+            cut = (counted >= bs.MEASURED_FROM) & (largest > 0) & (bs.SAMPLE_MARGIN * spread * np.sqrt(largest) < 1)
             uneven.extend(np.sqrt(largest[cut] * counted[cut] / total[cut]))
         return bs.calibrate(bound, deviations, ceiling, stats)
     fn, args = PROGRAMS[name]()
@@ -467,7 +467,7 @@ def census(name: str, seeds: int = 5) -> dict:
     def calibrate(bound, deviations, ceiling=None, stats=None, in_place=False):
         before = None if bound is None else np.array(bound, np.float32).reshape(-1)
         out = bs.calibrate(bound, deviations, ceiling, stats, in_place)
-        if before is not None and before.size >= bs.CALIBRATED_FROM:
+        if before is not None and before.size >= bs.MEASURED_FROM:
             d = np.reshape(np.asarray(deviations, np.float32), (len(deviations), -1)).astype(np.float64)
             after = np.array(out, np.float32).reshape(-1)
             squares = np.sum(d * d, axis=0, dtype=np.float32)

@@ -19,7 +19,9 @@ from .bound_store import contiguous
 SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an element's error; a power of two (the
 # compiled passes multiply by its inverse, exactly)
 SAMPLES = 4  # perturbed runs carried along (ErrorBounds._sample)
-CALIBRATED_FROM = 64  # a bound is calibrated by its samples where this many elements show them
+MEASURED_FROM = 64  # a block with this many elements whose samples show is measured as a whole: cut at the margin
+# for the draws its tight elements' samples are worth, a sum raised by its samples; fewer (a scalar, a small vector):
+# each element by its own four draws' margin, margin(1), never raised (docs/verdicts.md "Small values")
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show: a lone tight element is cut below
 # SIGMAS sigma with probability P(chi2_SAMPLES < SAMPLES / SAMPLE_MARGIN^2), 9.0% here; the same for 3 samples at
 # 2.355, for 2 at 3.252 (docs/verdicts.md "Fewer samples": measured, four stay)
@@ -83,15 +85,18 @@ def _perturbed_float32(value, deviations) -> np.ndarray:
 
 def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = False):
     """`bound` divided by how loose it is, per block of CALIBRATION_BLOCK consecutive elements (a row, a
-    few): the largest ratio of SIGMAS x the samples' RMS to the bound there, times SAMPLE_MARGIN (the
-    samples' RMS of one element can be a third of its sigma; the largest over CALIBRATED_FROM elements
-    cannot, unless few elements are tight); kept in blocks where fewer than CALIBRATED_FROM elements have a
-    bound or no sample moved, and everywhere when a sample is not finite. With a `ceiling` (a sum's: a
-    function giving the terms' bounds added, its own error added): where the block's RMS ratio exceeds 1 the bound is multiplied
-    by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
-    CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
-    missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a
-    sum of few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
+    few; a smaller value, a scalar: its block): the largest ratio of SIGMAS x the samples' RMS to the bound there,
+    times SAMPLE_MARGIN (the samples' RMS of one element can be a third of its sigma; the largest over
+    MEASURED_FROM elements cannot, unless few elements are tight) or more (below); kept in blocks where no
+    sample moved, and everywhere when a sample is not finite. A block where fewer than MEASURED_FROM elements have a
+    bound is cut at one draw's margin: each element's own four draws are below SIGMAS sigma at most at CUT_BELOW,
+    whatever the others' (a few elements' directions do not tell shared draws from their own, nor a lone tight one
+    from a ramp). With a `ceiling` (a sum's: a function giving the terms' bounds added, its own error added): where
+    the block's RMS ratio exceeds 1 (MEASURED_FROM elements or more) the bound is multiplied by it, up to the
+    ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x CALIBRATION_BLOCK draws) measure
+    its sigma within a few percent, and a rule's bound short of SIGMAS of it missed something (terms bounded by
+    their largest error, or sharing one: the samples keep the signs); a sum of few terms is not Gaussian, but
+    cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
     block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). The margin grows
     where the samples of a block's elements near its largest ratio are few independent draws (`participation`,
     `margin`): where they share one (a broadcast row value's deviation times a factor, the same after any op) or
@@ -106,17 +111,18 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     if stats is None:  # the samples' squares against the bound's, per block, in one pass (block_ratios)
         stats = block_ratios(_squared_parts(deviations), np.reshape(bound, -1), CALIBRATION_BLOCK)
     largest, total, counted, seen, unjudged = stats
-    if unjudged or seen < CALIBRATED_FROM:
+    if unjudged or seen == 0:
         return bound
     # (a block whose samples never moved says nothing: a max whose winner is exact in every sample)
     spread = SIGMAS / math.sqrt(len(deviations))  # SIGMAS x the samples' RMS, per sum of squares' root
-    enough = counted >= CALIBRATED_FROM
+    enough = counted >= MEASURED_FROM
     factor = np.minimum(1.0, SAMPLE_MARGIN * spread * np.sqrt(largest))
-    factor = np.where(enough & (largest > 0), factor, 1.0)
+    factor = np.where(largest > 0, factor, 1.0)
     cut = factor < 1
     lone = None
     if cut.any():  # (blocks whose tight elements share their draws: cut by a margin made for their count)
-        draws, lone = participation(bound, deviations, largest, cut)
+        draws, lone = participation(bound, deviations, largest, cut & enough)
+        draws = np.where(enough, draws, 1.0)  # (a small block: each element its own draws)
         factor[cut] = np.minimum(1.0, margin(draws[cut]) * spread * np.sqrt(largest[cut]))
         lone = _lone_floors(bound, lone, spread)
     factor = factor.astype(bound.dtype)
