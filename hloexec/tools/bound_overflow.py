@@ -162,7 +162,8 @@ def dot_marks(bounds, inst, orig, x, operands) -> None:
         return
     # (the kept reaches are estimates, a chain's products of them far past the values: the operands' own first,
     # a pass each, before a float64 dot of them)
-    if _estimated_reach(bounds, inst, operands, 1.0, [_whole_reach(bounds, o) for o in operands]) < limit:
+    refined = _estimated_reach(bounds, inst, operands, 1.0, [_whole_reach(bounds, o) for o in operands])
+    if refined is not None and refined < limit:
         return
     with np.errstate(all="ignore"):
         reach = np.real(bounds._kernel(inst)(np.abs(a) + bounds.of(a), np.abs(b) + bounds.of(b)))
@@ -236,13 +237,13 @@ def mark_overflows(bounds, inst, value, operands, singular: tuple = (), carries:
         if any(h is not None for h in held) and opcode not in _NO_ROUNDING:
             for leaf in made:
                 if float_leaf(leaf) and not any(leaf is o for o in operands):
-                    marks = np.full(np.shape(leaf), EVERY)
-                    bounds._mark(leaf, marks | _nan(leaf) * DROPPED_NAN if dropped else marks)
+                    every = np.full(np.shape(leaf), EVERY)
+                    bounds._mark(leaf, every | _nan(leaf) * DROPPED_NAN if dropped else every)
         return
     x = made[0]
     kept = bounds.marks_of(x)
     # (made only where a mark may be: most values have none, and neither a full-size array of zeros nor passes over it)
-    marks = None if kept is None else np.array(kept)
+    marks: np.ndarray | None = None if kept is None else np.array(kept)
 
     def add(more):
         nonlocal marks
@@ -267,7 +268,7 @@ def mark_overflows(bounds, inst, value, operands, singular: tuple = (), carries:
             reach = _reach(x, bounds._stored_bound(x))
             if reach >= limit:
                 add(range_marks(x, bounds._stored_bound(x), etype.numpy))
-                marked = marks.any()
+                marked = marks is not None and marks.any()  # (set by add)
     bounds._mark(x, marks)
     bounds._keep_reach(x, None if marked else reach)
 
