@@ -285,3 +285,28 @@ def test_help_says_every_finding_exit_1():
 
     finding = EXIT_CODES.split("\n  2 ")[0]
     assert all(f"{command}:" in finding for command in ("compare", "report", "diff", "bisect")), finding
+
+
+def test_stats_module_describes_that_module_and_refuses_a_name_not_there(capsys, tmp_path):
+    """`stats --module NAME` took the option and described every module; a name not in the file exited 0."""
+    path = tmp_path / "two.hlo"
+    path.write_text(GOOD + "\n" + GOOD.replace("HloModule good", "HloModule other"))
+    code, out, err = cli(capsys, ["stats", path, "--module", "other", "--json"])
+    assert code == 0 and [m["name"] for m in json.loads(out)["files"][0]["modules"]] == ["other"], err
+    code, out, err = cli(capsys, ["stats", path, "--module", "nosuch"])
+    assert code == 2 and "no module named 'nosuch'" in err and "good (line 1)" in err, (out, err)
+
+
+def test_a_missing_dump_directory_is_said_missing(capsys, tmp_path):
+    code, _, err = cli(capsys, ["dump", tmp_path / "nowhere"])
+    assert code == 2 and "nowhere: No such file or directory" in err, err
+
+
+@pytest.mark.parametrize("check, says", [("exit 3", "the command exited 3"),
+                                         ("no_such_command_here", "exited 127: command not found")])
+def test_minimize_says_how_a_command_check_failed_on_the_module_itself(capsys, tmp_path, check, says):
+    """A command check's output goes nowhere: "the check does not hold" alone hid a typo in the command."""
+    path = tmp_path / "m.hlo"
+    path.write_text(GOOD)
+    code, out, err = cli(capsys, ["minimize", path, "--check", check, "--retries", "0", "-o", tmp_path / "s.hlo"])
+    assert code == 2 and "does not hold on good itself" in err and says in err, (out, err)
