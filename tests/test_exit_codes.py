@@ -310,3 +310,13 @@ def test_minimize_says_how_a_command_check_failed_on_the_module_itself(capsys, t
     path.write_text(GOOD)
     code, out, err = cli(capsys, ["minimize", path, "--check", check, "--retries", "0", "-o", tmp_path / "s.hlo"])
     assert code == 2 and "does not hold on good itself" in err and says in err, (out, err)
+
+
+def test_memory_says_elided_constants_as_the_other_commands_do(capsys, tmp_path):
+    """`memory` of a dump with `constant({...})` let Python print the warning with hloexec's source file and line
+    (`.../commands/memory.py:66: ElidedConstantWarning: ...`); run, compare and report say `warning: ...`."""
+    path = tmp_path / "m.hlo"
+    path.write_text(GOOD.replace("ROOT r = f32[4] negate(p)", "c = f32[4] constant({...})\n  ROOT r = f32[4] add(p, c)"))
+    code, out, err = cli(capsys, ["memory", path])
+    assert code == 0 and err.startswith("warning: module good: 1 constant (%c) written as {...}"), err
+    assert "ElidedConstantWarning" not in err and ".py:" not in err, err
