@@ -323,18 +323,28 @@ def prepare(module, args):
             compile=args.compile,
         )
     seconds = time.perf_counter() - start
-    elided = module.elided_constants()
-    if elided:
-        print(f"warning: {elided_constants_note(module, elided)}", file=sys.stderr)
+    _say_elided_constants(module)
     return exe, seconds
 
 
 def load_for_report(args):
-    """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read."""
+    """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read; a module
+    with elided constants is said on stderr."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
 
-    return Executable(load_module(args)[0], compile_kernels=False)
+    module = load_module(args)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ElidedConstantWarning)  # said below, without a Python source line
+        exe = Executable(module, compile_kernels=False)
+    _say_elided_constants(module)
+    return exe
+
+
+def _say_elided_constants(module) -> None:
+    elided = module.elided_constants()
+    if elided:
+        print(f"warning: {elided_constants_note(module, elided)}", file=sys.stderr)
 
 
 def check_memory(exe, args, out) -> dict:
