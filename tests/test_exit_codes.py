@@ -3,6 +3,8 @@ execution error), for every command and every kind of bad input: the bad input i
 stderr naming what is wrong, never as an internal error or a traceback."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -157,6 +159,33 @@ ODD_FLAGS = {      # found by a hostile-input audit: each was an internal error 
     "--replicas 0": (["compare", "{f}", "--reference", "shadow", "--replicas", "0"], "count >= 1"),
     "--plot .xyz": (["memory", "{f}", "--plot", "{d}/timeline.xyz"], "ending in .png"),
     "a plugin calling sys.exit": (["run", "{f}", "--plugin", "{d}/exits.py"], "SystemExit"),
+    # the command-line audit of 2026-11-30: each was taken and gave a wrong answer (a NaN tolerance passed any
+    # value, --bandwidth 0 was said as overridden and used the preset, 0 or -2 devices, --limit -1 dropped the
+    # last divergence...), or ran into a path it could not write only once its work was done
+    "compare --atol nan": (["compare", "{f}", "--expected", "{d}/x.npz", "--atol", "nan"], "number >= 0"),
+    "compare --rtol -1": (["compare", "{f}", "--expected", "{d}/x.npz", "--rtol", "-1"], "number >= 0"),
+    "diff --rtol nan": (["diff", "{f}", "{f}", "--rtol", "nan"], "number >= 0"),
+    "bisect --atol -1": (["bisect", "{d}", "--atol", "-1"], "number >= 0"),
+    "collectives --bandwidth 0": (["collectives", "{f}", "--bandwidth", "0"], "finite number > 0"),
+    "collectives --latency -1": (["collectives", "{f}", "--latency", "-1"], "number >= 0"),
+    "collectives --partitions 0": (["collectives", "{f}", "--partitions", "0"], "count >= 1"),
+    "memory --partitions -2": (["memory", "{f}", "--partitions", "-2"], "count >= 1"),
+    "export --replicas 0": (["export", "{f}", "--replicas", "0", "--astra-sim", "{d}/a.txt"], "count >= 1"),
+    "memory --top 0": (["memory", "{f}", "--top", "0"], "count >= 1"),
+    "report --top -1": (["report", "{f}", "--top", "-1", "-o", "{d}/r.html"], "count >= 1"),
+    "graph --max-nodes 0": (["graph", "{f}", "--max-nodes", "0", "-o", "{d}/g.dot"], "count >= 1"),
+    "graph --depth -1": (["graph", "{f}", "--depth", "-1", "-o", "{d}/g.dot"], "count >= 0"),
+    "extract --depth -1": (["extract", "{f}", "r", "--depth", "-1"], "count >= 0"),
+    "diff --limit -1": (["diff", "{f}", "{f}", "--limit", "-1"], "count >= 0"),
+    "run --profile 0": (["run", "{f}", "--profile", "0"], "count >= 1"),
+    "minimize --timeout 0": (["minimize", "{f}", "--check", "true", "--timeout", "0", "-o", "{d}/m.hlo"], "> 0"),
+    "run --out in no directory": (["run", "{f}", "--out", "{d}/nowhere/o.npz"], "no directory"),
+    "report -o a directory": (["report", "{f}", "-o", "{d}"], "is a directory"),
+    "minimize -o in no directory": (["minimize", "{f}", "--check", "true", "-o", "{d}/nowhere/m.hlo"], "no directory"),
+    "extract --inputs-out a directory": (["extract", "{f}", "r", "--inputs-out", "{d}"], "is a directory"),
+    "graph -o in no directory": (["graph", "{f}", "-o", "{d}/nowhere/g.html"], "no directory"),
+    "export --astra-sim a directory": (["export", "{f}", "--astra-sim", "{d}"], "is a directory"),
+    "memory --plot in no directory": (["memory", "{f}", "--plot", "{d}/nowhere/t.png"], "no directory"),
 }
 
 
@@ -165,9 +194,11 @@ def test_odd_flag_values_exit_2_with_a_message(capsys, tmp_path, name):
     (tmp_path / "m.hlo").write_text(GOOD)
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
     argv, says = ODD_FLAGS[name]
+    np.savez(tmp_path / "x.npz", out0=np.zeros(4, np.float32))
     code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo", d=tmp_path) for a in argv])
     assert code == 2 and "error:" in err and "internal error" not in err and "Traceback" not in err, (code, err)
     assert says in err, err
+    assert not (tmp_path / "nowhere").exists() and {p.name for p in tmp_path.iterdir()} <= {"m.hlo", "exits.py", "x.npz"}
 
 
 HUGE_AND_INVALID = """HloModule huge_invalid
@@ -204,3 +235,88 @@ def test_diff_and_minimize_prepare_before_drawing_inputs(capsys, tmp_path, monke
     code, out, err = cli(capsys, [a.format(f=path, d=tmp_path) for a in argv])
     assert code == 2 and err.startswith("error: ") and says in err and "hloexec.load" not in err, (out, err)
     assert drawn == []
+
+
+def test_with_json_an_error_is_a_json_document_too(capsys, tmp_path):
+    """`--json` promises one JSON document on stdout: an error (exit 2) is one as well, its message as stderr says
+    it, so a script piping stdout into a JSON reader reads why."""
+    path = tmp_path / "m.hlo"
+    path.write_text(GOOD)
+    np.savez(tmp_path / "f64.npz", arg0=np.zeros(4, np.float64))
+    for argv, says in ((["run", tmp_path / "missing.hlo", "--json"], "No such file"),
+                       (["numerics", path, "--inputs", tmp_path / "f64.npz", "--json"], "float64"),
+                       (["extract", path, "p", "--json"], "parameter")):
+        code, out, err = cli(capsys, argv)
+        document = json.loads(out)
+        assert code == 2 and document["command"] == argv[0] and says in document["error"], (out, err)
+        assert f"error: {document['error']}" in err
+
+
+def test_outputs_are_written_under_the_name_given(capsys, tmp_path):
+    """np.savez adds .npz to a name without it: `--out o.bin` wrote o.bin.npz and said `written to o.bin`."""
+    path = tmp_path / "m.hlo"
+    path.write_text(GOOD)
+    np.savez(tmp_path / "in.npz", arg0=np.array([1, -2, 3, -4], np.float32))
+    code, out, err = cli(capsys, ["run", path, "--inputs", tmp_path / "in.npz", "--out", tmp_path / "o.bin"])
+    assert code == 0 and f"written to {tmp_path / 'o.bin'}" in out, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "m.hlo", "o.bin"]
+    with np.load(tmp_path / "o.bin") as z:
+        np.testing.assert_array_equal(z["out0"], [-1, 2, -3, 4])
+
+
+def test_extract_depth_past_the_parameters_ends_at_once():
+    """`extract --depth 1000000000` walked a billion empty levels (minutes on a two-instruction module)."""
+    import threading
+
+    import hloexec
+    from hloexec.tools.extract import cone_cut
+
+    root = hloexec.parse(GOOD)[0].entry.root
+    result = []
+    walk = threading.Thread(target=lambda: result.append(cone_cut(root, 10**12)), daemon=True)
+    walk.start()
+    walk.join(timeout=10)
+    assert result == [set()], "cone_cut still walking"
+
+
+def test_help_says_every_finding_exit_1():
+    """diff, bisect and report exit 1 on a finding; the exit codes under --help said compare's, run's, numerics'."""
+    from hloexec.tools.common import EXIT_CODES
+
+    finding = EXIT_CODES.split("\n  2 ")[0]
+    assert all(f"{command}:" in finding for command in ("compare", "report", "diff", "bisect")), finding
+
+
+def test_stats_module_describes_that_module_and_refuses_a_name_not_there(capsys, tmp_path):
+    """`stats --module NAME` took the option and described every module; a name not in the file exited 0."""
+    path = tmp_path / "two.hlo"
+    path.write_text(GOOD + "\n" + GOOD.replace("HloModule good", "HloModule other"))
+    code, out, err = cli(capsys, ["stats", path, "--module", "other", "--json"])
+    assert code == 0 and [m["name"] for m in json.loads(out)["files"][0]["modules"]] == ["other"], err
+    code, out, err = cli(capsys, ["stats", path, "--module", "nosuch"])
+    assert code == 2 and "no module named 'nosuch'" in err and "good (line 1)" in err, (out, err)
+
+
+def test_a_missing_dump_directory_is_said_missing(capsys, tmp_path):
+    code, _, err = cli(capsys, ["dump", tmp_path / "nowhere"])
+    assert code == 2 and "nowhere: No such file or directory" in err, err
+
+
+@pytest.mark.parametrize("check, says", [("exit 3", "the command exited 3"),
+                                         ("no_such_command_here", "exited 127: command not found")])
+def test_minimize_says_how_a_command_check_failed_on_the_module_itself(capsys, tmp_path, check, says):
+    """A command check's output goes nowhere: "the check does not hold" alone hid a typo in the command."""
+    path = tmp_path / "m.hlo"
+    path.write_text(GOOD)
+    code, out, err = cli(capsys, ["minimize", path, "--check", check, "--retries", "0", "-o", tmp_path / "s.hlo"])
+    assert code == 2 and "does not hold on good itself" in err and says in err, (out, err)
+
+
+def test_memory_says_elided_constants_as_the_other_commands_do(capsys, tmp_path):
+    """`memory` of a dump with `constant({...})` let Python print the warning with hloexec's source file and line
+    (`.../commands/memory.py:66: ElidedConstantWarning: ...`); run, compare and report say `warning: ...`."""
+    path = tmp_path / "m.hlo"
+    path.write_text(GOOD.replace("ROOT r = f32[4] negate(p)", "c = f32[4] constant({...})\n  ROOT r = f32[4] add(p, c)"))
+    code, out, err = cli(capsys, ["memory", path])
+    assert code == 0 and err.startswith("warning: module good: 1 constant (%c) written as {...}"), err
+    assert "ElidedConstantWarning" not in err and ".py:" not in err, err

@@ -37,7 +37,16 @@ from .commands import (
 )
 from . import plugins
 from .arrays import flatten as flatten  # re-exported: scripts and tests import it from here
-from .common import EXIT_CODES, EXIT_ERROR, EXIT_OK, KNOWN_ERRORS, error_message, parent_parsers
+from .common import (
+    EXIT_CODES,
+    EXIT_ERROR,
+    EXIT_OK,
+    JSON_VERSION,
+    KNOWN_ERRORS,
+    error_message,
+    parent_parsers,
+    print_json,
+)
 from .common import ProgressBar as ProgressBar  # re-exported, as flatten
 from .dumpdir import prepare_arguments
 
@@ -126,11 +135,15 @@ def main(argv=None) -> int:
         if debug:
             traceback.print_exc()
         if isinstance(e, KNOWN_ERRORS):
-            print(f"error: {error_message(e, getattr(args, 'file', None))}", file=sys.stderr)
+            message = error_message(e, getattr(args, "file", None))
+            print(f"error: {message}", file=sys.stderr)
         else:
-            print(f"internal error: {error_message(e)}", file=sys.stderr)
+            message = f"internal error: {error_message(e)}"
+            print(message, file=sys.stderr)
             if not debug:
                 print("(run with --debug or HLOEXEC_DEBUG=1 for the traceback)", file=sys.stderr)
+        if getattr(args, "json", False):  # a script reading stdout gets one JSON document either way
+            print_json({"command": args.command, "version": JSON_VERSION, "error": message})
         return EXIT_ERROR
     finally:
         if previous is not None:

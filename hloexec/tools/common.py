@@ -51,9 +51,10 @@ JSON_VERSION = 1
 EXIT_CODES = """exit codes:
   0  success
   1  compare: an output differs (--reference shadow: a candidate is not consistent with the
-     program's precision); run --fail-on-nan: an output holds a NaN; run --find-nonfinite and
-     numerics: an instruction makes NaN/Inf; run --spmd: outputs meant to be replicated differ
-     across devices
+     program's precision; report: the same); run --fail-on-nan: an output holds a NaN;
+     run --find-nonfinite and numerics: an instruction makes NaN/Inf; run --spmd: outputs meant
+     to be replicated differ across devices; diff: values that differ; bisect: a stage that
+     changes the outputs
   2  parse error, usage error, unsupported op, execution error, bad input file, module too big
      for memory, internal error
   130 interrupted (Ctrl-C), 143 terminated (SIGTERM)"""
@@ -82,6 +83,42 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a count >= 1, got {text}")
     return value
+
+
+def count(text: str) -> int:
+    """A count that may be 0 (--depth, --limit, --retries)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a count >= 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A bound or latency: >= 0, infinity allowed; NaN refused (every comparison with it is false: a NaN
+    tolerance would pass any value)."""
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A bandwidth or timeout: finite and > 0."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def output_file(text: str) -> str:
+    """A file a command writes (-o, --out, --inputs-out, --plot), checked before any work: a long run must not end
+    on a path it cannot write."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; expected a file name")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no directory {path.parent} to write it in")
+    return text
 
 
 def seed(text: str) -> int:
@@ -286,18 +323,28 @@ def prepare(module, args):
             compile=args.compile,
         )
     seconds = time.perf_counter() - start
-    elided = module.elided_constants()
-    if elided:
-        print(f"warning: {elided_constants_note(module, elided)}", file=sys.stderr)
+    _say_elided_constants(module)
     return exe, seconds
 
 
 def load_for_report(args):
-    """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read."""
+    """The Executable of args.file (--module NAME) prepared without compiling a kernel: what reports read; a module
+    with elided constants is said on stderr."""
     from .. import ops  # noqa: F401  (fills the op registry)
     from ..exec.executor import Executable
 
-    return Executable(load_module(args)[0], compile_kernels=False)
+    module = load_module(args)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ElidedConstantWarning)  # said below, without a Python source line
+        exe = Executable(module, compile_kernels=False)
+    _say_elided_constants(module)
+    return exe
+
+
+def _say_elided_constants(module) -> None:
+    elided = module.elided_constants()
+    if elided:
+        print(f"warning: {elided_constants_note(module, elided)}", file=sys.stderr)
 
 
 def check_memory(exe, args, out) -> dict:

@@ -144,7 +144,7 @@ def scan(directory) -> list[DumpModule]:
     """The programs in a dump directory, by module number."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise DumpError(f"{directory}: not a directory")
+        raise DumpError(f"{directory}: {'not a directory' if directory.exists() else 'No such file or directory'}")
     modules: dict[int, DumpModule] = {}
     protos: dict[Path, tuple[int, str, dict[str, str]]] = {}  # path -> (module number, kind, its name's parts)
     for path in sorted(directory.iterdir()):

@@ -110,6 +110,8 @@ def cone_cut(root: Instruction, depth: int | None) -> set[int]:
         return set()
     inside, level = {id(root)}, [root]
     for _ in range(depth):
+        if not level:  # the parameters reached: a deeper --depth keeps nothing more
+            break
         step = [o for i in level for o in i.operands if id(o) not in inside]
         level = list({id(o): o for o in step}.values())  # each once, in first-met order
         inside.update(id(o) for o in level)

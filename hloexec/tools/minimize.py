@@ -87,6 +87,7 @@ class Check:
         self.scratch: str | None = None
         # nan: whether the first candidate checked (the original) had Inf
         self.original_inputs_infinite: bool | None = None
+        self.outcome = ""  # how the last command check ended: said when the original module is not interesting
 
     def _paths(self) -> tuple[str, str]:
         scratch = self.scratch
@@ -124,8 +125,11 @@ class Check:
                 preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stops),
             )
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)  # a pending one is raised here
-            return proc.wait(timeout=self.timeout) == 0
+            code = proc.wait(timeout=self.timeout)
+            self.outcome = f"the command exited {code}" + (": command not found" if code == 127 else "")
+            return code == 0
         except subprocess.TimeoutExpired:
+            self.outcome = f"the command did not end within its timeout, {self.timeout:g} s"
             return False
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
@@ -250,7 +254,12 @@ def minimize(
         say(f"{name}: {before} -> {after} instructions")
 
     if not mz.interesting(c):
-        raise ValueError(f"the check does not hold on {module.name} itself ({1 + retries} tries): nothing to minimize")
+        outcome = getattr(check, "outcome", "")  # a command check: its exit code or timeout
+        raise ValueError(
+            f"the check does not hold on {module.name} itself ({1 + retries} tries"
+            + (f"; {outcome}" if outcome else "")
+            + "): nothing to minimize"
+        )
     say(f"{module.name}: {original} instructions; the check holds")
     step("outputs", _trim_outputs(mz, c))
     step("root moved up", _move_root(mz, c))

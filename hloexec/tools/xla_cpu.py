@@ -421,7 +421,8 @@ def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress
     Plain numpy dtypes are stored as is.  Other dtypes are stored as the raw
     bytes viewed as uint<itemsize*8> with the same shape, and the real dtype
     names go into the extra key ``__dtypes__`` (a JSON string {key: name}).
-    ``compress`` uses np.savez_compressed (np.load reads both).
+    ``compress`` uses np.savez_compressed (np.load reads both). The file is `path` as given (np.savez would
+    add ``.npz`` to a name without it, and write where no one said).
     """
     store: dict[str, Any] = {}  # arrays (Any: numpy's stub checks np.savez's **kwds against its allow_pickle)
     names: dict[str, str] = {}
@@ -436,7 +437,8 @@ def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress
             names[k] = a.dtype.name
     if names:
         store[_DTYPES_KEY] = np.array(json.dumps(names))
-    (np.savez_compressed if compress else np.savez)(path, **store)
+    with open(path, "wb") as f:
+        (np.savez_compressed if compress else np.savez)(f, **store)
 
 
 def load_arrays(path: str) -> OrderedDict[str, np.ndarray]:

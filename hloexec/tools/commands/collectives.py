@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from .. import costmodel
-from ..common import EXIT_OK, JSON_VERSION, add_subparser, load_module, print_json
+from ..common import (
+    EXIT_OK,
+    JSON_VERSION,
+    add_subparser,
+    load_module,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    print_json,
+)
 
 
 def add_parser(subparsers, parents) -> None:
@@ -35,17 +44,23 @@ def add_parser(subparsers, parents) -> None:
         default=costmodel.DEFAULT_LINK,
         help=f"link preset (default {costmodel.DEFAULT_LINK})",
     )
-    p.add_argument("--bandwidth", type=float, metavar="GB/s", help="link bandwidth each way per device (overrides)")
-    p.add_argument("--latency", type=float, metavar="US", help="link latency per algorithm step (overrides)")
-    p.add_argument("--top", type=int, default=40, metavar="N", help="collectives listed (default 40)")
+    p.add_argument(
+        "--bandwidth", type=positive_float, metavar="GB/s", help="link bandwidth each way per device (overrides)"
+    )
+    p.add_argument(
+        "--latency", type=non_negative_float, metavar="US", help="link latency per algorithm step (overrides)"
+    )
+    p.add_argument("--top", type=positive_int, default=40, metavar="N", help="collectives listed (default 40)")
     p.set_defaults(handler=run)
 
 
 def add_model_options(p) -> None:
     """--module, --partitions, --replicas, --chip: what the traffic reports and exports share."""
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
-    p.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (default: header or inferred)")
-    p.add_argument("--replicas", type=int, metavar="R", help="replicas (default: header or inferred)")
+    p.add_argument(
+        "--partitions", type=positive_int, metavar="N", help="partitions per replica (default: header or inferred)"
+    )
+    p.add_argument("--replicas", type=positive_int, metavar="R", help="replicas (default: header or inferred)")
     p.add_argument(
         "--chip",
         choices=sorted(costmodel.CHIPS),

@@ -21,6 +21,7 @@ from ..common import (
     judge_candidates,
     load_module,
     module_inputs,
+    non_negative_float,
     parse_module_file,
     prepare,
     print_json,
@@ -78,8 +79,8 @@ def add_parser(subparsers, parents) -> None:
         action="append",
         help="with --reference shadow: a candidate's outputs (keys out0..outM, e.g. a device's); repeatable",
     )
-    p.add_argument("--atol", type=float, help="absolute error bound for every output")
-    p.add_argument("--rtol", type=float, help="relative error bound for every output")
+    p.add_argument("--atol", type=non_negative_float, help="absolute error bound for every output")
+    p.add_argument("--rtol", type=non_negative_float, help="relative error bound for every output")
     p.set_defaults(handler=run)
 
 

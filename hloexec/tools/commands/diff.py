@@ -13,8 +13,10 @@ from ..common import (
     UsageError,
     add_max_memory_argument,
     add_subparser,
+    count,
     inputs_text,
     module_inputs,
+    non_negative_float,
     parse_module_file,
     print_json,
     select_module,
@@ -50,7 +52,7 @@ def add_parser(subparsers, parents) -> None:
         "exact answer as compare --reference shadow allows it): beyond them, or a rounding change within them "
         "(exit 1 only when one is beyond)",
     )
-    p.add_argument("--limit", type=int, default=10, metavar="N", help="first divergences printed (10)")
+    p.add_argument("--limit", type=count, default=10, metavar="N", help="first divergences printed (10)")
     p.add_argument(
         "--no-zoom",
         action="store_true",
@@ -117,8 +119,12 @@ def run(args) -> int:
 
 def tolerance_options(p) -> None:
     """--atol / --rtol: the bounds of every verdict (default: `hloexec compare`'s by type); --reductions."""
-    p.add_argument("--atol", type=float, help="absolute error bound for every value (default: compare's by type)")
-    p.add_argument("--rtol", type=float, help="relative error bound for every value (default: compare's by type)")
+    p.add_argument(
+        "--atol", type=non_negative_float, help="absolute error bound for every value (default: compare's by type)"
+    )
+    p.add_argument(
+        "--rtol", type=non_negative_float, help="relative error bound for every value (default: compare's by type)"
+    )
     p.add_argument(
         "--reductions",
         choices=REDUCTIONS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import costmodel
-from ..common import EXIT_OK, JSON_VERSION, UsageError, add_subparser, load_module, print_json, require
+from ..common import EXIT_OK, JSON_VERSION, UsageError, add_subparser, load_module, output_file, print_json, require
 from ..stats import human_bytes
 from .collectives import add_model_options
 
@@ -27,7 +27,9 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("file", metavar="FILE")
     add_model_options(p)
     p.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces (.et per device) into DIR")
-    p.add_argument("--astra-sim", dest="astra_sim", metavar="OUT", help="write an ASTRA-sim 1.0 text workload")
+    p.add_argument(
+        "--astra-sim", dest="astra_sim", type=output_file, metavar="OUT", help="write an ASTRA-sim 1.0 text workload"
+    )
     p.set_defaults(handler=run)
 
 

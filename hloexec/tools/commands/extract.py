@@ -12,9 +12,11 @@ from ..common import (
     JSON_VERSION,
     UsageError,
     add_subparser,
+    count,
     inputs_text,
     load_module,
     module_inputs,
+    output_file,
     print_json,
 )
 from ..diff import judge
@@ -38,14 +40,16 @@ def add_parser(subparsers, parents) -> None:
     depth = p.add_mutually_exclusive_group()
     depth.add_argument(
         "--depth",
-        type=int,
+        type=count,
         default=0,
         metavar="K",
         help="keep K levels of operands above it (default 0: its operands are the parameters)",
     )
     depth.add_argument("--until-parameters", action="store_true", help="keep everything back to the parameters")
-    p.add_argument("-o", "--out", metavar="OUT.hlo", help="write the module here (default: stdout)")
-    p.add_argument("--inputs-out", metavar="OUT.npz", help="write the parameters' values here (one full run)")
+    p.add_argument("-o", "--out", type=output_file, metavar="OUT.hlo", help="write the module here (default: stdout)")
+    p.add_argument(
+        "--inputs-out", type=output_file, metavar="OUT.npz", help="write the parameters' values here (one full run)"
+    )
     p.set_defaults(handler=run)
 
 

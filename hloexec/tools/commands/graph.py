@@ -5,7 +5,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..common import EXIT_OK, JSON_VERSION, UsageError, add_subparser, load_module, print_json
+from ..common import (
+    EXIT_OK,
+    JSON_VERSION,
+    UsageError,
+    add_subparser,
+    count,
+    load_module,
+    output_file,
+    positive_int,
+    print_json,
+)
 from ..graph import neighbourhood, to_dot, to_html, to_svg
 
 
@@ -27,14 +37,18 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument("--around", metavar="INSTRUCTION", help="the instruction at the centre (its name, %% optional)")
-    p.add_argument("--depth", type=int, default=2, metavar="K", help="operand/user steps from the centre (default 2)")
+    p.add_argument("--depth", type=count, default=2, metavar="K", help="operand/user steps from the centre (default 2)")
     p.add_argument(
         "--computation",
         metavar="NAME",
         help="draw in this computation (default: the entry, or the one holding --around)",
     )
-    p.add_argument("--max-nodes", type=int, default=120, metavar="N", help="at most N instructions (default 120)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="OUT.html, OUT.svg or OUT.dot")
+    p.add_argument(
+        "--max-nodes", type=positive_int, default=120, metavar="N", help="at most N instructions (default 120)"
+    )
+    p.add_argument(
+        "-o", "--output", required=True, type=output_file, metavar="OUT", help="OUT.html, OUT.svg or OUT.dot"
+    )
     p.set_defaults(handler=run)
 
 

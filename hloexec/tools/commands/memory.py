@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..common import EXIT_OK, JSON_VERSION, add_subparser, load_for_report, print_json, require
+from ..common import (
+    EXIT_OK,
+    JSON_VERSION,
+    add_subparser,
+    load_for_report,
+    output_file,
+    positive_int,
+    print_json,
+    require,
+)
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -32,15 +41,15 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument("--spmd", action="store_true", help="all participants: counts from the header or inferred")
-    p.add_argument("--partitions", type=int, metavar="N", help="partitions per replica (implies --spmd)")
-    p.add_argument("--replicas", type=int, metavar="R", help="replicas (implies --spmd)")
+    p.add_argument("--partitions", type=positive_int, metavar="N", help="partitions per replica (implies --spmd)")
+    p.add_argument("--replicas", type=positive_int, metavar="R", help="replicas (implies --spmd)")
     p.add_argument(
         "--plot",
         type=plot_file,
         metavar="FILE",
         help="write the timeline of live bytes (PNG, SVG or PDF by the suffix)",
     )
-    p.add_argument("--top", type=int, default=15, metavar="N", help="values listed per table (default 15)")
+    p.add_argument("--top", type=positive_int, default=15, metavar="N", help="values listed per table (default 15)")
     p.set_defaults(handler=run)
 
 
@@ -48,7 +57,7 @@ def plot_file(text: str) -> str:
     """--plot's file: matplotlib picks the format by the suffix (and adds .png to a name without one)."""
     if Path(text).suffix.lower() not in PLOT_SUFFIXES:
         raise argparse.ArgumentTypeError(f"{text}: expected a file name ending in {', '.join(PLOT_SUFFIXES)}")
-    return text
+    return output_file(text)
 
 
 def run(args) -> int:

@@ -11,8 +11,11 @@ from ..common import (
     UsageError,
     add_max_memory_argument,
     add_subparser,
+    count,
     load_module,
     module_inputs,
+    output_file,
+    positive_float,
     print_json,
 )
 from ..devices import add_device_argument, device_option
@@ -36,10 +39,10 @@ def add_parser(subparsers, parents) -> None:
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--check", required=True, metavar="CHECK")
-    p.add_argument("-o", "--out", required=True, metavar="OUT.hlo")
-    p.add_argument("--inputs-out", metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
-    p.add_argument("--retries", type=int, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per command check (600)")
+    p.add_argument("-o", "--out", required=True, type=output_file, metavar="OUT.hlo")
+    p.add_argument("--inputs-out", type=output_file, metavar="OUT.npz", help="the result's inputs (default: OUT.npz)")
+    p.add_argument("--retries", type=count, default=1, metavar="N", help="retries of a failing check (flakiness; 1)")
+    p.add_argument("--timeout", type=positive_float, default=600.0, metavar="S", help="seconds per command check (600)")
     add_device_argument(p)
     add_max_memory_argument(p)
     p.set_defaults(handler=run)

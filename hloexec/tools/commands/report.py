@@ -20,6 +20,8 @@ from ..common import (
     check_memory,
     judge_candidates,
     load_module,
+    output_file,
+    positive_int,
     prepare,
     print_json,
     run_on_xla,
@@ -157,8 +159,8 @@ def add_parser(subparsers, parents) -> None:
         help="a candidate's outputs (keys out0..outM, e.g. a device's); repeatable",
     )
     p.add_argument("--against", choices=["xla"], help="also judge XLA:CPU's outputs (jaxlib, in a child process)")
-    p.add_argument("--top", type=int, default=TOP, metavar="N", help=f"instructions listed (default {TOP})")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the page to write")
+    p.add_argument("--top", type=positive_int, default=TOP, metavar="N", help=f"instructions listed (default {TOP})")
+    p.add_argument("-o", "--output", required=True, type=output_file, metavar="OUT.html", help="the page to write")
     p.set_defaults(handler=run, reference="shadow")  # judged as compare --reference shadow: --device A,B
 
 

@@ -21,6 +21,7 @@ from ..common import (
     inputs_text,
     load_module,
     module_inputs,
+    output_file,
     positive_int,
     prepare,
     print_constrained,
@@ -67,11 +68,13 @@ def add_parser(subparsers, parents) -> None:
         "moved between the workers. Needs pip install 'hloexec[ray]' on every node.",
     )
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--out", metavar="NPZ", help="write the outputs as out0..outM (tuple results flattened)")
+    p.add_argument(
+        "--out", type=output_file, metavar="NPZ", help="write the outputs as out0..outM (tuple results flattened)"
+    )
     p.add_argument("--fail-on-nan", action="store_true", help="exit 1 when an output holds a NaN")
     p.add_argument(
         "--profile",
-        type=int,
+        type=positive_int,
         nargs="?",
         const=20,
         default=0,

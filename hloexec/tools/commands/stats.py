@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ...errors import HloParseError, UnsupportedError
-from ..common import EXIT_ERROR, EXIT_OK, JSON_VERSION, add_subparser, error_message, print_json
+from ..common import EXIT_ERROR, EXIT_OK, JSON_VERSION, UsageError, add_subparser, error_message, print_json
 from ..stats import file_stats, format_file
 
 
@@ -27,11 +27,14 @@ def run(args) -> int:
     files, errors = [], []
     for path in args.files:
         try:
-            files.append(file_stats(path))
-        except (HloParseError, UnsupportedError, OSError) as e:  # the others are still counted
+            stats = file_stats(path)
+            if args.module is not None:  # --module NAME: that module of each file
+                stats.modules = _named(stats, args.module)
+        except (HloParseError, UnsupportedError, OSError, UsageError) as e:  # the others are still counted
             errors.append({"path": path, "error": error_message(e, path)})
             print(f"error: {error_message(e, path)}", file=sys.stderr)
             continue
+        files.append(stats)
         if not args.json:
             print(("\n" if len(files) > 1 else "") + format_file(files[-1]))
     if args.json:
@@ -39,3 +42,12 @@ def run(args) -> int:
             {"command": "stats", "version": JSON_VERSION, "files": [f.to_dict() for f in files], "errors": errors}
         )
     return EXIT_ERROR if errors else EXIT_OK
+
+
+def _named(stats, name: str) -> list:
+    """The stats of the module `name` in a file's; UsageError naming those it holds."""
+    named = [m for m in stats.modules if m.name == name]
+    if not named:
+        found = ", ".join(f"{m.name} (line {m.first_line})" for m in stats.modules)
+        raise UsageError(f"{stats.path}: no module named {name!r}; found: {found}")
+    return named
