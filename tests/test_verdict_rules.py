@@ -1312,3 +1312,41 @@ def test_xla_cpus_bf16_reduce_windows_are_bounded_as_their_op_rounded_every_step
     far[at] += 4 * bound[at] if bound[at] > 0 else 0.02 * abs(far[at])  # (a max's exact element: 2% off)
     verdict, _ = judge_run(exe, [x], {"far": [far.astype(ml_dtypes.bfloat16)]})
     assert _verdicts(verdict)["far"][:2] == (False, 1), _verdicts(verdict)
+
+
+REDUCTIONS_OVER_NOTHING = """HloModule nothing
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[0,3] parameter(0)
+  q = f32[3,0] parameter(1)
+  r = f32[0,2] parameter(2)
+  x = f32[3] parameter(3)
+  z = f32[] constant(1.5)
+  s = f32[3] reduce(p, z), dimensions={0}, to_apply=add
+  d = f32[3,2] dot(q, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  m = f32[3] multiply(s, x)
+  ROOT t = (f32[3], f32[3,2]) tuple(m, d)
+}
+"""
+
+
+def test_reductions_over_no_terms_are_their_init_and_zeros_exactly():
+    """A reduce over a zero-size dimension is its init value and a dot over an empty contraction zeros, with no
+    rounding of their own: bounded as moves (main failed inside the bounds: numpy's min of an empty array); the
+    product after them bounded by its own rounding, so a 4-ulp change of it is caught."""
+    x = np.array([0.1, 0.7, 3.0], np.float32)
+    inputs = [np.zeros((0, 3), np.float32), np.zeros((3, 0), np.float32), np.zeros((0, 2), np.float32), x]
+    right = [np.float32(1.5) * x, np.zeros((3, 2), np.float32)]
+    exe = hloexec.load(REDUCTIONS_OVER_NOTHING)
+    verdict, run = judge_run(exe, inputs, {"numpy": right})
+    assert verdict.consistent("numpy"), verdict.to_dict()
+    bounds = run.bounds[verdict.device].bounds
+    assert bounds[1] is None or not np.any(bounds[1])  # (zeros made of nothing: exact)
+    off = [right[0].copy(), right[1]]
+    off[0][1] = np.float32(off[0][1] + 4 * np.spacing(off[0][1]))
+    verdict, _ = judge_run(exe, inputs, {"off": off})
+    assert not verdict.consistent("off")

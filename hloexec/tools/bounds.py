@@ -202,6 +202,13 @@ EVALUATED = {
 }
 
 
+def _of_no_terms(opcode: str, operands) -> bool:
+    """A reduction over nothing (a reduce, reduce-window, dot or convolution of a zero-size operand): its result is
+    its init value or zeros, moved from its operands as they are, with no rounding of its own."""
+    return opcode in ("reduce", "reduce-window", "dot", "convolution") and any(
+        isinstance(o, np.ndarray) and o.size == 0 for o in operands)
+
+
 def _sums(inst) -> bool:
     """Whether `inst` is a reduce or reduce-window of one operand whose reducer adds, or a scatter of one whose
     combiner does (linear in its float operands)."""
@@ -354,7 +361,7 @@ class ErrorBounds(BoundStore):
                 return
             elif opcode in COMPLEX_ELEMENTWISE and involves_complex(value, operands):
                 local = complex_elementwise(self, inst, orig, value, operands, SINGULAR_AT_ZERO.get(opcode, ()))
-            elif opcode in MOVES:
+            elif opcode in MOVES or _of_no_terms(opcode, operands):
                 self._move(inst, value, operands)
             elif opcode == "select" and fused_select(self, value, operands):
                 return
