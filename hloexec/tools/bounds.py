@@ -206,7 +206,8 @@ def _of_no_terms(opcode: str, operands) -> bool:
     """A reduction over nothing (a reduce, reduce-window, dot or convolution of a zero-size operand): its result is
     its init value or zeros, moved from its operands as they are, with no rounding of its own."""
     return opcode in ("reduce", "reduce-window", "dot", "convolution") and any(
-        isinstance(o, np.ndarray) and o.size == 0 for o in operands)
+        isinstance(o, np.ndarray) and o.size == 0 for o in operands
+    )
 
 
 def _sums(inst) -> bool:
