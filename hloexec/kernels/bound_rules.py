@@ -294,36 +294,20 @@ def _add_square(squares, t, d):
 
 
 @njit(inline="always")
-def _ratio_at(q, e):
-    """An element's ratio (its samples' sum of squares `q` over its bound `e` squared; 0 where not judged), whether
-    it is judged (q finite, e finite and positive) and whether it is unjudged (non-finite samples under a finite
-    bound). No branch: the loops vectorize."""
-    ok = math.isfinite(q) and e > 0 and e < math.inf
-    return q / (np.float64(e) * np.float64(e)) if ok else 0.0, ok, not math.isfinite(q) and e < math.inf
-
-
-@njit(inline="always")
 def _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged):
     """The statistics of the blocks of a chunk starting at element `lo` (a multiple of `block`) (block_ratios: per
     block its largest ratio, their total, how many): `squares`, its samples' sums of squares (`_add_square`), `bound` its bounds
     (views from the chunk's start); `ratios` (f64) and `judged` (bool), a chunk's temporaries. Returns whether an
-    element is unjudged (non-finite samples under a finite bound). Each element's ratio first (`_ratio_at`), in a
-    loop without a branch (it vectorizes); then `_tally_ratios`."""
-    unjudged = False
-    for t in range(bound.size):
-        ratios[t], judged[t], unjudged_at = _ratio_at(squares[t], bound[t])
-        unjudged |= unjudged_at
-    _tally_ratios(ratios[: bound.size], judged, lo, block, largest, total, counted)
-    return unjudged
-
-
-@njit(inline="always")
-def _tally_ratios(ratios, judged, lo, block, largest, total, counted):
-    """Per block of the chunk from element `lo` (a multiple of `block`; `ratios`, `judged`: its elements',
-    `_ratio_at`'s) the sum of its ratios (`_lane_sum`), the largest as the largest bit pattern (of ratios >= 0: the
-    order of their values) or NaN where one is (0 / 0 where e^2 underflows), and the count, into `largest`,
-    `total`, `counted` at its place."""
-    n = ratios.size
+    element is unjudged (non-finite samples under a finite bound). Each element's ratio first, in a loop without
+    a branch (it vectorizes); per block then their sum (`_lane_sum`), the largest as the largest bit pattern (of ratios >= 0: the order of their values) or NaN where one
+    is (0 / 0 where e^2 underflows), and the count."""
+    n, unjudged = bound.size, False
+    for t in range(n):
+        q, e = squares[t], bound[t]
+        ok = math.isfinite(q) and e > 0 and e < math.inf
+        ratios[t] = q / (np.float64(e) * np.float64(e)) if ok else 0.0
+        judged[t] = ok
+        unjudged |= not math.isfinite(q) and e < math.inf
     for j in range(lo // block, (lo + n + block - 1) // block):
         ratio, seen = (
             ratios[j * block - lo : min(n, (j + 1) * block - lo)],
@@ -337,6 +321,7 @@ def _tally_ratios(ratios, judged, lo, block, largest, total, counted):
             top = max(top, bitcast_f64_to_i64(r) if r == r else 0)
             count += seen[t]
         largest[j], total[j], counted[j] = math.nan if nan else bitcast_i64_to_f64(top), summed, count
+    return unjudged
 
 
 def block_ratios(deviations, bound, block, threads=None):
@@ -495,97 +480,58 @@ ADD, SUBTRACT, NEGATE, CONVERT, MULTIPLY, DIVIDE = range(6)
 
 
 @njit(inline="always")
-def _deviation(kind, with_a, with_b, signs, ra, rb, a32, b32, x32):
-    """One sample's deviation of an elementwise_pass op (float32, as the samples are) from its operands' `ra`, `rb`
-    (unused where `with_a` / `with_b` is False: that operand has none, its deviations 0) at operand values `a32`,
-    `b32` and value `x32`: np.add / np.subtract / np.negative / np.positive on them (`signs`: the first operand's,
-    -1 for a negate, and the second's, -1 for a subtract); a multiply's da (b + db) + a db, a divide's
-    (da - x db) / (b + db). `kind`, `with_a`, `with_b`: constants."""
-    zero = np.float32(0)
-    if kind == MULTIPLY:
-        if with_a and with_b:
-            return ra * (b32 + rb) + a32 * rb
-        if with_a:
-            return ra * b32
-        return a32 * rb if with_b else zero
-    if kind == DIVIDE:
-        if with_a and with_b:
-            return (ra - x32 * rb) / (b32 + rb)
-        if with_a:
-            return ra / b32
-        return -x32 * rb / (b32 + rb) if with_b else zero
-    if with_b:
-        return (ra if with_a else zero) + signs[1] * rb
-    return signs[0] * ra if with_a else signs[0] * zero
-
-
-@njit(inline="always")
-def _sample_at(kind, with_a, with_b, signs, rounds, da, db, drawn, t, a32, b32, x32, scale, bits):
-    """Sample deviation of element t (`_deviation` of the operands' rows `da`, `db`: their bfloat16 bits, decoded
-    here, a shift: exact) plus its own error where the op `rounds` (drawn[t] x `scale`: a select, not a branch
-    around loads), rounded to bfloat16 into bits[t] (kernels/half.f32_to_bf16: nearest even, NaN kept NaN). Returns
-    the float32 deviation (calibration reads it before that rounding)."""
-    ra = bf16_to_f32(da[t]) if with_a else np.float32(0)
-    rb = bf16_to_f32(db[t]) if with_b else np.float32(0)
-    d = _deviation(kind, with_a, with_b, signs, ra, rb, a32, b32, x32)
-    own = drawn[t] * scale
+def _stored(d, t, draws, scales, rounds, squares, bits):
+    """Sample deviation `d` of element t plus its own error (draws[t] x scales[t] where the op `rounds`) into
+    `bits` (its bfloat16 bits: kernels/half.f32_to_bf16), its square added to `squares` (`_add_square`:
+    calibration reads them before their rounding to bfloat16). A select, no branch: the loops vectorize."""
+    own = draws[t] * scales[t]  # (read whether or not used: a select, not a branch around loads)
     d = d + own if rounds else d
+    _add_square(squares, t, d)
     bits[t] = f32_to_bf16(d)
-    return d
 
 
 @njit(inline="always")
-def _samples_loop(kind, with_a, with_b, signs, rounds, arrays):
-    """A chunk's four samples (`_sample_at`; `da`, `db`, `drawn`, `bits`: tuples of their four rows) and each
-    element's ratio for calibration (`_ratio_at` of the float64 sum of its float32 deviations' squares in sample
-    order: exact squares, none a float32 can hold underflows or overflows) into `ratios`, `judged`. One loop over
-    the elements, the four samples and their sum in registers, `kind`, `with_a`, `with_b` constants: nothing
-    decided inside it, it vectorizes. Returns whether an element is unjudged."""
-    x, a, b, da, db, drawn, scales, bound, bits, ratios, judged = arrays
-    unjudged = False
-    for t in range(bound.size):
-        a32, b32, x32, scale = np.float32(a[t]), np.float32(b[t]), np.float32(x[t]), scales[t]
-        d0 = np.float64(_sample_at(kind, with_a, with_b, signs, rounds, da[0], db[0], drawn[0], t, a32, b32,
-                                     x32, scale, bits[0]))  # fmt: skip
-        d1 = np.float64(_sample_at(kind, with_a, with_b, signs, rounds, da[1], db[1], drawn[1], t, a32, b32,
-                                     x32, scale, bits[1]))  # fmt: skip
-        d2 = np.float64(_sample_at(kind, with_a, with_b, signs, rounds, da[2], db[2], drawn[2], t, a32, b32,
-                                     x32, scale, bits[2]))  # fmt: skip
-        d3 = np.float64(_sample_at(kind, with_a, with_b, signs, rounds, da[3], db[3], drawn[3], t, a32, b32,
-                                     x32, scale, bits[3]))  # fmt: skip
-        ratios[t], judged[t], unjudged_at = _ratio_at(d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3, bound[t])
-        unjudged |= unjudged_at
-    return unjudged
-
-
-@njit(inline="always")
-def _samples_chunk(kind, signs, rounds, arrays):
-    """`_samples_loop` with its flags constant: one loop per case of op and operands with deviations (an add, a
-    subtract, a negate and a convert share theirs, by their `signs`; a divide of operands without deviations is
-    a multiply's: 0)."""
-    da, db = arrays[3], arrays[4]
-    with_a, with_b = da[0].size > 0, db[0].size > 0
+def _sample_row(kind, x, a, b, da, db, with_a, with_b, draws, scales, rounds, squares, bits):
+    """One sample's deviations of an elementwise_pass op from its operands' (computed in float32, as the samples
+    are; `da` / `db`: their bfloat16 bits, decoded here (a shift: exact), unused where `with_a` / `with_b` is
+    False: that operand has none, its deviations 0): np.add / np.subtract / np.negative / np.positive on them; a
+    multiply's da (b + db) + a db, a divide's (da - x db) / (b + db); each `_stored` with its own error in the same
+    loop. One loop per case, nothing decided inside it (loops the compiler vectorizes)."""
+    zero = np.float32(0)
     if kind == MULTIPLY and with_a and with_b:
-        return _samples_loop(MULTIPLY, True, True, signs, rounds, arrays)
-    if kind == MULTIPLY and with_a:
-        return _samples_loop(MULTIPLY, True, False, signs, rounds, arrays)
-    if kind == MULTIPLY and with_b:
-        return _samples_loop(MULTIPLY, False, True, signs, rounds, arrays)
-    if kind == DIVIDE and with_a and with_b:
-        return _samples_loop(DIVIDE, True, True, signs, rounds, arrays)
-    if kind == DIVIDE and with_a:
-        return _samples_loop(DIVIDE, True, False, signs, rounds, arrays)
-    if kind == DIVIDE and with_b:
-        return _samples_loop(DIVIDE, False, True, signs, rounds, arrays)
-    if kind == MULTIPLY or kind == DIVIDE:
-        return _samples_loop(MULTIPLY, False, False, signs, rounds, arrays)
-    if with_a and with_b:
-        return _samples_loop(ADD, True, True, signs, rounds, arrays)
-    if with_b:
-        return _samples_loop(ADD, False, True, signs, rounds, arrays)
-    if with_a:
-        return _samples_loop(ADD, True, False, signs, rounds, arrays)
-    return _samples_loop(ADD, False, False, signs, rounds, arrays)
+        for t in range(bits.size):
+            ra, rb = bf16_to_f32(da[t]), bf16_to_f32(db[t])
+            _stored(ra * (np.float32(b[t]) + rb) + np.float32(a[t]) * rb, t, draws, scales, rounds, squares, bits)
+    elif kind == MULTIPLY and with_a:
+        for t in range(bits.size):
+            _stored(bf16_to_f32(da[t]) * np.float32(b[t]), t, draws, scales, rounds, squares, bits)
+    elif kind == MULTIPLY and with_b:
+        for t in range(bits.size):
+            _stored(np.float32(a[t]) * bf16_to_f32(db[t]), t, draws, scales, rounds, squares, bits)
+    elif kind == DIVIDE and with_a and with_b:
+        for t in range(bits.size):
+            ra, rb = bf16_to_f32(da[t]), bf16_to_f32(db[t])
+            _stored((ra - np.float32(x[t]) * rb) / (np.float32(b[t]) + rb), t, draws, scales, rounds, squares, bits)
+    elif kind == DIVIDE and with_a:
+        for t in range(bits.size):
+            _stored(bf16_to_f32(da[t]) / np.float32(b[t]), t, draws, scales, rounds, squares, bits)
+    elif kind == DIVIDE and with_b:
+        for t in range(bits.size):
+            rb = bf16_to_f32(db[t])
+            _stored(-np.float32(x[t]) * rb / (np.float32(b[t]) + rb), t, draws, scales, rounds, squares, bits)
+    elif (kind == ADD or kind == SUBTRACT) and with_b:
+        sign = np.float32(-1 if kind == SUBTRACT else 1)
+        for t in range(bits.size):
+            d = (bf16_to_f32(da[t]) if with_a else zero) + sign * bf16_to_f32(db[t])
+            _stored(d, t, draws, scales, rounds, squares, bits)
+    elif with_a and kind != MULTIPLY and kind != DIVIDE:
+        sign = np.float32(-1 if kind == NEGATE else 1)
+        for t in range(bits.size):
+            _stored(sign * bf16_to_f32(da[t]), t, draws, scales, rounds, squares, bits)
+    else:
+        none = -zero if kind == NEGATE else zero
+        for t in range(bits.size):
+            _stored(none, t, draws, scales, rounds, squares, bits)
 
 
 @njit(inline="always")
@@ -633,19 +579,13 @@ def _bounds_before(kind, same, x, a, b, ea, eb, before, decided):
         _first_order_loop(False, same, a, b, ea, eb, with_a, with_b, before)
 
 
-@njit(inline="always")
-def _rows(d, first, stop):
-    """Columns `first` to `stop` of the four rows of `d`, as a tuple of 1-D views (loops over them vectorize)."""
-    return d[0, first:stop], d[1, first:stop], d[2, first:stop], d[3, first:stop]
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, bound_out, samples_out, decided_out,
                       block, first, last, largest, total, counted):  # fmt: skip
     """One elementwise op's whole bound in one pass over its elements (tools/bound_elementwise.py): the bound
     before its rounding (first_order_variance's rule; a divide's at its operands' interval ends and corners,
     `_divide_variance`), its own rounding where it `rounds` (round_bounds'; `rule` its scalars; none: a negate),
-    the samples' deviations (`da`, `db`: the operands' (4, n): SAMPLES is four, no columns where an operand has none; into
+    the samples' deviations (`da`, `db`: the operands' (samples, n), no columns where an operand has none; into
     `samples_out`, or none when it has no columns) plus each sample's own error: a draw of variance 1 times
     own / SIGMAS (`draws`: (key, keys, sigmas); element i's draws are kernels/normal_draws.fill_rounding_draws'
     (uniform: one rounding's error) under the instruction's `key`, its group keys[i]'s where keys[i] >= 0: one
@@ -658,13 +598,14 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
     their bfloat16 bits (uint16; tools/bound_store.py's SAMPLE_STORAGE): a sample's deviations are computed in
     float32 (a chunk's, in cache), the block statistics taken from them, and each rounded to bfloat16 as it is
     stored (kernels/half.f32_to_bf16: nearest even, NaN kept NaN), so no float32 copy of either is made."""
+    samples = samples_out.shape[0]
     sampled = samples_out.shape[1] > 0
+    with_a, with_b = da.shape[1] > 0, db.shape[1] > 0
     key, keys, sigmas = draws
     per_sigma = 1.0 / sigmas  # (own x it is own / sigmas exactly: SIGMAS is a power of two)
     chunk = block * _CHUNK_BLOCKS
-    bounds_before, scales = np.empty(chunk), np.empty(chunk, np.float32)
-    drawn = np.empty((4, chunk), np.float32)  # (fill_rounding_draws' rows)
-    signs = (np.float32(-1 if kind == NEGATE else 1), np.float32(-1 if kind == SUBTRACT else 1))
+    bounds_before, scales, squares = np.empty(chunk), np.empty(chunk, np.float32), np.empty(chunk)
+    drawn = np.empty((4 * ((samples + 3) // 4), chunk), np.float32)  # (fill_rounding_draws' rows: whole fours)
     ratios, judged = np.empty(chunk), np.empty(chunk, np.bool_)
     any_own, unjudged = False, False
     for lo in range(first, last, chunk):
@@ -678,12 +619,13 @@ def _elementwise_span(kind, same, rounds, x, a, b, ea, eb, da, db, rule, draws, 
             bound[:] = before
         if not sampled:
             continue
+        squares[:] = 0
         if rounds:
             fill_rounding_draws(key, lo, hi - lo, keys[lo:hi] if keys.size > 0 else keys, drawn)
-        arrays = (xv, av, bv, _rows(da, lo, hi), _rows(db, lo, hi), _rows(drawn, 0, hi - lo), scales, bound,
-                  _rows(samples_out, lo, hi), ratios, judged)  # fmt: skip
-        unjudged |= _samples_chunk(kind, signs, rounds, arrays)
-        _tally_ratios(ratios[: hi - lo], judged, lo, block, largest, total, counted)
+        for k in range(samples):
+            _sample_row(kind, xv, av, bv, da[k, lo:hi], db[k, lo:hi], with_a, with_b, drawn[k, : hi - lo], scales,
+                        rounds, squares, samples_out[k, lo:hi])  # fmt: skip
+        unjudged |= _tally_blocks(squares, bound, lo, block, largest, total, counted, ratios, judged)
     return any_own, unjudged
 
 
