@@ -78,19 +78,20 @@ def add_subparser(subparsers, name: str, summary: str, examples: str, parents, e
     )
 
 
-def positive_int(text: str) -> int:
+def _at_least(text: str, minimum: int, what: str) -> int:
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a count >= 1, got {text}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}, got {text}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _at_least(text, 1, "a count")
 
 
 def count(text: str) -> int:
     """A count that may be 0 (--depth, --limit, --retries)."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a count >= 0, got {text}")
-    return value
+    return _at_least(text, 0, "a count")
 
 
 def non_negative_float(text: str) -> float:
@@ -122,10 +123,7 @@ def output_file(text: str) -> str:
 
 
 def seed(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {text}")
-    return value
+    return _at_least(text, 0, "a seed")
 
 
 def parse_size(text: str) -> int:
