@@ -4,6 +4,7 @@ stderr naming what is wrong, never as an internal error or a traceback."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -320,3 +321,100 @@ def test_memory_says_elided_constants_as_the_other_commands_do(capsys, tmp_path)
     code, out, err = cli(capsys, ["memory", path])
     assert code == 0 and err.startswith("warning: module good: 1 constant (%c) written as {...}"), err
     assert "ElidedConstantWarning" not in err and ".py:" not in err, err
+
+
+USAGE_ERRORS = {   # argparse refuses each before the command starts
+    "unknown option": (["run", "{f}", "--no-such-flag"], "run", "unrecognized arguments: --no-such-flag"),
+    "bad choice": (["compare", "{f}", "--reductions", "junk"], "compare", "invalid choice: 'junk'"),
+    "missing argument": (["numerics"], "numerics", "required: FILE"),
+    "bad option value": (["diff", "{f}", "{f}", "--rtol", "nan"], "diff", "number >= 0"),
+    "abbreviated --json": (["memory", "{f}", "--top", "0"], "memory", "count >= 1"),
+    "unknown command": (["frobnicate", "{f}"], None, "invalid choice: 'frobnicate'"),
+}
+
+
+@pytest.mark.parametrize("name", list(USAGE_ERRORS))
+def test_with_json_a_usage_error_is_a_json_document_too(capsys, tmp_path, name):
+    """argparse exits before the command starts: `--json` printed nothing on stdout for a usage error."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    argv, command, says = USAGE_ERRORS[name]
+    argv = [a.format(f=tmp_path / "m.hlo") for a in argv]
+    code, out, plain_err = cli(capsys, argv)
+    assert code == 2 and out == "" and says in plain_err, (out, plain_err)      # without --json: stderr only
+    code, out, err = cli(capsys, [*argv, "--js" if name == "abbreviated --json" else "--json"])
+    document = json.loads(out)
+    assert code == 2 and document == {"command": command, "version": 1, "error": document["error"]}, out
+    assert says in document["error"] and f"error: {document['error']}" in err, (document, err)
+    assert err.replace(" --json", "").replace(" --js", "") == plain_err or "usage:" in err, err   # stderr as before
+
+
+@pytest.mark.parametrize("value", [",", "", " ", "a100,", ",tpu", "a100,,tpu"])
+@pytest.mark.parametrize("argv", [
+    ["run", "{f}"], ["compare", "{f}", "--reference", "shadow"], ["numerics", "{f}"], ["diff", "{f}", "{f}"],
+    ["minimize", "{f}", "--check", "nan", "-o", "{d}/s.hlo"], ["report", "{f}", "-o", "{d}/r.html"]],
+    ids=lambda argv: argv[0] + (" shadow" if "shadow" in argv else ""))
+def test_an_empty_device_name_is_a_usage_error(capsys, tmp_path, argv, value):
+    """`compare --reference shadow --device ,` judged by the reference profile, and `a100,` by a100 alone: an empty
+    name in --device's list is refused before anything runs, naming the option and what it takes."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo", d=tmp_path) for a in argv] + ["--device", value])
+    assert code == 2 and "argument --device: expected a device profile name or file" in err, (code, out, err)
+    assert f"got {value!r}" in err and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "m.hlo", "--partitions", "100000000"], ["compare", "m.hlo", "--reference", "shadow", "--replicas", "65537"],
+    ["numerics", "m.hlo", "--partitions", "100000000"], ["collectives", "m.hlo", "--partitions", "100000000"],
+    ["memory", "m.hlo", "--replicas", "100000000"], ["export", "m.hlo", "--partitions", "100000000"],
+    ["report", "m.hlo", "-o", "r.html", "--partitions", "100000000"]], ids=lambda argv: argv[0])
+def test_a_device_count_past_the_most_participants_is_a_usage_error(capsys, argv):
+    """`--partitions 100000000` ran for hours (1e8 input lists split, then participants) saying nothing: the
+    flag is refused as it is parsed (nothing is read or run), naming the option and the limit."""
+    from hloexec.options import MOST_PARTICIPANTS
+    from hloexec.tools.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"expected a count from 1 to {MOST_PARTICIPANTS}" in err, err
+    assert build_parser().parse_args([*argv[:-1], str(MOST_PARTICIPANTS)]) is not None   # the limit itself is taken
+
+
+@pytest.mark.parametrize("header, given, says", [
+    ("num_partitions=100000000", (None, None), "100000000 partitions (the header's) x 1 replicas (default)"),
+    ("num_partitions=2", (None, 40000), "2 partitions (the header's) x 40000 replicas (given)"),
+    ("", (1000, 1000), "1000 partitions (given) x 1000 replicas (given) = 1000000 participants")])
+def test_device_counts_past_the_most_participants_are_refused(header, given, says):
+    """A header or a product of counts past the limit (each count alone may be within it): refused before any
+    participant is made, saying where each count comes from."""
+    import hloexec
+    from hloexec import spmd
+    from hloexec.errors import ExecutionError
+
+    module = hloexec.parse(GOOD.replace("HloModule good", f"HloModule good{', ' + header if header else ''}"))[0]
+    with pytest.raises(ExecutionError, match=re.escape(says) + r".*more than the 65536 hloexec runs"):
+        spmd.device_counts(module, *given)
+    assert spmd.device_counts(module, 2, 4)[:2] == (2, 4)
+
+
+def test_spmd_outputs_are_grouped_without_comparing_every_pair():
+    """`run --partitions 4000` of a module whose participants' outputs all differ spent minutes comparing each
+    device's output with every group's (4000^2 / 2 comparisons) after a one-second run; equal values (-0.0 and
+    0.0, NaNs) still share a group."""
+    import threading
+
+    import ml_dtypes
+
+    from hloexec.tools.commands.run_spmd import output_groups
+
+    equal = [np.array([0.0, np.nan]), np.array([-0.0, np.nan]), np.array([0.0, np.nan], np.float32),
+             np.array([-0.0, 0], ml_dtypes.bfloat16), np.array([0, 0], ml_dtypes.bfloat16),
+             np.array([complex(np.nan, 1)]), np.array([complex(np.nan, 2)]), np.array([1, 2], np.int32),
+             np.array([[1, 2]], np.int32)]
+    assert [g["devices"] for g in output_groups(0, equal)] == [[0, 1], [2], [3, 4], [5, 6], [7], [8]]
+    distinct = [np.array([d], np.float32) for d in range(40000)]
+    result = []
+    grouping = threading.Thread(target=lambda: result.append(output_groups(0, distinct)), daemon=True)
+    grouping.start()
+    grouping.join(timeout=20)
+    assert result and len(result[0]) == 40000, "still comparing"

@@ -34,7 +34,7 @@ from ..exec.domains import input_domains
 from ..exec.inputs import random_inputs
 from ..exec.tiering import COMPILE_MODES
 from ..ir.module import pick_module
-from ..options import REDUCTIONS
+from ..options import MOST_PARTICIPANTS, REDUCTIONS
 from ..parser import parse
 from .arrays import flatten, read_values
 from .compare import jsonable
@@ -87,6 +87,17 @@ def _at_least(text: str, minimum: int, what: str) -> int:
 
 def positive_int(text: str) -> int:
     return _at_least(text, 1, "a count")
+
+
+def device_count(text: str) -> int:
+    """--partitions, --replicas: refused past the most participants hloexec runs at once (--partitions 100000000
+    ran for hours, saying nothing)."""
+    value = positive_int(text)
+    if value > MOST_PARTICIPANTS:
+        raise argparse.ArgumentTypeError(
+            f"expected a count from 1 to {MOST_PARTICIPANTS} (the most participants hloexec runs), got {text}"
+        )
+    return value
 
 
 def count(text: str) -> int:
@@ -245,9 +256,9 @@ def _add_calls_and_spmd(execution: argparse.ArgumentParser) -> None:
         "replica groups and shardings (a message says so)",
     )
     spmd_options.add_argument(
-        "--partitions", type=positive_int, metavar="N", help="partitions per replica (implies --spmd)"
+        "--partitions", type=device_count, metavar="N", help="partitions per replica (implies --spmd)"
     )
-    spmd_options.add_argument("--replicas", type=positive_int, metavar="R", help="replicas (implies --spmd)")
+    spmd_options.add_argument("--replicas", type=device_count, metavar="R", help="replicas (implies --spmd)")
     spmd_options.add_argument(
         "--ray",
         nargs="?",
