@@ -169,10 +169,26 @@ def _checked(path, key: str, value: np.ndarray, leaf, check_shapes: bool, check_
             f"{value.dtype.itemsize}), expected {expected} ({leaf.dtype.itemsize}-byte elements)"
         )
     if check_dtypes and value.dtype != leaf.dtype:
-        raise ArrayFileError(f"{path}: array {key} has dtype {value.dtype}, expected {expected} (numpy {leaf.dtype})")
+        raise ArrayFileError(
+            f"{path}: array {key} has dtype {value.dtype}, expected {expected} (numpy {leaf.dtype})"
+            + _as_bits_hint(value.dtype, leaf.dtype)
+        )
     if check_shapes and tuple(value.shape) != tuple(leaf.dims):
         raise ArrayFileError(f"{path}: array {key} has shape {list(value.shape)}, expected {expected}")
     return value
+
+
+def _as_bits_hint(found: np.dtype, wanted: np.dtype) -> str:
+    """How to pass a float's bits saved as the unsigned integer of its size (bf16 as uint16, fp8 as uint8: what
+    people save when numpy cannot): not taken as bits, since integers may as well be the values meant."""
+    if found.kind != "u" or found.itemsize != wanted.itemsize or wanted.kind == "u":
+        return ""
+    module = "ml_dtypes" if wanted.type.__module__.startswith("ml_dtypes") else "np"
+    name = dtype_name(wanted)
+    return (
+        f"; if it holds {name} bits, save arr.view({module}.{wanted.name}) instead: np.savez keeps the bytes and "
+        f"hloexec reads them as {name}"
+    )
 
 
 def _listing(leaves: list, prefix: str) -> str:
