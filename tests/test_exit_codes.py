@@ -418,3 +418,30 @@ def test_spmd_outputs_are_grouped_without_comparing_every_pair():
     grouping.start()
     grouping.join(timeout=20)
     assert result and len(result[0]) == 40000, "still comparing"
+
+
+XEXP = "HloModule xexp\n\nENTRY e {\n  p = f32[64] parameter(0)\n  x = f32[64] exponential(p)\n  ROOT r = f32[64] multiply(x, p)\n}\n"
+
+
+@pytest.mark.parametrize("judged", [["--expected"], ["--reference", "shadow", "--actual"]], ids=" ".join)
+def test_outputs_from_other_inputs_get_a_hint_the_verdict_unchanged(capsys, tmp_path, judged):
+    """Outputs computed from other inputs were judged (FAIL, NOT CONSISTENT) with no word of why nearly every
+    element was off: a hint line (and "hint" in the JSON) asks whether they were computed from these inputs."""
+    path = tmp_path / "m.hlo"
+    path.write_text(XEXP)
+    x, other = (np.random.default_rng(seed).normal(size=64).astype(np.float32) for seed in (0, 1))
+    np.savez(tmp_path / "in.npz", arg0=x)
+    for name, values in (("right.npz", x), ("other.npz", other)):      # numpy's x * exp(x): within f32's roundings
+        np.savez(tmp_path / name, out0=(values * np.exp(values)).astype(np.float32))
+    one_off = (x * np.exp(x)).astype(np.float32)
+    one_off[7] *= 1.5
+    np.savez(tmp_path / "one_off.npz", out0=one_off)
+    argv = ["compare", path, "--inputs", tmp_path / "in.npz", *judged]
+    code, out, err = cli(capsys, [*argv, tmp_path / "other.npz"])
+    assert code == 1 and "hint: other.npz: " in out and "were these outputs computed from these inputs" in out, out
+    assert int(out.split("hint: other.npz: ")[1].split(" of 64")[0]) >= 58, out
+    code, out, err = cli(capsys, [*argv, tmp_path / "other.npz", "--json"])
+    assert code == 1 and json.loads(out)["hint"].startswith("other.npz: "), out
+    for name, want in (("right.npz", 0), ("one_off.npz", 1)):          # a result, or one element wrong: no hint
+        code, out, err = cli(capsys, [*argv, tmp_path / name, "--json"])
+        assert code == want and json.loads(out)["hint"] is None, (name, out, err)
