@@ -445,3 +445,39 @@ def test_outputs_from_other_inputs_get_a_hint_the_verdict_unchanged(capsys, tmp_
     for name, want in (("right.npz", 0), ("one_off.npz", 1)):          # a result, or one element wrong: no hint
         code, out, err = cli(capsys, [*argv, tmp_path / name, "--json"])
         assert code == want and json.loads(out)["hint"] is None, (name, out, err)
+
+
+def test_an_array_key_with_leading_zeros_is_no_second_arg0(capsys, tmp_path):
+    """`arg00` beside `arg0` was read as argument 0 as well (the last one read won, silently)."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    np.savez(tmp_path / "in.npz", arg0=np.ones(4, np.float32), arg00=np.zeros(4, np.float32))
+    code, out, err = cli(capsys, ["run", tmp_path / "m.hlo", "--inputs", tmp_path / "in.npz"])
+    assert code == 2 and "unexpected array 'arg00' (expected arg0..argN" in err, (out, err)
+
+
+def test_stage_of_a_file_that_is_no_dump_directory_is_refused(capsys, tmp_path):
+    """`run m.hlo --stage 3` ran m.hlo, the stage silently ignored."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    for argv in (["run", tmp_path / "m.hlo", "--stage", "3"], ["diff", tmp_path / "m.hlo", tmp_path / "m.hlo",
+                                                               "--stage-b", "before"]):
+        code, out, err = cli(capsys, argv)
+        assert code == 2 and f"--stage picks a stage of a dump directory (--xla_dump_to=DIR); {tmp_path / 'm.hlo'} " \
+            "is a file" in err, (out, err)
+
+
+def test_a_pipe_as_the_module_and_as_the_inputs(capsys, tmp_path):
+    """`hloexec run <(zcat m.hlo.gz) --inputs <(...)`: the parser maps regular files only, so a pipe was "empty
+    input: no HLO module", and numpy re-reads an npz a pipe gives once."""
+    import io
+    import os
+    import threading
+
+    buffer = io.BytesIO()
+    np.savez(buffer, arg0=np.array([1, -2, 3, -4], np.float32))
+    pipes = {tmp_path / "m.pipe": GOOD.encode(), tmp_path / "in.pipe": buffer.getvalue()}
+    for pipe, data in pipes.items():
+        os.mkfifo(pipe)
+        threading.Thread(target=lambda p=pipe, d=data: p.write_bytes(d), daemon=True).start()
+    code, out, err = cli(capsys, ["run", tmp_path / "m.pipe", "--inputs", tmp_path / "in.pipe", "--json"])
+    assert code == 0 and json.loads(out)["outputs"][0]["min"] == -3, (out, err)
+    assert f"{tmp_path / 'm.pipe'}: a pipe, read into " in err, err

@@ -450,6 +450,10 @@ def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str,
                 f"{p}: snapshot of {snap.module_name} ({len(snap.arguments)} arguments and the result)",
             )
         return _write(p.name + ".hlo", module_text(read_module_proto(p))), None, f"{p}: module proto"
+    if p.is_fifo():  # a pipe (`<(zcat dump.txt.gz)`, /dev/stdin): read once; the parser maps regular files only
+        with open(p, encoding="utf-8", errors="surrogateescape") as f:
+            copy = _write(p.name, f.read())
+        return copy, None, f"{p}: a pipe, read into {copy}"
     return path, None, ""
 
 
@@ -461,6 +465,7 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
     notes = []
     module, stage = getattr(args, "module", None), getattr(args, "stage", None)
     resolved_module = False
+    originals = [getattr(args, attr, None) for attr in ("file", "other", "a", "b")]
     if getattr(args, "b", "") is None and isinstance(getattr(args, "a", None), str) and Path(args.a).is_dir():
         args.b = args.a  # `diff DIR --stage X --stage-b Y`: two stages of one dump
     for attr in ("file", "other", "a", "b"):
@@ -507,4 +512,9 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
         args.files = [as_text_file(f, module, stage)[0] for f in args.files]
     if resolved_module and hasattr(args, "module"):
         args.module = None  # chosen: each resolved file holds that one module
+    elif stage is not None or getattr(args, "stage_b", None) is not None:  # it was silently ignored
+        files = [*originals, *(getattr(args, "files", None) or ())]
+        given = [f for f in files if isinstance(f, str) and Path(f).exists()]
+        if given:
+            raise DumpError(f"--stage picks a stage of a dump directory (--xla_dump_to=DIR); {given[0]} is a file")
     return notes
