@@ -514,7 +514,7 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
         args.module = None  # chosen: each resolved file holds that one module
     elif stage is not None or getattr(args, "stage_b", None) is not None:  # it was silently ignored
         files = [*originals, *(getattr(args, "files", None) or ())]
-        given = [f for f in files if isinstance(f, str) and Path(f).exists()]
-        if given:
-            raise DumpError(f"--stage picks a stage of a dump directory (--xla_dump_to=DIR); {given[0]} is a file")
+        existing = [f for f in files if isinstance(f, str) and Path(f).exists()]
+        if existing:
+            raise DumpError(f"--stage picks a stage of a dump directory (--xla_dump_to=DIR); {existing[0]} is a file")
     return notes

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import IO, Any
 from collections.abc import Sequence
 
 import numpy as np
@@ -441,7 +441,7 @@ def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress
         (np.savez_compressed if compress else np.savez)(f, **store)
 
 
-def load_arrays(path: str) -> OrderedDict[str, np.ndarray]:
+def load_arrays(path: str | IO[bytes]) -> OrderedDict[str, np.ndarray]:
     """Inverse of ``save_arrays``: {key: array} in stored order (no ``__dtypes__``). A file numpy cannot read
     raises what np.load raises; an array that cannot be read, ValueError naming it (hloexec.tools.arrays says
     both to the user)."""
