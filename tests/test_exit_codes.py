@@ -481,3 +481,13 @@ def test_a_pipe_as_the_module_and_as_the_inputs(capsys, tmp_path):
     code, out, err = cli(capsys, ["run", tmp_path / "m.pipe", "--inputs", tmp_path / "in.pipe", "--json"])
     assert code == 0 and json.loads(out)["outputs"][0]["min"] == -3, (out, err)
     assert f"{tmp_path / 'm.pipe'}: a pipe, read into " in err, err
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("argv", [["run", "{f}", "--out", "/dev/full"], ["extract", "{f}", "r", "-o", "/dev/full"],
+                                  ["extract", "{f}", "r", "--inputs-out", "/dev/full"]], ids=" ".join)
+def test_a_write_that_fails_names_its_file(capsys, tmp_path, argv):
+    """A full disk's ENOSPC names no file: `error: [Errno 28] No space left on device` did not say which output."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo") for a in argv])
+    assert code == 2 and "error: /dev/full: No space left on device" in err, (out, err)

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import IO, Any
 from collections.abc import Sequence
 
@@ -437,8 +438,21 @@ def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress
             names[k] = a.dtype.name
     if names:
         store[_DTYPES_KEY] = np.array(json.dumps(names))
-    with open(path, "wb") as f:
+    with open_output(path, "wb") as f:
         (np.savez_compressed if compress else np.savez)(f, **store)
+
+
+@contextmanager
+def open_output(path: str | os.PathLike, mode: str = "w"):
+    """open(path, mode) for a file a command writes (text in UTF-8), a failing write (a full disk: no file named)
+    raised as an OSError naming `path`."""
+    try:
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+    except OSError as e:
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from e
+        raise
 
 
 def load_arrays(path: str | IO[bytes]) -> OrderedDict[str, np.ndarray]:
