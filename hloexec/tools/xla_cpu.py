@@ -447,7 +447,7 @@ def open_output(path: str | os.PathLike, mode: str = "w"):
     """open(path, mode) for a file a command writes (text in UTF-8), a failing write (a full disk: no file named)
     raised as an OSError naming `path`."""
     try:
-        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        with open(path, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
     except OSError as e:
         if e.filename is None:
