@@ -491,3 +491,21 @@ def test_a_write_that_fails_names_its_file(capsys, tmp_path, argv):
     (tmp_path / "m.hlo").write_text(GOOD)
     code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo") for a in argv])
     assert code == 2 and "error: /dev/full: No space left on device" in err, (out, err)
+
+
+def test_actual_files_of_one_name_are_each_judged(capsys, tmp_path):
+    """`--actual run1/out.npz --actual run2/out.npz`: candidates were keyed by file name, so the second replaced the
+    first and one verdict was said for both; now named by path where names collide, the same file twice refused."""
+    path = tmp_path / "m.hlo"
+    path.write_text(XEXP)
+    x = np.random.default_rng(0).normal(size=64).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=x)
+    for run, values in (("run1", x), ("run2", -x)):
+        (tmp_path / run).mkdir()
+        np.savez(tmp_path / run / "out.npz", out0=(values * np.exp(values)).astype(np.float32))
+    argv = ["compare", path, "--inputs", tmp_path / "in.npz", "--reference", "shadow", "--json"]
+    code, out, err = cli(capsys, [*argv, "--actual", tmp_path / "run1/out.npz", "--actual", tmp_path / "run2/out.npz"])
+    assert code == 1 and json.loads(out)["candidates"] == {"hloexec": True, str(tmp_path / "run1/out.npz"): True,
+                                                           str(tmp_path / "run2/out.npz"): False}, out
+    code, out, err = cli(capsys, [*argv, "--actual", tmp_path / "run1/out.npz", "--actual", tmp_path / "run1/out.npz"])
+    assert code == 2 and f"--actual {tmp_path / 'run1/out.npz'} given twice" in err, (out, err)

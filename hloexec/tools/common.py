@@ -459,11 +459,16 @@ def run_on_xla(module, path: str, inputs) -> list:
 
 
 def actual_candidates(exe, paths, spmd: bool = False) -> dict[str, list]:
-    """Candidates from --actual files (keys out0..outM), by file name: a device's outputs, judged against the
+    """Candidates from --actual files (keys out0..outM), by file name (by path where two share one): a device's outputs, judged against the
     program's, so read as of its types (`spmd`: global outputs, whose shapes are not the module's per-device
     ones: the verdict checks them against the assembled run's)."""
     leaves = result_leaves(exe)
-    return {Path(p).name: read_values(p, "out", leaves, what="outputs", check_shapes=not spmd) for p in paths}
+    names = [Path(p).name for p in paths]  # two files of one name (run1/out.npz, run2/out.npz): their paths
+    names = [str(p) if names.count(n) > 1 else n for p, n in zip(paths, names)]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the second replaced the first, silently
+        raise UsageError(f"--actual {twice[0]} given twice")
+    return {n: read_values(p, "out", leaves, what="outputs", check_shapes=not spmd) for n, p in zip(names, paths)}
 
 
 def judge_candidates(exe, module, args, inputs, candidates: dict, runner):

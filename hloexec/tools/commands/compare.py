@@ -209,14 +209,10 @@ def run_shadow(args) -> int:
         candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
         candidates["XLA:CPU"] = run_on_xla(module, args.file, inputs)
-    candidates.update(actual_candidates(exe, args.actual or (), spmd=is_spmd(args)))
+    actual = actual_candidates(exe, args.actual or (), spmd=is_spmd(args))
+    candidates.update(actual)
     verdict, paired = judge_candidates(exe, module, args, inputs, candidates, runner)
-    hint = "; ".join(
-        filter(
-            None,
-            (computed_elsewhere_hint(Path(p).name, candidates[Path(p).name], paired.shadow) for p in args.actual or ()),
-        )
-    )
+    hint = "; ".join(filter(None, (computed_elsewhere_hint(n, actual[n], paired.shadow) for n in actual)))
     if args.json:
         report = shadow_report(paired)
         print_json(
