@@ -78,3 +78,34 @@ def test_bisect_of_a_dump_whose_stages_were_emptied_does_not_say_they_agree(tmp_
     code, out, err = cli(capsys, "bisect", tmp_path, "--no-diff")
     assert code == 2, out
     assert f"1 run, {STEPS} skipped" in out and "nothing was compared" in out
+
+
+def test_missing_pass_files_are_said_missing_not_listed_as_steps(tmp_path, capsys):
+    """Steps 4-7 of 10 deleted (XLA numbers its pass dumps 0, 1, 2, ...): `dump` says them missing, --stage lists the
+    steps that are there (it said "steps 0-9"), and bisect says the change may be in any of the missing steps
+    between the last good and the first bad file (it named the pass of step 8 alone)."""
+    (tmp_path / "module_0001.m.before_optimizations.txt").write_text(GOOD)
+    for k in range(10):
+        if not 4 <= k <= 7:
+            (tmp_path / stage_name(k)).write_text(STAGE.format(constant="3" if k >= 6 else "2", root="add(%x, %p)"))
+    code, out, err = cli(capsys, "dump", tmp_path, "--json")
+    [module] = json.loads(out)["modules"]
+    assert code == 0 and [m.split(" (")[0] for m in module["missing"]] == ["steps 4-7", "after optimizations"], out
+    code, out, _ = cli(capsys, "dump", tmp_path)
+    assert "missing: steps 4-7 (no file" in out and "missing: after optimizations" in out, out
+    code, out, err = cli(capsys, "run", tmp_path, "--stage", "5")
+    assert code == 2 and "no stage '5' (its file is not in the directory)" in err, err
+    assert "steps 0-3, 8-9 or a pass" in err and "0-9" not in err and "missing: steps 4-7" in err, err
+    code, out, err = cli(capsys, "bisect", tmp_path, "--json", "--no-diff")
+    report = json.loads(out)
+    assert code == 1 and report["first_bad_stage"] == stage_name(8) and report["last_good_stage"] == stage_name(3)
+    assert report["unseen_steps"] == [4, 5, 6, 7] and report["missing"][0].startswith("steps 4-7"), out
+    code, out, err = cli(capsys, "bisect", tmp_path, "--no-diff")
+    assert "4 steps between them have no file (4, 5, 6, 7): the change may come from any of them" in out, out
+    (tmp_path / stage_name(5)).write_text(GOOD)             # a gap after the change only: not between them
+    (tmp_path / stage_name(6)).write_text(STAGE.format(constant="3", root="add(%x, %p)"))
+    (tmp_path / stage_name(7)).write_text(STAGE.format(constant="3", root="add(%x, %p)"))
+    code, out, err = cli(capsys, "bisect", tmp_path, "--json", "--no-diff")
+    report = json.loads(out)
+    assert report["first_bad_stage"] == stage_name(6) and report["unseen_steps"] == [], out
+    assert report["missing"][0].startswith("step 4 (no file"), out

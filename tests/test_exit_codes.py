@@ -4,6 +4,7 @@ stderr naming what is wrong, never as an internal error or a traceback."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -320,3 +321,190 @@ def test_memory_says_elided_constants_as_the_other_commands_do(capsys, tmp_path)
     code, out, err = cli(capsys, ["memory", path])
     assert code == 0 and err.startswith("warning: module good: 1 constant (%c) written as {...}"), err
     assert "ElidedConstantWarning" not in err and ".py:" not in err, err
+
+
+USAGE_ERRORS = {   # argparse refuses each before the command starts
+    "unknown option": (["run", "{f}", "--no-such-flag"], "run", "unrecognized arguments: --no-such-flag"),
+    "bad choice": (["compare", "{f}", "--reductions", "junk"], "compare", "invalid choice: 'junk'"),
+    "missing argument": (["numerics"], "numerics", "required: FILE"),
+    "bad option value": (["diff", "{f}", "{f}", "--rtol", "nan"], "diff", "number >= 0"),
+    "abbreviated --json": (["memory", "{f}", "--top", "0"], "memory", "count >= 1"),
+    "unknown command": (["frobnicate", "{f}"], None, "invalid choice: 'frobnicate'"),
+}
+
+
+@pytest.mark.parametrize("name", list(USAGE_ERRORS))
+def test_with_json_a_usage_error_is_a_json_document_too(capsys, tmp_path, name):
+    """argparse exits before the command starts: `--json` printed nothing on stdout for a usage error."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    argv, command, says = USAGE_ERRORS[name]
+    argv = [a.format(f=tmp_path / "m.hlo") for a in argv]
+    code, out, plain_err = cli(capsys, argv)
+    assert code == 2 and out == "" and says in plain_err, (out, plain_err)      # without --json: stderr only
+    code, out, err = cli(capsys, [*argv, "--js" if name == "abbreviated --json" else "--json"])
+    document = json.loads(out)
+    assert code == 2 and document == {"command": command, "version": 1, "error": document["error"]}, out
+    assert says in document["error"] and f"error: {document['error']}" in err, (document, err)
+    assert err.replace(" --json", "").replace(" --js", "") == plain_err or "usage:" in err, err   # stderr as before
+
+
+@pytest.mark.parametrize("value", [",", "", " ", "a100,", ",tpu", "a100,,tpu"])
+@pytest.mark.parametrize("argv", [
+    ["run", "{f}"], ["compare", "{f}", "--reference", "shadow"], ["numerics", "{f}"], ["diff", "{f}", "{f}"],
+    ["minimize", "{f}", "--check", "nan", "-o", "{d}/s.hlo"], ["report", "{f}", "-o", "{d}/r.html"]],
+    ids=lambda argv: argv[0] + (" shadow" if "shadow" in argv else ""))
+def test_an_empty_device_name_is_a_usage_error(capsys, tmp_path, argv, value):
+    """`compare --reference shadow --device ,` judged by the reference profile, and `a100,` by a100 alone: an empty
+    name in --device's list is refused before anything runs, naming the option and what it takes."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo", d=tmp_path) for a in argv] + ["--device", value])
+    assert code == 2 and "argument --device: expected a device profile name or file" in err, (code, out, err)
+    assert f"got {value!r}" in err and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "m.hlo", "--partitions", "100000000"], ["compare", "m.hlo", "--reference", "shadow", "--replicas", "65537"],
+    ["numerics", "m.hlo", "--partitions", "100000000"], ["collectives", "m.hlo", "--partitions", "100000000"],
+    ["memory", "m.hlo", "--replicas", "100000000"], ["export", "m.hlo", "--partitions", "100000000"],
+    ["report", "m.hlo", "-o", "r.html", "--partitions", "100000000"]], ids=lambda argv: argv[0])
+def test_a_device_count_past_the_most_participants_is_a_usage_error(capsys, argv):
+    """`--partitions 100000000` ran for hours (1e8 input lists split, then participants) saying nothing: the
+    flag is refused as it is parsed (nothing is read or run), naming the option and the limit."""
+    from hloexec.options import MOST_PARTICIPANTS
+    from hloexec.tools.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"expected a count from 1 to {MOST_PARTICIPANTS}" in err, err
+    assert build_parser().parse_args([*argv[:-1], str(MOST_PARTICIPANTS)]) is not None   # the limit itself is taken
+
+
+@pytest.mark.parametrize("header, given, says", [
+    ("num_partitions=100000000", (None, None), "100000000 partitions (the header's) x 1 replicas (default)"),
+    ("num_partitions=2", (None, 40000), "2 partitions (the header's) x 40000 replicas (given)"),
+    ("", (1000, 1000), "1000 partitions (given) x 1000 replicas (given) = 1000000 participants")])
+def test_device_counts_past_the_most_participants_are_refused(header, given, says):
+    """A header or a product of counts past the limit (each count alone may be within it): refused before any
+    participant is made, saying where each count comes from."""
+    import hloexec
+    from hloexec import spmd
+    from hloexec.errors import ExecutionError
+
+    module = hloexec.parse(GOOD.replace("HloModule good", f"HloModule good{', ' + header if header else ''}"))[0]
+    with pytest.raises(ExecutionError, match=re.escape(says) + r".*more than the 65536 hloexec runs"):
+        spmd.device_counts(module, *given)
+    assert spmd.device_counts(module, 2, 4)[:2] == (2, 4)
+
+
+def test_spmd_outputs_are_grouped_without_comparing_every_pair():
+    """`run --partitions 4000` of a module whose participants' outputs all differ spent minutes comparing each
+    device's output with every group's (4000^2 / 2 comparisons) after a one-second run; equal values (-0.0 and
+    0.0, NaNs) still share a group."""
+    import threading
+
+    import ml_dtypes
+
+    from hloexec.tools.commands.run_spmd import output_groups
+
+    equal = [np.array([0.0, np.nan]), np.array([-0.0, np.nan]), np.array([-0.0, 0], ml_dtypes.bfloat16),
+             np.array([0, 0], ml_dtypes.bfloat16), np.array([complex(np.nan, 1)]), np.array([complex(np.nan, 2)]),
+             np.array([1, 2], np.int32), np.array([[1, 2]], np.int32)]
+    assert [g["devices"] for g in output_groups(0, equal)] == [[0, 1], [2, 3], [4, 5], [6], [7]]
+    distinct = [np.array([d], np.float32) for d in range(6000)]
+    result = []
+    grouping = threading.Thread(target=lambda: result.append(output_groups(0, distinct)), daemon=True)
+    grouping.start()
+    grouping.join(timeout=20)
+    assert result and len(result[0]) == 6000, "still comparing"
+
+
+XEXP = "HloModule xexp\n\nENTRY e {\n  p = f32[64] parameter(0)\n  x = f32[64] exponential(p)\n  ROOT r = f32[64] multiply(x, p)\n}\n"
+
+
+@pytest.mark.parametrize("judged", [["--expected"], ["--reference", "shadow", "--actual"]], ids=" ".join)
+def test_outputs_from_other_inputs_get_a_hint_the_verdict_unchanged(capsys, tmp_path, judged):
+    """Outputs computed from other inputs were judged (FAIL, NOT CONSISTENT) with no word of why nearly every
+    element was off: a hint line (and "hint" in the JSON) asks whether they were computed from these inputs."""
+    path = tmp_path / "m.hlo"
+    path.write_text(XEXP)
+    x, other = (np.random.default_rng(seed).normal(size=64).astype(np.float32) for seed in (0, 1))
+    np.savez(tmp_path / "in.npz", arg0=x)
+    for name, values in (("right.npz", x), ("other.npz", other)):      # numpy's x * exp(x): within f32's roundings
+        np.savez(tmp_path / name, out0=(values * np.exp(values)).astype(np.float32))
+    one_off = (x * np.exp(x)).astype(np.float32)
+    one_off[7] *= 1.5
+    np.savez(tmp_path / "one_off.npz", out0=one_off)
+    argv = ["compare", path, "--inputs", tmp_path / "in.npz", *judged]
+    code, out, err = cli(capsys, [*argv, tmp_path / "other.npz"])
+    assert code == 1 and "hint: other.npz: " in out and "were these outputs computed from these inputs" in out, out
+    assert int(out.split("hint: other.npz: ")[1].split(" of 64")[0]) >= 58, out
+    code, out, err = cli(capsys, [*argv, tmp_path / "other.npz", "--json"])
+    assert code == 1 and json.loads(out)["hint"].startswith("other.npz: "), out
+    for name, want in (("right.npz", 0), ("one_off.npz", 1)):          # a result, or one element wrong: no hint
+        code, out, err = cli(capsys, [*argv, tmp_path / name, "--json"])
+        assert code == want and json.loads(out)["hint"] is None, (name, out, err)
+
+
+def test_an_array_key_with_leading_zeros_is_no_second_arg0(capsys, tmp_path):
+    """`arg00` beside `arg0` was read as argument 0 as well (the last one read won, silently)."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    np.savez(tmp_path / "in.npz", arg0=np.ones(4, np.float32), arg00=np.zeros(4, np.float32))
+    code, out, err = cli(capsys, ["run", tmp_path / "m.hlo", "--inputs", tmp_path / "in.npz"])
+    assert code == 2 and "unexpected array 'arg00' (expected arg0..argN" in err, (out, err)
+
+
+def test_stage_of_a_file_that_is_no_dump_directory_is_refused(capsys, tmp_path):
+    """`run m.hlo --stage 3` ran m.hlo, the stage silently ignored."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    for argv in (["run", tmp_path / "m.hlo", "--stage", "3"], ["diff", tmp_path / "m.hlo", tmp_path / "m.hlo",
+                                                               "--stage-b", "before"]):
+        code, out, err = cli(capsys, argv)
+        assert code == 2 and f"--stage picks a stage of a dump directory (--xla_dump_to=DIR); {tmp_path / 'm.hlo'} " \
+            "is a file" in err, (out, err)
+
+
+def test_a_pipe_as_the_module_and_as_the_inputs(capsys, tmp_path):
+    """`hloexec run <(zcat m.hlo.gz) --inputs <(...)`: the parser maps regular files only, so a pipe was "empty
+    input: no HLO module", and numpy re-reads an npz a pipe gives once."""
+    import io
+    import os
+    import threading
+
+    buffer = io.BytesIO()
+    np.savez(buffer, arg0=np.array([1, -2, 3, -4], np.float32))
+    pipes = {tmp_path / "m.pipe": GOOD.encode(), tmp_path / "in.pipe": buffer.getvalue()}
+    for pipe, data in pipes.items():
+        os.mkfifo(pipe)
+        threading.Thread(target=lambda p=pipe, d=data: p.write_bytes(d), daemon=True).start()
+    code, out, err = cli(capsys, ["run", tmp_path / "m.pipe", "--inputs", tmp_path / "in.pipe", "--json"])
+    assert code == 0 and json.loads(out)["outputs"][0]["min"] == -3, (out, err)
+    assert f"{tmp_path / 'm.pipe'}: a pipe, read into " in err, err
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("argv", [["run", "{f}", "--out", "/dev/full"], ["extract", "{f}", "r", "-o", "/dev/full"],
+                                  ["extract", "{f}", "r", "--inputs-out", "/dev/full"]], ids=" ".join)
+def test_a_write_that_fails_names_its_file(capsys, tmp_path, argv):
+    """A full disk's ENOSPC names no file: `error: [Errno 28] No space left on device` did not say which output."""
+    (tmp_path / "m.hlo").write_text(GOOD)
+    code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo") for a in argv])
+    assert code == 2 and "error: /dev/full: No space left on device" in err, (out, err)
+
+
+def test_actual_files_of_one_name_are_each_judged(capsys, tmp_path):
+    """`--actual run1/out.npz --actual run2/out.npz`: candidates were keyed by file name, so the second replaced the
+    first and one verdict was said for both; now named by path where names collide, the same file twice refused."""
+    path = tmp_path / "m.hlo"
+    path.write_text(XEXP)
+    x = np.random.default_rng(0).normal(size=64).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=x)
+    for run, values in (("run1", x), ("run2", -x)):
+        (tmp_path / run).mkdir()
+        np.savez(tmp_path / run / "out.npz", out0=(values * np.exp(values)).astype(np.float32))
+    argv = ["compare", path, "--inputs", tmp_path / "in.npz", "--reference", "shadow", "--json"]
+    code, out, err = cli(capsys, [*argv, "--actual", tmp_path / "run1/out.npz", "--actual", tmp_path / "run2/out.npz"])
+    assert code == 1 and json.loads(out)["candidates"] == {"hloexec": True, str(tmp_path / "run1/out.npz"): True,
+                                                           str(tmp_path / "run2/out.npz"): False}, out
+    code, out, err = cli(capsys, [*argv, "--actual", tmp_path / "run1/out.npz", "--actual", tmp_path / "run1/out.npz"])
+    assert code == 2 and f"--actual {tmp_path / 'run1/out.npz'} given twice" in err, (out, err)

@@ -234,3 +234,31 @@ def test_a_pickle_given_as_an_array_file_is_said_to_be_one(capsys, files):
     (files / "p.npz").write_bytes(pickle.dumps({"arg0": A}))
     code, _, err = cli(capsys, "run", files / "m.hlo", "--inputs", files / "p.npz")
     assert code == 2 and "p.npz: a pickle, not an .npz or .npy array file" in err and "allow_pickle" not in err, err
+
+
+@pytest.mark.parametrize("flag", ["--inputs", "--expected", "--actual"])
+def test_bits_saved_as_unsigned_integers_get_a_hint_how_to_pass_them(capsys, files, flag):
+    """bf16 bits saved as uint16 (what people save when numpy cannot save bf16), fp8 bits as uint8: refused (integers
+    may as well be the values meant) with the way to pass them; the file made as it says then runs and reads right."""
+    key = "arg0" if flag == "--inputs" else "out0"
+    others = {"arg1": B} if flag == "--inputs" else {}
+    bits = (A if flag == "--inputs" else SUM).view(np.uint16)
+    np.savez(files / "bits.npz", **{key: bits}, **others)
+    np.savez(files / "viewed.npz", **{key: bits.view(ml_dtypes.bfloat16)}, **others)     # the hint followed
+    rest = {"--inputs": ["--expected", files / "out.npz"], "--expected": ["--inputs", files / "in.npz"],
+            "--actual": ["--inputs", files / "in.npz", "--reference", "shadow"]}[flag]
+    code, _, err = cli(capsys, "compare", files / "m.hlo", flag, files / "bits.npz", *rest)
+    assert code == 2 and f"array {key} has dtype uint16, expected bf16[4]" in err, err
+    assert "if it holds bf16 bits, save arr.view(ml_dtypes.bfloat16) instead" in err, err
+    code, _, err = cli(capsys, "compare", files / "m.hlo", flag, files / "viewed.npz", *rest)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("arrays, says", [
+    ({"arg0": A, "arg1": B.view(np.uint8)}, "if it holds f8e4m3fn bits, save arr.view(ml_dtypes.float8_e4m3fn)"),
+    ({"arg0": A.view(np.int16), "arg1": B}, None),               # a signed integer: not bits
+    ({"arg0": A.astype(np.uint32), "arg1": B}, None)])           # another size: not bits
+def test_the_bits_hint_is_for_unsigned_integers_of_the_size(capsys, files, arrays, says):
+    np.savez(files / "ints.npz", **arrays)
+    code, _, err = cli(capsys, "run", files / "m.hlo", "--inputs", files / "ints.npz")
+    assert code == 2 and "has dtype" in err and (says in err if says else "view(" not in err), err

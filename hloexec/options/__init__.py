@@ -89,6 +89,12 @@ class Options:
         }
 
 
+# The most participants (partitions x replicas) an SPMD run or model takes, given, from the header, or inferred
+# from device ids: every one is a participant of this process (or of Ray workers whose outputs it gathers); 4,096
+# in one all-reduce took minutes, and 10^8 asked for by a typo ran for hours before anything was said.
+MOST_PARTICIPANTS = 1 << 16
+
+
 def available_memory() -> int | None:
     """MemAvailable of /proc/meminfo in bytes; None where there is no /proc (not Linux)."""
     try:
@@ -101,4 +107,12 @@ def available_memory() -> int | None:
     return None
 
 
-__all__ = ["Options", "available_memory", "DeviceProfile", "device_profile", "REDUCTIONS", "REFERENCE"]
+__all__ = [
+    "Options",
+    "available_memory",
+    "MOST_PARTICIPANTS",
+    "DeviceProfile",
+    "device_profile",
+    "REDUCTIONS",
+    "REFERENCE",
+]

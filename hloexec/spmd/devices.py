@@ -11,10 +11,8 @@ from ..ir.module import Module
 from ..ir.shardy import module_meshes
 from ..ops.collectives import SEND_RECV_PAIRS, group_mode
 from ..ops.registry import async_shorthand
+from ..options import MOST_PARTICIPANTS
 
-# Participants inferred from device ids at most (a header or the caller's counts give more): XLA's dumps carry
-# their counts in the header; ids beyond this in a headerless module are a typo, not a machine.
-MOST_INFERRED = 1 << 16
 
 # The collectives whose replica groups (or pairs) name participants.
 GROUPED = (
@@ -39,8 +37,19 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
     replica groups, source_target_pairs and shardings (note then says so; None otherwise)."""
     header_p, header_r = module.attrs.get("num_partitions"), module.attrs.get("replica_count")
     if any(v is not None for v in (partitions, replicas, header_p, header_r)):
+        origins = [
+            "given" if g is not None else "the header's" if h is not None else "default"
+            for g, h in ((partitions, header_p), (replicas, header_r))
+        ]
         partitions = partitions if partitions is not None else int(header_p if header_p is not None else 1)
         replicas = replicas if replicas is not None else int(header_r if header_r is not None else 1)
+        if partitions * replicas > MOST_PARTICIPANTS:
+            raise ExecutionError(
+                f"{module.name}: {partitions} partitions ({origins[0]}) x {replicas} replicas ({origins[1]}) = "
+                f"{partitions * replicas} participants, more than the {MOST_PARTICIPANTS} hloexec runs (each one a "
+                "participant of this process or of its Ray workers); set partitions=/replicas= "
+                "(--partitions/--replicas) to run fewer"
+            )
         return partitions, replicas, None
     most = {"partition": 0, "replica": 0, "device": 0}
     for inst in module.instructions():
@@ -60,10 +69,10 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
         most["partition"] = max(most["partition"], max(mesh.devices, default=0) + 1)
     inferred_r = max(most["replica"], 1)
     inferred_p = max(most["partition"], -(-most["device"] // inferred_r), 1)
-    if inferred_p * inferred_r > MOST_INFERRED:  # a stray id (replica_groups={{99999999999,0}}) is not a machine
+    if inferred_p * inferred_r > MOST_PARTICIPANTS:  # a stray id (replica_groups={{99999999999,0}}) is not a machine
         raise ExecutionError(
             f"{module.name}: no num_partitions/replica_count in the header, and its device ids reach "
-            f"{inferred_p} partitions x {inferred_r} replicas: more than {MOST_INFERRED} participants are not "
+            f"{inferred_p} partitions x {inferred_r} replicas: more than {MOST_PARTICIPANTS} participants are not "
             "inferred; set partitions=/replicas= (--partitions/--replicas) to run that many"
         )
     note = (

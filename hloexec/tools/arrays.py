@@ -15,7 +15,10 @@ prints of each).
 
 from __future__ import annotations
 
+import io
+import os
 import re
+import stat
 
 import numpy as np
 
@@ -28,12 +31,15 @@ from .xla_cpu import load_arrays
 def read_arrays(path, prefix: str) -> dict[str, np.ndarray]:
     """Every array of the npz at `path` by key (an npy: its one array as prefix0), ml_dtypes types restored."""
     path = str(path)
+    source: str | io.BytesIO = path
     with open(path, "rb") as f:  # a missing or unreadable file: OSError, said as such
-        magic = f.read(6)
+        if stat.S_ISFIFO(os.fstat(f.fileno()).st_mode):  # a pipe (`--inputs <(...)`): read once, numpy seeks
+            source = io.BytesIO(f.read())
+        magic = f.read(6) if isinstance(source, str) else source.getvalue()[:6]
     try:
         if magic == b"\x93NUMPY":
-            return {f"{prefix}0": np.load(path, allow_pickle=False)}
-        return dict(load_arrays(path))
+            return {f"{prefix}0": np.load(source, allow_pickle=False)}
+        return dict(load_arrays(source))
     except Exception as e:  # noqa: BLE001 - np.load says a bad file in many exception types
         raise ArrayFileError(f"{path}: {_reason(e)}") from None
 
@@ -69,7 +75,7 @@ def values_of(
     """read_values of arrays already read from `path` (keys prefix0..: an SPMD file's dev{d}/arg{i})."""
     by_number = {}
     for key, value in arrays.items():
-        m = re.fullmatch(re.escape(prefix) + r"(\d+)", key)
+        m = re.fullmatch(re.escape(prefix) + r"(0|[1-9]\d*)", key)  # arg00 is no second arg0
         if m is None:
             raise ArrayFileError(
                 f"{path}: unexpected array {key!r} (expected {prefix}0..{prefix}N, one per "
@@ -169,10 +175,26 @@ def _checked(path, key: str, value: np.ndarray, leaf, check_shapes: bool, check_
             f"{value.dtype.itemsize}), expected {expected} ({leaf.dtype.itemsize}-byte elements)"
         )
     if check_dtypes and value.dtype != leaf.dtype:
-        raise ArrayFileError(f"{path}: array {key} has dtype {value.dtype}, expected {expected} (numpy {leaf.dtype})")
+        raise ArrayFileError(
+            f"{path}: array {key} has dtype {value.dtype}, expected {expected} (numpy {leaf.dtype})"
+            + _as_bits_hint(value.dtype, leaf.dtype)
+        )
     if check_shapes and tuple(value.shape) != tuple(leaf.dims):
         raise ArrayFileError(f"{path}: array {key} has shape {list(value.shape)}, expected {expected}")
     return value
+
+
+def _as_bits_hint(found: np.dtype, wanted: np.dtype) -> str:
+    """How to pass a float's bits saved as the unsigned integer of its size (bf16 as uint16, fp8 as uint8: what
+    people save when numpy cannot): not taken as bits, since integers may as well be the values meant."""
+    if found.kind != "u" or found.itemsize != wanted.itemsize or wanted.kind == "u":
+        return ""
+    module = "ml_dtypes" if wanted.type.__module__.startswith("ml_dtypes") else "np"
+    name = dtype_name(wanted)
+    return (
+        f"; if it holds {name} bits, save arr.view({module}.{wanted.name}) instead: np.savez keeps the bytes and "
+        f"hloexec reads them as {name}"
+    )
 
 
 def _listing(leaves: list, prefix: str) -> str:

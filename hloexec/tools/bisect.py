@@ -66,6 +66,13 @@ class BisectReport:
         """The stage files left out as a second copy of a stage (dumpdir.scan), as skipped entries."""
         return [{"stage": left.name, "error": f"duplicate of {kept.name}"} for left, kept in self.module.duplicates]
 
+    def unseen_steps(self) -> list[int]:
+        """Pass steps with no file between the last good and the first bad stage: the change may be any of them."""
+        if self.first_bad is None or self.last_good is None:
+            return []
+        low, high = self.stages[self.last_good].step, self.stages[self.first_bad].step  # None: before, after
+        return [k for k in self.module.missing_steps() if (low is None or low < k) and (high is None or k < high)]
+
     def compared(self) -> int:
         """How many stages ran and were compared with the reference (the reference included)."""
         return sum(1 for r in self.runs.values() if not r.error)
@@ -107,6 +114,8 @@ class BisectReport:
                     if r.error
                 ]
                 + self.duplicates(),
+                "missing": self.module.missing(),
+                "unseen_steps": self.unseen_steps(),
                 "diff": None if self.diff is None else self.diff.to_dict(),
             }
         )
@@ -232,6 +241,7 @@ def format_report(r: BisectReport) -> str:
         lines.append(f"  {i:>4}  {r.stages[i].label:<70} {status}")
     for d in r.duplicates():
         lines.append(f"  {'':>4}  {d['stage']:<70} skipped ({d['error']})")
+    lines += [f"  missing: {missing}" for missing in r.module.missing()]
     if r.reference is None:
         lines.append("no stage could run")
         return "\n".join(lines)
@@ -257,6 +267,12 @@ def format_report(r: BisectReport) -> str:
         else f"first stage whose outputs differ: {bad.path.name}"
     )
     lines.append(f"  after pass {bad.after_pass!r} ({bad.pipeline}); last good: {good}")
+    unseen = r.unseen_steps()
+    if unseen:
+        lines.append(
+            f"  note: {len(unseen)} step{'s' if len(unseen) > 1 else ''} between them ha{'ve' if len(unseen) > 1 else 's'}"
+            f" no file ({', '.join(map(str, unseen))}): the change may come from any of them"
+        )
     verdict = r.runs[r.first_bad].shadow_verdict
     for output in verdict.outputs if verdict is not None else ():
         for c in output.candidates:

@@ -81,8 +81,19 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, keeping the message of a usage error it refuses (`main` says it as JSON too with
+    --json); its subcommands' parsers are of this class as well."""
+
+    usage_error: str | None = None
+
+    def error(self, message):
+        Parser.usage_error = message
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="hloexec",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Parse, inspect, run and compare XLA HLO text on the CPU.",
@@ -102,11 +113,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _asks_json(argv: list[str]) -> bool:
+    """Whether a command line argparse refused has --json (or an abbreviation argparse would take for it)."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    return any(len(a) > 3 and "--json".startswith(a) for a in words)
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command a refused command line names (None: none, or one hloexec does not have)."""
+    first = next((a for a in argv if not a.startswith("-")), None)  # the top level's options take no value
+    return first if first in {command.__name__.rsplit(".", 1)[-1] for command in COMMANDS} else None
+
+
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    Parser.usage_error = None
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version, usage errors (argparse printed them)
+        if Parser.usage_error is not None and _asks_json(argv):  # a script reading stdout gets a JSON document
+            print_json({"command": _command_of(argv), "version": JSON_VERSION, "error": Parser.usage_error})
         return e.code if isinstance(e.code, int) else EXIT_ERROR
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -118,7 +145,7 @@ def main(argv=None) -> int:
     try:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             plugins.apply(args.plugin, args.custom_call_identity)
-        args.command_line = sys.argv[1:] if argv is None else list(argv)  # `report` shows how to rerun it
+        args.command_line = argv  # `report` shows how to rerun it
         for note in prepare_arguments(args, args.command_line):  # FILE as a dump directory, snapshot or proto
             print(note, file=sys.stderr)
         return args.handler(args)

@@ -34,7 +34,7 @@ from ..exec.domains import input_domains
 from ..exec.inputs import random_inputs
 from ..exec.tiering import COMPILE_MODES
 from ..ir.module import pick_module
-from ..options import REDUCTIONS
+from ..options import MOST_PARTICIPANTS, REDUCTIONS
 from ..parser import parse
 from .arrays import flatten, read_values
 from .compare import jsonable
@@ -87,6 +87,17 @@ def _at_least(text: str, minimum: int, what: str) -> int:
 
 def positive_int(text: str) -> int:
     return _at_least(text, 1, "a count")
+
+
+def device_count(text: str) -> int:
+    """--partitions, --replicas: refused past the most participants hloexec runs at once (--partitions 100000000
+    ran for hours, saying nothing)."""
+    value = positive_int(text)
+    if value > MOST_PARTICIPANTS:
+        raise argparse.ArgumentTypeError(
+            f"expected a count from 1 to {MOST_PARTICIPANTS} (the most participants hloexec runs), got {text}"
+        )
+    return value
 
 
 def count(text: str) -> int:
@@ -245,9 +256,9 @@ def _add_calls_and_spmd(execution: argparse.ArgumentParser) -> None:
         "replica groups and shardings (a message says so)",
     )
     spmd_options.add_argument(
-        "--partitions", type=positive_int, metavar="N", help="partitions per replica (implies --spmd)"
+        "--partitions", type=device_count, metavar="N", help="partitions per replica (implies --spmd)"
     )
-    spmd_options.add_argument("--replicas", type=positive_int, metavar="R", help="replicas (implies --spmd)")
+    spmd_options.add_argument("--replicas", type=device_count, metavar="R", help="replicas (implies --spmd)")
     spmd_options.add_argument(
         "--ray",
         nargs="?",
@@ -448,11 +459,16 @@ def run_on_xla(module, path: str, inputs) -> list:
 
 
 def actual_candidates(exe, paths, spmd: bool = False) -> dict[str, list]:
-    """Candidates from --actual files (keys out0..outM), by file name: a device's outputs, judged against the
+    """Candidates from --actual files (keys out0..outM), by file name (by path where two share one): a device's outputs, judged against the
     program's, so read as of its types (`spmd`: global outputs, whose shapes are not the module's per-device
     ones: the verdict checks them against the assembled run's)."""
     leaves = result_leaves(exe)
-    return {Path(p).name: read_values(p, "out", leaves, what="outputs", check_shapes=not spmd) for p in paths}
+    names = [Path(p).name for p in paths]  # two files of one name (run1/out.npz, run2/out.npz): their paths
+    names = [str(p) if names.count(n) > 1 else n for p, n in zip(paths, names)]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the second replaced the first, silently
+        raise UsageError(f"--actual {twice[0]} given twice")
+    return {n: read_values(p, "out", leaves, what="outputs", check_shapes=not spmd) for n, p in zip(names, paths)}
 
 
 def judge_candidates(exe, module, args, inputs, candidates: dict, runner):

@@ -216,6 +216,34 @@ def output_scale(expected: np.ndarray) -> float:
     return float(finite.max()) if finite.size else 0.0
 
 
+# Outputs computed from other inputs (or by another module) are off nearly everywhere, each element by the order of
+# its own value: past this share of elements off by this much of their own magnitude `compare` asks whether they
+# were (a hint; the verdict is unchanged). Correct results are not: a result's rounding leaves few elements 10% off.
+ELSEWHERE_SHARE, ELSEWHERE_OFF, ELSEWHERE_LEAST = 0.9, 0.1, 8
+
+
+def computed_elsewhere_hint(name: str, outputs: list, reference: list) -> str:
+    """ "" unless nearly every element of `outputs` (file `name`'s) is off from `reference`'s (hloexec's run of the
+    module on the same inputs, or its exact answer) by more than a tenth of its own magnitude: then the question
+    to ask."""
+    far = total = 0
+    for a, e in zip(outputs, reference):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape or not (is_float(e.dtype) or e.dtype.kind == "c"):
+            continue
+        wide = np.complex128 if e.dtype.kind == "c" else np.float64
+        a, e = a.astype(wide), e.astype(wide)
+        with np.errstate(invalid="ignore", over="ignore"):
+            off = (np.abs(a - e) > ELSEWHERE_OFF * np.abs(e)) | (np.isfinite(e) & ~np.isfinite(a))
+        far, total = far + int(np.count_nonzero(off)), total + a.size
+    if total < ELSEWHERE_LEAST or far < ELSEWHERE_SHARE * total:
+        return ""
+    return (
+        f"{name}: {far} of {total} elements are off by more than {ELSEWHERE_OFF:.0%} of their own value: were these "
+        "outputs computed from these inputs (and this module)?"
+    )
+
+
 def _ulps_at_scale(abs_err: np.ndarray, expected: np.ndarray) -> float:
     """The largest finite error in ulps of the output type at the output's scale (max |expected|): ULPs that
     mean something for tiny elements too (two values of opposite sign near 0 are not billions of ULPs apart)."""

@@ -3,6 +3,7 @@ the sources of each rule). The profiles themselves are hloexec/options/devices.p
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..errors import ExecutionError
@@ -19,7 +20,17 @@ DEVICE_HELP = (
 
 
 def add_device_argument(parser) -> None:
-    parser.add_argument("--device", metavar="NAME|FILE", default=None, help=DEVICE_HELP)
+    parser.add_argument("--device", metavar="NAME|FILE", type=device_names, default=None, help=DEVICE_HELP)
+
+
+def device_names(text: str) -> str:
+    """--device's value as written, refused before anything runs when a name of it is empty (`--device ,`,
+    `a100,`, `''`): a profile name or file, or a list A,B,... of them."""
+    if not all(name.strip() for name in text.split(",")):
+        raise argparse.ArgumentTypeError(
+            f"expected a device profile name or file, or a list of them separated by commas (a100,tpu), got {text!r}"
+        )
+    return text
 
 
 def device_option(text: str | None, module, say=None):
@@ -39,7 +50,7 @@ def device_option(text: str | None, module, say=None):
 
 def device_list(text: str, module, say=None) -> list:
     """The profiles of `--device A,B,...` (compare --reference shadow judges by each), each read by device_option."""
-    return [device_option(name, module, say) for name in text.split(",") if name]
+    return [device_option(name, module, say) for name in text.split(",")]
 
 
 def describe(profile) -> dict:

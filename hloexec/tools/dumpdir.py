@@ -103,6 +103,30 @@ class DumpModule:
         """Every dumped stage in pipeline order: before optimizations, the passes, after optimizations."""
         return ([self.before] if self.before else []) + sorted(self.passes, key=lambda s: s.step or 0) + self.after
 
+    def missing_steps(self) -> list[int]:
+        """Pass-dump steps not in the directory: XLA numbers the pass dumps it writes for a module 0, 1, 2, ... (a
+        step per dump, dump.cc), so a number below the last one without a file is a file deleted or never copied."""
+        present = {s.step for s in self.passes if s.step is not None}
+        return [k for k in range(max(present, default=-1) + 1) if k not in present]
+
+    def missing(self) -> list[str]:
+        """The stage files the directory lacks, said for a listing: gaps in the pass steps, before or after
+        optimizations (XLA dumps both whenever it dumps a module: deleted, or the compile stopped early)."""
+        found = []
+        steps = self.missing_steps()
+        if steps:
+            from ..spmd.devices import device_ranges  # only here (the spmd package costs ~0.5 s to import)
+
+            found.append(
+                f"step{'s' if len(steps) > 1 else ''} {device_ranges(steps).replace(',', ', ')} (no file: XLA "
+                "numbers its pass dumps 0, 1, 2, ...; deleted or never copied)"
+            )
+        if self.before is None and (self.after or self.passes):
+            found.append("before optimizations (no *.before_optimizations.txt)")
+        if not self.after and (self.before or self.passes):
+            found.append("after optimizations (no *_after_optimizations.txt: deleted, or the compile stopped early)")
+        return found
+
     def stage(self, which: str | None) -> Stage:
         stages = self.stages()
         if not stages:
@@ -128,14 +152,25 @@ class DumpModule:
             ]
         if not found:
             passes = sorted({s.after_pass for s in self.passes})
+            steps = sorted(s.step for s in self.passes if s.step is not None)
+            from ..spmd.devices import device_ranges  # only here (the spmd package costs ~0.5 s to import)
+
+            missing = self.missing()
             raise DumpError(
-                f"module_{self.number:04d}.{self.name}: no stage {which!r}; stages: "
+                f"module_{self.number:04d}.{self.name}: no stage {which!r}"
+                + (
+                    " (its file is not in the directory)"
+                    if which.isdigit() and int(which) in self.missing_steps()
+                    else ""
+                )
+                + "; stages: "
                 + ", ".join((["before"] if self.before else []) + (["after"] if self.after else []))
                 + (
-                    f", steps 0-{max(s.step or 0 for s in self.passes)} or a pass: {', '.join(passes)}"
+                    f", steps {device_ranges(steps).replace(',', ', ')} or a pass: {', '.join(passes)}"
                     if passes
                     else ""
                 )
+                + (f"; missing: {'; '.join(missing)}" if missing else "")
             )
         return found[0]
 
@@ -324,6 +359,7 @@ def module_summary(module: DumpModule) -> dict:
         "pass_count": len(module.passes),
         "snapshots": [p.name for p in module.snapshots],
         "other_files": len(module.other),
+        "missing": module.missing(),
     }
     stages = [summary["before"], *summary["after"], *passes]
     summary["problems"] = [
@@ -414,6 +450,10 @@ def as_text_file(path: str, module: str | None, stage: str | None) -> tuple[str,
                 f"{p}: snapshot of {snap.module_name} ({len(snap.arguments)} arguments and the result)",
             )
         return _write(p.name + ".hlo", module_text(read_module_proto(p))), None, f"{p}: module proto"
+    if p.is_fifo():  # a pipe (`<(zcat dump.txt.gz)`, /dev/stdin): read once; the parser maps regular files only
+        with open(p, encoding="utf-8", errors="surrogateescape") as f:
+            copy = _write(p.name, f.read())
+        return copy, None, f"{p}: a pipe, read into {copy}"
     return path, None, ""
 
 
@@ -425,6 +465,7 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
     notes = []
     module, stage = getattr(args, "module", None), getattr(args, "stage", None)
     resolved_module = False
+    originals = [getattr(args, attr, None) for attr in ("file", "other", "a", "b")]
     if getattr(args, "b", "") is None and isinstance(getattr(args, "a", None), str) and Path(args.a).is_dir():
         args.b = args.a  # `diff DIR --stage X --stage-b Y`: two stages of one dump
     for attr in ("file", "other", "a", "b"):
@@ -471,4 +512,9 @@ def prepare_arguments(args, argv: list[str]) -> list[str]:
         args.files = [as_text_file(f, module, stage)[0] for f in args.files]
     if resolved_module and hasattr(args, "module"):
         args.module = None  # chosen: each resolved file holds that one module
+    elif stage is not None or getattr(args, "stage_b", None) is not None:  # it was silently ignored
+        files = [*originals, *(getattr(args, "files", None) or ())]
+        existing = [f for f in files if isinstance(f, str) and Path(f).exists()]
+        if existing:
+            raise DumpError(f"--stage picks a stage of a dump directory (--xla_dump_to=DIR); {existing[0]} is a file")
     return notes

@@ -41,7 +41,8 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from typing import Any
+from contextlib import contextmanager
+from typing import IO, Any
 from collections.abc import Sequence
 
 import numpy as np
@@ -437,11 +438,24 @@ def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress
             names[k] = a.dtype.name
     if names:
         store[_DTYPES_KEY] = np.array(json.dumps(names))
-    with open(path, "wb") as f:
+    with open_output(path, "wb") as f:
         (np.savez_compressed if compress else np.savez)(f, **store)
 
 
-def load_arrays(path: str) -> OrderedDict[str, np.ndarray]:
+@contextmanager
+def open_output(path: str | os.PathLike, mode: str = "w"):
+    """open(path, mode) for a file a command writes (text in UTF-8), a failing write (a full disk: no file named)
+    raised as an OSError naming `path`."""
+    try:
+        with open(path, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+    except OSError as e:
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from e
+        raise
+
+
+def load_arrays(path: str | IO[bytes]) -> OrderedDict[str, np.ndarray]:
     """Inverse of ``save_arrays``: {key: array} in stored order (no ``__dtypes__``). A file numpy cannot read
     raises what np.load raises; an array that cannot be read, ValueError naming it (hloexec.tools.arrays says
     both to the user)."""

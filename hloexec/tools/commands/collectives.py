@@ -7,6 +7,7 @@ from ..common import (
     EXIT_OK,
     JSON_VERSION,
     add_subparser,
+    device_count,
     load_module,
     non_negative_float,
     positive_float,
@@ -58,9 +59,9 @@ def add_model_options(p) -> None:
     """--module, --partitions, --replicas, --chip: what the traffic reports and exports share."""
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument(
-        "--partitions", type=positive_int, metavar="N", help="partitions per replica (default: header or inferred)"
+        "--partitions", type=device_count, metavar="N", help="partitions per replica (default: header or inferred)"
     )
-    p.add_argument("--replicas", type=positive_int, metavar="R", help="replicas (default: header or inferred)")
+    p.add_argument("--replicas", type=device_count, metavar="R", help="replicas (default: header or inferred)")
     p.add_argument(
         "--chip",
         choices=sorted(costmodel.CHIPS),

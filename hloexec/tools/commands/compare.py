@@ -29,7 +29,7 @@ from ..common import (
     run_on_xla,
     select_module,
 )
-from ..compare import DEFAULT_TOLERANCES, compare_outputs, format_report, mark_elided
+from ..compare import DEFAULT_TOLERANCES, compare_outputs, computed_elsewhere_hint, format_report, mark_elided
 from ..participants import global_arguments, is_spmd, numerics_runner, spmd_outputs
 from ..verdict import format_verdict
 
@@ -156,6 +156,7 @@ def run(args) -> int:
         module,
         *([other_exe.module] if other_exe is not None else []),
     )
+    hint = computed_elsewhere_hint(Path(args.expected).name, expected, actual) if args.expected else ""
     if args.json:
         print_json(
             {
@@ -167,6 +168,7 @@ def run(args) -> int:
                 "atol": args.atol,
                 "rtol": args.rtol,
                 **report.to_dict(),
+                "hint": hint or None,
             }
         )
     else:
@@ -178,6 +180,8 @@ def run(args) -> int:
         spmd_text = " (SPMD: global outputs assembled by their shardings)" if is_spmd(args) else ""
         print(f"{args.file} (module {module.name}){spmd_text} vs {what}; inputs {inputs_text(args)}")
         print(format_report(report))
+        if hint:
+            print(f"hint: {hint}")
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
 
@@ -205,8 +209,10 @@ def run_shadow(args) -> int:
         candidates[Path(args.other).name] = execute(other_exe, global_inputs)[0]
     if args.against is not None:
         candidates["XLA:CPU"] = run_on_xla(module, args.file, inputs)
-    candidates.update(actual_candidates(exe, args.actual or (), spmd=is_spmd(args)))
+    actual = actual_candidates(exe, args.actual or (), spmd=is_spmd(args))
+    candidates.update(actual)
     verdict, paired = judge_candidates(exe, module, args, inputs, candidates, runner)
+    hint = "; ".join(filter(None, (computed_elsewhere_hint(n, actual[n], paired.shadow) for n in actual)))
     if args.json:
         report = shadow_report(paired)
         print_json(
@@ -220,6 +226,7 @@ def run_shadow(args) -> int:
                 **verdict.to_dict(),
                 "divergences": report["divergences"],
                 "pinned": report["pinned"],
+                "hint": hint or None,
             }
         )
     else:
@@ -239,4 +246,6 @@ def run_shadow(args) -> int:
             )
             for d in paired.divergences:
                 print(f"  {d.describe()}")
+        if hint:
+            print(f"hint: {hint}")
     return EXIT_OK if verdict.consistent() else EXIT_MISMATCH

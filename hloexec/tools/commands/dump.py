@@ -44,5 +44,7 @@ def run(args) -> int:
         )
         for problem in m["problems"]:
             print(f"{'':>8}{problem['file']}: {problem['error']}")
+        for missing in m["missing"]:
+            print(f"{'':>8}missing: {missing}")
     print("run one stage: hloexec run DIR --module NAME_OR_NUMBER [--stage before|after|PASS|snapshot]")
     return 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from .. import costmodel
 from ..common import EXIT_OK, JSON_VERSION, UsageError, add_subparser, load_module, output_file, print_json, require
 from ..stats import human_bytes
+from ..xla_cpu import open_output
 from .collectives import add_model_options
 
 
@@ -53,7 +53,8 @@ def run(args) -> int:
     }
     if args.astra_sim:
         text, summary = astra_sim_text(p)
-        Path(args.astra_sim).write_text(text)
+        with open_output(args.astra_sim) as f:
+            f.write(text)
         doc["astra_sim"] = {"path": args.astra_sim, **summary}
         doc["assumptions"] += ASTRA_ASSUMPTIONS + summary["left_out"]
     if args.chakra:

@@ -21,7 +21,7 @@ from ..common import (
 )
 from ..diff import judge
 from ..extract import boundary, capture, cone_cut, find_instruction, submodule
-from ..xla_cpu import save_arrays
+from ..xla_cpu import open_output, save_arrays
 
 
 def add_parser(subparsers, parents) -> None:
@@ -67,7 +67,7 @@ def run(args) -> int:
         raise UsageError(f"%{inst.name} is a parameter: nothing computes it")
     sub = submodule([inst], cone_cut(inst, None if args.until_parameters else args.depth))
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
+        with open_output(args.out) as f:
             f.write(sub.text)
     elif not args.json:
         sys.stdout.write(sub.text)

@@ -17,6 +17,7 @@ from ..common import (
     print_json,
 )
 from ..graph import neighbourhood, to_dot, to_html, to_svg
+from ..xla_cpu import open_output
 
 
 def add_parser(subparsers, parents) -> None:
@@ -62,7 +63,8 @@ def run(args) -> int:
     )
     renderer = "graphviz" if suffix != ".dot" and shutil.which("dot") else "hloexec"
     text = {".dot": to_dot, ".svg": to_svg, ".html": to_html}[suffix](g)
-    Path(args.output).write_text(text, encoding="utf-8")
+    with open_output(args.output) as f:
+        f.write(text)
     doc = {
         "command": "graph",
         "version": JSON_VERSION,

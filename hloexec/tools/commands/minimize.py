@@ -20,7 +20,7 @@ from ..common import (
 )
 from ..devices import add_device_argument, device_option
 from ..minimize import Check, minimize
-from ..xla_cpu import save_arrays
+from ..xla_cpu import open_output, save_arrays
 
 
 def add_parser(subparsers, parents) -> None:
@@ -65,7 +65,7 @@ def run(args) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     inputs_out = args.inputs_out or (args.out[:-4] if args.out.endswith(".hlo") else args.out) + ".npz"
-    with open(args.out, "w", encoding="utf-8") as f:
+    with open_output(args.out) as f:
         f.write(result.text)
     save_arrays(inputs_out, {f"arg{i}": v for i, v in enumerate(flatten(tuple(result.inputs)))})
     if args.json:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from pathlib import Path
 
 from ... import __version__
 from ...errors import ExecutionError, MemoryLimitError
@@ -30,6 +29,7 @@ from ..compare import jsonable
 from ..participants import is_spmd, numerics_runner
 from ..report import TOP, largest_errors, to_html, worst_graph
 from ..stats import human_bytes, module_stats
+from ..xla_cpu import open_output
 
 
 def collect(args) -> tuple[dict, str | None]:
@@ -167,7 +167,8 @@ def add_parser(subparsers, parents) -> None:
 def run(args) -> int:
     data, svg = collect(args)
     data = jsonable(data)
-    Path(args.output).write_text(to_html(data, svg), encoding="utf-8")
+    with open_output(args.output) as f:
+        f.write(to_html(data, svg))
     if args.json:
         print_json(data)
     else:
