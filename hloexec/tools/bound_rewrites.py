@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bound_overflow import NAN, NEG_INF, POS_INF, range_marks, rounding_limit
+from .bound_overflow import DROPPED_NAN, NAN, NEG_INF, POS_INF, range_marks, rounding_limit
 from .bound_samples import SAMPLES
+from .compare import ulp_at
 
 # divisors HandleDivide makes a multiply before it looks for a divide of divides: A / constant, A / broadcast(B)
 # (on CPU), A / sqrt(B), A / rsqrt(B), A / pow(B, C), A / exp(B)
@@ -157,3 +158,132 @@ def _moved_samples(bounds, x, where, reach) -> np.ndarray:
     at = np.flatnonzero(where)
     flat[:, at] = moved[:, at]
     return samples
+
+
+# -- the rules that round differently, not as often: the bound grows by the rewritten form's own errors ----------
+# types XLA:CPU's simplifier sees (bf16 is converted to f32 around each op first: its adds and exps are not rewritten;
+# its pow(A, 3)'s products are f32's, exact, rounded to bf16 once)
+_NATIVE = ("f16", "f32", "f64")
+
+
+def rewritten(bounds, inst, x, operands) -> None:
+    """The rewrites the device's profile says its compiler makes, observed at `inst` (value `x`)."""
+    device, op = bounds.device, inst.opcode
+    if op == "divide" and device.divide_of_divides:
+        divide_of_divides(bounds, inst, x, operands)
+    orig = bounds.plans.original(inst)
+    if orig is None or orig.shape.element_type.name not in _NATIVE or not isinstance(x, np.ndarray):
+        return
+    with np.errstate(all="ignore"):
+        if op == "add" and device.folded_constant_sums:
+            _folded_constant_sum(bounds, orig, x)
+        elif op == "power" and device.power_as_products:
+            _power_as_products(bounds, orig, x, operands)
+        elif op == "exponential" and device.exp_of_differences:
+            _exp_operand(bounds, orig, operands[0])
+        elif op == "divide" and device.exp_of_differences and all(o.opcode == "exponential" for o in orig.operands):
+            _exp_of_difference(bounds, orig, x, operands)
+
+
+def _constant_value(inst):
+    """A constant's value (a broadcast scalar constant's: the scalar), None where `inst` is neither."""
+    if inst.opcode == "broadcast" and inst.operands[0].opcode == "constant" and not inst.operands[0].shape.dims:
+        return inst.operands[0].literal
+    return inst.literal if inst.opcode == "constant" else None
+
+
+def _folded_constants(add) -> tuple | None:
+    """(C1, C2) where HandleAdd makes `add` A + (C1 + C2) or (C1 + C2) - A: (A + C1) + C2, (C1 - A) + C2 (a constant
+    on an add's left moved right first; C1 and C2 both constants or both broadcast scalar constants)."""
+    p, q = add.operands
+    if p.opcode == "constant" and q.opcode != "constant":
+        p, q = q, p
+    if p.opcode == "add":
+        a, c1 = p.operands[::-1] if p.operands[0].opcode == "constant" != p.operands[1].opcode else p.operands
+    elif p.opcode == "subtract":
+        c1, a = p.operands
+    else:
+        return None
+    if a.opcode == "constant" or c1.opcode != q.opcode or q.opcode not in ("constant", "broadcast"):
+        return None
+    c1, c2 = _constant_value(c1), _constant_value(q)
+    return None if c1 is None or c2 is None else (c1, c2)
+
+
+def _folded_constant_sum(bounds, add, x) -> None:
+    """(A + C1) + C2 as A + fl(C1 + C2) (DeviceProfile.folded_constant_sums): the folded constant's rounding d
+    shifts every element alike (its samples too: a sum of them keeps it), and the one add rounds A + C1 + C2 + d."""
+    constants = _folded_constants(add)
+    if constants is None:
+        return
+    dtype = add.shape.element_type.numpy
+    exact = np.asarray(constants[0], np.float64) + np.asarray(constants[1], np.float64)
+    d = np.broadcast_to(exact.astype(dtype).astype(np.float64) - exact, np.shape(x))
+    bound = np.broadcast_to(bounds.of(x), np.shape(x))
+    reach = np.abs(np.real(x)) + bound + np.abs(d)
+    _widen_by(bounds, add, x, np.abs(d) + 0.5 * ulp_at(reach, dtype), d, None)
+
+
+def _power_as_products(bounds, power, x, operands) -> None:
+    """pow(A, 3) as A * (A * A) (DeviceProfile.power_as_products): two roundings where the module's pow has one,
+    the inner one carried by |A|; pow(A, 2) (A * A) and pow(A, -1) (1 / A) round once, as pow."""
+    if _constant_value(power.operands[1]) is None or not np.all(_constant_value(power.operands[1]) == 3):
+        return
+    dtype = power.shape.element_type.numpy
+    a = np.abs(np.broadcast_to(np.real(operands[0]), np.shape(x))).astype(np.float64)
+    a = a + np.broadcast_to(bounds.of(operands[0]), np.shape(x))
+    own = 0.5 * ulp_at(a * a, dtype) * a + 0.5 * ulp_at(a * a * a, dtype)
+    _widen_by(bounds, power, x, own, None, None)
+
+
+def _exp_of_difference(bounds, divide, x, operands) -> None:
+    """exp(A) / exp(B) as exp(A - B) (DeviceProfile.exp_of_differences; A and B kept when their exps were observed):
+    D = A - B rounds, h = half its ulp (at |D| and its operands' bounds), and exp carries it as a relative error:
+    e^D expm1(h) more, and |e^D - x| where the shadow's quotient is not e^D (its exps out of f64's normals: not
+    judged where it is not finite; any value where it is NaN: DROPPED_NAN). An infinity where D may pass the log of
+    the type's overflow limit."""
+    held = [bounds.pending.get(id(o)) for o in divide.operands]
+    for o in divide.operands:
+        if len({id(u) for u in o.users}) == 1:
+            bounds.pending.pop(id(o), None)
+    if any(h is None for h in held) or divide.operands[0] is divide.operands[1]:
+        return
+    dtype = divide.shape.element_type.numpy
+    (a, e_a), (b, e_b) = ((np.broadcast_to(np.real(v), np.shape(x)).astype(np.float64), e) for v, e in held)
+    d = a - b
+    reach = np.abs(d) + e_a + e_b
+    h = 0.5 * ulp_at(reach, dtype)
+    exact = np.exp(d)
+    r = np.real(x).astype(np.float64)
+    extra = np.abs(exact) * np.expm1(h) + np.where(np.isfinite(r), np.abs(exact - r), 0.0)
+    extra = np.where(np.isfinite(exact), extra, 0.0)
+    extra[~np.isfinite(r) & np.isfinite(exact)] = np.inf
+    marks = (d + reach - np.abs(d) + h >= np.log(rounding_limit(dtype)[0])) * POS_INF
+    marks |= (np.isnan(r) & ~np.isnan(d)) * DROPPED_NAN  # (exps past f64's range: e^D is no NaN, any value goes)
+    _widen_by(bounds, divide, x, extra, None, marks.astype(np.uint8))
+
+
+def _exp_operand(bounds, exp, operand) -> None:
+    """Keep exp's operand and its bound where a user divides it by (or into) another exp (_exp_of_difference)."""
+    if any(u.opcode == "divide" and all(o.opcode == "exponential" for o in u.operands) for u in exp.users):
+        bounds.pending[id(exp)] = (operand, np.broadcast_to(bounds.of(operand), np.shape(operand)))
+
+
+def _widen_by(bounds, orig, x, extra, shift, marks) -> None:
+    """`x`'s bound grown by `extra`, its samples by `shift` (an error every sample shares) or, where None, by
+    +-`extra` (alternating by sample and element, as _moved_samples); its may-be-non-finite marks `marks` (None:
+    none) and where the interval now reaches an infinity."""
+    extra = np.where(np.isfinite(extra), extra, np.inf)
+    stored = bounds._stored_bound(x)
+    bound = np.broadcast_to(bounds.of(x), np.shape(x)) + extra
+    keep = stored.dtype if stored is not None else np.float64
+    samples = bounds._read_samples(bounds._stored_samples(x))
+    samples = np.zeros((SAMPLES, *np.shape(x)), np.float32) if samples is None else np.array(samples, np.float32)
+    if shift is None:
+        signs = 1.0 - 2.0 * ((np.arange(SAMPLES)[:, None] + np.arange(np.size(x))) % 2)
+        shift = (signs * np.minimum(extra, 1e38).reshape(-1)).reshape(samples.shape)
+    samples += np.where(np.isfinite(shift), np.clip(shift, -1e38, 1e38), 0.0).astype(np.float32)
+    bounds._put(x, bound.astype(keep), bounds._decided_or_none(x), samples)
+    kept = bounds.marks_of(x)
+    marks = range_marks(x, bound, orig.shape.element_type.numpy) | (0 if marks is None else marks)
+    bounds._mark(x, marks if kept is None else marks | kept)
