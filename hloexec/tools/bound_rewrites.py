@@ -175,7 +175,7 @@ def rewritten(bounds, inst, x, operands) -> None:
     if orig is None or orig.shape.element_type.name not in _NATIVE or not isinstance(x, np.ndarray):
         return
     with np.errstate(all="ignore"):
-        if op == "add" and device.folded_constant_sums:
+        if op in ("add", "subtract") and device.folded_constant_sums:
             _folded_constant_sum(bounds, orig, x)
         elif op == "power" and device.power_as_products:
             _power_as_products(bounds, orig, x, operands)
@@ -192,32 +192,46 @@ def _constant_value(inst):
     return inst.literal if inst.opcode == "constant" else None
 
 
-def _folded_constants(add) -> tuple | None:
-    """(C1, C2) where HandleAdd makes `add` A + (C1 + C2) or (C1 + C2) - A: (A + C1) + C2, (C1 - A) + C2 (a constant
-    on an add's left moved right first; C1 and C2 both constants or both broadcast scalar constants)."""
-    p, q = add.operands
-    if p.opcode == "constant" and q.opcode != "constant":
+def _constant_term(inst) -> tuple | None:
+    """(its non-constant operand, (the constant it adds, its sign)) of an add or subtract XLA's HandleAdd /
+    HandleSubtract canonicalize to A + C (Const + A => A + Const, a constant not a broadcast; A - Const =>
+    A + (-Const)), or (None, C) of C - A (it stays a subtract); None where neither."""
+    if inst.opcode not in ("add", "subtract"):
+        return None
+    p, q = inst.operands
+    if inst.opcode == "add" and p.opcode == "constant" and q.opcode != "constant":
         p, q = q, p
-    if p.opcode == "add":
-        a, c1 = p.operands[::-1] if p.operands[0].opcode == "constant" != p.operands[1].opcode else p.operands
-    elif p.opcode == "subtract":
-        c1, a = p.operands
-    else:
+    if p.opcode == "constant" or _constant_value(q) is None:
+        return None if inst.opcode == "add" or _constant_value(p) is None else (None, p)
+    return p, (q, -1 if inst.opcode == "subtract" else 1)
+
+
+def _folded_constants(outer) -> tuple | None:
+    """(C1, C2), each a constant's value with its sign, where XLA makes `outer` A + (C1 + C2) or (C1 + C2) - A,
+    the constants' sum folded in the type: (A + C1) + C2, (C1 - A) + C2 (HandleAdd's reassociation, after the
+    canonicalizations above: A - C1, Const + A...; C1 and C2 both constants or both broadcast scalar constants)."""
+    term = _constant_term(outer)
+    if term is None or term[0] is None:
         return None
-    if a.opcode == "constant" or c1.opcode != q.opcode or q.opcode not in ("constant", "broadcast"):
+    inner, (k2, sign2) = term
+    term = _constant_term(inner)
+    if term is None:
         return None
-    c1, c2 = _constant_value(c1), _constant_value(q)
-    return None if c1 is None or c2 is None else (c1, c2)
+    k1, sign1 = (term[1], 1) if term[0] is None else term[1]
+    if k1.opcode != k2.opcode:
+        return None
+    return sign1 * np.asarray(_constant_value(k1), np.float64), sign2 * np.asarray(_constant_value(k2), np.float64)
 
 
 def _folded_constant_sum(bounds, add, x) -> None:
     """(A + C1) + C2 as A + fl(C1 + C2) (DeviceProfile.folded_constant_sums): the folded constant's rounding d
-    shifts every element alike (its samples too: a sum of them keeps it), and the one add rounds A + C1 + C2 + d."""
+    shifts every element alike (its samples too: a sum of them keeps it), and the one add rounds A + C1 + C2 + d.
+    One level: in ((A + C1) + C2) + C3 the folded fl(C1 + C2) is read as C1 + C2."""
     constants = _folded_constants(add)
     if constants is None:
         return
     dtype = add.shape.element_type.numpy
-    exact = np.asarray(constants[0], np.float64) + np.asarray(constants[1], np.float64)
+    exact = constants[0] + constants[1]
     d = np.broadcast_to(exact.astype(dtype).astype(np.float64) - exact, np.shape(x))
     bound = np.broadcast_to(bounds.of(x), np.shape(x))
     reach = np.abs(np.real(x)) + bound + np.abs(d)

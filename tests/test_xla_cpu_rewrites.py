@@ -1,0 +1,127 @@
+"""XLA's algebraic simplifier rewrites on XLA:CPU that round differently from the module as written, judged under
+XLA:CPU's arithmetic (the `xla-cpu` profile's folded_constant_sums, power_as_products, exp_of_differences:
+tools/bound_rewrites.py). Each: XLA:CPU's real result (jaxlib) equals the rewritten form emulated from its rules in
+numpy (f16 ops rounded to f16 one by one; f32 flushed below its normals), is consistent, and a change of twice an
+element's bound is caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hloexec
+from hloexec.tools.numerics import judge_run, xla_cpu_arithmetic
+
+pytestmark = pytest.mark.xla
+
+TYPES = {"f16": np.float16, "f32": np.float32}
+
+
+def ftz(x) -> np.ndarray:
+    """x86's FTZ / DAZ on f32: below the smallest normal, a zero of the same sign."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.float32(0) * np.sign(x), x).astype(np.float32)
+
+
+def rounded(x, dtype) -> np.ndarray:
+    """An op's exact (f64) result rounded to `dtype` as XLA:CPU stores it."""
+    return ftz(x) if dtype == np.float32 else np.asarray(x).astype(dtype)
+
+
+def _judged(text: str, inputs: list, xla: np.ndarray, planted_at: int):
+    """(XLA:CPU's verdict is consistent, a change of twice element `planted_at`'s bound away from the shadow is
+    caught), under XLA:CPU's arithmetic."""
+    verdict, run = judge_run(hloexec.load(text), inputs, {"XLA:CPU": [xla]}, known={"XLA:CPU": xla_cpu_arithmetic()})
+    ours = next(b for name, b in run.bounds.items() if name.startswith("xla-cpu"))
+    shadow = np.asarray(run.shadow[0], np.float64).reshape(-1)
+    bound = np.asarray(ours.bounds[0], np.float64).reshape(-1)
+    flat = xla.reshape(-1)
+    i = planted_at
+    step = 2 * bound[i]
+    assert step > 0.5 * np.spacing(np.abs(flat[i]))  # (the bound, not the final rounding's half ulp, decides)
+    side = 1.0 if flat[i] >= shadow[i] else -1.0
+    moved = flat.copy()
+    moved[i] = flat.dtype.type(shadow[i] + side * step)
+    while abs(float(moved[i]) - shadow[i]) < step:  # (at least twice the bound after rounding to the type)
+        moved[i] = np.nextafter(moved[i], flat.dtype.type(side * np.inf))
+    planted, _ = judge_run(
+        hloexec.load(text), inputs, {"planted": [moved.reshape(xla.shape)]}, known={"planted": xla_cpu_arithmetic()}
+    )
+    failing = verdict.to_dict()["outputs"][0]["candidates"][1]
+    return verdict.consistent("XLA:CPU"), not planted.consistent("planted"), failing.get("reasons")
+
+
+@pytest.mark.parametrize("t", list(TYPES))
+@pytest.mark.parametrize("form", ["(a+c1)+c2", "(c1-a)+c2"])
+def test_xla_cpus_folded_constant_sums_are_consistent(form, t):
+    """Measured at 180 (191) of 4,096 f16 elements past their bounds (bench/xla_cpu_rewrites.py): XLA's HandleAdd
+    makes (a + 0.1) + 0.3 a + fl(0.1 + 0.3) and (0.1 - a) + 0.3 fl(0.1 + 0.3) - a, the constants' sum rounded
+    in the type, where the module's own adds may be exact (bound 0). The folded constant's rounding widens every
+    element's bound alike."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    dtype = TYPES[t]
+    inner = "add(a, kb)" if form == "(a+c1)+c2" else "subtract(kb, a)"
+    text = f"""HloModule m
+ENTRY e {{ a = {t}[1024] parameter(0)  k = {t}[] constant(0.1)  kb = {t}[1024] broadcast(k), dimensions={{}}
+  l = {t}[] constant(0.3)  lb = {t}[1024] broadcast(l), dimensions={{}}  x = {t}[1024] {inner}
+  ROOT r = {t}[1024] add(x, lb) }}"""
+    a = (np.random.default_rng(1).standard_normal(1024) * 2).astype(dtype)
+    c = rounded(np.float64(dtype(0.1)) + np.float64(dtype(0.3)), dtype)
+    emulated = rounded(a.astype(np.float64) + c if form == "(a+c1)+c2" else c - a.astype(np.float64), dtype)
+    xla = run_on_xla_cpu(text, [a])[0]
+    np.testing.assert_array_equal(xla, emulated)
+    consistent, caught, why = _judged(text, [a], xla, int(np.argmin(np.abs(a.astype(np.float64) + 0.4))))
+    assert consistent, why
+    assert caught
+
+
+@pytest.mark.parametrize("t", list(TYPES))
+def test_xla_cpus_cube_as_two_products_is_consistent(t):
+    """Measured at 129 of 4,096 f16 elements past their bounds (2.2x): XLA's HandlePower makes pow(a, 3)
+    a * (a * a), two roundings where the module's pow has one; the inner one carried by |a|."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    dtype = TYPES[t]
+    text = f"""HloModule m
+ENTRY e {{ a = {t}[1024] parameter(0)  k = {t}[] constant(3)  kb = {t}[1024] broadcast(k), dimensions={{}}
+  ROOT r = {t}[1024] power(a, kb) }}"""
+    a = (np.random.default_rng(2).standard_normal(1024) * 2).astype(dtype)
+    wide = a.astype(np.float64)
+    emulated = rounded(wide * rounded(wide * wide, dtype).astype(np.float64), dtype)
+    xla = run_on_xla_cpu(text, [a])[0]
+    np.testing.assert_array_equal(xla, emulated)
+    consistent, caught, why = _judged(text, [a], xla, int(np.argmax(np.abs(a))))
+    assert consistent, why
+    assert caught
+
+
+@pytest.mark.parametrize("t", list(TYPES))
+def test_xla_cpus_quotient_of_exps_as_exp_of_the_difference_is_consistent(t):
+    """Measured at 196 of 4,096 f16 elements past their bounds (5x), f32 non-finite ones near its range's ends:
+    XLA's HandleDivide makes exp(a) / exp(b) exp(a - b): the difference's rounding is a relative error of e^(a-b)
+    (|a - b| h), and where the module's exps leave the type's range (row 1: |a|, |b| near 100) the rewritten
+    form's result is finite or an infinity the module's is not (0 / 0, inf / inf), and in row 2 (a and b near
+    +-1000, a - b small) where the shadow's own exps leave f64's, its NaN is no answer: any value goes there."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    dtype = TYPES[t]
+    text = f"""HloModule m
+ENTRY e {{ a = {t}[3,512] parameter(0)  b = {t}[3,512] parameter(1)  x = {t}[3,512] exponential(a)
+  y = {t}[3,512] exponential(b)  ROOT r = {t}[3,512] divide(x, y) }}"""
+    r = np.random.default_rng(3)
+    a, b = (r.standard_normal((3, 512)) * 2 for _ in range(2))
+    a[1], b[1] = a[1] * 10 + 95 * r.choice([-1, 1], 512), b[1] * 10 + 95 * r.choice([-1, 1], 512)
+    a[2] = 1000 * r.choice([-1, 1], 512) + a[2] * 10
+    b[2] += a[2]
+    a, b = a.astype(dtype), b.astype(dtype)
+    d = rounded(a.astype(np.float64) - b.astype(np.float64), dtype)
+    with np.errstate(over="ignore"):
+        emulated = rounded(np.exp(d.astype(np.float64)).astype(np.float32), dtype)  # (exp in f32: f16's too)
+    xla = run_on_xla_cpu(text, [a, b])[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.testing.assert_allclose(xla, emulated, rtol=4 * float(np.finfo(dtype).eps))  # (XLA:CPU's own exp)
+    assert np.isinf(xla[1]).any() and np.isfinite(xla[2]).all()
+    consistent, caught, why = _judged(text, [a, b], xla, int(np.argmax(np.abs(a[0] - b[0]))))
+    assert consistent, why
+    assert caught
