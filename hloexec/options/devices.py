@@ -101,9 +101,9 @@ class DeviceProfile:
     divide_of_divides: bool = False  # (a / b) / (c / d), (a / b) / c and a / (b / c) are computed as (a*d) / (b*c),
     # a / (b*c) and (a*c) / b, f16 and f32: the products' range decides (XLA's algebraic simplifier on XLA:CPU)
     folded_constant_sums: bool = False  # (a + c1) + c2 and (c1 - a) + c2 are computed as a + fl(c1 + c2) and
-    # fl(c1 + c2) - a (f16, f32, f64): the folded constant rounds (XLA's algebraic simplifier)
-    power_as_products: bool = False  # pow(a, 3) is computed as a * (a * a) (f16, f32, f64): two roundings
-    exp_of_differences: bool = False  # exp(a) / exp(b) is computed as exp(a - b) (f16, f32, f64): the difference's
+    # fl(c1 + c2) - a (f16, f32): the folded constant rounds (XLA's algebraic simplifier)
+    power_as_products: bool = False  # pow(a, 3) is computed as a * (a * a) (f16, f32): two roundings
+    exp_of_differences: bool = False  # exp(a) / exp(b) is computed as exp(a - b) (f16, f32): the difference's
     # rounding, carried by exp
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
     # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
