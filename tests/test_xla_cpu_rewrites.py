@@ -140,3 +140,36 @@ ENTRY e {{ a = {t}[3,512] parameter(0)  b = {t}[3,512] parameter(1)  x = {t}[3,5
     consistent, caught, why = _judged(text, [a, b], xla, int(np.argmax(np.abs(a[0] - b[0]))))
     assert consistent, why
     assert caught
+
+
+@pytest.mark.parametrize("t", ["f32", "bf16"])
+def test_xla_cpus_reciprocal_power_of_a_flushed_subnormal_is_an_infinity(t):
+    """Measured at 245 (590) of 4,096 f32 (bf16) elements near the subnormals non-finite where the shadow is not:
+    XLA's HandlePower makes pow(a, -1) 1 / a, and XLA:CPU's divide reads a subnormal a as a zero of its sign
+    (DAZ; bf16 computed in f32): +-inf where 1 / a is finite (~1e38). The bound's marks allow that infinity of
+    a's sign where a may be flushed, not the other's."""
+    import ml_dtypes
+
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    dtype = np.float32 if t == "f32" else ml_dtypes.bfloat16
+    text = f"""HloModule m
+ENTRY e {{ a = {t}[256] parameter(0)  k = {t}[] constant(-1)  kb = {t}[256] broadcast(k), dimensions={{}}
+  ROOT r = {t}[256] power(a, kb) }}"""
+    r = np.random.default_rng(4)
+    a = r.standard_normal(256) * 2
+    a[:64] = np.exp2(r.uniform(-133, -127, 64)) * r.choice([-1, 1], 64)  # (subnormal in f32 and bf16)
+    a = a.astype(dtype)
+    emulated = (np.float32(1) / ftz(a.astype(np.float32))).astype(dtype)
+    with np.errstate(divide="ignore"):
+        xla = run_on_xla_cpu(text, [a])[0]
+    np.testing.assert_array_equal(xla, emulated)
+    assert np.isinf(xla[:64]).all() and np.array_equal(np.signbit(xla[:64]), np.signbit(a[:64]))
+    wrong = xla.copy()
+    wrong[:64] = -wrong[:64]  # (the other infinity)
+    candidates = {"XLA:CPU": [xla], "wrong sign": [wrong]}
+    verdict, _ = judge_run(hloexec.load(text), [a], candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic()))
+    assert verdict.consistent("XLA:CPU"), verdict.to_dict()["outputs"][0]["candidates"][1]["reasons"]
+    assert not verdict.consistent("wrong sign")
+    consistent, caught, why = _judged(text, [a], xla, 64 + int(np.argmax(np.abs(a[64:].astype(np.float64)))))
+    assert consistent and caught, why

@@ -164,6 +164,7 @@ def _moved_samples(bounds, x, where, reach) -> np.ndarray:
 # types whose rewrites are measured (bf16 is converted to f32 around each op first: its adds and exps are not
 # rewritten, its pow(A, 3)'s products are f32's, exact, rounded to bf16 once; f64's shadow is no wider than it)
 _NATIVE = ("f16", "f32")
+_FLUSHED = ("f32", "bf16")  # types whose arithmetic flushes subnormals on a device that does (DeviceProfile)
 
 
 def rewritten(bounds, inst, x, operands) -> None:
@@ -172,16 +173,22 @@ def rewritten(bounds, inst, x, operands) -> None:
     if op == "divide" and device.divide_of_divides:
         divide_of_divides(bounds, inst, x, operands)
     orig = bounds.plans.original(inst)
-    if orig is None or orig.shape.element_type.name not in _NATIVE or not isinstance(x, np.ndarray):
+    if orig is None or not isinstance(x, np.ndarray):
         return
+    native = orig.shape.element_type.name in _NATIVE
     with np.errstate(all="ignore"):
-        if op in ("add", "subtract") and device.folded_constant_sums:
+        if op in ("add", "subtract") and device.folded_constant_sums and native:
             _folded_constant_sum(bounds, orig, x)
         elif op == "power" and device.power_as_products:
-            _power_as_products(bounds, orig, x, operands)
-        elif op == "exponential" and device.exp_of_differences:
+            _power_as_products(bounds, orig, x, operands, native)
+        elif op == "exponential" and device.exp_of_differences and native:
             _exp_operand(bounds, orig, operands[0])
-        elif op == "divide" and device.exp_of_differences and all(o.opcode == "exponential" for o in orig.operands):
+        elif (
+            op == "divide"
+            and device.exp_of_differences
+            and native
+            and all(o.opcode == "exponential" for o in orig.operands)
+        ):
             _exp_of_difference(bounds, orig, x, operands)
 
 
@@ -241,16 +248,25 @@ def _folded_constant_sum(bounds, add, x) -> None:
     _widen_by(bounds, add, x, np.abs(d) + 0.5 * ulp_at(reach, dtype), d, None)
 
 
-def _power_as_products(bounds, power, x, operands) -> None:
-    """pow(A, 3) as A * (A * A) (DeviceProfile.power_as_products): two roundings where the module's pow has one,
-    the inner one carried by |A|; pow(A, 2) (A * A) and pow(A, -1) (1 / A) round once, as pow."""
-    if _constant_value(power.operands[1]) is None or not np.all(_constant_value(power.operands[1]) == 3):
+def _power_as_products(bounds, power, x, operands, native: bool) -> None:
+    """pow(A, 3) as A * (A * A) (DeviceProfile.power_as_products): two roundings where the module's pow has one, the
+    inner one carried by |A|. pow(A, 2) (A * A) and pow(A, -1) (1 / A) round once, as pow, but 1 / A divides:
+    where the device flushes f32 subnormals (bf16's too, computed in f32) an A it may read as 0 makes an infinity
+    of its sign (a flushed zero keeps it)."""
+    exponent = _constant_value(power.operands[1])
+    if exponent is None:
         return
-    dtype = power.shape.element_type.numpy
-    a = np.abs(np.broadcast_to(np.real(operands[0]), np.shape(x))).astype(np.float64)
-    a = a + np.broadcast_to(bounds.of(operands[0]), np.shape(x))
-    own = 0.5 * ulp_at(a * a, dtype) * a + 0.5 * ulp_at(a * a * a, dtype)
-    _widen_by(bounds, power, x, own, None, None)
+    a = np.broadcast_to(np.real(operands[0]), np.shape(x)).astype(np.float64)
+    e = np.broadcast_to(bounds.of(operands[0]), np.shape(x))
+    if native and np.all(exponent == 3):
+        dtype = power.shape.element_type.numpy
+        m = np.abs(a) + e
+        _widen_by(bounds, power, x, 0.5 * ulp_at(m * m, dtype) * m + 0.5 * ulp_at(m * m * m, dtype), None, None)
+    elif np.all(exponent == -1) and bounds.device.flush_subnormals and power.shape.element_type.name in _FLUSHED:
+        flushed = np.abs(a) - e < float(np.finfo(np.float32).tiny)
+        marks = (flushed & (a + e > 0)) * POS_INF | (flushed & (a - e < 0)) * NEG_INF
+        kept = bounds.marks_of(x)
+        bounds._mark(x, marks.astype(np.uint8) if kept is None else marks.astype(np.uint8) | kept)
 
 
 def _exp_of_difference(bounds, divide, x, operands) -> None:
