@@ -173,3 +173,31 @@ ENTRY e {{ a = {t}[256] parameter(0)  k = {t}[] constant(-1)  kb = {t}[256] broa
     assert not verdict.consistent("wrong sign")
     consistent, caught, why = _judged(text, [a], xla, 64 + int(np.argmax(np.abs(a[64:].astype(np.float64)))))
     assert consistent and caught, why
+
+
+@pytest.mark.parametrize("t", list(TYPES))
+def test_xla_cpus_factored_sum_may_overflow_where_the_products_do_not(t):
+    """Measured at 65 of 4,096 elements near the type's largest value non-finite where the shadow is finite (f16,
+    f32): XLA's HandleAdd makes a * 0.25 + b * 0.25 (a power of 2, each product used once) (a + b) * 0.25, and a + b
+    overflows where the quarter-sized products' sum does not. The marks allow that infinity (of the sum's sign)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    dtype = TYPES[t]
+    text = f"""HloModule m
+ENTRY e {{ a = {t}[2,128] parameter(0)  b = {t}[2,128] parameter(1)  k = {t}[] constant(0.25)
+  kb = {t}[2,128] broadcast(k), dimensions={{}}  x = {t}[2,128] multiply(a, kb)  y = {t}[2,128] multiply(b, kb)
+  ROOT r = {t}[2,128] add(x, y) }}"""
+    r = np.random.default_rng(6)
+    a, b = (r.standard_normal((2, 128)) * 2 for _ in range(2))
+    largest = float(np.finfo(dtype).max)
+    sign = r.choice([-1, 1], 128)
+    a[1], b[1] = sign * largest * r.uniform(0.5, 1, 128), sign * largest * r.uniform(0.5, 1, 128)  # (row 1: a + b
+    a, b = a.astype(dtype), b.astype(dtype)  # past the largest, its quarter not)
+    with np.errstate(over="ignore"):
+        emulated = rounded(rounded(a.astype(np.float64) + b.astype(np.float64), dtype).astype(np.float64) / 4, dtype)
+        xla = run_on_xla_cpu(text, [a, b])[0]
+    np.testing.assert_array_equal(xla, emulated)
+    assert np.isinf(xla[1]).sum() > 32
+    consistent, caught, why = _judged(text, [a, b], xla, int(np.argmax(np.abs(a[0].astype(np.float64)))))
+    assert consistent, why
+    assert caught

@@ -103,6 +103,8 @@ class DeviceProfile:
     folded_constant_sums: bool = False  # (a + c1) + c2 and (c1 - a) + c2 are computed as a + fl(c1 + c2) and
     # fl(c1 + c2) - a (f16, f32): the folded constant rounds (XLA's algebraic simplifier)
     power_as_products: bool = False  # pow(a, 3) is computed as a * (a * a) (f16, f32): two roundings
+    factored_sums: bool = False  # a * c + b * c (c a power of 2) is computed as (a + b) * c (f16, f32): a + b may
+    # overflow where the products' sum does not
     exp_of_differences: bool = False  # exp(a) / exp(b) is computed as exp(a - b) (f16, f32): the difference's
     # rounding, carried by exp
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
@@ -268,7 +270,7 @@ def _check(p: DeviceProfile, path: Path) -> None:
     )
     flags = ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction")
     rewrites = ("divide_by_reciprocal", "divide_of_divides", "folded_constant_sums", "power_as_products")
-    for flag in (*flags, "flush_subnormals", *rewrites, "exp_of_differences"):
+    for flag in (*flags, "flush_subnormals", *rewrites, "factored_sums", "exp_of_differences"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 
 

@@ -179,6 +179,8 @@ def rewritten(bounds, inst, x, operands) -> None:
     with np.errstate(all="ignore"):
         if op in ("add", "subtract") and device.folded_constant_sums and native:
             _folded_constant_sum(bounds, orig, x)
+        if op == "add" and device.factored_sums and native:
+            _factored_sum(bounds, orig, x)
         elif op == "power" and device.power_as_products:
             _power_as_products(bounds, orig, x, operands, native)
         elif op == "exponential" and device.exp_of_differences and native:
@@ -246,6 +248,40 @@ def _folded_constant_sum(bounds, add, x) -> None:
     bound = np.broadcast_to(bounds.of(x), np.shape(x))
     reach = np.abs(np.real(x)) + bound + np.abs(d)
     _widen_by(bounds, add, x, np.abs(d) + 0.5 * ulp_at(reach, dtype), d, None)
+
+
+def _common_power_of_two(add) -> float | None:
+    """C where HandleAdd makes `add` of A * C and B * C (either order, each product's only user) (A + B) * C: C a
+    scalar constant or a broadcast one, +-2^k."""
+    p, q = add.operands
+    if p.opcode != "multiply" or q.opcode != "multiply" or p is q:
+        return None
+    if any(len({id(u) for u in m.users}) != 1 for m in (p, q)):
+        return None
+    for c in p.operands[::-1]:  # (the matcher tries C on the right first)
+        if any(o is c for o in q.operands):
+            value = _constant_value(c)
+            if value is None or np.size(value) != 1:
+                return None
+            mantissa = np.frexp(float(np.asarray(value, np.float64).reshape(-1)[0]))[0]
+            return float(np.asarray(value, np.float64).reshape(-1)[0]) if abs(mantissa) == 0.5 else None
+    return None
+
+
+def _factored_sum(bounds, add, x) -> None:
+    """A * C + B * C as (A + B) * C (DeviceProfile.factored_sums; C a power of 2): the same value while A + B, A * C
+    and B * C stay in the type's range, but A + B = x / C may overflow where the products' sum does not (C < 1):
+    an infinity of its sign where |x| + its bound, over |C|, may reach the type's overflow limit."""
+    c = _common_power_of_two(add)
+    if c is None:
+        return
+    r = np.real(x).astype(np.float64)
+    reach = (np.abs(r) + np.broadcast_to(bounds.of(x), np.shape(x))) / abs(c)
+    over = reach >= rounding_limit(add.shape.element_type.numpy)[0]
+    if over.any():
+        marks = (over & (r > 0)) * POS_INF | (over & (r < 0)) * NEG_INF
+        kept = bounds.marks_of(x)
+        bounds._mark(x, marks.astype(np.uint8) if kept is None else marks.astype(np.uint8) | kept)
 
 
 def _power_as_products(bounds, power, x, operands, native: bool) -> None:
