@@ -28,6 +28,20 @@ def rounded(x, dtype) -> np.ndarray:
     return ftz(x) if dtype == np.float32 else np.asarray(x).astype(dtype)
 
 
+def _matches_and_judged(text: str, inputs: list, emulated: np.ndarray, planted_at: int, rtol: float = 0.0):
+    """XLA:CPU's result of `text` on `inputs`: equal to `emulated` (within `rtol` where XLA:CPU's own transcendental
+    is not emulated), consistent under its arithmetic, and caught with element `planted_at` moved (_judged)."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+
+    with np.errstate(all="ignore"):
+        xla = run_on_xla_cpu(text, inputs)[0]
+        np.testing.assert_allclose(xla, emulated, rtol=rtol) if rtol else np.testing.assert_array_equal(xla, emulated)
+    consistent, caught, why = _judged(text, inputs, xla, planted_at)
+    assert consistent, why
+    assert caught
+    return xla
+
+
 def _judged(text: str, inputs: list, xla: np.ndarray, planted_at: int):
     """(XLA:CPU's verdict is consistent, a change of twice element `planted_at`'s bound away from the shadow is
     caught), under XLA:CPU's arithmetic."""
@@ -69,8 +83,6 @@ def test_xla_cpus_folded_constant_sums_are_consistent(form, t):
     in the type, where the module's own adds may be exact (bound 0); HandleSubtract's a - c => a + (-c) first
     makes (a - c1) + c2 and (a + c1) - c2 the same. The folded constant's rounding widens every element's bound
     alike."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     dtype = TYPES[t]
     inner, outer, c2, device = FOLDED[form]
     text = f"""HloModule m
@@ -84,19 +96,13 @@ ENTRY e {{ a = {t}[1024] parameter(0)  k = {t}[] constant(0.1)  kb = {t}[1024] b
         return rounded(c, dtype).astype(np.float64)
 
     emulated = rounded(device(a.astype(np.float64), np.float64(dtype(0.1)), np.float64(dtype(c2)), fold), dtype)
-    xla = run_on_xla_cpu(text, [a])[0]
-    np.testing.assert_array_equal(xla, emulated)
-    consistent, caught, why = _judged(text, [a], xla, int(np.argmax(np.abs(a))))
-    assert consistent, why
-    assert caught
+    _matches_and_judged(text, [a], emulated, int(np.argmax(np.abs(a))))
 
 
 @pytest.mark.parametrize("t", list(TYPES))
 def test_xla_cpus_cube_as_two_products_is_consistent(t):
     """Measured at 129 of 4,096 f16 elements past their bounds (2.2x): XLA's HandlePower makes pow(a, 3)
     a * (a * a), two roundings where the module's pow has one; the inner one carried by |a|."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     dtype = TYPES[t]
     text = f"""HloModule m
 ENTRY e {{ a = {t}[1024] parameter(0)  k = {t}[] constant(3)  kb = {t}[1024] broadcast(k), dimensions={{}}
@@ -104,11 +110,7 @@ ENTRY e {{ a = {t}[1024] parameter(0)  k = {t}[] constant(3)  kb = {t}[1024] bro
     a = (np.random.default_rng(2).standard_normal(1024) * 2).astype(dtype)
     wide = a.astype(np.float64)
     emulated = rounded(wide * rounded(wide * wide, dtype).astype(np.float64), dtype)
-    xla = run_on_xla_cpu(text, [a])[0]
-    np.testing.assert_array_equal(xla, emulated)
-    consistent, caught, why = _judged(text, [a], xla, int(np.argmax(np.abs(a))))
-    assert consistent, why
-    assert caught
+    _matches_and_judged(text, [a], emulated, int(np.argmax(np.abs(a))))
 
 
 @pytest.mark.parametrize("t", list(TYPES))
@@ -118,8 +120,6 @@ def test_xla_cpus_quotient_of_exps_as_exp_of_the_difference_is_consistent(t):
     (|a - b| h), and where the module's exps leave the type's range (row 1: |a|, |b| near 100) the rewritten
     form's result is finite or an infinity the module's is not (0 / 0, inf / inf), and in row 2 (a and b near
     +-1000, a - b small) where the shadow's own exps leave f64's, its NaN is no answer: any value goes there."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     dtype = TYPES[t]
     text = f"""HloModule m
 ENTRY e {{ a = {t}[3,512] parameter(0)  b = {t}[3,512] parameter(1)  x = {t}[3,512] exponential(a)
@@ -133,13 +133,9 @@ ENTRY e {{ a = {t}[3,512] parameter(0)  b = {t}[3,512] parameter(1)  x = {t}[3,5
     d = rounded(a.astype(np.float64) - b.astype(np.float64), dtype)
     with np.errstate(over="ignore"):
         emulated = rounded(np.exp(d.astype(np.float64)).astype(np.float32), dtype)  # (exp in f32: f16's too)
-    xla = run_on_xla_cpu(text, [a, b])[0]
-    with np.errstate(over="ignore", invalid="ignore"):
-        np.testing.assert_allclose(xla, emulated, rtol=4 * float(np.finfo(dtype).eps))  # (XLA:CPU's own exp)
+    planted_at = int(np.argmax(np.abs(a[0] - b[0])))
+    xla = _matches_and_judged(text, [a, b], emulated, planted_at, rtol=4 * float(np.finfo(dtype).eps))
     assert np.isinf(xla[1]).any() and np.isfinite(xla[2]).all()
-    consistent, caught, why = _judged(text, [a, b], xla, int(np.argmax(np.abs(a[0] - b[0]))))
-    assert consistent, why
-    assert caught
 
 
 @pytest.mark.parametrize("t", ["f32", "bf16"])
@@ -150,8 +146,6 @@ def test_xla_cpus_reciprocal_power_of_a_flushed_subnormal_is_an_infinity(t):
     a's sign where a may be flushed, not the other's."""
     import ml_dtypes
 
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     dtype = np.float32 if t == "f32" else ml_dtypes.bfloat16
     text = f"""HloModule m
 ENTRY e {{ a = {t}[256] parameter(0)  k = {t}[] constant(-1)  kb = {t}[256] broadcast(k), dimensions={{}}
@@ -161,9 +155,7 @@ ENTRY e {{ a = {t}[256] parameter(0)  k = {t}[] constant(-1)  kb = {t}[256] broa
     a[:64] = np.exp2(r.uniform(-133, -127, 64)) * r.choice([-1, 1], 64)  # (subnormal in f32 and bf16)
     a = a.astype(dtype)
     emulated = (np.float32(1) / ftz(a.astype(np.float32))).astype(dtype)
-    with np.errstate(divide="ignore"):
-        xla = run_on_xla_cpu(text, [a])[0]
-    np.testing.assert_array_equal(xla, emulated)
+    xla = _matches_and_judged(text, [a], emulated, 64 + int(np.argmax(np.abs(a[64:].astype(np.float64)))))
     assert np.isinf(xla[:64]).all() and np.array_equal(np.signbit(xla[:64]), np.signbit(a[:64]))
     wrong = xla.copy()
     wrong[:64] = -wrong[:64]  # (the other infinity)
@@ -171,8 +163,6 @@ ENTRY e {{ a = {t}[256] parameter(0)  k = {t}[] constant(-1)  kb = {t}[256] broa
     verdict, _ = judge_run(hloexec.load(text), [a], candidates, known=dict.fromkeys(candidates, xla_cpu_arithmetic()))
     assert verdict.consistent("XLA:CPU"), verdict.to_dict()["outputs"][0]["candidates"][1]["reasons"]
     assert not verdict.consistent("wrong sign")
-    consistent, caught, why = _judged(text, [a], xla, 64 + int(np.argmax(np.abs(a[64:].astype(np.float64)))))
-    assert consistent and caught, why
 
 
 @pytest.mark.parametrize("t", list(TYPES))
@@ -180,8 +170,6 @@ def test_xla_cpus_factored_sum_may_overflow_where_the_products_do_not(t):
     """Measured at 65 of 4,096 elements near the type's largest value non-finite where the shadow is finite (f16,
     f32): XLA's HandleAdd makes a * 0.25 + b * 0.25 (a power of 2, each product used once) (a + b) * 0.25, and a + b
     overflows where the quarter-sized products' sum does not. The marks allow that infinity (of the sum's sign)."""
-    from hloexec.tools.xla_cpu import run_on_xla_cpu
-
     dtype = TYPES[t]
     text = f"""HloModule m
 ENTRY e {{ a = {t}[2,128] parameter(0)  b = {t}[2,128] parameter(1)  k = {t}[] constant(0.25)
@@ -195,9 +183,5 @@ ENTRY e {{ a = {t}[2,128] parameter(0)  b = {t}[2,128] parameter(1)  k = {t}[] c
     a, b = a.astype(dtype), b.astype(dtype)  # past the largest, its quarter not)
     with np.errstate(over="ignore"):
         emulated = rounded(rounded(a.astype(np.float64) + b.astype(np.float64), dtype).astype(np.float64) / 4, dtype)
-        xla = run_on_xla_cpu(text, [a, b])[0]
-    np.testing.assert_array_equal(xla, emulated)
+    xla = _matches_and_judged(text, [a, b], emulated, int(np.argmax(np.abs(a[0].astype(np.float64)))))
     assert np.isinf(xla[1]).sum() > 32
-    consistent, caught, why = _judged(text, [a, b], xla, int(np.argmax(np.abs(a[0].astype(np.float64)))))
-    assert consistent, why
-    assert caught
