@@ -185,3 +185,33 @@ ENTRY e {{ a = {t}[2,128] parameter(0)  b = {t}[2,128] parameter(1)  k = {t}[] c
         emulated = rounded(rounded(a.astype(np.float64) + b.astype(np.float64), dtype).astype(np.float64) / 4, dtype)
     xla = _matches_and_judged(text, [a, b], emulated, int(np.argmax(np.abs(a[0].astype(np.float64)))))
     assert np.isinf(xla[1]).sum() > 32
+
+
+def test_xla_cpus_fusions_are_computed_as_written():
+    """XLA's AlgebraicSimplifier runs on the computations fusions do not call (MakeNonfusionComputations): inside a
+    module's fusion XLA:CPU computes exp(a) / exp(b) + 0.1 + 0.3 and (a / b) / (a / b) as written (1 where b is
+    tiny, not NaN). Their bounds are the module's, not the rewritten forms' wider ones: twice the bound of the
+    quotient of exps of the largest |a - b| is caught (under the widened bound it was not)."""
+    text = """HloModule m
+fused { a = f16[2,512] parameter(0)  b = f16[2,512] parameter(1)  x = f16[2,512] exponential(a)
+  y = f16[2,512] exponential(b)  d = f16[2,512] divide(x, y)  k = f16[] constant(0.1)
+  kb = f16[2,512] broadcast(k), dimensions={}  l = f16[] constant(0.3)  lb = f16[2,512] broadcast(l), dimensions={}
+  s = f16[2,512] add(d, kb)  t = f16[2,512] add(s, lb)  p = f16[2,512] divide(a, b)  q = f16[2,512] divide(p, p)
+  ROOT r = f16[2,512] add(t, q) }
+ENTRY e { a = f16[2,512] parameter(0)  b = f16[2,512] parameter(1)
+  ROOT f = f16[2,512] fusion(a, b), kind=kLoop, calls=fused }"""
+    r = np.random.default_rng(7)
+    a, b = (r.standard_normal((2, 512)) * 2 for _ in range(2))
+    a[1], b[1] = a[1] * 1e-4, b[1] * 1e-4  # (a * b below f16's least value: (a*b) / (a*b) would be NaN)
+    a, b = a.astype(np.float16), b.astype(np.float16)
+    wide = [v.astype(np.float64) for v in (a, b)]
+    e = [rounded(np.exp(v).astype(np.float32), np.float16).astype(np.float64) for v in wide]
+    t = rounded(
+        rounded(rounded(e[0] / e[1], np.float16).astype(np.float64) + 0.0999755859375, np.float16) + 0.300048828125,
+        np.float16,
+    )
+    p = rounded(wide[0] / wide[1], np.float16).astype(np.float64)
+    emulated = rounded(t.astype(np.float64) + rounded(p / p, np.float16), np.float16)
+    planted_at = int(np.argmax(np.abs(wide[0][0] - wide[1][0])))
+    xla = _matches_and_judged(text, [a, b], emulated, planted_at, rtol=4 * float(np.finfo(np.float16).eps))
+    assert np.isfinite(xla).all()
