@@ -191,7 +191,7 @@ def test_xla_cpus_fusions_are_computed_as_written():
     """XLA's AlgebraicSimplifier runs on the computations fusions do not call (MakeNonfusionComputations): inside a
     module's fusion XLA:CPU computes exp(a) / exp(b) + 0.1 + 0.3 and (a / b) / (a / b) as written (1 where b is
     tiny, not NaN). Their bounds are the module's, not the rewritten forms' wider ones: twice the bound of the
-    quotient of exps of the largest a - b is caught (under the widened bound it was not)."""
+    quotient of exps of the largest a - b is caught, and 5 ulps there (under the widened bound they were not)."""
     text = """HloModule m
 fused { a = f16[2,512] parameter(0)  b = f16[2,512] parameter(1)  x = f16[2,512] exponential(a)
   y = f16[2,512] exponential(b)  d = f16[2,512] divide(x, y)  k = f16[] constant(0.1)
@@ -215,3 +215,7 @@ ENTRY e { a = f16[2,512] parameter(0)  b = f16[2,512] parameter(1)
     planted_at = int(np.argmax(wide[0][0] - wide[1][0]))  # (the largest quotient of exps)
     xla = _matches_and_judged(text, [a, b], emulated, planted_at, rtol=4 * float(np.finfo(np.float16).eps))
     assert np.isfinite(xla).all()
+    far = xla.copy()  # (5 ulps off e^7 + 1.4 ~ 1104, away from it: within the rewritten form's bound, not the module's)
+    far[0, planted_at] += 5 * np.sign(float(xla[0, planted_at]) - float(emulated[0, planted_at]) or 1.0)
+    verdict, _ = judge_run(hloexec.load(text), [a, b], {"5 ulps": [far]}, known={"5 ulps": xla_cpu_arithmetic()})
+    assert not verdict.consistent("5 ulps")
