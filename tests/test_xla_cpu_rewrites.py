@@ -219,3 +219,21 @@ ENTRY e { a = f16[2,512] parameter(0)  b = f16[2,512] parameter(1)
     far[0, planted_at] += 5 * np.sign(float(xla[0, planted_at]) - float(emulated[0, planted_at]) or 1.0)
     verdict, _ = judge_run(hloexec.load(text), [a, b], {"5 ulps": [far]}, known={"5 ulps": xla_cpu_arithmetic()})
     assert not verdict.consistent("5 ulps")
+
+
+def test_xla_cpus_divide_by_an_exp_may_overflow_where_the_quotient_does_not():
+    """Measured at 16 of 4,096 f16 elements log-uniform over its range infinite where the shadow is finite: XLA's
+    HandleDivide makes a / exp(b) a * exp(-b), and exp(-b) overflows f16 (b < -11.1) where exp(b) is a normal
+    number and a / exp(b) is finite (|a| < 1). The marks allow the infinity of a's sign there."""
+    text = """HloModule m
+ENTRY e { a = f16[2,256] parameter(0)  b = f16[2,256] parameter(1)  y = f16[2,256] exponential(b)
+  ROOT r = f16[2,256] divide(a, y) }"""
+    r = np.random.default_rng(8)
+    a, b = r.standard_normal((2, 256)), r.standard_normal((2, 256))
+    a[1], b[1] = r.uniform(-0.9, 0.9, 256), r.uniform(-14, -11.5, 256)  # (row 1: exp(-b) past 65,504)
+    a, b = a.astype(np.float16), b.astype(np.float16)
+    with np.errstate(over="ignore"):
+        e = rounded(np.exp(-b.astype(np.float64)).astype(np.float32), np.float16)  # (exp in f32)
+        emulated = rounded(a.astype(np.float64) * e.astype(np.float64), np.float16)
+    xla = _matches_and_judged(text, [a, b], emulated, int(np.argmax(np.abs(a[0]))), rtol=4 * 2.0**-10)
+    assert np.isinf(xla[1]).sum() > 128 and np.isfinite(a[1].astype(np.float64) / np.exp(b[1].astype(np.float64))).all()

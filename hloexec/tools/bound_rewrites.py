@@ -189,13 +189,11 @@ def rewritten(bounds, inst, x, operands) -> None:
             _power_as_products(bounds, orig, x, operands, native)
         elif op == "exponential" and device.exp_of_differences and native:
             _exp_operand(bounds, orig, operands[0])
-        elif (
-            op == "divide"
-            and device.exp_of_differences
-            and native
-            and all(o.opcode == "exponential" for o in orig.operands)
-        ):
-            _exp_of_difference(bounds, orig, x, operands)
+        elif op == "divide" and device.exp_of_differences and native and orig.operands[1].opcode == "exponential":
+            if orig.operands[0].opcode == "exponential":
+                _exp_of_difference(bounds, orig, x, operands)
+            else:
+                _divide_by_exp(bounds, orig, x, operands)
 
 
 def _constant_value(inst):
@@ -337,9 +335,28 @@ def _exp_of_difference(bounds, divide, x, operands) -> None:
 
 
 def _exp_operand(bounds, exp, operand) -> None:
-    """Keep exp's operand and its bound where a user divides it by (or into) another exp (_exp_of_difference)."""
-    if any(u.opcode == "divide" and all(o.opcode == "exponential" for o in u.operands) for u in exp.users):
+    """Keep exp's operand and its bound where a user divides by it or divides it by another exp."""
+    if any(u.opcode == "divide" and u.operands[1].opcode == "exponential" for u in exp.users):
         bounds.pending[id(exp)] = (operand, np.broadcast_to(bounds.of(operand), np.shape(operand)))
+
+
+def _divide_by_exp(bounds, divide, x, operands) -> None:
+    """A / exp(B) as A * exp(-B) (HandleDivide, before the divide-of-divides rules; with exp_of_differences):
+    exp(-B) is infinite where -B may pass the log of the type's overflow limit, though exp(B) is not 0 (f16:
+    B < -11.1): an infinity of A's sign there, NaN where A may be 0."""
+    exp = divide.operands[1]
+    held = bounds.pending.get(id(exp))
+    if len({id(u) for u in exp.users}) == 1:
+        bounds.pending.pop(id(exp), None)
+    if held is None:
+        return
+    b, e_b = (np.broadcast_to(np.real(v), np.shape(x)).astype(np.float64) for v in held)
+    a = np.broadcast_to(np.real(operands[0]), np.shape(x)).astype(np.float64)
+    e_a = np.broadcast_to(bounds.of(operands[0]), np.shape(x))
+    over = e_b - b >= np.log(rounding_limit(divide.shape.element_type.numpy)[0])
+    marks = (over & (a + e_a > 0)) * POS_INF | (over & (a - e_a < 0)) * NEG_INF | (over & (np.abs(a) <= e_a)) * NAN
+    kept = bounds.marks_of(x)
+    bounds._mark(x, marks.astype(np.uint8) if kept is None else marks.astype(np.uint8) | kept)
 
 
 def _widen_by(bounds, orig, x, extra, shift, marks) -> None:
