@@ -147,13 +147,19 @@ def _widen(bounds, orig, x, operands, inner, factors) -> None:
     bounds._keep_reach(x, None)
 
 
+def _alternating(reach, size: int) -> np.ndarray:
+    """+-`reach` (flat), alternating by sample and element: [SAMPLES, size]; 0 where it is not finite, at most 1e38
+    (in bf16's range)."""
+    signs = 1.0 - 2.0 * ((np.arange(SAMPLES)[:, None] + np.arange(size)) % 2)
+    return signs * np.where(np.isfinite(reach), np.minimum(reach, 1e38), 0.0).reshape(-1)
+
+
 def _moved_samples(bounds, x, where, reach) -> np.ndarray:
     """`x`'s samples with its elements at `where` moved by +-`reach` (alternating by sample and element): a later
     op's calibration sees the rewritten form's reach there, not the module's few roundings."""
     samples = bounds._read_samples(bounds._stored_samples(x))
     samples = np.zeros((SAMPLES, *np.shape(x)), np.float32) if samples is None else np.array(samples, np.float32)
-    signs = 1.0 - 2.0 * ((np.arange(SAMPLES)[:, None] + np.arange(np.size(x))) % 2)
-    moved = signs * np.where(np.isfinite(reach), np.minimum(reach, 1e38), 0.0).reshape(-1)  # (in bf16's range)
+    moved = _alternating(reach, np.size(x))
     flat = samples.reshape(SAMPLES, -1)
     at = np.flatnonzero(where)
     flat[:, at] = moved[:, at]
@@ -183,9 +189,9 @@ def rewritten(bounds, inst, x, operands) -> None:
     with np.errstate(all="ignore"):
         if op in ("add", "subtract") and device.folded_constant_sums and native:
             _folded_constant_sum(bounds, orig, x)
-        if op == "add" and device.factored_sums and native:
+        if op == "add" and device.factored_sums and native:  # (a sum of products: not one of constants)
             _factored_sum(bounds, orig, x)
-        elif op == "power" and device.power_as_products:
+        if op == "power" and device.power_as_products:
             _power_as_products(bounds, orig, x, operands, native)
         elif op == "exponential" and device.exp_of_differences and native:
             _exp_operand(bounds, orig, operands[0])
@@ -282,8 +288,7 @@ def _factored_sum(bounds, add, x) -> None:
     over = reach >= rounding_limit(add.shape.element_type.numpy)[0]
     if over.any():
         marks = (over & (r > 0)) * POS_INF | (over & (r < 0)) * NEG_INF
-        kept = bounds.marks_of(x)
-        bounds._mark(x, marks.astype(np.uint8) if kept is None else marks.astype(np.uint8) | kept)
+        _add_marks(bounds, x, marks)
 
 
 def _power_as_products(bounds, power, x, operands, native: bool) -> None:
@@ -303,8 +308,7 @@ def _power_as_products(bounds, power, x, operands, native: bool) -> None:
     elif np.all(exponent == -1) and bounds.device.flush_subnormals and power.shape.element_type.name in _FLUSHED:
         flushed = np.abs(a) - e < float(np.finfo(np.float32).tiny)
         marks = (flushed & (a + e > 0)) * POS_INF | (flushed & (a - e < 0)) * NEG_INF
-        kept = bounds.marks_of(x)
-        bounds._mark(x, marks.astype(np.uint8) if kept is None else marks.astype(np.uint8) | kept)
+        _add_marks(bounds, x, marks)
 
 
 def _exp_of_difference(bounds, divide, x, operands) -> None:
@@ -329,7 +333,7 @@ def _exp_of_difference(bounds, divide, x, operands) -> None:
     extra = np.abs(exact) * np.expm1(h) + np.where(np.isfinite(r), np.abs(exact - r), 0.0)
     extra = np.where(np.isfinite(exact), extra, 0.0)
     extra[~np.isfinite(r) & np.isfinite(exact)] = np.inf
-    marks = (d + reach - np.abs(d) + h >= np.log(rounding_limit(dtype)[0])) * POS_INF
+    marks = (d + e_a + e_b + h >= np.log(rounding_limit(dtype)[0])) * POS_INF
     marks |= (np.isnan(r) & ~np.isnan(d)) * DROPPED_NAN  # (exps past f64's range: e^D is no NaN, any value goes)
     _widen_by(bounds, divide, x, extra, None, marks.astype(np.uint8))
 
@@ -355,8 +359,7 @@ def _divide_by_exp(bounds, divide, x, operands) -> None:
     e_a = np.broadcast_to(bounds.of(operands[0]), np.shape(x))
     over = e_b - b >= np.log(rounding_limit(divide.shape.element_type.numpy)[0])
     marks = (over & (a + e_a > 0)) * POS_INF | (over & (a - e_a < 0)) * NEG_INF | (over & (np.abs(a) <= e_a)) * NAN
-    kept = bounds.marks_of(x)
-    bounds._mark(x, marks.astype(np.uint8) if kept is None else marks.astype(np.uint8) | kept)
+    _add_marks(bounds, x, marks)
 
 
 def _widen_by(bounds, orig, x, extra, shift, marks) -> None:
@@ -370,10 +373,14 @@ def _widen_by(bounds, orig, x, extra, shift, marks) -> None:
     samples = bounds._read_samples(bounds._stored_samples(x))
     samples = np.zeros((SAMPLES, *np.shape(x)), np.float32) if samples is None else np.array(samples, np.float32)
     if shift is None:
-        signs = 1.0 - 2.0 * ((np.arange(SAMPLES)[:, None] + np.arange(np.size(x))) % 2)
-        shift = (signs * np.minimum(extra, 1e38).reshape(-1)).reshape(samples.shape)
+        shift = _alternating(extra, np.size(x)).reshape(samples.shape)
     samples += np.where(np.isfinite(shift), np.clip(shift, -1e38, 1e38), 0.0).astype(np.float32)
     bounds._put(x, bound.astype(keep), bounds._decided_or_none(x), samples)
+    _add_marks(bounds, x, range_marks(x, bound, orig.shape.element_type.numpy) | (0 if marks is None else marks))
+
+
+def _add_marks(bounds, x, marks) -> None:
+    """`x`'s may-be-non-finite marks with `marks` (bound_overflow's bits) added."""
     kept = bounds.marks_of(x)
-    marks = range_marks(x, bound, orig.shape.element_type.numpy) | (0 if marks is None else marks)
+    marks = np.asarray(marks, np.uint8)
     bounds._mark(x, marks if kept is None else marks | kept)
