@@ -37,6 +37,8 @@ FORMS = {  # algebraic_simplifier.cc's rules (HandleDivide, HandleAdd, HandleMul
     "exp(a)/exp(b)": "x=T[N] exponential(a) y=T[N] exponential(b) ROOT r=T[N] divide(x,y)",
     "(a+c1)+c2": C + " x=T[N] add(a,kb) ROOT r=T[N] add(x,lb)",
     "(c1-a)+c2": C + " x=T[N] subtract(kb,a) ROOT r=T[N] add(x,lb)",
+    "(a-c1)+c2": C + " x=T[N] subtract(a,kb) ROOT r=T[N] add(x,lb)",
+    "(a+c1)-c2": C + " x=T[N] add(a,kb) ROOT r=T[N] subtract(x,lb)",
     "a*c+b*c (c=2^k)": "k=T[] constant(0.25) kb=T[N] broadcast(k), dimensions={} "
     "x=T[N] multiply(a,kb) y=T[N] multiply(b,kb) ROOT r=T[N] add(x,y)",
     "(a*c1)*c2": C + " x=T[N] multiply(a,kb) ROOT r=T[N] multiply(x,lb)",

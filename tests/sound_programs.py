@@ -19,7 +19,8 @@ rules:
   bf16 arithmetic (elementwise ops, compares, max, sums, dots: every step) reads operands below f32's smallest
   normal as 0 and makes results below it 0; negate, abs, selects and converts keep them; a divide by a broadcast
   (xla-cpu: XLA's algebraic simplifier) is a multiply by the reciprocal, computed in f32 (rounded to f16 for f16);
-  an f16 / f32 divide of divides is its HandleDivide rewrite ((A / B) / C => A / (B * C)...: `divide_of_divides`).
+  an f16 / f32 divide of divides is its HandleDivide rewrite ((A / B) / C => A / (B * C)...: `divide_of_divides`),
+  exp(A) / exp(B) is exp(A - B) (`exp_of_differences`).
 - dots: products of the algorithm's operands (exact in f32) accumulated in f32 in `order`; f32 operands cut per
   the algorithm: tpu DEFAULT / HIGH / HIGHEST one / three / six bf16 passes (hi = the f32's top 16 bits, lo =
   bf16(x - hi)), f32 for a matrix-vector dot; a100 DEFAULT / HIGH TF32 (10 stored bits, to nearest), HIGHEST
@@ -461,6 +462,17 @@ def emulate(p: Program, device: str, order: str, seed: int = 0) -> list[np.ndarr
                     b = fused_product.get(o.operands[1], b)
                 if device == "xla-cpu" and o.dtype != "bf16" and stays_divide(ops, o.name):
                     a, b = divide_of_divides(ops, values, o, flush)  # XLA's rewrite: the products in the type
+                exps = [
+                    ops[n].operands[0]
+                    for n in o.operands
+                    if ops[n].kind == "unary" and ops[n].attr["op"] == "exponential"
+                ]
+                if device == "xla-cpu" and o.dtype != "bf16" and o.attr["op"] == "divide" and len(exps) == 2:
+                    # XLA's HandleDivide: exp(A) / exp(B) => exp(A - B), the difference rounded to the type
+                    d = [ftz(values[n], flush).astype(np.float64) for n in exps]
+                    d32 = ftz(rounded(d[0] - d[1], o.dtype), flush).astype(np.float32)
+                    values[o.name] = result(ftz(_transcendental("exponential", d32, rng, device), flush), o.dtype)
+                    continue
                 if device == "xla-cpu" and o.attr["op"] == "divide" and ops[o.operands[1]].kind == "broadcast":
                     # XLA's algebraic simplifier: x * broadcast(1 / m), the reciprocal in f32 (rounded to f16 for f16)
                     reciprocal = ftz(np.float32(1) / b.astype(np.float32), flush)

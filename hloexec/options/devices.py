@@ -100,6 +100,13 @@ class DeviceProfile:
     # x * (1 / constant), x / sqrt(m) as x * rsqrt(m): the reciprocal rounds once more (XLA's algebraic simplifier)
     divide_of_divides: bool = False  # (a / b) / (c / d), (a / b) / c and a / (b / c) are computed as (a*d) / (b*c),
     # a / (b*c) and (a*c) / b, f16 and f32: the products' range decides (XLA's algebraic simplifier on XLA:CPU)
+    folded_constant_sums: bool = False  # (a + c1) + c2 and (c1 - a) + c2 are computed as a + fl(c1 + c2) and
+    # fl(c1 + c2) - a (f16, f32): the folded constant rounds (XLA's algebraic simplifier)
+    power_as_products: bool = False  # pow(a, 3) is computed as a * (a * a) (f16, f32): two roundings
+    factored_sums: bool = False  # a * c + b * c (c a power of 2) is computed as (a + b) * c (f16, f32): a + b may
+    # overflow where the products' sum does not
+    exp_of_differences: bool = False  # exp(a) / exp(b) is computed as exp(a - b) (f16, f32): the difference's
+    # rounding, carried by exp
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
     # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
     # error bounds follow that order; hloexec runs a module as written. 0: no rewrite
@@ -262,7 +269,8 @@ def _check(p: DeviceProfile, path: Path) -> None:
         f"tree_reduction_window = {p.tree_reduction_window!r}: expected 0 (none) or a window's length",
     )
     flags = ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction")
-    for flag in (*flags, "flush_subnormals", "divide_by_reciprocal", "divide_of_divides"):
+    rewrites = ("divide_by_reciprocal", "divide_of_divides", "folded_constant_sums", "power_as_products")
+    for flag in (*flags, "flush_subnormals", *rewrites, "factored_sums", "exp_of_differences"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 
 

@@ -65,6 +65,8 @@ class InstructionPlans:
     def __init__(self, shadow, context):
         self.context = context  # (its `device`: the calling participant's)
         self.originals = {(c.name, i.name): i for c in shadow.original.computations for i in c.instructions}
+        # the computations fusions call (XLA's algebraic simplifier leaves them as they are: bound_rewrites.py)
+        self.fused = {id(i.called.get("calls")) for i in self.originals.values() if i.opcode == "fusion"}
         self.kernel = KernelCache(context)
         self.decided: dict[int, tuple] = {}  # id(inst) -> (inst, original, narrow, dot or None)
         self.epilogues: dict[int, tuple] = {}  # id(inst) -> (inst, bound_epilogues.Epilogue or None)

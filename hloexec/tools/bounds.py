@@ -120,7 +120,7 @@ from .bound_sorts import selecting_reduce, selects, sorted_bounds, swapped_sampl
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
 from .bound_plans import InstructionPlans
 from .bound_overflow import collective_marks, dot_marks, mark_overflows
-from .bound_rewrites import divide_of_divides
+from .bound_rewrites import rewritten
 from .bound_store import EXACT_ELEMENTWISE, VIEW_MOVES, BoundStore, has_error, sample_dtype, widens_exactly
 from .bound_store import leaves as _leaves
 from .bound_store import float_leaf as _float
@@ -308,8 +308,7 @@ class ErrorBounds(BoundStore):
             with np.errstate(all="ignore"):
                 collective = _started(inst.opcode) in COLLECTIVES  # (its rule exchanged the marks)
                 mark_overflows(self, inst, value, operands, DIVIDES_BY.get(inst.opcode, ()), not collective)
-                if inst.opcode == "divide" and self.device.divide_of_divides:
-                    divide_of_divides(self, inst, value, operands)
+                rewritten(self, inst, value, operands)  # (the device's compiler's rewrites: bound_rewrites.py)
 
     def _observe(self, inst, value, operands) -> None:
         leaves = _leaves(value)

@@ -92,6 +92,13 @@ RULES = {
     "(YNNPACK's); 0: none",
     "divide_of_divides": "(a / b) / (c / d), (a / b) / c and a / (b / c) are computed as (a*d) / (b*c), a / (b*c) "
     "and (a*c) / b (f16, f32): the products may leave the type's range (the compiler's rewrite; error bounds only)",
+    "folded_constant_sums": "(a + c1) + c2 and (c1 - a) + c2 are computed as a + (c1 + c2) and (c1 + c2) - a, the "
+    "constants' sum rounded in the type (the compiler's rewrite; error bounds only)",
+    "power_as_products": "pow(a, 3) is computed as a * (a * a): two roundings (the compiler's rewrite; error bounds only)",
+    "factored_sums": "a * c + b * c (c a power of 2) is computed as (a + b) * c: a + b may overflow (the compiler's "
+    "rewrite; error bounds only)",
+    "exp_of_differences": "exp(a) / exp(b) is computed as exp(a - b): the difference rounds, exp carries it (the "
+    "compiler's rewrite; error bounds only)",
     "tree_reduction_window": "16-bit sums over a dim longer than this are a reduce-window of this size and a reduce "
     "(the compiler's rewrite; error bounds only); 0: none",
 }
