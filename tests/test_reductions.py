@@ -473,3 +473,24 @@ def test_a_converted_bf16_reducer_is_the_op_rounded_to_bf16_every_step(kind):
             running = ufunc(running, x[:, k]).astype(BF16).astype(np.float32)
         expected[:, j] = running
     assert bits(got) == bits(expected)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(converted_cases(), st.lists(st.integers(1, 7), min_size=1, max_size=3), st.integers(0, 2**16))
+def test_a_map_of_a_converted_reducer_runs_on_whole_arrays_with_its_bits(reducer_case, dims, seed):
+    """XLA:CPU's bf16 scans also map the reducer over the blocks' partial results: a map of convert(convert(op))
+    runs its kernels on whole arrays (ops/control.py), the bits of applying it per element."""
+    wide, narrow, kind, swapped, _ = reducer_case
+    r = np.random.default_rng(seed)
+    a, b = (values(r, dims, wide, kind, True) for _ in range(2))
+    shape = f"{wide}[{dims_text(dims)}]"
+
+    def module(opaque):
+        return (
+            f"HloModule m\n{converted_reducer_text('red', wide, narrow, kind, swapped, opaque)}"
+            f"ENTRY e {{ a = {shape} parameter(0)\n b = {shape} parameter(1)\n"
+            f" ROOT m = {shape} map(a, b), dimensions={{{dims_text(range(len(dims)))}}}, to_apply=red }}\n"
+        )
+
+    got, literal = (hloexec.load(module(o), use_numba=False).run(a, b) for o in (False, True))
+    assert bits(got) == bits(literal), (reducer_case, dims, got, literal)
