@@ -8,7 +8,8 @@ Semantics follow XLA's operation_semantics and the HloEvaluator (hlo_evaluator.c
   `ctx.computation` once per element, sequentially from the init value -- correct, but slow (Python
   call per element). But a reducer convert(... convert(op)) (XLA:CPU's float normalization of a bf16
   reduce-window: op in f32, every step rounded to bf16 and back; ir/opcodes.converted_reducer) folds a step
-  of every output at a time through the reducer's own kernels (`converted_step`): the same bits (judging XLA:CPU's bf16 cumsum of [64,1024]: 256 s -> 14 s, docs/verdicts.md).
+  of every output at a time through the reducer's own kernels (`converted_step`): the same bits (judging
+  XLA:CPU's bf16 cumsum of [64,1024]: 256 s -> 14 s, docs/verdicts.md).
 * Rounding and order (the `reductions` rule, defined in hloexec/options): "accumulate" (default)
   accumulates f16/bf16/fp8 add/multiply reductions in f32 and rounds once (numpy's pairwise order; f32/f64 in
   their type, pairwise); "per-step" rounds every application of an add/multiply reducer to the type, folding
