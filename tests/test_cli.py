@@ -1,6 +1,5 @@
 """The `hloexec` command line (hloexec.tools.cli), the comparison rules (hloexec.tools.compare), the
 stats (hloexec.tools.stats) and the docs' op table (hloexec.tools.optable)."""
-
 from __future__ import annotations
 
 import io
@@ -24,10 +23,8 @@ from conftest import EXAMPLES, REPO_ROOT, shared_path
 
 BAD_OPERAND = "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[2] add(p, q)\n}\n"
 UNSUPPORTED = "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[2] frobnicate(p)\n}\n"
-NAN = (
-    "HloModule m\n\nENTRY e {\n  p = f32[3] parameter(0)\n  z = f32[3] subtract(p, p)\n"
-    "  ROOT r = f32[3] divide(z, z)\n}\n"
-)
+NAN = "HloModule m\n\nENTRY e {\n  p = f32[3] parameter(0)\n  z = f32[3] subtract(p, p)\n" \
+      "  ROOT r = f32[3] divide(z, z)\n}\n"
 
 
 def run_cli(capsys, *argv):
@@ -52,9 +49,8 @@ def test_every_command_has_help_with_examples_and_exit_codes(capsys):
 
 
 def test_python_dash_m_prints_json_and_parse_errors_without_traceback(tmp_path):
-    ops = subprocess.run(
-        [sys.executable, "-P", "-m", "hloexec", "ops", "--json"], capture_output=True, text=True, cwd=tmp_path
-    )
+    ops = subprocess.run([sys.executable, "-P", "-m", "hloexec", "ops", "--json"], capture_output=True, text=True,
+                         cwd=tmp_path)
     assert ops.returncode == 0, ops.stderr
     assert {r["opcode"] for r in json.loads(ops.stdout)["ops"]} >= {"add", "dot", "fusion", "while"}
     bad = write(tmp_path, "bad.hlo", BAD_OPERAND)
@@ -76,29 +72,10 @@ def test_usage_errors_exit_2(capsys, tmp_path):
 
 
 # -- stats --------------------------------------------------------------------------------------
-STATS_FIELDS = {
-    "name",
-    "first_line",
-    "last_line",
-    "source_lines",
-    "computations",
-    "instructions",
-    "ops",
-    "element_types",
-    "entry_parameters",
-    "parameter_bytes",
-    "entry_outputs",
-    "output_bytes",
-    "flops",
-    "flops_by_kind",
-    "contractions",
-    "while_loops",
-    "collectives",
-    "custom_call_targets",
-    "fusion_kinds",
-    "elided_constants",
-    "compiled_for",
-}
+STATS_FIELDS = {"name", "first_line", "last_line", "source_lines", "computations", "instructions", "ops",
+                "element_types", "entry_parameters", "parameter_bytes", "entry_outputs", "output_bytes", "flops",
+                "flops_by_kind", "contractions", "while_loops", "collectives", "custom_call_targets",
+                "fusion_kinds", "elided_constants", "compiled_for"}
 
 
 def test_stats_json_on_the_examples_agrees_with_the_parsed_modules(capsys):
@@ -113,9 +90,8 @@ def test_stats_json_on_the_examples_agrees_with_the_parsed_modules(capsys):
         (m,) = entry["modules"]
         assert set(m) == STATS_FIELDS
         module = hloexec.parse(path)[0]
-        assert (
-            m["instructions"] == module.instruction_count == sum(m["ops"].values()) == sum(m["element_types"].values())
-        )
+        assert m["instructions"] == module.instruction_count == sum(m["ops"].values()) \
+            == sum(m["element_types"].values())
         assert m["computations"] == len(module.computations)
         assert m["parameter_bytes"] == sum(p.shape.nbytes for p in module.entry.parameters)
         assert m["ops"].get("fusion", 0) == sum(m["fusion_kinds"].values())
@@ -136,7 +112,6 @@ def test_stats_text_names_every_module_of_a_file_with_its_lines(capsys, tmp_path
 @pytest.mark.xla
 def test_stats_counts_agree_with_xla(capsys):
     from hloexec.tools.xla_cpu import parse_with_xla
-
     path = EXAMPLES / "gpt_step.pre.hlo"
     xla = parse_with_xla(path.read_text())
     (m,) = json.loads(run_cli(capsys, "stats", path, "--json")[1])["files"][0]["modules"]
@@ -185,7 +160,7 @@ ENTRY e {{
     code, out, _ = run_cli(capsys, "stats", write(tmp_path, "flops.hlo", text), "--json")
     assert code == 0
     (s,) = json.loads(out)["files"][0]["modules"]
-    fused = 2 * m * n * k  # 2·M·N·K, the fused computation called from two sites
+    fused = 2 * m * n * k            # 2·M·N·K, the fused computation called from two sites
     loop_body = 2 * m * m * k + 2 * m * k * m
     assert s["flops_by_kind"] == {"dot": 2 * fused + loop_body} and s["contractions"] == {"dot": 4}
     assert s["while_loops"] == 1 and s["fusion_kinds"] == {"kOutput": 2}
@@ -195,14 +170,8 @@ ENTRY e {{
 def test_stats_on_the_seed_dumps_counts_collectives_and_gemms(capsys):
     path = shared_path("seeds", "gpt_train_step_shard_parallel_16dev.hlo")
     text = path.read_text()
-    code, out, _ = run_cli(
-        capsys,
-        "stats",
-        path,
-        shared_path("seeds", "xmap_train_step_log.txt"),
-        shared_path("seeds", "tpu_seqparallel_remat_8dev.hlo"),
-        "--json",
-    )
+    code, out, _ = run_cli(capsys, "stats", path, shared_path("seeds", "xmap_train_step_log.txt"),
+                           shared_path("seeds", "tpu_seqparallel_remat_8dev.hlo"), "--json")
     assert code == 0
     gpt, log, tpu = (f["modules"][0] for f in json.loads(out)["files"])
     (all_reduce,) = gpt["collectives"]
@@ -232,16 +201,9 @@ def test_run_with_seed_writes_the_outputs_and_summarises_them(capsys, tmp_path):
         assert summary["shape"] == list(want.shape) and summary["nan"] == np.count_nonzero(np.isnan(want))
         assert summary["min"] == pytest.approx(float(np.nanmin(want)))
         assert summary["max"] == pytest.approx(float(np.nanmax(want)))
-    assert (
-        doc["inputs"]["from"] == "seed"
-        and doc["inputs"]["seed"] == 3
-        and doc["memory"]["peak_bytes"] == exe.peak_bytes()
-    )
+    assert doc["inputs"]["from"] == "seed" and doc["inputs"]["seed"] == 3 and doc["memory"]["peak_bytes"] == exe.peak_bytes()
     # Adam's second moments reach sqrt (the gradients only squared): drawn positive, and said so
-    assert [(c["name"], c["domain"]) for c in doc["inputs"]["constrained"]] == [
-        ("vw.1", "positive"),
-        ("vb.1", "positive"),
-    ]
+    assert [(c["name"], c["domain"]) for c in doc["inputs"]["constrained"]] == [("vw.1", "positive"), ("vb.1", "positive")]
     assert set(doc["seconds"]) == {"parse", "prepare", "execute"}
     code, text, _ = run_cli(capsys, "run", path, "--inputs", EXAMPLES / "adam.inputs.npz", "--no-numba")
     assert code == 0 and "memory needed" in text and "execute" in text
@@ -251,7 +213,7 @@ def test_run_profile_lists_the_slowest_entry_instructions(capsys):
     path = EXAMPLES / "gpt_step.pre.hlo"
     code, out, _ = run_cli(capsys, "run", path, "--profile", 5, "--json")
     rows = json.loads(out)["profile"]
-    entry = {i.name: i for c in hloexec.parse(path)[0].computations for i in c}  # calls are inlined
+    entry = {i.name: i for c in hloexec.parse(path)[0].computations for i in c}    # calls are inlined
     assert code == 0 and len(rows) == 5
     assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
     for row in rows:
@@ -274,7 +236,6 @@ def test_max_memory_above_what_is_available_lets_the_run_go(capsys, tmp_path, mo
     """--max-memory is the run's limit, checked by the CLI and by the library's own check at run time (which
     otherwise takes MemAvailable): a limit above what the machine says is available is the user's to give."""
     from hloexec.exec import executor
-
     monkeypatch.setattr(executor, "available_memory", lambda: 1)
     path = write(tmp_path, "nan.hlo", NAN)
     assert run_cli(capsys, "run", path)[0] == 2
@@ -355,9 +316,8 @@ def test_compile_notice_says_when_kernels_compile_and_how_long_on_a_terminal_onl
 def test_compare_against_expected_passes_and_a_perturbed_element_fails(capsys, tmp_path):
     path, inputs = EXAMPLES / "layernorm_bwd.pre.hlo", EXAMPLES / "layernorm_bwd.inputs.npz"
     expected = load_arrays(str(EXAMPLES / "layernorm_bwd.expected.npz"))
-    code, out, _ = run_cli(
-        capsys, "compare", path, "--inputs", inputs, "--expected", EXAMPLES / "layernorm_bwd.expected.npz"
-    )
+    code, out, _ = run_cli(capsys, "compare", path, "--inputs", inputs, "--expected",
+                           EXAMPLES / "layernorm_bwd.expected.npz")
     assert code == 0 and "PASS" in out
     first = next(iter(expected))
     perturbed = dict(expected)
@@ -365,19 +325,16 @@ def test_compare_against_expected_passes_and_a_perturbed_element_fails(capsys, t
     where = tuple(d // 2 for d in perturbed[first].shape)
     perturbed[first][where] += 1.0
     save_arrays(str(tmp_path / "perturbed.npz"), perturbed)
-    code, out, _ = run_cli(
-        capsys, "compare", path, "--inputs", inputs, "--expected", tmp_path / "perturbed.npz", "--json"
-    )
+    code, out, _ = run_cli(capsys, "compare", path, "--inputs", inputs, "--expected", tmp_path / "perturbed.npz",
+                           "--json")
     assert code == 1
     doc = json.loads(out)
     assert not doc["passed"] and doc["outputs"][0]["mismatches"] == 1
     assert doc["outputs"][0]["worst"][0]["index"] == list(where)
     assert all(o["passed"] for o in doc["outputs"][1:])
     # a bound large enough for the perturbation passes
-    assert (
-        run_cli(capsys, "compare", path, "--inputs", inputs, "--expected", tmp_path / "perturbed.npz", "--atol", "2")[0]
-        == 0
-    )
+    assert run_cli(capsys, "compare", path, "--inputs", inputs, "--expected", tmp_path / "perturbed.npz",
+                   "--atol", "2")[0] == 0
 
 
 def test_compare_two_hlo_files_on_the_same_inputs(capsys):
@@ -474,16 +431,14 @@ def test_compare_outputs_reports_ulps_shapes_dtypes_and_counts():
     assert compare_outputs([x.astype(np.float64)], [x]).outputs[0].problem.startswith("dtype")
     report = compare_outputs([x, x], [x])
     assert not report.passed and "2 outputs" in report.problem
-    json.dumps(
-        compare_outputs([np.array([np.inf], np.float32)], [np.array([1.0], np.float32)]).to_dict(), allow_nan=False
-    )
+    json.dumps(compare_outputs([np.array([np.inf], np.float32)], [np.array([1.0], np.float32)]).to_dict(),
+               allow_nan=False)
 
 
 # -- ops and the docs' table --------------------------------------------------------------------
 def test_ops_lists_the_registry(capsys):
     from hloexec.ops import OPS
     from hloexec.ops.custom_call import CUSTOM_CALLS
-
     doc = json.loads(run_cli(capsys, "ops", "--json")[1])
     assert [r["opcode"] for r in doc["ops"]] == sorted(OPS)
     assert sorted(t for r in doc["custom_calls"] for t in r["targets"]) == sorted(CUSTOM_CALLS)
@@ -496,9 +451,8 @@ def test_docs_op_table_is_the_generated_one():
     written = optable.readme_table(page.read_text(encoding="utf-8")) if page.exists() else None
     if written is None:
         pytest.skip("docs/custom-calls.md has no op-table markers")
-    assert written == optable.markdown_table(), (
+    assert written == optable.markdown_table(), \
         "docs/custom-calls.md's op table is stale: run python -m hloexec.tools.optable --write docs/custom-calls.md"
-    )
 
 
 def test_run_repeat_profiles_the_last_run(capsys):
@@ -510,7 +464,7 @@ def test_run_repeat_profiles_the_last_run(capsys):
     assert code == 0 and len(doc["seconds"]["runs"]) == 3 and doc["seconds"]["runs"][0] == doc["seconds"]["execute"]
     assert len(doc["profile"]) == 5 and sum(r["ms"] for r in doc["profile"]) < 1e3 * doc["seconds"]["runs"][2]
     code, once, _ = run_cli(capsys, "run", path, "--json")
-    for a, b in zip(json.loads(once)["outputs"], doc["outputs"], strict=True):  # the tiers may differ in last bits
+    for a, b in zip(json.loads(once)["outputs"], doc["outputs"], strict=True):      # the tiers may differ in last bits
         assert a["shape"] == b["shape"] and a["nan"] == b["nan"] and a["mean"] == pytest.approx(b["mean"], rel=1e-4)
     code, _, err = run_cli(capsys, "run", path, "--repeat", 2, "--spmd")
     assert code == 2 and "--repeat" in err
@@ -521,42 +475,17 @@ def test_run_repeat_profiles_the_last_run(capsys):
 def test_reductions_option_of_run_and_compare(capsys, tmp_path):
     """--reductions per-step rounds an f16 sum at every step: 2048 + 1 + 1 + ... stays 2048 (each add is a tie
     that rounds to even), accumulate gives 2048 + 64; compare tells the two apart."""
-    path = write(
-        tmp_path,
-        "sum.hlo",
-        "HloModule s\nadd { a = f16[] parameter(0)\n b = f16[] parameter(1)\n"
-        " ROOT c = f16[] add(a, b) }\nENTRY e { x = f16[65] parameter(0)\n z = f16[] constant(0)\n"
-        " ROOT r = f16[] reduce(x, z), dimensions={0}, to_apply=add }\n",
-    )
+    path = write(tmp_path, "sum.hlo", "HloModule s\nadd { a = f16[] parameter(0)\n b = f16[] parameter(1)\n"
+                 " ROOT c = f16[] add(a, b) }\nENTRY e { x = f16[65] parameter(0)\n z = f16[] constant(0)\n"
+                 " ROOT r = f16[] reduce(x, z), dimensions={0}, to_apply=add }\n")
     save_arrays(str(tmp_path / "in.npz"), {"arg0": np.concatenate([[2048], np.ones(64)]).astype(np.float16)})
     for mode, total in (("per-step", 2048), ("accumulate", 2048 + 64)):
-        code, _, _ = run_cli(
-            capsys,
-            "run",
-            path,
-            "--inputs",
-            tmp_path / "in.npz",
-            "--reductions",
-            mode,
-            "--out",
-            tmp_path / f"{mode}.npz",
-        )
+        code, _, _ = run_cli(capsys, "run", path, "--inputs", tmp_path / "in.npz", "--reductions", mode,
+                             "--out", tmp_path / f"{mode}.npz")
         assert code == 0 and load_arrays(str(tmp_path / f"{mode}.npz"))["out0"] == total
-    code, out, _ = run_cli(
-        capsys,
-        "compare",
-        path,
-        "--inputs",
-        tmp_path / "in.npz",
-        "--expected",
-        tmp_path / "per-step.npz",
-        "--reductions",
-        "per-step",
-        "--json",
-    )
+    code, out, _ = run_cli(capsys, "compare", path, "--inputs", tmp_path / "in.npz", "--expected",
+                           tmp_path / "per-step.npz", "--reductions", "per-step", "--json")
     assert code == 0 and json.loads(out)["passed"]
-    assert (
-        run_cli(capsys, "compare", path, "--inputs", tmp_path / "in.npz", "--expected", tmp_path / "per-step.npz")[0]
-        == 1
-    )
+    assert run_cli(capsys, "compare", path, "--inputs", tmp_path / "in.npz", "--expected",
+                   tmp_path / "per-step.npz")[0] == 1
     assert run_cli(capsys, "run", path, "--reductions", "pairwise")[0] == 2
