@@ -15,6 +15,7 @@ import pytest
 import hloexec
 from hloexec.tools import optable
 from hloexec.tools.cli import ProgressBar, main
+from hloexec.tools.common import CompileNotice
 from hloexec.tools.compare import compare_outputs, default_tolerance
 from hloexec.tools.xla_cpu import load_arrays, save_arrays
 
@@ -276,6 +277,39 @@ def test_progress_bar_draws_after_half_a_second_and_clears():
     assert "5/10 instructions" in stream.getvalue()
     bar.close()
     assert stream.getvalue().endswith("\r\033[K")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_compile_notice_says_when_kernels_compile_and_how_long_on_a_terminal_only():
+    """A cold first run spends a minute or two in Numba compiles (a `numerics` of the bf16 LayerNorm example: ~95%
+    of it): on a terminal the user is told so as the first one starts, and the count and time at the end; a
+    compile nested in another's (a kernel calling another) is not counted apart; a run compiling nothing, or not
+    on a terminal, prints nothing."""
+    from numba import njit
+
+    def twice(x):
+        return 2 * x
+
+    inner = njit(twice)
+    outer = njit(lambda x: inner(x) + 1)
+    stream = _Terminal()
+    with CompileNotice(stream):
+        assert outer(1.5) == 4.0
+    text = stream.getvalue()
+    assert "compiling kernels" in text and "first run only" in text
+    assert re.search(r"kernels compiled: 1 in \d+\.\d s", text), text
+    stream = _Terminal()
+    with CompileNotice(stream):
+        assert outer(2.5) == 6.0  # (compiled: nothing to say)
+    assert stream.getvalue() == ""
+    stream = io.StringIO()
+    with CompileNotice(stream):
+        assert njit(twice)(1.0) == 2.0
+    assert stream.getvalue() == ""
 
 
 # -- compare ------------------------------------------------------------------------------------

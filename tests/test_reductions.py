@@ -27,6 +27,7 @@ import hloexec.exec.tiering as tiering
 import hloexec.ops.reduction as reduction
 from hloexec.kernels import fusion
 from hloexec.kernels.program import compile_program
+from hloexec.ir.opcodes import converted_reducer
 from hloexec.options import Options
 from xla_compare import flatten, ulp_distance
 
@@ -393,3 +394,103 @@ def test_xla_cpu_fuses_f16_multiply_add_where_the_host_has_fp16_arithmetic():
         if Path("/proc/cpuinfo").exists() else False
     assert bits(want) == bits(fused if fp16_host else ours)
     assert bits(fused) != bits(ours)
+
+
+# -- a reducer convert(convert(op)) (XLA:CPU's bf16 reduce-windows) folds vectorized --------------------------------
+def converted_reducer_text(name: str, wide: str, narrow: str, kind: str, swapped: bool, opaque: bool) -> str:
+    """op(a, b) (`swapped`: op(b, a)) in `wide`, rounded to `narrow` and back, as XLA:CPU's float normalization
+    writes a bf16 reducer; `opaque`: a copy at its root, so it runs element by element through the computation."""
+    operands = "b, a" if swapped else "a, b"
+    root = f" w = {wide}[] convert(n)\n ROOT c = {wide}[] copy(w)" if opaque else f" ROOT w = {wide}[] convert(n)"
+    return (f"{name} {{ a = {wide}[] parameter(0)\n b = {wide}[] parameter(1)\n s = {wide}[] {kind}({operands})\n"
+            f" n = {narrow}[] convert(s)\n{root} }}\n")
+
+
+@st.composite
+def converted_cases(draw):
+    wide = draw(st.sampled_from(["f32", "f64"]))
+    narrow = draw(st.sampled_from(["bf16", "f16", "f32", "f64"] if wide == "f64" else ["bf16", "f16", "f32"]))
+    return (wide, narrow, draw(st.sampled_from(["add", "multiply", "maximum", "minimum"])), draw(st.booleans()),
+            draw(st.sampled_from(["0.75", "0.1", "-inf", "nan"])))
+
+
+def converted_window_module(reducer_text, wide, dims, win, init) -> str:
+    """window_module's reduce-window with a converted reducer (its `red`) and init value `init`."""
+    text = window_module(wide, "add", dims, win).replace(reducer("red", wide, "add"), reducer_text)
+    return text.replace(f"constant({init_value('add')})", f"constant({init})")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(converted_cases(), window_cases())
+def test_a_converted_reducers_window_folds_vectorized_with_the_reducers_bits(reducer_case, case):
+    """ops/reduction.py folds a convert(convert(op)) reducer's windows a step of every window at a time
+    (converted_step: the reducer's own kernels) rather than calling the computation per element: the bits of the
+    per-element path, with padding and holes skipped (an init that is not a value of the narrow type, NaN, inf,
+    -0 kept as they are), either operand order, the shadow's f64 identity converts (narrow = wide)."""
+    wide, narrow, kind, swapped, init = reducer_case
+    _, _, dims, win, seed, specials = case
+    x = values(np.random.default_rng(seed), dims, wide, kind, specials)
+    fast, opaque = (converted_reducer_text("red", wide, narrow, kind, swapped, o) for o in (False, True))
+    assert converted_reducer(hloexec.parse(converted_window_module(fast, wide, dims, win, init))[0].computations[0])
+    literal = hloexec.load(converted_window_module(opaque, wide, dims, win, init), use_numba=False).run(x)
+    got = hloexec.load(converted_window_module(fast, wide, dims, win, init), use_numba=False).run(x)
+    assert bits(got) == bits(literal), (reducer_case, case, got, literal)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(converted_cases(), reduce_cases())
+def test_a_converted_reducers_reduce_folds_vectorized_with_the_reducers_bits(reducer_case, case):
+    wide, narrow, kind, swapped, init = reducer_case
+    _, _, dims, rdims, seed, specials = case
+    x = values(np.random.default_rng(seed), dims, wide, kind, specials)
+    texts = [reduce_module(wide, "add", dims, rdims).replace(reducer("red", wide, "add"),
+                                                             converted_reducer_text("red", wide, narrow, kind,
+                                                                                    swapped, opaque))
+             .replace(f"constant({init_value('add')})", f"constant({init})") for opaque in (False, True)]
+    got, literal = (hloexec.load(t, use_numba=False).run(x) for t in texts)
+    assert bits(got) == bits(literal), (reducer_case, case, got, literal)
+
+
+@pytest.mark.parametrize("kind", ["add", "multiply", "maximum"])
+def test_a_converted_bf16_reducer_is_the_op_rounded_to_bf16_every_step(kind):
+    """Against numpy and ml_dtypes' emulation of XLA:CPU's bf16 cumulative op (its optimized module's first level:
+    windows of 16 with 15 padding before, over f32 values widened from bf16): a running f32 op rounded to bf16
+    after every step, from the init value, in index order."""
+    r = np.random.default_rng(3)
+    x = r.standard_normal((4, 48))
+    x = (1 + x / 16 if kind == "multiply" else x).astype(BF16).astype(np.float32)
+    x[1, 5] = np.inf
+    init = 1 if kind == "multiply" else "-inf" if kind == "maximum" else 0
+    text = (f"HloModule cum\n{converted_reducer_text('red', 'f32', 'bf16', kind, False, False)}"
+            f"ENTRY e {{ x = f32[4,48] parameter(0)\n z = f32[] constant({init})\n"
+            f" ROOT r = f32[4,48] reduce-window(x, z), window={{size=1x16 pad=0_0x15_0}}, to_apply=red }}\n")
+    got = hloexec.load(text, use_numba=False).run(x)
+    ufunc = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum}[kind]
+    expected = np.empty_like(x)
+    for j in range(48):
+        running = np.full(4, np.float32(init), np.float32)
+        for k in range(max(0, j - 15), j + 1):
+            running = ufunc(running, x[:, k]).astype(BF16).astype(np.float32)
+        expected[:, j] = running
+    assert bits(got) == bits(expected)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(converted_cases(), st.lists(st.integers(1, 7), min_size=1, max_size=3), st.integers(0, 2**16))
+def test_a_map_of_a_converted_reducer_runs_on_whole_arrays_with_its_bits(reducer_case, dims, seed):
+    """XLA:CPU's bf16 scans also map the reducer over the blocks' partial results: a map of convert(convert(op))
+    runs its kernels on whole arrays (ops/control.py), the bits of applying it per element."""
+    wide, narrow, kind, swapped, _ = reducer_case
+    r = np.random.default_rng(seed)
+    a, b = (values(r, dims, wide, kind, True) for _ in range(2))
+    shape = f"{wide}[{dims_text(dims)}]"
+
+    def module(opaque):
+        return (
+            f"HloModule m\n{converted_reducer_text('red', wide, narrow, kind, swapped, opaque)}"
+            f"ENTRY e {{ a = {shape} parameter(0)\n b = {shape} parameter(1)\n"
+            f" ROOT m = {shape} map(a, b), dimensions={{{dims_text(range(len(dims)))}}}, to_apply=red }}\n"
+        )
+
+    got, literal = (hloexec.load(module(o), use_numba=False).run(a, b) for o in (False, True))
+    assert bits(got) == bits(literal), (reducer_case, dims, got, literal)

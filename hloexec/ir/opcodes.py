@@ -270,6 +270,28 @@ def reducer_opcode(comp) -> str | None:
     return None
 
 
+def converted_reducer(comp) -> tuple | None:
+    """(op, converts) where computation `comp` is convert(... convert(op(p0, p1))) of an op in REDUCER_OPS on floats,
+    its converts (in the order they apply) between float types and back to the parameters' type: XLA:CPU's float
+    normalization of a bf16 reduce-window (the op in f32, every step rounded to bf16 and back; the shadow's converts
+    are f64's identity). A reduction by it folds op, each step's result converted in turn; else None."""
+    params, root, converts = comp.parameters, comp.root, []
+    while root.opcode == "convert":
+        converts.append(root)
+        root = root.operands[0]
+    if (
+        not converts
+        or len(params) != 2
+        or root.opcode not in REDUCER_OPS
+        or len(root.operands) != 2
+        or {id(o) for o in root.operands} != {id(p) for p in params}
+        or any(i.shape.rank != 0 or i.shape.element_type.kind != "float" for i in (*params, root, *converts))
+        or comp.root.shape.element_type != params[0].shape.element_type
+    ):
+        return None
+    return root, converts[::-1]
+
+
 def separate_reducer_opcodes(comp, n: int) -> list[str] | None:
     """The opcodes of a variadic reducer `comp` (of n inputs) whose k-th result is op_k(p_k, p_{n+k}) or
     op_k(p_{n+k}, p_k) of an op in REDUCER_OPS, for every k -- its results computed apart, a reduction by it n

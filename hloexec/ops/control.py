@@ -6,7 +6,9 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.fma import contract_fma
+from ..ir.opcodes import converted_reducer
 from .common import TOKEN, as_tuple, called, invalid, zeros_of
+from .reduction import converted_step
 from .registry import async_shorthand, lookup, op
 
 
@@ -79,10 +81,25 @@ def conditional(inst, ctx):
     return run
 
 
-@op("map", kernel="python", notes="applies the computation per element (slow: one Python call per element)")
+@op(
+    "map",
+    kernel="python",
+    notes="applies the computation per element (slow: one Python call per element); a convert(convert(op)) of "
+    "its two parameters (XLA:CPU's bf16 scans) to all elements at once",
+)
 def map_(inst, ctx):
-    fn = ctx.computation(inst.called["to_apply"])
+    comp = inst.called["to_apply"]
     dtype = inst.shape.dtype
+    converted = converted_reducer(comp) if len(inst.operands) == 2 else None
+    if converted is not None:  # (the reducer's own kernels on whole arrays: the per-element path's bits)
+        step = converted_step(converted, ctx)
+
+        def converted_map(a, b):
+            with np.errstate(all="ignore"):
+                return np.asarray(step(a, b), dtype).reshape(inst.shape.dims)
+
+        return converted_map
+    fn = ctx.computation(comp)
 
     def run(*arrays):
         out = np.empty(inst.shape.dims, dtype)

@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 
 from ..ir.dtypes import element_type
+from ..ir.opcodes import converted_reducer
 from ..kernels.bound_products import window_products
 from ..kernels.elementwise import accumulates_in_f32
 from ..ops.indexing import scatter_targets
@@ -126,17 +127,15 @@ def _product_bounds(bounds, inst, orig, x, a, init, per_step: bool, etype) -> np
 
 def rounded_steps(orig):
     """(op, narrow type) where `orig`'s reducer is `convert(convert(op(p0, p1)) to narrow)` back to its own type
-    (XLA:CPU's float normalization of a bf16 reduce-window: the op in f32, every step rounded to bf16); else
-    None."""
+    (ir/opcodes.converted_reducer: XLA:CPU's float normalization of a bf16 reduce-window, the op in f32, every step
+    rounded to bf16); else None."""
     reducer = orig.called.get("to_apply")
-    root = reducer.root if reducer is not None else None
-    if root is None or root.opcode != "convert" or root.operands[0].opcode != "convert":
+    found = converted_reducer(reducer) if reducer is not None else None
+    if found is None or len(found[1]) != 2:
         return None
-    narrow, op = root.operands[0].shape.element_type, root.operands[0].operands[0]
-    if {id(o) for o in op.operands} != {id(p) for p in reducer.parameters} or len(op.operands) != 2:
-        return None
-    wide = root.shape.element_type
-    if narrow.kind != "float" or wide.kind != "float" or narrow.bits >= wide.bits or op.shape.element_type != wide:
+    op, (down, back) = found
+    narrow, wide = down.shape.element_type, back.shape.element_type
+    if narrow.bits >= wide.bits or op.shape.element_type != wide:
         return None
     return op.opcode, narrow
 

@@ -38,6 +38,7 @@ from .commands import (
 from . import plugins
 from .arrays import flatten as flatten  # re-exported: scripts and tests import it from here
 from .common import (
+    CompileNotice,
     EXIT_CODES,
     EXIT_ERROR,
     EXIT_OK,
@@ -148,7 +149,8 @@ def main(argv=None) -> int:
         args.command_line = argv  # `report` shows how to rerun it
         for note in prepare_arguments(args, args.command_line):  # FILE as a dump directory, snapshot or proto
             print(note, file=sys.stderr)
-        return args.handler(args)
+        with CompileNotice():  # (a cold first run compiles for a minute or two: the user is told)
+            return args.handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -437,6 +437,57 @@ class ProgressBar:
             self.stream.flush()
 
 
+class CompileNotice:
+    """While it is entered, says on a terminal's stderr when Numba starts compiling kernels in this process (the
+    error bounds' and the runtime's: their first run after an install or an edit, ~1 min of a cold `numerics` or
+    `compare --reference shadow` that a warm run does in seconds), and at the end how long they took: a user sees
+    what the command waits for, and that it is paid once (Numba caches them)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.depth, self.count, self.seconds, self.started = 0, 0, 0.0, 0.0
+
+    def on_start(self, event) -> None:
+        if self.depth == 0:
+            if self.count == 0:
+                self.stream.write("\r\033[Kcompiling kernels (Numba: the first run only, they are cached)...\n")
+                self.stream.flush()
+            self.started = time.perf_counter()
+        self.depth += 1
+
+    def on_end(self, event) -> None:
+        self.depth -= 1
+        if self.depth == 0:  # (kernels called by the one compiled compile inside its compile)
+            self.count += 1
+            self.seconds += time.perf_counter() - self.started
+
+    def __enter__(self):
+        from numba.core import event
+
+        notice = self
+
+        class Listener(event.Listener):  # (numba imported here: `hloexec --help` does not pay for it)
+            def on_start(self, e):
+                notice.on_start(e)
+
+            def on_end(self, e):
+                notice.on_end(e)
+
+        self.listener = Listener()
+        if self.stream.isatty():
+            event.register("numba:compile", self.listener)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from numba.core import event
+
+        if self.stream.isatty():
+            event.unregister("numba:compile", self.listener)
+        if self.count:
+            self.stream.write(f"\r\033[Kkernels compiled: {self.count} in {self.seconds:.1f} s\n")
+            self.stream.flush()
+
+
 def execute(exe, inputs, profile=None) -> tuple[list, float]:
     """(flattened outputs, seconds) of one run, with a progress bar when stderr is a terminal;
     `profile` (a dict) gets instruction of the entry computation (calls inlined) -> seconds."""
