@@ -759,6 +759,58 @@ def test_adam_updates_whose_sign_rounding_decides_are_exempt_and_a_change_beside
     assert not verdict.consistent("planted"), (k, offsets[k])
 
 
+SHIFTED_BY_A_SHARED_SUM = """HloModule shifted_by_a_shared_sum
+add_f16 {
+  p = f16[] parameter(0)
+  q = f16[] parameter(1)
+  ROOT r = f16[] add(p, q)
+}
+
+ENTRY main {
+  a = f16[16] parameter(0)
+  b = f16[16] parameter(1)
+  t = f16[256] parameter(2)
+  x = f16[16] multiply(a, b)
+  wide = f32[16] convert(x)
+  zero = f16[] constant(0)
+  s = f16[] reduce(t, zero), dimensions={0}, to_apply=add_f16
+  sf = f32[] convert(s)
+  shift = f32[16] broadcast(sf), dimensions={}
+  up = f32[16] add(wide, shift)
+  ROOT y = f32[16] subtract(up, shift)
+}
+"""
+
+
+def test_a_small_value_of_equally_loose_elements_is_cut_by_its_count_and_a_1pct_change_caught():
+    """A value of 16 elements, (x + s) - s in f32: x one f16 rounding each, s an f16 sum of 256 terms shared by all,
+    whose error (~50x x's) the rules count twice and the samples see cancel: every element equally loose. Cut at
+    one draw's margin times the largest of 16 ratios (main) its bound was 0.31-0.74% of the value, so a 1% change of
+    4 of the 16 elements passed; cut by the margin its count of elements is worth (docs/verdicts.md "Small values")
+    0.20-0.49%, every one is caught. Correct results -- XLA:CPU's and numpy's (f16 products, the f16 sum stepped
+    backward: another order) -- are consistent."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+    rng = np.random.default_rng(0)
+    a = rng.uniform(1, 2, 16).astype(np.float16)
+    b = rng.uniform(0.6, 1, 16).astype(np.float16)
+    t = rng.uniform(0, 0.08, 256).astype(np.float16)
+    s = np.float16(0)
+    for term in t[::-1]:
+        s = np.float16(s + term)
+    emulated = ((a * b).astype(np.float32) + np.float32(s)) - np.float32(s)
+    exe = hloexec.load(SHIFTED_BY_A_SHARED_SUM)
+    [xla] = run_on_xla_cpu(SHIFTED_BY_A_SHARED_SUM, [a, b, t])
+    right = {"XLA:CPU": [np.asarray(xla)], "backward sum": [emulated]}
+    verdict, run = judge_run(exe, [a, b, t], right, known={"XLA:CPU": xla_cpu_arithmetic()})
+    assert all(verdict.consistent(name) for name in right), verdict.to_dict()
+    exact = np.asarray(run.shadow[0], np.float64)
+    assert np.all(run.bounds[verdict.device].bounds[0] < 0.005 * np.abs(exact))   # (main: up to 0.0074)
+    for k in range(16):
+        off = emulated.copy()
+        off[k] = np.float32(exact[k] * 1.01)
+        assert not judge_run(exe, [a, b, t], {"off": [off]})[0].consistent("off"), k
+
+
 def test_a_small_vector_in_a_self_correcting_loop_is_calibrated_and_a_change_caught():
     """Newton's reciprocal, y <- y (2 - a y), 40 steps on an f32[3]: the loop corrects its own roundings, the rules
     cannot see it (y's bound doubles through a step: |2 - a y| e + |y| a e) and a value of 3 elements was never
