@@ -97,10 +97,10 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     POOLED_FROM elements: one draw's margin, each element's own four draws below SIGMAS sigma at most at CUT_BELOW
     whatever the others' (docs/verdicts.md "Small values"). With a `ceiling` (a sum's: a function giving the terms'
     bounds added, its own error added): where the block's RMS ratio exceeds 1 (MEASURED_FROM elements or more) the
-    bound is multiplied by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x CALIBRATION_BLOCK draws) measure
-    its sigma within a few percent, and a rule's bound short of SIGMAS of it missed something (terms bounded by
-    their largest error, or sharing one: the samples keep the signs); a sum of few terms is not Gaussian, but
-    cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
+    bound is multiplied by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
+    CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
+    missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a sum of
+    few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
     block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). The margin grows
     where the samples of a block's elements near its largest ratio are few independent draws (`participation`,
     `margin`): where they share one (a broadcast row value's deviation times a factor, the same after any op) or
@@ -127,7 +127,9 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     if cut.any():  # (blocks whose tight elements share their draws: cut by a margin made for their count)
         pooled = enough | (counted >= POOLED_FROM)
         measured = cut & pooled
-        draws, lone = participation(bound, deviations, largest, measured) if measured.any() else (largest * 0, None)
+        draws, lone = (
+            participation(bound, deviations, largest, measured) if measured.any() else (np.ones(np.size(largest)), None)
+        )
         # (a small value's few directions tell a shared draw from their own less well: a half draw less; fewer than
         # POOLED_FROM elements: each its own four draws)
         draws = np.where(enough, draws, np.where(pooled, draws - 0.5, 1.0))
