@@ -220,9 +220,10 @@ def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a
     loose is divided by 10 / SAMPLE_MARGIN (by 10 / the margin for one draw where every element carries the same
     deviation: four draws); a block with one tight element is kept; bounds the samples exceed are
     not raised but a sum's (with a ceiling: its terms' bounds added), up to the ceiling, not by a block of fewer than
-    64 elements, which is cut at the margin for one draw (each element its own four); samples that never moved, or
+    64 elements, which is cut at the margin for its draws less a half and its count (fewer than 8: for one draw, each
+    element its own four); samples that never moved, or
     a NaN sample: kept."""
-    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, margin
+    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, margin, small_margin
     from hloexec.tools.bounds import ErrorBounds
     calibrate = ErrorBounds._calibrate
     n = 2 * CALIBRATION_BLOCK
@@ -235,7 +236,13 @@ def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a
     shared = np.full((SAMPLES, n), 0.1 / SIGMAS, np.float32)          # one deviation in every element
     assert np.allclose(calibrate(bound, shared), 0.1 * margin(1.0))
     assert np.all(calibrate(bound, 10 * deviations) == bound)                    # never raised
-    assert np.allclose(calibrate(bound[:32], deviations[:, :32]), 0.1 * margin(1.0))  # few: each its own draws
+    # a value of 32: the margin of its draws (P of their directions) less a half, at least small_margin(32); of 7:
+    # each element its own draws
+    u = signs[:, :32] / 2
+    p = np.trace(u @ u.T) ** 2 / np.sum((u @ u.T) ** 2)
+    want = max(float(margin(p - 0.5)), float(small_margin(32)))  # (margin(P) counts P - 1/2 draws)
+    assert want < margin(1.0) and np.allclose(calibrate(bound[:32], deviations[:, :32]), 0.1 * want)
+    assert np.allclose(calibrate(bound[:7], deviations[:, :7]), 0.1 * margin(1.0))
     assert np.all(calibrate(bound, np.zeros_like(deviations)) == 1)               # no sample moved
     nan = deviations.copy()
     nan[0, 7] = np.nan
