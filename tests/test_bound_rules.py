@@ -8,12 +8,12 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 from hloexec.kernels import bound_rules
-from hloexec.kernels.bound_rules import NEAR, add_noise, block_ratios, round_bounds, scale_blocks
+from hloexec.kernels.bound_rules import LONE, NEAR, add_noise, block_ratios, round_bounds, scale_blocks
 from hloexec.kernels.normal_draws import rounding_draws, standard_normals
-from hloexec.tools.bound_samples import CALIBRATION_BLOCK, MEASURED_FROM, CUT_BELOW, SAMPLE_MARGIN
+from hloexec.tools.bound_samples import CALIBRATION_BLOCK, MEASURED_FROM, CUT_BELOW, POOLED_FROM, SAMPLE_MARGIN
 from hloexec.tools.bound_samples import SAMPLES, SIGMAS, calibrate, margin
 
 HALF_ULPS = 0.5 * SIGMAS / np.sqrt(3)
@@ -132,15 +132,20 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
 
     largest, counted = per_block(ratio, 0).max(axis=1), per_block(seen, False).sum(axis=1)
     spread = SIGMAS / np.sqrt(len(deviations))
-    enough = counted >= MEASURED_FROM
+    enough, pooled = counted >= MEASURED_FROM, counted >= POOLED_FROM
     # the margin where the samples of the elements within NEAR of the block's largest ratio are few independent
     # draws: P, the participation ratio of the Gram matrix of their directions (at most its rank), draws each below
     # 1 / M of their sigma with probability P(chi2_S < S / M^2): M with that to the power P - 1/2 at CUT_BELOW, at
-    # least SAMPLE_MARGIN; in a block of fewer than MEASURED_FROM elements one draw's (P = 1)
+    # least SAMPLE_MARGIN; in a block of fewer than MEASURED_FROM elements P - 1, and at least the margin for its
+    # count n of elements whose samples moved (n - 1 others each below LONE / M of their sigma); fewer than
+    # POOLED_FROM: one draw's (P = 1)
     s = len(deviations)
-    p = np.where(enough, _numpy_participation(flat, deviations, ratio, seen, largest), 1.0)
-    draws = np.clip(p - 0.5, 1, s)
+    p = np.where(pooled, _numpy_participation(flat, deviations, ratio, seen, largest), 1.0)
+    draws = np.clip(p - np.where(enough, 0.5, np.where(pooled, 1.0, 0.5)), 1, s)
     worth = np.maximum(SAMPLE_MARGIN, np.sqrt(s / stats.chi2.ppf(CUT_BELOW ** (1 / draws), s)))
+    moved = per_block(seen & (squares > 0), False).sum(axis=1)
+    for j in np.flatnonzero(pooled & ~enough & (moved >= POOLED_FROM)):
+        worth[j] = max(worth[j], _scipy_small_margin(moved[j]))
     factor = np.where(largest > 0, np.minimum(1.0, worth * spread * np.sqrt(largest)), 1.0)
     repeat = lambda per: np.repeat(per, CALIBRATION_BLOCK)[: flat.size].reshape(np.shape(bound))  # noqa: E731
     calibrated = repeat(factor.astype(flat.dtype)) * bound
@@ -148,7 +153,7 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     # samples finite and not all 0): cut by their own samples alone, no further (their largest ratio, their P's margin)
     cut = factor < 1
     for j, members in enumerate(_numpy_lone(flat, deviations, squares)):
-        if cut[j] and enough[j] and members.size:
+        if cut[j] and pooled[j] and members.size:
             gram = _numpy_gram(np.asarray(deviations, np.float64).reshape(s, -1)[:, members])
             p = np.trace(gram) ** 2 / np.sum(gram**2)
             own = np.sqrt(s / stats.chi2.ppf(CUT_BELOW ** (1 / np.clip(p - 0.5, 1, s)), s))
@@ -160,6 +165,12 @@ def _numpy_calibrate(bound, deviations, ceiling=None):
     if not np.any(short > 1):
         return calibrated
     return np.maximum(calibrated, np.minimum(bound * repeat(short), ceiling()))
+
+
+def _scipy_small_margin(n: int) -> float:
+    """M with P(chi2_4 < 4 / M^2) P(chi2_4 < 4 LONE^2 / M^2)^(n - 1) = CUT_BELOW (scipy's CDF and root finder)."""
+    cdf = lambda x: stats.chi2.cdf(x, SAMPLES)  # noqa: E731
+    return optimize.brentq(lambda m: cdf(4 / m**2) * cdf(4 * LONE**2 / m**2) ** (n - 1) - CUT_BELOW, 1, 8, xtol=1e-12)
 
 
 def _numpy_lone(flat, deviations, squares):
@@ -272,12 +283,12 @@ def test_calibrate_reads_complex_samples_as_their_moduli():
 
 
 @pytest.mark.parametrize("bound_dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", ["loose", "short", "specials", "nonfinite-samples", "few"])
+@pytest.mark.parametrize("case", ["loose", "short", "specials", "nonfinite-samples", "few", "small"])
 def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
     rng = np.random.default_rng(11)
     shape = (37, 300)                               # blocks cross rows; a shorter last block
     bound = np.abs(rng.standard_normal(shape)).astype(bound_dtype)
-    deviations = (rng.standard_normal((4, *shape)) * (0.01 if case == "loose" else 1.0)).astype(np.float32)
+    deviations = (rng.standard_normal((4, *shape)) * (0.01 if case in ("loose", "small") else 1.0)).astype(np.float32)
     deviations[:, rng.random(shape) < 0.05] = 0.0
     if case in ("specials", "nonfinite-samples"):
         flat = bound.reshape(-1)
@@ -291,6 +302,8 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
         deviations[1, 3, 4] = np.nan
     if case == "few":
         bound[:, 1:] = np.inf
+    if case == "small":                             # (blocks of 17-20 elements: small values pooled)
+        bound[:, 20:] = np.inf
     ceiling = lambda: bound * 3.0  # noqa: E731
     with np.errstate(all="ignore"):
         for with_ceiling in (None, ceiling):
@@ -300,8 +313,56 @@ def test_calibrate_is_the_numpy_rule(bound_dtype, case, passes):
             # (equal but for the last bits: the samples' float32 squares are summed in another order than einsum's)
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
             assert np.array_equal(np.isnan(got), np.isnan(want))
-    if case in ("loose", "short"):                  # the rule acted (divided / raised somewhere)
+    if case in ("loose", "short", "small"):         # the rule acted (divided / raised somewhere)
         assert not np.array_equal(calibrate(bound, deviations, ceiling), bound)
+
+
+@pytest.mark.parametrize("profile", ["8 equal", "32 equal", "63 equal", "16 one hidden 3x tighter",
+                                     "8 sharing a draw", "32 log-ramp"])
+def test_small_values_of_8_to_63_elements_are_cut_by_their_count_at_most_at_its_probability(profile):
+    """Values of POOLED_FROM to MEASURED_FROM elements (each at the start of its own block, the rest not judged),
+    numpy's Gaussian deviations of sigma 1, bounds 10 SIGMAS sigma: equally loose ones were cut at one draw's
+    margin times their largest ratio, ~9.5-10x SIGMAS sigma (hardly cut); now at the margin of their draws less a
+    half and at least small_margin(n), 3.7-4.4x. The tightest element stays below SIGMAS sigma at most at CUT_BELOW:
+    equally loose; one element 3x tighter by its sigma whose bound says nothing (the same bound as the others: the
+    looseness small_margin is made for, exactly CUT_BELOW there); 97% of the variance one shared draw; a log-ramp
+    of looseness 1-100x."""
+    rng = np.random.default_rng(17)
+    n, values = int(profile.split()[0]), 8000
+    sigma = np.ones((values, CALIBRATION_BLOCK))
+    looseness = np.full((values, CALIBRATION_BLOCK), 10.0)
+    deviations = rng.standard_normal((SAMPLES, values, CALIBRATION_BLOCK))
+    if "hidden" in profile:                         # element 0: sigma 3x, looseness 3x less, the same bound
+        sigma[:, 0], looseness[:, 1:n] = 3.0, 30.0
+    if profile.endswith("log-ramp"):
+        looseness[:, :n] *= np.geomspace(1, 100, n)
+    if profile.endswith("draw"):
+        deviations = math.sqrt(0.97) * rng.standard_normal((SAMPLES, values, 1)) + math.sqrt(0.03) * deviations
+    bound = SIGMAS * looseness * sigma
+    bound[:, n:] = np.inf
+    left = calibrate(bound, (deviations * sigma).astype(np.float32)) / (SIGMAS * sigma)   # per sigma
+    below = np.mean(left[:, 0] < 1)
+    assert below <= CUT_BELOW + 4 * math.sqrt(CUT_BELOW / values), below
+    if profile.endswith("equal"):
+        assert np.median(left[:, :n]) < 4.5, np.median(left[:, :n])   # (main: 9.5-10)
+
+
+def test_the_small_values_margin_is_its_probability():
+    """small_margin(n) is the M where P(chi2_4 < 4 / M^2) P(chi2_4 < 4 LONE^2 / M^2)^(n - 1) = CUT_BELOW (scipy's);
+    one element's is one draw's (margin(1)); numpy's chi-square draws of n elements, one tight and the others LONE x
+    looser, all below the cut's thresholds in CUT_BELOW of trials."""
+    from hloexec.tools.bound_samples import small_margin
+    counts = np.arange(1, MEASURED_FROM)
+    np.testing.assert_allclose(small_margin(counts), [_scipy_small_margin(n) for n in counts], rtol=1e-9)
+    assert math.isclose(float(small_margin(1)), float(margin(1.0)), rel_tol=1e-9)
+    assert np.all(np.diff(small_margin(counts)) < 0) and small_margin(MEASURED_FROM - 1) < 2.1
+    rng = np.random.default_rng(29)
+    trials = 10**6
+    for n in (POOLED_FROM, 32):
+        m = float(small_margin(n))
+        tight = rng.chisquare(SAMPLES, trials) < SAMPLES / m**2
+        others = np.all(rng.chisquare(SAMPLES, (n - 1, trials)) < SAMPLES * LONE**2 / m**2, axis=0)
+        assert abs(np.mean(tight & others) - CUT_BELOW) < 4 * math.sqrt(CUT_BELOW / trials)
 
 
 def _chi2_4_below(x: float) -> float:
@@ -410,7 +471,8 @@ def test_a_small_values_elements_are_cut_below_sigmas_at_most_at_one_draws_proba
     judged: infinite bounds), numpy's Gaussian deviations of sigma 1, bounds SIGMAS x their looseness: a scalar; 3
     elements 1x / 10x / 100x as loose as the tightest (the margin in P cut it below SIGMAS sigma in 0.42% of them);
     8 sharing a draw with 97% of the variance (0.19%); 32 of which one is 10x tighter. Each is cut (main kept them
-    whole) at one draw's margin, so its tightest element is below SIGMAS sigma at most at CUT_BELOW."""
+    whole): under POOLED_FROM elements at one draw's margin, from there as below; its tightest element is below
+    SIGMAS sigma at most at CUT_BELOW."""
     rng = np.random.default_rng(13)
     n, values = int(profile.split()[0]) if profile != "scalar" else 1, 8000
     looseness = np.full((values, CALIBRATION_BLOCK), np.inf)

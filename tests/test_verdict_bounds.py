@@ -220,9 +220,10 @@ def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a
     loose is divided by 10 / SAMPLE_MARGIN (by 10 / the margin for one draw where every element carries the same
     deviation: four draws); a block with one tight element is kept; bounds the samples exceed are
     not raised but a sum's (with a ceiling: its terms' bounds added), up to the ceiling, not by a block of fewer than
-    64 elements, which is cut at the margin for one draw (each element its own four); samples that never moved, or
+    64 elements, which is cut at the margin for its draws less a half and its count (fewer than 8: for one draw, each
+    element its own four); samples that never moved, or
     a NaN sample: kept."""
-    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, margin
+    from hloexec.tools.bound_samples import CALIBRATION_BLOCK, SAMPLE_MARGIN, SAMPLES, SIGMAS, margin, small_margin
     from hloexec.tools.bounds import ErrorBounds
     calibrate = ErrorBounds._calibrate
     n = 2 * CALIBRATION_BLOCK
@@ -235,7 +236,13 @@ def test_calibration_lowers_a_bound_where_enough_samples_moved_and_raises_only_a
     shared = np.full((SAMPLES, n), 0.1 / SIGMAS, np.float32)          # one deviation in every element
     assert np.allclose(calibrate(bound, shared), 0.1 * margin(1.0))
     assert np.all(calibrate(bound, 10 * deviations) == bound)                    # never raised
-    assert np.allclose(calibrate(bound[:32], deviations[:, :32]), 0.1 * margin(1.0))  # few: each its own draws
+    # a value of 32: the margin of its draws (P of their directions) less a half, at least small_margin(32); of 7:
+    # each element its own draws
+    u = signs[:, :32] / 2
+    p = np.trace(u @ u.T) ** 2 / np.sum((u @ u.T) ** 2)
+    want = max(float(margin(p - 0.5)), float(small_margin(32)))  # (margin(P) counts P - 1/2 draws)
+    assert want < margin(1.0) and np.allclose(calibrate(bound[:32], deviations[:, :32]), 0.1 * want)
+    assert np.allclose(calibrate(bound[:7], deviations[:, :7]), 0.1 * margin(1.0))
     assert np.all(calibrate(bound, np.zeros_like(deviations)) == 1)               # no sample moved
     nan = deviations.copy()
     nan[0, 7] = np.nan
@@ -757,6 +764,58 @@ def test_adam_updates_whose_sign_rounding_decides_are_exempt_and_a_change_beside
     planted[k] = np.float32(np.asarray(run.shadow[0])[k] + 4 * bounds.bounds[0][k])
     verdict, _ = judge_run(exe, [a, b, c], {"planted": [planted]})
     assert not verdict.consistent("planted"), (k, offsets[k])
+
+
+SHIFTED_BY_A_SHARED_SUM = """HloModule shifted_by_a_shared_sum
+add_f16 {
+  p = f16[] parameter(0)
+  q = f16[] parameter(1)
+  ROOT r = f16[] add(p, q)
+}
+
+ENTRY main {
+  a = f16[16] parameter(0)
+  b = f16[16] parameter(1)
+  t = f16[256] parameter(2)
+  x = f16[16] multiply(a, b)
+  wide = f32[16] convert(x)
+  zero = f16[] constant(0)
+  s = f16[] reduce(t, zero), dimensions={0}, to_apply=add_f16
+  sf = f32[] convert(s)
+  shift = f32[16] broadcast(sf), dimensions={}
+  up = f32[16] add(wide, shift)
+  ROOT y = f32[16] subtract(up, shift)
+}
+"""
+
+
+def test_a_small_value_of_equally_loose_elements_is_cut_by_its_count_and_a_1pct_change_caught():
+    """A value of 16 elements, (x + s) - s in f32: x one f16 rounding each, s an f16 sum of 256 terms shared by all,
+    whose error (~50x x's) the rules count twice and the samples see cancel: every element equally loose. Cut at
+    one draw's margin times the largest of 16 ratios (main) its bound was 0.31-0.74% of the value, so a 1% change of
+    4 of the 16 elements passed; cut by the margin its count of elements is worth (docs/verdicts.md "Small values")
+    0.20-0.49%, every one is caught. Correct results -- XLA:CPU's and numpy's (f16 products, the f16 sum stepped
+    backward: another order) -- are consistent."""
+    from hloexec.tools.xla_cpu import run_on_xla_cpu
+    rng = np.random.default_rng(0)
+    a = rng.uniform(1, 2, 16).astype(np.float16)
+    b = rng.uniform(0.6, 1, 16).astype(np.float16)
+    t = rng.uniform(0, 0.08, 256).astype(np.float16)
+    s = np.float16(0)
+    for term in t[::-1]:
+        s = np.float16(s + term)
+    emulated = ((a * b).astype(np.float32) + np.float32(s)) - np.float32(s)
+    exe = hloexec.load(SHIFTED_BY_A_SHARED_SUM)
+    [xla] = run_on_xla_cpu(SHIFTED_BY_A_SHARED_SUM, [a, b, t])
+    right = {"XLA:CPU": [np.asarray(xla)], "backward sum": [emulated]}
+    verdict, run = judge_run(exe, [a, b, t], right, known={"XLA:CPU": xla_cpu_arithmetic()})
+    assert all(verdict.consistent(name) for name in right), verdict.to_dict()
+    exact = np.asarray(run.shadow[0], np.float64)
+    assert np.all(run.bounds[verdict.device].bounds[0] < 0.005 * np.abs(exact))   # (main: up to 0.0074)
+    for k in range(16):
+        off = emulated.copy()
+        off[k] = np.float32(exact[k] * 1.01)
+        assert not judge_run(exe, [a, b, t], {"off": [off]})[0].consistent("off"), k
 
 
 def test_a_small_vector_in_a_self_correcting_loop_is_calibrated_and_a_change_caught():

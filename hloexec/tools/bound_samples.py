@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from ..kernels.bound_products import perturbed_float32
-from ..kernels.bound_rules import block_ratios, participation_ratios, rounding_groups, scale_blocks
+from ..kernels.bound_rules import LONE, block_ratios, participation_ratios, rounding_groups, scale_blocks
 from ..ops.contraction import dot_general
 from .bound_store import contiguous
 
@@ -21,7 +21,9 @@ SIGMAS = 4.0  # a bound (tools/bounds.py) is this many standard deviations of an
 SAMPLES = 4  # perturbed runs carried along (ErrorBounds._sample)
 MEASURED_FROM = 64  # a block with this many elements whose samples show is measured as a whole: cut at the margin
 # for the draws its tight elements' samples are worth, a sum raised by its samples; fewer (a scalar, a small vector):
-# each element by its own four draws' margin, margin(1), never raised (docs/verdicts.md "Small values")
+# never raised, cut at the margin for their draws less a half and at least small_margin(their count) ...
+POOLED_FROM = 8  # ... from this many; fewer: each element by its own four draws' margin, margin(1) (docs/verdicts.md
+# "Small values")
 SAMPLE_MARGIN = 2.0  # ... to this multiple of the largest ratio its samples show: a lone tight element is cut below
 # SIGMAS sigma with probability P(chi2_SAMPLES < SAMPLES / SAMPLE_MARGIN^2), 9.0% here; the same for 3 samples at
 # 2.355, for 2 at 3.252 (docs/verdicts.md "Fewer samples": measured, four stay)
@@ -89,14 +91,16 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     times SAMPLE_MARGIN (the samples' RMS of one element can be a third of its sigma; the largest over
     MEASURED_FROM elements cannot, unless few elements are tight) or more (below); kept in blocks where no
     sample moved, and everywhere when a sample is not finite. A block where fewer than MEASURED_FROM elements have a
-    bound is cut at one draw's margin: each element's own four draws are below SIGMAS sigma at most at CUT_BELOW,
-    whatever the others' (a few elements' directions do not tell shared draws from their own, nor a lone tight one
-    from a ramp). With a `ceiling` (a sum's: a function giving the terms' bounds added, its own error added): where
-    the block's RMS ratio exceeds 1 (MEASURED_FROM elements or more) the bound is multiplied by it, up to the
-    ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x CALIBRATION_BLOCK draws) measure
-    its sigma within a few percent, and a rule's bound short of SIGMAS of it missed something (terms bounded by
-    their largest error, or sharing one: the samples keep the signs); a sum of few terms is not Gaussian, but
-    cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
+    bound (a small value) is cut at the margin of its tight elements' draws less a half, and at least at
+    `small_margin` of its count of elements whose samples moved: its tightest element is below SIGMAS sigma at most
+    at CUT_BELOW where the others are at most LONE x looser, or are by their rule (the lone floors); fewer than
+    POOLED_FROM elements: one draw's margin, each element's own four draws below SIGMAS sigma at most at CUT_BELOW
+    whatever the others' (docs/verdicts.md "Small values"). With a `ceiling` (a sum's: a function giving the terms'
+    bounds added, its own error added): where the block's RMS ratio exceeds 1 (MEASURED_FROM elements or more) the
+    bound is multiplied by it, up to the ceiling: a sum's error is near Gaussian, so the block's samples (SAMPLES x
+    CALIBRATION_BLOCK draws) measure its sigma within a few percent, and a rule's bound short of SIGMAS of it
+    missed something (terms bounded by their largest error, or sharing one: the samples keep the signs); a sum of
+    few terms is not Gaussian, but cannot exceed its ceiling (a one-term sum: its term's bound). `stats`:
     block_ratios' result where it was computed already (kernels/bound_rules.elementwise_pass). The margin grows
     where the samples of a block's elements near its largest ratio are few independent draws (`participation`,
     `margin`): where they share one (a broadcast row value's deviation times a factor, the same after any op) or
@@ -121,9 +125,20 @@ def calibrate(bound, deviations, ceiling=None, stats=None, in_place: bool = Fals
     cut = factor < 1
     lone = None
     if cut.any():  # (blocks whose tight elements share their draws: cut by a margin made for their count)
-        draws, lone = participation(bound, deviations, largest, cut & enough)
-        draws = np.where(enough, draws, 1.0)  # (a small block: each element its own draws)
-        factor[cut] = np.minimum(1.0, margin(draws[cut]) * spread * np.sqrt(largest[cut]))
+        pooled = enough | (counted >= POOLED_FROM)
+        measured = cut & pooled
+        draws, lone = (
+            participation(bound, deviations, largest, measured) if measured.any() else (np.ones(np.size(largest)), None)
+        )
+        # (a small value's few directions tell a shared draw from their own less well: a half draw less; fewer than
+        # POOLED_FROM elements: each its own four draws)
+        draws = np.where(enough, draws, np.where(pooled, draws - 0.5, 1.0))
+        worth = margin(draws[cut])
+        small = (pooled & ~enough)[cut]  # (and at least the margin its count of elements is worth)
+        if small.any():
+            moved = _moved(bound, deviations, np.flatnonzero(cut)[small])
+            worth[small] = np.maximum(worth[small], _SMALL_MARGINS[np.where(moved >= POOLED_FROM, moved, 1)])
+        factor[cut] = np.minimum(1.0, worth * spread * np.sqrt(largest[cut]))
         lone = _lone_floors(bound, lone, spread)
     factor = factor.astype(bound.dtype)
     out = bound if in_place and ceiling is None else None
@@ -180,6 +195,41 @@ def _lone_floors(bound, lone, spread) -> tuple[np.ndarray, np.ndarray] | None:
     at = members[has]
     return at, np.asarray(np.reshape(bound, -1)[at] * np.broadcast_to(own[:, None], has[blocks].shape)[has[blocks]],
                           bound.dtype)  # fmt: skip
+
+
+def _moved(bound, deviations, blocks) -> np.ndarray:
+    """Per block of CALIBRATION_BLOCK in `blocks` (indices), how many of its elements have a finite positive bound and
+    a sample that moved (an element whose samples are all 0 shows nothing of its sigma)."""
+    flat = np.reshape(bound, -1)
+    at = blocks[:, None] * CALIBRATION_BLOCK + np.arange(CALIBRATION_BLOCK)
+    inside = at < flat.size
+    at = np.minimum(at, flat.size - 1)
+    moved = np.any(np.reshape(deviations, (len(deviations), -1))[:, at] != 0, axis=0)
+    return np.count_nonzero(inside & moved & (flat[at] > 0) & (flat[at] < np.inf), axis=1)
+
+
+def small_margin(count) -> np.ndarray:
+    """The margin of a small value's block of `count` elements whose samples moved (fewer than MEASURED_FROM): its
+    tightest element is cut below SIGMAS sigma only where its own four draws' RMS is below 1 / M of its sigma and
+    every other element's below LONE / M of its own, P(chi2_4 < 4 / M^2) P(chi2_4 < 4 LONE^2 / M^2)^(count - 1)
+    (independent draws; the others at most LONE x looser than the tightest: the looseness a block of 256 cut at
+    SAMPLE_MARGIN tolerates), so M where that is CUT_BELOW: one draw's 6.64 for one element, 3.84 for 3, 2.89 for
+    8, 2.23 for 32, 2.04 for 63 (docs/verdicts.md "Small values"). Bisection on the closed form of chi2_4's CDF."""
+    count = np.maximum(np.asarray(count, np.float64), 1)
+    low, high = np.full(count.shape, 1.0), np.full(count.shape, 8.0)
+    for _ in range(40):
+        mid = (low + high) / 2
+        above = _chi2_4_below(4 / mid**2) * _chi2_4_below(4 * LONE**2 / mid**2) ** (count - 1) > CUT_BELOW
+        low, high = np.where(above, mid, low), np.where(above, high, mid)
+    return high
+
+
+def _chi2_4_below(x) -> np.ndarray:
+    """P(chi2_4 < x)."""
+    return -np.expm1(-x / 2) - x / 2 * np.exp(-x / 2)
+
+
+_SMALL_MARGINS = small_margin(np.arange(MEASURED_FROM))  # (by count: computed once)
 
 
 def _squared_parts(deviations) -> np.ndarray:
