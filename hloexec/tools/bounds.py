@@ -101,10 +101,8 @@ from ..ir import opcodes
 from ..kernels.bound_products import least_magnitude
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..ops.collectives import participants
-from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from ..ops.custom_call.registry import target_of
 from ..ops.registry import async_shorthand
-from ..exec.plan import schedule
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
@@ -115,6 +113,7 @@ from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
 from .bound_dots import dot_bounds, dot_floor, store_dot_samples
 from .bound_fft import fft_bounds
+from .bound_reducers import elementwise_steps, folded_reduce, observe_steps
 from .bound_indices import Choices, follow
 from .bound_sorts import selecting_reduce, selects, sorted_bounds, swapped_samples
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
@@ -374,6 +373,8 @@ class ErrorBounds(BoundStore):
                 return
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
+            elif opcode in ("reduce", "reduce-window") and folded_reduce(self, inst, orig, value, operands):
+                return
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
                 local, ceiling, summed, floor = reduce_bounds(
                     self, inst, orig, value, operands, self.plans.is_part(inst)
@@ -542,25 +543,10 @@ class ErrorBounds(BoundStore):
         """A map's bound: its computation's steps observed on whole arrays, as a fusion's are (every element is made
         by the ops an elementwise op over the arrays makes); its value keeps its root's entry. False (nothing done)
         where a step is not elementwise."""
-        comp = inst.called.get("to_apply")
-        steps = schedule(comp) if comp is not None else []
-        if not steps or any(
-            s.opcode not in ("parameter", "constant") and s.opcode not in ANY_SHAPE_ELEMENTWISE for s in steps
-        ):
+        steps = elementwise_steps(inst.called.get("to_apply"))
+        if steps is None or steps[-1].opcode == "tuple":
             return False
-        values = {}
-        for step in steps:
-            if step.opcode == "parameter":
-                values[id(step)] = operands[step.parameter_number]
-                continue
-            args = [values[id(o)] for o in step.operands]
-            made = self._kernel(step)(*args)
-            if step.opcode == "constant":  # (as the op broadcasts it: an exact array of the map's shape)
-                made = np.broadcast_to(made, np.shape(value))
-            else:
-                self(step, made, args)
-            values[id(step)] = made
-        self._share(value, values[id(comp.root)])
+        self._share(value, observe_steps(self, steps, operands, np.shape(value))[0])
         return True
 
     def draw_key(self) -> np.uint64:
@@ -610,7 +596,7 @@ class ErrorBounds(BoundStore):
         a, b = operands[0], operands[1]
         if not (_float(a) and isinstance(value, (np.ndarray, np.generic))):
             return
-        slack = self.of(a) + self.of(b)
+        slack = (self.of(a) + self.of(b)) * (a is not b)  # (x compared with itself: its NaN test, decided)
         with np.errstate(all="ignore"):
             undecided = (np.abs(np.asarray(a) - np.asarray(b)) <= slack) & (slack > 0)
         for o in (a, b):
