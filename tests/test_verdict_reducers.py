@@ -227,3 +227,74 @@ def test_a_reduce_whose_reducer_mixes_its_results_is_bounded_by_its_steps(reduce
         assert np.all(np.isfinite(run.bounds[verdict.device].bounds[index]))
     for index in (0, 1) if reducer == "online" else (0,):  # (Kahan's compensation: exactly 0 is allowed its bound)
         _caught(exe, [x, y], run, verdict, [(4,), (11,)], index)
+
+
+# ragged-dot (XLA's importer tests' forms, its lhs a computed value: tanh): a non-contracting ragged dim (MoE
+# experts: rows in groups, each group's rows times its rhs slice; rows past the groups 0), a contracting one (one
+# dot per group of k: a leading group dim), a batch one (a plain dot)
+RAGGED_DOTS = {
+    "non-contracting": (
+        "f32[24,16]",
+        "f32[3,16,8]",
+        "f32[24,8]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}",
+    ),
+    "contracting": (
+        "f32[12,24]",
+        "f32[24,8]",
+        "f32[3,12,8]",
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}, lhs_ragged_dims={1}",
+    ),
+    "batch": (
+        "f32[3,12,16]",
+        "f32[3,16,8]",
+        "f32[3,12,8]",
+        "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}, "
+        "lhs_ragged_dims={0}",
+    ),
+}
+
+
+def _ragged_dot(mode, lhs, rhs, sizes, t):
+    """numpy's ragged-dot by its definition (StableHLO's), a matmul per group: t's operands, products and sums in
+    f32 (16-bit types accumulate in f32), the result rounded to t."""
+    a, b = lhs.astype(np.float32), rhs.astype(np.float32)
+    ends = np.cumsum(sizes)
+    if mode == "non-contracting":
+        out = np.zeros((a.shape[0], b.shape[2]), np.float32)
+        for g, (s, e) in enumerate(zip(ends - sizes, ends)):
+            out[s:e] = a[s:e] @ b[g]
+    elif mode == "contracting":
+        out = np.stack([a[:, s:e] @ b[s:e] for s, e in zip(ends - sizes, ends)])
+    else:
+        out = np.matmul(a, b)
+    return out.astype(t)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("mode", sorted(RAGGED_DOTS))
+def test_a_ragged_dot_is_bounded_as_the_dot_it_is_group_by_group(mode, dtype):
+    """A ragged-dot (XLA:CPU cannot run it) is bounded as the dot each group computes: numpy's per-group matmul
+    (f32 accumulation) is consistent, rows past the groups are exact zeros, and an element 3x its bound off is
+    caught in the first and the last group (on main: unbounded, any value passed)."""
+    lhs_t, rhs_t, out_t, dims = (s.replace("f32", dtype) for s in RAGGED_DOTS[mode])
+    text = f"""HloModule ragged
+ENTRY e {{ a = {lhs_t} parameter(0)  b = {rhs_t} parameter(1)  g = s64[3] parameter(2)
+          t = {lhs_t} tanh(a)
+          ROOT r = {out_t} ragged-dot(t, b, g), {dims} }}"""
+    t = _TYPES[dtype]
+    r = np.random.default_rng(14)
+    shapes = [tuple(int(n) for n in s[s.index("[") + 1 : -1].split(",")) for s in (lhs_t, rhs_t)]
+    a, b = (r.standard_normal(s).astype(t) for s in shapes)
+    sizes = np.array([7, 0, 9] if mode == "non-contracting" else [5, 10, 9], np.int64)
+    numpy_ = _ragged_dot(mode, np.tanh(a.astype(np.float32)).astype(t), b, sizes, t)
+    exe = hloexec.load(text)
+    verdict, run = judge_run(exe, [a, b, sizes], {"numpy": [numpy_]})
+    assert run.bounds[verdict.device].unbounded == {}
+    got = _verdicts(verdict)
+    assert got["hloexec"] == (True, 0, 0) and got["numpy"] == (True, 0, 0), got
+    bound = run.bounds[verdict.device].bounds[0]
+    if mode == "non-contracting":
+        assert np.all(bound[16:] < 1e-30) and np.all(run.shadow[0][16:] == 0)  # (past the groups: exact zeros)
+    places = {"non-contracting": [(0, 0), (15, 7)], "contracting": [(0, 0, 0), (2, 11, 7)], "batch": [(0, 0, 0)]}
+    _caught(exe, [a, b, sizes], run, verdict, places[mode])

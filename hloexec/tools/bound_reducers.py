@@ -115,9 +115,9 @@ def folded_reduce(bounds, inst, orig, value, operands) -> bool:
         kept = padding[at] & _all_same(made, accumulators)
         accumulators = [_merged(bounds, first, kept, m, t, a) for m, t, a in zip(made, args, accumulators)]
         empty &= padding[at]
-    for leaf, made in zip(leaves, accumulators):
+    for leaf, result in zip(leaves, accumulators):
         if _float(leaf):
-            bounds._share(leaf, made)
+            bounds._share(leaf, result)
     return True
 
 

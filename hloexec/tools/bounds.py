@@ -111,7 +111,7 @@ from .bound_complex import BILINEAR, COMPLEX_LINEAR, add_complex_noise, bilinear
 from .bound_complex import involves_complex, resolves_deviations, scaled_samples, select_samples, squared_magnitude
 from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
-from .bound_dots import dot_bounds, dot_floor, store_dot_samples
+from .bound_dots import dot_bounds, dot_floor, ragged_dot_bounds, store_dot_samples
 from .bound_fft import fft_bounds
 from .bound_reducers import elementwise_steps, folded_reduce, observe_steps
 from .bound_indices import Choices, follow
@@ -383,6 +383,8 @@ class ErrorBounds(BoundStore):
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
                 floor = dot_floor(self, inst, orig, value, operands)
                 dot_marks(self, inst, orig, value, operands)
+            elif opcode == "ragged-dot":
+                local, ceiling = ragged_dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
                 dot_marks(self, inst, orig, value, operands)
