@@ -81,10 +81,11 @@ products: tools/bound_dots.py). Samples: complex deviations (complex64), calibra
 
 Variadic reduces: one whose reducer selects (argmax) by its interval ends (tools/bound_sorts.py); one whose reducer
 makes each result from its own two values (sums, a (max, sum) pair) as one reduce per result (InstructionPlans.parts),
-its sums rounding every step in their type. A send and the recv-done of its channel: a collective that moves.
+its sums rounding every step in their type; any other reducer of elementwise steps folded (tools/bound_reducers.py).
+A send and the recv-done of its channel: a collective that moves. ragged-dot: its groups' dot (bound_dots.py).
 
-What it cannot see: ops it has no rule for (custom-calls computing their own way, variadic reductions whose reducer
-mixes its results...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
+What it cannot see: ops it has no rule for (custom-calls computing their own way, reducers that call computations,
+sorts by comparators sort_keys does not read...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
 root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
 paths, a dot whose terms share one (a softmax row's scale), a sum sorted so its partial sums grow before they
