@@ -21,7 +21,7 @@ from ..exec.plan import schedule
 from ..ir.opcodes import reducer_opcode
 from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from ..ops.reduction import window_terms
-from .bound_sorts import _chooses
+from .bound_sorts import chooses
 from .bound_store import float_leaf as _float
 from .bound_sums import rounded_steps
 
@@ -68,7 +68,7 @@ def _known_elsewhere(inst, orig, n: int) -> bool:
     if n == 1:
         return reducer_opcode(reducer) is not None or rounded_steps(orig) is not None
     floats = [k for k, (_, leaf) in enumerate(inst.shape.leaves()) if leaf.element_type.kind == "float"]
-    return all(_chooses(reducer, k, n) for k in floats)
+    return all(chooses(reducer, k, n) for k in floats)
 
 
 def folded_reduce(bounds, inst, orig, value, operands) -> bool:
