@@ -94,6 +94,7 @@ cancel can exceed them. Data-dependent control flow (a loop's trip count, a bran
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -193,6 +194,7 @@ LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum",
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 # elementwise ops whose complex operands or results ErrorBounds gives to tools/bound_complex.py
 COMPLEX_ELEMENTWISE = ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE | {"real", "imag", "complex"}
+PREDICATE_LOGIC = frozenset({"and", "or", "not", "xor", "select"})  # (on predicates: what rounding decides, passed on)
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
 # rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
@@ -321,6 +323,10 @@ class ErrorBounds(BoundStore):
                     self._put(o, None)
         if opcode == "compare":
             self._compare(inst, value, operands)
+            return
+        if opcode in PREDICATE_LOGIC and np.asarray(value).dtype == np.bool_:  # (a flip may pass through it)
+            self._put(value, None, functools.reduce(np.logical_or, map(self.decided_of, operands)))
+            self._sample(inst, value, operands, None)
             return
         if opcode == "custom-call" and self.plans.original(inst) is None:  # pinned: its own way, at its own types
             kinds = [leaf.element_type.kind for _, leaf in inst.shape.leaves()]  # (bf16's numpy kind is not "f")
