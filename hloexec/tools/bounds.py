@@ -321,12 +321,8 @@ class ErrorBounds(BoundStore):
             for o in operands:
                 if _float(o) and self._entry(o) is None:
                     self._put(o, None)
-        if opcode == "compare":
+        if opcode == "compare" or (opcode in PREDICATE_LOGIC and np.asarray(value).dtype == np.bool_):
             self._compare(inst, value, operands)
-            return
-        if opcode in PREDICATE_LOGIC and np.asarray(value).dtype == np.bool_:  # (a flip may pass through it)
-            self._put(value, None, functools.reduce(np.logical_or, map(self.decided_of, operands)))
-            self._sample(inst, value, operands, None)
             return
         if opcode == "custom-call" and self.plans.original(inst) is None:  # pinned: its own way, at its own types
             kinds = [leaf.element_type.kind for _, leaf in inst.shape.leaves()]  # (bf16's numpy kind is not "f")
@@ -602,6 +598,12 @@ class ErrorBounds(BoundStore):
                 self._put(v, bound, None if marks is None else np.real(marks[i]) > 0)
 
     def _compare(self, inst, value, operands) -> None:
+        """A comparison's rounding-decided marks (its operands' intervals overlap) and perturbed decisions; a logic
+        op's or a select's on predicates: any operand's marks (a flip may pass through it)."""
+        if inst.opcode != "compare":
+            self._put(value, None, functools.reduce(np.logical_or, map(self.decided_of, operands)))
+            self._sample(inst, value, operands, None)
+            return
         a, b = operands[0], operands[1]
         if not (_float(a) and isinstance(value, (np.ndarray, np.generic))):
             return
