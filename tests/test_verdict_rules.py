@@ -1039,12 +1039,14 @@ def test_a_variadic_reduce_of_separate_reducers_is_bounded_as_its_reduces(dtype,
         assert got[f"bumped{k}"] == (False, 1, 0) and got[f"bumped{1 - k}"] == (True, 0, 0), got
 
 
-def test_a_variadic_reduce_whose_reducer_mixes_its_results_is_unbounded_and_named():
-    """A compensated (Kahan) sum as a variadic reduce -- its compensation made from both results -- has no rule:
-    its results are not judged and the reduce is named."""
+def test_a_reduce_whose_reducer_calls_a_computation_is_unbounded_and_named():
+    """A compensated (Kahan) sum as a variadic reduce whose reducer calls a computation for a step: the folds
+    (tools/bound_reducers.py) observe elementwise steps only, so it has no rule: its results are not judged and
+    the reduce is named (the same sum written out is bounded: tests/test_verdict_reducers.py)."""
     text = """HloModule k
+sub { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT d = f32[] subtract(a, b) }
 kahan { s = f32[] parameter(0)  c = f32[] parameter(1)  x = f32[] parameter(2)  unused = f32[] parameter(3)
-        y = f32[] subtract(x, c)  t = f32[] add(s, y)  ts = f32[] subtract(t, s)  nc = f32[] subtract(ts, y)
+        y = f32[] call(x, c), to_apply=sub  t = f32[] add(s, y)  ts = f32[] subtract(t, s)  nc = f32[] subtract(ts, y)
         ROOT r = (f32[], f32[]) tuple(t, nc) }
 ENTRY e { x = f32[4,64] parameter(0)  y = f32[4,64] parameter(1)  m = f32[4,64] multiply(x, y)
           z = f32[] constant(0)

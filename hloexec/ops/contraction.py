@@ -317,7 +317,7 @@ def _ragged_layout(inst):
 )
 def prepare_ragged_dot(inst, ctx):
     lb, rb, lc, rc = _dot_dims(inst)
-    mode, prefix = _ragged_layout(inst)
+    mode, _ = _ragged_layout(inst)
     r = ints(inst.attr("lhs_ragged_dims"))[0]
     out_dtype = inst.shape.dtype
     cdt = compute_dtype(out_dtype)
@@ -330,16 +330,7 @@ def prepare_ragged_dot(inst, ctx):
     rank = inst.operands[0].shape.rank
 
     def masks(lhs, group_sizes):
-        """[groups, lhs dims (1 where group_sizes does not vary)]: which lhs elements each group takes."""
-        sizes = group_sizes.astype(np.int64)
-        ends = np.cumsum(sizes, axis=-1)
-        rows = np.arange(lhs.shape[r])
-        inside = np.moveaxis(((ends - sizes)[..., None] <= rows) & (rows < ends[..., None]), -2, 0)
-        dims = (*prefix, r)  # the axes of `inside` after the group axis, as lhs dims
-        order = sorted(range(len(dims)), key=lambda i: dims[i])
-        return inside.transpose([0] + [1 + i for i in order]).reshape(
-            [sizes.shape[-1]] + [lhs.shape[d] if d in dims else 1 for d in range(rank)]
-        )
+        return ragged_masks(inst, lhs.shape, group_sizes)
 
     def where(mask, x):
         return np.where(mask, x, np.zeros((), x.dtype))
@@ -376,6 +367,23 @@ def prepare_ragged_dot(inst, ctx):
         return finish(out, out_dtype)
 
     return kernel
+
+
+def ragged_masks(inst, lhs_shape, group_sizes) -> np.ndarray:
+    """[groups, lhs dims (1 where group_sizes does not vary)]: which lhs elements each group of ragged-dot `inst`
+    takes (consecutive runs of group_sizes along its ragged dim, per index of the dims before it when group_sizes
+    has more than one dim)."""
+    _, prefix = _ragged_layout(inst)
+    r = ints(inst.attr("lhs_ragged_dims"))[0]
+    sizes = group_sizes.astype(np.int64)
+    ends = np.cumsum(sizes, axis=-1)
+    rows = np.arange(lhs_shape[r])
+    inside = np.moveaxis(((ends - sizes)[..., None] <= rows) & (rows < ends[..., None]), -2, 0)
+    dims = (*prefix, r) if sizes.ndim > 1 else (r,)  # the axes of `inside` after the group axis, as lhs dims
+    order = sorted(range(len(dims)), key=lambda i: dims[i])
+    return inside.transpose([0] + [1 + i for i in order]).reshape(
+        [sizes.shape[-1]] + [lhs_shape[d] if d in dims else 1 for d in range(len(lhs_shape))]
+    )
 
 
 def _group_bounds(group_sizes, n: int) -> list[tuple[int, int]]:

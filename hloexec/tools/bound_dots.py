@@ -21,7 +21,8 @@ from ..kernels.bound_products import (
 )
 from ..ir.dtypes import element_type
 from ..kernels.dot_algorithms import FP8_K_BLOCK, fp8_fast_accumulation
-from ..ops.contraction import dot_general
+from ..ir.module import Instruction
+from ..ops.contraction import dot_general, ragged_masks
 from ..options.devices import ALGORITHM_ARITHMETIC
 from .bound_samples import CALIBRATION_BLOCK, FLUSHED_BELOW, SAMPLES, SIGMAS, perturbed_product
 from .bound_elementwise import rounding_rule
@@ -397,3 +398,42 @@ def store_dot_samples(bounds, inst, x, operands, held, own, ceiling, floor=None)
     kept = samples.view(SAMPLE_STORAGE)
     bound = bounds._calibrate(bound, kept, ceiling, stats=stats)
     bounds._put(x, with_floor(bound, kept, floor), bounds._decided_or_none(x), kept)
+
+
+def ragged_dot_bounds(bounds, inst, orig, x, operands) -> tuple:
+    """A ragged-dot's bound (stored) and (its own error, its ceiling) as dot_bounds gives them for the dot it is
+    group by group: the lhs masked to each group's elements (ops/contraction.ragged_masks) with a leading group
+    dim, a batch dim of both sides (the rhs's group dim; a contracting ragged dim: the rhs repeated). A
+    non-contracting ragged dim's result is the groups' results added (one group an element, the others exact
+    zeros); a contracting one's is the groups' results (each group's sum counted as the whole contraction's: its
+    accumulation bound is that of the longer sum); a batch one is a plain dot."""
+    lhs, rhs, sizes = operands
+    lb, rb, lc, rc = (list(inst.attr(f"{s}_{d}_dims", ())) for d in ("batch", "contracting") for s in ("lhs", "rhs"))
+    group = list(inst.attr("rhs_group_dims", ()) or ())
+    if list(inst.attr("lhs_ragged_dims"))[0] in lb:  # (a plain dot)
+        lhs_dims, rhs_dims, a, b, mask = (lb, lc), (rb, rc), lhs, rhs, None
+    else:
+        mask = ragged_masks(inst, lhs.shape, sizes)
+        a = np.where(mask, lhs[None], np.zeros((), lhs.dtype))
+        bounds._put(a, np.where(mask, bounds.of(lhs)[None], 0.0))
+        lhs_dims = ([0] + [d + 1 for d in lb], [d + 1 for d in lc])
+        if group:  # (the rhs's group dim is the groups' batch dim)
+            b, rhs_dims = rhs, (group + rb, rc)
+        else:
+            b = np.broadcast_to(rhs, (mask.shape[0], *rhs.shape))
+            bounds._put(b, np.broadcast_to(bounds.of(rhs), b.shape))
+            rhs_dims = ([0] + [d + 1 for d in rb], [d + 1 for d in rc])
+    attrs = {
+        f"{side}_{kind}_dims": "{" + ",".join(map(str, dims[k])) + "}"
+        for side, dims in (("lhs", lhs_dims), ("rhs", rhs_dims))
+        for k, kind in enumerate(("batch", "contracting"))
+    }
+    attrs.update({k: v for k, v in inst.attrs.items() if k in ("operand_precision", "algorithm")})
+    dot = Instruction(inst.name, "dot", inst.shape, [inst.operands[0], inst.operands[1]], attrs)
+    orig_dot = Instruction(orig.name, "dot", orig.shape, [orig.operands[0], orig.operands[1]], attrs)
+    if not group:  # (the groups' results are the ragged-dot's: a batch or contracting ragged dim)
+        return dot_bounds(bounds, dot, orig_dot, x, [a, b])
+    groups = dot_general(a, b, lhs_dims[0], rhs_dims[0], lhs_dims[1], rhs_dims[1], np.result_type(x, np.float64))
+    local, ceiling = dot_bounds(bounds, dot, orig_dot, groups, [a, b])
+    bounds._put(x, np.sum(bounds.of(groups), axis=0))
+    return np.sum(local, axis=0), lambda: np.sum(ceiling(), axis=0)

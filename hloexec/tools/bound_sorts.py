@@ -58,7 +58,7 @@ def selects(inst) -> bool:
 _LOGIC = frozenset({"and", "or", "not", "xor", "compare", "parameter", "constant"})
 
 
-def _chooses(reducer, k: int, n: int) -> bool:
+def chooses(reducer, k: int, n: int) -> bool:
     """Whether `reducer` (of a reduce of n inputs) makes its k-th result by keeping its k-th accumulator or its k-th
     value, chosen by comparisons among those two and the integer (exact) parameters only."""
     root = reducer.root
@@ -94,7 +94,7 @@ def selecting_reduce(bounds, inst, value, operands) -> bool:
     reducer = inst.called.get("to_apply")
     leaves = list(value) if isinstance(value, tuple) else [value]
     floats = [k for k in range(n) if _float(leaves[k])]
-    if reducer is None or n < 2 or not all(_chooses(reducer, k, n) for k in floats):
+    if reducer is None or n < 2 or not all(chooses(reducer, k, n) for k in floats):
         return False
     kernel = bounds._kernel(inst)
     moved, ends_of = {}, {}

@@ -81,10 +81,11 @@ products: tools/bound_dots.py). Samples: complex deviations (complex64), calibra
 
 Variadic reduces: one whose reducer selects (argmax) by its interval ends (tools/bound_sorts.py); one whose reducer
 makes each result from its own two values (sums, a (max, sum) pair) as one reduce per result (InstructionPlans.parts),
-its sums rounding every step in their type. A send and the recv-done of its channel: a collective that moves.
+its sums rounding every step in their type; any other reducer of elementwise steps folded (tools/bound_reducers.py).
+A send and the recv-done of its channel: a collective that moves. ragged-dot: its groups' dot (bound_dots.py).
 
-What it cannot see: ops it has no rule for (custom-calls computing their own way, variadic reductions whose reducer
-mixes its results...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
+What it cannot see: ops it has no rule for (custom-calls computing their own way, reducers that call computations,
+sorts by comparators sort_keys does not read...) get an infinite bound (`unbounded` names them): their elements are not judged. Propagation is
 first order beyond the binary ops' corners (a long chain of large relative errors is underestimated); the
 root-sum-squares assume errors that do not conspire: two operands carrying one shared error through different
 paths, a dot whose terms share one (a softmax row's scale), a sum sorted so its partial sums grow before they
@@ -93,6 +94,7 @@ cancel can exceed them. Data-dependent control flow (a loop's trip count, a bran
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -101,10 +103,8 @@ from ..ir import opcodes
 from ..kernels.bound_products import least_magnitude
 from ..kernels.bound_rules import add_noise, first_order_variance, round_bounds
 from ..ops.collectives import participants
-from ..ops.indexing import ANY_SHAPE_ELEMENTWISE
 from ..ops.custom_call.registry import target_of
 from ..ops.registry import async_shorthand
-from ..exec.plan import schedule
 from ..exec.shadow import PINNED_SUFFIX
 from ..options.devices import DeviceProfile
 from ..spmd.devices import GROUPED
@@ -113,8 +113,9 @@ from .bound_complex import BILINEAR, COMPLEX_LINEAR, add_complex_noise, bilinear
 from .bound_complex import involves_complex, resolves_deviations, scaled_samples, select_samples, squared_magnitude
 from .bound_convolution import convolution_bounds
 from .bound_epilogues import epilogue_bounds
-from .bound_dots import dot_bounds, dot_floor, store_dot_samples
+from .bound_dots import dot_bounds, dot_floor, ragged_dot_bounds, store_dot_samples
 from .bound_fft import fft_bounds
+from .bound_reducers import elementwise_steps, folded_reduce, observe_steps
 from .bound_indices import Choices, follow
 from .bound_sorts import selecting_reduce, selects, sorted_bounds, swapped_samples
 from .bound_elementwise import FUSED, TRANSCENDENTAL, fused_elementwise, rounding_rule
@@ -193,6 +194,7 @@ LIPSCHITZ = frozenset({"add", "subtract", "negate", "convert", "abs", "maximum",
 SECOND_ORDER = frozenset({"multiply", "divide", "power", "atan2", "remainder"})
 # elementwise ops whose complex operands or results ErrorBounds gives to tools/bound_complex.py
 COMPLEX_ELEMENTWISE = ROUNDING_ELEMENTWISE | EXACT_ELEMENTWISE | {"real", "imag", "complex"}
+PREDICATE_LOGIC = frozenset({"and", "or", "not", "xor", "select"})  # (on predicates: what rounding decides, passed on)
 STEPS = frozenset({"sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even"})
 # ops `_elementwise` evaluates at their operands' interval ends (`_evaluated`) -> (the places singular at 0, a step,
 # rounds): those of one operand with errors in one compiled pass (tools/bound_generic.py)
@@ -318,7 +320,7 @@ class ErrorBounds(BoundStore):
             for o in operands:
                 if _float(o) and self._entry(o) is None:
                     self._put(o, None)
-        if opcode == "compare":
+        if opcode == "compare" or (opcode in PREDICATE_LOGIC and np.asarray(value).dtype == np.bool_):
             self._compare(inst, value, operands)
             return
         if opcode == "custom-call" and self.plans.original(inst) is None:  # pinned: its own way, at its own types
@@ -373,6 +375,8 @@ class ErrorBounds(BoundStore):
                 return
             elif opcode in ROUNDING_ELEMENTWISE or opcode in EXACT_ELEMENTWISE:
                 local = self._elementwise(inst, orig, value, operands)
+            elif opcode in ("reduce", "reduce-window") and folded_reduce(self, inst, orig, value, operands):
+                return
             elif opcode in ("reduce", "reduce-window") and len(operands) == 2:
                 local, ceiling, summed, floor = reduce_bounds(
                     self, inst, orig, value, operands, self.plans.is_part(inst)
@@ -381,6 +385,8 @@ class ErrorBounds(BoundStore):
                 local, ceiling = dot_bounds(self, inst, orig, value, operands)
                 floor = dot_floor(self, inst, orig, value, operands)
                 dot_marks(self, inst, orig, value, operands)
+            elif opcode == "ragged-dot":
+                local, ceiling = ragged_dot_bounds(self, inst, orig, value, operands)
             elif opcode == "convolution" and len(operands) == 2:
                 local, ceiling = convolution_bounds(self, inst, orig, value, operands)
                 dot_marks(self, inst, orig, value, operands)
@@ -541,25 +547,10 @@ class ErrorBounds(BoundStore):
         """A map's bound: its computation's steps observed on whole arrays, as a fusion's are (every element is made
         by the ops an elementwise op over the arrays makes); its value keeps its root's entry. False (nothing done)
         where a step is not elementwise."""
-        comp = inst.called.get("to_apply")
-        steps = schedule(comp) if comp is not None else []
-        if not steps or any(
-            s.opcode not in ("parameter", "constant") and s.opcode not in ANY_SHAPE_ELEMENTWISE for s in steps
-        ):
+        steps = elementwise_steps(inst.called.get("to_apply"))
+        if steps is None or steps[-1].opcode == "tuple":
             return False
-        values = {}
-        for step in steps:
-            if step.opcode == "parameter":
-                values[id(step)] = operands[step.parameter_number]
-                continue
-            args = [values[id(o)] for o in step.operands]
-            made = self._kernel(step)(*args)
-            if step.opcode == "constant":  # (as the op broadcasts it: an exact array of the map's shape)
-                made = np.broadcast_to(made, np.shape(value))
-            else:
-                self(step, made, args)
-            values[id(step)] = made
-        self._share(value, values[id(comp.root)])
+        self._share(value, observe_steps(self, steps, operands, np.shape(value))[0])
         return True
 
     def draw_key(self) -> np.uint64:
@@ -606,10 +597,16 @@ class ErrorBounds(BoundStore):
                 self._put(v, bound, None if marks is None else np.real(marks[i]) > 0)
 
     def _compare(self, inst, value, operands) -> None:
+        """A comparison's rounding-decided marks (its operands' intervals overlap) and perturbed decisions; a logic
+        op's or a select's on predicates: any operand's marks (a flip may pass through it)."""
+        if inst.opcode != "compare":
+            self._put(value, None, functools.reduce(np.logical_or, map(self.decided_of, operands)))
+            self._sample(inst, value, operands, None)
+            return
         a, b = operands[0], operands[1]
         if not (_float(a) and isinstance(value, (np.ndarray, np.generic))):
             return
-        slack = self.of(a) + self.of(b)
+        slack = (self.of(a) + self.of(b)) * (a is not b)  # (x compared with itself: its NaN test, decided)
         with np.errstate(all="ignore"):
             undecided = (np.abs(np.asarray(a) - np.asarray(b)) <= slack) & (slack > 0)
         for o in (a, b):
