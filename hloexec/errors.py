@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import stat
+
 
 class HloParseError(ValueError):
     """Bad HLO text: names file:line:col, shows the line and a caret, says what was expected."""
@@ -18,6 +21,14 @@ def _window(line_text: str, column: int) -> str:
     """Show 200 characters of a very long line around the column (dumps have MB-long lines)."""
     start = max(column - 101, 0)
     return line_text[start : start + 200]
+
+
+def not_a_regular_file(path: str, mode: int, why: str) -> OSError:
+    """The error for a file argument that is a device, a socket or a pipe (`st_mode` `mode`) where a regular file
+    is needed (`why`): /dev/zero mapped as 0 bytes was "empty input", read by numpy "a pickle"."""
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe"))
+    kind = next((name for test, name in kinds if test(mode)), "a socket" if stat.S_ISSOCK(mode) else "no file")
+    return OSError(errno.EINVAL, f"not a regular file ({kind}): {why}", path)
 
 
 class OptionError(ValueError):

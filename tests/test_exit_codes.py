@@ -446,6 +446,35 @@ def test_outputs_from_other_inputs_get_a_hint_the_verdict_unchanged(capsys, tmp_
         assert code == want and json.loads(out)["hint"] is None, (name, out, err)
 
 
+CANCELS = ("HloModule cancels\n\nENTRY e {\n  p = bf16[64] parameter(0)\n  c = bf16[] constant(1000)\n"
+           "  b = bf16[64] broadcast(c), dimensions={}\n  s = bf16[64] add(p, b)\n  ROOT r = bf16[64] subtract(s, b)\n}\n")
+TINY = "HloModule tiny\n\nENTRY e {\n  p = f32[64] parameter(0)\n  ROOT r = f32[64] negate(p)\n}\n"
+
+
+def test_a_correct_result_gets_no_hint(capsys, tmp_path):
+    """The hint asked "were these outputs computed from these inputs?" beside CONSISTENT and PASS: a bf16
+    (x + 1000) - 1000 is all rounding (every element off from the exact x by more than 10%, as bf16 allows), and
+    values of 1e-7 pass XLA's atol whatever they are."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    x = np.random.default_rng(0).uniform(0.1, 1, 64).astype(bf16)
+    rounded = (x.astype(np.float32) + np.float32(1000)).astype(bf16)          # bf16's rounding after each op
+    np.savez(tmp_path / "in.npz", arg0=x)
+    np.savez(tmp_path / "out.npz", out0=(rounded.astype(np.float32) - np.float32(1000)).astype(bf16))
+    (tmp_path / "c.hlo").write_text(CANCELS)
+    argv = ["compare", tmp_path / "c.hlo", "--inputs", tmp_path / "in.npz", "--reference", "shadow", "--actual"]
+    code, out, err = cli(capsys, [*argv, tmp_path / "out.npz", "--json"])
+    assert code == 0 and json.loads(out)["hint"] is None, (out, err)
+    tiny = np.random.default_rng(1).uniform(1e-7, 1e-6, 64).astype(np.float32)
+    np.savez(tmp_path / "tiny.npz", arg0=tiny)
+    np.savez(tmp_path / "zeros.npz", out0=np.zeros(64, np.float32))             # within atol 1e-5 of -tiny
+    (tmp_path / "t.hlo").write_text(TINY)
+    code, out, err = cli(capsys, ["compare", tmp_path / "t.hlo", "--inputs", tmp_path / "tiny.npz", "--expected",
+                                  tmp_path / "zeros.npz"])
+    assert code == 0 and "PASS" in out and "hint" not in out, out
+
+
 def test_an_array_key_with_leading_zeros_is_no_second_arg0(capsys, tmp_path):
     """`arg00` beside `arg0` was read as argument 0 as well (the last one read won, silently)."""
     (tmp_path / "m.hlo").write_text(GOOD)
@@ -480,6 +509,25 @@ def test_a_pipe_as_the_module_and_as_the_inputs(capsys, tmp_path):
     code, out, err = cli(capsys, ["run", tmp_path / "m.pipe", "--inputs", tmp_path / "in.pipe", "--json"])
     assert code == 0 and json.loads(out)["outputs"][0]["min"] == -3, (out, err)
     assert f"{tmp_path / 'm.pipe'}: a pipe, read into " in err, err
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/zero"), reason="no /dev/zero")
+def test_a_device_as_the_module_or_the_inputs_is_said_to_be_no_file(capsys, tmp_path):
+    """/dev/zero as FILE was "empty input: no HLO module" (a character device maps as 0 bytes), as --inputs "a
+    pickle" (numpy read zeros): each is said to be no regular file, named."""
+    import hloexec
+
+    (tmp_path / "m.hlo").write_text(GOOD)
+    says = "/dev/zero: not a regular file (a character device)"
+    for argv in (["stats", "/dev/zero"], ["run", "/dev/zero"], ["run", tmp_path / "m.hlo", "--inputs", "/dev/zero"],
+                 ["compare", tmp_path / "m.hlo", "--seed", "0", "--expected", "/dev/zero"]):
+        code, out, err = cli(capsys, argv)
+        assert code == 2 and f"error: {says}" in err and "empty input" not in err and "pickle" not in err, (argv, err)
+    code, out, err = cli(capsys, ["run", "/dev/zero", "--json"])
+    assert code == 2 and json.loads(out)["error"].startswith(says), out
+    for path in ("/dev/zero", __import__("pathlib").Path("/dev/zero")):   # the library names it too
+        with pytest.raises(OSError, match="not a regular file"):
+            hloexec.load(path)
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full")

@@ -13,13 +13,14 @@ import gc
 import mmap
 import os
 import re
+import stat
 from contextlib import contextmanager
 from functools import cached_property, partial
 from typing import cast
 
 import numpy as np
 
-from ..errors import HloParseError
+from ..errors import HloParseError, not_a_regular_file
 from ..ir.attributes import AttributeSyntaxError, decode_attribute
 from ..ir.module import COMPUTATION_ATTRS, AttrTable, Computation, Instruction, Module, TextSpan
 from ..ir.shape import Shape, ShapeSyntaxError, parse_shape, tuple_shape
@@ -56,11 +57,18 @@ class Source:
         self.path: str | None
         self.buf: bytes | mmap.mmap
         if isinstance(source, os.PathLike) or (
-            isinstance(source, str) and "\n" not in source and len(source) < 4096 and os.path.isfile(source)
+            isinstance(source, str)
+            and "\n" not in source
+            and len(source) < 4096
+            and os.path.exists(source)
+            and not os.path.isdir(source)
         ):
             self.path = str(source)
             with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
+                status = os.fstat(f.fileno())
+                if not stat.S_ISREG(status.st_mode):  # /dev/zero maps as 0 bytes: it was "empty input"
+                    raise not_a_regular_file(self.path, status.st_mode, "HLO text is read by mapping a regular file")
+                if status.st_size == 0:
                     self.buf = b""
                 else:
                     self._mmap = self.buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

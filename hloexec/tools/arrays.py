@@ -22,7 +22,7 @@ import stat
 
 import numpy as np
 
-from ..errors import ArrayFileError
+from ..errors import ArrayFileError, not_a_regular_file
 from ..exec.inputs import from_npz_void
 from .compare import dtype_name, jsonable
 from .xla_cpu import load_arrays
@@ -33,8 +33,11 @@ def read_arrays(path, prefix: str) -> dict[str, np.ndarray]:
     path = str(path)
     source: str | io.BytesIO = path
     with open(path, "rb") as f:  # a missing or unreadable file: OSError, said as such
-        if stat.S_ISFIFO(os.fstat(f.fileno()).st_mode):  # a pipe (`--inputs <(...)`): read once, numpy seeks
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISFIFO(mode):  # a pipe (`--inputs <(...)`): read once, numpy seeks
             source = io.BytesIO(f.read())
+        elif not stat.S_ISREG(mode):  # /dev/zero: numpy read zeros as "a pickle"
+            raise not_a_regular_file(path, mode, "arrays are read from an .npz or .npy file or a pipe")
         magic = f.read(6) if isinstance(source, str) else source.getvalue()[:6]
     try:
         if magic == b"\x93NUMPY":
