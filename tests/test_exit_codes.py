@@ -511,6 +511,25 @@ def test_a_pipe_as_the_module_and_as_the_inputs(capsys, tmp_path):
     assert f"{tmp_path / 'm.pipe'}: a pipe, read into " in err, err
 
 
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("argv", [["stats", "{f}"], ["stats", "{f}", "--json"], ["run", "{f}", "--seed", "0", "--json"]],
+                         ids=" ".join)
+def test_stdout_on_a_full_disk_is_named(capsys, monkeypatch, tmp_path, argv):
+    """`hloexec stats m.hlo > out.txt` on a full disk: Python's flush at exit failed (exit 0, or 120) or the error
+    named no file; with --json the error's own JSON document failed to write: a traceback."""
+    import sys
+
+    (tmp_path / "m.hlo").write_text(GOOD)
+    full = open("/dev/full", "w")
+    monkeypatch.setattr(sys, "stdout", full)
+    code, out, err = cli(capsys, [a.format(f=tmp_path / "m.hlo") for a in argv])
+    try:
+        full.close()
+    except OSError:                                  # what it could not write is still buffered
+        pass
+    assert code == 2 and "error: stdout: No space left on device" in err and "Traceback" not in err, (code, err)
+
+
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/zero"), reason="no /dev/zero")
 def test_a_device_as_the_module_or_the_inputs_is_said_to_be_no_file(capsys, tmp_path):
     """/dev/zero as FILE was "empty input: no HLO module" (a character device maps as 0 bytes), as --inputs "a

@@ -126,6 +126,33 @@ def _command_of(argv: list[str]) -> str | None:
     return first if first in {command.__name__.rsplit(".", 1)[-1] for command in COMMANDS} else None
 
 
+class NamedStdout:
+    """sys.stdout while a command runs: a write that fails (`> out.json` on a full disk) names stdout, as a file
+    the command writes is named; the error was `[Errno 28] No space left on device`, and with --json a traceback
+    (the error's JSON document failed to write too)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self._named(self.stream.write, text)
+
+    def flush(self) -> None:
+        self._named(self.stream.flush)
+
+    @staticmethod
+    def _named(call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:  # `hloexec ops | head`: not an error
+            raise
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, "stdout") from None
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -143,14 +170,18 @@ def main(argv=None) -> int:
     previous = (
         signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     )
+    stdout = sys.stdout
     try:
         if getattr(args, "plugin", None) or getattr(args, "custom_call_identity", None):
             plugins.apply(args.plugin, args.custom_call_identity)
         args.command_line = argv  # `report` shows how to rerun it
         for note in prepare_arguments(args, args.command_line):  # FILE as a dump directory, snapshot or proto
             print(note, file=sys.stderr)
+        sys.stdout = NamedStdout(stdout)
         with CompileNotice():  # (a cold first run compiles for a minute or two: the user is told)
-            return args.handler(args)
+            code = args.handler(args)
+        sys.stdout.flush()  # (a full disk's failure said below, not in Python's words at exit)
+        return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -171,9 +202,11 @@ def main(argv=None) -> int:
             print(message, file=sys.stderr)
             if not debug:
                 print("(run with --debug or HLOEXEC_DEBUG=1 for the traceback)", file=sys.stderr)
-        if getattr(args, "json", False):  # a script reading stdout gets one JSON document either way
+        sys.stdout = stdout
+        if getattr(args, "json", False) and getattr(e, "filename", None) != "stdout":  # one JSON document on stdout
             print_json({"command": args.command, "version": JSON_VERSION, "error": message})
         return EXIT_ERROR
     finally:
+        sys.stdout = stdout
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
