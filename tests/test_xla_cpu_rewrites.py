@@ -244,14 +244,16 @@ def test_xla_cpus_log_of_a_power_as_a_product_is_consistent(t):
     """Measured at 2,104 (2,107) of 4,096 f16 (f32) elements on normal inputs non-finite in the shadow where XLA:CPU's
     are finite, and f16 3 past their bounds (2.2x): XLA's HandleLog makes log(pow(a, b)) b * log(|a|) (a select of 0
     where b is 0): finite where pow of a negative a is NaN (any value goes there: it is not the module's answer),
-    and log's rounding scaled by b. Row 1: a near 0 or 1, b up to 100 (pow out of f16's range)."""
+    and log's rounding scaled by b. Row 1: a near 0 or 1, b up to 100 (pow out of f16's range); row 2: pow out of
+    f64's (the shadow's log infinite, XLA:CPU's finite: any value goes there too)."""
     dtype = TYPES[t]
     text = f"""HloModule m
-ENTRY e {{ a = {t}[2,512] parameter(0)  b = {t}[2,512] parameter(1)  s = {t}[2,512] power(a, b)
-  ROOT r = {t}[2,512] log(s) }}"""
+ENTRY e {{ a = {t}[3,512] parameter(0)  b = {t}[3,512] parameter(1)  s = {t}[3,512] power(a, b)
+  ROOT r = {t}[3,512] log(s) }}"""
     r = np.random.default_rng(9)
-    a, b = r.standard_normal((2, 512)) * 2, r.standard_normal((2, 512)) * 2
+    a, b = r.standard_normal((3, 512)) * 2, r.standard_normal((3, 512)) * 2
     a[1], b[1] = r.uniform(0.01, 3, 512), r.uniform(-100, 100, 512)
+    a[2], b[2] = r.uniform(10, 100, 512), r.uniform(1000, 3000, 512) * r.choice([-1, 1], 512)
     b[0, :8] = 0  # (the select's 0)
     a, b = a.astype(dtype), b.astype(dtype)
     with np.errstate(all="ignore"):

@@ -384,8 +384,8 @@ def _log_of_power(bounds, log, x) -> None:
     """log(pow(A, B)) as B * log(|A|) (DeviceProfile.log_of_powers; A and B kept when pow was observed; 0 where B is
     0): log(|A|) carries A's bound as a relative one, rounds (half an ulp and XLA's approximation's
     TRANSCENDENTAL_ULPS f32 ulps) and is scaled by B, whose bound it scales; the product rounds. The bound grows by
-    that and |Y - x| (Y = B log|A|) where the module's value is finite, is not finite where only Y is, and any value
-    goes where the module's is NaN (pow of a negative A: DROPPED_NAN). Where A's interval reaches 0 (or f32's
+    that and |Y - x| (Y = B log|A|) where the module's value is finite; any value goes where it is not and Y is
+    (DROPPED_NAN: pow of a negative A is NaN, pow past f64's range makes the shadow's log infinite). Where A's interval reaches 0 (or f32's
     flushed subnormals) log(|A|) may be -inf: an infinity of -B's sign."""
     power = log.operands[0]
     held = bounds.pending.get(id(power))
@@ -408,7 +408,7 @@ def _log_of_power(bounds, log, x) -> None:
     extra = np.where(np.isfinite(r), np.abs(y - r), np.inf) + e_y
     extra[~np.isfinite(y)] = np.inf
     marks = (vanishes & (b - e_b < 0)) * POS_INF | (vanishes & (b + e_b > 0)) * NEG_INF
-    marks |= (np.isnan(r) & np.isfinite(y)) * DROPPED_NAN  # (pow of a negative A: Y is the device's answer)
+    marks |= (~np.isfinite(r) & np.isfinite(y)) * DROPPED_NAN  # (Y is the device's answer, not the module's x)
     _widen_by(bounds, log, x, extra, None, marks.astype(np.uint8))
 
 
