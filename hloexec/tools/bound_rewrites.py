@@ -322,10 +322,7 @@ def _exp_of_difference(bounds, divide, x, operands) -> None:
     e^D expm1(h) more, and |e^D - x| where the shadow's quotient is not e^D (its exps out of f64's normals: not
     judged where it is not finite; any value where it is NaN: DROPPED_NAN). An infinity where D may pass the log of
     the type's overflow limit."""
-    held = [bounds.pending.get(id(o)) for o in divide.operands]
-    for o in divide.operands:
-        if len({id(u) for u in o.users}) == 1:
-            bounds.pending.pop(id(o), None)
+    held = [_taken(bounds, o) for o in divide.operands]
     if any(h is None for h in held) or divide.operands[0] is divide.operands[1]:
         return
     dtype = divide.shape.element_type.numpy
@@ -343,6 +340,14 @@ def _exp_of_difference(bounds, divide, x, operands) -> None:
     _widen_by(bounds, divide, x, extra, None, marks.astype(np.uint8))
 
 
+def _taken(bounds, inst):
+    """What `bounds` keeps of `inst` for its user's rewrite (None: nothing), let go where it has no other user."""
+    held = bounds.pending.get(id(inst))
+    if len({id(u) for u in inst.users}) == 1:
+        bounds.pending.pop(id(inst), None)
+    return held
+
+
 def _exp_operand(bounds, exp, operand) -> None:
     """Keep exp's operand and its bound where a user divides by it or divides it by another exp."""
     if any(u.opcode == "divide" and u.operands[1].opcode == "exponential" for u in exp.users):
@@ -353,10 +358,7 @@ def _divide_by_exp(bounds, divide, x, operands) -> None:
     """A / exp(B) as A * exp(-B) (HandleDivide, before the divide-of-divides rules; with exp_of_differences):
     exp(-B) is infinite where -B may pass the log of the type's overflow limit, though exp(B) is not 0 (f16:
     B < -11.1): an infinity of A's sign there, NaN where A may be 0."""
-    exp = divide.operands[1]
-    held = bounds.pending.get(id(exp))
-    if len({id(u) for u in exp.users}) == 1:
-        bounds.pending.pop(id(exp), None)
+    held = _taken(bounds, divide.operands[1])
     if held is None:
         return
     b, e_b = (np.broadcast_to(np.real(v), np.shape(x)).astype(np.float64) for v in held)
@@ -385,12 +387,9 @@ def _log_of_power(bounds, log, x) -> None:
     0): log(|A|) carries A's bound as a relative one, rounds (half an ulp and XLA's approximation's
     TRANSCENDENTAL_ULPS f32 ulps) and is scaled by B, whose bound it scales; the product rounds. The bound grows by
     that and |Y - x| (Y = B log|A|) where the module's value is finite; any value goes where it is not and Y is
-    (DROPPED_NAN: pow of a negative A is NaN, pow past f64's range makes the shadow's log infinite). Where A's interval reaches 0 (or f32's
-    flushed subnormals) log(|A|) may be -inf: an infinity of -B's sign."""
-    power = log.operands[0]
-    held = bounds.pending.get(id(power))
-    if len({id(u) for u in power.users}) == 1:
-        bounds.pending.pop(id(power), None)
+    (DROPPED_NAN: pow of a negative A is NaN, pow past f64's range makes the shadow's log infinite). Where A's
+    interval reaches 0 (or f32's flushed subnormals) log(|A|) may be -inf: an infinity of -B's sign."""
+    held = _taken(bounds, log.operands[0])
     if held is None:
         return
     dtype = log.shape.element_type.numpy
