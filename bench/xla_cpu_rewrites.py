@@ -28,6 +28,7 @@ FORMS = {  # algebraic_simplifier.cc's rules (HandleDivide, HandleAdd, HandleMul
     "(a/b)/(a/b)": "x=T[N] divide(a,b) ROOT r=T[N] divide(x,x)",
     "(a/b)/c": "x=T[N] divide(a,b) ROOT r=T[N] divide(x,c)",
     "a/(b/c)": "x=T[N] divide(b,c) ROOT r=T[N] divide(a,x)",
+    "((a/b)/c)/d": "x=T[N] divide(a,b) y=T[N] divide(x,c) ROOT r=T[N] divide(y,d)",
     "a/const": "k=T[] constant(3) kb=T[N] broadcast(k), dimensions={} ROOT r=T[N] divide(a,kb)",
     "a/constarr": "k=T[N] constant(CONSTANTS) ROOT r=T[N] divide(a,k)",
     "a/sqrt(b)": "s=T[N] sqrt(b) ROOT r=T[N] divide(a,s)",
@@ -39,6 +40,8 @@ FORMS = {  # algebraic_simplifier.cc's rules (HandleDivide, HandleAdd, HandleMul
     "(c1-a)+c2": C + " x=T[N] subtract(kb,a) ROOT r=T[N] add(x,lb)",
     "(a-c1)+c2": C + " x=T[N] subtract(a,kb) ROOT r=T[N] add(x,lb)",
     "(a+c1)-c2": C + " x=T[N] add(a,kb) ROOT r=T[N] subtract(x,lb)",
+    "((a+c1)+c2)+c3": C + " m=T[] constant(0.7) mb=T[N] broadcast(m), dimensions={} x=T[N] add(a,kb) "
+    "y=T[N] add(x,lb) ROOT r=T[N] add(y,mb)",
     "a*c+b*c (c=2^k)": "k=T[] constant(0.25) kb=T[N] broadcast(k), dimensions={} "
     "x=T[N] multiply(a,kb) y=T[N] multiply(b,kb) ROOT r=T[N] add(x,y)",
     "(a*c1)*c2": C + " x=T[N] multiply(a,kb) ROOT r=T[N] multiply(x,lb)",

@@ -107,6 +107,8 @@ class DeviceProfile:
     # overflow where the products' sum does not
     exp_of_differences: bool = False  # exp(a) / exp(b) is computed as exp(a - b) (f16, f32): the difference's
     # rounding, carried by exp
+    log_of_powers: bool = False  # log(pow(a, b)) is computed as b * log(|a|) (0 where b is 0; f16, f32): finite
+    # where pow(a, b) is negative, NaN or out of the type's range
     tree_reduction_window: int = 0  # the device's compiler rewrites a 16-bit sum over a dim longer than this into
     # a reduce-window of this size and a reduce of the windows' sums (XLA:CPU's TreeReductionRewriter: 32); the
     # error bounds follow that order; hloexec runs a module as written. 0: no rewrite
@@ -270,7 +272,7 @@ def _check(p: DeviceProfile, path: Path) -> None:
     )
     flags = ("honor_algorithm", "split_k", "fp8_fast_accumulation", "excess_precision", "fma_contraction")
     rewrites = ("divide_by_reciprocal", "divide_of_divides", "folded_constant_sums", "power_as_products")
-    for flag in (*flags, "flush_subnormals", *rewrites, "factored_sums", "exp_of_differences"):
+    for flag in (*flags, "flush_subnormals", *rewrites, "factored_sums", "exp_of_differences", "log_of_powers"):
         need(isinstance(getattr(p, flag), bool), f"{flag} = {getattr(p, flag)!r}: expected true or false")
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bound_overflow import DROPPED_NAN, NAN, NEG_INF, POS_INF, range_marks, rounding_limit
+from .bound_elementwise import TRANSCENDENTAL_ULPS
 from .bound_samples import SAMPLES
 from .compare import ulp_at
 
@@ -191,6 +192,10 @@ def rewritten(bounds, inst, x, operands) -> None:
             _folded_constant_sum(bounds, orig, x)
         if op == "add" and device.factored_sums and native:  # (a sum of products: not one of constants)
             _factored_sum(bounds, orig, x)
+        if op == "power" and device.log_of_powers and native:
+            _power_operands(bounds, orig, operands)
+        if op == "log" and device.log_of_powers and native and orig.operands[0].opcode == "power":
+            _log_of_power(bounds, orig, x)
         if op == "power" and device.power_as_products:
             _power_as_products(bounds, orig, x, operands, native)
         elif op == "exponential" and device.exp_of_differences and native:
@@ -317,10 +322,7 @@ def _exp_of_difference(bounds, divide, x, operands) -> None:
     e^D expm1(h) more, and |e^D - x| where the shadow's quotient is not e^D (its exps out of f64's normals: not
     judged where it is not finite; any value where it is NaN: DROPPED_NAN). An infinity where D may pass the log of
     the type's overflow limit."""
-    held = [bounds.pending.get(id(o)) for o in divide.operands]
-    for o in divide.operands:
-        if len({id(u) for u in o.users}) == 1:
-            bounds.pending.pop(id(o), None)
+    held = [_taken(bounds, o) for o in divide.operands]
     if any(h is None for h in held) or divide.operands[0] is divide.operands[1]:
         return
     dtype = divide.shape.element_type.numpy
@@ -338,6 +340,14 @@ def _exp_of_difference(bounds, divide, x, operands) -> None:
     _widen_by(bounds, divide, x, extra, None, marks.astype(np.uint8))
 
 
+def _taken(bounds, inst):
+    """What `bounds` keeps of `inst` for its user's rewrite (None: nothing), let go where it has no other user."""
+    held = bounds.pending.get(id(inst))
+    if len({id(u) for u in inst.users}) == 1:
+        bounds.pending.pop(id(inst), None)
+    return held
+
+
 def _exp_operand(bounds, exp, operand) -> None:
     """Keep exp's operand and its bound where a user divides by it or divides it by another exp."""
     if any(u.opcode == "divide" and u.operands[1].opcode == "exponential" for u in exp.users):
@@ -348,10 +358,7 @@ def _divide_by_exp(bounds, divide, x, operands) -> None:
     """A / exp(B) as A * exp(-B) (HandleDivide, before the divide-of-divides rules; with exp_of_differences):
     exp(-B) is infinite where -B may pass the log of the type's overflow limit, though exp(B) is not 0 (f16:
     B < -11.1): an infinity of A's sign there, NaN where A may be 0."""
-    exp = divide.operands[1]
-    held = bounds.pending.get(id(exp))
-    if len({id(u) for u in exp.users}) == 1:
-        bounds.pending.pop(id(exp), None)
+    held = _taken(bounds, divide.operands[1])
     if held is None:
         return
     b, e_b = (np.broadcast_to(np.real(v), np.shape(x)).astype(np.float64) for v in held)
@@ -360,6 +367,48 @@ def _divide_by_exp(bounds, divide, x, operands) -> None:
     over = e_b - b >= np.log(rounding_limit(divide.shape.element_type.numpy)[0])
     marks = (over & (a + e_a > 0)) * POS_INF | (over & (a - e_a < 0)) * NEG_INF | (over & (np.abs(a) <= e_a)) * NAN
     _add_marks(bounds, x, marks)
+
+
+# exponents HandlePower rewrites first (pow(A, 0) => 1, A, A * A, A * (A * A), 1 / A): no power is left to a log
+_REWRITTEN_EXPONENTS = (0.0, 1.0, 2.0, 3.0, -1.0)
+
+
+def _power_operands(bounds, power, operands) -> None:
+    """Keep pow's operands and their bounds where a log of it is computed as B * log(|A|)."""
+    exponent = _constant_value(power.operands[1])
+    if exponent is not None and np.size(exponent) == 1 and float(np.ravel(exponent)[0]) in _REWRITTEN_EXPONENTS:
+        return
+    if any(u.opcode == "log" for u in power.users):
+        bounds.pending[id(power)] = [(v, np.broadcast_to(bounds.of(v), np.shape(v))) for v in operands]
+
+
+def _log_of_power(bounds, log, x) -> None:
+    """log(pow(A, B)) as B * log(|A|) (DeviceProfile.log_of_powers; A and B kept when pow was observed; 0 where B is
+    0): log(|A|) carries A's bound as a relative one, rounds (half an ulp and XLA's approximation's
+    TRANSCENDENTAL_ULPS f32 ulps) and is scaled by B, whose bound it scales; the product rounds. The bound grows by
+    that and |Y - x| (Y = B log|A|) where the module's value is finite; any value goes where it is not and Y is
+    (DROPPED_NAN: pow of a negative A is NaN, pow past f64's range makes the shadow's log infinite). Where A's
+    interval reaches 0 (or f32's flushed subnormals) log(|A|) may be -inf: an infinity of -B's sign."""
+    held = _taken(bounds, log.operands[0])
+    if held is None:
+        return
+    dtype = log.shape.element_type.numpy
+    (a, e_a), (b, e_b) = ((np.broadcast_to(np.real(v), np.shape(x)).astype(np.float64), e) for v, e in held)
+    m = np.abs(a)
+    floor = float(np.finfo(np.float32).tiny) if bounds.device.flush_subnormals and dtype == np.float32 else 0.0
+    vanishes = m - e_a <= floor
+    ell = np.log(m)
+    e_ell = np.where(vanishes, np.inf, e_a / np.maximum(m - e_a, floor))
+    e_ell = e_ell + 0.5 * ulp_at(np.abs(ell) + e_ell, dtype) + TRANSCENDENTAL_ULPS * ulp_at(ell, np.float32)
+    y = np.where(b == 0, 0.0, b * ell)
+    e_y = np.abs(b) * e_ell + (np.abs(ell) + e_ell) * e_b
+    e_y = e_y + 0.5 * ulp_at(np.abs(y) + e_y, dtype)
+    r = np.real(x).astype(np.float64)
+    extra = np.where(np.isfinite(r), np.abs(y - r), np.inf) + e_y
+    extra[~np.isfinite(y)] = np.inf
+    marks = (vanishes & (b - e_b < 0)) * POS_INF | (vanishes & (b + e_b > 0)) * NEG_INF
+    marks |= (~np.isfinite(r) & np.isfinite(y)) * DROPPED_NAN  # (Y is the device's answer, not the module's x)
+    _widen_by(bounds, log, x, extra, None, marks.astype(np.uint8))
 
 
 def _widen_by(bounds, orig, x, extra, shift, marks) -> None:

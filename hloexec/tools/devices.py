@@ -99,6 +99,8 @@ RULES = {
     "rewrite; error bounds only)",
     "exp_of_differences": "exp(a) / exp(b) is computed as exp(a - b): the difference rounds, exp carries it (the "
     "compiler's rewrite; error bounds only)",
+    "log_of_powers": "log(pow(a, b)) is computed as b * log(|a|) (0 where b is 0): finite where pow(a, b) is "
+    "negative or out of range (the compiler's rewrite; error bounds only)",
     "tree_reduction_window": "16-bit sums over a dim longer than this are a reduce-window of this size and a reduce "
     "(the compiler's rewrite; error bounds only); 0: none",
 }

@@ -338,7 +338,8 @@ def _beyond(c, shadow, baseline, e_c, bad_c, bad_b, allowed, judged, marks, rule
 
 def _may_be(c: np.ndarray, shadow: np.ndarray, marks) -> np.ndarray:
     """Where `c`'s non-finite element is of a kind the marks (tools/bound_overflow.py) allow, or the shadow's NaN
-    is one the device's arithmetic may have dropped (any value of `c`)."""
+    is one the device's arithmetic may have dropped, or its non-finite value one a rewritten form the device
+    computes does not make (DROPPED_NAN: any value of `c`)."""
     if marks is None or c.dtype.kind == "c":
         return np.zeros(c.shape, bool)
     # (here: the CLI's parser imports this module, not Numba)
@@ -349,7 +350,7 @@ def _may_be(c: np.ndarray, shadow: np.ndarray, marks) -> np.ndarray:
             ((c == np.inf) & (marks & POS_INF > 0))
             | ((c == -np.inf) & (marks & NEG_INF > 0))
             | (np.isnan(c) & (marks & NAN > 0))
-            | (np.isnan(shadow) & (marks & DROPPED_NAN > 0))
+            | (~np.isfinite(shadow) & (marks & DROPPED_NAN > 0))
         )
 
 
