@@ -369,15 +369,17 @@ def test_an_empty_device_name_is_a_usage_error(capsys, tmp_path, argv, value):
     ["report", "m.hlo", "-o", "r.html", "--partitions", "100000000"]], ids=lambda argv: argv[0])
 def test_a_device_count_past_the_most_participants_is_a_usage_error(capsys, argv):
     """`--partitions 100000000` ran for hours (1e8 input lists split, then participants) saying nothing: the
-    flag is refused as it is parsed (nothing is read or run), naming the option and the limit."""
-    from hloexec.options import MOST_PARTICIPANTS
+    flag is refused as it is parsed (nothing is read or run), naming the option and the limit: the most
+    participants for a command that runs them, the most devices described for a report that runs nothing."""
+    from hloexec.options import MOST_DESCRIBED, MOST_PARTICIPANTS
     from hloexec.tools.cli import build_parser
 
+    most = MOST_DESCRIBED if argv[0] in ("collectives", "memory", "export") else MOST_PARTICIPANTS
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(argv)
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and f"expected a count from 1 to {MOST_PARTICIPANTS}" in err, err
-    assert build_parser().parse_args([*argv[:-1], str(MOST_PARTICIPANTS)]) is not None   # the limit itself is taken
+    assert exit_.value.code == 2 and f"expected a count from 1 to {most}" in err, err
+    assert build_parser().parse_args([*argv[:-1], str(most)]) is not None   # the limit itself is taken
 
 
 @pytest.mark.parametrize("header, given, says", [

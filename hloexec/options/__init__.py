@@ -93,6 +93,9 @@ class Options:
 # from device ids: every one is a participant of this process (or of Ray workers whose outputs it gathers); 4,096
 # in one all-reduce took minutes, and 10^8 asked for by a typo ran for hours before anything was said.
 MOST_PARTICIPANTS = 1 << 16
+# The most devices a report that runs nothing describes (`collectives`, `memory`, `export`: a cluster of 100,000
+# GPUs is a real question for them); past it a count is a typo (a group of 10^8 ids is gigabytes of lists).
+MOST_DESCRIBED = 1 << 24
 
 
 def available_memory() -> int | None:
@@ -111,6 +114,7 @@ __all__ = [
     "Options",
     "available_memory",
     "MOST_PARTICIPANTS",
+    "MOST_DESCRIBED",
     "DeviceProfile",
     "device_profile",
     "REDUCTIONS",

@@ -31,10 +31,13 @@ GROUPED = (
 )
 
 
-def device_counts(module: Module, partitions: int | None = None, replicas: int | None = None):
+def device_counts(
+    module: Module, partitions: int | None = None, replicas: int | None = None, limit: int = MOST_PARTICIPANTS
+):
     """(partitions, replicas, note): given, else from the header (where one given or one in the header
     leaves the other at the header's value or XLA's default, 1), else inferred from the largest ids in
-    replica groups, source_target_pairs and shardings (note then says so; None otherwise)."""
+    replica groups, source_target_pairs and shardings (note then says so; None otherwise). Given or header
+    counts past `limit` are refused (a report that runs nothing passes options.MOST_DESCRIBED)."""
     header_p, header_r = module.attrs.get("num_partitions"), module.attrs.get("replica_count")
     if any(v is not None for v in (partitions, replicas, header_p, header_r)):
         origins = [
@@ -43,11 +46,12 @@ def device_counts(module: Module, partitions: int | None = None, replicas: int |
         ]
         partitions = partitions if partitions is not None else int(header_p if header_p is not None else 1)
         replicas = replicas if replicas is not None else int(header_r if header_r is not None else 1)
-        if partitions * replicas > MOST_PARTICIPANTS:
+        if partitions * replicas > limit:
+            ran = "hloexec runs (each one a participant of this process or of its Ray workers)"
             raise ExecutionError(
                 f"{module.name}: {partitions} partitions ({origins[0]}) x {replicas} replicas ({origins[1]}) = "
-                f"{partitions * replicas} participants, more than the {MOST_PARTICIPANTS} hloexec runs (each one a "
-                "participant of this process or of its Ray workers); set partitions=/replicas= "
+                f"{partitions * replicas} participants, more than the {limit} "
+                f"{ran if limit == MOST_PARTICIPANTS else 'a report describes'}; set partitions=/replicas= "
                 "(--partitions/--replicas) to run fewer"
             )
         return partitions, replicas, None

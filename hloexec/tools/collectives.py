@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..exec.context import Device
 from ..exec.plan import schedule
+from ..options import MOST_DESCRIBED
 from ..spmd import device_counts
 from ..ir.module import Computation, Instruction, Module
 from ..ops.collectives import group_mode, groups_of
@@ -132,7 +133,7 @@ def collectives_report(
     bandwidth: float | None = None,
     latency: float | None = None,
 ) -> CollectivesReport:
-    P, R, note = device_counts(module, partitions, replicas)
+    P, R, note = device_counts(module, partitions, replicas, MOST_DESCRIBED)
     chosen = costmodel.LINKS[link]
     if bandwidth is not None or latency is not None:
         chosen = costmodel.Link(

@@ -34,7 +34,7 @@ from ..exec.domains import input_domains
 from ..exec.inputs import random_inputs
 from ..exec.tiering import COMPILE_MODES
 from ..ir.module import pick_module
-from ..options import MOST_PARTICIPANTS, REDUCTIONS
+from ..options import MOST_DESCRIBED, MOST_PARTICIPANTS, REDUCTIONS
 from ..parser import parse
 from .arrays import flatten, read_values
 from .compare import jsonable
@@ -89,15 +89,22 @@ def positive_int(text: str) -> int:
     return _at_least(text, 1, "a count")
 
 
-def device_count(text: str) -> int:
-    """--partitions, --replicas: refused past the most participants hloexec runs at once (--partitions 100000000
-    ran for hours, saying nothing)."""
+def _device_count(text: str, most: int, what: str) -> int:
     value = positive_int(text)
-    if value > MOST_PARTICIPANTS:
-        raise argparse.ArgumentTypeError(
-            f"expected a count from 1 to {MOST_PARTICIPANTS} (the most participants hloexec runs), got {text}"
-        )
+    if value > most:
+        raise argparse.ArgumentTypeError(f"expected a count from 1 to {most} ({what}), got {text}")
     return value
+
+
+def device_count(text: str) -> int:
+    """--partitions, --replicas of a command that runs the participants: refused past the most hloexec runs at once
+    (--partitions 100000000 ran for hours, saying nothing)."""
+    return _device_count(text, MOST_PARTICIPANTS, "the most participants hloexec runs")
+
+
+def described_device_count(text: str) -> int:
+    """--partitions, --replicas of a report that runs nothing (collectives, memory, export)."""
+    return _device_count(text, MOST_DESCRIBED, "the most devices a report describes")
 
 
 def count(text: str) -> int:

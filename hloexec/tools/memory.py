@@ -24,6 +24,7 @@ from .. import spmd as spmd_exec
 from ..exec.memory import scratch_bytes
 from ..exec.plan import Plan
 from ..exec.runner import Runner
+from ..options import MOST_DESCRIBED
 from .opname import fit, layer, op_name, where
 from .stats import human_bytes
 
@@ -132,7 +133,7 @@ def memory_report(
     ]
     devices, spmd_info, notes = 1, None, []
     if spmd or partitions is not None or replicas is not None:
-        P, R, note = spmd_exec.device_counts(module, partitions, replicas)
+        P, R, note = spmd_exec.device_counts(module, partitions, replicas, MOST_DESCRIBED)
         devices = P * R
         spmd_info = {
             "partitions": P,

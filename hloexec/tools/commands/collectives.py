@@ -7,7 +7,7 @@ from ..common import (
     EXIT_OK,
     JSON_VERSION,
     add_subparser,
-    device_count,
+    described_device_count,
     load_module,
     non_negative_float,
     positive_float,
@@ -59,9 +59,14 @@ def add_model_options(p) -> None:
     """--module, --partitions, --replicas, --chip: what the traffic reports and exports share."""
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument(
-        "--partitions", type=device_count, metavar="N", help="partitions per replica (default: header or inferred)"
+        "--partitions",
+        type=described_device_count,
+        metavar="N",
+        help="partitions per replica (default: header or inferred)",
     )
-    p.add_argument("--replicas", type=device_count, metavar="R", help="replicas (default: header or inferred)")
+    p.add_argument(
+        "--replicas", type=described_device_count, metavar="R", help="replicas (default: header or inferred)"
+    )
     p.add_argument(
         "--chip",
         choices=sorted(costmodel.CHIPS),

@@ -9,7 +9,7 @@ from ..common import (
     EXIT_OK,
     JSON_VERSION,
     add_subparser,
-    device_count,
+    described_device_count,
     load_for_report,
     output_file,
     positive_int,
@@ -42,8 +42,10 @@ def add_parser(subparsers, parents) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--module", metavar="NAME", help="the module to use when the file holds several")
     p.add_argument("--spmd", action="store_true", help="all participants: counts from the header or inferred")
-    p.add_argument("--partitions", type=device_count, metavar="N", help="partitions per replica (implies --spmd)")
-    p.add_argument("--replicas", type=device_count, metavar="R", help="replicas (implies --spmd)")
+    p.add_argument(
+        "--partitions", type=described_device_count, metavar="N", help="partitions per replica (implies --spmd)"
+    )
+    p.add_argument("--replicas", type=described_device_count, metavar="R", help="replicas (implies --spmd)")
     p.add_argument(
         "--plot",
         type=plot_file,
